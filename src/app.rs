@@ -1,0 +1,163 @@
+//! The composition root: load config, open the records, bind every socket, start the services,
+//! and wait. Services never bind; tests start the whole daemon in-process on port 0.
+
+use crate::config::Config;
+use crate::record::{self, Records};
+use crate::service;
+use crate::shutdown::Shutdown;
+use anyhow::Context as _;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+use tokio::net::{TcpListener, UdpSocket};
+
+/// Where each service ended up listening.
+#[derive(Debug, Clone, Copy)]
+pub struct Bound {
+    pub http: SocketAddr,
+    pub dhcp: SocketAddr,
+    pub tftp: SocketAddr,
+    pub nfs: SocketAddr,
+    pub nbd: SocketAddr,
+}
+
+/// A started daemon.
+pub struct Running {
+    pub bound: Bound,
+    /// The config as served: ports given as 0 are replaced by the ports bound.
+    pub config: Arc<Config>,
+    pub records: Arc<Records>,
+    shutdown: Shutdown,
+}
+
+impl Running {
+    /// Stops every service and waits for them.
+    pub async fn stop(self) {
+        self.shutdown.stop_and_wait().await;
+    }
+}
+
+/// Binds and starts everything; returns once all sockets are bound.
+pub async fn start(mut config: Config) -> anyhow::Result<Running> {
+    let missing = config.missing_files();
+    if let Some(e) = missing.first() {
+        anyhow::bail!("{e}");
+    }
+    let shutdown = Shutdown::new();
+    let (recorder, records) = record::start(&config.server.state_dir, &shutdown)
+        .with_context(|| format!("opening state folder {}", config.server.state_dir.display()))?;
+
+    let any = Ipv4Addr::UNSPECIFIED;
+    let ports = config.server.ports;
+    let iface = config.server.interfaces.first().cloned();
+    let dhcp = bind_udp(SocketAddrV4::new(any, ports.dhcp), iface.as_deref(), true)
+        .with_context(|| format!("binding DHCP port {}", ports.dhcp))?;
+    let tftp = bind_udp(SocketAddrV4::new(any, ports.tftp), None, false)
+        .with_context(|| format!("binding TFTP port {}", ports.tftp))?;
+    let http = bind_tcp(config.server.http).await.context("binding HTTP")?;
+    let nfs = bind_tcp(SocketAddrV4::new(any, ports.nfs).into())
+        .await
+        .context("binding NFS")?;
+    let nbd = bind_tcp(SocketAddrV4::new(any, ports.nbd).into())
+        .await
+        .context("binding NBD")?;
+    let bound = Bound {
+        http: http.local_addr()?,
+        dhcp: dhcp.local_addr()?,
+        tftp: tftp.local_addr()?,
+        nfs: nfs.local_addr()?,
+        nbd: nbd.local_addr()?,
+    };
+    // What clients are told must match what was bound.
+    config.server.http.set_port(bound.http.port());
+    config.server.ports.dhcp = bound.dhcp.port();
+    config.server.ports.tftp = bound.tftp.port();
+    config.server.ports.nfs = bound.nfs.port();
+    config.server.ports.nbd = bound.nbd.port();
+    let config = Arc::new(config);
+
+    let run =
+        |name: &'static str,
+         fut: std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>| {
+            let shutdown = shutdown.clone();
+            shutdown.clone().spawn(async move {
+            if let Err(e) = fut.await {
+                tracing::error!(service = name, error = %format!("{e:#}"), "service failed; stopping");
+                shutdown.trigger();
+            }
+        });
+        };
+    let (c, r, s) = (&config, &recorder, &shutdown);
+    run(
+        "dhcp",
+        Box::pin(service::dhcp::serve(dhcp, c.clone(), r.clone(), s.clone())),
+    );
+    run(
+        "tftp",
+        Box::pin(service::tftp::serve(tftp, c.clone(), r.clone(), s.clone())),
+    );
+    run(
+        "nfs",
+        Box::pin(service::nfs::serve(nfs, c.clone(), r.clone(), s.clone())),
+    );
+    run(
+        "nbd",
+        Box::pin(service::nbd::serve(nbd, c.clone(), r.clone(), s.clone())),
+    );
+    let web = service::http::Web {
+        config: c.clone(),
+        recorder: r.clone(),
+        records: records.clone(),
+    };
+    run("http", Box::pin(service::http::serve(http, web, s.clone())));
+    tracing::info!(
+        http = %bound.http, dhcp = %bound.dhcp, tftp = %bound.tftp, nfs = %bound.nfs, nbd = %bound.nbd,
+        pools = config.pools.len(), "bootpool serving"
+    );
+    Ok(Running {
+        bound,
+        config,
+        records,
+        shutdown,
+    })
+}
+
+/// Runs the daemon until SIGINT or SIGTERM.
+pub async fn serve(config: Config) -> anyhow::Result<()> {
+    let running = start(config).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let stopped = running.shutdown.clone();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
+        _ = term.recv() => tracing::info!("terminated; stopping"),
+        _ = stopped.wait() => tracing::warn!("a service stopped the daemon"),
+    }
+    running.stop().await;
+    Ok(())
+}
+
+async fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// A UDP socket; `broadcast` for DHCP, bound to one interface when given so that several
+/// daemons (or a host DHCP server) can each own their own link.
+fn bind_udp(
+    addr: SocketAddrV4,
+    iface: Option<&str>,
+    broadcast: bool,
+) -> std::io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_reuse_address(true)?;
+    if broadcast {
+        socket.set_broadcast(true)?;
+    }
+    if let Some(iface) = iface {
+        socket.bind_device(Some(iface.as_bytes())).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("binding to interface {iface}: {e}"))
+        })?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&SocketAddr::V4(addr).into())?;
+    UdpSocket::from_std(socket.into())
+}

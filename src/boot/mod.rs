@@ -1,0 +1,165 @@
+//! Boot policy: given what a client said about itself, which pool it is in, which loader or
+//! script it gets and what its kernel command line says. Plain data in, plain data out; the
+//! services ask `plan` and never decide these things themselves.
+
+pub mod leases;
+pub mod script;
+
+use crate::config::{Config, Mac, Member};
+use std::net::Ipv4Addr;
+
+/// Client architecture types from option 93 (RFC 4578, IANA registry).
+pub mod arch {
+    pub const BIOS: u16 = 0;
+    pub const EFI_IA32: u16 = 6;
+    pub const EFI_BC: u16 = 7;
+    pub const EFI_X64: u16 = 9;
+    pub const EFI_ARM64: u16 = 11;
+    pub const EFI_X64_HTTP: u16 = 16;
+    pub const EFI_ARM64_HTTP: u16 = 19;
+}
+
+/// What a DHCP client told us about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Client {
+    pub mac: Mac,
+    /// Option 93, if sent.
+    pub arch: Option<u16>,
+    /// Option 77 or 175 says iPXE: it wants a script, not another loader.
+    pub ipxe: bool,
+    /// Option 60 starts with `PXEClient` (or `HTTPClient`): firmware or iPXE network booting.
+    pub pxe: bool,
+}
+
+/// What the client is told to load next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BootFile {
+    /// A loader fetched over TFTP from next-server (option 66/67, siaddr/file).
+    Tftp(String),
+    /// A URL: the iPXE script, or a loader for UEFI HTTP boot.
+    Url(String),
+}
+
+impl BootFile {
+    /// The text of the DHCP `file` field / option 67.
+    pub fn as_str(&self) -> &str {
+        match self {
+            BootFile::Tftp(s) | BootFile::Url(s) => s,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Plan<'a> {
+    pub member: Member<'a>,
+    /// `None` for a client that is not network booting (e.g. the initrd's own DHCP).
+    pub boot_file: Option<BootFile>,
+    /// The server clients fetch from (siaddr, TFTP and HTTP).
+    pub next_server: Ipv4Addr,
+}
+
+/// Decides how to boot `client`; `None` means it is not ours.
+pub fn plan<'a>(config: &'a Config, client: &Client) -> Option<Plan<'a>> {
+    let member = config.member(client.mac)?;
+    let server = &config.server;
+    let boot_file = if !client.pxe && !client.ipxe {
+        None
+    } else if client.ipxe {
+        Some(BootFile::Url(script::script_url(config, client.mac)))
+    } else {
+        let http = matches!(client.arch, Some(arch::EFI_X64_HTTP | arch::EFI_ARM64_HTTP));
+        let loader = loader_for(client.arch.unwrap_or(arch::BIOS));
+        if http {
+            Some(BootFile::Url(format!(
+                "http://{}:{}/boot/loaders/{loader}",
+                server.address,
+                server.http.port()
+            )))
+        } else {
+            Some(BootFile::Tftp(loader.to_string()))
+        }
+    };
+    Some(Plan {
+        member,
+        boot_file,
+        next_server: server.address,
+    })
+}
+
+/// The iPXE build for a firmware architecture (names as Debian's `ipxe` package ships them).
+pub fn loader_for(arch: u16) -> &'static str {
+    match arch {
+        arch::BIOS => "undionly.kpxe",
+        arch::EFI_ARM64 | arch::EFI_ARM64_HTTP => "ipxe-arm64.efi",
+        arch::EFI_IA32 => "ipxe-i386.efi",
+        _ => "ipxe.efi",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    pub(crate) const CONFIG: &str = "\
+server: { address: 10.77.0.1, http: 0.0.0.0:8080 }
+dhcp: { subnet: 10.77.0.0/24, range: 10.77.0.100-10.77.0.199 }
+images:
+  demo: { dir: images/demo }
+pools:
+  room:
+    image: demo
+    root: nbd
+    cmdline: console=ttyS0
+    clients:
+      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:ff\" }
+";
+
+    fn client(mac: &str, arch: Option<u16>, ipxe: bool, pxe: bool) -> Client {
+        Client {
+            mac: mac.parse().unwrap(),
+            arch,
+            ipxe,
+            pxe,
+        }
+    }
+
+    #[test]
+    fn firmware_gets_a_loader_per_architecture() {
+        let c = Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
+        let file = |arch| {
+            plan(&c, &client("52:54:00:77:00:01", arch, false, true))
+                .unwrap()
+                .boot_file
+        };
+        assert_eq!(file(Some(0)), Some(BootFile::Tftp("undionly.kpxe".into())));
+        assert_eq!(file(None), Some(BootFile::Tftp("undionly.kpxe".into())));
+        assert_eq!(file(Some(7)), Some(BootFile::Tftp("ipxe.efi".into())));
+        assert_eq!(
+            file(Some(16)),
+            Some(BootFile::Url(
+                "http://10.77.0.1:8080/boot/loaders/ipxe.efi".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn ipxe_gets_its_script_and_never_a_loader_again() {
+        let c = Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
+        let p = plan(&c, &client("52:54:00:77:00:01", Some(0), true, true)).unwrap();
+        assert_eq!(
+            p.boot_file,
+            Some(BootFile::Url(
+                "http://10.77.0.1:8080/boot/script/52:54:00:77:00:01.ipxe".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn strangers_and_plain_dhcp() {
+        let c = Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
+        assert!(plan(&c, &client("52:54:00:78:00:01", Some(0), false, true)).is_none());
+        let p = plan(&c, &client("52:54:00:77:00:01", None, false, false)).unwrap();
+        assert_eq!(p.boot_file, None);
+    }
+}

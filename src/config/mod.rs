@@ -1,0 +1,552 @@
+//! pools.yaml -> checked domain types. Nobody else sees raw YAML. Every error names the file,
+//! the line and column, the YAML path and the reason.
+
+mod locate;
+mod raw;
+mod values;
+
+pub use values::{Mac, MacRange, Subnet, parse_duration};
+
+use locate::Step;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A configuration error, located in its file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: PathBuf,
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    /// The YAML path of the offending key, e.g. `pools.room-101.image`.
+    pub path: String,
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+            if let Some(col) = self.column {
+                write!(f, ":{col}")?;
+            }
+        }
+        if self.path.is_empty() {
+            write!(f, ": {}", self.reason)
+        } else {
+            write!(f, ": {}: {}", self.path, self.reason)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The whole checked configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The file it was read from; relative paths in it are relative to its folder.
+    pub file: PathBuf,
+    pub server: Server,
+    pub dhcp: Dhcp,
+    pub images: BTreeMap<String, Arc<Image>>,
+    pub pools: BTreeMap<String, Arc<Pool>>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Server {
+    pub interfaces: Vec<String>,
+    /// What clients are told to reach.
+    pub address: Ipv4Addr,
+    pub http: SocketAddr,
+    pub state_dir: PathBuf,
+    pub ports: Ports,
+    /// Folder of network boot programs (undionly.kpxe, ipxe.efi, snponly.efi).
+    pub loaders: PathBuf,
+}
+
+/// Well-known ports, overridable for tests and unprivileged runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ports {
+    pub dhcp: u16,
+    pub tftp: u16,
+    pub nfs: u16,
+    pub nbd: u16,
+    pub portmap: u16,
+}
+
+impl Default for Ports {
+    fn default() -> Self {
+        Ports {
+            dhcp: 67,
+            tftp: 69,
+            nfs: 2049,
+            nbd: 10809,
+            portmap: 111,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DhcpMode {
+    /// Hands out addresses from `range` and reservations.
+    Authoritative,
+    /// Beside another DHCP server: PXE answers only.
+    Proxy,
+}
+
+#[derive(Debug, Clone)]
+pub struct Dhcp {
+    pub mode: DhcpMode,
+    pub subnet: Subnet,
+    /// Dynamic range, inclusive. Required in authoritative mode.
+    pub range: Option<(Ipv4Addr, Ipv4Addr)>,
+    pub router: Option<Ipv4Addr>,
+    pub dns: Vec<Ipv4Addr>,
+    pub lease: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Store {
+    /// Read through the page cache.
+    Disk,
+    /// Loaded into memory at start.
+    Ram,
+}
+
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub name: String,
+    /// Absolute: holds vmlinuz, initrd.img, rootfs/ and/or rootfs.img.
+    pub dir: PathBuf,
+    pub store: Store,
+}
+
+impl Image {
+    pub fn kernel(&self) -> PathBuf {
+        self.dir.join("vmlinuz")
+    }
+    pub fn initrd(&self) -> PathBuf {
+        self.dir.join("initrd.img")
+    }
+    /// The tree exported over NFS.
+    pub fn root_tree(&self) -> PathBuf {
+        self.dir.join("rootfs")
+    }
+    /// The image file exported over NBD.
+    pub fn root_image(&self) -> PathBuf {
+        self.dir.join("rootfs.img")
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RootProto {
+    Nfs,
+    Nbd,
+}
+
+impl fmt::Display for RootProto {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RootProto::Nfs => "nfs",
+            RootProto::Nbd => "nbd",
+        })
+    }
+}
+
+/// Which initramfs syntax the kernel command line's root argument follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Initramfs {
+    /// `root=nfs:SERVER:/PATH:OPTS`, `root=nbd:SERVER:PORT/EXPORT`
+    Dracut,
+    /// Debian's `nfsroot=`/`nbdroot=`
+    InitramfsTools,
+}
+
+#[derive(Debug, Clone)]
+pub struct Pool {
+    pub name: String,
+    pub image: Arc<Image>,
+    pub root: RootProto,
+    pub cmdline: String,
+    pub initramfs: Initramfs,
+    pub clients: Vec<ClientEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientEntry {
+    pub macs: MacRange,
+    pub name: Option<String>,
+    pub ip: Option<Ipv4Addr>,
+}
+
+/// What pools.yaml says about one MAC.
+#[derive(Debug, Clone)]
+pub struct Member<'a> {
+    pub pool: &'a Arc<Pool>,
+    pub entry: &'a ClientEntry,
+}
+
+impl Config {
+    /// Reads and checks a config file. Paths inside are resolved against the file's folder.
+    pub fn load(file: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|e| ConfigError {
+            file: file.to_path_buf(),
+            line: None,
+            column: None,
+            path: String::new(),
+            reason: format!("cannot read: {e}"),
+        })?;
+        Config::parse(file, &text)
+    }
+
+    /// Checks config text as if it were read from `file`.
+    pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
+        let raw: raw::File = serde_norway::from_str(text).map_err(|e| {
+            let loc = e.location();
+            // serde_norway puts the YAML path first: "pools.room-101: unknown field ...".
+            let msg = e.to_string();
+            let msg = match msg.rfind(" at line ") {
+                Some(i) => msg[..i].to_string(),
+                None => msg,
+            };
+            let (path, reason) = match msg.split_once(": ") {
+                Some((p, r)) if !p.contains(' ') => (p.to_string(), r.to_string()),
+                _ => (String::new(), msg.clone()),
+            };
+            ConfigError {
+                file: file.to_path_buf(),
+                line: loc.as_ref().map(|l| l.line()),
+                column: loc.as_ref().map(|l| l.column()),
+                path,
+                reason,
+            }
+        })?;
+        let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        Checker {
+            file,
+            text,
+            base: &base,
+        }
+        .check(raw)
+    }
+
+    /// The pool and entry that list this MAC, if any.
+    pub fn member(&self, mac: Mac) -> Option<Member<'_>> {
+        self.pools.values().find_map(|pool| {
+            pool.clients
+                .iter()
+                .find(|e| e.macs.contains(mac))
+                .map(|entry| Member { pool, entry })
+        })
+    }
+
+    /// Files the shipped config needs at serve time; `bootpool check` reports them all.
+    pub fn missing_files(&self) -> Vec<ConfigError> {
+        let mut errors = Vec::new();
+        for (name, pool) in &self.pools {
+            let image = &pool.image;
+            let mut need = vec![image.kernel(), image.initrd()];
+            need.push(match pool.root {
+                RootProto::Nfs => image.root_tree(),
+                RootProto::Nbd => image.root_image(),
+            });
+            for path in need {
+                if !path.exists() {
+                    errors.push(ConfigError {
+                        file: self.file.clone(),
+                        line: None,
+                        column: None,
+                        path: format!("pools.{name}.image"),
+                        reason: format!(
+                            "image `{}` lacks {} (build it: images/build-demo.sh)",
+                            image.name,
+                            path.display()
+                        ),
+                    });
+                }
+            }
+        }
+        errors
+    }
+}
+
+/// Turns raw YAML values into checked types, remembering where each came from.
+struct Checker<'a> {
+    file: &'a Path,
+    text: &'a str,
+    base: &'a Path,
+}
+
+impl Checker<'_> {
+    fn err(&self, path: &[Step], reason: impl Into<String>) -> ConfigError {
+        let loc = locate::locate(self.text, path);
+        let mut shown = String::new();
+        for step in path {
+            match step {
+                Step::Key(k) if shown.is_empty() => shown.push_str(k),
+                Step::Key(k) => {
+                    shown.push('.');
+                    shown.push_str(k)
+                }
+                Step::Index(i) => shown.push_str(&format!("[{i}]")),
+            }
+        }
+        ConfigError {
+            file: self.file.to_path_buf(),
+            line: loc.map(|l| l.0),
+            column: loc.map(|l| l.1),
+            path: shown,
+            reason: reason.into(),
+        }
+    }
+
+    fn ip(&self, path: &[Step], s: &str) -> Result<Ipv4Addr, ConfigError> {
+        s.trim()
+            .parse()
+            .map_err(|_| self.err(path, format!("`{s}` is not an IPv4 address")))
+    }
+
+    fn path(&self, s: &str) -> PathBuf {
+        let p = Path::new(s);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base.join(p)
+        }
+    }
+
+    fn check(&self, raw: raw::File) -> Result<Config, ConfigError> {
+        use Step::Key;
+        let s = &raw.server;
+        let address = self.ip(&[Key("server"), Key("address")], &s.address)?;
+        let http: SocketAddr = s.http.parse().map_err(|_| {
+            self.err(
+                &[Key("server"), Key("http")],
+                format!("`{}` is not an address:port", s.http),
+            )
+        })?;
+        let d = Ports::default();
+        let ports = Ports {
+            dhcp: s.ports.dhcp.unwrap_or(d.dhcp),
+            tftp: s.ports.tftp.unwrap_or(d.tftp),
+            nfs: s.ports.nfs.unwrap_or(d.nfs),
+            nbd: s.ports.nbd.unwrap_or(d.nbd),
+            portmap: s.ports.portmap.unwrap_or(d.portmap),
+        };
+        let server = Server {
+            interfaces: s.interfaces.clone(),
+            address,
+            http,
+            state_dir: self.path(&s.state_dir),
+            ports,
+            loaders: self.path(&s.loaders),
+        };
+
+        let dhcp = self.check_dhcp(&raw.dhcp)?;
+
+        let mut images = BTreeMap::new();
+        for (name, img) in &raw.images {
+            let at = |k| [Key("images"), Key(name.as_str()), Key(k)];
+            let store = match img.store.as_str() {
+                "disk" => Store::Disk,
+                "ram" => Store::Ram,
+                other => {
+                    return Err(self.err(&at("store"), format!("`{other}` is not `disk` or `ram`")));
+                }
+            };
+            if !is_name(name) {
+                return Err(self.err(
+                    &[Key("images"), Key(name)],
+                    "image names use a-z, 0-9, - and _",
+                ));
+            }
+            let dir = self.path(&img.dir);
+            images.insert(
+                name.clone(),
+                Arc::new(Image {
+                    name: name.clone(),
+                    dir,
+                    store,
+                }),
+            );
+        }
+
+        let mut pools = BTreeMap::new();
+        let mut seen_macs: Vec<(MacRange, String)> = Vec::new();
+        let mut seen_ips: Vec<(Ipv4Addr, String)> = Vec::new();
+        for (name, p) in &raw.pools {
+            let at = |k| [Key("pools"), Key(name.as_str()), Key(k)];
+            let image = images.get(&p.image).cloned().ok_or_else(|| {
+                let known: Vec<&str> = images.keys().map(String::as_str).collect();
+                self.err(
+                    &at("image"),
+                    format!("no image `{}` (images: {})", p.image, known.join(", ")),
+                )
+            })?;
+            let root = match p.root.as_str() {
+                "nfs" => RootProto::Nfs,
+                "nbd" => RootProto::Nbd,
+                other => {
+                    return Err(self.err(&at("root"), format!("`{other}` is not `nfs` or `nbd`")));
+                }
+            };
+            let initramfs = match p.initramfs.as_str() {
+                "dracut" => Initramfs::Dracut,
+                "initramfs-tools" => Initramfs::InitramfsTools,
+                other => {
+                    return Err(self.err(
+                        &at("initramfs"),
+                        format!("`{other}` is not `dracut` or `initramfs-tools`"),
+                    ));
+                }
+            };
+            let mut clients = Vec::new();
+            for (i, c) in p.clients.iter().enumerate() {
+                let at_c = |k| {
+                    [
+                        Key("pools"),
+                        Key(name.as_str()),
+                        Key("clients"),
+                        Step::Index(i),
+                        Key(k),
+                    ]
+                };
+                let macs = match (&c.mac, &c.macs) {
+                    (Some(m), None) => {
+                        let mac: Mac = m.parse().map_err(|e| self.err(&at_c("mac"), e))?;
+                        MacRange::single(mac)
+                    }
+                    (None, Some(r)) => r.parse().map_err(|e| self.err(&at_c("macs"), e))?,
+                    _ => {
+                        let item = [
+                            Key("pools"),
+                            Key(name.as_str()),
+                            Key("clients"),
+                            Step::Index(i),
+                        ];
+                        return Err(self.err(&item, "give exactly one of `mac` or `macs`"));
+                    }
+                };
+                let key = if c.mac.is_some() { "mac" } else { "macs" };
+                if let Some((_, other)) = seen_macs.iter().find(|(r, _)| r.overlaps(&macs)) {
+                    return Err(
+                        self.err(&at_c(key), format!("{macs} is already listed in {other}"))
+                    );
+                }
+                seen_macs.push((macs, format!("pools.{name}.clients[{i}]")));
+                let ip = match &c.ip {
+                    None => None,
+                    Some(s) => {
+                        if macs.len() != 1 {
+                            return Err(self.err(&at_c("ip"), "a fixed ip needs a single `mac`"));
+                        }
+                        let ip = self.ip(&at_c("ip"), s)?;
+                        if !dhcp.subnet.contains(ip) {
+                            return Err(
+                                self.err(&at_c("ip"), format!("{ip} is outside {}", dhcp.subnet))
+                            );
+                        }
+                        if let Some((_, other)) = seen_ips.iter().find(|(x, _)| *x == ip) {
+                            return Err(
+                                self.err(&at_c("ip"), format!("{ip} is already given to {other}"))
+                            );
+                        }
+                        seen_ips.push((ip, format!("pools.{name}.clients[{i}]")));
+                        Some(ip)
+                    }
+                };
+                clients.push(ClientEntry {
+                    macs,
+                    name: c.name.clone(),
+                    ip,
+                });
+            }
+            let pool = Pool {
+                name: name.clone(),
+                image,
+                root,
+                cmdline: p.cmdline.clone(),
+                initramfs,
+                clients,
+            };
+            pools.insert(name.clone(), Arc::new(pool));
+        }
+
+        Ok(Config {
+            file: self.file.to_path_buf(),
+            server,
+            dhcp,
+            images,
+            pools,
+        })
+    }
+
+    fn check_dhcp(&self, d: &raw::Dhcp) -> Result<Dhcp, ConfigError> {
+        use Step::Key;
+        let at = |k| [Key("dhcp"), Key(k)];
+        let mode = match d.mode.as_str() {
+            "authoritative" => DhcpMode::Authoritative,
+            "proxy" => DhcpMode::Proxy,
+            other => {
+                return Err(self.err(
+                    &at("mode"),
+                    format!("`{other}` is not `authoritative` or `proxy`"),
+                ));
+            }
+        };
+        let subnet: Subnet = d.subnet.parse().map_err(|e| self.err(&at("subnet"), e))?;
+        let range = match &d.range {
+            None if mode == DhcpMode::Authoritative => {
+                return Err(self.err(&[Key("dhcp")], "authoritative mode needs a `range`"));
+            }
+            None => None,
+            Some(r) => {
+                let (a, b) = r
+                    .split_once('-')
+                    .ok_or_else(|| self.err(&at("range"), format!("`{r}` is not FIRST-LAST")))?;
+                let (a, b) = (self.ip(&at("range"), a)?, self.ip(&at("range"), b)?);
+                if u32::from(a) > u32::from(b) {
+                    return Err(self.err(&at("range"), format!("{a} comes after {b}")));
+                }
+                for ip in [a, b] {
+                    if !subnet.contains(ip) {
+                        return Err(self.err(&at("range"), format!("{ip} is outside {subnet}")));
+                    }
+                }
+                Some((a, b))
+            }
+        };
+        let router = d
+            .router
+            .as_deref()
+            .map(|r| self.ip(&at("router"), r))
+            .transpose()?;
+        let dns = d
+            .dns
+            .iter()
+            .map(|s| self.ip(&at("dns"), s))
+            .collect::<Result<_, _>>()?;
+        let lease = parse_duration(&d.lease).map_err(|e| self.err(&at("lease"), e))?;
+        Ok(Dhcp {
+            mode,
+            subnet,
+            range,
+            router,
+            dns,
+            lease,
+        })
+    }
+}
+
+fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,120 @@
+//! The literal shape of pools.yaml, as serde reads it. Nothing outside `config` sees these types:
+//! `mod.rs` turns them into checked domain types. Unknown keys are errors everywhere.
+
+use serde::Deserialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    pub server: Server,
+    pub dhcp: Dhcp,
+    #[serde(default)]
+    pub images: BTreeMap<String, Image>,
+    #[serde(default)]
+    pub pools: BTreeMap<String, Pool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Server {
+    #[serde(default)]
+    pub interfaces: Vec<String>,
+    pub address: String,
+    #[serde(default = "default_http")]
+    pub http: String,
+    #[serde(default = "default_state_dir")]
+    pub state_dir: String,
+    #[serde(default)]
+    pub ports: Ports,
+    /// Folder of network boot programs (iPXE builds) served to firmware.
+    #[serde(default = "default_loaders")]
+    pub loaders: String,
+}
+
+fn default_loaders() -> String {
+    "/usr/lib/ipxe".into()
+}
+
+fn default_http() -> String {
+    "0.0.0.0:8080".into()
+}
+
+fn default_state_dir() -> String {
+    "var/".into()
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ports {
+    pub dhcp: Option<u16>,
+    pub tftp: Option<u16>,
+    pub nfs: Option<u16>,
+    pub nbd: Option<u16>,
+    pub portmap: Option<u16>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dhcp {
+    #[serde(default = "default_mode")]
+    pub mode: String,
+    pub subnet: String,
+    pub range: Option<String>,
+    pub router: Option<String>,
+    #[serde(default)]
+    pub dns: Vec<String>,
+    #[serde(default = "default_lease")]
+    pub lease: String,
+}
+
+fn default_mode() -> String {
+    "authoritative".into()
+}
+
+fn default_lease() -> String {
+    "12h".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Image {
+    pub dir: String,
+    #[serde(default = "default_store")]
+    pub store: String,
+}
+
+fn default_store() -> String {
+    "disk".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pool {
+    pub image: String,
+    #[serde(default = "default_root")]
+    pub root: String,
+    #[serde(default)]
+    pub cmdline: String,
+    #[serde(default = "default_initramfs")]
+    pub initramfs: String,
+    #[serde(default)]
+    pub clients: Vec<Client>,
+}
+
+fn default_root() -> String {
+    "nfs".into()
+}
+
+fn default_initramfs() -> String {
+    "dracut".into()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Client {
+    pub mac: Option<String>,
+    pub macs: Option<String>,
+    pub name: Option<String>,
+    pub ip: Option<String>,
+}

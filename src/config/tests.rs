@@ -1,0 +1,121 @@
+use super::*;
+
+const GOOD: &str = "\
+server:
+  interfaces: [br0]
+  address: 10.77.0.1
+  http: 0.0.0.0:8080
+  state_dir: var/
+dhcp:
+  mode: authoritative
+  subnet: 10.77.0.0/24
+  range: 10.77.0.100-10.77.0.199
+  router: 10.77.0.1
+  lease: 12h
+images:
+  demo:
+    dir: images/demo
+    store: disk
+pools:
+  room-101:
+    image: demo
+    root: nfs
+    cmdline: console=ttyS0
+    clients:
+      - { mac: \"52:54:00:77:00:01\", name: pc01, ip: 10.77.0.11 }
+      - { macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }
+";
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(Path::new("/etc/bootpool/pools.yaml"), text)
+}
+
+#[test]
+fn good_config_parses_into_checked_types() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(c.server.address, Ipv4Addr::new(10, 77, 0, 1));
+    assert_eq!(c.server.state_dir, Path::new("/etc/bootpool/var/"));
+    assert_eq!(c.dhcp.lease, Duration::from_secs(12 * 3600));
+    let pool = &c.pools["room-101"];
+    assert_eq!(pool.root, RootProto::Nfs);
+    assert_eq!(pool.image.dir, Path::new("/etc/bootpool/images/demo"));
+    let m = c.member("52:54:00:77:00:20".parse().unwrap()).unwrap();
+    assert_eq!(m.pool.name, "room-101");
+    assert!(c.member("52:54:00:77:00:40".parse().unwrap()).is_none());
+    assert_eq!(
+        c.member("52:54:00:77:00:01".parse().unwrap())
+            .unwrap()
+            .entry
+            .ip,
+        Some(Ipv4Addr::new(10, 77, 0, 11))
+    );
+}
+
+#[test]
+fn unknown_key_names_file_line_and_key() {
+    let text = GOOD.replace("    root: nfs\n", "    root: nfs\n    rot: nbd\n");
+    let e = parse(&text).unwrap_err();
+    assert_eq!(e.line, Some(20), "{e}");
+    assert!(e.reason.contains("unknown field `rot`"), "{e}");
+    assert!(
+        e.to_string().starts_with("/etc/bootpool/pools.yaml:20:"),
+        "{e}"
+    );
+    assert!(e.path.contains("room-101"), "{e}");
+}
+
+#[test]
+fn bad_values_name_their_line_and_path() {
+    let cases = [
+        (
+            "address: 10.77.0.1",
+            "address: 10.77.0.300",
+            3,
+            "server.address",
+        ),
+        (
+            "range: 10.77.0.100-10.77.0.199",
+            "range: 10.77.0.100-10.77.1.199",
+            9,
+            "dhcp.range",
+        ),
+        ("image: demo", "image: nope", 18, "pools.room-101.image"),
+        ("root: nfs", "root: iscsi", 19, "pools.room-101.root"),
+        (
+            "name: pc01, ip: 10.77.0.11",
+            "name: pc01, ip: 10.78.0.11",
+            22,
+            "pools.room-101.clients[0].ip",
+        ),
+        (
+            "\"52:54:00:77:00:01\"",
+            "\"52:54:00:77:00\"",
+            22,
+            "pools.room-101.clients[0].mac",
+        ),
+        ("lease: 12h", "lease: forever", 11, "dhcp.lease"),
+    ];
+    for (from, to, line, path) in cases {
+        let e = parse(&GOOD.replace(from, to)).unwrap_err();
+        assert_eq!((e.line, e.path.as_str()), (Some(line), path), "{e}");
+    }
+}
+
+#[test]
+fn overlapping_macs_are_refused() {
+    let text = GOOD.replace(
+        "      - { macs:",
+        "      - { mac: \"52:54:00:77:00:12\" }\n      - { macs:",
+    );
+    let e = parse(&text).unwrap_err();
+    assert_eq!(e.path, "pools.room-101.clients[2].macs", "{e}");
+    assert!(e.reason.contains("already listed"), "{e}");
+}
+
+#[test]
+fn missing_image_files_are_reported() {
+    let c = parse(GOOD).unwrap();
+    let missing = c.missing_files();
+    assert_eq!(missing.len(), 3);
+    assert!(missing[0].reason.contains("vmlinuz"));
+}

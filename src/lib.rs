@@ -1,0 +1,21 @@
+//! bootpool: boots rooms of diskless machines over the network and records how each boot went.
+//!
+//! The code map (ARCHITECTURE.md has the long form):
+//! - `config`: pools.yaml -> checked types. The only code that sees raw YAML.
+//! - `boot`: policy. Which pool, which loader, which script, which kernel command line.
+//! - `proto`: wire codecs, pure and total. No sockets, no files, no clock.
+//! - `export`: what NFS and NBD serve. The only code that builds paths into images.
+//! - `service`: I/O shells, one per listener. They serve the sockets `app` gives them.
+//! - `record`: typed boot events -> boots and phases, journalled in the state folder.
+//! - `lab`: the virtual room: namespace, bridge, taps, qemu clients.
+//! - `app`: the composition root: binds sockets, starts services, waits.
+
+pub mod app;
+pub mod boot;
+pub mod config;
+pub mod export;
+pub mod lab;
+pub mod proto;
+pub mod record;
+pub mod service;
+pub mod shutdown;

@@ -1,0 +1,107 @@
+//! The `bootpool` command: parses arguments, sets up logging and the runtime, and maps errors
+//! to exit codes. Everything else lives in the library.
+
+use bootpool::config::Config;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "bootpool",
+    version,
+    about = "Boot rooms of diskless machines over the network, and see how each boot went"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon: DHCP, TFTP, HTTP, NFS and NBD for the pools in the config.
+    Serve {
+        #[arg(short, long, default_value = "pools.yaml")]
+        config: PathBuf,
+    },
+    /// Check a config (syntax, values, image files) and exit; errors name file:line:column.
+    Check {
+        #[arg(short, long, default_value = "pools.yaml")]
+        config: PathBuf,
+    },
+    /// Boot N virtual clients (qemu, PXE) against a config in an isolated network namespace.
+    Lab(bootpool::lab::LabArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("BOOTPOOL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match cli.command {
+        Command::Check { config } => check(&config),
+        Command::Serve { config } => {
+            let config = match Config::load(&config) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            run(bootpool::app::serve(config))
+        }
+        Command::Lab(args) => run(bootpool::lab::run(args)),
+    }
+}
+
+fn run(fut: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
+    let rt = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(fut) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn check(path: &std::path::Path) -> ExitCode {
+    match Config::load(path) {
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+        Ok(c) => {
+            let missing = c.missing_files();
+            for e in &missing {
+                eprintln!("error: {e}");
+            }
+            if !missing.is_empty() {
+                return ExitCode::from(2);
+            }
+            let clients: u64 = c
+                .pools
+                .values()
+                .flat_map(|p| p.clients.iter().map(|e| e.macs.len()))
+                .sum();
+            println!(
+                "{}: ok ({} pools, {} images, {} client addresses)",
+                path.display(),
+                c.pools.len(),
+                c.images.len(),
+                clients
+            );
+            ExitCode::SUCCESS
+        }
+    }
+}

@@ -1,0 +1,119 @@
+//! Typed boot milestones that services send to the recorder. A service says what happened and
+//! to whom (a MAC when it knows one, else the client's IP); the recorder works out which boot
+//! and which phase it belongs to.
+
+use crate::config::Mac;
+use serde::{Deserialize, Serialize};
+use std::net::Ipv4Addr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Microseconds since the Unix epoch.
+pub type Micros = i64;
+
+pub fn now_micros() -> Micros {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0)
+}
+
+/// Who an event is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Who {
+    Mac(#[serde(with = "mac_text")] Mac),
+    Ip(Ipv4Addr),
+}
+
+/// What the client asked the HTTP or TFTP server for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    /// A network boot program (iPXE) fetched by firmware.
+    Loader,
+    /// The generated iPXE script.
+    Script,
+    Kernel,
+    Initrd,
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    Dhcp,
+    Tftp,
+    Http,
+    Nfs,
+    Nbd,
+}
+
+/// How a transfer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Outcome {
+    Complete,
+    Aborted,
+    TimedOut,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Kind {
+    /// A DHCPDISCOVER. `pxe`: it came from boot firmware or iPXE (option 60 `PXEClient`);
+    /// `ipxe`: from iPXE (user class).
+    DhcpDiscover { pxe: bool, ipxe: bool },
+    /// A DHCPACK that gave (or, in proxy mode, confirmed) this address.
+    DhcpAck {
+        ip: Ipv4Addr,
+        pxe: bool,
+        ipxe: bool,
+        pool: String,
+    },
+    /// A file was sent (or the transfer ended) over TFTP or HTTP.
+    File {
+        proto: Proto,
+        kind: FileKind,
+        path: String,
+        bytes: u64,
+        outcome: Outcome,
+    },
+    /// The root filesystem was attached: an NFS MNT or an NBD handshake.
+    RootAttach { proto: Proto, export: String },
+    /// Root filesystem payload sent to the client since its last RootRead event.
+    RootRead { proto: Proto, bytes: u64 },
+    /// The client reported that it is up (`POST /api/v1/booted`).
+    Booted { uptime_s: Option<f64> },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub at: Micros,
+    pub who: Who,
+    #[serde(flatten)]
+    pub kind: Kind,
+}
+
+impl Event {
+    pub fn now(who: Who, kind: Kind) -> Event {
+        Event {
+            at: now_micros(),
+            who,
+            kind,
+        }
+    }
+}
+
+mod mac_text {
+    use crate::config::Mac;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(mac: &Mac, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(mac)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Mac, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}

@@ -1,0 +1,339 @@
+//! Turns a client's events into boots and phases. Pure data: no I/O, no clock.
+//!
+//! A boot is marked by milestones; each phase runs from the previous milestone to its own:
+//! `dhcp` (first DISCOVER to ACK), `loader` (TFTP of the NBP), `ipxe` (to the script fetch),
+//! `kernel` (to the last of kernel and initrd), `initrd` (to the root attach), `root` (to the
+//! client's booted call). Phases a boot skipped (the qemu ROM is iPXE already: no loader) are
+//! simply absent.
+
+use super::event::{Event, FileKind, Kind, Micros, Outcome, Proto};
+use crate::config::Mac;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+pub const PHASES: [&str; 6] = ["dhcp", "loader", "ipxe", "kernel", "initrd", "root"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BootResult {
+    Running,
+    Booted,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Phase {
+    pub name: &'static str,
+    pub start: Micros,
+    pub end: Micros,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+struct Marks {
+    discover: Option<Micros>,
+    ack: Option<Micros>,
+    loader: Option<Micros>,
+    script: Option<Micros>,
+    kernel: Option<Micros>,
+    initrd: Option<Micros>,
+    attach: Option<Micros>,
+    booted: Option<Micros>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Boot {
+    pub id: u64,
+    pub mac: Mac,
+    pub ip: Option<Ipv4Addr>,
+    pub pool: Option<String>,
+    pub start: Micros,
+    pub last_event: Micros,
+    pub result: BootResult,
+    pub root: Option<Proto>,
+    /// Payload bytes sent to the client, per protocol.
+    pub bytes: BTreeMap<Proto, u64>,
+    /// What the client said of its own uptime when it reported up.
+    pub uptime_s: Option<f64>,
+    marks: Marks,
+}
+
+impl Boot {
+    fn new(id: u64, mac: Mac, at: Micros) -> Boot {
+        Boot {
+            id,
+            mac,
+            ip: None,
+            pool: None,
+            start: at,
+            last_event: at,
+            result: BootResult::Running,
+            root: None,
+            bytes: BTreeMap::new(),
+            uptime_s: None,
+            marks: Marks::default(),
+        }
+    }
+
+    /// Seconds from the first DISCOVER to the booted call.
+    pub fn duration_s(&self) -> Option<f64> {
+        self.marks.booted.map(|b| (b - self.start) as f64 / 1e6)
+    }
+
+    /// The phases this boot has completed, contiguous and in order.
+    pub fn phases(&self) -> Vec<Phase> {
+        let m = &self.marks;
+        // The kernel phase ends when both files arrived.
+        let kernel_end = match (m.kernel, m.initrd) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        };
+        let ends = [
+            ("dhcp", m.ack),
+            ("loader", m.loader),
+            ("ipxe", m.script),
+            ("kernel", kernel_end),
+            ("initrd", m.attach),
+            ("root", m.booted),
+        ];
+        let mut start = self.start;
+        let mut out = Vec::new();
+        for (name, end) in ends {
+            if let Some(end) = end {
+                if end >= start {
+                    out.push(Phase { name, start, end });
+                    start = end;
+                }
+            }
+        }
+        out
+    }
+
+    /// Has this boot gone past the firmware's part (so a new PXE DISCOVER means a new boot)?
+    fn past_firmware(&self) -> bool {
+        self.marks.script.is_some()
+            || self.marks.kernel.is_some()
+            || self.result == BootResult::Booted
+    }
+}
+
+/// All boots, grouped by client.
+#[derive(Debug, Default)]
+pub struct Timelines {
+    boots: Vec<Boot>,
+    /// Index into `boots` of each client's newest boot.
+    current: BTreeMap<Mac, usize>,
+    /// Which client holds which address, learnt from DHCP ACKs.
+    ip_to_mac: BTreeMap<Ipv4Addr, Mac>,
+}
+
+impl Timelines {
+    pub fn boots(&self) -> &[Boot] {
+        &self.boots
+    }
+
+    pub fn mac_of(&self, ip: Ipv4Addr) -> Option<Mac> {
+        self.ip_to_mac.get(&ip).copied()
+    }
+
+    /// Applies one event. Returns false if it could not be tied to a client.
+    pub fn apply(&mut self, ev: &Event) -> bool {
+        use super::event::Who;
+        let mac = match ev.who {
+            Who::Mac(m) => m,
+            Who::Ip(ip) => match self.ip_to_mac.get(&ip) {
+                Some(m) => *m,
+                None => return false,
+            },
+        };
+        if let Kind::DhcpDiscover { pxe, .. } = ev.kind {
+            let new_boot = match self.current.get(&mac) {
+                None => true,
+                // Boot firmware asking again after the script means the machine restarted;
+                // the initrd's own DHCP (no PXEClient) belongs to the boot under way.
+                Some(&i) => pxe && self.boots[i].past_firmware(),
+            };
+            if new_boot {
+                let id = self.boots.len() as u64 + 1;
+                self.boots.push(Boot::new(id, mac, ev.at));
+                self.current.insert(mac, self.boots.len() - 1);
+            }
+        }
+        let Some(&i) = self.current.get(&mac) else {
+            // An event for a client we never saw DHCP from (e.g. a daemon restart): start here.
+            let id = self.boots.len() as u64 + 1;
+            self.boots.push(Boot::new(id, mac, ev.at));
+            self.current.insert(mac, self.boots.len() - 1);
+            return self.apply(ev);
+        };
+        let boot = &mut self.boots[i];
+        boot.last_event = boot.last_event.max(ev.at);
+        let m = &mut boot.marks;
+        match &ev.kind {
+            Kind::DhcpDiscover { .. } => {
+                m.discover.get_or_insert(ev.at);
+            }
+            Kind::DhcpAck { ip, pool, .. } => {
+                m.ack.get_or_insert(ev.at);
+                boot.ip = Some(*ip);
+                boot.pool = Some(pool.clone());
+                self.ip_to_mac.insert(*ip, mac);
+            }
+            Kind::File {
+                proto,
+                kind,
+                bytes,
+                outcome,
+                ..
+            } => {
+                *boot.bytes.entry(*proto).or_default() += bytes;
+                if *outcome == Outcome::Complete {
+                    let mark = match kind {
+                        FileKind::Loader => &mut m.loader,
+                        FileKind::Script => &mut m.script,
+                        FileKind::Kernel => &mut m.kernel,
+                        FileKind::Initrd => &mut m.initrd,
+                        FileKind::Other => return true,
+                    };
+                    *mark = Some(ev.at);
+                }
+            }
+            Kind::RootAttach { proto, .. } => {
+                m.attach.get_or_insert(ev.at);
+                boot.root = Some(*proto);
+            }
+            Kind::RootRead { proto, bytes } => {
+                *boot.bytes.entry(*proto).or_default() += bytes;
+            }
+            Kind::Booted { uptime_s } => {
+                m.booted.get_or_insert(ev.at);
+                boot.uptime_s = *uptime_s;
+                boot.result = BootResult::Booted;
+            }
+        }
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::event::Who;
+
+    fn ev(at: Micros, who: Who, kind: Kind) -> Event {
+        Event { at, who, kind }
+    }
+
+    #[test]
+    fn a_whole_boot_gives_contiguous_phases() {
+        let mac: Mac = "52:54:00:77:00:01".parse().unwrap();
+        let ip: Ipv4Addr = "10.77.0.100".parse().unwrap();
+        let file = |kind, bytes| Kind::File {
+            proto: Proto::Http,
+            kind,
+            path: "x".into(),
+            bytes,
+            outcome: Outcome::Complete,
+        };
+        let mut t = Timelines::default();
+        t.apply(&ev(
+            1_000_000,
+            Who::Mac(mac),
+            Kind::DhcpDiscover {
+                pxe: true,
+                ipxe: true,
+            },
+        ));
+        t.apply(&ev(
+            2_000_000,
+            Who::Mac(mac),
+            Kind::DhcpAck {
+                ip,
+                pxe: true,
+                ipxe: true,
+                pool: "room".into(),
+            },
+        ));
+        assert!(t.apply(&ev(2_500_000, Who::Ip(ip), file(FileKind::Script, 300))));
+        t.apply(&ev(
+            4_000_000,
+            Who::Ip(ip),
+            file(FileKind::Kernel, 8_000_000),
+        ));
+        t.apply(&ev(
+            5_000_000,
+            Who::Ip(ip),
+            file(FileKind::Initrd, 4_000_000),
+        ));
+        // The initrd's own DHCP does not start a new boot.
+        t.apply(&ev(
+            6_000_000,
+            Who::Mac(mac),
+            Kind::DhcpDiscover {
+                pxe: false,
+                ipxe: false,
+            },
+        ));
+        t.apply(&ev(
+            7_000_000,
+            Who::Ip(ip),
+            Kind::RootAttach {
+                proto: Proto::Nfs,
+                export: "/demo".into(),
+            },
+        ));
+        t.apply(&ev(
+            8_000_000,
+            Who::Ip(ip),
+            Kind::RootRead {
+                proto: Proto::Nfs,
+                bytes: 1000,
+            },
+        ));
+        t.apply(&ev(
+            9_000_000,
+            Who::Ip(ip),
+            Kind::Booted {
+                uptime_s: Some(5.0),
+            },
+        ));
+        assert_eq!(t.boots().len(), 1);
+        let b = &t.boots()[0];
+        assert_eq!(b.result, BootResult::Booted);
+        assert_eq!(b.duration_s(), Some(8.0));
+        let names: Vec<_> = b
+            .phases()
+            .iter()
+            .map(|p| (p.name, p.start, p.end))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("dhcp", 1_000_000, 2_000_000),
+                ("ipxe", 2_000_000, 2_500_000),
+                ("kernel", 2_500_000, 5_000_000),
+                ("initrd", 5_000_000, 7_000_000),
+                ("root", 7_000_000, 9_000_000)
+            ]
+        );
+        assert_eq!(b.bytes[&Proto::Http], 12_000_300);
+        assert_eq!(b.bytes[&Proto::Nfs], 1000);
+        // Firmware asking again after the boot starts a new one.
+        t.apply(&ev(
+            20_000_000,
+            Who::Mac(mac),
+            Kind::DhcpDiscover {
+                pxe: true,
+                ipxe: false,
+            },
+        ));
+        assert_eq!(t.boots().len(), 2);
+    }
+
+    #[test]
+    fn events_from_unknown_ips_are_not_tied() {
+        let mut t = Timelines::default();
+        let ip = "10.77.0.5".parse().unwrap();
+        assert!(!t.apply(&ev(1, Who::Ip(ip), Kind::Booted { uptime_s: None })));
+        assert!(t.boots().is_empty());
+    }
+}

@@ -1,0 +1,270 @@
+//! HTTP: boot files and per-client iPXE scripts under `/boot/`, the JSON API under `/api/v1/`,
+//! the dashboard at `/`. Every boot file sent is recorded when its last byte has been handed
+//! to the connection, so the kernel phase ends when the download does.
+
+use crate::boot::script;
+use crate::config::{Config, Mac};
+use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Records, Who};
+use crate::shutdown::Shutdown;
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpListener;
+
+const CHUNK: usize = 256 * 1024;
+
+/// What the HTTP handlers share.
+#[derive(Clone)]
+pub struct Web {
+    pub config: Arc<Config>,
+    pub recorder: Recorder,
+    pub records: Arc<Records>,
+}
+
+pub async fn serve(listener: TcpListener, web: Web, shutdown: Shutdown) -> anyhow::Result<()> {
+    let app = router(web);
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move { shutdown.wait().await })
+    .await?;
+    Ok(())
+}
+
+pub fn router(web: Web) -> axum::Router {
+    axum::Router::new()
+        .route("/", get(index))
+        .route("/boot/script/{mac}", get(boot_script))
+        .route("/boot/loaders/{file}", get(loader))
+        .route("/boot/{image}/{file}", get(image_file))
+        .route("/api/v1/booted", post(booted))
+        .route("/api/v1/boots", get(boots))
+        .with_state(web)
+}
+
+async fn index() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        include_str!("../../web/index.html"),
+    )
+}
+
+fn client_ip(addr: SocketAddr) -> Option<std::net::Ipv4Addr> {
+    match addr.ip() {
+        IpAddr::V4(ip) => Some(ip),
+        IpAddr::V6(ip) => ip.to_ipv4_mapped(),
+    }
+}
+
+fn not_found(what: &str) -> Response {
+    (StatusCode::NOT_FOUND, format!("{what}\n")).into_response()
+}
+
+async fn boot_script(State(web): State<Web>, Path(mac): Path<String>) -> Response {
+    let Ok(mac) = mac.trim_end_matches(".ipxe").parse::<Mac>() else {
+        return (StatusCode::BAD_REQUEST, "not a MAC address\n").into_response();
+    };
+    let Some(member) = web.config.member(mac) else {
+        tracing::info!(%mac, "script asked for by a client in no pool");
+        return not_found("no pool lists this client");
+    };
+    let text = script::ipxe_script(&web.config, &member, mac);
+    web.recorder.record(
+        Who::Mac(mac),
+        Kind::File {
+            proto: Proto::Http,
+            kind: FileKind::Script,
+            path: format!("/boot/script/{mac}.ipxe"),
+            bytes: text.len() as u64,
+            outcome: Outcome::Complete,
+        },
+    );
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+}
+
+async fn loader(
+    State(web): State<Web>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(file): Path<String>,
+) -> Response {
+    // Only plain names of files in the loaders folder.
+    if file.is_empty() || file.starts_with('.') || file.contains(['/', '\\']) {
+        return not_found("no such loader");
+    }
+    let path = web.config.server.loaders.join(&file);
+    send_file(
+        &web,
+        peer,
+        path,
+        FileKind::Loader,
+        format!("/boot/loaders/{file}"),
+    )
+    .await
+}
+
+async fn image_file(
+    State(web): State<Web>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path((image, file)): Path<(String, String)>,
+) -> Response {
+    let Some(img) = web.config.images.get(&image) else {
+        return not_found("no such image");
+    };
+    // Only the two boot files of an image are served over HTTP; the root goes by NFS or NBD.
+    let (path, kind) = match file.as_str() {
+        "vmlinuz" => (img.kernel(), FileKind::Kernel),
+        "initrd.img" => (img.initrd(), FileKind::Initrd),
+        _ => return not_found("no such boot file"),
+    };
+    send_file(&web, peer, path, kind, format!("/boot/{image}/{file}")).await
+}
+
+/// Streams a file and records the transfer when it ends.
+async fn send_file(
+    web: &Web,
+    peer: SocketAddr,
+    path: PathBuf,
+    kind: FileKind,
+    shown: String,
+) -> Response {
+    let mut file = match tokio::fs::File::open(&path).await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "boot file missing");
+            return not_found("no such file");
+        }
+    };
+    let len = match file.metadata().await {
+        Ok(m) if m.is_file() => m.len(),
+        _ => return not_found("no such file"),
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(4);
+    let recorder = web.recorder.clone();
+    let who = client_ip(peer).map(Who::Ip);
+    tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let mut sent = 0u64;
+        let mut outcome = Outcome::Complete;
+        while sent < len {
+            let mut buf = vec![0u8; CHUNK.min((len - sent) as usize)];
+            let n = match file.read(&mut buf).await {
+                Ok(0) | Err(_) => {
+                    outcome = Outcome::Aborted;
+                    break;
+                }
+                Ok(n) => n,
+            };
+            buf.truncate(n);
+            if tx.send(Ok(buf.into())).await.is_err() {
+                outcome = Outcome::Aborted;
+                break;
+            }
+            sent += n as u64;
+        }
+        // The channel holds a few chunks: the transfer is done when the body took them all.
+        tx.closed().await;
+        tracing::info!(peer = %peer, path = %shown, bytes = sent, ms = started.elapsed().as_millis() as u64, ?outcome, "http file");
+        if let Some(who) = who {
+            recorder.record(
+                who,
+                Kind::File {
+                    proto: Proto::Http,
+                    kind,
+                    path: shown,
+                    bytes: sent,
+                    outcome,
+                },
+            );
+        }
+    });
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    Response::builder()
+        .header(header::CONTENT_LENGTH, len)
+        .header(header::CONTENT_TYPE, "application/octet-stream")
+        .body(body)
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+#[derive(Debug, Deserialize)]
+struct BootedBody {
+    uptime_s: Option<f64>,
+}
+
+async fn booted(
+    State(web): State<Web>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: Option<Json<BootedBody>>,
+) -> Response {
+    let Some(ip) = client_ip(peer) else {
+        return (StatusCode::BAD_REQUEST, "IPv4 clients only\n").into_response();
+    };
+    let uptime_s = body
+        .and_then(|Json(b)| b.uptime_s)
+        .filter(|u| u.is_finite() && *u >= 0.0);
+    tracing::info!(%ip, ?uptime_s, "client reports booted");
+    web.recorder.record(Who::Ip(ip), Kind::Booted { uptime_s });
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// One boot as the API shows it.
+#[derive(Serialize)]
+pub struct BootView {
+    pub id: u64,
+    pub mac: Mac,
+    pub ip: Option<std::net::Ipv4Addr>,
+    pub pool: Option<String>,
+    pub root: Option<Proto>,
+    pub result: crate::record::BootResult,
+    /// Unix time in seconds.
+    pub start: f64,
+    pub duration_s: Option<f64>,
+    pub uptime_s: Option<f64>,
+    pub phases: Vec<PhaseView>,
+    pub bytes: std::collections::BTreeMap<Proto, u64>,
+}
+
+#[derive(Serialize)]
+pub struct PhaseView {
+    pub name: &'static str,
+    pub start: f64,
+    pub seconds: f64,
+}
+
+async fn boots(State(web): State<Web>) -> Json<Vec<BootView>> {
+    let views = web.records.read(|t| {
+        t.boots()
+            .iter()
+            .map(|b| BootView {
+                id: b.id,
+                mac: b.mac,
+                ip: b.ip,
+                pool: b.pool.clone(),
+                root: b.root,
+                result: b.result,
+                start: b.start as f64 / 1e6,
+                duration_s: b.duration_s(),
+                uptime_s: b.uptime_s,
+                phases: b
+                    .phases()
+                    .into_iter()
+                    .map(|p| PhaseView {
+                        name: p.name,
+                        start: p.start as f64 / 1e6,
+                        seconds: (p.end - p.start) as f64 / 1e6,
+                    })
+                    .collect(),
+                bytes: b.bytes.clone(),
+            })
+            .collect()
+    });
+    Json(views)
+}

@@ -1,0 +1,8 @@
+//! I/O shells, one per listener. Each serves the socket `app` bound for it, owns its limits,
+//! timeouts and retransmission, and records boot events.
+
+pub mod dhcp;
+pub mod http;
+pub mod nbd;
+pub mod nfs;
+pub mod tftp;
