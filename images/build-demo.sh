@@ -212,7 +212,7 @@ cp -a "$BASE" "$RT"
 rm -f "$RT/.complete"
 install -m 0755 "$RECIPE/rootfs-init" "$RT/usr/local/sbin/bootpool-demo-init"
 # minbase has no init system: the demo init is the root's /sbin/init.
-ln -sfn /usr/local/sbin/bootpool-demo-init "$RT/usr/sbin/init"
+ln -sfn ../local/sbin/bootpool-demo-init "$RT/usr/sbin/init"  # relative: valid from the host too
 echo bootpool-demo > "$RT/etc/hostname"
 printf '# the root is read-only, an overlay on tmpfs is put on top by the initrd\n' > "$RT/etc/fstab"
 echo "$HASH" > "$RT/etc/bootpool-demo-recipe"

@@ -1,0 +1,156 @@
+//! Shared test fixtures: a small fake image folder, a config around it with every port 0, and
+//! the daemon started in-process. Interop tests point real client programs at `Running::bound`.
+#![allow(dead_code)]
+
+use bootpool::app::{self, Running};
+use bootpool::config::Config;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// A temporary folder holding an image (`images/demo`), a state folder and a pools.yaml.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+}
+
+/// Deterministic bytes, so a test can check what it read without keeping a copy.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+impl Fixture {
+    /// An image with a 3 MiB "kernel", a 2 MiB "initrd", a small root tree and a 16 MiB root
+    /// image file; pools `nfs-room` (MACs 52:54:00:77:00:00-0f) and `nbd-room` (..:10-1f).
+    pub fn new() -> Fixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let image = dir.path().join("images/demo");
+        std::fs::create_dir_all(image.join("rootfs/etc")).unwrap();
+        std::fs::create_dir_all(image.join("rootfs/usr/lib")).unwrap();
+        std::fs::write(image.join("vmlinuz"), pattern(1, 3 << 20)).unwrap();
+        std::fs::write(image.join("initrd.img"), pattern(2, 2 << 20)).unwrap();
+        std::fs::write(image.join("rootfs.img"), pattern(3, 16 << 20)).unwrap();
+        std::fs::write(image.join("rootfs/etc/hostname"), "demo\n").unwrap();
+        for i in 0..50 {
+            std::fs::write(
+                image.join(format!("rootfs/usr/lib/lib{i}.so")),
+                pattern(100 + i, 1000 + i as usize * 517),
+            )
+            .unwrap();
+        }
+        std::os::unix::fs::symlink("usr/lib", image.join("rootfs/lib")).unwrap();
+        let loaders = dir.path().join("loaders");
+        std::fs::create_dir_all(&loaders).unwrap();
+        std::fs::write(loaders.join("undionly.kpxe"), pattern(4, 70_000)).unwrap();
+        std::fs::write(loaders.join("ipxe.efi"), pattern(5, 1_000_000)).unwrap();
+        let fixture = Fixture { dir };
+        fixture.write_config(&fixture.config_text());
+        fixture
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn image_dir(&self) -> PathBuf {
+        self.path().join("images/demo")
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.path().join("pools.yaml")
+    }
+
+    /// The default fixture config: loopback, every port 0 (the daemon picks).
+    pub fn config_text(&self) -> String {
+        "\
+server:
+  address: 127.0.0.1
+  http: 127.0.0.1:0
+  state_dir: var/
+  loaders: loaders/
+  ports: { dhcp: 0, tftp: 0, nfs: 0, nbd: 0, portmap: 0 }
+dhcp:
+  mode: authoritative
+  subnet: 127.0.0.0/8
+  range: 127.0.0.100-127.0.0.199
+  lease: 1h
+images:
+  demo: { dir: images/demo, store: disk }
+pools:
+  nfs-room:
+    image: demo
+    root: nfs
+    cmdline: console=ttyS0
+    clients:
+      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }
+  nbd-room:
+    image: demo
+    root: nbd
+    cmdline: console=ttyS0
+    clients:
+      - { macs: \"52:54:00:77:00:10-52:54:00:77:00:1f\" }
+"
+        .to_string()
+    }
+
+    pub fn write_config(&self, text: &str) {
+        let mut f = std::fs::File::create(self.config_path()).unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+    }
+
+    pub fn config(&self) -> Config {
+        Config::load(&self.config_path()).expect("fixture config")
+    }
+
+    /// Starts the whole daemon in-process on the fixture's config.
+    pub async fn start(&self) -> Running {
+        app::start(self.config()).await.expect("daemon starts")
+    }
+}
+
+/// Runs a program to completion with a time bound; returns (status ok, stdout, stderr).
+pub fn run(cmd: &mut std::process::Command, secs: u64) -> (bool, String, String) {
+    let program = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(_status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            return (
+                out.status.success(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            );
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{program} did not finish in {secs}s\nstdout: {}\nstderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Runs a blocking client program from async test code.
+pub async fn run_async(mut cmd: std::process::Command, secs: u64) -> (bool, String, String) {
+    tokio::task::spawn_blocking(move || run(&mut cmd, secs))
+        .await
+        .unwrap()
+}
