@@ -11,12 +11,14 @@ usage() {
     cat <<EOF
 usage: $0 [--accel auto|kvm|tcg] [--nic virtio-net-pci|e1000] [--timeout SEC] [--keep] [MODE...]
 
-MODE is nbd or nfs (default: both). The image is read from \$BOOTPOOL_IMAGE_OUT or
+MODE is nbd, nfs (explicit ports) or nfspm (root=nfs:/demo: server from DHCP, ports from
+the portmapper); default: all three. The image is read from \$BOOTPOOL_IMAGE_OUT or
 $HERE/demo (build it with images/build-demo.sh).
 
 Every boot runs in a fresh network namespace (bpimg-<pid>): bridge br0 10.77.0.1/24, tap0 for
 qemu, busybox udhcpd, qemu-nbd on 10.77.0.1:10809 (export "demo"), ganesha.nfsd on
-10.77.0.1:2049 (MOUNT on 20048, export /demo, NFSv3/TCP, read-only) and the callback listener
+10.77.0.1:2049 (MOUNT on 20048, export /demo, NFSv3/TCP, read-only) with rpcbind on 111 in a
+private mount namespace, and the callback listener
 on 10.77.0.1:8080. Everything started is stopped and the namespace deleted on exit.
 Logs (serial console, servers) go to $HERE/.test/<mode>/ (kept).
 
@@ -25,7 +27,7 @@ Logs (serial console, servers) go to $HERE/.test/<mode>/ (kept).
   --timeout  seconds per boot (default 240)
   --keep     keep the namespace and servers after the boots, until Enter is pressed
 Needs root and: qemu-system-x86, qemu-utils (qemu-nbd), busybox-static, python3,
-nfs-ganesha nfs-ganesha-vfs (for nfs).
+nfs-ganesha nfs-ganesha-vfs (for nfs; rpcbind is unpacked from its package if absent).
 EOF
 }
 
@@ -37,12 +39,12 @@ while [ $# -gt 0 ]; do
         --nic) NIC="$2"; shift ;;
         --timeout) BOOT_TIMEOUT="$2"; shift ;;
         --keep) KEEP=1 ;;
-        nbd|nfs) MODES+=("$1") ;;
+        nbd|nfs|nfspm) MODES+=("$1") ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-[ ${#MODES[@]} -gt 0 ] || MODES=(nbd nfs)
+[ ${#MODES[@]} -gt 0 ] || MODES=(nbd nfs nfspm)
 
 IMG="${BOOTPOOL_IMAGE_OUT:-$HERE/demo}"
 IMG="$(cd "$IMG" && pwd)"
@@ -156,10 +158,37 @@ EXPORT {
 }
 LOG { Default_Log_Level = EVENT; }
 EOF
-    nsexec ganesha.nfsd -F -f "$d/ganesha.conf" -L "$d/ganesha.log" -p "$d/ganesha.pid" \
-        > "$d/ganesha.out" 2>&1 &
+    # ganesha 4.3 cannot run without registering with a portmapper, and its registration goes
+    # through rpcbind's unix socket in /run: so run rpcbind and ganesha in a private mount
+    # namespace with their own /run (the namespace's rpcbind then also answers on port 111).
+    local rpcbind; rpcbind="$(find_rpcbind)" || return 1
+    nsexec unshare -m --propagation private sh -c '
+        mount -t tmpfs tmpfs /run && mkdir -p /run/rpcbind || exit 1
+        "$1" -f > "$2/rpcbind.log" 2>&1 &
+        echo $! > "$2/rpcbind.pid"
+        sleep 0.5
+        exec ganesha.nfsd -F -f "$2/ganesha.conf" -L "$2/ganesha.log" -p "$2/ganesha.pid"
+    ' sh "$rpcbind" "$d" > "$d/ganesha.out" 2>&1 &
     PIDS+=($!)
-    wait_port 2049 || { log "ganesha did not listen on 2049"; tail -20 "$d/ganesha.log"; return 1; }
+    wait_port 111 || { log "rpcbind did not start"; cat "$d/rpcbind.log"; return 1; }
+    PIDS+=("$(cat "$d/rpcbind.pid")")
+    wait_port 2049 && wait_port 20048 \
+        || { log "ganesha did not listen on 2049 and 20048"; tail -20 "$d/ganesha.log"; return 1; }
+}
+
+# find_rpcbind: the host's rpcbind, else one unpacked from Debian's package (not installed, so
+# that no rpcbind service starts on the host)
+find_rpcbind() {
+    local p
+    for p in "$(command -v rpcbind 2>/dev/null)" /sbin/rpcbind /usr/sbin/rpcbind \
+             "$OUTROOT/rpcbind/sbin/rpcbind"; do
+        [ -n "$p" ] && [ -x "$p" ] && { echo "$p"; return 0; }
+    done
+    mkdir -p "$OUTROOT/rpcbind.deb"
+    (cd "$OUTROOT/rpcbind.deb" && apt-get download -q rpcbind >/dev/null 2>&1) \
+        || { log "cannot apt-get download rpcbind" >&2; return 1; }
+    dpkg -x "$OUTROOT"/rpcbind.deb/rpcbind_*.deb "$OUTROOT/rpcbind"
+    echo "$OUTROOT/rpcbind/sbin/rpcbind"
 }
 
 # probe_kvm: does a KVM guest get as far as running the initrd? (nested KVM may not)
@@ -181,6 +210,8 @@ boot() {  # $1: mode; prints the result line, returns non-zero on failure
     case "$mode" in
         nbd) start_nbd "$d"; root="nbd:$SRV:10809/demo" ;;
         nfs) start_nfs "$d"; root="nfs:$SRV:/demo:port=2049,mountport=20048" ;;
+        # no server (take DHCP's), no ports (ask the portmapper on 111)
+        nfspm) start_nfs "$d"; root="nfs:/demo" ;;
     esac
     local cmdline="console=ttyS0 root=$root bootpool.url=http://$SRV:8080 initrd=initrd.img"
     log "$mode: booting ($ACCEL, $NIC): $cmdline"
@@ -194,7 +225,8 @@ boot() {  # $1: mode; prints the result line, returns non-zero on failure
     local secs; secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
     sleep 0.3
     local ok=1
-    grep -q "bootpool-initrd: root attached ($mode)" "$d/console.log" || { ok=0; log "$mode: no 'root attached ($mode)'"; }
+    local kind="${mode%pm}"
+    grep -q "bootpool-initrd: root attached ($kind)" "$d/console.log" || { ok=0; log "$mode: no 'root attached ($kind)'"; }
     grep -q '^bootpool-demo: booted' "$d/console.log" || { ok=0; log "$mode: no 'bootpool-demo: booted'"; }
     grep -q '^/api/v1/booted application/json {"uptime_s": [0-9.]*}$' "$d/callback.log" \
         || { ok=0; log "$mode: no callback POST /api/v1/booted with uptime_s"; }

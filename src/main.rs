@@ -54,7 +54,15 @@ fn main() -> ExitCode {
             };
             run(bootpool::app::serve(config))
         }
-        Command::Lab(args) => run(bootpool::lab::run(args)),
+        Command::Lab(args) => {
+            // Before the runtime starts a thread: every thread and child must share the
+            // lab's private network namespace.
+            if let Err(e) = bootpool::lab::net::enter_private_namespace() {
+                eprintln!("error: {e:#}");
+                return ExitCode::FAILURE;
+            }
+            run(bootpool::lab::run(args))
+        }
     }
 }
 

@@ -1,8 +1,24 @@
-//! The virtual room: a network namespace with a bridge and taps, `bootpool serve` inside it,
-//! and N qemu clients that PXE-boot from it.
+//! The virtual room: `bootpool lab` boots N qemu clients against a config in a private network
+//! namespace and prints their boot table from what the daemon recorded.
+//!
+//! The lab process enters its own network namespace before anything else (see `net`), makes a
+//! bridge with the server's address and a tap per client, runs `bootpool serve` on the config,
+//! powers every client on at once, waits (bounded) for each to report booted and power off,
+//! then reads the boots from the daemon's API and tears everything down.
 
+pub mod net;
+pub mod table;
+pub mod vm;
+
+use crate::config::{Config, Mac, RootProto};
+use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
+use serde::Deserialize;
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use vm::{Accel, Console, Vm};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum RootChoice {
@@ -10,19 +26,245 @@ pub enum RootChoice {
     Nbd,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AccelChoice {
+    /// KVM if it can run the iPXE ROM here, else TCG.
+    Auto,
+    Kvm,
+    Tcg,
+}
+
 #[derive(Debug, Args)]
 pub struct LabArgs {
     /// How many virtual clients to power on at once.
     #[arg(long, default_value_t = 2)]
-    pub clients: u32,
-    /// The root filesystem protocol for the lab pool.
+    pub clients: usize,
+    /// Boot the first pool whose root is served this way.
     #[arg(long, value_enum, default_value_t = RootChoice::Nfs)]
     pub root: RootChoice,
-    /// The config whose images and settings the lab uses.
+    /// Boot this pool instead (its own root setting applies).
+    #[arg(long)]
+    pub pool: Option<String>,
+    /// The config whose pools, images and addresses the lab uses.
     #[arg(short, long, default_value = "pools.yaml")]
     pub config: PathBuf,
+    /// How qemu runs the clients.
+    #[arg(long, value_enum, default_value_t = AccelChoice::Auto)]
+    pub accel: AccelChoice,
+    /// Give up on clients not booted after this many seconds (default: 120 + 40 per client).
+    #[arg(long)]
+    pub timeout: Option<u64>,
+}
+
+/// A boot as the API reports it (the fields the lab shows).
+#[derive(Debug, Clone, Deserialize)]
+pub struct ApiBoot {
+    pub mac: String,
+    pub ip: Option<String>,
+    pub pool: Option<String>,
+    pub result: String,
+    pub start: f64,
+    pub duration_s: Option<f64>,
+    pub phases: Vec<ApiPhase>,
+    pub bytes: std::collections::BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct ApiPhase {
+    pub name: String,
+    pub seconds: f64,
+}
+
+/// One client's line in the lab's table.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub name: String,
+    pub mac: Mac,
+    pub console: Console,
+    pub boot: Option<ApiBoot>,
+}
+
+impl Outcome {
+    pub fn ok(&self) -> bool {
+        matches!(self.console, Console::Booted(_)) && self.boot.as_ref().is_some_and(|b| b.result == "booted")
+    }
+}
+
+/// Kills the daemon when the lab ends, however it ends.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SIGTERM first so the journal is flushed; then make sure.
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        for _ in 0..50 {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 pub async fn run(args: LabArgs) -> anyhow::Result<()> {
-    anyhow::bail!("lab is not written yet ({args:?})")
+    let config = Config::load(&args.config)?;
+    if let Some(e) = config.missing_files().first() {
+        bail!("{e}");
+    }
+    let pool = match &args.pool {
+        Some(name) => config.pools.get(name).with_context(|| format!("no pool `{name}` in {}", args.config.display()))?,
+        None => {
+            let want = match args.root {
+                RootChoice::Nfs => RootProto::Nfs,
+                RootChoice::Nbd => RootProto::Nbd,
+            };
+            config
+                .pools
+                .values()
+                .find(|p| p.root == want)
+                .with_context(|| format!("no pool with `root: {want}` in {}", args.config.display()))?
+        }
+    };
+    let macs: Vec<Mac> = pool.clients.iter().flat_map(|e| (0..e.macs.len()).filter_map(|i| e.macs.nth(i))).take(args.clients).collect();
+    if macs.len() < args.clients {
+        bail!("pool `{}` lists only {} client MACs; the lab needs {}", pool.name, macs.len(), args.clients);
+    }
+
+    let run_dir = config.server.state_dir.join("lab").join(format!("{}", crate::record::event::now_micros() / 1_000_000));
+    std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+    let bridge = config.server.interfaces.first().cloned().unwrap_or_else(|| "br0".into());
+    net::make_bridge(&bridge, config.server.address, config.dhcp.subnet.prefix)?;
+    for i in 0..macs.len() {
+        net::make_tap(&format!("tap{i}"), &bridge)?;
+    }
+
+    let accel = match args.accel {
+        AccelChoice::Kvm => Accel::Kvm,
+        AccelChoice::Tcg => Accel::Tcg,
+        AccelChoice::Auto => {
+            net::make_tap("tapprobe", &bridge)?;
+            let works = tokio::task::spawn_blocking({
+                let dir = run_dir.clone();
+                move || vm::probe_kvm("tapprobe", &dir)
+            })
+            .await?;
+            net::ip(&["link", "del", "tapprobe"])?;
+            if works { Accel::Kvm } else { Accel::Tcg }
+        }
+    };
+
+    let log = std::fs::File::create(run_dir.join("bootpool.log"))?;
+    let mut serve = Command::new(std::env::current_exe().context("finding the bootpool binary")?);
+    serve.arg("serve").arg("--config").arg(&args.config).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    // SAFETY: prctl is async-signal-safe; the daemon dies with the lab.
+    unsafe {
+        serve.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+    let mut daemon = Daemon(serve.spawn().context("starting bootpool serve")?);
+    let api = std::net::SocketAddr::from((config.server.address, config.server.http.port()));
+    wait_for_api(api, &mut daemon, &run_dir).await?;
+
+    let timeout = Duration::from_secs(args.timeout.unwrap_or(120 + 40 * macs.len() as u64));
+    eprintln!(
+        "lab: {} clients of pool {} ({} root) powering on, {} acceleration, up to {}s; consoles in {}",
+        macs.len(),
+        pool.name,
+        pool.root,
+        if accel == Accel::Kvm { "KVM" } else { "TCG (software)" },
+        timeout.as_secs(),
+        run_dir.display()
+    );
+    let wave_start = crate::record::event::now_micros() as f64 / 1e6;
+    let mut vms = Vec::new();
+    for (i, mac) in macs.iter().enumerate() {
+        vms.push(Vm::power_on(&format!("pc{:02}", i + 1), *mac, &format!("tap{i}"), accel, &run_dir)?);
+    }
+    let started = Instant::now();
+    let mut reported = vec![false; vms.len()];
+    loop {
+        let mut running = 0;
+        for (i, vm) in vms.iter_mut().enumerate() {
+            if vm.poll() {
+                running += 1;
+            }
+            if !reported[i] && vm.console != Console::Running {
+                reported[i] = true;
+                match &vm.console {
+                    Console::Booted(t) => eprintln!("lab: {} booted after {:.1}s", vm.name, t.as_secs_f64()),
+                    Console::Failed(why) => eprintln!("lab: {} failed: {why}", vm.name),
+                    Console::Running => {}
+                }
+            }
+        }
+        if running == 0 || started.elapsed() > timeout {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    for vm in &mut vms {
+        vm.kill();
+    }
+    // The booted call precedes the done line; give the journal writer a moment.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let boots: Vec<ApiBoot> = serde_json::from_str(&http_get(api, "/api/v1/boots").await?).context("reading /api/v1/boots")?;
+    drop(daemon);
+
+    let outcomes: Vec<Outcome> = vms
+        .iter()
+        .map(|vm| {
+            let mac = vm.mac.to_string();
+            let boot = boots.iter().filter(|b| b.mac == mac && b.start >= wave_start - 1.0).last().cloned();
+            Outcome { name: vm.name.clone(), mac: vm.mac, console: vm.console.clone(), boot }
+        })
+        .collect();
+    println!("{}", table::render(&outcomes));
+    let failed: Vec<&Outcome> = outcomes.iter().filter(|o| !o.ok()).collect();
+    for (o, vm) in outcomes.iter().zip(&vms) {
+        if !o.ok() {
+            eprintln!("--- {} console (last lines of {}):\n{}", o.name, vm.serial.display(), vm.console_tail(15));
+        }
+    }
+    if !failed.is_empty() {
+        bail!("{} of {} clients did not boot (daemon log: {})", failed.len(), outcomes.len(), run_dir.join("bootpool.log").display());
+    }
+    Ok(())
+}
+
+async fn wait_for_api(api: std::net::SocketAddr, daemon: &mut Daemon, run_dir: &std::path::Path) -> anyhow::Result<()> {
+    for _ in 0..150 {
+        if http_get(api, "/api/v1/boots").await.is_ok() {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = daemon.0.try_wait() {
+            let log = std::fs::read_to_string(run_dir.join("bootpool.log")).unwrap_or_default();
+            bail!("bootpool serve exited ({status}):\n{log}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    bail!("bootpool serve did not answer on {api} within 15s")
+}
+
+/// A minimal HTTP/1.0 GET, enough for our own API inside the namespace.
+pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fut = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await?;
+        anyhow::Ok(buf)
+    };
+    let buf = tokio::time::timeout(Duration::from_secs(10), fut).await.context("HTTP GET timed out")??;
+    let text = String::from_utf8(buf).context("HTTP reply is not UTF-8")?;
+    let (head, body) = text.split_once("\r\n\r\n").context("malformed HTTP reply")?;
+    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
+        bail!("GET {path}: {}", head.lines().next().unwrap_or(""));
+    }
+    Ok(body.to_string())
 }

@@ -1,0 +1,49 @@
+//! The lab's boot table: one line per client, phases in seconds as the daemon recorded them.
+
+use super::Outcome;
+use super::vm::Console;
+use std::fmt::Write;
+
+const PHASES: [&str; 6] = ["dhcp", "loader", "ipxe", "kernel", "initrd", "root"];
+
+pub fn render(outcomes: &[Outcome]) -> String {
+    let mut head = vec!["client", "mac", "ip", "result", "console_s", "recorded_s"];
+    head.extend(PHASES);
+    head.push("MB");
+    let mut rows = vec![head.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
+    for o in outcomes {
+        let boot = o.boot.as_ref();
+        let result = match (&o.console, boot.map(|b| b.result.as_str())) {
+            (Console::Booted(_), Some("booted")) => "booted".to_string(),
+            (Console::Booted(_), _) => "unrecorded".to_string(),
+            (Console::Failed(why), _) => format!("failed: {why}"),
+            (Console::Running, _) => "timed out".to_string(),
+        };
+        let console_s = match o.console {
+            Console::Booted(t) => format!("{:.1}", t.as_secs_f64()),
+            _ => "-".into(),
+        };
+        let mut row = vec![
+            o.name.clone(),
+            o.mac.to_string(),
+            boot.and_then(|b| b.ip.clone()).unwrap_or_else(|| "-".into()),
+            result,
+            console_s,
+            boot.and_then(|b| b.duration_s).map(|d| format!("{d:.1}")).unwrap_or_else(|| "-".into()),
+        ];
+        for phase in PHASES {
+            let s = boot.and_then(|b| b.phases.iter().find(|p| p.name == phase)).map(|p| format!("{:.1}", p.seconds));
+            row.push(s.unwrap_or_else(|| "-".into()));
+        }
+        let bytes: u64 = boot.map(|b| b.bytes.values().sum()).unwrap_or(0);
+        row.push(format!("{:.1}", bytes as f64 / 1e6));
+        rows.push(row);
+    }
+    let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for row in &rows {
+        let line: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        let _ = writeln!(out, "{}", line.join("  ").trim_end());
+    }
+    out
+}

@@ -1,0 +1,147 @@
+//! One virtual client: a qemu process that PXE-boots from its NIC ROM (iPXE) on a tap device,
+//! its serial console in a file.
+
+use crate::config::Mac;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How qemu runs guest code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accel {
+    Kvm,
+    Tcg,
+}
+
+impl Accel {
+    fn as_str(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+}
+
+/// What a client's console said last, as far as the boot goes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Console {
+    Running,
+    /// The demo root printed its done line this long after power-on.
+    Booted(Duration),
+    /// The initrd said it failed.
+    Failed(String),
+}
+
+pub const MEMORY_MIB: u32 = 320;
+const DONE_LINE: &str = "bootpool-demo: booted";
+const FAIL_MARK: &str = "bootpool-initrd: FAILED:";
+
+pub struct Vm {
+    pub name: String,
+    pub mac: Mac,
+    pub serial: PathBuf,
+    child: Child,
+    pub powered_on: Instant,
+    pub console: Console,
+}
+
+fn qemu(accel: Accel, serial: &Path) -> Command {
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args(["-accel", accel.as_str(), "-m", &MEMORY_MIB.to_string(), "-smp", "1"])
+        // No display: SeaBIOS and iPXE then write to the serial port, which goes to a file.
+        .args(["-machine", "graphics=off", "-nodefaults", "-display", "none", "-no-reboot"])
+        .arg("-serial")
+        .arg(format!("file:{}", serial.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // If the lab dies, its clients die with it.
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    cmd
+}
+
+fn nic_args(cmd: &mut Command, tap: &str, mac: Mac) {
+    cmd.args(["-netdev", &format!("tap,id=n0,ifname={tap},script=no,downscript=no")])
+        .args(["-device", &format!("virtio-net-pci,netdev=n0,mac={mac}")])
+        .args(["-boot", "n"]);
+}
+
+impl Vm {
+    pub fn power_on(name: &str, mac: Mac, tap: &str, accel: Accel, dir: &Path) -> anyhow::Result<Vm> {
+        let serial = dir.join(format!("{name}.log"));
+        let mut cmd = qemu(accel, &serial);
+        nic_args(&mut cmd, tap, mac);
+        let child = cmd.spawn().map_err(|e| anyhow::anyhow!("starting qemu-system-x86_64: {e}"))?;
+        Ok(Vm { name: name.into(), mac, serial, child, powered_on: Instant::now(), console: Console::Running })
+    }
+
+    /// Reads the console and notes the done or failure line. Returns true while it runs.
+    pub fn poll(&mut self) -> bool {
+        if self.console == Console::Running {
+            let text = std::fs::read(&self.serial).unwrap_or_default();
+            let text = String::from_utf8_lossy(&text);
+            if text.contains(DONE_LINE) {
+                self.console = Console::Booted(self.powered_on.elapsed());
+            } else if let Some(at) = text.find(FAIL_MARK) {
+                let line = text[at + FAIL_MARK.len()..].lines().next().unwrap_or("").trim();
+                self.console = Console::Failed(line.to_string());
+            }
+        }
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The last lines of the console, for a failure report.
+    pub fn console_tail(&self, lines: usize) -> String {
+        let text = std::fs::read(&self.serial).unwrap_or_default();
+        let text = String::from_utf8_lossy(&text).replace('\r', "");
+        let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Whether KVM can run the iPXE ROM here. On some nested hosts /dev/kvm opens but the ROM
+/// stops with an emulation failure, so the probe boots the ROM itself and watches the console.
+pub fn probe_kvm(tap: &str, dir: &Path) -> bool {
+    if !Path::new("/dev/kvm").exists() {
+        return false;
+    }
+    let serial = dir.join("kvm-probe.log");
+    let mut cmd = qemu(Accel::Kvm, &serial);
+    nic_args(&mut cmd, tap, "52:54:00:00:00:01".parse().expect("valid MAC"));
+    let Ok(mut child) = cmd.spawn() else { return false };
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let mut works = false;
+    while Instant::now() < deadline {
+        let text = std::fs::read(&serial).unwrap_or_default();
+        if String::from_utf8_lossy(&text).contains("iPXE initialising devices") {
+            works = true;
+            break;
+        }
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&serial);
+    works
+}
