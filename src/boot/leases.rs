@@ -1,2 +1,492 @@
 //! The lease table as plain data: which MAC holds which address until when. The DHCP service
-//! owns an instance and persists it; this file has no I/O.
+//! owns an instance and persists it; this file has no I/O and no clock (`now` is seconds since
+//! the Unix epoch, passed in).
+//!
+//! Invariants: an address is held by at most one MAC; a reserved address goes only to its
+//! MAC; a MAC keeps its address across expiry and release until someone else needs it.
+
+use crate::config::Mac;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+/// How long an address that a client declined (found in use) stays out of the pool.
+pub const DECLINE_QUARANTINE_S: u64 = 600;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    /// Offered, not yet requested; held only briefly.
+    Offered,
+    Bound,
+    /// Released by the client or expired; remembered so the MAC gets it again.
+    Free,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub ip: Ipv4Addr,
+    pub state: State,
+    /// Seconds since the epoch when the hold ends.
+    pub expires: u64,
+}
+
+/// Why a REQUEST cannot be granted (the client gets a NAK).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("{0} is reserved for another client")]
+    ReservedElsewhere(Ipv4Addr),
+    #[error("this client's reserved address is {0}")]
+    NotItsReservation(Ipv4Addr),
+    #[error("{0} is outside the range")]
+    OutOfRange(Ipv4Addr),
+    #[error("{0} is held by another client")]
+    Taken(Ipv4Addr),
+    #[error("{0} was declined recently")]
+    Declined(Ipv4Addr),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Leases {
+    range: Option<(Ipv4Addr, Ipv4Addr)>,
+    reserved: BTreeMap<Mac, Ipv4Addr>,
+    leases: BTreeMap<Mac, Lease>,
+    /// Address -> end of its quarantine.
+    declined: BTreeMap<Ipv4Addr, u64>,
+}
+
+impl Leases {
+    pub fn new(
+        range: Option<(Ipv4Addr, Ipv4Addr)>,
+        reservations: impl IntoIterator<Item = (Mac, Ipv4Addr)>,
+    ) -> Leases {
+        Leases {
+            range,
+            reserved: reservations.into_iter().collect(),
+            ..Leases::default()
+        }
+    }
+
+    pub fn get(&self, mac: Mac) -> Option<&Lease> {
+        self.leases.get(&mac)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&Mac, &Lease)> {
+        self.leases.iter()
+    }
+
+    fn in_range(&self, ip: Ipv4Addr) -> bool {
+        self.range
+            .is_some_and(|(a, b)| (u32::from(a)..=u32::from(b)).contains(&u32::from(ip)))
+    }
+
+    /// Another MAC holds `ip` now (an unexpired offer or binding).
+    fn held_by_other(&self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
+        self.leases
+            .iter()
+            .any(|(m, l)| *m != mac && l.ip == ip && l.state != State::Free && l.expires > now)
+    }
+
+    fn reserved_to_other(&self, mac: Mac, ip: Ipv4Addr) -> bool {
+        self.reserved.iter().any(|(m, r)| *m != mac && *r == ip)
+    }
+
+    fn declined_now(&self, ip: Ipv4Addr, now: u64) -> bool {
+        self.declined.get(&ip).is_some_and(|until| *until > now)
+    }
+
+    /// Whether `mac` may have dynamic address `ip` now.
+    fn usable(&self, mac: Mac, ip: Ipv4Addr, now: u64) -> Result<(), Refusal> {
+        if self.reserved_to_other(mac, ip) {
+            return Err(Refusal::ReservedElsewhere(ip));
+        }
+        if !self.in_range(ip) {
+            return Err(Refusal::OutOfRange(ip));
+        }
+        if self.held_by_other(mac, ip, now) {
+            return Err(Refusal::Taken(ip));
+        }
+        if self.declined_now(ip, now) {
+            return Err(Refusal::Declined(ip));
+        }
+        Ok(())
+    }
+
+    /// Chooses an address for a DISCOVER and holds it for `hold_s`. Prefers the reservation,
+    /// then the MAC's previous address, then the one it asked for, then an address nobody has
+    /// used, then the one that has been free longest. `None`: the range is exhausted.
+    pub fn offer(
+        &mut self,
+        mac: Mac,
+        requested: Option<Ipv4Addr>,
+        now: u64,
+        hold_s: u64,
+    ) -> Option<Ipv4Addr> {
+        let ip = self.choose(mac, requested, now)?;
+        let current = self.leases.get(&mac);
+        // Offering what it already holds bound must not shorten or downgrade that binding.
+        let keep =
+            current.is_some_and(|l| l.ip == ip && l.state == State::Bound && l.expires > now);
+        if !keep {
+            self.take(
+                mac,
+                Lease {
+                    ip,
+                    state: State::Offered,
+                    expires: now + hold_s,
+                },
+            );
+        }
+        Some(ip)
+    }
+
+    fn choose(&self, mac: Mac, requested: Option<Ipv4Addr>, now: u64) -> Option<Ipv4Addr> {
+        if let Some(ip) = self.reserved.get(&mac) {
+            return Some(*ip);
+        }
+        let previous = self.leases.get(&mac).map(|l| l.ip);
+        for ip in [previous, requested].into_iter().flatten() {
+            if self.usable(mac, ip, now).is_ok() {
+                return Some(ip);
+            }
+        }
+        let (first, last) = self.range?;
+        let mut oldest: Option<(u64, Ipv4Addr)> = None;
+        for n in u32::from(first)..=u32::from(last) {
+            let ip = Ipv4Addr::from(n);
+            if self.usable(mac, ip, now).is_err() {
+                continue;
+            }
+            match self
+                .leases
+                .values()
+                .filter(|l| l.ip == ip)
+                .map(|l| l.expires)
+                .max()
+            {
+                None => return Some(ip),
+                Some(ended) if oldest.is_none_or(|(e, _)| ended < e) => oldest = Some((ended, ip)),
+                Some(_) => {}
+            }
+        }
+        oldest.map(|(_, ip)| ip)
+    }
+
+    /// Records `lease` for `mac`, dropping any stale memory of the address for other MACs.
+    fn take(&mut self, mac: Mac, lease: Lease) {
+        self.leases.retain(|m, l| *m == mac || l.ip != lease.ip);
+        self.leases.insert(mac, lease);
+    }
+
+    /// Grants a REQUEST for `ip` for `lease_s` seconds.
+    pub fn ack(&mut self, mac: Mac, ip: Ipv4Addr, now: u64, lease_s: u64) -> Result<(), Refusal> {
+        match self.reserved.get(&mac) {
+            Some(r) if *r != ip => return Err(Refusal::NotItsReservation(*r)),
+            Some(_) => {
+                // A reservation is this MAC's whatever the range says.
+                if self.held_by_other(mac, ip, now) {
+                    return Err(Refusal::Taken(ip));
+                }
+            }
+            None => self.usable(mac, ip, now)?,
+        }
+        self.take(
+            mac,
+            Lease {
+                ip,
+                state: State::Bound,
+                expires: now + lease_s,
+            },
+        );
+        Ok(())
+    }
+
+    /// A DHCPRELEASE: the address is free again but remembered for this MAC.
+    pub fn release(&mut self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
+        match self.leases.get_mut(&mac) {
+            Some(l) if l.ip == ip && l.state != State::Free => {
+                l.state = State::Free;
+                l.expires = now;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A DHCPDECLINE: someone else answers on `ip`; keep it out of the pool for a while.
+    pub fn decline(&mut self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
+        if self.leases.get(&mac).is_some_and(|l| l.ip == ip) {
+            self.leases.remove(&mac);
+            self.declined.insert(ip, now + DECLINE_QUARANTINE_S);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The client chose another server's offer: let ours go.
+    pub fn withdraw_offer(&mut self, mac: Mac, now: u64) -> bool {
+        match self.leases.get_mut(&mac) {
+            Some(l) if l.state == State::Offered => {
+                l.state = State::Free;
+                l.expires = now;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Marks leases whose time has passed as free and forgets ended quarantines.
+    pub fn expire(&mut self, now: u64) {
+        for l in self.leases.values_mut() {
+            if l.state != State::Free && l.expires <= now {
+                l.state = State::Free;
+            }
+        }
+        self.declined.retain(|_, until| *until > now);
+    }
+
+    /// The persisted form.
+    pub fn to_saved(&self) -> Saved {
+        Saved {
+            leases: self
+                .leases
+                .iter()
+                .map(|(mac, l)| SavedLease {
+                    mac: mac.to_string(),
+                    ip: l.ip,
+                    state: l.state,
+                    expires: l.expires,
+                })
+                .collect(),
+            declined: self
+                .declined
+                .iter()
+                .map(|(ip, until)| (*ip, *until))
+                .collect(),
+        }
+    }
+
+    /// Loads saved leases into a table built from the current config. Entries the config no
+    /// longer allows (address out of range, now reserved for someone else, a duplicate) are
+    /// skipped and counted in the result.
+    pub fn restore(&mut self, saved: Saved) -> usize {
+        let mut skipped = 0;
+        for s in saved.leases {
+            let Ok(mac) = s.mac.parse::<Mac>() else {
+                skipped += 1;
+                continue;
+            };
+            let allowed = match self.reserved.get(&mac) {
+                Some(r) => *r == s.ip,
+                None => self.in_range(s.ip) && !self.reserved_to_other(mac, s.ip),
+            };
+            let duplicate = self.leases.values().any(|l| l.ip == s.ip);
+            if !allowed || duplicate {
+                skipped += 1;
+                continue;
+            }
+            let lease = Lease {
+                ip: s.ip,
+                state: s.state,
+                expires: s.expires,
+            };
+            self.leases.insert(mac, lease);
+        }
+        self.declined.extend(saved.declined);
+        skipped
+    }
+}
+
+/// leases.json.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Saved {
+    pub leases: Vec<SavedLease>,
+    #[serde(default)]
+    pub declined: Vec<(Ipv4Addr, u64)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SavedLease {
+    pub mac: String,
+    pub ip: Ipv4Addr,
+    pub state: State,
+    pub expires: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mac(n: u8) -> Mac {
+        Mac([0x52, 0x54, 0, 0x77, 0, n])
+    }
+    fn ip(n: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, 77, 0, n)
+    }
+    fn table() -> Leases {
+        // Range .100-.103; mac 1 reserved .11 (outside), mac 2 reserved .101 (inside).
+        Leases::new(
+            Some((ip(100), ip(103))),
+            [(mac(1), ip(11)), (mac(2), ip(101))],
+        )
+    }
+
+    #[test]
+    fn reservations_win_and_are_never_given_to_others() {
+        let mut t = table();
+        assert_eq!(t.offer(mac(1), Some(ip(100)), 0, 60), Some(ip(11)));
+        assert_eq!(t.ack(mac(1), ip(11), 0, 3600), Ok(()));
+        assert_eq!(
+            t.ack(mac(1), ip(100), 0, 3600),
+            Err(Refusal::NotItsReservation(ip(11)))
+        );
+        // .101 is skipped for everybody else, even when asked for.
+        let mut got = Vec::new();
+        for n in 10..13 {
+            let a = t.offer(mac(n), Some(ip(101)), 0, 60).unwrap();
+            t.ack(mac(n), a, 0, 3600).unwrap();
+            got.push(a);
+        }
+        assert_eq!(got, [ip(100), ip(102), ip(103)]);
+        assert_eq!(
+            t.ack(mac(20), ip(101), 0, 3600),
+            Err(Refusal::ReservedElsewhere(ip(101)))
+        );
+        // The range is full now.
+        assert_eq!(t.offer(mac(20), None, 0, 60), None);
+        assert_eq!(t.offer(mac(2), None, 0, 60), Some(ip(101)));
+    }
+
+    #[test]
+    fn same_mac_same_address_even_after_release_and_expiry() {
+        let mut t = table();
+        let a = t.offer(mac(10), None, 100, 60).unwrap();
+        t.ack(mac(10), a, 100, 3600).unwrap();
+        assert!(t.release(mac(10), a, 200));
+        assert_eq!(t.get(mac(10)).unwrap().state, State::Free);
+        assert_eq!(t.offer(mac(10), None, 300, 60), Some(a));
+        t.ack(mac(10), a, 300, 10).unwrap();
+        t.expire(10_000);
+        assert_eq!(t.get(mac(10)).unwrap().state, State::Free);
+        assert_eq!(t.offer(mac(10), None, 10_000, 60), Some(a));
+    }
+
+    #[test]
+    fn a_free_address_is_reused_oldest_first_when_the_range_runs_out() {
+        let mut t = table();
+        for (n, at) in [(10, 0), (11, 10), (12, 20)] {
+            let a = t.offer(mac(n), None, at, 60).unwrap();
+            t.ack(mac(n), a, at, 100).unwrap();
+        }
+        assert_eq!(t.offer(mac(13), None, 50, 60), None);
+        // At 115 the first lease (ended 100) and the second (ended 110) are over.
+        let a = t.offer(mac(13), None, 115, 60).unwrap();
+        assert_eq!(a, ip(100));
+        assert_eq!(
+            t.get(mac(10)),
+            None,
+            "the old holder's memory of .100 is dropped"
+        );
+        assert_eq!(
+            t.ack(mac(10), ip(100), 115, 100),
+            Err(Refusal::Taken(ip(100)))
+        );
+    }
+
+    #[test]
+    fn never_a_duplicate() {
+        let mut t = table();
+        let mut now = 0;
+        for round in 0..50u64 {
+            for n in 10..16 {
+                now += 7;
+                if let Some(a) = t.offer(mac(n), Some(ip(100 + (round % 4) as u8)), now, 30) {
+                    let _ = t.ack(mac(n), a, now, 40 + round);
+                }
+                if (n + round as u8) % 3 == 0 {
+                    if let Some(l) = t.get(mac(n)).copied() {
+                        t.release(mac(n), l.ip, now);
+                    }
+                }
+            }
+            t.expire(now);
+            let live: Vec<Ipv4Addr> = t
+                .iter()
+                .filter(|(_, l)| l.state != State::Free && l.expires > now)
+                .map(|(_, l)| l.ip)
+                .collect();
+            let mut dedup = live.clone();
+            dedup.sort();
+            dedup.dedup();
+            assert_eq!(live.len(), dedup.len(), "round {round}: {live:?}");
+        }
+    }
+
+    #[test]
+    fn offers_are_held_then_lapse_and_can_be_withdrawn() {
+        let mut t = table();
+        let a = t.offer(mac(10), None, 0, 60).unwrap();
+        assert_ne!(t.offer(mac(11), None, 30, 60), Some(a));
+        assert_eq!(
+            t.offer(mac(12), Some(a), 61, 60),
+            Some(a),
+            "the hold lapsed"
+        );
+        assert!(t.withdraw_offer(mac(12), 62));
+        assert_eq!(t.ack(mac(13), a, 62, 100), Ok(()));
+    }
+
+    #[test]
+    fn declined_addresses_rest_in_quarantine() {
+        let mut t = table();
+        let a = t.offer(mac(10), None, 0, 60).unwrap();
+        t.ack(mac(10), a, 0, 100).unwrap();
+        assert!(t.decline(mac(10), a, 5));
+        assert_ne!(t.offer(mac(10), None, 6, 60), Some(a));
+        assert_eq!(t.ack(mac(11), a, 6, 100), Err(Refusal::Declined(a)));
+        t.expire(5 + DECLINE_QUARANTINE_S);
+        assert_eq!(t.ack(mac(11), a, 5 + DECLINE_QUARANTINE_S, 100), Ok(()));
+    }
+
+    #[test]
+    fn saved_leases_round_trip_and_bad_entries_are_skipped() {
+        let mut t = table();
+        let a = t.offer(mac(10), None, 0, 60).unwrap();
+        t.ack(mac(10), a, 0, 100).unwrap();
+        t.ack(mac(1), ip(11), 0, 100).unwrap();
+        let mut saved = t.to_saved();
+        let json = serde_json::to_string(&saved).unwrap();
+        let back: Saved = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, saved);
+        saved.leases.push(SavedLease {
+            mac: "nonsense".into(),
+            ip: ip(102),
+            state: State::Bound,
+            expires: 100,
+        });
+        saved.leases.push(SavedLease {
+            mac: mac(30).to_string(),
+            ip: ip(101),
+            state: State::Bound,
+            expires: 100,
+        });
+        saved.leases.push(SavedLease {
+            mac: mac(31).to_string(),
+            ip: a,
+            state: State::Bound,
+            expires: 100,
+        });
+        let mut fresh = table();
+        assert_eq!(fresh.restore(saved), 3);
+        assert_eq!(fresh.get(mac(10)).map(|l| l.ip), Some(a));
+        assert_eq!(fresh.offer(mac(10), None, 1, 60), Some(a));
+        assert_eq!(
+            fresh.get(mac(10)).unwrap().state,
+            State::Bound,
+            "an offer keeps the binding"
+        );
+    }
+}

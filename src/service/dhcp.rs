@@ -1,10 +1,47 @@
-//! DHCP service (being written).
+//! DHCP service, authoritative mode: DISCOVER -> OFFER, REQUEST -> ACK/NAK, RELEASE, DECLINE.
+//! Owns the lease table and its file (`state_dir/leases.json`, rewritten atomically on every
+//! change, so a daemon killed with -9 loses nothing), reply addressing, and the DHCP events.
+//! What to boot comes from `boot::plan`; clients in no pool get silence.
 
-use crate::config::Config;
-use crate::record::Recorder;
+use crate::boot::leases::{Leases, Saved};
+use crate::boot::{self, Client};
+use crate::config::{Config, DhcpMode, Mac};
+use crate::proto::dhcp::{self as wire, MAX_PACKET, Reply, ReplyKind, Request};
+use crate::record::{Kind, Recorder, Who};
 use crate::shutdown::Shutdown;
+use anyhow::Context as _;
+use std::collections::HashSet;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::net::UdpSocket;
+
+const DISCOVER: u8 = 1;
+const REQUEST: u8 = 3;
+const DECLINE: u8 = 4;
+const RELEASE: u8 = 7;
+const INFORM: u8 = 8;
+/// How long an offered address is held for the client's REQUEST.
+const OFFER_HOLD_S: u64 = 60;
+const CLIENT_PORT: u16 = 68;
+/// Relays listen on the server port (RFC 1542), whatever port this daemon was given.
+const RELAY_PORT: u16 = 67;
+/// Strangers logged once each; beyond this many we stop remembering (and logging) them.
+const STRANGERS_REMEMBERED: usize = 4096;
+pub const LEASES_FILE: &str = "leases.json";
+
+/// What the service has seen, for logs and later for metrics.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub malformed: AtomicU64,
+    pub strangers: AtomicU64,
+    pub offers: AtomicU64,
+    pub acks: AtomicU64,
+    pub naks: AtomicU64,
+    pub save_errors: AtomicU64,
+}
 
 pub async fn serve(
     socket: UdpSocket,
@@ -12,7 +49,277 @@ pub async fn serve(
     recorder: Recorder,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
-    let _ = (socket, config, recorder);
-    shutdown.wait().await;
+    if config.dhcp.mode == DhcpMode::Proxy {
+        // proxyDHCP is its own issue; staying silent is safe beside another server.
+        tracing::warn!("dhcp proxy mode is not implemented yet; not answering DHCP");
+        shutdown.wait().await;
+        return Ok(());
+    }
+    let path = config.server.state_dir.join(LEASES_FILE);
+    let leases = load(&config, &path)?;
+    let mut server = Server {
+        config,
+        recorder,
+        leases,
+        path,
+        strangers: HashSet::new(),
+        counters: Arc::default(),
+    };
+    let mut buf = vec![0u8; MAX_PACKET + 1];
+    loop {
+        let (n, from) = tokio::select! {
+            _ = shutdown.wait() => break,
+            r = socket.recv_from(&mut buf) => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // ICMP errors from earlier sends surface here; they are not fatal.
+                    tracing::debug!(error = %e, "dhcp receive error");
+                    continue;
+                }
+            },
+        };
+        let req = match wire::parse_request(&buf[..n]) {
+            Ok(r) => r,
+            Err(reason) => {
+                let c = server.counters.malformed.fetch_add(1, Ordering::Relaxed) + 1;
+                tracing::debug!(%from, %reason, malformed = c, "dhcp packet dropped");
+                continue;
+            }
+        };
+        let Some((reply, to)) = server.handle(&req, from, unix_now()) else {
+            continue;
+        };
+        match wire::encode_reply(&reply) {
+            Ok(bytes) => {
+                if let Err(e) = socket.send_to(&bytes, to).await {
+                    tracing::warn!(%to, error = %e, "dhcp reply not sent");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "dhcp reply not encodable"),
+        }
+    }
     Ok(())
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The lease table for this config, with what the file holds.
+fn load(config: &Config, path: &Path) -> anyhow::Result<Leases> {
+    let reservations = config
+        .pools
+        .values()
+        .flat_map(|p| p.clients.iter())
+        .filter_map(|c| Some((c.macs.first, c.ip?)));
+    let mut leases = Leases::new(config.dhcp.range, reservations);
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let saved: Saved = serde_json::from_slice(&bytes)
+                .with_context(|| format!("reading leases from {}", path.display()))?;
+            let count = saved.leases.len();
+            let skipped = leases.restore(saved);
+            tracing::info!(path = %path.display(), count, skipped, "leases loaded");
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+    Ok(leases)
+}
+
+/// Writes the file next to its final name and renames it over: readers and a restart after
+/// kill -9 see the old table or the new one, never half of one.
+fn save(leases: &Leases, path: &Path) -> std::io::Result<()> {
+    let tmp: PathBuf = path.with_extension("json.tmp");
+    let json = serde_json::to_vec_pretty(&leases.to_saved()).map_err(std::io::Error::other)?;
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&json)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)
+}
+
+struct Server {
+    config: Arc<Config>,
+    recorder: Recorder,
+    leases: Leases,
+    path: PathBuf,
+    strangers: HashSet<Mac>,
+    counters: Arc<Counters>,
+}
+
+impl Server {
+    /// Answers one request: the reply and where it goes, or `None` for silence.
+    fn handle(&mut self, req: &Request, from: SocketAddr, now: u64) -> Option<(Reply, SocketAddr)> {
+        let mac = Mac(req.mac);
+        let client = Client {
+            mac,
+            arch: req.arch(),
+            ipxe: req.is_ipxe(),
+            pxe: req.is_pxe(),
+        };
+        let config = self.config.clone();
+        let Some(plan) = boot::plan(&config, &client) else {
+            self.counters.strangers.fetch_add(1, Ordering::Relaxed);
+            if self.strangers.len() < STRANGERS_REMEMBERED && self.strangers.insert(mac) {
+                tracing::info!(%mac, %from, "dhcp client in no pool; not answering it");
+            }
+            return None;
+        };
+        let server_id = config.server.address;
+        self.leases.expire(now);
+        let msg = req.message_type()?;
+        let (kind, yiaddr) = match msg {
+            DISCOVER => {
+                self.recorder.record(
+                    Who::Mac(mac),
+                    Kind::DhcpDiscover {
+                        pxe: client.pxe,
+                        ipxe: client.ipxe,
+                    },
+                );
+                let Some(ip) = self
+                    .leases
+                    .offer(mac, req.requested_ip(), now, OFFER_HOLD_S)
+                else {
+                    tracing::warn!(%mac, "dhcp range exhausted; no offer");
+                    return None;
+                };
+                self.changed();
+                self.counters.offers.fetch_add(1, Ordering::Relaxed);
+                (ReplyKind::Offer, ip)
+            }
+            REQUEST => {
+                if let Some(sid) = req.server_id()
+                    && sid != server_id
+                {
+                    // It chose another server's offer.
+                    if self.leases.withdraw_offer(mac, now) {
+                        self.changed();
+                    }
+                    return None;
+                }
+                // SELECTING/INIT-REBOOT name the address in option 50; RENEWING/REBINDING
+                // use ciaddr.
+                let ip = req.requested_ip().unwrap_or(req.ciaddr);
+                let lease_s = config.dhcp.lease.as_secs();
+                match self.leases.ack(mac, ip, now, lease_s) {
+                    Ok(()) => {
+                        self.changed();
+                        self.counters.acks.fetch_add(1, Ordering::Relaxed);
+                        self.recorder.record(
+                            Who::Mac(mac),
+                            Kind::DhcpAck {
+                                ip,
+                                pxe: client.pxe,
+                                ipxe: client.ipxe,
+                                pool: plan.member.pool.name.clone(),
+                            },
+                        );
+                        tracing::info!(%mac, %ip, pool = %plan.member.pool.name,
+                            pxe = client.pxe, ipxe = client.ipxe,
+                            boot_file = plan.boot_file.as_ref().map(|b| b.as_str()).unwrap_or("-"),
+                            "dhcp ack");
+                        (ReplyKind::Ack, ip)
+                    }
+                    Err(why) => {
+                        self.counters.naks.fetch_add(1, Ordering::Relaxed);
+                        tracing::info!(%mac, %ip, reason = %why, "dhcp nak");
+                        let reply = Reply {
+                            message: Some(why.to_string()),
+                            ..self.reply(req, ReplyKind::Nak, Ipv4Addr::UNSPECIFIED, &plan)
+                        };
+                        // A NAK goes to everyone: the client may have no usable address.
+                        let to = if req.giaddr.is_unspecified() {
+                            SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT)
+                        } else {
+                            SocketAddrV4::new(req.giaddr, RELAY_PORT)
+                        };
+                        return Some((reply, to.into()));
+                    }
+                }
+            }
+            RELEASE => {
+                if self.leases.release(mac, req.ciaddr, now) {
+                    self.changed();
+                    tracing::info!(%mac, ip = %req.ciaddr, "dhcp release");
+                }
+                return None;
+            }
+            DECLINE => {
+                if let Some(ip) = req.requested_ip()
+                    && self.leases.decline(mac, ip, now)
+                {
+                    self.changed();
+                    tracing::warn!(%mac, %ip, "dhcp decline: address in use by someone else");
+                }
+                return None;
+            }
+            INFORM => (ReplyKind::Ack, Ipv4Addr::UNSPECIFIED),
+            other => {
+                tracing::debug!(%mac, msg = other, "dhcp message type ignored");
+                return None;
+            }
+        };
+        let mut reply = self.reply(req, kind, yiaddr, &plan);
+        if msg == INFORM {
+            reply.lease_secs = None;
+        }
+        let to = self.destination(req);
+        Some((reply, to))
+    }
+
+    fn reply(&self, req: &Request, kind: ReplyKind, yiaddr: Ipv4Addr, plan: &boot::Plan) -> Reply {
+        let d = &self.config.dhcp;
+        let boot_file = plan.boot_file.as_ref().map(|b| b.as_str().to_string());
+        let tftp = matches!(plan.boot_file, Some(boot::BootFile::Tftp(_)));
+        Reply {
+            kind,
+            xid: req.xid,
+            flags: req.flags,
+            mac: req.mac,
+            ciaddr: req.ciaddr,
+            yiaddr,
+            siaddr: if tftp {
+                plan.next_server
+            } else {
+                Ipv4Addr::UNSPECIFIED
+            },
+            giaddr: req.giaddr,
+            server_id: self.config.server.address,
+            subnet_mask: Some(d.subnet.mask()),
+            router: d.router,
+            dns: d.dns.clone(),
+            lease_secs: Some(u32::try_from(d.lease.as_secs()).unwrap_or(u32::MAX)),
+            tftp_server: tftp.then(|| plan.next_server.to_string()),
+            boot_file,
+            pxe: req.is_pxe() && !req.is_ipxe(),
+            message: None,
+        }
+    }
+
+    /// RFC 2131 4.1: via the relay if there is one; unicast to a client that has an address
+    /// and did not ask for broadcast; else broadcast (we cannot unicast to a MAC without ARP).
+    fn destination(&self, req: &Request) -> SocketAddr {
+        let to = if !req.giaddr.is_unspecified() {
+            SocketAddrV4::new(req.giaddr, RELAY_PORT)
+        } else if !req.ciaddr.is_unspecified() && !req.broadcast_flag() {
+            SocketAddrV4::new(req.ciaddr, CLIENT_PORT)
+        } else {
+            SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT)
+        };
+        to.into()
+    }
+
+    fn changed(&mut self) {
+        if let Err(e) = save(&self.leases, &self.path) {
+            let n = self.counters.save_errors.fetch_add(1, Ordering::Relaxed) + 1;
+            tracing::error!(path = %self.path.display(), error = %e, errors = n,
+                "leases not saved");
+        }
+    }
 }
