@@ -12,7 +12,8 @@ usage() {
 usage: $0 [--accel auto|kvm|tcg] [--nic virtio-net-pci|e1000] [--timeout SEC] [--keep] [MODE...]
 
 MODE is nbd, nfs (explicit ports) or nfspm (root=nfs:/demo: server from DHCP, ports from
-the portmapper); default: all three. The image is read from \$BOOTPOOL_IMAGE_OUT or
+the portmapper) or fail (a missing NBD export: the initrd must print
+"bootpool-initrd: FAILED: ..." and power off); default: all four. The image is read from \$BOOTPOOL_IMAGE_OUT or
 $HERE/demo (build it with images/build-demo.sh).
 
 Every boot runs in a fresh network namespace (bpimg-<pid>): bridge br0 10.77.0.1/24, tap0 for
@@ -39,12 +40,12 @@ while [ $# -gt 0 ]; do
         --nic) NIC="$2"; shift ;;
         --timeout) BOOT_TIMEOUT="$2"; shift ;;
         --keep) KEEP=1 ;;
-        nbd|nfs|nfspm) MODES+=("$1") ;;
+        nbd|nfs|nfspm|fail) MODES+=("$1") ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
-[ ${#MODES[@]} -gt 0 ] || MODES=(nbd nfs nfspm)
+[ ${#MODES[@]} -gt 0 ] || MODES=(nbd nfs nfspm fail)
 
 IMG="${BOOTPOOL_IMAGE_OUT:-$HERE/demo}"
 IMG="$(cd "$IMG" && pwd)"
@@ -195,7 +196,7 @@ find_rpcbind() {
 probe_kvm() {
     [ -w /dev/kvm ] || return 1
     local out; out="$(mktemp)"
-    timeout 30 qemu-system-x86_64 -accel kvm -m 320 -display none -monitor none -no-reboot \
+    timeout 15 qemu-system-x86_64 -accel kvm -m 320 -display none -monitor none -no-reboot \
         -serial "file:$out" -kernel "$IMG/vmlinuz" -initrd "$IMG/initrd.img" \
         -append "console=ttyS0 rdinit=/bin/true panic=-1" >/dev/null 2>&1 || true
     if grep -q 'Run /bin/true as init process' "$out"; then rm -f "$out"; return 0; fi
@@ -212,6 +213,8 @@ boot() {  # $1: mode; prints the result line, returns non-zero on failure
         nfs) start_nfs "$d"; root="nfs:$SRV:/demo:port=2049,mountport=20048" ;;
         # no server (take DHCP's), no ports (ask the portmapper on 111)
         nfspm) start_nfs "$d"; root="nfs:/demo" ;;
+        # a missing export: the initrd must say FAILED and power off, not hang
+        fail) start_nbd "$d"; root="nbd:$SRV:10809/no-such-export" ;;
     esac
     local cmdline="console=ttyS0 root=$root bootpool.url=http://$SRV:8080 initrd=initrd.img"
     log "$mode: booting ($ACCEL, $NIC): $cmdline"
@@ -225,17 +228,24 @@ boot() {  # $1: mode; prints the result line, returns non-zero on failure
     local secs; secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
     sleep 0.3
     local ok=1
-    local kind="${mode%pm}"
-    grep -q "bootpool-initrd: root attached ($kind)" "$d/console.log" || { ok=0; log "$mode: no 'root attached ($kind)'"; }
-    grep -q '^bootpool-demo: booted' "$d/console.log" || { ok=0; log "$mode: no 'bootpool-demo: booted'"; }
-    grep -q '^/api/v1/booted application/json {"uptime_s": [0-9.]*}$' "$d/callback.log" \
-        || { ok=0; log "$mode: no callback POST /api/v1/booted with uptime_s"; }
+    if [ "$mode" = fail ]; then
+        grep -q '^bootpool-initrd: FAILED: ' "$d/console.log" || { ok=0; log "fail: no 'bootpool-initrd: FAILED:' line"; }
+        grep -q 'bootpool-demo: booted' "$d/console.log" && { ok=0; log "fail: booted anyway"; }
+    else
+        local kind="${mode%pm}"
+        grep -q "bootpool-initrd: root attached ($kind)" "$d/console.log" || { ok=0; log "$mode: no 'root attached ($kind)'"; }
+        grep -q '^bootpool-demo: booted' "$d/console.log" || { ok=0; log "$mode: no 'bootpool-demo: booted'"; }
+        grep -q '^/api/v1/booted application/json {"uptime_s": [0-9.]*}$' "$d/callback.log" \
+            || { ok=0; log "$mode: no callback POST /api/v1/booted with uptime_s"; }
+    fi
     [ "$rc" = 0 ] || { ok=0; log "$mode: qemu exit status $rc (124 = timeout)"; }
     grep 'bootpool-' "$d/console.log" | sed "s/^/  [$mode] /" || true
     if [ "$KEEP" = 1 ]; then read -r -p "namespace $NS kept; Enter to clean up " _ || true; fi
     cleanup
     if [ "$ok" = 1 ]; then
-        log "$mode: PASS in ${secs} s wall ($ACCEL), callback: $(cat "$d/callback.log")"
+        local cb=""
+        [ "$mode" = fail ] || cb=", callback: $(cat "$d/callback.log")"
+        log "$mode: PASS in ${secs} s wall ($ACCEL)$cb"
         return 0
     fi
     log "$mode: FAIL after ${secs} s (logs in $d)"
