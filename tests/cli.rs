@@ -21,11 +21,16 @@ fn shipped_config_checks_clean() {
 #[test]
 fn broken_config_names_file_line_and_key() {
     let fx = common::Fixture::new();
-    let text = fx.config_text().replace("    root: nbd\n", "    root: nbd\n    roots: nbd\n");
+    let text = fx
+        .config_text()
+        .replace("    root: nbd\n", "    root: nbd\n    roots: nbd\n");
     fx.write_config(&text);
     let (ok, out, err) = check(&fx.config_path());
     assert!(!ok, "{out}");
-    let want = format!("{}:24:5: pools.nbd-room: unknown field `roots`", fx.config_path().display());
+    let want = format!(
+        "{}:24:5: pools.nbd-room: unknown field `roots`",
+        fx.config_path().display()
+    );
     assert!(err.contains(&want), "{err}");
 }
 
@@ -35,5 +40,8 @@ fn missing_image_files_fail_the_check() {
     std::fs::remove_file(fx.image_dir().join("rootfs.img")).unwrap();
     let (ok, _, err) = check(&fx.config_path());
     assert!(!ok);
-    assert!(err.contains("pools.nbd-room.image: image `demo` lacks") && err.contains("rootfs.img"), "{err}");
+    assert!(
+        err.contains("pools.nbd-room.image: image `demo` lacks") && err.contains("rootfs.img"),
+        "{err}"
+    );
 }

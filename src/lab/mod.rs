@@ -86,7 +86,8 @@ pub struct Outcome {
 
 impl Outcome {
     pub fn ok(&self) -> bool {
-        matches!(self.console, Console::Booted(_)) && self.boot.as_ref().is_some_and(|b| b.result == "booted")
+        matches!(self.console, Console::Booted(_))
+            && self.boot.as_ref().is_some_and(|b| b.result == "booted")
     }
 }
 
@@ -115,7 +116,10 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         bail!("{e}");
     }
     let pool = match &args.pool {
-        Some(name) => config.pools.get(name).with_context(|| format!("no pool `{name}` in {}", args.config.display()))?,
+        Some(name) => config
+            .pools
+            .get(name)
+            .with_context(|| format!("no pool `{name}` in {}", args.config.display()))?,
         None => {
             let want = match args.root {
                 RootChoice::Nfs => RootProto::Nfs,
@@ -125,20 +129,45 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                 .pools
                 .values()
                 .find(|p| p.root == want)
-                .with_context(|| format!("no pool with `root: {want}` in {}", args.config.display()))?
+                .with_context(|| {
+                    format!("no pool with `root: {want}` in {}", args.config.display())
+                })?
         }
     };
-    let macs: Vec<Mac> = pool.clients.iter().flat_map(|e| (0..e.macs.len()).filter_map(|i| e.macs.nth(i))).take(args.clients).collect();
+    let macs: Vec<Mac> = pool
+        .clients
+        .iter()
+        .flat_map(|e| (0..e.macs.len()).filter_map(|i| e.macs.nth(i)))
+        .take(args.clients)
+        .collect();
     if macs.len() < args.clients {
-        bail!("pool `{}` lists only {} client MACs; the lab needs {}", pool.name, macs.len(), args.clients);
+        bail!(
+            "pool `{}` lists only {} client MACs; the lab needs {}",
+            pool.name,
+            macs.len(),
+            args.clients
+        );
     }
 
-    let run_dir = config.server.state_dir.join("lab").join(format!("{}", crate::record::event::now_micros() / 1_000_000));
+    let run_dir = config.server.state_dir.join("lab").join(format!(
+        "{}",
+        crate::record::event::now_micros() / 1_000_000
+    ));
     std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
-    let bridge = config.server.interfaces.first().cloned().unwrap_or_else(|| "br0".into());
+    let bridge = config
+        .server
+        .interfaces
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "br0".into());
     net::make_bridge(&bridge, config.server.address, config.dhcp.subnet.prefix)?;
     for i in 0..macs.len() {
         net::make_tap(&format!("tap{i}"), &bridge)?;
+    }
+
+    let mut radvd = net::start_router_adverts(&bridge, &run_dir)?;
+    if radvd.is_none() {
+        eprintln!("lab: radvd is not installed; iPXE will wait about 10 s for IPv6 on each client");
     }
 
     let accel = match args.accel {
@@ -158,7 +187,13 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
 
     let log = std::fs::File::create(run_dir.join("bootpool.log"))?;
     let mut serve = Command::new(std::env::current_exe().context("finding the bootpool binary")?);
-    serve.arg("serve").arg("--config").arg(&args.config).stdin(Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    serve
+        .arg("serve")
+        .arg("--config")
+        .arg(&args.config)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
     // SAFETY: prctl is async-signal-safe; the daemon dies with the lab.
     unsafe {
         serve.pre_exec(|| {
@@ -176,14 +211,24 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         macs.len(),
         pool.name,
         pool.root,
-        if accel == Accel::Kvm { "KVM" } else { "TCG (software)" },
+        if accel == Accel::Kvm {
+            "KVM"
+        } else {
+            "TCG (software)"
+        },
         timeout.as_secs(),
         run_dir.display()
     );
     let wave_start = crate::record::event::now_micros() as f64 / 1e6;
     let mut vms = Vec::new();
     for (i, mac) in macs.iter().enumerate() {
-        vms.push(Vm::power_on(&format!("pc{:02}", i + 1), *mac, &format!("tap{i}"), accel, &run_dir)?);
+        vms.push(Vm::power_on(
+            &format!("pc{:02}", i + 1),
+            *mac,
+            &format!("tap{i}"),
+            accel,
+            &run_dir,
+        )?);
     }
     let started = Instant::now();
     let mut reported = vec![false; vms.len()];
@@ -196,7 +241,9 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             if !reported[i] && vm.console != Console::Running {
                 reported[i] = true;
                 match &vm.console {
-                    Console::Booted(t) => eprintln!("lab: {} booted after {:.1}s", vm.name, t.as_secs_f64()),
+                    Console::Booted(t) => {
+                        eprintln!("lab: {} booted after {:.1}s", vm.name, t.as_secs_f64())
+                    }
                     Console::Failed(why) => eprintln!("lab: {} failed: {why}", vm.name),
                     Console::Running => {}
                 }
@@ -212,31 +259,59 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     }
     // The booted call precedes the done line; give the journal writer a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let boots: Vec<ApiBoot> = serde_json::from_str(&http_get(api, "/api/v1/boots").await?).context("reading /api/v1/boots")?;
+    let boots: Vec<ApiBoot> = serde_json::from_str(&http_get(api, "/api/v1/boots").await?)
+        .context("reading /api/v1/boots")?;
     drop(daemon);
+    if let Some(r) = radvd.as_mut() {
+        let _ = r.kill();
+        let _ = r.wait();
+    }
 
     let outcomes: Vec<Outcome> = vms
         .iter()
         .map(|vm| {
             let mac = vm.mac.to_string();
-            let boot = boots.iter().filter(|b| b.mac == mac && b.start >= wave_start - 1.0).last().cloned();
-            Outcome { name: vm.name.clone(), mac: vm.mac, console: vm.console.clone(), boot }
+            let boot = boots
+                .iter()
+                .filter(|b| b.mac == mac && b.start >= wave_start - 1.0)
+                .last()
+                .cloned();
+            Outcome {
+                name: vm.name.clone(),
+                mac: vm.mac,
+                console: vm.console.clone(),
+                boot,
+            }
         })
         .collect();
     println!("{}", table::render(&outcomes));
     let failed: Vec<&Outcome> = outcomes.iter().filter(|o| !o.ok()).collect();
     for (o, vm) in outcomes.iter().zip(&vms) {
         if !o.ok() {
-            eprintln!("--- {} console (last lines of {}):\n{}", o.name, vm.serial.display(), vm.console_tail(15));
+            eprintln!(
+                "--- {} console (last lines of {}):\n{}",
+                o.name,
+                vm.serial.display(),
+                vm.console_tail(15)
+            );
         }
     }
     if !failed.is_empty() {
-        bail!("{} of {} clients did not boot (daemon log: {})", failed.len(), outcomes.len(), run_dir.join("bootpool.log").display());
+        bail!(
+            "{} of {} clients did not boot (daemon log: {})",
+            failed.len(),
+            outcomes.len(),
+            run_dir.join("bootpool.log").display()
+        );
     }
     Ok(())
 }
 
-async fn wait_for_api(api: std::net::SocketAddr, daemon: &mut Daemon, run_dir: &std::path::Path) -> anyhow::Result<()> {
+async fn wait_for_api(
+    api: std::net::SocketAddr,
+    daemon: &mut Daemon,
+    run_dir: &std::path::Path,
+) -> anyhow::Result<()> {
     for _ in 0..150 {
         if http_get(api, "/api/v1/boots").await.is_ok() {
             return Ok(());
@@ -255,14 +330,19 @@ pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let fut = async {
         let mut s = tokio::net::TcpStream::connect(addr).await?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+            .await?;
         let mut buf = Vec::new();
         s.read_to_end(&mut buf).await?;
         anyhow::Ok(buf)
     };
-    let buf = tokio::time::timeout(Duration::from_secs(10), fut).await.context("HTTP GET timed out")??;
+    let buf = tokio::time::timeout(Duration::from_secs(10), fut)
+        .await
+        .context("HTTP GET timed out")??;
     let text = String::from_utf8(buf).context("HTTP reply is not UTF-8")?;
-    let (head, body) = text.split_once("\r\n\r\n").context("malformed HTTP reply")?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP reply")?;
     if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
         bail!("GET {path}: {}", head.lines().next().unwrap_or(""));
     }

@@ -20,9 +20,16 @@ pub fn enter_private_namespace() -> anyhow::Result<()> {
 
 /// Runs `ip ARGS`, failing with its message.
 pub fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("ip").args(args).output().context("running `ip` (package iproute2)")?;
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .context("running `ip` (package iproute2)")?;
     if !out.status.success() {
-        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+        bail!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
     }
     Ok(())
 }
@@ -31,7 +38,17 @@ pub fn ip(args: &[&str]) -> anyhow::Result<()> {
 pub fn make_bridge(name: &str, address: Ipv4Addr, prefix: u8) -> anyhow::Result<()> {
     ip(&["link", "add", name, "type", "bridge"])?;
     // No STP and no forwarding delay: ports forward as soon as qemu opens them.
-    ip(&["link", "set", name, "type", "bridge", "stp_state", "0", "forward_delay", "0"])?;
+    ip(&[
+        "link",
+        "set",
+        name,
+        "type",
+        "bridge",
+        "stp_state",
+        "0",
+        "forward_delay",
+        "0",
+    ])?;
     ip(&["addr", "add", &format!("{address}/{prefix}"), "dev", name])?;
     ip(&["link", "set", name, "up"])
 }
@@ -41,4 +58,49 @@ pub fn make_tap(name: &str, bridge: &str) -> anyhow::Result<()> {
     ip(&["tuntap", "add", "dev", name, "mode", "tap"])?;
     ip(&["link", "set", name, "master", bridge])?;
     ip(&["link", "set", name, "up"])
+}
+
+/// Router advertisements on the bridge. iPXE configures IPv6 beside DHCPv4 and, with no router
+/// on the link, waits about ten seconds for one before it goes on; an advertised prefix (that
+/// is not a default route) lets it go on at once. Returns None when radvd is not installed.
+pub fn start_router_adverts(
+    bridge: &str,
+    dir: &std::path::Path,
+) -> anyhow::Result<Option<std::process::Child>> {
+    use std::os::unix::process::CommandExt;
+    let Some(radvd) = ["/usr/sbin/radvd", "/sbin/radvd"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+    else {
+        return Ok(None);
+    };
+    // radvd wants forwarding on; this is the lab's own namespace, so it changes nothing else.
+    std::fs::write("/proc/sys/net/ipv6/conf/all/forwarding", "1")
+        .context("enabling IPv6 forwarding in the lab")?;
+    let conf = dir.join("radvd.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "interface {bridge} {{\n  AdvSendAdvert on;\n  MinRtrAdvInterval 3;\n  MaxRtrAdvInterval 10;\n  \
+             AdvDefaultLifetime 0;\n  prefix fd77::/64 {{ AdvOnLink on; AdvAutonomous on; }};\n}};\n"
+        ),
+    )?;
+    let log = std::fs::File::create(dir.join("radvd.log"))?;
+    let mut cmd = Command::new(radvd);
+    cmd.arg("--nodaemon")
+        .arg("--config")
+        .arg(&conf)
+        .arg("--pidfile")
+        .arg(dir.join("radvd.pid"));
+    cmd.args(["--logmethod", "stderr"])
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // SAFETY: prctl is async-signal-safe; radvd dies with the lab.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    Ok(Some(cmd.spawn().context("starting radvd")?))
 }

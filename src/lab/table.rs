@@ -26,23 +26,34 @@ pub fn render(outcomes: &[Outcome]) -> String {
         let mut row = vec![
             o.name.clone(),
             o.mac.to_string(),
-            boot.and_then(|b| b.ip.clone()).unwrap_or_else(|| "-".into()),
+            boot.and_then(|b| b.ip.clone())
+                .unwrap_or_else(|| "-".into()),
             result,
             console_s,
-            boot.and_then(|b| b.duration_s).map(|d| format!("{d:.1}")).unwrap_or_else(|| "-".into()),
+            boot.and_then(|b| b.duration_s)
+                .map(|d| format!("{d:.1}"))
+                .unwrap_or_else(|| "-".into()),
         ];
         for phase in PHASES {
-            let s = boot.and_then(|b| b.phases.iter().find(|p| p.name == phase)).map(|p| format!("{:.1}", p.seconds));
+            let s = boot
+                .and_then(|b| b.phases.iter().find(|p| p.name == phase))
+                .map(|p| format!("{:.1}", p.seconds));
             row.push(s.unwrap_or_else(|| "-".into()));
         }
         let bytes: u64 = boot.map(|b| b.bytes.values().sum()).unwrap_or(0);
         row.push(format!("{:.1}", bytes as f64 / 1e6));
         rows.push(row);
     }
-    let widths: Vec<usize> = (0..rows[0].len()).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
     let mut out = String::new();
     for row in &rows {
-        let line: Vec<String> = row.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
         let _ = writeln!(out, "{}", line.join("  ").trim_end());
     }
     out

@@ -48,14 +48,28 @@ pub struct Vm {
 
 fn qemu(accel: Accel, serial: &Path) -> Command {
     let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args(["-accel", accel.as_str(), "-m", &MEMORY_MIB.to_string(), "-smp", "1"])
-        // No display: SeaBIOS and iPXE then write to the serial port, which goes to a file.
-        .args(["-machine", "graphics=off", "-nodefaults", "-display", "none", "-no-reboot"])
-        .arg("-serial")
-        .arg(format!("file:{}", serial.display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+    cmd.args([
+        "-accel",
+        accel.as_str(),
+        "-m",
+        &MEMORY_MIB.to_string(),
+        "-smp",
+        "1",
+    ])
+    // No display: SeaBIOS and iPXE then write to the serial port, which goes to a file.
+    .args([
+        "-machine",
+        "graphics=off",
+        "-nodefaults",
+        "-display",
+        "none",
+        "-no-reboot",
+    ])
+    .arg("-serial")
+    .arg(format!("file:{}", serial.display()))
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
     // If the lab dies, its clients die with it.
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
     unsafe {
@@ -68,18 +82,36 @@ fn qemu(accel: Accel, serial: &Path) -> Command {
 }
 
 fn nic_args(cmd: &mut Command, tap: &str, mac: Mac) {
-    cmd.args(["-netdev", &format!("tap,id=n0,ifname={tap},script=no,downscript=no")])
-        .args(["-device", &format!("virtio-net-pci,netdev=n0,mac={mac}")])
-        .args(["-boot", "n"]);
+    cmd.args([
+        "-netdev",
+        &format!("tap,id=n0,ifname={tap},script=no,downscript=no"),
+    ])
+    .args(["-device", &format!("virtio-net-pci,netdev=n0,mac={mac}")])
+    .args(["-boot", "n"]);
 }
 
 impl Vm {
-    pub fn power_on(name: &str, mac: Mac, tap: &str, accel: Accel, dir: &Path) -> anyhow::Result<Vm> {
+    pub fn power_on(
+        name: &str,
+        mac: Mac,
+        tap: &str,
+        accel: Accel,
+        dir: &Path,
+    ) -> anyhow::Result<Vm> {
         let serial = dir.join(format!("{name}.log"));
         let mut cmd = qemu(accel, &serial);
         nic_args(&mut cmd, tap, mac);
-        let child = cmd.spawn().map_err(|e| anyhow::anyhow!("starting qemu-system-x86_64: {e}"))?;
-        Ok(Vm { name: name.into(), mac, serial, child, powered_on: Instant::now(), console: Console::Running })
+        let child = cmd
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("starting qemu-system-x86_64: {e}"))?;
+        Ok(Vm {
+            name: name.into(),
+            mac,
+            serial,
+            child,
+            powered_on: Instant::now(),
+            console: Console::Running,
+        })
     }
 
     /// Reads the console and notes the done or failure line. Returns true while it runs.
@@ -90,7 +122,11 @@ impl Vm {
             if text.contains(DONE_LINE) {
                 self.console = Console::Booted(self.powered_on.elapsed());
             } else if let Some(at) = text.find(FAIL_MARK) {
-                let line = text[at + FAIL_MARK.len()..].lines().next().unwrap_or("").trim();
+                let line = text[at + FAIL_MARK.len()..]
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .trim();
                 self.console = Console::Failed(line.to_string());
             }
         }
@@ -125,8 +161,14 @@ pub fn probe_kvm(tap: &str, dir: &Path) -> bool {
     }
     let serial = dir.join("kvm-probe.log");
     let mut cmd = qemu(Accel::Kvm, &serial);
-    nic_args(&mut cmd, tap, "52:54:00:00:00:01".parse().expect("valid MAC"));
-    let Ok(mut child) = cmd.spawn() else { return false };
+    nic_args(
+        &mut cmd,
+        tap,
+        "52:54:00:00:00:01".parse().expect("valid MAC"),
+    );
+    let Ok(mut child) = cmd.spawn() else {
+        return false;
+    };
     let deadline = Instant::now() + Duration::from_secs(8);
     let mut works = false;
     while Instant::now() < deadline {
