@@ -8,6 +8,7 @@
 
 pub mod event;
 pub mod timeline;
+pub mod wave;
 
 pub use event::{Event, FileKind, Kind, Outcome, Proto, Who};
 pub use timeline::{Boot, BootResult, Phase, Timelines};
