@@ -2,3 +2,4 @@
 //! an argument. Every decoder is total: it rejects trailing bytes, caps every length and never
 //! panics on input.
 pub mod dhcp;
+pub mod tftp;
