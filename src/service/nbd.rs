@@ -1,10 +1,71 @@
-//! NBD service (being written).
+//! NBD service: serves the root images (`export::image`) read-only over TCP, speaking the
+//! fixed-newstyle handshake and simple replies of `proto::nbd`. It owns the limits: a cap on
+//! connections, a handshake deadline, a bound on requests and bytes in flight, TCP keepalive
+//! for clients that vanish, write timeouts; and it records each attach and the bytes read.
+//!
+//! There is no idle timeout once a client is attached: a booted kernel client can go minutes
+//! without touching its root and would lose it. Keepalive finds peers that powered off.
 
 use crate::config::Config;
-use crate::record::Recorder;
+use crate::export::image::{self, BlockImage};
+use crate::proto::nbd::{
+    self as p, ClientFlags, Malformed, OptRequest, OptionHeader, Request, Verdict,
+};
+use crate::record::{Kind, Proto, Recorder, Who};
 use crate::shutdown::Shutdown;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use tokio::net::TcpListener;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// Connections served at once; more are accepted and closed at once (counted).
+const MAX_CONNECTIONS: usize = 1024;
+/// Requests one connection may have in flight; the next is not read until one is answered,
+/// so a pipelining client is pushed back through TCP.
+const MAX_IN_FLIGHT: usize = 16;
+/// Read buffers held across all connections; one READ may be up to 32 MiB.
+const BUFFER_BUDGET: usize = 256 << 20;
+/// A client must finish option haggling within this.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Options one handshake may send before we call it abuse.
+const MAX_OPTIONS: usize = 64;
+/// A reply the client does not take within this ends the connection.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// After DISC or shutdown, how long in-flight replies may take.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Keepalive: first probe after this much silence, then every interval, give up after retries.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_RETRIES: u32 = 6;
+/// Root reads are recorded at most once per interval, or sooner once this many bytes pile up.
+const RECORD_INTERVAL: Duration = Duration::from_secs(1);
+const RECORD_BYTES: u64 = 16 << 20;
+
+/// Always read-only; FLUSH is a no-op; every connection sees the same bytes (no cache).
+const TRANSMISSION_FLAGS: u16 =
+    p::TFLAG_HAS_FLAGS | p::TFLAG_READ_ONLY | p::TFLAG_SEND_FLUSH | p::TFLAG_CAN_MULTI_CONN;
+
+/// What the service has seen, for logs now and metrics later.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub connections: AtomicU64,
+    /// Connections closed at once because `MAX_CONNECTIONS` were open.
+    pub refused: AtomicU64,
+    pub attached: AtomicU64,
+    /// Bad magic, unknown flags, oversized or unparsable options, absurd requests.
+    pub malformed: AtomicU64,
+    /// Transmission requests answered with an error.
+    pub errors: AtomicU64,
+    pub reads: AtomicU64,
+    pub bytes: AtomicU64,
+}
 
 pub async fn serve(
     listener: TcpListener,
@@ -12,7 +73,508 @@ pub async fn serve(
     recorder: Recorder,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
-    let _ = (listener, config, recorder);
-    shutdown.wait().await;
+    serve_with(listener, config, recorder, shutdown, Arc::default()).await
+}
+
+/// `serve`, counting into `stats`.
+pub async fn serve_with(
+    listener: TcpListener,
+    config: Arc<Config>,
+    recorder: Recorder,
+    shutdown: Shutdown,
+    stats: Arc<Stats>,
+) -> anyhow::Result<()> {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let buffers = Arc::new(Semaphore::new(BUFFER_BUDGET));
+    tracing::info!(exports = ?image::export_names(&config), "nbd serving");
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = shutdown.wait() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // Out of descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "nbd accept failed");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
+                    _ = shutdown.wait() => break,
+                }
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            stats.refused.fetch_add(1, Relaxed);
+            tracing::warn!(%peer, max = MAX_CONNECTIONS, "nbd connection refused: too many");
+            continue;
+        };
+        stats.connections.fetch_add(1, Relaxed);
+        let conn = Conn {
+            peer,
+            config: config.clone(),
+            recorder: recorder.clone(),
+            shutdown: shutdown.clone(),
+            stats: stats.clone(),
+            buffers: buffers.clone(),
+        };
+        shutdown.spawn(async move {
+            let _slot = slot;
+            conn.run(stream).await;
+        });
+    }
+    tracing::info!(
+        connections = stats.connections.load(Relaxed),
+        attached = stats.attached.load(Relaxed),
+        refused = stats.refused.load(Relaxed),
+        malformed = stats.malformed.load(Relaxed),
+        reads = stats.reads.load(Relaxed),
+        bytes = stats.bytes.load(Relaxed),
+        "nbd stopped"
+    );
     Ok(())
+}
+
+/// Why a handshake ended without an export.
+#[derive(Debug)]
+enum HandshakeEnd {
+    Io(io::Error),
+    Malformed(Malformed),
+    /// NBD_OPT_EXPORT_NAME for an export we lack: the document says hard disconnect.
+    UnknownExport(String),
+    TooManyOptions,
+    Aborted,
+}
+
+impl std::fmt::Display for HandshakeEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HandshakeEnd::Io(e) => write!(f, "{e}"),
+            HandshakeEnd::Malformed(e) => write!(f, "{e}"),
+            HandshakeEnd::UnknownExport(name) => write!(f, "unknown export `{name}`"),
+            HandshakeEnd::TooManyOptions => write!(f, "more than {MAX_OPTIONS} options"),
+            HandshakeEnd::Aborted => write!(f, "aborted by client"),
+        }
+    }
+}
+
+impl From<io::Error> for HandshakeEnd {
+    fn from(e: io::Error) -> Self {
+        HandshakeEnd::Io(e)
+    }
+}
+
+impl From<Malformed> for HandshakeEnd {
+    fn from(e: Malformed) -> Self {
+        HandshakeEnd::Malformed(e)
+    }
+}
+
+/// One reply ready to go: header and payload in one buffer, so one write.
+struct Reply {
+    bytes: Vec<u8>,
+    payload: u64,
+    /// Held until written: the request slot and the buffer bytes.
+    _slot: OwnedSemaphorePermit,
+    _buffer: Option<OwnedSemaphorePermit>,
+}
+
+struct Conn {
+    peer: SocketAddr,
+    config: Arc<Config>,
+    recorder: Recorder,
+    shutdown: Shutdown,
+    stats: Arc<Stats>,
+    buffers: Arc<Semaphore>,
+}
+
+impl Conn {
+    fn who(&self) -> Option<Who> {
+        match self.peer.ip() {
+            IpAddr::V4(a) => Some(Who::Ip(a)),
+            IpAddr::V6(a) => a.to_ipv4_mapped().map(Who::Ip),
+        }
+    }
+
+    async fn run(self, mut stream: TcpStream) {
+        let started = Instant::now();
+        let _ = stream.set_nodelay(true);
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(KEEPALIVE_IDLE)
+            .with_interval(KEEPALIVE_INTERVAL)
+            .with_retries(KEEPALIVE_RETRIES);
+        let sock = socket2::SockRef::from(&stream);
+        if let Err(e) = sock.set_tcp_keepalive(&keepalive) {
+            tracing::warn!(peer = %self.peer, error = %e, "nbd cannot set keepalive");
+        }
+        // Unacknowledged replies to a vanished peer also end the connection.
+        let _ = sock.set_tcp_user_timeout(Some(WRITE_TIMEOUT));
+
+        let handshake = tokio::select! {
+            r = tokio::time::timeout(HANDSHAKE_TIMEOUT, self.handshake(&mut stream)) => r,
+            _ = self.shutdown.wait() => return,
+        };
+        let image = match handshake {
+            Ok(Ok(image)) => image,
+            Ok(Err(end)) => {
+                if matches!(
+                    end,
+                    HandshakeEnd::Malformed(_) | HandshakeEnd::TooManyOptions
+                ) {
+                    self.stats.malformed.fetch_add(1, Relaxed);
+                }
+                match end {
+                    HandshakeEnd::Aborted => {
+                        tracing::debug!(peer = %self.peer, "nbd handshake aborted by client")
+                    }
+                    HandshakeEnd::Io(e) => {
+                        tracing::debug!(peer = %self.peer, error = %e, "nbd handshake ended")
+                    }
+                    end => {
+                        tracing::warn!(peer = %self.peer, reason = %end, "nbd handshake refused")
+                    }
+                }
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(peer = %self.peer, "nbd handshake timed out");
+                return;
+            }
+        };
+        self.stats.attached.fetch_add(1, Relaxed);
+        if let Some(who) = self.who() {
+            self.recorder.record(
+                who,
+                Kind::RootAttach {
+                    proto: Proto::Nbd,
+                    export: image.name().to_string(),
+                },
+            );
+        }
+        let export = image.name().to_string();
+        let (requests, bytes, end) = self.transmit(stream, Arc::new(image)).await;
+        tracing::info!(
+            peer = %self.peer, %export, requests, bytes, secs = started.elapsed().as_secs_f64(),
+            end, "nbd connection closed"
+        );
+    }
+
+    async fn open(&self, name: &str) -> Option<io::Result<BlockImage>> {
+        let image = image::lookup(&self.config, name)?;
+        // Opening touches the disk: keep it off the async workers.
+        let opened = tokio::task::spawn_blocking(move || BlockImage::open(&image))
+            .await
+            .unwrap_or_else(|e| Err(io::Error::other(e)));
+        if let Err(e) = &opened {
+            tracing::error!(export = name, error = %e, "nbd cannot open image");
+        }
+        Some(opened)
+    }
+
+    /// Option haggling, up to the export the client settles on.
+    async fn handshake(&self, stream: &mut TcpStream) -> Result<BlockImage, HandshakeEnd> {
+        stream.write_all(&p::greeting()).await?;
+        let mut f = [0; 4];
+        stream.read_exact(&mut f).await?;
+        // A client without FIXED_NEWSTYLE only knows EXPORT_NAME, which works the same.
+        let flags = ClientFlags::decode(f)?;
+        for _ in 0..MAX_OPTIONS {
+            let mut h = [0; p::OPTION_HEADER_LEN];
+            stream.read_exact(&mut h).await?;
+            let h = OptionHeader::decode(&h)?;
+            let mut data = vec![0; h.len as usize];
+            stream.read_exact(&mut data).await?;
+            let mut out = Vec::new();
+            match OptRequest::decode(h.option, &data) {
+                Err(e) if h.option == p::OPT_EXPORT_NAME => return Err(e.into()),
+                Err(e) => {
+                    self.stats.malformed.fetch_add(1, Relaxed);
+                    tracing::debug!(peer = %self.peer, option = h.option, error = %e, "nbd bad option");
+                    p::opt_error(&mut out, h.option, p::REP_ERR_INVALID, &e.to_string());
+                }
+                Ok(OptRequest::ExportName(name)) => match self.open(&name).await {
+                    Some(Ok(image)) => {
+                        p::export_name_reply(
+                            &mut out,
+                            image.size(),
+                            TRANSMISSION_FLAGS,
+                            flags.no_zeroes,
+                        );
+                        stream.write_all(&out).await?;
+                        return Ok(image);
+                    }
+                    _ => return Err(HandshakeEnd::UnknownExport(name)),
+                },
+                Ok(OptRequest::Abort) => {
+                    p::opt_reply(&mut out, p::OPT_ABORT, p::REP_ACK, &[]);
+                    // The client may already be gone; that is fine.
+                    let _ = stream.write_all(&out).await;
+                    return Err(HandshakeEnd::Aborted);
+                }
+                Ok(OptRequest::List) => {
+                    for name in image::export_names(&self.config) {
+                        p::opt_server(&mut out, &name);
+                    }
+                    p::opt_reply(&mut out, p::OPT_LIST, p::REP_ACK, &[]);
+                }
+                Ok(OptRequest::Info { go, name, requests }) => {
+                    let option = if go { p::OPT_GO } else { p::OPT_INFO };
+                    match self.open(&name).await {
+                        None => {
+                            let msg = format!("no export named `{name}`");
+                            p::opt_error(&mut out, option, p::REP_ERR_UNKNOWN, &msg);
+                        }
+                        Some(Err(_)) => {
+                            p::opt_error(
+                                &mut out,
+                                option,
+                                p::REP_ERR_UNKNOWN,
+                                "export unavailable",
+                            );
+                        }
+                        Some(Ok(image)) => {
+                            p::info_export(&mut out, option, image.size(), TRANSMISSION_FLAGS);
+                            if name.is_empty() || requests.contains(&p::INFO_NAME) {
+                                p::info_name(&mut out, option, image.name());
+                            }
+                            // Sent unasked too: these are the defaults, so it binds nobody.
+                            p::info_block_size(
+                                &mut out,
+                                option,
+                                p::MIN_BLOCK,
+                                p::PREFERRED_BLOCK,
+                                p::MAX_PAYLOAD,
+                            );
+                            p::opt_reply(&mut out, option, p::REP_ACK, &[]);
+                            if go {
+                                stream.write_all(&out).await?;
+                                return Ok(image);
+                            }
+                        }
+                    }
+                }
+                Ok(OptRequest::Unsupported(option)) => {
+                    // Structured replies, TLS, metadata contexts: the client falls back.
+                    p::opt_error(&mut out, option, p::REP_ERR_UNSUP, "unsupported option");
+                }
+            }
+            stream.write_all(&out).await?;
+        }
+        Err(HandshakeEnd::TooManyOptions)
+    }
+
+    /// The transmission phase. Returns (requests, bytes sent, how it ended).
+    async fn transmit(
+        &self,
+        stream: TcpStream,
+        image: Arc<BlockImage>,
+    ) -> (u64, u64, &'static str) {
+        let (mut rd, wr) = stream.into_split();
+        let (tx, rx) = mpsc::channel::<Reply>(MAX_IN_FLIGHT);
+        let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+        // The writer cancels this when the client stops taking replies.
+        let broken = CancellationToken::new();
+        let sent = Arc::new(AtomicU64::new(0));
+        let mut writer = tokio::spawn(write_replies(
+            wr,
+            rx,
+            self.recorder.clone(),
+            self.who(),
+            sent.clone(),
+            self.stats.clone(),
+            broken.clone(),
+        ));
+        let mut reads = JoinSet::new();
+        let mut requests = 0u64;
+        let end = loop {
+            let slot = tokio::select! {
+                s = slots.clone().acquire_owned() => s.expect("never closed"),
+                _ = self.shutdown.wait() => break "shutdown",
+                _ = broken.cancelled() => break "write failed",
+            };
+            let mut h = [0; p::REQUEST_LEN];
+            let r = tokio::select! {
+                r = rd.read_exact(&mut h) => r,
+                _ = self.shutdown.wait() => break "shutdown",
+                _ = broken.cancelled() => break "write failed",
+            };
+            if let Err(e) = r {
+                break if e.kind() == io::ErrorKind::UnexpectedEof {
+                    "client closed"
+                } else {
+                    "read failed"
+                };
+            }
+            let req = match Request::decode(&h) {
+                Ok(r) => r,
+                Err(e) => {
+                    // Out of step with the client: nothing after this can be trusted.
+                    self.stats.malformed.fetch_add(1, Relaxed);
+                    tracing::warn!(peer = %self.peer, error = %e, "nbd bad request");
+                    break "bad request";
+                }
+            };
+            requests += 1;
+            let reply = match req.verdict(image.size()) {
+                Verdict::Read { offset, len } => {
+                    let (image, tx, buffers) = (image.clone(), tx.clone(), self.buffers.clone());
+                    let stats = self.stats.clone();
+                    reads.spawn(async move {
+                        let reply = read(image, buffers, offset, len, req.cookie, slot).await;
+                        if reply.payload == 0 && len > 0 {
+                            stats.errors.fetch_add(1, Relaxed);
+                        }
+                        let _ = tx.send(reply).await;
+                    });
+                    // Forget finished tasks so the set stays small.
+                    while reads.try_join_next().is_some() {}
+                    continue;
+                }
+                Verdict::Ok => plain(0, req.cookie, slot),
+                Verdict::Error { errno, drain } => {
+                    let mut payload = (&mut rd).take(drain as u64);
+                    let mut sink = tokio::io::sink();
+                    let drained = tokio::select! {
+                        r = tokio::io::copy(&mut payload, &mut sink) => r,
+                        _ = self.shutdown.wait() => break "shutdown",
+                    };
+                    if !matches!(drained, Ok(n) if n == drain as u64) {
+                        break "client closed";
+                    }
+                    self.stats.errors.fetch_add(1, Relaxed);
+                    tracing::debug!(peer = %self.peer, kind = req.kind, errno, "nbd request refused");
+                    plain(errno, req.cookie, slot)
+                }
+                Verdict::Disconnect if req.kind == p::CMD_DISC => break "disconnect",
+                Verdict::Disconnect => {
+                    self.stats.malformed.fetch_add(1, Relaxed);
+                    tracing::warn!(peer = %self.peer, kind = req.kind, len = req.len, "nbd absurd request");
+                    break "bad request";
+                }
+            };
+            if tx.send(reply).await.is_err() {
+                break "write failed";
+            }
+        };
+        // The document asks for outstanding requests to be answered before closing.
+        drop(tx);
+        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            while reads.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            reads.abort_all();
+        }
+        if tokio::time::timeout(DRAIN_TIMEOUT, &mut writer)
+            .await
+            .is_err()
+        {
+            writer.abort();
+        }
+        (requests, sent.load(Relaxed), end)
+    }
+}
+
+fn plain(errno: u32, cookie: u64, slot: OwnedSemaphorePermit) -> Reply {
+    Reply {
+        bytes: p::simple_reply(errno, cookie).to_vec(),
+        payload: 0,
+        _slot: slot,
+        _buffer: None,
+    }
+}
+
+/// Reads one READ's data into a reply buffer; an I/O error becomes EIO.
+async fn read(
+    image: Arc<BlockImage>,
+    buffers: Arc<Semaphore>,
+    offset: u64,
+    len: u32,
+    cookie: u64,
+    slot: OwnedSemaphorePermit,
+) -> Reply {
+    // len <= MAX_PAYLOAD < BUFFER_BUDGET, so this always can be granted eventually.
+    let Ok(buffer) = buffers.acquire_many_owned(len.max(1)).await else {
+        return plain(p::EIO, cookie, slot);
+    };
+    let result = tokio::task::spawn_blocking(move || {
+        let mut bytes = vec![0; p::SIMPLE_REPLY_LEN + len as usize];
+        image
+            .read_at(&mut bytes[p::SIMPLE_REPLY_LEN..], offset)
+            .map(|()| bytes)
+    })
+    .await;
+    match result {
+        Ok(Ok(mut bytes)) => {
+            bytes[..p::SIMPLE_REPLY_LEN].copy_from_slice(&p::simple_reply(0, cookie));
+            Reply {
+                bytes,
+                payload: len as u64,
+                _slot: slot,
+                _buffer: Some(buffer),
+            }
+        }
+        Ok(Err(e)) => {
+            tracing::error!(offset, len, error = %e, "nbd image read failed");
+            plain(p::EIO, cookie, slot)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "nbd read task failed");
+            plain(p::EIO, cookie, slot)
+        }
+    }
+}
+
+/// Sends replies as they complete, and records root reads in aggregate.
+async fn write_replies(
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<Reply>,
+    recorder: Recorder,
+    who: Option<Who>,
+    sent: Arc<AtomicU64>,
+    stats: Arc<Stats>,
+    broken: CancellationToken,
+) {
+    let mut pending = 0u64;
+    let flush = |pending: &mut u64| {
+        if let Some(who) = who
+            && *pending > 0
+        {
+            recorder.record(
+                who,
+                Kind::RootRead {
+                    proto: Proto::Nbd,
+                    bytes: *pending,
+                },
+            );
+        }
+        *pending = 0;
+    };
+    let mut tick = tokio::time::interval(RECORD_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            reply = rx.recv() => {
+                let Some(reply) = reply else { break };
+                match tokio::time::timeout(WRITE_TIMEOUT, wr.write_all(&reply.bytes)).await {
+                    Ok(Ok(())) => {}
+                    _ => {
+                        broken.cancel();
+                        break;
+                    }
+                }
+                if reply.payload > 0 {
+                    stats.reads.fetch_add(1, Relaxed);
+                    stats.bytes.fetch_add(reply.payload, Relaxed);
+                    sent.fetch_add(reply.payload, Relaxed);
+                    pending += reply.payload;
+                    if pending >= RECORD_BYTES {
+                        flush(&mut pending);
+                    }
+                }
+            }
+            _ = tick.tick() => flush(&mut pending),
+        }
+    }
+    flush(&mut pending);
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, wr.shutdown()).await;
 }

@@ -1,10 +1,41 @@
-//! TFTP service (being written).
+//! TFTP service, read-only: the loaders folder (`undionly.kpxe`) and each image's boot files
+//! (`IMAGE/vmlinuz`, `IMAGE/initrd.img`), nothing else. Every transfer runs on its own
+//! ephemeral socket with retransmission and a bounded number of retries, ends at once on a
+//! client ERROR, and is recorded when it ends. The number of transfers at once is capped.
+//!
+//! Our own server rather than async-tftp: we need to know when and how a transfer ended (the
+//! loader phase ends there), to stop on a client ERROR (EDK2's tsize probe), windowsize, and
+//! no extra dependency; the protocol part is small and lives in `proto::tftp`.
 
 use crate::config::Config;
-use crate::record::Recorder;
+use crate::proto::tftp::{self as wire, Mode, Next, Packet, Sender, err};
+use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Who};
 use crate::shutdown::Shutdown;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::net::UdpSocket;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+/// Transfers at once; a room of a few hundred PCs fits, a flood does not.
+pub const MAX_TRANSFERS: usize = 256;
+/// Retransmission interval when the client names none.
+const DEFAULT_RTO: Duration = Duration::from_secs(1);
+/// Retransmissions of the same window before giving up.
+const MAX_RETRIES: u32 = 5;
+/// netascii is converted in memory; boot files are sent octet, so this only bounds misuse.
+const MAX_NETASCII: u64 = 16 << 20;
+
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub malformed: AtomicU64,
+    pub refused: AtomicU64,
+    pub busy: AtomicU64,
+}
 
 pub async fn serve(
     socket: UdpSocket,
@@ -12,7 +43,355 @@ pub async fn serve(
     recorder: Recorder,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
-    let _ = (socket, config, recorder);
-    shutdown.wait().await;
+    let limit = Arc::new(Semaphore::new(MAX_TRANSFERS));
+    let counters = Arc::new(Counters::default());
+    let mut buf = vec![0u8; wire::MAX_REQUEST + 1];
+    loop {
+        let (n, peer) = tokio::select! {
+            _ = shutdown.wait() => break,
+            r = socket.recv_from(&mut buf) => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::debug!(error = %e, "tftp receive error");
+                    continue;
+                }
+            },
+        };
+        match wire::decode(&buf[..n]) {
+            Ok(Packet::Read(req)) => {
+                let Ok(permit) = limit.clone().try_acquire_owned() else {
+                    let c = counters.busy.fetch_add(1, Ordering::Relaxed) + 1;
+                    tracing::warn!(%peer, file = %req.file, limit = MAX_TRANSFERS, refused = c,
+                        "tftp transfer limit reached; refusing");
+                    let _ = socket
+                        .send_to(&wire::encode_error(err::NOT_DEFINED, "server busy"), peer)
+                        .await;
+                    continue;
+                };
+                let t = Transfer {
+                    peer,
+                    req,
+                    config: config.clone(),
+                    recorder: recorder.clone(),
+                    counters: counters.clone(),
+                };
+                let stop = shutdown.clone();
+                shutdown.spawn(async move {
+                    t.run(stop).await;
+                    drop(permit);
+                });
+            }
+            Ok(Packet::Write(req)) => {
+                counters.refused.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(%peer, file = %req.file, "tftp write refused");
+                let _ = socket
+                    .send_to(&wire::encode_error(err::ACCESS, "read-only server"), peer)
+                    .await;
+            }
+            Ok(other) => {
+                // A late packet of a finished transfer, or a confused client.
+                counters.malformed.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!(%peer, packet = ?short(&other), "tftp packet on the request port dropped");
+            }
+            Err(e) => {
+                let c = counters.malformed.fetch_add(1, Ordering::Relaxed) + 1;
+                tracing::debug!(%peer, error = %e, malformed = c, "tftp packet dropped");
+            }
+        }
+    }
     Ok(())
+}
+
+fn short(p: &Packet) -> &'static str {
+    match p {
+        Packet::Read(_) => "rrq",
+        Packet::Write(_) => "wrq",
+        Packet::Data { .. } => "data",
+        Packet::Ack(_) => "ack",
+        Packet::Error { .. } => "error",
+        Packet::Oack(_) => "oack",
+    }
+}
+
+/// Why a name is not served: the code and text the client gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused(pub u16, pub &'static str);
+
+/// Maps a requested name to a file and what it is, refusing anything but the loaders and the
+/// images' boot files. Symlinks are followed only while they stay inside their folder.
+pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), Refused> {
+    let bad = Refused(err::ACCESS, "access violation");
+    if name.is_empty()
+        || name.starts_with('/')
+        || name.contains('\\')
+        || name.split('/').any(|c| c.is_empty() || c.starts_with('.'))
+    {
+        return Err(bad);
+    }
+    let parts: Vec<&str> = name.split('/').collect();
+    let (root, path, kind) = match parts.as_slice() {
+        [loader] => (
+            config.server.loaders.clone(),
+            config.server.loaders.join(loader),
+            FileKind::Loader,
+        ),
+        [image, file] => {
+            let image = config
+                .images
+                .get(*image)
+                .ok_or(Refused(err::NOT_FOUND, "file not found"))?;
+            match *file {
+                "vmlinuz" => (image.dir.clone(), image.kernel(), FileKind::Kernel),
+                "initrd.img" => (image.dir.clone(), image.initrd(), FileKind::Initrd),
+                _ => return Err(bad),
+            }
+        }
+        _ => return Err(bad),
+    };
+    let found = Refused(err::NOT_FOUND, "file not found");
+    let real = path.canonicalize().map_err(|_| found)?;
+    let root = root.canonicalize().map_err(|_| found)?;
+    if !real.starts_with(&root) {
+        return Err(bad);
+    }
+    Ok((real, kind))
+}
+
+struct Transfer {
+    peer: SocketAddr,
+    req: wire::Request,
+    config: Arc<Config>,
+    recorder: Recorder,
+    counters: Arc<Counters>,
+}
+
+/// Where the bytes come from.
+enum Source {
+    File(tokio::fs::File),
+    Memory(Vec<u8>),
+}
+
+impl Source {
+    async fn read(&mut self, start: u64, len: usize, out: &mut Vec<u8>) -> std::io::Result<()> {
+        out.clear();
+        out.resize(len, 0);
+        match self {
+            Source::File(f) => {
+                f.seek(std::io::SeekFrom::Start(start)).await?;
+                f.read_exact(out).await?;
+            }
+            Source::Memory(m) => {
+                let s = usize::try_from(start).unwrap_or(usize::MAX);
+                let chunk = m.get(s..s + len).ok_or(std::io::ErrorKind::UnexpectedEof)?;
+                out.copy_from_slice(chunk);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Transfer {
+    async fn run(self, shutdown: Shutdown) {
+        let local = match self.peer.ip() {
+            IpAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+            IpAddr::V6(_) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
+        };
+        let sock = match UdpSocket::bind(local).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "tftp cannot open a transfer socket");
+                return;
+            }
+        };
+        let file = self.req.file.clone();
+        let (path, kind) = match resolve(&self.config, &file) {
+            Ok(x) => x,
+            Err(Refused(code, text)) => {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(peer = %self.peer, %file, reason = text, "tftp read refused");
+                let _ = sock
+                    .send_to(&wire::encode_error(code, text), self.peer)
+                    .await;
+                return;
+            }
+        };
+        let (source, size) = match open(&path, self.req.mode).await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(peer = %self.peer, %file, error = %e, "tftp cannot read file");
+                let _ = sock
+                    .send_to(
+                        &wire::encode_error(err::NOT_FOUND, "cannot read file"),
+                        self.peer,
+                    )
+                    .await;
+                return;
+            }
+        };
+        let started = Instant::now();
+        let (settings, oack) = wire::negotiate(&self.req.options, Some(size));
+        let mut tx = Sender::new(size, settings);
+        let outcome = self
+            .send(&sock, source, &mut tx, &oack, settings, &shutdown)
+            .await;
+        let bytes = match outcome {
+            Outcome::Complete => size,
+            _ => tx.acked_bytes(),
+        };
+        tracing::info!(peer = %self.peer, %file, bytes, size, ?outcome, mode = %self.req.mode,
+            blksize = settings.blksize, windowsize = settings.windowsize,
+            ms = started.elapsed().as_millis() as u64, "tftp transfer");
+        let who = match self.peer.ip() {
+            IpAddr::V4(ip) => Who::Ip(ip),
+            IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
+                Some(ip) => Who::Ip(ip),
+                None => return,
+            },
+        };
+        self.recorder.record(
+            who,
+            Kind::File {
+                proto: Proto::Tftp,
+                kind,
+                path: file,
+                bytes,
+                outcome,
+            },
+        );
+    }
+
+    /// Runs the exchange until every block is acknowledged, the client gives up, it stops
+    /// answering, or the daemon stops.
+    async fn send(
+        &self,
+        sock: &UdpSocket,
+        mut source: Source,
+        tx: &mut Sender,
+        oack: &[(String, String)],
+        settings: wire::Settings,
+        shutdown: &Shutdown,
+    ) -> Outcome {
+        let rto = settings
+            .timeout_s
+            .map_or(DEFAULT_RTO, |s| Duration::from_secs(u64::from(s)));
+        // With options, the client must first acknowledge the OACK with ACK 0.
+        let mut awaiting_oack = !oack.is_empty();
+        let oack_bytes = wire::encode_oack(oack);
+        let mut block = Vec::new();
+        let mut retries = 0;
+        let mut inbuf = vec![0u8; 2048];
+        let mut resend = true;
+        let mut window = tx.window();
+        // Set only when something is sent: stray or duplicate packets do not extend it.
+        let mut deadline = Instant::now() + rto;
+        loop {
+            if resend {
+                resend = false;
+                let sent = if awaiting_oack {
+                    sock.send_to(&oack_bytes, self.peer).await.map(|_| ())
+                } else {
+                    self.send_blocks(sock, &mut source, tx, window.clone(), &mut block)
+                        .await
+                };
+                if let Err(e) = sent {
+                    tracing::debug!(peer = %self.peer, error = %e, "tftp send failed");
+                    return Outcome::Aborted;
+                }
+                deadline = Instant::now() + rto;
+            }
+            let got = tokio::select! {
+                _ = shutdown.wait() => return Outcome::Aborted,
+                _ = tokio::time::sleep_until(deadline) => None,
+                r = sock.recv_from(&mut inbuf) => Some(r),
+            };
+            let (n, from) = match got {
+                None => {
+                    retries += 1;
+                    if retries > MAX_RETRIES {
+                        return Outcome::TimedOut;
+                    }
+                    window = tx.window();
+                    resend = true;
+                    continue;
+                }
+                Some(Err(e)) => {
+                    // ICMP port unreachable: the client is gone.
+                    tracing::debug!(peer = %self.peer, error = %e, "tftp receive failed");
+                    return Outcome::Aborted;
+                }
+                Some(Ok(x)) => x,
+            };
+            if from != self.peer {
+                let _ = sock
+                    .send_to(
+                        &wire::encode_error(err::UNKNOWN_TID, "unknown transfer id"),
+                        from,
+                    )
+                    .await;
+                continue;
+            }
+            match wire::decode(&inbuf[..n]) {
+                Ok(Packet::Ack(0)) if awaiting_oack => {
+                    awaiting_oack = false;
+                    retries = 0;
+                    window = tx.window();
+                    resend = true;
+                }
+                Ok(Packet::Ack(n)) if !awaiting_oack => match tx.on_ack(n) {
+                    Next::Done => return Outcome::Complete,
+                    Next::Send(w) => {
+                        retries = 0;
+                        window = w;
+                        resend = true;
+                    }
+                    Next::Wait => {}
+                },
+                Ok(Packet::Error { code, message }) => {
+                    tracing::debug!(peer = %self.peer, code, %message, "tftp client ended the transfer");
+                    return Outcome::Aborted;
+                }
+                _ => {
+                    self.counters.malformed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    async fn send_blocks(
+        &self,
+        sock: &UdpSocket,
+        source: &mut Source,
+        tx: &Sender,
+        blocks: std::ops::RangeInclusive<u64>,
+        buf: &mut Vec<u8>,
+    ) -> std::io::Result<()> {
+        for n in blocks {
+            let (start, len) = tx.span(n);
+            source.read(start, len, buf).await?;
+            sock.send_to(&wire::encode_data(Sender::wire(n), buf), self.peer)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+async fn open(path: &Path, mode: Mode) -> std::io::Result<(Source, u64)> {
+    let mut f = tokio::fs::File::open(path).await?;
+    let meta = f.metadata().await?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    match mode {
+        Mode::Octet => Ok((Source::File(f), meta.len())),
+        Mode::Netascii => {
+            if meta.len() > MAX_NETASCII {
+                return Err(std::io::Error::other("too large for netascii"));
+            }
+            let mut raw = Vec::new();
+            f.read_to_end(&mut raw).await?;
+            let text = wire::to_netascii(&raw);
+            let len = text.len() as u64;
+            Ok((Source::Memory(text), len))
+        }
+    }
 }

@@ -1,0 +1,329 @@
+//! TFTP against the in-process daemon on loopback, driven by tftp-hpa, atftp and curl, plus
+//! raw packets for what no stock client does (EDK2's size probe, garbage).
+
+mod common;
+
+use common::{Fixture, pattern, run_async};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+use tokio::net::UdpSocket;
+
+fn tftp_hpa(addr: SocketAddr, remote: &str, local: &Path, mode: &str) -> Command {
+    let mut c = Command::new("tftp");
+    c.args([
+        "-m",
+        mode,
+        &addr.ip().to_string(),
+        &addr.port().to_string(),
+        "-c",
+        "get",
+        remote,
+        local.to_str().unwrap(),
+    ]);
+    c
+}
+
+/// A fixture whose config reserves 127.0.0.1 for a MAC of `nfs-room`.
+fn fixture() -> Fixture {
+    let fx = Fixture::new();
+    let clients = "      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }\n";
+    let text = fx.config_text();
+    assert!(text.contains(clients));
+    fx.write_config(&text.replace(
+        clients,
+        &format!("{clients}      - {{ mac: \"{LOOPBACK_MAC}\", ip: 127.0.0.1 }}\n"),
+    ));
+    fx
+}
+
+const LOOPBACK_MAC: &str = "52:54:00:77:00:20";
+
+/// The recorder keeps only events it can tie to a client, and TFTP knows only an IP: give
+/// 127.0.0.1 to the reserved MAC with a DHCP REQUEST so the transfers are tied to it.
+async fn tie_loopback(dhcp: SocketAddr, state: &Path) {
+    use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
+    use dhcproto::{Encodable, Encoder};
+    let mac: bootpool::config::Mac = LOOPBACK_MAC.parse().unwrap();
+    let any = std::net::Ipv4Addr::UNSPECIFIED;
+    let mut m = Message::new(any, any, any, any, &mac.0);
+    m.set_opcode(Opcode::BootRequest);
+    m.opts_mut()
+        .insert(DhcpOption::MessageType(MessageType::Request));
+    m.opts_mut()
+        .insert(DhcpOption::RequestedIpAddress([127, 0, 0, 1].into()));
+    let mut buf = Vec::new();
+    m.encode(&mut Encoder::new(&mut buf)).unwrap();
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sock.send_to(&buf, dhcp).await.unwrap();
+    // The ACK is broadcast on port 68, where nobody here listens; wait for its record.
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(state.join("events.jsonl")).unwrap_or_default();
+        if text.contains("\"dhcp_ack\"") && text.contains("127.0.0.1") {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the daemon did not ack 127.0.0.1");
+}
+
+/// The file events in the journal, once `want` of them are there (the writer batches).
+async fn file_events(state: &Path, want: usize) -> Vec<serde_json::Value> {
+    let path = state.join("events.jsonl");
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let events: Vec<serde_json::Value> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .filter(|e: &serde_json::Value| e["event"] == "file" && e["proto"] == "tftp")
+            .collect();
+        if events.len() >= want {
+            return events;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("fewer than {want} tftp file events in {}", path.display());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stock_clients_get_the_fixture_bytes() {
+    let fx = fixture();
+    let daemon = fx.start().await;
+    tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
+    let addr = daemon.bound.tftp;
+    let out = fx.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+
+    // tftp-hpa sends no options: 512-byte blocks, one at a time; in both modes.
+    for mode in ["octet", "netascii"] {
+        let local = out.join(format!("hpa-{mode}"));
+        let (ok, so, se) = run_async(tftp_hpa(addr, "undionly.kpxe", &local, mode), 30).await;
+        assert!(ok, "{so}{se}");
+        assert!(!so.contains("Error") && !se.contains("Error"), "{so}{se}");
+        assert_eq!(std::fs::read(&local).unwrap(), pattern(4, 70_000), "{mode}");
+    }
+    let local = out.join("hpa-kernel");
+    let (ok, so, se) = run_async(tftp_hpa(addr, "demo/vmlinuz", &local, "octet"), 30).await;
+    assert!(ok, "{so}{se}");
+    assert_eq!(std::fs::read(&local).unwrap(), pattern(1, 3 << 20));
+
+    // atftp negotiates blksize and windowsize.
+    for (remote, want) in [
+        ("ipxe.efi", pattern(5, 1_000_000)),
+        ("demo/initrd.img", pattern(2, 2 << 20)),
+    ] {
+        let local = out.join(remote.replace('/', "-"));
+        let mut c = Command::new("atftp");
+        c.args([
+            "--option",
+            "blksize 1468",
+            "--option",
+            "windowsize 16",
+            "--option",
+            "tsize 0",
+            "-g",
+            "-r",
+            remote,
+            "-l",
+            local.to_str().unwrap(),
+            &addr.ip().to_string(),
+            &addr.port().to_string(),
+        ]);
+        let (ok, so, se) = run_async(c, 30).await;
+        assert!(ok, "{so}{se}");
+        assert_eq!(std::fs::read(&local).unwrap(), want, "{remote}");
+    }
+
+    // curl asks for blksize (and tsize).
+    let local = out.join("curl-kpxe");
+    let mut c = Command::new("curl");
+    c.args([
+        "-sS",
+        "--max-time",
+        "20",
+        "--tftp-blksize",
+        "1024",
+        "-o",
+        local.to_str().unwrap(),
+        &format!("tftp://{addr}/undionly.kpxe"),
+    ]);
+    let (ok, so, se) = run_async(c, 30).await;
+    assert!(ok, "{so}{se}");
+    assert_eq!(std::fs::read(&local).unwrap(), pattern(4, 70_000));
+
+    // Every transfer was recorded complete with its size and kind.
+    let events = file_events(&fx.path().join("var"), 6).await;
+    for e in &events {
+        assert_eq!(e["outcome"], "complete", "{e}");
+    }
+    let find = |path: &str| {
+        events
+            .iter()
+            .find(|e| e["path"] == path)
+            .unwrap_or_else(|| panic!("no event for {path}: {events:?}"))
+    };
+    assert_eq!(find("ipxe.efi")["bytes"], 1_000_000);
+    assert_eq!(find("ipxe.efi")["kind"], "loader");
+    assert_eq!(find("demo/vmlinuz")["kind"], "kernel");
+    assert_eq!(find("demo/initrd.img")["kind"], "initrd");
+    assert_eq!(find("demo/initrd.img")["bytes"], 2 << 20);
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_outside_what_is_served_are_refused() {
+    let fx = fixture();
+    std::os::unix::fs::symlink("../pools.yaml", fx.path().join("loaders/escape.kpxe")).unwrap();
+    let daemon = fx.start().await;
+    let addr = daemon.bound.tftp;
+    for bad in [
+        "../pools.yaml",
+        "demo/../../pools.yaml",
+        "/etc/passwd",
+        "demo/rootfs.img",
+        "escape.kpxe",
+        ".hidden",
+        "nope.efi",
+        "nope/vmlinuz",
+    ] {
+        let local = fx.path().join("refused");
+        let (_, so, se) = run_async(tftp_hpa(addr, bad, &local, "octet"), 30).await;
+        let said = format!("{so}{se}");
+        assert!(
+            said.contains("Error code 2") || said.contains("Error code 1"),
+            "{bad}: {said}"
+        );
+        // Nothing of the file leaked into what the client wrote.
+        let got = std::fs::read(&local).unwrap_or_default();
+        assert!(got.is_empty(), "{bad}: got {} bytes", got.len());
+    }
+    daemon.stop().await;
+}
+
+/// Reads one packet from `sock`, bounded.
+async fn recv(sock: &UdpSocket) -> (Vec<u8>, SocketAddr) {
+    let mut buf = vec![0u8; 2048];
+    let (n, from) = tokio::time::timeout(Duration::from_secs(5), sock.recv_from(&mut buf))
+        .await
+        .expect("an answer")
+        .unwrap();
+    buf.truncate(n);
+    (buf, from)
+}
+
+fn rrq(parts: &[&str]) -> Vec<u8> {
+    let mut b = vec![0, 1];
+    for p in parts {
+        b.extend_from_slice(p.as_bytes());
+        b.push(0);
+    }
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_error_ends_the_transfer_at_once() {
+    // What EDK2 does: ask for the size, read it from the OACK, then ERROR 8.
+    let fx = fixture();
+    let daemon = fx.start().await;
+    tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let req = rrq(&[
+        "ipxe.efi",
+        "octet",
+        "tsize",
+        "0",
+        "blksize",
+        "1468",
+        "windowsize",
+        "4",
+    ]);
+    sock.send_to(&req, daemon.bound.tftp).await.unwrap();
+    let (oack, tid) = recv(&sock).await;
+    assert_eq!(&oack[..2], &[0, 6], "an OACK");
+    let text = String::from_utf8_lossy(&oack[2..]).replace('\0', " ");
+    assert!(text.contains("tsize 1000000"), "{text}");
+    assert!(text.contains("blksize 1468"), "{text}");
+    assert!(text.contains("windowsize 4"), "{text}");
+    let mut error = vec![0, 5, 0, 8];
+    error.extend_from_slice(b"tsize probe\0");
+    sock.send_to(&error, tid).await.unwrap();
+    // Recorded as aborted, not as a timeout after retransmitting.
+    let events = file_events(&fx.path().join("var"), 1).await;
+    assert_eq!(events[0]["outcome"], "aborted", "{events:?}");
+    assert_eq!(events[0]["bytes"], 0);
+
+    // The second request goes through, acking each window's last block.
+    let req = rrq(&["ipxe.efi", "octet", "blksize", "1468", "windowsize", "4"]);
+    sock.send_to(&req, daemon.bound.tftp).await.unwrap();
+    let (oack, tid) = recv(&sock).await;
+    assert_eq!(&oack[..2], &[0, 6]);
+    sock.send_to(&[0, 4, 0, 0], tid).await.unwrap();
+    let mut got = Vec::new();
+    let mut expect: u16 = 1;
+    loop {
+        let (pkt, from) = recv(&sock).await;
+        assert_eq!(from, tid);
+        assert_eq!(&pkt[..2], &[0, 3], "data");
+        let block = u16::from_be_bytes([pkt[2], pkt[3]]);
+        assert_eq!(block, expect);
+        got.extend_from_slice(&pkt[4..]);
+        let last = pkt.len() - 4 < 1468;
+        if last || block % 4 == 0 {
+            sock.send_to(&[0, 4, pkt[2], pkt[3]], tid).await.unwrap();
+        }
+        if last {
+            break;
+        }
+        expect += 1;
+    }
+    assert_eq!(got, pattern(5, 1_000_000));
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_packets_are_dropped_and_service_goes_on() {
+    let fx = fixture();
+    let daemon = fx.start().await;
+    tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
+    let addr = daemon.bound.tftp;
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut oversized = rrq(&["undionly.kpxe", "octet"]);
+    oversized.extend(std::iter::repeat_n(b'x', 3000));
+    let garbage: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![0],
+        vec![0, 1],
+        vec![0, 1, b'a'],
+        vec![0, 99, 1, 2, 3],
+        vec![0, 4, 0, 1],
+        vec![0, 3, 0, 1, 1, 2, 3],
+        vec![0, 5],
+        rrq(&["undionly.kpxe", "mail"]),
+        rrq(&["undionly.kpxe", "octet", "blksize"]),
+        vec![0, 1, 0xff, 0xfe, 0, b'o', 0],
+        oversized,
+        vec![0xff; 1500],
+    ];
+    for g in &garbage {
+        sock.send_to(g, addr).await.unwrap();
+    }
+    // A write request is answered with an access violation.
+    sock.send_to(
+        &{
+            let mut w = rrq(&["x", "octet"]);
+            w[1] = 2;
+            w
+        },
+        addr,
+    )
+    .await
+    .unwrap();
+    let (pkt, _) = recv(&sock).await;
+    assert_eq!(&pkt[..4], &[0, 5, 0, 2], "{pkt:?}");
+    let local = fx.path().join("after");
+    let (ok, so, se) = run_async(tftp_hpa(addr, "undionly.kpxe", &local, "octet"), 30).await;
+    assert!(ok, "{so}{se}");
+    assert_eq!(std::fs::read(&local).unwrap(), pattern(4, 70_000));
+    daemon.stop().await;
+}
