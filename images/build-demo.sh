@@ -56,7 +56,7 @@ step() { printf '[build-demo %4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
 die() { echo "build-demo: error: $*" >&2; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap and device nodes need it)"
-for tool in apt-get apt-cache dpkg depmod debootstrap mksquashfs cpio gzip sha256sum; do
+for tool in apt-get apt-cache dpkg depmod debootstrap mksquashfs cpio gzip sha256sum flock; do
     command -v "$tool" >/dev/null || die "missing tool: $tool"
 done
 [ -x /bin/busybox ] || die "missing /bin/busybox (apt-get install busybox-static)"
@@ -69,6 +69,12 @@ OUT="$(cd "$OUT" && pwd)"
 CACHE="$OUT/.cache"     # downloads and the debootstrap base tree, kept across rebuilds
 WORK="$OUT/.work"       # scratch, rebuilt every time
 mkdir -p "$CACHE"
+# One build at a time per output dir (scripts/setup and a test may both ask for it).
+exec 9> "$OUT/.lock"
+if ! flock -n 9; then
+    step "waiting for another build of $OUT"
+    flock 9
+fi
 
 # ---- stamp: the script and every file of the recipe ---------------------------------------
 recipe_hash() {
@@ -228,6 +234,6 @@ mv "$WORK/vmlinuz" "$WORK/initrd.img" "$WORK/rootfs.img" "$WORK/rootfs" "$OUT/"
 echo "$KVER" > "$OUT/kernel-version"
 rm -rf "$WORK"
 echo "$HASH" > "$OUT/.stamp"
-mb() { du -sm --apparent-size "$1" | cut -f1; }
-step "done: vmlinuz $(mb "$OUT/vmlinuz") MB, initrd.img $(mb "$OUT/initrd.img") MB," \
-     "rootfs/ $(mb "$OUT/rootfs") MB, rootfs.img $(mb "$OUT/rootfs.img") MB (kernel $KVER)"
+mb() { du -sb "$1" | awk '{ printf "%.1f", $1 / 1048576 }'; }
+step "done: vmlinuz $(mb "$OUT/vmlinuz") MiB, initrd.img $(mb "$OUT/initrd.img") MiB," \
+     "rootfs/ $(mb "$OUT/rootfs") MiB, rootfs.img $(mb "$OUT/rootfs.img") MiB (kernel $KVER)"
