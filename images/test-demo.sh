@@ -69,11 +69,15 @@ cleanup() {
         kill -9 "$pid" 2>/dev/null || true
     done
     PIDS=()
+    # Anything else still in the namespace was started by this test too.
+    for pid in $(ip netns pids "$NS" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
     ip netns del "$NS" 2>/dev/null || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Foreground commands in the namespace. Daemons are started with a plain
+# `ip netns exec "$NS" daemon ... &` (no function, no subshell) so that $! is the daemon.
 nsexec() { ip netns exec "$NS" "$@"; }
 
 setup_net() {
@@ -110,10 +114,10 @@ option router $SRV
 option lease 3600
 EOF
     : > "$d/udhcpd.leases"
-    nsexec busybox udhcpd -f "$d/udhcpd.conf" > "$d/udhcpd.log" 2>&1 &
+    ip netns exec "$NS" busybox udhcpd -f "$d/udhcpd.conf" > "$d/udhcpd.log" 2>&1 &
     PIDS+=($!)
     : > "$d/callback.log"
-    nsexec python3 "$HERE/test-support/callback.py" "$SRV" 8080 "$d/callback.log" \
+    ip netns exec "$NS" python3 "$HERE/test-support/callback.py" "$SRV" 8080 "$d/callback.log" \
         > "$d/callback.err" 2>&1 &
     PIDS+=($!)
     wait_port 8080 || { log "callback listener did not start"; return 1; }
@@ -121,7 +125,7 @@ EOF
 
 start_nbd() {
     local d="$1"
-    nsexec qemu-nbd --read-only --persistent --shared=8 --export-name=demo --bind="$SRV" \
+    ip netns exec "$NS" qemu-nbd --read-only --persistent --shared=8 --export-name=demo --bind="$SRV" \
         --port=10809 --format=raw "$IMG/rootfs.img" > "$d/qemu-nbd.log" 2>&1 &
     PIDS+=($!)
     wait_port 10809 || { log "qemu-nbd did not start"; cat "$d/qemu-nbd.log"; return 1; }
@@ -163,7 +167,7 @@ EOF
     # through rpcbind's unix socket in /run: so run rpcbind and ganesha in a private mount
     # namespace with their own /run (the namespace's rpcbind then also answers on port 111).
     local rpcbind; rpcbind="$(find_rpcbind)" || return 1
-    nsexec unshare -m --propagation private sh -c '
+    ip netns exec "$NS" unshare -m --propagation private sh -c '
         mount -t tmpfs tmpfs /run && mkdir -p /run/rpcbind || exit 1
         "$1" -f > "$2/rpcbind.log" 2>&1 &
         echo $! > "$2/rpcbind.pid"
