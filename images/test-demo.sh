@@ -9,7 +9,8 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 usage() {
     cat <<EOF
-usage: $0 [--accel auto|kvm|tcg] [--nic virtio-net-pci|e1000] [--timeout SEC] [--keep] [MODE...]
+usage: $0 [--accel auto|kvm|tcg] [--nic virtio-net-pci|e1000] [--timeout SEC] [--append ARGS]
+          [--keep] [MODE...]
 
 MODE is nbd, nfs (explicit ports) or nfspm (root=nfs:/demo: server from DHCP, ports from
 the portmapper) or fail (a missing NBD export: the initrd must print
@@ -26,13 +27,14 @@ Logs (serial console, servers) go to $HERE/.test/<mode>/ (kept).
   --accel    auto (default): probe KVM with a short boot, fall back to TCG
   --nic      qemu NIC model (default virtio-net-pci)
   --timeout  seconds per boot (default 240)
+  --append   extra kernel arguments, after the test's own (the initrd takes the last root=)
   --keep     keep the namespace and servers after the boots, until Enter is pressed
 Needs root and: qemu-system-x86, qemu-utils (qemu-nbd), busybox-static, python3,
 nfs-ganesha nfs-ganesha-vfs (for nfs; rpcbind is unpacked from its package if absent).
 EOF
 }
 
-ACCEL=auto NIC=virtio-net-pci BOOT_TIMEOUT=240 KEEP=0 MODES=()
+ACCEL=auto NIC=virtio-net-pci BOOT_TIMEOUT=240 KEEP=0 MODES=() EXTRA=""
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -40,6 +42,7 @@ while [ $# -gt 0 ]; do
         --nic) NIC="$2"; shift ;;
         --timeout) BOOT_TIMEOUT="$2"; shift ;;
         --keep) KEEP=1 ;;
+        --append) EXTRA="$2"; shift ;;
         nbd|nfs|nfspm|fail) MODES+=("$1") ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -220,7 +223,7 @@ boot() {  # $1: mode; prints the result line, returns non-zero on failure
         # a missing export: the initrd must say FAILED and power off, not hang
         fail) start_nbd "$d"; root="nbd:$SRV:10809/no-such-export" ;;
     esac
-    local cmdline="console=ttyS0 root=$root bootpool.url=http://$SRV:8080 initrd=initrd.img"
+    local cmdline="console=ttyS0 root=$root bootpool.url=http://$SRV:8080 initrd=initrd.img${EXTRA:+ $EXTRA}"
     log "$mode: booting ($ACCEL, $NIC): $cmdline"
     t0=$(date +%s.%N)
     timeout "$BOOT_TIMEOUT" ip netns exec "$NS" qemu-system-x86_64 -accel "$ACCEL" -m 320 \
