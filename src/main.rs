@@ -29,6 +29,23 @@ enum Command {
         #[arg(short, long, default_value = "pools.yaml")]
         config: PathBuf,
     },
+    /// Show recorded waves and boots: every wave, one wave, a pool's newest wave, or two waves
+    /// compared (e.g. the same room over NFS and over NBD).
+    Report {
+        #[arg(short, long, default_value = "pools.yaml")]
+        config: PathBuf,
+        /// One wave's per-client table and summary.
+        #[arg(long, conflicts_with_all = ["pool", "compare"])]
+        wave: Option<u64>,
+        /// The newest wave of this pool.
+        #[arg(long, conflicts_with = "compare")]
+        pool: Option<String>,
+        /// Two waves side by side.
+        #[arg(long, num_args = 2, value_names = ["WAVE_A", "WAVE_B"])]
+        compare: Option<Vec<u64>>,
+        #[arg(long, value_enum, default_value_t = bootpool::record::report::Format::Table)]
+        format: bootpool::record::report::Format,
+    },
     /// Boot N virtual clients (qemu, PXE) against a config in an isolated network namespace.
     Lab(bootpool::lab::LabArgs),
 }
@@ -54,6 +71,22 @@ fn main() -> ExitCode {
                 }
             };
             run(bootpool::app::serve(config))
+        }
+        Command::Report {
+            config,
+            wave,
+            pool,
+            compare,
+            format,
+        } => {
+            use bootpool::record::report::Query;
+            let query = match (wave, pool, compare) {
+                (Some(w), _, _) => Query::Wave(w),
+                (_, Some(p), _) => Query::Pool(p),
+                (_, _, Some(ab)) => Query::Compare(ab[0], ab[1]),
+                _ => Query::Waves,
+            };
+            report(&config, &query, format)
         }
         Command::Lab(args) => {
             // Before the runtime starts a thread: every thread and child must share the
@@ -111,6 +144,33 @@ fn check(path: &std::path::Path) -> ExitCode {
                 clients
             );
             ExitCode::SUCCESS
+        }
+    }
+}
+
+fn report(
+    path: &std::path::Path,
+    query: &bootpool::record::report::Query,
+    format: bootpool::record::report::Format,
+) -> ExitCode {
+    let config = match Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = bootpool::record::load(&config.server.state_dir)
+        .map_err(anyhow::Error::from)
+        .and_then(|t| bootpool::record::report::render(&t, query, format));
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -11,9 +11,9 @@ pub mod table;
 pub mod vm;
 
 use crate::config::{Config, Mac, RootProto};
+use crate::record::view::BootView;
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use serde::Deserialize;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -56,32 +56,13 @@ pub struct LabArgs {
     pub timeout: Option<u64>,
 }
 
-/// A boot as the API reports it (the fields the lab shows).
-#[derive(Debug, Clone, Deserialize)]
-pub struct ApiBoot {
-    pub mac: String,
-    pub ip: Option<String>,
-    pub pool: Option<String>,
-    pub result: String,
-    pub start: f64,
-    pub duration_s: Option<f64>,
-    pub phases: Vec<ApiPhase>,
-    pub bytes: std::collections::BTreeMap<String, u64>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct ApiPhase {
-    pub name: String,
-    pub seconds: f64,
-}
-
 /// One client's line in the lab's table.
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub name: String,
     pub mac: Mac,
     pub console: Console,
-    pub boot: Option<ApiBoot>,
+    pub boot: Option<BootView>,
 }
 
 impl Outcome {
@@ -259,7 +240,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     }
     // The booted call precedes the done line; give the journal writer a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let boots: Vec<ApiBoot> = serde_json::from_str(&http_get(api, "/api/v1/boots").await?)
+    let boots: Vec<BootView> = serde_json::from_str(&http_get(api, "/api/v1/boots").await?)
         .context("reading /api/v1/boots")?;
     drop(daemon);
     if let Some(r) = radvd.as_mut() {

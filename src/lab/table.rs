@@ -2,6 +2,7 @@
 
 use super::Outcome;
 use super::vm::Console;
+use crate::record::view::BootView;
 use std::fmt::Write;
 
 const PHASES: [&str; 6] = ["dhcp", "loader", "ipxe", "kernel", "initrd", "root"];
@@ -26,7 +27,8 @@ pub fn render(outcomes: &[Outcome]) -> String {
         let mut row = vec![
             o.name.clone(),
             o.mac.to_string(),
-            boot.and_then(|b| b.ip.clone())
+            boot.and_then(|b| b.ip)
+                .map(|ip| ip.to_string())
                 .unwrap_or_else(|| "-".into()),
             result,
             console_s,
@@ -40,7 +42,7 @@ pub fn render(outcomes: &[Outcome]) -> String {
                 .map(|p| format!("{:.1}", p.seconds));
             row.push(s.unwrap_or_else(|| "-".into()));
         }
-        let bytes: u64 = boot.map(|b| b.bytes.values().sum()).unwrap_or(0);
+        let bytes = boot.map(BootView::total_bytes).unwrap_or(0);
         row.push(format!("{:.1}", bytes as f64 / 1e6));
         rows.push(row);
     }

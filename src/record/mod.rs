@@ -7,7 +7,9 @@
 //! losing at most the batch it was writing.
 
 pub mod event;
+pub mod report;
 pub mod timeline;
+pub mod view;
 pub mod wave;
 
 pub use event::{Event, FileKind, Kind, Outcome, Proto, Who};
@@ -105,6 +107,13 @@ pub fn start(state_dir: &Path, shutdown: &Shutdown) -> std::io::Result<(Recorder
     };
     shutdown.spawn(writer.run(shutdown.clone()));
     Ok((Recorder { tx, counters }, records))
+}
+
+/// Reads the records in `state_dir` without starting a writer (for `bootpool report`).
+pub fn load(state_dir: &Path) -> std::io::Result<Timelines> {
+    let mut timelines = Timelines::default();
+    replay(&state_dir.join(JOURNAL), &mut timelines)?;
+    Ok(timelines)
 }
 
 fn replay(path: &Path, timelines: &mut Timelines) -> std::io::Result<usize> {

@@ -5,7 +5,8 @@ use super::timeline::{Boot, BootResult, PHASES};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// A boot that starts more than this long after the previous one of its pool starts a new wave.
+/// A boot that starts more than this long after the previous one of its pool starts a new wave
+/// (as does a machine booting a second time).
 pub const GAP_S: f64 = 120.0;
 
 #[derive(Debug, Clone, Serialize)]
@@ -50,7 +51,9 @@ pub fn waves(boots: &[Boot]) -> Vec<Wave> {
         let mut group: Vec<&Boot> = Vec::new();
         for b in list {
             if let Some(last) = group.last() {
-                if (b.start - last.start) as f64 / 1e6 > GAP_S {
+                // A machine that boots again is a new power-on of the room, however soon.
+                let again = group.iter().any(|g| g.mac == b.mac);
+                if again || (b.start - last.start) as f64 / 1e6 > GAP_S {
                     out.push(make_wave(pool, &group));
                     group.clear();
                 }

@@ -4,15 +4,17 @@
 
 use crate::boot::script;
 use crate::config::{Config, Mac};
-use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Records, Who};
+use crate::record::view::{BootView, SummaryView, WaveView};
+use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Records, Who, wave};
 use crate::shutdown::Shutdown;
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,6 +50,10 @@ pub fn router(web: Web) -> axum::Router {
         .route("/boot/{image}/{file}", get(image_file))
         .route("/api/v1/booted", post(booted))
         .route("/api/v1/boots", get(boots))
+        .route("/api/v1/waves", get(waves))
+        .route("/api/v1/waves/{id}", get(wave_by_id))
+        .route("/api/v1/pools", get(pools))
+        .route("/api/v1/clients", get(clients))
         .with_state(web)
 }
 
@@ -215,56 +221,129 @@ async fn booted(
     StatusCode::NO_CONTENT.into_response()
 }
 
-/// One boot as the API shows it.
-#[derive(Serialize)]
-pub struct BootView {
-    pub id: u64,
-    pub mac: Mac,
-    pub ip: Option<std::net::Ipv4Addr>,
-    pub pool: Option<String>,
-    pub root: Option<Proto>,
-    pub result: crate::record::BootResult,
-    /// Unix time in seconds.
-    pub start: f64,
-    pub duration_s: Option<f64>,
-    pub uptime_s: Option<f64>,
-    pub phases: Vec<PhaseView>,
-    pub bytes: std::collections::BTreeMap<Proto, u64>,
+#[derive(Debug, Deserialize)]
+struct BootsQuery {
+    pool: Option<String>,
+    /// Unix seconds: only boots that started at or after this.
+    since: Option<f64>,
 }
 
-#[derive(Serialize)]
-pub struct PhaseView {
-    pub name: &'static str,
-    pub start: f64,
-    pub seconds: f64,
-}
-
-async fn boots(State(web): State<Web>) -> Json<Vec<BootView>> {
-    let views = web.records.read(|t| {
+async fn boots(State(web): State<Web>, Query(q): Query<BootsQuery>) -> Json<Vec<BootView>> {
+    Json(web.records.read(|t| {
         t.boots()
             .iter()
-            .map(|b| BootView {
-                id: b.id,
-                mac: b.mac,
-                ip: b.ip,
-                pool: b.pool.clone(),
-                root: b.root,
-                result: b.result,
-                start: b.start as f64 / 1e6,
-                duration_s: b.duration_s(),
-                uptime_s: b.uptime_s,
-                phases: b
-                    .phases()
-                    .into_iter()
-                    .map(|p| PhaseView {
-                        name: p.name,
-                        start: p.start as f64 / 1e6,
-                        seconds: (p.end - p.start) as f64 / 1e6,
-                    })
-                    .collect(),
-                bytes: b.bytes.clone(),
+            .filter(|b| q.pool.as_ref().is_none_or(|p| b.pool.as_ref() == Some(p)))
+            .filter(|b| q.since.is_none_or(|s| b.start as f64 / 1e6 >= s))
+            .map(BootView::of)
+            .collect()
+    }))
+}
+
+/// Waves without their boots: what a list of waves needs.
+#[derive(Serialize)]
+struct WaveLine {
+    id: u64,
+    pool: String,
+    start: f64,
+    summary: SummaryView,
+}
+
+async fn waves(State(web): State<Web>) -> Json<Vec<WaveLine>> {
+    Json(web.records.read(|t| {
+        wave::waves(t.boots())
+            .iter()
+            .map(|w| WaveLine {
+                id: w.id,
+                pool: w.pool.clone(),
+                start: w.start,
+                summary: (&w.summary).into(),
             })
             .collect()
+    }))
+}
+
+async fn wave_by_id(State(web): State<Web>, Path(id): Path<u64>) -> Response {
+    match find_wave(&web, id) {
+        Some(w) => Json(w).into_response(),
+        None => not_found("no such wave"),
+    }
+}
+
+pub fn find_wave(web: &Web, id: u64) -> Option<WaveView> {
+    web.records.read(|t| {
+        wave::waves(t.boots())
+            .iter()
+            .find(|w| w.id == id)
+            .map(|w| WaveView::of(w, t.boots()))
+    })
+}
+
+#[derive(Serialize)]
+struct PoolLine {
+    name: String,
+    image: String,
+    root: String,
+    /// How many MACs the pool lists.
+    clients: u64,
+    latest_wave: Option<u64>,
+}
+
+async fn pools(State(web): State<Web>) -> Json<Vec<PoolLine>> {
+    let latest: BTreeMap<String, u64> = web.records.read(|t| {
+        wave::waves(t.boots())
+            .into_iter()
+            .map(|w| (w.pool, w.id))
+            .collect()
     });
-    Json(views)
+    Json(
+        web.config
+            .pools
+            .values()
+            .map(|p| PoolLine {
+                name: p.name.clone(),
+                image: p.image.name.clone(),
+                root: p.root.to_string(),
+                clients: p.clients.iter().map(|e| e.macs.len()).sum(),
+                latest_wave: latest.get(&p.name).copied(),
+            })
+            .collect(),
+    )
+}
+
+#[derive(Serialize)]
+struct ClientLine {
+    mac: String,
+    name: Option<String>,
+    pool: Option<String>,
+    ip: Option<std::net::Ipv4Addr>,
+    boots: usize,
+    last: Option<BootView>,
+}
+
+/// Every client that has booted at least once, with its newest boot.
+async fn clients(State(web): State<Web>) -> Json<Vec<ClientLine>> {
+    let mut by_mac: BTreeMap<Mac, (usize, Option<BootView>)> = BTreeMap::new();
+    web.records.read(|t| {
+        for b in t.boots() {
+            let e = by_mac.entry(b.mac).or_default();
+            e.0 += 1;
+            e.1 = Some(BootView::of(b));
+        }
+    });
+    Json(
+        by_mac
+            .into_iter()
+            .map(|(mac, (boots, last))| {
+                let member = web.config.member(mac);
+                ClientLine {
+                    mac: mac.to_string(),
+                    name: member.as_ref().and_then(|m| m.entry.name.clone()),
+                    pool: member.map(|m| m.pool.name.clone()),
+                    ip: last.as_ref().and_then(|b| b.ip),
+                    boots,
+                    last,
+                }
+            })
+            .collect(),
+    )
 }

@@ -1,0 +1,226 @@
+//! `bootpool report`: waves, a wave's per-client table and summary, and the comparison of two
+//! waves, as a table, CSV or JSON. Reads the records in the state folder, so it works whether
+//! or not the daemon runs.
+
+use super::timeline::{PHASES, Timelines};
+use super::view::{self, BootView, WaveView};
+use super::wave;
+use std::fmt::Write;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Csv,
+    Json,
+}
+
+/// What to report.
+#[derive(Debug, Clone)]
+pub enum Query {
+    /// Every wave, one line each.
+    Waves,
+    Wave(u64),
+    /// The newest wave of a pool.
+    Pool(String),
+    Compare(u64, u64),
+}
+
+pub fn render(t: &Timelines, query: &Query, format: Format) -> anyhow::Result<String> {
+    let all = wave::waves(t.boots());
+    let find = |id: u64| {
+        all.iter()
+            .find(|w| w.id == id)
+            .map(|w| WaveView::of(w, t.boots()))
+            .ok_or_else(|| anyhow::anyhow!("no wave {id} (`bootpool report` lists them)"))
+    };
+    match query {
+        Query::Waves => {
+            let views: Vec<WaveView> = all.iter().map(|w| WaveView::of(w, t.boots())).collect();
+            Ok(match format {
+                Format::Json => serde_json::to_string_pretty(&views)?,
+                Format::Csv => waves_table(&views, ","),
+                Format::Table => waves_table(&views, "  "),
+            })
+        }
+        Query::Wave(id) => wave_report(&find(*id)?, format),
+        Query::Pool(pool) => {
+            let w = all
+                .iter()
+                .rev()
+                .find(|w| &w.pool == pool)
+                .ok_or_else(|| anyhow::anyhow!("no waves recorded for pool `{pool}`"))?;
+            wave_report(&WaveView::of(w, t.boots()), format)
+        }
+        Query::Compare(a, b) => {
+            let c = view::compare(find(*a)?, find(*b)?);
+            Ok(match format {
+                Format::Json => serde_json::to_string_pretty(&c)?,
+                Format::Csv => compare_table(&c.a, &c.b, ","),
+                Format::Table => format!("{}\n{}\n", compare_table(&c.a, &c.b, "  "), c.sentence),
+            })
+        }
+    }
+}
+
+fn secs(v: Option<f64>) -> String {
+    v.map(|s| format!("{s:.1}")).unwrap_or_else(|| "-".into())
+}
+
+fn mb(bytes: f64) -> String {
+    format!("{:.1}", bytes / 1e6)
+}
+
+/// Aligns columns for a table, or joins with `sep` for CSV.
+fn layout(rows: &[Vec<String>], sep: &str) -> String {
+    let mut out = String::new();
+    if sep != "  " {
+        for r in rows {
+            let _ = writeln!(out, "{}", r.join(sep));
+        }
+        return out;
+    }
+    let widths: Vec<usize> = (0..rows[0].len())
+        .map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0))
+        .collect();
+    for r in rows {
+        let cells: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", cells.join(sep).trim_end());
+    }
+    out
+}
+
+fn waves_table(views: &[WaveView], sep: &str) -> String {
+    let mut rows = vec![
+        [
+            "wave",
+            "pool",
+            "start",
+            "clients",
+            "booted",
+            "median_s",
+            "p95_s",
+            "max_s",
+            "MB_per_client",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for w in views {
+        let s = &w.summary;
+        rows.push(vec![
+            w.id.to_string(),
+            w.pool.clone(),
+            format!("{:.0}", w.start),
+            s.clients.to_string(),
+            s.booted.to_string(),
+            secs(s.median_s),
+            secs(s.p95_s),
+            secs(s.max_s),
+            mb(s.bytes_per_client.values().sum()),
+        ]);
+    }
+    layout(&rows, sep)
+}
+
+fn boot_row(b: &BootView) -> Vec<String> {
+    let mut row = vec![
+        b.mac.clone(),
+        b.ip.map(|i| i.to_string()).unwrap_or_default(),
+        b.result.clone(),
+        secs(b.duration_s),
+    ];
+    row.extend(PHASES.iter().map(|p| secs(b.phase_s(p))));
+    row.push(mb(b.total_bytes() as f64));
+    row
+}
+
+fn wave_report(w: &WaveView, format: Format) -> anyhow::Result<String> {
+    if format == Format::Json {
+        return Ok(serde_json::to_string_pretty(w)?);
+    }
+    let sep = if format == Format::Csv { "," } else { "  " };
+    let mut head: Vec<String> = ["mac", "ip", "result", "boot_s"].map(String::from).to_vec();
+    head.extend(PHASES.iter().map(|p| format!("{p}_s")));
+    head.push("MB".into());
+    let mut rows = vec![head];
+    rows.extend(w.boots.iter().map(boot_row));
+    let mut out = layout(&rows, sep);
+    if format == Format::Table {
+        let s = &w.summary;
+        let _ = writeln!(
+            out,
+            "\nwave {} of pool {}: {} of {} clients booted; boot time median {} s, p95 {} s, max {} s; {} MB per client",
+            w.id,
+            w.pool,
+            s.booted,
+            s.clients,
+            secs(s.median_s),
+            secs(s.p95_s),
+            secs(s.max_s),
+            mb(s.bytes_per_client.values().sum())
+        );
+    }
+    Ok(out)
+}
+
+fn compare_table(a: &WaveView, b: &WaveView, sep: &str) -> String {
+    let mut rows = vec![vec![
+        "".to_string(),
+        format!("wave {}", a.id),
+        format!("wave {}", b.id),
+    ]];
+    let root = |w: &WaveView| {
+        w.boots
+            .iter()
+            .find_map(|b| b.root)
+            .map(view::proto_name)
+            .unwrap_or("-")
+            .to_string()
+    };
+    rows.push(vec!["pool".into(), a.pool.clone(), b.pool.clone()]);
+    rows.push(vec!["root".into(), root(a), root(b)]);
+    rows.push(vec![
+        "clients".into(),
+        a.summary.clients.to_string(),
+        b.summary.clients.to_string(),
+    ]);
+    rows.push(vec![
+        "booted".into(),
+        a.summary.booted.to_string(),
+        b.summary.booted.to_string(),
+    ]);
+    rows.push(vec![
+        "median_s".into(),
+        secs(a.summary.median_s),
+        secs(b.summary.median_s),
+    ]);
+    rows.push(vec![
+        "p95_s".into(),
+        secs(a.summary.p95_s),
+        secs(b.summary.p95_s),
+    ]);
+    rows.push(vec![
+        "max_s".into(),
+        secs(a.summary.max_s),
+        secs(b.summary.max_s),
+    ]);
+    for p in PHASES {
+        let (x, y) = (
+            a.summary.phase_median_s.get(p).copied(),
+            b.summary.phase_median_s.get(p).copied(),
+        );
+        if x.is_some() || y.is_some() {
+            rows.push(vec![format!("{p}_median_s"), secs(x), secs(y)]);
+        }
+    }
+    rows.push(vec![
+        "MB_per_client".into(),
+        mb(a.summary.bytes_per_client.values().sum()),
+        mb(b.summary.bytes_per_client.values().sum()),
+    ]);
+    layout(&rows, sep)
+}
