@@ -239,3 +239,60 @@ async fn pipelined_reads_are_all_answered_with_the_right_data() {
     raw.expect_closed().await;
     daemon.stop().await;
 }
+
+#[tokio::test]
+async fn export_name_abort_and_list_work_for_older_clients() {
+    let fx = fixture_with_more_images();
+    let daemon = fx.start().await;
+    let addr = daemon.bound.nbd;
+
+    // NBD_OPT_EXPORT_NAME with NO_ZEROES: size and flags, then transmission at once.
+    let mut raw = Raw::connect(addr).await;
+    raw.option(1, b"demo").await;
+    let r = raw.read(10).await;
+    assert_eq!(u64::from_be_bytes(r[..8].try_into().unwrap()), SIZE as u64);
+    let flags = u16::from_be_bytes([r[8], r[9]]);
+    assert_eq!(flags & 0b11, 0b11, "has flags, read-only: {flags:#x}");
+    raw.request(nbd::CMD_READ, 5, 4096, 512).await;
+    assert_eq!(raw.reply().await, (0, 5));
+    assert!(raw.read(512).await == pattern(3, 4096 + 512)[4096..]);
+
+    // Without NO_ZEROES the reply carries 124 zero bytes, then transmission.
+    let mut raw = Raw::greeted(addr).await;
+    raw.send(&1u32.to_be_bytes()).await;
+    raw.option(1, b"other").await;
+    let r = raw.read(10 + 124).await;
+    assert_eq!(u64::from_be_bytes(r[..8].try_into().unwrap()), 1 << 20);
+    assert!(r[10..].iter().all(|&b| b == 0));
+    raw.request(nbd::CMD_DISC, 1, 0, 0).await;
+    raw.expect_closed().await;
+
+    // EXPORT_NAME cannot carry an error: an unknown name is a hang-up.
+    let mut raw = Raw::connect(addr).await;
+    raw.option(1, b"nope").await;
+    raw.expect_closed().await;
+
+    // LIST, then ABORT: acknowledged, then closed.
+    let mut raw = Raw::connect(addr).await;
+    raw.option(nbd::OPT_LIST, &[]).await;
+    let mut names = Vec::new();
+    loop {
+        let (opt, kind, data) = raw.option_reply().await;
+        assert_eq!(opt, nbd::OPT_LIST);
+        match kind {
+            nbd::REP_SERVER => {
+                let n = u32::from_be_bytes(data[..4].try_into().unwrap()) as usize;
+                names.push(String::from_utf8(data[4..4 + n].to_vec()).unwrap());
+            }
+            nbd::REP_ACK => break,
+            other => panic!("LIST reply {other:#x}"),
+        }
+    }
+    names.sort();
+    assert_eq!(names, ["demo", "other"]);
+    raw.option(nbd::OPT_ABORT, &[]).await;
+    let (opt, kind, _) = raw.option_reply().await;
+    assert_eq!((opt, kind), (nbd::OPT_ABORT, nbd::REP_ACK));
+    raw.expect_closed().await;
+    daemon.stop().await;
+}
