@@ -394,13 +394,16 @@ impl Conn {
         // The writer cancels this when the client stops taking replies.
         let broken = CancellationToken::new();
         let sent = Arc::new(AtomicU64::new(0));
+        let tally = Tally {
+            recorder: self.recorder.clone(),
+            who: self.who(),
+            sent: sent.clone(),
+            stats: self.stats.clone(),
+        };
         let mut writer = tokio::spawn(write_replies(
             wr,
             rx,
-            self.recorder.clone(),
-            self.who(),
-            sent.clone(),
-            self.stats.clone(),
+            tally,
             broken.clone(),
             self.limits.write_timeout,
         ));
@@ -545,17 +548,29 @@ async fn read(
     }
 }
 
+/// Where a connection's sent bytes are counted and recorded.
+struct Tally {
+    recorder: Recorder,
+    who: Option<Who>,
+    /// This connection's payload bytes, for its summary line.
+    sent: Arc<AtomicU64>,
+    stats: Arc<Stats>,
+}
+
 /// Sends replies as they complete, and records root reads in aggregate.
 async fn write_replies(
     mut wr: OwnedWriteHalf,
     mut rx: mpsc::Receiver<Reply>,
-    recorder: Recorder,
-    who: Option<Who>,
-    sent: Arc<AtomicU64>,
-    stats: Arc<Stats>,
+    tally: Tally,
     broken: CancellationToken,
     write_timeout: Duration,
 ) {
+    let Tally {
+        recorder,
+        who,
+        sent,
+        stats,
+    } = tally;
     let mut pending = 0u64;
     let flush = |pending: &mut u64| {
         if let Some(who) = who
