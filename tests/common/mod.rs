@@ -154,3 +154,4 @@ pub async fn run_async(mut cmd: std::process::Command, secs: u64) -> (bool, Stri
         .await
         .unwrap()
 }
+pub mod nbd_raw;
