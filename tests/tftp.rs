@@ -49,6 +49,8 @@ async fn tie_loopback(dhcp: SocketAddr, state: &Path) {
     let any = std::net::Ipv4Addr::UNSPECIFIED;
     let mut m = Message::new(any, any, any, any, &mac.0);
     m.set_opcode(Opcode::BootRequest);
+    // As if relayed from 127.0.0.1: the ACK goes back over loopback, not out as a broadcast.
+    m.set_giaddr(std::net::Ipv4Addr::LOCALHOST);
     m.opts_mut()
         .insert(DhcpOption::MessageType(MessageType::Request));
     m.opts_mut()
@@ -57,7 +59,7 @@ async fn tie_loopback(dhcp: SocketAddr, state: &Path) {
     m.encode(&mut Encoder::new(&mut buf)).unwrap();
     let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     sock.send_to(&buf, dhcp).await.unwrap();
-    // The ACK is broadcast on port 68, where nobody here listens; wait for its record.
+    // Nobody listens for the ACK; wait for its record.
     for _ in 0..100 {
         let text = std::fs::read_to_string(state.join("events.jsonl")).unwrap_or_default();
         if text.contains("\"dhcp_ack\"") && text.contains("127.0.0.1") {

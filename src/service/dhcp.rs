@@ -323,3 +323,132 @@ impl Server {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    const CONFIG: &str = "\
+server: { address: 10.77.0.1, http: 0.0.0.0:8080, state_dir: var/ }
+dhcp: { subnet: 10.77.0.0/24, range: 10.77.0.100-10.77.0.101, router: 10.77.0.1, lease: 1h }
+images:
+  demo: { dir: images/demo }
+pools:
+  room:
+    image: demo
+    clients:
+      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }
+      - { mac: \"52:54:00:77:00:20\", ip: 10.77.0.20 }
+";
+
+    fn server(dir: &Path) -> Server {
+        let config = Arc::new(Config::parse(&dir.join("pools.yaml"), CONFIG).unwrap());
+        Server {
+            leases: load(&config, &dir.join(LEASES_FILE)).unwrap(),
+            config,
+            recorder: Recorder::discard(),
+            path: dir.join(LEASES_FILE),
+            strangers: HashSet::new(),
+            counters: Arc::default(),
+        }
+    }
+
+    fn req(mac: u8, options: &[u8]) -> Request {
+        let mut raw = vec![0u8; 236];
+        raw[..3].copy_from_slice(&[1, 1, 6]);
+        raw[28..34].copy_from_slice(&[0x52, 0x54, 0, 0x77, 0, mac]);
+        raw.extend_from_slice(&[99, 130, 83, 99]);
+        raw.extend_from_slice(options);
+        raw.push(255);
+        wire::parse_request(&raw).unwrap()
+    }
+
+    fn from() -> SocketAddr {
+        "0.0.0.0:68".parse().unwrap()
+    }
+
+    const BCAST: &str = "255.255.255.255:68";
+
+    #[test]
+    fn discover_request_ack_with_pxe_boot_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = server(dir.path());
+        let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 0, 60, 9];
+        o.extend_from_slice(b"PXEClient");
+        let (offer, to) = s.handle(&req(1, &o), from(), 1000).unwrap();
+        assert_eq!(offer.kind, ReplyKind::Offer);
+        assert_eq!(to, BCAST.parse().unwrap());
+        assert_eq!(offer.yiaddr, Ipv4Addr::new(10, 77, 0, 100));
+        assert_eq!(offer.boot_file.as_deref(), Some("undionly.kpxe"));
+        assert_eq!(offer.siaddr, Ipv4Addr::new(10, 77, 0, 1));
+        assert!(offer.pxe);
+        let mut o = vec![53, 1, REQUEST, 50, 4, 10, 77, 0, 100, 54, 4, 10, 77, 0, 1];
+        o.extend_from_slice(&[60, 9]);
+        o.extend_from_slice(b"PXEClient");
+        let (ack, _) = s.handle(&req(1, &o), from(), 1001).unwrap();
+        assert_eq!(ack.kind, ReplyKind::Ack);
+        assert_eq!(ack.lease_secs, Some(3600));
+        // The file on disk says the same as the table.
+        let saved: Saved =
+            serde_json::from_slice(&std::fs::read(dir.path().join(LEASES_FILE)).unwrap()).unwrap();
+        assert_eq!(saved.leases[0].ip, Ipv4Addr::new(10, 77, 0, 100));
+        assert_eq!(saved.leases[0].expires, 1001 + 3600);
+        // A fresh server reads it back: a renewal from ciaddr is unicast and acked.
+        let mut s = server(dir.path());
+        let mut renew = req(1, &[53, 1, REQUEST]);
+        renew.ciaddr = Ipv4Addr::new(10, 77, 0, 100);
+        let (ack, to) = s.handle(&renew, from(), 2000).unwrap();
+        assert_eq!(ack.kind, ReplyKind::Ack);
+        assert_eq!(ack.boot_file, None, "plain DHCP gets no boot file");
+        assert_eq!(to, "10.77.0.100:68".parse().unwrap());
+    }
+
+    #[test]
+    fn naks_silences_and_releases() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = server(dir.path());
+        // Asking for another client's reservation: NAK, broadcast.
+        let (nak, to) = s
+            .handle(&req(2, &[53, 1, REQUEST, 50, 4, 10, 77, 0, 20]), from(), 10)
+            .unwrap();
+        assert_eq!(nak.kind, ReplyKind::Nak);
+        assert_eq!(to, BCAST.parse().unwrap());
+        // The reservation holder gets it.
+        let (offer, _) = s
+            .handle(&req(0x20, &[53, 1, DISCOVER]), from(), 10)
+            .unwrap();
+        assert_eq!(offer.yiaddr, Ipv4Addr::new(10, 77, 0, 20));
+        // A REQUEST naming another server withdraws our offer, silently.
+        let (offer, _) = s.handle(&req(3, &[53, 1, DISCOVER]), from(), 10).unwrap();
+        let other = [53, 1, REQUEST, 54, 4, 10, 77, 0, 2, 50, 4];
+        let mut o = other.to_vec();
+        o.extend_from_slice(&offer.yiaddr.octets());
+        assert!(s.handle(&req(3, &o), from(), 11).is_none());
+        // Never-used addresses go first; with the range otherwise taken, the withdrawn one
+        // is free again.
+        let (other, _) = s.handle(&req(4, &[53, 1, DISCOVER]), from(), 12).unwrap();
+        assert_ne!(other.yiaddr, offer.yiaddr);
+        let (again, _) = s.handle(&req(6, &[53, 1, DISCOVER]), from(), 12).unwrap();
+        assert_eq!(
+            again.yiaddr, offer.yiaddr,
+            "the withdrawn offer is free again"
+        );
+        assert!(
+            s.handle(&req(7, &[53, 1, DISCOVER]), from(), 12).is_none(),
+            "range full"
+        );
+        // Strangers and unknown message types get nothing.
+        assert!(
+            s.handle(&req(0x99, &[53, 1, DISCOVER]), from(), 12)
+                .is_none()
+        );
+        assert!(s.handle(&req(1, &[53, 1, 42]), from(), 12).is_none());
+        assert_eq!(s.counters.strangers.load(Ordering::Relaxed), 1);
+        // A relayed request is answered to the relay's server port.
+        let mut relayed = req(4, &[53, 1, DISCOVER]);
+        relayed.giaddr = Ipv4Addr::new(10, 77, 9, 1);
+        let (_, to) = s.handle(&relayed, from(), 13).unwrap();
+        assert_eq!(to, "10.77.9.1:67".parse().unwrap());
+    }
+}

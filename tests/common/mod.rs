@@ -12,6 +12,8 @@ pub struct Fixture {
     pub dir: tempfile::TempDir,
 }
 
+pub mod netns;
+
 /// Deterministic bytes, so a test can check what it read without keeping a copy.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed

@@ -1,0 +1,406 @@
+//! DHCP interop: busybox udhcpc and ISC dhclient against the `bootpool` binary over a veth
+//! pair between two network namespaces (DHCP needs a real broadcast link), including a
+//! kill -9 and restart; and malformed packets at the in-process daemon.
+
+mod common;
+
+use common::netns::Link;
+use common::{Fixture, run};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+const SERVER: &str = "10.77.1.1";
+const RESERVED_MAC: &str = "52:54:00:77:00:10";
+const RESERVED_IP: &str = "10.77.1.11";
+
+fn in_range(ip: Ipv4Addr) -> bool {
+    (u32::from(Ipv4Addr::new(10, 77, 1, 100))..=u32::from(Ipv4Addr::new(10, 77, 1, 150)))
+        .contains(&u32::from(ip))
+}
+
+fn config(iface: &str) -> String {
+    format!(
+        "\
+server:
+  interfaces: [{iface}]
+  address: {SERVER}
+  http: {SERVER}:0
+  state_dir: var/
+  loaders: loaders/
+  ports: {{ dhcp: 67, tftp: 0, nfs: 0, nbd: 0, portmap: 0 }}
+dhcp:
+  mode: authoritative
+  subnet: 10.77.1.0/24
+  range: 10.77.1.100-10.77.1.150
+  router: {SERVER}
+  dns: [10.77.1.53]
+  lease: 1h
+images:
+  demo: {{ dir: images/demo }}
+pools:
+  nfs-room:
+    image: demo
+    root: nfs
+    clients:
+      - {{ macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }}
+  nbd-room:
+    image: demo
+    root: nbd
+    clients:
+      - {{ mac: \"{RESERVED_MAC}\", name: pc10, ip: {RESERVED_IP} }}
+"
+    )
+}
+
+/// The daemon binary running in the server namespace; killed with SIGKILL when dropped.
+struct Daemon {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(link: &Link, fx: &Fixture, n: u32) -> Daemon {
+        let log = fx.path().join(format!("daemon-{n}.log"));
+        let config = fx.config_path();
+        let child = Link::command(
+            &link.server_ns,
+            env!("CARGO_BIN_EXE_bootpool"),
+            &["serve", "--config", config.to_str().unwrap()],
+        )
+        .env("BOOTPOOL_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("bootpool runs");
+        let mut d = Daemon { child, log };
+        for _ in 0..200 {
+            if d.log_text().contains("bootpool serving") {
+                return d;
+            }
+            if let Ok(Some(status)) = d.child.try_wait() {
+                panic!("bootpool exited ({status}):\n{}", d.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("bootpool did not start:\n{}", d.log_text());
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// kill -9: no chance to save anything on the way out.
+    fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The address busybox udhcpc got on the client end, or `None` if it got none.
+fn udhcpc(link: &Link, fx: &Fixture, mac: &str) -> Option<Ipv4Addr> {
+    link.set_client_mac(mac);
+    let out = fx.path().join("udhcpc.out");
+    let _ = std::fs::remove_file(&out);
+    let script = fx.path().join("udhcpc.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$1 $ip $subnet $router $dns\" >> {}\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    make_executable(&script);
+    let (_, so, se) = run(
+        &mut Link::command(
+            &link.client_ns,
+            "busybox",
+            &[
+                "udhcpc",
+                "-i",
+                &link.client_if,
+                "-f",
+                "-q",
+                "-n",
+                "-t",
+                "3",
+                "-T",
+                "1",
+                "-s",
+                script.to_str().unwrap(),
+            ],
+        ),
+        20,
+    );
+    let said = std::fs::read_to_string(&out).unwrap_or_default();
+    let bound = said.lines().find(|l| l.starts_with("bound "))?;
+    let fields: Vec<&str> = bound.split(' ').collect();
+    assert_eq!(fields.get(2), Some(&"255.255.255.0"), "{said}\n{so}{se}");
+    assert_eq!(fields.get(3), Some(&SERVER), "router: {said}");
+    assert_eq!(fields.get(4), Some(&"10.77.1.53"), "dns: {said}");
+    Some(fields[1].parse().unwrap())
+}
+
+/// The address ISC dhclient got. It runs in the foreground (`-d`), so the test owns the one
+/// process and stops it once the script has seen BOUND (or dhclient gave up).
+fn dhclient(link: &Link, fx: &Fixture, mac: &str) -> Option<Ipv4Addr> {
+    link.set_client_mac(mac);
+    let dir = fx.path().join(format!("dhclient-{}", mac.replace(':', "")));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("script.out");
+    let script = dir.join("script.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$reason $new_ip_address $new_subnet_mask $new_routers\" >> {}\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    make_executable(&script);
+    let conf = dir.join("dhclient.conf");
+    std::fs::write(&conf, "timeout 10;\nretry 1;\ninitial-interval 1;\n").unwrap();
+    let pid = dir.join("dhclient.pid");
+    let lease = dir.join("dhclient.leases");
+    let log = dir.join("dhclient.log");
+    let mut child = Link::command(
+        &link.client_ns,
+        "dhclient",
+        &[
+            "-d",
+            "-1",
+            "-v",
+            "-cf",
+            conf.to_str().unwrap(),
+            "-sf",
+            script.to_str().unwrap(),
+            "-pf",
+            pid.to_str().unwrap(),
+            "-lf",
+            lease.to_str().unwrap(),
+            &link.client_if,
+        ],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&log).unwrap())
+    .spawn()
+    .expect("dhclient runs");
+    let bound = |said: &str| {
+        said.lines()
+            .find(|l| l.starts_with("BOUND "))
+            .map(str::to_string)
+    };
+    let mut line = None;
+    for _ in 0..400 {
+        line = bound(&std::fs::read_to_string(&out).unwrap_or_default());
+        if line.is_some() || child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // `ip netns exec` execs dhclient, so this is dhclient itself.
+    let _ = child.kill();
+    let _ = child.wait();
+    let Some(line) = line else {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            log.contains("No DHCPOFFERS") || log.contains("No working leases"),
+            "dhclient neither bound nor gave up:\n{log}"
+        );
+        return None;
+    };
+    let fields: Vec<&str> = line.split(' ').collect();
+    assert_eq!(fields.get(2), Some(&"255.255.255.0"), "{line}");
+    assert_eq!(fields.get(3), Some(&SERVER), "{line}");
+    Some(fields[1].parse().unwrap())
+}
+
+fn make_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// leases.json's entry for `mac`, as (ip, state).
+fn saved_lease(fx: &Fixture, mac: &str) -> Option<(Ipv4Addr, String)> {
+    let text = std::fs::read_to_string(fx.path().join("var/leases.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v["leases"].as_array()?.iter().find_map(|l| {
+        (l["mac"] == mac).then(|| {
+            (
+                l["ip"].as_str().unwrap().parse().unwrap(),
+                l["state"].as_str().unwrap().to_string(),
+            )
+        })
+    })
+}
+
+/// Polls the journal for an event naming `needle` (the writer batches).
+fn journal_has(fx: &Fixture, needles: &[&str]) -> bool {
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(fx.path().join("var/events.jsonl")).unwrap_or_default();
+        if text.lines().any(|l| needles.iter().all(|n| l.contains(n))) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+#[test]
+fn udhcpc_gets_addresses_and_keeps_them_across_kill_9() {
+    let link = Link::new(&format!("{SERVER}/24"));
+    let fx = Fixture::new();
+    fx.write_config(&config(&link.server_if));
+    let daemon = Daemon::start(&link, &fx, 1);
+
+    let a = udhcpc(&link, &fx, "52:54:00:77:00:01").expect("a lease for A");
+    assert!(in_range(a), "{a}");
+    assert_eq!(
+        saved_lease(&fx, "52:54:00:77:00:01"),
+        Some((a, "bound".into()))
+    );
+    let reserved = udhcpc(&link, &fx, RESERVED_MAC).expect("a lease for the reserved MAC");
+    assert_eq!(reserved, RESERVED_IP.parse::<Ipv4Addr>().unwrap());
+    assert!(journal_has(
+        &fx,
+        &["\"dhcp_ack\"", "52:54:00:77:00:01", &a.to_string()]
+    ));
+    assert!(journal_has(
+        &fx,
+        &["\"dhcp_discover\"", "52:54:00:77:00:01"]
+    ));
+
+    // A stranger gets silence, logged once.
+    assert_eq!(udhcpc(&link, &fx, "52:54:00:99:00:01"), None);
+    let log = daemon.log_text();
+    assert_eq!(log.matches("dhcp client in no pool").count(), 1, "{log}");
+
+    daemon.kill9();
+    let daemon = Daemon::start(&link, &fx, 2);
+    // B asks first: without the saved table it would be given A's address.
+    let b = udhcpc(&link, &fx, "52:54:00:77:00:02").expect("a lease for B");
+    assert!(in_range(b) && b != a, "{b} vs {a}");
+    assert_eq!(udhcpc(&link, &fx, "52:54:00:77:00:01"), Some(a));
+    drop(daemon);
+}
+
+#[test]
+fn dhclient_gets_an_address_and_keeps_it_across_kill_9() {
+    let link = Link::new(&format!("{SERVER}/24"));
+    let fx = Fixture::new();
+    fx.write_config(&config(&link.server_if));
+    let daemon = Daemon::start(&link, &fx, 1);
+    let c = dhclient(&link, &fx, "52:54:00:77:00:03").expect("a lease for C");
+    assert!(in_range(c), "{c}");
+    assert_eq!(
+        saved_lease(&fx, "52:54:00:77:00:03"),
+        Some((c, "bound".into()))
+    );
+    let r = dhclient(&link, &fx, RESERVED_MAC).expect("a lease for the reserved MAC");
+    assert_eq!(r, RESERVED_IP.parse::<Ipv4Addr>().unwrap());
+
+    daemon.kill9();
+    let daemon = Daemon::start(&link, &fx, 2);
+    let d = dhclient(&link, &fx, "52:54:00:77:00:04").expect("a lease for D");
+    assert!(in_range(d) && d != c, "{d} vs {c}");
+    assert_eq!(dhclient(&link, &fx, "52:54:00:77:00:03"), Some(c));
+    drop(daemon);
+}
+
+/// A BOOTREQUEST sent as if through a relay at 127.0.0.1, so the reply comes back to
+/// 127.0.0.1:67 on loopback instead of being broadcast.
+fn relayed(mac: [u8; 6], options: &[u8]) -> Vec<u8> {
+    let mut b = vec![0u8; 236];
+    b[0] = 1;
+    b[1] = 1;
+    b[2] = 6;
+    b[4..8].copy_from_slice(&0xfeed_beefu32.to_be_bytes());
+    b[24..28].copy_from_slice(&[127, 0, 0, 1]);
+    b[28..34].copy_from_slice(&mac);
+    b.extend_from_slice(&[99, 130, 83, 99]);
+    b.extend_from_slice(options);
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_dhcp_is_dropped_and_a_good_request_is_answered() {
+    use dhcproto::Decodable;
+    use dhcproto::v4::{DhcpOption, Message, MessageType, OptionCode};
+    let fx = Fixture::new();
+    let daemon = fx.start().await;
+    let relay = tokio::net::UdpSocket::bind("127.0.0.1:67")
+        .await
+        .expect("binding 127.0.0.1:67 (run as root)");
+    let to = daemon.bound.dhcp;
+    let mac = [0x52, 0x54, 0, 0x77, 0, 0x05];
+    let mut long_option = vec![53, 1, 1, 60, 255];
+    long_option.extend(std::iter::repeat_n(b'x', 255));
+    let mut oversized = relayed(mac, &[53, 1, 1]);
+    oversized.resize(4000, 1);
+    let garbage: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![1; 10],
+        relayed(mac, &[53, 1, 1])[..200].to_vec(),
+        relayed(mac, &[53, 1]),
+        relayed(mac, &[53, 200, 1]),
+        relayed(mac, &long_option),
+        relayed(mac, &[93, 1, 0, 53, 1, 1, 55, 250]),
+        oversized,
+        {
+            let mut b = relayed(mac, &[53, 1, 1, 255]);
+            b[0] = 2;
+            b
+        },
+        {
+            let mut b = relayed(mac, &[53, 1, 1, 255]);
+            b[236] = 0;
+            b
+        },
+        relayed(mac, &[53, 1, 99, 255]),
+    ];
+    for g in &garbage {
+        relay.send_to(g, to).await.unwrap();
+    }
+    // Some of those were readable enough to answer (damaged options after the type); read
+    // until the good request's answer, whose xid we change to tell it apart.
+    let mut good = relayed(mac, &[53, 1, 1, 93, 2, 0, 0, 60, 9]);
+    good.extend_from_slice(b"PXEClient");
+    good.push(255);
+    good[4..8].copy_from_slice(&0x600d_600du32.to_be_bytes());
+    relay.send_to(&good, to).await.unwrap();
+    let mut buf = vec![0u8; 1500];
+    let offer = loop {
+        let (n, _) = tokio::time::timeout(Duration::from_secs(5), relay.recv_from(&mut buf))
+            .await
+            .expect("an offer for the good request")
+            .unwrap();
+        let m = Message::from_bytes(&buf[..n]).expect("a decodable reply");
+        if m.xid() == 0x600d_600d {
+            break m;
+        }
+    };
+    assert_eq!(offer.opts().msg_type(), Some(MessageType::Offer));
+    assert!(in_range_loopback(offer.yiaddr()), "{}", offer.yiaddr());
+    assert_eq!(
+        offer.opts().get(OptionCode::BootfileName),
+        Some(&DhcpOption::BootfileName(b"undionly.kpxe".to_vec()))
+    );
+    assert_eq!(offer.siaddr(), Ipv4Addr::LOCALHOST);
+    daemon.stop().await;
+}
+
+fn in_range_loopback(ip: Ipv4Addr) -> bool {
+    (u32::from(Ipv4Addr::new(127, 0, 0, 100))..=u32::from(Ipv4Addr::new(127, 0, 0, 199)))
+        .contains(&u32::from(ip))
+}
