@@ -1,3 +1,5 @@
 //! Wire codecs and sans-I/O state machines. No tokio, no sockets, no files, no clock: time is
 //! an argument. Every decoder is total: it rejects trailing bytes, caps every length and never
 //! panics on input.
+
+pub mod rpcpeek;
