@@ -2,3 +2,4 @@
 //! (NBD). The only code that turns client-supplied names into paths.
 
 pub mod image;
+pub mod tree;

@@ -4,4 +4,5 @@
 
 pub mod dhcp;
 pub mod nbd;
+pub mod rpcpeek;
 pub mod tftp;
