@@ -30,6 +30,8 @@ pub struct Phase {
 
 #[derive(Debug, Clone, Default, Serialize)]
 struct Marks {
+    /// The ACK named a TFTP loader (the firmware was not iPXE yet).
+    loader_pending: bool,
     discover: Option<Micros>,
     ack: Option<Micros>,
     loader: Option<Micros>,
@@ -108,6 +110,26 @@ impl Boot {
         out
     }
 
+    /// The phase a running boot is in now: the one after the last milestone it reached.
+    pub fn current_phase(&self) -> &'static str {
+        let m = &self.marks;
+        if self.result == BootResult::Booted {
+            "booted"
+        } else if m.attach.is_some() {
+            "root"
+        } else if m.kernel.is_some() && m.initrd.is_some() {
+            "initrd"
+        } else if m.script.is_some() {
+            "kernel"
+        } else if m.ack.is_some() && m.loader_pending && m.loader.is_none() {
+            "loader"
+        } else if m.ack.is_some() {
+            "ipxe"
+        } else {
+            "dhcp"
+        }
+    }
+
     /// Has this boot gone past the firmware's part (so a new PXE DISCOVER means a new boot)?
     fn past_firmware(&self) -> bool {
         self.marks.script.is_some()
@@ -172,7 +194,10 @@ impl Timelines {
             Kind::DhcpDiscover { .. } => {
                 m.discover.get_or_insert(ev.at);
             }
-            Kind::DhcpAck { ip, pool, .. } => {
+            Kind::DhcpAck { ip, pool, pxe, ipxe } => {
+                if m.ack.is_none() {
+                    m.loader_pending = *pxe && !*ipxe;
+                }
                 m.ack.get_or_insert(ev.at);
                 boot.ip = Some(*ip);
                 boot.pool = Some(pool.clone());

@@ -25,6 +25,10 @@ pub struct BootView {
     /// The client's own uptime when it reported up (includes firmware time before DHCP).
     pub uptime_s: Option<f64>,
     pub phases: Vec<PhaseView>,
+    /// The phase it is in now (`booted` once done): dhcp, loader, ipxe, kernel, initrd, root.
+    pub current_phase: String,
+    /// Unix seconds of the newest event of this boot.
+    pub last_event: f64,
     /// Payload bytes sent to the client, per protocol.
     pub bytes: BTreeMap<String, u64>,
 }
@@ -61,6 +65,8 @@ impl BootView {
                     seconds: (p.end - p.start) as f64 / 1e6,
                 })
                 .collect(),
+            current_phase: b.current_phase().into(),
+            last_event: b.last_event as f64 / 1e6,
             bytes: b
                 .bytes
                 .iter()

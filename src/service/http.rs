@@ -4,7 +4,7 @@
 
 use crate::boot::script;
 use crate::config::{Config, Mac};
-use crate::record::view::{BootView, SummaryView, WaveView};
+use crate::record::view::{self, BootView, SummaryView, WaveView};
 use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Records, Who, wave};
 use crate::shutdown::Shutdown;
 use axum::Json;
@@ -52,6 +52,7 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/boots", get(boots))
         .route("/api/v1/waves", get(waves))
         .route("/api/v1/waves/{id}", get(wave_by_id))
+        .route("/api/v1/compare", get(compare))
         .route("/api/v1/pools", get(pools))
         .route("/api/v1/clients", get(clients))
         .with_state(web)
@@ -224,6 +225,7 @@ async fn booted(
 #[derive(Debug, Deserialize)]
 struct BootsQuery {
     pool: Option<String>,
+    mac: Option<String>,
     /// Unix seconds: only boots that started at or after this.
     since: Option<f64>,
 }
@@ -233,6 +235,7 @@ async fn boots(State(web): State<Web>, Query(q): Query<BootsQuery>) -> Json<Vec<
         t.boots()
             .iter()
             .filter(|b| q.pool.as_ref().is_none_or(|p| b.pool.as_ref() == Some(p)))
+            .filter(|b| q.mac.as_ref().is_none_or(|m| m.parse::<Mac>().is_ok_and(|m| m == b.mac)))
             .filter(|b| q.since.is_none_or(|s| b.start as f64 / 1e6 >= s))
             .map(BootView::of)
             .collect()
@@ -266,6 +269,19 @@ async fn wave_by_id(State(web): State<Web>, Path(id): Path<u64>) -> Response {
     match find_wave(&web, id) {
         Some(w) => Json(w).into_response(),
         None => not_found("no such wave"),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct CompareQuery {
+    a: u64,
+    b: u64,
+}
+
+async fn compare(State(web): State<Web>, Query(q): Query<CompareQuery>) -> Response {
+    match (find_wave(&web, q.a), find_wave(&web, q.b)) {
+        (Some(a), Some(b)) => Json(view::compare(a, b)).into_response(),
+        _ => not_found("no such wave"),
     }
 }
 

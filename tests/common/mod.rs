@@ -119,7 +119,9 @@ pools:
 }
 
 /// Runs a program to completion with a time bound; returns (status ok, stdout, stderr).
+/// Its output is read while it runs, so a chatty program cannot block on a full pipe.
 pub fn run(cmd: &mut std::process::Command, secs: u64) -> (bool, String, String) {
+    use std::io::Read;
     let program = format!("{cmd:?}");
     let mut child = cmd
         .stdin(std::process::Stdio::null())
@@ -127,26 +129,31 @@ pub fn run(cmd: &mut std::process::Command, secs: u64) -> (bool, String, String)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
-    loop {
-        if let Some(_status) = child.try_wait().unwrap() {
-            let out = child.wait_with_output().unwrap();
-            return (
-                out.status.success(),
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            );
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "{program} did not finish in {secs}s\nstdout: {}\nstderr: {}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let _ = child.wait();
+            break None;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    match status {
+        Some(s) => (s.success(), out, err),
+        None => panic!("{program} did not finish in {secs}s\nstdout: {out}\nstderr: {err}"),
     }
 }
 
