@@ -343,8 +343,18 @@ async fn handles_survive_a_restart() {
     assert_eq!(c.read(&so, 1 << 20).await, Ok((want.clone(), true)));
     // A short read is not EOF.
     assert_eq!(c.read(&so, 100).await, Ok((want[..100].to_vec(), false)));
-    drop(c);
-    daemon.stop().await;
+    // Stopping ends open connections too (stop waits for every connection task).
+    tokio::time::timeout(Duration::from_secs(SECS), daemon.stop())
+        .await
+        .expect("daemon stops with a client connected");
+    {
+        use tokio::io::AsyncReadExt;
+        let mut rest = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(SECS), c.stream.read_to_end(&mut rest))
+            .await
+            .expect("server closed the connection");
+        assert_eq!(n.unwrap_or(0), 0, "nothing more from a stopped server");
+    }
 
     // Same port, fresh daemon: nothing learnt before is in memory any more.
     fx.write_config(

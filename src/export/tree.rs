@@ -111,12 +111,14 @@ enum Node {
 }
 
 type Listing = Arc<Vec<OsString>>;
+/// (image, dev, ino) of a directory -> (its mtime, its sorted names).
+type Listings = HashMap<(usize, u64, u64), ((i64, i64), Listing)>;
 
 /// The NFS filesystem: every image tree under one composite root.
 pub struct Tree {
     images: Vec<ImageTree>,
-    /// (image, dev, ino) -> (mtime, sorted names), for READDIR paging without re-sorting.
-    listings: Mutex<HashMap<(usize, u64, u64), ((i64, i64), Listing)>>,
+    /// For READDIR paging without re-listing and re-sorting on every page.
+    listings: Mutex<Listings>,
 }
 
 impl Tree {
@@ -212,10 +214,10 @@ impl Tree {
     ) -> Result<Listing, nfsstat3> {
         let key = (img, meta.dev(), meta.ino());
         let mtime = (meta.mtime(), meta.mtime_nsec());
-        if let Some((m, names)) = lock(&self.listings).get(&key) {
-            if *m == mtime {
-                return Ok(names.clone());
-            }
+        if let Some((m, names)) = lock(&self.listings).get(&key)
+            && *m == mtime
+        {
+            return Ok(names.clone());
         }
         let dir = self.full(img, rel);
         let names = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<OsString>> {
