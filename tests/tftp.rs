@@ -329,3 +329,31 @@ async fn malformed_packets_are_dropped_and_service_goes_on() {
     assert_eq!(std::fs::read(&local).unwrap(), pattern(4, 70_000));
     daemon.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_block_is_sent_again() {
+    let fx = fixture();
+    let daemon = fx.start().await;
+    tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sock.send_to(&rrq(&["undionly.kpxe", "octet"]), daemon.bound.tftp)
+        .await
+        .unwrap();
+    let (first, tid) = recv(&sock).await;
+    assert_eq!(&first[..4], &[0, 3, 0, 1]);
+    // No ACK: the same block comes again, from the same transfer socket.
+    let (again, from) = recv(&sock).await;
+    assert_eq!(from, tid);
+    assert_eq!(again, first);
+    // A packet from a stranger to the transfer socket gets "unknown transfer id".
+    let stranger = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    stranger.send_to(&[0, 4, 0, 1], tid).await.unwrap();
+    let (pkt, _) = recv(&stranger).await;
+    assert_eq!(&pkt[..4], &[0, 5, 0, 5]);
+    sock.send_to(&[0, 5, 0, 0, b'b', b'y', b'e', 0], tid)
+        .await
+        .unwrap();
+    let events = file_events(&fx.path().join("var"), 1).await;
+    assert_eq!(events[0]["outcome"], "aborted");
+    daemon.stop().await;
+}

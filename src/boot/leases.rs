@@ -406,10 +406,10 @@ mod tests {
                 if let Some(a) = t.offer(mac(n), Some(ip(100 + (round % 4) as u8)), now, 30) {
                     let _ = t.ack(mac(n), a, now, 40 + round);
                 }
-                if (n + round as u8) % 3 == 0 {
-                    if let Some(l) = t.get(mac(n)).copied() {
-                        t.release(mac(n), l.ip, now);
-                    }
+                if (n + round as u8).is_multiple_of(3)
+                    && let Some(l) = t.get(mac(n)).copied()
+                {
+                    t.release(mac(n), l.ip, now);
                 }
             }
             t.expire(now);

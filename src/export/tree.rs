@@ -111,12 +111,14 @@ enum Node {
 }
 
 type Listing = Arc<Vec<OsString>>;
+/// (image, dev, ino) of a directory -> (its mtime, its sorted names).
+type Listings = HashMap<(usize, u64, u64), ((i64, i64), Listing)>;
 
 /// The NFS filesystem: every image tree under one composite root.
 pub struct Tree {
     images: Vec<ImageTree>,
-    /// (image, dev, ino) -> (mtime, sorted names), for READDIR paging without re-sorting.
-    listings: Mutex<HashMap<(usize, u64, u64), ((i64, i64), Listing)>>,
+    /// For READDIR paging without re-listing and re-sorting on every page.
+    listings: Mutex<Listings>,
 }
 
 impl Tree {
@@ -212,10 +214,10 @@ impl Tree {
     ) -> Result<Listing, nfsstat3> {
         let key = (img, meta.dev(), meta.ino());
         let mtime = (meta.mtime(), meta.mtime_nsec());
-        if let Some((m, names)) = lock(&self.listings).get(&key) {
-            if *m == mtime {
-                return Ok(names.clone());
-            }
+        if let Some((m, names)) = lock(&self.listings).get(&key)
+            && *m == mtime
+        {
+            return Ok(names.clone());
         }
         let dir = self.full(img, rel);
         let names = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<OsString>> {
@@ -688,5 +690,161 @@ impl NfsFileSystem for Tree {
     }
     async fn commit(&self, _: &TreeHandle, _: u64, _: u32) -> Result<(), nfsstat3> {
         Err(nfsstat3::NFS3ERR_ROFS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn name(s: &str) -> filename3<'static> {
+        s.as_bytes().to_vec().into()
+    }
+
+    fn fixture() -> (tempfile::TempDir, Tree) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("rootfs");
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        std::fs::create_dir_all(root.join("big")).unwrap();
+        std::fs::write(root.join("bin/su"), b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(root.join("bin/su"), std::fs::Permissions::from_mode(0o4755))
+            .unwrap();
+        std::fs::create_dir_all(root.join("tmp")).unwrap();
+        std::fs::set_permissions(root.join("tmp"), std::fs::Permissions::from_mode(0o1777))
+            .unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("escape")).unwrap();
+        let fifo = std::ffi::CString::new(root.join("fifo").as_os_str().as_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
+        for i in 0..1234 {
+            std::fs::write(root.join(format!("big/f{i}")), b"").unwrap();
+        }
+        let tree = Tree::new([("demo".to_string(), root)]);
+        (dir, tree)
+    }
+
+    async fn walk(tree: &Tree, path: &[&str]) -> Result<TreeHandle, nfsstat3> {
+        let mut h = tree.root_dir();
+        for p in path {
+            h = tree.lookup(&h, &name(p)).await?;
+        }
+        Ok(h)
+    }
+
+    #[tokio::test]
+    async fn attributes_come_from_lstat() {
+        let (dir, tree) = fixture();
+        let root = dir.path().join("rootfs");
+        let su = tree
+            .getattr(&walk(&tree, &["demo", "bin", "su"]).await.unwrap())
+            .await
+            .unwrap();
+        let m = std::fs::symlink_metadata(root.join("bin/su")).unwrap();
+        assert_eq!(su.mode, 0o4755);
+        assert_eq!(su.type_, ftype3::NF3REG);
+        assert_eq!((su.fileid, su.size, su.uid), (m.ino(), 10, m.uid()));
+        assert_eq!(su.mtime.seconds as i64, m.mtime());
+        let tmp = tree
+            .getattr(&walk(&tree, &["demo", "tmp"]).await.unwrap())
+            .await
+            .unwrap();
+        assert_eq!((tmp.type_, tmp.mode), (ftype3::NF3DIR, 0o1777));
+        let fifo = tree
+            .getattr(&walk(&tree, &["demo", "fifo"]).await.unwrap())
+            .await
+            .unwrap();
+        assert_eq!((fifo.type_, fifo.mode), (ftype3::NF3FIFO, 0o640));
+        let null = attr_from(1, &std::fs::symlink_metadata("/dev/null").unwrap());
+        assert_eq!(null.type_, ftype3::NF3CHR);
+        assert_eq!((null.rdev.specdata1, null.rdev.specdata2), (1, 3));
+    }
+
+    #[tokio::test]
+    async fn symlinks_are_returned_not_followed() {
+        let (_dir, tree) = fixture();
+        let link = walk(&tree, &["demo", "escape"]).await.unwrap();
+        assert_eq!(tree.getattr(&link).await.unwrap().type_, ftype3::NF3LNK);
+        assert_eq!(&tree.readlink(&link).await.unwrap().0[..], b"/etc/passwd");
+        assert_eq!(tree.read(&link, 0, 100).await, Err(nfsstat3::NFS3ERR_INVAL));
+        assert_eq!(
+            tree.lookup(&link, &name("x")).await,
+            Err(nfsstat3::NFS3ERR_NOTDIR)
+        );
+    }
+
+    #[tokio::test]
+    async fn names_are_single_components_inside_the_image() {
+        let (_dir, tree) = fixture();
+        let img = walk(&tree, &["demo"]).await.unwrap();
+        assert_eq!(tree.lookup(&img, &name("..")).await, Ok(img));
+        let bin = walk(&tree, &["demo", "bin"]).await.unwrap();
+        assert_eq!(tree.lookup(&bin, &name("..")).await, Ok(img));
+        assert_eq!(
+            tree.lookup(&img, &name("bin/su")).await,
+            Err(nfsstat3::NFS3ERR_ACCES)
+        );
+        assert_eq!(
+            tree.lookup(&img, &name("")).await,
+            Err(nfsstat3::NFS3ERR_NOENT)
+        );
+        assert_eq!(
+            tree.lookup(&img, &name(&"a".repeat(300))).await,
+            Err(nfsstat3::NFS3ERR_NAMETOOLONG)
+        );
+        assert!(tree.lookup_by_path("/").await.is_err());
+        assert!(tree.lookup_by_path("/../demo").await.is_err());
+        assert_eq!(tree.lookup_by_path("/demo/bin/..").await, Ok(img));
+        assert_eq!(
+            tree.lookup_by_path("/demo/bin/su").await,
+            Err(nfsstat3::NFS3ERR_NOTDIR)
+        );
+    }
+
+    #[tokio::test]
+    async fn readdir_cookies_resume_where_a_page_ended() {
+        let (_dir, tree) = fixture();
+        let big = walk(&tree, &["demo", "big"]).await.unwrap();
+        let mut seen = Vec::new();
+        let mut cookie = 0;
+        loop {
+            let mut it = tree.readdirplus(&big, cookie).await.unwrap();
+            // Pages of 100, like a client with a small buffer.
+            let mut n = 0;
+            let mut end = true;
+            while let NextResult::Ok(e) = it.next().await {
+                seen.push(String::from_utf8(e.name.0.to_vec()).unwrap());
+                cookie = e.cookie;
+                n += 1;
+                if n == 100 {
+                    end = false;
+                    break;
+                }
+            }
+            if end {
+                break;
+            }
+        }
+        assert_eq!(seen.len(), 1234 + 2);
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 1234 + 2, "no entry twice");
+        assert!(matches!(
+            tree.readdirplus(&big, 10_000).await.map(|_| ()),
+            Err(nfsstat3::NFS3ERR_BAD_COOKIE)
+        ));
+    }
+
+    #[tokio::test]
+    async fn writes_are_refused() {
+        let (_dir, tree) = fixture();
+        let img = walk(&tree, &["demo"]).await.unwrap();
+        assert_eq!(
+            tree.mkdir(&img, &name("x")).await.map(|_| ()),
+            Err(nfsstat3::NFS3ERR_ROFS)
+        );
+        assert_eq!(
+            tree.remove(&img, &name("bin")).await,
+            Err(nfsstat3::NFS3ERR_ROFS)
+        );
     }
 }

@@ -167,23 +167,64 @@ struct Transfer {
 
 /// Where the bytes come from.
 enum Source {
-    File(tokio::fs::File),
+    /// Read ahead in large chunks: a transfer walks the file in order, and a block-sized
+    /// read per packet costs a trip through the blocking pool each.
+    File {
+        file: tokio::fs::File,
+        chunk: Vec<u8>,
+        chunk_start: u64,
+    },
     Memory(Vec<u8>),
 }
 
+/// How much a file source reads at once.
+const READ_AHEAD: usize = 256 * 1024;
+
 impl Source {
+    fn file(file: tokio::fs::File) -> Source {
+        Source::File {
+            file,
+            chunk: Vec::new(),
+            chunk_start: 0,
+        }
+    }
+
     async fn read(&mut self, start: u64, len: usize, out: &mut Vec<u8>) -> std::io::Result<()> {
         out.clear();
-        out.resize(len, 0);
         match self {
-            Source::File(f) => {
-                f.seek(std::io::SeekFrom::Start(start)).await?;
-                f.read_exact(out).await?;
+            Source::File {
+                file,
+                chunk,
+                chunk_start,
+            } => {
+                let end = start + len as u64;
+                let held = *chunk_start..=*chunk_start + chunk.len() as u64;
+                if !(held.contains(&start) && held.contains(&end)) {
+                    chunk.clear();
+                    chunk.resize(READ_AHEAD.max(len), 0);
+                    file.seek(std::io::SeekFrom::Start(start)).await?;
+                    let mut filled = 0;
+                    while filled < chunk.len() {
+                        match file.read(&mut chunk[filled..]).await? {
+                            0 => break,
+                            n => filled += n,
+                        }
+                    }
+                    chunk.truncate(filled);
+                    *chunk_start = start;
+                    if filled < len {
+                        return Err(std::io::ErrorKind::UnexpectedEof.into());
+                    }
+                }
+                let at = (start - *chunk_start) as usize;
+                out.extend_from_slice(&chunk[at..at + len]);
             }
             Source::Memory(m) => {
                 let s = usize::try_from(start).unwrap_or(usize::MAX);
-                let chunk = m.get(s..s + len).ok_or(std::io::ErrorKind::UnexpectedEof)?;
-                out.copy_from_slice(chunk);
+                let data = m
+                    .get(s..s.saturating_add(len))
+                    .ok_or(std::io::ErrorKind::UnexpectedEof)?;
+                out.extend_from_slice(data);
             }
         }
         Ok(())
@@ -382,7 +423,7 @@ async fn open(path: &Path, mode: Mode) -> std::io::Result<(Source, u64)> {
         return Err(std::io::Error::other("not a regular file"));
     }
     match mode {
-        Mode::Octet => Ok((Source::File(f), meta.len())),
+        Mode::Octet => Ok((Source::file(f), meta.len())),
         Mode::Netascii => {
             if meta.len() > MAX_NETASCII {
                 return Err(std::io::Error::other("too large for netascii"));
