@@ -103,10 +103,22 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         "nbd",
         Box::pin(service::nbd::serve(nbd, c.clone(), r.clone(), s.clone())),
     );
+    let totals = {
+        let counters = records.counters.clone();
+        Arc::new(move || counters.proto_totals()) as record::egress::ProtoTotals
+    };
+    let egress = record::egress::start(
+        &config.server.state_dir,
+        config.server.interfaces.clone(),
+        totals,
+        &shutdown,
+    )
+    .context("starting egress sampling")?;
     let web = service::http::Web {
         config: c.clone(),
         recorder: r.clone(),
         records: records.clone(),
+        egress,
     };
     run("http", Box::pin(service::http::serve(http, web, s.clone())));
     tracing::info!(

@@ -4,5 +4,6 @@
 
 pub mod dhcp;
 pub mod nbd;
+pub mod netlink;
 pub mod rpcpeek;
 pub mod tftp;

@@ -6,6 +6,7 @@
 //! The journal is replayed at start, so a daemon killed with -9 comes back with its records,
 //! losing at most the batch it was writing.
 
+pub mod egress;
 pub mod event;
 pub mod report;
 pub mod timeline;
@@ -39,6 +40,34 @@ pub struct Counters {
     pub dropped: AtomicU64,
     /// Events that named an IP no DHCP ACK had given out.
     pub untied: AtomicU64,
+    /// Events recorded.
+    pub recorded: AtomicU64,
+    /// Payload bytes recorded, per protocol (indexed by `proto_index`).
+    proto_bytes: [AtomicU64; 5],
+}
+
+const PROTOS: [Proto; 5] = [
+    Proto::Dhcp,
+    Proto::Tftp,
+    Proto::Http,
+    Proto::Nfs,
+    Proto::Nbd,
+];
+
+impl Counters {
+    fn add_bytes(&self, proto: Proto, n: u64) {
+        let i = PROTOS.iter().position(|p| *p == proto).unwrap_or(0);
+        self.proto_bytes[i].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Payload bytes recorded so far, per protocol.
+    pub fn proto_totals(&self) -> std::collections::BTreeMap<Proto, u64> {
+        PROTOS
+            .iter()
+            .zip(&self.proto_bytes)
+            .map(|(p, n)| (*p, n.load(Ordering::Relaxed)))
+            .collect()
+    }
 }
 
 impl Recorder {
@@ -67,6 +96,8 @@ impl Recorder {
 pub struct Records {
     timelines: RwLock<Timelines>,
     pub counters: Arc<Counters>,
+    /// Every boot that changed, as it is after the change (for the live stream).
+    pub changes: tokio::sync::broadcast::Sender<view::BootView>,
 }
 
 impl Records {
@@ -90,9 +121,11 @@ pub fn start(state_dir: &Path, shutdown: &Shutdown) -> std::io::Result<(Recorder
         );
     }
     let counters = Arc::new(Counters::default());
+    let (changes, _) = tokio::sync::broadcast::channel(1024);
     let records = Arc::new(Records {
         timelines: RwLock::new(timelines),
         counters: counters.clone(),
+        changes,
     });
     let (tx, rx) = mpsc::channel(CHANNEL);
     let file = std::fs::OpenOptions::new()
@@ -169,6 +202,8 @@ impl Writer {
             return;
         }
         let mut text = Vec::with_capacity(batch.len() * 128);
+        let counters = &self.records.counters;
+        let mut touched = std::collections::BTreeSet::new();
         {
             let mut t = self
                 .records
@@ -177,11 +212,25 @@ impl Writer {
                 .unwrap_or_else(|e| e.into_inner());
             for ev in batch.iter() {
                 if !t.apply(ev) {
-                    self.records.counters.untied.fetch_add(1, Ordering::Relaxed);
+                    counters.untied.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
+                counters.recorded.fetch_add(1, Ordering::Relaxed);
+                match &ev.kind {
+                    Kind::File { proto, bytes, .. } | Kind::RootRead { proto, bytes } => {
+                        counters.add_bytes(*proto, *bytes)
+                    }
+                    _ => {}
+                }
+                touched.extend(t.mac_for(ev.who));
                 if serde_json::to_writer(&mut text, ev).is_ok() {
                     text.push(b'\n');
+                }
+            }
+            // Nobody listening is fine: the stream is for dashboards that are open.
+            for mac in touched {
+                if let Some(b) = t.current(mac) {
+                    let _ = self.records.changes.send(view::BootView::of(b));
                 }
             }
         }

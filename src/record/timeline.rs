@@ -153,6 +153,19 @@ impl Timelines {
         &self.boots
     }
 
+    /// The newest boot of a client.
+    pub fn current(&self, mac: Mac) -> Option<&Boot> {
+        self.current.get(&mac).map(|&i| &self.boots[i])
+    }
+
+    /// The client an event is about, if it can be told.
+    pub fn mac_for(&self, who: super::event::Who) -> Option<Mac> {
+        match who {
+            super::event::Who::Mac(m) => Some(m),
+            super::event::Who::Ip(ip) => self.mac_of(ip),
+        }
+    }
+
     pub fn mac_of(&self, ip: Ipv4Addr) -> Option<Mac> {
         self.ip_to_mac.get(&ip).copied()
     }
@@ -194,7 +207,12 @@ impl Timelines {
             Kind::DhcpDiscover { .. } => {
                 m.discover.get_or_insert(ev.at);
             }
-            Kind::DhcpAck { ip, pool, pxe, ipxe } => {
+            Kind::DhcpAck {
+                ip,
+                pool,
+                pxe,
+                ipxe,
+            } => {
                 if m.ack.is_none() {
                     m.loader_pending = *pxe && !*ipxe;
                 }

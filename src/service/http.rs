@@ -4,6 +4,7 @@
 
 use crate::boot::script;
 use crate::config::{Config, Mac};
+use crate::record::egress::{Egress, LinkKind};
 use crate::record::view::{self, BootView, SummaryView, WaveView};
 use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Records, Who, wave};
 use crate::shutdown::Shutdown;
@@ -29,6 +30,7 @@ pub struct Web {
     pub config: Arc<Config>,
     pub recorder: Recorder,
     pub records: Arc<Records>,
+    pub egress: Arc<Egress>,
 }
 
 pub async fn serve(listener: TcpListener, web: Web, shutdown: Shutdown) -> anyhow::Result<()> {
@@ -53,6 +55,9 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/waves", get(waves))
         .route("/api/v1/waves/{id}", get(wave_by_id))
         .route("/api/v1/compare", get(compare))
+        .route("/api/v1/egress", get(egress))
+        .route("/api/v1/stream", get(stream))
+        .route("/metrics", get(super::metrics::render))
         .route("/api/v1/pools", get(pools))
         .route("/api/v1/clients", get(clients))
         .with_state(web)
@@ -235,7 +240,11 @@ async fn boots(State(web): State<Web>, Query(q): Query<BootsQuery>) -> Json<Vec<
         t.boots()
             .iter()
             .filter(|b| q.pool.as_ref().is_none_or(|p| b.pool.as_ref() == Some(p)))
-            .filter(|b| q.mac.as_ref().is_none_or(|m| m.parse::<Mac>().is_ok_and(|m| m == b.mac)))
+            .filter(|b| {
+                q.mac
+                    .as_ref()
+                    .is_none_or(|m| m.parse::<Mac>().is_ok_and(|m| m == b.mac))
+            })
             .filter(|b| q.since.is_none_or(|s| b.start as f64 / 1e6 >= s))
             .map(BootView::of)
             .collect()
@@ -362,4 +371,147 @@ async fn clients(State(web): State<Web>) -> Json<Vec<ClientLine>> {
             })
             .collect(),
     )
+}
+
+#[derive(Debug, Deserialize)]
+struct EgressQuery {
+    since: Option<f64>,
+    step: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct EgressView {
+    step_s: f64,
+    links: Vec<LinkSeries>,
+    protocols: Vec<ProtoSeries>,
+}
+
+#[derive(Serialize)]
+struct LinkSeries {
+    name: String,
+    kind: LinkKind,
+    master: Option<String>,
+    speed_mbps: Option<u32>,
+    points: Vec<LinkPoint>,
+}
+
+#[derive(Serialize)]
+struct LinkPoint {
+    t: f64,
+    tx_bytes_s: f64,
+    rx_bytes_s: f64,
+    /// Bytes counted in this bucket (rates times the sampled time, exactly).
+    tx_bytes: f64,
+    rx_bytes: f64,
+}
+
+#[derive(Serialize)]
+struct ProtoSeries {
+    proto: String,
+    points: Vec<ProtoPoint>,
+}
+
+#[derive(Serialize)]
+struct ProtoPoint {
+    t: f64,
+    bytes_s: f64,
+}
+
+/// Egress per link and per protocol, averaged into `step`-second buckets.
+async fn egress(State(web): State<Web>, Query(q): Query<EgressQuery>) -> Json<EgressView> {
+    let now = crate::record::event::now_micros() as f64 / 1e6;
+    let since = q.since.unwrap_or(now - 600.0);
+    let step = q
+        .step
+        .filter(|s| s.is_finite() && *s >= 1.0)
+        .unwrap_or(1.0)
+        .min(3600.0);
+    let samples = web.egress.samples_since(since);
+    // Bucket start -> (seconds sampled, per-link byte sums, per-protocol byte sums).
+    type Sums = (f64, BTreeMap<String, (f64, f64)>, BTreeMap<String, f64>);
+    let mut buckets: BTreeMap<i64, Sums> = BTreeMap::new();
+    for s in &samples {
+        let b = buckets.entry((s.t / step).floor() as i64).or_default();
+        b.0 += s.seconds;
+        for l in &s.links {
+            let e = b.1.entry(l.name.clone()).or_default();
+            e.0 += l.tx_bytes_s * s.seconds;
+            e.1 += l.rx_bytes_s * s.seconds;
+        }
+        for (p, v) in &s.protocols {
+            *b.2.entry(p.clone()).or_default() += v * s.seconds;
+        }
+    }
+    let links = web
+        .egress
+        .links()
+        .into_iter()
+        .map(|l| LinkSeries {
+            points: buckets
+                .iter()
+                .filter_map(|(k, (secs, links, _))| {
+                    let (tx, rx) = links.get(&l.name)?;
+                    Some(LinkPoint {
+                        t: *k as f64 * step,
+                        tx_bytes_s: tx / secs,
+                        rx_bytes_s: rx / secs,
+                        tx_bytes: *tx,
+                        rx_bytes: *rx,
+                    })
+                })
+                .collect(),
+            name: l.name,
+            kind: l.kind,
+            master: l.master,
+            speed_mbps: l.speed_mbps,
+        })
+        .collect();
+    let protos: std::collections::BTreeSet<String> = samples
+        .iter()
+        .flat_map(|s| s.protocols.keys().cloned())
+        .collect();
+    let protocols = protos
+        .into_iter()
+        .map(|p| ProtoSeries {
+            points: buckets
+                .iter()
+                .map(|(k, (secs, _, sums))| ProtoPoint {
+                    t: *k as f64 * step,
+                    bytes_s: sums.get(&p).copied().unwrap_or(0.0) / secs,
+                })
+                .collect(),
+            proto: p,
+        })
+        .collect();
+    Json(EgressView {
+        step_s: step,
+        links,
+        protocols,
+    })
+}
+
+/// Server-Sent Events: `boot` whenever a boot changes, `egress` every second.
+async fn stream(State(web): State<Web>) -> impl IntoResponse {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use futures_util::StreamExt;
+    use tokio_stream::wrappers::{BroadcastStream, IntervalStream};
+    let boots = BroadcastStream::new(web.records.changes.subscribe()).filter_map(|b| async move {
+        // A lagging reader skips what it missed; the next change of each boot catches it up.
+        let b = b.ok()?;
+        Event::default()
+            .event("boot")
+            .json_data(b)
+            .ok()
+            .map(Ok::<_, std::convert::Infallible>)
+    });
+    let egress = web.egress.clone();
+    let ticks = IntervalStream::new(tokio::time::interval(std::time::Duration::from_secs(1)))
+        .filter_map(move |_| {
+            let latest = egress.latest();
+            async move {
+                let s = latest?;
+                Event::default().event("egress").json_data(s).ok().map(Ok)
+            }
+        });
+    Sse::new(futures_util::stream::select(boots, ticks)).keep_alive(KeepAlive::default())
 }

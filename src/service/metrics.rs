@@ -1,0 +1,189 @@
+//! Prometheus `/metrics` in the text exposition format, written from the records and the
+//! egress sampler. Labels per client would be fine for rooms but are left out; never per file.
+
+use super::http::Web;
+use crate::record::timeline::{BootResult, PHASES};
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+/// Upper bounds (seconds) of the phase duration histogram buckets.
+const BUCKETS: [f64; 12] = [
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0,
+];
+
+pub async fn render(State(web): State<Web>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text(&web),
+    )
+}
+
+fn head(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+pub fn text(web: &Web) -> String {
+    let mut out = String::new();
+    let c = &web.records.counters;
+    head(
+        &mut out,
+        "bootpool_payload_bytes_total",
+        "counter",
+        "Payload bytes sent to clients, by protocol.",
+    );
+    for (proto, n) in c.proto_totals() {
+        let _ = writeln!(
+            out,
+            "bootpool_payload_bytes_total{{proto=\"{}\"}} {n}",
+            crate::record::view::proto_name(proto)
+        );
+    }
+    head(
+        &mut out,
+        "bootpool_events_recorded_total",
+        "counter",
+        "Boot events recorded.",
+    );
+    let _ = writeln!(
+        out,
+        "bootpool_events_recorded_total {}",
+        c.recorded.load(Ordering::Relaxed)
+    );
+    head(
+        &mut out,
+        "bootpool_events_dropped_total",
+        "counter",
+        "Boot events dropped because the recorder was full.",
+    );
+    let _ = writeln!(
+        out,
+        "bootpool_events_dropped_total {}",
+        c.dropped.load(Ordering::Relaxed)
+    );
+    head(
+        &mut out,
+        "bootpool_events_untied_total",
+        "counter",
+        "Boot events from an IP no DHCP lease explains.",
+    );
+    let _ = writeln!(
+        out,
+        "bootpool_events_untied_total {}",
+        c.untied.load(Ordering::Relaxed)
+    );
+
+    web.records.read(|t| {
+        head(
+            &mut out,
+            "bootpool_boots",
+            "gauge",
+            "Boots recorded, by pool and result.",
+        );
+        let mut by: std::collections::BTreeMap<(String, &str), u64> = Default::default();
+        let mut phases: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+        for b in t.boots() {
+            let result = match b.result {
+                BootResult::Booted => "booted",
+                BootResult::Running => "running",
+            };
+            *by.entry((b.pool.clone().unwrap_or_default(), result))
+                .or_default() += 1;
+            for p in b.phases() {
+                phases
+                    .entry(p.name)
+                    .or_default()
+                    .push((p.end - p.start) as f64 / 1e6);
+            }
+        }
+        for ((pool, result), n) in by {
+            let _ = writeln!(
+                out,
+                "bootpool_boots{{pool=\"{pool}\",result=\"{result}\"}} {n}"
+            );
+        }
+        head(
+            &mut out,
+            "bootpool_phase_seconds",
+            "histogram",
+            "Duration of each boot phase.",
+        );
+        for name in PHASES {
+            let Some(v) = phases.get(name) else { continue };
+            for le in BUCKETS {
+                let n = v.iter().filter(|d| **d <= le).count();
+                let _ = writeln!(
+                    out,
+                    "bootpool_phase_seconds_bucket{{phase=\"{name}\",le=\"{le}\"}} {n}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "bootpool_phase_seconds_bucket{{phase=\"{name}\",le=\"+Inf\"}} {}",
+                v.len()
+            );
+            let _ = writeln!(
+                out,
+                "bootpool_phase_seconds_sum{{phase=\"{name}\"}} {}",
+                v.iter().sum::<f64>()
+            );
+            let _ = writeln!(
+                out,
+                "bootpool_phase_seconds_count{{phase=\"{name}\"}} {}",
+                v.len()
+            );
+        }
+    });
+
+    let links = web.egress.links();
+    head(
+        &mut out,
+        "bootpool_link_transmit_bytes_total",
+        "counter",
+        "Bytes sent on each served link and member, as the kernel counts them.",
+    );
+    for l in &links {
+        let master = l.master.as_deref().unwrap_or("");
+        let _ = writeln!(
+            out,
+            "bootpool_link_transmit_bytes_total{{link=\"{}\",master=\"{master}\"}} {}",
+            l.name, l.tx_bytes
+        );
+    }
+    head(
+        &mut out,
+        "bootpool_link_receive_bytes_total",
+        "counter",
+        "Bytes received on each served link and member.",
+    );
+    for l in &links {
+        let master = l.master.as_deref().unwrap_or("");
+        let _ = writeln!(
+            out,
+            "bootpool_link_receive_bytes_total{{link=\"{}\",master=\"{master}\"}} {}",
+            l.name, l.rx_bytes
+        );
+    }
+    head(
+        &mut out,
+        "bootpool_link_speed_bytes",
+        "gauge",
+        "Link capacity in bytes per second, where the kernel knows it.",
+    );
+    for l in &links {
+        if let Some(mbps) = l.speed_mbps {
+            let _ = writeln!(
+                out,
+                "bootpool_link_speed_bytes{{link=\"{}\"}} {}",
+                l.name,
+                u64::from(mbps) * 125_000
+            );
+        }
+    }
+    out
+}
