@@ -62,6 +62,8 @@ pub struct Outcome {
     pub name: String,
     pub mac: Mac,
     pub console: Console,
+    /// Seconds from power-on until iPXE started DHCP (the firmware, unseen by bootpool).
+    pub firmware_s: Option<f64>,
     pub boot: Option<BootView>,
 }
 
@@ -261,6 +263,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                 name: vm.name.clone(),
                 mac: vm.mac,
                 console: vm.console.clone(),
+                firmware_s: vm.firmware_s(),
                 boot,
             }
         })

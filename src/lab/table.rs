@@ -8,7 +8,15 @@ use std::fmt::Write;
 const PHASES: [&str; 6] = ["dhcp", "loader", "ipxe", "kernel", "initrd", "root"];
 
 pub fn render(outcomes: &[Outcome]) -> String {
-    let mut head = vec!["client", "mac", "ip", "result", "console_s", "recorded_s"];
+    let mut head = vec![
+        "client",
+        "mac",
+        "ip",
+        "result",
+        "firmware_s",
+        "console_s",
+        "recorded_s",
+    ];
     head.extend(PHASES);
     head.push("MB");
     let mut rows = vec![head.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
@@ -31,6 +39,9 @@ pub fn render(outcomes: &[Outcome]) -> String {
                 .map(|ip| ip.to_string())
                 .unwrap_or_else(|| "-".into()),
             result,
+            o.firmware_s
+                .map(|s| format!("{s:.1}"))
+                .unwrap_or_else(|| "-".into()),
             console_s,
             boot.and_then(|b| b.duration_s)
                 .map(|d| format!("{d:.1}"))

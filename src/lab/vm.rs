@@ -5,6 +5,7 @@ use crate::config::Mac;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How qemu runs guest code.
@@ -36,6 +37,8 @@ pub enum Console {
 pub const MEMORY_MIB: u32 = 320;
 const DONE_LINE: &str = "bootpool-demo: booted";
 const FAIL_MARK: &str = "bootpool-initrd: FAILED:";
+/// iPXE prints this as it starts DHCP: the end of the firmware's own time.
+const DHCP_MARK: &str = "Configuring (net0";
 
 pub struct Vm {
     pub name: String,
@@ -44,9 +47,26 @@ pub struct Vm {
     child: Child,
     pub powered_on: Instant,
     pub console: Console,
+    /// When console lines arrived, as the lab's own clock saw them.
+    marks: Arc<Mutex<Marks>>,
 }
 
-fn qemu(accel: Accel, serial: &Path) -> Command {
+/// Times since power-on at which the console showed what matters to the boot table.
+#[derive(Debug, Default, Clone)]
+struct Marks {
+    dhcp: Option<Duration>,
+    done: Option<Duration>,
+    failed: Option<String>,
+}
+
+/// Where qemu writes the serial console.
+enum Serial<'a> {
+    File(&'a Path),
+    /// To qemu's stdout, which the lab reads and timestamps.
+    Pipe,
+}
+
+fn qemu(accel: Accel, serial: Serial) -> Command {
     let mut cmd = Command::new("qemu-system-x86_64");
     cmd.args([
         "-accel",
@@ -65,11 +85,24 @@ fn qemu(accel: Accel, serial: &Path) -> Command {
         "none",
         "-no-reboot",
     ])
-    .arg("-serial")
-    .arg(format!("file:{}", serial.display()))
     .stdin(Stdio::null())
-    .stdout(Stdio::null())
     .stderr(Stdio::piped());
+    match serial {
+        Serial::File(path) => {
+            cmd.arg("-serial")
+                .arg(format!("file:{}", path.display()))
+                .stdout(Stdio::null());
+        }
+        Serial::Pipe => {
+            cmd.args([
+                "-chardev",
+                "stdio,id=console,signal=off",
+                "-serial",
+                "chardev:console",
+            ])
+            .stdout(Stdio::piped());
+        }
+    }
     // If the lab dies, its clients die with it.
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
     unsafe {
@@ -99,38 +132,49 @@ impl Vm {
         dir: &Path,
     ) -> anyhow::Result<Vm> {
         let serial = dir.join(format!("{name}.log"));
-        let mut cmd = qemu(accel, &serial);
+        let mut cmd = qemu(accel, Serial::Pipe);
         nic_args(&mut cmd, tap, mac);
-        let child = cmd
+        let powered_on = Instant::now();
+        let mut child = cmd
             .spawn()
             .map_err(|e| anyhow::anyhow!("starting qemu-system-x86_64: {e}"))?;
+        let marks = Arc::new(Mutex::new(Marks::default()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let log = std::fs::File::create(&serial)?;
+        let m = marks.clone();
+        std::thread::spawn(move || watch_console(stdout, log, powered_on, m));
         Ok(Vm {
             name: name.into(),
             mac,
             serial,
             child,
-            powered_on: Instant::now(),
+            powered_on,
             console: Console::Running,
+            marks,
         })
     }
 
-    /// Reads the console and notes the done or failure line. Returns true while it runs.
+    /// Notes the done or failure line. Returns true while qemu runs.
     pub fn poll(&mut self) -> bool {
         if self.console == Console::Running {
-            let text = std::fs::read(&self.serial).unwrap_or_default();
-            let text = String::from_utf8_lossy(&text);
-            if text.contains(DONE_LINE) {
-                self.console = Console::Booted(self.powered_on.elapsed());
-            } else if let Some(at) = text.find(FAIL_MARK) {
-                let line = text[at + FAIL_MARK.len()..]
-                    .lines()
-                    .next()
-                    .unwrap_or("")
-                    .trim();
-                self.console = Console::Failed(line.to_string());
+            let m = self.marks.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            if let Some(t) = m.done {
+                self.console = Console::Booted(t);
+            } else if let Some(why) = m.failed {
+                self.console = Console::Failed(why);
             }
         }
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Seconds from power-on until iPXE started DHCP: the firmware's share of the boot, which
+    /// bootpool cannot see.
+    pub fn firmware_s(&self) -> Option<f64> {
+        self.marks
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .dhcp
+            .map(|d| d.as_secs_f64())
     }
 
     pub fn kill(&mut self) {
@@ -153,6 +197,45 @@ impl Drop for Vm {
     }
 }
 
+/// Copies the console to its log file and notes when the lines that matter arrive.
+fn watch_console(
+    mut from: impl std::io::Read,
+    mut log: std::fs::File,
+    start: Instant,
+    marks: Arc<Mutex<Marks>>,
+) {
+    use std::io::Write;
+    let mut text = String::new();
+    let mut buf = [0u8; 8192];
+    while let Ok(n) = from.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        let now = start.elapsed();
+        let _ = log.write_all(&buf[..n]);
+        // Search only the new text and a little before it, for a marker split across reads.
+        let from_at = text.len().saturating_sub(64);
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+        let fresh = &text[text.floor_char_boundary(from_at)..];
+        let mut m = marks.lock().unwrap_or_else(|e| e.into_inner());
+        if m.dhcp.is_none() && fresh.contains(DHCP_MARK) {
+            m.dhcp = Some(now);
+        }
+        if m.done.is_none() && fresh.contains(DONE_LINE) {
+            m.done = Some(now);
+        }
+        if m.failed.is_none() {
+            if let Some(at) = text.find(FAIL_MARK) {
+                let rest = &text[at + FAIL_MARK.len()..];
+                // Wait for the end of the line to have the whole reason.
+                if let Some(end) = rest.find('\n') {
+                    m.failed = Some(rest[..end].trim().to_string());
+                }
+            }
+        }
+    }
+}
+
 /// Whether KVM can run the iPXE ROM here. On some nested hosts /dev/kvm opens but the ROM
 /// stops with an emulation failure, so the probe boots the ROM itself and watches the console.
 pub fn probe_kvm(tap: &str, dir: &Path) -> bool {
@@ -160,7 +243,7 @@ pub fn probe_kvm(tap: &str, dir: &Path) -> bool {
         return false;
     }
     let serial = dir.join("kvm-probe.log");
-    let mut cmd = qemu(Accel::Kvm, &serial);
+    let mut cmd = qemu(Accel::Kvm, Serial::File(&serial));
     nic_args(
         &mut cmd,
         tap,

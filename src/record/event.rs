@@ -83,7 +83,12 @@ pub enum Kind {
     /// Root filesystem payload sent to the client since its last RootRead event.
     RootRead { proto: Proto, bytes: u64 },
     /// The client reported that it is up (`POST /api/v1/booted`).
-    Booted { uptime_s: Option<f64> },
+    /// `root_bytes`: what the client says its root read over the network (its kernel's count).
+    Booted {
+        uptime_s: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        root_bytes: Option<u64>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

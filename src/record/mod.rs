@@ -274,6 +274,7 @@ mod tests {
                 Who::Ip(ip),
                 Kind::Booted {
                     uptime_s: Some(3.5),
+                    root_bytes: None,
                 },
             );
             shutdown.stop_and_wait().await;

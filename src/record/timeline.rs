@@ -56,6 +56,8 @@ pub struct Boot {
     pub bytes: BTreeMap<Proto, u64>,
     /// What the client said of its own uptime when it reported up.
     pub uptime_s: Option<f64>,
+    /// What the client said its root read over the network, by its own kernel's count.
+    pub client_root_bytes: Option<u64>,
     marks: Marks,
 }
 
@@ -72,6 +74,7 @@ impl Boot {
             root: None,
             bytes: BTreeMap::new(),
             uptime_s: None,
+            client_root_bytes: None,
             marks: Marks::default(),
         }
     }
@@ -247,7 +250,11 @@ impl Timelines {
             Kind::RootRead { proto, bytes } => {
                 *boot.bytes.entry(*proto).or_default() += bytes;
             }
-            Kind::Booted { uptime_s } => {
+            Kind::Booted {
+                uptime_s,
+                root_bytes,
+            } => {
+                boot.client_root_bytes = *root_bytes;
                 m.booted.get_or_insert(ev.at);
                 boot.uptime_s = *uptime_s;
                 boot.result = BootResult::Booted;
@@ -336,6 +343,7 @@ mod tests {
             9_000_000,
             Who::Ip(ip),
             Kind::Booted {
+                root_bytes: Some(1000),
                 uptime_s: Some(5.0),
             },
         ));
@@ -376,7 +384,14 @@ mod tests {
     fn events_from_unknown_ips_are_not_tied() {
         let mut t = Timelines::default();
         let ip = "10.77.0.5".parse().unwrap();
-        assert!(!t.apply(&ev(1, Who::Ip(ip), Kind::Booted { uptime_s: None })));
+        assert!(!t.apply(&ev(
+            1,
+            Who::Ip(ip),
+            Kind::Booted {
+                uptime_s: None,
+                root_bytes: None
+            }
+        )));
         assert!(t.boots().is_empty());
     }
 }

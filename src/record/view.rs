@@ -24,6 +24,8 @@ pub struct BootView {
     pub duration_s: Option<f64>,
     /// The client's own uptime when it reported up (includes firmware time before DHCP).
     pub uptime_s: Option<f64>,
+    /// The root bytes the client itself counted (reported with its booted call).
+    pub client_root_bytes: Option<u64>,
     pub phases: Vec<PhaseView>,
     /// The phase it is in now (`booted` once done): dhcp, loader, ipxe, kernel, initrd, root.
     pub current_phase: String,
@@ -56,6 +58,7 @@ impl BootView {
             start: b.start as f64 / 1e6,
             duration_s: b.duration_s(),
             uptime_s: b.uptime_s,
+            client_root_bytes: b.client_root_bytes,
             phases: b
                 .phases()
                 .into_iter()

@@ -167,7 +167,13 @@ mod tests {
             },
         ));
         if let Some(took) = took_s {
-            t.apply(&ev(at + took * 1_000_000, Kind::Booted { uptime_s: None }));
+            t.apply(&ev(
+                at + took * 1_000_000,
+                Kind::Booted {
+                    uptime_s: None,
+                    root_bytes: None,
+                },
+            ));
         }
     }
 

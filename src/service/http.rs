@@ -209,6 +209,7 @@ async fn send_file(
 #[derive(Debug, Deserialize)]
 struct BootedBody {
     uptime_s: Option<f64>,
+    root_bytes: Option<u64>,
 }
 
 async fn booted(
@@ -219,11 +220,20 @@ async fn booted(
     let Some(ip) = client_ip(peer) else {
         return (StatusCode::BAD_REQUEST, "IPv4 clients only\n").into_response();
     };
+    let body = body.map(|Json(b)| b);
     let uptime_s = body
-        .and_then(|Json(b)| b.uptime_s)
+        .as_ref()
+        .and_then(|b| b.uptime_s)
         .filter(|u| u.is_finite() && *u >= 0.0);
-    tracing::info!(%ip, ?uptime_s, "client reports booted");
-    web.recorder.record(Who::Ip(ip), Kind::Booted { uptime_s });
+    let root_bytes = body.and_then(|b| b.root_bytes);
+    tracing::info!(%ip, ?uptime_s, ?root_bytes, "client reports booted");
+    web.recorder.record(
+        Who::Ip(ip),
+        Kind::Booted {
+            uptime_s,
+            root_bytes,
+        },
+    );
     StatusCode::NO_CONTENT.into_response()
 }
 
