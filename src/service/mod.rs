@@ -6,3 +6,4 @@ pub mod http;
 pub mod nbd;
 pub mod nfs;
 pub mod tftp;
+pub mod web;
