@@ -267,7 +267,8 @@ async function waveView(el, [id], ctx) {
 // Clients per phase at each step, from the boots' phase spans.
 function phaseCounts(w, t0, t1, step) {
   const times = [];
-  for (let t = t0; t <= t1; t += step) times.push(t);
+  for (let t = t0; t < t1; t += step) times.push(t);
+  times.push(t1); // the wave's last moment, when its last client is up
   const layers = PHASES.map(name => ({ name, values: times.map(t => w.boots.filter(b => {
     if (name === 'booted') return b.duration_s != null && t >= b.start + b.duration_s;
     return b.phases.some(p => p.name === name && t >= p.start && t < p.start + p.seconds)
