@@ -96,7 +96,10 @@ export function gantt(rows, width) {
     const y = top + i * rowH;
     const row = s('g', { 'data-key': r.key ?? r.label });
     g.append(row);
-    const label = s('text', { x: labelW - 6, y: y + 15, 'text-anchor': 'end' }, r.label);
+    // Long names keep their distinctive tail when the label column is narrow (phones).
+    const room = Math.max(4, Math.floor((labelW - 8) / 7));
+    const shown = r.label.length > room ? `…${r.label.slice(1 - room)}` : r.label;
+    const label = s('text', { x: labelW - 6, y: y + 15, 'text-anchor': 'end' }, title(r.label), shown);
     row.append(r.href ? s('a', { href: r.href }, label) : label);
     for (const p of r.phases) {
       const w = Math.max(1, x(r.offset + p.at + p.seconds) - x(r.offset + p.at));

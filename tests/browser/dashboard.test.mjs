@@ -278,6 +278,23 @@ test('client view: one machine\'s boots', async () => {
   await page.close();
 });
 
+test('room view: a running client silent for over 3x the others\' median in its phase is stalled', async () => {
+  const page = await context.newPage();
+  watch(page);
+  await view(page, '/room');
+  const verdicts = await page.evaluate(async () => {
+    const { stalledFor } = await import('/app.js');
+    const done = s => ({ result: 'booted', current_phase: 'booted', phases: [{ name: 'dhcp', seconds: s }] });
+    const others = [done(2), done(3), done(4)];
+    const running = silent => ({ result: 'running', current_phase: 'dhcp', last_event: 100 - silent, phases: [{ name: 'dhcp', seconds: silent }] });
+    return [stalledFor(running(10), others, 100), stalledFor(running(8), others, 100),
+      stalledFor(running(10), [], 100), stalledFor(done(50), others, 100)];
+  });
+  // Median 3 s: silent 10 s is stalled, 8 s is not; alone or booted, never.
+  assert.deepEqual(verdicts, [10, null, null, null]);
+  await page.close();
+});
+
 test('keyboard: the views are reachable with Tab and Enter', async () => {
   const page = await context.newPage();
   watch(page);
