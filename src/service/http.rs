@@ -46,7 +46,6 @@ pub async fn serve(listener: TcpListener, web: Web, shutdown: Shutdown) -> anyho
 
 pub fn router(web: Web) -> axum::Router {
     axum::Router::new()
-        .route("/", get(index))
         .route("/boot/script/{mac}", get(boot_script))
         .route("/boot/loaders/{file}", get(loader))
         .route("/boot/{image}/{file}", get(image_file))
@@ -60,14 +59,8 @@ pub fn router(web: Web) -> axum::Router {
         .route("/metrics", get(super::metrics::render))
         .route("/api/v1/pools", get(pools))
         .route("/api/v1/clients", get(clients))
+        .merge(super::web::routes())
         .with_state(web)
-}
-
-async fn index() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-        include_str!("../../web/index.html"),
-    )
 }
 
 fn client_ip(addr: SocketAddr) -> Option<std::net::Ipv4Addr> {

@@ -7,3 +7,4 @@ pub mod metrics;
 pub mod nbd;
 pub mod nfs;
 pub mod tftp;
+pub mod web;

@@ -1,0 +1,472 @@
+// The dashboard: hash routes, one function per view, data from the JSON API (docs/api.md).
+import { PHASES, PHASE_COLOUR, PHASE_INK, SERIES, swatch, gantt, histogram, lines, stacked, strips } from './charts.js';
+
+const main = document.getElementById('main');
+const RUN_NFS = 'bootpool lab --clients 2 --root nfs';
+const RUN_NBD = 'bootpool lab --clients 2 --root nbd';
+
+// ---- small helpers ----
+
+function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v == null || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? '' : v);
+  }
+  for (const c of children.flat()) if (c != null) el.append(c);
+  return el;
+}
+
+class HttpError extends Error {
+  constructor(status, path, text) {
+    super(`${path}: ${status} ${text}`.trim());
+    this.status = status;
+  }
+}
+
+async function api(path) {
+  const r = await fetch(path, { headers: { accept: 'application/json' } });
+  if (!r.ok) throw new HttpError(r.status, path, (await r.text()).trim());
+  return r.json();
+}
+
+const q = encodeURIComponent;
+export const fmtS = v => (v == null ? '–' : `${v.toFixed(1)} s`);
+export function fmtBytes(n) {
+  if (n == null) return '–';
+  if (n >= 1024 ** 3) return `${(n / 1024 ** 3).toFixed(2)} GiB`;
+  if (n >= 1024 ** 2) return `${(n / 1024 ** 2).toFixed(1)} MiB`;
+  if (n >= 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${Math.round(n)} B`;
+}
+const mbit = bytesPerS => (bytesPerS * 8) / 1e6;
+// Times in the reader's own time zone.
+const when = t => new Date(t * 1000).toLocaleString();
+const now = () => Date.now() / 1000;
+
+function median(xs) {
+  if (!xs.length) return null;
+  const v = [...xs].sort((a, b) => a - b), m = v.length >> 1;
+  return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+function empty(text, command) {
+  return h('div', { class: 'empty', 'data-testid': 'empty' }, h('p', {}, text), command ? h('pre', {}, h('code', {}, command)) : null);
+}
+
+function legend(counts) {
+  return h('ul', { class: 'legend', 'aria-label': 'phases' }, PHASES.map(p =>
+    h('li', { 'data-phase': p }, swatch(p), ` ${p}`, counts ? h('b', { 'data-testid': `count-${p}` }, ` ${counts[p] ?? 0}`) : null)));
+}
+
+function width(el) {
+  return Math.max(280, Math.floor(el.clientWidth || main.clientWidth || 600));
+}
+
+let names = new Map();
+async function loadNames() {
+  const clients = await api('/api/v1/clients');
+  names = new Map(clients.map(c => [c.mac, c.name]));
+  return clients;
+}
+const label = mac => names.get(mac) ?? mac;
+
+function waveLabel(w) {
+  return `wave ${w.id} · ${w.pool} · ${when(w.start)} · ${w.summary.clients} clients`;
+}
+
+function wavePicker(waves, current, go) {
+  return h('label', { class: 'picker' }, 'Wave ',
+    h('select', { onchange: e => go(e.target.value) },
+      [...waves].reverse().map(w => h('option', { value: w.id, selected: w.id === current }, waveLabel(w)))));
+}
+
+// A wave's boots end when the last booted call (or the newest event) came in.
+function waveEnd(w) {
+  return Math.max(w.start + 1, ...w.boots.map(b => (b.duration_s != null ? b.start + b.duration_s : b.last_event)));
+}
+
+function rootOf(w) {
+  return w.boots.find(b => b.root)?.root ?? '?';
+}
+
+// Egress is optional: an older server answers 404, and then the views say so.
+async function loadEgress(since, step) {
+  try {
+    return await api(`/api/v1/egress?since=${since}&step=${step}`);
+  } catch (e) {
+    if (e.status === 404) return null;
+    throw e;
+  }
+}
+
+const NO_EGRESS = 'No egress data: this server does not sample link counters (GET /api/v1/egress answered 404). ' +
+  'Egress appears here once the daemon samples its interfaces.';
+
+// ---- live updates ----
+
+// Keeps boots of a pool current: from the SSE stream, else by polling /api/v1/boots every 2 s.
+function watchBoots(pool, onBoots, onMode) {
+  let stopped = false, timer = null, source = null;
+  const poll = async () => {
+    try { onBoots(await api(`/api/v1/boots?pool=${q(pool)}`)); } catch { /* next poll retries */ }
+    if (!stopped) timer = setTimeout(poll, 2000);
+  };
+  const fallBack = () => {
+    source?.close();
+    source = null;
+    onMode('polling every 2 s');
+    poll();
+  };
+  if (!('EventSource' in window)) { fallBack(); return () => { stopped = true; clearTimeout(timer); }; }
+  source = new EventSource('/api/v1/stream');
+  source.addEventListener('open', async () => {
+    onMode('live');
+    // Catch up on whatever changed while (re)connecting.
+    try { onBoots(await api(`/api/v1/boots?pool=${q(pool)}`)); } catch { /* the stream carries on */ }
+  });
+  source.addEventListener('boot', ev => {
+    const b = JSON.parse(ev.data);
+    if (b.pool === pool) onBoots([b]);
+  });
+  // A stream that never opened (404, old server) is closed for good: poll instead.
+  source.addEventListener('error', () => { if (source?.readyState === EventSource.CLOSED) fallBack(); });
+  return () => { stopped = true; source?.close(); clearTimeout(timer); };
+}
+
+// A running boot is stalled when it has been silent for over 3x the median time the others
+// spent in the phase it is in.
+export function stalledFor(boot, others, t) {
+  if (boot.result !== 'running') return null;
+  const spent = others.flatMap(o => o.phases.filter(p => p.name === boot.current_phase && !(o.result === 'running' && o.current_phase === p.name)).map(p => p.seconds));
+  const m = median(spent);
+  const silent = t - boot.last_event;
+  return m != null && silent > 3 * Math.max(m, 1) ? silent : null;
+}
+
+// ---- views ----
+
+async function roomView(el, [poolName], ctx) {
+  const [pools] = await Promise.all([api('/api/v1/pools'), loadNames()]);
+  if (!pools.length) return el.replaceChildren(empty('No pools configured: add one under `pools:` in pools.yaml.'));
+  const pool = pools.find(p => p.name === poolName)
+    ?? [...pools].filter(p => p.latest_wave != null).sort((a, b) => b.latest_wave - a.latest_wave)[0] ?? pools[0];
+  const newest = new Map();
+  const mode = h('span', { class: 'mode', 'data-testid': 'mode' }, 'connecting…');
+  const grid = h('div', { class: 'tiles', 'data-testid': 'tiles' });
+  const counts = h('div');
+  el.replaceChildren(
+    h('h2', {}, `Room ${pool.name}`),
+    h('nav', { class: 'pools', 'aria-label': 'pools' }, pools.map(p =>
+      h('a', { href: `#/room/${q(p.name)}`, 'aria-current': p.name === pool.name ? 'page' : null }, `${p.name} (${p.root})`))),
+    h('p', { class: 'meta' }, `${pool.clients} machines listed, image ${pool.image}, root over ${pool.root}. Updates: `, mode),
+    counts, grid);
+
+  const draw = () => {
+    const t = now();
+    const boots = [...newest.values()].sort((a, b) => label(a.mac).localeCompare(label(b.mac)));
+    const c = {};
+    for (const b of boots) c[b.current_phase] = (c[b.current_phase] ?? 0) + 1;
+    counts.replaceChildren(legend(c));
+    if (!boots.length) {
+      grid.replaceChildren(empty(`No boots in ${pool.name} yet: power on a machine it lists, or try the image with`,
+        pool.root === 'nbd' ? RUN_NBD : RUN_NFS));
+      return;
+    }
+    grid.replaceChildren(...boots.map(b => {
+      const stalled = stalledFor(b, boots.filter(o => o !== b), t);
+      const elapsed = b.result === 'booted' ? b.duration_s : t - b.start;
+      const phase = b.current_phase;
+      return h('a', {
+        class: `tile${stalled ? ' stalled' : ''}`, href: `#/client/${q(b.mac)}`, 'data-mac': b.mac, 'data-phase': phase,
+        style: `background:${PHASE_COLOUR[phase] ?? '#ccc'};color:${PHASE_INK[phase] ?? '#000'}`,
+      },
+      h('span', { class: 'name' }, label(b.mac)),
+      h('span', { class: 'phase' }, phase === 'booted' ? '✓ booted' : phase),
+      h('span', { class: 'elapsed', 'data-testid': 'elapsed' }, fmtS(elapsed)),
+      b.ip ? h('span', { class: 'ip' }, b.ip) : null,
+      stalled ? h('span', { class: 'stall' }, `⚠ stalled: silent ${stalled.toFixed(0)} s`) : null);
+    }));
+  };
+  const merge = boots => {
+    for (const b of boots) {
+      const old = newest.get(b.mac);
+      if (!old || b.id >= old.id) newest.set(b.mac, b);
+    }
+    draw();
+  };
+  merge(await api(`/api/v1/boots?pool=${q(pool.name)}`));
+  const stop = watchBoots(pool.name, merge, m => { mode.textContent = m; });
+  const clock = setInterval(draw, 1000);
+  ctx.cleanup.push(stop, () => clearInterval(clock));
+}
+
+async function waveView(el, [id], ctx) {
+  const waves = await api('/api/v1/waves');
+  if (!waves.length) return el.replaceChildren(empty('No waves yet: power on a room, or run', RUN_NFS));
+  const wanted = id != null ? Number(id) : waves[waves.length - 1].id;
+  const [w] = await Promise.all([api(`/api/v1/waves/${wanted}`), loadNames()]);
+  const sm = w.summary;
+  let sortBy = 'total';
+  const chart = h('div', { class: 'chart-box' });
+  const hist = h('div', { class: 'chart-box' });
+  const protos = [...new Set(w.boots.flatMap(b => Object.keys(b.bytes)))].sort();
+  const stat = (name, key, value) => h('div', {}, h('dt', {}, name), h('dd', { 'data-testid': key }, value));
+  const sortButton = (key, text) => h('button', {
+    type: 'button', 'aria-pressed': String(sortBy === key), 'data-sort': key,
+    onclick: e => { sortBy = key; for (const b of e.target.parentNode.children) b.setAttribute('aria-pressed', String(b.dataset.sort === key)); draw(); },
+  }, text);
+
+  el.replaceChildren(
+    h('h2', {}, `Wave ${w.id}: ${w.pool}, ${rootOf(w)} root`),
+    wavePicker(waves, w.id, v => { location.hash = `#/wave/${v}`; }),
+    h('p', { class: 'meta' }, `Started ${when(w.start)}. `,
+      h('a', { href: `#/egress/${w.id}` }, 'Egress during this wave'), ' · ',
+      h('a', { href: `#/compare/${w.id}` }, 'Compare with another wave')),
+    h('dl', { class: 'stats' },
+      stat('clients', 'clients', String(sm.clients)), stat('booted', 'booted', String(sm.booted)),
+      stat('running', 'running', String(sm.running)), stat('median', 'median', fmtS(sm.median_s)),
+      stat('p95', 'p95', fmtS(sm.p95_s)), stat('max', 'max', fmtS(sm.max_s))),
+    h('h3', {}, 'Phases per client'),
+    h('div', { class: 'toolbar', role: 'group', 'aria-label': 'sort rows' }, 'Sort: ',
+      sortButton('total', 'by total time'), sortButton('start', 'by start'), sortButton('name', 'by name')),
+    legend(), chart,
+    h('h3', {}, 'Boot times'), hist,
+    h('h3', {}, 'Phase medians'),
+    h('table', { class: 'num' }, h('thead', {}, h('tr', {}, PHASES.slice(0, -1).map(p => h('th', {}, p)))),
+      h('tbody', {}, h('tr', {}, PHASES.slice(0, -1).map(p => h('td', { 'data-testid': `phase-median-${p}` }, fmtS(sm.phase_median_s[p])))))),
+    h('h3', {}, 'Per client'),
+    h('div', { class: 'scroll' }, h('table', { class: 'num', 'data-testid': 'per-client' },
+      h('thead', {}, h('tr', {}, h('th', {}, 'client'), h('th', {}, 'result'), h('th', {}, 'total'),
+        PHASES.slice(0, -1).map(p => h('th', {}, p)), protos.map(p => h('th', {}, `${p} bytes`)))),
+      h('tbody', {}, w.boots.map(b => h('tr', { 'data-mac': b.mac },
+        h('th', {}, h('a', { href: `#/client/${q(b.mac)}` }, label(b.mac))), h('td', {}, b.result),
+        h('td', { 'data-testid': 'total' }, fmtS(b.duration_s)),
+        PHASES.slice(0, -1).map(p => h('td', {}, fmtS(b.phases.find(x => x.name === p)?.seconds))),
+        protos.map(p => h('td', { 'data-proto': p }, fmtBytes(b.bytes[p])))))),
+      h('tfoot', {}, h('tr', {}, h('th', { colspan: 3 + PHASES.length - 1 }, 'mean per client'),
+        protos.map(p => h('td', { 'data-testid': `bytes-per-client-${p}` }, fmtBytes(sm.bytes_per_client[p]))))))));
+
+  const draw = () => {
+    const rows = w.boots.map(b => ({
+      label: label(b.mac), href: `#/client/${q(b.mac)}`, offset: b.start - w.start, key: b.mac,
+      phases: b.phases.map(p => ({ name: p.name, at: p.start - b.start, seconds: p.seconds })),
+      total: b.duration_s ?? (b.last_event - b.start),
+    }));
+    const order = { total: (a, b) => b.total - a.total, start: (a, b) => a.offset - b.offset, name: (a, b) => a.label.localeCompare(b.label) };
+    rows.sort(order[sortBy]);
+    chart.replaceChildren(gantt(rows, width(chart)));
+    const times = w.boots.filter(b => b.duration_s != null).map(b => b.duration_s);
+    hist.replaceChildren(times.length ? histogram(times, width(hist)) : empty('No client of this wave has booted yet.'));
+  };
+  draw();
+  ctx.redraw = draw;
+}
+
+// Clients per phase at each step, from the boots' phase spans.
+function phaseCounts(w, t0, t1, step) {
+  const times = [];
+  for (let t = t0; t < t1; t += step) times.push(t);
+  times.push(t1); // the wave's last moment, when its last client is up
+  const layers = PHASES.map(name => ({ name, values: times.map(t => w.boots.filter(b => {
+    if (name === 'booted') return b.duration_s != null && t >= b.start + b.duration_s;
+    return b.phases.some(p => p.name === name && t >= p.start && t < p.start + p.seconds)
+      || (b.result === 'running' && b.current_phase === name && t >= (b.phases.at(-1)?.start ?? b.start) && t <= b.last_event);
+  }).length) }));
+  return { times, layers: layers.filter(l => l.values.some(v => v > 0)) };
+}
+
+async function egressView(el, [id], ctx) {
+  const waves = await api('/api/v1/waves');
+  if (!waves.length) return el.replaceChildren(empty('No waves yet: egress is shown per wave. Power on a room, or run', RUN_NFS));
+  const wanted = id != null ? Number(id) : waves[waves.length - 1].id;
+  const w = await api(`/api/v1/waves/${wanted}`);
+  const t0 = w.start, t1 = waveEnd(w);
+  const step = Math.max(1, Math.round((t1 - t0) / 300));
+  const eg = await loadEgress(Math.floor(t0), step);
+  const inWave = pts => pts.filter(p => p.t >= t0 - step && p.t <= t1 + step);
+  const linksBox = h('div'), protoBox = h('div', { class: 'chart-box' }), phaseBox = h('div', { class: 'chart-box' });
+  el.replaceChildren(
+    h('h2', {}, `Egress during wave ${w.id} (${w.pool})`),
+    wavePicker(waves, w.id, v => { location.hash = `#/egress/${v}`; }),
+    h('p', { class: 'meta' }, `${when(t0)} to ${when(t1)}.`),
+    h('h3', {}, 'Server links'), linksBox,
+    h('h3', {}, 'Bytes per protocol'), protoBox,
+    h('h3', {}, 'Clients in each phase'), legend(), phaseBox);
+
+  const draw = () => {
+    if (!eg) {
+      linksBox.replaceChildren(empty(NO_EGRESS));
+      protoBox.replaceChildren(empty(NO_EGRESS));
+    } else {
+      // Each top-level link with its members (bond slaves) drawn apart under it.
+      const tops = eg.links.filter(l => !l.master || !eg.links.some(m => m.name === l.master));
+      const charts = tops.flatMap(l => [l, ...eg.links.filter(m => m.master === l.name)]).map(l => {
+        const box = h('div', { class: 'chart-box', 'data-link': l.name });
+        const series = [{ name: `${l.name} tx`, colour: SERIES[0], points: inWave(l.points).map(p => [p.t, mbit(p.tx_bytes_s)]) }];
+        if (l.speed_mbps) series.push({ name: 'capacity', colour: '#000', dash: '6 4', points: [[t0, l.speed_mbps], [t1, l.speed_mbps]] });
+        box.append(h('h4', {}, `${l.name}${l.master ? ` (member of ${l.master})` : ` (${l.kind})`}`,
+          l.speed_mbps ? ` · capacity ${l.speed_mbps} Mbit/s (dashed)` : ' · capacity unknown'));
+        box.append(series[0].points.length
+          ? lines(series, width(linksBox), { yLabel: 'Mbit/s sent', yFmt: v => v.toFixed(0), t0, t1 })
+          : empty('No samples in this wave: the server keeps egress samples for a limited time.'));
+        return box;
+      });
+      linksBox.replaceChildren(...(charts.length ? charts : [empty('No links sampled: list interfaces under server.interfaces.')]));
+      const series = eg.protocols.map((p, i) => ({ name: p.proto, colour: SERIES[i % SERIES.length], points: inWave(p.points).map(x => [x.t, x.bytes_s / 1e6]) }))
+        .filter(se => se.points.length);
+      protoBox.replaceChildren(...(series.length
+        ? [h('ul', { class: 'legend' }, series.map(se => h('li', {}, h('span', { class: 'line', style: `border-color:${se.colour}` }), ` ${se.name}`))),
+          lines(series, width(protoBox), { yLabel: 'MB/s', yFmt: v => v.toFixed(1), t0, t1 })]
+        : [empty('No protocol samples in this wave.')]));
+    }
+    const pc = phaseCounts(w, t0, t1, step);
+    phaseBox.replaceChildren(stacked(pc.times, pc.layers, width(phaseBox), { t0 }));
+  };
+  draw();
+  ctx.redraw = draw;
+}
+
+// Peak and mean of the summed top-level links' sending rate over a wave.
+function egressStats(eg, w) {
+  if (!eg) return null;
+  const t0 = w.start, t1 = waveEnd(w);
+  const tops = eg.links.filter(l => !l.master);
+  const sum = new Map();
+  for (const l of tops) for (const p of l.points) if (p.t >= t0 && p.t <= t1) sum.set(p.t, (sum.get(p.t) ?? 0) + p.tx_bytes_s);
+  const v = [...sum.values()];
+  if (!v.length) return { peak: null, mean: null };
+  return { peak: Math.max(...v), mean: v.reduce((a, b) => a + b, 0) / v.length };
+}
+
+async function compareView(el, [a, b]) {
+  const waves = await api('/api/v1/waves');
+  if (waves.length < 2) {
+    return el.replaceChildren(empty('Comparing needs two waves: boot the room once over NFS and once over NBD, for example',
+      `${RUN_NFS}\n${RUN_NBD}`));
+  }
+  const last = waves[waves.length - 1];
+  let idB = b != null ? Number(b) : last.id;
+  let idA = a != null ? Number(a) : null;
+  if (idA === idB && b == null) idB = null;
+  // By default: the newest wave against the newest one of another pool (say NFS vs NBD).
+  if (idA == null) idA = [...waves].reverse().find(x => x.id !== idB && x.pool !== waves.find(y => y.id === idB)?.pool)?.id
+    ?? [...waves].reverse().find(x => x.id !== idB).id;
+  if (idB == null) idB = [...waves].reverse().find(x => x.id !== idA).id;
+  const [c] = await Promise.all([api(`/api/v1/compare?a=${idA}&b=${idB}`), loadNames()]);
+  const since = Math.floor(Math.min(c.a.start, c.b.start));
+  const eg = await loadEgress(since, 1);
+  const ea = egressStats(eg, c.a), eb = egressStats(eg, c.b);
+  const protos = [...new Set([...Object.keys(c.a.summary.bytes_per_client), ...Object.keys(c.b.summary.bytes_per_client)])].sort();
+  const phases = PHASES.filter(p => p in c.a.summary.phase_median_s || p in c.b.summary.phase_median_s);
+  const box = h('div', { class: 'chart-box' });
+  const pick = (side, cur) => h('label', { class: 'picker' }, `${side} `,
+    h('select', { onchange: e => { location.hash = side === 'A' ? `#/compare/${e.target.value}/${idB}` : `#/compare/${idA}/${e.target.value}`; } },
+      [...waves].reverse().map(x => h('option', { value: x.id, selected: x.id === cur }, waveLabel(x)))));
+  const row = (name, va, vb, key) => h('tr', key ? { 'data-row': key } : {}, h('th', {}, name), h('td', {}, va), h('td', {}, vb));
+  const egressRow = (name, k) => row(name, ea ? fmtMbit(ea[k]) : 'no egress data', eb ? fmtMbit(eb[k]) : 'no egress data');
+  const head = w => `wave ${w.id} (${w.pool}, ${rootOf(w)})`;
+  el.replaceChildren(
+    h('h2', {}, 'Compare waves'),
+    h('div', { class: 'toolbar' }, pick('A', idA), pick('B', idB)),
+    h('p', { class: 'sentence', 'data-testid': 'sentence' }, c.sentence),
+    h('h3', {}, 'Boot times on one axis (bar: median)'), box,
+    h('h3', {}, 'Side by side'),
+    h('div', { class: 'scroll' }, h('table', { class: 'num compare' },
+      h('thead', {}, h('tr', {}, h('th', {}, ''), h('th', {}, `A: ${head(c.a)}`), h('th', {}, `B: ${head(c.b)}`))),
+      h('tbody', {},
+        row('clients', String(c.a.summary.clients), String(c.b.summary.clients), 'clients'),
+        row('median', fmtS(c.a.summary.median_s), fmtS(c.b.summary.median_s), 'median'),
+        row('p95', fmtS(c.a.summary.p95_s), fmtS(c.b.summary.p95_s), 'p95'),
+        row('max', fmtS(c.a.summary.max_s), fmtS(c.b.summary.max_s), 'max'),
+        phases.map(p => row(h('span', {}, swatch(p, 10), ` ${p} median`), fmtS(c.a.summary.phase_median_s[p]), fmtS(c.b.summary.phase_median_s[p]), `phase-${p}`)),
+        protos.map(p => row(`${p} bytes per client`, fmtBytes(c.a.summary.bytes_per_client[p]), fmtBytes(c.b.summary.bytes_per_client[p]), `bytes-${p}`)),
+        egressRow('peak egress', 'peak'), egressRow('mean egress', 'mean')))));
+  const draw = () => {
+    const group = (side, w) => ({
+      label: `${side}: wave ${w.id}`, median: w.summary.median_s,
+      values: w.boots.filter(x => x.duration_s != null).map(x => x.duration_s),
+    });
+    box.replaceChildren(strips([group('A', c.a), group('B', c.b)], width(box)));
+  };
+  draw();
+  return draw;
+}
+
+const fmtMbit = v => (v == null ? 'no samples' : `${mbit(v).toFixed(1)} Mbit/s`);
+
+async function clientView(el, [mac], ctx) {
+  const clients = await loadNames();
+  if (!clients.length) return el.replaceChildren(empty('No client has booted yet: power one on, or run', RUN_NFS));
+  if (!mac) {
+    return el.replaceChildren(h('h2', {}, 'Clients'), h('div', { class: 'scroll' }, h('table', { class: 'num' },
+      h('thead', {}, h('tr', {}, ['client', 'MAC', 'pool', 'ip', 'boots', 'last boot', 'last time'].map(t => h('th', {}, t)))),
+      h('tbody', {}, clients.map(c => h('tr', { 'data-mac': c.mac },
+        h('th', {}, h('a', { href: `#/client/${q(c.mac)}` }, c.name ?? c.mac)), h('td', {}, c.mac), h('td', {}, c.pool ?? '–'),
+        h('td', {}, c.ip ?? '–'), h('td', {}, String(c.boots)), h('td', {}, c.last ? when(c.last.start) : '–'),
+        h('td', {}, fmtS(c.last?.duration_s))))))));
+  }
+  const boots = await api(`/api/v1/boots?mac=${q(mac)}`);
+  const box = h('div', { class: 'chart-box' });
+  el.replaceChildren(
+    h('h2', {}, `Client ${label(mac)}`),
+    h('p', { class: 'meta' }, h('a', { href: '#/client' }, 'All clients'), ` · ${mac} · ${boots.length} boots`),
+    boots.length ? legend() : empty('This machine has no boots recorded.'), box,
+    h('div', { class: 'scroll' }, h('table', { class: 'num', 'data-testid': 'boots' },
+      h('thead', {}, h('tr', {}, ['started', 'pool', 'root', 'result', 'total', 'phase', 'bytes'].map(t => h('th', {}, t)))),
+      h('tbody', {}, [...boots].reverse().map(b => h('tr', { 'data-boot': b.id },
+        h('th', {}, when(b.start)), h('td', {}, b.pool ?? '–'), h('td', {}, b.root ?? '–'), h('td', {}, b.result),
+        h('td', { 'data-testid': 'total' }, fmtS(b.duration_s)), h('td', {}, b.current_phase),
+        h('td', {}, Object.entries(b.bytes).map(([p, n]) => `${p} ${fmtBytes(n)}`).join(', '))))))));
+  const draw = () => {
+    if (!boots.length) return;
+    // Newest first, each row from its own start, so boots line up phase by phase.
+    box.replaceChildren(gantt([...boots].reverse().map(b => ({
+      label: new Date(b.start * 1000).toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'short' }), key: String(b.id), offset: 0,
+      phases: b.phases.map(p => ({ name: p.name, at: p.start - b.start, seconds: p.seconds })),
+      total: b.duration_s ?? (b.last_event - b.start),
+    })), width(box)));
+  };
+  draw();
+  ctx.redraw = draw;
+}
+
+// ---- routing ----
+
+const VIEWS = { room: roomView, wave: waveView, egress: egressView, compare: compareView, client: clientView };
+let current = { cleanup: [], redraw: null };
+let generation = 0;
+
+async function route() {
+  for (const f of current.cleanup) f();
+  const gen = ++generation;
+  const ctx = { cleanup: [], redraw: null };
+  current = ctx;
+  const [name, ...args] = location.hash.replace(/^#\/?/, '').split('/').filter(Boolean).map(decodeURIComponent);
+  const view = VIEWS[name] ? name : 'room';
+  for (const a of document.querySelectorAll('header nav a')) {
+    a.toggleAttribute('aria-current', a.dataset.view === view);
+  }
+  const el = h('section', { 'data-view': view, 'aria-busy': 'true' }, h('p', { class: 'meta' }, 'Loading…'));
+  main.replaceChildren(el);
+  try {
+    const redraw = await VIEWS[view](el, args, ctx);
+    if (typeof redraw === 'function') ctx.redraw = redraw;
+  } catch (e) {
+    el.replaceChildren(h('div', { class: 'error', role: 'alert' }, h('p', {}, `Could not load this view: ${e.message}`),
+      h('p', {}, 'Is the daemon running? Reload to try again.')));
+  }
+  if (gen !== generation) { for (const f of ctx.cleanup) f(); return; }
+  el.removeAttribute('aria-busy');
+  el.dataset.ready = 'true';
+}
+
+let resizeTimer = null;
+window.addEventListener('resize', () => {
+  clearTimeout(resizeTimer);
+  resizeTimer = setTimeout(() => current.redraw?.(), 150);
+});
+window.addEventListener('hashchange', route);
+document.getElementById('tz').textContent = Intl.DateTimeFormat().resolvedOptions().timeZone;
+route();
