@@ -25,7 +25,7 @@ const WAIT = 20_000;
 // Endpoints docs/api.md describes that this branch does not serve yet: the page must cope
 // with their 404 (it says "no egress data" and polls), so the browser's own 404 log line
 // for them is not a page error.
-const NOT_YET = ['/api/v1/egress', '/api/v1/stream'];
+const NOT_YET = [];
 
 const fmtS = v => (v == null ? '–' : `${v.toFixed(1)} s`);
 
