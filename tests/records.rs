@@ -168,6 +168,13 @@ async fn api_stream_metrics_and_report_show_the_recorded_waves() {
     let clients = get_json(&base, "/api/v1/clients").await;
     assert_eq!(clients.as_array().unwrap().len(), 4);
 
+    // A boot silent for long is timed out, and says where it stopped.
+    let stuck = get_json(&base, "/api/v1/boots?mac=52:54:00:77:00:12").await;
+    assert_eq!(
+        (stuck[0]["result"].as_str(), stuck[0]["stopped_in"].as_str()),
+        (Some("timed_out"), Some("ipxe"))
+    );
+
     // The live stream: a client reporting booted shows up as a `boot` event.
     let sse = Command::new("curl")
         .args([
@@ -395,4 +402,62 @@ fn egress_agrees_with_the_kernel_counters_of_a_real_link() {
         .sum();
     // Untied transfers (no DHCP lease for 10.79.0.2) are not counted per protocol.
     assert_eq!(http, 0.0);
+}
+
+#[test]
+fn a_daemon_killed_with_9_comes_back_with_its_records() {
+    let fx = Fixture::new();
+    std::fs::create_dir_all(fx.path().join("var")).unwrap();
+    // 127.0.0.1 is leased to a client of nbd-room, so what it fetches is tied to its boot.
+    std::fs::write(fx.path().join("var/events.jsonl"), journal()).unwrap();
+    let text = fx
+        .config_text()
+        .replace("http: 127.0.0.1:0", "http: 127.0.0.1:18081");
+    fx.write_config(&text);
+    let start = || {
+        let log = std::fs::File::create(fx.path().join("serve.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_bootpool"))
+            .args(["serve", "--config", fx.config_path().to_str().unwrap()])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Serve(child)
+    };
+    let get = |url: &str| {
+        let mut c = curl(&[
+            "--retry",
+            "30",
+            "--retry-connrefused",
+            "--retry-delay",
+            "1",
+            url,
+        ]);
+        run(&mut c, 60)
+    };
+    let mut daemon = start();
+    for _ in 0..4 {
+        let (ok, _, err) = get("http://127.0.0.1:18081/boot/demo/initrd.img");
+        assert!(ok, "{err}");
+    }
+    // Past the one second the journal may lag, then the hardest stop there is.
+    std::thread::sleep(Duration::from_millis(1500));
+    daemon.0.kill().unwrap();
+    daemon.0.wait().unwrap();
+    drop(daemon);
+    let _daemon = start();
+    let (ok, body, err) = get("http://127.0.0.1:18081/api/v1/boots?mac=52:54:00:77:00:12");
+    assert!(ok, "{err}");
+    let boots: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(boots[0]["bytes"]["http"], 4 * (2u64 << 20), "{body}");
+    let waves = get("http://127.0.0.1:18081/api/v1/waves").1;
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&waves)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        3,
+        "{waves}"
+    );
 }

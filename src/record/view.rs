@@ -16,8 +16,10 @@ pub struct BootView {
     pub ip: Option<Ipv4Addr>,
     pub pool: Option<String>,
     pub root: Option<Proto>,
-    /// `running` or `booted`.
+    /// `running`, `booted`, or `timed_out` (running, but silent for `SILENCE_S`).
     pub result: String,
+    /// For a timed-out boot, the phase it stopped in.
+    pub stopped_in: Option<String>,
     /// Unix seconds of the first DHCP DISCOVER.
     pub start: f64,
     /// First DISCOVER to the booted call.
@@ -42,8 +44,15 @@ pub struct PhaseView {
     pub seconds: f64,
 }
 
+/// A boot that has not reported up and sent nothing for this long has timed out. Five minutes
+/// is far beyond any phase of a healthy boot, even 40 clients at once under emulation.
+pub const SILENCE_S: f64 = 300.0;
+
 impl BootView {
     pub fn of(b: &Boot) -> BootView {
+        let now = super::event::now_micros();
+        let silent = (now - b.last_event) as f64 / 1e6 > SILENCE_S;
+        let timed_out = b.result == BootResult::Running && silent;
         BootView {
             id: b.id,
             mac: b.mac.to_string(),
@@ -51,10 +60,12 @@ impl BootView {
             pool: b.pool.clone(),
             root: b.root,
             result: match b.result {
+                BootResult::Running if timed_out => "timed_out",
                 BootResult::Running => "running",
                 BootResult::Booted => "booted",
             }
             .into(),
+            stopped_in: timed_out.then(|| b.current_phase().to_string()),
             start: b.start as f64 / 1e6,
             duration_s: b.duration_s(),
             uptime_s: b.uptime_s,
