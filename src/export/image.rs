@@ -98,6 +98,7 @@ mod tests {
             name: name.into(),
             dir: dir.to_path_buf(),
             store: Store::Disk,
+            cow: None,
         }
     }
 
