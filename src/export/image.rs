@@ -1,5 +1,6 @@
-//! Read-only block images for NBD: which images are exported, opening an image's `rootfs.img`,
-//! its size and positional reads. The only code that opens image files for NBD.
+//! Read-only block images for NBD: which images are exported, opening an image's `rootfs.img`
+//! (or loading it into memory for `store: ram`), its size and positional reads. The only code
+//! that opens image files for NBD.
 //!
 //! Exports are named after images. Every configured image whose `rootfs.img` exists is
 //! exported (so an admin can try an image over NBD before a pool uses it); the images of pools
@@ -13,13 +14,27 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-/// An open image file. Opened per attach, so an image replaced by rename reaches new clients
-/// while attached clients keep the file they started with.
+/// Positional reads of a fixed-size byte range: what a copy-on-write overlay reads through to.
+pub trait ReadAt {
+    fn size(&self) -> u64;
+    /// Fills `buf` from `offset`; a range past the end is an error, never short data.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+}
+
+/// An open image: a file (`store: disk`), opened per attach, so an image replaced by rename
+/// reaches new clients while attached clients keep the file they started with; or the bytes
+/// loaded at start (`store: ram`), shared by every client.
 #[derive(Debug)]
 pub struct BlockImage {
     name: String,
-    file: File,
+    data: Data,
     size: u64,
+}
+
+#[derive(Debug)]
+enum Data {
+    File(File),
+    Ram(Arc<Vec<u8>>),
 }
 
 impl BlockImage {
@@ -36,9 +51,23 @@ impl BlockImage {
         }
         Ok(BlockImage {
             name: image.name.clone(),
-            file,
+            data: Data::File(file),
             size: meta.len(),
         })
+    }
+
+    /// An image served from bytes already in memory (see `load`).
+    pub fn in_memory(name: &str, bytes: Arc<Vec<u8>>) -> BlockImage {
+        BlockImage {
+            name: name.to_string(),
+            size: bytes.len() as u64,
+            data: Data::Ram(bytes),
+        }
+    }
+
+    /// True when reads never touch the disk, so they need not leave the async workers.
+    pub fn is_in_memory(&self) -> bool {
+        matches!(self.data, Data::Ram(_))
     }
 
     pub fn name(&self) -> &str {
@@ -60,8 +89,65 @@ impl BlockImage {
                 "read past the end of the image",
             ));
         }
-        self.file.read_exact_at(buf, offset)
+        match &self.data {
+            Data::File(f) => f.read_exact_at(buf, offset),
+            Data::Ram(b) => {
+                buf.copy_from_slice(&b[offset as usize..][..buf.len()]);
+                Ok(())
+            }
+        }
     }
+}
+
+impl ReadAt for BlockImage {
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        BlockImage::read_at(self, buf, offset)
+    }
+}
+
+/// Plain bytes as a base, for tests and small images.
+impl ReadAt for Vec<u8> {
+    fn size(&self) -> u64 {
+        self.len() as u64
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let end = offset.checked_add(buf.len() as u64);
+        if end.is_none_or(|end| end > self.len() as u64) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "read past the end",
+            ));
+        }
+        buf.copy_from_slice(&self[offset as usize..][..buf.len()]);
+        Ok(())
+    }
+}
+
+/// Chunk of a `load`: large enough for sequential speed, small enough for a live progress bar.
+const LOAD_CHUNK: usize = 8 << 20;
+
+/// Reads `image`'s `rootfs.img` whole into memory (`store: ram`), calling `progress(done,
+/// total)` after each chunk.
+pub fn load(image: &Image, progress: &mut dyn FnMut(u64, u64)) -> io::Result<Arc<Vec<u8>>> {
+    let opened = BlockImage::open(image)?;
+    let Data::File(file) = &opened.data else {
+        unreachable!("open gives a file")
+    };
+    let total = opened.size;
+    let len = usize::try_from(total).map_err(|_| io::Error::other("image too large for memory"))?;
+    // Zeroed pages come lazily from the kernel, so this costs nothing until filled.
+    let mut bytes = vec![0u8; len];
+    let mut done = 0usize;
+    while done < len {
+        let n = LOAD_CHUNK.min(len - done);
+        file.read_exact_at(&mut bytes[done..done + n], done as u64)?;
+        done += n;
+        progress(done as u64, total);
+    }
+    Ok(Arc::new(bytes))
 }
 
 /// The names exported, sorted.
@@ -116,6 +202,27 @@ mod tests {
         assert!(img.read_at(&mut buf, u64::MAX - 10).is_err());
         let mut empty = [];
         img.read_at(&mut empty, bytes.len() as u64).unwrap();
+    }
+
+    #[test]
+    fn a_loaded_image_reads_like_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = (0..(LOAD_CHUNK + 5000) as u32)
+            .map(|i| (i * 13) as u8)
+            .collect();
+        std::fs::write(dir.path().join("rootfs.img"), &bytes).unwrap();
+        let mut calls = Vec::new();
+        let loaded = load(&image(dir.path(), "x"), &mut |d, t| calls.push((d, t))).unwrap();
+        let n = bytes.len() as u64;
+        assert_eq!(calls, [(LOAD_CHUNK as u64, n), (n, n)]);
+        let img = BlockImage::in_memory("x", loaded);
+        assert!(img.is_in_memory());
+        assert_eq!(img.size(), n);
+        let mut buf = vec![0; 1000];
+        img.read_at(&mut buf, LOAD_CHUNK as u64 - 10).unwrap();
+        assert_eq!(buf, bytes[LOAD_CHUNK - 10..][..1000]);
+        assert!(img.read_at(&mut buf, n - 999).is_err());
+        assert!(img.read_at(&mut buf, u64::MAX - 10).is_err());
     }
 
     #[test]
