@@ -26,6 +26,7 @@ Prints a table of medians with each server's ratio to the best peer, and replace
   --rand-secs S  duration of each random-read run (default 5)
   --idle N       idle connections for the memory row (default 100)
   --no-build     use the existing release binary
+Environment: BENCH_TARGET_DIR (default /work/target-bench) is the release build's target dir.
   --out FILE     results file (default: BENCHMARKS.md at the repo root)
 Needs root for nothing; installs nothing: apt-get install nbdkit nbd-server fio libnbd-bin.
 EOF
@@ -53,13 +54,17 @@ for tool in nbdkit qemu-nbd nbd-server nbdcopy fio python3; do
     command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install nbdkit nbd-server fio libnbd-bin qemu-utils)" >&2; exit 1; }
 done
 
-export CARGO_TARGET_DIR=/work/target-bench
+# Its own target dir, so the engineers' debug builds are not clobbered; BENCH_TARGET_DIR
+# overrides it when another worktree builds there too.
+export CARGO_TARGET_DIR=${BENCH_TARGET_DIR:-/work/target-bench}
 if [ "$BUILD" = 1 ]; then
     (cd "$REPO" && cargo build --release --quiet)
 fi
-BIN=$CARGO_TARGET_DIR/release/bootpool
 
 WORK=$(mktemp -d /tmp/bench-nbd.XXXXXX)
+# A private copy: the shared target dir may be rebuilt under us.
+BIN=$WORK/bootpool
+cp "$CARGO_TARGET_DIR/release/bootpool" "$BIN"
 PIDS=()
 cleanup() {
     # Only what this script started: the recorded PIDs and nbd-server's PID file.
@@ -112,13 +117,13 @@ cat >"$WORK/nbd-server.conf" <<EOF
 [generic]
     listenaddr = 127.0.0.1
     port = $P_NBDSERVER
-    pidfile = $WORK/nbd-server.pid
     allowlist = true
 [bench]
     exportname = $IMG
     readonly = true
 EOF
-nbd-server -C "$WORK/nbd-server.conf" >"$WORK/nbd-server.log" 2>&1
+# -p: the config file's pidfile key is ignored by Debian's build.
+nbd-server -C "$WORK/nbd-server.conf" -p "$WORK/nbd-server.pid" >"$WORK/nbd-server.log" 2>&1
 for p in "$P_BOOTPOOL" "$P_NBDKIT" "$P_QEMU" "$P_NBDSERVER"; do wait_port "$p"; done
 for _ in $(seq 50); do [ -s "$WORK/nbd-server.pid" ] && break; sleep 0.1; done
 PID_NBDSERVER=$(cat "$WORK/nbd-server.pid")
@@ -130,7 +135,8 @@ uri_of() { echo "nbd://127.0.0.1:$(port_of "$1")/bench"; }
 
 RESULTS=$WORK/results.tsv
 : >"$RESULTS"
-fio_json() { python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]["read"]; print(j[sys.argv[1]])' "$1"; }
+# fio's nbd engine prints a line before the JSON.
+fio_json() { python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):])["jobs"][0]["read"]; print(j[sys.argv[1]])' "$1"; }
 
 for round in $(seq "$ROUNDS"); do
     for s in "${SERVERS[@]}"; do

@@ -12,6 +12,7 @@ use crate::config::{Config, Image};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
 /// Positional reads of a fixed-size byte range: what a copy-on-write overlay reads through to.
@@ -65,9 +66,36 @@ impl BlockImage {
         }
     }
 
-    /// True when reads never touch the disk, so they need not leave the async workers.
-    pub fn is_in_memory(&self) -> bool {
-        matches!(self.data, Data::Ram(_))
+    /// Fills `buf` from `offset` only if that cannot block: from memory, or from a file when
+    /// every byte is in the page cache (`preadv2` with `RWF_NOWAIT`). `None` means "would
+    /// block": read with `read_at` on a thread that may wait.
+    pub fn read_now(&self, buf: &mut [u8], offset: u64) -> Option<io::Result<()>> {
+        let file = match &self.data {
+            Data::Ram(_) => return Some(self.read_at(buf, offset)),
+            Data::File(f) => f,
+        };
+        if offset
+            .checked_add(buf.len() as u64)
+            .is_none_or(|e| e > self.size)
+        {
+            return Some(self.read_at(buf, offset));
+        }
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: one iovec over `buf`, which outlives the call; the descriptor is ours.
+        let n = unsafe {
+            libc::preadv2(
+                file.as_raw_fd(),
+                &iov,
+                1,
+                offset as libc::off_t,
+                libc::RWF_NOWAIT,
+            )
+        };
+        // Short (partly cached), EAGAIN, or a kernel without RWF_NOWAIT: take the slow path.
+        (n >= 0 && n as usize == buf.len()).then_some(Ok(()))
     }
 
     pub fn name(&self) -> &str {
@@ -198,6 +226,13 @@ mod tests {
         let mut buf = vec![0; 1000];
         img.read_at(&mut buf, 4321).unwrap();
         assert_eq!(buf, bytes[4321..5321]);
+        // Just written, so cached: the non-blocking read succeeds with the same bytes.
+        let mut now = vec![0; 1000];
+        if let Some(r) = img.read_now(&mut now, 4321) {
+            r.unwrap();
+            assert_eq!(now, buf);
+        }
+        assert!(matches!(img.read_now(&mut now, 9500), Some(Err(_))));
         assert!(img.read_at(&mut buf, 9500).is_err());
         assert!(img.read_at(&mut buf, u64::MAX - 10).is_err());
         let mut empty = [];
@@ -216,7 +251,9 @@ mod tests {
         let n = bytes.len() as u64;
         assert_eq!(calls, [(LOAD_CHUNK as u64, n), (n, n)]);
         let img = BlockImage::in_memory("x", loaded);
-        assert!(img.is_in_memory());
+        let mut now = vec![0; 100];
+        img.read_now(&mut now, 7).unwrap().unwrap();
+        assert_eq!(now, bytes[7..107]);
         assert_eq!(img.size(), n);
         let mut buf = vec![0; 1000];
         img.read_at(&mut buf, LOAD_CHUNK as u64 - 10).unwrap();

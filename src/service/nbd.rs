@@ -52,7 +52,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 1024,
-            max_in_flight: 16,
+            max_in_flight: 64,
             handshake_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(60),
             cow_grace: Duration::from_secs(300),
@@ -70,6 +70,9 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 const KEEPALIVE_RETRIES: u32 = 6;
+/// Replies smaller than this are joined with others queued behind them, up to this many.
+const BATCH_BYTES: usize = 64 << 10;
+const BATCH_REPLIES: usize = 64;
 /// Root reads are recorded at most once per interval, or sooner once this many bytes pile up.
 const RECORD_INTERVAL: Duration = Duration::from_secs(1);
 const RECORD_BYTES: u64 = 16 << 20;
@@ -615,13 +618,41 @@ impl Conn {
             let cookie = req.cookie;
             let op = match req.verdict(size, writable) {
                 Verdict::Read { offset, len } => {
-                    // Memory without an overlay: no syscall, so no blocking thread either.
-                    if source.overlay.is_none() && source.image.is_in_memory() {
-                        let reply = read_now(&source.image, offset, len, cookie, slot);
-                        if tx.send(reply).await.is_err() {
-                            break "write failed";
+                    // Without an overlay, data in memory or the page cache is sent from here:
+                    // a hop to a blocking thread costs more than the copy.
+                    if source.overlay.is_none()
+                        && let Ok(buffer) = self.buffers.clone().try_acquire_many_owned(len.max(1))
+                    {
+                        let mut bytes = vec![0; p::SIMPLE_REPLY_LEN + len as usize];
+                        match source
+                            .image
+                            .read_now(&mut bytes[p::SIMPLE_REPLY_LEN..], offset)
+                        {
+                            Some(r) => {
+                                let reply = match r {
+                                    Ok(()) => {
+                                        bytes[..p::SIMPLE_REPLY_LEN]
+                                            .copy_from_slice(&p::simple_reply(0, cookie));
+                                        Reply {
+                                            bytes,
+                                            payload: len as u64,
+                                            _slot: slot,
+                                            _buffer: Some(buffer),
+                                        }
+                                    }
+                                    Err(e) => {
+                                        tracing::error!(offset, len, error = %e, "nbd image read failed");
+                                        self.stats.errors.fetch_add(1, Relaxed);
+                                        plain(p::EIO, cookie, slot)
+                                    }
+                                };
+                                if tx.send(reply).await.is_err() {
+                                    break "write failed";
+                                }
+                                continue;
+                            }
+                            None => drop(buffer),
                         }
-                        continue;
                     }
                     Op::Read { offset, len }
                 }
@@ -745,32 +776,6 @@ fn plain(errno: u32, cookie: u64, slot: OwnedSemaphorePermit) -> Reply {
         payload: 0,
         _slot: slot,
         _buffer: None,
-    }
-}
-
-/// A READ from an image in memory, answered on the spot.
-fn read_now(
-    image: &BlockImage,
-    offset: u64,
-    len: u32,
-    cookie: u64,
-    slot: OwnedSemaphorePermit,
-) -> Reply {
-    let mut bytes = vec![0; p::SIMPLE_REPLY_LEN + len as usize];
-    match image.read_at(&mut bytes[p::SIMPLE_REPLY_LEN..], offset) {
-        Ok(()) => {
-            bytes[..p::SIMPLE_REPLY_LEN].copy_from_slice(&p::simple_reply(0, cookie));
-            Reply {
-                bytes,
-                payload: len as u64,
-                _slot: slot,
-                _buffer: None,
-            }
-        }
-        Err(e) => {
-            tracing::error!(offset, len, error = %e, "nbd image read failed");
-            plain(p::EIO, cookie, slot)
-        }
     }
 }
 
@@ -942,21 +947,45 @@ async fn write_replies(
         tokio::select! {
             reply = rx.recv() => {
                 let Some(reply) = reply else { break };
-                match tokio::time::timeout(write_timeout, wr.write_all(&reply.bytes)).await {
+                // Small replies already queued go out in the same write: one syscall for a
+                // burst of 4 KiB reads instead of one each.
+                let mut batch = vec![reply];
+                let mut joined = Vec::new();
+                if batch[0].bytes.len() < BATCH_BYTES {
+                    while let Ok(next) = rx.try_recv() {
+                        let small = next.bytes.len() < BATCH_BYTES;
+                        batch.push(next);
+                        if !small || batch.len() >= BATCH_REPLIES {
+                            break;
+                        }
+                    }
+                }
+                let written = async {
+                    if batch.len() == 1 {
+                        return wr.write_all(&batch[0].bytes).await;
+                    }
+                    for r in &batch {
+                        joined.extend_from_slice(&r.bytes);
+                    }
+                    wr.write_all(&joined).await
+                };
+                match tokio::time::timeout(write_timeout, written).await {
                     Ok(Ok(())) => {}
                     _ => {
                         broken.cancel();
                         break;
                     }
                 }
-                if reply.payload > 0 {
-                    stats.reads.fetch_add(1, Relaxed);
-                    stats.bytes.fetch_add(reply.payload, Relaxed);
-                    sent.fetch_add(reply.payload, Relaxed);
-                    pending += reply.payload;
-                    if pending >= RECORD_BYTES {
-                        flush(&mut pending);
+                for reply in batch {
+                    if reply.payload > 0 {
+                        stats.reads.fetch_add(1, Relaxed);
+                        stats.bytes.fetch_add(reply.payload, Relaxed);
+                        sent.fetch_add(reply.payload, Relaxed);
+                        pending += reply.payload;
                     }
+                }
+                if pending >= RECORD_BYTES {
+                    flush(&mut pending);
                 }
             }
             _ = tick.tick() => flush(&mut pending),
