@@ -46,7 +46,7 @@ pub struct Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.owner.detach(&self.key);
+        self.owner.detach(&self.key, &self.overlay);
     }
 }
 
@@ -150,9 +150,13 @@ impl Overlays {
         })
     }
 
-    fn detach(self: &Arc<Self>, key: &Key) {
+    fn detach(self: &Arc<Self>, key: &Key, overlay: &Arc<RwLock<Overlay>>) {
         let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(e) = entries.get_mut(key) else {
+        // A lease on an overlay already replaced by a newer boot's counts for nothing.
+        let Some(e) = entries
+            .get_mut(key)
+            .filter(|e| Arc::ptr_eq(&e.overlay, overlay))
+        else {
             return;
         };
         e.conns -= 1;
@@ -199,5 +203,125 @@ impl Overlays {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = "\
+server:
+  address: 127.0.0.1
+  state_dir: var/
+dhcp:
+  subnet: 127.0.0.0/8
+  range: 127.0.0.100-127.0.0.199
+images:
+  demo: { dir: demo, cow: disk, cow_limit: 1MiB }
+";
+
+    async fn until_empty(o: &Overlays) {
+        for _ in 0..500 {
+            if o.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("overlay never dropped");
+    }
+
+    #[tokio::test]
+    async fn shared_by_a_clients_connections_reset_by_a_new_boot_dropped_after_grace() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::parse(&dir.path().join("pools.yaml"), CONFIG).unwrap();
+        let image = config.images["demo"].clone();
+        let base = vec![7u8; 1 << 20];
+        let shutdown = Shutdown::new();
+        let o = Overlays::new(&config, Duration::from_millis(50), shutdown.clone());
+        let files = dir.path().join("var/cow/demo");
+
+        let a = o.attach(&image, 1 << 20, "mac", Some(1)).unwrap();
+        a.overlay
+            .write()
+            .unwrap()
+            .write(&base, &[1; 4096], 0)
+            .unwrap();
+        let b = o.attach(&image, 1 << 20, "mac", Some(1)).unwrap();
+        assert!(
+            Arc::ptr_eq(&a.overlay, &b.overlay),
+            "one overlay per client"
+        );
+        let other = o.attach(&image, 1 << 20, "ip-127.0.0.2", None).unwrap();
+        assert!(!Arc::ptr_eq(&a.overlay, &other.overlay));
+        assert_eq!(o.len(), 2);
+
+        // The same client under a newer boot starts clean.
+        let c = o.attach(&image, 1 << 20, "mac", Some(2)).unwrap();
+        assert_eq!(c.overlay.read().unwrap().used(), 0);
+        assert_eq!(c.overlay.read().unwrap().boot(), Some(2));
+        drop((a, b, other));
+        // `c` still holds "mac": only the other client's overlay goes.
+        for _ in 0..500 {
+            if o.len() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(o.len(), 1);
+        assert_eq!(cow::keys_in(&files), ["mac"]);
+        drop(c);
+        until_empty(&o).await;
+        assert!(
+            cow::keys_in(&files).is_empty(),
+            "files outlived the overlay"
+        );
+        shutdown.stop_and_wait().await;
+    }
+
+    #[tokio::test]
+    async fn disk_overlays_outlive_a_restart_and_unclaimed_ones_expire() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config::parse(&dir.path().join("pools.yaml"), CONFIG).unwrap();
+        let image = config.images["demo"].clone();
+        let base = vec![7u8; 1 << 20];
+        let files = dir.path().join("var/cow/demo");
+        let shutdown = Shutdown::new();
+        let o = Overlays::new(&config, Duration::from_secs(3600), shutdown.clone());
+        for key in ["kept", "gone"] {
+            let l = o.attach(&image, 1 << 20, key, Some(5)).unwrap();
+            l.overlay
+                .write()
+                .unwrap()
+                .write(&base, &[3; 10], 0)
+                .unwrap();
+        }
+        // A restart: shutdown keeps disk overlays.
+        shutdown.stop_and_wait().await;
+        assert_eq!(cow::keys_in(&files), ["gone", "kept"]);
+
+        let shutdown = Shutdown::new();
+        let o = Overlays::new(&config, Duration::from_millis(100), shutdown.clone());
+        let kept = o.attach(&image, 1 << 20, "kept", Some(5)).unwrap();
+        let mut buf = [0; 10];
+        kept.overlay
+            .read()
+            .unwrap()
+            .read(&base, &mut buf, 0)
+            .unwrap();
+        assert_eq!(buf, [3; 10], "the reconnecting client finds its writes");
+        for _ in 0..500 {
+            if cow::keys_in(&files) == ["kept"] {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            cow::keys_in(&files),
+            ["kept"],
+            "the unclaimed overlay expires"
+        );
+        drop(kept);
+        shutdown.stop_and_wait().await;
     }
 }
