@@ -101,7 +101,13 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     );
     run(
         "nbd",
-        Box::pin(service::nbd::serve(nbd, c.clone(), r.clone(), s.clone())),
+        Box::pin(service::nbd::serve(
+            nbd,
+            c.clone(),
+            r.clone(),
+            records.clone(),
+            s.clone(),
+        )),
     );
     let totals = {
         let counters = records.counters.clone();

@@ -1,5 +1,6 @@
-//! The NBD root export, driven by real clients (libnbd's nbdinfo and nbdcopy, qemu-img) and by
-//! a raw client for the input they never send.
+//! The NBD root export, driven by real clients (libnbd's nbdinfo and nbdcopy, qemu-img,
+//! qemu-io) and by a raw client for the input they never send. Every read-only test runs on
+//! both stores (`disk`, `ram`); the copy-on-write tests on both overlay kinds.
 
 mod common;
 
@@ -9,6 +10,33 @@ use std::process::Command;
 
 const SIZE: usize = 16 << 20;
 
+/// Runs an `async fn(store: &str)` test once per image store.
+macro_rules! on_both_stores {
+    ($f:ident) => {
+        mod $f {
+            #[tokio::test]
+            async fn disk() {
+                super::$f("disk").await
+            }
+            #[tokio::test]
+            async fn ram() {
+                super::$f("ram").await
+            }
+        }
+    };
+}
+
+/// The default fixture with its image on `store`, plus `extra` keys for the `demo` image.
+fn fixture(store: &str, extra: &str) -> Fixture {
+    let fx = Fixture::new();
+    let text = fx.config_text().replace(
+        "  demo: { dir: images/demo, store: disk }\n",
+        &format!("  demo: {{ dir: images/demo, store: {store}{extra} }}\n"),
+    );
+    fx.write_config(&text);
+    fx
+}
+
 fn cmd(program: &str, args: &[&str]) -> Command {
     let mut c = Command::new(program);
     c.args(args);
@@ -16,7 +44,7 @@ fn cmd(program: &str, args: &[&str]) -> Command {
 }
 
 /// The fixture plus an image `other` that has a rootfs.img and `bare` that has none.
-fn fixture_with_more_images() -> Fixture {
+fn fixture_with_more_images(store: &str) -> Fixture {
     let fx = Fixture::new();
     let other = fx.path().join("images/other");
     std::fs::create_dir_all(&other).unwrap();
@@ -24,15 +52,15 @@ fn fixture_with_more_images() -> Fixture {
     std::fs::create_dir_all(fx.path().join("images/bare")).unwrap();
     let text = fx.config_text().replace(
         "  demo: { dir: images/demo, store: disk }\n",
-        "  demo: { dir: images/demo, store: disk }\n  other: { dir: images/other, store: disk }\n  bare: { dir: images/bare, store: disk }\n",
+        &format!("  demo: {{ dir: images/demo, store: {store} }}\n  other: {{ dir: images/other, store: {store} }}\n  bare: {{ dir: images/bare, store: disk }}\n"),
     );
     fx.write_config(&text);
     fx
 }
 
-#[tokio::test]
-async fn nbdinfo_sees_a_read_only_export_with_block_sizes_and_the_list() {
-    let fx = fixture_with_more_images();
+on_both_stores!(nbdinfo_sees_a_read_only_export_with_block_sizes_and_the_list);
+async fn nbdinfo_sees_a_read_only_export_with_block_sizes_and_the_list(store: &str) {
+    let fx = fixture_with_more_images(store);
     let daemon = fx.start().await;
     let uri = format!("nbd://{}/demo", daemon.bound.nbd);
     let (ok, out, err) = run_async(cmd("nbdinfo", &["--json", &uri]), 30).await;
@@ -65,9 +93,9 @@ async fn nbdinfo_sees_a_read_only_export_with_block_sizes_and_the_list() {
     daemon.stop().await;
 }
 
-#[tokio::test]
-async fn nbdcopy_and_qemu_img_read_the_whole_image() {
-    let fx = Fixture::new();
+on_both_stores!(nbdcopy_and_qemu_img_read_the_whole_image);
+async fn nbdcopy_and_qemu_img_read_the_whole_image(store: &str) {
+    let fx = fixture(store, "");
     let daemon = fx.start().await;
     let uri = format!("nbd://{}/demo", daemon.bound.nbd);
     let expected = pattern(3, SIZE);
@@ -115,9 +143,9 @@ async fn nbdcopy_and_qemu_img_read_the_whole_image() {
     daemon.stop().await;
 }
 
-#[tokio::test]
-async fn an_unknown_export_is_refused_and_a_known_one_still_served() {
-    let fx = fixture_with_more_images();
+on_both_stores!(an_unknown_export_is_refused_and_a_known_one_still_served);
+async fn an_unknown_export_is_refused_and_a_known_one_still_served(store: &str) {
+    let fx = fixture_with_more_images(store);
     let daemon = fx.start().await;
     for name in ["nope", "bare", "../demo"] {
         let uri = format!("nbd://{}/{name}", daemon.bound.nbd);
@@ -140,9 +168,9 @@ async fn an_unknown_export_is_refused_and_a_known_one_still_served() {
     daemon.stop().await;
 }
 
-#[tokio::test]
-async fn malformed_input_gets_an_error_or_a_close_and_others_are_still_served() {
-    let fx = Fixture::new();
+on_both_stores!(malformed_input_gets_an_error_or_a_close_and_others_are_still_served);
+async fn malformed_input_gets_an_error_or_a_close_and_others_are_still_served(store: &str) {
+    let fx = fixture(store, "");
     let daemon = fx.start().await;
     let addr = daemon.bound.nbd;
     let image = pattern(3, SIZE);
@@ -194,9 +222,9 @@ async fn malformed_input_gets_an_error_or_a_close_and_others_are_still_served() 
     daemon.stop().await;
 }
 
-#[tokio::test]
-async fn pipelined_reads_are_all_answered_with_the_right_data() {
-    let fx = Fixture::new();
+on_both_stores!(pipelined_reads_are_all_answered_with_the_right_data);
+async fn pipelined_reads_are_all_answered_with_the_right_data(store: &str) {
+    let fx = fixture(store, "");
     let daemon = fx.start().await;
     let image = pattern(3, SIZE);
     let mut raw = Raw::connect(daemon.bound.nbd).await;
@@ -240,9 +268,9 @@ async fn pipelined_reads_are_all_answered_with_the_right_data() {
     daemon.stop().await;
 }
 
-#[tokio::test]
-async fn export_name_abort_and_list_work_for_older_clients() {
-    let fx = fixture_with_more_images();
+on_both_stores!(export_name_abort_and_list_work_for_older_clients);
+async fn export_name_abort_and_list_work_for_older_clients(store: &str) {
+    let fx = fixture_with_more_images(store);
     let daemon = fx.start().await;
     let addr = daemon.bound.nbd;
 
@@ -333,5 +361,177 @@ async fn nbdcopy_throughput() {
             512.0 / secs
         );
     }
+    daemon.stop().await;
+}
+
+fn write_file(fx: &Fixture, name: &str, bytes: &[u8]) -> String {
+    let p = fx.path().join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+/// Runs qemu-io commands against `uri`; returns whether all succeeded, and its output.
+async fn try_qemu_io(uri: &str, commands: &[&str]) -> (bool, String) {
+    let mut args = vec!["-f", "raw"];
+    for c in commands {
+        args.extend_from_slice(&["-c", c]);
+    }
+    args.push(uri);
+    let (ok, out, err) = run_async(cmd("qemu-io", &args), 60).await;
+    (ok, format!("{out}{err}"))
+}
+
+/// `try_qemu_io` that must succeed.
+async fn qemu_io(uri: &str, commands: &[&str]) -> String {
+    let (ok, out) = try_qemu_io(uri, commands).await;
+    assert!(ok, "qemu-io {commands:?}: {out}");
+    out
+}
+
+on_both_stores!(a_cow_export_takes_writes_and_others_still_see_the_base);
+/// `store` here is the overlay kind (`cow: ram|disk`); the base image stays on disk.
+async fn a_cow_export_takes_writes_and_others_still_see_the_base(cow: &str) {
+    let fx = fixture("disk", &format!(", cow: {cow}"));
+    let daemon = fx.start().await;
+    let addr = daemon.bound.nbd;
+    let uri = format!("nbd://{addr}/demo");
+    let base = pattern(3, SIZE);
+
+    let (ok, out, err) = run_async(cmd("nbdinfo", &["--json", &uri]), 30).await;
+    assert!(ok, "{err}");
+    let info: serde_json::Value = serde_json::from_str(&out).expect(&out);
+    let e = &info["exports"][0];
+    for (key, want) in [
+        ("is_read_only", false),
+        ("can_flush", true),
+        ("can_fua", true),
+        ("can_trim", true),
+        ("can_zero", true),
+        ("can_multi_conn", true),
+    ] {
+        assert_eq!(e[key], want, "{key}: {out}");
+    }
+    let (ok, out, err) = run_async(cmd("qemu-img", &["info", "--output=json", &uri]), 30).await;
+    assert!(ok, "{err}");
+    let qinfo: serde_json::Value = serde_json::from_str(&out).expect(&out);
+    assert_ne!(qinfo["format-specific"]["data"]["read-only"], true, "{out}");
+
+    // nbdcopy writes a whole new image over several connections, then reads it back.
+    let new = pattern(77, SIZE);
+    let src = write_file(&fx, "new.img", &new);
+    let (ok, _, err) = run_async(cmd("nbdcopy", &["--flush", &src, &uri]), 60).await;
+    assert!(ok, "{err}");
+    let back = fx.path().join("back.img");
+    let (ok, _, err) = run_async(cmd("nbdcopy", &[&uri, back.to_str().unwrap()]), 60).await;
+    assert!(ok, "{err}");
+    assert!(
+        std::fs::read(&back).unwrap() == new,
+        "nbdcopy read back other bytes"
+    );
+
+    // qemu-io: an unaligned write, zeroes and a trim, each read back with a pattern check.
+    let out = qemu_io(
+        &uri,
+        &[
+            "write -P 0x5a 1000 5000",
+            "read -P 0x5a 1000 5000",
+            "write -z 65536 1048576",
+            "read -P 0 65536 1048576",
+            "aio_flush",
+        ],
+    )
+    .await;
+    assert!(!out.contains("failed"), "{out}");
+    let mut expect = new.clone();
+    expect[1000..6000].fill(0x5a);
+    expect[65536..65536 + 1048576].fill(0);
+
+    // Another client (another address) attaches to the pristine base.
+    let mut other = Raw::connect_from(addr, "127.0.0.2".parse().unwrap()).await;
+    assert_eq!(other.go("demo").await, Ok(SIZE as u64));
+    other.request(nbd::CMD_READ, 1, 0, 1 << 20).await;
+    assert_eq!(other.reply().await, (0, 1));
+    assert!(
+        other.read(1 << 20).await == base[..1 << 20],
+        "the base leaked writes"
+    );
+
+    // The writer's own raw connection: its writes, and errors that keep the stream in step.
+    let mut raw = Raw::connect(addr).await;
+    assert_eq!(raw.go("demo").await, Ok(SIZE as u64));
+    raw.request(nbd::CMD_READ, 2, 0, 8192).await;
+    assert_eq!(raw.reply().await, (0, 2));
+    assert!(raw.read(8192).await == expect[..8192]);
+    raw.request(nbd::CMD_WRITE, 3, SIZE as u64 - 100, 200).await;
+    raw.send(&[1; 200]).await;
+    assert_eq!(raw.reply().await, (nbd::ENOSPC, 3), "write past the end");
+    raw.request(nbd::CMD_TRIM, 4, 8192, 4096).await;
+    assert_eq!(raw.reply().await, (0, 4));
+    raw.request(nbd::CMD_READ, 5, 8192, 4096).await;
+    assert_eq!(raw.reply().await, (0, 5));
+    assert!(
+        raw.read(4096).await.iter().all(|&b| b == 0),
+        "trimmed block"
+    );
+    raw.request(nbd::CMD_FLUSH, 6, 0, 0).await;
+    assert_eq!(raw.reply().await, (0, 6));
+    // A write longer than any payload we take: out of step, so a hang-up.
+    raw.request(nbd::CMD_WRITE, 7, 0, u32::MAX).await;
+    raw.expect_closed().await;
+
+    assert!(
+        std::fs::read(fx.image_dir().join("rootfs.img")).unwrap() == base,
+        "the base image file was written"
+    );
+    daemon.stop().await;
+}
+
+on_both_stores!(writes_past_the_bound_fail_with_enospc);
+async fn writes_past_the_bound_fail_with_enospc(cow: &str) {
+    let fx = fixture("disk", &format!(", cow: {cow}, cow_limit: 1MiB"));
+    let daemon = fx.start().await;
+    let uri = format!("nbd://{}/demo", daemon.bound.nbd);
+    let src = write_file(&fx, "new.img", &pattern(77, SIZE));
+    let (ok, _, err) = run_async(cmd("nbdcopy", &[&src, &uri]), 60).await;
+    assert!(!ok, "16 MiB went into a 1 MiB overlay");
+    assert!(err.contains("No space left on device"), "{err}");
+
+    // Within the bound all is well; the first byte past it is refused.
+    let out = qemu_io(&uri, &["write -P 0x11 0 512k", "read -P 0x11 0 512k"]).await;
+    assert!(!out.contains("failed"), "{out}");
+    let (ok, out) = try_qemu_io(&uri, &["write -P 0x22 8M 2M"]).await;
+    assert!(!ok && out.contains("No space left on device"), "{out}");
+    // Freeing blocks makes room again.
+    let out = qemu_io(
+        &uri,
+        &["discard 0 16M", "write -P 0x33 8M 1M", "read -P 0x33 8M 1M"],
+    )
+    .await;
+    assert!(!out.contains("failed"), "{out}");
+    daemon.stop().await;
+}
+
+on_both_stores!(after_a_restart_a_disk_overlay_is_found_again);
+async fn after_a_restart_a_disk_overlay_is_found_again(cow: &str) {
+    let fx = fixture("disk", &format!(", cow: {cow}"));
+    let daemon = fx.start().await;
+    let uri = format!("nbd://{}/demo", daemon.bound.nbd);
+    let out = qemu_io(&uri, &["write -P 0x42 4096 8192", "aio_flush"]).await;
+    assert!(!out.contains("failed"), "{out}");
+    daemon.stop().await;
+
+    let daemon = fx.start().await;
+    let uri = format!("nbd://{}/demo", daemon.bound.nbd);
+    let back = fx.path().join("back.img");
+    let (ok, _, err) = run_async(cmd("nbdcopy", &[&uri, back.to_str().unwrap()]), 60).await;
+    assert!(ok, "{err}");
+    let mut expect = pattern(3, SIZE);
+    if cow == "disk" {
+        expect[4096..12288].fill(0x42);
+    }
+    assert!(
+        std::fs::read(&back).unwrap() == expect,
+        "cow: {cow} after a restart"
+    );
     daemon.stop().await;
 }

@@ -5,7 +5,7 @@ mod locate;
 mod raw;
 mod values;
 
-pub use values::{Mac, MacRange, Subnet, parse_duration};
+pub use values::{Mac, MacRange, Subnet, parse_duration, parse_size};
 
 use locate::Step;
 use std::collections::BTreeMap;
@@ -117,12 +117,34 @@ pub enum Store {
     Ram,
 }
 
+/// Where a copy-on-write export keeps each client's writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CowStore {
+    /// In memory: gone with the daemon.
+    Ram,
+    /// A sparse file per client under `state_dir/cow/`: survives a daemon restart.
+    Disk,
+}
+
+/// Per-client copy-on-write over a read-only base image (NBD only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cow {
+    pub store: CowStore,
+    /// Bytes of writes one client may hold; past it, writes fail with ENOSPC.
+    pub limit: u64,
+}
+
+/// `cow_limit` when `cow` is set without one.
+pub const DEFAULT_COW_LIMIT: u64 = 512 << 20;
+
 #[derive(Debug, Clone)]
 pub struct Image {
     pub name: String,
     /// Absolute: holds vmlinuz, initrd.img, rootfs/ and/or rootfs.img.
     pub dir: PathBuf,
     pub store: Store,
+    /// `None`: the NBD export is read-only (the default).
+    pub cow: Option<Cow>,
 }
 
 impl Image {
@@ -364,6 +386,25 @@ impl Checker<'_> {
                     "image names use a-z, 0-9, - and _",
                 ));
             }
+            let cow_store = match img.cow.as_deref() {
+                None => None,
+                Some("ram") => Some(CowStore::Ram),
+                Some("disk") => Some(CowStore::Disk),
+                Some(other) => {
+                    return Err(self.err(&at("cow"), format!("`{other}` is not `ram` or `disk`")));
+                }
+            };
+            let limit = match &img.cow_limit {
+                None => DEFAULT_COW_LIMIT,
+                Some(_) if cow_store.is_none() => {
+                    return Err(self.err(&at("cow_limit"), "needs `cow: ram` or `cow: disk`"));
+                }
+                Some(s) => match parse_size(s) {
+                    Ok(0) => return Err(self.err(&at("cow_limit"), "must be more than zero")),
+                    Ok(n) => n,
+                    Err(e) => return Err(self.err(&at("cow_limit"), e)),
+                },
+            };
             let dir = self.path(&img.dir);
             images.insert(
                 name.clone(),
@@ -371,6 +412,7 @@ impl Checker<'_> {
                     name: name.clone(),
                     dir,
                     store,
+                    cow: cow_store.map(|store| Cow { store, limit }),
                 }),
             );
         }

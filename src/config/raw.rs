@@ -82,6 +82,10 @@ pub struct Image {
     pub dir: String,
     #[serde(default = "default_store")]
     pub store: String,
+    /// Per-client copy-on-write for NBD: absent (read-only), `ram` or `disk`.
+    pub cow: Option<String>,
+    /// Bound on one client's overlay, e.g. `512MiB`.
+    pub cow_limit: Option<String>,
 }
 
 fn default_store() -> String {

@@ -119,3 +119,42 @@ fn missing_image_files_are_reported() {
     assert_eq!(missing.len(), 3);
     assert!(missing[0].reason.contains("vmlinuz"));
 }
+
+#[test]
+fn copy_on_write_is_off_by_default_and_checked_when_on() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(c.images["demo"].cow, None);
+    let on = |extra: &str| GOOD.replace("    store: disk\n", &format!("    store: disk\n{extra}"));
+    let c = parse(&on("    cow: disk\n    cow_limit: 64MiB\n")).unwrap();
+    assert_eq!(
+        c.images["demo"].cow,
+        Some(Cow {
+            store: CowStore::Disk,
+            limit: 64 << 20
+        })
+    );
+    let c = parse(&on("    cow: ram\n")).unwrap();
+    assert_eq!(c.images["demo"].cow.unwrap().limit, DEFAULT_COW_LIMIT);
+    for (extra, path, why) in [
+        ("    cow: tmpfs\n", "images.demo.cow", "not `ram` or `disk`"),
+        (
+            "    cow_limit: 1GiB\n",
+            "images.demo.cow_limit",
+            "needs `cow",
+        ),
+        (
+            "    cow: ram\n    cow_limit: lots\n",
+            "images.demo.cow_limit",
+            "not a size",
+        ),
+        (
+            "    cow: ram\n    cow_limit: 0\n",
+            "images.demo.cow_limit",
+            "more than zero",
+        ),
+    ] {
+        let e = parse(&on(extra)).unwrap_err();
+        assert_eq!(e.path, path, "{e}");
+        assert!(e.reason.contains(why), "{e}");
+    }
+}

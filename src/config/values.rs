@@ -195,6 +195,23 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(secs))
 }
 
+/// `4096`, `64KiB`, `512MiB`, `2GiB`, `1TiB`: a size in bytes (units are powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let bad = || format!("`{s}` is not a size like 64KiB, 512MiB or 2GiB");
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "KiB" => 10,
+        "MiB" => 20,
+        "GiB" => 30,
+        "TiB" => 40,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(1 << shift).ok_or_else(bad)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,5 +257,15 @@ mod tests {
         assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
         assert!(parse_duration("12 hours").is_err());
         assert!(parse_duration("0s").is_err());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512MiB").unwrap(), 512 << 20);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("2 GiB").unwrap(), 2 << 30);
+        assert!(parse_size("2GB").is_err());
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("99999999999TiB").is_err());
     }
 }

@@ -1,5 +1,6 @@
-//! Read-only block images for NBD: which images are exported, opening an image's `rootfs.img`,
-//! its size and positional reads. The only code that opens image files for NBD.
+//! Read-only block images for NBD: which images are exported, opening an image's `rootfs.img`
+//! (or loading it into memory for `store: ram`), its size and positional reads. The only code
+//! that opens image files for NBD.
 //!
 //! Exports are named after images. Every configured image whose `rootfs.img` exists is
 //! exported (so an admin can try an image over NBD before a pool uses it); the images of pools
@@ -11,15 +12,30 @@ use crate::config::{Config, Image};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
-/// An open image file. Opened per attach, so an image replaced by rename reaches new clients
-/// while attached clients keep the file they started with.
+/// Positional reads of a fixed-size byte range: what a copy-on-write overlay reads through to.
+pub trait ReadAt {
+    fn size(&self) -> u64;
+    /// Fills `buf` from `offset`; a range past the end is an error, never short data.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+}
+
+/// An open image: a file (`store: disk`), opened per attach, so an image replaced by rename
+/// reaches new clients while attached clients keep the file they started with; or the bytes
+/// loaded at start (`store: ram`), shared by every client.
 #[derive(Debug)]
 pub struct BlockImage {
     name: String,
-    file: File,
+    data: Data,
     size: u64,
+}
+
+#[derive(Debug)]
+enum Data {
+    File(File),
+    Ram(Arc<Vec<u8>>),
 }
 
 impl BlockImage {
@@ -36,9 +52,50 @@ impl BlockImage {
         }
         Ok(BlockImage {
             name: image.name.clone(),
-            file,
+            data: Data::File(file),
             size: meta.len(),
         })
+    }
+
+    /// An image served from bytes already in memory (see `load`).
+    pub fn in_memory(name: &str, bytes: Arc<Vec<u8>>) -> BlockImage {
+        BlockImage {
+            name: name.to_string(),
+            size: bytes.len() as u64,
+            data: Data::Ram(bytes),
+        }
+    }
+
+    /// Fills `buf` from `offset` only if that cannot block: from memory, or from a file when
+    /// every byte is in the page cache (`preadv2` with `RWF_NOWAIT`). `None` means "would
+    /// block": read with `read_at` on a thread that may wait.
+    pub fn read_now(&self, buf: &mut [u8], offset: u64) -> Option<io::Result<()>> {
+        let file = match &self.data {
+            Data::Ram(_) => return Some(self.read_at(buf, offset)),
+            Data::File(f) => f,
+        };
+        if offset
+            .checked_add(buf.len() as u64)
+            .is_none_or(|e| e > self.size)
+        {
+            return Some(self.read_at(buf, offset));
+        }
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: one iovec over `buf`, which outlives the call; the descriptor is ours.
+        let n = unsafe {
+            libc::preadv2(
+                file.as_raw_fd(),
+                &iov,
+                1,
+                offset as libc::off_t,
+                libc::RWF_NOWAIT,
+            )
+        };
+        // Short (partly cached), EAGAIN, or a kernel without RWF_NOWAIT: take the slow path.
+        (n >= 0 && n as usize == buf.len()).then_some(Ok(()))
     }
 
     pub fn name(&self) -> &str {
@@ -60,8 +117,65 @@ impl BlockImage {
                 "read past the end of the image",
             ));
         }
-        self.file.read_exact_at(buf, offset)
+        match &self.data {
+            Data::File(f) => f.read_exact_at(buf, offset),
+            Data::Ram(b) => {
+                buf.copy_from_slice(&b[offset as usize..][..buf.len()]);
+                Ok(())
+            }
+        }
     }
+}
+
+impl ReadAt for BlockImage {
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        BlockImage::read_at(self, buf, offset)
+    }
+}
+
+/// Plain bytes as a base, for tests and small images.
+impl ReadAt for Vec<u8> {
+    fn size(&self) -> u64 {
+        self.len() as u64
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let end = offset.checked_add(buf.len() as u64);
+        if end.is_none_or(|end| end > self.len() as u64) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "read past the end",
+            ));
+        }
+        buf.copy_from_slice(&self[offset as usize..][..buf.len()]);
+        Ok(())
+    }
+}
+
+/// Chunk of a `load`: large enough for sequential speed, small enough for a live progress bar.
+const LOAD_CHUNK: usize = 8 << 20;
+
+/// Reads `image`'s `rootfs.img` whole into memory (`store: ram`), calling `progress(done,
+/// total)` after each chunk.
+pub fn load(image: &Image, progress: &mut dyn FnMut(u64, u64)) -> io::Result<Arc<Vec<u8>>> {
+    let opened = BlockImage::open(image)?;
+    let Data::File(file) = &opened.data else {
+        unreachable!("open gives a file")
+    };
+    let total = opened.size;
+    let len = usize::try_from(total).map_err(|_| io::Error::other("image too large for memory"))?;
+    // Zeroed pages come lazily from the kernel, so this costs nothing until filled.
+    let mut bytes = vec![0u8; len];
+    let mut done = 0usize;
+    while done < len {
+        let n = LOAD_CHUNK.min(len - done);
+        file.read_exact_at(&mut bytes[done..done + n], done as u64)?;
+        done += n;
+        progress(done as u64, total);
+    }
+    Ok(Arc::new(bytes))
 }
 
 /// The names exported, sorted.
@@ -98,6 +212,7 @@ mod tests {
             name: name.into(),
             dir: dir.to_path_buf(),
             store: Store::Disk,
+            cow: None,
         }
     }
 
@@ -111,10 +226,40 @@ mod tests {
         let mut buf = vec![0; 1000];
         img.read_at(&mut buf, 4321).unwrap();
         assert_eq!(buf, bytes[4321..5321]);
+        // Just written, so cached: the non-blocking read succeeds with the same bytes.
+        let mut now = vec![0; 1000];
+        if let Some(r) = img.read_now(&mut now, 4321) {
+            r.unwrap();
+            assert_eq!(now, buf);
+        }
+        assert!(matches!(img.read_now(&mut now, 9500), Some(Err(_))));
         assert!(img.read_at(&mut buf, 9500).is_err());
         assert!(img.read_at(&mut buf, u64::MAX - 10).is_err());
         let mut empty = [];
         img.read_at(&mut empty, bytes.len() as u64).unwrap();
+    }
+
+    #[test]
+    fn a_loaded_image_reads_like_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes: Vec<u8> = (0..(LOAD_CHUNK + 5000) as u32)
+            .map(|i| (i * 13) as u8)
+            .collect();
+        std::fs::write(dir.path().join("rootfs.img"), &bytes).unwrap();
+        let mut calls = Vec::new();
+        let loaded = load(&image(dir.path(), "x"), &mut |d, t| calls.push((d, t))).unwrap();
+        let n = bytes.len() as u64;
+        assert_eq!(calls, [(LOAD_CHUNK as u64, n), (n, n)]);
+        let img = BlockImage::in_memory("x", loaded);
+        let mut now = vec![0; 100];
+        img.read_now(&mut now, 7).unwrap().unwrap();
+        assert_eq!(now, bytes[7..107]);
+        assert_eq!(img.size(), n);
+        let mut buf = vec![0; 1000];
+        img.read_at(&mut buf, LOAD_CHUNK as u64 - 10).unwrap();
+        assert_eq!(buf, bytes[LOAD_CHUNK - 10..][..1000]);
+        assert!(img.read_at(&mut buf, n - 999).is_err());
+        assert!(img.read_at(&mut buf, u64::MAX - 10).is_err());
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! What the root exports serve: read-only trees with stable handles (NFS) and block images
-//! (NBD). The only code that turns client-supplied names into paths.
+//! What the root exports serve: read-only trees with stable handles (NFS), block images
+//! (NBD), and per-client copy-on-write overlays over those images. The only code that turns
+//! client-supplied names into paths.
 
+pub mod cow;
 pub mod image;
 pub mod tree;

@@ -2,7 +2,8 @@
 //! transmission requests and simple replies, after the protocol document
 //! (NetworkBlockDevice/nbd, doc/proto.md). Decoders are total: every length is capped and a
 //! malformed message is a typed error, never a panic. What to answer a request with on a
-//! read-only export (`Request::verdict`) lives here too, because the document fixes it.
+//! read-only or a writable export (`Request::verdict`) lives here too, because the document
+//! fixes it.
 
 use std::fmt;
 
@@ -25,6 +26,9 @@ pub const FLAG_C_NO_ZEROES: u32 = 1 << 1;
 pub const TFLAG_HAS_FLAGS: u16 = 1 << 0;
 pub const TFLAG_READ_ONLY: u16 = 1 << 1;
 pub const TFLAG_SEND_FLUSH: u16 = 1 << 2;
+pub const TFLAG_SEND_FUA: u16 = 1 << 3;
+pub const TFLAG_SEND_TRIM: u16 = 1 << 5;
+pub const TFLAG_SEND_WRITE_ZEROES: u16 = 1 << 6;
 pub const TFLAG_CAN_MULTI_CONN: u16 = 1 << 8;
 
 // Options.
@@ -63,11 +67,14 @@ pub const CMD_WRITE_ZEROES: u16 = 6;
 
 /// Command flag FUA: clients set it on any command even unasked, so it is tolerated.
 pub const CMD_FLAG_FUA: u16 = 1 << 0;
+/// WRITE_ZEROES may not punch holes; a hint we may ignore, since reads are the same.
+pub const CMD_FLAG_NO_HOLE: u16 = 1 << 1;
 
 // Error values.
 pub const EPERM: u32 = 1;
 pub const EIO: u32 = 5;
 pub const EINVAL: u32 = 22;
+pub const ENOSPC: u32 = 28;
 pub const ESHUTDOWN: u32 = 108;
 
 /// Strings (export names, messages) MUST be no longer than this.
@@ -336,8 +343,9 @@ impl Request {
         b
     }
 
-    /// What a read-only export of `size` bytes does with this request.
-    pub fn verdict(&self, size: u64) -> Verdict {
+    /// What an export of `size` bytes does with this request; `writable` for a
+    /// copy-on-write export, which takes WRITE, TRIM and WRITE_ZEROES.
+    pub fn verdict(&self, size: u64, writable: bool) -> Verdict {
         // WRITE carries a payload that must be consumed to stay in step, even when refused.
         let drain = if self.kind == CMD_WRITE {
             if self.len > MAX_PAYLOAD {
@@ -348,23 +356,32 @@ impl Request {
             0
         };
         let fail = |errno| Verdict::Error { errno, drain };
-        if self.flags & !CMD_FLAG_FUA != 0 {
+        let allowed = match self.kind {
+            CMD_WRITE_ZEROES => CMD_FLAG_FUA | CMD_FLAG_NO_HOLE,
+            _ => CMD_FLAG_FUA,
+        };
+        if self.flags & !allowed != 0 {
             return fail(EINVAL);
         }
-        let in_bounds = self
-            .offset
-            .checked_add(self.len as u64)
+        let fua = self.flags & CMD_FLAG_FUA != 0;
+        let (offset, len) = (self.offset, self.len);
+        let in_bounds = offset
+            .checked_add(len as u64)
             .is_some_and(|end| end <= size);
         match self.kind {
-            CMD_READ if self.len > MAX_PAYLOAD || !in_bounds => fail(EINVAL),
-            CMD_READ => Verdict::Read {
-                offset: self.offset,
-                len: self.len,
-            },
+            CMD_READ if len > MAX_PAYLOAD || !in_bounds => fail(EINVAL),
+            CMD_READ => Verdict::Read { offset, len },
             CMD_DISC => Verdict::Disconnect,
-            // Nothing is ever written, so there is nothing to make durable.
-            CMD_FLUSH => Verdict::Ok,
-            CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES => fail(EPERM),
+            // Read-only: nothing is ever written, so there is nothing to make durable.
+            CMD_FLUSH if !writable => Verdict::Ok,
+            CMD_FLUSH => Verdict::Flush,
+            CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES if !writable => fail(EPERM),
+            // The document asks for ENOSPC on writes past the end.
+            CMD_WRITE | CMD_WRITE_ZEROES if !in_bounds => fail(ENOSPC),
+            CMD_WRITE => Verdict::Write { offset, len, fua },
+            CMD_WRITE_ZEROES => Verdict::Zeroes { offset, len, fua },
+            CMD_TRIM if !in_bounds => fail(EINVAL),
+            CMD_TRIM => Verdict::Trim { offset, len, fua },
             // CACHE is a hint; honouring it as a no-op is allowed, but only in bounds.
             CMD_CACHE if !in_bounds => fail(EINVAL),
             CMD_CACHE => Verdict::Ok,
@@ -377,11 +394,35 @@ impl Request {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// Reply with `len` bytes from `offset`.
-    Read { offset: u64, len: u32 },
+    Read {
+        offset: u64,
+        len: u32,
+    },
+    /// Take `len` payload bytes and write them at `offset` (durably first if `fua`).
+    Write {
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
+    Zeroes {
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
+    Trim {
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
+    /// Make every completed write durable.
+    Flush,
     /// Reply with success and no data.
     Ok,
     /// Reply with this error after discarding `drain` payload bytes.
-    Error { errno: u32, drain: u32 },
+    Error {
+        errno: u32,
+        drain: u32,
+    },
     /// Finish in-flight replies and close (DISC), or close at once (absurd payload).
     Disconnect,
 }
@@ -564,7 +605,7 @@ mod tests {
             len,
         };
         assert_eq!(
-            req(CMD_READ, 0, 4096).verdict(size),
+            req(CMD_READ, 0, 4096).verdict(size, false),
             Verdict::Read {
                 offset: 0,
                 len: 4096
@@ -574,35 +615,168 @@ mod tests {
             errno: EINVAL,
             drain: 0,
         };
-        assert_eq!(req(CMD_READ, size - 1, 2).verdict(size), einval);
-        assert_eq!(req(CMD_READ, u64::MAX, 2).verdict(size), einval);
-        assert_eq!(req(CMD_READ, 0, MAX_PAYLOAD + 1).verdict(1 << 30), einval);
-        assert_eq!(req(99, 0, 0).verdict(size), einval);
+        assert_eq!(req(CMD_READ, size - 1, 2).verdict(size, false), einval);
+        assert_eq!(req(CMD_READ, u64::MAX, 2).verdict(size, false), einval);
         assert_eq!(
-            req(CMD_WRITE, 0, 512).verdict(size),
+            req(CMD_READ, 0, MAX_PAYLOAD + 1).verdict(1 << 30, false),
+            einval
+        );
+        assert_eq!(req(99, 0, 0).verdict(size, false), einval);
+        assert_eq!(
+            req(CMD_WRITE, 0, 512).verdict(size, false),
             Verdict::Error {
                 errno: EPERM,
                 drain: 512
             }
         );
         assert_eq!(
-            req(CMD_WRITE, 0, MAX_PAYLOAD + 1).verdict(size),
+            req(CMD_WRITE, 0, MAX_PAYLOAD + 1).verdict(size, false),
             Verdict::Disconnect
         );
         assert_eq!(
-            req(CMD_TRIM, 0, 512).verdict(size),
+            req(CMD_TRIM, 0, 512).verdict(size, false),
             Verdict::Error {
                 errno: EPERM,
                 drain: 0
             }
         );
-        assert_eq!(req(CMD_FLUSH, 0, 0).verdict(size), Verdict::Ok);
-        assert_eq!(req(CMD_DISC, 0, 0).verdict(size), Verdict::Disconnect);
+        assert_eq!(req(CMD_FLUSH, 0, 0).verdict(size, false), Verdict::Ok);
+        assert_eq!(
+            req(CMD_DISC, 0, 0).verdict(size, false),
+            Verdict::Disconnect
+        );
         let mut fua = req(CMD_READ, 0, 512);
         fua.flags = CMD_FLAG_FUA;
-        assert!(matches!(fua.verdict(size), Verdict::Read { .. }));
+        assert!(matches!(fua.verdict(size, false), Verdict::Read { .. }));
         fua.flags = 1 << 9;
-        assert_eq!(fua.verdict(size), einval);
+        assert_eq!(fua.verdict(size, false), einval);
+    }
+
+    #[test]
+    fn verdicts_for_a_writable_export() {
+        let size = 1 << 20;
+        let req = |kind, flags, offset, len| Request {
+            flags,
+            kind,
+            cookie: 1,
+            offset,
+            len,
+        };
+        let v = |r: Request| r.verdict(size, true);
+        assert_eq!(
+            v(req(CMD_WRITE, CMD_FLAG_FUA, 4096, 512)),
+            Verdict::Write {
+                offset: 4096,
+                len: 512,
+                fua: true
+            }
+        );
+        assert_eq!(
+            v(req(CMD_WRITE, 0, size - 1, 2)),
+            Verdict::Error {
+                errno: ENOSPC,
+                drain: 2
+            }
+        );
+        assert_eq!(
+            v(req(CMD_WRITE, 0, 0, MAX_PAYLOAD + 1)),
+            Verdict::Disconnect
+        );
+        assert_eq!(
+            v(req(CMD_WRITE_ZEROES, CMD_FLAG_NO_HOLE, 0, 100)),
+            Verdict::Zeroes {
+                offset: 0,
+                len: 100,
+                fua: false
+            }
+        );
+        // NO_HOLE means nothing on other commands.
+        assert!(matches!(
+            v(req(CMD_TRIM, CMD_FLAG_NO_HOLE, 0, 100)),
+            Verdict::Error { errno: EINVAL, .. }
+        ));
+        assert!(matches!(
+            v(req(CMD_TRIM, 0, size, 1)),
+            Verdict::Error { errno: EINVAL, .. }
+        ));
+        assert!(matches!(
+            v(req(CMD_TRIM, 0, 0, 8)),
+            Verdict::Trim { len: 8, .. }
+        ));
+        assert!(matches!(
+            v(req(CMD_WRITE_ZEROES, 0, u64::MAX, 8)),
+            Verdict::Error { errno: ENOSPC, .. }
+        ));
+        assert_eq!(v(req(CMD_FLUSH, 0, 0, 0)), Verdict::Flush);
+        assert!(matches!(v(req(CMD_READ, 0, 0, 512)), Verdict::Read { .. }));
+    }
+
+    #[test]
+    fn decoders_survive_random_bytes() {
+        // A small stand-in for the cargo-fuzz target (fuzz/): random and mutated inputs
+        // through every decoder; the only acceptable outcomes are Ok or Err.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let seed = {
+            let mut d = 4u32.to_be_bytes().to_vec();
+            d.extend_from_slice(b"demo\0\x01\0\x03");
+            d
+        };
+        for round in 0..20_000 {
+            let mut data: Vec<u8> = if round % 2 == 0 {
+                (0..next() % 64).map(|_| next() as u8).collect()
+            } else {
+                seed.clone()
+            };
+            // Flip a few bytes and sometimes cut, so near-valid input is covered too.
+            for _ in 0..next() % 4 {
+                if !data.is_empty() {
+                    let i = next() as usize % data.len();
+                    data[i] = next() as u8;
+                }
+            }
+            if next() % 3 == 0 {
+                data.truncate(next() as usize % (data.len() + 1));
+            }
+            let option = [
+                OPT_GO,
+                OPT_INFO,
+                OPT_EXPORT_NAME,
+                OPT_LIST,
+                OPT_ABORT,
+                next() as u32,
+            ][next() as usize % 6];
+            let _ = OptRequest::decode(option, &data);
+            let mut h = [0; OPTION_HEADER_LEN];
+            let mut r = [0; REQUEST_LEN];
+            for (i, b) in h.iter_mut().chain(r.iter_mut()).enumerate() {
+                *b = data.get(i).copied().unwrap_or(next() as u8);
+            }
+            if round % 5 == 0 {
+                h[..8].copy_from_slice(&IHAVEOPT.to_be_bytes());
+                r[..4].copy_from_slice(&REQUEST_MAGIC.to_be_bytes());
+            }
+            if let Ok(h) = OptionHeader::decode(&h) {
+                assert!(h.len <= MAX_OPTION_DATA);
+            }
+            let _ = ClientFlags::decode([h[0], h[1], h[2], h[3]]);
+            if let Ok(req) = Request::decode(&r) {
+                for writable in [false, true] {
+                    match req.verdict(next() % (1 << 40), writable) {
+                        Verdict::Read { len, .. } | Verdict::Write { len, .. } => {
+                            assert!(len <= MAX_PAYLOAD)
+                        }
+                        Verdict::Error { drain, .. } => assert!(drain <= MAX_PAYLOAD),
+                        _ => {}
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -6,5 +6,6 @@ pub mod http;
 pub mod metrics;
 pub mod nbd;
 pub mod nfs;
+pub mod overlays;
 pub mod tftp;
 pub mod web;

@@ -1,22 +1,28 @@
-//! NBD service: serves the root images (`export::image`) read-only over TCP, speaking the
-//! fixed-newstyle handshake and simple replies of `proto::nbd`. It owns the limits: a cap on
+//! NBD service: serves the root images (`export::image`) over TCP, read-only or, for images
+//! with `cow:`, writable through a per-client copy-on-write overlay (`service::overlays`,
+//! `export::cow`), speaking the fixed-newstyle handshake and simple replies of `proto::nbd`.
+//! It loads `store: ram` images into memory before serving. It owns the limits: a cap on
 //! connections, a handshake deadline, a bound on requests and bytes in flight, TCP keepalive
 //! for clients that vanish, write timeouts; and it records each attach and the bytes read.
 //!
 //! There is no idle timeout once a client is attached: a booted kernel client can go minutes
 //! without touching its root and would lose it. Keepalive finds peers that powered off.
 
-use crate::config::Config;
+use crate::config::{Config, Image, Store};
+use crate::export::cow::{CowError, Overlay};
 use crate::export::image::{self, BlockImage};
 use crate::proto::nbd::{
     self as p, ClientFlags, Malformed, OptRequest, OptionHeader, Request, Verdict,
 };
-use crate::record::{Kind, Proto, Recorder, Who};
+use crate::record::{Kind, Proto, Recorder, Records, Who};
+use crate::service::overlays::{Lease, Overlays};
 use crate::shutdown::Shutdown;
+use std::collections::HashMap;
 use std::io;
+use std::io::{IsTerminal, Write};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
@@ -37,15 +43,19 @@ pub struct Limits {
     pub handshake_timeout: Duration,
     /// A reply the client does not take within this ends the connection.
     pub write_timeout: Duration,
+    /// How long a copy-on-write overlay outlives its client's last connection (and how long
+    /// overlays kept on disk from before a restart wait to be claimed).
+    pub cow_grace: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 1024,
-            max_in_flight: 16,
+            max_in_flight: 64,
             handshake_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(60),
+            cow_grace: Duration::from_secs(300),
         }
     }
 }
@@ -60,13 +70,32 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 const KEEPALIVE_RETRIES: u32 = 6;
+/// Replies smaller than this are joined with others queued behind them, up to this many.
+const BATCH_BYTES: usize = 64 << 10;
+const BATCH_REPLIES: usize = 64;
 /// Root reads are recorded at most once per interval, or sooner once this many bytes pile up.
 const RECORD_INTERVAL: Duration = Duration::from_secs(1);
 const RECORD_BYTES: u64 = 16 << 20;
 
-/// Always read-only; FLUSH is a no-op; every connection sees the same bytes (no cache).
-const TRANSMISSION_FLAGS: u16 =
+/// Without `cow`: read-only; FLUSH is a no-op; every connection sees the same bytes.
+const READ_ONLY_FLAGS: u16 =
     p::TFLAG_HAS_FLAGS | p::TFLAG_READ_ONLY | p::TFLAG_SEND_FLUSH | p::TFLAG_CAN_MULTI_CONN;
+/// With `cow`: writable. Multi-conn stays true because every connection of one client shares
+/// its overlay, and FLUSH syncs that whole overlay.
+const COW_FLAGS: u16 = p::TFLAG_HAS_FLAGS
+    | p::TFLAG_SEND_FLUSH
+    | p::TFLAG_SEND_FUA
+    | p::TFLAG_SEND_TRIM
+    | p::TFLAG_SEND_WRITE_ZEROES
+    | p::TFLAG_CAN_MULTI_CONN;
+
+fn flags_of(image: &Image) -> u16 {
+    if image.cow.is_some() {
+        COW_FLAGS
+    } else {
+        READ_ONLY_FLAGS
+    }
+}
 
 /// What the service has seen, for logs now and metrics later.
 #[derive(Debug, Default)]
@@ -81,16 +110,96 @@ pub struct Stats {
     pub errors: AtomicU64,
     pub reads: AtomicU64,
     pub bytes: AtomicU64,
+    /// WRITE requests done on copy-on-write exports, and their payload bytes.
+    pub writes: AtomicU64,
+    pub written: AtomicU64,
+    /// Writes refused because the client's overlay bound was reached.
+    pub no_space: AtomicU64,
+}
+
+/// What every connection shares: images held in memory, the overlays, the records.
+struct Exports {
+    ram: HashMap<String, Arc<Vec<u8>>>,
+    overlays: Arc<Overlays>,
+    records: Arc<Records>,
+}
+
+/// Loads each exported `store: ram` image, with a progress bar when stderr is a terminal.
+fn load_ram_images(config: &Config) -> io::Result<HashMap<String, Arc<Vec<u8>>>> {
+    let mut ram = HashMap::new();
+    for name in image::export_names(config) {
+        let img = &config.images[&name];
+        if img.store != Store::Ram {
+            continue;
+        }
+        let started = Instant::now();
+        let mut bar = Progress::new(&name);
+        let bytes = image::load(img, &mut |done, total| bar.show(done, total))?;
+        bar.finish();
+        let secs = started.elapsed().as_secs_f64();
+        tracing::info!(
+            export = %name, mib = bytes.len() >> 20, secs,
+            mib_per_s = (bytes.len() >> 20) as f64 / secs.max(1e-6),
+            "nbd image loaded into memory"
+        );
+        ram.insert(name, bytes);
+    }
+    Ok(ram)
+}
+
+/// A one-line progress bar on stderr, drawn only when stderr is a terminal.
+struct Progress {
+    name: String,
+    tty: bool,
+    drawn: u64,
+}
+
+impl Progress {
+    fn new(name: &str) -> Progress {
+        Progress {
+            name: name.to_string(),
+            tty: io::stderr().is_terminal(),
+            drawn: u64::MAX,
+        }
+    }
+
+    fn show(&mut self, done: u64, total: u64) {
+        const WIDTH: u64 = 40;
+        let pct = (done * 100).checked_div(total).unwrap_or(100);
+        if !self.tty || pct == self.drawn {
+            return;
+        }
+        self.drawn = pct;
+        let full = (pct * WIDTH / 100) as usize;
+        let bar = format!("{}{}", "#".repeat(full), " ".repeat(WIDTH as usize - full));
+        let mut e = io::stderr().lock();
+        let _ = write!(
+            e,
+            "\rloading {} [{bar}] {pct:3}% {}/{} MiB",
+            self.name,
+            done >> 20,
+            total >> 20
+        );
+        let _ = e.flush();
+    }
+
+    fn finish(&self) {
+        if self.tty {
+            eprintln!();
+        }
+    }
 }
 
 pub async fn serve(
     listener: TcpListener,
     config: Arc<Config>,
     recorder: Recorder,
+    records: Arc<Records>,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let limits = Limits::default();
-    serve_with(listener, config, recorder, shutdown, limits, Arc::default()).await
+    let stats = Arc::default();
+    serve_with(listener, config, recorder, records, shutdown, limits, stats).await
 }
 
 /// `serve` within `limits`, counting into `stats`.
@@ -98,12 +207,21 @@ pub async fn serve_with(
     listener: TcpListener,
     config: Arc<Config>,
     recorder: Recorder,
+    records: Arc<Records>,
     shutdown: Shutdown,
     limits: Limits,
     stats: Arc<Stats>,
 ) -> anyhow::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let buffers = Arc::new(Semaphore::new(BUFFER_BUDGET));
+    // Clients that connect meanwhile wait in the listen backlog.
+    let c = config.clone();
+    let ram = tokio::task::spawn_blocking(move || load_ram_images(&c)).await??;
+    let exports = Arc::new(Exports {
+        ram,
+        overlays: Overlays::new(&config, limits.cow_grace, shutdown.clone()),
+        records,
+    });
     tracing::info!(exports = ?image::export_names(&config), "nbd serving");
     loop {
         let accepted = tokio::select! {
@@ -134,6 +252,7 @@ pub async fn serve_with(
             shutdown: shutdown.clone(),
             stats: stats.clone(),
             buffers: buffers.clone(),
+            exports: exports.clone(),
             limits,
         };
         shutdown.spawn(async move {
@@ -204,7 +323,14 @@ struct Conn {
     shutdown: Shutdown,
     stats: Arc<Stats>,
     buffers: Arc<Semaphore>,
+    exports: Arc<Exports>,
     limits: Limits,
+}
+
+/// What a connection is attached to: the image, and the client's overlay if it is writable.
+struct Attached {
+    image: Arc<BlockImage>,
+    cow: Option<Lease>,
 }
 
 impl Conn {
@@ -233,8 +359,8 @@ impl Conn {
             r = tokio::time::timeout(self.limits.handshake_timeout, self.handshake(&mut stream)) => r,
             _ = self.shutdown.wait() => return,
         };
-        let image = match handshake {
-            Ok(Ok(image)) => image,
+        let attached = match handshake {
+            Ok(Ok(a)) => a,
             Ok(Err(end)) => {
                 if matches!(
                     end,
@@ -261,37 +387,68 @@ impl Conn {
             }
         };
         self.stats.attached.fetch_add(1, Relaxed);
+        let export = attached.image.name().to_string();
         if let Some(who) = self.who() {
             self.recorder.record(
                 who,
                 Kind::RootAttach {
                     proto: Proto::Nbd,
-                    export: image.name().to_string(),
+                    export: export.clone(),
                 },
             );
         }
-        let export = image.name().to_string();
-        let (requests, bytes, end) = self.transmit(stream, Arc::new(image)).await;
+        let cow = attached.cow.is_some();
+        let (requests, bytes, end) = self.transmit(stream, attached).await;
         tracing::info!(
-            peer = %self.peer, %export, requests, bytes, secs = started.elapsed().as_secs_f64(),
+            peer = %self.peer, %export, cow, requests, bytes, secs = started.elapsed().as_secs_f64(),
             end, "nbd connection closed"
         );
     }
 
-    async fn open(&self, name: &str) -> Option<io::Result<BlockImage>> {
+    async fn open(&self, name: &str) -> Option<io::Result<(BlockImage, Arc<Image>)>> {
         let image = image::lookup(&self.config, name)?;
+        if let Some(bytes) = self.exports.ram.get(&image.name) {
+            let opened = BlockImage::in_memory(&image.name, bytes.clone());
+            return Some(Ok((opened, image)));
+        }
         // Opening touches the disk: keep it off the async workers.
-        let opened = tokio::task::spawn_blocking(move || BlockImage::open(&image))
+        let img = image.clone();
+        let opened = tokio::task::spawn_blocking(move || BlockImage::open(&img))
             .await
             .unwrap_or_else(|e| Err(io::Error::other(e)));
         if let Err(e) = &opened {
             tracing::error!(export = name, error = %e, "nbd cannot open image");
         }
-        Some(opened)
+        Some(opened.map(|o| (o, image)))
+    }
+
+    /// The attachment for an opened image: with the client's overlay if it has `cow`.
+    async fn attach(&self, opened: BlockImage, image: Arc<Image>) -> io::Result<Attached> {
+        if image.cow.is_none() {
+            return Ok(Attached {
+                image: Arc::new(opened),
+                cow: None,
+            });
+        }
+        let (exports, ip, size) = (self.exports.clone(), self.peer.ip(), opened.size());
+        // May read or create overlay files.
+        let lease = tokio::task::spawn_blocking(move || {
+            let (client, boot) = Overlays::client_key(&exports.records, ip);
+            exports.overlays.attach(&image, size, &client, boot)
+        })
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e)));
+        if let Err(e) = &lease {
+            tracing::error!(peer = %self.peer, export = opened.name(), error = %e, "nbd cannot attach overlay");
+        }
+        Ok(Attached {
+            image: Arc::new(opened),
+            cow: Some(lease?),
+        })
     }
 
     /// Option haggling, up to the export the client settles on.
-    async fn handshake(&self, stream: &mut TcpStream) -> Result<BlockImage, HandshakeEnd> {
+    async fn handshake(&self, stream: &mut TcpStream) -> Result<Attached, HandshakeEnd> {
         stream.write_all(&p::greeting()).await?;
         let mut f = [0; 4];
         stream.read_exact(&mut f).await?;
@@ -312,15 +469,18 @@ impl Conn {
                     p::opt_error(&mut out, h.option, p::REP_ERR_INVALID, &e.to_string());
                 }
                 Ok(OptRequest::ExportName(name)) => match self.open(&name).await {
-                    Some(Ok(image)) => {
+                    Some(Ok((opened, image))) => {
+                        let flags_out = flags_of(&image);
+                        // EXPORT_NAME cannot carry an error: a failed overlay is a hang-up.
+                        let attached = self.attach(opened, image).await?;
                         p::export_name_reply(
                             &mut out,
-                            image.size(),
-                            TRANSMISSION_FLAGS,
+                            attached.image.size(),
+                            flags_out,
                             flags.no_zeroes,
                         );
                         stream.write_all(&out).await?;
-                        return Ok(image);
+                        return Ok(attached);
                     }
                     _ => return Err(HandshakeEnd::UnknownExport(name)),
                 },
@@ -351,10 +511,10 @@ impl Conn {
                                 "export unavailable",
                             );
                         }
-                        Some(Ok(image)) => {
-                            p::info_export(&mut out, option, image.size(), TRANSMISSION_FLAGS);
+                        Some(Ok((opened, image))) => {
+                            p::info_export(&mut out, option, opened.size(), flags_of(&image));
                             if name.is_empty() || requests.contains(&p::INFO_NAME) {
-                                p::info_name(&mut out, option, image.name());
+                                p::info_name(&mut out, option, opened.name());
                             }
                             // Sent unasked too: these are the defaults, so it binds nobody.
                             p::info_block_size(
@@ -364,10 +524,25 @@ impl Conn {
                                 p::PREFERRED_BLOCK,
                                 p::MAX_PAYLOAD,
                             );
-                            p::opt_reply(&mut out, option, p::REP_ACK, &[]);
                             if go {
-                                stream.write_all(&out).await?;
-                                return Ok(image);
+                                match self.attach(opened, image).await {
+                                    Ok(attached) => {
+                                        p::opt_reply(&mut out, option, p::REP_ACK, &[]);
+                                        stream.write_all(&out).await?;
+                                        return Ok(attached);
+                                    }
+                                    Err(_) => {
+                                        out.clear();
+                                        p::opt_error(
+                                            &mut out,
+                                            option,
+                                            p::REP_ERR_UNKNOWN,
+                                            "export unavailable",
+                                        );
+                                    }
+                                }
+                            } else {
+                                p::opt_reply(&mut out, option, p::REP_ACK, &[]);
                             }
                         }
                     }
@@ -383,11 +558,7 @@ impl Conn {
     }
 
     /// The transmission phase. Returns (requests, bytes sent, how it ended).
-    async fn transmit(
-        &self,
-        stream: TcpStream,
-        image: Arc<BlockImage>,
-    ) -> (u64, u64, &'static str) {
+    async fn transmit(&self, stream: TcpStream, attached: Attached) -> (u64, u64, &'static str) {
         let (mut rd, wr) = stream.into_split();
         let (tx, rx) = mpsc::channel::<Reply>(self.limits.max_in_flight);
         let slots = Arc::new(Semaphore::new(self.limits.max_in_flight));
@@ -407,7 +578,13 @@ impl Conn {
             broken.clone(),
             self.limits.write_timeout,
         ));
-        let mut reads = JoinSet::new();
+        let source = Arc::new(Source {
+            image: attached.image,
+            overlay: attached.cow.as_ref().map(|l| l.overlay.clone()),
+        });
+        let writable = source.overlay.is_some();
+        let size = source.image.size();
+        let mut tasks = JoinSet::new();
         let mut requests = 0u64;
         let end = loop {
             let slot = tokio::select! {
@@ -438,22 +615,76 @@ impl Conn {
                 }
             };
             requests += 1;
-            let reply = match req.verdict(image.size()) {
+            let cookie = req.cookie;
+            let op = match req.verdict(size, writable) {
                 Verdict::Read { offset, len } => {
-                    let (image, tx, buffers) = (image.clone(), tx.clone(), self.buffers.clone());
-                    let stats = self.stats.clone();
-                    reads.spawn(async move {
-                        let reply = read(image, buffers, offset, len, req.cookie, slot).await;
-                        if reply.payload == 0 && len > 0 {
-                            stats.errors.fetch_add(1, Relaxed);
+                    // Without an overlay, data in memory or the page cache is sent from here:
+                    // a hop to a blocking thread costs more than the copy.
+                    if source.overlay.is_none()
+                        && let Ok(buffer) = self.buffers.clone().try_acquire_many_owned(len.max(1))
+                    {
+                        let mut bytes = vec![0; p::SIMPLE_REPLY_LEN + len as usize];
+                        match source
+                            .image
+                            .read_now(&mut bytes[p::SIMPLE_REPLY_LEN..], offset)
+                        {
+                            Some(r) => {
+                                let reply = match r {
+                                    Ok(()) => {
+                                        bytes[..p::SIMPLE_REPLY_LEN]
+                                            .copy_from_slice(&p::simple_reply(0, cookie));
+                                        Reply {
+                                            bytes,
+                                            payload: len as u64,
+                                            _slot: slot,
+                                            _buffer: Some(buffer),
+                                        }
+                                    }
+                                    Err(e) => {
+                                        tracing::error!(offset, len, error = %e, "nbd image read failed");
+                                        self.stats.errors.fetch_add(1, Relaxed);
+                                        plain(p::EIO, cookie, slot)
+                                    }
+                                };
+                                if tx.send(reply).await.is_err() {
+                                    break "write failed";
+                                }
+                                continue;
+                            }
+                            None => drop(buffer),
                         }
-                        let _ = tx.send(reply).await;
-                    });
-                    // Forget finished tasks so the set stays small.
-                    while reads.try_join_next().is_some() {}
+                    }
+                    Op::Read { offset, len }
+                }
+                Verdict::Write { offset, len, fua } => {
+                    let Ok(buffer) = self.buffers.clone().acquire_many_owned(len.max(1)).await
+                    else {
+                        break "shutdown";
+                    };
+                    let mut data = vec![0; len as usize];
+                    let r = tokio::select! {
+                        r = rd.read_exact(&mut data) => r,
+                        _ = self.shutdown.wait() => break "shutdown",
+                    };
+                    if r.is_err() {
+                        break "client closed";
+                    }
+                    Op::Write {
+                        offset,
+                        data,
+                        fua,
+                        _buffer: buffer,
+                    }
+                }
+                Verdict::Zeroes { offset, len, fua } => Op::Zeroes { offset, len, fua },
+                Verdict::Trim { offset, len, fua } => Op::Trim { offset, len, fua },
+                Verdict::Flush => Op::Flush,
+                Verdict::Ok => {
+                    if tx.send(plain(0, cookie, slot)).await.is_err() {
+                        break "write failed";
+                    }
                     continue;
                 }
-                Verdict::Ok => plain(0, req.cookie, slot),
                 Verdict::Error { errno, drain } => {
                     let mut payload = (&mut rd).take(drain as u64);
                     let mut sink = tokio::io::sink();
@@ -466,7 +697,10 @@ impl Conn {
                     }
                     self.stats.errors.fetch_add(1, Relaxed);
                     tracing::debug!(peer = %self.peer, kind = req.kind, errno, "nbd request refused");
-                    plain(errno, req.cookie, slot)
+                    if tx.send(plain(errno, cookie, slot)).await.is_err() {
+                        break "write failed";
+                    }
+                    continue;
                 }
                 Verdict::Disconnect if req.kind == p::CMD_DISC => break "disconnect",
                 Verdict::Disconnect => {
@@ -475,18 +709,23 @@ impl Conn {
                     break "bad request";
                 }
             };
-            if tx.send(reply).await.is_err() {
-                break "write failed";
-            }
+            let (source, tx, buffers) = (source.clone(), tx.clone(), self.buffers.clone());
+            let stats = self.stats.clone();
+            tasks.spawn(async move {
+                let reply = run_op(source, buffers, op, cookie, slot, &stats).await;
+                let _ = tx.send(reply).await;
+            });
+            // Forget finished tasks so the set stays small.
+            while tasks.try_join_next().is_some() {}
         };
         // The document asks for outstanding requests to be answered before closing.
         drop(tx);
         let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
-            while reads.join_next().await.is_some() {}
+            while tasks.join_next().await.is_some() {}
         })
         .await;
         if drained.is_err() {
-            reads.abort_all();
+            tasks.abort_all();
         }
         if tokio::time::timeout(DRAIN_TIMEOUT, &mut writer)
             .await
@@ -494,8 +733,41 @@ impl Conn {
         {
             writer.abort();
         }
+        // The lease (attached.cow) is dropped here, after the last operation on it.
+        drop(attached.cow);
         (requests, sent.load(Relaxed), end)
     }
+}
+
+/// What one connection reads from: the image, and the client's overlay on top if writable.
+struct Source {
+    image: Arc<BlockImage>,
+    overlay: Option<Arc<RwLock<Overlay>>>,
+}
+
+/// A request that needs a blocking thread (file I/O, or the overlay's lock).
+enum Op {
+    Read {
+        offset: u64,
+        len: u32,
+    },
+    Write {
+        offset: u64,
+        data: Vec<u8>,
+        fua: bool,
+        _buffer: OwnedSemaphorePermit,
+    },
+    Zeroes {
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
+    Trim {
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
+    Flush,
 }
 
 fn plain(errno: u32, cookie: u64, slot: OwnedSemaphorePermit) -> Reply {
@@ -507,9 +779,86 @@ fn plain(errno: u32, cookie: u64, slot: OwnedSemaphorePermit) -> Reply {
     }
 }
 
+fn poisoned<T>(e: std::sync::PoisonError<T>) -> T {
+    e.into_inner()
+}
+
+/// Runs one operation on a blocking thread; an I/O error becomes EIO, a full overlay ENOSPC.
+async fn run_op(
+    source: Arc<Source>,
+    buffers: Arc<Semaphore>,
+    op: Op,
+    cookie: u64,
+    slot: OwnedSemaphorePermit,
+    stats: &Stats,
+) -> Reply {
+    if let Op::Read { offset, len } = op {
+        let reply = read(source, buffers, offset, len, cookie, slot).await;
+        if reply.payload == 0 && len > 0 {
+            stats.errors.fetch_add(1, Relaxed);
+        }
+        return reply;
+    }
+    let result = tokio::task::spawn_blocking(move || -> Result<u64, CowError> {
+        let Some(overlay) = &source.overlay else {
+            return Err(io::Error::other("no overlay").into());
+        };
+        let base = &*source.image;
+        let mut o = overlay.write().unwrap_or_else(poisoned);
+        let (fua, written) = match op {
+            Op::Write {
+                offset, data, fua, ..
+            } => {
+                o.write(base, &data, offset)?;
+                (fua, data.len() as u64)
+            }
+            Op::Zeroes { offset, len, fua } => {
+                o.write_zeroes(base, offset, len as u64)?;
+                (fua, 0)
+            }
+            Op::Trim { offset, len, fua } => {
+                o.trim(offset, len as u64)?;
+                (fua, 0)
+            }
+            Op::Flush => (true, 0),
+            Op::Read { .. } => unreachable!("handled above"),
+        };
+        if fua {
+            o.flush()?;
+        }
+        Ok(written)
+    })
+    .await;
+    let errno = match result {
+        Ok(Ok(written)) => {
+            if written > 0 {
+                stats.writes.fetch_add(1, Relaxed);
+                stats.written.fetch_add(written, Relaxed);
+            }
+            0
+        }
+        Ok(Err(CowError::NoSpace)) => {
+            stats.no_space.fetch_add(1, Relaxed);
+            p::ENOSPC
+        }
+        Ok(Err(CowError::Io(e))) => {
+            tracing::error!(error = %e, "nbd overlay operation failed");
+            p::EIO
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "nbd overlay task failed");
+            p::EIO
+        }
+    };
+    if errno != 0 {
+        stats.errors.fetch_add(1, Relaxed);
+    }
+    plain(errno, cookie, slot)
+}
+
 /// Reads one READ's data into a reply buffer; an I/O error becomes EIO.
 async fn read(
-    image: Arc<BlockImage>,
+    source: Arc<Source>,
     buffers: Arc<Semaphore>,
     offset: u64,
     len: u32,
@@ -522,9 +871,15 @@ async fn read(
     };
     let result = tokio::task::spawn_blocking(move || {
         let mut bytes = vec![0; p::SIMPLE_REPLY_LEN + len as usize];
-        image
-            .read_at(&mut bytes[p::SIMPLE_REPLY_LEN..], offset)
-            .map(|()| bytes)
+        let out = &mut bytes[p::SIMPLE_REPLY_LEN..];
+        match &source.overlay {
+            Some(o) => o
+                .read()
+                .unwrap_or_else(poisoned)
+                .read(&*source.image, out, offset),
+            None => source.image.read_at(out, offset),
+        }
+        .map(|()| bytes)
     })
     .await;
     match result {
@@ -592,21 +947,45 @@ async fn write_replies(
         tokio::select! {
             reply = rx.recv() => {
                 let Some(reply) = reply else { break };
-                match tokio::time::timeout(write_timeout, wr.write_all(&reply.bytes)).await {
+                // Small replies already queued go out in the same write: one syscall for a
+                // burst of 4 KiB reads instead of one each.
+                let mut batch = vec![reply];
+                let mut joined = Vec::new();
+                if batch[0].bytes.len() < BATCH_BYTES {
+                    while let Ok(next) = rx.try_recv() {
+                        let small = next.bytes.len() < BATCH_BYTES;
+                        batch.push(next);
+                        if !small || batch.len() >= BATCH_REPLIES {
+                            break;
+                        }
+                    }
+                }
+                let written = async {
+                    if batch.len() == 1 {
+                        return wr.write_all(&batch[0].bytes).await;
+                    }
+                    for r in &batch {
+                        joined.extend_from_slice(&r.bytes);
+                    }
+                    wr.write_all(&joined).await
+                };
+                match tokio::time::timeout(write_timeout, written).await {
                     Ok(Ok(())) => {}
                     _ => {
                         broken.cancel();
                         break;
                     }
                 }
-                if reply.payload > 0 {
-                    stats.reads.fetch_add(1, Relaxed);
-                    stats.bytes.fetch_add(reply.payload, Relaxed);
-                    sent.fetch_add(reply.payload, Relaxed);
-                    pending += reply.payload;
-                    if pending >= RECORD_BYTES {
-                        flush(&mut pending);
+                for reply in batch {
+                    if reply.payload > 0 {
+                        stats.reads.fetch_add(1, Relaxed);
+                        stats.bytes.fetch_add(reply.payload, Relaxed);
+                        sent.fetch_add(reply.payload, Relaxed);
+                        pending += reply.payload;
                     }
+                }
+                if pending >= RECORD_BYTES {
+                    flush(&mut pending);
                 }
             }
             _ = tick.tick() => flush(&mut pending),
@@ -671,6 +1050,7 @@ pools:
             listener,
             Arc::new(config),
             recorder.clone(),
+            records.clone(),
             shutdown.clone(),
             limits,
             stats.clone(),

@@ -24,8 +24,10 @@ pub const CMD_WRITE: u16 = 1;
 pub const CMD_DISC: u16 = 2;
 pub const CMD_FLUSH: u16 = 3;
 pub const CMD_TRIM: u16 = 4;
+pub const CMD_WRITE_ZEROES: u16 = 6;
 pub const EPERM: u32 = 1;
 pub const EINVAL: u32 = 22;
+pub const ENOSPC: u32 = 28;
 
 pub struct Raw {
     pub s: TcpStream,
@@ -46,6 +48,19 @@ impl Raw {
         assert_eq!(&g[..8], b"NBDMAGIC");
         assert_eq!(&g[8..16], b"IHAVEOPT");
         assert_eq!(g[17] & 1, 1, "fixed newstyle offered");
+        raw
+    }
+
+    /// Like `connect`, from another loopback address (127.0.0.2, ...): another client to
+    /// the server, which tells clients apart by address.
+    pub async fn connect_from(addr: SocketAddr, from: std::net::Ipv4Addr) -> Raw {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind((from, 0).into()).unwrap();
+        let s = bounded("connect", sock.connect(addr)).await.unwrap();
+        let mut raw = Raw { s };
+        let g = raw.read(18).await;
+        assert_eq!(&g[..8], b"NBDMAGIC");
+        raw.send(&3u32.to_be_bytes()).await;
         raw
     }
 
