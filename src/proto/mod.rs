@@ -4,5 +4,6 @@
 
 pub mod dhcp;
 pub mod nbd;
-pub mod rpcpeek;
+pub mod nfs3;
+pub mod portmap;
 pub mod tftp;

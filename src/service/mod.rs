@@ -5,4 +5,5 @@ pub mod dhcp;
 pub mod http;
 pub mod nbd;
 pub mod nfs;
+pub mod portmap;
 pub mod tftp;
