@@ -8,11 +8,11 @@ REPO="$(cd "$HERE/.." && pwd)"
 
 usage() {
     cat <<EOF
-usage: $0 [--rounds N] [--files N] [--big MIB] [--data DIR] [--only bootpool|ganesha]
+usage: $0 [--rounds N] [--files N] [--big MIB] [--data DIR] [--only bootpool|ganesha] [--bin PATH]
 
 Serves one tree from bootpool (release build, CARGO_TARGET_DIR=/work/target-bench) and from
 nfs-ganesha 4 (VFS FSAL, read-only export) inside a private network namespace, both on
-127.0.0.1, and measures with a small libnfs client (bench/nfsbench.c, built here with gcc
+one local address (10.78.0.1, over lo), and measures with a small libnfs client (bench/nfsbench.c, built here with gcc
 -lnfs; one process per measurement, so process start-up and MOUNT are not in the numbers,
 which they would dominate with nfs-cat per file). Calls are synchronous (one in flight):
 round-trip bound, like a client walking its root.
@@ -28,10 +28,11 @@ Needs root, gcc, libnfs-dev, nfs-ganesha, nfs-ganesha-vfs, rpcbind (the binary o
 in the namespace with a private /run, no host service).
   --data   where the tree is built (default /tmp/bootpool-nfsbench; reused if complete)
   --only   run one server (for profiling)
+  --bin    serve with this bootpool binary instead of building one (e.g. an older build)
 EOF
 }
 
-ROUNDS=5 FILES=20000 BIG=1024 DATA=/tmp/bootpool-nfsbench ONLY=""
+ROUNDS=5 FILES=20000 BIG=1024 DATA=/tmp/bootpool-nfsbench ONLY="" BIN=""
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -40,6 +41,7 @@ while [ $# -gt 0 ]; do
         --big) BIG="$2"; shift ;;
         --data) DATA="$2"; shift ;;
         --only) ONLY="$2"; shift ;;
+        --bin) BIN="$2"; shift ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -69,9 +71,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-log "building bootpool (release) and the client"
-(cd "$REPO" && CARGO_TARGET_DIR=/work/target-bench cargo build --release -q)
-BOOTPOOL=/work/target-bench/release/bootpool
+if [ -n "$BIN" ]; then
+    BOOTPOOL="$BIN"
+else
+    log "building bootpool (release) and the client"
+    (cd "$REPO" && CARGO_TARGET_DIR=/work/target-bench cargo build --release -q)
+    # Copied: others may rebuild the shared target while we measure.
+    cp /work/target-bench/release/bootpool "$WORK/bootpool"
+    BOOTPOOL="$WORK/bootpool"
+fi
 gcc -O2 -Wall -o "$WORK/nfsbench" "$HERE/nfsbench.c" -lnfs
 
 # The tree: images/bench/rootfs/{big.bin,small/dNNN/fNNNNN}, deterministic sizes.
@@ -100,6 +108,13 @@ fi
 
 ip netns add "$NS"
 ip -n "$NS" link set lo up
+# ganesha resolves its bind address with AI_ADDRCONFIG, which finds nothing in a namespace
+# with loopback only: give it one address (traffic to it still goes over lo).
+ip -n "$NS" link add bench0 type veth peer name bench1
+ip -n "$NS" addr add 10.78.0.1/24 dev bench0
+ip -n "$NS" link set bench0 up
+ip -n "$NS" link set bench1 up
+SRV=10.78.0.1
 nsexec() { ip netns exec "$NS" "$@"; }
 wait_port() { # port
     for _ in $(seq 100); do
@@ -112,15 +127,15 @@ wait_port() { # port
 BP_PORT=20490
 cat > "$WORK/pools.yaml" <<EOF
 server:
-  address: 127.0.0.1
+  address: $SRV
   http: 127.0.0.1:0
   state_dir: $WORK/var
   loaders: $DATA/loaders
   ports: { dhcp: 0, tftp: 0, nfs: $BP_PORT, nbd: 0, portmap: 1111 }
 dhcp:
   mode: authoritative
-  subnet: 127.0.0.0/8
-  range: 127.0.0.100-127.0.0.199
+  subnet: 10.78.0.0/24
+  range: 10.78.0.100-10.78.0.199
   lease: 1h
 images:
   bench: { dir: $DATA/images/bench, store: disk }
@@ -129,7 +144,8 @@ pools:
     image: bench
     root: nfs
     clients:
-      - { macs: "52:54:00:77:00:00-52:54:00:77:00:0f" }
+      # The benchmark client's address, so the export lets it in.
+      - { mac: "52:54:00:77:00:01", ip: $SRV }
 EOF
 if [ "$ONLY" != ganesha ]; then
     RUST_LOG=warn ip netns exec "$NS" "$BOOTPOOL" serve --config "$WORK/pools.yaml" \
@@ -145,7 +161,7 @@ NFS_CORE_PARAM {
     Protocols = 3;
     NFS_Port = 2049;
     MNT_Port = 20048;
-    Bind_addr = 127.0.0.1;
+    Bind_addr = $SRV;
     Enable_NLM = false;
     Enable_RQUOTA = false;
     Mount_Path_Pseudo = true;
@@ -183,8 +199,8 @@ fi
 
 url() { # server
     case "$1" in
-        bootpool) echo "nfs://127.0.0.1/bench?nfsport=$BP_PORT&mountport=$BP_PORT&version=3" ;;
-        ganesha) echo "nfs://127.0.0.1/bench?nfsport=2049&mountport=20048&version=3" ;;
+        bootpool) echo "nfs://$SRV/bench?nfsport=$BP_PORT&mountport=$BP_PORT&version=3" ;;
+        ganesha) echo "nfs://$SRV/bench?nfsport=2049&mountport=20048&version=3" ;;
     esac
 }
 

@@ -152,6 +152,8 @@ struct Known {
 /// every page and a LOOKUP is a binary search.
 pub struct Listing {
     mtime: (u32, u32),
+    /// The directory's `..` (the image root's is itself).
+    parent: TreeHandle,
     pub children: Vec<(OsString, TreeHandle)>,
 }
 
@@ -427,7 +429,9 @@ impl Tree {
             NF3DIR => return Err(status::ISDIR),
             _ => return Err(status::INVAL),
         }
-        let count = count.min(MAX_READ) as usize;
+        // Sized by the file, not by the request: clients ask for rsize even for tiny files,
+        // and zeroing a 1 MiB buffer per small file costs more than the read.
+        let count = u64::from(count.min(MAX_READ)).min(attr.size.saturating_sub(offset)) as usize;
         if let Some(data) = read(&self.contents).get(h) {
             let from = offset.min(data.len() as u64) as usize;
             let to = (from + count).min(data.len());
@@ -450,7 +454,7 @@ impl Tree {
             }
         }
         out.truncate(start + got);
-        let eof = got < count || offset.saturating_add(got as u64) >= attr.size;
+        let eof = offset.saturating_add(got as u64) >= attr.size;
         Ok((attr, eof))
     }
 
@@ -491,7 +495,7 @@ impl Tree {
     /// attributes, and (name, handle) pairs from `cookie` on (a cookie counts entries seen).
     pub fn entries(&self, dir: &TreeHandle, cookie: u64) -> Result<(Attr, Entries), Status> {
         let node = self.resolve(dir)?;
-        let (attr, listing, parent) = match &node {
+        let (attr, listing) = match &node {
             Node::Root => {
                 let children = (0..self.images.len())
                     .filter_map(|i| {
@@ -501,19 +505,19 @@ impl Tree {
                     .collect();
                 let l = Listing {
                     mtime: (0, 0),
+                    parent: ROOT,
                     children,
                 };
-                (self.root_attr(), Arc::new(l), ROOT)
+                (self.root_attr(), Arc::new(l))
             }
             Node::In { img, rel, attr } => {
                 if attr.ftype != NF3DIR {
                     return Err(status::NOTDIR);
                 }
-                let parent: Arc<Path> = rel.parent().unwrap_or(Path::new("")).into();
-                let (parent, _) = self.stat(*img, parent)?;
-                (*attr, self.listing(dir, *img, rel, attr)?, parent)
+                (*attr, self.listing(dir, *img, rel, attr)?)
             }
         };
+        let parent = listing.parent;
         let start = usize::try_from(cookie).map_err(|_| status::BAD_COOKIE)?;
         if start > listing.children.len() + 2 {
             return Err(status::BAD_COOKIE);
@@ -541,6 +545,8 @@ impl Tree {
         {
             return Ok(l.clone());
         }
+        let up: Arc<Path> = rel.parent().unwrap_or(Path::new("")).into();
+        let (parent, _) = self.stat(img, up)?;
         let mut children = Vec::new();
         for e in std::fs::read_dir(self.full(img, rel)).map_err(io_status)? {
             let e = e.map_err(io_status)?;
@@ -553,6 +559,7 @@ impl Tree {
         children.sort_by(|a, b| a.0.cmp(&b.0));
         let l = Arc::new(Listing {
             mtime: attr.mtime,
+            parent,
             children,
         });
         let mut cache = lock(&self.listings);
