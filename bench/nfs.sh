@@ -8,9 +8,10 @@ REPO="$(cd "$HERE/.." && pwd)"
 
 usage() {
     cat <<EOF
-usage: $0 [--rounds N] [--files N] [--big MIB] [--data DIR] [--only bootpool|ganesha] [--bin PATH]
+usage: $0 [--rounds N] [--files N] [--big MIB] [--data DIR] [--only bootpool|bootpool-ram|ganesha] [--bin PATH]
 
-Serves one tree from bootpool (release build, CARGO_TARGET_DIR=/work/target-bench) and from
+Serves one tree from bootpool (release build, CARGO_TARGET_DIR=/work/target-bench) twice,
+with \`store: disk\` and with \`store: ram\` (two daemons), and from
 nfs-ganesha 4 (VFS FSAL, read-only export) inside a private network namespace, both on
 one local address (10.78.0.1, over lo), and measures with a small libnfs client (bench/nfsbench.c, built here with gcc
 -lnfs; one process per measurement, so process start-up and MOUNT are not in the numbers,
@@ -147,14 +148,26 @@ pools:
       # The benchmark client's address, so the export lets it in.
       - { mac: "52:54:00:77:00:01", ip: $SRV }
 EOF
-if [ "$ONLY" != ganesha ]; then
-    RUST_LOG=warn ip netns exec "$NS" "$BOOTPOOL" serve --config "$WORK/pools.yaml" \
-        > "$WORK/bootpool.log" 2>&1 &
+BP_RAM_PORT=20491
+sed -e "s/nfs: $BP_PORT,/nfs: $BP_RAM_PORT,/" -e "s/portmap: 1111/portmap: 1112/" \
+    -e "s/store: disk/store: ram/" -e "s|state_dir: $WORK/var|state_dir: $WORK/var-ram|" \
+    "$WORK/pools.yaml" > "$WORK/pools-ram.yaml"
+start_bootpool() { # name config port
+    [ -z "$ONLY" ] || [ "$ONLY" = "$1" ] || return 0
+    RUST_LOG=info ip netns exec "$NS" "$BOOTPOOL" serve --config "$2" > "$WORK/$1.log" 2>&1 &
     PIDS+=($!)
-    wait_port $BP_PORT || { log "bootpool did not listen"; cat "$WORK/bootpool.log"; exit 1; }
-fi
+    # store: ram loads the tree before it answers.
+    for _ in $(seq 600); do
+        nsexec ss -Hltn "sport = :$3" | grep -q . && grep -q "nfs exports" "$WORK/$1.log" && return 0
+        sleep 0.1
+    done
+    log "$1 did not start"; tail "$WORK/$1.log"; exit 1
+}
+start_bootpool bootpool "$WORK/pools.yaml" $BP_PORT
+start_bootpool bootpool-ram "$WORK/pools-ram.yaml" $BP_RAM_PORT
+grep -h "loaded into ram" "$WORK/bootpool-ram.log" 2>/dev/null | sed 's/^/nfs.sh: /' >&2 || true
 
-if [ "$ONLY" != bootpool ]; then
+if [ -z "$ONLY" ] || [ "$ONLY" = ganesha ]; then
     mkdir -p "$WORK/ganesha-recovery"
     cat > "$WORK/ganesha.conf" <<EOF
 NFS_CORE_PARAM {
@@ -200,11 +213,12 @@ fi
 url() { # server
     case "$1" in
         bootpool) echo "nfs://$SRV/bench?nfsport=$BP_PORT&mountport=$BP_PORT&version=3" ;;
+        bootpool-ram) echo "nfs://$SRV/bench?nfsport=$BP_RAM_PORT&mountport=$BP_RAM_PORT&version=3" ;;
         ganesha) echo "nfs://$SRV/bench?nfsport=2049&mountport=20048&version=3" ;;
     esac
 }
 
-SERVERS=(bootpool ganesha)
+SERVERS=(bootpool bootpool-ram ganesha)
 [ -z "$ONLY" ] || SERVERS=("$ONLY")
 : > "$WORK/results"
 for round in $(seq "$ROUNDS"); do
@@ -230,15 +244,16 @@ done
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 med() { awk -v s="$1" -v o="$2" '$1==s && $2==o {print $3}' "$WORK/results" | median; }
-printf '\n| test (median of %s rounds) | unit | bootpool | ganesha | bootpool/ganesha |\n' "$ROUNDS"
-printf '|---|---|---:|---:|---:|\n'
+printf '\n| test (median of %s rounds) | unit | bootpool disk | bootpool ram | ganesha | disk/ganesha | ram/ganesha |\n' "$ROUNDS"
+printf '|---|---|---:|---:|---:|---:|---:|\n'
+ratio() { awk -v b="${1:-0}" -v g="${2:-0}" 'BEGIN {if (g > 0 && b > 0) printf "%.2f", b/g; else print "-"}'; }
 for op in seq tree ls; do
     case $op in
         seq) name="sequential read, $BIG MiB"; unit="MiB/s" ;;
         tree) name="$FILES small files read"; unit="files/s" ;;
         ls) name="recursive listing"; unit="entries/s" ;;
     esac
-    b="$(med bootpool $op)"; g="$(med ganesha $op)"
-    ratio="$(awk -v b="${b:-0}" -v g="${g:-0}" 'BEGIN {if (g > 0 && b > 0) printf "%.2f", b/g; else print "-"}')"
-    printf '| %s | %s | %s | %s | %s |\n' "$name" "$unit" "${b:--}" "${g:--}" "$ratio"
+    b="$(med bootpool $op)"; r="$(med bootpool-ram $op)"; g="$(med ganesha $op)"
+    printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$name" "$unit" "${b:--}" "${r:--}" "${g:--}" \
+        "$(ratio "$b" "$g")" "$(ratio "$r" "$g")"
 done

@@ -35,6 +35,10 @@ const REWALK_EVERY: Duration = Duration::from_secs(30);
 /// Cached attributes older than this are checked against the disk again (like a client's
 /// attribute cache, but ours is one lstat, not a round trip).
 const FRESH: Duration = Duration::from_secs(1);
+/// A listing is rebuilt (its children stat'ed again) after this long even if its mtime did
+/// not change, which bounds how stale READDIRPLUS attributes can be: they come from the
+/// listing, not from one lstat per entry per page (that was most of a listing's CPU).
+const LISTING_FRESH: Duration = Duration::from_secs(30);
 /// Directory listings kept; a boot touches a few hundred directories.
 const DIR_CACHE: usize = 4096;
 /// Open files kept (descriptors).
@@ -152,6 +156,7 @@ struct Known {
 /// every page and a LOOKUP is a binary search.
 pub struct Listing {
     mtime: (u32, u32),
+    built: Instant,
     /// The directory's `..` (the image root's is itself).
     parent: TreeHandle,
     pub children: Vec<(OsString, TreeHandle)>,
@@ -313,6 +318,17 @@ impl Tree {
             }
         }
         Err(status::STALE)
+    }
+
+    /// Attributes of an entry of a listing just handed out by `entries`: from memory as the
+    /// listing left them (see `LISTING_FRESH`), from the disk only if unknown.
+    pub fn entry_attr(&self, h: &TreeHandle) -> Result<Attr, Status> {
+        if *h != ROOT
+            && let Some(k) = read(&self.known).get(h)
+        {
+            return Ok(k.attr);
+        }
+        self.getattr(h)
     }
 
     pub fn getattr(&self, h: &TreeHandle) -> Result<Attr, Status> {
@@ -505,6 +521,7 @@ impl Tree {
                     .collect();
                 let l = Listing {
                     mtime: (0, 0),
+                    built: Instant::now(),
                     parent: ROOT,
                     children,
                 };
@@ -540,8 +557,10 @@ impl Tree {
         rel: &Path,
         attr: &Attr,
     ) -> Result<Arc<Listing>, Status> {
+        let ram = self.images[img].ram;
         if let Some(l) = lock(&self.listings).get(dir)
             && l.mtime == attr.mtime
+            && (ram || l.built.elapsed() < LISTING_FRESH)
         {
             return Ok(l.clone());
         }
@@ -559,6 +578,7 @@ impl Tree {
         children.sort_by(|a, b| a.0.cmp(&b.0));
         let l = Arc::new(Listing {
             mtime: attr.mtime,
+            built: Instant::now(),
             parent,
             children,
         });
