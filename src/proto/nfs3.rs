@@ -37,11 +37,14 @@ pub enum Framing {
     TooLong,
 }
 
+/// (bytes used from the stream, the record's body).
+pub type Record<'a> = (usize, Cow<'a, [u8]>);
+
 /// Takes the next complete record from the front of `buf`: `(bytes used, record body)`, with
 /// fragments joined (borrowed when there is only one). `Ok(None)`: more bytes are needed.
 /// `max` caps the bytes a record may use, fragment headers included, so a stream of empty
 /// fragments cannot grow a buffer either.
-pub fn next_record(buf: &[u8], max: usize) -> Result<Option<(usize, Cow<'_, [u8]>)>, Framing> {
+pub fn next_record(buf: &[u8], max: usize) -> Result<Option<Record<'_>>, Framing> {
     let mut at = 0usize;
     let mut parts: Vec<(usize, usize)> = Vec::new();
     loop {
