@@ -18,6 +18,7 @@ pub struct Bound {
     pub tftp: SocketAddr,
     pub nfs: SocketAddr,
     pub nbd: SocketAddr,
+    pub portmap: SocketAddr,
 }
 
 /// A started daemon.
@@ -60,12 +61,20 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let nbd = bind_tcp(SocketAddrV4::new(any, ports.nbd).into())
         .await
         .context("binding NBD")?;
+    // The portmapper answers on the same port over TCP and UDP.
+    let portmap_tcp = bind_tcp(SocketAddrV4::new(any, ports.portmap).into())
+        .await
+        .with_context(|| format!("binding portmap port {} (ports.portmap)", ports.portmap))?;
+    let portmap_port = portmap_tcp.local_addr()?.port();
+    let portmap_udp = bind_udp(SocketAddrV4::new(any, portmap_port), None, false)
+        .with_context(|| format!("binding portmap UDP port {portmap_port}"))?;
     let bound = Bound {
         http: http.local_addr()?,
         dhcp: dhcp.local_addr()?,
         tftp: tftp.local_addr()?,
         nfs: nfs.local_addr()?,
         nbd: nbd.local_addr()?,
+        portmap: portmap_tcp.local_addr()?,
     };
     // What clients are told must match what was bound.
     config.server.http.set_port(bound.http.port());
@@ -73,6 +82,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     config.server.ports.tftp = bound.tftp.port();
     config.server.ports.nfs = bound.nfs.port();
     config.server.ports.nbd = bound.nbd.port();
+    config.server.ports.portmap = bound.portmap.port();
     let config = Arc::new(config);
 
     let run =
@@ -97,7 +107,13 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     );
     run(
         "nfs",
-        Box::pin(service::nfs::serve(nfs, c.clone(), r.clone(), s.clone())),
+        Box::pin(service::nfs::serve(
+            nfs,
+            c.clone(),
+            r.clone(),
+            records.clone(),
+            s.clone(),
+        )),
     );
     run(
         "nbd",
@@ -120,6 +136,15 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         &shutdown,
     )
     .context("starting egress sampling")?;
+    run(
+        "portmap",
+        Box::pin(service::portmap::serve(
+            portmap_tcp,
+            portmap_udp,
+            c.clone(),
+            s.clone(),
+        )),
+    );
     let web = service::http::Web {
         config: c.clone(),
         recorder: r.clone(),
@@ -129,6 +154,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     run("http", Box::pin(service::http::serve(http, web, s.clone())));
     tracing::info!(
         http = %bound.http, dhcp = %bound.dhcp, tftp = %bound.tftp, nfs = %bound.nfs, nbd = %bound.nbd,
+        portmap = %bound.portmap,
         pools = config.pools.len(), "bootpool serving"
     );
     Ok(Running {

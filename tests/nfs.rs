@@ -251,8 +251,8 @@ impl Rpc {
         }
     }
 
-    /// One call; returns the procedure's results (after accept_stat SUCCESS).
-    async fn call(&mut self, prog: u32, vers: u32, proc_: u32, args: &[u8]) -> Vec<u8> {
+    /// One call; returns the whole reply record.
+    async fn call_any(&mut self, prog: u32, vers: u32, proc_: u32, args: &[u8]) -> Vec<u8> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         self.xid += 1;
         let mut m = Vec::new();
@@ -278,8 +278,15 @@ impl Rpc {
         let rec = tokio::time::timeout(Duration::from_secs(SECS), io)
             .await
             .expect("rpc reply in time");
+        assert_eq!(Reader(&rec).u32(), self.xid);
+        rec
+    }
+
+    /// One call; returns the procedure's results (after accept_stat SUCCESS).
+    async fn call(&mut self, prog: u32, vers: u32, proc_: u32, args: &[u8]) -> Vec<u8> {
+        let rec = self.call_any(prog, vers, proc_, args).await;
         let mut r = Reader(&rec);
-        assert_eq!(r.u32(), self.xid);
+        r.u32();
         assert_eq!(r.u32(), 1, "a reply");
         assert_eq!(r.u32(), 0, "accepted");
         r.u32();
@@ -381,4 +388,239 @@ async fn handles_survive_a_restart() {
     no_image[10] ^= 0xff;
     assert_eq!(c.read(&no_image, 64).await, Err(70));
     daemon.stop().await;
+}
+
+/// Reads until the server closes; panics if it does not within the bound.
+async fn closed_by_server(s: &mut tokio::net::TcpStream) {
+    use tokio::io::AsyncReadExt;
+    let mut sink = Vec::new();
+    let r = tokio::time::timeout(Duration::from_secs(SECS), s.read_to_end(&mut sink)).await;
+    assert!(r.is_ok(), "the server should close a broken stream");
+}
+
+/// Broken RPC streams get a closed connection and bounded memory; bad arguments get an RPC
+/// error on a connection that goes on working.
+#[tokio::test]
+async fn malformed_records_close_the_connection() {
+    use tokio::io::AsyncWriteExt;
+    let fx = Fixture::new();
+    let daemon = fx.start().await;
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, daemon.bound.nfs.port()));
+    let before = bootpool::service::nfs::malformed_streams();
+
+    // A fragment that claims 2 GiB: refused from its mark, before any of it arrives.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(&0xffff_fff0u32.to_be_bytes()).await.unwrap();
+    s.write_all(&[0u8; 64]).await.unwrap();
+    closed_by_server(&mut s).await;
+
+    // Endless empty fragments that never end a record.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let empties = vec![0u8; 512 * 1024];
+    let _ = s.write_all(&empties).await;
+    closed_by_server(&mut s).await;
+
+    // A record that is not a call (a REPLY).
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut rec = 0x8000_0008u32.to_be_bytes().to_vec();
+    rec.extend([0, 0, 0, 9, 0, 0, 0, 1]);
+    s.write_all(&rec).await.unwrap();
+    closed_by_server(&mut s).await;
+
+    // A truncated fragment, then the client goes: nothing to answer, nothing left behind.
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(&0x8000_0100u32.to_be_bytes()).await.unwrap();
+    s.write_all(&[1, 2, 3]).await.unwrap();
+    s.shutdown().await.unwrap();
+    closed_by_server(&mut s).await;
+
+    assert!(bootpool::service::nfs::malformed_streams() >= before + 3);
+
+    // Garbage arguments, an unknown procedure, program and version: RPC errors, same
+    // connection, which then mounts and reads as usual.
+    let mut c = Rpc::connect(addr).await;
+    let accept_stat = |rec: &[u8]| {
+        let mut r = Reader(rec);
+        let _ = (r.u32(), r.u32(), r.u32(), r.u32());
+        r.opaque();
+        r.u32()
+    };
+    let rec = c.call_any(100_003, 3, 1, &[0, 0, 0, 200]).await;
+    assert_eq!(accept_stat(&rec), 4, "GARBAGE_ARGS");
+    let rec = c.call_any(100_003, 3, 99, &[]).await;
+    assert_eq!(accept_stat(&rec), 3, "PROC_UNAVAIL");
+    let rec = c.call_any(100_021, 4, 0, &[]).await;
+    assert_eq!(accept_stat(&rec), 1, "PROG_UNAVAIL");
+    let rec = c.call_any(100_003, 4, 0, &[]).await;
+    assert_eq!(accept_stat(&rec), 2, "PROG_MISMATCH");
+    let root = c.mount("/demo").await;
+    let etc = c.lookup(&root, "etc").await;
+    let hostname = c.lookup(&etc, "hostname").await;
+    assert_eq!(c.read(&hostname, 64).await, Ok((b"demo\n".to_vec(), true)));
+    // A write is ROFS.
+    let mut a = Vec::new();
+    put_opaque(&mut a, &hostname);
+    for w in [0, 0, 5, 0] {
+        put_u32(&mut a, w);
+    }
+    put_opaque(&mut a, b"evil!");
+    let res = c.call(100_003, 3, 7, &a).await;
+    assert_eq!(Reader(&res).u32(), 30, "NFS3ERR_ROFS");
+    daemon.stop().await;
+}
+
+/// GETPORT, DUMP and NULL over TCP and UDP at the portmapper's port, and GETPORT through the
+/// NFS port; then stock tools that only know port 111, when it is free here.
+#[tokio::test]
+async fn portmapper_names_the_nfs_port() {
+    let fx = Fixture::new();
+    let daemon = fx.start().await;
+    let nfs_port = u32::from(daemon.bound.nfs.port());
+    let pm = SocketAddr::from((Ipv4Addr::LOCALHOST, daemon.bound.portmap.port()));
+    let getport = |prog: u32| {
+        let mut a = Vec::new();
+        for w in [prog, 3, 6, 0] {
+            put_u32(&mut a, w);
+        }
+        a
+    };
+    for at in [pm, SocketAddr::from((Ipv4Addr::LOCALHOST, nfs_port as u16))] {
+        let mut c = Rpc::connect(at).await;
+        for prog in [100_003, 100_005] {
+            let res = c.call(100_000, 2, 3, &getport(prog)).await;
+            assert_eq!(Reader(&res).u32(), nfs_port, "GETPORT {prog} at {at}");
+        }
+        let res = c.call(100_000, 2, 3, &getport(100_021)).await;
+        assert_eq!(Reader(&res).u32(), 0, "no lock manager");
+    }
+    let mut c = Rpc::connect(pm).await;
+    assert!(c.call(100_000, 2, 0, &[]).await.is_empty());
+    let res = c.call(100_000, 2, 4, &[]).await;
+    let mut r = Reader(&res);
+    let mut dump = Vec::new();
+    while r.u32() == 1 {
+        dump.push((r.u32(), r.u32(), r.u32(), r.u32()));
+    }
+    assert!(dump.contains(&(100_003, 3, 6, nfs_port)), "{dump:?}");
+    assert!(dump.contains(&(100_005, 3, 6, nfs_port)), "{dump:?}");
+
+    // UDP: one datagram, one answer.
+    let udp = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut call = Vec::new();
+    for w in [77, 0, 2, 100_000, 2, 3, 0, 0, 0, 0] {
+        put_u32(&mut call, w);
+    }
+    call.extend(getport(100_005));
+    udp.send_to(&call, pm).await.unwrap();
+    let mut buf = [0u8; 512];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(SECS), udp.recv_from(&mut buf))
+        .await
+        .expect("udp answer")
+        .unwrap();
+    let mut r = Reader(&buf[..n]);
+    assert_eq!([r.u32(), r.u32(), r.u32()], [77, 1, 0]);
+    r.u32();
+    r.opaque();
+    assert_eq!([r.u32(), r.u32()], [0, nfs_port]);
+    daemon.stop().await;
+
+    // rpcinfo and libnfs without ports ask 127.0.0.1:111.
+    if std::net::TcpListener::bind("0.0.0.0:111").is_err()
+        || std::net::UdpSocket::bind("0.0.0.0:111").is_err()
+    {
+        eprintln!("port 111 is taken here: rpcinfo and port-less libnfs not tried");
+        return;
+    }
+    fx.write_config(&fx.config_text().replace("portmap: 0", "portmap: 111"));
+    let daemon = fx.start().await;
+    let nfs_port = daemon.bound.nfs.port();
+    let (ok, out, err) = nfs("rpcinfo", &["-p", "127.0.0.1"]).await;
+    assert!(ok, "{err}");
+    for prog in ["100003", "100005"] {
+        assert!(
+            out.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == [
+                    prog,
+                    "3",
+                    "tcp",
+                    &nfs_port.to_string(),
+                    if prog == "100003" { "nfs" } else { "mountd" }
+                ]),
+            "{out}"
+        );
+    }
+    let (ok, out, err) = nfs("nfs-cat", &["nfs://127.0.0.1/demo/etc/hostname?version=3"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "demo\n");
+    daemon.stop().await;
+}
+
+/// A client that no pool of the image lists gets MNT3ERR_ACCES and, with a handle it kept,
+/// an authentication error; once a lease ties its address to a pool MAC, it mounts.
+#[tokio::test]
+async fn exports_only_to_the_pools_clients() {
+    let fx = Fixture::new();
+    let daemon = fx.start().await;
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, daemon.bound.nfs.port()));
+    let mut c = Rpc::connect(addr).await;
+    let root = c.mount("/demo").await;
+    daemon.stop().await;
+
+    // The server is no longer on loopback: 127.0.0.1 is a stranger.
+    let remote = fx
+        .config_text()
+        .replace("address: 127.0.0.1", "address: 10.77.0.1")
+        .replace("subnet: 127.0.0.0/8", "subnet: 10.77.0.0/24")
+        .replace(
+            "range: 127.0.0.100-127.0.0.199",
+            "range: 10.77.0.100-10.77.0.199",
+        )
+        .replace("nfs: 0", &format!("nfs: {}", addr.port()));
+    fx.write_config(&remote);
+    let daemon = fx.start().await;
+    let mut c = Rpc::connect(addr).await;
+    let mut a = Vec::new();
+    put_opaque(&mut a, b"/demo");
+    let res = c.call(100_005, 3, 1, &a).await;
+    assert_eq!(Reader(&res).u32(), 13, "MNT3ERR_ACCES");
+    let mut a = Vec::new();
+    put_opaque(&mut a, &root);
+    let rec = c.call_any(100_003, 3, 1, &a).await;
+    let mut r = Reader(&rec);
+    r.u32();
+    assert_eq!(
+        [r.u32(), r.u32(), r.u32(), r.u32()],
+        [1, 1, 1, 5],
+        "AUTH_ERROR AUTH_TOOWEAK"
+    );
+    daemon.stop().await;
+
+    // A lease for 127.0.0.1 to a MAC of the NBD pool changes nothing; to the NFS pool, it does.
+    for (mac, pool, mounts) in [
+        ("52:54:00:77:00:11", "nbd-room", false),
+        ("52:54:00:77:00:01", "nfs-room", true),
+    ] {
+        let state = fx.path().join("var");
+        let ack = Event::now(
+            Who::Mac(mac.parse().unwrap()),
+            Kind::DhcpAck {
+                ip: Ipv4Addr::LOCALHOST,
+                pxe: false,
+                ipxe: false,
+                pool: pool.into(),
+            },
+        );
+        std::fs::write(
+            state.join("events.jsonl"),
+            serde_json::to_string(&ack).unwrap() + "\n",
+        )
+        .unwrap();
+        let daemon = fx.start().await;
+        let mut c = Rpc::connect(addr).await;
+        let mut a = Vec::new();
+        put_opaque(&mut a, b"/demo");
+        let res = c.call(100_005, 3, 1, &a).await;
+        assert_eq!(Reader(&res).u32() == 0, mounts, "{pool}");
+        daemon.stop().await;
+    }
 }

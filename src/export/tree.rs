@@ -6,40 +6,77 @@
 //! File handles are `image id + st_dev + st_ino`, nothing from a start-up counter, so a handle
 //! given out before a restart still resolves afterwards: a handle we have not met yet triggers
 //! one walk of its image to find the inode again.
+//!
+//! Speed: NFS is round-trip bound, so every answer should come from memory. Attributes are
+//! cached per inode and re-checked with one lstat when older than `FRESH` (an admin may update
+//! an image in place); directory listings are cached with every child's attributes and dropped
+//! when the directory's mtime changes; open files are kept by inode. `store: ram` loads all
+//! metadata and the files up to `RAM_FILE_MAX` at start and then never touches the disk for
+//! them: a snapshot, as the config promises.
+//!
+//! Everything here is synchronous and quick when cached; the NFS service calls it from its
+//! connection tasks (through `block_in_place` on a multi-threaded runtime).
 
-use nfs3_server::nfs3_types::nfs3::{
-    FSF3_HOMOGENEOUS, FSF3_SYMLINK, FSINFO3resok, createverf3, fattr3, filename3, ftype3, nfspath3,
-    nfsstat3, nfstime3, sattr3, specdata3, stable_how,
-};
-use nfs3_server::vfs::{
-    DirEntryPlus, FileHandle, NextResult, NfsFileSystem, NfsReadFileSystem, ReadDirPlusIterator,
-    VFSCapabilities,
-};
+use crate::proto::nfs3::Attr;
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::IsTerminal as _;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 /// Largest READ answered; matches the `rtmax` we advertise.
 pub const MAX_READ: u32 = 1 << 20;
 /// A handle we cannot place makes us re-walk its image at most this often.
 const REWALK_EVERY: Duration = Duration::from_secs(30);
-/// Directory listings kept for READDIR paging.
-const DIR_CACHE: usize = 256;
+/// Cached attributes older than this are checked against the disk again (like a client's
+/// attribute cache, but ours is one lstat, not a round trip).
+const FRESH: Duration = Duration::from_secs(1);
+/// A listing is rebuilt (its children stat'ed again) after this long even if its mtime did
+/// not change, which bounds how stale READDIRPLUS attributes can be: they come from the
+/// listing, not from one lstat per entry per page (that was most of a listing's CPU).
+const LISTING_FRESH: Duration = Duration::from_secs(30);
+/// Directory listings kept; a boot touches a few hundred directories.
+const DIR_CACHE: usize = 4096;
+/// Open files kept (descriptors).
+const FILE_CACHE: usize = 512;
 /// A walk stops after this many entries (an image is not a whole disk).
 const WALK_LIMIT: usize = 5_000_000;
 const NAME_MAX: usize = 255;
+/// `store: ram` keeps the contents of files up to this size.
+pub const RAM_FILE_MAX: u64 = 1 << 20;
 
-/// Our part of an NFS handle (nfs3_server prefixes its 8-byte generation).
+/// nfsstat3 values used here.
+pub mod status {
+    pub const NOENT: u32 = 2;
+    pub const IO: u32 = 5;
+    pub const ACCES: u32 = 13;
+    pub const NOTDIR: u32 = 20;
+    pub const ISDIR: u32 = 21;
+    pub const INVAL: u32 = 22;
+    pub const ROFS: u32 = 30;
+    pub const NAMETOOLONG: u32 = 63;
+    pub const STALE: u32 = 70;
+    pub const BADHANDLE: u32 = 10001;
+    pub const BAD_COOKIE: u32 = 10003;
+}
+pub type Status = u32;
+
+/// Our part of an NFS handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TreeHandle([u8; HANDLE_LEN]);
 
 /// Layout version byte, then image id, st_dev, st_ino (big-endian u64s).
 const HANDLE_LEN: usize = 25;
 const HANDLE_V1: u8 = 1;
+/// On the wire a handle starts with generation 1 as 8 little-endian bytes: the layout that
+/// nfs3_server gave our handles before we answered NFS ourselves, kept so that clients
+/// mounted across the upgrade keep working.
+const WIRE_PREFIX: [u8; 8] = 1u64.to_le_bytes();
+pub const WIRE_LEN: usize = 8 + HANDLE_LEN;
 /// The composite root: all zeros but the version byte.
 const ROOT: TreeHandle = TreeHandle([
     HANDLE_V1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
@@ -63,18 +100,22 @@ impl TreeHandle {
             u64::from_be_bytes(self.0[17..25].try_into().unwrap_or_default()),
         )
     }
-}
-
-impl FileHandle for TreeHandle {
-    fn len(&self) -> usize {
-        HANDLE_LEN
+    /// The bytes a client holds.
+    pub fn wire(&self) -> [u8; WIRE_LEN] {
+        let mut w = [0u8; WIRE_LEN];
+        w[..8].copy_from_slice(&WIRE_PREFIX);
+        w[8..].copy_from_slice(&self.0);
+        w
     }
-    fn as_bytes(&self) -> &[u8] {
-        &self.0
-    }
-    fn from_bytes(bytes: &[u8]) -> Option<TreeHandle> {
-        let b: [u8; HANDLE_LEN] = bytes.try_into().ok()?;
-        (b[0] == HANDLE_V1).then_some(TreeHandle(b))
+    /// A handle a client sent; BADHANDLE if it is not one of ours.
+    pub fn from_wire(b: &[u8]) -> Result<TreeHandle, Status> {
+        let b: &[u8; WIRE_LEN] = b.try_into().map_err(|_| status::BADHANDLE)?;
+        if b[..8] != WIRE_PREFIX || b[8] != HANDLE_V1 {
+            return Err(status::BADHANDLE);
+        }
+        let mut h = [0u8; HANDLE_LEN];
+        h.copy_from_slice(&b[8..]);
+        Ok(TreeHandle(h))
     }
 }
 
@@ -97,46 +138,95 @@ struct ImageTree {
     /// Stable id of the image name; never 0 (0 marks the composite root).
     id: u64,
     root: PathBuf,
-    /// (st_dev, st_ino) -> path relative to `root`. Filled by lookups, listings and walks.
-    known: Mutex<HashMap<(u64, u64), PathBuf>>,
+    /// Loaded at start and never re-checked.
+    ram: bool,
     last_walk: Mutex<Option<Instant>>,
 }
 
-/// Where a handle points.
-#[derive(Debug, Clone)]
-enum Node {
-    Root,
-    /// Index into `images`, path relative to that image's root ("" for the root itself).
-    In(usize, PathBuf),
+/// What we know of one inode.
+#[derive(Clone)]
+struct Known {
+    /// Relative to the image root; "" for the root itself.
+    rel: Arc<Path>,
+    attr: Attr,
+    checked: Instant,
 }
 
-type Listing = Arc<Vec<OsString>>;
-/// (image, dev, ino) of a directory -> (its mtime, its sorted names).
-type Listings = HashMap<(usize, u64, u64), ((i64, i64), Listing)>;
+/// A directory's children, sorted by name, so that a cookie (an index) means the same entry on
+/// every page and a LOOKUP is a binary search.
+pub struct Listing {
+    mtime: (u32, u32),
+    built: Instant,
+    /// The directory's `..` (the image root's is itself).
+    parent: TreeHandle,
+    pub children: Vec<(OsString, TreeHandle)>,
+}
+
+/// A resolved handle.
+#[derive(Clone)]
+pub enum Node {
+    Root,
+    In {
+        img: usize,
+        rel: Arc<Path>,
+        attr: Attr,
+    },
+}
+
+impl Node {
+    pub fn image(&self) -> Option<usize> {
+        match self {
+            Node::Root => None,
+            Node::In { img, .. } => Some(*img),
+        }
+    }
+}
 
 /// The NFS filesystem: every image tree under one composite root.
 pub struct Tree {
     images: Vec<ImageTree>,
-    /// For READDIR paging without re-listing and re-sorting on every page.
-    listings: Mutex<Listings>,
+    known: RwLock<HashMap<TreeHandle, Known>>,
+    listings: Mutex<HashMap<TreeHandle, Arc<Listing>>>,
+    files: Mutex<HashMap<TreeHandle, Arc<File>>>,
+    /// `store: ram`: file contents.
+    contents: RwLock<HashMap<TreeHandle, Arc<[u8]>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic elsewhere must not take the export down with it.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|e| e.into_inner())
+}
+fn write<T>(m: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Tree {
-    /// `images`: (export name, tree folder) for every image exported over NFS.
+    /// `images`: (export name, tree folder) for every image exported over NFS, read from disk.
     pub fn new<I: IntoIterator<Item = (String, PathBuf)>>(images: I) -> Tree {
+        Tree::with_store(images.into_iter().map(|(n, p)| (n, p, false)))
+    }
+
+    /// Like `new`, with `true` for images kept in RAM (call `load_ram` before serving).
+    pub fn with_store<I: IntoIterator<Item = (String, PathBuf, bool)>>(images: I) -> Tree {
         let images = images
             .into_iter()
-            .map(|(name, root)| ImageTree {
+            .map(|(name, root, ram)| ImageTree {
                 id: stable_hash(&[name.as_bytes()]).max(1),
                 name,
                 root,
-                known: Mutex::new(HashMap::new()),
+                ram,
                 last_walk: Mutex::new(None),
             })
             .collect();
         Tree {
             images,
+            known: RwLock::new(HashMap::new()),
             listings: Mutex::new(HashMap::new()),
+            files: Mutex::new(HashMap::new()),
+            contents: RwLock::new(HashMap::new()),
         }
     }
 
@@ -145,50 +235,111 @@ impl Tree {
         self.images.iter().map(|i| i.name.as_str())
     }
 
-    fn full(&self, img: usize, rel: &Path) -> PathBuf {
-        self.images[img].root.join(rel)
+    pub fn image_name(&self, img: usize) -> &str {
+        &self.images[img].name
     }
 
-    fn handle_of(&self, img: usize, rel: &Path, meta: &std::fs::Metadata) -> TreeHandle {
-        let image = &self.images[img];
-        lock(&image.known).insert((meta.dev(), meta.ino()), rel.to_path_buf());
-        TreeHandle::new(image.id, meta.dev(), meta.ino())
+    pub fn root(&self) -> TreeHandle {
+        ROOT
     }
 
-    /// Resolves a handle to a node, re-walking its image once if the inode is not known yet
-    /// (after a restart). The path found is checked against the handle's dev/ino.
-    async fn node(&self, h: &TreeHandle) -> Result<(Node, Option<std::fs::Metadata>), nfsstat3> {
+    /// Which image a handle belongs to, without touching the disk (None: the composite root;
+    /// Err: no image of ours).
+    pub fn image_of(&self, h: &TreeHandle) -> Result<Option<usize>, Status> {
         if *h == ROOT {
-            return Ok((Node::Root, None));
+            return Ok(None);
         }
-        let img = self
-            .images
+        self.images
             .iter()
             .position(|i| i.id == h.image())
-            .ok_or(nfsstat3::NFS3ERR_STALE)?;
-        let key = h.key();
+            .map(Some)
+            .ok_or(status::STALE)
+    }
+
+    fn full(&self, img: usize, rel: &Path) -> PathBuf {
+        if rel.as_os_str().is_empty() {
+            self.images[img].root.clone()
+        } else {
+            self.images[img].root.join(rel)
+        }
+    }
+
+    fn remember(&self, img: usize, rel: Arc<Path>, m: &std::fs::Metadata) -> (TreeHandle, Attr) {
+        let image = &self.images[img];
+        let h = TreeHandle::new(image.id, m.dev(), m.ino());
+        let attr = attr_from(image.id, m);
+        write(&self.known).insert(
+            h,
+            Known {
+                rel,
+                attr,
+                checked: Instant::now(),
+            },
+        );
+        (h, attr)
+    }
+
+    /// Resolves a handle, from memory when its attributes are fresh; re-walks its image once
+    /// if the inode is not known (after a restart). A path found is checked against the
+    /// handle's dev/ino.
+    pub fn resolve(&self, h: &TreeHandle) -> Result<Node, Status> {
+        let Some(img) = self.image_of(h)? else {
+            return Ok(Node::Root);
+        };
+        let ram = self.images[img].ram;
         for attempt in 0..2 {
-            let rel = lock(&self.images[img].known).get(&key).cloned();
-            if let Some(rel) = rel {
-                match lstat(&self.full(img, &rel)).await {
-                    Ok(m) if (m.dev(), m.ino()) == key => {
-                        return Ok((Node::In(img, rel), Some(m)));
+            let known = read(&self.known).get(h).cloned();
+            if let Some(k) = known {
+                if ram || k.checked.elapsed() < FRESH {
+                    return Ok(Node::In {
+                        img,
+                        rel: k.rel,
+                        attr: k.attr,
+                    });
+                }
+                match std::fs::symlink_metadata(self.full(img, &k.rel)) {
+                    Ok(m) if (m.dev(), m.ino()) == h.key() => {
+                        let (_, attr) = self.remember(img, k.rel.clone(), &m);
+                        return Ok(Node::In {
+                            img,
+                            rel: k.rel,
+                            attr,
+                        });
                     }
                     // Replaced or gone: forget it and look again.
                     _ => {
-                        lock(&self.images[img].known).remove(&key);
+                        write(&self.known).remove(h);
+                        lock(&self.files).remove(h);
                     }
                 }
             }
-            if attempt == 0 && !self.walk(img).await {
+            if attempt == 0 && !self.walk(img) {
                 break;
             }
         }
-        Err(nfsstat3::NFS3ERR_STALE)
+        Err(status::STALE)
+    }
+
+    /// Attributes of an entry of a listing just handed out by `entries`: from memory as the
+    /// listing left them (see `LISTING_FRESH`), from the disk only if unknown.
+    pub fn entry_attr(&self, h: &TreeHandle) -> Result<Attr, Status> {
+        if *h != ROOT
+            && let Some(k) = read(&self.known).get(h)
+        {
+            return Ok(k.attr);
+        }
+        self.getattr(h)
+    }
+
+    pub fn getattr(&self, h: &TreeHandle) -> Result<Attr, Status> {
+        Ok(match self.resolve(h)? {
+            Node::Root => self.root_attr(),
+            Node::In { attr, .. } => attr,
+        })
     }
 
     /// Walks an image to learn every inode; false if one ran too recently.
-    async fn walk(&self, img: usize) -> bool {
+    fn walk(&self, img: usize) -> bool {
         let image = &self.images[img];
         {
             let mut last = lock(&image.last_walk);
@@ -197,97 +348,356 @@ impl Tree {
             }
             *last = Some(Instant::now());
         }
-        let root = image.root.clone();
-        let found = tokio::task::spawn_blocking(move || walk_tree(&root))
-            .await
-            .unwrap_or_default();
+        let found = walk_tree(&image.root, |_| {});
         tracing::debug!(image = %image.name, inodes = found.len(), "walked image for handles");
-        lock(&image.known).extend(found);
+        for (rel, m) in found {
+            self.remember(img, rel.into(), &m);
+        }
         true
     }
 
-    async fn listing(
+    pub fn lookup(&self, dir: &TreeHandle, name: &[u8]) -> Result<(TreeHandle, Attr), Status> {
+        let name = check_name(name)?;
+        match self.resolve(dir)? {
+            Node::Root => {
+                if name == "." || name == ".." {
+                    return Ok((ROOT, self.root_attr()));
+                }
+                let img = self
+                    .images
+                    .iter()
+                    .position(|i| OsStr::new(&i.name) == name)
+                    .ok_or(status::NOENT)?;
+                self.image_root(img)
+            }
+            Node::In { img, rel, attr } => {
+                if attr.ftype != NF3DIR {
+                    return Err(status::NOTDIR);
+                }
+                if name == "." {
+                    return Ok((*dir, attr));
+                }
+                if name == ".." {
+                    // `..` of an image root is the image root: a client never leaves it.
+                    let parent: Arc<Path> = rel.parent().unwrap_or(Path::new("")).into();
+                    return self.stat(img, parent);
+                }
+                // A cached listing answers without a syscall, "no such name" included.
+                let listing = lock(&self.listings).get(dir).cloned();
+                if let Some(l) = listing
+                    && l.mtime == attr.mtime
+                {
+                    let i = l
+                        .children
+                        .binary_search_by(|(n, _)| n.as_os_str().cmp(name))
+                        .map_err(|_| status::NOENT)?;
+                    let h = l.children[i].1;
+                    if let Ok(a) = self.getattr(&h) {
+                        return Ok((h, a));
+                    }
+                }
+                self.stat(img, rel.join(name).into())
+            }
+        }
+    }
+
+    fn image_root(&self, img: usize) -> Result<(TreeHandle, Attr), Status> {
+        self.stat(img, Path::new("").into())
+    }
+
+    fn stat(&self, img: usize, rel: Arc<Path>) -> Result<(TreeHandle, Attr), Status> {
+        let m = std::fs::symlink_metadata(self.full(img, &rel)).map_err(io_status)?;
+        Ok(self.remember(img, rel, &m))
+    }
+
+    /// MNT: the first component names an image; the bare root is not mountable.
+    pub fn mount(&self, path: &[u8]) -> Result<TreeHandle, Status> {
+        let mut parts = path.split(|b| *b == b'/').filter(|c| !c.is_empty());
+        let first = parts.next().ok_or(status::NOENT)?;
+        if first == b"." || first == b".." {
+            return Err(status::NOENT);
+        }
+        let (mut h, mut attr) = self.lookup(&ROOT, first)?;
+        for part in parts {
+            (h, attr) = self.lookup(&h, part)?;
+        }
+        if attr.ftype == NF3DIR {
+            Ok(h)
+        } else {
+            Err(status::NOTDIR)
+        }
+    }
+
+    /// Appends up to `count` bytes at `offset` to `out`; returns the file's attributes and
+    /// whether the read reached the end.
+    pub fn read(
         &self,
+        h: &TreeHandle,
+        offset: u64,
+        count: u32,
+        out: &mut Vec<u8>,
+    ) -> Result<(Attr, bool), Status> {
+        let Node::In { img, rel, attr } = self.resolve(h)? else {
+            return Err(status::ISDIR);
+        };
+        match attr.ftype {
+            NF3REG => {}
+            NF3DIR => return Err(status::ISDIR),
+            _ => return Err(status::INVAL),
+        }
+        // Sized by the file, not by the request: clients ask for rsize even for tiny files,
+        // and zeroing a 1 MiB buffer per small file costs more than the read.
+        let count = u64::from(count.min(MAX_READ)).min(attr.size.saturating_sub(offset)) as usize;
+        if let Some(data) = read(&self.contents).get(h) {
+            let from = offset.min(data.len() as u64) as usize;
+            let to = (from + count).min(data.len());
+            out.extend_from_slice(&data[from..to]);
+            return Ok((attr, to == data.len()));
+        }
+        let file = self.open(h, img, &rel)?;
+        let start = out.len();
+        out.resize(start + count, 0);
+        let mut got = 0;
+        while got < count {
+            match file.read_at(&mut out[start + got..], offset + got as u64) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    out.truncate(start);
+                    return Err(io_status(e));
+                }
+            }
+        }
+        out.truncate(start + got);
+        let eof = offset.saturating_add(got as u64) >= attr.size;
+        Ok((attr, eof))
+    }
+
+    fn open(&self, h: &TreeHandle, img: usize, rel: &Path) -> Result<Arc<File>, Status> {
+        if let Some(f) = lock(&self.files).get(h) {
+            return Ok(f.clone());
+        }
+        // O_NOFOLLOW: the last component must still be the file the handle names.
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(self.full(img, rel))
+            .map_err(io_status)?;
+        let m = f.metadata().map_err(io_status)?;
+        if (m.dev(), m.ino()) != h.key() {
+            return Err(status::STALE);
+        }
+        let f = Arc::new(f);
+        let mut files = lock(&self.files);
+        if files.len() >= FILE_CACHE {
+            files.clear();
+        }
+        files.insert(*h, f.clone());
+        Ok(f)
+    }
+
+    pub fn readlink(&self, h: &TreeHandle) -> Result<(Attr, Vec<u8>), Status> {
+        match self.resolve(h)? {
+            Node::In { img, rel, attr } if attr.ftype == NF3LNK => {
+                let target = std::fs::read_link(self.full(img, &rel)).map_err(io_status)?;
+                Ok((attr, target.into_os_string().into_vec()))
+            }
+            _ => Err(status::INVAL),
+        }
+    }
+
+    /// The entries of a directory for READDIR(PLUS), `.` and `..` first: the directory's
+    /// attributes, and (name, handle) pairs from `cookie` on (a cookie counts entries seen).
+    pub fn entries(&self, dir: &TreeHandle, cookie: u64) -> Result<(Attr, Entries), Status> {
+        let node = self.resolve(dir)?;
+        let (attr, listing) = match &node {
+            Node::Root => {
+                let children = (0..self.images.len())
+                    .filter_map(|i| {
+                        let (h, _) = self.image_root(i).ok()?;
+                        Some((OsString::from(&self.images[i].name), h))
+                    })
+                    .collect();
+                let l = Listing {
+                    mtime: (0, 0),
+                    built: Instant::now(),
+                    parent: ROOT,
+                    children,
+                };
+                (self.root_attr(), Arc::new(l))
+            }
+            Node::In { img, rel, attr } => {
+                if attr.ftype != NF3DIR {
+                    return Err(status::NOTDIR);
+                }
+                (*attr, self.listing(dir, *img, rel, attr)?)
+            }
+        };
+        let parent = listing.parent;
+        let start = usize::try_from(cookie).map_err(|_| status::BAD_COOKIE)?;
+        if start > listing.children.len() + 2 {
+            return Err(status::BAD_COOKIE);
+        }
+        Ok((
+            attr,
+            Entries {
+                dir: *dir,
+                parent,
+                listing,
+                next: start,
+            },
+        ))
+    }
+
+    fn listing(
+        &self,
+        dir: &TreeHandle,
         img: usize,
         rel: &Path,
-        meta: &std::fs::Metadata,
-    ) -> Result<Listing, nfsstat3> {
-        let key = (img, meta.dev(), meta.ino());
-        let mtime = (meta.mtime(), meta.mtime_nsec());
-        if let Some((m, names)) = lock(&self.listings).get(&key)
-            && *m == mtime
+        attr: &Attr,
+    ) -> Result<Arc<Listing>, Status> {
+        let ram = self.images[img].ram;
+        if let Some(l) = lock(&self.listings).get(dir)
+            && l.mtime == attr.mtime
+            && (ram || l.built.elapsed() < LISTING_FRESH)
         {
-            return Ok(names.clone());
+            return Ok(l.clone());
         }
-        let dir = self.full(img, rel);
-        let names = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<OsString>> {
-            let mut names = std::fs::read_dir(dir)?
-                .map(|e| e.map(|e| e.file_name()))
-                .collect::<std::io::Result<Vec<_>>>()?;
-            // Sorted, so that a cookie (an index) means the same entry on every page.
-            names.sort();
-            Ok(names)
-        })
-        .await
-        .map_err(|_| nfsstat3::NFS3ERR_IO)?
-        .map_err(io_status)?;
-        let names = Arc::new(names);
+        let up: Arc<Path> = rel.parent().unwrap_or(Path::new("")).into();
+        let (parent, _) = self.stat(img, up)?;
+        let mut children = Vec::new();
+        for e in std::fs::read_dir(self.full(img, rel)).map_err(io_status)? {
+            let e = e.map_err(io_status)?;
+            // Gone since the listing was read: left out.
+            let Ok(m) = e.metadata() else { continue };
+            let name = e.file_name();
+            let (h, _) = self.remember(img, rel.join(&name).into(), &m);
+            children.push((name, h));
+        }
+        children.sort_by(|a, b| a.0.cmp(&b.0));
+        let l = Arc::new(Listing {
+            mtime: attr.mtime,
+            built: Instant::now(),
+            parent,
+            children,
+        });
         let mut cache = lock(&self.listings);
         if cache.len() >= DIR_CACHE {
             cache.clear();
         }
-        cache.insert(key, (mtime, names.clone()));
-        Ok(names)
+        cache.insert(*dir, l.clone());
+        Ok(l)
     }
 
-    fn root_attr(&self) -> fattr3 {
-        fattr3 {
-            type_: ftype3::NF3DIR,
-            mode: 0o555,
-            nlink: 2 + self.images.len() as u32,
-            uid: 0,
-            gid: 0,
-            size: 4096,
-            used: 4096,
-            rdev: specdata3 {
-                specdata1: 0,
-                specdata2: 0,
-            },
-            fsid: 0,
-            fileid: 1,
-            atime: time(0, 0),
-            mtime: time(0, 0),
-            ctime: time(0, 0),
+    /// Loads every `store: ram` image: all attributes and listings, and the contents of files
+    /// up to `RAM_FILE_MAX`. Shows progress on a terminal; logs one line per image.
+    pub fn load_ram(&self) {
+        let tty = std::io::stderr().is_terminal();
+        for (img, image) in self.images.iter().enumerate().filter(|(_, i)| i.ram) {
+            let started = Instant::now();
+            let (mut files, mut bytes) = (0u64, 0u64);
+            let found = walk_tree(&image.root, |n| {
+                if tty && n % 1000 == 0 {
+                    eprint!("\rloading image {}: {n} entries", image.name);
+                }
+            });
+            let entries = found.len();
+            let mut dirs = Vec::new();
+            for (i, (rel, m)) in found.into_iter().enumerate() {
+                let rel: Arc<Path> = rel.into();
+                let (h, attr) = self.remember(img, rel.clone(), &m);
+                if attr.ftype == NF3DIR {
+                    dirs.push((h, rel, attr));
+                } else if attr.ftype == NF3REG
+                    && m.len() <= RAM_FILE_MAX
+                    && let Ok(data) = std::fs::read(self.full(img, &rel))
+                {
+                    files += 1;
+                    bytes += data.len() as u64;
+                    write(&self.contents).insert(h, data.into());
+                }
+                if tty && i % 1000 == 0 {
+                    eprint!(
+                        "\rloading image {}: {i}/{entries} entries, {} MiB",
+                        image.name,
+                        bytes >> 20
+                    );
+                }
+            }
+            for (h, rel, attr) in &dirs {
+                let _ = self.listing(h, img, rel, attr);
+            }
+            if tty {
+                eprintln!();
+            }
+            tracing::info!(
+                image = %image.name, entries, dirs = dirs.len(), files, bytes,
+                ms = started.elapsed().as_millis() as u64, "nfs image loaded into ram"
+            );
         }
     }
 
-    fn attr(&self, img: usize, meta: &std::fs::Metadata) -> fattr3 {
-        attr_from(self.images[img].id, meta)
+    fn root_attr(&self) -> Attr {
+        Attr {
+            ftype: NF3DIR,
+            mode: 0o555,
+            nlink: 2 + self.images.len() as u32,
+            size: 4096,
+            used: 4096,
+            fileid: 1,
+            ..Attr::default()
+        }
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic elsewhere must not take the export down with it.
-    m.lock().unwrap_or_else(|e| e.into_inner())
+/// A READDIR(PLUS) cursor: `.`, `..`, then the listing.
+pub struct Entries {
+    dir: TreeHandle,
+    parent: TreeHandle,
+    listing: Arc<Listing>,
+    next: usize,
 }
 
-async fn lstat(p: &Path) -> std::io::Result<std::fs::Metadata> {
-    tokio::fs::symlink_metadata(p).await
+impl Entries {
+    /// The entry the cursor is on: (cookie after it, name, handle); `next` moves on.
+    pub fn peek(&self) -> Option<(u64, &[u8], TreeHandle)> {
+        let cookie = self.next as u64 + 1;
+        match self.next {
+            0 => Some((cookie, b".", self.dir)),
+            1 => Some((cookie, b"..", self.parent)),
+            i => self
+                .listing
+                .children
+                .get(i - 2)
+                .map(|(n, h)| (cookie, n.as_bytes(), *h)),
+        }
+    }
+    pub fn advance(&mut self) {
+        self.next += 1;
+    }
+    /// A verifier that changes when the directory does.
+    pub fn verifier(&self) -> [u8; 8] {
+        let (s, ns) = self.listing.mtime;
+        ((u64::from(s) << 32) | u64::from(ns)).to_be_bytes()
+    }
 }
 
-fn io_status(e: std::io::Error) -> nfsstat3 {
+fn io_status(e: std::io::Error) -> Status {
     use std::io::ErrorKind::*;
     match e.kind() {
-        NotFound => nfsstat3::NFS3ERR_NOENT,
-        PermissionDenied => nfsstat3::NFS3ERR_ACCES,
-        NotADirectory => nfsstat3::NFS3ERR_NOTDIR,
-        IsADirectory => nfsstat3::NFS3ERR_ISDIR,
-        _ if e.raw_os_error() == Some(libc::ELOOP) => nfsstat3::NFS3ERR_INVAL,
-        _ => nfsstat3::NFS3ERR_IO,
+        NotFound => status::NOENT,
+        PermissionDenied => status::ACCES,
+        NotADirectory => status::NOTDIR,
+        IsADirectory => status::ISDIR,
+        _ if e.raw_os_error() == Some(libc::ELOOP) => status::INVAL,
+        _ => status::IO,
     }
 }
 
-fn walk_tree(root: &Path) -> Vec<((u64, u64), PathBuf)> {
+/// Every entry below `root` (the root itself last) with its lstat metadata; `progress` gets
+/// the count so far.
+fn walk_tree(root: &Path, mut progress: impl FnMut(usize)) -> Vec<(PathBuf, std::fs::Metadata)> {
     let mut out = Vec::new();
     let mut stack = vec![PathBuf::new()];
     while let Some(rel) = stack.pop() {
@@ -303,54 +713,60 @@ fn walk_tree(root: &Path) -> Vec<((u64, u64), PathBuf)> {
             if m.is_dir() {
                 stack.push(child.clone());
             }
-            out.push(((m.dev(), m.ino()), child));
+            out.push((child, m));
+            progress(out.len());
         }
     }
     if let Ok(m) = std::fs::symlink_metadata(root) {
-        out.push(((m.dev(), m.ino()), PathBuf::new()));
+        out.push((PathBuf::new(), m));
     }
     out
 }
 
-fn time(secs: i64, nsec: i64) -> nfstime3 {
-    nfstime3 {
-        seconds: secs.clamp(0, u32::MAX as i64) as u32,
-        nseconds: nsec.clamp(0, 999_999_999) as u32,
-    }
+fn time(secs: i64, nsec: i64) -> (u32, u32) {
+    (
+        secs.clamp(0, u32::MAX as i64) as u32,
+        nsec.clamp(0, 999_999_999) as u32,
+    )
 }
+
+pub const NF3REG: u32 = 1;
+pub const NF3DIR: u32 = 2;
+pub const NF3BLK: u32 = 3;
+pub const NF3CHR: u32 = 4;
+pub const NF3LNK: u32 = 5;
+pub const NF3SOCK: u32 = 6;
+pub const NF3FIFO: u32 = 7;
 
 /// Every field of fattr3 from lstat; the mode keeps setuid/setgid/sticky and write bits (an
 /// overlay copy-up keeps them, so they must be the image's own).
-pub fn attr_from(image_id: u64, m: &std::fs::Metadata) -> fattr3 {
+pub fn attr_from(image_id: u64, m: &std::fs::Metadata) -> Attr {
     let ft = m.file_type();
-    let type_ = if ft.is_dir() {
-        ftype3::NF3DIR
+    let ftype = if ft.is_dir() {
+        NF3DIR
     } else if ft.is_symlink() {
-        ftype3::NF3LNK
+        NF3LNK
     } else if ft.is_block_device() {
-        ftype3::NF3BLK
+        NF3BLK
     } else if ft.is_char_device() {
-        ftype3::NF3CHR
+        NF3CHR
     } else if ft.is_fifo() {
-        ftype3::NF3FIFO
+        NF3FIFO
     } else if ft.is_socket() {
-        ftype3::NF3SOCK
+        NF3SOCK
     } else {
-        ftype3::NF3REG
+        NF3REG
     };
     let rdev = m.rdev() as libc::dev_t;
-    fattr3 {
-        type_,
+    Attr {
+        ftype,
         mode: m.mode() & 0o7777,
         nlink: m.nlink().min(u32::MAX as u64) as u32,
         uid: m.uid(),
         gid: m.gid(),
         size: m.size(),
         used: m.blocks().saturating_mul(512),
-        rdev: specdata3 {
-            specdata1: libc::major(rdev),
-            specdata2: libc::minor(rdev),
-        },
+        rdev: (libc::major(rdev), libc::minor(rdev)),
         // One fsid per image and device: two images never look like one filesystem.
         fsid: stable_hash(&[&image_id.to_be_bytes(), &m.dev().to_be_bytes()]),
         fileid: m.ino(),
@@ -361,336 +777,17 @@ pub fn attr_from(image_id: u64, m: &std::fs::Metadata) -> fattr3 {
 }
 
 /// A client-supplied name must be one path component.
-fn check_name(name: &[u8]) -> Result<&OsStr, nfsstat3> {
+fn check_name(name: &[u8]) -> Result<&OsStr, Status> {
     if name.is_empty() {
-        return Err(nfsstat3::NFS3ERR_NOENT);
+        return Err(status::NOENT);
     }
     if name.len() > NAME_MAX {
-        return Err(nfsstat3::NFS3ERR_NAMETOOLONG);
+        return Err(status::NAMETOOLONG);
     }
     if name.contains(&b'/') || name.contains(&0) {
-        return Err(nfsstat3::NFS3ERR_ACCES);
+        return Err(status::ACCES);
     }
     Ok(OsStr::from_bytes(name))
-}
-
-impl NfsReadFileSystem for Tree {
-    type Handle = TreeHandle;
-
-    fn root_dir(&self) -> TreeHandle {
-        ROOT
-    }
-
-    async fn lookup(
-        &self,
-        dirid: &TreeHandle,
-        filename: &filename3<'_>,
-    ) -> Result<TreeHandle, nfsstat3> {
-        let name = check_name(&filename.0)?;
-        let (node, meta) = self.node(dirid).await?;
-        match node {
-            Node::Root => {
-                if name == "." || name == ".." {
-                    return Ok(ROOT);
-                }
-                let img = self
-                    .images
-                    .iter()
-                    .position(|i| OsStr::new(&i.name) == name)
-                    .ok_or(nfsstat3::NFS3ERR_NOENT)?;
-                let m = lstat(&self.images[img].root).await.map_err(io_status)?;
-                Ok(self.handle_of(img, Path::new(""), &m))
-            }
-            Node::In(img, rel) => {
-                if !meta.as_ref().is_some_and(|m| m.is_dir()) {
-                    return Err(nfsstat3::NFS3ERR_NOTDIR);
-                }
-                let target = if name == "." {
-                    rel
-                } else if name == ".." {
-                    // `..` of an image root is the image root: a client never leaves it.
-                    rel.parent().map(Path::to_path_buf).unwrap_or_default()
-                } else {
-                    rel.join(name)
-                };
-                let m = lstat(&self.full(img, &target)).await.map_err(io_status)?;
-                Ok(self.handle_of(img, &target, &m))
-            }
-        }
-    }
-
-    /// MNT: the first component names an image; the bare root is not mountable.
-    async fn lookup_by_path(&self, path: &str) -> Result<TreeHandle, nfsstat3> {
-        let mut parts = path.split('/').filter(|c| !c.is_empty());
-        let first = parts.next().ok_or(nfsstat3::NFS3ERR_NOENT)?;
-        if first == "." || first == ".." {
-            return Err(nfsstat3::NFS3ERR_NOENT);
-        }
-        let mut h = self.lookup(&ROOT, &first.as_bytes().into()).await?;
-        for part in parts {
-            h = self.lookup(&h, &part.as_bytes().into()).await?;
-        }
-        match self.node(&h).await? {
-            (_, Some(m)) if m.is_dir() => Ok(h),
-            _ => Err(nfsstat3::NFS3ERR_NOTDIR),
-        }
-    }
-
-    async fn getattr(&self, id: &TreeHandle) -> Result<fattr3, nfsstat3> {
-        match self.node(id).await? {
-            (Node::In(img, _), Some(m)) => Ok(self.attr(img, &m)),
-            _ => Ok(self.root_attr()),
-        }
-    }
-
-    async fn read(
-        &self,
-        id: &TreeHandle,
-        offset: u64,
-        count: u32,
-    ) -> Result<(Vec<u8>, bool), nfsstat3> {
-        let (node, meta) = self.node(id).await?;
-        let (Node::In(img, rel), Some(meta)) = (node, meta) else {
-            return Err(nfsstat3::NFS3ERR_ISDIR);
-        };
-        if meta.is_dir() {
-            return Err(nfsstat3::NFS3ERR_ISDIR);
-        }
-        if !meta.is_file() {
-            return Err(nfsstat3::NFS3ERR_INVAL);
-        }
-        let path = self.full(img, &rel);
-        let count = count.min(MAX_READ) as usize;
-        let key = (meta.dev(), meta.ino());
-        tokio::task::spawn_blocking(move || -> std::io::Result<(Vec<u8>, bool)> {
-            // O_NOFOLLOW: the last component must still be the file the handle names.
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-                .open(&path)?;
-            let m = f.metadata()?;
-            if (m.dev(), m.ino()) != key {
-                return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
-            }
-            let mut buf = vec![0u8; count];
-            let mut got = 0;
-            while got < count {
-                match f.read_at(&mut buf[got..], offset + got as u64) {
-                    Ok(0) => break,
-                    Ok(n) => got += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            buf.truncate(got);
-            let eof = offset.saturating_add(got as u64) >= m.len();
-            Ok((buf, eof))
-        })
-        .await
-        .map_err(|_| nfsstat3::NFS3ERR_IO)?
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => nfsstat3::NFS3ERR_STALE,
-            _ => io_status(e),
-        })
-    }
-
-    async fn readdirplus(
-        &self,
-        dirid: &TreeHandle,
-        cookie: u64,
-    ) -> Result<impl ReadDirPlusIterator<TreeHandle>, nfsstat3> {
-        let (node, meta) = self.node(dirid).await?;
-        let entries: Vec<Pending> = match &node {
-            Node::Root => [".", ".."]
-                .into_iter()
-                .map(|n| Pending::Root(n.into()))
-                .chain(
-                    self.images
-                        .iter()
-                        .enumerate()
-                        .map(|(i, _)| Pending::Image(i)),
-                )
-                .collect(),
-            Node::In(img, rel) => {
-                let meta = meta.as_ref().ok_or(nfsstat3::NFS3ERR_IO)?;
-                if !meta.is_dir() {
-                    return Err(nfsstat3::NFS3ERR_NOTDIR);
-                }
-                let names = self.listing(*img, rel, meta).await?;
-                let parent = rel.parent().map(Path::to_path_buf).unwrap_or_default();
-                let mut v = vec![
-                    Pending::Entry(*img, ".".into(), rel.clone()),
-                    Pending::Entry(*img, "..".into(), parent),
-                ];
-                v.extend(
-                    names
-                        .iter()
-                        .map(|n| Pending::Entry(*img, n.clone(), rel.join(n))),
-                );
-                v
-            }
-        };
-        // Cookie n means "the n first entries were seen"; anything beyond the end is stale.
-        let start = usize::try_from(cookie).map_err(|_| nfsstat3::NFS3ERR_BAD_COOKIE)?;
-        if start > entries.len() {
-            return Err(nfsstat3::NFS3ERR_BAD_COOKIE);
-        }
-        Ok(Entries {
-            tree: self,
-            entries,
-            next: start,
-        })
-    }
-
-    async fn readlink(&self, id: &TreeHandle) -> Result<nfspath3<'_>, nfsstat3> {
-        let (node, meta) = self.node(id).await?;
-        match (node, meta) {
-            (Node::In(img, rel), Some(m)) if m.file_type().is_symlink() => {
-                let target = tokio::fs::read_link(self.full(img, &rel))
-                    .await
-                    .map_err(io_status)?;
-                Ok(target.into_os_string().into_vec().into())
-            }
-            _ => Err(nfsstat3::NFS3ERR_INVAL),
-        }
-    }
-
-    async fn fsinfo(&self, root: &TreeHandle) -> Result<FSINFO3resok, nfsstat3> {
-        let attr = self.getattr(root).await?;
-        Ok(FSINFO3resok {
-            obj_attributes: nfs3_server::nfs3_types::nfs3::post_op_attr::Some(attr),
-            rtmax: MAX_READ,
-            rtpref: MAX_READ,
-            rtmult: 4096,
-            wtmax: MAX_READ,
-            wtpref: MAX_READ,
-            wtmult: 4096,
-            dtpref: 64 * 1024,
-            maxfilesize: u64::MAX >> 1,
-            time_delta: nfstime3 {
-                seconds: 0,
-                nseconds: 1,
-            },
-            // No FSF3_CANSETTIME: nothing can be set here.
-            properties: FSF3_SYMLINK | FSF3_HOMOGENEOUS,
-        })
-    }
-}
-
-enum Pending {
-    Root(OsString),
-    Image(usize),
-    /// image, name, path relative to the image root
-    Entry(usize, OsString, PathBuf),
-}
-
-/// READDIRPLUS iterator: stats entries lazily, one page at a time.
-struct Entries<'a> {
-    tree: &'a Tree,
-    entries: Vec<Pending>,
-    next: usize,
-}
-
-impl ReadDirPlusIterator<TreeHandle> for Entries<'_> {
-    async fn next(&mut self) -> NextResult<DirEntryPlus<TreeHandle>> {
-        while self.next < self.entries.len() {
-            let i = self.next;
-            self.next += 1;
-            let cookie = self.next as u64;
-            let t = self.tree;
-            let (name, handle, attr) = match &self.entries[i] {
-                Pending::Root(n) => (n.clone(), ROOT, t.root_attr()),
-                Pending::Image(img) => {
-                    let Ok(m) = lstat(&t.images[*img].root).await else {
-                        continue;
-                    };
-                    let h = t.handle_of(*img, Path::new(""), &m);
-                    (t.images[*img].name.clone().into(), h, t.attr(*img, &m))
-                }
-                Pending::Entry(img, name, rel) => {
-                    // Gone since the listing was taken: skip it, the cookie still counts.
-                    let Ok(m) = lstat(&t.full(*img, rel)).await else {
-                        continue;
-                    };
-                    (name.clone(), t.handle_of(*img, rel, &m), t.attr(*img, &m))
-                }
-            };
-            return NextResult::Ok(DirEntryPlus {
-                fileid: attr.fileid,
-                name: name.into_vec().into(),
-                cookie,
-                name_attributes: Some(attr),
-                name_handle: Some(handle),
-            });
-        }
-        NextResult::Eof
-    }
-}
-
-/// Every change is refused: the trees are read-only.
-impl NfsFileSystem for Tree {
-    fn capabilities(&self) -> VFSCapabilities {
-        VFSCapabilities::ReadOnly
-    }
-    async fn setattr(&self, _: &TreeHandle, _: sattr3) -> Result<fattr3, nfsstat3> {
-        Err(nfsstat3::NFS3ERR_ROFS)
-    }
-    async fn write(
-        &self,
-        _: &TreeHandle,
-        _: u64,
-        _: &[u8],
-        _: stable_how,
-    ) -> Result<(fattr3, stable_how), nfsstat3> {
-        Err(nfsstat3::NFS3ERR_ROFS)
-    }
-    async fn create(
-        &self,
-        _: &TreeHandle,
-        _: &filename3<'_>,
-        _: sattr3,
-    ) -> Result<(TreeHandle, fattr3), nfsstat3> {
-        Err(nfsstat3::NFS3ERR_ROFS)
-    }
-    async fn create_exclusive(
-        &self,
-        _: &TreeHandle,
-        _: &filename3<'_>,
-        _: createverf3,
-    ) -> Result<TreeHandle, nfsstat3> {
-        Err(nfsstat3::NFS3ERR_ROFS)
-    }
-    async fn mkdir(
-        &self,
-        _: &TreeHandle,
-        _: &filename3<'_>,
-    ) -> Result<(TreeHandle, fattr3), nfsstat3> {
-        Err(nfsstat3::NFS3ERR_ROFS)
-    }
-    async fn remove(&self, _: &TreeHandle, _: &filename3<'_>) -> Result<(), nfsstat3> {
-        Err(nfsstat3::NFS3ERR_ROFS)
-    }
-    async fn rename<'a>(
-        &self,
-        _: &TreeHandle,
-        _: &filename3<'a>,
-        _: &TreeHandle,
-        _: &filename3<'a>,
-    ) -> Result<(), nfsstat3> {
-        Err(nfsstat3::NFS3ERR_ROFS)
-    }
-    async fn symlink<'a>(
-        &self,
-        _: &TreeHandle,
-        _: &filename3<'a>,
-        _: &nfspath3<'a>,
-        _: &sattr3,
-    ) -> Result<(TreeHandle, fattr3), nfsstat3> {
-        Err(nfsstat3::NFS3ERR_ROFS)
-    }
-    async fn commit(&self, _: &TreeHandle, _: u64, _: u32) -> Result<(), nfsstat3> {
-        Err(nfsstat3::NFS3ERR_ROFS)
-    }
 }
 
 #[cfg(test)]
@@ -698,11 +795,7 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    fn name(s: &str) -> filename3<'static> {
-        s.as_bytes().to_vec().into()
-    }
-
-    fn fixture() -> (tempfile::TempDir, Tree) {
+    fn fixture_with(ram: bool) -> (tempfile::TempDir, Tree) {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("rootfs");
         std::fs::create_dir_all(root.join("bin")).unwrap();
@@ -717,134 +810,167 @@ mod tests {
         let fifo = std::ffi::CString::new(root.join("fifo").as_os_str().as_bytes()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
         for i in 0..1234 {
-            std::fs::write(root.join(format!("big/f{i}")), b"").unwrap();
+            std::fs::write(root.join(format!("big/f{i}")), format!("{i}")).unwrap();
         }
-        let tree = Tree::new([("demo".to_string(), root)]);
+        let tree = Tree::with_store([("demo".to_string(), root, ram)]);
+        tree.load_ram();
         (dir, tree)
     }
 
-    async fn walk(tree: &Tree, path: &[&str]) -> Result<TreeHandle, nfsstat3> {
-        let mut h = tree.root_dir();
+    fn fixture() -> (tempfile::TempDir, Tree) {
+        fixture_with(false)
+    }
+
+    fn walk(tree: &Tree, path: &[&str]) -> Result<TreeHandle, Status> {
+        let mut h = tree.root();
         for p in path {
-            h = tree.lookup(&h, &name(p)).await?;
+            h = tree.lookup(&h, p.as_bytes())?.0;
         }
         Ok(h)
     }
 
-    #[tokio::test]
-    async fn attributes_come_from_lstat() {
+    #[test]
+    fn attributes_come_from_lstat() {
         let (dir, tree) = fixture();
         let root = dir.path().join("rootfs");
         let su = tree
-            .getattr(&walk(&tree, &["demo", "bin", "su"]).await.unwrap())
-            .await
+            .getattr(&walk(&tree, &["demo", "bin", "su"]).unwrap())
             .unwrap();
         let m = std::fs::symlink_metadata(root.join("bin/su")).unwrap();
         assert_eq!(su.mode, 0o4755);
-        assert_eq!(su.type_, ftype3::NF3REG);
+        assert_eq!(su.ftype, NF3REG);
         assert_eq!((su.fileid, su.size, su.uid), (m.ino(), 10, m.uid()));
-        assert_eq!(su.mtime.seconds as i64, m.mtime());
+        assert_eq!(su.mtime.0 as i64, m.mtime());
         let tmp = tree
-            .getattr(&walk(&tree, &["demo", "tmp"]).await.unwrap())
-            .await
+            .getattr(&walk(&tree, &["demo", "tmp"]).unwrap())
             .unwrap();
-        assert_eq!((tmp.type_, tmp.mode), (ftype3::NF3DIR, 0o1777));
+        assert_eq!((tmp.ftype, tmp.mode), (NF3DIR, 0o1777));
         let fifo = tree
-            .getattr(&walk(&tree, &["demo", "fifo"]).await.unwrap())
-            .await
+            .getattr(&walk(&tree, &["demo", "fifo"]).unwrap())
             .unwrap();
-        assert_eq!((fifo.type_, fifo.mode), (ftype3::NF3FIFO, 0o640));
+        assert_eq!((fifo.ftype, fifo.mode), (NF3FIFO, 0o640));
         let null = attr_from(1, &std::fs::symlink_metadata("/dev/null").unwrap());
-        assert_eq!(null.type_, ftype3::NF3CHR);
-        assert_eq!((null.rdev.specdata1, null.rdev.specdata2), (1, 3));
+        assert_eq!(null.ftype, NF3CHR);
+        assert_eq!(null.rdev, (1, 3));
     }
 
-    #[tokio::test]
-    async fn symlinks_are_returned_not_followed() {
+    #[test]
+    fn symlinks_are_returned_not_followed() {
         let (_dir, tree) = fixture();
-        let link = walk(&tree, &["demo", "escape"]).await.unwrap();
-        assert_eq!(tree.getattr(&link).await.unwrap().type_, ftype3::NF3LNK);
-        assert_eq!(&tree.readlink(&link).await.unwrap().0[..], b"/etc/passwd");
-        assert_eq!(tree.read(&link, 0, 100).await, Err(nfsstat3::NFS3ERR_INVAL));
+        let link = walk(&tree, &["demo", "escape"]).unwrap();
+        assert_eq!(tree.getattr(&link).unwrap().ftype, NF3LNK);
+        assert_eq!(tree.readlink(&link).unwrap().1, b"/etc/passwd");
         assert_eq!(
-            tree.lookup(&link, &name("x")).await,
-            Err(nfsstat3::NFS3ERR_NOTDIR)
+            tree.read(&link, 0, 100, &mut Vec::new()).map(|_| ()),
+            Err(status::INVAL)
         );
+        assert_eq!(tree.lookup(&link, b"x").map(|_| ()), Err(status::NOTDIR));
     }
 
-    #[tokio::test]
-    async fn names_are_single_components_inside_the_image() {
+    #[test]
+    fn names_are_single_components_inside_the_image() {
         let (_dir, tree) = fixture();
-        let img = walk(&tree, &["demo"]).await.unwrap();
-        assert_eq!(tree.lookup(&img, &name("..")).await, Ok(img));
-        let bin = walk(&tree, &["demo", "bin"]).await.unwrap();
-        assert_eq!(tree.lookup(&bin, &name("..")).await, Ok(img));
+        let img = walk(&tree, &["demo"]).unwrap();
+        assert_eq!(tree.lookup(&img, b"..").unwrap().0, img);
+        let bin = walk(&tree, &["demo", "bin"]).unwrap();
+        assert_eq!(tree.lookup(&bin, b"..").unwrap().0, img);
+        assert_eq!(tree.lookup(&img, b"bin/su").map(|_| ()), Err(status::ACCES));
+        assert_eq!(tree.lookup(&img, b"").map(|_| ()), Err(status::NOENT));
         assert_eq!(
-            tree.lookup(&img, &name("bin/su")).await,
-            Err(nfsstat3::NFS3ERR_ACCES)
+            tree.lookup(&img, "a".repeat(300).as_bytes()).map(|_| ()),
+            Err(status::NAMETOOLONG)
         );
-        assert_eq!(
-            tree.lookup(&img, &name("")).await,
-            Err(nfsstat3::NFS3ERR_NOENT)
-        );
-        assert_eq!(
-            tree.lookup(&img, &name(&"a".repeat(300))).await,
-            Err(nfsstat3::NFS3ERR_NAMETOOLONG)
-        );
-        assert!(tree.lookup_by_path("/").await.is_err());
-        assert!(tree.lookup_by_path("/../demo").await.is_err());
-        assert_eq!(tree.lookup_by_path("/demo/bin/..").await, Ok(img));
-        assert_eq!(
-            tree.lookup_by_path("/demo/bin/su").await,
-            Err(nfsstat3::NFS3ERR_NOTDIR)
-        );
+        assert!(tree.mount(b"/").is_err());
+        assert!(tree.mount(b"/../demo").is_err());
+        assert_eq!(tree.mount(b"/demo/bin/.."), Ok(img));
+        assert_eq!(tree.mount(b"/demo/bin/su"), Err(status::NOTDIR));
     }
 
-    #[tokio::test]
-    async fn readdir_cookies_resume_where_a_page_ended() {
-        let (_dir, tree) = fixture();
-        let big = walk(&tree, &["demo", "big"]).await.unwrap();
+    fn list(tree: &Tree, dir: &TreeHandle, page: usize) -> Vec<String> {
         let mut seen = Vec::new();
         let mut cookie = 0;
         loop {
-            let mut it = tree.readdirplus(&big, cookie).await.unwrap();
-            // Pages of 100, like a client with a small buffer.
+            let (_, mut it) = tree.entries(dir, cookie).unwrap();
             let mut n = 0;
-            let mut end = true;
-            while let NextResult::Ok(e) = it.next().await {
-                seen.push(String::from_utf8(e.name.0.to_vec()).unwrap());
-                cookie = e.cookie;
+            while let Some((c, name, _)) = it.peek() {
+                seen.push(String::from_utf8(name.to_vec()).unwrap());
+                cookie = c;
+                it.advance();
                 n += 1;
-                if n == 100 {
-                    end = false;
+                if n == page {
                     break;
                 }
             }
-            if end {
-                break;
+            if it.peek().is_none() {
+                return seen;
             }
         }
+    }
+
+    #[test]
+    fn readdir_cookies_resume_where_a_page_ended() {
+        let (_dir, tree) = fixture();
+        let big = walk(&tree, &["demo", "big"]).unwrap();
+        let mut seen = list(&tree, &big, 100);
         assert_eq!(seen.len(), 1234 + 2);
         seen.sort();
         seen.dedup();
         assert_eq!(seen.len(), 1234 + 2, "no entry twice");
         assert!(matches!(
-            tree.readdirplus(&big, 10_000).await.map(|_| ()),
-            Err(nfsstat3::NFS3ERR_BAD_COOKIE)
+            tree.entries(&big, 10_000).map(|_| ()),
+            Err(status::BAD_COOKIE)
         ));
     }
 
-    #[tokio::test]
-    async fn writes_are_refused() {
-        let (_dir, tree) = fixture();
-        let img = walk(&tree, &["demo"]).await.unwrap();
-        assert_eq!(
-            tree.mkdir(&img, &name("x")).await.map(|_| ()),
-            Err(nfsstat3::NFS3ERR_ROFS)
-        );
-        assert_eq!(
-            tree.remove(&img, &name("bin")).await,
-            Err(nfsstat3::NFS3ERR_ROFS)
-        );
+    /// A cached listing answers LOOKUPs, and goes when the directory changes.
+    #[test]
+    fn listings_follow_the_directory() {
+        let (dir, tree) = fixture();
+        let bin = walk(&tree, &["demo", "bin"]).unwrap();
+        assert_eq!(list(&tree, &bin, 100).len(), 3);
+        assert_eq!(tree.lookup(&bin, b"sh").map(|_| ()), Err(status::NOENT));
+        // A new name with a different mtime (filesystems with coarse timestamps need a step).
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::write(dir.path().join("rootfs/bin/sh"), b"x").unwrap();
+        let later = std::time::SystemTime::now() + Duration::from_secs(5);
+        std::fs::File::open(dir.path().join("rootfs/bin"))
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+        std::thread::sleep(FRESH + Duration::from_millis(50));
+        assert!(tree.lookup(&bin, b"sh").is_ok());
+        assert_eq!(list(&tree, &bin, 100).len(), 4);
+    }
+
+    #[test]
+    fn reads_from_disk_and_ram_agree() {
+        for ram in [false, true] {
+            let (_dir, tree) = fixture_with(ram);
+            let f = walk(&tree, &["demo", "big", "f1000"]).unwrap();
+            let mut out = Vec::new();
+            let (attr, eof) = tree.read(&f, 1, 100, &mut out).unwrap();
+            assert_eq!((out.as_slice(), eof, attr.size), (&b"000"[..], true, 4));
+            out.clear();
+            let (_, eof) = tree.read(&f, 0, 2, &mut out).unwrap();
+            assert_eq!((out.as_slice(), eof), (&b"10"[..], false), "ram {ram}");
+        }
+    }
+
+    #[test]
+    fn handles_survive_a_new_tree_and_reject_strangers() {
+        let (dir, tree) = fixture();
+        let su = walk(&tree, &["demo", "bin", "su"]).unwrap();
+        let wire = su.wire();
+        let again = Tree::new([("demo".to_string(), dir.path().join("rootfs"))]);
+        let h = TreeHandle::from_wire(&wire).unwrap();
+        assert_eq!(again.getattr(&h).unwrap().mode, 0o4755);
+        assert_eq!(TreeHandle::from_wire(&wire[1..]), Err(status::BADHANDLE));
+        let mut other = wire;
+        other[0] = 2;
+        assert_eq!(TreeHandle::from_wire(&other), Err(status::BADHANDLE));
+        let mut gone = wire;
+        gone[WIRE_LEN - 1] ^= 0xff;
+        let gone = TreeHandle::from_wire(&gone).unwrap();
+        assert_eq!(again.getattr(&gone), Err(status::STALE));
     }
 }

@@ -5,5 +5,6 @@
 pub mod dhcp;
 pub mod nbd;
 pub mod netlink;
-pub mod rpcpeek;
+pub mod nfs3;
+pub mod portmap;
 pub mod tftp;

@@ -7,5 +7,6 @@ pub mod metrics;
 pub mod nbd;
 pub mod nfs;
 pub mod overlays;
+pub mod portmap;
 pub mod tftp;
 pub mod web;

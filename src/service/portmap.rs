@@ -1,0 +1,138 @@
+//! Portmapper service on the port `app` bound (111 by default), over UDP and TCP, so that stock
+//! initramfs tools and `mount -t nfs` find MOUNT and NFS without `port=` options. The answers
+//! come from `proto::portmap`; this file owns framing, limits and timeouts.
+
+use crate::config::Config;
+use crate::proto::portmap::{self, Mapping, Outcome};
+use crate::shutdown::Shutdown;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::Semaphore;
+
+const MAX_CONNECTIONS: usize = 64;
+/// A portmapper exchange is one or two calls; a quiet connection is dropped.
+const IDLE: Duration = Duration::from_secs(30);
+
+/// Calls that could not be answered (not RPC, oversized, truncated).
+static MALFORMED: AtomicU64 = AtomicU64::new(0);
+
+pub fn malformed_calls() -> u64 {
+    MALFORMED.load(Ordering::Relaxed)
+}
+
+pub async fn serve(
+    tcp: TcpListener,
+    udp: UdpSocket,
+    config: Arc<Config>,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
+    let table: Arc<[Mapping]> =
+        portmap::table(config.server.ports.nfs, config.server.ports.portmap).into();
+    let stop = shutdown.clone();
+    let udp_table = table.clone();
+    shutdown.spawn(async move { serve_udp(udp, &udp_table, stop).await });
+
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.wait() => return Ok(()),
+            r = tcp.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "portmap accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(client = %peer, "portmap connection refused: too many");
+            continue;
+        };
+        let (table, stop) = (table.clone(), shutdown.clone());
+        shutdown.spawn(async move {
+            tokio::select! {
+                _ = connection(stream, &table) => {}
+                _ = stop.wait() => {}
+            }
+            drop(slot);
+        });
+    }
+}
+
+async fn serve_udp(udp: UdpSocket, table: &[Mapping], shutdown: Shutdown) {
+    let mut buf = vec![0u8; portmap::MAX_CALL + 1];
+    loop {
+        let (n, peer) = tokio::select! {
+            _ = shutdown.wait() => return,
+            r = udp.recv_from(&mut buf) => match r {
+                Ok(x) => x,
+                // ICMP errors from earlier replies surface here; they are not fatal.
+                Err(_) => continue,
+            },
+        };
+        match portmap::answer(&buf[..n], table) {
+            Some(a) => {
+                log(&a.outcome, peer, "udp");
+                let _ = udp.send_to(&a.reply, peer).await;
+            }
+            None => {
+                MALFORMED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// One TCP connection: record-marked calls, each a single fragment no larger than
+/// `MAX_CALL`; anything else closes the connection.
+async fn connection(mut s: TcpStream, table: &[Mapping]) {
+    let peer = s.peer_addr().ok();
+    let mut call = Vec::with_capacity(portmap::MAX_CALL);
+    loop {
+        let mut mark = [0u8; 4];
+        match tokio::time::timeout(IDLE, s.read_exact(&mut mark)).await {
+            Ok(Ok(_)) => {}
+            _ => return,
+        }
+        let word = u32::from_be_bytes(mark);
+        let len = (word & 0x7fff_ffff) as usize;
+        if word & 0x8000_0000 == 0 || len > portmap::MAX_CALL {
+            MALFORMED.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        call.resize(len, 0);
+        match tokio::time::timeout(IDLE, s.read_exact(&mut call)).await {
+            Ok(Ok(_)) => {}
+            _ => return,
+        }
+        let Some(a) = portmap::answer(&call, table) else {
+            MALFORMED.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if let Some(peer) = peer {
+            log(&a.outcome, peer, "tcp");
+        }
+        let mut out = Vec::with_capacity(4 + a.reply.len());
+        out.extend_from_slice(&(0x8000_0000 | a.reply.len() as u32).to_be_bytes());
+        out.extend_from_slice(&a.reply);
+        if tokio::time::timeout(IDLE, s.write_all(&out)).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn log(outcome: &Outcome, peer: std::net::SocketAddr, transport: &str) {
+    match outcome {
+        Outcome::GetPort(m) => tracing::debug!(
+            client = %peer, transport, prog = m.prog, vers = m.vers, prot = m.prot, port = m.port,
+            "portmap getport"
+        ),
+        Outcome::Refused(why) => {
+            tracing::debug!(client = %peer, transport, why, "portmap call refused")
+        }
+        Outcome::Null | Outcome::Dump => {}
+    }
+}
