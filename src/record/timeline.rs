@@ -194,7 +194,12 @@ impl Timelines {
             Kind::DhcpDiscover { .. } => {
                 m.discover.get_or_insert(ev.at);
             }
-            Kind::DhcpAck { ip, pool, pxe, ipxe } => {
+            Kind::DhcpAck {
+                ip,
+                pool,
+                pxe,
+                ipxe,
+            } => {
                 if m.ack.is_none() {
                     m.loader_pending = *pxe && !*ipxe;
                 }

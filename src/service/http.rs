@@ -235,7 +235,11 @@ async fn boots(State(web): State<Web>, Query(q): Query<BootsQuery>) -> Json<Vec<
         t.boots()
             .iter()
             .filter(|b| q.pool.as_ref().is_none_or(|p| b.pool.as_ref() == Some(p)))
-            .filter(|b| q.mac.as_ref().is_none_or(|m| m.parse::<Mac>().is_ok_and(|m| m == b.mac)))
+            .filter(|b| {
+                q.mac
+                    .as_ref()
+                    .is_none_or(|m| m.parse::<Mac>().is_ok_and(|m| m == b.mac))
+            })
             .filter(|b| q.since.is_none_or(|s| b.start as f64 / 1e6 >= s))
             .map(BootView::of)
             .collect()
