@@ -278,6 +278,9 @@ impl Server {
     /// A proxy answer: the boot part of a reply with no address, mask, router or lease.
     fn proxy_reply(&self, req: &Request, kind: ReplyKind, plan: &boot::Plan) -> Reply {
         Reply {
+            // iPXE takes a proxy answer only with siaddr and a file ("PXE options"), even
+            // when the file is a URL.
+            siaddr: plan.next_server,
             subnet_mask: None,
             router: None,
             dns: Vec::new(),
@@ -648,6 +651,7 @@ pools:
         r.ciaddr = Ipv4Addr::new(10, 77, 0, 151);
         let (ack, _) = s.handle_proxy(&r, from(), true).unwrap();
         assert!(ack.boot_file.unwrap().ends_with("52:54:00:77:00:02.ipxe"));
+        assert_eq!(ack.siaddr, Ipv4Addr::new(10, 77, 0, 1));
         // Nothing was leased or written.
         assert!(!dir.path().join(LEASES_FILE).exists());
     }
