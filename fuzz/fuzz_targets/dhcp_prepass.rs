@@ -12,6 +12,12 @@ fuzz_target!(|data: &[u8]| {
         let total: usize = req.options.values().map(Vec::len).sum();
         assert!(total <= data.len());
         assert!(req.message_type().is_some());
-        let _ = (req.arch(), req.uuid(), req.is_pxe(), req.is_ipxe(), req.params());
+        let _ = (
+            req.arch(),
+            req.uuid(),
+            req.is_pxe(),
+            req.is_ipxe(),
+            req.params(),
+        );
     }
 });

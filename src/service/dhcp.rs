@@ -32,6 +32,8 @@ const OFFER_HOLD_S: u64 = 60;
 const CLIENT_PORT: u16 = 68;
 /// Relays listen on the server port (RFC 1542), whatever port this daemon was given.
 const RELAY_PORT: u16 = 67;
+/// Packets answered together before one save of the lease table.
+const BATCH: usize = 256;
 /// Strangers logged once each; beyond this many we stop remembering (and logging) them.
 const STRANGERS_REMEMBERED: usize = 4096;
 pub const LEASES_FILE: &str = "leases.json";
@@ -71,6 +73,7 @@ pub async fn serve(
         path,
         strangers: HashSet::new(),
         counters: Arc::default(),
+        dirty: false,
     };
     let mut buf = vec![0u8; MAX_PACKET + 1];
     let mut pxe_buf = vec![0u8; MAX_PACKET + 1];
@@ -93,37 +96,39 @@ pub async fn serve(
                 }
             },
         };
-        let buf = if on_pxe { &pxe_buf } else { &buf };
-        let req = match wire::parse_request(&buf[..n]) {
-            Ok(r) => r,
-            Err(reason) => {
-                let c = server.counters.malformed.fetch_add(1, Ordering::Relaxed) + 1;
-                tracing::debug!(%from, %reason, malformed = c, "dhcp packet dropped");
-                continue;
+        let mut replies = Vec::new();
+        let first = if on_pxe { &pxe_buf[..n] } else { &buf[..n] };
+        if let Some((reply, to)) = server.answer(first, from, on_pxe, proxy) {
+            replies.push((reply, to, on_pxe));
+        }
+        // Group commit: answer what else is queued already, save the table once, then send.
+        // An ACK still leaves only after its lease is on disk, and a burst costs one write.
+        for _ in 0..BATCH {
+            let Ok((n, from)) = socket.try_recv_from(&mut buf) else {
+                break;
+            };
+            if let Some((reply, to)) = server.answer(&buf[..n], from, false, proxy) {
+                replies.push((reply, to, false));
             }
-        };
-        let answer = if proxy {
-            server.handle_proxy(&req, from, on_pxe)
-        } else {
-            server.handle(&req, from, unix_now())
-        };
-        let Some((reply, to)) = answer else {
-            continue;
-        };
-        // Port 4011 answers come from 4011: iPXE and PXE ROMs check the source port.
-        let out = match (&pxe, on_pxe) {
-            (Some(p), true) => p,
-            _ => &socket,
-        };
-        match wire::encode_reply(&reply) {
-            Ok(bytes) => {
-                if let Err(e) = out.send_to(&bytes, to).await {
-                    tracing::warn!(%to, error = %e, "dhcp reply not sent");
+        }
+        server.flush();
+        for (reply, to, on_pxe) in replies {
+            // Port 4011 answers come from 4011: iPXE and PXE ROMs check the source port.
+            let out = match (&pxe, on_pxe) {
+                (Some(p), true) => p,
+                _ => &socket,
+            };
+            match wire::encode_reply(&reply) {
+                Ok(bytes) => {
+                    if let Err(e) = out.send_to(&bytes, to).await {
+                        tracing::warn!(%to, error = %e, "dhcp reply not sent");
+                    }
                 }
+                Err(e) => tracing::error!(error = %e, "dhcp reply not encodable"),
             }
-            Err(e) => tracing::error!(error = %e, "dhcp reply not encodable"),
         }
     }
+    server.flush();
     Ok(())
 }
 
@@ -187,9 +192,47 @@ struct Server {
     path: PathBuf,
     strangers: HashSet<Mac>,
     counters: Arc<Counters>,
+    /// The table changed since it was last saved.
+    dirty: bool,
 }
 
 impl Server {
+    /// Reads one packet and answers it (nothing is sent or saved here).
+    fn answer(
+        &mut self,
+        bytes: &[u8],
+        from: SocketAddr,
+        on_pxe: bool,
+        proxy: bool,
+    ) -> Option<(Reply, SocketAddr)> {
+        let req = match wire::parse_request(bytes) {
+            Ok(r) => r,
+            Err(reason) => {
+                let c = self.counters.malformed.fetch_add(1, Ordering::Relaxed) + 1;
+                tracing::debug!(%from, %reason, malformed = c, "dhcp packet dropped");
+                return None;
+            }
+        };
+        if proxy {
+            self.handle_proxy(&req, from, on_pxe)
+        } else {
+            self.handle(&req, from, unix_now())
+        }
+    }
+
+    /// Saves the table if it changed.
+    fn flush(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        self.dirty = false;
+        if let Err(e) = save(&self.leases, &self.path) {
+            let n = self.counters.save_errors.fetch_add(1, Ordering::Relaxed) + 1;
+            tracing::error!(path = %self.path.display(), error = %e, errors = n,
+                "leases not saved");
+        }
+    }
+
     /// The client as policy sees it, and its plan; `None` (counted, logged once) for strangers.
     fn plan<'c>(
         &mut self,
@@ -454,12 +497,9 @@ impl Server {
         to.into()
     }
 
+    /// Marks the table for the next save (`flush`, once per batch of packets).
     fn changed(&mut self) {
-        if let Err(e) = save(&self.leases, &self.path) {
-            let n = self.counters.save_errors.fetch_add(1, Ordering::Relaxed) + 1;
-            tracing::error!(path = %self.path.display(), error = %e, errors = n,
-                "leases not saved");
-        }
+        self.dirty = true;
     }
 }
 
@@ -490,6 +530,7 @@ pools:
             path: dir.join(LEASES_FILE),
             strangers: HashSet::new(),
             counters: Arc::default(),
+            dirty: false,
         }
     }
 
@@ -531,6 +572,9 @@ pools:
         let (ack, _) = s.handle(&req(1, &o), from(), 1001).unwrap();
         assert_eq!(ack.kind, ReplyKind::Ack);
         assert_eq!(ack.lease_secs, Some(3600));
+        // Saved once per batch, before any reply of the batch is sent.
+        assert!(s.dirty);
+        s.flush();
         // The file on disk says the same as the table.
         let saved: Saved =
             serde_json::from_slice(&std::fs::read(dir.path().join(LEASES_FILE)).unwrap()).unwrap();
@@ -587,6 +631,7 @@ pools:
             path: dir.join(LEASES_FILE),
             strangers: HashSet::new(),
             counters: Arc::default(),
+            dirty: false,
         }
     }
 
