@@ -32,6 +32,8 @@ const OFFER_HOLD_S: u64 = 60;
 const CLIENT_PORT: u16 = 68;
 /// Relays listen on the server port (RFC 1542), whatever port this daemon was given.
 const RELAY_PORT: u16 = 67;
+/// Socket receive buffer: some thousands of requests.
+const RECV_BUFFER: usize = 4 << 20;
 /// Packets answered together before one save of the lease table.
 const BATCH: usize = 256;
 /// Strangers logged once each; beyond this many we stop remembering (and logging) them.
@@ -59,6 +61,12 @@ pub async fn serve(
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let proxy = config.dhcp.mode == DhcpMode::Proxy;
+    // A room powering on is a burst; while a lease save runs, the kernel queue holds it.
+    for s in std::iter::once(&socket).chain(pxe.as_ref()) {
+        if let Err(e) = socket2::SockRef::from(s).set_recv_buffer_size(RECV_BUFFER) {
+            tracing::debug!(error = %e, "dhcp receive buffer not enlarged");
+        }
+    }
     let path = config.server.state_dir.join(LEASES_FILE);
     // A proxy hands out nothing, so it has no table to load or save.
     let leases = if proxy {
@@ -74,6 +82,7 @@ pub async fn serve(
         strangers: HashSet::new(),
         counters: Arc::default(),
         dirty: false,
+        expired_at: 0,
     };
     let mut buf = vec![0u8; MAX_PACKET + 1];
     let mut pxe_buf = vec![0u8; MAX_PACKET + 1];
@@ -194,6 +203,8 @@ struct Server {
     counters: Arc<Counters>,
     /// The table changed since it was last saved.
     dirty: bool,
+    /// When `expire` last ran (seconds).
+    expired_at: u64,
 }
 
 impl Server {
@@ -339,7 +350,11 @@ impl Server {
         let (client, plan) = self.plan(&config, req, from)?;
         let mac = client.mac;
         let server_id = config.server.address;
-        self.leases.expire(now);
+        // Expiry walks the table: once per second is as fine-grained as lease times are.
+        if self.expired_at != now {
+            self.leases.expire(now);
+            self.expired_at = now;
+        }
         let msg = req.message_type()?;
         let (kind, yiaddr) = match msg {
             DISCOVER => {
@@ -531,6 +546,7 @@ pools:
             strangers: HashSet::new(),
             counters: Arc::default(),
             dirty: false,
+            expired_at: 0,
         }
     }
 
@@ -632,6 +648,7 @@ pools:
             strangers: HashSet::new(),
             counters: Arc::default(),
             dirty: false,
+            expired_at: 0,
         }
     }
 
