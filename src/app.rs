@@ -15,6 +15,8 @@ use tokio::net::{TcpListener, UdpSocket};
 pub struct Bound {
     pub http: SocketAddr,
     pub dhcp: SocketAddr,
+    /// proxyDHCP's port 4011, bound in proxy mode only.
+    pub pxe: Option<SocketAddr>,
     pub tftp: SocketAddr,
     pub nfs: SocketAddr,
     pub nbd: SocketAddr,
@@ -52,6 +54,13 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let iface = config.server.interfaces.first().cloned();
     let dhcp = bind_udp(SocketAddrV4::new(any, ports.dhcp), iface.as_deref(), true)
         .with_context(|| format!("binding DHCP port {}", ports.dhcp))?;
+    let pxe = match config.dhcp.mode {
+        crate::config::DhcpMode::Proxy => Some(
+            bind_udp(SocketAddrV4::new(any, ports.pxe), iface.as_deref(), true)
+                .with_context(|| format!("binding PXE port {}", ports.pxe))?,
+        ),
+        crate::config::DhcpMode::Authoritative => None,
+    };
     let tftp = bind_udp(SocketAddrV4::new(any, ports.tftp), None, false)
         .with_context(|| format!("binding TFTP port {}", ports.tftp))?;
     let http = bind_tcp(config.server.http).await.context("binding HTTP")?;
@@ -71,6 +80,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let bound = Bound {
         http: http.local_addr()?,
         dhcp: dhcp.local_addr()?,
+        pxe: pxe.as_ref().map(UdpSocket::local_addr).transpose()?,
         tftp: tftp.local_addr()?,
         nfs: nfs.local_addr()?,
         nbd: nbd.local_addr()?,
@@ -79,6 +89,9 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     // What clients are told must match what was bound.
     config.server.http.set_port(bound.http.port());
     config.server.ports.dhcp = bound.dhcp.port();
+    if let Some(p) = bound.pxe {
+        config.server.ports.pxe = p.port();
+    }
     config.server.ports.tftp = bound.tftp.port();
     config.server.ports.nfs = bound.nfs.port();
     config.server.ports.nbd = bound.nbd.port();
@@ -99,7 +112,13 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let (c, r, s) = (&config, &recorder, &shutdown);
     run(
         "dhcp",
-        Box::pin(service::dhcp::serve(dhcp, c.clone(), r.clone(), s.clone())),
+        Box::pin(service::dhcp::serve(
+            dhcp,
+            pxe,
+            c.clone(),
+            r.clone(),
+            s.clone(),
+        )),
     );
     run(
         "tftp",

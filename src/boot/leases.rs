@@ -51,6 +51,10 @@ pub struct Leases {
     range: Option<(Ipv4Addr, Ipv4Addr)>,
     reserved: BTreeMap<Mac, Ipv4Addr>,
     leases: BTreeMap<Mac, Lease>,
+    /// The same leases by address (an address has at most one entry), so that choosing and
+    /// checking an address does not walk the whole table: that made each offer O(n^2).
+    by_ip: BTreeMap<Ipv4Addr, Mac>,
+    reserved_ips: BTreeMap<Ipv4Addr, Mac>,
     /// Address -> end of its quarantine.
     declined: BTreeMap<Ipv4Addr, u64>,
 }
@@ -60,9 +64,11 @@ impl Leases {
         range: Option<(Ipv4Addr, Ipv4Addr)>,
         reservations: impl IntoIterator<Item = (Mac, Ipv4Addr)>,
     ) -> Leases {
+        let reserved: BTreeMap<Mac, Ipv4Addr> = reservations.into_iter().collect();
         Leases {
             range,
-            reserved: reservations.into_iter().collect(),
+            reserved_ips: reserved.iter().map(|(m, ip)| (*ip, *m)).collect(),
+            reserved,
             ..Leases::default()
         }
     }
@@ -82,13 +88,17 @@ impl Leases {
 
     /// Another MAC holds `ip` now (an unexpired offer or binding).
     fn held_by_other(&self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
-        self.leases
-            .iter()
-            .any(|(m, l)| *m != mac && l.ip == ip && l.state != State::Free && l.expires > now)
+        self.by_ip.get(&ip).is_some_and(|m| {
+            *m != mac
+                && self
+                    .leases
+                    .get(m)
+                    .is_some_and(|l| l.state != State::Free && l.expires > now)
+        })
     }
 
     fn reserved_to_other(&self, mac: Mac, ip: Ipv4Addr) -> bool {
-        self.reserved.iter().any(|(m, r)| *m != mac && *r == ip)
+        self.reserved_ips.get(&ip).is_some_and(|m| *m != mac)
     }
 
     fn declined_now(&self, ip: Ipv4Addr, now: u64) -> bool {
@@ -158,11 +168,10 @@ impl Leases {
                 continue;
             }
             match self
-                .leases
-                .values()
-                .filter(|l| l.ip == ip)
+                .by_ip
+                .get(&ip)
+                .and_then(|m| self.leases.get(m))
                 .map(|l| l.expires)
-                .max()
             {
                 None => return Some(ip),
                 Some(ended) if oldest.is_none_or(|(e, _)| ended < e) => oldest = Some((ended, ip)),
@@ -174,8 +183,15 @@ impl Leases {
 
     /// Records `lease` for `mac`, dropping any stale memory of the address for other MACs.
     fn take(&mut self, mac: Mac, lease: Lease) {
-        self.leases.retain(|m, l| *m == mac || l.ip != lease.ip);
-        self.leases.insert(mac, lease);
+        if let Some(other) = self.by_ip.get(&lease.ip).copied()
+            && other != mac
+        {
+            self.leases.remove(&other);
+        }
+        if let Some(old) = self.leases.insert(mac, lease) {
+            self.by_ip.remove(&old.ip);
+        }
+        self.by_ip.insert(lease.ip, mac);
     }
 
     /// Grants a REQUEST for `ip` for `lease_s` seconds.
@@ -217,6 +233,7 @@ impl Leases {
     pub fn decline(&mut self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
         if self.leases.get(&mac).is_some_and(|l| l.ip == ip) {
             self.leases.remove(&mac);
+            self.by_ip.remove(&ip);
             self.declined.insert(ip, now + DECLINE_QUARANTINE_S);
             true
         } else {
@@ -281,7 +298,8 @@ impl Leases {
                 Some(r) => *r == s.ip,
                 None => self.in_range(s.ip) && !self.reserved_to_other(mac, s.ip),
             };
-            let duplicate = self.leases.values().any(|l| l.ip == s.ip);
+            // A MAC listed twice keeps its first entry, as an address listed twice does.
+            let duplicate = self.by_ip.contains_key(&s.ip) || self.leases.contains_key(&mac);
             if !allowed || duplicate {
                 skipped += 1;
                 continue;
@@ -292,6 +310,7 @@ impl Leases {
                 expires: s.expires,
             };
             self.leases.insert(mac, lease);
+            self.by_ip.insert(s.ip, mac);
         }
         self.declined.extend(saved.declined);
         skipped
@@ -319,6 +338,14 @@ pub struct SavedLease {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The address index says exactly what the table says.
+    fn check_index(t: &Leases) {
+        assert_eq!(t.by_ip.len(), t.leases.len());
+        for (ip, m) in &t.by_ip {
+            assert_eq!(t.leases.get(m).map(|l| l.ip), Some(*ip));
+        }
+    }
 
     fn mac(n: u8) -> Mac {
         Mac([0x52, 0x54, 0, 0x77, 0, n])
@@ -488,5 +515,52 @@ mod tests {
             State::Bound,
             "an offer keeps the binding"
         );
+    }
+
+    #[test]
+    fn random_operations_keep_the_index_and_one_holder_per_address() {
+        let range = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 12));
+        let mut t = Leases::new(Some(range), [(mac(1), Ipv4Addr::new(10, 0, 0, 3))]);
+        let mut x: u64 = 0x1234_5678_9abc_def1;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut now = 1000;
+        for _ in 0..20_000 {
+            let m = mac(next(20) as u8);
+            let ip = Ipv4Addr::new(10, 0, 0, next(14) as u8);
+            now += next(3);
+            match next(7) {
+                0 | 1 => {
+                    t.offer(m, Some(ip).filter(|_| next(2) == 0), now, 60);
+                }
+                2 | 3 => {
+                    let _ = t.ack(m, ip, now, 1 + next(100));
+                }
+                4 => {
+                    t.release(m, ip, now);
+                }
+                5 => {
+                    t.decline(m, ip, now);
+                }
+                _ => t.expire(now),
+            }
+            check_index(&t);
+            // No address is held (unexpired, not free) by two MACs.
+            let mut held = std::collections::BTreeSet::new();
+            for l in t.leases.values() {
+                if l.state != State::Free && l.expires > now {
+                    assert!(held.insert(l.ip), "{:?}", t.leases);
+                }
+            }
+        }
+        // And a saved table restores to the same index.
+        let mut back = Leases::new(Some(range), [(mac(1), Ipv4Addr::new(10, 0, 0, 3))]);
+        assert_eq!(back.restore(t.to_saved()), 0);
+        check_index(&back);
+        assert_eq!(back.leases, t.leases);
     }
 }

@@ -16,7 +16,9 @@ pub mod arch {
     pub const EFI_BC: u16 = 7;
     pub const EFI_X64: u16 = 9;
     pub const EFI_ARM64: u16 = 11;
+    pub const EFI_IA32_HTTP: u16 = 15;
     pub const EFI_X64_HTTP: u16 = 16;
+    pub const EFI_ARM32_HTTP: u16 = 18;
     pub const EFI_ARM64_HTTP: u16 = 19;
 }
 
@@ -30,6 +32,8 @@ pub struct Client {
     pub ipxe: bool,
     /// Option 60 starts with `PXEClient` (or `HTTPClient`): firmware or iPXE network booting.
     pub pxe: bool,
+    /// Option 60 starts with `HTTPClient`: UEFI HTTP boot, which can only fetch a URL.
+    pub http: bool,
 }
 
 /// What the client is told to load next.
@@ -68,8 +72,20 @@ pub fn plan<'a>(config: &'a Config, client: &Client) -> Option<Plan<'a>> {
     } else if client.ipxe {
         Some(BootFile::Url(script::script_url(config, client.mac)))
     } else {
-        let http = matches!(client.arch, Some(arch::EFI_X64_HTTP | arch::EFI_ARM64_HTTP));
-        let loader = loader_for(client.arch.unwrap_or(arch::BIOS));
+        // HTTP boot firmware says so in option 60 and with its own architecture types.
+        let http = client.http
+            || matches!(
+                client.arch,
+                Some(
+                    arch::EFI_IA32_HTTP
+                        | arch::EFI_X64_HTTP
+                        | arch::EFI_ARM32_HTTP
+                        | arch::EFI_ARM64_HTTP
+                )
+            );
+        // HTTP boot is UEFI only; BIOS is the guess only for a PXE ROM that did not say.
+        let fallback = if http { arch::EFI_X64_HTTP } else { arch::BIOS };
+        let loader = loader_for(client.arch.unwrap_or(fallback));
         if http {
             Some(BootFile::Url(format!(
                 "http://{}:{}/boot/loaders/{loader}",
@@ -92,7 +108,7 @@ pub fn loader_for(arch: u16) -> &'static str {
     match arch {
         arch::BIOS => "undionly.kpxe",
         arch::EFI_ARM64 | arch::EFI_ARM64_HTTP => "ipxe-arm64.efi",
-        arch::EFI_IA32 => "ipxe-i386.efi",
+        arch::EFI_IA32 | arch::EFI_IA32_HTTP => "ipxe-i386.efi",
         _ => "ipxe.efi",
     }
 }
@@ -122,6 +138,7 @@ pools:
             arch,
             ipxe,
             pxe,
+            http: false,
         }
     }
 
@@ -140,6 +157,40 @@ pools:
             file(Some(16)),
             Some(BootFile::Url(
                 "http://10.77.0.1:8080/boot/loaders/ipxe.efi".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn uefi_http_boot_gets_a_url_by_class_or_architecture() {
+        let c = Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
+        let http = |arch, class| {
+            let mut cl = client("52:54:00:77:00:02", arch, false, true);
+            cl.http = class;
+            plan(&c, &cl).unwrap().boot_file
+        };
+        let url = |loader: &str| {
+            Some(BootFile::Url(format!(
+                "http://10.77.0.1:8080/boot/loaders/{loader}"
+            )))
+        };
+        // Option 60 HTTPClient alone is enough, whatever option 93 says or omits.
+        assert_eq!(http(Some(16), true), url("ipxe.efi"));
+        assert_eq!(http(None, true), url("ipxe.efi"));
+        assert_eq!(http(Some(19), true), url("ipxe-arm64.efi"));
+        assert_eq!(http(Some(15), false), url("ipxe-i386.efi"));
+        // A PXE client of the same architecture family stays on TFTP.
+        assert_eq!(
+            http(Some(9), false),
+            Some(BootFile::Tftp("ipxe.efi".into()))
+        );
+        // iPXE over HTTP boot still gets its script, not a loader.
+        let mut cl = client("52:54:00:77:00:02", Some(16), true, true);
+        cl.http = true;
+        assert_eq!(
+            plan(&c, &cl).unwrap().boot_file,
+            Some(BootFile::Url(
+                "http://10.77.0.1:8080/boot/script/52:54:00:77:00:02.ipxe".into()
             ))
         );
     }

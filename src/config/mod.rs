@@ -72,6 +72,8 @@ pub struct Server {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ports {
     pub dhcp: u16,
+    /// proxyDHCP's PXE boot server port (4011); bound in proxy mode only.
+    pub pxe: u16,
     pub tftp: u16,
     pub nfs: u16,
     pub nbd: u16,
@@ -82,6 +84,7 @@ impl Default for Ports {
     fn default() -> Self {
         Ports {
             dhcp: 67,
+            pxe: 4011,
             tftp: 69,
             nfs: 2049,
             nbd: 10809,
@@ -354,6 +357,7 @@ impl Checker<'_> {
         let d = Ports::default();
         let ports = Ports {
             dhcp: s.ports.dhcp.unwrap_or(d.dhcp),
+            pxe: s.ports.pxe.unwrap_or(d.pxe),
             tftp: s.ports.tftp.unwrap_or(d.tftp),
             nfs: s.ports.nfs.unwrap_or(d.nfs),
             nbd: s.ports.nbd.unwrap_or(d.nbd),

@@ -48,6 +48,7 @@ fn default_state_dir() -> String {
 #[serde(deny_unknown_fields)]
 pub struct Ports {
     pub dhcp: Option<u16>,
+    pub pxe: Option<u16>,
     pub tftp: Option<u16>,
     pub nfs: Option<u16>,
     pub nbd: Option<u16>,

@@ -51,6 +51,9 @@ pub struct LabArgs {
     /// How qemu runs the clients.
     #[arg(long, value_enum, default_value_t = AccelChoice::Auto)]
     pub accel: AccelChoice,
+    /// What the clients' boards run: BIOS (SeaBIOS) or UEFI (OVMF).
+    #[arg(long, value_enum, default_value_t = vm::Firmware::Bios)]
+    pub firmware: vm::Firmware,
     /// Give up on clients not booted after this many seconds (default: 120 + 40 per client).
     #[arg(long)]
     pub timeout: Option<u64>,
@@ -97,6 +100,12 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
     if let Some(e) = config.missing_files().first() {
         bail!("{e}");
+    }
+    if args.firmware == vm::Firmware::Uefi && !std::path::Path::new(vm::OVMF).exists() {
+        bail!(
+            "--firmware uefi needs {} (Debian: apt-get install ovmf)",
+            vm::OVMF
+        );
     }
     let pool = match &args.pool {
         Some(name) => config
@@ -148,6 +157,21 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         net::make_tap(&format!("tap{i}"), &bridge)?;
     }
 
+    // In proxy mode another server gives the addresses; in the lab that is dnsmasq.
+    let mut dhcp_peer = match config.dhcp.mode {
+        crate::config::DhcpMode::Proxy => {
+            let range = config.dhcp.range.unwrap_or_else(|| {
+                let base = u32::from(config.dhcp.subnet.network);
+                ((base + 100).into(), (base + 199).into())
+            });
+            let peer = net::start_dhcp_peer(&bridge, range, &run_dir)?;
+            if peer.is_none() {
+                bail!("proxy mode needs dnsmasq in the lab to give addresses; install dnsmasq");
+            }
+            peer
+        }
+        crate::config::DhcpMode::Authoritative => None,
+    };
     let mut radvd = net::start_router_adverts(&bridge, &run_dir)?;
     if radvd.is_none() {
         eprintln!("lab: radvd is not installed; iPXE will wait about 10 s for IPv6 on each client");
@@ -210,6 +234,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             *mac,
             &format!("tap{i}"),
             accel,
+            args.firmware,
             &run_dir,
         )?);
     }
@@ -245,9 +270,9 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     let boots: Vec<BootView> = serde_json::from_str(&http_get(api, "/api/v1/boots").await?)
         .context("reading /api/v1/boots")?;
     drop(daemon);
-    if let Some(r) = radvd.as_mut() {
-        let _ = r.kill();
-        let _ = r.wait();
+    for helper in [radvd.as_mut(), dhcp_peer.as_mut()].into_iter().flatten() {
+        let _ = helper.kill();
+        let _ = helper.wait();
     }
 
     let outcomes: Vec<Outcome> = vms

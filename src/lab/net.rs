@@ -104,3 +104,46 @@ pub fn start_router_adverts(
     }
     Ok(Some(cmd.spawn().context("starting radvd")?))
 }
+
+/// The address-giving DHCP server beside a proxy-mode bootpool: dnsmasq in the foreground on
+/// the bridge only, with DHCP and nothing else (no DNS, no PXE of its own, no ping before
+/// offering, which blocked offers for seconds each). Returns None when dnsmasq is not installed.
+pub fn start_dhcp_peer(
+    bridge: &str,
+    range: (std::net::Ipv4Addr, std::net::Ipv4Addr),
+    dir: &std::path::Path,
+) -> anyhow::Result<Option<std::process::Child>> {
+    use std::os::unix::process::CommandExt;
+    let Some(dnsmasq) = ["/usr/sbin/dnsmasq", "/sbin/dnsmasq"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())
+    else {
+        return Ok(None);
+    };
+    let log = std::fs::File::create(dir.join("dnsmasq.log"))?;
+    let mut cmd = Command::new(dnsmasq);
+    cmd.args([
+        "--no-daemon",
+        "--conf-file=/dev/null",
+        "--port=0",
+        "--user=root",
+    ])
+    .args(["--bind-interfaces", "--no-ping", "--log-dhcp"])
+    .arg(format!("--interface={bridge}"))
+    .arg(format!("--dhcp-range={},{},1h", range.0, range.1))
+    .arg(format!(
+        "--dhcp-leasefile={}",
+        dir.join("dnsmasq.leases").display()
+    ))
+    .arg(format!("--pid-file={}", dir.join("dnsmasq.pid").display()))
+    .stdout(log.try_clone()?)
+    .stderr(log);
+    // SAFETY: prctl is async-signal-safe; dnsmasq dies with the lab.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    Ok(Some(cmd.spawn().context("starting dnsmasq")?))
+}

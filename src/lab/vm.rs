@@ -24,6 +24,19 @@ impl Accel {
     }
 }
 
+/// What the client's board runs before the NIC ROM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Firmware {
+    /// SeaBIOS, qemu's default; the NIC ROM is iPXE for BIOS (arch 0).
+    #[default]
+    Bios,
+    /// OVMF (Debian's `ovmf`); qemu's EFI NIC ROM is iPXE for EFI (arch 7).
+    Uefi,
+}
+
+/// Debian's `ovmf` ships a combined code+vars image here; read-only use needs no copy.
+pub const OVMF: &str = "/usr/share/ovmf/OVMF.fd";
+
 /// What a client's console said last, as far as the boot goes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Console {
@@ -114,13 +127,25 @@ fn qemu(accel: Accel, serial: Serial) -> Command {
     cmd
 }
 
-fn nic_args(cmd: &mut Command, tap: &str, mac: Mac) {
+fn nic_args(cmd: &mut Command, tap: &str, mac: Mac, firmware: Firmware) {
     cmd.args([
         "-netdev",
         &format!("tap,id=n0,ifname={tap},script=no,downscript=no"),
-    ])
-    .args(["-device", &format!("virtio-net-pci,netdev=n0,mac={mac}")])
-    .args(["-boot", "n"]);
+    ]);
+    match firmware {
+        Firmware::Bios => {
+            cmd.args(["-device", &format!("virtio-net-pci,netdev=n0,mac={mac}")])
+                .args(["-boot", "n"]);
+        }
+        // OVMF boots by bootindex, not by `-boot n`.
+        Firmware::Uefi => {
+            cmd.args([
+                "-device",
+                &format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1"),
+            ])
+            .args(["-bios", OVMF]);
+        }
+    }
 }
 
 impl Vm {
@@ -129,11 +154,12 @@ impl Vm {
         mac: Mac,
         tap: &str,
         accel: Accel,
+        firmware: Firmware,
         dir: &Path,
     ) -> anyhow::Result<Vm> {
         let serial = dir.join(format!("{name}.log"));
         let mut cmd = qemu(accel, Serial::Pipe);
-        nic_args(&mut cmd, tap, mac);
+        nic_args(&mut cmd, tap, mac, firmware);
         let powered_on = Instant::now();
         let mut child = cmd
             .spawn()
@@ -248,6 +274,7 @@ pub fn probe_kvm(tap: &str, dir: &Path) -> bool {
         &mut cmd,
         tap,
         "52:54:00:00:00:01".parse().expect("valid MAC"),
+        Firmware::Bios,
     );
     let Ok(mut child) = cmd.spawn() else {
         return false;

@@ -116,6 +116,12 @@ impl Request {
             .is_some_and(|v| v.starts_with(b"PXEClient") || v.starts_with(b"HTTPClient"))
     }
 
+    /// Option 60 starts with `HTTPClient`: UEFI HTTP boot, which wants a URL and its class back.
+    pub fn is_http_client(&self) -> bool {
+        self.vendor_class()
+            .is_some_and(|v| v.starts_with(b"HTTPClient"))
+    }
+
     /// iPXE says who it is with user class `iPXE` (option 77, raw or RFC 3004 framed) and
     /// its own encapsulated options (175).
     pub fn is_ipxe(&self) -> bool {
@@ -220,11 +226,42 @@ pub struct Reply {
     pub boot_file: Option<String>,
     /// TFTP server name (option 66); siaddr says the same as an address.
     pub tftp_server: Option<String>,
-    /// Echo option 60 `PXEClient`: PXE ROMs expect it in a boot server's answer.
-    pub pxe: bool,
+    /// Option 60 as the client class expects it back (`PXEClient`, `HTTPClient`): PXE ROMs
+    /// take an offer without it for a plain address and wait seconds for a proxyDHCP one.
+    pub class: Option<ServerClass>,
+    /// Option 43 with PXE discovery control: firmware PXE then loads `file` at once.
+    pub pxe_discovery: Option<u8>,
+    /// Option 97 echoed (PXE spec: a boot server returns the client's machine identifier).
+    pub uuid: Option<Vec<u8>>,
+    /// Option 175.176 `no-pxedhcp`: iPXE stops waiting for proxyDHCP offers.
+    pub ipxe_no_proxy: bool,
     /// Option 56, for a NAK.
     pub message: Option<String>,
 }
+
+/// The class a boot server answers with in option 60.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerClass {
+    Pxe,
+    Http,
+}
+
+impl ServerClass {
+    pub fn as_bytes(self) -> &'static [u8] {
+        match self {
+            ServerClass::Pxe => b"PXEClient",
+            ServerClass::Http => b"HTTPClient",
+        }
+    }
+}
+
+/// PXE discovery control (option 43 sub-option 6) bit 3: boot the file named in the offer,
+/// with no boot server discovery (PXE 2.1, table 2-1).
+pub const PXE_BOOT_FILE_ONLY: u8 = 8;
+/// PXE vendor sub-option for discovery control.
+const PXE_DISCOVERY_CONTROL: u8 = 6;
+/// iPXE's encapsulated options (175) sub-option 176: ignore proxyDHCP.
+const IPXE_NO_PXEDHCP: u8 = 176;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplyKind {
@@ -269,8 +306,26 @@ pub fn encode_reply(r: &Reply) -> Result<Vec<u8>, dhcproto::error::EncodeError> 
         if let Some(file) = &r.boot_file {
             o.insert(DhcpOption::BootfileName(file.as_bytes().to_vec()));
         }
-        if r.pxe {
-            o.insert(DhcpOption::ClassIdentifier(b"PXEClient".to_vec()));
+        if let Some(class) = r.class {
+            o.insert(DhcpOption::ClassIdentifier(class.as_bytes().to_vec()));
+        }
+        if let Some(control) = r.pxe_discovery {
+            o.insert(DhcpOption::VendorExtensions(vec![
+                PXE_DISCOVERY_CONTROL,
+                1,
+                control,
+                opt::END,
+            ]));
+        }
+        // Only a well-formed identifier (type 0, 16 bytes) goes back; it fits one option.
+        if let Some(uuid) = r.uuid.as_ref().filter(|u| u.len() == 17 && u[0] == 0) {
+            o.insert(DhcpOption::ClientMachineIdentifier(uuid.clone()));
+        }
+        if r.ipxe_no_proxy {
+            o.insert(DhcpOption::Unknown(v4::UnknownOption::new(
+                v4::OptionCode::from(opt::IPXE_ENCAP),
+                vec![IPXE_NO_PXEDHCP, 1, 1],
+            )));
         }
     }
     // The legacy `file` field holds 128 bytes; a longer name travels in option 67 only.
@@ -425,7 +480,10 @@ mod tests {
             lease_secs: Some(3600),
             boot_file: Some("undionly.kpxe".into()),
             tftp_server: Some("10.77.0.1".into()),
-            pxe: true,
+            class: Some(ServerClass::Pxe),
+            pxe_discovery: Some(PXE_BOOT_FILE_ONLY),
+            uuid: Some([&[0u8][..], &[0xab; 16]].concat()),
+            ipxe_no_proxy: true,
             message: None,
         };
         let bytes = encode_reply(&reply).unwrap();
@@ -448,6 +506,42 @@ mod tests {
         assert_eq!(
             m.opts().get(v4::OptionCode::BootfileName),
             Some(&DhcpOption::BootfileName(b"undionly.kpxe".to_vec()))
+        );
+        assert_eq!(
+            m.opts().get(v4::OptionCode::ClassIdentifier),
+            Some(&DhcpOption::ClassIdentifier(b"PXEClient".to_vec()))
+        );
+        assert_eq!(
+            m.opts().get(v4::OptionCode::VendorExtensions),
+            Some(&DhcpOption::VendorExtensions(vec![6, 1, 8, 255]))
+        );
+        assert_eq!(
+            m.opts().get(v4::OptionCode::ClientMachineIdentifier),
+            Some(&DhcpOption::ClientMachineIdentifier(
+                reply.uuid.clone().unwrap()
+            ))
+        );
+        let ipxe = m.opts().get(v4::OptionCode::from(opt::IPXE_ENCAP));
+        assert!(
+            matches!(ipxe, Some(DhcpOption::Unknown(u)) if u.data() == [176, 1, 1]),
+            "{ipxe:?}"
+        );
+        // A malformed identifier is not echoed; HTTP boot gets its own class back.
+        let other = encode_reply(&Reply {
+            uuid: Some(vec![1, 2, 3]),
+            class: Some(ServerClass::Http),
+            ..reply.clone()
+        })
+        .unwrap();
+        let m = v4::Message::from_bytes(&other).unwrap();
+        assert!(
+            m.opts()
+                .get(v4::OptionCode::ClientMachineIdentifier)
+                .is_none()
+        );
+        assert_eq!(
+            m.opts().get(v4::OptionCode::ClassIdentifier),
+            Some(&DhcpOption::ClassIdentifier(b"HTTPClient".to_vec()))
         );
         let nak = encode_reply(&Reply {
             kind: ReplyKind::Nak,

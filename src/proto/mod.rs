@@ -3,6 +3,7 @@
 //! panics on input.
 
 pub mod dhcp;
+pub mod httpfile;
 pub mod nbd;
 pub mod netlink;
 pub mod nfs3;

@@ -1,12 +1,16 @@
-//! DHCP service, authoritative mode: DISCOVER -> OFFER, REQUEST -> ACK/NAK, RELEASE, DECLINE.
-//! Owns the lease table and its file (`state_dir/leases.json`, rewritten atomically on every
-//! change, so a daemon killed with -9 loses nothing), reply addressing, and the DHCP events.
-//! What to boot comes from `boot::plan`; clients in no pool get silence.
+//! DHCP service. Authoritative mode: DISCOVER -> OFFER, REQUEST -> ACK/NAK, RELEASE, DECLINE,
+//! with the lease table and its file (`state_dir/leases.json`, rewritten atomically on every
+//! change, so a daemon killed with -9 loses nothing). Proxy mode (beside another DHCP server):
+//! never an address; PXE clients get a boot answer to DISCOVER on port 67 and an ACK to their
+//! REQUEST on port 4011. Owns reply addressing and the DHCP events. What to boot comes from
+//! `boot::plan`; clients in no pool get silence.
 
 use crate::boot::leases::{Leases, Saved};
 use crate::boot::{self, Client};
 use crate::config::{Config, DhcpMode, Mac};
-use crate::proto::dhcp::{self as wire, MAX_PACKET, Reply, ReplyKind, Request};
+use crate::proto::dhcp::{
+    self as wire, MAX_PACKET, PXE_BOOT_FILE_ONLY, Reply, ReplyKind, Request, ServerClass,
+};
 use crate::record::{Kind, Recorder, Who};
 use crate::shutdown::Shutdown;
 use anyhow::Context as _;
@@ -28,6 +32,10 @@ const OFFER_HOLD_S: u64 = 60;
 const CLIENT_PORT: u16 = 68;
 /// Relays listen on the server port (RFC 1542), whatever port this daemon was given.
 const RELAY_PORT: u16 = 67;
+/// Socket receive buffer: some thousands of requests.
+const RECV_BUFFER: usize = 4 << 20;
+/// Packets answered together before one save of the lease table.
+const BATCH: usize = 256;
 /// Strangers logged once each; beyond this many we stop remembering (and logging) them.
 const STRANGERS_REMEMBERED: usize = 4096;
 pub const LEASES_FILE: &str = "leases.json";
@@ -43,20 +51,29 @@ pub struct Counters {
     pub save_errors: AtomicU64,
 }
 
+/// Serves DHCP on `socket` (port 67); in proxy mode also PXE boot server requests on `pxe`
+/// (port 4011), which app.rs binds only in that mode.
 pub async fn serve(
     socket: UdpSocket,
+    pxe: Option<UdpSocket>,
     config: Arc<Config>,
     recorder: Recorder,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
-    if config.dhcp.mode == DhcpMode::Proxy {
-        // proxyDHCP is its own issue; staying silent is safe beside another server.
-        tracing::warn!("dhcp proxy mode is not implemented yet; not answering DHCP");
-        shutdown.wait().await;
-        return Ok(());
+    let proxy = config.dhcp.mode == DhcpMode::Proxy;
+    // A room powering on is a burst; while a lease save runs, the kernel queue holds it.
+    for s in std::iter::once(&socket).chain(pxe.as_ref()) {
+        if let Err(e) = socket2::SockRef::from(s).set_recv_buffer_size(RECV_BUFFER) {
+            tracing::debug!(error = %e, "dhcp receive buffer not enlarged");
+        }
     }
     let path = config.server.state_dir.join(LEASES_FILE);
-    let leases = load(&config, &path)?;
+    // A proxy hands out nothing, so it has no table to load or save.
+    let leases = if proxy {
+        Leases::new(None, [])
+    } else {
+        load(&config, &path)?
+    };
     let mut server = Server {
         config,
         recorder,
@@ -64,41 +81,75 @@ pub async fn serve(
         path,
         strangers: HashSet::new(),
         counters: Arc::default(),
+        dirty: false,
+        expired_at: 0,
     };
     let mut buf = vec![0u8; MAX_PACKET + 1];
+    let mut pxe_buf = vec![0u8; MAX_PACKET + 1];
     loop {
-        let (n, from) = tokio::select! {
+        let (n, from, on_pxe) = tokio::select! {
             _ = shutdown.wait() => break,
             r = socket.recv_from(&mut buf) => match r {
-                Ok(x) => x,
+                Ok((n, from)) => (n, from, false),
                 Err(e) => {
                     // ICMP errors from earlier sends surface here; they are not fatal.
                     tracing::debug!(error = %e, "dhcp receive error");
                     continue;
                 }
             },
-        };
-        let req = match wire::parse_request(&buf[..n]) {
-            Ok(r) => r,
-            Err(reason) => {
-                let c = server.counters.malformed.fetch_add(1, Ordering::Relaxed) + 1;
-                tracing::debug!(%from, %reason, malformed = c, "dhcp packet dropped");
-                continue;
-            }
-        };
-        let Some((reply, to)) = server.handle(&req, from, unix_now()) else {
-            continue;
-        };
-        match wire::encode_reply(&reply) {
-            Ok(bytes) => {
-                if let Err(e) = socket.send_to(&bytes, to).await {
-                    tracing::warn!(%to, error = %e, "dhcp reply not sent");
+            r = recv_opt(pxe.as_ref(), &mut pxe_buf) => match r {
+                Ok((n, from)) => (n, from, true),
+                Err(e) => {
+                    tracing::debug!(error = %e, "pxe receive error");
+                    continue;
                 }
+            },
+        };
+        let mut replies = Vec::new();
+        let first = if on_pxe { &pxe_buf[..n] } else { &buf[..n] };
+        if let Some((reply, to)) = server.answer(first, from, on_pxe, proxy) {
+            replies.push((reply, to, on_pxe));
+        }
+        // Group commit: answer what else is queued already, save the table once, then send.
+        // An ACK still leaves only after its lease is on disk, and a burst costs one write.
+        for _ in 0..BATCH {
+            let Ok((n, from)) = socket.try_recv_from(&mut buf) else {
+                break;
+            };
+            if let Some((reply, to)) = server.answer(&buf[..n], from, false, proxy) {
+                replies.push((reply, to, false));
             }
-            Err(e) => tracing::error!(error = %e, "dhcp reply not encodable"),
+        }
+        server.flush();
+        for (reply, to, on_pxe) in replies {
+            // Port 4011 answers come from 4011: iPXE and PXE ROMs check the source port.
+            let out = match (&pxe, on_pxe) {
+                (Some(p), true) => p,
+                _ => &socket,
+            };
+            match wire::encode_reply(&reply) {
+                Ok(bytes) => {
+                    if let Err(e) = out.send_to(&bytes, to).await {
+                        tracing::warn!(%to, error = %e, "dhcp reply not sent");
+                    }
+                }
+                Err(e) => tracing::error!(error = %e, "dhcp reply not encodable"),
+            }
         }
     }
+    server.flush();
     Ok(())
+}
+
+/// Receives on the socket if there is one; pends forever if not.
+async fn recv_opt(
+    socket: Option<&UdpSocket>,
+    buf: &mut [u8],
+) -> std::io::Result<(usize, SocketAddr)> {
+    match socket {
+        Some(s) => s.recv_from(buf).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn unix_now() -> u64 {
@@ -150,28 +201,160 @@ struct Server {
     path: PathBuf,
     strangers: HashSet<Mac>,
     counters: Arc<Counters>,
+    /// The table changed since it was last saved.
+    dirty: bool,
+    /// When `expire` last ran (seconds).
+    expired_at: u64,
 }
 
 impl Server {
-    /// Answers one request: the reply and where it goes, or `None` for silence.
-    fn handle(&mut self, req: &Request, from: SocketAddr, now: u64) -> Option<(Reply, SocketAddr)> {
+    /// Reads one packet and answers it (nothing is sent or saved here).
+    fn answer(
+        &mut self,
+        bytes: &[u8],
+        from: SocketAddr,
+        on_pxe: bool,
+        proxy: bool,
+    ) -> Option<(Reply, SocketAddr)> {
+        let req = match wire::parse_request(bytes) {
+            Ok(r) => r,
+            Err(reason) => {
+                let c = self.counters.malformed.fetch_add(1, Ordering::Relaxed) + 1;
+                tracing::debug!(%from, %reason, malformed = c, "dhcp packet dropped");
+                return None;
+            }
+        };
+        if proxy {
+            self.handle_proxy(&req, from, on_pxe)
+        } else {
+            self.handle(&req, from, unix_now())
+        }
+    }
+
+    /// Saves the table if it changed.
+    fn flush(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        self.dirty = false;
+        if let Err(e) = save(&self.leases, &self.path) {
+            let n = self.counters.save_errors.fetch_add(1, Ordering::Relaxed) + 1;
+            tracing::error!(path = %self.path.display(), error = %e, errors = n,
+                "leases not saved");
+        }
+    }
+
+    /// The client as policy sees it, and its plan; `None` (counted, logged once) for strangers.
+    fn plan<'c>(
+        &mut self,
+        config: &'c Config,
+        req: &Request,
+        from: SocketAddr,
+    ) -> Option<(Client, boot::Plan<'c>)> {
         let mac = Mac(req.mac);
         let client = Client {
             mac,
             arch: req.arch(),
             ipxe: req.is_ipxe(),
             pxe: req.is_pxe(),
+            http: req.is_http_client(),
         };
-        let config = self.config.clone();
-        let Some(plan) = boot::plan(&config, &client) else {
+        let Some(plan) = boot::plan(config, &client) else {
             self.counters.strangers.fetch_add(1, Ordering::Relaxed);
             if self.strangers.len() < STRANGERS_REMEMBERED && self.strangers.insert(mac) {
                 tracing::info!(%mac, %from, "dhcp client in no pool; not answering it");
             }
             return None;
         };
+        Some((client, plan))
+    }
+
+    /// proxyDHCP: PXE clients only, never an address. DISCOVER on port 67 gets an OFFER with
+    /// the PXE options; REQUEST (or INFORM) on port 4011 gets the ACK with the boot file.
+    fn handle_proxy(
+        &mut self,
+        req: &Request,
+        from: SocketAddr,
+        on_pxe_port: bool,
+    ) -> Option<(Reply, SocketAddr)> {
+        if !req.is_pxe() {
+            return None;
+        }
+        let config = self.config.clone();
+        let (client, plan) = self.plan(&config, req, from)?;
+        plan.boot_file.as_ref()?;
+        let mac = client.mac;
+        let msg = req.message_type()?;
+        match (msg, on_pxe_port) {
+            (DISCOVER, false) => {
+                self.recorder.record(
+                    Who::Mac(mac),
+                    Kind::DhcpDiscover {
+                        pxe: true,
+                        ipxe: client.ipxe,
+                    },
+                );
+                self.counters.offers.fetch_add(1, Ordering::Relaxed);
+                let mut reply = self.proxy_reply(req, ReplyKind::Offer, &plan);
+                if client.ipxe {
+                    // Without a boot file here iPXE asks on port 4011, which tells us its
+                    // address: HTTP and root requests can then be tied to this boot.
+                    reply.boot_file = None;
+                    reply.tftp_server = None;
+                    reply.siaddr = Ipv4Addr::UNSPECIFIED;
+                }
+                Some((reply, self.destination(req)))
+            }
+            (REQUEST | INFORM, true) => {
+                let ip = req.ciaddr;
+                if !ip.is_unspecified() {
+                    self.recorder.record(
+                        Who::Mac(mac),
+                        Kind::DhcpAck {
+                            ip,
+                            pxe: true,
+                            ipxe: client.ipxe,
+                            pool: plan.member.pool.name.clone(),
+                        },
+                    );
+                }
+                self.counters.acks.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(%mac, %ip, pool = %plan.member.pool.name, ipxe = client.ipxe,
+                    boot_file = plan.boot_file.as_ref().map(|b| b.as_str()).unwrap_or("-"),
+                    "pxe ack");
+                // The client has an address (ciaddr) and listens where it sent from.
+                Some((self.proxy_reply(req, ReplyKind::Ack, &plan), from))
+            }
+            _ => None,
+        }
+    }
+
+    /// A proxy answer: the boot part of a reply with no address, mask, router or lease.
+    fn proxy_reply(&self, req: &Request, kind: ReplyKind, plan: &boot::Plan) -> Reply {
+        Reply {
+            // iPXE takes a proxy answer only with siaddr and a file ("PXE options"), even
+            // when the file is a URL.
+            siaddr: plan.next_server,
+            subnet_mask: None,
+            router: None,
+            dns: Vec::new(),
+            lease_secs: None,
+            ipxe_no_proxy: false,
+            ..self.reply(req, kind, Ipv4Addr::UNSPECIFIED, plan)
+        }
+    }
+
+    /// Answers one request: the reply and where it goes, or `None` for silence.
+    fn handle(&mut self, req: &Request, from: SocketAddr, now: u64) -> Option<(Reply, SocketAddr)> {
+        let config = self.config.clone();
+        let (client, plan) = self.plan(&config, req, from)?;
+        let mac = client.mac;
         let server_id = config.server.address;
-        self.leases.expire(now);
+        // Expiry walks the table: once per second is as fine-grained as lease times are.
+        if self.expired_at != now {
+            self.leases.expire(now);
+            self.expired_at = now;
+        }
         let msg = req.message_type()?;
         let (kind, yiaddr) = match msg {
             DISCOVER => {
@@ -277,6 +460,16 @@ impl Server {
         let d = &self.config.dhcp;
         let boot_file = plan.boot_file.as_ref().map(|b| b.as_str().to_string());
         let tftp = matches!(plan.boot_file, Some(boot::BootFile::Tftp(_)));
+        let ipxe = req.is_ipxe();
+        // Only a client that is network booting, and only with a boot file, gets the
+        // boot-server answer; the initrd's own DHCP is plain.
+        let class = plan.boot_file.as_ref().and_then(|_| {
+            if req.is_http_client() {
+                Some(ServerClass::Http)
+            } else {
+                req.is_pxe().then_some(ServerClass::Pxe)
+            }
+        });
         Reply {
             kind,
             xid: req.xid,
@@ -297,7 +490,11 @@ impl Server {
             lease_secs: Some(u32::try_from(d.lease.as_secs()).unwrap_or(u32::MAX)),
             tftp_server: tftp.then(|| plan.next_server.to_string()),
             boot_file,
-            pxe: req.is_pxe() && !req.is_ipxe(),
+            class,
+            // iPXE reads no discovery control; firmware PXE does.
+            pxe_discovery: (class == Some(ServerClass::Pxe) && !ipxe).then_some(PXE_BOOT_FILE_ONLY),
+            uuid: class.and(req.uuid().map(<[u8]>::to_vec)),
+            ipxe_no_proxy: ipxe,
             message: None,
         }
     }
@@ -315,12 +512,9 @@ impl Server {
         to.into()
     }
 
+    /// Marks the table for the next save (`flush`, once per batch of packets).
     fn changed(&mut self) {
-        if let Err(e) = save(&self.leases, &self.path) {
-            let n = self.counters.save_errors.fetch_add(1, Ordering::Relaxed) + 1;
-            tracing::error!(path = %self.path.display(), error = %e, errors = n,
-                "leases not saved");
-        }
+        self.dirty = true;
     }
 }
 
@@ -351,6 +545,8 @@ pools:
             path: dir.join(LEASES_FILE),
             strangers: HashSet::new(),
             counters: Arc::default(),
+            dirty: false,
+            expired_at: 0,
         }
     }
 
@@ -382,13 +578,19 @@ pools:
         assert_eq!(offer.yiaddr, Ipv4Addr::new(10, 77, 0, 100));
         assert_eq!(offer.boot_file.as_deref(), Some("undionly.kpxe"));
         assert_eq!(offer.siaddr, Ipv4Addr::new(10, 77, 0, 1));
-        assert!(offer.pxe);
+        // Firmware PXE: its class back and "boot the file named here", no proxy wait.
+        assert_eq!(offer.class, Some(ServerClass::Pxe));
+        assert_eq!(offer.pxe_discovery, Some(PXE_BOOT_FILE_ONLY));
+        assert!(!offer.ipxe_no_proxy);
         let mut o = vec![53, 1, REQUEST, 50, 4, 10, 77, 0, 100, 54, 4, 10, 77, 0, 1];
         o.extend_from_slice(&[60, 9]);
         o.extend_from_slice(b"PXEClient");
         let (ack, _) = s.handle(&req(1, &o), from(), 1001).unwrap();
         assert_eq!(ack.kind, ReplyKind::Ack);
         assert_eq!(ack.lease_secs, Some(3600));
+        // Saved once per batch, before any reply of the batch is sent.
+        assert!(s.dirty);
+        s.flush();
         // The file on disk says the same as the table.
         let saved: Saved =
             serde_json::from_slice(&std::fs::read(dir.path().join(LEASES_FILE)).unwrap()).unwrap();
@@ -401,7 +603,119 @@ pools:
         let (ack, to) = s.handle(&renew, from(), 2000).unwrap();
         assert_eq!(ack.kind, ReplyKind::Ack);
         assert_eq!(ack.boot_file, None, "plain DHCP gets no boot file");
+        assert_eq!((ack.class, ack.pxe_discovery, ack.uuid), (None, None, None));
         assert_eq!(to, "10.77.0.100:68".parse().unwrap());
+    }
+
+    /// iPXE's DISCOVER: option 60 PXEClient:..., 77 iPXE, 97 a UUID.
+    fn ipxe_discover(mac: u8, msg: u8) -> Request {
+        let mut o = vec![53, 1, msg, 93, 2, 0, 0, 60, 32];
+        o.extend_from_slice(b"PXEClient:Arch:00000:UNDI:002001");
+        o.extend_from_slice(&[77, 4]);
+        o.extend_from_slice(b"iPXE");
+        o.extend_from_slice(&[97, 17, 0]);
+        o.extend_from_slice(&[mac; 16]);
+        req(mac, &o)
+    }
+
+    #[test]
+    fn ipxe_is_told_not_to_wait_for_proxy_offers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = server(dir.path());
+        let (offer, _) = s.handle(&ipxe_discover(1, DISCOVER), from(), 5).unwrap();
+        assert_eq!(offer.class, Some(ServerClass::Pxe));
+        assert!(offer.ipxe_no_proxy);
+        assert_eq!(offer.pxe_discovery, None);
+        let uuid = offer.uuid.expect("option 97 echoed");
+        assert_eq!(&uuid[1..], &[1u8; 16]);
+        assert!(offer.boot_file.unwrap().ends_with(".ipxe"));
+    }
+
+    fn proxy_server(dir: &Path) -> Server {
+        let text = CONFIG
+            .replace(
+                "range: 10.77.0.100-10.77.0.101,",
+                "mode: proxy, range: 10.77.0.100-10.77.0.101,",
+            )
+            .replace("state_dir: var/", &format!("state_dir: {}", dir.display()));
+        let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
+        assert_eq!(config.dhcp.mode, DhcpMode::Proxy);
+        Server {
+            leases: Leases::new(None, []),
+            config,
+            recorder: Recorder::discard(),
+            path: dir.join(LEASES_FILE),
+            strangers: HashSet::new(),
+            counters: Arc::default(),
+            dirty: false,
+            expired_at: 0,
+        }
+    }
+
+    #[test]
+    fn proxy_answers_pxe_only_and_never_gives_an_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = proxy_server(dir.path());
+        let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 7, 60, 9];
+        o.extend_from_slice(b"PXEClient");
+        o.extend_from_slice(&[97, 17, 0]);
+        o.extend_from_slice(&[7; 16]);
+        let fw = req(1, &o);
+        let (offer, to) = s.handle_proxy(&fw, from(), false).unwrap();
+        assert_eq!(offer.kind, ReplyKind::Offer);
+        assert_eq!(to, BCAST.parse().unwrap());
+        assert_eq!(offer.yiaddr, Ipv4Addr::UNSPECIFIED);
+        assert_eq!(
+            (offer.subnet_mask, offer.router, offer.lease_secs),
+            (None, None, None)
+        );
+        assert_eq!(offer.boot_file.as_deref(), Some("ipxe.efi"));
+        assert_eq!(offer.siaddr, Ipv4Addr::new(10, 77, 0, 1));
+        assert_eq!(offer.class, Some(ServerClass::Pxe));
+        assert_eq!(offer.pxe_discovery, Some(PXE_BOOT_FILE_ONLY));
+        assert!(offer.uuid.is_some() && !offer.ipxe_no_proxy);
+        // Plain DHCP, strangers, a DISCOVER on 4011 and a REQUEST on 67: silence.
+        assert!(
+            s.handle_proxy(&req(1, &[53, 1, DISCOVER]), from(), false)
+                .is_none()
+        );
+        let mut stranger = fw.clone();
+        stranger.mac[5] = 0x99;
+        assert!(s.handle_proxy(&stranger, from(), false).is_none());
+        assert!(s.handle_proxy(&fw, from(), true).is_none());
+        let mut o = vec![53, 1, REQUEST, 93, 2, 0, 7, 60, 9];
+        o.extend_from_slice(b"PXEClient");
+        let mut request = req(1, &o);
+        assert!(s.handle_proxy(&request, from(), false).is_none());
+        // The REQUEST to 4011 from the address the other server gave: ACK to where it came from.
+        request.ciaddr = Ipv4Addr::new(10, 77, 0, 150);
+        let src: SocketAddr = "10.77.0.150:68".parse().unwrap();
+        let (ack, to) = s.handle_proxy(&request, src, true).unwrap();
+        assert_eq!(ack.kind, ReplyKind::Ack);
+        assert_eq!(to, src);
+        assert_eq!(ack.yiaddr, Ipv4Addr::UNSPECIFIED);
+        assert_eq!(ack.ciaddr, request.ciaddr);
+        assert_eq!(ack.boot_file.as_deref(), Some("ipxe.efi"));
+        assert_eq!(ack.lease_secs, None);
+        // iPXE gets no boot file on 67, so it asks on 4011 and we learn its address.
+        let (offer, _) = s
+            .handle_proxy(&ipxe_discover(2, DISCOVER), from(), false)
+            .unwrap();
+        assert_eq!(
+            (offer.boot_file, offer.siaddr),
+            (None, Ipv4Addr::UNSPECIFIED)
+        );
+        assert!(
+            !offer.ipxe_no_proxy,
+            "a proxy must not tell iPXE to ignore it"
+        );
+        let mut r = ipxe_discover(2, REQUEST);
+        r.ciaddr = Ipv4Addr::new(10, 77, 0, 151);
+        let (ack, _) = s.handle_proxy(&r, from(), true).unwrap();
+        assert!(ack.boot_file.unwrap().ends_with("52:54:00:77:00:02.ipxe"));
+        assert_eq!(ack.siaddr, Ipv4Addr::new(10, 77, 0, 1));
+        // Nothing was leased or written.
+        assert!(!dir.path().join(LEASES_FILE).exists());
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use crate::boot::script;
 use crate::config::{Config, Mac};
+use crate::proto::httpfile;
 use crate::record::egress::{Egress, LinkKind};
 use crate::record::view::{self, BootView, SummaryView, WaveView};
 use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Records, Who, wave};
@@ -11,7 +12,7 @@ use crate::shutdown::Shutdown;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
@@ -19,7 +20,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::net::TcpListener;
 
 const CHUNK: usize = 256 * 1024;
@@ -99,6 +100,7 @@ async fn boot_script(State(web): State<Web>, Path(mac): Path<String>) -> Respons
 async fn loader(
     State(web): State<Web>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     Path(file): Path<String>,
 ) -> Response {
     // Only plain names of files in the loaders folder.
@@ -109,6 +111,7 @@ async fn loader(
     send_file(
         &web,
         peer,
+        &headers,
         path,
         FileKind::Loader,
         format!("/boot/loaders/{file}"),
@@ -119,6 +122,7 @@ async fn loader(
 async fn image_file(
     State(web): State<Web>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
     Path((image, file)): Path<(String, String)>,
 ) -> Response {
     let Some(img) = web.config.images.get(&image) else {
@@ -130,13 +134,24 @@ async fn image_file(
         "initrd.img" => (img.initrd(), FileKind::Initrd),
         _ => return not_found("no such boot file"),
     };
-    send_file(&web, peer, path, kind, format!("/boot/{image}/{file}")).await
+    send_file(
+        &web,
+        peer,
+        &headers,
+        path,
+        kind,
+        format!("/boot/{image}/{file}"),
+    )
+    .await
 }
 
-/// Streams a file and records the transfer when it ends.
+/// Streams a file, or the byte range asked for, and records the transfer when it ends. A range
+/// counts as the file complete only when it reaches the last byte (a resumed download); a 304
+/// is recorded as a complete transfer of 0 bytes, since the client holds the file.
 async fn send_file(
     web: &Web,
     peer: SocketAddr,
+    headers: &HeaderMap,
     path: PathBuf,
     kind: FileKind,
     shown: String,
@@ -148,19 +163,70 @@ async fn send_file(
             return not_found("no such file");
         }
     };
-    let len = match file.metadata().await {
-        Ok(m) if m.is_file() => m.len(),
+    let (len, modified) = match file.metadata().await {
+        Ok(m) if m.is_file() => (m.len(), m.modified().unwrap_or(std::time::UNIX_EPOCH)),
         _ => return not_found("no such file"),
     };
+    let validators = httpfile::Validators::new(len, modified);
+    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let conditions = httpfile::Conditions {
+        if_none_match: text(header::IF_NONE_MATCH),
+        if_modified_since: text(header::IF_MODIFIED_SINCE),
+        range: text(header::RANGE),
+        if_range: text(header::IF_RANGE),
+    };
+    let answer = httpfile::answer(len, &validators, &conditions);
+    let who = client_ip(peer).map(Who::Ip);
+    let response = Response::builder()
+        .header(header::ETAG, &validators.etag)
+        .header(header::LAST_MODIFIED, validators.last_modified())
+        .header(header::ACCEPT_RANGES, "bytes");
+    let (status, start, end) = match answer {
+        httpfile::Answer::Full => (StatusCode::OK, 0, len),
+        httpfile::Answer::Partial { start, end } => (StatusCode::PARTIAL_CONTENT, start, end + 1),
+        httpfile::Answer::NotModified => {
+            tracing::info!(peer = %peer, path = %shown, "http file not modified");
+            if let Some(who) = who {
+                web.recorder.record(
+                    who,
+                    Kind::File {
+                        proto: Proto::Http,
+                        kind,
+                        path: shown,
+                        bytes: 0,
+                        outcome: Outcome::Complete,
+                    },
+                );
+            }
+            return response
+                .status(StatusCode::NOT_MODIFIED)
+                .body(Body::empty())
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+        }
+        httpfile::Answer::Unsatisfiable => {
+            return response
+                .status(StatusCode::RANGE_NOT_SATISFIABLE)
+                .header(header::CONTENT_RANGE, format!("bytes */{len}"))
+                .body(Body::empty())
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+        }
+    };
+    if start > 0
+        && let Err(e) = file.seek(std::io::SeekFrom::Start(start)).await
+    {
+        tracing::warn!(path = %path.display(), error = %e, "boot file seek failed");
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
     let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(4);
     let recorder = web.recorder.clone();
-    let who = client_ip(peer).map(Who::Ip);
+    let whole = end == len;
     tokio::spawn(async move {
         let started = std::time::Instant::now();
+        let want = end - start;
         let mut sent = 0u64;
         let mut outcome = Outcome::Complete;
-        while sent < len {
-            let mut buf = vec![0u8; CHUNK.min((len - sent) as usize)];
+        while sent < want {
+            let mut buf = vec![0u8; CHUNK.min((want - sent) as usize)];
             let n = match file.read(&mut buf).await {
                 Ok(0) | Err(_) => {
                     outcome = Outcome::Aborted;
@@ -177,7 +243,11 @@ async fn send_file(
         }
         // The channel holds a few chunks: the transfer is done when the body took them all.
         tx.closed().await;
-        tracing::info!(peer = %peer, path = %shown, bytes = sent, ms = started.elapsed().as_millis() as u64, ?outcome, "http file");
+        tracing::info!(peer = %peer, path = %shown, bytes = sent, from = start, ms = started.elapsed().as_millis() as u64, ?outcome, "http file");
+        // A range that stops short of the end leaves the file incomplete on the client.
+        if outcome == Outcome::Complete && !whole {
+            outcome = Outcome::Aborted;
+        }
         if let Some(who) = who {
             recorder.record(
                 who,
@@ -192,9 +262,17 @@ async fn send_file(
         }
     });
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
-    Response::builder()
-        .header(header::CONTENT_LENGTH, len)
-        .header(header::CONTENT_TYPE, "application/octet-stream")
+    let mut response = response
+        .status(status)
+        .header(header::CONTENT_LENGTH, end - start)
+        .header(header::CONTENT_TYPE, "application/octet-stream");
+    if status == StatusCode::PARTIAL_CONTENT {
+        response = response.header(
+            header::CONTENT_RANGE,
+            format!("bytes {start}-{}/{len}", end - 1),
+        );
+    }
+    response
         .body(body)
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }

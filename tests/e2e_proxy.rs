@@ -1,0 +1,70 @@
+//! End to end in proxy mode: bootpool gives no addresses; dnsmasq (started by the lab on its
+//! bridge) does, and a qemu VM's iPXE takes the PXE answer from bootpool's proxy offer and its
+//! port 4011 ACK, then boots the demo image over NBD. Needs root, qemu, dnsmasq and the demo
+//! image.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The shipped pools.yaml, pointed at the built demo image and a private state folder.
+fn lab_config(dir: &Path) -> PathBuf {
+    let shipped = std::fs::read_to_string(repo().join("pools.yaml")).unwrap();
+    let image = repo().join("images/demo");
+    assert!(
+        image.join("rootfs.img").exists(),
+        "build the demo image first: images/build-demo.sh"
+    );
+    let text = shipped
+        .replace("dir: images/demo", &format!("dir: {}", image.display()))
+        .replace("mode: authoritative", "mode: proxy")
+        .replace(
+            "state_dir: var/",
+            &format!("state_dir: {}", dir.join("var").display()),
+        );
+    let path = dir.join("pools.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn one_client_boots_beside_dnsmasq() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = lab_config(dir.path());
+    assert!(
+        std::fs::read_to_string(&config)
+            .unwrap()
+            .contains("mode: proxy")
+    );
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    lab.args(["lab", "--clients", "1", "--root", "nbd"])
+        .args(["--timeout", "300", "--config"])
+        .arg(&config);
+    let (ok, table, log) = common::run(&mut lab, 360);
+    assert!(ok, "lab failed\n{table}\n{log}");
+    let row = table
+        .lines()
+        .skip(1)
+        .find(|l| !l.trim().is_empty())
+        .expect("a row");
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[3], "booted", "{table}");
+    // The address came from dnsmasq's lease file, and bootpool kept no leases of its own.
+    let run = std::fs::read_dir(dir.path().join("var/lab"))
+        .unwrap()
+        .flatten()
+        .next()
+        .expect("a lab run folder")
+        .path();
+    let leases = std::fs::read_to_string(run.join("dnsmasq.leases")).unwrap();
+    assert!(leases.contains(cells[2]), "{leases}\n{table}");
+    assert!(!dir.path().join("var/leases.json").exists());
+    let journal = std::fs::read_to_string(dir.path().join("var/events.jsonl")).unwrap();
+    assert!(journal.contains("\"dhcp_ack\""), "{journal}");
+    assert!(journal.contains("\"proto\":\"nbd\""), "{journal}");
+}

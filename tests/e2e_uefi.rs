@@ -1,0 +1,78 @@
+//! End to end under UEFI: an OVMF VM PXE-boots the demo image through bootpool with qemu's
+//! EFI NIC ROM (iPXE, arch 7), its kernel's EFI stub finds the initrd by `initrd=` and the root
+//! is attached over NBD. Needs root, qemu, Debian's `ovmf` and the built demo image.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The shipped pools.yaml, pointed at the built demo image and a private state folder.
+fn lab_config(dir: &Path) -> PathBuf {
+    let shipped = std::fs::read_to_string(repo().join("pools.yaml")).unwrap();
+    let image = repo().join("images/demo");
+    assert!(
+        image.join("rootfs.img").exists(),
+        "build the demo image first: images/build-demo.sh"
+    );
+    let text = shipped
+        .replace("dir: images/demo", &format!("dir: {}", image.display()))
+        .replace(
+            "state_dir: var/",
+            &format!("state_dir: {}", dir.join("var").display()),
+        );
+    let path = dir.join("pools.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn one_uefi_client_boots_over_nbd() {
+    assert!(
+        Path::new("/usr/share/ovmf/OVMF.fd").exists(),
+        "apt-get install ovmf"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = lab_config(dir.path());
+    let mut lab = Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    lab.args([
+        "lab",
+        "--clients",
+        "1",
+        "--root",
+        "nbd",
+        "--firmware",
+        "uefi",
+    ])
+    .args(["--timeout", "300", "--config"])
+    .arg(&config);
+    let (ok, table, log) = common::run(&mut lab, 360);
+    assert!(ok, "lab failed\n{table}\n{log}");
+    let rows: Vec<&str> = table
+        .lines()
+        .skip(1)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(rows.len(), 1, "{table}");
+    let cells: Vec<&str> = rows[0].split_whitespace().collect();
+    assert_eq!(cells[3], "booted", "{table}");
+    let journal = std::fs::read_to_string(dir.path().join("var/events.jsonl")).unwrap();
+    // The firmware said it is EFI, and got the script with the EFI stub's initrd= argument.
+    assert!(journal.contains("\"root_attach\""), "{journal}");
+    assert!(journal.contains("\"proto\":\"nbd\""), "{journal}");
+    let serial = std::fs::read_dir(dir.path().join("var/lab"))
+        .unwrap()
+        .flatten()
+        .map(|run| run.path().join("pc01.log"))
+        .find(|p| p.exists())
+        .expect("console log");
+    let console = String::from_utf8_lossy(&std::fs::read(serial).unwrap()).into_owned();
+    assert!(
+        console.contains("initrd=initrd.img"),
+        "the EFI stub needs initrd= on its command line:\n{console}"
+    );
+}
