@@ -9,6 +9,7 @@ REPO="$(cd "$HERE/.." && pwd)"
 usage() {
     cat <<EOF
 usage: $0 [--rounds N] [--files N] [--big MIB] [--data DIR] [--only bootpool|bootpool-ram|ganesha] [--bin PATH]
+          [--ls-passes N]
 
 Serves one tree from bootpool (release build, CARGO_TARGET_DIR=/work/target-bench) twice,
 with \`store: disk\` and with \`store: ram\` (two daemons), and from
@@ -21,7 +22,8 @@ round-trip bound, like a client walking its root.
   seq   one file of --big MiB (default 1024) read sequentially in rtmax chunks  -> MiB/s
   tree  --files (default 20000) small files (0.5-8 KiB, 100 per folder), each opened,
         read and closed                                                         -> files/s
-  ls    recursive listing of that tree (READDIRPLUS)                            -> entries/s
+  ls    recursive listing of that tree (READDIRPLUS), --ls-passes (default 10)
+        walks in one measurement                                               -> entries/s
 
 Rounds (default 5) alternate the servers; each figure is the median over the rounds. Both
 servers read the same files from a warm page cache. Everything started is stopped on exit.
@@ -33,7 +35,7 @@ in the namespace with a private /run, no host service).
 EOF
 }
 
-ROUNDS=5 FILES=20000 BIG=1024 DATA=/tmp/bootpool-nfsbench ONLY="" BIN=""
+LS_PASSES=10 ROUNDS=5 FILES=20000 BIG=1024 DATA=/tmp/bootpool-nfsbench ONLY="" BIN=""
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -42,6 +44,7 @@ while [ $# -gt 0 ]; do
         --big) BIG="$2"; shift ;;
         --data) DATA="$2"; shift ;;
         --only) ONLY="$2"; shift ;;
+        --ls-passes) LS_PASSES="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -227,7 +230,7 @@ for round in $(seq "$ROUNDS"); do
             case $op in
                 seq) args=(read "$(url "$s")" /big.bin) ;;
                 tree) args=(tree "$(url "$s")" /small) ;;
-                ls) args=(ls "$(url "$s")" /small) ;;
+                ls) args=(ls "$(url "$s")" /small "$LS_PASSES") ;;
             esac
             out="$(timeout 600 ip netns exec "$NS" "$WORK/nfsbench" "${args[@]}")" \
                 || { log "$s $op failed"; exit 1; }
@@ -242,7 +245,7 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+median() { sort -g | awk '{a[NR]=$1} END {if (NR) print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 med() { awk -v s="$1" -v o="$2" '$1==s && $2==o {print $3}' "$WORK/results" | median; }
 printf '\n| test (median of %s rounds) | unit | bootpool disk | bootpool ram | ganesha | disk/ganesha | ram/ganesha |\n' "$ROUNDS"
 printf '|---|---|---:|---:|---:|---:|---:|\n'
