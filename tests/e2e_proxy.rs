@@ -5,37 +5,16 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use common::lab::lab_config;
+
 use std::process::Command;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The shipped pools.yaml, pointed at the built demo image and a private state folder.
-fn lab_config(dir: &Path) -> PathBuf {
-    let shipped = std::fs::read_to_string(repo().join("pools.yaml")).unwrap();
-    let image = repo().join("images/demo");
-    assert!(
-        image.join("rootfs.img").exists(),
-        "build the demo image first: images/build-demo.sh"
-    );
-    let text = shipped
-        .replace("dir: images/demo", &format!("dir: {}", image.display()))
-        .replace("mode: authoritative", "mode: proxy")
-        .replace(
-            "state_dir: var/",
-            &format!("state_dir: {}", dir.join("var").display()),
-        );
-    let path = dir.join("pools.yaml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
 
 #[test]
 fn one_client_boots_beside_dnsmasq() {
     let dir = tempfile::tempdir().unwrap();
-    let config = lab_config(dir.path());
+    let config = lab_config(dir.path(), |t| {
+        t.replace("mode: authoritative", "mode: proxy")
+    });
     assert!(
         std::fs::read_to_string(&config)
             .unwrap()

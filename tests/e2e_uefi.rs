@@ -4,31 +4,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use common::lab::lab_config;
+use std::path::Path;
+
 use std::process::Command;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The shipped pools.yaml, pointed at the built demo image and a private state folder.
-fn lab_config(dir: &Path) -> PathBuf {
-    let shipped = std::fs::read_to_string(repo().join("pools.yaml")).unwrap();
-    let image = repo().join("images/demo");
-    assert!(
-        image.join("rootfs.img").exists(),
-        "build the demo image first: images/build-demo.sh"
-    );
-    let text = shipped
-        .replace("dir: images/demo", &format!("dir: {}", image.display()))
-        .replace(
-            "state_dir: var/",
-            &format!("state_dir: {}", dir.join("var").display()),
-        );
-    let path = dir.join("pools.yaml");
-    std::fs::write(&path, text).unwrap();
-    path
-}
 
 #[test]
 fn one_uefi_client_boots_over_nbd() {
@@ -37,7 +16,7 @@ fn one_uefi_client_boots_over_nbd() {
         "apt-get install ovmf"
     );
     let dir = tempfile::tempdir().unwrap();
-    let config = lab_config(dir.path());
+    let config = lab_config(dir.path(), |t| t);
     let mut lab = Command::new(env!("CARGO_BIN_EXE_bootpool"));
     lab.args([
         "lab",

@@ -12,6 +12,7 @@ pub struct Fixture {
     pub dir: tempfile::TempDir,
 }
 
+pub mod lab;
 pub mod netns;
 
 /// Deterministic bytes, so a test can check what it read without keeping a copy.
