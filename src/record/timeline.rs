@@ -12,6 +12,9 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
+/// A DISCOVER after this long without events from a client starts a new boot.
+const RESTART_SILENCE_US: Micros = 300 * 1_000_000;
+
 pub const PHASES: [&str; 6] = ["dhcp", "loader", "ipxe", "kernel", "initrd", "root"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -186,9 +189,14 @@ impl Timelines {
         if let Kind::DhcpDiscover { pxe, .. } = ev.kind {
             let new_boot = match self.current.get(&mac) {
                 None => true,
-                // Boot firmware asking again after the script means the machine restarted;
-                // the initrd's own DHCP (no PXEClient) belongs to the boot under way.
-                Some(&i) => pxe && self.boots[i].past_firmware(),
+                // Boot firmware asking again after the script means the machine restarted, as
+                // does any DISCOVER after a long silence (a boot that died early, then a
+                // power-on); the initrd's own DHCP (no PXEClient) belongs to the boot under way.
+                Some(&i) => {
+                    let b = &self.boots[i];
+                    let silent = ev.at - b.last_event > RESTART_SILENCE_US;
+                    (pxe && b.past_firmware()) || silent
+                }
             };
             if new_boot {
                 let id = self.boots.len() as u64 + 1;
@@ -378,6 +386,23 @@ mod tests {
             },
         ));
         assert_eq!(t.boots().len(), 2);
+        // So does a DISCOVER long after a boot that died before its script.
+        let pxe = |pool: &str| Kind::DhcpAck {
+            ip,
+            pxe: true,
+            ipxe: false,
+            pool: pool.into(),
+        };
+        t.apply(&ev(21_000_000, Who::Mac(mac), pxe("room")));
+        let discover = Kind::DhcpDiscover {
+            pxe: true,
+            ipxe: false,
+        };
+        t.apply(&ev(900_000_000, Who::Mac(mac), discover.clone()));
+        assert_eq!(t.boots().len(), 3);
+        // But not one soon after (firmware retrying within its boot).
+        t.apply(&ev(901_000_000, Who::Mac(mac), discover));
+        assert_eq!(t.boots().len(), 3);
     }
 
     #[test]
