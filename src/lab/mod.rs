@@ -77,6 +77,18 @@ impl Outcome {
     }
 }
 
+/// Makes the child get `signal` when the lab process dies, however it dies, so nothing the
+/// lab started outlives it.
+pub(crate) fn dies_with_lab(cmd: &mut Command, signal: libc::c_int) {
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, signal);
+            Ok(())
+        });
+    }
+}
+
 /// Kills the daemon when the lab ends, however it ends.
 struct Daemon(Child);
 
@@ -201,13 +213,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
-    // SAFETY: prctl is async-signal-safe; the daemon dies with the lab.
-    unsafe {
-        serve.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        });
-    }
+    dies_with_lab(&mut serve, libc::SIGTERM);
     let mut daemon = Daemon(serve.spawn().context("starting bootpool serve")?);
     let api = std::net::SocketAddr::from((config.server.address, config.server.http.port()));
     wait_for_api(api, &mut daemon, &run_dir).await?;

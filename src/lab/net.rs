@@ -67,7 +67,6 @@ pub fn start_router_adverts(
     bridge: &str,
     dir: &std::path::Path,
 ) -> anyhow::Result<Option<std::process::Child>> {
-    use std::os::unix::process::CommandExt;
     let Some(radvd) = ["/usr/sbin/radvd", "/sbin/radvd"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())
@@ -95,13 +94,7 @@ pub fn start_router_adverts(
     cmd.args(["--logmethod", "stderr"])
         .stdout(log.try_clone()?)
         .stderr(log);
-    // SAFETY: prctl is async-signal-safe; radvd dies with the lab.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
+    super::dies_with_lab(&mut cmd, libc::SIGKILL);
     Ok(Some(cmd.spawn().context("starting radvd")?))
 }
 
@@ -113,7 +106,6 @@ pub fn start_dhcp_peer(
     range: (std::net::Ipv4Addr, std::net::Ipv4Addr),
     dir: &std::path::Path,
 ) -> anyhow::Result<Option<std::process::Child>> {
-    use std::os::unix::process::CommandExt;
     let Some(dnsmasq) = ["/usr/sbin/dnsmasq", "/sbin/dnsmasq"]
         .into_iter()
         .find(|p| std::path::Path::new(p).exists())
@@ -138,12 +130,6 @@ pub fn start_dhcp_peer(
     .arg(format!("--pid-file={}", dir.join("dnsmasq.pid").display()))
     .stdout(log.try_clone()?)
     .stderr(log);
-    // SAFETY: prctl is async-signal-safe; dnsmasq dies with the lab.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
+    super::dies_with_lab(&mut cmd, libc::SIGKILL);
     Ok(Some(cmd.spawn().context("starting dnsmasq")?))
 }

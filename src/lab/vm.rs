@@ -2,7 +2,6 @@
 //! its serial console in a file.
 
 use crate::config::Mac;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -116,14 +115,7 @@ fn qemu(accel: Accel, serial: Serial) -> Command {
             .stdout(Stdio::piped());
         }
     }
-    // If the lab dies, its clients die with it.
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
-    }
+    super::dies_with_lab(&mut cmd, libc::SIGKILL);
     cmd
 }
 
