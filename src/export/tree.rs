@@ -968,9 +968,15 @@ mod tests {
         let mut other = wire;
         other[0] = 2;
         assert_eq!(TreeHandle::from_wire(&other), Err(status::BADHANDLE));
-        let mut gone = wire;
-        gone[WIRE_LEN - 1] ^= 0xff;
+        // A handle to a file that no longer exists is stale. (Made by deleting a real file:
+        // a handle with a flipped inode byte can land on another fixture file.)
+        let path = dir.path().join("rootfs/bin/gone");
+        std::fs::write(&path, b"x").unwrap();
+        let fresh = Tree::new([("demo".to_string(), dir.path().join("rootfs"))]);
+        let gone = walk(&fresh, &["demo", "bin", "gone"]).unwrap().wire();
+        std::fs::remove_file(&path).unwrap();
+        let later = Tree::new([("demo".to_string(), dir.path().join("rootfs"))]);
         let gone = TreeHandle::from_wire(&gone).unwrap();
-        assert_eq!(again.getattr(&gone), Err(status::STALE));
+        assert_eq!(later.getattr(&gone), Err(status::STALE));
     }
 }
