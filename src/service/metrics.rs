@@ -2,6 +2,7 @@
 //! egress sampler. Labels per client would be fine for rooms but are left out; never per file.
 
 use super::http::Web;
+use crate::record::egress::LinkCounters;
 use crate::record::timeline::{BootResult, PHASES};
 use axum::extract::State;
 use axum::http::header;
@@ -141,33 +142,29 @@ pub fn text(web: &Web) -> String {
     });
 
     let links = web.egress.links();
-    head(
-        &mut out,
-        "bootpool_link_transmit_bytes_total",
-        "counter",
-        "Bytes sent on each served link and member, as the kernel counts them.",
-    );
-    for l in &links {
-        let master = l.master.as_deref().unwrap_or("");
-        let _ = writeln!(
-            out,
-            "bootpool_link_transmit_bytes_total{{link=\"{}\",master=\"{master}\"}} {}",
-            l.name, l.tx_bytes
-        );
-    }
-    head(
-        &mut out,
-        "bootpool_link_receive_bytes_total",
-        "counter",
-        "Bytes received on each served link and member.",
-    );
-    for l in &links {
-        let master = l.master.as_deref().unwrap_or("");
-        let _ = writeln!(
-            out,
-            "bootpool_link_receive_bytes_total{{link=\"{}\",master=\"{master}\"}} {}",
-            l.name, l.rx_bytes
-        );
+    let counters: [(&str, &str, fn(&LinkCounters) -> u64); 2] = [
+        (
+            "bootpool_link_transmit_bytes_total",
+            "Bytes sent on each served link and member, as the kernel counts them.",
+            |l| l.tx_bytes,
+        ),
+        (
+            "bootpool_link_receive_bytes_total",
+            "Bytes received on each served link and member.",
+            |l| l.rx_bytes,
+        ),
+    ];
+    for (name, help, value) in counters {
+        head(&mut out, name, "counter", help);
+        for l in &links {
+            let master = l.master.as_deref().unwrap_or("");
+            let _ = writeln!(
+                out,
+                "{name}{{link=\"{}\",master=\"{master}\"}} {}",
+                l.name,
+                value(l)
+            );
+        }
     }
     head(
         &mut out,
