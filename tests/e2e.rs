@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::lab::{lab_config, repo};
+use common::lab::{lab_config, repo, run_lab};
 
 use std::process::Command;
 
@@ -12,32 +12,14 @@ use std::process::Command;
 fn boot_two(root: &str) {
     let dir = tempfile::tempdir().unwrap();
     let config = lab_config(dir.path(), |t| t);
-    let mut lab = Command::new(env!("CARGO_BIN_EXE_bootpool"));
-    lab.args([
-        "lab",
-        "--clients",
-        "2",
-        "--root",
-        root,
-        "--timeout",
-        "400",
-        "--config",
-    ])
-    .arg(&config);
-    let (ok, table, log) = common::run(&mut lab, 480);
-    assert!(ok, "lab failed\n{table}\n{log}");
-    let rows: Vec<&str> = table
-        .lines()
-        .skip(1)
-        .filter(|l| !l.trim().is_empty())
-        .collect();
+    let args = ["--clients", "2", "--root", root, "--timeout", "400"];
+    let (table, rows) = run_lab(&config, &args, 480);
     assert_eq!(rows.len(), 2, "{table}");
-    for row in rows {
-        let cells: Vec<&str> = row.split_whitespace().collect();
+    for cells in rows {
         let num = |i: usize| {
             cells[i]
                 .parse::<f64>()
-                .unwrap_or_else(|_| panic!("column {i} of {row}:\n{table}"))
+                .unwrap_or_else(|_| panic!("column {i} of {cells:?}:\n{table}"))
         };
         assert_eq!(cells[3], "booted", "{table}");
         // Every phase up to root was recorded (the qemu ROM is iPXE already: no loader).

@@ -5,9 +5,7 @@
 
 mod common;
 
-use common::lab::lab_config;
-
-use std::process::Command;
+use common::lab::{lab_config, run_lab};
 
 #[test]
 fn one_client_boots_beside_dnsmasq() {
@@ -20,18 +18,12 @@ fn one_client_boots_beside_dnsmasq() {
             .unwrap()
             .contains("mode: proxy")
     );
-    let mut lab = Command::new(env!("CARGO_BIN_EXE_bootpool"));
-    lab.args(["lab", "--clients", "1", "--root", "nbd"])
-        .args(["--timeout", "300", "--config"])
-        .arg(&config);
-    let (ok, table, log) = common::run(&mut lab, 360);
-    assert!(ok, "lab failed\n{table}\n{log}");
-    let row = table
-        .lines()
-        .skip(1)
-        .find(|l| !l.trim().is_empty())
-        .expect("a row");
-    let cells: Vec<&str> = row.split_whitespace().collect();
+    let (table, rows) = run_lab(
+        &config,
+        &["--clients", "1", "--root", "nbd", "--timeout", "300"],
+        360,
+    );
+    let cells = rows.first().expect("a row");
     assert_eq!(cells[3], "booted", "{table}");
     // The address came from dnsmasq's lease file, and bootpool kept no leases of its own.
     let run = std::fs::read_dir(dir.path().join("var/lab"))
@@ -41,7 +33,7 @@ fn one_client_boots_beside_dnsmasq() {
         .expect("a lab run folder")
         .path();
     let leases = std::fs::read_to_string(run.join("dnsmasq.leases")).unwrap();
-    assert!(leases.contains(cells[2]), "{leases}\n{table}");
+    assert!(leases.contains(&cells[2]), "{leases}\n{table}");
     assert!(!dir.path().join("var/leases.json").exists());
     let journal = std::fs::read_to_string(dir.path().join("var/events.jsonl")).unwrap();
     assert!(journal.contains("\"dhcp_ack\""), "{journal}");

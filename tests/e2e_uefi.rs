@@ -4,10 +4,8 @@
 
 mod common;
 
-use common::lab::lab_config;
+use common::lab::{lab_config, run_lab};
 use std::path::Path;
-
-use std::process::Command;
 
 #[test]
 fn one_uefi_client_boots_over_nbd() {
@@ -17,28 +15,19 @@ fn one_uefi_client_boots_over_nbd() {
     );
     let dir = tempfile::tempdir().unwrap();
     let config = lab_config(dir.path(), |t| t);
-    let mut lab = Command::new(env!("CARGO_BIN_EXE_bootpool"));
-    lab.args([
-        "lab",
+    let args = [
         "--clients",
         "1",
         "--root",
         "nbd",
         "--firmware",
         "uefi",
-    ])
-    .args(["--timeout", "300", "--config"])
-    .arg(&config);
-    let (ok, table, log) = common::run(&mut lab, 360);
-    assert!(ok, "lab failed\n{table}\n{log}");
-    let rows: Vec<&str> = table
-        .lines()
-        .skip(1)
-        .filter(|l| !l.trim().is_empty())
-        .collect();
+        "--timeout",
+        "300",
+    ];
+    let (table, rows) = run_lab(&config, &args, 360);
     assert_eq!(rows.len(), 1, "{table}");
-    let cells: Vec<&str> = rows[0].split_whitespace().collect();
-    assert_eq!(cells[3], "booted", "{table}");
+    assert_eq!(rows[0][3], "booted", "{table}");
     let journal = std::fs::read_to_string(dir.path().join("var/events.jsonl")).unwrap();
     // The firmware said it is EFI, and got the script with the EFI stub's initrd= argument.
     assert!(journal.contains("\"root_attach\""), "{journal}");
