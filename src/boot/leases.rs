@@ -81,6 +81,20 @@ impl Leases {
         self.leases.iter()
     }
 
+    /// Entries in the table (any state).
+    pub fn len(&self) -> usize {
+        self.leases.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.leases.is_empty()
+    }
+
+    /// Declined addresses and the end of their quarantine.
+    pub fn declined(&self) -> impl Iterator<Item = (Ipv4Addr, u64)> + '_ {
+        self.declined.iter().map(|(ip, until)| (*ip, *until))
+    }
+
     fn in_range(&self, ip: Ipv4Addr) -> bool {
         self.range
             .is_some_and(|(a, b)| (u32::from(a)..=u32::from(b)).contains(&u32::from(ip)))
@@ -281,6 +295,7 @@ impl Leases {
                 .iter()
                 .map(|(ip, until)| (*ip, *until))
                 .collect(),
+            journal: 0,
         }
     }
 
@@ -317,13 +332,16 @@ impl Leases {
     }
 }
 
-/// leases.json.
+/// leases.json (see `service::lease_file`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Saved {
     pub leases: Vec<SavedLease>,
     #[serde(default)]
     pub declined: Vec<(Ipv4Addr, u64)>,
+    /// The generation of the journal that continues this snapshot.
+    #[serde(default)]
+    pub journal: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,14 +11,14 @@ use crate::config::Config;
 use crate::proto::tftp::{self as wire, Mode, Next, Packet, Sender, err};
 use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Who};
 use crate::shutdown::Shutdown;
+use std::io::Read;
+use std::net::UdpSocket;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use std::io::Read;
-use std::net::UdpSocket;
-use std::os::unix::fs::FileExt;
 use std::time::Instant;
 use tokio::sync::Semaphore;
 
