@@ -1,7 +1,8 @@
-// The dashboard in a real browser: `bootpool serve` on a copy of a recorded lab run
-// (tests/fixtures/lab-state), Debian's chromium driven by playwright-core. The page's numbers
-// must be the API's, a new DHCP client must appear in the room without a reload, every view
-// must render without console errors and without a request leaving the server.
+// The dashboard in a real browser: `bootpool serve` on a copy of recorded lab runs
+// (tests/fixtures/lab-state: boot events and server egress), Debian's chromium driven by
+// playwright-core. The page's numbers must be the API's, a machine powering on must change its
+// room tile without a reload (and stand out when it stalls), every view must render without
+// console errors and without a request leaving the server, and fit a desktop and a phone.
 //
 // Env: BOOTPOOL_BIN (the daemon; tests/dashboard.rs passes it), CHROMIUM (default
 // /usr/bin/chromium), SCREENSHOT_DIR (where to save views; default: a temp folder).
@@ -144,7 +145,7 @@ async function shot(page, name) {
   await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
 }
 
-function watch(page) {
+function watch(page, at = base) {
   page.on('pageerror', e => problems.push(`page error: ${e.message}`));
   page.on('console', msg => {
     if (msg.type() !== 'error') return;
@@ -153,7 +154,7 @@ function watch(page) {
     problems.push(`console error: ${msg.text()} (${url})`);
   });
   page.on('request', r => {
-    if (!r.url().startsWith(base) && !r.url().startsWith('data:')) problems.push(`request left the server: ${r.url()}`);
+    if (!r.url().startsWith(at) && !r.url().startsWith('data:')) problems.push(`request left the server: ${r.url()}`);
   });
 }
 
@@ -494,14 +495,16 @@ test('keyboard: the views, sort buttons and tiles are reachable with Tab and Ent
   await page.close();
 });
 
-test('phone: views fit the width of a phone', async () => {
+test('layout: every view fits 1280x800 and a 390 px phone', async () => {
   const page = await context.newPage();
   watch(page);
-  await page.setViewportSize({ width: 390, height: 844 });
-  for (const hash of ['/room/lab-nfs', '/wave', '/compare', '/egress', '/client', '/client/52:54:00:77:00:01']) {
-    await view(page, hash);
-    const [scroll, inner] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
-    assert.ok(scroll <= inner, `${hash}: page is ${scroll}px wide on a ${inner}px screen`);
+  for (const [w, h] of [[1280, 800], [390, 844]]) {
+    await page.setViewportSize({ width: w, height: h });
+    for (const hash of ['/room/lab-nfs', '/wave', '/compare', '/egress', '/client', '/client/52:54:00:77:00:01']) {
+      await view(page, hash);
+      const [scroll, inner] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+      assert.ok(scroll <= inner, `${hash}: page is ${scroll}px wide on a ${inner}px screen`);
+    }
   }
   await view(page, '/wave');
   await shot(page, 'phone-wave');
@@ -535,6 +538,15 @@ test('live: a machine that powers on changes its tile as its events arrive, with
   // A new power-on of the room: the fixture's machines now wait, this one is the wave.
   assert.equal((await page.textContent('[data-testid=wave-clients]')).trim(), '1');
   assert.equal((await page.textContent('[data-testid=mode]')).trim(), 'live');
+  // A second machine sends DISCOVER and then nothing: the first one's DHCP took well under 1 s,
+  // so after 3 s of silence its tile is framed and says stalled.
+  const stuck = '52:54:00:77:00:31';
+  await sendDhcp(dhcpMessage(1, stuck, 0x5678));
+  await page.waitForSelector(`.tile[data-mac="${stuck}"][data-phase=dhcp]`, { timeout: WAIT });
+  assert.equal(await page.locator(`.tile[data-mac="${stuck}"].stalled`).count(), 0, 'not stalled at once');
+  await page.waitForSelector(`.tile[data-mac="${stuck}"].stalled .stall`, { timeout: WAIT });
+  assert.equal(await page.locator('.tile.stalled').count(), 1, 'only the silent machine is stalled');
+  assert.match(await page.textContent(`.tile[data-mac="${stuck}"] .stall`), /stalled: silent \d+ s/);
   await shot(page, 'room-live');
   await page.close();
 });
@@ -542,7 +554,7 @@ test('live: a machine that powers on changes its tile as its events arrive, with
 test('empty state: a fresh daemon says how to record a wave', async () => {
   const fresh = await startDaemon('empty', null);
   const page = await context.newPage();
-  page.on('pageerror', e => problems.push(`page error: ${e.message}`));
+  watch(page, fresh.base);
   for (const hash of ['/wave', '/compare', '/client', '/egress']) {
     await page.goto(`${fresh.base}/#${hash}`);
     await page.waitForSelector('section[data-ready]', { timeout: WAIT });
