@@ -1,6 +1,8 @@
-//! End to end under UEFI: an OVMF VM PXE-boots the demo image through bootpool with qemu's
-//! EFI NIC ROM (iPXE, arch 7), its kernel's EFI stub finds the initrd by `initrd=` and the root
-//! is attached over NBD. Needs root, qemu, Debian's `ovmf` and the built demo image.
+//! End to end under UEFI, the way a real PC boots: an OVMF VM with no NIC ROM uses the
+//! firmware's own PXE client (arch 7, not iPXE), which loads `snponly.efi` over TFTP (with
+//! EDK2's tsize probe first); that iPXE asks DHCP again, gets its script over HTTP, the kernel's
+//! EFI stub finds the initrd by `initrd=` and the root is attached over NBD. Needs root, qemu,
+//! Debian's `ovmf` and `ipxe`, and the built demo image.
 
 mod common;
 
@@ -8,7 +10,7 @@ use common::lab::{lab_config, run_lab};
 use std::path::Path;
 
 #[test]
-fn one_uefi_client_boots_over_nbd() {
+fn one_uefi_client_boots_through_firmware_pxe_over_nbd() {
     assert!(
         Path::new("/usr/share/ovmf/OVMF.fd").exists(),
         "apt-get install ovmf"
@@ -21,7 +23,7 @@ fn one_uefi_client_boots_over_nbd() {
         "--root",
         "nbd",
         "--firmware",
-        "uefi",
+        "uefi-pxe",
         "--timeout",
         "300",
     ];
@@ -29,7 +31,20 @@ fn one_uefi_client_boots_over_nbd() {
     assert_eq!(rows.len(), 1, "{table}");
     assert_eq!(rows[0][3], "booted", "{table}");
     let journal = std::fs::read_to_string(dir.path().join("var/events.jsonl")).unwrap();
-    // The firmware said it is EFI, and got the script with the EFI stub's initrd= argument.
+    // The firmware's PXE (not iPXE) asked first and got the loader over TFTP, whole.
+    let first = journal.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("\"dhcp_discover\"") && first.contains("\"ipxe\":false"),
+        "{journal}"
+    );
+    assert!(
+        journal.lines().any(|l| l.contains("\"proto\":\"tftp\"")
+            && l.contains("\"path\":\"snponly.efi\"")
+            && l.contains("\"outcome\":\"complete\"")),
+        "{journal}"
+    );
+    // Then iPXE asked, and got the script with the EFI stub's initrd= argument.
+    assert!(journal.contains("\"ipxe\":true"), "{journal}");
     assert!(journal.contains("\"root_attach\""), "{journal}");
     assert!(journal.contains("\"proto\":\"nbd\""), "{journal}");
     let serial = std::fs::read_dir(dir.path().join("var/lab"))

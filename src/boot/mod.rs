@@ -104,12 +104,15 @@ pub fn plan<'a>(config: &'a Config, client: &Client) -> Option<Plan<'a>> {
 }
 
 /// The iPXE build for a firmware architecture (names as Debian's `ipxe` package ships them).
+/// x64 UEFI gets `snponly.efi`: it drives the NIC through the firmware's own network stack,
+/// which loaded it, so it works on any NIC the firmware can boot from, and at 170 KiB it
+/// loads five times faster than `ipxe.efi` (which Debian ships as a symlink out of its folder).
 pub fn loader_for(arch: u16) -> &'static str {
     match arch {
         arch::BIOS => "undionly.kpxe",
         arch::EFI_ARM64 | arch::EFI_ARM64_HTTP => "ipxe-arm64.efi",
         arch::EFI_IA32 | arch::EFI_IA32_HTTP => "ipxe-i386.efi",
-        _ => "ipxe.efi",
+        _ => "snponly.efi",
     }
 }
 
@@ -152,11 +155,11 @@ pools:
         };
         assert_eq!(file(Some(0)), Some(BootFile::Tftp("undionly.kpxe".into())));
         assert_eq!(file(None), Some(BootFile::Tftp("undionly.kpxe".into())));
-        assert_eq!(file(Some(7)), Some(BootFile::Tftp("ipxe.efi".into())));
+        assert_eq!(file(Some(7)), Some(BootFile::Tftp("snponly.efi".into())));
         assert_eq!(
             file(Some(16)),
             Some(BootFile::Url(
-                "http://10.77.0.1:8080/boot/loaders/ipxe.efi".into()
+                "http://10.77.0.1:8080/boot/loaders/snponly.efi".into()
             ))
         );
     }
@@ -175,14 +178,14 @@ pools:
             )))
         };
         // Option 60 HTTPClient alone is enough, whatever option 93 says or omits.
-        assert_eq!(http(Some(16), true), url("ipxe.efi"));
-        assert_eq!(http(None, true), url("ipxe.efi"));
+        assert_eq!(http(Some(16), true), url("snponly.efi"));
+        assert_eq!(http(None, true), url("snponly.efi"));
         assert_eq!(http(Some(19), true), url("ipxe-arm64.efi"));
         assert_eq!(http(Some(15), false), url("ipxe-i386.efi"));
         // A PXE client of the same architecture family stays on TFTP.
         assert_eq!(
             http(Some(9), false),
-            Some(BootFile::Tftp("ipxe.efi".into()))
+            Some(BootFile::Tftp("snponly.efi".into()))
         );
         // iPXE over HTTP boot still gets its script, not a loader.
         let mut cl = client("52:54:00:77:00:02", Some(16), true, true);

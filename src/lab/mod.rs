@@ -52,7 +52,7 @@ pub struct LabArgs {
     #[arg(long, value_enum, default_value_t = AccelChoice::Auto)]
     pub accel: AccelChoice,
     /// What the clients' boards run: bios (SeaBIOS, iPXE NIC ROM), uefi (OVMF, iPXE NIC ROM) or
-    /// uefi-pxe (OVMF's own PXE client, which loads ipxe.efi over TFTP).
+    /// uefi-pxe (OVMF's own PXE client, which loads iPXE over TFTP).
     #[arg(long, value_enum, default_value_t = vm::Firmware::Bios)]
     pub firmware: vm::Firmware,
     /// Give up on clients not booted after this many seconds (default: 120 + 40 per client).

@@ -32,7 +32,7 @@ pub enum Firmware {
     /// OVMF (Debian's `ovmf`); qemu's EFI NIC ROM is iPXE for EFI (arch 7).
     Uefi,
     /// OVMF with no NIC ROM: the firmware's own PXE client, as on most real PCs, which loads
-    /// `ipxe.efi` over TFTP and chains to it.
+    /// iPXE (`snponly.efi`) over TFTP and chains to it.
     UefiPxe,
 }
 

@@ -658,7 +658,7 @@ pools:
             (offer.subnet_mask, offer.router, offer.lease_secs),
             (None, None, None)
         );
-        assert_eq!(offer.boot_file.as_deref(), Some("ipxe.efi"));
+        assert_eq!(offer.boot_file.as_deref(), Some("snponly.efi"));
         assert_eq!(offer.siaddr, Ipv4Addr::new(10, 77, 0, 1));
         assert_eq!(offer.class, Some(ServerClass::Pxe));
         assert_eq!(offer.pxe_discovery, Some(PXE_BOOT_FILE_ONLY));
@@ -684,7 +684,7 @@ pools:
         assert_eq!(to, src);
         assert_eq!(ack.yiaddr, Ipv4Addr::UNSPECIFIED);
         assert_eq!(ack.ciaddr, request.ciaddr);
-        assert_eq!(ack.boot_file.as_deref(), Some("ipxe.efi"));
+        assert_eq!(ack.boot_file.as_deref(), Some("snponly.efi"));
         assert_eq!(ack.lease_secs, None);
         // iPXE gets no boot file on 67, so it asks on 4011 and we learn its address.
         let (offer, _) = s

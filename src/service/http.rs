@@ -103,17 +103,19 @@ async fn loader(
     headers: HeaderMap,
     Path(file): Path<String>,
 ) -> Response {
-    // Only plain names of files in the loaders folder.
-    if file.is_empty() || file.starts_with('.') || file.contains(['/', '\\']) {
+    // Only plain names of files in the loaders folder, as TFTP serves them.
+    if file.contains('/') {
         return not_found("no such loader");
     }
-    let path = web.config.server.loaders.join(&file);
+    let Ok((path, kind)) = super::boot_files::resolve(&web.config, &file) else {
+        return not_found("no such loader");
+    };
     send_file(
         &web,
         peer,
         &headers,
         path,
-        FileKind::Loader,
+        kind,
         format!("/boot/loaders/{file}"),
     )
     .await
@@ -125,14 +127,13 @@ async fn image_file(
     headers: HeaderMap,
     Path((image, file)): Path<(String, String)>,
 ) -> Response {
-    let Some(img) = web.config.images.get(&image) else {
-        return not_found("no such image");
-    };
     // Only the two boot files of an image are served over HTTP; the root goes by NFS or NBD.
-    let (path, kind) = match file.as_str() {
-        "vmlinuz" => (img.kernel(), FileKind::Kernel),
-        "initrd.img" => (img.initrd(), FileKind::Initrd),
-        _ => return not_found("no such boot file"),
+    if file.contains('/') {
+        return not_found("no such boot file");
+    }
+    let Ok((path, kind)) = super::boot_files::resolve(&web.config, &format!("{image}/{file}"))
+    else {
+        return not_found("no such boot file");
     };
     send_file(
         &web,

@@ -7,15 +7,16 @@
 //! loader phase ends there), to stop on a client ERROR (EDK2's tsize probe), windowsize, and
 //! no extra dependency; the protocol part is small and lives in `proto::tftp`.
 
+use super::boot_files::{Refused, resolve};
 use crate::config::Config;
 use crate::proto::tftp::{self as wire, Mode, Next, Packet, Sender, err};
-use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Who};
+use crate::record::{Kind, Outcome, Proto, Recorder, Who};
 use crate::shutdown::Shutdown;
 use std::io::Read;
 use std::net::UdpSocket;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -112,50 +113,6 @@ fn short(p: &Packet) -> &'static str {
         Packet::Error { .. } => "error",
         Packet::Oack(_) => "oack",
     }
-}
-
-/// Why a name is not served: the code and text the client gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refused(pub u16, pub &'static str);
-
-/// Maps a requested name to a file and what it is, refusing anything but the loaders and the
-/// images' boot files. Symlinks are followed only while they stay inside their folder.
-pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), Refused> {
-    let bad = Refused(err::ACCESS, "access violation");
-    if name.is_empty()
-        || name.starts_with('/')
-        || name.contains('\\')
-        || name.split('/').any(|c| c.is_empty() || c.starts_with('.'))
-    {
-        return Err(bad);
-    }
-    let parts: Vec<&str> = name.split('/').collect();
-    let (root, path, kind) = match parts.as_slice() {
-        [loader] => (
-            config.server.loaders.clone(),
-            config.server.loaders.join(loader),
-            FileKind::Loader,
-        ),
-        [image, file] => {
-            let image = config
-                .images
-                .get(*image)
-                .ok_or(Refused(err::NOT_FOUND, "file not found"))?;
-            match *file {
-                "vmlinuz" => (image.dir.clone(), image.kernel(), FileKind::Kernel),
-                "initrd.img" => (image.dir.clone(), image.initrd(), FileKind::Initrd),
-                _ => return Err(bad),
-            }
-        }
-        _ => return Err(bad),
-    };
-    let found = Refused(err::NOT_FOUND, "file not found");
-    let real = path.canonicalize().map_err(|_| found)?;
-    let root = root.canonicalize().map_err(|_| found)?;
-    if !real.starts_with(&root) {
-        return Err(bad);
-    }
-    Ok((real, kind))
 }
 
 struct Transfer {
