@@ -14,6 +14,8 @@ fn curl(args: &[&str]) -> Command {
 #[tokio::test]
 async fn kernel_script_and_booted_are_served_and_recorded() {
     let fx = Fixture::new();
+    // A link out of the loaders folder is refused here as TFTP refuses it.
+    std::os::unix::fs::symlink("../pools.yaml", fx.path().join("loaders/escape.efi")).unwrap();
     let daemon = fx.start().await;
     let base = format!("http://{}", daemon.bound.http);
 
@@ -45,6 +47,8 @@ async fn kernel_script_and_booted_are_served_and_recorded() {
         "/boot/demo/..%2F..%2Fpools.yaml",
         "/boot/nope/vmlinuz",
         "/boot/loaders/..%2Fpools.yaml",
+        "/boot/loaders/escape.efi",
+        "/boot/loaders/.hidden",
     ] {
         let (ok, code, _) = run_async(
             curl(&[
