@@ -160,8 +160,11 @@ fn report(
             return ExitCode::from(2);
         }
     };
-    let result = bootpool::record::load(&config.server.state_dir)
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
         .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(bootpool::record::load(&config.server)))
         .and_then(|t| bootpool::record::report::render(&t, query, format));
     match result {
         Ok(text) => {

@@ -28,7 +28,7 @@ fn one_uefi_client_boots_over_nbd() {
     let (table, rows) = run_lab(&config, &args, 360);
     assert_eq!(rows.len(), 1, "{table}");
     assert_eq!(rows[0][3], "booted", "{table}");
-    let journal = std::fs::read_to_string(dir.path().join("var/events.jsonl")).unwrap();
+    let journal = common::recorded_events(&dir.path().join("var"));
     // The firmware said it is EFI, and got the script with the EFI stub's initrd= argument.
     assert!(journal.contains("\"root_attach\""), "{journal}");
     assert!(journal.contains("\"proto\":\"nbd\""), "{journal}");

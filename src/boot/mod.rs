@@ -103,6 +103,14 @@ pub fn plan<'a>(config: &'a Config, client: &Client) -> Option<Plan<'a>> {
     })
 }
 
+/// Every loader name `loader_for` can hand out.
+pub const LOADERS: [&str; 4] = [
+    "undionly.kpxe",
+    "ipxe-arm64.efi",
+    "ipxe-i386.efi",
+    "ipxe.efi",
+];
+
 /// The iPXE build for a firmware architecture (names as Debian's `ipxe` package ships them).
 pub fn loader_for(arch: u16) -> &'static str {
     match arch {
@@ -139,6 +147,13 @@ pools:
             ipxe,
             pxe,
             http: false,
+        }
+    }
+
+    #[test]
+    fn every_loader_handed_out_is_listed() {
+        for arch in 0..=40 {
+            assert!(LOADERS.contains(&loader_for(arch)), "arch {arch}");
         }
     }
 

@@ -7,7 +7,7 @@ use crate::config::{Config, Mac};
 use crate::proto::httpfile;
 use crate::record::egress::{Egress, LinkKind};
 use crate::record::view::{self, BootView, SummaryView, WaveView};
-use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Records, Who, wave};
+use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Records, Service, Who, wave};
 use crate::shutdown::Shutdown;
 use axum::Json;
 use axum::body::Body;
@@ -51,6 +51,7 @@ pub fn router(web: Web) -> axum::Router {
         .route("/boot/loaders/{file}", get(loader))
         .route("/boot/{image}/{file}", get(image_file))
         .route("/api/v1/booted", post(booted))
+        .route("/api/v1/failed", post(failed))
         .route("/api/v1/boots", get(boots))
         .route("/api/v1/waves", get(waves))
         .route("/api/v1/waves/{id}", get(wave_by_id))
@@ -61,7 +62,25 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/pools", get(pools))
         .route("/api/v1/clients", get(clients))
         .merge(super::web::routes())
+        .layer(axum::middleware::from_fn_with_state(
+            web.clone(),
+            count_request,
+        ))
         .with_state(web)
+}
+
+/// Counts every request, and those answered with a 4xx as refused, for `/metrics`.
+async fn count_request(
+    State(web): State<Web>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    web.recorder.request(Service::Http);
+    let res = next.run(req).await;
+    if res.status().is_client_error() {
+        web.recorder.refused(Service::Http);
+    }
+    res
 }
 
 fn client_ip(addr: SocketAddr) -> Option<std::net::Ipv4Addr> {
@@ -160,6 +179,24 @@ async fn send_file(
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(path = %path.display(), error = %e, "boot file missing");
+            // A kernel, initrd or loader bootpool handed out: the client cannot go on.
+            let handed_out = match kind {
+                FileKind::Loader => shown
+                    .rsplit('/')
+                    .next()
+                    .is_some_and(|f| crate::boot::LOADERS.contains(&f)),
+                FileKind::Kernel | FileKind::Initrd => true,
+                FileKind::Script | FileKind::Other => false,
+            };
+            if let (true, Some(ip)) = (handed_out, client_ip(peer)) {
+                web.recorder.record(
+                    Who::Ip(ip),
+                    Kind::Failed {
+                        proto: Some(Proto::Http),
+                        reason: format!("{shown}: not found"),
+                    },
+                );
+            }
             return not_found("no such file");
         }
     };
@@ -303,6 +340,46 @@ async fn booted(
         Kind::Booted {
             uptime_s,
             root_bytes,
+        },
+    );
+    StatusCode::NO_CONTENT.into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct FailedBody {
+    reason: Option<String>,
+}
+
+/// Longest reason kept from a client's failure report.
+const REASON_MAX: usize = 200;
+
+/// The client (by source IP) reports that its boot failed, e.g. from the initrd's emergency hook.
+async fn failed(
+    State(web): State<Web>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: Option<Json<FailedBody>>,
+) -> Response {
+    let Some(ip) = client_ip(peer) else {
+        return (StatusCode::BAD_REQUEST, "IPv4 clients only\n").into_response();
+    };
+    let mut reason = body
+        .and_then(|Json(b)| b.reason)
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| "reported by the client".into());
+    if reason.len() > REASON_MAX {
+        let mut end = REASON_MAX;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
+    }
+    tracing::info!(%ip, %reason, "client reports failure");
+    web.recorder.record(
+        Who::Ip(ip),
+        Kind::Failed {
+            proto: None,
+            reason,
         },
     );
     StatusCode::NO_CONTENT.into_response()
