@@ -57,6 +57,7 @@ server:
   address: 127.0.0.1
   http: 127.0.0.1:0
   state_dir: ${dir}/state
+  retention: forever
   loaders: ${dir}/loaders
   ports: { dhcp: 0, tftp: 0, nfs: 0, nbd: 0, portmap: 0 }
 dhcp:
