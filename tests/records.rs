@@ -513,6 +513,11 @@ fn with_loopback_reservation(text: &str) -> String {
 
 /// A DHCP message from `mac` as if relayed from 127.0.0.1 (the answer stays on loopback).
 fn dhcp_message(mac: &str, kind: dhcproto::v4::MessageType) -> Vec<u8> {
+    dhcp_message_from(mac, kind, false)
+}
+
+/// `dhcp_message`, as iPXE sends it when `ipxe` (option 60 `PXEClient`, user class `iPXE`).
+fn dhcp_message_from(mac: &str, kind: dhcproto::v4::MessageType, ipxe: bool) -> Vec<u8> {
     use dhcproto::v4::{DhcpOption, Message, Opcode};
     use dhcproto::{Encodable, Encoder};
     let mac: bootpool::config::Mac = mac.parse().unwrap();
@@ -523,6 +528,12 @@ fn dhcp_message(mac: &str, kind: dhcproto::v4::MessageType) -> Vec<u8> {
     m.opts_mut().insert(DhcpOption::MessageType(kind));
     m.opts_mut()
         .insert(DhcpOption::RequestedIpAddress([127, 0, 0, 1].into()));
+    if ipxe {
+        m.opts_mut().insert(DhcpOption::ClassIdentifier(
+            b"PXEClient:Arch:00000".to_vec(),
+        ));
+        m.opts_mut().insert(DhcpOption::UserClass(b"iPXE".to_vec()));
+    }
     let mut buf = Vec::new();
     m.encode(&mut Encoder::new(&mut buf)).unwrap();
     buf
@@ -615,6 +626,29 @@ async fn failed_boots_say_where_and_why_in_the_api_metrics_and_report() {
     assert_eq!(b["stopped_in"], "ipxe", "{b}");
     assert_eq!(b["failure"], "tftp: ipxe-i386.efi: file not found", "{b}");
 
+    // The machine starts again (iPXE's DISCOVER after a failed boot is a new boot), and the
+    // kernel the script names is gone from the image.
+    for kind in [
+        dhcproto::v4::MessageType::Discover,
+        dhcproto::v4::MessageType::Request,
+    ] {
+        send_udp(
+            daemon.bound.dhcp,
+            &dhcp_message_from(LOOPBACK_MAC, kind, true),
+        )
+        .await;
+    }
+    let b = boot_until(&base, LOOPBACK_MAC, |b| b["result"] == "running").await;
+    assert_eq!(b["current_phase"], "ipxe", "{b}");
+    std::fs::remove_file(fx.image_dir().join("vmlinuz")).unwrap();
+    let (ok, _, _) = run_async(curl(&[&format!("{base}/boot/demo/vmlinuz")]), 30).await;
+    assert!(!ok);
+    let b = boot_until(&base, LOOPBACK_MAC, |b| b["result"] == "failed").await;
+    assert_eq!(b["failure"], "http: /boot/demo/vmlinuz: not found", "{b}");
+    std::fs::write(fx.image_dir().join("vmlinuz"), common::pattern(1, 3 << 20)).unwrap();
+    let all = get_json(&base, &format!("/api/v1/boots?mac={LOOPBACK_MAC}")).await;
+    assert_eq!(all.as_array().unwrap().len(), 2, "{all}");
+
     let waves = get_json(&base, "/api/v1/waves").await;
     let failed: Vec<(String, u64)> = waves
         .as_array()
@@ -630,14 +664,18 @@ async fn failed_boots_say_where_and_why_in_the_api_metrics_and_report() {
         .collect();
     assert_eq!(
         failed,
-        [("nbd-room".to_string(), 1), ("nfs-room".to_string(), 1)],
+        [
+            ("nbd-room".to_string(), 1),
+            ("nfs-room".to_string(), 1),
+            ("nfs-room".to_string(), 1)
+        ],
         "{waves}"
     );
     let (ok, metrics, _) = run_async(curl(&[&format!("{base}/metrics")]), 30).await;
     assert!(ok);
     for line in [
         "bootpool_boots{pool=\"nbd-room\",result=\"failed\"} 1",
-        "bootpool_boots{pool=\"nfs-room\",result=\"failed\"} 1",
+        "bootpool_boots{pool=\"nfs-room\",result=\"failed\"} 2",
         "bootpool_boots{pool=\"nfs-room\",result=\"booted\"} 2",
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line}\n{metrics}");
