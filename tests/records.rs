@@ -553,10 +553,10 @@ async fn boot_until(
     let mut last = serde_json::Value::Null;
     for _ in 0..100 {
         last = get_json(base, &format!("/api/v1/boots?mac={mac}")).await;
-        if let Some(b) = last.as_array().and_then(|a| a.last()) {
-            if ok(b) {
-                return b.clone();
-            }
+        if let Some(b) = last.as_array().and_then(|a| a.last())
+            && ok(b)
+        {
+            return b.clone();
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -131,10 +131,10 @@ impl Store {
     /// Opens an existing store for reading only (`bootpool report`): `None` when an SQLite file
     /// does not exist yet, so a report never creates one.
     pub async fn open_existing(db: &Database) -> anyhow::Result<Option<Store>> {
-        if let Database::Sqlite(path) = db {
-            if !path.exists() {
-                return Ok(None);
-            }
+        if let Database::Sqlite(path) = db
+            && !path.exists()
+        {
+            return Ok(None);
         }
         Store::open(db).await.map(Some)
     }
