@@ -3,6 +3,7 @@
 
 use bootpool::config::Config;
 use clap::{Parser, Subcommand};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -43,6 +44,9 @@ enum Command {
         /// Two waves side by side.
         #[arg(long, num_args = 2, value_names = ["WAVE_A", "WAVE_B"])]
         compare: Option<Vec<u64>>,
+        /// Every stored event, raw, one JSON object a line (the legacy journal's format).
+        #[arg(long, conflicts_with_all = ["wave", "pool", "compare", "format"])]
+        events: bool,
         #[arg(long, value_enum, default_value_t = bootpool::record::report::Format::Table)]
         format: bootpool::record::report::Format,
     },
@@ -77,8 +81,12 @@ fn main() -> ExitCode {
             wave,
             pool,
             compare,
+            events,
             format,
         } => {
+            if events {
+                return dump_events(&config);
+            }
             use bootpool::record::report::Query;
             let query = match (wave, pool, compare) {
                 (Some(w), _, _) => Query::Wave(w),
@@ -148,23 +156,52 @@ fn check(path: &std::path::Path) -> ExitCode {
     }
 }
 
+fn load_config(path: &std::path::Path) -> Result<Config, ExitCode> {
+    Config::load(path).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn block_on<T>(fut: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(fut)
+}
+
+fn dump_events(path: &std::path::Path) -> ExitCode {
+    let config = match load_config(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match block_on(bootpool::record::load_events(&config.server)) {
+        Ok(events) => {
+            let mut out = std::io::stdout().lock();
+            for ev in events {
+                if let Ok(line) = serde_json::to_string(&ev) {
+                    let _ = writeln!(out, "{line}");
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn report(
     path: &std::path::Path,
     query: &bootpool::record::report::Query,
     format: bootpool::record::report::Format,
 ) -> ExitCode {
-    let config = match Config::load(path) {
+    let config = match load_config(path) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    let result = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(anyhow::Error::from)
-        .and_then(|rt| rt.block_on(bootpool::record::load(&config.server)))
+    let result = block_on(bootpool::record::load(&config.server))
         .and_then(|t| bootpool::record::report::render(&t, query, format));
     match result {
         Ok(text) => {

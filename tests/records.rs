@@ -276,6 +276,21 @@ async fn api_stream_metrics_and_report_show_the_recorded_waves() {
     assert_eq!(v["summary"]["median_s"], 30.0);
     let (ok, _, err) = report(&["--wave", "999"]);
     assert!(!ok && err.contains("no wave 999"), "{err}");
+    // The raw events, as the legacy journal held them: the journal's and the booted call.
+    let (ok, raw, err) = report(&["--events"]);
+    assert!(ok, "{err}");
+    assert_eq!(raw.lines().count(), journal().lines().count() + 1, "{raw}");
+    let last: bootpool::record::Event = serde_json::from_str(raw.lines().last().unwrap()).unwrap();
+    assert!(
+        matches!(
+            last.kind,
+            bootpool::record::Kind::Booted {
+                uptime_s: Some(9.5),
+                ..
+            }
+        ),
+        "{last:?}"
+    );
 }
 
 /// Reads the transmit counter of `iface` inside `ns` from the kernel.

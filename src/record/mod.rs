@@ -302,13 +302,17 @@ pub async fn load(server: &Server) -> anyhow::Result<Timelines> {
     Ok(timelines)
 }
 
-/// Every stored event, in the order recorded (for tests and tools that want the raw events).
+/// Every stored event, in the order recorded (`bootpool report --events`); like `load`, from
+/// the legacy journal when no SQLite store exists yet.
 pub async fn load_events(server: &Server) -> anyhow::Result<Vec<Event>> {
-    let mut out = Vec::new();
-    if let Some(store) = Store::open_existing(&server.database).await? {
-        store.replay(|ev| out.push(ev)).await?;
+    match Store::open_existing(&server.database).await? {
+        Some(store) => {
+            let mut out = Vec::new();
+            store.replay(|ev| out.push(ev)).await?;
+            Ok(out)
+        }
+        None => store::read_lines(&server.state_dir.join("events.jsonl")),
     }
-    Ok(out)
 }
 
 struct Writer {
