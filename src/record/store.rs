@@ -342,3 +342,51 @@ mod tests {
         assert!(!dir.path().join("absent.db").exists());
     }
 }
+
+#[cfg(test)]
+mod bench {
+    use super::*;
+    use crate::record::event::Kind;
+
+    /// `cargo test --release --lib store::bench -- --ignored --nocapture`: how fast the store
+    /// takes and replays events (numbers, not assertions).
+    #[tokio::test]
+    #[ignore]
+    async fn sqlite_append_and_replay_rate() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&Database::Sqlite(dir.path().join("r.db")))
+            .await
+            .unwrap();
+        let events: Vec<Event> = (0..200_000)
+            .map(|i| Event {
+                at: 1_800_000_000_000_000 + i,
+                who: Who::Ip([10, 77, 0, (i % 200) as u8].into()),
+                kind: Kind::RootRead {
+                    proto: crate::record::Proto::Nfs,
+                    bytes: 65536,
+                },
+            })
+            .collect();
+        let t = std::time::Instant::now();
+        for batch in events.chunks(4096) {
+            store.append(batch, &[]).await.unwrap();
+        }
+        let append = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let mut n = 0;
+        store.replay(|_| n += 1).await.unwrap();
+        let replay = t.elapsed().as_secs_f64();
+        let size = std::fs::metadata(dir.path().join("r.db"))
+            .map(|m| m.len())
+            .unwrap_or(0)
+            + std::fs::metadata(dir.path().join("r.db-wal"))
+                .map(|m| m.len())
+                .unwrap_or(0);
+        println!(
+            "{n} events: appended at {:.0}/s in batches of 4096, replayed at {:.0}/s, {:.0} bytes each on disk",
+            n as f64 / append,
+            n as f64 / replay,
+            size as f64 / n as f64
+        );
+    }
+}
