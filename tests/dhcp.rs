@@ -231,16 +231,13 @@ fn make_executable(path: &Path) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-/// leases.json's entry for `mac`, as (ip, state).
+/// The saved entry for `mac` (snapshot and journal as a restart reads them), as (ip, state).
 fn saved_lease(fx: &Fixture, mac: &str) -> Option<(Ipv4Addr, String)> {
-    let text = std::fs::read_to_string(fx.path().join("var/leases.json")).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v["leases"].as_array()?.iter().find_map(|l| {
-        (l["mac"] == mac).then(|| {
-            (
-                l["ip"].as_str().unwrap().parse().unwrap(),
-                l["state"].as_str().unwrap().to_string(),
-            )
+    let saved = bootpool::service::lease_file::read(&fx.path().join("var")).ok()?;
+    saved.leases.into_iter().find_map(|l| {
+        (l.mac == mac).then(|| {
+            let state = serde_json::to_value(l.state).unwrap();
+            (l.ip, state.as_str().unwrap().to_string())
         })
     })
 }

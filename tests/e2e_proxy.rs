@@ -35,6 +35,7 @@ fn one_client_boots_beside_dnsmasq() {
     let leases = std::fs::read_to_string(run.join("dnsmasq.leases")).unwrap();
     assert!(leases.contains(&cells[2]), "{leases}\n{table}");
     assert!(!dir.path().join("var/leases.json").exists());
+    assert!(!dir.path().join("var/leases.journal").exists());
     let journal = common::recorded_events(&dir.path().join("var"));
     assert!(journal.contains("\"dhcp_ack\""), "{journal}");
     assert!(journal.contains("\"proto\":\"nbd\""), "{journal}");

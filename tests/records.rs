@@ -174,6 +174,12 @@ async fn api_stream_metrics_and_report_show_the_recorded_waves() {
 
     let pools = get_json(&base, "/api/v1/pools").await;
     assert_eq!(pools.as_array().unwrap().len(), 2);
+    // Each pool lists its 16 machines, booted or not, so the room can draw a tile for each.
+    for p in pools.as_array().unwrap() {
+        assert_eq!(p["machines"].as_array().unwrap().len(), 16, "{p}");
+        assert_eq!(p["machines_complete"], true);
+    }
+    assert_eq!(pools[0]["machines"][0]["listed"], true);
     let one = get_json(&base, "/api/v1/boots?mac=52:54:00:77:00:02").await;
     assert_eq!(one.as_array().unwrap().len(), 1);
     assert_eq!(one[0]["duration_s"], 60.0);

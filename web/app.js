@@ -1,5 +1,5 @@
 // The dashboard: hash routes, one function per view, data from the JSON API (docs/api.md).
-import { PHASES, PHASE_COLOUR, PHASE_INK, SERIES, swatch, gantt, histogram, lines, stacked, strips } from './charts.js';
+import { PHASES, PHASE_COLOUR, PHASE_INK, SERIES, swatch, gantt, histogram, lines, stacked, strips, pairs, bootBars } from './charts.js';
 
 const main = document.getElementById('main');
 const RUN_NFS = 'bootpool lab --clients 2 --root nfs';
@@ -55,9 +55,11 @@ function empty(text, command) {
   return h('div', { class: 'empty', 'data-testid': 'empty' }, h('p', {}, text), command ? h('pre', {}, h('code', {}, command)) : null);
 }
 
-function legend(counts) {
-  return h('ul', { class: 'legend', 'aria-label': 'phases' }, PHASES.map(p =>
-    h('li', { 'data-phase': p }, swatch(p), ` ${p}`, counts ? h('b', { 'data-testid': `count-${p}` }, ` ${counts[p] ?? 0}`) : null)));
+function legend(counts, waiting = false) {
+  const item = (p, text, mark) => h('li', { 'data-phase': p }, mark, ` ${text}`,
+    counts ? h('b', { 'data-testid': `count-${p}` }, ` ${counts[p] ?? 0}`) : null);
+  return h('ul', { class: 'legend', 'aria-label': 'phases' }, PHASES.map(p => item(p, p, swatch(p))),
+    waiting ? item('waiting', 'waiting / off', h('span', { class: 'swatch-waiting', 'aria-hidden': 'true' })) : null);
 }
 
 function width(el) {
@@ -107,7 +109,7 @@ const NO_EGRESS = 'No egress data: this server does not sample link counters (GE
 // ---- live updates ----
 
 // Keeps boots of a pool current: from the SSE stream, else by polling /api/v1/boots every 2 s.
-function watchBoots(pool, onBoots, onMode) {
+function watchBoots(pool, onBoots, onMode, mine = b => b.pool === pool) {
   let stopped = false, timer = null, source = null;
   const poll = async () => {
     try { onBoots(await api(`/api/v1/boots?pool=${q(pool)}`)); } catch { /* next poll retries */ }
@@ -128,7 +130,7 @@ function watchBoots(pool, onBoots, onMode) {
   });
   source.addEventListener('boot', ev => {
     const b = JSON.parse(ev.data);
-    if (b.pool === pool) onBoots([b]);
+    if (mine(b)) onBoots([b]);
   });
   // A stream that never opened (404, old server) is closed for good: poll instead.
   source.addEventListener('error', () => { if (source?.readyState === EventSource.CLOSED) fallBack(); });
@@ -147,57 +149,104 @@ export function stalledFor(boot, others, t) {
 
 // ---- views ----
 
+// Boots of one pool that start more than this apart belong to different waves (record/wave.rs).
+const WAVE_GAP_S = 120;
+
+// The current wave of a room, kept as boots arrive: the same rule as the server's waves, so a
+// machine booting again, or a boot long after the last one, starts a new power-on.
+export function roomWave() {
+  const wave = new Map(), older = new Map();
+  let start = null, lastStart = null;
+  const keepOlder = b => { const o = older.get(b.mac); if (!o || b.id >= o.id) older.set(b.mac, b); };
+  const admit = b => {
+    const cur = wave.get(b.mac);
+    if (cur && cur.id === b.id) return void wave.set(b.mac, b); // an update of a boot we know
+    if ((cur && b.id < cur.id) || (wave.size && b.start < start)) return keepOlder(b);
+    if (wave.size && (cur || b.start - lastStart > WAVE_GAP_S)) {
+      for (const x of wave.values()) keepOlder(x);
+      wave.clear();
+    }
+    if (!wave.size) { start = b.start; lastStart = b.start; }
+    lastStart = Math.max(lastStart, b.start);
+    wave.set(b.mac, b);
+    older.delete(b.mac);
+  };
+  return { wave, older, admit, start: () => start };
+}
+
+const WAITING = 'waiting';
+
 async function roomView(el, [poolName], ctx) {
   const [pools] = await Promise.all([api('/api/v1/pools'), loadNames()]);
   if (!pools.length) return el.replaceChildren(empty('No pools configured: add one under `pools:` in pools.yaml.'));
   const pool = pools.find(p => p.name === poolName)
     ?? [...pools].filter(p => p.latest_wave != null).sort((a, b) => b.latest_wave - a.latest_wave)[0] ?? pools[0];
-  const newest = new Map();
+  const room = roomWave();
+  const listed = new Map(pool.machines.map(m => [m.mac, m]));
   const mode = h('span', { class: 'mode', 'data-testid': 'mode' }, 'connecting…');
+  const waveLine = h('p', { class: 'meta' });
   const grid = h('div', { class: 'tiles', 'data-testid': 'tiles' });
   const counts = h('div');
+  const note = h('div');
   el.replaceChildren(
     h('h2', {}, `Room ${pool.name}`),
     h('nav', { class: 'pools', 'aria-label': 'pools' }, pools.map(p =>
       h('a', { href: `#/room/${q(p.name)}`, 'aria-current': p.name === pool.name ? 'page' : null }, `${p.name} (${p.root})`))),
-    h('p', { class: 'meta' }, `${pool.clients} machines listed, image ${pool.image}, root over ${pool.root}. Updates: `, mode),
-    counts, grid);
+    h('p', { class: 'meta' }, `${pool.machines.length} machines`,
+      pool.machines_complete ? '' : ' (a listed range is too long to show: only its machines that booted)',
+      `, image ${pool.image}, root over ${pool.root}. Updates: `, mode),
+    waveLine, counts, note, grid);
+
+  const tile = (mac, b, t) => {
+    const name = names.get(mac) ?? listed.get(mac)?.name ?? mac;
+    if (!b) {
+      // Not seen in this wave: powered off, or not at its DHCP yet.
+      const last = room.older.get(mac);
+      return h('a', { class: 'tile waiting', href: `#/client/${q(mac)}`, 'data-mac': mac, 'data-phase': WAITING },
+        h('span', { class: 'name' }, name),
+        h('span', { class: 'phase' }, '○ waiting / off'),
+        h('span', { class: 'last' }, last ? `last boot ${fmtS(last.duration_s)}` : 'never booted'));
+    }
+    const stalled = stalledFor(b, [...room.wave.values()].filter(o => o !== b), t);
+    const elapsed = b.result === 'booted' ? b.duration_s : (b.result === 'running' ? t : b.last_event) - b.start;
+    const phase = b.current_phase;
+    return h('a', {
+      class: `tile${stalled ? ' stalled' : ''}`, href: `#/client/${q(mac)}`, 'data-mac': mac, 'data-phase': phase,
+      style: `background:${PHASE_COLOUR[phase] ?? '#ccc'};color:${PHASE_INK[phase] ?? '#000'}`,
+    },
+    h('span', { class: 'name' }, name),
+    h('span', { class: 'phase' }, phase === 'booted' ? '✓ booted' : b.result === 'timed_out' ? `✗ timed out in ${b.stopped_in ?? phase}` : phase),
+    h('span', { class: 'elapsed', 'data-testid': 'elapsed' }, fmtS(elapsed)),
+    b.ip ? h('span', { class: 'ip' }, b.ip) : null,
+    stalled ? h('span', { class: 'stall' }, `⚠ stalled: silent ${stalled.toFixed(0)} s`) : null);
+  };
 
   const draw = () => {
     const t = now();
-    const boots = [...newest.values()].sort((a, b) => label(a.mac).localeCompare(label(b.mac)));
+    // The listed machines in pools.yaml's order, then any other that booted in this pool.
+    const macs = [...listed.keys()];
+    for (const m of [...room.wave.keys(), ...room.older.keys()].sort()) if (!listed.has(m)) { listed.set(m, { mac: m }); macs.push(m); }
     const c = {};
-    for (const b of boots) c[b.current_phase] = (c[b.current_phase] ?? 0) + 1;
-    counts.replaceChildren(legend(c));
-    if (!boots.length) {
-      grid.replaceChildren(empty(`No boots in ${pool.name} yet: power on a machine it lists, or try the image with`,
-        pool.root === 'nbd' ? RUN_NBD : RUN_NFS));
-      return;
-    }
-    grid.replaceChildren(...boots.map(b => {
-      const stalled = stalledFor(b, boots.filter(o => o !== b), t);
-      const elapsed = b.result === 'booted' ? b.duration_s : t - b.start;
-      const phase = b.current_phase;
-      return h('a', {
-        class: `tile${stalled ? ' stalled' : ''}`, href: `#/client/${q(b.mac)}`, 'data-mac': b.mac, 'data-phase': phase,
-        style: `background:${PHASE_COLOUR[phase] ?? '#ccc'};color:${PHASE_INK[phase] ?? '#000'}`,
-      },
-      h('span', { class: 'name' }, label(b.mac)),
-      h('span', { class: 'phase' }, phase === 'booted' ? '✓ booted' : phase),
-      h('span', { class: 'elapsed', 'data-testid': 'elapsed' }, fmtS(elapsed)),
-      b.ip ? h('span', { class: 'ip' }, b.ip) : null,
-      stalled ? h('span', { class: 'stall' }, `⚠ stalled: silent ${stalled.toFixed(0)} s`) : null);
-    }));
+    for (const b of room.wave.values()) c[b.current_phase] = (c[b.current_phase] ?? 0) + 1;
+    c[WAITING] = macs.filter(m => !room.wave.has(m)).length;
+    counts.replaceChildren(legend(c, true));
+    const first = [...room.wave.values()].sort((a, b) => a.start - b.start)[0];
+    waveLine.replaceChildren(...(first
+      ? ['Current wave: ', h('a', { href: `#/wave/${first.id}` }, `wave ${first.id}`), ` powered on ${when(first.start)}, `,
+        h('b', { 'data-testid': 'wave-clients' }, String(room.wave.size)), ` of ${macs.length} machines seen.`]
+      : []));
+    note.replaceChildren(...(room.wave.size ? [] : [empty(`No boots in ${pool.name} yet: power on a machine it lists, or try the image with`,
+      pool.root === 'nbd' ? RUN_NBD : RUN_NFS)]));
+    grid.replaceChildren(...macs.map(m => tile(m, room.wave.get(m), t)));
   };
   const merge = boots => {
-    for (const b of boots) {
-      const old = newest.get(b.mac);
-      if (!old || b.id >= old.id) newest.set(b.mac, b);
-    }
+    for (const b of [...boots].sort((x, y) => x.start - y.start || x.id - y.id)) room.admit(b);
     draw();
   };
   merge(await api(`/api/v1/boots?pool=${q(pool.name)}`));
-  const stop = watchBoots(pool.name, merge, m => { mode.textContent = m; });
+  // A listed machine's boot has no pool until its DHCP ACK; its DISCOVER already lights its tile.
+  const stop = watchBoots(pool.name, merge, m => { mode.textContent = m; },
+    b => b.pool === pool.name || (b.pool == null && pool.machines.some(m => m.mac === b.mac)));
   const clock = setInterval(draw, 1000);
   ctx.cleanup.push(stop, () => clearInterval(clock));
 }
@@ -221,7 +270,7 @@ async function waveView(el, [id], ctx) {
   el.replaceChildren(
     h('h2', {}, `Wave ${w.id}: ${w.pool}, ${rootOf(w)} root`),
     wavePicker(waves, w.id, v => { location.hash = `#/wave/${v}`; }),
-    h('p', { class: 'meta' }, `Started ${when(w.start)}. `,
+    h('p', { class: 'meta' }, 'Started ', h('time', { datetime: new Date(w.start * 1000).toISOString(), 'data-testid': 'started' }, when(w.start)), '. ',
       h('a', { href: `#/egress/${w.id}` }, 'Egress during this wave'), ' · ',
       h('a', { href: `#/compare/${w.id}` }, 'Compare with another wave')),
     h('dl', { class: 'stats' },
@@ -264,14 +313,42 @@ async function waveView(el, [id], ctx) {
   ctx.redraw = draw;
 }
 
+// Each top-level link with its members (bond slaves, bridge ports) drawn apart under it, each
+// against its capacity where the kernel knows it.
+export function linkCharts(eg, t0, t1, step, w) {
+  const inWave = pts => pts.filter(p => p.t >= t0 - step && p.t <= t1 + step);
+  const tops = eg.links.filter(l => !l.master || !eg.links.some(m => m.name === l.master));
+  return tops.flatMap(l => [l, ...eg.links.filter(m => m.master === l.name)]).map(l => {
+    const box = h('div', { class: 'chart-box', 'data-link': l.name });
+    const series = [{ name: `${l.name} tx`, colour: SERIES[0], points: inWave(l.points).map(p => [p.t, mbit(p.tx_bytes_s)]) }];
+    if (l.speed_mbps) series.push({ name: 'capacity', colour: '#000', dash: '6 4', points: [[t0, l.speed_mbps], [t1, l.speed_mbps]] });
+    box.append(h('h4', {}, `${l.name}${l.master ? ` (member of ${l.master})` : ` (${l.kind})`}`,
+      l.speed_mbps ? ` · capacity ${l.speed_mbps} Mbit/s (dashed)` : ' · capacity unknown'));
+    const st = linkStats(inWave(l.points));
+    if (st) {
+      box.append(h('p', { class: 'meta link-stats' }, 'sent ', h('b', { 'data-testid': 'sent' }, fmtBytes(st.sent)),
+        ', peak ', h('b', { 'data-testid': 'peak' }, fmtMbit(st.peak)), ', mean ', h('b', { 'data-testid': 'mean' }, fmtMbit(st.mean)),
+        l.speed_mbps ? [' (', h('b', { 'data-testid': 'peak-share' }, `${((100 * mbit(st.peak)) / l.speed_mbps).toFixed(0)} %`), ' of capacity at the peak)'] : null));
+    }
+    box.append(series[0].points.length
+      ? lines(series, w, { yLabel: 'Mbit/s sent', yFmt: v => v.toFixed(0), t0, t1 })
+      : empty('No samples in this wave: the server keeps egress samples for a limited time.'));
+    return box;
+  });
+}
+
 // Clients per phase at each step, from the boots' phase spans.
 function phaseCounts(w, t0, t1, step) {
-  const times = [];
-  for (let t = t0; t < t1; t += step) times.push(t);
-  times.push(t1); // the wave's last moment, when its last client is up
+  const grid = [];
+  for (let t = t0; t < t1; t += step) grid.push(t);
+  grid.push(t1); // the wave's last moment, when its last client is up
+  // Every phase's start too, so a phase shorter than the step (ipxe takes 0.1 s) still shows.
+  const times = [...new Set([...grid, ...w.boots.flatMap(b => b.phases.map(p => p.start))])].filter(t => t >= t0 && t <= t1).sort((a, b) => a - b);
   const layers = PHASES.map(name => ({ name, values: times.map(t => w.boots.filter(b => {
-    if (name === 'booted') return b.duration_s != null && t >= b.start + b.duration_s;
-    return b.phases.some(p => p.name === name && t >= p.start && t < p.start + p.seconds)
+    const up = b.duration_s != null && t >= b.start + b.duration_s;
+    if (name === 'booted') return up;
+    // Not also in its last phase at the instant it is up (the two ends differ by rounding).
+    return !up && b.phases.some(p => p.name === name && t >= p.start && t < p.start + p.seconds)
       || (b.result === 'running' && b.current_phase === name && t >= (b.phases.at(-1)?.start ?? b.start) && t <= b.last_event);
   }).length) }));
   return { times, layers: layers.filter(l => l.values.some(v => v > 0)) };
@@ -300,19 +377,7 @@ async function egressView(el, [id], ctx) {
       linksBox.replaceChildren(empty(NO_EGRESS));
       protoBox.replaceChildren(empty(NO_EGRESS));
     } else {
-      // Each top-level link with its members (bond slaves) drawn apart under it.
-      const tops = eg.links.filter(l => !l.master || !eg.links.some(m => m.name === l.master));
-      const charts = tops.flatMap(l => [l, ...eg.links.filter(m => m.master === l.name)]).map(l => {
-        const box = h('div', { class: 'chart-box', 'data-link': l.name });
-        const series = [{ name: `${l.name} tx`, colour: SERIES[0], points: inWave(l.points).map(p => [p.t, mbit(p.tx_bytes_s)]) }];
-        if (l.speed_mbps) series.push({ name: 'capacity', colour: '#000', dash: '6 4', points: [[t0, l.speed_mbps], [t1, l.speed_mbps]] });
-        box.append(h('h4', {}, `${l.name}${l.master ? ` (member of ${l.master})` : ` (${l.kind})`}`,
-          l.speed_mbps ? ` · capacity ${l.speed_mbps} Mbit/s (dashed)` : ' · capacity unknown'));
-        box.append(series[0].points.length
-          ? lines(series, width(linksBox), { yLabel: 'Mbit/s sent', yFmt: v => v.toFixed(0), t0, t1 })
-          : empty('No samples in this wave: the server keeps egress samples for a limited time.'));
-        return box;
-      });
+      const charts = linkCharts(eg, t0, t1, step, width(linksBox));
       linksBox.replaceChildren(...(charts.length ? charts : [empty('No links sampled: list interfaces under server.interfaces.')]));
       const series = eg.protocols.map((p, i) => ({ name: p.proto, colour: SERIES[i % SERIES.length], points: inWave(p.points).map(x => [x.t, x.bytes_s / 1e6]) }))
         .filter(se => se.points.length);
@@ -326,6 +391,13 @@ async function egressView(el, [id], ctx) {
   };
   draw();
   ctx.redraw = draw;
+}
+
+// A link over a wave: bytes sent (the counter's own count), peak and mean sending rate.
+export function linkStats(points) {
+  if (!points.length) return null;
+  const rates = points.map(p => p.tx_bytes_s);
+  return { sent: points.reduce((a, p) => a + p.tx_bytes, 0), peak: Math.max(...rates), mean: rates.reduce((a, b) => a + b, 0) / rates.length };
 }
 
 // Peak and mean of the summed top-level links' sending rate over a wave.
@@ -365,13 +437,21 @@ async function compareView(el, [a, b]) {
     h('select', { onchange: e => { location.hash = side === 'A' ? `#/compare/${e.target.value}/${idB}` : `#/compare/${idA}/${e.target.value}`; } },
       [...waves].reverse().map(x => h('option', { value: x.id, selected: x.id === cur }, waveLabel(x)))));
   const row = (name, va, vb, key) => h('tr', key ? { 'data-row': key } : {}, h('th', {}, name), h('td', {}, va), h('td', {}, vb));
-  const egressRow = (name, k) => row(name, ea ? fmtMbit(ea[k]) : 'no egress data', eb ? fmtMbit(eb[k]) : 'no egress data');
+  const egressRow = (name, k) => row(name, ea ? fmtMbit(ea[k]) : 'no egress data', eb ? fmtMbit(eb[k]) : 'no egress data', `egress-${k}`);
+  const phaseBox = h('div', { class: 'chart-box', 'data-testid': 'phase-medians' });
+  const bytesBox = h('div', { class: 'chart-box', 'data-testid': 'bytes-per-client' });
+  const egressBox = h('div', { class: 'chart-box', 'data-testid': 'egress-bars' });
+  const names2 = [`A: wave ${c.a.id}`, `B: wave ${c.b.id}`];
+  const pairLegend = h('ul', { class: 'legend' }, names2.map((n, i) => h('li', {}, h('span', { class: 'line', style: `border-color:${SERIES[i]}` }), ` ${n} (${rootOf(i ? c.b : c.a)})`)));
   const head = w => `wave ${w.id} (${w.pool}, ${rootOf(w)})`;
   el.replaceChildren(
     h('h2', {}, 'Compare waves'),
     h('div', { class: 'toolbar' }, pick('A', idA), pick('B', idB)),
     h('p', { class: 'sentence', 'data-testid': 'sentence' }, c.sentence),
     h('h3', {}, 'Boot times on one axis (bar: median)'), box,
+    h('h3', {}, 'Median time in each phase'), pairLegend, phaseBox,
+    h('h3', {}, 'Bytes per client'), bytesBox,
+    h('h3', {}, 'Server egress during each wave'), egressBox,
     h('h3', {}, 'Side by side'),
     h('div', { class: 'scroll' }, h('table', { class: 'num compare' },
       h('thead', {}, h('tr', {}, h('th', {}, ''), h('th', {}, `A: ${head(c.a)}`), h('th', {}, `B: ${head(c.b)}`))),
@@ -389,12 +469,25 @@ async function compareView(el, [a, b]) {
       values: w.boots.filter(x => x.duration_s != null).map(x => x.duration_s),
     });
     box.replaceChildren(strips([group('A', c.a), group('B', c.b)], width(box)));
+    phaseBox.replaceChildren(pairs(phases.map(p => ({ key: p, label: p, phase: p, a: c.a.summary.phase_median_s[p], b: c.b.summary.phase_median_s[p] })),
+      names2, width(phaseBox), { fmt: fmtS, unit: 'seconds', aria: 'median seconds per phase, A against B' }));
+    bytesBox.replaceChildren(protos.length
+      ? pairs(protos.map(p => ({ key: p, label: p, a: mib(c.a.summary.bytes_per_client[p]), b: mib(c.b.summary.bytes_per_client[p]) })),
+        names2, width(bytesBox), { fmt: v => fmtBytes(v * 2 ** 20), unit: 'MiB per client', aria: 'bytes per client per protocol, A against B' })
+      : empty('No bytes recorded in either wave.'));
+    egressBox.replaceChildren(ea && eb && (ea.peak != null || eb.peak != null)
+      ? pairs([{ key: 'peak', label: 'peak', a: mbitOf(ea.peak), b: mbitOf(eb.peak) }, { key: 'mean', label: 'mean', a: mbitOf(ea.mean), b: mbitOf(eb.mean) }],
+        names2, width(egressBox), { fmt: v => `${v.toFixed(1)} Mbit/s`, unit: 'Mbit/s sent', aria: 'peak and mean egress, A against B' })
+      : empty(eg ? 'No egress samples during these waves: the server keeps them for a limited time.' : NO_EGRESS));
   };
   draw();
   return draw;
 }
 
 const fmtMbit = v => (v == null ? 'no samples' : `${mbit(v).toFixed(1)} Mbit/s`);
+// Bar charts count in round units (MiB, Mbit/s) so their axes read 10, 20, 30.
+const mib = v => (v == null ? null : v / 2 ** 20);
+const mbitOf = v => (v == null ? null : mbit(v));
 
 async function clientView(el, [mac], ctx) {
   const clients = await loadNames();
@@ -407,12 +500,16 @@ async function clientView(el, [mac], ctx) {
         h('td', {}, c.ip ?? '–'), h('td', {}, String(c.boots)), h('td', {}, c.last ? when(c.last.start) : '–'),
         h('td', {}, fmtS(c.last?.duration_s))))))));
   }
-  const boots = await api(`/api/v1/boots?mac=${q(mac)}`);
-  const box = h('div', { class: 'chart-box' });
+  const [boots, waves] = await Promise.all([api(`/api/v1/boots?mac=${q(mac)}`), api('/api/v1/waves')]);
+  // Each boot's wave: the newest of its pool that started no later than it did.
+  const waveOf = b => [...waves].reverse().find(w => w.pool === b.pool && w.start <= b.start + 1e-6);
+  const box = h('div', { class: 'chart-box', 'data-testid': 'boots-chart' });
   el.replaceChildren(
     h('h2', {}, `Client ${label(mac)}`),
     h('p', { class: 'meta' }, h('a', { href: '#/client' }, 'All clients'), ` · ${mac} · ${boots.length} boots`),
-    boots.length ? legend() : empty('This machine has no boots recorded.'), box,
+    boots.length ? legend() : empty('This machine has no boots recorded.'),
+    boots.length ? h('p', { class: 'meta' }, 'Each boot, oldest left, by phase; the dashed tick is the median of the boot\'s wave, so a machine that is always slow stands above its room.') : null,
+    box,
     h('div', { class: 'scroll' }, h('table', { class: 'num', 'data-testid': 'boots' },
       h('thead', {}, h('tr', {}, ['started', 'pool', 'root', 'result', 'total', 'phase', 'bytes'].map(t => h('th', {}, t)))),
       h('tbody', {}, [...boots].reverse().map(b => h('tr', { 'data-boot': b.id },
@@ -421,11 +518,10 @@ async function clientView(el, [mac], ctx) {
         h('td', {}, Object.entries(b.bytes).map(([p, n]) => `${p} ${fmtBytes(n)}`).join(', '))))))));
   const draw = () => {
     if (!boots.length) return;
-    // Newest first, each row from its own start, so boots line up phase by phase.
-    box.replaceChildren(gantt([...boots].reverse().map(b => ({
-      label: new Date(b.start * 1000).toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'short' }), key: String(b.id), offset: 0,
-      phases: b.phases.map(p => ({ name: p.name, at: p.start - b.start, seconds: p.seconds })),
-      total: b.duration_s ?? (b.last_event - b.start),
+    box.replaceChildren(bootBars(boots.map(b => ({
+      label: new Date(b.start * 1000).toLocaleString(undefined, { dateStyle: 'short', timeStyle: 'short' }), key: String(b.id),
+      phases: b.phases.map(p => ({ name: p.name, seconds: p.seconds })),
+      total: b.duration_s, median: waveOf(b)?.summary.median_s,
     })), width(box)));
   };
   draw();

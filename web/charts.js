@@ -203,3 +203,65 @@ export function strips(groups, width) {
   g.append(xAxis(x, max, top + groups.length * rowH + 2, v => `${v}`, 'boot time, seconds', width - left));
   return g;
 }
+
+/// Paired horizontal bars, A above B, one pair per row on one shared axis.
+/// rows: [{key, label, phase?, a, b}]; names: [A's name, B's name].
+export function pairs(rows, names, width, { fmt = v => `${v}`, unit = '', aria = 'paired bars' } = {}) {
+  const left = Math.min(130, width * 0.3), barH = 12, gap = 10, top = 6, right = 96;
+  const max = Math.max(1e-9, ...rows.flatMap(r => [r.a ?? 0, r.b ?? 0]));
+  const x = v => left + (v / max) * (width - left - right);
+  const rowH = 2 * barH + gap;
+  const height = top + rows.length * rowH + 36;
+  const g = s('svg', { width, height, class: 'chart pairs', role: 'img', 'aria-label': aria }, phaseDefs());
+  rows.forEach((r, i) => {
+    const y = top + i * rowH;
+    g.append(r.phase ? s('g', {}, s('rect', { x: 2, y: y + barH - 6, width: 10, height: 10, fill: phaseFill(r.phase), stroke: '#333', 'stroke-width': 0.5 }),
+      s('text', { x: left - 6, y: y + barH + 4, 'text-anchor': 'end' }, r.label))
+      : s('text', { x: left - 6, y: y + barH + 4, 'text-anchor': 'end' }, r.label));
+    [['a', r.a], ['b', r.b]].forEach(([side, v], j) => {
+      const yy = y + j * barH;
+      if (v == null) {
+        g.append(s('text', { x: left + 4, y: yy + barH - 2, class: 'none', 'data-side': side, 'data-row': r.key }, `${names[j]}: none`));
+        return;
+      }
+      g.append(s('rect', { x: left, y: yy + 1, width: Math.max(1, x(v) - left), height: barH - 2, fill: SERIES[j],
+        'data-side': side, 'data-row': r.key }, title(`${names[j]} ${r.label}: ${fmt(v)}`)));
+      g.append(s('text', { x: x(v) + 4, y: yy + barH - 2, class: 'value', 'data-side': side, 'data-row': r.key }, fmt(v)));
+    });
+  });
+  g.append(xAxis(x, max, top + rows.length * rowH, v => fmt(v).replace(/ .*/, ''), unit, width - left - right));
+  return g;
+}
+
+/// One machine's boots over time: a stacked bar per boot (its phases), oldest left, with a
+/// tick for each boot's wave median so a slow machine stands out against its room.
+/// bars: [{key, label, phases: [{name, seconds}], total, median}]
+export function bootBars(bars, width) {
+  const left = 44, bottom = 54, top = 12, right = 10, height = 240;
+  const max = Math.max(1, ...bars.flatMap(b => [b.total ?? 0, b.median ?? 0])) * 1.08;
+  const slot = (width - left - right) / Math.max(1, bars.length);
+  const bw = Math.min(48, slot * 0.7);
+  const y = v => top + (1 - v / max) * (height - top - bottom);
+  const g = s('svg', { width, height, class: 'chart boot-bars', role: 'img',
+    'aria-label': `${bars.length} boots over time, seconds per phase` }, phaseDefs());
+  g.append(yAxis(y, max, left, width - right, v => `${v}`));
+  g.append(s('text', { x: 4, y: 10, class: 'ylabel' }, 'seconds'));
+  bars.forEach((b, i) => {
+    const cx = left + slot * (i + 0.5);
+    const bar = s('g', { 'data-boot': b.key, 'data-total': b.total == null ? '' : b.total.toFixed(1) });
+    let acc = 0;
+    for (const p of b.phases) {
+      bar.append(s('rect', { x: cx - bw / 2, y: y(acc + p.seconds), width: bw, height: Math.max(0.5, y(acc) - y(acc + p.seconds)),
+        fill: phaseFill(p.name), stroke: '#fff', 'stroke-width': 0.5, 'data-phase': p.name }, title(`${b.label} ${p.name}: ${p.seconds.toFixed(1)} s`)));
+      acc += p.seconds;
+    }
+    if (b.total != null) bar.append(s('text', { x: cx, y: y(acc) - 3, 'text-anchor': 'middle', class: 'value' }, b.total.toFixed(1)));
+    if (b.median != null) bar.append(s('line', { x1: cx - bw / 2 - 4, x2: cx + bw / 2 + 4, y1: y(b.median), y2: y(b.median),
+      stroke: '#000', 'stroke-width': 2, 'stroke-dasharray': '4 2', 'data-median': b.median.toFixed(1) }, title(`wave median ${b.median.toFixed(1)} s`)));
+    // Dates under the bars, thinned so they never overlap.
+    const every = Math.max(1, Math.ceil(110 / slot));
+    if (i % every === 0) bar.append(s('text', { x: cx, y: height - bottom + 16, 'text-anchor': 'middle', class: 'axis-label' }, b.label));
+    g.append(bar);
+  });
+  return g;
+}

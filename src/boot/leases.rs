@@ -57,6 +57,10 @@ pub struct Leases {
     reserved_ips: BTreeMap<Ipv4Addr, Mac>,
     /// Address -> end of its quarantine.
     declined: BTreeMap<Ipv4Addr, u64>,
+    /// Every address of the range below this one has been used (or is reserved or declined):
+    /// the search for a fresh address starts here, so an offer in a busy range is not a walk
+    /// over every lease. Lowered whenever an address leaves the table.
+    fresh_from: u32,
 }
 
 impl Leases {
@@ -79,6 +83,20 @@ impl Leases {
 
     pub fn iter(&self) -> impl Iterator<Item = (&Mac, &Lease)> {
         self.leases.iter()
+    }
+
+    /// Entries in the table (any state).
+    pub fn len(&self) -> usize {
+        self.leases.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.leases.is_empty()
+    }
+
+    /// Declined addresses and the end of their quarantine.
+    pub fn declined(&self) -> impl Iterator<Item = (Ipv4Addr, u64)> + '_ {
+        self.declined.iter().map(|(ip, until)| (*ip, *until))
     }
 
     fn in_range(&self, ip: Ipv4Addr) -> bool {
@@ -150,7 +168,7 @@ impl Leases {
         Some(ip)
     }
 
-    fn choose(&self, mac: Mac, requested: Option<Ipv4Addr>, now: u64) -> Option<Ipv4Addr> {
+    fn choose(&mut self, mac: Mac, requested: Option<Ipv4Addr>, now: u64) -> Option<Ipv4Addr> {
         if let Some(ip) = self.reserved.get(&mac) {
             return Some(*ip);
         }
@@ -161,6 +179,16 @@ impl Leases {
             }
         }
         let (first, last) = self.range?;
+        // An address nobody has used, from where the last search stopped.
+        for n in self.fresh_from.max(u32::from(first))..=u32::from(last) {
+            let ip = Ipv4Addr::from(n);
+            if !self.by_ip.contains_key(&ip) && self.usable(mac, ip, now).is_ok() {
+                self.fresh_from = n;
+                return Some(ip);
+            }
+        }
+        // None left: the one free longest (a quarantine that ended below `fresh_from` is
+        // found here too).
         let mut oldest: Option<(u64, Ipv4Addr)> = None;
         for n in u32::from(first)..=u32::from(last) {
             let ip = Ipv4Addr::from(n);
@@ -189,9 +217,15 @@ impl Leases {
             self.leases.remove(&other);
         }
         if let Some(old) = self.leases.insert(mac, lease) {
-            self.by_ip.remove(&old.ip);
+            self.forget_ip(old.ip);
         }
         self.by_ip.insert(lease.ip, mac);
+    }
+
+    /// Drops `ip` from the address index; it may be fresh again.
+    fn forget_ip(&mut self, ip: Ipv4Addr) {
+        self.by_ip.remove(&ip);
+        self.fresh_from = self.fresh_from.min(u32::from(ip));
     }
 
     /// Grants a REQUEST for `ip` for `lease_s` seconds.
@@ -233,7 +267,7 @@ impl Leases {
     pub fn decline(&mut self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
         if self.leases.get(&mac).is_some_and(|l| l.ip == ip) {
             self.leases.remove(&mac);
-            self.by_ip.remove(&ip);
+            self.forget_ip(ip);
             self.declined.insert(ip, now + DECLINE_QUARANTINE_S);
             true
         } else {
@@ -281,6 +315,7 @@ impl Leases {
                 .iter()
                 .map(|(ip, until)| (*ip, *until))
                 .collect(),
+            journal: 0,
         }
     }
 
@@ -317,13 +352,16 @@ impl Leases {
     }
 }
 
-/// leases.json.
+/// leases.json (see `service::lease_file`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Saved {
     pub leases: Vec<SavedLease>,
     #[serde(default)]
     pub declined: Vec<(Ipv4Addr, u64)>,
+    /// The generation of the journal that continues this snapshot.
+    #[serde(default)]
+    pub journal: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -562,5 +600,23 @@ mod tests {
         assert_eq!(back.restore(t.to_saved()), 0);
         check_index(&back);
         assert_eq!(back.leases, t.leases);
+    }
+
+    #[test]
+    fn fresh_addresses_come_first_and_a_declined_one_returns_after_its_quarantine() {
+        let m = |n: u8| Mac([0x52, 0x54, 0, 0, 0, n]);
+        let ip = |n: u8| Ipv4Addr::new(10, 0, 0, n);
+        let mut t = Leases::new(Some((ip(1), ip(5))), []);
+        assert_eq!(t.offer(m(1), None, 0, 60), Some(ip(1)));
+        assert_eq!(t.offer(m(2), None, 0, 60), Some(ip(2)));
+        assert!(t.decline(m(1), ip(1), 0));
+        // .1 is in quarantine: the next fresh address is .3, then .4, .5.
+        assert_eq!(t.offer(m(3), None, 0, 60), Some(ip(3)));
+        let later = DECLINE_QUARANTINE_S + 1;
+        assert_eq!(t.offer(m(4), None, later, 60), Some(ip(4)));
+        assert_eq!(t.offer(m(5), None, later, 60), Some(ip(5)));
+        // No fresh address past the search point: .1, out of quarantine, is found again.
+        assert_eq!(t.offer(m(6), None, later, 60), Some(ip(1)));
+        check_index(&t);
     }
 }

@@ -51,7 +51,8 @@ pub struct LabArgs {
     /// How qemu runs the clients.
     #[arg(long, value_enum, default_value_t = AccelChoice::Auto)]
     pub accel: AccelChoice,
-    /// What the clients' boards run: BIOS (SeaBIOS) or UEFI (OVMF).
+    /// What the clients' boards run: bios (SeaBIOS, iPXE NIC ROM), uefi (OVMF, iPXE NIC ROM) or
+    /// uefi-pxe (OVMF's own PXE client, which loads ipxe.efi over TFTP).
     #[arg(long, value_enum, default_value_t = vm::Firmware::Bios)]
     pub firmware: vm::Firmware,
     /// Give up on clients not booted after this many seconds (default: 120 + 40 per client).
@@ -113,7 +114,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     if let Some(e) = config.missing_files().first() {
         bail!("{e}");
     }
-    if args.firmware == vm::Firmware::Uefi && !std::path::Path::new(vm::OVMF).exists() {
+    if args.firmware.is_uefi() && !std::path::Path::new(vm::OVMF).exists() {
         bail!(
             "--firmware uefi needs {} (Debian: apt-get install ovmf)",
             vm::OVMF

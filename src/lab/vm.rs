@@ -31,6 +31,15 @@ pub enum Firmware {
     Bios,
     /// OVMF (Debian's `ovmf`); qemu's EFI NIC ROM is iPXE for EFI (arch 7).
     Uefi,
+    /// OVMF with no NIC ROM: the firmware's own PXE client, as on most real PCs, which loads
+    /// `ipxe.efi` over TFTP and chains to it.
+    UefiPxe,
+}
+
+impl Firmware {
+    pub fn is_uefi(self) -> bool {
+        matches!(self, Firmware::Uefi | Firmware::UefiPxe)
+    }
 }
 
 /// Debian's `ovmf` ships a combined code+vars image here; read-only use needs no copy.
@@ -49,8 +58,9 @@ pub enum Console {
 pub const MEMORY_MIB: u32 = 320;
 const DONE_LINE: &str = "bootpool-demo: booted";
 const FAIL_MARK: &str = "bootpool-initrd: FAILED:";
-/// iPXE prints this as it starts DHCP: the end of the firmware's own time.
-const DHCP_MARK: &str = "Configuring (net0";
+/// What iPXE (in a NIC ROM) or the firmware's own PXE client prints as it starts DHCP: the
+/// end of the firmware's own time.
+const DHCP_MARKS: [&str; 2] = ["Configuring (net0", ">>Start PXE over IPv4"];
 
 pub struct Vm {
     pub name: String,
@@ -134,6 +144,14 @@ fn nic_args(cmd: &mut Command, tap: &str, mac: Mac, firmware: Firmware) {
             cmd.args([
                 "-device",
                 &format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1"),
+            ])
+            .args(["-bios", OVMF]);
+        }
+        // An empty romfile leaves the NIC to OVMF's own virtio and PXE drivers.
+        Firmware::UefiPxe => {
+            cmd.args([
+                "-device",
+                &format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1,romfile="),
             ])
             .args(["-bios", OVMF]);
         }
@@ -236,7 +254,7 @@ fn watch_console(
         text.push_str(&String::from_utf8_lossy(&buf[..n]));
         let fresh = &text[text.floor_char_boundary(from_at)..];
         let mut m = marks.lock().unwrap_or_else(|e| e.into_inner());
-        if m.dhcp.is_none() && fresh.contains(DHCP_MARK) {
+        if m.dhcp.is_none() && DHCP_MARKS.iter().any(|mark| fresh.contains(mark)) {
             m.dhcp = Some(now);
         }
         if m.done.is_none() && fresh.contains(DONE_LINE) {

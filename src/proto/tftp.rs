@@ -174,6 +174,13 @@ impl Strings<'_> {
     }
 }
 
+/// The first four bytes of a DATA packet, for senders that build packets in place.
+pub fn data_header(block: u16) -> [u8; 4] {
+    let [a, b] = DATA.to_be_bytes();
+    let [c, d] = block.to_be_bytes();
+    [a, b, c, d]
+}
+
 pub fn encode_data(block: u16, data: &[u8]) -> Vec<u8> {
     let mut b = Vec::with_capacity(4 + data.len());
     b.extend_from_slice(&DATA.to_be_bytes());

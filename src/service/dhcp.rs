@@ -1,11 +1,13 @@
 //! DHCP service. Authoritative mode: DISCOVER -> OFFER, REQUEST -> ACK/NAK, RELEASE, DECLINE,
-//! with the lease table and its file (`state_dir/leases.json`, rewritten atomically on every
-//! change, so a daemon killed with -9 loses nothing). Proxy mode (beside another DHCP server):
+//! with the lease table and its files (`state_dir/leases.json` and `leases.journal`, see
+//! `lease_file`; every batch is synced before its replies leave, so a daemon killed with -9
+//! loses nothing). Proxy mode (beside another DHCP server):
 //! never an address; PXE clients get a boot answer to DISCOVER on port 67 and an ACK to their
 //! REQUEST on port 4011. Owns reply addressing and the DHCP events. What to boot comes from
 //! `boot::plan`; clients in no pool get silence.
 
-use crate::boot::leases::{Leases, Saved};
+use super::lease_file::LeaseFile;
+use crate::boot::leases::Leases;
 use crate::boot::{self, Client};
 use crate::config::{Config, DhcpMode, Mac};
 use crate::proto::dhcp::{
@@ -13,10 +15,8 @@ use crate::proto::dhcp::{
 };
 use crate::record::{Kind, Recorder, Service, Who};
 use crate::shutdown::Shutdown;
-use anyhow::Context as _;
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -38,7 +38,6 @@ const RECV_BUFFER: usize = 4 << 20;
 const BATCH: usize = 256;
 /// Strangers logged once each; beyond this many we stop remembering (and logging) them.
 const STRANGERS_REMEMBERED: usize = 4096;
-pub const LEASES_FILE: &str = "leases.json";
 
 /// What the service has seen, for logs and later for metrics.
 #[derive(Debug, Default)]
@@ -67,18 +66,18 @@ pub async fn serve(
             tracing::debug!(error = %e, "dhcp receive buffer not enlarged");
         }
     }
-    let path = config.server.state_dir.join(LEASES_FILE);
     // A proxy hands out nothing, so it has no table to load or save.
-    let leases = if proxy {
-        Leases::new(None, [])
+    let (leases, file) = if proxy {
+        (Leases::new(None, []), None)
     } else {
-        load(&config, &path)?
+        let (leases, file) = load(&config)?;
+        (leases, Some(file))
     };
     let mut server = Server {
         config,
         recorder,
         leases,
-        path,
+        file,
         strangers: HashSet::new(),
         counters: Arc::default(),
         dirty: false,
@@ -138,6 +137,10 @@ pub async fn serve(
         }
     }
     server.flush();
+    // A clean stop leaves the whole table in the snapshot.
+    if let Some(file) = server.file.as_mut() {
+        file.snapshot(&server.leases)?;
+    }
     Ok(())
 }
 
@@ -158,47 +161,29 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The lease table for this config, with what the file holds.
-fn load(config: &Config, path: &Path) -> anyhow::Result<Leases> {
+/// The lease table for this config, with what its files hold.
+fn load(config: &Config) -> anyhow::Result<(Leases, LeaseFile)> {
     let reservations = config
         .pools
         .values()
         .flat_map(|p| p.clients.iter())
         .filter_map(|c| Some((c.macs.first, c.ip?)));
     let mut leases = Leases::new(config.dhcp.range, reservations);
-    match std::fs::read(path) {
-        Ok(bytes) => {
-            let saved: Saved = serde_json::from_slice(&bytes)
-                .with_context(|| format!("reading leases from {}", path.display()))?;
-            let count = saved.leases.len();
-            let skipped = leases.restore(saved);
-            tracing::info!(path = %path.display(), count, skipped, "leases loaded");
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    let dir = &config.server.state_dir;
+    let (file, count, skipped) = LeaseFile::open(dir, &mut leases)
+        .map_err(|e| anyhow::anyhow!("leases in {}: {e}", dir.display()))?;
+    if count > 0 {
+        tracing::info!(dir = %dir.display(), count, skipped, "leases loaded");
     }
-    Ok(leases)
-}
-
-/// Writes the file next to its final name and renames it over: readers and a restart after
-/// kill -9 see the old table or the new one, never half of one.
-fn save(leases: &Leases, path: &Path) -> std::io::Result<()> {
-    let tmp: PathBuf = path.with_extension("json.tmp");
-    let json = serde_json::to_vec_pretty(&leases.to_saved()).map_err(std::io::Error::other)?;
-    {
-        use std::io::Write;
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&json)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)
+    Ok((leases, file))
 }
 
 struct Server {
     config: Arc<Config>,
     recorder: Recorder,
     leases: Leases,
-    path: PathBuf,
+    /// Where the table is kept (none in proxy mode).
+    file: Option<LeaseFile>,
     strangers: HashSet<Mac>,
     counters: Arc<Counters>,
     /// The table changed since it was last saved.
@@ -239,9 +224,12 @@ impl Server {
             return;
         }
         self.dirty = false;
-        if let Err(e) = save(&self.leases, &self.path) {
+        let Some(file) = self.file.as_mut() else {
+            return;
+        };
+        if let Err(e) = file.commit(&self.leases) {
             let n = self.counters.save_errors.fetch_add(1, Ordering::Relaxed) + 1;
-            tracing::error!(path = %self.path.display(), error = %e, errors = n,
+            tracing::error!(dir = %self.config.server.state_dir.display(), error = %e, errors = n,
                 "leases not saved");
         }
     }
@@ -540,12 +528,14 @@ pools:
 ";
 
     fn server(dir: &Path) -> Server {
-        let config = Arc::new(Config::parse(&dir.join("pools.yaml"), CONFIG).unwrap());
+        let text = CONFIG.replace("state_dir: var/", &format!("state_dir: {}", dir.display()));
+        let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
+        let (leases, file) = load(&config).unwrap();
         Server {
-            leases: load(&config, &dir.join(LEASES_FILE)).unwrap(),
+            leases,
+            file: Some(file),
             config,
             recorder: Recorder::discard(),
-            path: dir.join(LEASES_FILE),
             strangers: HashSet::new(),
             counters: Arc::default(),
             dirty: false,
@@ -595,8 +585,7 @@ pools:
         assert!(s.dirty);
         s.flush();
         // The file on disk says the same as the table.
-        let saved: Saved =
-            serde_json::from_slice(&std::fs::read(dir.path().join(LEASES_FILE)).unwrap()).unwrap();
+        let saved = crate::service::lease_file::read(dir.path()).unwrap();
         assert_eq!(saved.leases[0].ip, Ipv4Addr::new(10, 77, 0, 100));
         assert_eq!(saved.leases[0].expires, 1001 + 3600);
         // A fresh server reads it back: a renewal from ciaddr is unicast and acked.
@@ -645,9 +634,9 @@ pools:
         assert_eq!(config.dhcp.mode, DhcpMode::Proxy);
         Server {
             leases: Leases::new(None, []),
+            file: None,
             config,
             recorder: Recorder::discard(),
-            path: dir.join(LEASES_FILE),
             strangers: HashSet::new(),
             counters: Arc::default(),
             dirty: false,
@@ -718,7 +707,16 @@ pools:
         assert!(ack.boot_file.unwrap().ends_with("52:54:00:77:00:02.ipxe"));
         assert_eq!(ack.siaddr, Ipv4Addr::new(10, 77, 0, 1));
         // Nothing was leased or written.
-        assert!(!dir.path().join(LEASES_FILE).exists());
+        assert!(
+            !dir.path()
+                .join(crate::service::lease_file::SNAPSHOT)
+                .exists()
+        );
+        assert!(
+            !dir.path()
+                .join(crate::service::lease_file::JOURNAL)
+                .exists()
+        );
     }
 
     #[test]

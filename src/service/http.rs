@@ -469,25 +469,87 @@ struct PoolLine {
     /// How many MACs the pool lists.
     clients: u64,
     latest_wave: Option<u64>,
+    /// The pool's machines: the MACs it lists (a range only when it is short enough to be a
+    /// room), then any other MAC seen booting in the pool. The room view draws one tile each.
+    machines: Vec<MachineLine>,
+    /// False when a listed range was too long to enumerate: `machines` then holds only the
+    /// MACs of that range that have booted.
+    machines_complete: bool,
 }
 
+#[derive(Serialize)]
+struct MachineLine {
+    mac: Mac,
+    name: Option<String>,
+    ip: Option<std::net::Ipv4Addr>,
+    /// Listed in pools.yaml (false: seen booting in this pool, no longer listed there).
+    listed: bool,
+}
+
+/// A range longer than this is not a room's list of machines but a catch-all.
+const ENUMERATE_MAX: u64 = 1024;
+
 async fn pools(State(web): State<Web>) -> Json<Vec<PoolLine>> {
-    let latest: BTreeMap<String, u64> = web.records.read(|t| {
-        wave::waves(t.boots())
+    let (latest, seen) = web.records.read(|t| {
+        let latest: BTreeMap<String, u64> = wave::waves(t.boots())
             .into_iter()
             .map(|w| (w.pool, w.id))
-            .collect()
+            .collect();
+        let mut seen: BTreeMap<String, std::collections::BTreeSet<Mac>> = BTreeMap::new();
+        for b in t.boots() {
+            if let Some(pool) = &b.pool {
+                seen.entry(pool.clone()).or_default().insert(b.mac);
+            }
+        }
+        (latest, seen)
     });
+    let none = Default::default();
     Json(
         web.config
             .pools
             .values()
-            .map(|p| PoolLine {
-                name: p.name.clone(),
-                image: p.image.name.clone(),
-                root: p.root.to_string(),
-                clients: p.clients.iter().map(|e| e.macs.len()).sum(),
-                latest_wave: latest.get(&p.name).copied(),
+            .map(|p| {
+                let seen = seen.get(&p.name).unwrap_or(&none);
+                let mut machines = Vec::new();
+                let mut complete = true;
+                for e in &p.clients {
+                    let listed = |mac| MachineLine {
+                        mac,
+                        name: e.name.clone(),
+                        ip: e.ip,
+                        listed: true,
+                    };
+                    if e.macs.len() <= ENUMERATE_MAX {
+                        machines
+                            .extend((0..e.macs.len()).filter_map(|n| e.macs.nth(n)).map(listed));
+                    } else {
+                        complete = false;
+                        machines.extend(
+                            seen.iter()
+                                .filter(|m| e.macs.contains(**m))
+                                .map(|m| listed(*m)),
+                        );
+                    }
+                }
+                for &mac in seen {
+                    if !p.clients.iter().any(|e| e.macs.contains(mac)) {
+                        machines.push(MachineLine {
+                            mac,
+                            name: None,
+                            ip: None,
+                            listed: false,
+                        });
+                    }
+                }
+                PoolLine {
+                    name: p.name.clone(),
+                    image: p.image.name.clone(),
+                    root: p.root.to_string(),
+                    clients: p.clients.iter().map(|e| e.macs.len()).sum(),
+                    latest_wave: latest.get(&p.name).copied(),
+                    machines,
+                    machines_complete: complete,
+                }
             })
             .collect(),
     )

@@ -3,6 +3,7 @@
 
 pub mod dhcp;
 pub mod http;
+pub mod lease_file;
 pub mod metrics;
 pub mod nbd;
 pub mod nfs;

@@ -11,15 +11,16 @@ use crate::config::Config;
 use crate::proto::tftp::{self as wire, Mode, Next, Packet, Sender, err};
 use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Service, Who};
 use crate::shutdown::Shutdown;
+use std::io::Read;
+use std::net::UdpSocket;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
-use tokio::net::UdpSocket;
+use std::time::Instant;
 use tokio::sync::Semaphore;
-use tokio::time::Instant;
 
 /// Transfers at once; a room of a few hundred PCs fits, a flood does not.
 pub const MAX_TRANSFERS: usize = 256;
@@ -38,7 +39,7 @@ pub struct Counters {
 }
 
 pub async fn serve(
-    socket: UdpSocket,
+    socket: tokio::net::UdpSocket,
     config: Arc<Config>,
     recorder: Recorder,
     shutdown: Shutdown,
@@ -79,7 +80,7 @@ pub async fn serve(
                 };
                 let stop = shutdown.clone();
                 shutdown.spawn(async move {
-                    t.run(stop).await;
+                    let _ = tokio::task::spawn_blocking(move || t.run(stop)).await;
                     drop(permit);
                 });
             }
@@ -191,10 +192,9 @@ struct Transfer {
 
 /// Where the bytes come from.
 enum Source {
-    /// Read ahead in large chunks: a transfer walks the file in order, and a block-sized
-    /// read per packet costs a trip through the blocking pool each.
+    /// Read ahead in large chunks with `pread`: a transfer walks the file in order.
     File {
-        file: tokio::fs::File,
+        file: std::fs::File,
         chunk: Vec<u8>,
         chunk_start: u64,
     },
@@ -205,7 +205,7 @@ enum Source {
 const READ_AHEAD: usize = 256 * 1024;
 
 impl Source {
-    fn file(file: tokio::fs::File) -> Source {
+    fn file(file: std::fs::File) -> Source {
         Source::File {
             file,
             chunk: Vec::new(),
@@ -213,8 +213,8 @@ impl Source {
         }
     }
 
-    async fn read(&mut self, start: u64, len: usize, out: &mut Vec<u8>) -> std::io::Result<()> {
-        out.clear();
+    /// Appends `len` bytes from `start` to `out`.
+    fn read(&mut self, start: u64, len: usize, out: &mut Vec<u8>) -> std::io::Result<()> {
         match self {
             Source::File {
                 file,
@@ -226,10 +226,9 @@ impl Source {
                 if !(held.contains(&start) && held.contains(&end)) {
                     chunk.clear();
                     chunk.resize(READ_AHEAD.max(len), 0);
-                    file.seek(std::io::SeekFrom::Start(start)).await?;
                     let mut filled = 0;
                     while filled < chunk.len() {
-                        match file.read(&mut chunk[filled..]).await? {
+                        match file.read_at(&mut chunk[filled..], start + filled as u64)? {
                             0 => break,
                             n => filled += n,
                         }
@@ -255,13 +254,26 @@ impl Source {
     }
 }
 
+/// How often a waiting transfer looks at the shutdown flag.
+const SHUTDOWN_POLL: Duration = Duration::from_millis(250);
+
+/// What one wait for a client packet brought.
+enum Heard {
+    Packet(usize, SocketAddr),
+    Nothing,
+    Failed(std::io::Error),
+}
+
 impl Transfer {
-    async fn run(self, shutdown: Shutdown) {
+    /// Runs on a thread of its own with a blocking socket: a lock-step transfer is one round
+    /// trip per block, and a thread parked in `recvfrom` answers an ACK sooner than a task
+    /// woken through the reactor (tftpd-hpa and atftpd work the same way).
+    fn run(self, shutdown: Shutdown) {
         let local = match self.peer.ip() {
             IpAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
             IpAddr::V6(_) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
         };
-        let sock = match UdpSocket::bind(local).await {
+        let sock = match UdpSocket::bind(local) {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "tftp cannot open a transfer socket");
@@ -278,33 +290,27 @@ impl Transfer {
                 if code == err::NOT_FOUND {
                     self.missing(&file, text);
                 }
-                let _ = sock
-                    .send_to(&wire::encode_error(code, text), self.peer)
-                    .await;
+                let _ = sock.send_to(&wire::encode_error(code, text), self.peer);
                 return;
             }
         };
-        let (source, size) = match open(&path, self.req.mode).await {
+        let (source, size) = match open(&path, self.req.mode) {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!(peer = %self.peer, %file, error = %e, "tftp cannot read file");
                 self.recorder.refused(Service::Tftp);
                 self.missing(&file, "cannot read file");
-                let _ = sock
-                    .send_to(
-                        &wire::encode_error(err::NOT_FOUND, "cannot read file"),
-                        self.peer,
-                    )
-                    .await;
+                let _ = sock.send_to(
+                    &wire::encode_error(err::NOT_FOUND, "cannot read file"),
+                    self.peer,
+                );
                 return;
             }
         };
         let started = Instant::now();
         let (settings, oack) = wire::negotiate(&self.req.options, Some(size));
         let mut tx = Sender::new(size, settings);
-        let outcome = self
-            .send(&sock, source, &mut tx, &oack, settings, &shutdown)
-            .await;
+        let outcome = self.send(&sock, source, &mut tx, &oack, settings, &shutdown);
         let bytes = match outcome {
             Outcome::Complete => size,
             _ => tx.acked_bytes(),
@@ -347,7 +353,7 @@ impl Transfer {
 
     /// Runs the exchange until every block is acknowledged, the client gives up, it stops
     /// answering, or the daemon stops.
-    async fn send(
+    fn send(
         &self,
         sock: &UdpSocket,
         mut source: Source,
@@ -362,7 +368,7 @@ impl Transfer {
         // With options, the client must first acknowledge the OACK with ACK 0.
         let mut awaiting_oack = !oack.is_empty();
         let oack_bytes = wire::encode_oack(oack);
-        let mut block = Vec::new();
+        let mut packet = Vec::with_capacity(4 + usize::from(settings.blksize));
         let mut retries = 0;
         let mut inbuf = vec![0u8; 2048];
         let mut resend = true;
@@ -373,10 +379,9 @@ impl Transfer {
             if resend {
                 resend = false;
                 let sent = if awaiting_oack {
-                    sock.send_to(&oack_bytes, self.peer).await.map(|_| ())
+                    sock.send_to(&oack_bytes, self.peer).map(|_| ())
                 } else {
-                    self.send_blocks(sock, &mut source, tx, window.clone(), &mut block)
-                        .await
+                    self.send_blocks(sock, &mut source, tx, window.clone(), &mut packet)
                 };
                 if let Err(e) = sent {
                     tracing::debug!(peer = %self.peer, error = %e, "tftp send failed");
@@ -384,13 +389,11 @@ impl Transfer {
                 }
                 deadline = Instant::now() + rto;
             }
-            let got = tokio::select! {
-                _ = shutdown.wait() => return Outcome::Aborted,
-                _ = tokio::time::sleep_until(deadline) => None,
-                r = sock.recv_from(&mut inbuf) => Some(r),
-            };
-            let (n, from) = match got {
-                None => {
+            let (n, from) = match wait(sock, &mut inbuf, deadline) {
+                Heard::Packet(n, from) => (n, from),
+                Heard::Nothing if shutdown.is_triggered() => return Outcome::Aborted,
+                Heard::Nothing if Instant::now() < deadline => continue,
+                Heard::Nothing => {
                     retries += 1;
                     if retries > MAX_RETRIES {
                         return Outcome::TimedOut;
@@ -399,20 +402,16 @@ impl Transfer {
                     resend = true;
                     continue;
                 }
-                Some(Err(e)) => {
-                    // ICMP port unreachable: the client is gone.
+                Heard::Failed(e) => {
                     tracing::debug!(peer = %self.peer, error = %e, "tftp receive failed");
                     return Outcome::Aborted;
                 }
-                Some(Ok(x)) => x,
             };
             if from != self.peer {
-                let _ = sock
-                    .send_to(
-                        &wire::encode_error(err::UNKNOWN_TID, "unknown transfer id"),
-                        from,
-                    )
-                    .await;
+                let _ = sock.send_to(
+                    &wire::encode_error(err::UNKNOWN_TID, "unknown transfer id"),
+                    from,
+                );
                 continue;
             }
             match wire::decode(&inbuf[..n]) {
@@ -443,27 +442,51 @@ impl Transfer {
         }
     }
 
-    async fn send_blocks(
+    /// Sends the blocks of one window, each built in the same buffer.
+    fn send_blocks(
         &self,
         sock: &UdpSocket,
         source: &mut Source,
         tx: &Sender,
         blocks: std::ops::RangeInclusive<u64>,
-        buf: &mut Vec<u8>,
+        packet: &mut Vec<u8>,
     ) -> std::io::Result<()> {
         for n in blocks {
             let (start, len) = tx.span(n);
-            source.read(start, len, buf).await?;
-            sock.send_to(&wire::encode_data(Sender::wire(n), buf), self.peer)
-                .await?;
+            packet.clear();
+            packet.extend_from_slice(&wire::data_header(Sender::wire(n)));
+            source.read(start, len, packet)?;
+            sock.send_to(packet, self.peer)?;
         }
         Ok(())
     }
 }
 
-async fn open(path: &Path, mode: Mode) -> std::io::Result<(Source, u64)> {
-    let mut f = tokio::fs::File::open(path).await?;
-    let meta = f.metadata().await?;
+/// Waits for one packet until `deadline`, waking at least every `SHUTDOWN_POLL`.
+fn wait(sock: &UdpSocket, buf: &mut [u8], deadline: Instant) -> Heard {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let slice = left.min(SHUTDOWN_POLL).max(Duration::from_millis(1));
+    if let Err(e) = sock.set_read_timeout(Some(slice)) {
+        return Heard::Failed(e);
+    }
+    match sock.recv_from(buf) {
+        Ok((n, from)) => Heard::Packet(n, from),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Heard::Nothing
+        }
+        // ICMP port unreachable and the like: the client is gone.
+        Err(e) => Heard::Failed(e),
+    }
+}
+
+fn open(path: &Path, mode: Mode) -> std::io::Result<(Source, u64)> {
+    let mut f = std::fs::File::open(path)?;
+    let meta = f.metadata()?;
     if !meta.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
@@ -474,7 +497,7 @@ async fn open(path: &Path, mode: Mode) -> std::io::Result<(Source, u64)> {
                 return Err(std::io::Error::other("too large for netascii"));
             }
             let mut raw = Vec::new();
-            f.read_to_end(&mut raw).await?;
+            f.read_to_end(&mut raw)?;
             let text = wire::to_netascii(&raw);
             let len = text.len() as u64;
             Ok((Source::Memory(text), len))

@@ -1,7 +1,8 @@
-// The dashboard in a real browser: `bootpool serve` on a copy of a recorded lab run
-// (tests/fixtures/lab-state), Debian's chromium driven by playwright-core. The page's numbers
-// must be the API's, a new DHCP client must appear in the room without a reload, every view
-// must render without console errors and without a request leaving the server.
+// The dashboard in a real browser: `bootpool serve` on a copy of recorded lab runs
+// (tests/fixtures/lab-state: boot events and server egress), Debian's chromium driven by
+// playwright-core. The page's numbers must be the API's, a machine powering on must change its
+// room tile without a reload (and stand out when it stalls), every view must render without
+// console errors and without a request leaving the server, and fit a desktop and a phone.
 //
 // Env: BOOTPOOL_BIN (the daemon; tests/dashboard.rs passes it), CHROMIUM (default
 // /usr/bin/chromium), SCREENSHOT_DIR (where to save views; default: a temp folder).
@@ -27,7 +28,22 @@ const WAIT = 20_000;
 // for them is not a page error.
 const NOT_YET = [];
 
+// The browser runs in a time zone with a half-hour offset, so a time shown in UTC or in the
+// machine's zone instead of the browser's cannot pass by chance.
+const TZ = 'Australia/Adelaide', LOCALE = 'en-GB';
+
+// The page's number formats (docs/dashboard.md); the numbers themselves come from the API.
 const fmtS = v => (v == null ? '–' : `${v.toFixed(1)} s`);
+function fmtBytes(n) {
+  if (n == null) return '–';
+  if (n >= 1024 ** 3) return `${(n / 1024 ** 3).toFixed(2)} GiB`;
+  if (n >= 1024 ** 2) return `${(n / 1024 ** 2).toFixed(1)} MiB`;
+  if (n >= 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${Math.round(n)} B`;
+}
+const fmtMbit = v => (v == null ? 'no samples' : `${((v * 8) / 1e6).toFixed(1)} Mbit/s`);
+// When a wave's boots end: its last booted call (or newest event).
+const waveEnd = w => Math.max(w.start + 1, ...w.boots.map(b => (b.duration_s != null ? b.start + b.duration_s : b.last_event)));
 
 let daemons = [], context, base, dhcpPort;
 const problems = [];
@@ -41,6 +57,21 @@ const watchdog = setTimeout(async () => {
 }, 300_000);
 watchdog.unref();
 
+// Copies the recorded run (events.jsonl, egress.jsonl) into `state`, moved by whole hours so
+// that it ended between 5 and 65 minutes ago: the daemon loads only the last 6 h of egress
+// samples, and whole hours keep every sample in its egress bucket. Durations, bytes and rates
+// are unchanged.
+function copyShifted(events, state) {
+  const dir = path.dirname(events);
+  const read = f => fs.readFileSync(path.join(dir, f), 'utf8').split('\n').filter(Boolean).map(l => JSON.parse(l));
+  const ev = read('events.jsonl'), eg = read('egress.jsonl');
+  const last = Math.max(...ev.map(e => e.at / 1e6), ...eg.map(e => e.t));
+  const shift = Math.floor((Date.now() / 1000 - last - 300) / 3600) * 3600;
+  const write = (f, lines) => fs.writeFileSync(path.join(state, f), lines.map(l => JSON.stringify(l)).join('\n') + '\n');
+  write('events.jsonl', ev.map(e => ({ ...e, at: e.at + shift * 1e6 })));
+  write('egress.jsonl', eg.map(e => ({ ...e, t: e.t + shift })));
+}
+
 // A daemon on a copy of `events` (or an empty state); resolves to its HTTP base and DHCP port.
 async function startDaemon(name, events) {
   const dir = path.join(tmp, name);
@@ -50,14 +81,13 @@ async function startDaemon(name, events) {
   fs.mkdirSync(path.join(dir, 'img/rootfs'), { recursive: true });
   for (const f of ['vmlinuz', 'initrd.img']) fs.writeFileSync(path.join(dir, 'img', f), '');
   fs.writeFileSync(path.join(dir, 'img/rootfs.img'), Buffer.alloc(1 << 20));
-  if (events) fs.copyFileSync(events, path.join(dir, 'state/events.jsonl'));
+  if (events) copyShifted(events, path.join(dir, 'state'));
   // The pools and MACs of the lab run in the fixture; every port picked by the kernel.
   fs.writeFileSync(path.join(dir, 'pools.yaml'), `
 server:
   address: 127.0.0.1
   http: 127.0.0.1:0
   state_dir: ${dir}/state
-  retention: forever
   loaders: ${dir}/loaders
   ports: { dhcp: 0, tftp: 0, nfs: 0, nbd: 0, portmap: 0 }
 dhcp:
@@ -110,12 +140,12 @@ async function view(page, hash) {
   await page.waitForSelector('section[data-ready]', { timeout: WAIT });
 }
 
-async function shot(page, name) {
+async function shot(page, name, fullPage = true) {
   fs.mkdirSync(SHOTS, { recursive: true });
-  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
+  await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage });
 }
 
-function watch(page) {
+function watch(page, at = base) {
   page.on('pageerror', e => problems.push(`page error: ${e.message}`));
   page.on('console', msg => {
     if (msg.type() !== 'error') return;
@@ -124,7 +154,7 @@ function watch(page) {
     problems.push(`console error: ${msg.text()} (${url})`);
   });
   page.on('request', r => {
-    if (!r.url().startsWith(base) && !r.url().startsWith('data:')) problems.push(`request left the server: ${r.url()}`);
+    if (!r.url().startsWith(at) && !r.url().startsWith('data:')) problems.push(`request left the server: ${r.url()}`);
   });
 }
 
@@ -158,7 +188,7 @@ before(async () => {
   // A shared target folder can hold another branch's build: say so rather than time out.
   assert.equal((await fetch(`${base}/app.js`)).status, 200, `${BIN} serves no dashboard (an older build?)`);
   context = await chromium.launchPersistentContext(path.join(tmp, 'profile'), {
-    executablePath: CHROMIUM, headless: true, viewport: { width: 1280, height: 800 },
+    executablePath: CHROMIUM, headless: true, viewport: { width: 1280, height: 800 }, timezoneId: TZ, locale: LOCALE,
     args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
       '--disable-component-update', '--disable-sync'],
   });
@@ -171,12 +201,14 @@ after(async () => {
   if (!process.env.KEEP_TMP) fs.rmSync(tmp, { recursive: true, force: true });
 });
 
-test('the fixture holds an NFS wave and an NBD wave', async () => {
+test('the fixture holds NFS, NBD and NFS waves, and egress over them', async () => {
   const waves = await api('/api/v1/waves');
-  assert.deepEqual(waves.map(w => w.pool).sort(), ['lab-nbd', 'lab-nfs']);
+  assert.deepEqual(waves.map(w => w.pool), ['lab-nfs', 'lab-nbd', 'lab-nfs']);
+  const e = await api(`/api/v1/egress?since=${Math.floor(waves[0].start)}`);
+  assert.ok(e.links.length > 0 && e.links.some(l => l.points.some(p => p.tx_bytes > 0)), 'the fixture has egress samples');
 });
 
-test('wave view: summary, per-client totals and the Gantt rows are the API\'s', async () => {
+test('wave view: summary, per-client totals and bytes, histogram and Gantt rows are the API\'s', async () => {
   const page = await context.newPage();
   watch(page);
   for (const { id } of await api('/api/v1/waves')) {
@@ -191,8 +223,16 @@ test('wave view: summary, per-client totals and the Gantt rows are the API\'s', 
     for (const [phase, s] of Object.entries(w.summary.phase_median_s)) {
       assert.equal(await text(`[data-testid=phase-median-${phase}]`), fmtS(s), phase);
     }
-    const rows = await page.$$eval('[data-testid=per-client] tbody tr', trs => trs.map(tr => [tr.dataset.mac, tr.querySelector('[data-testid=total]').textContent]));
-    assert.deepEqual(rows, w.boots.map(b => [b.mac, fmtS(b.duration_s)]));
+    // Bytes per client per protocol: each client's, and the wave's mean.
+    for (const [proto, n] of Object.entries(w.summary.bytes_per_client)) {
+      assert.equal(await text(`[data-testid=bytes-per-client-${proto}]`), fmtBytes(n), proto);
+    }
+    const rows = await page.$$eval('[data-testid=per-client] tbody tr', trs => trs.map(tr => [tr.dataset.mac, tr.querySelector('[data-testid=total]').textContent,
+      Object.fromEntries([...tr.querySelectorAll('[data-proto]')].map(td => [td.dataset.proto, td.textContent]))]));
+    assert.deepEqual(rows, w.boots.map(b => [b.mac, fmtS(b.duration_s),
+      Object.fromEntries(Object.keys(w.summary.bytes_per_client).map(p => [p, fmtBytes(b.bytes[p])]))]));
+    // The started time in the browser's time zone.
+    assert.equal(await text('[data-testid=started]'), new Date(w.start * 1000).toLocaleString(LOCALE, { timeZone: TZ }).replace(/\s/g, ' '));
     // One segment per phase of each boot.
     assert.equal(await page.locator('svg.gantt rect[data-phase]').count(), w.boots.reduce((n, b) => n + b.phases.length, 0));
     // Sorting by total puts the slowest first, whatever order it had before.
@@ -200,82 +240,39 @@ test('wave view: summary, per-client totals and the Gantt rows are the API\'s', 
     await page.click('button[data-sort=total]');
     const order = await page.$$eval('svg.gantt g[data-key]', gs => gs.map(g => g.dataset.key));
     assert.deepEqual(order, [...w.boots].sort((a, b) => b.duration_s - a.duration_s).map(b => b.mac));
-    assert.equal(await page.locator('svg[aria-label^=histogram] rect').count() > 0, true);
-    await shot(page, w.pool === 'lab-nfs' ? 'wave-nfs' : 'wave-nbd');
+    // The histogram counts every booted client once.
+    const bins = await page.$$eval('svg[aria-label^=histogram] rect title', ts => ts.map(t => Number(t.textContent.split(': ').at(-1))));
+    assert.equal(bins.reduce((a, b) => a + b, 0), w.summary.booted);
+    await shot(page, w.pool === 'lab-nfs' ? 'wave-nfs' : 'wave-nbd'); // the newest NFS wave wins
   }
+  assert.equal((await page.textContent('#tz')).trim(), TZ);
   await page.close();
 });
 
-test('room view: a tile per client with its phase and time', async () => {
+test('room view: a tile per machine of the pool, with its phase and time in the current wave', async () => {
   const page = await context.newPage();
   watch(page);
   for (const pool of ['lab-nfs', 'lab-nbd']) {
-    const newest = new Map();
-    for (const b of await api(`/api/v1/boots?pool=${pool}`)) newest.set(b.mac, b);
+    const p = (await api('/api/v1/pools')).find(x => x.name === pool);
+    // pools.yaml lists pc01 and a range of 62 (lab-nfs), a range of 63 (lab-nbd).
+    assert.equal(p.machines.length, 63);
+    assert.equal(p.machines_complete, true);
+    const w = await api(`/api/v1/waves/${p.latest_wave}`);
+    const inWave = new Map(w.boots.map(b => [b.mac, b]));
     await view(page, `/room/${pool}`);
-    const tiles = await page.$$eval('.tile', ts => ts.map(t => [t.dataset.mac, t.dataset.phase, t.querySelector('[data-testid=elapsed]').textContent]));
-    assert.deepEqual(tiles.sort(), [...newest.values()].map(b => [b.mac, b.current_phase, fmtS(b.duration_s)]).sort());
-    assert.equal((await page.textContent('[data-testid=count-booted]')).trim(), String([...newest.values()].filter(b => b.current_phase === 'booted').length));
+    const tiles = await page.$$eval('.tile', ts => ts.map(t => [t.dataset.mac, t.dataset.phase, t.querySelector('[data-testid=elapsed]')?.textContent ?? null]));
+    assert.deepEqual(tiles, p.machines.map(m => {
+      const b = inWave.get(m.mac);
+      return b ? [m.mac, b.current_phase, fmtS(b.duration_s)] : [m.mac, 'waiting', null];
+    }));
+    const count = async k => (await page.textContent(`[data-testid=count-${k}]`)).trim();
+    assert.equal(await count('booted'), String(w.summary.booted));
+    assert.equal(await count('waiting'), String(p.machines.length - w.boots.length));
+    assert.equal((await page.textContent('[data-testid=wave-clients]')).trim(), String(w.summary.clients));
+    // Live from the event stream, not polling.
+    await page.waitForFunction(() => document.querySelector('[data-testid=mode]')?.textContent === 'live', null, { timeout: WAIT });
     if (pool === 'lab-nfs') await shot(page, 'room');
   }
-  await page.close();
-});
-
-test('compare view: the API\'s sentence and both waves\' numbers', async () => {
-  const waves = await api('/api/v1/waves');
-  const [a, b] = waves.map(w => w.id);
-  const c = await api(`/api/v1/compare?a=${a}&b=${b}`);
-  const page = await context.newPage();
-  watch(page);
-  await view(page, `/compare/${a}/${b}`);
-  assert.equal((await page.textContent('[data-testid=sentence]')).trim(), c.sentence);
-  for (const key of ['median', 'p95', 'max']) {
-    const cells = await page.$$eval(`tr[data-row=${key}] td`, tds => tds.map(td => td.textContent));
-    assert.deepEqual(cells, [fmtS(c.a.summary[`${key}_s`]), fmtS(c.b.summary[`${key}_s`])], key);
-  }
-  // Both distributions on one axis: a mark per booted client.
-  const marks = await page.locator('svg[aria-label="boot time distributions"] :is(circle, rect)').count();
-  assert.equal(marks, [c.a, c.b].flatMap(w => w.boots).filter(x => x.duration_s != null).length);
-  await shot(page, 'compare');
-  await page.close();
-});
-
-test('egress view: links (or the no-data state) and clients per phase over time', async () => {
-  const page = await context.newPage();
-  watch(page);
-  const waves = await api('/api/v1/waves');
-  await view(page, `/egress/${waves[0].id}`);
-  const egress = await fetch(`${base}/api/v1/egress`);
-  if (egress.status === 404) {
-    assert.match(await page.textContent('section'), /No egress data/);
-  } else {
-    const e = await egress.json();
-    assert.equal(await page.locator('[data-link]').count(), e.links.length);
-  }
-  // The stacked phase areas: one layer per phase the wave's boots went through, plus booted.
-  const w = await api(`/api/v1/waves/${waves[0].id}`);
-  const phases = new Set(w.boots.flatMap(b => b.phases.map(p => p.name)));
-  if (w.boots.some(b => b.duration_s != null)) phases.add('booted');
-  const layers = await page.$$eval('svg[aria-label="clients in each phase over time"] path title', ts => ts.map(t => t.textContent));
-  assert.deepEqual(layers.sort(), [...phases].sort());
-  await shot(page, 'egress');
-  await page.close();
-});
-
-test('client view: one machine\'s boots', async () => {
-  const page = await context.newPage();
-  watch(page);
-  await view(page, '/client');
-  const clients = await api('/api/v1/clients');
-  assert.equal(await page.locator('tbody tr[data-mac]').count(), clients.length);
-  await shot(page, 'clients');
-  const mac = clients[0].mac;
-  const boots = await api(`/api/v1/boots?mac=${mac}`);
-  await page.click(`tr[data-mac="${mac}"] a`);
-  await page.waitForSelector('section[data-view=client][data-ready] [data-testid=boots]', { timeout: WAIT });
-  const totals = await page.$$eval('[data-testid=boots] tbody tr [data-testid=total]', tds => tds.map(td => td.textContent));
-  assert.deepEqual(totals, [...boots].reverse().map(b => fmtS(b.duration_s)));
-  await shot(page, 'client');
   await page.close();
 });
 
@@ -293,50 +290,263 @@ test('room view: a running client silent for over 3x the others\' median in its 
   });
   // Median 3 s: silent 10 s is stalled, 8 s is not; alone or booted, never.
   assert.deepEqual(verdicts, [10, null, null, null]);
+  // The room's wave follows the server's rule: a boot over 120 s after the last, or a machine
+  // booting again, is a new power-on; the machines of the old one wait.
+  const waves = await page.evaluate(async () => {
+    const { roomWave } = await import('/app.js');
+    const r = roomWave();
+    const b = (id, mac, start) => ({ id, mac, start });
+    r.admit(b(1, 'a', 0)); r.admit(b(2, 'b', 100)); r.admit(b(3, 'c', 210));
+    const first = [...r.wave.keys()];
+    r.admit(b(4, 'a', 260));
+    const again = [...r.wave.keys()];
+    r.admit(b(5, 'b', 500));
+    return [first, again, [...r.wave.keys()], [...r.older.keys()].sort()];
+  });
+  assert.deepEqual(waves, [['a', 'b', 'c'], ['a'], ['b'], ['a', 'c']]);
   await page.close();
 });
 
-test('keyboard: the views are reachable with Tab and Enter', async () => {
+test('room view: colours are readable and not the only cue', async () => {
   const page = await context.newPage();
   watch(page);
-  await view(page, '/room');
+  await view(page, '/room/lab-nfs');
+  const { colour, ink } = await page.evaluate(async () => {
+    const c = await import('/charts.js');
+    return { colour: c.PHASE_COLOUR, ink: c.PHASE_INK };
+  });
+  const lum = hex => {
+    if (hex.length === 4) hex = `#${[...hex.slice(1)].map(c => c + c).join('')}`;
+    const [r, g, b] = [1, 3, 5].map(i => parseInt(hex.slice(i, i + 2), 16) / 255).map(v => (v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4));
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  for (const [phase, bg] of Object.entries(colour)) {
+    const [a, b] = [lum(bg), lum(ink[phase] ?? '#000000')].sort((x, y) => y - x);
+    // WCAG AA for normal text on every tile colour.
+    assert.ok((a + 0.05) / (b + 0.05) >= 4.5, `${phase}: text on ${bg} has contrast ${((a + 0.05) / (b + 0.05)).toFixed(2)}`);
+  }
+  // Okabe-Ito, all different; the legend names each phase in words.
+  assert.equal(new Set(Object.values(colour)).size, 7);
+  const legend = await page.$$eval('.legend li', lis => lis.map(li => li.textContent.trim().split(' ')[0]));
+  assert.deepEqual(legend, ['dhcp', 'loader', 'ipxe', 'kernel', 'initrd', 'root', 'booted', 'waiting']);
+  // Every tile says its phase in words too.
+  const words = await page.$$eval('.tile', ts => ts.map(t => [t.dataset.phase, t.querySelector('.phase').textContent]));
+  for (const [phase, text] of words) assert.ok(text.includes(phase), `${phase}: ${text}`);
+  await page.close();
+});
+
+test('compare view: the API\'s sentence and both waves\' numbers, charted and tabled', async () => {
+  const waves = await api('/api/v1/waves');
+  const [a, b] = waves.map(w => w.id);
+  const c = await api(`/api/v1/compare?a=${a}&b=${b}`);
+  const page = await context.newPage();
+  watch(page);
+  await view(page, `/compare/${a}/${b}`);
+  assert.equal((await page.textContent('[data-testid=sentence]')).trim(), c.sentence);
+  const cells = async key => page.$$eval(`tr[data-row="${key}"] td`, tds => tds.map(td => td.textContent));
+  for (const key of ['median', 'p95', 'max']) {
+    assert.deepEqual(await cells(key), [fmtS(c.a.summary[`${key}_s`]), fmtS(c.b.summary[`${key}_s`])], key);
+  }
+  // Both distributions on one axis: a mark per booted client, a single axis.
+  const dist = 'svg[aria-label="boot time distributions"]';
+  const marks = await page.locator(`${dist} :is(circle, rect)`).count();
+  assert.equal(marks, [c.a, c.b].flatMap(w => w.boots).filter(x => x.duration_s != null).length);
+  assert.equal(await page.locator(`${dist} g.axis`).count(), 1);
+  // Per-phase medians as paired bars (and in the table), each the API's.
+  const bar = async (chart, side, row) => (await page.textContent(`svg[aria-label^="${chart}"] text[data-side=${side}][data-row="${row}"]`)).trim();
+  for (const p of new Set([...Object.keys(c.a.summary.phase_median_s), ...Object.keys(c.b.summary.phase_median_s)])) {
+    const [va, vb] = [c.a, c.b].map(w => w.summary.phase_median_s[p]);
+    assert.deepEqual(await cells(`phase-${p}`), [fmtS(va), fmtS(vb)], p);
+    assert.equal(await bar('median seconds per phase', 'a', p), va == null ? `A: wave ${a}: none` : fmtS(va), p);
+    assert.equal(await bar('median seconds per phase', 'b', p), vb == null ? `B: wave ${b}: none` : fmtS(vb), p);
+  }
+  // Bytes per client, both waves.
+  for (const p of Object.keys(c.a.summary.bytes_per_client)) {
+    const [va, vb] = [c.a, c.b].map(w => w.summary.bytes_per_client[p]);
+    assert.deepEqual(await cells(`bytes-${p}`), [fmtBytes(va), fmtBytes(vb)], p);
+    if (va != null) assert.equal(await bar('bytes per client', 'a', p), fmtBytes(va), p);
+    if (vb != null) assert.equal(await bar('bytes per client', 'b', p), fmtBytes(vb), p);
+  }
+  // Peak and mean egress of each wave: the top-level links' summed sending rate over the wave.
+  const e = await api(`/api/v1/egress?since=${Math.floor(Math.min(c.a.start, c.b.start))}&step=1`);
+  const stats = w => {
+    const sum = new Map();
+    for (const l of e.links.filter(x => !x.master)) for (const p of l.points) if (p.t >= w.start && p.t <= waveEnd(w)) sum.set(p.t, (sum.get(p.t) ?? 0) + p.tx_bytes_s);
+    const v = [...sum.values()];
+    return { peak: Math.max(...v), mean: v.reduce((x, y) => x + y, 0) / v.length };
+  };
+  const [sa, sb] = [stats(c.a), stats(c.b)];
+  assert.ok(sa.peak > 0 && sb.peak > 0, 'both waves sent bytes');
+  for (const k of ['peak', 'mean']) {
+    assert.deepEqual(await cells(`egress-${k}`), [fmtMbit(sa[k]), fmtMbit(sb[k])], k);
+    assert.equal(await bar('peak and mean egress', 'a', k), fmtMbit(sa[k]), k);
+    assert.equal(await bar('peak and mean egress', 'b', k), fmtMbit(sb[k]), k);
+  }
+  await shot(page, 'compare');
+  await page.close();
+});
+
+test('egress view: each link\'s bytes, peak and mean are the API\'s; protocols; clients per phase', async () => {
+  const page = await context.newPage();
+  watch(page);
+  for (const { id } of await api('/api/v1/waves')) {
+    const w = await api(`/api/v1/waves/${id}`);
+    await view(page, `/egress/${id}`);
+    const t0 = w.start, t1 = waveEnd(w), step = Math.max(1, Math.round((t1 - t0) / 300));
+    const e = await api(`/api/v1/egress?since=${Math.floor(t0)}&step=${step}`);
+    // Every link, each member right after its bridge or bond.
+    const drawn = await page.$$eval('[data-link]', ds => ds.map(d => d.dataset.link));
+    const tops = e.links.filter(l => !l.master);
+    assert.deepEqual(drawn, tops.flatMap(l => [l.name, ...e.links.filter(m => m.master === l.name).map(m => m.name)]));
+    let sent = 0;
+    for (const l of e.links) {
+      const pts = l.points.filter(p => p.t >= t0 - step && p.t <= t1 + step);
+      assert.ok(pts.length > 0, `${l.name}: samples in wave ${id}`);
+      const rates = pts.map(p => p.tx_bytes_s);
+      const box = `[data-link="${l.name}"]`;
+      const got = async k => (await page.textContent(`${box} [data-testid=${k}]`)).trim();
+      assert.equal(await got('sent'), fmtBytes(pts.reduce((a, p) => a + p.tx_bytes, 0)), l.name);
+      assert.equal(await got('peak'), fmtMbit(Math.max(...rates)), l.name);
+      assert.equal(await got('mean'), fmtMbit(rates.reduce((a, b) => a + b, 0) / rates.length), l.name);
+      assert.equal(await page.locator(`${box} svg path`).count(), l.speed_mbps ? 2 : 1, `${l.name}: tx line (and capacity)`);
+      sent += pts.reduce((a, p) => a + p.tx_bytes, 0);
+    }
+    assert.ok(sent > 1e6, `wave ${id} sent ${sent} bytes`);
+    // A line per protocol that moved bytes during the wave.
+    const protos = e.protocols.filter(p => p.points.some(x => x.t >= t0 - step && x.t <= t1 + step)).map(p => p.proto);
+    const lines = await page.$$eval('svg[aria-label="MB/s"] path title', ts => ts.map(t => t.textContent));
+    assert.deepEqual(lines.sort(), protos.sort());
+    // The stacked phase areas: one layer per phase the wave's boots went through, plus booted.
+    const phases = new Set(w.boots.flatMap(b => b.phases.map(p => p.name)));
+    if (w.boots.some(b => b.duration_s != null)) phases.add('booted');
+    const layers = await page.$$eval('svg[aria-label="clients in each phase over time"] path title', ts => ts.map(t => t.textContent));
+    assert.deepEqual(layers.sort(), [...phases].sort());
+    if (w.pool === 'lab-nbd') await shot(page, 'egress');
+  }
+  // Capacity: the fixture's bridge and taps have no link speed (the kernel knows none for
+  // them), so a bond of two 1 Gbit/s members is drawn from made-up samples here.
+  const drawn = await page.evaluate(async () => {
+    const { linkCharts } = await import('/app.js');
+    const pts = r => [0, 1, 2].map(t => ({ t: 100 + t, tx_bytes_s: r, rx_bytes_s: 0, tx_bytes: r, rx_bytes: 0 }));
+    const eg = { step_s: 1, links: [
+      { name: 'eth1', kind: 'member', master: 'bond0', speed_mbps: 1000, points: pts(50e6) },
+      { name: 'bond0', kind: 'bond', master: null, speed_mbps: 2000, points: pts(120e6) },
+      { name: 'eth0', kind: 'member', master: 'bond0', speed_mbps: 1000, points: pts(70e6) }], protocols: [] };
+    return linkCharts(eg, 100, 102, 1, 600).map(d => [d.dataset.link, d.querySelector('h4').textContent,
+      d.querySelectorAll('path[stroke-dasharray]').length, d.querySelector('[data-testid=peak-share]')?.textContent]);
+  });
+  assert.deepEqual(drawn, [
+    ['bond0', 'bond0 (bond) · capacity 2000 Mbit/s (dashed)', 1, '48 %'],
+    ['eth1', 'eth1 (member of bond0) · capacity 1000 Mbit/s (dashed)', 1, '40 %'],
+    ['eth0', 'eth0 (member of bond0) · capacity 1000 Mbit/s (dashed)', 1, '56 %']]);
+  await page.close();
+});
+
+test('client view: one machine\'s boots over time against its waves\' medians', async () => {
+  const page = await context.newPage();
+  watch(page);
+  await view(page, '/client');
+  const clients = await api('/api/v1/clients');
+  assert.equal(await page.locator('tbody tr[data-mac]').count(), clients.length);
+  await shot(page, 'clients');
+  const mac = clients[0].mac;
+  const boots = await api(`/api/v1/boots?mac=${mac}`);
+  await page.click(`tr[data-mac="${mac}"] a`);
+  await page.waitForSelector('section[data-view=client][data-ready] [data-testid=boots]', { timeout: WAIT });
+  const totals = await page.$$eval('[data-testid=boots] tbody tr [data-testid=total]', tds => tds.map(td => td.textContent));
+  assert.deepEqual(totals, [...boots].reverse().map(b => fmtS(b.duration_s)));
+  // A stacked bar per boot, oldest first, a segment per phase, and its wave's median.
+  const waves = await Promise.all((await api('/api/v1/waves')).map(w => api(`/api/v1/waves/${w.id}`)));
+  const bars = await page.$$eval('[data-testid=boots-chart] g[data-boot]', gs => gs.map(g => [Number(g.dataset.boot), g.dataset.total,
+    g.querySelectorAll('rect[data-phase]').length, g.querySelector('line[data-median]')?.dataset.median ?? null]));
+  assert.deepEqual(bars, boots.map(b => {
+    const w = waves.find(x => x.boots.some(y => y.id === b.id));
+    return [b.id, b.duration_s == null ? '' : b.duration_s.toFixed(1), b.phases.length, w?.summary.median_s?.toFixed(1) ?? null];
+  }));
+  await shot(page, 'client');
+  await page.close();
+});
+
+test('keyboard: the views, sort buttons and tiles are reachable with Tab and Enter', async () => {
+  const page = await context.newPage();
+  watch(page);
+  await view(page, '/room/lab-nfs');
   // Skip link, the title, then the view links in order.
   for (let i = 0; i < 4; i++) await page.keyboard.press('Tab');
   assert.equal(await page.evaluate(() => document.activeElement.dataset.view), 'wave');
   await page.keyboard.press('Enter');
   await page.waitForSelector('section[data-view=wave][data-ready]', { timeout: WAIT });
+  // Tab on to the sort buttons and sort by name with the keyboard alone.
+  let reached = false;
+  for (let i = 0; i < 40 && !reached; i++) {
+    await page.keyboard.press('Tab');
+    reached = await page.evaluate(() => document.activeElement.dataset.sort === 'name');
+  }
+  assert.ok(reached, 'Tab reaches the sort buttons');
+  await page.keyboard.press('Enter');
+  assert.equal(await page.getAttribute('button[data-sort=name]', 'aria-pressed'), 'true');
+  const focusRing = await page.evaluate(() => getComputedStyle(document.activeElement).outlineStyle);
+  assert.notEqual(focusRing, 'none', 'the focused button shows a focus ring');
+  // A room tile is a link: focus it and Enter opens the machine.
+  await view(page, '/room/lab-nfs');
+  await page.focus('.tile[data-mac="52:54:00:77:00:01"]');
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('section[data-view=client][data-ready] [data-testid=boots]', { timeout: WAIT });
   await page.close();
 });
 
-test('phone: views fit the width of a phone', async () => {
+test('layout: every view fits 1280x800 and a 390 px phone', async () => {
   const page = await context.newPage();
   watch(page);
-  await page.setViewportSize({ width: 390, height: 844 });
-  for (const hash of ['/room/lab-nfs', '/wave', '/compare', '/egress', '/client/52:54:00:77:00:01']) {
-    await view(page, hash);
-    const [scroll, inner] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
-    assert.ok(scroll <= inner, `${hash}: page is ${scroll}px wide on a ${inner}px screen`);
+  for (const [w, h] of [[1280, 800], [390, 844]]) {
+    await page.setViewportSize({ width: w, height: h });
+    for (const hash of ['/room/lab-nfs', '/wave', '/compare', '/egress', '/client', '/client/52:54:00:77:00:01']) {
+      await view(page, hash);
+      const [scroll, inner] = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+      assert.ok(scroll <= inner, `${hash}: page is ${scroll}px wide on a ${inner}px screen`);
+    }
   }
   await view(page, '/wave');
   await shot(page, 'phone-wave');
+  await view(page, '/room/lab-nbd');
+  await shot(page, 'phone-room', false); // the first screen: 63 tiles make a long page
   await page.close();
 });
 
-test('live: a machine that powers on appears in its room without a reload', async () => {
+test('live: a machine that powers on changes its tile as its events arrive, without a reload', async () => {
   const page = await context.newPage();
   watch(page);
   await view(page, '/room/lab-nfs');
+  await page.waitForFunction(() => document.querySelector('[data-testid=mode]')?.textContent === 'live', null, { timeout: WAIT });
   const mac = '52:54:00:77:00:30';
-  assert.equal(await page.locator(`.tile[data-mac="${mac}"]`).count(), 0);
-  // Its PXE ROM: DISCOVER, then REQUEST for the address the daemon offers first.
+  const tile = `.tile[data-mac="${mac}"]`;
+  assert.equal(await page.getAttribute(tile, 'data-phase'), 'waiting');
+  await page.evaluate(() => { window.sameDocument = true; });
+  // Its PXE ROM: DISCOVER (the tile turns to dhcp), then REQUEST (dhcp ends).
   await sendDhcp(dhcpMessage(1, mac, 0x1234));
+  await page.waitForSelector(`${tile}[data-phase=dhcp]`, { timeout: WAIT });
   await sendDhcp(dhcpMessage(3, mac, 0x1234, '127.0.0.100'));
-  const tile = page.locator(`.tile[data-mac="${mac}"]`);
-  await tile.waitFor({ timeout: WAIT });
-  const [boot] = await api(`/api/v1/boots?mac=${mac}`);
+  let boot;
+  for (let i = 0; i < 100 && (!boot || boot.current_phase === 'dhcp'); i++) {
+    [boot] = await api(`/api/v1/boots?mac=${mac}`);
+    await new Promise(r => setTimeout(r, 100));
+  }
   assert.equal(boot.pool, 'lab-nfs');
-  assert.equal(await tile.getAttribute('data-phase'), boot.current_phase);
-  console.log(`# room updates: ${await page.textContent('[data-testid=mode]')}`);
+  assert.notEqual(boot.current_phase, 'dhcp', 'the ACK ended the dhcp phase');
+  await page.waitForSelector(`${tile}[data-phase=${boot.current_phase}]`, { timeout: WAIT });
+  assert.equal(await page.evaluate(() => window.sameDocument), true, 'no reload');
+  // A new power-on of the room: the fixture's machines now wait, this one is the wave.
+  assert.equal((await page.textContent('[data-testid=wave-clients]')).trim(), '1');
+  assert.equal((await page.textContent('[data-testid=mode]')).trim(), 'live');
+  // A second machine sends DISCOVER and then nothing: the first one's DHCP took well under 1 s,
+  // so after 3 s of silence its tile is framed and says stalled.
+  const stuck = '52:54:00:77:00:31';
+  await sendDhcp(dhcpMessage(1, stuck, 0x5678));
+  await page.waitForSelector(`.tile[data-mac="${stuck}"][data-phase=dhcp]`, { timeout: WAIT });
+  assert.equal(await page.locator(`.tile[data-mac="${stuck}"].stalled`).count(), 0, 'not stalled at once');
+  await page.waitForSelector(`.tile[data-mac="${stuck}"].stalled .stall`, { timeout: WAIT });
+  assert.equal(await page.locator('.tile.stalled').count(), 1, 'only the silent machine is stalled');
+  assert.match(await page.textContent(`.tile[data-mac="${stuck}"] .stall`), /stalled: silent \d+ s/);
   await shot(page, 'room-live');
   await page.close();
 });
@@ -344,7 +554,7 @@ test('live: a machine that powers on appears in its room without a reload', asyn
 test('empty state: a fresh daemon says how to record a wave', async () => {
   const fresh = await startDaemon('empty', null);
   const page = await context.newPage();
-  page.on('pageerror', e => problems.push(`page error: ${e.message}`));
+  watch(page, fresh.base);
   for (const hash of ['/wave', '/compare', '/client', '/egress']) {
     await page.goto(`${fresh.base}/#${hash}`);
     await page.waitForSelector('section[data-ready]', { timeout: WAIT });
@@ -353,6 +563,8 @@ test('empty state: a fresh daemon says how to record a wave', async () => {
   await page.goto(`${fresh.base}/#/room/lab-nfs`);
   await page.waitForSelector('section[data-ready] [data-testid=empty]', { timeout: WAIT });
   assert.match(await page.textContent('[data-testid=empty]'), /bootpool lab --clients 2 --root nfs/);
+  // Every machine still has its tile, waiting.
+  assert.equal(await page.locator('.tile[data-phase=waiting]').count(), 63);
   await shot(page, 'empty');
   await page.close();
 });
