@@ -47,6 +47,9 @@ enum Command {
         /// Every stored event, raw, one JSON object a line (the legacy journal's format).
         #[arg(long, conflicts_with_all = ["wave", "pool", "compare", "format"])]
         events: bool,
+        /// Every stored egress sample, raw, one JSON object a line (the legacy file's format).
+        #[arg(long, conflicts_with_all = ["wave", "pool", "compare", "format", "events"])]
+        egress: bool,
         #[arg(long, value_enum, default_value_t = bootpool::record::report::Format::Table)]
         format: bootpool::record::report::Format,
     },
@@ -82,10 +85,11 @@ fn main() -> ExitCode {
             pool,
             compare,
             events,
+            egress,
             format,
         } => {
-            if events {
-                return dump_events(&config);
+            if events || egress {
+                return dump(&config, egress);
             }
             use bootpool::record::report::Query;
             let query = match (wave, pool, compare) {
@@ -170,18 +174,33 @@ fn block_on<T>(fut: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T
         .block_on(fut)
 }
 
-fn dump_events(path: &std::path::Path) -> ExitCode {
+/// Prints the stored events (or egress samples) as JSON lines.
+fn dump(path: &std::path::Path, egress: bool) -> ExitCode {
     let config = match load_config(path) {
         Ok(c) => c,
         Err(code) => return code,
     };
-    match block_on(bootpool::record::load_events(&config.server)) {
-        Ok(events) => {
+    let server = &config.server;
+    let lines = block_on(async {
+        Ok::<_, anyhow::Error>(if egress {
+            bootpool::record::load_egress(server)
+                .await?
+                .iter()
+                .filter_map(|s| serde_json::to_string(s).ok())
+                .collect::<Vec<_>>()
+        } else {
+            bootpool::record::load_events(server)
+                .await?
+                .iter()
+                .filter_map(|e| serde_json::to_string(e).ok())
+                .collect()
+        })
+    });
+    match lines {
+        Ok(lines) => {
             let mut out = std::io::stdout().lock();
-            for ev in events {
-                if let Ok(line) = serde_json::to_string(&ev) {
-                    let _ = writeln!(out, "{line}");
-                }
+            for line in lines {
+                let _ = writeln!(out, "{line}");
             }
             ExitCode::SUCCESS
         }

@@ -297,6 +297,20 @@ async fn api_stream_metrics_and_report_show_the_recorded_waves() {
         ),
         "{last:?}"
     );
+    // The egress samples the daemon took each second it ran (no links, protocol rates only).
+    let (ok, raw, err) = report(&["--egress"]);
+    assert!(ok, "{err}");
+    let samples: Vec<serde_json::Value> = raw
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!samples.is_empty(), "{raw}");
+    assert!(
+        samples
+            .iter()
+            .all(|s| s["t"].as_f64() > Some(1.7e9) && s["protocols"].is_object()),
+        "{raw}"
+    );
 }
 
 /// Reads the transmit counter of `iface` inside `ns` from the kernel.

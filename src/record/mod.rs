@@ -315,6 +315,15 @@ pub async fn load_events(server: &Server) -> anyhow::Result<Vec<Event>> {
     }
 }
 
+/// Every stored egress sample, oldest first (`bootpool report --egress`); from the legacy
+/// file when no SQLite store exists yet.
+pub async fn load_egress(server: &Server) -> anyhow::Result<Vec<egress::Saved>> {
+    match Store::open_existing(&server.database).await? {
+        Some(store) => store.egress_since(f64::MIN).await,
+        None => store::read_lines(&server.state_dir.join("egress.jsonl")),
+    }
+}
+
 struct Writer {
     rx: mpsc::Receiver<Msg>,
     store: Store,

@@ -314,6 +314,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_recorded_lab_run_imports_whole_and_once() {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab-state");
+        let lines = |f: &str| {
+            std::fs::read_to_string(fixture.join(f))
+                .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count())
+                .unwrap_or(0)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&Database::Sqlite(dir.path().join("r.db")))
+            .await
+            .unwrap();
+        let events = lines(LEGACY_EVENTS);
+        assert!(events > 100, "{events}");
+        assert_eq!(store.import_legacy(&fixture).await.unwrap(), events);
+        let mut n = 0;
+        store.replay(|_| n += 1).await.unwrap();
+        assert_eq!(n, events);
+        let egress = store.egress_since(0.0).await.unwrap();
+        assert!(!egress.is_empty());
+        assert_eq!(egress.len(), lines(LEGACY_EGRESS));
+        // Once: a second start imports nothing, even after everything was forgotten.
+        store.forget_before(i64::MAX).await.unwrap();
+        assert_eq!(store.import_legacy(&fixture).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
     async fn sqlite_keeps_events_in_order_and_forgets_old_ones() {
         let dir = tempfile::tempdir().unwrap();
         let db = Database::Sqlite(dir.path().join("r.db"));
