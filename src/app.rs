@@ -46,8 +46,9 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         anyhow::bail!("{e}");
     }
     let shutdown = Shutdown::new();
-    let (recorder, records) = record::start(&config.server.state_dir, &shutdown)
-        .with_context(|| format!("opening state folder {}", config.server.state_dir.display()))?;
+    let (recorder, records) = record::start(&config.server, &shutdown)
+        .await
+        .context("opening the boot records")?;
 
     let any = Ipv4Addr::UNSPECIFIED;
     let ports = config.server.ports;
@@ -149,11 +150,13 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         Arc::new(move || counters.proto_totals()) as record::egress::ProtoTotals
     };
     let egress = record::egress::start(
-        &config.server.state_dir,
+        &records,
+        recorder.clone(),
         config.server.interfaces.clone(),
         totals,
         &shutdown,
     )
+    .await
     .context("starting egress sampling")?;
     run(
         "portmap",
@@ -161,6 +164,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             portmap_tcp,
             portmap_udp,
             c.clone(),
+            r.clone(),
             s.clone(),
         )),
     );

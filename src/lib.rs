@@ -6,7 +6,8 @@
 //! - `proto`: wire codecs, pure and total. No sockets, no files, no clock.
 //! - `export`: what NFS and NBD serve. The only code that builds paths into images.
 //! - `service`: I/O shells, one per listener. They serve the sockets `app` gives them.
-//! - `record`: typed boot events -> boots and phases, journalled in the state folder.
+//! - `record`: typed boot events -> boots and phases, stored by one writer (SQLite in the state
+//!   folder, or PostgreSQL) and replayed at start.
 //! - `lab`: the virtual room: namespace, bridge, taps, qemu clients.
 //! - `app`: the composition root: binds sockets, starts services, waits.
 

@@ -3,6 +3,7 @@
 
 use bootpool::config::Config;
 use clap::{Parser, Subcommand};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -43,6 +44,12 @@ enum Command {
         /// Two waves side by side.
         #[arg(long, num_args = 2, value_names = ["WAVE_A", "WAVE_B"])]
         compare: Option<Vec<u64>>,
+        /// Every stored event, raw, one JSON object a line (the legacy journal's format).
+        #[arg(long, conflicts_with_all = ["wave", "pool", "compare", "format"])]
+        events: bool,
+        /// Every stored egress sample, raw, one JSON object a line (the legacy file's format).
+        #[arg(long, conflicts_with_all = ["wave", "pool", "compare", "format", "events"])]
+        egress: bool,
         #[arg(long, value_enum, default_value_t = bootpool::record::report::Format::Table)]
         format: bootpool::record::report::Format,
     },
@@ -77,8 +84,13 @@ fn main() -> ExitCode {
             wave,
             pool,
             compare,
+            events,
+            egress,
             format,
         } => {
+            if events || egress {
+                return dump(&config, egress);
+            }
             use bootpool::record::report::Query;
             let query = match (wave, pool, compare) {
                 (Some(w), _, _) => Query::Wave(w),
@@ -148,20 +160,67 @@ fn check(path: &std::path::Path) -> ExitCode {
     }
 }
 
+fn load_config(path: &std::path::Path) -> Result<Config, ExitCode> {
+    Config::load(path).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn block_on<T>(fut: impl Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(fut)
+}
+
+/// Prints the stored events (or egress samples) as JSON lines.
+fn dump(path: &std::path::Path, egress: bool) -> ExitCode {
+    let config = match load_config(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let server = &config.server;
+    let lines = block_on(async {
+        Ok::<_, anyhow::Error>(if egress {
+            bootpool::record::load_egress(server)
+                .await?
+                .iter()
+                .filter_map(|s| serde_json::to_string(s).ok())
+                .collect::<Vec<_>>()
+        } else {
+            bootpool::record::load_events(server)
+                .await?
+                .iter()
+                .filter_map(|e| serde_json::to_string(e).ok())
+                .collect()
+        })
+    });
+    match lines {
+        Ok(lines) => {
+            let mut out = std::io::stdout().lock();
+            for line in lines {
+                let _ = writeln!(out, "{line}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn report(
     path: &std::path::Path,
     query: &bootpool::record::report::Query,
     format: bootpool::record::report::Format,
 ) -> ExitCode {
-    let config = match Config::load(path) {
+    let config = match load_config(path) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    let result = bootpool::record::load(&config.server.state_dir)
-        .map_err(anyhow::Error::from)
+    let result = block_on(bootpool::record::load(&config.server))
         .and_then(|t| bootpool::record::report::render(&t, query, format));
     match result {
         Ok(text) => {

@@ -245,7 +245,7 @@ fn saved_lease(fx: &Fixture, mac: &str) -> Option<(Ipv4Addr, String)> {
 /// Polls the journal for an event naming `needle` (the writer batches).
 fn journal_has(fx: &Fixture, needles: &[&str]) -> bool {
     for _ in 0..100 {
-        let text = std::fs::read_to_string(fx.path().join("var/events.jsonl")).unwrap_or_default();
+        let text = common::recorded_events(&fx.path().join("var"));
         if text.lines().any(|l| needles.iter().all(|n| l.contains(n))) {
             return true;
         }

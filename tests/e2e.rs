@@ -73,7 +73,7 @@ fn boot_two(root: &str) {
         );
     }
     // The daemon journalled both boots, with the root attach and the booted call.
-    let journal = std::fs::read_to_string(dir.path().join("var/events.jsonl")).unwrap();
+    let journal = common::recorded_events(&dir.path().join("var"));
     for kind in ["\"dhcp_ack\"", "\"root_attach\"", "\"booted\""] {
         assert!(
             journal.matches(kind).count() >= 2,

@@ -36,7 +36,7 @@ fn one_client_boots_beside_dnsmasq() {
     assert!(leases.contains(&cells[2]), "{leases}\n{table}");
     assert!(!dir.path().join("var/leases.json").exists());
     assert!(!dir.path().join("var/leases.journal").exists());
-    let journal = std::fs::read_to_string(dir.path().join("var/events.jsonl")).unwrap();
+    let journal = common::recorded_events(&dir.path().join("var"));
     assert!(journal.contains("\"dhcp_ack\""), "{journal}");
     assert!(journal.contains("\"proto\":\"nbd\""), "{journal}");
 }

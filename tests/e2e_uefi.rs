@@ -30,7 +30,7 @@ fn one_uefi_client_boots_through_firmware_pxe_over_nbd() {
     let (table, rows) = run_lab(&config, &args, 360);
     assert_eq!(rows.len(), 1, "{table}");
     assert_eq!(rows[0][3], "booted", "{table}");
-    let journal = std::fs::read_to_string(dir.path().join("var/events.jsonl")).unwrap();
+    let journal = common::recorded_events(&dir.path().join("var"));
     // The firmware's PXE (not iPXE) asked first and got the loader over TFTP, whole.
     let first = journal.lines().next().unwrap_or_default();
     assert!(

@@ -62,7 +62,7 @@ fn names(listing: &str) -> Vec<String> {
 }
 
 fn events(state_dir: &std::path::Path) -> Vec<Event> {
-    let text = std::fs::read_to_string(state_dir.join("events.jsonl")).unwrap_or_default();
+    let text = common::recorded_events(state_dir);
     text.lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
@@ -610,6 +610,10 @@ async fn exports_only_to_the_pools_clients() {
                 pool: pool.into(),
             },
         );
+        // A fresh store each time, so the journal with this one lease is imported.
+        for f in ["records.db", "records.db-wal", "records.db-shm"] {
+            let _ = std::fs::remove_file(state.join(f));
+        }
         std::fs::write(
             state.join("events.jsonl"),
             serde_json::to_string(&ack).unwrap() + "\n",
@@ -622,5 +626,11 @@ async fn exports_only_to_the_pools_clients() {
         let res = c.call(100_005, 3, 1, &a).await;
         assert_eq!(Reader(&res).u32() == 0, mounts, "{pool}");
         daemon.stop().await;
+        // A refused mount is the initrd failing to attach its root: that boot failed.
+        let failed: Vec<Event> = events(&state)
+            .into_iter()
+            .filter(|e| matches!(e.kind, Kind::Failed { .. }))
+            .collect();
+        assert_eq!(failed.len(), usize::from(!mounts), "{pool}: {failed:?}");
     }
 }

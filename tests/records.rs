@@ -1,6 +1,7 @@
 //! Boot records as programs see them: the JSON API, the live stream, Prometheus metrics and
-//! `bootpool report`, over a journal of real events; and server egress checked against the
-//! kernel's own counters on a real veth link.
+//! `bootpool report`, over a legacy journal of real events imported into the store; failed boots;
+//! request counters after real traffic; records surviving kill -9 in the SQLite store; and
+//! server egress checked against the kernel's own counters on a real veth link.
 
 mod common;
 
@@ -107,6 +108,16 @@ fn journal() -> String {
     lines.join("\n") + "\n"
 }
 
+/// The fixture's config with records kept forever: the journal's events are from 1970.
+fn keep_forever(fx: &Fixture) -> String {
+    let text = fx.config_text();
+    assert!(text.contains("  state_dir: var/\n"));
+    text.replace(
+        "  state_dir: var/\n",
+        "  state_dir: var/\n  retention: forever\n",
+    )
+}
+
 fn curl(args: &[&str]) -> Command {
     let mut c = Command::new("curl");
     c.args(["-sS", "--fail", "--max-time", "20"]).args(args);
@@ -124,6 +135,7 @@ async fn api_stream_metrics_and_report_show_the_recorded_waves() {
     let fx = Fixture::new();
     std::fs::create_dir_all(fx.path().join("var")).unwrap();
     std::fs::write(fx.path().join("var/events.jsonl"), journal()).unwrap();
+    fx.write_config(&keep_forever(&fx));
     let daemon = fx.start().await;
     let base = format!("http://{}", daemon.bound.http);
 
@@ -270,6 +282,35 @@ async fn api_stream_metrics_and_report_show_the_recorded_waves() {
     assert_eq!(v["summary"]["median_s"], 30.0);
     let (ok, _, err) = report(&["--wave", "999"]);
     assert!(!ok && err.contains("no wave 999"), "{err}");
+    // The raw events, as the legacy journal held them: the journal's and the booted call.
+    let (ok, raw, err) = report(&["--events"]);
+    assert!(ok, "{err}");
+    assert_eq!(raw.lines().count(), journal().lines().count() + 1, "{raw}");
+    let last: bootpool::record::Event = serde_json::from_str(raw.lines().last().unwrap()).unwrap();
+    assert!(
+        matches!(
+            last.kind,
+            bootpool::record::Kind::Booted {
+                uptime_s: Some(9.5),
+                ..
+            }
+        ),
+        "{last:?}"
+    );
+    // The egress samples the daemon took each second it ran (no links, protocol rates only).
+    let (ok, raw, err) = report(&["--egress"]);
+    assert!(ok, "{err}");
+    let samples: Vec<serde_json::Value> = raw
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!samples.is_empty(), "{raw}");
+    assert!(
+        samples
+            .iter()
+            .all(|s| s["t"].as_f64() > Some(1.7e9) && s["protocols"].is_object()),
+        "{raw}"
+    );
 }
 
 /// Reads the transmit counter of `iface` inside `ns` from the kernel.
@@ -416,9 +457,7 @@ fn a_daemon_killed_with_9_comes_back_with_its_records() {
     std::fs::create_dir_all(fx.path().join("var")).unwrap();
     // 127.0.0.1 is leased to a client of nbd-room, so what it fetches is tied to its boot.
     std::fs::write(fx.path().join("var/events.jsonl"), journal()).unwrap();
-    let text = fx
-        .config_text()
-        .replace("http: 127.0.0.1:0", "http: 127.0.0.1:18081");
+    let text = keep_forever(&fx).replace("http: 127.0.0.1:0", "http: 127.0.0.1:18081");
     fx.write_config(&text);
     let start = || {
         let log = std::fs::File::create(fx.path().join("serve.log")).unwrap();
@@ -446,12 +485,25 @@ fn a_daemon_killed_with_9_comes_back_with_its_records() {
         let (ok, _, err) = get("http://127.0.0.1:18081/boot/demo/initrd.img");
         assert!(ok, "{err}");
     }
-    // Past the one second the journal may lag, then the hardest stop there is.
+    // Past the half second a batch may wait, then the hardest stop there is.
     std::thread::sleep(Duration::from_millis(1500));
+    // The store is SQLite in the state folder, in WAL mode; the journal was imported into it.
+    let var = fx.path().join("var");
+    assert!(var.join("records.db").exists() && var.join("records.db-wal").exists());
     daemon.0.kill().unwrap();
     daemon.0.wait().unwrap();
     drop(daemon);
-    let _daemon = start();
+    // Read by another program (this test) straight from the store, with the daemon dead.
+    let stored = common::recorded_events(&var);
+    assert_eq!(
+        stored.matches("\"path\":\"/boot/demo/initrd.img\"").count(),
+        4,
+        "{stored}"
+    );
+    let journal_lines = journal().lines().count();
+    assert_eq!(stored.lines().count(), journal_lines + 4, "{stored}");
+
+    let mut daemon = start();
     let (ok, body, err) = get("http://127.0.0.1:18081/api/v1/boots?mac=52:54:00:77:00:12");
     assert!(ok, "{err}");
     let boots: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -466,4 +518,385 @@ fn a_daemon_killed_with_9_comes_back_with_its_records() {
         3,
         "{waves}"
     );
+    // Killed again: the journal is not imported a second time, nothing is doubled.
+    daemon.0.kill().unwrap();
+    daemon.0.wait().unwrap();
+    drop(daemon);
+    let _daemon = start();
+    let (ok, body, err) = get("http://127.0.0.1:18081/api/v1/boots?mac=52:54:00:77:00:12");
+    assert!(ok, "{err}");
+    let boots: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(boots[0]["bytes"]["http"], 4 * (2u64 << 20), "{body}");
+    assert_eq!(
+        common::recorded_events(&var).lines().count(),
+        journal_lines + 4
+    );
+}
+
+/// A MAC of `nfs-room` given 127.0.0.1 by reservation, so what the test fetches over loopback
+/// is tied to a boot of it.
+const LOOPBACK_MAC: &str = "52:54:00:77:00:20";
+
+fn with_loopback_reservation(text: &str) -> String {
+    let clients = "      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }\n";
+    assert!(text.contains(clients));
+    text.replace(
+        clients,
+        &format!("{clients}      - {{ mac: \"{LOOPBACK_MAC}\", ip: 127.0.0.1 }}\n"),
+    )
+}
+
+/// A DHCP message from `mac` as if relayed from 127.0.0.1 (the answer stays on loopback).
+fn dhcp_message(mac: &str, kind: dhcproto::v4::MessageType) -> Vec<u8> {
+    dhcp_message_from(mac, kind, false)
+}
+
+/// `dhcp_message`, as iPXE sends it when `ipxe` (option 60 `PXEClient`, user class `iPXE`).
+fn dhcp_message_from(mac: &str, kind: dhcproto::v4::MessageType, ipxe: bool) -> Vec<u8> {
+    use dhcproto::v4::{DhcpOption, Message, Opcode};
+    use dhcproto::{Encodable, Encoder};
+    let mac: bootpool::config::Mac = mac.parse().unwrap();
+    let any = std::net::Ipv4Addr::UNSPECIFIED;
+    let mut m = Message::new(any, any, any, any, &mac.0);
+    m.set_opcode(Opcode::BootRequest);
+    m.set_giaddr(std::net::Ipv4Addr::LOCALHOST);
+    m.opts_mut().insert(DhcpOption::MessageType(kind));
+    m.opts_mut()
+        .insert(DhcpOption::RequestedIpAddress([127, 0, 0, 1].into()));
+    if ipxe {
+        m.opts_mut().insert(DhcpOption::ClassIdentifier(
+            b"PXEClient:Arch:00000".to_vec(),
+        ));
+        m.opts_mut().insert(DhcpOption::UserClass(b"iPXE".to_vec()));
+    }
+    let mut buf = Vec::new();
+    m.encode(&mut Encoder::new(&mut buf)).unwrap();
+    buf
+}
+
+async fn send_udp(to: std::net::SocketAddr, bytes: &[u8]) {
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sock.send_to(bytes, to).await.unwrap();
+}
+
+/// Polls the API until the newest boot of `mac` satisfies `ok` (the writer batches).
+async fn boot_until(
+    base: &str,
+    mac: &str,
+    ok: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let mut last = serde_json::Value::Null;
+    for _ in 0..100 {
+        last = get_json(base, &format!("/api/v1/boots?mac={mac}")).await;
+        if let Some(b) = last.as_array().and_then(|a| a.last())
+            && ok(b)
+        {
+            return b.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("boot of {mac} never matched: {last}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_boots_say_where_and_why_in_the_api_metrics_and_report() {
+    let fx = Fixture::new();
+    std::fs::create_dir_all(fx.path().join("var")).unwrap();
+    std::fs::write(fx.path().join("var/events.jsonl"), journal()).unwrap();
+    fx.write_config(&with_loopback_reservation(&keep_forever(&fx)));
+    let daemon = fx.start().await;
+    let base = format!("http://{}", daemon.bound.http);
+
+    // The client behind 127.0.0.1 (52:54:00:77:00:12 in the journal, stuck after its DHCP)
+    // reports that its boot failed.
+    let (ok, _, err) = run_async(
+        curl(&[
+            "-X",
+            "POST",
+            "--data",
+            "{\"reason\": \"dracut: cannot find the root device\"}",
+            "-H",
+            "Content-Type: application/json",
+            &format!("{base}/api/v1/failed"),
+        ]),
+        30,
+    )
+    .await;
+    assert!(ok, "{err}");
+    let b = boot_until(&base, "52:54:00:77:00:12", |b| b["result"] == "failed").await;
+    assert_eq!(b["stopped_in"], "ipxe", "{b}");
+    assert_eq!(
+        b["failure"], "client: dracut: cannot find the root device",
+        "{b}"
+    );
+    assert_eq!(b["duration_s"], serde_json::Value::Null, "{b}");
+
+    // Now 127.0.0.1 is leased to another client, which asks TFTP for files.
+    send_udp(
+        daemon.bound.dhcp,
+        &dhcp_message(LOOPBACK_MAC, dhcproto::v4::MessageType::Request),
+    )
+    .await;
+    boot_until(&base, LOOPBACK_MAC, |b| b["result"] == "running").await;
+    let tftp = |file: &str| {
+        curl(&[
+            "-o",
+            "/dev/null",
+            &format!("tftp://127.0.0.1:{}/{file}", daemon.bound.tftp.port()),
+        ])
+    };
+    // iPXE's probe for a script that is not there is no failure...
+    let (ok, _, _) = run_async(tftp("autoexec.ipxe"), 30).await;
+    assert!(!ok);
+    // ...nor is a loader it got.
+    let (ok, _, err) = run_async(tftp("undionly.kpxe"), 30).await;
+    assert!(ok, "{err}");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let b = boot_until(&base, LOOPBACK_MAC, |_| true).await;
+    assert_eq!(b["result"], "running", "{b}");
+    // A loader bootpool hands out (to 32-bit EFI firmware) that the loaders folder lacks is.
+    let (ok, _, _) = run_async(tftp("ipxe-i386.efi"), 30).await;
+    assert!(!ok);
+    let b = boot_until(&base, LOOPBACK_MAC, |b| b["result"] == "failed").await;
+    assert_eq!(b["stopped_in"], "ipxe", "{b}");
+    assert_eq!(b["failure"], "tftp: ipxe-i386.efi: file not found", "{b}");
+
+    // The machine starts again (iPXE's DISCOVER after a failed boot is a new boot), and the
+    // kernel the script names is gone from the image.
+    for kind in [
+        dhcproto::v4::MessageType::Discover,
+        dhcproto::v4::MessageType::Request,
+    ] {
+        send_udp(
+            daemon.bound.dhcp,
+            &dhcp_message_from(LOOPBACK_MAC, kind, true),
+        )
+        .await;
+    }
+    let b = boot_until(&base, LOOPBACK_MAC, |b| b["result"] == "running").await;
+    assert_eq!(b["current_phase"], "ipxe", "{b}");
+    std::fs::remove_file(fx.image_dir().join("vmlinuz")).unwrap();
+    let (ok, _, _) = run_async(curl(&[&format!("{base}/boot/demo/vmlinuz")]), 30).await;
+    assert!(!ok);
+    let b = boot_until(&base, LOOPBACK_MAC, |b| b["result"] == "failed").await;
+    assert_eq!(b["failure"], "http: /boot/demo/vmlinuz: not found", "{b}");
+    std::fs::write(fx.image_dir().join("vmlinuz"), common::pattern(1, 3 << 20)).unwrap();
+    let all = get_json(&base, &format!("/api/v1/boots?mac={LOOPBACK_MAC}")).await;
+    assert_eq!(all.as_array().unwrap().len(), 2, "{all}");
+
+    let waves = get_json(&base, "/api/v1/waves").await;
+    let failed: Vec<(String, u64)> = waves
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["summary"]["failed"].as_u64() > Some(0))
+        .map(|w| {
+            (
+                w["pool"].as_str().unwrap().to_string(),
+                w["summary"]["failed"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        failed,
+        [
+            ("nbd-room".to_string(), 1),
+            ("nfs-room".to_string(), 1),
+            ("nfs-room".to_string(), 1)
+        ],
+        "{waves}"
+    );
+    let (ok, metrics, _) = run_async(curl(&[&format!("{base}/metrics")]), 30).await;
+    assert!(ok);
+    for line in [
+        "bootpool_boots{pool=\"nbd-room\",result=\"failed\"} 1",
+        "bootpool_boots{pool=\"nfs-room\",result=\"failed\"} 2",
+        "bootpool_boots{pool=\"nfs-room\",result=\"booted\"} 2",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line}\n{metrics}");
+    }
+    daemon.stop().await;
+
+    // Failures are stored like any event: a restarted daemon and the report show them.
+    let daemon = fx.start().await;
+    let base = format!("http://{}", daemon.bound.http);
+    let b = boot_until(&base, LOOPBACK_MAC, |_| true).await;
+    assert_eq!(
+        (b["result"].as_str(), b["stopped_in"].as_str()),
+        (Some("failed"), Some("ipxe")),
+        "{b}"
+    );
+    daemon.stop().await;
+    let report = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_bootpool"));
+        c.args(["report", "--config"])
+            .arg(fx.config_path())
+            .args(args);
+        run(&mut c, 20)
+    };
+    let (ok, text, err) = report(&["--pool", "nbd-room"]);
+    assert!(ok, "{err}");
+    assert!(
+        text.contains(
+            "52:54:00:77:00:12 failed in ipxe: client: dracut: cannot find the root device"
+        ) && text.contains("wave 4 of pool nbd-room: 0 of 1 clients booted, 1 failed;"),
+        "{text}"
+    );
+    let (ok, csv, _) = report(&["--pool", "nfs-room", "--format", "csv"]);
+    assert!(ok);
+    assert!(
+        csv.lines().any(
+            |l| l.starts_with(&format!("{LOOPBACK_MAC},127.0.0.1,failed,-,"))
+                && l.ends_with(",ipxe")
+        ),
+        "{csv}"
+    );
+}
+
+/// One ONC RPC call with AUTH_NONE, as bytes (no record mark).
+fn rpc_call(xid: u32, prog: u32, vers: u32, proc_: u32, args: &[u32]) -> Vec<u8> {
+    let mut words = vec![xid, 0, 2, prog, vers, proc_, 0, 0, 0, 0];
+    words.extend_from_slice(args);
+    words.iter().flat_map(|w| w.to_be_bytes()).collect()
+}
+
+/// The value of one sample line of a metrics page.
+fn sample(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_requests_malformed_and_refused_per_service_after_real_traffic() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fx = Fixture::new();
+    std::fs::create_dir_all(fx.path().join("var")).unwrap();
+    std::fs::write(fx.path().join("var/events.jsonl"), journal()).unwrap();
+    fx.write_config(&keep_forever(&fx));
+    let daemon = fx.start().await;
+    let bound = daemon.bound;
+    let base = format!("http://{}", bound.http);
+    let scrape = || async {
+        let (ok, m, err) = run_async(curl(&[&format!("{base}/metrics")]), 30).await;
+        assert!(ok, "{err}");
+        m
+    };
+    let before = scrape().await;
+
+    // DHCP: one DISCOVER from a MAC in no pool (answered with silence, still a request) and
+    // two packets that are not DHCP.
+    send_udp(
+        bound.dhcp,
+        &dhcp_message("02:00:00:00:00:99", dhcproto::v4::MessageType::Discover),
+    )
+    .await;
+    send_udp(bound.dhcp, b"not dhcp").await;
+    send_udp(bound.dhcp, &[0u8; 300]).await;
+    // TFTP: two downloads, one name outside what is served, one garbage packet.
+    let tftp = |file: &str| {
+        curl(&[
+            "-o",
+            "/dev/null",
+            &format!("tftp://127.0.0.1:{}/{file}", bound.tftp.port()),
+        ])
+    };
+    for _ in 0..2 {
+        let (ok, _, err) = run_async(tftp("demo/vmlinuz"), 30).await;
+        assert!(ok, "{err}");
+    }
+    let (ok, _, _) = run_async(tftp("demo/rootfs.img"), 30).await;
+    assert!(!ok);
+    send_udp(bound.tftp, b"\x00\x09junk").await;
+    // HTTP: three boot files and one 404 (and the two scrapes).
+    for _ in 0..3 {
+        let (ok, _, err) = run_async(
+            curl(&["-o", "/dev/null", &format!("{base}/boot/demo/initrd.img")]),
+            30,
+        )
+        .await;
+        assert!(ok, "{err}");
+    }
+    let (ok, _, _) = run_async(curl(&[&format!("{base}/boot/nope/vmlinuz")]), 30).await;
+    assert!(!ok);
+    // NFS: a NULL call and a MOUNT EXPORT call on one connection, then a record that is not RPC.
+    let mut nfs = tokio::net::TcpStream::connect(bound.nfs).await.unwrap();
+    for call in [
+        rpc_call(1, 100_003, 3, 0, &[]),
+        rpc_call(2, 100_005, 3, 5, &[]),
+    ] {
+        nfs.write_all(&(0x8000_0000u32 | call.len() as u32).to_be_bytes())
+            .await
+            .unwrap();
+        nfs.write_all(&call).await.unwrap();
+        let mut mark = [0u8; 4];
+        nfs.read_exact(&mut mark).await.unwrap();
+        let mut reply = vec![0u8; (u32::from_be_bytes(mark) & 0x7fff_ffff) as usize];
+        nfs.read_exact(&mut reply).await.unwrap();
+    }
+    nfs.write_all(&[0x80, 0, 0, 4, 1, 2, 3, 4]).await.unwrap();
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), nfs.read_to_end(&mut rest)).await;
+    // Portmap over UDP: one GETPORT for NFS, one packet that is no call.
+    send_udp(
+        bound.portmap,
+        &rpc_call(3, 100_000, 2, 3, &[100_003, 3, 6, 0]),
+    )
+    .await;
+    send_udp(bound.portmap, b"??").await;
+    // NBD: LIST then GO for an export that does not exist, from a client without a lease.
+    let from = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    let mut nbd = common::nbd_raw::Raw::connect_from(bound.nbd, from).await;
+    nbd.option(common::nbd_raw::OPT_LIST, &[]).await;
+    while nbd.option_reply().await.1 != common::nbd_raw::REP_ACK {}
+    assert_eq!(nbd.go("nope").await, Err(common::nbd_raw::REP_ERR_UNKNOWN));
+    drop(nbd);
+    // UDP is fire-and-forget: give the daemon a moment to count.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let after = scrape().await;
+    let delta = |series: &str| sample(&after, series) - sample(&before, series);
+    let got: Vec<(&str, u64)> = [
+        "bootpool_requests_total{service=\"dhcp\"}",
+        "bootpool_malformed_total{service=\"dhcp\"}",
+        "bootpool_requests_total{service=\"tftp\"}",
+        "bootpool_refused_total{service=\"tftp\"}",
+        "bootpool_malformed_total{service=\"tftp\"}",
+        "bootpool_requests_total{service=\"http\"}",
+        "bootpool_refused_total{service=\"http\"}",
+        "bootpool_requests_total{service=\"nfs\"}",
+        "bootpool_malformed_total{service=\"nfs\"}",
+        "bootpool_requests_total{service=\"portmap\"}",
+        "bootpool_malformed_total{service=\"portmap\"}",
+        "bootpool_requests_total{service=\"nbd\"}",
+        "bootpool_refused_total{service=\"nbd\"}",
+    ]
+    .into_iter()
+    .map(|s| (s, delta(s)))
+    .collect();
+    let want = [1, 2, 3, 1, 1, 3 + 1 + 1, 1, 2, 1, 1, 1, 2, 1];
+    let want: Vec<(&str, u64)> = got.iter().map(|(s, _)| *s).zip(want).collect();
+    assert_eq!(got, want, "\n{after}");
+    // Recorded payload, boots by result and the histograms, dropped events and link families.
+    // The three initrds went to 127.0.0.1, leased in the journal: recorded payload.
+    assert_eq!(
+        delta("bootpool_payload_bytes_total{proto=\"http\"}"),
+        3 * (2 << 20),
+        "\n{after}"
+    );
+    for line in [
+        "bootpool_boots{pool=\"nfs-room\",result=\"booted\"} 2",
+        "bootpool_boots{pool=\"nbd-room\",result=\"booted\"} 1",
+        // The client behind 127.0.0.1 is alive again: it just fetched files.
+        "bootpool_boots{pool=\"nbd-room\",result=\"running\"} 1",
+        "bootpool_phase_seconds_count{phase=\"root\"} 3",
+        "bootpool_phase_seconds_bucket{phase=\"dhcp\",le=\"2.5\"} 1",
+        "bootpool_phase_seconds_bucket{phase=\"dhcp\",le=\"5\"} 4",
+        "bootpool_events_dropped_total 0",
+        "# TYPE bootpool_link_transmit_bytes_total counter",
+    ] {
+        assert!(after.lines().any(|l| l == line), "{line}\n{after}");
+    }
+    daemon.stop().await;
 }

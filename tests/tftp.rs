@@ -61,7 +61,7 @@ async fn tie_loopback(dhcp: SocketAddr, state: &Path) {
     sock.send_to(&buf, dhcp).await.unwrap();
     // Nobody listens for the ACK; wait for its record.
     for _ in 0..100 {
-        let text = std::fs::read_to_string(state.join("events.jsonl")).unwrap_or_default();
+        let text = common::recorded_events(state);
         if text.contains("\"dhcp_ack\"") && text.contains("127.0.0.1") {
             return;
         }
@@ -72,9 +72,8 @@ async fn tie_loopback(dhcp: SocketAddr, state: &Path) {
 
 /// The file events in the journal, once `want` of them are there (the writer batches).
 async fn file_events(state: &Path, want: usize) -> Vec<serde_json::Value> {
-    let path = state.join("events.jsonl");
     for _ in 0..100 {
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let text = common::recorded_events(state);
         let events: Vec<serde_json::Value> = text
             .lines()
             .filter_map(|l| serde_json::from_str(l).ok())
@@ -85,7 +84,7 @@ async fn file_events(state: &Path, want: usize) -> Vec<serde_json::Value> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("fewer than {want} tftp file events in {}", path.display());
+    panic!("fewer than {want} tftp file events in {}", state.display());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

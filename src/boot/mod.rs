@@ -103,6 +103,14 @@ pub fn plan<'a>(config: &'a Config, client: &Client) -> Option<Plan<'a>> {
     })
 }
 
+/// Every loader name `loader_for` can hand out.
+pub const LOADERS: [&str; 4] = [
+    "undionly.kpxe",
+    "ipxe-arm64.efi",
+    "ipxe-i386.efi",
+    "snponly.efi",
+];
+
 /// The iPXE build for a firmware architecture (names as Debian's `ipxe` package ships them).
 /// x64 UEFI gets `snponly.efi`: it drives the NIC through the firmware's own network stack,
 /// which loaded it, so it works on any NIC the firmware can boot from, and at 170 KiB it
@@ -142,6 +150,13 @@ pools:
             ipxe,
             pxe,
             http: false,
+        }
+    }
+
+    #[test]
+    fn every_loader_handed_out_is_listed() {
+        for arch in 0..=40 {
+            assert!(LOADERS.contains(&loader_for(arch)), "arch {arch}");
         }
     }
 

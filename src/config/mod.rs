@@ -66,6 +66,19 @@ pub struct Server {
     pub ports: Ports,
     /// Folder of network boot programs (undionly.kpxe, ipxe.efi, snponly.efi).
     pub loaders: PathBuf,
+    /// Where boot records are stored.
+    pub database: Database,
+    /// Boot events and egress samples older than this are deleted; `None` keeps everything.
+    pub retention: Option<Duration>,
+}
+
+/// The boot record store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// An SQLite file (`state_dir/records.db` unless a test says otherwise).
+    Sqlite(PathBuf),
+    /// A PostgreSQL server, by its `postgres://` URL (several servers can share one).
+    Postgres(String),
 }
 
 /// Well-known ports, overridable for tests and unprivileged runs.
@@ -363,13 +376,39 @@ impl Checker<'_> {
             nbd: s.ports.nbd.unwrap_or(d.nbd),
             portmap: s.ports.portmap.unwrap_or(d.portmap),
         };
+        let state_dir = self.path(&s.state_dir);
+        let database = match s.database.as_deref().map(str::trim) {
+            None => Database::Sqlite(state_dir.join("records.db")),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Database::Postgres(url.to_string())
+            }
+            Some(other) => {
+                return Err(self.err(
+                    &[Key("server"), Key("database")],
+                    format!(
+                        "`{other}` is not a postgres:// URL (leave the key out for SQLite in state_dir)"
+                    ),
+                ));
+            }
+        };
+        let retention = match s.retention.trim() {
+            "forever" | "0" => None,
+            text => Some(parse_duration(text).map_err(|e| {
+                self.err(
+                    &[Key("server"), Key("retention")],
+                    format!("{e}, or `forever`"),
+                )
+            })?),
+        };
         let server = Server {
             interfaces: s.interfaces.clone(),
             address,
             http,
-            state_dir: self.path(&s.state_dir),
+            state_dir,
             ports,
             loaders: self.path(&s.loaders),
+            database,
+            retention,
         };
 
         let dhcp = self.check_dhcp(&raw.dhcp)?;

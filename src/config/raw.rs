@@ -30,6 +30,15 @@ pub struct Server {
     /// Folder of network boot programs (iPXE builds) served to firmware.
     #[serde(default = "default_loaders")]
     pub loaders: String,
+    /// Where boot records go: absent for SQLite in `state_dir`, or a `postgres://` URL.
+    pub database: Option<String>,
+    /// How long boot records are kept: a duration, or `forever`.
+    #[serde(default = "default_retention")]
+    pub retention: String,
+}
+
+fn default_retention() -> String {
+    "180d".into()
 }
 
 fn default_loaders() -> String {

@@ -158,3 +158,57 @@ fn copy_on_write_is_off_by_default_and_checked_when_on() {
         assert!(e.reason.contains(why), "{e}");
     }
 }
+
+#[test]
+fn records_go_to_sqlite_in_state_dir_kept_180_days_by_default() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(
+        c.server.database,
+        Database::Sqlite(PathBuf::from("/etc/bootpool/var/records.db"))
+    );
+    assert_eq!(c.server.retention, Some(Duration::from_secs(180 * 86400)));
+}
+
+#[test]
+fn database_and_retention_are_checked_with_their_line() {
+    let with = |extra: &str| {
+        GOOD.replace(
+            "  state_dir: var/\n",
+            &format!("  state_dir: var/\n{extra}"),
+        )
+    };
+    let c = parse(&with(
+        "  database: postgres://bootpool@db/records\n  retention: forever\n",
+    ))
+    .unwrap();
+    assert_eq!(
+        c.server.database,
+        Database::Postgres("postgres://bootpool@db/records".into())
+    );
+    assert_eq!(c.server.retention, None);
+    assert_eq!(
+        parse(&with("  retention: 0\n")).unwrap().server.retention,
+        None
+    );
+    assert_eq!(
+        parse(&with("  retention: 90d\n")).unwrap().server.retention,
+        Some(Duration::from_secs(90 * 86400))
+    );
+    let e = parse(&with("  retention: soon\n")).unwrap_err();
+    assert_eq!(
+        (e.line, e.path.as_str()),
+        (Some(6), "server.retention"),
+        "{e}"
+    );
+    assert!(e.reason.contains("forever"), "{e}");
+    let e = parse(&with("  database: mysql://x/y\n")).unwrap_err();
+    assert_eq!(
+        (e.line, e.path.as_str()),
+        (Some(6), "server.database"),
+        "{e}"
+    );
+    assert!(
+        e.to_string().starts_with("/etc/bootpool/pools.yaml:6:"),
+        "{e}"
+    );
+}

@@ -2,21 +2,20 @@
 //! (bond, team or bridge ports), turned into rates, plus bootpool's own payload bytes per
 //! protocol. Counters come from rtnetlink (64-bit, and per network namespace, which sysfs is
 //! not); link speeds and a fallback for counters come from sysfs when it describes the same
-//! namespace. Samples are kept in memory for the API and appended to `egress.jsonl`.
+//! namespace. Samples are kept in memory for the API and handed to the record writer, which
+//! stores them with the boot events.
 
 use super::event::{Micros, Proto, now_micros};
 use crate::proto::netlink;
 use crate::shutdown::Shutdown;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{BufRead, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 /// How much history the API can show from memory (one sample a second).
 const KEEP: usize = 6 * 3600;
-pub const FILE: &str = "egress.jsonl";
 
 /// What a link is to the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -309,47 +308,52 @@ impl Egress {
 /// What the sampler reads protocol totals from.
 pub type ProtoTotals = Arc<dyn Fn() -> BTreeMap<Proto, u64> + Send + Sync>;
 
-/// Loads saved samples and starts the once-a-second sampler.
-pub fn start(
-    state_dir: &Path,
+/// Loads the last hours of samples from the store and starts the once-a-second sampler.
+pub async fn start(
+    records: &super::Records,
+    recorder: super::Recorder,
     interfaces: Vec<String>,
     totals: ProtoTotals,
     shutdown: &Shutdown,
-) -> std::io::Result<Arc<Egress>> {
+) -> anyhow::Result<Arc<Egress>> {
     let egress = Arc::new(Egress::default());
-    let path = state_dir.join(FILE);
-    if let Ok(f) = std::fs::File::open(&path) {
-        let cutoff = now_micros() as f64 / 1e6 - KEEP as f64;
-        for line in std::io::BufReader::new(f).lines().map_while(Result::ok) {
-            if let Ok(s) = serde_json::from_str::<Saved>(&line) {
-                if s.sample.t >= cutoff {
-                    egress.push(&s.links, s.sample);
-                }
-            }
-        }
+    let cutoff = now_micros() as f64 / 1e6 - KEEP as f64;
+    for s in records.store.egress_since(cutoff).await? {
+        egress.push(&s.links, s.sample);
     }
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)?;
     shutdown.spawn(sample_forever(
         egress.clone(),
         interfaces,
         totals,
-        file,
-        path,
+        recorder,
         shutdown.clone(),
     ));
     Ok(egress)
 }
 
-/// One line of egress.jsonl: the sample and the links' descriptions at that time.
-#[derive(Serialize, Deserialize)]
-struct Saved {
+/// A stored sample: the rates and the links' descriptions (with raw counters) at that time.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Saved {
     #[serde(flatten)]
-    sample: Sample,
+    pub sample: Sample,
     #[serde(rename = "link_info")]
-    links: Vec<LinkCounters>,
+    pub links: Vec<LinkCounters>,
+}
+
+#[cfg(test)]
+impl Saved {
+    /// An empty sample taken at `t`.
+    pub fn at(t: f64) -> Saved {
+        Saved {
+            sample: Sample {
+                t,
+                seconds: 1.0,
+                links: Vec::new(),
+                protocols: BTreeMap::new(),
+            },
+            links: Vec::new(),
+        }
+    }
 }
 
 fn read_links(interfaces: &[String]) -> Vec<LinkCounters> {
@@ -372,8 +376,7 @@ async fn sample_forever(
     egress: Arc<Egress>,
     interfaces: Vec<String>,
     totals: ProtoTotals,
-    mut file: std::fs::File,
-    path: PathBuf,
+    recorder: super::Recorder,
     shutdown: Shutdown,
 ) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -413,16 +416,10 @@ async fn sample_forever(
                     links: rates(links0, &links, secs),
                     protocols,
                 };
-                let saved = Saved {
+                recorder.egress(Saved {
                     sample: sample.clone(),
                     links: links.clone(),
-                };
-                if let Ok(mut line) = serde_json::to_vec(&saved) {
-                    line.push(b'\n');
-                    if let Err(e) = file.write_all(&line) {
-                        tracing::error!(path = %path.display(), error = %e, "cannot write egress samples");
-                    }
-                }
+                });
                 egress.push(&links, sample);
             }
         }

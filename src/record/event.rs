@@ -89,6 +89,28 @@ pub enum Kind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         root_bytes: Option<u64>,
     },
+    /// The boot cannot go on: the server refused or lacked what the client needed (`proto`
+    /// says which service), or the client itself reported a failure (`proto` absent).
+    Failed {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proto: Option<Proto>,
+        reason: String,
+    },
+}
+
+impl Kind {
+    /// The event's name, as in its JSON `event` field.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Kind::DhcpDiscover { .. } => "dhcp_discover",
+            Kind::DhcpAck { .. } => "dhcp_ack",
+            Kind::File { .. } => "file",
+            Kind::RootAttach { .. } => "root_attach",
+            Kind::RootRead { .. } => "root_read",
+            Kind::Booted { .. } => "booted",
+            Kind::Failed { .. } => "failed",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

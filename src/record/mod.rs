@@ -1,14 +1,17 @@
 //! Boot records: services send typed events through a `Recorder`; one writer task ties them to
-//! clients and boots (`timeline`), appends them to `events.jsonl` in the state folder and keeps
-//! the boots in memory for the API. Recording never blocks a boot: the channel is bounded and
-//! what does not fit is counted as dropped.
+//! clients and boots (`timeline`), keeps the boots in memory for the API and writes the raw
+//! events, with the egress samples, to the store (`store`: SQLite in the state folder, or
+//! PostgreSQL) in batches. Recording never blocks a boot: the channel is bounded and what does
+//! not fit is counted as dropped.
 //!
-//! The journal is replayed at start, so a daemon killed with -9 comes back with its records,
-//! losing at most the batch it was writing.
+//! At start the store is replayed into the timelines, so a daemon killed with -9 comes back with
+//! its records, losing at most the events of its last `FLUSH` (half a second). Records older
+//! than `server.retention` are deleted at start and every `SWEEP`.
 
 pub mod egress;
 pub mod event;
 pub mod report;
+pub mod store;
 pub mod timeline;
 pub mod view;
 pub mod wave;
@@ -16,21 +19,34 @@ pub mod wave;
 pub use event::{Event, FileKind, Kind, Outcome, Proto, Who};
 pub use timeline::{Boot, BootResult, Phase, Timelines};
 
+use crate::config::Server;
 use crate::shutdown::Shutdown;
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use store::Store;
 use tokio::sync::mpsc;
 
 const CHANNEL: usize = 65_536;
 const BATCH: usize = 4096;
-const JOURNAL: &str = "events.jsonl";
+/// Longest an event waits in memory before its batch is committed.
+const FLUSH: Duration = Duration::from_millis(500);
+/// How often records past the retention are deleted while running.
+const SWEEP: Duration = Duration::from_secs(3600);
+/// Events kept for a retry while the store refuses writes (a PostgreSQL restart); past it the
+/// oldest are given up and counted as unsaved.
+const PENDING_MAX: usize = 262_144;
+
+/// What the writer receives.
+enum Msg {
+    Event(Event),
+    Egress(Box<egress::Saved>),
+}
 
 /// The sending side, cloned into every service.
 #[derive(Clone)]
 pub struct Recorder {
-    tx: mpsc::Sender<Event>,
+    tx: mpsc::Sender<Msg>,
     counters: Arc<Counters>,
 }
 
@@ -42,10 +58,59 @@ pub struct Counters {
     pub untied: AtomicU64,
     /// Events recorded.
     pub recorded: AtomicU64,
+    /// Events (and egress samples) the store refused for longer than they could be kept.
+    pub unsaved: AtomicU64,
     /// Payload bytes recorded, per protocol (indexed by `proto_index`).
     proto_bytes: [AtomicU64; 5],
+    /// What each service handled, indexed by `Service`.
+    services: [ServiceCounters; 6],
 }
 
+/// The listeners, as `/metrics` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    Dhcp,
+    Tftp,
+    Http,
+    Nfs,
+    Nbd,
+    Portmap,
+}
+
+impl Service {
+    pub const ALL: [Service; 6] = [
+        Service::Dhcp,
+        Service::Tftp,
+        Service::Http,
+        Service::Nfs,
+        Service::Nbd,
+        Service::Portmap,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::Dhcp => "dhcp",
+            Service::Tftp => "tftp",
+            Service::Http => "http",
+            Service::Nfs => "nfs",
+            Service::Nbd => "nbd",
+            Service::Portmap => "portmap",
+        }
+    }
+}
+
+/// One service's request counters. A request is a DHCP message, a TFTP read or write request,
+/// an HTTP request, an RPC call (NFS and MOUNT on the NFS port, portmap), an NBD option or
+/// command.
+#[derive(Default, Debug)]
+pub struct ServiceCounters {
+    /// Requests decoded and answered (or refused with a protocol error).
+    pub requests: AtomicU64,
+    /// Packets, calls or messages that could not be decoded: dropped, or the connection closed.
+    pub malformed: AtomicU64,
+    /// Requests turned down with a protocol error (no such file, not in a pool, over a limit).
+    pub refused: AtomicU64,
+}
 const PROTOS: [Proto; 5] = [
     Proto::Dhcp,
     Proto::Tftp,
@@ -58,6 +123,11 @@ impl Counters {
     fn add_bytes(&self, proto: Proto, n: u64) {
         let i = PROTOS.iter().position(|p| *p == proto).unwrap_or(0);
         self.proto_bytes[i].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The counters of one service.
+    pub fn service(&self, s: Service) -> &ServiceCounters {
+        &self.services[s as usize]
     }
 
     /// Payload bytes recorded so far, per protocol.
@@ -77,9 +147,40 @@ impl Recorder {
     }
 
     pub fn send(&self, ev: Event) {
-        if self.tx.try_send(ev).is_err() {
+        if self.tx.try_send(Msg::Event(ev)).is_err() {
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Hands an egress sample to the writer, to be stored with the events.
+    pub fn egress(&self, saved: egress::Saved) {
+        if self.tx.try_send(Msg::Egress(Box::new(saved))).is_err() {
+            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a request a service handled.
+    pub fn request(&self, s: Service) {
+        self.counters
+            .service(s)
+            .requests
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a packet or call a service could not decode.
+    pub fn malformed(&self, s: Service) {
+        self.counters
+            .service(s)
+            .malformed
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request a service refused.
+    pub fn refused(&self, s: Service) {
+        self.counters
+            .service(s)
+            .refused
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// A recorder whose events go nowhere, for code under test that needs one.
@@ -98,6 +199,8 @@ pub struct Records {
     pub counters: Arc<Counters>,
     /// Every boot that changed, as it is after the change (for the live stream).
     pub changes: tokio::sync::broadcast::Sender<view::BootView>,
+    /// The store, for reading what is not kept in memory (egress history at start).
+    pub store: Store,
 }
 
 impl Records {
@@ -107,12 +210,29 @@ impl Records {
     }
 }
 
-/// Opens (and replays) the journal in `state_dir` and starts the writer task.
-pub fn start(state_dir: &Path, shutdown: &Shutdown) -> std::io::Result<(Recorder, Arc<Records>)> {
-    std::fs::create_dir_all(state_dir)?;
-    let path = state_dir.join(JOURNAL);
+/// Opens the store (importing a legacy journal into a new one), applies the retention, replays
+/// the events into timelines and starts the writer task.
+pub async fn start(
+    server: &Server,
+    shutdown: &Shutdown,
+) -> anyhow::Result<(Recorder, Arc<Records>)> {
+    start_with(server, shutdown, SWEEP).await
+}
+
+async fn start_with(
+    server: &Server,
+    shutdown: &Shutdown,
+    sweep: Duration,
+) -> anyhow::Result<(Recorder, Arc<Records>)> {
+    let store = Store::open(&server.database).await?;
+    store.import_legacy(&server.state_dir).await?;
+    forget(&store, server.retention).await;
     let mut timelines = Timelines::default();
-    let replayed = replay(&path, &mut timelines)?;
+    let replayed = store
+        .replay(|ev| {
+            timelines.apply(&ev);
+        })
+        .await?;
     if replayed > 0 {
         tracing::info!(
             events = replayed,
@@ -126,118 +246,192 @@ pub fn start(state_dir: &Path, shutdown: &Shutdown) -> std::io::Result<(Recorder
         timelines: RwLock::new(timelines),
         counters: counters.clone(),
         changes,
+        store: store.clone(),
     });
     let (tx, rx) = mpsc::channel(CHANNEL);
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)?;
     let writer = Writer {
         rx,
-        file,
-        path,
+        store,
         records: records.clone(),
+        retention: server.retention,
+        sweep,
+        events: Vec::new(),
+        egress: Vec::new(),
     };
     shutdown.spawn(writer.run(shutdown.clone()));
     Ok((Recorder { tx, counters }, records))
 }
 
-/// Reads the records in `state_dir` without starting a writer (for `bootpool report`).
-pub fn load(state_dir: &Path) -> std::io::Result<Timelines> {
+/// Deletes what is older than the retention; failures are logged, never fatal.
+async fn forget(store: &Store, retention: Option<Duration>) {
+    let Some(keep) = retention else { return };
+    let cutoff = event::now_micros() - keep.as_micros() as i64;
+    match store.forget_before(cutoff).await {
+        Ok((0, 0)) => {}
+        Ok((events, egress)) => {
+            tracing::info!(
+                events,
+                egress,
+                retention_s = keep.as_secs(),
+                "forgot old records"
+            )
+        }
+        Err(e) => tracing::warn!(error = %format!("{e:#}"), "cannot delete old records"),
+    }
+}
+
+/// Reads the records without starting a writer (for `bootpool report`). A state folder whose
+/// SQLite store does not exist yet is read from its legacy journal, without creating a store.
+pub async fn load(server: &Server) -> anyhow::Result<Timelines> {
     let mut timelines = Timelines::default();
-    replay(&state_dir.join(JOURNAL), &mut timelines)?;
+    match Store::open_existing(&server.database).await? {
+        Some(store) => {
+            store
+                .replay(|ev| {
+                    timelines.apply(&ev);
+                })
+                .await?;
+        }
+        None => {
+            let legacy: Vec<Event> = store::read_lines(&server.state_dir.join("events.jsonl"))?;
+            for ev in &legacy {
+                timelines.apply(ev);
+            }
+        }
+    }
     Ok(timelines)
 }
 
-fn replay(path: &Path, timelines: &mut Timelines) -> std::io::Result<usize> {
-    let file = match std::fs::File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(e),
-    };
-    let mut n = 0;
-    for (i, line) in BufReader::new(file).lines().enumerate() {
-        let line = line?;
-        // A line cut short by a crash is the only damage a kill can do: skip it.
-        match serde_json::from_str::<Event>(&line) {
-            Ok(ev) => {
-                timelines.apply(&ev);
-                n += 1;
-            }
-            Err(e) => tracing::warn!(line = i + 1, error = %e, "skipping damaged journal line"),
+/// Every stored event, in the order recorded (`bootpool report --events`); like `load`, from
+/// the legacy journal when no SQLite store exists yet.
+pub async fn load_events(server: &Server) -> anyhow::Result<Vec<Event>> {
+    match Store::open_existing(&server.database).await? {
+        Some(store) => {
+            let mut out = Vec::new();
+            store.replay(|ev| out.push(ev)).await?;
+            Ok(out)
         }
+        None => store::read_lines(&server.state_dir.join("events.jsonl")),
     }
-    Ok(n)
+}
+
+/// Every stored egress sample, oldest first (`bootpool report --egress`); from the legacy
+/// file when no SQLite store exists yet.
+pub async fn load_egress(server: &Server) -> anyhow::Result<Vec<egress::Saved>> {
+    match Store::open_existing(&server.database).await? {
+        Some(store) => store.egress_since(f64::MIN).await,
+        None => store::read_lines(&server.state_dir.join("egress.jsonl")),
+    }
 }
 
 struct Writer {
-    rx: mpsc::Receiver<Event>,
-    file: std::fs::File,
-    path: PathBuf,
+    rx: mpsc::Receiver<Msg>,
+    store: Store,
     records: Arc<Records>,
+    retention: Option<Duration>,
+    sweep: Duration,
+    /// Applied to the timelines, not yet committed to the store.
+    events: Vec<Event>,
+    egress: Vec<egress::Saved>,
 }
 
 impl Writer {
     async fn run(mut self, shutdown: Shutdown) {
-        let mut batch = Vec::with_capacity(BATCH);
+        let mut inbox = Vec::with_capacity(BATCH);
+        let mut flush = tokio::time::interval(FLUSH);
+        flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut sweep =
+            tokio::time::interval_at(tokio::time::Instant::now() + self.sweep, self.sweep);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let n = tokio::select! {
-                n = self.rx.recv_many(&mut batch, BATCH) => n,
+            tokio::select! {
+                n = self.rx.recv_many(&mut inbox, BATCH) => {
+                    if n == 0 {
+                        self.commit().await;
+                        return;
+                    }
+                    self.apply(&mut inbox);
+                    if self.events.len() >= BATCH {
+                        self.commit().await;
+                    }
+                }
+                _ = flush.tick() => self.commit().await,
+                _ = sweep.tick() => forget(&self.store, self.retention).await,
                 _ = shutdown.wait() => {
                     // Take what is already queued, then stop.
-                    while let Ok(ev) = self.rx.try_recv() { batch.push(ev); }
-                    self.write(&mut batch);
+                    while let Ok(m) = self.rx.try_recv() { inbox.push(m); }
+                    self.apply(&mut inbox);
+                    self.commit().await;
                     return;
                 }
-            };
-            if n == 0 {
-                return;
             }
-            self.write(&mut batch);
         }
     }
 
-    fn write(&mut self, batch: &mut Vec<Event>) {
-        if batch.is_empty() {
-            return;
-        }
-        let mut text = Vec::with_capacity(batch.len() * 128);
+    /// Ties events to boots at once (the API sees them before they are committed).
+    fn apply(&mut self, inbox: &mut Vec<Msg>) {
         let counters = &self.records.counters;
         let mut touched = std::collections::BTreeSet::new();
-        {
-            let mut t = self
-                .records
-                .timelines
-                .write()
-                .unwrap_or_else(|e| e.into_inner());
-            for ev in batch.iter() {
-                if !t.apply(ev) {
-                    counters.untied.fetch_add(1, Ordering::Relaxed);
+        let mut t = self
+            .records
+            .timelines
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        for m in inbox.drain(..) {
+            let ev = match m {
+                Msg::Egress(s) => {
+                    self.egress.push(*s);
                     continue;
                 }
-                counters.recorded.fetch_add(1, Ordering::Relaxed);
-                match &ev.kind {
-                    Kind::File { proto, bytes, .. } | Kind::RootRead { proto, bytes } => {
-                        counters.add_bytes(*proto, *bytes)
-                    }
-                    _ => {}
-                }
-                touched.extend(t.mac_for(ev.who));
-                if serde_json::to_writer(&mut text, ev).is_ok() {
-                    text.push(b'\n');
-                }
+                Msg::Event(ev) => ev,
+            };
+            if !t.apply(&ev) {
+                counters.untied.fetch_add(1, Ordering::Relaxed);
+                continue;
             }
-            // Nobody listening is fine: the stream is for dashboards that are open.
-            for mac in touched {
-                if let Some(b) = t.current(mac) {
-                    let _ = self.records.changes.send(view::BootView::of(b));
+            counters.recorded.fetch_add(1, Ordering::Relaxed);
+            match &ev.kind {
+                Kind::File { proto, bytes, .. } | Kind::RootRead { proto, bytes } => {
+                    counters.add_bytes(*proto, *bytes)
                 }
+                _ => {}
+            }
+            touched.extend(t.mac_for(ev.who));
+            self.events.push(ev);
+        }
+        // Nobody listening is fine: the stream is for dashboards that are open.
+        for mac in touched {
+            if let Some(b) = t.current(mac) {
+                let _ = self.records.changes.send(view::BootView::of(b));
             }
         }
-        if let Err(e) = self.file.write_all(&text).and_then(|_| self.file.flush()) {
-            tracing::error!(path = %self.path.display(), error = %e, "cannot write boot journal");
+    }
+
+    /// Commits what is pending in one transaction; on failure keeps it for the next try.
+    async fn commit(&mut self) {
+        if self.events.is_empty() && self.egress.is_empty() {
+            return;
         }
-        batch.clear();
+        match self.store.append(&self.events, &self.egress).await {
+            Ok(()) => {
+                self.events.clear();
+                self.egress.clear();
+            }
+            Err(e) => {
+                tracing::error!(events = self.events.len(), error = %format!("{e:#}"), "cannot write boot records; will retry");
+                for pending in [self.events.len(), self.egress.len()] {
+                    let over = pending.saturating_sub(PENDING_MAX);
+                    self.records
+                        .counters
+                        .unsaved
+                        .fetch_add(over as u64, Ordering::Relaxed);
+                }
+                let over = self.events.len().saturating_sub(PENDING_MAX);
+                self.events.drain(..over);
+                let over = self.egress.len().saturating_sub(PENDING_MAX);
+                self.egress.drain(..over);
+            }
+        }
     }
 }
 
@@ -245,52 +439,159 @@ impl Writer {
 mod tests {
     use super::*;
     use crate::config::Mac;
+    use std::path::Path;
+
+    fn server(dir: &Path, retention: &str) -> Server {
+        let text = format!(
+            "server: {{ address: 127.0.0.1, state_dir: {}, retention: {retention} }}\n\
+             dhcp: {{ subnet: 127.0.0.0/8, range: 127.0.0.100-127.0.0.199 }}\n",
+            dir.display()
+        );
+        crate::config::Config::parse(&dir.join("pools.yaml"), &text)
+            .unwrap()
+            .server
+    }
+
+    fn boot(rec: &Recorder, mac: Mac, ip: std::net::Ipv4Addr, at: event::Micros) {
+        let ev = |kind| Event {
+            at,
+            who: Who::Mac(mac),
+            kind,
+        };
+        rec.send(ev(Kind::DhcpDiscover {
+            pxe: true,
+            ipxe: true,
+        }));
+        rec.send(ev(Kind::DhcpAck {
+            ip,
+            pxe: true,
+            ipxe: true,
+            pool: "p".into(),
+        }));
+        rec.send(Event {
+            at: at + 1,
+            who: Who::Ip(ip),
+            kind: Kind::Booted {
+                uptime_s: Some(3.5),
+                root_bytes: None,
+            },
+        });
+    }
 
     #[tokio::test]
     async fn records_survive_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let mac: Mac = "52:54:00:77:00:01".parse().unwrap();
-        let ip = "10.77.0.100".parse().unwrap();
+        let s = server(dir.path(), "forever");
         {
             let shutdown = Shutdown::new();
-            let (rec, _) = start(dir.path(), &shutdown).unwrap();
-            rec.record(
-                Who::Mac(mac),
-                Kind::DhcpDiscover {
-                    pxe: true,
-                    ipxe: true,
-                },
-            );
-            rec.record(
-                Who::Mac(mac),
-                Kind::DhcpAck {
-                    ip,
-                    pxe: true,
-                    ipxe: true,
-                    pool: "p".into(),
-                },
-            );
-            rec.record(
-                Who::Ip(ip),
-                Kind::Booted {
-                    uptime_s: Some(3.5),
-                    root_bytes: None,
-                },
+            let (rec, _) = start(&s, &shutdown).await.unwrap();
+            boot(
+                &rec,
+                mac,
+                "10.77.0.100".parse().unwrap(),
+                event::now_micros(),
             );
             shutdown.stop_and_wait().await;
         }
-        // Simulate a crash mid-write: a torn last line.
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .open(dir.path().join(JOURNAL))
-            .unwrap();
-        f.write_all(b"{\"at\":12,\"who\":{\"mac\":\"52:5").unwrap();
+        assert!(dir.path().join("records.db").exists());
         let shutdown = Shutdown::new();
-        let (_, records) = start(dir.path(), &shutdown).unwrap();
+        let (_, records) = start(&s, &shutdown).await.unwrap();
         let boots = records.read(|t| t.boots().to_vec());
         assert_eq!(boots.len(), 1);
         assert_eq!(boots[0].result, BootResult::Booted);
         assert_eq!(boots[0].uptime_s, Some(3.5));
+        shutdown.stop_and_wait().await;
+        // The report path reads the same.
+        assert_eq!(load(&s).await.unwrap().boots().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_legacy_journal_is_imported_once_torn_line_and_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = server(dir.path(), "forever");
+        let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
+        let ev = Event::now(
+            Who::Mac(mac),
+            Kind::DhcpDiscover {
+                pxe: true,
+                ipxe: false,
+            },
+        );
+        let journal = serde_json::to_string(&ev).unwrap() + "\n{\"at\":12,\"who\":{\"mac\":\"52:5";
+        std::fs::write(dir.path().join("events.jsonl"), journal).unwrap();
+        // Before the daemon ever ran, the report reads the journal and creates nothing.
+        assert_eq!(load(&s).await.unwrap().boots().len(), 1);
+        assert!(!dir.path().join("records.db").exists());
+        for _ in 0..2 {
+            let shutdown = Shutdown::new();
+            let (_, records) = start(&s, &shutdown).await.unwrap();
+            assert_eq!(records.read(|t| t.boots().len()), 1);
+            shutdown.stop_and_wait().await;
+        }
+        assert_eq!(load_events(&s).await.unwrap(), [ev]);
+    }
+
+    #[tokio::test]
+    async fn retention_forgets_old_records_at_start_and_while_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = server(dir.path(), "1h");
+        let day = 86_400 * 1_000_000;
+        let now = event::now_micros();
+        let (old, new): (Mac, Mac) = (
+            "52:54:00:77:00:01".parse().unwrap(),
+            "52:54:00:77:00:02".parse().unwrap(),
+        );
+        {
+            // Written with retention off, as a daemon from long ago would have.
+            let keep_all = server(dir.path(), "forever");
+            let shutdown = Shutdown::new();
+            let (rec, _) = start(&keep_all, &shutdown).await.unwrap();
+            boot(&rec, old, "10.77.0.1".parse().unwrap(), now - 2 * day);
+            boot(&rec, new, "10.77.0.2".parse().unwrap(), now);
+            let saved = egress::Saved::at((now - 2 * day) as f64 / 1e6);
+            rec.egress(saved);
+            rec.egress(egress::Saved::at(now as f64 / 1e6));
+            shutdown.stop_and_wait().await;
+        }
+        let store = Store::open(&s.database).await.unwrap();
+        assert_eq!(store.egress_since(0.0).await.unwrap().len(), 2);
+        // At start: the two-day-old boot and sample go, today's stay.
+        let shutdown = Shutdown::new();
+        let (_rec, records) = start_with(&s, &shutdown, Duration::from_millis(300))
+            .await
+            .unwrap();
+        let macs: Vec<Mac> = records.read(|t| t.boots().iter().map(|b| b.mac).collect());
+        assert_eq!(macs, [new]);
+        assert_eq!(store.egress_since(0.0).await.unwrap().len(), 1);
+        // While running: rows past the retention (here put in behind the writer's back, as a
+        // clock step would) are swept within a sweep interval.
+        let count = || async {
+            let mut n = 0;
+            store.replay(|_| n += 1).await.unwrap();
+            n
+        };
+        let stale: Vec<Event> = (0..3)
+            .map(|i| Event {
+                at: now - 3 * day + i,
+                who: Who::Mac(old),
+                kind: Kind::DhcpDiscover {
+                    pxe: true,
+                    ipxe: false,
+                },
+            })
+            .collect();
+        store.append(&stale, &[]).await.unwrap();
+        assert_eq!(count().await, 6);
+        let mut swept = false;
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if count().await == 3 {
+                swept = true;
+                break;
+            }
+        }
+        assert!(swept, "{} events left", count().await);
         shutdown.stop_and_wait().await;
     }
 }

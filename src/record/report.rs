@@ -101,6 +101,7 @@ fn waves_table(views: &[WaveView], sep: &str) -> String {
             "start",
             "clients",
             "booted",
+            "failed",
             "median_s",
             "p95_s",
             "max_s",
@@ -117,6 +118,7 @@ fn waves_table(views: &[WaveView], sep: &str) -> String {
             format!("{:.0}", w.start),
             s.clients.to_string(),
             s.booted.to_string(),
+            s.failed.to_string(),
             secs(s.median_s),
             secs(s.p95_s),
             secs(s.max_s),
@@ -135,6 +137,7 @@ fn boot_row(b: &BootView) -> Vec<String> {
     ];
     row.extend(PHASES.iter().map(|p| secs(b.phase_s(p))));
     row.push(mb(b.total_bytes() as f64));
+    row.push(b.stopped_in.clone().unwrap_or_else(|| "-".into()));
     row
 }
 
@@ -146,18 +149,27 @@ fn wave_report(w: &WaveView, format: Format) -> anyhow::Result<String> {
     let mut head: Vec<String> = ["mac", "ip", "result", "boot_s"].map(String::from).to_vec();
     head.extend(PHASES.iter().map(|p| format!("{p}_s")));
     head.push("MB".into());
+    head.push("stopped_in".into());
     let mut rows = vec![head];
     rows.extend(w.boots.iter().map(boot_row));
     let mut out = layout(&rows, sep);
     if format == Format::Table {
+        // Why each failed boot failed: free text, so below the table rather than in a column.
+        for b in &w.boots {
+            if let Some(why) = &b.failure {
+                let phase = b.stopped_in.as_deref().unwrap_or("?");
+                let _ = writeln!(out, "{} failed in {phase}: {why}", b.mac);
+            }
+        }
         let s = &w.summary;
         let _ = writeln!(
             out,
-            "\nwave {} of pool {}: {} of {} clients booted; boot time median {} s, p95 {} s, max {} s; {} MB per client",
+            "\nwave {} of pool {}: {} of {} clients booted, {} failed; boot time median {} s, p95 {} s, max {} s; {} MB per client",
             w.id,
             w.pool,
             s.booted,
             s.clients,
+            s.failed,
             secs(s.median_s),
             secs(s.p95_s),
             secs(s.max_s),
@@ -192,6 +204,11 @@ fn compare_table(a: &WaveView, b: &WaveView, sep: &str) -> String {
         "booted".into(),
         a.summary.booted.to_string(),
         b.summary.booted.to_string(),
+    ]);
+    rows.push(vec![
+        "failed".into(),
+        a.summary.failed.to_string(),
+        b.summary.failed.to_string(),
     ]);
     rows.push(vec![
         "median_s".into(),

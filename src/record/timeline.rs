@@ -22,6 +22,19 @@ pub const PHASES: [&str; 6] = ["dhcp", "loader", "ipxe", "kernel", "initrd", "ro
 pub enum BootResult {
     Running,
     Booted,
+    /// The server refused or lacked what the client needed, or the client said it failed.
+    Failed,
+}
+
+/// Where and why a boot failed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Failure {
+    /// The phase it was in: dhcp, loader, ipxe, kernel, initrd or root.
+    pub phase: &'static str,
+    pub reason: String,
+    /// The service that saw it (`None`: the client reported it).
+    pub proto: Option<Proto>,
+    pub at: Micros,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -61,6 +74,8 @@ pub struct Boot {
     pub uptime_s: Option<f64>,
     /// What the client said its root read over the network, by its own kernel's count.
     pub client_root_bytes: Option<u64>,
+    /// Set when the result is `Failed`.
+    pub failure: Option<Failure>,
     marks: Marks,
 }
 
@@ -78,6 +93,7 @@ impl Boot {
             bytes: BTreeMap::new(),
             uptime_s: None,
             client_root_bytes: None,
+            failure: None,
             marks: Marks::default(),
         }
     }
@@ -121,6 +137,8 @@ impl Boot {
         let m = &self.marks;
         if self.result == BootResult::Booted {
             "booted"
+        } else if let Some(f) = &self.failure {
+            f.phase
         } else if m.attach.is_some() {
             "root"
         } else if m.kernel.is_some() && m.initrd.is_some() {
@@ -140,7 +158,7 @@ impl Boot {
     fn past_firmware(&self) -> bool {
         self.marks.script.is_some()
             || self.marks.kernel.is_some()
-            || self.result == BootResult::Booted
+            || self.result != BootResult::Running
     }
 }
 
@@ -265,7 +283,21 @@ impl Timelines {
                 boot.client_root_bytes = *root_bytes;
                 m.booted.get_or_insert(ev.at);
                 boot.uptime_s = *uptime_s;
+                // A client that reports up after a failure got past it (a retry worked).
                 boot.result = BootResult::Booted;
+                boot.failure = None;
+            }
+            Kind::Failed { proto, reason } => {
+                // The first failure is the cause; a booted boot stays booted.
+                if boot.result == BootResult::Running {
+                    boot.failure = Some(Failure {
+                        phase: boot.current_phase(),
+                        reason: reason.clone(),
+                        proto: *proto,
+                        at: ev.at,
+                    });
+                    boot.result = BootResult::Failed;
+                }
             }
         }
         true
@@ -403,6 +435,52 @@ mod tests {
         // But not one soon after (firmware retrying within its boot).
         t.apply(&ev(901_000_000, Who::Mac(mac), discover));
         assert_eq!(t.boots().len(), 3);
+    }
+
+    #[test]
+    fn a_failure_ends_the_boot_in_its_phase_until_firmware_tries_again() {
+        let mac: Mac = "52:54:00:77:00:03".parse().unwrap();
+        let ip: Ipv4Addr = "10.77.0.103".parse().unwrap();
+        let mut t = Timelines::default();
+        let pxe = Kind::DhcpDiscover {
+            pxe: true,
+            ipxe: false,
+        };
+        t.apply(&ev(1_000_000, Who::Mac(mac), pxe.clone()));
+        t.apply(&ev(
+            2_000_000,
+            Who::Mac(mac),
+            Kind::DhcpAck {
+                ip,
+                pxe: true,
+                ipxe: false,
+                pool: "room".into(),
+            },
+        ));
+        let failed = |reason: &str| Kind::Failed {
+            proto: Some(Proto::Tftp),
+            reason: reason.into(),
+        };
+        t.apply(&ev(
+            2_100_000,
+            Who::Ip(ip),
+            failed("undionly.kpxe: not found"),
+        ));
+        // A second failure does not hide the first.
+        t.apply(&ev(2_200_000, Who::Ip(ip), failed("other")));
+        let b = &t.boots()[0];
+        assert_eq!(b.result, BootResult::Failed);
+        assert_eq!(b.current_phase(), "loader");
+        let f = b.failure.as_ref().unwrap();
+        assert_eq!(
+            (f.phase, f.reason.as_str()),
+            ("loader", "undionly.kpxe: not found")
+        );
+        assert_eq!(b.duration_s(), None);
+        // The firmware trying again is a new boot.
+        t.apply(&ev(3_000_000, Who::Mac(mac), pxe));
+        assert_eq!(t.boots().len(), 2);
+        assert_eq!(t.boots()[1].result, BootResult::Running);
     }
 
     #[test]

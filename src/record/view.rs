@@ -16,10 +16,13 @@ pub struct BootView {
     pub ip: Option<Ipv4Addr>,
     pub pool: Option<String>,
     pub root: Option<Proto>,
-    /// `running`, `booted`, or `timed_out` (running, but silent for `SILENCE_S`).
+    /// `running`, `booted`, `failed`, or `timed_out` (running, but silent for `SILENCE_S`).
     pub result: String,
-    /// For a timed-out boot, the phase it stopped in.
+    /// For a timed-out or failed boot, the phase it stopped in.
     pub stopped_in: Option<String>,
+    /// For a failed boot, why: what the server refused or lacked, or what the client said.
+    #[serde(default)]
+    pub failure: Option<String>,
     /// Unix seconds of the first DHCP DISCOVER.
     pub start: f64,
     /// First DISCOVER to the booted call.
@@ -63,9 +66,15 @@ impl BootView {
                 BootResult::Running if timed_out => "timed_out",
                 BootResult::Running => "running",
                 BootResult::Booted => "booted",
+                BootResult::Failed => "failed",
             }
             .into(),
-            stopped_in: timed_out.then(|| b.current_phase().to_string()),
+            stopped_in: (timed_out || b.result == BootResult::Failed)
+                .then(|| b.current_phase().to_string()),
+            failure: b.failure.as_ref().map(|f| match f.proto {
+                Some(p) => format!("{}: {}", proto_name(p), f.reason),
+                None => format!("client: {}", f.reason),
+            }),
             start: b.start as f64 / 1e6,
             duration_s: b.duration_s(),
             uptime_s: b.uptime_s,
@@ -126,6 +135,8 @@ pub struct SummaryView {
     pub clients: usize,
     pub booted: usize,
     pub running: usize,
+    #[serde(default)]
+    pub failed: usize,
     pub median_s: Option<f64>,
     pub p95_s: Option<f64>,
     pub max_s: Option<f64>,
@@ -139,6 +150,7 @@ impl From<&Summary> for SummaryView {
             clients: s.clients,
             booted: s.booted,
             running: s.running,
+            failed: s.failed,
             median_s: s.median_s,
             p95_s: s.p95_s,
             max_s: s.max_s,

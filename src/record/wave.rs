@@ -26,6 +26,7 @@ pub struct Summary {
     pub clients: usize,
     pub booted: usize,
     pub running: usize,
+    pub failed: usize,
     /// Boot time (first DISCOVER to booted call) over the booted clients, seconds.
     pub median_s: Option<f64>,
     pub p95_s: Option<f64>,
@@ -116,6 +117,10 @@ pub fn summarize(boots: &[&Boot]) -> Summary {
         running: boots
             .iter()
             .filter(|b| b.result == BootResult::Running)
+            .count(),
+        failed: boots
+            .iter()
+            .filter(|b| b.result == BootResult::Failed)
             .count(),
         median_s: percentile(&times, 50.0),
         p95_s: percentile(&times, 95.0),

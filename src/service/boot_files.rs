@@ -50,3 +50,14 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), Refus
     }
     Ok((real, kind))
 }
+
+/// Is `name` a file bootpool tells clients to fetch?
+pub fn handed_out(config: &Config, name: &str) -> bool {
+    match name.split('/').collect::<Vec<_>>().as_slice() {
+        [loader] => crate::boot::LOADERS.contains(loader),
+        [image, file] => {
+            config.images.contains_key(*image) && ["vmlinuz", "initrd.img"].contains(file)
+        }
+        _ => false,
+    }
+}

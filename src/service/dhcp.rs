@@ -13,7 +13,7 @@ use crate::config::{Config, DhcpMode, Mac};
 use crate::proto::dhcp::{
     self as wire, MAX_PACKET, PXE_BOOT_FILE_ONLY, Reply, ReplyKind, Request, ServerClass,
 };
-use crate::record::{Kind, Recorder, Who};
+use crate::record::{Kind, Recorder, Service, Who};
 use crate::shutdown::Shutdown;
 use std::collections::HashSet;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -204,11 +204,13 @@ impl Server {
         let req = match wire::parse_request(bytes) {
             Ok(r) => r,
             Err(reason) => {
+                self.recorder.malformed(Service::Dhcp);
                 let c = self.counters.malformed.fetch_add(1, Ordering::Relaxed) + 1;
                 tracing::debug!(%from, %reason, malformed = c, "dhcp packet dropped");
                 return None;
             }
         };
+        self.recorder.request(Service::Dhcp);
         if proxy {
             self.handle_proxy(&req, from, on_pxe)
         } else {
@@ -399,6 +401,7 @@ impl Server {
                     }
                     Err(why) => {
                         self.counters.naks.fetch_add(1, Ordering::Relaxed);
+                        self.recorder.refused(Service::Dhcp);
                         tracing::info!(%mac, %ip, reason = %why, "dhcp nak");
                         let reply = Reply {
                             message: Some(why.to_string()),

@@ -2,12 +2,13 @@
 //! the dashboard at `/`. Every boot file sent is recorded when its last byte has been handed
 //! to the connection, so the kernel phase ends when the download does.
 
+use super::boot_files;
 use crate::boot::script;
 use crate::config::{Config, Mac};
 use crate::proto::httpfile;
 use crate::record::egress::{Egress, LinkKind};
 use crate::record::view::{self, BootView, SummaryView, WaveView};
-use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Records, Who, wave};
+use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Records, Service, Who, wave};
 use crate::shutdown::Shutdown;
 use axum::Json;
 use axum::body::Body;
@@ -51,6 +52,7 @@ pub fn router(web: Web) -> axum::Router {
         .route("/boot/loaders/{file}", get(loader))
         .route("/boot/{image}/{file}", get(image_file))
         .route("/api/v1/booted", post(booted))
+        .route("/api/v1/failed", post(failed))
         .route("/api/v1/boots", get(boots))
         .route("/api/v1/waves", get(waves))
         .route("/api/v1/waves/{id}", get(wave_by_id))
@@ -61,7 +63,25 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/pools", get(pools))
         .route("/api/v1/clients", get(clients))
         .merge(super::web::routes())
+        .layer(axum::middleware::from_fn_with_state(
+            web.clone(),
+            count_request,
+        ))
         .with_state(web)
+}
+
+/// Counts every request, and those answered with a 4xx as refused, for `/metrics`.
+async fn count_request(
+    State(web): State<Web>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    web.recorder.request(Service::Http);
+    let res = next.run(req).await;
+    if res.status().is_client_error() {
+        web.recorder.refused(Service::Http);
+    }
+    res
 }
 
 fn client_ip(addr: SocketAddr) -> Option<std::net::Ipv4Addr> {
@@ -107,18 +127,8 @@ async fn loader(
     if file.contains('/') {
         return not_found("no such loader");
     }
-    let Ok((path, kind)) = super::boot_files::resolve(&web.config, &file) else {
-        return not_found("no such loader");
-    };
-    send_file(
-        &web,
-        peer,
-        &headers,
-        path,
-        kind,
-        format!("/boot/loaders/{file}"),
-    )
-    .await
+    let shown = format!("/boot/loaders/{file}");
+    boot_file(&web, peer, &headers, &file, shown).await
 }
 
 async fn image_file(
@@ -131,19 +141,42 @@ async fn image_file(
     if file.contains('/') {
         return not_found("no such boot file");
     }
-    let Ok((path, kind)) = super::boot_files::resolve(&web.config, &format!("{image}/{file}"))
-    else {
-        return not_found("no such boot file");
-    };
-    send_file(
-        &web,
-        peer,
-        &headers,
-        path,
-        kind,
-        format!("/boot/{image}/{file}"),
-    )
-    .await
+    let shown = format!("/boot/{image}/{file}");
+    boot_file(&web, peer, &headers, &format!("{image}/{file}"), shown).await
+}
+
+/// Serves a boot file by the name TFTP would use for it (`LOADER` or `IMAGE/FILE`).
+async fn boot_file(
+    web: &Web,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    name: &str,
+    shown: String,
+) -> Response {
+    match boot_files::resolve(&web.config, name) {
+        Ok((path, kind)) => send_file(web, peer, headers, path, kind, name, shown).await,
+        Err(boot_files::Refused(code, _)) => {
+            if code == crate::proto::tftp::err::NOT_FOUND {
+                tracing::warn!(file = %shown, "boot file missing");
+                record_missing(web, peer, name, &shown);
+            }
+            not_found("no such file")
+        }
+    }
+}
+
+/// A kernel, initrd or loader bootpool handed out is missing: the client cannot go on. Other
+/// names are probes and fail nothing.
+fn record_missing(web: &Web, peer: SocketAddr, name: &str, shown: &str) {
+    if let (true, Some(ip)) = (boot_files::handed_out(&web.config, name), client_ip(peer)) {
+        web.recorder.record(
+            Who::Ip(ip),
+            Kind::Failed {
+                proto: Some(Proto::Http),
+                reason: format!("{shown}: not found"),
+            },
+        );
+    }
 }
 
 /// Streams a file, or the byte range asked for, and records the transfer when it ends. A range
@@ -155,12 +188,15 @@ async fn send_file(
     headers: &HeaderMap,
     path: PathBuf,
     kind: FileKind,
+    name: &str,
     shown: String,
 ) -> Response {
     let mut file = match tokio::fs::File::open(&path).await {
         Ok(f) => f,
         Err(e) => {
             tracing::warn!(path = %path.display(), error = %e, "boot file missing");
+            // Gone since it was resolved.
+            record_missing(web, peer, name, &shown);
             return not_found("no such file");
         }
     };
@@ -304,6 +340,46 @@ async fn booted(
         Kind::Booted {
             uptime_s,
             root_bytes,
+        },
+    );
+    StatusCode::NO_CONTENT.into_response()
+}
+
+#[derive(Debug, Deserialize)]
+struct FailedBody {
+    reason: Option<String>,
+}
+
+/// Longest reason kept from a client's failure report.
+const REASON_MAX: usize = 200;
+
+/// The client (by source IP) reports that its boot failed, e.g. from the initrd's emergency hook.
+async fn failed(
+    State(web): State<Web>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    body: Option<Json<FailedBody>>,
+) -> Response {
+    let Some(ip) = client_ip(peer) else {
+        return (StatusCode::BAD_REQUEST, "IPv4 clients only\n").into_response();
+    };
+    let mut reason = body
+        .and_then(|Json(b)| b.reason)
+        .map(|r| r.trim().to_string())
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| "reported by the client".into());
+    if reason.len() > REASON_MAX {
+        let mut end = REASON_MAX;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
+    }
+    tracing::info!(%ip, %reason, "client reports failure");
+    web.recorder.record(
+        Who::Ip(ip),
+        Kind::Failed {
+            proto: None,
+            reason,
         },
     );
     StatusCode::NO_CONTENT.into_response()

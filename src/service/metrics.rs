@@ -2,6 +2,7 @@
 //! egress sampler. Labels per client would be fine for rooms but are left out; never per file.
 
 use super::http::Web;
+use crate::record::Service;
 use crate::record::egress::LinkCounters;
 use crate::record::timeline::{BootResult, PHASES};
 use axum::extract::State;
@@ -79,18 +80,72 @@ pub fn text(web: &Web) -> String {
         c.untied.load(Ordering::Relaxed)
     );
 
+    head(
+        &mut out,
+        "bootpool_events_unsaved_total",
+        "counter",
+        "Boot events the store refused for longer than they could be held for a retry.",
+    );
+    let _ = writeln!(
+        out,
+        "bootpool_events_unsaved_total {}",
+        c.unsaved.load(Ordering::Relaxed)
+    );
+    type Pick = fn(&crate::record::ServiceCounters) -> &std::sync::atomic::AtomicU64;
+    let families: [(&str, &str, Pick, &[Service]); 3] = [
+        (
+            "bootpool_requests_total",
+            "Requests handled: DHCP messages, TFTP requests, HTTP requests, RPC calls (NFS and MOUNT, portmap), NBD options and commands.",
+            |s| &s.requests,
+            &Service::ALL,
+        ),
+        (
+            "bootpool_malformed_total",
+            "Packets, calls or messages that could not be decoded and were dropped (HTTP's are answered by the HTTP library and not counted).",
+            |s| &s.malformed,
+            &[
+                Service::Dhcp,
+                Service::Tftp,
+                Service::Nfs,
+                Service::Nbd,
+                Service::Portmap,
+            ],
+        ),
+        (
+            "bootpool_refused_total",
+            "Requests turned down with a protocol error: no such file or export, not in a pool, over a limit, DHCP NAK, HTTP 4xx.",
+            |s| &s.refused,
+            &Service::ALL,
+        ),
+    ];
+    for (name, help, pick, services) in families {
+        head(&mut out, name, "counter", help);
+        for s in services {
+            let _ = writeln!(
+                out,
+                "{name}{{service=\"{}\"}} {}",
+                s.name(),
+                pick(c.service(*s)).load(Ordering::Relaxed)
+            );
+        }
+    }
+
     web.records.read(|t| {
         head(
             &mut out,
             "bootpool_boots",
             "gauge",
-            "Boots recorded, by pool and result.",
+            "Boots recorded, by pool and result (running, booted, failed, timed_out as in the API).",
         );
         let mut by: std::collections::BTreeMap<(String, &str), u64> = Default::default();
         let mut phases: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+        let now = crate::record::event::now_micros();
         for b in t.boots() {
+            let silent = (now - b.last_event) as f64 / 1e6 > crate::record::view::SILENCE_S;
             let result = match b.result {
                 BootResult::Booted => "booted",
+                BootResult::Failed => "failed",
+                BootResult::Running if silent => "timed_out",
                 BootResult::Running => "running",
             };
             *by.entry((b.pool.clone().unwrap_or_default(), result))

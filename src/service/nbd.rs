@@ -14,7 +14,7 @@ use crate::export::image::{self, BlockImage};
 use crate::proto::nbd::{
     self as p, ClientFlags, Malformed, OptRequest, OptionHeader, Request, Verdict,
 };
-use crate::record::{Kind, Proto, Recorder, Records, Who};
+use crate::record::{Kind, Proto, Recorder, Records, Service, Who};
 use crate::service::overlays::{Lease, Overlays};
 use crate::shutdown::Shutdown;
 use std::collections::HashMap;
@@ -241,6 +241,7 @@ pub async fn serve_with(
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             stats.refused.fetch_add(1, Relaxed);
+            recorder.refused(Service::Nbd);
             tracing::warn!(%peer, max = limits.max_connections, "nbd connection refused: too many");
             continue;
         };
@@ -367,6 +368,7 @@ impl Conn {
                     HandshakeEnd::Malformed(_) | HandshakeEnd::TooManyOptions
                 ) {
                     self.stats.malformed.fetch_add(1, Relaxed);
+                    self.recorder.malformed(Service::Nbd);
                 }
                 match end {
                     HandshakeEnd::Aborted => {
@@ -447,6 +449,20 @@ impl Conn {
         })
     }
 
+    /// A client asked to attach an export it cannot have: its root will not come up.
+    fn root_refused(&self, name: &str) {
+        self.recorder.refused(Service::Nbd);
+        if let Some(who) = self.who() {
+            self.recorder.record(
+                who,
+                Kind::Failed {
+                    proto: Some(Proto::Nbd),
+                    reason: format!("no export `{name}` for this client"),
+                },
+            );
+        }
+    }
+
     /// Option haggling, up to the export the client settles on.
     async fn handshake(&self, stream: &mut TcpStream) -> Result<Attached, HandshakeEnd> {
         stream.write_all(&p::greeting()).await?;
@@ -461,10 +477,12 @@ impl Conn {
             let mut data = vec![0; h.len as usize];
             stream.read_exact(&mut data).await?;
             let mut out = Vec::new();
+            self.recorder.request(Service::Nbd);
             match OptRequest::decode(h.option, &data) {
                 Err(e) if h.option == p::OPT_EXPORT_NAME => return Err(e.into()),
                 Err(e) => {
                     self.stats.malformed.fetch_add(1, Relaxed);
+                    self.recorder.malformed(Service::Nbd);
                     tracing::debug!(peer = %self.peer, option = h.option, error = %e, "nbd bad option");
                     p::opt_error(&mut out, h.option, p::REP_ERR_INVALID, &e.to_string());
                 }
@@ -482,7 +500,10 @@ impl Conn {
                         stream.write_all(&out).await?;
                         return Ok(attached);
                     }
-                    _ => return Err(HandshakeEnd::UnknownExport(name)),
+                    _ => {
+                        self.root_refused(&name);
+                        return Err(HandshakeEnd::UnknownExport(name));
+                    }
                 },
                 Ok(OptRequest::Abort) => {
                     p::opt_reply(&mut out, p::OPT_ABORT, p::REP_ACK, &[]);
@@ -500,6 +521,11 @@ impl Conn {
                     let option = if go { p::OPT_GO } else { p::OPT_INFO };
                     match self.open(&name).await {
                         None => {
+                            // Asking to attach (GO) is the initrd wanting its root; INFO is
+                            // only a question.
+                            if go {
+                                self.root_refused(&name);
+                            }
                             let msg = format!("no export named `{name}`");
                             p::opt_error(&mut out, option, p::REP_ERR_UNKNOWN, &msg);
                         }
@@ -610,11 +636,13 @@ impl Conn {
                 Err(e) => {
                     // Out of step with the client: nothing after this can be trusted.
                     self.stats.malformed.fetch_add(1, Relaxed);
+                    self.recorder.malformed(Service::Nbd);
                     tracing::warn!(peer = %self.peer, error = %e, "nbd bad request");
                     break "bad request";
                 }
             };
             requests += 1;
+            self.recorder.request(Service::Nbd);
             let cookie = req.cookie;
             let op = match req.verdict(size, writable) {
                 Verdict::Read { offset, len } => {
@@ -705,6 +733,7 @@ impl Conn {
                 Verdict::Disconnect if req.kind == p::CMD_DISC => break "disconnect",
                 Verdict::Disconnect => {
                     self.stats.malformed.fetch_add(1, Relaxed);
+                    self.recorder.malformed(Service::Nbd);
                     tracing::warn!(peer = %self.peer, kind = req.kind, len = req.len, "nbd absurd request");
                     break "bad request";
                 }
@@ -1042,7 +1071,7 @@ pools:
         std::fs::write(dir.path().join("demo/rootfs.img"), bytes).unwrap();
         let config = Config::parse(&dir.path().join("pools.yaml"), CONFIG).unwrap();
         let shutdown = Shutdown::new();
-        let (recorder, records) = record::start(&config.server.state_dir, &shutdown).unwrap();
+        let (recorder, records) = record::start(&config.server, &shutdown).await.unwrap();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let stats = Arc::new(Stats::default());

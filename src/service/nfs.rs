@@ -18,7 +18,7 @@ use crate::config::{Config, RootProto, Store};
 use crate::export::tree::{self, Status, Tree, TreeHandle, status};
 use crate::proto::nfs3::{self, Cred, Mount, Nfs, Refusal, Writer};
 use crate::proto::portmap;
-use crate::record::{Kind, Proto, Recorder, Records, Who};
+use crate::record::{Kind, Proto, Recorder, Records, Service, Who};
 use crate::shutdown::Shutdown;
 use bytes::{Buf as _, BytesMut};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -166,6 +166,7 @@ impl Conn {
                     Ok(Some((used, rec))) => {
                         if let Err(Close::Malformed(why)) = self.call(&rec, &mut out) {
                             MALFORMED.fetch_add(1, Ordering::Relaxed);
+                            self.recorder.malformed(Service::Nfs);
                             break 'conn why;
                         }
                         used
@@ -173,6 +174,7 @@ impl Conn {
                     Ok(None) => break,
                     Err(nfs3::Framing::TooLong) => {
                         MALFORMED.fetch_add(1, Ordering::Relaxed);
+                        self.recorder.malformed(Service::Nfs);
                         break 'conn "record too long";
                     }
                 };
@@ -251,19 +253,27 @@ impl Conn {
         let Some(c) = nfs3::call(rec) else {
             return Err(Close::Malformed("not an rpc call"));
         };
+        self.recorder.request(Service::Nfs);
         if c.rpcvers != 2 {
             REFUSED.fetch_add(1, Ordering::Relaxed);
+            self.recorder.refused(Service::Nfs);
             out.rpc_mismatch(c.xid);
             return Ok(());
         }
         match (c.prog, c.vers) {
             (nfs3::PROG_NFS, 3) => match nfs3::nfs_args(c.proc_, c.args) {
                 Ok(args) => self.nfs(c.xid, &c.cred, args, out),
-                Err(r) => refuse(out, c.xid, r),
+                Err(r) => {
+                    self.recorder.refused(Service::Nfs);
+                    refuse(out, c.xid, r)
+                }
             },
             (nfs3::PROG_MOUNT, 3) => match nfs3::mount_args(c.proc_, c.args) {
                 Ok(args) => self.mount(c.xid, args, out),
-                Err(r) => refuse(out, c.xid, r),
+                Err(r) => {
+                    self.recorder.refused(Service::Nfs);
+                    refuse(out, c.xid, r)
+                }
             },
             (nfs3::PROG_PORTMAP, _) => {
                 // Our public port, not whatever a library would guess.
@@ -273,11 +283,13 @@ impl Conn {
             }
             (nfs3::PROG_NFS, _) | (nfs3::PROG_MOUNT, _) => {
                 REFUSED.fetch_add(1, Ordering::Relaxed);
+                self.recorder.refused(Service::Nfs);
                 out.accepted(c.xid, nfs3::PROG_MISMATCH).words(&[3, 3]);
                 out.finish();
             }
             _ => {
                 REFUSED.fetch_add(1, Ordering::Relaxed);
+                self.recorder.refused(Service::Nfs);
                 out.accepted(c.xid, nfs3::PROG_UNAVAIL);
                 out.finish();
             }
@@ -323,6 +335,15 @@ impl Conn {
                     }
                     Err(st) => {
                         tracing::info!(client = %self.peer, export, status = st, "nfs mount refused");
+                        // The initrd cannot attach its root: that boot has failed.
+                        self.recorder.refused(Service::Nfs);
+                        self.recorder.record(
+                            Who::Ip(self.ip),
+                            Kind::Failed {
+                                proto: Some(Proto::Nfs),
+                                reason: format!("mount of `{export}` refused (status {st})"),
+                            },
+                        );
                         out.u32(match st {
                             status::NOENT
                             | status::ACCES

@@ -4,6 +4,7 @@
 
 use crate::config::Config;
 use crate::proto::portmap::{self, Mapping, Outcome};
+use crate::record::{Recorder, Service};
 use crate::shutdown::Shutdown;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,13 +28,15 @@ pub async fn serve(
     tcp: TcpListener,
     udp: UdpSocket,
     config: Arc<Config>,
+    recorder: Recorder,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let table: Arc<[Mapping]> =
         portmap::table(config.server.ports.nfs, config.server.ports.portmap).into();
     let stop = shutdown.clone();
     let udp_table = table.clone();
-    shutdown.spawn(async move { serve_udp(udp, &udp_table, stop).await });
+    let udp_recorder = recorder.clone();
+    shutdown.spawn(async move { serve_udp(udp, &udp_table, &udp_recorder, stop).await });
 
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
@@ -49,13 +52,14 @@ pub async fn serve(
             },
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
+            recorder.refused(Service::Portmap);
             tracing::warn!(client = %peer, "portmap connection refused: too many");
             continue;
         };
-        let (table, stop) = (table.clone(), shutdown.clone());
+        let (table, stop, recorder) = (table.clone(), shutdown.clone(), recorder.clone());
         shutdown.spawn(async move {
             tokio::select! {
-                _ = connection(stream, &table) => {}
+                _ = connection(stream, &table, &recorder) => {}
                 _ = stop.wait() => {}
             }
             drop(slot);
@@ -63,7 +67,7 @@ pub async fn serve(
     }
 }
 
-async fn serve_udp(udp: UdpSocket, table: &[Mapping], shutdown: Shutdown) {
+async fn serve_udp(udp: UdpSocket, table: &[Mapping], recorder: &Recorder, shutdown: Shutdown) {
     let mut buf = vec![0u8; portmap::MAX_CALL + 1];
     loop {
         let (n, peer) = tokio::select! {
@@ -76,11 +80,13 @@ async fn serve_udp(udp: UdpSocket, table: &[Mapping], shutdown: Shutdown) {
         };
         match portmap::answer(&buf[..n], table) {
             Some(a) => {
+                recorder.request(Service::Portmap);
                 log(&a.outcome, peer, "udp");
                 let _ = udp.send_to(&a.reply, peer).await;
             }
             None => {
                 MALFORMED.fetch_add(1, Ordering::Relaxed);
+                recorder.malformed(Service::Portmap);
             }
         }
     }
@@ -88,7 +94,7 @@ async fn serve_udp(udp: UdpSocket, table: &[Mapping], shutdown: Shutdown) {
 
 /// One TCP connection: record-marked calls, each a single fragment no larger than
 /// `MAX_CALL`; anything else closes the connection.
-async fn connection(mut s: TcpStream, table: &[Mapping]) {
+async fn connection(mut s: TcpStream, table: &[Mapping], recorder: &Recorder) {
     let peer = s.peer_addr().ok();
     let mut call = Vec::with_capacity(portmap::MAX_CALL);
     loop {
@@ -101,6 +107,7 @@ async fn connection(mut s: TcpStream, table: &[Mapping]) {
         let len = (word & 0x7fff_ffff) as usize;
         if word & 0x8000_0000 == 0 || len > portmap::MAX_CALL {
             MALFORMED.fetch_add(1, Ordering::Relaxed);
+            recorder.malformed(Service::Portmap);
             return;
         }
         call.resize(len, 0);
@@ -110,8 +117,10 @@ async fn connection(mut s: TcpStream, table: &[Mapping]) {
         }
         let Some(a) = portmap::answer(&call, table) else {
             MALFORMED.fetch_add(1, Ordering::Relaxed);
+            recorder.malformed(Service::Portmap);
             return;
         };
+        recorder.request(Service::Portmap);
         if let Some(peer) = peer {
             log(&a.outcome, peer, "tcp");
         }

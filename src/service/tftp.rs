@@ -7,10 +7,10 @@
 //! loader phase ends there), to stop on a client ERROR (EDK2's tsize probe), windowsize, and
 //! no extra dependency; the protocol part is small and lives in `proto::tftp`.
 
-use super::boot_files::{Refused, resolve};
+use super::boot_files::{Refused, handed_out, resolve};
 use crate::config::Config;
 use crate::proto::tftp::{self as wire, Mode, Next, Packet, Sender, err};
-use crate::record::{Kind, Outcome, Proto, Recorder, Who};
+use crate::record::{Kind, Outcome, Proto, Recorder, Service, Who};
 use crate::shutdown::Shutdown;
 use std::io::Read;
 use std::net::UdpSocket;
@@ -61,7 +61,9 @@ pub async fn serve(
         };
         match wire::decode(&buf[..n]) {
             Ok(Packet::Read(req)) => {
+                recorder.request(Service::Tftp);
                 let Ok(permit) = limit.clone().try_acquire_owned() else {
+                    recorder.refused(Service::Tftp);
                     let c = counters.busy.fetch_add(1, Ordering::Relaxed) + 1;
                     tracing::warn!(%peer, file = %req.file, limit = MAX_TRANSFERS, refused = c,
                         "tftp transfer limit reached; refusing");
@@ -84,6 +86,8 @@ pub async fn serve(
                 });
             }
             Ok(Packet::Write(req)) => {
+                recorder.request(Service::Tftp);
+                recorder.refused(Service::Tftp);
                 counters.refused.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(%peer, file = %req.file, "tftp write refused");
                 let _ = socket
@@ -92,10 +96,12 @@ pub async fn serve(
             }
             Ok(other) => {
                 // A late packet of a finished transfer, or a confused client.
+                recorder.malformed(Service::Tftp);
                 counters.malformed.fetch_add(1, Ordering::Relaxed);
                 tracing::debug!(%peer, packet = ?short(&other), "tftp packet on the request port dropped");
             }
             Err(e) => {
+                recorder.malformed(Service::Tftp);
                 let c = counters.malformed.fetch_add(1, Ordering::Relaxed) + 1;
                 tracing::debug!(%peer, error = %e, malformed = c, "tftp packet dropped");
             }
@@ -112,6 +118,13 @@ fn short(p: &Packet) -> &'static str {
         Packet::Ack(_) => "ack",
         Packet::Error { .. } => "error",
         Packet::Oack(_) => "oack",
+    }
+}
+
+fn who_of(peer: SocketAddr) -> Option<Who> {
+    match peer.ip() {
+        IpAddr::V4(ip) => Some(Who::Ip(ip)),
+        IpAddr::V6(ip) => ip.to_ipv4_mapped().map(Who::Ip),
     }
 }
 
@@ -218,7 +231,11 @@ impl Transfer {
             Ok(x) => x,
             Err(Refused(code, text)) => {
                 self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                self.recorder.refused(Service::Tftp);
                 tracing::info!(peer = %self.peer, %file, reason = text, "tftp read refused");
+                if code == err::NOT_FOUND {
+                    self.missing(&file, text);
+                }
                 let _ = sock.send_to(&wire::encode_error(code, text), self.peer);
                 return;
             }
@@ -227,6 +244,8 @@ impl Transfer {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!(peer = %self.peer, %file, error = %e, "tftp cannot read file");
+                self.recorder.refused(Service::Tftp);
+                self.missing(&file, "cannot read file");
                 let _ = sock.send_to(
                     &wire::encode_error(err::NOT_FOUND, "cannot read file"),
                     self.peer,
@@ -245,12 +264,8 @@ impl Transfer {
         tracing::info!(peer = %self.peer, %file, bytes, size, ?outcome, mode = %self.req.mode,
             blksize = settings.blksize, windowsize = settings.windowsize,
             ms = started.elapsed().as_millis() as u64, "tftp transfer");
-        let who = match self.peer.ip() {
-            IpAddr::V4(ip) => Who::Ip(ip),
-            IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
-                Some(ip) => Who::Ip(ip),
-                None => return,
-            },
+        let Some(who) = who_of(self.peer) else {
+            return;
         };
         self.recorder.record(
             who,
@@ -262,6 +277,24 @@ impl Transfer {
                 outcome,
             },
         );
+    }
+
+    /// Records a failed boot when the missing file is one bootpool hands out (a loader it
+    /// names in DHCP, an image's kernel or initrd): without it the client cannot go on. Other
+    /// names are probes (iPXE looks for `autoexec.ipxe`) and fail nothing.
+    fn missing(&self, file: &str, why: &str) {
+        if !handed_out(&self.config, file) {
+            return;
+        }
+        if let Some(Who::Ip(ip)) = who_of(self.peer) {
+            self.recorder.record(
+                Who::Ip(ip),
+                Kind::Failed {
+                    proto: Some(Proto::Tftp),
+                    reason: format!("{file}: {why}"),
+                },
+            );
+        }
     }
 
     /// Runs the exchange until every block is acknowledged, the client gives up, it stops
@@ -349,6 +382,7 @@ impl Transfer {
                 }
                 _ => {
                     self.counters.malformed.fetch_add(1, Ordering::Relaxed);
+                    self.recorder.malformed(Service::Tftp);
                 }
             }
         }

@@ -119,6 +119,37 @@ pools:
     }
 }
 
+/// The events recorded in a state folder's store (`records.db`), one JSON object a line, oldest
+/// first: what `events.jsonl` held before the store. Empty if nothing was stored yet. Safe to
+/// call from async tests (it runs on its own thread) and while the daemon writes.
+pub fn recorded_events(state_dir: &Path) -> String {
+    let db = bootpool::config::Database::Sqlite(state_dir.join("records.db"));
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut out = String::new();
+            if let Some(store) = bootpool::record::store::Store::open_existing(&db)
+                .await
+                .expect("records store")
+            {
+                store
+                    .replay(|ev| {
+                        out.push_str(&serde_json::to_string(&ev).unwrap());
+                        out.push('\n');
+                    })
+                    .await
+                    .expect("replaying the store");
+            }
+            out
+        })
+    })
+    .join()
+    .unwrap()
+}
+
 /// Runs a program to completion with a time bound; returns (status ok, stdout, stderr).
 /// Its output is read while it runs, so a chatty program cannot block on a full pipe.
 pub fn run(cmd: &mut std::process::Command, secs: u64) -> (bool, String, String) {

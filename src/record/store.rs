@@ -1,0 +1,418 @@
+//! The boot record store: the raw typed events and the egress samples, in SQLite (embedded,
+//! `state_dir/records.db`, the default) or PostgreSQL (`server.database: postgres://...`), through
+//! sqlx. Both hold the same two tables; each row keeps the event's time and client as columns and
+//! the whole typed event as JSON, so the timelines are rebuilt from it exactly (replay).
+//!
+//! Only the record writer task writes here (`mod.rs`); the API never reads the store, it reads
+//! the timelines in memory. Also here: the one-time import of a legacy JSON-lines journal.
+
+use super::egress::Saved;
+use super::event::{Event, Micros, Who};
+use crate::config::Database;
+use anyhow::Context as _;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use std::io::BufRead;
+use std::path::Path;
+use std::time::Duration;
+
+/// Rows per INSERT statement: well under both engines' bound-parameter limits.
+const ROWS_PER_INSERT: usize = 1000;
+/// Rows per page when replaying, so a long history is not held twice in memory.
+const PAGE: i64 = 20_000;
+const LEGACY_EVENTS: &str = "events.jsonl";
+const LEGACY_EGRESS: &str = "egress.jsonl";
+
+/// A connection pool to one of the two engines. Cheap to clone.
+#[derive(Clone, Debug)]
+pub enum Store {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs the same body against whichever pool this is: the queries are the same text, with
+/// `$N` placeholders, which both engines read.
+macro_rules! on_pool {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match $store {
+            Store::Sqlite($pool) => $body,
+            Store::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// The schema; only the key column is spelt differently.
+fn schema(id: &str) -> [String; 5] {
+    [
+        format!(
+            "CREATE TABLE IF NOT EXISTS events (id {id}, at BIGINT NOT NULL, mac TEXT, ip TEXT, \
+             event TEXT NOT NULL, body TEXT NOT NULL)"
+        ),
+        "CREATE INDEX IF NOT EXISTS events_at ON events (at)".into(),
+        format!(
+            "CREATE TABLE IF NOT EXISTS egress (id {id}, t DOUBLE PRECISION NOT NULL, body TEXT NOT NULL)"
+        ),
+        "CREATE INDEX IF NOT EXISTS egress_t ON egress (t)".into(),
+        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)".into(),
+    ]
+}
+
+/// One event as a row.
+struct Row {
+    at: i64,
+    mac: Option<String>,
+    ip: Option<String>,
+    event: &'static str,
+    body: String,
+}
+
+impl Row {
+    fn of(ev: &Event) -> Option<Row> {
+        let (mac, ip) = match ev.who {
+            Who::Mac(m) => (Some(m.to_string()), None),
+            Who::Ip(i) => (None, Some(i.to_string())),
+        };
+        Some(Row {
+            at: ev.at,
+            mac,
+            ip,
+            event: ev.kind.name(),
+            body: serde_json::to_string(ev).ok()?,
+        })
+    }
+}
+
+impl Store {
+    /// Opens (creating if needed) the store and its tables. SQLite runs in WAL mode with
+    /// `synchronous=NORMAL`: a committed batch survives the process being killed.
+    pub async fn open(db: &Database) -> anyhow::Result<Store> {
+        let store = match db {
+            Database::Sqlite(path) => {
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)
+                        .with_context(|| format!("creating {}", dir.display()))?;
+                }
+                let opts = SqliteConnectOptions::new()
+                    .filename(path)
+                    .create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Normal)
+                    .busy_timeout(Duration::from_secs(10));
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(2)
+                    .connect_with(opts)
+                    .await
+                    .with_context(|| format!("opening {}", path.display()))?;
+                Store::Sqlite(pool)
+            }
+            Database::Postgres(url) => {
+                let pool = PgPoolOptions::new()
+                    .max_connections(2)
+                    .acquire_timeout(Duration::from_secs(10))
+                    .connect(url)
+                    .await
+                    .with_context(|| format!("connecting to {}", redact(url)))?;
+                Store::Postgres(pool)
+            }
+        };
+        let id = match store {
+            Store::Sqlite(_) => "INTEGER PRIMARY KEY",
+            Store::Postgres(_) => "BIGSERIAL PRIMARY KEY",
+        };
+        for stmt in schema(id) {
+            on_pool!(&store, p => sqlx::query(&stmt).execute(p).await.map(drop))
+                .with_context(|| format!("creating the record tables ({stmt})"))?;
+        }
+        Ok(store)
+    }
+
+    /// Opens an existing store for reading only (`bootpool report`): `None` when an SQLite file
+    /// does not exist yet, so a report never creates one.
+    pub async fn open_existing(db: &Database) -> anyhow::Result<Option<Store>> {
+        if let Database::Sqlite(path) = db
+            && !path.exists()
+        {
+            return Ok(None);
+        }
+        Store::open(db).await.map(Some)
+    }
+
+    /// Appends events and egress samples in one transaction.
+    pub async fn append(&self, events: &[Event], egress: &[Saved]) -> anyhow::Result<()> {
+        let rows: Vec<Row> = events.iter().filter_map(Row::of).collect();
+        let samples: Vec<(f64, String)> = egress
+            .iter()
+            .filter_map(|s| Some((s.sample.t, serde_json::to_string(s).ok()?)))
+            .collect();
+        on_pool!(self, p => {
+            let mut tx = p.begin().await?;
+            for chunk in rows.chunks(ROWS_PER_INSERT) {
+                let mut q = sqlx::QueryBuilder::new("INSERT INTO events (at, mac, ip, event, body) ");
+                q.push_values(chunk, |mut b, r| {
+                    b.push_bind(r.at)
+                        .push_bind(r.mac.clone())
+                        .push_bind(r.ip.clone())
+                        .push_bind(r.event)
+                        .push_bind(r.body.clone());
+                });
+                q.build().execute(&mut *tx).await?;
+            }
+            for (t, body) in &samples {
+                sqlx::query("INSERT INTO egress (t, body) VALUES ($1, $2)")
+                    .bind(*t)
+                    .bind(body)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    /// Every stored event in the order it was recorded, handed to `f` one at a time.
+    pub async fn replay(&self, mut f: impl FnMut(Event)) -> anyhow::Result<usize> {
+        let mut after = 0i64;
+        let mut n = 0;
+        loop {
+            let page: Vec<(i64, String)> = on_pool!(self, p => {
+                sqlx::query_as("SELECT id, body FROM events WHERE id > $1 ORDER BY id LIMIT $2")
+                    .bind(after)
+                    .bind(PAGE)
+                    .fetch_all(p)
+                    .await?
+            });
+            let Some((last, _)) = page.last() else {
+                return Ok(n);
+            };
+            after = *last;
+            for (id, body) in page {
+                match serde_json::from_str::<Event>(&body) {
+                    Ok(ev) => {
+                        f(ev);
+                        n += 1;
+                    }
+                    // A row from a newer bootpool with an event this one does not know.
+                    Err(e) => tracing::warn!(id, error = %e, "skipping unreadable event row"),
+                }
+            }
+        }
+    }
+
+    /// Egress samples taken at or after `since` (Unix seconds), oldest first.
+    pub async fn egress_since(&self, since: f64) -> anyhow::Result<Vec<Saved>> {
+        let rows: Vec<(String,)> = on_pool!(self, p => {
+            sqlx::query_as("SELECT body FROM egress WHERE t >= $1 ORDER BY id")
+                .bind(since)
+                .fetch_all(p)
+                .await?
+        });
+        Ok(rows
+            .into_iter()
+            .filter_map(|(b,)| serde_json::from_str(&b).ok())
+            .collect())
+    }
+
+    /// Deletes events and egress samples older than `cutoff`; returns how many of each.
+    pub async fn forget_before(&self, cutoff: Micros) -> anyhow::Result<(u64, u64)> {
+        on_pool!(self, p => {
+            let events = sqlx::query("DELETE FROM events WHERE at < $1")
+                .bind(cutoff)
+                .execute(p)
+                .await?
+                .rows_affected();
+            let egress = sqlx::query("DELETE FROM egress WHERE t < $1")
+                .bind(cutoff as f64 / 1e6)
+                .execute(p)
+                .await?
+                .rows_affected();
+            Ok((events, egress))
+        })
+    }
+
+    /// Imports `events.jsonl` and `egress.jsonl` from `state_dir` once, into a store that has
+    /// never imported and holds no events. Returns the events imported.
+    pub async fn import_legacy(&self, state_dir: &Path) -> anyhow::Result<usize> {
+        let done: Option<(String,)> = on_pool!(self, p => {
+            sqlx::query_as("SELECT value FROM meta WHERE key = 'legacy_import'")
+                .fetch_optional(p)
+                .await?
+        });
+        let (count,): (i64,) = on_pool!(self, p => {
+            sqlx::query_as("SELECT COUNT(*) FROM events").fetch_one(p).await?
+        });
+        if done.is_some() || count > 0 {
+            return Ok(0);
+        }
+        let events: Vec<Event> = read_lines(&state_dir.join(LEGACY_EVENTS))?;
+        let egress: Vec<Saved> = read_lines(&state_dir.join(LEGACY_EGRESS))?;
+        for chunk in events.chunks(ROWS_PER_INSERT * 4) {
+            self.append(chunk, &[]).await?;
+        }
+        for chunk in egress.chunks(ROWS_PER_INSERT) {
+            self.append(&[], chunk).await?;
+        }
+        let note = format!("{} events, {} egress samples", events.len(), egress.len());
+        on_pool!(self, p => {
+            sqlx::query("INSERT INTO meta (key, value) VALUES ('legacy_import', $1)")
+                .bind(&note)
+                .execute(p)
+                .await
+                .map(drop)?
+        });
+        if !events.is_empty() || !egress.is_empty() {
+            tracing::info!(events = events.len(), egress = egress.len(), dir = %state_dir.display(), "imported legacy journal");
+        }
+        Ok(events.len())
+    }
+}
+
+/// Reads a JSON-lines file, skipping lines a crash cut short; a missing file is empty.
+pub fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<Vec<T>> {
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let mut out = Vec::new();
+    for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("reading {}", path.display()))?;
+        match serde_json::from_str(&line) {
+            Ok(v) => out.push(v),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), line = i + 1, error = %e, "skipping damaged journal line")
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A URL without its password, for logs and errors.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => match url[s + 3..at].find(':') {
+            Some(c) => format!("{}:***{}", &url[..s + 3 + c], &url[at..]),
+            None => url.to_string(),
+        },
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::event::Kind;
+
+    #[test]
+    fn passwords_stay_out_of_logs() {
+        assert_eq!(
+            redact("postgres://boot:s3cret@db:5432/records"),
+            "postgres://boot:***@db:5432/records"
+        );
+        assert_eq!(redact("postgres://db/records"), "postgres://db/records");
+    }
+
+    #[tokio::test]
+    async fn the_recorded_lab_run_imports_whole_and_once() {
+        let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/lab-state");
+        let lines = |f: &str| {
+            std::fs::read_to_string(fixture.join(f))
+                .map(|t| t.lines().filter(|l| !l.trim().is_empty()).count())
+                .unwrap_or(0)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&Database::Sqlite(dir.path().join("r.db")))
+            .await
+            .unwrap();
+        let events = lines(LEGACY_EVENTS);
+        assert!(events > 100, "{events}");
+        assert_eq!(store.import_legacy(&fixture).await.unwrap(), events);
+        let mut n = 0;
+        store.replay(|_| n += 1).await.unwrap();
+        assert_eq!(n, events);
+        let egress = store.egress_since(0.0).await.unwrap();
+        assert!(!egress.is_empty());
+        assert_eq!(egress.len(), lines(LEGACY_EGRESS));
+        // Once: a second start imports nothing, even after everything was forgotten.
+        store.forget_before(i64::MAX).await.unwrap();
+        assert_eq!(store.import_legacy(&fixture).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn sqlite_keeps_events_in_order_and_forgets_old_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::Sqlite(dir.path().join("r.db"));
+        let store = Store::open(&db).await.unwrap();
+        let ev = |at, ip: [u8; 4]| Event {
+            at,
+            who: Who::Ip(ip.into()),
+            kind: Kind::RootRead {
+                proto: crate::record::Proto::Nfs,
+                bytes: at as u64,
+            },
+        };
+        // Out of time order on purpose: replay keeps the order they were recorded in.
+        let events: Vec<Event> = (0..2500).map(|i| ev(5000 - i, [10, 0, 0, 1])).collect();
+        store.append(&events, &[]).await.unwrap();
+        let mut back = Vec::new();
+        assert_eq!(store.replay(|e| back.push(e)).await.unwrap(), 2500);
+        assert_eq!(back, events);
+        assert_eq!(store.forget_before(4000).await.unwrap(), (1499, 0));
+        let mut left = 0;
+        store.replay(|_| left += 1).await.unwrap();
+        assert_eq!(left, 1001);
+        // A report of a folder never served opens nothing.
+        let none = Database::Sqlite(dir.path().join("absent.db"));
+        assert!(Store::open_existing(&none).await.unwrap().is_none());
+        assert!(!dir.path().join("absent.db").exists());
+    }
+}
+
+#[cfg(test)]
+mod bench {
+    use super::*;
+    use crate::record::event::Kind;
+
+    /// `cargo test --release --lib store::bench -- --ignored --nocapture`: how fast the store
+    /// takes and replays events (numbers, not assertions).
+    #[tokio::test]
+    #[ignore]
+    async fn sqlite_append_and_replay_rate() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&Database::Sqlite(dir.path().join("r.db")))
+            .await
+            .unwrap();
+        let events: Vec<Event> = (0..200_000)
+            .map(|i| Event {
+                at: 1_800_000_000_000_000 + i,
+                who: Who::Ip([10, 77, 0, (i % 200) as u8].into()),
+                kind: Kind::RootRead {
+                    proto: crate::record::Proto::Nfs,
+                    bytes: 65536,
+                },
+            })
+            .collect();
+        let t = std::time::Instant::now();
+        for batch in events.chunks(4096) {
+            store.append(batch, &[]).await.unwrap();
+        }
+        let append = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let mut n = 0;
+        store.replay(|_| n += 1).await.unwrap();
+        let replay = t.elapsed().as_secs_f64();
+        let size = std::fs::metadata(dir.path().join("r.db"))
+            .map(|m| m.len())
+            .unwrap_or(0)
+            + std::fs::metadata(dir.path().join("r.db-wal"))
+                .map(|m| m.len())
+                .unwrap_or(0);
+        println!(
+            "{n} events: appended at {:.0}/s in batches of 4096, replayed at {:.0}/s, {:.0} bytes each on disk",
+            n as f64 / append,
+            n as f64 / replay,
+            size as f64 / n as f64
+        );
+    }
+}
