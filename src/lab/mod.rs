@@ -36,15 +36,16 @@ pub enum AccelChoice {
 
 #[derive(Debug, Args)]
 pub struct LabArgs {
-    /// How many virtual clients to power on at once.
+    /// How many virtual clients to power on at once (of each pool given with --pool).
     #[arg(long, default_value_t = 2)]
     pub clients: usize,
     /// Boot the first pool whose root is served this way.
     #[arg(long, value_enum, default_value_t = RootChoice::Nfs)]
     pub root: RootChoice,
-    /// Boot this pool instead (its own root setting applies).
+    /// Boot this pool instead (its own root setting applies). Repeat it to power on
+    /// `--clients` of each pool at once, e.g. the same root from a disk and a RAM store.
     #[arg(long)]
-    pub pool: Option<String>,
+    pub pool: Vec<String>,
     /// The config whose pools, images and addresses the lab uses.
     #[arg(short, long, default_value = "pools.yaml")]
     pub config: PathBuf,
@@ -63,6 +64,7 @@ pub struct LabArgs {
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub name: String,
+    pub pool: String,
     pub mac: Mac,
     pub console: Console,
     /// Seconds from power-on until iPXE started DHCP (the firmware, unseen by bootpool).
@@ -119,38 +121,46 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             vm::OVMF
         );
     }
-    let pool = match &args.pool {
-        Some(name) => config
+    let pools: Vec<&std::sync::Arc<crate::config::Pool>> = if args.pool.is_empty() {
+        let want = match args.root {
+            RootChoice::Nfs => RootProto::Nfs,
+            RootChoice::Nbd => RootProto::Nbd,
+        };
+        let first = config
             .pools
-            .get(name)
-            .with_context(|| format!("no pool `{name}` in {}", args.config.display()))?,
-        None => {
-            let want = match args.root {
-                RootChoice::Nfs => RootProto::Nfs,
-                RootChoice::Nbd => RootProto::Nbd,
-            };
-            config
-                .pools
-                .values()
-                .find(|p| p.root == want)
-                .with_context(|| {
-                    format!("no pool with `root: {want}` in {}", args.config.display())
-                })?
-        }
+            .values()
+            .find(|p| p.root == want)
+            .with_context(|| format!("no pool with `root: {want}` in {}", args.config.display()))?;
+        vec![first]
+    } else {
+        args.pool
+            .iter()
+            .map(|name| {
+                config
+                    .pools
+                    .get(name)
+                    .with_context(|| format!("no pool `{name}` in {}", args.config.display()))
+            })
+            .collect::<anyhow::Result<_>>()?
     };
-    let macs: Vec<Mac> = pool
-        .clients
-        .iter()
-        .flat_map(|e| (0..e.macs.len()).filter_map(|i| e.macs.nth(i)))
-        .take(args.clients)
-        .collect();
-    if macs.len() < args.clients {
-        bail!(
-            "pool `{}` lists only {} client MACs; the lab needs {}",
-            pool.name,
-            macs.len(),
-            args.clients
-        );
+    // (MAC, pool name) of every client to power on, pool by pool.
+    let mut macs: Vec<(Mac, String)> = Vec::new();
+    for pool in &pools {
+        let of_pool: Vec<Mac> = pool
+            .clients
+            .iter()
+            .flat_map(|e| (0..e.macs.len()).filter_map(|i| e.macs.nth(i)))
+            .take(args.clients)
+            .collect();
+        if of_pool.len() < args.clients {
+            bail!(
+                "pool `{}` lists only {} client MACs; the lab needs {}",
+                pool.name,
+                of_pool.len(),
+                args.clients
+            );
+        }
+        macs.extend(of_pool.into_iter().map(|m| (m, pool.name.clone())));
     }
 
     let run_dir = config.server.state_dir.join("lab").join(format!(
@@ -220,10 +230,13 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
 
     let timeout = Duration::from_secs(args.timeout.unwrap_or(120 + 40 * macs.len() as u64));
     eprintln!(
-        "lab: {} clients of pool {} ({} root) powering on, {} acceleration, up to {}s; consoles in {}",
+        "lab: {} clients of {} powering on, {} acceleration, up to {}s; consoles in {}",
         macs.len(),
-        pool.name,
-        pool.root,
+        pools
+            .iter()
+            .map(|p| format!("pool {} ({} root)", p.name, p.root))
+            .collect::<Vec<_>>()
+            .join(" and "),
         if accel == Accel::Kvm {
             "KVM"
         } else {
@@ -234,7 +247,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     );
     let wave_start = crate::record::event::now_micros() as f64 / 1e6;
     let mut vms = Vec::new();
-    for (i, mac) in macs.iter().enumerate() {
+    for (i, (mac, _)) in macs.iter().enumerate() {
         vms.push(Vm::power_on(
             &format!("pc{:02}", i + 1),
             *mac,
@@ -283,7 +296,8 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
 
     let outcomes: Vec<Outcome> = vms
         .iter()
-        .map(|vm| {
+        .zip(&macs)
+        .map(|(vm, (_, pool))| {
             let mac = vm.mac.to_string();
             let boot = boots
                 .iter()
@@ -292,6 +306,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                 .cloned();
             Outcome {
                 name: vm.name.clone(),
+                pool: pool.clone(),
                 mac: vm.mac,
                 console: vm.console.clone(),
                 firmware_s: vm.firmware_s(),
