@@ -58,6 +58,14 @@ pub struct LabArgs {
     /// Give up on clients not booted after this many seconds (default: 120 + 40 per client).
     #[arg(long)]
     pub timeout: Option<u64>,
+    /// Restart the daemon once, when a client's console first shows this text: stop it,
+    /// keep it down `--restart-down` seconds, start it again. For trying what clients do
+    /// when their server restarts under them (NBD -persist, copy-on-write overlays on disk).
+    #[arg(long)]
+    pub restart_on: Option<String>,
+    /// Seconds the daemon stays down for `--restart-on`.
+    #[arg(long, default_value_t = 5)]
+    pub restart_down: u64,
 }
 
 /// One client's line in the lab's table.
@@ -214,19 +222,8 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         }
     };
 
-    let log = std::fs::File::create(run_dir.join("bootpool.log"))?;
-    let mut serve = Command::new(std::env::current_exe().context("finding the bootpool binary")?);
-    serve
-        .arg("serve")
-        .arg("--config")
-        .arg(&args.config)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    dies_with_lab(&mut serve, libc::SIGTERM);
-    let mut daemon = Daemon(serve.spawn().context("starting bootpool serve")?);
     let api = std::net::SocketAddr::from((config.server.address, config.server.http.port()));
-    wait_for_api(api, &mut daemon, &run_dir).await?;
+    let mut daemon = start_daemon(&args.config, &run_dir, api).await?;
 
     let timeout = Duration::from_secs(args.timeout.unwrap_or(120 + 40 * macs.len() as u64));
     eprintln!(
@@ -259,7 +256,21 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     }
     let started = Instant::now();
     let mut reported = vec![false; vms.len()];
+    let mut restart_on = args.restart_on.clone();
     loop {
+        if let Some(text) = &restart_on
+            && let Some(vm) = vms.iter().find(|vm| vm.console_contains(text))
+        {
+            eprintln!(
+                "lab: {} printed {text:?}: stopping bootpool for {}s",
+                vm.name, args.restart_down
+            );
+            restart_on = None;
+            drop(daemon);
+            tokio::time::sleep(Duration::from_secs(args.restart_down)).await;
+            daemon = start_daemon(&args.config, &run_dir, api).await?;
+            eprintln!("lab: bootpool started again");
+        }
         let mut running = 0;
         for (i, vm) in vms.iter_mut().enumerate() {
             if vm.poll() {
@@ -335,6 +346,31 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Starts `bootpool serve` on `config`, its output appended to the run's log, and waits until
+/// its API answers.
+async fn start_daemon(
+    config: &std::path::Path,
+    run_dir: &std::path::Path,
+    api: std::net::SocketAddr,
+) -> anyhow::Result<Daemon> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(run_dir.join("bootpool.log"))?;
+    let mut serve = Command::new(std::env::current_exe().context("finding the bootpool binary")?);
+    serve
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    dies_with_lab(&mut serve, libc::SIGTERM);
+    let mut daemon = Daemon(serve.spawn().context("starting bootpool serve")?);
+    wait_for_api(api, &mut daemon, run_dir).await?;
+    Ok(daemon)
 }
 
 async fn wait_for_api(
