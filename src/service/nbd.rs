@@ -350,9 +350,9 @@ impl Reply {
     }
 }
 
-/// Reply buffers kept for reuse across requests and connections. A fresh 1 MiB buffer per READ
-/// is an mmap, 256 page faults, the kernel's zeroing and an munmap: most of what a sequential
-/// read cost before. Buffers keep their largest length, so reuse never zeroes again.
+/// Reply buffers kept for reuse across requests and connections. A fresh buffer per READ is
+/// zeroed first and, above malloc's mmap threshold, faulted in page by page; a reused one is
+/// neither. Buffers keep their largest length, so reuse never zeroes again.
 struct BufPool {
     free: std::sync::Mutex<(Vec<Vec<u8>>, usize)>,
 }
