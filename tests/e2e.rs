@@ -1,6 +1,7 @@
 //! End to end: real qemu VMs PXE-boot the demo image through bootpool alone (`bootpool lab`),
 //! mount their root with the Linux kernel's NFS client or attach it with nbd-client, report
-//! booted, and power off. Needs root and what scripts/setup installs and builds.
+//! booted, and power off. Each test boots one client from an image with `store: disk` and one
+//! from the same image with `store: ram`. Needs root and what scripts/setup installs and builds.
 
 mod common;
 
@@ -8,13 +9,58 @@ use common::lab::{lab_config, repo, run_lab};
 
 use std::process::Command;
 
-/// Boots two clients with the given root and checks the lab's table and the daemon's journal.
-fn boot_two(root: &str) {
+/// The shipped config plus the demo image again as `demo-ram` (`store: ram`) and a pool per
+/// root that boots it, `lab-nfs-ram` and `lab-nbd-ram`, with MACs of their own.
+fn with_ram_pools(text: String) -> String {
+    let image = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("dir: ") && l.contains("images/demo"))
+        .expect("the demo image's dir line")
+        .trim()
+        .to_string();
+    let text = text.replace(
+        "images:\n",
+        &format!("images:\n  demo-ram:\n    {image}\n    store: ram\n"),
+    );
+    format!(
+        "{text}
+  lab-nfs-ram:
+    image: demo-ram
+    root: nfs
+    cmdline: console=ttyS0
+    clients:
+      - {{ macs: \"52:54:00:77:02:01-52:54:00:77:02:3f\" }}
+  lab-nbd-ram:
+    image: demo-ram
+    root: nbd
+    cmdline: console=ttyS0
+    clients:
+      - {{ macs: \"52:54:00:77:03:01-52:54:00:77:03:3f\" }}
+"
+    )
+}
+
+/// Boots one client of pool `lab-ROOT` (disk store) and one of `lab-ROOT-ram` (RAM store) at
+/// once, and checks the lab's table and the daemon's journal.
+fn boot_disk_and_ram(root: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let config = lab_config(dir.path(), |t| t);
-    let args = ["--clients", "2", "--root", root, "--timeout", "400"];
+    let config = lab_config(dir.path(), with_ram_pools);
+    let (disk, ram) = (format!("lab-{root}"), format!("lab-{root}-ram"));
+    let args = [
+        "--clients",
+        "1",
+        "--pool",
+        &disk,
+        "--pool",
+        &ram,
+        "--timeout",
+        "400",
+    ];
     let (table, rows) = run_lab(&config, &args, 480);
     assert_eq!(rows.len(), 2, "{table}");
+    // The last column names each client's pool: one of each store.
+    let pools: Vec<&str> = rows.iter().map(|r| r.last().unwrap().as_str()).collect();
+    assert_eq!(pools, [disk.as_str(), ram.as_str()], "{table}");
     for cells in rows {
         let num = |i: usize| {
             cells[i]
@@ -37,41 +83,55 @@ fn boot_two(root: &str) {
         );
     }
     // Truth: the bytes bootpool counted per client are what the client was sent.
-    let mut report = Command::new(env!("CARGO_BIN_EXE_bootpool"));
-    report
-        .args([
-            "report",
-            "--format",
-            "json",
-            "--pool",
-            &format!("lab-{root}"),
-            "--config",
-        ])
-        .arg(&config);
-    let (ok, json, err) = common::run(&mut report, 30);
-    assert!(ok, "{err}");
-    let wave: serde_json::Value = serde_json::from_str(&json).unwrap();
     let image = repo().join("images/demo");
     let size = |f: &str| std::fs::metadata(image.join(f)).unwrap().len();
     let boot_files = size("vmlinuz") + size("initrd.img");
-    for b in wave["boots"].as_array().unwrap() {
-        let http = b["bytes"]["http"].as_u64().unwrap();
-        // Kernel and initrd, plus the client's iPXE script (a few hundred bytes).
-        assert!(
-            http > boot_files && http < boot_files + 2000,
-            "http {http} for {boot_files}: {b}"
-        );
-        let served = b["bytes"][root].as_u64().unwrap_or(0) as f64;
-        let read = b["client_root_bytes"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("no count: {b}")) as f64;
-        assert!(read > 1e6, "{b}");
-        // The client counts at its booted call; a few reads may follow before it powers off.
-        assert!(
-            served >= read && (served - read) / read < 0.01,
-            "served {served} vs read {read}: {b}"
-        );
+    for pool in [&disk, &ram] {
+        let mut report = Command::new(env!("CARGO_BIN_EXE_bootpool"));
+        report
+            .args(["report", "--format", "json", "--pool", pool, "--config"])
+            .arg(&config);
+        let (ok, json, err) = common::run(&mut report, 30);
+        assert!(ok, "{err}");
+        let wave: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let boots = wave["boots"].as_array().unwrap();
+        assert_eq!(boots.len(), 1, "{pool}: {wave}");
+        for b in boots {
+            let http = b["bytes"]["http"].as_u64().unwrap();
+            // Kernel and initrd, plus the client's iPXE script (a few hundred bytes).
+            assert!(
+                http > boot_files && http < boot_files + 2000,
+                "http {http} for {boot_files}: {b}"
+            );
+            let served = b["bytes"][root].as_u64().unwrap_or(0) as f64;
+            let read = b["client_root_bytes"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no count: {b}")) as f64;
+            assert!(read > 1e6, "{b}");
+            // The client counts at its booted call; a few reads may follow before it powers off.
+            assert!(
+                served >= read && (served - read) / read < 0.01,
+                "served {served} vs read {read}: {b}"
+            );
+        }
     }
+
+    // The RAM pool really was served from memory: the daemon loaded its image at start.
+    let lab_runs: Vec<_> = std::fs::read_dir(dir.path().join("var/lab"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(lab_runs.len(), 1, "{lab_runs:?}");
+    let log = std::fs::read_to_string(lab_runs[0].join("bootpool.log")).unwrap();
+    let loaded = match root {
+        "nfs" => "nfs image loaded into ram",
+        _ => "nbd image loaded into memory",
+    };
+    assert!(
+        log.lines()
+            .any(|l| l.contains(loaded) && l.contains("demo-ram")),
+        "no `{loaded}` line for demo-ram in the daemon log:\n{log}"
+    );
     // The daemon journalled both boots, with the root attach and the booted call.
     let journal = common::recorded_events(&dir.path().join("var"));
     for kind in ["\"dhcp_ack\"", "\"root_attach\"", "\"booted\""] {
@@ -87,11 +147,11 @@ fn boot_two(root: &str) {
 }
 
 #[test]
-fn two_clients_boot_over_nfs() {
-    boot_two("nfs");
+fn nfs_roots_from_disk_and_ram_boot() {
+    boot_disk_and_ram("nfs");
 }
 
 #[test]
-fn two_clients_boot_over_nbd() {
-    boot_two("nbd");
+fn nbd_roots_from_disk_and_ram_boot() {
+    boot_disk_and_ram("nbd");
 }

@@ -143,6 +143,62 @@ async fn nbdcopy_and_qemu_img_read_the_whole_image(store: &str) {
     daemon.stop().await;
 }
 
+/// With `store: disk`, a read goes one of three ways: a cached range of 64 KiB or more by
+/// `sendfile`, a smaller cached one copied, an uncached one read on a blocking thread. Every
+/// other MiB of the image is dropped from the page cache first, so one nbdcopy run mixes them.
+#[tokio::test]
+async fn reads_of_an_image_partly_out_of_the_page_cache_are_right() {
+    use std::os::unix::io::AsRawFd;
+    let fx = fixture("disk", "");
+    let image = std::fs::File::open(fx.path().join("images/demo/rootfs.img")).unwrap();
+    image.sync_all().unwrap();
+    for mib in (0..SIZE >> 20).step_by(2) {
+        // SAFETY: an advisory call on our own open descriptor.
+        let r = unsafe {
+            libc::posix_fadvise(
+                image.as_raw_fd(),
+                (mib << 20) as libc::off_t,
+                1 << 20,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        assert_eq!(r, 0);
+    }
+    let daemon = fx.start().await;
+    let uri = format!("nbd://{}/demo", daemon.bound.nbd);
+    let out = fx.path().join("nbdcopy.out");
+    let (ok, _, err) = run_async(
+        cmd("nbdcopy", &["--requests=32", &uri, out.to_str().unwrap()]),
+        60,
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        std::fs::read(&out).unwrap() == pattern(3, SIZE),
+        "nbdcopy copy differs"
+    );
+    // 4 KiB reads, many in flight: the copied, batched path.
+    let (ok, _, err) = run_async(
+        cmd(
+            "nbdcopy",
+            &[
+                "--request-size=4096",
+                "--requests=64",
+                &uri,
+                out.to_str().unwrap(),
+            ],
+        ),
+        120,
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        std::fs::read(&out).unwrap() == pattern(3, SIZE),
+        "nbdcopy 4 KiB copy differs"
+    );
+    daemon.stop().await;
+}
+
 on_both_stores!(an_unknown_export_is_refused_and_a_known_one_still_served);
 async fn an_unknown_export_is_refused_and_a_known_one_still_served(store: &str) {
     let fx = fixture_with_more_images(store);

@@ -36,15 +36,16 @@ pub enum AccelChoice {
 
 #[derive(Debug, Args)]
 pub struct LabArgs {
-    /// How many virtual clients to power on at once.
+    /// How many virtual clients to power on at once (of each pool given with --pool).
     #[arg(long, default_value_t = 2)]
     pub clients: usize,
     /// Boot the first pool whose root is served this way.
     #[arg(long, value_enum, default_value_t = RootChoice::Nfs)]
     pub root: RootChoice,
-    /// Boot this pool instead (its own root setting applies).
+    /// Boot this pool instead (its own root setting applies). Repeat it to power on
+    /// `--clients` of each pool at once, e.g. the same root from a disk and a RAM store.
     #[arg(long)]
-    pub pool: Option<String>,
+    pub pool: Vec<String>,
     /// The config whose pools, images and addresses the lab uses.
     #[arg(short, long, default_value = "pools.yaml")]
     pub config: PathBuf,
@@ -58,12 +59,21 @@ pub struct LabArgs {
     /// Give up on clients not booted after this many seconds (default: 120 + 40 per client).
     #[arg(long)]
     pub timeout: Option<u64>,
+    /// Restart the daemon once, when a client's console first shows this text: stop it,
+    /// keep it down `--restart-down` seconds, start it again. For trying what clients do
+    /// when their server restarts under them (NBD -persist, copy-on-write overlays on disk).
+    #[arg(long)]
+    pub restart_on: Option<String>,
+    /// Seconds the daemon stays down for `--restart-on`.
+    #[arg(long, default_value_t = 5)]
+    pub restart_down: u64,
 }
 
 /// One client's line in the lab's table.
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub name: String,
+    pub pool: String,
     pub mac: Mac,
     pub console: Console,
     /// Seconds from power-on until iPXE started DHCP (the firmware, unseen by bootpool).
@@ -120,38 +130,46 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             vm::OVMF
         );
     }
-    let pool = match &args.pool {
-        Some(name) => config
+    let pools: Vec<&std::sync::Arc<crate::config::Pool>> = if args.pool.is_empty() {
+        let want = match args.root {
+            RootChoice::Nfs => RootProto::Nfs,
+            RootChoice::Nbd => RootProto::Nbd,
+        };
+        let first = config
             .pools
-            .get(name)
-            .with_context(|| format!("no pool `{name}` in {}", args.config.display()))?,
-        None => {
-            let want = match args.root {
-                RootChoice::Nfs => RootProto::Nfs,
-                RootChoice::Nbd => RootProto::Nbd,
-            };
-            config
-                .pools
-                .values()
-                .find(|p| p.root == want)
-                .with_context(|| {
-                    format!("no pool with `root: {want}` in {}", args.config.display())
-                })?
-        }
+            .values()
+            .find(|p| p.root == want)
+            .with_context(|| format!("no pool with `root: {want}` in {}", args.config.display()))?;
+        vec![first]
+    } else {
+        args.pool
+            .iter()
+            .map(|name| {
+                config
+                    .pools
+                    .get(name)
+                    .with_context(|| format!("no pool `{name}` in {}", args.config.display()))
+            })
+            .collect::<anyhow::Result<_>>()?
     };
-    let macs: Vec<Mac> = pool
-        .clients
-        .iter()
-        .flat_map(|e| (0..e.macs.len()).filter_map(|i| e.macs.nth(i)))
-        .take(args.clients)
-        .collect();
-    if macs.len() < args.clients {
-        bail!(
-            "pool `{}` lists only {} client MACs; the lab needs {}",
-            pool.name,
-            macs.len(),
-            args.clients
-        );
+    // (MAC, pool name) of every client to power on, pool by pool.
+    let mut macs: Vec<(Mac, String)> = Vec::new();
+    for pool in &pools {
+        let of_pool: Vec<Mac> = pool
+            .clients
+            .iter()
+            .flat_map(|e| (0..e.macs.len()).filter_map(|i| e.macs.nth(i)))
+            .take(args.clients)
+            .collect();
+        if of_pool.len() < args.clients {
+            bail!(
+                "pool `{}` lists only {} client MACs; the lab needs {}",
+                pool.name,
+                of_pool.len(),
+                args.clients
+            );
+        }
+        macs.extend(of_pool.into_iter().map(|m| (m, pool.name.clone())));
     }
 
     let run_dir = config.server.state_dir.join("lab").join(format!(
@@ -205,26 +223,18 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         }
     };
 
-    let log = std::fs::File::create(run_dir.join("bootpool.log"))?;
-    let mut serve = Command::new(std::env::current_exe().context("finding the bootpool binary")?);
-    serve
-        .arg("serve")
-        .arg("--config")
-        .arg(&args.config)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    dies_with_lab(&mut serve, libc::SIGTERM);
-    let mut daemon = Daemon(serve.spawn().context("starting bootpool serve")?);
     let api = std::net::SocketAddr::from((config.server.address, config.server.http.port()));
-    wait_for_api(api, &mut daemon, &run_dir).await?;
+    let mut daemon = start_daemon(&args.config, &run_dir, api).await?;
 
     let timeout = Duration::from_secs(args.timeout.unwrap_or(120 + 40 * macs.len() as u64));
     eprintln!(
-        "lab: {} clients of pool {} ({} root) powering on, {} acceleration, up to {}s; consoles in {}",
+        "lab: {} clients of {} powering on, {} acceleration, up to {}s; consoles in {}",
         macs.len(),
-        pool.name,
-        pool.root,
+        pools
+            .iter()
+            .map(|p| format!("pool {} ({} root)", p.name, p.root))
+            .collect::<Vec<_>>()
+            .join(" and "),
         if accel == Accel::Kvm {
             "KVM"
         } else {
@@ -235,7 +245,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     );
     let wave_start = crate::record::event::now_micros() as f64 / 1e6;
     let mut vms = Vec::new();
-    for (i, mac) in macs.iter().enumerate() {
+    for (i, (mac, _)) in macs.iter().enumerate() {
         vms.push(Vm::power_on(
             &format!("pc{:02}", i + 1),
             *mac,
@@ -247,7 +257,21 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     }
     let started = Instant::now();
     let mut reported = vec![false; vms.len()];
+    let mut restart_on = args.restart_on.clone();
     loop {
+        if let Some(text) = &restart_on
+            && let Some(vm) = vms.iter().find(|vm| vm.console_contains(text))
+        {
+            eprintln!(
+                "lab: {} printed {text:?}: stopping bootpool for {}s",
+                vm.name, args.restart_down
+            );
+            restart_on = None;
+            drop(daemon);
+            tokio::time::sleep(Duration::from_secs(args.restart_down)).await;
+            daemon = start_daemon(&args.config, &run_dir, api).await?;
+            eprintln!("lab: bootpool started again");
+        }
         let mut running = 0;
         for (i, vm) in vms.iter_mut().enumerate() {
             if vm.poll() {
@@ -284,7 +308,8 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
 
     let outcomes: Vec<Outcome> = vms
         .iter()
-        .map(|vm| {
+        .zip(&macs)
+        .map(|(vm, (_, pool))| {
             let mac = vm.mac.to_string();
             let boot = boots
                 .iter()
@@ -293,6 +318,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                 .cloned();
             Outcome {
                 name: vm.name.clone(),
+                pool: pool.clone(),
                 mac: vm.mac,
                 console: vm.console.clone(),
                 firmware_s: vm.firmware_s(),
@@ -321,6 +347,31 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Starts `bootpool serve` on `config`, its output appended to the run's log, and waits until
+/// its API answers.
+async fn start_daemon(
+    config: &std::path::Path,
+    run_dir: &std::path::Path,
+    api: std::net::SocketAddr,
+) -> anyhow::Result<Daemon> {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(run_dir.join("bootpool.log"))?;
+    let mut serve = Command::new(std::env::current_exe().context("finding the bootpool binary")?);
+    serve
+        .arg("serve")
+        .arg("--config")
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    dies_with_lab(&mut serve, libc::SIGTERM);
+    let mut daemon = Daemon(serve.spawn().context("starting bootpool serve")?);
+    wait_for_api(api, &mut daemon, run_dir).await?;
+    Ok(daemon)
 }
 
 async fn wait_for_api(

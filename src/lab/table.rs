@@ -19,6 +19,7 @@ pub fn render(outcomes: &[Outcome]) -> String {
     ];
     head.extend(PHASES);
     head.push("MB");
+    head.push("pool");
     let mut rows = vec![head.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
     for o in outcomes {
         let boot = o.boot.as_ref();
@@ -55,6 +56,7 @@ pub fn render(outcomes: &[Outcome]) -> String {
         }
         let bytes = boot.map(BootView::total_bytes).unwrap_or(0);
         row.push(format!("{:.1}", bytes as f64 / 1e6));
+        row.push(o.pool.clone());
         rows.push(row);
     }
     let widths: Vec<usize> = (0..rows[0].len())

@@ -219,6 +219,12 @@ impl Vm {
     }
 
     /// The last lines of the console, for a failure report.
+    /// Whether the console has shown `text` so far.
+    pub fn console_contains(&self, text: &str) -> bool {
+        let seen = std::fs::read(&self.serial).unwrap_or_default();
+        String::from_utf8_lossy(&seen).contains(text)
+    }
+
     pub fn console_tail(&self, lines: usize) -> String {
         let text = std::fs::read(&self.serial).unwrap_or_default();
         let text = String::from_utf8_lossy(&text).replace('\r', "");

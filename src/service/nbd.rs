@@ -70,9 +70,16 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 const KEEPALIVE_RETRIES: u32 = 6;
-/// Replies smaller than this are joined with others queued behind them, up to this many.
+/// Replies queued behind one another go out in one writev until this many bytes or replies.
 const BATCH_BYTES: usize = 64 << 10;
 const BATCH_REPLIES: usize = 64;
+/// Cached file reads at least this long go out with `sendfile`; smaller ones are copied and
+/// batched, which costs fewer syscalls than a `sendfile` each.
+const SENDFILE_MIN: usize = 64 << 10;
+/// SO_SNDBUF of an attached connection (the kernel doubles it for its bookkeeping).
+const SEND_BUFFER: usize = 4 << 20;
+/// Bytes of requests read ahead per connection.
+const REQUEST_BUFFER: usize = 4 << 10;
 /// Root reads are recorded at most once per interval, or sooner once this many bytes pile up.
 const RECORD_INTERVAL: Duration = Duration::from_secs(1);
 const RECORD_BYTES: u64 = 16 << 20;
@@ -120,6 +127,7 @@ pub struct Stats {
 /// What every connection shares: images held in memory, the overlays, the records.
 struct Exports {
     ram: HashMap<String, Arc<Vec<u8>>>,
+    pool: BufPool,
     overlays: Arc<Overlays>,
     records: Arc<Records>,
 }
@@ -219,6 +227,7 @@ pub async fn serve_with(
     let ram = tokio::task::spawn_blocking(move || load_ram_images(&c)).await??;
     let exports = Arc::new(Exports {
         ram,
+        pool: BufPool::new(),
         overlays: Overlays::new(&config, limits.cow_grace, shutdown.clone()),
         records,
     });
@@ -308,13 +317,88 @@ impl From<Malformed> for HandshakeEnd {
     }
 }
 
-/// One reply ready to go: header and payload in one buffer, so one write.
+/// One reply ready to go: the header, and the payload if it carries one. Header and payload
+/// leave in one `writev`, so neither is copied to join them.
 struct Reply {
-    bytes: Vec<u8>,
+    head: [u8; p::SIMPLE_REPLY_LEN],
+    body: Body,
     payload: u64,
     /// Held until written: the request slot and the buffer bytes.
     _slot: OwnedSemaphorePermit,
     _buffer: Option<OwnedSemaphorePermit>,
+}
+
+/// A READ's data.
+enum Body {
+    None,
+    /// The first `payload` bytes of a pooled buffer, returned to the pool once written.
+    Buf(Vec<u8>),
+    /// A range of a `store: ram` image, sent from where it lies (no copy of our own).
+    Ram(Arc<Vec<u8>>, usize),
+    /// A range of an image file that is in the page cache, sent with `sendfile`: the kernel
+    /// hands the cached pages to TCP without copying them through us.
+    File(Arc<BlockImage>, u64),
+}
+
+impl Reply {
+    fn data(&self) -> &[u8] {
+        let len = self.payload as usize;
+        match &self.body {
+            Body::None | Body::File(..) => &[],
+            Body::Buf(b) => &b[..len],
+            Body::Ram(b, offset) => &b[*offset..][..len],
+        }
+    }
+}
+
+/// Reply buffers kept for reuse across requests and connections. A fresh buffer per READ is
+/// zeroed first and, above malloc's mmap threshold, faulted in page by page; a reused one is
+/// neither. Buffers keep their largest length, so reuse never zeroes again.
+struct BufPool {
+    free: std::sync::Mutex<(Vec<Vec<u8>>, usize)>,
+}
+
+/// Idle reply buffers kept, in bytes, over all connections (in-flight ones are bounded by
+/// `BUFFER_BUDGET`).
+const POOL_BYTES: usize = 64 << 20;
+
+impl BufPool {
+    fn new() -> BufPool {
+        BufPool {
+            free: std::sync::Mutex::new((Vec::new(), 0)),
+        }
+    }
+
+    /// A buffer of at least `len` bytes (its contents are stale: the caller fills them).
+    fn take(&self, len: usize) -> Vec<u8> {
+        let found = {
+            let mut g = self.free.lock().unwrap_or_else(poisoned);
+            let (free, held) = &mut *g;
+            let i = free.iter().position(|b| b.len() >= len);
+            let b = match i {
+                Some(i) => Some(free.swap_remove(i)),
+                None => free.pop(),
+            };
+            if let Some(b) = &b {
+                *held -= b.capacity();
+            }
+            b
+        };
+        let mut b = found.unwrap_or_default();
+        if b.len() < len {
+            b.resize(len, 0);
+        }
+        b
+    }
+
+    fn put(&self, b: Vec<u8>) {
+        let mut g = self.free.lock().unwrap_or_else(poisoned);
+        let (free, held) = &mut *g;
+        if *held + b.capacity() <= POOL_BYTES {
+            *held += b.capacity();
+            free.push(b);
+        }
+    }
 }
 
 struct Conn {
@@ -585,7 +669,12 @@ impl Conn {
 
     /// The transmission phase. Returns (requests, bytes sent, how it ended).
     async fn transmit(&self, stream: TcpStream, attached: Attached) -> (u64, u64, &'static str) {
-        let (mut rd, wr) = stream.into_split();
+        // A send buffer that holds a whole large reply lets one sendfile or writev take it,
+        // instead of waking up for every few hundred KiB the autotuned buffer has room for.
+        let _ = socket2::SockRef::from(&stream).set_send_buffer_size(SEND_BUFFER);
+        let (rd, wr) = stream.into_split();
+        // Requests are 28 bytes: read them from a buffer, many per syscall when pipelined.
+        let mut rd = tokio::io::BufReader::with_capacity(REQUEST_BUFFER, rd);
         let (tx, rx) = mpsc::channel::<Reply>(self.limits.max_in_flight);
         let slots = Arc::new(Semaphore::new(self.limits.max_in_flight));
         // The writer cancels this when the client stops taking replies.
@@ -600,6 +689,7 @@ impl Conn {
         let mut writer = tokio::spawn(write_replies(
             wr,
             rx,
+            self.exports.clone(),
             tally,
             broken.clone(),
             self.limits.write_timeout,
@@ -648,38 +738,64 @@ impl Conn {
                 Verdict::Read { offset, len } => {
                     // Without an overlay, data in memory or the page cache is sent from here:
                     // a hop to a blocking thread costs more than the copy.
-                    if source.overlay.is_none()
-                        && let Ok(buffer) = self.buffers.clone().try_acquire_many_owned(len.max(1))
-                    {
-                        let mut bytes = vec![0; p::SIMPLE_REPLY_LEN + len as usize];
-                        match source
-                            .image
-                            .read_now(&mut bytes[p::SIMPLE_REPLY_LEN..], offset)
-                        {
-                            Some(r) => {
-                                let reply = match r {
-                                    Ok(()) => {
-                                        bytes[..p::SIMPLE_REPLY_LEN]
-                                            .copy_from_slice(&p::simple_reply(0, cookie));
-                                        Reply {
-                                            bytes,
-                                            payload: len as u64,
-                                            _slot: slot,
-                                            _buffer: Some(buffer),
-                                        }
-                                    }
-                                    Err(e) => {
-                                        tracing::error!(offset, len, error = %e, "nbd image read failed");
-                                        self.stats.errors.fetch_add(1, Relaxed);
-                                        plain(p::EIO, cookie, slot)
-                                    }
-                                };
-                                if tx.send(reply).await.is_err() {
-                                    break "write failed";
-                                }
-                                continue;
+                    if source.overlay.is_none() {
+                        if let Some(ram) = source.image.ram() {
+                            let reply = Reply {
+                                head: p::simple_reply(0, cookie),
+                                body: Body::Ram(ram.clone(), offset as usize),
+                                payload: len as u64,
+                                _slot: slot,
+                                _buffer: None,
+                            };
+                            if tx.send(reply).await.is_err() {
+                                break "write failed";
                             }
-                            None => drop(buffer),
+                            continue;
+                        }
+                        if len as usize >= SENDFILE_MIN && source.image.cached(offset, len as u64) {
+                            let reply = Reply {
+                                head: p::simple_reply(0, cookie),
+                                body: Body::File(source.image.clone(), offset),
+                                payload: len as u64,
+                                _slot: slot,
+                                _buffer: None,
+                            };
+                            if tx.send(reply).await.is_err() {
+                                break "write failed";
+                            }
+                            continue;
+                        }
+                        if let Ok(buffer) = self.buffers.clone().try_acquire_many_owned(len.max(1))
+                        {
+                            let mut bytes = self.exports.pool.take(len as usize);
+                            match source.image.read_now(&mut bytes[..len as usize], offset) {
+                                Some(Ok(())) => {
+                                    let reply = Reply {
+                                        head: p::simple_reply(0, cookie),
+                                        body: Body::Buf(bytes),
+                                        payload: len as u64,
+                                        _slot: slot,
+                                        _buffer: Some(buffer),
+                                    };
+                                    if tx.send(reply).await.is_err() {
+                                        break "write failed";
+                                    }
+                                    continue;
+                                }
+                                Some(Err(e)) => {
+                                    self.exports.pool.put(bytes);
+                                    tracing::error!(offset, len, error = %e, "nbd image read failed");
+                                    self.stats.errors.fetch_add(1, Relaxed);
+                                    if tx.send(plain(p::EIO, cookie, slot)).await.is_err() {
+                                        break "write failed";
+                                    }
+                                    continue;
+                                }
+                                None => {
+                                    self.exports.pool.put(bytes);
+                                    drop(buffer);
+                                }
+                            }
                         }
                     }
                     Op::Read { offset, len }
@@ -739,9 +855,9 @@ impl Conn {
                 }
             };
             let (source, tx, buffers) = (source.clone(), tx.clone(), self.buffers.clone());
-            let stats = self.stats.clone();
+            let (stats, exports) = (self.stats.clone(), self.exports.clone());
             tasks.spawn(async move {
-                let reply = run_op(source, buffers, op, cookie, slot, &stats).await;
+                let reply = run_op(source, buffers, exports, op, cookie, slot, &stats).await;
                 let _ = tx.send(reply).await;
             });
             // Forget finished tasks so the set stays small.
@@ -801,7 +917,8 @@ enum Op {
 
 fn plain(errno: u32, cookie: u64, slot: OwnedSemaphorePermit) -> Reply {
     Reply {
-        bytes: p::simple_reply(errno, cookie).to_vec(),
+        head: p::simple_reply(errno, cookie),
+        body: Body::None,
         payload: 0,
         _slot: slot,
         _buffer: None,
@@ -816,13 +933,14 @@ fn poisoned<T>(e: std::sync::PoisonError<T>) -> T {
 async fn run_op(
     source: Arc<Source>,
     buffers: Arc<Semaphore>,
+    exports: Arc<Exports>,
     op: Op,
     cookie: u64,
     slot: OwnedSemaphorePermit,
     stats: &Stats,
 ) -> Reply {
     if let Op::Read { offset, len } = op {
-        let reply = read(source, buffers, offset, len, cookie, slot).await;
+        let reply = read(source, buffers, exports, offset, len, cookie, slot).await;
         if reply.payload == 0 && len > 0 {
             stats.errors.fetch_add(1, Relaxed);
         }
@@ -889,6 +1007,7 @@ async fn run_op(
 async fn read(
     source: Arc<Source>,
     buffers: Arc<Semaphore>,
+    exports: Arc<Exports>,
     offset: u64,
     len: u32,
     cookie: u64,
@@ -899,28 +1018,32 @@ async fn read(
         return plain(p::EIO, cookie, slot);
     };
     let result = tokio::task::spawn_blocking(move || {
-        let mut bytes = vec![0; p::SIMPLE_REPLY_LEN + len as usize];
-        let out = &mut bytes[p::SIMPLE_REPLY_LEN..];
-        match &source.overlay {
+        let mut bytes = exports.pool.take(len as usize);
+        let out = &mut bytes[..len as usize];
+        let r = match &source.overlay {
             Some(o) => o
                 .read()
                 .unwrap_or_else(poisoned)
                 .read(&*source.image, out, offset),
             None => source.image.read_at(out, offset),
+        };
+        match r {
+            Ok(()) => Ok(bytes),
+            Err(e) => {
+                exports.pool.put(bytes);
+                Err(e)
+            }
         }
-        .map(|()| bytes)
     })
     .await;
     match result {
-        Ok(Ok(mut bytes)) => {
-            bytes[..p::SIMPLE_REPLY_LEN].copy_from_slice(&p::simple_reply(0, cookie));
-            Reply {
-                bytes,
-                payload: len as u64,
-                _slot: slot,
-                _buffer: Some(buffer),
-            }
-        }
+        Ok(Ok(bytes)) => Reply {
+            head: p::simple_reply(0, cookie),
+            body: Body::Buf(bytes),
+            payload: len as u64,
+            _slot: slot,
+            _buffer: Some(buffer),
+        },
         Ok(Err(e)) => {
             tracing::error!(offset, len, error = %e, "nbd image read failed");
             plain(p::EIO, cookie, slot)
@@ -930,6 +1053,74 @@ async fn read(
             plain(p::EIO, cookie, slot)
         }
     }
+}
+
+/// Writes every reply of `batch` (header, then data): what lies in memory with as few
+/// `writev` calls as it takes, file ranges with `sendfile` after the header before them.
+async fn write_all_vectored(wr: &mut OwnedWriteHalf, batch: &[Reply]) -> io::Result<()> {
+    let mut slices: Vec<io::IoSlice> = Vec::with_capacity(batch.len() * 2);
+    for r in batch {
+        slices.push(io::IoSlice::new(&r.head));
+        let data = r.data();
+        if !data.is_empty() {
+            slices.push(io::IoSlice::new(data));
+        }
+        if let Body::File(image, offset) = &r.body {
+            write_slices(wr, &mut slices).await?;
+            slices.clear();
+            send_file(wr, image, *offset, r.payload as usize).await?;
+        }
+    }
+    write_slices(wr, &mut slices).await
+}
+
+async fn write_slices(wr: &mut OwnedWriteHalf, slices: &mut [io::IoSlice<'_>]) -> io::Result<()> {
+    let mut rest = slices;
+    while !rest.is_empty() {
+        let n = wr.write_vectored(rest).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        io::IoSlice::advance_slices(&mut rest, n);
+    }
+    Ok(())
+}
+
+/// Sends `len` bytes of `image` from `offset` with `sendfile`. The header already went out
+/// saying success, so a file that shrank under us ends the connection (an error here).
+async fn send_file(
+    wr: &OwnedWriteHalf,
+    image: &BlockImage,
+    offset: u64,
+    len: usize,
+) -> io::Result<()> {
+    use std::os::unix::io::AsRawFd;
+    let Some(file) = image.fd() else {
+        return Err(io::Error::other("sendfile from an image without a file"));
+    };
+    let sock: &TcpStream = wr.as_ref();
+    let out = sock.as_raw_fd();
+    let mut off = offset as libc::off_t;
+    let mut left = len;
+    while left > 0 {
+        sock.writable().await?;
+        let sent = sock.try_io(tokio::io::Interest::WRITABLE, || {
+            // SAFETY: both descriptors are open for the duration; `off` is ours.
+            let n = unsafe { libc::sendfile(out, file, &mut off, left) };
+            if n < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(n as usize)
+            }
+        });
+        match sent {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => left -= n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Where a connection's sent bytes are counted and recorded.
@@ -945,6 +1136,7 @@ struct Tally {
 async fn write_replies(
     mut wr: OwnedWriteHalf,
     mut rx: mpsc::Receiver<Reply>,
+    exports: Arc<Exports>,
     tally: Tally,
     broken: CancellationToken,
     write_timeout: Duration,
@@ -976,28 +1168,16 @@ async fn write_replies(
         tokio::select! {
             reply = rx.recv() => {
                 let Some(reply) = reply else { break };
-                // Small replies already queued go out in the same write: one syscall for a
-                // burst of 4 KiB reads instead of one each.
+                // Replies already queued go out in the same writev, small ones many at a
+                // time: one syscall for a burst of 4 KiB reads instead of one each.
                 let mut batch = vec![reply];
-                let mut joined = Vec::new();
-                if batch[0].bytes.len() < BATCH_BYTES {
-                    while let Ok(next) = rx.try_recv() {
-                        let small = next.bytes.len() < BATCH_BYTES;
-                        batch.push(next);
-                        if !small || batch.len() >= BATCH_REPLIES {
-                            break;
-                        }
-                    }
+                let mut bytes = batch[0].head.len() + batch[0].payload as usize;
+                while bytes < BATCH_BYTES && batch.len() < BATCH_REPLIES {
+                    let Ok(next) = rx.try_recv() else { break };
+                    bytes += next.head.len() + next.payload as usize;
+                    batch.push(next);
                 }
-                let written = async {
-                    if batch.len() == 1 {
-                        return wr.write_all(&batch[0].bytes).await;
-                    }
-                    for r in &batch {
-                        joined.extend_from_slice(&r.bytes);
-                    }
-                    wr.write_all(&joined).await
-                };
+                let written = write_all_vectored(&mut wr, &batch);
                 match tokio::time::timeout(write_timeout, written).await {
                     Ok(Ok(())) => {}
                     _ => {
@@ -1011,6 +1191,9 @@ async fn write_replies(
                         stats.bytes.fetch_add(reply.payload, Relaxed);
                         sent.fetch_add(reply.payload, Relaxed);
                         pending += reply.payload;
+                    }
+                    if let Body::Buf(b) = reply.body {
+                        exports.pool.put(b);
                     }
                 }
                 if pending >= RECORD_BYTES {
