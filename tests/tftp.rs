@@ -356,3 +356,49 @@ async fn an_unacknowledged_block_is_sent_again() {
     assert_eq!(events[0]["outcome"], "aborted");
     daemon.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_gets_a_bounded_number_of_transfers_at_once() {
+    let fx = fixture();
+    let daemon = fx.start().await;
+    let addr = daemon.bound.tftp;
+    let limit = bootpool::service::tftp::MAX_PER_CLIENT;
+    // `limit` transfers from one address, none acknowledged: each gets its first block.
+    let mut open = Vec::new();
+    for _ in 0..limit {
+        let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        sock.send_to(&rrq(&["undionly.kpxe", "octet"]), addr)
+            .await
+            .unwrap();
+        let (pkt, tid) = recv(&sock).await;
+        assert_eq!(&pkt[..4], &[0, 3, 0, 1], "first block");
+        open.push((sock, tid));
+    }
+    // One more from the same address is refused at once, with a reason.
+    let extra = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    extra
+        .send_to(&rrq(&["undionly.kpxe", "octet"]), addr)
+        .await
+        .unwrap();
+    let (pkt, _) = recv(&extra).await;
+    assert_eq!(&pkt[..2], &[0, 5], "an ERROR");
+    assert!(String::from_utf8_lossy(&pkt[4..]).contains("too many transfers"));
+    // Ending one transfer gives its slot back.
+    let (sock, tid) = open.pop().unwrap();
+    sock.send_to(&[0, 5, 0, 0, b'x', 0], tid).await.unwrap();
+    let mut served = false;
+    for _ in 0..50 {
+        extra
+            .send_to(&rrq(&["undionly.kpxe", "octet"]), addr)
+            .await
+            .unwrap();
+        let (pkt, _) = recv(&extra).await;
+        if pkt[..2] == [0, 3] {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(served, "the slot was not given back");
+    daemon.stop().await;
+}

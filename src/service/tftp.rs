@@ -25,6 +25,10 @@ use tokio::sync::Semaphore;
 
 /// Transfers at once; a room of a few hundred PCs fits, a flood does not.
 pub const MAX_TRANSFERS: usize = 256;
+/// Transfers at once from one address. Firmware fetches one file at a time (two with EDK2's
+/// size probe); the room behind a NAT, or a test rig on loopback, needs more. The bound keeps
+/// one confused or hostile address from taking the whole room's share of `MAX_TRANSFERS`.
+pub const MAX_PER_CLIENT: usize = 32;
 /// Retransmission interval when the client names none.
 const DEFAULT_RTO: Duration = Duration::from_secs(1);
 /// Retransmissions of the same window before giving up.
@@ -46,6 +50,7 @@ pub async fn serve(
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let limit = Arc::new(Semaphore::new(MAX_TRANSFERS));
+    let per_client = PerClient::default();
     let counters = Arc::new(Counters::default());
     let mut buf = vec![0u8; wire::MAX_REQUEST + 1];
     loop {
@@ -72,6 +77,19 @@ pub async fn serve(
                         .await;
                     continue;
                 };
+                let Some(slot) = per_client.take(peer.ip()) else {
+                    recorder.refused(Service::Tftp);
+                    let c = counters.busy.fetch_add(1, Ordering::Relaxed) + 1;
+                    tracing::warn!(%peer, file = %req.file, limit = MAX_PER_CLIENT, refused = c,
+                        "tftp per-client transfer limit reached; refusing");
+                    let _ = socket
+                        .send_to(
+                            &wire::encode_error(err::NOT_DEFINED, "too many transfers"),
+                            peer,
+                        )
+                        .await;
+                    continue;
+                };
                 let t = Transfer {
                     peer,
                     req,
@@ -82,7 +100,7 @@ pub async fn serve(
                 let stop = shutdown.clone();
                 shutdown.spawn(async move {
                     let _ = tokio::task::spawn_blocking(move || t.run(stop)).await;
-                    drop(permit);
+                    drop((permit, slot));
                 });
             }
             Ok(Packet::Write(req)) => {
@@ -108,6 +126,43 @@ pub async fn serve(
         }
     }
     Ok(())
+}
+
+/// Transfers running per client address.
+#[derive(Clone, Default)]
+struct PerClient(Arc<std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>>);
+
+/// One of a client's transfer slots; given back when dropped.
+struct Slot {
+    table: PerClient,
+    ip: IpAddr,
+}
+
+impl PerClient {
+    fn take(&self, ip: IpAddr) -> Option<Slot> {
+        let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let n = t.entry(ip).or_insert(0);
+        if *n >= MAX_PER_CLIENT {
+            return None;
+        }
+        *n += 1;
+        Some(Slot {
+            table: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut t = self.table.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = t.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                t.remove(&self.ip);
+            }
+        }
+    }
 }
 
 fn short(p: &Packet) -> &'static str {
