@@ -197,7 +197,13 @@ before(async () => {
 after(async () => {
   clearTimeout(watchdog);
   await context?.close();
-  for (const d of daemons) d.kill('SIGTERM');
+  // Wait for each daemon to stop: on the way out it still writes its state folder.
+  await Promise.all(daemons.map(d => new Promise(done => {
+    if (d.exitCode !== null || d.signalCode !== null) return done();
+    const late = setTimeout(() => d.kill('SIGKILL'), 5000);
+    d.once('exit', () => { clearTimeout(late); done(); });
+    d.kill('SIGTERM');
+  })));
   if (!process.env.KEEP_TMP) fs.rmSync(tmp, { recursive: true, force: true });
 });
 
