@@ -372,6 +372,7 @@ impl Transfer {
         let mut packet = Vec::with_capacity(4 + usize::from(settings.blksize));
         let mut retries = 0;
         let mut inbuf = vec![0u8; 2048];
+        let mut timeout = None;
         let mut resend = true;
         let mut window = tx.window();
         // Set only when something is sent: stray or duplicate packets do not extend it.
@@ -390,7 +391,7 @@ impl Transfer {
                 }
                 deadline = Instant::now() + rto;
             }
-            let (n, from) = match wait(sock, &mut inbuf, deadline) {
+            let (n, from) = match wait(sock, &mut inbuf, deadline, &mut timeout) {
                 Heard::Packet(n, from) => (n, from),
                 Heard::Nothing if shutdown.is_triggered() => return Outcome::Aborted,
                 Heard::Nothing if Instant::now() < deadline => continue,
@@ -463,12 +464,22 @@ impl Transfer {
     }
 }
 
-/// Waits for one packet until `deadline`, waking at least every `SHUTDOWN_POLL`.
-fn wait(sock: &UdpSocket, buf: &mut [u8], deadline: Instant) -> Heard {
+/// Waits for one packet until `deadline`, waking at least every `SHUTDOWN_POLL`. `timeout` is
+/// the socket's read timeout as last set: while it is still right (most waits, since an ACK
+/// comes long before the deadline) it is not set again, which saves a system call per block.
+fn wait(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    deadline: Instant,
+    timeout: &mut Option<Duration>,
+) -> Heard {
     let left = deadline.saturating_duration_since(Instant::now());
     let slice = left.min(SHUTDOWN_POLL).max(Duration::from_millis(1));
-    if let Err(e) = sock.set_read_timeout(Some(slice)) {
-        return Heard::Failed(e);
+    if *timeout != Some(slice) {
+        if let Err(e) = sock.set_read_timeout(Some(slice)) {
+            return Heard::Failed(e);
+        }
+        *timeout = Some(slice);
     }
     match sock.recv_from(buf) {
         Ok((n, from)) => Heard::Packet(n, from),
