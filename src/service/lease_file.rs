@@ -262,14 +262,20 @@ mod tests {
         assert_eq!(again.get(mac(3)).unwrap().state, State::Free);
     }
 
-    #[test]
-    fn a_torn_last_line_is_skipped() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A table and its files in `dir`, with one lease bound and committed.
+    fn one_bound(dir: &Path) -> (Leases, LeaseFile, Ipv4Addr) {
         let mut t = table();
-        let (mut file, _, _) = LeaseFile::open(dir.path(), &mut t).unwrap();
+        let (mut file, _, _) = LeaseFile::open(dir, &mut t).unwrap();
         let ip = t.offer(mac(1), None, 100, 60).unwrap();
         t.ack(mac(1), ip, 100, 3600).unwrap();
         file.commit(&t).unwrap();
+        (t, file, ip)
+    }
+
+    #[test]
+    fn a_torn_last_line_is_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, file, ip) = one_bound(dir.path());
         drop(file);
         let mut f = std::fs::OpenOptions::new()
             .append(true)
@@ -284,11 +290,7 @@ mod tests {
     #[test]
     fn a_journal_older_than_the_snapshot_is_ignored() {
         let dir = tempfile::tempdir().unwrap();
-        let mut t = table();
-        let (mut file, _, _) = LeaseFile::open(dir.path(), &mut t).unwrap();
-        let ip = t.offer(mac(1), None, 100, 60).unwrap();
-        t.ack(mac(1), ip, 100, 3600).unwrap();
-        file.commit(&t).unwrap();
+        let (mut t, mut file, ip) = one_bound(dir.path());
         let old_journal = std::fs::read(dir.path().join(JOURNAL)).unwrap();
         // The client releases; a snapshot is taken; then a crash leaves the old journal.
         t.release(mac(1), ip, 200);

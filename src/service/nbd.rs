@@ -739,23 +739,20 @@ impl Conn {
                     // Without an overlay, data in memory or the page cache is sent from here:
                     // a hop to a blocking thread costs more than the copy.
                     if source.overlay.is_none() {
-                        if let Some(ram) = source.image.ram() {
-                            let reply = Reply {
-                                head: p::simple_reply(0, cookie),
-                                body: Body::Ram(ram.clone(), offset as usize),
-                                payload: len as u64,
-                                _slot: slot,
-                                _buffer: None,
-                            };
-                            if tx.send(reply).await.is_err() {
-                                break "write failed";
+                        // Sent straight from the image: its RAM copy, or the page cache.
+                        let direct = match source.image.ram() {
+                            Some(ram) => Some(Body::Ram(ram.clone(), offset as usize)),
+                            None if len as usize >= SENDFILE_MIN
+                                && source.image.cached(offset, len as u64) =>
+                            {
+                                Some(Body::File(source.image.clone(), offset))
                             }
-                            continue;
-                        }
-                        if len as usize >= SENDFILE_MIN && source.image.cached(offset, len as u64) {
+                            None => None,
+                        };
+                        if let Some(body) = direct {
                             let reply = Reply {
                                 head: p::simple_reply(0, cookie),
-                                body: Body::File(source.image.clone(), offset),
+                                body,
                                 payload: len as u64,
                                 _slot: slot,
                                 _buffer: None,
