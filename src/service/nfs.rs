@@ -9,7 +9,7 @@
 //! thousands of small calls in turn, so that overhead was most of its time (BENCHMARKS.md,
 //! `## NFS`). Its argument decoder also allocates whatever length a client claims.
 //!
-//! One task per connection handles calls in order: everything buffered is answered, then the
+//! One thread per connection handles calls in order: everything buffered is answered, then the
 //! replies go out in one write. Limits: `MAX_CONNECTIONS`, `MAX_RECORD` per call, `MAX_OUT`
 //! of replies buffered, `IDLE` without a call, `WRITE_TIMEOUT` for a client that stops reading.
 
@@ -25,8 +25,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use std::io::{Read as _, Write as _};
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 const MAX_CONNECTIONS: usize = 1024;
@@ -35,6 +35,8 @@ const IDLE: Duration = Duration::from_secs(360);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often READ bytes are reported.
 const TICK: Duration = Duration::from_secs(1);
+/// How often a connection waiting for a call looks at the shutdown flag and its READ bytes.
+const POLL: Duration = Duration::from_millis(250);
 /// Largest call accepted (fragment marks included); WRITE is refused and we advertise
 /// `WTMAX`, so calls are small. A larger one closes the connection.
 pub const MAX_RECORD: usize = 256 * 1024;
@@ -44,8 +46,6 @@ const MAX_OUT: usize = 2 << 20;
 /// Largest READDIR(PLUS) reply we build, whatever the client allows.
 const MAX_DIR_REPLY: u32 = 1 << 20;
 const MNT3ERR_IO: u32 = 5;
-/// READs up to this size are done on the connection's task (see `Conn::read`).
-const INLINE_READ: u64 = 64 * 1024;
 const NFS3ERR_TOOSMALL: u32 = 10005;
 
 /// Connections closed because their RPC stream was broken (oversized or undecodable).
@@ -121,9 +121,31 @@ pub async fn serve(
             unreported: 0,
             last_flush: Instant::now(),
         };
+        let stream = match stream.into_std().and_then(|s| {
+            s.set_nonblocking(false)?;
+            Ok(s)
+        }) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(client = %peer, error = %e, "nfs connection dropped");
+                continue;
+            }
+        };
         let stop = shutdown.clone();
         shutdown.spawn(async move {
-            conn.run(stream, stop).await;
+            let (done, ended) = tokio::sync::oneshot::channel::<()>();
+            let thread = std::thread::Builder::new()
+                .name("nfs-conn".into())
+                .spawn(move || {
+                    conn.run(stream, stop);
+                    let _ = done.send(());
+                });
+            match thread {
+                Ok(_) => {
+                    let _ = ended.await;
+                }
+                Err(e) => tracing::error!(client = %peer, error = %e, "nfs connection thread not started"),
+            }
             drop(slot);
         });
     }
@@ -154,10 +176,17 @@ enum Close {
 }
 
 impl Conn {
-    async fn run(mut self, mut s: TcpStream, shutdown: Shutdown) {
+    /// Serves the connection on a thread of its own with a blocking socket: a booting client
+    /// waits for each small call in turn, and a thread parked in `read` answers sooner than a
+    /// task woken through the reactor.
+    fn run(mut self, mut s: std::net::TcpStream, shutdown: Shutdown) {
         let _ = s.set_nodelay(true);
+        let _ = s.set_read_timeout(Some(POLL));
+        let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
         let started = Instant::now();
+        let mut heard = Instant::now();
         let mut inbuf = BytesMut::with_capacity(64 * 1024);
+        let mut chunk = vec![0u8; 64 * 1024];
         let mut out = Writer::new();
         let why = 'conn: loop {
             // Answer every complete call buffered, writing whenever enough has piled up.
@@ -179,44 +208,43 @@ impl Conn {
                     }
                 };
                 inbuf.advance(used);
-                if out.len() >= MAX_OUT && !self.send(&mut s, &mut out).await {
+                if out.len() >= MAX_OUT && !send(&mut s, &mut out) {
                     break 'conn "client not reading";
                 }
             }
-            if !out.is_empty() && !self.send(&mut s, &mut out).await {
+            if !out.is_empty() && !send(&mut s, &mut out) {
                 break 'conn "client not reading";
             }
-            self.flush_reads(false);
-            inbuf.reserve(64 * 1024);
             // READ bytes are reported within a TICK even if the client then goes quiet.
-            let flush_at = tokio::time::Instant::from_std(self.last_flush + TICK);
-            let _read: usize = tokio::select! {
-                _ = shutdown.wait() => break 'conn "shutdown",
-                _ = tokio::time::sleep_until(flush_at), if self.unreported > 0 => {
-                    self.flush_reads(true);
-                    continue;
+            self.flush_reads(false);
+            if shutdown.is_triggered() {
+                break 'conn "shutdown";
+            }
+            match s.read(&mut chunk) {
+                Ok(0) => break 'conn "client closed",
+                Ok(n) => {
+                    inbuf.extend_from_slice(&chunk[..n]);
+                    heard = Instant::now();
                 }
-                r = tokio::time::timeout(IDLE, s.read_buf(&mut inbuf)) => match r {
-                    Err(_) => break 'conn "idle",
-                    Ok(Ok(0)) | Ok(Err(_)) => break 'conn "client closed",
-                    Ok(Ok(n)) => n,
-                },
-            };
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if heard.elapsed() >= IDLE {
+                        break 'conn "idle";
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break 'conn "client closed",
+            }
         };
         self.flush_reads(true);
         tracing::info!(
             client = %self.peer, why, mounts = self.mounts, read_bytes = self.total,
             secs = started.elapsed().as_secs(), "nfs connection ended"
         );
-    }
-
-    async fn send(&self, s: &mut TcpStream, out: &mut Writer) -> bool {
-        let ok = matches!(
-            tokio::time::timeout(WRITE_TIMEOUT, s.write_all(&out.buf)).await,
-            Ok(Ok(()))
-        );
-        out.buf.clear();
-        ok
     }
 
     fn flush_reads(&mut self, now: bool) {
@@ -502,19 +530,9 @@ impl Conn {
         // status, post_op_attr (1 + fattr3), count, eof, data length.
         let header = 4 + 4 + nfs3::ATTR_LEN + 4 + 4 + 4;
         out.buf.resize(at + header, 0);
-        // Small reads run inline: a page-cache copy of a few KiB is quicker than handing this
-        // worker's other connections to another thread (block_in_place), which showed as
-        // the largest cost per small file in the benchmark.
-        let small = self
-            .tree
-            .getattr(h)
-            .is_ok_and(|a| a.size.saturating_sub(offset).min(u64::from(count)) <= INLINE_READ);
-        let r = if small {
-            self.tree.read(h, offset, count, &mut out.buf)
-        } else {
-            blocking(|| self.tree.read(h, offset, count, &mut out.buf))
-        };
-        match r {
+        // The connection has its own thread, so a read that waits for the disk holds up
+        // nobody else.
+        match self.tree.read(h, offset, count, &mut out.buf) {
             Ok((attr, eof)) => {
                 let n = out.buf.len() - at - header;
                 out.pad(n);
@@ -599,11 +617,10 @@ fn readdir(
     out.u32(0).u32(it.peek().is_none() as u32);
 }
 
-/// Runs file I/O that may wait for the disk without holding up the other connections on this
-/// worker (on a current-thread runtime, as in unit tests, it just runs).
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
-        _ => f(),
-    }
+/// Writes the buffered replies; false when the client stopped reading (or went away).
+fn send(s: &mut std::net::TcpStream, out: &mut Writer) -> bool {
+    let ok = s.write_all(&out.buf).is_ok();
+    out.buf.clear();
+    ok
 }
+
