@@ -135,14 +135,20 @@ for r in $(seq 1 "$ROUNDS"); do
     t=$(timed "$ns" atftp --get -r big -l /dev/null --option "blksize 1468" \
           --option "windowsize 16" 127.0.0.1 69)
     echo "$r,$s,ws16,$t," >> "$OUT"
-    # N clients at once, each timed on its own.
-    t0=$(now)
+    # N clients at once, each timed on its own. They wait at a barrier (a file appearing) so
+    # that all start together: started one after another, the first ones would run with
+    # fewer competitors for a while and the spread would measure the script, not the server.
+    rm -f "$W/go"
     many=()
     for i in $(seq 1 "$CLIENTS"); do
-      timed "$ns" atftp --get -r "c$i" -l /dev/null --option "blksize 1468" 127.0.0.1 69 \
-        > "$W/t$i" &
+      ( while [ ! -e "$W/go" ]; do sleep 0.01; done
+        timed "$ns" atftp --get -r "c$i" -l /dev/null --option "blksize 1468" 127.0.0.1 69 \
+          > "$W/t$i" ) &
       many+=($!)
     done
+    sleep 0.5
+    t0=$(now)
+    touch "$W/go"
     wait "${many[@]}"
     t1=$(now)
     wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f\n", b - a }')
