@@ -66,23 +66,7 @@ pub async fn serve(
             tracing::debug!(error = %e, "dhcp receive buffer not enlarged");
         }
     }
-    // A proxy hands out nothing, so it has no table to load or save.
-    let (leases, file) = if proxy {
-        (Leases::new(None, []), None)
-    } else {
-        let (leases, file) = load(&config)?;
-        (leases, Some(file))
-    };
-    let mut server = Server {
-        config,
-        recorder,
-        leases,
-        file,
-        strangers: HashSet::new(),
-        counters: Arc::default(),
-        dirty: false,
-        expired_at: 0,
-    };
+    let mut server = Server::open(config, recorder)?;
     let mut buf = vec![0u8; MAX_PACKET + 1];
     let mut pxe_buf = vec![0u8; MAX_PACKET + 1];
     loop {
@@ -193,6 +177,27 @@ struct Server {
 }
 
 impl Server {
+    /// The server for this config, with its lease table loaded (a proxy hands out nothing, so
+    /// it has no table to load or save).
+    fn open(config: Arc<Config>, recorder: Recorder) -> anyhow::Result<Server> {
+        let (leases, file) = if config.dhcp.mode == DhcpMode::Proxy {
+            (Leases::new(None, []), None)
+        } else {
+            let (leases, file) = load(&config)?;
+            (leases, Some(file))
+        };
+        Ok(Server {
+            config,
+            recorder,
+            leases,
+            file,
+            strangers: HashSet::new(),
+            counters: Arc::default(),
+            dirty: false,
+            expired_at: 0,
+        })
+    }
+
     /// Reads one packet and answers it (nothing is sent or saved here).
     fn answer(
         &mut self,
@@ -530,17 +535,7 @@ pools:
     fn server(dir: &Path) -> Server {
         let text = CONFIG.replace("state_dir: var/", &format!("state_dir: {}", dir.display()));
         let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
-        let (leases, file) = load(&config).unwrap();
-        Server {
-            leases,
-            file: Some(file),
-            config,
-            recorder: Recorder::discard(),
-            strangers: HashSet::new(),
-            counters: Arc::default(),
-            dirty: false,
-            expired_at: 0,
-        }
+        Server::open(config, Recorder::discard()).unwrap()
     }
 
     fn req(mac: u8, options: &[u8]) -> Request {
@@ -632,16 +627,7 @@ pools:
             .replace("state_dir: var/", &format!("state_dir: {}", dir.display()));
         let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
         assert_eq!(config.dhcp.mode, DhcpMode::Proxy);
-        Server {
-            leases: Leases::new(None, []),
-            file: None,
-            config,
-            recorder: Recorder::discard(),
-            strangers: HashSet::new(),
-            counters: Arc::default(),
-            dirty: false,
-            expired_at: 0,
-        }
+        Server::open(config, Recorder::discard()).unwrap()
     }
 
     #[test]
