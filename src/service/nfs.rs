@@ -21,11 +21,11 @@ use crate::proto::portmap;
 use crate::record::{Kind, Proto, Recorder, Records, Service, Who};
 use crate::shutdown::Shutdown;
 use bytes::{Buf as _, BytesMut};
+use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use std::io::{Read as _, Write as _};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
@@ -144,7 +144,9 @@ pub async fn serve(
                 Ok(_) => {
                     let _ = ended.await;
                 }
-                Err(e) => tracing::error!(client = %peer, error = %e, "nfs connection thread not started"),
+                Err(e) => {
+                    tracing::error!(client = %peer, error = %e, "nfs connection thread not started")
+                }
             }
             drop(slot);
         });
@@ -623,4 +625,3 @@ fn send(s: &mut std::net::TcpStream, out: &mut Writer) -> bool {
     out.buf.clear();
     ok
 }
-
