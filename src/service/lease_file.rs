@@ -130,15 +130,17 @@ impl LeaseFile {
     /// Makes `table` durable: appends what changed since the last commit and syncs.
     pub fn commit(&mut self, table: &Leases) -> std::io::Result<()> {
         let mut text = Vec::new();
-        let mut n = 0;
         let mut line = |l: &Line| {
             serde_json::to_writer(&mut text, l).expect("lease lines serialise");
             text.push(b'\n');
-            n += 1;
         };
+        // The leases that changed, to bring `on_disk` up to date once their lines are durable
+        // (not a copy of the whole table per batch).
+        let mut changed: Vec<(Mac, Option<Lease>)> = Vec::new();
         for (mac, lease) in table.iter() {
             if self.on_disk.get(mac) != Some(lease) {
                 line(&Line::Lease(saved_lease(*mac, lease)));
+                changed.push((*mac, Some(*lease)));
             }
         }
         for mac in self.on_disk.keys() {
@@ -146,13 +148,17 @@ impl LeaseFile {
                 line(&Line::Forget {
                     mac: mac.to_string(),
                 });
+                changed.push((*mac, None));
             }
         }
+        let mut declined = 0;
         for (ip, until) in table.declined() {
             if self.declined_on_disk.get(&ip) != Some(&until) {
                 line(&Line::Declined { ip, until });
+                declined += 1;
             }
         }
+        let n = changed.len() + declined;
         if n == 0 {
             return Ok(());
         }
@@ -162,7 +168,14 @@ impl LeaseFile {
         self.journal.write_all(&text)?;
         self.journal.sync_data()?;
         self.lines += n;
-        self.remember(table);
+        for (mac, lease) in changed {
+            match lease {
+                Some(l) => self.on_disk.insert(mac, l),
+                None => self.on_disk.remove(&mac),
+            };
+        }
+        // Declined addresses are a handful: copied whole (ended quarantines leave it this way).
+        self.declined_on_disk = table.declined().collect();
         Ok(())
     }
 
