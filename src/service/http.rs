@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -82,13 +82,6 @@ async fn count_request(
         web.recorder.refused(Service::Http);
     }
     res
-}
-
-fn client_ip(addr: SocketAddr) -> Option<std::net::Ipv4Addr> {
-    match addr.ip() {
-        IpAddr::V4(ip) => Some(ip),
-        IpAddr::V6(ip) => ip.to_ipv4_mapped(),
-    }
 }
 
 fn not_found(what: &str) -> Response {
@@ -168,7 +161,10 @@ async fn boot_file(
 /// A kernel, initrd or loader bootpool handed out is missing: the client cannot go on. Other
 /// names are probes and fail nothing.
 fn record_missing(web: &Web, peer: SocketAddr, name: &str, shown: &str) {
-    if let (true, Some(ip)) = (boot_files::handed_out(&web.config, name), client_ip(peer)) {
+    if let (true, Some(ip)) = (
+        boot_files::handed_out(&web.config, name),
+        super::ipv4_of(peer.ip()),
+    ) {
         web.recorder.record(
             Who::Ip(ip),
             Kind::Failed {
@@ -213,7 +209,7 @@ async fn send_file(
         if_range: text(header::IF_RANGE),
     };
     let answer = httpfile::answer(len, &validators, &conditions);
-    let who = client_ip(peer).map(Who::Ip);
+    let who = super::ipv4_of(peer.ip()).map(Who::Ip);
     let response = Response::builder()
         .header(header::ETAG, &validators.etag)
         .header(header::LAST_MODIFIED, validators.last_modified())
@@ -325,7 +321,7 @@ async fn booted(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: Option<Json<BootedBody>>,
 ) -> Response {
-    let Some(ip) = client_ip(peer) else {
+    let Some(ip) = super::ipv4_of(peer.ip()) else {
         return (StatusCode::BAD_REQUEST, "IPv4 clients only\n").into_response();
     };
     let body = body.map(|Json(b)| b);
@@ -359,7 +355,7 @@ async fn failed(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: Option<Json<FailedBody>>,
 ) -> Response {
-    let Some(ip) = client_ip(peer) else {
+    let Some(ip) = super::ipv4_of(peer.ip()) else {
         return (StatusCode::BAD_REQUEST, "IPv4 clients only\n").into_response();
     };
     let mut reason = body

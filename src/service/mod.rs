@@ -12,3 +12,14 @@ pub mod overlays;
 pub mod portmap;
 pub mod tftp;
 pub mod web;
+
+use std::net::{IpAddr, Ipv4Addr};
+
+/// A peer's IPv4 address, also when a dual-stack socket shows it IPv4-mapped; clients are
+/// known by their DHCP lease, which is IPv4.
+pub fn ipv4_of(ip: IpAddr) -> Option<Ipv4Addr> {
+    match ip {
+        IpAddr::V4(a) => Some(a),
+        IpAddr::V6(a) => a.to_ipv4_mapped(),
+    }
+}

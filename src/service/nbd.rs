@@ -20,7 +20,7 @@ use crate::shutdown::Shutdown;
 use std::collections::HashMap;
 use std::io;
 use std::io::{IsTerminal, Write};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -420,10 +420,7 @@ struct Attached {
 
 impl Conn {
     fn who(&self) -> Option<Who> {
-        match self.peer.ip() {
-            IpAddr::V4(a) => Some(Who::Ip(a)),
-            IpAddr::V6(a) => a.to_ipv4_mapped().map(Who::Ip),
-        }
+        super::ipv4_of(self.peer.ip()).map(Who::Ip)
     }
 
     async fn run(self, mut stream: TcpStream) {

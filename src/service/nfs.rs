@@ -22,7 +22,7 @@ use crate::record::{Kind, Proto, Recorder, Records, Service, Who};
 use crate::shutdown::Shutdown;
 use bytes::{Buf as _, BytesMut};
 use std::io::{Read as _, Write as _};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -103,10 +103,7 @@ pub async fn serve(
             tracing::warn!(client = %peer, limit = MAX_CONNECTIONS, "nfs connection refused: too many");
             continue;
         };
-        let ip = match peer.ip() {
-            IpAddr::V4(ip) => ip,
-            IpAddr::V6(ip) => ip.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
-        };
+        let ip = super::ipv4_of(peer.ip()).unwrap_or(Ipv4Addr::UNSPECIFIED);
         let conn = Conn {
             tree: tree.clone(),
             config: config.clone(),

@@ -72,10 +72,7 @@ impl Overlays {
 
     /// The key of the client at `ip`: its MAC if the records know it, else the address.
     pub fn client_key(records: &Records, ip: IpAddr) -> (String, Option<i64>) {
-        let v4 = match ip {
-            IpAddr::V4(a) => Some(a),
-            IpAddr::V6(a) => a.to_ipv4_mapped(),
-        };
+        let v4 = super::ipv4_of(ip);
         let known = v4.and_then(|a| {
             records.read(|t| {
                 let mac = t.mac_of(a)?;

@@ -176,13 +176,6 @@ fn short(p: &Packet) -> &'static str {
     }
 }
 
-fn who_of(peer: SocketAddr) -> Option<Who> {
-    match peer.ip() {
-        IpAddr::V4(ip) => Some(Who::Ip(ip)),
-        IpAddr::V6(ip) => ip.to_ipv4_mapped().map(Who::Ip),
-    }
-}
-
 struct Transfer {
     peer: SocketAddr,
     req: wire::Request,
@@ -319,7 +312,7 @@ impl Transfer {
         tracing::info!(peer = %self.peer, %file, bytes, size, ?outcome, mode = %self.req.mode,
             blksize = settings.blksize, windowsize = settings.windowsize,
             ms = started.elapsed().as_millis() as u64, "tftp transfer");
-        let Some(who) = who_of(self.peer) else {
+        let Some(who) = super::ipv4_of(self.peer.ip()).map(Who::Ip) else {
             return;
         };
         self.recorder.record(
@@ -341,7 +334,7 @@ impl Transfer {
         if !handed_out(&self.config, file) {
             return;
         }
-        if let Some(Who::Ip(ip)) = who_of(self.peer) {
+        if let Some(ip) = super::ipv4_of(self.peer.ip()) {
             self.recorder.record(
                 Who::Ip(ip),
                 Kind::Failed {
