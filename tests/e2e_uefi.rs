@@ -1,16 +1,18 @@
-//! End to end under UEFI, the way a real PC boots: an OVMF VM with no NIC ROM uses the
-//! firmware's own PXE client (arch 7, not iPXE), which loads `snponly.efi` over TFTP (with
-//! EDK2's tsize probe first); that iPXE asks DHCP again, gets its script over HTTP, the kernel's
-//! EFI stub finds the initrd by `initrd=` and the root is attached over NBD. Needs root, qemu,
-//! Debian's `ovmf` and `ipxe`, and the built demo image.
+//! End to end under UEFI, the two ways a real PC boots from the network without a NIC ROM:
+//! an OVMF VM with no NIC ROM uses the firmware's own PXE client (arch 7, not iPXE), which loads
+//! `snponly.efi` over TFTP (with EDK2's tsize probe first); or, with its PXE switched off, the
+//! firmware's UEFI HTTP boot (option 60 `HTTPClient`), which loads it from the URL it is given.
+//! Either way that iPXE asks DHCP again, gets its script over HTTP, the kernel's EFI stub finds
+//! the initrd by `initrd=` and the root is attached over NBD. Needs root, qemu, Debian's `ovmf`
+//! and `ipxe`, and the built demo image.
 
 mod common;
 
 use common::lab::{lab_config, run_lab};
 use std::path::Path;
 
-#[test]
-fn one_uefi_client_boots_through_firmware_pxe_over_nbd() {
+/// Boots one NBD client with `firmware`; returns the recorded events and its console.
+fn boot_one_uefi_client(firmware: &str) -> (String, String) {
     assert!(
         Path::new("/usr/share/ovmf/OVMF.fd").exists(),
         "apt-get install ovmf"
@@ -23,7 +25,7 @@ fn one_uefi_client_boots_through_firmware_pxe_over_nbd() {
         "--root",
         "nbd",
         "--firmware",
-        "uefi-pxe",
+        firmware,
         "--timeout",
         "300",
     ];
@@ -31,22 +33,6 @@ fn one_uefi_client_boots_through_firmware_pxe_over_nbd() {
     assert_eq!(rows.len(), 1, "{table}");
     assert_eq!(rows[0][3], "booted", "{table}");
     let journal = common::recorded_events(&dir.path().join("var"));
-    // The firmware's PXE (not iPXE) asked first and got the loader over TFTP, whole.
-    let first = journal.lines().next().unwrap_or_default();
-    assert!(
-        first.contains("\"dhcp_discover\"") && first.contains("\"ipxe\":false"),
-        "{journal}"
-    );
-    assert!(
-        journal.lines().any(|l| l.contains("\"proto\":\"tftp\"")
-            && l.contains("\"path\":\"snponly.efi\"")
-            && l.contains("\"outcome\":\"complete\"")),
-        "{journal}"
-    );
-    // Then iPXE asked, and got the script with the EFI stub's initrd= argument.
-    assert!(journal.contains("\"ipxe\":true"), "{journal}");
-    assert!(journal.contains("\"root_attach\""), "{journal}");
-    assert!(journal.contains("\"proto\":\"nbd\""), "{journal}");
     let serial = std::fs::read_dir(dir.path().join("var/lab"))
         .unwrap()
         .flatten()
@@ -54,8 +40,54 @@ fn one_uefi_client_boots_through_firmware_pxe_over_nbd() {
         .find(|p| p.exists())
         .expect("console log");
     let console = String::from_utf8_lossy(&std::fs::read(serial).unwrap()).into_owned();
+    // After the loader: iPXE asked, got the script with the EFI stub's initrd= argument and
+    // attached the root.
+    assert!(journal.contains("\"ipxe\":true"), "{journal}");
+    assert!(journal.contains("\"root_attach\""), "{journal}");
+    assert!(journal.contains("\"proto\":\"nbd\""), "{journal}");
     assert!(
         console.contains("initrd=initrd.img"),
         "the EFI stub needs initrd= on its command line:\n{console}"
     );
+    (journal, console)
+}
+
+/// The first thing the client said: the firmware's DHCP, not iPXE's.
+fn first_event(journal: &str) -> &str {
+    let first = journal.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("\"dhcp_discover\"") && first.contains("\"ipxe\":false"),
+        "{journal}"
+    );
+    first
+}
+
+#[test]
+fn one_uefi_client_boots_through_firmware_pxe_over_nbd() {
+    let (journal, _) = boot_one_uefi_client("uefi-pxe");
+    first_event(&journal);
+    assert!(
+        journal.lines().any(|l| l.contains("\"proto\":\"tftp\"")
+            && l.contains("\"path\":\"snponly.efi\"")
+            && l.contains("\"outcome\":\"complete\"")),
+        "{journal}"
+    );
+}
+
+#[test]
+fn one_uefi_client_boots_through_firmware_http_boot_over_nbd() {
+    let (journal, console) = boot_one_uefi_client("uefi-http");
+    first_event(&journal);
+    assert!(
+        console.contains(">>Start HTTP Boot over IPv4"),
+        "the firmware did not HTTP boot:\n{console}"
+    );
+    // The loader came whole over HTTP from the URL in the OFFER; nothing went over TFTP.
+    assert!(
+        journal.lines().any(|l| l.contains("\"proto\":\"http\"")
+            && l.contains("\"path\":\"/boot/loaders/snponly.efi\"")
+            && l.contains("\"outcome\":\"complete\"")),
+        "{journal}"
+    );
+    assert!(!journal.contains("\"proto\":\"tftp\""), "{journal}");
 }

@@ -52,8 +52,9 @@ pub struct LabArgs {
     /// How qemu runs the clients.
     #[arg(long, value_enum, default_value_t = AccelChoice::Auto)]
     pub accel: AccelChoice,
-    /// What the clients' boards run: bios (SeaBIOS, iPXE NIC ROM), uefi (OVMF, iPXE NIC ROM) or
-    /// uefi-pxe (OVMF's own PXE client, which loads iPXE over TFTP).
+    /// What the clients' boards run: bios (SeaBIOS, iPXE NIC ROM), uefi (OVMF, iPXE NIC ROM),
+    /// uefi-pxe (OVMF's own PXE client, which loads iPXE over TFTP) or uefi-http (OVMF's UEFI
+    /// HTTP boot, which loads iPXE from a URL).
     #[arg(long, value_enum, default_value_t = vm::Firmware::Bios)]
     pub firmware: vm::Firmware,
     /// Give up on clients not booted after this many seconds (default: 120 + 40 per client).

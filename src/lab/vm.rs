@@ -34,11 +34,17 @@ pub enum Firmware {
     /// OVMF with no NIC ROM: the firmware's own PXE client, as on most real PCs, which loads
     /// iPXE (`snponly.efi`) over TFTP and chains to it.
     UefiPxe,
+    /// OVMF with its PXE clients switched off (fw_cfg), so the firmware's UEFI HTTP boot asks
+    /// DHCP as `HTTPClient` and fetches `snponly.efi` from the URL it is given.
+    UefiHttp,
 }
 
 impl Firmware {
     pub fn is_uefi(self) -> bool {
-        matches!(self, Firmware::Uefi | Firmware::UefiPxe)
+        matches!(
+            self,
+            Firmware::Uefi | Firmware::UefiPxe | Firmware::UefiHttp
+        )
     }
 }
 
@@ -60,7 +66,11 @@ const DONE_LINE: &str = "bootpool-demo: booted";
 const FAIL_MARK: &str = "bootpool-initrd: FAILED:";
 /// What iPXE (in a NIC ROM) or the firmware's own PXE client prints as it starts DHCP: the
 /// end of the firmware's own time.
-const DHCP_MARKS: [&str; 2] = ["Configuring (net0", ">>Start PXE over IPv4"];
+const DHCP_MARKS: [&str; 3] = [
+    "Configuring (net0",
+    ">>Start PXE over IPv4",
+    ">>Start HTTP Boot over IPv4",
+];
 
 pub struct Vm {
     pub name: String,
@@ -154,6 +164,21 @@ fn nic_args(cmd: &mut Command, tap: &str, mac: Mac, firmware: Firmware) {
                 &format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1,romfile="),
             ])
             .args(["-bios", OVMF]);
+        }
+        // Without PXE (and IPv6, whose HTTP boot would wait for a router first) the only
+        // network boot option left to OVMF is HTTP boot over IPv4.
+        Firmware::UefiHttp => {
+            cmd.args([
+                "-device",
+                &format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1,romfile="),
+            ])
+            .args(["-bios", OVMF]);
+            for off in ["IPv4PXESupport", "IPv6PXESupport", "IPv6Support"] {
+                cmd.args([
+                    "-fw_cfg",
+                    &format!("name=opt/org.tianocore/{off},string=no"),
+                ]);
+            }
         }
     }
 }
