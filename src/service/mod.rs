@@ -10,6 +10,7 @@ pub mod nbd;
 pub mod nfs;
 pub mod overlays;
 pub mod portmap;
+pub mod quick_read;
 pub mod tftp;
 pub mod web;
 

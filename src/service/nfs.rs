@@ -19,9 +19,10 @@ use crate::export::tree::{self, Status, Tree, TreeHandle, status};
 use crate::proto::nfs3::{self, Cred, Mount, Nfs, Refusal, Writer};
 use crate::proto::portmap;
 use crate::record::{Kind, Proto, Recorder, Records, Service, Who};
+use crate::service::quick_read::QuickRead;
 use crate::shutdown::Shutdown;
 use bytes::{Buf as _, BytesMut};
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -187,6 +188,7 @@ impl Conn {
         let mut inbuf = BytesMut::with_capacity(64 * 1024);
         let mut chunk = vec![0u8; 64 * 1024];
         let mut out = Writer::new();
+        let mut next_call = QuickRead::default();
         let why = 'conn: loop {
             // Answer every complete call buffered, writing whenever enough has piled up.
             loop {
@@ -219,7 +221,7 @@ impl Conn {
             if shutdown.is_triggered() {
                 break 'conn "shutdown";
             }
-            match s.read(&mut chunk) {
+            match next_call.read(&mut s, &mut chunk) {
                 Ok(0) => break 'conn "client closed",
                 Ok(n) => {
                     inbuf.extend_from_slice(&chunk[..n]);
