@@ -98,46 +98,6 @@ impl BlockImage {
         (n >= 0 && n as usize == buf.len()).then_some(Ok(()))
     }
 
-    /// Whether every byte of `offset..offset + len` is in memory right now: always for
-    /// `store: ram`; for a file, what the page cache holds (`cachestat`, Linux 6.5), and `false`
-    /// when the kernel cannot tell. Sending a cached range straight from the file
-    /// (`sendfile`) does not block.
-    pub fn cached(&self, offset: u64, len: u64) -> bool {
-        let file = match &self.data {
-            Data::Ram(_) => return true,
-            Data::File(f) => f,
-        };
-        if len == 0 || offset.checked_add(len).is_none_or(|e| e > self.size) {
-            return false;
-        }
-        const PAGE: u64 = 4096;
-        let first = offset / PAGE;
-        let pages = (offset + len).div_ceil(PAGE) - first;
-        // struct cachestat_range and struct cachestat from <linux/mman.h>.
-        let range: [u64; 2] = [first * PAGE, pages * PAGE];
-        let mut stat = [0u64; 5];
-        // SAFETY: both pointers are to live arrays of the layout the syscall expects; the
-        // descriptor is ours. 451 is cachestat on every architecture (the unified table).
-        let r = unsafe {
-            libc::syscall(
-                451,
-                file.as_raw_fd(),
-                range.as_ptr(),
-                stat.as_mut_ptr(),
-                0u32,
-            )
-        };
-        r == 0 && stat[0] >= pages
-    }
-
-    /// The image file's descriptor, for `sendfile`; `None` for `store: ram`.
-    pub fn fd(&self) -> Option<std::os::unix::io::RawFd> {
-        match &self.data {
-            Data::File(f) => Some(f.as_raw_fd()),
-            Data::Ram(_) => None,
-        }
-    }
-
     /// The bytes of a `store: ram` image, to send ranges of without copying them.
     pub fn ram(&self) -> Option<&Arc<Vec<u8>>> {
         match &self.data {

@@ -9,6 +9,7 @@ pub mod metrics;
 pub mod nbd;
 pub mod nfs;
 pub mod overlays;
+pub mod page_buf;
 pub mod portmap;
 pub mod quick_read;
 pub mod tftp;

@@ -16,6 +16,7 @@ use crate::proto::nbd::{
 };
 use crate::record::{Kind, Proto, Recorder, Records, Service, Who};
 use crate::service::overlays::{Lease, Overlays};
+use crate::service::page_buf::PageBuf;
 use crate::shutdown::Shutdown;
 use std::collections::HashMap;
 use std::io;
@@ -73,11 +74,11 @@ const KEEPALIVE_RETRIES: u32 = 6;
 /// Replies queued behind one another go out in one writev until this many bytes or replies.
 const BATCH_BYTES: usize = 64 << 10;
 const BATCH_REPLIES: usize = 64;
-/// Cached file reads at least this long go out with `sendfile`; smaller ones are copied and
-/// batched, which costs fewer syscalls than a `sendfile` each.
-const SENDFILE_MIN: usize = 64 << 10;
-/// SO_SNDBUF of an attached connection (the kernel doubles it for its bookkeeping).
-const SEND_BUFFER: usize = 4 << 20;
+/// Bytes of cached READ data a connection copies ahead of what its writer has sent. Past
+/// this its reader waits, so each buffer goes out while its bytes are still in the CPU's
+/// cache, and the client's own copy reads warm data (fio's 1 MiB reads: 2.2 -> 2.5 GB/s
+/// against 32 MiB ahead; BENCHMARKS.md).
+const READ_AHEAD: u32 = 2 << 20;
 /// Bytes of requests read ahead per connection.
 const REQUEST_BUFFER: usize = 4 << 10;
 /// Root reads are recorded at most once per interval, or sooner once this many bytes pile up.
@@ -323,28 +324,26 @@ struct Reply {
     head: [u8; p::SIMPLE_REPLY_LEN],
     body: Body,
     payload: u64,
-    /// Held until written: the request slot and the buffer bytes.
+    /// Held until written: the request slot, the buffer bytes, the connection's read-ahead.
     _slot: OwnedSemaphorePermit,
     _buffer: Option<OwnedSemaphorePermit>,
+    _ahead: Option<OwnedSemaphorePermit>,
 }
 
 /// A READ's data.
 enum Body {
     None,
     /// The first `payload` bytes of a pooled buffer, returned to the pool once written.
-    Buf(Vec<u8>),
+    Buf(PageBuf),
     /// A range of a `store: ram` image, sent from where it lies (no copy of our own).
     Ram(Arc<Vec<u8>>, usize),
-    /// A range of an image file that is in the page cache, sent with `sendfile`: the kernel
-    /// hands the cached pages to TCP without copying them through us.
-    File(Arc<BlockImage>, u64),
 }
 
 impl Reply {
     fn data(&self) -> &[u8] {
         let len = self.payload as usize;
         match &self.body {
-            Body::None | Body::File(..) => &[],
+            Body::None => &[],
             Body::Buf(b) => &b[..len],
             Body::Ram(b, offset) => &b[*offset..][..len],
         }
@@ -352,10 +351,10 @@ impl Reply {
 }
 
 /// Reply buffers kept for reuse across requests and connections. A fresh buffer per READ is
-/// zeroed first and, above malloc's mmap threshold, faulted in page by page; a reused one is
-/// neither. Buffers keep their largest length, so reuse never zeroes again.
+/// zeroed first and faulted in page by page; a reused one is neither. Buffers are
+/// page-aligned (see `page_buf`) and keep their capacity, so reuse never zeroes again.
 struct BufPool {
-    free: std::sync::Mutex<(Vec<Vec<u8>>, usize)>,
+    free: std::sync::Mutex<(Vec<PageBuf>, usize)>,
 }
 
 /// Idle reply buffers kept, in bytes, over all connections (in-flight ones are bounded by
@@ -369,12 +368,13 @@ impl BufPool {
         }
     }
 
-    /// A buffer of at least `len` bytes (its contents are stale: the caller fills them).
-    fn take(&self, len: usize) -> Vec<u8> {
+    /// A buffer of `len` bytes (its contents are stale: the caller fills them).
+    fn take(&self, len: usize) -> PageBuf {
         let found = {
             let mut g = self.free.lock().unwrap_or_else(poisoned);
             let (free, held) = &mut *g;
-            let i = free.iter().position(|b| b.len() >= len);
+            // The most recently returned first: its bytes are likeliest still in the cache.
+            let i = free.iter().rposition(|b| b.capacity() >= len);
             let b = match i {
                 Some(i) => Some(free.swap_remove(i)),
                 None => free.pop(),
@@ -384,14 +384,16 @@ impl BufPool {
             }
             b
         };
-        let mut b = found.unwrap_or_default();
-        if b.len() < len {
-            b.resize(len, 0);
+        match found {
+            Some(mut b) if b.capacity() >= len => {
+                b.set_len(len);
+                b
+            }
+            _ => PageBuf::zeroed(len),
         }
-        b
     }
 
-    fn put(&self, b: Vec<u8>) {
+    fn put(&self, b: PageBuf) {
         let mut g = self.free.lock().unwrap_or_else(poisoned);
         let (free, held) = &mut *g;
         if *held + b.capacity() <= POOL_BYTES {
@@ -666,9 +668,7 @@ impl Conn {
 
     /// The transmission phase. Returns (requests, bytes sent, how it ended).
     async fn transmit(&self, stream: TcpStream, attached: Attached) -> (u64, u64, &'static str) {
-        // A send buffer that holds a whole large reply lets one sendfile or writev take it,
-        // instead of waking up for every few hundred KiB the autotuned buffer has room for.
-        let _ = socket2::SockRef::from(&stream).set_send_buffer_size(SEND_BUFFER);
+        let ahead = Arc::new(Semaphore::new(READ_AHEAD as usize));
         let (rd, wr) = stream.into_split();
         // Requests are 28 bytes: read them from a buffer, many per syscall when pipelined.
         let mut rd = tokio::io::BufReader::with_capacity(REQUEST_BUFFER, rd);
@@ -736,29 +736,28 @@ impl Conn {
                     // Without an overlay, data in memory or the page cache is sent from here:
                     // a hop to a blocking thread costs more than the copy.
                     if source.overlay.is_none() {
-                        // Sent straight from the image: its RAM copy, or the page cache.
-                        let direct = match source.image.ram() {
-                            Some(ram) => Some(Body::Ram(ram.clone(), offset as usize)),
-                            None if len as usize >= SENDFILE_MIN
-                                && source.image.cached(offset, len as u64) =>
-                            {
-                                Some(Body::File(source.image.clone(), offset))
-                            }
-                            None => None,
-                        };
-                        if let Some(body) = direct {
+                        if let Some(ram) = source.image.ram() {
+                            // Sent from the image's own bytes, no copy of ours.
                             let reply = Reply {
                                 head: p::simple_reply(0, cookie),
-                                body,
+                                body: Body::Ram(ram.clone(), offset as usize),
                                 payload: len as u64,
                                 _slot: slot,
                                 _buffer: None,
+                                _ahead: None,
                             };
                             if tx.send(reply).await.is_err() {
                                 break "write failed";
                             }
                             continue;
                         }
+                        let ahead = tokio::select! {
+                            p = ahead.clone().acquire_many_owned(len.clamp(1, READ_AHEAD)) => {
+                                p.expect("never closed")
+                            }
+                            _ = self.shutdown.wait() => break "shutdown",
+                            _ = broken.cancelled() => break "write failed",
+                        };
                         if let Ok(buffer) = self.buffers.clone().try_acquire_many_owned(len.max(1))
                         {
                             let mut bytes = self.exports.pool.take(len as usize);
@@ -770,6 +769,7 @@ impl Conn {
                                         payload: len as u64,
                                         _slot: slot,
                                         _buffer: Some(buffer),
+                                        _ahead: Some(ahead),
                                     };
                                     if tx.send(reply).await.is_err() {
                                         break "write failed";
@@ -785,10 +785,8 @@ impl Conn {
                                     }
                                     continue;
                                 }
-                                None => {
-                                    self.exports.pool.put(bytes);
-                                    drop(buffer);
-                                }
+                                // Not all in the page cache: read on a blocking thread.
+                                None => self.exports.pool.put(bytes),
                             }
                         }
                     }
@@ -916,6 +914,7 @@ fn plain(errno: u32, cookie: u64, slot: OwnedSemaphorePermit) -> Reply {
         payload: 0,
         _slot: slot,
         _buffer: None,
+        _ahead: None,
     }
 }
 
@@ -1037,6 +1036,7 @@ async fn read(
             payload: len as u64,
             _slot: slot,
             _buffer: Some(buffer),
+            _ahead: None,
         },
         Ok(Err(e)) => {
             tracing::error!(offset, len, error = %e, "nbd image read failed");
@@ -1049,8 +1049,7 @@ async fn read(
     }
 }
 
-/// Writes every reply of `batch` (header, then data): what lies in memory with as few
-/// `writev` calls as it takes, file ranges with `sendfile` after the header before them.
+/// Writes every reply of `batch` (header, then data) with as few `writev` calls as it takes.
 async fn write_all_vectored(wr: &mut OwnedWriteHalf, batch: &[Reply]) -> io::Result<()> {
     let mut slices: Vec<io::IoSlice> = Vec::with_capacity(batch.len() * 2);
     for r in batch {
@@ -1058,11 +1057,6 @@ async fn write_all_vectored(wr: &mut OwnedWriteHalf, batch: &[Reply]) -> io::Res
         let data = r.data();
         if !data.is_empty() {
             slices.push(io::IoSlice::new(data));
-        }
-        if let Body::File(image, offset) = &r.body {
-            write_slices(wr, &mut slices).await?;
-            slices.clear();
-            send_file(wr, image, *offset, r.payload as usize).await?;
         }
     }
     write_slices(wr, &mut slices).await
@@ -1076,43 +1070,6 @@ async fn write_slices(wr: &mut OwnedWriteHalf, slices: &mut [io::IoSlice<'_>]) -
             return Err(io::ErrorKind::WriteZero.into());
         }
         io::IoSlice::advance_slices(&mut rest, n);
-    }
-    Ok(())
-}
-
-/// Sends `len` bytes of `image` from `offset` with `sendfile`. The header already went out
-/// saying success, so a file that shrank under us ends the connection (an error here).
-async fn send_file(
-    wr: &OwnedWriteHalf,
-    image: &BlockImage,
-    offset: u64,
-    len: usize,
-) -> io::Result<()> {
-    use std::os::unix::io::AsRawFd;
-    let Some(file) = image.fd() else {
-        return Err(io::Error::other("sendfile from an image without a file"));
-    };
-    let sock: &TcpStream = wr.as_ref();
-    let out = sock.as_raw_fd();
-    let mut off = offset as libc::off_t;
-    let mut left = len;
-    while left > 0 {
-        sock.writable().await?;
-        let sent = sock.try_io(tokio::io::Interest::WRITABLE, || {
-            // SAFETY: both descriptors are open for the duration; `off` is ours.
-            let n = unsafe { libc::sendfile(out, file, &mut off, left) };
-            if n < 0 {
-                Err(io::Error::last_os_error())
-            } else {
-                Ok(n as usize)
-            }
-        });
-        match sent {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => left -= n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e),
-        }
     }
     Ok(())
 }
