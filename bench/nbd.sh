@@ -284,7 +284,7 @@ section = f"""## NBD
 
 Run {datetime.date.today()} on {os.cpu_count()} cores ({cpu}), {mem} GiB RAM, Linux
 {platform.release()}; bootpool release build at {commit}; peers from Debian: {ver(["nbdkit", "--version"])},
-{ver(["qemu-nbd", "--version"])}, nbd-server (Debian package {ver(["dpkg-query", "-W", "-f", "${{Version}}", "nbd-server"])}),
+{ver(["qemu-nbd", "--version"])}, nbd-server (Debian package {ver(["dpkg-query", "-W", "-f", "${Version}", "nbd-server"])}),
 clients {ver(["nbdcopy", "--version"])}, {ver(["fio", "--version"])}.
 Command: `{command}` (medians of {rounds} interleaved rounds).
 All {'five' if before else 'four'} serve the same {size} MiB file of random bytes, read-only, over 127.0.0.1, from the
