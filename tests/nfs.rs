@@ -77,6 +77,9 @@ async fn lists_reads_and_refuses_writes() {
     for i in 0..3000 {
         std::fs::write(big.join(format!("entry-with-a-longish-name-{i:05}")), b"x").unwrap();
     }
+    // A file of several 1 MiB READs whose length is not a multiple of 4 (XDR padding).
+    let large = pattern(108, (2 << 20) + (1 << 19) + 3);
+    std::fs::write(fx.image_dir().join("rootfs/etc/large.bin"), &large).unwrap();
     // The recorder ties NFS events (known by IP) to a client through its DHCP lease: give
     // 127.0.0.1 one, as a journal replayed at start.
     let state = fx.path().join("var");
@@ -137,6 +140,17 @@ async fn lists_reads_and_refuses_writes() {
     .await;
     assert!(ok, "{err}");
     assert_eq!(std::fs::read(&copy).unwrap(), pattern(107, 1000 + 7 * 517));
+    let copy = fx.path().join("large.copy");
+    let (ok, _, err) = nfs(
+        "nfs-cp",
+        &[
+            &url(nfs_addr, "/demo/etc/large.bin"),
+            copy.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(std::fs::read(&copy).unwrap() == large, "large.bin differs");
     let (ok, out, err) = nfs("nfs-cat", &[&url(nfs_addr, "/demo/etc/hostname")]).await;
     assert!(ok, "{err}");
     assert_eq!(out, "demo\n");

@@ -437,6 +437,40 @@ impl Tree {
         count: u32,
         out: &mut Vec<u8>,
     ) -> Result<(Attr, bool), Status> {
+        let (attr, from) = self.readable(h)?;
+        // Sized by the file, not by the request: clients ask for rsize even for tiny files,
+        // and zeroing a 1 MiB buffer per small file costs more than the read.
+        let count = read_len(&attr, offset, count as usize);
+        let start = out.len();
+        out.resize(start + count, 0);
+        match from.fill(&mut out[start..], offset) {
+            Ok(n) => {
+                out.truncate(start + n);
+                Ok((attr, offset.saturating_add(n as u64) >= attr.size))
+            }
+            Err(st) => {
+                out.truncate(start);
+                Err(st)
+            }
+        }
+    }
+
+    /// Like `read`, into the front of `buf` (up to its length): returns the attributes, the
+    /// bytes read and whether the read reached the end.
+    pub fn read_into(
+        &self,
+        h: &TreeHandle,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<(Attr, usize, bool), Status> {
+        let (attr, from) = self.readable(h)?;
+        let count = read_len(&attr, offset, buf.len());
+        let n = from.fill(&mut buf[..count], offset)?;
+        Ok((attr, n, offset.saturating_add(n as u64) >= attr.size))
+    }
+
+    /// A regular file's attributes and where its bytes are.
+    fn readable(&self, h: &TreeHandle) -> Result<(Attr, Readable), Status> {
         let Node::In { img, rel, attr } = self.resolve(h)? else {
             return Err(status::ISDIR);
         };
@@ -445,33 +479,10 @@ impl Tree {
             NF3DIR => return Err(status::ISDIR),
             _ => return Err(status::INVAL),
         }
-        // Sized by the file, not by the request: clients ask for rsize even for tiny files,
-        // and zeroing a 1 MiB buffer per small file costs more than the read.
-        let count = u64::from(count.min(MAX_READ)).min(attr.size.saturating_sub(offset)) as usize;
         if let Some(data) = read(&self.contents).get(h) {
-            let from = offset.min(data.len() as u64) as usize;
-            let to = (from + count).min(data.len());
-            out.extend_from_slice(&data[from..to]);
-            return Ok((attr, to == data.len()));
+            return Ok((attr, Readable::Ram(data.clone())));
         }
-        let file = self.open(h, img, &rel)?;
-        let start = out.len();
-        out.resize(start + count, 0);
-        let mut got = 0;
-        while got < count {
-            match file.read_at(&mut out[start + got..], offset + got as u64) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    out.truncate(start);
-                    return Err(io_status(e));
-                }
-            }
-        }
-        out.truncate(start + got);
-        let eof = offset.saturating_add(got as u64) >= attr.size;
-        Ok((attr, eof))
+        Ok((attr, Readable::File(self.open(h, img, &rel)?)))
     }
 
     fn open(&self, h: &TreeHandle, img: usize, rel: &Path) -> Result<Arc<File>, Status> {
@@ -681,6 +692,44 @@ impl Entries {
         let (s, ns) = self.listing.mtime;
         ((u64::from(s) << 32) | u64::from(ns)).to_be_bytes()
     }
+}
+
+/// Where a READ's bytes come from.
+enum Readable {
+    Ram(Arc<[u8]>),
+    File(Arc<File>),
+}
+
+impl Readable {
+    /// Fills `buf` from `offset` until it is full or the file ends; returns the bytes read.
+    fn fill(&self, buf: &mut [u8], offset: u64) -> Result<usize, Status> {
+        match self {
+            Readable::Ram(data) => {
+                let from = offset.min(data.len() as u64) as usize;
+                let n = buf.len().min(data.len() - from);
+                buf[..n].copy_from_slice(&data[from..from + n]);
+                Ok(n)
+            }
+            Readable::File(file) => {
+                let mut got = 0;
+                while got < buf.len() {
+                    match file.read_at(&mut buf[got..], offset + got as u64) {
+                        Ok(0) => break,
+                        Ok(n) => got += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(io_status(e)),
+                    }
+                }
+                Ok(got)
+            }
+        }
+    }
+}
+
+/// How many bytes a READ of `count` at `offset` returns: at most `MAX_READ`, and never past
+/// the end the attributes give.
+fn read_len(attr: &Attr, offset: u64, count: usize) -> usize {
+    (count.min(MAX_READ as usize) as u64).min(attr.size.saturating_sub(offset)) as usize
 }
 
 fn io_status(e: std::io::Error) -> Status {

@@ -373,6 +373,13 @@ impl Writer {
         let len = (self.buf.len() - self.start - 4) as u32;
         self.buf[self.start..self.start + 4].copy_from_slice(&(0x8000_0000 | len).to_be_bytes());
     }
+    /// Counts `extra` more bytes into the record finished last: bytes that go out on the
+    /// socket right after this buffer, from somewhere else (a READ's data).
+    pub fn extend_record(&mut self, extra: u32) {
+        let mark = &mut self.buf[self.start..self.start + 4];
+        let len = u32::from_be_bytes(mark.try_into().expect("4 bytes")) + extra;
+        mark.copy_from_slice(&len.to_be_bytes());
+    }
     pub fn len(&self) -> usize {
         self.buf.len()
     }
