@@ -364,6 +364,13 @@ async fn handles_survive_a_restart() {
     assert_eq!(c.read(&so, 1 << 20).await, Ok((want.clone(), true)));
     // A short read is not EOF.
     assert_eq!(c.read(&so, 100).await, Ok((want[..100].to_vec(), false)));
+    // A big READ's data leaves from its own buffer after the header: its record (odd length,
+    // so XDR pads it) must end where the next reply starts.
+    let odd = pattern(109, (64 << 10) + 1);
+    std::fs::write(fx.image_dir().join("rootfs/usr/lib/odd.bin"), &odd).unwrap();
+    let odd_h = c.lookup(&lib, "odd.bin").await;
+    assert!(c.read(&odd_h, 1 << 20).await == Ok((odd.clone(), true)));
+    assert_eq!(c.read(&so, 100).await, Ok((want[..100].to_vec(), false)));
     // Stopping ends open connections too (stop waits for every connection task).
     tokio::time::timeout(Duration::from_secs(SECS), daemon.stop())
         .await

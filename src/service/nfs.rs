@@ -545,7 +545,13 @@ impl Conn {
 
     /// READ: the data goes straight after a reserved header, which is filled in afterwards.
     fn read(&mut self, h: &TreeHandle, offset: u64, count: u32, out: &mut Writer) {
-        if count >= BIG_READ {
+        // Clients ask for rsize whatever the file's size: what counts is what is left of it.
+        let big = count >= BIG_READ
+            && self
+                .tree
+                .getattr(h)
+                .is_ok_and(|a| a.size.saturating_sub(offset) >= u64::from(BIG_READ));
+        if big {
             return self.big_read(h, offset, count, out);
         }
         let at = out.buf.len();
