@@ -177,7 +177,7 @@ struct Conn {
     unreported: u64,
     last_flush: Instant,
     /// A big READ's data, read page-aligned (see `BIG_READ`), and how many bytes of it the
-    /// reply just built still has to send.
+    /// reply just built still has to send. Dropped when the client goes quiet.
     big: Option<PageBuf>,
     big_pending: Option<usize>,
 }
@@ -254,6 +254,8 @@ impl Conn {
                     if heard.elapsed() >= IDLE {
                         break 'conn "idle";
                     }
+                    // Quiet for a POLL: a booted client's connection keeps no 1 MiB buffer.
+                    self.big = None;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => break 'conn "client closed",
