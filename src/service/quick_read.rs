@@ -1,6 +1,7 @@
-//! Reading a client's next call without going to sleep when it is about to arrive.
+//! Reading a peer's next request without going to sleep when it is about to arrive.
 //!
-//! A client walking its root sends its next call within microseconds of our reply. A thread
+//! A client walking its root sends its next call within microseconds of our reply, and a
+//! TFTP client its ACK within microseconds of our block. A thread
 //! that slept in `read` must then be woken: an idle CPU leaves its sleep state (in a VM, a
 //! trip through the hypervisor), which costs more than answering the call. So a connection
 //! whose client has been answering quickly polls its socket for a short while first, and
@@ -9,7 +10,7 @@
 
 use std::io::Read as _;
 use std::net::TcpStream;
-use std::os::fd::AsRawFd as _;
+use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -30,45 +31,77 @@ fn max_polling() -> usize {
 }
 static POLLING: AtomicUsize = AtomicUsize::new(0);
 
-/// One connection's reads. `quick` says its client's last call came within `SPIN` of our
-/// last reply (or that we have not learnt otherwise yet).
+/// Whether a peer has been answering quickly, and the short poll that makes use of it.
 #[derive(Debug)]
-pub struct QuickRead {
+pub struct QuickWait {
     quick: bool,
 }
 
-impl Default for QuickRead {
-    fn default() -> QuickRead {
-        QuickRead { quick: true }
+impl Default for QuickWait {
+    fn default() -> QuickWait {
+        QuickWait { quick: true }
     }
+}
+
+impl QuickWait {
+    /// Before a blocking read on `fd`: when the peer has been quick, polls for up to `SPIN`.
+    /// True when something is waiting to be read (the read will not sleep).
+    pub fn poll(&mut self, fd: BorrowedFd<'_>) -> bool {
+        self.quick && poll_ready(fd)
+    }
+
+    /// After a blocking read that took `waited`: was the peer quick this time?
+    pub fn waited(&mut self, waited: Duration) {
+        self.quick = waited < SPIN;
+    }
+}
+
+/// One TCP connection's reads.
+#[derive(Debug, Default)]
+pub struct QuickRead {
+    wait: QuickWait,
 }
 
 impl QuickRead {
     /// Reads what the client sent next, like `Read::read` on the (blocking) socket.
     pub fn read(&mut self, s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
-        let started = Instant::now();
-        if self.quick
-            && let Some(got) = poll_then_read(s, buf)
-        {
-            return got;
+        if self.wait.poll(s.as_fd()) {
+            // SAFETY: `buf` is valid for `buf.len()` bytes.
+            let n = unsafe {
+                libc::recv(
+                    s.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n >= 0 {
+                return Ok(n as usize);
+            }
+            match std::io::Error::last_os_error() {
+                // Ready but nothing to read after all: wait the ordinary way.
+                e if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                e => return Err(e),
+            }
         }
+        let started = Instant::now();
         let got = s.read(buf);
-        self.quick = started.elapsed() < SPIN;
+        self.wait.waited(started.elapsed());
         got
     }
 }
 
-/// Polls `s` for up to `SPIN` and reads it once ready; `None` when it stayed quiet (or too
-/// many connections are polling already).
-fn poll_then_read(s: &TcpStream, buf: &mut [u8]) -> Option<std::io::Result<usize>> {
+/// Polls `fd` for up to `SPIN`; true once it is readable. False at once when too many
+/// threads are polling already.
+fn poll_ready(fd: BorrowedFd<'_>) -> bool {
     if POLLING.fetch_add(1, Ordering::Relaxed) >= max_polling() {
         POLLING.fetch_sub(1, Ordering::Relaxed);
-        return None;
+        return false;
     }
-    // poll() looks at the socket without taking its lock (recv would), so the client's packet
+    // poll() looks at the socket without taking its lock (recv would), so the peer's packet
     // is not held up behind our looking.
-    let mut fd = libc::pollfd {
-        fd: s.as_raw_fd(),
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
         events: libc::POLLIN,
         revents: 0,
     };
@@ -76,33 +109,14 @@ fn poll_then_read(s: &TcpStream, buf: &mut [u8]) -> Option<std::io::Result<usize
     let mut ready = false;
     while started.elapsed() < SPIN {
         // SAFETY: one valid pollfd, zero timeout.
-        if unsafe { libc::poll(&mut fd, 1, 0) } > 0 {
+        if unsafe { libc::poll(&mut pfd, 1, 0) } > 0 {
             ready = true;
             break;
         }
         std::hint::spin_loop();
     }
     POLLING.fetch_sub(1, Ordering::Relaxed);
-    if !ready {
-        return None;
-    }
-    // SAFETY: `buf` is valid for `buf.len()` bytes.
-    let n = unsafe {
-        libc::recv(
-            fd.fd,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
-    };
-    if n >= 0 {
-        return Some(Ok(n as usize));
-    }
-    match std::io::Error::last_os_error() {
-        // Ready but nothing to read after all: wait the ordinary way.
-        e if e.kind() == std::io::ErrorKind::WouldBlock => None,
-        e => Some(Err(e)),
-    }
+    ready
 }
 
 #[cfg(test)]
@@ -137,11 +151,11 @@ mod tests {
         });
         assert_eq!(r.read(&mut server, &mut buf).unwrap(), 5);
         assert_eq!(&buf[..5], b"later");
-        assert!(!r.quick);
+        assert!(!r.wait.quick);
         // A closed peer reads as 0, polled or not.
         drop(writer.join().unwrap());
         assert_eq!(r.read(&mut server, &mut buf).unwrap(), 0);
-        r.quick = true;
+        r.wait.quick = true;
         assert_eq!(r.read(&mut server, &mut buf).unwrap(), 0);
     }
 }

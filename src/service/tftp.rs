@@ -11,6 +11,7 @@ use super::boot_files::{Refused, handed_out, resolve};
 use crate::config::Config;
 use crate::proto::tftp::{self as wire, Mode, Next, Packet, Sender, err};
 use crate::record::{Kind, Outcome, Proto, Recorder, Service, Who};
+use crate::service::quick_read::QuickWait;
 use crate::shutdown::Shutdown;
 use std::io::Read;
 use std::net::UdpSocket;
@@ -366,6 +367,7 @@ impl Transfer {
         let mut retries = 0;
         let mut inbuf = vec![0u8; 2048];
         let mut timeout = None;
+        let mut quick = QuickWait::default();
         let mut resend = true;
         let mut window = tx.window();
         // Set only when something is sent: stray or duplicate packets do not extend it.
@@ -384,7 +386,7 @@ impl Transfer {
                 }
                 deadline = Instant::now() + rto;
             }
-            let (n, from) = match wait(sock, &mut inbuf, deadline, &mut timeout) {
+            let (n, from) = match wait(sock, &mut inbuf, deadline, &mut timeout, &mut quick) {
                 Heard::Packet(n, from) => (n, from),
                 Heard::Nothing if shutdown.is_triggered() => return Outcome::Aborted,
                 Heard::Nothing if Instant::now() < deadline => continue,
@@ -460,12 +462,18 @@ impl Transfer {
 /// Waits for one packet until `deadline`, waking at least every `SHUTDOWN_POLL`. `timeout` is
 /// the socket's read timeout as last set: while it is still right (most waits, since an ACK
 /// comes long before the deadline) it is not set again, which saves a system call per block.
+/// A client that has been ACKing quickly is polled for first (`quick_read`): a lock-step
+/// transfer waits for one ACK per block, and a sleeping thread's wake-up costs more than it.
 fn wait(
     sock: &UdpSocket,
     buf: &mut [u8],
     deadline: Instant,
     timeout: &mut Option<Duration>,
+    quick: &mut QuickWait,
 ) -> Heard {
+    use std::os::fd::AsFd as _;
+    let polled = quick.poll(sock.as_fd());
+    let started = Instant::now();
     let left = deadline.saturating_duration_since(Instant::now());
     let slice = left.min(SHUTDOWN_POLL).max(Duration::from_millis(1));
     if *timeout != Some(slice) {
@@ -474,7 +482,11 @@ fn wait(
         }
         *timeout = Some(slice);
     }
-    match sock.recv_from(buf) {
+    let got = sock.recv_from(buf);
+    if !polled {
+        quick.waited(started.elapsed());
+    }
+    match got {
         Ok((n, from)) => Heard::Packet(n, from),
         Err(e)
             if matches!(
