@@ -52,6 +52,13 @@ async fn nfs(tool: &str, args: &[&str]) -> (bool, String, String) {
 }
 
 /// File names of an `nfs-ls` listing (the last column), without `.` and `..`.
+/// Copies `remote` to `local` with nfs-cp and returns what arrived.
+async fn copy_out(remote: &str, local: &std::path::Path) -> Vec<u8> {
+    let (ok, _, err) = nfs("nfs-cp", &[remote, local.to_str().unwrap()]).await;
+    assert!(ok, "{err}");
+    std::fs::read(local).unwrap()
+}
+
 fn names(listing: &str) -> Vec<String> {
     listing
         .lines()
@@ -129,28 +136,18 @@ async fn lists_reads_and_refuses_writes() {
     assert_eq!(listed[2999], "entry-with-a-longish-name-02999");
 
     // Contents, byte for byte.
-    let copy = fx.path().join("lib7.copy");
-    let (ok, _, err) = nfs(
-        "nfs-cp",
-        &[
-            &url(nfs_addr, "/demo/usr/lib/lib7.so"),
-            copy.to_str().unwrap(),
-        ],
+    let lib7 = copy_out(
+        &url(nfs_addr, "/demo/usr/lib/lib7.so"),
+        &fx.path().join("lib7.copy"),
     )
     .await;
-    assert!(ok, "{err}");
-    assert_eq!(std::fs::read(&copy).unwrap(), pattern(107, 1000 + 7 * 517));
-    let copy = fx.path().join("large.copy");
-    let (ok, _, err) = nfs(
-        "nfs-cp",
-        &[
-            &url(nfs_addr, "/demo/etc/large.bin"),
-            copy.to_str().unwrap(),
-        ],
+    assert_eq!(lib7, pattern(107, 1000 + 7 * 517));
+    let copied = copy_out(
+        &url(nfs_addr, "/demo/etc/large.bin"),
+        &fx.path().join("large.copy"),
     )
     .await;
-    assert!(ok, "{err}");
-    assert!(std::fs::read(&copy).unwrap() == large, "large.bin differs");
+    assert!(copied == large, "large.bin differs");
     let (ok, out, err) = nfs("nfs-cat", &[&url(nfs_addr, "/demo/etc/hostname")]).await;
     assert!(ok, "{err}");
     assert_eq!(out, "demo\n");
