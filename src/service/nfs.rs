@@ -567,9 +567,7 @@ impl Conn {
                 let n = out.buf.len() - at - header;
                 out.pad(n);
                 let mut head = Writer::new();
-                head.u32(0)
-                    .post_op_attr(Some(&attr))
-                    .words(&[n as u32, eof as u32, n as u32]);
+                read_ok_header(&mut head, &attr, n, eof);
                 out.buf[at..at + header].copy_from_slice(&head.buf);
                 self.total += n as u64;
                 self.unreported += n as u64;
@@ -590,9 +588,7 @@ impl Conn {
         buf.set_len(count.min(tree::MAX_READ) as usize);
         match self.tree.read_into(h, offset, buf) {
             Ok((attr, n, eof)) => {
-                out.u32(0)
-                    .post_op_attr(Some(&attr))
-                    .words(&[n as u32, eof as u32, n as u32]);
+                read_ok_header(out, &attr, n, eof);
                 self.big_pending = Some(n);
                 self.total += n as u64;
                 self.unreported += n as u64;
@@ -602,6 +598,13 @@ impl Conn {
             }
         }
     }
+}
+
+/// A successful READ's reply up to its data: status, attributes, count, eof, data length.
+fn read_ok_header(out: &mut Writer, attr: &nfs3::Attr, n: usize, eof: bool) {
+    out.u32(0)
+        .post_op_attr(Some(attr))
+        .words(&[n as u32, eof as u32, n as u32]);
 }
 
 fn refuse(out: &mut Writer, xid: u32, r: Refusal) {
