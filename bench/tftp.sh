@@ -7,6 +7,7 @@ set -euo pipefail
 usage() {
   cat <<'USAGE'
 usage: bench/tftp.sh [--rounds N] [--size-mib N] [--clients N] [--client-mib N] [--out FILE]
+                     [--servers "S1 S2.."] [--rows "R1 R2.."] [--bin PATH] [--before PATH]
 
 Rows (blksize 1468 everywhere):
   atftp 1 client   one 64 MiB file with the atftp client
@@ -17,10 +18,14 @@ Rows (blksize 1468 everywhere):
 Needs root, tftpd-hpa (in.tftpd), atftp, curl, dnsmasq; atftpd is unpacked from its .deb
 (it conflicts with tftpd-hpa). Builds bootpool --release into /work/target-bench.
 Prints a markdown table; raw times go to --out (default bench/out/tftp.csv).
+  --servers  which servers to run (default: bootpool tftpd-hpa atftpd dnsmasq)
+  --rows     which rows to run (atftp curl ws16 many; default all)
+  --bin      serve with this bootpool binary instead of building one
+  --before   also run this (older) bootpool binary as server "before", in the same rounds
 USAGE
 }
 
-ROUNDS=7 SIZE=64 CLIENTS=20 CSIZE=32 OUT=""
+ROUNDS=7 SIZE=64 CLIENTS=20 CSIZE=32 OUT="" SERVER_LIST="" ROWS="atftp curl ws16 many" BIN="" BEFORE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
@@ -28,6 +33,10 @@ while [ $# -gt 0 ]; do
     --clients) CLIENTS=$2; shift 2 ;;
     --client-mib) CSIZE=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --servers) SERVER_LIST=$2; shift 2 ;;
+    --rows) ROWS=$2; shift 2 ;;
+    --bin) BIN=$2; shift 2 ;;
+    --before) BEFORE=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
   esac
@@ -37,7 +46,8 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$REPO/bench/out/tftp.csv}
 mkdir -p "$(dirname "$OUT")"
 W=$(mktemp -d /tmp/bp-bench-tftp.XXXXXX)
-SERVERS=(bootpool tftpd-hpa atftpd dnsmasq)
+read -r -a SERVERS <<< "${SERVER_LIST:-bootpool tftpd-hpa atftpd dnsmasq}"
+[ -n "$BEFORE" ] && SERVERS=(before "${SERVERS[@]}")
 PIDS=()
 
 cleanup() {
@@ -48,9 +58,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "building bootpool --release" >&2
-(cd "$REPO" && CARGO_TARGET_DIR=/work/target-bench cargo build --release -q)
-cp /work/target-bench/release/bootpool "$W/bootpool"
+if [ -n "$BIN" ]; then
+  cp "$BIN" "$W/bootpool"
+else
+  echo "building bootpool --release" >&2
+  (cd "$REPO" && CARGO_TARGET_DIR=/work/target-bench cargo build --release -q)
+  cp /work/target-bench/release/bootpool "$W/bootpool"
+fi
+[ -z "$BEFORE" ] || cp "$BEFORE" "$W/before"
 
 if [ ! -x "$W/atftpd/usr/sbin/atftpd" ]; then
   (cd "$W" && apt-get download -q atftpd >/dev/null 2>&1 && dpkg -x atftpd_*.deb atftpd)
@@ -92,7 +107,9 @@ start() { # name: starts the server in its namespace
   ip -n "$ns" link set bpv0 up
   ip -n "$ns" link set bpv1 up
   case "$1" in
-    bootpool) RUST_LOG=warn ip netns exec "$ns" "$W/bootpool" serve --config "$W/pools.yaml" \
+    bootpool|before) # each daemon its own state folder
+      sed "s|state_dir: .*|state_dir: $W/var-$1|" "$W/pools.yaml" > "$W/pools-$1.yaml"
+      RUST_LOG=warn ip netns exec "$ns" "$W/$1" serve --config "$W/pools-$1.yaml" \
                 >"$W/$1.log" 2>&1 & ;;
     tftpd-hpa) ip netns exec "$ns" /usr/sbin/in.tftpd -L -s "$ROOT" -a 127.0.0.1:69 \
                 >"$W/$1.log" 2>&1 & ;;
@@ -114,6 +131,7 @@ for s in "${SERVERS[@]}"; do
 done
 
 now() { echo "$EPOCHREALTIME"; }
+want() { [[ " $ROWS " == *" $1 "* ]]; }
 # One timed transfer in namespace $1: prints seconds. $2.. is the client command.
 timed() {
   local ns=$1; shift
@@ -128,13 +146,20 @@ echo "round,server,row,seconds,extra" > "$OUT"
 for r in $(seq 1 "$ROUNDS"); do
   for s in "${SERVERS[@]}"; do
     ns="bpb-$s"
-    t=$(timed "$ns" atftp --get -r big -l /dev/null --option "blksize 1468" 127.0.0.1 69)
-    echo "$r,$s,atftp,$t," >> "$OUT"
-    t=$(timed "$ns" curl -s --tftp-blksize 1468 -o /dev/null tftp://127.0.0.1/big)
-    echo "$r,$s,curl,$t," >> "$OUT"
-    t=$(timed "$ns" atftp --get -r big -l /dev/null --option "blksize 1468" \
-          --option "windowsize 16" 127.0.0.1 69)
-    echo "$r,$s,ws16,$t," >> "$OUT"
+    if want atftp; then
+      t=$(timed "$ns" atftp --get -r big -l /dev/null --option "blksize 1468" 127.0.0.1 69)
+      echo "$r,$s,atftp,$t," >> "$OUT"
+    fi
+    if want curl; then
+      t=$(timed "$ns" curl -s --tftp-blksize 1468 -o /dev/null tftp://127.0.0.1/big)
+      echo "$r,$s,curl,$t," >> "$OUT"
+    fi
+    if want ws16; then
+      t=$(timed "$ns" atftp --get -r big -l /dev/null --option "blksize 1468" \
+            --option "windowsize 16" 127.0.0.1 69)
+      echo "$r,$s,ws16,$t," >> "$OUT"
+    fi
+    want many || { echo "round $r $s done" >&2; continue; }
     # N clients at once, each timed on its own. They wait at a barrier (a file appearing) so
     # that all start together: started one after another, the first ones would run with
     # fewer competitors for a while and the spread would measure the script, not the server.

@@ -70,9 +70,10 @@ async fn tie_loopback(dhcp: SocketAddr, state: &Path) {
     panic!("the daemon did not ack 127.0.0.1");
 }
 
-/// The file events in the journal, once `want` of them are there (the writer batches).
+/// The file events in the journal, once `want` of them are there (the writer batches; a
+/// timed-out transfer takes its retries first).
 async fn file_events(state: &Path, want: usize) -> Vec<serde_json::Value> {
-    for _ in 0..100 {
+    for _ in 0..400 {
         let text = common::recorded_events(state);
         let events: Vec<serde_json::Value> = text
             .lines()
@@ -401,4 +402,94 @@ async fn one_client_gets_a_bounded_number_of_transfers_at_once() {
     }
     assert!(served, "the slot was not given back");
     daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_transfers_at_once_each_get_their_bytes() {
+    // Transfers share a few loop threads: interleaved, each must still get its own file,
+    // whole, at its own block size and window.
+    let fx = fixture();
+    let daemon = fx.start().await;
+    tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
+    let addr = daemon.bound.tftp;
+    let out = fx.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let cases = [
+        ("demo/initrd.img", "512", "1"),
+        ("demo/initrd.img", "1468", "16"),
+        ("ipxe.efi", "1468", "1"),
+        ("ipxe.efi", "8192", "4"),
+    ];
+    let mut runs = Vec::new();
+    for i in 0..16 {
+        let (remote, blksize, window) = cases[i % cases.len()];
+        let local = out.join(format!("{i}"));
+        let mut c = Command::new("atftp");
+        c.args([
+            "--option",
+            &format!("blksize {blksize}"),
+            "--option",
+            &format!("windowsize {window}"),
+            "-g",
+            "-r",
+            remote,
+            "-l",
+            local.to_str().unwrap(),
+            &addr.ip().to_string(),
+            &addr.port().to_string(),
+        ]);
+        runs.push(tokio::spawn(async move {
+            (run_async(c, 60).await, local, remote)
+        }));
+    }
+    for r in runs {
+        let ((ok, so, se), local, remote) = r.await.unwrap();
+        assert!(ok, "{remote}: {so}{se}");
+        let want = if remote == "ipxe.efi" {
+            pattern(5, 1_000_000)
+        } else {
+            pattern(2, 2 << 20)
+        };
+        assert!(std::fs::read(&local).unwrap() == want, "{remote} differs");
+    }
+    let events = file_events(&fx.path().join("var"), 16).await;
+    assert_eq!(events.len(), 16);
+    assert!(
+        events.iter().all(|e| e["outcome"] == "complete"),
+        "{events:?}"
+    );
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_client_times_out_and_a_running_transfer_does_not_hold_up_stop() {
+    let fx = fixture();
+    let daemon = fx.start().await;
+    tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
+    // Asks for a 1 s timeout, takes the OACK, and never answers: after the retries the
+    // transfer is given up as timed out.
+    let silent = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    silent
+        .send_to(
+            &rrq(&["undionly.kpxe", "octet", "timeout", "1"]),
+            daemon.bound.tftp,
+        )
+        .await
+        .unwrap();
+    let (oack, _) = recv(&silent).await;
+    assert_eq!(&oack[..2], &[0, 6], "an OACK");
+    let events = file_events(&fx.path().join("var"), 1).await;
+    assert_eq!(events[0]["outcome"], "timedout", "{events:?}");
+    assert_eq!(events[0]["bytes"], 0);
+
+    // A transfer still running does not hold up the daemon's stop.
+    let late = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    late.send_to(&rrq(&["undionly.kpxe", "octet"]), daemon.bound.tftp)
+        .await
+        .unwrap();
+    let (first, _) = recv(&late).await;
+    assert_eq!(&first[..4], &[0, 3, 0, 1]);
+    tokio::time::timeout(Duration::from_secs(10), daemon.stop())
+        .await
+        .expect("the daemon stops with a transfer running");
 }

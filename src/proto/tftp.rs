@@ -327,6 +327,11 @@ impl Sender {
         n as u16
     }
 
+    /// Bytes in the file.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
     /// Bytes the client has acknowledged.
     pub fn acked_bytes(&self) -> u64 {
         ((self.base - 1) * self.blksize).min(self.size)

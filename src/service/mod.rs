@@ -3,6 +3,7 @@
 
 pub mod boot_files;
 pub mod dhcp;
+pub mod epoll;
 pub mod http;
 pub mod lease_file;
 pub mod metrics;
@@ -13,6 +14,7 @@ pub mod page_buf;
 pub mod portmap;
 pub mod quick_read;
 pub mod tftp;
+pub mod tftp_transfers;
 pub mod web;
 
 use std::net::{IpAddr, Ipv4Addr};

@@ -59,7 +59,20 @@ impl QuickWait {
     /// Before a blocking read on `fd`: when the peer has been quick (and few others are),
     /// polls for up to `SPIN`. True when something is waiting to be read.
     pub fn poll(&mut self, fd: BorrowedFd<'_>) -> bool {
-        self.quick && QUICK.load(Ordering::Relaxed) <= max_polling() && poll_ready(fd)
+        // poll() looks at the socket without taking its lock (recv would), so the peer's
+        // packet is not held up behind our looking.
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, zero timeout.
+        self.spin(|| unsafe { libc::poll(&mut pfd, 1, 0) } > 0)
+    }
+
+    /// Like `poll`, with `ready` as the look (called until it says yes or `SPIN` is over).
+    pub fn spin(&mut self, ready: impl FnMut() -> bool) -> bool {
+        self.quick && QUICK.load(Ordering::Relaxed) <= max_polling() && spin_until(ready)
     }
 
     /// After a blocking read that took `waited`: was the peer quick this time?
@@ -114,32 +127,24 @@ impl QuickRead {
     }
 }
 
-/// Polls `fd` for up to `SPIN`; true once it is readable. False at once when too many
+/// Calls `ready` for up to `SPIN`; true once it says so. False at once when too many
 /// threads are polling already.
-fn poll_ready(fd: BorrowedFd<'_>) -> bool {
+fn spin_until(mut ready: impl FnMut() -> bool) -> bool {
     if POLLING.fetch_add(1, Ordering::Relaxed) >= max_polling() {
         POLLING.fetch_sub(1, Ordering::Relaxed);
         return false;
     }
-    // poll() looks at the socket without taking its lock (recv would), so the peer's packet
-    // is not held up behind our looking.
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
     let started = Instant::now();
-    let mut ready = false;
+    let mut found = false;
     while started.elapsed() < SPIN {
-        // SAFETY: one valid pollfd, zero timeout.
-        if unsafe { libc::poll(&mut pfd, 1, 0) } > 0 {
-            ready = true;
+        if ready() {
+            found = true;
             break;
         }
         std::hint::spin_loop();
     }
     POLLING.fetch_sub(1, Ordering::Relaxed);
-    ready
+    found
 }
 
 #[cfg(test)]

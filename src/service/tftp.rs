@@ -1,7 +1,8 @@
 //! TFTP service, read-only: the loaders folder (`undionly.kpxe`) and each image's boot files
-//! (`IMAGE/vmlinuz`, `IMAGE/initrd.img`), nothing else. Every transfer runs on its own
-//! ephemeral socket with retransmission and a bounded number of retries, ends at once on a
-//! client ERROR, and is recorded when it ends. The number of transfers at once is capped.
+//! (`IMAGE/vmlinuz`, `IMAGE/initrd.img`), nothing else. This module is the request port and
+//! its policy: which files, how many transfers at once, what is recorded. Every transfer runs
+//! on its own ephemeral socket; `tftp_transfers` runs the exchange (retransmission, a bounded
+//! number of retries, an end at once on a client ERROR).
 //!
 //! Our own server rather than async-tftp: we need to know when and how a transfer ended (the
 //! loader phase ends there), to stop on a client ERROR (EDK2's tsize probe), windowsize, and
@@ -9,20 +10,19 @@
 
 use super::boot_files::{Refused, handed_out, resolve};
 use crate::config::Config;
-use crate::proto::tftp::{self as wire, Mode, Next, Packet, Sender, err};
+use crate::proto::tftp::{self as wire, Mode, Packet, Sender, err};
 use crate::record::{Kind, Outcome, Proto, Recorder, Service, Who};
-use crate::service::quick_read::QuickWait;
+use crate::service::tftp_transfers::{self, Source, Transfer, Transfers};
 use crate::shutdown::Shutdown;
 use std::io::Read;
 use std::net::UdpSocket;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use std::time::Instant;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Transfers at once; a room of a few hundred PCs fits, a flood does not.
 pub const MAX_TRANSFERS: usize = 256;
@@ -32,8 +32,6 @@ pub const MAX_TRANSFERS: usize = 256;
 pub const MAX_PER_CLIENT: usize = 32;
 /// Retransmission interval when the client names none.
 const DEFAULT_RTO: Duration = Duration::from_secs(1);
-/// Retransmissions of the same window before giving up.
-const MAX_RETRIES: u32 = 5;
 /// netascii is converted in memory; boot files are sent octet, so this only bounds misuse.
 const MAX_NETASCII: u64 = 16 << 20;
 
@@ -53,6 +51,7 @@ pub async fn serve(
     let limit = Arc::new(Semaphore::new(MAX_TRANSFERS));
     let per_client = PerClient::default();
     let counters = Arc::new(Counters::default());
+    let transfers = Arc::new(Transfers::start(&shutdown)?);
     let mut buf = vec![0u8; wire::MAX_REQUEST + 1];
     loop {
         let (n, peer) = tokio::select! {
@@ -91,17 +90,19 @@ pub async fn serve(
                         .await;
                     continue;
                 };
-                let t = Transfer {
+                let r = Request {
                     peer,
                     req,
                     config: config.clone(),
                     recorder: recorder.clone(),
                     counters: counters.clone(),
+                    permits: (permit, slot),
                 };
-                let stop = shutdown.clone();
+                let transfers = transfers.clone();
                 shutdown.spawn(async move {
-                    let _ = tokio::task::spawn_blocking(move || t.run(stop)).await;
-                    drop((permit, slot));
+                    if let Ok(Some(t)) = tokio::task::spawn_blocking(move || r.prepare()).await {
+                        transfers.add(t);
+                    }
                 });
             }
             Ok(Packet::Write(req)) => {
@@ -126,6 +127,8 @@ pub async fn serve(
             }
         }
     }
+    // The loops abort what is still running; wait for them, so no transfer outlives the stop.
+    let _ = tokio::task::spawn_blocking(move || transfers.join()).await;
     Ok(())
 }
 
@@ -177,102 +180,45 @@ fn short(p: &Packet) -> &'static str {
     }
 }
 
-struct Transfer {
+/// A read request accepted at the request port; `prepare` turns it into a running transfer.
+struct Request {
     peer: SocketAddr,
     req: wire::Request,
     config: Arc<Config>,
     recorder: Recorder,
     counters: Arc<Counters>,
+    /// Held until the transfer ends.
+    permits: (OwnedSemaphorePermit, Slot),
 }
 
-/// Where the bytes come from.
-enum Source {
-    /// Read ahead in large chunks with `pread`: a transfer walks the file in order.
-    File {
-        file: std::fs::File,
-        chunk: Vec<u8>,
-        chunk_start: u64,
-    },
-    Memory(Vec<u8>),
+/// What the transfer loop reports back to: logs and records the end.
+struct Owner {
+    peer: SocketAddr,
+    file: String,
+    kind: crate::record::FileKind,
+    mode: Mode,
+    settings: wire::Settings,
+    size: u64,
+    started: Instant,
+    recorder: Recorder,
+    counters: Arc<Counters>,
+    _permits: (OwnedSemaphorePermit, Slot),
 }
 
-/// How much a file source reads at once.
-const READ_AHEAD: usize = 256 * 1024;
-
-impl Source {
-    fn file(file: std::fs::File) -> Source {
-        Source::File {
-            file,
-            chunk: Vec::new(),
-            chunk_start: 0,
-        }
-    }
-
-    /// Appends `len` bytes from `start` to `out`.
-    fn read(&mut self, start: u64, len: usize, out: &mut Vec<u8>) -> std::io::Result<()> {
-        match self {
-            Source::File {
-                file,
-                chunk,
-                chunk_start,
-            } => {
-                let end = start + len as u64;
-                let held = *chunk_start..=*chunk_start + chunk.len() as u64;
-                if !(held.contains(&start) && held.contains(&end)) {
-                    chunk.clear();
-                    chunk.resize(READ_AHEAD.max(len), 0);
-                    let mut filled = 0;
-                    while filled < chunk.len() {
-                        match file.read_at(&mut chunk[filled..], start + filled as u64)? {
-                            0 => break,
-                            n => filled += n,
-                        }
-                    }
-                    chunk.truncate(filled);
-                    *chunk_start = start;
-                    if filled < len {
-                        return Err(std::io::ErrorKind::UnexpectedEof.into());
-                    }
-                }
-                let at = (start - *chunk_start) as usize;
-                out.extend_from_slice(&chunk[at..at + len]);
-            }
-            Source::Memory(m) => {
-                let s = usize::try_from(start).unwrap_or(usize::MAX);
-                let data = m
-                    .get(s..s.saturating_add(len))
-                    .ok_or(std::io::ErrorKind::UnexpectedEof)?;
-                out.extend_from_slice(data);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// How often a waiting transfer looks at the shutdown flag.
-const SHUTDOWN_POLL: Duration = Duration::from_millis(250);
-
-/// What one wait for a client packet brought.
-enum Heard {
-    Packet(usize, SocketAddr),
-    Nothing,
-    Failed(std::io::Error),
-}
-
-impl Transfer {
-    /// Runs on a thread of its own with a blocking socket: a lock-step transfer is one round
-    /// trip per block, and a thread parked in `recvfrom` answers an ACK sooner than a task
-    /// woken through the reactor (tftpd-hpa and atftpd work the same way).
-    fn run(self, shutdown: Shutdown) {
+impl Request {
+    /// Opens the transfer's own socket and file and negotiates options; answers the client
+    /// with an ERROR and returns None when the file cannot be served. Runs on the blocking
+    /// pool: path checks and opening a file touch the disk.
+    fn prepare(self) -> Option<Transfer> {
         let local = match self.peer.ip() {
             IpAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
             IpAddr::V6(_) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
         };
-        let sock = match UdpSocket::bind(local) {
+        let sock = match UdpSocket::bind(local).and_then(|s| s.set_nonblocking(true).map(|()| s)) {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "tftp cannot open a transfer socket");
-                return;
+                return None;
             }
         };
         let file = self.req.file.clone();
@@ -286,7 +232,7 @@ impl Transfer {
                     self.missing(&file, text);
                 }
                 let _ = sock.send_to(&wire::encode_error(code, text), self.peer);
-                return;
+                return None;
             }
         };
         let (source, size) = match open(&path, self.req.mode) {
@@ -299,33 +245,34 @@ impl Transfer {
                     &wire::encode_error(err::NOT_FOUND, "cannot read file"),
                     self.peer,
                 );
-                return;
+                return None;
             }
         };
-        let started = Instant::now();
         let (settings, oack) = wire::negotiate(&self.req.options, Some(size));
-        let mut tx = Sender::new(size, settings);
-        let outcome = self.send(&sock, source, &mut tx, &oack, settings, &shutdown);
-        let bytes = match outcome {
-            Outcome::Complete => size,
-            _ => tx.acked_bytes(),
+        let rto = settings
+            .timeout_s
+            .map_or(DEFAULT_RTO, |s| Duration::from_secs(u64::from(s)));
+        let owner = Owner {
+            peer: self.peer,
+            file,
+            kind,
+            mode: self.req.mode,
+            settings,
+            size,
+            started: Instant::now(),
+            recorder: self.recorder,
+            counters: self.counters,
+            _permits: self.permits,
         };
-        tracing::info!(peer = %self.peer, %file, bytes, size, ?outcome, mode = %self.req.mode,
-            blksize = settings.blksize, windowsize = settings.windowsize,
-            ms = started.elapsed().as_millis() as u64, "tftp transfer");
-        let Some(who) = super::ipv4_of(self.peer.ip()).map(Who::Ip) else {
-            return;
-        };
-        self.recorder.record(
-            who,
-            Kind::File {
-                proto: Proto::Tftp,
-                kind,
-                path: file,
-                bytes,
-                outcome,
-            },
-        );
+        Some(Transfer::new(
+            sock,
+            self.peer,
+            source,
+            Sender::new(size, settings),
+            &oack,
+            rto,
+            Box::new(owner),
+        ))
     }
 
     /// Records a failed boot when the missing file is one bootpool hands out (a loader it
@@ -345,159 +292,32 @@ impl Transfer {
             );
         }
     }
-
-    /// Runs the exchange until every block is acknowledged, the client gives up, it stops
-    /// answering, or the daemon stops.
-    fn send(
-        &self,
-        sock: &UdpSocket,
-        mut source: Source,
-        tx: &mut Sender,
-        oack: &[(String, String)],
-        settings: wire::Settings,
-        shutdown: &Shutdown,
-    ) -> Outcome {
-        let rto = settings
-            .timeout_s
-            .map_or(DEFAULT_RTO, |s| Duration::from_secs(u64::from(s)));
-        // With options, the client must first acknowledge the OACK with ACK 0.
-        let mut awaiting_oack = !oack.is_empty();
-        let oack_bytes = wire::encode_oack(oack);
-        let mut packet = Vec::with_capacity(4 + usize::from(settings.blksize));
-        let mut retries = 0;
-        let mut inbuf = vec![0u8; 2048];
-        let mut timeout = None;
-        let mut quick = QuickWait::default();
-        let mut resend = true;
-        let mut window = tx.window();
-        // Set only when something is sent: stray or duplicate packets do not extend it.
-        let mut deadline = Instant::now() + rto;
-        loop {
-            if resend {
-                resend = false;
-                let sent = if awaiting_oack {
-                    sock.send_to(&oack_bytes, self.peer).map(|_| ())
-                } else {
-                    self.send_blocks(sock, &mut source, tx, window.clone(), &mut packet)
-                };
-                if let Err(e) = sent {
-                    tracing::debug!(peer = %self.peer, error = %e, "tftp send failed");
-                    return Outcome::Aborted;
-                }
-                deadline = Instant::now() + rto;
-            }
-            let (n, from) = match wait(sock, &mut inbuf, deadline, &mut timeout, &mut quick) {
-                Heard::Packet(n, from) => (n, from),
-                Heard::Nothing if shutdown.is_triggered() => return Outcome::Aborted,
-                Heard::Nothing if Instant::now() < deadline => continue,
-                Heard::Nothing => {
-                    retries += 1;
-                    if retries > MAX_RETRIES {
-                        return Outcome::TimedOut;
-                    }
-                    window = tx.window();
-                    resend = true;
-                    continue;
-                }
-                Heard::Failed(e) => {
-                    tracing::debug!(peer = %self.peer, error = %e, "tftp receive failed");
-                    return Outcome::Aborted;
-                }
-            };
-            if from != self.peer {
-                let _ = sock.send_to(
-                    &wire::encode_error(err::UNKNOWN_TID, "unknown transfer id"),
-                    from,
-                );
-                continue;
-            }
-            match wire::decode(&inbuf[..n]) {
-                Ok(Packet::Ack(0)) if awaiting_oack => {
-                    awaiting_oack = false;
-                    retries = 0;
-                    window = tx.window();
-                    resend = true;
-                }
-                Ok(Packet::Ack(n)) if !awaiting_oack => match tx.on_ack(n) {
-                    Next::Done => return Outcome::Complete,
-                    Next::Send(w) => {
-                        retries = 0;
-                        window = w;
-                        resend = true;
-                    }
-                    Next::Wait => {}
-                },
-                Ok(Packet::Error { code, message }) => {
-                    tracing::debug!(peer = %self.peer, code, %message, "tftp client ended the transfer");
-                    return Outcome::Aborted;
-                }
-                _ => {
-                    self.counters.malformed.fetch_add(1, Ordering::Relaxed);
-                    self.recorder.malformed(Service::Tftp);
-                }
-            }
-        }
-    }
-
-    /// Sends the blocks of one window, each built in the same buffer.
-    fn send_blocks(
-        &self,
-        sock: &UdpSocket,
-        source: &mut Source,
-        tx: &Sender,
-        blocks: std::ops::RangeInclusive<u64>,
-        packet: &mut Vec<u8>,
-    ) -> std::io::Result<()> {
-        for n in blocks {
-            let (start, len) = tx.span(n);
-            packet.clear();
-            packet.extend_from_slice(&wire::data_header(Sender::wire(n)));
-            source.read(start, len, packet)?;
-            sock.send_to(packet, self.peer)?;
-        }
-        Ok(())
-    }
 }
 
-/// Waits for one packet until `deadline`, waking at least every `SHUTDOWN_POLL`. `timeout` is
-/// the socket's read timeout as last set: while it is still right (most waits, since an ACK
-/// comes long before the deadline) it is not set again, which saves a system call per block.
-/// A client that has been ACKing quickly is polled for first (`quick_read`): a lock-step
-/// transfer waits for one ACK per block, and a sleeping thread's wake-up costs more than it.
-fn wait(
-    sock: &UdpSocket,
-    buf: &mut [u8],
-    deadline: Instant,
-    timeout: &mut Option<Duration>,
-    quick: &mut QuickWait,
-) -> Heard {
-    use std::os::fd::AsFd as _;
-    let polled = quick.poll(sock.as_fd());
-    let started = Instant::now();
-    let left = deadline.saturating_duration_since(Instant::now());
-    let slice = left.min(SHUTDOWN_POLL).max(Duration::from_millis(1));
-    if *timeout != Some(slice) {
-        if let Err(e) = sock.set_read_timeout(Some(slice)) {
-            return Heard::Failed(e);
-        }
-        *timeout = Some(slice);
+impl tftp_transfers::Owner for Owner {
+    fn malformed(&self) {
+        self.counters.malformed.fetch_add(1, Ordering::Relaxed);
+        self.recorder.malformed(Service::Tftp);
     }
-    let got = sock.recv_from(buf);
-    if !polled {
-        quick.waited(started.elapsed());
-    }
-    match got {
-        Ok((n, from)) => Heard::Packet(n, from),
-        Err(e)
-            if matches!(
-                e.kind(),
-                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-            ) =>
-        {
-            Heard::Nothing
-        }
-        // ICMP port unreachable and the like: the client is gone.
-        Err(e) => Heard::Failed(e),
+
+    fn ended(self: Box<Self>, outcome: Outcome, bytes: u64) {
+        let o = *self;
+        tracing::info!(peer = %o.peer, file = %o.file, bytes, size = o.size, ?outcome,
+            mode = %o.mode, blksize = o.settings.blksize, windowsize = o.settings.windowsize,
+            ms = o.started.elapsed().as_millis() as u64, "tftp transfer");
+        let Some(who) = super::ipv4_of(o.peer.ip()).map(Who::Ip) else {
+            return;
+        };
+        o.recorder.record(
+            who,
+            Kind::File {
+                proto: Proto::Tftp,
+                kind: o.kind,
+                path: o.file,
+                bytes,
+                outcome,
+            },
+        );
     }
 }
 
