@@ -143,8 +143,9 @@ async fn nbdcopy_and_qemu_img_read_the_whole_image(store: &str) {
     daemon.stop().await;
 }
 
-/// With `store: disk`, a read goes one of three ways: a cached range of 64 KiB or more by
-/// `sendfile`, a smaller cached one copied, an uncached one read on a blocking thread. Every
+/// With `store: disk`, a read goes one of three ways: a cached range of 64 KiB or more read
+/// and sent by the connection's reader, a smaller cached one copied and handed to the
+/// writer, an uncached one read on a blocking thread. Every
 /// other MiB of the image is dropped from the page cache first, so one nbdcopy run mixes them.
 #[tokio::test]
 async fn reads_of_an_image_partly_out_of_the_page_cache_are_right() {
@@ -321,6 +322,79 @@ async fn pipelined_reads_are_all_answered_with_the_right_data(store: &str) {
     }
     raw.request(nbd::CMD_DISC, 9, 0, 0).await;
     raw.expect_closed().await;
+    daemon.stop().await;
+}
+
+// Big cached reads are sent by the connection's reader when its writer is idle, small ones
+// by the writer: both kinds in one burst on one connection must arrive whole, each reply's
+// header and data together, never interleaved with another's.
+on_both_stores!(big_and_small_pipelined_reads_on_one_connection_do_not_interleave);
+async fn big_and_small_pipelined_reads_on_one_connection_do_not_interleave(store: &str) {
+    let fx = fixture(store, "");
+    let daemon = fx.start().await;
+    let image = pattern(3, SIZE);
+    let mut raw = Raw::connect(daemon.bound.nbd).await;
+    assert_eq!(raw.go("demo").await, Ok(SIZE as u64));
+    let reads: Vec<(u64, u64, u32)> = (0..96u64)
+        .map(|i| {
+            let len = match i % 3 {
+                0 => 1 << 20,
+                1 => 4096,
+                _ => 64 << 10,
+            };
+            let offset = (i * 1_000_003) % (SIZE as u64 - (1 << 20));
+            (500 + i, offset, len)
+        })
+        .collect();
+    let mut burst = Vec::new();
+    for &(cookie, offset, len) in &reads {
+        burst.extend_from_slice(&0x25609513u32.to_be_bytes());
+        burst.extend_from_slice(&[0, 0, 0, 0]);
+        burst.extend_from_slice(&cookie.to_be_bytes());
+        burst.extend_from_slice(&offset.to_be_bytes());
+        burst.extend_from_slice(&len.to_be_bytes());
+    }
+    raw.send(&burst).await;
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..reads.len() {
+        let (err, cookie) = raw.reply().await;
+        assert_eq!(err, 0);
+        let &(_, offset, len) = reads
+            .iter()
+            .find(|r| r.0 == cookie)
+            .unwrap_or_else(|| panic!("unknown cookie {cookie}"));
+        assert!(seen.insert(cookie), "cookie {cookie} answered twice");
+        let data = raw.read(len as usize).await;
+        assert!(
+            data == image[offset as usize..][..len as usize],
+            "cookie {cookie}"
+        );
+    }
+    raw.request(nbd::CMD_DISC, 9, 0, 0).await;
+    raw.expect_closed().await;
+
+    // The same through a real client: one connection, 1 MiB requests, 32 in flight.
+    let uri = format!("nbd://{}/demo", daemon.bound.nbd);
+    let out = fx.path().join("nbdcopy.out");
+    let (ok, _, err) = run_async(
+        cmd(
+            "nbdcopy",
+            &[
+                "--connections=1",
+                "--request-size=1048576",
+                "--requests=32",
+                &uri,
+                out.to_str().unwrap(),
+            ],
+        ),
+        60,
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        std::fs::read(&out).unwrap() == image,
+        "nbdcopy copy differs"
+    );
     daemon.stop().await;
 }
 
