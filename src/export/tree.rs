@@ -17,7 +17,7 @@
 //! Everything here is synchronous and quick when cached; the NFS service calls it from its
 //! connection tasks (through `block_in_place` on a multi-threaded runtime).
 
-use crate::proto::nfs3::Attr;
+use crate::proto::nfs3::{Attr, PlusEntries};
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -25,7 +25,7 @@ use std::io::IsTerminal as _;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 /// Largest READ answered; matches the `rtmax` we advertise.
@@ -160,6 +160,35 @@ pub struct Listing {
     /// The directory's `..` (the image root's is itself).
     parent: TreeHandle,
     pub children: Vec<(OsString, TreeHandle)>,
+    /// Each child's attributes as the listing found them (in `children` order, in one array:
+    /// a page reads them in sequence).
+    attrs: Vec<Attr>,
+    /// The children as READDIRPLUS entries, encoded by the NFS service on first use.
+    pub plus: OnceLock<PlusEntries>,
+}
+
+impl Listing {
+    fn new(
+        mtime: (u32, u32),
+        parent: TreeHandle,
+        mut found: Vec<(OsString, TreeHandle, Attr)>,
+    ) -> Listing {
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        let attrs = found.iter().map(|c| c.2).collect();
+        Listing {
+            mtime,
+            built: Instant::now(),
+            parent,
+            children: found.into_iter().map(|(n, h, _)| (n, h)).collect(),
+            attrs,
+            plus: OnceLock::new(),
+        }
+    }
+    /// Child `i`: name, handle and attributes, for encoding the listing.
+    pub fn child(&self, i: usize) -> Option<(&[u8], TreeHandle, &Attr)> {
+        let (name, h) = self.children.get(i)?;
+        Some((name.as_bytes(), *h, &self.attrs[i]))
+    }
 }
 
 /// A resolved handle.
@@ -526,17 +555,14 @@ impl Tree {
             Node::Root => {
                 let children = (0..self.images.len())
                     .filter_map(|i| {
-                        let (h, _) = self.image_root(i).ok()?;
-                        Some((OsString::from(&self.images[i].name), h))
+                        let (h, a) = self.image_root(i).ok()?;
+                        Some((OsString::from(&self.images[i].name), h, a))
                     })
                     .collect();
-                let l = Listing {
-                    mtime: (0, 0),
-                    built: Instant::now(),
-                    parent: ROOT,
-                    children,
-                };
-                (self.root_attr(), Arc::new(l))
+                (
+                    self.root_attr(),
+                    Arc::new(Listing::new((0, 0), ROOT, children)),
+                )
             }
             Node::In { img, rel, attr } => {
                 if attr.ftype != NF3DIR {
@@ -583,16 +609,10 @@ impl Tree {
             // Gone since the listing was read: left out.
             let Ok(m) = e.metadata() else { continue };
             let name = e.file_name();
-            let (h, _) = self.remember(img, rel.join(&name).into(), &m);
-            children.push((name, h));
+            let (h, a) = self.remember(img, rel.join(&name).into(), &m);
+            children.push((name, h, a));
         }
-        children.sort_by(|a, b| a.0.cmp(&b.0));
-        let l = Arc::new(Listing {
-            mtime: attr.mtime,
-            built: Instant::now(),
-            parent,
-            children,
-        });
+        let l = Arc::new(Listing::new(attr.mtime, parent, children));
         let mut cache = lock(&self.listings);
         if cache.len() >= DIR_CACHE {
             cache.clear();
@@ -671,21 +691,36 @@ pub struct Entries {
 }
 
 impl Entries {
-    /// The entry the cursor is on: (cookie after it, name, handle); `next` moves on.
-    pub fn peek(&self) -> Option<(u64, &[u8], TreeHandle)> {
+    /// The entry the cursor is on: (cookie after it, name, handle, and the attributes the
+    /// listing has for it: none for `.` and `..`); `next` moves on.
+    pub fn peek(&self) -> Option<(u64, &[u8], TreeHandle, Option<&Attr>)> {
         let cookie = self.next as u64 + 1;
         match self.next {
-            0 => Some((cookie, b".", self.dir)),
-            1 => Some((cookie, b"..", self.parent)),
+            0 => Some((cookie, b".", self.dir, None)),
+            1 => Some((cookie, b"..", self.parent, None)),
             i => self
                 .listing
-                .children
-                .get(i - 2)
-                .map(|(n, h)| (cookie, n.as_bytes(), *h)),
+                .child(i - 2)
+                .map(|(n, h, a)| (cookie, n, h, Some(a))),
         }
     }
     pub fn advance(&mut self) {
         self.next += 1;
+    }
+    /// The listing's child the cursor is on (None while on `.` or `..`).
+    pub fn child_index(&self) -> Option<usize> {
+        self.next.checked_sub(2)
+    }
+    /// Moves past `n` more children.
+    pub fn skip(&mut self, n: usize) {
+        self.next += n;
+    }
+    pub fn listing(&self) -> &Listing {
+        &self.listing
+    }
+    /// The cookie of child `i` (what a client sends to resume after it).
+    pub fn child_cookie(i: usize) -> u64 {
+        i as u64 + 3
     }
     /// A verifier that changes when the directory does.
     pub fn verifier(&self) -> [u8; 8] {
@@ -941,7 +976,7 @@ mod tests {
         loop {
             let (_, mut it) = tree.entries(dir, cookie).unwrap();
             let mut n = 0;
-            while let Some((c, name, _)) = it.peek() {
+            while let Some((c, name, _, _)) = it.peek() {
                 seen.push(String::from_utf8(name.to_vec()).unwrap());
                 cookie = c;
                 it.advance();
