@@ -10,22 +10,25 @@
 //! Speed: NFS is round-trip bound, so every answer should come from memory. Attributes are
 //! cached per inode and re-checked with one lstat when older than `FRESH` (an admin may update
 //! an image in place); directory listings are cached with every child's attributes and dropped
-//! when the directory's mtime changes; open files are kept by inode. `store: ram` loads all
+//! when the directory's mtime changes; open files are kept by inode (as many as a share of
+//! the descriptor limit, evicted by second chance), and files are stat'ed and opened
+//! relative to the image's opened root, so the kernel walks only the path inside it. `store: ram` loads all
 //! metadata and the files up to `RAM_FILE_MAX` at start and then never touches the disk for
 //! them: a snapshot, as the config promises.
 //!
 //! Everything here is synchronous and quick when cached; the NFS service calls it from its
 //! connection tasks (through `block_in_place` on a multi-threaded runtime).
 
-use crate::proto::nfs3::Attr;
-use std::collections::HashMap;
+use crate::proto::nfs3::{Attr, PlusEntries};
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::IsTerminal as _;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 /// Largest READ answered; matches the `rtmax` we advertise.
@@ -41,8 +44,10 @@ const FRESH: Duration = Duration::from_secs(1);
 const LISTING_FRESH: Duration = Duration::from_secs(30);
 /// Directory listings kept; a boot touches a few hundred directories.
 const DIR_CACHE: usize = 4096;
-/// Open files kept (descriptors).
-const FILE_CACHE: usize = 512;
+/// Open files kept: this share of the descriptor limit, within these bounds.
+const FILE_CACHE_SHARE: usize = 2;
+const FILE_CACHE_MIN: usize = 64;
+const FILE_CACHE_MAX: usize = 65_536;
 /// A walk stops after this many entries (an image is not a whole disk).
 const WALK_LIMIT: usize = 5_000_000;
 const NAME_MAX: usize = 255;
@@ -141,6 +146,127 @@ struct ImageTree {
     /// Loaded at start and never re-checked.
     ram: bool,
     last_walk: Mutex<Option<Instant>>,
+    /// The root folder, opened: stats and opens go relative to it, so the kernel walks only
+    /// the path inside the image. Checked against `root` when older than `FRESH` (an admin
+    /// may put a new tree in its place).
+    dir: Mutex<Option<OpenRoot>>,
+}
+
+/// An image root opened: descriptor, its (dev, ino), when it was last checked.
+type OpenRoot = (Arc<OwnedFd>, (u64, u64), Instant);
+
+/// Open files by handle, up to `cap`. A full cache evicts by second chance (CLOCK): a file
+/// read since the hand last passed it stays, so a boot's hot files are not dropped with
+/// the rest as they were when the cache was emptied whole.
+struct FileCache {
+    map: HashMap<TreeHandle, (Arc<File>, bool)>,
+    /// The hand's order; may hold handles removed since (skipped).
+    ring: VecDeque<TreeHandle>,
+    cap: usize,
+}
+
+impl FileCache {
+    fn new(cap: usize) -> FileCache {
+        FileCache {
+            map: HashMap::new(),
+            ring: VecDeque::new(),
+            cap: cap.max(1),
+        }
+    }
+    fn get(&mut self, h: &TreeHandle) -> Option<Arc<File>> {
+        let (f, used) = self.map.get_mut(h)?;
+        *used = true;
+        Some(f.clone())
+    }
+    /// Adds `f`; returns what was evicted, to be closed after the lock is let go.
+    fn insert(&mut self, h: TreeHandle, f: Arc<File>) -> Vec<Arc<File>> {
+        let mut gone = Vec::new();
+        if self.map.contains_key(&h) {
+            return gone;
+        }
+        while self.map.len() >= self.cap {
+            let Some(old) = self.ring.pop_front() else {
+                break;
+            };
+            match self.map.get_mut(&old) {
+                Some((_, used)) if *used => {
+                    *used = false;
+                    self.ring.push_back(old);
+                }
+                Some(_) => gone.extend(self.map.remove(&old).map(|e| e.0)),
+                None => {}
+            }
+        }
+        self.map.insert(h, (f, false));
+        self.ring.push_back(h);
+        if self.ring.len() > 2 * self.cap {
+            self.ring.retain(|h| self.map.contains_key(h));
+        }
+        gone
+    }
+    fn remove(&mut self, h: &TreeHandle) -> Option<Arc<File>> {
+        self.map.remove(h).map(|e| e.0)
+    }
+}
+
+/// How many files to keep open: a share of the process's descriptor limit.
+fn file_cache_size() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: one valid rlimit to fill.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
+    } else {
+        1024
+    };
+    (soft / FILE_CACHE_SHARE).clamp(FILE_CACHE_MIN, FILE_CACHE_MAX)
+}
+
+fn c_path(rel: &Path) -> std::io::Result<std::ffi::CString> {
+    std::ffi::CString::new(rel.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+}
+
+/// lstat of `rel` below the folder `dir` ("" is the folder itself).
+fn stat_at(dir: &OwnedFd, rel: &Path) -> std::io::Result<libc::stat> {
+    let c = c_path(rel)?;
+    let mut flags = libc::AT_SYMLINK_NOFOLLOW;
+    if c.is_empty() {
+        flags |= libc::AT_EMPTY_PATH;
+    }
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a valid descriptor, a NUL-terminated path and room for one stat.
+    if unsafe { libc::fstatat(dir.as_raw_fd(), c.as_ptr(), st.as_mut_ptr(), flags) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fstatat succeeded, so it filled `st`.
+    Ok(unsafe { st.assume_init() })
+}
+
+/// Opens the regular file `rel` below the folder `dir` for reading, not following a symlink
+/// in its last component.
+fn open_at(dir: &OwnedFd, rel: &Path) -> std::io::Result<File> {
+    let c = c_path(rel)?;
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    // SAFETY: a valid descriptor and a NUL-terminated path.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: openat just returned this descriptor, owned by nobody else.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+fn fstat(f: &File) -> std::io::Result<libc::stat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a valid descriptor and room for one stat.
+    if unsafe { libc::fstat(f.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fstat succeeded, so it filled `st`.
+    Ok(unsafe { st.assume_init() })
 }
 
 /// What we know of one inode.
@@ -160,6 +286,35 @@ pub struct Listing {
     /// The directory's `..` (the image root's is itself).
     parent: TreeHandle,
     pub children: Vec<(OsString, TreeHandle)>,
+    /// Each child's attributes as the listing found them (in `children` order, in one array:
+    /// a page reads them in sequence).
+    attrs: Vec<Attr>,
+    /// The children as READDIRPLUS entries, encoded by the NFS service on first use.
+    pub plus: OnceLock<PlusEntries>,
+}
+
+impl Listing {
+    fn new(
+        mtime: (u32, u32),
+        parent: TreeHandle,
+        mut found: Vec<(OsString, TreeHandle, Attr)>,
+    ) -> Listing {
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        let attrs = found.iter().map(|c| c.2).collect();
+        Listing {
+            mtime,
+            built: Instant::now(),
+            parent,
+            children: found.into_iter().map(|(n, h, _)| (n, h)).collect(),
+            attrs,
+            plus: OnceLock::new(),
+        }
+    }
+    /// Child `i`: name, handle and attributes, for encoding the listing.
+    pub fn child(&self, i: usize) -> Option<(&[u8], TreeHandle, &Attr)> {
+        let (name, h) = self.children.get(i)?;
+        Some((name.as_bytes(), *h, &self.attrs[i]))
+    }
 }
 
 /// A resolved handle.
@@ -187,7 +342,7 @@ pub struct Tree {
     images: Vec<ImageTree>,
     known: RwLock<HashMap<TreeHandle, Known>>,
     listings: Mutex<HashMap<TreeHandle, Arc<Listing>>>,
-    files: Mutex<HashMap<TreeHandle, Arc<File>>>,
+    files: Mutex<FileCache>,
     /// `store: ram`: file contents.
     contents: RwLock<HashMap<TreeHandle, Arc<[u8]>>>,
 }
@@ -219,13 +374,14 @@ impl Tree {
                 root,
                 ram,
                 last_walk: Mutex::new(None),
+                dir: Mutex::new(None),
             })
             .collect();
         Tree {
             images,
             known: RwLock::new(HashMap::new()),
             listings: Mutex::new(HashMap::new()),
-            files: Mutex::new(HashMap::new()),
+            files: Mutex::new(FileCache::new(file_cache_size())),
             contents: RwLock::new(HashMap::new()),
         }
     }
@@ -256,6 +412,45 @@ impl Tree {
             .ok_or(status::STALE)
     }
 
+    /// The image's root folder, opened (see `ImageTree::dir`); None if it cannot be.
+    fn root_dir(&self, img: usize) -> Option<Arc<OwnedFd>> {
+        let image = &self.images[img];
+        let mut dir = lock(&image.dir);
+        if let Some((fd, _, checked)) = dir.as_ref()
+            && checked.elapsed() < FRESH
+        {
+            return Some(fd.clone());
+        }
+        let now = std::fs::metadata(&image.root)
+            .ok()
+            .map(|m| (m.dev(), m.ino()));
+        match (dir.as_mut(), now) {
+            (Some((fd, key, checked)), Some(k)) if *key == k => {
+                *checked = Instant::now();
+                return Some(fd.clone());
+            }
+            _ => {}
+        }
+        let fd: OwnedFd = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(&image.root)
+            .ok()?
+            .into();
+        let st = stat_at(&fd, Path::new("")).ok()?;
+        let fd = Arc::new(fd);
+        *dir = Some((fd.clone(), (st.st_dev, st.st_ino), Instant::now()));
+        Some(fd)
+    }
+
+    /// lstat of a path inside an image, relative to its opened root.
+    fn lstat(&self, img: usize, rel: &Path) -> std::io::Result<libc::stat> {
+        match self.root_dir(img) {
+            Some(dir) => stat_at(&dir, rel),
+            None => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
+        }
+    }
+
     fn full(&self, img: usize, rel: &Path) -> PathBuf {
         if rel.as_os_str().is_empty() {
             self.images[img].root.clone()
@@ -267,7 +462,16 @@ impl Tree {
     fn remember(&self, img: usize, rel: Arc<Path>, m: &std::fs::Metadata) -> (TreeHandle, Attr) {
         let image = &self.images[img];
         let h = TreeHandle::new(image.id, m.dev(), m.ino());
-        let attr = attr_from(image.id, m);
+        self.remember_attr(h, rel, attr_from(image.id, m))
+    }
+
+    fn remember_stat(&self, img: usize, rel: Arc<Path>, st: &libc::stat) -> (TreeHandle, Attr) {
+        let image = &self.images[img];
+        let h = TreeHandle::new(image.id, st.st_dev, st.st_ino);
+        self.remember_attr(h, rel, attr_from_stat(image.id, st))
+    }
+
+    fn remember_attr(&self, h: TreeHandle, rel: Arc<Path>, attr: Attr) -> (TreeHandle, Attr) {
         write(&self.known).insert(
             h,
             Known {
@@ -297,9 +501,9 @@ impl Tree {
                         attr: k.attr,
                     });
                 }
-                match std::fs::symlink_metadata(self.full(img, &k.rel)) {
-                    Ok(m) if (m.dev(), m.ino()) == h.key() => {
-                        let (_, attr) = self.remember(img, k.rel.clone(), &m);
+                match self.lstat(img, &k.rel) {
+                    Ok(st) if (st.st_dev, st.st_ino) == h.key() => {
+                        let (_, attr) = self.remember_stat(img, k.rel.clone(), &st);
                         return Ok(Node::In {
                             img,
                             rel: k.rel,
@@ -309,7 +513,8 @@ impl Tree {
                     // Replaced or gone: forget it and look again.
                     _ => {
                         write(&self.known).remove(h);
-                        lock(&self.files).remove(h);
+                        let closed = lock(&self.files).remove(h);
+                        drop(closed);
                     }
                 }
             }
@@ -406,8 +611,8 @@ impl Tree {
     }
 
     fn stat(&self, img: usize, rel: Arc<Path>) -> Result<(TreeHandle, Attr), Status> {
-        let m = std::fs::symlink_metadata(self.full(img, &rel)).map_err(io_status)?;
-        Ok(self.remember(img, rel, &m))
+        let st = self.lstat(img, &rel).map_err(io_status)?;
+        Ok(self.remember_stat(img, rel, &st))
     }
 
     /// MNT: the first component names an image; the bare root is not mountable.
@@ -487,24 +692,21 @@ impl Tree {
 
     fn open(&self, h: &TreeHandle, img: usize, rel: &Path) -> Result<Arc<File>, Status> {
         if let Some(f) = lock(&self.files).get(h) {
-            return Ok(f.clone());
+            return Ok(f);
         }
         // O_NOFOLLOW: the last component must still be the file the handle names.
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(self.full(img, rel))
-            .map_err(io_status)?;
-        let m = f.metadata().map_err(io_status)?;
-        if (m.dev(), m.ino()) != h.key() {
+        let dir = self.root_dir(img).ok_or(status::STALE)?;
+        let f = open_at(&dir, rel).map_err(io_status)?;
+        let st = fstat(&f).map_err(io_status)?;
+        if (st.st_dev, st.st_ino) != h.key() {
             return Err(status::STALE);
         }
+        // The attributes are as fresh as they get: the next calls need no lstat.
+        self.remember_stat(img, rel.into(), &st);
         let f = Arc::new(f);
-        let mut files = lock(&self.files);
-        if files.len() >= FILE_CACHE {
-            files.clear();
-        }
-        files.insert(*h, f.clone());
+        let evicted = lock(&self.files).insert(*h, f.clone());
+        // Closed here, not while others wait for the lock.
+        drop(evicted);
         Ok(f)
     }
 
@@ -526,17 +728,14 @@ impl Tree {
             Node::Root => {
                 let children = (0..self.images.len())
                     .filter_map(|i| {
-                        let (h, _) = self.image_root(i).ok()?;
-                        Some((OsString::from(&self.images[i].name), h))
+                        let (h, a) = self.image_root(i).ok()?;
+                        Some((OsString::from(&self.images[i].name), h, a))
                     })
                     .collect();
-                let l = Listing {
-                    mtime: (0, 0),
-                    built: Instant::now(),
-                    parent: ROOT,
-                    children,
-                };
-                (self.root_attr(), Arc::new(l))
+                (
+                    self.root_attr(),
+                    Arc::new(Listing::new((0, 0), ROOT, children)),
+                )
             }
             Node::In { img, rel, attr } => {
                 if attr.ftype != NF3DIR {
@@ -583,16 +782,10 @@ impl Tree {
             // Gone since the listing was read: left out.
             let Ok(m) = e.metadata() else { continue };
             let name = e.file_name();
-            let (h, _) = self.remember(img, rel.join(&name).into(), &m);
-            children.push((name, h));
+            let (h, a) = self.remember(img, rel.join(&name).into(), &m);
+            children.push((name, h, a));
         }
-        children.sort_by(|a, b| a.0.cmp(&b.0));
-        let l = Arc::new(Listing {
-            mtime: attr.mtime,
-            built: Instant::now(),
-            parent,
-            children,
-        });
+        let l = Arc::new(Listing::new(attr.mtime, parent, children));
         let mut cache = lock(&self.listings);
         if cache.len() >= DIR_CACHE {
             cache.clear();
@@ -671,21 +864,36 @@ pub struct Entries {
 }
 
 impl Entries {
-    /// The entry the cursor is on: (cookie after it, name, handle); `next` moves on.
-    pub fn peek(&self) -> Option<(u64, &[u8], TreeHandle)> {
+    /// The entry the cursor is on: (cookie after it, name, handle, and the attributes the
+    /// listing has for it: none for `.` and `..`); `next` moves on.
+    pub fn peek(&self) -> Option<(u64, &[u8], TreeHandle, Option<&Attr>)> {
         let cookie = self.next as u64 + 1;
         match self.next {
-            0 => Some((cookie, b".", self.dir)),
-            1 => Some((cookie, b"..", self.parent)),
+            0 => Some((cookie, b".", self.dir, None)),
+            1 => Some((cookie, b"..", self.parent, None)),
             i => self
                 .listing
-                .children
-                .get(i - 2)
-                .map(|(n, h)| (cookie, n.as_bytes(), *h)),
+                .child(i - 2)
+                .map(|(n, h, a)| (cookie, n, h, Some(a))),
         }
     }
     pub fn advance(&mut self) {
         self.next += 1;
+    }
+    /// The listing's child the cursor is on (None while on `.` or `..`).
+    pub fn child_index(&self) -> Option<usize> {
+        self.next.checked_sub(2)
+    }
+    /// Moves past `n` more children.
+    pub fn skip(&mut self, n: usize) {
+        self.next += n;
+    }
+    pub fn listing(&self) -> &Listing {
+        &self.listing
+    }
+    /// The cookie of child `i` (what a client sends to resume after it).
+    pub fn child_cookie(i: usize) -> u64 {
+        i as u64 + 3
     }
     /// A verifier that changes when the directory does.
     pub fn verifier(&self) -> [u8; 8] {
@@ -825,6 +1033,35 @@ pub fn attr_from(image_id: u64, m: &std::fs::Metadata) -> Attr {
     }
 }
 
+/// `attr_from` for a stat the kernel filled in directly (`fstatat`, `fstat`).
+fn attr_from_stat(image_id: u64, st: &libc::stat) -> Attr {
+    let ftype = match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => NF3DIR,
+        libc::S_IFLNK => NF3LNK,
+        libc::S_IFBLK => NF3BLK,
+        libc::S_IFCHR => NF3CHR,
+        libc::S_IFIFO => NF3FIFO,
+        libc::S_IFSOCK => NF3SOCK,
+        _ => NF3REG,
+    };
+    let dev = st.st_dev;
+    Attr {
+        ftype,
+        mode: st.st_mode & 0o7777,
+        nlink: st.st_nlink.min(u32::MAX as _) as u32,
+        uid: st.st_uid,
+        gid: st.st_gid,
+        size: st.st_size.max(0) as u64,
+        used: (st.st_blocks.max(0) as u64).saturating_mul(512),
+        rdev: (libc::major(st.st_rdev), libc::minor(st.st_rdev)),
+        fsid: stable_hash(&[&image_id.to_be_bytes(), &dev.to_be_bytes()]),
+        fileid: st.st_ino,
+        atime: time(st.st_atime, st.st_atime_nsec),
+        mtime: time(st.st_mtime, st.st_mtime_nsec),
+        ctime: time(st.st_ctime, st.st_ctime_nsec),
+    }
+}
+
 /// A client-supplied name must be one path component.
 fn check_name(name: &[u8]) -> Result<&OsStr, Status> {
     if name.is_empty() {
@@ -941,7 +1178,7 @@ mod tests {
         loop {
             let (_, mut it) = tree.entries(dir, cookie).unwrap();
             let mut n = 0;
-            while let Some((c, name, _)) = it.peek() {
+            while let Some((c, name, _, _)) = it.peek() {
                 seen.push(String::from_utf8(name.to_vec()).unwrap());
                 cookie = c;
                 it.advance();
@@ -1027,5 +1264,71 @@ mod tests {
         let later = Tree::new([("demo".to_string(), dir.path().join("rootfs"))]);
         let gone = TreeHandle::from_wire(&gone).unwrap();
         assert_eq!(later.getattr(&gone), Err(status::STALE));
+    }
+
+    /// Attributes from a raw `fstatat` are the ones `std`'s metadata gives.
+    #[test]
+    fn raw_stat_attributes_match_metadata() {
+        let (dir, _tree) = fixture();
+        let root = dir.path().join("rootfs");
+        let fd: OwnedFd = std::fs::File::open(&root).unwrap().into();
+        for rel in ["", "bin", "bin/su", "escape", "fifo", "tmp"] {
+            let st = stat_at(&fd, Path::new(rel)).unwrap();
+            let m = std::fs::symlink_metadata(root.join(rel)).unwrap();
+            assert_eq!(attr_from_stat(3, &st), attr_from(3, &m), "{rel}");
+        }
+        let null: OwnedFd = std::fs::File::open("/dev").unwrap().into();
+        let st = stat_at(&null, Path::new("null")).unwrap();
+        assert_eq!(attr_from_stat(1, &st).ftype, NF3CHR);
+        assert_eq!(attr_from_stat(1, &st).rdev, (1, 3));
+        assert!(stat_at(&fd, Path::new("nope")).is_err());
+    }
+
+    /// A file cache far smaller than the files read evicts, and every read still returns
+    /// that file's bytes; a file read again while cached stays (second chance).
+    #[test]
+    fn small_file_cache_evicts_and_serves_the_right_bytes() {
+        let (_dir, tree) = fixture();
+        *lock(&tree.files) = FileCache::new(8);
+        let hot = walk(&tree, &["demo", "big", "f1"]).unwrap();
+        for round in 0..2 {
+            for i in (0..1234).step_by(7) {
+                let f = walk(&tree, &["demo", "big", &format!("f{i}")]).unwrap();
+                let mut out = Vec::new();
+                tree.read(&f, 0, 100, &mut out).unwrap();
+                assert_eq!(out, format!("{i}").as_bytes(), "round {round} f{i}");
+                let mut out = Vec::new();
+                tree.read(&hot, 0, 100, &mut out).unwrap();
+                assert_eq!(out, b"1");
+                assert!(lock(&tree.files).map.len() <= 8);
+            }
+        }
+        let files = lock(&tree.files);
+        assert!(
+            files.map.contains_key(&hot),
+            "the file read all along was evicted"
+        );
+        assert!(files.ring.len() <= 16);
+    }
+
+    /// The opened image root follows the folder: a new tree put in its place is served
+    /// once the old one's check has expired.
+    #[test]
+    fn a_new_tree_in_the_roots_place_is_served() {
+        let (dir, tree) = fixture();
+        assert!(walk(&tree, &["demo", "bin", "su"]).is_ok());
+        let root = dir.path().join("rootfs");
+        std::fs::rename(&root, dir.path().join("old")).unwrap();
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        std::fs::write(root.join("bin/sh"), b"new").unwrap();
+        std::thread::sleep(FRESH + Duration::from_millis(50));
+        let sh = walk(&tree, &["demo", "bin", "sh"]).unwrap();
+        let mut out = Vec::new();
+        tree.read(&sh, 0, 10, &mut out).unwrap();
+        assert_eq!(out, b"new");
+        assert_eq!(
+            walk(&tree, &["demo", "bin", "su"]).map(|_| ()),
+            Err(status::NOENT)
+        );
     }
 }

@@ -427,6 +427,95 @@ impl Writer {
     }
 }
 
+/// A directory's READDIRPLUS entries, encoded once per listing: a page is then one copy of
+/// consecutive entries (encoding each entry per page, reading its attributes from a map,
+/// was most of a listing's time).
+#[derive(Debug, Default)]
+pub struct PlusEntries {
+    bytes: Vec<u8>,
+    /// Per entry: where it ends in `bytes`, and what it counts against READDIRPLUS `dircount`.
+    ends: Vec<(u32, u32)>,
+}
+
+/// What an entry counts against `dircount`: fileid, name and cookie (RFC 1813).
+pub fn dir_entry_bytes(name: &[u8]) -> usize {
+    8 + 4 + name.len().div_ceil(4) * 4 + 8
+}
+
+impl Writer {
+    /// One entryplus3 (or entry3 without `plus`), from `value_follows` on.
+    pub fn dir_entry(
+        &mut self,
+        fileid: u64,
+        name: &[u8],
+        cookie: u64,
+        plus: Option<(Option<&Attr>, &[u8])>,
+    ) -> &mut Self {
+        self.u32(1).u64(fileid).opaque(name).u64(cookie);
+        if let Some((attr, fh)) = plus {
+            self.post_op_attr(attr);
+            // A handle only with attributes: without them the entry may be gone.
+            if attr.is_some() {
+                self.u32(1).opaque(fh);
+            } else {
+                self.u32(0);
+            }
+        }
+        self
+    }
+}
+
+impl PlusEntries {
+    pub fn push(&mut self, fileid: u64, name: &[u8], cookie: u64, attr: Option<&Attr>, fh: &[u8]) {
+        let mut w = Writer {
+            buf: std::mem::take(&mut self.bytes),
+            start: 0,
+        };
+        w.dir_entry(fileid, name, cookie, Some((attr, fh)));
+        self.bytes = w.buf;
+        self.ends
+            .push((self.bytes.len() as u32, dir_entry_bytes(name) as u32));
+    }
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+    fn start(&self, i: usize) -> usize {
+        if i == 0 {
+            0
+        } else {
+            self.ends[i - 1].0 as usize
+        }
+    }
+    /// How many entries from `from` fit in `room` bytes and `dir_room` bytes of `dircount`.
+    pub fn fit(&self, from: usize, room: usize, mut dir_room: Option<usize>) -> usize {
+        let start = self.start(from.min(self.len()));
+        let mut n = 0;
+        for &(end, dir) in self.ends.iter().skip(from) {
+            if end as usize - start > room {
+                break;
+            }
+            if let Some(d) = dir_room.as_mut() {
+                match d.checked_sub(dir as usize) {
+                    Some(left) => *d = left,
+                    None => break,
+                }
+            }
+            n += 1;
+        }
+        n
+    }
+    /// The bytes of entries `from..from + n`.
+    pub fn slice(&self, from: usize, n: usize) -> &[u8] {
+        if n == 0 {
+            return &[];
+        }
+        &self.bytes[self.start(from)..self.ends[from + n - 1].0 as usize]
+    }
+}
+
 /// ACCESS3 bits.
 pub const ACCESS3_READ: u32 = 0x01;
 pub const ACCESS3_LOOKUP: u32 = 0x02;
@@ -641,5 +730,44 @@ mod tests {
             }
         }
         assert!(decoded > 0);
+    }
+
+    /// Encoded entries are what `dir_entry` writes, and a page takes whole entries while
+    /// both the byte and the dircount budgets hold.
+    #[test]
+    fn plus_entries_page_whole_entries() {
+        let attr = Attr {
+            ftype: 1,
+            fileid: 7,
+            ..Attr::default()
+        };
+        let fh = [9u8; 33];
+        let names: [&[u8]; 3] = [b"a", b"bbbbb", b"cc"];
+        let mut enc = PlusEntries::default();
+        let mut one = Vec::new();
+        for (i, n) in names.iter().enumerate() {
+            enc.push(7, n, i as u64 + 3, Some(&attr), &fh);
+            let mut w = Writer::new();
+            w.dir_entry(7, n, i as u64 + 3, Some((Some(&attr), &fh[..])));
+            one.push(w.buf);
+        }
+        assert_eq!(enc.len(), 3);
+        assert_eq!(enc.slice(0, 3), one.concat().as_slice());
+        assert_eq!(enc.slice(1, 1), one[1].as_slice());
+        assert_eq!(enc.slice(2, 0), b"");
+        let all = one.concat().len();
+        assert_eq!(enc.fit(0, all, None), 3);
+        assert_eq!(enc.fit(0, all - 1, None), 2);
+        assert_eq!(enc.fit(1, one[1].len(), None), 1);
+        assert_eq!(enc.fit(3, all, None), 0);
+        // dircount: fileid + name + cookie, per entry.
+        let dir: Vec<usize> = names.iter().map(|n| dir_entry_bytes(n)).collect();
+        assert_eq!(dir, [24, 28, 24]);
+        assert_eq!(enc.fit(0, all, Some(24 + 28)), 2);
+        assert_eq!(enc.fit(0, all, Some(23)), 0);
+        // Without attributes an entry carries no handle.
+        let mut w = Writer::new();
+        w.dir_entry(7, b"a", 3, Some((None, &fh[..])));
+        assert_eq!(w.buf.len(), 4 + 8 + 8 + 8 + 4 + 4);
     }
 }

@@ -639,30 +639,39 @@ fn readdir(
     out.buf.extend_from_slice(&it.verifier());
     // Room for the list end and eof.
     let limit = (start + maxcount.min(MAX_DIR_REPLY) as usize).saturating_sub(8);
-    let dir_limit = plus.filter(|d| *d > 0).map(|d| d as usize);
-    let mut dir_bytes = 0usize;
+    let mut dir_room = plus.filter(|d| *d > 0).map(|d| d as usize);
     let mut n = 0;
-    while let Some((next, name, h)) = it.peek() {
-        let mark = out.len();
-        let a = tree.entry_attr(&h).ok();
-        let fileid = a.map_or(0, |a| a.fileid);
-        out.u32(1).u64(fileid).opaque(name).u64(next);
-        let entry_dir_bytes = 8 + 4 + name.len().div_ceil(4) * 4 + 8;
-        if plus.is_some() {
-            out.post_op_attr(a.as_ref());
-            if a.is_some() {
-                out.u32(1).opaque(&h.wire());
-            } else {
-                out.u32(0);
-            }
+    // `.` and `..` (attributes looked up now), and for READDIR every entry, one by one.
+    while let Some((next, name, h, listed)) = it.peek() {
+        if plus.is_some() && it.child_index().is_some() {
+            break;
         }
-        if out.len() > limit || dir_limit.is_some_and(|d| dir_bytes + entry_dir_bytes > d) {
+        let mark = out.len();
+        let a = listed.copied().or_else(|| tree.entry_attr(&h).ok());
+        let fileid = a.map_or(0, |a| a.fileid);
+        let fh = h.wire();
+        out.dir_entry(fileid, name, next, plus.map(|_| (a.as_ref(), &fh[..])));
+        let entry_dir_bytes = nfs3::dir_entry_bytes(name);
+        if out.len() > limit || dir_room.is_some_and(|d| entry_dir_bytes > d) {
             out.buf.truncate(mark);
             break;
         }
-        dir_bytes += entry_dir_bytes;
+        if let Some(d) = dir_room.as_mut() {
+            *d -= entry_dir_bytes;
+        }
         n += 1;
         it.advance();
+    }
+    // READDIRPLUS children: consecutive entries encoded once per listing, copied as they are.
+    if plus.is_some()
+        && let Some(from) = it.child_index()
+        && out.len() <= limit
+    {
+        let enc = it.listing().plus.get_or_init(|| plus_entries(it.listing()));
+        let fit = enc.fit(from, limit - out.len(), dir_room);
+        out.buf.extend_from_slice(enc.slice(from, fit));
+        it.skip(fit);
+        n += fit;
     }
     if n == 0 && it.peek().is_some() {
         out.buf.truncate(start);
@@ -670,6 +679,23 @@ fn readdir(
         return;
     }
     out.u32(0).u32(it.peek().is_none() as u32);
+}
+
+/// A listing's children as READDIRPLUS entries.
+fn plus_entries(l: &tree::Listing) -> nfs3::PlusEntries {
+    let mut enc = nfs3::PlusEntries::default();
+    let mut i = 0;
+    while let Some((name, h, a)) = l.child(i) {
+        enc.push(
+            a.fileid,
+            name,
+            tree::Entries::child_cookie(i),
+            Some(a),
+            &h.wire(),
+        );
+        i += 1;
+    }
+    enc
 }
 
 /// Writes the buffered replies; false when the client stopped reading (or went away).
