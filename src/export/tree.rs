@@ -12,9 +12,9 @@
 //! an image in place); directory listings are cached with every child's attributes and dropped
 //! when the directory's mtime changes; open files are kept by inode (as many as a share of
 //! the descriptor limit, evicted by second chance), and files are stat'ed and opened
-//! relative to the image's opened root, so the kernel walks only the path inside it. `store: ram` loads all
-//! metadata and the files up to `RAM_FILE_MAX` at start and then never touches the disk for
-//! them: a snapshot, as the config promises.
+//! relative to the image's opened root, so the kernel walks only the path inside it.
+//! `store: ram` loads all metadata and the files up to `RAM_FILE_MAX` at start and then never
+//! touches the disk for them: a snapshot, as the config promises.
 //!
 //! Everything here is synchronous and quick when cached; the NFS service calls it from its
 //! connection tasks (through `block_in_place` on a multi-threaded runtime).

@@ -1,11 +1,13 @@
 //! The data exchange of TFTP transfers, once `tftp` has accepted a request: blocks out, ACKs
 //! in, retransmission on silence, until the last block is acknowledged.
 //!
-//! A thread per CPU runs many transfers from one epoll set, as dnsmasq does in one process. A lock-step transfer waits for one ACK per block; with a thread per transfer,
-//! every ACK woke that transfer's thread, and when a room fetched at once the switching between
-//! twenty threads took CPU the clients needed. A loop thread instead finds several ACKs per
-//! wake-up. A loop with a quick client polls before it sleeps (`quick_read`), as the thread
-//! did, so a single transfer loses nothing.
+//! A thread per CPU runs many transfers from one epoll set, as dnsmasq does in one process.
+//! A lock-step transfer waits for one ACK per block; with a thread per transfer, every ACK
+//! woke that transfer's thread, and when a room fetched at once the switching between twenty
+//! threads took CPU the clients needed. A loop thread instead finds several ACKs per wake-up.
+//! One loop for all CPUs was too few: it got one CPU share among twenty runnable clients. A
+//! loop with a quick client polls before it sleeps (`quick_read`), as the thread did, so a
+//! single transfer loses nothing.
 //!
 //! Files are read in the loop (read-ahead in large chunks): boot files sit in the page cache
 //! after the first client, and dnsmasq and tftpd-hpa read the same way.
