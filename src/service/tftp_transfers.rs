@@ -316,7 +316,7 @@ impl Transfers {
         }
     }
 
-    /// Waits for the loops to end (after shutdown), so every transfer is recorded.
+    /// Waits for the loops to end (after shutdown), so no transfer outlives the stop.
     pub fn join(&self) {
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in threads {
@@ -413,27 +413,23 @@ impl Loop {
 
     /// Starts the transfers handed over since the last look.
     fn take_new(&mut self) {
-        while let Ok(mut t) = self.incoming.try_recv() {
-            let now = Instant::now();
-            let window = t.tx.window();
-            if let Err(outcome) = t.send(window, now) {
-                self.running.fetch_sub(1, Ordering::Relaxed);
-                t.end(outcome);
-                continue;
-            }
+        while let Ok(t) = self.incoming.try_recv() {
             let i = self.free.pop().unwrap_or_else(|| {
                 self.slots.push(None);
                 self.slots.len() - 1
             });
-            if let Err(e) = self.epoll.add(t.sock.as_fd(), i as u64) {
+            let watched = self.epoll.add(t.sock.as_fd(), i as u64);
+            let t = self.slots[i].insert(t);
+            if let Err(e) = watched {
                 tracing::error!(error = %e, "tftp cannot watch a transfer socket");
-                self.free.push(i);
-                self.running.fetch_sub(1, Ordering::Relaxed);
-                t.end(Outcome::Aborted);
+                self.finish(i, Outcome::Aborted);
                 continue;
             }
-            self.next_timer = Some(self.next_timer.map_or(t.deadline, |n| n.min(t.deadline)));
-            self.slots[i] = Some(t);
+            let window = t.tx.window();
+            match t.send(window, Instant::now()) {
+                Ok(()) => self.next_timer = Some(earliest(self.next_timer, t.deadline)),
+                Err(outcome) => self.finish(i, outcome),
+            }
         }
     }
 
@@ -445,7 +441,7 @@ impl Loop {
                 continue;
             };
             match t.on_timer(now) {
-                Ok(()) => next = Some(next.map_or(t.deadline, |n| n.min(t.deadline))),
+                Ok(()) => next = Some(earliest(next, t.deadline)),
                 Err(outcome) => self.finish(i, outcome),
             }
         }
@@ -461,4 +457,8 @@ impl Loop {
         self.running.fetch_sub(1, Ordering::Relaxed);
         t.end(outcome);
     }
+}
+
+fn earliest(a: Option<Instant>, b: Instant) -> Instant {
+    a.map_or(b, |a| a.min(b))
 }
