@@ -26,7 +26,7 @@ use std::fs::File;
 use std::io::IsTerminal as _;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
@@ -998,25 +998,9 @@ pub const NF3FIFO: u32 = 7;
 /// Every field of fattr3 from lstat; the mode keeps setuid/setgid/sticky and write bits (an
 /// overlay copy-up keeps them, so they must be the image's own).
 pub fn attr_from(image_id: u64, m: &std::fs::Metadata) -> Attr {
-    let ft = m.file_type();
-    let ftype = if ft.is_dir() {
-        NF3DIR
-    } else if ft.is_symlink() {
-        NF3LNK
-    } else if ft.is_block_device() {
-        NF3BLK
-    } else if ft.is_char_device() {
-        NF3CHR
-    } else if ft.is_fifo() {
-        NF3FIFO
-    } else if ft.is_socket() {
-        NF3SOCK
-    } else {
-        NF3REG
-    };
     let rdev = m.rdev() as libc::dev_t;
     Attr {
-        ftype,
+        ftype: ftype_of(m.mode()),
         mode: m.mode() & 0o7777,
         nlink: m.nlink().min(u32::MAX as u64) as u32,
         uid: m.uid(),
@@ -1024,8 +1008,7 @@ pub fn attr_from(image_id: u64, m: &std::fs::Metadata) -> Attr {
         size: m.size(),
         used: m.blocks().saturating_mul(512),
         rdev: (libc::major(rdev), libc::minor(rdev)),
-        // One fsid per image and device: two images never look like one filesystem.
-        fsid: stable_hash(&[&image_id.to_be_bytes(), &m.dev().to_be_bytes()]),
+        fsid: fsid_of(image_id, m.dev()),
         fileid: m.ino(),
         atime: time(m.atime(), m.atime_nsec()),
         mtime: time(m.mtime(), m.mtime_nsec()),
@@ -1035,18 +1018,8 @@ pub fn attr_from(image_id: u64, m: &std::fs::Metadata) -> Attr {
 
 /// `attr_from` for a stat the kernel filled in directly (`fstatat`, `fstat`).
 fn attr_from_stat(image_id: u64, st: &libc::stat) -> Attr {
-    let ftype = match st.st_mode & libc::S_IFMT {
-        libc::S_IFDIR => NF3DIR,
-        libc::S_IFLNK => NF3LNK,
-        libc::S_IFBLK => NF3BLK,
-        libc::S_IFCHR => NF3CHR,
-        libc::S_IFIFO => NF3FIFO,
-        libc::S_IFSOCK => NF3SOCK,
-        _ => NF3REG,
-    };
-    let dev = st.st_dev;
     Attr {
-        ftype,
+        ftype: ftype_of(st.st_mode),
         mode: st.st_mode & 0o7777,
         nlink: st.st_nlink.min(u32::MAX as _) as u32,
         uid: st.st_uid,
@@ -1054,12 +1027,30 @@ fn attr_from_stat(image_id: u64, st: &libc::stat) -> Attr {
         size: st.st_size.max(0) as u64,
         used: (st.st_blocks.max(0) as u64).saturating_mul(512),
         rdev: (libc::major(st.st_rdev), libc::minor(st.st_rdev)),
-        fsid: stable_hash(&[&image_id.to_be_bytes(), &dev.to_be_bytes()]),
+        fsid: fsid_of(image_id, st.st_dev),
         fileid: st.st_ino,
         atime: time(st.st_atime, st.st_atime_nsec),
         mtime: time(st.st_mtime, st.st_mtime_nsec),
         ctime: time(st.st_ctime, st.st_ctime_nsec),
     }
+}
+
+/// The NFS file type of a `st_mode`.
+fn ftype_of(mode: u32) -> u32 {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => NF3DIR,
+        libc::S_IFLNK => NF3LNK,
+        libc::S_IFBLK => NF3BLK,
+        libc::S_IFCHR => NF3CHR,
+        libc::S_IFIFO => NF3FIFO,
+        libc::S_IFSOCK => NF3SOCK,
+        _ => NF3REG,
+    }
+}
+
+/// One fsid per image and device: two images never look like one filesystem.
+fn fsid_of(image_id: u64, dev: u64) -> u64 {
+    stable_hash(&[&image_id.to_be_bytes(), &dev.to_be_bytes()])
 }
 
 /// A client-supplied name must be one path component.
