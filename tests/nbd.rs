@@ -296,8 +296,17 @@ async fn pipelined_reads_are_all_answered_with_the_right_data(store: &str) {
             )
         })
         .collect();
+    read_burst(&mut raw, &image, &reads).await;
+    raw.request(nbd::CMD_DISC, 9, 0, 0).await;
+    raw.expect_closed().await;
+    daemon.stop().await;
+}
+
+/// Sends `reads` (cookie, offset, length) as one burst of READ requests, then takes every
+/// reply in the order it comes: each cookie answered once, without error, with its bytes.
+async fn read_burst(raw: &mut Raw, image: &[u8], reads: &[(u64, u64, u32)]) {
     let mut burst = Vec::new();
-    for &(cookie, offset, len) in &reads {
+    for &(cookie, offset, len) in reads {
         burst.extend_from_slice(&0x25609513u32.to_be_bytes());
         burst.extend_from_slice(&[0, 0, 0, 0]);
         burst.extend_from_slice(&cookie.to_be_bytes());
@@ -320,9 +329,6 @@ async fn pipelined_reads_are_all_answered_with_the_right_data(store: &str) {
             "cookie {cookie}"
         );
     }
-    raw.request(nbd::CMD_DISC, 9, 0, 0).await;
-    raw.expect_closed().await;
-    daemon.stop().await;
 }
 
 // Big cached reads are sent by the connection's reader when its writer is idle, small ones
@@ -346,30 +352,7 @@ async fn big_and_small_pipelined_reads_on_one_connection_do_not_interleave(store
             (500 + i, offset, len)
         })
         .collect();
-    let mut burst = Vec::new();
-    for &(cookie, offset, len) in &reads {
-        burst.extend_from_slice(&0x25609513u32.to_be_bytes());
-        burst.extend_from_slice(&[0, 0, 0, 0]);
-        burst.extend_from_slice(&cookie.to_be_bytes());
-        burst.extend_from_slice(&offset.to_be_bytes());
-        burst.extend_from_slice(&len.to_be_bytes());
-    }
-    raw.send(&burst).await;
-    let mut seen = std::collections::BTreeSet::new();
-    for _ in 0..reads.len() {
-        let (err, cookie) = raw.reply().await;
-        assert_eq!(err, 0);
-        let &(_, offset, len) = reads
-            .iter()
-            .find(|r| r.0 == cookie)
-            .unwrap_or_else(|| panic!("unknown cookie {cookie}"));
-        assert!(seen.insert(cookie), "cookie {cookie} answered twice");
-        let data = raw.read(len as usize).await;
-        assert!(
-            data == image[offset as usize..][..len as usize],
-            "cookie {cookie}"
-        );
-    }
+    read_burst(&mut raw, &image, &reads).await;
     raw.request(nbd::CMD_DISC, 9, 0, 0).await;
     raw.expect_closed().await;
 
