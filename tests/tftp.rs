@@ -214,6 +214,15 @@ async fn recv(sock: &UdpSocket) -> (Vec<u8>, SocketAddr) {
     (buf, from)
 }
 
+/// From a fresh client socket, sends a read request (`parts` as for `rrq`) to `tftp`; returns
+/// the socket, the first answer and where it came from.
+async fn request(tftp: SocketAddr, parts: &[&str]) -> (UdpSocket, Vec<u8>, SocketAddr) {
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    sock.send_to(&rrq(parts), tftp).await.unwrap();
+    let (pkt, from) = recv(&sock).await;
+    (sock, pkt, from)
+}
+
 fn rrq(parts: &[&str]) -> Vec<u8> {
     let mut b = vec![0, 1];
     for p in parts {
@@ -335,11 +344,7 @@ async fn an_unacknowledged_block_is_sent_again() {
     let fx = fixture();
     let daemon = fx.start().await;
     tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
-    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    sock.send_to(&rrq(&["undionly.kpxe", "octet"]), daemon.bound.tftp)
-        .await
-        .unwrap();
-    let (first, tid) = recv(&sock).await;
+    let (sock, first, tid) = request(daemon.bound.tftp, &["undionly.kpxe", "octet"]).await;
     assert_eq!(&first[..4], &[0, 3, 0, 1]);
     // No ACK: the same block comes again, from the same transfer socket.
     let (again, from) = recv(&sock).await;
@@ -367,21 +372,12 @@ async fn one_client_gets_a_bounded_number_of_transfers_at_once() {
     // `limit` transfers from one address, none acknowledged: each gets its first block.
     let mut open = Vec::new();
     for _ in 0..limit {
-        let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-        sock.send_to(&rrq(&["undionly.kpxe", "octet"]), addr)
-            .await
-            .unwrap();
-        let (pkt, tid) = recv(&sock).await;
+        let (sock, pkt, tid) = request(addr, &["undionly.kpxe", "octet"]).await;
         assert_eq!(&pkt[..4], &[0, 3, 0, 1], "first block");
         open.push((sock, tid));
     }
     // One more from the same address is refused at once, with a reason.
-    let extra = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    extra
-        .send_to(&rrq(&["undionly.kpxe", "octet"]), addr)
-        .await
-        .unwrap();
-    let (pkt, _) = recv(&extra).await;
+    let (extra, pkt, _) = request(addr, &["undionly.kpxe", "octet"]).await;
     assert_eq!(&pkt[..2], &[0, 5], "an ERROR");
     assert!(String::from_utf8_lossy(&pkt[4..]).contains("too many transfers"));
     // Ending one transfer gives its slot back.
@@ -467,27 +463,20 @@ async fn a_silent_client_times_out_and_a_running_transfer_does_not_hold_up_stop(
     let daemon = fx.start().await;
     tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
     // Asks for a 1 s timeout, takes the OACK, and never answers: after the retries the
-    // transfer is given up as timed out.
-    let silent = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    silent
-        .send_to(
-            &rrq(&["undionly.kpxe", "octet", "timeout", "1"]),
-            daemon.bound.tftp,
-        )
-        .await
-        .unwrap();
-    let (oack, _) = recv(&silent).await;
+    // transfer is given up as timed out. The socket stays open: a closed port would answer
+    // the retransmissions with ICMP and end the transfer as aborted instead.
+    let (_silent, oack, _) = request(
+        daemon.bound.tftp,
+        &["undionly.kpxe", "octet", "timeout", "1"],
+    )
+    .await;
     assert_eq!(&oack[..2], &[0, 6], "an OACK");
     let events = file_events(&fx.path().join("var"), 1).await;
     assert_eq!(events[0]["outcome"], "timedout", "{events:?}");
     assert_eq!(events[0]["bytes"], 0);
 
     // A transfer still running does not hold up the daemon's stop.
-    let late = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    late.send_to(&rrq(&["undionly.kpxe", "octet"]), daemon.bound.tftp)
-        .await
-        .unwrap();
-    let (first, _) = recv(&late).await;
+    let (_late, first, _) = request(daemon.bound.tftp, &["undionly.kpxe", "octet"]).await;
     assert_eq!(&first[..4], &[0, 3, 0, 1]);
     tokio::time::timeout(Duration::from_secs(10), daemon.stop())
         .await
