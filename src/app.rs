@@ -190,6 +190,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
 
 /// Runs the daemon until SIGINT or SIGTERM.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
+    raise_fd_limit();
     let running = start(config).await?;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let stopped = running.shutdown.clone();
@@ -200,6 +201,27 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     }
     running.stop().await;
     Ok(())
+}
+
+/// Raises the soft limit on open files to the hard one, as Go's runtime does: systemd's
+/// default soft limit (1024) would cap the NFS open-file cache (half the limit) at 512 files,
+/// fewer than one boot reads, and a room of connections could run out of descriptors.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: one valid rlimit to fill, then to set.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 || lim.rlim_cur >= lim.rlim_max {
+            return;
+        }
+        let from = lim.rlim_cur;
+        lim.rlim_cur = lim.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
+            tracing::info!(from, to = lim.rlim_max, "raised the open-file limit");
+        }
+    }
 }
 
 async fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {

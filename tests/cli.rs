@@ -1,4 +1,5 @@
-//! The command line: `bootpool check` on the shipped config and on broken ones.
+//! The command line: `bootpool check` on the shipped config and on broken ones, and what
+//! `bootpool serve` sets up for itself (the open-file limit).
 
 mod common;
 
@@ -44,4 +45,45 @@ fn missing_image_files_fail_the_check() {
         err.contains("pools.nbd-room.image: image `demo` lacks") && err.contains("rootfs.img"),
         "{err}"
     );
+}
+
+/// The soft limit on open files in /proc/PID/limits.
+fn soft_nofile(pid: u32) -> u64 {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    line.split_whitespace().nth(3).unwrap().parse().unwrap()
+}
+
+#[test]
+fn serve_raises_the_open_file_limit_to_the_hard_limit() {
+    // systemd starts services with a soft limit of 1024 under a far higher hard one.
+    let fx = common::Fixture::new();
+    fx.write_config(&fx.config_text());
+    let log_path = fx.path().join("serve.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut child = Command::new("prlimit")
+        .args(["--nofile=256:4096", "--"])
+        .arg(env!("CARGO_BIN_EXE_bootpool"))
+        .args(["serve", "--config"])
+        .arg(fx.config_path())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    // prlimit execs the daemon: the same process.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut logged = String::new();
+    while std::time::Instant::now() < deadline && !logged.contains("bootpool serving") {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        logged = std::fs::read_to_string(&log_path).unwrap();
+    }
+    let soft = soft_nofile(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(logged.contains("bootpool serving"), "{logged}");
+    assert!(logged.contains("raised the open-file limit"), "{logged}");
+    assert_eq!(soft, 4096, "{logged}");
 }

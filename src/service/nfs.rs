@@ -698,7 +698,6 @@ fn plus_entries(l: &tree::Listing) -> nfs3::PlusEntries {
     enc
 }
 
-/// Writes the buffered replies; false when the client stopped reading (or went away).
 /// Finishes the record last written to `out` with `data` (and its XDR padding) and sends all
 /// of `out`, then the data, in one `writev`; false when the client stopped reading.
 fn send_with_data(s: &mut std::net::TcpStream, out: &mut Writer, data: &[u8]) -> bool {
@@ -725,6 +724,7 @@ fn send_with_data(s: &mut std::net::TcpStream, out: &mut Writer, data: &[u8]) ->
     ok
 }
 
+/// Writes the buffered replies; false when the client stopped reading (or went away).
 fn send(s: &mut std::net::TcpStream, out: &mut Writer) -> bool {
     let ok = s.write_all(&out.buf).is_ok();
     out.buf.clear();
