@@ -73,13 +73,12 @@ pub fn locate(text: &str, path: &[Step]) -> Option<(usize, usize)> {
         };
         let Some((n, col)) = hit else {
             // A key inside a flow map on the item line (`- { mac: ... }`).
-            if let (Step::Key(k), Some((line, _))) = (step, found) {
-                if let Some(c) = lines[line - 1]
+            if let (Step::Key(k), Some((line, _))) = (step, found)
+                && let Some(c) = lines[line - 1]
                     .as_ref()
                     .and_then(|l| find_flow_key(l.text, k))
-                {
-                    return Some((line, c + 1));
-                }
+            {
+                return Some((line, c + 1));
             }
             return found;
         };

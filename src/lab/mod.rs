@@ -314,8 +314,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             let mac = vm.mac.to_string();
             let boot = boots
                 .iter()
-                .filter(|b| b.mac == mac && b.start >= wave_start - 1.0)
-                .last()
+                .rfind(|b| b.mac == mac && b.start >= wave_start - 1.0)
                 .cloned();
             Outcome {
                 name: vm.name.clone(),

@@ -291,13 +291,13 @@ fn watch_console(
         if m.done.is_none() && fresh.contains(DONE_LINE) {
             m.done = Some(now);
         }
-        if m.failed.is_none() {
-            if let Some(at) = text.find(FAIL_MARK) {
-                let rest = &text[at + FAIL_MARK.len()..];
-                // Wait for the end of the line to have the whole reason.
-                if let Some(end) = rest.find('\n') {
-                    m.failed = Some(rest[..end].trim().to_string());
-                }
+        if m.failed.is_none()
+            && let Some(at) = text.find(FAIL_MARK)
+        {
+            let rest = &text[at + FAIL_MARK.len()..];
+            // Wait for the end of the line to have the whole reason.
+            if let Some(end) = rest.find('\n') {
+                m.failed = Some(rest[..end].trim().to_string());
             }
         }
     }

@@ -122,11 +122,11 @@ impl Boot {
         let mut start = self.start;
         let mut out = Vec::new();
         for (name, end) in ends {
-            if let Some(end) = end {
-                if end >= start {
-                    out.push(Phase { name, start, end });
-                    start = end;
-                }
+            if let Some(end) = end
+                && end >= start
+            {
+                out.push(Phase { name, start, end });
+                start = end;
             }
         }
         out

@@ -26,6 +26,9 @@ pub async fn render(State(web): State<Web>) -> impl IntoResponse {
     )
 }
 
+/// A link counter series: its name, its help text, and how to read it from a link.
+type LinkSeries = (&'static str, &'static str, fn(&LinkCounters) -> u64);
+
 fn head(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
@@ -197,7 +200,7 @@ pub fn text(web: &Web) -> String {
     });
 
     let links = web.egress.links();
-    let counters: [(&str, &str, fn(&LinkCounters) -> u64); 2] = [
+    let counters: [LinkSeries; 2] = [
         (
             "bootpool_link_transmit_bytes_total",
             "Bytes sent on each served link and member, as the kernel counts them.",

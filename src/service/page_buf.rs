@@ -86,7 +86,7 @@ mod tests {
             let b = PageBuf::zeroed(len);
             assert_eq!(b.as_ptr() as usize % PAGE, 0);
             assert_eq!(b.len(), len);
-            assert!(b.capacity() >= len.max(1) && b.capacity() % PAGE == 0);
+            assert!(b.capacity() >= len.max(1) && b.capacity().is_multiple_of(PAGE));
             assert!(b.iter().all(|&x| x == 0));
         }
         let mut b = PageBuf::zeroed(10);
