@@ -188,18 +188,25 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     })
 }
 
-/// Runs the daemon until SIGINT or SIGTERM.
+/// Runs the daemon until SIGINT or SIGTERM (then Ok), or until a service fails (then an
+/// error, so that a supervisor sees a failure and restarts it).
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     raise_fd_limit();
+    // Before start: a SIGTERM as soon as the daemon says it serves must stop it cleanly.
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
     let running = start(config).await?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let stopped = running.shutdown.clone();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("interrupted; stopping"),
-        _ = term.recv() => tracing::info!("terminated; stopping"),
-        _ = stopped.wait() => tracing::warn!("a service stopped the daemon"),
-    }
+    let failed = tokio::select! {
+        _ = int.recv() => { tracing::info!("interrupted; stopping"); false }
+        _ = term.recv() => { tracing::info!("terminated; stopping"); false }
+        _ = stopped.wait() => { tracing::warn!("a service stopped the daemon"); true }
+    };
     running.stop().await;
+    if failed {
+        anyhow::bail!("a service failed and stopped the daemon (see the log above)");
+    }
     Ok(())
 }
 
