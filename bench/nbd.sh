@@ -9,7 +9,7 @@ set -euo pipefail
 usage() {
     cat <<'EOF'
 usage: bench/nbd.sh [--rounds N] [--size MIB] [--rand-secs S] [--idle N] [--no-build] [--out FILE]
-                    [--before BIN]
+                    [--before BIN] [--raw FILE]
 
 Starts bootpool (release build, CARGO_TARGET_DIR=/work/target-bench), nbdkit (file plugin,
 -r), qemu-nbd (-r) and nbd-server (readonly) on loopback, all serving one image file, and
@@ -29,13 +29,14 @@ Prints a table of medians with each server's ratio to the best peer, and replace
   --no-build     use the existing release binary
   --before BIN   also measure this older bootpool binary, as `bootpool-before`, in the same
                  interleaved rounds (before/after comparisons on a busy machine)
-Environment: BENCH_TARGET_DIR (default /work/target-bench) is the release build's target dir.
   --out FILE     results file (default: BENCHMARKS.md at the repo root)
+  --raw FILE     also keep every round's figure (measurement, server, value; tab-separated)
+Environment: BENCH_TARGET_DIR (default /work/target-bench) is the release build's target dir.
 Needs root for nothing; installs nothing: apt-get install nbdkit nbd-server fio libnbd-bin.
 EOF
 }
 
-ROUNDS=5 SIZE_MIB=1024 RAND_SECS=5 IDLE=100 BUILD=1 BEFORE=
+ROUNDS=5 SIZE_MIB=1024 RAND_SECS=5 IDLE=100 BUILD=1 BEFORE= RAW=
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$REPO/BENCHMARKS.md
 while [ $# -gt 0 ]; do
@@ -48,6 +49,7 @@ while [ $# -gt 0 ]; do
     --no-build) BUILD=0 ;;
     --before) BEFORE=$(realpath "$2"); shift ;;
     --out) OUT=$2; shift ;;
+    --raw) RAW=$(realpath "$2"); shift ;;
     *) echo "unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
     shift
@@ -239,6 +241,7 @@ for s in "${SERVERS[@]}"; do
     sleep 1
 done
 
+if [ -n "$RAW" ]; then cp "$RESULTS" "$RAW"; fi
 python3 - "$RESULTS" "$OUT" "$COMMAND" "$SIZE_MIB" "$ROUNDS" "$IDLE" "$BEFORE" <<'EOF'
 import collections, datetime, os, platform, re, statistics, subprocess, sys
 results, out, command, size, rounds, idle, before = sys.argv[1:8]
