@@ -25,6 +25,25 @@ fn tftp_hpa(addr: SocketAddr, remote: &str, local: &Path, mode: &str) -> Command
     c
 }
 
+/// atftp fetching `remote` into `local`, asking for each TFTP option in `options`
+/// (e.g. "blksize 1468").
+fn atftp(addr: SocketAddr, remote: &str, local: &Path, options: &[&str]) -> Command {
+    let mut c = Command::new("atftp");
+    for o in options {
+        c.args(["--option", o]);
+    }
+    c.args([
+        "-g",
+        "-r",
+        remote,
+        "-l",
+        local.to_str().unwrap(),
+        &addr.ip().to_string(),
+        &addr.port().to_string(),
+    ]);
+    c
+}
+
 /// A fixture whose config reserves 127.0.0.1 for a MAC of `nfs-room`.
 fn fixture() -> Fixture {
     let fx = Fixture::new();
@@ -116,22 +135,12 @@ async fn stock_clients_get_the_fixture_bytes() {
         ("demo/initrd.img", pattern(2, 2 << 20)),
     ] {
         let local = out.join(remote.replace('/', "-"));
-        let mut c = Command::new("atftp");
-        c.args([
-            "--option",
-            "blksize 1468",
-            "--option",
-            "windowsize 16",
-            "--option",
-            "tsize 0",
-            "-g",
-            "-r",
+        let c = atftp(
+            addr,
             remote,
-            "-l",
-            local.to_str().unwrap(),
-            &addr.ip().to_string(),
-            &addr.port().to_string(),
-        ]);
+            &local,
+            &["blksize 1468", "windowsize 16", "tsize 0"],
+        );
         let (ok, so, se) = run_async(c, 30).await;
         assert!(ok, "{so}{se}");
         assert_eq!(std::fs::read(&local).unwrap(), want, "{remote}");
@@ -420,20 +429,13 @@ async fn many_transfers_at_once_each_get_their_bytes() {
     for i in 0..16 {
         let (remote, blksize, window) = cases[i % cases.len()];
         let local = out.join(format!("{i}"));
-        let mut c = Command::new("atftp");
-        c.args([
-            "--option",
-            &format!("blksize {blksize}"),
-            "--option",
-            &format!("windowsize {window}"),
-            "-g",
-            "-r",
+        let options = [format!("blksize {blksize}"), format!("windowsize {window}")];
+        let c = atftp(
+            addr,
             remote,
-            "-l",
-            local.to_str().unwrap(),
-            &addr.ip().to_string(),
-            &addr.port().to_string(),
-        ]);
+            &local,
+            &options.each_ref().map(String::as_str),
+        );
         runs.push(tokio::spawn(async move {
             (run_async(c, 60).await, local, remote)
         }));
