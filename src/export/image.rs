@@ -9,6 +9,7 @@
 //! when there is exactly one, and nothing otherwise.
 
 use crate::config::{Config, Image};
+use crate::export::mapping::{MappedRange, Mapping};
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -34,25 +35,19 @@ pub struct BlockImage {
 
 #[derive(Debug)]
 enum Data {
-    File(File),
+    /// The file, and its mapping to send cached ranges from (None if it could not be mapped).
+    File(Option<Arc<Mapping>>, File),
     Ram(Arc<Vec<u8>>),
 }
 
 impl BlockImage {
-    /// Opens `image`'s `rootfs.img` read-only; refuses anything but a regular file.
+    /// Opens `image`'s `rootfs.img` read-only, mapped to send from (see `cached_range`);
+    /// refuses anything but a regular file.
     pub fn open(image: &Image) -> io::Result<BlockImage> {
-        let path = image.root_image();
-        let file = File::open(&path)?;
-        let meta = file.metadata()?;
-        if !meta.is_file() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} is not a regular file", path.display()),
-            ));
-        }
+        let (file, meta) = open_regular(image)?;
         Ok(BlockImage {
             name: image.name.clone(),
-            data: Data::File(file),
+            data: Data::File(Mapping::of(&image.root_image(), &file, &meta), file),
             size: meta.len(),
         })
     }
@@ -72,7 +67,7 @@ impl BlockImage {
     pub fn read_now(&self, buf: &mut [u8], offset: u64) -> Option<io::Result<()>> {
         let file = match &self.data {
             Data::Ram(_) => return Some(self.read_at(buf, offset)),
-            Data::File(f) => f,
+            Data::File(_, f) => f,
         };
         if offset
             .checked_add(buf.len() as u64)
@@ -98,11 +93,20 @@ impl BlockImage {
         (n >= 0 && n as usize == buf.len()).then_some(Ok(()))
     }
 
+    /// `len` bytes at `offset` in the file's mapping, when all of them are in the page cache:
+    /// a socket write from there copies them once (see `mapping`). None for `store: ram`.
+    pub fn cached_range(&self, offset: u64, len: usize) -> Option<MappedRange<'_>> {
+        match &self.data {
+            Data::File(Some(m), _) => m.cached(offset, len),
+            _ => None,
+        }
+    }
+
     /// The bytes of a `store: ram` image, to send ranges of without copying them.
     pub fn ram(&self) -> Option<&Arc<Vec<u8>>> {
         match &self.data {
             Data::Ram(b) => Some(b),
-            Data::File(_) => None,
+            Data::File(..) => None,
         }
     }
 
@@ -126,7 +130,7 @@ impl BlockImage {
             ));
         }
         match &self.data {
-            Data::File(f) => f.read_exact_at(buf, offset),
+            Data::File(_, f) => f.read_exact_at(buf, offset),
             Data::Ram(b) => {
                 buf.copy_from_slice(&b[offset as usize..][..buf.len()]);
                 Ok(())
@@ -165,14 +169,26 @@ impl ReadAt for Vec<u8> {
 /// Chunk of a `load`: large enough for sequential speed, small enough for a live progress bar.
 const LOAD_CHUNK: usize = 8 << 20;
 
+/// `image`'s `rootfs.img` opened read-only, with its metadata; anything but a regular file is
+/// refused.
+fn open_regular(image: &Image) -> io::Result<(File, std::fs::Metadata)> {
+    let path = image.root_image();
+    let file = File::open(&path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    Ok((file, meta))
+}
+
 /// Reads `image`'s `rootfs.img` whole into memory (`store: ram`), calling `progress(done,
 /// total)` after each chunk.
 pub fn load(image: &Image, progress: &mut dyn FnMut(u64, u64)) -> io::Result<Arc<Vec<u8>>> {
-    let opened = BlockImage::open(image)?;
-    let Data::File(file) = &opened.data else {
-        unreachable!("open gives a file")
-    };
-    let total = opened.size;
+    let (file, meta) = open_regular(image)?;
+    let total = meta.len();
     let len = usize::try_from(total).map_err(|_| io::Error::other("image too large for memory"))?;
     // Zeroed pages come lazily from the kernel, so this costs nothing until filled.
     let mut bytes = vec![0u8; len];

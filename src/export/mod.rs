@@ -4,4 +4,5 @@
 
 pub mod cow;
 pub mod image;
+pub mod mapping;
 pub mod tree;

@@ -11,6 +11,7 @@
 use crate::config::{Config, Image, Store};
 use crate::export::cow::{CowError, Overlay};
 use crate::export::image::{self, BlockImage};
+use crate::export::mapping::{MappedRange, Mapping};
 use crate::proto::nbd::{
     self as p, ClientFlags, Malformed, OptRequest, OptionHeader, Request, Verdict,
 };
@@ -22,10 +23,11 @@ use std::collections::HashMap;
 use std::io;
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -83,6 +85,8 @@ const READ_AHEAD: u32 = 2 << 20;
 /// idle (see `Out`); smaller ones go through the writer task, which sends a burst of them in
 /// one writev (sent one by one, 4 KiB random reads were ~7% slower in one run).
 const INLINE_MIN: u32 = 64 << 10;
+/// How often image mappings whose file was deleted or replaced are let go of.
+const FORGET_STALE_EVERY: Duration = Duration::from_secs(30);
 /// Bytes of requests read ahead per connection.
 const REQUEST_BUFFER: usize = 4 << 10;
 /// Root reads are recorded at most once per interval, or sooner once this many bytes pile up.
@@ -237,9 +241,15 @@ pub async fn serve_with(
         records,
     });
     tracing::info!(exports = ?image::export_names(&config), "nbd serving");
+    let mut sweep = tokio::time::interval(FORGET_STALE_EVERY);
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
+            _ = sweep.tick() => {
+                // An image deleted or replaced: free its mapping (and disk space) once unused.
+                tokio::task::spawn_blocking(Mapping::forget_stale);
+                continue;
+            }
             _ = shutdown.wait() => break,
         };
         let (stream, peer) = match accepted {
@@ -1196,6 +1206,16 @@ async fn send_cached(
     cookie: u64,
 ) -> Inline {
     let len = len as usize;
+    let head = p::simple_reply(0, cookie);
+    if let Some(data) = source.image.cached_range(offset, len) {
+        // From the mapping: the kernel copies page cache to socket once, no buffer of ours.
+        let written = tokio::time::timeout(out.write_timeout, write_mapped(wr, &head, data)).await;
+        if !matches!(written, Ok(Ok(()))) {
+            return Inline::Broken;
+        }
+        out.count(1, len as u64);
+        return Inline::Sent;
+    }
     let mut buf = out.exports.pool.take(len);
     match source.image.read_now(&mut buf[..len], offset) {
         Some(Ok(())) => {}
@@ -1208,7 +1228,6 @@ async fn send_cached(
             return Inline::Failed(e);
         }
     }
-    let head = p::simple_reply(0, cookie);
     let mut slices = [io::IoSlice::new(&head), io::IoSlice::new(&buf[..len])];
     let written = tokio::time::timeout(out.write_timeout, write_slices(wr, &mut slices)).await;
     out.exports.pool.put(buf);
@@ -1217,6 +1236,30 @@ async fn send_cached(
     }
     out.count(1, len as u64);
     Inline::Sent
+}
+
+/// Writes `head`, then `data` from the image's mapping. The mapped bytes go to the kernel as
+/// an iovec and are never read here (see `export::mapping`): a file truncated under us fails
+/// the write with EFAULT.
+async fn write_mapped(
+    wr: &mut OwnedWriteHalf,
+    head: &[u8],
+    data: MappedRange<'_>,
+) -> io::Result<()> {
+    let stream: &TcpStream = wr.as_ref();
+    let fd = stream.as_raw_fd();
+    let total = head.len() + data.len();
+    let mut done = 0;
+    while done < total {
+        let n = stream
+            .async_io(Interest::WRITABLE, || data.writev(fd, head, &[], done))
+            .await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        done += n;
+    }
+    Ok(())
 }
 
 /// Sends replies as they complete, and records root reads in aggregate.
@@ -1420,6 +1463,47 @@ pools:
             Some(&(chunks * chunk as u64))
         );
         assert_eq!(t.stats.reads.load(Relaxed), chunks);
+    }
+
+    #[tokio::test]
+    async fn cached_reads_carry_the_images_bytes_and_a_cut_image_fails_only_its_reads() {
+        let t = start(Limits::default()).await;
+        // Not leased: read-only, no overlay, so cached READs go out from the mapping.
+        let mut s = attach(t.addr).await;
+        let len = 1u32 << 20;
+        let read = |cookie: u64| Request {
+            flags: 0,
+            kind: p::CMD_READ,
+            cookie,
+            offset: len as u64,
+            len,
+        };
+        s.write_all(&read(1).encode()).await.unwrap();
+        let mut reply = vec![0; p::SIMPLE_REPLY_LEN + len as usize];
+        bounded(s.read_exact(&mut reply)).await.unwrap();
+        assert_eq!(reply[..p::SIMPLE_REPLY_LEN], p::simple_reply(0, 1));
+        let want: Vec<u8> = (len as usize..2 * len as usize)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        assert!(reply[p::SIMPLE_REPLY_LEN..] == want[..], "bytes differ");
+        // The image is cut short under the attached client: its READ is an error, not a
+        // signal that takes the daemon down.
+        let image = t._dir.path().join("demo/rootfs.img");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&image)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        s.write_all(&read(2).encode()).await.unwrap();
+        let mut head = [0; p::SIMPLE_REPLY_LEN];
+        bounded(s.read_exact(&mut head)).await.unwrap();
+        assert_eq!(head, p::simple_reply(p::EIO, 2));
+        assert_eq!(t.stats.errors.load(Relaxed), 1);
+        // The daemon serves on.
+        std::fs::write(&image, vec![1u8; 4096]).unwrap();
+        let _again = attach(t.addr).await;
+        t.shutdown.stop_and_wait().await;
     }
 
     #[tokio::test]
