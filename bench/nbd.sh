@@ -8,14 +8,16 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-usage: bench/nbd.sh [--rounds N] [--size MIB] [--rand-secs S] [--idle N] [--no-build] [--out FILE]
-                    [--before BIN] [--raw FILE]
+usage: bench/nbd.sh [--rounds N] [--size MIB] [--seq-secs S] [--rand-secs S] [--idle N] [--no-build]
+                    [--out FILE] [--before BIN] [--raw FILE]
 
 Starts bootpool (release build, CARGO_TARGET_DIR=/work/target-bench), nbdkit (file plugin,
 -r), qemu-nbd (-r) and nbd-server (readonly) on loopback, all serving one image file, and
 measures with the same clients, rounds interleaved:
   nbdcopy   sequential read of the whole image to null:        (MiB/s, higher is better)
-  fio seq   ioengine=nbd, 1 MiB sequential read, iodepth 32     (MiB/s)
+  fio seq   ioengine=nbd, 1 MiB sequential read, iodepth 32, looping over the image
+            for --seq-secs (one pass of 1 GiB is half a second: too short to
+            measure on a shared machine)                               (MiB/s)
   fio rand  ioengine=nbd, 4 KiB random read, iodepth 32         (kIOPS)
   memory    PSS growth of the server's processes per idle client, after N connections
             finished their handshake (KiB, lower is better)
@@ -24,6 +26,7 @@ Prints a table of medians with each server's ratio to the best peer, and replace
 
   --rounds N     rounds per measurement (default 5)
   --size MIB     image size (default 1024)
+  --seq-secs S   duration of each fio sequential run (default 4)
   --rand-secs S  duration of each random-read run (default 5)
   --idle N       idle connections for the memory row (default 100)
   --no-build     use the existing release binary
@@ -36,7 +39,7 @@ Needs root for nothing; installs nothing: apt-get install nbdkit nbd-server fio 
 EOF
 }
 
-ROUNDS=5 SIZE_MIB=1024 RAND_SECS=5 IDLE=100 BUILD=1 BEFORE= RAW=
+ROUNDS=5 SIZE_MIB=1024 SEQ_SECS=4 RAND_SECS=5 IDLE=100 BUILD=1 BEFORE= RAW=
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$REPO/BENCHMARKS.md
 while [ $# -gt 0 ]; do
@@ -44,6 +47,7 @@ while [ $# -gt 0 ]; do
     -h | --help) usage; exit 0 ;;
     --rounds) ROUNDS=$2; shift ;;
     --size) SIZE_MIB=$2; shift ;;
+    --seq-secs) SEQ_SECS=$2; shift ;;
     --rand-secs) RAND_SECS=$2; shift ;;
     --idle) IDLE=$2; shift ;;
     --no-build) BUILD=0 ;;
@@ -54,7 +58,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-COMMAND="bench/nbd.sh --rounds $ROUNDS --size $SIZE_MIB --rand-secs $RAND_SECS --idle $IDLE${BEFORE:+ --before OLD}"
+COMMAND="bench/nbd.sh --rounds $ROUNDS --size $SIZE_MIB --seq-secs $SEQ_SECS --rand-secs $RAND_SECS --idle $IDLE${BEFORE:+ --before OLD}"
 
 for tool in nbdkit qemu-nbd nbd-server nbdcopy fio python3; do
     command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install nbdkit nbd-server fio libnbd-bin qemu-utils)" >&2; exit 1; }
@@ -155,6 +159,13 @@ RESULTS=$WORK/results.tsv
 # fio's nbd engine prints a line before the JSON.
 fio_json() { python3 -c 'import json,sys; t=sys.stdin.read(); j=json.loads(t[t.index("{"):])["jobs"][0]["read"]; print(j[sys.argv[1]])' "$1"; }
 
+# One unmeasured pass per server first: a server's first connection can be slow (nbdkit's
+# first fio run here was half its later ones), and that is start-up, not serving.
+for s in "${SERVERS[@]}"; do
+    fio --name=warm --ioengine=nbd --uri="$(uri_of "$s")" --rw=read --bs=1M --iodepth=32 \
+        --size="${SIZE_MIB}M" --output-format=json >/dev/null
+done
+
 for round in $(seq "$ROUNDS"); do
     for s in "${SERVERS[@]}"; do
         uri=$(uri_of "$s")
@@ -163,7 +174,8 @@ for round in $(seq "$ROUNDS"); do
         t1=$(date +%s.%N)
         echo -e "nbdcopy\t$s\t$(python3 -c "print($SIZE_MIB/($t1-$t0))")" >>"$RESULTS"
         bw=$(fio --name=seq --ioengine=nbd --uri="$uri" --rw=read --bs=1M --iodepth=32 \
-            --size="${SIZE_MIB}M" --output-format=json | fio_json bw_bytes)
+            --size="${SIZE_MIB}M" --time_based --runtime="$SEQ_SECS" --output-format=json |
+            fio_json bw_bytes)
         echo -e "fio-seq\t$s\t$(python3 -c "print($bw/1048576)")" >>"$RESULTS"
         iops=$(fio --name=rand --ioengine=nbd --uri="$uri" --rw=randread --bs=4k --iodepth=32 \
             --size="${SIZE_MIB}M" --time_based --runtime="$RAND_SECS" --output-format=json | fio_json iops)
