@@ -127,9 +127,36 @@ impl Mapping {
         {
             return Some(m.clone());
         }
-        let m = Arc::new(Mapping::new(file, key)?);
+        let m = Arc::new(Mapping::whole(file, meta)?);
         kept.insert(path.to_path_buf(), m.clone());
         Some(m)
+    }
+
+    /// A mapping of all of `file` (`meta` is its metadata), not kept: its owner decides how
+    /// long it lives. None for an empty file, or when the kernel refuses.
+    pub fn whole(file: &File, meta: &std::fs::Metadata) -> Option<Mapping> {
+        Mapping::new(file, (meta.dev(), meta.ino(), meta.len()))
+    }
+
+    /// Bytes mapped: the file's size when it was mapped.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// `len` bytes at `offset`, if inside the mapping; whether the page cache holds them is
+    /// not asked (see `cached`): a write from them may wait for the disk.
+    pub fn range(&self, offset: u64, len: usize) -> Option<MappedRange<'_>> {
+        let start = usize::try_from(offset).ok()?;
+        start.checked_add(len).filter(|e| *e <= self.len)?;
+        Some(MappedRange {
+            addr: self.addr + start,
+            len,
+            _mapping: PhantomData,
+        })
     }
 
     /// Lets go of the kept mappings whose path no longer names the file they map (deleted or
@@ -174,8 +201,8 @@ impl Mapping {
     /// this check and the write is read in by the write, on the writer's thread: rare, and
     /// still correct).
     pub fn cached(&self, offset: u64, len: usize) -> Option<MappedRange<'_>> {
-        let start = usize::try_from(offset).ok()?;
-        let end = start.checked_add(len).filter(|e| *e <= self.len)?;
+        let range = self.range(offset, len)?;
+        let (start, end) = (offset as usize, offset as usize + len);
         let page_len = page_size();
         let mut page = start & !(page_len - 1);
         let mut resident = [0u8; MINCORE_PAGES];
@@ -195,11 +222,7 @@ impl Mapping {
             }
             page += span;
         }
-        Some(MappedRange {
-            addr: self.addr + start,
-            len,
-            _mapping: PhantomData,
-        })
+        Some(range)
     }
 }
 

@@ -19,6 +19,7 @@
 //! Everything here is synchronous and quick when cached; the NFS service calls it from its
 //! connection tasks (through `block_in_place` on a multi-threaded runtime).
 
+use crate::export::mapping::{MappedRange, Mapping};
 use crate::proto::nfs3::{Attr, PlusEntries};
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{OsStr, OsString};
@@ -159,10 +160,18 @@ type OpenRoot = (Arc<OwnedFd>, (u64, u64), Instant);
 /// read since the hand last passed it stays, so a boot's hot files are not dropped with
 /// the rest as they were when the cache was emptied whole.
 struct FileCache {
-    map: HashMap<TreeHandle, (Arc<File>, bool)>,
+    map: HashMap<TreeHandle, CachedFile>,
     /// The hand's order; may hold handles removed since (skipped).
     ring: VecDeque<TreeHandle>,
     cap: usize,
+}
+
+struct CachedFile {
+    file: Arc<File>,
+    /// Made on the file's first big cached READ (see `Tree::read_mapped`), dropped with it.
+    mapping: Option<Arc<Mapping>>,
+    /// Read since the hand last passed.
+    used: bool,
 }
 
 impl FileCache {
@@ -174,12 +183,25 @@ impl FileCache {
         }
     }
     fn get(&mut self, h: &TreeHandle) -> Option<Arc<File>> {
-        let (f, used) = self.map.get_mut(h)?;
-        *used = true;
-        Some(f.clone())
+        let e = self.map.get_mut(h)?;
+        e.used = true;
+        Some(e.file.clone())
+    }
+    /// The open file's mapping, made if it has none or one shorter than `end` (the file
+    /// grew); None if the file is not open here or cannot be mapped.
+    fn mapping(&mut self, h: &TreeHandle, end: u64) -> Option<Arc<Mapping>> {
+        let e = self.map.get_mut(h)?;
+        match &e.mapping {
+            Some(m) if m.len() as u64 >= end => {}
+            _ => {
+                let meta = e.file.metadata().ok()?;
+                e.mapping = Mapping::whole(&e.file, &meta).map(Arc::new);
+            }
+        }
+        e.mapping.clone()
     }
     /// Adds `f`; returns what was evicted, to be closed after the lock is let go.
-    fn insert(&mut self, h: TreeHandle, f: Arc<File>) -> Vec<Arc<File>> {
+    fn insert(&mut self, h: TreeHandle, f: Arc<File>) -> Vec<CachedFile> {
         let mut gone = Vec::new();
         if self.map.contains_key(&h) {
             return gone;
@@ -189,23 +211,30 @@ impl FileCache {
                 break;
             };
             match self.map.get_mut(&old) {
-                Some((_, used)) if *used => {
-                    *used = false;
+                Some(e) if e.used => {
+                    e.used = false;
                     self.ring.push_back(old);
                 }
-                Some(_) => gone.extend(self.map.remove(&old).map(|e| e.0)),
+                Some(_) => gone.extend(self.map.remove(&old)),
                 None => {}
             }
         }
-        self.map.insert(h, (f, false));
+        self.map.insert(
+            h,
+            CachedFile {
+                file: f,
+                mapping: None,
+                used: false,
+            },
+        );
         self.ring.push_back(h);
         if self.ring.len() > 2 * self.cap {
             self.ring.retain(|h| self.map.contains_key(h));
         }
         gone
     }
-    fn remove(&mut self, h: &TreeHandle) -> Option<Arc<File>> {
-        self.map.remove(h).map(|e| e.0)
+    fn remove(&mut self, h: &TreeHandle) -> Option<CachedFile> {
+        self.map.remove(h)
     }
 }
 
@@ -674,6 +703,35 @@ impl Tree {
         Ok((attr, n, offset.saturating_add(n as u64) >= attr.size))
     }
 
+    /// Like `read_into`, for a file on disk whose bytes the page cache holds: the reply's
+    /// data then goes out straight from a mapping of the file (see `export::mapping`), one
+    /// copy where reading into a buffer and sending it makes two. None: read with
+    /// `read_into` (a RAM image, bytes not cached, or a file that cannot be mapped).
+    pub fn read_mapped(
+        &self,
+        h: &TreeHandle,
+        offset: u64,
+        count: usize,
+    ) -> Result<Option<MappedRead>, Status> {
+        let (attr, Readable::File(_)) = self.readable(h)? else {
+            return Ok(None);
+        };
+        let len = read_len(&attr, offset, count);
+        let Some(mapping) = lock(&self.files).mapping(h, offset + len as u64) else {
+            return Ok(None);
+        };
+        if mapping.cached(offset, len).is_none() {
+            return Ok(None);
+        }
+        Ok(Some(MappedRead {
+            attr,
+            eof: offset + len as u64 >= attr.size,
+            mapping,
+            offset,
+            len,
+        }))
+    }
+
     /// A regular file's attributes and where its bytes are.
     fn readable(&self, h: &TreeHandle) -> Result<(Attr, Readable), Status> {
         let Node::In { img, rel, attr } = self.resolve(h)? else {
@@ -903,6 +961,32 @@ impl Entries {
 }
 
 /// Where a READ's bytes come from.
+/// A READ's answer whose data is in a file's mapping (`Tree::read_mapped`).
+pub struct MappedRead {
+    pub attr: Attr,
+    pub eof: bool,
+    mapping: Arc<Mapping>,
+    offset: u64,
+    len: usize,
+}
+
+impl MappedRead {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The data, for `MappedRange::writev`.
+    pub fn data(&self) -> MappedRange<'_> {
+        self.mapping
+            .range(self.offset, self.len)
+            .expect("checked inside the mapping by read_mapped")
+    }
+}
+
 enum Readable {
     Ram(Arc<[u8]>),
     File(Arc<File>),
@@ -1231,6 +1315,39 @@ mod tests {
             let (_, eof) = tree.read(&f, 0, 2, &mut out).unwrap();
             assert_eq!((out.as_slice(), eof), (&b"10"[..], false), "ram {ram}");
         }
+    }
+
+    #[test]
+    fn big_cached_reads_on_disk_are_sent_from_a_mapping_of_the_file() {
+        let (dir, tree) = fixture();
+        let bytes: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("rootfs/big/data"), &bytes).unwrap();
+        let f = walk(&tree, &["demo", "big", "data"]).unwrap();
+        // Written just now, so in the page cache; the last READ is cut at the end.
+        for (offset, count, want_eof) in [(1000, 200_000, false), (250_000, 100_000, true)] {
+            let m = tree
+                .read_mapped(&f, offset, count)
+                .unwrap()
+                .expect("mapped");
+            let end = (offset as usize + count).min(bytes.len());
+            assert_eq!(
+                (m.len(), m.eof, m.attr.size),
+                (end - offset as usize, want_eof, 300_000)
+            );
+            let mut out = tempfile::tempfile().unwrap();
+            let n = m.data().writev(out.as_raw_fd(), b"<", b">", 0).unwrap();
+            let mut got = Vec::new();
+            std::io::Seek::rewind(&mut out).unwrap();
+            std::io::Read::read_to_end(&mut out, &mut got).unwrap();
+            assert_eq!(n, got.len());
+            assert!(got == [&b"<"[..], &bytes[offset as usize..end], b">"].concat());
+        }
+        // Not for a folder; and a RAM image's bytes are sent from memory already.
+        let big = walk(&tree, &["demo", "big"]).unwrap();
+        assert!(matches!(tree.read_mapped(&big, 0, 100_000), Err(st) if st == status::ISDIR));
+        let (_dir, ram) = fixture_with(true);
+        let f = walk(&ram, &["demo", "big", "f1000"]).unwrap();
+        assert!(ram.read_mapped(&f, 0, 100_000).unwrap().is_none());
     }
 
     #[test]

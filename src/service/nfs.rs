@@ -15,7 +15,7 @@
 
 use crate::boot::exports::nfs_allowed;
 use crate::config::{Config, RootProto, Store};
-use crate::export::tree::{self, Status, Tree, TreeHandle, status};
+use crate::export::tree::{self, MappedRead, Status, Tree, TreeHandle, status};
 use crate::proto::nfs3::{self, Cred, Mount, Nfs, Refusal, Writer};
 use crate::proto::portmap;
 use crate::record::{Kind, Proto, Recorder, Records, Service, Who};
@@ -25,6 +25,7 @@ use crate::shutdown::Shutdown;
 use bytes::{Buf as _, BytesMut};
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::AsRawFd as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -176,10 +177,19 @@ struct Conn {
     total: u64,
     unreported: u64,
     last_flush: Instant,
-    /// A big READ's data, read page-aligned (see `BIG_READ`), and how many bytes of it the
-    /// reply just built still has to send. Dropped when the client goes quiet.
+    /// A big READ's data, read page-aligned (see `BIG_READ`). Dropped when the client goes
+    /// quiet.
     big: Option<PageBuf>,
-    big_pending: Option<usize>,
+    /// The data the reply just built still has to send.
+    big_pending: Option<BigData>,
+}
+
+/// Where a big READ's data is.
+enum BigData {
+    /// The first bytes of `Conn::big`.
+    Read(usize),
+    /// In the file's mapping.
+    Mapped(MappedRead),
 }
 
 /// Why a connection ends early.
@@ -211,11 +221,16 @@ impl Conn {
                             self.recorder.malformed(Service::Nfs);
                             break 'conn why;
                         }
-                        if let Some(n) = self.big_pending.take() {
-                            let data = &self.big.as_ref().expect("read into it")[..n];
-                            if !send_with_data(&mut s, &mut out, data) {
-                                break 'conn "client not reading";
+                        let sent = match self.big_pending.take() {
+                            None => true,
+                            Some(BigData::Read(n)) => {
+                                let data = &self.big.as_ref().expect("read into it")[..n];
+                                send_with_data(&mut s, &mut out, data)
                             }
+                            Some(BigData::Mapped(m)) => send_mapped(&mut s, &mut out, &m),
+                        };
+                        if !sent {
+                            break 'conn "client not reading";
                         }
                         used
                     }
@@ -582,6 +597,21 @@ impl Conn {
     /// A READ of `BIG_READ` or more: the data goes into the connection's page-aligned buffer
     /// and leaves after the reply's header (`send_with_data`), not copied into `out`.
     fn big_read(&mut self, h: &TreeHandle, offset: u64, count: u32, out: &mut Writer) {
+        match self.tree.read_mapped(h, offset, count as usize) {
+            Ok(Some(m)) => {
+                read_ok_header(out, &m.attr, m.len(), m.eof);
+                self.total += m.len() as u64;
+                self.unreported += m.len() as u64;
+                self.big_pending = Some(BigData::Mapped(m));
+                return;
+            }
+            // Not from a mapping: read into the buffer below.
+            Ok(None) => {}
+            Err(st) => {
+                out.u32(st).post_op_attr(self.tree.getattr(h).ok().as_ref());
+                return;
+            }
+        }
         let buf = self
             .big
             .get_or_insert_with(|| PageBuf::zeroed(tree::MAX_READ as usize));
@@ -589,7 +619,7 @@ impl Conn {
         match self.tree.read_into(h, offset, buf) {
             Ok((attr, n, eof)) => {
                 read_ok_header(out, &attr, n, eof);
-                self.big_pending = Some(n);
+                self.big_pending = Some(BigData::Read(n));
                 self.total += n as u64;
                 self.unreported += n as u64;
             }
@@ -716,6 +746,30 @@ fn send_with_data(s: &mut std::net::TcpStream, out: &mut Writer, data: &[u8]) ->
         match s.write_vectored(rest) {
             Ok(0) => break false,
             Ok(n) => std::io::IoSlice::advance_slices(&mut rest, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break false,
+        }
+    };
+    out.buf.clear();
+    ok
+}
+
+/// Like `send_with_data`, with the data written straight from a file's mapping. A file cut
+/// short since `read_mapped` fails the write (EFAULT): the connection ends, and the client's
+/// retry on a new one sees the new size.
+fn send_mapped(s: &mut std::net::TcpStream, out: &mut Writer, read: &MappedRead) -> bool {
+    let data = read.data();
+    let pad = data.len().div_ceil(4) * 4 - data.len();
+    out.extend_record((data.len() + pad) as u32);
+    let total = out.buf.len() + data.len() + pad;
+    let mut done = 0;
+    let ok = loop {
+        if done == total {
+            break true;
+        }
+        match data.writev(s.as_raw_fd(), &out.buf, &[0u8; 3][..pad], done) {
+            Ok(0) => break false,
+            Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => break false,
         }
