@@ -594,8 +594,9 @@ impl Conn {
         }
     }
 
-    /// A READ of `BIG_READ` or more: the data goes into the connection's page-aligned buffer
-    /// and leaves after the reply's header (`send_with_data`), not copied into `out`.
+    /// A READ of `BIG_READ` or more: the data leaves after the reply's header, not copied into
+    /// `out`: from the file's mapping when the page cache holds it (`send_mapped`), else read
+    /// into the connection's page-aligned buffer (`send_with_data`).
     fn big_read(&mut self, h: &TreeHandle, offset: u64, count: u32, out: &mut Writer) {
         match self.tree.read_mapped(h, offset, count as usize) {
             Ok(Some(m)) => {
