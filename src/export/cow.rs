@@ -227,6 +227,16 @@ impl Overlay {
         }
     }
 
+    /// Whether `len` bytes at `offset` are all the base's (no block of them written or
+    /// zeroed here): such a read may be served from the base alone.
+    pub fn untouched(&self, offset: u64, len: u64) -> bool {
+        if self.map.is_empty() || len == 0 {
+            return true;
+        }
+        let last = (offset.saturating_add(len) - 1) / BLOCK;
+        (offset / BLOCK..=last).all(|b| !self.map.contains_key(&b))
+    }
+
     /// Fills `buf` from `offset`: written blocks from the overlay, zeroed ones with zeroes,
     /// the rest from `base`. Runs of one kind are read in one go.
     pub fn read(&self, base: &dyn ReadAt, buf: &mut [u8], offset: u64) -> io::Result<()> {
@@ -459,6 +469,26 @@ mod tests {
         let mut out = vec![0xee; o.size() as usize];
         o.read(b, &mut out, 0).unwrap();
         out
+    }
+
+    #[test]
+    fn untouched_names_the_ranges_only_the_base_holds() {
+        let size = 10 * BLOCK as usize;
+        let b = base(size);
+        for (mut o, _dir) in both(size, 1 << 20) {
+            assert!(o.untouched(0, size as u64), "nothing written yet");
+            o.write(&b, &[9; 10], 5000).unwrap(); // block 1
+            o.trim(6 * BLOCK, BLOCK).unwrap(); // block 6, zeroed
+            assert!(o.untouched(0, BLOCK));
+            assert!(!o.untouched(BLOCK - 1, 2), "one byte into block 1");
+            assert!(o.untouched(2 * BLOCK, 4 * BLOCK));
+            assert!(
+                !o.untouched(2 * BLOCK, 4 * BLOCK + 1),
+                "one byte into block 6"
+            );
+            assert!(o.untouched(7 * BLOCK, 3 * BLOCK));
+            assert!(o.untouched(3 * BLOCK, 0));
+        }
     }
 
     #[test]

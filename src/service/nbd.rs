@@ -743,9 +743,9 @@ impl Conn {
             let cookie = req.cookie;
             let op = match req.verdict(size, writable) {
                 Verdict::Read { offset, len } => {
-                    // Without an overlay, data in memory or the page cache is sent from here:
-                    // a hop to a blocking thread costs more than the copy.
-                    if source.overlay.is_none() {
+                    // Data only the base holds, in memory or the page cache, is sent from
+                    // here: a hop to a blocking thread costs more than the copy.
+                    if source.base_only(offset, len) {
                         if let Some(ram) = source.image.ram() {
                             // Sent from the image's own bytes, no copy of ours.
                             let reply = Reply {
@@ -919,6 +919,23 @@ impl Conn {
 struct Source {
     image: Arc<BlockImage>,
     overlay: Option<Arc<RwLock<Overlay>>>,
+}
+
+impl Source {
+    /// Whether the base image alone answers a READ of `len` at `offset`: no overlay, or
+    /// one without a block of that range. A READ that overlaps a WRITE not yet answered
+    /// may see either (the NBD document leaves their order to the server); a WRITE already
+    /// answered is in the overlay, so a later READ is not sent from the base. False when a
+    /// write holds the overlay's lock (it may be waiting for the disk): the READ then
+    /// goes to a blocking thread.
+    fn base_only(&self, offset: u64, len: u32) -> bool {
+        match &self.overlay {
+            None => true,
+            Some(o) => o
+                .try_read()
+                .is_ok_and(|o| o.untouched(offset, u64::from(len))),
+        }
+    }
 }
 
 /// A request that needs a blocking thread (file I/O, or the overlay's lock).
