@@ -9,7 +9,7 @@ set -euo pipefail
 usage() {
     cat <<'EOF'
 usage: bench/nbd.sh [--rounds N] [--size MIB] [--seq-secs S] [--rand-secs S] [--idle N] [--no-build]
-                    [--out FILE] [--before BIN] [--raw FILE]
+                    [--out FILE] [--before BIN] [--cow] [--raw FILE]
 
 Starts bootpool (release build, CARGO_TARGET_DIR=/work/target-bench), nbdkit (file plugin,
 -r), qemu-nbd (-r) and nbd-server (readonly) on loopback, all serving one image file, and
@@ -32,6 +32,8 @@ Prints a table of medians with each server's ratio to the best peer, and replace
   --no-build     use the existing release binary
   --before BIN   also measure this older bootpool binary, as `bootpool-before`, in the same
                  interleaved rounds (before/after comparisons on a busy machine)
+  --cow          also measure bootpool serving the image through per-client copy-on-write
+                 overlays (`cow: ram`), as `bootpool-cow`: reads no write has touched
   --out FILE     results file (default: BENCHMARKS.md at the repo root)
   --raw FILE     also keep every round's figure (measurement, server, value; tab-separated)
 Environment: BENCH_TARGET_DIR (default /work/target-bench) is the release build's target dir.
@@ -39,7 +41,7 @@ Needs root for nothing; installs nothing: apt-get install nbdkit nbd-server fio 
 EOF
 }
 
-ROUNDS=5 SIZE_MIB=1024 SEQ_SECS=4 RAND_SECS=5 IDLE=100 BUILD=1 BEFORE= RAW=
+ROUNDS=5 SIZE_MIB=1024 SEQ_SECS=4 RAND_SECS=5 IDLE=100 BUILD=1 BEFORE= COW= RAW=
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$REPO/BENCHMARKS.md
 while [ $# -gt 0 ]; do
@@ -52,13 +54,14 @@ while [ $# -gt 0 ]; do
     --idle) IDLE=$2; shift ;;
     --no-build) BUILD=0 ;;
     --before) BEFORE=$(realpath "$2"); shift ;;
+    --cow) COW=1 ;;
     --out) OUT=$2; shift ;;
     --raw) RAW=$(realpath "$2"); shift ;;
     *) echo "unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
     shift
 done
-COMMAND="bench/nbd.sh --rounds $ROUNDS --size $SIZE_MIB --seq-secs $SEQ_SECS --rand-secs $RAND_SECS --idle $IDLE${BEFORE:+ --before OLD}"
+COMMAND="bench/nbd.sh --rounds $ROUNDS --size $SIZE_MIB --seq-secs $SEQ_SECS --rand-secs $RAND_SECS --idle $IDLE${BEFORE:+ --before OLD}${COW:+ --cow}"
 
 for tool in nbdkit qemu-nbd nbd-server nbdcopy fio python3; do
     command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install nbdkit nbd-server fio libnbd-bin qemu-utils)" >&2; exit 1; }
@@ -102,7 +105,7 @@ head -c "$((SIZE_MIB << 20))" /dev/urandom >"$IMG"
 cat "$IMG" >/dev/null
 
 P_BOOTPOOL=$(free_port) P_NBDKIT=$(free_port) P_QEMU=$(free_port) P_NBDSERVER=$(free_port)
-P_BEFORE=$(free_port)
+P_BEFORE=$(free_port) P_COW=$(free_port)
 cat >"$WORK/pools.yaml" <<EOF
 server:
   address: 127.0.0.1
@@ -129,6 +132,13 @@ if [ -n "$BEFORE" ]; then
         >"$WORK/bootpool-before.log" 2>&1 &
     PIDS+=($!); PID_BEFORE=$!
 fi
+PID_COW=
+if [ -n "$COW" ]; then
+    sed -e "s/nbd: $P_BOOTPOOL/nbd: $P_COW/" -e "s|state_dir: state/|state_dir: state-cow/|" \
+        -e "s/store: disk }/store: disk, cow: ram }/" "$WORK/pools.yaml" >"$WORK/pools-cow.yaml"
+    RUST_LOG=warn "$BIN" serve --config "$WORK/pools-cow.yaml" >"$WORK/bootpool-cow.log" 2>&1 &
+    PIDS+=($!); PID_COW=$!
+fi
 nbdkit -f -r -i 127.0.0.1 -p "$P_NBDKIT" file "$IMG" >"$WORK/nbdkit.log" 2>&1 &
 PIDS+=($!); PID_NBDKIT=$!
 qemu-nbd -r -t -e 1000 -b 127.0.0.1 -p "$P_QEMU" -x bench -f raw "$IMG" >"$WORK/qemu-nbd.log" 2>&1 &
@@ -144,14 +154,15 @@ cat >"$WORK/nbd-server.conf" <<EOF
 EOF
 # -p: the config file's pidfile key is ignored by Debian's build.
 nbd-server -C "$WORK/nbd-server.conf" -p "$WORK/nbd-server.pid" >"$WORK/nbd-server.log" 2>&1
-for p in "$P_BOOTPOOL" "$P_NBDKIT" "$P_QEMU" "$P_NBDSERVER" ${BEFORE:+"$P_BEFORE"}; do wait_port "$p"; done
+for p in "$P_BOOTPOOL" "$P_NBDKIT" "$P_QEMU" "$P_NBDSERVER" ${BEFORE:+"$P_BEFORE"} ${COW:+"$P_COW"}; do wait_port "$p"; done
 for _ in $(seq 50); do [ -s "$WORK/nbd-server.pid" ] && break; sleep 0.1; done
 PID_NBDSERVER=$(cat "$WORK/nbd-server.pid")
 
 SERVERS=(bootpool nbdkit qemu-nbd nbd-server)
 [ -n "$BEFORE" ] && SERVERS+=(bootpool-before)
-port_of() { case $1 in bootpool) echo "$P_BOOTPOOL" ;; nbdkit) echo "$P_NBDKIT" ;; qemu-nbd) echo "$P_QEMU" ;; nbd-server) echo "$P_NBDSERVER" ;; bootpool-before) echo "$P_BEFORE" ;; esac; }
-pid_of() { case $1 in bootpool) echo "$PID_BOOTPOOL" ;; nbdkit) echo "$PID_NBDKIT" ;; qemu-nbd) echo "$PID_QEMU" ;; nbd-server) echo "$PID_NBDSERVER" ;; bootpool-before) echo "$PID_BEFORE" ;; esac; }
+[ -n "$COW" ] && SERVERS+=(bootpool-cow)
+port_of() { case $1 in bootpool) echo "$P_BOOTPOOL" ;; nbdkit) echo "$P_NBDKIT" ;; qemu-nbd) echo "$P_QEMU" ;; nbd-server) echo "$P_NBDSERVER" ;; bootpool-before) echo "$P_BEFORE" ;; bootpool-cow) echo "$P_COW" ;; esac; }
+pid_of() { case $1 in bootpool) echo "$PID_BOOTPOOL" ;; nbdkit) echo "$PID_NBDKIT" ;; qemu-nbd) echo "$PID_QEMU" ;; nbd-server) echo "$PID_NBDSERVER" ;; bootpool-before) echo "$PID_BEFORE" ;; bootpool-cow) echo "$PID_COW" ;; esac; }
 uri_of() { echo "nbd://127.0.0.1:$(port_of "$1")/bench"; }
 
 RESULTS=$WORK/results.tsv
@@ -254,9 +265,9 @@ for s in "${SERVERS[@]}"; do
 done
 
 if [ -n "$RAW" ]; then cp "$RESULTS" "$RAW"; fi
-python3 - "$RESULTS" "$OUT" "$COMMAND" "$SIZE_MIB" "$ROUNDS" "$IDLE" "$BEFORE" <<'EOF'
+python3 - "$RESULTS" "$OUT" "$COMMAND" "$SIZE_MIB" "$ROUNDS" "$IDLE" "$BEFORE" "$COW" <<'EOF'
 import collections, datetime, os, platform, re, statistics, subprocess, sys
-results, out, command, size, rounds, idle, before = sys.argv[1:8]
+results, out, command, size, rounds, idle, before, cow = sys.argv[1:9]
 rows = collections.defaultdict(lambda: collections.defaultdict(list))
 for line in open(results):
     row, server, value = line.split("\t")
@@ -265,26 +276,25 @@ servers = ["bootpool", "nbdkit", "qemu-nbd", "nbd-server"]
 peers_of = servers[1:]
 if before:
     servers.append("bootpool-before")
+if cow:
+    servers.append("bootpool-cow")
+ours = [s for s in servers if s.startswith("bootpool")]
 spec = [
     ("nbdcopy", f"nbdcopy seq read {size} MiB (MiB/s)", True),
     ("fio-seq", "fio 1 MiB seq read, QD32 (MiB/s)", True),
     ("fio-rand", "fio 4 KiB rand read, QD32 (kIOPS)", True),
     ("memory", f"PSS per idle client, {idle} clients (KiB)", False),
 ]
-extra = " | bootpool-before / best peer" if before else ""
-lines = ["| measurement | " + " | ".join(servers) + " | bootpool / best peer" + extra + " |",
-         "|---|" + "---:|" * (len(servers) + 1 + bool(before))]
+lines = ["| measurement | " + " | ".join(servers + [f"{s} / best peer" for s in ours]) + " |",
+         "|---|" + "---:|" * (len(servers) + len(ours))]
 for key, label, higher in spec:
     med = {s: statistics.median(rows[key][s]) for s in servers}
     peers = [med[s] for s in peers_of]
     best = max(peers) if higher else min(peers)
-    ratio = med["bootpool"] / best if best else float("inf")
-    cells = [f"{med[s]:.1f}" for s in servers]
     note = ' (lower is better)' if not higher else ''
-    row = f"| {label} | " + " | ".join(cells) + f" | {ratio:.2f}{note} |"
-    if before:
-        row += f" {med['bootpool-before'] / best if best else float('inf'):.2f} |"
-    lines.append(row)
+    cells = [f"{med[s]:.1f}" for s in servers]
+    cells += [f"{med[s] / best if best else float('inf'):.2f}{note}" for s in ours]
+    lines.append(f"| {label} | " + " | ".join(cells) + " |")
 table = "\n".join(lines)
 print(table)
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
@@ -302,8 +312,8 @@ Run {datetime.date.today()} on {os.cpu_count()} cores ({cpu}), {mem} GiB RAM, Li
 {ver(["qemu-nbd", "--version"])}, nbd-server (Debian package {ver(["dpkg-query", "-W", "-f", "${Version}", "nbd-server"])}),
 clients {ver(["nbdcopy", "--version"])}, {ver(["fio", "--version"])}.
 Command: `{command}` (medians of {rounds} interleaved rounds).
-All {'five' if before else 'four'} serve the same {size} MiB file of random bytes, read-only, over 127.0.0.1, from the
-page cache (bootpool with `store: disk`). The memory row is the growth of the proportional
+All serve the same {size} MiB file of random bytes, read-only, over 127.0.0.1, from the
+page cache (bootpool with `store: disk`){"; bootpool-cow through a copy-on-write overlay per client (`cow: ram`), which these reads never touch" if cow else ""}. The memory row is the growth of the proportional
 set size (PSS) of the server's processes divided by the number of idle clients
 (nbd-server forks one process per client).
 
