@@ -47,8 +47,12 @@ pub struct Mapping {
 
 type FileKey = (u64, u64, u64);
 
-/// A range of a mapping whose pages were all in the page cache when checked, for the kernel
-/// to copy from. Borrows the mapping, so it cannot outlive it.
+fn key_of(meta: &std::fs::Metadata) -> FileKey {
+    (meta.dev(), meta.ino(), meta.len())
+}
+
+/// A range of a mapping, for the kernel to copy from (`Mapping::cached` checked that the page
+/// cache holds it, `Mapping::range` did not). Borrows the mapping, so it cannot outlive it.
 #[derive(Debug, Clone, Copy)]
 pub struct MappedRange<'a> {
     addr: usize,
@@ -120,14 +124,14 @@ impl Mapping {
     /// for `path` if it maps this same file, else a new one, kept from now on. None for an
     /// empty file, or when the kernel refuses (the caller reads with `pread`).
     pub fn of(path: &Path, file: &File, meta: &std::fs::Metadata) -> Option<Arc<Mapping>> {
-        let key = (meta.dev(), meta.ino(), meta.len());
+        let key = key_of(meta);
         let mut kept = kept().lock().unwrap_or_else(|e| e.into_inner());
         if let Some(m) = kept.get(path)
             && m.file == key
         {
             return Some(m.clone());
         }
-        let m = Arc::new(Mapping::whole(file, meta)?);
+        let m = Arc::new(Mapping::new(file, key)?);
         kept.insert(path.to_path_buf(), m.clone());
         Some(m)
     }
@@ -135,7 +139,7 @@ impl Mapping {
     /// A mapping of all of `file` (`meta` is its metadata), not kept: its owner decides how
     /// long it lives. None for an empty file, or when the kernel refuses.
     pub fn whole(file: &File, meta: &std::fs::Metadata) -> Option<Mapping> {
-        Mapping::new(file, (meta.dev(), meta.ino(), meta.len()))
+        Mapping::new(file, key_of(meta))
     }
 
     /// Bytes mapped: the file's size when it was mapped.
@@ -165,7 +169,7 @@ impl Mapping {
         let mut kept = kept().lock().unwrap_or_else(|e| e.into_inner());
         let mut gone = Vec::new();
         kept.retain(|path, m| {
-            let same = std::fs::metadata(path).is_ok_and(|n| (n.dev(), n.ino(), n.len()) == m.file);
+            let same = std::fs::metadata(path).is_ok_and(|n| key_of(&n) == m.file);
             if !same {
                 gone.push(m.clone());
             }

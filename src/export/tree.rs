@@ -960,7 +960,6 @@ impl Entries {
     }
 }
 
-/// Where a READ's bytes come from.
 /// A READ's answer whose data is in a file's mapping (`Tree::read_mapped`).
 pub struct MappedRead {
     pub attr: Attr,
@@ -987,6 +986,7 @@ impl MappedRead {
     }
 }
 
+/// Where a READ's bytes come from.
 enum Readable {
     Ram(Arc<[u8]>),
     File(Arc<File>),

@@ -729,15 +729,22 @@ fn plus_entries(l: &tree::Listing) -> nfs3::PlusEntries {
     enc
 }
 
+/// Makes the record last written to `out` cover `len` bytes of data sent after it, and their
+/// XDR padding, which it returns.
+fn close_record(out: &mut Writer, len: usize) -> &'static [u8] {
+    let pad = len.div_ceil(4) * 4 - len;
+    out.extend_record((len + pad) as u32);
+    &[0u8; 3][..pad]
+}
+
 /// Finishes the record last written to `out` with `data` (and its XDR padding) and sends all
 /// of `out`, then the data, in one `writev`; false when the client stopped reading.
 fn send_with_data(s: &mut std::net::TcpStream, out: &mut Writer, data: &[u8]) -> bool {
-    let pad = data.len().div_ceil(4) * 4 - data.len();
-    out.extend_record((data.len() + pad) as u32);
+    let pad = close_record(out, data.len());
     let mut slices = [
         std::io::IoSlice::new(&out.buf),
         std::io::IoSlice::new(data),
-        std::io::IoSlice::new(&[0u8; 3][..pad]),
+        std::io::IoSlice::new(pad),
     ];
     let mut rest = &mut slices[..];
     let ok = loop {
@@ -760,15 +767,14 @@ fn send_with_data(s: &mut std::net::TcpStream, out: &mut Writer, data: &[u8]) ->
 /// retry on a new one sees the new size.
 fn send_mapped(s: &mut std::net::TcpStream, out: &mut Writer, read: &MappedRead) -> bool {
     let data = read.data();
-    let pad = data.len().div_ceil(4) * 4 - data.len();
-    out.extend_record((data.len() + pad) as u32);
-    let total = out.buf.len() + data.len() + pad;
+    let pad = close_record(out, data.len());
+    let total = out.buf.len() + data.len() + pad.len();
     let mut done = 0;
     let ok = loop {
         if done == total {
             break true;
         }
-        match data.writev(s.as_raw_fd(), &out.buf, &[0u8; 3][..pad], done) {
+        match data.writev(s.as_raw_fd(), &out.buf, pad, done) {
             Ok(0) => break false,
             Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
