@@ -136,10 +136,10 @@ impl Mapping {
         Some(m)
     }
 
-    /// A mapping of all of `file` (`meta` is its metadata), not kept: its owner decides how
-    /// long it lives. None for an empty file, or when the kernel refuses.
-    pub fn whole(file: &File, meta: &std::fs::Metadata) -> Option<Mapping> {
-        Mapping::new(file, key_of(meta))
+    /// A mapping of all of `file` (`st` is its fstat), not kept: its owner decides how long
+    /// it lives. None for an empty file, or when the kernel refuses.
+    pub fn whole(file: &File, st: &libc::stat) -> Option<Mapping> {
+        Mapping::new(file, (st.st_dev, st.st_ino, st.st_size as u64))
     }
 
     /// Bytes mapped: the file's size when it was mapped.

@@ -126,7 +126,7 @@ pub async fn serve(
             unreported: 0,
             last_flush: Instant::now(),
             big: None,
-            big_pending: None,
+            data_pending: None,
         };
         let stream = match stream.into_std().and_then(|s| {
             s.set_nonblocking(false)?;
@@ -180,12 +180,12 @@ struct Conn {
     /// A big READ's data, read page-aligned (see `BIG_READ`). Dropped when the client goes
     /// quiet.
     big: Option<PageBuf>,
-    /// The data the reply just built still has to send.
-    big_pending: Option<BigData>,
+    /// READ data the reply just built still has to send, when it is not in `out`.
+    data_pending: Option<ReplyData>,
 }
 
-/// Where a big READ's data is.
-enum BigData {
+/// Where a READ's data is when it is not in `out`.
+enum ReplyData {
     /// The first bytes of `Conn::big`.
     Read(usize),
     /// In the file's mapping.
@@ -221,13 +221,13 @@ impl Conn {
                             self.recorder.malformed(Service::Nfs);
                             break 'conn why;
                         }
-                        let sent = match self.big_pending.take() {
+                        let sent = match self.data_pending.take() {
                             None => true,
-                            Some(BigData::Read(n)) => {
+                            Some(ReplyData::Read(n)) => {
                                 let data = &self.big.as_ref().expect("read into it")[..n];
                                 send_with_data(&mut s, &mut out, data)
                             }
-                            Some(BigData::Mapped(m)) => send_mapped(&mut s, &mut out, &m),
+                            Some(ReplyData::Mapped(m)) => send_mapped(&mut s, &mut out, &m),
                         };
                         if !sent {
                             break 'conn "client not reading";
@@ -560,8 +560,25 @@ impl Conn {
         out.finish();
     }
 
-    /// READ: the data goes straight after a reserved header, which is filled in afterwards.
+    /// READ: from the file's mapping when the tree offers one (`Tree::read_mapped`: small
+    /// files, and big cached reads), the data then leaving after the reply's header, not
+    /// copied into `out`; else read into the connection's page-aligned buffer (big reads) or
+    /// straight after a reserved header in `out`, which is filled in afterwards.
     fn read(&mut self, h: &TreeHandle, offset: u64, count: u32, out: &mut Writer) {
+        match self.tree.read_mapped(h, offset, count as usize) {
+            Ok(Some(m)) => {
+                read_ok_header(out, &m.attr, m.len(), m.eof);
+                self.count_read(m.len());
+                self.data_pending = Some(ReplyData::Mapped(m));
+                return;
+            }
+            // Not from a mapping: read below.
+            Ok(None) => {}
+            Err(st) => {
+                out.u32(st).post_op_attr(self.tree.getattr(h).ok().as_ref());
+                return;
+            }
+        }
         // Clients ask for rsize whatever the file's size: what counts is what is left of it.
         let big = count >= BIG_READ
             && self
@@ -584,8 +601,7 @@ impl Conn {
                 let mut head = Writer::new();
                 read_ok_header(&mut head, &attr, n, eof);
                 out.buf[at..at + header].copy_from_slice(&head.buf);
-                self.total += n as u64;
-                self.unreported += n as u64;
+                self.count_read(n);
             }
             Err(st) => {
                 out.buf.truncate(at);
@@ -594,25 +610,9 @@ impl Conn {
         }
     }
 
-    /// A READ of `BIG_READ` or more: the data leaves after the reply's header, not copied into
-    /// `out`: from the file's mapping when the page cache holds it (`send_mapped`), else read
-    /// into the connection's page-aligned buffer (`send_with_data`).
+    /// A READ of `BIG_READ` or more not answered from a mapping: read into the connection's
+    /// page-aligned buffer and sent after the reply's header (`send_with_data`).
     fn big_read(&mut self, h: &TreeHandle, offset: u64, count: u32, out: &mut Writer) {
-        match self.tree.read_mapped(h, offset, count as usize) {
-            Ok(Some(m)) => {
-                read_ok_header(out, &m.attr, m.len(), m.eof);
-                self.total += m.len() as u64;
-                self.unreported += m.len() as u64;
-                self.big_pending = Some(BigData::Mapped(m));
-                return;
-            }
-            // Not from a mapping: read into the buffer below.
-            Ok(None) => {}
-            Err(st) => {
-                out.u32(st).post_op_attr(self.tree.getattr(h).ok().as_ref());
-                return;
-            }
-        }
         let buf = self
             .big
             .get_or_insert_with(|| PageBuf::zeroed(tree::MAX_READ as usize));
@@ -620,14 +620,19 @@ impl Conn {
         match self.tree.read_into(h, offset, buf) {
             Ok((attr, n, eof)) => {
                 read_ok_header(out, &attr, n, eof);
-                self.big_pending = Some(BigData::Read(n));
-                self.total += n as u64;
-                self.unreported += n as u64;
+                self.data_pending = Some(ReplyData::Read(n));
+                self.count_read(n);
             }
             Err(st) => {
                 out.u32(st).post_op_attr(self.tree.getattr(h).ok().as_ref());
             }
         }
+    }
+
+    /// Bytes of READ data answered, for the boot record.
+    fn count_read(&mut self, n: usize) {
+        self.total += n as u64;
+        self.unreported += n as u64;
     }
 }
 
