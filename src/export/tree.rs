@@ -10,7 +10,8 @@
 //! Speed: NFS is round-trip bound, so every answer should come from memory. Attributes are
 //! cached per inode and re-checked with one lstat when older than `FRESH` (an admin may update
 //! an image in place); directory listings are cached with every child's attributes and dropped
-//! when the directory's mtime changes; files under `SMALL_FILE` are kept mapped by inode
+//! when the directory's mtime changes, and so are names looked up outside a listing (found or
+//! not); files under `SMALL_FILE` are kept mapped by inode
 //! (their descriptor closed, as many as a share of the mapping limit) and larger ones open
 //! (a share of the descriptor limit), both evicted by second chance; and files are stat'ed
 //! and opened relative to the image's opened root, so the kernel walks only the path inside
@@ -32,7 +33,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Largest READ answered; matches the `rtmax` we advertise.
 pub const MAX_READ: u32 = 1 << 20;
@@ -47,6 +48,9 @@ const FRESH: Duration = Duration::from_secs(1);
 const LISTING_FRESH: Duration = Duration::from_secs(30);
 /// Directory listings kept; a boot touches a few hundred directories.
 const DIR_CACHE: usize = 4096;
+/// Names looked up outside cached listings, kept (found or not: a booting client probes
+/// many names that do not exist, e.g. the library paths the dynamic loader tries).
+const NAME_CACHE: usize = 65_536;
 /// Open files kept: this share of the descriptor limit, within these bounds.
 const FILE_CACHE_SHARE: usize = 2;
 /// Small files kept mapped: this share of the mapping limit (same bounds).
@@ -166,13 +170,13 @@ struct ImageTree {
 /// An image root opened: descriptor, its (dev, ino), when it was last checked.
 type OpenRoot = (Arc<OwnedFd>, (u64, u64), Instant);
 
-/// Values by handle, up to `cap`. A full cache evicts by second chance (CLOCK): an entry
+/// Values by key, up to `cap`. A full cache evicts by second chance (CLOCK): an entry
 /// used since the hand last passed it stays, so a boot's hot files are not dropped with the
 /// rest as they were when the cache was emptied whole.
-struct Clock<V> {
-    map: HashMap<TreeHandle, Slot<V>>,
-    /// The hand's order; may hold handles removed since (skipped).
-    ring: VecDeque<TreeHandle>,
+struct Clock<K, V> {
+    map: HashMap<K, Slot<V>>,
+    /// The hand's order; may hold keys removed since (skipped).
+    ring: VecDeque<K>,
     cap: usize,
 }
 
@@ -182,24 +186,24 @@ struct Slot<V> {
     used: bool,
 }
 
-impl<V> Clock<V> {
-    fn new(cap: usize) -> Clock<V> {
+impl<K: std::hash::Hash + Eq + Clone, V> Clock<K, V> {
+    fn new(cap: usize) -> Clock<K, V> {
         Clock {
             map: HashMap::new(),
             ring: VecDeque::new(),
             cap: cap.max(1),
         }
     }
-    fn get(&mut self, h: &TreeHandle) -> Option<&mut V> {
+    fn get(&mut self, h: &K) -> Option<&mut V> {
         let slot = self.map.get_mut(h)?;
         slot.used = true;
         Some(&mut slot.value)
     }
     /// Adds or replaces `h`'s value; returns what left the cache, to be dropped after the
     /// lock is let go (closing a file or unmapping one is a system call).
-    fn insert(&mut self, h: TreeHandle, value: V) -> Vec<V> {
+    fn insert(&mut self, h: K, value: V) -> Vec<V> {
         let slot = Slot { value, used: false };
-        if let Some(old) = self.map.insert(h, slot) {
+        if let Some(old) = self.map.insert(h.clone(), slot) {
             return vec![old.value];
         }
         let mut gone = Vec::new();
@@ -222,9 +226,28 @@ impl<V> Clock<V> {
         }
         gone
     }
-    fn remove(&mut self, h: &TreeHandle) -> Option<V> {
+    fn remove(&mut self, h: &K) -> Option<V> {
         self.map.remove(h).map(|s| s.value)
     }
+}
+
+/// A name looked up in a folder with no listing cached (see `Tree::names`).
+#[derive(Clone, Copy)]
+struct Named {
+    /// The child's handle; None: no such name.
+    child: Option<TreeHandle>,
+    /// The folder's mtime then: names are added, removed and renamed only with a new one.
+    dir_mtime: (u32, u32),
+    at: Instant,
+}
+
+/// Whether a folder whose mtime is `mtime` may be cached: one changed within the last
+/// second may change again within the same clock tick, which leaves its mtime as it is.
+fn settled(mtime: (u32, u32)) -> bool {
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    now > u64::from(mtime.0) + 1
 }
 
 /// A file kept open (see `Tree::files`).
@@ -377,12 +400,15 @@ pub struct Tree {
     images: Vec<ImageTree>,
     known: RwLock<HashMap<TreeHandle, Known>>,
     listings: Mutex<HashMap<TreeHandle, Arc<Listing>>>,
+    /// LOOKUP answers in folders with no listing cached, by (folder, name): a room of
+    /// clients looking up the same names costs one lstat, not one each.
+    names: Mutex<Clock<(TreeHandle, OsString), Named>>,
     /// Files of `SMALL_FILE` and up, open (for `pread`, and their mapping for big READs).
-    files: Mutex<Clock<OpenFile>>,
+    files: Mutex<Clock<TreeHandle, OpenFile>>,
     /// Files under `SMALL_FILE`, mapped, their descriptor closed: the descriptor limit
     /// (often only thousands) does not bound how many stay ready, a READ of one is a single
     /// `writev` of its reply from the page cache, and it needs no `pread`.
-    small: Mutex<Clock<Arc<Mapping>>>,
+    small: Mutex<Clock<TreeHandle, Arc<Mapping>>>,
     /// `store: ram`: file contents.
     contents: RwLock<HashMap<TreeHandle, Arc<[u8]>>>,
 }
@@ -421,6 +447,7 @@ impl Tree {
             images,
             known: RwLock::new(HashMap::new()),
             listings: Mutex::new(HashMap::new()),
+            names: Mutex::new(Clock::new(NAME_CACHE)),
             files: Mutex::new(Clock::new(file_cache_size())),
             small: Mutex::new(Clock::new(small_map_cache_size())),
             contents: RwLock::new(HashMap::new()),
@@ -643,7 +670,39 @@ impl Tree {
                         return Ok((h, a));
                     }
                 }
-                self.stat(img, rel.join(name).into())
+                // So does a name looked up before, while the folder has not changed.
+                let key = (*dir, name.to_os_string());
+                let named = lock(&self.names).get(&key).copied();
+                if let Some(n) = named
+                    && n.dir_mtime == attr.mtime
+                    && n.at.elapsed() < LISTING_FRESH
+                {
+                    match n.child {
+                        None => return Err(status::NOENT),
+                        Some(h) => {
+                            if let Ok(a) = self.getattr(&h) {
+                                return Ok((h, a));
+                            }
+                        }
+                    }
+                }
+                let found = self.stat(img, rel.join(name).into());
+                let child = match &found {
+                    Ok((h, _)) => Some(Some(*h)),
+                    Err(st) if *st == status::NOENT => Some(None),
+                    Err(_) => None,
+                };
+                if let Some(child) = child
+                    && settled(attr.mtime)
+                {
+                    let named = Named {
+                        child,
+                        dir_mtime: attr.mtime,
+                        at: Instant::now(),
+                    };
+                    lock(&self.names).insert(key, named);
+                }
+                found
             }
         }
     }
@@ -929,6 +988,9 @@ impl Tree {
             children.push((name, h, a));
         }
         let l = Arc::new(Listing::new(attr.mtime, parent, children));
+        if !ram && !settled(attr.mtime) {
+            return Ok(l);
+        }
         let mut cache = lock(&self.listings);
         if cache.len() >= DIR_CACHE {
             cache.clear();
@@ -1400,6 +1462,52 @@ mod tests {
             let (_, eof) = tree.read(&f, 0, 2, &mut out).unwrap();
             assert_eq!((out.as_slice(), eof), (&b"10"[..], false), "ram {ram}");
         }
+    }
+
+    /// Sets `path`'s mtime (and atime) to `secs`.`nsecs`.
+    fn set_mtime(path: &Path, secs: i64, nsecs: i64) {
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        let t = libc::timespec {
+            tv_sec: secs,
+            tv_nsec: nsecs,
+        };
+        let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), [t, t].as_ptr(), 0) };
+        assert_eq!(r, 0);
+    }
+
+    /// A LOOKUP in a folder with no listing cached is remembered, "no such name" too, for as
+    /// long as the folder's mtime stays; a folder changed within the last second is not.
+    #[test]
+    fn names_looked_up_outside_listings_are_kept_while_the_folder_is_unchanged() {
+        let (dir, tree) = fixture();
+        let bin = dir.path().join("rootfs/bin");
+        let old = std::fs::metadata(&bin).unwrap().mtime() - 100;
+        set_mtime(&bin, old, 7);
+        let binh = walk(&tree, &["demo", "bin"]).unwrap();
+        assert_eq!(tree.lookup(&binh, b"late").map(|_| ()), Err(status::NOENT));
+        let su = tree.lookup(&binh, b"su").unwrap().0;
+
+        // Made behind its back with the folder's mtime put back: the kept answers stand.
+        std::fs::write(bin.join("late"), b"x").unwrap();
+        std::fs::remove_file(bin.join("su")).unwrap();
+        set_mtime(&bin, old, 7);
+        std::thread::sleep(FRESH + Duration::from_millis(50));
+        assert_eq!(tree.lookup(&binh, b"late").map(|_| ()), Err(status::NOENT));
+        // The child's own attributes are still checked: a deleted file is not handed out.
+        assert!(tree.lookup(&binh, b"su").is_err());
+        assert!(tree.getattr(&su).is_err());
+
+        // A new mtime, and the folder is looked at again.
+        set_mtime(&bin, old + 50, 0);
+        std::thread::sleep(FRESH + Duration::from_millis(50));
+        assert!(tree.lookup(&binh, b"late").is_ok());
+
+        // Changed just now: not kept.
+        std::fs::write(bin.join("later"), b"x").unwrap();
+        std::thread::sleep(FRESH + Duration::from_millis(50));
+        assert!(tree.lookup(&binh, b"later").is_ok());
+        let key = (binh, OsString::from("later"));
+        assert!(lock(&tree.names).get(&key).is_none());
     }
 
     /// What a `writev` of `m`'s data between `<` and `>` sends.
