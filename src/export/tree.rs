@@ -11,11 +11,10 @@
 //! cached per inode and re-checked with one lstat when older than `FRESH` (an admin may update
 //! an image in place); directory listings are cached with every child's attributes and dropped
 //! when the directory's mtime changes, and so are names looked up outside a listing (found or
-//! not); files under `SMALL_FILE` are kept mapped by inode
-//! (their descriptor closed, as many as a share of the mapping limit) and larger ones open
-//! (a share of the descriptor limit), both evicted by second chance; and files are stat'ed
-//! and opened relative to the image's opened root, so the kernel walks only the path inside
-//! it.
+//! not); files under `SMALL_FILE` are kept mapped by inode (their descriptor closed, as many
+//! as a share of the mapping limit) and larger ones open (a share of the descriptor limit),
+//! both evicted by second chance; and files are stat'ed and opened relative to the image's
+//! opened root, so the kernel walks only the path inside it.
 //! `store: ram` loads all metadata and the files up to `RAM_FILE_MAX` at start and then never
 //! touches the disk for them: a snapshot, as the config promises.
 //!
@@ -403,7 +402,8 @@ pub struct Tree {
     /// LOOKUP answers in folders with no listing cached, by (folder, name): a room of
     /// clients looking up the same names costs one lstat, not one each.
     names: Mutex<Clock<(TreeHandle, OsString), Named>>,
-    /// Files of `SMALL_FILE` and up, open (for `pread`, and their mapping for big READs).
+    /// Files read through a descriptor, open (for `pread`, and their mapping for big READs):
+    /// those of `SMALL_FILE` and up, and small ones that cannot be mapped (empty ones).
     files: Mutex<Clock<TreeHandle, OpenFile>>,
     /// Files under `SMALL_FILE`, mapped, their descriptor closed: the descriptor limit
     /// (often only thousands) does not bound how many stay ready, a READ of one is a single
