@@ -20,7 +20,8 @@ $HERE/demo):
 
   vmlinuz       Debian's $SUITE kernel (linux-image-amd64's versioned dependency), unpacked
                 with apt-get download + dpkg -x, never installed on the host
-  initrd.img    gzip'd newc cpio: busybox-static, nbd-client (+ its libraries), the modules
+  initrd.img    gzip'd newc cpio: busybox-static, nbd-client and mount.nfs (+ their
+                libraries), klibc's nfsmount, the modules
                 for virtio_net/e1000, NFSv3 over TCP, nbd, squashfs, overlay; /init from
                 images/demo-recipe/initrd-init
   rootfs/       debootstrap --variant=minbase $SUITE tree (+ $INCLUDE) whose /sbin/init is
@@ -34,8 +35,8 @@ Options:
 
 Environment: BOOTPOOL_IMAGE_OUT (output dir), BOOTPOOL_MIRROR (Debian mirror, default
 $MIRROR). Needs root (debootstrap, device nodes) and the Debian packages:
-debootstrap kmod busybox-static nbd-client squashfs-tools cpio gzip (xz-utils, zstd if modules are
-compressed).
+debootstrap kmod busybox-static nbd-client nfs-common squashfs-tools cpio gzip (xz-utils, zstd if
+modules are compressed). klibc's nfsmount is fetched with apt-get download, not installed.
 EOF
 }
 
@@ -184,6 +185,29 @@ for lib in $(ldd /usr/sbin/nbd-client | grep -o '/[^ ]*'); do
     cp -L "$lib" "$IR$lib"
 done
 [ -e "$IR/lib64" ] || die "ld-linux not copied for nbd-client"
+# The NFS mount tools of the stock initramfs builders, for bootpool.nfsmount= (initrd-init):
+# nfs-utils' mount.nfs (dracut's), with its libraries and libtirpc's /etc/netconfig, and
+# klibc's nfsmount (Debian's initramfs-tools), with the klibc library it runs on.
+[ -x /sbin/mount.nfs ] || die "missing /sbin/mount.nfs (apt-get install nfs-common)"
+cp /sbin/mount.nfs "$IR/sbin/mount.nfs"
+for lib in $(ldd /sbin/mount.nfs | grep -o '/[^ ]*'); do
+    mkdir -p "$IR$(dirname "$lib")"
+    cp -L "$lib" "$IR$lib"
+done
+cp /etc/netconfig /etc/protocols /etc/services "$IR/etc/"
+KLIBC="$WORK/klibc"
+for pkg in klibc-utils libklibc; do
+    deb="$(ls "$CACHE"/"${pkg}"_*.deb 2>/dev/null | head -n1 || true)"
+    if [ -z "$deb" ]; then
+        step "initrd: apt-get download $pkg"
+        (cd "$CACHE" && apt-get download -q "$pkg" 2>&1 | grep -v 'unsandboxed' || true)
+        deb="$(ls "$CACHE"/"${pkg}"_*.deb 2>/dev/null | head -n1 || true)"
+        [ -n "$deb" ] || die "apt-get download $pkg failed"
+    fi
+    dpkg -x "$deb" "$KLIBC"
+done
+cp "$KLIBC/usr/lib/klibc/bin/nfsmount" "$IR/sbin/nfsmount"
+cp "$KLIBC"/lib/klibc-*.so "$IR/lib/" || die "no klibc library in libklibc"
 install -m 0755 "$RECIPE/initrd-init" "$IR/init"
 install -m 0755 "$RECIPE/udhcpc.script" "$IR/usr/share/udhcpc/default.script"
 echo "$KVER" > "$IR/etc/bootpool/kernel-version"

@@ -155,3 +155,76 @@ fn nfs_roots_from_disk_and_ram_boot() {
 fn nbd_roots_from_disk_and_ram_boot() {
     boot_disk_and_ram("nbd");
 }
+
+/// The mount tools of the stock initramfs builders, as `bootpool.nfsmount=` names them in the
+/// demo initrd, with what each prints in the console before it mounts.
+const MOUNT_TOOLS: [(&str, &str); 3] = [
+    ("busybox", "mount -t nfs "),
+    ("klibc", "nfsmount -o "),
+    ("nfs-utils", "mount.nfs "),
+];
+
+/// The shipped config plus a pool per mount tool whose kernel command line names the root
+/// as `nfs:/demo`: no server (DHCP's) and no ports (the portmapper's, on 111).
+fn with_portless_pools(mut text: String) -> String {
+    for (i, (tool, _)) in MOUNT_TOOLS.iter().enumerate() {
+        text.push_str(&format!(
+            "  lab-nfs-{tool}:
+    image: demo
+    root: nfs
+    cmdline: console=ttyS0 root=nfs:/demo bootpool.nfsmount={tool}
+    clients:
+      - {{ macs: \"52:54:00:77:1{i}:01-52:54:00:77:1{i}:3f\" }}
+"
+        ));
+    }
+    text
+}
+
+/// busybox `mount`, klibc's `nfsmount` (Debian's initramfs-tools) and nfs-utils' `mount.nfs`
+/// (dracut's) each mount the root with no port options, asking bootpool's portmapper, and
+/// the client boots.
+#[test]
+fn stock_initramfs_mount_tools_find_the_nfs_root_through_the_portmapper() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = lab_config(dir.path(), with_portless_pools);
+    let pools: Vec<String> = MOUNT_TOOLS
+        .iter()
+        .map(|(tool, _)| format!("lab-nfs-{tool}"))
+        .collect();
+    let mut args = vec!["--clients", "1", "--timeout", "400"];
+    for p in &pools {
+        args.extend(["--pool", p.as_str()]);
+    }
+    let (table, rows) = run_lab(&config, &args, 480);
+    assert_eq!(rows.len(), MOUNT_TOOLS.len(), "{table}");
+    for cells in &rows {
+        assert_eq!(cells[3], "booted", "{table}");
+    }
+    // Each tool did the mounting: the consoles say so, one client each.
+    let run = std::fs::read_dir(dir.path().join("var/lab"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let consoles: Vec<String> = std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.ends_with(".log") && name != "bootpool.log" && !name.starts_with("radvd")
+        })
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    for (tool, says) in MOUNT_TOOLS {
+        let mounted = consoles
+            .iter()
+            .filter(|c| {
+                c.lines()
+                    .any(|l| l.contains("bootpool-initrd: ") && l.contains(says))
+            })
+            .count();
+        assert_eq!(mounted, 1, "{tool}: no console shows `{says}`:\n{table}");
+    }
+}
