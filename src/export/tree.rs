@@ -794,8 +794,10 @@ impl Tree {
         }
         let len = read_len(&attr, offset, count);
         let end = offset + len as u64;
+        // A READ at or past the end sends no data: any mapping of the file will do.
+        let (from, needed) = if len == 0 { (0, 0) } else { (offset, end) };
         let mapping = if attr.size < SMALL_FILE {
-            self.small_mapping(h, img, &rel, end)?
+            self.small_mapping(h, img, &rel, needed)?
         } else if len >= MAPPED_READ_MIN {
             self.open(h, img, &rel)?;
             self.big_mapping(h, end)
@@ -807,7 +809,7 @@ impl Tree {
             attr,
             eof: end >= attr.size,
             mapping,
-            offset,
+            offset: from,
             len,
         }))
     }
@@ -1543,6 +1545,10 @@ mod tests {
 
         let at_end = tree.read_mapped(&hot, 1, 100).unwrap().expect("mapped");
         assert_eq!((at_end.len(), at_end.eof), (0, true));
+        // Past the end too, from the mapping there is: nothing is mapped again.
+        let past = tree.read_mapped(&hot, 1000, 100).unwrap().expect("mapped");
+        assert_eq!((sent(&past), past.eof), (b"<>".to_vec(), true));
+        assert!(Arc::ptr_eq(&past.mapping, &at_end.mapping));
         std::fs::write(dir.path().join("rootfs/big/f1"), b"1 and more").unwrap();
         std::thread::sleep(FRESH + Duration::from_millis(50));
         let m = tree.read_mapped(&hot, 2, 100).unwrap().expect("mapped");
