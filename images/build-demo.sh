@@ -55,6 +55,19 @@ done
 T0=$(date +%s)
 step() { printf '[build-demo %4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
 die() { echo "build-demo: error: $*" >&2; exit 1; }
+# unpack_deb PKG DIR: unpacks the Debian package PKG into DIR, fetched into $CACHE with
+# apt-get download (never installed on the host) unless a copy is there already.
+unpack_deb() {
+    local pkg="$1" dir="$2" deb
+    deb="$(ls "$CACHE"/"${pkg}"_*.deb 2>/dev/null | head -n1 || true)"
+    if [ -z "$deb" ]; then
+        step "apt-get download $pkg"
+        (cd "$CACHE" && apt-get download -q "$pkg" 2>&1 | grep -v 'unsandboxed' || true)
+        deb="$(ls "$CACHE"/"${pkg}"_*.deb 2>/dev/null | head -n1 || true)"
+        [ -n "$deb" ] || die "apt-get download $pkg failed"
+    fi
+    dpkg -x "$deb" "$dir"
+}
 
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap and device nodes need it)"
 for tool in apt-get apt-cache dpkg depmod debootstrap mksquashfs cpio gzip sha256sum flock; do
@@ -103,15 +116,8 @@ KPKG="$(apt-cache depends linux-image-amd64 2>/dev/null \
 [ -n "$KPKG" ] || die "cannot find linux-image-amd64's kernel package (apt-get update?)"
 KVER="${KPKG#linux-image-}"
 step "kernel: $KPKG"
-KDEB="$(ls "$CACHE"/"${KPKG}"_*.deb 2>/dev/null | head -n1 || true)"
-if [ -z "$KDEB" ]; then
-    step "kernel: apt-get download $KPKG"
-    (cd "$CACHE" && apt-get download -q "$KPKG" 2>&1 | grep -v 'unsandboxed' || true)
-    KDEB="$(ls "$CACHE"/"${KPKG}"_*.deb 2>/dev/null | head -n1 || true)"
-    [ -n "$KDEB" ] || die "apt-get download $KPKG failed"
-fi
 KROOT="$WORK/kernel"
-dpkg -x "$KDEB" "$KROOT"
+unpack_deb "$KPKG" "$KROOT"
 cp "$KROOT/boot/vmlinuz-$KVER" "$WORK/vmlinuz"
 MODDIR="$KROOT/lib/modules/$KVER"
 # The package ships no modules.dep (its postinst runs depmod): generate it in the unpacked tree.
@@ -196,16 +202,8 @@ for lib in $(ldd /sbin/mount.nfs | grep -o '/[^ ]*'); do
 done
 cp /etc/netconfig /etc/protocols /etc/services "$IR/etc/"
 KLIBC="$WORK/klibc"
-for pkg in klibc-utils libklibc; do
-    deb="$(ls "$CACHE"/"${pkg}"_*.deb 2>/dev/null | head -n1 || true)"
-    if [ -z "$deb" ]; then
-        step "initrd: apt-get download $pkg"
-        (cd "$CACHE" && apt-get download -q "$pkg" 2>&1 | grep -v 'unsandboxed' || true)
-        deb="$(ls "$CACHE"/"${pkg}"_*.deb 2>/dev/null | head -n1 || true)"
-        [ -n "$deb" ] || die "apt-get download $pkg failed"
-    fi
-    dpkg -x "$deb" "$KLIBC"
-done
+unpack_deb klibc-utils "$KLIBC"
+unpack_deb libklibc "$KLIBC"
 cp "$KLIBC/usr/lib/klibc/bin/nfsmount" "$IR/sbin/nfsmount"
 cp "$KLIBC"/lib/klibc-*.so "$IR/lib/" || die "no klibc library in libklibc"
 install -m 0755 "$RECIPE/initrd-init" "$IR/init"
