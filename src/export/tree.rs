@@ -670,41 +670,54 @@ impl Tree {
                         return Ok((h, a));
                     }
                 }
-                // So does a name looked up before, while the folder has not changed.
-                let key = (*dir, name.to_os_string());
-                let named = lock(&self.names).get(&key).copied();
-                if let Some(n) = named
-                    && n.dir_mtime == attr.mtime
-                    && n.at.elapsed() < LISTING_FRESH
-                {
-                    match n.child {
-                        None => return Err(status::NOENT),
-                        Some(h) => {
-                            if let Ok(a) = self.getattr(&h) {
-                                return Ok((h, a));
-                            }
-                        }
-                    }
-                }
-                let found = self.stat(img, rel.join(name).into());
-                let child = match &found {
-                    Ok((h, _)) => Some(Some(*h)),
-                    Err(st) if *st == status::NOENT => Some(None),
-                    Err(_) => None,
-                };
-                if let Some(child) = child
-                    && settled(attr.mtime)
-                {
-                    let named = Named {
-                        child,
-                        dir_mtime: attr.mtime,
-                        at: Instant::now(),
-                    };
-                    lock(&self.names).insert(key, named);
-                }
-                found
+                self.lookup_named(dir, img, &rel, attr.mtime, name)
             }
         }
+    }
+
+    /// LOOKUP of `name` in the folder `dir` (at `rel`, its mtime `dir_mtime`) with no listing
+    /// cached: the answer kept in `names` while the folder has not changed, else an lstat,
+    /// whose answer (found or not) is kept.
+    fn lookup_named(
+        &self,
+        dir: &TreeHandle,
+        img: usize,
+        rel: &Path,
+        dir_mtime: (u32, u32),
+        name: &OsStr,
+    ) -> Result<(TreeHandle, Attr), Status> {
+        let key = (*dir, name.to_os_string());
+        let named = lock(&self.names).get(&key).copied();
+        if let Some(n) = named
+            && n.dir_mtime == dir_mtime
+            && n.at.elapsed() < LISTING_FRESH
+        {
+            match n.child {
+                None => return Err(status::NOENT),
+                Some(h) => {
+                    if let Ok(a) = self.getattr(&h) {
+                        return Ok((h, a));
+                    }
+                }
+            }
+        }
+        let found = self.stat(img, rel.join(name).into());
+        let child = match &found {
+            Ok((h, _)) => Some(Some(*h)),
+            Err(st) if *st == status::NOENT => Some(None),
+            Err(_) => None,
+        };
+        if let Some(child) = child
+            && settled(dir_mtime)
+        {
+            let named = Named {
+                child,
+                dir_mtime,
+                at: Instant::now(),
+            };
+            lock(&self.names).insert(key, named);
+        }
+        found
     }
 
     fn image_root(&self, img: usize) -> Result<(TreeHandle, Attr), Status> {
