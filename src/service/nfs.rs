@@ -88,6 +88,13 @@ pub async fn serve(
         let tree = tree.clone();
         tokio::task::spawn_blocking(move || tree.load_ram()).await?;
     }
+    {
+        // Ends within a second of the service, when the last connection lets go of the tree.
+        let tree = Arc::downgrade(&tree);
+        std::thread::Builder::new()
+            .name("nfs-listings".into())
+            .spawn(move || Tree::keep_listings_fresh(tree))?;
+    }
     let exports: Vec<&str> = tree.exports().collect();
     tracing::info!(exports = ?exports, "nfs exports");
     let table: Arc<[portmap::Mapping]> =
