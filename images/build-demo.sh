@@ -27,6 +27,10 @@ $HERE/demo):
   rootfs/       debootstrap --variant=minbase $SUITE tree (+ $INCLUDE) whose /sbin/init is
                 images/demo-recipe/rootfs-init (served over NFS)
   rootfs.img    the same tree as a squashfs image (served over NBD)
+  stock/initramfs-tools/, stock/dracut/
+                image folders with the same kernel and root and an initrd made by Debian's
+                mkinitramfs or by dracut (network-legacy, nfs, nbd), for pools with
+                `initramfs: initramfs-tools` or `initramfs: dracut`
   .stamp        hash of the recipe; a rerun with an unchanged recipe does nothing
 
 Options:
@@ -35,8 +39,8 @@ Options:
 
 Environment: BOOTPOOL_IMAGE_OUT (output dir), BOOTPOOL_MIRROR (Debian mirror, default
 $MIRROR). Needs root (debootstrap, device nodes) and the Debian packages:
-debootstrap kmod busybox-static nbd-client nfs-common squashfs-tools cpio gzip (xz-utils, zstd if
-modules are compressed). klibc's nfsmount is fetched with apt-get download, not installed.
+debootstrap kmod busybox-static nbd-client nfs-common squashfs-tools cpio gzip
+initramfs-tools-core dracut-core dracut-network (xz-utils, zstd if modules are compressed). klibc's nfsmount is fetched with apt-get download, not installed.
 EOF
 }
 
@@ -70,7 +74,8 @@ unpack_deb() {
 }
 
 [ "$(id -u)" = 0 ] || die "must run as root (debootstrap and device nodes need it)"
-for tool in apt-get apt-cache dpkg depmod debootstrap mksquashfs cpio gzip sha256sum flock; do
+for tool in apt-get apt-cache dpkg depmod debootstrap mksquashfs cpio gzip sha256sum flock \
+        mkinitramfs dracut unshare; do
     command -v "$tool" >/dev/null || die "missing tool: $tool"
 done
 [ -x /bin/busybox ] || die "missing /bin/busybox (apt-get install busybox-static)"
@@ -102,7 +107,8 @@ recipe_hash() {
 HASH="$(recipe_hash)"
 if [ "$FORCE" = 0 ] && [ -f "$OUT/.stamp" ] && [ "$(cat "$OUT/.stamp")" = "$HASH" ] \
    && [ -f "$OUT/vmlinuz" ] && [ -f "$OUT/initrd.img" ] && [ -f "$OUT/rootfs.img" ] \
-   && [ -x "$OUT/rootfs/sbin/init" ]; then
+   && [ -x "$OUT/rootfs/sbin/init" ] && [ -f "$OUT/stock/initramfs-tools/initrd.img" ] \
+   && [ -f "$OUT/stock/dracut/initrd.img" ]; then
     step "up to date ($OUT, recipe $HASH)"
     exit 0
 fi
@@ -216,6 +222,34 @@ step "initrd: packing cpio"
 (cd "$IR" && find . -mindepth 1 -print0 | LC_ALL=C sort -z \
     | cpio --null -o -H newc --owner=0:0 --quiet) | gzip -9n > "$WORK/initrd.img"
 
+# ---- 2b. the stock builders' initrds --------------------------------------------------------
+# The same kernel with an initrd made by Debian's initramfs-tools (mkinitramfs) and one made
+# by dracut, each run as an admin would, so that the command lines bootpool generates for
+# `initramfs: initramfs-tools` and `initramfs: dracut` meet the real scripts.
+STOCK="$WORK/stock"
+mkdir -p "$STOCK/initramfs-tools" "$STOCK/dracut"
+step "initrd (initramfs-tools): mkinitramfs, MODULES=list"
+ITCONF="$WORK/initramfs-tools-conf"
+mkdir -p "$ITCONF/conf.d" "$ITCONF/hooks" "$ITCONF/scripts"
+cp "$RECIPE/initramfs-tools/initramfs.conf" "$RECIPE/initramfs-tools/modules" "$ITCONF/"
+# mkinitramfs takes modules from /lib/modules/VERSION only (and reads /boot/config-VERSION):
+# the unpacked kernel's are bind-mounted there in a mount namespace of its own.
+mkdir -p /lib/modules /boot
+unshare -m sh -c 'mount --bind "$1/lib/modules" /lib/modules && mount --bind "$1/boot" /boot \
+        && mkinitramfs -d "$2" -o "$3" "$4"' \
+    sh "$KROOT" "$ITCONF" "$STOCK/initramfs-tools/initrd.img" "$KVER" > "$WORK/mkinitramfs.log" 2>&1 \
+    || { tail -n 20 "$WORK/mkinitramfs.log" >&2; die "mkinitramfs failed"; }
+# network-legacy (dhclient) and dracut's own shell init: a systemd initrd needs the whole
+# default module set, several times the size.
+step "initrd (dracut): network-legacy, nfs, nbd"
+dracut --quiet --force --no-hostonly --no-hostonly-cmdline --kver "$KVER" \
+        --kmoddir "$MODDIR" --modules "base network-legacy nfs nbd" \
+        --omit "systemd systemd-networkd network-manager" \
+        --add-drivers "virtio_pci virtio_net e1000 nfs nfsv3 nbd squashfs" --gzip \
+        "$STOCK/dracut/initrd.img" > "$WORK/dracut.log" 2>&1 \
+    || { tail -n 20 "$WORK/dracut.log" >&2; die "dracut failed"; }
+chmod 0644 "$STOCK"/*/initrd.img
+
 # ---- 3. root tree --------------------------------------------------------------------------
 BASEKEY="$(echo "$SUITE $MIRROR minbase $INCLUDE" | sha256sum | cut -c1-12)"
 BASE="$CACHE/debootstrap-$BASEKEY"
@@ -251,8 +285,15 @@ mksquashfs "$RT" "$WORK/rootfs.img" -noappend -comp gzip -b 131072 -no-progress 
 
 # ---- 4. publish ----------------------------------------------------------------------------
 step "publishing into $OUT"
-rm -rf "$OUT/rootfs" "$OUT/vmlinuz" "$OUT/initrd.img" "$OUT/rootfs.img"
-mv "$WORK/vmlinuz" "$WORK/initrd.img" "$WORK/rootfs.img" "$WORK/rootfs" "$OUT/"
+rm -rf "$OUT/rootfs" "$OUT/vmlinuz" "$OUT/initrd.img" "$OUT/rootfs.img" "$OUT/stock"
+mv "$WORK/vmlinuz" "$WORK/initrd.img" "$WORK/rootfs.img" "$WORK/rootfs" "$WORK/stock" "$OUT/"
+# Each stock initrd is an image folder of its own: the kernel hard-linked (bootpool serves
+# boot files only from inside their folder), the root tree and image by symlink.
+for b in initramfs-tools dracut; do
+    ln "$OUT/vmlinuz" "$OUT/stock/$b/vmlinuz"
+    ln -s ../../rootfs "$OUT/stock/$b/rootfs"
+    ln -s ../../rootfs.img "$OUT/stock/$b/rootfs.img"
+done
 echo "$KVER" > "$OUT/kernel-version"
 rm -rf "$WORK"
 echo "$HASH" > "$OUT/.stamp"

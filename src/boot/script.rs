@@ -16,6 +16,9 @@ pub fn http_base(config: &Config) -> String {
     )
 }
 
+/// The NBD port clients use when none is given (IANA's).
+const NBD_DEFAULT_PORT: u16 = 10809;
+
 /// The kernel command line: the root argument in the pool's initramfs syntax, where to report
 /// "booted", then the pool's own arguments.
 pub fn cmdline(config: &Config, member: &Member) -> String {
@@ -29,16 +32,25 @@ pub fn cmdline(config: &Config, member: &Member) -> String {
                 s.address, s.ports.nfs, s.ports.nfs
             )
         }
+        // dracut (059) reads a PORT that is not a number as the export name on the default
+        // port, and cannot take both: `PORT/NAME` goes to nbd-client as one name.
+        (RootProto::Nbd, Initramfs::Dracut) if s.ports.nbd == NBD_DEFAULT_PORT => {
+            format!("root=nbd:{}:{image}", s.address)
+        }
         (RootProto::Nbd, Initramfs::Dracut) => {
             format!("root=nbd:{}:{}/{image}", s.address, s.ports.nbd)
         }
+        // `boot=` because an initrd built with Debian's default `BOOT=local` ignores
+        // `root=/dev/nfs`; klibc's nfsmount takes no `mountport=` (it asks the portmapper).
         (RootProto::Nfs, Initramfs::InitramfsTools) => format!(
-            "root=/dev/nfs nfsroot={}:/{image},ro,port={},mountport={} ip=dhcp",
-            s.address, s.ports.nfs, s.ports.nfs
+            "boot=nfs root=/dev/nfs nfsroot={}:/{image},ro,port={} ip=dhcp",
+            s.address, s.ports.nfs
         ),
+        // Debian's nbd script reads `SERVER,A,B` as server, export, device: the port goes
+        // in its `SERVER:PORT/EXPORT` form.
         (RootProto::Nbd, Initramfs::InitramfsTools) => {
             format!(
-                "root=/dev/nbd0 nbdroot={},{},{image} ip=dhcp",
+                "boot=local root=/dev/nbd0 nbdroot={}:{}/{image} ip=dhcp",
                 s.address, s.ports.nbd
             )
         }
@@ -81,7 +93,7 @@ mod tests {
         let m = c.member(mac).unwrap();
         let s = ipxe_script(&c, &m, mac);
         assert!(s.starts_with("#!ipxe\n"));
-        assert!(s.contains("kernel http://10.77.0.1:8080/boot/demo/vmlinuz root=nbd:10.77.0.1:10809/demo bootpool.url=http://10.77.0.1:8080 console=ttyS0 initrd=initrd.img\n"), "{s}");
+        assert!(s.contains("kernel http://10.77.0.1:8080/boot/demo/vmlinuz root=nbd:10.77.0.1:demo bootpool.url=http://10.77.0.1:8080 console=ttyS0 initrd=initrd.img\n"), "{s}");
         assert!(s.contains("initrd http://10.77.0.1:8080/boot/demo/initrd.img\n"));
     }
 
@@ -96,8 +108,33 @@ mod tests {
         let text = text.replace("root: nfs", "root: nfs\n    initramfs: initramfs-tools");
         let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
-        assert!(cmdline(&c, &m).starts_with(
-            "root=/dev/nfs nfsroot=10.77.0.1:/demo,ro,port=2049,mountport=2049 ip=dhcp "
-        ));
+        assert!(
+            cmdline(&c, &m).starts_with(
+                "boot=nfs root=/dev/nfs nfsroot=10.77.0.1:/demo,ro,port=2049 ip=dhcp "
+            )
+        );
+    }
+
+    /// Each syntax as its own scripts read it (dracut 059's nbdroot.sh and Debian's nbd-client
+    /// initramfs script; both boot in tests/e2e_stock.rs).
+    #[test]
+    fn nbd_roots_in_both_syntaxes() {
+        let cmdline_of = |text: &str| {
+            let c = Config::parse(Path::new("p.yaml"), text).unwrap();
+            let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+            cmdline(&c, &m)
+        };
+        let text = super::super::tests::CONFIG;
+        assert!(cmdline_of(text).starts_with("root=nbd:10.77.0.1:demo "));
+        let moved = text.replace(
+            "http: 0.0.0.0:8080",
+            "http: 0.0.0.0:8080, ports: { nbd: 10900 }",
+        );
+        assert!(cmdline_of(&moved).starts_with("root=nbd:10.77.0.1:10900/demo "));
+        let tools = text.replace("root: nbd", "root: nbd\n    initramfs: initramfs-tools");
+        assert!(
+            cmdline_of(&tools)
+                .starts_with("boot=local root=/dev/nbd0 nbdroot=10.77.0.1:10809/demo ip=dhcp ")
+        );
     }
 }

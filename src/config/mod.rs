@@ -489,6 +489,20 @@ impl Checker<'_> {
                     ));
                 }
             };
+            // klibc's nfsmount cannot be given the MOUNT port: it asks port 111, always.
+            if root == RootProto::Nfs
+                && initramfs == Initramfs::InitramfsTools
+                && server.ports.portmap != 111
+            {
+                return Err(self.err(
+                    &at("initramfs"),
+                    format!(
+                        "initramfs-tools mounts an NFS root through the portmapper on port 111, \
+                         but server.ports.portmap is {}",
+                        server.ports.portmap
+                    ),
+                ));
+            }
             let mut clients = Vec::new();
             for (i, c) in p.clients.iter().enumerate() {
                 let at_c = |k| {

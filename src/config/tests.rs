@@ -212,3 +212,21 @@ fn database_and_retention_are_checked_with_their_line() {
         "{e}"
     );
 }
+
+/// Debian's nfsmount finds MOUNT only through a portmapper on 111: a pool that needs it with
+/// the portmapper elsewhere is refused at its `initramfs` key.
+#[test]
+fn initramfs_tools_nfs_roots_need_the_portmapper_on_111() {
+    let tools = GOOD.replace("root: nfs", "root: nfs\n    initramfs: initramfs-tools");
+    assert!(parse(&tools).is_ok());
+    let moved = tools.replace(
+        "state_dir: var/",
+        "state_dir: var/\n  ports: { portmap: 1111 }",
+    );
+    let e = parse(&moved).unwrap_err();
+    assert_eq!(e.path, "pools.room-101.initramfs", "{e}");
+    assert!(e.reason.contains("port 111"), "{e}");
+    assert!(e.line.is_some(), "{e}");
+    // dracut's mount.nfs is given both ports on the command line.
+    assert!(parse(&moved.replace("initramfs: initramfs-tools", "initramfs: dracut")).is_ok());
+}
