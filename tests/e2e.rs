@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::lab::{lab_config, repo, run_lab};
+use common::lab::{client_consoles, lab_config, repo, run_lab};
 
 use std::process::Command;
 
@@ -202,21 +202,7 @@ fn stock_initramfs_mount_tools_find_the_nfs_root_through_the_portmapper() {
         assert_eq!(cells[3], "booted", "{table}");
     }
     // Each tool did the mounting: the consoles say so, one client each.
-    let run = std::fs::read_dir(dir.path().join("var/lab"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let consoles: Vec<String> = std::fs::read_dir(&run)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let name = p.file_name().unwrap().to_string_lossy();
-            name.ends_with(".log") && name != "bootpool.log" && !name.starts_with("radvd")
-        })
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
+    let consoles = client_consoles(&dir.path().join("var"));
     for (tool, says) in MOUNT_TOOLS {
         let mounted = consoles
             .iter()

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::lab::{lab_config, repo, run_lab};
+use common::lab::{client_consoles, lab_config, repo, run_lab};
 
 /// Each builder, with a line its initrd prints on the console before it mounts the root.
 const BUILDERS: [(&str, &str); 2] = [
@@ -70,21 +70,7 @@ fn initrds_of_the_stock_builders_boot_nfs_and_nbd_roots_from_generated_command_l
 
     // The builders' own scripts mounted the roots: each console shows its builder's line,
     // and the command line it was given is the one bootpool generates for that builder.
-    let run = std::fs::read_dir(dir.path().join("var/lab"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
-    let consoles: Vec<String> = std::fs::read_dir(&run)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let name = p.file_name().unwrap().to_string_lossy();
-            name.ends_with(".log") && name != "bootpool.log" && !name.starts_with("radvd")
-        })
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .collect();
+    let consoles = client_consoles(&dir.path().join("var"));
     // What bootpool generates for each (pools.yaml(5), `initramfs`), with the shipped ports.
     let generated = [
         (

@@ -43,3 +43,23 @@ pub fn run_lab(config: &Path, args: &[&str], secs: u64) -> (String, Vec<Vec<Stri
         .collect();
     (table, rows)
 }
+
+/// The clients' console logs of the one lab run under the state folder `state_dir` (the
+/// daemon's and radvd's logs left out), as text.
+pub fn client_consoles(state_dir: &Path) -> Vec<String> {
+    let run = std::fs::read_dir(state_dir.join("lab"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    std::fs::read_dir(&run)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.ends_with(".log") && name != "bootpool.log" && !name.starts_with("radvd")
+        })
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect()
+}
