@@ -16,9 +16,6 @@ pub fn http_base(config: &Config) -> String {
     )
 }
 
-/// The NBD port clients use when none is given (IANA's).
-const NBD_DEFAULT_PORT: u16 = 10809;
-
 /// The kernel command line: the root argument in the pool's initramfs syntax, where to report
 /// "booted", then the pool's own arguments.
 pub fn cmdline(config: &Config, member: &Member) -> String {
@@ -34,7 +31,7 @@ pub fn cmdline(config: &Config, member: &Member) -> String {
         }
         // dracut (059) reads a PORT that is not a number as the export name on the default
         // port, and cannot take both: `PORT/NAME` goes to nbd-client as one name.
-        (RootProto::Nbd, Initramfs::Dracut) if s.ports.nbd == NBD_DEFAULT_PORT => {
+        (RootProto::Nbd, Initramfs::Dracut) if s.ports.nbd == crate::proto::nbd::PORT => {
             format!("root=nbd:{}:{image}", s.address)
         }
         (RootProto::Nbd, Initramfs::Dracut) => {

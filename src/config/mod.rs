@@ -100,8 +100,8 @@ impl Default for Ports {
             pxe: 4011,
             tftp: 69,
             nfs: 2049,
-            nbd: 10809,
-            portmap: 111,
+            nbd: crate::proto::nbd::PORT,
+            portmap: crate::proto::portmap::PORT,
         }
     }
 }
@@ -492,7 +492,7 @@ impl Checker<'_> {
             // klibc's nfsmount cannot be given the MOUNT port: it asks port 111, always.
             if root == RootProto::Nfs
                 && initramfs == Initramfs::InitramfsTools
-                && server.ports.portmap != 111
+                && server.ports.portmap != crate::proto::portmap::PORT
             {
                 return Err(self.err(
                     &at("initramfs"),

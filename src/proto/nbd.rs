@@ -7,6 +7,8 @@
 
 use std::fmt;
 
+/// The port clients use when none is given (IANA's for NBD).
+pub const PORT: u16 = 10809;
 /// `NBDMAGIC`, first 8 bytes the server sends.
 pub const NBD_MAGIC: u64 = 0x4e42_444d_4147_4943;
 /// `IHAVEOPT`: the newstyle magic, also the prefix of every option request.

@@ -4,6 +4,8 @@
 //! PROG_UNAVAIL. No I/O: `service::portmap` frames it for UDP and TCP, and `service::nfs`
 //! uses it for GETPORT calls that arrive on the NFS port.
 
+/// The well-known port clients ask (klibc's nfsmount asks no other).
+pub const PORT: u16 = 111;
 pub const PROG_PORTMAP: u32 = 100_000;
 pub const VERS_PORTMAP: u32 = 2;
 pub const PMAPPROC_NULL: u32 = 0;
