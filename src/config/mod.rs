@@ -93,6 +93,8 @@ pub struct Ports {
     pub portmap: u16,
 }
 
+// Literals, not the proto constants: tests/dist.rs reads these defaults from this source to
+// check the man page (a config test holds them to `proto::nbd::PORT` and `proto::portmap::PORT`).
 impl Default for Ports {
     fn default() -> Self {
         Ports {
@@ -100,8 +102,8 @@ impl Default for Ports {
             pxe: 4011,
             tftp: 69,
             nfs: 2049,
-            nbd: crate::proto::nbd::PORT,
-            portmap: crate::proto::portmap::PORT,
+            nbd: 10809,
+            portmap: 111,
         }
     }
 }

@@ -230,3 +230,12 @@ fn initramfs_tools_nfs_roots_need_the_portmapper_on_111() {
     // dracut's mount.nfs is given both ports on the command line.
     assert!(parse(&moved.replace("initramfs: initramfs-tools", "initramfs: dracut")).is_ok());
 }
+
+/// The defaults are spelled as literals (the man-page check reads them); they must stay the
+/// protocols' well-known ports.
+#[test]
+fn default_ports_are_the_well_known_ones() {
+    let ports = Ports::default();
+    assert_eq!(ports.nbd, crate::proto::nbd::PORT);
+    assert_eq!(ports.portmap, crate::proto::portmap::PORT);
+}
