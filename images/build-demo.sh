@@ -20,8 +20,8 @@ $HERE/demo):
 
   vmlinuz       Debian's $SUITE kernel (linux-image-amd64's versioned dependency), unpacked
                 with apt-get download + dpkg -x, never installed on the host
-  initrd.img    gzip'd newc cpio: busybox-static, nbd-client and mount.nfs (+ their
-                libraries), klibc's nfsmount, the modules
+  initrd.img    gzip'd newc cpio: busybox-static, nbd-client, qemu-nbd and mount.nfs (+
+                their libraries), klibc's nfsmount, the modules
                 for virtio_net/e1000, NFSv3 over TCP, nbd, squashfs, overlay; /init from
                 images/demo-recipe/initrd-init
   rootfs/       debootstrap --variant=minbase $SUITE tree (+ $INCLUDE) whose /sbin/init is
@@ -39,7 +39,7 @@ Options:
 
 Environment: BOOTPOOL_IMAGE_OUT (output dir), BOOTPOOL_MIRROR (Debian mirror, default
 $MIRROR). Needs root (debootstrap, device nodes) and the Debian packages:
-debootstrap kmod busybox-static nbd-client nfs-common squashfs-tools cpio gzip
+debootstrap kmod busybox-static nbd-client qemu-utils nfs-common squashfs-tools cpio gzip
 initramfs-tools-core dracut-core dracut-network (xz-utils, zstd if modules are compressed). klibc's nfsmount is fetched with apt-get download, not installed.
 EOF
 }
@@ -82,6 +82,7 @@ done
 file_is_static() { ! ldd "$1" >/dev/null 2>&1; }
 file_is_static /bin/busybox || die "/bin/busybox is not static (install busybox-static)"
 [ -x /usr/sbin/nbd-client ] || die "missing /usr/sbin/nbd-client (apt-get install nbd-client)"
+[ -x /usr/bin/qemu-nbd ] || die "missing /usr/bin/qemu-nbd (apt-get install qemu-utils)"
 
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
@@ -190,22 +191,26 @@ for m in "${ORDER[@]}"; do
     esac
     echo "$m.ko" >> "$IR/etc/bootpool/modules"
 done
-# nbd-client: Debian's dynamically linked binary with the libraries ldd names.
-cp /usr/sbin/nbd-client "$IR/sbin/nbd-client"
-for lib in $(ldd /usr/sbin/nbd-client | grep -o '/[^ ]*'); do
-    mkdir -p "$IR$(dirname "$lib")"
-    cp -L "$lib" "$IR$lib"
-done
+# copy_with_libs BIN DIR: Debian's dynamically linked BIN into the initrd's DIR, with the
+# libraries ldd names at their own paths.
+copy_with_libs() {
+    local lib
+    cp "$1" "$IR$2/"
+    for lib in $(ldd "$1" | grep -o '/[^ ]*'); do
+        mkdir -p "$IR$(dirname "$lib")"
+        cp -L "$lib" "$IR$lib"
+    done
+}
+# nbd-client attaches an NBD root; qemu-nbd does when bootpool.nbd_reconnect= asks for a
+# client that reconnects after a server restart.
+copy_with_libs /usr/sbin/nbd-client /sbin
+copy_with_libs /usr/bin/qemu-nbd /bin
 [ -e "$IR/lib64" ] || die "ld-linux not copied for nbd-client"
 # The NFS mount tools of the stock initramfs builders, for bootpool.nfsmount= (initrd-init):
 # nfs-utils' mount.nfs (dracut's), with its libraries and libtirpc's /etc/netconfig, and
 # klibc's nfsmount (Debian's initramfs-tools), with the klibc library it runs on.
 [ -x /sbin/mount.nfs ] || die "missing /sbin/mount.nfs (apt-get install nfs-common)"
-cp /sbin/mount.nfs "$IR/sbin/mount.nfs"
-for lib in $(ldd /sbin/mount.nfs | grep -o '/[^ ]*'); do
-    mkdir -p "$IR$(dirname "$lib")"
-    cp -L "$lib" "$IR$lib"
-done
+copy_with_libs /sbin/mount.nfs /sbin
 cp /etc/netconfig /etc/protocols /etc/services "$IR/etc/"
 KLIBC="$WORK/klibc"
 unpack_deb klibc-utils "$KLIBC"
