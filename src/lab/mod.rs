@@ -62,12 +62,15 @@ pub struct LabArgs {
     pub timeout: Option<u64>,
     /// Restart the daemon once, when a client's console first shows this text: stop it,
     /// keep it down `--restart-down` seconds, start it again. For trying what clients do
-    /// when their server restarts under them (NBD -persist, copy-on-write overlays on disk).
+    /// when their server restarts under them (NBD reconnects, copy-on-write overlays on disk).
     #[arg(long)]
     pub restart_on: Option<String>,
     /// Seconds the daemon stays down for `--restart-on`.
     #[arg(long, default_value_t = 5)]
     pub restart_down: u64,
+    /// Stop the daemon for `--restart-on` with SIGKILL, as a crash would, instead of SIGTERM.
+    #[arg(long)]
+    pub restart_kill: bool,
 }
 
 /// One client's line in the lab's table.
@@ -104,8 +107,20 @@ pub(crate) fn dies_with_lab(cmd: &mut Command, signal: libc::c_int) {
 /// Kills the daemon when the lab ends, however it ends.
 struct Daemon(Child);
 
+impl Daemon {
+    /// SIGKILL, and waits for it: nothing of the daemon's shutdown runs.
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
+        // Already reaped (`kill`): its pid may belong to another process by now.
+        if matches!(self.0.try_wait(), Ok(Some(_))) {
+            return;
+        }
         // SIGTERM first so the journal is flushed; then make sure.
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
@@ -264,10 +279,19 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             && let Some(vm) = vms.iter().find(|vm| vm.console_contains(text))
         {
             eprintln!(
-                "lab: {} printed {text:?}: stopping bootpool for {}s",
-                vm.name, args.restart_down
+                "lab: {} printed {text:?}: {} bootpool for {}s",
+                vm.name,
+                if args.restart_kill {
+                    "killing (-9)"
+                } else {
+                    "stopping"
+                },
+                args.restart_down
             );
             restart_on = None;
+            if args.restart_kill {
+                daemon.kill();
+            }
             drop(daemon);
             tokio::time::sleep(Duration::from_secs(args.restart_down)).await;
             daemon = start_daemon(&args.config, &run_dir, api).await?;
