@@ -23,7 +23,7 @@
 
 use crate::export::mapping::{MappedRange, Mapping};
 use crate::proto::nfs3::{Attr, PlusEntries};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::IsTerminal as _;
@@ -31,7 +31,7 @@ use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Largest READ answered; matches the `rtmax` we advertise.
@@ -45,9 +45,16 @@ const FRESH: Duration = Duration::from_secs(1);
 /// not change, which bounds how stale READDIRPLUS attributes can be: they come from the
 /// listing, not from one lstat per entry per page (that was most of a listing's CPU).
 const LISTING_FRESH: Duration = Duration::from_secs(30);
-/// A listing still in use at this age is rebuilt in the background (`keep_listings_fresh`),
-/// so that the rebuild, about 7 µs per entry, is not paid by a client waiting for its page.
+/// A listing read within `KEEP_FRESH` is rebuilt in the background at this age
+/// (`keep_listings_fresh`), so that the rebuild, about 7 µs per entry, is not paid by a client
+/// waiting for its page.
 const LISTING_REFRESH: Duration = Duration::from_secs(20);
+/// How long after its last READDIR a listing is kept fresh: a room boots over minutes, and
+/// clients that start late (or boot again) find the listings the first ones asked for ready.
+/// Past it a listing is rebuilt only when read again.
+const KEEP_FRESH: Duration = Duration::from_secs(300);
+/// How often the background thread looks for listings due a rebuild.
+const REFRESH_SWEEP: Duration = Duration::from_secs(1);
 /// Directory listings kept; a boot touches a few hundred directories.
 const DIR_CACHE: usize = 4096;
 /// Names looked up outside cached listings, kept (found or not: a booting client probes
@@ -343,6 +350,8 @@ struct Known {
 pub struct Listing {
     mtime: (u32, u32),
     built: Instant,
+    /// Last read by a READDIR(PLUS); carried over to its rebuilds (see `KEEP_FRESH`).
+    used: Mutex<Instant>,
     /// The directory's `..` (the image root's is itself).
     parent: TreeHandle,
     pub children: Vec<(OsString, TreeHandle)>,
@@ -364,6 +373,7 @@ impl Listing {
         Listing {
             mtime,
             built: Instant::now(),
+            used: Mutex::new(Instant::now()),
             parent,
             children: found.into_iter().map(|(n, h, _)| (n, h)).collect(),
             attrs,
@@ -402,9 +412,6 @@ pub struct Tree {
     images: Vec<ImageTree>,
     known: RwLock<HashMap<TreeHandle, Known>>,
     listings: Mutex<HashMap<TreeHandle, Arc<Listing>>>,
-    /// Folders whose listing is due for a rebuild off the request path (see `LISTING_REFRESH`).
-    refresh: Mutex<HashSet<TreeHandle>>,
-    refresh_due: Condvar,
     /// LOOKUP answers in folders with no listing cached, by (folder, name): a room of
     /// clients looking up the same names costs one lstat, not one each.
     names: Mutex<Clock<(TreeHandle, OsString), Named>>,
@@ -453,8 +460,6 @@ impl Tree {
             images,
             known: RwLock::new(HashMap::new()),
             listings: Mutex::new(HashMap::new()),
-            refresh: Mutex::new(HashSet::new()),
-            refresh_due: Condvar::new(),
             names: Mutex::new(Clock::new(NAME_CACHE)),
             files: Mutex::new(Clock::new(file_cache_size())),
             small: Mutex::new(Clock::new(small_map_cache_size())),
@@ -999,11 +1004,8 @@ impl Tree {
             if ram {
                 return Ok(l.clone());
             }
-            let age = l.built.elapsed();
-            if age < LISTING_FRESH {
-                if age >= LISTING_REFRESH && lock(&self.refresh).insert(*dir) {
-                    self.refresh_due.notify_one();
-                }
+            if l.built.elapsed() < LISTING_FRESH {
+                *lock(&l.used) = Instant::now();
                 return Ok(l.clone());
             }
         }
@@ -1043,38 +1045,34 @@ impl Tree {
         Ok(l)
     }
 
-    /// Rebuilds the listings found due by `listing`, until the tree is dropped: run on a
-    /// thread of its own beside the service.
+    /// Rebuilds listings due (see `KEEP_FRESH`) every `REFRESH_SWEEP`, until the tree is
+    /// dropped: run on a thread of its own beside the service.
     pub fn keep_listings_fresh(tree: Weak<Tree>) {
-        while let Some(tree) = tree.upgrade() {
-            // Woken by a due listing, or once a second to see whether the tree is still used.
-            let due = {
-                let waiting = lock(&tree.refresh);
-                let (mut waiting, _) = tree
-                    .refresh_due
-                    .wait_timeout_while(waiting, Duration::from_secs(1), |w| w.is_empty())
-                    .unwrap_or_else(|e| e.into_inner());
-                std::mem::take(&mut *waiting)
-            };
-            tree.refresh_listings(due);
+        loop {
+            std::thread::sleep(REFRESH_SWEEP);
+            let Some(tree) = tree.upgrade() else { break };
+            tree.refresh_listings();
         }
     }
 
-    /// Rebuilds the listings of `dirs` that are still cached and due (a folder that changed
-    /// meanwhile gets its new listing from the next request, as ever).
-    fn refresh_listings(&self, dirs: HashSet<TreeHandle>) {
-        for dir in dirs {
-            let due = lock(&self.listings)
-                .get(&dir)
-                .is_some_and(|l| l.built.elapsed() >= LISTING_REFRESH);
-            if !due {
-                continue;
-            }
+    /// Rebuilds the cached listings of disk images that are `LISTING_REFRESH` old and were read
+    /// within `KEEP_FRESH`; each rebuild keeps its predecessor's last use. A folder that
+    /// changed meanwhile gets its new listing from the next request, as ever.
+    fn refresh_listings(&self) {
+        let due: Vec<(TreeHandle, Instant)> = lock(&self.listings)
+            .iter()
+            .filter(|(_, l)| l.built.elapsed() >= LISTING_REFRESH)
+            .map(|(h, l)| (*h, *lock(&l.used)))
+            .filter(|(_, used)| used.elapsed() < KEEP_FRESH)
+            .collect();
+        for (dir, used) in due {
             if let Ok(Node::In { img, rel, attr }) = self.resolve(&dir)
                 && attr.ftype == NF3DIR
-            {
+                && !self.images[img].ram
                 // Failures (the folder gone) are the next request's to report.
-                let _ = self.build_listing(&dir, img, &rel, &attr);
+                && let Ok(l) = self.build_listing(&dir, img, &rel, &attr)
+            {
+                *lock(&l.used) = used;
             }
         }
     }
@@ -1590,11 +1588,13 @@ mod tests {
         assert!(lock(&tree.names).get(&key).is_none());
     }
 
-    /// `l` as if built `by` ago.
-    fn aged(l: &Listing, by: Duration) -> Arc<Listing> {
+    /// `l` as if built `by` ago and last read `used` ago.
+    fn aged(l: &Listing, by: Duration, used: Duration) -> Arc<Listing> {
+        let ago = |d| Instant::now().checked_sub(d).unwrap();
         Arc::new(Listing {
             mtime: l.mtime,
-            built: Instant::now().checked_sub(by).unwrap(),
+            built: ago(by),
+            used: Mutex::new(ago(used)),
             parent: l.parent,
             children: l.children.clone(),
             attrs: l.attrs.clone(),
@@ -1602,8 +1602,9 @@ mod tests {
         })
     }
 
-    /// A listing still in use past `LISTING_REFRESH` is served as it is while a background
-    /// thread rebuilds it; past `LISTING_FRESH` it is rebuilt before it is served.
+    /// A listing read lately is served as it is past `LISTING_REFRESH` while a background
+    /// thread rebuilds it; one unread for `KEEP_FRESH` is left alone; past `LISTING_FRESH` a
+    /// listing is rebuilt before it is served.
     #[test]
     fn old_listings_in_use_are_rebuilt_off_the_request_path() {
         let (dir, tree) = fixture();
@@ -1624,29 +1625,38 @@ mod tests {
         std::fs::set_permissions(bin.join("su"), std::fs::Permissions::from_mode(0o755)).unwrap();
         let put = |l: Arc<Listing>| lock(&tree.listings).insert(binh, l);
 
+        let second = Duration::from_secs(1);
         // Too old to serve: rebuilt first.
-        put(aged(&first, LISTING_FRESH + Duration::from_secs(1)));
+        put(aged(&first, LISTING_FRESH + second, LISTING_FRESH + second));
         assert_eq!(su_mode(&listing(&tree)), 0o755);
-        assert!(lock(&tree.refresh).is_empty());
+        std::fs::set_permissions(bin.join("su"), std::fs::Permissions::from_mode(0o4755)).unwrap();
 
-        // Due: served as it is, and queued.
-        let due = aged(&first, LISTING_REFRESH + Duration::from_secs(1));
+        // Due, but nobody read it for longer than `KEEP_FRESH`: left for a request to rebuild.
+        let unread = aged(&first, LISTING_REFRESH + second, KEEP_FRESH + second);
+        put(unread.clone());
+        tree.refresh_listings();
+        assert!(Arc::ptr_eq(&lock(&tree.listings)[&binh], &unread));
+
+        // Due and read lately: served as it is, rebuilt by the background thread with the
+        // same last use; the thread ends once the tree is dropped.
+        let due = aged(&first, LISTING_REFRESH + second, 10 * second);
         put(due.clone());
         let served = listing(&tree);
         assert!(Arc::ptr_eq(&served, &due));
         assert_eq!(su_mode(&served), 0o4755);
-        assert!(lock(&tree.refresh).contains(&binh));
-
-        // The background thread rebuilds it, and ends once the tree is dropped.
+        let read_at = *lock(&due.used);
+        std::fs::set_permissions(bin.join("su"), std::fs::Permissions::from_mode(0o755)).unwrap();
         let refresher = {
             let tree = Arc::downgrade(&tree);
             std::thread::spawn(move || Tree::keep_listings_fresh(tree))
         };
+        let cached = || lock(&tree.listings)[&binh].clone();
         let start = Instant::now();
-        while su_mode(&listing(&tree)) != 0o755 {
+        while su_mode(&cached()) != 0o755 {
             assert!(start.elapsed() < Duration::from_secs(10), "not rebuilt");
             std::thread::sleep(Duration::from_millis(20));
         }
+        assert_eq!(*lock(&cached().used), read_at);
         drop(tree);
         let start = Instant::now();
         while !refresher.is_finished() {
