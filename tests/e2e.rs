@@ -1,7 +1,8 @@
 //! End to end: real qemu VMs PXE-boot the demo image through bootpool alone (`bootpool lab`),
 //! mount their root with the Linux kernel's NFS client or attach it with nbd-client, report
 //! booted, and power off. Each test boots one client from an image with `store: disk` and one
-//! from the same image with `store: ram`. Needs root and what scripts/setup installs and builds.
+//! from the same image with `store: ram`; the NBD one from RAM attaches with qemu-nbd
+//! (`bootpool.nbd_reconnect=`), so that the demo initrd's two NBD clients both boot the root. Needs root and what scripts/setup installs and builds.
 
 mod common;
 
@@ -10,7 +11,8 @@ use common::lab::{client_consoles, lab_config, repo, run_lab};
 use std::process::Command;
 
 /// The shipped config plus the demo image again as `demo-ram` (`store: ram`) and a pool per
-/// root that boots it, `lab-nfs-ram` and `lab-nbd-ram`, with MACs of their own.
+/// root that boots it, `lab-nfs-ram` and `lab-nbd-ram` (attached with qemu-nbd), with MACs of
+/// their own.
 fn with_ram_pools(text: String) -> String {
     let image = text
         .lines()
@@ -33,7 +35,7 @@ fn with_ram_pools(text: String) -> String {
   lab-nbd-ram:
     image: demo-ram
     root: nbd
-    cmdline: console=ttyS0
+    cmdline: console=ttyS0 bootpool.nbd_reconnect=60
     clients:
       - {{ macs: \"52:54:00:77:03:01-52:54:00:77:03:3f\" }}
 "
@@ -132,6 +134,14 @@ fn boot_disk_and_ram(root: &str) {
             .any(|l| l.contains(loaded) && l.contains("demo-ram")),
         "no `{loaded}` line for demo-ram in the daemon log:\n{log}"
     );
+    // The NBD roots were attached once with each of the demo initrd's clients.
+    if root == "nbd" {
+        let consoles = client_consoles(&dir.path().join("var"));
+        for says in ["] nbd-client ", "] qemu-nbd -c /dev/nbd0 "] {
+            let n = consoles.iter().filter(|c| c.contains(says)).count();
+            assert_eq!(n, 1, "`{says}` on {n} consoles, not 1:\n{table}");
+        }
+    }
     // The daemon journalled both boots, with the root attach and the booted call.
     let journal = common::recorded_events(&dir.path().join("var"));
     for kind in ["\"dhcp_ack\"", "\"root_attach\"", "\"booted\""] {
