@@ -2,7 +2,8 @@
 //! mount their root with the Linux kernel's NFS client or attach it with nbd-client, report
 //! booted, and power off. Each test boots one client from an image with `store: disk` and one
 //! from the same image with `store: ram`; the NBD one from RAM attaches with qemu-nbd
-//! (`bootpool.nbd_reconnect=`), so that the demo initrd's two NBD clients both boot the root. Needs root and what scripts/setup installs and builds.
+//! (`bootpool.nbd_reconnect=`), so that the demo initrd's two NBD clients both boot the root.
+//! Needs root and what scripts/setup installs and builds.
 
 mod common;
 

@@ -4,15 +4,14 @@
 //! (`bootpool.nbd_reconnect=`) and mounts read-write as the root. Its init writes a token; the
 //! lab then kills bootpool (-9) and starts it again a few seconds later (`--restart-on`,
 //! `--restart-kill`). Meanwhile the init writes again, and that write's fsync waits for
-//! qemu-nbd's NBD client to reconnect.
-//! Afterwards, with the page cache dropped, the token, that write and a whole program read
-//! back over the same /dev/nbd0: the kernel's nbd device never noticed the restart, and the
-//! new daemon gave the client its overlay from disk.
+//! qemu-nbd's NBD client to reconnect. Afterwards, with the page cache dropped, the token,
+//! that write and a whole program read back over the same /dev/nbd0: the kernel's nbd device
+//! never noticed the restart, and the new daemon gave the client its overlay from disk.
 //!
 //! What it does not show: nbd-client -persist doing the same. Debian's nbd-client 3.24
 //! ignores -persist over netlink, over ioctl kernel 6.1 ends the connection as if asked to,
 //! and 3.27's netlink persist mode never reconnects (docs/clients.md). With nbd-client this
-//! test fails: the root cannot be read after the restart. The host kernel has no nbd module,
+//! test fails: the write made during the restart fails. The host kernel has no nbd module,
 //! so no client runs outside a VM. Needs root and what scripts/setup installs and builds.
 
 mod common;

@@ -1059,16 +1059,18 @@ impl Tree {
     /// within `KEEP_FRESH`; each rebuild keeps its predecessor's last use. A folder that
     /// changed meanwhile gets its new listing from the next request, as ever.
     fn refresh_listings(&self) {
+        // A RAM image's listings never go stale: left out before anything is resolved.
+        let on_disk =
+            |h: &TreeHandle| matches!(self.image_of(h), Ok(Some(i)) if !self.images[i].ram);
         let due: Vec<(TreeHandle, Instant)> = lock(&self.listings)
             .iter()
-            .filter(|(_, l)| l.built.elapsed() >= LISTING_REFRESH)
+            .filter(|(h, l)| l.built.elapsed() >= LISTING_REFRESH && on_disk(h))
             .map(|(h, l)| (*h, *lock(&l.used)))
             .filter(|(_, used)| used.elapsed() < KEEP_FRESH)
             .collect();
         for (dir, used) in due {
             if let Ok(Node::In { img, rel, attr }) = self.resolve(&dir)
                 && attr.ftype == NF3DIR
-                && !self.images[img].ram
                 // Failures (the folder gone) are the next request's to report.
                 && let Ok(l) = self.build_listing(&dir, img, &rel, &attr)
             {
