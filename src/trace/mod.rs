@@ -1,0 +1,5 @@
+//! Boot traces: what one client asked for during its boot, in order, with times, so that a
+//! storm can replay real boots from many simulated clients (docs/trace.md).
+//! - `format`: the trace file format and the closed-loop gates of a replay (pure).
+
+pub mod format;
