@@ -49,6 +49,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let (recorder, records) = record::start(&config.server, &shutdown)
         .await
         .context("opening the boot records")?;
+    let recorder = recorder.with_tracer(crate::trace::Tracer::new(&config));
 
     let any = Ipv4Addr::UNSPECIFIED;
     let ports = config.server.ports;

@@ -55,6 +55,11 @@ enum Command {
     },
     /// Boot N virtual clients (qemu, PXE) against a config in an isolated network namespace.
     Lab(bootpool::lab::LabArgs),
+    /// Boot a whole room at once: N simulated clients replaying a real boot's trace, each on
+    /// its own shaped link, against bootpool or another server, in a private network namespace.
+    Storm(bootpool::storm::StormArgs),
+    /// List the boot traces kept for pools with `trace: true`, or export one (docs/trace.md).
+    Trace(bootpool::trace::export::TraceArgs),
 }
 
 fn main() -> ExitCode {
@@ -109,6 +114,27 @@ fn main() -> ExitCode {
             }
             run(bootpool::lab::run(args))
         }
+        Command::Storm(args) => {
+            // Before any thread: the room's namespace is this process's.
+            if let Err(e) = bootpool::lab::net::enter_private_namespace() {
+                eprintln!("error: {e:#}");
+                return ExitCode::FAILURE;
+            }
+            match bootpool::storm::run(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Trace(args) => match bootpool::trace::export::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

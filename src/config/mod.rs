@@ -214,6 +214,8 @@ pub struct Pool {
     pub cmdline: String,
     pub initramfs: Initramfs,
     pub clients: Vec<ClientEntry>,
+    /// Keep a boot trace of each client's boots (`state_dir/traces/`, docs/trace.md).
+    pub trace: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -572,6 +574,7 @@ impl Checker<'_> {
                 root,
                 cmdline: p.cmdline.clone(),
                 initramfs,
+                trace: p.trace,
                 clients,
             };
             pools.insert(name.clone(), Arc::new(pool));

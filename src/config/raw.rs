@@ -114,6 +114,8 @@ pub struct Pool {
     pub initramfs: String,
     #[serde(default)]
     pub clients: Vec<Client>,
+    #[serde(default)]
+    pub trace: bool,
 }
 
 fn default_root() -> String {

@@ -368,6 +368,19 @@ impl Writer {
         self.buf.extend_from_slice(body);
         self.finish();
     }
+    /// The status word of the reply started last (nfsstat3, or MOUNT's mountstat3), when it
+    /// was accepted with SUCCESS; None for a denied call or a failed one.
+    pub fn last_status(&self) -> Option<u32> {
+        let word = |i: usize| {
+            let b = self.buf.get(self.start + 4 * i..self.start + 4 * i + 4)?;
+            Some(u32::from_be_bytes(b.try_into().ok()?))
+        };
+        // mark, xid, REPLY, MSG_ACCEPTED, verifier flavour and length, accept_stat, status.
+        (word(3)? == 0 && word(6)? == SUCCESS)
+            .then(|| word(7))
+            .flatten()
+    }
+
     /// Writes the record mark of the reply started last: one fragment.
     pub fn finish(&mut self) {
         let len = (self.buf.len() - self.start - 4) as u32;

@@ -48,6 +48,8 @@ enum Msg {
 pub struct Recorder {
     tx: mpsc::Sender<Msg>,
     counters: Arc<Counters>,
+    /// Boot traces of the pools that keep them; it follows the events sent here.
+    tracer: Arc<crate::trace::Tracer>,
 }
 
 #[derive(Default, Debug)]
@@ -147,6 +149,7 @@ impl Recorder {
     }
 
     pub fn send(&self, ev: Event) {
+        self.tracer.event(ev.who, &ev.kind);
         if self.tx.try_send(Msg::Event(ev)).is_err() {
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
         }
@@ -189,7 +192,21 @@ impl Recorder {
         Recorder {
             tx,
             counters: Arc::default(),
+            tracer: Arc::new(crate::trace::Tracer::off()),
         }
+    }
+
+    /// The same recorder, keeping boot traces with `tracer`.
+    pub fn with_tracer(self, tracer: crate::trace::Tracer) -> Recorder {
+        Recorder {
+            tracer: Arc::new(tracer),
+            ..self
+        }
+    }
+
+    /// Where services write the requests of traced boots.
+    pub fn tracer(&self) -> &crate::trace::Tracer {
+        &self.tracer
     }
 }
 
@@ -259,7 +276,15 @@ async fn start_with(
         egress: Vec::new(),
     };
     shutdown.spawn(writer.run(shutdown.clone()));
-    Ok((Recorder { tx, counters }, records))
+    let tracer = Arc::new(crate::trace::Tracer::off());
+    Ok((
+        Recorder {
+            tx,
+            counters,
+            tracer,
+        },
+        records,
+    ))
 }
 
 /// Deletes what is older than the retention; failures are logged, never fatal.

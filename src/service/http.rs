@@ -7,9 +7,11 @@ use crate::boot::script;
 use crate::config::{Config, Mac};
 use crate::proto::httpfile;
 use crate::record::egress::{Egress, LinkKind};
+use crate::record::event::{Micros, now_micros};
 use crate::record::view::{self, BootView, SummaryView, WaveView};
 use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Records, Service, Who, wave};
 use crate::shutdown::Shutdown;
+use crate::trace::format::What;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, Query, State};
@@ -88,7 +90,12 @@ fn not_found(what: &str) -> Response {
     (StatusCode::NOT_FOUND, format!("{what}\n")).into_response()
 }
 
-async fn boot_script(State(web): State<Web>, Path(mac): Path<String>) -> Response {
+async fn boot_script(
+    State(web): State<Web>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(mac): Path<String>,
+) -> Response {
+    let received = now_micros();
     let Ok(mac) = mac.trim_end_matches(".ipxe").parse::<Mac>() else {
         return (StatusCode::BAD_REQUEST, "not a MAC address\n").into_response();
     };
@@ -106,6 +113,13 @@ async fn boot_script(State(web): State<Web>, Path(mac): Path<String>) -> Respons
             bytes: text.len() as u64,
             outcome: Outcome::Complete,
         },
+    );
+    trace_file(
+        &web.recorder,
+        peer,
+        received,
+        format!("/boot/script/{mac}.ipxe"),
+        text.len() as u64,
     );
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
 }
@@ -158,6 +172,22 @@ async fn boot_file(
     }
 }
 
+/// Writes an HTTP file to the client's boot trace, if it keeps one.
+fn trace_file(recorder: &Recorder, peer: SocketAddr, received: Micros, name: String, bytes: u64) {
+    if let Some(ip) = super::ipv4_of(peer.ip())
+        && recorder.tracer().wants(ip)
+    {
+        let what = What::File {
+            proto: "http".into(),
+            name,
+            bytes,
+            blksize: None,
+            windowsize: None,
+        };
+        recorder.tracer().op(ip, received, what);
+    }
+}
+
 /// A kernel, initrd or loader bootpool handed out is missing: the client cannot go on. Other
 /// names are probes and fail nothing.
 fn record_missing(web: &Web, peer: SocketAddr, name: &str, shown: &str) {
@@ -187,6 +217,7 @@ async fn send_file(
     name: &str,
     shown: String,
 ) -> Response {
+    let received = now_micros();
     let mut file = match tokio::fs::File::open(&path).await {
         Ok(f) => f,
         Err(e) => {
@@ -281,6 +312,7 @@ async fn send_file(
         if outcome == Outcome::Complete && !whole {
             outcome = Outcome::Aborted;
         }
+        trace_file(&recorder, peer, received, shown.clone(), sent);
         if let Some(who) = who {
             recorder.record(
                 who,

@@ -15,10 +15,12 @@ use crate::export::mapping::{MappedRange, Mapping};
 use crate::proto::nbd::{
     self as p, ClientFlags, Malformed, OptRequest, OptionHeader, Request, Verdict,
 };
+use crate::record::event::{Micros, now_micros};
 use crate::record::{Kind, Proto, Recorder, Records, Service, Who};
 use crate::service::overlays::{Lease, Overlays};
 use crate::service::page_buf::PageBuf;
 use crate::shutdown::Shutdown;
+use crate::trace::format::What;
 use std::collections::HashMap;
 use std::io;
 use std::io::{IsTerminal, Write};
@@ -441,6 +443,7 @@ impl Conn {
 
     async fn run(self, mut stream: TcpStream) {
         let started = Instant::now();
+        let received = now_micros();
         let _ = stream.set_nodelay(true);
         let keepalive = socket2::TcpKeepalive::new()
             .with_time(KEEPALIVE_IDLE)
@@ -495,6 +498,15 @@ impl Conn {
                     export: export.clone(),
                 },
             );
+        }
+        if let Some(Who::Ip(ip)) = self.who() {
+            let what = What::Nbd {
+                cmd: "attach".into(),
+                offset: 0,
+                len: 0,
+                export: Some(export.clone()),
+            };
+            self.recorder.tracer().op(ip, received, what);
         }
         let cow = attached.cow.is_some();
         let (requests, bytes, end) = self.transmit(stream, attached).await;
@@ -699,6 +711,10 @@ impl Conn {
             pending: AtomicU64::new(0),
             stats: self.stats.clone(),
             write_timeout: self.limits.write_timeout,
+            traced: self
+                .who()
+                .filter(|w| matches!(w, Who::Ip(ip) if self.recorder.tracer().wants(*ip)))
+                .map(|_| Default::default()),
         });
         let mut writer = tokio::spawn(write_replies(out.clone(), rx, broken.clone()));
         let source = Arc::new(Source {
@@ -741,6 +757,16 @@ impl Conn {
             requests += 1;
             self.recorder.request(Service::Nbd);
             let cookie = req.cookie;
+            if let Some(traced) = &out.traced {
+                let what = What::Nbd {
+                    cmd: cmd_name(req.kind).into(),
+                    offset: req.offset,
+                    len: req.len.into(),
+                    export: None,
+                };
+                let mut pending = traced.lock().unwrap_or_else(|e| e.into_inner());
+                pending.insert(cookie, (now_micros(), what));
+            }
             let op = match req.verdict(size, writable) {
                 Verdict::Read { offset, len } => {
                     // Data only the base holds, in memory or the page cache, is sent from
@@ -1146,9 +1172,26 @@ struct Out {
     pending: AtomicU64,
     stats: Arc<Stats>,
     write_timeout: Duration,
+    /// For a client that keeps a boot trace: each request not yet answered, by cookie, with
+    /// when it was received.
+    traced: Option<std::sync::Mutex<std::collections::HashMap<u64, (Micros, What)>>>,
 }
 
 impl Out {
+    /// Traces the request `cookie`, now that its reply is written.
+    fn answered(&self, cookie: u64) {
+        let (Some(traced), Some(Who::Ip(ip))) = (&self.traced, self.who) else {
+            return;
+        };
+        let op = traced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&cookie);
+        if let Some((received, what)) = op {
+            self.recorder.tracer().op(ip, received, what);
+        }
+    }
+
     /// Writes `batch` within the write timeout, then counts it and returns its buffers.
     async fn send(&self, wr: &mut OwnedWriteHalf, batch: &mut Vec<Reply>) -> io::Result<()> {
         let written = write_all_vectored(wr, batch);
@@ -1159,6 +1202,10 @@ impl Out {
         }
         let (mut reads, mut payload) = (0, 0);
         for reply in batch.drain(..) {
+            if self.traced.is_some() {
+                let cookie = u64::from_be_bytes(reply.head[8..16].try_into().expect("8 bytes"));
+                self.answered(cookie);
+            }
             if reply.payload > 0 {
                 reads += 1;
                 payload += reply.payload;
@@ -1201,6 +1248,20 @@ impl Out {
     }
 }
 
+/// A request's name in a boot trace.
+fn cmd_name(kind: u16) -> &'static str {
+    match kind {
+        p::CMD_READ => "read",
+        p::CMD_WRITE => "write",
+        p::CMD_DISC => "disc",
+        p::CMD_FLUSH => "flush",
+        p::CMD_TRIM => "trim",
+        p::CMD_CACHE => "cache",
+        p::CMD_WRITE_ZEROES => "write_zeroes",
+        _ => "other",
+    }
+}
+
 /// How a READ sent from the reader task ended.
 enum Inline {
     Sent,
@@ -1231,6 +1292,7 @@ async fn send_cached(
             return Inline::Broken;
         }
         out.count(1, len as u64);
+        out.answered(cookie);
         return Inline::Sent;
     }
     let mut buf = out.exports.pool.take(len);
@@ -1252,6 +1314,7 @@ async fn send_cached(
         return Inline::Broken;
     }
     out.count(1, len as u64);
+    out.answered(cookie);
     Inline::Sent
 }
 

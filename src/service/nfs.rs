@@ -18,10 +18,12 @@ use crate::config::{Config, RootProto, Store};
 use crate::export::tree::{self, MappedRead, Status, Tree, TreeHandle, status};
 use crate::proto::nfs3::{self, Cred, Mount, Nfs, Refusal, Writer};
 use crate::proto::portmap;
+use crate::record::event::{Micros, now_micros};
 use crate::record::{Kind, Proto, Recorder, Records, Service, Who};
 use crate::service::page_buf::PageBuf;
 use crate::service::quick_read::QuickRead;
 use crate::shutdown::Shutdown;
+use crate::trace::format::What;
 use bytes::{Buf as _, BytesMut};
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -134,6 +136,7 @@ pub async fn serve(
             last_flush: Instant::now(),
             big: None,
             data_pending: None,
+            traced: None,
         };
         let stream = match stream.into_std().and_then(|s| {
             s.set_nonblocking(false)?;
@@ -189,6 +192,9 @@ struct Conn {
     big: Option<PageBuf>,
     /// READ data the reply just built still has to send, when it is not in `out`.
     data_pending: Option<ReplyData>,
+    /// The call just answered, for the client's boot trace (when it keeps one): when it was
+    /// received, and what it was.
+    traced: Option<(Micros, What)>,
 }
 
 /// Where a READ's data is when it is not in `out`.
@@ -236,6 +242,9 @@ impl Conn {
                             }
                             Some(ReplyData::Mapped(m)) => send_mapped(&mut s, &mut out, &m),
                         };
+                        if let Some((received, what)) = self.traced.take() {
+                            self.recorder.tracer().op(self.ip, received, what);
+                        }
                         if !sent {
                             break 'conn "client not reading";
                         }
@@ -333,6 +342,29 @@ impl Conn {
         }
         match (c.prog, c.vers) {
             (nfs3::PROG_NFS, 3) => match nfs3::nfs_args(c.proc_, c.args) {
+                Ok(args) if self.recorder.tracer().wants(self.ip) => {
+                    let received = now_micros();
+                    let before = self.total;
+                    let what = self.trace_of(&args);
+                    self.nfs(c.xid, &c.cred, args, out);
+                    let answered = out.last_status();
+                    self.traced = what.map(|mut w| {
+                        if let What::Nfs {
+                            bytes,
+                            status,
+                            proc,
+                            ..
+                        } = &mut w
+                        {
+                            *bytes = self.total - before;
+                            // NULL's answer has no status; a denied call is ACCES.
+                            if proc != "null" {
+                                *status = answered.unwrap_or(status::ACCES);
+                            }
+                        }
+                        (received, w)
+                    });
+                }
                 Ok(args) => self.nfs(c.xid, &c.cred, args, out),
                 Err(r) => {
                     self.recorder.refused(Service::Nfs);
@@ -340,6 +372,23 @@ impl Conn {
                 }
             },
             (nfs3::PROG_MOUNT, 3) => match nfs3::mount_args(c.proc_, c.args) {
+                Ok(Mount::Mnt(path)) if self.recorder.tracer().wants(self.ip) => {
+                    let received = now_micros();
+                    let mut what = What::Nfs {
+                        proc: "mnt".into(),
+                        path: String::from_utf8_lossy(path).into_owned(),
+                        name: None,
+                        offset: 0,
+                        count: 0,
+                        bytes: 0,
+                        status: 0,
+                    };
+                    self.mount(c.xid, Mount::Mnt(path), out);
+                    if let What::Nfs { status, .. } = &mut what {
+                        *status = out.last_status().unwrap_or(status::ACCES);
+                    }
+                    self.traced = Some((received, what));
+                }
                 Ok(args) => self.mount(c.xid, args, out),
                 Err(r) => {
                     self.recorder.refused(Service::Nfs);
@@ -428,6 +477,50 @@ impl Conn {
             }
         }
         out.finish();
+    }
+
+    /// A call as its trace line has it: the procedure, and the path its handle names in its
+    /// image (`/` is the image's root). None for calls a replay need not make.
+    fn trace_of(&self, args: &Nfs<'_>) -> Option<What> {
+        let (proc_, fh, name, offset, count) = match args {
+            Nfs::Null => ("null", None, None, 0, 0),
+            Nfs::GetAttr(fh) => ("getattr", Some(fh), None, 0, 0),
+            Nfs::Lookup(fh, n) => ("lookup", Some(fh), Some(n), 0, 0),
+            Nfs::Access(fh, _) => ("access", Some(fh), None, 0, 0),
+            Nfs::ReadLink(fh) => ("readlink", Some(fh), None, 0, 0),
+            Nfs::Read { fh, offset, count } => ("read", Some(fh), None, *offset, *count as u64),
+            Nfs::ReadDir { fh, cookie, count } => {
+                ("readdir", Some(fh), None, *cookie, *count as u64)
+            }
+            Nfs::ReadDirPlus {
+                fh,
+                cookie,
+                maxcount,
+                ..
+            } => ("readdirplus", Some(fh), None, *cookie, *maxcount as u64),
+            Nfs::FsStat(fh) => ("fsstat", Some(fh), None, 0, 0),
+            Nfs::FsInfo(fh) => ("fsinfo", Some(fh), None, 0, 0),
+            Nfs::PathConf(fh) => ("pathconf", Some(fh), None, 0, 0),
+            Nfs::Modify(_) => return None,
+        };
+        let path = match fh.map(|fh| TreeHandle::from_wire(fh).and_then(|h| self.tree.resolve(&h)))
+        {
+            None => String::new(),
+            Some(Ok(tree::Node::In { rel, .. })) => format!("/{}", rel.display())
+                .trim_end_matches("/.")
+                .replace("//", "/"),
+            Some(Ok(tree::Node::Root)) => "..".into(),
+            Some(Err(_)) => "?".into(),
+        };
+        Some(What::Nfs {
+            proc: proc_.into(),
+            path,
+            name: name.map(|n| String::from_utf8_lossy(n).into_owned()),
+            offset,
+            count,
+            bytes: 0,
+            status: 0,
+        })
     }
 
     /// The handle of a call, checked against the client's pools.

@@ -305,11 +305,23 @@ impl tftp_transfers::Owner for Owner {
         tracing::info!(peer = %o.peer, file = %o.file, bytes, size = o.size, ?outcome,
             mode = %o.mode, blksize = o.settings.blksize, windowsize = o.settings.windowsize,
             ms = o.started.elapsed().as_millis() as u64, "tftp transfer");
-        let Some(who) = super::ipv4_of(o.peer.ip()).map(Who::Ip) else {
+        let Some(ip) = super::ipv4_of(o.peer.ip()) else {
             return;
         };
+        if o.recorder.tracer().wants(ip) {
+            let received =
+                crate::record::event::now_micros() - o.started.elapsed().as_micros() as i64;
+            let what = crate::trace::format::What::File {
+                proto: "tftp".into(),
+                name: o.file.clone(),
+                bytes,
+                blksize: Some(o.settings.blksize as u16),
+                windowsize: Some(o.settings.windowsize as u16),
+            };
+            o.recorder.tracer().op(ip, received, what);
+        }
         o.recorder.record(
-            who,
+            Who::Ip(ip),
             Kind::File {
                 proto: Proto::Tftp,
                 kind: o.kind,

@@ -68,7 +68,9 @@ pub enum What {
     },
     /// One NFS or MOUNT call. `path`: the file or folder the call's handle names (for MNT, the
     /// export), from the image's root; `name`: LOOKUP's name; `offset`/`count`: READ's, or
-    /// READDIR's cookie and count; `bytes`: READ data answered.
+    /// READDIR's cookie and count; `bytes`: READ data answered; `status`: the answer's
+    /// nfsstat3 when it was not NFS3_OK (a LOOKUP of a name that is not there is part of a
+    /// normal boot).
     Nfs {
         proc: String,
         path: String,
@@ -80,6 +82,8 @@ pub enum What {
         count: u64,
         #[serde(default, skip_serializing_if = "is_zero")]
         bytes: u64,
+        #[serde(default, skip_serializing_if = "is_zero32")]
+        status: u32,
     },
     /// One NBD request (`cmd`: attach for the handshake of `export`, read, write, flush, trim,
     /// write_zeroes, block_status, disc).
@@ -97,6 +101,10 @@ pub enum What {
 }
 
 fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero32(n: &u32) -> bool {
     *n == 0
 }
 
@@ -229,13 +237,18 @@ pub struct Gates {
 
 impl Gates {
     pub fn new(ops: &[Op]) -> Gates {
+        // Answers in order, ties by index: an op answered in no time at the moment another
+        // arrived came before it only if it arrived first (else an op with `d` = 0 would
+        // wait for itself, and two such ops at one time for each other).
         let mut by_end: Vec<usize> = (0..ops.len()).collect();
-        by_end.sort_by(|&a, &b| ops[a].end().total_cmp(&ops[b].end()));
+        by_end.sort_by(|&a, &b| ops[a].end().total_cmp(&ops[b].end()).then(a.cmp(&b)));
         let mut need = Vec::with_capacity(ops.len());
         let mut think = Vec::with_capacity(ops.len());
-        for op in ops {
+        for (j, op) in ops.iter().enumerate() {
             // Answers sent no later than this op arrived: a prefix of `by_end`.
-            let n = by_end.partition_point(|&i| ops[i].end() <= op.t);
+            let n = by_end.partition_point(|&i| {
+                ops[i].end().total_cmp(&op.t).then(i.cmp(&j)) == std::cmp::Ordering::Less
+            });
             need.push(n);
             let latest = if n == 0 {
                 0.0
@@ -257,6 +270,20 @@ impl Gates {
 
     pub fn think(&self, op: usize) -> f64 {
         self.think[op]
+    }
+
+    /// The most ops a replay can have in flight at once, whatever its timing: for each op,
+    /// those that arrived no later (ties by index) and that it does not wait for. `ops` must
+    /// be the ops the gates were made from.
+    pub fn max_in_flight(&self, ops: &[Op]) -> usize {
+        let mut by_start: Vec<usize> = (0..ops.len()).collect();
+        by_start.sort_by(|&a, &b| ops[a].t.total_cmp(&ops[b].t).then(a.cmp(&b)));
+        by_start
+            .iter()
+            .enumerate()
+            .map(|(rank, &j)| rank + 1 - self.need[j])
+            .max()
+            .unwrap_or(0)
     }
 
     /// Tracks which ops are done and how long a prefix of `by_end` that makes.
@@ -323,6 +350,33 @@ mod tests {
         assert!(t.ready(2) && !t.ready(3));
         t.finish(2);
         t.finish(3);
+        assert!(t.all_done());
+    }
+
+    #[test]
+    fn ops_answered_in_no_time_wait_only_for_those_before_them() {
+        // 0 and 1 arrive together and are answered at once; 2 overlaps 3 and 4.
+        let ops = [
+            op(1.0, 0.0),
+            op(1.0, 0.0),
+            op(2.0, 1.0),
+            op(2.5, 1.0),
+            op(2.6, 0.1),
+        ];
+        let g = Gates::new(&ops);
+        assert_eq!(
+            (0..5).map(|i| g.need(i)).collect::<Vec<_>>(),
+            [0, 1, 2, 2, 2]
+        );
+        let mut t = g.tracker();
+        assert!(t.ready(0) && !t.ready(1));
+        t.finish(0);
+        assert!(t.ready(1));
+        assert_eq!(g.max_in_flight(&ops), 3);
+        assert_eq!(Gates::new(&[]).max_in_flight(&[]), 0);
+        for i in 1..5 {
+            t.finish(i);
+        }
         assert!(t.all_done());
     }
 

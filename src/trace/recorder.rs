@@ -1,0 +1,254 @@
+//! The server's side of boot traces: for clients of pools with `trace: true`, every request
+//! the services answer is written as one line of the trace format (`format`) to
+//! `state_dir/traces/MAC-UNIXSECONDS.trace`, from the boot's first PXE DISCOVER to its booted
+//! call. Clients of other pools cost one relaxed atomic load per request.
+//!
+//! A trace starts at a DISCOVER with `PXEClient` when the MAC has no open trace, when it comes
+//! from firmware rather than iPXE, or when the open one has ended; DHCP ops come from the
+//! recorder's own events (one path for who a client is: the ACK ties its address to its MAC).
+
+use super::format::{self, Header, Op, What};
+use crate::config::{Config, Mac};
+use crate::record::event::{Kind, Micros, Who, now_micros};
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Traces kept per client; older ones are deleted when a new one starts.
+const KEEP_PER_CLIENT: usize = 8;
+
+pub struct Tracer {
+    /// Whether any pool traces at all: the only thing a request of an untraced client reads.
+    on: bool,
+    /// Whether some trace is open now.
+    open: AtomicBool,
+    dir: PathBuf,
+    /// MAC -> pool name, for the MACs of tracing pools.
+    pools: HashMap<Mac, (String, String, String)>,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_mac: HashMap<Mac, Open>,
+    by_ip: HashMap<Ipv4Addr, Mac>,
+}
+
+struct Open {
+    start: Micros,
+    out: std::io::BufWriter<std::fs::File>,
+    /// When `out` was last flushed: at least once a second, so a killed daemon loses little.
+    flushed: Micros,
+    ended: bool,
+}
+
+impl Tracer {
+    /// A tracer for the config's tracing pools (none: it never traces).
+    pub fn new(config: &Config) -> Tracer {
+        let mut pools = HashMap::new();
+        for pool in config.pools.values().filter(|p| p.trace) {
+            for entry in &pool.clients {
+                for i in 0..entry.macs.len() {
+                    if let Some(mac) = entry.macs.nth(i) {
+                        pools.insert(
+                            mac,
+                            (
+                                pool.name.clone(),
+                                pool.image.name.clone(),
+                                pool.root.to_string(),
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        Tracer {
+            on: !pools.is_empty(),
+            open: AtomicBool::new(false),
+            dir: config.server.state_dir.join("traces"),
+            pools,
+            inner: Mutex::default(),
+        }
+    }
+
+    pub fn off() -> Tracer {
+        Tracer {
+            on: false,
+            open: AtomicBool::new(false),
+            dir: PathBuf::new(),
+            pools: HashMap::new(),
+            inner: Mutex::default(),
+        }
+    }
+
+    /// Whether a request from `ip` may need tracing: cheap, and false for every client when no
+    /// trace is open.
+    pub fn wants(&self, _ip: Ipv4Addr) -> bool {
+        self.on && self.open.load(Ordering::Relaxed)
+    }
+
+    /// Follows the recorder's events: DHCP exchanges start traces and tie addresses to them,
+    /// the booted call ends them.
+    pub fn event(&self, who: Who, kind: &Kind) {
+        if !self.on {
+            return;
+        }
+        let at = now_micros();
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        match (who, kind) {
+            (Who::Mac(mac), Kind::DhcpDiscover { pxe, ipxe }) => {
+                let Some((pool, image, root)) = self.pools.get(&mac) else {
+                    return;
+                };
+                let restart = match inner.by_mac.get(&mac) {
+                    None => *pxe,
+                    Some(o) => *pxe && (!*ipxe || o.ended),
+                };
+                if restart && let Some(open) = self.create(mac, pool, image, root, at) {
+                    inner.by_mac.insert(mac, open);
+                    self.open.store(true, Ordering::Relaxed);
+                }
+                let what = What::Dhcp {
+                    msg: "discover".into(),
+                    pxe: *pxe,
+                    ipxe: *ipxe,
+                    arch: None,
+                };
+                write_op(&mut inner, mac, at, at, what);
+            }
+            (Who::Mac(mac), Kind::DhcpAck { ip, pxe, ipxe, .. }) => {
+                if !inner.by_mac.contains_key(&mac) {
+                    return;
+                }
+                inner.by_ip.insert(*ip, mac);
+                let what = What::Dhcp {
+                    msg: "request".into(),
+                    pxe: *pxe,
+                    ipxe: *ipxe,
+                    arch: None,
+                };
+                write_op(&mut inner, mac, at, at, what);
+            }
+            (who, Kind::Booted { .. }) => {
+                let mac = match who {
+                    Who::Mac(m) => Some(m),
+                    Who::Ip(ip) => inner.by_ip.get(&ip).copied(),
+                };
+                if let Some(mac) = mac {
+                    write_op(&mut inner, mac, at, at, What::Booted);
+                    if let Some(o) = inner.by_mac.get_mut(&mac) {
+                        o.ended = true;
+                        let _ = o.out.flush();
+                    }
+                }
+                let any = inner.by_mac.values().any(|o| !o.ended);
+                self.open.store(any, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+
+    /// A request from `ip`, received at `received`, answered now.
+    pub fn op(&self, ip: Ipv4Addr, received: Micros, what: What) {
+        if !self.wants(ip) {
+            return;
+        }
+        let now = now_micros();
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&mac) = inner.by_ip.get(&ip) {
+            write_op(&mut inner, mac, received, now, what);
+        }
+    }
+
+    fn create(&self, mac: Mac, pool: &str, image: &str, root: &str, at: Micros) -> Option<Open> {
+        let stem = mac.to_string().replace(':', "");
+        let file = self.dir.join(format!("{stem}-{}.trace", at / 1_000_000));
+        let made = std::fs::create_dir_all(&self.dir)
+            .and_then(|_| std::fs::File::create(&file))
+            .map(std::io::BufWriter::new);
+        let mut out = match made {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(file = %file.display(), error = %e, "trace not started");
+                return None;
+            }
+        };
+        let header = Header {
+            bootpool_trace: format::VERSION,
+            mac: mac.to_string(),
+            pool: pool.into(),
+            image: image.into(),
+            root: root.into(),
+            recorded: at as f64 / 1e6,
+            note: String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string(&header).expect("header serialises")
+        );
+        self.prune(&stem);
+        tracing::info!(%mac, file = %file.display(), "boot trace started");
+        Some(Open {
+            start: at,
+            out,
+            flushed: at,
+            ended: false,
+        })
+    }
+
+    /// Deletes all but the newest `KEEP_PER_CLIENT` traces of a client.
+    fn prune(&self, stem: &str) {
+        let Ok(dir) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut mine: Vec<PathBuf> = dir
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(stem) && n.ends_with(".trace"))
+            })
+            .collect();
+        mine.sort();
+        let extra = mine.len().saturating_sub(KEEP_PER_CLIENT);
+        for p in &mine[..extra] {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn write_op(inner: &mut Inner, mac: Mac, received: Micros, answered: Micros, what: What) {
+    let Some(o) = inner.by_mac.get_mut(&mac) else {
+        return;
+    };
+    if o.ended {
+        return;
+    }
+    let op = Op {
+        t: (received - o.start).max(0) as f64 / 1e6,
+        d: (answered - received).max(0) as f64 / 1e6,
+        what,
+    };
+    let _ = o.out.write_all(op.to_line().as_bytes());
+    if answered - o.flushed >= 1_000_000 {
+        o.flushed = answered;
+        let _ = o.out.flush();
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(|e| e.into_inner());
+        for o in inner.by_mac.values_mut() {
+            let _ = o.out.flush();
+        }
+    }
+}
+
+/// The tracer shared by every service (through the recorder).
+pub type Shared = Arc<Tracer>;
