@@ -9,6 +9,7 @@
 //! - `record`: typed boot events -> boots and phases, stored by one writer (SQLite in the state
 //!   folder, or PostgreSQL) and replayed at start.
 //! - `lab`: the virtual room: namespace, bridge, taps, qemu clients.
+//! - `storm`: the 08:00 storm, simulated: many clients replaying real boots in a private room.
 //! - `trace`: boot traces (what a client asked for, in order, with times) and their format.
 //! - `app`: the composition root: binds sockets, starts services, waits.
 
@@ -21,4 +22,5 @@ pub mod proto;
 pub mod record;
 pub mod service;
 pub mod shutdown;
+pub mod storm;
 pub mod trace;

@@ -1,0 +1,400 @@
+//! One simulated client: on a thread of its own, in a network namespace of its own with its
+//! own MAC, it replays a recorded boot. The firmware's part (DHCP, loader, iPXE script, kernel
+//! and initrd) runs step by step with the recording's think times and real firmware timers;
+//! the root's reads run closed-loop (`trace::format::Gates`) through NFS and NBD clients this
+//! project did not write (`nfs`, `nbd`); the end is the booted call the image makes.
+//! DHCP goes through `dhcp4r`, TFTP through `tftp_client`, HTTP through `ureq`: none shares a
+//! codec with the server.
+
+use super::dhcp::{self, Identity, Lease, Tries};
+use crate::trace::format::{Bytes, Op, Trace, What};
+use anyhow::{Context, bail};
+use serde::Serialize;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// TFTP as firmware does it: EDK2's MTFTP waits 4 s for a block and tries 6 times in all; iPXE
+/// is quicker to retry but gives up in about the same time.
+pub const TFTP_TIMEOUT: Duration = Duration::from_secs(4);
+pub const TFTP_TRIES: usize = 6;
+/// How long iPXE (and the initrd's wget) waits on an HTTP transfer that has stopped moving.
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What every client of a storm shares.
+pub struct Plan {
+    pub trace: Arc<Trace>,
+    /// Multiplies the recorded think times (gaps where the client computed, not waited).
+    pub think_scale: f64,
+    /// The HTTP port of the server's boot files and API.
+    pub http_port: u16,
+    /// Make the booted call (`POST /api/v1/booted`), as the demo image does.
+    pub callback: bool,
+    /// Ports of the root services (0: ask the portmapper / the well-known port).
+    pub nfs_port: u16,
+    pub mount_port: u16,
+    pub nbd_port: u16,
+    /// The moment the room powers on.
+    pub t0: Instant,
+}
+
+/// When each boot milestone was reached, in seconds from the room's power-on.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Milestones {
+    pub power_on: f64,
+    pub first_discover: Option<f64>,
+    pub ack: Option<f64>,
+    pub loader: Option<f64>,
+    pub script: Option<f64>,
+    pub kernel: Option<f64>,
+    pub attached: Option<f64>,
+    pub booted: Option<f64>,
+}
+
+/// A client's own count of its boot.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Outcome {
+    pub index: usize,
+    pub mac: String,
+    pub ip: Option<Ipv4Addr>,
+    /// The server address it booted from (DHCP's server identifier).
+    pub server: Option<Ipv4Addr>,
+    /// `booted`, or `failed` with `error` saying where and why.
+    pub result: String,
+    pub error: Option<String>,
+    pub at: Milestones,
+    pub bytes: Bytes,
+    pub dhcp_retransmits: u32,
+    pub tftp_retries: u32,
+    pub http_retries: u32,
+    /// Root requests made that the trace did not have (path walks for handles the replay had
+    /// to look up).
+    pub extra_requests: u64,
+    pub root_errors: u64,
+}
+
+impl Outcome {
+    /// A client that could not even start its boot.
+    pub fn failed(index: usize, mac: String, error: String) -> Outcome {
+        Outcome {
+            index,
+            mac,
+            result: "failed".into(),
+            error: Some(error),
+            ..Outcome::default()
+        }
+    }
+
+    pub fn boot_s(&self) -> Option<f64> {
+        Some(self.at.booted? - self.at.power_on)
+    }
+}
+
+/// Where the client is in its replay.
+struct Run<'a> {
+    plan: &'a Plan,
+    dev: String,
+    out: Outcome,
+    sock: Option<UdpSocket>,
+    lease: Option<Lease>,
+    offer: Option<dhcp::Offer>,
+    /// When the previous op's answer came, on the client's clock (seconds from `t0`), and on
+    /// the recording's.
+    last_end: f64,
+    last_end_recorded: f64,
+}
+
+impl Run<'_> {
+    fn now(&self) -> f64 {
+        self.plan.t0.elapsed().as_secs_f64()
+    }
+
+    /// Waits the think time before `op`, measured from the previous answer.
+    fn think(&self, op: &Op) {
+        let gap = (op.t - self.last_end_recorded).max(0.0) * self.plan.think_scale;
+        let wait = self.last_end + gap - self.now();
+        if wait > 0.0 {
+            std::thread::sleep(Duration::from_secs_f64(wait));
+        }
+    }
+
+    fn done(&mut self, op: &Op) {
+        self.last_end = self.now();
+        self.last_end_recorded = op.end();
+    }
+
+    fn server(&self) -> anyhow::Result<Ipv4Addr> {
+        self.lease
+            .as_ref()
+            .map(|l| l.server)
+            .context("a request before any DHCP lease")
+    }
+
+    /// One DHCP message of the recording: a DISCOVER until its OFFER, or a REQUEST of the
+    /// offered address until its ACK (the address then goes on the link).
+    fn dhcp(&mut self, msg: &str, id: Identity) -> anyhow::Result<()> {
+        if self.sock.is_none() {
+            self.sock = Some(dhcp::socket(&self.dev)?);
+        }
+        let sock = self.sock.as_ref().expect("just made");
+        let mut tries = Tries::default();
+        if msg == "discover" {
+            self.out.at.first_discover.get_or_insert(self.now());
+            self.offer = Some(dhcp::discover(
+                sock,
+                &id,
+                rand_xid(self.out.index),
+                &mut tries,
+            )?);
+        } else {
+            let offer = match self.offer.take() {
+                Some(o) => o,
+                None => dhcp::discover(sock, &id, rand_xid(self.out.index), &mut tries)?,
+            };
+            let lease = dhcp::request(sock, &id, &offer, &mut tries)?;
+            if self.lease.as_ref().map(|l| l.ip) != Some(lease.ip) {
+                configure(&self.dev, &lease)?;
+            }
+            self.out.ip = Some(lease.ip);
+            self.out.server = Some(lease.server);
+            self.out.at.ack.get_or_insert(self.now());
+            self.lease = Some(lease);
+        }
+        self.out.dhcp_retransmits += tries.retransmits;
+        Ok(())
+    }
+
+    fn file(&mut self, proto: &str, name: &str, expect: u64) -> anyhow::Result<()> {
+        let server = self.server()?;
+        let mac = self.out.mac.clone();
+        let got = match proto {
+            "tftp" => {
+                let sock = UdpSocket::bind("0.0.0.0:0")?;
+                let (data, retries) = tftp(&sock, server, name)?;
+                self.out.tftp_retries += retries;
+                self.out.bytes.tftp += data;
+                self.out.at.loader = Some(self.now());
+                data
+            }
+            _ => {
+                // A script is fetched by its own MAC, not the recorded client's.
+                let path = if name.starts_with("/boot/script/") {
+                    format!("/boot/script/{mac}.ipxe")
+                } else {
+                    name.to_string()
+                };
+                let url = format!("http://{server}:{}{path}", self.plan.http_port);
+                let n = http_get(&url)?;
+                self.out.bytes.http += n;
+                if path.starts_with("/boot/script/") {
+                    self.out.at.script = Some(self.now());
+                } else {
+                    self.out.at.kernel = Some(self.now());
+                }
+                n
+            }
+        };
+        if !name.starts_with("/boot/script/") && got != expect {
+            bail!("{name}: {got} bytes where the recording had {expect}");
+        }
+        Ok(())
+    }
+}
+
+fn rand_xid(i: usize) -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    t ^ (i as u32).wrapping_mul(0x9e37_79b9)
+}
+
+/// Puts the leased address on the client's link.
+fn configure(dev: &str, lease: &Lease) -> anyhow::Result<()> {
+    super::room::ip(&[
+        format!("addr flush dev {dev}"),
+        format!("addr add {}/{} dev {dev}", lease.ip, lease.prefix),
+    ])
+}
+
+/// A whole file over TFTP (512-byte blocks: `tftp_client` asks no options) with firmware
+/// timers: it waits `TFTP_TIMEOUT` for each block and gives up after `TFTP_TRIES` sends.
+/// Returns its bytes and the retransmits (which `tftp_client` does not report: 0).
+fn tftp(sock: &UdpSocket, server: Ipv4Addr, name: &str) -> anyhow::Result<(u64, u32)> {
+    let to = std::net::SocketAddr::V4(SocketAddrV4::new(server, 69));
+    match tftp_client::download(name, sock, to, TFTP_TIMEOUT, TFTP_TIMEOUT, TFTP_TRIES) {
+        Ok(data) => Ok((data.len() as u64, 0)),
+        Err(e) => bail!("tftp {name}: {e}"),
+    }
+}
+
+/// GET, counting the body's bytes.
+fn http_get(url: &str) -> anyhow::Result<u64> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(HTTP_TIMEOUT))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut resp = agent
+        .get(url)
+        .call()
+        .with_context(|| format!("GET {url}"))?;
+    if !resp.status().is_success() {
+        bail!("GET {url}: {}", resp.status());
+    }
+    let mut reader = resp.body_mut().as_reader();
+    let n = std::io::copy(&mut reader, &mut std::io::sink())
+        .with_context(|| format!("GET {url}: body"))?;
+    Ok(n)
+}
+
+fn http_post(url: &str, body: String) -> anyhow::Result<()> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(10)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let resp = agent
+        .post(url)
+        .header("content-type", "application/json")
+        .send(body)
+        .with_context(|| format!("POST {url}"))?;
+    if !resp.status().is_success() {
+        bail!("POST {url}: {}", resp.status());
+    }
+    Ok(())
+}
+
+/// Boots one client on the calling thread (already in the client's namespace, its link `dev`
+/// up), powering on at `power_on` seconds after `plan.t0`.
+pub fn boot(index: usize, mac: String, dev: String, plan: &Plan, power_on: f64) -> Outcome {
+    let wait = power_on - plan.t0.elapsed().as_secs_f64();
+    if wait > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(wait));
+    }
+    let mut run = Run {
+        plan,
+        dev,
+        out: Outcome {
+            index,
+            mac,
+            at: Milestones {
+                power_on,
+                ..Milestones::default()
+            },
+            ..Outcome::default()
+        },
+        sock: None,
+        lease: None,
+        offer: None,
+        last_end: power_on,
+        last_end_recorded: 0.0,
+    };
+    match replay(&mut run) {
+        Ok(()) => run.out.result = "booted".into(),
+        Err(e) => {
+            run.out.result = "failed".into();
+            run.out.error = Some(format!("{e:#}"));
+        }
+    }
+    run.out
+}
+
+fn replay(run: &mut Run<'_>) -> anyhow::Result<()> {
+    let trace = run.plan.trace.clone();
+    let ops = &trace.ops;
+    let mac = parse_mac(&run.out.mac)?;
+    let mut i = 0;
+    while i < ops.len() {
+        let op = &ops[i];
+        match &op.what {
+            What::Dhcp {
+                msg,
+                pxe,
+                ipxe,
+                arch,
+            } => {
+                run.think(op);
+                let id = Identity {
+                    mac,
+                    pxe: *pxe,
+                    ipxe: *ipxe,
+                    arch: arch.unwrap_or(0),
+                };
+                run.dhcp(msg, id)?;
+                run.done(op);
+                i += 1;
+            }
+            What::File {
+                proto, name, bytes, ..
+            } => {
+                run.think(op);
+                run.file(proto, name, *bytes)?;
+                run.done(op);
+                i += 1;
+            }
+            What::Nfs { .. } | What::Nbd { .. } => {
+                // The root's requests up to the next op of another kind, closed-loop.
+                let end = ops[i..]
+                    .iter()
+                    .position(|o| !matches!(o.what, What::Nfs { .. } | What::Nbd { .. }))
+                    .map_or(ops.len(), |n| i + n);
+                root(run, &ops[i..end])?;
+                i = end;
+            }
+            What::Booted => {
+                run.think(op);
+                if run.plan.callback {
+                    let server = run.server()?;
+                    let body = serde_json::json!({
+                        "uptime_s": run.now() - run.out.at.power_on,
+                        "root_bytes": run.out.bytes.nfs + run.out.bytes.nbd,
+                    });
+                    let url = format!("http://{server}:{}/api/v1/booted", run.plan.http_port);
+                    http_post(&url, body.to_string())?;
+                }
+                run.out.at.booted = Some(run.now());
+                run.done(op);
+                i += 1;
+            }
+        }
+    }
+    if run.out.at.booted.is_none() {
+        // A trace that ends without the booted call ends when its last answer came.
+        run.out.at.booted = Some(run.now());
+    }
+    Ok(())
+}
+
+/// The root's requests: rebased so the first waits its think time from the previous answer.
+fn root(run: &mut Run<'_>, ops: &[Op]) -> anyhow::Result<()> {
+    let server = run.server()?;
+    let base = run.last_end_recorded;
+    let rebased: Vec<Op> = ops
+        .iter()
+        .map(|o| Op {
+            t: (o.t - base).max(0.0),
+            ..o.clone()
+        })
+        .collect();
+    let stats = super::root::replay(server, run.plan, &rebased)?;
+    run.out.bytes.nfs += stats.nfs_bytes;
+    run.out.bytes.nbd += stats.nbd_bytes;
+    run.out.extra_requests += stats.extra_requests;
+    run.out.root_errors += stats.errors;
+    run.out.at.attached = stats.attached.map(|t| run.last_end + t);
+    if stats.errors > 0 {
+        bail!(
+            "root: {} requests failed (first: {})",
+            stats.errors,
+            stats.first_error.unwrap_or_default()
+        );
+    }
+    run.last_end = run.now();
+    run.last_end_recorded = ops.iter().map(Op::end).fold(base, f64::max);
+    Ok(())
+}
+
+fn parse_mac(s: &str) -> anyhow::Result<[u8; 6]> {
+    let mac: crate::config::Mac = s.parse().map_err(|e| anyhow::anyhow!("{s}: {e}"))?;
+    Ok(mac.0)
+}

@@ -1,0 +1,387 @@
+//! `bootpool storm`: the 08:00 storm, simulated. A virtual room of N clients (`room`), each
+//! on a thread of its own in a network namespace of its own, replays a boot trace recorded
+//! from a real VM boot (`client`), against bootpool or any server the storm is told to start
+//! in its namespace; then it prints what a room admin wants to know (`report`).
+//!
+//! - `room`: the switch, the server's shaped links, the clients' shaped ports.
+//! - `client`: one client's boot (firmware steps, then the root closed-loop, then booted).
+//! - `dhcp`: the firmware's DHCP through `dhcp4r`, with the PXE retransmit schedule.
+//! - `root`: the root's requests, through `nfs` (the nfs3_client crate) or `nbd` (libnbd).
+//! - `sample`: the server's egress per link, CPU and memory while the storm runs.
+//! - `report`: the table and the JSON.
+//!
+//! Everything lives in the storm's private network namespace, entered before any thread
+//! exists; it goes away with the storm.
+
+pub mod client;
+pub mod dhcp;
+pub mod nbd;
+pub mod nfs;
+pub mod report;
+pub mod room;
+pub mod root;
+pub mod sample;
+
+use crate::config::{Config, Mac, RootProto};
+use crate::trace::format::Trace;
+use anyhow::{Context, bail};
+use clap::Args;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Args)]
+pub struct StormArgs {
+    /// How many clients power on.
+    #[arg(long, default_value_t = 40)]
+    pub clients: usize,
+    /// Boot the first pool whose root is served this way (and its trace by default).
+    #[arg(long, value_enum, default_value_t = crate::lab::RootChoice::Nfs)]
+    pub root: crate::lab::RootChoice,
+    /// Boot this pool instead.
+    #[arg(long)]
+    pub pool: Option<String>,
+    /// The config whose pools, MACs and addresses the room uses (and that `bootpool serve`
+    /// runs, unless --server-cmd starts another server).
+    #[arg(short, long, default_value = "pools.yaml")]
+    pub config: PathBuf,
+    /// The boot trace every client replays (default: bench/traces/demo-ROOT.trace).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Each client's link rate (its switch port is shaped to it).
+    #[arg(long, default_value = "100mbit", value_parser = room::parse_rate)]
+    pub client_link: u64,
+    /// The server's links, K x RATE: K veths, each with its own address (the config's
+    /// server address, then the next ones) and its egress shaped to RATE. An ideal bond of
+    /// the same capacity is `1 x (K*RATE)`.
+    #[arg(long, default_value = "4x250mbit", value_parser = room::parse_links)]
+    pub server_links: (usize, u64),
+    /// Power the clients on over this many seconds (evenly) instead of all at once.
+    #[arg(long, default_value_t = 0.0)]
+    pub stagger: f64,
+    /// Multiply the trace's think times (the client's own computing between answers) by this.
+    #[arg(long, default_value_t = 1.0)]
+    pub think_scale: f64,
+    /// Start this shell command in the room instead of `bootpool serve` (e.g. the reference
+    /// stack); it must serve the same image at the config's server address.
+    #[arg(long)]
+    pub server_cmd: Option<String>,
+    /// With --server-cmd: the TCP port that answers once the server is ready.
+    #[arg(long, default_value_t = 111)]
+    pub ready_port: u16,
+    /// The server's HTTP port for boot files and the booted call (default: the config's).
+    #[arg(long)]
+    pub http_port: Option<u16>,
+    /// Skip the booted call (servers without bootpool's API).
+    #[arg(long)]
+    pub no_callback: bool,
+    /// A name for this run in the report (default: bootpool, or the server command).
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Write the report as JSON here (default: STATE_DIR/storm/UNIXSECONDS.json).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Give up on clients not booted after this many seconds.
+    #[arg(long, default_value_t = 900)]
+    pub timeout: u64,
+}
+
+/// The server the storm runs in its room, killed when the storm ends.
+struct Server(std::process::Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's process group.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGTERM) };
+        for _ in 0..50 {
+            if matches!(self.0.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // SAFETY: as above; whatever is left of the group goes.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+        let _ = self.0.wait();
+        // Daemons that left the group (nbd-server forks away) are still in the room.
+        for pid in sample::room_pids(std::process::id()) {
+            // SAFETY: kill(2); the process is in the storm's own network namespace, so the
+            // storm started it.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+fn start_server(args: &StormArgs, run_dir: &std::path::Path) -> anyhow::Result<Server> {
+    use std::os::unix::process::CommandExt;
+    let log = std::fs::File::create(run_dir.join("server.log"))?;
+    let mut cmd = match &args.server_cmd {
+        Some(c) => {
+            let mut cmd = std::process::Command::new("sh");
+            cmd.arg("-c").arg(c);
+            cmd
+        }
+        None => {
+            let mut cmd = std::process::Command::new(
+                std::env::current_exe().context("finding the bootpool binary")?,
+            );
+            cmd.arg("serve").arg("--config").arg(&args.config);
+            cmd
+        }
+    };
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0);
+    crate::lab::dies_with_lab(&mut cmd, libc::SIGTERM);
+    Ok(Server(cmd.spawn().context("starting the server")?))
+}
+
+/// Waits until `addr` takes a TCP connection.
+fn wait_ready(
+    addr: std::net::SocketAddr,
+    server: &mut Server,
+    log: &std::path::Path,
+) -> anyhow::Result<()> {
+    for _ in 0..300 {
+        if std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = server.0.try_wait() {
+            let text = std::fs::read_to_string(log).unwrap_or_default();
+            bail!("the server exited ({status}):\n{text}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bail!("the server did not answer on {addr} within 30 s")
+}
+
+/// The thread id of the calling thread.
+fn gettid() -> libc::pid_t {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+pub fn run(args: StormArgs) -> anyhow::Result<()> {
+    let config = Config::load(&args.config)?;
+    let pool = match &args.pool {
+        Some(name) => config
+            .pools
+            .get(name)
+            .with_context(|| format!("no pool `{name}` in {}", args.config.display()))?,
+        None => {
+            let want = match args.root {
+                crate::lab::RootChoice::Nfs => RootProto::Nfs,
+                crate::lab::RootChoice::Nbd => RootProto::Nbd,
+            };
+            config
+                .pools
+                .values()
+                .find(|p| p.root == want)
+                .with_context(|| {
+                    format!("no pool with `root: {want}` in {}", args.config.display())
+                })?
+        }
+    }
+    .clone();
+    let trace_file = args
+        .trace
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("bench/traces/demo-{}.trace", pool.root)));
+    let text = std::fs::read_to_string(&trace_file)
+        .with_context(|| format!("reading the trace {}", trace_file.display()))?;
+    let trace =
+        Trace::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", trace_file.display()))?;
+    if trace.header.root != pool.root.to_string() {
+        bail!(
+            "{} is a trace of an {} root; pool `{}` serves {}",
+            trace_file.display(),
+            trace.header.root,
+            pool.name,
+            pool.root
+        );
+    }
+    let macs: Vec<Mac> = pool
+        .clients
+        .iter()
+        .filter(|e| e.ip.is_none())
+        .flat_map(|e| (0..e.macs.len()).filter_map(|i| e.macs.nth(i)))
+        .take(args.clients)
+        .collect();
+    if macs.len() < args.clients {
+        bail!(
+            "pool `{}` lists {} client MACs without a fixed address; the storm needs {}",
+            pool.name,
+            macs.len(),
+            args.clients
+        );
+    }
+    let run_dir = config.server.state_dir.join("storm").join(format!(
+        "{}",
+        crate::record::event::now_micros() / 1_000_000
+    ));
+    std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+
+    // The room: the server's links first, then a namespace and a port per client.
+    let (k, rate) = args.server_links;
+    let prefix = config.dhcp.subnet.prefix;
+    let first_dev = config
+        .server
+        .interfaces
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "s0".into());
+    let links = room::wire_server(config.server.address, prefix, k, rate, &first_dev)?;
+    let t0 = Instant::now();
+    let plan = Arc::new(client::Plan {
+        trace: Arc::new(trace),
+        think_scale: args.think_scale,
+        http_port: args.http_port.unwrap_or(config.server.http.port()),
+        callback: !args.no_callback,
+        nfs_port: 0,
+        mount_port: 0,
+        nbd_port: config.server.ports.nbd,
+        t0,
+    });
+
+    let (tid_tx, tid_rx) = mpsc::channel::<(usize, libc::pid_t)>();
+    let (go_tx, go_rx): (Vec<_>, Vec<_>) = (0..macs.len()).map(|_| mpsc::channel::<f64>()).unzip();
+    let mut threads = Vec::new();
+    for ((i, mac), go) in macs.iter().enumerate().zip(go_rx) {
+        let (plan, tid_tx, mac) = (plan.clone(), tid_tx.clone(), mac.to_string());
+        let t = std::thread::Builder::new()
+            .name(format!("client{i}"))
+            .stack_size(512 * 1024)
+            .spawn(move || -> client::Outcome {
+                // SAFETY: unshare affects only this thread, which owns no file descriptors
+                // of the room's namespace yet.
+                if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                    let e = std::io::Error::last_os_error();
+                    return client::Outcome::failed(i, mac, format!("no namespace: {e}"));
+                }
+                // Sleeps as short as a client's thinks: no 50 us timer slack on each.
+                // SAFETY: prctl with an integer argument; it affects only this thread.
+                unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
+                let _ = tid_tx.send((i, gettid()));
+                let Ok(power_on) = go.recv() else {
+                    return client::Outcome::failed(i, mac, "the room was not wired".into());
+                };
+                let dev = format!("c{i}");
+                if let Err(e) = room::ip(&["link set lo up".into(), format!("link set {dev} up")]) {
+                    return client::Outcome::failed(i, mac, format!("{e:#}"));
+                }
+                let booted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    client::boot(i, mac.clone(), dev, &plan, power_on)
+                }));
+                booted.unwrap_or_else(|_| {
+                    client::Outcome::failed(i, mac, "the client panicked".into())
+                })
+            })
+            .context("starting a client thread")?;
+        threads.push(t);
+    }
+    drop(tid_tx);
+    let mut tids: Vec<(usize, String, libc::pid_t)> = Vec::new();
+    for (i, tid) in tid_rx.iter().take(macs.len()) {
+        tids.push((i, macs[i].to_string(), tid));
+    }
+    room::wire_clients(&tids, args.client_link)?;
+
+    let mut server = start_server(&args, &run_dir)?;
+    let ready = match &args.server_cmd {
+        None => std::net::SocketAddr::from((config.server.address, plan.http_port)),
+        Some(_) => std::net::SocketAddr::from((config.server.address, args.ready_port)),
+    };
+    wait_ready(ready, &mut server, &run_dir.join("server.log"))?;
+    let label = args
+        .label
+        .clone()
+        .unwrap_or_else(|| match &args.server_cmd {
+            Some(c) => c.clone(),
+            None => "bootpool".into(),
+        });
+    eprintln!(
+        "storm: {} clients of pool {} ({} root) on {} links x {} Mbit/s, clients at {} Mbit/s, \
+         think x{}, against {label}; logs in {}",
+        macs.len(),
+        pool.name,
+        pool.root,
+        k,
+        rate / 1_000_000,
+        args.client_link / 1_000_000,
+        args.think_scale,
+        run_dir.display()
+    );
+
+    // Power on: now, or spread over --stagger seconds.
+    let sampler = sample::Sampler::start(links.clone(), std::process::id(), t0);
+    let start = t0.elapsed().as_secs_f64() + 0.2;
+    let wall_start = crate::record::event::now_micros() as f64 / 1e6 + 0.2;
+    let n = go_tx.len();
+    for (i, go) in go_tx.iter().enumerate() {
+        let at = start
+            + if n > 1 {
+                args.stagger * i as f64 / (n - 1) as f64
+            } else {
+                0.0
+            };
+        let _ = go.send(at);
+    }
+    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    let mut outcomes = Vec::new();
+    let mut progress = report::Progress::new(threads.len());
+    for t in threads {
+        while !t.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            progress.tick(&plan);
+        }
+        if !t.is_finished() {
+            bail!("clients still booting after --timeout {} s", args.timeout);
+        }
+        let o = t.join().unwrap_or_else(|_| {
+            client::Outcome::failed(0, String::new(), "the client thread panicked".into())
+        });
+        progress.done(&o);
+        outcomes.push(o);
+    }
+    progress.finish();
+    let samples = sampler.stop();
+    outcomes.sort_by_key(|o| o.index);
+
+    // What the server recorded, when it is bootpool.
+    let recorded = if args.server_cmd.is_none() {
+        std::thread::sleep(Duration::from_millis(1200));
+        report::recorded(config.server.address, plan.http_port, wall_start - 1.0)
+    } else {
+        None
+    };
+    drop(server);
+    let report = report::Report::new(
+        &label,
+        &args,
+        &pool.name,
+        &trace_file,
+        &plan.trace,
+        &links,
+        start,
+        outcomes,
+        samples,
+        recorded,
+    );
+    let json = args
+        .json
+        .clone()
+        .unwrap_or_else(|| run_dir.join("storm.json"));
+    std::fs::write(&json, serde_json::to_string_pretty(&report)?)
+        .with_context(|| format!("writing {}", json.display()))?;
+    println!("{}", report.render());
+    eprintln!("storm: report in {}", json.display());
+    if report.summary.failed > 0 {
+        bail!(
+            "{} of {} clients did not boot",
+            report.summary.failed,
+            report.summary.clients
+        );
+    }
+    Ok(())
+}

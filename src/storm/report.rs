@@ -1,0 +1,562 @@
+//! The storm's numbers, as a room admin wants them: per client its boot time, phases, bytes
+//! per protocol, retries and result; for the room the time until all booted, the spread, each
+//! server link's egress against its capacity while clients still wanted data, the server's CPU
+//! and memory, and the physical limit of the run. Printed as a table, kept as JSON. When the
+//! server is bootpool, its own record of each boot is read back and set beside the clients'
+//! counts.
+
+use super::StormArgs;
+use super::client::{Outcome, Plan};
+use super::room::Link;
+use super::sample::Sample;
+use crate::record::view::BootView;
+use crate::trace::format::{Bytes, Trace, What};
+use serde::Serialize;
+use std::io::{IsTerminal, Write};
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::Instant;
+
+/// A one-line progress display on a terminal.
+pub struct Progress {
+    total: usize,
+    booted: usize,
+    failed: usize,
+    tty: bool,
+    shown: Instant,
+}
+
+impl Progress {
+    pub fn new(total: usize) -> Progress {
+        Progress {
+            total,
+            booted: 0,
+            failed: 0,
+            tty: std::io::stderr().is_terminal(),
+            shown: Instant::now(),
+        }
+    }
+
+    pub fn tick(&mut self, plan: &Plan) {
+        if self.tty && self.shown.elapsed().as_millis() >= 500 {
+            self.shown = Instant::now();
+            let width = 30;
+            let filled = (self.booted + self.failed) * width / self.total.max(1);
+            eprint!(
+                "\rstorm: [{}{}] {}/{} done, {} failed, {:.0} s ",
+                "#".repeat(filled),
+                "-".repeat(width - filled),
+                self.booted + self.failed,
+                self.total,
+                self.failed,
+                plan.t0.elapsed().as_secs_f64()
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }
+
+    pub fn done(&mut self, o: &Outcome) {
+        if o.result == "booted" {
+            self.booted += 1;
+        } else {
+            self.failed += 1;
+        }
+    }
+
+    pub fn finish(&self) {
+        if self.tty {
+            eprintln!();
+        }
+    }
+}
+
+/// bootpool's own record of the storm's boots: those that started after `since` (Unix secs).
+pub fn recorded(server: Ipv4Addr, port: u16, since: f64) -> Option<Vec<BootView>> {
+    let url = format!("http://{server}:{port}/api/v1/boots");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(std::time::Duration::from_secs(20)))
+        .build()
+        .into();
+    let mut resp = agent.get(&url).call().ok()?;
+    let text = resp
+        .body_mut()
+        .with_config()
+        .limit(1 << 30)
+        .read_to_string()
+        .ok()?;
+    let boots: Vec<BootView> = serde_json::from_str(&text).ok()?;
+    Some(boots.into_iter().filter(|b| b.start >= since).collect())
+}
+
+#[derive(Debug, Serialize)]
+pub struct ClientRow {
+    #[serde(flatten)]
+    pub client: Outcome,
+    /// Seconds in each phase, as the client saw them (bootpool's phase names).
+    pub phases: Vec<(String, f64)>,
+    /// bootpool's record of this boot, when the server is bootpool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recorded: Option<BootView>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LinkRow {
+    pub dev: String,
+    pub address: Ipv4Addr,
+    pub capacity_bps: u64,
+    pub bytes: u64,
+    /// Mean and peak (over 1 s) share of capacity used while clients still wanted data.
+    pub mean_util: f64,
+    pub peak_util: f64,
+    /// Bits per second, one value per second of the storm.
+    pub per_second_bps: Vec<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub clients: usize,
+    pub booted: usize,
+    pub failed: usize,
+    /// Clients that needed a retransmit or retry of any kind.
+    pub retried: usize,
+    /// From power-on to the last client's booted call.
+    pub all_booted_s: Option<f64>,
+    pub median_s: Option<f64>,
+    pub p95_s: Option<f64>,
+    pub max_s: Option<f64>,
+    pub min_s: Option<f64>,
+    pub slowest_over_fastest: Option<f64>,
+    pub slowest_over_median: Option<f64>,
+    /// The window in which clients still wanted data (seconds from power-on).
+    pub wanted_from_s: f64,
+    pub wanted_to_s: f64,
+    /// All links together, while clients wanted data.
+    pub mean_util: f64,
+    pub peak_util: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Server {
+    pub cpu_s: f64,
+    pub peak_rss_kib: u64,
+    /// (peak RSS - RSS before power-on) / clients.
+    pub rss_per_client_kib: f64,
+}
+
+/// The physical limit: all the bytes all clients need over the server's capacity, plus one
+/// client's own think time.
+#[derive(Debug, Serialize)]
+pub struct Limit {
+    pub bytes_needed: u64,
+    pub capacity_bps: u64,
+    pub transfer_s: f64,
+    pub think_s: f64,
+    pub limit_s: f64,
+    /// all_booted_s / limit_s.
+    pub over_limit: Option<f64>,
+}
+
+/// How far bootpool's record is from the clients' own counts.
+#[derive(Debug, Serialize)]
+pub struct Agreement {
+    pub clients_recorded: usize,
+    pub clients_booted_in_record: usize,
+    /// Largest |recorded - counted| / counted over the clients' payload bytes.
+    pub max_bytes_diff: f64,
+    /// Largest |recorded - counted| of the boot's duration (first DISCOVER to booted), s.
+    pub max_duration_diff_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub label: String,
+    pub pool: String,
+    pub root: String,
+    pub trace: String,
+    pub trace_bytes: Bytes,
+    pub client_link_bps: u64,
+    pub server_links: usize,
+    pub think_scale: f64,
+    pub stagger_s: f64,
+    pub summary: Summary,
+    pub links: Vec<LinkRow>,
+    pub server: Server,
+    pub limit: Limit,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub agreement: Option<Agreement>,
+    pub clients: Vec<ClientRow>,
+}
+
+fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    Some(sorted[i])
+}
+
+/// The phases as bootpool names them, from the client's milestones.
+fn phases(o: &Outcome) -> Vec<(String, f64)> {
+    let a = &o.at;
+    let marks = [
+        ("dhcp", a.ack),
+        ("loader", a.loader),
+        ("ipxe", a.script),
+        ("kernel", a.kernel),
+        ("initrd", a.attached),
+        ("root", a.booted),
+    ];
+    let mut out = Vec::new();
+    let Some(mut last) = a.first_discover else {
+        return out;
+    };
+    for (name, at) in marks {
+        if let Some(t) = at
+            && t >= last
+        {
+            out.push((name.to_string(), t - last));
+            last = t;
+        }
+    }
+    out
+}
+
+/// Seconds of think time in a trace: each op's gap from the latest answer it waited for.
+fn think_time(trace: &Trace) -> f64 {
+    let g = crate::trace::format::Gates::new(&trace.ops);
+    // Along the critical path the thinks add up; summing every op's would count overlapped
+    // read-ahead twice, so only ops that waited for everything before them count.
+    (0..trace.ops.len())
+        .filter(|&i| g.need(i) == i)
+        .map(|i| g.think(i))
+        .sum()
+}
+
+impl Report {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        label: &str,
+        args: &StormArgs,
+        pool: &str,
+        trace_file: &Path,
+        trace: &Trace,
+        links: &[Link],
+        start: f64,
+        clients: Vec<Outcome>,
+        samples: Vec<Sample>,
+        recorded: Option<Vec<BootView>>,
+    ) -> Report {
+        let n = clients.len();
+        let booted = clients.iter().filter(|c| c.result == "booted").count();
+        let mut times: Vec<f64> = clients
+            .iter()
+            .filter(|c| c.result == "booted")
+            .filter_map(|c| c.boot_s())
+            .collect();
+        times.sort_by(f64::total_cmp);
+        let all_booted = clients
+            .iter()
+            .filter_map(|c| c.at.booted)
+            .fold(None, |m: Option<f64>, t| Some(m.map_or(t, |m| m.max(t))))
+            .map(|t| t - start);
+        let median = quantile(&times, 0.5);
+        let (min, max) = (times.first().copied(), times.last().copied());
+        // Clients want data from the first one's first file to the last one's last answer.
+        let wanted_from = clients
+            .iter()
+            .filter_map(|c| c.at.ack)
+            .fold(f64::INFINITY, f64::min);
+        let wanted_to = clients
+            .iter()
+            .filter_map(|c| c.at.booted)
+            .fold(0.0, f64::max);
+        let (link_rows, mean, peak) = link_rows(links, &samples, wanted_from, wanted_to);
+        let capacity: u64 = links.iter().map(|l| l.rate).sum();
+        let per_client = trace.bytes().total();
+        let bytes_needed = per_client * n as u64;
+        let transfer_s = bytes_needed as f64 * 8.0 / capacity.max(1) as f64;
+        let think_s = think_time(trace) * args.think_scale;
+        let limit_s = transfer_s + think_s;
+        let before = samples
+            .iter()
+            .take_while(|s| s.t < start)
+            .last()
+            .map_or(0, |s| s.rss_kib);
+        let peak_rss = samples.iter().map(|s| s.rss_kib).max().unwrap_or(0);
+        let cpu_s = match (samples.first(), samples.last()) {
+            (Some(a), Some(b)) => b.cpu_s - a.cpu_s,
+            _ => 0.0,
+        };
+        let agreement = recorded.as_ref().map(|r| agreement(&clients, r));
+        let rows = clients
+            .into_iter()
+            .map(|c| {
+                let rec = recorded
+                    .as_ref()
+                    .and_then(|r| r.iter().rfind(|b| b.mac == c.mac).cloned());
+                ClientRow {
+                    phases: phases(&c),
+                    client: c,
+                    recorded: rec,
+                }
+            })
+            .collect::<Vec<_>>();
+        let retried = rows
+            .iter()
+            .filter(|r| {
+                r.client.dhcp_retransmits + r.client.tftp_retries + r.client.http_retries > 0
+            })
+            .count();
+        Report {
+            label: label.into(),
+            pool: pool.into(),
+            root: trace.header.root.clone(),
+            trace: trace_file.display().to_string(),
+            trace_bytes: trace.bytes(),
+            client_link_bps: args.client_link,
+            server_links: links.len(),
+            think_scale: args.think_scale,
+            stagger_s: args.stagger,
+            summary: Summary {
+                clients: n,
+                booted,
+                failed: n - booted,
+                retried,
+                all_booted_s: all_booted,
+                median_s: median,
+                p95_s: quantile(&times, 0.95),
+                max_s: max,
+                min_s: min,
+                slowest_over_fastest: max.zip(min).map(|(a, b)| a / b),
+                slowest_over_median: max.zip(median).map(|(a, b)| a / b),
+                wanted_from_s: (wanted_from - start).max(0.0),
+                wanted_to_s: (wanted_to - start).max(0.0),
+                mean_util: mean,
+                peak_util: peak,
+            },
+            links: link_rows,
+            server: Server {
+                cpu_s,
+                peak_rss_kib: peak_rss,
+                rss_per_client_kib: peak_rss.saturating_sub(before) as f64 / n.max(1) as f64,
+            },
+            limit: Limit {
+                bytes_needed,
+                capacity_bps: capacity,
+                transfer_s,
+                think_s,
+                limit_s,
+                over_limit: all_booted.map(|t| t / limit_s),
+            },
+            agreement,
+            clients: rows,
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        s.push_str("client  mac                ip            result  boot_s  dhcp   ipxe   kernel  initrd  root    MB      retries\n");
+        for r in &self.clients {
+            let c = &r.client;
+            let ph = |name: &str| {
+                r.phases
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or("-".to_string(), |(_, v)| format!("{v:.1}"))
+            };
+            s.push_str(&format!(
+                "{:<7} {:<18} {:<13} {:<7} {:<7} {:<6} {:<6} {:<7} {:<7} {:<7} {:<7.1} {}\n",
+                format!("c{:03}", c.index),
+                c.mac,
+                c.ip.map_or("-".into(), |ip| ip.to_string()),
+                c.result,
+                c.boot_s().map_or("-".into(), |t| format!("{t:.1}")),
+                ph("dhcp"),
+                ph("ipxe"),
+                ph("kernel"),
+                ph("initrd"),
+                ph("root"),
+                c.bytes.total() as f64 / 1e6,
+                c.dhcp_retransmits + c.tftp_retries + c.http_retries,
+            ));
+        }
+        for r in self.clients.iter().filter(|r| r.client.error.is_some()) {
+            s.push_str(&format!(
+                "c{:03} failed: {}\n",
+                r.client.index,
+                r.client.error.as_deref().unwrap_or("")
+            ));
+        }
+        let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
+        let m = &self.summary;
+        s.push_str(&format!(
+            "\n{}: {} clients, {} booted, {} failed, {} retried\n",
+            self.label, m.clients, m.booted, m.failed, m.retried
+        ));
+        s.push_str(&format!(
+            "all booted after {} s; boot time median {} s, p95 {} s, max {} s, min {} s; slowest/fastest {}, slowest/median {}\n",
+            f(m.all_booted_s),
+            f(m.median_s),
+            f(m.p95_s),
+            f(m.max_s),
+            f(m.min_s),
+            m.slowest_over_fastest.map_or("-".into(), |v| format!("{v:.2}")),
+            m.slowest_over_median.map_or("-".into(), |v| format!("{v:.2}")),
+        ));
+        s.push_str(&format!(
+            "server links while clients wanted data ({:.1}-{:.1} s): {:.0}% of capacity on average, {:.0}% at peak\n",
+            m.wanted_from_s,
+            m.wanted_to_s,
+            m.mean_util * 100.0,
+            m.peak_util * 100.0
+        ));
+        for l in &self.links {
+            s.push_str(&format!(
+                "  {:<6} {:<13} {:>6} Mbit/s  sent {:>8.1} MB  mean {:>3.0}%  peak {:>3.0}%\n",
+                l.dev,
+                l.address,
+                l.capacity_bps / 1_000_000,
+                l.bytes as f64 / 1e6,
+                l.mean_util * 100.0,
+                l.peak_util * 100.0
+            ));
+        }
+        s.push_str(&format!(
+            "server: {:.1} CPU s, peak RSS {:.1} MiB, {:.0} KiB per client\n",
+            self.server.cpu_s,
+            self.server.peak_rss_kib as f64 / 1024.0,
+            self.server.rss_per_client_kib
+        ));
+        let l = &self.limit;
+        s.push_str(&format!(
+            "physical limit: {:.1} MB over {} Mbit/s = {:.1} s, plus {:.1} s of one client's think time = {:.1} s; this run {}x the limit\n",
+            l.bytes_needed as f64 / 1e6,
+            l.capacity_bps / 1_000_000,
+            l.transfer_s,
+            l.think_s,
+            l.limit_s,
+            l.over_limit.map_or("-".into(), |v| format!("{v:.2}"))
+        ));
+        if let Some(a) = &self.agreement {
+            s.push_str(&format!(
+                "bootpool's record: {} of the clients' boots recorded, {} booted; bytes within {:.2}% of the clients' counts, durations within {:.2} s\n",
+                a.clients_recorded,
+                a.clients_booted_in_record,
+                a.max_bytes_diff * 100.0,
+                a.max_duration_diff_s
+            ));
+        }
+        s
+    }
+}
+
+fn link_rows(links: &[Link], samples: &[Sample], from: f64, to: f64) -> (Vec<LinkRow>, f64, f64) {
+    let mut rows = Vec::new();
+    let (mut all_bytes, mut all_cap) = (0.0, 0.0);
+    let mut peak_all: f64 = 0.0;
+    // The samples' clock starts with the sampler; `from`/`to` are on the same clock (both
+    // begin at the storm's start, within a few ms).
+    let at = |t: f64, k: usize| -> f64 {
+        // Counter at time t, linearly between samples.
+        let i = samples.partition_point(|s| s.t < t);
+        match (
+            i.checked_sub(1).and_then(|j| samples.get(j)),
+            samples.get(i),
+        ) {
+            (Some(a), Some(b)) if b.t > a.t => {
+                let f = (t - a.t) / (b.t - a.t);
+                a.tx[k] as f64 + f * (b.tx[k] as f64 - a.tx[k] as f64)
+            }
+            (_, Some(b)) => b.tx[k] as f64,
+            (Some(a), None) => a.tx[k] as f64,
+            _ => 0.0,
+        }
+    };
+    let seconds = samples.last().map_or(0, |s| s.t.ceil() as usize);
+    for (k, l) in links.iter().enumerate() {
+        let total = samples
+            .last()
+            .zip(samples.first())
+            .map_or(0, |(b, a)| b.tx[k].saturating_sub(a.tx[k]));
+        let per_second: Vec<u64> = (0..seconds)
+            .map(|s| ((at(s as f64 + 1.0, k) - at(s as f64, k)) * 8.0) as u64)
+            .collect();
+        let window = (to - from).max(1e-3);
+        let sent = if to > from {
+            at(to, k) - at(from, k)
+        } else {
+            0.0
+        };
+        let cap = l.rate as f64 / 8.0;
+        let peak = (from.floor() as usize..to.ceil() as usize)
+            .filter_map(|s| per_second.get(s))
+            .map(|b| *b as f64 / l.rate as f64)
+            .fold(0.0, f64::max);
+        all_bytes += sent;
+        all_cap += cap * window;
+        rows.push(LinkRow {
+            dev: l.dev.clone(),
+            address: l.address,
+            capacity_bps: l.rate,
+            bytes: total,
+            mean_util: sent / (cap * window),
+            peak_util: peak,
+            per_second_bps: per_second,
+        });
+    }
+    let total_rate: f64 = links.iter().map(|l| l.rate as f64).sum();
+    for s in from.floor() as usize..to.ceil() as usize {
+        let bps: f64 = rows
+            .iter()
+            .filter_map(|r| r.per_second_bps.get(s))
+            .map(|b| *b as f64)
+            .sum();
+        peak_all = peak_all.max(bps / total_rate.max(1.0));
+    }
+    let mean = if all_cap > 0.0 {
+        all_bytes / all_cap
+    } else {
+        0.0
+    };
+    (rows, mean, peak_all)
+}
+
+fn agreement(clients: &[Outcome], recorded: &[BootView]) -> Agreement {
+    let mut found = 0;
+    let mut booted = 0;
+    let mut max_bytes: f64 = 0.0;
+    let mut max_dur: f64 = 0.0;
+    for c in clients {
+        let Some(b) = recorded.iter().rfind(|b| b.mac == c.mac) else {
+            continue;
+        };
+        found += 1;
+        if b.result == "booted" {
+            booted += 1;
+        }
+        let rec: u64 = b.bytes.values().sum();
+        let counted = c.bytes.total();
+        if counted > 0 {
+            max_bytes = max_bytes.max((rec as f64 - counted as f64).abs() / counted as f64);
+        }
+        if let (Some(d), Some(first), Some(end)) = (b.duration_s, c.at.first_discover, c.at.booted)
+        {
+            max_dur = max_dur.max((d - (end - first)).abs());
+        }
+    }
+    Agreement {
+        clients_recorded: found,
+        clients_booted_in_record: booted,
+        max_bytes_diff: max_bytes,
+        max_duration_diff_s: max_dur,
+    }
+}
+
+/// The ops of a trace a replay sends to the root server.
+pub fn root_ops(trace: &Trace) -> usize {
+    trace
+        .ops
+        .iter()
+        .filter(|o| matches!(o.what, What::Nfs { .. } | What::Nbd { .. }))
+        .count()
+}

@@ -1,0 +1,62 @@
+//! The root's half of a simulated client's boot: its NFS calls or NBD requests, replayed
+//! closed-loop through client code this project did not write (`nfs`: the nfs3_client crate;
+//! `nbd`: libnbd), on the client's own thread.
+
+use super::client::Plan;
+use super::nbd;
+use super::nfs::{self, NfsPorts};
+use crate::trace::format::{Op, What};
+use std::net::Ipv4Addr;
+use std::time::Instant;
+
+/// What the root's replay did.
+#[derive(Debug, Default)]
+pub struct RootStats {
+    pub nfs_bytes: u64,
+    pub nbd_bytes: u64,
+    /// Requests made that the trace did not have.
+    pub extra_requests: u64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+    /// Seconds from the replay's start until the first request after the attach was sent.
+    pub attached: Option<f64>,
+}
+
+/// Replays `ops` (NFS or NBD requests, times rebased so the first one's think time counts
+/// from the previous answer) against `server`.
+pub fn replay(server: Ipv4Addr, plan: &Plan, ops: &[Op]) -> anyhow::Result<RootStats> {
+    let started = Instant::now();
+    let since = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(started).as_secs_f64());
+    let nfs = ops.iter().any(|o| matches!(o.what, What::Nfs { .. }));
+    let mut out = RootStats::default();
+    if nfs {
+        let ports = if plan.nfs_port != 0 {
+            NfsPorts::Direct {
+                mount: plan.mount_port,
+                nfs: plan.nfs_port,
+            }
+        } else {
+            NfsPorts::Portmap(111)
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let s = rt.block_on(nfs::replay_nfs(server, ports, ops, plan.think_scale))?;
+        out.nfs_bytes = s.read_bytes;
+        out.extra_requests = s.extra_lookups;
+        out.errors = s.total_errors();
+        out.first_error = s
+            .errors
+            .iter()
+            .next()
+            .map(|(p, n)| format!("{n} {p} answers were errors"));
+        out.attached = since(s.first);
+    } else {
+        let s = nbd::replay_nbd(server, plan.nbd_port, ops, plan.think_scale)?;
+        out.nbd_bytes = s.bytes;
+        out.errors = s.errors;
+        out.first_error = (s.errors > 0).then(|| format!("{} reads failed", s.errors));
+        out.attached = since(s.first);
+    }
+    Ok(out)
+}
