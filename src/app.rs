@@ -111,6 +111,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let (recorder, records) = record::start(&config.server, &shutdown)
         .await
         .context("opening the boot records")?;
+    let leases = service::dhcp::open_table(&config)?;
 
     let any = Ipv4Addr::UNSPECIFIED;
     let ports = config.server.ports;
@@ -190,6 +191,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         Box::pin(service::dhcp::serve(
             dhcp,
             pxe,
+            leases,
             c.clone(),
             r.clone(),
             s.clone(),
