@@ -129,9 +129,12 @@ wait_port() { # port
 }
 
 BP_PORT=20490
+# The benchmark client is $SRV, listed below with that fixed ip so the export lets it in; a
+# client's ip may not be the server's own, so the config names another address of the subnet
+# as the server's (only DHCP and boot scripts hand it out; NFS listens on every address).
 cat > "$WORK/pools.yaml" <<EOF
 server:
-  address: $SRV
+  address: 10.78.0.2
   http: 127.0.0.1:0
   state_dir: $WORK/var
   loaders: $DATA/loaders

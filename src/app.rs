@@ -1,12 +1,22 @@
-//! The composition root: load config, open the records, bind every socket, start the services,
-//! and wait. Services never bind; tests start the whole daemon in-process on port 0.
+//! The composition root: load config, lock the state folder, open the records, bind every
+//! socket, start the services, and wait. Services never bind; tests start the whole daemon
+//! in-process on port 0.
+//!
+//! One daemon per state folder: `state_dir/bootpool.lock` (holding the PID) is locked with
+//! `flock` before anything else there is opened, and stays locked until the daemon has stopped.
+//! UDP ports are bound without `SO_REUSEADDR`, so a second daemon on port 67 or 69 fails to
+//! bind instead of sharing the port silently; only proxy mode's port 67 is shared, with the
+//! DHCP server that gives the addresses (which may run on the same host).
 
 use crate::config::Config;
 use crate::record::{self, Records};
 use crate::service;
 use crate::shutdown::Shutdown;
 use anyhow::Context as _;
+use std::io::{Read as _, Seek as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::AsRawFd as _;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::net::{TcpListener, UdpSocket};
 
@@ -30,6 +40,8 @@ pub struct Running {
     pub config: Arc<Config>,
     pub records: Arc<Records>,
     shutdown: Shutdown,
+    /// Released when the daemon is dropped, after `stop` has waited for every service.
+    _lock: StateLock,
 }
 
 impl Running {
@@ -39,32 +51,95 @@ impl Running {
     }
 }
 
+/// The lock file in the state folder.
+pub const LOCK_FILE: &str = "bootpool.lock";
+
+/// The state folder's lock, held while the file stays open (`flock`, released by the kernel
+/// however the process ends, so a daemon killed with -9 leaves no stale lock).
+pub struct StateLock {
+    _file: std::fs::File,
+}
+
+/// Locks `dir` for this daemon (creating the folder if needed) and writes our PID into the
+/// lock file; fails at once when another daemon holds it, naming its PID and the file.
+pub fn lock_state_dir(dir: &Path) -> anyhow::Result<StateLock> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path: PathBuf = dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::WouldBlock {
+            return Err(e).with_context(|| format!("locking {}", path.display()));
+        }
+        let mut text = String::new();
+        let _ = file.read_to_string(&mut text);
+        let holder = match text.trim() {
+            "" => "pid unknown".to_string(),
+            pid => format!("pid {pid}"),
+        };
+        anyhow::bail!(
+            "{} is locked by another bootpool ({holder}) serving state_dir {}: stop that \
+             daemon first, or give this one a server.state_dir of its own",
+            path.display(),
+            dir.display()
+        );
+    }
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| writeln!(file, "{}", std::process::id()))
+        .and_then(|()| file.sync_data())
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(StateLock { _file: file })
+}
+
 /// Binds and starts everything; returns once all sockets are bound.
 pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let missing = config.missing_files();
     if let Some(e) = missing.first() {
         anyhow::bail!("{e}");
     }
+    // Before the records, the leases or the overlays are opened.
+    let lock = lock_state_dir(&config.server.state_dir)?;
     let shutdown = Shutdown::new();
     let (recorder, records) = record::start(&config.server, &shutdown)
         .await
         .context("opening the boot records")?;
     let recorder = recorder.with_tracer(crate::trace::Tracer::new(&config));
+    let leases = service::dhcp::open_table(&config)?;
 
     let any = Ipv4Addr::UNSPECIFIED;
     let ports = config.server.ports;
     let iface = config.server.interfaces.first().cloned();
-    let dhcp = bind_udp(SocketAddrV4::new(any, ports.dhcp), iface.as_deref(), true)
-        .with_context(|| format!("binding DHCP port {}", ports.dhcp))?;
-    let pxe = match config.dhcp.mode {
-        crate::config::DhcpMode::Proxy => Some(
-            bind_udp(SocketAddrV4::new(any, ports.pxe), iface.as_deref(), true)
-                .with_context(|| format!("binding PXE port {}", ports.pxe))?,
-        ),
-        crate::config::DhcpMode::Authoritative => None,
+    let proxy = config.dhcp.mode == crate::config::DhcpMode::Proxy;
+    // In proxy mode port 67 is shared with the DHCP server that gives the addresses.
+    let dhcp_udp = Udp {
+        iface: iface.as_deref(),
+        broadcast: true,
+        shared: proxy,
     };
-    let tftp = bind_udp(SocketAddrV4::new(any, ports.tftp), None, false)
-        .with_context(|| format!("binding TFTP port {}", ports.tftp))?;
+    let dhcp = bind_udp(SocketAddrV4::new(any, ports.dhcp), dhcp_udp)
+        .with_context(|| format!("binding DHCP port {} (ports.dhcp)", ports.dhcp))?;
+    let pxe = if proxy {
+        let pxe_udp = Udp {
+            shared: false,
+            ..dhcp_udp
+        };
+        Some(
+            bind_udp(SocketAddrV4::new(any, ports.pxe), pxe_udp)
+                .with_context(|| format!("binding PXE port {} (ports.pxe)", ports.pxe))?,
+        )
+    } else {
+        None
+    };
+    let tftp = bind_udp(SocketAddrV4::new(any, ports.tftp), Udp::PLAIN)
+        .with_context(|| format!("binding TFTP port {} (ports.tftp)", ports.tftp))?;
     let http = bind_tcp(config.server.http).await.context("binding HTTP")?;
     let nfs = bind_tcp(SocketAddrV4::new(any, ports.nfs).into())
         .await
@@ -77,7 +152,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         .await
         .with_context(|| format!("binding portmap port {} (ports.portmap)", ports.portmap))?;
     let portmap_port = portmap_tcp.local_addr()?.port();
-    let portmap_udp = bind_udp(SocketAddrV4::new(any, portmap_port), None, false)
+    let portmap_udp = bind_udp(SocketAddrV4::new(any, portmap_port), Udp::PLAIN)
         .with_context(|| format!("binding portmap UDP port {portmap_port}"))?;
     let bound = Bound {
         http: http.local_addr()?,
@@ -117,6 +192,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         Box::pin(service::dhcp::serve(
             dhcp,
             pxe,
+            leases,
             c.clone(),
             r.clone(),
             s.clone(),
@@ -186,6 +262,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         config,
         records,
         shutdown,
+        _lock: lock,
     })
 }
 
@@ -236,25 +313,111 @@ async fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
-/// A UDP socket; `broadcast` for DHCP, bound to one interface when given so that several
-/// daemons (or a host DHCP server) can each own their own link.
-fn bind_udp(
-    addr: SocketAddrV4,
-    iface: Option<&str>,
+/// How a UDP socket is bound.
+#[derive(Clone, Copy)]
+struct Udp<'a> {
+    /// Bound to this interface only, so that several daemons (or a host DHCP server) can each
+    /// own their own link.
+    iface: Option<&'a str>,
+    /// May send to 255.255.255.255 (DHCP).
     broadcast: bool,
-) -> std::io::Result<UdpSocket> {
+    /// `SO_REUSEADDR`: another socket that also asks for it may bind the same port. Only for
+    /// proxy mode's port 67; everywhere else a second daemon must fail to bind, not share.
+    shared: bool,
+}
+
+impl Udp<'_> {
+    const PLAIN: Udp<'static> = Udp {
+        iface: None,
+        broadcast: false,
+        shared: false,
+    };
+}
+
+/// A UDP socket on `addr`. A socket bound to 0.0.0.0 receives broadcasts without
+/// `SO_REUSEADDR`; that option would only let a second daemon bind the same port unnoticed.
+fn bind_udp(addr: SocketAddrV4, how: Udp<'_>) -> std::io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
-    socket.set_reuse_address(true)?;
-    if broadcast {
+    if how.shared {
+        socket.set_reuse_address(true)?;
+    }
+    if how.broadcast {
         socket.set_broadcast(true)?;
     }
-    if let Some(iface) = iface {
+    if let Some(iface) = how.iface {
         socket.bind_device(Some(iface.as_bytes())).map_err(|e| {
             std::io::Error::new(e.kind(), format!("binding to interface {iface}: {e}"))
         })?;
     }
     socket.set_nonblocking(true)?;
-    socket.bind(&SocketAddr::V4(addr).into())?;
+    socket.bind(&SocketAddr::V4(addr).into()).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "{e}: another program (another bootpool?) has UDP port {} already",
+                    addr.port()
+                ),
+            )
+        } else {
+            e
+        }
+    })?;
     UdpSocket::from_std(socket.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_second_bind_of_a_udp_port_fails() {
+        let local = Ipv4Addr::LOCALHOST;
+        for how in [
+            Udp::PLAIN,
+            Udp {
+                broadcast: true,
+                ..Udp::PLAIN
+            },
+        ] {
+            let first = bind_udp(SocketAddrV4::new(local, 0), how).unwrap();
+            let port = first.local_addr().unwrap().port();
+            let e = bind_udp(SocketAddrV4::new(local, port), how).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+            assert!(e.to_string().contains(&format!("UDP port {port}")), "{e}");
+            // The wildcard address overlaps the bound one: refused too.
+            let e = bind_udp(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port), how).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+        }
+    }
+
+    #[tokio::test]
+    async fn proxy_mode_shares_port_67_with_a_dhcp_server() {
+        let shared = Udp {
+            broadcast: true,
+            shared: true,
+            ..Udp::PLAIN
+        };
+        let first = bind_udp(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0), shared).unwrap();
+        let port = first.local_addr().unwrap().port();
+        bind_udp(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port), shared).unwrap();
+    }
+
+    #[test]
+    fn a_second_lock_on_a_state_dir_names_the_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("var");
+        let held = lock_state_dir(&state).unwrap();
+        let text = std::fs::read_to_string(state.join(LOCK_FILE)).unwrap();
+        assert_eq!(text, format!("{}\n", std::process::id()));
+        let e = format!("{:#}", lock_state_dir(&state).err().unwrap());
+        assert!(e.contains(&format!("pid {}", std::process::id())), "{e}");
+        assert!(
+            e.contains(&state.join(LOCK_FILE).display().to_string()),
+            "{e}"
+        );
+        drop(held);
+        lock_state_dir(&state).unwrap();
+    }
 }

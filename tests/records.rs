@@ -540,10 +540,14 @@ const LOOPBACK_MAC: &str = "52:54:00:77:00:20";
 fn with_loopback_reservation(text: &str) -> String {
     let clients = "      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }\n";
     assert!(text.contains(clients));
-    text.replace(
-        clients,
-        &format!("{clients}      - {{ mac: \"{LOOPBACK_MAC}\", ip: 127.0.0.1 }}\n"),
-    )
+    // A client's ip may not be the server's own: the server is 127.0.0.2 (its sockets listen
+    // on every address), the test's client 127.0.0.1.
+    assert!(text.contains("  address: 127.0.0.1\n"));
+    text.replace("  address: 127.0.0.1\n", "  address: 127.0.0.2\n")
+        .replace(
+            clients,
+            &format!("{clients}      - {{ mac: \"{LOOPBACK_MAC}\", ip: 127.0.0.1 }}\n"),
+        )
 }
 
 /// A DHCP message from `mac` as if relayed from 127.0.0.1 (the answer stays on loopback).

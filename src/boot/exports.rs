@@ -25,6 +25,11 @@ mod tests {
     use std::path::Path;
 
     fn config(address: &str) -> Config {
+        config_in(address, "10.0.0")
+    }
+
+    /// The config with the server at `address` and the clients in `net`.0/8.
+    fn config_in(address: &str, net: &str) -> Config {
         let text = format!(
             "\
 server:
@@ -34,8 +39,8 @@ server:
   loaders: loaders/
 dhcp:
   mode: authoritative
-  subnet: 10.0.0.0/8
-  range: 10.0.0.100-10.0.0.199
+  subnet: {net}.0/8
+  range: {net}.100-{net}.199
   lease: 1h
 images:
   a: {{ dir: images/a, store: disk }}
@@ -46,7 +51,7 @@ pools:
     root: nfs
     clients:
       - {{ macs: \"52:54:00:00:00:00-52:54:00:00:00:0f\" }}
-      - {{ mac: \"52:54:00:00:01:00\", ip: 10.0.0.50 }}
+      - {{ mac: \"52:54:00:00:01:00\", ip: {net}.50 }}
   room-b-nbd:
     image: b
     root: nbd
@@ -73,7 +78,7 @@ pools:
         // Loopback only when the server is on loopback.
         assert!(!nfs_allowed(&c, "a", Ipv4Addr::LOCALHOST, None));
         assert!(nfs_allowed(
-            &config("127.0.0.1"),
+            &config_in("127.0.0.1", "127.0.0"),
             "a",
             Ipv4Addr::LOCALHOST,
             None

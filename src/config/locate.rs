@@ -101,6 +101,15 @@ fn key_of(body: &str) -> Option<&str> {
     if body.starts_with('{') || body.starts_with('[') {
         return None;
     }
+    // A quoted key may hold a colon: `"x:y": ...`.
+    if let Some(q) = body.chars().next().filter(|c| matches!(c, '"' | '\''))
+        && let Some(end) = body[1..].find(q)
+        && let Some(rest) = body[end + 2..].strip_prefix(':')
+        && (rest.is_empty() || rest.starts_with(' '))
+    {
+        let key = &body[1..end + 1];
+        return (!key.is_empty()).then_some(key);
+    }
     let (key, rest) = body.split_once(':')?;
     if !(rest.is_empty() || rest.starts_with(' ')) {
         return None;

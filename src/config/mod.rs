@@ -1,5 +1,10 @@
 //! pools.yaml -> checked domain types. Nobody else sees raw YAML. Every error names the file,
 //! the line and column, the YAML path and the reason.
+//!
+//! Beyond each value's own syntax, what would misbehave at serve time is refused here: a
+//! server address outside `dhcp.subnet`, a range or fixed `ip` holding the network, broadcast
+//! or server address, two services on one port, and pool or image names that are not plain
+//! (`[A-Za-z0-9._-]`, not starting with `.` or `-`: they become paths and URLs).
 
 mod locate;
 mod raw;
@@ -415,7 +420,14 @@ impl Checker<'_> {
             retention,
         };
 
-        let dhcp = self.check_dhcp(&raw.dhcp)?;
+        let dhcp = self.check_dhcp(&raw.dhcp, address)?;
+        if !dhcp.subnet.contains(address) {
+            return Err(self.err(
+                &[Key("server"), Key("address")],
+                format!("{address} is outside dhcp.subnet {}", dhcp.subnet),
+            ));
+        }
+        self.check_ports(s, &server, dhcp.mode)?;
 
         let mut images = BTreeMap::new();
         for (name, img) in &raw.images {
@@ -430,7 +442,7 @@ impl Checker<'_> {
             if !is_name(name) {
                 return Err(self.err(
                     &[Key("images"), Key(name)],
-                    "image names use a-z, 0-9, - and _",
+                    format!("`{name}` is not a plain name ({NAME_RULE})"),
                 ));
             }
             let cow_store = match img.cow.as_deref() {
@@ -469,6 +481,12 @@ impl Checker<'_> {
         let mut seen_ips: Vec<(Ipv4Addr, String)> = Vec::new();
         for (name, p) in &raw.pools {
             let at = |k| [Key("pools"), Key(name.as_str()), Key(k)];
+            if !is_name(name) {
+                return Err(self.err(
+                    &[Key("pools"), Key(name)],
+                    format!("`{name}` is not a plain name ({NAME_RULE})"),
+                ));
+            }
             let image = images.get(&p.image).cloned().ok_or_else(|| {
                 let known: Vec<&str> = images.keys().map(String::as_str).collect();
                 self.err(
@@ -553,6 +571,9 @@ impl Checker<'_> {
                                 self.err(&at_c("ip"), format!("{ip} is outside {}", dhcp.subnet))
                             );
                         }
+                        if let Some(what) = reserved(dhcp.subnet, server.address, ip) {
+                            return Err(self.err(&at_c("ip"), format!("{ip} is {what}")));
+                        }
                         if let Some((_, other)) = seen_ips.iter().find(|(x, _)| *x == ip) {
                             return Err(
                                 self.err(&at_c("ip"), format!("{ip} is already given to {other}"))
@@ -589,7 +610,66 @@ impl Checker<'_> {
         })
     }
 
-    fn check_dhcp(&self, d: &raw::Dhcp) -> Result<Dhcp, ConfigError> {
+    /// Two services given one port (0, "any free port", never clashes): refused at the one of
+    /// the two keys the file has, the later one when it has both.
+    fn check_ports(
+        &self,
+        s: &raw::Server,
+        server: &Server,
+        mode: DhcpMode,
+    ) -> Result<(), ConfigError> {
+        use Step::Key;
+        let p = &server.ports;
+        let set = &s.ports;
+        // (key, port, written in the file); portmap's TCP and UDP sockets are one service.
+        let mut listeners = vec![
+            ("http", server.http.port(), true),
+            ("dhcp", p.dhcp, set.dhcp.is_some()),
+            ("tftp", p.tftp, set.tftp.is_some()),
+            ("nfs", p.nfs, set.nfs.is_some()),
+            ("nbd", p.nbd, set.nbd.is_some()),
+            ("portmap", p.portmap, set.portmap.is_some()),
+        ];
+        if mode == DhcpMode::Proxy {
+            listeners.insert(2, ("pxe", p.pxe, set.pxe.is_some()));
+        }
+        let path = |key: &'static str| -> Vec<Step<'static>> {
+            match key {
+                "http" => vec![Key("server"), Key("http")],
+                k => vec![Key("server"), Key("ports"), Key(k)],
+            }
+        };
+        let shown = |key: &str| match key {
+            "http" => "server.http".to_string(),
+            k => format!("server.ports.{k}"),
+        };
+        for (i, &(a, port, a_set)) in listeners.iter().enumerate() {
+            for &(b, other, b_set) in &listeners[i + 1..] {
+                if port == 0 || port != other {
+                    continue;
+                }
+                // Point at a key the file has, the later one when both are there.
+                let later = |x, y| {
+                    locate::locate(self.text, &path(x)) >= locate::locate(self.text, &path(y))
+                };
+                let (here, there) = match (a_set, b_set) {
+                    (true, true) if later(a, b) => (a, b),
+                    (true, false) => (a, b),
+                    _ => (b, a),
+                };
+                return Err(self.err(
+                    &path(here),
+                    format!(
+                        "port {port} is also {}'s: two services cannot share a port",
+                        shown(there)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_dhcp(&self, d: &raw::Dhcp, server: Ipv4Addr) -> Result<Dhcp, ConfigError> {
         use Step::Key;
         let at = |k| [Key("dhcp"), Key(k)];
         let mode = match d.mode.as_str() {
@@ -621,6 +701,18 @@ impl Checker<'_> {
                         return Err(self.err(&at("range"), format!("{ip} is outside {subnet}")));
                     }
                 }
+                let (net, bcast) = (subnet.network, subnet.broadcast());
+                let inside = |ip: Ipv4Addr| (u32::from(a)..=u32::from(b)).contains(&u32::from(ip));
+                for ip in [net, bcast, server] {
+                    if inside(ip)
+                        && let Some(what) = reserved(subnet, server, ip)
+                    {
+                        return Err(self.err(
+                            &at("range"),
+                            format!("{a}-{b} holds {ip}, {what}; clients must not be given it"),
+                        ));
+                    }
+                }
                 Some((a, b))
             }
         };
@@ -646,10 +738,28 @@ impl Checker<'_> {
     }
 }
 
+const NAME_RULE: &str = "use A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with `.` or `-`";
+
+/// A pool or image name: it becomes part of paths, URLs and metric labels.
 fn is_name(s: &str) -> bool {
     !s.is_empty()
+        && !s.starts_with(['.', '-'])
         && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// What `ip` is that no client may be given: the subnet's network or broadcast address (on a
+/// /31 or /32 both are hosts, RFC 3021), or the server's own address.
+fn reserved(subnet: Subnet, server: Ipv4Addr, ip: Ipv4Addr) -> Option<String> {
+    if ip == server {
+        Some("the server's own address (server.address)".into())
+    } else if subnet.prefix <= 30 && ip == subnet.network {
+        Some(format!("the network address of {subnet}"))
+    } else if subnet.prefix <= 30 && ip == subnet.broadcast() {
+        Some(format!("the broadcast address of {subnet}"))
+    } else {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -239,3 +239,127 @@ fn default_ports_are_the_well_known_ones() {
     assert_eq!(ports.nbd, crate::proto::nbd::PORT);
     assert_eq!(ports.portmap, crate::proto::portmap::PORT);
 }
+
+/// Addresses no client may be given, and a server outside its clients' subnet, are refused at
+/// the key that gives them, with its line.
+#[test]
+fn reserved_addresses_are_refused_in_ranges_and_fixed_ips() {
+    let cases = [
+        (
+            "range: 10.77.0.100-10.77.0.199",
+            "range: 10.77.0.0-10.77.0.199",
+            9,
+            "dhcp.range",
+            "holds 10.77.0.0, the network address of 10.77.0.0/24",
+        ),
+        (
+            "range: 10.77.0.100-10.77.0.199",
+            "range: 10.77.0.100-10.77.0.255",
+            9,
+            "dhcp.range",
+            "holds 10.77.0.255, the broadcast address",
+        ),
+        (
+            "range: 10.77.0.100-10.77.0.199",
+            "range: 10.77.0.1-10.77.0.199",
+            9,
+            "dhcp.range",
+            "holds 10.77.0.1, the server's own address",
+        ),
+        (
+            "ip: 10.77.0.11",
+            "ip: 10.77.0.1",
+            22,
+            "pools.room-101.clients[0].ip",
+            "10.77.0.1 is the server's own address",
+        ),
+        (
+            "ip: 10.77.0.11",
+            "ip: 10.77.0.255",
+            22,
+            "pools.room-101.clients[0].ip",
+            "the broadcast address",
+        ),
+        (
+            "address: 10.77.0.1",
+            "address: 10.78.0.1",
+            3,
+            "server.address",
+            "10.78.0.1 is outside dhcp.subnet 10.77.0.0/24",
+        ),
+    ];
+    for (from, to, line, path, why) in cases {
+        let e = parse(&GOOD.replace(from, to)).unwrap_err();
+        assert_eq!((e.line, e.path.as_str()), (Some(line), path), "{e}");
+        assert!(e.reason.contains(why), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("/etc/bootpool/pools.yaml:{line}:")),
+            "{e}"
+        );
+    }
+    // On a /31 both addresses are hosts (RFC 3021).
+    let p2p = GOOD
+        .replace("address: 10.77.0.1", "address: 10.77.0.0")
+        .replace("subnet: 10.77.0.0/24", "subnet: 10.77.0.0/31")
+        .replace(
+            "range: 10.77.0.100-10.77.0.199",
+            "range: 10.77.0.1-10.77.0.1",
+        )
+        .replace(", ip: 10.77.0.11", "");
+    parse(&p2p).unwrap();
+}
+
+#[test]
+fn two_services_on_one_port_are_refused() {
+    let with = |ports: &str| {
+        GOOD.replace(
+            "  state_dir: var/\n",
+            &format!("  state_dir: var/\n  ports:\n{ports}"),
+        )
+    };
+    let e = parse(&with("    nfs: 8080\n")).unwrap_err();
+    assert_eq!(
+        (e.line, e.path.as_str()),
+        (Some(7), "server.ports.nfs"),
+        "{e}"
+    );
+    assert!(e.reason.contains("port 8080 is also server.http's"), "{e}");
+    let e = parse(&with("    tftp: 2049\n")).unwrap_err();
+    assert_eq!(e.path, "server.ports.tftp", "{e}");
+    assert!(e.reason.contains("server.ports.nfs"), "{e}");
+    let e = parse(&with("    nbd: 2000\n    nfs: 2000\n")).unwrap_err();
+    assert_eq!(
+        (e.line, e.path.as_str()),
+        (Some(8), "server.ports.nfs"),
+        "{e}"
+    );
+    // The PXE port is bound in proxy mode only.
+    let pxe = with("    pxe: 69\n");
+    assert!(parse(&pxe).is_ok());
+    let e = parse(&pxe.replace("mode: authoritative", "mode: proxy")).unwrap_err();
+    assert_eq!(e.path, "server.ports.pxe", "{e}");
+    // Port 0 is "any free port": never a clash.
+    assert!(parse(&with("    nfs: 0\n    nbd: 0\n")).is_ok());
+}
+
+#[test]
+fn pool_and_image_names_must_be_plain() {
+    for bad in ["../up", ".hidden", "-dash", "a b", "a/b", "ü", "x:y"] {
+        let text = GOOD.replace("room-101:", &format!("{bad:?}:"));
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.path, format!("pools.{bad}"), "{e}");
+        assert_eq!(e.line, Some(17), "{e}");
+        assert!(e.reason.contains("not a plain name"), "{e}");
+        let text = GOOD
+            .replace("  demo:\n", &format!("  {bad:?}:\n"))
+            .replace("image: demo", &format!("image: {bad:?}"));
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.path, format!("images.{bad}"), "{e}");
+        assert_eq!(e.line, Some(13), "{e}");
+    }
+    for good in ["Room_101", "lab.nfs", "a-b", "9"] {
+        let text = GOOD.replace("room-101:", &format!("{good}:"));
+        assert!(parse(&text).is_ok(), "{good}");
+    }
+}

@@ -5,6 +5,9 @@
 //!
 //! Only the record writer task writes here (`mod.rs`); the API never reads the store, it reads
 //! the timelines in memory. Also here: the one-time import of a legacy JSON-lines journal.
+//!
+//! A damaged SQLite file (SQLite says it is not a database, or malformed) is an error naming
+//! the file and saying to move it aside; a new empty store is never made over it.
 
 use super::egress::Saved;
 use super::event::{Event, Micros, Who};
@@ -104,7 +107,11 @@ impl Store {
                     .max_connections(2)
                     .connect_with(opts)
                     .await
-                    .with_context(|| format!("opening {}", path.display()))?;
+                    .map_err(|e| {
+                        let what =
+                            anyhow::Error::new(e).context(format!("opening {}", path.display()));
+                        damaged(db, what)
+                    })?;
                 Store::Sqlite(pool)
             }
             Database::Postgres(url) => {
@@ -123,6 +130,7 @@ impl Store {
         };
         for stmt in schema(id) {
             on_pool!(&store, p => sqlx::query(&stmt).execute(p).await.map(drop))
+                .map_err(|e| damaged(db, e.into()))
                 .with_context(|| format!("creating the record tables ({stmt})"))?;
         }
         Ok(store)
@@ -172,7 +180,15 @@ impl Store {
     }
 
     /// Every stored event in the order it was recorded, handed to `f` one at a time.
-    pub async fn replay(&self, mut f: impl FnMut(Event)) -> anyhow::Result<usize> {
+    pub async fn replay(&self, f: impl FnMut(Event)) -> anyhow::Result<usize> {
+        let db = match self {
+            Store::Sqlite(p) => Database::Sqlite(p.connect_options().get_filename().to_owned()),
+            Store::Postgres(_) => return self.replay_rows(f).await,
+        };
+        self.replay_rows(f).await.map_err(|e| damaged(&db, e))
+    }
+
+    async fn replay_rows(&self, mut f: impl FnMut(Event)) -> anyhow::Result<usize> {
         let mut after = 0i64;
         let mut n = 0;
         loop {
@@ -288,6 +304,32 @@ pub fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result
     Ok(out)
 }
 
+/// `e`, or, when SQLite says the file is damaged (SQLITE_CORRUPT, SQLITE_NOTADB), an error
+/// that names the file and what to do.
+fn damaged(db: &Database, e: anyhow::Error) -> anyhow::Error {
+    let Database::Sqlite(path) = db else {
+        return e;
+    };
+    let code = e
+        .chain()
+        .filter_map(|c| c.downcast_ref::<sqlx::Error>())
+        .find_map(|c| match c {
+            sqlx::Error::Database(d) => d.code()?.parse::<i32>().ok(),
+            _ => None,
+        });
+    // Primary result codes: 11 SQLITE_CORRUPT, 26 SQLITE_NOTADB (extended codes add high bits).
+    if !code.is_some_and(|c| matches!(c & 0xff, 11 | 26)) {
+        return e;
+    }
+    anyhow::anyhow!(
+        "{} is damaged ({}); move it aside, with any {name}-wal and {name}-shm beside it, \
+         to start with empty boot records",
+        path.display(),
+        e.root_cause(),
+        name = path.file_name().unwrap_or_default().to_string_lossy()
+    )
+}
+
 /// A URL without its password, for logs and errors.
 fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
@@ -337,6 +379,68 @@ mod tests {
         // Once: a second start imports nothing, even after everything was forgotten.
         store.forget_before(i64::MAX).await.unwrap();
         assert_eq!(store.import_legacy(&fixture).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_damaged_sqlite_file_is_an_error_naming_it_and_the_way_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("records.db");
+        let db = Database::Sqlite(path.clone());
+        let check = |e: anyhow::Error| {
+            let e = format!("{e:#}");
+            assert!(e.contains(&format!("{} is damaged", path.display())), "{e}");
+            assert!(e.contains("move it aside"), "{e}");
+        };
+        // Not a database at all: refused, and left as it was.
+        let garbage = pattern_bytes(8192);
+        std::fs::write(&path, &garbage).unwrap();
+        check(Store::open(&db).await.expect_err("garbage refused"));
+        check(
+            Store::open_existing(&db)
+                .await
+                .expect_err("garbage refused"),
+        );
+        assert_eq!(std::fs::read(&path).unwrap(), garbage);
+
+        // A real store whose pages were overwritten past its header: found out by the replay.
+        std::fs::remove_file(&path).unwrap();
+        let store = Store::open(&db).await.unwrap();
+        let events: Vec<Event> = (0..5000)
+            .map(|i| Event {
+                at: i,
+                who: Who::Ip([10, 0, 0, 1].into()),
+                kind: Kind::RootRead {
+                    proto: crate::record::Proto::Nfs,
+                    bytes: i as u64,
+                },
+            })
+            .collect();
+        store.append(&events, &[]).await.unwrap();
+        on_pool!(&store, p => sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(p).await.map(drop))
+            .unwrap();
+        on_pool!(&store, p => p.close().await);
+        let mut bytes = std::fs::read(&path).unwrap();
+        assert!(bytes.len() > 64 << 10, "{}", bytes.len());
+        let tail = bytes.len() - 4096;
+        bytes[4096..tail].copy_from_slice(&pattern_bytes(tail - 4096));
+        std::fs::write(&path, &bytes).unwrap();
+        let e = match Store::open(&db).await {
+            Err(e) => e,
+            Ok(store) => store.replay(|_| {}).await.expect_err("damage found"),
+        };
+        check(e);
+    }
+
+    fn pattern_bytes(len: usize) -> Vec<u8> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
     }
 
     #[tokio::test]

@@ -55,6 +55,7 @@ pub struct Counters {
 pub async fn serve(
     socket: UdpSocket,
     pxe: Option<UdpSocket>,
+    table: Table,
     config: Arc<Config>,
     recorder: Recorder,
     shutdown: Shutdown,
@@ -66,7 +67,7 @@ pub async fn serve(
             tracing::debug!(error = %e, "dhcp receive buffer not enlarged");
         }
     }
-    let mut server = Server::open(config, recorder)?;
+    let mut server = Server::open(config, recorder, table);
     let mut buf = vec![0u8; MAX_PACKET + 1];
     let mut pxe_buf = vec![0u8; MAX_PACKET + 1];
     loop {
@@ -145,6 +146,30 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// The lease table and its files, opened by app.rs before it binds: damaged lease files stop
+/// the start with an error naming them, not a service already serving.
+pub struct Table {
+    leases: Leases,
+    /// Where the table is kept (none in proxy mode).
+    file: Option<LeaseFile>,
+}
+
+/// The lease table for this config, with what its files hold (a proxy hands out nothing, so
+/// it has no table to load or save).
+pub fn open_table(config: &Config) -> anyhow::Result<Table> {
+    if config.dhcp.mode == DhcpMode::Proxy {
+        return Ok(Table {
+            leases: Leases::new(None, []),
+            file: None,
+        });
+    }
+    let (leases, file) = load(config)?;
+    Ok(Table {
+        leases,
+        file: Some(file),
+    })
+}
+
 /// The lease table for this config, with what its files hold.
 fn load(config: &Config) -> anyhow::Result<(Leases, LeaseFile)> {
     let reservations = config
@@ -155,7 +180,7 @@ fn load(config: &Config) -> anyhow::Result<(Leases, LeaseFile)> {
     let mut leases = Leases::new(config.dhcp.range, reservations);
     let dir = &config.server.state_dir;
     let (file, count, skipped) = LeaseFile::open(dir, &mut leases)
-        .map_err(|e| anyhow::anyhow!("leases in {}: {e}", dir.display()))?;
+        .map_err(|e| anyhow::anyhow!("loading the leases in {}: {e}", dir.display()))?;
     if count > 0 {
         tracing::info!(dir = %dir.display(), count, skipped, "leases loaded");
     }
@@ -177,25 +202,18 @@ struct Server {
 }
 
 impl Server {
-    /// The server for this config, with its lease table loaded (a proxy hands out nothing, so
-    /// it has no table to load or save).
-    fn open(config: Arc<Config>, recorder: Recorder) -> anyhow::Result<Server> {
-        let (leases, file) = if config.dhcp.mode == DhcpMode::Proxy {
-            (Leases::new(None, []), None)
-        } else {
-            let (leases, file) = load(&config)?;
-            (leases, Some(file))
-        };
-        Ok(Server {
+    /// The server for this config and its lease table (`open_table`).
+    fn open(config: Arc<Config>, recorder: Recorder, table: Table) -> Server {
+        Server {
             config,
             recorder,
-            leases,
-            file,
+            leases: table.leases,
+            file: table.file,
             strangers: HashSet::new(),
             counters: Arc::default(),
             dirty: false,
             expired_at: 0,
-        })
+        }
     }
 
     /// Reads one packet and answers it (nothing is sent or saved here).
@@ -535,7 +553,8 @@ pools:
     fn server(dir: &Path) -> Server {
         let text = CONFIG.replace("state_dir: var/", &format!("state_dir: {}", dir.display()));
         let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
-        Server::open(config, Recorder::discard()).unwrap()
+        let table = open_table(&config).unwrap();
+        Server::open(config, Recorder::discard(), table)
     }
 
     fn req(mac: u8, options: &[u8]) -> Request {
@@ -627,7 +646,8 @@ pools:
             .replace("state_dir: var/", &format!("state_dir: {}", dir.display()));
         let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
         assert_eq!(config.dhcp.mode, DhcpMode::Proxy);
-        Server::open(config, Recorder::discard()).unwrap()
+        let table = open_table(&config).unwrap();
+        Server::open(config, Recorder::discard(), table)
     }
 
     #[test]

@@ -8,6 +8,14 @@
 //! starts with its generation. A journal from before the last snapshot (a crash between the
 //! snapshot's rename and the journal's reset) is therefore ignored, never replayed over newer
 //! state. A line cut short by a crash is the last one and is skipped.
+//!
+//! Damage: any journal line that is not a lease line (bytes that are not UTF-8, JSON cut short,
+//! garbage) is skipped with a warning naming the file and the line, and the rest is loaded; a
+//! damaged header makes the whole journal unusable (which snapshot it follows is unknown), so
+//! it is skipped the same way. A journal with damaged lines is kept as `leases.journal.damaged`
+//! before the fresh snapshot replaces it. A damaged snapshot is an error naming the file and saying to move
+//! it aside: an empty table is not assumed without being asked for, because addresses the lost
+//! leases held could then be handed to other clients.
 
 use crate::boot::leases::{Lease, Leases, Saved, SavedLease};
 use crate::config::Mac;
@@ -19,6 +27,8 @@ use std::path::{Path, PathBuf};
 
 pub const SNAPSHOT: &str = "leases.json";
 pub const JOURNAL: &str = "leases.journal";
+/// Where a journal with damaged lines is kept once what it held was loaded.
+pub const DAMAGED_JOURNAL: &str = "leases.journal.damaged";
 /// A journal this many lines longer than the table is folded into a snapshot.
 const SLACK_LINES: usize = 4096;
 
@@ -56,12 +66,27 @@ pub fn read(dir: &Path) -> std::io::Result<Saved> {
     Ok(read_with_generation(dir)?.0)
 }
 
-fn read_with_generation(dir: &Path) -> std::io::Result<(Saved, u64)> {
-    let snapshot: Saved = match std::fs::read(dir.join(SNAPSHOT)) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| std::io::Error::other(format!("{}: {e}", dir.join(SNAPSHOT).display())))?,
+/// The merged table, its generation, and how many journal lines were damaged.
+fn read_with_generation(dir: &Path) -> std::io::Result<(Saved, u64, usize)> {
+    let path = dir.join(SNAPSHOT);
+    let snapshot: Saved = match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{} is damaged ({e}); move it aside to start with an empty lease table \
+                     (clients may then be offered addresses others still hold)",
+                    path.display()
+                ),
+            )
+        })?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Saved::default(),
-        Err(e) => return Err(e),
+        Err(e) => {
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("{}: {e}", path.display()),
+            ));
+        }
     };
     let generation = snapshot.journal;
     let mut leases: BTreeMap<String, SavedLease> = snapshot
@@ -70,16 +95,35 @@ fn read_with_generation(dir: &Path) -> std::io::Result<(Saved, u64)> {
         .map(|l| (l.mac.clone(), l))
         .collect();
     let mut declined: BTreeMap<Ipv4Addr, u64> = snapshot.declined.into_iter().collect();
-    match std::fs::File::open(dir.join(JOURNAL)) {
+    let path = dir.join(JOURNAL);
+    let mut bad = 0;
+    let mut damaged = |line: usize, reason: &str| {
+        bad += 1;
+        tracing::warn!(file = %path.display(), line, %reason, "skipping damaged lease journal line");
+    };
+    match std::fs::File::open(&path) {
         Ok(f) => {
-            let mut lines = BufReader::new(f).lines();
-            let follows = matches!(
-                lines.next().transpose()?.as_deref().map(serde_json::from_str::<Line>),
-                Some(Ok(Line::Generation { generation: g })) if g == generation
-            );
+            let mut lines = BufReader::new(f).split(b'\n').enumerate();
+            let io = |e: std::io::Error| {
+                std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+            };
+            let follows = match lines.next() {
+                None => false,
+                Some((_, line)) => match parse(&line.map_err(io)?) {
+                    Ok(Line::Generation { generation: g }) => g == generation,
+                    Ok(_) => {
+                        damaged(1, "not a generation line; the journal is skipped");
+                        false
+                    }
+                    Err(e) => {
+                        damaged(1, &format!("{e}; the journal is skipped"));
+                        false
+                    }
+                },
+            };
             if follows {
-                for line in lines {
-                    match serde_json::from_str::<Line>(&line?) {
+                for (i, line) in lines {
+                    match parse(&line.map_err(io)?) {
                         Ok(Line::Lease(l)) => {
                             leases.insert(l.mac.clone(), l);
                         }
@@ -90,20 +134,31 @@ fn read_with_generation(dir: &Path) -> std::io::Result<(Saved, u64)> {
                             declined.insert(ip, until);
                         }
                         Ok(Line::Generation { .. }) => {}
-                        Err(e) => tracing::warn!(error = %e, "skipping damaged lease journal line"),
+                        Err(e) => damaged(i + 1, &e),
                     }
                 }
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
+        Err(e) => {
+            return Err(std::io::Error::new(
+                e.kind(),
+                format!("{}: {e}", path.display()),
+            ));
+        }
     }
     let saved = Saved {
         leases: leases.into_values().collect(),
         declined: declined.into_iter().collect(),
         journal: generation,
     };
-    Ok((saved, generation))
+    Ok((saved, generation, bad))
+}
+
+/// One journal line, or why it is not one.
+fn parse(line: &[u8]) -> Result<Line, String> {
+    let text = std::str::from_utf8(line).map_err(|e| format!("not UTF-8 ({e})"))?;
+    serde_json::from_str(text).map_err(|e| e.to_string())
 }
 
 impl LeaseFile {
@@ -111,7 +166,13 @@ impl LeaseFile {
     /// returns the file and the number of saved entries and of entries skipped.
     pub fn open(dir: &Path, table: &mut Leases) -> std::io::Result<(LeaseFile, usize, usize)> {
         std::fs::create_dir_all(dir)?;
-        let (saved, generation) = read_with_generation(dir)?;
+        let (saved, generation, damaged) = read_with_generation(dir)?;
+        if damaged > 0 {
+            // The snapshot below replaces the journal: keep the damaged one to look at.
+            let (from, to) = (dir.join(JOURNAL), dir.join(DAMAGED_JOURNAL));
+            std::fs::rename(&from, &to)?;
+            tracing::warn!(lines = damaged, kept = %to.display(), "lease journal was damaged; loaded the rest");
+        }
         let count = saved.leases.len();
         let skipped = table.restore(saved);
         // Start from a fresh snapshot of what was loaded: the journal begins empty.
@@ -298,6 +359,65 @@ mod tests {
         let saved = read(dir.path()).unwrap();
         assert_eq!(saved.leases.len(), 1);
         assert_eq!(saved.leases[0].ip, ip);
+    }
+
+    #[test]
+    fn damaged_journal_lines_are_skipped_and_the_rest_is_loaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut t, mut file, _) = one_bound(dir.path());
+        let path = dir.path().join(JOURNAL);
+        let append = |bytes: &[u8]| {
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(&path)
+                .unwrap();
+            f.write_all(bytes).unwrap();
+        };
+        append(b"\xff\xfe{\"op\":\"lease\"}\n");
+        append(b"{\"op\":\"lease\",\"mac\":\"52:5\n");
+        append(b"\x00\x01garbage\n\n");
+        // A lease committed after the damage is still read.
+        let ip = t.offer(mac(2), None, 100, 60).unwrap();
+        t.ack(mac(2), ip, 100, 3600).unwrap();
+        file.commit(&t).unwrap();
+        drop(file);
+        let mut again = table();
+        let (_, count, _) = LeaseFile::open(dir.path(), &mut again).unwrap();
+        assert_eq!(count, 2);
+        assert_eq!(again.to_saved().leases, t.to_saved().leases);
+        let kept = std::fs::read(dir.path().join(DAMAGED_JOURNAL)).unwrap();
+        assert!(kept.windows(7).any(|w| w == b"garbage"));
+    }
+
+    #[test]
+    fn a_damaged_journal_header_skips_the_journal_but_keeps_the_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let (t, mut file, _) = one_bound(dir.path());
+        file.snapshot(&t).unwrap();
+        drop(file);
+        let path = dir.path().join(JOURNAL);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[0] = 0xff;
+        std::fs::write(&path, bytes).unwrap();
+        let saved = read(dir.path()).unwrap();
+        assert_eq!(saved.leases, t.to_saved().leases);
+    }
+
+    #[test]
+    fn a_damaged_snapshot_is_an_error_naming_the_file_and_the_way_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, file, _) = one_bound(dir.path());
+        drop(file);
+        let path = dir.path().join(SNAPSHOT);
+        for bytes in [&b"{\"leases\": [{\"mac\""[..], b"\xff\xfe\x00", b""] {
+            std::fs::write(&path, bytes).unwrap();
+            let e = LeaseFile::open(dir.path(), &mut table()).err().unwrap();
+            let e = e.to_string();
+            assert!(e.contains(&path.display().to_string()), "{e}");
+            assert!(e.contains("move it aside"), "{e}");
+            // Nothing was overwritten: the damaged file is there to look at.
+            assert_eq!(std::fs::read(&path).unwrap(), bytes);
+        }
     }
 
     #[test]

@@ -1,13 +1,17 @@
 //! Prometheus `/metrics` in the text exposition format, written from the records and the
 //! egress sampler. Labels per client would be fine for rooms but are left out; never per file.
+//! Label values that come from outside the code (pool names, which the records may hold from
+//! older configs, and link names) are escaped as the text format says: `\\`, `\"`, `\n`.
 
 use super::http::Web;
 use crate::record::Service;
 use crate::record::egress::LinkCounters;
+use crate::record::timeline::Timelines;
 use crate::record::timeline::{BootResult, PHASES};
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
+use std::borrow::Cow;
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
@@ -28,6 +32,23 @@ pub async fn render(State(web): State<Web>) -> impl IntoResponse {
 
 /// A link counter series: its name, its help text, and how to read it from a link.
 type LinkSeries = (&'static str, &'static str, fn(&LinkCounters) -> u64);
+
+/// A label value as the text format wants it: backslash, double quote and line feed escaped.
+fn label(value: &str) -> Cow<'_, str> {
+    if !value.contains(['\\', '"', '\n']) {
+        return Cow::Borrowed(value);
+    }
+    let mut out = String::with_capacity(value.len() + 2);
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
 
 fn head(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
@@ -133,71 +154,7 @@ pub fn text(web: &Web) -> String {
         }
     }
 
-    web.records.read(|t| {
-        head(
-            &mut out,
-            "bootpool_boots",
-            "gauge",
-            "Boots recorded, by pool and result (running, booted, failed, timed_out as in the API).",
-        );
-        let mut by: std::collections::BTreeMap<(String, &str), u64> = Default::default();
-        let mut phases: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
-        let now = crate::record::event::now_micros();
-        for b in t.boots() {
-            let silent = (now - b.last_event) as f64 / 1e6 > crate::record::view::SILENCE_S;
-            let result = match b.result {
-                BootResult::Booted => "booted",
-                BootResult::Failed => "failed",
-                BootResult::Running if silent => "timed_out",
-                BootResult::Running => "running",
-            };
-            *by.entry((b.pool.clone().unwrap_or_default(), result))
-                .or_default() += 1;
-            for p in b.phases() {
-                phases
-                    .entry(p.name)
-                    .or_default()
-                    .push((p.end - p.start) as f64 / 1e6);
-            }
-        }
-        for ((pool, result), n) in by {
-            let _ = writeln!(
-                out,
-                "bootpool_boots{{pool=\"{pool}\",result=\"{result}\"}} {n}"
-            );
-        }
-        head(
-            &mut out,
-            "bootpool_phase_seconds",
-            "histogram",
-            "Duration of each boot phase.",
-        );
-        for name in PHASES {
-            let Some(v) = phases.get(name) else { continue };
-            for le in BUCKETS {
-                let n = v.iter().filter(|d| **d <= le).count();
-                let _ = writeln!(
-                    out,
-                    "bootpool_phase_seconds_bucket{{phase=\"{name}\",le=\"{le}\"}} {n}"
-                );
-            }
-            let _ = writeln!(
-                out,
-                "bootpool_phase_seconds_bucket{{phase=\"{name}\",le=\"+Inf\"}} {}",
-                v.len()
-            );
-            let _ = writeln!(
-                out,
-                "bootpool_phase_seconds_sum{{phase=\"{name}\"}} {}",
-                v.iter().sum::<f64>()
-            );
-            let _ = writeln!(
-                out,
-                "bootpool_phase_seconds_count{{phase=\"{name}\"}} {}",
-                v.len()
-            );
-        }
-    });
+    web.records.read(|t| boots(&mut out, t));
 
     let links = web.egress.links();
     let counters: [LinkSeries; 2] = [
@@ -218,8 +175,9 @@ pub fn text(web: &Web) -> String {
             let master = l.master.as_deref().unwrap_or("");
             let _ = writeln!(
                 out,
-                "{name}{{link=\"{}\",master=\"{master}\"}} {}",
-                l.name,
+                "{name}{{link=\"{}\",master=\"{}\"}} {}",
+                label(&l.name),
+                label(master),
                 value(l)
             );
         }
@@ -235,10 +193,128 @@ pub fn text(web: &Web) -> String {
             let _ = writeln!(
                 out,
                 "bootpool_link_speed_bytes{{link=\"{}\"}} {}",
-                l.name,
+                label(&l.name),
                 u64::from(mbps) * 125_000
             );
         }
     }
     out
+}
+
+/// Boots by pool and result, and the phase histogram.
+fn boots(out: &mut String, t: &Timelines) {
+    head(
+        out,
+        "bootpool_boots",
+        "gauge",
+        "Boots recorded, by pool and result (running, booted, failed, timed_out as in the API).",
+    );
+    let mut by: std::collections::BTreeMap<(String, &str), u64> = Default::default();
+    let mut phases: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    let now = crate::record::event::now_micros();
+    for b in t.boots() {
+        let silent = (now - b.last_event) as f64 / 1e6 > crate::record::view::SILENCE_S;
+        let result = match b.result {
+            BootResult::Booted => "booted",
+            BootResult::Failed => "failed",
+            BootResult::Running if silent => "timed_out",
+            BootResult::Running => "running",
+        };
+        *by.entry((b.pool.clone().unwrap_or_default(), result))
+            .or_default() += 1;
+        for p in b.phases() {
+            phases
+                .entry(p.name)
+                .or_default()
+                .push((p.end - p.start) as f64 / 1e6);
+        }
+    }
+    for ((pool, result), n) in by {
+        let _ = writeln!(
+            out,
+            "bootpool_boots{{pool=\"{}\",result=\"{result}\"}} {n}",
+            label(&pool)
+        );
+    }
+    head(
+        out,
+        "bootpool_phase_seconds",
+        "histogram",
+        "Duration of each boot phase.",
+    );
+    for name in PHASES {
+        let Some(v) = phases.get(name) else { continue };
+        for le in BUCKETS {
+            let n = v.iter().filter(|d| **d <= le).count();
+            let _ = writeln!(
+                out,
+                "bootpool_phase_seconds_bucket{{phase=\"{name}\",le=\"{le}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "bootpool_phase_seconds_bucket{{phase=\"{name}\",le=\"+Inf\"}} {}",
+            v.len()
+        );
+        let _ = writeln!(
+            out,
+            "bootpool_phase_seconds_sum{{phase=\"{name}\"}} {}",
+            v.iter().sum::<f64>()
+        );
+        let _ = writeln!(
+            out,
+            "bootpool_phase_seconds_count{{phase=\"{name}\"}} {}",
+            v.len()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::event::{Event, Kind, Who, now_micros};
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label("room-101"), "room-101");
+        assert_eq!(label("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+    }
+
+    /// A pool name from the records (an older config allowed any) stays one label value.
+    #[test]
+    fn a_pool_name_with_quotes_and_newlines_stays_inside_its_label() {
+        let mut t = Timelines::default();
+        let mac = Who::Mac("52:54:00:77:00:01".parse().unwrap());
+        let at = now_micros();
+        t.apply(&Event {
+            at,
+            who: mac,
+            kind: Kind::DhcpDiscover {
+                pxe: true,
+                ipxe: false,
+            },
+        });
+        t.apply(&Event {
+            at: at + 1,
+            who: mac,
+            kind: Kind::DhcpAck {
+                ip: [10, 77, 0, 11].into(),
+                pxe: true,
+                ipxe: false,
+                pool: "r\"oom\\1\nbootpool_fake 1".into(),
+            },
+        });
+        let mut out = String::new();
+        boots(&mut out, &t);
+        assert!(
+            out.contains(
+                "bootpool_boots{pool=\"r\\\"oom\\\\1\\nbootpool_fake 1\",result=\"running\"} 1\n"
+            ),
+            "{out}"
+        );
+        assert!(
+            !out.lines().any(|l| l.starts_with("bootpool_fake")),
+            "{out}"
+        );
+    }
 }
