@@ -39,6 +39,7 @@ fn nfs(t: f64, d: f64, proc: &str, path: &str) -> Op {
             offset: 0,
             count: 0,
             bytes: 0,
+            status: 0,
         },
     }
 }

@@ -233,9 +233,13 @@ pub fn request(
         tries,
         Instant::now(),
     )?;
+    // dhcp4r decodes option 1 as a raw option.
     let prefix = match ack.option(options::SUBNET_MASK) {
         Some(DhcpOption::SubnetMask(m)) => u32::from(*m).count_ones() as u8,
-        _ => 24,
+        Some(DhcpOption::Unrecognized(r)) if r.data.len() == 4 => {
+            u32::from_be_bytes(r.data[..4].try_into().expect("4 bytes")).count_ones() as u8
+        }
+        _ => bail!("DHCP ACK without a subnet mask"),
     };
     Ok(Lease {
         ip: ack.yiaddr,

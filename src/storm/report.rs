@@ -77,15 +77,26 @@ pub fn recorded(server: Ipv4Addr, port: u16, since: f64) -> Option<Vec<BootView>
         .timeout_global(Some(std::time::Duration::from_secs(20)))
         .build()
         .into();
-    let mut resp = agent.get(&url).call().ok()?;
-    let text = resp
-        .body_mut()
-        .with_config()
-        .limit(1 << 30)
-        .read_to_string()
-        .ok()?;
-    let boots: Vec<BootView> = serde_json::from_str(&text).ok()?;
-    Some(boots.into_iter().filter(|b| b.start >= since).collect())
+    let fetched = agent
+        .get(&url)
+        .call()
+        .map_err(|e| e.to_string())
+        .and_then(|mut r| {
+            r.body_mut()
+                .with_config()
+                .limit(1 << 30)
+                .read_to_string()
+                .map_err(|e| e.to_string())
+        });
+    let boots: Result<Vec<BootView>, String> =
+        fetched.and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()));
+    match boots {
+        Ok(b) => Some(b.into_iter().filter(|b| b.start >= since).collect()),
+        Err(e) => {
+            eprintln!("storm: bootpool's record not read from {url}: {e}");
+            None
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
