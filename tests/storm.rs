@@ -1,0 +1,265 @@
+//! The storm, end to end: `bootpool storm` builds its room (namespaces, a bridge, shaped
+//! veths), runs `bootpool serve`, and its simulated clients replay a boot trace through
+//! client libraries this project did not write. A small storm must boot every client with the
+//! trace's bytes, the server's links must have carried at least those bytes, and bootpool's own
+//! record must agree with the clients' counts. The fidelity tests boot one real VM with a trace,
+//! replay that trace from one simulated client, and compare what bootpool recorded of the two.
+//! Needs root and what scripts/setup installs and builds.
+
+mod common;
+
+use bootpool::trace::format::{Trace, What};
+use common::lab::{lab_config, repo, run_lab};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// bench/storm/pools.yaml with absolute paths and its state in `dir`.
+fn storm_config(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(repo().join("bench/storm/pools.yaml")).unwrap();
+    let image = repo().join("images/demo");
+    assert!(
+        image.join("rootfs.img").exists(),
+        "build the demo image first"
+    );
+    let text = text
+        .replace(
+            "dir: ../../images/demo",
+            &format!("dir: {}", image.display()),
+        )
+        .replace(
+            "state_dir: ../../var/storm-state/",
+            &format!("state_dir: {}", dir.join("var").display()),
+        );
+    let path = dir.join("pools.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The shipped trace of `root`, cut to its firmware part, its first `keep` root requests and
+/// its booted call: a short boot with the real one's shape.
+fn short_trace(root: &str, keep: usize, dir: &Path) -> (PathBuf, Trace) {
+    let text =
+        std::fs::read_to_string(repo().join(format!("bench/traces/demo-{root}.trace"))).unwrap();
+    let mut trace = Trace::parse(&text).unwrap();
+    let mut n = 0;
+    trace.ops.retain(|o| match o.what {
+        What::Nfs { .. } | What::Nbd { .. } => {
+            n += 1;
+            n <= keep
+        }
+        _ => true,
+    });
+    let path = dir.join(format!("short-{root}.trace"));
+    std::fs::write(&path, trace.to_text()).unwrap();
+    (path, trace)
+}
+
+fn storm(args: &[&str], secs: u64) -> (String, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    cmd.arg("storm").args(args).current_dir(repo());
+    let (ok, out, log) = common::run(&mut cmd, secs);
+    assert!(ok, "storm failed\n{out}\n{log}");
+    (out, log)
+}
+
+fn json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// Runs a small storm of `clients` over `root` and checks that the numbers add up.
+fn small_storm(root: &str, clients: usize, keep: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = storm_config(dir.path());
+    let (trace_file, trace) = short_trace(root, keep, dir.path());
+    let out = dir.path().join("storm.json");
+    let n = clients.to_string();
+    let (table, _) = storm(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--root",
+            root,
+            "--clients",
+            &n,
+            "--trace",
+            trace_file.to_str().unwrap(),
+            "--think-scale",
+            "0.1",
+            "--client-link",
+            "1gbit",
+            "--server-links",
+            "2x1gbit",
+            "--json",
+            out.to_str().unwrap(),
+            "--timeout",
+            "600",
+        ],
+        700,
+    );
+    let r = json(&out);
+    let summary = &r["summary"];
+    assert_eq!(u(&summary["clients"]), clients as u64, "{table}");
+    assert_eq!(u(&summary["booted"]), clients as u64, "{table}");
+    assert_eq!(u(&summary["failed"]), 0, "{table}");
+    let want = trace.bytes();
+    let mut sum = 0;
+    for c in r["clients"].as_array().unwrap() {
+        assert_eq!(c["result"], "booted", "{c}");
+        let b = &c["bytes"];
+        // Every client moved exactly the trace's payload, protocol by protocol.
+        assert_eq!(u(&b["http"]), want.http, "{c}");
+        assert_eq!(u(&b["nfs"]), want.nfs, "{c}");
+        assert_eq!(u(&b["nbd"]), want.nbd, "{c}");
+        sum += u(&b["http"]) + u(&b["nfs"]) + u(&b["nbd"]) + u(&b["tftp"]);
+        // bootpool recorded the same boot: booted, with the bytes the client counted.
+        let rec = &c["recorded"];
+        assert_eq!(rec["result"], "booted", "{c}");
+        assert_eq!(rec["mac"], c["mac"]);
+        assert_eq!(u(&rec["bytes"]["http"]), want.http, "{c}");
+        assert_eq!(u(&rec["bytes"][root]), want.nfs + want.nbd, "{c}");
+        // The record's phases are the boot's, in order.
+        let phases: Vec<&str> = rec["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(phases, ["dhcp", "ipxe", "kernel", "initrd", "root"], "{c}");
+    }
+    assert_eq!(sum, want.total() * clients as u64);
+    // The server's links carried at least every byte the clients counted (plus headers).
+    let egress: u64 = r["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| u(&l["bytes"]))
+        .sum();
+    assert!(
+        egress >= sum,
+        "egress {egress} < clients' bytes {sum}\n{table}"
+    );
+    let agreement = &r["agreement"];
+    assert_eq!(u(&agreement["clients_recorded"]), clients as u64);
+    assert_eq!(u(&agreement["clients_booted_in_record"]), clients as u64);
+    assert_eq!(agreement["max_bytes_diff"].as_f64(), Some(0.0), "{table}");
+    // The table names every client and the room's summary.
+    assert_eq!(table.matches(" booted ").count(), clients, "{table}");
+    assert!(table.contains("physical limit"), "{table}");
+}
+
+#[test]
+fn a_small_nfs_storm_boots_every_client_and_its_numbers_add_up() {
+    small_storm("nfs", 20, 1500);
+}
+
+#[test]
+fn a_small_nbd_storm_boots_every_client_and_its_numbers_add_up() {
+    small_storm("nbd", 20, 300);
+}
+
+/// Boots one VM of `lab-ROOT` with its trace kept, replays the trace from one simulated
+/// client, and compares bootpool's records of the two boots: the same bytes per protocol
+/// (within 1%) and the same phases (within 15%, for phases of a second or more: the firmware
+/// steps take tens of milliseconds, where 15% is below the clocks' resolution).
+fn fidelity(root: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let config = lab_config(dir.path(), |t| t);
+    let (table, rows) = run_lab(&config, &["--clients", "1", "--root", root], 400);
+    assert_eq!(rows[0][3], "booted", "{table}");
+    let mac = rows[0][1].clone();
+    let trace = dir.path().join("vm.trace");
+    let mut export = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    export
+        .args(["trace", "--config", config.to_str().unwrap(), "--mac", &mac])
+        .arg("--out")
+        .arg(&trace);
+    let (ok, out, log) = common::run(&mut export, 30);
+    assert!(ok, "{out}{log}");
+    let out = dir.path().join("storm.json");
+    storm(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--root",
+            root,
+            "--clients",
+            "1",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--client-link",
+            "10gbit",
+            "--server-links",
+            "1x10gbit",
+            "--json",
+            out.to_str().unwrap(),
+        ],
+        400,
+    );
+    let r = json(&out);
+    let replayed = &r["clients"][0]["recorded"];
+    assert_eq!(replayed["result"], "booted", "{replayed}");
+    // The VM's boot as bootpool recorded it.
+    let mut report = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    report.args([
+        "report",
+        "--config",
+        config.to_str().unwrap(),
+        "--pool",
+        &format!("lab-{root}"),
+        "--format",
+        "json",
+    ]);
+    let (ok, text, log) = common::run(&mut report, 30);
+    assert!(ok, "{text}{log}");
+    let wave: Value = serde_json::from_str(&text).unwrap();
+    let vm = wave["boots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["mac"] == mac.as_str())
+        .unwrap_or_else(|| panic!("the VM's boot in {text}"));
+    for proto in ["http", root] {
+        let (a, b) = (u(&vm["bytes"][proto]), u(&replayed["bytes"][proto]));
+        let diff = (a as f64 - b as f64).abs() / a as f64;
+        assert!(diff <= 0.01, "{proto}: VM {a} bytes, replay {b}");
+    }
+    let phases = |b: &Value| -> Vec<(String, f64)> {
+        b["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap().to_string(),
+                    p["seconds"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (vm_phases, replay_phases) = (phases(vm), phases(replayed));
+    let names = |p: &[(String, f64)]| p.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&vm_phases), names(&replay_phases));
+    for ((name, a), (_, b)) in vm_phases.iter().zip(&replay_phases) {
+        if *a >= 1.0 {
+            let ratio = b / a;
+            assert!(
+                (0.85..=1.15).contains(&ratio),
+                "phase {name}: VM {a:.2} s, replay {b:.2} s (x{ratio:.2})\nVM {vm_phases:?}\nreplay {replay_phases:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn one_replayed_nfs_client_moves_the_vm_boots_bytes_in_its_phases() {
+    fidelity("nfs");
+}
+
+#[test]
+fn one_replayed_nbd_client_moves_the_vm_boots_bytes_in_its_phases() {
+    fidelity("nbd");
+}
