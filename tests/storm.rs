@@ -106,12 +106,26 @@ fn small_storm(root: &str, clients: usize, keep: usize) {
     assert_eq!(u(&summary["booted"]), clients as u64, "{table}");
     assert_eq!(u(&summary["failed"]), 0, "{table}");
     let want = trace.bytes();
+    // The iPXE script is generated per client: its size is each client's own.
+    let script: u64 = trace
+        .ops
+        .iter()
+        .filter_map(|o| match &o.what {
+            What::File { name, bytes, .. } if name.starts_with("/boot/script/") => Some(*bytes),
+            _ => None,
+        })
+        .sum();
     let mut sum = 0;
+    let mut scripts = 0;
     for c in r["clients"].as_array().unwrap() {
         assert_eq!(c["result"], "booted", "{c}");
         let b = &c["bytes"];
-        // Every client moved exactly the trace's payload, protocol by protocol.
-        assert_eq!(u(&b["http"]), want.http, "{c}");
+        // Every client moved exactly the trace's payload, protocol by protocol (its own
+        // script aside).
+        let own_script = u(&c["script_bytes"]);
+        assert!(own_script > 0, "{c}");
+        scripts += own_script;
+        assert_eq!(u(&b["http"]) - own_script, want.http - script, "{c}");
         assert_eq!(u(&b["nfs"]), want.nfs, "{c}");
         assert_eq!(u(&b["nbd"]), want.nbd, "{c}");
         sum += u(&b["http"]) + u(&b["nfs"]) + u(&b["nbd"]) + u(&b["tftp"]);
@@ -119,7 +133,7 @@ fn small_storm(root: &str, clients: usize, keep: usize) {
         let rec = &c["recorded"];
         assert_eq!(rec["result"], "booted", "{c}");
         assert_eq!(rec["mac"], c["mac"]);
-        assert_eq!(u(&rec["bytes"]["http"]), want.http, "{c}");
+        assert_eq!(u(&rec["bytes"]["http"]), u(&b["http"]), "{c}");
         assert_eq!(u(&rec["bytes"][root]), want.nfs + want.nbd, "{c}");
         // The record's phases are the boot's, in order.
         let phases: Vec<&str> = rec["phases"]
@@ -130,7 +144,7 @@ fn small_storm(root: &str, clients: usize, keep: usize) {
             .collect();
         assert_eq!(phases, ["dhcp", "ipxe", "kernel", "initrd", "root"], "{c}");
     }
-    assert_eq!(sum, want.total() * clients as u64);
+    assert_eq!(sum, (want.total() - script) * clients as u64 + scripts);
     // The server's links carried at least every byte the clients counted (plus headers).
     let egress: u64 = r["links"]
         .as_array()

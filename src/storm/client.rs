@@ -64,6 +64,9 @@ pub struct Outcome {
     pub error: Option<String>,
     pub at: Milestones,
     pub bytes: Bytes,
+    /// Of `bytes.http`, the iPXE script's: it is generated per client, so its size is the
+    /// client's own, not the recorded one's.
+    pub script_bytes: u64,
     pub dhcp_retransmits: u32,
     pub tftp_retries: u32,
     pub http_retries: u32,
@@ -187,6 +190,7 @@ impl Run<'_> {
                 let n = http_get(&url)?;
                 self.out.bytes.http += n;
                 if path.starts_with("/boot/script/") {
+                    self.out.script_bytes += n;
                     self.out.at.script = Some(self.now());
                 } else {
                     self.out.at.kernel = Some(self.now());

@@ -93,7 +93,11 @@ impl Tracer {
     /// Follows the recorder's events: DHCP exchanges start traces and tie addresses to them,
     /// the booted call ends them.
     pub fn event(&self, who: Who, kind: &Kind) {
-        if !self.on {
+        let relevant = matches!(
+            kind,
+            Kind::DhcpDiscover { .. } | Kind::DhcpAck { .. } | Kind::Booted { .. }
+        );
+        if !self.on || !relevant {
             return;
         }
         let at = now_micros();
@@ -252,3 +256,103 @@ impl Drop for Tracer {
 
 /// The tracer shared by every service (through the recorder).
 pub type Shared = Arc<Tracer>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::format::Trace;
+
+    fn config(state: &std::path::Path, trace: bool) -> Config {
+        let text = format!(
+            "server:\n  interfaces: [br0]\n  address: 10.77.0.1\n  http: 0.0.0.0:8080\n  \
+             state_dir: {}\ndhcp:\n  mode: authoritative\n  subnet: 10.77.0.0/24\n  \
+             range: 10.77.0.100-10.77.0.199\n  router: 10.77.0.1\n  lease: 12h\nimages:\n  \
+             demo:\n    dir: images/demo\n    store: disk\npools:\n  room:\n    image: demo\n    \
+             root: nfs\n    trace: {trace}\n    clients:\n      - {{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }}\n",
+            state.display()
+        );
+        Config::parse(std::path::Path::new("/etc/bootpool/pools.yaml"), &text).unwrap()
+    }
+
+    fn nfs_read(path: &str) -> What {
+        What::Nfs {
+            proc: "read".into(),
+            path: path.into(),
+            name: None,
+            offset: 0,
+            count: 4096,
+            bytes: 4096,
+            status: 0,
+        }
+    }
+
+    #[test]
+    fn a_traced_boot_runs_from_its_pxe_discover_to_its_booted_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Tracer::new(&config(dir.path(), true));
+        let mac: Mac = "52:54:00:77:00:10".parse().unwrap();
+        let ip = Ipv4Addr::new(10, 77, 0, 100);
+        // Nothing is open yet: requests are not even looked at.
+        assert!(!t.wants(ip));
+        let discover = Kind::DhcpDiscover {
+            pxe: true,
+            ipxe: true,
+        };
+        t.event(Who::Mac(mac), &discover);
+        let ack = Kind::DhcpAck {
+            ip,
+            pxe: true,
+            ipxe: true,
+            pool: "room".into(),
+        };
+        t.event(Who::Mac(mac), &ack);
+        assert!(t.wants(ip));
+        t.op(ip, now_micros(), nfs_read("/bin/sh"));
+        // Another address's request is not this boot's.
+        t.op(Ipv4Addr::new(10, 77, 0, 101), now_micros(), nfs_read("/etc/x"));
+        let booted = Kind::Booted {
+            uptime_s: None,
+            root_bytes: None,
+        };
+        t.event(Who::Ip(ip), &booted);
+        // Ended: later requests are not written.
+        t.op(ip, now_micros(), nfs_read("/after"));
+        assert!(!t.wants(ip));
+        drop(t);
+        let files: Vec<_> = std::fs::read_dir(dir.path().join("traces"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(files.len(), 1);
+        let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("525400770010-"), "{name}");
+        let trace = Trace::parse(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
+        assert_eq!(trace.header.mac, "52:54:00:77:00:10");
+        assert_eq!((trace.header.pool.as_str(), trace.header.root.as_str()), ("room", "nfs"));
+        let kinds: Vec<String> = trace
+            .ops
+            .iter()
+            .map(|o| match &o.what {
+                What::Dhcp { msg, .. } => msg.clone(),
+                What::Nfs { path, .. } => path.clone(),
+                What::Booted => "booted".into(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(kinds, ["discover", "request", "/bin/sh", "booted"]);
+    }
+
+    #[test]
+    fn a_pool_without_trace_keeps_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Tracer::new(&config(dir.path(), false));
+        let mac: Mac = "52:54:00:77:00:10".parse().unwrap();
+        let discover = Kind::DhcpDiscover {
+            pxe: true,
+            ipxe: false,
+        };
+        t.event(Who::Mac(mac), &discover);
+        assert!(!t.wants(Ipv4Addr::new(10, 77, 0, 100)));
+        assert!(!dir.path().join("traces").exists());
+    }
+}
