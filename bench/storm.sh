@@ -9,6 +9,7 @@ usage() {
     cat <<EOF
 usage: $0 [--clients N] [--big N] [--roots "nfs nbd"] [--links K] [--link-rate RATE]
           [--client-link RATE] [--think-scale F] [--out DIR] [--bin PATH]
+          [--servers "bootpool reference"]
 
 Boots a simulated room (\`bootpool storm\`, bench/storm/pools.yaml, the shipped traces in
 bench/traces/) once per server, all in this one run:
@@ -28,11 +29,13 @@ a real PC's (docs/storm.md). Each run's JSON goes to --out (default bench/out/st
 the summary, with ratios, is printed as a Markdown table at the end.
 Needs root and what scripts/setup installs, plus nfs-ganesha nfs-ganesha-vfs nbd-server nginx-light
 (apt-get install them; their services are not started).
-  --bin   run this bootpool binary instead of building one
+  --bin      run this bootpool binary instead of building one
+  --servers  which of the two to run (default both; the summary covers every JSON in --out)
 EOF
 }
 
 CLIENTS=40 BIG=200 ROOTS="nfs nbd" LINKS=4 RATE=250mbit CLIENT=100mbit THINK=0.2 OUT="" BIN=""
+SERVERS="bootpool reference"
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -45,6 +48,7 @@ while [ $# -gt 0 ]; do
         --think-scale) THINK="$2"; shift ;;
         --out) OUT="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
+        --servers) SERVERS="$2"; shift ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -68,6 +72,10 @@ print(f'{float(m.group(1))*int(sys.argv[2]):g}{m.group(2)}bit')" "$RATE" "$LINKS
 
 run() { # name root clients links [server-cmd]
     local name=$1 root=$2 n=$3 links=$4 cmd=${5:-}
+    case " $SERVERS " in
+        *" ${name%%-*} "*) ;;
+        *) return 0 ;;
+    esac
     local args=(storm --config "$REPO/bench/storm/pools.yaml" --root "$root" --clients "$n"
         --client-link "$CLIENT" --server-links "$links" --think-scale "$THINK"
         --json "$OUT/$name.json" --label "$name")

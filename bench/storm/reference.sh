@@ -102,6 +102,7 @@ boot
 EOF
 cat > "$WORK/nginx.conf" <<EOF
 daemon off;
+user root;
 worker_processes 2;
 pid $WORK/nginx.pid;
 error_log $WORK/nginx-error.log;

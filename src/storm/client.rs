@@ -14,8 +14,9 @@ use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// TFTP as firmware does it: EDK2's MTFTP waits 4 s for a block and tries 6 times in all; iPXE
-/// is quicker to retry but gives up in about the same time.
+/// TFTP as firmware does it: EDK2's PXE base code waits 4 s for a block and tries 6 times
+/// (`PXEBC_MTFTP_TIMEOUT`, `PXEBC_MTFTP_RETRIES`); its DHCP follows the PXE schedule
+/// (`dhcp::PXE_TIMEOUTS`).
 pub const TFTP_TIMEOUT: Duration = Duration::from_secs(4);
 pub const TFTP_TRIES: usize = 6;
 /// How long iPXE (and the initrd's wget) waits on an HTTP transfer that has stopped moving.

@@ -176,6 +176,8 @@ pub struct Agreement {
     pub max_bytes_diff: f64,
     /// Largest |recorded - counted| of the boot's duration (first DISCOVER to booted), s.
     pub max_duration_diff_s: f64,
+    /// Largest |recorded - counted| of one phase's seconds, over the phases both have.
+    pub max_phase_diff_s: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -450,11 +452,12 @@ impl Report {
         ));
         if let Some(a) = &self.agreement {
             s.push_str(&format!(
-                "bootpool's record: {} of the clients' boots recorded, {} booted; bytes within {:.2}% of the clients' counts, durations within {:.2} s\n",
+                "bootpool's record: {} of the clients' boots recorded, {} booted; bytes within {:.2}% of the clients' counts, durations within {:.2} s, phases within {:.2} s\n",
                 a.clients_recorded,
                 a.clients_booted_in_record,
                 a.max_bytes_diff * 100.0,
-                a.max_duration_diff_s
+                a.max_duration_diff_s,
+                a.max_phase_diff_s
             ));
         }
         s
@@ -537,6 +540,7 @@ fn agreement(clients: &[Outcome], recorded: &[BootView]) -> Agreement {
     let mut booted = 0;
     let mut max_bytes: f64 = 0.0;
     let mut max_dur: f64 = 0.0;
+    let mut max_phase: f64 = 0.0;
     for c in clients {
         let Some(b) = recorded.iter().rfind(|b| b.mac == c.mac) else {
             continue;
@@ -554,12 +558,18 @@ fn agreement(clients: &[Outcome], recorded: &[BootView]) -> Agreement {
         {
             max_dur = max_dur.max((d - (end - first)).abs());
         }
+        for (name, secs) in phases(c) {
+            if let Some(p) = b.phases.iter().find(|p| p.name == name) {
+                max_phase = max_phase.max((p.seconds - secs).abs());
+            }
+        }
     }
     Agreement {
         clients_recorded: found,
         clients_booted_in_record: booted,
         max_bytes_diff: max_bytes,
         max_duration_diff_s: max_dur,
+        max_phase_diff_s: max_phase,
     }
 }
 
