@@ -230,6 +230,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         &records,
         recorder.clone(),
         config.server.interfaces.clone(),
+        config.server.link_speeds.clone(),
         totals,
         &shutdown,
     )

@@ -1,5 +1,5 @@
 // The dashboard: hash routes, one function per view, data from the JSON API (docs/api.md).
-import { PHASES, PHASE_COLOUR, PHASE_INK, SERIES, swatch, gantt, histogram, lines, stacked, strips, pairs, bootBars } from './charts.js';
+import { PHASES, PHASE_COLOUR, PHASE_INK, SERIES, GANTT_SCROLL_ROWS, swatch, gantt, histogram, lines, stacked, strips, pairs, bootBars } from './charts.js';
 
 const main = document.getElementById('main');
 const RUN_NFS = 'bootpool lab --clients 2 --root nfs';
@@ -175,6 +175,10 @@ export function roomWave() {
 }
 
 const WAITING = 'waiting';
+// A room of more machines than this gets smaller tiles, so 200 fit on a screen or two.
+export const DENSE_TILES = 100;
+// On a small tile an unnamed machine shows its MAC's last three bytes (in full on hover).
+const tileName = (name, mac, dense) => (dense && name === mac ? `…${mac.slice(-8)}` : name);
 
 async function roomView(el, [poolName], ctx) {
   const [pools] = await Promise.all([api('/api/v1/pools'), loadNames()]);
@@ -197,15 +201,16 @@ async function roomView(el, [poolName], ctx) {
       `, image ${pool.image}, root over ${pool.root}. Updates: `, mode),
     waveLine, counts, note, grid);
 
-  const tile = (mac, b, t) => {
+  const tile = (mac, b, t, dense) => {
     const name = names.get(mac) ?? listed.get(mac)?.name ?? mac;
+    const nameEl = h('span', { class: 'name', title: name === mac ? mac : `${name} (${mac})` }, tileName(name, mac, dense));
     if (!b) {
       // Not seen in this wave: powered off, or not at its DHCP yet.
       const last = room.older.get(mac);
       return h('a', { class: 'tile waiting', href: `#/client/${q(mac)}`, 'data-mac': mac, 'data-phase': WAITING },
-        h('span', { class: 'name' }, name),
-        h('span', { class: 'phase' }, '○ waiting / off'),
-        h('span', { class: 'last' }, last ? `last boot ${fmtS(last.duration_s)}` : 'never booted'));
+        nameEl,
+        h('span', { class: 'phase' }, dense ? '○ waiting' : '○ waiting / off'),
+        h('span', { class: 'last' }, last ? `${dense ? 'last' : 'last boot'} ${fmtS(last.duration_s)}` : 'never booted'));
     }
     const stalled = stalledFor(b, [...room.wave.values()].filter(o => o !== b), t);
     const elapsed = b.result === 'booted' ? b.duration_s : (b.result === 'running' ? t : b.last_event) - b.start;
@@ -214,11 +219,11 @@ async function roomView(el, [poolName], ctx) {
       class: `tile${stalled ? ' stalled' : ''}`, href: `#/client/${q(mac)}`, 'data-mac': mac, 'data-phase': phase,
       style: `background:${PHASE_COLOUR[phase] ?? '#ccc'};color:${PHASE_INK[phase] ?? '#000'}`,
     },
-    h('span', { class: 'name' }, name),
+    nameEl,
     h('span', { class: 'phase' }, phase === 'booted' ? '✓ booted' : b.result === 'timed_out' ? `✗ timed out in ${b.stopped_in ?? phase}` : phase),
     h('span', { class: 'elapsed', 'data-testid': 'elapsed' }, fmtS(elapsed)),
     b.ip ? h('span', { class: 'ip' }, b.ip) : null,
-    stalled ? h('span', { class: 'stall' }, `⚠ stalled: silent ${stalled.toFixed(0)} s`) : null);
+    stalled ? h('span', { class: 'stall' }, dense ? `⚠ stalled ${stalled.toFixed(0)} s` : `⚠ stalled: silent ${stalled.toFixed(0)} s`) : null);
   };
 
   const draw = () => {
@@ -237,7 +242,9 @@ async function roomView(el, [poolName], ctx) {
       : []));
     note.replaceChildren(...(room.wave.size ? [] : [empty(`No boots in ${pool.name} yet: power on a machine it lists, or try the image with`,
       pool.root === 'nbd' ? RUN_NBD : RUN_NFS)]));
-    grid.replaceChildren(...macs.map(m => tile(m, room.wave.get(m), t)));
+    const dense = macs.length > DENSE_TILES;
+    grid.classList.toggle('dense', dense);
+    grid.replaceChildren(...macs.map(m => tile(m, room.wave.get(m), t, dense)));
   };
   const merge = boots => {
     for (const b of [...boots].sort((x, y) => x.start - y.start || x.id - y.id)) room.admit(b);
@@ -250,6 +257,14 @@ async function roomView(el, [poolName], ctx) {
   const clock = setInterval(draw, 1000);
   ctx.cleanup.push(stop, () => clearInterval(clock));
 }
+
+// The Gantt rows' orders: slowest first, first powered on first, by name (pc2 before pc10) or MAC.
+const byLabel = (a, b) => a.label.localeCompare(b.label, undefined, { numeric: true });
+export const ROW_ORDER = {
+  total: (a, b) => b.total - a.total || byLabel(a, b),
+  start: (a, b) => a.offset - b.offset || byLabel(a, b),
+  name: byLabel,
+};
 
 async function waveView(el, [id], ctx) {
   const waves = await api('/api/v1/waves');
@@ -279,7 +294,7 @@ async function waveView(el, [id], ctx) {
       stat('p95', 'p95', fmtS(sm.p95_s)), stat('max', 'max', fmtS(sm.max_s))),
     h('h3', {}, 'Phases per client'),
     h('div', { class: 'toolbar', role: 'group', 'aria-label': 'sort rows' }, 'Sort: ',
-      sortButton('total', 'by total time'), sortButton('start', 'by start'), sortButton('name', 'by name')),
+      sortButton('total', 'by boot time'), sortButton('start', 'by start'), sortButton('name', 'by name / MAC')),
     legend(), chart,
     h('h3', {}, 'Boot times'), hist,
     h('h3', {}, 'Phase medians'),
@@ -303,9 +318,9 @@ async function waveView(el, [id], ctx) {
       phases: b.phases.map(p => ({ name: p.name, at: p.start - b.start, seconds: p.seconds })),
       total: b.duration_s ?? (b.last_event - b.start),
     }));
-    const order = { total: (a, b) => b.total - a.total, start: (a, b) => a.offset - b.offset, name: (a, b) => a.label.localeCompare(b.label) };
-    rows.sort(order[sortBy]);
-    chart.replaceChildren(gantt(rows, width(chart)));
+    rows.sort(ROW_ORDER[sortBy]);
+    chart.replaceChildren(...(rows.length > GANTT_SCROLL_ROWS ? [h('p', { class: 'meta' }, `${rows.length} rows: the chart scrolls.`)] : []),
+      gantt(rows, width(chart)));
     const times = w.boots.filter(b => b.duration_s != null).map(b => b.duration_s);
     hist.replaceChildren(times.length ? histogram(times, width(hist)) : empty('No client of this wave has booted yet.'));
   };

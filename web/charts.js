@@ -83,15 +83,29 @@ function yAxis(y, max, x0, x1, fmt) {
       s('text', { x: x0 - 4, y: y(v) + 4, 'text-anchor': 'end' }, fmt(v)))));
 }
 
+/// Past this many rows a Gantt chart keeps a fixed, smaller row height and scrolls in a box of
+/// its own, under an axis that stays in view (a room of 200 clients is 200 rows).
+export const GANTT_SCROLL_ROWS = 40;
+// Room left for the scroll box's vertical scroll bar.
+const SCROLLBAR = 16;
+
 /// One row per boot, one segment per phase. rows: [{label, href, offset, phases, total}]
 export function gantt(rows, width) {
-  const labelW = Math.min(150, width * 0.3), rowH = 22, top = 6, right = 56;
+  const many = rows.length > GANTT_SCROLL_ROWS;
+  if (many) width -= SCROLLBAR;
+  const labelW = Math.min(150, width * 0.3), rowH = many ? 16 : 22, top = many ? 2 : 6, right = 56;
+  const base = many ? 12 : 15; // text baseline within a row
   const max = Math.max(1, ...rows.map(r => r.offset + (r.total ?? 0)));
   const plotW = Math.max(50, width - labelW - right);
   const x = v => labelW + (v / max) * plotW;
   const height = top + rows.length * rowH + 40;
-  const g = s('svg', { width, height, class: 'chart gantt', role: 'img',
+  const g = s('svg', { width, height, class: `chart gantt${many ? ' many' : ''}`, role: 'img',
     'aria-label': `Gantt chart of ${rows.length} boots by phase` }, phaseDefs());
+  // Over many rows, faint lines at the ticks carry the axis down to every row.
+  if (many) {
+    g.append(s('g', { class: 'grid' }, ticks(max, Math.max(2, Math.floor(plotW / 90))).map(v =>
+      s('line', { x1: x(v), x2: x(v), y1: top, y2: top + rows.length * rowH, stroke: '#e4e4e8' }))));
+  }
   rows.forEach((r, i) => {
     const y = top + i * rowH;
     const row = s('g', { 'data-key': r.key ?? r.label });
@@ -99,20 +113,31 @@ export function gantt(rows, width) {
     // Long names keep their distinctive tail when the label column is narrow (phones).
     const room = Math.max(4, Math.floor((labelW - 8) / 7));
     const shown = r.label.length > room ? `…${r.label.slice(1 - room)}` : r.label;
-    const label = s('text', { x: labelW - 6, y: y + 15, 'text-anchor': 'end' }, title(r.label), shown);
+    const label = s('text', { x: labelW - 6, y: y + base, 'text-anchor': 'end' }, title(r.label), shown);
     row.append(r.href ? s('a', { href: r.href }, label) : label);
     for (const p of r.phases) {
       const w = Math.max(1, x(r.offset + p.at + p.seconds) - x(r.offset + p.at));
-      row.append(s('rect', { x: x(r.offset + p.at), y: y + 3, width: w, height: rowH - 6,
+      row.append(s('rect', { x: x(r.offset + p.at), y: y + (many ? 2 : 3), width: w, height: rowH - (many ? 4 : 6),
         fill: phaseFill(p.name), stroke: '#fff', 'stroke-width': 0.5, 'data-phase': p.name },
         title(`${r.label} ${p.name}: ${p.seconds.toFixed(1)} s`)));
-      if (w > 40) row.append(s('text', { x: x(r.offset + p.at) + 3, y: y + 15, class: 'seg',
+      if (w > 40 && !many) row.append(s('text', { x: x(r.offset + p.at) + 3, y: y + base, class: 'seg',
         style: `fill:${PHASE_INK[p.name] ?? '#000'}` }, p.name));
     }
-    if (r.total != null) row.append(s('text', { x: x(r.offset + r.total) + 4, y: y + 15 }, `${r.total.toFixed(1)} s`));
+    if (r.total != null) row.append(s('text', { x: x(r.offset + r.total) + 4, y: y + base }, `${r.total.toFixed(1)} s`));
   });
   g.append(xAxis(x, max, top + rows.length * rowH + 2, v => `${v}`, 'seconds', plotW));
-  return g;
+  if (!many) return g;
+  // The same axis on top, pinned while the rows scroll under it.
+  const head = s('svg', { width, height: 34, class: 'chart gantt-axis', 'aria-hidden': 'true' },
+    xAxis(x, max, 0, v => `${v}`, 'seconds', plotW));
+  const box = document.createElement('div');
+  box.className = 'gantt-scroll';
+  // Focusable, so the keyboard can scroll it too.
+  box.tabIndex = 0;
+  box.setAttribute('role', 'region');
+  box.setAttribute('aria-label', `${rows.length} rows, scroll for more`);
+  box.append(head, g);
+  return box;
 }
 
 /// Counts of values in round bins.

@@ -10,7 +10,7 @@ mod locate;
 mod raw;
 mod values;
 
-pub use values::{Mac, MacRange, Subnet, parse_duration, parse_size};
+pub use values::{Mac, MacRange, Subnet, parse_duration, parse_rate_mbps, parse_size};
 
 use locate::Step;
 use std::collections::BTreeMap;
@@ -75,6 +75,9 @@ pub struct Server {
     pub database: Database,
     /// Boot events and egress samples older than this are deleted; `None` keeps everything.
     pub retention: Option<Duration>,
+    /// Capacity in Mbit/s of links whose kernel speed is unknown (veths, taps, shaped links),
+    /// by interface name; the kernel's speed wins where it has one.
+    pub link_speeds: BTreeMap<String, u32>,
 }
 
 /// The boot record store.
@@ -409,6 +412,22 @@ impl Checker<'_> {
                 )
             })?),
         };
+        let mut link_speeds = BTreeMap::new();
+        for (name, rate) in &s.link_speeds {
+            let at = [Key("server"), Key("link_speeds"), Key(name.as_str())];
+            if !is_ifname(name) {
+                return Err(self.err(
+                    &at,
+                    format!("`{name}` is not an interface name (1 to 15 characters, no `/`, `:` or spaces)"),
+                ));
+            }
+            let mbps = match rate {
+                raw::Rate::Text(text) => parse_rate_mbps(text),
+                raw::Rate::Mbps(n) => parse_rate_mbps(&n.to_string()),
+            }
+            .map_err(|e| self.err(&at, e))?;
+            link_speeds.insert(name.clone(), mbps);
+        }
         let server = Server {
             interfaces: s.interfaces.clone(),
             address,
@@ -418,6 +437,7 @@ impl Checker<'_> {
             loaders: self.path(&s.loaders),
             database,
             retention,
+            link_speeds,
         };
 
         let dhcp = self.check_dhcp(&raw.dhcp, address)?;
@@ -746,6 +766,16 @@ fn is_name(s: &str) -> bool {
         && !s.starts_with(['.', '-'])
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// A Linux interface name (`dev_valid_name`): under 16 bytes, not `.` or `..`, no `/`, `:` or
+/// white space.
+fn is_ifname(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() < 16
+        && s != "."
+        && s != ".."
+        && !s.chars().any(|c| c == '/' || c == ':' || c.is_whitespace())
 }
 
 /// What `ip` is that no client may be given: the subnet's network or broadcast address (on a

@@ -35,6 +35,17 @@ pub struct Server {
     /// How long boot records are kept: a duration, or `forever`.
     #[serde(default = "default_retention")]
     pub retention: String,
+    /// Link capacity per interface name, for links whose kernel speed is unknown.
+    #[serde(default)]
+    pub link_speeds: BTreeMap<String, Rate>,
+}
+
+/// A link rate as written: `250mbit`, or a bare number of Mbit/s.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Rate {
+    Mbps(f64),
+    Text(String),
 }
 
 fn default_retention() -> String {

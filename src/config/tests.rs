@@ -363,3 +363,74 @@ fn pool_and_image_names_must_be_plain() {
         assert!(parse(&text).is_ok(), "{good}");
     }
 }
+
+/// `server.link_speeds`: capacities for links the kernel gives no speed (veths, taps, shaped
+/// links), in either YAML style; a bad rate or name is refused at its own key.
+#[test]
+fn link_speeds_parse_into_mbits_and_bad_ones_name_their_key() {
+    assert!(parse(GOOD).unwrap().server.link_speeds.is_empty());
+    let with = |extra: &str| {
+        GOOD.replace(
+            "  state_dir: var/\n",
+            &format!("  state_dir: var/\n{extra}"),
+        )
+    };
+    let c = parse(&with(
+        "  link_speeds: { s0: 250mbit, s1: 2.5gbit, \"tap-x\": 1000 }\n",
+    ))
+    .unwrap();
+    let want: BTreeMap<String, u32> = [("s0", 250), ("s1", 2500), ("tap-x", 1000)]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    assert_eq!(c.server.link_speeds, want);
+    let c = parse(&with("  link_speeds:\n    br0: 1gbit\n")).unwrap();
+    assert_eq!(c.server.link_speeds["br0"], 1000);
+    for (extra, line, column, path, why) in [
+        (
+            "  link_speeds: { s0: 250mbit, s1: fast }\n",
+            6,
+            31,
+            "server.link_speeds.s1",
+            "not a link rate",
+        ),
+        (
+            "  link_speeds:\n    br0: 1gbit\n    eth1: 1.5mbit\n",
+            8,
+            5,
+            "server.link_speeds.eth1",
+            "whole number of Mbit/s",
+        ),
+        (
+            "  link_speeds: { s0: 0 }\n",
+            6,
+            18,
+            "server.link_speeds.s0",
+            "at least 1mbit",
+        ),
+        (
+            "  link_speeds: { a-very-long-name0: 1gbit }\n",
+            6,
+            18,
+            "server.link_speeds.a-very-long-name0",
+            "not an interface name",
+        ),
+    ] {
+        let e = parse(&with(extra)).unwrap_err();
+        assert_eq!(
+            (e.line, e.column, e.path.as_str()),
+            (Some(line), Some(column), path),
+            "{e}"
+        );
+        assert!(e.reason.contains(why), "{e}");
+        assert!(
+            e.to_string().starts_with(&format!(
+                "/etc/bootpool/pools.yaml:{line}:{column}: {path}: "
+            )),
+            "{e}"
+        );
+    }
+    // Unknown keys stay errors: the map is of names, not a place for anything else.
+    let e = parse(&with("  link_speed: { s0: 1gbit }\n")).unwrap_err();
+    assert!(e.reason.contains("unknown field `link_speed`"), "{e}");
+}

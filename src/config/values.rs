@@ -1,4 +1,5 @@
-//! Small value types of pools.yaml: MAC addresses and ranges, subnets, durations.
+//! Small value types of pools.yaml: MAC addresses and ranges, subnets, durations, sizes and
+//! link rates.
 
 use serde::{Serialize, Serializer};
 use std::fmt;
@@ -212,6 +213,34 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     n.checked_mul(1 << shift).ok_or_else(bad)
 }
 
+/// A link's rate in whole Mbit/s: `250mbit`, `1gbit`, `2.5gbit`, or a plain number of Mbit/s.
+/// Units are powers of 1000 (as `ethtool` and the kernel's `speed` count), in any case.
+pub fn parse_rate_mbps(s: &str) -> Result<u32, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let bad = || format!("`{s}` is not a link rate like 250mbit, 1gbit or 2.5gbit (or Mbit/s)");
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let per_mbit = match unit.trim() {
+        "" | "mbit" => 1.0,
+        "gbit" => 1000.0,
+        _ => return Err(bad()),
+    };
+    if num.is_empty() || num.starts_with('.') || num.ends_with('.') {
+        return Err(bad());
+    }
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let mbps = n * per_mbit;
+    if mbps < 1.0 {
+        return Err(format!("`{s}`: a link rate is at least 1mbit"));
+    }
+    if mbps.fract() != 0.0 || mbps > f64::from(u32::MAX) {
+        return Err(format!("`{s}` is not a whole number of Mbit/s"));
+    }
+    Ok(mbps as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -267,5 +296,19 @@ mod tests {
         assert!(parse_size("2GB").is_err());
         assert!(parse_size("MiB").is_err());
         assert!(parse_size("99999999999TiB").is_err());
+    }
+
+    #[test]
+    fn link_rates() {
+        assert_eq!(parse_rate_mbps("250mbit"), Ok(250));
+        assert_eq!(parse_rate_mbps("1gbit"), Ok(1000));
+        assert_eq!(parse_rate_mbps("2.5gbit"), Ok(2500));
+        assert_eq!(parse_rate_mbps("10 Gbit"), Ok(10_000));
+        assert_eq!(parse_rate_mbps("100"), Ok(100));
+        for bad in [
+            "fast", "", "mbit", "250mb", "1.5mbit", "0", "0.5", "2.gbit", "-1gbit",
+        ] {
+            assert!(parse_rate_mbps(bad).is_err(), "{bad:?}");
+        }
     }
 }

@@ -2,7 +2,8 @@
 //! (bond, team or bridge ports), turned into rates, plus bootpool's own payload bytes per
 //! protocol. Counters come from rtnetlink (64-bit, and per network namespace, which sysfs is
 //! not); link speeds and a fallback for counters come from sysfs when it describes the same
-//! namespace. Samples are kept in memory for the API and handed to the record writer, which
+//! namespace, and from `server.link_speeds` for links the kernel gives no speed (veths, taps,
+//! shaped links). Samples are kept in memory for the API and handed to the record writer, which
 //! stores them with the boot events.
 
 use super::event::{Micros, Proto, now_micros};
@@ -238,6 +239,16 @@ fn sysfs_speed(name: &str, index: u32) -> Option<u32> {
     (same && speed > 0).then_some(speed as u32)
 }
 
+/// Gives each link the kernel has no speed for the capacity pools.yaml's `server.link_speeds`
+/// states for its name; a speed the kernel reported is kept.
+pub fn fill_speeds(links: &mut [LinkCounters], configured: &BTreeMap<String, u32>) {
+    for l in links {
+        if l.speed_mbps.is_none() {
+            l.speed_mbps = configured.get(&l.name).copied();
+        }
+    }
+}
+
 /// Turns two readings a known interval apart into rates.
 pub fn rates(before: &[LinkCounters], after: &[LinkCounters], seconds: f64) -> Vec<LinkRate> {
     after
@@ -309,21 +320,26 @@ impl Egress {
 pub type ProtoTotals = Arc<dyn Fn() -> BTreeMap<Proto, u64> + Send + Sync>;
 
 /// Loads the last hours of samples from the store and starts the once-a-second sampler.
+/// `link_speeds` (pools.yaml's `server.link_speeds`) gives the capacity of links the kernel
+/// has no speed for, sampled now or loaded from the store.
 pub async fn start(
     records: &super::Records,
     recorder: super::Recorder,
     interfaces: Vec<String>,
+    link_speeds: BTreeMap<String, u32>,
     totals: ProtoTotals,
     shutdown: &Shutdown,
 ) -> anyhow::Result<Arc<Egress>> {
     let egress = Arc::new(Egress::default());
     let cutoff = now_micros() as f64 / 1e6 - KEEP as f64;
-    for s in records.store.egress_since(cutoff).await? {
+    for mut s in records.store.egress_since(cutoff).await? {
+        fill_speeds(&mut s.links, &link_speeds);
         egress.push(&s.links, s.sample);
     }
     shutdown.spawn(sample_forever(
         egress.clone(),
         interfaces,
+        Arc::new(link_speeds),
         totals,
         recorder,
         shutdown.clone(),
@@ -356,8 +372,8 @@ impl Saved {
     }
 }
 
-fn read_links(interfaces: &[String]) -> Vec<LinkCounters> {
-    match dump_links() {
+fn read_links(interfaces: &[String], link_speeds: &BTreeMap<String, u32>) -> Vec<LinkCounters> {
+    let mut links = match dump_links() {
         Ok(links) => {
             let index: BTreeMap<String, u32> =
                 links.iter().map(|l| (l.name.clone(), l.index)).collect();
@@ -369,12 +385,15 @@ fn read_links(interfaces: &[String]) -> Vec<LinkCounters> {
             tracing::debug!(error = %e, "rtnetlink unavailable; reading sysfs");
             read_sysfs(Path::new("/sys"), interfaces)
         }
-    }
+    };
+    fill_speeds(&mut links, link_speeds);
+    links
 }
 
 async fn sample_forever(
     egress: Arc<Egress>,
     interfaces: Vec<String>,
+    link_speeds: Arc<BTreeMap<String, u32>>,
     totals: ProtoTotals,
     recorder: super::Recorder,
     shutdown: Shutdown,
@@ -388,8 +407,9 @@ async fn sample_forever(
             _ = tick.tick() => {}
             _ = shutdown.wait() => return,
         }
-        let ifaces = interfaces.clone();
-        let Ok(links) = tokio::task::spawn_blocking(move || read_links(&ifaces)).await else {
+        let (ifaces, speeds) = (interfaces.clone(), link_speeds.clone());
+        let Ok(links) = tokio::task::spawn_blocking(move || read_links(&ifaces, &speeds)).await
+        else {
             continue;
         };
         let now = now_micros();
@@ -514,6 +534,53 @@ mod tests {
             (r[1].tx_bytes_s, r[2].tx_bytes_s, r[3].tx_bytes_s),
             (1000.0, 250.0, 0.0)
         );
+    }
+
+    /// A veth or tap has no kernel speed: pools.yaml's `server.link_speeds` gives its
+    /// capacity; a link whose kernel reports one keeps the kernel's.
+    #[test]
+    fn configured_link_speeds_fill_in_where_the_kernel_says_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let net = root.path().join("class/net");
+        let put = |p: &str, v: &str| {
+            let f = net.join(p);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, v).unwrap();
+        };
+        put("br0/brif/s0/port_no", "1\n");
+        put("br0/brif/eth0/port_no", "2\n");
+        put("s0/statistics/tx_bytes", "7\n");
+        // A veth's speed reads as an error or -1; a real NIC's as its rate.
+        put("s0/speed", "-1\n");
+        put("eth0/speed", "1000\n");
+        let mut links = read_sysfs(root.path(), &["br0".to_string()]);
+        let speeds = |l: &[LinkCounters]| -> Vec<(String, Option<u32>)> {
+            l.iter().map(|l| (l.name.clone(), l.speed_mbps)).collect()
+        };
+        let none: Vec<(String, Option<u32>)> = ["br0", "eth0", "s0"]
+            .iter()
+            .map(|n| (n.to_string(), if *n == "eth0" { Some(1000) } else { None }))
+            .collect();
+        assert_eq!(speeds(&links), none);
+        let configured: BTreeMap<String, u32> = [("s0", 250), ("eth0", 10), ("s9", 5)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        fill_speeds(&mut links, &configured);
+        assert_eq!(
+            speeds(&links),
+            [
+                ("br0".to_string(), None),
+                ("eth0".to_string(), Some(1000)),
+                ("s0".to_string(), Some(250))
+            ]
+        );
+        assert_eq!(links[2].tx_bytes, 7);
+        // And the same through the netlink path's selection.
+        let dump = [nl(1, "s0", None, Some("veth"), 3)];
+        let mut got = select(&dump, &["s0".to_string()], |_| None);
+        fill_speeds(&mut got, &configured);
+        assert_eq!(got[0].speed_mbps, Some(250));
     }
 
     #[test]

@@ -186,7 +186,7 @@ pub fn text(web: &Web) -> String {
         &mut out,
         "bootpool_link_speed_bytes",
         "gauge",
-        "Link capacity in bytes per second, where the kernel knows it.",
+        "Link capacity in bytes per second: the kernel's, else server.link_speeds'.",
     );
     for l in &links {
         if let Some(mbps) = l.speed_mbps {

@@ -217,6 +217,7 @@ test('the fixture holds NFS, NBD and NFS waves, and egress over them', async () 
 test('wave view: summary, per-client totals and bytes, histogram and Gantt rows are the API\'s', async () => {
   const page = await context.newPage();
   watch(page);
+  const names = new Map((await api('/api/v1/clients')).map(c => [c.mac, c.name ?? c.mac]));
   for (const { id } of await api('/api/v1/waves')) {
     const w = await api(`/api/v1/waves/${id}`);
     await view(page, `/wave/${id}`);
@@ -246,12 +247,66 @@ test('wave view: summary, per-client totals and bytes, histogram and Gantt rows 
     await page.click('button[data-sort=total]');
     const order = await page.$$eval('svg.gantt g[data-key]', gs => gs.map(g => g.dataset.key));
     assert.deepEqual(order, [...w.boots].sort((a, b) => b.duration_s - a.duration_s).map(b => b.mac));
+    // By start: the first powered on first; by name or MAC: pc01, then the MACs.
+    const keys = async () => page.$$eval('svg.gantt g[data-key]', gs => gs.map(g => g.dataset.key));
+    const labelOf = b => names.get(b.mac) ?? b.mac;
+    await page.click('button[data-sort=start]');
+    assert.equal(await page.getAttribute('button[data-sort=start]', 'aria-pressed'), 'true');
+    assert.equal(await page.getAttribute('button[data-sort=total]', 'aria-pressed'), 'false');
+    assert.deepEqual(await keys(), [...w.boots].sort((a, b) => a.start - b.start || labelOf(a).localeCompare(labelOf(b))).map(b => b.mac));
+    await page.click('button[data-sort=name]');
+    assert.deepEqual(await keys(), [...w.boots].sort((a, b) => labelOf(a).localeCompare(labelOf(b), undefined, { numeric: true })).map(b => b.mac));
     // The histogram counts every booted client once.
     const bins = await page.$$eval('svg[aria-label^=histogram] rect title', ts => ts.map(t => Number(t.textContent.split(': ').at(-1))));
     assert.equal(bins.reduce((a, b) => a + b, 0), w.summary.booted);
     await shot(page, w.pool === 'lab-nfs' ? 'wave-nfs' : 'wave-nbd'); // the newest NFS wave wins
   }
   assert.equal((await page.textContent('#tz')).trim(), TZ);
+  await page.close();
+});
+
+test('wave view: a storm of 200 clients is 200 sortable rows of fixed height that scroll under a pinned axis', async () => {
+  const page = await context.newPage();
+  watch(page);
+  await view(page, '/wave');
+  const got = await page.evaluate(async () => {
+    const { gantt, GANTT_SCROLL_ROWS } = await import('/charts.js');
+    const { ROW_ORDER } = await import('/app.js');
+    // 200 made-up boots: pc1..pc200 powered on over 2 s, the later ones slower.
+    const rows = Array.from({ length: 200 }, (_, i) => ({
+      label: `pc${i + 1}`, key: `pc${i + 1}`, offset: (i % 20) / 10,
+      phases: [{ name: 'dhcp', at: 0, seconds: 1 }, { name: 'root', at: 1, seconds: 30 + (i * 7) % 50 }],
+      total: 31 + (i * 7) % 50,
+    }));
+    const order = k => [...rows].sort(ROW_ORDER[k]).map(r => r.key);
+    const box = gantt([...rows].sort(ROW_ORDER.total), 1000);
+    const main = document.querySelector('main');
+    main.prepend(box);
+    const svg = box.querySelector('svg.gantt');
+    const ys = [...svg.querySelectorAll('g[data-key] rect[data-phase=dhcp]')].map(r => Number(r.getAttribute('y')));
+    box.scrollTop = 400;
+    const pinned = Math.abs(box.querySelector('.gantt-axis').getBoundingClientRect().top - box.getBoundingClientRect().top) < 2;
+    const out = {
+      limit: GANTT_SCROLL_ROWS, cls: box.className, rows: svg.querySelectorAll('g[data-key]').length,
+      pitch: [...new Set(ys.slice(1).map((y, i) => y - ys[i]))], scrolls: box.scrollHeight > box.clientHeight + 1000,
+      shown: box.clientHeight, pinned, focusable: box.tabIndex === 0,
+      fits: box.getBoundingClientRect().width <= main.clientWidth,
+      name: order('name').slice(0, 3), start: order('start').slice(0, 3), total: order('total')[0],
+      first: svg.querySelector('g[data-key]').dataset.key,
+    };
+    box.remove();
+    return out;
+  });
+  assert.equal(got.limit, 40);
+  assert.equal(got.cls, 'gantt-scroll');
+  assert.equal(got.rows, 200);
+  assert.deepEqual(got.pitch, [16], 'one fixed row height');
+  assert.ok(got.scrolls && got.shown > 200 && got.shown <= 0.65 * 800 + 1, `a box of ${got.shown} px that scrolls`);
+  assert.ok(got.pinned, 'the axis stays on top while the rows scroll');
+  assert.ok(got.focusable && got.fits);
+  assert.deepEqual(got.name, ['pc1', 'pc2', 'pc3'], 'names sort as numbers (pc2 before pc10)');
+  assert.deepEqual(got.start, ['pc1', 'pc21', 'pc41'], 'by start, ties by name');
+  assert.equal(got.total, got.first, 'drawn in the order given');
   await page.close();
 });
 
