@@ -315,8 +315,8 @@ impl tftp_transfers::Owner for Owner {
                 proto: "tftp".into(),
                 name: o.file.clone(),
                 bytes,
-                blksize: Some(o.settings.blksize as u16),
-                windowsize: Some(o.settings.windowsize as u16),
+                blksize: Some(o.settings.blksize),
+                windowsize: Some(o.settings.windowsize),
             };
             o.recorder.tracer().op(ip, received, what);
         }

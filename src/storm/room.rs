@@ -29,7 +29,7 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
     let n: f64 = num
         .parse()
         .map_err(|_| format!("`{s}` is not a rate such as 100mbit or 1gbit"))?;
-    if !(n > 0.0) || n * mult < 1e5 {
+    if n.is_nan() || n * mult < 1e5 {
         return Err(format!("`{s}`: rates start at 100kbit"));
     }
     Ok((n * mult) as u64)

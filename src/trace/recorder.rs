@@ -309,7 +309,11 @@ mod tests {
         assert!(t.wants(ip));
         t.op(ip, now_micros(), nfs_read("/bin/sh"));
         // Another address's request is not this boot's.
-        t.op(Ipv4Addr::new(10, 77, 0, 101), now_micros(), nfs_read("/etc/x"));
+        t.op(
+            Ipv4Addr::new(10, 77, 0, 101),
+            now_micros(),
+            nfs_read("/etc/x"),
+        );
         let booted = Kind::Booted {
             uptime_s: None,
             root_bytes: None,
@@ -328,7 +332,10 @@ mod tests {
         assert!(name.starts_with("525400770010-"), "{name}");
         let trace = Trace::parse(&std::fs::read_to_string(&files[0]).unwrap()).unwrap();
         assert_eq!(trace.header.mac, "52:54:00:77:00:10");
-        assert_eq!((trace.header.pool.as_str(), trace.header.root.as_str()), ("room", "nfs"));
+        assert_eq!(
+            (trace.header.pool.as_str(), trace.header.root.as_str()),
+            ("room", "nfs")
+        );
         let kinds: Vec<String> = trace
             .ops
             .iter()
