@@ -13,6 +13,14 @@ use common::lab::{lab_config, repo, run_lab};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
+/// One room at a time: the fidelity tests compare durations, which a second room (or VM)
+/// on the same two cores would stretch.
+static ONE_ROOM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_room() -> std::sync::MutexGuard<'static, ()> {
+    ONE_ROOM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// bench/storm/pools.yaml with absolute paths and its state in `dir`.
 fn storm_config(dir: &Path) -> PathBuf {
     let text = std::fs::read_to_string(repo().join("bench/storm/pools.yaml")).unwrap();
@@ -72,6 +80,7 @@ fn u(v: &Value) -> u64 {
 
 /// Runs a small storm of `clients` over `root` and checks that the numbers add up.
 fn small_storm(root: &str, clients: usize, keep: usize) {
+    let _room = one_room();
     let dir = tempfile::tempdir().unwrap();
     let config = storm_config(dir.path());
     let (trace_file, trace) = short_trace(root, keep, dir.path());
@@ -184,6 +193,7 @@ fn a_small_nbd_storm_boots_every_client_and_its_numbers_add_up() {
 /// (within 1%) and the same phases (within 15%, for phases of a second or more: the firmware
 /// steps take tens of milliseconds, where 15% is below the clocks' resolution).
 fn fidelity(root: &str) {
+    let _room = one_room();
     let dir = tempfile::tempdir().unwrap();
     let config = lab_config(dir.path(), |t| t);
     let (table, rows) = run_lab(&config, &["--clients", "1", "--root", root], 400);
@@ -264,6 +274,7 @@ fn fidelity(root: &str) {
     for ((name, a), (_, b)) in vm_phases.iter().zip(&replay_phases) {
         if *a >= 1.0 {
             let ratio = b / a;
+            eprintln!("fidelity {root}: phase {name}: VM {a:.2} s, replay {b:.2} s (x{ratio:.3})");
             assert!(
                 (0.85..=1.15).contains(&ratio),
                 "phase {name}: VM {a:.2} s, replay {b:.2} s (x{ratio:.2})\nVM {vm_phases:?}\nreplay {replay_phases:?}"
@@ -272,12 +283,17 @@ fn fidelity(root: &str) {
     }
 }
 
+// The fidelity tests compare durations within 15%: a debug build's client costs 0.4 ms a call,
+// which over the NFS trace's 8,465 calls came to x1.14 here; `scripts/test --all` runs them in
+// the release build (within 5% there).
 #[test]
+#[ignore = "timing fidelity, with a VM: scripts/test --all"]
 fn one_replayed_nfs_client_moves_the_vm_boots_bytes_in_its_phases() {
     fidelity("nfs");
 }
 
 #[test]
+#[ignore = "timing fidelity, with a VM: scripts/test --all"]
 fn one_replayed_nbd_client_moves_the_vm_boots_bytes_in_its_phases() {
     fidelity("nbd");
 }
