@@ -207,6 +207,29 @@ fn fidelity(root: &str) {
         .arg(&trace);
     let (ok, out, log) = common::run(&mut export, 30);
     assert!(ok, "{out}{log}");
+    // The VM's boot as bootpool recorded it, read before the replay (whose client may have
+    // the same MAC, and whose boot may join the same wave).
+    let mut report = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    report.args([
+        "report",
+        "--config",
+        config.to_str().unwrap(),
+        "--pool",
+        &format!("lab-{root}"),
+        "--format",
+        "json",
+    ]);
+    let (ok, text, log) = common::run(&mut report, 30);
+    assert!(ok, "{text}{log}");
+    let wave: Value = serde_json::from_str(&text).unwrap();
+    let vm = wave["boots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["mac"] == mac.as_str())
+        .unwrap_or_else(|| panic!("the VM's boot in {text}"))
+        .clone();
+    let vm = &vm;
     let out = dir.path().join("storm.json");
     storm(
         &[
@@ -230,26 +253,10 @@ fn fidelity(root: &str) {
     let r = json(&out);
     let replayed = &r["clients"][0]["recorded"];
     assert_eq!(replayed["result"], "booted", "{replayed}");
-    // The VM's boot as bootpool recorded it.
-    let mut report = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"));
-    report.args([
-        "report",
-        "--config",
-        config.to_str().unwrap(),
-        "--pool",
-        &format!("lab-{root}"),
-        "--format",
-        "json",
-    ]);
-    let (ok, text, log) = common::run(&mut report, 30);
-    assert!(ok, "{text}{log}");
-    let wave: Value = serde_json::from_str(&text).unwrap();
-    let vm = wave["boots"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["mac"] == mac.as_str())
-        .unwrap_or_else(|| panic!("the VM's boot in {text}"));
+    assert_ne!(
+        replayed["id"], vm["id"],
+        "the replay's record is not the VM's"
+    );
     for proto in ["http", root] {
         let (a, b) = (u(&vm["bytes"][proto]), u(&replayed["bytes"][proto]));
         let diff = (a as f64 - b as f64).abs() / a as f64;
