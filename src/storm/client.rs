@@ -31,9 +31,8 @@ pub struct Plan {
     pub http_port: u16,
     /// Make the booted call (`POST /api/v1/booted`), as the demo image does.
     pub callback: bool,
-    /// Ports of the root services (0: ask the portmapper / the well-known port).
-    pub nfs_port: u16,
-    pub mount_port: u16,
+    /// Where the root services are found: the portmapper (for MOUNT and NFS) and NBD.
+    pub portmap_port: u16,
     pub nbd_port: u16,
     /// The moment the room powers on.
     pub t0: Instant,

@@ -30,10 +30,6 @@ pub struct Lease {
     pub ip: Ipv4Addr,
     pub server: Ipv4Addr,
     pub prefix: u8,
-    /// siaddr, the next server.
-    pub next_server: Ipv4Addr,
-    /// Option 67 (or the `file` field).
-    pub boot_file: Option<String>,
 }
 
 /// An exchange's outcome, with the retransmits it needed.
@@ -109,7 +105,7 @@ fn exchange(
     scale: f64,
     tries: &mut Tries,
     started: Instant,
-) -> anyhow::Result<(Packet, Vec<u8>)> {
+) -> anyhow::Result<Packet> {
     let to = SocketAddrV4::new(Ipv4Addr::BROADCAST, 67);
     let mut buf = vec![0u8; 1500];
     let mut out = vec![0u8; 1500];
@@ -146,7 +142,7 @@ fn exchange(
                 continue;
             }
             match reply.message_type() {
-                Ok(t) if t == want => return Ok((reply, buf[..n].to_vec())),
+                Ok(t) if t == want => return Ok(reply),
                 Ok(MessageType::Nak) => bail!("DHCP NAK"),
                 _ => continue,
             }
@@ -161,20 +157,6 @@ fn exchange(
         PXE_TIMEOUTS.len(),
         PXE_TIMEOUTS.iter().sum::<u64>()
     )
-}
-
-/// The boot file: option 67, else the `file` field (bytes 108..236 of the packet).
-fn boot_file(reply: &Packet, bytes: &[u8]) -> Option<String> {
-    if let Some(DhcpOption::Unrecognized(r)) = reply.option(67) {
-        return Some(
-            String::from_utf8_lossy(&r.data)
-                .trim_end_matches('\0')
-                .into(),
-        );
-    }
-    let field = bytes.get(108..236)?;
-    let name: Vec<u8> = field.iter().copied().take_while(|b| *b != 0).collect();
-    (!name.is_empty()).then(|| String::from_utf8_lossy(&name).into_owned())
 }
 
 /// An OFFER, kept for the REQUEST that follows it.
@@ -192,7 +174,7 @@ pub fn discover(
     tries: &mut Tries,
 ) -> anyhow::Result<Offer> {
     let mut discover = request_packet(id, xid, 0, MessageType::Discover);
-    let (offer, _) = exchange(
+    let offer = exchange(
         sock,
         &mut discover,
         MessageType::Offer,
@@ -225,7 +207,7 @@ pub fn request(
     request
         .options
         .push(DhcpOption::ServerIdentifier(offer.server));
-    let (ack, bytes) = exchange(
+    let ack = exchange(
         sock,
         &mut request,
         MessageType::Ack,
@@ -245,7 +227,5 @@ pub fn request(
         ip: ack.yiaddr,
         server: offer.server,
         prefix,
-        next_server: ack.siaddr,
-        boot_file: boot_file(&ack, &bytes),
     })
 }

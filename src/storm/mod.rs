@@ -238,8 +238,7 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         think_scale: args.think_scale,
         http_port: args.http_port.unwrap_or(config.server.http.port()),
         callback: !args.no_callback,
-        nfs_port: 0,
-        mount_port: 0,
+        portmap_port: config.server.ports.portmap,
         nbd_port: config.server.ports.nbd,
         t0,
     });

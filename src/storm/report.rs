@@ -10,7 +10,7 @@ use super::client::{Outcome, Plan};
 use super::room::Link;
 use super::sample::Sample;
 use crate::record::view::BootView;
-use crate::trace::format::{Bytes, Trace, What};
+use crate::trace::format::{Bytes, Trace};
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
 use std::net::Ipv4Addr;
@@ -571,13 +571,4 @@ fn agreement(clients: &[Outcome], recorded: &[BootView]) -> Agreement {
         max_duration_diff_s: max_dur,
         max_phase_diff_s: max_phase,
     }
-}
-
-/// The ops of a trace a replay sends to the root server.
-pub fn root_ops(trace: &Trace) -> usize {
-    trace
-        .ops
-        .iter()
-        .filter(|o| matches!(o.what, What::Nfs { .. } | What::Nbd { .. }))
-        .count()
 }

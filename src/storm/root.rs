@@ -30,14 +30,7 @@ pub fn replay(server: Ipv4Addr, plan: &Plan, ops: &[Op]) -> anyhow::Result<RootS
     let nfs = ops.iter().any(|o| matches!(o.what, What::Nfs { .. }));
     let mut out = RootStats::default();
     if nfs {
-        let ports = if plan.nfs_port != 0 {
-            NfsPorts::Direct {
-                mount: plan.mount_port,
-                nfs: plan.nfs_port,
-            }
-        } else {
-            NfsPorts::Portmap(111)
-        };
+        let ports = NfsPorts::Portmap(plan.portmap_port);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;

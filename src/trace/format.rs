@@ -187,11 +187,6 @@ impl Trace {
         }
         b
     }
-
-    /// The ops of one kind of step, with their indices.
-    pub fn of<'a>(&'a self, pick: impl Fn(&What) -> bool + 'a) -> impl Iterator<Item = &'a Op> {
-        self.ops.iter().filter(move |o| pick(&o.what))
-    }
 }
 
 impl Op {

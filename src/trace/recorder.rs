@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 /// Traces kept per client; older ones are deleted when a new one starts.
 const KEEP_PER_CLIENT: usize = 8;
@@ -253,9 +253,6 @@ impl Drop for Tracer {
         }
     }
 }
-
-/// The tracer shared by every service (through the recorder).
-pub type Shared = Arc<Tracer>;
 
 #[cfg(test)]
 mod tests {
