@@ -400,6 +400,15 @@ impl Report {
                 r.client.error.as_deref().unwrap_or("")
             ));
         }
+        let mut differs = std::collections::BTreeMap::<&str, usize>::new();
+        for d in self.clients.iter().flat_map(|r| &r.client.differs) {
+            *differs.entry(d).or_default() += 1;
+        }
+        for (d, n) in differs {
+            s.push_str(&format!(
+                "note: {d}, for {n} clients (the image is not the recorded build)\n"
+            ));
+        }
         let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
         let m = &self.summary;
         s.push_str(&format!(
