@@ -113,6 +113,8 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         .context("opening the boot records")?;
     let recorder = recorder.with_tracer(crate::trace::Tracer::new(&config));
     let leases = service::dhcp::open_table(&config)?;
+    // Who is at which address, for every service: the lease table, loaded before any bind.
+    let identity = leases.identity();
 
     let any = Ipv4Addr::UNSPECIFIED;
     let ports = config.server.ports;
@@ -208,7 +210,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             nfs,
             c.clone(),
             r.clone(),
-            records.clone(),
+            identity.clone(),
             s.clone(),
         )),
     );
@@ -219,6 +221,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             c.clone(),
             r.clone(),
             records.clone(),
+            identity.clone(),
             s.clone(),
         )),
     );
@@ -251,6 +254,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         recorder: r.clone(),
         records: records.clone(),
         egress,
+        identity,
     };
     run("http", Box::pin(service::http::serve(http, web, s.clone())));
     tracing::info!(

@@ -1,22 +1,28 @@
-//! Who may use an NFS export: the clients of the pools that boot that image over NFS. A client
-//! is known by its address; its MAC comes from the lease it was given (or from a fixed `ip:` in
-//! a pool's client entry). Plain data in, a yes or no out.
+//! Who may use a root export, NFS and NBD alike: the clients of the pools that boot that image
+//! over that protocol, and no one else. A client is the MAC that holds its address in the lease
+//! table (`service::identity`), never what the event stream last said. Plain data in, a yes or
+//! no out.
 
 use crate::config::{Config, Mac, RootProto};
 use std::net::Ipv4Addr;
 
-/// Whether `ip` (whose lease names `mac`, if any) may mount and read image `image`.
-/// Loopback is allowed when the server itself is on loopback (tests, `bootpool lab` probes).
-pub fn nfs_allowed(config: &Config, image: &str, ip: Ipv4Addr, mac: Option<Mac>) -> bool {
+/// Whether the client at `ip`, held by `holder` (if anyone holds it), may attach or mount image
+/// `image` over `root`. A server on a loopback address is a test or a probe on its own host:
+/// every loopback client is its client. A production server's own address is not loopback, so
+/// a local user there is a stranger too.
+pub fn root_allowed(
+    config: &Config,
+    root: RootProto,
+    image: &str,
+    ip: Ipv4Addr,
+    holder: Option<Mac>,
+) -> bool {
     if ip.is_loopback() && config.server.address.is_loopback() {
         return true;
     }
-    config
-        .pools
-        .values()
-        .filter(|p| p.root == RootProto::Nfs && p.image.name == image)
-        .flat_map(|p| &p.clients)
-        .any(|e| mac.is_some_and(|m| e.macs.contains(m)) || e.ip == Some(ip))
+    holder
+        .and_then(|mac| config.member(mac))
+        .is_some_and(|m| m.pool.root == root && m.pool.image.name == image)
 }
 
 #[cfg(test)]
@@ -63,22 +69,32 @@ pools:
     }
 
     #[test]
-    fn only_the_pool_of_the_image_over_nfs() {
+    fn only_the_pools_of_the_image_over_that_protocol() {
         let c = config("10.0.0.1");
         let ip = Ipv4Addr::new(10, 0, 0, 120);
         let mac = |s: &str| Some(s.parse::<Mac>().unwrap());
-        assert!(nfs_allowed(&c, "a", ip, mac("52:54:00:00:00:05")));
-        // Another image, an NBD pool, a stranger, no lease at all.
-        assert!(!nfs_allowed(&c, "b", ip, mac("52:54:00:00:00:05")));
-        assert!(!nfs_allowed(&c, "b", ip, mac("52:54:00:00:02:05")));
-        assert!(!nfs_allowed(&c, "a", ip, mac("52:54:00:99:00:05")));
-        assert!(!nfs_allowed(&c, "a", ip, None));
-        // A fixed address in the pool, even before its lease is seen.
-        assert!(nfs_allowed(&c, "a", Ipv4Addr::new(10, 0, 0, 50), None));
+        let nfs = |image, holder| root_allowed(&c, RootProto::Nfs, image, ip, holder);
+        let nbd = |image, holder| root_allowed(&c, RootProto::Nbd, image, ip, holder);
+        assert!(nfs("a", mac("52:54:00:00:00:05")));
+        // Another image, the other protocol, a stranger, no holder at all.
+        assert!(!nfs("b", mac("52:54:00:00:00:05")));
+        assert!(!nbd("a", mac("52:54:00:00:00:05")));
+        assert!(!nfs("b", mac("52:54:00:00:02:05")));
+        assert!(nbd("b", mac("52:54:00:00:02:05")));
+        assert!(!nbd("a", mac("52:54:00:00:02:05")));
+        assert!(!nfs("a", mac("52:54:00:99:00:05")));
+        assert!(!nfs("a", None));
         // Loopback only when the server is on loopback.
-        assert!(!nfs_allowed(&c, "a", Ipv4Addr::LOCALHOST, None));
-        assert!(nfs_allowed(
+        assert!(!root_allowed(
+            &c,
+            RootProto::Nfs,
+            "a",
+            Ipv4Addr::LOCALHOST,
+            None
+        ));
+        assert!(root_allowed(
             &config_in("127.0.0.1", "127.0.0"),
+            RootProto::Nfs,
             "a",
             Ipv4Addr::LOCALHOST,
             None

@@ -3,7 +3,13 @@
 //! the Unix epoch, passed in).
 //!
 //! Invariants: an address is held by at most one MAC; a reserved address goes only to its
-//! MAC; a MAC keeps its address across expiry and release until someone else needs it.
+//! MAC; a MAC keeps its address across expiry and release until someone else needs it; a MAC
+//! with a valid binding is never moved to another address by a REQUEST (RFC 2131 4.3.2: the
+//! server NAKs), so a forged REQUEST cannot take a running client's place.
+//!
+//! The table is also the daemon's one answer to "who is at this address" (`holder`): NFS,
+//! NBD, the overlays and the API ask it, through `service::identity`. In proxy mode the table
+//! gives nothing out and only learns: the bindings iPXE and firmware report on port 4011.
 
 use crate::config::Mac;
 use serde::{Deserialize, Serialize};
@@ -44,6 +50,10 @@ pub enum Refusal {
     Taken(Ipv4Addr),
     #[error("{0} was declined recently")]
     Declined(Ipv4Addr),
+    #[error("{0} was not offered to this client")]
+    NotOffered(Ipv4Addr),
+    #[error("this client holds {0}")]
+    HoldsAnother(Ipv4Addr),
 }
 
 #[derive(Debug, Clone, Default)]
@@ -57,6 +67,8 @@ pub struct Leases {
     reserved_ips: BTreeMap<Ipv4Addr, Mac>,
     /// Address -> end of its quarantine.
     declined: BTreeMap<Ipv4Addr, u64>,
+    /// A proxy's table: it learns bindings (`observe`) instead of giving addresses.
+    learning: bool,
     /// Every address of the range below this one has been used (or is reserved or declined):
     /// the search for a fresh address starts here, so an offer in a busy range is not a walk
     /// over every lease. Lowered whenever an address leaves the table.
@@ -75,6 +87,30 @@ impl Leases {
             reserved,
             ..Leases::default()
         }
+    }
+
+    /// The table of a proxy, which gives no address and learns who is where (`observe`).
+    pub fn learning(reservations: impl IntoIterator<Item = (Mac, Ipv4Addr)>) -> Leases {
+        Leases {
+            learning: true,
+            ..Leases::new(None, reservations)
+        }
+    }
+
+    /// Who is at `ip` now: the MAC a pool lists with that fixed address, or the MAC whose
+    /// binding (unexpired) holds it. An offer not yet requested is nobody's.
+    pub fn holder(&self, ip: Ipv4Addr, now: u64) -> Option<Mac> {
+        if let Some(mac) = self.reserved_ips.get(&ip) {
+            return Some(*mac);
+        }
+        let mac = self.by_ip.get(&ip)?;
+        let l = self.leases.get(mac)?;
+        (l.state == State::Bound && l.expires > now).then_some(*mac)
+    }
+
+    /// The fixed address a pool lists for `mac`.
+    pub fn reserved(&self, mac: Mac) -> Option<Ipv4Addr> {
+        self.reserved.get(&mac).copied()
     }
 
     pub fn get(&self, mac: Mac) -> Option<&Lease> {
@@ -228,7 +264,23 @@ impl Leases {
         self.fresh_from = self.fresh_from.min(u32::from(ip));
     }
 
-    /// Grants a REQUEST for `ip` for `lease_s` seconds.
+    /// Grants a REQUEST in the SELECTING state (it names our server): only for the address
+    /// offered to this MAC (or the one it holds, which an offer keeps).
+    pub fn ack_offer(
+        &mut self,
+        mac: Mac,
+        ip: Ipv4Addr,
+        now: u64,
+        lease_s: u64,
+    ) -> Result<(), Refusal> {
+        if self.leases.get(&mac).map(|l| l.ip) != Some(ip) {
+            return Err(Refusal::NotOffered(ip));
+        }
+        self.ack(mac, ip, now, lease_s)
+    }
+
+    /// Grants a REQUEST for `ip` for `lease_s` seconds (INIT-REBOOT, RENEWING, REBINDING):
+    /// never to a MAC whose valid binding is another address.
     pub fn ack(&mut self, mac: Mac, ip: Ipv4Addr, now: u64, lease_s: u64) -> Result<(), Refusal> {
         match self.reserved.get(&mac) {
             Some(r) if *r != ip => return Err(Refusal::NotItsReservation(*r)),
@@ -238,7 +290,16 @@ impl Leases {
                     return Err(Refusal::Taken(ip));
                 }
             }
-            None => self.usable(mac, ip, now)?,
+            None => {
+                if let Some(l) = self.leases.get(&mac)
+                    && l.ip != ip
+                    && l.state == State::Bound
+                    && l.expires > now
+                {
+                    return Err(Refusal::HoldsAnother(l.ip));
+                }
+                self.usable(mac, ip, now)?;
+            }
         }
         self.take(
             mac,
@@ -249,6 +310,20 @@ impl Leases {
             },
         );
         Ok(())
+    }
+
+    /// A proxy learned that `mac` is at `ip` (its REQUEST on port 4011, from a MAC seen on
+    /// port 67): the binding for `secs`, replacing whoever the table had there. The address
+    /// came from another DHCP server, which is the authority on it.
+    pub fn observe(&mut self, mac: Mac, ip: Ipv4Addr, now: u64, secs: u64) {
+        self.take(
+            mac,
+            Lease {
+                ip,
+                state: State::Bound,
+                expires: now + secs,
+            },
+        );
     }
 
     /// A DHCPRELEASE: the address is free again but remembered for this MAC.
@@ -331,6 +406,7 @@ impl Leases {
             };
             let allowed = match self.reserved.get(&mac) {
                 Some(r) => *r == s.ip,
+                None if self.learning => !self.reserved_to_other(mac, s.ip),
                 None => self.in_range(s.ip) && !self.reserved_to_other(mac, s.ip),
             };
             // A MAC listed twice keeps its first entry, as an address listed twice does.
@@ -397,6 +473,52 @@ mod tests {
             Some((ip(100), ip(103))),
             [(mac(1), ip(11)), (mac(2), ip(101))],
         )
+    }
+
+    #[test]
+    fn a_request_never_moves_a_valid_binding_and_selecting_takes_only_the_offer() {
+        let mut t = table();
+        let a = t.offer(mac(10), None, 0, 60).unwrap();
+        // SELECTING: only what was offered.
+        assert_eq!(
+            t.ack_offer(mac(10), ip(103), 1, 3600),
+            Err(Refusal::NotOffered(ip(103)))
+        );
+        assert_eq!(t.ack_offer(mac(10), a, 1, 3600), Ok(()));
+        assert_eq!(t.holder(a, 2), Some(mac(10)));
+        // A forged REQUEST with its MAC for another free address: NAK, the binding stays.
+        assert_eq!(
+            t.ack(mac(10), ip(103), 5, 3600),
+            Err(Refusal::HoldsAnother(a))
+        );
+        assert_eq!(t.get(mac(10)).unwrap().ip, a);
+        // A MAC with no offer cannot SELECT anything.
+        assert_eq!(
+            t.ack_offer(mac(11), ip(102), 5, 3600),
+            Err(Refusal::NotOffered(ip(102)))
+        );
+        // Once the binding has expired the client may come back elsewhere.
+        assert_eq!(t.holder(a, 3601), None);
+        assert_eq!(t.ack(mac(10), ip(103), 3601, 3600), Ok(()));
+        // Offers are nobody's; fixed addresses are their MAC's even unleased.
+        let o = t.offer(mac(12), None, 3601, 60).unwrap();
+        assert_eq!(t.holder(o, 3602), None);
+        assert_eq!(t.holder(ip(11), 0), Some(mac(1)));
+    }
+
+    #[test]
+    fn a_learning_table_keeps_what_it_observed_across_a_restart() {
+        let mut t = Leases::learning([]);
+        t.observe(mac(10), Ipv4Addr::new(192, 168, 5, 7), 100, 60);
+        assert_eq!(t.holder(Ipv4Addr::new(192, 168, 5, 7), 120), Some(mac(10)));
+        // Another MAC reported at that address takes it: the other server gave it out.
+        t.observe(mac(11), Ipv4Addr::new(192, 168, 5, 7), 130, 60);
+        assert_eq!(t.holder(Ipv4Addr::new(192, 168, 5, 7), 131), Some(mac(11)));
+        check_index(&t);
+        let mut back = Leases::learning([]);
+        assert_eq!(back.restore(t.to_saved()), 0);
+        assert_eq!(back.holder(Ipv4Addr::new(192, 168, 5, 7), 131), Some(mac(11)));
+        assert_eq!(back.holder(Ipv4Addr::new(192, 168, 5, 7), 191), None);
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! REQUEST on port 4011. Owns reply addressing and the DHCP events. What to boot comes from
 //! `boot::plan`; clients in no pool get silence.
 
+use super::identity::{Identity, unix_now};
 use super::lease_file::LeaseFile;
 use crate::boot::leases::Leases;
 use crate::boot::{self, Client};
@@ -15,11 +16,10 @@ use crate::proto::dhcp::{
 };
 use crate::record::{Kind, Recorder, Service, Who};
 use crate::shutdown::Shutdown;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::net::UdpSocket;
 
 const DISCOVER: u8 = 1;
@@ -38,6 +38,10 @@ const RECV_BUFFER: usize = 4 << 20;
 const BATCH: usize = 256;
 /// Strangers logged once each; beyond this many we stop remembering (and logging) them.
 const STRANGERS_REMEMBERED: usize = 4096;
+/// Proxy mode: how long a DISCOVER seen on port 67 lets its MAC ask on port 4011, and how
+/// many such MACs are remembered (the oldest are forgotten first).
+const SEEN_FOR_S: u64 = 120;
+const SEEN_REMEMBERED: usize = 16384;
 
 /// What the service has seen, for logs and later for metrics.
 #[derive(Debug, Default)]
@@ -124,7 +128,7 @@ pub async fn serve(
     server.flush();
     // A clean stop leaves the whole table in the snapshot.
     if let Some(file) = server.file.as_mut() {
-        file.snapshot(&server.leases)?;
+        file.snapshot(&server.leases.read())?;
     }
     Ok(())
 }
@@ -140,32 +144,27 @@ async fn recv_opt(
     }
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// The lease table and its files, opened by app.rs before it binds: damaged lease files stop
 /// the start with an error naming them, not a service already serving.
 pub struct Table {
-    leases: Leases,
-    /// Where the table is kept (none in proxy mode).
+    leases: Identity,
+    /// Where the table is kept.
     file: Option<LeaseFile>,
 }
 
-/// The lease table for this config, with what its files hold (a proxy hands out nothing, so
-/// it has no table to load or save).
-pub fn open_table(config: &Config) -> anyhow::Result<Table> {
-    if config.dhcp.mode == DhcpMode::Proxy {
-        return Ok(Table {
-            leases: Leases::new(None, []),
-            file: None,
-        });
+impl Table {
+    /// The table as every other service sees it.
+    pub fn identity(&self) -> Identity {
+        self.leases.clone()
     }
+}
+
+/// The lease table for this config, with what its files hold (a proxy's table holds the
+/// bindings it learned on port 4011).
+pub fn open_table(config: &Config) -> anyhow::Result<Table> {
     let (leases, file) = load(config)?;
     Ok(Table {
-        leases,
+        leases: Identity::new(leases),
         file: Some(file),
     })
 }
@@ -177,7 +176,11 @@ fn load(config: &Config) -> anyhow::Result<(Leases, LeaseFile)> {
         .values()
         .flat_map(|p| p.clients.iter())
         .filter_map(|c| Some((c.macs.first, c.ip?)));
-    let mut leases = Leases::new(config.dhcp.range, reservations);
+    let mut leases = if config.dhcp.mode == DhcpMode::Proxy {
+        Leases::learning(reservations)
+    } else {
+        Leases::new(config.dhcp.range, reservations)
+    };
     let dir = &config.server.state_dir;
     let (file, count, skipped) = LeaseFile::open(dir, &mut leases)
         .map_err(|e| anyhow::anyhow!("loading the leases in {}: {e}", dir.display()))?;
@@ -190,10 +193,11 @@ fn load(config: &Config) -> anyhow::Result<(Leases, LeaseFile)> {
 struct Server {
     config: Arc<Config>,
     recorder: Recorder,
-    leases: Leases,
-    /// Where the table is kept (none in proxy mode).
+    leases: Identity,
     file: Option<LeaseFile>,
     strangers: HashSet<Mac>,
+    /// Proxy mode: MACs whose PXE DISCOVER came on port 67, and when.
+    seen: HashMap<Mac, u64>,
     counters: Arc<Counters>,
     /// The table changed since it was last saved.
     dirty: bool,
@@ -210,6 +214,7 @@ impl Server {
             leases: table.leases,
             file: table.file,
             strangers: HashSet::new(),
+            seen: HashMap::new(),
             counters: Arc::default(),
             dirty: false,
             expired_at: 0,
@@ -235,7 +240,7 @@ impl Server {
         };
         self.recorder.request(Service::Dhcp);
         if proxy {
-            self.handle_proxy(&req, from, on_pxe)
+            self.handle_proxy(&req, from, on_pxe, unix_now())
         } else {
             self.handle(&req, from, unix_now())
         }
@@ -250,7 +255,7 @@ impl Server {
         let Some(file) = self.file.as_mut() else {
             return;
         };
-        if let Err(e) = file.commit(&self.leases) {
+        if let Err(e) = file.commit(&self.leases.read()) {
             let n = self.counters.save_errors.fetch_add(1, Ordering::Relaxed) + 1;
             tracing::error!(dir = %self.config.server.state_dir.display(), error = %e, errors = n,
                 "leases not saved");
@@ -289,6 +294,7 @@ impl Server {
         req: &Request,
         from: SocketAddr,
         on_pxe_port: bool,
+        now: u64,
     ) -> Option<(Reply, SocketAddr)> {
         if !req.is_pxe() {
             return None;
@@ -300,6 +306,7 @@ impl Server {
         let msg = req.message_type()?;
         match (msg, on_pxe_port) {
             (DISCOVER, false) => {
+                self.saw(mac, now);
                 self.recorder.record(
                     Who::Mac(mac),
                     Kind::DhcpDiscover {
@@ -319,8 +326,25 @@ impl Server {
                 Some((reply, self.destination(req)))
             }
             (REQUEST | INFORM, true) => {
+                // Only a client that came through port 67 (or that a pool lists by fixed
+                // address): one packet to port 4011 must not make a stranger anyone.
+                let fixed = self.leases.read().reserved(mac).is_some();
+                let seen = self
+                    .seen
+                    .get(&mac)
+                    .is_some_and(|at| now.saturating_sub(*at) <= SEEN_FOR_S);
+                if !seen && !fixed {
+                    self.recorder.refused(Service::Dhcp);
+                    self.counters.strangers.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(%mac, %from, "pxe request on 4011 from a client not seen on 67; not answering it");
+                    return None;
+                }
                 let ip = req.ciaddr;
                 if !ip.is_unspecified() {
+                    self.leases
+                        .write()
+                        .observe(mac, ip, now, self.config.dhcp.lease.as_secs());
+                    self.changed();
                     self.recorder.record(
                         Who::Mac(mac),
                         Kind::DhcpAck {
@@ -365,7 +389,7 @@ impl Server {
         let server_id = config.server.address;
         // Expiry walks the table: once per second is as fine-grained as lease times are.
         if self.expired_at != now {
-            self.leases.expire(now);
+            self.leases.write().expire(now);
             self.expired_at = now;
         }
         let msg = req.message_type()?;
@@ -378,10 +402,11 @@ impl Server {
                         ipxe: client.ipxe,
                     },
                 );
-                let Some(ip) = self
+                let offered = self
                     .leases
-                    .offer(mac, req.requested_ip(), now, OFFER_HOLD_S)
-                else {
+                    .write()
+                    .offer(mac, req.requested_ip(), now, OFFER_HOLD_S);
+                let Some(ip) = offered else {
                     tracing::warn!(%mac, "dhcp range exhausted; no offer");
                     return None;
                 };
@@ -390,20 +415,26 @@ impl Server {
                 (ReplyKind::Offer, ip)
             }
             REQUEST => {
-                if let Some(sid) = req.server_id()
-                    && sid != server_id
-                {
+                let selecting = req.server_id();
+                if selecting.is_some_and(|sid| sid != server_id) {
                     // It chose another server's offer.
-                    if self.leases.withdraw_offer(mac, now) {
+                    let withdrawn = self.leases.write().withdraw_offer(mac, now);
+                    if withdrawn {
                         self.changed();
                     }
                     return None;
                 }
                 // SELECTING/INIT-REBOOT name the address in option 50; RENEWING/REBINDING
-                // use ciaddr.
+                // use ciaddr. SELECTING takes only what we offered (RFC 2131 4.3.2); no
+                // state moves a MAC's valid binding to another address.
                 let ip = req.requested_ip().unwrap_or(req.ciaddr);
                 let lease_s = config.dhcp.lease.as_secs();
-                match self.leases.ack(mac, ip, now, lease_s) {
+                let granted = if selecting.is_some() {
+                    self.leases.write().ack_offer(mac, ip, now, lease_s)
+                } else {
+                    self.leases.write().ack(mac, ip, now, lease_s)
+                };
+                match granted {
                     Ok(()) => {
                         self.changed();
                         self.counters.acks.fetch_add(1, Ordering::Relaxed);
@@ -441,7 +472,8 @@ impl Server {
                 }
             }
             RELEASE => {
-                if self.leases.release(mac, req.ciaddr, now) {
+                let released = self.leases.write().release(mac, req.ciaddr, now);
+                if released {
                     self.changed();
                     tracing::info!(%mac, ip = %req.ciaddr, "dhcp release");
                 }
@@ -449,7 +481,7 @@ impl Server {
             }
             DECLINE => {
                 if let Some(ip) = req.requested_ip()
-                    && self.leases.decline(mac, ip, now)
+                    && self.leases.write().decline(mac, ip, now)
                 {
                     self.changed();
                     tracing::warn!(%mac, %ip, "dhcp decline: address in use by someone else");
@@ -524,6 +556,21 @@ impl Server {
             SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT)
         };
         to.into()
+    }
+
+    /// Proxy mode: `mac` came through port 67 at `now`.
+    fn saw(&mut self, mac: Mac, now: u64) {
+        if self.seen.len() >= SEEN_REMEMBERED && !self.seen.contains_key(&mac) {
+            self.seen
+                .retain(|_, at| now.saturating_sub(*at) <= SEEN_FOR_S);
+            if self.seen.len() >= SEEN_REMEMBERED {
+                let oldest = self.seen.iter().min_by_key(|(_, at)| **at).map(|(m, _)| *m);
+                if let Some(m) = oldest {
+                    self.seen.remove(&m);
+                }
+            }
+        }
+        self.seen.insert(mac, now);
     }
 
     /// Marks the table for the next save (`flush`, once per batch of packets).
@@ -659,7 +706,7 @@ pools:
         o.extend_from_slice(&[97, 17, 0]);
         o.extend_from_slice(&[7; 16]);
         let fw = req(1, &o);
-        let (offer, to) = s.handle_proxy(&fw, from(), false).unwrap();
+        let (offer, to) = s.handle_proxy(&fw, from(), false, 1000).unwrap();
         assert_eq!(offer.kind, ReplyKind::Offer);
         assert_eq!(to, BCAST.parse().unwrap());
         assert_eq!(offer.yiaddr, Ipv4Addr::UNSPECIFIED);
@@ -674,21 +721,21 @@ pools:
         assert!(offer.uuid.is_some() && !offer.ipxe_no_proxy);
         // Plain DHCP, strangers, a DISCOVER on 4011 and a REQUEST on 67: silence.
         assert!(
-            s.handle_proxy(&req(1, &[53, 1, DISCOVER]), from(), false)
+            s.handle_proxy(&req(1, &[53, 1, DISCOVER]), from(), false, 1000)
                 .is_none()
         );
         let mut stranger = fw.clone();
         stranger.mac[5] = 0x99;
-        assert!(s.handle_proxy(&stranger, from(), false).is_none());
-        assert!(s.handle_proxy(&fw, from(), true).is_none());
+        assert!(s.handle_proxy(&stranger, from(), false, 1000).is_none());
+        assert!(s.handle_proxy(&fw, from(), true, 1000).is_none());
         let mut o = vec![53, 1, REQUEST, 93, 2, 0, 7, 60, 9];
         o.extend_from_slice(b"PXEClient");
         let mut request = req(1, &o);
-        assert!(s.handle_proxy(&request, from(), false).is_none());
+        assert!(s.handle_proxy(&request, from(), false, 1000).is_none());
         // The REQUEST to 4011 from the address the other server gave: ACK to where it came from.
         request.ciaddr = Ipv4Addr::new(10, 77, 0, 150);
         let src: SocketAddr = "10.77.0.150:68".parse().unwrap();
-        let (ack, to) = s.handle_proxy(&request, src, true).unwrap();
+        let (ack, to) = s.handle_proxy(&request, src, true, 1000).unwrap();
         assert_eq!(ack.kind, ReplyKind::Ack);
         assert_eq!(to, src);
         assert_eq!(ack.yiaddr, Ipv4Addr::UNSPECIFIED);
@@ -697,7 +744,7 @@ pools:
         assert_eq!(ack.lease_secs, None);
         // iPXE gets no boot file on 67, so it asks on 4011 and we learn its address.
         let (offer, _) = s
-            .handle_proxy(&ipxe_discover(2, DISCOVER), from(), false)
+            .handle_proxy(&ipxe_discover(2, DISCOVER), from(), false, 1000)
             .unwrap();
         assert_eq!(
             (offer.boot_file, offer.siaddr),
@@ -709,19 +756,35 @@ pools:
         );
         let mut r = ipxe_discover(2, REQUEST);
         r.ciaddr = Ipv4Addr::new(10, 77, 0, 151);
-        let (ack, _) = s.handle_proxy(&r, from(), true).unwrap();
+        let (ack, _) = s.handle_proxy(&r, from(), true, 1000).unwrap();
         assert!(ack.boot_file.unwrap().ends_with("52:54:00:77:00:02.ipxe"));
         assert_eq!(ack.siaddr, Ipv4Addr::new(10, 77, 0, 1));
-        // Nothing was leased or written.
-        assert!(
-            !dir.path()
-                .join(crate::service::lease_file::SNAPSHOT)
-                .exists()
+        // No address was given, but the bindings reported on 4011 are what NFS, NBD and the
+        // API now know these clients by, and they are saved for a restart.
+        let identity = s.leases.clone();
+        assert_eq!(
+            identity.read().holder(Ipv4Addr::new(10, 77, 0, 151), 1001),
+            Some(Mac(r.mac))
         );
+        assert_eq!(
+            identity.read().holder(Ipv4Addr::new(10, 77, 0, 150), 1001),
+            Some(Mac(request.mac))
+        );
+        s.flush();
+        let saved = crate::service::lease_file::read(dir.path()).unwrap();
+        assert_eq!(saved.leases.len(), 2);
+        // A REQUEST on 4011 from a MAC never seen on 67 (a forger naming any address), or
+        // seen too long ago, gets silence and binds nothing.
+        let mut forged = ipxe_discover(3, REQUEST);
+        forged.ciaddr = Ipv4Addr::new(10, 77, 0, 151);
+        assert!(s.handle_proxy(&forged, from(), true, 1000).is_none());
         assert!(
-            !dir.path()
-                .join(crate::service::lease_file::JOURNAL)
-                .exists()
+            s.handle_proxy(&r, from(), true, 1000 + SEEN_FOR_S + 1)
+                .is_none()
+        );
+        assert_eq!(
+            identity.read().holder(Ipv4Addr::new(10, 77, 0, 151), 1001),
+            Some(Mac(r.mac))
         );
     }
 

@@ -35,6 +35,8 @@ pub struct Web {
     pub recorder: Recorder,
     pub records: Arc<Records>,
     pub egress: Arc<Egress>,
+    /// Who is at which address (`service::identity`).
+    pub identity: super::identity::Identity,
 }
 
 pub async fn serve(listener: TcpListener, web: Web, shutdown: Shutdown) -> anyhow::Result<()> {
@@ -342,29 +344,67 @@ async fn send_file(
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 struct BootedBody {
     uptime_s: Option<f64>,
     root_bytes: Option<u64>,
 }
 
+#[derive(Debug, Default, Deserialize)]
+struct FailedBody {
+    reason: Option<String>,
+}
+
+/// Longest reason kept from a client's failure report.
+const REASON_MAX: usize = 200;
+
+/// The client reporting on its own boot, as the lease table knows the address it calls from:
+/// only the holder of a lease writes a boot record (on a loopback server, the test's own host
+/// is its client). A stranger gets 403, an empty body is no details, any other body must be
+/// a JSON object of the documented fields (400 if not).
+fn reporter<T: serde::de::DeserializeOwned + Default>(
+    web: &Web,
+    peer: SocketAddr,
+    body: &[u8],
+) -> Result<(Who, T), Response> {
+    let Some(ip) = super::ipv4_of(peer.ip()) else {
+        return Err((StatusCode::BAD_REQUEST, "IPv4 clients only\n").into_response());
+    };
+    let who = match web.identity.holder(peer.ip()) {
+        Some(mac) => Who::Mac(mac),
+        None if ip.is_loopback() && web.config.server.address.is_loopback() => Who::Ip(ip),
+        None => {
+            tracing::warn!(%ip, "boot report from an address that holds no lease; refused");
+            let msg = "this address holds no lease: a client reports only its own boot\n";
+            return Err((StatusCode::FORBIDDEN, msg).into_response());
+        }
+    };
+    let details = if body.iter().all(u8::is_ascii_whitespace) {
+        T::default()
+    } else {
+        serde_json::from_slice(body).map_err(|e| {
+            let msg = format!("the body is not the JSON object documented in docs/api.md: {e}\n");
+            (StatusCode::BAD_REQUEST, msg).into_response()
+        })?
+    };
+    Ok((who, details))
+}
+
+/// The client reports that it is up (the demo image's init does, `docs/api.md`).
 async fn booted(
     State(web): State<Web>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    body: Option<Json<BootedBody>>,
+    body: axum::body::Bytes,
 ) -> Response {
-    let Some(ip) = super::ipv4_of(peer.ip()) else {
-        return (StatusCode::BAD_REQUEST, "IPv4 clients only\n").into_response();
+    let (who, body) = match reporter::<BootedBody>(&web, peer, &body) {
+        Ok(x) => x,
+        Err(refusal) => return refusal,
     };
-    let body = body.map(|Json(b)| b);
-    let uptime_s = body
-        .as_ref()
-        .and_then(|b| b.uptime_s)
-        .filter(|u| u.is_finite() && *u >= 0.0);
-    let root_bytes = body.and_then(|b| b.root_bytes);
-    tracing::info!(%ip, ?uptime_s, ?root_bytes, "client reports booted");
+    let uptime_s = body.uptime_s.filter(|u| u.is_finite() && *u >= 0.0);
+    let root_bytes = body.root_bytes;
+    tracing::info!(client = ?who, ?uptime_s, ?root_bytes, "client reports booted");
     web.recorder.record(
-        Who::Ip(ip),
+        who,
         Kind::Booted {
             uptime_s,
             root_bytes,
@@ -373,25 +413,18 @@ async fn booted(
     StatusCode::NO_CONTENT.into_response()
 }
 
-#[derive(Debug, Deserialize)]
-struct FailedBody {
-    reason: Option<String>,
-}
-
-/// Longest reason kept from a client's failure report.
-const REASON_MAX: usize = 200;
-
-/// The client (by source IP) reports that its boot failed, e.g. from the initrd's emergency hook.
+/// The client reports that its boot failed, e.g. from the initrd's emergency hook.
 async fn failed(
     State(web): State<Web>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    body: Option<Json<FailedBody>>,
+    body: axum::body::Bytes,
 ) -> Response {
-    let Some(ip) = super::ipv4_of(peer.ip()) else {
-        return (StatusCode::BAD_REQUEST, "IPv4 clients only\n").into_response();
+    let (who, body) = match reporter::<FailedBody>(&web, peer, &body) {
+        Ok(x) => x,
+        Err(refusal) => return refusal,
     };
     let mut reason = body
-        .and_then(|Json(b)| b.reason)
+        .reason
         .map(|r| r.trim().to_string())
         .filter(|r| !r.is_empty())
         .unwrap_or_else(|| "reported by the client".into());
@@ -402,9 +435,9 @@ async fn failed(
         }
         reason.truncate(end);
     }
-    tracing::info!(%ip, %reason, "client reports failure");
+    tracing::info!(client = ?who, %reason, "client reports failure");
     web.recorder.record(
-        Who::Ip(ip),
+        who,
         Kind::Failed {
             proto: None,
             reason,

@@ -5,6 +5,7 @@ pub mod boot_files;
 pub mod dhcp;
 pub mod epoll;
 pub mod http;
+pub mod identity;
 pub mod lease_file;
 pub mod metrics;
 pub mod nbd;

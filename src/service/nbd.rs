@@ -8,7 +8,8 @@
 //! There is no idle timeout once a client is attached: a booted kernel client can go minutes
 //! without touching its root and would lose it. Keepalive finds peers that powered off.
 
-use crate::config::{Config, Image, Store};
+use crate::boot::exports::root_allowed;
+use crate::config::{Config, Image, RootProto, Store};
 use crate::export::cow::{CowError, Overlay};
 use crate::export::image::{self, BlockImage};
 use crate::export::mapping::{MappedRange, Mapping};
@@ -17,6 +18,7 @@ use crate::proto::nbd::{
 };
 use crate::record::event::{Micros, now_micros};
 use crate::record::{Kind, Proto, Recorder, Records, Service, Who};
+use crate::service::identity::Identity;
 use crate::service::overlays::{Lease, Overlays};
 use crate::service::page_buf::PageBuf;
 use crate::shutdown::Shutdown;
@@ -141,6 +143,7 @@ struct Exports {
     pool: BufPool,
     overlays: Arc<Overlays>,
     records: Arc<Records>,
+    identity: Identity,
 }
 
 /// Loads each exported `store: ram` image, with a progress bar when stderr is a terminal.
@@ -214,11 +217,15 @@ pub async fn serve(
     config: Arc<Config>,
     recorder: Recorder,
     records: Arc<Records>,
+    identity: Identity,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let limits = Limits::default();
     let stats = Arc::default();
-    serve_with(listener, config, recorder, records, shutdown, limits, stats).await
+    serve_with(
+        listener, config, recorder, records, identity, shutdown, limits, stats,
+    )
+    .await
 }
 
 /// `serve` within `limits`, counting into `stats`.
@@ -227,6 +234,7 @@ pub async fn serve_with(
     config: Arc<Config>,
     recorder: Recorder,
     records: Arc<Records>,
+    identity: Identity,
     shutdown: Shutdown,
     limits: Limits,
     stats: Arc<Stats>,
@@ -241,6 +249,7 @@ pub async fn serve_with(
         pool: BufPool::new(),
         overlays: Overlays::new(&config, limits.cow_grace, shutdown.clone()),
         records,
+        identity,
     });
     tracing::info!(exports = ?image::export_names(&config), "nbd serving");
     let mut sweep = tokio::time::interval(FORGET_STALE_EVERY);
@@ -419,6 +428,16 @@ impl BufPool {
     }
 }
 
+/// Why an export cannot be opened for a client.
+enum Unavailable {
+    /// No such export.
+    Unknown,
+    /// Not this client's (`boot::exports::root_allowed`); counted as refused.
+    Refused,
+    /// Its file cannot be opened (logged).
+    Failed,
+}
+
 struct Conn {
     peer: SocketAddr,
     config: Arc<Config>,
@@ -516,21 +535,36 @@ impl Conn {
         );
     }
 
-    async fn open(&self, name: &str) -> Option<io::Result<(BlockImage, Arc<Image>)>> {
-        let image = image::lookup(&self.config, name)?;
+    /// Whether this client may attach image `name`: the one root access rule.
+    fn may_use(&self, name: &str) -> bool {
+        let ip = super::ipv4_of(self.peer.ip()).unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+        let holder = self.exports.identity.holder(self.peer.ip());
+        root_allowed(&self.config, RootProto::Nbd, name, ip, holder)
+    }
+
+    async fn open(&self, name: &str) -> Result<(BlockImage, Arc<Image>), Unavailable> {
+        let image = image::lookup(&self.config, name).ok_or(Unavailable::Unknown)?;
+        if !self.may_use(&image.name) {
+            self.recorder.refused(Service::Nbd);
+            tracing::warn!(peer = %self.peer, export = %image.name, "nbd client holds no lease of a pool booting this image over nbd; refused");
+            return Err(Unavailable::Refused);
+        }
         if let Some(bytes) = self.exports.ram.get(&image.name) {
             let opened = BlockImage::in_memory(&image.name, bytes.clone());
-            return Some(Ok((opened, image)));
+            return Ok((opened, image));
         }
         // Opening touches the disk: keep it off the async workers.
         let img = image.clone();
         let opened = tokio::task::spawn_blocking(move || BlockImage::open(&img))
             .await
             .unwrap_or_else(|e| Err(io::Error::other(e)));
-        if let Err(e) = &opened {
-            tracing::error!(export = name, error = %e, "nbd cannot open image");
+        match opened {
+            Ok(o) => Ok((o, image)),
+            Err(e) => {
+                tracing::error!(export = name, error = %e, "nbd cannot open image");
+                Err(Unavailable::Failed)
+            }
         }
-        Some(opened.map(|o| (o, image)))
     }
 
     /// The attachment for an opened image: with the client's overlay if it has `cow`.
@@ -544,7 +578,7 @@ impl Conn {
         let (exports, ip, size) = (self.exports.clone(), self.peer.ip(), opened.size());
         // May read or create overlay files.
         let lease = tokio::task::spawn_blocking(move || {
-            let (client, boot) = Overlays::client_key(&exports.records, ip);
+            let (client, boot) = Overlays::client_key(&exports.identity, &exports.records, ip);
             exports.overlays.attach(&image, size, &client, boot)
         })
         .await
@@ -596,7 +630,7 @@ impl Conn {
                     p::opt_error(&mut out, h.option, p::REP_ERR_INVALID, &e.to_string());
                 }
                 Ok(OptRequest::ExportName(name)) => match self.open(&name).await {
-                    Some(Ok((opened, image))) => {
+                    Ok((opened, image)) => {
                         let flags_out = flags_of(&image);
                         // EXPORT_NAME cannot carry an error: a failed overlay is a hang-up.
                         let attached = self.attach(opened, image).await?;
@@ -609,7 +643,7 @@ impl Conn {
                         stream.write_all(&out).await?;
                         return Ok(attached);
                     }
-                    _ => {
+                    Err(_) => {
                         self.root_refused(&name);
                         return Err(HandshakeEnd::UnknownExport(name));
                     }
@@ -621,15 +655,18 @@ impl Conn {
                     return Err(HandshakeEnd::Aborted);
                 }
                 Ok(OptRequest::List) => {
+                    // A client is shown only what it may attach.
                     for name in image::export_names(&self.config) {
-                        p::opt_server(&mut out, &name);
+                        if self.may_use(&name) {
+                            p::opt_server(&mut out, &name);
+                        }
                     }
                     p::opt_reply(&mut out, p::OPT_LIST, p::REP_ACK, &[]);
                 }
                 Ok(OptRequest::Info { go, name, requests }) => {
                     let option = if go { p::OPT_GO } else { p::OPT_INFO };
                     match self.open(&name).await {
-                        None => {
+                        Err(Unavailable::Unknown) => {
                             // Asking to attach (GO) is the initrd wanting its root; INFO is
                             // only a question.
                             if go {
@@ -638,7 +675,14 @@ impl Conn {
                             let msg = format!("no export named `{name}`");
                             p::opt_error(&mut out, option, p::REP_ERR_UNKNOWN, &msg);
                         }
-                        Some(Err(_)) => {
+                        Err(Unavailable::Refused) => {
+                            if go {
+                                self.root_refused(&name);
+                            }
+                            let msg = format!("`{name}` is not exported to this client");
+                            p::opt_error(&mut out, option, p::REP_ERR_POLICY, &msg);
+                        }
+                        Err(Unavailable::Failed) => {
                             p::opt_error(
                                 &mut out,
                                 option,
@@ -646,7 +690,7 @@ impl Conn {
                                 "export unavailable",
                             );
                         }
-                        Some(Ok((opened, image))) => {
+                        Ok((opened, image)) => {
                             p::info_export(&mut out, option, opened.size(), flags_of(&image));
                             if name.is_empty() || requests.contains(&p::INFO_NAME) {
                                 p::info_name(&mut out, option, opened.name());
@@ -1430,6 +1474,7 @@ pools:
             Arc::new(config),
             recorder.clone(),
             records.clone(),
+            crate::service::identity::Identity::default(),
             shutdown.clone(),
             limits,
             stats.clone(),

@@ -13,13 +13,14 @@
 //! replies go out in one write. Limits: `MAX_CONNECTIONS`, `MAX_RECORD` per call, `MAX_OUT`
 //! of replies buffered, `IDLE` without a call, `WRITE_TIMEOUT` for a client that stops reading.
 
-use crate::boot::exports::nfs_allowed;
+use super::identity::Identity;
+use crate::boot::exports::root_allowed;
 use crate::config::{Config, RootProto, Store};
 use crate::export::tree::{self, MappedRead, Status, Tree, TreeHandle, status};
 use crate::proto::nfs3::{self, Cred, Mount, Nfs, Refusal, Writer};
 use crate::proto::portmap;
 use crate::record::event::{Micros, now_micros};
-use crate::record::{Kind, Proto, Recorder, Records, Service, Who};
+use crate::record::{Kind, Proto, Recorder, Service, Who};
 use crate::service::page_buf::PageBuf;
 use crate::service::quick_read::QuickRead;
 use crate::shutdown::Shutdown;
@@ -75,7 +76,7 @@ pub async fn serve(
     listener: TcpListener,
     config: Arc<Config>,
     recorder: Recorder,
-    records: Arc<Records>,
+    identity: Identity,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let mut images = Vec::new();
@@ -124,7 +125,7 @@ pub async fn serve(
         let conn = Conn {
             tree: tree.clone(),
             config: config.clone(),
-            records: records.clone(),
+            identity: identity.clone(),
             recorder: recorder.clone(),
             table: table.clone(),
             peer,
@@ -175,7 +176,7 @@ pub async fn serve(
 struct Conn {
     tree: Arc<Tree>,
     config: Arc<Config>,
-    records: Arc<Records>,
+    identity: Identity,
     recorder: Recorder,
     table: Arc<[portmap::Mapping]>,
     peer: SocketAddr,
@@ -313,18 +314,24 @@ impl Conn {
         }
     }
 
+    /// Whether this client may use image `img`; each refused call is counted.
     fn allowed(&mut self, img: usize) -> bool {
-        if let Some((ok, at)) = self.allowed[img]
-            && (ok || at.elapsed() < TICK)
-        {
-            return ok;
-        }
-        let mac = self.records.read(|t| t.mac_of(self.ip));
-        let ok = nfs_allowed(&self.config, self.tree.image_name(img), self.ip, mac);
+        let ok = match self.allowed[img] {
+            Some((ok, at)) if ok || at.elapsed() < TICK => ok,
+            _ => {
+                let mac = self.identity.holder(self.ip.into());
+                let image = self.tree.image_name(img);
+                let ok = root_allowed(&self.config, RootProto::Nfs, image, self.ip, mac);
+                if !ok {
+                    tracing::warn!(client = %self.peer, image, ?mac, "nfs client holds no lease of a pool booting this image over nfs; refused");
+                }
+                self.allowed[img] = Some((ok, Instant::now()));
+                ok
+            }
+        };
         if !ok {
-            tracing::warn!(client = %self.peer, image = self.tree.image_name(img), ?mac, "nfs client not in a pool of this image");
+            self.recorder.refused(Service::Nfs);
         }
-        self.allowed[img] = Some((ok, Instant::now()));
         ok
     }
 

@@ -11,6 +11,7 @@
 
 use crate::config::{Config, CowStore, Image};
 use crate::export::cow::{self, Overlay};
+use super::identity::Identity;
 use crate::record::Records;
 use crate::shutdown::Shutdown;
 use std::collections::HashMap;
@@ -70,19 +71,20 @@ impl Overlays {
         o
     }
 
-    /// The key of the client at `ip`: its MAC if the records know it, else the address.
-    pub fn client_key(records: &Records, ip: IpAddr) -> (String, Option<i64>) {
-        let v4 = super::ipv4_of(ip);
-        let known = v4.and_then(|a| {
-            records.read(|t| {
-                let mac = t.mac_of(a)?;
-                let boot = t.boots().iter().rev().find(|b| b.mac == mac)?.start;
-                Some((mac, boot))
-            })
-        });
-        match known {
-            // File-name safe: no colons.
-            Some((mac, boot)) => (mac.to_string().replace(':', "-"), Some(boot)),
+    /// The key of the client at `ip`: the MAC that holds its lease (`service::identity`),
+    /// else the address; and the start of that MAC's latest boot in the records.
+    pub fn client_key(
+        identity: &Identity,
+        records: &Records,
+        ip: IpAddr,
+    ) -> (String, Option<i64>) {
+        match identity.holder(ip) {
+            Some(mac) => {
+                let boot =
+                    records.read(|t| Some(t.boots().iter().rev().find(|b| b.mac == mac)?.start));
+                // File-name safe: no colons.
+                (mac.to_string().replace(':', "-"), boot)
+            }
             None => (format!("ip-{ip}"), None),
         }
     }

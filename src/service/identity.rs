@@ -1,0 +1,49 @@
+//! Who a client is. One answer for every service: the lease table the DHCP service keeps
+//! (`boot::leases`), shared behind one lock. DHCP writes it once per packet; NFS and NBD ask
+//! it when a client mounts or attaches, the overlays when they choose a client's key, the API
+//! when a client reports its boot. It is loaded from the lease files before anything binds,
+//! so it survives a restart (and a kill -9) with the leases, unlike the event stream, which
+//! loses its last half second by design.
+//!
+//! What this identity proves: that the address was leased (or, in proxy mode, reported on
+//! port 4011) by the MAC that now holds it. On a shared segment a host can still claim another
+//! MAC and, while that machine is off, its address; docs/security.md says what an admin can add
+//! (fixed addresses, `dhcp.trusted` relays, a switch's DHCP snooping and source guard).
+
+use crate::boot::leases::Leases;
+use crate::config::Mac;
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The shared lease table.
+#[derive(Clone, Debug, Default)]
+pub struct Identity(Arc<RwLock<Leases>>);
+
+impl Identity {
+    pub fn new(leases: Leases) -> Identity {
+        Identity(Arc::new(RwLock::new(leases)))
+    }
+
+    /// The MAC that holds `ip` now, if any.
+    pub fn holder(&self, ip: IpAddr) -> Option<Mac> {
+        let ip = super::ipv4_of(ip)?;
+        self.read().holder(ip, unix_now())
+    }
+
+    pub fn read(&self) -> RwLockReadGuard<'_, Leases> {
+        self.0.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// For the DHCP service, the table's one writer.
+    pub fn write(&self) -> RwLockWriteGuard<'_, Leases> {
+        self.0.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Seconds since the epoch, the lease table's clock.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
