@@ -517,7 +517,10 @@ mod tests {
         check_index(&t);
         let mut back = Leases::learning([]);
         assert_eq!(back.restore(t.to_saved()), 0);
-        assert_eq!(back.holder(Ipv4Addr::new(192, 168, 5, 7), 131), Some(mac(11)));
+        assert_eq!(
+            back.holder(Ipv4Addr::new(192, 168, 5, 7), 131),
+            Some(mac(11))
+        );
         assert_eq!(back.holder(Ipv4Addr::new(192, 168, 5, 7), 191), None);
     }
 

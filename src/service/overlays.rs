@@ -9,9 +9,9 @@
 //! `state_dir/cow/IMAGE/` and outlive the daemon: at start each one found gets the same grace
 //! to be claimed, so an `nbd-client -persist` that reconnects after a restart finds its writes.
 
+use super::identity::Identity;
 use crate::config::{Config, CowStore, Image};
 use crate::export::cow::{self, Overlay};
-use super::identity::Identity;
 use crate::record::Records;
 use crate::shutdown::Shutdown;
 use std::collections::HashMap;
@@ -73,11 +73,7 @@ impl Overlays {
 
     /// The key of the client at `ip`: the MAC that holds its lease (`service::identity`),
     /// else the address; and the start of that MAC's latest boot in the records.
-    pub fn client_key(
-        identity: &Identity,
-        records: &Records,
-        ip: IpAddr,
-    ) -> (String, Option<i64>) {
+    pub fn client_key(identity: &Identity, records: &Records, ip: IpAddr) -> (String, Option<i64>) {
         match identity.holder(ip) {
             Some(mac) => {
                 let boot =
