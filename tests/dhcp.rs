@@ -4,11 +4,11 @@
 
 mod common;
 
-use common::netns::Link;
-use common::{Fixture, run};
+use common::Fixture;
+use common::netns::{Daemon, Link};
 use std::net::Ipv4Addr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
 
 const SERVER: &str = "10.77.1.1";
@@ -54,100 +54,24 @@ pools:
     )
 }
 
-/// The daemon binary running in the server namespace; killed with SIGKILL when dropped.
-struct Daemon {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Daemon {
-    fn start(link: &Link, fx: &Fixture, n: u32) -> Daemon {
-        let log = fx.path().join(format!("daemon-{n}.log"));
-        let config = fx.config_path();
-        let child = Link::command(
-            &link.server_ns,
-            env!("CARGO_BIN_EXE_bootpool"),
-            &["serve", "--config", config.to_str().unwrap()],
-        )
-        .env("BOOTPOOL_LOG", "debug")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("bootpool runs");
-        let mut d = Daemon { child, log };
-        for _ in 0..200 {
-            if d.log_text().contains("bootpool serving") {
-                return d;
-            }
-            if let Ok(Some(status)) = d.child.try_wait() {
-                panic!("bootpool exited ({status}):\n{}", d.log_text());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("bootpool did not start:\n{}", d.log_text());
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// kill -9: no chance to save anything on the way out.
-    fn kill9(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The address busybox udhcpc got on the client end, or `None` if it got none.
 fn udhcpc(link: &Link, fx: &Fixture, mac: &str) -> Option<Ipv4Addr> {
-    link.set_client_mac(mac);
-    let out = fx.path().join("udhcpc.out");
-    let _ = std::fs::remove_file(&out);
-    let script = fx.path().join("udhcpc.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho \"$1 $ip $subnet $router $dns\" >> {}\n",
-            out.display()
-        ),
-    )
-    .unwrap();
-    make_executable(&script);
-    let (_, so, se) = run(
-        &mut Link::command(
-            &link.client_ns,
-            "busybox",
-            &[
-                "udhcpc",
-                "-i",
-                &link.client_if,
-                "-f",
-                "-q",
-                "-n",
-                "-t",
-                "3",
-                "-T",
-                "1",
-                "-s",
-                script.to_str().unwrap(),
-            ],
-        ),
-        20,
+    let fields = link.udhcpc(fx.path(), mac, false)?;
+    assert_eq!(
+        fields.get(2).map(String::as_str),
+        Some("255.255.255.0"),
+        "{fields:?}"
     );
-    let said = std::fs::read_to_string(&out).unwrap_or_default();
-    let bound = said.lines().find(|l| l.starts_with("bound "))?;
-    let fields: Vec<&str> = bound.split(' ').collect();
-    assert_eq!(fields.get(2), Some(&"255.255.255.0"), "{said}\n{so}{se}");
-    assert_eq!(fields.get(3), Some(&SERVER), "router: {said}");
-    assert_eq!(fields.get(4), Some(&"10.77.1.53"), "dns: {said}");
+    assert_eq!(
+        fields.get(3).map(String::as_str),
+        Some(SERVER),
+        "router: {fields:?}"
+    );
+    assert_eq!(
+        fields.get(4).map(String::as_str),
+        Some("10.77.1.53"),
+        "dns: {fields:?}"
+    );
     Some(fields[1].parse().unwrap())
 }
 

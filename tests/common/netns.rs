@@ -2,8 +2,11 @@
 //! (DHCP clients). Names are unique per process and call; dropping the `Link` deletes both
 //! namespaces (and with them the veth pair), also when the test fails.
 
-use std::process::{Command, Stdio};
+use super::Fixture;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
 
@@ -89,6 +92,70 @@ impl Link {
         self.in_client(&["ip", "link", "set", &self.client_if, "up"]);
     }
 
+    /// Runs busybox udhcpc on the client end as `mac` (files in `dir`); returns the fields of
+    /// its `bound` line (`bound IP MASK ROUTER DNS`), or `None` if it got no lease. With
+    /// `configure`, the address is also put on the client end (and any old one removed).
+    pub fn udhcpc(&self, dir: &std::path::Path, mac: &str, configure: bool) -> Option<Vec<String>> {
+        self.set_client_mac(mac);
+        let out = dir.join("udhcpc.out");
+        let _ = std::fs::remove_file(&out);
+        let script = dir.join("udhcpc.sh");
+        let set = if configure {
+            "[ \"$1\" = bound ] && ip addr flush dev $interface && ip addr add $ip/24 dev $interface\n"
+        } else {
+            ""
+        };
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\necho \"$1 $ip $subnet $router $dns\" >> {}\n{set}",
+                out.display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        super::run(
+            &mut Link::command(
+                &self.client_ns,
+                "busybox",
+                &[
+                    "udhcpc",
+                    "-i",
+                    &self.client_if,
+                    "-f",
+                    "-q",
+                    "-n",
+                    "-t",
+                    "3",
+                    "-T",
+                    "1",
+                    "-s",
+                    script.to_str().unwrap(),
+                ],
+            ),
+            20,
+        );
+        let said = std::fs::read_to_string(&out).unwrap_or_default();
+        let bound = said.lines().find(|l| l.starts_with("bound "))?;
+        Some(bound.split(' ').map(str::to_string).collect())
+    }
+
+    /// Runs `f` on a thread inside namespace `ns` (sockets it opens live there).
+    pub fn within<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/run/netns/{ns}");
+        std::thread::spawn(move || {
+            use std::os::fd::AsRawFd;
+            let file = std::fs::File::open(&path).unwrap();
+            // SAFETY: setns on a descriptor we own; it moves only this new thread.
+            let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
+            f()
+        })
+        .join()
+        .unwrap()
+    }
+
     /// A command that runs `program args` inside the server or client namespace.
     pub fn command(ns: &str, program: &str, args: &[&str]) -> Command {
         let mut c = Command::new("ip");
@@ -107,5 +174,57 @@ impl Drop for Link {
                 .stderr(Stdio::null())
                 .status();
         }
+    }
+}
+
+/// The daemon binary running in the server namespace; killed with SIGKILL when dropped.
+pub struct Daemon {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    pub fn start(link: &Link, fx: &Fixture, n: u32) -> Daemon {
+        let log = fx.path().join(format!("daemon-{n}.log"));
+        let config = fx.config_path();
+        let child = Link::command(
+            &link.server_ns,
+            env!("CARGO_BIN_EXE_bootpool"),
+            &["serve", "--config", config.to_str().unwrap()],
+        )
+        .env("BOOTPOOL_LOG", "debug")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("bootpool runs");
+        let mut d = Daemon { child, log };
+        for _ in 0..200 {
+            if d.log_text().contains("bootpool serving") {
+                return d;
+            }
+            if let Ok(Some(status)) = d.child.try_wait() {
+                panic!("bootpool exited ({status}):\n{}", d.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("bootpool did not start:\n{}", d.log_text());
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// kill -9: no chance to save anything on the way out.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
