@@ -366,9 +366,9 @@ fn reporter<T: serde::de::DeserializeOwned + Default>(
     web: &Web,
     peer: SocketAddr,
     body: &[u8],
-) -> Result<(Who, T), Response> {
+) -> Result<(Who, T), (StatusCode, String)> {
     let Some(ip) = super::ipv4_of(peer.ip()) else {
-        return Err((StatusCode::BAD_REQUEST, "IPv4 clients only\n").into_response());
+        return Err((StatusCode::BAD_REQUEST, "IPv4 clients only\n".into()));
     };
     let who = match web.identity.holder(peer.ip()) {
         Some(mac) => Who::Mac(mac),
@@ -376,7 +376,7 @@ fn reporter<T: serde::de::DeserializeOwned + Default>(
         None => {
             tracing::warn!(%ip, "boot report from an address that holds no lease; refused");
             let msg = "this address holds no lease: a client reports only its own boot\n";
-            return Err((StatusCode::FORBIDDEN, msg).into_response());
+            return Err((StatusCode::FORBIDDEN, msg.into()));
         }
     };
     let details = if body.iter().all(u8::is_ascii_whitespace) {
@@ -384,7 +384,7 @@ fn reporter<T: serde::de::DeserializeOwned + Default>(
     } else {
         serde_json::from_slice(body).map_err(|e| {
             let msg = format!("the body is not the JSON object documented in docs/api.md: {e}\n");
-            (StatusCode::BAD_REQUEST, msg).into_response()
+            (StatusCode::BAD_REQUEST, msg)
         })?
     };
     Ok((who, details))
@@ -398,7 +398,7 @@ async fn booted(
 ) -> Response {
     let (who, body) = match reporter::<BootedBody>(&web, peer, &body) {
         Ok(x) => x,
-        Err(refusal) => return refusal,
+        Err(refusal) => return refusal.into_response(),
     };
     let uptime_s = body.uptime_s.filter(|u| u.is_finite() && *u >= 0.0);
     let root_bytes = body.root_bytes;
@@ -421,7 +421,7 @@ async fn failed(
 ) -> Response {
     let (who, body) = match reporter::<FailedBody>(&web, peer, &body) {
         Ok(x) => x,
-        Err(refusal) => return refusal,
+        Err(refusal) => return refusal.into_response(),
     };
     let mut reason = body
         .reason
