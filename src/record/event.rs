@@ -61,8 +61,14 @@ pub enum Outcome {
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Kind {
     /// A DHCPDISCOVER. `pxe`: it came from boot firmware or iPXE (option 60 `PXEClient`);
-    /// `ipxe`: from iPXE (user class).
-    DhcpDiscover { pxe: bool, ipxe: bool },
+    /// `ipxe`: from iPXE (user class). `pool`: the client's pool, so that a boot that never
+    /// gets an ACK (a firmware that gave up) still counts in its pool's wave.
+    DhcpDiscover {
+        pxe: bool,
+        ipxe: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pool: Option<String>,
+    },
     /// A DHCPACK that gave (or, in proxy mode, confirmed) this address.
     DhcpAck {
         ip: Ipv4Addr,

@@ -484,6 +484,7 @@ mod tests {
             kind,
         };
         rec.send(ev(Kind::DhcpDiscover {
+            pool: None,
             pxe: true,
             ipxe: true,
         }));
@@ -539,6 +540,7 @@ mod tests {
         let ev = Event::now(
             Who::Mac(mac),
             Kind::DhcpDiscover {
+                pool: None,
                 pxe: true,
                 ipxe: false,
             },
@@ -601,6 +603,7 @@ mod tests {
                 at: now - 3 * day + i,
                 who: Who::Mac(old),
                 kind: Kind::DhcpDiscover {
+                    pool: None,
                     pxe: true,
                     ipxe: false,
                 },

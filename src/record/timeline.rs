@@ -233,8 +233,11 @@ impl Timelines {
         boot.last_event = boot.last_event.max(ev.at);
         let m = &mut boot.marks;
         match &ev.kind {
-            Kind::DhcpDiscover { .. } => {
+            Kind::DhcpDiscover { pool, .. } => {
                 m.discover.get_or_insert(ev.at);
+                if boot.pool.is_none() {
+                    boot.pool.clone_from(pool);
+                }
             }
             Kind::DhcpAck {
                 ip,
@@ -329,6 +332,7 @@ mod tests {
             1_000_000,
             Who::Mac(mac),
             Kind::DhcpDiscover {
+                pool: None,
                 pxe: true,
                 ipxe: true,
             },
@@ -359,6 +363,7 @@ mod tests {
             6_000_000,
             Who::Mac(mac),
             Kind::DhcpDiscover {
+                pool: None,
                 pxe: false,
                 ipxe: false,
             },
@@ -413,6 +418,7 @@ mod tests {
             20_000_000,
             Who::Mac(mac),
             Kind::DhcpDiscover {
+                pool: None,
                 pxe: true,
                 ipxe: false,
             },
@@ -427,6 +433,7 @@ mod tests {
         };
         t.apply(&ev(21_000_000, Who::Mac(mac), pxe("room")));
         let discover = Kind::DhcpDiscover {
+            pool: None,
             pxe: true,
             ipxe: false,
         };
@@ -443,6 +450,7 @@ mod tests {
         let ip: Ipv4Addr = "10.77.0.103".parse().unwrap();
         let mut t = Timelines::default();
         let pxe = Kind::DhcpDiscover {
+            pool: None,
             pxe: true,
             ipxe: false,
         };

@@ -158,6 +158,7 @@ mod tests {
         t.apply(&ev(
             at,
             Kind::DhcpDiscover {
+                pool: None,
                 pxe: true,
                 ipxe: true,
             },
@@ -201,6 +202,29 @@ mod tests {
         assert_eq!((s.median_s, s.max_s), (Some(20.0), Some(30.0)));
         assert_eq!(s.phase_median_s.get("dhcp"), Some(&1.0));
         assert_eq!(w[0].id, w[0].boot_ids[0]);
+    }
+
+    #[test]
+    fn a_client_that_never_got_an_ack_counts_in_its_pools_wave() {
+        let mut t = Timelines::default();
+        boot(&mut t, 1, "a", 1000, Some(20));
+        // Firmware that asked and gave up: DISCOVERs only, with the pool DHCP found for it.
+        let mac = Mac([0x52, 0x54, 0, 0x77, 0, 9]);
+        for at in [1001, 1005, 1013] {
+            t.apply(&Event {
+                at: at * 1_000_000,
+                who: Who::Mac(mac),
+                kind: Kind::DhcpDiscover {
+                    pool: Some("a".into()),
+                    pxe: true,
+                    ipxe: false,
+                },
+            });
+        }
+        let w = waves(t.boots());
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].summary.clients, 2);
+        assert_eq!(w[0].summary.booted, 1);
     }
 
     #[test]

@@ -312,6 +312,7 @@ impl Server {
                     Kind::DhcpDiscover {
                         pxe: true,
                         ipxe: client.ipxe,
+                        pool: Some(plan.member.pool.name.clone()),
                     },
                 );
                 self.counters.offers.fetch_add(1, Ordering::Relaxed);
@@ -400,6 +401,7 @@ impl Server {
                     Kind::DhcpDiscover {
                         pxe: client.pxe,
                         ipxe: client.ipxe,
+                        pool: Some(plan.member.pool.name.clone()),
                     },
                 );
                 let offered = self

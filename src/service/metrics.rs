@@ -290,6 +290,7 @@ mod tests {
             at,
             who: mac,
             kind: Kind::DhcpDiscover {
+                pool: None,
                 pxe: true,
                 ipxe: false,
             },

@@ -1544,6 +1544,7 @@ pools:
         t.recorder.record(
             Who::Mac(mac),
             Kind::DhcpDiscover {
+                pool: None,
                 pxe: true,
                 ipxe: false,
             },

@@ -103,7 +103,7 @@ impl Tracer {
         let at = now_micros();
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         match (who, kind) {
-            (Who::Mac(mac), Kind::DhcpDiscover { pxe, ipxe }) => {
+            (Who::Mac(mac), Kind::DhcpDiscover { pxe, ipxe, .. }) => {
                 let Some((pool, image, root)) = self.pools.get(&mac) else {
                     return;
                 };
@@ -292,6 +292,7 @@ mod tests {
         // Nothing is open yet: requests are not even looked at.
         assert!(!t.wants(ip));
         let discover = Kind::DhcpDiscover {
+            pool: None,
             pxe: true,
             ipxe: true,
         };
@@ -352,6 +353,7 @@ mod tests {
         let t = Tracer::new(&config(dir.path(), false));
         let mac: Mac = "52:54:00:77:00:10".parse().unwrap();
         let discover = Kind::DhcpDiscover {
+            pool: None,
             pxe: true,
             ipxe: false,
         };
