@@ -224,6 +224,66 @@ fn a_small_nbd_storm_boots_every_client_and_its_numbers_add_up() {
     small_storm("nbd", 20, 300);
 }
 
+/// Firmware that fetches its loader over TFTP first (EDK2's timer and retry count), as a room
+/// of PXE ROMs does: every client gets the loader's bytes, bootpool records them, and on an
+/// idle room nobody had to retransmit (counted from each client's own UDP datagrams).
+#[test]
+fn a_small_storm_with_a_tftp_loader_counts_its_bytes_and_retries() {
+    let _room = one_room();
+    let dir = tempfile::tempdir().unwrap();
+    let config = storm_config(dir.path());
+    let (_, mut trace) = short_trace("nfs", 100, dir.path());
+    let loader = Path::new("/usr/lib/ipxe/undionly.kpxe");
+    let size = std::fs::metadata(loader).expect("ipxe's loaders (scripts/setup)").len();
+    let at = trace
+        .ops
+        .iter()
+        .position(|o| matches!(o.what, What::File { .. }))
+        .unwrap();
+    let mut op = trace.ops[at].clone();
+    op.what = What::File {
+        proto: "tftp".into(),
+        name: "undionly.kpxe".into(),
+        bytes: size,
+        blksize: None,
+        windowsize: None,
+    };
+    trace.ops.insert(at, op);
+    let trace_file = dir.path().join("tftp.trace");
+    std::fs::write(&trace_file, trace.to_text()).unwrap();
+    let out = dir.path().join("storm.json");
+    let (table, _) = storm(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--root",
+            "nfs",
+            "--clients",
+            "10",
+            "--trace",
+            trace_file.to_str().unwrap(),
+            "--think-scale",
+            "0.1",
+            "--client-link",
+            "1gbit",
+            "--server-links",
+            "1x1gbit",
+            "--json",
+            out.to_str().unwrap(),
+            "--timeout",
+            "300",
+        ],
+        400,
+    );
+    let r = json(&out);
+    assert_eq!(u(&r["summary"]["booted"]), 10, "{table}");
+    for c in r["clients"].as_array().unwrap() {
+        assert_eq!(u(&c["bytes"]["tftp"]), size, "{c}");
+        assert_eq!(u(&c["tftp_retries"]), 0, "{c}");
+        assert_eq!(u(&c["recorded"]["bytes"]["tftp"]), size, "{c}");
+    }
+}
+
 /// Boots one VM of `lab-ROOT` with its trace kept, replays the trace from one simulated
 /// client, and compares bootpool's records of the two boots: the same bytes per protocol
 /// (within 1%) and the same phases (within 15%, for phases of a second or more: the firmware

@@ -228,12 +228,34 @@ fn configure(dev: &str, lease: &Lease) -> anyhow::Result<()> {
 /// A whole file over TFTP (512-byte blocks: `tftp_client` asks no options) with firmware
 /// timers: it waits `TFTP_TIMEOUT` for each block and gives up after `TFTP_TRIES` sends.
 /// Returns its bytes and the retransmits (which `tftp_client` does not report: 0).
+/// Fetches `name` over TFTP; returns its size and the retransmits it took. tftp_client does
+/// not report its retries, so they are counted from the kernel's side: the UDP datagrams this
+/// client's namespace sent during the transfer, beyond the RRQ and one ACK per 512-byte block
+/// (a retry of either, and the ACK of a block the server sent twice, is one more).
 fn tftp(sock: &UdpSocket, server: Ipv4Addr, name: &str) -> anyhow::Result<(u64, u32)> {
     let to = std::net::SocketAddr::V4(SocketAddrV4::new(server, 69));
+    let before = udp_datagrams_sent();
     match tftp_client::download(name, sock, to, TFTP_TIMEOUT, TFTP_TIMEOUT, TFTP_TRIES) {
-        Ok(data) => Ok((data.len() as u64, 0)),
+        Ok(data) => {
+            let sent = udp_datagrams_sent()
+                .zip(before)
+                .map_or(0, |(after, before)| after.saturating_sub(before));
+            let needed = 1 + data.len() as u64 / 512 + 1;
+            let retries = u32::try_from(sent.saturating_sub(needed)).unwrap_or(u32::MAX);
+            Ok((data.len() as u64, retries))
+        }
         Err(e) => bail!("tftp {name}: {e}"),
     }
+}
+
+/// `OutDatagrams` of this thread's network namespace (`/proc/thread-self/net/snmp`): each
+/// client has a namespace of its own, so these are its own.
+fn udp_datagrams_sent() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/net/snmp").ok()?;
+    let mut udp = text.lines().filter(|l| l.starts_with("Udp:"));
+    let (names, values) = (udp.next()?, udp.next()?);
+    let at = names.split_whitespace().position(|n| n == "OutDatagrams")?;
+    values.split_whitespace().nth(at)?.parse().ok()
 }
 
 /// GET, counting the body's bytes.
