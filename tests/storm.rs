@@ -234,7 +234,9 @@ fn a_small_storm_with_a_tftp_loader_counts_its_bytes_and_retries() {
     let config = storm_config(dir.path());
     let (_, mut trace) = short_trace("nfs", 100, dir.path());
     let loader = Path::new("/usr/lib/ipxe/undionly.kpxe");
-    let size = std::fs::metadata(loader).expect("ipxe's loaders (scripts/setup)").len();
+    let size = std::fs::metadata(loader)
+        .expect("ipxe's loaders (scripts/setup)")
+        .len();
     let at = trace
         .ops
         .iter()
