@@ -60,7 +60,8 @@ const NFS3ERR_TOOSMALL: u32 = 10005;
 
 /// Connections closed because their RPC stream was broken (oversized or undecodable).
 static MALFORMED: AtomicU64 = AtomicU64::new(0);
-/// Calls answered GARBAGE_ARGS / PROC_UNAVAIL / PROG_UNAVAIL / PROG_MISMATCH.
+/// Calls answered GARBAGE_ARGS / PROC_UNAVAIL / PROG_UNAVAIL / PROG_MISMATCH, and
+/// connections closed at once because every slot was taken.
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 
 pub fn malformed_streams() -> u64 {
@@ -117,7 +118,13 @@ pub async fn serve(
             },
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(client = %peer, limit = MAX_CONNECTIONS, "nfs connection refused: too many");
+            static FULL: super::bounds::LogLimit = super::bounds::LogLimit::new();
+            REFUSED.fetch_add(1, Ordering::Relaxed);
+            recorder.refused(Service::Nfs);
+            if let Some(suppressed) = FULL.allow() {
+                tracing::warn!(client = %peer, limit = MAX_CONNECTIONS, suppressed,
+                    "nfs connection refused: too many");
+            }
             continue;
         };
         let ip = super::ipv4_of(peer.ip()).unwrap_or(Ipv4Addr::UNSPECIFIED);
