@@ -223,6 +223,13 @@ pub struct Image {
     pub store: Store,
     /// `None`: the NBD export is read-only (the default).
     pub cow: Option<Cow>,
+    /// NFS: AUTH_UNIX uid 0 and gid 0 are taken as nobody (65534), as knfsd's `root_squash`.
+    /// Default false: a diskless root is read by the client's root, which must read the
+    /// image's root-only files (docs/pools.yaml.5).
+    pub root_squash: bool,
+    /// NFS: only calls from source ports below 1024 (which only root may bind on a Unix
+    /// client) are answered, as knfsd's `secure`. Default true.
+    pub secure_ports: bool,
 }
 
 impl Image {
@@ -544,6 +551,8 @@ impl Checker<'_> {
                     dir,
                     store,
                     cow: cow_store.map(|store| Cow { store, limit }),
+                    root_squash: img.root_squash.unwrap_or(false),
+                    secure_ports: img.secure_ports.unwrap_or(true),
                 }),
             );
         }

@@ -126,6 +126,10 @@ pub struct Image {
     pub cow: Option<String>,
     /// Bound on one client's overlay, e.g. `512MiB`.
     pub cow_limit: Option<String>,
+    /// NFS: AUTH_UNIX uid 0 and gid 0 are taken as nobody (65534).
+    pub root_squash: Option<bool>,
+    /// NFS: only calls from source ports below 1024 are answered.
+    pub secure_ports: Option<bool>,
 }
 
 fn default_store() -> String {
