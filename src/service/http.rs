@@ -100,6 +100,29 @@ async fn serve_connection(
     limits: &crate::config::Limits,
     shutdown: Shutdown,
 ) {
+    // Until the first request starts, the connection holds no buffer of hyper's (8 KiB): a
+    // silent one waits here, for the header timeout at most, as hyper would have.
+    // (`peek`, not `readable`, which may wake for nothing.)
+    let mut byte = [0u8; 1];
+    let first = tokio::select! {
+        r = tokio::time::timeout(limits.http_header_timeout, stream.peek(&mut byte)) => r,
+        _ = shutdown.wait() => return,
+    };
+    if !matches!(first, Ok(Ok(n)) if n > 0) {
+        return;
+    }
+    // Boxed: a task waiting above is not the size of hyper's connection state.
+    Box::pin(serve_requests(stream, peer, app, limits, shutdown)).await
+}
+
+/// `serve_connection` once the client has sent something.
+async fn serve_requests(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    app: axum::Router,
+    limits: &crate::config::Limits,
+    shutdown: Shutdown,
+) {
     use hyper_util::rt::{TokioIo, TokioTimer};
     let (io, last) = Watched::new(stream);
     // The handlers learn the peer as they would from `axum::serve`.
