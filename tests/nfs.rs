@@ -223,6 +223,24 @@ struct Rpc {
     xid: u32,
 }
 
+/// A TCP connection to `addr` from a free port below 1024.
+async fn privileged_connect(addr: SocketAddr) -> tokio::net::TcpStream {
+    let start = std::process::id() as u16 % 400;
+    for k in 0..700u16 {
+        let port = 300 + (start + k) % 700;
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        if sock.bind((Ipv4Addr::LOCALHOST, port).into()).is_err() {
+            continue;
+        }
+        match sock.connect(addr).await {
+            Ok(s) => return s,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => continue,
+            Err(e) => panic!("connecting to {addr} from port {port}: {e}"),
+        }
+    }
+    panic!("no free port below 1024");
+}
+
 fn put_u32(v: &mut Vec<u8>, x: u32) {
     v.extend_from_slice(&x.to_be_bytes());
 }
@@ -255,9 +273,11 @@ impl Reader<'_> {
 }
 
 impl Rpc {
+    /// From a port below 1024, as the kernel's client connects (images are `secure_ports`
+    /// by default); the tests run as root.
     async fn connect(addr: SocketAddr) -> Rpc {
         Rpc {
-            stream: tokio::net::TcpStream::connect(addr).await.unwrap(),
+            stream: privileged_connect(addr).await,
             xid: 1,
         }
     }

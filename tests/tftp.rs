@@ -492,3 +492,88 @@ async fn a_silent_client_times_out_and_a_running_transfer_does_not_hold_up_stop(
         .await
         .expect("the daemon stops with a transfer running");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transfer_asking_timeout_255_still_ends_within_the_servers_bounds() {
+    // The hostile RRQ: timeout 255 (RFC 2349's most), the OACK taken, never an ACK. Under
+    // the client's own terms it would hold its slot for 6 x 255 s; the server's lifetime
+    // (shrunk here) and its cap on the retransmission interval end it much sooner.
+    let fx = fixture();
+    let text = std::fs::read_to_string(fx.config_path()).unwrap();
+    fx.write_config(&format!("{text}limits:\n  tftp_lifetime: 2s\n"));
+    let daemon = fx.start().await;
+    tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
+    let (_silent, oack, _) = request(
+        daemon.bound.tftp,
+        &["undionly.kpxe", "octet", "timeout", "255"],
+    )
+    .await;
+    assert_eq!(&oack[..2], &[0, 6], "an OACK");
+    let events = file_events(&fx.path().join("var"), 1).await;
+    assert_eq!(events[0]["outcome"], "timedout", "{events:?}");
+    daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_from_outside_the_client_networks_are_dropped_and_counted() {
+    let fx = fixture();
+    let text = std::fs::read_to_string(fx.config_path()).unwrap();
+    fx.write_config(&format!(
+        "{text}limits:\n  tftp_clients: [10.0.0.0/8, 127.0.0.64/26]\n"
+    ));
+    let daemon = fx.start().await;
+    let metrics = format!("http://{}/metrics", daemon.bound.http);
+    let refused = || async {
+        let (ok, text, err) = run_async(
+            {
+                let mut c = Command::new("curl");
+                c.args(["-sS", "--max-time", "20", &metrics]);
+                c
+            },
+            30,
+        )
+        .await;
+        assert!(ok, "{err}");
+        text.lines()
+            .find_map(|l| l.strip_prefix("bootpool_refused_total{service=\"tftp\"} "))
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let before = refused().await;
+    // 127.0.0.1 is outside both networks: no answer at all (nothing to reflect at a
+    // spoofed source), and the request counted as refused.
+    let stranger = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    for _ in 0..3 {
+        stranger
+            .send_to(&rrq(&["undionly.kpxe", "octet"]), daemon.bound.tftp)
+            .await
+            .unwrap();
+    }
+    let mut counted = before;
+    for _ in 0..100 {
+        counted = refused().await;
+        if counted >= before + 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(counted, before + 3);
+    let mut buf = [0u8; 600];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), stranger.recv_from(&mut buf))
+            .await
+            .is_err(),
+        "a stranger was answered"
+    );
+    // 127.0.0.70 is inside 127.0.0.64/26: served.
+    let client = UdpSocket::bind("127.0.0.70:0").await.unwrap();
+    client
+        .send_to(&rrq(&["undionly.kpxe", "octet"]), daemon.bound.tftp)
+        .await
+        .unwrap();
+    let (pkt, _) = recv(&client).await;
+    assert_eq!(&pkt[..4], &[0, 3, 0, 1], "the first block");
+    daemon.stop().await;
+}

@@ -59,6 +59,58 @@ pub struct Config {
     pub dhcp: Dhcp,
     pub images: BTreeMap<String, Arc<Image>>,
     pub pools: BTreeMap<String, Arc<Pool>>,
+    pub limits: Limits,
+}
+
+/// Bounds on what clients, and strangers, may hold of the server (the `limits` section).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// HTTP connections open at once; more are closed at once (counted as refused).
+    pub http_connections: usize,
+    /// HTTP connections open at once from one address.
+    pub http_per_client: usize,
+    /// A request's headers must have arrived within this (slowloris).
+    pub http_header_timeout: Duration,
+    /// An HTTP connection that moves no byte either way for this long is closed.
+    pub http_idle_timeout: Duration,
+    /// NBD connections open at once.
+    pub nbd_connections: usize,
+    /// NBD connections open at once from one address.
+    pub nbd_per_client: usize,
+    /// An attached NBD connection idle this long gives its slot up when a new connection
+    /// finds every slot taken (never otherwise: a booted client may leave its root alone).
+    pub nbd_idle_timeout: Duration,
+    /// A TFTP transfer ends this long after it started, whatever its options asked.
+    pub tftp_lifetime: Duration,
+    /// Source networks TFTP answers (default: `dhcp.subnet`); requests from elsewhere are
+    /// dropped unanswered and counted as refused.
+    pub tftp_clients: Vec<Subnet>,
+    /// Bytes all copy-on-write overlays in memory may hold together; `None`: a quarter of
+    /// the host's memory, read at start.
+    pub cow_ram_total: Option<u64>,
+    /// Bytes all copy-on-write overlays on disk may hold together; `None`: half the space
+    /// free under `state_dir` at start.
+    pub cow_disk_total: Option<u64>,
+}
+
+// Literals, not other constants: tests/dist.rs reads these defaults from this source to check
+// the man page.
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            http_connections: 1024,
+            http_per_client: 64,
+            http_header_timeout: Duration::from_secs(10),
+            http_idle_timeout: Duration::from_secs(60),
+            nbd_connections: 1024,
+            nbd_per_client: 16,
+            nbd_idle_timeout: Duration::from_secs(600),
+            tftp_lifetime: Duration::from_secs(600),
+            tftp_clients: Vec::new(),
+            cow_ram_total: None,
+            cow_disk_total: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -171,6 +223,13 @@ pub struct Image {
     pub store: Store,
     /// `None`: the NBD export is read-only (the default).
     pub cow: Option<Cow>,
+    /// NFS: AUTH_UNIX uid 0 and gid 0 are taken as nobody (65534), as knfsd's `root_squash`.
+    /// Default false: a diskless root is read by the client's root, which must read the
+    /// image's root-only files (docs/pools.yaml.5).
+    pub root_squash: bool,
+    /// NFS: only calls from source ports below 1024 (which only root may bind on a Unix
+    /// client) are answered, as knfsd's `secure`. Default true.
+    pub secure_ports: bool,
 }
 
 impl Image {
@@ -492,6 +551,8 @@ impl Checker<'_> {
                     dir,
                     store,
                     cow: cow_store.map(|store| Cow { store, limit }),
+                    root_squash: img.root_squash.unwrap_or(false),
+                    secure_ports: img.secure_ports.unwrap_or(true),
                 }),
             );
         }
@@ -621,12 +682,75 @@ impl Checker<'_> {
             pools.insert(name.clone(), Arc::new(pool));
         }
 
+        let limits = self.check_limits(&raw.limits, &dhcp)?;
         Ok(Config {
             file: self.file.to_path_buf(),
             server,
             dhcp,
             images,
             pools,
+            limits,
+        })
+    }
+
+    fn check_limits(&self, l: &raw::Limits, dhcp: &Dhcp) -> Result<Limits, ConfigError> {
+        use Step::Key;
+        let d = Limits::default();
+        let count = |key: &'static str, v: Option<usize>, default: usize| match v {
+            None => Ok(default),
+            Some(0) => Err(self.err(&[Key("limits"), Key(key)], "must be more than zero")),
+            Some(n) => Ok(n),
+        };
+        let time = |key: &'static str, v: &Option<String>, default: Duration| match v {
+            None => Ok(default),
+            Some(s) => match parse_duration(s) {
+                Ok(t) if t.is_zero() => {
+                    Err(self.err(&[Key("limits"), Key(key)], "must be more than zero"))
+                }
+                Ok(t) => Ok(t),
+                Err(e) => Err(self.err(&[Key("limits"), Key(key)], e)),
+            },
+        };
+        let size = |key: &'static str, v: &Option<String>| match v {
+            None => Ok(None),
+            Some(s) => match parse_size(s) {
+                Ok(0) => Err(self.err(&[Key("limits"), Key(key)], "must be more than zero")),
+                Ok(n) => Ok(Some(n)),
+                Err(e) => Err(self.err(&[Key("limits"), Key(key)], e)),
+            },
+        };
+        let tftp_clients = match &l.tftp_clients {
+            None => vec![dhcp.subnet],
+            Some(list) => list
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    s.parse::<Subnet>().map_err(|e| {
+                        self.err(&[Key("limits"), Key("tftp_clients"), Step::Index(i)], e)
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        Ok(Limits {
+            http_connections: count("http_connections", l.http_connections, d.http_connections)?,
+            http_per_client: count("http_per_client", l.http_per_client, d.http_per_client)?,
+            http_header_timeout: time(
+                "http_header_timeout",
+                &l.http_header_timeout,
+                d.http_header_timeout,
+            )?,
+            http_idle_timeout: time(
+                "http_idle_timeout",
+                &l.http_idle_timeout,
+                d.http_idle_timeout,
+            )?,
+            nbd_connections: count("nbd_connections", l.nbd_connections, d.nbd_connections)?,
+            nbd_per_client: count("nbd_per_client", l.nbd_per_client, d.nbd_per_client)?,
+            nbd_idle_timeout: time("nbd_idle_timeout", &l.nbd_idle_timeout, d.nbd_idle_timeout)?,
+            tftp_lifetime: time("tftp_lifetime", &l.tftp_lifetime, d.tftp_lifetime)?,
+            tftp_clients,
+            cow_ram_total: size("cow_ram_total", &l.cow_ram_total)?,
+            cow_disk_total: size("cow_disk_total", &l.cow_disk_total)?,
         })
     }
 

@@ -13,6 +13,25 @@ pub struct File {
     pub images: BTreeMap<String, Image>,
     #[serde(default)]
     pub pools: BTreeMap<String, Pool>,
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// Bounds on what clients (and strangers) may hold; every key has a default in `mod.rs`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    pub http_connections: Option<usize>,
+    pub http_per_client: Option<usize>,
+    pub http_header_timeout: Option<String>,
+    pub http_idle_timeout: Option<String>,
+    pub nbd_connections: Option<usize>,
+    pub nbd_per_client: Option<usize>,
+    pub nbd_idle_timeout: Option<String>,
+    pub tftp_lifetime: Option<String>,
+    pub tftp_clients: Option<Vec<String>>,
+    pub cow_ram_total: Option<String>,
+    pub cow_disk_total: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -107,6 +126,10 @@ pub struct Image {
     pub cow: Option<String>,
     /// Bound on one client's overlay, e.g. `512MiB`.
     pub cow_limit: Option<String>,
+    /// NFS: AUTH_UNIX uid 0 and gid 0 are taken as nobody (65534).
+    pub root_squash: Option<bool>,
+    /// NFS: only calls from source ports below 1024 are answered.
+    pub secure_ports: Option<bool>,
 }
 
 fn default_store() -> String {

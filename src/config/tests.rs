@@ -434,3 +434,58 @@ fn link_speeds_parse_into_mbits_and_bad_ones_name_their_key() {
     let e = parse(&with("  link_speed: { s0: 1gbit }\n")).unwrap_err();
     assert!(e.reason.contains("unknown field `link_speed`"), "{e}");
 }
+
+#[test]
+fn limits_default_sanely_and_bad_values_name_their_line() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(
+        c.limits,
+        Limits {
+            tftp_clients: vec!["10.77.0.0/24".parse().unwrap()],
+            ..Limits::default()
+        }
+    );
+    let text = format!(
+        "{GOOD}limits:\n  http_per_client: 8\n  http_header_timeout: 500ms\n  \
+         tftp_clients: [10.78.0.0/16]\n  cow_ram_total: 2GiB\n"
+    );
+    let c = parse(&text).unwrap();
+    assert_eq!(c.limits.http_per_client, 8);
+    assert_eq!(c.limits.http_header_timeout, Duration::from_millis(500));
+    assert_eq!(c.limits.tftp_clients, vec!["10.78.0.0/16".parse().unwrap()]);
+    assert_eq!(c.limits.cow_ram_total, Some(2 << 30));
+    let lines = GOOD.lines().count();
+    for (extra, path, why) in [
+        (
+            "  nbd_per_client: 0\n",
+            "limits.nbd_per_client",
+            "more than zero",
+        ),
+        (
+            "  http_idle_timeout: soon\n",
+            "limits.http_idle_timeout",
+            "not a duration",
+        ),
+        (
+            "  tftp_clients: [10.1.2.3/8]\n",
+            "limits.tftp_clients[0]",
+            "host bits",
+        ),
+        (
+            "  cow_disk_total: lots\n",
+            "limits.cow_disk_total",
+            "not a size",
+        ),
+        (
+            "  tftp_lifetim: 1m\n",
+            "limits",
+            "unknown field `tftp_lifetim`",
+        ),
+    ] {
+        let e = parse(&format!("{GOOD}limits:\n{extra}")).unwrap_err();
+        assert_eq!(e.path, path, "{e}");
+        assert!(e.reason.contains(why), "{e}");
+        assert_eq!(e.line, Some(lines + 2), "{e}");
+        assert!(e.column.is_some(), "{e}");
+    }
+}

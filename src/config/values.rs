@@ -177,12 +177,18 @@ impl FromStr for Subnet {
     }
 }
 
-/// `90s`, `30m`, `12h`, `7d`, or plain seconds.
+/// `250ms`, `90s`, `30m`, `12h`, `7d`, or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let bad = || format!("`{s}` is not a duration like 90s, 30m, 12h or 7d");
     let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
     let n: u64 = num.parse().map_err(|_| bad())?;
+    if unit == "ms" {
+        if n == 0 {
+            return Err(format!("`{s}` must be longer than zero"));
+        }
+        return Ok(Duration::from_millis(n));
+    }
     let secs = match unit {
         "" | "s" => n,
         "m" => n * 60,

@@ -9,7 +9,10 @@
 //! before its map byte, so a crash loses at most unflushed writes, which NBD allows.
 //!
 //! The bound counts written blocks; zeroed blocks hold no storage (holes are punched), so a
-//! client can never hold more than `limit` bytes however it mixes writes and trims.
+//! client can never hold more than `limit` bytes however it mixes writes and trims. An overlay
+//! may also draw on a `Budget` shared with other clients' overlays (`limits.cow_ram_total`,
+//! `limits.cow_disk_total`): a write that would take the budget past its bound fails the same
+//! way, changing nothing, and an overlay gives its blocks back when it is dropped.
 
 use super::image::ReadAt;
 use std::collections::HashMap;
@@ -31,6 +34,10 @@ pub enum CowError {
     /// The client's bound would be exceeded; nothing was changed. Answered ENOSPC.
     #[error("copy-on-write bound reached")]
     NoSpace,
+    /// The bound shared by every client's overlay would be exceeded; nothing was changed.
+    /// Answered ENOSPC.
+    #[error("copy-on-write total bound reached")]
+    TotalFull,
     #[error("{0}")]
     Io(#[from] io::Error),
 }
@@ -56,9 +63,52 @@ enum Backing {
     Disk { data: File, map: File },
 }
 
+/// Blocks that a set of overlays may hold together.
+#[derive(Debug)]
+pub struct Budget {
+    cap_blocks: u64,
+    used: std::sync::atomic::AtomicU64,
+}
+
+impl Budget {
+    pub fn new(cap_bytes: u64) -> std::sync::Arc<Budget> {
+        std::sync::Arc::new(Budget {
+            cap_blocks: cap_bytes / BLOCK,
+            used: Default::default(),
+        })
+    }
+
+    /// Bytes of written blocks held by the overlays drawing on it.
+    pub fn used(&self) -> u64 {
+        self.used.load(std::sync::atomic::Ordering::Relaxed) * BLOCK
+    }
+
+    pub fn cap(&self) -> u64 {
+        self.cap_blocks * BLOCK
+    }
+
+    fn take(&self, n: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.used
+            .fetch_update(Relaxed, Relaxed, |u| {
+                u.checked_add(n).filter(|t| *t <= self.cap_blocks)
+            })
+            .is_ok()
+    }
+
+    fn give(&self, n: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let _ = self
+            .used
+            .fetch_update(Relaxed, Relaxed, |u| Some(u.saturating_sub(n)));
+    }
+}
+
 /// One client's writes over one image.
 #[derive(Debug)]
 pub struct Overlay {
+    /// Shared with other clients' overlays, if any.
+    budget: Option<std::sync::Arc<Budget>>,
     size: u64,
     limit_blocks: u64,
     /// Blocks that differ from the base; absent means "read the base".
@@ -104,6 +154,7 @@ impl Overlay {
     /// An empty overlay in memory for an image of `size` bytes.
     pub fn ram(size: u64, limit: u64, boot: Option<i64>) -> Overlay {
         Overlay {
+            budget: None,
             size,
             limit_blocks: limit / BLOCK,
             map: HashMap::new(),
@@ -147,6 +198,7 @@ impl Overlay {
         map.write_all_at(&h, 0)?;
         Ok((
             Overlay {
+                budget: None,
                 size,
                 limit_blocks: limit / BLOCK,
                 map: HashMap::new(),
@@ -176,6 +228,7 @@ impl Overlay {
         }
         let boot = i64::from_be_bytes(bytes[16..24].try_into().expect("8 bytes"));
         let mut o = Overlay {
+            budget: None,
             size,
             limit_blocks: limit / BLOCK,
             map: HashMap::new(),
@@ -201,6 +254,16 @@ impl Overlay {
 
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// Draws this overlay's blocks from `budget`, shared with other overlays. What it holds
+    /// already (a reopened overlay) is counted even past the bound: it was written before.
+    pub fn with_budget(mut self, budget: std::sync::Arc<Budget>) -> Overlay {
+        budget
+            .used
+            .fetch_add(self.written, std::sync::atomic::Ordering::Relaxed);
+        self.budget = Some(budget);
+        self
     }
 
     /// The boot (its start, in the records' microseconds) this overlay was made for.
@@ -297,6 +360,29 @@ impl Overlay {
         if self.written + fresh > self.limit_blocks {
             return Err(CowError::NoSpace);
         }
+        if let Some(b) = &self.budget
+            && !b.take(fresh)
+        {
+            return Err(CowError::TotalFull);
+        }
+        let before = self.written;
+        let done = self.write_blocks(base, data, offset, end, first, last);
+        // Give back what was reserved and not used (an I/O error part way).
+        if let Some(b) = &self.budget {
+            b.give(fresh - (self.written - before));
+        }
+        done
+    }
+
+    fn write_blocks(
+        &mut self,
+        base: &dyn ReadAt,
+        data: &[u8],
+        offset: u64,
+        end: u64,
+        first: u64,
+        last: u64,
+    ) -> Result<(), CowError> {
         let start = first * BLOCK;
         let stop = (start + (last - first + 1) * BLOCK).min(self.size);
         if offset == start && end == stop {
@@ -356,6 +442,9 @@ impl Overlay {
         for b in first..first + n {
             if self.map.insert(b, Slot::Zero) == Some(Slot::Written) {
                 self.written -= 1;
+                if let Some(b) = &self.budget {
+                    b.give(1);
+                }
             }
         }
         Ok(())
@@ -430,6 +519,14 @@ impl Overlay {
 
 /// Frees a range of the data file. Best effort: where holes are unsupported the blocks stay
 /// allocated, and the map still says zero, so reads are right either way.
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            b.give(self.written);
+        }
+    }
+}
+
 fn punch_hole(file: &File, offset: u64, len: u64) {
     // SAFETY: fallocate on an open descriptor we own; no memory is passed.
     unsafe {
@@ -623,6 +720,34 @@ mod tests {
         remove(dir.path(), "mac").unwrap();
         assert!(keys_in(dir.path()).is_empty());
         remove(dir.path(), "mac").unwrap();
+    }
+
+    #[test]
+    fn a_shared_budget_bounds_all_overlays_together_and_is_given_back() {
+        let size = 16 * BLOCK as usize;
+        let b = base(size);
+        let budget = Budget::new(6 * BLOCK);
+        let mut one = Overlay::ram(size as u64, 16 * BLOCK, None).with_budget(budget.clone());
+        let mut two = Overlay::ram(size as u64, 16 * BLOCK, None).with_budget(budget.clone());
+        one.write(&b, &[1; 4 * 4096], 0).unwrap();
+        two.write(&b, &[2; 2 * 4096], 0).unwrap();
+        assert_eq!(budget.used(), 6 * BLOCK);
+        // Each overlay is far from its own bound; together they are at the total.
+        let before = read_all(&two, &b);
+        assert!(matches!(
+            two.write(&b, &[3], 8 * 4096),
+            Err(CowError::TotalFull)
+        ));
+        assert_eq!(read_all(&two, &b), before);
+        // Rewriting held blocks takes nothing more.
+        two.write(&b, &[4; 4096], 0).unwrap();
+        // Trimmed blocks and dropped overlays give their share back.
+        one.trim(0, 4096).unwrap();
+        two.write(&b, &[5], 8 * 4096).unwrap();
+        drop(one);
+        assert_eq!(budget.used(), 3 * BLOCK);
+        two.write(&b, &[6; 3 * 4096], 12 * 4096).unwrap();
+        assert_eq!(budget.used(), 6 * BLOCK);
     }
 
     #[test]

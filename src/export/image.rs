@@ -237,6 +237,8 @@ mod tests {
             dir: dir.to_path_buf(),
             store: Store::Disk,
             cow: None,
+            root_squash: false,
+            secure_ports: true,
         }
     }
 

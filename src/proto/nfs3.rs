@@ -534,29 +534,82 @@ pub const ACCESS3_READ: u32 = 0x01;
 pub const ACCESS3_LOOKUP: u32 = 0x02;
 pub const ACCESS3_EXECUTE: u32 = 0x20;
 
-/// ACCESS on a read-only export: READ, LOOKUP and EXECUTE only as the mode bits allow the
-/// caller (root reads everything and executes what anyone may); never MODIFY, EXTEND, DELETE.
-pub fn access(asked: u32, a: &Attr, cred: &Cred) -> u32 {
-    const NF3DIR: u32 = 2;
-    let m = a.mode;
-    let bits = match cred.uid {
-        Some(0) => {
-            let x = if a.ftype == NF3DIR || m & 0o111 != 0 {
-                1
-            } else {
-                0
+/// The uid and gid a caller without credentials (AUTH_NONE, or an AUTH_UNIX body we could
+/// not read), or a squashed root, is taken as: knfsd's default anonuid/anongid.
+pub const NOBODY: u32 = 65534;
+
+/// Mode bits.
+pub const MAY_READ: u32 = 4;
+pub const MAY_EXEC: u32 = 1;
+
+const NF3DIR: u32 = 2;
+const NF3REG: u32 = 1;
+
+impl Cred {
+    /// The caller as permission checks see it, as knfsd's `nfsd_setuser` makes it: no
+    /// credentials is nobody (65534, no groups); with `root_squash`, uid 0 becomes nobody and
+    /// gid 0, primary or auxiliary, becomes 65534.
+    pub fn effective(&self, root_squash: bool) -> Cred {
+        let Some(uid) = self.uid else {
+            return Cred {
+                uid: Some(NOBODY),
+                gid: NOBODY,
+                gids: Vec::new(),
             };
-            4 | x
+        };
+        if !root_squash {
+            return self.clone();
         }
-        Some(uid) if uid == a.uid => (m >> 6) & 7,
-        Some(_) if cred.gid == a.gid || cred.gids.contains(&a.gid) => (m >> 3) & 7,
-        _ => m & 7,
+        let squash = |id: u32| if id == 0 { NOBODY } else { id };
+        Cred {
+            uid: Some(squash(uid)),
+            gid: squash(self.gid),
+            gids: self.gids.iter().copied().map(squash).collect(),
+        }
+    }
+}
+
+/// Whether `cred` (already `effective`) may do `want` (`MAY_READ`, `MAY_EXEC`) to a file with
+/// attributes `a`, by the rules of the Linux VFS (`generic_permission`) that knfsd applies:
+/// the owner's bits if the caller owns it, else the group's if the file's group is the
+/// caller's primary or an auxiliary group, else the other bits. Root (uid 0 left unsquashed)
+/// reads anything and searches any folder (CAP_DAC_READ_SEARCH) and executes a file any of
+/// whose x bits is set (CAP_DAC_OVERRIDE). `owner_override` is knfsd's
+/// NFSD_MAY_OWNER_OVERRIDE, set for READ and READDIR (`nfsd_open`): the owner may read what
+/// it owns whatever the mode says, since NFS has no open file to hold the right it had when
+/// it opened it.
+pub fn may(a: &Attr, cred: &Cred, want: u32, owner_override: bool) -> bool {
+    let uid = cred.uid.unwrap_or(NOBODY);
+    if uid == 0 {
+        return match want {
+            MAY_EXEC => a.ftype == NF3DIR || a.mode & 0o111 != 0,
+            _ => true,
+        };
+    }
+    if owner_override && uid == a.uid {
+        return true;
+    }
+    let bits = if uid == a.uid {
+        (a.mode >> 6) & 7
+    } else if cred.gid == a.gid || cred.gids.contains(&a.gid) {
+        (a.mode >> 3) & 7
+    } else {
+        a.mode & 7
     };
+    bits & want == want
+}
+
+/// ACCESS on a read-only export, in agreement with what READ, READDIR, LOOKUP and READLINK
+/// then allow (`may`): READ as READ and READDIR check it (the owner always), LOOKUP on a
+/// folder and EXECUTE on anything else by the x bits; never MODIFY, EXTEND or DELETE.
+/// `cred` is the caller's `effective` credential. (knfsd's ACCESS leaves out the owner
+/// override, so it may say no to a READ it then answers; ours says what READ will do.)
+pub fn access(asked: u32, a: &Attr, cred: &Cred) -> u32 {
     let mut ok = 0;
-    if bits & 4 != 0 {
+    if may(a, cred, MAY_READ, a.ftype == NF3REG || a.ftype == NF3DIR) {
         ok |= ACCESS3_READ;
     }
-    if bits & 1 != 0 {
+    if may(a, cred, MAY_EXEC, false) {
         ok |= if a.ftype == NF3DIR {
             ACCESS3_LOOKUP
         } else {
@@ -688,11 +741,69 @@ mod tests {
             ACCESS3_READ
         );
         assert_eq!(access(0x1c, &file(0o777, 0, 0), &user(0, 0)), 0);
-        // No AUTH_UNIX: only what "other" may.
-        assert_eq!(
-            access(all, &file(0o754, 0, 0), &Cred::default()),
-            ACCESS3_READ
+        // No AUTH_UNIX: nobody, so only what "other" may.
+        let none = Cred::default().effective(false);
+        assert_eq!(access(all, &file(0o754, 0, 0), &none), ACCESS3_READ);
+    }
+
+    #[test]
+    fn permissions_follow_knfsd() {
+        let file = |mode, uid, gid| Attr {
+            ftype: NF3REG,
+            mode,
+            uid,
+            gid,
+            ..Attr::default()
+        };
+        let dir = |mode, uid, gid| Attr {
+            ftype: NF3DIR,
+            ..file(mode, uid, gid)
+        };
+        let user = |uid, gid, gids: &[u32]| Cred {
+            uid: Some(uid),
+            gid,
+            gids: gids.to_vec(),
+        };
+        // /etc/shadow: 0640 root:shadow(42).
+        let shadow = file(0o640, 0, 42);
+        assert!(!may(&shadow, &user(1000, 1000, &[]), MAY_READ, true));
+        assert!(!may(&shadow, &user(65534, 65534, &[]), MAY_READ, true));
+        assert!(
+            may(&shadow, &user(1000, 1000, &[42]), MAY_READ, true),
+            "auxiliary group"
         );
+        assert!(
+            may(&shadow, &user(1000, 42, &[]), MAY_READ, true),
+            "primary group"
+        );
+        assert!(may(&shadow, &user(0, 0, &[]), MAY_READ, true), "root");
+        // Squashed, root is nobody, and its gid 0 is no way into a root-group file.
+        let squashed = user(0, 0, &[0]).effective(true);
+        assert_eq!(squashed, user(NOBODY, NOBODY, &[NOBODY]));
+        assert!(!may(&shadow, &squashed, MAY_READ, true));
+        assert!(!may(&file(0o640, 7, 0), &squashed, MAY_READ, true));
+        // The owner's bits win over group and other (no fallback), except the owner override
+        // on READ.
+        let odd = file(0o044, 1000, 1000);
+        assert!(!may(&odd, &user(1000, 1000, &[]), MAY_READ, false));
+        assert!(may(&odd, &user(1000, 1000, &[]), MAY_READ, true));
+        assert!(may(&odd, &user(1001, 1000, &[]), MAY_READ, false));
+        // Folders: LOOKUP needs x, READDIR r; root searches any folder and executes only
+        // what some x bit allows.
+        let root_only = dir(0o700, 0, 0);
+        assert!(!may(&root_only, &user(1000, 1000, &[]), MAY_EXEC, false));
+        assert!(!may(&root_only, &user(1000, 1000, &[]), MAY_READ, true));
+        assert!(may(&root_only, &user(0, 0, &[]), MAY_EXEC, false));
+        let search_only = dir(0o711, 0, 0);
+        assert!(may(&search_only, &user(1000, 1000, &[]), MAY_EXEC, false));
+        assert!(!may(&search_only, &user(1000, 1000, &[]), MAY_READ, true));
+        assert!(!may(&file(0o644, 0, 0), &user(0, 0, &[]), MAY_EXEC, false));
+        assert!(may(&file(0o744, 5, 5), &user(0, 0, &[]), MAY_EXEC, false));
+        // No credentials: nobody, with no groups.
+        assert_eq!(Cred::default().effective(false), user(NOBODY, NOBODY, &[]));
+        // ACCESS agrees: the odd file reads for its owner, as READ will let it.
+        assert_eq!(access(0x3f, &odd, &user(1000, 1000, &[])), ACCESS3_READ);
+        assert_eq!(access(0x3f, &shadow, &user(1000, 1000, &[])), 0);
     }
 
     /// Random and mutated input through every decoder: no panic, and what comes back stays

@@ -409,7 +409,11 @@ impl Server {
                     .write()
                     .offer(mac, req.requested_ip(), now, OFFER_HOLD_S);
                 let Some(ip) = offered else {
-                    tracing::warn!(%mac, "dhcp range exhausted; no offer");
+                    static EXHAUSTED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                    self.recorder.refused(Service::Dhcp);
+                    if let Some(suppressed) = EXHAUSTED.allow() {
+                        tracing::warn!(%mac, suppressed, "dhcp range exhausted; no offer");
+                    }
                     return None;
                 };
                 self.changed();

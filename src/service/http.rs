@@ -1,6 +1,14 @@
 //! HTTP: boot files and per-client iPXE scripts under `/boot/`, the JSON API under `/api/v1/`,
 //! the dashboard at `/`. Every boot file sent is recorded when its last byte has been handed
 //! to the connection, so the kernel phase ends when the download does.
+//!
+//! Connections are accepted here (HTTP/1.1 through hyper), not by `axum::serve`, to bound
+//! them: `limits.http_connections` in all and `limits.http_per_client` per address (past
+//! them a connection is closed at once and counted as refused), a request's headers must
+//! arrive within `limits.http_header_timeout` (hyper's header timer, which also runs while a
+//! kept-alive connection waits for its next request), and a connection that moves no byte
+//! either way for `limits.http_idle_timeout` is closed (a stalled download too; the event
+//! stream sends something every second).
 
 use super::boot_files;
 use crate::boot::script;
@@ -40,14 +48,206 @@ pub struct Web {
 }
 
 pub async fn serve(listener: TcpListener, web: Web, shutdown: Shutdown) -> anyhow::Result<()> {
+    let limits = web.config.limits.clone();
+    let recorder = web.recorder.clone();
     let app = router(web);
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move { shutdown.wait().await })
-    .await?;
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.http_connections));
+    let per_client = super::bounds::PerAddress::new(limits.http_per_client);
+    static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.wait() => break,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "http accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let held = match slots.clone().try_acquire_owned() {
+            Ok(total) => per_client.take(peer.ip()).map(|one| (total, one)),
+            Err(_) => None,
+        };
+        let Some(held) = held else {
+            // Closed at once: a refused connection costs no task and no buffer.
+            recorder.refused(Service::Http);
+            if let Some(suppressed) = REFUSED.allow() {
+                tracing::warn!(%peer, total = limits.http_connections,
+                    per_client = limits.http_per_client, suppressed,
+                    "http connection refused: too many");
+            }
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let service = app.clone();
+        let stop = shutdown.clone();
+        let limits = limits.clone();
+        shutdown.spawn(async move {
+            let _held = held;
+            serve_connection(stream, peer, service, &limits, stop).await;
+        });
+    }
     Ok(())
+}
+
+/// One HTTP/1.1 connection, bounded by the header and idle timeouts; ends gracefully (the
+/// request being answered finishes) at shutdown.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    app: axum::Router,
+    limits: &crate::config::Limits,
+    shutdown: Shutdown,
+) {
+    // Until the first request starts, the connection holds no buffer of hyper's (8 KiB): a
+    // silent one waits here, for the header timeout at most, as hyper would have.
+    // (`peek`, not `readable`, which may wake for nothing.)
+    let mut byte = [0u8; 1];
+    let first = tokio::select! {
+        r = tokio::time::timeout(limits.http_header_timeout, stream.peek(&mut byte)) => r,
+        _ = shutdown.wait() => return,
+    };
+    if !matches!(first, Ok(Ok(n)) if n > 0) {
+        return;
+    }
+    // Boxed: a task waiting above is not the size of hyper's connection state.
+    Box::pin(serve_requests(stream, peer, app, limits, shutdown)).await
+}
+
+/// `serve_connection` once the client has sent something.
+async fn serve_requests(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    app: axum::Router,
+    limits: &crate::config::Limits,
+    shutdown: Shutdown,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let (io, last) = Watched::new(stream);
+    // The handlers learn the peer as they would from `axum::serve`.
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
+        use tower_service::Service as _;
+        req.extensions_mut().insert(ConnectInfo(peer));
+        app.clone().call(req)
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.http_header_timeout);
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let idle = limits.http_idle_timeout;
+    let mut stopping = false;
+    loop {
+        let quiet = last.quiet();
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = tokio::time::sleep(idle.saturating_sub(quiet)) => {
+                if last.quiet() >= idle {
+                    tracing::debug!(idle_s = idle.as_secs_f64(), "http connection idle; closed");
+                    return;
+                }
+            }
+            _ = shutdown.wait(), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// When a connection last moved a byte, shared between its stream and its watchdog.
+#[derive(Clone)]
+struct LastActivity(Arc<std::sync::atomic::AtomicU64>, std::time::Instant);
+
+impl LastActivity {
+    fn touch(&self) {
+        let ms = self.1.elapsed().as_millis() as u64;
+        self.0.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn quiet(&self) -> std::time::Duration {
+        let at = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        self.1
+            .elapsed()
+            .saturating_sub(std::time::Duration::from_millis(at))
+    }
+}
+
+/// A TCP stream that notes when it last read or wrote anything.
+struct Watched {
+    inner: tokio::net::TcpStream,
+    last: LastActivity,
+}
+
+impl Watched {
+    fn new(inner: tokio::net::TcpStream) -> (Watched, LastActivity) {
+        let last = LastActivity(Arc::default(), std::time::Instant::now());
+        (
+            Watched {
+                inner,
+                last: last.clone(),
+            },
+            last,
+        )
+    }
+}
+
+impl tokio::io::AsyncRead for Watched {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.last.touch();
+        }
+        r
+    }
+}
+
+impl tokio::io::AsyncWrite for Watched {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        data: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.last.touch();
+        }
+        r
+    }
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let r = std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(r, std::task::Poll::Ready(Ok(n)) if n > 0) {
+            self.last.touch();
+        }
+        r
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 pub fn router(web: Web) -> axum::Router {

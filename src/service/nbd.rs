@@ -5,8 +5,13 @@
 //! connections, a handshake deadline, a bound on requests and bytes in flight, TCP keepalive
 //! for clients that vanish, write timeouts; and it records each attach and the bytes read.
 //!
-//! There is no idle timeout once a client is attached: a booted kernel client can go minutes
-//! without touching its root and would lose it. Keepalive finds peers that powered off.
+//! There is no plain idle timeout once a client is attached: a booted kernel client can go
+//! minutes without touching its root and would lose it. Keepalive finds peers that powered
+//! off. Instead, connections are capped per source address (`limits.nbd_per_client`), and
+//! when every slot is taken a new connection takes the slot of the attached connection that
+//! has been idle longest, if that one has been idle `limits.nbd_idle_timeout` or more: a
+//! stranger holding idle connections cannot lock the room out, and a quiet booted client is
+//! only disconnected when its slot is needed.
 
 use crate::boot::exports::root_allowed;
 use crate::config::{Config, Image, RootProto, Store};
@@ -41,8 +46,14 @@ use tokio_util::sync::CancellationToken;
 /// The service's bounds. `Default` is what the daemon uses; tests shrink them.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Connections served at once; more are accepted and closed at once (counted).
+    /// Connections served at once; more are accepted and closed at once (counted), unless
+    /// an idle one gives its slot up (`idle_timeout`).
     pub max_connections: usize,
+    /// Connections served at once from one address; more are closed at once (counted).
+    pub per_client: usize,
+    /// An attached connection that sent no request for this long gives its slot to a new
+    /// connection that finds every slot taken.
+    pub idle_timeout: Duration,
     /// Requests one connection may have in flight; the next is not read until one is
     /// answered, so a pipelining client is pushed back through TCP.
     pub max_in_flight: usize,
@@ -57,8 +68,17 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
+        Limits::of(&crate::config::Limits::default())
+    }
+}
+
+impl Limits {
+    /// The bounds `pools.yaml`'s `limits` section sets; the rest are fixed.
+    pub fn of(l: &crate::config::Limits) -> Limits {
         Limits {
-            max_connections: 1024,
+            max_connections: l.nbd_connections,
+            per_client: l.nbd_per_client,
+            idle_timeout: l.nbd_idle_timeout,
             max_in_flight: 64,
             handshake_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(60),
@@ -220,7 +240,7 @@ pub async fn serve(
     identity: Identity,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
-    let limits = Limits::default();
+    let limits = Limits::of(&config.limits);
     let stats = Arc::default();
     serve_with(
         listener, config, recorder, records, identity, shutdown, limits, stats,
@@ -243,6 +263,9 @@ pub async fn serve_with(
     stats: Arc<Stats>,
 ) -> anyhow::Result<()> {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let per_client = super::bounds::PerAddress::new(limits.per_client);
+    let idle = Arc::new(IdleConns::default());
+    static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
     let buffers = Arc::new(Semaphore::new(BUFFER_BUDGET));
     // Clients that connect meanwhile wait in the listen backlog.
     let c = config.clone();
@@ -277,13 +300,29 @@ pub async fn serve_with(
                 }
             }
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
+        let refuse = |why: &'static str| {
             stats.refused.fetch_add(1, Relaxed);
             recorder.refused(Service::Nbd);
-            tracing::warn!(%peer, max = limits.max_connections, "nbd connection refused: too many");
+            if let Some(suppressed) = REFUSED.allow() {
+                tracing::warn!(%peer, max = limits.max_connections, per_client = limits.per_client,
+                    suppressed, "nbd connection refused: {why}");
+            }
+        };
+        let Some(mine) = per_client.take(peer.ip()) else {
+            refuse("too many from this address");
             continue;
         };
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => Some(slot),
+            // Every slot taken: the longest-idle attached connection may give its up.
+            Err(_) if idle.evict_one(limits.idle_timeout) => None,
+            Err(_) => {
+                refuse("too many");
+                continue;
+            }
+        };
         stats.connections.fetch_add(1, Relaxed);
+        let activity = idle.register();
         let conn = Conn {
             peer,
             config: config.clone(),
@@ -293,9 +332,19 @@ pub async fn serve_with(
             buffers: buffers.clone(),
             exports: exports.clone(),
             limits,
+            activity,
         };
+        let slots = slots.clone();
         shutdown.spawn(async move {
-            let _slot = slot;
+            let _mine = mine;
+            let _slot = match slot {
+                Some(s) => s,
+                // The evicted connection lets go of its slot as it ends.
+                None => match tokio::time::timeout(DRAIN_TIMEOUT, slots.acquire_owned()).await {
+                    Ok(Ok(s)) => s,
+                    _ => return,
+                },
+            };
             conn.run(stream).await;
         });
     }
@@ -450,6 +499,76 @@ struct Conn {
     buffers: Arc<Semaphore>,
     exports: Arc<Exports>,
     limits: Limits,
+    activity: Activity,
+}
+
+/// Open connections that may be asked to give their slot up: each one's last request and the
+/// token that ends it.
+#[derive(Default)]
+struct IdleConns {
+    conns: std::sync::Mutex<HashMap<u64, (Arc<AtomicU64>, CancellationToken)>>,
+    next: AtomicU64,
+    epoch: std::sync::OnceLock<Instant>,
+}
+
+impl IdleConns {
+    fn now_ms(&self) -> u64 {
+        self.epoch.get_or_init(Instant::now).elapsed().as_millis() as u64
+    }
+
+    fn register(self: &Arc<Self>) -> Activity {
+        let id = self.next.fetch_add(1, Relaxed);
+        let last = Arc::new(AtomicU64::new(self.now_ms()));
+        let evict = CancellationToken::new();
+        let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        conns.insert(id, (last.clone(), evict.clone()));
+        Activity {
+            id,
+            last,
+            evict,
+            owner: self.clone(),
+        }
+    }
+
+    /// Ends the connection idle longest, if it has been idle `at_least`; true if one was.
+    fn evict_one(&self, at_least: Duration) -> bool {
+        let now = self.now_ms();
+        let conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
+        let oldest = conns
+            .values()
+            .filter(|(_, evict)| !evict.is_cancelled())
+            .min_by_key(|(last, _)| last.load(Relaxed));
+        match oldest {
+            Some((last, evict))
+                if now.saturating_sub(last.load(Relaxed)) >= at_least.as_millis() as u64 =>
+            {
+                evict.cancel();
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// One connection's entry in `IdleConns`, removed when dropped.
+struct Activity {
+    id: u64,
+    last: Arc<AtomicU64>,
+    evict: CancellationToken,
+    owner: Arc<IdleConns>,
+}
+
+impl Activity {
+    fn touch(&self) {
+        self.last.store(self.owner.now_ms(), Relaxed);
+    }
+}
+
+impl Drop for Activity {
+    fn drop(&mut self) {
+        let mut conns = self.owner.conns.lock().unwrap_or_else(|e| e.into_inner());
+        conns.remove(&self.id);
+    }
 }
 
 /// What a connection is attached to: the image, and the client's overlay if it is writable.
@@ -783,7 +902,9 @@ impl Conn {
                 r = rd.read_exact(&mut h) => r,
                 _ = self.shutdown.wait() => break "shutdown",
                 _ = broken.cancelled() => break "write failed",
+                _ = self.activity.evict.cancelled() => break "idle; its slot went to a new connection",
             };
+            self.activity.touch();
             if let Err(e) = r {
                 break if e.kind() == io::ErrorKind::UnexpectedEof {
                     "client closed"
@@ -1108,6 +1229,19 @@ async fn run_op(
         }
         Ok(Err(CowError::NoSpace)) => {
             stats.no_space.fetch_add(1, Relaxed);
+            p::ENOSPC
+        }
+        Ok(Err(CowError::TotalFull)) => {
+            // Not this client's doing alone: say so, a few lines at a time.
+            static FULL: super::bounds::LogLimit = super::bounds::LogLimit::new();
+            stats.no_space.fetch_add(1, Relaxed);
+            if let Some(suppressed) = FULL.allow() {
+                tracing::warn!(
+                    suppressed,
+                    "nbd write refused (ENOSPC): the copy-on-write total \
+                    of all clients (limits.cow_ram_total / cow_disk_total) is reached"
+                );
+            }
             p::ENOSPC
         }
         Ok(Err(CowError::Io(e))) => {

@@ -12,6 +12,15 @@
 //! One thread per connection handles calls in order: everything buffered is answered, then the
 //! replies go out in one write. Limits: `MAX_CONNECTIONS`, `MAX_RECORD` per call, `MAX_OUT`
 //! of replies buffered, `IDLE` without a call, `WRITE_TIMEOUT` for a client that stops reading.
+//!
+//! Credentials are checked on every call, as knfsd checks them (`proto::nfs3::may`): the
+//! caller's AUTH_UNIX uid, gid and auxiliary gids (AUTH_NONE is nobody, 65534; uid/gid 0 too
+//! when the image says `root_squash`) against the mode bits of what it names: READ needs r
+//! (the owner always may), READDIR(PLUS) r on the folder (the owner always may), LOOKUP x on
+//! the folder, READLINK r on the link (always there on Linux, whose links are 0777, so as
+//! knfsd's no check); ACCESS answers by the same rules. An image with `secure_ports` (the
+//! default) answers MNT and NFS calls only from source ports below 1024. A refusal is
+//! NFS3ERR_ACCES (MNT3ERR_ACCES), counted as refused.
 
 use super::identity::Identity;
 use crate::boot::exports::root_allowed;
@@ -61,7 +70,8 @@ const NFS3ERR_TOOSMALL: u32 = 10005;
 
 /// Connections closed because their RPC stream was broken (oversized or undecodable).
 static MALFORMED: AtomicU64 = AtomicU64::new(0);
-/// Calls answered GARBAGE_ARGS / PROC_UNAVAIL / PROG_UNAVAIL / PROG_MISMATCH.
+/// Calls answered GARBAGE_ARGS / PROC_UNAVAIL / PROG_UNAVAIL / PROG_MISMATCH, and
+/// connections closed at once because every slot was taken.
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 
 pub fn malformed_streams() -> u64 {
@@ -103,6 +113,15 @@ pub async fn serve(
     let table: Arc<[portmap::Mapping]> =
         portmap::table(config.server.ports.nfs, config.server.ports.portmap).into();
 
+    // Per export of the tree: (root_squash, secure_ports) of its image.
+    let trust: Arc<[(bool, bool)]> = (0..tree.exports().count())
+        .map(|i| {
+            config
+                .images
+                .get(tree.image_name(i))
+                .map_or((false, true), |im| (im.root_squash, im.secure_ports))
+        })
+        .collect();
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, peer) = tokio::select! {
@@ -118,7 +137,13 @@ pub async fn serve(
             },
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(client = %peer, limit = MAX_CONNECTIONS, "nfs connection refused: too many");
+            static FULL: super::bounds::LogLimit = super::bounds::LogLimit::new();
+            REFUSED.fetch_add(1, Ordering::Relaxed);
+            recorder.refused(Service::Nfs);
+            if let Some(suppressed) = FULL.allow() {
+                tracing::warn!(client = %peer, limit = MAX_CONNECTIONS, suppressed,
+                    "nfs connection refused: too many");
+            }
             continue;
         };
         let ip = super::ipv4_of(peer.ip()).unwrap_or(Ipv4Addr::UNSPECIFIED);
@@ -131,6 +156,7 @@ pub async fn serve(
             peer,
             ip,
             allowed: vec![None; tree.exports().count()],
+            trust: trust.clone(),
             mounts: 0,
             total: 0,
             unreported: 0,
@@ -184,6 +210,8 @@ struct Conn {
     /// Per image: may this client use it (asked once per connection, again after a refusal
     /// in case its lease just arrived).
     allowed: Vec<Option<(bool, Instant)>>,
+    /// Per image: (root_squash, secure_ports).
+    trust: Arc<[(bool, bool)]>,
     mounts: u32,
     total: u64,
     unreported: u64,
@@ -444,6 +472,7 @@ impl Conn {
                     .mount(path)
                     .and_then(|h| match self.tree.image_of(&h)? {
                         Some(img) if !self.allowed(img) => Err(status::ACCES),
+                        Some(img) if !self.port_ok(img) => Err(status::ACCES),
                         _ => Ok(h),
                     });
                 match found {
@@ -573,6 +602,21 @@ impl Conn {
             None => None,
         };
         let h = h.unwrap_or_else(|| self.tree.root());
+        let img = self.tree.image_of(&h).ok().flatten();
+        if let Some(img) = img
+            && !matches!(args, Nfs::Null)
+            && !self.port_ok(img)
+        {
+            self.recorder.refused(Service::Nfs);
+            out.accepted(xid, nfs3::SUCCESS).u32(status::ACCES);
+            if !matches!(args, Nfs::GetAttr(_)) {
+                out.u32(0);
+            }
+            out.finish();
+            return;
+        }
+        let squash = img.is_some_and(|i| self.trust[i].0);
+        let cred = &cred.effective(squash);
         let tree = self.tree.clone();
         out.accepted(xid, nfs3::SUCCESS);
         match args {
@@ -590,7 +634,16 @@ impl Conn {
             },
             Nfs::Lookup(_, name) => {
                 let dir = tree.getattr(&h).ok();
-                match tree.lookup(&h, name) {
+                let searchable = dir
+                    .as_ref()
+                    .is_none_or(|d| self.permitted(d, cred, nfs3::MAY_EXEC, false));
+                match tree.lookup(&h, name).and_then(|x| {
+                    if searchable {
+                        Ok(x)
+                    } else {
+                        Err(status::ACCES)
+                    }
+                }) {
                     Ok((child, a)) => {
                         out.u32(0)
                             .opaque(&child.wire())
@@ -613,6 +666,9 @@ impl Conn {
                 }
             },
             Nfs::ReadLink(_) => match tree.readlink(&h) {
+                Ok((a, _)) if !self.permitted(&a, cred, nfs3::MAY_READ, false) => {
+                    out.u32(status::ACCES).post_op_attr(Some(&a));
+                }
                 Ok((a, target)) => {
                     out.u32(0).post_op_attr(Some(&a)).opaque(&target);
                 }
@@ -620,7 +676,15 @@ impl Conn {
                     out.u32(st).post_op_attr(tree.getattr(&h).ok().as_ref());
                 }
             },
-            Nfs::Read { offset, count, .. } => self.read(&h, offset, count, out),
+            Nfs::Read { offset, count, .. } => self.read(&h, cred, offset, count, out),
+            Nfs::ReadDir { .. } | Nfs::ReadDirPlus { .. }
+                if tree
+                    .getattr(&h)
+                    .is_ok_and(|d| !self.permitted(&d, cred, nfs3::MAY_READ, true)) =>
+            {
+                out.u32(status::ACCES)
+                    .post_op_attr(tree.getattr(&h).ok().as_ref());
+            }
             Nfs::ReadDir { cookie, count, .. } => readdir(&tree, &h, cookie, count, None, out),
             Nfs::ReadDirPlus {
                 cookie,
@@ -671,8 +735,15 @@ impl Conn {
     /// files, and big cached reads), the data then leaving after the reply's header, not
     /// copied into `out`; else read into the connection's page-aligned buffer (big reads) or
     /// straight after a reserved header in `out`, which is filled in afterwards.
-    fn read(&mut self, h: &TreeHandle, offset: u64, count: u32, out: &mut Writer) {
+    fn read(&mut self, h: &TreeHandle, cred: &Cred, offset: u64, count: u32, out: &mut Writer) {
+        // The mode is checked on the attributes the read itself returns (no extra lstat on
+        // the hot path); data read for a caller refused is dropped unsent.
+        let denied = |this: &Self, a: &nfs3::Attr| !this.permitted(a, cred, nfs3::MAY_READ, true);
         match self.tree.read_mapped(h, offset, count as usize) {
+            Ok(Some(m)) if denied(self, &m.attr) => {
+                out.u32(status::ACCES).post_op_attr(Some(&m.attr));
+                return;
+            }
             Ok(Some(m)) => {
                 read_ok_header(out, &m.attr, m.len(), m.eof);
                 self.count_read(m.len());
@@ -693,7 +764,7 @@ impl Conn {
                 .getattr(h)
                 .is_ok_and(|a| a.size.saturating_sub(offset) >= u64::from(BIG_READ));
         if big {
-            return self.big_read(h, offset, count, out);
+            return self.big_read(h, cred, offset, count, out);
         }
         let at = out.buf.len();
         // status, post_op_attr (1 + fattr3), count, eof, data length.
@@ -702,6 +773,10 @@ impl Conn {
         // The connection has its own thread, so a read that waits for the disk holds up
         // nobody else.
         match self.tree.read(h, offset, count, &mut out.buf) {
+            Ok((attr, _)) if denied(self, &attr) => {
+                out.buf.truncate(at);
+                out.u32(status::ACCES).post_op_attr(Some(&attr));
+            }
             Ok((attr, eof)) => {
                 let n = out.buf.len() - at - header;
                 out.pad(n);
@@ -719,12 +794,15 @@ impl Conn {
 
     /// A READ of `BIG_READ` or more not answered from a mapping: read into the connection's
     /// page-aligned buffer and sent after the reply's header (`send_with_data`).
-    fn big_read(&mut self, h: &TreeHandle, offset: u64, count: u32, out: &mut Writer) {
+    fn big_read(&mut self, h: &TreeHandle, cred: &Cred, offset: u64, count: u32, out: &mut Writer) {
         let buf = self
             .big
             .get_or_insert_with(|| PageBuf::zeroed(tree::MAX_READ as usize));
         buf.set_len(count.min(tree::MAX_READ) as usize);
         match self.tree.read_into(h, offset, buf) {
+            Ok((attr, _, _)) if !self.permitted(&attr, cred, nfs3::MAY_READ, true) => {
+                out.u32(status::ACCES).post_op_attr(Some(&attr));
+            }
             Ok((attr, n, eof)) => {
                 read_ok_header(out, &attr, n, eof);
                 self.data_pending = Some(ReplyData::Read(n));
@@ -734,6 +812,30 @@ impl Conn {
                 out.u32(st).post_op_attr(self.tree.getattr(h).ok().as_ref());
             }
         }
+    }
+
+    /// Whether the caller's source port satisfies the image's `secure_ports`.
+    fn port_ok(&self, img: usize) -> bool {
+        if !self.trust[img].1 || self.peer.port() < 1024 {
+            return true;
+        }
+        static INSECURE: super::bounds::LogLimit = super::bounds::LogLimit::new();
+        if let Some(suppressed) = INSECURE.allow() {
+            tracing::warn!(client = %self.peer, image = self.tree.image_name(img), suppressed,
+                "nfs call from a port above 1023 refused (images.NAME.secure_ports)");
+        }
+        false
+    }
+
+    /// `nfs3::may`, counting a refusal.
+    fn permitted(&self, a: &nfs3::Attr, cred: &Cred, want: u32, owner_override: bool) -> bool {
+        let ok = nfs3::may(a, cred, want, owner_override);
+        if !ok {
+            self.recorder.refused(Service::Nfs);
+            tracing::debug!(client = %self.peer, uid = ?cred.uid, mode = a.mode, owner = a.uid,
+                group = a.gid, want, "nfs permission denied");
+        }
+        ok
     }
 
     /// Bytes of READ data answered, for the boot record.

@@ -8,10 +8,15 @@
 //! PXE boot of that MAC starts a new boot in the records). `cow: disk` overlays live under
 //! `state_dir/cow/IMAGE/` and outlive the daemon: at start each one found gets the same grace
 //! to be claimed, so an `nbd-client -persist` that reconnects after a restart finds its writes.
+//!
+//! All overlays in memory draw on one `cow::Budget` (`limits.cow_ram_total`, default a
+//! quarter of the host's memory), all overlays on disk on another (`limits.cow_disk_total`,
+//! default half the space free under `state_dir` at start): past it a write fails with ENOSPC
+//! whoever's it is, so a room of clients cannot together exhaust the server.
 
 use super::identity::Identity;
 use crate::config::{Config, CowStore, Image};
-use crate::export::cow::{self, Overlay};
+use crate::export::cow::{self, Budget, Overlay};
 use crate::record::Records;
 use crate::shutdown::Shutdown;
 use std::collections::HashMap;
@@ -36,6 +41,38 @@ pub struct Overlays {
     grace: Duration,
     shutdown: Shutdown,
     entries: Mutex<HashMap<Key, Entry>>,
+    /// Shared by every client's overlay in memory, and on disk.
+    pub ram_budget: Arc<Budget>,
+    pub disk_budget: Arc<Budget>,
+}
+
+/// `limits.cow_ram_total` when unset: a quarter of the host's memory.
+fn default_ram_total() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let kib = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(4 << 20);
+    kib * 1024 / 4
+}
+
+/// `limits.cow_disk_total` when unset: half the space free under `dir` (or its nearest
+/// existing parent) now.
+fn default_disk_total(dir: &std::path::Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut at = Some(dir);
+    while let Some(d) = at {
+        if let Ok(c) = std::ffi::CString::new(d.as_os_str().as_bytes()) {
+            // SAFETY: a valid C string and a statvfs to fill.
+            let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+            if unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0 {
+                return st.f_bavail as u64 * st.f_frsize as u64 / 2;
+            }
+        }
+        at = d.parent();
+    }
+    1 << 30
 }
 
 /// One connection's hold on an overlay; dropping it may start the grace timer.
@@ -54,11 +91,37 @@ impl Drop for Lease {
 impl Overlays {
     /// The registry; schedules the disk overlays left by a previous run for expiry.
     pub fn new(config: &Config, grace: Duration, shutdown: Shutdown) -> Arc<Overlays> {
+        let l = &config.limits;
+        let uses = |store| {
+            config
+                .images
+                .values()
+                .any(|i| i.cow.is_some_and(|c| c.store == store))
+        };
+        let ram_total = match l.cow_ram_total {
+            Some(n) => n,
+            None if uses(CowStore::Ram) => default_ram_total(),
+            None => 0,
+        };
+        let disk_total = match l.cow_disk_total {
+            Some(n) => n,
+            None if uses(CowStore::Disk) => default_disk_total(&config.server.state_dir),
+            None => 0,
+        };
+        if uses(CowStore::Ram) || uses(CowStore::Disk) {
+            tracing::info!(
+                ram_total,
+                disk_total,
+                "nbd copy-on-write bounds across all clients"
+            );
+        }
         let o = Arc::new(Overlays {
             root: config.server.state_dir.join("cow"),
             grace,
             shutdown,
             entries: Mutex::default(),
+            ram_budget: Budget::new(ram_total),
+            disk_budget: Budget::new(disk_total),
         });
         for image in config.images.values() {
             if image.cow.is_some_and(|c| c.store == CowStore::Disk) {
@@ -113,7 +176,9 @@ impl Overlays {
         }
         if !entries.contains_key(&key) {
             let overlay = match c.store {
-                CowStore::Ram => Overlay::ram(size, c.limit, boot),
+                CowStore::Ram => {
+                    Overlay::ram(size, c.limit, boot).with_budget(self.ram_budget.clone())
+                }
                 CowStore::Disk => {
                     let (mut o, reopened) = Overlay::disk(&dir, client, size, c.limit, boot)?;
                     if reopened && boot.is_some() && o.boot() != boot {
@@ -123,7 +188,7 @@ impl Overlays {
                     } else if reopened {
                         tracing::info!(image = %image.name, %client, used = o.used(), "nbd overlay reopened");
                     }
-                    o
+                    o.with_budget(self.disk_budget.clone())
                 }
             };
             entries.insert(

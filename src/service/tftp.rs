@@ -4,6 +4,14 @@
 //! on its own ephemeral socket; `tftp_transfers` runs the exchange (retransmission, a bounded
 //! number of retries, an end at once on a client ERROR).
 //!
+//! Bounds against strangers: requests are answered only from `limits.tftp_clients` (default
+//! `dhcp.subnet`: a pool client gets its address there, directly or through a relay, and a
+//! spoofed or foreign source gets no reply to amplify); others are dropped unanswered and
+//! counted as refused. A transfer ends `limits.tftp_lifetime` after it started, and the
+//! retransmission interval a client's `timeout` option asks for is capped at `MAX_RTO`, so a
+//! transfer nobody acknowledges ends within `MAX_RTO` x 6 whatever the option said (RFC 2349
+//! lets either side give up; the option is still acknowledged as asked).
+//!
 //! Our own server rather than async-tftp: we need to know when and how a transfer ended (the
 //! loader phase ends there), to stop on a client ERROR (EDK2's tsize probe), windowsize, and
 //! no extra dependency; the protocol part is small and lives in `proto::tftp`.
@@ -32,6 +40,8 @@ pub const MAX_TRANSFERS: usize = 256;
 pub const MAX_PER_CLIENT: usize = 32;
 /// Retransmission interval when the client names none.
 const DEFAULT_RTO: Duration = Duration::from_secs(1);
+/// Longest retransmission interval, whatever the client's `timeout` option asks.
+pub const MAX_RTO: Duration = Duration::from_secs(5);
 /// netascii is converted in memory; boot files are sent octet, so this only bounds misuse.
 const MAX_NETASCII: u64 = 16 << 20;
 
@@ -53,6 +63,8 @@ pub async fn serve(
     let counters = Arc::new(Counters::default());
     let transfers = Arc::new(Transfers::start(&shutdown)?);
     let mut buf = vec![0u8; wire::MAX_REQUEST + 1];
+    static STRANGER: super::bounds::LogLimit = super::bounds::LogLimit::new();
+    static BUSY: super::bounds::LogLimit = super::bounds::LogLimit::new();
     loop {
         let (n, peer) = tokio::select! {
             _ = shutdown.wait() => break,
@@ -64,14 +76,25 @@ pub async fn serve(
                 }
             },
         };
+        if !from_a_client(&config, peer.ip()) {
+            recorder.request(Service::Tftp);
+            recorder.refused(Service::Tftp);
+            counters.refused.fetch_add(1, Ordering::Relaxed);
+            if let Some(suppressed) = STRANGER.allow() {
+                tracing::warn!(%peer, suppressed, "tftp packet from outside limits.tftp_clients dropped");
+            }
+            continue;
+        }
         match wire::decode(&buf[..n]) {
             Ok(Packet::Read(req)) => {
                 recorder.request(Service::Tftp);
                 let Ok(permit) = limit.clone().try_acquire_owned() else {
                     recorder.refused(Service::Tftp);
                     let c = counters.busy.fetch_add(1, Ordering::Relaxed) + 1;
-                    tracing::warn!(%peer, file = %req.file, limit = MAX_TRANSFERS, refused = c,
-                        "tftp transfer limit reached; refusing");
+                    if let Some(suppressed) = BUSY.allow() {
+                        tracing::warn!(%peer, file = %req.file, limit = MAX_TRANSFERS, refused = c,
+                            suppressed, "tftp transfer limit reached; refusing");
+                    }
                     let _ = socket
                         .send_to(&wire::encode_error(err::NOT_DEFINED, "server busy"), peer)
                         .await;
@@ -80,8 +103,10 @@ pub async fn serve(
                 let Some(slot) = per_client.take(peer.ip()) else {
                     recorder.refused(Service::Tftp);
                     let c = counters.busy.fetch_add(1, Ordering::Relaxed) + 1;
-                    tracing::warn!(%peer, file = %req.file, limit = MAX_PER_CLIENT, refused = c,
-                        "tftp per-client transfer limit reached; refusing");
+                    if let Some(suppressed) = BUSY.allow() {
+                        tracing::warn!(%peer, file = %req.file, limit = MAX_PER_CLIENT, refused = c,
+                            suppressed, "tftp per-client transfer limit reached; refusing");
+                    }
                     let _ = socket
                         .send_to(
                             &wire::encode_error(err::NOT_DEFINED, "too many transfers"),
@@ -130,6 +155,11 @@ pub async fn serve(
     // The loops abort what is still running; wait for them, so no transfer outlives the stop.
     let _ = tokio::task::spawn_blocking(move || transfers.join()).await;
     Ok(())
+}
+
+/// Whether a request from `ip` may be a pool client's: inside `limits.tftp_clients`.
+fn from_a_client(config: &Config, ip: IpAddr) -> bool {
+    super::ipv4_of(ip).is_some_and(|v4| config.limits.tftp_clients.iter().any(|n| n.contains(v4)))
 }
 
 /// Transfers running per client address.
@@ -251,7 +281,8 @@ impl Request {
         let (settings, oack) = wire::negotiate(&self.req.options, Some(size));
         let rto = settings
             .timeout_s
-            .map_or(DEFAULT_RTO, |s| Duration::from_secs(u64::from(s)));
+            .map_or(DEFAULT_RTO, |s| Duration::from_secs(u64::from(s)))
+            .min(MAX_RTO);
         let owner = Owner {
             peer: self.peer,
             file,
@@ -271,6 +302,7 @@ impl Request {
             Sender::new(size, settings),
             &oack,
             rto,
+            self.config.limits.tftp_lifetime,
             Box::new(owner),
         ))
     }

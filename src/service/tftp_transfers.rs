@@ -120,12 +120,16 @@ pub struct Transfer {
     /// When the window in flight is sent again. Set only when something is sent: stray or
     /// duplicate packets do not extend it.
     deadline: Instant,
+    /// The transfer ends here however it is going (`limits.tftp_lifetime`).
+    expires: Instant,
     owner: Box<dyn Owner>,
 }
 
 impl Transfer {
     /// `sock` is the transfer's own socket (its TID); `oack` the negotiated options, empty
-    /// when the client asked for none; `rto` the retransmission interval.
+    /// when the client asked for none; `rto` the retransmission interval; `lifetime` how long
+    /// the transfer may last in all.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         sock: UdpSocket,
         peer: SocketAddr,
@@ -133,8 +137,10 @@ impl Transfer {
         tx: Sender,
         oack: &[(String, String)],
         rto: Duration,
+        lifetime: Duration,
         owner: Box<dyn Owner>,
     ) -> Transfer {
+        let now = Instant::now();
         Transfer {
             sock,
             peer,
@@ -143,7 +149,8 @@ impl Transfer {
             oack: (!oack.is_empty()).then(|| wire::encode_oack(oack)),
             rto,
             retries: 0,
-            deadline: Instant::now(),
+            deadline: now,
+            expires: now + lifetime,
             owner,
         }
     }
@@ -166,7 +173,7 @@ impl Transfer {
             tracing::debug!(peer = %self.peer, error = %e, "tftp send failed");
             return Err(Outcome::Aborted);
         }
-        self.deadline = now + self.rto;
+        self.deadline = (now + self.rto).min(self.expires);
         Ok(())
     }
 
@@ -235,6 +242,10 @@ impl Transfer {
 
     /// Sends the window in flight again if its time is up, or gives up.
     fn on_timer(&mut self, now: Instant) -> Result<(), Outcome> {
+        if now >= self.expires {
+            tracing::info!(peer = %self.peer, "tftp transfer past limits.tftp_lifetime; ended");
+            return Err(Outcome::TimedOut);
+        }
         if now < self.deadline {
             return Ok(());
         }
