@@ -81,3 +81,86 @@ async fn kernel_script_and_booted_are_served_and_recorded() {
     assert!(ok, "{err}");
     daemon.stop().await;
 }
+
+/// With `server.read_token`, curl without it gets 401 from the API, /metrics and the
+/// dashboard; with it as a bearer token, or as `?token=` (which sets a cookie the dashboard's
+/// own requests then carry), it gets through. Boot files and a client's report never need it.
+#[tokio::test]
+async fn a_read_token_guards_the_dashboard_api_and_metrics_but_not_boot_files() {
+    const TOKEN: &str = "0123456789abcdef-read";
+    let fx = Fixture::new();
+    let text = fx.config_text().replace(
+        "  loaders: loaders/\n",
+        &format!("  loaders: loaders/\n  read_token: {TOKEN}\n"),
+    );
+    fx.write_config(&text);
+    let daemon = fx.start().await;
+    let base = format!("http://{}", daemon.bound.http);
+    let status = |args: Vec<String>| async move {
+        let mut all = vec![
+            "-o".to_string(),
+            "/dev/null".into(),
+            "-w".into(),
+            "%{http_code}".into(),
+        ];
+        all.extend(args);
+        let args: Vec<&str> = all.iter().map(String::as_str).collect();
+        let (_, out, _) = run_async(curl(&args), 30).await;
+        out
+    };
+    let bearer = format!("Authorization: Bearer {TOKEN}");
+    for path in ["/api/v1/boots", "/metrics", "/", "/api/v1/pools"] {
+        assert_eq!(status(vec![format!("{base}{path}")]).await, "401", "{path}");
+        assert_eq!(
+            status(vec![
+                "-H".into(),
+                "Authorization: Bearer wrong-token-wrong".into(),
+                format!("{base}{path}")
+            ])
+            .await,
+            "401",
+            "{path}"
+        );
+        assert_eq!(
+            status(vec!["-H".into(), bearer.clone(), format!("{base}{path}")]).await,
+            "200",
+            "{path}"
+        );
+    }
+    // A browser opens the link with the token once; the cookie does the rest.
+    let jar = fx.path().join("cookies");
+    let jar = jar.to_str().unwrap().to_string();
+    assert_eq!(
+        status(vec![
+            "-c".into(),
+            jar.clone(),
+            format!("{base}/?token={TOKEN}")
+        ])
+        .await,
+        "200"
+    );
+    assert_eq!(
+        status(vec![
+            "-b".into(),
+            jar.clone(),
+            format!("{base}/api/v1/waves")
+        ])
+        .await,
+        "200"
+    );
+    // The clients' side needs no token.
+    assert_eq!(
+        status(vec![format!("{base}/boot/demo/vmlinuz")]).await,
+        "200"
+    );
+    assert_eq!(
+        status(vec![
+            "-X".into(),
+            "POST".into(),
+            format!("{base}/api/v1/booted")
+        ])
+        .await,
+        "204"
+    );
+    daemon.stop().await;
+}

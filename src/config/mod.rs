@@ -130,6 +130,9 @@ pub struct Server {
     /// Capacity in Mbit/s of links whose kernel speed is unknown (veths, taps, shaped links),
     /// by interface name; the kernel's speed wins where it has one.
     pub link_speeds: BTreeMap<String, u32>,
+    /// The token the dashboard, the read API, the stream and /metrics need (`None`: open to
+    /// anyone who reaches the HTTP port). Boot files and the clients' own reports never do.
+    pub read_token: Option<String>,
 }
 
 /// The boot record store.
@@ -487,6 +490,18 @@ impl Checker<'_> {
             .map_err(|e| self.err(&at, e))?;
             link_speeds.insert(name.clone(), mbps);
         }
+        let read_token = match s.read_token.as_deref() {
+            None => None,
+            Some(t) if t.len() >= 16 && t.bytes().all(|b| b.is_ascii_graphic()) => {
+                Some(t.to_string())
+            }
+            Some(_) => {
+                return Err(self.err(
+                    &[Key("server"), Key("read_token")],
+                    "a token must be at least 16 printable characters without spaces (e.g. `openssl rand -hex 16`)",
+                ));
+            }
+        };
         let server = Server {
             interfaces: s.interfaces.clone(),
             address,
@@ -497,6 +512,7 @@ impl Checker<'_> {
             database,
             retention,
             link_speeds,
+            read_token,
         };
 
         let dhcp = self.check_dhcp(&raw.dhcp, address)?;

@@ -57,6 +57,8 @@ pub struct Server {
     /// Link capacity per interface name, for links whose kernel speed is unknown.
     #[serde(default)]
     pub link_speeds: BTreeMap<String, Rate>,
+    /// When set, the dashboard, the read API and /metrics need this token.
+    pub read_token: Option<String>,
 }
 
 /// A link rate as written: `250mbit`, or a bare number of Mbit/s.

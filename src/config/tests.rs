@@ -489,3 +489,22 @@ fn limits_default_sanely_and_bad_values_name_their_line() {
         assert!(e.column.is_some(), "{e}");
     }
 }
+
+/// `server.read_token`: absent by default; a short or spaced token is refused at its key.
+#[test]
+fn a_read_token_must_be_long_and_plain() {
+    assert_eq!(parse(GOOD).unwrap().server.read_token, None);
+    let with = |t: &str| {
+        GOOD.replace(
+            "  state_dir: var/\n",
+            &format!("  state_dir: var/\n  read_token: \"{t}\"\n"),
+        )
+    };
+    let c = parse(&with("4f3c2a1b0e9d8c7b6a5f")).unwrap();
+    assert_eq!(c.server.read_token.as_deref(), Some("4f3c2a1b0e9d8c7b6a5f"));
+    for bad in ["short", "sixteen chars here"] {
+        let e = parse(&with(bad)).unwrap_err();
+        assert_eq!(e.path, "server.read_token", "{e}");
+        assert_eq!(e.line, Some(6), "{e}");
+    }
+}

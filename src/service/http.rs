@@ -269,9 +269,82 @@ pub fn router(web: Web) -> axum::Router {
         .merge(super::web::routes())
         .layer(axum::middleware::from_fn_with_state(
             web.clone(),
+            read_guard,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            web.clone(),
             count_request,
         ))
         .with_state(web)
+}
+
+/// The cookie a browser keeps the read token in, once it opened a page with `?token=`.
+const TOKEN_COOKIE: &str = "bootpool_token";
+
+/// With `server.read_token` set, the dashboard, the read API, the stream and /metrics need
+/// it: as `Authorization: Bearer TOKEN` (scripts, Prometheus), or a `?token=TOKEN` on any of
+/// them, which also sets a cookie so the dashboard's own requests carry it. Boot files and
+/// the clients' reports never need it (their rule is the lease table's). 401 otherwise.
+async fn read_guard(
+    State(web): State<Web>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(token) = web.config.server.read_token.as_deref() else {
+        return next.run(req).await;
+    };
+    let path = req.uri().path();
+    let client_route = path.starts_with("/boot/")
+        || (req.method() == axum::http::Method::POST
+            && matches!(path, "/api/v1/booted" | "/api/v1/failed"));
+    if client_route {
+        return next.run(req).await;
+    }
+    let same = |given: &str| {
+        // Compared in time independent of where they differ.
+        given.len() == token.len()
+            && given
+                .bytes()
+                .zip(token.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0
+    };
+    let headers = req.headers();
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| same(t.trim()));
+    let cookie = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().strip_prefix(TOKEN_COOKIE)?.strip_prefix('='))
+        .any(same);
+    let query = req
+        .uri()
+        .query()
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter_map(|kv| kv.strip_prefix("token="))
+        .any(same);
+    if !(bearer || cookie || query) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer realm=\"bootpool\"")],
+            "this server needs its read token: Authorization: Bearer TOKEN, or ?token=TOKEN\n",
+        )
+            .into_response();
+    }
+    let mut res = next.run(req).await;
+    if query && !cookie {
+        let set = format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
+        if let Ok(v) = axum::http::HeaderValue::from_str(&set) {
+            res.headers_mut().append(header::SET_COOKIE, v);
+        }
+    }
+    res
 }
 
 /// Counts every request, and those answered with a 4xx as refused, for `/metrics`.
