@@ -439,7 +439,10 @@ async fn boot_file(
         Ok((path, kind)) => send_file(web, peer, headers, path, kind, name, shown).await,
         Err(boot_files::Refused(code, _)) => {
             if code == crate::proto::tftp::err::NOT_FOUND {
-                tracing::warn!(file = %shown, "boot file missing");
+                static MISSING: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                if let Some(suppressed) = MISSING.allow() {
+                    tracing::warn!(file = %shown, suppressed, "boot file missing");
+                }
                 record_missing(web, peer, name, &shown);
             }
             not_found("no such file")

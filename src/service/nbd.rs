@@ -619,13 +619,20 @@ impl Conn {
                         tracing::debug!(peer = %self.peer, error = %e, "nbd handshake ended")
                     }
                     end => {
-                        tracing::warn!(peer = %self.peer, reason = %end, "nbd handshake refused")
+                        static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                        if let Some(suppressed) = REFUSED.allow() {
+                            tracing::warn!(peer = %self.peer, reason = %end, suppressed,
+                                "nbd handshake refused")
+                        }
                     }
                 }
                 return;
             }
             Err(_) => {
-                tracing::warn!(peer = %self.peer, "nbd handshake timed out");
+                static SLOW: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                if let Some(suppressed) = SLOW.allow() {
+                    tracing::warn!(peer = %self.peer, suppressed, "nbd handshake timed out");
+                }
                 return;
             }
         };
