@@ -650,7 +650,10 @@ fn reporter<T: serde::de::DeserializeOwned + Default>(
         Some(mac) => Who::Mac(mac),
         None if ip.is_loopback() && web.config.server.address.is_loopback() => Who::Ip(ip),
         None => {
-            tracing::warn!(%ip, "boot report from an address that holds no lease; refused");
+            static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+            if let Some(suppressed) = REFUSED.allow() {
+                tracing::warn!(%ip, suppressed, "boot report from an address that holds no lease; refused");
+            }
             let msg = "this address holds no lease: a client reports only its own boot\n";
             return Err((StatusCode::FORBIDDEN, msg.into()));
         }

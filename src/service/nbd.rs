@@ -675,7 +675,10 @@ impl Conn {
         let image = image::lookup(&self.config, name).ok_or(Unavailable::Unknown)?;
         if !self.may_use(&image.name) {
             self.recorder.refused(Service::Nbd);
-            tracing::warn!(peer = %self.peer, export = %image.name, "nbd client holds no lease of a pool booting this image over nbd; refused");
+            static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+            if let Some(suppressed) = REFUSED.allow() {
+                tracing::warn!(peer = %self.peer, export = %image.name, suppressed, "nbd client holds no lease of a pool booting this image over nbd; refused");
+            }
             return Err(Unavailable::Refused);
         }
         if let Some(bytes) = self.exports.ram.get(&image.name) {

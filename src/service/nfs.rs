@@ -350,8 +350,9 @@ impl Conn {
                 let mac = self.identity.holder(self.ip.into());
                 let image = self.tree.image_name(img);
                 let ok = root_allowed(&self.config, RootProto::Nfs, image, self.ip, mac);
-                if !ok {
-                    tracing::warn!(client = %self.peer, image, ?mac, "nfs client holds no lease of a pool booting this image over nfs; refused");
+                static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                if !ok && let Some(suppressed) = REFUSED.allow() {
+                    tracing::warn!(client = %self.peer, image, ?mac, suppressed, "nfs client holds no lease of a pool booting this image over nfs; refused");
                 }
                 self.allowed[img] = Some((ok, Instant::now()));
                 ok
