@@ -549,23 +549,25 @@ impl Cred {
     /// The caller as permission checks see it, as knfsd's `nfsd_setuser` makes it: no
     /// credentials is nobody (65534, no groups); with `root_squash`, uid 0 becomes nobody and
     /// gid 0, primary or auxiliary, becomes 65534.
-    pub fn effective(&self, root_squash: bool) -> Cred {
+    pub fn effective(&self, root_squash: bool) -> std::borrow::Cow<'_, Cred> {
+        use std::borrow::Cow;
         let Some(uid) = self.uid else {
-            return Cred {
+            return Cow::Owned(Cred {
                 uid: Some(NOBODY),
                 gid: NOBODY,
                 gids: Vec::new(),
-            };
+            });
         };
+        // The common case borrows: no copy of the groups on every call.
         if !root_squash {
-            return self.clone();
+            return Cow::Borrowed(self);
         }
         let squash = |id: u32| if id == 0 { NOBODY } else { id };
-        Cred {
+        Cow::Owned(Cred {
             uid: Some(squash(uid)),
             gid: squash(self.gid),
             gids: self.gids.iter().copied().map(squash).collect(),
-        }
+        })
     }
 }
 
@@ -742,7 +744,7 @@ mod tests {
         );
         assert_eq!(access(0x1c, &file(0o777, 0, 0), &user(0, 0)), 0);
         // No AUTH_UNIX: nobody, so only what "other" may.
-        let none = Cred::default().effective(false);
+        let none = Cred::default().effective(false).into_owned();
         assert_eq!(access(all, &file(0o754, 0, 0), &none), ACCESS3_READ);
     }
 
@@ -778,7 +780,7 @@ mod tests {
         );
         assert!(may(&shadow, &user(0, 0, &[]), MAY_READ, true), "root");
         // Squashed, root is nobody, and its gid 0 is no way into a root-group file.
-        let squashed = user(0, 0, &[0]).effective(true);
+        let squashed = user(0, 0, &[0]).effective(true).into_owned();
         assert_eq!(squashed, user(NOBODY, NOBODY, &[NOBODY]));
         assert!(!may(&shadow, &squashed, MAY_READ, true));
         assert!(!may(&file(0o640, 7, 0), &squashed, MAY_READ, true));
@@ -800,7 +802,7 @@ mod tests {
         assert!(!may(&file(0o644, 0, 0), &user(0, 0, &[]), MAY_EXEC, false));
         assert!(may(&file(0o744, 5, 5), &user(0, 0, &[]), MAY_EXEC, false));
         // No credentials: nobody, with no groups.
-        assert_eq!(Cred::default().effective(false), user(NOBODY, NOBODY, &[]));
+        assert_eq!(*Cred::default().effective(false), user(NOBODY, NOBODY, &[]));
         // ACCESS agrees: the odd file reads for its owner, as READ will let it.
         assert_eq!(access(0x3f, &odd, &user(1000, 1000, &[])), ACCESS3_READ);
         assert_eq!(access(0x3f, &shadow, &user(1000, 1000, &[])), 0);
