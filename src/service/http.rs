@@ -55,17 +55,8 @@ pub async fn serve(listener: TcpListener, web: Web, shutdown: Shutdown) -> anyho
     let per_client = super::bounds::PerAddress::new(limits.http_per_client);
     static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
     loop {
-        let (stream, peer) = tokio::select! {
-            _ = shutdown.wait() => break,
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    // Out of descriptors and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, "http accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+        let Some((stream, peer)) = super::accept(&listener, &shutdown, "http").await else {
+            break;
         };
         let held = match slots.clone().try_acquire_owned() {
             Ok(total) => per_client.take(peer.ip()).map(|one| (total, one)),

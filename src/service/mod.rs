@@ -19,7 +19,9 @@ pub mod tftp;
 pub mod tftp_transfers;
 pub mod web;
 
-use std::net::{IpAddr, Ipv4Addr};
+use crate::shutdown::Shutdown;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use tokio::net::{TcpListener, TcpStream};
 
 /// A peer's IPv4 address, also when a dual-stack socket shows it IPv4-mapped; clients are
 /// known by their DHCP lease, which is IPv4.
@@ -27,5 +29,29 @@ pub fn ipv4_of(ip: IpAddr) -> Option<Ipv4Addr> {
     match ip {
         IpAddr::V4(a) => Some(a),
         IpAddr::V6(a) => a.to_ipv4_mapped(),
+    }
+}
+
+/// The next connection on `listener`, or `None` once `shutdown` fires. An accept error (out
+/// of descriptors and the like) is logged and waited out for 100 ms instead of spinning.
+pub async fn accept(
+    listener: &TcpListener,
+    shutdown: &Shutdown,
+    service: &'static str,
+) -> Option<(TcpStream, SocketAddr)> {
+    loop {
+        tokio::select! {
+            _ = shutdown.wait() => return None,
+            r = listener.accept() => match r {
+                Ok(x) => return Some(x),
+                Err(e) => {
+                    tracing::warn!(error = %e, service, "accept failed");
+                    tokio::select! {
+                        _ = tokio::time::sleep(std::time::Duration::from_millis(100)) => {}
+                        _ = shutdown.wait() => return None,
+                    }
+                }
+            },
+        }
     }
 }

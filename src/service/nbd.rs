@@ -281,24 +281,15 @@ pub async fn serve_with(
     let mut sweep = tokio::time::interval(FORGET_STALE_EVERY);
     loop {
         let accepted = tokio::select! {
-            r = listener.accept() => r,
+            r = super::accept(&listener, &shutdown, "nbd") => r,
             _ = sweep.tick() => {
                 // An image deleted or replaced: free its mapping (and disk space) once unused.
                 tokio::task::spawn_blocking(Mapping::forget_stale);
                 continue;
             }
-            _ = shutdown.wait() => break,
         };
-        let (stream, peer) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                // Out of descriptors and the like: back off instead of spinning.
-                tracing::warn!(error = %e, "nbd accept failed");
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => continue,
-                    _ = shutdown.wait() => break,
-                }
-            }
+        let Some((stream, peer)) = accepted else {
+            break;
         };
         let refuse = |why: &'static str| {
             stats.refused.fetch_add(1, Relaxed);

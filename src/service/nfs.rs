@@ -124,17 +124,8 @@ pub async fn serve(
         .collect();
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let (stream, peer) = tokio::select! {
-            _ = shutdown.wait() => break,
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    // Out of descriptors and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, "nfs accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+        let Some((stream, peer)) = super::accept(&listener, &shutdown, "nfs").await else {
+            break;
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             static FULL: super::bounds::LogLimit = super::bounds::LogLimit::new();
