@@ -123,14 +123,19 @@ fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
 }
 
-/// Runs a small storm of `clients` over `root` and checks that the numbers add up.
-fn small_storm(root: &str, clients: usize, keep: usize) {
-    let _room = one_room();
-    let dir = tempfile::tempdir().unwrap();
-    let config = storm_config(dir.path());
-    let (trace_file, trace) = short_trace(root, keep, dir.path());
-    let out = dir.path().join("storm.json");
-    let n = clients.to_string();
+/// `bootpool storm` on a small room in `dir` (the storm's config, clients and server links at
+/// 1 Gbit/s, think times x0.1): its table and its JSON report.
+fn small_room(
+    dir: &Path,
+    root: &str,
+    clients: usize,
+    trace: &Path,
+    server_links: &str,
+    timeout_s: u64,
+) -> (String, Value) {
+    let config = storm_config(dir);
+    let out = dir.join("storm.json");
+    let (n, timeout) = (clients.to_string(), timeout_s.to_string());
     let (table, _) = storm(
         &[
             "--config",
@@ -140,21 +145,29 @@ fn small_storm(root: &str, clients: usize, keep: usize) {
             "--clients",
             &n,
             "--trace",
-            trace_file.to_str().unwrap(),
+            trace.to_str().unwrap(),
             "--think-scale",
             "0.1",
             "--client-link",
             "1gbit",
             "--server-links",
-            "2x1gbit",
+            server_links,
             "--json",
             out.to_str().unwrap(),
             "--timeout",
-            "600",
+            &timeout,
         ],
-        700,
+        timeout_s + 100,
     );
-    let r = json(&out);
+    (table, json(&out))
+}
+
+/// Runs a small storm of `clients` over `root` and checks that the numbers add up.
+fn small_storm(root: &str, clients: usize, keep: usize) {
+    let _room = one_room();
+    let dir = tempfile::tempdir().unwrap();
+    let (trace_file, trace) = short_trace(root, keep, dir.path());
+    let (table, r) = small_room(dir.path(), root, clients, &trace_file, "2x1gbit", 600);
     let summary = &r["summary"];
     assert_eq!(u(&summary["clients"]), clients as u64, "{table}");
     assert_eq!(u(&summary["booted"]), clients as u64, "{table}");
@@ -231,7 +244,6 @@ fn a_small_nbd_storm_boots_every_client_and_its_numbers_add_up() {
 fn a_small_storm_with_a_tftp_loader_counts_its_bytes_and_retries() {
     let _room = one_room();
     let dir = tempfile::tempdir().unwrap();
-    let config = storm_config(dir.path());
     let (_, mut trace) = short_trace("nfs", 100, dir.path());
     let loader = Path::new("/usr/lib/ipxe/undionly.kpxe");
     let size = std::fs::metadata(loader)
@@ -253,31 +265,7 @@ fn a_small_storm_with_a_tftp_loader_counts_its_bytes_and_retries() {
     trace.ops.insert(at, op);
     let trace_file = dir.path().join("tftp.trace");
     std::fs::write(&trace_file, trace.to_text()).unwrap();
-    let out = dir.path().join("storm.json");
-    let (table, _) = storm(
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--root",
-            "nfs",
-            "--clients",
-            "10",
-            "--trace",
-            trace_file.to_str().unwrap(),
-            "--think-scale",
-            "0.1",
-            "--client-link",
-            "1gbit",
-            "--server-links",
-            "1x1gbit",
-            "--json",
-            out.to_str().unwrap(),
-            "--timeout",
-            "300",
-        ],
-        400,
-    );
-    let r = json(&out);
+    let (table, r) = small_room(dir.path(), "nfs", 10, &trace_file, "1x1gbit", 300);
     assert_eq!(u(&r["summary"]["booted"]), 10, "{table}");
     for c in r["clients"].as_array().unwrap() {
         assert_eq!(u(&c["bytes"]["tftp"]), size, "{c}");
