@@ -127,9 +127,7 @@ pub async fn serve(
     }
     server.flush();
     // A clean stop leaves the whole table in the snapshot.
-    if let Some(file) = server.file.as_mut() {
-        file.snapshot(&server.leases.read())?;
-    }
+    server.file.snapshot(&server.leases.read())?;
     Ok(())
 }
 
@@ -149,7 +147,7 @@ async fn recv_opt(
 pub struct Table {
     leases: Identity,
     /// Where the table is kept.
-    file: Option<LeaseFile>,
+    file: LeaseFile,
 }
 
 impl Table {
@@ -165,7 +163,7 @@ pub fn open_table(config: &Config) -> anyhow::Result<Table> {
     let (leases, file) = load(config)?;
     Ok(Table {
         leases: Identity::new(leases),
-        file: Some(file),
+        file,
     })
 }
 
@@ -194,7 +192,7 @@ struct Server {
     config: Arc<Config>,
     recorder: Recorder,
     leases: Identity,
-    file: Option<LeaseFile>,
+    file: LeaseFile,
     strangers: HashSet<Mac>,
     /// Proxy mode: MACs whose PXE DISCOVER came on port 67, and when.
     seen: HashMap<Mac, u64>,
@@ -252,10 +250,7 @@ impl Server {
             return;
         }
         self.dirty = false;
-        let Some(file) = self.file.as_mut() else {
-            return;
-        };
-        if let Err(e) = file.commit(&self.leases.read()) {
+        if let Err(e) = self.file.commit(&self.leases.read()) {
             let n = self.counters.save_errors.fetch_add(1, Ordering::Relaxed) + 1;
             tracing::error!(dir = %self.config.server.state_dir.display(), error = %e, errors = n,
                 "leases not saved");
