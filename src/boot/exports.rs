@@ -6,6 +6,12 @@
 use crate::config::{Config, Mac, RootProto};
 use std::net::Ipv4Addr;
 
+/// A server on a loopback address is a test or a probe on its own host, and `ip` one of its
+/// loopback clients: trusted without a lease (by the root rule and the API alike).
+pub fn loopback_test(config: &Config, ip: Ipv4Addr) -> bool {
+    ip.is_loopback() && config.server.address.is_loopback()
+}
+
 /// Whether the client at `ip`, held by `holder` (if anyone holds it), may attach or mount image
 /// `image` over `root`. A server on a loopback address is a test or a probe on its own host:
 /// every loopback client is its client. A production server's own address is not loopback, so
@@ -17,7 +23,7 @@ pub fn root_allowed(
     ip: Ipv4Addr,
     holder: Option<Mac>,
 ) -> bool {
-    if ip.is_loopback() && config.server.address.is_loopback() {
+    if loopback_test(config, ip) {
         return true;
     }
     holder

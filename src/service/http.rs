@@ -639,7 +639,7 @@ fn reporter<T: serde::de::DeserializeOwned + Default>(
     };
     let who = match web.identity.holder(peer.ip()) {
         Some(mac) => Who::Mac(mac),
-        None if ip.is_loopback() && web.config.server.address.is_loopback() => Who::Ip(ip),
+        None if crate::boot::exports::loopback_test(&web.config, ip) => Who::Ip(ip),
         None => {
             static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
             if let Some(suppressed) = REFUSED.allow() {
