@@ -15,7 +15,8 @@ set -euo pipefail
 ROOT=${1:?usage: reference.sh nfs|nbd WORKDIR}
 WORK=${2:?usage: reference.sh nfs|nbd WORKDIR}
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-IMAGE="$REPO/images/demo"
+# Resolved: ganesha refuses a mount whose export Path runs through a symlink.
+IMAGE="$(realpath "$REPO/images/demo")"
 ADDR=10.78.0.1
 IFACE=s0
 mkdir -p "$WORK"
