@@ -188,6 +188,11 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             }
         });
         };
+    // Which server link each client boots from.
+    let placement = Arc::new(service::placement::Placement::new(
+        &config,
+        Some(records.clone()),
+    ));
     let (c, r, s) = (&config, &recorder, &shutdown);
     run(
         "dhcp",
@@ -197,6 +202,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             leases,
             c.clone(),
             r.clone(),
+            placement.clone(),
             s.clone(),
         )),
     );
@@ -239,6 +245,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     )
     .await
     .context("starting egress sampling")?;
+    placement.set_egress(egress.clone());
     run(
         "portmap",
         Box::pin(service::portmap::serve(
@@ -255,6 +262,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         records: records.clone(),
         egress,
         identity,
+        placement,
     };
     run("http", Box::pin(service::http::serve(http, web, s.clone())));
     tracing::info!(

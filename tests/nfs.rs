@@ -98,6 +98,7 @@ async fn lists_reads_and_refuses_writes() {
             pxe: false,
             ipxe: false,
             pool: "nfs-room".into(),
+            link: None,
         },
     );
     std::fs::write(

@@ -201,6 +201,40 @@ fn small_storm(root: &str, clients: usize, keep: usize) {
             .map(|p| p["name"].as_str().unwrap())
             .collect();
         assert_eq!(phases, ["dhcp", "ipxe", "kernel", "initrd", "root"], "{c}");
+        // Its whole boot went to the one link it was given (server.links), as recorded.
+        assert_eq!(c["http_server"], c["root_server"], "{c}");
+        assert_eq!(rec["link"], c["root_server"], "{c}");
+    }
+    // bench/storm/pools.yaml lists four links; the room has two, and bootpool spreads the
+    // clients over those two (the others' addresses are on no interface).
+    let carried: Vec<u64> = r["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| u(&l["clients"]))
+        .collect();
+    assert_eq!(carried.len(), 2, "{table}");
+    assert_eq!(carried.iter().sum::<u64>(), clients as u64, "{table}");
+    assert!(
+        carried.iter().all(|&n| n >= clients as u64 / 4),
+        "clients per link {carried:?}\n{table}"
+    );
+    // Each link sent at least what its own clients counted: their replies left by it.
+    for l in r["links"].as_array().unwrap() {
+        let theirs: u64 = r["clients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["root_server"] == l["address"])
+            .map(|c| {
+                let b = &c["bytes"];
+                u(&b["http"]) + u(&b["nfs"]) + u(&b["nbd"]) + u(&b["tftp"])
+            })
+            .sum();
+        assert!(
+            u(&l["bytes"]) >= theirs,
+            "{l}: its clients counted {theirs}\n{table}"
+        );
     }
     assert_eq!(sum, want.total() * clients as u64 + scripts);
     // The server's links carried at least every byte the clients counted (plus headers).

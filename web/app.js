@@ -223,6 +223,9 @@ async function roomView(el, [poolName], ctx) {
     h('span', { class: 'phase' }, phase === 'booted' ? '✓ booted' : b.result === 'timed_out' ? `✗ timed out in ${b.stopped_in ?? phase}` : phase),
     h('span', { class: 'elapsed', 'data-testid': 'elapsed' }, fmtS(elapsed)),
     b.ip ? h('span', { class: 'ip' }, b.ip) : null,
+    // Which server link it boots from, once the room is spread over several (server.links).
+    b.link && new Set([...room.wave.values()].map(o => o.link).filter(Boolean)).size > 1
+      ? h('span', { class: 'link', 'data-testid': 'link' }, `via ${b.link}`) : null,
     stalled ? h('span', { class: 'stall' }, dense ? `⚠ stalled ${stalled.toFixed(0)} s` : `⚠ stalled: silent ${stalled.toFixed(0)} s`) : null);
   };
 
@@ -329,16 +332,20 @@ async function waveView(el, [id], ctx) {
 }
 
 // Each top-level link with its members (bond slaves, bridge ports) drawn apart under it, each
-// against its capacity where the kernel knows it.
-export function linkCharts(eg, t0, t1, step, w) {
+// against its capacity where the kernel knows it, with the clients of the wave (`boots`) that
+// were told one of its addresses (server.links).
+export function linkCharts(eg, t0, t1, step, w, boots = []) {
   const inWave = pts => pts.filter(p => p.t >= t0 - step && p.t <= t1 + step);
   const tops = eg.links.filter(l => !l.master || !eg.links.some(m => m.name === l.master));
   return tops.flatMap(l => [l, ...eg.links.filter(m => m.master === l.name)]).map(l => {
     const box = h('div', { class: 'chart-box', 'data-link': l.name });
     const series = [{ name: `${l.name} tx`, colour: SERIES[0], points: inWave(l.points).map(p => [p.t, mbit(p.tx_bytes_s)]) }];
     if (l.speed_mbps) series.push({ name: 'capacity', colour: '#000', dash: '6 4', points: [[t0, l.speed_mbps], [t1, l.speed_mbps]] });
+    const held = l.addresses || [];
+    const carried = boots.filter(b => held.includes(b.link)).length;
     box.append(h('h4', {}, `${l.name}${l.master ? ` (member of ${l.master})` : ` (${l.kind})`}`,
-      l.speed_mbps ? ` · capacity ${l.speed_mbps} Mbit/s (dashed)` : ' · capacity unknown'));
+      l.speed_mbps ? ` · capacity ${l.speed_mbps} Mbit/s (dashed)` : ' · capacity unknown',
+      held.length ? h('span', { 'data-testid': 'carries' }, ` · ${held.join(', ')}: ${carried} client${carried === 1 ? '' : 's'}`) : null));
     const st = linkStats(inWave(l.points));
     if (st) {
       box.append(h('p', { class: 'meta link-stats' }, 'sent ', h('b', { 'data-testid': 'sent' }, fmtBytes(st.sent)),
@@ -392,7 +399,7 @@ async function egressView(el, [id], ctx) {
       linksBox.replaceChildren(empty(NO_EGRESS));
       protoBox.replaceChildren(empty(NO_EGRESS));
     } else {
-      const charts = linkCharts(eg, t0, t1, step, width(linksBox));
+      const charts = linkCharts(eg, t0, t1, step, width(linksBox), w.boots);
       linksBox.replaceChildren(...(charts.length ? charts : [empty('No links sampled: list interfaces under server.interfaces.')]));
       const series = eg.protocols.map((p, i) => ({ name: p.proto, colour: SERIES[i % SERIES.length], points: inWave(p.points).map(x => [x.t, x.bytes_s / 1e6]) }))
         .filter(se => se.points.length);

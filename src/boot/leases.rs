@@ -35,6 +35,9 @@ pub struct Lease {
     pub state: State,
     /// Seconds since the epoch when the hold ends.
     pub expires: u64,
+    /// The server link (one of `server.links`) this MAC is told to boot from; it outlives
+    /// the lease's state changes, so a client keeps its link across renewals and restarts.
+    pub link: Option<Ipv4Addr>,
 }
 
 /// Why a REQUEST cannot be granted (the client gets a NAK).
@@ -198,6 +201,7 @@ impl Leases {
                     ip,
                     state: State::Offered,
                     expires: now + hold_s,
+                    link: None,
                 },
             );
         }
@@ -245,8 +249,12 @@ impl Leases {
         oldest.map(|(_, ip)| ip)
     }
 
-    /// Records `lease` for `mac`, dropping any stale memory of the address for other MACs.
-    fn take(&mut self, mac: Mac, lease: Lease) {
+    /// Records `lease` for `mac` (keeping the MAC's link), dropping any stale memory of the
+    /// address for other MACs.
+    fn take(&mut self, mac: Mac, mut lease: Lease) {
+        if lease.link.is_none() {
+            lease.link = self.leases.get(&mac).and_then(|l| l.link);
+        }
         if let Some(other) = self.by_ip.get(&lease.ip).copied()
             && other != mac
         {
@@ -307,6 +315,7 @@ impl Leases {
                 ip,
                 state: State::Bound,
                 expires: now + lease_s,
+                link: None,
             },
         );
         Ok(())
@@ -322,8 +331,26 @@ impl Leases {
                 ip,
                 state: State::Bound,
                 expires: now + secs,
+                link: None,
             },
         );
+    }
+
+    /// The server link `mac` boots from, if one was chosen for it.
+    pub fn link(&self, mac: Mac) -> Option<Ipv4Addr> {
+        self.leases.get(&mac).and_then(|l| l.link)
+    }
+
+    /// Gives `mac` (which has an entry: call after an offer, ACK or observation) `link`.
+    /// Returns whether that changed anything.
+    pub fn set_link(&mut self, mac: Mac, link: Ipv4Addr) -> bool {
+        match self.leases.get_mut(&mac) {
+            Some(l) if l.link != Some(link) => {
+                l.link = Some(link);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// A DHCPRELEASE: the address is free again but remembered for this MAC.
@@ -383,6 +410,7 @@ impl Leases {
                     ip: l.ip,
                     state: l.state,
                     expires: l.expires,
+                    link: l.link,
                 })
                 .collect(),
             declined: self
@@ -419,6 +447,7 @@ impl Leases {
                 ip: s.ip,
                 state: s.state,
                 expires: s.expires,
+                link: s.link,
             };
             self.leases.insert(mac, lease);
             self.by_ip.insert(s.ip, mac);
@@ -447,11 +476,33 @@ pub struct SavedLease {
     pub ip: Ipv4Addr,
     pub state: State,
     pub expires: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<Ipv4Addr>,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mac_keeps_its_link_across_offer_ack_release_and_a_restore() {
+        let mut t = table();
+        let link = Ipv4Addr::new(10, 77, 0, 2);
+        assert!(!t.set_link(mac(5), link), "no entry yet: nothing to set");
+        let a = t.offer(mac(5), None, 0, 10).unwrap();
+        assert!(t.set_link(mac(5), link));
+        assert!(!t.set_link(mac(5), link), "unchanged");
+        t.ack_offer(mac(5), a, 1, 100).unwrap();
+        assert_eq!(t.link(mac(5)), Some(link));
+        assert!(t.release(mac(5), a, 2));
+        t.offer(mac(5), None, 3, 10).unwrap();
+        assert_eq!(t.link(mac(5)), Some(link));
+        let json = serde_json::to_string(&t.to_saved()).unwrap();
+        let mut fresh = table();
+        fresh.restore(serde_json::from_str(&json).unwrap());
+        assert_eq!(fresh.link(mac(5)), Some(link));
+        assert_eq!(t.link(mac(2)), None);
+    }
 
     /// The address index says exactly what the table says.
     fn check_index(t: &Leases) {
@@ -656,18 +707,21 @@ mod tests {
             ip: ip(102),
             state: State::Bound,
             expires: 100,
+            link: None,
         });
         saved.leases.push(SavedLease {
             mac: mac(30).to_string(),
             ip: ip(101),
             state: State::Bound,
             expires: 100,
+            link: None,
         });
         saved.leases.push(SavedLease {
             mac: mac(31).to_string(),
             ip: a,
             state: State::Bound,
             expires: 100,
+            link: None,
         });
         let mut fresh = table();
         assert_eq!(fresh.restore(saved), 3);

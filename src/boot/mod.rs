@@ -4,6 +4,7 @@
 
 pub mod exports;
 pub mod leases;
+pub mod links;
 pub mod script;
 
 use crate::config::{Config, Mac, Member};
@@ -63,14 +64,15 @@ pub struct Plan<'a> {
     pub next_server: Ipv4Addr,
 }
 
-/// Decides how to boot `client`; `None` means it is not ours.
-pub fn plan<'a>(config: &'a Config, client: &Client) -> Option<Plan<'a>> {
+/// Decides how to boot `client` from the server link `link` (`links::choose`); `None` means
+/// it is not ours.
+pub fn plan<'a>(config: &'a Config, client: &Client, link: Ipv4Addr) -> Option<Plan<'a>> {
     let member = config.member(client.mac)?;
     let server = &config.server;
     let boot_file = if !client.pxe && !client.ipxe {
         None
     } else if client.ipxe {
-        Some(BootFile::Url(script::script_url(config, client.mac)))
+        Some(BootFile::Url(script::script_url(config, client.mac, link)))
     } else {
         // HTTP boot firmware says so in option 60 and with its own architecture types.
         let http = client.http
@@ -88,8 +90,7 @@ pub fn plan<'a>(config: &'a Config, client: &Client) -> Option<Plan<'a>> {
         let loader = loader_for(client.arch.unwrap_or(fallback));
         if http {
             Some(BootFile::Url(format!(
-                "http://{}:{}/boot/loaders/{loader}",
-                server.address,
+                "http://{link}:{}/boot/loaders/{loader}",
                 server.http.port()
             )))
         } else {
@@ -99,7 +100,7 @@ pub fn plan<'a>(config: &'a Config, client: &Client) -> Option<Plan<'a>> {
     Some(Plan {
         member,
         boot_file,
-        next_server: server.address,
+        next_server: link,
     })
 }
 
@@ -164,9 +165,13 @@ pools:
     fn firmware_gets_a_loader_per_architecture() {
         let c = Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
         let file = |arch| {
-            plan(&c, &client("52:54:00:77:00:01", arch, false, true))
-                .unwrap()
-                .boot_file
+            plan(
+                &c,
+                &client("52:54:00:77:00:01", arch, false, true),
+                c.server.address,
+            )
+            .unwrap()
+            .boot_file
         };
         assert_eq!(file(Some(0)), Some(BootFile::Tftp("undionly.kpxe".into())));
         assert_eq!(file(None), Some(BootFile::Tftp("undionly.kpxe".into())));
@@ -185,7 +190,7 @@ pools:
         let http = |arch, class| {
             let mut cl = client("52:54:00:77:00:02", arch, false, true);
             cl.http = class;
-            plan(&c, &cl).unwrap().boot_file
+            plan(&c, &cl, c.server.address).unwrap().boot_file
         };
         let url = |loader: &str| {
             Some(BootFile::Url(format!(
@@ -206,7 +211,7 @@ pools:
         let mut cl = client("52:54:00:77:00:02", Some(16), true, true);
         cl.http = true;
         assert_eq!(
-            plan(&c, &cl).unwrap().boot_file,
+            plan(&c, &cl, c.server.address).unwrap().boot_file,
             Some(BootFile::Url(
                 "http://10.77.0.1:8080/boot/script/52:54:00:77:00:02.ipxe".into()
             ))
@@ -216,7 +221,12 @@ pools:
     #[test]
     fn ipxe_gets_its_script_and_never_a_loader_again() {
         let c = Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
-        let p = plan(&c, &client("52:54:00:77:00:01", Some(0), true, true)).unwrap();
+        let p = plan(
+            &c,
+            &client("52:54:00:77:00:01", Some(0), true, true),
+            c.server.address,
+        )
+        .unwrap();
         assert_eq!(
             p.boot_file,
             Some(BootFile::Url(
@@ -228,8 +238,20 @@ pools:
     #[test]
     fn strangers_and_plain_dhcp() {
         let c = Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
-        assert!(plan(&c, &client("52:54:00:78:00:01", Some(0), false, true)).is_none());
-        let p = plan(&c, &client("52:54:00:77:00:01", None, false, false)).unwrap();
+        assert!(
+            plan(
+                &c,
+                &client("52:54:00:78:00:01", Some(0), false, true),
+                c.server.address
+            )
+            .is_none()
+        );
+        let p = plan(
+            &c,
+            &client("52:54:00:77:00:01", None, false, false),
+            c.server.address,
+        )
+        .unwrap();
         assert_eq!(p.boot_file, None);
     }
 }

@@ -1,58 +1,57 @@
-//! The generated iPXE script and kernel command line for one client.
+//! The generated iPXE script and kernel command line for one client. `link` is the server
+//! address the client was given for its whole boot (one of `server.links`, `boot::links`):
+//! every URL and the root argument name it.
 
 use crate::config::{Config, Initramfs, Mac, Member, RootProto};
+use std::net::Ipv4Addr;
 
 /// Where iPXE fetches this client's script.
-pub fn script_url(config: &Config, mac: Mac) -> String {
-    format!("{}/boot/script/{mac}.ipxe", http_base(config))
+pub fn script_url(config: &Config, mac: Mac, link: Ipv4Addr) -> String {
+    format!("{}/boot/script/{mac}.ipxe", http_base(config, link))
 }
 
-/// `http://ADDRESS:PORT` as clients reach the server.
-pub fn http_base(config: &Config) -> String {
-    format!(
-        "http://{}:{}",
-        config.server.address,
-        config.server.http.port()
-    )
+/// `http://LINK:PORT` as clients reach the server.
+pub fn http_base(config: &Config, link: Ipv4Addr) -> String {
+    format!("http://{link}:{}", config.server.http.port())
 }
 
 /// The kernel command line: the root argument in the pool's initramfs syntax, where to report
 /// "booted", then the pool's own arguments.
-pub fn cmdline(config: &Config, member: &Member) -> String {
+pub fn cmdline(config: &Config, member: &Member, link: Ipv4Addr) -> String {
     let pool = member.pool;
     let s = &config.server;
     let image = &pool.image.name;
     let root = match (pool.root, pool.initramfs) {
         (RootProto::Nfs, Initramfs::Dracut) => {
             format!(
-                "root=nfs:{}:/{image}:ro,port={},mountport={}",
-                s.address, s.ports.nfs, s.ports.nfs
+                "root=nfs:{link}:/{image}:ro,port={},mountport={}",
+                s.ports.nfs, s.ports.nfs
             )
         }
         // dracut (059) reads a PORT that is not a number as the export name on the default
         // port, and cannot take both: `PORT/NAME` goes to nbd-client as one name.
         (RootProto::Nbd, Initramfs::Dracut) if s.ports.nbd == crate::proto::nbd::PORT => {
-            format!("root=nbd:{}:{image}", s.address)
+            format!("root=nbd:{link}:{image}")
         }
         (RootProto::Nbd, Initramfs::Dracut) => {
-            format!("root=nbd:{}:{}/{image}", s.address, s.ports.nbd)
+            format!("root=nbd:{link}:{}/{image}", s.ports.nbd)
         }
         // `boot=` because an initrd built with Debian's default `BOOT=local` ignores
         // `root=/dev/nfs`; klibc's nfsmount takes no `mountport=` (it asks the portmapper).
         (RootProto::Nfs, Initramfs::InitramfsTools) => format!(
-            "boot=nfs root=/dev/nfs nfsroot={}:/{image},ro,port={} ip=dhcp",
-            s.address, s.ports.nfs
+            "boot=nfs root=/dev/nfs nfsroot={link}:/{image},ro,port={} ip=dhcp",
+            s.ports.nfs
         ),
         // Debian's nbd script reads `SERVER,A,B` as server, export, device: the port goes
         // in its `SERVER:PORT/EXPORT` form.
         (RootProto::Nbd, Initramfs::InitramfsTools) => {
             format!(
-                "boot=local root=/dev/nbd0 nbdroot={}:{}/{image} ip=dhcp",
-                s.address, s.ports.nbd
+                "boot=local root=/dev/nbd0 nbdroot={link}:{}/{image} ip=dhcp",
+                s.ports.nbd
             )
         }
     };
-    let mut line = format!("{root} bootpool.url={}", http_base(config));
+    let mut line = format!("{root} bootpool.url={}", http_base(config, link));
     if !pool.cmdline.is_empty() {
         line.push(' ');
         line.push_str(&pool.cmdline);
@@ -63,8 +62,8 @@ pub fn cmdline(config: &Config, member: &Member) -> String {
 }
 
 /// The iPXE script for one client.
-pub fn ipxe_script(config: &Config, member: &Member, mac: Mac) -> String {
-    let base = http_base(config);
+pub fn ipxe_script(config: &Config, member: &Member, mac: Mac, link: Ipv4Addr) -> String {
+    let base = http_base(config, link);
     let image = &member.pool.image.name;
     let name = member.entry.name.as_deref().unwrap_or("");
     format!(
@@ -74,7 +73,7 @@ pub fn ipxe_script(config: &Config, member: &Member, mac: Mac) -> String {
          initrd {base}/boot/{image}/initrd.img\n\
          boot\n",
         pool = member.pool.name,
-        cmdline = cmdline(config, member),
+        cmdline = cmdline(config, member, link),
     )
 }
 
@@ -88,10 +87,26 @@ mod tests {
         let c = Config::parse(Path::new("p.yaml"), super::super::tests::CONFIG).unwrap();
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let m = c.member(mac).unwrap();
-        let s = ipxe_script(&c, &m, mac);
+        let s = ipxe_script(&c, &m, mac, c.server.address);
         assert!(s.starts_with("#!ipxe\n"));
         assert!(s.contains("kernel http://10.77.0.1:8080/boot/demo/vmlinuz root=nbd:10.77.0.1:demo bootpool.url=http://10.77.0.1:8080 console=ttyS0 initrd=initrd.img\n"), "{s}");
         assert!(s.contains("initrd http://10.77.0.1:8080/boot/demo/initrd.img\n"));
+    }
+
+    /// A client given another of the server's links hears only that address.
+    #[test]
+    fn every_url_and_the_root_name_the_clients_link() {
+        let c = Config::parse(Path::new("p.yaml"), super::super::tests::CONFIG).unwrap();
+        let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
+        let m = c.member(mac).unwrap();
+        let link = Ipv4Addr::new(10, 77, 0, 3);
+        let s = ipxe_script(&c, &m, mac, link);
+        assert_eq!(s.matches("10.77.0.3").count(), 4, "{s}");
+        assert!(!s.contains("10.77.0.1"), "{s}");
+        assert_eq!(
+            script_url(&c, mac, link),
+            "http://10.77.0.3:8080/boot/script/52:54:00:77:00:02.ipxe"
+        );
     }
 
     #[test]
@@ -100,13 +115,14 @@ mod tests {
         let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
         assert!(
-            cmdline(&c, &m).starts_with("root=nfs:10.77.0.1:/demo:ro,port=2049,mountport=2049 ")
+            cmdline(&c, &m, c.server.address)
+                .starts_with("root=nfs:10.77.0.1:/demo:ro,port=2049,mountport=2049 ")
         );
         let text = text.replace("root: nfs", "root: nfs\n    initramfs: initramfs-tools");
         let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
         assert!(
-            cmdline(&c, &m).starts_with(
+            cmdline(&c, &m, c.server.address).starts_with(
                 "boot=nfs root=/dev/nfs nfsroot=10.77.0.1:/demo,ro,port=2049 ip=dhcp "
             )
         );
@@ -119,7 +135,7 @@ mod tests {
         let cmdline_of = |text: &str| {
             let c = Config::parse(Path::new("p.yaml"), text).unwrap();
             let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
-            cmdline(&c, &m)
+            cmdline(&c, &m, c.server.address)
         };
         let text = super::super::tests::CONFIG;
         assert!(cmdline_of(text).starts_with("root=nbd:10.77.0.1:demo "));

@@ -116,8 +116,12 @@ impl Default for Limits {
 #[derive(Debug, Clone)]
 pub struct Server {
     pub interfaces: Vec<String>,
-    /// What clients are told to reach.
+    /// The server's address: its DHCP server identifier, and the one link when `links`
+    /// names no others.
     pub address: Ipv4Addr,
+    /// The addresses of the server's links on the clients' network, `address` first: each
+    /// client is given one of them for its whole boot (`boot::links`).
+    pub links: Vec<Ipv4Addr>,
     pub http: SocketAddr,
     pub state_dir: PathBuf,
     pub ports: Ports,
@@ -435,6 +439,18 @@ impl Checker<'_> {
         use Step::Key;
         let s = &raw.server;
         let address = self.ip(&[Key("server"), Key("address")], &s.address)?;
+        let mut links = vec![address];
+        for (i, text) in s.links.iter().flatten().enumerate() {
+            let ip = self.ip(&[Key("server"), Key("links"), Step::Index(i)], text)?;
+            if !links.contains(&ip) {
+                links.push(ip);
+            } else if ip != address {
+                return Err(self.err(
+                    &[Key("server"), Key("links"), Step::Index(i)],
+                    format!("{ip} is listed twice"),
+                ));
+            }
+        }
         let http: SocketAddr = s.http.parse().map_err(|_| {
             self.err(
                 &[Key("server"), Key("http")],
@@ -505,6 +521,7 @@ impl Checker<'_> {
         let server = Server {
             interfaces: s.interfaces.clone(),
             address,
+            links,
             http,
             state_dir,
             ports,
@@ -515,12 +532,20 @@ impl Checker<'_> {
             read_token,
         };
 
-        let dhcp = self.check_dhcp(&raw.dhcp, address)?;
-        if !dhcp.subnet.contains(address) {
-            return Err(self.err(
-                &[Key("server"), Key("address")],
-                format!("{address} is outside dhcp.subnet {}", dhcp.subnet),
-            ));
+        let dhcp = self.check_dhcp(&raw.dhcp, &server.links)?;
+        for (i, ip) in server.links.iter().enumerate() {
+            if !dhcp.subnet.contains(*ip) {
+                let at = match s
+                    .links
+                    .iter()
+                    .flatten()
+                    .position(|t| t.trim() == ip.to_string())
+                {
+                    Some(j) if i > 0 => vec![Key("server"), Key("links"), Step::Index(j)],
+                    _ => vec![Key("server"), Key("address")],
+                };
+                return Err(self.err(&at, format!("{ip} is outside dhcp.subnet {}", dhcp.subnet)));
+            }
         }
         self.check_ports(s, &server, dhcp.mode)?;
 
@@ -668,7 +693,7 @@ impl Checker<'_> {
                                 self.err(&at_c("ip"), format!("{ip} is outside {}", dhcp.subnet))
                             );
                         }
-                        if let Some(what) = reserved(dhcp.subnet, server.address, ip) {
+                        if let Some(what) = reserved(dhcp.subnet, &server.links, ip) {
                             return Err(self.err(&at_c("ip"), format!("{ip} is {what}")));
                         }
                         if let Some((_, other)) = seen_ips.iter().find(|(x, _)| *x == ip) {
@@ -829,7 +854,7 @@ impl Checker<'_> {
         Ok(())
     }
 
-    fn check_dhcp(&self, d: &raw::Dhcp, server: Ipv4Addr) -> Result<Dhcp, ConfigError> {
+    fn check_dhcp(&self, d: &raw::Dhcp, server: &[Ipv4Addr]) -> Result<Dhcp, ConfigError> {
         use Step::Key;
         let at = |k| [Key("dhcp"), Key(k)];
         let mode = match d.mode.as_str() {
@@ -863,7 +888,7 @@ impl Checker<'_> {
                 }
                 let (net, bcast) = (subnet.network, subnet.broadcast());
                 let inside = |ip: Ipv4Addr| (u32::from(a)..=u32::from(b)).contains(&u32::from(ip));
-                for ip in [net, bcast, server] {
+                for ip in [net, bcast].into_iter().chain(server.iter().copied()) {
                     if inside(ip)
                         && let Some(what) = reserved(subnet, server, ip)
                     {
@@ -919,10 +944,12 @@ fn is_ifname(s: &str) -> bool {
 }
 
 /// What `ip` is that no client may be given: the subnet's network or broadcast address (on a
-/// /31 or /32 both are hosts, RFC 3021), or the server's own address.
-fn reserved(subnet: Subnet, server: Ipv4Addr, ip: Ipv4Addr) -> Option<String> {
-    if ip == server {
+/// /31 or /32 both are hosts, RFC 3021), or one of the server's own addresses.
+fn reserved(subnet: Subnet, server: &[Ipv4Addr], ip: Ipv4Addr) -> Option<String> {
+    if ip == server[0] {
         Some("the server's own address (server.address)".into())
+    } else if server.contains(&ip) {
+        Some("one of the server's own addresses (server.links)".into())
     } else if subnet.prefix <= 30 && ip == subnet.network {
         Some(format!("the network address of {subnet}"))
     } else if subnet.prefix <= 30 && ip == subnet.broadcast() {

@@ -40,6 +40,9 @@ pub struct Server {
     #[serde(default)]
     pub interfaces: Vec<String>,
     pub address: String,
+    /// The server's addresses on the clients' network, one per link; clients are spread
+    /// over them.
+    pub links: Option<Vec<String>>,
     #[serde(default = "default_http")]
     pub http: String,
     #[serde(default = "default_state_dir")]

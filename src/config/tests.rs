@@ -51,6 +51,31 @@ fn good_config_parses_into_checked_types() {
     );
 }
 
+/// `server.links`: the server's addresses clients are spread over, `address` first whether or
+/// not the list names it.
+#[test]
+fn links_start_with_the_server_address() {
+    assert_eq!(
+        parse(GOOD).unwrap().server.links,
+        [Ipv4Addr::new(10, 77, 0, 1)]
+    );
+    for list in [
+        "[10.77.0.2, 10.77.0.3]",
+        "[10.77.0.2, 10.77.0.1, 10.77.0.3]",
+    ] {
+        let text = GOOD.replace(
+            "address: 10.77.0.1",
+            &format!("address: 10.77.0.1\n  links: {list}"),
+        );
+        let c = parse(&text).unwrap();
+        assert_eq!(
+            c.server.links,
+            [1, 2, 3].map(|n| Ipv4Addr::new(10, 77, 0, n)),
+            "{list}"
+        );
+    }
+}
+
 #[test]
 fn unknown_key_names_file_line_and_key() {
     let text = GOOD.replace("    root: nfs\n", "    root: nfs\n    rot: nbd\n");
@@ -286,6 +311,27 @@ fn reserved_addresses_are_refused_in_ranges_and_fixed_ips() {
             3,
             "server.address",
             "10.78.0.1 is outside dhcp.subnet 10.77.0.0/24",
+        ),
+        (
+            "address: 10.77.0.1",
+            "address: 10.77.0.1\n  links: [10.77.0.1, 10.78.0.2]",
+            4,
+            "server.links[1]",
+            "10.78.0.2 is outside dhcp.subnet 10.77.0.0/24",
+        ),
+        (
+            "address: 10.77.0.1",
+            "address: 10.77.0.1\n  links: [10.77.0.2, 10.77.0.2]",
+            4,
+            "server.links[1]",
+            "10.77.0.2 is listed twice",
+        ),
+        (
+            "address: 10.77.0.1",
+            "address: 10.77.0.1\n  links: [10.77.0.150]",
+            10,
+            "dhcp.range",
+            "holds 10.77.0.150, one of the server's own addresses (server.links)",
         ),
     ];
     for (from, to, line, path, why) in cases {

@@ -69,12 +69,15 @@ pub enum Kind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pool: Option<String>,
     },
-    /// A DHCPACK that gave (or, in proxy mode, confirmed) this address.
+    /// A DHCPACK that gave (or, in proxy mode, confirmed) this address. `link`: the server
+    /// address the client was told to boot from (one of `server.links`).
     DhcpAck {
         ip: Ipv4Addr,
         pxe: bool,
         ipxe: bool,
         pool: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        link: Option<Ipv4Addr>,
     },
     /// A file was sent (or the transfer ended) over TFTP or HTTP.
     File {

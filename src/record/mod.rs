@@ -493,6 +493,7 @@ mod tests {
             pxe: true,
             ipxe: true,
             pool: "p".into(),
+            link: None,
         }));
         rec.send(Event {
             at: at + 1,

@@ -64,6 +64,8 @@ pub struct Boot {
     pub mac: Mac,
     pub ip: Option<Ipv4Addr>,
     pub pool: Option<String>,
+    /// The server link (address) the client was told to boot from.
+    pub link: Option<Ipv4Addr>,
     pub start: Micros,
     pub last_event: Micros,
     pub result: BootResult,
@@ -86,6 +88,7 @@ impl Boot {
             mac,
             ip: None,
             pool: None,
+            link: None,
             start: at,
             last_event: at,
             result: BootResult::Running,
@@ -244,6 +247,7 @@ impl Timelines {
                 pool,
                 pxe,
                 ipxe,
+                link,
             } => {
                 if m.ack.is_none() {
                     m.loader_pending = *pxe && !*ipxe;
@@ -251,6 +255,9 @@ impl Timelines {
                 m.ack.get_or_insert(ev.at);
                 boot.ip = Some(*ip);
                 boot.pool = Some(pool.clone());
+                if link.is_some() {
+                    boot.link = *link;
+                }
                 self.ip_to_mac.insert(*ip, mac);
             }
             Kind::File {
@@ -345,6 +352,7 @@ mod tests {
                 pxe: true,
                 ipxe: true,
                 pool: "room".into(),
+                link: None,
             },
         ));
         assert!(t.apply(&ev(2_500_000, Who::Ip(ip), file(FileKind::Script, 300))));
@@ -430,6 +438,7 @@ mod tests {
             pxe: true,
             ipxe: false,
             pool: pool.into(),
+            link: None,
         };
         t.apply(&ev(21_000_000, Who::Mac(mac), pxe("room")));
         let discover = Kind::DhcpDiscover {
@@ -463,6 +472,7 @@ mod tests {
                 pxe: true,
                 ipxe: false,
                 pool: "room".into(),
+                link: None,
             },
         ));
         let failed = |reason: &str| Kind::Failed {

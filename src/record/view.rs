@@ -15,6 +15,9 @@ pub struct BootView {
     pub mac: String,
     pub ip: Option<Ipv4Addr>,
     pub pool: Option<String>,
+    /// The server link (address) it was told to boot from.
+    #[serde(default)]
+    pub link: Option<Ipv4Addr>,
     pub root: Option<Proto>,
     /// `running`, `booted`, `failed`, or `timed_out` (running, but silent for `SILENCE_S`).
     pub result: String,
@@ -61,6 +64,7 @@ impl BootView {
             mac: b.mac.to_string(),
             ip: b.ip,
             pool: b.pool.clone(),
+            link: b.link,
             root: b.root,
             result: match b.result {
                 BootResult::Running if timed_out => "timed_out",

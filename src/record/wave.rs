@@ -170,6 +170,7 @@ mod tests {
                 pxe: true,
                 ipxe: true,
                 pool: pool.into(),
+                link: None,
             },
         ));
         if let Some(took) = took_s {

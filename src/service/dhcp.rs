@@ -8,6 +8,7 @@
 
 use super::identity::{Identity, unix_now};
 use super::lease_file::LeaseFile;
+use super::placement::Placement;
 use crate::boot::leases::Leases;
 use crate::boot::{self, Client};
 use crate::config::{Config, DhcpMode, Mac};
@@ -62,6 +63,7 @@ pub async fn serve(
     table: Table,
     config: Arc<Config>,
     recorder: Recorder,
+    placement: Arc<Placement>,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let proxy = config.dhcp.mode == DhcpMode::Proxy;
@@ -71,7 +73,7 @@ pub async fn serve(
             tracing::debug!(error = %e, "dhcp receive buffer not enlarged");
         }
     }
-    let mut server = Server::open(config, recorder, table);
+    let mut server = Server::open(config, recorder, table, placement);
     let mut buf = vec![0u8; MAX_PACKET + 1];
     let mut pxe_buf = vec![0u8; MAX_PACKET + 1];
     loop {
@@ -191,6 +193,8 @@ fn load(config: &Config) -> anyhow::Result<(Leases, LeaseFile)> {
 struct Server {
     config: Arc<Config>,
     recorder: Recorder,
+    /// Which server link each client boots from.
+    placement: Arc<Placement>,
     leases: Identity,
     file: LeaseFile,
     strangers: HashSet<Mac>,
@@ -205,10 +209,16 @@ struct Server {
 
 impl Server {
     /// The server for this config and its lease table (`open_table`).
-    fn open(config: Arc<Config>, recorder: Recorder, table: Table) -> Server {
+    fn open(
+        config: Arc<Config>,
+        recorder: Recorder,
+        table: Table,
+        placement: Arc<Placement>,
+    ) -> Server {
         Server {
             config,
             recorder,
+            placement,
             leases: table.leases,
             file: table.file,
             strangers: HashSet::new(),
@@ -257,7 +267,8 @@ impl Server {
         }
     }
 
-    /// The client as policy sees it, and its plan; `None` (counted, logged once) for strangers.
+    /// The client as policy sees it, and its plan from the link it boots from; `None`
+    /// (counted, logged once) for strangers.
     fn plan<'c>(
         &mut self,
         config: &'c Config,
@@ -272,14 +283,27 @@ impl Server {
             pxe: req.is_pxe(),
             http: req.is_http_client(),
         };
-        let Some(plan) = boot::plan(config, &client) else {
+        let Some(member) = config.member(mac) else {
             self.counters.strangers.fetch_add(1, Ordering::Relaxed);
             if self.strangers.len() < STRANGERS_REMEMBERED && self.strangers.insert(mac) {
                 tracing::info!(%mac, %from, "dhcp client in no pool; not answering it");
             }
             return None;
         };
+        // A firmware DISCOVER starts a boot; iPXE and the initrd ask again within it.
+        let starting = client.pxe && !client.ipxe && req.message_type() == Some(DISCOVER);
+        let kept = self.leases.read().link(mac);
+        let link = self.placement.link_for(mac, member.pool, kept, starting);
+        let plan = boot::plan(config, &client, link)?;
         Some((client, plan))
+    }
+
+    /// Keeps the link `plan` names in `mac`'s lease (which exists: call after an offer, ACK
+    /// or observation), so the client keeps it across a restart.
+    fn keep_link(&mut self, mac: Mac, plan: &boot::Plan) {
+        if self.leases.write().set_link(mac, plan.next_server) {
+            self.changed();
+        }
     }
 
     /// proxyDHCP: PXE clients only, never an address. DISCOVER on port 67 gets an OFFER with
@@ -341,6 +365,7 @@ impl Server {
                         .write()
                         .observe(mac, ip, now, self.config.dhcp.lease.as_secs());
                     self.changed();
+                    self.keep_link(mac, &plan);
                     self.recorder.record(
                         Who::Mac(mac),
                         Kind::DhcpAck {
@@ -348,6 +373,7 @@ impl Server {
                             pxe: true,
                             ipxe: client.ipxe,
                             pool: plan.member.pool.name.clone(),
+                            link: Some(plan.next_server),
                         },
                     );
                 }
@@ -412,6 +438,7 @@ impl Server {
                     return None;
                 };
                 self.changed();
+                self.keep_link(mac, &plan);
                 self.counters.offers.fetch_add(1, Ordering::Relaxed);
                 (ReplyKind::Offer, ip)
             }
@@ -438,6 +465,7 @@ impl Server {
                 match granted {
                     Ok(()) => {
                         self.changed();
+                        self.keep_link(mac, &plan);
                         self.counters.acks.fetch_add(1, Ordering::Relaxed);
                         self.recorder.record(
                             Who::Mac(mac),
@@ -446,10 +474,11 @@ impl Server {
                                 pxe: client.pxe,
                                 ipxe: client.ipxe,
                                 pool: plan.member.pool.name.clone(),
+                                link: Some(plan.next_server),
                             },
                         );
                         tracing::info!(%mac, %ip, pool = %plan.member.pool.name,
-                            pxe = client.pxe, ipxe = client.ipxe,
+                            link = %plan.next_server, pxe = client.pxe, ipxe = client.ipxe,
                             boot_file = plan.boot_file.as_ref().map(|b| b.as_str()).unwrap_or("-"),
                             "dhcp ack");
                         (ReplyKind::Ack, ip)
@@ -602,7 +631,8 @@ pools:
         let text = CONFIG.replace("state_dir: var/", &format!("state_dir: {}", dir.display()));
         let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
         let table = open_table(&config).unwrap();
-        Server::open(config, Recorder::discard(), table)
+        let placement = Arc::new(Placement::new(&config, None));
+        Server::open(config, Recorder::discard(), table, placement)
     }
 
     fn req(mac: u8, options: &[u8]) -> Request {
@@ -661,6 +691,67 @@ pools:
         assert_eq!(to, "10.77.0.100:68".parse().unwrap());
     }
 
+    /// A server on three links: clients are spread over them, each told its link as
+    /// next-server and in its script URL, and a client keeps its link across a restart.
+    #[test]
+    fn clients_are_spread_over_the_links_and_keep_theirs_across_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let multi = |dir: &Path| {
+            let text = CONFIG
+                .replace("state_dir: var/", &format!("state_dir: {}", dir.display()))
+                .replace(
+                    "address: 10.77.0.1,",
+                    "address: 10.77.0.1, links: [10.77.0.2, 10.77.0.3],",
+                );
+            let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
+            let table = open_table(&config).unwrap();
+            let placement = Arc::new(Placement::new(&config, None));
+            Server::open(config, Recorder::discard(), table, placement)
+        };
+        let pxe_discover = |mac: u8| {
+            let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 0, 60, 9];
+            o.extend_from_slice(b"PXEClient");
+            req(mac, &o)
+        };
+        let mut s = multi(dir.path());
+        let mut told = Vec::new();
+        // The range holds two addresses; the third client has a fixed one.
+        for mac in [1, 2, 0x20] {
+            let (offer, _) = s.handle(&pxe_discover(mac), from(), 1000).unwrap();
+            told.push(offer.siaddr);
+        }
+        told.sort();
+        assert_eq!(
+            told,
+            [1, 2, 3].map(|n| Ipv4Addr::new(10, 77, 0, n)),
+            "one client per link"
+        );
+        // iPXE's DISCOVER in the same boot: the script URL names the same link.
+        let (offer, _) = s
+            .handle(&ipxe_discover(0x20, DISCOVER), from(), 1001)
+            .unwrap();
+        let link3 = s
+            .leases
+            .read()
+            .link(Mac([0x52, 0x54, 0, 0x77, 0, 0x20]))
+            .unwrap();
+        assert_eq!(
+            offer.boot_file.as_deref(),
+            Some(format!("http://{link3}:8080/boot/script/52:54:00:77:00:20.ipxe").as_str())
+        );
+        s.flush();
+        // After a restart, with nobody booting, the third client still gets its link (a fresh choice
+        // on empty links would be the first).
+        let mut s = multi(dir.path());
+        let (offer, _) = s.handle(&pxe_discover(0x20), from(), 2000).unwrap();
+        assert_eq!(offer.siaddr, link3);
+        assert_ne!(
+            link3,
+            Ipv4Addr::new(10, 77, 0, 1),
+            "the test needs the third client off the first link"
+        );
+    }
+
     /// iPXE's DISCOVER: option 60 PXEClient:..., 77 iPXE, 97 a UUID.
     fn ipxe_discover(mac: u8, msg: u8) -> Request {
         let mut o = vec![53, 1, msg, 93, 2, 0, 0, 60, 32];
@@ -695,7 +786,8 @@ pools:
         let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
         assert_eq!(config.dhcp.mode, DhcpMode::Proxy);
         let table = open_table(&config).unwrap();
-        Server::open(config, Recorder::discard(), table)
+        let placement = Arc::new(Placement::new(&config, None));
+        Server::open(config, Recorder::discard(), table, placement)
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub struct Web {
     pub egress: Arc<Egress>,
     /// Who is at which address (`service::identity`).
     pub identity: super::identity::Identity,
+    /// Which server link each client boots from, and which interface holds each link.
+    pub placement: Arc<super::placement::Placement>,
 }
 
 pub async fn serve(listener: TcpListener, web: Web, shutdown: Shutdown) -> anyhow::Result<()> {
@@ -369,7 +371,13 @@ async fn boot_script(
         tracing::info!(%mac, "script asked for by a client in no pool");
         return not_found("no pool lists this client");
     };
-    let text = script::ipxe_script(&web.config, &member, mac);
+    // The link its DHCP answer named (a client that never asked us for DHCP: the primary).
+    let link = web
+        .identity
+        .read()
+        .link(mac)
+        .unwrap_or(web.config.server.address);
+    let text = script::ipxe_script(&web.config, &member, mac, link);
     web.recorder.record(
         Who::Mac(mac),
         Kind::File {
@@ -943,6 +951,9 @@ struct LinkSeries {
     kind: LinkKind,
     master: Option<String>,
     speed_mbps: Option<u32>,
+    /// The addresses of `server.links` this interface holds: the clients whose `link` is one
+    /// of them boot over it.
+    addresses: Vec<std::net::Ipv4Addr>,
     points: Vec<LinkPoint>,
 }
 
@@ -993,11 +1004,13 @@ async fn egress(State(web): State<Web>, Query(q): Query<EgressQuery>) -> Json<Eg
             *b.2.entry(p.clone()).or_default() += v * s.seconds;
         }
     }
+    let held = web.placement.held();
     let links = web
         .egress
         .links()
         .into_iter()
         .map(|l| LinkSeries {
+            addresses: held.get(&l.name).cloned().unwrap_or_default(),
             points: buckets
                 .iter()
                 .filter_map(|(k, (secs, links, _))| {

@@ -274,6 +274,7 @@ fn saved_lease(mac: Mac, l: &Lease) -> SavedLease {
         ip: l.ip,
         state: l.state,
         expires: l.expires,
+        link: l.link,
     }
 }
 

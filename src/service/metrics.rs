@@ -303,6 +303,7 @@ mod tests {
                 pxe: true,
                 ipxe: false,
                 pool: "r\"oom\\1\nbootpool_fake 1".into(),
+                link: None,
             },
         });
         let mut out = String::new();

@@ -13,6 +13,7 @@ pub mod nbd;
 pub mod nfs;
 pub mod overlays;
 pub mod page_buf;
+pub mod placement;
 pub mod portmap;
 pub mod quick_read;
 pub mod tftp;

@@ -1691,6 +1691,7 @@ pools:
                 pxe: true,
                 ipxe: false,
                 pool: "room".into(),
+                link: None,
             },
         );
         let mut s = attach(t.addr).await;

@@ -59,6 +59,12 @@ pub struct Outcome {
     pub ip: Option<Ipv4Addr>,
     /// The server address it booted from (DHCP's server identifier).
     pub server: Option<Ipv4Addr>,
+    /// Where its boot went, as the server told it: the loader's TFTP server (siaddr), the
+    /// kernel's HTTP server (the script's `kernel` URL) and the root's server (the root
+    /// argument). On a server with several links these name the link chosen for it.
+    pub tftp_server: Option<Ipv4Addr>,
+    pub http_server: Option<Ipv4Addr>,
+    pub root_server: Option<Ipv4Addr>,
     /// `booted`, or `failed` with `error` saying where and why.
     pub result: String,
     pub error: Option<String>,
@@ -136,6 +142,28 @@ impl Run<'_> {
             .context("a request before any DHCP lease")
     }
 
+    /// Where the loader comes from: next-server, else the DHCP server.
+    fn tftp_server(&self) -> anyhow::Result<Ipv4Addr> {
+        let server = self.server()?;
+        Ok(self
+            .lease
+            .as_ref()
+            .map(|l| l.next_server)
+            .filter(|a| !a.is_unspecified())
+            .unwrap_or(server))
+    }
+
+    /// Where HTTP goes: the script's host until the script names the kernel's, else the DHCP
+    /// server.
+    fn http_server(&self) -> anyhow::Result<Ipv4Addr> {
+        let server = self.server()?;
+        Ok(self
+            .out
+            .http_server
+            .or_else(|| self.lease.as_ref()?.boot_file.as_deref().and_then(url_host))
+            .unwrap_or(server))
+    }
+
     /// One DHCP message of the recording: a DISCOVER until its OFFER, or a REQUEST of the
     /// offered address until its ACK (the address then goes on the link).
     fn dhcp(&mut self, msg: &str, id: Identity) -> anyhow::Result<()> {
@@ -171,10 +199,11 @@ impl Run<'_> {
     }
 
     fn file(&mut self, proto: &str, name: &str, expect: u64) -> anyhow::Result<()> {
-        let server = self.server()?;
         let mac = self.out.mac.clone();
         let got = match proto {
             "tftp" => {
+                let server = self.tftp_server()?;
+                self.out.tftp_server = Some(server);
                 let sock = UdpSocket::bind("0.0.0.0:0")?;
                 let (data, retries) = tftp(&sock, server, name)?;
                 self.out.tftp_retries += retries;
@@ -189,10 +218,21 @@ impl Run<'_> {
                 } else {
                     name.to_string()
                 };
+                let server = self.http_server()?;
                 let url = format!("http://{server}:{}{path}", self.plan.http_port);
-                let n = http_get(&url)?;
+                let script = path.starts_with("/boot/script/");
+                let mut body = Vec::new();
+                let n = if script {
+                    http_get(&url, &mut body)?
+                } else {
+                    http_get(&url, &mut std::io::sink())?
+                };
                 self.out.bytes.http += n;
-                if path.starts_with("/boot/script/") {
+                if script {
+                    // The rest of the boot goes where the script says.
+                    let (kernel, root) = script_servers(&String::from_utf8_lossy(&body));
+                    self.out.http_server = Some(kernel.unwrap_or(server));
+                    self.out.root_server = root.or(self.out.http_server);
                     self.out.script_bytes += n;
                     self.out.at.script = Some(self.now());
                 } else {
@@ -258,8 +298,38 @@ fn udp_datagrams_sent() -> Option<u64> {
     values.split_whitespace().nth(at)?.parse().ok()
 }
 
-/// GET, counting the body's bytes.
-fn http_get(url: &str) -> anyhow::Result<u64> {
+/// The host of an `http://HOST[:PORT]/...` URL.
+fn url_host(url: &str) -> Option<Ipv4Addr> {
+    let rest = url.strip_prefix("http://")?;
+    let authority = rest.split('/').next()?;
+    authority.split(':').next()?.parse().ok()
+}
+
+/// Where an iPXE script sends the rest of the boot: the `kernel` URL's host, and the server
+/// its root argument names (`root=nfs:HOST:`, `root=nbd:HOST:`, `nfsroot=HOST:`,
+/// `nbdroot=HOST:`).
+fn script_servers(script: &str) -> (Option<Ipv4Addr>, Option<Ipv4Addr>) {
+    let Some(line) = script
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("kernel "))
+    else {
+        return (None, None);
+    };
+    let mut words = line.split_whitespace();
+    let kernel = words.next().and_then(url_host);
+    let root = words.find_map(|w| {
+        let host = w
+            .strip_prefix("root=nfs:")
+            .or_else(|| w.strip_prefix("root=nbd:"))
+            .or_else(|| w.strip_prefix("nfsroot="))
+            .or_else(|| w.strip_prefix("nbdroot="))?;
+        host.split([':', ',', '/']).next()?.parse().ok()
+    });
+    (kernel, root)
+}
+
+/// GET, counting the body's bytes as it goes to `sink`.
+fn http_get(url: &str, sink: &mut dyn std::io::Write) -> anyhow::Result<u64> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(HTTP_TIMEOUT))
         .http_status_as_error(false)
@@ -277,8 +347,7 @@ fn http_get(url: &str) -> anyhow::Result<u64> {
         .get("content-length")
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     let mut reader = resp.body_mut().as_reader();
-    let n = std::io::copy(&mut reader, &mut std::io::sink())
-        .with_context(|| format!("GET {url}: body"))?;
+    let n = std::io::copy(&mut reader, sink).with_context(|| format!("GET {url}: body"))?;
     if let Some(want) = length.filter(|&want| want != n) {
         bail!("GET {url}: {n} bytes of a {want}-byte body");
     }
@@ -382,7 +451,7 @@ fn replay(run: &mut Run<'_>) -> anyhow::Result<()> {
             What::Booted => {
                 run.think(op);
                 if run.plan.callback {
-                    let server = run.server()?;
+                    let server = run.http_server()?;
                     let body = serde_json::json!({
                         "uptime_s": run.now() - run.out.at.power_on,
                         "root_bytes": run.out.bytes.nfs + run.out.bytes.nbd,
@@ -405,7 +474,10 @@ fn replay(run: &mut Run<'_>) -> anyhow::Result<()> {
 
 /// The root's requests: rebased so the first waits its think time from the previous answer.
 fn root(run: &mut Run<'_>, ops: &[Op]) -> anyhow::Result<()> {
-    let server = run.server()?;
+    let server = match run.out.root_server {
+        Some(s) => s,
+        None => run.server()?,
+    };
     let base = run.last_end_recorded;
     let rebased: Vec<Op> = ops
         .iter()
@@ -435,4 +507,32 @@ fn root(run: &mut Run<'_>, ops: &[Op]) -> anyhow::Result<()> {
 fn parse_mac(s: &str) -> anyhow::Result<[u8; 6]> {
     let mac: crate::config::Mac = s.parse().map_err(|e| anyhow::anyhow!("{s}: {e}"))?;
     Ok(mac.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rest_of_the_boot_goes_where_the_script_says() {
+        let ours = "#!ipxe\nkernel http://10.78.0.3:8080/boot/demo/vmlinuz root=nfs:10.78.0.3:/demo:ro,port=2049 bootpool.url=http://10.78.0.3:8080\ninitrd http://10.78.0.3:8080/boot/demo/initrd.img\nboot\n";
+        let three = Some(Ipv4Addr::new(10, 78, 0, 3));
+        assert_eq!(script_servers(ours), (three, three));
+        let nbd = "kernel http://10.0.0.1/k root=nbd:10.0.0.2:demo x";
+        assert_eq!(
+            script_servers(nbd),
+            (
+                Some(Ipv4Addr::new(10, 0, 0, 1)),
+                Some(Ipv4Addr::new(10, 0, 0, 2))
+            )
+        );
+        let tools = "kernel http://10.0.0.1:80/k boot=local nbdroot=10.0.0.4:10809/demo";
+        assert_eq!(script_servers(tools).1, Some(Ipv4Addr::new(10, 0, 0, 4)));
+        assert_eq!(script_servers("#!ipxe\nchain x\n"), (None, None));
+        assert_eq!(
+            url_host("http://10.1.2.3:8080/boot/script/a.ipxe"),
+            Some(Ipv4Addr::new(10, 1, 2, 3))
+        );
+        assert_eq!(url_host("undionly.kpxe"), None);
+    }
 }

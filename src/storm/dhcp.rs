@@ -30,6 +30,10 @@ pub struct Lease {
     pub ip: Ipv4Addr,
     pub server: Ipv4Addr,
     pub prefix: u8,
+    /// siaddr: where the loader comes from over TFTP (unspecified when the ACK names none).
+    pub next_server: Ipv4Addr,
+    /// Option 67: the loader's name, or (for iPXE) the script's URL.
+    pub boot_file: Option<String>,
 }
 
 /// An exchange's outcome, with the retransmits it needed.
@@ -223,9 +227,15 @@ pub fn request(
         }
         _ => bail!("DHCP ACK without a subnet mask"),
     };
+    let boot_file = match ack.option(67) {
+        Some(DhcpOption::Unrecognized(r)) => Some(String::from_utf8_lossy(&r.data).into_owned()),
+        _ => None,
+    };
     Ok(Lease {
         ip: ack.yiaddr,
         server: offer.server,
         prefix,
+        next_server: ack.siaddr,
+        boot_file,
     })
 }

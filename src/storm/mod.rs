@@ -26,6 +26,7 @@ use crate::config::{Config, Mac, RootProto};
 use crate::trace::format::Trace;
 use anyhow::{Context, bail};
 use clap::Args;
+use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -231,7 +232,13 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         .first()
         .cloned()
         .unwrap_or_else(|| "s0".into());
-    let links = room::wire_server(config.server.address, prefix, k, rate, &first_dev)?;
+    // The config's `server.links` first, then the addresses after the last of them.
+    let mut addresses: Vec<Ipv4Addr> = config.server.links.iter().copied().take(k).collect();
+    while addresses.len() < k {
+        let last = *addresses.last().expect("server.links holds server.address");
+        addresses.push(Ipv4Addr::from(u32::from(last) + 1));
+    }
+    let links = room::wire_server(&addresses, prefix, rate, &first_dev)?;
     let t0 = Instant::now();
     let plan = Arc::new(client::Plan {
         trace: Arc::new(trace),

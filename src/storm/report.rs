@@ -116,6 +116,8 @@ pub struct LinkRow {
     pub address: Ipv4Addr,
     pub capacity_bps: u64,
     pub bytes: u64,
+    /// Clients whose root was served from this link's address.
+    pub clients: usize,
     /// Mean and peak (over 1 s) share of capacity used while clients still wanted data.
     pub mean_util: f64,
     pub peak_util: f64,
@@ -172,7 +174,8 @@ pub struct Limit {
 pub struct Agreement {
     pub clients_recorded: usize,
     pub clients_booted_in_record: usize,
-    /// Largest |recorded - counted| / counted over the clients' payload bytes.
+    /// Largest |recorded - counted| / counted over the payload bytes of the clients that
+    /// booted (this and the two below compare only those).
     pub max_bytes_diff: f64,
     /// Largest |recorded - counted| of the boot's duration (first DISCOVER to booted), s.
     pub max_duration_diff_s: f64,
@@ -283,7 +286,13 @@ impl Report {
             .iter()
             .filter_map(|c| c.at.booted)
             .fold(0.0, f64::max);
-        let (link_rows, mean, peak) = link_rows(links, &samples, wanted_from, wanted_to);
+        let (mut link_rows, mean, peak) = link_rows(links, &samples, wanted_from, wanted_to);
+        for row in &mut link_rows {
+            row.clients = clients
+                .iter()
+                .filter(|c| c.root_server.or(c.server) == Some(row.address))
+                .count();
+        }
         let capacity: u64 = links.iter().map(|l| l.rate).sum();
         let per_client = trace.bytes().total();
         let bytes_needed = per_client * n as u64;
@@ -434,10 +443,11 @@ impl Report {
         ));
         for l in &self.links {
             s.push_str(&format!(
-                "  {:<6} {:<13} {:>6} Mbit/s  sent {:>8.1} MB  mean {:>3.0}%  peak {:>3.0}%\n",
+                "  {:<6} {:<13} {:>6} Mbit/s  {:>3} clients  sent {:>8.1} MB  mean {:>3.0}%  peak {:>3.0}%\n",
                 l.dev,
                 l.address,
                 l.capacity_bps / 1_000_000,
+                l.clients,
                 l.bytes as f64 / 1e6,
                 l.mean_util * 100.0,
                 l.peak_util * 100.0
@@ -522,6 +532,7 @@ fn link_rows(links: &[Link], samples: &[Sample], from: f64, to: f64) -> (Vec<Lin
             address: l.address,
             capacity_bps: l.rate,
             bytes: total,
+            clients: 0,
             mean_util: sent / (cap * window),
             peak_util: peak,
             per_second_bps: per_second,
@@ -557,6 +568,11 @@ fn agreement(clients: &[Outcome], recorded: &[BootView]) -> Agreement {
         found += 1;
         if b.result == "booted" {
             booted += 1;
+        }
+        // A client that gave up (in DHCP, say) counted a part of a boot that the server may
+        // have seen differently or not at all: only whole boots are compared.
+        if c.result != "booted" {
+            continue;
         }
         let rec: u64 = b.bytes.values().sum();
         let counted = c.bytes.total();

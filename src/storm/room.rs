@@ -101,16 +101,16 @@ fn shape(dev: &str, rate: u64) -> String {
     format!("qdisc add dev {dev} root tbf rate {rate}bit burst {burst} latency 20ms")
 }
 
-/// Makes the switch and the server's links. `first` is the first link's address, on a device
-/// named `first_dev` (the config's interface, which bootpool's DHCP binds to); the others are
-/// `s1`, `s2`, ... with the next addresses.
+/// Makes the switch and the server's links, one per address: the first on a device named
+/// `first_dev` (the config's interface, which bootpool's DHCP binds to), the others `s1`,
+/// `s2`, ...
 pub fn wire_server(
-    first: Ipv4Addr,
+    addresses: &[Ipv4Addr],
     prefix: u8,
-    links: usize,
     rate: u64,
     first_dev: &str,
 ) -> anyhow::Result<Vec<Link>> {
+    let first = addresses[0];
     crate::lab::net::ip(&["link", "set", "lo", "up"]).ok();
     let mut cmds = vec![
         format!("link add {BRIDGE} type bridge stp_state 0 forward_delay 0"),
@@ -123,13 +123,12 @@ pub fn wire_server(
     sysctl("net/ipv4/conf/all/arp_ignore", "1")?;
     sysctl("net/ipv4/conf/all/arp_announce", "2")?;
     sysctl("net/ipv4/conf/all/rp_filter", "0")?;
-    for k in 0..links {
+    for (k, &address) in addresses.iter().enumerate() {
         let dev = if k == 0 {
             first_dev.to_string()
         } else {
             format!("s{k}")
         };
-        let address = Ipv4Addr::from(u32::from(first) + k as u32);
         cmds.push(format!("link add {dev} type veth peer name sp{k}"));
         cmds.push(format!("link set sp{k} master {BRIDGE}"));
         cmds.push(format!("link set sp{k} up"));

@@ -302,6 +302,7 @@ mod tests {
             pxe: true,
             ipxe: true,
             pool: "room".into(),
+            link: None,
         };
         t.event(Who::Mac(mac), &ack);
         assert!(t.wants(ip));

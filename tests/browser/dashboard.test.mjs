@@ -500,6 +500,18 @@ test('egress view: each link\'s bytes, peak and mean are the API\'s; protocols; 
     ['bond0', 'bond0 (bond) · capacity 2000 Mbit/s (dashed)', 1, '48 %'],
     ['eth1', 'eth1 (member of bond0) · capacity 1000 Mbit/s (dashed)', 1, '40 %'],
     ['eth0', 'eth0 (member of bond0) · capacity 1000 Mbit/s (dashed)', 1, '56 %']]);
+  // Several links without a bond (server.links): each says which clients of the wave it carries.
+  const carried = await page.evaluate(async () => {
+    const { linkCharts } = await import('/app.js');
+    const pts = [{ t: 100, tx_bytes_s: 1e6, rx_bytes_s: 0, tx_bytes: 1e6, rx_bytes: 0 }];
+    const eg = { step_s: 1, links: [
+      { name: 's0', kind: 'plain', master: null, speed_mbps: 250, addresses: ['10.78.0.1'], points: pts },
+      { name: 's1', kind: 'plain', master: null, speed_mbps: 250, addresses: ['10.78.0.2'], points: pts },
+      { name: 'lo', kind: 'plain', master: null, speed_mbps: null, addresses: [], points: pts }], protocols: [] };
+    const boots = ['10.78.0.1', '10.78.0.2', '10.78.0.2'].map(link => ({ link }));
+    return linkCharts(eg, 100, 102, 1, 600, boots).map(d => d.querySelector('[data-testid=carries]')?.textContent ?? null);
+  });
+  assert.deepEqual(carried, [' · 10.78.0.1: 1 client', ' · 10.78.0.2: 2 clients', null]);
   await page.close();
 });
 

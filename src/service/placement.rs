@@ -1,0 +1,241 @@
+//! Which server link each client boots from (`server.links`: several NICs on the clients'
+//! network, each with its own address, no bond). The DHCP service asks `link_for` when it
+//! answers; the answer goes into the client's lease (`boot::leases`, so it survives a
+//! restart), into next-server, the script URL and the root argument (`boot::plan`,
+//! `boot::script`), and into the record (the ACK event's `link`).
+//!
+//! The choice is `boot::links::choose`; this module keeps what it is made from: the clients
+//! booting on each link with the bytes each is still expected to fetch (its pool's recent
+//! boots, from the records, less what it fetched so far), each link's capacity and usability
+//! (`set_links`, from the kernel at start) and its measured egress (the egress sampler).
+
+use crate::boot::links::{self, Load};
+use crate::config::{Config, Mac, Pool};
+use crate::record::Records;
+use crate::record::egress::Egress;
+use crate::record::timeline::BootResult;
+use std::collections::{BTreeMap, HashMap};
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+/// A client counts on its link this long after its boot started, unless its record says it
+/// booted or failed sooner.
+pub const BOOTING_FOR: Duration = Duration::from_secs(600);
+/// How many of a pool's latest boots its expected bytes are the mean of.
+const LEARN_FROM: usize = 8;
+/// How long a pool's expected bytes are reused before the records are read again.
+const EXPECTED_FOR: Duration = Duration::from_secs(30);
+/// Before a pool has booted once, its clients are expected to fetch this many times its boot
+/// files (kernel and initrd): the demo image's root reads 2 to 4 times them.
+const FIRST_GUESS_FACTOR: u64 = 4;
+
+/// One of the server's links as the kernel has it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkState {
+    /// The interface holding the address (`None`: no interface does).
+    pub device: Option<String>,
+    pub capacity_bps: Option<u64>,
+}
+
+pub struct Placement {
+    /// `server.links`, the primary address first.
+    addresses: Vec<Ipv4Addr>,
+    state: RwLock<Vec<LinkState>>,
+    /// What clients fetched so far and what a pool's boots fetch (`None` in unit tests:
+    /// nothing learned, nothing fetched).
+    records: Option<Arc<Records>>,
+    egress: OnceLock<Arc<Egress>>,
+    booting: Mutex<HashMap<Mac, Booting>>,
+    expected: Mutex<HashMap<String, (u64, Instant)>>,
+}
+
+struct Booting {
+    link: usize,
+    pool: Arc<Pool>,
+    since: Instant,
+}
+
+impl Placement {
+    pub fn new(config: &Config, records: Option<Arc<Records>>) -> Placement {
+        Placement {
+            addresses: config.server.links.clone(),
+            state: RwLock::new(vec![LinkState::default(); config.server.links.len()]),
+            records,
+            egress: OnceLock::new(),
+            booting: Mutex::default(),
+            expected: Mutex::default(),
+        }
+    }
+
+    /// The links' devices and capacities, one per `server.links` address, in that order.
+    pub fn set_links(&self, state: Vec<LinkState>) {
+        if state.len() == self.addresses.len() {
+            *self.state.write().unwrap_or_else(|e| e.into_inner()) = state;
+        }
+    }
+
+    /// Where measured egress is read from.
+    pub fn set_egress(&self, egress: Arc<Egress>) {
+        let _ = self.egress.set(egress);
+    }
+
+    pub fn addresses(&self) -> &[Ipv4Addr] {
+        &self.addresses
+    }
+
+    /// Which of the server's link addresses each interface holds.
+    pub fn held(&self) -> BTreeMap<String, Vec<Ipv4Addr>> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        let mut out: BTreeMap<String, Vec<Ipv4Addr>> = BTreeMap::new();
+        for (a, s) in self.addresses.iter().zip(state.iter()) {
+            if let Some(dev) = &s.device {
+                out.entry(dev.clone()).or_default().push(*a);
+            }
+        }
+        out
+    }
+
+    /// The interfaces holding the server's links, for the egress sampler.
+    pub fn devices(&self) -> Vec<String> {
+        self.held().into_keys().collect()
+    }
+
+    /// The link `mac` (of `pool`) boots from. `kept` is the link its lease names: it is kept
+    /// while it is still one of the server's links. `starting`: this message starts a boot
+    /// (a firmware DISCOVER), so the client counts on its link from now.
+    pub fn link_for(
+        &self,
+        mac: Mac,
+        pool: &Arc<Pool>,
+        kept: Option<Ipv4Addr>,
+        starting: bool,
+    ) -> Ipv4Addr {
+        if self.addresses.len() == 1 {
+            return self.addresses[0];
+        }
+        let mut booting = self.booting.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        // Kept while it is one of the links and usable (an address that left its interface
+        // is chosen anew).
+        let kept = kept
+            .and_then(|a| self.addresses.iter().position(|x| *x == a))
+            .filter(|&i| self.usable(i));
+        if let Some(i) = kept {
+            if starting || !booting.contains_key(&mac) {
+                booting.insert(
+                    mac,
+                    Booting {
+                        link: i,
+                        pool: pool.clone(),
+                        since: now,
+                    },
+                );
+            }
+            return self.addresses[i];
+        }
+        if let Some(b) = booting.get(&mac) {
+            return self.addresses[b.link];
+        }
+        let loads = self.loads(&mut booting, now);
+        let i = links::choose(&loads, self.expected_bytes(pool));
+        booting.insert(
+            mac,
+            Booting {
+                link: i,
+                pool: pool.clone(),
+                since: now,
+            },
+        );
+        tracing::debug!(%mac, link = %self.addresses[i], "link chosen");
+        self.addresses[i]
+    }
+
+    /// Whether link `i` can be given out: its address is on an interface, or no link's
+    /// interface is known (nothing resolved: all count).
+    fn usable(&self, i: usize) -> bool {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        state[i].device.is_some() || state.iter().all(|s| s.device.is_none())
+    }
+
+    /// Each link's load now; forgets clients that are done.
+    fn loads(&self, booting: &mut HashMap<Mac, Booting>, now: Instant) -> Vec<Load> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut loads: Vec<Load> = state
+            .iter()
+            .map(|s| Load {
+                capacity_bps: s.capacity_bps,
+                unusable: s.device.is_none() && state.iter().any(|o| o.device.is_some()),
+                ..Load::default()
+            })
+            .collect();
+        // Fetched so far, per client still booting.
+        let fetched: HashMap<Mac, Option<u64>> = match &self.records {
+            None => booting.keys().map(|mac| (*mac, Some(0))).collect(),
+            Some(records) => records.read(|t| {
+                booting
+                    .keys()
+                    .map(|mac| {
+                        let boot = t.current(*mac);
+                        let done = boot.is_some_and(|b| b.result != BootResult::Running);
+                        let bytes = boot.map_or(0, |b| b.bytes.values().sum());
+                        (*mac, (!done).then_some(bytes))
+                    })
+                    .collect()
+            }),
+        };
+        booting.retain(|mac, b| {
+            now.duration_since(b.since) < BOOTING_FOR && fetched.get(mac).copied().flatten().is_some()
+                // A boot that ended before this client counted on its link is an earlier one.
+                || now.duration_since(b.since) < Duration::from_secs(5)
+        });
+        for (mac, b) in booting.iter() {
+            let so_far = fetched.get(mac).copied().flatten().unwrap_or(0);
+            let l = &mut loads[b.link];
+            l.clients += 1;
+            l.pending_bytes += self.expected_bytes(&b.pool).saturating_sub(so_far);
+        }
+        if let Some(sample) = self.egress.get().and_then(|e| e.latest()) {
+            for (l, s) in loads.iter_mut().zip(&state) {
+                if let Some(dev) = &s.device
+                    && let Some(r) = sample.links.iter().find(|r| &r.name == dev)
+                {
+                    l.egress_bps = (r.tx_bytes_s * 8.0) as u64;
+                }
+            }
+        }
+        loads
+    }
+
+    /// What a client of `pool` is expected to fetch in one boot: the mean of the pool's last
+    /// booted boots, or a first guess from its boot files.
+    fn expected_bytes(&self, pool: &Pool) -> u64 {
+        let mut cache = self.expected.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((bytes, at)) = cache.get(&pool.name)
+            && at.elapsed() < EXPECTED_FOR
+        {
+            return *bytes;
+        }
+        let learned = self.records.as_ref().and_then(|r| {
+            r.read(|t| {
+                let sizes: Vec<u64> = t
+                    .boots()
+                    .iter()
+                    .rev()
+                    .filter(|b| {
+                        b.result == BootResult::Booted && b.pool.as_deref() == Some(&pool.name)
+                    })
+                    .take(LEARN_FROM)
+                    .map(|b| b.bytes.values().sum())
+                    .collect();
+                (!sizes.is_empty()).then(|| sizes.iter().sum::<u64>() / sizes.len() as u64)
+            })
+        });
+        let bytes = learned.unwrap_or_else(|| {
+            let size = |p: std::path::PathBuf| std::fs::metadata(p).map_or(0, |m| m.len());
+            (size(pool.image.kernel()) + size(pool.image.initrd())) * FIRST_GUESS_FACTOR
+        });
+        cache.insert(pool.name.clone(), (bytes, Instant::now()));
+        bytes
+    }
+}
