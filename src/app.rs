@@ -239,6 +239,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         &records,
         recorder.clone(),
         config.server.interfaces.clone(),
+        placement.held(),
         config.server.link_speeds.clone(),
         totals,
         &shutdown,
@@ -262,7 +263,6 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         records: records.clone(),
         egress,
         identity,
-        placement,
     };
     run("http", Box::pin(service::http::serve(http, web, s.clone())));
     tracing::info!(

@@ -39,6 +39,10 @@ pub struct LinkCounters {
     pub speed_mbps: Option<u32>,
     pub tx_bytes: u64,
     pub rx_bytes: u64,
+    /// The `server.links` addresses this interface held when sampled: the clients told one
+    /// of them booted over it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<std::net::Ipv4Addr>,
 }
 
 /// Rates over one second.
@@ -105,6 +109,7 @@ fn counters(
         speed_mbps: speed(&l.name),
         tx_bytes: l.tx_bytes,
         rx_bytes: l.rx_bytes,
+        addresses: Vec::new(),
     }
 }
 
@@ -192,6 +197,7 @@ pub fn read_sysfs(root: &Path, interfaces: &[String]) -> Vec<LinkCounters> {
         speed_mbps: speed(name),
         tx_bytes: num(name, "statistics/tx_bytes").unwrap_or(0),
         rx_bytes: num(name, "statistics/rx_bytes").unwrap_or(0),
+        addresses: Vec::new(),
     };
     let mut out = Vec::new();
     for name in interfaces {
@@ -319,13 +325,18 @@ impl Egress {
 /// What the sampler reads protocol totals from.
 pub type ProtoTotals = Arc<dyn Fn() -> BTreeMap<Proto, u64> + Send + Sync>;
 
-/// Loads the last hours of samples from the store and starts the once-a-second sampler.
-/// `link_speeds` (pools.yaml's `server.link_speeds`) gives the capacity of links the kernel
-/// has no speed for, sampled now or loaded from the store.
+/// Which `server.links` addresses each interface holds.
+pub type Held = BTreeMap<String, Vec<std::net::Ipv4Addr>>;
+
+/// Loads the last hours of samples from the store and starts the once-a-second sampler of
+/// `interfaces` and those holding server links (`held`). `link_speeds` (pools.yaml's
+/// `server.link_speeds`) gives the capacity of links the kernel has no speed for, sampled now
+/// or loaded from the store.
 pub async fn start(
     records: &super::Records,
     recorder: super::Recorder,
-    interfaces: Vec<String>,
+    mut interfaces: Vec<String>,
+    held: Held,
     link_speeds: BTreeMap<String, u32>,
     totals: ProtoTotals,
     shutdown: &Shutdown,
@@ -336,9 +347,15 @@ pub async fn start(
         fill_speeds(&mut s.links, &link_speeds);
         egress.push(&s.links, s.sample);
     }
+    for dev in held.keys() {
+        if !interfaces.contains(dev) {
+            interfaces.push(dev.clone());
+        }
+    }
     shutdown.spawn(sample_forever(
         egress.clone(),
         interfaces,
+        Arc::new(held),
         Arc::new(link_speeds),
         totals,
         recorder,
@@ -393,6 +410,7 @@ fn read_links(interfaces: &[String], link_speeds: &BTreeMap<String, u32>) -> Vec
 async fn sample_forever(
     egress: Arc<Egress>,
     interfaces: Vec<String>,
+    held: Arc<Held>,
     link_speeds: Arc<BTreeMap<String, u32>>,
     totals: ProtoTotals,
     recorder: super::Recorder,
@@ -408,10 +426,13 @@ async fn sample_forever(
             _ = shutdown.wait() => return,
         }
         let (ifaces, speeds) = (interfaces.clone(), link_speeds.clone());
-        let Ok(links) = tokio::task::spawn_blocking(move || read_links(&ifaces, &speeds)).await
+        let Ok(mut links) = tokio::task::spawn_blocking(move || read_links(&ifaces, &speeds)).await
         else {
             continue;
         };
+        for l in &mut links {
+            l.addresses = held.get(&l.name).cloned().unwrap_or_default();
+        }
         let now = now_micros();
         let proto_now = totals();
         if links.is_empty() && !interfaces.is_empty() && !warned {

@@ -45,8 +45,6 @@ pub struct Web {
     pub egress: Arc<Egress>,
     /// Who is at which address (`service::identity`).
     pub identity: super::identity::Identity,
-    /// Which server link each client boots from, and which interface holds each link.
-    pub placement: Arc<super::placement::Placement>,
 }
 
 pub async fn serve(listener: TcpListener, web: Web, shutdown: Shutdown) -> anyhow::Result<()> {
@@ -1004,13 +1002,11 @@ async fn egress(State(web): State<Web>, Query(q): Query<EgressQuery>) -> Json<Eg
             *b.2.entry(p.clone()).or_default() += v * s.seconds;
         }
     }
-    let held = web.placement.held();
     let links = web
         .egress
         .links()
         .into_iter()
         .map(|l| LinkSeries {
-            addresses: held.get(&l.name).cloned().unwrap_or_default(),
             points: buckets
                 .iter()
                 .filter_map(|(k, (secs, links, _))| {
@@ -1028,6 +1024,7 @@ async fn egress(State(web): State<Web>, Query(q): Query<EgressQuery>) -> Json<Eg
             kind: l.kind,
             master: l.master,
             speed_mbps: l.speed_mbps,
+            addresses: l.addresses,
         })
         .collect();
     let protos: std::collections::BTreeSet<String> = samples

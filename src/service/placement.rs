@@ -84,7 +84,8 @@ impl Placement {
         &self.addresses
     }
 
-    /// Which of the server's link addresses each interface holds.
+    /// Which of the server's link addresses each interface holds (for the egress sampler,
+    /// which samples those interfaces and keeps the addresses with each sample).
     pub fn held(&self) -> BTreeMap<String, Vec<Ipv4Addr>> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         let mut out: BTreeMap<String, Vec<Ipv4Addr>> = BTreeMap::new();
@@ -94,11 +95,6 @@ impl Placement {
             }
         }
         out
-    }
-
-    /// The interfaces holding the server's links, for the egress sampler.
-    pub fn devices(&self) -> Vec<String> {
-        self.held().into_keys().collect()
     }
 
     /// The link `mac` (of `pool`) boots from. `kept` is the link its lease names: it is kept

@@ -146,6 +146,10 @@ pub struct Summary {
     /// All links together, while clients wanted data.
     pub mean_util: f64,
     pub peak_util: f64,
+    /// What the clients counted (payload), and what the server's links sent (payload plus
+    /// every header and retransmit), per client.
+    pub payload_bytes_per_client: u64,
+    pub wire_bytes_per_client: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -310,6 +314,7 @@ impl Report {
             _ => 0.0,
         };
         let agreement = recorded.as_ref().map(|r| agreement(&clients, r));
+        let payload: u64 = clients.iter().map(|c| c.bytes.total()).sum();
         let rows = clients
             .into_iter()
             .map(|c| {
@@ -355,6 +360,9 @@ impl Report {
                 wanted_to_s: (wanted_to - start).max(0.0),
                 mean_util: mean,
                 peak_util: peak,
+                payload_bytes_per_client: payload / n.max(1) as u64,
+                wire_bytes_per_client: link_rows.iter().map(|l| l.bytes).sum::<u64>()
+                    / n.max(1) as u64,
             },
             links: link_rows,
             server: Server {
@@ -453,6 +461,11 @@ impl Report {
                 l.peak_util * 100.0
             ));
         }
+        s.push_str(&format!(
+            "bytes per client: {:.1} MB counted by the client, {:.1} MB on the server's links\n",
+            m.payload_bytes_per_client as f64 / 1e6,
+            m.wire_bytes_per_client as f64 / 1e6
+        ));
         s.push_str(&format!(
             "server: {:.1} CPU s, peak RSS {:.1} MiB, {:.0} KiB per client\n",
             self.server.cpu_s,
