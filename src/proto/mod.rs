@@ -8,4 +8,5 @@ pub mod nbd;
 pub mod netlink;
 pub mod nfs3;
 pub mod portmap;
+pub mod tcp_info;
 pub mod tftp;

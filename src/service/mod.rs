@@ -5,6 +5,7 @@ pub mod boot_files;
 pub mod bounds;
 pub mod dhcp;
 pub mod epoll;
+pub mod fair_share;
 pub mod http;
 pub mod identity;
 pub mod lease_file;

@@ -1,0 +1,314 @@
+//! Fair shares of a link, as a pure function of what each connection on it did in the last
+//! round: the rate each may send at in the next one. The clients on a link (known by their
+//! IPv4 address, so that one client's several connections split one share) get equal shares
+//! of the link's budget, and what a client does not use goes to the others (max-min
+//! fairness); a client's share is split among its connections the same way. The budget is
+//! `HEADROOM` of the link's capacity, so paced traffic leaves the link's queue nearly empty
+//! and what is not paced (a firmware's DHCP and TFTP) passes at once. `service::pacing`
+//! observes the connections and applies the caps; docs/links.md says why and what it costs.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+/// Share of a link's capacity given to paced TCP payload. A full segment (1448 bytes of
+/// payload) is a 1514-byte frame on a link's counters and in a `tc` shaper, and 1538 bytes of
+/// Ethernet wire time (preamble, FCS, gap): 90% of the capacity as payload is 94% of the
+/// counters' rate and 96% of the wire's. The rest is for what is not paced (DHCP, TFTP,
+/// ACKs) and for what a round's changes let through before the next round.
+pub const HEADROOM: f64 = 0.90;
+
+/// A connection that sent this much of what its cap allowed during a round wants more: the
+/// cap, not the client, held it back.
+const FULL: f64 = 0.8;
+
+/// The lowest cap ever set (bytes/s), whatever the number of clients: below it TCP would
+/// send a segment every few seconds.
+pub const MIN_CAP: u64 = 16 * 1024;
+
+/// What one connection did during a round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Seen {
+    pub client: Ipv4Addr,
+    /// Bytes sent during the round.
+    pub sent: u64,
+    /// Bytes the server had written that were not yet sent when the round ended.
+    pub unsent: u64,
+    /// The cap in force during the round, bytes/s; `None` for none.
+    pub cap: Option<u64>,
+}
+
+/// The caps for the next round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Per connection, in the order given: its cap in bytes/s, `None` for none.
+    pub caps: Vec<Option<u64>>,
+    /// Clients that sent something or had bytes waiting.
+    pub clients: usize,
+    /// Clients that wanted more than they got.
+    pub wanting: usize,
+    /// One client's share (bytes/s) when the link is paced.
+    pub share: Option<u64>,
+}
+
+/// The caps for a link of `capacity_bps` (bits/s; `None`: unknown) after a round of
+/// `seconds`. Nothing is paced on a link of unknown capacity, nor while at most one client
+/// is active: a client alone keeps the whole link (fairness has nothing to do, and the
+/// headroom would cost it a tenth).
+pub fn plan(capacity_bps: Option<u64>, seconds: f64, conns: &[Seen]) -> Plan {
+    let mut clients: BTreeMap<Ipv4Addr, Vec<usize>> = BTreeMap::new();
+    for (i, c) in conns.iter().enumerate() {
+        clients.entry(c.client).or_default().push(i);
+    }
+    let demands: Vec<f64> = conns.iter().map(|c| demand(c, seconds)).collect();
+    // A client's demand: infinite if any of its connections wants more, else their sum.
+    let of_client = |members: &[usize]| -> f64 { members.iter().map(|&i| demands[i]).sum() };
+    let active: Vec<f64> = clients
+        .values()
+        .filter(|m| m.iter().any(|&i| conns[i].sent > 0 || conns[i].unsent > 0))
+        .map(|m| of_client(m))
+        .collect();
+    let wanting = active.iter().filter(|d| d.is_infinite()).count();
+    let unpaced = Plan {
+        caps: vec![None; conns.len()],
+        clients: active.len(),
+        wanting,
+        share: None,
+    };
+    let Some(capacity) = capacity_bps.filter(|c| *c > 0) else {
+        return unpaced;
+    };
+    if active.len() <= 1 {
+        return unpaced;
+    }
+    let budget = capacity as f64 / 8.0 * HEADROOM;
+    let share = level(budget, &active);
+    let mut caps = vec![None; conns.len()];
+    for members in clients.values() {
+        let mine: Vec<f64> = members.iter().map(|&i| demands[i]).collect();
+        let each = level(share, &mine);
+        for &i in members {
+            caps[i] = Some((each as u64).max(MIN_CAP));
+        }
+    }
+    Plan {
+        caps,
+        share: Some(share as u64),
+        ..unpaced
+    }
+}
+
+/// A connection's demand in bytes/s: what it sent, or infinite when it wanted more (bytes
+/// were waiting, or it used nearly all its cap).
+fn demand(c: &Seen, seconds: f64) -> f64 {
+    let rate = c.sent as f64 / seconds.max(1e-3);
+    let full = c.cap.is_some_and(|cap| rate >= FULL * cap as f64);
+    if c.unsent > 0 || full {
+        f64::INFINITY
+    } else {
+        rate
+    }
+}
+
+/// The water level of max-min fairness: the cap that, given to every claimant, spends
+/// `budget` on those who want more once the others have what they use. When every demand
+/// fits, what is left over is split evenly on top of the largest demand, so the caps stay
+/// near the budget's size, and meet the fair level without a jump as demand grows into it.
+pub fn level(budget: f64, demands: &[f64]) -> f64 {
+    let mut sorted = demands.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mut left = budget;
+    for (i, d) in sorted.iter().enumerate() {
+        let fair = left / (sorted.len() - i) as f64;
+        if *d >= fair {
+            return fair;
+        }
+        left -= d;
+    }
+    sorted.last().copied().unwrap_or(0.0) + left / sorted.len().max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MBIT: u64 = 1_000_000;
+
+    fn ip(n: u8) -> Ipv4Addr {
+        Ipv4Addr::new(10, 0, 0, n)
+    }
+
+    /// A connection of client `n` that wanted more (bytes waiting) during a one-second round.
+    fn hungry(n: u8) -> Seen {
+        Seen {
+            client: ip(n),
+            sent: 1_000_000,
+            unsent: 64 * 1024,
+            cap: None,
+        }
+    }
+
+    /// A connection of client `n` that sent `sent` bytes in a one-second round under `cap`
+    /// and had nothing left.
+    fn using(n: u8, sent: u64, cap: Option<u64>) -> Seen {
+        Seen {
+            client: ip(n),
+            sent,
+            unsent: 0,
+            cap,
+        }
+    }
+
+    fn budget(capacity_bps: u64) -> f64 {
+        capacity_bps as f64 / 8.0 * HEADROOM
+    }
+
+    fn cap(bytes: f64) -> Option<u64> {
+        Some(bytes as u64)
+    }
+
+    /// Caps equal to the byte (float sums round either way).
+    #[track_caller]
+    fn assert_caps(got: &[Option<u64>], want: &[Option<u64>]) {
+        let near = |g: &Option<u64>, w: &Option<u64>| match (g, w) {
+            (Some(g), Some(w)) => g.abs_diff(*w) <= 1,
+            (g, w) => g == w,
+        };
+        assert!(
+            got.len() == want.len() && got.iter().zip(want).all(|(g, w)| near(g, w)),
+            "{got:?} vs {want:?}"
+        );
+    }
+
+    #[test]
+    fn clients_who_all_want_more_share_the_budget_equally() {
+        let conns: Vec<Seen> = (1..=4).map(hungry).collect();
+        let p = plan(Some(100 * MBIT), 1.0, &conns);
+        let each = budget(100 * MBIT) / 4.0;
+        assert_caps(&p.caps, &[cap(each); 4]);
+        assert_caps(&[p.share], &[cap(each)]);
+        assert_eq!((p.clients, p.wanting), (4, 4));
+        // The headroom: together they are held to 90% of the link, as payload.
+        let sum: u64 = p.caps.iter().flatten().sum();
+        assert!(sum as f64 <= 100e6 / 8.0 * HEADROOM, "{sum}");
+        assert!(sum as f64 >= 100e6 / 8.0 * HEADROOM - 4.0, "{sum}");
+    }
+
+    #[test]
+    fn what_a_client_does_not_use_goes_to_the_others() {
+        let b = budget(100 * MBIT);
+        // Client 3 used a tenth of the budget (well under its cap) and had nothing waiting.
+        let conns = [
+            hungry(1),
+            hungry(2),
+            using(3, (b / 10.0) as u64, cap(b / 3.0)),
+        ];
+        let p = plan(Some(100 * MBIT), 1.0, &conns);
+        let level = (b - b / 10.0) / 2.0;
+        assert_caps(&[p.share], &[cap(level)]);
+        // Everyone is capped at the level; the light client stays under it by itself.
+        assert_caps(&p.caps, &[cap(level); 3]);
+        assert_eq!((p.clients, p.wanting), (3, 2));
+    }
+
+    #[test]
+    fn a_connection_that_used_its_whole_cap_counts_as_wanting_more() {
+        let b = budget(100 * MBIT);
+        // Nothing waiting at the round's end, but 90% of its cap sent: the cap held it back.
+        let conns = [hungry(1), using(2, (b / 2.0 * 0.9) as u64, cap(b / 2.0))];
+        let p = plan(Some(100 * MBIT), 1.0, &conns);
+        assert_eq!(p.wanting, 2);
+        assert_caps(&p.caps, &[cap(b / 2.0); 2]);
+    }
+
+    #[test]
+    fn one_clients_connections_split_its_share() {
+        let b = budget(1000 * MBIT);
+        // Client 1 has three connections wanting more, client 2 one: equal shares per client.
+        let conns = [hungry(1), hungry(1), hungry(1), hungry(2)];
+        let p = plan(Some(1000 * MBIT), 1.0, &conns);
+        assert_eq!(p.clients, 2);
+        assert_caps(&[p.share], &[cap(b / 2.0)]);
+        assert_caps(
+            &p.caps,
+            &[cap(b / 6.0), cap(b / 6.0), cap(b / 6.0), cap(b / 2.0)],
+        );
+        // An idle connection of a client leaves the client's share to its busy one.
+        let conns = [hungry(1), using(1, 0, None), hungry(2)];
+        let p = plan(Some(1000 * MBIT), 1.0, &conns);
+        assert_caps(&p.caps, &[cap(b / 2.0); 3]);
+    }
+
+    #[test]
+    fn a_lone_client_and_a_link_of_unknown_capacity_are_not_paced() {
+        // One client, however many connections, keeps the whole link.
+        let p = plan(Some(100 * MBIT), 1.0, &[hungry(1), hungry(1)]);
+        assert_eq!(p.caps, vec![None, None]);
+        assert_eq!((p.clients, p.share), (1, None));
+        // Clients that are connected but sent nothing are not competing.
+        let idle = using(2, 0, None);
+        let p = plan(
+            Some(100 * MBIT),
+            1.0,
+            &[hungry(1), idle, using(3, 0, cap(1e6))],
+        );
+        assert_eq!(p.caps, vec![None; 3]);
+        assert_eq!(p.clients, 1);
+        // Unknown capacity (loopback, a veth without server.link_speeds): never paced.
+        let conns: Vec<Seen> = (1..=8).map(hungry).collect();
+        for unknown in [None, Some(0)] {
+            let p = plan(unknown, 1.0, &conns);
+            assert_eq!(p.caps, vec![None; 8]);
+            assert_eq!((p.clients, p.wanting, p.share), (8, 8, None));
+        }
+    }
+
+    #[test]
+    fn on_a_link_with_room_the_spare_goes_on_top_of_the_largest_demand() {
+        let b = budget(100 * MBIT);
+        // Two light clients using a fifth of the budget each, under caps they did not fill.
+        let conns = [
+            using(1, (b / 5.0) as u64, cap(b)),
+            using(2, (b / 10.0) as u64, cap(b)),
+        ];
+        let p = plan(Some(100 * MBIT), 1.0, &conns);
+        assert_eq!(p.wanting, 0);
+        let spare = b - b / 5.0 - b / 10.0;
+        let want = b / 5.0 + spare / 2.0;
+        let got = p.share.unwrap() as f64;
+        assert!((got - want).abs() <= 1.0, "{got} vs {want}");
+        // Equal demands: the caps add up to the budget, whatever the load.
+        for n in [2u8, 5, 40] {
+            let conns: Vec<Seen> = (1..=n).map(|i| using(i, 1000, cap(b))).collect();
+            let p = plan(Some(100 * MBIT), 1.0, &conns);
+            let sum: u64 = p.caps.iter().flatten().sum();
+            assert!((sum as f64 - b).abs() <= n as f64, "{n}: {sum} vs {b}");
+        }
+    }
+
+    #[test]
+    fn the_level_is_max_min_fair() {
+        let inf = f64::INFINITY;
+        // Demands that all fit the budget's fair share are met; the rest share what is left.
+        assert_eq!(level(100.0, &[10.0, inf, 20.0, inf]), 35.0);
+        assert_eq!(level(100.0, &[inf, inf, inf, inf]), 25.0);
+        // A demand just at the fair share is met exactly.
+        assert_eq!(level(90.0, &[30.0, inf, inf]), 30.0);
+        // All fit: largest demand plus an even part of the spare.
+        assert_eq!(level(100.0, &[10.0, 30.0]), 30.0 + 60.0 / 2.0);
+        assert_eq!(level(100.0, &[]), 100.0);
+    }
+
+    #[test]
+    fn caps_never_fall_below_the_floor() {
+        // Two thousand clients on 10 Mbit/s: a share far below a segment per round.
+        let conns: Vec<Seen> = (0..2000u32)
+            .map(|i| Seen {
+                client: Ipv4Addr::from(0x0a00_0000 + i),
+                ..hungry(0)
+            })
+            .collect();
+        let p = plan(Some(10 * MBIT), 1.0, &conns);
+        assert!(p.caps.iter().all(|c| *c == Some(MIN_CAP)));
+        assert_eq!(p.share, Some((budget(10 * MBIT) / 2000.0) as u64));
+    }
+}
