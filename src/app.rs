@@ -125,6 +125,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         iface: iface.as_deref(),
         broadcast: true,
         shared: proxy,
+        firmware: true,
     };
     let dhcp = bind_udp(SocketAddrV4::new(any, ports.dhcp), dhcp_udp)
         .with_context(|| format!("binding DHCP port {} (ports.dhcp)", ports.dhcp))?;
@@ -140,7 +141,11 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     } else {
         None
     };
-    let tftp = bind_udp(SocketAddrV4::new(any, ports.tftp), Udp::PLAIN)
+    let tftp_udp = Udp {
+        firmware: true,
+        ..Udp::PLAIN
+    };
+    let tftp = bind_udp(SocketAddrV4::new(any, ports.tftp), tftp_udp)
         .with_context(|| format!("binding TFTP port {} (ports.tftp)", ports.tftp))?;
     let http = bind_tcp(config.server.http).await.context("binding HTTP")?;
     let nfs = bind_tcp(SocketAddrV4::new(any, ports.nfs).into())
@@ -176,6 +181,12 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     config.server.ports.nbd = bound.nbd.port();
     config.server.ports.portmap = bound.portmap.port();
     let config = Arc::new(config);
+    // Which interface holds each of server.links, and each link's pacer.
+    let links = Arc::new(service::links::Links::start(&config, &shutdown)?);
+    let on_links = |tcp: TcpListener| service::Listener {
+        tcp,
+        links: links.clone(),
+    };
 
     let run =
         |name: &'static str,
@@ -208,12 +219,18 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     );
     run(
         "tftp",
-        Box::pin(service::tftp::serve(tftp, c.clone(), r.clone(), s.clone())),
+        Box::pin(service::tftp::serve(
+            tftp,
+            c.clone(),
+            r.clone(),
+            links.clone(),
+            s.clone(),
+        )),
     );
     run(
         "nfs",
         Box::pin(service::nfs::serve(
-            nfs,
+            on_links(nfs),
             c.clone(),
             r.clone(),
             identity.clone(),
@@ -223,7 +240,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     run(
         "nbd",
         Box::pin(service::nbd::serve(
-            nbd,
+            on_links(nbd),
             c.clone(),
             r.clone(),
             records.clone(),
@@ -263,8 +280,12 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         records: records.clone(),
         egress,
         identity,
+        links: links.clone(),
     };
-    run("http", Box::pin(service::http::serve(http, web, s.clone())));
+    run(
+        "http",
+        Box::pin(service::http::serve(on_links(http), web, s.clone())),
+    );
     tracing::info!(
         http = %bound.http, dhcp = %bound.dhcp, tftp = %bound.tftp, nfs = %bound.nfs, nbd = %bound.nbd,
         portmap = %bound.portmap,
@@ -337,6 +358,8 @@ struct Udp<'a> {
     /// `SO_REUSEADDR`: another socket that also asks for it may bind the same port. Only for
     /// proxy mode's port 67; everywhere else a second daemon must fail to bind, not share.
     shared: bool,
+    /// Sends at `service::FIRMWARE_PRIORITY` (DHCP, TFTP).
+    firmware: bool,
 }
 
 impl Udp<'_> {
@@ -344,6 +367,7 @@ impl Udp<'_> {
         iface: None,
         broadcast: false,
         shared: false,
+        firmware: false,
     };
 }
 
@@ -357,6 +381,9 @@ fn bind_udp(addr: SocketAddrV4, how: Udp<'_>) -> std::io::Result<UdpSocket> {
     }
     if how.broadcast {
         socket.set_broadcast(true)?;
+    }
+    if how.firmware {
+        socket.set_priority(service::FIRMWARE_PRIORITY)?;
     }
     if let Some(iface) = how.iface {
         socket.bind_device(Some(iface.as_bytes())).map_err(|e| {

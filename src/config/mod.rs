@@ -137,6 +137,9 @@ pub struct Server {
     /// The token the dashboard, the read API, the stream and /metrics need (`None`: open to
     /// anyone who reaches the HTTP port). Boot files and the clients' own reports never do.
     pub read_token: Option<String>,
+    /// While a link of known capacity is full, its clients are paced to equal shares of it
+    /// (`service::pacing`).
+    pub fair_share: bool,
 }
 
 /// The boot record store.
@@ -530,6 +533,7 @@ impl Checker<'_> {
             retention,
             link_speeds,
             read_token,
+            fair_share: s.fair_share.unwrap_or(true),
         };
 
         let dhcp = self.check_dhcp(&raw.dhcp, &server.links)?;

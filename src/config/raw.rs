@@ -62,6 +62,8 @@ pub struct Server {
     pub link_speeds: BTreeMap<String, Rate>,
     /// When set, the dashboard, the read API and /metrics need this token.
     pub read_token: Option<String>,
+    /// Clients on a full link are paced to equal shares (default true).
+    pub fair_share: Option<bool>,
 }
 
 /// A link rate as written: `250mbit`, or a bare number of Mbit/s.

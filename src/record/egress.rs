@@ -255,6 +255,12 @@ pub fn fill_speeds(links: &mut [LinkCounters], configured: &BTreeMap<String, u32
     }
 }
 
+/// One link's capacity in Mbit/s by the same rule: the kernel's speed for the link `name`
+/// with interface index `index`, else `server.link_speeds`' for its name.
+pub fn speed_mbps(name: &str, index: u32, configured: &BTreeMap<String, u32>) -> Option<u32> {
+    sysfs_speed(name, index).or_else(|| configured.get(name).copied())
+}
+
 /// Turns two readings a known interval apart into rates.
 pub fn rates(before: &[LinkCounters], after: &[LinkCounters], seconds: f64) -> Vec<LinkRate> {
     after

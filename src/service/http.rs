@@ -32,7 +32,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
-use tokio::net::TcpListener;
 
 const CHUNK: usize = 256 * 1024;
 
@@ -45,9 +44,11 @@ pub struct Web {
     pub egress: Arc<Egress>,
     /// Who is at which address (`service::identity`).
     pub identity: super::identity::Identity,
+    /// The server's links (their pacing figures, for /metrics).
+    pub links: Arc<super::links::Links>,
 }
 
-pub async fn serve(listener: TcpListener, web: Web, shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn serve(listener: super::Listener, web: Web, shutdown: Shutdown) -> anyhow::Result<()> {
     let limits = web.config.limits.clone();
     let recorder = web.recorder.clone();
     let app = router(web);
@@ -55,7 +56,7 @@ pub async fn serve(listener: TcpListener, web: Web, shutdown: Shutdown) -> anyho
     let per_client = super::bounds::PerAddress::new(limits.http_per_client);
     static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
     loop {
-        let Some((stream, peer)) = super::accept(&listener, &shutdown, "http").await else {
+        let Some((stream, peer, paced)) = super::accept(&listener, &shutdown, "http").await else {
             break;
         };
         let held = match slots.clone().try_acquire_owned() {
@@ -77,7 +78,7 @@ pub async fn serve(listener: TcpListener, web: Web, shutdown: Shutdown) -> anyho
         let stop = shutdown.clone();
         let limits = limits.clone();
         shutdown.spawn(async move {
-            let _held = held;
+            let _held = (held, paced);
             serve_connection(stream, peer, service, &limits, stop).await;
         });
     }

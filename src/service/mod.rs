@@ -9,10 +9,13 @@ pub mod fair_share;
 pub mod http;
 pub mod identity;
 pub mod lease_file;
+pub mod links;
+pub mod local_addr;
 pub mod metrics;
 pub mod nbd;
 pub mod nfs;
 pub mod overlays;
+pub mod pacing;
 pub mod page_buf;
 pub mod placement;
 pub mod portmap;
@@ -22,8 +25,33 @@ pub mod tftp_transfers;
 pub mod web;
 
 use crate::shutdown::Shutdown;
+use links::Links;
+use pacing::Paced;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
+
+/// SO_PRIORITY of what firmware waits on (DHCP answers, TFTP): TC_PRIO_INTERACTIVE, the band
+/// a host's `pfifo_fast` or `prio` qdisc sends first and `fq` (Linux 6.9 and later) favours.
+/// Classless qdiscs (`tbf`, `fq_codel`) and switches ignore it; what keeps those queues short
+/// is the pacing of everything else (docs/links.md).
+pub const FIRMWARE_PRIORITY: u32 = 6;
+
+/// A TCP listener, and the server's links that the connections it accepts are placed on.
+pub struct Listener {
+    pub tcp: TcpListener,
+    pub links: Arc<Links>,
+}
+
+impl From<TcpListener> for Listener {
+    /// A listener whose connections are neither bound to a link nor paced.
+    fn from(tcp: TcpListener) -> Listener {
+        Listener {
+            tcp,
+            links: Arc::new(Links::none()),
+        }
+    }
+}
 
 /// A peer's IPv4 address, also when a dual-stack socket shows it IPv4-mapped; clients are
 /// known by their DHCP lease, which is IPv4.
@@ -34,18 +62,22 @@ pub fn ipv4_of(ip: IpAddr) -> Option<Ipv4Addr> {
     }
 }
 
-/// The next connection on `listener`, or `None` once `shutdown` fires. An accept error (out
-/// of descriptors and the like) is logged and waited out for 100 ms instead of spinning.
+/// The next connection on `listener`, or `None` once `shutdown` fires, placed on its link
+/// (`Links::adopt`: keep the `Paced` as long as the stream). An accept error (out of
+/// descriptors and the like) is logged and waited out for 100 ms instead of spinning.
 pub async fn accept(
-    listener: &TcpListener,
+    listener: &Listener,
     shutdown: &Shutdown,
     service: &'static str,
-) -> Option<(TcpStream, SocketAddr)> {
+) -> Option<(TcpStream, SocketAddr, Paced)> {
     loop {
         tokio::select! {
             _ = shutdown.wait() => return None,
-            r = listener.accept() => match r {
-                Ok(x) => return Some(x),
+            r = listener.tcp.accept() => match r {
+                Ok((stream, peer)) => {
+                    let paced = listener.links.adopt(&stream, peer);
+                    return Some((stream, peer, paced));
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, service, "accept failed");
                     tokio::select! {

@@ -37,8 +37,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::net::TcpStream;
 use tokio::net::tcp::OwnedWriteHalf;
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -233,7 +233,7 @@ impl Progress {
 }
 
 pub async fn serve(
-    listener: TcpListener,
+    listener: super::Listener,
     config: Arc<Config>,
     recorder: Recorder,
     records: Arc<Records>,
@@ -253,7 +253,7 @@ pub async fn serve(
 // service contract of issue 20); until then they are listed.
 #[allow(clippy::too_many_arguments)]
 pub async fn serve_with(
-    listener: TcpListener,
+    listener: super::Listener,
     config: Arc<Config>,
     recorder: Recorder,
     records: Arc<Records>,
@@ -288,7 +288,7 @@ pub async fn serve_with(
                 continue;
             }
         };
-        let Some((stream, peer)) = accepted else {
+        let Some((stream, peer, paced)) = accepted else {
             break;
         };
         let refuse = |why: &'static str| {
@@ -327,7 +327,7 @@ pub async fn serve_with(
         };
         let slots = slots.clone();
         shutdown.spawn(async move {
-            let _mine = mine;
+            let _mine = (mine, paced);
             let _slot = match slot {
                 Some(s) => s,
                 // The evicted connection lets go of its slot as it ends.
@@ -1562,6 +1562,7 @@ mod tests {
     //! protocol itself is driven by real clients in tests/nbd.rs.
     use super::*;
     use crate::record::{self, Records};
+    use tokio::net::TcpListener;
 
     const IMAGE: usize = 3 << 20;
     const CONFIG: &str = "\
@@ -1608,7 +1609,7 @@ pools:
         let addr = listener.local_addr().unwrap();
         let stats = Arc::new(Stats::default());
         let served = tokio::spawn(serve_with(
-            listener,
+            listener.into(),
             Arc::new(config),
             recorder.clone(),
             records.clone(),

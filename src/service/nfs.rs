@@ -41,7 +41,6 @@ use std::os::fd::AsRawFd as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 const MAX_CONNECTIONS: usize = 1024;
@@ -83,7 +82,7 @@ pub fn refused_calls() -> u64 {
 }
 
 pub async fn serve(
-    listener: TcpListener,
+    listener: super::Listener,
     config: Arc<Config>,
     recorder: Recorder,
     identity: Identity,
@@ -124,7 +123,7 @@ pub async fn serve(
         .collect();
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let Some((stream, peer)) = super::accept(&listener, &shutdown, "nfs").await else {
+        let Some((stream, peer, paced)) = super::accept(&listener, &shutdown, "nfs").await else {
             break;
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
@@ -173,6 +172,7 @@ pub async fn serve(
                 .name("nfs-conn".into())
                 .spawn(move || {
                     conn.run(stream, stop);
+                    drop(paced);
                     let _ = done.send(());
                 });
             match thread {

@@ -12,11 +12,17 @@
 //! transfer nobody acknowledges ends within `MAX_RTO` x 6 whatever the option said (RFC 2349
 //! lets either side give up; the option is still acknowledged as asked).
 //!
+//! A transfer's socket is bound to the local address its request was sent to (IP_PKTINFO on
+//! the request port), and to that link's interface when the server has several links
+//! (`service::links`): firmware takes DATA only from the address it asked, and the reply
+//! leaves by the link it asked on. It is sent at `FIRMWARE_PRIORITY`.
+//!
 //! Our own server rather than async-tftp: we need to know when and how a transfer ended (the
 //! loader phase ends there), to stop on a client ERROR (EDK2's tsize probe), windowsize, and
 //! no extra dependency; the protocol part is small and lives in `proto::tftp`.
 
 use super::boot_files::{Refused, handed_out, resolve};
+use super::links::Links;
 use crate::config::Config;
 use crate::proto::tftp::{self as wire, Mode, Packet, Sender, err};
 use crate::record::{Kind, Outcome, Proto, Recorder, Service, Who};
@@ -56,8 +62,10 @@ pub async fn serve(
     socket: tokio::net::UdpSocket,
     config: Arc<Config>,
     recorder: Recorder,
+    links: Arc<Links>,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
+    super::local_addr::enable(&socket)?;
     let limit = Arc::new(Semaphore::new(MAX_TRANSFERS));
     let per_client = PerClient::default();
     let counters = Arc::new(Counters::default());
@@ -66,9 +74,9 @@ pub async fn serve(
     static STRANGER: super::bounds::LogLimit = super::bounds::LogLimit::new();
     static BUSY: super::bounds::LogLimit = super::bounds::LogLimit::new();
     loop {
-        let (n, peer) = tokio::select! {
+        let (n, peer, local) = tokio::select! {
             _ = shutdown.wait() => break,
-            r = socket.recv_from(&mut buf) => match r {
+            r = super::local_addr::recv_from(&socket, &mut buf) => match r {
                 Ok(x) => x,
                 Err(e) => {
                     tracing::debug!(error = %e, "tftp receive error");
@@ -117,10 +125,12 @@ pub async fn serve(
                 };
                 let r = Request {
                     peer,
+                    local,
                     req,
                     config: config.clone(),
                     recorder: recorder.clone(),
                     counters: counters.clone(),
+                    links: links.clone(),
                     permits: (permit, slot),
                 };
                 let transfers = transfers.clone();
@@ -213,10 +223,13 @@ fn short(p: &Packet) -> &'static str {
 /// A read request accepted at the request port; `prepare` turns it into a running transfer.
 struct Request {
     peer: SocketAddr,
+    /// The address the request was sent to, when the kernel said.
+    local: Option<Ipv4Addr>,
     req: wire::Request,
     config: Arc<Config>,
     recorder: Recorder,
     counters: Arc<Counters>,
+    links: Arc<Links>,
     /// Held until the transfer ends.
     permits: (OwnedSemaphorePermit, Slot),
 }
@@ -240,11 +253,7 @@ impl Request {
     /// with an ERROR and returns None when the file cannot be served. Runs on the blocking
     /// pool: path checks and opening a file touch the disk.
     fn prepare(self) -> Option<Transfer> {
-        let local = match self.peer.ip() {
-            IpAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
-            IpAddr::V6(_) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
-        };
-        let sock = match UdpSocket::bind(local).and_then(|s| s.set_nonblocking(true).map(|()| s)) {
+        let sock = match self.socket() {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!(error = %e, "tftp cannot open a transfer socket");
@@ -305,6 +314,26 @@ impl Request {
             self.config.limits.tftp_lifetime,
             Box::new(owner),
         ))
+    }
+
+    /// The transfer's socket: on the address the request was sent to (any, if unknown or no
+    /// longer ours), bound to its link's interface, sending at firmware priority.
+    fn socket(&self) -> std::io::Result<UdpSocket> {
+        let any = match self.peer.ip() {
+            IpAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+            IpAddr::V6(_) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
+        };
+        let asked = self.local.filter(|_| self.peer.is_ipv4());
+        let sock = match asked.map(|l| UdpSocket::bind((l, 0))) {
+            Some(Ok(s)) => s,
+            _ => UdpSocket::bind(any)?,
+        };
+        if let Some(local) = asked {
+            self.links.steer(&sock, local, self.peer.ip());
+        }
+        let _ = socket2::SockRef::from(&sock).set_priority(super::FIRMWARE_PRIORITY);
+        sock.set_nonblocking(true)?;
+        Ok(sock)
     }
 
     /// Records a failed boot when the missing file is one bootpool hands out (a loader it

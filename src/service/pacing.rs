@@ -1,0 +1,398 @@
+//! Fair shares on the server's links: the I/O side of `fair_share` (docs/links.md). Every TCP
+//! connection accepted on a link whose capacity is known is registered here (`Links::adopt`);
+//! one thread reads each connection's TCP_INFO every `ROUND` (bytes sent, bytes waiting),
+//! asks `fair_share::plan` for the caps and sets those that changed with SO_MAX_PACING_RATE.
+//! Linux TCP paces a socket with that option set by itself (since 4.13; no fq qdisc needed).
+//!
+//! The pacer holds its own descriptor of each socket (a dup), so a descriptor number that a
+//! closed connection gave up and another socket took is never paced by mistake. The
+//! registration (`Paced`) lives beside the connection's stream and lets go when it is dropped.
+
+use super::fair_share::{self, Seen};
+use super::links::LinkSpec;
+use crate::proto::tcp_info::{self, TcpInfo};
+use crate::shutdown::Shutdown;
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often caps are recomputed: what a change in demand costs before the caps follow.
+const ROUND: Duration = Duration::from_millis(50);
+
+/// SO_MAX_PACING_RATE of asm-generic/socket.h (x86, arm, riscv, ...; sparc's differs), which
+/// libc does not export for glibc targets.
+#[cfg(not(target_arch = "sparc64"))]
+const SO_MAX_PACING_RATE: libc::c_int = 47;
+#[cfg(target_arch = "sparc64")]
+const SO_MAX_PACING_RATE: libc::c_int = 0x31;
+
+/// A cap is set again only when it moves by more than 1/`STEADY` (3%): fewer syscalls, and
+/// TCP is not disturbed for nothing.
+const STEADY: u64 = 32;
+
+/// The pacer of every link whose capacity is known.
+pub struct Pacer {
+    links: Vec<Arc<Link>>,
+}
+
+struct Link {
+    address: Ipv4Addr,
+    device: String,
+    capacity_bps: u64,
+    conns: Mutex<Conns>,
+    stats: Stats,
+}
+
+#[derive(Default)]
+struct Conns {
+    next: u64,
+    all: BTreeMap<u64, Conn>,
+}
+
+struct Conn {
+    fd: OwnedFd,
+    client: Ipv4Addr,
+    /// `tcpi_bytes_sent` at the last round (none before the first).
+    sent: Option<u64>,
+    /// The cap set on the socket, bytes/s.
+    cap: Option<u64>,
+}
+
+#[derive(Default)]
+struct Stats {
+    connections: AtomicU64,
+    clients: AtomicU64,
+    wanting: AtomicU64,
+    share: AtomicU64,
+    rounds: AtomicU64,
+    caps_set: AtomicU64,
+}
+
+/// One paced link's figures (/metrics).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PacingStats {
+    pub device: String,
+    pub address: Ipv4Addr,
+    /// What all paced connections together may send, bytes/s.
+    pub budget_bytes: u64,
+    pub connections: u64,
+    /// Of the last round: clients that sent or had bytes waiting, those that wanted more,
+    /// and one client's share in bytes/s (0: not paced).
+    pub clients: u64,
+    pub wanting: u64,
+    pub share_bytes: u64,
+    /// Rounds in which the link was paced, and caps set on connections.
+    pub rounds: u64,
+    pub caps_set: u64,
+}
+
+/// A connection's registration with the pacer; dropping it ends the pacing.
+pub struct Paced(Option<(Arc<Link>, u64)>);
+
+impl Paced {
+    pub fn none() -> Paced {
+        Paced(None)
+    }
+}
+
+impl Drop for Paced {
+    fn drop(&mut self) {
+        if let Some((link, id)) = self.0.take() {
+            // Closes the pacer's descriptor; the connection's own may already be closed.
+            link.lock().all.remove(&id);
+            link.stats.connections.fetch_sub(1, Relaxed);
+        }
+    }
+}
+
+impl Pacer {
+    /// A pacer for the links of `specs` whose capacity is known, its thread running until
+    /// `shutdown`; `None` when there is none.
+    pub fn start(specs: &[LinkSpec], shutdown: &Shutdown) -> anyhow::Result<Option<Arc<Pacer>>> {
+        let links: Vec<Arc<Link>> = specs
+            .iter()
+            .filter_map(|s| {
+                Some(Arc::new(Link {
+                    address: s.address,
+                    device: s.device.clone(),
+                    capacity_bps: s.capacity_bps.filter(|c| *c > 0)?,
+                    conns: Mutex::default(),
+                    stats: Stats::default(),
+                }))
+            })
+            .collect();
+        if links.is_empty() {
+            return Ok(None);
+        }
+        let paced: Vec<(&str, u64)> = links
+            .iter()
+            .map(|l| (l.device.as_str(), l.capacity_bps))
+            .collect();
+        tracing::info!(links = ?paced, headroom = fair_share::HEADROOM,
+            "fair shares: clients on a full link are paced to equal shares");
+        let pacer = Arc::new(Pacer { links });
+        let (done, ended) = tokio::sync::oneshot::channel::<()>();
+        let (p, stop) = (pacer.clone(), shutdown.clone());
+        std::thread::Builder::new()
+            .name("pacer".into())
+            .spawn(move || {
+                p.run(&stop);
+                let _ = done.send(());
+            })?;
+        // The daemon's stop waits for the thread, as for every task.
+        shutdown.spawn(async move {
+            let _ = ended.await;
+        });
+        Ok(Some(pacer))
+    }
+
+    /// Registers the connection on `fd` from `client` if `local` is a paced link's address.
+    pub fn register(&self, fd: BorrowedFd<'_>, local: Ipv4Addr, client: Ipv4Addr) -> Paced {
+        let Some(link) = self.links.iter().find(|l| l.address == local) else {
+            return Paced::none();
+        };
+        let fd = match fd.try_clone_to_owned() {
+            Ok(fd) => fd,
+            Err(e) => {
+                static FAILED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                if let Some(suppressed) = FAILED.allow() {
+                    tracing::warn!(error = %e, suppressed, "a connection is not paced");
+                }
+                return Paced::none();
+            }
+        };
+        let mut conns = link.lock();
+        let id = conns.next;
+        conns.next += 1;
+        conns.all.insert(
+            id,
+            Conn {
+                fd,
+                client,
+                sent: None,
+                cap: None,
+            },
+        );
+        link.stats.connections.fetch_add(1, Relaxed);
+        Paced(Some((link.clone(), id)))
+    }
+
+    pub fn stats(&self) -> Vec<PacingStats> {
+        self.links
+            .iter()
+            .map(|l| {
+                let s = &l.stats;
+                PacingStats {
+                    device: l.device.clone(),
+                    address: l.address,
+                    budget_bytes: (l.capacity_bps as f64 / 8.0 * fair_share::HEADROOM) as u64,
+                    connections: s.connections.load(Relaxed),
+                    clients: s.clients.load(Relaxed),
+                    wanting: s.wanting.load(Relaxed),
+                    share_bytes: s.share.load(Relaxed),
+                    rounds: s.rounds.load(Relaxed),
+                    caps_set: s.caps_set.load(Relaxed),
+                }
+            })
+            .collect()
+    }
+
+    fn run(&self, shutdown: &Shutdown) {
+        let mut last = Instant::now();
+        while !shutdown.is_triggered() {
+            std::thread::sleep(ROUND);
+            let now = Instant::now();
+            let seconds = now.duration_since(last).as_secs_f64();
+            last = now;
+            for link in &self.links {
+                link.round(seconds);
+            }
+        }
+    }
+}
+
+impl Link {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Conns> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reads every connection, plans, and sets the caps that changed. The lock is held
+    /// throughout, so no registration ends (closing its descriptor) meanwhile.
+    fn round(&self, seconds: f64) {
+        let mut conns = self.lock();
+        let mut seen = Vec::with_capacity(conns.all.len());
+        let mut ids = Vec::with_capacity(conns.all.len());
+        for (id, c) in conns.all.iter_mut() {
+            // A socket that cannot say (not connected any more) sits this round out.
+            let Some(info) = read_info(c.fd.as_fd()) else {
+                continue;
+            };
+            let sent = c.sent.map_or(0, |before| info.sent.saturating_sub(before));
+            c.sent = Some(info.sent);
+            seen.push(Seen {
+                client: c.client,
+                sent,
+                unsent: info.unsent.into(),
+                cap: c.cap,
+            });
+            ids.push(*id);
+        }
+        let plan = fair_share::plan(Some(self.capacity_bps), seconds, &seen);
+        let mut set = 0;
+        for (id, cap) in ids.iter().zip(&plan.caps) {
+            let Some(c) = conns.all.get_mut(id) else {
+                continue;
+            };
+            if !moved(c.cap, *cap) {
+                continue;
+            }
+            match set_cap(c.fd.as_fd(), *cap) {
+                Ok(()) => {
+                    c.cap = *cap;
+                    set += 1;
+                }
+                Err(e) => {
+                    static FAILED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                    if let Some(suppressed) = FAILED.allow() {
+                        tracing::warn!(device = %self.device, error = %e, suppressed,
+                            "cannot set a connection's pacing rate");
+                    }
+                }
+            }
+        }
+        let s = &self.stats;
+        s.clients.store(plan.clients as u64, Relaxed);
+        s.wanting.store(plan.wanting as u64, Relaxed);
+        s.share.store(plan.share.unwrap_or(0), Relaxed);
+        if plan.share.is_some() {
+            s.rounds.fetch_add(1, Relaxed);
+        }
+        s.caps_set.fetch_add(set, Relaxed);
+    }
+}
+
+/// Whether a cap differs enough from the one in force to be set.
+fn moved(now: Option<u64>, next: Option<u64>) -> bool {
+    match (now, next) {
+        (Some(a), Some(b)) => a.abs_diff(b) * STEADY > a.max(b),
+        (a, b) => a != b,
+    }
+}
+
+/// getsockopt(TCP_INFO), decoded.
+pub fn read_info(fd: BorrowedFd<'_>) -> Option<TcpInfo> {
+    let mut buf = [0u8; tcp_info::SIZE];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `buf` and says how many.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            buf.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return None;
+    }
+    tcp_info::decode(&buf[..(len as usize).min(buf.len())])
+}
+
+/// SO_MAX_PACING_RATE: `cap` bytes/s, or no cap.
+pub fn set_cap(fd: BorrowedFd<'_>, cap: Option<u64>) -> std::io::Result<()> {
+    // An unsigned long (32 bits on 32-bit targets); all ones is "no cap".
+    #[allow(clippy::unnecessary_fallible_conversions)]
+    let rate = cap
+        .and_then(|c| libc::c_ulong::try_from(c).ok())
+        .unwrap_or(libc::c_ulong::MAX);
+    // SAFETY: an option value of the size the kernel reads.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_MAX_PACING_RATE,
+            (&rate as *const libc::c_ulong).cast(),
+            std::mem::size_of::<libc::c_ulong>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A connected pair over loopback: (the server's end, the client's end).
+    fn pair() -> (std::net::TcpStream, std::net::TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (server, _) = l.accept().unwrap();
+        (server, client)
+    }
+
+    /// What TCP_INFO reads is what the kernel did: the cap set, the bytes sent.
+    #[test]
+    fn a_cap_set_is_the_cap_the_kernel_reports() {
+        let (mut server, mut client) = pair();
+        let before = read_info(server.as_fd()).expect("TCP_INFO");
+        assert_eq!(before.max_pacing_rate, u64::MAX);
+        set_cap(server.as_fd(), Some(1_250_000)).unwrap();
+        assert_eq!(
+            read_info(server.as_fd()).unwrap().max_pacing_rate,
+            1_250_000
+        );
+        let data = vec![7u8; 100_000];
+        server.write_all(&data).unwrap();
+        let mut got = vec![0u8; data.len()];
+        client.read_exact(&mut got).unwrap();
+        let after = read_info(server.as_fd()).unwrap();
+        assert!(after.sent >= before.sent + data.len() as u64, "{after:?}");
+        set_cap(server.as_fd(), None).unwrap();
+        assert_eq!(read_info(server.as_fd()).unwrap().max_pacing_rate, u64::MAX);
+    }
+
+    #[test]
+    fn caps_move_only_past_the_steady_band() {
+        assert!(!moved(None, None));
+        assert!(moved(None, Some(1000)));
+        assert!(moved(Some(1000), None));
+        assert!(!moved(Some(1000), Some(1020)));
+        assert!(moved(Some(1000), Some(1100)));
+        assert!(moved(Some(1100), Some(1000)));
+    }
+
+    /// Registered connections are counted and forgotten as their registrations drop; a
+    /// connection to an address that is no paced link's is not registered.
+    #[tokio::test]
+    async fn registrations_end_with_their_connections() {
+        let spec = LinkSpec {
+            address: Ipv4Addr::LOCALHOST,
+            device: "lo".into(),
+            capacity_bps: Some(100_000_000),
+        };
+        let shutdown = Shutdown::new();
+        let pacer = Pacer::start(&[spec], &shutdown).unwrap().expect("a pacer");
+        let (a, _a) = pair();
+        let (b, _b) = pair();
+        let client = Ipv4Addr::new(127, 0, 0, 1);
+        let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client);
+        let pb = pacer.register(b.as_fd(), Ipv4Addr::LOCALHOST, client);
+        let other = pacer.register(b.as_fd(), Ipv4Addr::new(10, 0, 0, 1), client);
+        assert!(other.0.is_none());
+        assert_eq!(pacer.stats()[0].connections, 2);
+        assert_eq!(pacer.stats()[0].budget_bytes, 11_250_000);
+        drop(pa);
+        assert_eq!(pacer.stats()[0].connections, 1);
+        drop(pb);
+        assert_eq!(pacer.stats()[0].connections, 0);
+        shutdown.stop_and_wait().await;
+    }
+}
