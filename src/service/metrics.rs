@@ -4,6 +4,7 @@
 //! older configs, and link names) are escaped as the text format says: `\\`, `\"`, `\n`.
 
 use super::http::Web;
+use super::pacing::PacingStats;
 use crate::record::Service;
 use crate::record::egress::LinkCounters;
 use crate::record::timeline::Timelines;
@@ -198,7 +199,71 @@ pub fn text(web: &Web) -> String {
             );
         }
     }
+    pacing(&mut out, &web.links.pacing());
     out
+}
+
+/// The pacer's figures per paced link (`service::pacing`); nothing when no link is paced.
+fn pacing(out: &mut String, links: &[PacingStats]) {
+    if links.is_empty() {
+        return;
+    }
+    type Series = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&PacingStats) -> u64,
+    );
+    let series: [Series; 7] = [
+        (
+            "bootpool_pacing_budget_bytes",
+            "gauge",
+            "What the paced connections on a link may send together, bytes per second.",
+            |p| p.budget_bytes,
+        ),
+        (
+            "bootpool_pacing_connections",
+            "gauge",
+            "TCP connections registered with the pacer.",
+            |p| p.connections,
+        ),
+        (
+            "bootpool_pacing_clients",
+            "gauge",
+            "Clients that sent or had bytes waiting in the last round.",
+            |p| p.clients,
+        ),
+        (
+            "bootpool_pacing_wanting",
+            "gauge",
+            "Clients that wanted more than they got in the last round.",
+            |p| p.wanting,
+        ),
+        (
+            "bootpool_pacing_share_bytes",
+            "gauge",
+            "One client's share in the last round, bytes per second (0: not paced).",
+            |p| p.share_bytes,
+        ),
+        (
+            "bootpool_pacing_rounds_total",
+            "counter",
+            "Rounds in which the link was paced (two or more clients active).",
+            |p| p.rounds,
+        ),
+        (
+            "bootpool_pacing_caps_set_total",
+            "counter",
+            "Pacing rates set on connections.",
+            |p| p.caps_set,
+        ),
+    ];
+    for (name, kind, help, value) in series {
+        head(out, name, kind, help);
+        for p in links {
+            let _ = writeln!(out, "{name}{{link=\"{}\"}} {}", label(&p.device), value(p));
+        }
+    }
 }
 
 /// Boots by pool and result, and the phase histogram.
