@@ -1,6 +1,7 @@
 //! Two network namespaces joined by a veth pair, for tests that need a real broadcast link
-//! (DHCP clients). Names are unique per process and call; dropping the `Link` deletes both
-//! namespaces (and with them the veth pair), also when the test fails.
+//! (DHCP clients), or by several veths and a switch (a server with several NICs on one
+//! subnet). Names are unique per process and call; dropping the `Link` deletes both
+//! namespaces (and with them the veths), also when the test fails.
 
 use super::Fixture;
 use std::path::PathBuf;
@@ -17,6 +18,8 @@ pub struct Link {
     pub server_if: String,
     /// The client's end (inside `client_ns`).
     pub client_if: String,
+    /// Every server link: `server_if`, then those of `Link::switched`.
+    pub server_ifs: Vec<String>,
 }
 
 fn ip(args: &[&str]) {
@@ -37,15 +40,8 @@ impl Link {
     /// Creates the namespaces and the pair; the server end gets `server_cidr` (e.g.
     /// `10.77.1.1/24`), the client end no address.
     pub fn new(server_cidr: &str) -> Link {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let tag = format!("{}{}", std::process::id(), n);
-        let link = Link {
-            server_ns: format!("bp-s{tag}"),
-            client_ns: format!("bp-c{tag}"),
-            // Interface names are at most 15 bytes.
-            server_if: format!("bs{tag}"),
-            client_if: format!("bc{tag}"),
-        };
+        let tag = tag();
+        let link = Link::named(&tag, format!("bc{tag}"), vec![format!("bs{tag}")]);
         // The guard exists before the first command, so a failure half way still cleans up.
         ip(&["netns", "add", &link.server_ns]);
         ip(&["netns", "add", &link.client_ns]);
@@ -69,6 +65,73 @@ impl Link {
         link.in_client(&["ip", "link", "set", "lo", "up"]);
         link.in_client(&["ip", "link", "set", &link.client_if, "up"]);
         link
+    }
+
+    /// A server with one link (veth) per address of `server_cidrs`, all on one subnet, whose
+    /// other ends are ports of a bridge in the client's namespace: a server's NICs on one
+    /// switch. The bridge is `client_if`. No policy routing: the server's routing table sends
+    /// everything for the subnet out of its first link.
+    pub fn switched(server_cidrs: &[&str]) -> Link {
+        let tag = tag();
+        let ifs = (0..server_cidrs.len())
+            .map(|k| match k {
+                0 => format!("bs{tag}"),
+                k => format!("bs{tag}x{k}"),
+            })
+            .collect();
+        let link = Link::named(&tag, format!("bb{tag}"), ifs);
+        ip(&["netns", "add", &link.server_ns]);
+        ip(&["netns", "add", &link.client_ns]);
+        let bridge = &link.client_if;
+        link.in_client(&["ip", "link", "add", bridge, "type", "bridge"]);
+        for (k, (dev, cidr)) in link.server_ifs.iter().zip(server_cidrs).enumerate() {
+            let port = format!("bc{tag}x{k}");
+            let (s, c) = (&link.server_ns, &link.client_ns);
+            ip(&[
+                "link", "add", dev, "netns", s, "type", "veth", "peer", "name", &port, "netns", c,
+            ]);
+            link.in_client(&["ip", "link", "set", &port, "master", bridge]);
+            link.in_client(&["ip", "link", "set", &port, "up"]);
+            link.in_server(&["ip", "addr", "add", cidr, "dev", dev]);
+            link.in_server(&["ip", "link", "set", dev, "up"]);
+        }
+        link.in_server(&["ip", "link", "set", "lo", "up"]);
+        link.in_client(&["ip", "link", "set", "lo", "up"]);
+        link.in_client(&["ip", "link", "set", bridge, "up"]);
+        link
+    }
+
+    /// Interface names are at most 15 bytes: `tag` is the process and a counter.
+    fn named(tag: &str, client_if: String, server_ifs: Vec<String>) -> Link {
+        Link {
+            server_ns: format!("bp-s{tag}"),
+            client_ns: format!("bp-c{tag}"),
+            server_if: server_ifs[0].clone(),
+            client_if,
+            server_ifs,
+        }
+    }
+
+    /// Bytes each of the server's links has sent (its egress counter).
+    pub fn server_tx_bytes(&self) -> Vec<u64> {
+        let (ok, text, err) = super::run(
+            &mut Link::command(&self.server_ns, "cat", &["/proc/net/dev"]),
+            10,
+        );
+        assert!(ok, "{err}");
+        self.server_ifs
+            .iter()
+            .map(|dev| {
+                text.lines()
+                    .find_map(|l| {
+                        let (name, rest) = l.split_once(':')?;
+                        (name.trim() == dev).then_some(rest)
+                    })
+                    // Receive has 8 fields; the 9th is bytes sent.
+                    .and_then(|rest| rest.split_whitespace().nth(8)?.parse().ok())
+                    .unwrap_or_else(|| panic!("no {dev} in /proc/net/dev:\n{text}"))
+            })
+            .collect()
     }
 
     fn exec(ns: &str, args: &[&str]) {
@@ -164,6 +227,14 @@ impl Link {
     }
 }
 
+fn tag() -> String {
+    format!(
+        "{}{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
 impl Drop for Link {
     fn drop(&mut self) {
         for ns in [&self.server_ns, &self.client_ns] {
@@ -185,19 +256,32 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(link: &Link, fx: &Fixture, n: u32) -> Daemon {
+        let program = env!("CARGO_BIN_EXE_bootpool");
+        Daemon::spawn(Link::command(&link.server_ns, program, &[]), fx, n)
+    }
+
+    /// As `start`, but entering the namespace without remounting /sys for it (`nsenter`, as
+    /// the storm runs its server): sysfs then describes none of the namespace's links, so
+    /// a veth's nominal kernel speed (10 Gbit/s) is not read and `server.link_speeds` gives
+    /// each link's capacity.
+    pub fn start_without_sysfs(link: &Link, fx: &Fixture, n: u32) -> Daemon {
+        let mut c = Command::new("nsenter");
+        c.arg(format!("--net=/run/netns/{}", link.server_ns))
+            .arg(env!("CARGO_BIN_EXE_bootpool"));
+        Daemon::spawn(c, fx, n)
+    }
+
+    fn spawn(mut command: Command, fx: &Fixture, n: u32) -> Daemon {
         let log = fx.path().join(format!("daemon-{n}.log"));
         let config = fx.config_path();
-        let child = Link::command(
-            &link.server_ns,
-            env!("CARGO_BIN_EXE_bootpool"),
-            &["serve", "--config", config.to_str().unwrap()],
-        )
-        .env("BOOTPOOL_LOG", "debug")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .expect("bootpool runs");
+        let child = command
+            .args(["serve", "--config", config.to_str().unwrap()])
+            .env("BOOTPOOL_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("bootpool runs");
         let mut d = Daemon { child, log };
         for _ in 0..200 {
             if d.log_text().contains("bootpool serving") {
