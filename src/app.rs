@@ -203,6 +203,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let placement = Arc::new(service::placement::Placement::new(
         &config,
         Some(records.clone()),
+        links.specs(),
     ));
     let (c, r, s) = (&config, &recorder, &shutdown);
     run(

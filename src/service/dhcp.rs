@@ -631,7 +631,7 @@ pools:
         let text = CONFIG.replace("state_dir: var/", &format!("state_dir: {}", dir.display()));
         let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
         let table = open_table(&config).unwrap();
-        let placement = Arc::new(Placement::new(&config, None));
+        let placement = Arc::new(Placement::new(&config, None, &[]));
         Server::open(config, Recorder::discard(), table, placement)
     }
 
@@ -705,7 +705,7 @@ pools:
                 );
             let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
             let table = open_table(&config).unwrap();
-            let placement = Arc::new(Placement::new(&config, None));
+            let placement = Arc::new(Placement::new(&config, None, &[]));
             Server::open(config, Recorder::discard(), table, placement)
         };
         let pxe_discover = |mac: u8| {
@@ -786,7 +786,7 @@ pools:
         let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
         assert_eq!(config.dhcp.mode, DhcpMode::Proxy);
         let table = open_table(&config).unwrap();
-        let placement = Arc::new(Placement::new(&config, None));
+        let placement = Arc::new(Placement::new(&config, None, &[]));
         Server::open(config, Recorder::discard(), table, placement)
     }
 

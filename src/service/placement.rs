@@ -6,9 +6,10 @@
 //!
 //! The choice is `boot::links::choose`; this module keeps what it is made from: the clients
 //! booting on each link with the bytes each is still expected to fetch (its pool's recent
-//! boots, from the records, less what it fetched so far), each link's capacity and usability
-//! (`set_links`, from the kernel at start) and its measured egress (the egress sampler).
+//! boots, from the records, less what it fetched so far), each link's interface and capacity
+//! (`service::links::resolve`, at start) and its measured egress (the egress sampler).
 
+use super::links::LinkSpec;
 use crate::boot::links::{self, Load};
 use crate::config::{Config, Mac, Pool};
 use crate::record::Records;
@@ -16,7 +17,7 @@ use crate::record::egress::Egress;
 use crate::record::timeline::BootResult;
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A client counts on its link this long after its boot started, unless its record says it
@@ -30,18 +31,18 @@ const EXPECTED_FOR: Duration = Duration::from_secs(30);
 /// files (kernel and initrd): the demo image's root reads 2 to 4 times them.
 const FIRST_GUESS_FACTOR: u64 = 4;
 
-/// One of the server's links as the kernel has it.
+/// One of the server's links as the kernel had it at start.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LinkState {
+struct LinkState {
     /// The interface holding the address (`None`: no interface does).
-    pub device: Option<String>,
-    pub capacity_bps: Option<u64>,
+    device: Option<String>,
+    capacity_bps: Option<u64>,
 }
 
 pub struct Placement {
     /// `server.links`, the primary address first.
     addresses: Vec<Ipv4Addr>,
-    state: RwLock<Vec<LinkState>>,
+    state: Vec<LinkState>,
     /// What clients fetched so far and what a pool's boots fetch (`None` in unit tests:
     /// nothing learned, nothing fetched).
     records: Option<Arc<Records>>,
@@ -57,21 +58,30 @@ struct Booting {
 }
 
 impl Placement {
-    pub fn new(config: &Config, records: Option<Arc<Records>>) -> Placement {
+    /// `resolved`: the links an interface holds (`service::links::resolve`); the others are
+    /// not given out while one of those is.
+    pub fn new(config: &Config, records: Option<Arc<Records>>, resolved: &[LinkSpec]) -> Placement {
+        let state = config
+            .server
+            .links
+            .iter()
+            .map(|a| {
+                resolved
+                    .iter()
+                    .find(|r| r.address == *a)
+                    .map_or_else(LinkState::default, |r| LinkState {
+                        device: Some(r.device.clone()),
+                        capacity_bps: r.capacity_bps,
+                    })
+            })
+            .collect();
         Placement {
             addresses: config.server.links.clone(),
-            state: RwLock::new(vec![LinkState::default(); config.server.links.len()]),
+            state,
             records,
             egress: OnceLock::new(),
             booting: Mutex::default(),
             expected: Mutex::default(),
-        }
-    }
-
-    /// The links' devices and capacities, one per `server.links` address, in that order.
-    pub fn set_links(&self, state: Vec<LinkState>) {
-        if state.len() == self.addresses.len() {
-            *self.state.write().unwrap_or_else(|e| e.into_inner()) = state;
         }
     }
 
@@ -87,9 +97,8 @@ impl Placement {
     /// Which of the server's link addresses each interface holds (for the egress sampler,
     /// which samples those interfaces and keeps the addresses with each sample).
     pub fn held(&self) -> BTreeMap<String, Vec<Ipv4Addr>> {
-        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         let mut out: BTreeMap<String, Vec<Ipv4Addr>> = BTreeMap::new();
-        for (a, s) in self.addresses.iter().zip(state.iter()) {
+        for (a, s) in self.addresses.iter().zip(&self.state) {
             if let Some(dev) = &s.device {
                 out.entry(dev.clone()).or_default().push(*a);
             }
@@ -150,13 +159,12 @@ impl Placement {
     /// Whether link `i` can be given out: its address is on an interface, or no link's
     /// interface is known (nothing resolved: all count).
     fn usable(&self, i: usize) -> bool {
-        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
-        state[i].device.is_some() || state.iter().all(|s| s.device.is_none())
+        self.state[i].device.is_some() || self.state.iter().all(|s| s.device.is_none())
     }
 
     /// Each link's load now; forgets clients that are done.
     fn loads(&self, booting: &mut HashMap<Mac, Booting>, now: Instant) -> Vec<Load> {
-        let state = self.state.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let state = &self.state;
         let mut loads: Vec<Load> = state
             .iter()
             .map(|s| Load {
@@ -192,7 +200,7 @@ impl Placement {
             l.pending_bytes += self.expected_bytes(&b.pool).saturating_sub(so_far);
         }
         if let Some(sample) = self.egress.get().and_then(|e| e.latest()) {
-            for (l, s) in loads.iter_mut().zip(&state) {
+            for (l, s) in loads.iter_mut().zip(state) {
                 if let Some(dev) = &s.device
                     && let Some(r) = sample.links.iter().find(|r| &r.name == dev)
                 {
