@@ -112,28 +112,18 @@ impl Pacer {
     /// A pacer for the links of `specs` whose capacity is known, its thread running until
     /// `shutdown`; `None` when there is none.
     pub fn start(specs: &[LinkSpec], shutdown: &Shutdown) -> anyhow::Result<Option<Arc<Pacer>>> {
-        let links: Vec<Arc<Link>> = specs
-            .iter()
-            .filter_map(|s| {
-                Some(Arc::new(Link {
-                    address: s.address,
-                    device: s.device.clone(),
-                    capacity_bps: s.capacity_bps.filter(|c| *c > 0)?,
-                    conns: Mutex::default(),
-                    stats: Stats::default(),
-                }))
-            })
-            .collect();
-        if links.is_empty() {
+        let pacer = Pacer::new(specs);
+        if pacer.links.is_empty() {
             return Ok(None);
         }
-        let paced: Vec<(&str, u64)> = links
+        let paced: Vec<(&str, u64)> = pacer
+            .links
             .iter()
             .map(|l| (l.device.as_str(), l.capacity_bps))
             .collect();
         tracing::info!(links = ?paced, headroom = fair_share::HEADROOM,
             "fair shares: clients on a full link are paced to equal shares");
-        let pacer = Arc::new(Pacer { links });
+        let pacer = Arc::new(pacer);
         let (done, ended) = tokio::sync::oneshot::channel::<()>();
         let (p, stop) = (pacer.clone(), shutdown.clone());
         std::thread::Builder::new()
@@ -147,6 +137,23 @@ impl Pacer {
             let _ = ended.await;
         });
         Ok(Some(pacer))
+    }
+
+    /// The links of `specs` whose capacity is known, with no thread.
+    fn new(specs: &[LinkSpec]) -> Pacer {
+        let links = specs
+            .iter()
+            .filter_map(|s| {
+                Some(Arc::new(Link {
+                    address: s.address,
+                    device: s.device.clone(),
+                    capacity_bps: s.capacity_bps.filter(|c| *c > 0)?,
+                    conns: Mutex::default(),
+                    stats: Stats::default(),
+                }))
+            })
+            .collect();
+        Pacer { links }
     }
 
     /// Registers the connection on `fd` from `client` if `local` is a paced link's address.
@@ -164,6 +171,10 @@ impl Pacer {
                 return Paced::none();
             }
         };
+        // On a link being paced, a new connection starts at a client's share: unpaced, it
+        // could fill the link's queue for a round before the pacer sees it.
+        let share = link.stats.share.load(Relaxed);
+        let cap = (share > 0 && set_cap(fd.as_fd(), Some(share)).is_ok()).then_some(share);
         let mut conns = link.lock();
         let id = conns.next;
         conns.next += 1;
@@ -173,7 +184,7 @@ impl Pacer {
                 fd,
                 client,
                 sent: None,
-                cap: None,
+                cap,
             },
         );
         link.stats.connections.fetch_add(1, Relaxed);
@@ -219,11 +230,13 @@ impl Link {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Reads every connection, plans, and sets the caps that changed. The lock is held
-    /// throughout, so no registration ends (closing its descriptor) meanwhile.
+    /// Reads every connection, plans, and sets the caps that changed on connections that
+    /// moved bytes (an idle one keeps its cap until it sends: a booted room's idle NFS
+    /// connections cost no syscall when pacing starts or stops). The lock is held throughout,
+    /// so no registration ends (closing its descriptor) meanwhile.
     fn round(&self, seconds: f64) {
         let mut conns = self.lock();
-        let mut seen = Vec::with_capacity(conns.all.len());
+        let mut seen: Vec<Seen> = Vec::with_capacity(conns.all.len());
         let mut ids = Vec::with_capacity(conns.all.len());
         for (id, c) in conns.all.iter_mut() {
             // A socket that cannot say (not connected any more) sits this round out.
@@ -242,11 +255,12 @@ impl Link {
         }
         let plan = fair_share::plan(Some(self.capacity_bps), seconds, &seen);
         let mut set = 0;
-        for (id, cap) in ids.iter().zip(&plan.caps) {
+        for ((id, cap), was) in ids.iter().zip(&plan.caps).zip(&seen) {
             let Some(c) = conns.all.get_mut(id) else {
                 continue;
             };
-            if !moved(c.cap, *cap) {
+            let idle = was.sent == 0 && was.unsent == 0;
+            if idle || !moved(c.cap, *cap) {
                 continue;
             }
             match set_cap(c.fd.as_fd(), *cap) {
@@ -370,16 +384,16 @@ mod tests {
     }
 
     /// Registered connections are counted and forgotten as their registrations drop; a
-    /// connection to an address that is no paced link's is not registered.
-    #[tokio::test]
-    async fn registrations_end_with_their_connections() {
+    /// connection to an address that is no paced link's is not registered. (No pacer
+    /// thread: the test plays its part.)
+    #[test]
+    fn registrations_end_with_their_connections() {
         let spec = LinkSpec {
             address: Ipv4Addr::LOCALHOST,
             device: "lo".into(),
             capacity_bps: Some(100_000_000),
         };
-        let shutdown = Shutdown::new();
-        let pacer = Pacer::start(&[spec], &shutdown).unwrap().expect("a pacer");
+        let pacer = Pacer::new(&[spec]);
         let (a, _a) = pair();
         let (b, _b) = pair();
         let client = Ipv4Addr::new(127, 0, 0, 1);
@@ -393,6 +407,23 @@ mod tests {
         assert_eq!(pacer.stats()[0].connections, 1);
         drop(pb);
         assert_eq!(pacer.stats()[0].connections, 0);
+        // On a link being paced, a connection starts at a client's share.
+        assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, u64::MAX);
+        pacer.links[0].stats.share.store(500_000, Relaxed);
+        let _pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client);
+        assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, 500_000);
+    }
+
+    /// A link with no capacity is not paced: no pacer at all, no thread.
+    #[tokio::test]
+    async fn no_pacer_without_a_known_capacity() {
+        let spec = LinkSpec {
+            address: Ipv4Addr::LOCALHOST,
+            device: "lo".into(),
+            capacity_bps: None,
+        };
+        let shutdown = Shutdown::new();
+        assert!(Pacer::start(&[spec], &shutdown).unwrap().is_none());
         shutdown.stop_and_wait().await;
     }
 }
