@@ -95,9 +95,13 @@ impl Placement {
     }
 
     /// Which of the server's link addresses each interface holds (for the egress sampler,
-    /// which samples those interfaces and keeps the addresses with each sample).
+    /// which samples those interfaces and keeps the addresses with each sample). Empty for a
+    /// server with one link: it samples `server.interfaces` as ever.
     pub fn held(&self) -> BTreeMap<String, Vec<Ipv4Addr>> {
         let mut out: BTreeMap<String, Vec<Ipv4Addr>> = BTreeMap::new();
+        if self.addresses.len() < 2 {
+            return out;
+        }
         for (a, s) in self.addresses.iter().zip(&self.state) {
             if let Some(dev) = &s.device {
                 out.entry(dev.clone()).or_default().push(*a);
