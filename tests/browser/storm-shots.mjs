@@ -1,7 +1,8 @@
 // Screenshots of a storm's wave in the dashboard (docs/screenshots/storm-*.png), taken by
 // scripts/storm-screenshots against `bootpool serve` on a copy of the storm's state folder.
 // Env: BASE (the daemon's http://HOST:PORT), SHOTS (where to write), WAVE (a wave id; default
-// the newest of the waves with the most clients), CHROMIUM (default /usr/bin/chromium).
+// the newest of the waves with the most clients), WAVE_CLIENTS and WAVE_POOL (else the newest
+// wave of that many clients, of that pool), CHROMIUM (default /usr/bin/chromium).
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -13,8 +14,10 @@ const api = async p => (await fetch(BASE + p)).json();
 const waves = await api('/api/v1/waves');
 if (!waves.length) throw new Error('no waves in this state folder');
 const most = Math.max(...waves.map(w => w.summary.clients));
+const sized = Number(process.env.WAVE_CLIENTS || most), pool = process.env.WAVE_POOL;
 const wave = waves.find(w => String(w.id) === process.env.WAVE)
-  ?? [...waves].reverse().find(w => w.summary.clients === most);
+  ?? [...waves].reverse().find(w => w.summary.clients === sized && (!pool || w.pool === pool));
+if (!wave) throw new Error(`no wave of ${sized} clients${pool ? ` in ${pool}` : ''}`);
 console.log(`storm-shots: wave ${wave.id} (${wave.pool}, ${wave.summary.clients} clients)`);
 
 const profile = fs.mkdtempSync(path.join(os.tmpdir(), 'storm-shots-'));
