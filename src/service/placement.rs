@@ -130,24 +130,19 @@ impl Placement {
         let kept = kept
             .and_then(|a| self.addresses.iter().position(|x| *x == a))
             .filter(|&i| self.usable(i));
-        if let Some(i) = kept {
-            if starting || !booting.contains_key(&mac) {
-                booting.insert(
-                    mac,
-                    Booting {
-                        link: i,
-                        pool: pool.clone(),
-                        since: now,
-                    },
-                );
+        let current = booting.get(&mac).map(|b| b.link);
+        let i = match (kept, current) {
+            // Already counted on its kept link, within this boot.
+            (Some(i), Some(_)) if !starting => return self.addresses[i],
+            (Some(i), _) => i,
+            (None, Some(i)) => return self.addresses[i],
+            (None, None) => {
+                let loads = self.loads(&mut booting, now);
+                let i = links::choose(&loads, self.expected_bytes(pool));
+                tracing::debug!(%mac, link = %self.addresses[i], "link chosen");
+                i
             }
-            return self.addresses[i];
-        }
-        if let Some(b) = booting.get(&mac) {
-            return self.addresses[b.link];
-        }
-        let loads = self.loads(&mut booting, now);
-        let i = links::choose(&loads, self.expected_bytes(pool));
+        };
         booting.insert(
             mac,
             Booting {
@@ -156,7 +151,6 @@ impl Placement {
                 since: now,
             },
         );
-        tracing::debug!(%mac, link = %self.addresses[i], "link chosen");
         self.addresses[i]
     }
 
@@ -171,9 +165,10 @@ impl Placement {
         let state = &self.state;
         let mut loads: Vec<Load> = state
             .iter()
-            .map(|s| Load {
+            .enumerate()
+            .map(|(i, s)| Load {
                 capacity_bps: s.capacity_bps,
-                unusable: s.device.is_none() && state.iter().any(|o| o.device.is_some()),
+                unusable: !self.usable(i),
                 ..Load::default()
             })
             .collect();
