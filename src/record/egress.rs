@@ -1,9 +1,8 @@
 //! Server egress: every second, the byte counters of each served interface and of its members
 //! (bond, team or bridge ports), turned into rates, plus bootpool's own payload bytes per
 //! protocol. Counters come from rtnetlink (64-bit, and per network namespace, which sysfs is
-//! not); link speeds and a fallback for counters come from sysfs when it describes the same
-//! namespace, and from `server.link_speeds` for links the kernel gives no speed (veths, taps,
-//! shaped links). Samples are kept in memory for the API and handed to the record writer, which
+//! not); link speeds come from pools.yaml's `server.link_speeds` where it names the link, else
+//! from sysfs when it describes the same namespace (a fallback for counters too). Samples are kept in memory for the API and handed to the record writer, which
 //! stores them with the boot events.
 
 use super::event::{Micros, Proto, now_micros};
@@ -245,20 +244,24 @@ fn sysfs_speed(name: &str, index: u32) -> Option<u32> {
     (same && speed > 0).then_some(speed as u32)
 }
 
-/// Gives each link the kernel has no speed for the capacity pools.yaml's `server.link_speeds`
-/// states for its name; a speed the kernel reported is kept.
+/// Gives each link pools.yaml's `server.link_speeds` names the capacity stated there: the
+/// admin's figure wins over the kernel's, which is missing for taps and bridges, 10000 for
+/// every veth whatever it carries, and the NIC's rate for a link shaped below it with `tc`.
 pub fn fill_speeds(links: &mut [LinkCounters], configured: &BTreeMap<String, u32>) {
     for l in links {
-        if l.speed_mbps.is_none() {
-            l.speed_mbps = configured.get(&l.name).copied();
+        if let Some(&mbps) = configured.get(&l.name) {
+            l.speed_mbps = Some(mbps);
         }
     }
 }
 
-/// One link's capacity in Mbit/s by the same rule: the kernel's speed for the link `name`
-/// with interface index `index`, else `server.link_speeds`' for its name.
+/// One link's capacity in Mbit/s by the same rule: `server.link_speeds`' for the link
+/// `name`, else the kernel's for the link with interface index `index`.
 pub fn speed_mbps(name: &str, index: u32, configured: &BTreeMap<String, u32>) -> Option<u32> {
-    sysfs_speed(name, index).or_else(|| configured.get(name).copied())
+    configured
+        .get(name)
+        .copied()
+        .or_else(|| sysfs_speed(name, index))
 }
 
 /// Turns two readings a known interval apart into rates.
@@ -593,12 +596,13 @@ mod tests {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
             .collect();
+        // The configured figure wins over the kernel's (eth0's 1000).
         fill_speeds(&mut links, &configured);
         assert_eq!(
             speeds(&links),
             [
                 ("br0".to_string(), None),
-                ("eth0".to_string(), Some(1000)),
+                ("eth0".to_string(), Some(10)),
                 ("s0".to_string(), Some(250))
             ]
         );

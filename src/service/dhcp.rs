@@ -692,7 +692,8 @@ pools:
     }
 
     /// A server on three links: clients are spread over them, each told its link as
-    /// next-server and in its script URL, and a client keeps its link across a restart.
+    /// next-server and in its script URL; a client keeps its link for the rest of its boot
+    /// across a restart, and its next boot is chosen afresh.
     #[test]
     fn clients_are_spread_over_the_links_and_keep_theirs_across_a_restart() {
         let dir = tempfile::tempdir().unwrap();
@@ -740,16 +741,25 @@ pools:
             Some(format!("http://{link3}:8080/boot/script/52:54:00:77:00:20.ipxe").as_str())
         );
         s.flush();
-        // After a restart, with nobody booting, the third client still gets its link (a fresh choice
-        // on empty links would be the first).
+        // After a restart the boot goes on from its link: iPXE's next DISCOVER still names it.
         let mut s = multi(dir.path());
-        let (offer, _) = s.handle(&pxe_discover(0x20), from(), 2000).unwrap();
-        assert_eq!(offer.siaddr, link3);
+        let (offer, _) = s
+            .handle(&ipxe_discover(0x20, DISCOVER), from(), 2000)
+            .unwrap();
+        assert_eq!(
+            offer.boot_file.as_deref(),
+            Some(format!("http://{link3}:8080/boot/script/52:54:00:77:00:20.ipxe").as_str())
+        );
         assert_ne!(
             link3,
             Ipv4Addr::new(10, 77, 0, 1),
             "the test needs the third client off the first link"
         );
+        // Its next boot (a firmware DISCOVER, nobody booting) is chosen afresh: the first of
+        // the empty links, not the kept one.
+        let mut s = multi(dir.path());
+        let (offer, _) = s.handle(&pxe_discover(0x20), from(), 3000).unwrap();
+        assert_eq!(offer.siaddr, Ipv4Addr::new(10, 77, 0, 1));
     }
 
     /// iPXE's DISCOVER: option 60 PXEClient:..., 77 iPXE, 97 a UUID.

@@ -2,7 +2,7 @@
 //!
 //! `server.links` names the server's addresses on the clients' network, one per NIC, all on
 //! one subnet and no bond. `resolve` finds the interface that holds each (getifaddrs) and its
-//! capacity (the kernel's speed, else `server.link_speeds`, as egress sampling reads them).
+//! capacity (`server.link_speeds`, else the kernel's speed, as egress sampling reads them).
 //! The main routing table sends everything for that subnet out of one of those NICs whatever
 //! the source address, so with several links every accepted TCP connection and every TFTP
 //! transfer socket whose local address is a link's is bound to that link's interface

@@ -1,7 +1,7 @@
 //! Which server link each client boots from (`server.links`: several NICs on the clients'
 //! network, each with its own address, no bond). The DHCP service asks `link_for` when it
-//! answers; the answer goes into the client's lease (`boot::leases`, so it survives a
-//! restart), into next-server, the script URL and the root argument (`boot::plan`,
+//! answers; the answer goes into the client's lease (`boot::leases`, so the rest of the boot
+//! keeps it across a restart), into next-server, the script URL and the root argument (`boot::plan`,
 //! `boot::script`), and into the record (the ACK event's `link`).
 //!
 //! The choice is `boot::links::choose`; this module keeps what it is made from: the clients
@@ -110,9 +110,11 @@ impl Placement {
         out
     }
 
-    /// The link `mac` (of `pool`) boots from. `kept` is the link its lease names: it is kept
-    /// while it is still one of the server's links. `starting`: this message starts a boot
-    /// (a firmware DISCOVER), so the client counts on its link from now.
+    /// The link `mac` (of `pool`) boots from. A boot's link is chosen at its firmware
+    /// DISCOVER (`starting`) and kept for the whole boot: while the client counts as booting
+    /// here, else (after a restart) as `kept`, the link its lease names, as long as that is
+    /// still one of the server's usable links. Each new boot is chosen afresh, so a room
+    /// rebalances when links are added or lost, or one of them is busy.
     pub fn link_for(
         &self,
         mac: Mac,
@@ -125,22 +127,36 @@ impl Placement {
         }
         let mut booting = self.booting.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        // Kept while it is one of the links and usable (an address that left its interface
-        // is chosen anew).
-        let kept = kept
-            .and_then(|a| self.addresses.iter().position(|x| *x == a))
-            .filter(|&i| self.usable(i));
-        let current = booting.get(&mac).map(|b| b.link);
-        let i = match (kept, current) {
-            // Already counted on its kept link, within this boot.
-            (Some(i), Some(_)) if !starting => return self.addresses[i],
-            (Some(i), _) => i,
-            (None, Some(i)) => return self.addresses[i],
-            (None, None) => {
-                let loads = self.loads(&mut booting, now);
-                let i = links::choose(&loads, self.expected_bytes(pool));
-                tracing::debug!(%mac, link = %self.addresses[i], "link chosen");
-                i
+        let current = |booting: &HashMap<Mac, Booting>| {
+            booting
+                .get(&mac)
+                .map(|b| b.link)
+                .filter(|&i| self.usable(i))
+        };
+        let i = if starting {
+            // `loads` forgets boots that have ended, so a client still counted here is in the
+            // same boot (its firmware sent DISCOVER again) and keeps its link.
+            let loads = self.loads(&mut booting, now);
+            match current(&booting) {
+                Some(i) => i,
+                None => {
+                    let i = links::choose(&loads, self.expected_bytes(pool));
+                    tracing::debug!(%mac, link = %self.addresses[i], "link chosen");
+                    i
+                }
+            }
+        } else {
+            let kept = kept
+                .and_then(|a| self.addresses.iter().position(|x| *x == a))
+                .filter(|&i| self.usable(i));
+            match (current(&booting), kept) {
+                (Some(i), _) => return self.addresses[i],
+                // Booting since before a restart: counted on its link from now.
+                (None, Some(i)) => i,
+                (None, None) => {
+                    let loads = self.loads(&mut booting, now);
+                    links::choose(&loads, self.expected_bytes(pool))
+                }
             }
         };
         booting.insert(
