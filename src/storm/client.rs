@@ -76,6 +76,9 @@ pub struct Outcome {
     pub dhcp_retransmits: u32,
     pub tftp_retries: u32,
     pub http_retries: u32,
+    /// UDP datagrams its namespace dropped on a full receive buffer: answers that came and
+    /// were lost in the client, behind other clients' broadcasts (`sample::udp_rcvbuf_errors`).
+    pub udp_drops: u64,
     /// Root requests made that the trace did not have (path walks for handles the replay had
     /// to look up).
     pub extra_requests: u64,
@@ -330,8 +333,11 @@ fn script_servers(script: &str) -> (Option<Ipv4Addr>, Option<Ipv4Addr>) {
 
 /// GET, counting the body's bytes as it goes to `sink`.
 fn http_get(url: &str, sink: &mut dyn std::io::Write) -> anyhow::Result<u64> {
+    // Ends a transfer that stops moving, not a long one: each connect and each read of the
+    // response gets HTTP_TIMEOUT (the storm's own --timeout bounds the whole run).
     let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(HTTP_TIMEOUT))
+        .timeout_connect(Some(HTTP_TIMEOUT))
+        .timeout_per_read(Some(HTTP_TIMEOUT))
         .http_status_as_error(false)
         .build()
         .into();
@@ -403,6 +409,7 @@ pub fn boot(index: usize, mac: String, dev: String, plan: &Plan, power_on: f64) 
             run.out.error = Some(format!("{e:#}"));
         }
     }
+    run.out.udp_drops = super::sample::udp_rcvbuf_errors();
     run.out
 }
 

@@ -132,6 +132,14 @@ pub struct Summary {
     pub failed: usize,
     /// Clients that needed a retransmit or retry of any kind.
     pub retried: usize,
+    /// All clients' DHCP retransmits, TFTP and HTTP retries.
+    pub dhcp_retransmits: u64,
+    pub tftp_retries: u64,
+    pub http_retries: u64,
+    /// UDP datagrams dropped on a full receive buffer in the clients' namespaces, and how
+    /// many clients dropped any: answers the server sent that a client lost.
+    pub client_udp_drops: u64,
+    pub clients_with_udp_drops: usize,
     /// From power-on to the last client's booted call.
     pub all_booted_s: Option<f64>,
     pub median_s: Option<f64>,
@@ -158,6 +166,9 @@ pub struct Server {
     pub peak_rss_kib: u64,
     /// (peak RSS - RSS before power-on) / clients.
     pub rss_per_client_kib: f64,
+    /// UDP datagrams dropped on a full receive buffer in the server's namespace during the
+    /// storm: requests that reached the server and were never read.
+    pub udp_drops: u64,
 }
 
 /// The physical limit: all the bytes all clients need over the server's capacity, plus one
@@ -334,6 +345,11 @@ impl Report {
                 r.client.dhcp_retransmits + r.client.tftp_retries + r.client.http_retries > 0
             })
             .count();
+        let total = |f: fn(&Outcome) -> u64| rows.iter().map(|r| f(&r.client)).sum();
+        let server_udp_drops = match (samples.first(), samples.last()) {
+            (Some(a), Some(b)) => b.udp_drops.saturating_sub(a.udp_drops),
+            _ => 0,
+        };
         Report {
             label: label.into(),
             pool: pool.into(),
@@ -349,6 +365,11 @@ impl Report {
                 booted,
                 failed: n - booted,
                 retried,
+                dhcp_retransmits: total(|c| c.dhcp_retransmits.into()),
+                tftp_retries: total(|c| c.tftp_retries.into()),
+                http_retries: total(|c| c.http_retries.into()),
+                client_udp_drops: total(|c| c.udp_drops),
+                clients_with_udp_drops: rows.iter().filter(|r| r.client.udp_drops > 0).count(),
                 all_booted_s: all_booted,
                 median_s: median,
                 p95_s: quantile(&times, 0.95),
@@ -369,6 +390,7 @@ impl Report {
                 cpu_s,
                 peak_rss_kib: peak_rss,
                 rss_per_client_kib: peak_rss.saturating_sub(before) as f64 / n.max(1) as f64,
+                udp_drops: server_udp_drops,
             },
             limit: Limit {
                 bytes_needed,
@@ -432,6 +454,17 @@ impl Report {
             "\n{}: {} clients, {} booted, {} failed, {} retried\n",
             self.label, m.clients, m.booted, m.failed, m.retried
         ));
+        if m.retried > 0 || m.client_udp_drops > 0 || self.server.udp_drops > 0 {
+            s.push_str(&format!(
+                "retries: {} DHCP retransmits, {} TFTP, {} HTTP; UDP datagrams lost on a full receive buffer: {} at {} clients, {} at the server\n",
+                m.dhcp_retransmits,
+                m.tftp_retries,
+                m.http_retries,
+                m.client_udp_drops,
+                m.clients_with_udp_drops,
+                self.server.udp_drops,
+            ));
+        }
         s.push_str(&format!(
             "all booted after {} s; boot time median {} s, p95 {} s, max {} s, min {} s; slowest/fastest {}, slowest/median {}\n",
             f(m.all_booted_s),

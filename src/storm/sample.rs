@@ -1,7 +1,8 @@
 //! What the storm watches while it runs, ten times a second: each server link's egress
-//! counter, and the CPU time and memory of every process in the room's namespace but the storm
+//! counter, the CPU time and memory of every process in the room's namespace but the storm
 //! itself (that is the server, whatever it is: bootpool, or dnsmasq with nfs-ganesha and
-//! rpcbind).
+//! rpcbind), and the UDP datagrams that namespace dropped on a full receive buffer (a client
+//! reads its own namespace's at the end of its boot).
 
 use super::room::{self, Link};
 use serde::Serialize;
@@ -22,6 +23,8 @@ pub struct Sample {
     pub cpu_s: f64,
     /// Their resident memory now, KiB.
     pub rss_kib: u64,
+    /// The namespace's UDP receive-buffer drops so far (`udp_rcvbuf_errors`).
+    pub udp_drops: u64,
 }
 
 pub struct Sampler {
@@ -46,6 +49,7 @@ impl Sampler {
                     tx,
                     cpu_s,
                     rss_kib,
+                    udp_drops: udp_rcvbuf_errors(),
                 });
                 std::thread::sleep(EVERY);
             }
@@ -58,6 +62,24 @@ impl Sampler {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().unwrap_or_default()
     }
+}
+
+/// UDP datagrams the calling thread's network namespace dropped because a socket's receive
+/// buffer was full (`RcvbufErrors` of /proc/net/snmp): a DHCP or TFTP answer that arrived
+/// but was never read.
+pub fn udp_rcvbuf_errors() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/net/snmp")
+        .ok()
+        .and_then(|s| snmp_field(&s, "Udp:", "RcvbufErrors"))
+        .unwrap_or(0)
+}
+
+/// A counter of /proc/net/snmp: its `proto` lines are a line of names, then one of values.
+fn snmp_field(snmp: &str, proto: &str, name: &str) -> Option<u64> {
+    let mut lines = snmp.lines().filter(|l| l.starts_with(proto));
+    let (names, values) = (lines.next()?, lines.next()?);
+    let i = names.split_whitespace().position(|n| n == name)?;
+    values.split_whitespace().nth(i)?.parse().ok()
 }
 
 /// The inode of a process's network namespace.
@@ -105,4 +127,34 @@ fn server_usage(storm_pid: u32) -> (f64, u64) {
         }
     }
     (cpu, rss)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn snmp_counters_are_found_by_name() {
+        let snmp = "\
+Ip: Forwarding DefaultTTL
+Ip: 1 64
+Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors
+Udp: 120 3 17 118 15 0
+UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors
+UdpLite: 0 0 0 0 0 0
+";
+        assert_eq!(snmp_field(snmp, "Udp:", "RcvbufErrors"), Some(15));
+        assert_eq!(snmp_field(snmp, "Udp:", "InDatagrams"), Some(120));
+        assert_eq!(snmp_field(snmp, "Udp:", "Nope"), None);
+        assert_eq!(snmp_field("", "Udp:", "RcvbufErrors"), None);
+        // This thread's namespace has the counter.
+        assert!(
+            std::fs::read_to_string("/proc/thread-self/net/snmp").is_ok_and(|s| snmp_field(
+                &s,
+                "Udp:",
+                "RcvbufErrors"
+            )
+            .is_some())
+        );
+    }
 }
