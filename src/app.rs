@@ -24,6 +24,8 @@ use tokio::net::{TcpListener, UdpSocket};
 #[derive(Debug, Clone, Copy)]
 pub struct Bound {
     pub http: SocketAddr,
+    /// The HTTPS listener of `server.tls`, when configured.
+    pub https: Option<SocketAddr>,
     pub dhcp: SocketAddr,
     /// proxyDHCP's port 4011, bound in proxy mode only.
     pub pxe: Option<SocketAddr>,
@@ -148,6 +150,17 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let tftp = bind_udp(SocketAddrV4::new(any, ports.tftp), tftp_udp)
         .with_context(|| format!("binding TFTP port {} (ports.tftp)", ports.tftp))?;
     let http = bind_tcp(config.server.http).await.context("binding HTTP")?;
+    // The certificate is read before the port is taken, so a bad one names its file first.
+    let https = match &config.server.tls {
+        None => None,
+        Some(tls) => {
+            let acceptor = service::tls::acceptor(tls)?;
+            let listener = bind_tcp(tls.listen)
+                .await
+                .with_context(|| format!("binding HTTPS {} (server.tls.listen)", tls.listen))?;
+            Some((listener, acceptor))
+        }
+    };
     let nfs = bind_tcp(SocketAddrV4::new(any, ports.nfs).into())
         .await
         .context("binding NFS")?;
@@ -163,6 +176,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         .with_context(|| format!("binding portmap UDP port {portmap_port}"))?;
     let bound = Bound {
         http: http.local_addr()?,
+        https: https.as_ref().map(|(l, _)| l.local_addr()).transpose()?,
         dhcp: dhcp.local_addr()?,
         pxe: pxe.as_ref().map(UdpSocket::local_addr).transpose()?,
         tftp: tftp.local_addr()?,
@@ -172,6 +186,9 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     };
     // What clients are told must match what was bound.
     config.server.http.set_port(bound.http.port());
+    if let (Some(tls), Some(at)) = (config.server.tls.as_mut(), bound.https) {
+        tls.listen.set_port(at.port());
+    }
     config.server.ports.dhcp = bound.dhcp.port();
     if let Some(p) = bound.pxe {
         config.server.ports.pxe = p.port();
@@ -283,12 +300,23 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         identity,
         links: links.clone(),
     };
+    if let Some((listener, acceptor)) = https {
+        run(
+            "https",
+            Box::pin(service::http::serve(
+                on_links(listener),
+                web.clone(),
+                Some(acceptor),
+                s.clone(),
+            )),
+        );
+    }
     run(
         "http",
-        Box::pin(service::http::serve(on_links(http), web, s.clone())),
+        Box::pin(service::http::serve(on_links(http), web, None, s.clone())),
     );
     tracing::info!(
-        http = %bound.http, dhcp = %bound.dhcp, tftp = %bound.tftp, nfs = %bound.nfs, nbd = %bound.nbd,
+        http = %bound.http, https = ?bound.https, dhcp = %bound.dhcp, tftp = %bound.tftp, nfs = %bound.nfs, nbd = %bound.nbd,
         portmap = %bound.portmap,
         pools = config.pools.len(), "bootpool serving"
     );

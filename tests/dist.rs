@@ -546,6 +546,8 @@ fn key_paths(
         out.insert(path.clone(), want);
         if structs.contains_key(&f.ty) {
             key_paths(structs, defaults, &f.ty, &format!("{path}."), out);
+        } else if let Some(t) = inner("Option<").filter(|t| structs.contains_key(t)) {
+            key_paths(structs, defaults, &t, &format!("{path}."), out);
         } else if let Some(t) = inner("BTreeMap<String, ").filter(|t| structs.contains_key(t)) {
             key_paths(structs, defaults, &t, &format!("{path}.NAME."), out);
         } else if let Some(t) = inner("Vec<").filter(|t| structs.contains_key(t)) {

@@ -164,3 +164,123 @@ async fn a_read_token_guards_the_dashboard_api_and_metrics_but_not_boot_files() 
     );
     daemon.stop().await;
 }
+
+/// `server.tls`: the same routes over HTTPS on a port of their own, with the certificate
+/// pools.yaml names (curl checks it against that certificate as its CA); the read token is
+/// asked there as on plain HTTP, and the plain port serves on. A client that does not trust
+/// the certificate, or speaks plain HTTP to the HTTPS port, gets nothing.
+#[tokio::test]
+async fn tls_serves_the_api_with_the_configured_certificate() {
+    const TOKEN: &str = "0123456789abcdef-tls";
+    let fx = Fixture::new();
+    let (cert, key) = (fx.path().join("cert.pem"), fx.path().join("key.pem"));
+    let (ok, _, err) = common::run(
+        Command::new("openssl").args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=bootpool test",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            key.to_str().unwrap(),
+            "-out",
+            cert.to_str().unwrap(),
+        ]),
+        60,
+    );
+    assert!(ok, "openssl: {err}");
+    let text = fx.config_text().replace(
+        "  loaders: loaders/\n",
+        &format!(
+            "  loaders: loaders/\n  read_token: {TOKEN}\n  tls: {{ listen: 127.0.0.1:0, cert: cert.pem, key: key.pem }}\n"
+        ),
+    );
+    fx.write_config(&text);
+    let daemon = fx.start().await;
+    let https = daemon.bound.https.expect("an HTTPS listener");
+    assert_eq!(
+        daemon.config.server.tls.as_ref().unwrap().listen.port(),
+        https.port(),
+        "the served config names the bound port"
+    );
+    let base = format!("https://{https}");
+    let cacert = cert.to_str().unwrap();
+    let bearer = format!("Authorization: Bearer {TOKEN}");
+    let (ok, body, err) = run_async(
+        curl(&[
+            "--cacert",
+            cacert,
+            "-H",
+            &bearer,
+            &format!("{base}/api/v1/pools"),
+        ]),
+        30,
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(body.contains("nfs-room"), "{body}");
+    let (ok, code, err) = run_async(
+        curl(&[
+            "--cacert",
+            cacert,
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &format!("{base}/api/v1/boots"),
+        ]),
+        30,
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(code, "401", "the token is asked over TLS too");
+    // Not trusted: curl refuses the self-signed certificate (exit 60), so no data.
+    let (ok, body, err) = run_async(curl(&[&format!("{base}/api/v1/pools")]), 30).await;
+    assert!(!ok && body.is_empty(), "{body} {err}");
+    // Plain HTTP to the HTTPS port gets no HTTP answer.
+    let (ok, _, _) = run_async(curl(&[&format!("http://{https}/api/v1/pools")]), 30).await;
+    assert!(!ok);
+    // The plain port is unchanged (boot files need no token).
+    let (ok, code, err) = run_async(
+        curl(&[
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &format!("http://{}/boot/demo/vmlinuz", daemon.bound.http),
+        ]),
+        30,
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(code, "200");
+    daemon.stop().await;
+}
+
+/// A certificate file that holds no certificate stops the start with an error naming the key
+/// and the file.
+#[tokio::test]
+async fn a_bad_tls_certificate_is_named_at_start() {
+    let fx = Fixture::new();
+    std::fs::write(fx.path().join("cert.pem"), "not a certificate\n").unwrap();
+    std::fs::write(fx.path().join("key.pem"), "not a key\n").unwrap();
+    let text = fx.config_text().replace(
+        "  loaders: loaders/\n",
+        "  loaders: loaders/\n  tls: { listen: 127.0.0.1:0, cert: cert.pem, key: key.pem }\n",
+    );
+    fx.write_config(&text);
+    let err = match bootpool::app::start(fx.config()).await {
+        Ok(_) => panic!("started with a bad certificate"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("server.tls.cert"), "{err}");
+    assert!(err.contains("cert.pem"), "{err}");
+}

@@ -140,6 +140,19 @@ pub struct Server {
     /// While a link of known capacity is full, its clients are paced to equal shares of it
     /// (`service::pacing`).
     pub fair_share: bool,
+    /// The HTTPS listener (`None`: plain HTTP only).
+    pub tls: Option<Tls>,
+}
+
+/// `server.tls`: the same HTTP service over TLS on a port of its own, for the dashboard and
+/// the API (firmware and iPXE keep plain HTTP on `server.http`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    pub listen: SocketAddr,
+    /// PEM: the server's certificate, then the chain up to (not including) the root.
+    pub cert: PathBuf,
+    /// PEM: its private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
 }
 
 /// The boot record store.
@@ -389,6 +402,19 @@ impl Config {
                 }
             }
         }
+        if let Some(tls) = &self.server.tls {
+            for (key, path) in [("cert", &tls.cert), ("key", &tls.key)] {
+                if !path.is_file() {
+                    errors.push(ConfigError {
+                        file: self.file.clone(),
+                        line: None,
+                        column: None,
+                        path: format!("server.tls.{key}"),
+                        reason: format!("{} is not a file", path.display()),
+                    });
+                }
+            }
+        }
         errors
     }
 }
@@ -521,6 +547,19 @@ impl Checker<'_> {
                 ));
             }
         };
+        let tls = match &s.tls {
+            None => None,
+            Some(t) => Some(Tls {
+                listen: t.listen.parse().map_err(|_| {
+                    self.err(
+                        &[Key("server"), Key("tls"), Key("listen")],
+                        format!("`{}` is not an address:port", t.listen),
+                    )
+                })?,
+                cert: self.path(&t.cert),
+                key: self.path(&t.key),
+            }),
+        };
         let server = Server {
             interfaces: s.interfaces.clone(),
             address,
@@ -534,6 +573,7 @@ impl Checker<'_> {
             link_speeds,
             read_token,
             fair_share: s.fair_share.unwrap_or(true),
+            tls,
         };
 
         let dhcp = self.check_dhcp(&raw.dhcp, &server.links)?;
@@ -822,14 +862,19 @@ impl Checker<'_> {
         if mode == DhcpMode::Proxy {
             listeners.insert(2, ("pxe", p.pxe, set.pxe.is_some()));
         }
+        if let Some(tls) = &server.tls {
+            listeners.insert(1, ("tls", tls.listen.port(), true));
+        }
         let path = |key: &'static str| -> Vec<Step<'static>> {
             match key {
                 "http" => vec![Key("server"), Key("http")],
+                "tls" => vec![Key("server"), Key("tls"), Key("listen")],
                 k => vec![Key("server"), Key("ports"), Key(k)],
             }
         };
         let shown = |key: &str| match key {
             "http" => "server.http".to_string(),
+            "tls" => "server.tls.listen".to_string(),
             k => format!("server.ports.{k}"),
         };
         for (i, &(a, port, a_set)) in listeners.iter().enumerate() {

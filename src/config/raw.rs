@@ -64,6 +64,21 @@ pub struct Server {
     pub read_token: Option<String>,
     /// Clients on a full link are paced to equal shares (default true).
     pub fair_share: Option<bool>,
+    /// A second HTTP listener, over TLS, for the dashboard and the API.
+    pub tls: Option<Tls>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    #[serde(default = "default_tls_listen")]
+    pub listen: String,
+    pub cert: String,
+    pub key: String,
+}
+
+fn default_tls_listen() -> String {
+    "0.0.0.0:8443".into()
 }
 
 /// A link rate as written: `250mbit`, or a bare number of Mbit/s.

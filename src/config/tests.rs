@@ -389,6 +389,39 @@ fn two_services_on_one_port_are_refused() {
     assert!(parse(&with("    nfs: 0\n    nbd: 0\n")).is_ok());
 }
 
+/// `server.tls`: absent by default; listen defaults to port 8443, a bad address or a port
+/// another service has is refused at `server.tls.listen`, and unknown keys at theirs.
+#[test]
+fn tls_listens_on_its_own_port() {
+    assert_eq!(parse(GOOD).unwrap().server.tls, None);
+    let with = |tls: &str| {
+        GOOD.replace(
+            "  state_dir: var/\n",
+            &format!("  state_dir: var/\n  tls:\n{tls}"),
+        )
+    };
+    let c = parse(&with("    cert: /etc/bootpool/cert.pem\n    key: k.pem\n")).unwrap();
+    let tls = c.server.tls.unwrap();
+    assert_eq!(tls.listen, "0.0.0.0:8443".parse().unwrap());
+    assert_eq!(tls.cert, std::path::Path::new("/etc/bootpool/cert.pem"));
+    assert!(
+        tls.key.is_absolute() && tls.key.ends_with("k.pem"),
+        "{:?}",
+        tls.key
+    );
+    let e = parse(&with("    listen: nowhere\n    cert: c\n    key: k\n")).unwrap_err();
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("server.tls.listen", Some(7)),
+        "{e}"
+    );
+    let e = parse(&with("    listen: 0.0.0.0:8080\n    cert: c\n    key: k\n")).unwrap_err();
+    assert_eq!(e.path, "server.tls.listen", "{e}");
+    assert!(e.reason.contains("server.http"), "{e}");
+    assert!(parse(&with("    cert: c\n")).is_err(), "a key is needed");
+    assert!(parse(&with("    cert: c\n    key: k\n    port: 1\n")).is_err());
+}
+
 #[test]
 fn pool_and_image_names_must_be_plain() {
     for bad in ["../up", ".hidden", "-dash", "a b", "a/b", "ü", "x:y"] {

@@ -48,7 +48,14 @@ pub struct Web {
     pub links: Arc<super::links::Links>,
 }
 
-pub async fn serve(listener: super::Listener, web: Web, shutdown: Shutdown) -> anyhow::Result<()> {
+/// Serves `listener`: plain HTTP, or HTTPS with `tls` (`server.tls`, the same routes; its
+/// connection limits are its own).
+pub async fn serve(
+    listener: super::Listener,
+    web: Web,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
     let limits = web.config.limits.clone();
     let recorder = web.recorder.clone();
     let app = router(web);
@@ -77,21 +84,24 @@ pub async fn serve(listener: super::Listener, web: Web, shutdown: Shutdown) -> a
         let service = app.clone();
         let stop = shutdown.clone();
         let limits = limits.clone();
+        let tls = tls.clone();
         shutdown.spawn(async move {
             let _held = (held, paced);
-            serve_connection(stream, peer, service, &limits, stop).await;
+            serve_connection(stream, peer, service, &limits, tls, stop).await;
         });
     }
     Ok(())
 }
 
 /// One HTTP/1.1 connection, bounded by the header and idle timeouts; ends gracefully (the
-/// request being answered finishes) at shutdown.
+/// request being answered finishes) at shutdown. With `tls`, the TLS handshake comes first,
+/// within the header timeout.
 async fn serve_connection(
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
     app: axum::Router,
     limits: &crate::config::Limits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: Shutdown,
 ) {
     // Until the first request starts, the connection holds no buffer of hyper's (8 KiB): a
@@ -105,20 +115,35 @@ async fn serve_connection(
     if !matches!(first, Ok(Ok(n)) if n > 0) {
         return;
     }
-    // Boxed: a task waiting above is not the size of hyper's connection state.
-    Box::pin(serve_requests(stream, peer, app, limits, shutdown)).await
+    let (io, last) = Watched::new(stream);
+    let Some(tls) = tls else {
+        // Boxed: a task waiting above is not the size of hyper's connection state.
+        return Box::pin(serve_requests(io, last, peer, app, limits, shutdown)).await;
+    };
+    let handshake = Box::pin(tls.accept(io));
+    let io = tokio::select! {
+        r = tokio::time::timeout(limits.http_header_timeout, handshake) => r,
+        _ = shutdown.wait() => return,
+    };
+    match io {
+        Ok(Ok(io)) => Box::pin(serve_requests(io, last, peer, app, limits, shutdown)).await,
+        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "tls handshake failed"),
+        Err(_) => tracing::debug!(%peer, "tls handshake timed out"),
+    }
 }
 
-/// `serve_connection` once the client has sent something.
-async fn serve_requests(
-    stream: tokio::net::TcpStream,
+/// `serve_connection` once the client has sent something (and, over TLS, shaken hands).
+async fn serve_requests<S>(
+    io: S,
+    last: LastActivity,
     peer: SocketAddr,
     app: axum::Router,
     limits: &crate::config::Limits,
     shutdown: Shutdown,
-) {
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     use hyper_util::rt::{TokioIo, TokioTimer};
-    let (io, last) = Watched::new(stream);
     // The handlers learn the peer as they would from `axum::serve`.
     let service = hyper::service::service_fn(move |mut req: hyper::Request<_>| {
         use tower_service::Service as _;
@@ -168,7 +193,8 @@ impl LastActivity {
     }
 }
 
-/// A TCP stream that notes when it last read or wrote anything.
+/// A TCP stream that notes when it last read or wrote anything (under TLS, if any, so
+/// handshakes and records count as activity too).
 struct Watched {
     inner: tokio::net::TcpStream,
     last: LastActivity,

@@ -22,6 +22,7 @@ pub mod portmap;
 pub mod quick_read;
 pub mod tftp;
 pub mod tftp_transfers;
+pub mod tls;
 pub mod web;
 
 use crate::shutdown::Shutdown;
