@@ -25,6 +25,10 @@ const FULL: f64 = 0.8;
 /// send a segment every few seconds.
 pub const MIN_CAP: u64 = 16 * 1024;
 
+/// How far the caps may be raised above the budget's shares (`trim`): what a round in which
+/// every client did use its whole cap could put into the link's queue.
+pub const MAX_BOOST: f64 = 1.25;
+
 /// What one connection did during a round.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Seen {
@@ -48,13 +52,15 @@ pub struct Plan {
     pub wanting: usize,
     /// One client's share (bytes/s) when the link is paced.
     pub share: Option<u64>,
+    /// What the link's connections carried during the round, bytes/s.
+    pub carried: u64,
 }
 
 /// The caps for a link of `capacity_bps` (bits/s; `None`: unknown) after a round of
-/// `seconds`. Nothing is paced on a link of unknown capacity, nor while at most one client
-/// is active: a client alone keeps the whole link (fairness has nothing to do, and the
-/// headroom would cost it a tenth).
-pub fn plan(capacity_bps: Option<u64>, seconds: f64, conns: &[Seen]) -> Plan {
+/// `seconds`: shares of its budget times `boost` (`trim`). Nothing is paced on a link of
+/// unknown capacity, nor while at most one client is active: a client alone keeps the whole
+/// link (fairness has nothing to do, and the headroom would cost it a tenth).
+pub fn plan(capacity_bps: Option<u64>, seconds: f64, conns: &[Seen], boost: f64) -> Plan {
     let mut clients: BTreeMap<Ipv4Addr, Vec<usize>> = BTreeMap::new();
     for (i, c) in conns.iter().enumerate() {
         clients.entry(c.client).or_default().push(i);
@@ -68,11 +74,13 @@ pub fn plan(capacity_bps: Option<u64>, seconds: f64, conns: &[Seen]) -> Plan {
         .map(|m| of_client(m))
         .collect();
     let wanting = active.iter().filter(|d| d.is_infinite()).count();
+    let carried = conns.iter().map(|c| c.sent).sum::<u64>() as f64 / seconds.max(1e-3);
     let unpaced = Plan {
         caps: vec![None; conns.len()],
         clients: active.len(),
         wanting,
         share: None,
+        carried: carried as u64,
     };
     let Some(capacity) = capacity_bps.filter(|c| *c > 0) else {
         return unpaced;
@@ -80,8 +88,7 @@ pub fn plan(capacity_bps: Option<u64>, seconds: f64, conns: &[Seen]) -> Plan {
     if active.len() <= 1 {
         return unpaced;
     }
-    let budget = capacity as f64 / 8.0 * HEADROOM;
-    let share = level(budget, &active);
+    let share = level(budget(capacity) * boost.clamp(1.0, MAX_BOOST), &active);
     let mut caps = vec![None; conns.len()];
     for members in clients.values() {
         let mine: Vec<f64> = members.iter().map(|&i| demands[i]).collect();
@@ -95,6 +102,31 @@ pub fn plan(capacity_bps: Option<u64>, seconds: f64, conns: &[Seen]) -> Plan {
         share: Some(share as u64),
         ..unpaced
     }
+}
+
+/// What the paced connections of a link of `capacity_bps` may send together, bytes/s.
+pub fn budget(capacity_bps: u64) -> f64 {
+    capacity_bps as f64 / 8.0 * HEADROOM
+}
+
+/// The boost for the next round, after a paced round that carried `carried` bytes/s against
+/// a `budget` with `wanting` clients held back. Connections held back in a round do not all
+/// send the whole of their caps (a reply ends and the next request is awaited), so caps that
+/// add up to the budget leave the link short of it. While clients want more and the link
+/// carried less than its budget, the boost rises by half the shortfall; once it carried more,
+/// it falls at once to what would have carried the budget. With nobody held back there is
+/// nothing to learn and it stays. It stays between 1 and `MAX_BOOST`.
+pub fn trim(boost: f64, carried: f64, budget: f64, wanting: usize) -> f64 {
+    if wanting == 0 {
+        return boost.clamp(1.0, MAX_BOOST);
+    }
+    let short = budget / carried.max(1.0);
+    let next = if short >= 1.0 {
+        boost * (1.0 + (short - 1.0) / 2.0)
+    } else {
+        boost * short
+    };
+    next.clamp(1.0, MAX_BOOST)
 }
 
 /// A connection's demand in bytes/s: what it sent, or infinite when it wanted more (bytes
@@ -158,10 +190,6 @@ mod tests {
         }
     }
 
-    fn budget(capacity_bps: u64) -> f64 {
-        capacity_bps as f64 / 8.0 * HEADROOM
-    }
-
     fn cap(bytes: f64) -> Option<u64> {
         Some(bytes as u64)
     }
@@ -182,7 +210,7 @@ mod tests {
     #[test]
     fn clients_who_all_want_more_share_the_budget_equally() {
         let conns: Vec<Seen> = (1..=4).map(hungry).collect();
-        let p = plan(Some(100 * MBIT), 1.0, &conns);
+        let p = plan(Some(100 * MBIT), 1.0, &conns, 1.0);
         let each = budget(100 * MBIT) / 4.0;
         assert_caps(&p.caps, &[cap(each); 4]);
         assert_caps(&[p.share], &[cap(each)]);
@@ -202,7 +230,7 @@ mod tests {
             hungry(2),
             using(3, (b / 10.0) as u64, cap(b / 3.0)),
         ];
-        let p = plan(Some(100 * MBIT), 1.0, &conns);
+        let p = plan(Some(100 * MBIT), 1.0, &conns, 1.0);
         let level = (b - b / 10.0) / 2.0;
         assert_caps(&[p.share], &[cap(level)]);
         // Everyone is capped at the level; the light client stays under it by itself.
@@ -215,7 +243,7 @@ mod tests {
         let b = budget(100 * MBIT);
         // Nothing waiting at the round's end, but 90% of its cap sent: the cap held it back.
         let conns = [hungry(1), using(2, (b / 2.0 * 0.9) as u64, cap(b / 2.0))];
-        let p = plan(Some(100 * MBIT), 1.0, &conns);
+        let p = plan(Some(100 * MBIT), 1.0, &conns, 1.0);
         assert_eq!(p.wanting, 2);
         assert_caps(&p.caps, &[cap(b / 2.0); 2]);
     }
@@ -225,7 +253,7 @@ mod tests {
         let b = budget(1000 * MBIT);
         // Client 1 has three connections wanting more, client 2 one: equal shares per client.
         let conns = [hungry(1), hungry(1), hungry(1), hungry(2)];
-        let p = plan(Some(1000 * MBIT), 1.0, &conns);
+        let p = plan(Some(1000 * MBIT), 1.0, &conns, 1.0);
         assert_eq!(p.clients, 2);
         assert_caps(&[p.share], &[cap(b / 2.0)]);
         assert_caps(
@@ -234,14 +262,14 @@ mod tests {
         );
         // An idle connection of a client leaves the client's share to its busy one.
         let conns = [hungry(1), using(1, 0, None), hungry(2)];
-        let p = plan(Some(1000 * MBIT), 1.0, &conns);
+        let p = plan(Some(1000 * MBIT), 1.0, &conns, 1.0);
         assert_caps(&p.caps, &[cap(b / 2.0); 3]);
     }
 
     #[test]
     fn a_lone_client_and_a_link_of_unknown_capacity_are_not_paced() {
         // One client, however many connections, keeps the whole link.
-        let p = plan(Some(100 * MBIT), 1.0, &[hungry(1), hungry(1)]);
+        let p = plan(Some(100 * MBIT), 1.0, &[hungry(1), hungry(1)], 1.0);
         assert_eq!(p.caps, vec![None, None]);
         assert_eq!((p.clients, p.share), (1, None));
         // Clients that are connected but sent nothing are not competing.
@@ -250,13 +278,14 @@ mod tests {
             Some(100 * MBIT),
             1.0,
             &[hungry(1), idle, using(3, 0, cap(1e6))],
+            1.0,
         );
         assert_eq!(p.caps, vec![None; 3]);
         assert_eq!(p.clients, 1);
         // Unknown capacity (loopback, a veth without server.link_speeds): never paced.
         let conns: Vec<Seen> = (1..=8).map(hungry).collect();
         for unknown in [None, Some(0)] {
-            let p = plan(unknown, 1.0, &conns);
+            let p = plan(unknown, 1.0, &conns, 1.0);
             assert_eq!(p.caps, vec![None; 8]);
             assert_eq!((p.clients, p.wanting, p.share), (8, 8, None));
         }
@@ -270,7 +299,7 @@ mod tests {
             using(1, (b / 5.0) as u64, cap(b)),
             using(2, (b / 10.0) as u64, cap(b)),
         ];
-        let p = plan(Some(100 * MBIT), 1.0, &conns);
+        let p = plan(Some(100 * MBIT), 1.0, &conns, 1.0);
         assert_eq!(p.wanting, 0);
         let spare = b - b / 5.0 - b / 10.0;
         let want = b / 5.0 + spare / 2.0;
@@ -279,7 +308,7 @@ mod tests {
         // Equal demands: the caps add up to the budget, whatever the load.
         for n in [2u8, 5, 40] {
             let conns: Vec<Seen> = (1..=n).map(|i| using(i, 1000, cap(b))).collect();
-            let p = plan(Some(100 * MBIT), 1.0, &conns);
+            let p = plan(Some(100 * MBIT), 1.0, &conns, 1.0);
             let sum: u64 = p.caps.iter().flatten().sum();
             assert!((sum as f64 - b).abs() <= n as f64, "{n}: {sum} vs {b}");
         }
@@ -299,6 +328,29 @@ mod tests {
     }
 
     #[test]
+    fn the_boost_makes_up_what_held_back_clients_left_unused() {
+        let b = budget(100 * MBIT);
+        // Two clients held back, each sending 80% of a half: the link carried 80% of its
+        // budget, so the boost rises by half the shortfall, round after round, to its bound.
+        let short = trim(1.0, 0.8 * b, b, 2);
+        assert!((short - 1.125).abs() < 1e-9, "{short}");
+        assert_eq!(trim(short, 0.8 * b, b, 2), MAX_BOOST);
+        // A round that carried more than the budget brings it down at once.
+        let over = trim(1.2, 1.1 * b, b, 2);
+        assert!((over - 1.2 / 1.1).abs() < 1e-9, "{over}");
+        assert_eq!(trim(1.05, 2.0 * b, b, 2), 1.0);
+        // Nobody held back: nothing to learn from the round.
+        assert_eq!(trim(1.1, 0.3 * b, b, 0), 1.1);
+        // The caps are the shares of the boosted budget, never past MAX_BOOST.
+        let conns: Vec<Seen> = (1..=4).map(hungry).collect();
+        let p = plan(Some(100 * MBIT), 1.0, &conns, 1.2);
+        assert_caps(&p.caps, &[cap(b * 1.2 / 4.0); 4]);
+        let p = plan(Some(100 * MBIT), 1.0, &conns, 9.0);
+        assert_caps(&p.caps, &[cap(b * MAX_BOOST / 4.0); 4]);
+        assert_eq!(p.carried, 4_000_000);
+    }
+
+    #[test]
     fn caps_never_fall_below_the_floor() {
         // Two thousand clients on 10 Mbit/s: a share far below a segment per round.
         let conns: Vec<Seen> = (0..2000u32)
@@ -307,7 +359,7 @@ mod tests {
                 ..hungry(0)
             })
             .collect();
-        let p = plan(Some(10 * MBIT), 1.0, &conns);
+        let p = plan(Some(10 * MBIT), 1.0, &conns, 1.0);
         assert!(p.caps.iter().all(|c| *c == Some(MIN_CAP)));
         assert_eq!(p.share, Some((budget(10 * MBIT) / 2000.0) as u64));
     }

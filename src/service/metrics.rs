@@ -214,7 +214,7 @@ fn pacing(out: &mut String, links: &[PacingStats]) {
         &'static str,
         fn(&PacingStats) -> u64,
     );
-    let series: [Series; 7] = [
+    let series: [Series; 8] = [
         (
             "bootpool_pacing_budget_bytes",
             "gauge",
@@ -244,6 +244,12 @@ fn pacing(out: &mut String, links: &[PacingStats]) {
             "gauge",
             "One client's share in the last round, bytes per second (0: not paced).",
             |p| p.share_bytes,
+        ),
+        (
+            "bootpool_pacing_carried_bytes",
+            "gauge",
+            "What the registered connections sent together in the last round, bytes per second.",
+            |p| p.carried_bytes,
         ),
         (
             "bootpool_pacing_rounds_total",

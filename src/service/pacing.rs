@@ -46,10 +46,21 @@ struct Link {
     stats: Stats,
 }
 
-#[derive(Default)]
 struct Conns {
     next: u64,
     all: BTreeMap<u64, Conn>,
+    /// How far the caps are raised above the budget's shares (`fair_share::trim`).
+    boost: f64,
+}
+
+impl Default for Conns {
+    fn default() -> Conns {
+        Conns {
+            next: 0,
+            all: BTreeMap::new(),
+            boost: 1.0,
+        }
+    }
 }
 
 struct Conn {
@@ -67,6 +78,7 @@ struct Stats {
     clients: AtomicU64,
     wanting: AtomicU64,
     share: AtomicU64,
+    carried: AtomicU64,
     rounds: AtomicU64,
     caps_set: AtomicU64,
 }
@@ -80,10 +92,12 @@ pub struct PacingStats {
     pub budget_bytes: u64,
     pub connections: u64,
     /// Of the last round: clients that sent or had bytes waiting, those that wanted more,
-    /// and one client's share in bytes/s (0: not paced).
+    /// one client's share in bytes/s (0: not paced), and what the registered connections
+    /// carried together in bytes/s.
     pub clients: u64,
     pub wanting: u64,
     pub share_bytes: u64,
+    pub carried_bytes: u64,
     /// Rounds in which the link was paced, and caps set on connections.
     pub rounds: u64,
     pub caps_set: u64,
@@ -199,11 +213,12 @@ impl Pacer {
                 PacingStats {
                     device: l.device.clone(),
                     address: l.address,
-                    budget_bytes: (l.capacity_bps as f64 / 8.0 * fair_share::HEADROOM) as u64,
+                    budget_bytes: fair_share::budget(l.capacity_bps) as u64,
                     connections: s.connections.load(Relaxed),
                     clients: s.clients.load(Relaxed),
                     wanting: s.wanting.load(Relaxed),
                     share_bytes: s.share.load(Relaxed),
+                    carried_bytes: s.carried.load(Relaxed),
                     rounds: s.rounds.load(Relaxed),
                     caps_set: s.caps_set.load(Relaxed),
                 }
@@ -253,7 +268,14 @@ impl Link {
             });
             ids.push(*id);
         }
-        let plan = fair_share::plan(Some(self.capacity_bps), seconds, &seen);
+        let plan = fair_share::plan(Some(self.capacity_bps), seconds, &seen, conns.boost);
+        conns.boost = match plan.share {
+            Some(_) => {
+                let budget = fair_share::budget(self.capacity_bps);
+                fair_share::trim(conns.boost, plan.carried as f64, budget, plan.wanting)
+            }
+            None => 1.0,
+        };
         let mut set = 0;
         for ((id, cap), was) in ids.iter().zip(&plan.caps).zip(&seen) {
             let Some(c) = conns.all.get_mut(id) else {
@@ -281,6 +303,7 @@ impl Link {
         s.clients.store(plan.clients as u64, Relaxed);
         s.wanting.store(plan.wanting as u64, Relaxed);
         s.share.store(plan.share.unwrap_or(0), Relaxed);
+        s.carried.store(plan.carried, Relaxed);
         if plan.share.is_some() {
             s.rounds.fetch_add(1, Relaxed);
         }
