@@ -223,6 +223,8 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         links.specs(),
     ));
     let (c, r, s) = (&config, &recorder, &shutdown);
+    // The API's actions on the lease table go through its one writer.
+    let (dhcp_commands, commands) = tokio::sync::mpsc::channel(16);
     run(
         "dhcp",
         Box::pin(service::dhcp::serve(
@@ -232,6 +234,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             c.clone(),
             r.clone(),
             placement.clone(),
+            commands,
             s.clone(),
         )),
     );
@@ -299,6 +302,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         egress,
         identity,
         links: links.clone(),
+        dhcp: dhcp_commands,
     };
     if let Some((listener, acceptor)) = https {
         run(

@@ -216,6 +216,68 @@ fn udhcpc_gets_addresses_and_keeps_them_across_kill_9() {
     drop(daemon);
 }
 
+/// `POST /api/v1/leases/MAC/release` with `server.admin_token`: refused without the token (and
+/// with the read token), and with it the binding ends through the DHCP service, in the lease
+/// files too (a restart keeps it ended), so the address goes back to the range.
+#[test]
+fn an_admin_releases_a_lease_through_the_api_with_its_token() {
+    const ADMIN: &str = "0123456789abcdef-admin";
+    const READ: &str = "0123456789abcdef-read";
+    const A: &str = "52:54:00:77:00:01";
+    let link = Link::new(&format!("{SERVER}/24"));
+    let fx = Fixture::new();
+    let text = config(&link.server_if).replace(
+        &format!("  http: {SERVER}:0\n"),
+        &format!("  http: {SERVER}:18080\n  read_token: {READ}\n  admin_token: {ADMIN}\n"),
+    );
+    fx.write_config(&text);
+    let daemon = Daemon::start(&link, &fx, 1);
+    let a = udhcpc(&link, &fx, A).expect("a lease for A");
+    let release = |token: Option<&str>| {
+        let url = format!("http://{SERVER}:18080/api/v1/leases/{A}/release");
+        let auth = token.map(|t| format!("Authorization: Bearer {t}"));
+        let mut args = vec![
+            "-sS",
+            "--max-time",
+            "20",
+            "-X",
+            "POST",
+            "-w",
+            "\n%{http_code}",
+        ];
+        if let Some(h) = auth.as_deref() {
+            args.extend(["-H", h]);
+        }
+        args.push(&url);
+        let out = Link::command(&link.server_ns, "curl", &args)
+            .output()
+            .expect("curl runs");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", ""));
+        (code.to_string(), body.to_string())
+    };
+    assert_eq!(release(None).0, "401");
+    assert_eq!(release(Some(READ)).0, "401", "the read token does not act");
+    assert_eq!(
+        saved_lease(&fx, A),
+        Some((a, "bound".into())),
+        "nothing changed"
+    );
+    let (code, body) = release(Some(ADMIN));
+    assert_eq!(code, "200", "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    assert_eq!(answer["ip"], a.to_string(), "{body}");
+    assert_eq!(saved_lease(&fx, A), Some((a, "free".into())));
+    assert_eq!(release(Some(ADMIN)).0, "404", "nothing left to release");
+    daemon.kill9();
+    let _daemon = Daemon::start(&link, &fx, 2);
+    assert_eq!(
+        saved_lease(&fx, A),
+        Some((a, "free".into())),
+        "kept across a restart"
+    );
+}
+
 #[test]
 fn dhclient_gets_an_address_and_keeps_it_across_kill_9() {
     let link = Link::new(&format!("{SERVER}/24"));

@@ -148,6 +148,18 @@ async fn a_read_token_guards_the_dashboard_api_and_metrics_but_not_boot_files() 
         .await,
         "200"
     );
+    // Actions are off without `server.admin_token`, whatever token is sent.
+    assert_eq!(
+        status(vec![
+            "-X".into(),
+            "POST".into(),
+            "-H".into(),
+            bearer.clone(),
+            format!("{base}/api/v1/leases/52:54:00:77:00:01/release")
+        ])
+        .await,
+        "403"
+    );
     // The clients' side needs no token.
     assert_eq!(
         status(vec![format!("{base}/boot/demo/vmlinuz")]).await,

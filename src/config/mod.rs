@@ -137,6 +137,8 @@ pub struct Server {
     /// The token the dashboard, the read API, the stream and /metrics need (`None`: open to
     /// anyone who reaches the HTTP port). Boot files and the clients' own reports never do.
     pub read_token: Option<String>,
+    /// The token the API's actions need (`Authorization: Bearer`); `None`: they are off.
+    pub admin_token: Option<String>,
     /// While a link of known capacity is full, its clients are paced to equal shares of it
     /// (`service::pacing`).
     pub fair_share: bool,
@@ -535,18 +537,26 @@ impl Checker<'_> {
             .map_err(|e| self.err(&at, e))?;
             link_speeds.insert(name.clone(), mbps);
         }
-        let read_token = match s.read_token.as_deref() {
-            None => None,
+        let token = |key: &'static str, given: &Option<String>| {
+            match given.as_deref() {
+            None => Ok(None),
             Some(t) if t.len() >= 16 && t.bytes().all(|b| b.is_ascii_graphic()) => {
-                Some(t.to_string())
+                Ok(Some(t.to_string()))
             }
-            Some(_) => {
-                return Err(self.err(
-                    &[Key("server"), Key("read_token")],
-                    "a token must be at least 16 printable characters without spaces (e.g. `openssl rand -hex 16`)",
-                ));
-            }
+            Some(_) => Err(self.err(
+                &[Key("server"), Key(key)],
+                "a token must be at least 16 printable characters without spaces (e.g. `openssl rand -hex 16`)",
+            )),
+        }
         };
+        let read_token = token("read_token", &s.read_token)?;
+        let admin_token = token("admin_token", &s.admin_token)?;
+        if admin_token.is_some() && admin_token == read_token {
+            return Err(self.err(
+                &[Key("server"), Key("admin_token")],
+                "must differ from server.read_token (whoever may read must not thereby act)",
+            ));
+        }
         let tls = match &s.tls {
             None => None,
             Some(t) => Some(Tls {
@@ -572,6 +582,7 @@ impl Checker<'_> {
             retention,
             link_speeds,
             read_token,
+            admin_token,
             fair_share: s.fair_share.unwrap_or(true),
             tls,
         };

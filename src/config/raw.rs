@@ -62,6 +62,9 @@ pub struct Server {
     pub link_speeds: BTreeMap<String, Rate>,
     /// When set, the dashboard, the read API and /metrics need this token.
     pub read_token: Option<String>,
+    /// When set, the API's actions (releasing a lease) take this token; without it they
+    /// are off.
+    pub admin_token: Option<String>,
     /// Clients on a full link are paced to equal shares (default true).
     pub fair_share: Option<bool>,
     /// A second HTTP listener, over TLS, for the dashboard and the API.

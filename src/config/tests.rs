@@ -587,3 +587,35 @@ fn a_read_token_must_be_long_and_plain() {
         assert_eq!(e.line, Some(6), "{e}");
     }
 }
+
+/// `server.admin_token`: absent by default (actions off), held to the read token's rules, and
+/// never the read token itself.
+#[test]
+fn an_admin_token_is_plain_and_not_the_read_token() {
+    assert_eq!(parse(GOOD).unwrap().server.admin_token, None);
+    let with = |lines: &str| {
+        GOOD.replace(
+            "  state_dir: var/\n",
+            &format!("  state_dir: var/\n{lines}"),
+        )
+    };
+    let c = parse(&with("  admin_token: 0123456789abcdef-act\n")).unwrap();
+    assert_eq!(
+        c.server.admin_token.as_deref(),
+        Some("0123456789abcdef-act")
+    );
+    let e = parse(&with("  admin_token: short\n")).unwrap_err();
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("server.admin_token", Some(6)),
+        "{e}"
+    );
+    let same = "  read_token: 0123456789abcdef-x\n  admin_token: 0123456789abcdef-x\n";
+    let e = parse(&with(same)).unwrap_err();
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("server.admin_token", Some(7)),
+        "{e}"
+    );
+    assert!(e.reason.contains("differ"), "{e}");
+}

@@ -55,8 +55,25 @@ pub struct Counters {
     pub save_errors: AtomicU64,
 }
 
+/// What another service asks of the DHCP service, the lease table's one writer (so a change
+/// goes to the lease files as its own answers' changes do).
+#[derive(Debug)]
+pub enum Command {
+    /// An admin's release (`POST /api/v1/leases/MAC/release`): `mac`'s binding ends as a
+    /// DHCPRELEASE would end it (the address is free, still remembered for the MAC; a fixed
+    /// address stays reserved for it). Answers the address it held, `None` if it held none.
+    Release {
+        mac: Mac,
+        reply: tokio::sync::oneshot::Sender<Option<std::net::Ipv4Addr>>,
+    },
+}
+
+/// The sending side of `serve`'s commands.
+pub type Commands = tokio::sync::mpsc::Sender<Command>;
+
 /// Serves DHCP on `socket` (port 67); in proxy mode also PXE boot server requests on `pxe`
-/// (port 4011), which app.rs binds only in that mode.
+/// (port 4011), which app.rs binds only in that mode; and `commands` from other services.
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     socket: UdpSocket,
     pxe: Option<UdpSocket>,
@@ -64,6 +81,7 @@ pub async fn serve(
     config: Arc<Config>,
     recorder: Recorder,
     placement: Arc<Placement>,
+    mut commands: tokio::sync::mpsc::Receiver<Command>,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let proxy = config.dhcp.mode == DhcpMode::Proxy;
@@ -79,6 +97,11 @@ pub async fn serve(
     loop {
         let (n, from, on_pxe) = tokio::select! {
             _ = shutdown.wait() => break,
+            Some(command) = commands.recv() => {
+                server.command(command, unix_now());
+                server.flush();
+                continue;
+            }
             r = socket.recv_from(&mut buf) => match r {
                 Ok((n, from)) => (n, from, false),
                 Err(e) => {
@@ -601,6 +624,21 @@ impl Server {
             }
         }
         self.seen.insert(mac, now);
+    }
+
+    /// Carries out another service's `command`.
+    fn command(&mut self, command: Command, now: u64) {
+        match command {
+            Command::Release { mac, reply } => {
+                let held = self.leases.read().get(mac).map(|l| l.ip);
+                let released = held.filter(|&ip| self.leases.write().release(mac, ip, now));
+                if let Some(ip) = released {
+                    tracing::info!(%mac, %ip, "lease released by the API");
+                    self.changed();
+                }
+                let _ = reply.send(released);
+            }
+        }
     }
 
     /// Marks the table for the next save (`flush`, once per batch of packets).

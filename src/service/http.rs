@@ -46,6 +46,8 @@ pub struct Web {
     pub identity: super::identity::Identity,
     /// The server's links (their pacing figures, for /metrics).
     pub links: Arc<super::links::Links>,
+    /// The DHCP service, for the actions on the lease table.
+    pub dhcp: super::dhcp::Commands,
 }
 
 /// Serves `listener`: plain HTTP, or HTTPS with `tls` (`server.tls`, the same routes; its
@@ -284,6 +286,7 @@ pub fn router(web: Web) -> axum::Router {
         .route("/metrics", get(super::metrics::render))
         .route("/api/v1/pools", get(pools))
         .route("/api/v1/clients", get(clients))
+        .route("/api/v1/leases/{mac}/release", post(release_lease))
         .merge(super::web::routes())
         .layer(axum::middleware::from_fn_with_state(
             web.clone(),
@@ -312,21 +315,15 @@ async fn read_guard(
         return next.run(req).await;
     };
     let path = req.uri().path();
-    let client_route = path.starts_with("/boot/")
-        || (req.method() == axum::http::Method::POST
-            && matches!(path, "/api/v1/booted" | "/api/v1/failed"));
-    if client_route {
+    let post = req.method() == axum::http::Method::POST;
+    let client_route =
+        path.starts_with("/boot/") || (post && matches!(path, "/api/v1/booted" | "/api/v1/failed"));
+    // Actions ask their own token (`admin_refusal`), never the read token.
+    let action = post && path.starts_with("/api/v1/leases/");
+    if client_route || action {
         return next.run(req).await;
     }
-    let same = |given: &str| {
-        // Compared in time independent of where they differ.
-        given.len() == token.len()
-            && given
-                .bytes()
-                .zip(token.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
-    };
+    let same = |given: &str| same_token(given, token);
     let headers = req.headers();
     let bearer = headers
         .get(header::AUTHORIZATION)
@@ -363,6 +360,93 @@ async fn read_guard(
         }
     }
     res
+}
+
+/// Whether `given` is `token`, compared in time independent of where they differ.
+fn same_token(given: &str, token: &str) -> bool {
+    given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+/// An action (one that changes what the server does, not only what it records) needs
+/// `server.admin_token` as `Authorization: Bearer TOKEN`: never a cookie or a query (a page
+/// the admin opens cannot make the browser act), and never the read token. Without the key,
+/// actions are off (403). `None`: the action may go on; else the refusal.
+fn admin_refusal(web: &Web, headers: &HeaderMap) -> Option<Response> {
+    let Some(token) = web.config.server.admin_token.as_deref() else {
+        return Some(
+            (
+                StatusCode::FORBIDDEN,
+                "actions are off: pools.yaml sets no server.admin_token\n",
+            )
+                .into_response(),
+        );
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if given.is_some_and(|t| same_token(t.trim(), token)) {
+        return None;
+    }
+    Some(
+        (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer realm=\"bootpool admin\"")],
+            "this action needs the admin token: Authorization: Bearer TOKEN\n",
+        )
+            .into_response(),
+    )
+}
+
+/// `POST /api/v1/leases/MAC/release`: ends the MAC's binding through the DHCP service (as a
+/// DHCPRELEASE would: the address goes back to the range, and NFS and NBD stop serving it to
+/// that address). 200 with the address released, 404 when the MAC holds no lease.
+async fn release_lease(
+    State(web): State<Web>,
+    Path(mac): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Some(refusal) = admin_refusal(&web, &headers) {
+        return refusal;
+    }
+    let Ok(mac) = mac.parse::<Mac>() else {
+        return (
+            StatusCode::BAD_REQUEST,
+            format!("`{mac}` is not a MAC address\n"),
+        )
+            .into_response();
+    };
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let asked = web
+        .dhcp
+        .send(super::dhcp::Command::Release { mac, reply })
+        .await;
+    let released = match (
+        asked,
+        tokio::time::timeout(std::time::Duration::from_secs(5), answer).await,
+    ) {
+        (Ok(()), Ok(Ok(released))) => released,
+        _ => {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the DHCP service did not answer\n",
+            )
+                .into_response();
+        }
+    };
+    match released {
+        Some(ip) => {
+            tracing::info!(%mac, %ip, "lease released on the admin's request");
+            Json(serde_json::json!({ "mac": mac.to_string(), "ip": ip, "released": true }))
+                .into_response()
+        }
+        None => (StatusCode::NOT_FOUND, format!("{mac} holds no lease\n")).into_response(),
+    }
 }
 
 /// Counts every request, and those answered with a 4xx as refused, for `/metrics`.
