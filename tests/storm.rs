@@ -248,6 +248,37 @@ fn small_storm(root: &str, clients: usize, keep: usize) {
         egress >= sum,
         "egress {egress} < clients' bytes {sum}\n{table}"
     );
+    // Retries add up to the per-client counts, beside the receive-buffer losses.
+    let each = |k: &str| -> u64 {
+        r["clients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| u(&c[k]))
+            .sum()
+    };
+    assert_eq!(
+        u(&summary["dhcp_retransmits"]),
+        each("dhcp_retransmits"),
+        "{table}"
+    );
+    assert_eq!(u(&summary["tftp_retries"]), each("tftp_retries"), "{table}");
+    assert_eq!(
+        u(&summary["client_udp_drops"]),
+        each("udp_drops"),
+        "{table}"
+    );
+    // How busy each link was while its clients waited for data (here a client's link is as
+    // fast as the server's, so one waiting client is enough): when there was such a time, a
+    // share of what the link can carry.
+    for l in r["links"].as_array().unwrap() {
+        let secs = l["waited_s"].as_f64().expect("waited_s");
+        match l["waited_util"].as_f64() {
+            Some(util) => assert!(secs > 0.0 && (0.0..=1.2).contains(&util), "{l}\n{table}"),
+            None => assert_eq!(secs, 0.0, "{l}"),
+        }
+    }
+    assert!(table.contains("waited for"), "{table}");
     let agreement = &r["agreement"];
     assert_eq!(u(&agreement["clients_recorded"]), clients as u64);
     assert_eq!(u(&agreement["clients_booted_in_record"]), clients as u64);

@@ -86,6 +86,19 @@ pub struct Outcome {
     /// Boot files whose size was not the recorded one's (an image built again differs in a
     /// few bytes): the whole file was fetched, so the boot goes on, and the report says so.
     pub differs: Vec<String>,
+    /// Each HTTP boot file and root read it waited for: what it asked of its server link
+    /// (the report's "work waiting for the link").
+    #[serde(skip)]
+    pub waits: Vec<Wait>,
+}
+
+/// One request a client waited for: sent at `from`, answered in full at `to` (seconds from
+/// the storm's start), `bytes` long.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Wait {
+    pub from: f64,
+    pub to: f64,
+    pub bytes: u64,
 }
 
 impl Outcome {
@@ -225,11 +238,17 @@ impl Run<'_> {
                 let url = format!("http://{server}:{}{path}", self.plan.http_port);
                 let script = path.starts_with("/boot/script/");
                 let mut body = Vec::new();
+                let from = self.now();
                 let n = if script {
                     http_get(&url, &mut body)?
                 } else {
                     http_get(&url, &mut std::io::sink())?
                 };
+                self.out.waits.push(Wait {
+                    from,
+                    to: self.now(),
+                    bytes: n,
+                });
                 self.out.bytes.http += n;
                 if script {
                     // The rest of the boot goes where the script says.
@@ -494,6 +513,15 @@ fn root(run: &mut Run<'_>, ops: &[Op]) -> anyhow::Result<()> {
         })
         .collect();
     let stats = super::root::replay(server, run.plan, &rebased)?;
+    let t0 = run.plan.t0;
+    let at = |t: Instant| t.saturating_duration_since(t0).as_secs_f64();
+    run.out
+        .waits
+        .extend(stats.waits.iter().map(|&(from, to, bytes)| Wait {
+            from: at(from),
+            to: at(to),
+            bytes,
+        }));
     run.out.bytes.nfs += stats.nfs_bytes;
     run.out.bytes.nbd += stats.nbd_bytes;
     run.out.extra_requests += stats.extra_requests;

@@ -35,6 +35,8 @@ pub struct NbdStats {
     /// When the first request was sent and when the last answer arrived.
     pub first: Option<Instant>,
     pub last: Option<Instant>,
+    /// Each read answered: sent, answered, bytes.
+    pub waits: Vec<(Instant, Instant, u64)>,
 }
 
 /// Why a replay stopped.
@@ -87,10 +89,10 @@ pub fn replay_nbd(
     let gates = Gates::new(&ops);
     let mut tracker = gates.tracker();
     let mut stats = NbdStats::default();
-    // In flight: cookie -> (op, buffer). A buffer stays here, unmoved, until libnbd has
-    // retired its command. Declared before `conn`, so that on an early return the handle is
-    // closed before the buffers are freed.
-    let mut flight: HashMap<u64, (usize, Vec<u8>)> = HashMap::new();
+    // In flight: cookie -> (op, buffer, when sent). A buffer stays here, unmoved, until
+    // libnbd has retired its command. Declared before `conn`, so that on an early return the
+    // handle is closed before the buffers are freed.
+    let mut flight: Flight = HashMap::new();
     let mut conn: Option<Handle> = None;
     let mut ready_upto = 0;
     let mut waiting: Vec<(Instant, usize)> = Vec::new();
@@ -142,7 +144,7 @@ pub fn replay_nbd(
                         stats.first.get_or_insert_with(Instant::now);
                         match h.aio_pread(&mut buf, *offset) {
                             Ok(cookie) => {
-                                flight.insert(cookie, (i, buf));
+                                flight.insert(cookie, (i, buf, Instant::now()));
                             }
                             Err(why) => {
                                 tracing::debug!(offset, len, %why, "nbd replay read not issued");
@@ -205,10 +207,13 @@ pub fn replay_nbd(
     Ok(stats)
 }
 
+/// Reads in flight: cookie -> (op, buffer, when sent).
+type Flight = HashMap<u64, (usize, Vec<u8>, Instant)>;
+
 /// Retires every command libnbd has an answer for.
 fn collect(
     h: Option<&Handle>,
-    flight: &mut HashMap<u64, (usize, Vec<u8>)>,
+    flight: &mut Flight,
     stats: &mut NbdStats,
     tracker: &mut crate::trace::format::Tracker<'_>,
 ) -> Result<(), NbdError> {
@@ -218,16 +223,18 @@ fn collect(
             break;
         };
         let ok = h.command_completed(cookie);
-        let Some((i, buf)) = flight.remove(&cookie) else {
+        let Some((i, buf, sent)) = flight.remove(&cookie) else {
             return Err(NbdError::Connection(format!(
                 "libnbd completed cookie {cookie}, which is not ours"
             )));
         };
-        stats.last = Some(Instant::now());
+        let now = Instant::now();
+        stats.last = Some(now);
         match ok {
             Ok(()) => {
                 stats.reads += 1;
                 stats.bytes += buf.len() as u64;
+                stats.waits.push((sent, now, buf.len() as u64));
             }
             Err(why) => {
                 tracing::debug!(%why, "nbd replay read failed");
@@ -242,7 +249,7 @@ fn collect(
 /// Waits for everything in flight on `h`.
 fn drain(
     h: &Handle,
-    flight: &mut HashMap<u64, (usize, Vec<u8>)>,
+    flight: &mut Flight,
     stats: &mut NbdStats,
     tracker: &mut crate::trace::format::Tracker<'_>,
 ) -> Result<(), NbdError> {

@@ -63,6 +63,8 @@ pub struct NfsStats {
     /// When the first call was sent and when the last answer arrived.
     pub first: Option<Instant>,
     pub last: Option<Instant>,
+    /// Each READ answered: sent, answered, data bytes.
+    pub waits: Vec<(Instant, Instant, u64)>,
 }
 
 impl NfsStats {
@@ -125,7 +127,7 @@ pub async fn replay_nfs(
     let mut st = State::default();
     let mut mounted: Option<Mounted> = None;
     let mut free: Vec<Client> = Vec::new();
-    let mut running: JoinSet<(Client, Outcome)> = JoinSet::new();
+    let mut running: JoinSet<(Client, Outcome, Instant)> = JoinSet::new();
     // Ops that may start, with when they may: [ready_upto..] are not ready yet (readiness
     // is a prefix: ops are in `t` order and so need no fewer answers than those before).
     let mut ready_upto = 0;
@@ -227,8 +229,9 @@ pub async fn replay_nfs(
             waiting.remove(0);
             st.first.get_or_insert_with(Instant::now);
             running.spawn(async move {
+                let sent = Instant::now();
                 let out = job.run(&mut client).await;
-                (client, out)
+                (client, out, sent)
             });
         }
         if progressed {
@@ -250,13 +253,17 @@ pub async fn replay_nfs(
         }
         tokio::select! {
             done = running.join_next(), if !running.is_empty() => {
-                let (client, out) = done
+                let (client, out, sent) = done
                     .expect("a task was running")
                     .map_err(|e| NfsError::Task(e.to_string()))?;
                 free.push(client);
                 let i = out.op;
+                let now = Instant::now();
+                if let Ok(Reply::Read(n)) = out.result {
+                    st.waits.push((sent, now, n));
+                }
                 st.absorb(out)?;
-                st.last = Some(Instant::now());
+                st.last = Some(now);
                 tracker.finish(i);
             }
             _ = tokio::time::sleep_until(next_due.unwrap_or(now).into()), if next_due.is_some() => {}
@@ -417,6 +424,7 @@ struct State {
     connections: usize,
     first: Option<Instant>,
     last: Option<Instant>,
+    waits: Vec<(Instant, Instant, u64)>,
 }
 
 impl State {
@@ -554,6 +562,7 @@ impl State {
             connections: self.connections,
             first: self.first,
             last: self.last,
+            waits: self.waits,
         }
     }
 }

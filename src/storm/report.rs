@@ -123,6 +123,10 @@ pub struct LinkRow {
     pub peak_util: f64,
     /// Bits per second, one value per second of the storm.
     pub per_second_bps: Vec<u64>,
+    /// The seconds in which enough of its clients waited for data to fill it (`waited`), and
+    /// the share of its capacity it carried in them (`None`: there were none).
+    pub waited_s: f64,
+    pub waited_util: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -154,6 +158,10 @@ pub struct Summary {
     /// All links together, while clients wanted data.
     pub mean_util: f64,
     pub peak_util: f64,
+    /// All links together, over the seconds in which each was waited for (`waited`): the
+    /// link-seconds, and the share of capacity carried in them.
+    pub waited_s: f64,
+    pub waited_util: Option<f64>,
     /// What the clients counted (payload), and what the server's links sent (payload plus
     /// every header and retransmit), per client.
     pub payload_bytes_per_client: u64,
@@ -308,6 +316,16 @@ impl Report {
                 .filter(|c| c.root_server.or(c.server) == Some(row.address))
                 .count();
         }
+        let waited_rows = waited(links, &samples, &clients, args.client_link);
+        let (mut waited_s, mut waited_bytes, mut waited_cap) = (0.0, 0.0, 0.0);
+        for (row, (secs, bytes)) in link_rows.iter_mut().zip(waited_rows) {
+            let cap = row.capacity_bps as f64 / 8.0 * secs;
+            row.waited_s = secs;
+            row.waited_util = (secs > 0.0).then(|| bytes / cap);
+            waited_s += secs;
+            waited_bytes += bytes;
+            waited_cap += cap;
+        }
         let capacity: u64 = links.iter().map(|l| l.rate).sum();
         let per_client = trace.bytes().total();
         let bytes_needed = per_client * n as u64;
@@ -381,6 +399,8 @@ impl Report {
                 wanted_to_s: (wanted_to - start).max(0.0),
                 mean_util: mean,
                 peak_util: peak,
+                waited_s,
+                waited_util: (waited_cap > 0.0).then(|| waited_bytes / waited_cap),
                 payload_bytes_per_client: payload / n.max(1) as u64,
                 wire_bytes_per_client: link_rows.iter().map(|l| l.bytes).sum::<u64>()
                     / n.max(1) as u64,
@@ -482,18 +502,26 @@ impl Report {
             m.mean_util * 100.0,
             m.peak_util * 100.0
         ));
+        let pct = |u: Option<f64>| u.map_or("-".to_string(), |u| format!("{:.0}%", u * 100.0));
         for l in &self.links {
             s.push_str(&format!(
-                "  {:<6} {:<13} {:>6} Mbit/s  {:>3} clients  sent {:>8.1} MB  mean {:>3.0}%  peak {:>3.0}%\n",
+                "  {:<6} {:<13} {:>6} Mbit/s  {:>3} clients  sent {:>8.1} MB  mean {:>3.0}%  peak {:>3.0}%  waited for {:>5.1} s: {:>4}\n",
                 l.dev,
                 l.address,
                 l.capacity_bps / 1_000_000,
                 l.clients,
                 l.bytes as f64 / 1e6,
                 l.mean_util * 100.0,
-                l.peak_util * 100.0
+                l.peak_util * 100.0,
+                l.waited_s,
+                pct(l.waited_util),
             ));
         }
+        s.push_str(&format!(
+            "server links while enough of their clients waited for data to fill them: {} of capacity over {:.1} link-seconds\n",
+            pct(m.waited_util),
+            m.waited_s
+        ));
         s.push_str(&format!(
             "bytes per client: {:.1} MB counted by the client, {:.1} MB on the server's links\n",
             m.payload_bytes_per_client as f64 / 1e6,
@@ -527,6 +555,60 @@ impl Report {
         }
         s
     }
+}
+
+/// Per link, the time in which its clients waited for more data than it could carry, and
+/// the bytes it carried then. A link is waited for between two samples when, at their
+/// midpoint, so many of its clients (those whose root it serves) were waiting for an HTTP
+/// boot file or a root read that their own links together are at least its capacity: each
+/// could take data at its link's rate, and none was thinking. Answers the server held back
+/// (paced, queued, slow to read) count as waited for, so a server that keeps its link short
+/// of full while clients wait shows here, where the mean over the whole boot (thinking
+/// included) cannot tell.
+fn waited(
+    links: &[Link],
+    samples: &[Sample],
+    clients: &[Outcome],
+    client_bps: u64,
+) -> Vec<(f64, f64)> {
+    let mids: Vec<f64> = samples
+        .windows(2)
+        .map(|w| (w[0].t + w[1].t) / 2.0)
+        .collect();
+    links
+        .iter()
+        .enumerate()
+        .map(|(k, l)| {
+            let mut waiting = vec![0u64; mids.len()];
+            for c in clients
+                .iter()
+                .filter(|c| c.root_server.or(c.server) == Some(l.address))
+            {
+                // A client counts once per midpoint, however many of its requests are open.
+                let mut mine = vec![false; mids.len()];
+                for w in &c.waits {
+                    let first = mids.partition_point(|&m| m < w.from);
+                    for (i, m) in mids.iter().enumerate().skip(first) {
+                        if *m >= w.to {
+                            break;
+                        }
+                        mine[i] = true;
+                    }
+                }
+                for (n, open) in waiting.iter_mut().zip(mine) {
+                    *n += u64::from(open);
+                }
+            }
+            let (mut secs, mut bytes) = (0.0, 0.0);
+            for (i, w) in samples.windows(2).enumerate() {
+                if waiting[i].saturating_mul(client_bps) >= l.rate {
+                    secs += w[1].t - w[0].t;
+                    bytes += w[1].tx[k].saturating_sub(w[0].tx[k]) as f64;
+                }
+            }
+            (secs, bytes)
+        })
+        .collect()
 }
 
 fn link_rows(links: &[Link], samples: &[Sample], from: f64, to: f64) -> (Vec<LinkRow>, f64, f64) {
@@ -582,6 +664,8 @@ fn link_rows(links: &[Link], samples: &[Sample], from: f64, to: f64) -> (Vec<Lin
             mean_util: sent / (cap * window),
             peak_util: peak,
             per_second_bps: per_second,
+            waited_s: 0.0,
+            waited_util: None,
         });
     }
     let total_rate: f64 = links.iter().map(|l| l.rate as f64).sum();

@@ -20,6 +20,8 @@ pub struct RootStats {
     pub first_error: Option<String>,
     /// Seconds from the replay's start until the first request after the attach was sent.
     pub attached: Option<f64>,
+    /// Each read answered: sent, answered, bytes.
+    pub waits: Vec<(Instant, Instant, u64)>,
 }
 
 /// Replays `ops` (NFS or NBD requests, times rebased so the first one's think time counts
@@ -44,12 +46,14 @@ pub fn replay(server: Ipv4Addr, plan: &Plan, ops: &[Op]) -> anyhow::Result<RootS
             .next()
             .map(|(p, n)| format!("{n} {p} answers were errors"));
         out.attached = since(s.first);
+        out.waits = s.waits;
     } else {
         let s = nbd::replay_nbd(server, plan.nbd_port, ops, plan.think_scale)?;
         out.nbd_bytes = s.bytes;
         out.errors = s.errors;
         out.first_error = (s.errors > 0).then(|| format!("{} reads failed", s.errors));
         out.attached = since(s.first);
+        out.waits = s.waits;
     }
     Ok(out)
 }
