@@ -1,7 +1,9 @@
 //! Waves: boots of one pool that start close together, i.e. one power-on of a room. Pure data:
 //! computed from boots whenever asked, so a wave grows as late clients join it.
 
-use super::timeline::{Boot, BootResult, PHASES};
+use super::event::Micros;
+use super::timeline::{Boot, PHASES};
+use super::view::result_at;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -24,9 +26,12 @@ pub struct Wave {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
     pub clients: usize,
+    /// Each boot counted once, by its result at the time the summary was made (as the API
+    /// shows each boot): `booted + running + failed + timed_out == clients`.
     pub booted: usize,
     pub running: usize,
     pub failed: usize,
+    pub timed_out: usize,
     /// Boot time (first DISCOVER to booted call) over the booted clients, seconds.
     pub median_s: Option<f64>,
     pub p95_s: Option<f64>,
@@ -37,8 +42,8 @@ pub struct Summary {
     pub bytes_per_client: BTreeMap<String, f64>,
 }
 
-/// Groups boots into waves, newest last.
-pub fn waves(boots: &[Boot]) -> Vec<Wave> {
+/// Groups boots into waves, newest last; summaries count each boot's result at `now`.
+pub fn waves(boots: &[Boot], now: Micros) -> Vec<Wave> {
     let mut by_pool: BTreeMap<&str, Vec<&Boot>> = BTreeMap::new();
     for b in boots {
         // Boots of clients in no pool (seen after a config change) have no wave.
@@ -55,32 +60,32 @@ pub fn waves(boots: &[Boot]) -> Vec<Wave> {
                 // A machine that boots again is a new power-on of the room, however soon.
                 let again = group.iter().any(|g| g.mac == b.mac);
                 if again || (b.start - last.start) as f64 / 1e6 > GAP_S {
-                    out.push(make_wave(pool, &group));
+                    out.push(make_wave(pool, &group, now));
                     group.clear();
                 }
             }
             group.push(b);
         }
         if !group.is_empty() {
-            out.push(make_wave(pool, &group));
+            out.push(make_wave(pool, &group, now));
         }
     }
     out.sort_by(|a, b| a.start.total_cmp(&b.start).then(a.id.cmp(&b.id)));
     out
 }
 
-fn make_wave(pool: &str, boots: &[&Boot]) -> Wave {
+fn make_wave(pool: &str, boots: &[&Boot], now: Micros) -> Wave {
     Wave {
         id: boots[0].id,
         pool: pool.to_string(),
         start: boots[0].start as f64 / 1e6,
         last_start: boots[boots.len() - 1].start as f64 / 1e6,
         boot_ids: boots.iter().map(|b| b.id).collect(),
-        summary: summarize(boots),
+        summary: summarize(boots, now),
     }
 }
 
-pub fn summarize(boots: &[&Boot]) -> Summary {
+pub fn summarize(boots: &[&Boot], now: Micros) -> Summary {
     let mut times: Vec<f64> = boots.iter().filter_map(|b| b.duration_s()).collect();
     times.sort_by(f64::total_cmp);
     let mut phase_times: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
@@ -108,20 +113,13 @@ pub fn summarize(boots: &[&Boot]) -> Summary {
         }
     }
     let n = boots.len().max(1) as f64;
+    let count = |result: &str| boots.iter().filter(|b| result_at(b, now) == result).count();
     Summary {
         clients: boots.len(),
-        booted: boots
-            .iter()
-            .filter(|b| b.result == BootResult::Booted)
-            .count(),
-        running: boots
-            .iter()
-            .filter(|b| b.result == BootResult::Running)
-            .count(),
-        failed: boots
-            .iter()
-            .filter(|b| b.result == BootResult::Failed)
-            .count(),
+        booted: count("booted"),
+        running: count("running"),
+        failed: count("failed"),
+        timed_out: count("timed_out"),
         median_s: percentile(&times, 50.0),
         p95_s: percentile(&times, 95.0),
         max_s: times.last().copied(),
@@ -184,6 +182,9 @@ mod tests {
         }
     }
 
+    /// The tests' clock: after every boot below, within 5 minutes of the last events.
+    const NOW: Micros = 5100 * 1_000_000;
+
     #[test]
     fn boots_close_together_form_one_wave_per_pool() {
         let mut t = Timelines::default();
@@ -192,17 +193,43 @@ mod tests {
         boot(&mut t, 3, "a", 1010, None);
         boot(&mut t, 4, "b", 1001, Some(40));
         boot(&mut t, 5, "a", 5000, Some(25));
-        let w = waves(t.boots());
+        let w = waves(t.boots(), NOW);
         let shape: Vec<(&str, usize)> = w
             .iter()
             .map(|w| (w.pool.as_str(), w.boot_ids.len()))
             .collect();
         assert_eq!(shape, [("a", 3), ("b", 1), ("a", 1)]);
         let s = &w[0].summary;
-        assert_eq!((s.clients, s.booted, s.running), (3, 2, 1));
+        // The third boot went silent long before NOW.
+        assert_eq!(
+            (s.clients, s.booted, s.running, s.timed_out),
+            (3, 2, 0, 1)
+        );
         assert_eq!((s.median_s, s.max_s), (Some(20.0), Some(30.0)));
         assert_eq!(s.phase_median_s.get("dhcp"), Some(&1.0));
         assert_eq!(w[0].id, w[0].boot_ids[0]);
+    }
+
+    /// Each boot is counted by its result as the API shows it: eight boots that went silent
+    /// are running until the silence passes `SILENCE_S`, then timed out, never both.
+    #[test]
+    fn a_wave_counts_its_boots_as_they_stand() {
+        let mut t = Timelines::default();
+        for mac in 1..=8 {
+            boot(&mut t, mac, "a", 1000 + i64::from(mac), None);
+        }
+        // The last event of each is its ACK, one second after its DISCOVER.
+        let last = 1009 * 1_000_000;
+        let silence = (crate::record::view::SILENCE_S * 1e6) as Micros;
+        let soon = waves(t.boots(), last + 10_000_000);
+        let s = &soon[0].summary;
+        assert_eq!((s.running, s.timed_out), (8, 0));
+        let later = waves(t.boots(), last + silence + 1);
+        let s = &later[0].summary;
+        assert_eq!(
+            (s.clients, s.booted, s.running, s.failed, s.timed_out),
+            (8, 0, 0, 0, 8)
+        );
     }
 
     #[test]
@@ -222,7 +249,7 @@ mod tests {
                 },
             });
         }
-        let w = waves(t.boots());
+        let w = waves(t.boots(), NOW);
         assert_eq!(w.len(), 1);
         assert_eq!(w[0].summary.clients, 2);
         assert_eq!(w[0].summary.booted, 1);

@@ -868,7 +868,7 @@ struct WaveLine {
 
 async fn waves(State(web): State<Web>) -> Json<Vec<WaveLine>> {
     Json(web.records.read(|t| {
-        wave::waves(t.boots())
+        wave::waves(t.boots(), now_micros())
             .iter()
             .map(|w| WaveLine {
                 id: w.id,
@@ -902,10 +902,11 @@ async fn compare(State(web): State<Web>, Query(q): Query<CompareQuery>) -> Respo
 
 pub fn find_wave(web: &Web, id: u64) -> Option<WaveView> {
     web.records.read(|t| {
-        wave::waves(t.boots())
+        let now = now_micros();
+        wave::waves(t.boots(), now)
             .iter()
             .find(|w| w.id == id)
-            .map(|w| WaveView::of(w, t.boots()))
+            .map(|w| WaveView::at(w, t.boots(), now))
     })
 }
 
@@ -939,7 +940,7 @@ const ENUMERATE_MAX: u64 = 1024;
 
 async fn pools(State(web): State<Web>) -> Json<Vec<PoolLine>> {
     let (latest, seen) = web.records.read(|t| {
-        let latest: BTreeMap<String, u64> = wave::waves(t.boots())
+        let latest: BTreeMap<String, u64> = wave::waves(t.boots(), now_micros())
             .into_iter()
             .map(|w| (w.pool, w.id))
             .collect();
