@@ -487,23 +487,30 @@ async fn boot_script(
         .link(mac)
         .unwrap_or(web.config.server.address);
     let text = script::ipxe_script(&web.config, &member, mac, link);
-    web.recorder.record(
-        Who::Mac(mac),
-        Kind::File {
-            proto: Proto::Http,
-            kind: FileKind::Script,
-            path: format!("/boot/script/{mac}.ipxe"),
-            bytes: text.len() as u64,
-            outcome: Outcome::Complete,
-        },
-    );
-    trace_file(
-        &web.recorder,
-        peer,
-        received,
-        format!("/boot/script/{mac}.ipxe"),
-        text.len() as u64,
-    );
+    // A milestone of the client's boot only when the client asked: the address it asks from
+    // holds its lease. Anyone else (an admin's curl on the server, a monitoring probe) gets the
+    // script and leaves no boot behind.
+    if web.identity.holder(peer.ip()) != Some(mac) {
+        tracing::info!(%mac, %peer, "boot script fetched from an address that is not the client's; served, not recorded");
+    } else {
+        web.recorder.record(
+            Who::Mac(mac),
+            Kind::File {
+                proto: Proto::Http,
+                kind: FileKind::Script,
+                path: format!("/boot/script/{mac}.ipxe"),
+                bytes: text.len() as u64,
+                outcome: Outcome::Complete,
+            },
+        );
+        trace_file(
+            &web.recorder,
+            peer,
+            received,
+            format!("/boot/script/{mac}.ipxe"),
+            text.len() as u64,
+        );
+    }
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
 }
 
