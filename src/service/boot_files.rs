@@ -1,8 +1,10 @@
 //! Which file a boot-file name means, for TFTP and HTTP alike: the loaders folder's plain
-//! names and each image's `vmlinuz` and `initrd.img`, nothing else. A symlink is followed only
-//! while it stays inside its folder, so no name reaches outside what is served.
+//! names and each image's kernel and initrd (`IMAGE/KERNEL`, by the names pools.yaml gives
+//! them: `vmlinuz` and `initrd.img` unless `images.NAME.kernel`/`initrd` say otherwise),
+//! nothing else. A symlink is followed only while it stays inside its folder, so no name
+//! reaches outside what is served.
 
-use crate::config::Config;
+use crate::config::{Config, Image};
 use crate::proto::tftp::err;
 use crate::record::FileKind;
 use std::path::PathBuf;
@@ -22,25 +24,23 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), Refus
     {
         return Err(bad);
     }
-    let parts: Vec<&str> = name.split('/').collect();
-    let (root, path, kind) = match parts.as_slice() {
-        [loader] => (
+    let (root, path, kind) = match name.split_once('/') {
+        None => (
             config.server.loaders.clone(),
-            config.server.loaders.join(loader),
+            config.server.loaders.join(name),
             FileKind::Loader,
         ),
-        [image, file] => {
+        Some((image, file)) => {
             let image = config
                 .images
-                .get(*image)
+                .get(image)
                 .ok_or(Refused(err::NOT_FOUND, "file not found"))?;
-            match *file {
-                "vmlinuz" => (image.dir.clone(), image.kernel(), FileKind::Kernel),
-                "initrd.img" => (image.dir.clone(), image.initrd(), FileKind::Initrd),
+            match image_file(image, file) {
+                Some(FileKind::Kernel) => (image.dir.clone(), image.kernel(), FileKind::Kernel),
+                Some(FileKind::Initrd) => (image.dir.clone(), image.initrd(), FileKind::Initrd),
                 _ => return Err(bad),
             }
         }
-        _ => return Err(bad),
     };
     let found = Refused(err::NOT_FOUND, "file not found");
     let real = path.canonicalize().map_err(|_| found)?;
@@ -51,13 +51,24 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), Refus
     Ok((real, kind))
 }
 
+/// Which of an image's boot files `file` (the part of a name after `IMAGE/`) names.
+fn image_file(image: &Image, file: &str) -> Option<FileKind> {
+    if file == image.kernel_name {
+        Some(FileKind::Kernel)
+    } else if file == image.initrd_name {
+        Some(FileKind::Initrd)
+    } else {
+        None
+    }
+}
+
 /// Is `name` a file bootpool tells clients to fetch?
 pub fn handed_out(config: &Config, name: &str) -> bool {
-    match name.split('/').collect::<Vec<_>>().as_slice() {
-        [loader] => crate::boot::LOADERS.contains(loader),
-        [image, file] => {
-            config.images.contains_key(*image) && ["vmlinuz", "initrd.img"].contains(file)
-        }
-        _ => false,
+    match name.split_once('/') {
+        None => crate::boot::LOADERS.contains(&name),
+        Some((image, file)) => config
+            .images
+            .get(image)
+            .is_some_and(|image| image_file(image, file).is_some()),
     }
 }

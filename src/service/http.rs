@@ -274,7 +274,7 @@ pub fn router(web: Web) -> axum::Router {
     axum::Router::new()
         .route("/boot/script/{mac}", get(boot_script))
         .route("/boot/loaders/{file}", get(loader))
-        .route("/boot/{image}/{file}", get(image_file))
+        .route("/boot/{image}/{*file}", get(image_file))
         .route("/api/v1/booted", post(booted))
         .route("/api/v1/failed", post(failed))
         .route("/api/v1/boots", get(boots))
@@ -534,10 +534,8 @@ async fn image_file(
     headers: HeaderMap,
     Path((image, file)): Path<(String, String)>,
 ) -> Response {
-    // Only the two boot files of an image are served over HTTP; the root goes by NFS or NBD.
-    if file.contains('/') {
-        return not_found("no such boot file");
-    }
+    // Only the two boot files of an image are served over HTTP, by the names pools.yaml
+    // gives them (`boot_files`); the root goes by NFS or NBD.
     let shown = format!("/boot/{image}/{file}");
     boot_file(&web, peer, &headers, &format!("{image}/{file}"), shown).await
 }
