@@ -35,6 +35,29 @@ fn broken_config_names_file_line_and_key() {
     assert!(err.contains(&want), "{err}");
 }
 
+/// A pool's own command line is checked like any other value: an unknown placeholder is an
+/// error naming the file, the line and the key.
+#[test]
+fn an_unknown_cmdline_placeholder_names_file_line_and_key() {
+    let fx = common::Fixture::new();
+    let text = fx.config_text().replace(
+        "    root: nbd\n",
+        "    root: nbd\n    cmdline_template: \"{root} bootpool.url={http} {sever} {cmdline}\"\n",
+    );
+    fx.write_config(&text);
+    let (ok, out, err) = check(&fx.config_path());
+    assert!(!ok, "{out}");
+    let want = format!(
+        "{}:24:5: pools.nbd-room.cmdline_template: has an unknown placeholder `{{sever}}`",
+        fx.config_path().display()
+    );
+    assert!(err.contains(&want), "{err}");
+    // Spelt right, it checks clean.
+    fx.write_config(&text.replace("{sever}", "{server}"));
+    let (ok, out, err) = check(&fx.config_path());
+    assert!(ok, "{out}{err}");
+}
+
 #[test]
 fn missing_image_files_fail_the_check() {
     let fx = common::Fixture::new();

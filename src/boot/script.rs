@@ -2,7 +2,7 @@
 //! address the client was given for its whole boot (one of `server.links`, `boot::links`):
 //! every URL and the root argument name it.
 
-use crate::config::{Config, Initramfs, Mac, Member, RootProto};
+use crate::config::{Config, Initramfs, Mac, Member, RootProto, cmdline};
 use std::net::Ipv4Addr;
 
 /// Where iPXE fetches this client's script.
@@ -16,7 +16,7 @@ pub fn http_base(config: &Config, link: Ipv4Addr) -> String {
 }
 
 /// The kernel command line: the root argument in the pool's initramfs syntax, where to report
-/// "booted", then the pool's own arguments.
+/// "booted", then the pool's own arguments; or the pool's `cmdline_template` filled in.
 pub fn cmdline(config: &Config, member: &Member, link: Ipv4Addr) -> String {
     let pool = member.pool;
     let s = &config.server;
@@ -51,6 +51,9 @@ pub fn cmdline(config: &Config, member: &Member, link: Ipv4Addr) -> String {
             )
         }
     };
+    if let Some(template) = &pool.cmdline_template {
+        return from_template(config, member, link, template, &root);
+    }
     let mut line = format!("{root} bootpool.url={}", http_base(config, link));
     if !pool.cmdline.is_empty() {
         line.push(' ');
@@ -60,6 +63,44 @@ pub fn cmdline(config: &Config, member: &Member, link: Ipv4Addr) -> String {
     line.push_str(" initrd=");
     line.push_str(pool.image.initrd_file_name());
     line
+}
+
+/// A pool's own whole command line: its template with each placeholder filled in for this
+/// client (`root` is the root argument bootpool would have written).
+fn from_template(
+    config: &Config,
+    member: &Member,
+    link: Ipv4Addr,
+    template: &cmdline::Template,
+    root: &str,
+) -> String {
+    use cmdline::Field;
+    let pool = member.pool;
+    let image = &pool.image;
+    let ports = &config.server.ports;
+    template.render(|field| match field {
+        Field::Server => link.to_string(),
+        Field::Http => http_base(config, link),
+        Field::HttpPort => config.server.http.port().to_string(),
+        Field::Root => root.to_string(),
+        Field::Export => match pool.root {
+            RootProto::Nfs => image.nfs_export.clone(),
+            RootProto::Nbd => image.nbd_export.clone(),
+        },
+        Field::Port => match pool.root {
+            RootProto::Nfs => ports.nfs.to_string(),
+            RootProto::Nbd => ports.nbd.to_string(),
+        },
+        Field::NfsExport => image.nfs_export.clone(),
+        Field::NfsPort => ports.nfs.to_string(),
+        Field::NbdExport => image.nbd_export.clone(),
+        Field::NbdPort => ports.nbd.to_string(),
+        Field::PortmapPort => ports.portmap.to_string(),
+        Field::Image => image.name.clone(),
+        Field::Pool => pool.name.clone(),
+        Field::Initrd => image.initrd_file_name().to_string(),
+        Field::Cmdline => pool.cmdline.clone(),
+    })
 }
 
 /// The iPXE script for one client.
@@ -97,6 +138,32 @@ mod tests {
         assert!(s.contains("initrd http://10.77.0.1:8080/boot/demo/initrd.img\n"));
     }
 
+    /// A pool that writes its whole command line gets exactly its template, filled in.
+    #[test]
+    fn a_pools_template_is_the_whole_command_line() {
+        let text = super::super::tests::CONFIG.replace(
+            "    cmdline: console=ttyS0\n",
+            "    cmdline: console=ttyS0\n    cmdline_template: \"netroot=nbd:{server}:{port}:{export} report={http}/api/v1/booted img={image}/{pool} {cmdline} initrd={initrd} {{x}}\"\n",
+        );
+        let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
+        let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        let link = Ipv4Addr::new(10, 77, 0, 3);
+        assert_eq!(
+            cmdline(&c, &m, link),
+            "netroot=nbd:10.77.0.3:10809:demo report=http://10.77.0.3:8080/api/v1/booted img=demo/room console=ttyS0 initrd=initrd.img {x}"
+        );
+        let root = text.replace("netroot=nbd:{server}:{port}:{export}", "{root} nfs={nfs_export}:{nfs_port} pm={portmap_port} nbd={nbd_export}:{nbd_port} http={http_port}");
+        let c = Config::parse(Path::new("p.yaml"), &root).unwrap();
+        let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        assert!(
+            cmdline(&c, &m, c.server.address).starts_with(
+                "root=nbd:10.77.0.1:demo nfs=/demo:2049 pm=111 nbd=demo:10809 http=8080 report="
+            ),
+            "{}",
+            cmdline(&c, &m, c.server.address)
+        );
+    }
+
     /// An image that names its files and exports is fetched and rooted by those names.
     #[test]
     fn an_images_own_names_go_into_the_script_and_the_root_argument() {
@@ -108,12 +175,23 @@ mod tests {
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let m = c.member(mac).unwrap();
         let s = ipxe_script(&c, &m, mac, c.server.address);
-        assert!(s.contains("kernel http://10.77.0.1:8080/boot/demo/boot/bzImage root=nbd:10.77.0.1:deb-root "), "{s}");
+        assert!(
+            s.contains(
+                "kernel http://10.77.0.1:8080/boot/demo/boot/bzImage root=nbd:10.77.0.1:deb-root "
+            ),
+            "{s}"
+        );
         assert!(s.contains(" initrd=initramfs.gz\n"), "{s}");
-        assert!(s.contains("initrd http://10.77.0.1:8080/boot/demo/boot/initramfs.gz\n"), "{s}");
-        let nfs = Config::parse(Path::new("p.yaml"), &text.replace("root: nbd", "root: nfs")).unwrap();
+        assert!(
+            s.contains("initrd http://10.77.0.1:8080/boot/demo/boot/initramfs.gz\n"),
+            "{s}"
+        );
+        let nfs =
+            Config::parse(Path::new("p.yaml"), &text.replace("root: nbd", "root: nfs")).unwrap();
         let m = nfs.member(mac).unwrap();
-        assert!(cmdline(&nfs, &m, nfs.server.address).starts_with("root=nfs:10.77.0.1:/srv/deb:ro,"));
+        assert!(
+            cmdline(&nfs, &m, nfs.server.address).starts_with("root=nfs:10.77.0.1:/srv/deb:ro,")
+        );
     }
 
     /// A client given another of the server's links hears only that address.

@@ -6,6 +6,7 @@
 //! or server address, two services on one port, and pool or image names that are not plain
 //! (`[A-Za-z0-9._-]`, not starting with `.` or `-`: they become paths and URLs).
 
+pub mod cmdline;
 mod locate;
 mod raw;
 mod values;
@@ -320,6 +321,9 @@ pub struct Pool {
     pub image: Arc<Image>,
     pub root: RootProto,
     pub cmdline: String,
+    /// The whole kernel command line with placeholders, written instead of bootpool's root
+    /// argument, `bootpool.url=`, `cmdline` and `initrd=` (`None`: those).
+    pub cmdline_template: Option<cmdline::Template>,
     pub initramfs: Initramfs,
     pub clients: Vec<ClientEntry>,
     /// Keep a boot trace of each client's boots (`state_dir/traces/`, docs/trace.md).
@@ -787,6 +791,20 @@ impl Checker<'_> {
                     ),
                 ));
             }
+            let cmdline_template = match &p.cmdline_template {
+                None => None,
+                Some(text) => {
+                    let t = cmdline::Template::parse(text)
+                        .map_err(|why| self.err(&at("cmdline_template"), why))?;
+                    if !p.cmdline.trim().is_empty() && !t.uses(cmdline::Field::Cmdline) {
+                        return Err(self.err(
+                            &at("cmdline"),
+                            "is not used: the pool's cmdline_template does not say {cmdline}",
+                        ));
+                    }
+                    Some(t)
+                }
+            };
             let mut clients = Vec::new();
             for (i, c) in p.clients.iter().enumerate() {
                 let at_c = |k| {
@@ -856,6 +874,7 @@ impl Checker<'_> {
                 image,
                 root,
                 cmdline: p.cmdline.clone(),
+                cmdline_template,
                 initramfs,
                 trace: p.trace,
                 clients,

@@ -197,6 +197,8 @@ pub struct Pool {
     pub root: String,
     #[serde(default)]
     pub cmdline: String,
+    /// The whole kernel command line, with placeholders (`config::cmdline`).
+    pub cmdline_template: Option<String>,
     #[serde(default = "default_initramfs")]
     pub initramfs: String,
     #[serde(default)]
