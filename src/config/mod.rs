@@ -287,7 +287,10 @@ impl Image {
     /// The file name of the initrd as iPXE and the kernel's EFI stub know it (`initrd=`): the
     /// last part of its URL.
     pub fn initrd_file_name(&self) -> &str {
-        self.initrd_name.rsplit('/').next().unwrap_or(&self.initrd_name)
+        self.initrd_name
+            .rsplit('/')
+            .next()
+            .unwrap_or(&self.initrd_name)
     }
 }
 
@@ -396,6 +399,23 @@ impl Config {
                 .find(|e| e.macs.contains(mac))
                 .map(|entry| Member { pool, entry })
         })
+    }
+
+    /// An error about the value at the YAML path `keys` (e.g. `["images", "demo", "kernel"]`),
+    /// found after the config was read: its line and column are looked up in the file again
+    /// (the deepest key the file has, when it leaves the rest to their defaults).
+    pub fn error_at(&self, keys: &[&str], reason: String) -> ConfigError {
+        let steps: Vec<Step> = keys.iter().map(|k| Step::Key(k)).collect();
+        let loc = std::fs::read_to_string(&self.file)
+            .ok()
+            .and_then(|text| locate::locate(&text, &steps));
+        ConfigError {
+            file: self.file.clone(),
+            line: loc.map(|l| l.0),
+            column: loc.map(|l| l.1),
+            path: keys.join("."),
+            reason,
+        }
     }
 
     /// Files the shipped config needs at serve time; `bootpool check` reports them all.
@@ -681,9 +701,8 @@ impl Checker<'_> {
             let nfs_export = match &img.nfs_export {
                 None => format!("/{name}"),
                 Some(path) => {
-                    nfs_export_path(path).map_err(|why| {
-                        self.err(&at("nfs_export"), format!("`{path}` {why}"))
-                    })?;
+                    nfs_export_path(path)
+                        .map_err(|why| self.err(&at("nfs_export"), format!("`{path}` {why}")))?;
                     path.clone()
                 }
             };
@@ -698,7 +717,7 @@ impl Checker<'_> {
                 }
             };
             // Where an export clash is shown: the key when the file sets it, else the image.
-            let written = |key: &'static str, set: bool| -> Vec<Step> {
+            let written = |key: &'static str, set: bool| {
                 if set {
                     at(key).to_vec()
                 } else {
@@ -1098,7 +1117,9 @@ fn inside_path(s: &str) -> Result<(), &'static str> {
     if s.split('/').all(is_name) {
         Ok(())
     } else {
-        Err("is not a path of plain names inside the image folder (each part: use A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with `.` or `-`)")
+        Err(
+            "is not a path of plain names inside the image folder (each part: use A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with `.` or `-`)",
+        )
     }
 }
 
@@ -1106,13 +1127,20 @@ fn inside_path(s: &str) -> Result<(), &'static str> {
 fn nfs_export_path(s: &str) -> Result<(), &'static str> {
     match s.strip_prefix('/') {
         Some(rest) if rest.split('/').all(is_name) => Ok(()),
-        _ => Err("is not an absolute path of plain names such as `/srv/debian` (each part: use A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with `.` or `-`)"),
+        _ => Err(
+            "is not an absolute path of plain names such as `/srv/debian` (each part: use A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with `.` or `-`)",
+        ),
     }
 }
 
 /// Whether one NFS export path is the other or a folder above it (`/a` and `/a/b`).
 fn nested(a: &str, b: &str) -> bool {
-    let parts = |p: &str| p.split('/').filter(|c| !c.is_empty()).map(String::from).collect::<Vec<_>>();
+    let parts = |p: &str| {
+        p.split('/')
+            .filter(|c| !c.is_empty())
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
     let (a, b) = (parts(a), parts(b));
     let n = a.len().min(b.len());
     a[..n] == b[..n]

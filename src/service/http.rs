@@ -550,13 +550,16 @@ async fn boot_file(
 ) -> Response {
     match boot_files::resolve(&web.config, name) {
         Ok((path, kind)) => send_file(web, peer, headers, path, kind, name, shown).await,
-        Err(boot_files::Refused(code, _)) => {
-            if code == crate::proto::tftp::err::NOT_FOUND {
+        Err(boot_files::Refused(code, why)) => {
+            if why == boot_files::OUTSIDE {
+                // boot_files logged the file and where it points.
+                record_missing(web, peer, name, &format!("{shown}: {why}"));
+            } else if code == crate::proto::tftp::err::NOT_FOUND {
                 static MISSING: super::bounds::LogLimit = super::bounds::LogLimit::new();
                 if let Some(suppressed) = MISSING.allow() {
                     tracing::warn!(file = %shown, suppressed, "boot file missing");
                 }
-                record_missing(web, peer, name, &shown);
+                record_missing(web, peer, name, &format!("{shown}: not found"));
             }
             not_found("no such file")
         }
@@ -581,7 +584,7 @@ fn trace_file(recorder: &Recorder, peer: SocketAddr, received: Micros, name: Str
 
 /// A kernel, initrd or loader bootpool handed out is missing: the client cannot go on. Other
 /// names are probes and fail nothing.
-fn record_missing(web: &Web, peer: SocketAddr, name: &str, shown: &str) {
+fn record_missing(web: &Web, peer: SocketAddr, name: &str, reason: &str) {
     if let (true, Some(ip)) = (
         boot_files::handed_out(&web.config, name),
         super::ipv4_of(peer.ip()),
@@ -590,7 +593,7 @@ fn record_missing(web: &Web, peer: SocketAddr, name: &str, shown: &str) {
             Who::Ip(ip),
             Kind::Failed {
                 proto: Some(Proto::Http),
-                reason: format!("{shown}: not found"),
+                reason: reason.to_string(),
             },
         );
     }
@@ -614,7 +617,7 @@ async fn send_file(
         Err(e) => {
             tracing::warn!(path = %path.display(), error = %e, "boot file missing");
             // Gone since it was resolved.
-            record_missing(web, peer, name, &shown);
+            record_missing(web, peer, name, &format!("{shown}: not found"));
             return not_found("no such file");
         }
     };
