@@ -119,7 +119,7 @@ pools:
     const timer = setTimeout(() => reject(new Error(`daemon did not start:\n${log}`)), WAIT);
     const seen = chunk => {
       log += chunk;
-      const m = log.replace(/\x1b\[[0-9;]*m/g, '').match(/bootpool serving http=(\S+) dhcp=\S+:(\d+)/);
+      const m = log.replace(/\x1b\[[0-9;]*m/g, '').match(/bootpool serving http=(\S+) (?:https=\S+ )?dhcp=\S+:(\d+)/);
       if (m) { clearTimeout(timer); resolve({ base: `http://${m[1]}`, dhcp: Number(m[2]) }); }
     };
     child.stdout.on('data', seen);
