@@ -162,7 +162,8 @@ fn check(path: &std::path::Path) -> ExitCode {
             ExitCode::from(2)
         }
         Ok(c) => {
-            let missing = c.missing_files();
+            let mut missing = c.missing_files();
+            missing.extend(bootpool::service::boot_files::unservable(&c));
             for e in &missing {
                 eprintln!("error: {e}");
             }

@@ -35,6 +35,29 @@ fn broken_config_names_file_line_and_key() {
     assert!(err.contains(&want), "{err}");
 }
 
+/// A pool's own command line is checked like any other value: an unknown placeholder is an
+/// error naming the file, the line and the key.
+#[test]
+fn an_unknown_cmdline_placeholder_names_file_line_and_key() {
+    let fx = common::Fixture::new();
+    let text = fx.config_text().replace(
+        "    root: nbd\n",
+        "    root: nbd\n    cmdline_template: \"{root} bootpool.url={http} {sever} {cmdline}\"\n",
+    );
+    fx.write_config(&text);
+    let (ok, out, err) = check(&fx.config_path());
+    assert!(!ok, "{out}");
+    let want = format!(
+        "{}:24:5: pools.nbd-room.cmdline_template: has an unknown placeholder `{{sever}}`",
+        fx.config_path().display()
+    );
+    assert!(err.contains(&want), "{err}");
+    // Spelt right, it checks clean.
+    fx.write_config(&text.replace("{sever}", "{server}"));
+    let (ok, out, err) = check(&fx.config_path());
+    assert!(ok, "{out}{err}");
+}
+
 #[test]
 fn missing_image_files_fail_the_check() {
     let fx = common::Fixture::new();
@@ -45,6 +68,42 @@ fn missing_image_files_fail_the_check() {
         err.contains("pools.nbd-room.image: image `demo` lacks") && err.contains("rootfs.img"),
         "{err}"
     );
+}
+
+/// A kernel that is a symlink out of its image folder would answer "not found" over TFTP and
+/// HTTP: `check` says so, naming the file, where it points and why, and `serve` refuses to
+/// start with the same words. A symlink that stays inside the folder is fine.
+#[test]
+fn boot_files_linked_out_of_the_image_folder_fail_check_and_serve() {
+    let fx = common::Fixture::new();
+    let elsewhere = fx.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let kernel = fx.image_dir().join("vmlinuz");
+    std::fs::rename(&kernel, elsewhere.join("vmlinuz-6.1")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.join("vmlinuz-6.1"), &kernel).unwrap();
+    let target = elsewhere.join("vmlinuz-6.1").canonicalize().unwrap();
+    let want = format!(
+        "{}:13:3: images.demo.kernel: {} (`vmlinuz`) is a symlink to {}, outside the image folder {}: TFTP and HTTP serve nothing outside it",
+        fx.config_path().display(),
+        kernel.display(),
+        target.display(),
+        fx.image_dir().display()
+    );
+    let (ok, out, err) = check(&fx.config_path());
+    assert!(!ok, "{out}");
+    assert!(err.contains(&want), "{err}");
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    serve.args(["serve", "--config"]).arg(fx.config_path());
+    let (ok, _, err) = common::run(&mut serve, 20);
+    assert!(!ok, "serve started");
+    assert!(err.contains(&want), "{err}");
+    // Inside the folder, a symlink is followed.
+    std::fs::remove_file(&kernel).unwrap();
+    std::fs::create_dir_all(fx.image_dir().join("boot")).unwrap();
+    std::fs::rename(&target, fx.image_dir().join("boot/vmlinuz-6.1")).unwrap();
+    std::os::unix::fs::symlink("boot/vmlinuz-6.1", &kernel).unwrap();
+    let (ok, out, err) = check(&fx.config_path());
+    assert!(ok, "{out}{err}");
 }
 
 /// The soft limit on open files in /proc/PID/limits.

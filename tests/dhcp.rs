@@ -278,6 +278,76 @@ fn an_admin_releases_a_lease_through_the_api_with_its_token() {
     );
 }
 
+/// busybox udhcpc as `mac` sending `extra` options: the `bound` line of its script, with
+/// `$siaddr` (next-server, exported only when not 0.0.0.0) and `$boot_file`.
+fn udhcpc_boot_fields(link: &Link, fx: &Fixture, mac: &str, extra: &[&str]) -> String {
+    link.set_client_mac(mac);
+    let dir = fx.path().join(format!("udhcpc-{}", mac.replace(':', "")));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("script.out");
+    let script = dir.join("script.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$1 ip=$ip siaddr=$siaddr boot_file=$boot_file\" >> {}\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    make_executable(&script);
+    let iface = link.client_if.clone();
+    let script_path = script.to_str().unwrap().to_string();
+    let mut args = vec![
+        "udhcpc",
+        "-i",
+        &iface,
+        "-f",
+        "-q",
+        "-n",
+        "-t",
+        "3",
+        "-T",
+        "1",
+        "-s",
+        &script_path,
+    ];
+    args.extend_from_slice(extra);
+    common::run(&mut Link::command(&link.client_ns, "busybox", &args), 20);
+    let said = std::fs::read_to_string(&out).unwrap_or_default();
+    said.lines()
+        .find(|l| l.starts_with("bound "))
+        .unwrap_or_else(|| panic!("udhcpc got no lease: {said}"))
+        .to_string()
+}
+
+/// Every offer and ACK that names a boot file names the boot server in next-server (siaddr),
+/// which iPXE (`Next server:`) and udhcpc (`$siaddr`) read: firmware PXE's TFTP loader and
+/// iPXE's script URL alike. The initrd's plain DHCP names no boot file and no server.
+#[test]
+fn answers_that_name_a_boot_file_carry_next_server() {
+    let link = Link::new(&format!("{SERVER}/24"));
+    let fx = Fixture::new();
+    fx.write_config(&config(&link.server_if));
+    let _daemon = Daemon::start(&link, &fx, 1);
+    let pxe = ["-V", "PXEClient:Arch:00000:UNDI:002001"];
+    let firmware = udhcpc_boot_fields(&link, &fx, "52:54:00:77:00:05", &pxe);
+    assert!(
+        firmware.contains(&format!("siaddr={SERVER} "))
+            && firmware.ends_with("boot_file=undionly.kpxe"),
+        "{firmware}"
+    );
+    // iPXE: user class `iPXE` (option 77).
+    let ipxe_args = [pxe[0], pxe[1], "-x", "0x4d:69505845"];
+    let ipxe = udhcpc_boot_fields(&link, &fx, "52:54:00:77:00:06", &ipxe_args);
+    assert!(
+        ipxe.contains(&format!("siaddr={SERVER} boot_file=http://{SERVER}:"))
+            && ipxe.ends_with("/boot/script/52:54:00:77:00:06.ipxe"),
+        "{ipxe}"
+    );
+    let plain = udhcpc_boot_fields(&link, &fx, "52:54:00:77:00:07", &[]);
+    assert!(plain.ends_with("siaddr= boot_file="), "{plain}");
+}
+
 #[test]
 fn dhclient_gets_an_address_and_keeps_it_across_kill_9() {
     let link = Link::new(&format!("{SERVER}/24"));

@@ -1,9 +1,13 @@
-//! HTTP boot files, scripts and the booted callback, driven by curl.
+//! HTTP boot files, scripts and the booted callback, driven by curl; a script fetched by
+//! someone other than its client (curl on the server) records no boot (network namespaces,
+//! busybox udhcpc for the client's lease).
 
 mod common;
 
-use common::{Fixture, pattern, run_async};
+use common::netns::{Daemon, Link};
+use common::{Fixture, pattern, run, run_async};
 use std::process::Command;
+use std::time::Duration;
 
 fn curl(args: &[&str]) -> Command {
     let mut c = Command::new("curl");
@@ -295,4 +299,172 @@ async fn a_bad_tls_certificate_is_named_at_start() {
     };
     assert!(err.contains("server.tls.cert"), "{err}");
     assert!(err.contains("cert.pem"), "{err}");
+}
+
+const SERVER: &str = "10.77.7.1";
+
+/// The fixture's image and an NFS pool, served on the server end of `link` (HTTP on 8080).
+fn netns_config(link: &Link) -> String {
+    format!(
+        "\
+server:
+  interfaces: [{iface}]
+  address: {SERVER}
+  http: 0.0.0.0:8080
+  state_dir: var/
+  loaders: loaders/
+  ports: {{ dhcp: 67, tftp: 0, nfs: 0, nbd: 0, portmap: 0 }}
+dhcp:
+  mode: authoritative
+  subnet: 10.77.7.0/24
+  range: 10.77.7.100-10.77.7.150
+  lease: 1h
+images:
+  demo: {{ dir: images/demo }}
+pools:
+  nfs-room:
+    image: demo
+    root: nfs
+    clients:
+      - {{ macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }}
+",
+        iface = link.server_if
+    )
+}
+
+/// Runs curl in namespace `ns`: (succeeded, HTTP status).
+fn curl_status(ns: &str, url: &str) -> (bool, String) {
+    let (ok, code, _) = run(
+        &mut Link::command(
+            ns,
+            "curl",
+            &[
+                "-sS",
+                "--max-time",
+                "20",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                url,
+            ],
+        ),
+        30,
+    );
+    (ok, code)
+}
+
+/// The recorded events, once one line holds all of `needles` (the writer batches), or what
+/// was recorded when that did not happen.
+fn events_with(fx: &Fixture, needles: &[&str]) -> String {
+    let mut events = String::new();
+    for _ in 0..100 {
+        events = common::recorded_events(&fx.path().join("var"));
+        if events
+            .lines()
+            .any(|l| needles.iter().all(|n| l.contains(n)))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    events
+}
+
+/// A client's boot script fetched by hand on the server (an admin looking at it, a probe) is
+/// served but is no milestone of anybody's boot: only the client itself, from the address its
+/// lease holds, moves its boot on. Before, every such fetch recorded a boot with no pool.
+#[test]
+fn a_script_fetched_by_someone_else_records_no_boot() {
+    const CLIENT: &str = "52:54:00:77:00:03";
+    const NEVER_BOOTED: &str = "52:54:00:77:00:04";
+    let link = Link::new(&format!("{SERVER}/24"));
+    let fx = Fixture::new();
+    fx.write_config(&netns_config(&link));
+    let daemon = Daemon::start(&link, &fx, 1);
+    let fetch = |ns: &str, mac: &str| {
+        let url = format!("http://{SERVER}:8080/boot/script/{mac}.ipxe");
+        let (ok, text, err) = run(
+            &mut Link::command(ns, "curl", &["-sS", "--fail", "--max-time", "20", &url]),
+            30,
+        );
+        assert!(ok, "{url}: {err}");
+        assert!(text.starts_with("#!ipxe"), "{text}");
+    };
+    link.udhcpc(fx.path(), CLIENT, true)
+        .expect("a lease for the client");
+    // By hand, on the server: a machine that never booted, and the client.
+    fetch(&link.server_ns, NEVER_BOOTED);
+    fetch(&link.server_ns, CLIENT);
+    // The client itself, from its leased address.
+    fetch(&link.client_ns, CLIENT);
+    let state = fx.path().join("var");
+    let scripts = |events: &str| {
+        events
+            .lines()
+            .filter(|l| l.contains("\"kind\":\"script\""))
+            .count()
+    };
+    let mut events = String::new();
+    for _ in 0..100 {
+        events = common::recorded_events(&state);
+        if scripts(&events) > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Events are recorded in order: the client's own fetch came last.
+    assert_eq!(scripts(&events), 1, "{events}");
+    assert!(!events.contains(NEVER_BOOTED), "{events}");
+    let log = daemon.log_text();
+    assert_eq!(
+        log.matches("boot script fetched from an address that is not the client's")
+            .count(),
+        2,
+        "{log}"
+    );
+    drop(daemon);
+}
+
+/// An initrd replaced by a symlink out of its image folder after the daemon started is not
+/// served (404): the daemon's log says which file, where it points and why, and the boot of the
+/// client that asked for it records why it failed. (At start, `check` and `serve` refuse such a
+/// config: tests/cli.rs.)
+#[test]
+fn a_boot_file_linked_out_of_its_folder_is_refused_with_the_reason() {
+    const CLIENT: &str = "52:54:00:77:00:05";
+    let link = Link::new(&format!("{SERVER}/24"));
+    let fx = Fixture::new();
+    fx.write_config(&netns_config(&link));
+    let daemon = Daemon::start(&link, &fx, 1);
+    link.udhcpc(fx.path(), CLIENT, true)
+        .expect("a lease for the client");
+    let initrd = fx.image_dir().join("initrd.img");
+    let elsewhere = fx.path().join("initrd-elsewhere.img");
+    std::fs::rename(&initrd, &elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &initrd).unwrap();
+    let url = format!("http://{SERVER}:8080/boot/demo/initrd.img");
+    let (ok, code) = curl_status(&link.client_ns, &url);
+    assert!(ok);
+    assert_eq!(code, "404");
+    let events = events_with(
+        &fx,
+        &["\"failed\"", "not served: a symlink out of its folder"],
+    );
+    assert!(
+        events.lines().any(|l| l.contains("\"failed\"")
+            && l.contains("/boot/demo/initrd.img: not served: a symlink out of its folder")),
+        "{events}"
+    );
+    let log = daemon.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("boot file not served: a symlink out of its folder"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        line.contains(&initrd.display().to_string())
+            && line.contains(&elsewhere.canonicalize().unwrap().display().to_string()),
+        "{line}"
+    );
+    drop(daemon);
 }

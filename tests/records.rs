@@ -192,6 +192,26 @@ async fn api_stream_metrics_and_report_show_the_recorded_waves() {
         (stuck[0]["result"].as_str(), stuck[0]["stopped_in"].as_str()),
         (Some("timed_out"), Some("ipxe"))
     );
+    // Its wave counts it as the boot shows it, and compares with a booted wave up to the
+    // furthest milestone both reached.
+    let stuck_wave = &waves[2];
+    assert_eq!(
+        (
+            &stuck_wave["summary"]["timed_out"],
+            &stuck_wave["summary"]["running"]
+        ),
+        (&serde_json::json!(1), &serde_json::json!(0)),
+        "{stuck_wave}"
+    );
+    let stuck_id = stuck_wave["id"].as_u64().unwrap();
+    let cmp = get_json(&base, &format!("/api/v1/compare?a={nbd_id}&b={stuck_id}")).await;
+    let sentence = cmp["sentence"].as_str().unwrap();
+    assert!(
+        sentence.contains("cannot be compared on boot time")
+            && sentence.contains("(1 timed out in ipxe)")
+            && sentence.contains("Up to the DHCP ACK"),
+        "{sentence}"
+    );
 
     // The live stream: a client reporting booted shows up as a `boot` event.
     let sse = Command::new("curl")
@@ -749,7 +769,9 @@ async fn failed_boots_say_where_and_why_in_the_api_metrics_and_report() {
     assert!(
         text.contains(
             "52:54:00:77:00:12 failed in ipxe: client: dracut: cannot find the root device"
-        ) && text.contains("wave 4 of pool nbd-room: 0 of 1 clients booted, 1 failed;"),
+        ) && text.contains(
+            "wave 4 of pool nbd-room: 0 of 1 clients booted, 1 failed, 0 timed out, 0 running;"
+        ),
         "{text}"
     );
     let (ok, csv, _) = report(&["--pool", "nfs-room", "--format", "csv"]);

@@ -152,8 +152,10 @@ export function stalledFor(boot, others, t) {
 // Boots of one pool that start more than this apart belong to different waves (record/wave.rs).
 const WAVE_GAP_S = 120;
 
-// The current wave of a room, kept as boots arrive: the same rule as the server's waves, so a
-// machine booting again, or a boot long after the last one, starts a new power-on.
+// The current wave of a room, kept as boots arrive: the same rule as the server's waves
+// (docs/api.md), so a boot long after the last one starts a new power-on, and a machine booting
+// again splits the wave at the widest gap between starts since its previous boot: the boots
+// before that gap are an older power-on, whichever order the boots arrived in.
 export function roomWave() {
   const wave = new Map(), older = new Map();
   let start = null, lastStart = null;
@@ -162,9 +164,18 @@ export function roomWave() {
     const cur = wave.get(b.mac);
     if (cur && cur.id === b.id) return void wave.set(b.mac, b); // an update of a boot we know
     if ((cur && b.id < cur.id) || (wave.size && b.start < start)) return keepOlder(b);
-    if (wave.size && (cur || b.start - lastStart > WAVE_GAP_S)) {
+    if (wave.size && b.start - lastStart > WAVE_GAP_S) {
       for (const x of wave.values()) keepOlder(x);
       wave.clear();
+    } else if (cur) {
+      const starts = [...wave.values(), b].map(x => x.start).sort((x, y) => x - y);
+      let cut = b.start, widest = -1;
+      for (let i = 1; i < starts.length; i++) {
+        const gap = starts[i] - starts[i - 1];
+        if (starts[i - 1] >= cur.start && starts[i] <= b.start && gap > widest) { widest = gap; cut = starts[i]; }
+      }
+      for (const x of [...wave.values()]) if (x.start < cut) { keepOlder(x); wave.delete(x.mac); }
+      if (wave.size) start = Math.min(...[...wave.values()].map(x => x.start));
     }
     if (!wave.size) { start = b.start; lastStart = b.start; }
     lastStart = Math.max(lastStart, b.start);
@@ -293,7 +304,8 @@ async function waveView(el, [id], ctx) {
       h('a', { href: `#/compare/${w.id}` }, 'Compare with another wave')),
     h('dl', { class: 'stats' },
       stat('clients', 'clients', String(sm.clients)), stat('booted', 'booted', String(sm.booted)),
-      stat('running', 'running', String(sm.running)), stat('median', 'median', fmtS(sm.median_s)),
+      stat('running', 'running', String(sm.running)), stat('timed out', 'timed-out', String(sm.timed_out ?? 0)),
+      stat('median', 'median', fmtS(sm.median_s)),
       stat('p95', 'p95', fmtS(sm.p95_s)), stat('max', 'max', fmtS(sm.max_s))),
     h('h3', {}, 'Phases per client'),
     h('div', { class: 'toolbar', role: 'group', 'aria-label': 'sort rows' }, 'Sort: ',

@@ -2,7 +2,7 @@
 //! address the client was given for its whole boot (one of `server.links`, `boot::links`):
 //! every URL and the root argument name it.
 
-use crate::config::{Config, Initramfs, Mac, Member, RootProto};
+use crate::config::{Config, Initramfs, Mac, Member, RootProto, cmdline};
 use std::net::Ipv4Addr;
 
 /// Where iPXE fetches this client's script.
@@ -16,63 +16,108 @@ pub fn http_base(config: &Config, link: Ipv4Addr) -> String {
 }
 
 /// The kernel command line: the root argument in the pool's initramfs syntax, where to report
-/// "booted", then the pool's own arguments.
+/// "booted", then the pool's own arguments; or the pool's `cmdline_template` filled in.
 pub fn cmdline(config: &Config, member: &Member, link: Ipv4Addr) -> String {
     let pool = member.pool;
     let s = &config.server;
-    let image = &pool.image.name;
+    let (nfs, nbd) = (&pool.image.nfs_export, &pool.image.nbd_export);
     let root = match (pool.root, pool.initramfs) {
         (RootProto::Nfs, Initramfs::Dracut) => {
             format!(
-                "root=nfs:{link}:/{image}:ro,port={},mountport={}",
+                "root=nfs:{link}:{nfs}:ro,port={},mountport={}",
                 s.ports.nfs, s.ports.nfs
             )
         }
         // dracut (059) reads a PORT that is not a number as the export name on the default
         // port, and cannot take both: `PORT/NAME` goes to nbd-client as one name.
         (RootProto::Nbd, Initramfs::Dracut) if s.ports.nbd == crate::proto::nbd::PORT => {
-            format!("root=nbd:{link}:{image}")
+            format!("root=nbd:{link}:{nbd}")
         }
         (RootProto::Nbd, Initramfs::Dracut) => {
-            format!("root=nbd:{link}:{}/{image}", s.ports.nbd)
+            format!("root=nbd:{link}:{}/{nbd}", s.ports.nbd)
         }
         // `boot=` because an initrd built with Debian's default `BOOT=local` ignores
         // `root=/dev/nfs`; klibc's nfsmount takes no `mountport=` (it asks the portmapper).
         (RootProto::Nfs, Initramfs::InitramfsTools) => format!(
-            "boot=nfs root=/dev/nfs nfsroot={link}:/{image},ro,port={} ip=dhcp",
+            "boot=nfs root=/dev/nfs nfsroot={link}:{nfs},ro,port={} ip=dhcp",
             s.ports.nfs
         ),
         // Debian's nbd script reads `SERVER,A,B` as server, export, device: the port goes
         // in its `SERVER:PORT/EXPORT` form.
         (RootProto::Nbd, Initramfs::InitramfsTools) => {
             format!(
-                "boot=local root=/dev/nbd0 nbdroot={link}:{}/{image} ip=dhcp",
+                "boot=local root=/dev/nbd0 nbdroot={link}:{}/{nbd} ip=dhcp",
                 s.ports.nbd
             )
         }
     };
+    if let Some(template) = &pool.cmdline_template {
+        return from_template(config, member, link, template, &root);
+    }
     let mut line = format!("{root} bootpool.url={}", http_base(config, link));
     if !pool.cmdline.is_empty() {
         line.push(' ');
         line.push_str(&pool.cmdline);
     }
-    // The EFI stub finds the initrd iPXE hands over by this name.
-    line.push_str(" initrd=initrd.img");
+    // The EFI stub finds the initrd iPXE hands over by this name (its URL's last part).
+    line.push_str(" initrd=");
+    line.push_str(pool.image.initrd_file_name());
     line
+}
+
+/// A pool's own whole command line: its template with each placeholder filled in for this
+/// client (`root` is the root argument bootpool would have written).
+fn from_template(
+    config: &Config,
+    member: &Member,
+    link: Ipv4Addr,
+    template: &cmdline::Template,
+    root: &str,
+) -> String {
+    use cmdline::Field;
+    let pool = member.pool;
+    let image = &pool.image;
+    let ports = &config.server.ports;
+    template.render(|field| match field {
+        Field::Server => link.to_string(),
+        Field::Http => http_base(config, link),
+        Field::HttpPort => config.server.http.port().to_string(),
+        Field::Root => root.to_string(),
+        Field::Export => match pool.root {
+            RootProto::Nfs => image.nfs_export.clone(),
+            RootProto::Nbd => image.nbd_export.clone(),
+        },
+        Field::Port => match pool.root {
+            RootProto::Nfs => ports.nfs.to_string(),
+            RootProto::Nbd => ports.nbd.to_string(),
+        },
+        Field::NfsExport => image.nfs_export.clone(),
+        Field::NfsPort => ports.nfs.to_string(),
+        Field::NbdExport => image.nbd_export.clone(),
+        Field::NbdPort => ports.nbd.to_string(),
+        Field::PortmapPort => ports.portmap.to_string(),
+        Field::Image => image.name.clone(),
+        Field::Pool => pool.name.clone(),
+        Field::Initrd => image.initrd_file_name().to_string(),
+        Field::Cmdline => pool.cmdline.clone(),
+    })
 }
 
 /// The iPXE script for one client.
 pub fn ipxe_script(config: &Config, member: &Member, mac: Mac, link: Ipv4Addr) -> String {
     let base = http_base(config, link);
-    let image = &member.pool.image.name;
+    let image = &member.pool.image;
     let name = member.entry.name.as_deref().unwrap_or("");
     format!(
         "#!ipxe\n\
          echo bootpool: pool {pool} client {mac} {name}\n\
-         kernel {base}/boot/{image}/vmlinuz {cmdline}\n\
-         initrd {base}/boot/{image}/initrd.img\n\
+         kernel {base}/boot/{image}/{kernel} {cmdline}\n\
+         initrd {base}/boot/{image}/{initrd}\n\
          boot\n",
         pool = member.pool.name,
+        image = image.name,
+        kernel = image.kernel_name,
+        initrd = image.initrd_name,
         cmdline = cmdline(config, member, link),
     )
 }
@@ -91,6 +136,62 @@ mod tests {
         assert!(s.starts_with("#!ipxe\n"));
         assert!(s.contains("kernel http://10.77.0.1:8080/boot/demo/vmlinuz root=nbd:10.77.0.1:demo bootpool.url=http://10.77.0.1:8080 console=ttyS0 initrd=initrd.img\n"), "{s}");
         assert!(s.contains("initrd http://10.77.0.1:8080/boot/demo/initrd.img\n"));
+    }
+
+    /// A pool that writes its whole command line gets exactly its template, filled in.
+    #[test]
+    fn a_pools_template_is_the_whole_command_line() {
+        let text = super::super::tests::CONFIG.replace(
+            "    cmdline: console=ttyS0\n",
+            "    cmdline: console=ttyS0\n    cmdline_template: \"netroot=nbd:{server}:{port}:{export} report={http}/api/v1/booted img={image}/{pool} {cmdline} initrd={initrd} {{x}}\"\n",
+        );
+        let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
+        let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        let link = Ipv4Addr::new(10, 77, 0, 3);
+        assert_eq!(
+            cmdline(&c, &m, link),
+            "netroot=nbd:10.77.0.3:10809:demo report=http://10.77.0.3:8080/api/v1/booted img=demo/room console=ttyS0 initrd=initrd.img {x}"
+        );
+        let root = text.replace("netroot=nbd:{server}:{port}:{export}", "{root} nfs={nfs_export}:{nfs_port} pm={portmap_port} nbd={nbd_export}:{nbd_port} http={http_port}");
+        let c = Config::parse(Path::new("p.yaml"), &root).unwrap();
+        let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        assert!(
+            cmdline(&c, &m, c.server.address).starts_with(
+                "root=nbd:10.77.0.1:demo nfs=/demo:2049 pm=111 nbd=demo:10809 http=8080 report="
+            ),
+            "{}",
+            cmdline(&c, &m, c.server.address)
+        );
+    }
+
+    /// An image that names its files and exports is fetched and rooted by those names.
+    #[test]
+    fn an_images_own_names_go_into_the_script_and_the_root_argument() {
+        let text = super::super::tests::CONFIG.replace(
+            "demo: { dir: images/demo }",
+            "demo: { dir: images/demo, kernel: boot/bzImage, initrd: boot/initramfs.gz, nfs_export: /srv/deb, nbd_export: deb-root }",
+        );
+        let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
+        let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
+        let m = c.member(mac).unwrap();
+        let s = ipxe_script(&c, &m, mac, c.server.address);
+        assert!(
+            s.contains(
+                "kernel http://10.77.0.1:8080/boot/demo/boot/bzImage root=nbd:10.77.0.1:deb-root "
+            ),
+            "{s}"
+        );
+        assert!(s.contains(" initrd=initramfs.gz\n"), "{s}");
+        assert!(
+            s.contains("initrd http://10.77.0.1:8080/boot/demo/boot/initramfs.gz\n"),
+            "{s}"
+        );
+        let nfs =
+            Config::parse(Path::new("p.yaml"), &text.replace("root: nbd", "root: nfs")).unwrap();
+        let m = nfs.member(mac).unwrap();
+        assert!(
+            cmdline(&nfs, &m, nfs.server.address).starts_with("root=nfs:10.77.0.1:/srv/deb:ro,")
+        );
     }
 
     /// A client given another of the server's links hears only that address.

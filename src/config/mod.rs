@@ -6,6 +6,7 @@
 //! or server address, two services on one port, and pool or image names that are not plain
 //! (`[A-Za-z0-9._-]`, not starting with `.` or `-`: they become paths and URLs).
 
+pub mod cmdline;
 mod locate;
 mod raw;
 mod values;
@@ -243,8 +244,19 @@ pub const DEFAULT_COW_LIMIT: u64 = 512 << 20;
 #[derive(Debug, Clone)]
 pub struct Image {
     pub name: String,
-    /// Absolute: holds vmlinuz, initrd.img, rootfs/ and/or rootfs.img.
+    /// Absolute: holds the kernel, the initrd, the root tree and/or the root image.
     pub dir: PathBuf,
+    /// The kernel and initrd as paths inside `dir` (`vmlinuz`, `initrd.img` by default): also
+    /// the names they are served by, `/boot/NAME/KERNEL` over HTTP and `NAME/KERNEL` over TFTP.
+    pub kernel_name: String,
+    pub initrd_name: String,
+    /// The NFS root tree and the NBD root image as paths inside `dir` (`rootfs`, `rootfs.img`).
+    pub root_tree_name: String,
+    pub root_image_name: String,
+    /// The NFS export path clients mount (`/NAME` by default).
+    pub nfs_export: String,
+    /// The NBD export name clients attach (`NAME` by default).
+    pub nbd_export: String,
     pub store: Store,
     /// `None`: the NBD export is read-only (the default).
     pub cow: Option<Cow>,
@@ -259,18 +271,26 @@ pub struct Image {
 
 impl Image {
     pub fn kernel(&self) -> PathBuf {
-        self.dir.join("vmlinuz")
+        self.dir.join(&self.kernel_name)
     }
     pub fn initrd(&self) -> PathBuf {
-        self.dir.join("initrd.img")
+        self.dir.join(&self.initrd_name)
     }
     /// The tree exported over NFS.
     pub fn root_tree(&self) -> PathBuf {
-        self.dir.join("rootfs")
+        self.dir.join(&self.root_tree_name)
     }
     /// The image file exported over NBD.
     pub fn root_image(&self) -> PathBuf {
-        self.dir.join("rootfs.img")
+        self.dir.join(&self.root_image_name)
+    }
+    /// The file name of the initrd as iPXE and the kernel's EFI stub know it (`initrd=`): the
+    /// last part of its URL.
+    pub fn initrd_file_name(&self) -> &str {
+        self.initrd_name
+            .rsplit('/')
+            .next()
+            .unwrap_or(&self.initrd_name)
     }
 }
 
@@ -304,6 +324,9 @@ pub struct Pool {
     pub image: Arc<Image>,
     pub root: RootProto,
     pub cmdline: String,
+    /// The whole kernel command line with placeholders, written instead of bootpool's root
+    /// argument, `bootpool.url=`, `cmdline` and `initrd=` (`None`: those).
+    pub cmdline_template: Option<cmdline::Template>,
     pub initramfs: Initramfs,
     pub clients: Vec<ClientEntry>,
     /// Keep a boot trace of each client's boots (`state_dir/traces/`, docs/trace.md).
@@ -376,6 +399,23 @@ impl Config {
                 .find(|e| e.macs.contains(mac))
                 .map(|entry| Member { pool, entry })
         })
+    }
+
+    /// An error about the value at the YAML path `keys` (e.g. `["images", "demo", "kernel"]`),
+    /// found after the config was read: its line and column are looked up in the file again
+    /// (the deepest key the file has, when it leaves the rest to their defaults).
+    pub fn error_at(&self, keys: &[&str], reason: String) -> ConfigError {
+        let steps: Vec<Step> = keys.iter().map(|k| Step::Key(k)).collect();
+        let loc = std::fs::read_to_string(&self.file)
+            .ok()
+            .and_then(|text| locate::locate(&text, &steps));
+        ConfigError {
+            file: self.file.clone(),
+            line: loc.map(|l| l.0),
+            column: loc.map(|l| l.1),
+            path: keys.join("."),
+            reason,
+        }
     }
 
     /// Files the shipped config needs at serve time; `bootpool check` reports them all.
@@ -640,11 +680,79 @@ impl Checker<'_> {
                 },
             };
             let dir = self.path(&img.dir);
+            let mut files = Vec::new();
+            for (key, value) in [
+                ("kernel", &img.kernel),
+                ("initrd", &img.initrd),
+                ("root_tree", &img.root_tree),
+                ("root_image", &img.root_image),
+            ] {
+                if let Err(why) = inside_path(value) {
+                    return Err(self.err(&at(key), format!("`{value}` {why}")));
+                }
+                if let Some((other, _)) = files.iter().find(|(_, v)| *v == value) {
+                    return Err(self.err(
+                        &at(key),
+                        format!("`{value}` is already the image's {other}"),
+                    ));
+                }
+                files.push((key, value));
+            }
+            let nfs_export = match &img.nfs_export {
+                None => format!("/{name}"),
+                Some(path) => {
+                    nfs_export_path(path)
+                        .map_err(|why| self.err(&at("nfs_export"), format!("`{path}` {why}")))?;
+                    path.clone()
+                }
+            };
+            let nbd_export = match &img.nbd_export {
+                None => name.clone(),
+                Some(export) if is_name(export) => export.clone(),
+                Some(export) => {
+                    return Err(self.err(
+                        &at("nbd_export"),
+                        format!("`{export}` is not a plain name ({NAME_RULE})"),
+                    ));
+                }
+            };
+            // Where an export clash is shown: the key when the file sets it, else the image.
+            let written = |key: &'static str, set: bool| {
+                if set {
+                    at(key).to_vec()
+                } else {
+                    vec![Key("images"), Key(name.as_str())]
+                }
+            };
+            for other in images.values() {
+                let other: &Arc<Image> = other;
+                if nested(&other.nfs_export, &nfs_export) {
+                    return Err(self.err(
+                        &written("nfs_export", img.nfs_export.is_some()),
+                        format!(
+                            "NFS export {nfs_export} overlaps image `{}`'s {}: a mount path must name one image",
+                            other.name, other.nfs_export
+                        ),
+                    ));
+                }
+                if other.nbd_export == nbd_export {
+                    return Err(self.err(
+                        &written("nbd_export", img.nbd_export.is_some()),
+                        format!("NBD export `{nbd_export}` is also image `{}`'s", other.name),
+                    ));
+                }
+            }
             images.insert(
                 name.clone(),
                 Arc::new(Image {
                     name: name.clone(),
                     dir,
+                    kernel_name: img.kernel.clone(),
+                    initrd_name: img.initrd.clone(),
+                    root_tree_name: img.root_tree.clone(),
+                    root_image_name: img.root_image.clone(),
+                    nfs_export,
+                    nbd_export,
                     store,
                     cow: cow_store.map(|store| Cow { store, limit }),
                     root_squash: img.root_squash.unwrap_or(false),
@@ -702,6 +810,20 @@ impl Checker<'_> {
                     ),
                 ));
             }
+            let cmdline_template = match &p.cmdline_template {
+                None => None,
+                Some(text) => {
+                    let t = cmdline::Template::parse(text)
+                        .map_err(|why| self.err(&at("cmdline_template"), why))?;
+                    if !p.cmdline.trim().is_empty() && !t.uses(cmdline::Field::Cmdline) {
+                        return Err(self.err(
+                            &at("cmdline"),
+                            "is not used: the pool's cmdline_template does not say {cmdline}",
+                        ));
+                    }
+                    Some(t)
+                }
+            };
             let mut clients = Vec::new();
             for (i, c) in p.clients.iter().enumerate() {
                 let at_c = |k| {
@@ -771,6 +893,7 @@ impl Checker<'_> {
                 image,
                 root,
                 cmdline: p.cmdline.clone(),
+                cmdline_template,
                 initramfs,
                 trace: p.trace,
                 clients,
@@ -984,6 +1107,44 @@ impl Checker<'_> {
 }
 
 const NAME_RULE: &str = "use A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with `.` or `-`";
+
+/// A file of an image: a relative path inside its folder whose parts are plain names, since it
+/// is also the name clients ask TFTP and HTTP for (`Err`: why not, after the value).
+fn inside_path(s: &str) -> Result<(), &'static str> {
+    if s.starts_with('/') {
+        return Err("is not a path inside the image folder (give it relative to `dir`)");
+    }
+    if s.split('/').all(is_name) {
+        Ok(())
+    } else {
+        Err(
+            "is not a path of plain names inside the image folder (each part: use A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with `.` or `-`)",
+        )
+    }
+}
+
+/// An NFS export path: `/` then plain names separated by `/`.
+fn nfs_export_path(s: &str) -> Result<(), &'static str> {
+    match s.strip_prefix('/') {
+        Some(rest) if rest.split('/').all(is_name) => Ok(()),
+        _ => Err(
+            "is not an absolute path of plain names such as `/srv/debian` (each part: use A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with `.` or `-`)",
+        ),
+    }
+}
+
+/// Whether one NFS export path is the other or a folder above it (`/a` and `/a/b`).
+fn nested(a: &str, b: &str) -> bool {
+    let parts = |p: &str| {
+        p.split('/')
+            .filter(|c| !c.is_empty())
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (parts(a), parts(b));
+    let n = a.len().min(b.len());
+    a[..n] == b[..n]
+}
 
 /// A pool or image name: it becomes part of paths, URLs and metric labels.
 fn is_name(s: &str) -> bool {

@@ -155,10 +155,38 @@ pub struct Image {
     pub root_squash: Option<bool>,
     /// NFS: only calls from source ports below 1024 are answered.
     pub secure_ports: Option<bool>,
+    /// The image's files, as paths inside `dir`.
+    #[serde(default = "default_kernel")]
+    pub kernel: String,
+    #[serde(default = "default_initrd")]
+    pub initrd: String,
+    #[serde(default = "default_root_tree")]
+    pub root_tree: String,
+    #[serde(default = "default_root_image")]
+    pub root_image: String,
+    /// The NFS export path (absent: `/NAME`) and the NBD export name (absent: `NAME`).
+    pub nfs_export: Option<String>,
+    pub nbd_export: Option<String>,
 }
 
 fn default_store() -> String {
     "disk".into()
+}
+
+fn default_kernel() -> String {
+    "vmlinuz".into()
+}
+
+fn default_initrd() -> String {
+    "initrd.img".into()
+}
+
+fn default_root_tree() -> String {
+    "rootfs".into()
+}
+
+fn default_root_image() -> String {
+    "rootfs.img".into()
 }
 
 #[derive(Debug, Deserialize)]
@@ -169,6 +197,8 @@ pub struct Pool {
     pub root: String,
     #[serde(default)]
     pub cmdline: String,
+    /// The whole kernel command line, with placeholders (`config::cmdline`).
+    pub cmdline_template: Option<String>,
     #[serde(default = "default_initramfs")]
     pub initramfs: String,
     #[serde(default)]

@@ -619,3 +619,160 @@ fn an_admin_token_is_plain_and_not_the_read_token() {
     );
     assert!(e.reason.contains("differ"), "{e}");
 }
+
+#[test]
+fn an_image_names_its_files_and_exports_or_gets_the_defaults() {
+    let c = parse(GOOD).unwrap();
+    let img = &c.images["demo"];
+    assert_eq!(img.kernel(), Path::new("/etc/bootpool/images/demo/vmlinuz"));
+    assert_eq!(
+        img.initrd(),
+        Path::new("/etc/bootpool/images/demo/initrd.img")
+    );
+    assert_eq!(
+        img.root_tree(),
+        Path::new("/etc/bootpool/images/demo/rootfs")
+    );
+    assert_eq!(
+        img.root_image(),
+        Path::new("/etc/bootpool/images/demo/rootfs.img")
+    );
+    assert_eq!(
+        (img.nfs_export.as_str(), img.nbd_export.as_str()),
+        ("/demo", "demo")
+    );
+    assert_eq!(img.initrd_file_name(), "initrd.img");
+    let named = GOOD.replace(
+        "    store: disk\n",
+        "    store: disk\n    kernel: boot/bzImage\n    initrd: boot/initramfs-6.1.img\n    root_tree: tree\n    root_image: root.squashfs\n    nfs_export: /srv/nfs/debian\n    nbd_export: debian-root\n",
+    );
+    let c = parse(&named).unwrap();
+    let img = &c.images["demo"];
+    assert_eq!(
+        img.kernel(),
+        Path::new("/etc/bootpool/images/demo/boot/bzImage")
+    );
+    assert_eq!(img.root_tree(), Path::new("/etc/bootpool/images/demo/tree"));
+    assert_eq!(
+        img.root_image(),
+        Path::new("/etc/bootpool/images/demo/root.squashfs")
+    );
+    assert_eq!(img.nfs_export, "/srv/nfs/debian");
+    assert_eq!(img.nbd_export, "debian-root");
+    assert_eq!(img.initrd_file_name(), "initramfs-6.1.img");
+}
+
+#[test]
+fn image_file_and_export_names_are_checked_with_their_line() {
+    // GOOD's image is `demo:` on line 13, `store:` on 15; the added key is line 16.
+    let with =
+        |extra: &str| GOOD.replace("    store: disk\n", &format!("    store: disk\n{extra}\n"));
+    for (extra, path, why) in [
+        (
+            "    kernel: ../vmlinuz",
+            "images.demo.kernel",
+            "plain names inside the image folder",
+        ),
+        (
+            "    kernel: /boot/vmlinuz",
+            "images.demo.kernel",
+            "relative to `dir`",
+        ),
+        (
+            "    initrd: boot//initrd",
+            "images.demo.initrd",
+            "plain names",
+        ),
+        (
+            "    root_tree: .hidden",
+            "images.demo.root_tree",
+            "plain names",
+        ),
+        (
+            "    root_image: vmlinuz",
+            "images.demo.root_image",
+            "already the image's kernel",
+        ),
+        (
+            "    nfs_export: demo",
+            "images.demo.nfs_export",
+            "absolute path",
+        ),
+        (
+            "    nfs_export: /",
+            "images.demo.nfs_export",
+            "absolute path",
+        ),
+        (
+            "    nfs_export: /srv/../etc",
+            "images.demo.nfs_export",
+            "absolute path",
+        ),
+        (
+            "    nbd_export: a/b",
+            "images.demo.nbd_export",
+            "not a plain name",
+        ),
+    ] {
+        let e = parse(&with(extra)).unwrap_err();
+        assert_eq!((e.path.as_str(), e.line), (path, Some(16)), "{extra}: {e}");
+        assert!(e.reason.contains(why), "{extra}: {e}");
+    }
+    // Two images whose exports a client could not tell apart.
+    let two = |a: &str, b: &str| {
+        GOOD.replace(
+            "    store: disk\n",
+            &format!("    store: disk\n{a}\n  other:\n    dir: images/other\n{b}\n"),
+        )
+    };
+    let e = parse(&two("    nfs_export: /srv/a", "    nfs_export: /srv/a/b")).unwrap_err();
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("images.other.nfs_export", Some(19)),
+        "{e}"
+    );
+    assert!(e.reason.contains("overlaps image `demo`'s /srv/a"), "{e}");
+    let e = parse(&two("    nbd_export: other", "    store: ram")).unwrap_err();
+    assert_eq!((e.path.as_str(), e.line), ("images.other", Some(17)), "{e}");
+    assert!(
+        e.reason
+            .contains("NBD export `other` is also image `demo`'s"),
+        "{e}"
+    );
+    assert!(parse(&two("    nfs_export: /srv/a", "    nfs_export: /srv/ab")).is_ok());
+}
+
+#[test]
+fn a_cmdline_template_is_checked_with_its_line() {
+    let with = |extra: &str| {
+        GOOD.replace(
+            "    cmdline: console=ttyS0\n",
+            &format!("    cmdline: console=ttyS0\n{extra}\n"),
+        )
+    };
+    let c = parse(&with(
+        "    cmdline_template: \"netroot={server}:{export} {cmdline}\"",
+    ))
+    .unwrap();
+    assert!(c.pools["room-101"].cmdline_template.is_some());
+    assert!(
+        parse(GOOD).unwrap().pools["room-101"]
+            .cmdline_template
+            .is_none()
+    );
+    // `cmdline:` is on line 20 in GOOD, the template on 21.
+    let e = parse(&with("    cmdline_template: \"root={rot} {cmdline}\"")).unwrap_err();
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("pools.room-101.cmdline_template", Some(21)),
+        "{e}"
+    );
+    assert!(e.reason.contains("unknown placeholder `{rot}`"), "{e}");
+    let e = parse(&with("    cmdline_template: \"root={root}\"")).unwrap_err();
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("pools.room-101.cmdline", Some(20)),
+        "{e}"
+    );
+    assert!(e.reason.contains("does not say {cmdline}"), "{e}");
+}

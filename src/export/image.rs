@@ -1,12 +1,13 @@
-//! Read-only block images for NBD: which images are exported, opening an image's `rootfs.img`
-//! (or loading it into memory for `store: ram`), its size and positional reads. The only code
-//! that opens image files for NBD.
+//! Read-only block images for NBD: which images are exported, opening an image's root image
+//! (`rootfs.img` unless `images.NAME.root_image` names another file; or loading it into memory
+//! for `store: ram`), its size and positional reads. The only code that opens image files for
+//! NBD.
 //!
-//! Exports are named after images. Every configured image whose `rootfs.img` exists is
-//! exported (so an admin can try an image over NBD before a pool uses it); the images of pools
-//! with `root: nbd` are always among them because `Config::missing_files` refuses to start
-//! without their `rootfs.img`. The empty name (NBD's "default export") means the only export
-//! when there is exactly one, and nothing otherwise.
+//! Exports are named by `images.NAME.nbd_export`, the image's name by default. Every configured
+//! image whose root image exists is exported (so an admin can try an image over NBD before a
+//! pool uses it); the images of pools with `root: nbd` are always among them because
+//! `Config::missing_files` refuses to start without their root image. The empty name (NBD's
+//! "default export") means the only export when there is exactly one, and nothing otherwise.
 
 use crate::config::{Config, Image};
 use crate::export::mapping::{MappedRange, Mapping};
@@ -46,7 +47,7 @@ impl BlockImage {
     pub fn open(image: &Image) -> io::Result<BlockImage> {
         let (file, meta) = open_regular(image)?;
         Ok(BlockImage {
-            name: image.name.clone(),
+            name: image.nbd_export.clone(),
             data: Data::File(Mapping::of(&image.root_image(), &file, &meta), file),
             size: meta.len(),
         })
@@ -202,28 +203,34 @@ pub fn load(image: &Image, progress: &mut dyn FnMut(u64, u64)) -> io::Result<Arc
     Ok(Arc::new(bytes))
 }
 
-/// The names exported, sorted.
-pub fn export_names(config: &Config) -> Vec<String> {
+/// The images exported over NBD (those whose root image exists), by image name.
+pub fn exported(config: &Config) -> Vec<Arc<Image>> {
     config
         .images
         .values()
         .filter(|i| i.root_image().is_file())
-        .map(|i| i.name.clone())
+        .cloned()
+        .collect()
+}
+
+/// The export names, in the order of their images' names.
+pub fn export_names(config: &Config) -> Vec<String> {
+    exported(config)
+        .iter()
+        .map(|i| i.nbd_export.clone())
         .collect()
 }
 
 /// The image a client's export name selects, if it is exported.
 pub fn lookup(config: &Config, name: &str) -> Option<Arc<Image>> {
-    let image = if name.is_empty() {
-        let names = export_names(config);
-        match names.as_slice() {
-            [only] => config.images.get(only)?,
-            _ => return None,
-        }
-    } else {
-        config.images.get(name)?
-    };
-    image.root_image().is_file().then(|| image.clone())
+    let exported = exported(config);
+    if name.is_empty() {
+        return match exported.as_slice() {
+            [only] => Some(only.clone()),
+            _ => None,
+        };
+    }
+    exported.into_iter().find(|i| i.nbd_export == name)
 }
 
 #[cfg(test)]
@@ -235,6 +242,12 @@ mod tests {
         Image {
             name: name.into(),
             dir: dir.to_path_buf(),
+            kernel_name: "vmlinuz".into(),
+            initrd_name: "initrd.img".into(),
+            root_tree_name: "rootfs".into(),
+            root_image_name: "rootfs.img".into(),
+            nfs_export: format!("/{name}"),
+            nbd_export: name.into(),
             store: Store::Disk,
             cow: None,
             root_squash: false,

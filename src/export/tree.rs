@@ -164,6 +164,8 @@ fn stable_hash(parts: &[&[u8]]) -> u64 {
 
 struct ImageTree {
     name: String,
+    /// The path clients mount it by (`/NAME` unless `images.NAME.nfs_export` says otherwise).
+    export: String,
     /// Stable id of the image name; never 0 (0 marks the composite root).
     id: u64,
     root: PathBuf,
@@ -445,11 +447,25 @@ impl Tree {
 
     /// Like `new`, with `true` for images kept in RAM (call `load_ram` before serving).
     pub fn with_store<I: IntoIterator<Item = (String, PathBuf, bool)>>(images: I) -> Tree {
+        Tree::with_exports(
+            images
+                .into_iter()
+                .map(|(name, root, ram)| (format!("/{name}"), name, root, ram)),
+        )
+    }
+
+    /// Like `with_store`, each image with the path clients mount it by: (export path, image
+    /// name, tree folder, kept in RAM). Handles are stamped with the image's name, so they stay
+    /// valid when its export path changes.
+    pub fn with_exports<I: IntoIterator<Item = (String, String, PathBuf, bool)>>(
+        images: I,
+    ) -> Tree {
         let images = images
             .into_iter()
-            .map(|(name, root, ram)| ImageTree {
+            .map(|(export, name, root, ram)| ImageTree {
                 id: stable_hash(&[name.as_bytes()]).max(1),
                 name,
+                export,
                 root,
                 ram,
                 last_walk: Mutex::new(None),
@@ -467,9 +483,9 @@ impl Tree {
         }
     }
 
-    /// Export names, e.g. `["demo"]`.
+    /// Export paths, e.g. `["/demo"]`, in the order of the images.
     pub fn exports(&self) -> impl Iterator<Item = &str> {
-        self.images.iter().map(|i| i.name.as_str())
+        self.images.iter().map(|i| i.export.as_str())
     }
 
     pub fn image_name(&self, img: usize) -> &str {
@@ -742,15 +758,30 @@ impl Tree {
         Ok(self.remember_stat(img, rel, &st))
     }
 
-    /// MNT: the first component names an image; the bare root is not mountable.
+    /// MNT: the path starts with an image's export path (component by component), and may go
+    /// on into its tree; the bare root is not mountable.
     pub fn mount(&self, path: &[u8]) -> Result<TreeHandle, Status> {
-        let mut parts = path.split(|b| *b == b'/').filter(|c| !c.is_empty());
-        let first = parts.next().ok_or(status::NOENT)?;
-        if first == b"." || first == b".." {
-            return Err(status::NOENT);
-        }
-        let (mut h, mut attr) = self.lookup(&ROOT, first)?;
-        for part in parts {
+        let parts: Vec<&[u8]> = path
+            .split(|b| *b == b'/')
+            .filter(|c| !c.is_empty())
+            .collect();
+        let (img, depth) = self
+            .images
+            .iter()
+            .enumerate()
+            .find_map(|(i, im)| {
+                let export: Vec<&[u8]> = im
+                    .export
+                    .as_bytes()
+                    .split(|b| *b == b'/')
+                    .filter(|c| !c.is_empty())
+                    .collect();
+                parts.starts_with(&export).then_some((i, export.len()))
+            })
+            .ok_or(status::NOENT)?;
+        let (mut h, mut attr) = self.image_root(img)?;
+        // `..` inside goes no higher than the image's root (`lookup`).
+        for part in &parts[depth..] {
             (h, attr) = self.lookup(&h, part)?;
         }
         if attr.ftype == NF3DIR {
@@ -1472,6 +1503,28 @@ mod tests {
         assert!(tree.mount(b"/../demo").is_err());
         assert_eq!(tree.mount(b"/demo/bin/.."), Ok(img));
         assert_eq!(tree.mount(b"/demo/bin/su"), Err(status::NOTDIR));
+    }
+
+    /// An image exported under a path of its own is mounted by that path (and folders inside
+    /// it), not by its name; its handles are those it has under its name.
+    #[test]
+    fn an_export_path_names_its_image() {
+        let (dir, by_name) = fixture();
+        let tree = Tree::with_exports([(
+            "/srv/nfs/deb".to_string(),
+            "demo".to_string(),
+            dir.path().join("rootfs"),
+            false,
+        )]);
+        let img = tree.mount(b"/srv/nfs/deb").unwrap();
+        assert_eq!(Ok(img), by_name.mount(b"/demo"));
+        assert_eq!(tree.mount(b"//srv/nfs/deb/"), Ok(img));
+        assert!(tree.mount(b"/srv/nfs/deb/bin").is_ok());
+        assert_eq!(tree.mount(b"/srv/nfs/deb/bin/.."), Ok(img));
+        for other in [&b"/demo"[..], b"/srv/nfs", b"/srv", b"/srv/nfs/debian"] {
+            assert_eq!(tree.mount(other), Err(status::NOENT), "{other:?}");
+        }
+        assert_eq!(tree.exports().collect::<Vec<_>>(), ["/srv/nfs/deb"]);
     }
 
     fn list(tree: &Tree, dir: &TreeHandle, page: usize) -> Vec<String> {

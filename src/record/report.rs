@@ -26,16 +26,20 @@ pub enum Query {
 }
 
 pub fn render(t: &Timelines, query: &Query, format: Format) -> anyhow::Result<String> {
-    let all = wave::waves(t.boots());
+    let now = super::event::now_micros();
+    let all = wave::waves(t.boots(), now);
     let find = |id: u64| {
         all.iter()
             .find(|w| w.id == id)
-            .map(|w| WaveView::of(w, t.boots()))
+            .map(|w| WaveView::at(w, t.boots(), now))
             .ok_or_else(|| anyhow::anyhow!("no wave {id} (`bootpool report` lists them)"))
     };
     match query {
         Query::Waves => {
-            let views: Vec<WaveView> = all.iter().map(|w| WaveView::of(w, t.boots())).collect();
+            let views: Vec<WaveView> = all
+                .iter()
+                .map(|w| WaveView::at(w, t.boots(), now))
+                .collect();
             Ok(match format {
                 Format::Json => serde_json::to_string_pretty(&views)?,
                 Format::Csv => waves_table(&views, ","),
@@ -49,7 +53,7 @@ pub fn render(t: &Timelines, query: &Query, format: Format) -> anyhow::Result<St
                 .rev()
                 .find(|w| &w.pool == pool)
                 .ok_or_else(|| anyhow::anyhow!("no waves recorded for pool `{pool}`"))?;
-            wave_report(&WaveView::of(w, t.boots()), format)
+            wave_report(&WaveView::at(w, t.boots(), now), format)
         }
         Query::Compare(a, b) => {
             let c = view::compare(find(*a)?, find(*b)?);
@@ -102,6 +106,8 @@ fn waves_table(views: &[WaveView], sep: &str) -> String {
             "clients",
             "booted",
             "failed",
+            "timed_out",
+            "running",
             "median_s",
             "p95_s",
             "max_s",
@@ -119,6 +125,8 @@ fn waves_table(views: &[WaveView], sep: &str) -> String {
             s.clients.to_string(),
             s.booted.to_string(),
             s.failed.to_string(),
+            s.timed_out.to_string(),
+            s.running.to_string(),
             secs(s.median_s),
             secs(s.p95_s),
             secs(s.max_s),
@@ -164,12 +172,14 @@ fn wave_report(w: &WaveView, format: Format) -> anyhow::Result<String> {
         let s = &w.summary;
         let _ = writeln!(
             out,
-            "\nwave {} of pool {}: {} of {} clients booted, {} failed; boot time median {} s, p95 {} s, max {} s; {} MB per client",
+            "\nwave {} of pool {}: {} of {} clients booted, {} failed, {} timed out, {} running; boot time median {} s, p95 {} s, max {} s; {} MB per client",
             w.id,
             w.pool,
             s.booted,
             s.clients,
             s.failed,
+            s.timed_out,
+            s.running,
             secs(s.median_s),
             secs(s.p95_s),
             secs(s.max_s),
@@ -209,6 +219,16 @@ fn compare_table(a: &WaveView, b: &WaveView, sep: &str) -> String {
         "failed".into(),
         a.summary.failed.to_string(),
         b.summary.failed.to_string(),
+    ]);
+    rows.push(vec![
+        "timed_out".into(),
+        a.summary.timed_out.to_string(),
+        b.summary.timed_out.to_string(),
+    ]);
+    rows.push(vec![
+        "running".into(),
+        a.summary.running.to_string(),
+        b.summary.running.to_string(),
     ]);
     rows.push(vec![
         "median_s".into(),

@@ -2,8 +2,8 @@
 //! with their boots, and the comparison of two waves. Serialized as JSON; documented in
 //! docs/api.md.
 
-use super::event::Proto;
-use super::timeline::{Boot, BootResult};
+use super::event::{Micros, Proto};
+use super::timeline::{Boot, BootResult, PHASES};
 use super::wave::{Summary, Wave};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -54,11 +54,27 @@ pub struct PhaseView {
 /// is far beyond any phase of a healthy boot, even 40 clients at once under emulation.
 pub const SILENCE_S: f64 = 300.0;
 
+/// How a boot stands at `now`, as the API names it: `booted`, `failed`, `running`, or
+/// `timed_out` (running, but silent for `SILENCE_S`). The one answer for the boots, the wave
+/// summaries and /metrics.
+pub fn result_at(b: &Boot, now: Micros) -> &'static str {
+    match b.result {
+        BootResult::Booted => "booted",
+        BootResult::Failed => "failed",
+        BootResult::Running if (now - b.last_event) as f64 / 1e6 > SILENCE_S => "timed_out",
+        BootResult::Running => "running",
+    }
+}
+
 impl BootView {
     pub fn of(b: &Boot) -> BootView {
-        let now = super::event::now_micros();
-        let silent = (now - b.last_event) as f64 / 1e6 > SILENCE_S;
-        let timed_out = b.result == BootResult::Running && silent;
+        BootView::at(b, super::event::now_micros())
+    }
+
+    /// The boot as it stands at `now`.
+    pub fn at(b: &Boot, now: Micros) -> BootView {
+        let result = result_at(b, now);
+        let timed_out = result == "timed_out";
         BootView {
             id: b.id,
             mac: b.mac.to_string(),
@@ -66,13 +82,7 @@ impl BootView {
             pool: b.pool.clone(),
             link: b.link,
             root: b.root,
-            result: match b.result {
-                BootResult::Running if timed_out => "timed_out",
-                BootResult::Running => "running",
-                BootResult::Booted => "booted",
-                BootResult::Failed => "failed",
-            }
-            .into(),
+            result: result.into(),
             stopped_in: (timed_out || b.result == BootResult::Failed)
                 .then(|| b.current_phase().to_string()),
             failure: b.failure.as_ref().map(|f| match f.proto {
@@ -141,6 +151,8 @@ pub struct SummaryView {
     pub running: usize,
     #[serde(default)]
     pub failed: usize,
+    #[serde(default)]
+    pub timed_out: usize,
     pub median_s: Option<f64>,
     pub p95_s: Option<f64>,
     pub max_s: Option<f64>,
@@ -155,6 +167,7 @@ impl From<&Summary> for SummaryView {
             booted: s.booted,
             running: s.running,
             failed: s.failed,
+            timed_out: s.timed_out,
             median_s: s.median_s,
             p95_s: s.p95_s,
             max_s: s.max_s,
@@ -170,6 +183,11 @@ impl From<&Summary> for SummaryView {
 
 impl WaveView {
     pub fn of(w: &Wave, boots: &[Boot]) -> WaveView {
+        WaveView::at(w, boots, super::event::now_micros())
+    }
+
+    /// The wave with its boots as they stand at `now` (its summary was made by `waves`).
+    pub fn at(w: &Wave, boots: &[Boot], now: Micros) -> WaveView {
         WaveView {
             id: w.id,
             pool: w.pool.clone(),
@@ -179,7 +197,7 @@ impl WaveView {
                 .boot_ids
                 .iter()
                 .filter_map(|id| boots.iter().find(|b| b.id == *id))
-                .map(BootView::of)
+                .map(|b| BootView::at(b, now))
                 .collect(),
         }
     }
@@ -224,17 +242,9 @@ pub fn compare(a: WaveView, b: WaveView) -> Comparison {
                 }
             }
             let mut s = format!(
-                "{} booted in a median {:.1} s, {:.1} s ({:.0}%) faster than {} at {:.1} s",
+                "{} booted in a median {}",
                 label(fast),
-                fm,
-                sm - fm,
-                if sm > 0.0 {
-                    (sm - fm) / sm * 100.0
-                } else {
-                    0.0
-                },
-                label(slow),
-                sm
+                faster(fm, sm, &label(slow))
             );
             if let Some((name, d)) = widest.filter(|(_, d)| *d > 0.0) {
                 s.push_str(&format!(
@@ -244,11 +254,236 @@ pub fn compare(a: WaveView, b: WaveView) -> Comparison {
             s.push('.');
             s
         }
-        _ => format!(
-            "{} and {} cannot be compared yet: one has no booted client.",
-            label(&a),
-            label(&b)
-        ),
+        _ => unbooted(&a, &b, &label),
     };
     Comparison { a, b, sentence }
+}
+
+/// `X s, D s (P%) faster than OTHER at Y s`, for medians `fast` <= `slow`.
+fn faster(fast: f64, slow: f64, other: &str) -> String {
+    let pct = if slow > 0.0 {
+        (slow - fast) / slow * 100.0
+    } else {
+        0.0
+    };
+    format!(
+        "{fast:.1} s, {:.1} s ({pct:.0}%) faster than {other} at {slow:.1} s",
+        slow - fast
+    )
+}
+
+/// What the end of each phase is, as a milestone of the boot.
+fn milestone(phase: &str) -> &'static str {
+    match phase {
+        "dhcp" => "the DHCP ACK",
+        "loader" => "the loader download",
+        "ipxe" => "the script fetch",
+        "kernel" => "the kernel and initrd downloads",
+        "initrd" => "the root attach",
+        _ => "the booted call",
+    }
+}
+
+/// Median seconds from a boot's start to the end of `phase`, over the boots that got there.
+fn median_to(w: &WaveView, phase: &str) -> Option<f64> {
+    let mut v: Vec<f64> = w
+        .boots
+        .iter()
+        .filter_map(|b| {
+            let p = b.phases.iter().find(|p| p.name == phase)?;
+            Some(p.start + p.seconds - b.start)
+        })
+        .collect();
+    v.sort_by(f64::total_cmp);
+    super::wave::percentile(&v, 50.0)
+}
+
+/// How a wave's boots ended, for one without a booted client: "8 timed out in root".
+fn outcomes(w: &WaveView) -> String {
+    let mut counts: BTreeMap<(usize, &str, &str), usize> = BTreeMap::new();
+    for b in &w.boots {
+        let order = ["timed_out", "failed", "running", "booted"]
+            .iter()
+            .position(|r| *r == b.result)
+            .unwrap_or(4);
+        let phase = b.stopped_in.as_deref().unwrap_or(b.current_phase.as_str());
+        *counts.entry((order, b.result.as_str(), phase)).or_default() += 1;
+    }
+    let parts: Vec<String> = counts
+        .into_iter()
+        .map(|((_, result, phase), n)| match result {
+            "timed_out" => format!("{n} timed out in {phase}"),
+            "failed" => format!("{n} failed in {phase}"),
+            "running" => format!("{n} still running in {phase}"),
+            other => format!("{n} {other}"),
+        })
+        .collect();
+    if parts.is_empty() {
+        "it has no boots".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// The sentence for two waves of which one or both have no booted client: why their boot
+/// times cannot be compared, then how they compare up to the furthest milestone both reached.
+fn unbooted(a: &WaveView, b: &WaveView, label: &dyn Fn(&WaveView) -> String) -> String {
+    let why: Vec<String> = [a, b]
+        .into_iter()
+        .filter(|w| w.summary.median_s.is_none())
+        .map(|w| format!("no client of {} reported up ({})", label(w), outcomes(w)))
+        .collect();
+    let mut s = format!(
+        "{} and {} cannot be compared on boot time: {}.",
+        label(a),
+        label(b),
+        why.join("; ")
+    );
+    let common = PHASES
+        .iter()
+        .rev()
+        .find_map(|p| Some((*p, median_to(a, p)?, median_to(b, p)?)));
+    match common {
+        Some((phase, ma, mb)) => {
+            let (fast, slow, fm, sm) = if ma <= mb {
+                (a, b, ma, mb)
+            } else {
+                (b, a, mb, ma)
+            };
+            s.push_str(&format!(
+                " Up to {}, the furthest milestone both reached, {} took a median {}.",
+                milestone(phase),
+                label(fast),
+                faster(fm, sm, &label(slow))
+            ));
+        }
+        None => s.push_str(" They reached no milestone in common to compare by."),
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Mac;
+    use crate::record::event::{Event, FileKind, Kind, Outcome, Who};
+    use crate::record::timeline::Timelines;
+    use crate::record::wave::waves;
+
+    /// A boot of `mac` in `pool` from `start_s` that reaches its root attach after
+    /// `attach_s` and then says nothing more.
+    fn stuck_in_root(
+        t: &mut Timelines,
+        mac: u8,
+        pool: &str,
+        root: Proto,
+        start_s: i64,
+        attach_s: i64,
+    ) {
+        let mac = Mac([0x52, 0x54, 0, 0x77, 0, mac]);
+        let ip = std::net::Ipv4Addr::new(10, 77, 0, mac.0[5]);
+        let at = |s: i64| (start_s + s) * 1_000_000;
+        let file = |kind| Kind::File {
+            proto: Proto::Http,
+            kind,
+            path: "f".into(),
+            bytes: 10,
+            outcome: Outcome::Complete,
+        };
+        let events = [
+            (
+                0,
+                Kind::DhcpDiscover {
+                    pool: None,
+                    pxe: true,
+                    ipxe: true,
+                },
+            ),
+            (
+                1,
+                Kind::DhcpAck {
+                    ip,
+                    pxe: true,
+                    ipxe: true,
+                    pool: pool.into(),
+                    link: None,
+                },
+            ),
+            (2, file(FileKind::Script)),
+            (3, file(FileKind::Kernel)),
+            (4, file(FileKind::Initrd)),
+            (
+                attach_s,
+                Kind::RootAttach {
+                    proto: root,
+                    export: "/x".into(),
+                },
+            ),
+        ];
+        for (s, kind) in events {
+            t.apply(&Event {
+                at: at(s),
+                who: Who::Mac(mac),
+                kind,
+            });
+        }
+    }
+
+    #[test]
+    fn waves_whose_boots_timed_out_compare_up_to_the_furthest_milestone_both_reached() {
+        let mut t = Timelines::default();
+        for mac in 1..=3 {
+            stuck_in_root(&mut t, mac, "a", Proto::Nfs, 1000, 20);
+        }
+        for mac in 11..=12 {
+            stuck_in_root(&mut t, mac, "b", Proto::Nbd, 2000, 10);
+        }
+        let now = 9000 * 1_000_000;
+        let all = waves(t.boots(), now);
+        let view = |i: usize| WaveView::at(&all[i], t.boots(), now);
+        assert_eq!((view(0).summary.timed_out, view(0).summary.running), (3, 0));
+        let c = compare(view(0), view(1));
+        let s = &c.sentence;
+        assert!(s.contains("cannot be compared on boot time"), "{s}");
+        assert!(s.contains("(3 timed out in root)"), "{s}");
+        assert!(s.contains("(2 timed out in root)"), "{s}");
+        assert!(
+            s.contains(&format!(
+                "Up to the root attach, the furthest milestone both reached, wave {} (b, nbd root, 2 clients) took a median 10.0 s, 10.0 s (50%) faster than wave {} (a, nfs root, 3 clients) at 20.0 s.",
+                all[1].id, all[0].id
+            )),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn a_booted_wave_and_a_timed_out_one_say_which_lacks_booted_clients() {
+        let mut t = Timelines::default();
+        stuck_in_root(&mut t, 1, "a", Proto::Nfs, 1000, 20);
+        stuck_in_root(&mut t, 11, "b", Proto::Nbd, 2000, 10);
+        t.apply(&Event {
+            at: 2030 * 1_000_000,
+            who: Who::Mac(Mac([0x52, 0x54, 0, 0x77, 0, 11])),
+            kind: Kind::Booted {
+                uptime_s: None,
+                root_bytes: None,
+            },
+        });
+        let now = 9000 * 1_000_000;
+        let all = waves(t.boots(), now);
+        let c = compare(
+            WaveView::at(&all[0], t.boots(), now),
+            WaveView::at(&all[1], t.boots(), now),
+        );
+        let s = &c.sentence;
+        assert!(
+            s.contains(&format!(
+                "no client of wave {} (a, nfs root, 1 clients) reported up (1 timed out in root)",
+                all[0].id
+            )),
+            "{s}"
+        );
+        assert!(!s.contains("no client of wave 2"), "{s}");
+        assert!(s.contains("Up to the root attach"), "{s}");
+    }
 }

@@ -1,12 +1,21 @@
 //! Waves: boots of one pool that start close together, i.e. one power-on of a room. Pure data:
 //! computed from boots whenever asked, so a wave grows as late clients join it.
+//!
+//! The rule depends only on when each boot started and which machine it is, never on the
+//! order in which boots arrived: a pool's boots are first cut wherever two starts (in time
+//! order) are more than `GAP_S` apart; a run that still holds one machine twice is cut at the
+//! widest gap between starts that lies between two of that machine's boots, and again until
+//! no run holds a machine twice. A single test boot 25 s before its room powers on is then a
+//! wave of its own, whichever of the room's DISCOVERs came first.
 
-use super::timeline::{Boot, BootResult, PHASES};
+use super::event::Micros;
+use super::timeline::{Boot, PHASES};
+use super::view::result_at;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// A boot that starts more than this long after the previous one of its pool starts a new wave
-/// (as does a machine booting a second time).
+/// A boot that starts more than this long after the previous one of its pool (in time order)
+/// starts a new wave.
 pub const GAP_S: f64 = 120.0;
 
 #[derive(Debug, Clone, Serialize)]
@@ -24,9 +33,12 @@ pub struct Wave {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
     pub clients: usize,
+    /// Each boot counted once, by its result at the time the summary was made (as the API
+    /// shows each boot): `booted + running + failed + timed_out == clients`.
     pub booted: usize,
     pub running: usize,
     pub failed: usize,
+    pub timed_out: usize,
     /// Boot time (first DISCOVER to booted call) over the booted clients, seconds.
     pub median_s: Option<f64>,
     pub p95_s: Option<f64>,
@@ -37,8 +49,8 @@ pub struct Summary {
     pub bytes_per_client: BTreeMap<String, f64>,
 }
 
-/// Groups boots into waves, newest last.
-pub fn waves(boots: &[Boot]) -> Vec<Wave> {
+/// Groups boots into waves, newest last; summaries count each boot's result at `now`.
+pub fn waves(boots: &[Boot], now: Micros) -> Vec<Wave> {
     let mut by_pool: BTreeMap<&str, Vec<&Boot>> = BTreeMap::new();
     for b in boots {
         // Boots of clients in no pool (seen after a config change) have no wave.
@@ -47,40 +59,83 @@ pub fn waves(boots: &[Boot]) -> Vec<Wave> {
         }
     }
     let mut out = Vec::new();
+    let gap = (GAP_S * 1e6) as Micros;
     for (pool, mut list) in by_pool {
         list.sort_by_key(|b| (b.start, b.id));
-        let mut group: Vec<&Boot> = Vec::new();
-        for b in list {
-            if let Some(last) = group.last() {
-                // A machine that boots again is a new power-on of the room, however soon.
-                let again = group.iter().any(|g| g.mac == b.mac);
-                if again || (b.start - last.start) as f64 / 1e6 > GAP_S {
-                    out.push(make_wave(pool, &group));
-                    group.clear();
+        let mut from = 0;
+        for k in 1..=list.len() {
+            if k == list.len() || list[k].start - list[k - 1].start > gap {
+                for range in without_repeats(&list[from..k]) {
+                    let group = &list[from..k][range];
+                    out.push(make_wave(pool, group, now));
                 }
+                from = k;
             }
-            group.push(b);
-        }
-        if !group.is_empty() {
-            out.push(make_wave(pool, &group));
         }
     }
     out.sort_by(|a, b| a.start.total_cmp(&b.start).then(a.id.cmp(&b.id)));
     out
 }
 
-fn make_wave(pool: &str, boots: &[&Boot]) -> Wave {
+/// Cuts a run of boots (in start order, none more than `GAP_S` after the one before) into
+/// parts in which no machine boots twice: a machine that boots again is a new power-on of the
+/// room, however soon. Each cut goes where the run's starts are furthest apart among the places
+/// that separate a machine's boots, so the parts do not depend on the order boots arrived in.
+fn without_repeats(run: &[&Boot]) -> Vec<std::ops::Range<usize>> {
+    let mut parts = Vec::new();
+    let mut todo = Vec::new();
+    todo.push(0..run.len());
+    while let Some(range) = todo.pop() {
+        match widest_cut(&run[range.clone()]) {
+            None => parts.push(range),
+            Some(k) => {
+                todo.push(range.start + k..range.end);
+                todo.push(range.start..range.start + k);
+            }
+        }
+    }
+    parts.sort_by_key(|r| r.start);
+    parts
+}
+
+/// The index before which to cut `run` (a cut before `k` parts `..k` from `k..`), if a machine
+/// boots twice in it: of the cuts that fall between two consecutive boots of one machine, the
+/// one with the widest gap between the starts either side of it (the earliest of equals).
+fn widest_cut(run: &[&Boot]) -> Option<usize> {
+    // Each pair of one machine's consecutive boots (i, j) covers the cuts before i+1..=j;
+    // `separating` counts, at each cut, the pairs that cover it.
+    let mut pairs = vec![0i64; run.len() + 1];
+    let mut last = std::collections::HashMap::new();
+    for (j, b) in run.iter().enumerate() {
+        if let Some(i) = last.insert(b.mac, j) {
+            pairs[i + 1] += 1;
+            pairs[j + 1] -= 1;
+        }
+    }
+    let mut separating = 0;
+    let mut best: Option<(Micros, usize)> = None;
+    for k in 1..run.len() {
+        separating += pairs[k];
+        let gap = run[k].start - run[k - 1].start;
+        if separating > 0 && best.is_none_or(|(widest, _)| gap > widest) {
+            best = Some((gap, k));
+        }
+    }
+    best.map(|(_, k)| k)
+}
+
+fn make_wave(pool: &str, boots: &[&Boot], now: Micros) -> Wave {
     Wave {
         id: boots[0].id,
         pool: pool.to_string(),
         start: boots[0].start as f64 / 1e6,
         last_start: boots[boots.len() - 1].start as f64 / 1e6,
         boot_ids: boots.iter().map(|b| b.id).collect(),
-        summary: summarize(boots),
+        summary: summarize(boots, now),
     }
 }
 
-pub fn summarize(boots: &[&Boot]) -> Summary {
+pub fn summarize(boots: &[&Boot], now: Micros) -> Summary {
     let mut times: Vec<f64> = boots.iter().filter_map(|b| b.duration_s()).collect();
     times.sort_by(f64::total_cmp);
     let mut phase_times: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
@@ -108,20 +163,13 @@ pub fn summarize(boots: &[&Boot]) -> Summary {
         }
     }
     let n = boots.len().max(1) as f64;
+    let count = |result: &str| boots.iter().filter(|b| result_at(b, now) == result).count();
     Summary {
         clients: boots.len(),
-        booted: boots
-            .iter()
-            .filter(|b| b.result == BootResult::Booted)
-            .count(),
-        running: boots
-            .iter()
-            .filter(|b| b.result == BootResult::Running)
-            .count(),
-        failed: boots
-            .iter()
-            .filter(|b| b.result == BootResult::Failed)
-            .count(),
+        booted: count("booted"),
+        running: count("running"),
+        failed: count("failed"),
+        timed_out: count("timed_out"),
         median_s: percentile(&times, 50.0),
         p95_s: percentile(&times, 95.0),
         max_s: times.last().copied(),
@@ -184,6 +232,9 @@ mod tests {
         }
     }
 
+    /// The tests' clock: after every boot below, within 5 minutes of the last events.
+    const NOW: Micros = 5100 * 1_000_000;
+
     #[test]
     fn boots_close_together_form_one_wave_per_pool() {
         let mut t = Timelines::default();
@@ -192,17 +243,90 @@ mod tests {
         boot(&mut t, 3, "a", 1010, None);
         boot(&mut t, 4, "b", 1001, Some(40));
         boot(&mut t, 5, "a", 5000, Some(25));
-        let w = waves(t.boots());
+        let w = waves(t.boots(), NOW);
         let shape: Vec<(&str, usize)> = w
             .iter()
             .map(|w| (w.pool.as_str(), w.boot_ids.len()))
             .collect();
         assert_eq!(shape, [("a", 3), ("b", 1), ("a", 1)]);
         let s = &w[0].summary;
-        assert_eq!((s.clients, s.booted, s.running), (3, 2, 1));
+        // The third boot went silent long before NOW.
+        assert_eq!((s.clients, s.booted, s.running, s.timed_out), (3, 2, 0, 1));
         assert_eq!((s.median_s, s.max_s), (Some(20.0), Some(30.0)));
         assert_eq!(s.phase_median_s.get("dhcp"), Some(&1.0));
         assert_eq!(w[0].id, w[0].boot_ids[0]);
+    }
+
+    /// Each boot is counted by its result as the API shows it: eight boots that went silent
+    /// are running until the silence passes `SILENCE_S`, then timed out, never both.
+    #[test]
+    fn a_wave_counts_its_boots_as_they_stand() {
+        let mut t = Timelines::default();
+        for mac in 1..=8 {
+            boot(&mut t, mac, "a", 1000 + i64::from(mac), None);
+        }
+        // The last event of each is its ACK, one second after its DISCOVER.
+        let last = 1009 * 1_000_000;
+        let silence = (crate::record::view::SILENCE_S * 1e6) as Micros;
+        let soon = waves(t.boots(), last + 10_000_000);
+        let s = &soon[0].summary;
+        assert_eq!((s.running, s.timed_out), (8, 0));
+        let later = waves(t.boots(), last + silence + 1);
+        let s = &later[0].summary;
+        assert_eq!(
+            (s.clients, s.booted, s.running, s.failed, s.timed_out),
+            (8, 0, 0, 0, 8)
+        );
+    }
+
+    /// A single test boot of one machine, then its room (that machine too) powered on 25 s
+    /// later: the test boot is a wave of its own and the room one wave, whichever machine's
+    /// DISCOVER came first.
+    #[test]
+    fn waves_do_not_depend_on_which_discover_came_first() {
+        for first in 0..8u8 {
+            let mut t = Timelines::default();
+            boot(&mut t, 1, "a", 1000, Some(10));
+            // The room in the order its DISCOVERs arrived, starting with machine `first + 1`.
+            for k in 0..8u8 {
+                let mac = (first + k) % 8 + 1;
+                boot_at(&mut t, mac, "a", 1_025_000_000 + i64::from(k) * 50_000);
+            }
+            let w = waves(t.boots(), NOW);
+            let shape: Vec<Vec<u8>> = w
+                .iter()
+                .map(|w| {
+                    let mut macs: Vec<u8> = w
+                        .boot_ids
+                        .iter()
+                        .map(|id| t.boots()[*id as usize - 1].mac.0[5])
+                        .collect();
+                    macs.sort();
+                    macs
+                })
+                .collect();
+            assert_eq!(
+                shape,
+                [vec![1], (1..=8).collect()],
+                "machine {} first",
+                first + 1
+            );
+        }
+    }
+
+    /// A machine that boots again within a run of boots (none 120 s after the one before)
+    /// splits it where the starts are furthest apart between its two boots.
+    #[test]
+    fn a_machine_booting_again_cuts_the_run_at_its_widest_gap() {
+        let mut t = Timelines::default();
+        boot(&mut t, 1, "a", 1000, Some(20));
+        for (mac, at) in [(2, 1100), (3, 1210), (1, 1260)] {
+            boot_at(&mut t, mac, "a", at * 1_000_000);
+        }
+        let w = waves(t.boots(), NOW);
+        let sizes: Vec<usize> = w.iter().map(|w| w.boot_ids.len()).collect();
+        assert_eq!(sizes, [2, 2]);
+        assert_eq!(w[1].start, 1210.0);
     }
 
     #[test]
@@ -222,10 +346,42 @@ mod tests {
                 },
             });
         }
-        let w = waves(t.boots());
+        let w = waves(t.boots(), NOW);
         assert_eq!(w.len(), 1);
         assert_eq!(w[0].summary.clients, 2);
         assert_eq!(w[0].summary.booted, 1);
+    }
+
+    /// A boot's DISCOVER and ACK at `at` (micros), nothing after.
+    fn boot_at(t: &mut Timelines, mac: u8, pool: &str, at: Micros) {
+        let mac = Mac([0x52, 0x54, 0, 0x77, 0, mac]);
+        let ip = std::net::Ipv4Addr::new(10, 77, 0, mac.0[5]);
+        for (at, kind) in [
+            (
+                at,
+                Kind::DhcpDiscover {
+                    pool: None,
+                    pxe: true,
+                    ipxe: false,
+                },
+            ),
+            (
+                at + 10_000,
+                Kind::DhcpAck {
+                    ip,
+                    pxe: true,
+                    ipxe: false,
+                    pool: pool.into(),
+                    link: None,
+                },
+            ),
+        ] {
+            t.apply(&Event {
+                at,
+                who: Who::Mac(mac),
+                kind,
+            });
+        }
     }
 
     #[test]

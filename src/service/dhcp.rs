@@ -576,7 +576,9 @@ impl Server {
             mac: req.mac,
             ciaddr: req.ciaddr,
             yiaddr,
-            siaddr: if tftp {
+            // next-server names the boot server whenever a boot file is named, a URL too:
+            // iPXE (`${next-server}`) and udhcpc (`$siaddr`) read the server from it.
+            siaddr: if plan.boot_file.is_some() {
                 plan.next_server
             } else {
                 Ipv4Addr::UNSPECIFIED
@@ -778,6 +780,7 @@ pools:
             offer.boot_file.as_deref(),
             Some(format!("http://{link3}:8080/boot/script/52:54:00:77:00:20.ipxe").as_str())
         );
+        assert_eq!(offer.siaddr, link3);
         s.flush();
         // After a restart the boot goes on from its link: iPXE's next DISCOVER still names it.
         let mut s = multi(dir.path());
@@ -822,6 +825,8 @@ pools:
         let uuid = offer.uuid.expect("option 97 echoed");
         assert_eq!(&uuid[1..], &[1u8; 16]);
         assert!(offer.boot_file.unwrap().ends_with(".ipxe"));
+        // A URL names the boot server too: next-server says which.
+        assert_eq!(offer.siaddr, Ipv4Addr::new(10, 77, 0, 1));
     }
 
     fn proxy_server(dir: &Path) -> Server {

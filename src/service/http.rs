@@ -274,7 +274,7 @@ pub fn router(web: Web) -> axum::Router {
     axum::Router::new()
         .route("/boot/script/{mac}", get(boot_script))
         .route("/boot/loaders/{file}", get(loader))
-        .route("/boot/{image}/{file}", get(image_file))
+        .route("/boot/{image}/{*file}", get(image_file))
         .route("/api/v1/booted", post(booted))
         .route("/api/v1/failed", post(failed))
         .route("/api/v1/boots", get(boots))
@@ -487,23 +487,30 @@ async fn boot_script(
         .link(mac)
         .unwrap_or(web.config.server.address);
     let text = script::ipxe_script(&web.config, &member, mac, link);
-    web.recorder.record(
-        Who::Mac(mac),
-        Kind::File {
-            proto: Proto::Http,
-            kind: FileKind::Script,
-            path: format!("/boot/script/{mac}.ipxe"),
-            bytes: text.len() as u64,
-            outcome: Outcome::Complete,
-        },
-    );
-    trace_file(
-        &web.recorder,
-        peer,
-        received,
-        format!("/boot/script/{mac}.ipxe"),
-        text.len() as u64,
-    );
+    // A milestone of the client's boot only when the client asked: the address it asks from
+    // holds its lease. Anyone else (an admin's curl on the server, a monitoring probe) gets the
+    // script and leaves no boot behind.
+    if web.identity.holder(peer.ip()) != Some(mac) {
+        tracing::info!(%mac, %peer, "boot script fetched from an address that is not the client's; served, not recorded");
+    } else {
+        web.recorder.record(
+            Who::Mac(mac),
+            Kind::File {
+                proto: Proto::Http,
+                kind: FileKind::Script,
+                path: format!("/boot/script/{mac}.ipxe"),
+                bytes: text.len() as u64,
+                outcome: Outcome::Complete,
+            },
+        );
+        trace_file(
+            &web.recorder,
+            peer,
+            received,
+            format!("/boot/script/{mac}.ipxe"),
+            text.len() as u64,
+        );
+    }
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
 }
 
@@ -527,10 +534,8 @@ async fn image_file(
     headers: HeaderMap,
     Path((image, file)): Path<(String, String)>,
 ) -> Response {
-    // Only the two boot files of an image are served over HTTP; the root goes by NFS or NBD.
-    if file.contains('/') {
-        return not_found("no such boot file");
-    }
+    // Only the two boot files of an image are served over HTTP, by the names pools.yaml
+    // gives them (`boot_files`); the root goes by NFS or NBD.
     let shown = format!("/boot/{image}/{file}");
     boot_file(&web, peer, &headers, &format!("{image}/{file}"), shown).await
 }
@@ -545,13 +550,16 @@ async fn boot_file(
 ) -> Response {
     match boot_files::resolve(&web.config, name) {
         Ok((path, kind)) => send_file(web, peer, headers, path, kind, name, shown).await,
-        Err(boot_files::Refused(code, _)) => {
-            if code == crate::proto::tftp::err::NOT_FOUND {
+        Err(boot_files::Refused(code, why)) => {
+            if why == boot_files::OUTSIDE {
+                // boot_files logged the file and where it points.
+                record_missing(web, peer, name, &format!("{shown}: {why}"));
+            } else if code == crate::proto::tftp::err::NOT_FOUND {
                 static MISSING: super::bounds::LogLimit = super::bounds::LogLimit::new();
                 if let Some(suppressed) = MISSING.allow() {
                     tracing::warn!(file = %shown, suppressed, "boot file missing");
                 }
-                record_missing(web, peer, name, &shown);
+                record_missing(web, peer, name, &format!("{shown}: not found"));
             }
             not_found("no such file")
         }
@@ -576,7 +584,7 @@ fn trace_file(recorder: &Recorder, peer: SocketAddr, received: Micros, name: Str
 
 /// A kernel, initrd or loader bootpool handed out is missing: the client cannot go on. Other
 /// names are probes and fail nothing.
-fn record_missing(web: &Web, peer: SocketAddr, name: &str, shown: &str) {
+fn record_missing(web: &Web, peer: SocketAddr, name: &str, reason: &str) {
     if let (true, Some(ip)) = (
         boot_files::handed_out(&web.config, name),
         super::ipv4_of(peer.ip()),
@@ -585,7 +593,7 @@ fn record_missing(web: &Web, peer: SocketAddr, name: &str, shown: &str) {
             Who::Ip(ip),
             Kind::Failed {
                 proto: Some(Proto::Http),
-                reason: format!("{shown}: not found"),
+                reason: reason.to_string(),
             },
         );
     }
@@ -609,7 +617,7 @@ async fn send_file(
         Err(e) => {
             tracing::warn!(path = %path.display(), error = %e, "boot file missing");
             // Gone since it was resolved.
-            record_missing(web, peer, name, &shown);
+            record_missing(web, peer, name, &format!("{shown}: not found"));
             return not_found("no such file");
         }
     };
@@ -868,7 +876,7 @@ struct WaveLine {
 
 async fn waves(State(web): State<Web>) -> Json<Vec<WaveLine>> {
     Json(web.records.read(|t| {
-        wave::waves(t.boots())
+        wave::waves(t.boots(), now_micros())
             .iter()
             .map(|w| WaveLine {
                 id: w.id,
@@ -902,10 +910,11 @@ async fn compare(State(web): State<Web>, Query(q): Query<CompareQuery>) -> Respo
 
 pub fn find_wave(web: &Web, id: u64) -> Option<WaveView> {
     web.records.read(|t| {
-        wave::waves(t.boots())
+        let now = now_micros();
+        wave::waves(t.boots(), now)
             .iter()
             .find(|w| w.id == id)
-            .map(|w| WaveView::of(w, t.boots()))
+            .map(|w| WaveView::at(w, t.boots(), now))
     })
 }
 
@@ -939,7 +948,7 @@ const ENUMERATE_MAX: u64 = 1024;
 
 async fn pools(State(web): State<Web>) -> Json<Vec<PoolLine>> {
     let (latest, seen) = web.records.read(|t| {
-        let latest: BTreeMap<String, u64> = wave::waves(t.boots())
+        let latest: BTreeMap<String, u64> = wave::waves(t.boots(), now_micros())
             .into_iter()
             .map(|w| (w.pool, w.id))
             .collect();

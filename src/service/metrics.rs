@@ -7,8 +7,8 @@ use super::http::Web;
 use super::pacing::PacingStats;
 use crate::record::Service;
 use crate::record::egress::LinkCounters;
+use crate::record::timeline::PHASES;
 use crate::record::timeline::Timelines;
-use crate::record::timeline::{BootResult, PHASES};
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
@@ -284,13 +284,7 @@ fn boots(out: &mut String, t: &Timelines) {
     let mut phases: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
     let now = crate::record::event::now_micros();
     for b in t.boots() {
-        let silent = (now - b.last_event) as f64 / 1e6 > crate::record::view::SILENCE_S;
-        let result = match b.result {
-            BootResult::Booted => "booted",
-            BootResult::Failed => "failed",
-            BootResult::Running if silent => "timed_out",
-            BootResult::Running => "running",
-        };
+        let result = crate::record::view::result_at(b, now);
         *by.entry((b.pool.clone().unwrap_or_default(), result))
             .or_default() += 1;
         for p in b.phases() {

@@ -169,18 +169,18 @@ struct Exports {
 /// Loads each exported `store: ram` image, with a progress bar when stderr is a terminal.
 fn load_ram_images(config: &Config) -> io::Result<HashMap<String, Arc<Vec<u8>>>> {
     let mut ram = HashMap::new();
-    for name in image::export_names(config) {
-        let img = &config.images[&name];
+    for img in image::exported(config) {
         if img.store != Store::Ram {
             continue;
         }
+        let name = img.name.clone();
         let started = Instant::now();
         let mut bar = Progress::new(&name);
-        let bytes = image::load(img, &mut |done, total| bar.show(done, total))?;
+        let bytes = image::load(&img, &mut |done, total| bar.show(done, total))?;
         bar.finish();
         let secs = started.elapsed().as_secs_f64();
         tracing::info!(
-            export = %name, mib = bytes.len() >> 20, secs,
+            image = %name, mib = bytes.len() >> 20, secs,
             mib_per_s = (bytes.len() >> 20) as f64 / secs.max(1e-6),
             "nbd image loaded into memory"
         );
@@ -673,7 +673,7 @@ impl Conn {
             return Err(Unavailable::Refused);
         }
         if let Some(bytes) = self.exports.ram.get(&image.name) {
-            let opened = BlockImage::in_memory(&image.name, bytes.clone());
+            let opened = BlockImage::in_memory(&image.nbd_export, bytes.clone());
             return Ok((opened, image));
         }
         // Opening touches the disk: keep it off the async workers.
@@ -779,9 +779,9 @@ impl Conn {
                 }
                 Ok(OptRequest::List) => {
                     // A client is shown only what it may attach.
-                    for name in image::export_names(&self.config) {
-                        if self.may_use(&name) {
-                            p::opt_server(&mut out, &name);
+                    for img in image::exported(&self.config) {
+                        if self.may_use(&img.name) {
+                            p::opt_server(&mut out, &img.nbd_export);
                         }
                     }
                     p::opt_reply(&mut out, p::OPT_LIST, p::REP_ACK, &[]);

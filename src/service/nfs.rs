@@ -90,12 +90,13 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let mut images = Vec::new();
     for p in config.pools.values().filter(|p| p.root == RootProto::Nfs) {
-        if !images.iter().any(|(n, _, _)| *n == p.image.name) {
+        if !images.iter().any(|(_, n, _, _)| *n == p.image.name) {
             let ram = p.image.store == Store::Ram;
-            images.push((p.image.name.clone(), p.image.root_tree(), ram));
+            let export = p.image.nfs_export.clone();
+            images.push((export, p.image.name.clone(), p.image.root_tree(), ram));
         }
     }
-    let tree = Arc::new(Tree::with_store(images));
+    let tree = Arc::new(Tree::with_exports(images));
     {
         let tree = tree.clone();
         tokio::task::spawn_blocking(move || tree.load_ram()).await?;
@@ -452,8 +453,8 @@ impl Conn {
                 out.u32(0);
             }
             Mount::Export => {
-                for name in self.tree.exports() {
-                    out.u32(1).opaque(format!("/{name}").as_bytes()).u32(0);
+                for export in self.tree.exports() {
+                    out.u32(1).opaque(export.as_bytes()).u32(0);
                 }
                 out.u32(0);
             }

@@ -119,7 +119,7 @@ pools:
     const timer = setTimeout(() => reject(new Error(`daemon did not start:\n${log}`)), WAIT);
     const seen = chunk => {
       log += chunk;
-      const m = log.replace(/\x1b\[[0-9;]*m/g, '').match(/bootpool serving http=(\S+) dhcp=\S+:(\d+)/);
+      const m = log.replace(/\x1b\[[0-9;]*m/g, '').match(/bootpool serving http=(\S+) (?:https=\S+ )?dhcp=\S+:(\d+)/);
       if (m) { clearTimeout(timer); resolve({ base: `http://${m[1]}`, dhcp: Number(m[2]) }); }
     };
     child.stdout.on('data', seen);
@@ -351,8 +351,9 @@ test('room view: a running client silent for over 3x the others\' median in its 
   });
   // Median 3 s: silent 10 s is stalled, 8 s is not; alone or booted, never.
   assert.deepEqual(verdicts, [10, null, null, null]);
-  // The room's wave follows the server's rule: a boot over 120 s after the last, or a machine
-  // booting again, is a new power-on; the machines of the old one wait.
+  // The room's wave follows the server's rule: a boot over 120 s after the last is a new
+  // power-on; a machine booting again splits the wave at the widest gap since its previous
+  // boot (here 100 -> 210), and the machines before it wait.
   const waves = await page.evaluate(async () => {
     const { roomWave } = await import('/app.js');
     const r = roomWave();
@@ -364,7 +365,7 @@ test('room view: a running client silent for over 3x the others\' median in its 
     r.admit(b(5, 'b', 500));
     return [first, again, [...r.wave.keys()], [...r.older.keys()].sort()];
   });
-  assert.deepEqual(waves, [['a', 'b', 'c'], ['a'], ['b'], ['a', 'c']]);
+  assert.deepEqual(waves, [['a', 'b', 'c'], ['c', 'a'], ['b'], ['a', 'c']]);
   await page.close();
 });
 
