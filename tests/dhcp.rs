@@ -281,43 +281,11 @@ fn an_admin_releases_a_lease_through_the_api_with_its_token() {
 /// busybox udhcpc as `mac` sending `extra` options: the `bound` line of its script, with
 /// `$siaddr` (next-server, exported only when not 0.0.0.0) and `$boot_file`.
 fn udhcpc_boot_fields(link: &Link, fx: &Fixture, mac: &str, extra: &[&str]) -> String {
-    link.set_client_mac(mac);
     let dir = fx.path().join(format!("udhcpc-{}", mac.replace(':', "")));
     std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("script.out");
-    let script = dir.join("script.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho \"$1 ip=$ip siaddr=$siaddr boot_file=$boot_file\" >> {}\n",
-            out.display()
-        ),
-    )
-    .unwrap();
-    make_executable(&script);
-    let iface = link.client_if.clone();
-    let script_path = script.to_str().unwrap().to_string();
-    let mut args = vec![
-        "udhcpc",
-        "-i",
-        &iface,
-        "-f",
-        "-q",
-        "-n",
-        "-t",
-        "3",
-        "-T",
-        "1",
-        "-s",
-        &script_path,
-    ];
-    args.extend_from_slice(extra);
-    common::run(&mut Link::command(&link.client_ns, "busybox", &args), 20);
-    let said = std::fs::read_to_string(&out).unwrap_or_default();
-    said.lines()
-        .find(|l| l.starts_with("bound "))
-        .unwrap_or_else(|| panic!("udhcpc got no lease: {said}"))
-        .to_string()
+    let fields = "ip=$ip siaddr=$siaddr boot_file=$boot_file";
+    link.udhcpc_line(&dir, mac, fields, false, extra)
+        .unwrap_or_else(|| panic!("udhcpc as {mac} got no lease"))
 }
 
 /// Every offer and ACK that names a boot file names the boot server in next-server (siaddr),

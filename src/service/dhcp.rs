@@ -632,8 +632,11 @@ impl Server {
     fn command(&mut self, command: Command, now: u64) {
         match command {
             Command::Release { mac, reply } => {
-                let held = self.leases.read().get(mac).map(|l| l.ip);
-                let released = held.filter(|&ip| self.leases.write().release(mac, ip, now));
+                let released = {
+                    let mut leases = self.leases.write();
+                    let held = leases.get(mac).map(|l| l.ip);
+                    held.filter(|&ip| leases.release(mac, ip, now))
+                };
                 if let Some(ip) = released {
                     tracing::info!(%mac, %ip, "lease released by the API");
                     self.changed();

@@ -325,11 +325,7 @@ async fn read_guard(
     }
     let same = |given: &str| same_token(given, token);
     let headers = req.headers();
-    let bearer = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| same(t.trim()));
+    let bearer = bearer(headers).is_some_and(same);
     let cookie = headers
         .get_all(header::COOKIE)
         .iter()
@@ -362,6 +358,16 @@ async fn read_guard(
     res
 }
 
+/// The token of an `Authorization: Bearer TOKEN` header.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
 /// Whether `given` is `token`, compared in time independent of where they differ.
 fn same_token(given: &str, token: &str) -> bool {
     given.len() == token.len()
@@ -386,11 +392,7 @@ fn admin_refusal(web: &Web, headers: &HeaderMap) -> Option<Response> {
                 .into_response(),
         );
     };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    if given.is_some_and(|t| same_token(t.trim(), token)) {
+    if bearer(headers).is_some_and(|t| same_token(t, token)) {
         return None;
     }
     Some(
@@ -439,12 +441,10 @@ async fn release_lease(
                 .into_response();
         }
     };
+    // The DHCP service logs the release.
     match released {
-        Some(ip) => {
-            tracing::info!(%mac, %ip, "lease released on the admin's request");
-            Json(serde_json::json!({ "mac": mac.to_string(), "ip": ip, "released": true }))
-                .into_response()
-        }
+        Some(ip) => Json(serde_json::json!({ "mac": mac.to_string(), "ip": ip, "released": true }))
+            .into_response(),
         None => (StatusCode::NOT_FOUND, format!("{mac} holds no lease\n")).into_response(),
     }
 }

@@ -159,6 +159,20 @@ impl Link {
     /// its `bound` line (`bound IP MASK ROUTER DNS`), or `None` if it got no lease. With
     /// `configure`, the address is also put on the client end (and any old one removed).
     pub fn udhcpc(&self, dir: &std::path::Path, mac: &str, configure: bool) -> Option<Vec<String>> {
+        let bound = self.udhcpc_line(dir, mac, "$ip $subnet $router $dns", configure, &[])?;
+        Some(bound.split(' ').map(str::to_string).collect())
+    }
+
+    /// As `udhcpc`, sending the `extra` arguments too: the `bound` line its script echoed,
+    /// `bound ` followed by `fields` (shell text over udhcpc's variables).
+    pub fn udhcpc_line(
+        &self,
+        dir: &std::path::Path,
+        mac: &str,
+        fields: &str,
+        configure: bool,
+        extra: &[&str],
+    ) -> Option<String> {
         self.set_client_mac(mac);
         let out = dir.join("udhcpc.out");
         let _ = std::fs::remove_file(&out);
@@ -171,37 +185,34 @@ impl Link {
         std::fs::write(
             &script,
             format!(
-                "#!/bin/sh\necho \"$1 $ip $subnet $router $dns\" >> {}\n{set}",
+                "#!/bin/sh\necho \"$1 {fields}\" >> {}\n{set}",
                 out.display()
             ),
         )
         .unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        super::run(
-            &mut Link::command(
-                &self.client_ns,
-                "busybox",
-                &[
-                    "udhcpc",
-                    "-i",
-                    &self.client_if,
-                    "-f",
-                    "-q",
-                    "-n",
-                    "-t",
-                    "3",
-                    "-T",
-                    "1",
-                    "-s",
-                    script.to_str().unwrap(),
-                ],
-            ),
-            20,
-        );
+        let script = script.to_str().unwrap();
+        let mut args = vec![
+            "udhcpc",
+            "-i",
+            &self.client_if,
+            "-f",
+            "-q",
+            "-n",
+            "-t",
+            "3",
+            "-T",
+            "1",
+            "-s",
+            script,
+        ];
+        args.extend_from_slice(extra);
+        super::run(&mut Link::command(&self.client_ns, "busybox", &args), 20);
         let said = std::fs::read_to_string(&out).unwrap_or_default();
-        let bound = said.lines().find(|l| l.starts_with("bound "))?;
-        Some(bound.split(' ').map(str::to_string).collect())
+        said.lines()
+            .find(|l| l.starts_with("bound "))
+            .map(str::to_string)
     }
 
     /// Runs `f` on a thread inside namespace `ns` (sockets it opens live there).
