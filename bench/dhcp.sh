@@ -8,6 +8,7 @@ set -euo pipefail
 usage() {
   cat <<'USAGE'
 usage: bench/dhcp.sh [--rounds N] [--seconds S] [--clients N] [--rate R] [--out FILE]
+                     [--servers "S1 S2.."] [--bin PATH] [--before PATH]
 
 Each round runs perfdhcp for S seconds (default 10) at up to R exchanges/s (default 20000,
 above what any server answers here) with N simulated clients (default 10000) against each
@@ -15,10 +16,13 @@ server in turn, in a fresh state (empty lease file). Reports completed 4-way exc
 and the drop ratios. Needs root, perfdhcp (Debian kea-admin), kea-dhcp4 (kea-dhcp4-server),
 dnsmasq. Builds bootpool --release into /work/target-bench.
 Prints a markdown table; raw numbers go to --out (default bench/out/dhcp.csv).
+  --servers  which servers to run (default: bootpool dnsmasq kea)
+  --bin      serve with this bootpool binary instead of building one
+  --before   also run this (older) bootpool binary as server "before", in the same rounds
 USAGE
 }
 
-ROUNDS=7 SECS=10 CLIENTS=10000 RATE=20000 OUT=""
+ROUNDS=7 SECS=10 CLIENTS=10000 RATE=20000 OUT="" BIN="" BEFORE="" LIST="bootpool dnsmasq kea"
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) ROUNDS=$2; shift 2 ;;
@@ -26,6 +30,9 @@ while [ $# -gt 0 ]; do
     --clients) CLIENTS=$2; shift 2 ;;
     --rate) RATE=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --servers) LIST=$2; shift 2 ;;
+    --bin) BIN=$(realpath "$2"); shift 2 ;;
+    --before) BEFORE=$(realpath "$2"); shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
   esac
@@ -35,7 +42,8 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$REPO/bench/out/dhcp.csv}
 mkdir -p "$(dirname "$OUT")"
 W=$(mktemp -d /tmp/bp-bench-dhcp.XXXXXX)
-SERVERS=(bootpool dnsmasq kea)
+read -ra SERVERS <<<"$LIST"
+[ -n "$BEFORE" ] && SERVERS+=(before)
 PID=""
 
 stop_server() {
@@ -51,9 +59,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "building bootpool --release" >&2
-(cd "$REPO" && CARGO_TARGET_DIR=/work/target-bench cargo build --release -q)
-cp /work/target-bench/release/bootpool "$W/bootpool"
+if [ -n "$BIN" ]; then
+  cp "$BIN" "$W/bootpool"
+else
+  echo "building bootpool --release" >&2
+  (cd "$REPO" && CARGO_TARGET_DIR=/work/target-bench cargo build --release -q)
+  cp /work/target-bench/release/bootpool "$W/bootpool"
+fi
+[ -n "$BEFORE" ] && cp "$BEFORE" "$W/before"
 
 # Subnet 10.79.0.0/16 everywhere; the range holds 65,023 addresses.
 FIRST=10.79.2.1 LAST=10.79.255.254
@@ -70,7 +83,7 @@ start_server() { # name: a fresh server with an empty lease database
   local s=$1 ns="bpd-$1-s" if="bpd$1" st="$W/state-$1"
   rm -rf "$st"; mkdir -p "$st/img"
   case "$s" in
-    bootpool)
+    bootpool|before)
       : > "$st/img/vmlinuz"; : > "$st/img/initrd.img"; : > "$st/img/rootfs.img"
       cat > "$st/pools.yaml" <<YAML
 server:
@@ -90,7 +103,7 @@ pools:
     clients:
       - { macs: "52:54:00:79:00:00-52:54:00:79:ff:ff" }
 YAML
-      RUST_LOG=warn ip netns exec "$ns" "$W/bootpool" serve --config "$st/pools.yaml" \
+      RUST_LOG=warn ip netns exec "$ns" "$W/$s" serve --config "$st/pools.yaml" \
         >"$st/log" 2>&1 &
       ;;
     dnsmasq)
