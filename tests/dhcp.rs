@@ -316,6 +316,97 @@ fn answers_that_name_a_boot_file_carry_next_server() {
     assert!(plain.ends_with("siaddr= boot_file="), "{plain}");
 }
 
+/// Counts, for as long as it runs, the IPv4 datagrams to UDP port 68 that arrive on `dev`
+/// (an AF_PACKET socket: what a machine's NIC sees, addressed to it or not). Writes `ready`
+/// once it listens and the count to `count` when `stop` appears.
+const BYSTANDER: &str = r#"
+import socket, sys, os
+dev, ready, stop, count = sys.argv[1:5]
+s = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
+s.bind((dev, 0x0800))
+s.settimeout(0.1)
+open(ready, "w").close()
+n = 0
+while not os.path.exists(stop):
+    try:
+        d = s.recv(2048)
+    except socket.timeout:
+        continue
+    ihl = (d[0] & 15) * 4
+    if len(d) >= ihl + 4 and d[9] == 17 and d[ihl + 2:ihl + 4] == bytes([0, 68]):
+        n += 1
+open(count, "w").write(str(n))
+"#;
+
+/// How many answers to port 68 a bystander on the same switch heard while udhcpc (with
+/// `extra` arguments) got a lease as `mac`.
+fn heard_by_a_bystander(link: &Link, fx: &Fixture, mac: &str, extra: &[&str]) -> u32 {
+    let dir = fx
+        .path()
+        .join(format!("bystander-{}", mac.replace(':', "")));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ready, stop, count) = (dir.join("ready"), dir.join("stop"), dir.join("count"));
+    let script = dir.join("bystander.py");
+    std::fs::write(&script, BYSTANDER).unwrap();
+    let args = [
+        script.to_str().unwrap(),
+        "bysb",
+        ready.to_str().unwrap(),
+        stop.to_str().unwrap(),
+        count.to_str().unwrap(),
+    ];
+    let mut child = Link::command(&link.client_ns, "python3", &args)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("python3");
+    for _ in 0..100 {
+        if ready.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(ready.exists(), "the bystander did not start listening");
+    link.udhcpc_line(&dir, mac, "$ip", false, extra)
+        .unwrap_or_else(|| panic!("udhcpc as {mac} got no lease"));
+    std::fs::write(&stop, "").unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "bystander: {status}");
+    std::fs::read_to_string(&count)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// RFC 2131 4.1: a client without an address that leaves the broadcast flag clear (iPXE,
+/// udhcpc) is answered by unicast to the address it is given, at its MAC, so the other
+/// machines of a room powering on at once do not each read every OFFER and ACK. A client
+/// that sets the flag (udhcpc -B, as EDK2's PXE does) still gets broadcasts, which is also
+/// what shows the bystander would hear an answer that reached it.
+#[test]
+fn answers_go_to_the_client_alone_unless_it_asks_for_broadcast() {
+    let link = Link::switched(&[&format!("{SERVER}/24")]);
+    // A bystander: another port of the switch, its far end in the client's namespace.
+    link.in_client(&[
+        "ip", "link", "add", "bysa", "type", "veth", "peer", "name", "bysb",
+    ]);
+    link.in_client(&["ip", "link", "set", "bysa", "master", &link.client_if]);
+    link.in_client(&["ip", "link", "set", "bysa", "up"]);
+    link.in_client(&["ip", "link", "set", "bysb", "up"]);
+    let fx = Fixture::new();
+    fx.write_config(&config(&link.server_if));
+    let daemon = Daemon::start(&link, &fx, 1);
+
+    let unicast = heard_by_a_bystander(&link, &fx, "52:54:00:77:00:08", &[]);
+    assert_eq!(unicast, 0, "{}", daemon.log_text());
+    let broadcast = heard_by_a_bystander(&link, &fx, "52:54:00:77:00:09", &["-B"]);
+    assert!(
+        broadcast >= 2,
+        "heard {broadcast}: the OFFER and the ACK are broadcast"
+    );
+    drop(daemon);
+}
+
 #[test]
 fn dhclient_gets_an_address_and_keeps_it_across_kill_9() {
     let link = Link::new(&format!("{SERVER}/24"));

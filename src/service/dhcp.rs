@@ -93,6 +93,10 @@ pub async fn serve(
     }
     let mut server = Server::open(config, recorder, table, placement);
     let mut buf = vec![0u8; MAX_PACKET + 1];
+    // Answers to clients without an address go unicast while the kernel lets us enter their
+    // MACs (`arp::teach`); broadcast after the first refusal.
+    let mut may_teach = true;
+    static ARP_FAILED: super::bounds::LogLimit = super::bounds::LogLimit::new();
     let mut pxe_buf = vec![0u8; MAX_PACKET + 1];
     loop {
         let (n, from, on_pxe) = tokio::select! {
@@ -140,6 +144,25 @@ pub async fn serve(
                 (Some(p), true) => p,
                 _ => &socket,
             };
+            let to = match to {
+                To::Addr(to) => to,
+                To::Hardware(ip, mac) if may_teach => match super::arp::teach(out, ip, mac) {
+                    Ok(()) => SocketAddrV4::new(ip, CLIENT_PORT).into(),
+                    Err(e) => {
+                        // Without CAP_NET_ADMIN no answer can be unicast: say so once.
+                        if e.raw_os_error() == Some(libc::EPERM) {
+                            may_teach = false;
+                            tracing::warn!(error = %e, "dhcp answers are broadcast: unicasting \
+                                them to clients without an address needs CAP_NET_ADMIN");
+                        } else if let Some(suppressed) = ARP_FAILED.allow() {
+                            tracing::warn!(%ip, error = %e, suppressed,
+                                "dhcp answer broadcast: the client's MAC could not be entered");
+                        }
+                        SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT).into()
+                    }
+                },
+                To::Hardware(..) => SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT).into(),
+            };
             match wire::encode_reply(&reply) {
                 Ok(bytes) => {
                     if let Err(e) = out.send_to(&bytes, to).await {
@@ -165,6 +188,16 @@ async fn recv_opt(
         Some(s) => s.recv_from(buf).await,
         None => std::future::pending().await,
     }
+}
+
+/// Where an answer goes (RFC 2131 4.1, `Server::destination`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum To {
+    /// A relay, a client at the address it has, or everyone (broadcast).
+    Addr(SocketAddr),
+    /// A client with no address yet that takes unicast: to the address it is given, at its
+    /// MAC, once the kernel has that MAC for it (`arp::teach`); broadcast if it cannot learn it.
+    Hardware(Ipv4Addr, [u8; 6]),
 }
 
 /// The lease table and its files, opened by app.rs before it binds: damaged lease files stop
@@ -259,7 +292,7 @@ impl Server {
         from: SocketAddr,
         on_pxe: bool,
         proxy: bool,
-    ) -> Option<(Reply, SocketAddr)> {
+    ) -> Option<(Reply, To)> {
         let req = match wire::parse_request(bytes) {
             Ok(r) => r,
             Err(reason) => {
@@ -337,7 +370,7 @@ impl Server {
         from: SocketAddr,
         on_pxe_port: bool,
         now: u64,
-    ) -> Option<(Reply, SocketAddr)> {
+    ) -> Option<(Reply, To)> {
         if !req.is_pxe() {
             return None;
         }
@@ -366,7 +399,7 @@ impl Server {
                     reply.tftp_server = None;
                     reply.siaddr = Ipv4Addr::UNSPECIFIED;
                 }
-                Some((reply, self.destination(req)))
+                Some((reply, self.destination(req, Ipv4Addr::UNSPECIFIED)))
             }
             (REQUEST | INFORM, true) => {
                 // Only a client that came through port 67 (or that a pool lists by fixed
@@ -405,7 +438,7 @@ impl Server {
                     boot_file = plan.boot_file.as_ref().map(|b| b.as_str()).unwrap_or("-"),
                     "pxe ack");
                 // The client has an address (ciaddr) and listens where it sent from.
-                Some((self.proxy_reply(req, ReplyKind::Ack, &plan), from))
+                Some((self.proxy_reply(req, ReplyKind::Ack, &plan), To::Addr(from)))
             }
             _ => None,
         }
@@ -427,7 +460,7 @@ impl Server {
     }
 
     /// Answers one request: the reply and where it goes, or `None` for silence.
-    fn handle(&mut self, req: &Request, from: SocketAddr, now: u64) -> Option<(Reply, SocketAddr)> {
+    fn handle(&mut self, req: &Request, from: SocketAddr, now: u64) -> Option<(Reply, To)> {
         let config = self.config.clone();
         let (client, plan) = self.plan(&config, req, from)?;
         let mac = client.mac;
@@ -520,7 +553,7 @@ impl Server {
                         } else {
                             SocketAddrV4::new(req.giaddr, RELAY_PORT)
                         };
-                        return Some((reply, to.into()));
+                        return Some((reply, To::Addr(to.into())));
                     }
                 }
             }
@@ -551,7 +584,7 @@ impl Server {
         if msg == INFORM {
             reply.lease_secs = None;
         }
-        let to = self.destination(req);
+        let to = self.destination(req, reply.yiaddr);
         Some((reply, to))
     }
 
@@ -600,17 +633,22 @@ impl Server {
         }
     }
 
-    /// RFC 2131 4.1: via the relay if there is one; unicast to a client that has an address
-    /// and did not ask for broadcast; else broadcast (we cannot unicast to a MAC without ARP).
-    fn destination(&self, req: &Request) -> SocketAddr {
+    /// RFC 2131 4.1: via the relay if there is one; else a client that asked for broadcast
+    /// gets one; else unicast: to the address it has, or to the address given (`yiaddr`) at
+    /// its MAC; broadcast when it has neither.
+    fn destination(&self, req: &Request, yiaddr: Ipv4Addr) -> To {
         let to = if !req.giaddr.is_unspecified() {
             SocketAddrV4::new(req.giaddr, RELAY_PORT)
-        } else if !req.ciaddr.is_unspecified() && !req.broadcast_flag() {
+        } else if req.broadcast_flag() {
+            SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT)
+        } else if !req.ciaddr.is_unspecified() {
             SocketAddrV4::new(req.ciaddr, CLIENT_PORT)
+        } else if !yiaddr.is_unspecified() {
+            return To::Hardware(yiaddr, req.mac);
         } else {
             SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT)
         };
-        to.into()
+        To::Addr(to.into())
     }
 
     /// Proxy mode: `mac` came through port 67 at `now`.
@@ -694,16 +732,26 @@ pools:
 
     const BCAST: &str = "255.255.255.255:68";
 
+    fn to(addr: &str) -> To {
+        To::Addr(addr.parse().unwrap())
+    }
+
     #[test]
     fn discover_request_ack_with_pxe_boot_file() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = server(dir.path());
         let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 0, 60, 9];
         o.extend_from_slice(b"PXEClient");
-        let (offer, to) = s.handle(&req(1, &o), from(), 1000).unwrap();
+        let (offer, dest) = s.handle(&req(1, &o), from(), 1000).unwrap();
         assert_eq!(offer.kind, ReplyKind::Offer);
-        assert_eq!(to, BCAST.parse().unwrap());
+        // No address and no broadcast flag: unicast to the address offered, at the MAC.
+        let mac = [0x52, 0x54, 0, 0x77, 0, 1];
+        assert_eq!(dest, To::Hardware(Ipv4Addr::new(10, 77, 0, 100), mac));
         assert_eq!(offer.yiaddr, Ipv4Addr::new(10, 77, 0, 100));
+        // With the broadcast flag (EDK2's PXE): broadcast.
+        let mut flagged = req(1, &o);
+        flagged.flags = 0x8000;
+        assert_eq!(s.handle(&flagged, from(), 1000).unwrap().1, to(BCAST));
         assert_eq!(offer.boot_file.as_deref(), Some("undionly.kpxe"));
         assert_eq!(offer.siaddr, Ipv4Addr::new(10, 77, 0, 1));
         // Firmware PXE: its class back and "boot the file named here", no proxy wait.
@@ -727,11 +775,11 @@ pools:
         let mut s = server(dir.path());
         let mut renew = req(1, &[53, 1, REQUEST]);
         renew.ciaddr = Ipv4Addr::new(10, 77, 0, 100);
-        let (ack, to) = s.handle(&renew, from(), 2000).unwrap();
+        let (ack, dest) = s.handle(&renew, from(), 2000).unwrap();
         assert_eq!(ack.kind, ReplyKind::Ack);
         assert_eq!(ack.boot_file, None, "plain DHCP gets no boot file");
         assert_eq!((ack.class, ack.pxe_discovery, ack.uuid), (None, None, None));
-        assert_eq!(to, "10.77.0.100:68".parse().unwrap());
+        assert_eq!(dest, to("10.77.0.100:68"));
     }
 
     /// A server on three links: clients are spread over them, each told its link as
@@ -855,9 +903,10 @@ pools:
         o.extend_from_slice(&[97, 17, 0]);
         o.extend_from_slice(&[7; 16]);
         let fw = req(1, &o);
-        let (offer, to) = s.handle_proxy(&fw, from(), false, 1000).unwrap();
+        let (offer, dest) = s.handle_proxy(&fw, from(), false, 1000).unwrap();
         assert_eq!(offer.kind, ReplyKind::Offer);
-        assert_eq!(to, BCAST.parse().unwrap());
+        // No address to unicast to (yiaddr is the other server's to give): broadcast.
+        assert_eq!(dest, to(BCAST));
         assert_eq!(offer.yiaddr, Ipv4Addr::UNSPECIFIED);
         assert_eq!(
             (offer.subnet_mask, offer.router, offer.lease_secs),
@@ -884,9 +933,9 @@ pools:
         // The REQUEST to 4011 from the address the other server gave: ACK to where it came from.
         request.ciaddr = Ipv4Addr::new(10, 77, 0, 150);
         let src: SocketAddr = "10.77.0.150:68".parse().unwrap();
-        let (ack, to) = s.handle_proxy(&request, src, true, 1000).unwrap();
+        let (ack, dest) = s.handle_proxy(&request, src, true, 1000).unwrap();
         assert_eq!(ack.kind, ReplyKind::Ack);
-        assert_eq!(to, src);
+        assert_eq!(dest, To::Addr(src));
         assert_eq!(ack.yiaddr, Ipv4Addr::UNSPECIFIED);
         assert_eq!(ack.ciaddr, request.ciaddr);
         assert_eq!(ack.boot_file.as_deref(), Some("snponly.efi"));
@@ -942,11 +991,11 @@ pools:
         let dir = tempfile::tempdir().unwrap();
         let mut s = server(dir.path());
         // Asking for another client's reservation: NAK, broadcast.
-        let (nak, to) = s
+        let (nak, dest) = s
             .handle(&req(2, &[53, 1, REQUEST, 50, 4, 10, 77, 0, 20]), from(), 10)
             .unwrap();
         assert_eq!(nak.kind, ReplyKind::Nak);
-        assert_eq!(to, BCAST.parse().unwrap());
+        assert_eq!(dest, to(BCAST));
         // The reservation holder gets it.
         let (offer, _) = s
             .handle(&req(0x20, &[53, 1, DISCOVER]), from(), 10)
@@ -981,7 +1030,7 @@ pools:
         // A relayed request is answered to the relay's server port.
         let mut relayed = req(4, &[53, 1, DISCOVER]);
         relayed.giaddr = Ipv4Addr::new(10, 77, 9, 1);
-        let (_, to) = s.handle(&relayed, from(), 13).unwrap();
-        assert_eq!(to, "10.77.9.1:67".parse().unwrap());
+        let (_, dest) = s.handle(&relayed, from(), 13).unwrap();
+        assert_eq!(dest, to("10.77.9.1:67"));
     }
 }

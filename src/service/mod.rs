@@ -1,6 +1,7 @@
 //! I/O shells, one per listener. Each serves the socket `app` bound for it, owns its limits,
 //! timeouts and retransmission, and records boot events.
 
+pub mod arp;
 pub mod boot_files;
 pub mod bounds;
 pub mod dhcp;

@@ -76,8 +76,9 @@ pub struct Outcome {
     pub dhcp_retransmits: u32,
     pub tftp_retries: u32,
     pub http_retries: u32,
-    /// UDP datagrams its namespace dropped on a full receive buffer: answers that came and
-    /// were lost in the client, behind other clients' broadcasts (`sample::udp_rcvbuf_errors`).
+    /// Datagrams its namespace dropped on a full receive buffer (`sample::udp_rcvbuf_errors`)
+    /// and DHCP frames its link socket had no room for: answers that came and were lost in
+    /// the client, behind other clients' broadcasts.
     pub udp_drops: u64,
     /// Root requests made that the trace did not have (path walks for handles the replay had
     /// to look up).
@@ -211,6 +212,7 @@ impl Run<'_> {
             self.lease = Some(lease);
         }
         self.out.dhcp_retransmits += tries.retransmits;
+        self.out.udp_drops += tries.dropped;
         Ok(())
     }
 
@@ -428,7 +430,7 @@ pub fn boot(index: usize, mac: String, dev: String, plan: &Plan, power_on: f64) 
             run.out.error = Some(format!("{e:#}"));
         }
     }
-    run.out.udp_drops = super::sample::udp_rcvbuf_errors();
+    run.out.udp_drops += super::sample::udp_rcvbuf_errors();
     run.out
 }
 

@@ -2,6 +2,11 @@
 //! path, so a misreading the two shared could not hide) and the firmware's timers: PXE
 //! retransmits a DISCOVER or REQUEST after 4, 8, 16 and 32 seconds and then gives up (the PXE
 //! specification's schedule, which EDK2 and iPXE follow).
+//!
+//! Answers are read off the link (`Frames`, an AF_PACKET socket open for one exchange), as a
+//! firmware reads them off its NIC: a client with no address yet that did not set the
+//! broadcast flag (iPXE, udhcpc) is answered by unicast to the address it is offered, which the
+//! kernel would not hand to a UDP socket of a namespace that does not hold that address.
 
 use anyhow::{Context, bail};
 use dhcp4r::options::{self, DhcpOption, MessageType, RawDhcpOption};
@@ -40,6 +45,8 @@ pub struct Lease {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Tries {
     pub retransmits: u32,
+    /// Frames the link socket had no room for (the client fell behind the link).
+    pub dropped: u64,
 }
 
 /// The client's DHCP socket: port 68 on its own link (in its own namespace).
@@ -86,7 +93,9 @@ fn request_packet(id: &Identity, xid: u32, secs: u16, kind: MessageType) -> Pack
         hops: 0,
         xid,
         secs,
-        broadcast: true,
+        // iPXE and udhcpc leave the flag clear while they have no address; EDK2's and other
+        // vendors' PXE firmware set it.
+        broadcast: id.pxe && !id.ipxe,
         ciaddr: Ipv4Addr::UNSPECIFIED,
         yiaddr: Ipv4Addr::UNSPECIFIED,
         siaddr: Ipv4Addr::UNSPECIFIED,
@@ -111,7 +120,8 @@ fn exchange(
     started: Instant,
 ) -> anyhow::Result<Packet> {
     let to = SocketAddrV4::new(Ipv4Addr::BROADCAST, 67);
-    let mut buf = vec![0u8; 1500];
+    let frames = Frames::open(sock)?;
+    let mut buf = vec![0u8; 1600];
     let mut out = vec![0u8; 1500];
     for (n, secs) in PXE_TIMEOUTS.iter().enumerate() {
         if n > 0 {
@@ -126,20 +136,10 @@ fn exchange(
             if left.is_zero() {
                 break;
             }
-            sock.set_read_timeout(Some(left))?;
-            let n = match sock.recv_from(&mut buf) {
-                Ok((n, _)) => n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    break;
-                }
-                Err(e) => return Err(e.into()),
+            let Some(payload) = frames.next(&mut buf, left)? else {
+                break;
             };
-            let Ok(reply) = Packet::from(&buf[..n]) else {
+            let Ok(reply) = Packet::from(payload) else {
                 continue;
             };
             if !reply.reply || reply.xid != p.xid || reply.chaddr != p.chaddr {
@@ -152,6 +152,7 @@ fn exchange(
             }
         }
     }
+    tries.dropped += frames.dropped();
     let want = match want {
         MessageType::Offer => "OFFER",
         _ => "ACK",
@@ -238,4 +239,196 @@ pub fn request(
         next_server: ack.siaddr,
         boot_file,
     })
+}
+
+/// The client's link, read as its NIC would be: every IPv4 datagram to UDP port 68 that
+/// arrives on the device the DHCP socket is bound to, whoever it is addressed to. Open for one
+/// exchange only (it sees all of the link's traffic); the UDP socket still sends, and whatever
+/// the kernel queues on it meanwhile is thrown away, so its buffer cannot fill.
+struct Frames<'a> {
+    fd: std::os::fd::OwnedFd,
+    udp: &'a UdpSocket,
+}
+
+impl<'a> Frames<'a> {
+    fn open(udp: &'a UdpSocket) -> anyhow::Result<Frames<'a>> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let dev = socket2::SockRef::from(udp)
+            .device()?
+            .context("the DHCP socket is bound to no device")?;
+        let name = std::ffi::CString::new(dev)?;
+        // SAFETY: a NUL-terminated name that lives for the call.
+        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        if ifindex == 0 {
+            return Err(std::io::Error::last_os_error()).context("finding the link's index");
+        }
+        let proto = (libc::ETH_P_IP as u16).to_be();
+        // SAFETY: plain socket(2); the result is checked before it is owned.
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+                proto as libc::c_int,
+            )
+        };
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error()).context("opening a packet socket");
+        }
+        // SAFETY: `raw` is a descriptor just opened and owned by nobody else.
+        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
+        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value of it.
+        let mut at: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        at.sll_family = libc::AF_PACKET as u16;
+        at.sll_protocol = proto;
+        at.sll_ifindex = ifindex as i32;
+        // SAFETY: binds the descriptor we own to an address that lives for the call.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&at as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error()).context("binding the packet socket");
+        }
+        Ok(Frames { fd, udp })
+    }
+
+    /// The next DHCP payload to port 68 within `wait`, or `None` when the wait is over.
+    fn next<'b>(&self, buf: &'b mut [u8], wait: Duration) -> anyhow::Result<Option<&'b [u8]>> {
+        use std::os::fd::AsRawFd;
+        let deadline = Instant::now() + wait;
+        loop {
+            self.drain_udp();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let mut poll = libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+            // SAFETY: one pollfd that lives for the call.
+            let r = unsafe { libc::poll(&mut poll, 1, ms) };
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e.into());
+            }
+            if r == 0 {
+                continue;
+            }
+            // SAFETY: reads into `buf`, which is valid for its length.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::WouldBlock {
+                    continue;
+                }
+                return Err(e.into());
+            }
+            if let Some((start, end)) = udp_payload_to_68(&buf[..n as usize]) {
+                return Ok(Some(&buf[start..end]));
+            }
+        }
+    }
+
+    /// Throws away what the UDP socket holds (the same answers, when they were broadcast).
+    fn drain_udp(&self) {
+        let mut scratch = [0u8; 1600];
+        let _ = self.udp.set_nonblocking(true);
+        while self.udp.recv_from(&mut scratch).is_ok() {}
+        let _ = self.udp.set_nonblocking(false);
+    }
+
+    /// Frames dropped for want of room since the socket was opened (PACKET_STATISTICS).
+    fn dropped(&self) -> u64 {
+        use std::os::fd::AsRawFd;
+        // SAFETY: tpacket_stats is plain old data; all-zero is a valid value of it.
+        let mut st: libc::tpacket_stats = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: the kernel writes at most `len` bytes into `st`.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut st as *mut libc::tpacket_stats).cast(),
+                &mut len,
+            )
+        };
+        if r == 0 { st.tp_drops as u64 } else { 0 }
+    }
+}
+
+/// Where the UDP payload of an IPv4 datagram to port 68 lies in `ip`, if it is one (whole,
+/// not a fragment).
+fn udp_payload_to_68(ip: &[u8]) -> Option<(usize, usize)> {
+    let ihl = usize::from(*ip.first()? & 0x0f) * 4;
+    if ip[0] >> 4 != 4 || ihl < 20 || ip.len() < ihl + 8 || ip[9] != 17 {
+        return None;
+    }
+    // More fragments, or an offset: not a whole datagram.
+    if u16::from_be_bytes([ip[6], ip[7]]) & 0x3fff != 0 {
+        return None;
+    }
+    let total = usize::from(u16::from_be_bytes([ip[2], ip[3]])).min(ip.len());
+    let udp = &ip[ihl..];
+    if u16::from_be_bytes([udp[2], udp[3]]) != 68 {
+        return None;
+    }
+    let end = (ihl + usize::from(u16::from_be_bytes([udp[4], udp[5]]))).min(total);
+    (end >= ihl + 8).then_some((ihl + 8, end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn datagram(dport: u16, payload: &[u8], frag: u16) -> Vec<u8> {
+        let mut ip = vec![
+            0x45, 0, 0, 0, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
+        ];
+        let total = (20 + 8 + payload.len()) as u16;
+        ip[2..4].copy_from_slice(&total.to_be_bytes());
+        ip[6..8].copy_from_slice(&frag.to_be_bytes());
+        ip.extend_from_slice(&67u16.to_be_bytes());
+        ip.extend_from_slice(&dport.to_be_bytes());
+        ip.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+        ip.extend_from_slice(&[0, 0]);
+        ip.extend_from_slice(payload);
+        ip
+    }
+
+    #[test]
+    fn a_datagram_to_port_68_gives_its_payload_and_nothing_else_does() {
+        let d = datagram(68, b"offer", 0);
+        let (a, b) = udp_payload_to_68(&d).unwrap();
+        assert_eq!(&d[a..b], b"offer");
+        assert_eq!(udp_payload_to_68(&datagram(67, b"offer", 0)), None);
+        // A fragment (more fragments set) is not a whole answer.
+        assert_eq!(udp_payload_to_68(&datagram(68, b"offer", 0x2000)), None);
+        let mut tcp = datagram(68, b"x", 0);
+        tcp[9] = 6;
+        assert_eq!(udp_payload_to_68(&tcp), None);
+        // Cut short: never past the bytes there are.
+        for n in 0..d.len() {
+            if let Some((a, b)) = udp_payload_to_68(&d[..n]) {
+                assert!(a <= b && b <= n);
+            }
+        }
+        assert_eq!(udp_payload_to_68(&[]), None);
+    }
 }
