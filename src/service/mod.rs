@@ -2,6 +2,7 @@
 //! timeouts and retransmission, and records boot events.
 
 pub mod boot_files;
+pub mod console;
 pub mod bounds;
 pub mod dhcp;
 pub mod epoll;
