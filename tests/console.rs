@@ -152,6 +152,8 @@ fn logger_lines_reach_the_leased_clients_boot_and_strangers_are_counted() {
     assert_eq!(get(&link, "/api/v1/boots/999/console").trim(), "no such boot");
 
     // `bootpool report --console` reads the same from the store once the daemon is gone.
+    // The daemon is killed with -9, which loses its last half second (the commit interval).
+    std::thread::sleep(Duration::from_millis(1200));
     drop(_daemon);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"))
         .args(["report", "--console", MAC, "--config"])
@@ -159,7 +161,17 @@ fn logger_lines_reach_the_leased_clients_boot_and_strangers_are_counted() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let events = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"))
+        .args(["report", "--events", "--config"])
+        .arg(fx.config_path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{text}{}\nevents:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&events.stdout)
+    );
     assert!(text.contains("cause (kernel_panic)"), "{text}");
     assert!(text.contains("hello from the client"), "{text}");
 }
