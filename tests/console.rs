@@ -82,7 +82,10 @@ fn logger_lines_reach_the_leased_clients_boot_and_strangers_are_counted() {
         .expect("a lease for the client");
     let ip = bound[1].clone();
 
-    logger(&link, &["--rfc5424", "-t", "kernel", "hello from the client"]);
+    logger(
+        &link,
+        &["--rfc5424", "-t", "kernel", "hello from the client"],
+    );
     logger(
         &link,
         &[
@@ -93,10 +96,18 @@ fn logger_lines_reach_the_leased_clients_boot_and_strangers_are_counted() {
         ],
     );
     // A stranger: an address of the segment that no lease holds.
-    link.in_client(&["ip", "addr", "add", "10.77.3.200/24", "dev", &link.client_if]);
+    link.in_client(&[
+        "ip",
+        "addr",
+        "add",
+        "10.77.3.200/24",
+        "dev",
+        &link.client_if,
+    ]);
     Link::within(&link.client_ns, || {
         let s = std::net::UdpSocket::bind("10.77.3.200:0").unwrap();
-        s.send_to(b"<13>stranger: not kept", (SERVER, 6666)).unwrap();
+        s.send_to(b"<13>stranger: not kept", (SERVER, 6666))
+            .unwrap();
     });
 
     // The lines arrive within the recorder's commit; poll the API.
@@ -133,10 +144,7 @@ fn logger_lines_reach_the_leased_clients_boot_and_strangers_are_counted() {
     );
     assert_eq!(console["dropped"], 0);
     assert!(
-        console["cause"]["text"]
-            .as_str()
-            .unwrap()
-            .contains("init="),
+        console["cause"]["text"].as_str().unwrap().contains("init="),
         "{console}"
     );
     let metrics = get(&link, "/metrics");
@@ -149,7 +157,10 @@ fn logger_lines_reach_the_leased_clients_boot_and_strangers_are_counted() {
         metric(&metrics, "bootpool_requests_total{service=\"console\"}"),
         2
     );
-    assert_eq!(get(&link, "/api/v1/boots/999/console").trim(), "no such boot");
+    assert_eq!(
+        get(&link, "/api/v1/boots/999/console").trim(),
+        "no such boot"
+    );
 
     // `bootpool report --console` reads the same from the store once the daemon is gone.
     // The daemon is killed with -9, which loses its last half second (the commit interval).

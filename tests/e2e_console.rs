@@ -21,7 +21,10 @@ const TRUNCATED: &str = "52:54:00:77:0c:01";
 const NO_NIC: &str = "52:54:00:77:0d:01";
 
 fn sh(script: &str) {
-    let out = Command::new("bash").args(["-euc", script]).output().unwrap();
+    let out = Command::new("bash")
+        .args(["-euc", script])
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{script}\n{}",
@@ -139,7 +142,10 @@ fn four_broken_boots_each_say_why() {
             r = report(&config, mac);
         }
         if r["cause"]["kind"] != kind || !extra(&r) {
-            wrong.push(format!("{mac}: expected {kind}, got {:#}\n{:#}", r["cause"], r["lines"]));
+            wrong.push(format!(
+                "{mac}: expected {kind}, got {:#}\n{:#}",
+                r["cause"], r["lines"]
+            ));
         }
     };
     expect(PANIC, "kernel_panic", &|r| {
@@ -154,6 +160,8 @@ fn four_broken_boots_each_say_why() {
             .is_some_and(|t| t.contains("/no-such-export"))
     });
     expect(TRUNCATED, "root_fs", &|_| true);
-    expect(NO_NIC, "initrd_silent", &|r| r["lines"].as_array().unwrap().is_empty());
+    expect(NO_NIC, "initrd_silent", &|r| {
+        r["lines"].as_array().unwrap().is_empty()
+    });
     assert!(wrong.is_empty(), "{}\n{lab_out}", wrong.join("\n\n"));
 }

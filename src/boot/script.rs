@@ -190,8 +190,9 @@ mod tests {
         let link = Ipv4Addr::new(10, 77, 0, 3);
         let client = Some(Ipv4Addr::new(10, 77, 0, 150));
         assert!(
-            cmdline(&c, &m, link, client)
-                .ends_with(" console=ttyS0 netconsole=@10.77.0.150/,6666@10.77.0.3/ initrd=initrd.img"),
+            cmdline(&c, &m, link, client).ends_with(
+                " console=ttyS0 netconsole=@10.77.0.150/,6666@10.77.0.3/ initrd=initrd.img"
+            ),
             "{}",
             cmdline(&c, &m, link, client)
         );
@@ -214,8 +215,13 @@ mod tests {
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
         assert!(!cmdline(&c, &m, link, client).contains("netconsole"));
         let bad = on.replace("netconsole: true", "netconsole: \"eth 0\"");
-        let e = Config::parse(Path::new("p.yaml"), &bad).unwrap_err().to_string();
-        assert!(e.contains("netconsole") && e.contains("not an interface name"), "{e}");
+        let e = Config::parse(Path::new("p.yaml"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("netconsole") && e.contains("not an interface name"),
+            "{e}"
+        );
     }
 
     /// A pool that writes its whole command line gets exactly its template, filled in.
@@ -270,7 +276,8 @@ mod tests {
             Config::parse(Path::new("p.yaml"), &text.replace("root: nbd", "root: nfs")).unwrap();
         let m = nfs.member(mac).unwrap();
         assert!(
-            cmdline(&nfs, &m, nfs.server.address, None).starts_with("root=nfs:10.77.0.1:/srv/deb:ro,")
+            cmdline(&nfs, &m, nfs.server.address, None)
+                .starts_with("root=nfs:10.77.0.1:/srv/deb:ro,")
         );
     }
 

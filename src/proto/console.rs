@@ -192,17 +192,25 @@ mod tests {
     fn plain_netconsole_gives_each_line() {
         assert_eq!(
             lines(b"[    1.234] virtio_net virtio0 eth0: renamed\n[    1.300] next line\n"),
-            ["[    1.234] virtio_net virtio0 eth0: renamed", "[    1.300] next line"]
+            [
+                "[    1.234] virtio_net virtio0 eth0: renamed",
+                "[    1.300] next line"
+            ]
         );
         // A piece of a line (no newline) still comes out.
-        assert_eq!(lines(b"Kernel panic - not syncing: VFS"), ["Kernel panic - not syncing: VFS"]);
+        assert_eq!(
+            lines(b"Kernel panic - not syncing: VFS"),
+            ["Kernel panic - not syncing: VFS"]
+        );
         assert_eq!(lines(b"a\r\n\n\nb"), ["a", "b"]);
     }
 
     #[test]
     fn extended_netconsole_gives_the_message() {
         assert_eq!(
-            lines(b"6,1234,5678901,-;EXT4-fs (nbd0): bad geometry\n SUBSYSTEM=block\n DEVICE=b43:0\n"),
+            lines(
+                b"6,1234,5678901,-;EXT4-fs (nbd0): bad geometry\n SUBSYSTEM=block\n DEVICE=b43:0\n"
+            ),
             ["EXT4-fs (nbd0): bad geometry"]
         );
         assert_eq!(
@@ -216,7 +224,10 @@ mod tests {
 
     #[test]
     fn syslog_headers_are_dropped() {
-        assert_eq!(lines(b"<6>ipxe: Configuring (net0 52:54:00:77:00:01)... ok"), ["Configuring (net0 52:54:00:77:00:01)... ok"]);
+        assert_eq!(
+            lines(b"<6>ipxe: Configuring (net0 52:54:00:77:00:01)... ok"),
+            ["Configuring (net0 52:54:00:77:00:01)... ok"]
+        );
         assert_eq!(
             lines(b"<13>Dec  2 12:00:01 pc01 root: hello there\n"),
             ["hello there"]
@@ -225,7 +236,10 @@ mod tests {
             lines(b"<13>1 2026-12-02T12:00:01.000000+00:00 pc01 root - - [timeQuality tzKnown=\"1\" isSynced=\"0\"] hello 5424"),
             ["hello 5424"]
         );
-        assert_eq!(lines(b"<13>1 2026-12-02T12:00:01Z pc01 app 12 id - msg"), ["msg"]);
+        assert_eq!(
+            lines(b"<13>1 2026-12-02T12:00:01Z pc01 app 12 id - msg"),
+            ["msg"]
+        );
         // A message with colons later on is kept whole after the tag.
         assert_eq!(lines(b"<3>kernel: a: b: c"), ["a: b: c"]);
         // Not a PRI: kept as text.
@@ -247,7 +261,16 @@ mod tests {
         // A multi-byte character at the cut is not split.
         let wide = "é".repeat(2000);
         assert!(lines(wide.as_bytes())[0].ends_with('…'));
-        for junk in [&b"<"[..], b"<1", b"<1>", b"<1>1 ", b"<1>1 a b c d e [x", b"0,0,0,", b";", b"\0\0"] {
+        for junk in [
+            &b"<"[..],
+            b"<1",
+            b"<1>",
+            b"<1>1 ",
+            b"<1>1 a b c d e [x",
+            b"0,0,0,",
+            b";",
+            b"\0\0",
+        ] {
             let _ = lines(junk);
         }
         // Every prefix of a real datagram decodes.

@@ -33,9 +33,21 @@ enum Sign {
     Panic,
 }
 
+/// Lines of initrds giving up.
+const FAILED: [&str; 5] = [
+    "bootpool-initrd: FAILED:",
+    "Warning: Could not boot.",
+    "Gave up waiting for root file system device",
+    "ALERT! ",
+    "dracut: FATAL:",
+];
+
 fn sign(line: &str) -> Option<Sign> {
     const PANIC: [&str; 1] = ["Kernel panic - not syncing"];
-    const ROOT_FS: [&str; 8] = [
+    const ROOT_FS: [&str; 9] = [
+        // the demo initrd, when the kernel refused the filesystem (a truncated squashfs is
+        // refused with EINVAL and no kernel message: its size is past the device's end)
+        "FAILED: cannot mount /dev/",
         "SQUASHFS error",
         "squashfs: SQUASHFS error",
         "Can't find a squashfs filesystem",
@@ -59,13 +71,6 @@ fn sign(line: &str) -> Option<Sign> {
         "netconsole: eth",
         "Unknown symbol in module",
     ];
-    const FAILED: [&str; 5] = [
-        "bootpool-initrd: FAILED:",
-        "Warning: Could not boot.",
-        "Gave up waiting for root file system device",
-        "ALERT! ",
-        "dracut: FATAL:",
-    ];
     if PANIC.iter().any(|p| line.contains(p)) {
         return Some(Sign::Panic);
     }
@@ -85,8 +90,7 @@ fn sign(line: &str) -> Option<Sign> {
 
 /// Does this line end a boot that was still running (a panic or an initrd giving up)?
 pub fn fatal(line: &str) -> bool {
-    matches!(sign(line), Some(Sign::Panic | Sign::InitrdFailed))
-        || line.contains("FAILED: no ethernet NIC found")
+    sign(line) == Some(Sign::Panic) || FAILED.iter().any(|p| line.contains(p))
 }
 
 /// Why `boot` failed or is stuck at `now`, if that can be told; `None` for a boot that came up
@@ -188,8 +192,7 @@ pub fn of(boot: &Boot, now: Micros) -> Option<Cause> {
         });
     }
     let silent_s = (now - boot.last_event) as f64 / 1e6;
-    if boot.current_phase() == "initrd" && boot.console.is_empty() && silent_s >= INITRD_SILENCE_S
-    {
+    if boot.current_phase() == "initrd" && boot.console.is_empty() && silent_s >= INITRD_SILENCE_S {
         return Some(Cause {
             kind: "initrd_silent".into(),
             text: format!(
@@ -208,26 +211,110 @@ pub fn of(boot: &Boot, now: Micros) -> Option<Cause> {
 mod tests {
     use super::*;
 
+    fn boot_with(kinds: Vec<super::super::event::Kind>, console: &[&str]) -> Boot {
+        use super::super::event::{Event, Kind, Who};
+        let mac: crate::config::Mac = "52:54:00:77:00:01".parse().unwrap();
+        let mut t = super::super::Timelines::default();
+        let first = Kind::DhcpDiscover {
+            pxe: true,
+            ipxe: true,
+            pool: None,
+        };
+        for (i, kind) in std::iter::once(first).chain(kinds).enumerate() {
+            t.apply(&Event {
+                at: i as i64 * 1_000_000,
+                who: Who::Mac(mac),
+                kind,
+            });
+        }
+        t.console(
+            mac,
+            10_000_000,
+            console.iter().map(|s| s.to_string()).collect(),
+        );
+        t.current(mac).unwrap().clone()
+    }
+
+    #[test]
+    fn the_servers_refusal_comes_first_then_the_console() {
+        use super::super::event::Kind;
+        let refused = Kind::Failed {
+            proto: Some(Proto::Nfs),
+            reason: "mount of `/nope` refused (status 2)".into(),
+        };
+        let b = boot_with(vec![refused], &["Kernel panic - not syncing: x"]);
+        let c = of(&b, 20_000_000).unwrap();
+        assert_eq!(c.kind, "no_root");
+        assert!(
+            c.text.contains("/nope") && c.text.contains("MOUNT refused"),
+            "{}",
+            c.text
+        );
+
+        let b = boot_with(
+            vec![],
+            &[
+                "SQUASHFS error: unable to read id index table",
+                "Kernel panic - not syncing: VFS: Unable to mount root fs",
+            ],
+        );
+        let c = of(&b, 20_000_000).unwrap();
+        assert_eq!(c.kind, "root_fs");
+        assert!(c.text.contains("then the kernel panicked"), "{}", c.text);
+        assert_eq!(b.result, BootResult::Failed, "the panic failed it");
+
+        let b = boot_with(
+            vec![],
+            &["Kernel panic - not syncing: Attempted to kill init! exitcode=0x0"],
+        );
+        let c = of(&b, 20_000_000).unwrap();
+        assert_eq!(c.kind, "kernel_panic");
+        assert!(c.text.contains("init="), "{}", c.text);
+
+        // A healthy console says nothing.
+        assert_eq!(
+            of(&boot_with(vec![], &["Linux version 6.1"]), 20_000_000),
+            None
+        );
+    }
+
     #[test]
     fn console_lines_are_read_for_their_signs() {
         assert_eq!(
-            sign("[    3.1] Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100"),
+            sign(
+                "[    3.1] Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100"
+            ),
             Some(Sign::Panic)
         );
         assert_eq!(
             sign("SQUASHFS error: Failed to read block 0x2e6a000: -5"),
             Some(Sign::RootFs)
         );
-        assert_eq!(sign("bootpool-initrd: FAILED: no ethernet NIC found"), Some(Sign::NoNic));
-        assert_eq!(sign("netconsole: eth0 doesn't exist, aborting"), Some(Sign::NoNic));
+        assert_eq!(
+            sign("bootpool-initrd: FAILED: no ethernet NIC found"),
+            Some(Sign::NoNic)
+        );
+        assert_eq!(
+            sign("netconsole: eth0 doesn't exist, aborting"),
+            Some(Sign::NoNic)
+        );
         assert_eq!(sign("netconsole: network logging started"), None);
-        assert_eq!(sign("udhcpc: SIOCGIFINDEX: No such device"), Some(Sign::NoNic));
+        assert_eq!(
+            sign("udhcpc: SIOCGIFINDEX: No such device"),
+            Some(Sign::NoNic)
+        );
         assert_eq!(
             sign("bootpool-initrd: FAILED: cannot mount the root"),
             Some(Sign::InitrdFailed)
         );
         assert_eq!(sign("EXT4-fs (nbd0): mounted filesystem"), None);
-        assert!(fatal("Kernel panic - not syncing: VFS: Unable to mount root fs"));
+        assert!(fatal(
+            "Kernel panic - not syncing: VFS: Unable to mount root fs"
+        ));
         assert!(!fatal("SQUASHFS error: xz decompression failed"));
+        let mount = "[ 11.5] bootpool-initrd: FAILED: cannot mount /dev/nbd0 as squashfs";
+        assert_eq!(sign(mount), Some(Sign::RootFs));
+        assert!(fatal(mount));
+        assert!(fatal("bootpool-initrd: FAILED: no ethernet NIC found"));
     }
 }

@@ -143,7 +143,10 @@ mod tests {
         assert_eq!(lines[0], "line 0");
         assert_eq!(lines[HEAD_LINES - 1], format!("line {}", HEAD_LINES - 1));
         assert_eq!(lines[HEAD_LINES], format!("line {}", HEAD_LINES + 500));
-        assert_eq!(*lines.last().unwrap(), format!("line {}", HEAD_LINES + TAIL_LINES + 499));
+        assert_eq!(
+            *lines.last().unwrap(),
+            format!("line {}", HEAD_LINES + TAIL_LINES + 499)
+        );
         assert_eq!(c.head_len(), HEAD_LINES);
     }
 

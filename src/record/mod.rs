@@ -450,14 +450,14 @@ impl Writer {
                     continue;
                 }
                 Msg::Console { mac, at, lines } => {
-                if t.console(mac, at, lines) {
-                    self.consoles.insert(mac);
-                    touched.insert(mac);
-                } else {
-                    counters.untied.fetch_add(1, Ordering::Relaxed);
+                    if t.console(mac, at, lines) {
+                        self.consoles.insert(mac);
+                        touched.insert(mac);
+                    } else {
+                        counters.untied.fetch_add(1, Ordering::Relaxed);
+                    }
+                    continue;
                 }
-                continue;
-            }
                 Msg::Event(ev) => ev,
             };
             if !t.apply(&ev) {
@@ -530,7 +530,9 @@ impl Writer {
         });
         match self.store.save_consoles(&rows).await {
             Ok(()) => self.consoles.clear(),
-            Err(e) => tracing::error!(error = %format!("{e:#}"), "cannot write consoles; will retry"),
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "cannot write consoles; will retry")
+            }
         }
     }
 }
@@ -606,6 +608,51 @@ mod tests {
         shutdown.stop_and_wait().await;
         // The report path reads the same.
         assert_eq!(load(&s).await.unwrap().boots().len(), 1);
+    }
+
+    /// A boot's console is stored with the record and given back to the boot at start; its
+    /// panic line failed the boot, and the cause says so after the restart too.
+    #[tokio::test]
+    async fn a_boots_console_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mac: Mac = "52:54:00:77:00:01".parse().unwrap();
+        let s = server(dir.path(), "forever");
+        {
+            let shutdown = Shutdown::new();
+            let (rec, _) = start(&s, &shutdown).await.unwrap();
+            let at = event::now_micros();
+            rec.send(Event {
+                at,
+                who: Who::Mac(mac),
+                kind: Kind::DhcpDiscover {
+                    pool: None,
+                    pxe: true,
+                    ipxe: true,
+                },
+            });
+            rec.console(mac, vec!["Linux version 6.1".into()]);
+            rec.console(
+                mac,
+                vec!["Kernel panic - not syncing: Attempted to kill init!".into()],
+            );
+            // A client no boot knows: counted, not kept.
+            rec.console("52:54:00:77:00:09".parse().unwrap(), vec!["x".into()]);
+            shutdown.stop_and_wait().await;
+        }
+        let t = load(&s).await.unwrap();
+        let b = &t.boots()[0];
+        let lines: Vec<&str> = b.console.lines().map(|l| l.text.as_str()).collect();
+        assert_eq!(
+            lines,
+            [
+                "Linux version 6.1",
+                "Kernel panic - not syncing: Attempted to kill init!"
+            ]
+        );
+        assert_eq!(b.result, BootResult::Failed);
+        let cause = cause::of(b, event::now_micros()).unwrap();
+        assert_eq!(cause.kind, "kernel_panic");
+        assert_eq!(t.boots().len(), 1);
     }
 
     #[tokio::test]

@@ -239,7 +239,10 @@ impl Store {
     /// Deletes events and egress samples older than `cutoff`; returns how many of each.
     /// Writes the consoles of these boots (client, first DISCOVER, console as JSON), replacing
     /// what each boot had.
-    pub async fn save_consoles(&self, consoles: &[(String, Micros, Micros, String)]) -> anyhow::Result<()> {
+    pub async fn save_consoles(
+        &self,
+        consoles: &[(String, Micros, Micros, String)],
+    ) -> anyhow::Result<()> {
         if consoles.is_empty() {
             return Ok(());
         }

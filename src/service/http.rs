@@ -488,7 +488,10 @@ async fn boot_script(
             .get(mac)
             .filter(|l| l.state == crate::boot::leases::State::Bound)
             .map(|l| l.ip);
-        (leases.link(mac).unwrap_or(web.config.server.address), client)
+        (
+            leases.link(mac).unwrap_or(web.config.server.address),
+            client,
+        )
     };
     let text = script::ipxe_script(&web.config, &member, mac, link, client);
     // A milestone of the client's boot only when the client asked: the address it asks from

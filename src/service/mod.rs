@@ -2,8 +2,8 @@
 //! timeouts and retransmission, and records boot events.
 
 pub mod boot_files;
-pub mod console;
 pub mod bounds;
+pub mod console;
 pub mod dhcp;
 pub mod epoll;
 pub mod fair_share;
