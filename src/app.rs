@@ -33,6 +33,8 @@ pub struct Bound {
     pub nfs: SocketAddr,
     pub nbd: SocketAddr,
     pub portmap: SocketAddr,
+    /// The clients' consoles (UDP).
+    pub console: SocketAddr,
 }
 
 /// A started daemon.
@@ -175,7 +177,10 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let portmap_port = portmap_tcp.local_addr()?.port();
     let portmap_udp = bind_udp(SocketAddrV4::new(any, portmap_port), Udp::PLAIN)
         .with_context(|| format!("binding portmap UDP port {portmap_port}"))?;
+    let console = bind_udp(SocketAddrV4::new(any, ports.console), Udp::PLAIN)
+        .with_context(|| format!("binding console port {} (ports.console)", ports.console))?;
     let bound = Bound {
+        console: console.local_addr()?,
         http: http.local_addr()?,
         https: https.as_ref().map(|(l, _)| l.local_addr()).transpose()?,
         dhcp: dhcp.local_addr()?,
@@ -198,6 +203,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     config.server.ports.nfs = bound.nfs.port();
     config.server.ports.nbd = bound.nbd.port();
     config.server.ports.portmap = bound.portmap.port();
+    config.server.ports.console = bound.console.port();
     let config = Arc::new(config);
     // Which interface holds each of server.links, and each link's pacer.
     let links = Arc::new(service::links::Links::start(&config, &shutdown)?);
@@ -296,6 +302,15 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             s.clone(),
         )),
     );
+    run(
+        "console",
+        Box::pin(service::console::serve(
+            console,
+            identity.clone(),
+            r.clone(),
+            s.clone(),
+        )),
+    );
     let web = service::http::Web {
         config: c.clone(),
         recorder: r.clone(),
@@ -322,7 +337,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     );
     tracing::info!(
         http = %bound.http, https = ?bound.https, dhcp = %bound.dhcp, tftp = %bound.tftp, nfs = %bound.nfs, nbd = %bound.nbd,
-        portmap = %bound.portmap,
+        portmap = %bound.portmap, console = %bound.console,
         pools = config.pools.len(), "bootpool serving"
     );
     Ok(Running {

@@ -44,6 +44,13 @@ enum Command {
         /// Two waves side by side.
         #[arg(long, num_args = 2, value_names = ["WAVE_A", "WAVE_B"])]
         compare: Option<Vec<u64>>,
+        /// A client's console lines (netconsole, iPXE's syslog) and the cause of a failed
+        /// boot: its newest boot's, or `--boot ID`'s.
+        #[arg(long, value_name = "MAC", conflicts_with_all = ["wave", "pool", "compare"])]
+        console: Option<String>,
+        /// With --console: this boot (its id in `bootpool report --wave`), not the newest.
+        #[arg(long, value_name = "ID", requires = "console")]
+        boot: Option<u64>,
         /// Every stored event, raw, one JSON object a line (the legacy journal's format).
         #[arg(long, conflicts_with_all = ["wave", "pool", "compare", "format"])]
         events: bool,
@@ -89,6 +96,8 @@ fn main() -> ExitCode {
             wave,
             pool,
             compare,
+            console,
+            boot,
             events,
             egress,
             format,
@@ -97,6 +106,15 @@ fn main() -> ExitCode {
                 return dump(&config, egress);
             }
             use bootpool::record::report::Query;
+            if let Some(mac) = console {
+                return match mac.parse() {
+                    Ok(m) => report(&config, &Query::Console(m, boot), format),
+                    Err(e) => {
+                        eprintln!("error: --console {mac}: {e}");
+                        ExitCode::FAILURE
+                    }
+                };
+            }
             let query = match (wave, pool, compare) {
                 (Some(w), _, _) => Query::Wave(w),
                 (_, Some(p), _) => Query::Pool(p),

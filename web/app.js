@@ -538,6 +538,16 @@ async function clientView(el, [mac], ctx) {
   // Each boot's wave: the newest of its pool that started no later than it did.
   const waveOf = b => [...waves].reverse().find(w => w.pool === b.pool && w.start <= b.start + 1e-6);
   const box = h('div', { class: 'chart-box', 'data-testid': 'boots-chart' });
+  // The newest boot's cause (when it failed or is stuck) and its console lines.
+  const newest = boots[boots.length - 1];
+  const con = newest ? await api(`/api/v1/boots/${newest.id}/console`) : null;
+  const consoleBox = !con ? null : h('section', { 'data-testid': 'console-section' },
+    h('h3', {}, `Console of the newest boot (${when(newest.start)})`),
+    con.cause ? h('p', { class: 'cause', 'data-testid': 'cause', 'data-kind': con.cause.kind }, h('b', {}, 'Why: '), con.cause.text) : null,
+    con.lines.length
+      ? h('pre', { class: 'console', 'data-testid': 'console' }, con.lines.map((l, i) =>
+        (i === con.head && con.dropped ? `… ${con.dropped} lines dropped …\n` : '') + `${(l.at - newest.start).toFixed(3).padStart(8)}  ${l.text}\n`).join(''))
+      : h('p', { class: 'meta' }, 'No console lines: the pool has no netconsole, or nothing came from the client.'));
   el.replaceChildren(
     h('h2', {}, `Client ${label(mac)}`),
     h('p', { class: 'meta' }, h('a', { href: '#/client' }, 'All clients'), ` · ${mac} · ${boots.length} boots`),
@@ -549,7 +559,8 @@ async function clientView(el, [mac], ctx) {
       h('tbody', {}, [...boots].reverse().map(b => h('tr', { 'data-boot': b.id },
         h('th', {}, when(b.start)), h('td', {}, b.pool ?? '–'), h('td', {}, b.root ?? '–'), h('td', {}, b.result),
         h('td', { 'data-testid': 'total' }, fmtS(b.duration_s)), h('td', {}, b.current_phase),
-        h('td', {}, Object.entries(b.bytes).map(([p, n]) => `${p} ${fmtBytes(n)}`).join(', '))))))));
+        h('td', {}, Object.entries(b.bytes).map(([p, n]) => `${p} ${fmtBytes(n)}`).join(', '))))))),
+    consoleBox);
   const draw = () => {
     if (!boots.length) return;
     box.replaceChildren(bootBars(boots.map(b => ({

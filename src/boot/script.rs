@@ -16,8 +16,14 @@ pub fn http_base(config: &Config, link: Ipv4Addr) -> String {
 }
 
 /// The kernel command line: the root argument in the pool's initramfs syntax, where to report
-/// "booted", then the pool's own arguments; or the pool's `cmdline_template` filled in.
-pub fn cmdline(config: &Config, member: &Member, link: Ipv4Addr) -> String {
+/// "booted", then the pool's own arguments and `netconsole=`; or the pool's `cmdline_template`
+/// filled in. `client` is the client's leased address (for `netconsole=`), if it has one.
+pub fn cmdline(
+    config: &Config,
+    member: &Member,
+    link: Ipv4Addr,
+    client: Option<Ipv4Addr>,
+) -> String {
     let pool = member.pool;
     let s = &config.server;
     let (nfs, nbd) = (&pool.image.nfs_export, &pool.image.nbd_export);
@@ -51,18 +57,44 @@ pub fn cmdline(config: &Config, member: &Member, link: Ipv4Addr) -> String {
             )
         }
     };
+    let netconsole = netconsole(config, member, link, client);
     if let Some(template) = &pool.cmdline_template {
-        return from_template(config, member, link, template, &root);
+        return from_template(config, member, link, template, &root, &netconsole);
     }
     let mut line = format!("{root} bootpool.url={}", http_base(config, link));
     if !pool.cmdline.is_empty() {
         line.push(' ');
         line.push_str(&pool.cmdline);
     }
+    if !netconsole.is_empty() {
+        line.push(' ');
+        line.push_str(&netconsole);
+    }
     // The EFI stub finds the initrd iPXE hands over by this name (its URL's last part).
     line.push_str(" initrd=");
     line.push_str(pool.image.initrd_file_name());
     line
+}
+
+/// The kernel's `netconsole=[src-port]@[src-ip]/[dev],[tgt-port]@tgt-ip/[tgt-mac]`
+/// (Documentation/networking/netconsole.rst) for a pool with `netconsole` on, else empty. The
+/// source address is given, so netpoll needs only the NIC, not its configured address (the
+/// module may load before the initrd's DHCP); the target MAC is left out (broadcast).
+pub fn netconsole(
+    config: &Config,
+    member: &Member,
+    link: Ipv4Addr,
+    client: Option<Ipv4Addr>,
+) -> String {
+    let crate::config::Netconsole::On(dev) = &member.pool.netconsole else {
+        return String::new();
+    };
+    format!(
+        "netconsole=@{}/{},{}@{link}/",
+        client.map(|c| c.to_string()).unwrap_or_default(),
+        dev.as_deref().unwrap_or(""),
+        config.server.ports.console
+    )
 }
 
 /// A pool's own whole command line: its template with each placeholder filled in for this
@@ -73,6 +105,7 @@ fn from_template(
     link: Ipv4Addr,
     template: &cmdline::Template,
     root: &str,
+    netconsole: &str,
 ) -> String {
     use cmdline::Field;
     let pool = member.pool;
@@ -100,11 +133,18 @@ fn from_template(
         Field::Pool => pool.name.clone(),
         Field::Initrd => image.initrd_file_name().to_string(),
         Field::Cmdline => pool.cmdline.clone(),
+        Field::Netconsole => netconsole.to_string(),
     })
 }
 
 /// The iPXE script for one client.
-pub fn ipxe_script(config: &Config, member: &Member, mac: Mac, link: Ipv4Addr) -> String {
+pub fn ipxe_script(
+    config: &Config,
+    member: &Member,
+    mac: Mac,
+    link: Ipv4Addr,
+    client: Option<Ipv4Addr>,
+) -> String {
     let base = http_base(config, link);
     let image = &member.pool.image;
     let name = member.entry.name.as_deref().unwrap_or("");
@@ -118,7 +158,7 @@ pub fn ipxe_script(config: &Config, member: &Member, mac: Mac, link: Ipv4Addr) -
         image = image.name,
         kernel = image.kernel_name,
         initrd = image.initrd_name,
-        cmdline = cmdline(config, member, link),
+        cmdline = cmdline(config, member, link, client),
     )
 }
 
@@ -132,10 +172,56 @@ mod tests {
         let c = Config::parse(Path::new("p.yaml"), super::super::tests::CONFIG).unwrap();
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let m = c.member(mac).unwrap();
-        let s = ipxe_script(&c, &m, mac, c.server.address);
+        let s = ipxe_script(&c, &m, mac, c.server.address, None);
         assert!(s.starts_with("#!ipxe\n"));
         assert!(s.contains("kernel http://10.77.0.1:8080/boot/demo/vmlinuz root=nbd:10.77.0.1:demo bootpool.url=http://10.77.0.1:8080 console=ttyS0 initrd=initrd.img\n"), "{s}");
         assert!(s.contains("initrd http://10.77.0.1:8080/boot/demo/initrd.img\n"));
+    }
+
+    /// A pool with `netconsole` on sends the kernel's log to the console port of its link.
+    #[test]
+    fn netconsole_names_the_client_the_port_and_the_link() {
+        let on = super::super::tests::CONFIG.replace(
+            "    cmdline: console=ttyS0\n",
+            "    cmdline: console=ttyS0\n    netconsole: true\n",
+        );
+        let c = Config::parse(Path::new("p.yaml"), &on).unwrap();
+        let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        let link = Ipv4Addr::new(10, 77, 0, 3);
+        let client = Some(Ipv4Addr::new(10, 77, 0, 150));
+        assert!(
+            cmdline(&c, &m, link, client).ends_with(
+                " console=ttyS0 netconsole=@10.77.0.150/,6666@10.77.0.3/ initrd=initrd.img"
+            ),
+            "{}",
+            cmdline(&c, &m, link, client)
+        );
+        let dev = on.replace("netconsole: true", "netconsole: enp1s0");
+        let c = Config::parse(Path::new("p.yaml"), &dev).unwrap();
+        let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        assert!(cmdline(&c, &m, link, None).contains(" netconsole=@/enp1s0,6666@10.77.0.3/ "));
+        let t = dev.replace(
+            "    netconsole: enp1s0\n",
+            "    netconsole: enp1s0\n    cmdline_template: \"{root} {netconsole} {cmdline}\"\n",
+        );
+        let c = Config::parse(Path::new("p.yaml"), &t).unwrap();
+        let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        assert_eq!(
+            cmdline(&c, &m, link, client),
+            "root=nbd:10.77.0.3:demo netconsole=@10.77.0.150/enp1s0,6666@10.77.0.3/ console=ttyS0"
+        );
+        // Off (the default): nothing, also for the placeholder.
+        let c = Config::parse(Path::new("p.yaml"), super::super::tests::CONFIG).unwrap();
+        let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        assert!(!cmdline(&c, &m, link, client).contains("netconsole"));
+        let bad = on.replace("netconsole: true", "netconsole: \"eth 0\"");
+        let e = Config::parse(Path::new("p.yaml"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("netconsole") && e.contains("not an interface name"),
+            "{e}"
+        );
     }
 
     /// A pool that writes its whole command line gets exactly its template, filled in.
@@ -149,18 +235,18 @@ mod tests {
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
         let link = Ipv4Addr::new(10, 77, 0, 3);
         assert_eq!(
-            cmdline(&c, &m, link),
+            cmdline(&c, &m, link, None),
             "netroot=nbd:10.77.0.3:10809:demo report=http://10.77.0.3:8080/api/v1/booted img=demo/room console=ttyS0 initrd=initrd.img {x}"
         );
         let root = text.replace("netroot=nbd:{server}:{port}:{export}", "{root} nfs={nfs_export}:{nfs_port} pm={portmap_port} nbd={nbd_export}:{nbd_port} http={http_port}");
         let c = Config::parse(Path::new("p.yaml"), &root).unwrap();
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
         assert!(
-            cmdline(&c, &m, c.server.address).starts_with(
+            cmdline(&c, &m, c.server.address, None).starts_with(
                 "root=nbd:10.77.0.1:demo nfs=/demo:2049 pm=111 nbd=demo:10809 http=8080 report="
             ),
             "{}",
-            cmdline(&c, &m, c.server.address)
+            cmdline(&c, &m, c.server.address, None)
         );
     }
 
@@ -174,7 +260,7 @@ mod tests {
         let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let m = c.member(mac).unwrap();
-        let s = ipxe_script(&c, &m, mac, c.server.address);
+        let s = ipxe_script(&c, &m, mac, c.server.address, None);
         assert!(
             s.contains(
                 "kernel http://10.77.0.1:8080/boot/demo/boot/bzImage root=nbd:10.77.0.1:deb-root "
@@ -190,7 +276,8 @@ mod tests {
             Config::parse(Path::new("p.yaml"), &text.replace("root: nbd", "root: nfs")).unwrap();
         let m = nfs.member(mac).unwrap();
         assert!(
-            cmdline(&nfs, &m, nfs.server.address).starts_with("root=nfs:10.77.0.1:/srv/deb:ro,")
+            cmdline(&nfs, &m, nfs.server.address, None)
+                .starts_with("root=nfs:10.77.0.1:/srv/deb:ro,")
         );
     }
 
@@ -201,7 +288,7 @@ mod tests {
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let m = c.member(mac).unwrap();
         let link = Ipv4Addr::new(10, 77, 0, 3);
-        let s = ipxe_script(&c, &m, mac, link);
+        let s = ipxe_script(&c, &m, mac, link, None);
         assert_eq!(s.matches("10.77.0.3").count(), 4, "{s}");
         assert!(!s.contains("10.77.0.1"), "{s}");
         assert_eq!(
@@ -216,14 +303,14 @@ mod tests {
         let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
         assert!(
-            cmdline(&c, &m, c.server.address)
+            cmdline(&c, &m, c.server.address, None)
                 .starts_with("root=nfs:10.77.0.1:/demo:ro,port=2049,mountport=2049 ")
         );
         let text = text.replace("root: nfs", "root: nfs\n    initramfs: initramfs-tools");
         let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
         assert!(
-            cmdline(&c, &m, c.server.address).starts_with(
+            cmdline(&c, &m, c.server.address, None).starts_with(
                 "boot=nfs root=/dev/nfs nfsroot=10.77.0.1:/demo,ro,port=2049 ip=dhcp "
             )
         );
@@ -236,7 +323,7 @@ mod tests {
         let cmdline_of = |text: &str| {
             let c = Config::parse(Path::new("p.yaml"), text).unwrap();
             let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
-            cmdline(&c, &m, c.server.address)
+            cmdline(&c, &m, c.server.address, None)
         };
         let text = super::super::tests::CONFIG;
         assert!(cmdline_of(text).starts_with("root=nbd:10.77.0.1:demo "));

@@ -28,10 +28,12 @@ pub enum Field {
     Initrd,
     /// The pool's own `cmdline`.
     Cmdline,
+    /// `netconsole=...` when the pool has `netconsole` on, else nothing.
+    Netconsole,
 }
 
 /// Every placeholder, by the name written between braces.
-pub const FIELDS: [(&str, Field); 15] = [
+pub const FIELDS: [(&str, Field); 16] = [
     ("server", Field::Server),
     ("http", Field::Http),
     ("http_port", Field::HttpPort),
@@ -47,6 +49,7 @@ pub const FIELDS: [(&str, Field); 15] = [
     ("pool", Field::Pool),
     ("initrd", Field::Initrd),
     ("cmdline", Field::Cmdline),
+    ("netconsole", Field::Netconsole),
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]

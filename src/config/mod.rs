@@ -177,6 +177,8 @@ pub struct Ports {
     pub nfs: u16,
     pub nbd: u16,
     pub portmap: u16,
+    /// The clients' consoles over UDP: netconsole (and iPXE's syslog console when 514).
+    pub console: u16,
 }
 
 // Literals, not the proto constants: tests/dist.rs reads these defaults from this source to
@@ -190,6 +192,7 @@ impl Default for Ports {
             nfs: 2049,
             nbd: 10809,
             portmap: 111,
+            console: 6666,
         }
     }
 }
@@ -331,6 +334,17 @@ pub struct Pool {
     pub clients: Vec<ClientEntry>,
     /// Keep a boot trace of each client's boots (`state_dir/traces/`, docs/trace.md).
     pub trace: bool,
+    /// Whether the kernel sends its log to `server.ports.console` (`netconsole=`).
+    pub netconsole: Netconsole,
+}
+
+/// `pools.NAME.netconsole`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Netconsole {
+    #[default]
+    Off,
+    /// On, from this interface of the client (`None`: the kernel's default, eth0).
+    On(Option<String>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -536,6 +550,7 @@ impl Checker<'_> {
             nfs: s.ports.nfs.unwrap_or(d.nfs),
             nbd: s.ports.nbd.unwrap_or(d.nbd),
             portmap: s.ports.portmap.unwrap_or(d.portmap),
+            console: s.ports.console.unwrap_or(d.console),
         };
         let state_dir = self.path(&s.state_dir);
         let database = match s.database.as_deref().map(str::trim) {
@@ -824,6 +839,27 @@ impl Checker<'_> {
                     Some(t)
                 }
             };
+            let netconsole = match &p.netconsole {
+                None | Some(raw::Netconsole::On(false)) => Netconsole::Off,
+                Some(raw::Netconsole::On(true)) => Netconsole::On(None),
+                Some(raw::Netconsole::Device(dev)) => {
+                    let ok = !dev.is_empty()
+                        && dev.len() <= 15
+                        && dev
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+                    if !ok {
+                        return Err(self.err(
+                            &at("netconsole"),
+                            format!(
+                                "`{dev}` is not an interface name: give true, false or the \
+                                 client's interface (up to 15 letters, digits, `.`, `_`, `-`)"
+                            ),
+                        ));
+                    }
+                    Netconsole::On(Some(dev.clone()))
+                }
+            };
             let mut clients = Vec::new();
             for (i, c) in p.clients.iter().enumerate() {
                 let at_c = |k| {
@@ -896,6 +932,7 @@ impl Checker<'_> {
                 cmdline_template,
                 initramfs,
                 trace: p.trace,
+                netconsole,
                 clients,
             };
             pools.insert(name.clone(), Arc::new(pool));
@@ -992,6 +1029,7 @@ impl Checker<'_> {
             ("nfs", p.nfs, set.nfs.is_some()),
             ("nbd", p.nbd, set.nbd.is_some()),
             ("portmap", p.portmap, set.portmap.is_some()),
+            ("console", p.console, set.console.is_some()),
         ];
         if mode == DhcpMode::Proxy {
             listeners.insert(2, ("pxe", p.pxe, set.pxe.is_some()));

@@ -117,6 +117,7 @@ pub struct Ports {
     pub nfs: Option<u16>,
     pub nbd: Option<u16>,
     pub portmap: Option<u16>,
+    pub console: Option<u16>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -205,6 +206,15 @@ pub struct Pool {
     pub clients: Vec<Client>,
     #[serde(default)]
     pub trace: bool,
+    /// `true`, `false` or the client's interface name: the kernel's `netconsole=`.
+    pub netconsole: Option<Netconsole>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Netconsole {
+    On(bool),
+    Device(String),
 }
 
 fn default_root() -> String {

@@ -221,6 +221,8 @@ pub struct Reply {
     pub subnet_mask: Option<Ipv4Addr>,
     pub router: Option<Ipv4Addr>,
     pub dns: Vec<Ipv4Addr>,
+    /// Option 7 (log server): where iPXE's syslog console sends (UDP 514).
+    pub log_server: Option<Ipv4Addr>,
     pub lease_secs: Option<u32>,
     /// Boot file name (`file` field and option 67).
     pub boot_file: Option<String>,
@@ -294,6 +296,9 @@ pub fn encode_reply(r: &Reply) -> Result<Vec<u8>, dhcproto::error::EncodeError> 
         }
         if !r.dns.is_empty() {
             o.insert(DhcpOption::DomainNameServer(r.dns.clone()));
+        }
+        if let Some(log) = r.log_server {
+            o.insert(DhcpOption::LogServer(vec![log]));
         }
         if let Some(secs) = r.lease_secs {
             o.insert(DhcpOption::AddressLeaseTime(secs));
@@ -477,6 +482,7 @@ mod tests {
             subnet_mask: Some(Ipv4Addr::new(255, 255, 255, 0)),
             router: Some(Ipv4Addr::new(10, 77, 0, 1)),
             dns: vec![Ipv4Addr::new(10, 77, 0, 53)],
+            log_server: Some(Ipv4Addr::new(10, 77, 0, 1)),
             lease_secs: Some(3600),
             boot_file: Some("undionly.kpxe".into()),
             tftp_server: Some("10.77.0.1".into()),
@@ -506,6 +512,10 @@ mod tests {
         assert_eq!(
             m.opts().get(v4::OptionCode::BootfileName),
             Some(&DhcpOption::BootfileName(b"undionly.kpxe".to_vec()))
+        );
+        assert_eq!(
+            m.opts().get(v4::OptionCode::LogServer),
+            Some(&DhcpOption::LogServer(vec![Ipv4Addr::new(10, 77, 0, 1)]))
         );
         assert_eq!(
             m.opts().get(v4::OptionCode::ClassIdentifier),

@@ -2,6 +2,7 @@
 //! an argument. Every decoder is total: it rejects trailing bytes, caps every length and never
 //! panics on input.
 
+pub mod console;
 pub mod dhcp;
 pub mod httpfile;
 pub mod nbd;

@@ -8,6 +8,8 @@
 //! its records, losing at most the events of its last `FLUSH` (half a second). Records older
 //! than `server.retention` are deleted at start and every `SWEEP`.
 
+pub mod cause;
+pub mod console;
 pub mod egress;
 pub mod event;
 pub mod report;
@@ -40,6 +42,12 @@ const PENDING_MAX: usize = 262_144;
 /// What the writer receives.
 enum Msg {
     Event(Event),
+    /// Lines from a client's console, for its newest boot.
+    Console {
+        mac: crate::config::Mac,
+        at: event::Micros,
+        lines: Vec<String>,
+    },
     Egress(Box<egress::Saved>),
 }
 
@@ -65,7 +73,7 @@ pub struct Counters {
     /// Payload bytes recorded, per protocol (indexed by `proto_index`).
     proto_bytes: [AtomicU64; 5],
     /// What each service handled, indexed by `Service`.
-    services: [ServiceCounters; 6],
+    services: [ServiceCounters; 7],
 }
 
 /// The listeners, as `/metrics` names them.
@@ -77,16 +85,20 @@ pub enum Service {
     Nfs,
     Nbd,
     Portmap,
+    /// The clients' consoles (UDP): a request is a datagram taken, refused one from an
+    /// address no lease holds.
+    Console,
 }
 
 impl Service {
-    pub const ALL: [Service; 6] = [
+    pub const ALL: [Service; 7] = [
         Service::Dhcp,
         Service::Tftp,
         Service::Http,
         Service::Nfs,
         Service::Nbd,
         Service::Portmap,
+        Service::Console,
     ];
 
     pub fn name(self) -> &'static str {
@@ -97,6 +109,7 @@ impl Service {
             Service::Nfs => "nfs",
             Service::Nbd => "nbd",
             Service::Portmap => "portmap",
+            Service::Console => "console",
         }
     }
 }
@@ -156,6 +169,19 @@ impl Recorder {
     }
 
     /// Hands an egress sample to the writer, to be stored with the events.
+    /// Console lines from a client (its MAC from the lease table); dropped and counted like
+    /// events when the channel is full.
+    pub fn console(&self, mac: crate::config::Mac, lines: Vec<String>) {
+        let msg = Msg::Console {
+            mac,
+            at: event::now_micros(),
+            lines,
+        };
+        if self.tx.try_send(msg).is_err() {
+            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     pub fn egress(&self, saved: egress::Saved) {
         if self.tx.try_send(Msg::Egress(Box::new(saved))).is_err() {
             self.counters.dropped.fetch_add(1, Ordering::Relaxed);
@@ -257,6 +283,7 @@ async fn start_with(
             "records replayed"
         );
     }
+    restore_consoles(&store, &mut timelines).await?;
     let counters = Arc::new(Counters::default());
     let (changes, _) = tokio::sync::broadcast::channel(1024);
     let records = Arc::new(Records {
@@ -274,6 +301,7 @@ async fn start_with(
         sweep,
         events: Vec::new(),
         egress: Vec::new(),
+        consoles: std::collections::BTreeSet::new(),
     };
     shutdown.spawn(writer.run(shutdown.clone()));
     let tracer = Arc::new(crate::trace::Tracer::off());
@@ -288,6 +316,16 @@ async fn start_with(
 }
 
 /// Deletes what is older than the retention; failures are logged, never fatal.
+/// Gives each replayed boot its stored console.
+async fn restore_consoles(store: &Store, timelines: &mut Timelines) -> anyhow::Result<()> {
+    for (mac, start, body) in store.consoles().await? {
+        if let (Ok(mac), Some(c)) = (mac.parse(), console::Console::from_json(&body)) {
+            timelines.restore_console(mac, start, c);
+        }
+    }
+    Ok(())
+}
+
 async fn forget(store: &Store, retention: Option<Duration>) {
     let Some(keep) = retention else { return };
     let cutoff = event::now_micros() - keep.as_micros() as i64;
@@ -316,6 +354,7 @@ pub async fn load(server: &Server) -> anyhow::Result<Timelines> {
                     timelines.apply(&ev);
                 })
                 .await?;
+            restore_consoles(&store, &mut timelines).await?;
         }
         None => {
             let legacy: Vec<Event> = store::read_lines(&server.state_dir.join("events.jsonl"))?;
@@ -358,6 +397,8 @@ struct Writer {
     /// Applied to the timelines, not yet committed to the store.
     events: Vec<Event>,
     egress: Vec<egress::Saved>,
+    /// Clients whose newest boot's console changed since the last commit.
+    consoles: std::collections::BTreeSet<crate::config::Mac>,
 }
 
 impl Writer {
@@ -408,6 +449,15 @@ impl Writer {
                     self.egress.push(*s);
                     continue;
                 }
+                Msg::Console { mac, at, lines } => {
+                    if t.console(mac, at, lines) {
+                        self.consoles.insert(mac);
+                        touched.insert(mac);
+                    } else {
+                        counters.untied.fetch_add(1, Ordering::Relaxed);
+                    }
+                    continue;
+                }
                 Msg::Event(ev) => ev,
             };
             if !t.apply(&ev) {
@@ -434,6 +484,7 @@ impl Writer {
 
     /// Commits what is pending in one transaction; on failure keeps it for the next try.
     async fn commit(&mut self) {
+        self.commit_consoles().await;
         if self.events.is_empty() && self.egress.is_empty() {
             return;
         }
@@ -455,6 +506,32 @@ impl Writer {
                 self.events.drain(..over);
                 let over = self.egress.len().saturating_sub(PENDING_MAX);
                 self.egress.drain(..over);
+            }
+        }
+    }
+}
+
+impl Writer {
+    /// Writes the consoles that changed (each boot's whole bounded console, one row); kept
+    /// for the next commit when the store refuses.
+    async fn commit_consoles(&mut self) {
+        if self.consoles.is_empty() {
+            return;
+        }
+        let rows: Vec<(String, event::Micros, event::Micros, String)> = self.records.read(|t| {
+            self.consoles
+                .iter()
+                .filter_map(|&mac| t.current(mac))
+                .map(|b| {
+                    let at = b.console.lines().last().map_or(b.start, |l| l.at);
+                    (b.mac.to_string(), b.start, at, b.console.to_json())
+                })
+                .collect()
+        });
+        match self.store.save_consoles(&rows).await {
+            Ok(()) => self.consoles.clear(),
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "cannot write consoles; will retry")
             }
         }
     }
@@ -531,6 +608,51 @@ mod tests {
         shutdown.stop_and_wait().await;
         // The report path reads the same.
         assert_eq!(load(&s).await.unwrap().boots().len(), 1);
+    }
+
+    /// A boot's console is stored with the record and given back to the boot at start; its
+    /// panic line failed the boot, and the cause says so after the restart too.
+    #[tokio::test]
+    async fn a_boots_console_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mac: Mac = "52:54:00:77:00:01".parse().unwrap();
+        let s = server(dir.path(), "forever");
+        {
+            let shutdown = Shutdown::new();
+            let (rec, _) = start(&s, &shutdown).await.unwrap();
+            let at = event::now_micros();
+            rec.send(Event {
+                at,
+                who: Who::Mac(mac),
+                kind: Kind::DhcpDiscover {
+                    pool: None,
+                    pxe: true,
+                    ipxe: true,
+                },
+            });
+            rec.console(mac, vec!["Linux version 6.1".into()]);
+            rec.console(
+                mac,
+                vec!["Kernel panic - not syncing: Attempted to kill init!".into()],
+            );
+            // A client no boot knows: counted, not kept.
+            rec.console("52:54:00:77:00:09".parse().unwrap(), vec!["x".into()]);
+            shutdown.stop_and_wait().await;
+        }
+        let t = load(&s).await.unwrap();
+        let b = &t.boots()[0];
+        let lines: Vec<&str> = b.console.lines().map(|l| l.text.as_str()).collect();
+        assert_eq!(
+            lines,
+            [
+                "Linux version 6.1",
+                "Kernel panic - not syncing: Attempted to kill init!"
+            ]
+        );
+        assert_eq!(b.result, BootResult::Failed);
+        let cause = cause::of(b, event::now_micros()).unwrap();
+        assert_eq!(cause.kind, "kernel_panic");
+        assert_eq!(t.boots().len(), 1);
     }
 
     #[tokio::test]

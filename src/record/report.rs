@@ -23,6 +23,8 @@ pub enum Query {
     /// The newest wave of a pool.
     Pool(String),
     Compare(u64, u64),
+    /// A client's console: its newest boot's, or the boot with this id.
+    Console(crate::config::Mac, Option<u64>),
 }
 
 pub fn render(t: &Timelines, query: &Query, format: Format) -> anyhow::Result<String> {
@@ -54,6 +56,18 @@ pub fn render(t: &Timelines, query: &Query, format: Format) -> anyhow::Result<St
                 .find(|w| &w.pool == pool)
                 .ok_or_else(|| anyhow::anyhow!("no waves recorded for pool `{pool}`"))?;
             wave_report(&WaveView::at(w, t.boots(), now), format)
+        }
+        Query::Console(mac, id) => {
+            let boot = t
+                .boots()
+                .iter()
+                .rev()
+                .find(|b| b.mac == *mac && id.is_none_or(|id| b.id == id))
+                .ok_or_else(|| match id {
+                    Some(id) => anyhow::anyhow!("no boot {id} of {mac}"),
+                    None => anyhow::anyhow!("no boot recorded for {mac}"),
+                })?;
+            console_report(&super::console::View::of(boot, now), boot.start, format)
         }
         Query::Compare(a, b) => {
             let c = view::compare(find(*a)?, find(*b)?);
@@ -168,6 +182,9 @@ fn wave_report(w: &WaveView, format: Format) -> anyhow::Result<String> {
                 let phase = b.stopped_in.as_deref().unwrap_or("?");
                 let _ = writeln!(out, "{} failed in {phase}: {why}", b.mac);
             }
+            if let Some(c) = &b.cause {
+                let _ = writeln!(out, "{} cause ({}): {}", b.mac, c.kind, c.text);
+            }
         }
         let s = &w.summary;
         let _ = writeln!(
@@ -185,6 +202,43 @@ fn wave_report(w: &WaveView, format: Format) -> anyhow::Result<String> {
             secs(s.max_s),
             mb(s.bytes_per_client.values().sum())
         );
+    }
+    Ok(out)
+}
+
+fn console_report(
+    v: &super::console::View,
+    start: super::event::Micros,
+    format: Format,
+) -> anyhow::Result<String> {
+    let mut out = String::new();
+    match format {
+        Format::Json => return Ok(serde_json::to_string_pretty(v)?),
+        Format::Csv => {
+            out.push_str("at,text\n");
+            for l in &v.lines {
+                let _ = writeln!(out, "{:.6},\"{}\"", l.at, l.text.replace('"', "\"\""));
+            }
+        }
+        Format::Table => {
+            let _ = writeln!(
+                out,
+                "boot {} of {}: {} console lines kept, {} dropped",
+                v.boot,
+                v.mac,
+                v.lines.len(),
+                v.dropped
+            );
+            if let Some(c) = &v.cause {
+                let _ = writeln!(out, "cause ({}): {}", c.kind, c.text);
+            }
+            for (i, l) in v.lines.iter().enumerate() {
+                if i == v.head && v.dropped > 0 {
+                    let _ = writeln!(out, "... {} lines dropped ...", v.dropped);
+                }
+                let _ = writeln!(out, "{:>8.3}  {}", l.at - start as f64 / 1e6, l.text);
+            }
+        }
     }
     Ok(out)
 }

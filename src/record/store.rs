@@ -47,7 +47,7 @@ macro_rules! on_pool {
 }
 
 /// The schema; only the key column is spelt differently.
-fn schema(id: &str) -> [String; 5] {
+fn schema(id: &str) -> [String; 6] {
     [
         format!(
             "CREATE TABLE IF NOT EXISTS events (id {id}, at BIGINT NOT NULL, mac TEXT, ip TEXT, \
@@ -59,6 +59,12 @@ fn schema(id: &str) -> [String; 5] {
         ),
         "CREATE INDEX IF NOT EXISTS egress_t ON egress (t)".into(),
         "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)".into(),
+        // Added with the consoles (issue 19); an older store gains it at its next open. One row
+        // per boot (its client and first DISCOVER), the bounded console as JSON, rewritten
+        // while the boot's client talks.
+        "CREATE TABLE IF NOT EXISTS console (mac TEXT NOT NULL, boot_start BIGINT NOT NULL, \
+         at BIGINT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (mac, boot_start))"
+            .into(),
     ]
 }
 
@@ -231,8 +237,51 @@ impl Store {
     }
 
     /// Deletes events and egress samples older than `cutoff`; returns how many of each.
+    /// Writes the consoles of these boots (client, first DISCOVER, console as JSON), replacing
+    /// what each boot had.
+    pub async fn save_consoles(
+        &self,
+        consoles: &[(String, Micros, Micros, String)],
+    ) -> anyhow::Result<()> {
+        if consoles.is_empty() {
+            return Ok(());
+        }
+        on_pool!(self, p => {
+            let mut tx = p.begin().await?;
+            for (mac, start, at, body) in consoles {
+                sqlx::query(
+                    "INSERT INTO console (mac, boot_start, at, body) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (mac, boot_start) DO UPDATE SET at = excluded.at, body = excluded.body",
+                )
+                .bind(mac)
+                .bind(*start)
+                .bind(*at)
+                .bind(body)
+                .execute(&mut *tx)
+                .await?;
+            }
+            tx.commit().await?;
+        });
+        Ok(())
+    }
+
+    /// Every boot's console: (client, first DISCOVER, console as JSON).
+    pub async fn consoles(&self) -> anyhow::Result<Vec<(String, Micros, String)>> {
+        on_pool!(self, p => {
+            let rows: Vec<(String, i64, String)> =
+                sqlx::query_as("SELECT mac, boot_start, body FROM console ORDER BY boot_start")
+                    .fetch_all(p)
+                    .await?;
+            Ok(rows)
+        })
+    }
+
     pub async fn forget_before(&self, cutoff: Micros) -> anyhow::Result<(u64, u64)> {
         on_pool!(self, p => {
+            sqlx::query("DELETE FROM console WHERE at < $1")
+                .bind(cutoff)
+                .execute(p)
+                .await?;
             let events = sqlx::query("DELETE FROM events WHERE at < $1")
                 .bind(cutoff)
                 .execute(p)

@@ -6,11 +6,13 @@
 //! client's booted call). Phases a boot skipped (the qemu ROM is iPXE already: no loader) are
 //! simply absent.
 
+use super::console::Console;
 use super::event::{Event, FileKind, Kind, Micros, Outcome, Proto};
 use crate::config::Mac;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 /// A DISCOVER after this long without events from a client starts a new boot.
 const RESTART_SILENCE_US: Micros = 300 * 1_000_000;
@@ -78,6 +80,10 @@ pub struct Boot {
     pub client_root_bytes: Option<u64>,
     /// Set when the result is `Failed`.
     pub failure: Option<Failure>,
+    /// The lines its client's console sent (netconsole, iPXE's syslog), bounded; shared so
+    /// that a copy of the boot for the API costs no copy of the lines.
+    #[serde(skip)]
+    pub console: Arc<Console>,
     marks: Marks,
 }
 
@@ -97,6 +103,7 @@ impl Boot {
             uptime_s: None,
             client_root_bytes: None,
             failure: None,
+            console: Arc::default(),
             marks: Marks::default(),
         }
     }
@@ -195,6 +202,39 @@ impl Timelines {
 
     pub fn mac_of(&self, ip: Ipv4Addr) -> Option<Mac> {
         self.ip_to_mac.get(&ip).copied()
+    }
+
+    /// Console lines from `mac`'s client, for its newest boot. A line that ends a boot (a
+    /// panic, an initrd giving up: `cause::fatal`) fails a boot still running. Returns false
+    /// when the client has no boot to attach them to.
+    pub fn console(&mut self, mac: Mac, at: Micros, lines: Vec<String>) -> bool {
+        let Some(&i) = self.current.get(&mac) else {
+            return false;
+        };
+        let boot = &mut self.boots[i];
+        boot.last_event = boot.last_event.max(at);
+        let console = Arc::make_mut(&mut boot.console);
+        for line in lines {
+            console.push(at, line);
+        }
+        fail_from_console(boot);
+        true
+    }
+
+    /// A boot's console as the store kept it, given back to the boot of `mac` that started at
+    /// `start` (replay).
+    pub fn restore_console(&mut self, mac: Mac, start: Micros, console: Console) -> bool {
+        let Some(boot) = self
+            .boots
+            .iter_mut()
+            .rev()
+            .find(|b| b.mac == mac && b.start == start)
+        else {
+            return false;
+        };
+        boot.console = Arc::new(console);
+        fail_from_console(boot);
+        true
     }
 
     /// Applies one event. Returns false if it could not be tied to a client.
@@ -312,6 +352,23 @@ impl Timelines {
         }
         true
     }
+}
+
+/// A running boot whose console shows a fatal line is failed, the line its reason.
+fn fail_from_console(boot: &mut Boot) {
+    if boot.result != BootResult::Running {
+        return;
+    }
+    let Some(line) = boot.console.lines().find(|l| super::cause::fatal(&l.text)) else {
+        return;
+    };
+    boot.failure = Some(Failure {
+        phase: boot.current_phase(),
+        reason: format!("console: {}", line.text),
+        proto: None,
+        at: line.at,
+    });
+    boot.result = BootResult::Failed;
 }
 
 #[cfg(test)]

@@ -26,6 +26,13 @@ pub struct BootView {
     /// For a failed boot, why: what the server refused or lacked, or what the client said.
     #[serde(default)]
     pub failure: Option<String>,
+    /// Why it failed or is stuck, for an admin to act on (`record::cause`): from the console
+    /// and what the server saw.
+    #[serde(default)]
+    pub cause: Option<super::cause::Cause>,
+    /// Lines its console sent (kept and dropped), `GET /api/v1/boots/{id}/console`.
+    #[serde(default)]
+    pub console_lines: u64,
     /// Unix seconds of the first DHCP DISCOVER.
     pub start: f64,
     /// First DISCOVER to the booted call.
@@ -89,6 +96,8 @@ impl BootView {
                 Some(p) => format!("{}: {}", proto_name(p), f.reason),
                 None => format!("client: {}", f.reason),
             }),
+            cause: super::cause::of(b, now),
+            console_lines: b.console.lines().count() as u64 + b.console.dropped(),
             start: b.start as f64 / 1e6,
             duration_s: b.duration_s(),
             uptime_s: b.uptime_s,

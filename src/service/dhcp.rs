@@ -454,6 +454,7 @@ impl Server {
             router: None,
             dns: Vec::new(),
             lease_secs: None,
+            log_server: None,
             ipxe_no_proxy: false,
             ..self.reply(req, kind, Ipv4Addr::UNSPECIFIED, plan)
         }
@@ -621,6 +622,10 @@ impl Server {
             subnet_mask: Some(d.subnet.mask()),
             router: d.router,
             dns: d.dns.clone(),
+            // iPXE's syslog console sends to option 7's server on port 514 only.
+            log_server: (plan.member.pool.netconsole != crate::config::Netconsole::Off
+                && self.config.server.ports.console == 514)
+                .then_some(plan.next_server),
             lease_secs: Some(u32::try_from(d.lease.as_secs()).unwrap_or(u32::MAX)),
             tftp_server: tftp.then(|| plan.next_server.to_string()),
             boot_file,

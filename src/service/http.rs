@@ -278,6 +278,7 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/booted", post(booted))
         .route("/api/v1/failed", post(failed))
         .route("/api/v1/boots", get(boots))
+        .route("/api/v1/boots/{id}/console", get(boot_console))
         .route("/api/v1/waves", get(waves))
         .route("/api/v1/waves/{id}", get(wave_by_id))
         .route("/api/v1/compare", get(compare))
@@ -481,12 +482,18 @@ async fn boot_script(
         return not_found("no pool lists this client");
     };
     // The link its DHCP answer named (a client that never asked us for DHCP: the primary).
-    let link = web
-        .identity
-        .read()
-        .link(mac)
-        .unwrap_or(web.config.server.address);
-    let text = script::ipxe_script(&web.config, &member, mac, link);
+    let (link, client) = {
+        let leases = web.identity.read();
+        let client = leases
+            .get(mac)
+            .filter(|l| l.state == crate::boot::leases::State::Bound)
+            .map(|l| l.ip);
+        (
+            leases.link(mac).unwrap_or(web.config.server.address),
+            client,
+        )
+    };
+    let text = script::ipxe_script(&web.config, &member, mac, link, client);
     // A milestone of the client's boot only when the client asked: the address it asks from
     // holds its lease. Anyone else (an admin's curl on the server, a monitoring probe) gets the
     // script and leaves no boot behind.
@@ -886,6 +893,20 @@ async fn waves(State(web): State<Web>) -> Json<Vec<WaveLine>> {
             })
             .collect()
     }))
+}
+
+/// One boot's console lines, dropped count and cause (docs/api.md).
+async fn boot_console(State(web): State<Web>, Path(id): Path<u64>) -> Response {
+    let found = web.records.read(|t| {
+        t.boots()
+            .iter()
+            .find(|b| b.id == id)
+            .map(|b| crate::record::console::View::of(b, now_micros()))
+    });
+    match found {
+        Some(v) => Json(v).into_response(),
+        None => not_found("no such boot"),
+    }
 }
 
 async fn wave_by_id(State(web): State<Web>, Path(id): Path<u64>) -> Response {

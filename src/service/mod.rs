@@ -4,6 +4,7 @@
 pub mod arp;
 pub mod boot_files;
 pub mod bounds;
+pub mod console;
 pub mod dhcp;
 pub mod epoll;
 pub mod fair_share;

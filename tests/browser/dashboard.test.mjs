@@ -537,6 +537,11 @@ test('client view: one machine\'s boots over time against its waves\' medians', 
     const w = waves.find(x => x.boots.some(y => y.id === b.id));
     return [b.id, b.duration_s == null ? '' : b.duration_s.toFixed(1), b.phases.length, w?.summary.median_s?.toFixed(1) ?? null];
   }));
+  // The newest boot's console and cause, as GET /api/v1/boots/{id}/console says.
+  const con = await api(`/api/v1/boots/${boots[boots.length - 1].id}/console`);
+  assert.equal(await page.locator('[data-testid=console-section]').count(), 1);
+  assert.equal(await page.locator('[data-testid=console]').count(), con.lines.length ? 1 : 0);
+  assert.equal(await page.locator('[data-testid=cause]').count(), con.cause ? 1 : 0);
   await shot(page, 'client');
   await page.close();
 });

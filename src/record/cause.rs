@@ -1,0 +1,320 @@
+//! Why a boot failed, in words an admin can act on: from the client's console (`console.rs`)
+//! and from what the server saw (a refused MOUNT or NBD attach, silence after the kernel).
+//!
+//! Pure: a boot (with its console) and the time in, a cause out. The console patterns are the
+//! kernel's own messages and those of the common initrds (initramfs-tools, dracut, busybox's
+//! udhcpc, the demo initrd); each cause quotes the line it was read from.
+
+use super::event::{Micros, Proto};
+use super::timeline::{Boot, BootResult};
+use serde::{Deserialize, Serialize};
+
+/// A boot in its initrd that has been silent this long after the kernel and initrd were sent
+/// is said to have lost its way to the network (a healthy initrd asks DHCP within seconds).
+pub const INITRD_SILENCE_S: f64 = 60.0;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cause {
+    /// `no_root`, `root_fs`, `no_nic`, `kernel_panic`, `initrd_failed` or `initrd_silent`.
+    pub kind: String,
+    /// The cause and what to check, in a sentence or two.
+    pub text: String,
+    /// The console line it was read from, if it came from the console.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<String>,
+}
+
+/// What a console line says, for the lines that say something about a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Sign {
+    RootFs,
+    NoNic,
+    InitrdFailed,
+    Panic,
+}
+
+/// Lines of initrds giving up.
+const FAILED: [&str; 5] = [
+    "bootpool-initrd: FAILED:",
+    "Warning: Could not boot.",
+    "Gave up waiting for root file system device",
+    "ALERT! ",
+    "dracut: FATAL:",
+];
+
+fn sign(line: &str) -> Option<Sign> {
+    const PANIC: [&str; 1] = ["Kernel panic - not syncing"];
+    const ROOT_FS: [&str; 9] = [
+        // the demo initrd, when the kernel refused the filesystem (a truncated squashfs is
+        // refused with EINVAL and no kernel message: its size is past the device's end)
+        "FAILED: cannot mount /dev/",
+        "SQUASHFS error",
+        "squashfs: SQUASHFS error",
+        "Can't find a squashfs filesystem",
+        "VFS: Can't find ext4 filesystem",
+        "EXT4-fs error",
+        "VFS: Can't find ext",
+        "VFS: Cannot open root device",
+        "VFS: Unable to mount root fs",
+    ];
+    const NO_NIC: [&str; 8] = [
+        // the demo initrd
+        "FAILED: no ethernet NIC found",
+        // busybox udhcpc (demo, many small initrds), klibc ipconfig (initramfs-tools)
+        "udhcpc: SIOCGIFINDEX: No such device",
+        "ipconfig: no devices to configure",
+        "SIOCGIFINDEX: No such device",
+        // dracut network-legacy / network-manager
+        "No network device found",
+        "dracut: FATAL: No or empty root=",
+        // netconsole itself, when its interface never appeared
+        "netconsole: eth",
+        "Unknown symbol in module",
+    ];
+    if PANIC.iter().any(|p| line.contains(p)) {
+        return Some(Sign::Panic);
+    }
+    if NO_NIC.iter().any(|p| line.contains(p))
+        && (!line.contains("netconsole: eth") || line.contains("doesn't exist"))
+    {
+        return Some(Sign::NoNic);
+    }
+    if ROOT_FS.iter().any(|p| line.contains(p)) {
+        return Some(Sign::RootFs);
+    }
+    if FAILED.iter().any(|p| line.contains(p)) {
+        return Some(Sign::InitrdFailed);
+    }
+    None
+}
+
+/// Does this line end a boot that was still running (a panic or an initrd giving up)?
+pub fn fatal(line: &str) -> bool {
+    sign(line) == Some(Sign::Panic) || FAILED.iter().any(|p| line.contains(p))
+}
+
+/// Why `boot` failed or is stuck at `now`, if that can be told; `None` for a boot that came up
+/// or is going well.
+pub fn of(boot: &Boot, now: Micros) -> Option<Cause> {
+    if boot.result == BootResult::Booted {
+        return None;
+    }
+    // What the server refused is the surest evidence.
+    if let Some(f) = &boot.failure
+        && matches!(f.proto, Some(Proto::Nfs | Proto::Nbd))
+    {
+        let what = if f.proto == Some(Proto::Nfs) {
+            "MOUNT refused"
+        } else {
+            "NBD export refused"
+        };
+        return Some(Cause {
+            kind: "no_root".into(),
+            text: format!(
+                "no root ({what}): {}. The initrd asked for a root this client may not have: \
+                 check the root argument on its command line against the pool's image \
+                 (images.NAME.nfs_export / nbd_export, the pool's cmdline_template)",
+                f.reason
+            ),
+            line: None,
+        });
+    }
+    let mut first: [Option<&str>; 4] = [None; 4];
+    for l in boot.console.lines() {
+        if let Some(s) = sign(&l.text) {
+            let slot = &mut first[s as usize];
+            if slot.is_none() {
+                *slot = Some(&l.text);
+            }
+        }
+    }
+    let panic = first[Sign::Panic as usize];
+    let then = |text: String| match panic {
+        Some(p) => format!("{text}; then the kernel panicked: `{p}`"),
+        None => text,
+    };
+    if let Some(line) = first[Sign::NoNic as usize] {
+        return Some(Cause {
+            kind: "no_nic".into(),
+            text: then(format!(
+                "the initrd found no network card or could not load its driver: `{line}`. \
+                 Add the NIC's module to the initrd (initramfs-tools: /etc/initramfs-tools/modules; \
+                 dracut: --add-drivers; the demo: images/demo-recipe/modules.list)"
+            )),
+            line: Some(line.to_string()),
+        });
+    }
+    if let Some(line) = first[Sign::RootFs as usize] {
+        return Some(Cause {
+            kind: "root_fs".into(),
+            text: then(format!(
+                "the root filesystem was refused: `{line}`. The image file may be truncated or \
+                 damaged, or not the filesystem the command line names (rootfstype=): rebuild \
+                 or copy it again and compare its size"
+            )),
+            line: Some(line.to_string()),
+        });
+    }
+    if let Some(line) = panic {
+        let hint = if line.contains("Attempted to kill init")
+            || line.contains("No working init found")
+            || line.contains("Requested init")
+        {
+            "the root's init could not run or exited: check init= on the pool's cmdline and \
+             that the root has that program"
+        } else if line.contains("VFS") {
+            "the kernel found no root to mount: check root= and that the initrd has the \
+             root's drivers"
+        } else {
+            "read the console lines before it for what led there"
+        };
+        return Some(Cause {
+            kind: "kernel_panic".into(),
+            text: format!("the kernel panicked: `{line}`; {hint}"),
+            line: Some(line.to_string()),
+        });
+    }
+    if let Some(line) = first[Sign::InitrdFailed as usize] {
+        return Some(Cause {
+            kind: "initrd_failed".into(),
+            text: format!("the initrd gave up: `{line}`"),
+            line: Some(line.to_string()),
+        });
+    }
+    if let Some(f) = &boot.failure {
+        return Some(Cause {
+            kind: "server".into(),
+            text: match f.proto {
+                Some(p) => format!("{}: {}", super::view::proto_name(p), f.reason),
+                None => format!("the client reported: {}", f.reason),
+            },
+            line: None,
+        });
+    }
+    let silent_s = (now - boot.last_event) as f64 / 1e6;
+    if boot.current_phase() == "initrd" && boot.console.is_empty() && silent_s >= INITRD_SILENCE_S {
+        return Some(Cause {
+            kind: "initrd_silent".into(),
+            text: format!(
+                "the kernel and initrd were sent, then nothing came from the client for {:.0} s \
+                 (no DHCP from its initrd, no root attach, no console line): the initrd most \
+                 likely has no driver for the NIC, or brought up another one",
+                silent_s
+            ),
+            line: None,
+        });
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn boot_with(kinds: Vec<super::super::event::Kind>, console: &[&str]) -> Boot {
+        use super::super::event::{Event, Kind, Who};
+        let mac: crate::config::Mac = "52:54:00:77:00:01".parse().unwrap();
+        let mut t = super::super::Timelines::default();
+        let first = Kind::DhcpDiscover {
+            pxe: true,
+            ipxe: true,
+            pool: None,
+        };
+        for (i, kind) in std::iter::once(first).chain(kinds).enumerate() {
+            t.apply(&Event {
+                at: i as i64 * 1_000_000,
+                who: Who::Mac(mac),
+                kind,
+            });
+        }
+        t.console(
+            mac,
+            10_000_000,
+            console.iter().map(|s| s.to_string()).collect(),
+        );
+        t.current(mac).unwrap().clone()
+    }
+
+    #[test]
+    fn the_servers_refusal_comes_first_then_the_console() {
+        use super::super::event::Kind;
+        let refused = Kind::Failed {
+            proto: Some(Proto::Nfs),
+            reason: "mount of `/nope` refused (status 2)".into(),
+        };
+        let b = boot_with(vec![refused], &["Kernel panic - not syncing: x"]);
+        let c = of(&b, 20_000_000).unwrap();
+        assert_eq!(c.kind, "no_root");
+        assert!(
+            c.text.contains("/nope") && c.text.contains("MOUNT refused"),
+            "{}",
+            c.text
+        );
+
+        let b = boot_with(
+            vec![],
+            &[
+                "SQUASHFS error: unable to read id index table",
+                "Kernel panic - not syncing: VFS: Unable to mount root fs",
+            ],
+        );
+        let c = of(&b, 20_000_000).unwrap();
+        assert_eq!(c.kind, "root_fs");
+        assert!(c.text.contains("then the kernel panicked"), "{}", c.text);
+        assert_eq!(b.result, BootResult::Failed, "the panic failed it");
+
+        let b = boot_with(
+            vec![],
+            &["Kernel panic - not syncing: Attempted to kill init! exitcode=0x0"],
+        );
+        let c = of(&b, 20_000_000).unwrap();
+        assert_eq!(c.kind, "kernel_panic");
+        assert!(c.text.contains("init="), "{}", c.text);
+
+        // A healthy console says nothing.
+        assert_eq!(
+            of(&boot_with(vec![], &["Linux version 6.1"]), 20_000_000),
+            None
+        );
+    }
+
+    #[test]
+    fn console_lines_are_read_for_their_signs() {
+        assert_eq!(
+            sign(
+                "[    3.1] Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100"
+            ),
+            Some(Sign::Panic)
+        );
+        assert_eq!(
+            sign("SQUASHFS error: Failed to read block 0x2e6a000: -5"),
+            Some(Sign::RootFs)
+        );
+        assert_eq!(
+            sign("bootpool-initrd: FAILED: no ethernet NIC found"),
+            Some(Sign::NoNic)
+        );
+        assert_eq!(
+            sign("netconsole: eth0 doesn't exist, aborting"),
+            Some(Sign::NoNic)
+        );
+        assert_eq!(sign("netconsole: network logging started"), None);
+        assert_eq!(
+            sign("udhcpc: SIOCGIFINDEX: No such device"),
+            Some(Sign::NoNic)
+        );
+        assert_eq!(
+            sign("bootpool-initrd: FAILED: cannot mount the root"),
+            Some(Sign::InitrdFailed)
+        );
+        assert_eq!(sign("EXT4-fs (nbd0): mounted filesystem"), None);
+        assert!(fatal(
+            "Kernel panic - not syncing: VFS: Unable to mount root fs"
+        ));
+        assert!(!fatal("SQUASHFS error: xz decompression failed"));
+        let mount = "[ 11.5] bootpool-initrd: FAILED: cannot mount /dev/nbd0 as squashfs";
+        assert_eq!(sign(mount), Some(Sign::RootFs));
+        assert!(fatal(mount));
+        assert!(fatal("bootpool-initrd: FAILED: no ethernet NIC found"));
+    }
+}

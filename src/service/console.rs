@@ -1,0 +1,46 @@
+//! The clients' consoles: a UDP listener on `server.ports.console` (netconsole's 6666 by
+//! default; 514 when iPXE's syslog console is wanted too). A datagram's source address is
+//! told apart by the lease table (`identity`), the one answer to who is at an address: a
+//! client's lines go to its newest boot's record, a stranger's datagram is dropped and counted
+//! (`bootpool_refused_total{service="console"}`). Lines come from `proto::console`.
+
+use super::bounds::LogLimit;
+use super::identity::Identity;
+use crate::proto::console;
+use crate::record::{Recorder, Service};
+use crate::shutdown::Shutdown;
+use tokio::net::UdpSocket;
+
+static STRANGERS: LogLimit = LogLimit::new();
+
+pub async fn serve(
+    udp: UdpSocket,
+    identity: Identity,
+    recorder: Recorder,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
+    // Past a UDP datagram's largest payload nothing more can come.
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        let (n, peer) = tokio::select! {
+            _ = shutdown.wait() => return Ok(()),
+            r = udp.recv_from(&mut buf) => match r {
+                Ok(x) => x,
+                // ICMP errors surface here; they are not fatal.
+                Err(_) => continue,
+            },
+        };
+        let Some(mac) = identity.holder(peer.ip()) else {
+            recorder.refused(Service::Console);
+            if let Some(suppressed) = STRANGERS.allow() {
+                tracing::info!(%peer, suppressed, "console datagram from an address no lease holds; dropped");
+            }
+            continue;
+        };
+        recorder.request(Service::Console);
+        let lines = console::lines(&buf[..n]);
+        if !lines.is_empty() {
+            recorder.console(mac, lines);
+        }
+    }
+}
