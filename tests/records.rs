@@ -289,11 +289,11 @@ async fn api_stream_metrics_and_report_show_the_recorded_waves() {
         csv.lines()
             .next()
             .unwrap()
-            .starts_with("mac,ip,result,boot_s,dhcp_s"),
+            .starts_with("mac,ip,result,end,boot_s,inferred_s,dhcp_s"),
         "{csv}"
     );
     assert!(
-        csv.contains("52:54:00:77:00:02,10.77.0.12,booted,60.0,3.0"),
+        csv.contains("52:54:00:77:00:02,10.77.0.12,booted,reported,60.0,-,3.0"),
         "{csv}"
     );
     let (ok, json, _) = report(&["--wave", &nbd_id.to_string(), "--format", "json"]);
@@ -770,7 +770,7 @@ async fn failed_boots_say_where_and_why_in_the_api_metrics_and_report() {
         text.contains(
             "52:54:00:77:00:12 failed in ipxe: client: dracut: cannot find the root device"
         ) && text.contains(
-            "wave 4 of pool nbd-room: 0 of 1 clients booted, 1 failed, 0 timed out, 0 running;"
+            "wave 4 of pool nbd-room: 0 of 1 clients booted (0 by inference), 1 failed, 0 timed out, 0 running;"
         ),
         "{text}"
     );
