@@ -126,7 +126,9 @@ fn boot_disk_and_ram(root: &str) {
             assert_eq!(b["evidence"], "root_settled", "{b}");
             let (reported, inferred) = (
                 b["duration_s"].as_f64().unwrap(),
-                b["inferred_s"].as_f64().unwrap_or_else(|| panic!("none inferred: {b}")),
+                b["inferred_s"]
+                    .as_f64()
+                    .unwrap_or_else(|| panic!("none inferred: {b}")),
             );
             assert!(
                 (inferred - reported).abs() <= INFERRED_BOUND_S,

@@ -945,16 +945,49 @@ fn stock_journal() -> String {
         ));
     };
     // (start, mac, ip, pool, root, the seconds of each 8 MB read after the attach at +10 s)
-    let rooms: [(f64, &str, &str, &str, &str, &[f64]); 4] = [
-        (1000.0, "52:54:00:77:00:01", "10.77.0.11", "nfs-room", "nfs", &[12.0, 30.0, 45.0]),
-        (1001.0, "52:54:00:77:00:02", "10.77.0.12", "nfs-room", "nfs", &[12.0, 20.0, 55.0]),
-        (2000.0, "52:54:00:77:00:11", "10.77.0.13", "nbd-room", "nbd", &[12.0, 25.0]),
-        (2001.0, "52:54:00:77:00:12", "10.77.0.14", "nbd-room", "nbd", &[]),
+    type Client<'a> = (f64, &'a str, &'a str, &'a str, &'a str, &'a [f64]);
+    let rooms: [Client; 4] = [
+        (
+            1000.0,
+            "52:54:00:77:00:01",
+            "10.77.0.11",
+            "nfs-room",
+            "nfs",
+            &[12.0, 30.0, 45.0],
+        ),
+        (
+            1001.0,
+            "52:54:00:77:00:02",
+            "10.77.0.12",
+            "nfs-room",
+            "nfs",
+            &[12.0, 20.0, 55.0],
+        ),
+        (
+            2000.0,
+            "52:54:00:77:00:11",
+            "10.77.0.13",
+            "nbd-room",
+            "nbd",
+            &[12.0, 25.0],
+        ),
+        (
+            2001.0,
+            "52:54:00:77:00:12",
+            "10.77.0.14",
+            "nbd-room",
+            "nbd",
+            &[],
+        ),
     ];
     for (t0, mac, ip, pool, root, reads) in rooms {
         let m = format!("{{\"mac\":\"{mac}\"}}");
         let i = format!("{{\"ip\":\"{ip}\"}}");
-        ev(t0, &m, "\"event\":\"dhcp_discover\",\"pxe\":true,\"ipxe\":true");
+        ev(
+            t0,
+            &m,
+            "\"event\":\"dhcp_discover\",\"pxe\":true,\"ipxe\":true",
+        );
         ev(
             t0 + 1.0,
             &m,
@@ -966,7 +999,9 @@ fn stock_journal() -> String {
             ev(
                 t0 + at,
                 &i,
-                &format!("\"event\":\"file\",\"proto\":\"http\",\"kind\":\"{kind}\",\"path\":\"f\",\"bytes\":100,\"outcome\":\"complete\""),
+                &format!(
+                    "\"event\":\"file\",\"proto\":\"http\",\"kind\":\"{kind}\",\"path\":\"f\",\"bytes\":100,\"outcome\":\"complete\""
+                ),
             );
         }
         ev(
@@ -1009,13 +1044,21 @@ async fn boots_of_an_image_that_never_reports_are_up_by_inference_in_the_api_and
     let (nfs, nbd) = (&waves[0]["summary"], &waves[1]["summary"]);
     // Up by inference counts as booted, at the last read before the quiet.
     assert_eq!(
-        (&nfs["booted"], &nfs["inferred"], &nfs["running"], &nfs["timed_out"]),
+        (
+            &nfs["booted"],
+            &nfs["inferred"],
+            &nfs["running"],
+            &nfs["timed_out"]
+        ),
         (&2.into(), &2.into(), &0.into(), &0.into()),
         "{nfs}"
     );
     // The second settled at 20 s (35 s of quiet before its read at 55 s): an inferred end
     // stays where it was made.
-    assert_eq!((&nfs["median_s"], &nfs["max_s"]), (&20.0.into(), &45.0.into()));
+    assert_eq!(
+        (&nfs["median_s"], &nfs["max_s"]),
+        (&20.0.into(), &45.0.into())
+    );
     assert_eq!(
         (&nbd["booted"], &nbd["inferred"], &nbd["timed_out"]),
         (&1.into(), &1.into(), &1.into()),
@@ -1025,17 +1068,43 @@ async fn boots_of_an_image_that_never_reports_are_up_by_inference_in_the_api_and
     let boots = boots.as_array().unwrap();
     let (up, left) = (&boots[0], &boots[1]);
     assert_eq!(
-        (&up["result"], &up["end"], &up["evidence"], &up["inferred_s"]),
-        (&"booted".into(), &"inferred".into(), &"root_settled".into(), &25.0.into()),
+        (
+            &up["result"],
+            &up["end"],
+            &up["evidence"],
+            &up["inferred_s"]
+        ),
+        (
+            &"booted".into(),
+            &"inferred".into(),
+            &"root_settled".into(),
+            &25.0.into()
+        ),
         "{up}"
     );
     assert_eq!(up["duration_s"], 25.0, "{up}");
-    assert_eq!((&up["gone"], &up["gone_at"]), (&"nbd_disconnect".into(), &2200.0.into()));
-    assert_eq!(up["phases"].as_array().unwrap().last().unwrap()["seconds"], 15.0);
+    assert_eq!(
+        (&up["gone"], &up["gone_at"]),
+        (&"nbd_disconnect".into(), &2200.0.into())
+    );
+    assert_eq!(
+        up["phases"].as_array().unwrap().last().unwrap()["seconds"],
+        15.0
+    );
     // Gone before it was up: timed out where it stopped, nothing inferred.
     assert_eq!(
-        (&left["result"], &left["stopped_in"], &left["end"], &left["gone"]),
-        (&"timed_out".into(), &"root".into(), &serde_json::Value::Null, &"nbd_disconnect".into()),
+        (
+            &left["result"],
+            &left["stopped_in"],
+            &left["end"],
+            &left["gone"]
+        ),
+        (
+            &"timed_out".into(),
+            &"root".into(),
+            &serde_json::Value::Null,
+            &"nbd_disconnect".into()
+        ),
         "{left}"
     );
     // The two waves compare on boot time: inferred ends are ends.
@@ -1053,7 +1122,10 @@ async fn boots_of_an_image_that_never_reports_are_up_by_inference_in_the_api_and
 
     let report = |args: &[&str]| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_bootpool"));
-        c.arg("report").args(args).arg("--config").arg(fx.config_path());
+        c.arg("report")
+            .args(args)
+            .arg("--config")
+            .arg(fx.config_path());
         run(&mut c, 20)
     };
     let (ok, csv, err) = report(&["--pool", "nbd-room", "--format", "csv"]);
@@ -1062,8 +1134,14 @@ async fn boots_of_an_image_that_never_reports_are_up_by_inference_in_the_api_and
         csv.contains("52:54:00:77:00:11,10.77.0.13,booted,inferred:root_settled,25.0,25.0,"),
         "{csv}"
     );
-    assert!(csv.lines().nth(1).unwrap().ends_with(",-,nbd_disconnect"), "{csv}");
+    assert!(
+        csv.lines().nth(1).unwrap().ends_with(",-,nbd_disconnect"),
+        "{csv}"
+    );
     let (ok, text, err) = report(&["--pool", "nfs-room"]);
     assert!(ok, "{err}");
-    assert!(text.contains("2 of 2 clients booted (2 by inference)"), "{text}");
+    assert!(
+        text.contains("2 of 2 clients booted (2 by inference)"),
+        "{text}"
+    );
 }

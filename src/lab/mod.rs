@@ -384,8 +384,7 @@ async fn settled_boots(
 ) -> anyhow::Result<Vec<BootView>> {
     // The booted call precedes the done line; give the journal writer a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let deadline =
-        Instant::now() + Duration::from_secs(crate::record::end::QUIET_S as u64 + 15);
+    let deadline = Instant::now() + Duration::from_secs(crate::record::end::QUIET_S as u64 + 15);
     loop {
         let boots: Vec<BootView> = serde_json::from_str(&http_get(api, "/api/v1/boots").await?)
             .context("reading /api/v1/boots")?;

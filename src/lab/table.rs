@@ -61,11 +61,13 @@ pub fn render(outcomes: &[Outcome]) -> String {
                 .map(|d| format!("{d:.1}"))
                 .unwrap_or_else(|| "-".into()),
         );
-        row.push(match boot.map(|b| (b.end.as_deref(), b.evidence.as_deref())) {
-            Some((Some("inferred"), Some(e))) => format!("inferred:{e}"),
-            Some((Some(end), _)) => end.to_string(),
-            _ => "-".into(),
-        });
+        row.push(
+            match boot.map(|b| (b.end.as_deref(), b.evidence.as_deref())) {
+                Some((Some("inferred"), Some(e))) => format!("inferred:{e}"),
+                Some((Some(end), _)) => end.to_string(),
+                _ => "-".into(),
+            },
+        );
         let bytes = boot.map(BootView::total_bytes).unwrap_or(0);
         row.push(format!("{:.1}", bytes as f64 / 1e6));
         row.push(o.pool.clone());

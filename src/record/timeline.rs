@@ -388,7 +388,10 @@ impl Timelines {
                 boot.root = Some(*proto);
                 boot.reads.attach();
                 // Back again (an NBD client that reconnected): it had not gone after all.
-                if boot.gone.is_some_and(|g| g.evidence != GoneEvidence::NewBoot) {
+                if boot
+                    .gone
+                    .is_some_and(|g| g.evidence != GoneEvidence::NewBoot)
+                {
                     boot.gone = None;
                 }
             }
@@ -762,7 +765,10 @@ mod tests {
         t.settle(quiet_after(11));
         t.apply(&ev(quiet_after(12), Who::Ip(ip), failed));
         let b = &t.boots()[0];
-        assert_eq!((result(&t, quiet_after(12)), b.duration_s()), ("failed", None));
+        assert_eq!(
+            (result(&t, quiet_after(12)), b.duration_s()),
+            ("failed", None)
+        );
         assert_eq!(b.failure.as_ref().unwrap().phase, "root");
         // Its NBD client disconnected before the quiet: gone, not up, and no longer running.
         let mut t = Timelines::default();

@@ -174,7 +174,8 @@ pub fn summarize(boots: &[&Boot], now: Micros) -> Summary {
             .iter()
             .filter(|b| {
                 result_at(b, now) == "booted"
-                    && b.end().is_some_and(|(_, e)| e == super::timeline::End::Inferred)
+                    && b.end()
+                        .is_some_and(|(_, e)| e == super::timeline::End::Inferred)
             })
             .count(),
         running: count("running"),
