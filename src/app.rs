@@ -33,8 +33,8 @@ pub struct Bound {
     pub nfs: SocketAddr,
     pub nbd: SocketAddr,
     pub portmap: SocketAddr,
-    /// The clients' consoles (UDP).
-    pub console: SocketAddr,
+    /// The clients' consoles (UDP), bound only when a pool sends its console (`netconsole`).
+    pub console: Option<SocketAddr>,
 }
 
 /// A started daemon.
@@ -177,10 +177,19 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let portmap_port = portmap_tcp.local_addr()?.port();
     let portmap_udp = bind_udp(SocketAddrV4::new(any, portmap_port), Udp::PLAIN)
         .with_context(|| format!("binding portmap UDP port {portmap_port}"))?;
-    let console = bind_udp(SocketAddrV4::new(any, ports.console), Udp::PLAIN)
-        .with_context(|| format!("binding console port {} (ports.console)", ports.console))?;
+    // No port is opened that no client would use.
+    let wants_console = config
+        .pools
+        .values()
+        .any(|p| p.netconsole != crate::config::Netconsole::Off);
+    let console = wants_console
+        .then(|| {
+            bind_udp(SocketAddrV4::new(any, ports.console), Udp::PLAIN)
+                .with_context(|| format!("binding console port {} (ports.console)", ports.console))
+        })
+        .transpose()?;
     let bound = Bound {
-        console: console.local_addr()?,
+        console: console.as_ref().map(UdpSocket::local_addr).transpose()?,
         http: http.local_addr()?,
         https: https.as_ref().map(|(l, _)| l.local_addr()).transpose()?,
         dhcp: dhcp.local_addr()?,
@@ -203,7 +212,9 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     config.server.ports.nfs = bound.nfs.port();
     config.server.ports.nbd = bound.nbd.port();
     config.server.ports.portmap = bound.portmap.port();
-    config.server.ports.console = bound.console.port();
+    if let Some(at) = bound.console {
+        config.server.ports.console = at.port();
+    }
     let config = Arc::new(config);
     // Which interface holds each of server.links, and each link's pacer.
     let links = Arc::new(service::links::Links::start(&config, &shutdown)?);
@@ -302,15 +313,17 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             s.clone(),
         )),
     );
-    run(
-        "console",
-        Box::pin(service::console::serve(
-            console,
-            identity.clone(),
-            r.clone(),
-            s.clone(),
-        )),
-    );
+    if let Some(console) = console {
+        run(
+            "console",
+            Box::pin(service::console::serve(
+                console,
+                identity.clone(),
+                r.clone(),
+                s.clone(),
+            )),
+        );
+    }
     let web = service::http::Web {
         config: c.clone(),
         recorder: r.clone(),
@@ -337,7 +350,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     );
     tracing::info!(
         http = %bound.http, https = ?bound.https, dhcp = %bound.dhcp, tftp = %bound.tftp, nfs = %bound.nfs, nbd = %bound.nbd,
-        portmap = %bound.portmap, console = %bound.console,
+        portmap = %bound.portmap, console = ?bound.console,
         pools = config.pools.len(), "bootpool serving"
     );
     Ok(Running {

@@ -11,6 +11,10 @@ use common::lab::{client_consoles, lab_config, repo, run_lab};
 
 use std::process::Command;
 
+/// How far the inferred end (`root_settled`) may lie from the demo's booted call, seconds
+/// (docs/api.md, "How a boot ends"; measured over lab boots under TCG).
+const INFERRED_BOUND_S: f64 = 5.0;
+
 /// The shipped config plus the demo image again as `demo-ram` (`store: ram`) and a pool per
 /// root that boots it, `lab-nfs-ram` and `lab-nbd-ram` (attached with qemu-nbd), with MACs of
 /// their own.
@@ -89,6 +93,11 @@ fn boot_disk_and_ram(root: &str) {
     let image = repo().join("images/demo");
     let size = |f: &str| std::fs::metadata(image.join(f)).unwrap().len();
     let boot_files = size("vmlinuz") + size("initrd.img");
+    // The inferred end needs the root quiet for QUIET_S after its last read: the report,
+    // read once that has passed, infers it from the stored events.
+    std::thread::sleep(std::time::Duration::from_secs(
+        bootpool::record::end::QUIET_S as u64 + 2,
+    ));
     for pool in [&disk, &ram] {
         let mut report = Command::new(env!("CARGO_BIN_EXE_bootpool"));
         report
@@ -111,6 +120,20 @@ fn boot_disk_and_ram(root: &str) {
                 .as_u64()
                 .unwrap_or_else(|| panic!("no count: {b}")) as f64;
             assert!(read > 1e6, "{b}");
+            // Without the image's word, bootpool's own inference (its root's reads settled) ends
+            // the boot within the stated bound of the booted call (docs/api.md).
+            assert_eq!(b["end"], "reported", "{b}");
+            assert_eq!(b["evidence"], "root_settled", "{b}");
+            let (reported, inferred) = (
+                b["duration_s"].as_f64().unwrap(),
+                b["inferred_s"]
+                    .as_f64()
+                    .unwrap_or_else(|| panic!("none inferred: {b}")),
+            );
+            assert!(
+                (inferred - reported).abs() <= INFERRED_BOUND_S,
+                "inferred {inferred} s vs reported {reported} s: {b}"
+            );
             // The client counts at its booted call; a few reads may follow before it powers off.
             assert!(
                 served >= read && (served - read) / read < 0.01,

@@ -289,11 +289,11 @@ async fn api_stream_metrics_and_report_show_the_recorded_waves() {
         csv.lines()
             .next()
             .unwrap()
-            .starts_with("mac,ip,result,boot_s,dhcp_s"),
+            .starts_with("mac,ip,result,end,boot_s,inferred_s,dhcp_s"),
         "{csv}"
     );
     assert!(
-        csv.contains("52:54:00:77:00:02,10.77.0.12,booted,60.0,3.0"),
+        csv.contains("52:54:00:77:00:02,10.77.0.12,booted,reported,60.0,12.0,3.0"),
         "{csv}"
     );
     let (ok, json, _) = report(&["--wave", &nbd_id.to_string(), "--format", "json"]);
@@ -770,7 +770,7 @@ async fn failed_boots_say_where_and_why_in_the_api_metrics_and_report() {
         text.contains(
             "52:54:00:77:00:12 failed in ipxe: client: dracut: cannot find the root device"
         ) && text.contains(
-            "wave 4 of pool nbd-room: 0 of 1 clients booted, 1 failed, 0 timed out, 0 running;"
+            "wave 4 of pool nbd-room: 0 of 1 clients booted (0 by inference), 1 failed, 0 timed out, 0 running;"
         ),
         "{text}"
     );
@@ -779,7 +779,7 @@ async fn failed_boots_say_where_and_why_in_the_api_metrics_and_report() {
     assert!(
         csv.lines().any(
             |l| l.starts_with(&format!("{LOOPBACK_MAC},127.0.0.1,failed,-,"))
-                && l.ends_with(",ipxe")
+                && l.ends_with(",ipxe,-")
         ),
         "{csv}"
     );
@@ -931,4 +931,217 @@ async fn metrics_count_requests_malformed_and_refused_per_service_after_real_tra
         assert!(after.lines().any(|l| l == line), "{line}\n{after}");
     }
     daemon.stop().await;
+}
+
+/// A journal of rooms booting an image that never calls bootpool: two NFS clients whose root
+/// reads settle, an NBD client that settles and later disconnects, and an NBD client that
+/// drops its root before it read enough. Events from 1970: every quiet is long past.
+fn stock_journal() -> String {
+    let mut lines = Vec::new();
+    let mut ev = |at: f64, who: &str, body: &str| {
+        lines.push(format!(
+            "{{\"at\":{},\"who\":{who},{body}}}",
+            (at * 1e6) as i64
+        ));
+    };
+    // (start, mac, ip, pool, root, the seconds of each 8 MB read after the attach at +10 s)
+    type Client<'a> = (f64, &'a str, &'a str, &'a str, &'a str, &'a [f64]);
+    let rooms: [Client; 4] = [
+        (
+            1000.0,
+            "52:54:00:77:00:01",
+            "10.77.0.11",
+            "nfs-room",
+            "nfs",
+            &[12.0, 30.0, 45.0],
+        ),
+        (
+            1001.0,
+            "52:54:00:77:00:02",
+            "10.77.0.12",
+            "nfs-room",
+            "nfs",
+            &[12.0, 20.0, 55.0],
+        ),
+        (
+            2000.0,
+            "52:54:00:77:00:11",
+            "10.77.0.13",
+            "nbd-room",
+            "nbd",
+            &[12.0, 25.0],
+        ),
+        (
+            2001.0,
+            "52:54:00:77:00:12",
+            "10.77.0.14",
+            "nbd-room",
+            "nbd",
+            &[],
+        ),
+    ];
+    for (t0, mac, ip, pool, root, reads) in rooms {
+        let m = format!("{{\"mac\":\"{mac}\"}}");
+        let i = format!("{{\"ip\":\"{ip}\"}}");
+        ev(
+            t0,
+            &m,
+            "\"event\":\"dhcp_discover\",\"pxe\":true,\"ipxe\":true",
+        );
+        ev(
+            t0 + 1.0,
+            &m,
+            &format!(
+                "\"event\":\"dhcp_ack\",\"ip\":\"{ip}\",\"pxe\":true,\"ipxe\":true,\"pool\":\"{pool}\""
+            ),
+        );
+        for (at, kind) in [(2.0, "script"), (3.0, "kernel"), (4.0, "initrd")] {
+            ev(
+                t0 + at,
+                &i,
+                &format!(
+                    "\"event\":\"file\",\"proto\":\"http\",\"kind\":\"{kind}\",\"path\":\"f\",\"bytes\":100,\"outcome\":\"complete\""
+                ),
+            );
+        }
+        ev(
+            t0 + 10.0,
+            &i,
+            &format!("\"event\":\"root_attach\",\"proto\":\"{root}\",\"export\":\"stock\""),
+        );
+        for at in reads {
+            ev(
+                t0 + at,
+                &i,
+                &format!("\"event\":\"root_read\",\"proto\":\"{root}\",\"bytes\":8000000"),
+            );
+        }
+        if root == "nbd" {
+            // The first powers off long after it settled; the second leaves at once.
+            let after = if reads.is_empty() { 11.0 } else { 200.0 };
+            ev(
+                t0 + after,
+                &i,
+                "\"event\":\"root_detach\",\"proto\":\"nbd\",\"how\":\"disconnect\"",
+            );
+        }
+    }
+    lines.join("\n") + "\n"
+}
+
+#[tokio::test]
+async fn boots_of_an_image_that_never_reports_are_up_by_inference_in_the_api_and_report() {
+    let fx = Fixture::new();
+    std::fs::create_dir_all(fx.path().join("var")).unwrap();
+    std::fs::write(fx.path().join("var/events.jsonl"), stock_journal()).unwrap();
+    fx.write_config(&keep_forever(&fx));
+    let daemon = fx.start().await;
+    let base = format!("http://{}", daemon.bound.http);
+
+    let waves = get_json(&base, "/api/v1/waves").await;
+    let waves = waves.as_array().unwrap();
+    assert_eq!(waves.len(), 2, "{waves:?}");
+    let (nfs, nbd) = (&waves[0]["summary"], &waves[1]["summary"]);
+    // Up by inference counts as booted, at the last read before the quiet.
+    assert_eq!(
+        (
+            &nfs["booted"],
+            &nfs["inferred"],
+            &nfs["running"],
+            &nfs["timed_out"]
+        ),
+        (&2.into(), &2.into(), &0.into(), &0.into()),
+        "{nfs}"
+    );
+    // The second settled at 20 s (35 s of quiet before its read at 55 s): an inferred end
+    // stays where it was made.
+    assert_eq!(
+        (&nfs["median_s"], &nfs["max_s"]),
+        (&20.0.into(), &45.0.into())
+    );
+    assert_eq!(
+        (&nbd["booted"], &nbd["inferred"], &nbd["timed_out"]),
+        (&1.into(), &1.into(), &1.into()),
+        "{nbd}"
+    );
+    let boots = get_json(&base, "/api/v1/boots?pool=nbd-room").await;
+    let boots = boots.as_array().unwrap();
+    let (up, left) = (&boots[0], &boots[1]);
+    assert_eq!(
+        (
+            &up["result"],
+            &up["end"],
+            &up["evidence"],
+            &up["inferred_s"]
+        ),
+        (
+            &"booted".into(),
+            &"inferred".into(),
+            &"root_settled".into(),
+            &25.0.into()
+        ),
+        "{up}"
+    );
+    assert_eq!(up["duration_s"], 25.0, "{up}");
+    assert_eq!(
+        (&up["gone"], &up["gone_at"]),
+        (&"nbd_disconnect".into(), &2200.0.into())
+    );
+    assert_eq!(
+        up["phases"].as_array().unwrap().last().unwrap()["seconds"],
+        15.0
+    );
+    // Gone before it was up: timed out where it stopped, nothing inferred.
+    assert_eq!(
+        (
+            &left["result"],
+            &left["stopped_in"],
+            &left["end"],
+            &left["gone"]
+        ),
+        (
+            &"timed_out".into(),
+            &"root".into(),
+            &serde_json::Value::Null,
+            &"nbd_disconnect".into()
+        ),
+        "{left}"
+    );
+    // The two waves compare on boot time: inferred ends are ends.
+    let cmp = get_json(
+        &base,
+        &format!("/api/v1/compare?a={}&b={}", waves[0]["id"], waves[1]["id"]),
+    )
+    .await;
+    let sentence = cmp["sentence"].as_str().unwrap();
+    assert!(
+        sentence.contains("booted in a median 20.0 s, 5.0 s (20%) faster"),
+        "{sentence}"
+    );
+    drop(daemon);
+
+    let report = |args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_bootpool"));
+        c.arg("report")
+            .args(args)
+            .arg("--config")
+            .arg(fx.config_path());
+        run(&mut c, 20)
+    };
+    let (ok, csv, err) = report(&["--pool", "nbd-room", "--format", "csv"]);
+    assert!(ok, "{err}");
+    assert!(
+        csv.contains("52:54:00:77:00:11,10.77.0.13,booted,inferred:root_settled,25.0,25.0,"),
+        "{csv}"
+    );
+    assert!(
+        csv.lines().nth(1).unwrap().ends_with(",-,nbd_disconnect"),
+        "{csv}"
+    );
+    let (ok, text, err) = report(&["--pool", "nfs-room"]);
+    assert!(ok, "{err}");
+    assert!(
+        text.contains("2 of 2 clients booted (2 by inference)"),
+        "{text}"
+    );
 }

@@ -523,6 +523,15 @@ const fmtMbit = v => (v == null ? 'no samples' : `${mbit(v).toFixed(1)} Mbit/s`)
 const mib = v => (v == null ? null : v / 2 ** 20);
 const mbitOf = v => (v == null ? null : mbit(v));
 
+// Who said a boot was up: its own booted call, or bootpool from what it saw (and the inferred
+// time beside a reported one, so the two can be told apart).
+function endOf(b) {
+  const why = b.evidence ? b.evidence.replaceAll('_', ' ') : null;
+  if (b.end === 'inferred') return `inferred (${why})`;
+  if (b.end === 'reported') return why ? `reported; inferred ${fmtS(b.inferred_s)} (${why})` : 'reported';
+  return '–';
+}
+
 async function clientView(el, [mac], ctx) {
   const clients = await loadNames();
   if (!clients.length) return el.replaceChildren(empty('No client has booted yet: power one on, or run', RUN_NFS));
@@ -555,10 +564,12 @@ async function clientView(el, [mac], ctx) {
     boots.length ? h('p', { class: 'meta' }, 'Each boot, oldest left, by phase; the dashed tick is the median of the boot\'s wave, so a machine that is always slow stands above its room.') : null,
     box,
     h('div', { class: 'scroll' }, h('table', { class: 'num', 'data-testid': 'boots' },
-      h('thead', {}, h('tr', {}, ['started', 'pool', 'root', 'result', 'total', 'phase', 'bytes'].map(t => h('th', {}, t)))),
+      h('thead', {}, h('tr', {}, ['started', 'pool', 'root', 'result', 'total', 'end', 'gone', 'phase', 'bytes'].map(t => h('th', {}, t)))),
       h('tbody', {}, [...boots].reverse().map(b => h('tr', { 'data-boot': b.id },
         h('th', {}, when(b.start)), h('td', {}, b.pool ?? '–'), h('td', {}, b.root ?? '–'), h('td', {}, b.result),
-        h('td', { 'data-testid': 'total' }, fmtS(b.duration_s)), h('td', {}, b.current_phase),
+        h('td', { 'data-testid': 'total' }, fmtS(b.duration_s)), h('td', { 'data-testid': 'end' }, endOf(b)),
+        h('td', { 'data-testid': 'gone' }, b.gone ? `${b.gone.replaceAll('_', ' ')} at ${fmtS(b.gone_at - b.start)}` : '–'),
+        h('td', {}, b.current_phase),
         h('td', {}, Object.entries(b.bytes).map(([p, n]) => `${p} ${fmtBytes(n)}`).join(', '))))))),
     consoleBox);
   const draw = () => {

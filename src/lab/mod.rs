@@ -3,7 +3,9 @@
 //!
 //! The lab process enters its own network namespace before anything else (see `net`), makes a
 //! bridge with the server's address and a tap per client, runs `bootpool serve` on the config,
-//! powers every client on at once, waits (bounded) for each to report booted and power off,
+//! powers every client on at once, waits (bounded) for each console to say it booted (the
+//! demo's done line, a stock image's login prompt) or failed, waits (bounded) for the record
+//! to say how each boot ended (an inferred end needs its root quiet for `end::QUIET_S`),
 //! then reads the boots from the daemon's API and tears everything down.
 
 pub mod net;
@@ -299,7 +301,9 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         }
         let mut running = 0;
         for (i, vm) in vms.iter_mut().enumerate() {
-            if vm.poll() {
+            // A client whose console said how its boot went is done, powered off or not (a
+            // stock image sits at its login prompt).
+            if vm.poll() && vm.console == Console::Running {
                 running += 1;
             }
             if !reported[i] && vm.console != Console::Running {
@@ -321,10 +325,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     for vm in &mut vms {
         vm.kill();
     }
-    // The booted call precedes the done line; give the journal writer a moment.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let boots: Vec<BootView> = serde_json::from_str(&http_get(api, "/api/v1/boots").await?)
-        .context("reading /api/v1/boots")?;
+    let boots = settled_boots(api, &vms, wave_start).await?;
     drop(daemon);
     for helper in [radvd.as_mut(), dhcp_peer.as_mut()].into_iter().flatten() {
         let _ = helper.kill();
@@ -371,6 +372,37 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The daemon's boots, once every client that booted by its console has a boot the record
+/// no longer shows `running` (an inferred end comes `QUIET_S` after the root's last read),
+/// or `QUIET_S` plus 15 s have passed.
+async fn settled_boots(
+    api: std::net::SocketAddr,
+    vms: &[Vm],
+    wave_start: f64,
+) -> anyhow::Result<Vec<BootView>> {
+    // The booted call precedes the done line; give the journal writer a moment.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let deadline = Instant::now() + Duration::from_secs(crate::record::end::QUIET_S as u64 + 15);
+    loop {
+        let boots: Vec<BootView> = serde_json::from_str(&http_get(api, "/api/v1/boots").await?)
+            .context("reading /api/v1/boots")?;
+        let waiting = vms
+            .iter()
+            .filter(|vm| matches!(vm.console, Console::Booted(_)))
+            .any(|vm| {
+                let mac = vm.mac.to_string();
+                boots
+                    .iter()
+                    .rfind(|b| b.mac == mac && b.start >= wave_start - 1.0)
+                    .is_none_or(|b| b.result == "running")
+            });
+        if !waiting || Instant::now() > deadline {
+            return Ok(boots);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Starts `bootpool serve` on `config`, its output appended to the run's log, and waits until

@@ -18,6 +18,8 @@ pub fn render(outcomes: &[Outcome]) -> String {
         "recorded_s",
     ];
     head.extend(PHASES);
+    head.push("inferred_s");
+    head.push("end");
     head.push("MB");
     head.push("pool");
     let mut rows = vec![head.iter().map(|s| s.to_string()).collect::<Vec<_>>()];
@@ -54,6 +56,18 @@ pub fn render(outcomes: &[Outcome]) -> String {
                 .map(|p| format!("{:.1}", p.seconds));
             row.push(s.unwrap_or_else(|| "-".into()));
         }
+        row.push(
+            boot.and_then(|b| b.inferred_s)
+                .map(|d| format!("{d:.1}"))
+                .unwrap_or_else(|| "-".into()),
+        );
+        row.push(
+            match boot.map(|b| (b.end.as_deref(), b.evidence.as_deref())) {
+                Some((Some("inferred"), Some(e))) => format!("inferred:{e}"),
+                Some((Some(end), _)) => end.to_string(),
+                _ => "-".into(),
+            },
+        );
         let bytes = boot.map(BootView::total_bytes).unwrap_or(0);
         row.push(format!("{:.1}", bytes as f64 / 1e6));
         row.push(o.pool.clone());

@@ -55,7 +55,8 @@ pub const OVMF: &str = "/usr/share/ovmf/OVMF.fd";
 #[derive(Debug, Clone, PartialEq)]
 pub enum Console {
     Running,
-    /// The demo root printed its done line this long after power-on.
+    /// The demo root printed its done line, or a stock image's getty its login prompt, this
+    /// long after power-on.
     Booted(Duration),
     /// The initrd said it failed.
     Failed(String),
@@ -63,6 +64,9 @@ pub enum Console {
 
 pub const MEMORY_MIB: u32 = 320;
 const DONE_LINE: &str = "bootpool-demo: booted";
+/// What agetty prints on the serial line of a stock image that reached its getty
+/// (`HOSTNAME login: `).
+const LOGIN_PROMPT: &str = " login: ";
 const FAIL_MARK: &str = "bootpool-initrd: FAILED:";
 /// What iPXE (in a NIC ROM) or the firmware's own PXE client prints as it starts DHCP: the
 /// end of the firmware's own time.
@@ -288,7 +292,7 @@ fn watch_console(
         if m.dhcp.is_none() && DHCP_MARKS.iter().any(|mark| fresh.contains(mark)) {
             m.dhcp = Some(now);
         }
-        if m.done.is_none() && fresh.contains(DONE_LINE) {
+        if m.done.is_none() && (fresh.contains(DONE_LINE) || fresh.contains(LOGIN_PROMPT)) {
             m.done = Some(now);
         }
         if m.failed.is_none()

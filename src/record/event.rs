@@ -57,6 +57,18 @@ pub enum Outcome {
     TimedOut,
 }
 
+/// How a root connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Detach {
+    /// The client said it was done (NBD_CMD_DISC).
+    Disconnect,
+    /// The client closed the connection (FIN) without saying so.
+    Closed,
+    /// The connection was reset (RST).
+    Reset,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Kind {
@@ -91,6 +103,8 @@ pub enum Kind {
     RootAttach { proto: Proto, export: String },
     /// Root filesystem payload sent to the client since its last RootRead event.
     RootRead { proto: Proto, bytes: u64 },
+    /// A root connection of the client ended (NBD always; NFS only when reset).
+    RootDetach { proto: Proto, how: Detach },
     /// The client reported that it is up (`POST /api/v1/booted`).
     /// `root_bytes`: what the client says its root read over the network (its kernel's count).
     Booted {
@@ -116,6 +130,7 @@ impl Kind {
             Kind::File { .. } => "file",
             Kind::RootAttach { .. } => "root_attach",
             Kind::RootRead { .. } => "root_read",
+            Kind::RootDetach { .. } => "root_detach",
             Kind::Booted { .. } => "booted",
             Kind::Failed { .. } => "failed",
         }

@@ -11,6 +11,7 @@
 pub mod cause;
 pub mod console;
 pub mod egress;
+pub mod end;
 pub mod event;
 pub mod report;
 pub mod store;
@@ -276,6 +277,7 @@ async fn start_with(
             timelines.apply(&ev);
         })
         .await?;
+    timelines.settle(event::now_micros());
     if replayed > 0 {
         tracing::info!(
             events = replayed,
@@ -363,6 +365,7 @@ pub async fn load(server: &Server) -> anyhow::Result<Timelines> {
             }
         }
     }
+    timelines.settle(event::now_micros());
     Ok(timelines)
 }
 
@@ -421,7 +424,10 @@ impl Writer {
                         self.commit().await;
                     }
                 }
-                _ = flush.tick() => self.commit().await,
+                _ = flush.tick() => {
+                    self.settle();
+                    self.commit().await
+                }
                 _ = sweep.tick() => forget(&self.store, self.retention).await,
                 _ = shutdown.wait() => {
                     // Take what is already queued, then stop.
@@ -476,6 +482,20 @@ impl Writer {
         }
         // Nobody listening is fine: the stream is for dashboards that are open.
         for mac in touched {
+            if let Some(b) = t.current(mac) {
+                let _ = self.records.changes.send(view::BootView::of(b));
+            }
+        }
+    }
+
+    /// Infers the ends that time has brought (roots gone quiet), telling the live stream.
+    fn settle(&mut self) {
+        let mut t = self
+            .records
+            .timelines
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        for mac in t.settle(event::now_micros()) {
             if let Some(b) = t.current(mac) {
                 let _ = self.records.changes.send(view::BootView::of(b));
             }

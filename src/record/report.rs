@@ -119,6 +119,7 @@ fn waves_table(views: &[WaveView], sep: &str) -> String {
             "start",
             "clients",
             "booted",
+            "inferred",
             "failed",
             "timed_out",
             "running",
@@ -138,6 +139,7 @@ fn waves_table(views: &[WaveView], sep: &str) -> String {
             format!("{:.0}", w.start),
             s.clients.to_string(),
             s.booted.to_string(),
+            s.inferred.to_string(),
             s.failed.to_string(),
             s.timed_out.to_string(),
             s.running.to_string(),
@@ -155,12 +157,24 @@ fn boot_row(b: &BootView) -> Vec<String> {
         b.mac.clone(),
         b.ip.map(|i| i.to_string()).unwrap_or_default(),
         b.result.clone(),
+        end_cell(b),
         secs(b.duration_s),
+        secs(b.inferred_s),
     ];
     row.extend(PHASES.iter().map(|p| secs(b.phase_s(p))));
     row.push(mb(b.total_bytes() as f64));
     row.push(b.stopped_in.clone().unwrap_or_else(|| "-".into()));
+    row.push(b.gone.clone().unwrap_or_else(|| "-".into()));
     row
+}
+
+/// Who said the boot was up: `reported`, `inferred:EVIDENCE`, or `-`.
+fn end_cell(b: &BootView) -> String {
+    match (b.end.as_deref(), b.evidence.as_deref()) {
+        (Some("inferred"), Some(e)) => format!("inferred:{e}"),
+        (Some(end), _) => end.to_string(),
+        (None, _) => "-".into(),
+    }
 }
 
 fn wave_report(w: &WaveView, format: Format) -> anyhow::Result<String> {
@@ -168,10 +182,13 @@ fn wave_report(w: &WaveView, format: Format) -> anyhow::Result<String> {
         return Ok(serde_json::to_string_pretty(w)?);
     }
     let sep = if format == Format::Csv { "," } else { "  " };
-    let mut head: Vec<String> = ["mac", "ip", "result", "boot_s"].map(String::from).to_vec();
+    let mut head: Vec<String> = ["mac", "ip", "result", "end", "boot_s", "inferred_s"]
+        .map(String::from)
+        .to_vec();
     head.extend(PHASES.iter().map(|p| format!("{p}_s")));
     head.push("MB".into());
     head.push("stopped_in".into());
+    head.push("gone".into());
     let mut rows = vec![head];
     rows.extend(w.boots.iter().map(boot_row));
     let mut out = layout(&rows, sep);
@@ -189,11 +206,12 @@ fn wave_report(w: &WaveView, format: Format) -> anyhow::Result<String> {
         let s = &w.summary;
         let _ = writeln!(
             out,
-            "\nwave {} of pool {}: {} of {} clients booted, {} failed, {} timed out, {} running; boot time median {} s, p95 {} s, max {} s; {} MB per client",
+            "\nwave {} of pool {}: {} of {} clients booted ({} by inference), {} failed, {} timed out, {} running; boot time median {} s, p95 {} s, max {} s; {} MB per client",
             w.id,
             w.pool,
             s.booted,
             s.clients,
+            s.inferred,
             s.failed,
             s.timed_out,
             s.running,
@@ -268,6 +286,11 @@ fn compare_table(a: &WaveView, b: &WaveView, sep: &str) -> String {
         "booted".into(),
         a.summary.booted.to_string(),
         b.summary.booted.to_string(),
+    ]);
+    rows.push(vec![
+        "inferred".into(),
+        a.summary.inferred.to_string(),
+        b.summary.inferred.to_string(),
     ]);
     rows.push(vec![
         "failed".into(),

@@ -3,10 +3,11 @@
 //! A boot is marked by milestones; each phase runs from the previous milestone to its own:
 //! `dhcp` (first DISCOVER to ACK), `loader` (TFTP of the NBP), `ipxe` (to the script fetch),
 //! `kernel` (to the last of kernel and initrd), `initrd` (to the root attach), `root` (to the
-//! client's booted call). Phases a boot skipped (the qemu ROM is iPXE already: no loader) are
-//! simply absent.
+//! boot's end: the client's booted call, else the end bootpool inferred, `end.rs`). Phases a
+//! boot skipped (the qemu ROM is iPXE already: no loader) are simply absent.
 
 use super::console::Console;
+use super::end::{Evidence, Gone, GoneEvidence, Inferred, RootReads};
 use super::event::{Event, FileKind, Kind, Micros, Outcome, Proto};
 use crate::config::Mac;
 use serde::Serialize;
@@ -18,6 +19,16 @@ use std::sync::Arc;
 const RESTART_SILENCE_US: Micros = 300 * 1_000_000;
 
 pub const PHASES: [&str; 6] = ["dhcp", "loader", "ipxe", "kernel", "initrd", "root"];
+
+/// Who said a boot was up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum End {
+    /// The client's own `POST /api/v1/booted`.
+    Reported,
+    /// bootpool, from what it saw (`Boot::inferred` says how).
+    Inferred,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -84,7 +95,12 @@ pub struct Boot {
     /// that a copy of the boot for the API costs no copy of the lines.
     #[serde(skip)]
     pub console: Arc<Console>,
+    /// The end bootpool inferred on its own side, kept beside a reported one.
+    pub inferred: Option<Inferred>,
+    /// When and why its client was seen to go (powered off, restarted).
+    pub gone: Option<Gone>,
     marks: Marks,
+    reads: RootReads,
 }
 
 impl Boot {
@@ -104,13 +120,63 @@ impl Boot {
             client_root_bytes: None,
             failure: None,
             console: Arc::default(),
+            inferred: None,
+            gone: None,
             marks: Marks::default(),
+            reads: RootReads::default(),
         }
     }
 
-    /// Seconds from the first DISCOVER to the booted call.
+    /// When the boot was up and who said so: the client's booted call wins over an inferred
+    /// end, even a later one. A failed boot has no end.
+    pub fn end(&self) -> Option<(Micros, End)> {
+        if self.result == BootResult::Failed {
+            return None;
+        }
+        match (self.marks.booted, self.inferred) {
+            (Some(at), _) => Some((at, End::Reported)),
+            (None, Some(i)) => Some((i.at, End::Inferred)),
+            (None, None) => None,
+        }
+    }
+
+    /// Up, by the client's word or by inference (and not failed since).
+    pub fn is_up(&self) -> bool {
+        self.end().is_some()
+    }
+
+    /// Seconds from the first DISCOVER to the end (`end`).
     pub fn duration_s(&self) -> Option<f64> {
-        self.marks.booted.map(|b| (b - self.start) as f64 / 1e6)
+        self.end().map(|(at, _)| (at - self.start) as f64 / 1e6)
+    }
+
+    /// Seconds from the first DISCOVER to the inferred end, reported end or not.
+    pub fn inferred_s(&self) -> Option<f64> {
+        (self.result != BootResult::Failed)
+            .then_some(self.inferred?)
+            .map(|i| (i.at - self.start) as f64 / 1e6)
+    }
+
+    /// Infers the end from the root's reads if they have settled by `now`. Returns whether
+    /// it did. Nothing is inferred for a boot that failed or whose client went first.
+    fn settle(&mut self, now: Micros) -> bool {
+        if self.inferred.is_some() || self.gone.is_some() || self.result == BootResult::Failed {
+            return false;
+        }
+        let Some(at) = self.reads.settled(now) else {
+            return false;
+        };
+        self.inferred = Some(Inferred {
+            at,
+            evidence: Evidence::RootSettled,
+        });
+        true
+    }
+
+    fn infer(&mut self, at: Micros, evidence: Evidence) {
+        if self.inferred.is_none() && self.gone.is_none() && self.result != BootResult::Failed {
+            self.inferred = Some(Inferred { at, evidence });
+        }
     }
 
     /// The phases this boot has completed, contiguous and in order.
@@ -127,7 +193,7 @@ impl Boot {
             ("ipxe", m.script),
             ("kernel", kernel_end),
             ("initrd", m.attach),
-            ("root", m.booted),
+            ("root", self.end().map(|(at, _)| at)),
         ];
         let mut start = self.start;
         let mut out = Vec::new();
@@ -142,14 +208,22 @@ impl Boot {
         out
     }
 
-    /// The phase a running boot is in now: the one after the last milestone it reached.
+    /// The phase a running boot is in now: the one after the last milestone it reached
+    /// (`booted` once up).
     pub fn current_phase(&self) -> &'static str {
-        let m = &self.marks;
-        if self.result == BootResult::Booted {
+        if self.is_up() {
             "booted"
         } else if let Some(f) = &self.failure {
             f.phase
-        } else if m.attach.is_some() {
+        } else {
+            self.phase_reached()
+        }
+    }
+
+    /// The phase after the last milestone before the end.
+    fn phase_reached(&self) -> &'static str {
+        let m = &self.marks;
+        if m.attach.is_some() {
             "root"
         } else if m.kernel.is_some() && m.initrd.is_some() {
             "initrd"
@@ -237,6 +311,20 @@ impl Timelines {
         true
     }
 
+    /// Infers the end of every client's newest boot whose root has settled by `now`; returns
+    /// the clients whose boot changed. Called as time passes (the records' writer) and after
+    /// a replay: an event applied later settles its boot first, at the event's time, so a
+    /// replay infers what the live daemon did.
+    pub fn settle(&mut self, now: Micros) -> Vec<Mac> {
+        let mut changed = Vec::new();
+        for (mac, &i) in &self.current {
+            if self.boots[i].settle(now) {
+                changed.push(*mac);
+            }
+        }
+        changed
+    }
+
     /// Applies one event. Returns false if it could not be tied to a client.
     pub fn apply(&mut self, ev: &Event) -> bool {
         use super::event::Who;
@@ -247,6 +335,10 @@ impl Timelines {
                 None => return false,
             },
         };
+        // Time passed since this client's last event: its root may have settled meanwhile.
+        if let Some(&i) = self.current.get(&mac) {
+            self.boots[i].settle(ev.at);
+        }
         if let Kind::DhcpDiscover { pxe, .. } = ev.kind {
             let new_boot = match self.current.get(&mac) {
                 None => true,
@@ -260,6 +352,12 @@ impl Timelines {
                 }
             };
             if new_boot {
+                if let Some(&i) = self.current.get(&mac) {
+                    self.boots[i].gone.get_or_insert(Gone {
+                        at: ev.at,
+                        evidence: GoneEvidence::NewBoot,
+                    });
+                }
                 let id = self.boots.len() as u64 + 1;
                 self.boots.push(Boot::new(id, mac, ev.at));
                 self.current.insert(mac, self.boots.len() - 1);
@@ -274,6 +372,12 @@ impl Timelines {
         };
         let boot = &mut self.boots[i];
         boot.last_event = boot.last_event.max(ev.at);
+        // The booted system's own DHCP, after its root was attached.
+        if let Kind::DhcpDiscover { pxe: false, .. } | Kind::DhcpAck { pxe: false, .. } = ev.kind
+            && boot.marks.attach.is_some()
+        {
+            boot.infer(ev.at, Evidence::DhcpAfterRoot);
+        }
         let m = &mut boot.marks;
         match &ev.kind {
             Kind::DhcpDiscover { pool, .. } => {
@@ -322,9 +426,26 @@ impl Timelines {
             Kind::RootAttach { proto, .. } => {
                 m.attach.get_or_insert(ev.at);
                 boot.root = Some(*proto);
+                boot.reads.attach();
+                // Back again (an NBD client that reconnected): it had not gone after all.
+                if boot
+                    .gone
+                    .is_some_and(|g| g.evidence != GoneEvidence::NewBoot)
+                {
+                    boot.gone = None;
+                }
             }
             Kind::RootRead { proto, bytes } => {
                 *boot.bytes.entry(*proto).or_default() += bytes;
+                boot.reads.read(ev.at, *bytes);
+            }
+            Kind::RootDetach { proto, how } => {
+                if let Some(evidence) = GoneEvidence::of_detach(*proto, *how) {
+                    boot.gone.get_or_insert(Gone {
+                        at: ev.at,
+                        evidence,
+                    });
+                }
             }
             Kind::Booted {
                 uptime_s,
@@ -341,7 +462,7 @@ impl Timelines {
                 // The first failure is the cause; a booted boot stays booted.
                 if boot.result == BootResult::Running {
                     boot.failure = Some(Failure {
-                        phase: boot.current_phase(),
+                        phase: boot.phase_reached(),
                         reason: reason.clone(),
                         proto: *proto,
                         at: ev.at,
@@ -374,7 +495,8 @@ fn fail_from_console(boot: &mut Boot) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::event::Who;
+    use crate::record::end::QUIET_S;
+    use crate::record::event::{Detach, Who};
 
     fn ev(at: Micros, who: Who, kind: Kind) -> Event {
         Event { at, who, kind }
@@ -556,6 +678,249 @@ mod tests {
         t.apply(&ev(3_000_000, Who::Mac(mac), pxe));
         assert_eq!(t.boots().len(), 2);
         assert_eq!(t.boots()[1].result, BootResult::Running);
+    }
+
+    const S: Micros = 1_000_000;
+    const MIB: u64 = 1 << 20;
+
+    /// A boot of `mac` up to its root attach at 10 s (from 0 s), over `root`.
+    fn to_attach(t: &mut Timelines, mac: Mac, root: Proto) -> Ipv4Addr {
+        let ip = Ipv4Addr::new(10, 77, 0, mac.0[5]);
+        let file = |kind| Kind::File {
+            proto: Proto::Http,
+            kind,
+            path: "f".into(),
+            bytes: 10,
+            outcome: Outcome::Complete,
+        };
+        let events = [
+            (
+                0,
+                Kind::DhcpDiscover {
+                    pool: None,
+                    pxe: true,
+                    ipxe: true,
+                },
+            ),
+            (
+                1,
+                Kind::DhcpAck {
+                    ip,
+                    pxe: true,
+                    ipxe: true,
+                    pool: "room".into(),
+                    link: None,
+                },
+            ),
+            (2, file(FileKind::Script)),
+            (3, file(FileKind::Kernel)),
+            (4, file(FileKind::Initrd)),
+            (
+                10,
+                Kind::RootAttach {
+                    proto: root,
+                    export: "stock".into(),
+                },
+            ),
+        ];
+        for (at, kind) in events {
+            t.apply(&ev(at * S, Who::Mac(mac), kind));
+        }
+        ip
+    }
+
+    fn read(t: &mut Timelines, ip: Ipv4Addr, at: Micros, proto: Proto, bytes: u64) {
+        t.apply(&ev(at, Who::Ip(ip), Kind::RootRead { proto, bytes }));
+    }
+
+    fn result(t: &Timelines, now: Micros) -> &'static str {
+        crate::record::view::result_at(&t.boots()[t.boots().len() - 1], now)
+    }
+
+    #[test]
+    fn a_root_that_goes_quiet_ends_the_boot_at_its_last_read() {
+        let mac = Mac([0x52, 0x54, 0, 0x77, 0, 0x21]);
+        let mut t = Timelines::default();
+        let ip = to_attach(&mut t, mac, Proto::Nfs);
+        for s in 11..=40 {
+            read(&mut t, ip, s * S, Proto::Nfs, MIB);
+        }
+        // Still reading, then quiet but not for long enough.
+        assert_eq!(result(&t, 41 * S), "running");
+        assert!(t.settle(40 * S + QUIET_S * S).is_empty());
+        assert_eq!(t.settle(41 * S + QUIET_S * S), [mac]);
+        let b = &t.boots()[0];
+        assert_eq!(result(&t, 41 * S + QUIET_S * S), "booted");
+        assert_eq!(b.end(), Some((40 * S, End::Inferred)));
+        assert_eq!(b.inferred.unwrap().evidence, Evidence::RootSettled);
+        assert_eq!((b.duration_s(), b.inferred_s()), (Some(40.0), Some(40.0)));
+        assert_eq!(b.current_phase(), "booted");
+        let root = b.phases().pop().unwrap();
+        assert_eq!((root.name, root.start, root.end), ("root", 10 * S, 40 * S));
+        // Settled once: reading again later moves nothing.
+        read(&mut t, ip, 200 * S, Proto::Nfs, 10 * MIB);
+        assert!(t.settle(400 * S).is_empty());
+        assert_eq!(t.boots()[0].end(), Some((40 * S, End::Inferred)));
+        // The client's booted call, later, wins; the inferred end is kept beside it.
+        t.apply(&ev(
+            201 * S,
+            Who::Ip(ip),
+            Kind::Booted {
+                uptime_s: None,
+                root_bytes: None,
+            },
+        ));
+        let b = &t.boots()[0];
+        assert_eq!(b.end(), Some((201 * S, End::Reported)));
+        assert_eq!((b.duration_s(), b.inferred_s()), (Some(201.0), Some(40.0)));
+    }
+
+    /// An event after the quiet settles the boot first, at the event's time: a replay, which
+    /// has no clock ticking between events, infers the same end as the live daemon.
+    #[test]
+    fn a_replay_infers_what_the_live_record_did() {
+        let mac = Mac([0x52, 0x54, 0, 0x77, 0, 0x22]);
+        let run = |ticking: bool| {
+            let mut t = Timelines::default();
+            let ip = to_attach(&mut t, mac, Proto::Nbd);
+            read(&mut t, ip, 12 * S, Proto::Nbd, 8 * MIB);
+            if ticking {
+                t.settle(60 * S);
+            }
+            read(&mut t, ip, 100 * S, Proto::Nbd, 8 * MIB);
+            t
+        };
+        let (live, replay) = (run(true), run(false));
+        assert_eq!(live.boots()[0].end(), Some((12 * S, End::Inferred)));
+        assert_eq!(replay.boots()[0].end(), live.boots()[0].end());
+    }
+
+    #[test]
+    fn too_little_read_a_failure_or_a_client_gone_first_infers_nothing() {
+        let quiet_after = |s: i64| s * S + QUIET_S * S + 1;
+        // A mount and a superblock, then nothing: not a booted system.
+        let mut t = Timelines::default();
+        let ip = to_attach(&mut t, Mac([0x52, 0x54, 0, 0x77, 0, 0x23]), Proto::Nbd);
+        read(&mut t, ip, 11 * S, Proto::Nbd, MIB);
+        assert!(t.settle(quiet_after(11)).is_empty());
+        assert_eq!(result(&t, quiet_after(11)), "running");
+        // Failed: the failure stands.
+        let mut t = Timelines::default();
+        let ip = to_attach(&mut t, Mac([0x52, 0x54, 0, 0x77, 0, 0x24]), Proto::Nfs);
+        read(&mut t, ip, 11 * S, Proto::Nfs, 8 * MIB);
+        let failed = Kind::Failed {
+            proto: None,
+            reason: "kernel panic".into(),
+        };
+        t.apply(&ev(12 * S, Who::Ip(ip), failed.clone()));
+        assert!(t.settle(quiet_after(11)).is_empty());
+        assert_eq!(result(&t, quiet_after(11)), "failed");
+        // A failure after the inferred end makes the boot failed, in its root phase.
+        let mut t = Timelines::default();
+        let ip = to_attach(&mut t, Mac([0x52, 0x54, 0, 0x77, 0, 0x25]), Proto::Nfs);
+        read(&mut t, ip, 11 * S, Proto::Nfs, 8 * MIB);
+        t.settle(quiet_after(11));
+        t.apply(&ev(quiet_after(12), Who::Ip(ip), failed));
+        let b = &t.boots()[0];
+        assert_eq!(
+            (result(&t, quiet_after(12)), b.duration_s()),
+            ("failed", None)
+        );
+        assert_eq!(b.failure.as_ref().unwrap().phase, "root");
+        // Its NBD client disconnected before the quiet: gone, not up, and no longer running.
+        let mut t = Timelines::default();
+        let ip = to_attach(&mut t, Mac([0x52, 0x54, 0, 0x77, 0, 0x26]), Proto::Nbd);
+        read(&mut t, ip, 11 * S, Proto::Nbd, 8 * MIB);
+        let detach = |how| Kind::RootDetach {
+            proto: Proto::Nbd,
+            how,
+        };
+        t.apply(&ev(12 * S, Who::Ip(ip), detach(Detach::Disconnect)));
+        assert!(t.settle(quiet_after(11)).is_empty());
+        let b = &t.boots()[0];
+        assert_eq!(
+            b.gone,
+            Some(Gone {
+                at: 12 * S,
+                evidence: GoneEvidence::NbdDisconnect
+            })
+        );
+        assert_eq!(result(&t, 13 * S), "timed_out");
+        assert_eq!(b.current_phase(), "root");
+        // Attached again under the same boot (a reconnect): not gone after all.
+        t.apply(&ev(
+            14 * S,
+            Who::Ip(ip),
+            Kind::RootAttach {
+                proto: Proto::Nbd,
+                export: "stock".into(),
+            },
+        ));
+        assert_eq!(t.boots()[0].gone, None);
+        assert_eq!(result(&t, 15 * S), "running");
+    }
+
+    #[test]
+    fn a_client_up_then_restarted_is_gone_and_its_boot_stays_up() {
+        let mac = Mac([0x52, 0x54, 0, 0x77, 0, 0x27]);
+        let mut t = Timelines::default();
+        let ip = to_attach(&mut t, mac, Proto::Nfs);
+        read(&mut t, ip, 20 * S, Proto::Nfs, 8 * MIB);
+        // An NFS close is no evidence; a reset is.
+        let detach = |how| Kind::RootDetach {
+            proto: Proto::Nfs,
+            how,
+        };
+        t.apply(&ev(21 * S, Who::Ip(ip), detach(Detach::Closed)));
+        assert_eq!(t.boots()[0].gone, None);
+        // The firmware asks again 100 s later: the first boot settled (at 20 s), then went.
+        t.apply(&ev(
+            120 * S,
+            Who::Mac(mac),
+            Kind::DhcpDiscover {
+                pool: None,
+                pxe: true,
+                ipxe: false,
+            },
+        ));
+        assert_eq!(t.boots().len(), 2);
+        let first = &t.boots()[0];
+        assert_eq!(first.end(), Some((20 * S, End::Inferred)));
+        assert_eq!(
+            first.gone,
+            Some(Gone {
+                at: 120 * S,
+                evidence: GoneEvidence::NewBoot
+            })
+        );
+        assert_eq!(crate::record::view::result_at(first, 121 * S), "booted");
+        // A reset of the new boot's root, before it is up: gone with that evidence.
+        let ip = to_attach(&mut t, Mac([0x52, 0x54, 0, 0x77, 0, 0x28]), Proto::Nfs);
+        t.apply(&ev(30 * S, Who::Ip(ip), detach(Detach::Reset)));
+        let b = &t.boots()[t.boots().len() - 1];
+        assert_eq!(b.gone.map(|g| g.evidence), Some(GoneEvidence::NfsReset));
+    }
+
+    #[test]
+    fn the_booted_systems_own_dhcp_after_the_root_ends_the_boot() {
+        let mac = Mac([0x52, 0x54, 0, 0x77, 0, 0x29]);
+        let mut t = Timelines::default();
+        let ip = to_attach(&mut t, mac, Proto::Nfs);
+        read(&mut t, ip, 20 * S, Proto::Nfs, MIB);
+        t.apply(&ev(
+            25 * S,
+            Who::Mac(mac),
+            Kind::DhcpDiscover {
+                pool: None,
+                pxe: false,
+                ipxe: false,
+            },
+        ));
+        assert_eq!(t.boots().len(), 1);
+        let b = &t.boots()[0];
+        assert_eq!(b.end(), Some((25 * S, End::Inferred)));
+        assert_eq!(b.inferred.unwrap().evidence, Evidence::DhcpAfterRoot);
+        assert_eq!(result(&t, 26 * S), "booted");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! docs/api.md.
 
 use super::event::{Micros, Proto};
-use super::timeline::{Boot, BootResult, PHASES};
+use super::timeline::{Boot, BootResult, End, PHASES};
 use super::wave::{Summary, Wave};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -19,8 +19,27 @@ pub struct BootView {
     #[serde(default)]
     pub link: Option<Ipv4Addr>,
     pub root: Option<Proto>,
-    /// `running`, `booted`, `failed`, or `timed_out` (running, but silent for `SILENCE_S`).
+    /// `running`, `booted` (reported or inferred up: `end` says which), `failed`, or
+    /// `timed_out` (running, but silent for `SILENCE_S`, or gone before it was up).
     pub result: String,
+    /// For a booted boot, who said so: `reported` (the client's booted call) or `inferred`.
+    #[serde(default)]
+    pub end: Option<String>,
+    /// The evidence of the inferred end, kept when a reported end came too: `root_settled`
+    /// or `dhcp_after_root`.
+    #[serde(default)]
+    pub evidence: Option<String>,
+    /// First DISCOVER to the inferred end (beside `duration_s`, which is to the reported end
+    /// when there is one).
+    #[serde(default)]
+    pub inferred_s: Option<f64>,
+    /// Why bootpool believes the client went away (powered off, restarted): `new_boot`,
+    /// `nbd_disconnect`, `nbd_closed`, `nbd_reset` or `nfs_reset`.
+    #[serde(default)]
+    pub gone: Option<String>,
+    /// Unix seconds of that.
+    #[serde(default)]
+    pub gone_at: Option<f64>,
     /// For a timed-out or failed boot, the phase it stopped in.
     pub stopped_in: Option<String>,
     /// For a failed boot, why: what the server refused or lacked, or what the client said.
@@ -35,7 +54,7 @@ pub struct BootView {
     pub console_lines: u64,
     /// Unix seconds of the first DHCP DISCOVER.
     pub start: f64,
-    /// First DISCOVER to the booted call.
+    /// First DISCOVER to the end: the booted call, else the inferred end.
     pub duration_s: Option<f64>,
     /// The client's own uptime when it reported up (includes firmware time before DHCP).
     pub uptime_s: Option<f64>,
@@ -61,13 +80,15 @@ pub struct PhaseView {
 /// is far beyond any phase of a healthy boot, even 40 clients at once under emulation.
 pub const SILENCE_S: f64 = 300.0;
 
-/// How a boot stands at `now`, as the API names it: `booted`, `failed`, `running`, or
-/// `timed_out` (running, but silent for `SILENCE_S`). The one answer for the boots, the wave
-/// summaries and /metrics.
+/// How a boot stands at `now`, as the API names it: `booted` (reported or inferred),
+/// `failed`, `running`, or `timed_out` (running, but silent for `SILENCE_S`, or its client
+/// gone before it was up). The one answer for the boots, the wave summaries and /metrics.
 pub fn result_at(b: &Boot, now: Micros) -> &'static str {
     match b.result {
         BootResult::Booted => "booted",
         BootResult::Failed => "failed",
+        BootResult::Running if b.is_up() => "booted",
+        BootResult::Running if b.gone.is_some() => "timed_out",
         BootResult::Running if (now - b.last_event) as f64 / 1e6 > SILENCE_S => "timed_out",
         BootResult::Running => "running",
     }
@@ -90,6 +111,20 @@ impl BootView {
             link: b.link,
             root: b.root,
             result: result.into(),
+            end: b.end().map(|(_, end)| {
+                match end {
+                    End::Reported => "reported",
+                    End::Inferred => "inferred",
+                }
+                .to_string()
+            }),
+            evidence: b
+                .inferred
+                .filter(|_| b.inferred_s().is_some())
+                .map(|i| i.evidence.name().to_string()),
+            inferred_s: b.inferred_s(),
+            gone: b.gone.map(|g| g.evidence.name().to_string()),
+            gone_at: b.gone.map(|g| g.at as f64 / 1e6),
             stopped_in: (timed_out || b.result == BootResult::Failed)
                 .then(|| b.current_phase().to_string()),
             failure: b.failure.as_ref().map(|f| match f.proto {
@@ -157,6 +192,9 @@ pub struct WaveView {
 pub struct SummaryView {
     pub clients: usize,
     pub booted: usize,
+    /// Of the booted, those up by inference only.
+    #[serde(default)]
+    pub inferred: usize,
     pub running: usize,
     #[serde(default)]
     pub failed: usize,
@@ -174,6 +212,7 @@ impl From<&Summary> for SummaryView {
         SummaryView {
             clients: s.clients,
             booted: s.booted,
+            inferred: s.inferred,
             running: s.running,
             failed: s.failed,
             timed_out: s.timed_out,

@@ -36,10 +36,13 @@ pub struct Summary {
     /// Each boot counted once, by its result at the time the summary was made (as the API
     /// shows each boot): `booted + running + failed + timed_out == clients`.
     pub booted: usize,
+    /// Of the booted, those whose end bootpool inferred (no booted call from the client).
+    pub inferred: usize,
     pub running: usize,
     pub failed: usize,
     pub timed_out: usize,
-    /// Boot time (first DISCOVER to booted call) over the booted clients, seconds.
+    /// Boot time (first DISCOVER to the end, reported or inferred) over the booted clients,
+    /// seconds.
     pub median_s: Option<f64>,
     pub p95_s: Option<f64>,
     pub max_s: Option<f64>,
@@ -167,6 +170,14 @@ pub fn summarize(boots: &[&Boot], now: Micros) -> Summary {
     Summary {
         clients: boots.len(),
         booted: count("booted"),
+        inferred: boots
+            .iter()
+            .filter(|b| {
+                result_at(b, now) == "booted"
+                    && b.end()
+                        .is_some_and(|(_, e)| e == super::timeline::End::Inferred)
+            })
+            .count(),
         running: count("running"),
         failed: count("failed"),
         timed_out: count("timed_out"),

@@ -21,7 +21,7 @@ use crate::export::mapping::{MappedRange, Mapping};
 use crate::proto::nbd::{
     self as p, ClientFlags, Malformed, OptRequest, OptionHeader, Request, Verdict,
 };
-use crate::record::event::{Micros, now_micros};
+use crate::record::event::{Detach, Micros, now_micros};
 use crate::record::{Kind, Proto, Recorder, Records, Service, Who};
 use crate::service::identity::Identity;
 use crate::service::overlays::{Lease, Overlays};
@@ -649,6 +649,22 @@ impl Conn {
         }
         let cow = attached.cow.is_some();
         let (requests, bytes, end) = self.transmit(stream, attached).await;
+        // How the client left, for the record (a powered-off or restarted client is gone).
+        let how = match end {
+            "disconnect" => Some(Detach::Disconnect),
+            "client closed" => Some(Detach::Closed),
+            "client reset" => Some(Detach::Reset),
+            _ => None,
+        };
+        if let (Some(how), Some(who)) = (how, self.who()) {
+            self.recorder.record(
+                who,
+                Kind::RootDetach {
+                    proto: Proto::Nbd,
+                    how,
+                },
+            );
+        }
         tracing::info!(
             peer = %self.peer, %export, cow, requests, bytes, secs = started.elapsed().as_secs_f64(),
             end, "nbd connection closed"
@@ -907,10 +923,10 @@ impl Conn {
             };
             self.activity.touch();
             if let Err(e) = r {
-                break if e.kind() == io::ErrorKind::UnexpectedEof {
-                    "client closed"
-                } else {
-                    "read failed"
+                break match e.kind() {
+                    io::ErrorKind::UnexpectedEof => "client closed",
+                    io::ErrorKind::ConnectionReset => "client reset",
+                    _ => "read failed",
                 };
             }
             let req = match Request::decode(&h) {

@@ -28,7 +28,7 @@ use crate::config::{Config, RootProto, Store};
 use crate::export::tree::{self, MappedRead, Status, Tree, TreeHandle, status};
 use crate::proto::nfs3::{self, Cred, Mount, Nfs, Refusal, Writer};
 use crate::proto::portmap;
-use crate::record::event::{Micros, now_micros};
+use crate::record::event::{Detach, Micros, now_micros};
 use crate::record::{Kind, Proto, Recorder, Service, Who};
 use crate::service::page_buf::PageBuf;
 use crate::service::quick_read::QuickRead;
@@ -310,10 +310,24 @@ impl Conn {
                     self.big = None;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                    break 'conn "client reset";
+                }
                 Err(_) => break 'conn "client closed",
             }
         };
         self.flush_reads(true);
+        // A reset says the client is gone (it restarted, or its kernel dropped the root); a
+        // close does not: the kernel closes idle connections, nfsmount its MOUNT connection.
+        if why == "client reset" && (self.mounts > 0 || self.total > 0) {
+            self.recorder.record(
+                Who::Ip(self.ip),
+                Kind::RootDetach {
+                    proto: Proto::Nfs,
+                    how: Detach::Reset,
+                },
+            );
+        }
         tracing::info!(
             client = %self.peer, why, mounts = self.mounts, read_bytes = self.total,
             secs = started.elapsed().as_secs(), "nfs connection ended"
