@@ -59,13 +59,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [ -n "$BIN" ]; then
-  cp "$BIN" "$W/bootpool"
-else
-  echo "building bootpool --release" >&2
-  (cd "$REPO" && CARGO_TARGET_DIR=/work/target-bench cargo build --release -q)
-  cp /work/target-bench/release/bootpool "$W/bootpool"
-fi
+. "$REPO/bench/common.sh"
+bootpool_binary "$W/bootpool" "$BIN"
 [ -n "$BEFORE" ] && cp "$BEFORE" "$W/before"
 
 # Subnet 10.79.0.0/16 everywhere; the range holds 65,023 addresses.

@@ -58,13 +58,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [ -n "$BIN" ]; then
-  cp "$BIN" "$W/bootpool"
-else
-  echo "building bootpool --release" >&2
-  (cd "$REPO" && CARGO_TARGET_DIR=/work/target-bench cargo build --release -q)
-  cp /work/target-bench/release/bootpool "$W/bootpool"
-fi
+. "$REPO/bench/common.sh"
+bootpool_binary "$W/bootpool" "$BIN"
 [ -z "$BEFORE" ] || cp "$BEFORE" "$W/before"
 
 if [ ! -x "$W/atftpd/usr/sbin/atftpd" ]; then
