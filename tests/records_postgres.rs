@@ -308,7 +308,7 @@ fn records_in_postgres_survive_kill_9_and_follow_the_retention() {
     );
     assert!(ok, "{err}");
     assert!(
-        csv.contains("52:54:00:77:00:12,127.0.0.1,running,-,1.0"),
+        csv.contains("52:54:00:77:00:12,127.0.0.1,running,-,-,-,1.0"),
         "{csv}"
     );
 

@@ -492,6 +492,68 @@ fn fail_from_console(boot: &mut Boot) {
     boot.result = BootResult::Failed;
 }
 
+/// Test support: a boot of `mac` in `pool` from `start_s`: DHCP (0-1 s), script, kernel and
+/// initrd over HTTP (2-4 s), then its root attach `attach_s` after the start; returns the
+/// address its ACK gave (10.77.0.X, X the MAC's last byte).
+#[cfg(test)]
+pub(crate) fn boot_to_attach(
+    t: &mut Timelines,
+    mac: Mac,
+    pool: &str,
+    root: Proto,
+    start_s: i64,
+    attach_s: i64,
+) -> Ipv4Addr {
+    use super::event::Who;
+    let ip = Ipv4Addr::new(10, 77, 0, mac.0[5]);
+    let file = |kind| Kind::File {
+        proto: Proto::Http,
+        kind,
+        path: "f".into(),
+        bytes: 10,
+        outcome: Outcome::Complete,
+    };
+    let (pxe, ipxe) = (true, true);
+    let events = [
+        (
+            0,
+            Kind::DhcpDiscover {
+                pool: None,
+                pxe,
+                ipxe,
+            },
+        ),
+        (
+            1,
+            Kind::DhcpAck {
+                ip,
+                pxe,
+                ipxe,
+                pool: pool.into(),
+                link: None,
+            },
+        ),
+        (2, file(FileKind::Script)),
+        (3, file(FileKind::Kernel)),
+        (4, file(FileKind::Initrd)),
+        (
+            attach_s,
+            Kind::RootAttach {
+                proto: root,
+                export: "/x".into(),
+            },
+        ),
+    ];
+    for (s, kind) in events {
+        t.apply(&Event {
+            at: (start_s + s) * 1_000_000,
+            who: Who::Mac(mac),
+            kind,
+        });
+    }
+    ip
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -685,48 +747,7 @@ mod tests {
 
     /// A boot of `mac` up to its root attach at 10 s (from 0 s), over `root`.
     fn to_attach(t: &mut Timelines, mac: Mac, root: Proto) -> Ipv4Addr {
-        let ip = Ipv4Addr::new(10, 77, 0, mac.0[5]);
-        let file = |kind| Kind::File {
-            proto: Proto::Http,
-            kind,
-            path: "f".into(),
-            bytes: 10,
-            outcome: Outcome::Complete,
-        };
-        let events = [
-            (
-                0,
-                Kind::DhcpDiscover {
-                    pool: None,
-                    pxe: true,
-                    ipxe: true,
-                },
-            ),
-            (
-                1,
-                Kind::DhcpAck {
-                    ip,
-                    pxe: true,
-                    ipxe: true,
-                    pool: "room".into(),
-                    link: None,
-                },
-            ),
-            (2, file(FileKind::Script)),
-            (3, file(FileKind::Kernel)),
-            (4, file(FileKind::Initrd)),
-            (
-                10,
-                Kind::RootAttach {
-                    proto: root,
-                    export: "stock".into(),
-                },
-            ),
-        ];
-        for (at, kind) in events {
-            t.apply(&ev(at * S, Who::Mac(mac), kind));
-        }
-        ip
+        boot_to_attach(t, mac, "room", root, 0, 10)
     }
 
     fn read(t: &mut Timelines, ip: Ipv4Addr, at: Micros, proto: Proto, bytes: u64) {

@@ -429,52 +429,7 @@ mod tests {
         attach_s: i64,
     ) {
         let mac = Mac([0x52, 0x54, 0, 0x77, 0, mac]);
-        let ip = std::net::Ipv4Addr::new(10, 77, 0, mac.0[5]);
-        let at = |s: i64| (start_s + s) * 1_000_000;
-        let file = |kind| Kind::File {
-            proto: Proto::Http,
-            kind,
-            path: "f".into(),
-            bytes: 10,
-            outcome: Outcome::Complete,
-        };
-        let events = [
-            (
-                0,
-                Kind::DhcpDiscover {
-                    pool: None,
-                    pxe: true,
-                    ipxe: true,
-                },
-            ),
-            (
-                1,
-                Kind::DhcpAck {
-                    ip,
-                    pxe: true,
-                    ipxe: true,
-                    pool: pool.into(),
-                    link: None,
-                },
-            ),
-            (2, file(FileKind::Script)),
-            (3, file(FileKind::Kernel)),
-            (4, file(FileKind::Initrd)),
-            (
-                attach_s,
-                Kind::RootAttach {
-                    proto: root,
-                    export: "/x".into(),
-                },
-            ),
-        ];
-        for (s, kind) in events {
-            t.apply(&Event {
-                at: at(s),
-                who: Who::Mac(mac),
-                kind,
-            });
-        }
+        crate::record::timeline::boot_to_attach(t, mac, pool, root, start_s, attach_s);
     }
 
     #[test]
