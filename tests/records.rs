@@ -130,11 +130,18 @@ async fn get_json(base: &str, path: &str) -> serde_json::Value {
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
 }
 
-#[tokio::test]
-async fn api_stream_metrics_and_report_show_the_recorded_waves() {
+/// A fixture whose state folder holds `journal` as a legacy event journal, which the daemon
+/// imports into its store at start.
+fn with_journal(journal: String) -> Fixture {
     let fx = Fixture::new();
     std::fs::create_dir_all(fx.path().join("var")).unwrap();
-    std::fs::write(fx.path().join("var/events.jsonl"), journal()).unwrap();
+    std::fs::write(fx.path().join("var/events.jsonl"), journal).unwrap();
+    fx
+}
+
+#[tokio::test]
+async fn api_stream_metrics_and_report_show_the_recorded_waves() {
+    let fx = with_journal(journal());
     fx.write_config(&keep_forever(&fx));
     let daemon = fx.start().await;
     let base = format!("http://{}", daemon.bound.http);
@@ -473,10 +480,8 @@ fn egress_agrees_with_the_kernel_counters_of_a_real_link() {
 
 #[test]
 fn a_daemon_killed_with_9_comes_back_with_its_records() {
-    let fx = Fixture::new();
-    std::fs::create_dir_all(fx.path().join("var")).unwrap();
     // 127.0.0.1 is leased to a client of nbd-room, so what it fetches is tied to its boot.
-    std::fs::write(fx.path().join("var/events.jsonl"), journal()).unwrap();
+    let fx = with_journal(journal());
     let text = keep_forever(&fx).replace("http: 127.0.0.1:0", "http: 127.0.0.1:18081");
     fx.write_config(&text);
     let start = || {
@@ -624,9 +629,7 @@ async fn boot_until(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_boots_say_where_and_why_in_the_api_metrics_and_report() {
-    let fx = Fixture::new();
-    std::fs::create_dir_all(fx.path().join("var")).unwrap();
-    std::fs::write(fx.path().join("var/events.jsonl"), journal()).unwrap();
+    let fx = with_journal(journal());
     // No lease holds 127.0.0.1 yet: on a loopback server the recorder's own view of the
     // address (the journal's last ACK) says who reports.
     fx.write_config(&keep_forever(&fx).replace("  address: 127.0.0.1\n", "  address: 127.0.0.2\n"));
@@ -803,9 +806,7 @@ fn sample(metrics: &str, series: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_requests_malformed_and_refused_per_service_after_real_traffic() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let fx = Fixture::new();
-    std::fs::create_dir_all(fx.path().join("var")).unwrap();
-    std::fs::write(fx.path().join("var/events.jsonl"), journal()).unwrap();
+    let fx = with_journal(journal());
     fx.write_config(&keep_forever(&fx));
     let daemon = fx.start().await;
     let bound = daemon.bound;
@@ -1031,9 +1032,7 @@ fn stock_journal() -> String {
 
 #[tokio::test]
 async fn boots_of_an_image_that_never_reports_are_up_by_inference_in_the_api_and_report() {
-    let fx = Fixture::new();
-    std::fs::create_dir_all(fx.path().join("var")).unwrap();
-    std::fs::write(fx.path().join("var/events.jsonl"), stock_journal()).unwrap();
+    let fx = with_journal(stock_journal());
     fx.write_config(&keep_forever(&fx));
     let daemon = fx.start().await;
     let base = format!("http://{}", daemon.bound.http);
