@@ -414,7 +414,7 @@ fn unbooted(a: &WaveView, b: &WaveView, label: &dyn Fn(&WaveView) -> String) -> 
 mod tests {
     use super::*;
     use crate::config::Mac;
-    use crate::record::event::{Event, FileKind, Kind, Outcome, Who};
+    use crate::record::event::{Event, Kind, Who};
     use crate::record::timeline::Timelines;
     use crate::record::wave::waves;
 
