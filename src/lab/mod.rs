@@ -73,6 +73,12 @@ pub struct LabArgs {
     /// Stop the daemon for `--restart-on` with SIGKILL, as a crash would, instead of SIGTERM.
     #[arg(long)]
     pub restart_kill: bool,
+    /// Power each client on this many times. Once a boot has ended (its console said booted
+    /// or failed, or qemu stopped), the lab pulls the client's plug and powers it on again:
+    /// the record shows each earlier boot `gone` (new_boot) and the table shows the last one.
+    /// Earlier consoles are kept as NAME.N.log.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub cycles: u32,
 }
 
 /// One client's line in the lab's table.
@@ -244,7 +250,10 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     let api = std::net::SocketAddr::from((config.server.address, config.server.http.port()));
     let mut daemon = start_daemon(&args.config, &run_dir, api).await?;
 
-    let timeout = Duration::from_secs(args.timeout.unwrap_or(120 + 40 * macs.len() as u64));
+    let timeout = Duration::from_secs(
+        args.timeout
+            .unwrap_or((120 + 40 * macs.len() as u64) * u64::from(args.cycles)),
+    );
     eprintln!(
         "lab: {} clients of {} powering on, {} acceleration, up to {}s; consoles in {}",
         macs.len(),
@@ -275,6 +284,8 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     }
     let started = Instant::now();
     let mut reported = vec![false; vms.len()];
+    // How many times each client has been powered on.
+    let mut power_ons = vec![1u32; vms.len()];
     let mut restart_on = args.restart_on.clone();
     loop {
         if let Some(text) = &restart_on
@@ -303,7 +314,8 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         for (i, vm) in vms.iter_mut().enumerate() {
             // A client whose console said how its boot went is done, powered off or not (a
             // stock image sits at its login prompt).
-            if vm.poll() && vm.console == Console::Running {
+            let alive = vm.poll();
+            if alive && vm.console == Console::Running {
                 running += 1;
             }
             if !reported[i] && vm.console != Console::Running {
@@ -315,6 +327,29 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                     Console::Failed(why) => eprintln!("lab: {} failed: {why}", vm.name),
                     Console::Running => {}
                 }
+            }
+            let ended = !alive || vm.console != Console::Running;
+            if ended && power_ons[i] < args.cycles {
+                vm.kill();
+                let earlier = run_dir.join(format!("{}.{}.log", vm.name, power_ons[i]));
+                std::fs::rename(&vm.serial, &earlier)
+                    .with_context(|| format!("keeping {}", vm.serial.display()))?;
+                power_ons[i] += 1;
+                eprintln!(
+                    "lab: {} powered off and on again (power-on {} of {})",
+                    vm.name, power_ons[i], args.cycles
+                );
+                let (name, mac) = (vm.name.clone(), vm.mac);
+                *vm = Vm::power_on(
+                    &name,
+                    mac,
+                    &format!("tap{i}"),
+                    accel,
+                    args.firmware,
+                    &run_dir,
+                )?;
+                reported[i] = false;
+                running += 1;
             }
         }
         if running == 0 || started.elapsed() > timeout {
