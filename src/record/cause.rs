@@ -15,7 +15,8 @@ pub const INITRD_SILENCE_S: f64 = 60.0;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cause {
-    /// `no_root`, `root_fs`, `no_nic`, `kernel_panic`, `initrd_failed` or `initrd_silent`.
+    /// `no_root`, `root_fs`, `no_nic`, `dhcp_lost`, `kernel_panic`, `initrd_failed`,
+    /// `initrd_silent` or `server`.
     pub kind: String,
     /// The cause and what to check, in a sentence or two.
     pub text: String,
@@ -29,9 +30,14 @@ pub struct Cause {
 enum Sign {
     RootFs,
     NoNic,
+    DhcpLost,
     InitrdFailed,
     Panic,
 }
+
+/// An initrd's DHCP this many DISCOVERs long with no address given, and no root yet, is lost
+/// even when its console says nothing (udhcpc, klibc's ipconfig and dhclient ask every 2-4 s).
+pub const INITRD_DHCP_UNANSWERED: u32 = 4;
 
 /// Lines of initrds giving up.
 const FAILED: [&str; 5] = [
@@ -79,6 +85,16 @@ fn sign(line: &str) -> Option<Sign> {
     {
         return Some(Sign::NoNic);
     }
+    // An initrd's DHCP client giving up: the demo initrd, busybox udhcpc (`-n`), klibc's
+    // ipconfig (initramfs-tools).
+    const DHCP_LOST: [&str; 3] = [
+        "FAILED: no DHCP lease",
+        "No lease, failing",
+        "no response after",
+    ];
+    if DHCP_LOST.iter().any(|p| line.contains(p)) {
+        return Some(Sign::DhcpLost);
+    }
     if ROOT_FS.iter().any(|p| line.contains(p)) {
         return Some(Sign::RootFs);
     }
@@ -119,7 +135,7 @@ pub fn of(boot: &Boot, now: Micros) -> Option<Cause> {
             line: None,
         });
     }
-    let mut first: [Option<&str>; 4] = [None; 4];
+    let mut first: [Option<&str>; 5] = [None; 5];
     for l in boot.console.lines() {
         if let Some(s) = sign(&l.text) {
             let slot = &mut first[s as usize];
@@ -142,6 +158,39 @@ pub fn of(boot: &Boot, now: Micros) -> Option<Cause> {
                  dracut: --add-drivers; the demo: images/demo-recipe/modules.list)"
             )),
             line: Some(line.to_string()),
+        });
+    }
+    let dhcp = boot.initrd_dhcp();
+    let dhcp_line = first[Sign::DhcpLost as usize];
+    let unanswered = boot.current_phase() == "initrd"
+        && dhcp.acks == 0
+        && dhcp.discovers >= INITRD_DHCP_UNANSWERED;
+    if dhcp_line.is_some() || unanswered {
+        let heard = match (dhcp.discovers, dhcp.acks) {
+            (0, _) => "bootpool heard none of its DHCP requests: they did not reach this server \
+                       (in proxy mode the network's own DHCP server gives the address: check it, \
+                       and the switch between them)"
+                .to_string(),
+            (n, 0) => format!(
+                "bootpool heard {n} DHCP DISCOVERs from its initrd and gave it no address: check \
+                 the daemon's log (a full `dhcp.range`?); in proxy mode the network's own DHCP \
+                 server gives the address"
+            ),
+            (n, a) => format!(
+                "bootpool heard {n} DHCP DISCOVERs from its initrd and gave it an address {a} \
+                 time{}: the answers did not reach the client (its switch, a firewall, a second \
+                 DHCP server)",
+                if a == 1 { "" } else { "s" }
+            ),
+        };
+        let text = match dhcp_line {
+            Some(line) => format!("the initrd got no DHCP lease: `{line}`. {heard}"),
+            None => format!("the initrd has no DHCP lease yet: {heard}"),
+        };
+        return Some(Cause {
+            kind: "dhcp_lost".into(),
+            text: then(text),
+            line: dhcp_line.map(str::to_string),
         });
     }
     if let Some(line) = first[Sign::RootFs as usize] {
@@ -279,6 +328,85 @@ mod tests {
     }
 
     #[test]
+    fn an_initrd_without_a_lease_says_what_the_server_heard() {
+        use super::super::event::{FileKind, Kind, Outcome};
+        let file = |kind, path: &str| Kind::File {
+            proto: Proto::Http,
+            kind,
+            path: path.into(),
+            bytes: 1000,
+            outcome: Outcome::Complete,
+        };
+        let ack = |pxe| Kind::DhcpAck {
+            ip: "10.77.0.11".parse().unwrap(),
+            pxe,
+            ipxe: pxe,
+            pool: "lab".into(),
+            link: None,
+        };
+        let discover = Kind::DhcpDiscover {
+            pxe: false,
+            ipxe: false,
+            pool: Some("lab".into()),
+        };
+        let sent = || {
+            vec![
+                ack(true),
+                file(FileKind::Kernel, "/demo/vmlinuz"),
+                file(FileKind::Initrd, "/demo/initrd.img"),
+            ]
+        };
+        let gave_up = "bootpool-initrd: FAILED: no DHCP lease on eth0";
+
+        // The console says so, and bootpool heard nothing: the requests never reached it.
+        let b = boot_with(sent(), &[gave_up]);
+        let c = of(&b, 40_000_000).unwrap();
+        assert_eq!(c.kind, "dhcp_lost");
+        assert_eq!(c.line.as_deref(), Some(gave_up));
+        assert!(c.text.contains("heard none"), "{}", c.text);
+        assert_eq!(
+            b.result,
+            BootResult::Failed,
+            "the initrd's FAILED line ended it"
+        );
+
+        // Heard and not answered, console or not: the server's own side.
+        let mut kinds = sent();
+        kinds.extend(std::iter::repeat_n(
+            discover.clone(),
+            INITRD_DHCP_UNANSWERED as usize,
+        ));
+        let b = boot_with(kinds.clone(), &[]);
+        let c = of(&b, 40_000_000).unwrap();
+        assert_eq!(c.kind, "dhcp_lost");
+        assert!(c.text.contains("heard 4 DHCP DISCOVERs") && c.text.contains("no address"));
+        assert_eq!(c.line, None);
+        // One DISCOVER fewer is a client still asking, not yet lost.
+        kinds.pop();
+        assert_eq!(of(&boot_with(kinds.clone(), &[]), 40_000_000), None);
+
+        // Answered, and the console still says no lease: the answers were lost on the way.
+        kinds.push(ack(false));
+        let c = of(
+            &boot_with(kinds, &["udhcpc: No lease, failing"]),
+            40_000_000,
+        )
+        .unwrap();
+        assert_eq!(c.kind, "dhcp_lost");
+        assert!(c.text.contains("an address 1 time:"), "{}", c.text);
+
+        // The firmware's DISCOVERs before the kernel count for nothing.
+        let early = vec![
+            discover.clone(),
+            discover.clone(),
+            discover.clone(),
+            discover,
+            ack(true),
+        ];
+        assert_eq!(of(&boot_with(early, &[]), 40_000_000), None);
+    }
+
+    #[test]
     fn console_lines_are_read_for_their_signs() {
         assert_eq!(
             sign(
@@ -316,5 +444,10 @@ mod tests {
         assert_eq!(sign(mount), Some(Sign::RootFs));
         assert!(fatal(mount));
         assert!(fatal("bootpool-initrd: FAILED: no ethernet NIC found"));
+        assert_eq!(
+            sign("eth0: no response after 60 secs - giving up"),
+            Some(Sign::DhcpLost)
+        );
+        assert_eq!(sign("udhcpc: No lease, failing"), Some(Sign::DhcpLost));
     }
 }

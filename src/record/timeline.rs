@@ -69,6 +69,16 @@ struct Marks {
     initrd: Option<Micros>,
     attach: Option<Micros>,
     booted: Option<Micros>,
+    /// The initrd's own DHCP (no PXEClient) between the initrd and the root attach: how often
+    /// it asked (DISCOVERs heard) and was given an address (ACKs sent).
+    initrd_dhcp: InitrdDhcp,
+}
+
+/// What bootpool heard and answered of an initrd's DHCP before its root was attached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct InitrdDhcp {
+    pub discovers: u32,
+    pub acks: u32,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -238,6 +248,11 @@ impl Boot {
         }
     }
 
+    /// The initrd's DHCP as bootpool saw it, for a boot that lost its address mid-way.
+    pub fn initrd_dhcp(&self) -> InitrdDhcp {
+        self.marks.initrd_dhcp
+    }
+
     /// Has this boot gone past the firmware's part (so a new PXE DISCOVER means a new boot)?
     fn past_firmware(&self) -> bool {
         self.marks.script.is_some()
@@ -379,6 +394,13 @@ impl Timelines {
             boot.infer(ev.at, Evidence::DhcpAfterRoot);
         }
         let m = &mut boot.marks;
+        if m.initrd.is_some() && m.attach.is_none() {
+            match ev.kind {
+                Kind::DhcpDiscover { pxe: false, .. } => m.initrd_dhcp.discovers += 1,
+                Kind::DhcpAck { pxe: false, .. } => m.initrd_dhcp.acks += 1,
+                _ => {}
+            }
+        }
         match &ev.kind {
             Kind::DhcpDiscover { pool, .. } => {
                 m.discover.get_or_insert(ev.at);
