@@ -3,7 +3,8 @@
 //! first), clients on the switch behind them, speaking through programs this project did not
 //! write (curl over HTTP and TFTP, nbdcopy, busybox udhcpc). Replies leave by the link they
 //! were asked on; several clients downloading over a full, shaped link are paced to equal
-//! shares of it, as the daemon's /metrics shows. Needs root.
+//! shares of it, as the daemon's /metrics shows, and moved to a link with room when there is
+//! one. Needs root.
 
 mod common;
 
@@ -256,4 +257,66 @@ fn clients_on_a_full_link_are_paced_to_shares_of_it() {
     let text = metrics(&link, "127.0.0.1");
     assert!(series(&text, "bootpool_pacing_rounds_total", &dev).unwrap() > 0);
     assert!(series(&text, "bootpool_pacing_caps_set_total", &dev).unwrap() >= 2);
+}
+
+/// Four clients download from the first of two full, shaped links while the second idles: the
+/// pacer moves some of them to the second (their replies leave by it, their requests still go
+/// to the first address), and every download arrives whole.
+#[test]
+fn clients_on_a_full_link_move_to_one_with_room() {
+    let link = Link::switched(&["10.77.7.1/24", "10.77.7.2/24"]);
+    without_arp_flux(&link);
+    let devs = link.server_ifs.clone();
+    for dev in &devs {
+        link.in_server(&[
+            "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", "50mbit", "burst", "64k",
+            "latency", "20ms",
+        ]);
+    }
+    let fx = Fixture::new();
+    let kernel = common::pattern(11, 6 * MIB as usize);
+    std::fs::write(fx.image_dir().join("vmlinuz"), &kernel).unwrap();
+    let speeds = format!("  link_speeds: {{ {}: 50mbit, {}: 50mbit }}\n", devs[0], devs[1]);
+    fx.write_config(&config("10.77.7", &devs[0], &speeds));
+    let daemon = Daemon::start_without_sysfs(&link, &fx, 1);
+    assert!(
+        daemon.log_text().contains("moves=true"),
+        "{}",
+        daemon.log_text()
+    );
+    let clients: Vec<String> = (61..65).map(|i| format!("10.77.7.{i}")).collect();
+    for c in &clients {
+        link.in_client(&["ip", "addr", "add", &format!("{c}/24"), "dev", &link.client_if]);
+    }
+    let url = "http://10.77.7.1:8080/boot/demo/vmlinuz";
+    let out = fx.path().join("got");
+    std::fs::create_dir_all(&out).unwrap();
+    let sent = sent_during(&link, || {
+        let downloads: Vec<Child> = clients
+            .iter()
+            .map(|c| {
+                let file = out.join(c);
+                Link::command(
+                    &link.client_ns,
+                    "curl",
+                    &["-sS", "--interface", c, "-o", file.to_str().unwrap(), url],
+                )
+                .stdin(std::process::Stdio::null())
+                .spawn()
+                .expect("curl runs")
+            })
+            .collect();
+        for mut d in downloads {
+            assert!(d.wait().unwrap().success(), "a download failed");
+        }
+    });
+    for c in &clients {
+        let got = std::fs::read(out.join(c)).unwrap();
+        assert!(got == kernel, "{c} got {} bytes, not the kernel", got.len());
+    }
+    // 24 MiB asked of the first link; the second carried a good part of it.
+    assert!(sent[1] >= 4 * MIB, "the second link sent {sent:?}");
+    let text = metrics(&link, "127.0.0.1");
+    let moved = series(&text, "bootpool_pacing_moved_away_total", &devs[0]).unwrap();
+    assert!(moved >= 1, "{text}");
 }

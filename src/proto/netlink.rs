@@ -1,6 +1,9 @@
-//! rtnetlink link dump, just what egress sampling needs: the request for RTM_GETLINK and a
-//! total parser of the answer into each link's index, name, master, kind and 64-bit byte
-//! counters. Constants are the kernel's uapi values (linux/rtnetlink.h, linux/if_link.h).
+//! rtnetlink, just what bootpool needs: the link dump of egress sampling (the request for
+//! RTM_GETLINK and a total parser of the answer into each link's index, name, master, kind
+//! and 64-bit byte counters), and the two requests that give each server link a routing table
+//! of its own chosen by a socket mark (RTM_NEWROUTE, RTM_NEWRULE; `service::link_routes`).
+//! Constants are the kernel's uapi values (linux/rtnetlink.h, linux/if_link.h,
+//! linux/fib_rules.h).
 
 const NLMSG_HDR: usize = 16;
 const IFINFO: usize = 16;
@@ -8,8 +11,30 @@ pub const NLMSG_ERROR: u16 = 2;
 pub const NLMSG_DONE: u16 = 3;
 const RTM_NEWLINK: u16 = 16;
 const RTM_GETLINK: u16 = 18;
+const RTM_NEWROUTE: u16 = 24;
+const RTM_NEWRULE: u16 = 32;
 const NLM_F_REQUEST: u16 = 0x1;
+const NLM_F_ACK: u16 = 0x4;
 const NLM_F_DUMP: u16 = 0x300;
+const NLM_F_REPLACE: u16 = 0x100;
+const NLM_F_EXCL: u16 = 0x200;
+const NLM_F_CREATE: u16 = 0x400;
+const AF_INET: u8 = 2;
+/// rtmsg and fib_rule_hdr: both 12 bytes (family, two prefix lengths, tos, table, three
+/// bytes that differ, flags).
+const RTMSG: usize = 12;
+const RTA_DST: u16 = 1;
+const RTA_OIF: u16 = 4;
+const RTA_PREFSRC: u16 = 7;
+const RTA_TABLE: u16 = 15;
+const RTPROT_STATIC: u8 = 4;
+const RT_SCOPE_LINK: u8 = 253;
+const RTN_UNICAST: u8 = 1;
+const FRA_PRIORITY: u16 = 6;
+const FRA_FWMARK: u16 = 10;
+const FRA_TABLE: u16 = 15;
+const FRA_FWMASK: u16 = 16;
+const FR_ACT_TO_TBL: u8 = 1;
 const IFLA_IFNAME: u16 = 3;
 const IFLA_MASTER: u16 = 10;
 const IFLA_LINKINFO: u16 = 18;
@@ -43,6 +68,92 @@ pub fn dump_request(seq: u32) -> Vec<u8> {
     // ifinfomsg: family AF_UNSPEC, everything else zero.
     b.extend_from_slice(&[0u8; IFINFO]);
     b
+}
+
+/// A request's header (length filled in by `finish`) and body.
+fn request(kind: u16, flags: u16, seq: u32, body: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(NLMSG_HDR + body.len() + 48);
+    b.extend_from_slice(&0u32.to_ne_bytes());
+    b.extend_from_slice(&kind.to_ne_bytes());
+    b.extend_from_slice(&(NLM_F_REQUEST | NLM_F_ACK | flags).to_ne_bytes());
+    b.extend_from_slice(&seq.to_ne_bytes());
+    b.extend_from_slice(&0u32.to_ne_bytes());
+    b.extend_from_slice(body);
+    b
+}
+
+fn push_attr(b: &mut Vec<u8>, kind: u16, data: &[u8]) {
+    b.extend_from_slice(&((4 + data.len()) as u16).to_ne_bytes());
+    b.extend_from_slice(&kind.to_ne_bytes());
+    b.extend_from_slice(data);
+    b.resize(align(b.len()), 0);
+}
+
+fn finish(mut b: Vec<u8>) -> Vec<u8> {
+    let len = b.len() as u32;
+    b[0..4].copy_from_slice(&len.to_ne_bytes());
+    b
+}
+
+/// RTM_NEWROUTE, created or replaced: `network/prefix` reached directly by interface `oif`,
+/// from source address `src`, in routing table `table` (`ip route replace NET/PREFIX dev OIF
+/// src SRC table TABLE`).
+pub fn route_request(
+    seq: u32,
+    network: [u8; 4],
+    prefix: u8,
+    oif: u32,
+    src: [u8; 4],
+    table: u32,
+) -> Vec<u8> {
+    // rtmsg: family, dst_len, src_len, tos, table (in RTA_TABLE), protocol, scope, type, flags.
+    let body = [
+        AF_INET,
+        prefix,
+        0,
+        0,
+        0,
+        RTPROT_STATIC,
+        RT_SCOPE_LINK,
+        RTN_UNICAST,
+        0,
+        0,
+        0,
+        0,
+    ];
+    let mut b = request(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE, seq, &body);
+    push_attr(&mut b, RTA_TABLE, &table.to_ne_bytes());
+    push_attr(&mut b, RTA_DST, &network);
+    push_attr(&mut b, RTA_OIF, &oif.to_ne_bytes());
+    push_attr(&mut b, RTA_PREFSRC, &src);
+    finish(b)
+}
+
+/// RTM_NEWRULE, created unless the same rule exists (EEXIST then): packets whose mark is
+/// `mark` look their route up in `table`, at `priority` (`ip rule add fwmark MARK lookup
+/// TABLE priority PRIORITY`).
+pub fn rule_request(seq: u32, priority: u32, mark: u32, table: u32) -> Vec<u8> {
+    // fib_rule_hdr: family, dst_len, src_len, tos, table, res1, res2, action, flags.
+    let body = [AF_INET, 0, 0, 0, 0, 0, 0, FR_ACT_TO_TBL, 0, 0, 0, 0];
+    debug_assert_eq!(body.len(), RTMSG);
+    let mut b = request(RTM_NEWRULE, NLM_F_CREATE | NLM_F_EXCL, seq, &body);
+    push_attr(&mut b, FRA_PRIORITY, &priority.to_ne_bytes());
+    push_attr(&mut b, FRA_FWMARK, &mark.to_ne_bytes());
+    push_attr(&mut b, FRA_FWMASK, &u32::MAX.to_ne_bytes());
+    push_attr(&mut b, FRA_TABLE, &table.to_ne_bytes());
+    finish(b)
+}
+
+/// The kernel's answer to a request sent with an ACK asked for: `Some(0)` done, `Some(-errno)`
+/// refused; `None` if the datagram holds no answer (or is malformed).
+pub fn ack(datagram: &[u8]) -> Option<i32> {
+    let len = u32_at(datagram, 0)? as usize;
+    if u16_at(datagram, 4)? != NLMSG_ERROR || len < NLMSG_HDR + 4 || len > datagram.len() {
+        return None;
+    }
+    Some(i32::from_ne_bytes(
+        datagram[NLMSG_HDR..NLMSG_HDR + 4].try_into().ok()?,
+    ))
 }
 
 /// What one datagram of the dump held.
@@ -193,6 +304,48 @@ mod tests {
         stats[24..32].copy_from_slice(&tx.to_ne_bytes());
         b.extend(attr(IFLA_STATS64, &stats));
         b
+    }
+
+    #[test]
+    fn route_and_rule_requests_are_laid_out_as_the_kernel_reads_them() {
+        let r = route_request(7, [10, 77, 0, 0], 24, 3, [10, 77, 0, 2], 0x626f_0002);
+        assert_eq!(u32_at(&r, 0), Some(r.len() as u32));
+        assert_eq!(u16_at(&r, 4), Some(RTM_NEWROUTE));
+        assert_eq!(
+            u16_at(&r, 6),
+            Some(NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE)
+        );
+        assert_eq!(u32_at(&r, 8), Some(7));
+        let body = &r[NLMSG_HDR..];
+        assert_eq!(&body[..8], &[AF_INET, 24, 0, 0, 0, RTPROT_STATIC, RT_SCOPE_LINK, RTN_UNICAST]);
+        let attrs = attributes(&body[RTMSG..]).unwrap();
+        let kinds: Vec<u16> = attrs.iter().map(|(k, _)| *k).collect();
+        assert_eq!(kinds, [RTA_TABLE, RTA_DST, RTA_OIF, RTA_PREFSRC]);
+        assert_eq!(attrs[0].1, 0x626f_0002u32.to_ne_bytes());
+        assert_eq!(attrs[1].1, [10, 77, 0, 0]);
+        assert_eq!(attrs[2].1, 3u32.to_ne_bytes());
+
+        let r = rule_request(8, 30_001, 0x626f_0002, 0x626f_0002);
+        assert_eq!(u32_at(&r, 0), Some(r.len() as u32));
+        assert_eq!(u16_at(&r, 4), Some(RTM_NEWRULE));
+        let body = &r[NLMSG_HDR..];
+        assert_eq!(body[0], AF_INET);
+        assert_eq!(body[7], FR_ACT_TO_TBL);
+        let attrs = attributes(&body[RTMSG..]).unwrap();
+        let kinds: Vec<u16> = attrs.iter().map(|(k, _)| *k).collect();
+        assert_eq!(kinds, [FRA_PRIORITY, FRA_FWMARK, FRA_FWMASK, FRA_TABLE]);
+        assert_eq!(attrs[0].1, 30_001u32.to_ne_bytes());
+    }
+
+    #[test]
+    fn acks_are_read_and_anything_else_is_not_one() {
+        let mut ok = message(NLMSG_ERROR, &[0u8; 20]);
+        assert_eq!(ack(&ok), Some(0));
+        ok[NLMSG_HDR..NLMSG_HDR + 4].copy_from_slice(&(-17i32).to_ne_bytes());
+        assert_eq!(ack(&ok), Some(-17));
+        assert_eq!(ack(&message(RTM_NEWLINK, &[0u8; 20])), None);
+        assert_eq!(ack(&ok[..10]), None);
+        assert_eq!(ack(&[]), None);
     }
 
     #[test]

@@ -61,17 +61,10 @@ pub struct Plan {
 /// unknown capacity, nor while at most one client is active: a client alone keeps the whole
 /// link (fairness has nothing to do, and the headroom would cost it a tenth).
 pub fn plan(capacity_bps: Option<u64>, seconds: f64, conns: &[Seen], boost: f64) -> Plan {
-    let mut clients: BTreeMap<Ipv4Addr, Vec<usize>> = BTreeMap::new();
-    for (i, c) in conns.iter().enumerate() {
-        clients.entry(c.client).or_default().push(i);
-    }
+    let clients = by_client(conns);
     let demands: Vec<f64> = conns.iter().map(|c| demand(c, seconds)).collect();
-    // A client's demand: infinite if any of its connections wants more, else their sum.
-    let of_client = |members: &[usize]| -> f64 { members.iter().map(|&i| demands[i]).sum() };
-    let active: Vec<f64> = clients
-        .values()
-        .filter(|m| m.iter().any(|&i| conns[i].sent > 0 || conns[i].unsent > 0))
-        .map(|m| of_client(m))
+    let active: Vec<f64> = active_clients(&clients, conns, &demands)
+        .map(|(_, d)| d)
         .collect();
     let wanting = active.iter().filter(|d| d.is_infinite()).count();
     let carried = conns.iter().map(|c| c.sent).sum::<u64>() as f64 / seconds.max(1e-3);
@@ -102,6 +95,36 @@ pub fn plan(capacity_bps: Option<u64>, seconds: f64, conns: &[Seen], boost: f64)
         share: Some(share as u64),
         ..unpaced
     }
+}
+
+/// Each client's connections (indexes into `conns`).
+fn by_client(conns: &[Seen]) -> BTreeMap<Ipv4Addr, Vec<usize>> {
+    let mut clients: BTreeMap<Ipv4Addr, Vec<usize>> = BTreeMap::new();
+    for (i, c) in conns.iter().enumerate() {
+        clients.entry(c.client).or_default().push(i);
+    }
+    clients
+}
+
+/// The clients that sent something or had bytes waiting during the round, with their demand:
+/// infinite if any of their connections wanted more, else what they sent together, bytes/s.
+fn active_clients<'a>(
+    clients: &'a BTreeMap<Ipv4Addr, Vec<usize>>,
+    conns: &'a [Seen],
+    demands: &'a [f64],
+) -> impl Iterator<Item = (Ipv4Addr, f64)> + 'a {
+    clients
+        .iter()
+        .filter(|(_, m)| m.iter().any(|&i| conns[i].sent > 0 || conns[i].unsent > 0))
+        .map(|(c, m)| (*c, m.iter().map(|&i| demands[i]).sum()))
+}
+
+/// The active clients of a link after a round of `seconds` and their demands (as `plan` counts
+/// them), for `rebalance`.
+pub fn demands(seconds: f64, conns: &[Seen]) -> Vec<(Ipv4Addr, f64)> {
+    let clients = by_client(conns);
+    let demands: Vec<f64> = conns.iter().map(|c| demand(c, seconds)).collect();
+    active_clients(&clients, conns, &demands).collect()
 }
 
 /// What the paced connections of a link of `capacity_bps` may send together, bytes/s.

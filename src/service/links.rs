@@ -174,10 +174,14 @@ pub fn check(conf: &[(String, HostConf)]) -> (Vec<String>, Vec<String>) {
     (blocking, other)
 }
 
-/// Which interface each link address's sockets are bound to: none with one link, or when
-/// the host's settings would make binding break connections.
+/// How each link address's sockets are sent by their link: marked for that link's routing
+/// table (`link_routes`, when bootpool could install the tables), else bound to its interface;
+/// neither with one link, nor bound when the host's settings would make binding break
+/// connections.
 struct Steering {
     devices: Vec<(Ipv4Addr, String)>,
+    /// The marks of `link_routes`, in the order of `devices`, when the tables are installed.
+    marked: bool,
     /// The kernel refused (EPERM: before Linux 5.7 binding needs CAP_NET_RAW); said once.
     refused: AtomicBool,
 }
@@ -186,13 +190,14 @@ impl Steering {
     fn none() -> Steering {
         Steering {
             devices: Vec::new(),
+            marked: false,
             refused: AtomicBool::new(false),
         }
     }
 
-    fn new(specs: &[LinkSpec], links: usize) -> Steering {
+    fn new(config: &Config, specs: &[LinkSpec]) -> Steering {
         let none = Steering::none();
-        if links <= 1 || specs.is_empty() {
+        if config.server.links.len() <= 1 || specs.len() <= 1 {
             return none;
         }
         let conf: Vec<(String, HostConf)> = specs
@@ -203,6 +208,35 @@ impl Steering {
         for w in &other {
             tracing::warn!("server.links: {w}");
         }
+        let devices: Vec<(Ipv4Addr, String)> = specs
+            .iter()
+            .map(|s| (s.address, s.device.clone()))
+            .collect();
+        let routes: Vec<super::link_routes::Route> = specs
+            .iter()
+            .map(|s| super::link_routes::Route {
+                ifindex: index_of(&s.device),
+                address: s.address,
+            })
+            .collect();
+        let subnet = &config.dhcp.subnet;
+        match super::link_routes::install(&routes, subnet.network, subnet.prefix) {
+            Ok(()) => {
+                for w in &blocking {
+                    tracing::warn!("server.links: {w}: clients may reach a link's address by another NIC (docs/links.md)");
+                }
+                tracing::info!(links = ?devices, "replies leave by the link they were asked on, \
+                    or by another the pacer moves them to (a routing table per link, by socket mark)");
+                return Steering {
+                    devices,
+                    marked: true,
+                    ..none
+                };
+            }
+            Err(e) => tracing::warn!(error = %e,
+                "server.links: cannot install a routing table per link (CAP_NET_ADMIN?); \
+                 replies are bound to their links' interfaces and stay there"),
+        }
         if !blocking.is_empty() {
             tracing::warn!(problems = ?blocking,
                 "server.links: replies are not bound to their links' interfaces (the routing \
@@ -210,27 +244,34 @@ impl Steering {
                  net.ipv4.conf.all.arp_announce=2 (docs/links.md)");
             return none;
         }
-        let devices: Vec<(Ipv4Addr, String)> = specs
-            .iter()
-            .map(|s| (s.address, s.device.clone()))
-            .collect();
         tracing::info!(links = ?devices, "replies leave by the link they were asked on");
         Steering { devices, ..none }
     }
 
-    fn device_of(&self, local: IpAddr) -> Option<&str> {
+    /// The position and interface of the link holding `local`.
+    fn link_of(&self, local: IpAddr) -> Option<(usize, &str)> {
         let local = super::ipv4_of(local)?;
         self.devices
             .iter()
-            .find(|(a, _)| *a == local)
-            .map(|(_, d)| d.as_str())
+            .position(|(a, _)| *a == local)
+            .map(|i| (i, self.devices[i].1.as_str()))
     }
 
-    /// Binds `socket` to the interface of the link holding `local`, if any.
+    /// Sends `socket` by the link holding `local`, if any: marks it for that link's table, or
+    /// binds it to the link's interface.
     fn steer(&self, socket: SockRef<'_>, local: IpAddr) {
-        let Some(device) = self.device_of(local) else {
+        let Some((i, device)) = self.link_of(local) else {
             return;
         };
+        if self.marked {
+            if let Err(e) = socket.set_mark(super::link_routes::mark(i)) {
+                static FAILED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                if let Some(suppressed) = FAILED.allow() {
+                    tracing::warn!(%device, error = %e, suppressed, "cannot mark a socket for its link");
+                }
+            }
+            return;
+        }
         if self.refused.load(Relaxed) {
             return;
         }
@@ -269,9 +310,10 @@ impl Links {
     pub fn start(config: &Config, shutdown: &Shutdown) -> anyhow::Result<Links> {
         let held = held();
         let specs = resolve_from(config, &held);
-        let steering = Steering::new(&specs, config.server.links.len());
+        let steering = Steering::new(config, &specs);
         let pacer = if config.server.fair_share {
-            Pacer::start(&specs, shutdown)?
+            // Moving clients between links needs every link's mark (`specs`' order).
+            Pacer::start(&specs, steering.marked, shutdown)?
         } else {
             None
         };

@@ -214,7 +214,7 @@ fn pacing(out: &mut String, links: &[PacingStats]) {
         &'static str,
         fn(&PacingStats) -> u64,
     );
-    let series: [Series; 8] = [
+    let series: [Series; 9] = [
         (
             "bootpool_pacing_budget_bytes",
             "gauge",
@@ -262,6 +262,12 @@ fn pacing(out: &mut String, links: &[PacingStats]) {
             "counter",
             "Pacing rates set on connections.",
             |p| p.caps_set,
+        ),
+        (
+            "bootpool_pacing_moved_away_total",
+            "counter",
+            "Clients whose replies the pacer moved from this link to one with room.",
+            |p| p.moved_away,
         ),
     ];
     for (name, kind, help, value) in series {

@@ -1,8 +1,11 @@
-//! Fair shares on the server's links: the I/O side of `fair_share` (docs/links.md). Every TCP
-//! connection accepted on a link whose capacity is known is registered here (`Links::adopt`);
-//! one thread reads each connection's TCP_INFO every `ROUND` (bytes sent, bytes waiting),
-//! asks `fair_share::plan` for the caps and sets those that changed with SO_MAX_PACING_RATE.
-//! Linux TCP paces a socket with that option set by itself (since 4.13; no fq qdisc needed).
+//! Fair shares on the server's links, and clients moved between them: the I/O side of
+//! `fair_share` and `rebalance` (docs/links.md). Every TCP connection accepted on a link whose
+//! capacity is known is registered here (`Links::adopt`); one thread reads each connection's
+//! TCP_INFO every `ROUND` (bytes sent, bytes waiting), asks `fair_share::plan` for each link's
+//! caps and sets those that changed with SO_MAX_PACING_RATE. Linux TCP paces a socket with
+//! that option set by itself (since 4.13; no fq qdisc needed). When every link has a routing
+//! table of its own (`link_routes`), it then asks `rebalance::moves` which clients a full link
+//! hands to one with room, and marks their connections for the new link (SO_MARK).
 //!
 //! The pacer holds its own descriptor of each socket (a dup), so a descriptor number that a
 //! closed connection gave up and another socket took is never paced by mistake. The
@@ -10,6 +13,7 @@
 
 use super::fair_share::{self, Seen};
 use super::links::LinkSpec;
+use super::rebalance::{self, ClientLoad, LinkLoad};
 use crate::proto::tcp_info::{self, TcpInfo};
 use crate::shutdown::Shutdown;
 use std::collections::BTreeMap;
@@ -35,41 +39,39 @@ const STEADY: u64 = 32;
 
 /// The pacer of every link whose capacity is known.
 pub struct Pacer {
-    links: Vec<Arc<Link>>,
+    links: Vec<Link>,
+    conns: Mutex<Conns>,
+    /// Every link has its mark: clients may move between them.
+    movable: bool,
 }
 
 struct Link {
     address: Ipv4Addr,
     device: String,
     capacity_bps: u64,
-    conns: Mutex<Conns>,
+    /// The mark that sends a socket by this link (`link_routes`).
+    mark: Option<u32>,
     stats: Stats,
 }
 
 struct Conns {
     next: u64,
     all: BTreeMap<u64, Conn>,
-    /// How far the caps are raised above the budget's shares (`fair_share::trim`).
-    boost: f64,
-}
-
-impl Default for Conns {
-    fn default() -> Conns {
-        Conns {
-            next: 0,
-            all: BTreeMap::new(),
-            boost: 1.0,
-        }
-    }
+    /// Per link: how far the caps are raised above the budget's shares (`fair_share::trim`).
+    boosts: Vec<f64>,
 }
 
 struct Conn {
     fd: OwnedFd,
     client: Ipv4Addr,
+    /// The link its replies leave by (an index into `Pacer::links`).
+    link: usize,
     /// `tcpi_bytes_sent` at the last round (none before the first).
     sent: Option<u64>,
     /// The cap set on the socket, bytes/s.
     cap: Option<u64>,
+    /// When it was last moved to another link.
+    moved: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -81,6 +83,7 @@ struct Stats {
     carried: AtomicU64,
     rounds: AtomicU64,
     caps_set: AtomicU64,
+    moved_away: AtomicU64,
 }
 
 /// One paced link's figures (/metrics).
@@ -101,10 +104,12 @@ pub struct PacingStats {
     /// Rounds in which the link was paced, and caps set on connections.
     pub rounds: u64,
     pub caps_set: u64,
+    /// Clients whose replies were moved from this link to another (`rebalance`).
+    pub moved_away: u64,
 }
 
 /// A connection's registration with the pacer; dropping it ends the pacing.
-pub struct Paced(Option<(Arc<Link>, u64)>);
+pub struct Paced(Option<(Arc<Pacer>, u64)>);
 
 impl Paced {
     pub fn none() -> Paced {
@@ -114,10 +119,11 @@ impl Paced {
 
 impl Drop for Paced {
     fn drop(&mut self) {
-        if let Some((link, id)) = self.0.take() {
+        if let Some((pacer, id)) = self.0.take() {
             // Closes the pacer's descriptor; the connection's own may already be closed.
-            link.lock().all.remove(&id);
-            link.stats.connections.fetch_sub(1, Relaxed);
+            if let Some(c) = pacer.lock().all.remove(&id) {
+                pacer.links[c.link].stats.connections.fetch_sub(1, Relaxed);
+            }
         }
     }
 }
@@ -125,8 +131,14 @@ impl Drop for Paced {
 impl Pacer {
     /// A pacer for the links of `specs` whose capacity is known, its thread running until
     /// `shutdown`; `None` when there is none.
-    pub fn start(specs: &[LinkSpec], shutdown: &Shutdown) -> anyhow::Result<Option<Arc<Pacer>>> {
-        let pacer = Pacer::new(specs);
+    /// With `movable`, the links' sockets are sent by their marks (`link_routes::mark` of their
+    /// place in `specs`), and clients move between the links.
+    pub fn start(
+        specs: &[LinkSpec],
+        movable: bool,
+        shutdown: &Shutdown,
+    ) -> anyhow::Result<Option<Arc<Pacer>>> {
+        let pacer = Pacer::new(specs, movable);
         if pacer.links.is_empty() {
             return Ok(None);
         }
@@ -135,7 +147,7 @@ impl Pacer {
             .iter()
             .map(|l| (l.device.as_str(), l.capacity_bps))
             .collect();
-        tracing::info!(links = ?paced, headroom = fair_share::HEADROOM,
+        tracing::info!(links = ?paced, headroom = fair_share::HEADROOM, moves = pacer.movable,
             "fair shares: clients on a full link are paced to equal shares");
         let pacer = Arc::new(pacer);
         let (done, ended) = tokio::sync::oneshot::channel::<()>();
@@ -154,27 +166,46 @@ impl Pacer {
     }
 
     /// The links of `specs` whose capacity is known, with no thread.
-    fn new(specs: &[LinkSpec]) -> Pacer {
-        let links = specs
+    fn new(specs: &[LinkSpec], movable: bool) -> Pacer {
+        let links: Vec<Link> = specs
             .iter()
-            .filter_map(|s| {
-                Some(Arc::new(Link {
+            .enumerate()
+            .filter_map(|(i, s)| {
+                Some(Link {
                     address: s.address,
                     device: s.device.clone(),
                     capacity_bps: s.capacity_bps.filter(|c| *c > 0)?,
-                    conns: Mutex::default(),
+                    mark: movable.then(|| super::link_routes::mark(i)),
                     stats: Stats::default(),
-                }))
+                })
             })
             .collect();
-        Pacer { links }
+        Pacer {
+            movable: movable && links.len() > 1,
+            conns: Mutex::new(Conns {
+                next: 0,
+                all: BTreeMap::new(),
+                boosts: vec![1.0; links.len()],
+            }),
+            links,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Conns> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Registers the connection on `fd` from `client` if `local` is a paced link's address.
-    pub fn register(&self, fd: BorrowedFd<'_>, local: Ipv4Addr, client: Ipv4Addr) -> Paced {
-        let Some(link) = self.links.iter().find(|l| l.address == local) else {
+    pub fn register(
+        self: &Arc<Self>,
+        fd: BorrowedFd<'_>,
+        local: Ipv4Addr,
+        client: Ipv4Addr,
+    ) -> Paced {
+        let Some(at) = self.links.iter().position(|l| l.address == local) else {
             return Paced::none();
         };
+        let link = &self.links[at];
         let fd = match fd.try_clone_to_owned() {
             Ok(fd) => fd,
             Err(e) => {
@@ -189,7 +220,7 @@ impl Pacer {
         // could fill the link's queue for a round before the pacer sees it.
         let share = link.stats.share.load(Relaxed);
         let cap = (share > 0 && set_cap(fd.as_fd(), Some(share)).is_ok()).then_some(share);
-        let mut conns = link.lock();
+        let mut conns = self.lock();
         let id = conns.next;
         conns.next += 1;
         conns.all.insert(
@@ -197,12 +228,14 @@ impl Pacer {
             Conn {
                 fd,
                 client,
+                link: at,
                 sent: None,
                 cap,
+                moved: None,
             },
         );
         link.stats.connections.fetch_add(1, Relaxed);
-        Paced(Some((link.clone(), id)))
+        Paced(Some((self.clone(), id)))
     }
 
     pub fn stats(&self) -> Vec<PacingStats> {
@@ -221,6 +254,7 @@ impl Pacer {
                     carried_bytes: s.carried.load(Relaxed),
                     rounds: s.rounds.load(Relaxed),
                     caps_set: s.caps_set.load(Relaxed),
+                    moved_away: s.moved_away.load(Relaxed),
                 }
             })
             .collect()
@@ -233,26 +267,19 @@ impl Pacer {
             let now = Instant::now();
             let seconds = now.duration_since(last).as_secs_f64();
             last = now;
-            for link in &self.links {
-                link.round(seconds);
-            }
+            self.round(seconds, now);
         }
     }
-}
 
-impl Link {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Conns> {
-        self.conns.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Reads every connection, plans, and sets the caps that changed on connections that
-    /// moved bytes (an idle one keeps its cap until it sends: a booted room's idle NFS
-    /// connections cost no syscall when pacing starts or stops). The lock is held throughout,
-    /// so no registration ends (closing its descriptor) meanwhile.
-    fn round(&self, seconds: f64) {
+    /// Reads every connection, plans each link, and sets the caps that changed on connections
+    /// that moved bytes (an idle one keeps its cap until it sends: a booted room's idle NFS
+    /// connections cost no syscall when pacing starts or stops); then moves clients between
+    /// links. The lock is held throughout, so no registration ends (closing its descriptor)
+    /// meanwhile.
+    fn round(&self, seconds: f64, now: Instant) {
         let mut conns = self.lock();
-        let mut seen: Vec<Seen> = Vec::with_capacity(conns.all.len());
-        let mut ids = Vec::with_capacity(conns.all.len());
+        let mut seen: Vec<Vec<Seen>> = vec![Vec::new(); self.links.len()];
+        let mut ids: Vec<Vec<u64>> = vec![Vec::new(); self.links.len()];
         for (id, c) in conns.all.iter_mut() {
             // A socket that cannot say (not connected any more) sits this round out.
             let Some(info) = read_info(c.fd.as_fd()) else {
@@ -260,24 +287,103 @@ impl Link {
             };
             let sent = c.sent.map_or(0, |before| info.sent.saturating_sub(before));
             c.sent = Some(info.sent);
-            seen.push(Seen {
+            seen[c.link].push(Seen {
                 client: c.client,
                 sent,
                 unsent: info.unsent.into(),
                 cap: c.cap,
             });
-            ids.push(*id);
+            ids[c.link].push(*id);
         }
-        let plan = fair_share::plan(Some(self.capacity_bps), seconds, &seen, conns.boost);
-        conns.boost = match plan.share {
-            Some(_) => {
-                let budget = fair_share::budget(self.capacity_bps);
-                fair_share::trim(conns.boost, plan.carried as f64, budget, plan.wanting)
+        let mut plans = Vec::with_capacity(self.links.len());
+        for (i, link) in self.links.iter().enumerate() {
+            let plan = fair_share::plan(Some(link.capacity_bps), seconds, &seen[i], conns.boosts[i]);
+            conns.boosts[i] = match plan.share {
+                Some(_) => {
+                    let budget = fair_share::budget(link.capacity_bps);
+                    fair_share::trim(conns.boosts[i], plan.carried as f64, budget, plan.wanting)
+                }
+                None => 1.0,
+            };
+            let set = link.apply(&mut conns, &ids[i], &plan.caps, &seen[i]);
+            link.stats.record(&plan, set);
+            plans.push(plan);
+        }
+        if self.movable {
+            self.rebalance(&mut conns, &seen, &plans, seconds, now);
+        }
+    }
+
+    /// Moves the clients `rebalance::moves` names: every connection of the client on the link
+    /// it leaves is marked for the other, and starts there at a client's share.
+    fn rebalance(
+        &self,
+        conns: &mut Conns,
+        seen: &[Vec<Seen>],
+        plans: &[fair_share::Plan],
+        seconds: f64,
+        now: Instant,
+    ) {
+        let recently: Vec<Ipv4Addr> = conns
+            .all
+            .values()
+            .filter(|c| c.moved.is_some_and(|t| now.duration_since(t) < rebalance::COOLDOWN))
+            .map(|c| c.client)
+            .collect();
+        let loads: Vec<LinkLoad> = self
+            .links
+            .iter()
+            .zip(seen.iter().zip(plans))
+            .map(|(link, (seen, plan))| LinkLoad {
+                budget: fair_share::budget(link.capacity_bps),
+                carried: plan.carried as f64,
+                clients: fair_share::demands(seconds, seen)
+                    .into_iter()
+                    .map(|(client, demand)| ClientLoad {
+                        client,
+                        demand,
+                        movable: !recently.contains(&client),
+                    })
+                    .collect(),
+            })
+            .collect();
+        for m in rebalance::moves(&loads) {
+            let (to, from) = (&self.links[m.to], &self.links[m.from]);
+            let Some(mark) = to.mark else {
+                continue;
+            };
+            let cap = plans[m.to].share;
+            for c in conns.all.values_mut() {
+                if c.client != m.client || c.link != m.from {
+                    continue;
+                }
+                if let Err(e) = socket2::SockRef::from(&c.fd).set_mark(mark) {
+                    static FAILED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                    if let Some(suppressed) = FAILED.allow() {
+                        tracing::warn!(device = %to.device, error = %e, suppressed,
+                            "cannot move a connection to another link");
+                    }
+                    continue;
+                }
+                if set_cap(c.fd.as_fd(), cap).is_ok() {
+                    c.cap = cap;
+                }
+                c.link = m.to;
+                c.moved = Some(now);
+                from.stats.connections.fetch_sub(1, Relaxed);
+                to.stats.connections.fetch_add(1, Relaxed);
             }
-            None => 1.0,
-        };
+            from.stats.moved_away.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+impl Link {
+    /// Sets the caps of a link's connections `ids` (as seen in the round, `was`) that changed,
+    /// and returns how many were set.
+    fn apply(&self, conns: &mut Conns, ids: &[u64], caps: &[Option<u64>], was: &[Seen]) -> u64 {
         let mut set = 0;
-        for ((id, cap), was) in ids.iter().zip(&plan.caps).zip(&seen) {
+        for ((id, cap), was) in ids.iter().zip(caps).zip(was) {
             let Some(c) = conns.all.get_mut(id) else {
                 continue;
             };
@@ -299,15 +405,20 @@ impl Link {
                 }
             }
         }
-        let s = &self.stats;
-        s.clients.store(plan.clients as u64, Relaxed);
-        s.wanting.store(plan.wanting as u64, Relaxed);
-        s.share.store(plan.share.unwrap_or(0), Relaxed);
-        s.carried.store(plan.carried, Relaxed);
+        set
+    }
+}
+
+impl Stats {
+    fn record(&self, plan: &fair_share::Plan, caps_set: u64) {
+        self.clients.store(plan.clients as u64, Relaxed);
+        self.wanting.store(plan.wanting as u64, Relaxed);
+        self.share.store(plan.share.unwrap_or(0), Relaxed);
+        self.carried.store(plan.carried, Relaxed);
         if plan.share.is_some() {
-            s.rounds.fetch_add(1, Relaxed);
+            self.rounds.fetch_add(1, Relaxed);
         }
-        s.caps_set.fetch_add(set, Relaxed);
+        self.caps_set.fetch_add(caps_set, Relaxed);
     }
 }
 
@@ -416,7 +527,7 @@ mod tests {
             device: "lo".into(),
             capacity_bps: Some(100_000_000),
         };
-        let pacer = Pacer::new(&[spec]);
+        let pacer = Arc::new(Pacer::new(&[spec], false));
         let (a, _a) = pair();
         let (b, _b) = pair();
         let client = Ipv4Addr::new(127, 0, 0, 1);
@@ -446,7 +557,7 @@ mod tests {
             capacity_bps: None,
         };
         let shutdown = Shutdown::new();
-        assert!(Pacer::start(&[spec], &shutdown).unwrap().is_none());
+        assert!(Pacer::start(&[spec], false, &shutdown).unwrap().is_none());
         shutdown.stop_and_wait().await;
     }
 }
