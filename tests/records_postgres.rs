@@ -2,7 +2,7 @@
 //! /usr/lib/postgresql/*/bin, as the `postgres` user when run as root, on a free port of
 //! 127.0.0.1, data in a temporary folder), runs the daemon against it, kills the daemon with -9,
 //! restarts it, checks the records came back (through the API, `bootpool report` and psql),
-//! applies a retention, and stops the server it started.
+//! the client's console lines with them, applies a retention, and stops the server it started.
 //!
 //! It fails, never skips, without PostgreSQL: CI installs Debian's `postgresql` (scripts/setup).
 
@@ -61,6 +61,14 @@ fn as_pg(program: PathBuf, user: Option<(u32, u32)>) -> Command {
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
@@ -234,10 +242,32 @@ fn records_in_postgres_survive_kill_9_and_follow_the_retention() {
     let state = fx.path().join("var");
     std::fs::create_dir_all(&state).unwrap();
     std::fs::write(state.join("events.jsonl"), journal()).unwrap();
+    // The journal's client holds 127.0.0.1 in the lease table too, so that its console lines
+    // (netconsole's UDP, here util-linux logger's) are told apart from a stranger's.
+    std::fs::write(
+        state.join("leases.json"),
+        format!(
+            r#"{{"leases":[{{"mac":"52:54:00:77:00:12","ip":"127.0.0.1","state":"bound","expires":{}}}]}}"#,
+            u32::MAX
+        ),
+    )
+    .unwrap();
     let http = free_port();
+    let console_port = free_udp_port();
     let config = |retention: &str| {
         let text = fx.config_text();
         assert!(text.contains("  state_dir: var/\n") && text.contains("http: 127.0.0.1:0"));
+        let text = text
+            .replacen("portmap: 0 }", &format!("portmap: 0, console: {console_port} }}"), 1)
+            // The client's address is leased from a range of its own, which the server's
+            // may not be in.
+            .replacen("address: 127.0.0.1\n", "address: 127.0.0.2\n", 1)
+            .replacen("range: 127.0.0.100-127.0.0.199", "range: 127.0.0.1-127.0.0.1", 1)
+            .replacen(
+                "  nbd-room:\n    image: demo\n    root: nbd\n",
+                "  nbd-room:\n    image: demo\n    root: nbd\n    netconsole: true\n",
+                1,
+            );
         fx.write_config(
             &text
                 .replace(
@@ -271,10 +301,37 @@ fn records_in_postgres_survive_kill_9_and_follow_the_retention() {
         let (ok, _, err) = curl(&format!("{base}/boot/demo/initrd.img"));
         assert!(ok, "{err}\n{}", serve_log());
     }
+    // Two console lines from the client; the second says its root filesystem was refused.
+    for line in ["Linux version 6.1.0 (test)", "SQUASHFS error: unable to read id index table"] {
+        let (ok, _, err) = run(
+            Command::new("logger").args([
+                "--udp",
+                "--server",
+                "127.0.0.1",
+                "--port",
+                &console_port.to_string(),
+                line,
+            ]),
+            10,
+        );
+        assert!(ok, "logger: {err}");
+    }
     std::thread::sleep(Duration::from_millis(1500));
     daemon.0.kill().unwrap();
     daemon.0.wait().unwrap();
     drop(daemon);
+    // The console is kept in PostgreSQL too, one row for the boot.
+    assert_eq!(
+        pg.query("SELECT count(*) FROM console WHERE mac = '52:54:00:77:00:12'"),
+        "1",
+        "{}",
+        serve_log()
+    );
+    assert!(
+        pg.query("SELECT body FROM console").contains("SQUASHFS error"),
+        "{}",
+        serve_log()
+    );
     // In PostgreSQL, not in an SQLite file: the journal's 3 events and the 4 downloads.
     assert!(!state.join("records.db").exists());
     assert_eq!(
@@ -297,6 +354,26 @@ fn records_in_postgres_survive_kill_9_and_follow_the_retention() {
     daemon.0.wait().unwrap();
     drop(daemon);
     assert_eq!(pg.query("SELECT count(*) FROM events"), "7");
+
+    // `bootpool report --console` reads the lines and their cause back from the same server.
+    let (ok, json, err) = run(
+        Command::new(env!("CARGO_BIN_EXE_bootpool"))
+            .args(["report", "--config"])
+            .arg(fx.config_path())
+            .args(["--console", "52:54:00:77:00:12", "--format", "json"]),
+        30,
+    );
+    assert!(ok, "{err}");
+    let console: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let texts: Vec<&str> = console["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts.len(), 2, "{console}");
+    assert!(texts[1].contains("SQUASHFS error"), "{console}");
+    assert_eq!(console["cause"]["kind"], "root_fs", "{console}");
 
     // `bootpool report` reads the same server.
     let (ok, csv, err) = run(
