@@ -365,6 +365,15 @@ async fn running_clients_keep_their_revision_and_new_boots_get_the_active_one(st
         "{out}"
     );
     assert!(store::rev_dir(&fx.image_dir(), &r1).is_dir());
+    // `bootpool report` says it under the waves.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    c.arg("report").arg("--config").arg(fx.config_path());
+    let (ok, report, err) = tokio::task::block_in_place(|| run(&mut c, 120));
+    assert!(ok, "{err}");
+    assert!(
+        report.contains("image demo: 1 of 1 running clients need a reboot to get r2"),
+        "{report}"
+    );
 
     assert_eq!(held.read(&["etc", "hostname"]).await, b"r1\n");
     drop(held);
