@@ -152,7 +152,7 @@ fn a_tree_and_its_tarballs_are_one_revision_then_activate_and_rollback() {
         let (ok, out, err) = bootpool(&fx, &["import", "sys", "--from", tarball.to_str().unwrap()]);
         assert!(ok, "{out}\n{err}");
         assert!(out.contains("same content as r1"), "{name}: {out}");
-        assert_eq!(revs(&fx), [r1.clone()]);
+        assert_eq!(revs(&fx), std::slice::from_ref(&r1));
     }
 
     // Changed content: r2, not active until asked.
