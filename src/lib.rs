@@ -8,6 +8,8 @@
 //! - `service`: I/O shells, one per listener. They serve the sockets `app` gives them.
 //! - `record`: typed boot events -> boots and phases, stored by one writer (SQLite in the state
 //!   folder, or PostgreSQL) and replayed at start.
+//! - `image`: images with revisions: import (tree, tarball, OCI), activate, roll back,
+//!   prune, and the revision-specific names a boot is handed.
 //! - `lab`: the virtual room: namespace, bridge, taps, qemu clients.
 //! - `storm`: the 08:00 storm, simulated: many clients replaying real boots in a private room.
 //! - `trace`: boot traces (what a client asked for, in order, with times) and their format.
@@ -17,6 +19,7 @@ pub mod app;
 pub mod boot;
 pub mod config;
 pub mod export;
+pub mod image;
 pub mod lab;
 pub mod proto;
 pub mod record;

@@ -65,6 +65,9 @@ enum Command {
     /// Boot a whole room at once: N simulated clients replaying a real boot's trace, each on
     /// its own shaped link, against bootpool or another server, in a private network namespace.
     Storm(bootpool::storm::StormArgs),
+    /// Images with revisions: import a tree, tarball or OCI image, list, activate, roll back,
+    /// prune (README "Images").
+    Image(bootpool::image::cli::ImageArgs),
     /// List the boot traces kept for pools with `trace: true`, or export one (docs/trace.md).
     Trace(bootpool::trace::export::TraceArgs),
 }
@@ -141,6 +144,16 @@ fn main() -> ExitCode {
             match bootpool::storm::run(args) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Command::Image(args) => {
+            match load_config(&args.config).map(|c| bootpool::image::cli::run(args, c)) {
+                Err(code) => code,
+                Ok(Ok(())) => ExitCode::SUCCESS,
+                Ok(Err(e)) => {
                     eprintln!("error: {e:#}");
                     ExitCode::FAILURE
                 }
@@ -265,8 +278,22 @@ fn report(
         Ok(c) => c,
         Err(code) => return code,
     };
-    let result = block_on(bootpool::record::load(&config.server))
-        .and_then(|t| bootpool::record::report::render(&t, query, format));
+    let result = block_on(bootpool::record::load(&config.server)).and_then(|t| {
+        let mut text = bootpool::record::report::render(&t, query, format)?;
+        // Under the waves: who runs an older image revision than the active one.
+        if matches!(query, bootpool::record::report::Query::Waves)
+            && matches!(format, bootpool::record::report::Format::Table)
+        {
+            use bootpool::image::usage;
+            let now = bootpool::record::event::now_micros();
+            let running = usage::running(&config, t.boots(), now, None);
+            for b in usage::behind(&running, &usage::active_revisions(&config)) {
+                text.push_str(&b.sentence());
+                text.push('\n');
+            }
+        }
+        Ok(text)
+    });
     match result {
         Ok(text) => {
             print!("{text}");

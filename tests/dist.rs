@@ -314,7 +314,16 @@ fn help_of(args: &[&str]) -> (BTreeSet<String>, BTreeSet<String>) {
 
 /// The subcommands `bootpool --help` lists.
 fn subcommands() -> Vec<String> {
-    let out = bootpool(&["--help"]);
+    let subs = commands_of(&[]);
+    assert!(subs.len() >= 4, "{subs:?}");
+    subs
+}
+
+/// The commands `bootpool ARGS --help` lists (`bootpool image`'s own: import, list, ...).
+fn commands_of(args: &[&str]) -> Vec<String> {
+    let mut args = args.to_vec();
+    args.push("--help");
+    let out = bootpool(&args);
     let mut in_commands = false;
     let mut subs = Vec::new();
     for line in out.lines() {
@@ -326,7 +335,6 @@ fn subcommands() -> Vec<String> {
             break;
         }
     }
-    assert!(subs.len() >= 4, "{out}");
     subs
 }
 
@@ -351,7 +359,13 @@ fn man_page_names_every_subcommand_flag_and_value() {
         if sub == "help" {
             continue; // `bootpool help --help` is not a thing
         }
-        let (flags, values) = help_of(&[&sub, "--help"]);
+        let (mut flags, mut values) = help_of(&[&sub, "--help"]);
+        // A command with commands of its own (`bootpool image import`): theirs are its too.
+        for nested in commands_of(&[&sub]).iter().filter(|n| *n != "help") {
+            let (f, v) = help_of(&[&sub, nested, "--help"]);
+            flags.extend(f);
+            values.extend(v);
+        }
         for flag in &flags {
             if flag == "--help" {
                 continue; // every command's; documented once under OPTIONS

@@ -203,6 +203,13 @@ async function roomView(el, [poolName], ctx) {
   const grid = h('div', { class: 'tiles', 'data-testid': 'tiles' });
   const counts = h('div');
   const note = h('div');
+  // An image with revisions: how many of its running clients still run an older one.
+  const imageLine = h('p', { class: 'meta', 'data-testid': 'image-revision' });
+  api('/api/v1/images').then(images => {
+    const i = images.find(x => x.image === pool.image);
+    if (i?.active_label) imageLine.replaceChildren(`Image ${i.image} is at ${i.active_label}: `,
+      h('b', {}, `${i.need_reboot} of ${i.clients}`), ` running clients need a reboot to get ${i.active_label}.`);
+  }).catch(() => {});
   el.replaceChildren(
     h('h2', {}, `Room ${pool.name}`),
     h('nav', { class: 'pools', 'aria-label': 'pools' }, pools.map(p =>
@@ -210,7 +217,7 @@ async function roomView(el, [poolName], ctx) {
     h('p', { class: 'meta' }, `${pool.machines.length} machines`,
       pool.machines_complete ? '' : ' (a listed range is too long to show: only its machines that booted)',
       `, image ${pool.image}, root over ${pool.root}. Updates: `, mode),
-    waveLine, counts, note, grid);
+    imageLine, waveLine, counts, note, grid);
 
   const tile = (mac, b, t, dense) => {
     const name = names.get(mac) ?? listed.get(mac)?.name ?? mac;

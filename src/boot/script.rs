@@ -1,8 +1,9 @@
 //! The generated iPXE script and kernel command line for one client. `link` is the server
 //! address the client was given for its whole boot (one of `server.links`, `boot::links`):
-//! every URL and the root argument name it.
+//! every URL and the root argument name it. For an image with revisions, the revision active
+//! when the script is made (`image::serve`): its kernel, initrd and root names all carry it.
 
-use crate::config::{Config, Initramfs, Mac, Member, RootProto, cmdline};
+use crate::config::{Config, Image, Initramfs, Mac, Member, RootProto, cmdline};
 use std::net::Ipv4Addr;
 
 /// Where iPXE fetches this client's script.
@@ -24,9 +25,21 @@ pub fn cmdline(
     link: Ipv4Addr,
     client: Option<Ipv4Addr>,
 ) -> String {
+    let image = crate::image::serve::serving(&member.pool.image);
+    cmdline_of(config, member, &image, link, client)
+}
+
+/// `cmdline` for `image`: the pool's image, or the revision of it this boot gets.
+fn cmdline_of(
+    config: &Config,
+    member: &Member,
+    image: &Image,
+    link: Ipv4Addr,
+    client: Option<Ipv4Addr>,
+) -> String {
     let pool = member.pool;
     let s = &config.server;
-    let (nfs, nbd) = (&pool.image.nfs_export, &pool.image.nbd_export);
+    let (nfs, nbd) = (&image.nfs_export, &image.nbd_export);
     let root = match (pool.root, pool.initramfs) {
         (RootProto::Nfs, Initramfs::Dracut) => {
             format!(
@@ -59,7 +72,7 @@ pub fn cmdline(
     };
     let netconsole = netconsole(config, member, link, client);
     if let Some(template) = &pool.cmdline_template {
-        return from_template(config, member, link, template, &root, &netconsole);
+        return from_template(config, member, image, link, template, &root, &netconsole);
     }
     let mut line = format!("{root} bootpool.url={}", http_base(config, link));
     if !pool.cmdline.is_empty() {
@@ -72,7 +85,7 @@ pub fn cmdline(
     }
     // The EFI stub finds the initrd iPXE hands over by this name (its URL's last part).
     line.push_str(" initrd=");
-    line.push_str(pool.image.initrd_file_name());
+    line.push_str(image.initrd_file_name());
     line
 }
 
@@ -102,6 +115,7 @@ pub fn netconsole(
 fn from_template(
     config: &Config,
     member: &Member,
+    image: &Image,
     link: Ipv4Addr,
     template: &cmdline::Template,
     root: &str,
@@ -109,7 +123,6 @@ fn from_template(
 ) -> String {
     use cmdline::Field;
     let pool = member.pool;
-    let image = &pool.image;
     let ports = &config.server.ports;
     template.render(|field| match field {
         Field::Server => link.to_string(),
@@ -146,7 +159,8 @@ pub fn ipxe_script(
     client: Option<Ipv4Addr>,
 ) -> String {
     let base = http_base(config, link);
-    let image = &member.pool.image;
+    // The revision this boot gets, read once: its kernel, initrd and root all name it.
+    let image = &crate::image::serve::serving(&member.pool.image);
     let name = member.entry.name.as_deref().unwrap_or("");
     format!(
         "#!ipxe\n\
@@ -158,7 +172,7 @@ pub fn ipxe_script(
         image = image.name,
         kernel = image.kernel_name,
         initrd = image.initrd_name,
-        cmdline = cmdline(config, member, link, client),
+        cmdline = cmdline_of(config, member, image, link, client),
     )
 }
 

@@ -436,7 +436,8 @@ impl Config {
     pub fn missing_files(&self) -> Vec<ConfigError> {
         let mut errors = Vec::new();
         for (name, pool) in &self.pools {
-            let image = &pool.image;
+            // An image with revisions: the active one's files.
+            let image = &crate::image::serve::serving(&pool.image);
             let mut need = vec![image.kernel(), image.initrd()];
             need.push(match pool.root {
                 RootProto::Nfs => image.root_tree(),
@@ -450,9 +451,10 @@ impl Config {
                         column: None,
                         path: format!("pools.{name}.image"),
                         reason: format!(
-                            "image `{}` lacks {} (build it: images/build-demo.sh)",
+                            "image `{}` lacks {} (build it: images/build-demo.sh; or import one: bootpool image import {})",
                             image.name,
-                            path.display()
+                            path.display(),
+                            image.name
                         ),
                     });
                 }

@@ -208,8 +208,9 @@ pub fn exported(config: &Config) -> Vec<Arc<Image>> {
     config
         .images
         .values()
+        // An image with revisions is exported as its active revision (`NAME@ID`).
+        .map(crate::image::serve::serving)
         .filter(|i| i.root_image().is_file())
-        .cloned()
         .collect()
 }
 
@@ -230,7 +231,11 @@ pub fn lookup(config: &Config, name: &str) -> Option<Arc<Image>> {
             _ => None,
         };
     }
-    exported.into_iter().find(|i| i.nbd_export == name)
+    exported
+        .into_iter()
+        .find(|i| i.nbd_export == name)
+        // Any revision on disk, active or not: a client keeps the one it was handed.
+        .or_else(|| crate::image::serve::nbd_revision(config, name))
 }
 
 #[cfg(test)]

@@ -5,4 +5,5 @@
 pub mod cow;
 pub mod image;
 pub mod mapping;
+pub mod slots;
 pub mod tree;

@@ -411,7 +411,8 @@ impl Node {
 
 /// The NFS filesystem: every image tree under one composite root.
 pub struct Tree {
-    images: Vec<ImageTree>,
+    /// Only ever added to (`add_export`: a revision learned at runtime), so indices stay.
+    images: super::slots::Slots<ImageTree>,
     known: RwLock<HashMap<TreeHandle, Known>>,
     listings: Mutex<HashMap<TreeHandle, Arc<Listing>>>,
     /// LOOKUP answers in folders with no listing cached, by (folder, name): a room of
@@ -481,6 +482,20 @@ impl Tree {
             small: Mutex::new(Clock::new(small_map_cache_size())),
             contents: RwLock::new(HashMap::new()),
         }
+    }
+
+    /// Adds an image tree read from disk while the tree is served (an image revision imported
+    /// after start, `image::serve`); its index, or None when no more fit.
+    pub fn add_export(&self, export: String, name: String, root: PathBuf) -> Option<usize> {
+        self.images.push(ImageTree {
+            id: stable_hash(&[name.as_bytes()]).max(1),
+            name,
+            export,
+            root,
+            ram: false,
+            last_walk: Mutex::new(None),
+            dir: Mutex::new(None),
+        })
     }
 
     /// Export paths, e.g. `["/demo"]`, in the order of the images.

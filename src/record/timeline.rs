@@ -109,6 +109,8 @@ pub struct Boot {
     pub inferred: Option<Inferred>,
     /// When and why its client was seen to go (powered off, restarted).
     pub gone: Option<Gone>,
+    /// The image revision its root export named (`EXPORT@ID`, `image::serve`), if any.
+    pub revision: Option<String>,
     marks: Marks,
     reads: RootReads,
 }
@@ -132,6 +134,7 @@ impl Boot {
             console: Arc::default(),
             inferred: None,
             gone: None,
+            revision: None,
             marks: Marks::default(),
             reads: RootReads::default(),
         }
@@ -445,9 +448,12 @@ impl Timelines {
                     *mark = Some(ev.at);
                 }
             }
-            Kind::RootAttach { proto, .. } => {
+            Kind::RootAttach { proto, export } => {
                 m.attach.get_or_insert(ev.at);
                 boot.root = Some(*proto);
+                if let Some(id) = crate::image::serve::revision_of(export) {
+                    boot.revision = Some(id.to_string());
+                }
                 boot.reads.attach();
                 // Back again (an NBD client that reconnected): it had not gone after all.
                 if boot

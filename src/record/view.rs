@@ -40,6 +40,9 @@ pub struct BootView {
     /// Unix seconds of that.
     #[serde(default)]
     pub gone_at: Option<f64>,
+    /// The image revision it booted (`bootpool image list`), for an image with revisions.
+    #[serde(default)]
+    pub revision: Option<String>,
     /// For a timed-out or failed boot, the phase it stopped in.
     pub stopped_in: Option<String>,
     /// For a failed boot, why: what the server refused or lacked, or what the client said.
@@ -125,6 +128,7 @@ impl BootView {
             inferred_s: b.inferred_s(),
             gone: b.gone.map(|g| g.evidence.name().to_string()),
             gone_at: b.gone.map(|g| g.at as f64 / 1e6),
+            revision: b.revision.clone(),
             stopped_in: (timed_out || b.result == BootResult::Failed)
                 .then(|| b.current_phase().to_string()),
             failure: b.failure.as_ref().map(|f| match f.proto {

@@ -1,7 +1,8 @@
 //! Which file a boot-file name means, for TFTP and HTTP alike: the loaders folder's plain
 //! names and each image's kernel and initrd (`IMAGE/KERNEL`, by the names pools.yaml gives
 //! them: `vmlinuz` and `initrd.img` unless `images.NAME.kernel`/`initrd` say otherwise),
-//! nothing else. A symlink is followed only while it stays inside its folder, so no name
+//! nothing else; for an image with revisions, each revision's as `IMAGE/revs/ID/KERNEL`
+//! (`image::serve`). A symlink is followed only while it stays inside its folder, so no name
 //! reaches outside what is served.
 
 use crate::config::{Config, ConfigError, Image};
@@ -35,6 +36,8 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), Refus
                 .images
                 .get(image)
                 .ok_or(Refused(err::NOT_FOUND, "file not found"))?;
+            // `revs/ID/FILE`: the boot files of one revision (`image::serve`).
+            let image = &crate::image::serve::for_file(image, file);
             match image_file(image, file) {
                 Some(FileKind::Kernel) => (image.dir.clone(), image.kernel(), FileKind::Kernel),
                 Some(FileKind::Initrd) => (image.dir.clone(), image.initrd(), FileKind::Initrd),
@@ -143,9 +146,8 @@ fn image_file(image: &Image, file: &str) -> Option<FileKind> {
 pub fn handed_out(config: &Config, name: &str) -> bool {
     match name.split_once('/') {
         None => crate::boot::LOADERS.contains(&name),
-        Some((image, file)) => config
-            .images
-            .get(image)
-            .is_some_and(|image| image_file(image, file).is_some()),
+        Some((image, file)) => config.images.get(image).is_some_and(|image| {
+            image_file(&crate::image::serve::for_file(image, file), file).is_some()
+        }),
     }
 }

@@ -286,6 +286,7 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/stream", get(stream))
         .route("/metrics", get(super::metrics::render))
         .route("/api/v1/pools", get(pools))
+        .route("/api/v1/images", get(super::images_api::images))
         .route("/api/v1/clients", get(clients))
         .route("/api/v1/leases/{mac}/release", post(release_lease))
         .merge(super::web::routes())

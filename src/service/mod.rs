@@ -10,6 +10,7 @@ pub mod epoll;
 pub mod fair_share;
 pub mod http;
 pub mod identity;
+pub mod images_api;
 pub mod lease_file;
 pub mod link_routes;
 pub mod links;

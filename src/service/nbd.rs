@@ -184,7 +184,8 @@ fn load_ram_images(config: &Config) -> io::Result<HashMap<String, Arc<Vec<u8>>>>
             mib_per_s = (bytes.len() >> 20) as f64 / secs.max(1e-6),
             "nbd image loaded into memory"
         );
-        ram.insert(name, bytes);
+        // By export name: each image revision is an export of its own.
+        ram.insert(img.nbd_export.clone(), bytes);
     }
     Ok(ram)
 }
@@ -688,7 +689,7 @@ impl Conn {
             }
             return Err(Unavailable::Refused);
         }
-        if let Some(bytes) = self.exports.ram.get(&image.name) {
+        if let Some(bytes) = self.exports.ram.get(&image.nbd_export) {
             let opened = BlockImage::in_memory(&image.nbd_export, bytes.clone());
             return Ok((opened, image));
         }

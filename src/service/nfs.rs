@@ -96,6 +96,23 @@ pub async fn serve(
             images.push((export, p.image.name.clone(), p.image.root_tree(), ram));
         }
     }
+    // An image with revisions: each revision is an export of its own (`image::serve`), in
+    // RAM for `store: ram` only the one active at start.
+    images.retain(|(_, name, _, _)| {
+        config
+            .images
+            .get(name)
+            .is_none_or(|i| !crate::image::store::managed(&i.dir))
+    });
+    for p in config.pools.values().filter(|p| p.root == RootProto::Nfs) {
+        let active = crate::image::serve::serving(&p.image).nfs_export.clone();
+        for (export, name, root) in crate::image::serve::nfs_exports(&p.image) {
+            if !images.iter().any(|(e, _, _, _)| *e == export) {
+                let ram = p.image.store == Store::Ram && export == active;
+                images.push((export, name, root, ram));
+            }
+        }
+    }
     let tree = Arc::new(Tree::with_exports(images));
     {
         let tree = tree.clone();
@@ -118,7 +135,7 @@ pub async fn serve(
         .map(|i| {
             config
                 .images
-                .get(tree.image_name(i))
+                .get(crate::image::serve::base(tree.image_name(i)))
                 .map_or((false, true), |im| (im.root_squash, im.secure_ports))
         })
         .collect();
@@ -350,11 +367,14 @@ impl Conn {
 
     /// Whether this client may use image `img`; each refused call is counted.
     fn allowed(&mut self, img: usize) -> bool {
+        if img >= self.allowed.len() {
+            self.allowed.resize(img + 1, None); // a revision learned since
+        }
         let ok = match self.allowed[img] {
             Some((ok, at)) if ok || at.elapsed() < TICK => ok,
             _ => {
                 let mac = self.identity.holder(self.ip.into());
-                let image = self.tree.image_name(img);
+                let image = crate::image::serve::base(self.tree.image_name(img));
                 let ok = root_allowed(&self.config, RootProto::Nfs, image, self.ip, mac);
                 static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
                 if !ok && let Some(suppressed) = REFUSED.allow() {
@@ -474,6 +494,13 @@ impl Conn {
             }
             Mount::Mnt(path) => {
                 let export = String::from_utf8_lossy(path).into_owned();
+                // A revision imported since start joins the tree when first mounted.
+                if let Some((e, name, root)) =
+                    crate::image::serve::nfs_to_learn(&self.config, path, self.tree.exports())
+                {
+                    tracing::info!(export = %e, "nfs export of a new image revision");
+                    self.tree.add_export(e, name, root);
+                }
                 let found = self
                     .tree
                     .mount(path)
@@ -622,7 +649,7 @@ impl Conn {
             out.finish();
             return;
         }
-        let squash = img.is_some_and(|i| self.trust[i].0);
+        let squash = img.is_some_and(|i| self.trust(i).0);
         let cred = &cred.effective(squash);
         let tree = self.tree.clone();
         out.accepted(xid, nfs3::SUCCESS);
@@ -822,8 +849,19 @@ impl Conn {
     }
 
     /// Whether the caller's source port satisfies the image's `secure_ports`.
+    /// (root_squash, secure_ports) of image `img`'s config: for a revision learned since
+    /// start, its image's.
+    fn trust(&self, img: usize) -> (bool, bool) {
+        self.trust.get(img).copied().unwrap_or_else(|| {
+            self.config
+                .images
+                .get(crate::image::serve::base(self.tree.image_name(img)))
+                .map_or((false, true), |im| (im.root_squash, im.secure_ports))
+        })
+    }
+
     fn port_ok(&self, img: usize) -> bool {
-        if !self.trust[img].1 || self.peer.port() < 1024 {
+        if !self.trust(img).1 || self.peer.port() < 1024 {
             return true;
         }
         static INSECURE: super::bounds::LogLimit = super::bounds::LogLimit::new();

@@ -1,0 +1,306 @@
+//! `bootpool image`: import, list, activate, rollback, prune. Reads the config for each
+//! image's folder and the boot record for which revisions clients run; prints what it did.
+
+use super::{import, store, usage};
+use crate::config::{Config, Image};
+use anyhow::{Context as _, bail};
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Args, Debug)]
+pub struct ImageArgs {
+    #[arg(short, long, default_value = "pools.yaml", global = true)]
+    pub config: PathBuf,
+    #[command(subcommand)]
+    pub command: ImageCommand,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ImageCommand {
+    /// Import a root tree, a root tarball or an OCI image as a new revision of image NAME.
+    Import {
+        /// The image (`images.NAME` in the config; its `dir` holds the revisions).
+        name: String,
+        /// A folder (a root tree, or an OCI layout), a root tarball (.tar, .tar.gz, .tar.xz,
+        /// .tar.zst), or an OCI/docker archive (`docker save`, `podman save`).
+        #[arg(long, value_name = "SOURCE")]
+        from: PathBuf,
+        /// The kernel to boot, a file on this host (default: the tree's /boot/vmlinuz-*).
+        #[arg(long, value_name = "FILE")]
+        kernel: Option<PathBuf>,
+        /// The initrd to boot, a file on this host (default: the tree's matching initrd).
+        #[arg(long, value_name = "FILE")]
+        initrd: Option<PathBuf>,
+        /// Activate the new revision (the first revision of an image is always activated).
+        #[arg(long)]
+        activate: bool,
+    },
+    /// List each image's revisions, the active one, and which clients run which.
+    List {
+        /// Only this image.
+        name: Option<String>,
+    },
+    /// Make REV (`r3`, or an id) the revision that boots starting from now get.
+    Activate { name: String, rev: String },
+    /// Activate the revision that was active before the current one.
+    Rollback { name: String },
+    /// Remove revisions that are not active and that no running client uses.
+    Prune {
+        /// Only this image.
+        name: Option<String>,
+        /// Also count as over a boot that has sent nothing for this long (e.g. `30m`), for
+        /// NFS clients that were powered off without a trace (by default only evidence ends
+        /// a boot: an NBD disconnect, a restart, a new boot).
+        #[arg(long, value_name = "DURATION")]
+        idle: Option<String>,
+        /// Show what would be removed, remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+/// Runs one `bootpool image` command on `config` (loaded from `args.config`).
+pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
+    match args.command {
+        ImageCommand::Import {
+            name,
+            from,
+            kernel,
+            initrd,
+            activate,
+        } => {
+            let image = image(&config, &name)?;
+            let first = store::active(&image.dir)?.is_none();
+            let req = import::Request {
+                from,
+                kernel,
+                initrd,
+            };
+            let done = import::import(&image, &req)?;
+            let r = &done.revision;
+            if done.new {
+                println!(
+                    "image {name}: imported {} ({}) from {} ({}, {} entries, {} MiB)",
+                    r.label(),
+                    r.id,
+                    r.meta.source,
+                    r.meta.format,
+                    r.meta.entries,
+                    r.meta.tree_bytes >> 20
+                );
+            } else {
+                println!(
+                    "image {name}: same content as {} ({}); nothing added",
+                    r.label(),
+                    r.id
+                );
+            }
+            if first || activate {
+                let _lock = store::lock(&image.dir)?;
+                store::activate(&image.dir, &r.id)?;
+                println!("image {name}: {} is active", r.label());
+            } else if store::active(&image.dir)?.as_deref() != Some(r.id.as_str()) {
+                println!(
+                    "image {name}: boots get it after `bootpool image activate {name} {}`",
+                    r.label()
+                );
+            }
+            Ok(())
+        }
+        ImageCommand::List { name } => {
+            let running = running(&config, None)?;
+            let mut shown = 0;
+            for image in config.images.values() {
+                if name.as_ref().is_some_and(|n| n != &image.name) {
+                    continue;
+                }
+                shown += 1;
+                list(image, &running)?;
+            }
+            if let Some(n) = name
+                && shown == 0
+            {
+                bail!("no image `{n}` in {}", args.config.display());
+            }
+            Ok(())
+        }
+        ImageCommand::Activate { name, rev } => {
+            let image = image(&config, &name)?;
+            let _lock = store::lock(&image.dir)?;
+            let r = store::find(&image.dir, &rev)?;
+            store::activate(&image.dir, &r.id)?;
+            println!(
+                "image {name}: {} ({}) is active; boots starting from now get it, running clients keep theirs until they reboot",
+                r.label(),
+                r.id
+            );
+            Ok(())
+        }
+        ImageCommand::Rollback { name } => {
+            let image = image(&config, &name)?;
+            let _lock = store::lock(&image.dir)?;
+            let Some(id) = store::previous(&image.dir)? else {
+                bail!("image {name}: no earlier revision to go back to");
+            };
+            store::activate(&image.dir, &id)?;
+            let label = store::read(&image.dir, &id)?.map_or(id.clone(), |r| r.label());
+            println!("image {name}: rolled back to {label} ({id})");
+            Ok(())
+        }
+        ImageCommand::Prune {
+            name,
+            idle,
+            dry_run,
+        } => {
+            let idle = idle
+                .map(|s| {
+                    crate::config::parse_duration(&s)
+                        .map_err(|e| anyhow::anyhow!("--idle {s}: {e}"))
+                })
+                .transpose()?;
+            let running = running(&config, idle.map(|d| d.as_micros() as i64))?;
+            for image in config.images.values() {
+                if name.as_ref().is_some_and(|n| n != &image.name) {
+                    continue;
+                }
+                prune(image, &running, dry_run)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn image(config: &Config, name: &str) -> anyhow::Result<Arc<Image>> {
+    config.images.get(name).cloned().with_context(|| {
+        format!(
+            "{}: no image `{name}` (add images.{name}.dir, the folder its revisions go in)",
+            config.file.display()
+        )
+    })
+}
+
+/// Who runs what, from the record store (none recorded yet: nobody).
+fn running(config: &Config, idle: Option<i64>) -> anyhow::Result<Vec<usage::Running>> {
+    let timelines = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(crate::record::load(&config.server))
+        .context("reading the boot records (which revisions clients run)")?;
+    let now = crate::record::event::now_micros();
+    Ok(usage::running(config, timelines.boots(), now, idle))
+}
+
+fn list(image: &Image, running: &[usage::Running]) -> anyhow::Result<()> {
+    let dir = &image.dir;
+    if !store::managed(dir) {
+        println!(
+            "image {}: {} (assembled by hand, no revisions)",
+            image.name,
+            dir.display()
+        );
+        return Ok(());
+    }
+    let active = store::active(dir)?;
+    println!("image {}: {}", image.name, dir.display());
+    println!("  rev   id            active  clients  imported              format   MiB  source");
+    for r in store::list(dir)? {
+        let on = running
+            .iter()
+            .filter(|c| c.image == image.name && c.revision == r.id)
+            .count();
+        println!(
+            "  {:<5} {}  {:<6}  {:<7}  {:<20}  {:<7} {:>4}  {}",
+            r.label(),
+            r.id,
+            if active.as_deref() == Some(r.id.as_str()) {
+                "*"
+            } else {
+                ""
+            },
+            on,
+            unix_time(r.meta.imported_at),
+            r.meta.format,
+            r.meta.tree_bytes >> 20,
+            r.meta.source
+        );
+    }
+    let act = usage::active_revisions_of(image);
+    for b in usage::behind(running, &act) {
+        println!("  {}", b.sentence());
+    }
+    Ok(())
+}
+
+fn prune(image: &Image, running: &[usage::Running], dry_run: bool) -> anyhow::Result<()> {
+    let dir = &image.dir;
+    if !store::managed(dir) {
+        return Ok(());
+    }
+    let _lock = store::lock(dir)?;
+    let active = store::active(dir)?;
+    for r in store::list(dir)? {
+        let users: Vec<&usage::Running> = running
+            .iter()
+            .filter(|c| c.image == image.name && c.revision == r.id)
+            .collect();
+        if active.as_deref() == Some(r.id.as_str()) {
+            println!(
+                "image {}: keeping {} ({}): active",
+                image.name,
+                r.label(),
+                r.id
+            );
+        } else if !users.is_empty() {
+            let macs: Vec<&str> = users.iter().map(|u| u.mac.as_str()).collect();
+            println!(
+                "image {}: keeping {} ({}): {} running client(s): {}",
+                image.name,
+                r.label(),
+                r.id,
+                users.len(),
+                macs.join(" ")
+            );
+        } else if dry_run {
+            println!(
+                "image {}: would remove {} ({})",
+                image.name,
+                r.label(),
+                r.id
+            );
+        } else {
+            // Out of `revs/` first (one rename), so nothing serves a half-removed revision.
+            let from = store::rev_dir(dir, &r.id);
+            let aside = dir.join(format!(".prune-{}", r.id));
+            std::fs::rename(&from, &aside)
+                .with_context(|| format!("moving {} aside", from.display()))?;
+            std::fs::remove_dir_all(&aside)
+                .with_context(|| format!("removing {}", aside.display()))?;
+            println!("image {}: removed {} ({})", image.name, r.label(), r.id);
+        }
+    }
+    Ok(())
+}
+
+/// `2026-12-02 15:04:05` (UTC).
+fn unix_time(secs: u64) -> String {
+    let days = (secs / 86400) as i64;
+    let rem = secs % 86400;
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}

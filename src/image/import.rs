@@ -1,0 +1,587 @@
+//! `bootpool image import`: a root tree (a folder), a root tarball (plain, gzip, xz, zstd,
+//! bzip2) or an OCI image (an archive from `docker save`/`podman save`, or an OCI layout
+//! folder or archive) becomes a new revision: the tree for NFS, its squashfs image for NBD,
+//! the kernel and initrd, named by the content hash. Everything is built in `DIR/.import-PID/`
+//! (the same filesystem) and renamed into `DIR/revs/ID/` only when whole, so nothing
+//! half-written is ever served and a failed import leaves the revisions as they were.
+
+use super::progress::Progress;
+use super::store::{self, Meta, Revision};
+use super::unpack::{self, Mode};
+use crate::config::Image;
+use anyhow::{Context as _, bail};
+use sha2::{Digest as _, Sha256};
+use std::io::{BufReader, Read};
+use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// What to import.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub from: PathBuf,
+    /// A kernel and initrd on the host, instead of the tree's `/boot`.
+    pub kernel: Option<PathBuf>,
+    pub initrd: Option<PathBuf>,
+}
+
+/// What an import made.
+#[derive(Debug)]
+pub struct Imported {
+    pub revision: Revision,
+    /// False when a revision with the same content was already there (nothing was added).
+    pub new: bool,
+}
+
+/// Imports `req` into `image`'s folder as a new revision (not activated).
+pub fn import(image: &Image, req: &Request) -> anyhow::Result<Imported> {
+    let dir = &image.dir;
+    let _lock = store::lock(dir)?;
+    // Leftovers of an import that was killed: ours to clear while we hold the lock.
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(".import-") {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    let tmp = dir.join(format!(".import-{}", std::process::id()));
+    std::fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let result = build(image, req, &tmp);
+    let out = result.and_then(|(meta, hash)| publish(image, &tmp, meta, &hash));
+    if tmp.exists() {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    out
+}
+
+/// Builds the revision in `tmp`; returns its record (seq still 0) and hash.
+fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, String)> {
+    let tree = tmp.join(&image.root_tree_name);
+    if let Some(p) = tree.parent() {
+        std::fs::create_dir_all(p)?;
+    }
+    let from = &req.from;
+    let shown = from.display().to_string();
+    let meta = std::fs::metadata(from).with_context(|| format!("--from {shown}"))?;
+    let format = if meta.is_dir() {
+        if from.join("oci-layout").is_file() {
+            std::fs::create_dir(&tree)?;
+            oci(from, &tree, &shown)?;
+            "oci"
+        } else {
+            copy_tree(from, &tree)?;
+            "tree"
+        }
+    } else {
+        // An OCI archive is a tar holding an OCI layout or docker's manifest.json.
+        let names = reading(from, &shown, |i| unpack::names(i, &shown))?;
+        let has = |n: &str| names.iter().any(|(p, _)| p == Path::new(n));
+        if has("manifest.json") || (has("oci-layout") && has("index.json")) {
+            let outer = tmp.join(".oci");
+            std::fs::create_dir(&outer)?;
+            let mut bar = Progress::new("unpacking the archive", Some(meta.len()));
+            reading(from, &shown, |i| {
+                unpack::unpack(i, &outer, Mode::Plain, &shown, &mut |n| bar.show(n))
+            })?;
+            bar.finish();
+            std::fs::create_dir(&tree)?;
+            oci(&outer, &tree, &shown)?;
+            std::fs::remove_dir_all(&outer)?;
+            "oci"
+        } else {
+            std::fs::create_dir(&tree)?;
+            let total: u64 = names.iter().map(|(_, s)| s).sum();
+            let mut bar = Progress::new("unpacking the root tarball", Some(total));
+            reading(from, &shown, |i| {
+                unpack::unpack(i, &tree, Mode::Plain, &shown, &mut |n| bar.show(n))
+            })?;
+            bar.finish();
+            "tarball"
+        }
+    };
+    // The kernel and initrd: given, or the tree's /boot.
+    let (kernel, initrd) = match (&req.kernel, &req.initrd) {
+        (Some(k), Some(i)) => (k.clone(), i.clone()),
+        (k, i) => {
+            let (fk, fi) = find_boot(&tree).with_context(|| {
+                format!(
+                    "{shown}: {}",
+                    "no kernel and initrd found in the tree's /boot"
+                )
+            })?;
+            (k.clone().unwrap_or(fk), i.clone().unwrap_or(fi))
+        }
+    };
+    for (what, src, name) in [
+        ("kernel", &kernel, &image.kernel_name),
+        ("initrd", &initrd, &image.initrd_name),
+    ] {
+        let dest = tmp.join(name);
+        if let Some(p) = dest.parent() {
+            std::fs::create_dir_all(p)?;
+        }
+        std::fs::copy(src, &dest)
+            .with_context(|| format!("copying the {what} {}", src.display()))?;
+    }
+    eprintln!("import: hashing the tree");
+    let summary = hash_tree(&tree)?;
+    let mut h = Sha256::new();
+    h.update(summary.hash);
+    for name in [&image.kernel_name, &image.initrd_name] {
+        h.update(name.as_bytes());
+        h.update([0]);
+        let mut f = std::fs::File::open(tmp.join(name))?;
+        std::io::copy(&mut f, &mut HashWriter(&mut h))?;
+    }
+    let hash = hex(&h.finalize());
+    let id = store::id_of(&hash);
+    if store::read(&image.dir, &id)?.is_none() {
+        squashfs(&tree, &tmp.join(&image.root_image_name))?;
+    }
+    let meta = Meta {
+        seq: 0,
+        hash: hash.clone(),
+        source: std::fs::canonicalize(from)
+            .unwrap_or_else(|_| from.clone())
+            .display()
+            .to_string(),
+        format: format.to_string(),
+        imported_at: store::now(),
+        tree_bytes: summary.bytes,
+        entries: summary.entries,
+    };
+    Ok((meta, hash))
+}
+
+/// Moves the finished revision into `revs/`, unless the same content is there already.
+fn publish(image: &Image, tmp: &Path, mut meta: Meta, hash: &str) -> anyhow::Result<Imported> {
+    let dir = &image.dir;
+    let id = store::id_of(hash);
+    if let Some(existing) = store::read(dir, &id)? {
+        return Ok(Imported {
+            revision: existing,
+            new: false,
+        });
+    }
+    meta.seq = store::list(dir)?
+        .iter()
+        .map(|r| r.meta.seq)
+        .max()
+        .unwrap_or(0)
+        + 1;
+    std::fs::write(tmp.join(store::META), serde_json::to_vec_pretty(&meta)?)?;
+    let _ = std::fs::remove_dir_all(tmp.join(".oci"));
+    let revs = dir.join(store::REVS);
+    std::fs::create_dir_all(&revs)?;
+    // Everything on disk before the rename makes it visible.
+    Command::new("sync").arg("-f").arg(tmp).status().ok();
+    std::fs::rename(tmp, revs.join(&id))
+        .with_context(|| format!("moving the revision into {}", revs.display()))?;
+    Ok(Imported {
+        revision: Revision { id, meta },
+        new: true,
+    })
+}
+
+/// A folder source, copied with everything it holds (owners, modes, links, hard links,
+/// xattrs) by `cp -a`; checked after (no device node outside /dev).
+fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
+    eprintln!("import: copying {}", from.display());
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg("--no-target-directory")
+        .arg(from)
+        .arg(to)
+        .stderr(Stdio::piped())
+        .output()
+        .context("running cp")?;
+    if !out.status.success() {
+        bail!(
+            "copying {}: cp failed: {}",
+            from.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// An input file, decompressed by the system's own tool when its magic says it is
+/// compressed.
+struct Input {
+    reader: Box<dyn Read>,
+    child: Option<std::process::Child>,
+}
+
+impl Read for Input {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.reader.read(buf)
+    }
+}
+
+impl Input {
+    /// The decompressor's verdict: a damaged stream is a broken archive.
+    fn finish(&mut self, what: &str) -> anyhow::Result<()> {
+        let Some(mut child) = self.child.take() else {
+            return Ok(());
+        };
+        let _ = std::io::copy(&mut self.reader, &mut std::io::sink());
+        let mut err = String::new();
+        if let Some(mut e) = child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        let status = child.wait()?;
+        if !status.success() {
+            bail!("{what}: broken archive: {}", err.trim());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Input {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Reads the archive at `path` with `f`, decompressed if need be. A decompressor that fails
+/// makes the error a broken archive, whatever `f` made of the bytes it got.
+fn reading<T>(
+    path: &Path,
+    what: &str,
+    f: impl FnOnce(&mut dyn Read) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let mut input = open(path)?;
+    let got = f(&mut input);
+    let finished = input.finish(what);
+    match (got, finished) {
+        (_, Err(e)) => Err(e),
+        (got, Ok(())) => got,
+    }
+}
+
+fn open(path: &Path) -> anyhow::Result<Input> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut magic = [0u8; 6];
+    let n = f.read(&mut magic)?;
+    let tool = match &magic[..n] {
+        [0x1f, 0x8b, ..] => Some("gzip"),
+        [0x28, 0xb5, 0x2f, 0xfd, ..] => Some("zstd"),
+        [0xfd, b'7', b'z', b'X', b'Z', 0] => Some("xz"),
+        [b'B', b'Z', b'h', ..] => Some("bzip2"),
+        _ => None,
+    };
+    let Some(tool) = tool else {
+        let f = std::fs::File::open(path)?;
+        return Ok(Input {
+            reader: Box::new(BufReader::with_capacity(1 << 20, f)),
+            child: None,
+        });
+    };
+    let mut child = Command::new(tool)
+        .arg("-dc")
+        .arg(path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| {
+            format!(
+                "{}: is compressed with {tool}, which cannot run",
+                path.display()
+            )
+        })?;
+    let out = child.stdout.take().context("decompressor output")?;
+    Ok(Input {
+        reader: Box::new(BufReader::with_capacity(1 << 20, out)),
+        child: Some(child),
+    })
+}
+
+/// Applies an OCI image's layers, in order, from an unpacked layout or docker archive.
+fn oci(root: &Path, tree: &Path, shown: &str) -> anyhow::Result<()> {
+    let layers = layers(root, shown)?;
+    let n = layers.len();
+    for (i, (path, digest)) in layers.into_iter().enumerate() {
+        let what = format!("{shown}: layer {} of {n}", i + 1);
+        if let Some(d) = &digest {
+            check_digest(&path, d).with_context(|| what.clone())?;
+        }
+        let size = std::fs::metadata(&path).map(|m| m.len()).ok();
+        let mut bar = Progress::new(&format!("applying layer {} of {n}", i + 1), size);
+        reading(&path, &what, |i| {
+            unpack::unpack(i, tree, Mode::Layer, &what, &mut |b| bar.show(b))
+        })?;
+        bar.finish();
+    }
+    Ok(())
+}
+
+/// The layer files of an image, bottom first, with the digest each must have.
+fn layers(root: &Path, shown: &str) -> anyhow::Result<Vec<(PathBuf, Option<String>)>> {
+    let json = |p: &Path| -> anyhow::Result<serde_json::Value> {
+        let text =
+            std::fs::read(p).with_context(|| format!("{shown}: reading {}", rel(root, p)))?;
+        serde_json::from_slice(&text)
+            .with_context(|| format!("{shown}: {} is not JSON", rel(root, p)))
+    };
+    let docker = root.join("manifest.json");
+    if docker.is_file() {
+        let m = json(&docker)?;
+        let first = m
+            .as_array()
+            .and_then(|a| a.first())
+            .context(format!("{shown}: manifest.json lists no image"))?;
+        let list = first["Layers"]
+            .as_array()
+            .context(format!("{shown}: manifest.json: the image has no `Layers`"))?;
+        return list
+            .iter()
+            .map(|l| {
+                let name = l
+                    .as_str()
+                    .context(format!("{shown}: manifest.json: a layer is not a path"))?;
+                Ok((within(root, name, shown)?, None))
+            })
+            .collect();
+    }
+    let index = json(&root.join("index.json"))?;
+    let mut desc = index["manifests"]
+        .as_array()
+        .and_then(|a| a.first())
+        .cloned()
+        .context(format!("{shown}: index.json lists no manifest"))?;
+    // An index may name an index (several platforms): take linux/amd64, else the first.
+    for _ in 0..4 {
+        let digest = desc["digest"].as_str().unwrap_or_default().to_string();
+        let path = blob(root, &digest, shown)?;
+        check_digest(&path, &digest)?;
+        let m = json(&path)?;
+        if let Some(ms) = m["manifests"].as_array() {
+            desc = ms
+                .iter()
+                .find(|d| {
+                    d["platform"]["architecture"] == "amd64" && d["platform"]["os"] == "linux"
+                })
+                .or(ms.first())
+                .cloned()
+                .context(format!("{shown}: an image index lists no manifest"))?;
+            continue;
+        }
+        let list = m["layers"]
+            .as_array()
+            .context(format!("{shown}: manifest {digest} has no `layers`"))?;
+        return list
+            .iter()
+            .map(|l| {
+                let d = l["digest"].as_str().unwrap_or_default().to_string();
+                Ok((blob(root, &d, shown)?, Some(d)))
+            })
+            .collect();
+    }
+    bail!("{shown}: image indexes nested too deep")
+}
+
+fn rel(root: &Path, p: &Path) -> String {
+    p.strip_prefix(root).unwrap_or(p).display().to_string()
+}
+
+/// `blobs/ALG/HEX` of a digest, inside the layout.
+fn blob(root: &Path, digest: &str, shown: &str) -> anyhow::Result<PathBuf> {
+    let Some((alg, hex)) = digest.split_once(':') else {
+        bail!("{shown}: `{digest}` is not a digest");
+    };
+    if alg != "sha256" || hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!("{shown}: digest `{digest}` is not sha256 (the one algorithm taken)");
+    }
+    within(root, &format!("blobs/{alg}/{hex}"), shown)
+}
+
+/// A path named by a manifest, which must be a file inside the layout.
+fn within(root: &Path, name: &str, shown: &str) -> anyhow::Result<PathBuf> {
+    let p = root.join(unpack::inside(name.as_bytes()).with_context(|| {
+        format!("{shown}: manifest names `{name}`: a path escaping the archive")
+    })?);
+    let real = std::fs::canonicalize(&p)
+        .with_context(|| format!("{shown}: the archive has no `{name}` (a broken archive)"))?;
+    let top = std::fs::canonicalize(root)?;
+    if !real.starts_with(&top) || !real.is_file() {
+        bail!("{shown}: `{name}` is not a file inside the archive");
+    }
+    Ok(real)
+}
+
+fn check_digest(path: &Path, digest: &str) -> anyhow::Result<()> {
+    let want = digest.strip_prefix("sha256:").unwrap_or(digest);
+    let mut h = Sha256::new();
+    let mut f = std::fs::File::open(path)?;
+    std::io::copy(&mut f, &mut HashWriter(&mut h))?;
+    let got = hex(&h.finalize());
+    if got != want {
+        bail!("blob {digest} has sha256 {got}: a broken archive");
+    }
+    Ok(())
+}
+
+/// The tree's newest kernel in `/boot` (`vmlinuz-VERSION`) and its initrd
+/// (`initrd.img-VERSION`, `initramfs-VERSION.img` or `initrd-VERSION`).
+pub fn find_boot(tree: &Path) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let boot = tree.join("boot");
+    let mut kernels: Vec<(Vec<u64>, String)> = std::fs::read_dir(&boot)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                .filter_map(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    let v = n.strip_prefix("vmlinuz-")?.to_string();
+                    Some((version_key(&v), v))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    kernels.sort();
+    let Some((_, version)) = kernels.pop() else {
+        bail!("no kernel: /boot holds no vmlinuz-VERSION (give --kernel and --initrd)");
+    };
+    let kernel = boot.join(format!("vmlinuz-{version}"));
+    for name in [
+        format!("initrd.img-{version}"),
+        format!("initramfs-{version}.img"),
+        format!("initrd-{version}"),
+    ] {
+        let p = boot.join(&name);
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+            return Ok((kernel, p));
+        }
+    }
+    bail!("kernel /boot/vmlinuz-{version} has no initrd (initrd.img-{version}); give --initrd")
+}
+
+/// `6.1.0-28-amd64` -> [6, 1, 0, 28]: numbers compared as numbers.
+fn version_key(v: &str) -> Vec<u64> {
+    v.split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// What the content hash walk found.
+pub struct TreeSummary {
+    pub hash: [u8; 32],
+    pub entries: u64,
+    pub bytes: u64,
+}
+
+/// The content hash of a tree: every entry's path, type, mode, owner and content (a link's
+/// target, a device's number), in name order; no times, so the same content imported twice
+/// is the same revision. Refuses a device node outside /dev.
+pub fn hash_tree(tree: &Path) -> anyhow::Result<TreeSummary> {
+    let mut h = Sha256::new();
+    let (mut entries, mut bytes) = (0u64, 0u64);
+    let mut stack = vec![PathBuf::new()];
+    let mut bar = Progress::new("hashing", None);
+    while let Some(rel) = stack.pop() {
+        let full = tree.join(&rel);
+        let mut names: Vec<_> = std::fs::read_dir(&full)
+            .with_context(|| format!("reading {}", full.display()))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()?;
+        names.sort();
+        let mut dirs = Vec::new();
+        for name in names {
+            let r = rel.join(&name);
+            let p = tree.join(&r);
+            let m = std::fs::symlink_metadata(&p)?;
+            let ft = m.file_type();
+            if unpack::stray_device(&r, &m) {
+                bail!(
+                    "{}: /{} is a device node outside /dev (an image holds none there)",
+                    tree.display(),
+                    r.display()
+                );
+            }
+            entries += 1;
+            let kind = if ft.is_dir() {
+                b'd'
+            } else if ft.is_symlink() {
+                b'l'
+            } else if ft.is_file() {
+                b'f'
+            } else if ft.is_char_device() {
+                b'c'
+            } else if ft.is_block_device() {
+                b'b'
+            } else if ft.is_fifo() {
+                b'p'
+            } else {
+                b's'
+            };
+            h.update(r.as_os_str().as_encoded_bytes());
+            h.update([0, kind]);
+            h.update(format!("{:o} {} {} ", m.mode() & 0o7777, m.uid(), m.gid()));
+            match kind {
+                b'f' => {
+                    h.update(m.len().to_le_bytes());
+                    let mut f = std::fs::File::open(&p)?;
+                    std::io::copy(&mut f, &mut HashWriter(&mut h))?;
+                    bytes += m.len();
+                    bar.show(bytes);
+                }
+                b'l' => h.update(std::fs::read_link(&p)?.as_os_str().as_encoded_bytes()),
+                b'c' | b'b' => h.update(m.rdev().to_le_bytes()),
+                b'd' => dirs.push(r),
+                _ => {}
+            }
+            h.update([0]);
+        }
+        // Depth first, in name order.
+        stack.extend(dirs.into_iter().rev());
+    }
+    bar.finish();
+    Ok(TreeSummary {
+        hash: h.finalize().into(),
+        entries,
+        bytes,
+    })
+}
+
+struct HashWriter<'a>(&'a mut Sha256);
+
+impl std::io::Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The NBD image: the tree as squashfs (gzip, 128 KiB blocks, as the demo image's), with
+/// mksquashfs's own progress bar on a terminal.
+fn squashfs(tree: &Path, out: &Path) -> anyhow::Result<()> {
+    if let Some(p) = out.parent() {
+        std::fs::create_dir_all(p)?;
+    }
+    eprintln!("import: making the squashfs image");
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut cmd = Command::new("mksquashfs");
+    cmd.arg(tree)
+        .arg(out)
+        .args(["-noappend", "-comp", "gzip", "-b", "131072"]);
+    if !tty {
+        cmd.args(["-no-progress", "-quiet"]).stdout(Stdio::null());
+    }
+    let status = cmd
+        .status()
+        .context("running mksquashfs (Debian: apt-get install squashfs-tools)")?;
+    if !status.success() {
+        bail!("mksquashfs {} failed ({status})", tree.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,146 @@
+//! What the daemon serves of an image with revisions: the revision a boot gets (the active
+//! one, read from `DIR/active` when the boot's script is made) and the revision-specific names
+//! it is handed: kernel and initrd `revs/ID/vmlinuz` under the image's folder, the NFS export
+//! `EXPORT@ID`, the NBD export `NAME@ID`. A client holds only its revision's names, so an
+//! activation changes what later boots get and nothing of a running client's; each name is
+//! resolved to its revision's folder when asked (new revisions are learned without a restart).
+
+use super::store;
+use crate::config::{Config, Image};
+use std::sync::Arc;
+
+/// The image a boot starting now gets: the active revision of a folder with revisions, else
+/// the image itself (a folder assembled by hand, or one with no revision activated yet).
+pub fn serving(image: &Arc<Image>) -> Arc<Image> {
+    if !store::managed(&image.dir) {
+        return image.clone();
+    }
+    match store::active(&image.dir) {
+        Ok(Some(id)) => Arc::new(revision(image, &id)),
+        _ => image.clone(),
+    }
+}
+
+/// `image` as its revision `id`: every file inside `revs/ID/`, every export name `...@ID`.
+/// Its name stays the image's (the root access rule and the URLs' `IMAGE/` go by it).
+pub fn revision(image: &Image, id: &str) -> Image {
+    let mut r = image.clone();
+    let inside = |name: &str| format!("{}/{id}/{name}", store::REVS);
+    r.kernel_name = inside(&image.kernel_name);
+    r.initrd_name = inside(&image.initrd_name);
+    r.root_tree_name = inside(&image.root_tree_name);
+    r.root_image_name = inside(&image.root_image_name);
+    r.nfs_export = format!("{}@{id}", image.nfs_export);
+    r.nbd_export = format!("{}@{id}", image.nbd_export);
+    r
+}
+
+/// The revision an export name (NFS path or NBD name) or boot-file name carries, if any.
+pub fn revision_of(name: &str) -> Option<&str> {
+    if let Some((_, rest)) = name.split_once(&format!("{}/", store::REVS)) {
+        let id = rest.split('/').next()?;
+        return store::is_id(id).then_some(id);
+    }
+    let (_, tail) = name.rsplit_once('@')?;
+    let id = tail.split('/').next()?;
+    store::is_id(id).then_some(id)
+}
+
+/// The image a name of the NFS tree stands for: `demo@ID` is image `demo`.
+pub fn base(name: &str) -> &str {
+    match name.rsplit_once('@') {
+        Some((b, id)) if store::is_id(id) => b,
+        _ => name,
+    }
+}
+
+/// A boot file name (`revs/ID/FILE`, the part after `IMAGE/`) as its revision of `image`,
+/// if that revision is on disk; the image itself for any other name.
+pub fn for_file(image: &Arc<Image>, file: &str) -> Arc<Image> {
+    match revision_of(file) {
+        Some(id) if store::managed(&image.dir) && store::rev_dir(&image.dir, id).is_dir() => {
+            Arc::new(revision(image, id))
+        }
+        _ => image.clone(),
+    }
+}
+
+/// The image an NBD export name `NAME@ID` selects: revision ID of the image exported as
+/// NAME, if it is on disk.
+pub fn nbd_revision(config: &Config, name: &str) -> Option<Arc<Image>> {
+    let (export, id) = name.rsplit_once('@')?;
+    if !store::is_id(id) {
+        return None;
+    }
+    let image = config.images.values().find(|i| i.nbd_export == export)?;
+    let r = revision(image, id);
+    r.root_image().is_file().then(|| Arc::new(r))
+}
+
+/// One NFS export of a revision: (export path, tree name `IMAGE@ID`, tree folder).
+pub type NfsExport = (String, String, std::path::PathBuf);
+
+/// Every revision of `image` on disk, as NFS exports.
+pub fn nfs_exports(image: &Image) -> Vec<NfsExport> {
+    store::list(&image.dir)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| nfs_export(image, &r.id))
+        .collect()
+}
+
+fn nfs_export(image: &Image, id: &str) -> NfsExport {
+    let r = revision(image, id);
+    (
+        r.nfs_export.clone(),
+        format!("{}@{id}", image.name),
+        r.root_tree(),
+    )
+}
+
+/// The revision export a MOUNT path names (`/EXPORT@ID[/...]`) if it is on disk but not yet
+/// in `known` (the tree's export paths): a revision imported after the daemon started.
+pub fn nfs_to_learn<'a>(
+    config: &Config,
+    path: &[u8],
+    mut known: impl Iterator<Item = &'a str>,
+) -> Option<NfsExport> {
+    let path = std::str::from_utf8(path).ok()?;
+    let (export, rest) = path.rsplit_once('@')?;
+    let id: String = rest.chars().take_while(|c| *c != '/').collect();
+    if !store::is_id(&id) {
+        return None;
+    }
+    let export = format!("/{}", export.trim_start_matches('/'));
+    let image = config.images.values().find(|i| {
+        format!("/{}", i.nfs_export.trim_start_matches('/')) == export && store::managed(&i.dir)
+    })?;
+    let found = nfs_export(image, &id);
+    if known.any(|k| k == found.0) || !found.2.is_dir() {
+        return None;
+    }
+    Some(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_carry_their_revision() {
+        assert_eq!(revision_of("/demo@0123456789ab"), Some("0123456789ab"));
+        assert_eq!(revision_of("demo@0123456789ab"), Some("0123456789ab"));
+        assert_eq!(
+            revision_of("revs/0123456789ab/vmlinuz"),
+            Some("0123456789ab")
+        );
+        assert_eq!(
+            revision_of("demo/revs/0123456789ab/initrd.img"),
+            Some("0123456789ab")
+        );
+        assert_eq!(revision_of("/demo"), None);
+        assert_eq!(revision_of("/a@b"), None);
+        assert_eq!(base("demo@0123456789ab"), "demo");
+        assert_eq!(base("demo"), "demo");
+    }
+}

@@ -1,0 +1,110 @@
+//! Which revision each client runs, from the boot record: a client runs the revision its
+//! newest boot attached until that boot is over by evidence (it failed, its client went: an
+//! NBD disconnect, a restart, a new boot), or, if the admin asks (`--idle`), has been silent
+//! that long. What `prune` keeps, and the "N of M need a reboot to get rX" of the API,
+//! `bootpool report` and `bootpool image list`. Pure: boots in, counts out.
+
+use crate::config::{Config, Image};
+use crate::record::event::Micros;
+use crate::record::timeline::{Boot, BootResult};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// A client whose newest boot runs a revision of an image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Running {
+    pub mac: String,
+    pub image: String,
+    pub revision: String,
+    pub boot: u64,
+}
+
+/// The clients running a revision now. `idle`: a boot with no event for this long counts as
+/// over (None: only evidence ends one).
+pub fn running(config: &Config, boots: &[Boot], now: Micros, idle: Option<Micros>) -> Vec<Running> {
+    let mut newest: BTreeMap<String, &Boot> = BTreeMap::new();
+    for b in boots {
+        let key = b.mac.to_string();
+        if newest.get(&key).is_none_or(|n| n.start <= b.start) {
+            newest.insert(key, b);
+        }
+    }
+    newest
+        .into_values()
+        .filter(|b| b.gone.is_none() && b.result != BootResult::Failed)
+        .filter(|b| idle.is_none_or(|i| now - b.last_event < i))
+        .filter_map(|b| {
+            let image = config.pools.get(b.pool.as_deref()?)?.image.name.clone();
+            Some(Running {
+                mac: b.mac.to_string(),
+                image,
+                revision: b.revision.clone()?,
+                boot: b.id,
+            })
+        })
+        .collect()
+}
+
+/// One image's clients against its active revision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Behind {
+    pub image: String,
+    /// The active revision's id and label (`r7`).
+    pub active: String,
+    pub label: String,
+    /// Clients running a revision of this image, and those of them on another than `active`.
+    pub clients: usize,
+    pub need_reboot: usize,
+}
+
+impl Behind {
+    /// `12 of 40 need a reboot to get r7`.
+    pub fn sentence(&self) -> String {
+        format!(
+            "image {}: {} of {} running clients need a reboot to get {} ({})",
+            self.image, self.need_reboot, self.clients, self.label, self.active
+        )
+    }
+}
+
+/// Per image with an active revision: how many of its running clients run another.
+/// `active`: image name -> (id, label).
+pub fn behind(running: &[Running], active: &BTreeMap<String, (String, String)>) -> Vec<Behind> {
+    active
+        .iter()
+        .map(|(image, (id, label))| {
+            let mine: Vec<&Running> = running.iter().filter(|r| &r.image == image).collect();
+            Behind {
+                image: image.clone(),
+                active: id.clone(),
+                label: label.clone(),
+                clients: mine.len(),
+                need_reboot: mine.iter().filter(|r| &r.revision != id).count(),
+            }
+        })
+        .collect()
+}
+
+/// The active revision of every image of the config that has revisions.
+pub fn active_revisions(config: &Config) -> BTreeMap<String, (String, String)> {
+    config
+        .images
+        .values()
+        .flat_map(|i| active_revisions_of(i))
+        .collect()
+}
+
+/// `image`'s active revision, as `active_revisions` has it.
+pub fn active_revisions_of(image: &Image) -> BTreeMap<String, (String, String)> {
+    let mut out = BTreeMap::new();
+    if super::store::managed(&image.dir)
+        && let Ok(Some(id)) = super::store::active(&image.dir)
+    {
+        let label = super::store::read(&image.dir, &id)
+            .ok()
+            .flatten()
+            .map_or_else(|| id.clone(), |r| r.label());
+        out.insert(image.name.clone(), (id, label));
+    }
+    out
+}

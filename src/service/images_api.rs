@@ -1,0 +1,81 @@
+//! `GET /api/v1/images`: each image's revisions, the active one, and how many running clients
+//! need a reboot to get it (`image::usage`, over the in-memory boots).
+
+use super::http::Web;
+use crate::image::{store, usage};
+use axum::Json;
+use axum::extract::State;
+use serde::Serialize;
+
+#[derive(Debug, Serialize)]
+pub struct ImageLine {
+    pub image: String,
+    /// False for a folder assembled by hand (no revisions).
+    pub revisions_managed: bool,
+    /// The active revision's id and label (`r7`).
+    pub active: Option<String>,
+    pub active_label: Option<String>,
+    pub revisions: Vec<RevisionLine>,
+    /// Clients whose newest boot runs a revision of this image, and those on another than
+    /// the active one.
+    pub clients: usize,
+    pub need_reboot: usize,
+    /// `image demo: 12 of 40 running clients need a reboot to get r7 (ID)`.
+    pub summary: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RevisionLine {
+    pub id: String,
+    pub label: String,
+    pub hash: String,
+    pub format: String,
+    pub imported_at: u64,
+    pub clients: usize,
+}
+
+pub async fn images(State(web): State<Web>) -> Json<Vec<ImageLine>> {
+    let now = crate::record::event::now_micros();
+    let config = web.config.clone();
+    let running = web
+        .records
+        .read(|t| usage::running(&config, t.boots(), now, None));
+    let lines = tokio::task::spawn_blocking(move || {
+        config
+            .images
+            .values()
+            .map(|image| {
+                let managed = store::managed(&image.dir);
+                let revs = store::list(&image.dir).unwrap_or_default();
+                let active = usage::active_revisions_of(image);
+                let behind = usage::behind(&running, &active).into_iter().next();
+                ImageLine {
+                    image: image.name.clone(),
+                    revisions_managed: managed,
+                    active: behind.as_ref().map(|b| b.active.clone()),
+                    active_label: behind.as_ref().map(|b| b.label.clone()),
+                    revisions: revs
+                        .iter()
+                        .map(|r| RevisionLine {
+                            id: r.id.clone(),
+                            label: r.label(),
+                            hash: r.meta.hash.clone(),
+                            format: r.meta.format.clone(),
+                            imported_at: r.meta.imported_at,
+                            clients: running
+                                .iter()
+                                .filter(|c| c.image == image.name && c.revision == r.id)
+                                .count(),
+                        })
+                        .collect(),
+                    clients: behind.as_ref().map_or(0, |b| b.clients),
+                    need_reboot: behind.as_ref().map_or(0, |b| b.need_reboot),
+                    summary: behind.as_ref().map(usage::Behind::sentence),
+                }
+            })
+            .collect()
+    })
+    .await
+    .unwrap_or_default();
+    Json(lines)
+}
