@@ -374,6 +374,8 @@ impl Pacer {
                 to.stats.connections.fetch_add(1, Relaxed);
             }
             from.stats.moved_away.fetch_add(1, Relaxed);
+            tracing::debug!(client = %m.client, from = %from.device, to = %to.device,
+                cap = ?cap, "client moved to a link with room");
         }
     }
 }
