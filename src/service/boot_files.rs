@@ -1,9 +1,11 @@
 //! Which file a boot-file name means, for TFTP and HTTP alike: the loaders folder's plain
 //! names and each image's kernel and initrd (`IMAGE/KERNEL`, by the names pools.yaml gives
 //! them: `vmlinuz` and `initrd.img` unless `images.NAME.kernel`/`initrd` say otherwise),
+//! and the Secure Boot chain's `shimx64.efi` and `grubx64.efi` (`server.shim`, `server.grub`),
 //! nothing else. A symlink is followed only while it stays inside its folder, so no name
 //! reaches outside what is served.
 
+use crate::boot::grub;
 use crate::config::{Config, ConfigError, Image};
 use crate::proto::tftp::err;
 use crate::record::FileKind;
@@ -24,7 +26,13 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), Refus
     {
         return Err(bad);
     }
+    let signed = |path: &Path, kind| {
+        let folder = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+        (folder, path.to_path_buf(), kind)
+    };
     let (root, path, kind) = match name.split_once('/') {
+        None if name == grub::SHIM => signed(&config.server.shim, FileKind::Shim),
+        None if name == grub::GRUB => signed(&config.server.grub, FileKind::Grub),
         None => (
             config.server.loaders.clone(),
             config.server.loaders.join(name),
@@ -142,7 +150,7 @@ fn image_file(image: &Image, file: &str) -> Option<FileKind> {
 /// Is `name` a file bootpool tells clients to fetch?
 pub fn handed_out(config: &Config, name: &str) -> bool {
     match name.split_once('/') {
-        None => crate::boot::LOADERS.contains(&name),
+        None => crate::boot::LOADERS.contains(&name) || [grub::SHIM, grub::GRUB].contains(&name),
         Some((image, file)) => config
             .images
             .get(image)
