@@ -868,8 +868,9 @@ pools:
         for (mac, ip) in [(1, [10, 77, 0, 100]), (0x20, [10, 77, 0, 20])] {
             let dir = tempfile::tempdir().unwrap();
             let mut s = server(dir.path());
-            let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 16, 60, 32];
-            o.extend_from_slice(b"HTTPClient:Arch:00016:UNDI:003001");
+            let class = b"HTTPClient:Arch:00016:UNDI:003001";
+            let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 16, 60, class.len() as u8];
+            o.extend_from_slice(class);
             let (offer, _) = s.handle(&req(mac, &o), from(), 1000).unwrap();
             assert_eq!(offer.yiaddr, Ipv4Addr::from(ip));
             assert_eq!(
