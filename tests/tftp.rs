@@ -255,9 +255,14 @@ async fn the_signed_chain_and_a_generated_grub_config_are_served_to_their_client
             (ok && !so.contains("Error") && !se.contains("Error"), std::fs::read(&local).unwrap_or_default(), format!("{so}{se}"))
         }
     };
-    // Before any lease holds 127.0.0.1, nobody's config is given out.
-    let (ok, got, said) = get("/grub/grub.cfg").await;
-    assert!(!ok && got.is_empty() && said.contains("Error code 1"), "{said}");
+    // An address no lease holds gets nobody's config: TFTP error 1, file not found.
+    let stranger = UdpSocket::bind("127.0.0.5:0").await.unwrap();
+    stranger
+        .send_to(&rrq(&["/grub/grub.cfg", "octet"]), addr)
+        .await
+        .unwrap();
+    let (pkt, _) = recv(&stranger).await;
+    assert_eq!(&pkt[..4], &[0, 5, 0, 1], "{pkt:?}");
     tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
     assert_eq!(get("shimx64.efi").await.1, pattern(6, 90_000));
     assert_eq!(get("grubx64.efi").await.1, pattern(7, 150_000));
