@@ -60,7 +60,10 @@ fn secure_boot_clients_boot_the_signed_chain_to_nfs_and_nbd_roots() {
     need_firmware();
     let dir = tempfile::tempdir().unwrap();
     let config = lab_config(dir.path(), |t| {
-        t.replace("    image: demo\n", "    image: demo\n    secure_boot: true\n")
+        t.replace(
+            "    image: demo\n",
+            "    image: demo\n    secure_boot: true\n",
+        )
     });
     let args = [
         "--clients",
@@ -123,7 +126,10 @@ fn secure_boot_clients_boot_the_signed_chain_to_nfs_and_nbd_roots() {
             "{name}:\n{console}"
         );
         // GRUB ran the config bootpool wrote for this client.
-        assert!(console.contains("bootpool: pool lab-n"), "{name}:\n{console}");
+        assert!(
+            console.contains("bootpool: pool lab-n"),
+            "{name}:\n{console}"
+        );
     }
 }
 
@@ -157,8 +163,10 @@ fn secure_boot_firmware_refuses_an_unsigned_loader() {
     let journal = common::recorded_events(&dir.path().join("var"));
     // The firmware had the whole file, and still would not start it.
     assert!(
-        journal.lines().any(|l| l.contains("\"path\":\"snponly.efi\"")
-            && l.contains("\"outcome\":\"complete\"")),
+        journal
+            .lines()
+            .any(|l| l.contains("\"path\":\"snponly.efi\"")
+                && l.contains("\"outcome\":\"complete\"")),
         "{journal}"
     );
     assert!(!journal.contains("\"ipxe\":true"), "{journal}");

@@ -41,7 +41,8 @@ fn boot_one_uefi_client(firmware: &str, edit: fn(String) -> String) -> (String, 
         .map(|run| run.path())
         .find(|p| p.join("pc01.log").exists())
         .expect("console log");
-    let console = String::from_utf8_lossy(&std::fs::read(run.join("pc01.log")).unwrap()).into_owned();
+    let console =
+        String::from_utf8_lossy(&std::fs::read(run.join("pc01.log")).unwrap()).into_owned();
     let daemon = std::fs::read_to_string(run.join("bootpool.log")).unwrap_or_default();
     // After the loader: iPXE asked, got the script with the EFI stub's initrd= argument and
     // attached the root.
@@ -81,7 +82,10 @@ fn one_uefi_client_boots_through_firmware_pxe_over_nbd() {
 fn one_uefi_client_boots_through_firmware_http_boot_over_nbd() {
     // No TFTP at all: the port is not even bound.
     let (journal, console, daemon) = boot_one_uefi_client("uefi-http", |t| {
-        t.replace("  http: 0.0.0.0:8080", "  tftp: false\n  http: 0.0.0.0:8080")
+        t.replace(
+            "  http: 0.0.0.0:8080",
+            "  tftp: false\n  http: 0.0.0.0:8080",
+        )
     });
     assert!(daemon.contains("tftp=None"), "TFTP was served:\n{daemon}");
     first_event(&journal);

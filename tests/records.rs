@@ -675,7 +675,10 @@ async fn failed_boots_say_where_and_why_in_the_api_metrics_and_report() {
         curl(&[
             "-o",
             "/dev/null",
-            &format!("tftp://127.0.0.1:{}/{file}", daemon.bound.tftp.unwrap().port()),
+            &format!(
+                "tftp://127.0.0.1:{}/{file}",
+                daemon.bound.tftp.unwrap().port()
+            ),
         ])
     };
     // iPXE's probe for a script that is not there is no failure...

@@ -252,7 +252,11 @@ async fn the_signed_chain_and_a_generated_grub_config_are_served_to_their_client
         let c = tftp_hpa(addr, remote, &local, "octet");
         async move {
             let (ok, so, se) = run_async(c, 30).await;
-            (ok && !so.contains("Error") && !se.contains("Error"), std::fs::read(&local).unwrap_or_default(), format!("{so}{se}"))
+            (
+                ok && !so.contains("Error") && !se.contains("Error"),
+                std::fs::read(&local).unwrap_or_default(),
+                format!("{so}{se}"),
+            )
         }
     };
     // An address no lease holds gets nobody's config: TFTP error 1, file not found.
@@ -272,10 +276,17 @@ async fn the_signed_chain_and_a_generated_grub_config_are_served_to_their_client
     let cfg = String::from_utf8(cfg).unwrap();
     let port = fx_tftp_port(&cfg);
     assert!(
-        cfg.contains(&format!("\nlinux (tftp,127.0.0.2:{port})/demo/vmlinuz 'root=nfs:127.0.0.2:/demo:ro,")),
+        cfg.contains(&format!(
+            "\nlinux (tftp,127.0.0.2:{port})/demo/vmlinuz 'root=nfs:127.0.0.2:/demo:ro,"
+        )),
         "{cfg}"
     );
-    assert!(cfg.contains(&format!("\ninitrd (tftp,127.0.0.2:{port})/demo/initrd.img\nboot\n")), "{cfg}");
+    assert!(
+        cfg.contains(&format!(
+            "\ninitrd (tftp,127.0.0.2:{port})/demo/initrd.img\nboot\n"
+        )),
+        "{cfg}"
+    );
     assert_eq!(port, addr.port().to_string());
     // GRUB's first probe is not a failure, just not there.
     let (ok, _, said) = get("/grub/x86_64-efi/grub.cfg").await;
@@ -348,7 +359,9 @@ async fn a_client_error_ends_the_transfer_at_once() {
         "windowsize",
         "4",
     ]);
-    sock.send_to(&req, daemon.bound.tftp.unwrap()).await.unwrap();
+    sock.send_to(&req, daemon.bound.tftp.unwrap())
+        .await
+        .unwrap();
     let (oack, tid) = recv(&sock).await;
     assert_eq!(&oack[..2], &[0, 6], "an OACK");
     let text = String::from_utf8_lossy(&oack[2..]).replace('\0', " ");
@@ -365,7 +378,9 @@ async fn a_client_error_ends_the_transfer_at_once() {
 
     // The second request goes through, acking each window's last block.
     let req = rrq(&["ipxe.efi", "octet", "blksize", "1468", "windowsize", "4"]);
-    sock.send_to(&req, daemon.bound.tftp.unwrap()).await.unwrap();
+    sock.send_to(&req, daemon.bound.tftp.unwrap())
+        .await
+        .unwrap();
     let (oack, tid) = recv(&sock).await;
     assert_eq!(&oack[..2], &[0, 6]);
     sock.send_to(&[0, 4, 0, 0], tid).await.unwrap();
@@ -629,7 +644,10 @@ async fn requests_from_outside_the_client_networks_are_dropped_and_counted() {
     let stranger = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     for _ in 0..3 {
         stranger
-            .send_to(&rrq(&["undionly.kpxe", "octet"]), daemon.bound.tftp.unwrap())
+            .send_to(
+                &rrq(&["undionly.kpxe", "octet"]),
+                daemon.bound.tftp.unwrap(),
+            )
             .await
             .unwrap();
     }
@@ -652,7 +670,10 @@ async fn requests_from_outside_the_client_networks_are_dropped_and_counted() {
     // 127.0.0.70 is inside 127.0.0.64/26: served.
     let client = UdpSocket::bind("127.0.0.70:0").await.unwrap();
     client
-        .send_to(&rrq(&["undionly.kpxe", "octet"]), daemon.bound.tftp.unwrap())
+        .send_to(
+            &rrq(&["undionly.kpxe", "octet"]),
+            daemon.bound.tftp.unwrap(),
+        )
         .await
         .unwrap();
     let (pkt, _) = recv(&client).await;

@@ -57,10 +57,7 @@ pub fn config(
          initrd {device}/{image}/{initrd}\n\
          boot\n",
         pool = pool.name,
-        banner = quote(&format!(
-            "bootpool: pool {} client {mac} {name}",
-            pool.name
-        )),
+        banner = quote(&format!("bootpool: pool {} client {mac} {name}", pool.name)),
         image = image.name,
         kernel = image.kernel_name,
         initrd = image.initrd_name,

@@ -247,7 +247,10 @@ pools:
         let shim = Some(BootFile::Tftp("shimx64.efi".into()));
         assert_eq!(file(Some(7), false), shim);
         assert_eq!(file(Some(9), false), shim);
-        assert_eq!(file(Some(0), false), Some(BootFile::Tftp("undionly.kpxe".into())));
+        assert_eq!(
+            file(Some(0), false),
+            Some(BootFile::Tftp("undionly.kpxe".into()))
+        );
         assert!(matches!(file(Some(7), true), Some(BootFile::Url(u)) if u.ends_with(".ipxe")));
         // Without the key the same firmware gets iPXE, which Secure Boot refuses to run.
         let plain = Config::parse(Path::new("p.yaml"), CONFIG).unwrap();

@@ -149,7 +149,10 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         .iter()
         .find(|f| !std::path::Path::new(f).exists())
     {
-        bail!("--firmware {:?} needs {missing} (Debian: apt-get install ovmf)", args.firmware);
+        bail!(
+            "--firmware {:?} needs {missing} (Debian: apt-get install ovmf)",
+            args.firmware
+        );
     }
     let pools: Vec<&std::sync::Arc<crate::config::Pool>> = if args.pool.is_empty() {
         let want = match args.root {

@@ -9,7 +9,11 @@ use crate::config::Config;
 use std::net::IpAddr;
 
 /// The config for whoever asks from `peer`, or why there is none.
-pub fn for_peer(config: &Config, identity: &Identity, peer: IpAddr) -> Result<String, &'static str> {
+pub fn for_peer(
+    config: &Config,
+    identity: &Identity,
+    peer: IpAddr,
+) -> Result<String, &'static str> {
     let Some(mac) = identity.holder(peer) else {
         return Err("no lease holds this address");
     };

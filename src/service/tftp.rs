@@ -332,10 +332,7 @@ impl Request {
     /// Opens a served file by its name, or logs, counts and records why not and returns the
     /// ERROR packet to answer.
     #[allow(clippy::type_complexity)]
-    fn open_file(
-        &self,
-        file: &str,
-    ) -> Result<((Source, u64), crate::record::FileKind), Vec<u8>> {
+    fn open_file(&self, file: &str) -> Result<((Source, u64), crate::record::FileKind), Vec<u8>> {
         let (path, kind) = match resolve(&self.config, file) {
             Ok(x) => x,
             Err(Refused(code, text)) => {
