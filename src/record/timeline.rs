@@ -217,6 +217,17 @@ impl Boot {
         out
     }
 
+    /// Firmware had a whole loader (iPXE) over TFTP or HTTP and nothing after it came yet:
+    /// no script fetch, no Secure Boot chain, no kernel.
+    pub fn waits_after_its_loader(&self) -> bool {
+        let m = &self.marks;
+        m.loader.is_some()
+            && m.script.is_none()
+            && m.shim.is_none()
+            && m.grub.is_none()
+            && m.kernel.is_none()
+    }
+
     /// The phase a running boot is in now: the one after the last milestone it reached
     /// (`booted` once up).
     pub fn current_phase(&self) -> &'static str {
