@@ -108,6 +108,7 @@ pub fn lock_state_dir(dir: &Path) -> anyhow::Result<StateLock> {
 pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let mut missing = config.missing_files();
     missing.extend(service::boot_files::unservable(&config));
+    missing.extend(service::boot_files::unsigned(&config));
     if let Some(e) = missing.first() {
         anyhow::bail!("{e}");
     }

@@ -229,8 +229,16 @@ async fn the_signed_chain_and_a_generated_grub_config_are_served_to_their_client
     let fx = fixture();
     let signed = fx.path().join("signed");
     std::fs::create_dir_all(&signed).unwrap();
-    std::fs::write(signed.join("shimx64.efi.signed"), pattern(6, 90_000)).unwrap();
-    std::fs::write(signed.join("grubnetx64.efi.signed"), pattern(7, 150_000)).unwrap();
+    // The daemon serves a secure_boot pool only signed files (as PE images with a
+    // certificate table): these look so.
+    let (shim, grub) = (
+        looks_signed(pattern(6, 90_000)),
+        looks_signed(pattern(7, 150_000)),
+    );
+    let kernel = looks_signed(pattern(1, 3 << 20));
+    std::fs::write(signed.join("shimx64.efi.signed"), &shim).unwrap();
+    std::fs::write(signed.join("grubnetx64.efi.signed"), &grub).unwrap();
+    std::fs::write(fx.image_dir().join("vmlinuz"), &kernel).unwrap();
     let text = std::fs::read_to_string(fx.config_path()).unwrap();
     fx.write_config(
         &text
@@ -268,9 +276,9 @@ async fn the_signed_chain_and_a_generated_grub_config_are_served_to_their_client
     let (pkt, _) = recv(&stranger).await;
     assert_eq!(&pkt[..4], &[0, 5, 0, 1], "{pkt:?}");
     tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
-    assert_eq!(get("shimx64.efi").await.1, pattern(6, 90_000));
-    assert_eq!(get("grubx64.efi").await.1, pattern(7, 150_000));
-    assert_eq!(get("/demo/vmlinuz").await.1, pattern(1, 3 << 20));
+    assert_eq!(get("shimx64.efi").await.1, shim);
+    assert_eq!(get("grubx64.efi").await.1, grub);
+    assert_eq!(get("/demo/vmlinuz").await.1, kernel);
     let (ok, cfg, said) = get("/grub/grub.cfg").await;
     assert!(ok, "{said}");
     let cfg = String::from_utf8(cfg).unwrap();
@@ -304,6 +312,21 @@ async fn the_signed_chain_and_a_generated_grub_config_are_served_to_their_client
     assert_eq!(kind("demo/vmlinuz"), "kernel");
     assert_eq!(kind("grub/grub.cfg"), "grub_cfg");
     daemon.stop().await;
+}
+
+/// `body` behind a PE32+ header whose certificate table is not empty.
+fn looks_signed(body: Vec<u8>) -> Vec<u8> {
+    let mut b = vec![0u8; 1024];
+    b[..2].copy_from_slice(b"MZ");
+    b[0x3c..0x40].copy_from_slice(&0x80u32.to_le_bytes());
+    b[0x80..0x84].copy_from_slice(b"PE\0\0");
+    let opt = 0x80 + 24;
+    b[opt..opt + 2].copy_from_slice(&0x20bu16.to_le_bytes());
+    b[opt + 108..opt + 112].copy_from_slice(&16u32.to_le_bytes());
+    let sec = opt + 112 + 4 * 8;
+    b[sec + 4..sec + 8].copy_from_slice(&2048u32.to_le_bytes());
+    b.extend(body);
+    b
 }
 
 /// The TFTP port a GRUB config's `(tftp,SERVER:PORT)` device names.
