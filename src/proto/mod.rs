@@ -8,6 +8,7 @@ pub mod httpfile;
 pub mod nbd;
 pub mod netlink;
 pub mod nfs3;
+pub mod pe;
 pub mod portmap;
 pub mod tcp_info;
 pub mod tftp;

@@ -859,6 +859,38 @@ pools:
         assert_eq!(offer.siaddr, Ipv4Addr::new(10, 77, 0, 1));
     }
 
+    /// UEFI HTTP boot (option 60 `HTTPClient:Arch:00016`, arch 16) gets a URL and its class
+    /// back, whether its MAC is in the range or has a fixed address: a reservation never turns
+    /// the answer back into a TFTP name. A Secure Boot pool's HTTP boot client too: only its
+    /// PXE firmware gets the signed chain, which needs TFTP.
+    #[test]
+    fn http_boot_gets_a_url_with_or_without_a_reservation() {
+        for (mac, ip) in [(1, [10, 77, 0, 100]), (0x20, [10, 77, 0, 20])] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = server(dir.path());
+            let class = b"HTTPClient:Arch:00016:UNDI:003001";
+            let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 16, 60, class.len() as u8];
+            o.extend_from_slice(class);
+            let (offer, _) = s.handle(&req(mac, &o), from(), 1000).unwrap();
+            assert_eq!(offer.yiaddr, Ipv4Addr::from(ip));
+            assert_eq!(
+                offer.boot_file.as_deref(),
+                Some("http://10.77.0.1:8080/boot/loaders/snponly.efi"),
+                "MAC ..:{mac:02x}"
+            );
+            assert_eq!(offer.class, Some(ServerClass::Http));
+            assert_eq!(offer.siaddr, Ipv4Addr::new(10, 77, 0, 1));
+            o[2] = REQUEST;
+            o.extend_from_slice(&[50, 4]);
+            o.extend_from_slice(&ip);
+            o.extend_from_slice(&[54, 4, 10, 77, 0, 1]);
+            let (ack, _) = s.handle(&req(mac, &o), from(), 1001).unwrap();
+            assert_eq!(ack.kind, ReplyKind::Ack);
+            assert_eq!(ack.boot_file, offer.boot_file);
+            assert_eq!(ack.class, Some(ServerClass::Http));
+        }
+    }
+
     /// iPXE's DISCOVER: option 60 PXEClient:..., 77 iPXE, 97 a UUID.
     fn ipxe_discover(mac: u8, msg: u8) -> Request {
         let mut o = vec![53, 1, msg, 93, 2, 0, 0, 60, 32];

@@ -8,6 +8,7 @@ pub mod console;
 pub mod dhcp;
 pub mod epoll;
 pub mod fair_share;
+pub mod grub_config;
 pub mod http;
 pub mod identity;
 pub mod images_api;
