@@ -5,37 +5,39 @@ use super::reply::{Body, Reply, plain};
 use super::transmit::Source;
 use super::{Exports, Stats, poisoned};
 use crate::export::cow::CowError;
-use crate::proto::nbd as p;
+use crate::proto::nbd::{self as p, Verdict};
 use crate::service::bounds::LogLimit;
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// A request that needs a blocking thread (file I/O, or the overlay's lock).
-pub(super) enum Op {
-    Read {
-        offset: u64,
-        len: u32,
-    },
-    Write {
-        offset: u64,
-        data: Vec<u8>,
-        fua: bool,
-        _buffer: OwnedSemaphorePermit,
-    },
-    Zeroes {
-        offset: u64,
-        len: u32,
-        fua: bool,
-    },
-    Trim {
-        offset: u64,
-        len: u32,
-        fua: bool,
-    },
-    Flush,
+/// A request that needs a blocking thread (file I/O, or the overlay's lock): its verdict, a
+/// READ, WRITE, WRITE_ZEROES, TRIM or FLUSH, and a WRITE's data.
+pub(super) struct Op {
+    verdict: Verdict,
+    /// A WRITE's payload, and its share of the buffer budget (held until written).
+    data: Option<(Vec<u8>, OwnedSemaphorePermit)>,
 }
+
+impl Op {
+    /// A request without a payload.
+    pub(super) fn of(verdict: Verdict) -> Op {
+        Op {
+            verdict,
+            data: None,
+        }
+    }
+
+    /// A WRITE with its payload.
+    pub(super) fn write(verdict: Verdict, data: Vec<u8>, buffer: OwnedSemaphorePermit) -> Op {
+        Op {
+            verdict,
+            data: Some((data, buffer)),
+        }
+    }
+}
+
 /// Runs one operation on a blocking thread; an I/O error becomes EIO, a full overlay ENOSPC.
 pub(super) async fn run_op(
     source: Arc<Source>,
@@ -46,7 +48,7 @@ pub(super) async fn run_op(
     slot: OwnedSemaphorePermit,
     stats: &Stats,
 ) -> Reply {
-    if let Op::Read { offset, len } = op {
+    if let Verdict::Read { offset, len } = op.verdict {
         let reply = read(source, buffers, exports, offset, len, cookie, slot).await;
         if reply.payload == 0 && len > 0 {
             stats.errors.fetch_add(1, Relaxed);
@@ -59,23 +61,22 @@ pub(super) async fn run_op(
         };
         let base = &*source.image;
         let mut o = overlay.write().unwrap_or_else(poisoned);
-        let (fua, written) = match op {
-            Op::Write {
-                offset, data, fua, ..
-            } => {
-                o.write(base, &data, offset)?;
+        let (fua, written) = match (op.verdict, &op.data) {
+            (Verdict::Write { offset, fua, .. }, Some((data, _))) => {
+                o.write(base, data, offset)?;
                 (fua, data.len() as u64)
             }
-            Op::Zeroes { offset, len, fua } => {
+            (Verdict::Zeroes { offset, len, fua }, _) => {
                 o.write_zeroes(base, offset, len as u64)?;
                 (fua, 0)
             }
-            Op::Trim { offset, len, fua } => {
+            (Verdict::Trim { offset, len, fua }, _) => {
                 o.trim(offset, len as u64)?;
                 (fua, 0)
             }
-            Op::Flush => (true, 0),
-            Op::Read { .. } => unreachable!("handled above"),
+            (Verdict::Flush, _) => (true, 0),
+            // READs are handled above; transmit hands nothing else here.
+            _ => return Err(io::Error::other("not an overlay operation").into()),
         };
         if fua {
             o.flush()?;

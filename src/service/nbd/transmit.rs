@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -67,6 +67,13 @@ impl Conn {
             overlay: attached.cow.as_ref().map(|l| l.overlay.clone()),
         });
         let writable = source.overlay.is_some();
+        let reader = Reader {
+            conn: self,
+            source: &source,
+            out: &out,
+            ahead: &ahead,
+            broken: &broken,
+        };
         let size = source.image.size();
         let mut tasks = JoinSet::new();
         let mut requests = 0u64;
@@ -114,97 +121,25 @@ impl Conn {
                 let mut pending = traced.lock().unwrap_or_else(|e| e.into_inner());
                 pending.insert(cookie, (now_micros(), what));
             }
-            let op = match req.verdict(size, writable) {
+            let verdict = req.verdict(size, writable);
+            let (op, slot) = match verdict {
                 Verdict::Read { offset, len } => {
                     // Data only the base holds, in memory or the page cache, is sent from
                     // here: a hop to a blocking thread costs more than the copy.
-                    if source.base_only(offset, len) {
-                        if let Some(ram) = source.image.ram() {
-                            // Sent from the image's own bytes, no copy of ours.
-                            let reply = Reply {
-                                head: p::simple_reply(0, cookie),
-                                body: Body::Ram(ram.clone(), offset as usize),
-                                payload: len as u64,
-                                _slot: slot,
-                                _buffer: None,
-                                _ahead: None,
-                            };
+                    let path = read_path(&source, offset, len);
+                    match reader.answer(path, offset, len, cookie, slot).await {
+                        Answered::Queue(reply) => {
                             if tx.send(reply).await.is_err() {
                                 break "write failed";
                             }
                             continue;
                         }
-                        // Writer idle: read and send here (see `Out`).
-                        if len >= INLINE_MIN
-                            && let Ok(mut wr) = out.wr.try_lock()
-                            && let Ok(_budget) = self.buffers.try_acquire_many(len)
-                        {
-                            let sent = tokio::select! {
-                                r = send_cached(&out, &mut wr, &source, offset, len, cookie) => r,
-                                _ = self.shutdown.wait() => break "shutdown",
-                            };
-                            match sent {
-                                Inline::Sent => continue,
-                                Inline::Failed(e) => {
-                                    tracing::error!(offset, len, error = %e, "nbd image read failed");
-                                    self.stats.errors.fetch_add(1, Relaxed);
-                                    let mut one = vec![plain(p::EIO, cookie, slot)];
-                                    if out.send(&mut wr, &mut one).await.is_err() {
-                                        broken.cancel();
-                                        break "write failed";
-                                    }
-                                    continue;
-                                }
-                                Inline::Broken => {
-                                    broken.cancel();
-                                    break "write failed";
-                                }
-                                // Not in the page cache: a blocking thread reads it, below.
-                                Inline::NotCached => {}
-                            }
-                        }
-                        let ahead = tokio::select! {
-                            p = ahead.clone().acquire_many_owned(len.clamp(1, READ_AHEAD)) => {
-                                p.expect("never closed")
-                            }
-                            _ = self.shutdown.wait() => break "shutdown",
-                            _ = broken.cancelled() => break "write failed",
-                        };
-                        if let Ok(buffer) = self.buffers.clone().try_acquire_many_owned(len.max(1))
-                        {
-                            let mut bytes = self.exports.pool.take(len as usize);
-                            match source.image.read_now(&mut bytes[..len as usize], offset) {
-                                Some(Ok(())) => {
-                                    let reply = Reply {
-                                        head: p::simple_reply(0, cookie),
-                                        body: Body::Buf(bytes),
-                                        payload: len as u64,
-                                        _slot: slot,
-                                        _buffer: Some(buffer),
-                                        _ahead: Some(ahead),
-                                    };
-                                    if tx.send(reply).await.is_err() {
-                                        break "write failed";
-                                    }
-                                    continue;
-                                }
-                                Some(Err(e)) => {
-                                    self.exports.pool.put(bytes);
-                                    tracing::error!(offset, len, error = %e, "nbd image read failed");
-                                    self.stats.errors.fetch_add(1, Relaxed);
-                                    if tx.send(plain(p::EIO, cookie, slot)).await.is_err() {
-                                        break "write failed";
-                                    }
-                                    continue;
-                                }
-                                // Not all in the page cache: read on a blocking thread.
-                                None => self.exports.pool.put(bytes),
-                            }
-                        }
+                        Answered::Sent => continue,
+                        Answered::End(why) => break why,
+                        Answered::Blocking(slot) => (Op::of(verdict), slot),
                     }
-                    Op::Read { offset, len }
                 }
-                Verdict::Write { offset, len, fua } => {
+                Verdict::Write { len, .. } => {
                     let Ok(buffer) = self.buffers.clone().acquire_many_owned(len.max(1)).await
                     else {
                         break "shutdown";
@@ -217,16 +152,11 @@ impl Conn {
                     if r.is_err() {
                         break "client closed";
                     }
-                    Op::Write {
-                        offset,
-                        data,
-                        fua,
-                        _buffer: buffer,
-                    }
+                    (Op::write(verdict, data, buffer), slot)
                 }
-                Verdict::Zeroes { offset, len, fua } => Op::Zeroes { offset, len, fua },
-                Verdict::Trim { offset, len, fua } => Op::Trim { offset, len, fua },
-                Verdict::Flush => Op::Flush,
+                Verdict::Zeroes { .. } | Verdict::Trim { .. } | Verdict::Flush => {
+                    (Op::of(verdict), slot)
+                }
                 Verdict::Ok => {
                     if tx.send(plain(0, cookie, slot)).await.is_err() {
                         break "write failed";
@@ -321,5 +251,176 @@ pub(super) fn cmd_name(kind: u16) -> &'static str {
         p::CMD_CACHE => "cache",
         p::CMD_WRITE_ZEROES => "write_zeroes",
         _ => "other",
+    }
+}
+
+/// Which way a READ's data goes out.
+pub(super) enum ReadPath<'a> {
+    /// From a `store: ram` image's own bytes, queued for the writer (no copy of ours).
+    Ram(&'a Arc<Vec<u8>>),
+    /// Sent by the request reader itself from the page cache when the writer is idle (see
+    /// `Out`); else, or when the page cache lacks it, as `Cached`.
+    Inline,
+    /// Copied from the page cache into a pooled buffer and queued for the writer; when the
+    /// page cache lacks it, as `Blocking`.
+    Cached,
+    /// Read on a blocking thread: the client's overlay holds part of it (or a write holds
+    /// the overlay), or the page cache lacks it.
+    Blocking,
+}
+
+/// The path a READ of `len` bytes at `offset` takes first.
+pub(super) fn read_path(source: &Source, offset: u64, len: u32) -> ReadPath<'_> {
+    if !source.base_only(offset, len) {
+        ReadPath::Blocking
+    } else if let Some(ram) = source.image.ram() {
+        ReadPath::Ram(ram)
+    } else if len >= INLINE_MIN {
+        ReadPath::Inline
+    } else {
+        ReadPath::Cached
+    }
+}
+
+/// How a READ the request reader tried to answer itself went.
+enum Answered {
+    /// A reply for the writer task.
+    Queue(Reply),
+    /// Sent already, the data or its error.
+    Sent,
+    /// Not answered: the request's slot back, for a blocking thread.
+    Blocking(OwnedSemaphorePermit),
+    /// The connection ends, for this reason.
+    End(&'static str),
+}
+
+/// What a connection's request reader needs to answer a READ itself.
+struct Reader<'a> {
+    conn: &'a Conn,
+    source: &'a Source,
+    out: &'a Out,
+    /// The bytes of cached READ data copied ahead of what the writer has sent (`READ_AHEAD`).
+    ahead: &'a Arc<Semaphore>,
+    broken: &'a CancellationToken,
+}
+
+impl Reader<'_> {
+    /// Answers a READ by `path`, falling back along the paths as the page cache requires.
+    async fn answer(
+        &self,
+        path: ReadPath<'_>,
+        offset: u64,
+        len: u32,
+        cookie: u64,
+        slot: OwnedSemaphorePermit,
+    ) -> Answered {
+        let slot = match path {
+            ReadPath::Blocking => return Answered::Blocking(slot),
+            ReadPath::Ram(ram) => {
+                // Sent from the image's own bytes, no copy of ours.
+                return Answered::Queue(Reply {
+                    head: p::simple_reply(0, cookie),
+                    body: Body::Ram(ram.clone(), offset as usize),
+                    payload: len as u64,
+                    _slot: slot,
+                    _buffer: None,
+                    _ahead: None,
+                });
+            }
+            ReadPath::Inline => match self.inline(offset, len, cookie, slot).await {
+                Ok(answered) => return answered,
+                Err(slot) => slot,
+            },
+            ReadPath::Cached => slot,
+        };
+        self.cached(offset, len, cookie, slot).await
+    }
+
+    /// Reads and sends here when the writer is idle (see `Out`); Err(slot) when it is busy,
+    /// the buffer budget is spent, or the page cache lacks the data.
+    async fn inline(
+        &self,
+        offset: u64,
+        len: u32,
+        cookie: u64,
+        slot: OwnedSemaphorePermit,
+    ) -> Result<Answered, OwnedSemaphorePermit> {
+        let Ok(mut wr) = self.out.wr.try_lock() else {
+            return Err(slot);
+        };
+        let Ok(_budget) = self.conn.buffers.try_acquire_many(len) else {
+            return Err(slot);
+        };
+        let sent = tokio::select! {
+            r = send_cached(self.out, &mut wr, self.source, offset, len, cookie) => r,
+            _ = self.conn.shutdown.wait() => return Ok(Answered::End("shutdown")),
+        };
+        match sent {
+            Inline::Sent => Ok(Answered::Sent),
+            Inline::Failed(e) => {
+                tracing::error!(offset, len, error = %e, "nbd image read failed");
+                self.conn.stats.errors.fetch_add(1, Relaxed);
+                let mut one = vec![plain(p::EIO, cookie, slot)];
+                if self.out.send(&mut wr, &mut one).await.is_err() {
+                    self.broken.cancel();
+                    return Ok(Answered::End("write failed"));
+                }
+                Ok(Answered::Sent)
+            }
+            Inline::Broken => {
+                self.broken.cancel();
+                Ok(Answered::End("write failed"))
+            }
+            // Not in the page cache: a blocking thread reads it.
+            Inline::NotCached => Err(slot),
+        }
+    }
+
+    /// Copies the data from the page cache into a pooled buffer for the writer, at most
+    /// `READ_AHEAD` ahead of what it has sent.
+    async fn cached(
+        &self,
+        offset: u64,
+        len: u32,
+        cookie: u64,
+        slot: OwnedSemaphorePermit,
+    ) -> Answered {
+        let ahead = tokio::select! {
+            p = self.ahead.clone().acquire_many_owned(len.clamp(1, READ_AHEAD)) => {
+                p.expect("never closed")
+            }
+            _ = self.conn.shutdown.wait() => return Answered::End("shutdown"),
+            _ = self.broken.cancelled() => return Answered::End("write failed"),
+        };
+        let Ok(buffer) = self.conn.buffers.clone().try_acquire_many_owned(len.max(1)) else {
+            return Answered::Blocking(slot);
+        };
+        let pool = &self.conn.exports.pool;
+        let mut bytes = pool.take(len as usize);
+        match self
+            .source
+            .image
+            .read_now(&mut bytes[..len as usize], offset)
+        {
+            Some(Ok(())) => Answered::Queue(Reply {
+                head: p::simple_reply(0, cookie),
+                body: Body::Buf(bytes),
+                payload: len as u64,
+                _slot: slot,
+                _buffer: Some(buffer),
+                _ahead: Some(ahead),
+            }),
+            Some(Err(e)) => {
+                pool.put(bytes);
+                tracing::error!(offset, len, error = %e, "nbd image read failed");
+                self.conn.stats.errors.fetch_add(1, Relaxed);
+                Answered::Queue(plain(p::EIO, cookie, slot))
+            }
+            // Not all in the page cache: read on a blocking thread.
+            None => {
+                pool.put(bytes);
+                Answered::Blocking(slot)
+            }
+        }
     }
 }
