@@ -4,10 +4,10 @@
 use super::{Web, not_found};
 use crate::boot::script;
 use crate::config::Mac;
+use crate::export::boot_files::{self, NotServed};
 use crate::proto::httpfile;
 use crate::record::event::{Micros, now_micros};
 use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Who};
-use crate::service::boot_files;
 use crate::trace::format::What;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
@@ -109,20 +109,32 @@ pub(super) async fn boot_file(
 ) -> Response {
     match boot_files::resolve(&web.config, name) {
         Ok((path, kind)) => send_file(web, peer, headers, path, kind, name, shown).await,
-        Err(boot_files::Refused(code, why)) => {
-            if why == boot_files::OUTSIDE {
-                // boot_files logged the file and where it points.
-                record_missing(web, peer, name, &format!("{shown}: {why}"));
-            } else if code == crate::proto::tftp::err::NOT_FOUND {
-                static MISSING: crate::service::bounds::LogLimit =
-                    crate::service::bounds::LogLimit::new();
-                if let Some(suppressed) = MISSING.allow() {
-                    tracing::warn!(file = %shown, suppressed, "boot file missing");
+        Err(e) => {
+            crate::service::warn_not_served(&e);
+            match &e {
+                NotServed::Outside { .. } => {
+                    record_missing(web, peer, name, &format!("{shown}: {}", e.reason()));
                 }
-                record_missing(web, peer, name, &format!("{shown}: not found"));
+                NotServed::Missing => {
+                    static MISSING: crate::service::bounds::LogLimit =
+                        crate::service::bounds::LogLimit::new();
+                    if let Some(suppressed) = MISSING.allow() {
+                        tracing::warn!(file = %shown, suppressed, "boot file missing");
+                    }
+                    record_missing(web, peer, name, &format!("{shown}: not found"));
+                }
+                NotServed::Denied => {}
             }
-            not_found("no such file")
+            (http_status(&e), "no such file\n").into_response()
         }
+    }
+}
+
+/// The HTTP status for a boot file not served: not found, whatever the reason (the reason
+/// is logged and recorded, not told).
+fn http_status(e: &NotServed) -> StatusCode {
+    match e {
+        NotServed::Denied | NotServed::Missing | NotServed::Outside { .. } => StatusCode::NOT_FOUND,
     }
 }
 
