@@ -1,3 +1,6 @@
+//! Unit tests of the NFS trees: attributes, names, listings, reads from disk, RAM and
+//! mappings, handles across trees.
+
 use super::at::stat_at;
 use super::attr::attr_from_stat;
 use super::*;
