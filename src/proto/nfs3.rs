@@ -30,6 +30,71 @@ pub const GARBAGE_ARGS: u32 = 4;
 // auth_stat
 pub const AUTH_TOOWEAK: u32 = 5;
 
+/// Why a call on an export failed, as the tree (`export::tree`) and the service say it; its
+/// wire codes are `nfsstat3` (RFC 1813 2.6) for NFS and `mountstat3` (RFC 1813 5.1.2) for MNT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Error {
+    /// No such file or folder.
+    NoEnt,
+    /// The disk failed us.
+    Io,
+    /// Not allowed: the caller's credentials, the root access rule, or a name that is not one
+    /// path component.
+    Acces,
+    /// A folder was needed.
+    NotDir,
+    /// Not a folder was needed.
+    IsDir,
+    /// Not the right kind of file (READ of a device, READLINK of a file, a symlink loop).
+    Inval,
+    /// The export is read-only.
+    Rofs,
+    /// A name longer than `MAX_NAME`.
+    NameTooLong,
+    /// A handle of ours whose file is gone, or of an image we no longer serve.
+    Stale,
+    /// Not a handle of ours.
+    BadHandle,
+    /// A READDIR cookie past the listing.
+    BadCookie,
+}
+
+impl Error {
+    /// Its `nfsstat3`.
+    pub const fn nfsstat3(self) -> u32 {
+        match self {
+            Error::NoEnt => 2,
+            Error::Io => 5,
+            Error::Acces => 13,
+            Error::NotDir => 20,
+            Error::IsDir => 21,
+            Error::Inval => 22,
+            Error::Rofs => 30,
+            Error::NameTooLong => 63,
+            Error::Stale => 70,
+            Error::BadHandle => 10001,
+            Error::BadCookie => 10003,
+        }
+    }
+
+    /// Its `mountstat3`: the codes MOUNT shares with NFS, else MNT3ERR_IO.
+    pub const fn mountstat3(self) -> u32 {
+        match self {
+            Error::NoEnt | Error::Acces | Error::NotDir | Error::Inval | Error::NameTooLong => {
+                self.nfsstat3()
+            }
+            _ => Error::Io.nfsstat3(),
+        }
+    }
+}
+
+impl std::fmt::Display for Error {
+    /// The code, as logs and failure reasons have always shown it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.nfsstat3())
+    }
+}
+
 /// The stream cannot be followed any more: the connection must be closed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Framing {

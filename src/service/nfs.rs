@@ -25,8 +25,8 @@
 use super::identity::Identity;
 use crate::boot::exports::root_allowed;
 use crate::config::{Config, RootProto, Store};
-use crate::export::tree::{self, MappedRead, Status, Tree, TreeHandle, status};
-use crate::proto::nfs3::{self, Cred, Mount, Nfs, Refusal, Writer};
+use crate::export::tree::{self, MappedRead, Status, Tree, TreeHandle};
+use crate::proto::nfs3::{self, Cred, Error, Mount, Nfs, Refusal, Writer};
 use crate::proto::portmap;
 use crate::record::event::{Detach, Micros, now_micros};
 use crate::record::{Kind, Proto, Recorder, Service, Who};
@@ -64,7 +64,6 @@ const MAX_OUT: usize = 2 << 20;
 const BIG_READ: u32 = 64 * 1024;
 /// Largest READDIR(PLUS) reply we build, whatever the client allows.
 const MAX_DIR_REPLY: u32 = 1 << 20;
-const MNT3ERR_IO: u32 = 5;
 const NFS3ERR_TOOSMALL: u32 = 10005;
 
 /// Connections closed because their RPC stream was broken (oversized or undecodable).
@@ -401,7 +400,7 @@ impl Conn {
                             *bytes = self.total - before;
                             // NULL's answer has no status; a denied call is ACCES.
                             if proc != "null" {
-                                *status = answered.unwrap_or(status::ACCES);
+                                *status = answered.unwrap_or(Error::Acces.nfsstat3());
                             }
                         }
                         (received, w)
@@ -427,7 +426,7 @@ impl Conn {
                     };
                     self.mount(c.xid, Mount::Mnt(path), out);
                     if let What::Nfs { status, .. } = &mut what {
-                        *status = out.last_status().unwrap_or(status::ACCES);
+                        *status = out.last_status().unwrap_or(Error::Acces.nfsstat3());
                     }
                     self.traced = Some((received, what));
                 }
@@ -478,8 +477,8 @@ impl Conn {
                     .tree
                     .mount(path)
                     .and_then(|h| match self.tree.image_of(&h)? {
-                        Some(img) if !self.allowed(img) => Err(status::ACCES),
-                        Some(img) if !self.port_ok(img) => Err(status::ACCES),
+                        Some(img) if !self.allowed(img) => Err(Error::Acces),
+                        Some(img) if !self.port_ok(img) => Err(Error::Acces),
                         _ => Ok(h),
                     });
                 match found {
@@ -497,7 +496,7 @@ impl Conn {
                         out.u32(0).opaque(&h.wire()).words(&[1, nfs3::AUTH_UNIX]);
                     }
                     Err(st) => {
-                        tracing::info!(client = %self.peer, export, status = st, "nfs mount refused");
+                        tracing::info!(client = %self.peer, export, status = %st, "nfs mount refused");
                         // The initrd cannot attach its root: that boot has failed.
                         self.recorder.refused(Service::Nfs);
                         self.recorder.record(
@@ -507,14 +506,7 @@ impl Conn {
                                 reason: format!("mount of `{export}` refused (status {st})"),
                             },
                         );
-                        out.u32(match st {
-                            status::NOENT
-                            | status::ACCES
-                            | status::NOTDIR
-                            | status::INVAL
-                            | status::NAMETOOLONG => st,
-                            _ => MNT3ERR_IO,
-                        });
+                        out.u32(st.mountstat3());
                     }
                 }
             }
@@ -570,7 +562,7 @@ impl Conn {
     fn handle(&mut self, fh: &[u8]) -> Result<TreeHandle, Status> {
         let h = TreeHandle::from_wire(fh)?;
         match self.tree.image_of(&h)? {
-            Some(img) if !self.allowed(img) => Err(status::ACCES),
+            Some(img) if !self.allowed(img) => Err(Error::Acces),
             _ => Ok(h),
         }
     }
@@ -592,12 +584,12 @@ impl Conn {
             | Nfs::PathConf(fh) => Some(self.handle(fh)),
         };
         let h = match fh {
-            Some(Err(status::ACCES)) => {
+            Some(Err(Error::Acces)) => {
                 out.auth_error(xid, nfs3::AUTH_TOOWEAK);
                 return;
             }
             Some(Err(st)) => {
-                out.accepted(xid, nfs3::SUCCESS).u32(st);
+                out.accepted(xid, nfs3::SUCCESS).u32(st.nfsstat3());
                 // Every failure body but GETATTR's is one empty post_op_attr (LOOKUP's too).
                 if !matches!(args, Nfs::GetAttr(_)) {
                     out.u32(0);
@@ -615,7 +607,8 @@ impl Conn {
             && !self.port_ok(img)
         {
             self.recorder.refused(Service::Nfs);
-            out.accepted(xid, nfs3::SUCCESS).u32(status::ACCES);
+            out.accepted(xid, nfs3::SUCCESS)
+                .u32(Error::Acces.nfsstat3());
             if !matches!(args, Nfs::GetAttr(_)) {
                 out.u32(0);
             }
@@ -629,14 +622,15 @@ impl Conn {
         match args {
             Nfs::Null => {}
             Nfs::Modify(proc_) => {
-                out.u32(status::ROFS).words(nfs3::modify_fail_words(proc_));
+                out.u32(Error::Rofs.nfsstat3())
+                    .words(nfs3::modify_fail_words(proc_));
             }
             Nfs::GetAttr(_) => match tree.getattr(&h) {
                 Ok(a) => {
                     out.u32(0).attr(&a);
                 }
                 Err(st) => {
-                    out.u32(st);
+                    out.u32(st.nfsstat3());
                 }
             },
             Nfs::Lookup(_, name) => {
@@ -644,13 +638,10 @@ impl Conn {
                 let searchable = dir
                     .as_ref()
                     .is_none_or(|d| self.permitted(d, cred, nfs3::MAY_EXEC, false));
-                match tree.lookup(&h, name).and_then(|x| {
-                    if searchable {
-                        Ok(x)
-                    } else {
-                        Err(status::ACCES)
-                    }
-                }) {
+                match tree
+                    .lookup(&h, name)
+                    .and_then(|x| if searchable { Ok(x) } else { Err(Error::Acces) })
+                {
                     Ok((child, a)) => {
                         out.u32(0)
                             .opaque(&child.wire())
@@ -658,7 +649,7 @@ impl Conn {
                             .post_op_attr(dir.as_ref());
                     }
                     Err(st) => {
-                        out.u32(st).post_op_attr(dir.as_ref());
+                        out.u32(st.nfsstat3()).post_op_attr(dir.as_ref());
                     }
                 }
             }
@@ -669,18 +660,19 @@ impl Conn {
                         .u32(nfs3::access(asked, &a, cred));
                 }
                 Err(st) => {
-                    out.u32(st).u32(0);
+                    out.u32(st.nfsstat3()).u32(0);
                 }
             },
             Nfs::ReadLink(_) => match tree.readlink(&h) {
                 Ok((a, _)) if !self.permitted(&a, cred, nfs3::MAY_READ, false) => {
-                    out.u32(status::ACCES).post_op_attr(Some(&a));
+                    out.u32(Error::Acces.nfsstat3()).post_op_attr(Some(&a));
                 }
                 Ok((a, target)) => {
                     out.u32(0).post_op_attr(Some(&a)).opaque(&target);
                 }
                 Err(st) => {
-                    out.u32(st).post_op_attr(tree.getattr(&h).ok().as_ref());
+                    out.u32(st.nfsstat3())
+                        .post_op_attr(tree.getattr(&h).ok().as_ref());
                 }
             },
             Nfs::Read { offset, count, .. } => self.read(&h, cred, offset, count, out),
@@ -689,7 +681,7 @@ impl Conn {
                     .getattr(&h)
                     .is_ok_and(|d| !self.permitted(&d, cred, nfs3::MAY_READ, true)) =>
             {
-                out.u32(status::ACCES)
+                out.u32(Error::Acces.nfsstat3())
                     .post_op_attr(tree.getattr(&h).ok().as_ref());
             }
             Nfs::ReadDir { cookie, count, .. } => readdir(&tree, &h, cookie, count, None, out),
@@ -707,7 +699,7 @@ impl Conn {
                     out.u64(0).u64(0).u64(0).u32(0);
                 }
                 Err(st) => {
-                    out.u32(st).u32(0);
+                    out.u32(st.nfsstat3()).u32(0);
                 }
             },
             Nfs::FsInfo(_) => match tree.getattr(&h) {
@@ -720,7 +712,7 @@ impl Conn {
                     out.words(&[0, 1, 0x02 | 0x08]);
                 }
                 Err(st) => {
-                    out.u32(st).u32(0);
+                    out.u32(st.nfsstat3()).u32(0);
                 }
             },
             Nfs::PathConf(_) => match tree.getattr(&h) {
@@ -731,7 +723,7 @@ impl Conn {
                     out.words(&[u32::MAX, 255, 1, 1, 0, 1]);
                 }
                 Err(st) => {
-                    out.u32(st).u32(0);
+                    out.u32(st.nfsstat3()).u32(0);
                 }
             },
         }
@@ -748,7 +740,7 @@ impl Conn {
         let denied = |this: &Self, a: &nfs3::Attr| !this.permitted(a, cred, nfs3::MAY_READ, true);
         match self.tree.read_mapped(h, offset, count as usize) {
             Ok(Some(m)) if denied(self, &m.attr) => {
-                out.u32(status::ACCES).post_op_attr(Some(&m.attr));
+                out.u32(Error::Acces.nfsstat3()).post_op_attr(Some(&m.attr));
                 return;
             }
             Ok(Some(m)) => {
@@ -760,7 +752,8 @@ impl Conn {
             // Not from a mapping: read below.
             Ok(None) => {}
             Err(st) => {
-                out.u32(st).post_op_attr(self.tree.getattr(h).ok().as_ref());
+                out.u32(st.nfsstat3())
+                    .post_op_attr(self.tree.getattr(h).ok().as_ref());
                 return;
             }
         }
@@ -782,7 +775,7 @@ impl Conn {
         match self.tree.read(h, offset, count, &mut out.buf) {
             Ok((attr, _)) if denied(self, &attr) => {
                 out.buf.truncate(at);
-                out.u32(status::ACCES).post_op_attr(Some(&attr));
+                out.u32(Error::Acces.nfsstat3()).post_op_attr(Some(&attr));
             }
             Ok((attr, eof)) => {
                 let n = out.buf.len() - at - header;
@@ -794,7 +787,8 @@ impl Conn {
             }
             Err(st) => {
                 out.buf.truncate(at);
-                out.u32(st).post_op_attr(self.tree.getattr(h).ok().as_ref());
+                out.u32(st.nfsstat3())
+                    .post_op_attr(self.tree.getattr(h).ok().as_ref());
             }
         }
     }
@@ -808,7 +802,7 @@ impl Conn {
         buf.set_len(count.min(tree::MAX_READ) as usize);
         match self.tree.read_into(h, offset, buf) {
             Ok((attr, _, _)) if !self.permitted(&attr, cred, nfs3::MAY_READ, true) => {
-                out.u32(status::ACCES).post_op_attr(Some(&attr));
+                out.u32(Error::Acces.nfsstat3()).post_op_attr(Some(&attr));
             }
             Ok((attr, n, eof)) => {
                 read_ok_header(out, &attr, n, eof);
@@ -816,7 +810,8 @@ impl Conn {
                 self.count_read(n);
             }
             Err(st) => {
-                out.u32(st).post_op_attr(self.tree.getattr(h).ok().as_ref());
+                out.u32(st.nfsstat3())
+                    .post_op_attr(self.tree.getattr(h).ok().as_ref());
             }
         }
     }
@@ -882,7 +877,8 @@ fn readdir(
     let (attr, mut it) = match tree.entries(dir, cookie) {
         Ok(x) => x,
         Err(st) => {
-            out.u32(st).post_op_attr(tree.getattr(dir).ok().as_ref());
+            out.u32(st.nfsstat3())
+                .post_op_attr(tree.getattr(dir).ok().as_ref());
             return;
         }
     };

@@ -1,7 +1,7 @@
 //! NFS file handles: image id + st_dev + st_ino, stamped with a version, stable across
 //! restarts; their wire form and the composite root's handle.
 
-use super::{Status, status};
+use super::{Error, Status};
 
 /// Our part of an NFS handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,9 +51,9 @@ impl TreeHandle {
     }
     /// A handle a client sent; BADHANDLE if it is not one of ours.
     pub fn from_wire(b: &[u8]) -> Result<TreeHandle, Status> {
-        let b: &[u8; WIRE_LEN] = b.try_into().map_err(|_| status::BADHANDLE)?;
+        let b: &[u8; WIRE_LEN] = b.try_into().map_err(|_| Error::BadHandle)?;
         if b[..8] != WIRE_PREFIX || b[8] != HANDLE_V1 {
-            return Err(status::BADHANDLE);
+            return Err(Error::BadHandle);
         }
         let mut h = [0u8; HANDLE_LEN];
         h.copy_from_slice(&b[8..]);

@@ -6,8 +6,8 @@ use super::cache::settled;
 use super::handle::{ROOT, TreeHandle};
 use super::lookup::Node;
 use super::{
-    DIR_CACHE, KEEP_FRESH, LISTING_FRESH, LISTING_REFRESH, REFRESH_SWEEP, Status, Tree, io_status,
-    lock, status,
+    DIR_CACHE, Error, KEEP_FRESH, LISTING_FRESH, LISTING_REFRESH, REFRESH_SWEEP, Status, Tree,
+    io_status, lock,
 };
 use crate::proto::nfs3::{Attr, PlusEntries};
 use std::ffi::OsString;
@@ -125,15 +125,15 @@ impl Tree {
             }
             Node::In { img, rel, attr } => {
                 if attr.ftype != NF3DIR {
-                    return Err(status::NOTDIR);
+                    return Err(Error::NotDir);
                 }
                 (*attr, self.listing(dir, *img, rel, attr)?)
             }
         };
         let parent = listing.parent;
-        let start = usize::try_from(cookie).map_err(|_| status::BAD_COOKIE)?;
+        let start = usize::try_from(cookie).map_err(|_| Error::BadCookie)?;
         if start > listing.children.len() + 2 {
-            return Err(status::BAD_COOKIE);
+            return Err(Error::BadCookie);
         }
         Ok((
             attr,

@@ -7,7 +7,7 @@ use super::cache::{Named, settled};
 use super::handle::{ROOT, TreeHandle};
 use super::ram::walk_tree;
 use super::{
-    FRESH, LISTING_FRESH, REWALK_EVERY, Status, Tree, check_name, io_status, lock, read, status,
+    Error, FRESH, LISTING_FRESH, REWALK_EVERY, Status, Tree, check_name, io_status, lock, read,
     write,
 };
 use crate::proto::nfs3::Attr;
@@ -174,7 +174,7 @@ impl Tree {
                 break;
             }
         }
-        Err(status::STALE)
+        Err(Error::Stale)
     }
 
     /// Attributes of an entry of a listing just handed out by `entries`: from memory as the
@@ -224,12 +224,12 @@ impl Tree {
                     .images
                     .iter()
                     .position(|i| OsStr::new(&i.name) == name)
-                    .ok_or(status::NOENT)?;
+                    .ok_or(Error::NoEnt)?;
                 self.image_root(img)
             }
             Node::In { img, rel, attr } => {
                 if attr.ftype != NF3DIR {
-                    return Err(status::NOTDIR);
+                    return Err(Error::NotDir);
                 }
                 if name == "." {
                     return Ok((*dir, attr));
@@ -247,7 +247,7 @@ impl Tree {
                     let i = l
                         .children
                         .binary_search_by(|(n, _)| n.as_os_str().cmp(name))
-                        .map_err(|_| status::NOENT)?;
+                        .map_err(|_| Error::NoEnt)?;
                     let h = l.children[i].1;
                     if let Ok(a) = self.getattr(&h) {
                         return Ok((h, a));
@@ -276,7 +276,7 @@ impl Tree {
             && n.at.elapsed() < LISTING_FRESH
         {
             match n.child {
-                None => return Err(status::NOENT),
+                None => return Err(Error::NoEnt),
                 Some(h) => {
                     if let Ok(a) = self.getattr(&h) {
                         return Ok((h, a));
@@ -287,7 +287,7 @@ impl Tree {
         let found = self.stat(img, rel.join(name).into());
         let child = match &found {
             Ok((h, _)) => Some(Some(*h)),
-            Err(st) if *st == status::NOENT => Some(None),
+            Err(st) if *st == Error::NoEnt => Some(None),
             Err(_) => None,
         };
         if let Some(child) = child
@@ -332,7 +332,7 @@ impl Tree {
                     .collect();
                 parts.starts_with(&export).then_some((i, export.len()))
             })
-            .ok_or(status::NOENT)?;
+            .ok_or(Error::NoEnt)?;
         let (mut h, mut attr) = self.image_root(img)?;
         // `..` inside goes no higher than the image's root (`lookup`).
         for part in &parts[depth..] {
@@ -341,7 +341,7 @@ impl Tree {
         if attr.ftype == NF3DIR {
             Ok(h)
         } else {
-            Err(status::NOTDIR)
+            Err(Error::NotDir)
         }
     }
 }

@@ -43,6 +43,7 @@ pub use lookup::Node;
 pub use read::MappedRead;
 
 use crate::export::mapping::Mapping;
+use crate::proto::nfs3::Error;
 use cache::{Clock, Named, OpenFile, file_cache_size, small_map_cache_size};
 use handle::{ROOT, stable_hash};
 use lookup::Known;
@@ -98,21 +99,8 @@ const NAME_MAX: usize = 255;
 /// `store: ram` keeps the contents of files up to this size.
 pub const RAM_FILE_MAX: u64 = 1 << 20;
 
-/// nfsstat3 values used here.
-pub mod status {
-    pub const NOENT: u32 = 2;
-    pub const IO: u32 = 5;
-    pub const ACCES: u32 = 13;
-    pub const NOTDIR: u32 = 20;
-    pub const ISDIR: u32 = 21;
-    pub const INVAL: u32 = 22;
-    pub const ROFS: u32 = 30;
-    pub const NAMETOOLONG: u32 = 63;
-    pub const STALE: u32 = 70;
-    pub const BADHANDLE: u32 = 10001;
-    pub const BAD_COOKIE: u32 = 10003;
-}
-pub type Status = u32;
+/// Why a tree call failed: `proto::nfs3::Error`, which maps it to the wire.
+pub type Status = Error;
 
 struct ImageTree {
     name: String,
@@ -230,32 +218,32 @@ impl Tree {
             .iter()
             .position(|i| i.id == h.image())
             .map(Some)
-            .ok_or(status::STALE)
+            .ok_or(Error::Stale)
     }
 }
 
 fn io_status(e: std::io::Error) -> Status {
     use std::io::ErrorKind::*;
     match e.kind() {
-        NotFound => status::NOENT,
-        PermissionDenied => status::ACCES,
-        NotADirectory => status::NOTDIR,
-        IsADirectory => status::ISDIR,
-        _ if e.raw_os_error() == Some(libc::ELOOP) => status::INVAL,
-        _ => status::IO,
+        NotFound => Error::NoEnt,
+        PermissionDenied => Error::Acces,
+        NotADirectory => Error::NotDir,
+        IsADirectory => Error::IsDir,
+        _ if e.raw_os_error() == Some(libc::ELOOP) => Error::Inval,
+        _ => Error::Io,
     }
 }
 
 /// A client-supplied name must be one path component.
 fn check_name(name: &[u8]) -> Result<&OsStr, Status> {
     if name.is_empty() {
-        return Err(status::NOENT);
+        return Err(Error::NoEnt);
     }
     if name.len() > NAME_MAX {
-        return Err(status::NAMETOOLONG);
+        return Err(Error::NameTooLong);
     }
     if name.contains(&b'/') || name.contains(&0) {
-        return Err(status::ACCES);
+        return Err(Error::Acces);
     }
     Ok(OsStr::from_bytes(name))
 }

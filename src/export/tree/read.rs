@@ -6,7 +6,7 @@ use super::attr::{NF3DIR, NF3LNK, NF3REG};
 use super::cache::OpenFile;
 use super::handle::TreeHandle;
 use super::lookup::Node;
-use super::{MAPPED_READ_MIN, MAX_READ, SMALL_FILE, Status, Tree, io_status, lock, read, status};
+use super::{Error, MAPPED_READ_MIN, MAX_READ, SMALL_FILE, Status, Tree, io_status, lock, read};
 use crate::export::mapping::{MappedRange, Mapping};
 use crate::proto::nfs3::Attr;
 use std::fs::File;
@@ -205,12 +205,12 @@ impl Tree {
     /// A regular file's image, path and attributes.
     pub(super) fn regular(&self, h: &TreeHandle) -> Result<(usize, Arc<Path>, Attr), Status> {
         let Node::In { img, rel, attr } = self.resolve(h)? else {
-            return Err(status::ISDIR);
+            return Err(Error::IsDir);
         };
         match attr.ftype {
             NF3REG => Ok((img, rel, attr)),
-            NF3DIR => Err(status::ISDIR),
-            _ => Err(status::INVAL),
+            NF3DIR => Err(Error::IsDir),
+            _ => Err(Error::Inval),
         }
     }
 
@@ -250,11 +250,11 @@ impl Tree {
         rel: &Path,
     ) -> Result<(File, libc::stat), Status> {
         // O_NOFOLLOW: the last component must still be the file the handle names.
-        let dir = self.root_dir(img).ok_or(status::STALE)?;
+        let dir = self.root_dir(img).ok_or(Error::Stale)?;
         let f = open_at(&dir, rel).map_err(io_status)?;
         let st = fstat(&f).map_err(io_status)?;
         if (st.st_dev, st.st_ino) != h.key() {
-            return Err(status::STALE);
+            return Err(Error::Stale);
         }
         self.remember_stat(img, rel.into(), &st);
         Ok((f, st))
@@ -266,7 +266,7 @@ impl Tree {
                 let target = std::fs::read_link(self.full(img, &rel)).map_err(io_status)?;
                 Ok((attr, target.into_os_string().into_vec()))
             }
-            _ => Err(status::INVAL),
+            _ => Err(Error::Inval),
         }
     }
 }

@@ -75,9 +75,9 @@ fn symlinks_are_returned_not_followed() {
     assert_eq!(tree.readlink(&link).unwrap().1, b"/etc/passwd");
     assert_eq!(
         tree.read(&link, 0, 100, &mut Vec::new()).map(|_| ()),
-        Err(status::INVAL)
+        Err(Error::Inval)
     );
-    assert_eq!(tree.lookup(&link, b"x").map(|_| ()), Err(status::NOTDIR));
+    assert_eq!(tree.lookup(&link, b"x").map(|_| ()), Err(Error::NotDir));
 }
 
 #[test]
@@ -87,16 +87,16 @@ fn names_are_single_components_inside_the_image() {
     assert_eq!(tree.lookup(&img, b"..").unwrap().0, img);
     let bin = walk(&tree, &["demo", "bin"]).unwrap();
     assert_eq!(tree.lookup(&bin, b"..").unwrap().0, img);
-    assert_eq!(tree.lookup(&img, b"bin/su").map(|_| ()), Err(status::ACCES));
-    assert_eq!(tree.lookup(&img, b"").map(|_| ()), Err(status::NOENT));
+    assert_eq!(tree.lookup(&img, b"bin/su").map(|_| ()), Err(Error::Acces));
+    assert_eq!(tree.lookup(&img, b"").map(|_| ()), Err(Error::NoEnt));
     assert_eq!(
         tree.lookup(&img, "a".repeat(300).as_bytes()).map(|_| ()),
-        Err(status::NAMETOOLONG)
+        Err(Error::NameTooLong)
     );
     assert!(tree.mount(b"/").is_err());
     assert!(tree.mount(b"/../demo").is_err());
     assert_eq!(tree.mount(b"/demo/bin/.."), Ok(img));
-    assert_eq!(tree.mount(b"/demo/bin/su"), Err(status::NOTDIR));
+    assert_eq!(tree.mount(b"/demo/bin/su"), Err(Error::NotDir));
 }
 
 /// An image exported under a path of its own is mounted by that path (and folders inside
@@ -116,7 +116,7 @@ fn an_export_path_names_its_image() {
     assert!(tree.mount(b"/srv/nfs/deb/bin").is_ok());
     assert_eq!(tree.mount(b"/srv/nfs/deb/bin/.."), Ok(img));
     for other in [&b"/demo"[..], b"/srv/nfs", b"/srv", b"/srv/nfs/debian"] {
-        assert_eq!(tree.mount(other), Err(status::NOENT), "{other:?}");
+        assert_eq!(tree.mount(other), Err(Error::NoEnt), "{other:?}");
     }
     assert_eq!(tree.exports().collect::<Vec<_>>(), ["/srv/nfs/deb"]);
 }
@@ -153,7 +153,7 @@ fn readdir_cookies_resume_where_a_page_ended() {
     assert_eq!(seen.len(), 1234 + 2, "no entry twice");
     assert!(matches!(
         tree.entries(&big, 10_000).map(|_| ()),
-        Err(status::BAD_COOKIE)
+        Err(Error::BadCookie)
     ));
 }
 
@@ -163,7 +163,7 @@ fn listings_follow_the_directory() {
     let (dir, tree) = fixture();
     let bin = walk(&tree, &["demo", "bin"]).unwrap();
     assert_eq!(list(&tree, &bin, 100).len(), 3);
-    assert_eq!(tree.lookup(&bin, b"sh").map(|_| ()), Err(status::NOENT));
+    assert_eq!(tree.lookup(&bin, b"sh").map(|_| ()), Err(Error::NoEnt));
     // A new name with a different mtime (filesystems with coarse timestamps need a step).
     std::thread::sleep(Duration::from_millis(20));
     std::fs::write(dir.path().join("rootfs/bin/sh"), b"x").unwrap();
@@ -211,7 +211,7 @@ fn names_looked_up_outside_listings_are_kept_while_the_folder_is_unchanged() {
     let old = std::fs::metadata(&bin).unwrap().mtime() - 100;
     set_mtime(&bin, old, 7);
     let binh = walk(&tree, &["demo", "bin"]).unwrap();
-    assert_eq!(tree.lookup(&binh, b"late").map(|_| ()), Err(status::NOENT));
+    assert_eq!(tree.lookup(&binh, b"late").map(|_| ()), Err(Error::NoEnt));
     let su = tree.lookup(&binh, b"su").unwrap().0;
 
     // Made behind its back with the folder's mtime put back: the kept answers stand.
@@ -219,7 +219,7 @@ fn names_looked_up_outside_listings_are_kept_while_the_folder_is_unchanged() {
     std::fs::remove_file(bin.join("su")).unwrap();
     set_mtime(&bin, old, 7);
     std::thread::sleep(FRESH + Duration::from_millis(50));
-    assert_eq!(tree.lookup(&binh, b"late").map(|_| ()), Err(status::NOENT));
+    assert_eq!(tree.lookup(&binh, b"late").map(|_| ()), Err(Error::NoEnt));
     // The child's own attributes are still checked: a deleted file is not handed out.
     assert!(tree.lookup(&binh, b"su").is_err());
     assert!(tree.getattr(&su).is_err());
@@ -389,7 +389,7 @@ fn big_cached_reads_on_disk_are_sent_from_a_mapping_of_the_file() {
     assert!(tree.read_mapped(&f, 0, 4096).unwrap().is_none());
     // Not for a folder; and a RAM image's bytes are sent from memory already.
     let big = walk(&tree, &["demo", "big"]).unwrap();
-    assert!(matches!(tree.read_mapped(&big, 0, 100_000), Err(st) if st == status::ISDIR));
+    assert!(matches!(tree.read_mapped(&big, 0, 100_000), Err(st) if st == Error::IsDir));
     let (_dir, ram) = fixture_with(true);
     let f = walk(&ram, &["demo", "big", "f1000"]).unwrap();
     assert!(ram.read_mapped(&f, 0, 100_000).unwrap().is_none());
@@ -403,10 +403,10 @@ fn handles_survive_a_new_tree_and_reject_strangers() {
     let again = Tree::new([("demo".to_string(), dir.path().join("rootfs"))]);
     let h = TreeHandle::from_wire(&wire).unwrap();
     assert_eq!(again.getattr(&h).unwrap().mode, 0o4755);
-    assert_eq!(TreeHandle::from_wire(&wire[1..]), Err(status::BADHANDLE));
+    assert_eq!(TreeHandle::from_wire(&wire[1..]), Err(Error::BadHandle));
     let mut other = wire;
     other[0] = 2;
-    assert_eq!(TreeHandle::from_wire(&other), Err(status::BADHANDLE));
+    assert_eq!(TreeHandle::from_wire(&other), Err(Error::BadHandle));
     // A handle to a file that no longer exists is stale. (Made by deleting a real file:
     // a handle with a flipped inode byte can land on another fixture file.)
     let path = dir.path().join("rootfs/bin/gone");
@@ -416,7 +416,7 @@ fn handles_survive_a_new_tree_and_reject_strangers() {
     std::fs::remove_file(&path).unwrap();
     let later = Tree::new([("demo".to_string(), dir.path().join("rootfs"))]);
     let gone = TreeHandle::from_wire(&gone).unwrap();
-    assert_eq!(later.getattr(&gone), Err(status::STALE));
+    assert_eq!(later.getattr(&gone), Err(Error::Stale));
 }
 
 /// Attributes from a raw `fstatat` are the ones `std`'s metadata gives.
@@ -481,6 +481,6 @@ fn a_new_tree_in_the_roots_place_is_served() {
     assert_eq!(out, b"new");
     assert_eq!(
         walk(&tree, &["demo", "bin", "su"]).map(|_| ()),
-        Err(status::NOENT)
+        Err(Error::NoEnt)
     );
 }
