@@ -690,6 +690,27 @@ pub fn access(asked: u32, a: &Attr, cred: &Cred) -> u32 {
 mod tests {
     use super::*;
 
+    #[test]
+    fn errors_carry_rfc_1813s_codes_and_mount_keeps_only_its_own() {
+        let all = [
+            (Error::NoEnt, 2, 2),
+            (Error::Io, 5, 5),
+            (Error::Acces, 13, 13),
+            (Error::NotDir, 20, 20),
+            (Error::IsDir, 21, 5),
+            (Error::Inval, 22, 22),
+            (Error::Rofs, 30, 5),
+            (Error::NameTooLong, 63, 63),
+            (Error::Stale, 70, 5),
+            (Error::BadHandle, 10001, 5),
+            (Error::BadCookie, 10003, 5),
+        ];
+        for (e, nfs, mount) in all {
+            assert_eq!((e.nfsstat3(), e.mountstat3()), (nfs, mount), "{e:?}");
+            assert_eq!(e.to_string(), nfs.to_string());
+        }
+    }
+
     fn rec(words: &[u32], last: bool) -> Vec<u8> {
         let body: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
         let mark = body.len() as u32 | if last { 0x8000_0000 } else { 0 };
