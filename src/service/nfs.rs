@@ -26,8 +26,10 @@ use super::identity::Identity;
 use crate::boot::exports::root_allowed;
 use crate::config::{Config, RootProto, Store};
 use crate::export::tree::{self, MappedRead, Status, Tree, TreeHandle};
-use crate::proto::nfs3::{self, Cred, Error, Mount, Nfs, Refusal, Writer};
+use crate::proto::mount::{self, Mount};
+use crate::proto::nfs3::{self, Error, Nfs};
 use crate::proto::portmap;
+use crate::proto::rpc::{self, Cred, Refusal, Writer};
 use crate::record::event::{Detach, Micros, now_micros};
 use crate::record::{Kind, Proto, Recorder, Service, Who};
 use crate::service::page_buf::PageBuf;
@@ -247,7 +249,7 @@ impl Conn {
         let why = 'conn: loop {
             // Answer every complete call buffered, writing whenever enough has piled up.
             loop {
-                let used = match nfs3::next_record(&inbuf, MAX_RECORD) {
+                let used = match rpc::next_record(&inbuf, MAX_RECORD) {
                     Ok(Some((used, rec))) => {
                         if let Err(Close::Malformed(why)) = self.call(&rec, &mut out) {
                             MALFORMED.fetch_add(1, Ordering::Relaxed);
@@ -271,7 +273,7 @@ impl Conn {
                         used
                     }
                     Ok(None) => break,
-                    Err(nfs3::Framing::TooLong) => {
+                    Err(rpc::Framing::TooLong) => {
                         MALFORMED.fetch_add(1, Ordering::Relaxed);
                         self.recorder.malformed(Service::Nfs);
                         break 'conn "record too long";
@@ -371,7 +373,7 @@ impl Conn {
 
     /// Answers one call into `out`.
     fn call(&mut self, rec: &[u8], out: &mut Writer) -> Result<(), Close> {
-        let Some(c) = nfs3::call(rec) else {
+        let Some(c) = rpc::call(rec) else {
             return Err(Close::Malformed("not an rpc call"));
         };
         self.recorder.request(Service::Nfs);
@@ -382,7 +384,7 @@ impl Conn {
             return Ok(());
         }
         match (c.prog, c.vers) {
-            (nfs3::PROG_NFS, 3) => match nfs3::nfs_args(c.proc_, c.args) {
+            (rpc::PROG_NFS, 3) => match nfs3::nfs_args(c.proc_, c.args) {
                 Ok(args) if self.recorder.tracer().wants(self.ip) => {
                     let received = now_micros();
                     let before = self.total;
@@ -412,7 +414,7 @@ impl Conn {
                     refuse(out, c.xid, r)
                 }
             },
-            (nfs3::PROG_MOUNT, 3) => match nfs3::mount_args(c.proc_, c.args) {
+            (rpc::PROG_MOUNT, 3) => match mount::mount_args(c.proc_, c.args) {
                 Ok(Mount::Mnt(path)) if self.recorder.tracer().wants(self.ip) => {
                     let received = now_micros();
                     let mut what = What::Nfs {
@@ -436,22 +438,22 @@ impl Conn {
                     refuse(out, c.xid, r)
                 }
             },
-            (nfs3::PROG_PORTMAP, _) => {
+            (rpc::PROG_PORTMAP, _) => {
                 // Our public port, not whatever a library would guess.
                 if let Some(a) = portmap::answer(rec, &self.table) {
                     out.record(&a.reply);
                 }
             }
-            (nfs3::PROG_NFS, _) | (nfs3::PROG_MOUNT, _) => {
+            (rpc::PROG_NFS, _) | (rpc::PROG_MOUNT, _) => {
                 REFUSED.fetch_add(1, Ordering::Relaxed);
                 self.recorder.refused(Service::Nfs);
-                out.accepted(c.xid, nfs3::PROG_MISMATCH).words(&[3, 3]);
+                out.accepted(c.xid, rpc::PROG_MISMATCH).words(&[3, 3]);
                 out.finish();
             }
             _ => {
                 REFUSED.fetch_add(1, Ordering::Relaxed);
                 self.recorder.refused(Service::Nfs);
-                out.accepted(c.xid, nfs3::PROG_UNAVAIL);
+                out.accepted(c.xid, rpc::PROG_UNAVAIL);
                 out.finish();
             }
         }
@@ -459,7 +461,7 @@ impl Conn {
     }
 
     fn mount(&mut self, xid: u32, args: Mount<'_>, out: &mut Writer) {
-        out.accepted(xid, nfs3::SUCCESS);
+        out.accepted(xid, rpc::SUCCESS);
         match args {
             Mount::Null | Mount::Umnt(_) | Mount::UmntAll => {}
             Mount::Dump => {
@@ -493,7 +495,7 @@ impl Conn {
                         );
                         tracing::info!(client = %self.peer, export, "nfs mount");
                         // AUTH_UNIX is the one flavour offered.
-                        out.u32(0).opaque(&h.wire()).words(&[1, nfs3::AUTH_UNIX]);
+                        out.u32(0).opaque(&h.wire()).words(&[1, rpc::AUTH_UNIX]);
                     }
                     Err(st) => {
                         tracing::info!(client = %self.peer, export, status = %st, "nfs mount refused");
@@ -585,11 +587,11 @@ impl Conn {
         };
         let h = match fh {
             Some(Err(Error::Acces)) => {
-                out.auth_error(xid, nfs3::AUTH_TOOWEAK);
+                out.auth_error(xid, rpc::AUTH_TOOWEAK);
                 return;
             }
             Some(Err(st)) => {
-                out.accepted(xid, nfs3::SUCCESS).u32(st.nfsstat3());
+                out.accepted(xid, rpc::SUCCESS).u32(st.nfsstat3());
                 // Every failure body but GETATTR's is one empty post_op_attr (LOOKUP's too).
                 if !matches!(args, Nfs::GetAttr(_)) {
                     out.u32(0);
@@ -607,8 +609,7 @@ impl Conn {
             && !self.port_ok(img)
         {
             self.recorder.refused(Service::Nfs);
-            out.accepted(xid, nfs3::SUCCESS)
-                .u32(Error::Acces.nfsstat3());
+            out.accepted(xid, rpc::SUCCESS).u32(Error::Acces.nfsstat3());
             if !matches!(args, Nfs::GetAttr(_)) {
                 out.u32(0);
             }
@@ -618,7 +619,7 @@ impl Conn {
         let squash = img.is_some_and(|i| self.trust[i].0);
         let cred = &cred.effective(squash);
         let tree = self.tree.clone();
-        out.accepted(xid, nfs3::SUCCESS);
+        out.accepted(xid, rpc::SUCCESS);
         match args {
             Nfs::Null => {}
             Nfs::Modify(proc_) => {
@@ -857,8 +858,8 @@ fn read_ok_header(out: &mut Writer, attr: &nfs3::Attr, n: usize, eof: bool) {
 fn refuse(out: &mut Writer, xid: u32, r: Refusal) {
     REFUSED.fetch_add(1, Ordering::Relaxed);
     let stat = match r {
-        Refusal::ProcUnavail => nfs3::PROC_UNAVAIL,
-        Refusal::GarbageArgs => nfs3::GARBAGE_ARGS,
+        Refusal::ProcUnavail => rpc::PROC_UNAVAIL,
+        Refusal::GarbageArgs => rpc::GARBAGE_ARGS,
     };
     out.accepted(xid, stat);
     out.finish();
