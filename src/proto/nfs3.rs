@@ -305,8 +305,14 @@ pub const NOBODY: u32 = 65534;
 pub const MAY_READ: u32 = 4;
 pub const MAY_EXEC: u32 = 1;
 
-const NF3DIR: u32 = 2;
-const NF3REG: u32 = 1;
+/// ftype3 (RFC 1813 2.5): the file types fattr3 names.
+pub const NF3REG: u32 = 1;
+pub const NF3DIR: u32 = 2;
+pub const NF3BLK: u32 = 3;
+pub const NF3CHR: u32 = 4;
+pub const NF3LNK: u32 = 5;
+pub const NF3SOCK: u32 = 6;
+pub const NF3FIFO: u32 = 7;
 
 impl Cred {
     /// The caller as permission checks see it, as knfsd's `nfsd_setuser` makes it: no

@@ -1,5 +1,5 @@
-//! NFSv3 attributes from lstat results: file types, times, fsid per image and device, and
-//! the composite root's own attributes.
+//! NFSv3 attributes from lstat results: file types (ftype3, from `proto::nfs3`), times, fsid
+//! per image and device, and the composite root's own attributes.
 
 use super::Tree;
 use super::handle::stable_hash;
@@ -13,19 +13,8 @@ pub(super) fn time(secs: i64, nsec: i64) -> (u32, u32) {
     )
 }
 
-pub const NF3REG: u32 = 1;
-
-pub const NF3DIR: u32 = 2;
-
-pub const NF3BLK: u32 = 3;
-
-pub const NF3CHR: u32 = 4;
-
-pub const NF3LNK: u32 = 5;
-
-pub const NF3SOCK: u32 = 6;
-
-pub const NF3FIFO: u32 = 7;
+/// The file types, as proto::nfs3 has them (ftype3 is a wire code).
+pub use crate::proto::nfs3::{NF3BLK, NF3CHR, NF3DIR, NF3FIFO, NF3LNK, NF3REG, NF3SOCK};
 
 /// Every field of fattr3 from lstat; the mode keeps setuid/setgid/sticky and write bits (an
 /// overlay copy-up keeps them, so they must be the image's own).
