@@ -107,8 +107,8 @@ pub fn lock_state_dir(dir: &Path) -> anyhow::Result<StateLock> {
 /// Binds and starts everything; returns once all sockets are bound.
 pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let mut missing = config.missing_files();
-    missing.extend(service::boot_files::unservable(&config));
-    missing.extend(service::boot_files::unsigned(&config));
+    missing.extend(crate::export::boot_files::unservable(&config));
+    missing.extend(crate::export::boot_files::unsigned(&config));
     if let Some(e) = missing.first() {
         anyhow::bail!("{e}");
     }

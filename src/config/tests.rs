@@ -1,3 +1,5 @@
+//! Unit tests of `config`: parsing pools.yaml, its checks and the errors they name.
+
 use super::*;
 
 const GOOD: &str = "\

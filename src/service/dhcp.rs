@@ -12,6 +12,7 @@ use super::placement::Placement;
 use crate::boot::leases::Leases;
 use crate::boot::{self, Client};
 use crate::config::{Config, DhcpMode, Mac};
+use crate::proto::dhcp::msg::{DECLINE, DISCOVER, INFORM, RELEASE, REQUEST};
 use crate::proto::dhcp::{
     self as wire, MAX_PACKET, PXE_BOOT_FILE_ONLY, Reply, ReplyKind, Request, ServerClass,
 };
@@ -23,11 +24,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::net::UdpSocket;
 
-const DISCOVER: u8 = 1;
-const REQUEST: u8 = 3;
-const DECLINE: u8 = 4;
-const RELEASE: u8 = 7;
-const INFORM: u8 = 8;
 /// How long an offered address is held for the client's REQUEST.
 const OFFER_HOLD_S: u64 = 60;
 const CLIENT_PORT: u16 = 68;

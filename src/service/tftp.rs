@@ -23,10 +23,10 @@
 //! loader phase ends there), to stop on a client ERROR (EDK2's tsize probe), windowsize, and
 //! no extra dependency; the protocol part is small and lives in `proto::tftp`.
 
-use super::boot_files::{Refused, handed_out, resolve};
 use super::identity::Identity;
 use super::links::Links;
 use crate::config::Config;
+use crate::export::boot_files::{NotServed, handed_out, resolve};
 use crate::proto::tftp::{self as wire, Mode, Packet, Sender, err};
 use crate::record::{Kind, Outcome, Proto, Recorder, Service, Who};
 use crate::service::tftp_transfers::{self, Source, Transfer, Transfers};
@@ -335,10 +335,13 @@ impl Request {
     fn open_file(&self, file: &str) -> Result<((Source, u64), crate::record::FileKind), Vec<u8>> {
         let (path, kind) = match resolve(&self.config, file) {
             Ok(x) => x,
-            Err(Refused(code, text)) => {
+            Err(e) => {
+                super::warn_not_served(&e);
+                let text = e.reason();
                 self.counters.refused.fetch_add(1, Ordering::Relaxed);
                 self.recorder.refused(Service::Tftp);
                 tracing::info!(peer = %self.peer, %file, reason = text, "tftp read refused");
+                let code = tftp_code(&e);
                 if code == err::NOT_FOUND {
                     self.missing(file, text);
                 }
@@ -392,6 +395,15 @@ impl Request {
                 },
             );
         }
+    }
+}
+
+/// The TFTP error code for a boot file not served (RFC 1350): a name bootpool serves nothing
+/// by is an access violation, the rest is not found.
+fn tftp_code(e: &NotServed) -> u16 {
+    match e {
+        NotServed::Denied => err::ACCESS,
+        NotServed::Missing | NotServed::Outside { .. } => err::NOT_FOUND,
     }
 }
 

@@ -8,24 +8,46 @@
 
 use crate::boot::grub;
 use crate::config::{Config, ConfigError, Image};
-use crate::proto::tftp::err;
 use crate::record::FileKind;
 use std::path::{Path, PathBuf};
 
-/// Why a name is not served: the code and text the client gets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Refused(pub u16, pub &'static str);
+/// Why a name is not served. Each service maps it to its own answer once: TFTP to an error
+/// code (`service::tftp`), HTTP to a status (`service::http::boot`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotServed {
+    /// Not a name bootpool serves anything by: empty, absolute, with a backslash, an empty or
+    /// dot-led component, or an image's file other than its kernel and initrd.
+    Denied,
+    /// No such image, or no such file in its folder.
+    Missing,
+    /// A symlink out of its folder: the file asked for, where it leads, and the folder.
+    Outside {
+        file: PathBuf,
+        target: PathBuf,
+        folder: PathBuf,
+    },
+}
+
+impl NotServed {
+    /// What the client is told.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            NotServed::Denied => "access violation",
+            NotServed::Missing => "file not found",
+            NotServed::Outside { .. } => OUTSIDE,
+        }
+    }
+}
 
 /// Maps a requested name (`LOADER` or `IMAGE/FILE`) to a file and what it is, refusing anything but the loaders and the
 /// images' boot files. Symlinks are followed only while they stay inside their folder.
-pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), Refused> {
-    let bad = Refused(err::ACCESS, "access violation");
+pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), NotServed> {
     if name.is_empty()
         || name.starts_with('/')
         || name.contains('\\')
         || name.split('/').any(|c| c.is_empty() || c.starts_with('.'))
     {
-        return Err(bad);
+        return Err(NotServed::Denied);
     }
     let signed = |path: &Path, kind| {
         let folder = path.parent().unwrap_or(Path::new("/")).to_path_buf();
@@ -40,32 +62,24 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), Refus
             FileKind::Loader,
         ),
         Some((image, file)) => {
-            let image = config
-                .images
-                .get(image)
-                .ok_or(Refused(err::NOT_FOUND, "file not found"))?;
+            let image = config.images.get(image).ok_or(NotServed::Missing)?;
             // `revs/ID/FILE`: the boot files of one revision (`image::serve`).
             let image = &crate::image::serve::for_file(image, file);
             match image_file(image, file) {
                 Some(FileKind::Kernel) => (image.dir.clone(), image.kernel(), FileKind::Kernel),
                 Some(FileKind::Initrd) => (image.dir.clone(), image.initrd(), FileKind::Initrd),
-                _ => return Err(bad),
+                _ => return Err(NotServed::Denied),
             }
         }
     };
     match place(&root, &path) {
         Place::Inside(real) => Ok((real, kind)),
-        Place::Missing => Err(Refused(err::NOT_FOUND, "file not found")),
-        Place::Outside(real) => {
-            static OUTSIDE_LOG: crate::service::bounds::LogLimit =
-                crate::service::bounds::LogLimit::new();
-            if let Some(suppressed) = OUTSIDE_LOG.allow() {
-                tracing::warn!(file = %path.display(), target = %real.display(),
-                    folder = %root.display(), suppressed,
-                    "boot file not served: a symlink out of its folder (copy or hard-link the file into the folder)");
-            }
-            Err(Refused(err::NOT_FOUND, OUTSIDE))
-        }
+        Place::Missing => Err(NotServed::Missing),
+        Place::Outside(real) => Err(NotServed::Outside {
+            file: path,
+            target: real,
+            folder: root,
+        }),
     }
 }
 
