@@ -29,7 +29,8 @@ pub struct Bound {
     pub dhcp: SocketAddr,
     /// proxyDHCP's port 4011, bound in proxy mode only.
     pub pxe: Option<SocketAddr>,
-    pub tftp: SocketAddr,
+    /// TFTP, unless `server.tftp` is off.
+    pub tftp: Option<SocketAddr>,
     pub nfs: SocketAddr,
     pub nbd: SocketAddr,
     pub portmap: SocketAddr,
@@ -106,7 +107,8 @@ pub fn lock_state_dir(dir: &Path) -> anyhow::Result<StateLock> {
 /// Binds and starts everything; returns once all sockets are bound.
 pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let mut missing = config.missing_files();
-    missing.extend(service::boot_files::unservable(&config));
+    missing.extend(crate::export::boot_files::unservable(&config));
+    missing.extend(crate::export::boot_files::unsigned(&config));
     if let Some(e) = missing.first() {
         anyhow::bail!("{e}");
     }
@@ -150,8 +152,15 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         firmware: true,
         ..Udp::PLAIN
     };
-    let tftp = bind_udp(SocketAddrV4::new(any, ports.tftp), tftp_udp)
-        .with_context(|| format!("binding TFTP port {} (ports.tftp)", ports.tftp))?;
+    // A room that boots by UEFI HTTP boot alone needs no TFTP: off, the port stays closed.
+    let tftp = config
+        .server
+        .tftp
+        .then(|| {
+            bind_udp(SocketAddrV4::new(any, ports.tftp), tftp_udp)
+                .with_context(|| format!("binding TFTP port {} (ports.tftp)", ports.tftp))
+        })
+        .transpose()?;
     let http = bind_tcp(config.server.http).await.context("binding HTTP")?;
     // The certificate is read before the port is taken, so a bad one names its file first.
     let https = match &config.server.tls {
@@ -194,7 +203,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         https: https.as_ref().map(|(l, _)| l.local_addr()).transpose()?,
         dhcp: dhcp.local_addr()?,
         pxe: pxe.as_ref().map(UdpSocket::local_addr).transpose()?,
-        tftp: tftp.local_addr()?,
+        tftp: tftp.as_ref().map(UdpSocket::local_addr).transpose()?,
         nfs: nfs.local_addr()?,
         nbd: nbd.local_addr()?,
         portmap: portmap_tcp.local_addr()?,
@@ -208,7 +217,9 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     if let Some(p) = bound.pxe {
         config.server.ports.pxe = p.port();
     }
-    config.server.ports.tftp = bound.tftp.port();
+    if let Some(at) = bound.tftp {
+        config.server.ports.tftp = at.port();
+    }
     config.server.ports.nfs = bound.nfs.port();
     config.server.ports.nbd = bound.nbd.port();
     config.server.ports.portmap = bound.portmap.port();
@@ -256,16 +267,19 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             s.clone(),
         )),
     );
-    run(
-        "tftp",
-        Box::pin(service::tftp::serve(
-            tftp,
-            c.clone(),
-            r.clone(),
-            links.clone(),
-            s.clone(),
-        )),
-    );
+    if let Some(tftp) = tftp {
+        run(
+            "tftp",
+            Box::pin(service::tftp::serve(
+                tftp,
+                c.clone(),
+                r.clone(),
+                links.clone(),
+                identity.clone(),
+                s.clone(),
+            )),
+        );
+    }
     run(
         "nfs",
         Box::pin(service::nfs::serve(
@@ -349,7 +363,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         Box::pin(service::http::serve(on_links(http), web, None, s.clone())),
     );
     tracing::info!(
-        http = %bound.http, https = ?bound.https, dhcp = %bound.dhcp, tftp = %bound.tftp, nfs = %bound.nfs, nbd = %bound.nbd,
+        http = %bound.http, https = ?bound.https, dhcp = %bound.dhcp, tftp = ?bound.tftp, nfs = %bound.nfs, nbd = %bound.nbd,
         portmap = %bound.portmap, console = ?bound.console,
         pools = config.pools.len(), "bootpool serving"
     );

@@ -27,3 +27,6 @@ pub mod service;
 pub mod shutdown;
 pub mod storm;
 pub mod trace;
+
+#[cfg(test)]
+mod tidy;

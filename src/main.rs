@@ -194,7 +194,8 @@ fn check(path: &std::path::Path) -> ExitCode {
         }
         Ok(c) => {
             let mut missing = c.missing_files();
-            missing.extend(bootpool::service::boot_files::unservable(&c));
+            missing.extend(bootpool::export::boot_files::unservable(&c));
+            missing.extend(bootpool::export::boot_files::unsigned(&c));
             for e in &missing {
                 eprintln!("error: {e}");
             }

@@ -3,22 +3,24 @@
 //! `snponly.efi` over TFTP (with EDK2's tsize probe first); or, with its PXE switched off, the
 //! firmware's UEFI HTTP boot (option 60 `HTTPClient`), which loads it from the URL it is given.
 //! Either way that iPXE asks DHCP again, gets its script over HTTP, the kernel's EFI stub finds
-//! the initrd by `initrd=` and the root is attached over NBD. Needs root, qemu, Debian's `ovmf`
-//! and `ipxe`, and the built demo image.
+//! the initrd by `initrd=` and the root is attached over NBD. The HTTP boot runs with
+//! `server.tftp: false`: nothing listens on TFTP's port at all. Needs root, qemu, Debian's
+//! `ovmf` and `ipxe`, and the built demo image.
 
 mod common;
 
 use common::lab::{lab_config, run_lab};
 use std::path::Path;
 
-/// Boots one NBD client with `firmware`; returns the recorded events and its console.
-fn boot_one_uefi_client(firmware: &str) -> (String, String) {
+/// Boots one NBD client with `firmware` against the lab config changed by `edit`; returns the
+/// recorded events, its console and the daemon's log.
+fn boot_one_uefi_client(firmware: &str, edit: fn(String) -> String) -> (String, String, String) {
     assert!(
         Path::new("/usr/share/ovmf/OVMF.fd").exists(),
         "apt-get install ovmf"
     );
     let dir = tempfile::tempdir().unwrap();
-    let config = lab_config(dir.path(), |t| t);
+    let config = lab_config(dir.path(), edit);
     let args = [
         "--clients",
         "1",
@@ -33,13 +35,15 @@ fn boot_one_uefi_client(firmware: &str) -> (String, String) {
     assert_eq!(rows.len(), 1, "{table}");
     assert_eq!(rows[0][3], "booted", "{table}");
     let journal = common::recorded_events(&dir.path().join("var"));
-    let serial = std::fs::read_dir(dir.path().join("var/lab"))
+    let run = std::fs::read_dir(dir.path().join("var/lab"))
         .unwrap()
         .flatten()
-        .map(|run| run.path().join("pc01.log"))
-        .find(|p| p.exists())
+        .map(|run| run.path())
+        .find(|p| p.join("pc01.log").exists())
         .expect("console log");
-    let console = String::from_utf8_lossy(&std::fs::read(serial).unwrap()).into_owned();
+    let console =
+        String::from_utf8_lossy(&std::fs::read(run.join("pc01.log")).unwrap()).into_owned();
+    let daemon = std::fs::read_to_string(run.join("bootpool.log")).unwrap_or_default();
     // After the loader: iPXE asked, got the script with the EFI stub's initrd= argument and
     // attached the root.
     assert!(journal.contains("\"ipxe\":true"), "{journal}");
@@ -49,7 +53,7 @@ fn boot_one_uefi_client(firmware: &str) -> (String, String) {
         console.contains("initrd=initrd.img"),
         "the EFI stub needs initrd= on its command line:\n{console}"
     );
-    (journal, console)
+    (journal, console, daemon)
 }
 
 /// The first thing the client said: the firmware's DHCP, not iPXE's.
@@ -64,7 +68,7 @@ fn first_event(journal: &str) -> &str {
 
 #[test]
 fn one_uefi_client_boots_through_firmware_pxe_over_nbd() {
-    let (journal, _) = boot_one_uefi_client("uefi-pxe");
+    let (journal, _, _) = boot_one_uefi_client("uefi-pxe", |t| t);
     first_event(&journal);
     assert!(
         journal.lines().any(|l| l.contains("\"proto\":\"tftp\"")
@@ -76,7 +80,14 @@ fn one_uefi_client_boots_through_firmware_pxe_over_nbd() {
 
 #[test]
 fn one_uefi_client_boots_through_firmware_http_boot_over_nbd() {
-    let (journal, console) = boot_one_uefi_client("uefi-http");
+    // No TFTP at all: the port is not even bound.
+    let (journal, console, daemon) = boot_one_uefi_client("uefi-http", |t| {
+        t.replace(
+            "  http: 0.0.0.0:8080",
+            "  tftp: false\n  http: 0.0.0.0:8080",
+        )
+    });
+    assert!(daemon.contains("tftp=None"), "TFTP was served:\n{daemon}");
     first_event(&journal);
     assert!(
         console.contains(">>Start HTTP Boot over IPv4"),

@@ -147,7 +147,10 @@ async fn an_image_that_names_its_files_and_exports_is_served_by_those_names() {
         assert_eq!(status(&format!("{base}{gone}")).await, "404", "{gone}");
     }
     let initrd = fx.path().join("initrd.out");
-    let tftp = format!("tftp://{}/demo/boot/initramfs.cpio.gz", daemon.bound.tftp);
+    let tftp = format!(
+        "tftp://{}/demo/boot/initramfs.cpio.gz",
+        daemon.bound.tftp.unwrap()
+    );
     let (ok, _, err) = run_async(
         cmd(
             "curl",

@@ -675,7 +675,10 @@ async fn failed_boots_say_where_and_why_in_the_api_metrics_and_report() {
         curl(&[
             "-o",
             "/dev/null",
-            &format!("tftp://127.0.0.1:{}/{file}", daemon.bound.tftp.port()),
+            &format!(
+                "tftp://127.0.0.1:{}/{file}",
+                daemon.bound.tftp.unwrap().port()
+            ),
         ])
     };
     // iPXE's probe for a script that is not there is no failure...
@@ -832,7 +835,7 @@ async fn metrics_count_requests_malformed_and_refused_per_service_after_real_tra
         curl(&[
             "-o",
             "/dev/null",
-            &format!("tftp://127.0.0.1:{}/{file}", bound.tftp.port()),
+            &format!("tftp://127.0.0.1:{}/{file}", bound.tftp.unwrap().port()),
         ])
     };
     for _ in 0..2 {
@@ -841,7 +844,7 @@ async fn metrics_count_requests_malformed_and_refused_per_service_after_real_tra
     }
     let (ok, _, _) = run_async(tftp("demo/rootfs.img"), 30).await;
     assert!(!ok);
-    send_udp(bound.tftp, b"\x00\x09junk").await;
+    send_udp(bound.tftp.unwrap(), b"\x00\x09junk").await;
     // HTTP: three boot files and one 404 (and the two scrapes).
     for _ in 0..3 {
         let (ok, _, err) = run_async(

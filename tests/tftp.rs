@@ -120,7 +120,7 @@ async fn stock_clients_get_the_fixture_bytes() {
     let fx = fixture();
     let daemon = fx.start().await;
     tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
-    let addr = daemon.bound.tftp;
+    let addr = daemon.bound.tftp.unwrap();
     let out = fx.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
 
@@ -195,22 +195,25 @@ async fn names_outside_what_is_served_are_refused() {
     let fx = fixture();
     std::os::unix::fs::symlink("../pools.yaml", fx.path().join("loaders/escape.kpxe")).unwrap();
     let daemon = fx.start().await;
-    let addr = daemon.bound.tftp;
-    for bad in [
-        "../pools.yaml",
-        "demo/../../pools.yaml",
-        "/etc/passwd",
-        "demo/rootfs.img",
-        "escape.kpxe",
-        ".hidden",
-        "nope.efi",
-        "nope/vmlinuz",
+    let addr = daemon.bound.tftp.unwrap();
+    // A name bootpool serves nothing by is an access violation (2); a name it would serve
+    // that leads nowhere, or out of its folder, is not found (1). One leading `/` is taken
+    // off (GRUB asks so), so `/etc/passwd` asks for image `etc`, which there is none of.
+    for (bad, code) in [
+        ("../pools.yaml", 2),
+        ("demo/../../pools.yaml", 2),
+        ("/etc/passwd", 1),
+        ("demo/rootfs.img", 2),
+        ("escape.kpxe", 1),
+        (".hidden", 2),
+        ("nope.efi", 1),
+        ("nope/vmlinuz", 1),
     ] {
         let local = fx.path().join("refused");
         let (_, so, se) = run_async(tftp_hpa(addr, bad, &local, "octet"), 30).await;
         let said = format!("{so}{se}");
         assert!(
-            said.contains("Error code 2") || said.contains("Error code 1"),
+            said.contains(&format!("Error code {code}")),
             "{bad}: {said}"
         );
         // Nothing of the file leaked into what the client wrote.
@@ -218,6 +221,122 @@ async fn names_outside_what_is_served_are_refused() {
         assert!(got.is_empty(), "{bad}: got {} bytes", got.len());
     }
     daemon.stop().await;
+}
+
+/// A `secure_boot` pool's chain over TFTP as GRUB asks for it: `shimx64.efi` and
+/// `grubx64.efi` from `server.shim`/`server.grub`, absolute names (`/demo/vmlinuz`), and
+/// `/grub/grub.cfg` written for the client whose lease holds the asking address, and for
+/// nobody else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_signed_chain_and_a_generated_grub_config_are_served_to_their_client() {
+    let fx = fixture();
+    let signed = fx.path().join("signed");
+    std::fs::create_dir_all(&signed).unwrap();
+    // The daemon serves a secure_boot pool only signed files (as PE images with a
+    // certificate table): these look so.
+    let (shim, grub) = (
+        looks_signed(pattern(6, 90_000)),
+        looks_signed(pattern(7, 150_000)),
+    );
+    let kernel = looks_signed(pattern(1, 3 << 20));
+    std::fs::write(signed.join("shimx64.efi.signed"), &shim).unwrap();
+    std::fs::write(signed.join("grubnetx64.efi.signed"), &grub).unwrap();
+    std::fs::write(fx.image_dir().join("vmlinuz"), &kernel).unwrap();
+    let text = std::fs::read_to_string(fx.config_path()).unwrap();
+    fx.write_config(
+        &text
+            .replace(
+                "  loaders: loaders/\n",
+                "  loaders: loaders/\n  shim: signed/shimx64.efi.signed\n  grub: signed/grubnetx64.efi.signed\n",
+            )
+            .replace(
+                "    root: nfs\n",
+                "    root: nfs\n    secure_boot: true\n",
+            ),
+    );
+    let daemon = fx.start().await;
+    let addr = daemon.bound.tftp.unwrap();
+    let out = fx.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let get = |remote: &str| {
+        let local = out.join(remote.trim_start_matches('/').replace('/', "-"));
+        let c = tftp_hpa(addr, remote, &local, "octet");
+        async move {
+            let (ok, so, se) = run_async(c, 30).await;
+            (
+                ok && !so.contains("Error") && !se.contains("Error"),
+                std::fs::read(&local).unwrap_or_default(),
+                format!("{so}{se}"),
+            )
+        }
+    };
+    // An address no lease holds gets nobody's config: TFTP error 1, file not found.
+    let stranger = UdpSocket::bind("127.0.0.5:0").await.unwrap();
+    stranger
+        .send_to(&rrq(&["/grub/grub.cfg", "octet"]), addr)
+        .await
+        .unwrap();
+    let (pkt, _) = recv(&stranger).await;
+    assert_eq!(&pkt[..4], &[0, 5, 0, 1], "{pkt:?}");
+    tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
+    assert_eq!(get("shimx64.efi").await.1, shim);
+    assert_eq!(get("grubx64.efi").await.1, grub);
+    assert_eq!(get("/demo/vmlinuz").await.1, kernel);
+    let (ok, cfg, said) = get("/grub/grub.cfg").await;
+    assert!(ok, "{said}");
+    let cfg = String::from_utf8(cfg).unwrap();
+    let port = fx_tftp_port(&cfg);
+    assert!(
+        cfg.contains(&format!(
+            "\nlinux (tftp,127.0.0.2:{port})/demo/vmlinuz 'root=nfs:127.0.0.2:/demo:ro,"
+        )),
+        "{cfg}"
+    );
+    assert!(
+        cfg.contains(&format!(
+            "\ninitrd (tftp,127.0.0.2:{port})/demo/initrd.img\nboot\n"
+        )),
+        "{cfg}"
+    );
+    assert_eq!(port, addr.port().to_string());
+    // GRUB's first probe is not a failure, just not there.
+    let (ok, _, said) = get("/grub/x86_64-efi/grub.cfg").await;
+    assert!(!ok && said.contains("Error code 1"), "{said}");
+    let events = file_events(&fx.path().join("var"), 4).await;
+    let kind = |path: &str| {
+        events
+            .iter()
+            .find(|e| e["path"] == path)
+            .unwrap_or_else(|| panic!("no event for {path}: {events:?}"))["kind"]
+            .clone()
+    };
+    assert_eq!(kind("shimx64.efi"), "shim");
+    assert_eq!(kind("grubx64.efi"), "grub");
+    assert_eq!(kind("demo/vmlinuz"), "kernel");
+    assert_eq!(kind("grub/grub.cfg"), "grub_cfg");
+    daemon.stop().await;
+}
+
+/// `body` behind a PE32+ header whose certificate table is not empty.
+fn looks_signed(body: Vec<u8>) -> Vec<u8> {
+    let mut b = vec![0u8; 1024];
+    b[..2].copy_from_slice(b"MZ");
+    b[0x3c..0x40].copy_from_slice(&0x80u32.to_le_bytes());
+    b[0x80..0x84].copy_from_slice(b"PE\0\0");
+    let opt = 0x80 + 24;
+    b[opt..opt + 2].copy_from_slice(&0x20bu16.to_le_bytes());
+    b[opt + 108..opt + 112].copy_from_slice(&16u32.to_le_bytes());
+    let sec = opt + 112 + 4 * 8;
+    b[sec + 4..sec + 8].copy_from_slice(&2048u32.to_le_bytes());
+    b.extend(body);
+    b
+}
+
+/// The TFTP port a GRUB config's `(tftp,SERVER:PORT)` device names.
+fn fx_tftp_port(cfg: &str) -> String {
+    let at = cfg.find("(tftp,").expect("a tftp device") + "(tftp,".len();
+    let dev = &cfg[at..at + cfg[at..].find(')').unwrap()];
+    dev.rsplit(':').next().unwrap().to_string()
 }
 
 /// Reads one packet from `sock`, bounded.
@@ -266,7 +385,9 @@ async fn a_client_error_ends_the_transfer_at_once() {
         "windowsize",
         "4",
     ]);
-    sock.send_to(&req, daemon.bound.tftp).await.unwrap();
+    sock.send_to(&req, daemon.bound.tftp.unwrap())
+        .await
+        .unwrap();
     let (oack, tid) = recv(&sock).await;
     assert_eq!(&oack[..2], &[0, 6], "an OACK");
     let text = String::from_utf8_lossy(&oack[2..]).replace('\0', " ");
@@ -283,7 +404,9 @@ async fn a_client_error_ends_the_transfer_at_once() {
 
     // The second request goes through, acking each window's last block.
     let req = rrq(&["ipxe.efi", "octet", "blksize", "1468", "windowsize", "4"]);
-    sock.send_to(&req, daemon.bound.tftp).await.unwrap();
+    sock.send_to(&req, daemon.bound.tftp.unwrap())
+        .await
+        .unwrap();
     let (oack, tid) = recv(&sock).await;
     assert_eq!(&oack[..2], &[0, 6]);
     sock.send_to(&[0, 4, 0, 0], tid).await.unwrap();
@@ -314,7 +437,7 @@ async fn malformed_packets_are_dropped_and_service_goes_on() {
     let fx = fixture();
     let daemon = fx.start().await;
     tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
-    let addr = daemon.bound.tftp;
+    let addr = daemon.bound.tftp.unwrap();
     let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let mut oversized = rrq(&["undionly.kpxe", "octet"]);
     oversized.extend(std::iter::repeat_n(b'x', 3000));
@@ -361,7 +484,7 @@ async fn an_unacknowledged_block_is_sent_again() {
     let fx = fixture();
     let daemon = fx.start().await;
     tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
-    let (sock, first, tid) = request(daemon.bound.tftp, &["undionly.kpxe", "octet"]).await;
+    let (sock, first, tid) = request(daemon.bound.tftp.unwrap(), &["undionly.kpxe", "octet"]).await;
     assert_eq!(&first[..4], &[0, 3, 0, 1]);
     // No ACK: the same block comes again, from the same transfer socket.
     let (again, from) = recv(&sock).await;
@@ -384,7 +507,7 @@ async fn an_unacknowledged_block_is_sent_again() {
 async fn one_client_gets_a_bounded_number_of_transfers_at_once() {
     let fx = fixture();
     let daemon = fx.start().await;
-    let addr = daemon.bound.tftp;
+    let addr = daemon.bound.tftp.unwrap();
     let limit = bootpool::service::tftp::MAX_PER_CLIENT;
     // `limit` transfers from one address, none acknowledged: each gets its first block.
     let mut open = Vec::new();
@@ -424,7 +547,7 @@ async fn many_transfers_at_once_each_get_their_bytes() {
     let fx = fixture();
     let daemon = fx.start().await;
     tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
-    let addr = daemon.bound.tftp;
+    let addr = daemon.bound.tftp.unwrap();
     let out = fx.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
     let cases = [
@@ -476,7 +599,7 @@ async fn a_silent_client_times_out_and_a_running_transfer_does_not_hold_up_stop(
     // transfer is given up as timed out. The socket stays open: a closed port would answer
     // the retransmissions with ICMP and end the transfer as aborted instead.
     let (_silent, oack, _) = request(
-        daemon.bound.tftp,
+        daemon.bound.tftp.unwrap(),
         &["undionly.kpxe", "octet", "timeout", "1"],
     )
     .await;
@@ -486,7 +609,7 @@ async fn a_silent_client_times_out_and_a_running_transfer_does_not_hold_up_stop(
     assert_eq!(events[0]["bytes"], 0);
 
     // A transfer still running does not hold up the daemon's stop.
-    let (_late, first, _) = request(daemon.bound.tftp, &["undionly.kpxe", "octet"]).await;
+    let (_late, first, _) = request(daemon.bound.tftp.unwrap(), &["undionly.kpxe", "octet"]).await;
     assert_eq!(&first[..4], &[0, 3, 0, 1]);
     tokio::time::timeout(Duration::from_secs(10), daemon.stop())
         .await
@@ -504,7 +627,7 @@ async fn a_transfer_asking_timeout_255_still_ends_within_the_servers_bounds() {
     let daemon = fx.start().await;
     tie_loopback(daemon.bound.dhcp, &fx.path().join("var")).await;
     let (_silent, oack, _) = request(
-        daemon.bound.tftp,
+        daemon.bound.tftp.unwrap(),
         &["undionly.kpxe", "octet", "timeout", "255"],
     )
     .await;
@@ -547,7 +670,10 @@ async fn requests_from_outside_the_client_networks_are_dropped_and_counted() {
     let stranger = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     for _ in 0..3 {
         stranger
-            .send_to(&rrq(&["undionly.kpxe", "octet"]), daemon.bound.tftp)
+            .send_to(
+                &rrq(&["undionly.kpxe", "octet"]),
+                daemon.bound.tftp.unwrap(),
+            )
             .await
             .unwrap();
     }
@@ -570,7 +696,10 @@ async fn requests_from_outside_the_client_networks_are_dropped_and_counted() {
     // 127.0.0.70 is inside 127.0.0.64/26: served.
     let client = UdpSocket::bind("127.0.0.70:0").await.unwrap();
     client
-        .send_to(&rrq(&["undionly.kpxe", "octet"]), daemon.bound.tftp)
+        .send_to(
+            &rrq(&["undionly.kpxe", "octet"]),
+            daemon.bound.tftp.unwrap(),
+        )
         .await
         .unwrap();
     let (pkt, _) = recv(&client).await;

@@ -1,12 +1,14 @@
 // Small SVG charts drawn from plain data: Gantt rows, histogram, lines, stacked areas, strips.
 // Each function returns an <svg> element sized to the width it is given.
 
-export const PHASES = ['dhcp', 'loader', 'ipxe', 'kernel', 'initrd', 'root', 'booted'];
+export const PHASES = ['dhcp', 'loader', 'ipxe', 'shim', 'grub', 'kernel', 'initrd', 'root', 'booted'];
 
 // Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 export const PHASE_COLOUR = {
   dhcp: '#E69F00', loader: '#56B4E9', ipxe: '#009E73', kernel: '#F0E442',
   initrd: '#0072B2', root: '#D55E00', booted: '#CC79A7',
+  // The Secure Boot chain stands where loader and ipxe stand: their colours, other hatching.
+  shim: '#56B4E9', grub: '#009E73',
 };
 // Text that stays readable on each phase colour.
 export const PHASE_INK = { initrd: '#fff' };
@@ -15,6 +17,8 @@ const PATTERN = {
   dhcp: null,
   loader: 'M0,8 L8,0',
   ipxe: 'M4,0 L4,8',
+  shim: 'M0,0 L8,8',
+  grub: 'M0,2 L8,2 M0,6 L8,6',
   kernel: 'M0,4 L8,4',
   initrd: 'M0,0 L8,8 M0,8 L8,0',
   root: 'M0,0 L8,8',

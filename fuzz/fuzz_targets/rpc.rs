@@ -3,13 +3,13 @@
 //! stay inside the input and its caps.
 #![no_main]
 
-use bootpool::proto::{nfs3, portmap};
+use bootpool::proto::{mount, nfs3, portmap, rpc};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     // As a stream: records until one is incomplete or too long.
     let mut at = 0;
-    while let Ok(Some((used, rec))) = nfs3::next_record(&data[at..], 4096) {
+    while let Ok(Some((used, rec))) = rpc::next_record(&data[at..], 4096) {
         assert!(used > 0 && used <= data.len() - at && rec.len() <= used);
         at += used;
         one(&rec);
@@ -19,12 +19,12 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn one(rec: &[u8]) {
-    if let Some(c) = nfs3::call(rec) {
+    if let Some(c) = rpc::call(rec) {
         if let Ok(nfs3::Nfs::Lookup(fh, name)) = nfs3::nfs_args(c.proc_, c.args) {
             assert!(fh.len() <= nfs3::MAX_FH && name.len() <= nfs3::MAX_NAME);
         }
-        if let Ok(nfs3::Mount::Mnt(p)) = nfs3::mount_args(c.proc_, c.args) {
-            assert!(p.len() <= nfs3::MAX_PATH);
+        if let Ok(mount::Mount::Mnt(p)) = mount::mount_args(c.proc_, c.args) {
+            assert!(p.len() <= mount::MAX_PATH);
         }
     }
     if let Some(a) = portmap::answer(rec, &portmap::table(2049, 111)) {

@@ -3,6 +3,7 @@
 //! services ask `plan` and never decide these things themselves.
 
 pub mod exports;
+pub mod grub;
 pub mod leases;
 pub mod links;
 pub mod script;
@@ -88,7 +89,14 @@ pub fn plan<'a>(config: &'a Config, client: &Client, link: Ipv4Addr) -> Option<P
         // HTTP boot is UEFI only; BIOS is the guess only for a PXE ROM that did not say.
         let fallback = if http { arch::EFI_X64_HTTP } else { arch::BIOS };
         let loader = loader_for(client.arch.unwrap_or(fallback));
-        if http {
+        // Secure Boot firmware runs only what its keys signed: Debian's shim (signed by
+        // Microsoft's UEFI CA), then its signed GRUB, which fetches over TFTP only.
+        let signed = member.pool.secure_boot
+            && !http
+            && matches!(client.arch, Some(arch::EFI_BC | arch::EFI_X64));
+        if signed {
+            Some(BootFile::Tftp(grub::SHIM.to_string()))
+        } else if http {
             Some(BootFile::Url(format!(
                 "http://{link}:{}/boot/loaders/{loader}",
                 server.http.port()
@@ -215,6 +223,46 @@ pools:
             Some(BootFile::Url(
                 "http://10.77.0.1:8080/boot/script/52:54:00:77:00:02.ipxe".into()
             ))
+        );
+    }
+
+    /// A `secure_boot` pool's x64 UEFI firmware gets the signed shim over TFTP; its BIOS
+    /// machines and its iPXE keep their usual answers.
+    #[test]
+    fn secure_boot_firmware_gets_the_signed_shim() {
+        let text = CONFIG.replace(
+            "    cmdline: console=ttyS0\n",
+            "    cmdline: console=ttyS0\n    secure_boot: true\n",
+        );
+        let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
+        let file = |arch, ipxe| {
+            plan(
+                &c,
+                &client("52:54:00:77:00:01", arch, ipxe, true),
+                c.server.address,
+            )
+            .unwrap()
+            .boot_file
+        };
+        let shim = Some(BootFile::Tftp("shimx64.efi".into()));
+        assert_eq!(file(Some(7), false), shim);
+        assert_eq!(file(Some(9), false), shim);
+        assert_eq!(
+            file(Some(0), false),
+            Some(BootFile::Tftp("undionly.kpxe".into()))
+        );
+        assert!(matches!(file(Some(7), true), Some(BootFile::Url(u)) if u.ends_with(".ipxe")));
+        // Without the key the same firmware gets iPXE, which Secure Boot refuses to run.
+        let plain = Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
+        assert_eq!(
+            plan(
+                &plain,
+                &client("52:54:00:77:00:01", Some(7), false, true),
+                plain.server.address
+            )
+            .unwrap()
+            .boot_file,
+            Some(BootFile::Tftp("snponly.efi".into()))
         );
     }
 

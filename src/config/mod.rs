@@ -128,6 +128,12 @@ pub struct Server {
     pub ports: Ports,
     /// Folder of network boot programs (undionly.kpxe, ipxe.efi, snponly.efi).
     pub loaders: PathBuf,
+    /// The signed shim and network GRUB of the Secure Boot chain, served as `shimx64.efi`
+    /// and `grubx64.efi` (the name shim asks for) to pools with `secure_boot`.
+    pub shim: PathBuf,
+    pub grub: PathBuf,
+    /// Whether TFTP is served at all (`server.tftp`, default true).
+    pub tftp: bool,
     /// Where boot records are stored.
     pub database: Database,
     /// Boot events and egress samples older than this are deleted; `None` keeps everything.
@@ -336,6 +342,9 @@ pub struct Pool {
     pub trace: bool,
     /// Whether the kernel sends its log to `server.ports.console` (`netconsole=`).
     pub netconsole: Netconsole,
+    /// Its firmware enforces Secure Boot: x64 UEFI firmware gets the signed chain (shim,
+    /// GRUB, `boot::grub`'s config) instead of iPXE.
+    pub secure_boot: bool,
 }
 
 /// `pools.NAME.netconsole`.
@@ -455,6 +464,25 @@ impl Config {
                             image.name,
                             path.display(),
                             image.name
+                        ),
+                    });
+                }
+            }
+        }
+        if self.pools.values().any(|p| p.secure_boot) {
+            for (key, path, package) in [
+                ("shim", &self.server.shim, "shim-signed"),
+                ("grub", &self.server.grub, "grub-efi-amd64-signed"),
+            ] {
+                if !path.is_file() {
+                    errors.push(ConfigError {
+                        file: self.file.clone(),
+                        line: None,
+                        column: None,
+                        path: format!("server.{key}"),
+                        reason: format!(
+                            "{} is not a file; a pool with secure_boot needs it (Debian: apt-get install {package})",
+                            path.display()
                         ),
                     });
                 }
@@ -635,6 +663,9 @@ impl Checker<'_> {
             state_dir,
             ports,
             loaders: self.path(&s.loaders),
+            shim: self.path(&s.shim),
+            grub: self.path(&s.grub),
+            tftp: s.tftp.unwrap_or(true),
             database,
             retention,
             link_speeds,
@@ -936,7 +967,16 @@ impl Checker<'_> {
                 trace: p.trace,
                 netconsole,
                 clients,
+                secure_boot: p.secure_boot.unwrap_or(false),
             };
+            // Debian's signed network GRUB has no HTTP: its config, kernel and initrd come
+            // over TFTP (docs/clients.md).
+            if pool.secure_boot && !server.tftp {
+                return Err(self.err(
+                    &[Key("pools"), Key(name.as_str()), Key("secure_boot")],
+                    "needs TFTP (`server.tftp: false`): the signed GRUB loads its config, kernel and initrd over TFTP only",
+                ));
+            }
             pools.insert(name.clone(), Arc::new(pool));
         }
 

@@ -52,6 +52,14 @@ pub struct Server {
     /// Folder of network boot programs (iPXE builds) served to firmware.
     #[serde(default = "default_loaders")]
     pub loaders: String,
+    /// The signed shim handed to firmware of `secure_boot` pools (`shimx64.efi`).
+    #[serde(default = "default_shim")]
+    pub shim: String,
+    /// The signed network GRUB that shim loads (`grubx64.efi`).
+    #[serde(default = "default_grub")]
+    pub grub: String,
+    /// Serve TFTP at all (default true); off, port 69 stays closed.
+    pub tftp: Option<bool>,
     /// Where boot records go: absent for SQLite in `state_dir`, or a `postgres://` URL.
     pub database: Option<String>,
     /// How long boot records are kept: a duration, or `forever`.
@@ -98,6 +106,14 @@ fn default_retention() -> String {
 
 fn default_loaders() -> String {
     "/usr/lib/ipxe".into()
+}
+
+fn default_shim() -> String {
+    "/usr/lib/shim/shimx64.efi.signed".into()
+}
+
+fn default_grub() -> String {
+    "/usr/lib/grub/x86_64-efi-signed/grubnetx64.efi.signed".into()
 }
 
 fn default_http() -> String {
@@ -208,6 +224,8 @@ pub struct Pool {
     pub trace: bool,
     /// `true`, `false` or the client's interface name: the kernel's `netconsole=`.
     pub netconsole: Option<Netconsole>,
+    /// Firmware with Secure Boot on: hand out the signed shim and GRUB chain, not iPXE.
+    pub secure_boot: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,3 +1,5 @@
+//! Unit tests of `config`: parsing pools.yaml, its checks and the errors they name.
+
 use super::*;
 
 const GOOD: &str = "\
@@ -143,6 +145,43 @@ fn missing_image_files_are_reported() {
     let missing = c.missing_files();
     assert_eq!(missing.len(), 3);
     assert!(missing[0].reason.contains("vmlinuz"));
+}
+
+/// A `secure_boot` pool needs the signed shim and GRUB; `bootpool check` names each key and
+/// the package that has it. Without such a pool they are not asked for.
+#[test]
+fn a_secure_boot_pool_needs_its_signed_loaders() {
+    let c = parse(&GOOD.replace(
+        "  state_dir: var/\n",
+        "  state_dir: var/\n  shim: /nonexistent/shim.efi\n  grub: /nonexistent/grub.efi\n",
+    ))
+    .unwrap();
+    assert!(!c.pools["room-101"].secure_boot);
+    assert_eq!(c.server.shim, Path::new("/nonexistent/shim.efi"));
+    assert_eq!(c.missing_files().len(), 3);
+    let c = parse(
+        &GOOD
+            .replace(
+                "  state_dir: var/\n",
+                "  state_dir: var/\n  shim: /nonexistent/shim.efi\n",
+            )
+            .replace("    root: nfs\n", "    root: nfs\n    secure_boot: true\n"),
+    )
+    .unwrap();
+    let missing = c.missing_files();
+    let shim = missing
+        .iter()
+        .find(|e| e.path == "server.shim")
+        .expect("shim reported");
+    assert!(
+        shim.reason.contains("/nonexistent/shim.efi") && shim.reason.contains("shim-signed"),
+        "{shim}"
+    );
+    // The default GRUB path is Debian's; whether this host has it decides the count.
+    let debian_grub = Path::new("/usr/lib/grub/x86_64-efi-signed/grubnetx64.efi.signed");
+    assert_eq!(c.server.grub, debian_grub);
+    assert_eq!(missing.len(), 4 + usize::from(!debian_grub.is_file()));
+    assert!(c.server.tftp, "TFTP is on by default");
 }
 
 #[test]

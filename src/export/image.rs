@@ -1,7 +1,7 @@
 //! Read-only block images for NBD: which images are exported, opening an image's root image
-//! (`rootfs.img` unless `images.NAME.root_image` names another file; or loading it into memory
-//! for `store: ram`), its size and positional reads. The only code that opens image files for
-//! NBD.
+//! (`rootfs.img` unless `images.NAME.root_image` names another file), loading it into memory
+//! for `store: ram` (with a progress bar when stderr is a terminal), its size and positional
+//! reads. The only code that opens image files for NBD.
 //!
 //! Exports are named by `images.NAME.nbd_export`, the image's name by default. Every configured
 //! image whose root image exists is exported (so an admin can try an image over NBD before a
@@ -9,13 +9,16 @@
 //! `Config::missing_files` refuses to start without their root image. The empty name (NBD's
 //! "default export") means the only export when there is exactly one, and nothing otherwise.
 
-use crate::config::{Config, Image};
+use crate::config::{Config, Image, Store};
 use crate::export::mapping::{MappedRange, Mapping};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
+use std::io::{IsTerminal, Write};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Positional reads of a fixed-size byte range: what a copy-on-write overlay reads through to.
 pub trait ReadAt {
@@ -201,6 +204,73 @@ pub fn load(image: &Image, progress: &mut dyn FnMut(u64, u64)) -> io::Result<Arc
         progress(done as u64, total);
     }
     Ok(Arc::new(bytes))
+}
+
+/// Loads each exported `store: ram` image, with a progress bar when stderr is a terminal.
+pub fn load_ram(config: &Config) -> io::Result<HashMap<String, Arc<Vec<u8>>>> {
+    let mut ram = HashMap::new();
+    for img in exported(config) {
+        if img.store != Store::Ram {
+            continue;
+        }
+        let name = img.name.clone();
+        let started = Instant::now();
+        let mut bar = Progress::new(&name);
+        let bytes = load(&img, &mut |done, total| bar.show(done, total))?;
+        bar.finish();
+        let secs = started.elapsed().as_secs_f64();
+        tracing::info!(
+            image = %name, mib = bytes.len() >> 20, secs,
+            mib_per_s = (bytes.len() >> 20) as f64 / secs.max(1e-6),
+            "nbd image loaded into memory"
+        );
+        // By export name: each image revision is an export of its own.
+        ram.insert(img.nbd_export.clone(), bytes);
+    }
+    Ok(ram)
+}
+
+/// A one-line progress bar on stderr, drawn only when stderr is a terminal.
+struct Progress {
+    name: String,
+    tty: bool,
+    drawn: u64,
+}
+
+impl Progress {
+    fn new(name: &str) -> Progress {
+        Progress {
+            name: name.to_string(),
+            tty: io::stderr().is_terminal(),
+            drawn: u64::MAX,
+        }
+    }
+
+    fn show(&mut self, done: u64, total: u64) {
+        const WIDTH: u64 = 40;
+        let pct = (done * 100).checked_div(total).unwrap_or(100);
+        if !self.tty || pct == self.drawn {
+            return;
+        }
+        self.drawn = pct;
+        let full = (pct * WIDTH / 100) as usize;
+        let bar = format!("{}{}", "#".repeat(full), " ".repeat(WIDTH as usize - full));
+        let mut e = io::stderr().lock();
+        let _ = write!(
+            e,
+            "\rloading {} [{bar}] {pct:3}% {}/{} MiB",
+            self.name,
+            done >> 20,
+            total >> 20
+        );
+        let _ = e.flush();
+    }
+
+    fn finish(&self) {
+        if self.tty {
+            eprintln!();
+        }
+    }
 }
 
 /// The images exported over NBD (those whose root image exists), by image name.

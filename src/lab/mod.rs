@@ -55,8 +55,9 @@ pub struct LabArgs {
     #[arg(long, value_enum, default_value_t = AccelChoice::Auto)]
     pub accel: AccelChoice,
     /// What the clients' boards run: bios (SeaBIOS, iPXE NIC ROM), uefi (OVMF, iPXE NIC ROM),
-    /// uefi-pxe (OVMF's own PXE client, which loads iPXE over TFTP) or uefi-http (OVMF's UEFI
-    /// HTTP boot, which loads iPXE from a URL).
+    /// uefi-pxe (OVMF's own PXE client, which loads iPXE over TFTP), uefi-http (OVMF's UEFI
+    /// HTTP boot, which loads iPXE from a URL) or uefi-secure (OVMF with Secure Boot enforced
+    /// and Microsoft's keys: its PXE runs only signed loaders, a `secure_boot` pool's shim).
     #[arg(long, value_enum, default_value_t = vm::Firmware::Bios)]
     pub firmware: vm::Firmware,
     /// Give up on clients not booted after this many seconds (default: 120 + 40 per client).
@@ -148,10 +149,15 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     if let Some(e) = config.missing_files().first() {
         bail!("{e}");
     }
-    if args.firmware.is_uefi() && !std::path::Path::new(vm::OVMF).exists() {
+    if let Some(missing) = args
+        .firmware
+        .files()
+        .iter()
+        .find(|f| !std::path::Path::new(f).exists())
+    {
         bail!(
-            "--firmware uefi needs {} (Debian: apt-get install ovmf)",
-            vm::OVMF
+            "--firmware {:?} needs {missing} (Debian: apt-get install ovmf)",
+            args.firmware
         );
     }
     let pools: Vec<&std::sync::Arc<crate::config::Pool>> = if args.pool.is_empty() {

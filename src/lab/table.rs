@@ -5,9 +5,22 @@ use super::vm::Console;
 use crate::record::view::BootView;
 use std::fmt::Write;
 
+/// The phases every table shows; the Secure Boot chain's `shim` and `grub` are shown too when
+/// a boot in the table had them.
 const PHASES: [&str; 6] = ["dhcp", "loader", "ipxe", "kernel", "initrd", "root"];
 
 pub fn render(outcomes: &[Outcome]) -> String {
+    let had = |phase: &str| {
+        outcomes.iter().any(|o| {
+            o.boot
+                .as_ref()
+                .is_some_and(|b| b.phases.iter().any(|p| p.name == phase))
+        })
+    };
+    let phases: Vec<&str> = crate::record::timeline::PHASES
+        .into_iter()
+        .filter(|p| PHASES.contains(p) || had(p))
+        .collect();
     let mut head = vec![
         "client",
         "mac",
@@ -17,7 +30,7 @@ pub fn render(outcomes: &[Outcome]) -> String {
         "console_s",
         "recorded_s",
     ];
-    head.extend(PHASES);
+    head.extend(&phases);
     head.push("inferred_s");
     head.push("end");
     head.push("MB");
@@ -50,7 +63,7 @@ pub fn render(outcomes: &[Outcome]) -> String {
                 .map(|d| format!("{d:.1}"))
                 .unwrap_or_else(|| "-".into()),
         ];
-        for phase in PHASES {
+        for &phase in &phases {
             let s = boot
                 .and_then(|b| b.phases.iter().find(|p| p.name == phase))
                 .map(|p| format!("{:.1}", p.seconds));

@@ -37,19 +37,38 @@ pub enum Firmware {
     /// OVMF with its PXE clients switched off (fw_cfg), so the firmware's UEFI HTTP boot asks
     /// DHCP as `HTTPClient` and fetches `snponly.efi` from the URL it is given.
     UefiHttp,
+    /// OVMF with Secure Boot enforced and Microsoft's keys enrolled (Debian's
+    /// `OVMF_CODE_4M.secboot.fd` and `OVMF_VARS_4M.ms.fd`, q35 with SMM), no NIC ROM: the
+    /// firmware's PXE runs only signed loaders (a `secure_boot` pool's shim and GRUB).
+    UefiSecure,
 }
 
 impl Firmware {
     pub fn is_uefi(self) -> bool {
         matches!(
             self,
-            Firmware::Uefi | Firmware::UefiPxe | Firmware::UefiHttp
+            Firmware::Uefi | Firmware::UefiPxe | Firmware::UefiHttp | Firmware::UefiSecure
         )
+    }
+
+    /// The firmware files this board needs (for a clear error when one is missing).
+    pub fn files(self) -> &'static [&'static str] {
+        match self {
+            Firmware::Bios => &[],
+            Firmware::UefiSecure => &[OVMF_SECURE_CODE, OVMF_SECURE_VARS],
+            _ => &[OVMF],
+        }
     }
 }
 
 /// Debian's `ovmf` ships a combined code+vars image here; read-only use needs no copy.
 pub const OVMF: &str = "/usr/share/ovmf/OVMF.fd";
+/// Debian's Secure Boot build (needs SMM) and its variables with Microsoft's keys enrolled
+/// and Secure Boot on; each VM writes its own copy of the variables.
+pub const OVMF_SECURE_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd";
+pub const OVMF_SECURE_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd";
+/// A Secure Boot VM's memory: the SMM build and the signed chain want more than the others.
+const SECURE_MEMORY_MIB: u32 = 512;
 
 /// What a client's console said last, as far as the boot goes.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +87,9 @@ const DONE_LINE: &str = "bootpool-demo: booted";
 /// (`HOSTNAME login: `).
 const LOGIN_PROMPT: &str = " login: ";
 const FAIL_MARK: &str = "bootpool-initrd: FAILED:";
+/// What EDK2's boot manager prints when the firmware will not run what it loaded: Secure Boot
+/// refusing an unsigned loader ("BdsDxe: failed to load Boot0001 ... : Access Denied").
+const REFUSED_MARKS: [&str; 2] = ["BdsDxe: failed to load", "Access Denied"];
 /// What iPXE (in a NIC ROM) or the firmware's own PXE client prints as it starts DHCP: the
 /// end of the firmware's own time.
 const DHCP_MARKS: [&str; 3] = [
@@ -143,7 +165,7 @@ fn qemu(accel: Accel, serial: Serial) -> Command {
     cmd
 }
 
-fn nic_args(cmd: &mut Command, tap: &str, mac: Mac, firmware: Firmware) {
+fn nic_args(cmd: &mut Command, tap: &str, mac: Mac, firmware: Firmware, dir: &Path) {
     cmd.args([
         "-netdev",
         &format!("tap,id=n0,ifname={tap},script=no,downscript=no"),
@@ -168,6 +190,29 @@ fn nic_args(cmd: &mut Command, tap: &str, mac: Mac, firmware: Firmware) {
                 &format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1,romfile="),
             ])
             .args(["-bios", OVMF]);
+        }
+        // Secure Boot needs SMM (q35) and the pflash marked secure, so that only SMM code may
+        // write the variables that hold the keys.
+        Firmware::UefiSecure => {
+            let vars = dir.join(format!("{}.vars.fd", mac.to_string().replace(':', "")));
+            if let Err(e) = std::fs::copy(OVMF_SECURE_VARS, &vars) {
+                eprintln!("lab: copying {OVMF_SECURE_VARS}: {e}");
+            }
+            cmd.args(["-machine", "q35,smm=on"])
+                .args(["-m", &SECURE_MEMORY_MIB.to_string()])
+                .args(["-global", "driver=cfi.pflash01,property=secure,value=on"])
+                .args([
+                    "-drive",
+                    &format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_SECURE_CODE}"),
+                ])
+                .args([
+                    "-drive",
+                    &format!("if=pflash,format=raw,unit=1,file={}", vars.display()),
+                ])
+                .args([
+                    "-device",
+                    &format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1,romfile="),
+                ]);
         }
         // Without PXE (and IPv6, whose HTTP boot would wait for a router first) the only
         // network boot option left to OVMF is HTTP boot over IPv4.
@@ -198,7 +243,7 @@ impl Vm {
     ) -> anyhow::Result<Vm> {
         let serial = dir.join(format!("{name}.log"));
         let mut cmd = qemu(accel, Serial::Pipe);
-        nic_args(&mut cmd, tap, mac, firmware);
+        nic_args(&mut cmd, tap, mac, firmware, dir);
         let powered_on = Instant::now();
         let mut child = cmd
             .spawn()
@@ -296,6 +341,13 @@ fn watch_console(
             m.done = Some(now);
         }
         if m.failed.is_none()
+            && let Some(at) = text.find(REFUSED_MARKS[0])
+            && let Some(line) = text[at..].split_once('\n').map(|(l, _)| l)
+            && line.contains(REFUSED_MARKS[1])
+        {
+            m.failed = Some("the firmware refused to run its loader (Access Denied)".into());
+        }
+        if m.failed.is_none()
             && let Some(at) = text.find(FAIL_MARK)
         {
             let rest = &text[at + FAIL_MARK.len()..];
@@ -320,6 +372,7 @@ pub fn probe_kvm(tap: &str, dir: &Path) -> bool {
         tap,
         "52:54:00:00:00:01".parse().expect("valid MAC"),
         Firmware::Bios,
+        dir,
     );
     let Ok(mut child) = cmd.spawn() else {
         return false;

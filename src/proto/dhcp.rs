@@ -2,10 +2,10 @@
 //! the raw options, because dhcproto stops silently at the first option it cannot decode and
 //! so can hide options 60/93/97 that boot policy needs. Replies are built with dhcproto.
 
+use core::net::Ipv4Addr;
 use dhcproto::v4::{self, DhcpOption, Flags, MessageType, Opcode};
 use dhcproto::{Encodable, Encoder};
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
 
 /// Fixed BOOTP header (236 bytes) plus the magic cookie.
 const HEADER: usize = 236;
@@ -30,6 +30,15 @@ pub mod opt {
     pub const UUID: u8 = 97;
     pub const IPXE_ENCAP: u8 = 175;
     pub const END: u8 = 255;
+}
+
+/// DHCP message types (option 53, RFC 2132 9.6) that clients send.
+pub mod msg {
+    pub const DISCOVER: u8 = 1;
+    pub const REQUEST: u8 = 3;
+    pub const DECLINE: u8 = 4;
+    pub const RELEASE: u8 = 7;
+    pub const INFORM: u8 = 8;
 }
 
 /// Why a packet was dropped.

@@ -5,9 +5,12 @@
 pub mod console;
 pub mod dhcp;
 pub mod httpfile;
+pub mod mount;
 pub mod nbd;
 pub mod netlink;
 pub mod nfs3;
+pub mod pe;
 pub mod portmap;
+pub mod rpc;
 pub mod tcp_info;
 pub mod tftp;

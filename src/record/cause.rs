@@ -9,6 +9,10 @@ use super::event::{Micros, Proto};
 use super::timeline::{Boot, BootResult};
 use serde::{Deserialize, Serialize};
 
+/// A boot whose firmware had its loader, and that has shown nothing of the loader since for
+/// this long, is said not to have run it (iPXE asks DHCP within a second or two of starting).
+pub const LOADER_SILENCE_S: f64 = 60.0;
+
 /// A boot in its initrd that has been silent this long after the kernel and initrd were sent
 /// is said to have lost its way to the network (a healthy initrd asks DHCP within seconds).
 pub const INITRD_SILENCE_S: f64 = 60.0;
@@ -16,7 +20,7 @@ pub const INITRD_SILENCE_S: f64 = 60.0;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cause {
     /// `no_root`, `root_fs`, `no_nic`, `dhcp_lost`, `kernel_panic`, `initrd_failed`,
-    /// `initrd_silent` or `server`.
+    /// `initrd_silent`, `loader_not_run` or `server`.
     pub kind: String,
     /// The cause and what to check, in a sentence or two.
     pub text: String,
@@ -240,6 +244,25 @@ pub fn of(boot: &Boot, now: Micros) -> Option<Cause> {
             line: None,
         });
     }
+    // The loader's end is the last milestone; firmware asking DHCP again (it tries its next
+    // boot option) does not count as the loader running.
+    let since_loader_s = boot
+        .phases()
+        .last()
+        .map_or(0.0, |p| (now - p.end) as f64 / 1e6);
+    if boot.waits_after_its_loader() && since_loader_s >= LOADER_SILENCE_S {
+        return Some(Cause {
+            kind: "loader_not_run".into(),
+            text: format!(
+                "the firmware had the whole loader {since_loader_s:.0} s ago and never ran it (no \
+                 iPXE DHCP, no script fetch): firmware that enforces Secure Boot refuses unsigned \
+                 iPXE (EDK2 prints `Access Denied`). Give the pool `secure_boot: true` for \
+                 Debian's signed shim and GRUB, or check that the loader fits the firmware's \
+                 architecture"
+            ),
+            line: None,
+        });
+    }
     let silent_s = (now - boot.last_event) as f64 / 1e6;
     if boot.current_phase() == "initrd" && boot.console.is_empty() && silent_s >= INITRD_SILENCE_S {
         return Some(Cause {
@@ -282,6 +305,55 @@ mod tests {
             console.iter().map(|s| s.to_string()).collect(),
         );
         t.current(mac).unwrap().clone()
+    }
+
+    /// Firmware that had its loader and never ran it (Secure Boot refusing iPXE): told once
+    /// the loader has been quiet a minute, even while the firmware asks DHCP again; not for a
+    /// loader that ran.
+    #[test]
+    fn a_loader_the_firmware_never_ran_is_told() {
+        use super::super::event::{Kind, Outcome};
+        let ack = Kind::DhcpAck {
+            ip: "10.77.0.100".parse().unwrap(),
+            pxe: true,
+            ipxe: false,
+            pool: "room".into(),
+            link: None,
+        };
+        let file = |kind| Kind::File {
+            proto: Proto::Tftp,
+            kind,
+            path: "snponly.efi".into(),
+            bytes: 170_000,
+            outcome: Outcome::Complete,
+        };
+        let again = Kind::DhcpDiscover {
+            pxe: true,
+            ipxe: false,
+            pool: None,
+        };
+        let b = boot_with(
+            vec![
+                ack.clone(),
+                file(super::super::event::FileKind::Loader),
+                again,
+            ],
+            &[],
+        );
+        // The loader came at 2 s.
+        assert_eq!(of(&b, 30_000_000), None);
+        let c = of(&b, 62_000_000).expect("a cause");
+        assert_eq!(c.kind, "loader_not_run");
+        assert!(c.text.contains("secure_boot: true"), "{}", c.text);
+        let ran = boot_with(
+            vec![
+                ack,
+                file(super::super::event::FileKind::Loader),
+                file(super::super::event::FileKind::Script),
+            ],
+            &[],
+        );
+        assert_eq!(of(&ran, 600_000_000).map(|c| c.kind), None);
     }
 
     #[test]

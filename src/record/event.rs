@@ -33,6 +33,12 @@ pub enum FileKind {
     Loader,
     /// The generated iPXE script.
     Script,
+    /// The Secure Boot chain: the signed shim firmware loads, the signed GRUB shim loads, and
+    /// the GRUB config bootpool generates (`boot::grub`).
+    Shim,
+    Grub,
+    #[serde(rename = "grub_cfg")]
+    GrubConfig,
     Kernel,
     Initrd,
     Other,

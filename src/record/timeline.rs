@@ -2,6 +2,8 @@
 //!
 //! A boot is marked by milestones; each phase runs from the previous milestone to its own:
 //! `dhcp` (first DISCOVER to ACK), `loader` (TFTP of the NBP), `ipxe` (to the script fetch),
+//! `shim` and `grub` in their place for the Secure Boot chain (to the signed shim's TFTP, then
+//! to the GRUB config's, which ends GRUB's own loading too),
 //! `kernel` (to the last of kernel and initrd), `initrd` (to the root attach), `root` (to the
 //! boot's end: the client's booted call, else the end bootpool inferred, `end.rs`). Phases a
 //! boot skipped (the qemu ROM is iPXE already: no loader) are simply absent.
@@ -18,7 +20,9 @@ use std::sync::Arc;
 /// A DISCOVER after this long without events from a client starts a new boot.
 const RESTART_SILENCE_US: Micros = 300 * 1_000_000;
 
-pub const PHASES: [&str; 6] = ["dhcp", "loader", "ipxe", "kernel", "initrd", "root"];
+pub const PHASES: [&str; 8] = [
+    "dhcp", "loader", "ipxe", "shim", "grub", "kernel", "initrd", "root",
+];
 
 /// Who said a boot was up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -65,6 +69,9 @@ struct Marks {
     ack: Option<Micros>,
     loader: Option<Micros>,
     script: Option<Micros>,
+    /// The Secure Boot chain's shim, then the GRUB config, sent.
+    shim: Option<Micros>,
+    grub: Option<Micros>,
     kernel: Option<Micros>,
     initrd: Option<Micros>,
     attach: Option<Micros>,
@@ -204,6 +211,8 @@ impl Boot {
             ("dhcp", m.ack),
             ("loader", m.loader),
             ("ipxe", m.script),
+            ("shim", m.shim),
+            ("grub", m.grub),
             ("kernel", kernel_end),
             ("initrd", m.attach),
             ("root", self.end().map(|(at, _)| at)),
@@ -219,6 +228,17 @@ impl Boot {
             }
         }
         out
+    }
+
+    /// Firmware had a whole loader (iPXE) over TFTP or HTTP and nothing after it came yet:
+    /// no script fetch, no Secure Boot chain, no kernel.
+    pub fn waits_after_its_loader(&self) -> bool {
+        let m = &self.marks;
+        m.loader.is_some()
+            && m.script.is_none()
+            && m.shim.is_none()
+            && m.grub.is_none()
+            && m.kernel.is_none()
     }
 
     /// The phase a running boot is in now: the one after the last milestone it reached
@@ -240,8 +260,10 @@ impl Boot {
             "root"
         } else if m.kernel.is_some() && m.initrd.is_some() {
             "initrd"
-        } else if m.script.is_some() {
+        } else if m.script.is_some() || m.grub.is_some() {
             "kernel"
+        } else if m.shim.is_some() {
+            "grub"
         } else if m.ack.is_some() && m.loader_pending && m.loader.is_none() {
             "loader"
         } else if m.ack.is_some() {
@@ -259,6 +281,7 @@ impl Boot {
     /// Has this boot gone past the firmware's part (so a new PXE DISCOVER means a new boot)?
     fn past_firmware(&self) -> bool {
         self.marks.script.is_some()
+            || self.marks.grub.is_some()
             || self.marks.kernel.is_some()
             || self.result != BootResult::Running
     }
@@ -441,6 +464,9 @@ impl Timelines {
                     let mark = match kind {
                         FileKind::Loader => &mut m.loader,
                         FileKind::Script => &mut m.script,
+                        FileKind::Shim => &mut m.shim,
+                        FileKind::GrubConfig => &mut m.grub,
+                        FileKind::Grub => return true,
                         FileKind::Kernel => &mut m.kernel,
                         FileKind::Initrd => &mut m.initrd,
                         FileKind::Other => return true,
@@ -590,6 +616,79 @@ mod tests {
 
     fn ev(at: Micros, who: Who, kind: Kind) -> Event {
         Event { at, who, kind }
+    }
+
+    /// The Secure Boot chain over TFTP: the shim, then GRUB and its config, name their own
+    /// phases; GRUB's binary is bytes of the grub phase, not a milestone.
+    #[test]
+    fn the_signed_chain_gives_shim_and_grub_phases() {
+        let mac: Mac = "52:54:00:77:00:01".parse().unwrap();
+        let ip: Ipv4Addr = "10.77.0.100".parse().unwrap();
+        let file = |kind, bytes| Kind::File {
+            proto: Proto::Tftp,
+            kind,
+            path: "x".into(),
+            bytes,
+            outcome: Outcome::Complete,
+        };
+        let mut t = Timelines::default();
+        let (pxe, ipxe) = (true, false);
+        t.apply(&ev(
+            1_000_000,
+            Who::Mac(mac),
+            Kind::DhcpDiscover {
+                pool: None,
+                pxe,
+                ipxe,
+            },
+        ));
+        t.apply(&ev(
+            2_000_000,
+            Who::Mac(mac),
+            Kind::DhcpAck {
+                ip,
+                pxe,
+                ipxe,
+                pool: "room".into(),
+                link: None,
+            },
+        ));
+        assert_eq!(t.boots()[0].current_phase(), "loader");
+        t.apply(&ev(3_000_000, Who::Ip(ip), file(FileKind::Shim, 1000)));
+        assert_eq!(t.boots()[0].current_phase(), "grub");
+        t.apply(&ev(4_000_000, Who::Ip(ip), file(FileKind::Grub, 2000)));
+        assert_eq!(t.boots()[0].current_phase(), "grub");
+        t.apply(&ev(5_000_000, Who::Ip(ip), file(FileKind::GrubConfig, 300)));
+        assert_eq!(t.boots()[0].current_phase(), "kernel");
+        t.apply(&ev(6_000_000, Who::Ip(ip), file(FileKind::Kernel, 8000)));
+        t.apply(&ev(7_000_000, Who::Ip(ip), file(FileKind::Initrd, 4000)));
+        let b = &t.boots()[0];
+        let names: Vec<_> = b
+            .phases()
+            .iter()
+            .map(|p| (p.name, p.start, p.end))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("dhcp", 1_000_000, 2_000_000),
+                ("shim", 2_000_000, 3_000_000),
+                ("grub", 3_000_000, 5_000_000),
+                ("kernel", 5_000_000, 7_000_000),
+            ]
+        );
+        assert_eq!(b.bytes[&Proto::Tftp], 15_300);
+        // Firmware asking again once GRUB had its config is a new boot.
+        t.apply(&ev(
+            8_000_000,
+            Who::Mac(mac),
+            Kind::DhcpDiscover {
+                pool: None,
+                pxe,
+                ipxe,
+            },
+        ));
+        assert_eq!(t.boots().len(), 2);
     }
 
     #[test]

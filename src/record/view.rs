@@ -330,6 +330,8 @@ fn milestone(phase: &str) -> &'static str {
         "dhcp" => "the DHCP ACK",
         "loader" => "the loader download",
         "ipxe" => "the script fetch",
+        "shim" => "the shim download",
+        "grub" => "the GRUB config fetch",
         "kernel" => "the kernel and initrd downloads",
         "initrd" => "the root attach",
         _ => "the booted call",

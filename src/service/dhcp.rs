@@ -12,6 +12,7 @@ use super::placement::Placement;
 use crate::boot::leases::Leases;
 use crate::boot::{self, Client};
 use crate::config::{Config, DhcpMode, Mac};
+use crate::proto::dhcp::msg::{DECLINE, DISCOVER, INFORM, RELEASE, REQUEST};
 use crate::proto::dhcp::{
     self as wire, MAX_PACKET, PXE_BOOT_FILE_ONLY, Reply, ReplyKind, Request, ServerClass,
 };
@@ -23,11 +24,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::net::UdpSocket;
 
-const DISCOVER: u8 = 1;
-const REQUEST: u8 = 3;
-const DECLINE: u8 = 4;
-const RELEASE: u8 = 7;
-const INFORM: u8 = 8;
 /// How long an offered address is held for the client's REQUEST.
 const OFFER_HOLD_S: u64 = 60;
 const CLIENT_PORT: u16 = 68;
@@ -857,6 +853,38 @@ pools:
         let mut s = multi(dir.path());
         let (offer, _) = s.handle(&pxe_discover(0x20), from(), 3000).unwrap();
         assert_eq!(offer.siaddr, Ipv4Addr::new(10, 77, 0, 1));
+    }
+
+    /// UEFI HTTP boot (option 60 `HTTPClient:Arch:00016`, arch 16) gets a URL and its class
+    /// back, whether its MAC is in the range or has a fixed address: a reservation never turns
+    /// the answer back into a TFTP name. A Secure Boot pool's HTTP boot client too: only its
+    /// PXE firmware gets the signed chain, which needs TFTP.
+    #[test]
+    fn http_boot_gets_a_url_with_or_without_a_reservation() {
+        for (mac, ip) in [(1, [10, 77, 0, 100]), (0x20, [10, 77, 0, 20])] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = server(dir.path());
+            let class = b"HTTPClient:Arch:00016:UNDI:003001";
+            let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 16, 60, class.len() as u8];
+            o.extend_from_slice(class);
+            let (offer, _) = s.handle(&req(mac, &o), from(), 1000).unwrap();
+            assert_eq!(offer.yiaddr, Ipv4Addr::from(ip));
+            assert_eq!(
+                offer.boot_file.as_deref(),
+                Some("http://10.77.0.1:8080/boot/loaders/snponly.efi"),
+                "MAC ..:{mac:02x}"
+            );
+            assert_eq!(offer.class, Some(ServerClass::Http));
+            assert_eq!(offer.siaddr, Ipv4Addr::new(10, 77, 0, 1));
+            o[2] = REQUEST;
+            o.extend_from_slice(&[50, 4]);
+            o.extend_from_slice(&ip);
+            o.extend_from_slice(&[54, 4, 10, 77, 0, 1]);
+            let (ack, _) = s.handle(&req(mac, &o), from(), 1001).unwrap();
+            assert_eq!(ack.kind, ReplyKind::Ack);
+            assert_eq!(ack.boot_file, offer.boot_file);
+            assert_eq!(ack.class, Some(ServerClass::Http));
+        }
     }
 
     /// iPXE's DISCOVER: option 60 PXEClient:..., 77 iPXE, 97 a UUID.

@@ -2,12 +2,12 @@
 //! timeouts and retransmission, and records boot events.
 
 pub mod arp;
-pub mod boot_files;
 pub mod bounds;
 pub mod console;
 pub mod dhcp;
 pub mod epoll;
 pub mod fair_share;
+pub mod grub_config;
 pub mod http;
 pub mod identity;
 pub mod images_api;
@@ -30,6 +30,7 @@ pub mod tftp_transfers;
 pub mod tls;
 pub mod web;
 
+use crate::export::boot_files::NotServed;
 use crate::shutdown::Shutdown;
 use links::Links;
 use pacing::Paced;
@@ -93,5 +94,22 @@ pub async fn accept(
                 }
             },
         }
+    }
+}
+
+/// Logs a boot file TFTP or HTTP did not serve because it is a symlink out of its folder, with
+/// where it leads (a few lines at a time); other refusals are each service's to log.
+pub(crate) fn warn_not_served(e: &NotServed) {
+    static OUTSIDE_LOG: bounds::LogLimit = bounds::LogLimit::new();
+    if let NotServed::Outside {
+        file,
+        target,
+        folder,
+    } = e
+        && let Some(suppressed) = OUTSIDE_LOG.allow()
+    {
+        tracing::warn!(file = %file.display(), target = %target.display(),
+            folder = %folder.display(), suppressed,
+            "boot file not served: a symlink out of its folder (copy or hard-link the file into the folder)");
     }
 }

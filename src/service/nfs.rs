@@ -25,9 +25,11 @@
 use super::identity::Identity;
 use crate::boot::exports::root_allowed;
 use crate::config::{Config, RootProto, Store};
-use crate::export::tree::{self, MappedRead, Status, Tree, TreeHandle, status};
-use crate::proto::nfs3::{self, Cred, Mount, Nfs, Refusal, Writer};
+use crate::export::tree::{self, MappedRead, Status, Tree, TreeHandle};
+use crate::proto::mount::{self, Mount};
+use crate::proto::nfs3::{self, Error, Nfs};
 use crate::proto::portmap;
+use crate::proto::rpc::{self, Cred, Refusal, Writer};
 use crate::record::event::{Detach, Micros, now_micros};
 use crate::record::{Kind, Proto, Recorder, Service, Who};
 use crate::service::page_buf::PageBuf;
@@ -64,7 +66,6 @@ const MAX_OUT: usize = 2 << 20;
 const BIG_READ: u32 = 64 * 1024;
 /// Largest READDIR(PLUS) reply we build, whatever the client allows.
 const MAX_DIR_REPLY: u32 = 1 << 20;
-const MNT3ERR_IO: u32 = 5;
 const NFS3ERR_TOOSMALL: u32 = 10005;
 
 /// Connections closed because their RPC stream was broken (oversized or undecodable).
@@ -265,7 +266,7 @@ impl Conn {
         let why = 'conn: loop {
             // Answer every complete call buffered, writing whenever enough has piled up.
             loop {
-                let used = match nfs3::next_record(&inbuf, MAX_RECORD) {
+                let used = match rpc::next_record(&inbuf, MAX_RECORD) {
                     Ok(Some((used, rec))) => {
                         if let Err(Close::Malformed(why)) = self.call(&rec, &mut out) {
                             MALFORMED.fetch_add(1, Ordering::Relaxed);
@@ -289,7 +290,7 @@ impl Conn {
                         used
                     }
                     Ok(None) => break,
-                    Err(nfs3::Framing::TooLong) => {
+                    Err(rpc::Framing::TooLong) => {
                         MALFORMED.fetch_add(1, Ordering::Relaxed);
                         self.recorder.malformed(Service::Nfs);
                         break 'conn "record too long";
@@ -392,7 +393,7 @@ impl Conn {
 
     /// Answers one call into `out`.
     fn call(&mut self, rec: &[u8], out: &mut Writer) -> Result<(), Close> {
-        let Some(c) = nfs3::call(rec) else {
+        let Some(c) = rpc::call(rec) else {
             return Err(Close::Malformed("not an rpc call"));
         };
         self.recorder.request(Service::Nfs);
@@ -403,7 +404,7 @@ impl Conn {
             return Ok(());
         }
         match (c.prog, c.vers) {
-            (nfs3::PROG_NFS, 3) => match nfs3::nfs_args(c.proc_, c.args) {
+            (rpc::PROG_NFS, 3) => match nfs3::nfs_args(c.proc_, c.args) {
                 Ok(args) if self.recorder.tracer().wants(self.ip) => {
                     let received = now_micros();
                     let before = self.total;
@@ -421,7 +422,7 @@ impl Conn {
                             *bytes = self.total - before;
                             // NULL's answer has no status; a denied call is ACCES.
                             if proc != "null" {
-                                *status = answered.unwrap_or(status::ACCES);
+                                *status = answered.unwrap_or(Error::Acces.nfsstat3());
                             }
                         }
                         (received, w)
@@ -433,7 +434,7 @@ impl Conn {
                     refuse(out, c.xid, r)
                 }
             },
-            (nfs3::PROG_MOUNT, 3) => match nfs3::mount_args(c.proc_, c.args) {
+            (rpc::PROG_MOUNT, 3) => match mount::mount_args(c.proc_, c.args) {
                 Ok(Mount::Mnt(path)) if self.recorder.tracer().wants(self.ip) => {
                     let received = now_micros();
                     let mut what = What::Nfs {
@@ -447,7 +448,7 @@ impl Conn {
                     };
                     self.mount(c.xid, Mount::Mnt(path), out);
                     if let What::Nfs { status, .. } = &mut what {
-                        *status = out.last_status().unwrap_or(status::ACCES);
+                        *status = out.last_status().unwrap_or(Error::Acces.nfsstat3());
                     }
                     self.traced = Some((received, what));
                 }
@@ -457,22 +458,22 @@ impl Conn {
                     refuse(out, c.xid, r)
                 }
             },
-            (nfs3::PROG_PORTMAP, _) => {
+            (rpc::PROG_PORTMAP, _) => {
                 // Our public port, not whatever a library would guess.
                 if let Some(a) = portmap::answer(rec, &self.table) {
                     out.record(&a.reply);
                 }
             }
-            (nfs3::PROG_NFS, _) | (nfs3::PROG_MOUNT, _) => {
+            (rpc::PROG_NFS, _) | (rpc::PROG_MOUNT, _) => {
                 REFUSED.fetch_add(1, Ordering::Relaxed);
                 self.recorder.refused(Service::Nfs);
-                out.accepted(c.xid, nfs3::PROG_MISMATCH).words(&[3, 3]);
+                out.accepted(c.xid, rpc::PROG_MISMATCH).words(&[3, 3]);
                 out.finish();
             }
             _ => {
                 REFUSED.fetch_add(1, Ordering::Relaxed);
                 self.recorder.refused(Service::Nfs);
-                out.accepted(c.xid, nfs3::PROG_UNAVAIL);
+                out.accepted(c.xid, rpc::PROG_UNAVAIL);
                 out.finish();
             }
         }
@@ -480,7 +481,7 @@ impl Conn {
     }
 
     fn mount(&mut self, xid: u32, args: Mount<'_>, out: &mut Writer) {
-        out.accepted(xid, nfs3::SUCCESS);
+        out.accepted(xid, rpc::SUCCESS);
         match args {
             Mount::Null | Mount::Umnt(_) | Mount::UmntAll => {}
             Mount::Dump => {
@@ -505,8 +506,8 @@ impl Conn {
                     .tree
                     .mount(path)
                     .and_then(|h| match self.tree.image_of(&h)? {
-                        Some(img) if !self.allowed(img) => Err(status::ACCES),
-                        Some(img) if !self.port_ok(img) => Err(status::ACCES),
+                        Some(img) if !self.allowed(img) => Err(Error::Acces),
+                        Some(img) if !self.port_ok(img) => Err(Error::Acces),
                         _ => Ok(h),
                     });
                 match found {
@@ -521,10 +522,10 @@ impl Conn {
                         );
                         tracing::info!(client = %self.peer, export, "nfs mount");
                         // AUTH_UNIX is the one flavour offered.
-                        out.u32(0).opaque(&h.wire()).words(&[1, nfs3::AUTH_UNIX]);
+                        out.u32(0).opaque(&h.wire()).words(&[1, rpc::AUTH_UNIX]);
                     }
                     Err(st) => {
-                        tracing::info!(client = %self.peer, export, status = st, "nfs mount refused");
+                        tracing::info!(client = %self.peer, export, status = %st, "nfs mount refused");
                         // The initrd cannot attach its root: that boot has failed.
                         self.recorder.refused(Service::Nfs);
                         self.recorder.record(
@@ -534,14 +535,7 @@ impl Conn {
                                 reason: format!("mount of `{export}` refused (status {st})"),
                             },
                         );
-                        out.u32(match st {
-                            status::NOENT
-                            | status::ACCES
-                            | status::NOTDIR
-                            | status::INVAL
-                            | status::NAMETOOLONG => st,
-                            _ => MNT3ERR_IO,
-                        });
+                        out.u32(st.mountstat3());
                     }
                 }
             }
@@ -597,7 +591,7 @@ impl Conn {
     fn handle(&mut self, fh: &[u8]) -> Result<TreeHandle, Status> {
         let h = TreeHandle::from_wire(fh)?;
         match self.tree.image_of(&h)? {
-            Some(img) if !self.allowed(img) => Err(status::ACCES),
+            Some(img) if !self.allowed(img) => Err(Error::Acces),
             _ => Ok(h),
         }
     }
@@ -619,12 +613,12 @@ impl Conn {
             | Nfs::PathConf(fh) => Some(self.handle(fh)),
         };
         let h = match fh {
-            Some(Err(status::ACCES)) => {
-                out.auth_error(xid, nfs3::AUTH_TOOWEAK);
+            Some(Err(Error::Acces)) => {
+                out.auth_error(xid, rpc::AUTH_TOOWEAK);
                 return;
             }
             Some(Err(st)) => {
-                out.accepted(xid, nfs3::SUCCESS).u32(st);
+                out.accepted(xid, rpc::SUCCESS).u32(st.nfsstat3());
                 // Every failure body but GETATTR's is one empty post_op_attr (LOOKUP's too).
                 if !matches!(args, Nfs::GetAttr(_)) {
                     out.u32(0);
@@ -642,7 +636,7 @@ impl Conn {
             && !self.port_ok(img)
         {
             self.recorder.refused(Service::Nfs);
-            out.accepted(xid, nfs3::SUCCESS).u32(status::ACCES);
+            out.accepted(xid, rpc::SUCCESS).u32(Error::Acces.nfsstat3());
             if !matches!(args, Nfs::GetAttr(_)) {
                 out.u32(0);
             }
@@ -652,18 +646,19 @@ impl Conn {
         let squash = img.is_some_and(|i| self.trust(i).0);
         let cred = &cred.effective(squash);
         let tree = self.tree.clone();
-        out.accepted(xid, nfs3::SUCCESS);
+        out.accepted(xid, rpc::SUCCESS);
         match args {
             Nfs::Null => {}
             Nfs::Modify(proc_) => {
-                out.u32(status::ROFS).words(nfs3::modify_fail_words(proc_));
+                out.u32(Error::Rofs.nfsstat3())
+                    .words(nfs3::modify_fail_words(proc_));
             }
             Nfs::GetAttr(_) => match tree.getattr(&h) {
                 Ok(a) => {
                     out.u32(0).attr(&a);
                 }
                 Err(st) => {
-                    out.u32(st);
+                    out.u32(st.nfsstat3());
                 }
             },
             Nfs::Lookup(_, name) => {
@@ -671,13 +666,10 @@ impl Conn {
                 let searchable = dir
                     .as_ref()
                     .is_none_or(|d| self.permitted(d, cred, nfs3::MAY_EXEC, false));
-                match tree.lookup(&h, name).and_then(|x| {
-                    if searchable {
-                        Ok(x)
-                    } else {
-                        Err(status::ACCES)
-                    }
-                }) {
+                match tree
+                    .lookup(&h, name)
+                    .and_then(|x| if searchable { Ok(x) } else { Err(Error::Acces) })
+                {
                     Ok((child, a)) => {
                         out.u32(0)
                             .opaque(&child.wire())
@@ -685,7 +677,7 @@ impl Conn {
                             .post_op_attr(dir.as_ref());
                     }
                     Err(st) => {
-                        out.u32(st).post_op_attr(dir.as_ref());
+                        out.u32(st.nfsstat3()).post_op_attr(dir.as_ref());
                     }
                 }
             }
@@ -696,18 +688,19 @@ impl Conn {
                         .u32(nfs3::access(asked, &a, cred));
                 }
                 Err(st) => {
-                    out.u32(st).u32(0);
+                    out.u32(st.nfsstat3()).u32(0);
                 }
             },
             Nfs::ReadLink(_) => match tree.readlink(&h) {
                 Ok((a, _)) if !self.permitted(&a, cred, nfs3::MAY_READ, false) => {
-                    out.u32(status::ACCES).post_op_attr(Some(&a));
+                    out.u32(Error::Acces.nfsstat3()).post_op_attr(Some(&a));
                 }
                 Ok((a, target)) => {
                     out.u32(0).post_op_attr(Some(&a)).opaque(&target);
                 }
                 Err(st) => {
-                    out.u32(st).post_op_attr(tree.getattr(&h).ok().as_ref());
+                    out.u32(st.nfsstat3())
+                        .post_op_attr(tree.getattr(&h).ok().as_ref());
                 }
             },
             Nfs::Read { offset, count, .. } => self.read(&h, cred, offset, count, out),
@@ -716,7 +709,7 @@ impl Conn {
                     .getattr(&h)
                     .is_ok_and(|d| !self.permitted(&d, cred, nfs3::MAY_READ, true)) =>
             {
-                out.u32(status::ACCES)
+                out.u32(Error::Acces.nfsstat3())
                     .post_op_attr(tree.getattr(&h).ok().as_ref());
             }
             Nfs::ReadDir { cookie, count, .. } => readdir(&tree, &h, cookie, count, None, out),
@@ -734,7 +727,7 @@ impl Conn {
                     out.u64(0).u64(0).u64(0).u32(0);
                 }
                 Err(st) => {
-                    out.u32(st).u32(0);
+                    out.u32(st.nfsstat3()).u32(0);
                 }
             },
             Nfs::FsInfo(_) => match tree.getattr(&h) {
@@ -747,7 +740,7 @@ impl Conn {
                     out.words(&[0, 1, 0x02 | 0x08]);
                 }
                 Err(st) => {
-                    out.u32(st).u32(0);
+                    out.u32(st.nfsstat3()).u32(0);
                 }
             },
             Nfs::PathConf(_) => match tree.getattr(&h) {
@@ -758,7 +751,7 @@ impl Conn {
                     out.words(&[u32::MAX, 255, 1, 1, 0, 1]);
                 }
                 Err(st) => {
-                    out.u32(st).u32(0);
+                    out.u32(st.nfsstat3()).u32(0);
                 }
             },
         }
@@ -775,7 +768,7 @@ impl Conn {
         let denied = |this: &Self, a: &nfs3::Attr| !this.permitted(a, cred, nfs3::MAY_READ, true);
         match self.tree.read_mapped(h, offset, count as usize) {
             Ok(Some(m)) if denied(self, &m.attr) => {
-                out.u32(status::ACCES).post_op_attr(Some(&m.attr));
+                out.u32(Error::Acces.nfsstat3()).post_op_attr(Some(&m.attr));
                 return;
             }
             Ok(Some(m)) => {
@@ -787,7 +780,8 @@ impl Conn {
             // Not from a mapping: read below.
             Ok(None) => {}
             Err(st) => {
-                out.u32(st).post_op_attr(self.tree.getattr(h).ok().as_ref());
+                out.u32(st.nfsstat3())
+                    .post_op_attr(self.tree.getattr(h).ok().as_ref());
                 return;
             }
         }
@@ -809,7 +803,7 @@ impl Conn {
         match self.tree.read(h, offset, count, &mut out.buf) {
             Ok((attr, _)) if denied(self, &attr) => {
                 out.buf.truncate(at);
-                out.u32(status::ACCES).post_op_attr(Some(&attr));
+                out.u32(Error::Acces.nfsstat3()).post_op_attr(Some(&attr));
             }
             Ok((attr, eof)) => {
                 let n = out.buf.len() - at - header;
@@ -821,7 +815,8 @@ impl Conn {
             }
             Err(st) => {
                 out.buf.truncate(at);
-                out.u32(st).post_op_attr(self.tree.getattr(h).ok().as_ref());
+                out.u32(st.nfsstat3())
+                    .post_op_attr(self.tree.getattr(h).ok().as_ref());
             }
         }
     }
@@ -835,7 +830,7 @@ impl Conn {
         buf.set_len(count.min(tree::MAX_READ) as usize);
         match self.tree.read_into(h, offset, buf) {
             Ok((attr, _, _)) if !self.permitted(&attr, cred, nfs3::MAY_READ, true) => {
-                out.u32(status::ACCES).post_op_attr(Some(&attr));
+                out.u32(Error::Acces.nfsstat3()).post_op_attr(Some(&attr));
             }
             Ok((attr, n, eof)) => {
                 read_ok_header(out, &attr, n, eof);
@@ -843,7 +838,8 @@ impl Conn {
                 self.count_read(n);
             }
             Err(st) => {
-                out.u32(st).post_op_attr(self.tree.getattr(h).ok().as_ref());
+                out.u32(st.nfsstat3())
+                    .post_op_attr(self.tree.getattr(h).ok().as_ref());
             }
         }
     }
@@ -900,8 +896,8 @@ fn read_ok_header(out: &mut Writer, attr: &nfs3::Attr, n: usize, eof: bool) {
 fn refuse(out: &mut Writer, xid: u32, r: Refusal) {
     REFUSED.fetch_add(1, Ordering::Relaxed);
     let stat = match r {
-        Refusal::ProcUnavail => nfs3::PROC_UNAVAIL,
-        Refusal::GarbageArgs => nfs3::GARBAGE_ARGS,
+        Refusal::ProcUnavail => rpc::PROC_UNAVAIL,
+        Refusal::GarbageArgs => rpc::GARBAGE_ARGS,
     };
     out.accepted(xid, stat);
     out.finish();
@@ -920,7 +916,8 @@ fn readdir(
     let (attr, mut it) = match tree.entries(dir, cookie) {
         Ok(x) => x,
         Err(st) => {
-            out.u32(st).post_op_attr(tree.getattr(dir).ok().as_ref());
+            out.u32(st.nfsstat3())
+                .post_op_attr(tree.getattr(dir).ok().as_ref());
             return;
         }
     };

@@ -1,5 +1,7 @@
-//! TFTP service, read-only: the loaders folder (`undionly.kpxe`) and each image's boot files
-//! (`IMAGE/vmlinuz`, `IMAGE/initrd.img`), nothing else. This module is the request port and
+//! TFTP service, read-only: the loaders folder (`undionly.kpxe`), the Secure Boot chain's
+//! shim and GRUB, each image's boot files (`IMAGE/vmlinuz`, `IMAGE/initrd.img`) and GRUB's
+//! generated config (`grub/grub.cfg`, `service::grub_config`), nothing else. A name may start
+//! with one `/` (GRUB asks `/grub/grub.cfg`): the TFTP root is what bootpool serves. This module is the request port and
 //! its policy: which files, how many transfers at once, what is recorded. Every transfer runs
 //! on its own ephemeral socket; `tftp_transfers` runs the exchange (retransmission, a bounded
 //! number of retries, an end at once on a client ERROR).
@@ -21,9 +23,10 @@
 //! loader phase ends there), to stop on a client ERROR (EDK2's tsize probe), windowsize, and
 //! no extra dependency; the protocol part is small and lives in `proto::tftp`.
 
-use super::boot_files::{Refused, handed_out, resolve};
+use super::identity::Identity;
 use super::links::Links;
 use crate::config::Config;
+use crate::export::boot_files::{NotServed, handed_out, resolve};
 use crate::proto::tftp::{self as wire, Mode, Packet, Sender, err};
 use crate::record::{Kind, Outcome, Proto, Recorder, Service, Who};
 use crate::service::tftp_transfers::{self, Source, Transfer, Transfers};
@@ -63,6 +66,7 @@ pub async fn serve(
     config: Arc<Config>,
     recorder: Recorder,
     links: Arc<Links>,
+    identity: Identity,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     super::local_addr::enable(&socket)?;
@@ -131,6 +135,7 @@ pub async fn serve(
                     recorder: recorder.clone(),
                     counters: counters.clone(),
                     links: links.clone(),
+                    identity: identity.clone(),
                     permits: (permit, slot),
                 };
                 let transfers = transfers.clone();
@@ -230,6 +235,8 @@ struct Request {
     recorder: Recorder,
     counters: Arc<Counters>,
     links: Arc<Links>,
+    /// Who holds the asking address: GRUB's config is its client's.
+    identity: Identity,
     /// Held until the transfer ends.
     permits: (OwnedSemaphorePermit, Slot),
 }
@@ -260,30 +267,36 @@ impl Request {
                 return None;
             }
         };
-        let file = self.req.file.clone();
-        let (path, kind) = match resolve(&self.config, &file) {
-            Ok(x) => x,
-            Err(Refused(code, text)) => {
-                self.counters.refused.fetch_add(1, Ordering::Relaxed);
-                self.recorder.refused(Service::Tftp);
-                tracing::info!(peer = %self.peer, %file, reason = text, "tftp read refused");
-                if code == err::NOT_FOUND {
-                    self.missing(&file, text);
+        let asked = &self.req.file;
+        let file = asked.strip_prefix('/').unwrap_or(asked).to_string();
+        let generated = if file == crate::boot::grub::CONFIG {
+            match super::grub_config::for_peer(&self.config, &self.identity, self.peer.ip()) {
+                Ok(text) => Some(text),
+                Err(why) => {
+                    self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                    self.recorder.refused(Service::Tftp);
+                    tracing::info!(peer = %self.peer, %file, reason = why, "tftp grub config refused");
+                    let _ = sock.send_to(
+                        &wire::encode_error(err::NOT_FOUND, "file not found"),
+                        self.peer,
+                    );
+                    return None;
                 }
-                let _ = sock.send_to(&wire::encode_error(code, text), self.peer);
-                return None;
             }
+        } else {
+            None
         };
-        let (source, size) = match open(&path, self.req.mode) {
+        let opened = match generated {
+            Some(text) => Ok((
+                in_memory(text.into_bytes(), self.req.mode),
+                crate::record::FileKind::GrubConfig,
+            )),
+            None => self.open_file(&file),
+        };
+        let ((source, size), kind) = match opened {
             Ok(x) => x,
-            Err(e) => {
-                tracing::warn!(peer = %self.peer, %file, error = %e, "tftp cannot read file");
-                self.recorder.refused(Service::Tftp);
-                self.missing(&file, "cannot read file");
-                let _ = sock.send_to(
-                    &wire::encode_error(err::NOT_FOUND, "cannot read file"),
-                    self.peer,
-                );
+            Err(refusal) => {
+                let _ = sock.send_to(&refusal, self.peer);
                 return None;
             }
         };
@@ -314,6 +327,36 @@ impl Request {
             self.config.limits.tftp_lifetime,
             Box::new(owner),
         ))
+    }
+
+    /// Opens a served file by its name, or logs, counts and records why not and returns the
+    /// ERROR packet to answer.
+    #[allow(clippy::type_complexity)]
+    fn open_file(&self, file: &str) -> Result<((Source, u64), crate::record::FileKind), Vec<u8>> {
+        let (path, kind) = match resolve(&self.config, file) {
+            Ok(x) => x,
+            Err(e) => {
+                super::warn_not_served(&e);
+                let text = e.reason();
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                self.recorder.refused(Service::Tftp);
+                tracing::info!(peer = %self.peer, %file, reason = text, "tftp read refused");
+                let code = tftp_code(&e);
+                if code == err::NOT_FOUND {
+                    self.missing(file, text);
+                }
+                return Err(wire::encode_error(code, text));
+            }
+        };
+        match open(&path, self.req.mode) {
+            Ok(x) => Ok((x, kind)),
+            Err(e) => {
+                tracing::warn!(peer = %self.peer, %file, error = %e, "tftp cannot read file");
+                self.recorder.refused(Service::Tftp);
+                self.missing(file, "cannot read file");
+                Err(wire::encode_error(err::NOT_FOUND, "cannot read file"))
+            }
+        }
     }
 
     /// The transfer's socket: on the address the request was sent to (any, if unknown or no
@@ -355,6 +398,15 @@ impl Request {
     }
 }
 
+/// The TFTP error code for a boot file not served (RFC 1350): a name bootpool serves nothing
+/// by is an access violation, the rest is not found.
+fn tftp_code(e: &NotServed) -> u16 {
+    match e {
+        NotServed::Denied => err::ACCESS,
+        NotServed::Missing | NotServed::Outside { .. } => err::NOT_FOUND,
+    }
+}
+
 impl tftp_transfers::Owner for Owner {
     fn malformed(&self) {
         self.counters.malformed.fetch_add(1, Ordering::Relaxed);
@@ -392,6 +444,16 @@ impl tftp_transfers::Owner for Owner {
             },
         );
     }
+}
+
+/// A generated file (GRUB's config) as a transfer's source and size.
+fn in_memory(bytes: Vec<u8>, mode: Mode) -> (Source, u64) {
+    let bytes = match mode {
+        Mode::Octet => bytes,
+        Mode::Netascii => wire::to_netascii(&bytes),
+    };
+    let len = bytes.len() as u64;
+    (Source::Memory(bytes), len)
 }
 
 fn open(path: &Path, mode: Mode) -> std::io::Result<(Source, u64)> {

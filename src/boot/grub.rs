@@ -1,0 +1,146 @@
+//! The Secure Boot chain's names and the generated GRUB config for one client: what Debian's
+//! signed network GRUB (`grubnetx64.efi.signed`, loaded by shim as `grubx64.efi`) reads, the
+//! counterpart of `script.rs`'s iPXE script. Plain data in and out.
+//!
+//! That GRUB's prefix is `/grub` on the device it was loaded from, `(tftp,NEXT-SERVER)`; its
+//! embedded config sources `$prefix/x86_64-efi/grub.cfg` if that exists, else
+//! `$prefix/grub.cfg`. It has no HTTP module (Debian 12, 2.06-13), so the config, the kernel
+//! and the initrd all come over TFTP. The config is the same name for every client: bootpool
+//! answers it for whoever holds the address the request came from.
+
+use super::script;
+use crate::config::{Config, Mac, Member};
+use std::net::Ipv4Addr;
+
+/// What firmware of a `secure_boot` pool is handed: Debian's shim, signed by Microsoft's UEFI
+/// CA (which firmware trusts), served under this name.
+pub const SHIM: &str = "shimx64.efi";
+/// The second stage shim fetches from beside itself (its `DEFAULT_LOADER`); bootpool serves
+/// the signed network GRUB by this name.
+pub const GRUB: &str = "grubx64.efi";
+/// TFTP's well-known port, which GRUB's `(tftp,SERVER)` device means.
+const TFTP_PORT: u16 = 69;
+/// The config GRUB reads, as asked over TFTP (its leading `/` taken off).
+pub const CONFIG: &str = "grub/grub.cfg";
+
+/// The GRUB config for one client: its pool's kernel and initrd over TFTP from `link`, with
+/// the kernel command line the iPXE script would give it (less the EFI stub's `initrd=`: GRUB
+/// hands the initrd over itself).
+pub fn config(
+    config: &Config,
+    member: &Member,
+    mac: Mac,
+    link: Ipv4Addr,
+    client: Option<Ipv4Addr>,
+) -> String {
+    let pool = member.pool;
+    let image = &pool.image;
+    let name = member.entry.name.as_deref().unwrap_or("");
+    let mut line = script::cmdline(config, member, link, client);
+    if pool.cmdline_template.is_none()
+        && let Some(cut) = line.strip_suffix(&format!(" initrd={}", image.initrd_file_name()))
+    {
+        line = cut.to_string();
+    }
+    let port = config.server.ports.tftp;
+    let device = if port == TFTP_PORT {
+        format!("(tftp,{link})")
+    } else {
+        format!("(tftp,{link}:{port})")
+    };
+    let args: Vec<String> = line.split_whitespace().map(quote).collect();
+    format!(
+        "# bootpool: pool {pool} client {mac} {name}\n\
+         set timeout=0\n\
+         echo {banner}\n\
+         linux {device}/{image}/{kernel} {args}\n\
+         initrd {device}/{image}/{initrd}\n\
+         boot\n",
+        pool = pool.name,
+        banner = quote(&format!("bootpool: pool {} client {mac} {name}", pool.name)),
+        image = image.name,
+        kernel = image.kernel_name,
+        initrd = image.initrd_name,
+        args = args.join(" "),
+    )
+}
+
+/// One word for GRUB's shell: single-quoted, so `$`, `;`, `{` and the like stay literal
+/// (a `'` inside is closed, escaped and reopened).
+fn quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn sb_config(extra: &str) -> Config {
+        let text = super::super::tests::CONFIG.replace(
+            "    cmdline: console=ttyS0\n",
+            &format!("    cmdline: console=ttyS0\n    secure_boot: true\n{extra}"),
+        );
+        Config::parse(Path::new("p.yaml"), &text).unwrap()
+    }
+
+    #[test]
+    fn grub_loads_the_pools_kernel_and_initrd_over_tftp_with_the_clients_command_line() {
+        let c = sb_config("");
+        let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
+        let m = c.member(mac).unwrap();
+        let link = Ipv4Addr::new(10, 77, 0, 3);
+        let text = config(&c, &m, mac, link, None);
+        assert!(
+            text.contains(
+                "\nlinux (tftp,10.77.0.3)/demo/vmlinuz 'root=nbd:10.77.0.3:demo' 'bootpool.url=http://10.77.0.3:8080' 'console=ttyS0'\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("\ninitrd (tftp,10.77.0.3)/demo/initrd.img\nboot\n"),
+            "{text}"
+        );
+        assert!(!text.contains("initrd=initrd.img"), "{text}");
+        assert!(!text.contains("10.77.0.1"), "{text}");
+    }
+
+    #[test]
+    fn another_tftp_port_and_words_grub_would_expand_are_kept_literal() {
+        let text = super::super::tests::CONFIG
+            .replace(
+                "http: 0.0.0.0:8080",
+                "http: 0.0.0.0:8080, ports: { tftp: 6969 }",
+            )
+            .replace(
+                "    cmdline: console=ttyS0\n",
+                "    cmdline: \"console=ttyS0 x=$y it's\"\n    secure_boot: true\n",
+            );
+        let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
+        let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
+        let m = c.member(mac).unwrap();
+        let text = config(&c, &m, mac, c.server.address, None);
+        assert!(
+            text.contains("linux (tftp,10.77.0.1:6969)/demo/vmlinuz "),
+            "{text}"
+        );
+        assert!(text.contains(" 'x=$y' 'it'\\''s'\n"), "{text}");
+    }
+
+    #[test]
+    fn secure_boot_needs_tftp() {
+        let text = super::super::tests::CONFIG
+            .replace("http: 0.0.0.0:8080", "http: 0.0.0.0:8080, tftp: false")
+            .replace(
+                "    cmdline: console=ttyS0\n",
+                "    cmdline: console=ttyS0\n    secure_boot: true\n",
+            );
+        let e = Config::parse(Path::new("p.yaml"), &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("pools.room.secure_boot") && e.contains("TFTP") && e.contains(":10:"),
+            "{e}"
+        );
+    }
+}

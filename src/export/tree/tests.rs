@@ -1,0 +1,486 @@
+//! Unit tests of the NFS trees: attributes, names, listings, reads from disk, RAM and
+//! mappings, handles across trees.
+
+use super::at::stat_at;
+use super::attr::attr_from_stat;
+use super::*;
+use std::os::fd::AsRawFd as _;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::OnceLock;
+
+fn fixture_with(ram: bool) -> (tempfile::TempDir, Tree) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("rootfs");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::create_dir_all(root.join("big")).unwrap();
+    std::fs::write(root.join("bin/su"), b"#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(root.join("bin/su"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+    std::fs::create_dir_all(root.join("tmp")).unwrap();
+    std::fs::set_permissions(root.join("tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", root.join("escape")).unwrap();
+    let fifo = std::ffi::CString::new(root.join("fifo").as_os_str().as_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
+    for i in 0..1234 {
+        std::fs::write(root.join(format!("big/f{i}")), format!("{i}")).unwrap();
+    }
+    let tree = Tree::with_store([("demo".to_string(), root, ram)]);
+    tree.load_ram();
+    (dir, tree)
+}
+
+fn fixture() -> (tempfile::TempDir, Tree) {
+    fixture_with(false)
+}
+
+fn walk(tree: &Tree, path: &[&str]) -> Result<TreeHandle, Status> {
+    let mut h = tree.root();
+    for p in path {
+        h = tree.lookup(&h, p.as_bytes())?.0;
+    }
+    Ok(h)
+}
+
+#[test]
+fn attributes_come_from_lstat() {
+    let (dir, tree) = fixture();
+    let root = dir.path().join("rootfs");
+    let su = tree
+        .getattr(&walk(&tree, &["demo", "bin", "su"]).unwrap())
+        .unwrap();
+    let m = std::fs::symlink_metadata(root.join("bin/su")).unwrap();
+    assert_eq!(su.mode, 0o4755);
+    assert_eq!(su.ftype, NF3REG);
+    assert_eq!((su.fileid, su.size, su.uid), (m.ino(), 10, m.uid()));
+    assert_eq!(su.mtime.0 as i64, m.mtime());
+    let tmp = tree
+        .getattr(&walk(&tree, &["demo", "tmp"]).unwrap())
+        .unwrap();
+    assert_eq!((tmp.ftype, tmp.mode), (NF3DIR, 0o1777));
+    let fifo = tree
+        .getattr(&walk(&tree, &["demo", "fifo"]).unwrap())
+        .unwrap();
+    assert_eq!((fifo.ftype, fifo.mode), (NF3FIFO, 0o640));
+    let null = attr_from(1, &std::fs::symlink_metadata("/dev/null").unwrap());
+    assert_eq!(null.ftype, NF3CHR);
+    assert_eq!(null.rdev, (1, 3));
+}
+
+#[test]
+fn symlinks_are_returned_not_followed() {
+    let (_dir, tree) = fixture();
+    let link = walk(&tree, &["demo", "escape"]).unwrap();
+    assert_eq!(tree.getattr(&link).unwrap().ftype, NF3LNK);
+    assert_eq!(tree.readlink(&link).unwrap().1, b"/etc/passwd");
+    assert_eq!(
+        tree.read(&link, 0, 100, &mut Vec::new()).map(|_| ()),
+        Err(Error::Inval)
+    );
+    assert_eq!(tree.lookup(&link, b"x").map(|_| ()), Err(Error::NotDir));
+}
+
+#[test]
+fn names_are_single_components_inside_the_image() {
+    let (_dir, tree) = fixture();
+    let img = walk(&tree, &["demo"]).unwrap();
+    assert_eq!(tree.lookup(&img, b"..").unwrap().0, img);
+    let bin = walk(&tree, &["demo", "bin"]).unwrap();
+    assert_eq!(tree.lookup(&bin, b"..").unwrap().0, img);
+    assert_eq!(tree.lookup(&img, b"bin/su").map(|_| ()), Err(Error::Acces));
+    assert_eq!(tree.lookup(&img, b"").map(|_| ()), Err(Error::NoEnt));
+    assert_eq!(
+        tree.lookup(&img, "a".repeat(300).as_bytes()).map(|_| ()),
+        Err(Error::NameTooLong)
+    );
+    assert!(tree.mount(b"/").is_err());
+    assert!(tree.mount(b"/../demo").is_err());
+    assert_eq!(tree.mount(b"/demo/bin/.."), Ok(img));
+    assert_eq!(tree.mount(b"/demo/bin/su"), Err(Error::NotDir));
+}
+
+/// An image exported under a path of its own is mounted by that path (and folders inside
+/// it), not by its name; its handles are those it has under its name.
+#[test]
+fn an_export_path_names_its_image() {
+    let (dir, by_name) = fixture();
+    let tree = Tree::with_exports([(
+        "/srv/nfs/deb".to_string(),
+        "demo".to_string(),
+        dir.path().join("rootfs"),
+        false,
+    )]);
+    let img = tree.mount(b"/srv/nfs/deb").unwrap();
+    assert_eq!(Ok(img), by_name.mount(b"/demo"));
+    assert_eq!(tree.mount(b"//srv/nfs/deb/"), Ok(img));
+    assert!(tree.mount(b"/srv/nfs/deb/bin").is_ok());
+    assert_eq!(tree.mount(b"/srv/nfs/deb/bin/.."), Ok(img));
+    for other in [&b"/demo"[..], b"/srv/nfs", b"/srv", b"/srv/nfs/debian"] {
+        assert_eq!(tree.mount(other), Err(Error::NoEnt), "{other:?}");
+    }
+    assert_eq!(tree.exports().collect::<Vec<_>>(), ["/srv/nfs/deb"]);
+}
+
+fn list(tree: &Tree, dir: &TreeHandle, page: usize) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut cookie = 0;
+    loop {
+        let (_, mut it) = tree.entries(dir, cookie).unwrap();
+        let mut n = 0;
+        while let Some((c, name, _, _)) = it.peek() {
+            seen.push(String::from_utf8(name.to_vec()).unwrap());
+            cookie = c;
+            it.advance();
+            n += 1;
+            if n == page {
+                break;
+            }
+        }
+        if it.peek().is_none() {
+            return seen;
+        }
+    }
+}
+
+#[test]
+fn readdir_cookies_resume_where_a_page_ended() {
+    let (_dir, tree) = fixture();
+    let big = walk(&tree, &["demo", "big"]).unwrap();
+    let mut seen = list(&tree, &big, 100);
+    assert_eq!(seen.len(), 1234 + 2);
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 1234 + 2, "no entry twice");
+    assert!(matches!(
+        tree.entries(&big, 10_000).map(|_| ()),
+        Err(Error::BadCookie)
+    ));
+}
+
+/// A cached listing answers LOOKUPs, and goes when the directory changes.
+#[test]
+fn listings_follow_the_directory() {
+    let (dir, tree) = fixture();
+    let bin = walk(&tree, &["demo", "bin"]).unwrap();
+    assert_eq!(list(&tree, &bin, 100).len(), 3);
+    assert_eq!(tree.lookup(&bin, b"sh").map(|_| ()), Err(Error::NoEnt));
+    // A new name with a different mtime (filesystems with coarse timestamps need a step).
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(dir.path().join("rootfs/bin/sh"), b"x").unwrap();
+    let later = std::time::SystemTime::now() + Duration::from_secs(5);
+    std::fs::File::open(dir.path().join("rootfs/bin"))
+        .unwrap()
+        .set_modified(later)
+        .unwrap();
+    std::thread::sleep(FRESH + Duration::from_millis(50));
+    assert!(tree.lookup(&bin, b"sh").is_ok());
+    assert_eq!(list(&tree, &bin, 100).len(), 4);
+}
+
+#[test]
+fn reads_from_disk_and_ram_agree() {
+    for ram in [false, true] {
+        let (_dir, tree) = fixture_with(ram);
+        let f = walk(&tree, &["demo", "big", "f1000"]).unwrap();
+        let mut out = Vec::new();
+        let (attr, eof) = tree.read(&f, 1, 100, &mut out).unwrap();
+        assert_eq!((out.as_slice(), eof, attr.size), (&b"000"[..], true, 4));
+        out.clear();
+        let (_, eof) = tree.read(&f, 0, 2, &mut out).unwrap();
+        assert_eq!((out.as_slice(), eof), (&b"10"[..], false), "ram {ram}");
+    }
+}
+
+/// Sets `path`'s mtime (and atime) to `secs`.`nsecs`.
+fn set_mtime(path: &Path, secs: i64, nsecs: i64) {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let t = libc::timespec {
+        tv_sec: secs,
+        tv_nsec: nsecs,
+    };
+    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), [t, t].as_ptr(), 0) };
+    assert_eq!(r, 0);
+}
+
+/// A LOOKUP in a folder with no listing cached is remembered, "no such name" too, for as
+/// long as the folder's mtime stays; a folder changed within the last second is not.
+#[test]
+fn names_looked_up_outside_listings_are_kept_while_the_folder_is_unchanged() {
+    let (dir, tree) = fixture();
+    let bin = dir.path().join("rootfs/bin");
+    let old = std::fs::metadata(&bin).unwrap().mtime() - 100;
+    set_mtime(&bin, old, 7);
+    let binh = walk(&tree, &["demo", "bin"]).unwrap();
+    assert_eq!(tree.lookup(&binh, b"late").map(|_| ()), Err(Error::NoEnt));
+    let su = tree.lookup(&binh, b"su").unwrap().0;
+
+    // Made behind its back with the folder's mtime put back: the kept answers stand.
+    std::fs::write(bin.join("late"), b"x").unwrap();
+    std::fs::remove_file(bin.join("su")).unwrap();
+    set_mtime(&bin, old, 7);
+    std::thread::sleep(FRESH + Duration::from_millis(50));
+    assert_eq!(tree.lookup(&binh, b"late").map(|_| ()), Err(Error::NoEnt));
+    // The child's own attributes are still checked: a deleted file is not handed out.
+    assert!(tree.lookup(&binh, b"su").is_err());
+    assert!(tree.getattr(&su).is_err());
+
+    // A new mtime, and the folder is looked at again.
+    set_mtime(&bin, old + 50, 0);
+    std::thread::sleep(FRESH + Duration::from_millis(50));
+    assert!(tree.lookup(&binh, b"late").is_ok());
+
+    // Changed just now: not kept. The folder's attributes are looked at again after
+    // FRESH; its mtime is then set to now, so that a slow machine cannot make the change
+    // older than a second by the time of the lookup.
+    std::fs::write(bin.join("later"), b"x").unwrap();
+    std::thread::sleep(FRESH + Duration::from_millis(50));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    set_mtime(&bin, now.as_secs() as i64, now.subsec_nanos() as i64);
+    assert!(tree.lookup(&binh, b"later").is_ok());
+    let key = (binh, OsString::from("later"));
+    assert!(lock(&tree.names).get(&key).is_none());
+}
+
+/// `l` as if built `by` ago and last read `used` ago.
+fn aged(l: &Listing, by: Duration, used: Duration) -> Arc<Listing> {
+    let ago = |d| Instant::now().checked_sub(d).unwrap();
+    Arc::new(Listing {
+        mtime: l.mtime,
+        built: ago(by),
+        used: Mutex::new(ago(used)),
+        parent: l.parent,
+        children: l.children.clone(),
+        attrs: l.attrs.clone(),
+        plus: OnceLock::new(),
+    })
+}
+
+/// A listing read lately is served as it is past `LISTING_REFRESH` while a background
+/// thread rebuilds it; one unread for `KEEP_FRESH` is left alone; past `LISTING_FRESH` a
+/// listing is rebuilt before it is served.
+#[test]
+fn old_listings_in_use_are_rebuilt_off_the_request_path() {
+    let (dir, tree) = fixture();
+    let tree = Arc::new(tree);
+    let bin = dir.path().join("rootfs/bin");
+    let old = std::fs::metadata(&bin).unwrap().mtime() - 100;
+    set_mtime(&bin, old, 7);
+    let binh = walk(&tree, &["demo", "bin"]).unwrap();
+    let listing = |t: &Tree| t.entries(&binh, 0).unwrap().1.listing;
+    let su_mode = |l: &Listing| {
+        let i = l.children.iter().position(|(n, _)| n == "su").unwrap();
+        l.attrs[i].mode
+    };
+    let first = listing(&tree);
+    assert!(Arc::ptr_eq(&first, &listing(&tree)), "a listing is kept");
+    assert_eq!(su_mode(&first), 0o4755);
+    // A change the folder's mtime does not show: only a rebuild sees it.
+    std::fs::set_permissions(bin.join("su"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let put = |l: Arc<Listing>| lock(&tree.listings).insert(binh, l);
+
+    let second = Duration::from_secs(1);
+    // Too old to serve: rebuilt first.
+    put(aged(&first, LISTING_FRESH + second, LISTING_FRESH + second));
+    assert_eq!(su_mode(&listing(&tree)), 0o755);
+    std::fs::set_permissions(bin.join("su"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+
+    // Due, but nobody read it for longer than `KEEP_FRESH`: left for a request to rebuild.
+    let unread = aged(&first, LISTING_REFRESH + second, KEEP_FRESH + second);
+    put(unread.clone());
+    tree.refresh_listings();
+    assert!(Arc::ptr_eq(&lock(&tree.listings)[&binh], &unread));
+
+    // Due and read lately: served as it is, rebuilt by the background thread with the
+    // same last use; the thread ends once the tree is dropped.
+    let due = aged(&first, LISTING_REFRESH + second, 10 * second);
+    put(due.clone());
+    let served = listing(&tree);
+    assert!(Arc::ptr_eq(&served, &due));
+    assert_eq!(su_mode(&served), 0o4755);
+    let read_at = *lock(&due.used);
+    std::fs::set_permissions(bin.join("su"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let refresher = {
+        let tree = Arc::downgrade(&tree);
+        std::thread::spawn(move || Tree::keep_listings_fresh(tree))
+    };
+    let cached = || lock(&tree.listings)[&binh].clone();
+    let start = Instant::now();
+    while su_mode(&cached()) != 0o755 {
+        assert!(start.elapsed() < Duration::from_secs(10), "not rebuilt");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(*lock(&cached().used), read_at);
+    drop(tree);
+    let start = Instant::now();
+    while !refresher.is_finished() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "refresher still running"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// What a `writev` of `m`'s data between `<` and `>` sends.
+fn sent(m: &MappedRead) -> Vec<u8> {
+    let mut out = tempfile::tempfile().unwrap();
+    let n = m.data().writev(out.as_raw_fd(), b"<", b">", 0).unwrap();
+    let mut got = Vec::new();
+    std::io::Seek::rewind(&mut out).unwrap();
+    std::io::Read::read_to_end(&mut out, &mut got).unwrap();
+    assert_eq!(n, got.len());
+    got
+}
+
+/// Small files are read from mappings kept in their own cache, with no descriptor held:
+/// every read has its file's bytes, a file read all along stays (second chance), a file
+/// that grew is mapped again, and a read at the end has no data.
+#[test]
+fn small_files_are_read_from_mappings_kept_without_a_descriptor() {
+    let (dir, tree) = fixture();
+    *lock(&tree.small) = Clock::new(8);
+    let hot = walk(&tree, &["demo", "big", "f1"]).unwrap();
+    for i in (0..1234).step_by(7) {
+        let f = walk(&tree, &["demo", "big", &format!("f{i}")]).unwrap();
+        let m = tree.read_mapped(&f, 0, 1 << 20).unwrap().expect("mapped");
+        assert_eq!(sent(&m), format!("<{i}>").as_bytes());
+        assert!(m.eof);
+        let m = tree.read_mapped(&hot, 0, 1 << 20).unwrap().expect("mapped");
+        assert_eq!(sent(&m), b"<1>");
+        assert!(lock(&tree.small).map.len() <= 8);
+    }
+    assert!(lock(&tree.small).map.contains_key(&hot), "hot file evicted");
+    assert!(lock(&tree.files).map.is_empty(), "a descriptor was kept");
+
+    let at_end = tree.read_mapped(&hot, 1, 100).unwrap().expect("mapped");
+    assert_eq!((at_end.len(), at_end.eof), (0, true));
+    // Past the end too, from the mapping there is: nothing is mapped again.
+    let past = tree.read_mapped(&hot, 1000, 100).unwrap().expect("mapped");
+    assert_eq!((sent(&past), past.eof), (b"<>".to_vec(), true));
+    assert!(Arc::ptr_eq(&past.mapping, &at_end.mapping));
+    std::fs::write(dir.path().join("rootfs/big/f1"), b"1 and more").unwrap();
+    std::thread::sleep(FRESH + Duration::from_millis(50));
+    let m = tree.read_mapped(&hot, 2, 100).unwrap().expect("mapped");
+    assert_eq!((sent(&m), m.eof), (b"<and more>".to_vec(), true));
+}
+
+#[test]
+fn big_cached_reads_on_disk_are_sent_from_a_mapping_of_the_file() {
+    let (dir, tree) = fixture();
+    let bytes: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(dir.path().join("rootfs/big/data"), &bytes).unwrap();
+    let f = walk(&tree, &["demo", "big", "data"]).unwrap();
+    // Written just now, so in the page cache; the last READ is cut at the end.
+    for (offset, count, want_eof) in [(1000, 200_000, false), (200_000, 150_000, true)] {
+        let m = tree
+            .read_mapped(&f, offset, count)
+            .unwrap()
+            .expect("mapped");
+        let end = (offset as usize + count).min(bytes.len());
+        assert_eq!(
+            (m.len(), m.eof, m.attr.size),
+            (end - offset as usize, want_eof, 300_000)
+        );
+        assert!(sent(&m) == [&b"<"[..], &bytes[offset as usize..end], b">"].concat());
+    }
+    // A short READ of a big file is copied: a mapping would save little.
+    assert!(tree.read_mapped(&f, 0, 4096).unwrap().is_none());
+    // Not for a folder; and a RAM image's bytes are sent from memory already.
+    let big = walk(&tree, &["demo", "big"]).unwrap();
+    assert!(matches!(tree.read_mapped(&big, 0, 100_000), Err(st) if st == Error::IsDir));
+    let (_dir, ram) = fixture_with(true);
+    let f = walk(&ram, &["demo", "big", "f1000"]).unwrap();
+    assert!(ram.read_mapped(&f, 0, 100_000).unwrap().is_none());
+}
+
+#[test]
+fn handles_survive_a_new_tree_and_reject_strangers() {
+    let (dir, tree) = fixture();
+    let su = walk(&tree, &["demo", "bin", "su"]).unwrap();
+    let wire = su.wire();
+    let again = Tree::new([("demo".to_string(), dir.path().join("rootfs"))]);
+    let h = TreeHandle::from_wire(&wire).unwrap();
+    assert_eq!(again.getattr(&h).unwrap().mode, 0o4755);
+    assert_eq!(TreeHandle::from_wire(&wire[1..]), Err(Error::BadHandle));
+    let mut other = wire;
+    other[0] = 2;
+    assert_eq!(TreeHandle::from_wire(&other), Err(Error::BadHandle));
+    // A handle to a file that no longer exists is stale. (Made by deleting a real file:
+    // a handle with a flipped inode byte can land on another fixture file.)
+    let path = dir.path().join("rootfs/bin/gone");
+    std::fs::write(&path, b"x").unwrap();
+    let fresh = Tree::new([("demo".to_string(), dir.path().join("rootfs"))]);
+    let gone = walk(&fresh, &["demo", "bin", "gone"]).unwrap().wire();
+    std::fs::remove_file(&path).unwrap();
+    let later = Tree::new([("demo".to_string(), dir.path().join("rootfs"))]);
+    let gone = TreeHandle::from_wire(&gone).unwrap();
+    assert_eq!(later.getattr(&gone), Err(Error::Stale));
+}
+
+/// Attributes from a raw `fstatat` are the ones `std`'s metadata gives.
+#[test]
+fn raw_stat_attributes_match_metadata() {
+    let (dir, _tree) = fixture();
+    let root = dir.path().join("rootfs");
+    let fd: OwnedFd = std::fs::File::open(&root).unwrap().into();
+    for rel in ["", "bin", "bin/su", "escape", "fifo", "tmp"] {
+        let st = stat_at(&fd, Path::new(rel)).unwrap();
+        let m = std::fs::symlink_metadata(root.join(rel)).unwrap();
+        assert_eq!(attr_from_stat(3, &st), attr_from(3, &m), "{rel}");
+    }
+    let null: OwnedFd = std::fs::File::open("/dev").unwrap().into();
+    let st = stat_at(&null, Path::new("null")).unwrap();
+    assert_eq!(attr_from_stat(1, &st).ftype, NF3CHR);
+    assert_eq!(attr_from_stat(1, &st).rdev, (1, 3));
+    assert!(stat_at(&fd, Path::new("nope")).is_err());
+}
+
+/// A file cache far smaller than the files read evicts, and every read still returns
+/// that file's bytes; a file read again while cached stays (second chance).
+#[test]
+fn open_file_cache_evicts_and_serves_the_right_bytes() {
+    let (_dir, tree) = fixture();
+    *lock(&tree.files) = Clock::new(8);
+    let hot = walk(&tree, &["demo", "big", "f1"]).unwrap();
+    for round in 0..2 {
+        for i in (0..1234).step_by(7) {
+            let f = walk(&tree, &["demo", "big", &format!("f{i}")]).unwrap();
+            let mut out = Vec::new();
+            tree.read(&f, 0, 100, &mut out).unwrap();
+            assert_eq!(out, format!("{i}").as_bytes(), "round {round} f{i}");
+            let mut out = Vec::new();
+            tree.read(&hot, 0, 100, &mut out).unwrap();
+            assert_eq!(out, b"1");
+            assert!(lock(&tree.files).map.len() <= 8);
+        }
+    }
+    let files = lock(&tree.files);
+    assert!(
+        files.map.contains_key(&hot),
+        "the file read all along was evicted"
+    );
+    assert!(files.ring.len() <= 16);
+}
+
+/// The opened image root follows the folder: a new tree put in its place is served
+/// once the old one's check has expired.
+#[test]
+fn a_new_tree_in_the_roots_place_is_served() {
+    let (dir, tree) = fixture();
+    assert!(walk(&tree, &["demo", "bin", "su"]).is_ok());
+    let root = dir.path().join("rootfs");
+    std::fs::rename(&root, dir.path().join("old")).unwrap();
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::write(root.join("bin/sh"), b"new").unwrap();
+    std::thread::sleep(FRESH + Duration::from_millis(50));
+    let sh = walk(&tree, &["demo", "bin", "sh"]).unwrap();
+    let mut out = Vec::new();
+    tree.read(&sh, 0, 10, &mut out).unwrap();
+    assert_eq!(out, b"new");
+    assert_eq!(
+        walk(&tree, &["demo", "bin", "su"]).map(|_| ()),
+        Err(Error::NoEnt)
+    );
+}

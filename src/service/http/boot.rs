@@ -1,0 +1,315 @@
+//! Boot files over HTTP: the per-client iPXE script, loaders, each image's kernel and
+//! initrd (with ranges), trace files; each file recorded when its last byte is handed over.
+
+use super::{Web, not_found};
+use crate::boot::script;
+use crate::config::Mac;
+use crate::export::boot_files::{self, NotServed};
+use crate::proto::httpfile;
+use crate::record::event::{Micros, now_micros};
+use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Who};
+use crate::trace::format::What;
+use axum::body::Body;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::IntoResponse;
+use axum::response::Response;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+pub(super) const CHUNK: usize = 256 * 1024;
+
+pub(super) async fn boot_script(
+    State(web): State<Web>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Path(mac): Path<String>,
+) -> Response {
+    let received = now_micros();
+    let Ok(mac) = mac.trim_end_matches(".ipxe").parse::<Mac>() else {
+        return (StatusCode::BAD_REQUEST, "not a MAC address\n").into_response();
+    };
+    let Some(member) = web.config.member(mac) else {
+        tracing::info!(%mac, "script asked for by a client in no pool");
+        return not_found("no pool lists this client");
+    };
+    // The link its DHCP answer named (a client that never asked us for DHCP: the primary).
+    let (link, client) = {
+        let leases = web.identity.read();
+        let client = leases
+            .get(mac)
+            .filter(|l| l.state == crate::boot::leases::State::Bound)
+            .map(|l| l.ip);
+        (
+            leases.link(mac).unwrap_or(web.config.server.address),
+            client,
+        )
+    };
+    let text = script::ipxe_script(&web.config, &member, mac, link, client);
+    // A milestone of the client's boot only when the client asked: the address it asks from
+    // holds its lease. Anyone else (an admin's curl on the server, a monitoring probe) gets the
+    // script and leaves no boot behind.
+    if web.identity.holder(peer.ip()) != Some(mac) {
+        tracing::info!(%mac, %peer, "boot script fetched from an address that is not the client's; served, not recorded");
+    } else {
+        web.recorder.record(
+            Who::Mac(mac),
+            Kind::File {
+                proto: Proto::Http,
+                kind: FileKind::Script,
+                path: format!("/boot/script/{mac}.ipxe"),
+                bytes: text.len() as u64,
+                outcome: Outcome::Complete,
+            },
+        );
+        trace_file(
+            &web.recorder,
+            peer,
+            received,
+            format!("/boot/script/{mac}.ipxe"),
+            text.len() as u64,
+        );
+    }
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+}
+
+pub(super) async fn loader(
+    State(web): State<Web>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(file): Path<String>,
+) -> Response {
+    // Only plain names of files in the loaders folder, as TFTP serves them.
+    if file.contains('/') {
+        return not_found("no such loader");
+    }
+    let shown = format!("/boot/loaders/{file}");
+    boot_file(&web, peer, &headers, &file, shown).await
+}
+
+pub(super) async fn image_file(
+    State(web): State<Web>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path((image, file)): Path<(String, String)>,
+) -> Response {
+    // Only the two boot files of an image are served over HTTP, by the names pools.yaml
+    // gives them (`boot_files`); the root goes by NFS or NBD.
+    let shown = format!("/boot/{image}/{file}");
+    boot_file(&web, peer, &headers, &format!("{image}/{file}"), shown).await
+}
+
+/// Serves a boot file by the name TFTP would use for it (`LOADER` or `IMAGE/FILE`).
+pub(super) async fn boot_file(
+    web: &Web,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    name: &str,
+    shown: String,
+) -> Response {
+    match boot_files::resolve(&web.config, name) {
+        Ok((path, kind)) => send_file(web, peer, headers, path, kind, name, shown).await,
+        Err(e) => {
+            crate::service::warn_not_served(&e);
+            match &e {
+                NotServed::Outside { .. } => {
+                    record_missing(web, peer, name, &format!("{shown}: {}", e.reason()));
+                }
+                NotServed::Missing => {
+                    static MISSING: crate::service::bounds::LogLimit =
+                        crate::service::bounds::LogLimit::new();
+                    if let Some(suppressed) = MISSING.allow() {
+                        tracing::warn!(file = %shown, suppressed, "boot file missing");
+                    }
+                    record_missing(web, peer, name, &format!("{shown}: not found"));
+                }
+                NotServed::Denied => {}
+            }
+            (http_status(&e), "no such file\n").into_response()
+        }
+    }
+}
+
+/// The HTTP status for a boot file not served: not found, whatever the reason (the reason
+/// is logged and recorded, not told).
+fn http_status(e: &NotServed) -> StatusCode {
+    match e {
+        NotServed::Denied | NotServed::Missing | NotServed::Outside { .. } => StatusCode::NOT_FOUND,
+    }
+}
+
+/// Writes an HTTP file to the client's boot trace, if it keeps one.
+pub(super) fn trace_file(
+    recorder: &Recorder,
+    peer: SocketAddr,
+    received: Micros,
+    name: String,
+    bytes: u64,
+) {
+    if let Some(ip) = crate::service::ipv4_of(peer.ip())
+        && recorder.tracer().wants(ip)
+    {
+        let what = What::File {
+            proto: "http".into(),
+            name,
+            bytes,
+            blksize: None,
+            windowsize: None,
+        };
+        recorder.tracer().op(ip, received, what);
+    }
+}
+
+/// A kernel, initrd or loader bootpool handed out is missing: the client cannot go on. Other
+/// names are probes and fail nothing.
+pub(super) fn record_missing(web: &Web, peer: SocketAddr, name: &str, reason: &str) {
+    if let (true, Some(ip)) = (
+        boot_files::handed_out(&web.config, name),
+        crate::service::ipv4_of(peer.ip()),
+    ) {
+        web.recorder.record(
+            Who::Ip(ip),
+            Kind::Failed {
+                proto: Some(Proto::Http),
+                reason: reason.to_string(),
+            },
+        );
+    }
+}
+
+/// Streams a file, or the byte range asked for, and records the transfer when it ends. A range
+/// counts as the file complete only when it reaches the last byte (a resumed download); a 304
+/// is recorded as a complete transfer of 0 bytes, since the client holds the file.
+pub(super) async fn send_file(
+    web: &Web,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    path: PathBuf,
+    kind: FileKind,
+    name: &str,
+    shown: String,
+) -> Response {
+    let received = now_micros();
+    let mut file = match tokio::fs::File::open(&path).await {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "boot file missing");
+            // Gone since it was resolved.
+            record_missing(web, peer, name, &format!("{shown}: not found"));
+            return not_found("no such file");
+        }
+    };
+    let (len, modified) = match file.metadata().await {
+        Ok(m) if m.is_file() => (m.len(), m.modified().unwrap_or(std::time::UNIX_EPOCH)),
+        _ => return not_found("no such file"),
+    };
+    let validators = httpfile::Validators::new(len, modified);
+    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    let conditions = httpfile::Conditions {
+        if_none_match: text(header::IF_NONE_MATCH),
+        if_modified_since: text(header::IF_MODIFIED_SINCE),
+        range: text(header::RANGE),
+        if_range: text(header::IF_RANGE),
+    };
+    let answer = httpfile::answer(len, &validators, &conditions);
+    let who = crate::service::ipv4_of(peer.ip()).map(Who::Ip);
+    let response = Response::builder()
+        .header(header::ETAG, &validators.etag)
+        .header(header::LAST_MODIFIED, validators.last_modified())
+        .header(header::ACCEPT_RANGES, "bytes");
+    let (status, start, end) = match answer {
+        httpfile::Answer::Full => (StatusCode::OK, 0, len),
+        httpfile::Answer::Partial { start, end } => (StatusCode::PARTIAL_CONTENT, start, end + 1),
+        httpfile::Answer::NotModified => {
+            tracing::info!(peer = %peer, path = %shown, "http file not modified");
+            if let Some(who) = who {
+                web.recorder.record(
+                    who,
+                    Kind::File {
+                        proto: Proto::Http,
+                        kind,
+                        path: shown,
+                        bytes: 0,
+                        outcome: Outcome::Complete,
+                    },
+                );
+            }
+            return response
+                .status(StatusCode::NOT_MODIFIED)
+                .body(Body::empty())
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+        }
+        httpfile::Answer::Unsatisfiable => {
+            return response
+                .status(StatusCode::RANGE_NOT_SATISFIABLE)
+                .header(header::CONTENT_RANGE, format!("bytes */{len}"))
+                .body(Body::empty())
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response());
+        }
+    };
+    if start > 0
+        && let Err(e) = file.seek(std::io::SeekFrom::Start(start)).await
+    {
+        tracing::warn!(path = %path.display(), error = %e, "boot file seek failed");
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(4);
+    let recorder = web.recorder.clone();
+    let whole = end == len;
+    tokio::spawn(async move {
+        let started = std::time::Instant::now();
+        let want = end - start;
+        let mut sent = 0u64;
+        let mut outcome = Outcome::Complete;
+        while sent < want {
+            let mut buf = vec![0u8; CHUNK.min((want - sent) as usize)];
+            let n = match file.read(&mut buf).await {
+                Ok(0) | Err(_) => {
+                    outcome = Outcome::Aborted;
+                    break;
+                }
+                Ok(n) => n,
+            };
+            buf.truncate(n);
+            if tx.send(Ok(buf.into())).await.is_err() {
+                outcome = Outcome::Aborted;
+                break;
+            }
+            sent += n as u64;
+        }
+        // The channel holds a few chunks: the transfer is done when the body took them all.
+        tx.closed().await;
+        tracing::info!(peer = %peer, path = %shown, bytes = sent, from = start, ms = started.elapsed().as_millis() as u64, ?outcome, "http file");
+        // A range that stops short of the end leaves the file incomplete on the client.
+        if outcome == Outcome::Complete && !whole {
+            outcome = Outcome::Aborted;
+        }
+        trace_file(&recorder, peer, received, shown.clone(), sent);
+        if let Some(who) = who {
+            recorder.record(
+                who,
+                Kind::File {
+                    proto: Proto::Http,
+                    kind,
+                    path: shown,
+                    bytes: sent,
+                    outcome,
+                },
+            );
+        }
+    });
+    let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let mut response = response
+        .status(status)
+        .header(header::CONTENT_LENGTH, end - start)
+        .header(header::CONTENT_TYPE, "application/octet-stream");
+    if status == StatusCode::PARTIAL_CONTENT {
+        response = response.header(
+            header::CONTENT_RANGE,
+            format!("bytes {start}-{}/{len}", end - 1),
+        );
+    }
+    response
+        .body(body)
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}

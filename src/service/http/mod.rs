@@ -1,0 +1,147 @@
+//! HTTP: boot files and per-client iPXE scripts under `/boot/`, the JSON API under `/api/v1/`,
+//! the dashboard at `/`. Every boot file sent is recorded when its last byte has been handed
+//! to the connection, so the kernel phase ends when the download does.
+//!
+//! Connections are accepted here (HTTP/1.1 through hyper), not by `axum::serve`, to bound
+//! them: `limits.http_connections` in all and `limits.http_per_client` per address (past
+//! them a connection is closed at once and counted as refused), a request's headers must
+//! arrive within `limits.http_header_timeout` (hyper's header timer, which also runs while a
+//! kept-alive connection waits for its next request), and a connection that moves no byte
+//! either way for `limits.http_idle_timeout` is closed (a stalled download too; the event
+//! stream sends something every second).
+//!
+//! The rooms: `boot.rs` (scripts and boot files), `callbacks.rs` (the booted system's own
+//! calls), `api.rs` (the JSON API), `guard.rs` (tokens), `conn.rs` (one connection under
+//! hyper, and its idle watch). This file accepts connections and holds the routes.
+
+mod api;
+mod boot;
+mod callbacks;
+mod conn;
+mod guard;
+
+use crate::config::Config;
+use crate::record::egress::Egress;
+use crate::record::{Recorder, Records, Service};
+use crate::shutdown::Shutdown;
+use api::{
+    boot_console, boots, clients, compare, egress, pools, release_lease, stream, wave_by_id, waves,
+};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use boot::{boot_script, image_file, loader};
+use callbacks::{booted, failed};
+use conn::serve_connection;
+use guard::read_guard;
+use std::sync::Arc;
+
+/// What the HTTP handlers share.
+#[derive(Clone)]
+pub struct Web {
+    pub config: Arc<Config>,
+    pub recorder: Recorder,
+    pub records: Arc<Records>,
+    pub egress: Arc<Egress>,
+    /// Who is at which address (`service::identity`).
+    pub identity: super::identity::Identity,
+    /// The server's links (their pacing figures, for /metrics).
+    pub links: Arc<super::links::Links>,
+    /// The DHCP service, for the actions on the lease table.
+    pub dhcp: super::dhcp::Commands,
+}
+
+/// Serves `listener`: plain HTTP, or HTTPS with `tls` (`server.tls`, the same routes; its
+/// connection limits are its own).
+pub async fn serve(
+    listener: super::Listener,
+    web: Web,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
+    let limits = web.config.limits.clone();
+    let recorder = web.recorder.clone();
+    let app = router(web);
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.http_connections));
+    let per_client = super::bounds::PerAddress::new(limits.http_per_client);
+    static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+    loop {
+        let Some((stream, peer, paced)) = super::accept(&listener, &shutdown, "http").await else {
+            break;
+        };
+        let held = match slots.clone().try_acquire_owned() {
+            Ok(total) => per_client.take(peer.ip()).map(|one| (total, one)),
+            Err(_) => None,
+        };
+        let Some(held) = held else {
+            // Closed at once: a refused connection costs no task and no buffer.
+            recorder.refused(Service::Http);
+            if let Some(suppressed) = REFUSED.allow() {
+                tracing::warn!(%peer, total = limits.http_connections,
+                    per_client = limits.http_per_client, suppressed,
+                    "http connection refused: too many");
+            }
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let service = app.clone();
+        let stop = shutdown.clone();
+        let limits = limits.clone();
+        let tls = tls.clone();
+        shutdown.spawn(async move {
+            let _held = (held, paced);
+            serve_connection(stream, peer, service, &limits, tls, stop).await;
+        });
+    }
+    Ok(())
+}
+
+pub fn router(web: Web) -> axum::Router {
+    axum::Router::new()
+        .route("/boot/script/{mac}", get(boot_script))
+        .route("/boot/loaders/{file}", get(loader))
+        .route("/boot/{image}/{*file}", get(image_file))
+        .route("/api/v1/booted", post(booted))
+        .route("/api/v1/failed", post(failed))
+        .route("/api/v1/boots", get(boots))
+        .route("/api/v1/boots/{id}/console", get(boot_console))
+        .route("/api/v1/waves", get(waves))
+        .route("/api/v1/waves/{id}", get(wave_by_id))
+        .route("/api/v1/compare", get(compare))
+        .route("/api/v1/egress", get(egress))
+        .route("/api/v1/stream", get(stream))
+        .route("/metrics", get(super::metrics::render))
+        .route("/api/v1/pools", get(pools))
+        .route("/api/v1/images", get(super::images_api::images))
+        .route("/api/v1/clients", get(clients))
+        .route("/api/v1/leases/{mac}/release", post(release_lease))
+        .merge(super::web::routes())
+        .layer(axum::middleware::from_fn_with_state(
+            web.clone(),
+            read_guard,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            web.clone(),
+            count_request,
+        ))
+        .with_state(web)
+}
+
+/// Counts every request, and those answered with a 4xx as refused, for `/metrics`.
+async fn count_request(
+    State(web): State<Web>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    web.recorder.request(Service::Http);
+    let res = next.run(req).await;
+    if res.status().is_client_error() {
+        web.recorder.refused(Service::Http);
+    }
+    res
+}
+
+fn not_found(what: &str) -> Response {
+    (StatusCode::NOT_FOUND, format!("{what}\n")).into_response()
+}

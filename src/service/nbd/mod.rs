@@ -1,0 +1,377 @@
+//! NBD service: serves the root images (`export::image`) over TCP, read-only or, for images
+//! with `cow:`, writable through a per-client copy-on-write overlay (`service::overlays`,
+//! `export::cow`), speaking the fixed-newstyle handshake and simple replies of `proto::nbd`.
+//! It loads `store: ram` images into memory before serving. It owns the limits: a cap on
+//! connections, a handshake deadline, a bound on requests and bytes in flight, TCP keepalive
+//! for clients that vanish, write timeouts; and it records each attach and the bytes read.
+//!
+//! There is no plain idle timeout once a client is attached: a booted kernel client can go
+//! minutes without touching its root and would lose it. Keepalive finds peers that powered
+//! off. Instead, connections are capped per source address (`limits.nbd_per_client`), and
+//! when every slot is taken a new connection takes the slot of the attached connection that
+//! has been idle longest, if that one has been idle `limits.nbd_idle_timeout` or more: a
+//! stranger holding idle connections cannot lock the room out, and a quiet booted client is
+//! only disconnected when its slot is needed.
+//!
+//! The rooms: `handshake.rs` (option haggling up to an attached export), `transmit.rs` (the
+//! request loop and which path each READ takes), `ops.rs` (requests run on a blocking
+//! thread), `reply.rs` (replies and their pooled buffers), `writer.rs` (the sending side:
+//! batched writev, inline sends from the page cache or the image's mapping), `idle.rs`
+//! (which connection gives its slot up). This file holds the limits, the accept loop and a
+//! connection's life.
+
+mod handshake;
+mod idle;
+mod ops;
+mod reply;
+mod transmit;
+mod writer;
+
+use crate::config::Config;
+use crate::export::image::{self, BlockImage};
+use crate::export::mapping::Mapping;
+use crate::record::event::{Detach, now_micros};
+use crate::record::{Kind, Proto, Recorder, Records, Service, Who};
+use crate::service::identity::Identity;
+use crate::service::overlays::{Lease, Overlays};
+use crate::shutdown::Shutdown;
+use crate::trace::format::What;
+use handshake::HandshakeEnd;
+use idle::{Activity, IdleConns};
+use reply::BufPool;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+
+/// The service's bounds. `Default` is what the daemon uses; tests shrink them.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Connections served at once; more are accepted and closed at once (counted), unless
+    /// an idle one gives its slot up (`idle_timeout`).
+    pub max_connections: usize,
+    /// Connections served at once from one address; more are closed at once (counted).
+    pub per_client: usize,
+    /// An attached connection that sent no request for this long gives its slot to a new
+    /// connection that finds every slot taken.
+    pub idle_timeout: Duration,
+    /// Requests one connection may have in flight; the next is not read until one is
+    /// answered, so a pipelining client is pushed back through TCP.
+    pub max_in_flight: usize,
+    /// A client must finish option haggling within this.
+    pub handshake_timeout: Duration,
+    /// A reply the client does not take within this ends the connection.
+    pub write_timeout: Duration,
+    /// How long a copy-on-write overlay outlives its client's last connection (and how long
+    /// overlays kept on disk from before a restart wait to be claimed).
+    pub cow_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits::of(&crate::config::Limits::default())
+    }
+}
+
+impl Limits {
+    /// The bounds `pools.yaml`'s `limits` section sets; the rest are fixed.
+    pub fn of(l: &crate::config::Limits) -> Limits {
+        Limits {
+            max_connections: l.nbd_connections,
+            per_client: l.nbd_per_client,
+            idle_timeout: l.nbd_idle_timeout,
+            max_in_flight: 64,
+            handshake_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(60),
+            cow_grace: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Read buffers held across all connections; one READ may be up to 32 MiB.
+const BUFFER_BUDGET: usize = 256 << 20;
+/// After DISC or shutdown, how long in-flight replies may take.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Keepalive: first probe after this much silence, then every interval, give up after retries.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_RETRIES: u32 = 6;
+/// How often image mappings whose file was deleted or replaced are let go of.
+const FORGET_STALE_EVERY: Duration = Duration::from_secs(30);
+
+/// What the service has seen, for logs now and metrics later.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub connections: AtomicU64,
+    /// Connections closed at once because `Limits::max_connections` were open.
+    pub refused: AtomicU64,
+    pub attached: AtomicU64,
+    /// Bad magic, unknown flags, oversized or unparsable options, absurd requests.
+    pub malformed: AtomicU64,
+    /// Transmission requests answered with an error.
+    pub errors: AtomicU64,
+    pub reads: AtomicU64,
+    pub bytes: AtomicU64,
+    /// WRITE requests done on copy-on-write exports, and their payload bytes.
+    pub writes: AtomicU64,
+    pub written: AtomicU64,
+    /// Writes refused because the client's overlay bound was reached.
+    pub no_space: AtomicU64,
+}
+
+/// What every connection shares: images held in memory, the overlays, the records.
+struct Exports {
+    ram: HashMap<String, Arc<Vec<u8>>>,
+    pool: BufPool,
+    overlays: Arc<Overlays>,
+    records: Arc<Records>,
+    identity: Identity,
+}
+
+pub async fn serve(
+    listener: super::Listener,
+    config: Arc<Config>,
+    recorder: Recorder,
+    records: Arc<Records>,
+    identity: Identity,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
+    let limits = Limits::of(&config.limits);
+    let stats = Arc::default();
+    serve_with(
+        listener, config, recorder, records, identity, shutdown, limits, stats,
+    )
+    .await
+}
+
+/// `serve` within `limits`, counting into `stats`.
+// The shared dependencies become one value when every service starts from one table (the
+// service contract of issue 20); until then they are listed.
+#[allow(clippy::too_many_arguments)]
+pub async fn serve_with(
+    listener: super::Listener,
+    config: Arc<Config>,
+    recorder: Recorder,
+    records: Arc<Records>,
+    identity: Identity,
+    shutdown: Shutdown,
+    limits: Limits,
+    stats: Arc<Stats>,
+) -> anyhow::Result<()> {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let per_client = super::bounds::PerAddress::new(limits.per_client);
+    let idle = Arc::new(IdleConns::default());
+    static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+    let buffers = Arc::new(Semaphore::new(BUFFER_BUDGET));
+    // Clients that connect meanwhile wait in the listen backlog.
+    let c = config.clone();
+    let ram = tokio::task::spawn_blocking(move || image::load_ram(&c)).await??;
+    let exports = Arc::new(Exports {
+        ram,
+        pool: BufPool::new(),
+        overlays: Overlays::new(&config, limits.cow_grace, shutdown.clone()),
+        records,
+        identity,
+    });
+    tracing::info!(exports = ?image::export_names(&config), "nbd serving");
+    let mut sweep = tokio::time::interval(FORGET_STALE_EVERY);
+    loop {
+        let accepted = tokio::select! {
+            r = super::accept(&listener, &shutdown, "nbd") => r,
+            _ = sweep.tick() => {
+                // An image deleted or replaced: free its mapping (and disk space) once unused.
+                tokio::task::spawn_blocking(Mapping::forget_stale);
+                continue;
+            }
+        };
+        let Some((stream, peer, paced)) = accepted else {
+            break;
+        };
+        let refuse = |why: &'static str| {
+            stats.refused.fetch_add(1, Relaxed);
+            recorder.refused(Service::Nbd);
+            if let Some(suppressed) = REFUSED.allow() {
+                tracing::warn!(%peer, max = limits.max_connections, per_client = limits.per_client,
+                    suppressed, "nbd connection refused: {why}");
+            }
+        };
+        let Some(mine) = per_client.take(peer.ip()) else {
+            refuse("too many from this address");
+            continue;
+        };
+        let slot = match slots.clone().try_acquire_owned() {
+            Ok(slot) => Some(slot),
+            // Every slot taken: the longest-idle attached connection may give its up.
+            Err(_) if idle.evict_one(limits.idle_timeout) => None,
+            Err(_) => {
+                refuse("too many");
+                continue;
+            }
+        };
+        stats.connections.fetch_add(1, Relaxed);
+        let activity = idle.register();
+        let conn = Conn {
+            peer,
+            config: config.clone(),
+            recorder: recorder.clone(),
+            shutdown: shutdown.clone(),
+            stats: stats.clone(),
+            buffers: buffers.clone(),
+            exports: exports.clone(),
+            limits,
+            activity,
+        };
+        let slots = slots.clone();
+        shutdown.spawn(async move {
+            let _mine = (mine, paced);
+            let _slot = match slot {
+                Some(s) => s,
+                // The evicted connection lets go of its slot as it ends.
+                None => match tokio::time::timeout(DRAIN_TIMEOUT, slots.acquire_owned()).await {
+                    Ok(Ok(s)) => s,
+                    _ => return,
+                },
+            };
+            conn.run(stream).await;
+        });
+    }
+    tracing::info!(
+        connections = stats.connections.load(Relaxed),
+        attached = stats.attached.load(Relaxed),
+        refused = stats.refused.load(Relaxed),
+        malformed = stats.malformed.load(Relaxed),
+        reads = stats.reads.load(Relaxed),
+        bytes = stats.bytes.load(Relaxed),
+        "nbd stopped"
+    );
+    Ok(())
+}
+struct Conn {
+    peer: SocketAddr,
+    config: Arc<Config>,
+    recorder: Recorder,
+    shutdown: Shutdown,
+    stats: Arc<Stats>,
+    buffers: Arc<Semaphore>,
+    exports: Arc<Exports>,
+    limits: Limits,
+    activity: Activity,
+}
+/// What a connection is attached to: the image, and the client's overlay if it is writable.
+struct Attached {
+    image: Arc<BlockImage>,
+    cow: Option<Lease>,
+}
+impl Conn {
+    fn who(&self) -> Option<Who> {
+        super::ipv4_of(self.peer.ip()).map(Who::Ip)
+    }
+
+    async fn run(self, mut stream: TcpStream) {
+        let started = Instant::now();
+        let received = now_micros();
+        let _ = stream.set_nodelay(true);
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(KEEPALIVE_IDLE)
+            .with_interval(KEEPALIVE_INTERVAL)
+            .with_retries(KEEPALIVE_RETRIES);
+        let sock = socket2::SockRef::from(&stream);
+        if let Err(e) = sock.set_tcp_keepalive(&keepalive) {
+            tracing::warn!(peer = %self.peer, error = %e, "nbd cannot set keepalive");
+        }
+        // Unacknowledged replies to a vanished peer also end the connection.
+        let _ = sock.set_tcp_user_timeout(Some(self.limits.write_timeout));
+
+        let handshake = tokio::select! {
+            r = tokio::time::timeout(self.limits.handshake_timeout, self.handshake(&mut stream)) => r,
+            _ = self.shutdown.wait() => return,
+        };
+        let attached = match handshake {
+            Ok(Ok(a)) => a,
+            Ok(Err(end)) => {
+                if matches!(
+                    end,
+                    HandshakeEnd::Malformed(_) | HandshakeEnd::TooManyOptions
+                ) {
+                    self.stats.malformed.fetch_add(1, Relaxed);
+                    self.recorder.malformed(Service::Nbd);
+                }
+                match end {
+                    HandshakeEnd::Aborted => {
+                        tracing::debug!(peer = %self.peer, "nbd handshake aborted by client")
+                    }
+                    HandshakeEnd::Io(e) => {
+                        tracing::debug!(peer = %self.peer, error = %e, "nbd handshake ended")
+                    }
+                    end => {
+                        static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                        if let Some(suppressed) = REFUSED.allow() {
+                            tracing::warn!(peer = %self.peer, reason = %end, suppressed,
+                                "nbd handshake refused")
+                        }
+                    }
+                }
+                return;
+            }
+            Err(_) => {
+                static SLOW: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                if let Some(suppressed) = SLOW.allow() {
+                    tracing::warn!(peer = %self.peer, suppressed, "nbd handshake timed out");
+                }
+                return;
+            }
+        };
+        self.stats.attached.fetch_add(1, Relaxed);
+        let export = attached.image.name().to_string();
+        if let Some(who) = self.who() {
+            self.recorder.record(
+                who,
+                Kind::RootAttach {
+                    proto: Proto::Nbd,
+                    export: export.clone(),
+                },
+            );
+        }
+        if let Some(Who::Ip(ip)) = self.who() {
+            let what = What::Nbd {
+                cmd: "attach".into(),
+                offset: 0,
+                len: 0,
+                export: Some(export.clone()),
+            };
+            self.recorder.tracer().op(ip, received, what);
+        }
+        let cow = attached.cow.is_some();
+        let (requests, bytes, end) = self.transmit(stream, attached).await;
+        // How the client left, for the record (a powered-off or restarted client is gone).
+        let how = match end {
+            "disconnect" => Some(Detach::Disconnect),
+            "client closed" => Some(Detach::Closed),
+            "client reset" => Some(Detach::Reset),
+            _ => None,
+        };
+        if let (Some(how), Some(who)) = (how, self.who()) {
+            self.recorder.record(
+                who,
+                Kind::RootDetach {
+                    proto: Proto::Nbd,
+                    how,
+                },
+            );
+        }
+        tracing::info!(
+            peer = %self.peer, %export, cow, requests, bytes, secs = started.elapsed().as_secs_f64(),
+            end, "nbd connection closed"
+        );
+    }
+}
+
+fn poisoned<T>(e: std::sync::PoisonError<T>) -> T {
+    e.into_inner()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,92 @@
+//! The repository's own rules, checked as a test: every source file opens with a `//!` line
+//! saying what it owns and is named in ARCHITECTURE.md's code map, and `proto/` stays pure
+//! (no tokio, files or sockets).
+
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file under `dir`, sorted.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// How ARCHITECTURE.md may name `rel` (a path under `src/`): its path, its file name, or, for
+/// a folder's `mod.rs`, the folder (`service/nbd/`).
+fn named(map: &str, rel: &str) -> bool {
+    let file = rel.rsplit('/').next().unwrap_or(rel);
+    let quoted = |s: &str| map.contains(&format!("`{s}`")) || map.contains(&format!("`src/{s}`"));
+    match rel.strip_suffix("mod.rs") {
+        Some(dir) if !dir.is_empty() => quoted(dir) || quoted(rel),
+        _ => quoted(rel) || quoted(file),
+    }
+}
+
+#[test]
+fn every_source_file_says_what_it_owns_and_is_in_the_code_map() {
+    let root = src();
+    let map = std::fs::read_to_string(root.join("../ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let mut bad = Vec::new();
+    for path in sources(&root) {
+        let rel = path
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let text = std::fs::read_to_string(&path).unwrap();
+        if !text.starts_with("//!") {
+            bad.push(format!(
+                "src/{rel}:1: does not open with a `//!` line saying what it owns"
+            ));
+        }
+        if !named(&map, &rel) {
+            bad.push(format!(
+                "src/{rel}: not named in ARCHITECTURE.md's code map"
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn proto_imports_no_tokio_files_or_sockets() {
+    let root = src().join("proto");
+    let mut bad = Vec::new();
+    for path in sources(&root) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for banned in ["tokio", "std::fs", "std::net"] {
+                if code.contains(banned) {
+                    bad.push(format!("{}:{}: uses `{banned}`", path.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_code_map_check_names_what_it_misses() {
+    let map = "| `src/app.rs` | x |\n`service/nbd/` (`handshake.rs`)";
+    assert!(named(map, "app.rs"));
+    assert!(named(map, "service/nbd/mod.rs"));
+    assert!(named(map, "service/nbd/handshake.rs"));
+    assert!(!named(map, "service/nbd/transmit.rs"));
+    assert!(!named(map, "export/tree/mod.rs"));
+}
