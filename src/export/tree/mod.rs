@@ -124,7 +124,7 @@ type OpenRoot = (Arc<OwnedFd>, (u64, u64), Instant);
 /// The NFS filesystem: every image tree under one composite root.
 pub struct Tree {
     /// Only ever added to (`add_export`: a revision learned at runtime), so indices stay.
-    images: super::super::slots::Slots<ImageTree>,
+    images: crate::export::slots::Slots<ImageTree>,
     known: RwLock<HashMap<TreeHandle, Known>>,
     listings: Mutex<HashMap<TreeHandle, Arc<Listing>>>,
     /// LOOKUP answers in folders with no listing cached, by (folder, name): a room of
