@@ -276,7 +276,10 @@ fn clients_on_a_full_link_move_to_one_with_room() {
     let fx = Fixture::new();
     let kernel = common::pattern(11, 6 * MIB as usize);
     std::fs::write(fx.image_dir().join("vmlinuz"), &kernel).unwrap();
-    let speeds = format!("  link_speeds: {{ {}: 50mbit, {}: 50mbit }}\n", devs[0], devs[1]);
+    let speeds = format!(
+        "  link_speeds: {{ {}: 50mbit, {}: 50mbit }}\n",
+        devs[0], devs[1]
+    );
     fx.write_config(&config("10.77.7", &devs[0], &speeds));
     let daemon = Daemon::start_without_sysfs(&link, &fx, 1);
     assert!(
@@ -286,7 +289,14 @@ fn clients_on_a_full_link_move_to_one_with_room() {
     );
     let clients: Vec<String> = (61..65).map(|i| format!("10.77.7.{i}")).collect();
     for c in &clients {
-        link.in_client(&["ip", "addr", "add", &format!("{c}/24"), "dev", &link.client_if]);
+        link.in_client(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{c}/24"),
+            "dev",
+            &link.client_if,
+        ]);
     }
     let url = "http://10.77.7.1:8080/boot/demo/vmlinuz";
     let out = fx.path().join("got");

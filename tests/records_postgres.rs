@@ -258,11 +258,19 @@ fn records_in_postgres_survive_kill_9_and_follow_the_retention() {
         let text = fx.config_text();
         assert!(text.contains("  state_dir: var/\n") && text.contains("http: 127.0.0.1:0"));
         let text = text
-            .replacen("portmap: 0 }", &format!("portmap: 0, console: {console_port} }}"), 1)
+            .replacen(
+                "portmap: 0 }",
+                &format!("portmap: 0, console: {console_port} }}"),
+                1,
+            )
             // The client's address is leased from a range of its own, which the server's
             // may not be in.
             .replacen("address: 127.0.0.1\n", "address: 127.0.0.2\n", 1)
-            .replacen("range: 127.0.0.100-127.0.0.199", "range: 127.0.0.1-127.0.0.1", 1)
+            .replacen(
+                "range: 127.0.0.100-127.0.0.199",
+                "range: 127.0.0.1-127.0.0.1",
+                1,
+            )
             .replacen(
                 "  nbd-room:\n    image: demo\n    root: nbd\n",
                 "  nbd-room:\n    image: demo\n    root: nbd\n    netconsole: true\n",
@@ -302,7 +310,10 @@ fn records_in_postgres_survive_kill_9_and_follow_the_retention() {
         assert!(ok, "{err}\n{}", serve_log());
     }
     // Two console lines from the client; the second says its root filesystem was refused.
-    for line in ["Linux version 6.1.0 (test)", "SQUASHFS error: unable to read id index table"] {
+    for line in [
+        "Linux version 6.1.0 (test)",
+        "SQUASHFS error: unable to read id index table",
+    ] {
         let (ok, _, err) = run(
             Command::new("logger").args([
                 "--udp",
@@ -328,7 +339,8 @@ fn records_in_postgres_survive_kill_9_and_follow_the_retention() {
         serve_log()
     );
     assert!(
-        pg.query("SELECT body FROM console").contains("SQUASHFS error"),
+        pg.query("SELECT body FROM console")
+            .contains("SQUASHFS error"),
         "{}",
         serve_log()
     );

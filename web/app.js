@@ -1,5 +1,5 @@
 // The dashboard: hash routes, one function per view, data from the JSON API (docs/api.md).
-import { PHASES, PHASE_COLOUR, PHASE_INK, SERIES, GANTT_SCROLL_ROWS, swatch, gantt, histogram, lines, stacked, strips, pairs, bootBars } from './charts.js';
+import { PHASES, phasesOf, PHASE_COLOUR, PHASE_INK, SERIES, GANTT_SCROLL_ROWS, swatch, gantt, histogram, lines, stacked, strips, pairs, bootBars } from './charts.js';
 
 const main = document.getElementById('main');
 const RUN_NFS = 'bootpool lab --clients 2 --root nfs';
@@ -55,10 +55,10 @@ function empty(text, command) {
   return h('div', { class: 'empty', 'data-testid': 'empty' }, h('p', {}, text), command ? h('pre', {}, h('code', {}, command)) : null);
 }
 
-function legend(counts, waiting = false) {
+function legend(counts, waiting = false, phases = PHASES) {
   const item = (p, text, mark) => h('li', { 'data-phase': p }, mark, ` ${text}`,
     counts ? h('b', { 'data-testid': `count-${p}` }, ` ${counts[p] ?? 0}`) : null);
-  return h('ul', { class: 'legend', 'aria-label': 'phases' }, PHASES.map(p => item(p, p, swatch(p))),
+  return h('ul', { class: 'legend', 'aria-label': 'phases' }, phases.map(p => item(p, p, swatch(p))),
     waiting ? item('waiting', 'waiting / off', h('span', { class: 'swatch-waiting', 'aria-hidden': 'true' })) : null);
 }
 
@@ -255,7 +255,7 @@ async function roomView(el, [poolName], ctx) {
     const c = {};
     for (const b of room.wave.values()) c[b.current_phase] = (c[b.current_phase] ?? 0) + 1;
     c[WAITING] = macs.filter(m => !room.wave.has(m)).length;
-    counts.replaceChildren(legend(c, true));
+    counts.replaceChildren(legend(c, true, phasesOf([...room.wave.values(), ...room.older.values()])));
     const first = [...room.wave.values()].sort((a, b) => a.start - b.start)[0];
     waveLine.replaceChildren(...(first
       ? ['Current wave: ', h('a', { href: `#/wave/${first.id}` }, `wave ${first.id}`), ` powered on ${when(first.start)}, `,
@@ -297,6 +297,7 @@ async function waveView(el, [id], ctx) {
   const chart = h('div', { class: 'chart-box' });
   const hist = h('div', { class: 'chart-box' });
   const protos = [...new Set(w.boots.flatMap(b => Object.keys(b.bytes)))].sort();
+  const shown = phasesOf(w.boots);
   const stat = (name, key, value) => h('div', {}, h('dt', {}, name), h('dd', { 'data-testid': key }, value));
   const sortButton = (key, text) => h('button', {
     type: 'button', 'aria-pressed': String(sortBy === key), 'data-sort': key,
@@ -317,21 +318,21 @@ async function waveView(el, [id], ctx) {
     h('h3', {}, 'Phases per client'),
     h('div', { class: 'toolbar', role: 'group', 'aria-label': 'sort rows' }, 'Sort: ',
       sortButton('total', 'by boot time'), sortButton('start', 'by start'), sortButton('name', 'by name / MAC')),
-    legend(), chart,
+    legend(undefined, false, shown), chart,
     h('h3', {}, 'Boot times'), hist,
     h('h3', {}, 'Phase medians'),
-    h('table', { class: 'num' }, h('thead', {}, h('tr', {}, PHASES.slice(0, -1).map(p => h('th', {}, p)))),
-      h('tbody', {}, h('tr', {}, PHASES.slice(0, -1).map(p => h('td', { 'data-testid': `phase-median-${p}` }, fmtS(sm.phase_median_s[p])))))),
+    h('table', { class: 'num' }, h('thead', {}, h('tr', {}, shown.slice(0, -1).map(p => h('th', {}, p)))),
+      h('tbody', {}, h('tr', {}, shown.slice(0, -1).map(p => h('td', { 'data-testid': `phase-median-${p}` }, fmtS(sm.phase_median_s[p])))))),
     h('h3', {}, 'Per client'),
     h('div', { class: 'scroll' }, h('table', { class: 'num', 'data-testid': 'per-client' },
       h('thead', {}, h('tr', {}, h('th', {}, 'client'), h('th', {}, 'result'), h('th', {}, 'total'),
-        PHASES.slice(0, -1).map(p => h('th', {}, p)), protos.map(p => h('th', {}, `${p} bytes`)))),
+        shown.slice(0, -1).map(p => h('th', {}, p)), protos.map(p => h('th', {}, `${p} bytes`)))),
       h('tbody', {}, w.boots.map(b => h('tr', { 'data-mac': b.mac },
         h('th', {}, h('a', { href: `#/client/${q(b.mac)}` }, label(b.mac))), h('td', {}, b.result),
         h('td', { 'data-testid': 'total' }, fmtS(b.duration_s)),
-        PHASES.slice(0, -1).map(p => h('td', {}, fmtS(b.phases.find(x => x.name === p)?.seconds))),
+        shown.slice(0, -1).map(p => h('td', {}, fmtS(b.phases.find(x => x.name === p)?.seconds))),
         protos.map(p => h('td', { 'data-proto': p }, fmtBytes(b.bytes[p])))))),
-      h('tfoot', {}, h('tr', {}, h('th', { colspan: 3 + PHASES.length - 1 }, 'mean per client'),
+      h('tfoot', {}, h('tr', {}, h('th', { colspan: 3 + shown.length - 1 }, 'mean per client'),
         protos.map(p => h('td', { 'data-testid': `bytes-per-client-${p}` }, fmtBytes(sm.bytes_per_client[p]))))))));
 
   const draw = () => {

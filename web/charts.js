@@ -2,6 +2,15 @@
 // Each function returns an <svg> element sized to the width it is given.
 
 export const PHASES = ['dhcp', 'loader', 'ipxe', 'shim', 'grub', 'kernel', 'initrd', 'root', 'booted'];
+// The Secure Boot chain's phases, shown only where some boot went through them.
+const SECURE_BOOT = ['shim', 'grub'];
+
+// The phases to show for these boots: every one, but the Secure Boot chain's only when one of
+// the boots had them (a room without Secure Boot keeps its legend and tables as narrow as before).
+export function phasesOf(boots) {
+  const had = new Set(boots.flatMap(b => (b.phases ?? []).map(p => p.name)).concat(boots.map(b => b.current_phase)));
+  return PHASES.filter(p => !SECURE_BOOT.includes(p) || had.has(p));
+}
 
 // Okabe-Ito: distinguishable with the common colour-vision deficiencies.
 export const PHASE_COLOUR = {

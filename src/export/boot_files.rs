@@ -238,6 +238,30 @@ pub fn handed_out(config: &Config, name: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// Debian's signed loaders read as signed from disk, and its iPXE build as not (the file
+    /// reading lives here: `proto` touches no files).
+    #[test]
+    fn debians_signed_loaders_are_and_ipxe_is_not() {
+        for (path, want) in [
+            ("/usr/lib/shim/shimx64.efi.signed", true),
+            (
+                "/usr/lib/grub/x86_64-efi-signed/grubnetx64.efi.signed",
+                true,
+            ),
+            ("/usr/lib/ipxe/snponly.efi", false),
+        ] {
+            if let Ok(bytes) = std::fs::read(path) {
+                assert_eq!(
+                    crate::proto::pe::signed(
+                        &bytes[..crate::proto::pe::HEADER_BYTES.min(bytes.len())]
+                    ),
+                    Ok(want),
+                    "{path}"
+                );
+            }
+        }
+    }
+
     /// A PE32+ header whose certificate table is `size` bytes (0: unsigned).
     pub(crate) fn efi_image(size: u32) -> Vec<u8> {
         let mut b = vec![0u8; 1024];

@@ -317,7 +317,19 @@ mod tests {
         );
         assert_eq!(u32_at(&r, 8), Some(7));
         let body = &r[NLMSG_HDR..];
-        assert_eq!(&body[..8], &[AF_INET, 24, 0, 0, 0, RTPROT_STATIC, RT_SCOPE_LINK, RTN_UNICAST]);
+        assert_eq!(
+            &body[..8],
+            &[
+                AF_INET,
+                24,
+                0,
+                0,
+                0,
+                RTPROT_STATIC,
+                RT_SCOPE_LINK,
+                RTN_UNICAST
+            ]
+        );
         let attrs = attributes(&body[RTMSG..]).unwrap();
         let kinds: Vec<u16> = attrs.iter().map(|(k, _)| *k).collect();
         assert_eq!(kinds, [RTA_TABLE, RTA_DST, RTA_OIF, RTA_PREFSRC]);

@@ -114,6 +114,10 @@ fn ask(socket: &OwnedFd, request: &[u8]) -> std::io::Result<i32> {
     if n < 0 {
         return Err(Error::last_os_error());
     }
-    netlink::ack(&buf[..n as usize])
-        .ok_or_else(|| Error::new(ErrorKind::InvalidData, "no netlink answer to a route request"))
+    netlink::ack(&buf[..n as usize]).ok_or_else(|| {
+        Error::new(
+            ErrorKind::InvalidData,
+            "no netlink answer to a route request",
+        )
+    })
 }

@@ -223,7 +223,9 @@ impl Steering {
         match super::link_routes::install(&routes, subnet.network, subnet.prefix) {
             Ok(()) => {
                 for w in &blocking {
-                    tracing::warn!("server.links: {w}: clients may reach a link's address by another NIC (docs/links.md)");
+                    tracing::warn!(
+                        "server.links: {w}: clients may reach a link's address by another NIC (docs/links.md)"
+                    );
                 }
                 tracing::info!(links = ?devices, "replies leave by the link they were asked on, \
                     or by another the pacer moves them to (a routing table per link, by socket mark)");

@@ -297,7 +297,8 @@ impl Pacer {
         }
         let mut plans = Vec::with_capacity(self.links.len());
         for (i, link) in self.links.iter().enumerate() {
-            let plan = fair_share::plan(Some(link.capacity_bps), seconds, &seen[i], conns.boosts[i]);
+            let plan =
+                fair_share::plan(Some(link.capacity_bps), seconds, &seen[i], conns.boosts[i]);
             conns.boosts[i] = match plan.share {
                 Some(_) => {
                     let budget = fair_share::budget(link.capacity_bps);
@@ -327,7 +328,10 @@ impl Pacer {
         let recently: Vec<Ipv4Addr> = conns
             .all
             .values()
-            .filter(|c| c.moved.is_some_and(|t| now.duration_since(t) < rebalance::COOLDOWN))
+            .filter(|c| {
+                c.moved
+                    .is_some_and(|t| now.duration_since(t) < rebalance::COOLDOWN)
+            })
             .map(|c| c.client)
             .collect();
         let loads: Vec<LinkLoad> = self

@@ -150,7 +150,9 @@ mod tests {
     }
 
     fn wanting(first: u8, n: u8) -> Vec<ClientLoad> {
-        (first..first + n).map(|i| client(i, f64::INFINITY)).collect()
+        (first..first + n)
+            .map(|i| client(i, f64::INFINITY))
+            .collect()
     }
 
     fn link(budget: f64, carried: f64, clients: Vec<ClientLoad>) -> LinkLoad {
@@ -204,7 +206,10 @@ mod tests {
         ];
         assert_eq!(moves(&links), []);
         // Nobody wanting, nothing to do; one link, nowhere to go.
-        assert_eq!(moves(&[link(28.0 * MB, 28.0 * MB, vec![client(1, 28.0 * MB)])]), []);
+        assert_eq!(
+            moves(&[link(28.0 * MB, 28.0 * MB, vec![client(1, 28.0 * MB)])]),
+            []
+        );
         assert_eq!(moves(&[link(28.0 * MB, 28.0 * MB, wanting(1, 6))]), []);
     }
 
