@@ -167,6 +167,16 @@ fn replies_leave_by_the_link_they_were_asked_on() {
     drop(daemon);
 }
 
+/// Four client addresses, `SUBNET.61` to `.64`, on the client namespace's switch.
+fn four_clients(link: &Link, subnet: &str) -> Vec<String> {
+    let clients: Vec<String> = (61..65).map(|i| format!("{subnet}.{i}")).collect();
+    for c in &clients {
+        let cidr = format!("{c}/24");
+        link.in_client(&["ip", "addr", "add", &cidr, "dev", &link.client_if]);
+    }
+    clients
+}
+
 /// A download by `client` (one of the client namespace's addresses) of `path`.
 fn download(link: &Link, from: &str, url: &str) -> Child {
     Link::command(
@@ -199,17 +209,7 @@ fn clients_on_a_full_link_are_paced_to_shares_of_it() {
     let speeds = format!("  link_speeds: {{ {dev}: 50mbit }}\n");
     fx.write_config(&config("10.77.6", &dev, &speeds));
     let _daemon = Daemon::start_without_sysfs(&link, &fx, 1);
-    let clients: Vec<String> = (61..65).map(|i| format!("10.77.6.{i}")).collect();
-    for c in &clients {
-        link.in_client(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("{c}/24"),
-            "dev",
-            &link.client_if,
-        ]);
-    }
+    let clients = four_clients(&link, "10.77.6");
     let budget = series(
         &metrics(&link, "127.0.0.1"),
         "bootpool_pacing_budget_bytes",
@@ -287,17 +287,7 @@ fn clients_on_a_full_link_move_to_one_with_room() {
         "{}",
         daemon.log_text()
     );
-    let clients: Vec<String> = (61..65).map(|i| format!("10.77.7.{i}")).collect();
-    for c in &clients {
-        link.in_client(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("{c}/24"),
-            "dev",
-            &link.client_if,
-        ]);
-    }
+    let clients = four_clients(&link, "10.77.7");
     let url = "http://10.77.7.1:8080/boot/demo/vmlinuz";
     let out = fx.path().join("got");
     std::fs::create_dir_all(&out).unwrap();

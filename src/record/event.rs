@@ -109,8 +109,15 @@ pub enum Kind {
     RootAttach { proto: Proto, export: String },
     /// Root filesystem payload sent to the client since its last RootRead event.
     RootRead { proto: Proto, bytes: u64 },
-    /// A root connection of the client ended (NBD always; NFS only when reset).
-    RootDetach { proto: Proto, how: Detach },
+    /// A root connection of the client ended (NBD always; NFS only when reset). `since`: when
+    /// the connection was accepted, so that an earlier boot's connection ending (reset by the
+    /// client's new kernel at the same address) is not taken for the current boot's.
+    RootDetach {
+        proto: Proto,
+        how: Detach,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since: Option<Micros>,
+    },
     /// The client reported that it is up (`POST /api/v1/booted`).
     /// `root_bytes`: what the client says its root read over the network (its kernel's count).
     Booted {

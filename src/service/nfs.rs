@@ -258,6 +258,7 @@ impl Conn {
         let _ = s.set_read_timeout(Some(POLL));
         let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
         let started = Instant::now();
+        let accepted = crate::record::event::now_micros();
         let mut heard = Instant::now();
         let mut inbuf = BytesMut::with_capacity(64 * 1024);
         let mut chunk = vec![0u8; 64 * 1024];
@@ -343,6 +344,7 @@ impl Conn {
                 Kind::RootDetach {
                     proto: Proto::Nfs,
                     how: Detach::Reset,
+                    since: Some(accepted),
                 },
             );
         }

@@ -359,6 +359,7 @@ impl Conn {
                 Kind::RootDetach {
                     proto: Proto::Nbd,
                     how,
+                    since: Some(received),
                 },
             );
         }
