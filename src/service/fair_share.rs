@@ -46,8 +46,9 @@ pub struct Seen {
 pub struct Plan {
     /// Per connection, in the order given: its cap in bytes/s, `None` for none.
     pub caps: Vec<Option<u64>>,
-    /// Clients that sent something or had bytes waiting.
-    pub clients: usize,
+    /// Clients that sent something or had bytes waiting, with their demands: bytes/s sent, or
+    /// infinite when they wanted more (what `rebalance` weighs).
+    pub active: Vec<(Ipv4Addr, f64)>,
     /// Clients that wanted more than they got.
     pub wanting: usize,
     /// One client's share (bytes/s) when the link is paced.
@@ -61,16 +62,23 @@ pub struct Plan {
 /// unknown capacity, nor while at most one client is active: a client alone keeps the whole
 /// link (fairness has nothing to do, and the headroom would cost it a tenth).
 pub fn plan(capacity_bps: Option<u64>, seconds: f64, conns: &[Seen], boost: f64) -> Plan {
-    let clients = by_client(conns);
+    let mut clients: BTreeMap<Ipv4Addr, Vec<usize>> = BTreeMap::new();
+    for (i, c) in conns.iter().enumerate() {
+        clients.entry(c.client).or_default().push(i);
+    }
     let demands: Vec<f64> = conns.iter().map(|c| demand(c, seconds)).collect();
-    let active: Vec<f64> = active_clients(&clients, conns, &demands)
-        .map(|(_, d)| d)
+    // A client's demand: infinite if any of its connections wants more, else their sum.
+    let active: Vec<(Ipv4Addr, f64)> = clients
+        .iter()
+        .filter(|(_, m)| m.iter().any(|&i| conns[i].sent > 0 || conns[i].unsent > 0))
+        .map(|(c, m)| (*c, m.iter().map(|&i| demands[i]).sum()))
         .collect();
-    let wanting = active.iter().filter(|d| d.is_infinite()).count();
+    let wanting = active.iter().filter(|(_, d)| d.is_infinite()).count();
     let carried = conns.iter().map(|c| c.sent).sum::<u64>() as f64 / seconds.max(1e-3);
+    let levels: Vec<f64> = active.iter().map(|&(_, d)| d).collect();
     let unpaced = Plan {
         caps: vec![None; conns.len()],
-        clients: active.len(),
+        active,
         wanting,
         share: None,
         carried: carried as u64,
@@ -78,10 +86,10 @@ pub fn plan(capacity_bps: Option<u64>, seconds: f64, conns: &[Seen], boost: f64)
     let Some(capacity) = capacity_bps.filter(|c| *c > 0) else {
         return unpaced;
     };
-    if active.len() <= 1 {
+    if levels.len() <= 1 {
         return unpaced;
     }
-    let share = level(budget(capacity) * boost.clamp(1.0, MAX_BOOST), &active);
+    let share = level(budget(capacity) * boost.clamp(1.0, MAX_BOOST), &levels);
     let mut caps = vec![None; conns.len()];
     for members in clients.values() {
         let mine: Vec<f64> = members.iter().map(|&i| demands[i]).collect();
@@ -95,36 +103,6 @@ pub fn plan(capacity_bps: Option<u64>, seconds: f64, conns: &[Seen], boost: f64)
         share: Some(share as u64),
         ..unpaced
     }
-}
-
-/// Each client's connections (indexes into `conns`).
-fn by_client(conns: &[Seen]) -> BTreeMap<Ipv4Addr, Vec<usize>> {
-    let mut clients: BTreeMap<Ipv4Addr, Vec<usize>> = BTreeMap::new();
-    for (i, c) in conns.iter().enumerate() {
-        clients.entry(c.client).or_default().push(i);
-    }
-    clients
-}
-
-/// The clients that sent something or had bytes waiting during the round, with their demand:
-/// infinite if any of their connections wanted more, else what they sent together, bytes/s.
-fn active_clients<'a>(
-    clients: &'a BTreeMap<Ipv4Addr, Vec<usize>>,
-    conns: &'a [Seen],
-    demands: &'a [f64],
-) -> impl Iterator<Item = (Ipv4Addr, f64)> + 'a {
-    clients
-        .iter()
-        .filter(|(_, m)| m.iter().any(|&i| conns[i].sent > 0 || conns[i].unsent > 0))
-        .map(|(c, m)| (*c, m.iter().map(|&i| demands[i]).sum()))
-}
-
-/// The active clients of a link after a round of `seconds` and their demands (as `plan` counts
-/// them), for `rebalance`.
-pub fn demands(seconds: f64, conns: &[Seen]) -> Vec<(Ipv4Addr, f64)> {
-    let clients = by_client(conns);
-    let demands: Vec<f64> = conns.iter().map(|c| demand(c, seconds)).collect();
-    active_clients(&clients, conns, &demands).collect()
 }
 
 /// What the paced connections of a link of `capacity_bps` may send together, bytes/s.
@@ -237,7 +215,7 @@ mod tests {
         let each = budget(100 * MBIT) / 4.0;
         assert_caps(&p.caps, &[cap(each); 4]);
         assert_caps(&[p.share], &[cap(each)]);
-        assert_eq!((p.clients, p.wanting), (4, 4));
+        assert_eq!((p.active.len(), p.wanting), (4, 4));
         // The headroom: together they are held to 90% of the link, as payload.
         let sum: u64 = p.caps.iter().flatten().sum();
         assert!(sum as f64 <= 100e6 / 8.0 * HEADROOM, "{sum}");
@@ -258,7 +236,7 @@ mod tests {
         assert_caps(&[p.share], &[cap(level)]);
         // Everyone is capped at the level; the light client stays under it by itself.
         assert_caps(&p.caps, &[cap(level); 3]);
-        assert_eq!((p.clients, p.wanting), (3, 2));
+        assert_eq!((p.active.len(), p.wanting), (3, 2));
     }
 
     #[test]
@@ -277,7 +255,7 @@ mod tests {
         // Client 1 has three connections wanting more, client 2 one: equal shares per client.
         let conns = [hungry(1), hungry(1), hungry(1), hungry(2)];
         let p = plan(Some(1000 * MBIT), 1.0, &conns, 1.0);
-        assert_eq!(p.clients, 2);
+        assert_eq!(p.active.len(), 2);
         assert_caps(&[p.share], &[cap(b / 2.0)]);
         assert_caps(
             &p.caps,
@@ -294,7 +272,7 @@ mod tests {
         // One client, however many connections, keeps the whole link.
         let p = plan(Some(100 * MBIT), 1.0, &[hungry(1), hungry(1)], 1.0);
         assert_eq!(p.caps, vec![None, None]);
-        assert_eq!((p.clients, p.share), (1, None));
+        assert_eq!((p.active.len(), p.share), (1, None));
         // Clients that are connected but sent nothing are not competing.
         let idle = using(2, 0, None);
         let p = plan(
@@ -304,13 +282,13 @@ mod tests {
             1.0,
         );
         assert_eq!(p.caps, vec![None; 3]);
-        assert_eq!(p.clients, 1);
+        assert_eq!(p.active.len(), 1);
         // Unknown capacity (loopback, a veth without server.link_speeds): never paced.
         let conns: Vec<Seen> = (1..=8).map(hungry).collect();
         for unknown in [None, Some(0)] {
             let p = plan(unknown, 1.0, &conns, 1.0);
             assert_eq!(p.caps, vec![None; 8]);
-            assert_eq!((p.clients, p.wanting, p.share), (8, 8, None));
+            assert_eq!((p.active.len(), p.wanting, p.share), (8, 8, None));
         }
     }
 

@@ -180,7 +180,8 @@ pub fn check(conf: &[(String, HostConf)]) -> (Vec<String>, Vec<String>) {
 /// connections.
 struct Steering {
     devices: Vec<(Ipv4Addr, String)>,
-    /// The marks of `link_routes`, in the order of `devices`, when the tables are installed.
+    /// Each link's routing table is installed: sockets are marked (`link_routes::mark` of the
+    /// link's place in `devices`), not bound.
     marked: bool,
     /// The kernel refused (EPERM: before Linux 5.7 binding needs CAP_NET_RAW); said once.
     refused: AtomicBool,

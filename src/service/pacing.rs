@@ -311,21 +311,14 @@ impl Pacer {
             plans.push(plan);
         }
         if self.movable {
-            self.rebalance(&mut conns, &seen, &plans, seconds, now);
+            self.rebalance(&mut conns, &plans, now);
         }
     }
 
     /// Moves the clients `rebalance::moves` names: every connection of the client on the link
     /// it leaves is marked for the other, and starts there at a client's share.
-    fn rebalance(
-        &self,
-        conns: &mut Conns,
-        seen: &[Vec<Seen>],
-        plans: &[fair_share::Plan],
-        seconds: f64,
-        now: Instant,
-    ) {
-        let recently: Vec<Ipv4Addr> = conns
+    fn rebalance(&self, conns: &mut Conns, plans: &[fair_share::Plan], now: Instant) {
+        let recently: std::collections::BTreeSet<Ipv4Addr> = conns
             .all
             .values()
             .filter(|c| {
@@ -337,13 +330,14 @@ impl Pacer {
         let loads: Vec<LinkLoad> = self
             .links
             .iter()
-            .zip(seen.iter().zip(plans))
-            .map(|(link, (seen, plan))| LinkLoad {
+            .zip(plans)
+            .map(|(link, plan)| LinkLoad {
                 budget: fair_share::budget(link.capacity_bps),
                 carried: plan.carried as f64,
-                clients: fair_share::demands(seconds, seen)
-                    .into_iter()
-                    .map(|(client, demand)| ClientLoad {
+                clients: plan
+                    .active
+                    .iter()
+                    .map(|&(client, demand)| ClientLoad {
                         client,
                         demand,
                         movable: !recently.contains(&client),
@@ -417,7 +411,7 @@ impl Link {
 
 impl Stats {
     fn record(&self, plan: &fair_share::Plan, caps_set: u64) {
-        self.clients.store(plan.clients as u64, Relaxed);
+        self.clients.store(plan.active.len() as u64, Relaxed);
         self.wanting.store(plan.wanting as u64, Relaxed);
         self.share.store(plan.share.unwrap_or(0), Relaxed);
         self.carried.store(plan.carried, Relaxed);
