@@ -10,6 +10,7 @@ mod common;
 
 use bootpool::image::{import, store};
 use bootpool::record::{Event, Kind, Who};
+use common::rpc::Rpc;
 use common::{Fixture, pattern, run, run_async};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -96,126 +97,27 @@ async fn nbd_bytes(fx: &Fixture, addr: SocketAddr, export: &str) -> Vec<u8> {
 /// booted client does; libnfs's tools end theirs with a reset, which bootpool takes for a
 /// client gone).
 struct Held {
-    stream: tokio::net::TcpStream,
-    xid: u32,
+    rpc: Rpc,
     root: Vec<u8>,
-}
-
-fn put_u32(v: &mut Vec<u8>, x: u32) {
-    v.extend_from_slice(&x.to_be_bytes());
-}
-
-fn put_opaque(v: &mut Vec<u8>, b: &[u8]) {
-    put_u32(v, b.len() as u32);
-    v.extend_from_slice(b);
-    v.resize(v.len().div_ceil(4) * 4, 0);
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn u32(&mut self) -> u32 {
-        let (w, rest) = self.0.split_first_chunk::<4>().expect("short reply");
-        self.0 = rest;
-        u32::from_be_bytes(*w)
-    }
-    fn opaque(&mut self) -> Vec<u8> {
-        let n = self.u32() as usize;
-        let b = self.0[..n].to_vec();
-        self.0 = &self.0[n.div_ceil(4) * 4..];
-        b
-    }
-    fn skip_post_op_attr(&mut self) {
-        if self.u32() == 1 {
-            self.0 = &self.0[84..];
-        }
-    }
 }
 
 impl Held {
     async fn mount(addr: SocketAddr, path: &str) -> Held {
-        let start = std::process::id() as u16 % 400;
-        let mut stream = None;
-        for k in 0..700u16 {
-            let port = 300 + (start + k) % 700;
-            let sock = tokio::net::TcpSocket::new_v4().unwrap();
-            if sock.bind((Ipv4Addr::LOCALHOST, port).into()).is_err() {
-                continue;
-            }
-            if let Ok(s) = sock.connect(addr).await {
-                stream = Some(s);
-                break;
-            }
-        }
-        let mut h = Held {
-            stream: stream.expect("a free port below 1024"),
-            xid: 1,
-            root: Vec::new(),
-        };
-        let mut a = Vec::new();
-        put_opaque(&mut a, path.as_bytes());
-        let res = h.call(100_005, 3, 1, &a).await;
-        let mut r = Reader(&res);
-        assert_eq!(r.u32(), 0, "MNT3_OK for {path}");
-        h.root = r.opaque();
-        h
-    }
-
-    /// One call; the procedure's results.
-    async fn call(&mut self, prog: u32, vers: u32, proc_: u32, args: &[u8]) -> Vec<u8> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        self.xid += 1;
-        let mut m = Vec::new();
-        for w in [self.xid, 0, 2, prog, vers, proc_, 0, 0, 0, 0] {
-            put_u32(&mut m, w);
-        }
-        m.extend_from_slice(args);
-        let mut framed = (0x8000_0000u32 | m.len() as u32).to_be_bytes().to_vec();
-        framed.extend(m);
-        self.stream.write_all(&framed).await.unwrap();
-        let mut rec = Vec::new();
-        loop {
-            let mark = self.stream.read_u32().await.unwrap();
-            let mut frag = vec![0u8; (mark & 0x7fff_ffff) as usize];
-            self.stream.read_exact(&mut frag).await.unwrap();
-            rec.extend(frag);
-            if mark & 0x8000_0000 != 0 {
-                break;
-            }
-        }
-        let mut r = Reader(&rec);
-        assert_eq!(r.u32(), self.xid);
-        assert_eq!(r.u32(), 1, "a reply");
-        assert_eq!(r.u32(), 0, "accepted");
-        r.u32();
-        r.opaque();
-        assert_eq!(r.u32(), 0, "success");
-        r.0.to_vec()
+        let mut rpc = Rpc::connect(addr).await;
+        let root = rpc.mount(path).await;
+        Held { rpc, root }
     }
 
     /// The file at `path` under the mounted root, by LOOKUPs from the handle MOUNT gave.
     async fn read(&mut self, path: &[&str]) -> Vec<u8> {
         let mut fh = self.root.clone();
         for name in path {
-            let mut a = Vec::new();
-            put_opaque(&mut a, &fh);
-            put_opaque(&mut a, name.as_bytes());
-            let res = self.call(100_003, 3, 3, &a).await;
-            let mut r = Reader(&res);
-            assert_eq!(r.u32(), 0, "LOOKUP {name}");
-            fh = r.opaque();
+            fh = self.rpc.lookup(&fh, name).await;
         }
-        let mut a = Vec::new();
-        put_opaque(&mut a, &fh);
-        a.extend_from_slice(&0u64.to_be_bytes());
-        put_u32(&mut a, 1 << 20);
-        let res = self.call(100_003, 3, 6, &a).await;
-        let mut r = Reader(&res);
-        assert_eq!(r.u32(), 0, "READ {path:?}");
-        r.skip_post_op_attr();
-        r.u32();
-        r.u32();
-        r.opaque()
+        match self.rpc.read(&fh, 1 << 20).await {
+            Ok((data, _)) => data,
+            Err(status) => panic!("READ {path:?}: status {status}"),
+        }
     }
 }
 

@@ -14,6 +14,7 @@ pub struct Fixture {
 
 pub mod lab;
 pub mod netns;
+pub mod rpc;
 
 /// Deterministic bytes, so a test can check what it read without keeping a copy.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
