@@ -9,10 +9,9 @@
 mod common;
 
 use bootpool::image::{import, store};
-use bootpool::record::{Event, Kind, Who};
 use common::rpc::Rpc;
 use common::{Fixture, pattern, run, run_async};
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 
@@ -145,23 +144,7 @@ async fn running_clients_keep_their_revision_and_new_boots_get_the_active_one(st
     let r1 = import(&fx, 1);
     store::activate(&fx.image_dir(), &r1).unwrap();
     // 127.0.0.1 holds a lease in pool nfs-room: its root attaches are its boot's.
-    let state = fx.path().join("var");
-    std::fs::create_dir_all(&state).unwrap();
-    let ack = Event::now(
-        Who::Mac("52:54:00:77:00:01".parse().unwrap()),
-        Kind::DhcpAck {
-            ip: Ipv4Addr::LOCALHOST,
-            pxe: false,
-            ipxe: false,
-            pool: "nfs-room".into(),
-            link: None,
-        },
-    );
-    std::fs::write(
-        state.join("events.jsonl"),
-        serde_json::to_string(&ack).unwrap() + "\n",
-    )
-    .unwrap();
+    fx.journal_loopback_lease("52:54:00:77:00:01", "nfs-room");
     let daemon = fx.start().await;
     let b = daemon.bound;
     let base = format!("http://127.0.0.1:{}", b.http.port());

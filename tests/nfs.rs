@@ -4,7 +4,7 @@
 
 mod common;
 
-use bootpool::record::{Event, Kind, Proto, Who};
+use bootpool::record::{Event, Kind, Proto};
 use common::rpc::{Reader, Rpc, put_opaque, put_u32};
 use common::{Fixture, pattern};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -90,23 +90,7 @@ async fn lists_reads_and_refuses_writes() {
     std::fs::write(fx.image_dir().join("rootfs/etc/large.bin"), &large).unwrap();
     // The recorder ties NFS events (known by IP) to a client through its DHCP lease: give
     // 127.0.0.1 one, as a journal replayed at start.
-    let state = fx.path().join("var");
-    std::fs::create_dir_all(&state).unwrap();
-    let ack = Event::now(
-        Who::Mac("52:54:00:77:00:01".parse().unwrap()),
-        Kind::DhcpAck {
-            ip: Ipv4Addr::LOCALHOST,
-            pxe: false,
-            ipxe: false,
-            pool: "nfs-room".into(),
-            link: None,
-        },
-    );
-    std::fs::write(
-        state.join("events.jsonl"),
-        serde_json::to_string(&ack).unwrap() + "\n",
-    )
-    .unwrap();
+    fx.journal_loopback_lease("52:54:00:77:00:01", "nfs-room");
     let daemon = fx.start().await;
     let nfs_addr = daemon.bound.nfs;
 
@@ -195,7 +179,7 @@ async fn lists_reads_and_refuses_writes() {
     assert!(!ok);
 
     daemon.stop().await;
-    let evs = events(&state);
+    let evs = events(&fx.path().join("var"));
     let attach = evs
         .iter()
         .filter(|e| matches!(&e.kind, Kind::RootAttach { proto: Proto::Nfs, export } if export.starts_with("/demo")))

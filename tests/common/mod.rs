@@ -68,6 +68,27 @@ impl Fixture {
         self.path().join("images/demo")
     }
 
+    /// A legacy journal (`var/events.jsonl`, replayed at start) holding one DHCP ACK that gave
+    /// 127.0.0.1 to `mac` in `pool`: the recorder then ties what arrives from 127.0.0.1 (NFS
+    /// and NBD, known by IP) to that client's boot.
+    pub fn journal_loopback_lease(&self, mac: &str, pool: &str) {
+        use bootpool::record::{Event, Kind, Who};
+        let ack = Event::now(
+            Who::Mac(mac.parse().unwrap()),
+            Kind::DhcpAck {
+                ip: std::net::Ipv4Addr::LOCALHOST,
+                pxe: false,
+                ipxe: false,
+                pool: pool.into(),
+                link: None,
+            },
+        );
+        let state = self.path().join("var");
+        std::fs::create_dir_all(&state).unwrap();
+        let line = serde_json::to_string(&ack).unwrap() + "\n";
+        std::fs::write(state.join("events.jsonl"), line).unwrap();
+    }
+
     pub fn config_path(&self) -> PathBuf {
         self.path().join("pools.yaml")
     }
