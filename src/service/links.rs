@@ -198,7 +198,7 @@ impl Steering {
 
     fn new(config: &Config, specs: &[LinkSpec]) -> Steering {
         let none = Steering::none();
-        if config.server.links.len() <= 1 || specs.len() <= 1 {
+        if config.server.links.len() <= 1 || specs.is_empty() {
             return none;
         }
         let conf: Vec<(String, HostConf)> = specs
