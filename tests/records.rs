@@ -1147,3 +1147,216 @@ async fn boots_of_an_image_that_never_reports_are_up_by_inference_in_the_api_and
         "{text}"
     );
 }
+
+/// A daemon in a namespace of its own whose root connections are lost after `lost_after`
+/// seconds of silence, with a lease (in its journal) tying 10.79.`net`.100 to `mac` of `pool`.
+fn lost_after_daemon(link: &Link, net: u8, mac: &str, pool: &str) -> (Fixture, Serve) {
+    use bootpool::record::{Event, Kind, Who};
+    let fx = Fixture::new();
+    let client: std::net::Ipv4Addr = format!("10.79.{net}.100").parse().unwrap();
+    let mut journal = String::new();
+    for kind in [
+        Kind::DhcpDiscover {
+            pxe: true,
+            ipxe: false,
+            pool: Some(pool.into()),
+        },
+        Kind::DhcpAck {
+            ip: client,
+            pxe: true,
+            ipxe: false,
+            pool: pool.into(),
+            link: None,
+        },
+    ] {
+        journal += &(serde_json::to_string(&Event::now(Who::Mac(mac.parse().unwrap()), kind))
+            .unwrap()
+            + "\n");
+    }
+    let state = fx.path().join("var");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("events.jsonl"), journal).unwrap();
+    // And in the lease table, which is who the root services ask.
+    std::fs::write(
+        state.join("leases.json"),
+        format!(
+            r#"{{"leases":[{{"mac":"{mac}","ip":"{client}","state":"bound","expires":{}}}]}}"#,
+            u32::MAX
+        ),
+    )
+    .unwrap();
+    let text = fx
+        .config_text()
+        .replace(
+            "  address: 127.0.0.1\n",
+            &format!(
+                "  address: 10.79.{net}.1\n  interfaces: [{}]\n",
+                link.server_if
+            ),
+        )
+        .replace("http: 127.0.0.1:0", "http: 0.0.0.0:8080")
+        .replace(
+            "nfs: 0, nbd: 0, portmap: 0",
+            "nfs: 2049, nbd: 10809, portmap: 111",
+        )
+        .replace("subnet: 127.0.0.0/8", &format!("subnet: 10.79.{net}.0/24"))
+        .replace(
+            "range: 127.0.0.100-127.0.0.199",
+            &format!("range: 10.79.{net}.100-10.79.{net}.199"),
+        )
+        + "limits:\n  root_lost_after: 6s\n";
+    fx.write_config(&text);
+    let log = std::fs::File::create(fx.path().join("serve.log")).unwrap();
+    let serve = Link::command(
+        &link.server_ns,
+        env!("CARGO_BIN_EXE_bootpool"),
+        &["serve", "--config", fx.config_path().to_str().unwrap()],
+    )
+    .stdout(log.try_clone().unwrap())
+    .stderr(log)
+    .spawn()
+    .unwrap();
+    link.in_client(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("10.79.{net}.100/24"),
+        "dev",
+        &link.client_if,
+    ]);
+    // Up when its API answers from the client's side.
+    let api = format!("http://10.79.{net}.1:8080/api/v1/boots?mac={mac}");
+    let mut curl = Link::command(
+        &link.client_ns,
+        "curl",
+        &[
+            "-sS",
+            "--fail",
+            "--retry",
+            "30",
+            "--retry-connrefused",
+            "--retry-delay",
+            "1",
+            &api,
+        ],
+    );
+    let (ok, _, err) = run(&mut curl, 60);
+    assert!(ok, "{err}");
+    (fx, Serve(serve))
+}
+
+/// The newest boot of `mac` once its `gone` is set (polled from the client's side).
+fn gone_boot(link: &Link, net: u8, mac: &str, fx: &Fixture) -> serde_json::Value {
+    let api = format!("http://10.79.{net}.1:8080/api/v1/boots?mac={mac}");
+    let mut last = String::new();
+    for _ in 0..60 {
+        let (_, body, _) = run(
+            &mut Link::command(&link.server_ns, "curl", &["-sS", &api]),
+            10,
+        );
+        let boots: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        if let Some(b) = boots.as_array().and_then(|a| a.last())
+            && !b["gone"].is_null()
+        {
+            return b.clone();
+        }
+        last = body;
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    panic!(
+        "{mac} never seen gone: {last}\n{}",
+        std::fs::read_to_string(fx.path().join("serve.log")).unwrap_or_default()
+    );
+}
+
+/// A client cut off mid-boot, holding its root: libnfs's `nfs-cat` reads a large file of the
+/// image into a pipe nobody drains, so it stalls with the connection open; then its link goes
+/// down and stays down (a machine powered off sends nothing). bootpool's keepalives and sent
+/// data go unanswered, and after `limits.root_lost_after` the boot is gone, `nfs_lost`.
+#[test]
+fn a_client_cut_off_holding_its_nfs_root_is_seen_lost() {
+    let link = Link::new("10.79.2.1/24");
+    let mac = "52:54:00:77:00:02";
+    let (fx, _serve) = lost_after_daemon(&link, 2, mac, "nfs-room");
+    let big = fx.path().join("images/demo/rootfs/usr/lib/big.so");
+    std::fs::write(&big, vec![7u8; 64 << 20]).unwrap();
+    let cat = Link::command(
+        &link.client_ns,
+        "nfs-cat",
+        &["nfs://10.79.2.1/demo/usr/lib/big.so?version=3"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    struct Kill(Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut cat = Kill(cat);
+    // Some of the file arrives; the rest waits for a reader that never comes.
+    use std::io::Read;
+    let mut first = [0u8; 4096];
+    cat.0
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut first)
+        .unwrap();
+    assert_eq!(first, [7u8; 4096]);
+    std::thread::sleep(Duration::from_millis(500));
+    link.in_client(&["ip", "link", "set", &link.client_if, "down"]);
+    let boot = gone_boot(&link, 2, mac, &fx);
+    assert_eq!(boot["gone"], "nfs_lost", "{boot}");
+    // Not up yet when it went: timed out at once, where it stopped.
+    assert_eq!(boot["result"], "timed_out", "{boot}");
+}
+
+/// The same over NBD, with qemu's NBD client (`qemu-io`) holding the export open after a read.
+#[test]
+fn a_client_cut_off_holding_its_nbd_root_is_seen_lost() {
+    let link = Link::new("10.79.3.1/24");
+    let mac = "52:54:00:77:00:13";
+    let (fx, _serve) = lost_after_daemon(&link, 3, mac, "nbd-room");
+    let mut io = Link::command(
+        &link.client_ns,
+        "qemu-io",
+        &["-f", "raw", "-r", "nbd://10.79.3.1:10809/demo"],
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(std::fs::File::create(fx.path().join("qemu-io.err")).unwrap())
+    .spawn()
+    .unwrap();
+    struct Kill(Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    use std::io::{BufRead, Write};
+    let mut stdin = io.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(io.stdout.take().unwrap());
+    let _io = Kill(io);
+    stdin.write_all(b"read 0 64k\n").unwrap();
+    stdin.flush().unwrap();
+    let mut said = String::new();
+    while !said.contains("read 65536/65536") {
+        let mut line = String::new();
+        assert!(
+            stdout.read_line(&mut line).unwrap() > 0,
+            "qemu-io: {said}{}\n{}",
+            std::fs::read_to_string(fx.path().join("qemu-io.err")).unwrap_or_default(),
+            std::fs::read_to_string(fx.path().join("serve.log")).unwrap_or_default()
+        );
+        said += &line;
+    }
+    link.in_client(&["ip", "link", "set", &link.client_if, "down"]);
+    let boot = gone_boot(&link, 3, mac, &fx);
+    assert_eq!(boot["gone"], "nbd_lost", "{boot}");
+    assert_eq!(boot["result"], "timed_out", "{boot}");
+}

@@ -81,6 +81,9 @@ pub struct Limits {
     /// An attached NBD connection idle this long gives its slot up when a new connection
     /// finds every slot taken (never otherwise: a booted client may leave its root alone).
     pub nbd_idle_timeout: Duration,
+    /// A root connection (NFS or NBD) whose client answers nothing for this long (TCP keepalive
+    /// probes, sent data) is ended and its boot seen gone (`nfs_lost`, `nbd_lost`).
+    pub root_lost_after: Duration,
     /// A TFTP transfer ends this long after it started, whatever its options asked.
     pub tftp_lifetime: Duration,
     /// Source networks TFTP answers (default: `dhcp.subnet`); requests from elsewhere are
@@ -106,6 +109,7 @@ impl Default for Limits {
             nbd_connections: 1024,
             nbd_per_client: 16,
             nbd_idle_timeout: Duration::from_secs(600),
+            root_lost_after: Duration::from_secs(120),
             tftp_lifetime: Duration::from_secs(600),
             tftp_clients: Vec::new(),
             cow_ram_total: None,
@@ -1045,6 +1049,7 @@ impl Checker<'_> {
             nbd_connections: count("nbd_connections", l.nbd_connections, d.nbd_connections)?,
             nbd_per_client: count("nbd_per_client", l.nbd_per_client, d.nbd_per_client)?,
             nbd_idle_timeout: time("nbd_idle_timeout", &l.nbd_idle_timeout, d.nbd_idle_timeout)?,
+            root_lost_after: time("root_lost_after", &l.root_lost_after, d.root_lost_after)?,
             tftp_lifetime: time("tftp_lifetime", &l.tftp_lifetime, d.tftp_lifetime)?,
             tftp_clients,
             cow_ram_total: size("cow_ram_total", &l.cow_ram_total)?,

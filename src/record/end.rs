@@ -12,7 +12,9 @@
 //! A boot is *gone* (its client powered off or restarted) on: a new boot of the same machine
 //! (`new_boot`: its firmware's DISCOVER), the NBD root disconnected (`nbd_disconnect`, the
 //! client's NBD_CMD_DISC, or `nbd_closed`, its connection closed) or a root connection reset
-//! (`nfs_reset`, `nbd_reset`). An NFS connection the client closes is not: the kernel closes
+//! (`nfs_reset`, `nbd_reset`), or a root connection whose client answered nothing (TCP
+//! keepalive probes, sent data) for `limits.root_lost_after` (`nfs_lost`, `nbd_lost`: powered
+//! off and staying off, or its link cut). An NFS connection the client closes is not: the kernel closes
 //! idle ones and klibc's nfsmount closes its MOUNT connection at once.
 
 use super::event::{Detach, Micros, Proto};
@@ -51,6 +53,8 @@ pub enum GoneEvidence {
     NbdClosed,
     NbdReset,
     NfsReset,
+    NbdLost,
+    NfsLost,
 }
 
 impl GoneEvidence {
@@ -61,6 +65,8 @@ impl GoneEvidence {
             GoneEvidence::NbdClosed => "nbd_closed",
             GoneEvidence::NbdReset => "nbd_reset",
             GoneEvidence::NfsReset => "nfs_reset",
+            GoneEvidence::NbdLost => "nbd_lost",
+            GoneEvidence::NfsLost => "nfs_lost",
         }
     }
 
@@ -71,6 +77,8 @@ impl GoneEvidence {
             (Proto::Nbd, Detach::Closed) => Some(GoneEvidence::NbdClosed),
             (Proto::Nbd, Detach::Reset) => Some(GoneEvidence::NbdReset),
             (Proto::Nfs, Detach::Reset) => Some(GoneEvidence::NfsReset),
+            (Proto::Nbd, Detach::Lost) => Some(GoneEvidence::NbdLost),
+            (Proto::Nfs, Detach::Lost) => Some(GoneEvidence::NfsLost),
             _ => None,
         }
     }
@@ -138,7 +146,7 @@ mod tests {
     }
 
     #[test]
-    fn only_nbd_ends_and_resets_say_a_client_went() {
+    fn only_nbd_ends_resets_and_silence_say_a_client_went() {
         use GoneEvidence as G;
         assert_eq!(
             G::of_detach(Proto::Nbd, Detach::Disconnect),
@@ -147,5 +155,7 @@ mod tests {
         assert_eq!(G::of_detach(Proto::Nbd, Detach::Closed), Some(G::NbdClosed));
         assert_eq!(G::of_detach(Proto::Nfs, Detach::Reset), Some(G::NfsReset));
         assert_eq!(G::of_detach(Proto::Nfs, Detach::Closed), None);
+        assert_eq!(G::of_detach(Proto::Nfs, Detach::Lost), Some(G::NfsLost));
+        assert_eq!(G::of_detach(Proto::Nbd, Detach::Lost), Some(G::NbdLost));
     }
 }

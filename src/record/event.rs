@@ -73,6 +73,9 @@ pub enum Detach {
     Closed,
     /// The connection was reset (RST).
     Reset,
+    /// The client answered nothing for `limits.root_lost_after` (TCP keepalive probes or
+    /// sent data unacknowledged): powered off, or its link cut.
+    Lost,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

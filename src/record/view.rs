@@ -34,7 +34,7 @@ pub struct BootView {
     #[serde(default)]
     pub inferred_s: Option<f64>,
     /// Why bootpool believes the client went away (powered off, restarted): `new_boot`,
-    /// `nbd_disconnect`, `nbd_closed`, `nbd_reset` or `nfs_reset`.
+    /// `nbd_disconnect`, `nbd_closed`, `nbd_reset`, `nfs_reset`, `nbd_lost` or `nfs_lost`.
     #[serde(default)]
     pub gone: Option<String>,
     /// Unix seconds of that.

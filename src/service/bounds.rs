@@ -1,6 +1,7 @@
 //! Small bounds the services share: connections counted per source address (`PerAddress`), and
 //! log lines rate-limited per call site (`LogLimit`) so that a flood of refusals or strangers
-//! writes a few lines and a count, not one line per packet.
+//! writes a few lines and a count, not one line per packet; and the root connections' bound on
+//! a silent peer (`lose_silent_peers`).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -154,4 +155,22 @@ mod tests {
         drop(x);
         assert!(p.take(a).is_some());
     }
+}
+
+/// Ends a root connection whose peer answers nothing for about `after`: TCP keepalive probes
+/// from half of it on (six, evenly spaced) and a bound on unacknowledged data, so that a client
+/// powered off or cut off mid-read is seen (its reads and writes fail with `TimedOut`) instead
+/// of holding the connection forever. A live client, however idle, answers the probes.
+pub fn lose_silent_peers(stream: &impl std::os::fd::AsFd, after: Duration) -> std::io::Result<()> {
+    const PROBES: u32 = 6;
+    let idle = (after / 2).max(Duration::from_secs(1));
+    let interval = (after.saturating_sub(idle) / PROBES).max(Duration::from_secs(1));
+    let sock = socket2::SockRef::from(stream);
+    sock.set_tcp_keepalive(
+        &socket2::TcpKeepalive::new()
+            .with_time(idle)
+            .with_interval(interval)
+            .with_retries(PROBES),
+    )?;
+    sock.set_tcp_user_timeout(Some(after.max(Duration::from_secs(1))))
 }

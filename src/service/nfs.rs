@@ -257,6 +257,9 @@ impl Conn {
         let _ = s.set_nodelay(true);
         let _ = s.set_read_timeout(Some(POLL));
         let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
+        if let Err(e) = super::bounds::lose_silent_peers(&s, self.config.limits.root_lost_after) {
+            tracing::warn!(client = %self.peer, error = %e, "nfs cannot set keepalive");
+        }
         let started = Instant::now();
         let accepted = crate::record::event::now_micros();
         let mut heard = Instant::now();
@@ -275,7 +278,7 @@ impl Conn {
                             break 'conn why;
                         }
                         let sent = match self.data_pending.take() {
-                            None => true,
+                            None => Ok(()),
                             Some(ReplyData::Read(n)) => {
                                 let data = &self.big.as_ref().expect("read into it")[..n];
                                 send_with_data(&mut s, &mut out, data)
@@ -285,8 +288,8 @@ impl Conn {
                         if let Some((received, what)) = self.traced.take() {
                             self.recorder.tracer().op(self.ip, received, what);
                         }
-                        if !sent {
-                            break 'conn "client not reading";
+                        if let Err(why) = sent {
+                            break 'conn why;
                         }
                         used
                     }
@@ -298,12 +301,16 @@ impl Conn {
                     }
                 };
                 inbuf.advance(used);
-                if out.len() >= MAX_OUT && !send(&mut s, &mut out) {
-                    break 'conn "client not reading";
+                if out.len() >= MAX_OUT
+                    && let Err(why) = send(&mut s, &mut out)
+                {
+                    break 'conn why;
                 }
             }
-            if !out.is_empty() && !send(&mut s, &mut out) {
-                break 'conn "client not reading";
+            if !out.is_empty()
+                && let Err(why) = send(&mut s, &mut out)
+            {
+                break 'conn why;
             }
             // READ bytes are reported within a TICK even if the client then goes quiet.
             self.flush_reads(false);
@@ -316,6 +323,9 @@ impl Conn {
                     inbuf.extend_from_slice(&chunk[..n]);
                     heard = Instant::now();
                 }
+                // Our own keepalive or unacknowledged data gave up on the peer (not the
+                // POLL, which a blocking read reports as WouldBlock).
+                Err(e) if e.raw_os_error() == Some(libc::ETIMEDOUT) => break 'conn "client lost",
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -336,14 +346,21 @@ impl Conn {
             }
         };
         self.flush_reads(true);
-        // A reset says the client is gone (it restarted, or its kernel dropped the root); a
-        // close does not: the kernel closes idle connections, nfsmount its MOUNT connection.
-        if why == "client reset" && (self.mounts > 0 || self.total > 0) {
+        // A reset of a connection that read the root says the client is gone (it restarted,
+        // or its kernel dropped the root), and so does silence on any connection of the root
+        // (powered off, or cut off); a close does not: the kernel closes idle connections,
+        // nfsmount its MOUNT connection. libnfs resets its MOUNT connection once mounted.
+        let how = match why {
+            "client reset" if self.total > 0 => Some(Detach::Reset),
+            "client lost" if self.mounts > 0 || self.total > 0 => Some(Detach::Lost),
+            _ => None,
+        };
+        if let Some(how) = how {
             self.recorder.record(
                 Who::Ip(self.ip),
                 Kind::RootDetach {
                     proto: Proto::Nfs,
-                    how: Detach::Reset,
+                    how,
                     since: Some(accepted),
                 },
             );
@@ -997,7 +1014,7 @@ fn close_record(out: &mut Writer, len: usize) -> &'static [u8] {
 
 /// Finishes the record last written to `out` with `data` (and its XDR padding) and sends all
 /// of `out`, then the data, in one `writev`; false when the client stopped reading.
-fn send_with_data(s: &mut std::net::TcpStream, out: &mut Writer, data: &[u8]) -> bool {
+fn send_with_data(s: &mut std::net::TcpStream, out: &mut Writer, data: &[u8]) -> Sent {
     let pad = close_record(out, data.len());
     let mut slices = [
         std::io::IoSlice::new(&out.buf),
@@ -1007,13 +1024,13 @@ fn send_with_data(s: &mut std::net::TcpStream, out: &mut Writer, data: &[u8]) ->
     let mut rest = &mut slices[..];
     let ok = loop {
         if rest.iter().all(|b| b.is_empty()) {
-            break true;
+            break Ok(());
         }
         match s.write_vectored(rest) {
-            Ok(0) => break false,
+            Ok(0) => break Err(NOT_READING),
             Ok(n) => std::io::IoSlice::advance_slices(&mut rest, n),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break false,
+            Err(e) => break Err(unsent(&e)),
         }
     };
     out.buf.clear();
@@ -1023,29 +1040,43 @@ fn send_with_data(s: &mut std::net::TcpStream, out: &mut Writer, data: &[u8]) ->
 /// Like `send_with_data`, with the data written straight from a file's mapping. A file cut
 /// short since `read_mapped` fails the write (EFAULT): the connection ends, and the client's
 /// retry on a new one sees the new size.
-fn send_mapped(s: &mut std::net::TcpStream, out: &mut Writer, read: &MappedRead) -> bool {
+fn send_mapped(s: &mut std::net::TcpStream, out: &mut Writer, read: &MappedRead) -> Sent {
     let data = read.data();
     let pad = close_record(out, data.len());
     let total = out.buf.len() + data.len() + pad.len();
     let mut done = 0;
     let ok = loop {
         if done == total {
-            break true;
+            break Ok(());
         }
         match data.writev(s.as_raw_fd(), &out.buf, pad, done) {
-            Ok(0) => break false,
+            Ok(0) => break Err(NOT_READING),
             Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => break false,
+            Err(e) => break Err(unsent(&e)),
         }
     };
     out.buf.clear();
     ok
 }
 
-/// Writes the buffered replies; false when the client stopped reading (or went away).
-fn send(s: &mut std::net::TcpStream, out: &mut Writer) -> bool {
-    let ok = s.write_all(&out.buf).is_ok();
+/// Writes the buffered replies.
+fn send(s: &mut std::net::TcpStream, out: &mut Writer) -> Sent {
+    let sent = s.write_all(&out.buf).map_err(|e| unsent(&e));
     out.buf.clear();
-    ok
+    sent
+}
+
+/// A send that failed says why the connection ends.
+type Sent = Result<(), &'static str>;
+const NOT_READING: &str = "client not reading";
+
+/// Why a write failed: the client acknowledged nothing for `limits.root_lost_after` (lost),
+/// or it stopped taking replies (our `WRITE_TIMEOUT`), or went away.
+fn unsent(e: &std::io::Error) -> &'static str {
+    if e.raw_os_error() == Some(libc::ETIMEDOUT) {
+        "client lost"
+    } else {
+        NOT_READING
+    }
 }

@@ -65,6 +65,8 @@ pub struct Limits {
     pub handshake_timeout: Duration,
     /// A reply the client does not take within this ends the connection.
     pub write_timeout: Duration,
+    /// A client that answers nothing (keepalive probes, replies) this long is lost.
+    pub lost_after: Duration,
     /// How long a copy-on-write overlay outlives its client's last connection (and how long
     /// overlays kept on disk from before a restart wait to be claimed).
     pub cow_grace: Duration,
@@ -86,6 +88,7 @@ impl Limits {
             max_in_flight: 64,
             handshake_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(60),
+            lost_after: l.root_lost_after,
             cow_grace: Duration::from_secs(300),
         }
     }
@@ -95,10 +98,6 @@ impl Limits {
 const BUFFER_BUDGET: usize = 256 << 20;
 /// After DISC or shutdown, how long in-flight replies may take.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-/// Keepalive: first probe after this much silence, then every interval, give up after retries.
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
-const KEEPALIVE_RETRIES: u32 = 6;
 /// How often image mappings whose file was deleted or replaced are let go of.
 const FORGET_STALE_EVERY: Duration = Duration::from_secs(30);
 
@@ -274,16 +273,9 @@ impl Conn {
         let started = Instant::now();
         let received = now_micros();
         let _ = stream.set_nodelay(true);
-        let keepalive = socket2::TcpKeepalive::new()
-            .with_time(KEEPALIVE_IDLE)
-            .with_interval(KEEPALIVE_INTERVAL)
-            .with_retries(KEEPALIVE_RETRIES);
-        let sock = socket2::SockRef::from(&stream);
-        if let Err(e) = sock.set_tcp_keepalive(&keepalive) {
+        if let Err(e) = super::bounds::lose_silent_peers(&stream, self.limits.lost_after) {
             tracing::warn!(peer = %self.peer, error = %e, "nbd cannot set keepalive");
         }
-        // Unacknowledged replies to a vanished peer also end the connection.
-        let _ = sock.set_tcp_user_timeout(Some(self.limits.write_timeout));
 
         let handshake = tokio::select! {
             r = tokio::time::timeout(self.limits.handshake_timeout, self.handshake(&mut stream)) => r,
@@ -351,6 +343,7 @@ impl Conn {
             "disconnect" => Some(Detach::Disconnect),
             "client closed" => Some(Detach::Closed),
             "client reset" => Some(Detach::Reset),
+            "client lost" => Some(Detach::Lost),
             _ => None,
         };
         if let (Some(how), Some(who)) = (how, self.who()) {

@@ -95,6 +95,8 @@ impl Conn {
                 break match e.kind() {
                     io::ErrorKind::UnexpectedEof => "client closed",
                     io::ErrorKind::ConnectionReset => "client reset",
+                    // Keepalive probes or sent data went unanswered: powered off, or cut off.
+                    io::ErrorKind::TimedOut => "client lost",
                     _ => "read failed",
                 };
             }
