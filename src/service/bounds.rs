@@ -128,6 +128,24 @@ fn since_start() -> Duration {
     START.get_or_init(Instant::now).elapsed()
 }
 
+/// Ends a root connection whose peer answers nothing for about `after`: TCP keepalive probes
+/// from half of it on (six, evenly spaced) and a bound on unacknowledged data, so that a client
+/// powered off or cut off mid-read is seen (its reads and writes fail with `TimedOut`) instead
+/// of holding the connection forever. A live client, however idle, answers the probes.
+pub fn lose_silent_peers(stream: &impl std::os::fd::AsFd, after: Duration) -> std::io::Result<()> {
+    const PROBES: u32 = 6;
+    let idle = (after / 2).max(Duration::from_secs(1));
+    let interval = (after.saturating_sub(idle) / PROBES).max(Duration::from_secs(1));
+    let sock = socket2::SockRef::from(stream);
+    sock.set_tcp_keepalive(
+        &socket2::TcpKeepalive::new()
+            .with_time(idle)
+            .with_interval(interval)
+            .with_retries(PROBES),
+    )?;
+    sock.set_tcp_user_timeout(Some(after.max(Duration::from_secs(1))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,22 +173,4 @@ mod tests {
         drop(x);
         assert!(p.take(a).is_some());
     }
-}
-
-/// Ends a root connection whose peer answers nothing for about `after`: TCP keepalive probes
-/// from half of it on (six, evenly spaced) and a bound on unacknowledged data, so that a client
-/// powered off or cut off mid-read is seen (its reads and writes fail with `TimedOut`) instead
-/// of holding the connection forever. A live client, however idle, answers the probes.
-pub fn lose_silent_peers(stream: &impl std::os::fd::AsFd, after: Duration) -> std::io::Result<()> {
-    const PROBES: u32 = 6;
-    let idle = (after / 2).max(Duration::from_secs(1));
-    let interval = (after.saturating_sub(idle) / PROBES).max(Duration::from_secs(1));
-    let sock = socket2::SockRef::from(stream);
-    sock.set_tcp_keepalive(
-        &socket2::TcpKeepalive::new()
-            .with_time(idle)
-            .with_interval(interval)
-            .with_retries(PROBES),
-    )?;
-    sock.set_tcp_user_timeout(Some(after.max(Duration::from_secs(1))))
 }
