@@ -1150,7 +1150,12 @@ async fn boots_of_an_image_that_never_reports_are_up_by_inference_in_the_api_and
 
 /// A daemon in a namespace of its own whose root connections are lost after `lost_after`
 /// seconds of silence, with a lease (in its journal) tying 10.79.`net`.100 to `mac` of `pool`.
-fn lost_after_daemon(link: &Link, net: u8, mac: &str, pool: &str) -> (Fixture, Serve) {
+fn lost_after_daemon(
+    link: &Link,
+    net: u8,
+    mac: &str,
+    pool: &str,
+) -> (Fixture, common::netns::Daemon) {
     use bootpool::record::{Event, Kind, Who};
     let fx = Fixture::new();
     let client: std::net::Ipv4Addr = format!("10.79.{net}.100").parse().unwrap();
@@ -1206,16 +1211,7 @@ fn lost_after_daemon(link: &Link, net: u8, mac: &str, pool: &str) -> (Fixture, S
         )
         + "limits:\n  root_lost_after: 6s\n";
     fx.write_config(&text);
-    let log = std::fs::File::create(fx.path().join("serve.log")).unwrap();
-    let serve = Link::command(
-        &link.server_ns,
-        env!("CARGO_BIN_EXE_bootpool"),
-        &["serve", "--config", fx.config_path().to_str().unwrap()],
-    )
-    .stdout(log.try_clone().unwrap())
-    .stderr(log)
-    .spawn()
-    .unwrap();
+    let daemon = common::netns::Daemon::start(link, &fx, 0);
     link.in_client(&[
         "ip",
         "addr",
@@ -1224,29 +1220,21 @@ fn lost_after_daemon(link: &Link, net: u8, mac: &str, pool: &str) -> (Fixture, S
         "dev",
         &link.client_if,
     ]);
-    // Up when its API answers from the client's side.
-    let api = format!("http://10.79.{net}.1:8080/api/v1/boots?mac={mac}");
-    let mut curl = Link::command(
-        &link.client_ns,
-        "curl",
-        &[
-            "-sS",
-            "--fail",
-            "--retry",
-            "30",
-            "--retry-connrefused",
-            "--retry-delay",
-            "1",
-            &api,
-        ],
-    );
-    let (ok, _, err) = run(&mut curl, 60);
-    assert!(ok, "{err}");
-    (fx, Serve(serve))
+    (fx, daemon)
+}
+
+/// A client program, killed when the test ends.
+struct Kill(Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// The newest boot of `mac` once its `gone` is set (polled from the client's side).
-fn gone_boot(link: &Link, net: u8, mac: &str, fx: &Fixture) -> serde_json::Value {
+fn gone_boot(link: &Link, net: u8, mac: &str, daemon: &common::netns::Daemon) -> serde_json::Value {
     let api = format!("http://10.79.{net}.1:8080/api/v1/boots?mac={mac}");
     let mut last = String::new();
     for _ in 0..60 {
@@ -1263,10 +1251,7 @@ fn gone_boot(link: &Link, net: u8, mac: &str, fx: &Fixture) -> serde_json::Value
         last = body;
         std::thread::sleep(Duration::from_millis(500));
     }
-    panic!(
-        "{mac} never seen gone: {last}\n{}",
-        std::fs::read_to_string(fx.path().join("serve.log")).unwrap_or_default()
-    );
+    panic!("{mac} never seen gone: {last}\n{}", daemon.log_text());
 }
 
 /// A client cut off mid-boot, holding its root: libnfs's `nfs-cat` reads a large file of the
@@ -1277,7 +1262,7 @@ fn gone_boot(link: &Link, net: u8, mac: &str, fx: &Fixture) -> serde_json::Value
 fn a_client_cut_off_holding_its_nfs_root_is_seen_lost() {
     let link = Link::new("10.79.2.1/24");
     let mac = "52:54:00:77:00:02";
-    let (fx, _serve) = lost_after_daemon(&link, 2, mac, "nfs-room");
+    let (fx, daemon) = lost_after_daemon(&link, 2, mac, "nfs-room");
     let big = fx.path().join("images/demo/rootfs/usr/lib/big.so");
     std::fs::write(&big, vec![7u8; 64 << 20]).unwrap();
     let cat = Link::command(
@@ -1289,13 +1274,6 @@ fn a_client_cut_off_holding_its_nfs_root_is_seen_lost() {
     .stderr(Stdio::null())
     .spawn()
     .unwrap();
-    struct Kill(Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let mut cat = Kill(cat);
     // Some of the file arrives; the rest waits for a reader that never comes.
     use std::io::Read;
@@ -1309,7 +1287,7 @@ fn a_client_cut_off_holding_its_nfs_root_is_seen_lost() {
     assert_eq!(first, [7u8; 4096]);
     std::thread::sleep(Duration::from_millis(500));
     link.in_client(&["ip", "link", "set", &link.client_if, "down"]);
-    let boot = gone_boot(&link, 2, mac, &fx);
+    let boot = gone_boot(&link, 2, mac, &daemon);
     assert_eq!(boot["gone"], "nfs_lost", "{boot}");
     // Not up yet when it went: timed out at once, where it stopped.
     assert_eq!(boot["result"], "timed_out", "{boot}");
@@ -1320,7 +1298,7 @@ fn a_client_cut_off_holding_its_nfs_root_is_seen_lost() {
 fn a_client_cut_off_holding_its_nbd_root_is_seen_lost() {
     let link = Link::new("10.79.3.1/24");
     let mac = "52:54:00:77:00:13";
-    let (fx, _serve) = lost_after_daemon(&link, 3, mac, "nbd-room");
+    let (fx, daemon) = lost_after_daemon(&link, 3, mac, "nbd-room");
     let mut io = Link::command(
         &link.client_ns,
         "qemu-io",
@@ -1331,13 +1309,6 @@ fn a_client_cut_off_holding_its_nbd_root_is_seen_lost() {
     .stderr(std::fs::File::create(fx.path().join("qemu-io.err")).unwrap())
     .spawn()
     .unwrap();
-    struct Kill(Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     use std::io::{BufRead, Write};
     let mut stdin = io.stdin.take().unwrap();
     let mut stdout = std::io::BufReader::new(io.stdout.take().unwrap());
@@ -1351,12 +1322,12 @@ fn a_client_cut_off_holding_its_nbd_root_is_seen_lost() {
             stdout.read_line(&mut line).unwrap() > 0,
             "qemu-io: {said}{}\n{}",
             std::fs::read_to_string(fx.path().join("qemu-io.err")).unwrap_or_default(),
-            std::fs::read_to_string(fx.path().join("serve.log")).unwrap_or_default()
+            daemon.log_text()
         );
         said += &line;
     }
     link.in_client(&["ip", "link", "set", &link.client_if, "down"]);
-    let boot = gone_boot(&link, 3, mac, &fx);
+    let boot = gone_boot(&link, 3, mac, &daemon);
     assert_eq!(boot["gone"], "nbd_lost", "{boot}");
     assert_eq!(boot["result"], "timed_out", "{boot}");
 }

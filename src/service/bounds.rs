@@ -146,6 +146,12 @@ pub fn lose_silent_peers(stream: &impl std::os::fd::AsFd, after: Duration) -> st
     sock.set_tcp_user_timeout(Some(after.max(Duration::from_secs(1))))
 }
 
+/// Did `lose_silent_peers`'s bound end this read or write (the peer acknowledged nothing)?
+/// Not a socket's own read or write timeout, which reports `EAGAIN`.
+pub fn is_lost(e: &std::io::Error) -> bool {
+    e.raw_os_error() == Some(libc::ETIMEDOUT)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

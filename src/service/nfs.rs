@@ -323,9 +323,7 @@ impl Conn {
                     inbuf.extend_from_slice(&chunk[..n]);
                     heard = Instant::now();
                 }
-                // Our own keepalive or unacknowledged data gave up on the peer (not the
-                // POLL, which a blocking read reports as WouldBlock).
-                Err(e) if e.raw_os_error() == Some(libc::ETIMEDOUT) => break 'conn "client lost",
+                Err(e) if super::bounds::is_lost(&e) => break 'conn "client lost",
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -1074,7 +1072,7 @@ const NOT_READING: &str = "client not reading";
 /// Why a write failed: the client acknowledged nothing for `limits.root_lost_after` (lost),
 /// or it stopped taking replies (our `WRITE_TIMEOUT`), or went away.
 fn unsent(e: &std::io::Error) -> &'static str {
-    if e.raw_os_error() == Some(libc::ETIMEDOUT) {
+    if super::bounds::is_lost(e) {
         "client lost"
     } else {
         NOT_READING

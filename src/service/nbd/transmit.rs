@@ -96,7 +96,7 @@ impl Conn {
                     io::ErrorKind::UnexpectedEof => "client closed",
                     io::ErrorKind::ConnectionReset => "client reset",
                     // Keepalive probes or sent data went unanswered: powered off, or cut off.
-                    io::ErrorKind::TimedOut => "client lost",
+                    _ if crate::service::bounds::is_lost(&e) => "client lost",
                     _ => "read failed",
                 };
             }
