@@ -1162,6 +1162,7 @@ fn lost_after_daemon(
     let mut journal = String::new();
     for kind in [
         Kind::DhcpDiscover {
+            answered: true,
             pxe: true,
             ipxe: false,
             pool: Some(pool.into()),

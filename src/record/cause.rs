@@ -170,17 +170,25 @@ pub fn of(boot: &Boot, now: Micros) -> Option<Cause> {
         && dhcp.acks == 0
         && dhcp.discovers >= INITRD_DHCP_UNANSWERED;
     if dhcp_line.is_some() || unanswered {
-        let heard = match (dhcp.discovers, dhcp.acks) {
-            (0, _) => "bootpool heard none of its DHCP requests: they did not reach this server \
+        let heard = match (dhcp.discovers, dhcp.offers, dhcp.acks) {
+            (0, _, _) => {
+                "bootpool heard none of its DHCP requests: they did not reach this server \
                        (in proxy mode the network's own DHCP server gives the address: check it, \
                        and the switch between them)"
-                .to_string(),
-            (n, 0) => format!(
+                    .to_string()
+            }
+            (n, o, 0) if o > 0 => format!(
+                "bootpool heard {n} DHCP DISCOVERs from its initrd and offered it an address {o} \
+                 time{}, and no REQUEST followed: the offers did not reach the client (its \
+                 switch, a firewall, a second DHCP server)",
+                if o == 1 { "" } else { "s" }
+            ),
+            (n, _, 0) => format!(
                 "bootpool heard {n} DHCP DISCOVERs from its initrd and gave it no address: check \
                  the daemon's log (a full `dhcp.range`?); in proxy mode the network's own DHCP \
                  server gives the address"
             ),
-            (n, a) => format!(
+            (n, _, a) => format!(
                 "bootpool heard {n} DHCP DISCOVERs from its initrd and gave it an address {a} \
                  time{}: the answers did not reach the client (its switch, a firewall, a second \
                  DHCP server)",
@@ -288,6 +296,7 @@ mod tests {
         let mac: crate::config::Mac = "52:54:00:77:00:01".parse().unwrap();
         let mut t = super::super::Timelines::default();
         let first = Kind::DhcpDiscover {
+            answered: true,
             pxe: true,
             ipxe: true,
             pool: None,
@@ -328,6 +337,7 @@ mod tests {
             outcome: Outcome::Complete,
         };
         let again = Kind::DhcpDiscover {
+            answered: true,
             pxe: true,
             ipxe: false,
             pool: None,
@@ -417,6 +427,13 @@ mod tests {
             link: None,
         };
         let discover = Kind::DhcpDiscover {
+            answered: false,
+            pxe: false,
+            ipxe: false,
+            pool: Some("lab".into()),
+        };
+        let offered = Kind::DhcpDiscover {
+            answered: true,
             pxe: false,
             ipxe: false,
             pool: Some("lab".into()),
@@ -456,6 +473,20 @@ mod tests {
         // One DISCOVER fewer is a client still asking, not yet lost.
         kinds.pop();
         assert_eq!(of(&boot_with(kinds.clone(), &[]), 40_000_000), None);
+
+        // Offered every time and never asked for: the offers were lost on the way.
+        let mut lost_offers = sent();
+        lost_offers.extend(std::iter::repeat_n(
+            offered,
+            INITRD_DHCP_UNANSWERED as usize,
+        ));
+        let c = of(&boot_with(lost_offers, &[]), 40_000_000).unwrap();
+        assert_eq!(c.kind, "dhcp_lost");
+        assert!(
+            c.text.contains("offered it an address 4 times") && c.text.contains("did not reach"),
+            "{}",
+            c.text
+        );
 
         // Answered, and the console still says no lease: the answers were lost on the way.
         kinds.push(ack(false));

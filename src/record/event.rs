@@ -89,6 +89,10 @@ pub enum Kind {
         ipxe: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pool: Option<String>,
+        /// This server answered it (an OFFER; in proxy mode, its boot offer). False in
+        /// journals written before the field.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        answered: bool,
     },
     /// A DHCPACK that gave (or, in proxy mode, confirmed) this address. `link`: the server
     /// address the client was told to boot from (one of `server.links`).

@@ -581,6 +581,7 @@ mod tests {
             kind,
         };
         rec.send(ev(Kind::DhcpDiscover {
+            answered: true,
             pool: None,
             pxe: true,
             ipxe: true,
@@ -645,6 +646,7 @@ mod tests {
                 at,
                 who: Who::Mac(mac),
                 kind: Kind::DhcpDiscover {
+                    answered: true,
                     pool: None,
                     pxe: true,
                     ipxe: true,
@@ -683,6 +685,7 @@ mod tests {
         let ev = Event::now(
             Who::Mac(mac),
             Kind::DhcpDiscover {
+                answered: true,
                 pool: None,
                 pxe: true,
                 ipxe: false,
@@ -746,6 +749,7 @@ mod tests {
                 at: now - 3 * day + i,
                 who: Who::Mac(old),
                 kind: Kind::DhcpDiscover {
+                    answered: true,
                     pool: None,
                     pxe: true,
                     ipxe: false,

@@ -77,7 +77,7 @@ struct Marks {
     attach: Option<Micros>,
     booted: Option<Micros>,
     /// The initrd's own DHCP (no PXEClient) between the initrd and the root attach: how often
-    /// it asked (DISCOVERs heard) and was given an address (ACKs sent).
+    /// it asked (DISCOVERs heard), was offered an address and was given one (ACKs sent).
     initrd_dhcp: InitrdDhcp,
 }
 
@@ -85,6 +85,8 @@ struct Marks {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct InitrdDhcp {
     pub discovers: u32,
+    /// DISCOVERs this server answered with an offer.
+    pub offers: u32,
     pub acks: u32,
 }
 
@@ -422,7 +424,14 @@ impl Timelines {
         let m = &mut boot.marks;
         if m.initrd.is_some() && m.attach.is_none() {
             match ev.kind {
-                Kind::DhcpDiscover { pxe: false, .. } => m.initrd_dhcp.discovers += 1,
+                Kind::DhcpDiscover {
+                    pxe: false,
+                    answered,
+                    ..
+                } => {
+                    m.initrd_dhcp.discovers += 1;
+                    m.initrd_dhcp.offers += u32::from(answered);
+                }
                 Kind::DhcpAck { pxe: false, .. } => m.initrd_dhcp.acks += 1,
                 _ => {}
             }
@@ -575,6 +584,7 @@ pub(crate) fn boot_to_attach(
         (
             0,
             Kind::DhcpDiscover {
+                answered: true,
                 pool: None,
                 pxe,
                 ipxe,
@@ -640,6 +650,7 @@ mod tests {
             1_000_000,
             Who::Mac(mac),
             Kind::DhcpDiscover {
+                answered: true,
                 pool: None,
                 pxe,
                 ipxe,
@@ -686,6 +697,7 @@ mod tests {
             8_000_000,
             Who::Mac(mac),
             Kind::DhcpDiscover {
+                answered: true,
                 pool: None,
                 pxe,
                 ipxe,
@@ -710,6 +722,7 @@ mod tests {
             1_000_000,
             Who::Mac(mac),
             Kind::DhcpDiscover {
+                answered: true,
                 pool: None,
                 pxe: true,
                 ipxe: true,
@@ -742,6 +755,7 @@ mod tests {
             6_000_000,
             Who::Mac(mac),
             Kind::DhcpDiscover {
+                answered: true,
                 pool: None,
                 pxe: false,
                 ipxe: false,
@@ -797,6 +811,7 @@ mod tests {
             20_000_000,
             Who::Mac(mac),
             Kind::DhcpDiscover {
+                answered: true,
                 pool: None,
                 pxe: true,
                 ipxe: false,
@@ -813,6 +828,7 @@ mod tests {
         };
         t.apply(&ev(21_000_000, Who::Mac(mac), pxe("room")));
         let discover = Kind::DhcpDiscover {
+            answered: true,
             pool: None,
             pxe: true,
             ipxe: false,
@@ -830,6 +846,7 @@ mod tests {
         let ip: Ipv4Addr = "10.77.0.103".parse().unwrap();
         let mut t = Timelines::default();
         let pxe = Kind::DhcpDiscover {
+            answered: true,
             pool: None,
             pxe: true,
             ipxe: false,
@@ -1031,6 +1048,7 @@ mod tests {
             120 * S,
             Who::Mac(mac),
             Kind::DhcpDiscover {
+                answered: true,
                 pool: None,
                 pxe: true,
                 ipxe: false,
@@ -1079,6 +1097,7 @@ mod tests {
             25 * S,
             Who::Mac(mac),
             Kind::DhcpDiscover {
+                answered: true,
                 pool: None,
                 pxe: false,
                 ipxe: false,

@@ -217,6 +217,7 @@ mod tests {
         t.apply(&ev(
             at,
             Kind::DhcpDiscover {
+                answered: true,
                 pool: None,
                 pxe: true,
                 ipxe: true,
@@ -351,6 +352,7 @@ mod tests {
                 at: at * 1_000_000,
                 who: Who::Mac(mac),
                 kind: Kind::DhcpDiscover {
+                    answered: true,
                     pool: Some("a".into()),
                     pxe: true,
                     ipxe: false,
@@ -371,6 +373,7 @@ mod tests {
             (
                 at,
                 Kind::DhcpDiscover {
+                    answered: true,
                     pool: None,
                     pxe: true,
                     ipxe: false,

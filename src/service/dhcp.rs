@@ -381,6 +381,7 @@ impl Server {
                 self.recorder.record(
                     Who::Mac(mac),
                     Kind::DhcpDiscover {
+                        answered: true,
                         pxe: true,
                         ipxe: client.ipxe,
                         pool: Some(plan.member.pool.name.clone()),
@@ -470,18 +471,19 @@ impl Server {
         let msg = req.message_type()?;
         let (kind, yiaddr) = match msg {
             DISCOVER => {
+                let offered = self
+                    .leases
+                    .write()
+                    .offer(mac, req.requested_ip(), now, OFFER_HOLD_S);
                 self.recorder.record(
                     Who::Mac(mac),
                     Kind::DhcpDiscover {
+                        answered: offered.is_some(),
                         pxe: client.pxe,
                         ipxe: client.ipxe,
                         pool: Some(plan.member.pool.name.clone()),
                     },
                 );
-                let offered = self
-                    .leases
-                    .write()
-                    .offer(mac, req.requested_ip(), now, OFFER_HOLD_S);
                 let Some(ip) = offered else {
                     static EXHAUSTED: super::bounds::LogLimit = super::bounds::LogLimit::new();
                     self.recorder.refused(Service::Dhcp);

@@ -361,6 +361,7 @@ mod tests {
             at,
             who: mac,
             kind: Kind::DhcpDiscover {
+                answered: true,
                 pool: None,
                 pxe: true,
                 ipxe: false,

@@ -292,6 +292,7 @@ mod tests {
         // Nothing is open yet: requests are not even looked at.
         assert!(!t.wants(ip));
         let discover = Kind::DhcpDiscover {
+            answered: true,
             pool: None,
             pxe: true,
             ipxe: true,
@@ -354,6 +355,7 @@ mod tests {
         let t = Tracer::new(&config(dir.path(), false));
         let mac: Mac = "52:54:00:77:00:10".parse().unwrap();
         let discover = Kind::DhcpDiscover {
+            answered: true,
             pool: None,
             pxe: true,
             ipxe: false,

@@ -122,6 +122,7 @@ async fn attach_and_reads_are_recorded_for_the_leased_client() {
     t.recorder.record(
         Who::Mac(mac),
         Kind::DhcpDiscover {
+            answered: true,
             pool: None,
             pxe: true,
             ipxe: false,
