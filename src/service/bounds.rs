@@ -147,9 +147,15 @@ pub fn lose_silent_peers(stream: &impl std::os::fd::AsFd, after: Duration) -> st
 }
 
 /// Did `lose_silent_peers`'s bound end this read or write (the peer acknowledged nothing)?
-/// Not a socket's own read or write timeout, which reports `EAGAIN`.
+/// Linux reports the give-up as `ETIMEDOUT`, or as the last ICMP error the unanswered probes
+/// met (`EHOSTUNREACH` once the client's address no longer answers ARP: it is powered off);
+/// an established connection reports those only when it gives up. Not a socket's own read
+/// or write timeout, which reports `EAGAIN`.
 pub fn is_lost(e: &std::io::Error) -> bool {
-    e.raw_os_error() == Some(libc::ETIMEDOUT)
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ETIMEDOUT | libc::EHOSTUNREACH | libc::ENETUNREACH)
+    )
 }
 
 #[cfg(test)]
