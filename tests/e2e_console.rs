@@ -1,11 +1,14 @@
-//! End to end, the consoles and the failure causes: four qemu VMs whose boots are broken on
+//! End to end, the consoles and the failure causes: five qemu VMs whose boots are broken on
 //! purpose boot at once through `bootpool lab`, each from a pool with `netconsole: true`, and
 //! each boot's recorded cause is checked with `bootpool report --console`:
 //! - a bad `init=` (`/bin/true`: the root's init exits at once and the kernel panics; a
 //!   missing one the demo initrd catches itself, `initrd_failed`): `kernel_panic`;
 //! - a wrong NFS export on the command line (MOUNT refuses it): `no_root`;
 //! - a truncated squashfs root image over NBD (the kernel refuses it): `root_fs`;
-//! - an initrd without the NIC's driver (nothing more heard after the initrd): `initrd_silent`.
+//! - an initrd without the NIC's driver (nothing more heard after the initrd): `initrd_silent`;
+//! - DHCP lost mid-boot (`lab --cut-dhcp`: the answers to the client are dropped once its
+//!   kernel runs, so its initrd's DHCP fails): `dhcp_lost`, from the initrd's console line and
+//!   from the server's own side (it offered, and no REQUEST came).
 //!
 //! Slow (TCG: several minutes), so `#[ignore]`d; `scripts/test --all` runs it.
 
@@ -19,6 +22,7 @@ const PANIC: &str = "52:54:00:77:0a:01";
 const EXPORT: &str = "52:54:00:77:0b:01";
 const TRUNCATED: &str = "52:54:00:77:0c:01";
 const NO_NIC: &str = "52:54:00:77:0d:01";
+const CUT_DHCP: &str = "52:54:00:77:10:01";
 
 fn sh(script: &str) {
     let out = Command::new("bash")
@@ -74,8 +78,8 @@ fn report(config: &Path, mac: &str) -> serde_json::Value {
 }
 
 #[test]
-#[ignore = "boots four VMs (minutes under TCG); scripts/test --all"]
-fn four_broken_boots_each_say_why() {
+#[ignore = "boots five VMs (minutes under TCG); scripts/test --all"]
+fn five_broken_boots_each_say_why() {
     let dir = tempfile::tempdir().unwrap();
     broken_images(dir.path());
     let images = format!(
@@ -116,15 +120,23 @@ fn four_broken_boots_each_say_why() {
     cmdline: console=ttyS0
     clients:
       - {{ mac: \"{NO_NIC}\" }}
+  dhcp-cut:
+    image: demo
+    root: nbd
+    netconsole: true
+    cmdline: console=ttyS0
+    clients:
+      - {{ mac: \"{CUT_DHCP}\" }}
 "
         )
     });
     let mut lab = Command::new(env!("CARGO_BIN_EXE_bootpool"));
     lab.args(["lab", "--clients", "1"]);
-    for pool in ["bad-init", "wrong-export", "truncated", "nonic"] {
+    for pool in ["bad-init", "wrong-export", "truncated", "nonic", "dhcp-cut"] {
         lab.args(["--pool", pool]);
     }
-    lab.args(["--timeout", "480", "--config"]).arg(&config);
+    lab.args(["--cut-dhcp", "dhcp-cut", "--timeout", "480", "--config"])
+        .arg(&config);
     // Every client fails, so the lab itself fails; its table and log are for the messages.
     let (_, table, log) = common::run(&mut lab, 600);
     let lab_out = format!("{table}\n{log}");
@@ -162,6 +174,14 @@ fn four_broken_boots_each_say_why() {
     expect(TRUNCATED, "root_fs", &|_| true);
     expect(NO_NIC, "initrd_silent", &|r| {
         r["lines"].as_array().unwrap().is_empty()
+    });
+    expect(CUT_DHCP, "dhcp_lost", &|r| {
+        r["cause"]["line"]
+            .as_str()
+            .is_some_and(|l| l.contains("no DHCP lease"))
+            && r["cause"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("offered it an address"))
     });
     assert!(wrong.is_empty(), "{}\n{lab_out}", wrong.join("\n\n"));
 }

@@ -1,21 +1,29 @@
 //! End to end, a client that goes: `bootpool lab --cycles 2` pulls each client's plug after its
 //! boot and powers it on again (one over NFS, one over NBD), and the record shows each first
-//! boot gone. A test binary of its own, so that its VMs do not boot beside tests/e2e.rs's on the
-//! same cores (their timing checks would feel it). Needs root and what scripts/setup installs.
+//! boot gone; the second stays off (`--stay-off`), and the record shows it gone too, its root
+//! connection lost. A test binary of its own, so that its VMs do not boot beside tests/e2e.rs's
+//! on the same cores (their timing checks would feel it). Needs root and what scripts/setup
+//! installs.
 
 mod common;
 
 use common::lab::{client_consoles, lab_config, run_lab};
 use std::process::Command;
 
+/// The root connections of a client that powered off and stays off are lost after this.
+const LOST_AFTER_S: u64 = 15;
+
 /// A client whose plug is pulled after its boot and that powers on again (`lab --cycles 2`,
 /// over NFS and NBD at once): the record shows the first boot booted and then gone, no later
 /// than the second boot's first DISCOVER (over NFS, `new_boot` or `nfs_reset`), and the second
-/// boot booted and not gone.
+/// boot booted; once that one is off for good (`--stay-off`), it is gone too, its root
+/// connection lost (`nfs_lost`, `nbd_lost`: silent for `limits.root_lost_after`).
 #[test]
 fn a_client_powered_off_and_on_again_is_seen_gone() {
     let dir = tempfile::tempdir().unwrap();
-    let config = lab_config(dir.path(), |text| text);
+    let config = lab_config(dir.path(), |text| {
+        format!("{text}limits:\n  root_lost_after: {LOST_AFTER_S}s\n")
+    });
     let args = [
         "--clients",
         "1",
@@ -27,6 +35,8 @@ fn a_client_powered_off_and_on_again_is_seen_gone() {
         "2",
         "--timeout",
         "500",
+        "--stay-off",
+        "90",
     ];
     let (table, rows) = run_lab(&config, &args, 600);
     assert_eq!(rows.len(), 2, "{table}");
@@ -59,7 +69,6 @@ fn a_client_powered_off_and_on_again_is_seen_gone() {
         let (first, second) = (mine[0], mine[1]);
         assert_eq!(first["result"], "booted", "{first}");
         assert_eq!(second["result"], "booted", "{second}");
-        assert!(second["gone"].is_null(), "{second}");
         let gone_at = first["gone_at"]
             .as_f64()
             .unwrap_or_else(|| panic!("{mac}'s first boot is not gone: {first}"));
@@ -76,6 +85,13 @@ fn a_client_powered_off_and_on_again_is_seen_gone() {
                 "{first}"
             );
         }
+        // Off for good: nothing ends the root connection but its silence.
+        let lost = if pool == "lab-nfs" {
+            "nfs_lost"
+        } else {
+            "nbd_lost"
+        };
+        assert_eq!(second["gone"], lost, "{mac}: {second}\n{table}");
     }
     // The lab kept each client's first console beside its second.
     let consoles = client_consoles(&dir.path().join("var"));

@@ -50,8 +50,9 @@ pub enum ImageCommand {
         /// Only this image.
         name: Option<String>,
         /// Also count as over a boot that has sent nothing for this long (e.g. `30m`), for
-        /// NFS clients that were powered off without a trace (by default only evidence ends
-        /// a boot: an NBD disconnect, a restart, a new boot).
+        /// clients whose end left no evidence (by default only evidence ends a boot: an NBD
+        /// disconnect, a root connection lost after `limits.root_lost_after`, a restart, a
+        /// new boot).
         #[arg(long, value_name = "DURATION")]
         idle: Option<String>,
         /// Show what would be removed, remove nothing.
@@ -126,15 +127,7 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
             Ok(())
         }
         ImageCommand::Activate { name, rev } => {
-            let image = image(&config, &name)?;
-            let _lock = store::lock(&image.dir)?;
-            let r = store::find(&image.dir, &rev)?;
-            store::activate(&image.dir, &r.id)?;
-            println!(
-                "image {name}: {} ({}) is active; boots starting from now get it, running clients keep theirs until they reboot",
-                r.label(),
-                r.id
-            );
+            println!("{}", activate(&config, &name, &rev)?);
             Ok(())
         }
         ImageCommand::Rollback { name } => {
@@ -230,6 +223,20 @@ fn list(image: &Image, running: &[usage::Running]) -> anyhow::Result<()> {
         println!("  {}", b.sentence());
     }
     Ok(())
+}
+
+/// Makes REV (a label or an id) of image NAME the active revision, under a running daemon or
+/// not, and says so (`bootpool image activate`, and the lab's `--activate`).
+pub fn activate(config: &Config, name: &str, rev: &str) -> anyhow::Result<String> {
+    let image = image(config, name)?;
+    let _lock = store::lock(&image.dir)?;
+    let r = store::find(&image.dir, rev)?;
+    store::activate(&image.dir, &r.id)?;
+    Ok(format!(
+        "image {name}: {} ({}) is active; boots starting from now get it, running clients keep theirs until they reboot",
+        r.label(),
+        r.id
+    ))
 }
 
 fn prune(image: &Image, running: &[usage::Running], dry_run: bool) -> anyhow::Result<()> {

@@ -80,6 +80,24 @@ pub struct LabArgs {
     /// Earlier consoles are kept as NAME.N.log.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub cycles: u32,
+    /// Once a client of this pool runs its kernel (its console's `Linux version` line), drop
+    /// every DHCP answer sent to it, as a failed switch port or relay would mid-boot: its
+    /// initrd's DHCP then fails, and the record says why (`dhcp_lost`). Repeatable. Needs
+    /// `nft` (package nftables).
+    #[arg(long, value_name = "POOL")]
+    pub cut_dhcp: Vec<String>,
+    /// Once every client powered on so far has booted (or failed), activate revision REV of
+    /// IMAGE under the running daemon, as `bootpool image activate IMAGE REV` does, and power
+    /// on as many clients again, each pool's next MACs: the room then runs two revisions.
+    /// Give the pools `bootpool.loop` on their command line to keep the first clients reading
+    /// their root meanwhile (the demo image's init reads it in a loop then).
+    #[arg(long, value_name = "IMAGE=REV")]
+    pub activate: Option<String>,
+    /// After the clients are powered off for the last time, keep the daemon up for at most
+    /// this many seconds, until the record shows each client's last boot gone (a silent root
+    /// connection is lost after `limits.root_lost_after`), and say how each went.
+    #[arg(long, value_name = "SECS")]
+    pub stay_off: Option<u64>,
 }
 
 /// One client's line in the lab's table.
@@ -182,25 +200,50 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<_>>()?
     };
-    // (MAC, pool name) of every client to power on, pool by pool.
-    let mut macs: Vec<(Mac, String)> = Vec::new();
+    for name in &args.cut_dhcp {
+        if !pools.iter().any(|p| &p.name == name) {
+            bail!("--cut-dhcp {name}: the lab boots no pool of that name (see --pool)");
+        }
+    }
+    let switch = args
+        .activate
+        .as_deref()
+        .map(|spec| Switch::parse(spec, &config))
+        .transpose()?;
+    // (MAC, pool name) of every client to power on, pool by pool: the first wave, then (for
+    // --activate) the second.
+    let waves = if switch.is_some() { 2 } else { 1 };
+    let mut by_pool: Vec<Vec<(Mac, String)>> = Vec::new();
     for pool in &pools {
+        let want = args.clients * waves;
         let of_pool: Vec<Mac> = pool
             .clients
             .iter()
             .flat_map(|e| (0..e.macs.len()).filter_map(|i| e.macs.nth(i)))
-            .take(args.clients)
+            .take(want)
             .collect();
-        if of_pool.len() < args.clients {
+        if of_pool.len() < want {
             bail!(
-                "pool `{}` lists only {} client MACs; the lab needs {}",
+                "pool `{}` lists only {} client MACs; the lab needs {want}",
                 pool.name,
                 of_pool.len(),
-                args.clients
             );
         }
-        macs.extend(of_pool.into_iter().map(|m| (m, pool.name.clone())));
+        by_pool.push(
+            of_pool
+                .into_iter()
+                .map(|m| (m, pool.name.clone()))
+                .collect(),
+        );
     }
+    let macs: Vec<(Mac, String)> = (0..waves)
+        .flat_map(|w| {
+            by_pool
+                .iter()
+                .flat_map(move |p| p[w * args.clients..(w + 1) * args.clients].to_vec())
+        })
+        .collect();
+    let first_wave = macs.len() / waves;
 
     let run_dir = config.server.state_dir.join("lab").join(format!(
         "{}",
@@ -216,6 +259,9 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     net::make_bridge(&bridge, config.server.address, config.dhcp.subnet.prefix)?;
     for i in 0..macs.len() {
         net::make_tap(&format!("tap{i}"), &bridge)?;
+    }
+    if !args.cut_dhcp.is_empty() {
+        net::prepare_dhcp_cuts()?;
     }
 
     // In proxy mode another server gives the addresses; in the lab that is dnsmasq.
@@ -258,11 +304,11 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
 
     let timeout = Duration::from_secs(
         args.timeout
-            .unwrap_or((120 + 40 * macs.len() as u64) * u64::from(args.cycles)),
+            .unwrap_or((120 + 40 * first_wave as u64) * u64::from(args.cycles) * waves as u64),
     );
     eprintln!(
         "lab: {} clients of {} powering on, {} acceleration, up to {}s; consoles in {}",
-        macs.len(),
+        first_wave,
         pools
             .iter()
             .map(|p| format!("pool {} ({} root)", p.name, p.root))
@@ -277,17 +323,22 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         run_dir.display()
     );
     let wave_start = crate::record::event::now_micros() as f64 / 1e6;
-    let mut vms = Vec::new();
-    for (i, (mac, _)) in macs.iter().enumerate() {
-        vms.push(Vm::power_on(
+    let power_on = |i: usize| {
+        Vm::power_on(
             &format!("pc{:02}", i + 1),
-            *mac,
+            macs[i].0,
             &format!("tap{i}"),
             accel,
             args.firmware,
             &run_dir,
-        )?);
-    }
+        )
+    };
+    let mut vms = (0..first_wave)
+        .map(power_on)
+        .collect::<anyhow::Result<Vec<Vm>>>()?;
+    // Whose DHCP answers are dropped now (--cut-dhcp), by client.
+    let mut cut = vec![false; macs.len()];
+    let mut switch = switch;
     let started = Instant::now();
     let mut reported = vec![false; vms.len()];
     // How many times each client has been powered on.
@@ -318,6 +369,15 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         }
         let mut running = 0;
         for (i, vm) in vms.iter_mut().enumerate() {
+            if !cut[i] && args.cut_dhcp.contains(&macs[i].1) && vm.console_contains(KERNEL_STARTED)
+            {
+                net::cut_dhcp(&format!("tap{i}"))?;
+                cut[i] = true;
+                eprintln!(
+                    "lab: {}'s kernel runs: its DHCP answers are dropped from now on",
+                    vm.name
+                );
+            }
             // A client whose console said how its boot went is done, powered off or not (a
             // stock image sits at its login prompt).
             let alive = vm.poll();
@@ -345,6 +405,10 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                     "lab: {} powered off and on again (power-on {} of {})",
                     vm.name, power_ons[i], args.cycles
                 );
+                if cut[i] {
+                    net::restore_dhcp(&format!("tap{i}"))?;
+                    cut[i] = false;
+                }
                 let (name, mac) = (vm.name.clone(), vm.mac);
                 *vm = Vm::power_on(
                     &name,
@@ -358,6 +422,24 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                 running += 1;
             }
         }
+        if running == 0
+            && let Some(to) = switch.take()
+        {
+            let said = to.activate(&config)?;
+            eprintln!("lab: {said}");
+            eprintln!(
+                "lab: powering on {} more clients (pc{:02} to pc{:02})",
+                macs.len() - vms.len(),
+                vms.len() + 1,
+                macs.len()
+            );
+            for i in vms.len()..macs.len() {
+                vms.push(power_on(i)?);
+                reported.push(false);
+                power_ons.push(1);
+                running += 1;
+            }
+        }
         if running == 0 || started.elapsed() > timeout {
             break;
         }
@@ -366,7 +448,10 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     for vm in &mut vms {
         vm.kill();
     }
-    let boots = settled_boots(api, &vms, wave_start).await?;
+    let mut boots = settled_boots(api, &vms, wave_start).await?;
+    if let Some(secs) = args.stay_off {
+        boots = gone_boots(api, &vms, wave_start, Duration::from_secs(secs)).await?;
+    }
     drop(daemon);
     for helper in [radvd.as_mut(), dhcp_peer.as_mut()].into_iter().flatten() {
         let _ = helper.kill();
@@ -443,6 +528,86 @@ async fn settled_boots(
             return Ok(boots);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The last boot of each client, as the API shows them.
+fn last_boots<'a>(boots: &'a [BootView], vms: &[Vm], wave_start: f64) -> Vec<Option<&'a BootView>> {
+    vms.iter()
+        .map(|vm| {
+            let mac = vm.mac.to_string();
+            boots
+                .iter()
+                .rfind(|b| b.mac == mac && b.start >= wave_start - 1.0)
+        })
+        .collect()
+}
+
+/// `--stay-off`: the daemon's boots once the last boot of every client (all powered off by
+/// now) is recorded gone, or `bound` has passed; says how each went.
+async fn gone_boots(
+    api: std::net::SocketAddr,
+    vms: &[Vm],
+    wave_start: f64,
+    bound: Duration,
+) -> anyhow::Result<Vec<BootView>> {
+    eprintln!(
+        "lab: all clients off; waiting up to {}s for the record to see them gone",
+        bound.as_secs()
+    );
+    let deadline = Instant::now() + bound;
+    loop {
+        let boots: Vec<BootView> = serde_json::from_str(&http_get(api, "/api/v1/boots").await?)
+            .context("reading /api/v1/boots")?;
+        let last = last_boots(&boots, vms, wave_start);
+        let all_gone = last.iter().flatten().all(|b| b.gone.is_some());
+        if all_gone || Instant::now() > deadline {
+            for (vm, b) in vms.iter().zip(&last) {
+                match b.and_then(|b| b.gone.as_deref().map(|g| (g, b))) {
+                    Some((gone, b)) => eprintln!(
+                        "lab: {}'s boot {} is gone ({gone}) {:.1}s after it started",
+                        vm.name,
+                        b.id,
+                        b.gone_at.unwrap_or(b.start) - b.start
+                    ),
+                    None => eprintln!("lab: {}'s last boot is not seen gone", vm.name),
+                }
+            }
+            return Ok(boots);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The kernel's first console line: by then the firmware and iPXE are done with DHCP.
+const KERNEL_STARTED: &str = "Linux version";
+
+/// `--activate IMAGE=REV`: the switch the lab makes once the first clients are up.
+struct Switch {
+    image: String,
+    rev: String,
+}
+
+impl Switch {
+    /// Checks IMAGE=REV against the config and the image's revisions before anything starts.
+    fn parse(spec: &str, config: &Config) -> anyhow::Result<Switch> {
+        let (image, rev) = spec
+            .split_once('=')
+            .with_context(|| format!("--activate {spec}: expected IMAGE=REV, e.g. demo=r2"))?;
+        let dir = &config
+            .images
+            .get(image)
+            .with_context(|| format!("--activate {spec}: no image `{image}` in the config"))?
+            .dir;
+        crate::image::store::find(dir, rev).with_context(|| format!("--activate {spec}"))?;
+        Ok(Switch {
+            image: image.into(),
+            rev: rev.into(),
+        })
+    }
+
+    fn activate(&self, config: &Config) -> anyhow::Result<String> {
+        crate::image::cli::activate(config, &self.image, &self.rev)
     }
 }
 

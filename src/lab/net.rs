@@ -60,6 +60,82 @@ pub fn make_tap(name: &str, bridge: &str) -> anyhow::Result<()> {
     ip(&["link", "set", name, "up"])
 }
 
+/// The nftables table of `--cut-dhcp`: frames the host sends out of a tap in the set `cut`
+/// (the bridge's local output hook, which sees each port a broadcast is flooded to) are
+/// dropped when they are DHCP answers. Clients join and leave the set.
+const CUT_TABLE: &str = "table bridge bootpool_lab {
+    set cut { type ifname; }
+    chain out {
+        type filter hook output priority 0; policy accept;
+        oifname @cut udp dport 68 drop
+    }
+}
+";
+
+/// Installs `CUT_TABLE` in the lab's namespace.
+pub fn prepare_dhcp_cuts() -> anyhow::Result<()> {
+    nft(&["-f", "-"], Some(CUT_TABLE))
+}
+
+/// Drops every DHCP answer to the client on `tap` from now on.
+pub fn cut_dhcp(tap: &str) -> anyhow::Result<()> {
+    nft(
+        &[
+            "add",
+            "element",
+            "bridge",
+            "bootpool_lab",
+            "cut",
+            &format!("{{ {tap} }}"),
+        ],
+        None,
+    )
+}
+
+/// Lets DHCP answers reach the client on `tap` again.
+pub fn restore_dhcp(tap: &str) -> anyhow::Result<()> {
+    nft(
+        &[
+            "delete",
+            "element",
+            "bridge",
+            "bootpool_lab",
+            "cut",
+            &format!("{{ {tap} }}"),
+        ],
+        None,
+    )
+}
+
+/// Runs `nft ARGS` (with `input` on its stdin), failing with its message.
+fn nft(args: &[&str], input: Option<&str>) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut child = Command::new("nft")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running `nft` (package nftables)")?;
+    if let Some(text) = input {
+        child
+            .stdin
+            .take()
+            .expect("piped")
+            .write_all(text.as_bytes())?;
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!(
+            "nft {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 /// Router advertisements on the bridge. iPXE configures IPv6 beside DHCPv4 and, with no router
 /// on the link, waits about ten seconds for one before it goes on; an advertised prefix (that
 /// is not a default route) lets it go on at once. Returns None when radvd is not installed.
