@@ -45,12 +45,6 @@ const mbit = bytesPerS => (bytesPerS * 8) / 1e6;
 const when = t => new Date(t * 1000).toLocaleString();
 const now = () => Date.now() / 1000;
 
-function median(xs) {
-  if (!xs.length) return null;
-  const v = [...xs].sort((a, b) => a - b), m = v.length >> 1;
-  return v.length % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
 function empty(text, command) {
   return h('div', { class: 'empty', 'data-testid': 'empty' }, h('p', {}, text), command ? h('pre', {}, h('code', {}, command)) : null);
 }
@@ -109,7 +103,8 @@ const NO_EGRESS = 'No egress data: this server does not sample link counters (GE
 // ---- live updates ----
 
 // Keeps boots of a pool current: from the SSE stream, else by polling /api/v1/boots every 2 s.
-function watchBoots(pool, onBoots, onMode, mine = b => b.pool === pool) {
+function watchBoots(pool, onBoots, onMode) {
+  const mine = b => b.pool === pool;
   let stopped = false, timer = null, source = null;
   const poll = async () => {
     try { onBoots(await api(`/api/v1/boots?pool=${q(pool)}`)); } catch { /* next poll retries */ }
@@ -128,59 +123,52 @@ function watchBoots(pool, onBoots, onMode, mine = b => b.pool === pool) {
     // Catch up on whatever changed while (re)connecting.
     try { onBoots(await api(`/api/v1/boots?pool=${q(pool)}`)); } catch { /* the stream carries on */ }
   });
+  // A boot that changes can move the others' waves and stall thresholds (docs/api.md), and
+  // the stream sends only the boot that changed: after it, the pool's boots are read again,
+  // at most once per 2 s.
+  let again = null;
+  const catchUp = () => {
+    if (again || stopped) return;
+    again = setTimeout(async () => {
+      again = null;
+      try { onBoots(await api(`/api/v1/boots?pool=${q(pool)}`)); } catch { /* the stream carries on */ }
+    }, 2000);
+  };
   source.addEventListener('boot', ev => {
     const b = JSON.parse(ev.data);
-    if (mine(b)) onBoots([b]);
+    if (mine(b)) { onBoots([b]); catchUp(); }
   });
   // A stream that never opened (404, old server) is closed for good: poll instead.
   source.addEventListener('error', () => { if (source?.readyState === EventSource.CLOSED) fallBack(); });
-  return () => { stopped = true; source?.close(); clearTimeout(timer); };
+  return () => { stopped = true; source?.close(); clearTimeout(timer); clearTimeout(again); };
 }
 
-// A running boot is stalled when it has been silent for over 3x the median time the others
-// spent in the phase it is in.
-export function stalledFor(boot, others, t) {
-  if (boot.result !== 'running') return null;
-  const spent = others.flatMap(o => o.phases.filter(p => p.name === boot.current_phase && !(o.result === 'running' && o.current_phase === p.name)).map(p => p.seconds));
-  const m = median(spent);
+// A boot is stalled once it has been silent longer than the server's `stall_after_s` for it
+// (docs/api.md: 3x the median time the others of its wave spent in its phase); seconds silent.
+export function stalledFor(boot, t) {
   const silent = t - boot.last_event;
-  return m != null && silent > 3 * Math.max(m, 1) ? silent : null;
+  return boot.stall_after_s != null && silent > boot.stall_after_s ? silent : null;
 }
 
 // ---- views ----
 
-// Boots of one pool that start more than this apart belong to different waves (record/wave.rs).
-const WAVE_GAP_S = 120;
-
-// The current wave of a room, kept as boots arrive: the same rule as the server's waves
-// (docs/api.md), so a boot long after the last one starts a new power-on, and a machine booting
-// again splits the wave at the widest gap between starts since its previous boot: the boots
-// before that gap are an older power-on, whichever order the boots arrived in.
+// The current wave of a room, kept as boots arrive: the wave (the server's, each boot's `wave`,
+// docs/api.md) of the boot that started last; `older` holds each other machine's newest boot.
 export function roomWave() {
-  const wave = new Map(), older = new Map();
-  let start = null, lastStart = null;
-  const keepOlder = b => { const o = older.get(b.mac); if (!o || b.id >= o.id) older.set(b.mac, b); };
-  const admit = b => {
-    const cur = wave.get(b.mac);
-    if (cur && cur.id === b.id) return void wave.set(b.mac, b); // an update of a boot we know
-    if ((cur && b.id < cur.id) || (wave.size && b.start < start)) return keepOlder(b);
-    if (wave.size && b.start - lastStart > WAVE_GAP_S) {
-      for (const x of wave.values()) keepOlder(x);
-      wave.clear();
-    } else if (cur) {
-      const starts = [...wave.values(), b].map(x => x.start).sort((x, y) => x - y);
-      let cut = b.start, widest = -1;
-      for (let i = 1; i < starts.length; i++) {
-        const gap = starts[i] - starts[i - 1];
-        if (starts[i - 1] >= cur.start && starts[i] <= b.start && gap > widest) { widest = gap; cut = starts[i]; }
-      }
-      for (const x of [...wave.values()]) if (x.start < cut) { keepOlder(x); wave.delete(x.mac); }
-      if (wave.size) start = Math.min(...[...wave.values()].map(x => x.start));
+  const boots = new Map(), wave = new Map(), older = new Map();
+  let start = null;
+  const admit = list => {
+    for (const b of list) boots.set(b.id, b);
+    const all = [...boots.values()].filter(b => b.wave != null).sort((x, y) => x.start - y.start || x.id - y.id);
+    const current = all.at(-1)?.wave;
+    wave.clear();
+    older.clear();
+    for (const b of all) {
+      if (b.wave === current) wave.set(b.mac, b);
+      else if (!(older.get(b.mac)?.id > b.id)) older.set(b.mac, b);
     }
-    if (!wave.size) { start = b.start; lastStart = b.start; }
-    lastStart = Math.max(lastStart, b.start);
-    wave.set(b.mac, b);
-    older.delete(b.mac);
+    for (const m of wave.keys()) older.delete(m);
+    start = wave.size ? Math.min(...[...wave.values()].map(b => b.start)) : null;
   };
   return { wave, older, admit, start: () => start };
 }
@@ -230,7 +218,7 @@ async function roomView(el, [poolName], ctx) {
         h('span', { class: 'phase' }, dense ? '○ waiting' : '○ waiting / off'),
         h('span', { class: 'last' }, last ? `${dense ? 'last' : 'last boot'} ${fmtS(last.duration_s)}` : 'never booted'));
     }
-    const stalled = stalledFor(b, [...room.wave.values()].filter(o => o !== b), t);
+    const stalled = stalledFor(b, t);
     const elapsed = b.result === 'booted' ? b.duration_s : (b.result === 'running' ? t : b.last_event) - b.start;
     const phase = b.current_phase;
     return h('a', {
@@ -268,13 +256,12 @@ async function roomView(el, [poolName], ctx) {
     grid.replaceChildren(...macs.map(m => tile(m, room.wave.get(m), t, dense)));
   };
   const merge = boots => {
-    for (const b of [...boots].sort((x, y) => x.start - y.start || x.id - y.id)) room.admit(b);
+    room.admit(boots);
     draw();
   };
   merge(await api(`/api/v1/boots?pool=${q(pool.name)}`));
-  // A listed machine's boot has no pool until its DHCP ACK; its DISCOVER already lights its tile.
-  const stop = watchBoots(pool.name, merge, m => { mode.textContent = m; },
-    b => b.pool === pool.name || (b.pool == null && pool.machines.some(m => m.mac === b.mac)));
+  // A listed machine's boot has its pool (and wave) from its first DISCOVER, which lights its tile.
+  const stop = watchBoots(pool.name, merge, m => { mode.textContent = m; });
   const clock = setInterval(draw, 1000);
   ctx.cleanup.push(stop, () => clearInterval(clock));
 }
@@ -552,8 +539,8 @@ async function clientView(el, [mac], ctx) {
         h('td', {}, fmtS(c.last?.duration_s))))))));
   }
   const [boots, waves] = await Promise.all([api(`/api/v1/boots?mac=${q(mac)}`), api('/api/v1/waves')]);
-  // Each boot's wave: the newest of its pool that started no later than it did.
-  const waveOf = b => [...waves].reverse().find(w => w.pool === b.pool && w.start <= b.start + 1e-6);
+  // Each boot's wave, as the server groups them.
+  const waveOf = b => waves.find(w => w.id === b.wave);
   const box = h('div', { class: 'chart-box', 'data-testid': 'boots-chart' });
   // The newest boot's cause (when it failed or is stuck) and its console lines.
   const newest = boots[boots.length - 1];

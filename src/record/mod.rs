@@ -14,6 +14,7 @@ pub mod egress;
 pub mod end;
 pub mod event;
 pub mod report;
+pub mod stall;
 pub mod store;
 pub mod timeline;
 pub mod view;
@@ -481,9 +482,16 @@ impl Writer {
             self.events.push(ev);
         }
         // Nobody listening is fine: the stream is for dashboards that are open.
-        for mac in touched {
-            if let Some(b) = t.current(mac) {
-                let _ = self.records.changes.send(view::BootView::of(b));
+        if self.records.changes.receiver_count() > 0 {
+            let now = event::now_micros();
+            let waves = wave::Membership::of(t.boots());
+            for mac in touched {
+                if let Some(b) = t.current(mac) {
+                    let _ = self
+                        .records
+                        .changes
+                        .send(view::BootView::in_wave(b, waves.wave(b.id), now));
+                }
             }
         }
     }
@@ -495,9 +503,18 @@ impl Writer {
             .timelines
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        for mac in t.settle(event::now_micros()) {
+        let now = event::now_micros();
+        let settled = t.settle(now);
+        if settled.is_empty() || self.records.changes.receiver_count() == 0 {
+            return;
+        }
+        let waves = wave::Membership::of(t.boots());
+        for mac in settled {
             if let Some(b) = t.current(mac) {
-                let _ = self.records.changes.send(view::BootView::of(b));
+                let _ = self
+                    .records
+                    .changes
+                    .send(view::BootView::in_wave(b, waves.wave(b.id), now));
             }
         }
     }

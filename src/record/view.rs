@@ -70,6 +70,18 @@ pub struct BootView {
     pub last_event: f64,
     /// Payload bytes sent to the client, per protocol.
     pub bytes: BTreeMap<String, u64>,
+    /// The id of its wave (`record::wave`), None for a boot in no pool or a view made without
+    /// its wave.
+    #[serde(default)]
+    pub wave: Option<u64>,
+    /// For a running boot, the silence (seconds after `last_event`) past which it is stalled
+    /// (`record::stall`), judged against the other boots of its wave; None when none of them
+    /// went through its phase.
+    #[serde(default)]
+    pub stall_after_s: Option<f64>,
+    /// How long it has been silent, when it is stalled at the time of the view.
+    #[serde(default)]
+    pub stalled_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -102,8 +114,15 @@ impl BootView {
         BootView::at(b, super::event::now_micros())
     }
 
-    /// The boot as it stands at `now`.
+    /// The boot as it stands at `now`, without its wave.
     pub fn at(b: &Boot, now: Micros) -> BootView {
+        BootView::in_wave(b, None, now)
+    }
+
+    /// The boot as it stands at `now`, in its wave (`wave::Membership::wave`: the wave's id and
+    /// boots), which says whether it is stalled.
+    pub fn in_wave(b: &Boot, wave: Option<(u64, &[&Boot])>, now: Micros) -> BootView {
+        let others = wave.map_or(&[][..], |(_, boots)| boots);
         let result = result_at(b, now);
         let timed_out = result == "timed_out";
         BootView {
@@ -157,6 +176,9 @@ impl BootView {
                 .iter()
                 .map(|(p, n)| (proto_name(*p).into(), *n))
                 .collect(),
+            wave: wave.map(|(id, _)| id),
+            stall_after_s: super::stall::stall_after_s(b, others, now),
+            stalled_s: super::stall::stalled_s(b, others, now),
         }
     }
 
@@ -240,16 +262,19 @@ impl WaveView {
 
     /// The wave with its boots as they stand at `now` (its summary was made by `waves`).
     pub fn at(w: &Wave, boots: &[Boot], now: Micros) -> WaveView {
+        let members: Vec<&Boot> = w
+            .boot_ids
+            .iter()
+            .filter_map(|id| boots.iter().find(|b| b.id == *id))
+            .collect();
         WaveView {
             id: w.id,
             pool: w.pool.clone(),
             start: w.start,
             summary: (&w.summary).into(),
-            boots: w
-                .boot_ids
+            boots: members
                 .iter()
-                .filter_map(|id| boots.iter().find(|b| b.id == *id))
-                .map(|b| BootView::at(b, now))
+                .map(|b| BootView::in_wave(b, Some((w.id, &members)), now))
                 .collect(),
         }
     }

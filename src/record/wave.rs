@@ -54,6 +54,16 @@ pub struct Summary {
 
 /// Groups boots into waves, newest last; summaries count each boot's result at `now`.
 pub fn waves(boots: &[Boot], now: Micros) -> Vec<Wave> {
+    let mut out: Vec<Wave> = groups(boots)
+        .into_iter()
+        .map(|(pool, group)| make_wave(pool, &group, now))
+        .collect();
+    out.sort_by(|a, b| a.start.total_cmp(&b.start).then(a.id.cmp(&b.id)));
+    out
+}
+
+/// The waves' boots, each wave in start order with its pool: the rule of this module.
+fn groups(boots: &[Boot]) -> Vec<(&str, Vec<&Boot>)> {
     let mut by_pool: BTreeMap<&str, Vec<&Boot>> = BTreeMap::new();
     for b in boots {
         // Boots of clients in no pool (seen after a config change) have no wave.
@@ -69,15 +79,38 @@ pub fn waves(boots: &[Boot], now: Micros) -> Vec<Wave> {
         for k in 1..=list.len() {
             if k == list.len() || list[k].start - list[k - 1].start > gap {
                 for range in without_repeats(&list[from..k]) {
-                    let group = &list[from..k][range];
-                    out.push(make_wave(pool, group, now));
+                    out.push((pool, list[from..k][range].to_vec()));
                 }
                 from = k;
             }
         }
     }
-    out.sort_by(|a, b| a.start.total_cmp(&b.start).then(a.id.cmp(&b.id)));
     out
+}
+
+/// Which wave each boot is in, for the boot views (`view::BootView::in_wave`): made once for
+/// a whole answer, since a boot's wave depends on the boots around it.
+pub struct Membership<'a> {
+    groups: Vec<Vec<&'a Boot>>,
+    by_boot: std::collections::HashMap<u64, usize>,
+}
+
+impl<'a> Membership<'a> {
+    pub fn of(boots: &'a [Boot]) -> Membership<'a> {
+        let groups: Vec<Vec<&Boot>> = groups(boots).into_iter().map(|(_, g)| g).collect();
+        let by_boot = groups
+            .iter()
+            .enumerate()
+            .flat_map(|(i, g)| g.iter().map(move |b| (b.id, i)))
+            .collect();
+        Membership { groups, by_boot }
+    }
+
+    /// The id of the wave boot `id` is in, with that wave's boots; None for a boot in no pool.
+    pub fn wave(&self, id: u64) -> Option<(u64, &[&'a Boot])> {
+        let g = &self.groups[*self.by_boot.get(&id)?];
+        Some((g[0].id, g))
+    }
 }
 
 /// Cuts a run of boots (in start order, none more than `GAP_S` after the one before) into
@@ -339,6 +372,27 @@ mod tests {
         let sizes: Vec<usize> = w.iter().map(|w| w.boot_ids.len()).collect();
         assert_eq!(sizes, [2, 2]);
         assert_eq!(w[1].start, 1210.0);
+    }
+
+    /// Each boot's wave in the views is the wave `waves` puts it in, with that wave's boots.
+    #[test]
+    fn membership_names_the_wave_each_boot_is_in() {
+        let mut t = Timelines::default();
+        boot(&mut t, 1, "a", 1000, Some(20));
+        for (mac, at) in [(2, 1100), (3, 1210), (1, 1260)] {
+            boot_at(&mut t, mac, "a", at * 1_000_000);
+        }
+        boot(&mut t, 4, "b", 1001, Some(40));
+        let m = Membership::of(t.boots());
+        for w in waves(t.boots(), NOW) {
+            for id in &w.boot_ids {
+                let (wave, boots) = m.wave(*id).expect("a wave");
+                assert_eq!(wave, w.id);
+                let ids: Vec<u64> = boots.iter().map(|b| b.id).collect();
+                assert_eq!(ids, w.boot_ids);
+            }
+        }
+        assert!(m.wave(99).is_none());
     }
 
     #[test]

@@ -72,6 +72,8 @@ pub(super) async fn boots(
     Query(q): Query<BootsQuery>,
 ) -> Json<Vec<BootView>> {
     Json(web.records.read(|t| {
+        let now = now_micros();
+        let waves = wave::Membership::of(t.boots());
         t.boots()
             .iter()
             .filter(|b| q.pool.as_ref().is_none_or(|p| b.pool.as_ref() == Some(p)))
@@ -81,7 +83,7 @@ pub(super) async fn boots(
                     .is_none_or(|m| m.parse::<Mac>().is_ok_and(|m| m == b.mac))
             })
             .filter(|b| q.since.is_none_or(|s| b.start as f64 / 1e6 >= s))
-            .map(BootView::of)
+            .map(|b| BootView::in_wave(b, waves.wave(b.id), now))
             .collect()
     }))
 }
@@ -261,10 +263,15 @@ pub(super) struct ClientLine {
 pub(super) async fn clients(State(web): State<Web>) -> Json<Vec<ClientLine>> {
     let mut by_mac: BTreeMap<Mac, (usize, Option<BootView>)> = BTreeMap::new();
     web.records.read(|t| {
+        let now = now_micros();
+        let waves = wave::Membership::of(t.boots());
+        let mut last = BTreeMap::new();
         for b in t.boots() {
-            let e = by_mac.entry(b.mac).or_default();
-            e.0 += 1;
-            e.1 = Some(BootView::of(b));
+            by_mac.entry(b.mac).or_default().0 += 1;
+            last.insert(b.mac, b);
+        }
+        for (mac, b) in last {
+            by_mac.entry(mac).or_default().1 = Some(BootView::in_wave(b, waves.wave(b.id), now));
         }
     });
     Json(
