@@ -487,10 +487,11 @@ impl Writer {
             let waves = wave::Membership::of(t.boots());
             for mac in touched {
                 if let Some(b) = t.current(mac) {
-                    let _ = self
-                        .records
-                        .changes
-                        .send(view::BootView::in_wave(b, waves.wave(b.id), now));
+                    let _ = self.records.changes.send(view::BootView::in_wave(
+                        b,
+                        waves.wave(b.id),
+                        now,
+                    ));
                 }
             }
         }
@@ -511,10 +512,10 @@ impl Writer {
         let waves = wave::Membership::of(t.boots());
         for mac in settled {
             if let Some(b) = t.current(mac) {
-                let _ = self
-                    .records
-                    .changes
-                    .send(view::BootView::in_wave(b, waves.wave(b.id), now));
+                let _ =
+                    self.records
+                        .changes
+                        .send(view::BootView::in_wave(b, waves.wave(b.id), now));
             }
         }
     }

@@ -76,6 +76,7 @@ mod tests {
         t.apply(&ev(
             start_s * S,
             Kind::DhcpDiscover {
+                answered: true,
                 pool: Some("a".into()),
                 pxe: true,
                 ipxe: true,
