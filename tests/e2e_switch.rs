@@ -163,6 +163,8 @@ fn running_clients_keep_their_revision_through_a_switch_and_prune_waits_for_them
         .args([
             "--activate",
             "rev=r2",
+            "--stay-on",
+            "60",
             "--stay-off",
             "90",
             "--timeout",

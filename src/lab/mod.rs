@@ -98,6 +98,11 @@ pub struct LabArgs {
     /// connection is lost after `limits.root_lost_after`), and say how each went.
     #[arg(long, value_name = "SECS")]
     pub stay_off: Option<u64>,
+    /// Once every client has booted (or failed), keep them all running this many seconds
+    /// more before powering them off: time for a `bootpool.loop` client to read its root
+    /// again (with `--activate`, the second clients' passes).
+    #[arg(long, value_name = "SECS")]
+    pub stay_on: Option<u64>,
 }
 
 /// One client's line in the lab's table.
@@ -444,6 +449,10 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    if let Some(secs) = args.stay_on {
+        eprintln!("lab: every client is up; keeping them on {secs}s more (--stay-on)");
+        tokio::time::sleep(Duration::from_secs(secs)).await;
     }
     for vm in &mut vms {
         vm.kill();
