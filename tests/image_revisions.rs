@@ -4,7 +4,8 @@
 //! while the old revision's kernel, NFS export and NBD export still serve the old bytes; the
 //! new revision's exports are learned without a restart; the API and `prune` know which
 //! revision the recorded client runs, and a client that stays mounted on the old revision
-//! keeps reading it through the handles it holds. On both stores.
+//! keeps reading it through the handles it holds. On both stores; with `store: ram` a revision
+//! learned after start is loaded into memory at its first use.
 
 mod common;
 
@@ -277,6 +278,37 @@ async fn running_clients_keep_their_revision_and_new_boots_get_the_active_one(st
         |id: &str| std::fs::read(store::rev_dir(&fx.image_dir(), id).join("rootfs.img")).unwrap();
     assert_eq!(nbd_bytes(&fx, b.nbd, &format!("demo@{r1}")).await, img(&r1));
     assert_eq!(nbd_bytes(&fx, b.nbd, &format!("demo@{r2}")).await, img(&r2));
+
+    // r2 was learned after start. With `store: ram` its first MOUNT and attach loaded it into
+    // memory: a change on disk is not seen (the snapshot the store promises); from disk it is.
+    let r2_dir = store::rev_dir(&fx.image_dir(), &r2);
+    let original = img(&r2);
+    let mut changed = original.clone();
+    changed[..4096].iter_mut().for_each(|b| *b ^= 0xff);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(r2_dir.join("rootfs.img"))
+            .unwrap();
+        f.write_all_at(&changed[..4096], 0).unwrap();
+    }
+    std::fs::write(r2_dir.join("rootfs/etc/hostname"), "XX\n").unwrap();
+    // Past the attribute cache's freshness (1 s), so a disk tree looks again.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let (want_host, want_img) = match store_kind {
+        "ram" => ("r2\n", &original),
+        _ => ("XX\n", &changed),
+    };
+    assert_eq!(
+        nfs_cat(b.nfs, &format!("/demo@{r2}/etc/hostname")).await,
+        want_host,
+        "store {store_kind}"
+    );
+    assert!(
+        nbd_bytes(&fx, b.nbd, &format!("demo@{r2}")).await == *want_img,
+        "store {store_kind}: nbd export of r2"
+    );
     daemon.stop().await;
 
     // Its newest root is r2's now: r1 is used by nobody and goes.

@@ -17,7 +17,7 @@ use std::io;
 use std::io::{IsTerminal, Write};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Positional reads of a fixed-size byte range: what a copy-on-write overlay reads through to.
@@ -206,28 +206,82 @@ pub fn load(image: &Image, progress: &mut dyn FnMut(u64, u64)) -> io::Result<Arc
     Ok(Arc::new(bytes))
 }
 
-/// Loads each exported `store: ram` image, with a progress bar when stderr is a terminal.
-pub fn load_ram(config: &Config) -> io::Result<HashMap<String, Arc<Vec<u8>>>> {
-    let mut ram = HashMap::new();
-    for img in exported(config) {
-        if img.store != Store::Ram {
-            continue;
+/// The `store: ram` images held in memory, by export name (each image revision is an export
+/// of its own): the exported ones loaded at start (`load`), a revision learned since at its
+/// first attach (`get`, which waits for the load, as does any attach of it meanwhile), and
+/// dropped once its file is gone (`drop_removed`: a revision pruned).
+#[derive(Default)]
+pub struct RamImages {
+    held: Mutex<HashMap<String, Arc<RamSlot>>>,
+}
+
+/// One export's bytes once loaded; its lock is held while they load.
+type RamSlot = Mutex<Option<Arc<Vec<u8>>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl RamImages {
+    /// Loads each exported `store: ram` image, with a progress bar when stderr is a terminal.
+    pub fn load(config: &Config) -> io::Result<RamImages> {
+        let ram = RamImages::default();
+        for img in exported(config) {
+            if img.store == Store::Ram {
+                ram.get(&img)?;
+            }
         }
-        let name = img.name.clone();
+        Ok(ram)
+    }
+
+    /// `image`'s bytes if they are in memory already; never waits for a load.
+    pub fn loaded(&self, image: &Image) -> Option<Arc<Vec<u8>>> {
+        let slot = lock(&self.held).get(&image.nbd_export)?.clone();
+        slot.try_lock().ok()?.clone()
+    }
+
+    /// `image`'s bytes, loaded now if they are not in memory yet (blocking).
+    pub fn get(&self, image: &Image) -> io::Result<Arc<Vec<u8>>> {
+        let slot = lock(&self.held)
+            .entry(image.nbd_export.clone())
+            .or_default()
+            .clone();
+        let mut slot = lock(&slot);
+        if let Some(bytes) = &*slot {
+            return Ok(bytes.clone());
+        }
         let started = Instant::now();
-        let mut bar = Progress::new(&name);
-        let bytes = load(&img, &mut |done, total| bar.show(done, total))?;
+        let mut bar = Progress::new(&image.nbd_export);
+        let bytes = load(image, &mut |done, total| bar.show(done, total))?;
         bar.finish();
         let secs = started.elapsed().as_secs_f64();
         tracing::info!(
-            image = %name, mib = bytes.len() >> 20, secs,
+            image = %image.nbd_export, mib = bytes.len() >> 20, secs,
             mib_per_s = (bytes.len() >> 20) as f64 / secs.max(1e-6),
             "nbd image loaded into memory"
         );
-        // By export name: each image revision is an export of its own.
-        ram.insert(img.nbd_export.clone(), bytes);
+        *slot = Some(bytes.clone());
+        Ok(bytes)
     }
-    Ok(ram)
+
+    /// Export names held in memory, sorted.
+    pub fn held(&self) -> Vec<String> {
+        let mut names: Vec<String> = lock(&self.held).keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// Drops the images whose export is no longer on disk (blocking: looks at the files).
+    /// Connections attached to one keep their copy until they end.
+    pub fn drop_removed(&self, config: &Config) {
+        let names = self.held();
+        for name in names {
+            if lookup(config, &name).is_none() {
+                lock(&self.held).remove(&name);
+                tracing::info!(image = %name, "nbd image removed from disk: dropped from memory");
+            }
+        }
+    }
 }
 
 /// A one-line progress bar on stderr, drawn only when stderr is a terminal.
@@ -382,5 +436,36 @@ mod tests {
         assert!(BlockImage::open(&image(dir.path(), "x")).is_err());
         std::fs::create_dir(dir.path().join("rootfs.img")).unwrap();
         assert!(BlockImage::open(&image(dir.path(), "x")).is_err());
+    }
+
+    /// A `store: ram` image is held once loaded (at start or at its first attach), and let go
+    /// once its file is gone.
+    #[test]
+    fn ram_images_are_loaded_once_and_dropped_when_their_file_goes() {
+        let dir = tempfile::tempdir().unwrap();
+        let demo = dir.path().join("images/demo");
+        std::fs::create_dir_all(&demo).unwrap();
+        let bytes: Vec<u8> = (0..70_000u32).map(|i| (i * 13) as u8).collect();
+        std::fs::write(demo.join("rootfs.img"), &bytes).unwrap();
+        let text = "server:\n  interfaces: [br0]\n  address: 10.77.0.1\n  http: 0.0.0.0:8080\n  \
+            state_dir: var/\ndhcp:\n  mode: authoritative\n  subnet: 10.77.0.0/24\n  \
+            range: 10.77.0.100-10.77.0.199\n  lease: 1h\nimages:\n  \
+            demo: { dir: images/demo, store: ram }\npools:\n  room:\n    image: demo\n    \
+            root: nbd\n    cmdline: console=ttyS0\n    clients:\n      \
+            - { mac: \"52:54:00:77:00:01\" }\n";
+        let config = Config::parse(&dir.path().join("pools.yaml"), text).unwrap();
+        let ram = RamImages::load(&config).unwrap();
+        assert_eq!(ram.held(), ["demo"]);
+        let image = &config.images["demo"];
+        assert_eq!(*ram.loaded(image).unwrap(), bytes);
+        // In memory: the file may change, the bytes served do not.
+        std::fs::write(demo.join("rootfs.img"), b"other").unwrap();
+        assert_eq!(*ram.get(image).unwrap(), bytes);
+        ram.drop_removed(&config);
+        assert_eq!(ram.held(), ["demo"]);
+        std::fs::remove_file(demo.join("rootfs.img")).unwrap();
+        ram.drop_removed(&config);
+        assert!(ram.held().is_empty());
+        assert!(ram.loaded(image).is_none());
     }
 }

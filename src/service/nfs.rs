@@ -97,20 +97,29 @@ pub async fn serve(
             images.push((export, p.image.name.clone(), p.image.root_tree(), ram));
         }
     }
-    // An image with revisions: each revision is an export of its own (`image::serve`), in
-    // RAM for `store: ram` only the one active at start.
+    // An image with revisions: each revision is an export of its own (`image::serve`). In
+    // RAM for `store: ram`: the one active at start is loaded now, the others at their first
+    // MOUNT (`Tree::load_if_ram`).
     images.retain(|(_, name, _, _)| {
         config
             .images
             .get(name)
             .is_none_or(|i| !crate::image::store::managed(&i.dir))
     });
+    let mut later = Vec::new();
     for p in config.pools.values().filter(|p| p.root == RootProto::Nfs) {
         let active = crate::image::serve::serving(&p.image).nfs_export.clone();
+        let ram = p.image.store == Store::Ram;
         for (export, name, root) in crate::image::serve::nfs_exports(&p.image) {
-            if !images.iter().any(|(e, _, _, _)| *e == export) {
-                let ram = p.image.store == Store::Ram && export == active;
-                images.push((export, name, root, ram));
+            let known = |e: &String| {
+                images.iter().any(|(k, _, _, _)| k == e) || later.iter().any(|(k, _, _, _)| k == e)
+            };
+            if !known(&export) {
+                if export == active {
+                    images.push((export, name, root, ram));
+                } else {
+                    later.push((export, name, root, ram));
+                }
             }
         }
     }
@@ -118,6 +127,9 @@ pub async fn serve(
     {
         let tree = tree.clone();
         tokio::task::spawn_blocking(move || tree.load_ram()).await?;
+    }
+    for (export, name, root, ram) in later {
+        tree.add_export(export, name, root, ram);
     }
     {
         // Ends within a second of the service, when the last connection lets go of the tree.
@@ -517,7 +529,9 @@ impl Conn {
                     crate::image::serve::nfs_to_learn(&self.config, path, self.tree.exports())
                 {
                     tracing::info!(export = %e, "nfs export of a new image revision");
-                    self.tree.add_export(e, name, root);
+                    let image = self.config.images.get(crate::image::serve::base(&name));
+                    let ram = image.is_some_and(|i| i.store == Store::Ram);
+                    self.tree.add_export(e, name, root, ram);
                 }
                 let found = self
                     .tree
@@ -525,7 +539,13 @@ impl Conn {
                     .and_then(|h| match self.tree.image_of(&h)? {
                         Some(img) if !self.allowed(img) => Err(Error::Acces),
                         Some(img) if !self.port_ok(img) => Err(Error::Acces),
-                        _ => Ok(h),
+                        Some(img) => {
+                            // A `store: ram` revision first mounted now: loaded before the
+                            // answer (once; the kernel's MOUNT retries while it waits).
+                            self.tree.load_if_ram(img);
+                            Ok(h)
+                        }
+                        None => Ok(h),
                     });
                 match found {
                     Ok(h) => {

@@ -153,7 +153,7 @@ impl Tree {
         rel: &Path,
         attr: &Attr,
     ) -> Result<Arc<Listing>, Status> {
-        let ram = self.images[img].ram;
+        let ram = self.images[img].in_ram();
         if let Some(l) = lock(&self.listings).get(dir)
             && l.mtime == attr.mtime
         {
@@ -177,7 +177,7 @@ impl Tree {
         rel: &Path,
         attr: &Attr,
     ) -> Result<Arc<Listing>, Status> {
-        let ram = self.images[img].ram;
+        let ram = self.images[img].in_ram();
         let up: Arc<Path> = rel.parent().unwrap_or(Path::new("")).into();
         let (parent, _) = self.stat(img, up)?;
         let mut children = Vec::new();
@@ -201,13 +201,17 @@ impl Tree {
         Ok(l)
     }
 
-    /// Rebuilds listings due (see `KEEP_FRESH`) every `REFRESH_SWEEP`, until the tree is
-    /// dropped: run on a thread of its own beside the service.
+    /// Rebuilds listings due (see `KEEP_FRESH`) every `REFRESH_SWEEP`, and every 30 sweeps
+    /// drops the RAM contents of revisions removed from disk, until the tree is dropped: run
+    /// on a thread of its own beside the service.
     pub fn keep_listings_fresh(tree: Weak<Tree>) {
-        loop {
+        for sweep in 1u64.. {
             std::thread::sleep(REFRESH_SWEEP);
             let Some(tree) = tree.upgrade() else { break };
             tree.refresh_listings();
+            if sweep % 30 == 0 {
+                tree.drop_removed_ram();
+            }
         }
     }
 
@@ -217,7 +221,7 @@ impl Tree {
     pub(super) fn refresh_listings(&self) {
         // A RAM image's listings never go stale: left out before anything is resolved.
         let on_disk =
-            |h: &TreeHandle| matches!(self.image_of(h), Ok(Some(i)) if !self.images[i].ram);
+            |h: &TreeHandle| matches!(self.image_of(h), Ok(Some(i)) if !self.images[i].in_ram());
         let due: Vec<(TreeHandle, Instant)> = lock(&self.listings)
             .iter()
             .filter(|(h, l)| l.built.elapsed() >= LISTING_REFRESH && on_disk(h))

@@ -141,7 +141,7 @@ impl Tree {
         let Some(img) = self.image_of(h)? else {
             return Ok(Node::Root);
         };
-        let ram = self.images[img].ram;
+        let ram = self.images[img].in_ram();
         for attempt in 0..2 {
             let known = read(&self.known).get(h).cloned();
             if let Some(k) = known {

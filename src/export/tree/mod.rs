@@ -52,7 +52,8 @@ use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 /// Largest READ answered; matches the `rtmax` we advertise.
@@ -109,13 +110,39 @@ struct ImageTree {
     /// Stable id of the image name; never 0 (0 marks the composite root).
     id: u64,
     root: PathBuf,
-    /// Loaded at start and never re-checked.
-    ram: bool,
+    /// `store: ram`: loaded into memory once (`load_ram` at start, `load_if_ram` at the first
+    /// MOUNT of a revision learned since) and never re-checked after.
+    store_ram: bool,
+    /// Set once its load is done; until then it is served from disk.
+    loaded: OnceLock<()>,
+    /// Its folder was removed (a pruned revision) and its contents dropped from memory.
+    dropped: AtomicBool,
     last_walk: Mutex<Option<Instant>>,
     /// The root folder, opened: stats and opens go relative to it, so the kernel walks only
     /// the path inside the image. Checked against `root` when older than `FRESH` (an admin
     /// may put a new tree in its place).
     dir: Mutex<Option<OpenRoot>>,
+}
+
+impl ImageTree {
+    fn new(export: String, name: String, root: PathBuf, store_ram: bool) -> ImageTree {
+        ImageTree {
+            id: stable_hash(&[name.as_bytes()]).max(1),
+            name,
+            export,
+            root,
+            store_ram,
+            loaded: OnceLock::new(),
+            dropped: AtomicBool::new(false),
+            last_walk: Mutex::new(None),
+            dir: Mutex::new(None),
+        }
+    }
+
+    /// Served from memory: attributes and listings are never checked against the disk.
+    fn in_ram(&self) -> bool {
+        self.loaded.get().is_some()
+    }
 }
 
 /// An image root opened: descriptor, its (dev, ino), when it was last checked.
@@ -175,15 +202,7 @@ impl Tree {
     ) -> Tree {
         let images = images
             .into_iter()
-            .map(|(export, name, root, ram)| ImageTree {
-                id: stable_hash(&[name.as_bytes()]).max(1),
-                name,
-                export,
-                root,
-                ram,
-                last_walk: Mutex::new(None),
-                dir: Mutex::new(None),
-            })
+            .map(|(export, name, root, ram)| ImageTree::new(export, name, root, ram))
             .collect();
         Tree {
             images,
@@ -196,18 +215,17 @@ impl Tree {
         }
     }
 
-    /// Adds an image tree read from disk while the tree is served (an image revision imported
-    /// after start, `image::serve`); its index, or None when no more fit.
-    pub fn add_export(&self, export: String, name: String, root: PathBuf) -> Option<usize> {
-        self.images.push(ImageTree {
-            id: stable_hash(&[name.as_bytes()]).max(1),
-            name,
-            export,
-            root,
-            ram: false,
-            last_walk: Mutex::new(None),
-            dir: Mutex::new(None),
-        })
+    /// Adds an image tree while the tree is served (an image revision imported after start,
+    /// `image::serve`); with `ram`, it is loaded into memory at its first MOUNT (`load_if_ram`).
+    /// Its index, or None when no more fit.
+    pub fn add_export(
+        &self,
+        export: String,
+        name: String,
+        root: PathBuf,
+        ram: bool,
+    ) -> Option<usize> {
+        self.images.push(ImageTree::new(export, name, root, ram))
     }
 
     /// Export paths, e.g. `["/demo"]`, in the order of the images.

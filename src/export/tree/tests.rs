@@ -191,6 +191,58 @@ fn reads_from_disk_and_ram_agree() {
     }
 }
 
+/// A `store: ram` revision added while serving is read from disk until its first MOUNT loads
+/// it; from then on it is a snapshot (a change on disk is not seen), and once its folder is
+/// removed its contents leave memory.
+#[test]
+fn a_ram_revision_added_later_is_loaded_at_its_mount_and_dropped_when_removed() {
+    let (dir, tree) = fixture();
+    let rev = dir.path().join("rev");
+    std::fs::create_dir_all(rev.join("etc")).unwrap();
+    std::fs::write(rev.join("etc/hostname"), b"r2\n").unwrap();
+    let img = tree
+        .add_export("/demo@r2".into(), "demo@r2".into(), rev.clone(), true)
+        .unwrap();
+    let read_all = |tree: &Tree| {
+        let h = tree.mount(b"/demo@r2").unwrap();
+        let f = tree.lookup(&h, b"etc").unwrap().0;
+        let f = tree.lookup(&f, b"hostname").unwrap().0;
+        let mut out = Vec::new();
+        tree.read(&f, 0, 100, &mut out).unwrap();
+        out
+    };
+    assert_eq!(read_all(&tree), b"r2\n");
+    assert!(!tree.images[img].in_ram());
+    assert!(
+        read(&tree.contents)
+            .keys()
+            .all(|h| h.image() != tree.images[img].id)
+    );
+
+    tree.load_if_ram(img);
+    assert!(tree.images[img].in_ram());
+    let held = |tree: &Tree| {
+        let id = tree.images[img].id;
+        read(&tree.contents)
+            .keys()
+            .filter(|h| h.image() == id)
+            .count()
+    };
+    assert_eq!(held(&tree), 1);
+    // Rewritten in place on disk, same size, after the attribute cache's FRESH: still r2.
+    std::thread::sleep(FRESH + Duration::from_millis(100));
+    std::fs::write(rev.join("etc/hostname"), b"XX\n").unwrap();
+    assert_eq!(read_all(&tree), b"r2\n");
+
+    // The disk image beside it is untouched by all this; the folder goes, so do its bytes.
+    tree.drop_removed_ram();
+    assert_eq!(held(&tree), 1);
+    std::fs::remove_dir_all(&rev).unwrap();
+    tree.drop_removed_ram();
+    assert_eq!(held(&tree), 0);
+    assert!(walk(&tree, &["demo", "bin", "su"]).is_ok());
+}
+
 /// Sets `path`'s mtime (and atime) to `secs`.`nsecs`.
 fn set_mtime(path: &Path, secs: i64, nsecs: i64) {
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();

@@ -3,7 +3,7 @@
 
 use super::{Attached, Conn};
 use crate::boot::exports::root_allowed;
-use crate::config::{Image, RootProto};
+use crate::config::{Image, RootProto, Store};
 use crate::export::image::{self, BlockImage};
 use crate::proto::nbd::{self as p, ClientFlags, Malformed, OptRequest, OptionHeader};
 use crate::record::{Kind, Proto, Service};
@@ -99,9 +99,8 @@ impl Conn {
             }
             return Err(Unavailable::Refused);
         }
-        if let Some(bytes) = self.exports.ram.get(&image.nbd_export) {
-            let opened = BlockImage::in_memory(&image.nbd_export, bytes.clone());
-            return Ok((opened, image));
+        if image.store == Store::Ram {
+            return self.open_in_memory(image).await;
         }
         // Opening touches the disk: keep it off the async workers.
         let img = image.clone();
@@ -112,6 +111,30 @@ impl Conn {
             Ok(o) => Ok((o, image)),
             Err(e) => {
                 tracing::error!(export = name, error = %e, "nbd cannot open image");
+                Err(Unavailable::Failed)
+            }
+        }
+    }
+
+    /// A `store: ram` image from memory: loaded now if it is a revision first attached since
+    /// start (this attach, and any other of it meanwhile, waits for the load).
+    async fn open_in_memory(
+        &self,
+        image: Arc<Image>,
+    ) -> Result<(BlockImage, Arc<Image>), Unavailable> {
+        let bytes = match self.exports.ram.loaded(&image) {
+            Some(bytes) => Ok(bytes),
+            None => {
+                let (ram, img) = (self.exports.ram.clone(), image.clone());
+                tokio::task::spawn_blocking(move || ram.get(&img))
+                    .await
+                    .unwrap_or_else(|e| Err(io::Error::other(e)))
+            }
+        };
+        match bytes {
+            Ok(bytes) => Ok((BlockImage::in_memory(&image.nbd_export, bytes), image)),
+            Err(e) => {
+                tracing::error!(export = %image.nbd_export, error = %e, "nbd cannot load image into memory");
                 Err(Unavailable::Failed)
             }
         }

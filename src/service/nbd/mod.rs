@@ -1,7 +1,8 @@
 //! NBD service: serves the root images (`export::image`) over TCP, read-only or, for images
 //! with `cow:`, writable through a per-client copy-on-write overlay (`service::overlays`,
 //! `export::cow`), speaking the fixed-newstyle handshake and simple replies of `proto::nbd`.
-//! It loads `store: ram` images into memory before serving. It owns the limits: a cap on
+//! It loads `store: ram` images into memory before serving (a revision learned since at its
+//! first attach). It owns the limits: a cap on
 //! connections, a handshake deadline, a bound on requests and bytes in flight, TCP keepalive
 //! for clients that vanish, write timeouts; and it records each attach and the bytes read.
 //!
@@ -28,7 +29,7 @@ mod transmit;
 mod writer;
 
 use crate::config::Config;
-use crate::export::image::{self, BlockImage};
+use crate::export::image::{self, BlockImage, RamImages};
 use crate::export::mapping::Mapping;
 use crate::record::event::{Detach, now_micros};
 use crate::record::{Kind, Proto, Recorder, Records, Service, Who};
@@ -39,7 +40,6 @@ use crate::trace::format::What;
 use handshake::HandshakeEnd;
 use idle::{Activity, IdleConns};
 use reply::BufPool;
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -123,7 +123,7 @@ pub struct Stats {
 
 /// What every connection shares: images held in memory, the overlays, the records.
 struct Exports {
-    ram: HashMap<String, Arc<Vec<u8>>>,
+    ram: Arc<RamImages>,
     pool: BufPool,
     overlays: Arc<Overlays>,
     records: Arc<Records>,
@@ -167,9 +167,9 @@ pub async fn serve_with(
     let buffers = Arc::new(Semaphore::new(BUFFER_BUDGET));
     // Clients that connect meanwhile wait in the listen backlog.
     let c = config.clone();
-    let ram = tokio::task::spawn_blocking(move || image::load_ram(&c)).await??;
+    let ram = tokio::task::spawn_blocking(move || RamImages::load(&c)).await??;
     let exports = Arc::new(Exports {
-        ram,
+        ram: Arc::new(ram),
         pool: BufPool::new(),
         overlays: Overlays::new(&config, limits.cow_grace, shutdown.clone()),
         records,
@@ -181,8 +181,13 @@ pub async fn serve_with(
         let accepted = tokio::select! {
             r = super::accept(&listener, &shutdown, "nbd") => r,
             _ = sweep.tick() => {
-                // An image deleted or replaced: free its mapping (and disk space) once unused.
-                tokio::task::spawn_blocking(Mapping::forget_stale);
+                // An image deleted or replaced: free its mapping (and disk space) once unused,
+                // and its copy in memory.
+                let (ram, config) = (exports.ram.clone(), config.clone());
+                tokio::task::spawn_blocking(move || {
+                    Mapping::forget_stale();
+                    ram.drop_removed(&config);
+                });
                 continue;
             }
         };
