@@ -15,7 +15,7 @@ use crate::shutdown::Shutdown;
 use anyhow::Context as _;
 use std::io::{Read as _, Seek as _, Write as _};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::os::fd::AsRawFd as _;
+use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokio::net::{TcpListener, UdpSocket};
@@ -77,9 +77,7 @@ pub fn lock_state_dir(dir: &Path) -> anyhow::Result<StateLock> {
         .truncate(false)
         .open(&path)
         .with_context(|| format!("opening {}", path.display()))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let e = std::io::Error::last_os_error();
+    if let Err(e) = crate::sys::fs::try_lock_exclusive(file.as_fd()) {
         if e.kind() != std::io::ErrorKind::WouldBlock {
             return Err(e).with_context(|| format!("locking {}", path.display()));
         }
@@ -402,20 +400,15 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
 /// default soft limit (1024) would cap the NFS open-file cache (half the limit) at 512 files,
 /// fewer than one boot reads, and a room of connections could run out of descriptors.
 fn raise_fd_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
+    use crate::sys::process::{open_file_limit, set_open_file_limit};
+    let Ok((from, max)) = open_file_limit() else {
+        return;
     };
-    // SAFETY: one valid rlimit to fill, then to set.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 || lim.rlim_cur >= lim.rlim_max {
-            return;
-        }
-        let from = lim.rlim_cur;
-        lim.rlim_cur = lim.rlim_max;
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) == 0 {
-            tracing::info!(from, to = lim.rlim_max, "raised the open-file limit");
-        }
+    if from >= max {
+        return;
+    }
+    if set_open_file_limit(max, max).is_ok() {
+        tracing::info!(from, to = max, "raised the open-file limit");
     }
 }
 

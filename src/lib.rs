@@ -12,6 +12,8 @@
 //!   prune, and the revision-specific names a boot is handed.
 //! - `lab`: the virtual room: namespace, bridge, taps, qemu clients.
 //! - `storm`: the 08:00 storm, simulated: many clients replaying real boots in a private room.
+//! - `sys`: the OS-level code (`unsafe`, epoll, mappings, rlimits, netlink and packet sockets,
+//!   namespaces), in small safe wrappers with a SAFETY comment on every `unsafe` block.
 //! - `trace`: boot traces (what a client asked for, in order, with times) and their format.
 //! - `app`: the composition root: binds sockets, starts services, waits.
 
@@ -26,6 +28,7 @@ pub mod record;
 pub mod service;
 pub mod shutdown;
 pub mod storm;
+pub mod sys;
 pub mod trace;
 
 #[cfg(test)]

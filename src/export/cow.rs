@@ -19,7 +19,6 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// Overlay granularity: the page size, and what ext4 images are made with.
@@ -528,15 +527,12 @@ impl Drop for Overlay {
 }
 
 fn punch_hole(file: &File, offset: u64, len: u64) {
-    // SAFETY: fallocate on an open descriptor we own; no memory is passed.
-    unsafe {
-        libc::fallocate(
-            file.as_raw_fd(),
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            offset as libc::off_t,
-            len as libc::off_t,
-        );
-    }
+    let _ = crate::sys::fs::fallocate(
+        std::os::fd::AsFd::as_fd(file),
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        offset,
+        len,
+    );
 }
 
 #[cfg(test)]

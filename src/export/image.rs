@@ -15,8 +15,8 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::io::{IsTerminal, Write};
+use std::os::fd::AsFd as _;
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -79,22 +79,9 @@ impl BlockImage {
         {
             return Some(self.read_at(buf, offset));
         }
-        let iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        // SAFETY: one iovec over `buf`, which outlives the call; the descriptor is ours.
-        let n = unsafe {
-            libc::preadv2(
-                file.as_raw_fd(),
-                &iov,
-                1,
-                offset as libc::off_t,
-                libc::RWF_NOWAIT,
-            )
-        };
+        let n = crate::sys::fs::pread_nowait(file.as_fd(), buf, offset);
         // Short (partly cached), EAGAIN, or a kernel without RWF_NOWAIT: take the slow path.
-        (n >= 0 && n as usize == buf.len()).then_some(Ok(()))
+        matches!(n, Ok(n) if n == buf.len()).then_some(Ok(()))
     }
 
     /// `len` bytes at `offset` in the file's mapping, when all of them are in the page cache:

@@ -16,31 +16,19 @@
 //! lets go of mappings whose file was replaced or deleted, so that its disk space is freed
 //! once its last connection ends.
 
+use crate::sys::mmap::Map;
 use std::collections::HashMap;
 use std::fs::File;
-use std::marker::PhantomData;
 use std::os::unix::fs::MetadataExt as _;
-use std::os::unix::io::{AsRawFd as _, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-/// Pages checked per `mincore` call (its answer lives on the stack).
-const MINCORE_PAGES: usize = 256;
-
-fn page_size() -> usize {
-    static PAGE: OnceLock<usize> = OnceLock::new();
-    // SAFETY: sysconf has no preconditions.
-    *PAGE.get_or_init(|| {
-        usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
-    })
-}
+pub use crate::sys::mmap::MappedRange;
 
 /// One mapping of a whole file, read-only and shared, unmapped when the last user goes.
 #[derive(Debug)]
 pub struct Mapping {
-    /// The mapping's address; kept as a number so that nothing here can read through it.
-    addr: usize,
-    len: usize,
+    map: Map,
     /// The file mapped: (device, inode, size when mapped).
     file: FileKey,
 }
@@ -49,68 +37,6 @@ type FileKey = (u64, u64, u64);
 
 fn key_of(meta: &std::fs::Metadata) -> FileKey {
     (meta.dev(), meta.ino(), meta.len())
-}
-
-/// A range of a mapping, for the kernel to copy from (`Mapping::cached` checked that the page
-/// cache holds it, `Mapping::range` did not). Borrows the mapping, so it cannot outlive it.
-#[derive(Debug, Clone, Copy)]
-pub struct MappedRange<'a> {
-    addr: usize,
-    len: usize,
-    _mapping: PhantomData<&'a Mapping>,
-}
-
-impl MappedRange<'_> {
-    /// One `writev` to `fd` of `head`, these bytes and `tail`, less the first `done` bytes of
-    /// the three; returns how many it wrote. The kernel reads the mapped bytes, nobody else.
-    pub fn writev(
-        &self,
-        fd: RawFd,
-        head: &[u8],
-        tail: &[u8],
-        done: usize,
-    ) -> std::io::Result<usize> {
-        let parts = [
-            (head.as_ptr() as usize, head.len()),
-            (self.addr, self.len),
-            (tail.as_ptr() as usize, tail.len()),
-        ];
-        let mut skip = done;
-        let mut iov = [libc::iovec {
-            iov_base: std::ptr::null_mut(),
-            iov_len: 0,
-        }; 3];
-        let mut n = 0;
-        for (addr, len) in parts {
-            if skip >= len {
-                skip -= len;
-                continue;
-            }
-            iov[n] = libc::iovec {
-                iov_base: (addr + skip) as *mut libc::c_void,
-                iov_len: len - skip,
-            };
-            skip = 0;
-            n += 1;
-        }
-        if n == 0 {
-            return Ok(0);
-        }
-        // SAFETY: each iovec lies in `head`, `tail` or the mapping this range borrows.
-        let wrote = unsafe { libc::writev(fd, iov.as_ptr(), n as libc::c_int) };
-        if wrote < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(wrote as usize)
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 /// The mapping kept for each image path.
@@ -144,23 +70,17 @@ impl Mapping {
 
     /// Bytes mapped: the file's size when it was mapped.
     pub fn len(&self) -> usize {
-        self.len
+        self.map.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.map.is_empty()
     }
 
     /// `len` bytes at `offset`, if inside the mapping; whether the page cache holds them is
     /// not asked (see `cached`): a write from them may wait for the disk.
     pub fn range(&self, offset: u64, len: usize) -> Option<MappedRange<'_>> {
-        let start = usize::try_from(offset).ok()?;
-        start.checked_add(len).filter(|e| *e <= self.len)?;
-        Some(MappedRange {
-            addr: self.addr + start,
-            len,
-            _mapping: PhantomData,
-        })
+        self.map.range(offset, len)
     }
 
     /// Lets go of the kept mappings whose path no longer names the file they map (deleted or
@@ -182,20 +102,8 @@ impl Mapping {
 
     fn new(file: &File, key: FileKey) -> Option<Mapping> {
         let len = usize::try_from(key.2).ok().filter(|l| *l > 0)?;
-        // SAFETY: a new read-only mapping of a descriptor we own; the kernel picks the place.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        (ptr != libc::MAP_FAILED).then_some(Mapping {
-            addr: ptr as usize,
-            len,
+        Some(Mapping {
+            map: Map::new(file, len)?,
             file: key,
         })
     }
@@ -205,35 +113,8 @@ impl Mapping {
     /// this check and the write is read in by the write, on the writer's thread: rare, and
     /// still correct).
     pub fn cached(&self, offset: u64, len: usize) -> Option<MappedRange<'_>> {
-        let range = self.range(offset, len)?;
-        let (start, end) = (offset as usize, offset as usize + len);
-        let page_len = page_size();
-        let mut page = start & !(page_len - 1);
-        let mut resident = [0u8; MINCORE_PAGES];
-        while page < end {
-            let span = (end - page).min(MINCORE_PAGES * page_len);
-            let pages = span.div_ceil(page_len);
-            // SAFETY: a page-aligned range inside our mapping, and one byte per page of it.
-            let r = unsafe {
-                libc::mincore(
-                    (self.addr + page) as *mut libc::c_void,
-                    span,
-                    resident.as_mut_ptr(),
-                )
-            };
-            if r != 0 || resident[..pages].iter().any(|b| b & 1 == 0) {
-                return None;
-            }
-            page += span;
-        }
-        Some(range)
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: our own mapping, unmapped once; every MappedRange borrowing it is gone.
-        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+        let range = self.map.range(offset, len)?;
+        self.map.resident(offset, len).then_some(range)
     }
 }
 
@@ -241,6 +122,7 @@ impl Drop for Mapping {
 mod tests {
     use super::*;
     use std::io::Write as _;
+    use std::os::fd::AsFd as _;
 
     fn file_of(bytes: &[u8]) -> (tempfile::NamedTempFile, File) {
         let mut t = tempfile::NamedTempFile::new().unwrap();
@@ -276,7 +158,7 @@ mod tests {
         };
         for done in [0, head.len() + 10] {
             let (tx, mut rx) = std::os::unix::net::UnixStream::pair().unwrap();
-            let n = r.writev(tx.as_raw_fd(), head, tail, done).unwrap();
+            let n = r.writev(tx.as_fd(), head, tail, done).unwrap();
             drop(tx);
             let mut got = Vec::new();
             std::io::Read::read_to_end(&mut rx, &mut got).unwrap();
@@ -325,7 +207,7 @@ mod tests {
         let head = [1u8; 16];
         let mut done = 0;
         let err = loop {
-            match data.writev(tx.as_raw_fd(), &head, &[], done) {
+            match data.writev(tx.as_fd(), &head, &[], done) {
                 Ok(n) => {
                     assert!(n > 0);
                     done += n;

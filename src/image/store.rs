@@ -8,7 +8,6 @@
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 use std::io::Write as _;
-use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 
 pub const REVS: &str = "revs";
@@ -214,8 +213,7 @@ pub fn lock(dir: &Path) -> anyhow::Result<Lock> {
         .write(true)
         .open(&path)
         .with_context(|| format!("opening {}", path.display()))?;
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    if crate::sys::fs::try_lock_exclusive(std::os::fd::AsFd::as_fd(&file)).is_err() {
         bail!(
             "{} is locked: another `bootpool image` command is working on this image",
             path.display()

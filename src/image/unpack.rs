@@ -304,11 +304,7 @@ fn clear_lower(root: &Path, dir: &Path, ours: &HashSet<PathBuf>) -> io::Result<(
 
 fn mknod(path: &Path, mode: u32, dev: libc::dev_t) -> io::Result<()> {
     let c = CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
-    // SAFETY: a NUL-terminated path we own.
-    if unsafe { libc::mknod(c.as_ptr(), mode, dev) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    crate::sys::fs::mknod(&c, mode, dev)
 }
 
 /// Owner first (chown clears set-id bits), then the mode; a symlink keeps 0777.

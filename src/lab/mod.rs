@@ -16,7 +16,6 @@ use crate::config::{Config, Mac, RootProto};
 use crate::record::view::BootView;
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -127,13 +126,7 @@ impl Outcome {
 /// Makes the child get `signal` when the lab process dies, however it dies, so nothing the
 /// lab started outlives it.
 pub(crate) fn dies_with_lab(cmd: &mut Command, signal: libc::c_int) {
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, signal);
-            Ok(())
-        });
-    }
+    crate::sys::process::set_parent_death_signal(cmd, signal);
 }
 
 /// Kills the daemon when the lab ends, however it ends.
@@ -154,8 +147,7 @@ impl Drop for Daemon {
             return;
         }
         // SIGTERM first so the journal is flushed; then make sure.
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        let _ = crate::sys::process::kill(self.0.id() as i32, libc::SIGTERM);
         for _ in 0..50 {
             if matches!(self.0.try_wait(), Ok(Some(_))) {
                 return;

@@ -9,10 +9,9 @@ use std::process::Command;
 /// Moves the calling thread (call it before any other thread exists) into a new network
 /// namespace, and brings its loopback up.
 pub fn enter_private_namespace() -> anyhow::Result<()> {
-    // SAFETY: unshare has no memory-safety preconditions; it affects only this thread, and the
-    // caller guarantees no other thread exists yet, so every later thread inherits it.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        let e = std::io::Error::last_os_error();
+    // Only this thread moves; the caller guarantees no other thread exists yet, so every
+    // later thread inherits the namespace.
+    if let Err(e) = crate::sys::process::unshare_network() {
         bail!("cannot create a network namespace (the lab needs root): {e}");
     }
     ip(&["link", "set", "lo", "up"])

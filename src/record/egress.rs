@@ -115,62 +115,29 @@ fn counters(
 /// Reads links and counters over rtnetlink in this thread's network namespace.
 pub fn dump_links() -> std::io::Result<Vec<netlink::Link>> {
     use std::io::{Error, ErrorKind};
-    // SAFETY: plain socket syscalls on a descriptor this function owns and closes.
-    unsafe {
-        let fd = libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        );
-        if fd < 0 {
-            return Err(Error::last_os_error());
-        }
-        let close = |r| {
-            libc::close(fd);
-            r
-        };
-        let tv = libc::timeval {
-            tv_sec: 1,
-            tv_usec: 0,
-        };
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            &tv as *const _ as *const libc::c_void,
-            std::mem::size_of::<libc::timeval>() as u32,
-        );
-        let req = netlink::dump_request(1);
-        if libc::send(fd, req.as_ptr() as *const libc::c_void, req.len(), 0) < 0 {
-            return close(Err(Error::last_os_error()));
-        }
-        let mut all = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        for _ in 0..1000 {
-            let n = libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0);
-            if n < 0 {
-                return close(Err(Error::last_os_error()));
+    let socket = crate::sys::netlink::Netlink::open()?;
+    let _ = socket.set_recv_timeout(std::time::Duration::from_secs(1));
+    socket.send(&netlink::dump_request(1))?;
+    let mut all = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    for _ in 0..1000 {
+        let n = socket.recv(&mut buf)?;
+        match netlink::parse(&buf[..n]) {
+            Some(netlink::Part::Links(l)) => all.extend(l),
+            Some(netlink::Part::Done(l)) => {
+                all.extend(l);
+                return Ok(all);
             }
-            match netlink::parse(&buf[..n as usize]) {
-                Some(netlink::Part::Links(l)) => all.extend(l),
-                Some(netlink::Part::Done(l)) => {
-                    all.extend(l);
-                    return close(Ok(all));
-                }
-                Some(netlink::Part::Error(e)) => return close(Err(Error::from_raw_os_error(-e))),
-                None => {
-                    return close(Err(Error::new(
-                        ErrorKind::InvalidData,
-                        "malformed netlink dump",
-                    )));
-                }
+            Some(netlink::Part::Error(e)) => return Err(Error::from_raw_os_error(-e)),
+            None => {
+                return Err(Error::new(ErrorKind::InvalidData, "malformed netlink dump"));
             }
         }
-        close(Err(Error::new(
-            ErrorKind::InvalidData,
-            "netlink dump did not end",
-        )))
     }
+    Err(Error::new(
+        ErrorKind::InvalidData,
+        "netlink dump did not end",
+    ))
 }
 
 /// Reads links from a sysfs tree (`ROOT/class/net/NAME/...`): the fallback when netlink is not

@@ -11,9 +11,9 @@
 //! nobody sets routes nothing. Needs CAP_NET_ADMIN; without it the links are bound as before.
 
 use crate::proto::netlink;
+use crate::sys::netlink::Netlink;
 use std::io::{Error, ErrorKind};
 use std::net::Ipv4Addr;
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 
 /// The first link's mark and table ("bo" and 1): high enough to stay clear of the small marks
 /// and table numbers admins and firewalls use.
@@ -60,61 +60,18 @@ pub fn install(links: &[Route], network: Ipv4Addr, prefix: u8) -> std::io::Resul
     Ok(())
 }
 
-fn open() -> std::io::Result<OwnedFd> {
-    // SAFETY: socket() returns a new descriptor or -1; a new one is owned here.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_NETLINK,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            libc::NETLINK_ROUTE,
-        )
-    };
-    if fd < 0 {
-        return Err(Error::last_os_error());
-    }
-    // SAFETY: a descriptor just returned by socket() and owned by nothing else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let tv = libc::timeval {
-        tv_sec: 2,
-        tv_usec: 0,
-    };
-    // SAFETY: a timeval of the size given, read by the kernel.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(Error::last_os_error());
-    }
-    Ok(fd)
+fn open() -> std::io::Result<Netlink> {
+    let socket = Netlink::open()?;
+    socket.set_recv_timeout(std::time::Duration::from_secs(2))?;
+    Ok(socket)
 }
 
 /// Sends one request and returns the kernel's answer (0, or a negative errno).
-fn ask(socket: &OwnedFd, request: &[u8]) -> std::io::Result<i32> {
-    // SAFETY: sends the bytes of `request`, which outlives the call.
-    let sent = unsafe {
-        libc::send(
-            socket.as_raw_fd(),
-            request.as_ptr().cast(),
-            request.len(),
-            0,
-        )
-    };
-    if sent < 0 {
-        return Err(Error::last_os_error());
-    }
+fn ask(socket: &Netlink, request: &[u8]) -> std::io::Result<i32> {
+    socket.send(request)?;
     let mut buf = [0u8; 1024];
-    // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
-    let n = unsafe { libc::recv(socket.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n < 0 {
-        return Err(Error::last_os_error());
-    }
-    netlink::ack(&buf[..n as usize]).ok_or_else(|| {
+    let n = socket.recv(&mut buf)?;
+    netlink::ack(&buf[..n]).ok_or_else(|| {
         Error::new(
             ErrorKind::InvalidData,
             "no netlink answer to a route request",

@@ -66,48 +66,23 @@ fn resolve_from(config: &Config, held: &[(String, Ipv4Addr)]) -> Vec<LinkSpec> {
 
 /// Every IPv4 address of this network namespace and the interface holding it.
 fn addresses() -> std::io::Result<Vec<(String, Ipv4Addr)>> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills a list that is read here and freed once below.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut out = Vec::new();
-    let mut at = head;
-    while !at.is_null() {
-        // SAFETY: a node of the list getifaddrs returned, not yet freed.
-        let ifa = unsafe { &*at };
-        at = ifa.ifa_next;
-        // SAFETY: ifa_addr, when set, points at a sockaddr of the family it names.
-        let Some(sa) = (unsafe { ifa.ifa_addr.as_ref() }) else {
-            continue;
-        };
-        if i32::from(sa.sa_family) != libc::AF_INET {
-            continue;
-        }
-        // SAFETY: an AF_INET address is a sockaddr_in; the name is a C string.
-        let (sin, name) = unsafe {
-            (
-                &*(ifa.ifa_addr as *const libc::sockaddr_in),
-                std::ffi::CStr::from_ptr(ifa.ifa_name),
-            )
-        };
-        let name = name.to_string_lossy();
-        // An address with a label (`ip addr add ... label eth0:1`) is listed under the label;
-        // the interface is the part before the colon.
-        let device = name.split(':').next().unwrap_or(&name).to_string();
-        out.push((device, Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
-    }
-    // SAFETY: the list from getifaddrs above, freed once.
-    unsafe { libc::freeifaddrs(head) };
-    Ok(out)
+    let listed = crate::sys::sock::ipv4_addresses()?;
+    Ok(listed
+        .into_iter()
+        .map(|(name, address)| {
+            // An address with a label (`ip addr add ... label eth0:1`) is listed under the
+            // label; the interface is the part before the colon.
+            let device = name.split(':').next().unwrap_or(&name).to_string();
+            (device, address)
+        })
+        .collect())
 }
 
 fn index_of(device: &str) -> u32 {
     let Ok(name) = std::ffi::CString::new(device) else {
         return 0;
     };
-    // SAFETY: a NUL-terminated name.
-    unsafe { libc::if_nametoindex(name.as_ptr()) }
+    crate::sys::sock::if_index(&name)
 }
 
 /// The host settings a link's interface is bound by, each the larger of `conf/all` and

@@ -32,14 +32,13 @@ use crate::proto::portmap;
 use crate::proto::rpc::{self, Cred, Refusal, Writer};
 use crate::record::event::{Detach, Micros, now_micros};
 use crate::record::{Kind, Proto, Recorder, Service, Who};
-use crate::service::page_buf::PageBuf;
 use crate::service::quick_read::QuickRead;
 use crate::shutdown::Shutdown;
+use crate::sys::page_buf::PageBuf;
 use crate::trace::format::What;
 use bytes::{Buf as _, BytesMut};
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::fd::AsRawFd as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -1067,7 +1066,7 @@ fn send_mapped(s: &mut std::net::TcpStream, out: &mut Writer, read: &MappedRead)
         if done == total {
             break Ok(());
         }
-        match data.writev(s.as_raw_fd(), &out.buf, pad, done) {
+        match data.writev(std::os::fd::AsFd::as_fd(s), &out.buf, pad, done) {
             Ok(0) => break Err(NOT_READING),
             Ok(n) => done += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}

@@ -63,12 +63,10 @@ fn default_disk_total(dir: &std::path::Path) -> u64 {
     use std::os::unix::ffi::OsStrExt as _;
     let mut at = Some(dir);
     while let Some(d) = at {
-        if let Ok(c) = std::ffi::CString::new(d.as_os_str().as_bytes()) {
-            // SAFETY: a valid C string and a statvfs to fill.
-            let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-            if unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0 {
-                return st.f_bavail as u64 * st.f_frsize as u64 / 2;
-            }
+        if let Ok(c) = std::ffi::CString::new(d.as_os_str().as_bytes())
+            && let Ok(st) = crate::sys::fs::statvfs(&c)
+        {
+            return st.f_bavail * st.f_frsize / 2;
         }
         at = d.parent();
     }

@@ -18,20 +18,13 @@ use crate::proto::tcp_info::{self, TcpInfo};
 use crate::shutdown::Shutdown;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How often caps are recomputed: what a change in demand costs before the caps follow.
 const ROUND: Duration = Duration::from_millis(50);
-
-/// SO_MAX_PACING_RATE of asm-generic/socket.h (x86, arm, riscv, ...; sparc's differs), which
-/// libc does not export for glibc targets.
-#[cfg(not(target_arch = "sparc64"))]
-const SO_MAX_PACING_RATE: libc::c_int = 47;
-#[cfg(target_arch = "sparc64")]
-const SO_MAX_PACING_RATE: libc::c_int = 0x31;
 
 /// A cap is set again only when it moves by more than 1/`STEADY` (3%): fewer syscalls, and
 /// TCP is not disturbed for nothing.
@@ -433,21 +426,8 @@ fn moved(now: Option<u64>, next: Option<u64>) -> bool {
 /// getsockopt(TCP_INFO), decoded.
 pub fn read_info(fd: BorrowedFd<'_>) -> Option<TcpInfo> {
     let mut buf = [0u8; tcp_info::SIZE];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes into `buf` and says how many.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            buf.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return None;
-    }
-    tcp_info::decode(&buf[..(len as usize).min(buf.len())])
+    let len = crate::sys::sock::tcp_info(fd, &mut buf).ok()?;
+    tcp_info::decode(&buf[..len])
 }
 
 /// SO_MAX_PACING_RATE: `cap` bytes/s, or no cap.
@@ -457,20 +437,7 @@ pub fn set_cap(fd: BorrowedFd<'_>, cap: Option<u64>) -> std::io::Result<()> {
     let rate = cap
         .and_then(|c| libc::c_ulong::try_from(c).ok())
         .unwrap_or(libc::c_ulong::MAX);
-    // SAFETY: an option value of the size the kernel reads.
-    let r = unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            SO_MAX_PACING_RATE,
-            (&rate as *const libc::c_ulong).cast(),
-            std::mem::size_of::<libc::c_ulong>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    crate::sys::sock::set_max_pacing_rate(fd, rate)
 }
 
 #[cfg(test)]

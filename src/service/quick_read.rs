@@ -10,7 +10,7 @@
 
 use std::io::Read as _;
 use std::net::TcpStream;
-use std::os::fd::{AsFd as _, AsRawFd as _, BorrowedFd};
+use std::os::fd::{AsFd as _, BorrowedFd};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -61,13 +61,7 @@ impl QuickWait {
     pub fn poll(&mut self, fd: BorrowedFd<'_>) -> bool {
         // poll() looks at the socket without taking its lock (recv would), so the peer's
         // packet is not held up behind our looking.
-        let mut pfd = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, zero timeout.
-        self.spin(|| unsafe { libc::poll(&mut pfd, 1, 0) } > 0)
+        self.spin(|| matches!(crate::sys::sock::poll_readable(fd, 0), Ok(true)))
     }
 
     /// Like `poll`, with `ready` as the look (called until it says yes or `SPIN` is over).
@@ -102,22 +96,11 @@ impl QuickRead {
     /// Reads what the client sent next, like `Read::read` on the (blocking) socket.
     pub fn read(&mut self, s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
         if self.wait.poll(s.as_fd()) {
-            // SAFETY: `buf` is valid for `buf.len()` bytes.
-            let n = unsafe {
-                libc::recv(
-                    s.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if n >= 0 {
-                return Ok(n as usize);
-            }
-            match std::io::Error::last_os_error() {
+            match crate::sys::sock::recv_dontwait(s.as_fd(), buf) {
+                Ok(n) => return Ok(n),
                 // Ready but nothing to read after all: wait the ordinary way.
-                e if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                e => return Err(e),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
             }
         }
         let started = Instant::now();

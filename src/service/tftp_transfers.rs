@@ -14,9 +14,9 @@
 
 use crate::proto::tftp::{self as wire, Next, Packet, Sender, err};
 use crate::record::Outcome;
-use crate::service::epoll::{Epoll, Events, Wake};
 use crate::service::quick_read::QuickWait;
 use crate::shutdown::Shutdown;
+use crate::sys::epoll::{Epoll, Events, Wake};
 use std::io::IoSlice;
 use std::net::{SocketAddr, UdpSocket};
 use std::ops::RangeInclusive;

@@ -252,52 +252,25 @@ struct Frames<'a> {
 
 impl<'a> Frames<'a> {
     fn open(udp: &'a UdpSocket) -> anyhow::Result<Frames<'a>> {
-        use std::os::fd::{AsRawFd, FromRawFd};
+        use crate::sys::sock;
+        use std::os::fd::AsFd as _;
         let dev = socket2::SockRef::from(udp)
             .device()?
             .context("the DHCP socket is bound to no device")?;
         let name = std::ffi::CString::new(dev)?;
-        // SAFETY: a NUL-terminated name that lives for the call.
-        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        let ifindex = sock::if_index(&name);
         if ifindex == 0 {
             return Err(std::io::Error::last_os_error()).context("finding the link's index");
         }
         let proto = (libc::ETH_P_IP as u16).to_be();
-        // SAFETY: plain socket(2); the result is checked before it is owned.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-                proto as libc::c_int,
-            )
-        };
-        if raw < 0 {
-            return Err(std::io::Error::last_os_error()).context("opening a packet socket");
-        }
-        // SAFETY: `raw` is a descriptor just opened and owned by nobody else.
-        let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) };
-        // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value of it.
-        let mut at: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-        at.sll_family = libc::AF_PACKET as u16;
-        at.sll_protocol = proto;
-        at.sll_ifindex = ifindex as i32;
-        // SAFETY: binds the descriptor we own to an address that lives for the call.
-        let r = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&at as *const libc::sockaddr_ll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            return Err(std::io::Error::last_os_error()).context("binding the packet socket");
-        }
+        let fd = sock::packet_socket(proto).context("opening a packet socket")?;
+        sock::bind_packet(fd.as_fd(), proto, ifindex).context("binding the packet socket")?;
         Ok(Frames { fd, udp })
     }
 
     /// The next DHCP payload to port 68 within `wait`, or `None` when the wait is over.
     fn next<'b>(&self, buf: &'b mut [u8], wait: Duration) -> anyhow::Result<Option<&'b [u8]>> {
-        use std::os::fd::AsRawFd;
+        use std::os::fd::AsFd as _;
         let deadline = Instant::now() + wait;
         loop {
             self.drain_udp();
@@ -305,41 +278,19 @@ impl<'a> Frames<'a> {
             if left.is_zero() {
                 return Ok(None);
             }
-            let mut poll = libc::pollfd {
-                fd: self.fd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
             let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-            // SAFETY: one pollfd that lives for the call.
-            let r = unsafe { libc::poll(&mut poll, 1, ms) };
-            if r < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e.into());
+            match crate::sys::sock::poll_readable(self.fd.as_fd(), ms) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e.into()),
             }
-            if r == 0 {
-                continue;
-            }
-            // SAFETY: reads into `buf`, which is valid for its length.
-            let n = unsafe {
-                libc::recv(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_DONTWAIT,
-                )
+            let n = match crate::sys::sock::recv_dontwait(self.fd.as_fd(), buf) {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e.into()),
             };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::WouldBlock {
-                    continue;
-                }
-                return Err(e.into());
-            }
-            if let Some((start, end)) = udp_payload_to_68(&buf[..n as usize]) {
+            if let Some((start, end)) = udp_payload_to_68(&buf[..n]) {
                 return Ok(Some(&buf[start..end]));
             }
         }
@@ -355,21 +306,8 @@ impl<'a> Frames<'a> {
 
     /// Frames dropped for want of room since the socket was opened (PACKET_STATISTICS).
     fn dropped(&self) -> u64 {
-        use std::os::fd::AsRawFd;
-        // SAFETY: tpacket_stats is plain old data; all-zero is a valid value of it.
-        let mut st: libc::tpacket_stats = unsafe { std::mem::zeroed() };
-        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
-        // SAFETY: the kernel writes at most `len` bytes into `st`.
-        let r = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_STATISTICS,
-                (&mut st as *mut libc::tpacket_stats).cast(),
-                &mut len,
-            )
-        };
-        if r == 0 { st.tp_drops as u64 } else { 0 }
+        use std::os::fd::AsFd as _;
+        crate::sys::sock::packet_drops(self.fd.as_fd()).unwrap_or(0)
     }
 }
 

@@ -23,6 +23,7 @@ pub mod root;
 pub mod sample;
 
 use crate::config::{Config, Mac, RootProto};
+use crate::sys;
 use crate::trace::format::Trace;
 use anyhow::{Context, bail};
 use clap::Args;
@@ -93,22 +94,21 @@ struct Server(std::process::Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's process group.
-        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGTERM) };
+        // Our own child's process group.
+        let _ = sys::process::kill(-(self.0.id() as i32), libc::SIGTERM);
         for _ in 0..50 {
             if matches!(self.0.try_wait(), Ok(Some(_))) {
                 break;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        // SAFETY: as above; whatever is left of the group goes.
-        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+        // Whatever is left of the group goes.
+        let _ = sys::process::kill(-(self.0.id() as i32), libc::SIGKILL);
         let _ = self.0.wait();
         // Daemons that left the group (nbd-server forks away) are still in the room.
         for pid in sample::room_pids(std::process::id()) {
-            // SAFETY: kill(2); the process is in the storm's own network namespace, so the
-            // storm started it.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // The process is in the storm's own network namespace, so the storm started it.
+            let _ = sys::process::kill(pid, libc::SIGKILL);
         }
     }
 }
@@ -155,12 +155,6 @@ fn wait_ready(
         std::thread::sleep(Duration::from_millis(100));
     }
     bail!("the server did not answer on {addr} within 30 s")
-}
-
-/// The thread id of the calling thread.
-fn gettid() -> libc::pid_t {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() }
 }
 
 pub fn run(args: StormArgs) -> anyhow::Result<()> {
@@ -259,16 +253,14 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
             .name(format!("client{i}"))
             .stack_size(512 * 1024)
             .spawn(move || -> client::Outcome {
-                // SAFETY: unshare affects only this thread, which owns no file descriptors
-                // of the room's namespace yet.
-                if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-                    let e = std::io::Error::last_os_error();
+                // Only this thread moves; it owns no file descriptors of the room's
+                // namespace yet.
+                if let Err(e) = sys::process::unshare_network() {
                     return client::Outcome::failed(i, mac, format!("no namespace: {e}"));
                 }
                 // Sleeps as short as a client's thinks: no 50 us timer slack on each.
-                // SAFETY: prctl with an integer argument; it affects only this thread.
-                unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong) };
-                let _ = tid_tx.send((i, gettid()));
+                sys::process::set_timer_slack(1);
+                let _ = tid_tx.send((i, sys::process::gettid()));
                 let Ok(power_on) = go.recv() else {
                     return client::Outcome::failed(i, mac, "the room was not wired".into());
                 };

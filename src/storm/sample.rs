@@ -106,8 +106,7 @@ pub fn room_pids(storm_pid: u32) -> Vec<libc::pid_t> {
 
 /// CPU seconds and RSS (KiB) of the processes in the namespace, the storm excepted.
 fn server_usage(storm_pid: u32) -> (f64, u64) {
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let hz = crate::sys::process::clock_ticks().max(1) as f64;
     let (mut cpu, mut rss) = (0.0, 0);
     for pid in room_pids(storm_pid) {
         if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -98,15 +98,9 @@ pub(super) struct OpenFile {
 
 /// How many files to keep open: a share of the process's descriptor limit.
 pub(super) fn file_cache_size() -> usize {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: one valid rlimit to fill.
-    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
-        usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
-    } else {
-        1024
+    let soft = match crate::sys::process::open_file_limit() {
+        Ok((soft, _)) => usize::try_from(soft).unwrap_or(usize::MAX),
+        Err(_) => 1024,
     };
     (soft / FILE_CACHE_SHARE).clamp(FILE_CACHE_MIN, FILE_CACHE_MAX)
 }

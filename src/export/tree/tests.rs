@@ -4,7 +4,6 @@
 use super::at::stat_at;
 use super::attr::attr_from_stat;
 use super::*;
-use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -21,7 +20,7 @@ fn fixture_with(ram: bool) -> (tempfile::TempDir, Tree) {
     std::fs::set_permissions(root.join("tmp"), std::fs::Permissions::from_mode(0o1777)).unwrap();
     std::os::unix::fs::symlink("/etc/passwd", root.join("escape")).unwrap();
     let fifo = std::ffi::CString::new(root.join("fifo").as_os_str().as_bytes()).unwrap();
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
+    crate::sys::fs::mkfifo(&fifo, 0o640).unwrap();
     for i in 0..1234 {
         std::fs::write(root.join(format!("big/f{i}")), format!("{i}")).unwrap();
     }
@@ -250,8 +249,7 @@ fn set_mtime(path: &Path, secs: i64, nsecs: i64) {
         tv_sec: secs,
         tv_nsec: nsecs,
     };
-    let r = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), [t, t].as_ptr(), 0) };
-    assert_eq!(r, 0);
+    crate::sys::fs::set_times(&c, t, t).unwrap();
 }
 
 /// A LOOKUP in a folder with no listing cached is remembered, "no such name" too, for as
@@ -378,7 +376,10 @@ fn old_listings_in_use_are_rebuilt_off_the_request_path() {
 /// What a `writev` of `m`'s data between `<` and `>` sends.
 fn sent(m: &MappedRead) -> Vec<u8> {
     let mut out = tempfile::tempfile().unwrap();
-    let n = m.data().writev(out.as_raw_fd(), b"<", b">", 0).unwrap();
+    let n = m
+        .data()
+        .writev(std::os::fd::AsFd::as_fd(&out), b"<", b">", 0)
+        .unwrap();
     let mut got = Vec::new();
     std::io::Seek::rewind(&mut out).unwrap();
     std::io::Read::read_to_end(&mut out, &mut got).unwrap();

@@ -3,7 +3,7 @@
 
 use super::poisoned;
 use crate::proto::nbd as p;
-use crate::service::page_buf::PageBuf;
+use crate::sys::page_buf::PageBuf;
 use std::sync::Arc;
 use tokio::sync::OwnedSemaphorePermit;
 

@@ -11,7 +11,6 @@ use crate::record::event::Micros;
 use crate::record::{Kind, Proto, Recorder, Who};
 use crate::trace::format::What;
 use std::io;
-use std::os::fd::AsRawFd as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
@@ -213,7 +212,7 @@ async fn write_mapped(
     data: MappedRange<'_>,
 ) -> io::Result<()> {
     let stream: &TcpStream = wr.as_ref();
-    let fd = stream.as_raw_fd();
+    let fd = std::os::fd::AsFd::as_fd(stream);
     let total = head.len() + data.len();
     let mut done = 0;
     while done < total {

@@ -7,6 +7,9 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd};
 use std::time::Duration;
 
+use super::check;
+
+/// An epoll set, closed on drop.
 pub struct Epoll {
     fd: OwnedFd,
 }
@@ -30,22 +33,14 @@ impl Events {
     }
 }
 
-fn check(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
 impl Epoll {
+    /// A new, empty set (close-on-exec).
     pub fn new() -> io::Result<Epoll> {
         // SAFETY: no pointers; the returned descriptor is ours alone.
         let fd = check(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: `fd` is a fresh descriptor nobody else owns.
-        Ok(Epoll {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Epoll { fd })
     }
 
     /// Watches `fd` for input, reported as `token`.
@@ -114,15 +109,16 @@ pub struct Wake {
 }
 
 impl Wake {
+    /// A new eventfd, not yet readable (non-blocking, close-on-exec).
     pub fn new() -> io::Result<Wake> {
         // SAFETY: no pointers; the returned descriptor is ours alone.
         let fd = check(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
         // SAFETY: `fd` is a fresh descriptor nobody else owns.
-        Ok(Wake {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Wake { fd })
     }
 
+    /// Makes the eventfd readable.
     pub fn wake(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64. It can only fail when the counter is
@@ -130,6 +126,7 @@ impl Wake {
         unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 
+    /// Makes it unreadable again.
     pub fn clear(&self) {
         let mut n: u64 = 0;
         // SAFETY: reads 8 bytes into a live u64; EAGAIN (nothing to clear) is fine.

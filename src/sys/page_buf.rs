@@ -20,8 +20,10 @@ pub struct PageBuf {
     cap: usize,
 }
 
-// SAFETY: PageBuf owns its allocation exclusively, like a Vec<u8>.
+// SAFETY: PageBuf owns its allocation exclusively, like a Vec<u8>, so it may move to another
+// thread.
 unsafe impl Send for PageBuf {}
+// SAFETY: shared references only read the bytes (`Deref`); writing needs `&mut`.
 unsafe impl Sync for PageBuf {}
 
 impl PageBuf {

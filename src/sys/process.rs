@@ -1,0 +1,84 @@
+//! The process and its threads: the open-file limit, signals to other processes, a child's
+//! death signal, thread ids and timer slack, network namespaces, and `sysconf` numbers.
+
+use std::io;
+use std::os::unix::process::CommandExt as _;
+use std::process::Command;
+
+use super::check;
+
+/// `getrlimit(RLIMIT_NOFILE)`: the (soft, hard) limits on open files.
+pub fn open_file_limit() -> io::Result<(u64, u64)> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: one valid rlimit for the kernel to fill.
+    check(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) })?;
+    Ok((lim.rlim_cur, lim.rlim_max))
+}
+
+/// `setrlimit(RLIMIT_NOFILE)`.
+pub fn set_open_file_limit(soft: u64, hard: u64) -> io::Result<()> {
+    let lim = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: one valid rlimit, read by the kernel.
+    check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })?;
+    Ok(())
+}
+
+/// `kill(pid, signal)`: a negative `pid` is that process group. The caller names a process
+/// (or group) it started.
+pub fn kill(pid: libc::pid_t, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill(2) takes numbers only and touches no memory of ours.
+    check(unsafe { libc::kill(pid, signal) })?;
+    Ok(())
+}
+
+/// Makes the child `cmd` starts get `signal` when the thread that started it dies
+/// (`PR_SET_PDEATHSIG`, set between fork and exec).
+pub fn set_parent_death_signal(cmd: &mut Command, signal: libc::c_int) {
+    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+    // calls are allowed: prctl is one, and the closure allocates nothing and touches no memory
+    // of the parent.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, signal);
+            Ok(())
+        });
+    }
+}
+
+/// The thread id of the calling thread.
+pub fn gettid() -> libc::pid_t {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// `PR_SET_TIMERSLACK`: the calling thread's sleeps end within `ns` nanoseconds of their time.
+pub fn set_timer_slack(ns: u64) {
+    // SAFETY: prctl with an integer argument; it affects only this thread.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong) };
+}
+
+/// `unshare(CLONE_NEWNET)`: moves the calling thread into a new network namespace. Threads
+/// started later inherit it; those already running stay where they are.
+pub fn unshare_network() -> io::Result<()> {
+    // SAFETY: unshare takes a flag and no memory; it changes only the calling thread.
+    check(unsafe { libc::unshare(libc::CLONE_NEWNET) })?;
+    Ok(())
+}
+
+/// `sysconf(_SC_CLK_TCK)`: clock ticks per second, the unit of /proc's CPU times.
+pub fn clock_ticks() -> i64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }
+}
+
+/// `sysconf(_SC_PAGESIZE)`, or 4096 if the kernel does not say.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+}
