@@ -17,6 +17,9 @@
 //! - `trace`: boot traces (what a client asked for, in order, with times) and their format.
 //! - `app`: the composition root: binds sockets, starts services, waits.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
 pub mod app;
 pub mod boot;
 pub mod config;

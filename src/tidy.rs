@@ -1,6 +1,6 @@
 //! The repository's own rules, checked as a test: every source file opens with a `//!` line
-//! saying what it owns and is named in ARCHITECTURE.md's code map, and `proto/` stays pure
-//! (no tokio, files or sockets).
+//! saying what it owns and is named in ARCHITECTURE.md's code map, `proto/` stays pure
+//! (no tokio, files or sockets), and `unsafe` code lives only in the `sys` room.
 
 use std::path::{Path, PathBuf};
 
@@ -79,6 +79,81 @@ fn proto_imports_no_tokio_files_or_sockets() {
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// `line` without its `//` comment and the insides of its string literals (a plain scan: a
+/// `//` inside a string ends the line early, which can only hide code, never invent it).
+fn code_of(line: &str) -> String {
+    let code = line.split("//").next().unwrap_or("");
+    let mut out = String::new();
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in code.chars() {
+        if in_string {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_string = false,
+                _ => {}
+            }
+        } else {
+            if c == '"' {
+                in_string = true;
+            }
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Whether `code` has the keyword `unsafe` (a whole word, so `undocumented_unsafe_blocks`
+/// is not one).
+fn says_unsafe(code: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    code.match_indices("unsafe").any(|(at, w)| {
+        !code[..at].chars().next_back().is_some_and(word)
+            && !code[at + w.len()..].chars().next().is_some_and(word)
+    })
+}
+
+/// Every `unsafe` block, `unsafe fn` and `unsafe impl` is in `src/sys/`, where each has its
+/// SAFETY comment (`clippy::undocumented_unsafe_blocks`, denied in lib.rs). Test code has
+/// none either: it uses the sys wrappers.
+#[test]
+fn unsafe_code_lives_only_in_the_sys_room() {
+    let root = src();
+    let mut bad = Vec::new();
+    for path in sources(&root) {
+        if path.starts_with(root.join("sys")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            if says_unsafe(&code_of(line)) {
+                bad.push(format!(
+                    "{}:{}: `unsafe` outside src/sys/",
+                    path.display(),
+                    i + 1
+                ));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_unsafe_scan_skips_comments_strings_and_longer_words() {
+    assert!(says_unsafe(&code_of("    let n = unsafe { f() };")));
+    assert!(says_unsafe(&code_of("unsafe impl Send for X {}")));
+    assert!(says_unsafe(&code_of("type F = unsafe extern \"C\" fn();")));
+    assert!(!says_unsafe(&code_of("    // SAFETY: unsafe things")));
+    assert!(!says_unsafe(&code_of(
+        "    let s = \"an unsafe \\\" word\";"
+    )));
+    assert!(!says_unsafe(&code_of(
+        "#![deny(clippy::undocumented_unsafe_blocks)]"
+    )));
+    assert!(says_unsafe(&code_of("let s = \"x\"; unsafe { g() }")));
 }
 
 #[test]
