@@ -102,6 +102,30 @@ pub fn lock_state_dir(dir: &Path) -> anyhow::Result<StateLock> {
     Ok(StateLock { _file: file })
 }
 
+/// A service's future: it serves until shutdown (then Ok) or fails.
+type Serving = std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
+
+/// One entry of the service table: the service's name (in the log when it fails) and how it
+/// starts from the sockets bound for it (moved into `start`) and the shared dependencies.
+/// Every entry is started the same way: spawned on the shutdown's tracker, and a failure
+/// stops the whole daemon.
+struct Service {
+    name: &'static str,
+    start: Box<dyn FnOnce(&service::Shared) -> Serving>,
+}
+
+impl Service {
+    fn new(
+        name: &'static str,
+        start: impl FnOnce(&service::Shared) -> Serving + 'static,
+    ) -> Service {
+        Service {
+            name,
+            start: Box::new(start),
+        }
+    }
+}
+
 /// Binds and starts everything; returns once all sockets are bound.
 pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let mut missing = config.missing_files();
@@ -227,139 +251,105 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let config = Arc::new(config);
     // Which interface holds each of server.links, and each link's pacer.
     let links = Arc::new(service::links::Links::start(&config, &shutdown)?);
-    let on_links = |tcp: TcpListener| service::Listener {
-        tcp,
-        links: links.clone(),
-    };
-
-    let run =
-        |name: &'static str,
-         fut: std::pin::Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>| {
-            let shutdown = shutdown.clone();
-            shutdown.clone().spawn(async move {
-            if let Err(e) = fut.await {
-                tracing::error!(service = name, error = %format!("{e:#}"), "service failed; stopping");
-                shutdown.trigger();
-            }
-        });
-        };
     // Which server link each client boots from.
     let placement = Arc::new(service::placement::Placement::new(
         &config,
         Some(records.clone()),
         links.specs(),
     ));
-    let (c, r, s) = (&config, &recorder, &shutdown);
+    let egress = record::egress::open(&records, &config.server.link_speeds)
+        .await
+        .context("starting egress sampling")?;
+    placement.set_egress(egress.clone());
+    let shared = service::Shared {
+        config: config.clone(),
+        recorder,
+        records: records.clone(),
+        identity,
+        links,
+        placement,
+        egress,
+        shutdown: shutdown.clone(),
+    };
     // The API's actions on the lease table go through its one writer.
     let (dhcp_commands, commands) = tokio::sync::mpsc::channel(16);
-    run(
-        "dhcp",
-        Box::pin(service::dhcp::serve(
-            dhcp,
-            pxe,
-            leases,
-            c.clone(),
-            r.clone(),
-            placement.clone(),
-            commands,
-            s.clone(),
-        )),
-    );
-    if let Some(tftp) = tftp {
-        run(
-            "tftp",
-            Box::pin(service::tftp::serve(
-                tftp,
-                c.clone(),
-                r.clone(),
-                links.clone(),
-                identity.clone(),
-                s.clone(),
-            )),
-        );
-    }
-    run(
-        "nfs",
-        Box::pin(service::nfs::serve(
-            on_links(nfs),
-            c.clone(),
-            r.clone(),
-            identity.clone(),
-            s.clone(),
-        )),
-    );
-    run(
-        "nbd",
-        Box::pin(service::nbd::serve(
-            on_links(nbd),
-            c.clone(),
-            r.clone(),
-            records.clone(),
-            identity.clone(),
-            s.clone(),
-        )),
-    );
-    let totals = {
-        let counters = records.counters.clone();
-        Arc::new(move || counters.proto_totals()) as record::egress::ProtoTotals
+    let web = service::http::Web::new(&shared, dhcp_commands);
+    let on_links = |tcp: TcpListener, s: &service::Shared| service::Listener {
+        tcp,
+        links: s.links.clone(),
     };
-    let egress = record::egress::start(
-        &records,
-        recorder.clone(),
-        config.server.interfaces.clone(),
-        placement.held(),
-        config.server.link_speeds.clone(),
-        totals,
-        &shutdown,
-    )
-    .await
-    .context("starting egress sampling")?;
-    placement.set_egress(egress.clone());
-    run(
-        "portmap",
-        Box::pin(service::portmap::serve(
-            portmap_tcp,
-            portmap_udp,
-            c.clone(),
-            r.clone(),
-            s.clone(),
-        )),
-    );
-    if let Some(console) = console {
-        run(
-            "console",
-            Box::pin(service::console::serve(
-                console,
-                identity.clone(),
-                r.clone(),
-                s.clone(),
-            )),
-        );
-    }
-    let web = service::http::Web {
-        config: c.clone(),
-        recorder: r.clone(),
-        records: records.clone(),
-        egress,
-        identity,
-        links: links.clone(),
-        dhcp: dhcp_commands,
-    };
-    if let Some((listener, acceptor)) = https {
-        run(
-            "https",
+
+    // The service table: every service, its sockets moved in, started the same way below.
+    let table: Vec<Service> = [
+        Some(Service::new("dhcp", move |s| {
+            Box::pin(service::dhcp::serve(dhcp, pxe, leases, commands, s.clone()))
+        })),
+        tftp.map(|tftp| {
+            Service::new("tftp", move |s| {
+                Box::pin(service::tftp::serve(tftp, s.clone()))
+            })
+        }),
+        Some(Service::new("nfs", move |s| {
+            Box::pin(service::nfs::serve(on_links(nfs, s), s.clone()))
+        })),
+        Some(Service::new("nbd", move |s| {
+            Box::pin(service::nbd::serve(on_links(nbd, s), s.clone()))
+        })),
+        Some(Service::new("egress", |s| {
+            let counters = s.records.counters.clone();
+            let totals = Arc::new(move || counters.proto_totals()) as record::egress::ProtoTotals;
+            Box::pin(record::egress::sample(
+                s.egress.clone(),
+                s.config.server.interfaces.clone(),
+                s.placement.held(),
+                s.config.server.link_speeds.clone(),
+                totals,
+                s.recorder.clone(),
+                s.shutdown.clone(),
+            ))
+        })),
+        Some(Service::new("portmap", move |s| {
+            Box::pin(service::portmap::serve(portmap_tcp, portmap_udp, s.clone()))
+        })),
+        console.map(|console| {
+            Service::new("console", move |s| {
+                Box::pin(service::console::serve(console, s.clone()))
+            })
+        }),
+        https.map(|(listener, acceptor)| {
+            let web = web.clone();
+            Service::new("https", move |s| {
+                Box::pin(service::http::serve(
+                    on_links(listener, s),
+                    web,
+                    Some(acceptor),
+                    s.shutdown.clone(),
+                ))
+            })
+        }),
+        Some(Service::new("http", move |s| {
             Box::pin(service::http::serve(
-                on_links(listener),
-                web.clone(),
-                Some(acceptor),
-                s.clone(),
-            )),
-        );
+                on_links(http, s),
+                web,
+                None,
+                s.shutdown.clone(),
+            ))
+        })),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for entry in table {
+        let serving = (entry.start)(&shared);
+        let name = entry.name;
+        let stop = shutdown.clone();
+        shutdown.spawn(async move {
+            if let Err(e) = serving.await {
+                tracing::error!(service = name, error = %format!("{e:#}"), "service failed; stopping");
+                stop.trigger();
+            }
+        });
     }
-    run(
-        "http",
-        Box::pin(service::http::serve(on_links(http), web, None, s.clone())),
-    );
     tracing::info!(
         http = %bound.http, https = ?bound.https, dhcp = %bound.dhcp, tftp = ?bound.tftp, nfs = %bound.nfs, nbd = %bound.nbd,
         portmap = %bound.portmap, console = ?bound.console,

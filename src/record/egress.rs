@@ -304,40 +304,49 @@ pub type ProtoTotals = Arc<dyn Fn() -> BTreeMap<Proto, u64> + Send + Sync>;
 /// Which `server.links` addresses each interface holds.
 pub type Held = BTreeMap<String, Vec<std::net::Ipv4Addr>>;
 
-/// Loads the last hours of samples from the store and starts the once-a-second sampler of
-/// `interfaces` and those holding server links (`held`). `link_speeds` (pools.yaml's
-/// `server.link_speeds`) gives the capacity of links the kernel has no speed for, sampled now
-/// or loaded from the store.
-pub async fn start(
+/// The samples of the last hours, loaded from the store. `link_speeds` (pools.yaml's
+/// `server.link_speeds`) gives the capacity of links the kernel has no speed for.
+pub async fn open(
     records: &super::Records,
-    recorder: super::Recorder,
-    mut interfaces: Vec<String>,
-    held: Held,
-    link_speeds: BTreeMap<String, u32>,
-    totals: ProtoTotals,
-    shutdown: &Shutdown,
+    link_speeds: &BTreeMap<String, u32>,
 ) -> anyhow::Result<Arc<Egress>> {
     let egress = Arc::new(Egress::default());
     let cutoff = now_micros() as f64 / 1e6 - KEEP as f64;
     for mut s in records.store.egress_since(cutoff).await? {
-        fill_speeds(&mut s.links, &link_speeds);
+        fill_speeds(&mut s.links, link_speeds);
         egress.push(&s.links, s.sample);
     }
+    Ok(egress)
+}
+
+/// The egress sampler, a service of its own: once a second until shutdown, samples
+/// `interfaces` and those holding server links (`held`) into `egress` and the records.
+/// `link_speeds` gives the capacity of links the kernel has no speed for. Never fails.
+pub async fn sample(
+    egress: Arc<Egress>,
+    mut interfaces: Vec<String>,
+    held: Held,
+    link_speeds: BTreeMap<String, u32>,
+    totals: ProtoTotals,
+    recorder: super::Recorder,
+    shutdown: Shutdown,
+) -> anyhow::Result<()> {
     for dev in held.keys() {
         if !interfaces.contains(dev) {
             interfaces.push(dev.clone());
         }
     }
-    shutdown.spawn(sample_forever(
-        egress.clone(),
+    sample_forever(
+        egress,
         interfaces,
         Arc::new(held),
         Arc::new(link_speeds),
         totals,
         recorder,
-        shutdown.clone(),
-    ));
-    Ok(egress)
+        shutdown,
+    )
+    .await;
+    Ok(())
 }
 
 /// A stored sample: the rates and the links' descriptions (with raw counters) at that time.

@@ -5,20 +5,19 @@
 //! (`bootpool_refused_total{service="console"}`). Lines come from `proto::console`.
 
 use super::bounds::LogLimit;
-use super::identity::Identity;
 use crate::proto::console;
-use crate::record::{Recorder, Service};
-use crate::shutdown::Shutdown;
+use crate::record::Service;
 use tokio::net::UdpSocket;
 
 static STRANGERS: LogLimit = LogLimit::new();
 
-pub async fn serve(
-    udp: UdpSocket,
-    identity: Identity,
-    recorder: Recorder,
-    shutdown: Shutdown,
-) -> anyhow::Result<()> {
+pub async fn serve(udp: UdpSocket, shared: super::Shared) -> anyhow::Result<()> {
+    let super::Shared {
+        identity,
+        recorder,
+        shutdown,
+        ..
+    } = shared;
     // Past a UDP datagram's largest payload nothing more can come.
     let mut buf = vec![0u8; 65_536];
     loop {

@@ -17,7 +17,6 @@ use crate::proto::dhcp::{
     self as wire, MAX_PACKET, PXE_BOOT_FILE_ONLY, Reply, ReplyKind, Request, ServerClass,
 };
 use crate::record::{Kind, Recorder, Service, Who};
-use crate::shutdown::Shutdown;
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
@@ -69,17 +68,20 @@ pub type Commands = tokio::sync::mpsc::Sender<Command>;
 
 /// Serves DHCP on `socket` (port 67); in proxy mode also PXE boot server requests on `pxe`
 /// (port 4011), which app.rs binds only in that mode; and `commands` from other services.
-#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     socket: UdpSocket,
     pxe: Option<UdpSocket>,
     table: Table,
-    config: Arc<Config>,
-    recorder: Recorder,
-    placement: Arc<Placement>,
     mut commands: tokio::sync::mpsc::Receiver<Command>,
-    shutdown: Shutdown,
+    shared: super::Shared,
 ) -> anyhow::Result<()> {
+    let super::Shared {
+        config,
+        recorder,
+        placement,
+        shutdown,
+        ..
+    } = shared;
     let proxy = config.dhcp.mode == DhcpMode::Proxy;
     // A room powering on is a burst; while a lease save runs, the kernel queue holds it.
     for s in std::iter::once(&socket).chain(pxe.as_ref()) {

@@ -28,10 +28,15 @@ pub mod tftp_transfers;
 pub mod tls;
 pub mod web;
 
+use crate::config::Config;
 use crate::export::boot_files::NotServed;
+use crate::record::egress::Egress;
+use crate::record::{Recorder, Records};
 use crate::shutdown::Shutdown;
+use identity::Identity;
 use links::Links;
 use pacing::Paced;
+use placement::Placement;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
@@ -41,6 +46,49 @@ use tokio::net::{TcpListener, TcpStream};
 /// Classless qdiscs (`tbf`, `fq_codel`) and switches ignore it; what keeps those queues short
 /// is the pacing of everything else (docs/links.md).
 pub const FIRMWARE_PRIORITY: u32 = 6;
+
+/// What every service is handed besides its sockets, one value for all (`app`'s service
+/// table): the config as served, the recorder and the records, who is at which address, the
+/// server's links and which one each client boots from, the egress samples, and the shutdown.
+/// A service takes the fields it uses.
+#[derive(Clone)]
+pub struct Shared {
+    pub config: Arc<Config>,
+    pub recorder: Recorder,
+    pub records: Arc<Records>,
+    /// Who is at which address (`service::identity`, the lease table's answer).
+    pub identity: Identity,
+    /// The server's links (`server.links`) and their pacers.
+    pub links: Arc<Links>,
+    /// Which server link each client boots from.
+    pub placement: Arc<Placement>,
+    /// The egress samples, kept by the egress sampler and read by the API.
+    pub egress: Arc<Egress>,
+    pub shutdown: Shutdown,
+}
+
+impl Shared {
+    /// The dependencies of a service started on its own (tests): no server links, nobody
+    /// known at any address, no egress samples yet.
+    pub fn alone(
+        config: Arc<Config>,
+        recorder: Recorder,
+        records: Arc<Records>,
+        shutdown: Shutdown,
+    ) -> Shared {
+        let placement = Arc::new(Placement::new(&config, Some(records.clone()), &[]));
+        Shared {
+            config,
+            recorder,
+            records,
+            identity: Identity::default(),
+            links: Arc::new(Links::none()),
+            placement,
+            egress: Arc::default(),
+            shutdown,
+        }
+    }
+}
 
 /// A TCP listener, and the server's links that the connections it accepts are placed on.
 pub struct Listener {

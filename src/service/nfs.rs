@@ -81,13 +81,14 @@ pub fn refused_calls() -> u64 {
     REFUSED.load(Ordering::Relaxed)
 }
 
-pub async fn serve(
-    listener: super::Listener,
-    config: Arc<Config>,
-    recorder: Recorder,
-    identity: Identity,
-    shutdown: Shutdown,
-) -> anyhow::Result<()> {
+pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::Result<()> {
+    let super::Shared {
+        config,
+        recorder,
+        identity,
+        shutdown,
+        ..
+    } = shared;
     let mut images = Vec::new();
     for p in config.pools.values().filter(|p| p.root == RootProto::Nfs) {
         if !images.iter().any(|(_, n, _, _)| *n == p.image.name) {

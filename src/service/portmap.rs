@@ -2,7 +2,6 @@
 //! initramfs tools and `mount -t nfs` find MOUNT and NFS without `port=` options. The answers
 //! come from `proto::portmap`; this file owns framing, limits and timeouts.
 
-use crate::config::Config;
 use crate::proto::portmap::{self, Mapping, Outcome};
 use crate::record::{Recorder, Service};
 use crate::shutdown::Shutdown;
@@ -24,13 +23,13 @@ pub fn malformed_calls() -> u64 {
     MALFORMED.load(Ordering::Relaxed)
 }
 
-pub async fn serve(
-    tcp: TcpListener,
-    udp: UdpSocket,
-    config: Arc<Config>,
-    recorder: Recorder,
-    shutdown: Shutdown,
-) -> anyhow::Result<()> {
+pub async fn serve(tcp: TcpListener, udp: UdpSocket, shared: super::Shared) -> anyhow::Result<()> {
+    let super::Shared {
+        config,
+        recorder,
+        shutdown,
+        ..
+    } = shared;
     let table: Arc<[Mapping]> =
         portmap::table(config.server.ports.nfs, config.server.ports.portmap).into();
     let stop = shutdown.clone();

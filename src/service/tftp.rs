@@ -30,7 +30,6 @@ use crate::export::boot_files::{NotServed, handed_out, resolve};
 use crate::proto::tftp::{self as wire, Mode, Packet, Sender, err};
 use crate::record::{Kind, Outcome, Proto, Recorder, Service, Who};
 use crate::service::tftp_transfers::{self, Source, Transfer, Transfers};
-use crate::shutdown::Shutdown;
 use std::io::Read;
 use std::net::UdpSocket;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -61,14 +60,15 @@ pub struct Counters {
     pub busy: AtomicU64,
 }
 
-pub async fn serve(
-    socket: tokio::net::UdpSocket,
-    config: Arc<Config>,
-    recorder: Recorder,
-    links: Arc<Links>,
-    identity: Identity,
-    shutdown: Shutdown,
-) -> anyhow::Result<()> {
+pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyhow::Result<()> {
+    let super::Shared {
+        config,
+        recorder,
+        links,
+        identity,
+        shutdown,
+        ..
+    } = shared;
     super::local_addr::enable(&socket)?;
     let limit = Arc::new(Semaphore::new(MAX_TRANSFERS));
     let per_client = PerClient::default();

@@ -52,6 +52,21 @@ pub struct Web {
     pub dhcp: super::dhcp::Commands,
 }
 
+impl Web {
+    /// The API's dependencies: the shared ones, and the DHCP service's command channel.
+    pub fn new(shared: &super::Shared, dhcp: super::dhcp::Commands) -> Web {
+        Web {
+            config: shared.config.clone(),
+            recorder: shared.recorder.clone(),
+            records: shared.records.clone(),
+            egress: shared.egress.clone(),
+            identity: shared.identity.clone(),
+            links: shared.links.clone(),
+            dhcp,
+        }
+    }
+}
+
 /// Serves `listener`: plain HTTP, or HTTPS with `tls` (`server.tls`, the same routes; its
 /// connection limits are its own).
 pub async fn serve(

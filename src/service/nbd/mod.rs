@@ -130,36 +130,27 @@ struct Exports {
     identity: Identity,
 }
 
-pub async fn serve(
-    listener: super::Listener,
-    config: Arc<Config>,
-    recorder: Recorder,
-    records: Arc<Records>,
-    identity: Identity,
-    shutdown: Shutdown,
-) -> anyhow::Result<()> {
-    let limits = Limits::of(&config.limits);
+pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::Result<()> {
+    let limits = Limits::of(&shared.config.limits);
     let stats = Arc::default();
-    serve_with(
-        listener, config, recorder, records, identity, shutdown, limits, stats,
-    )
-    .await
+    serve_with(listener, shared, limits, stats).await
 }
 
 /// `serve` within `limits`, counting into `stats`.
-// The shared dependencies become one value when every service starts from one table (the
-// service contract of issue 20); until then they are listed.
-#[allow(clippy::too_many_arguments)]
 pub async fn serve_with(
     listener: super::Listener,
-    config: Arc<Config>,
-    recorder: Recorder,
-    records: Arc<Records>,
-    identity: Identity,
-    shutdown: Shutdown,
+    shared: super::Shared,
     limits: Limits,
     stats: Arc<Stats>,
 ) -> anyhow::Result<()> {
+    let super::Shared {
+        config,
+        recorder,
+        records,
+        identity,
+        shutdown,
+        ..
+    } = shared;
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let per_client = super::bounds::PerAddress::new(limits.per_client);
     let idle = Arc::new(IdleConns::default());

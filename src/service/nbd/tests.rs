@@ -50,16 +50,13 @@ async fn start(limits: Limits) -> Setup {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let stats = Arc::new(Stats::default());
-    let served = tokio::spawn(serve_with(
-        listener.into(),
+    let shared = crate::service::Shared::alone(
         Arc::new(config),
         recorder.clone(),
         records.clone(),
-        crate::service::identity::Identity::default(),
         shutdown.clone(),
-        limits,
-        stats.clone(),
-    ));
+    );
+    let served = tokio::spawn(serve_with(listener.into(), shared, limits, stats.clone()));
     Setup {
         _dir: dir,
         addr,
