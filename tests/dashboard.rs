@@ -34,8 +34,8 @@ fn run(cmd: &mut Command, secs: u64) -> (bool, String) {
             break Some(status);
         }
         if Instant::now() > deadline {
-            // SAFETY: kill(2) on the group this test created for the child.
-            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            // The group this test created for the child.
+            let _ = bootpool::sys::process::kill(-(child.id() as i32), libc::SIGKILL);
             let _ = child.wait();
             break None;
         }

@@ -202,8 +202,7 @@ fn serve_stops_cleanly_on_sigterm() {
     }
     // At once: the handler is set before start() logs "bootpool serving", so even this early
     // SIGTERM is a clean stop, not the default action (which would leave no exit code).
-    // SAFETY: kill(2) on our own child.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    bootpool::sys::process::kill(child.id() as i32, libc::SIGTERM).unwrap();
     let asked = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {

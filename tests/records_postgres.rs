@@ -177,8 +177,8 @@ impl Postgres {
 impl Drop for Postgres {
     fn drop(&mut self) {
         // SIGINT is PostgreSQL's fast shutdown; SIGKILL if it does not go in time.
-        // SAFETY: kill(2) on the server process this test spawned.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        // The server process this test spawned.
+        let _ = bootpool::sys::process::kill(self.child.id() as i32, libc::SIGINT);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -419,9 +419,9 @@ fn records_in_postgres_survive_kill_9_and_follow_the_retention() {
     // The server this test started stops with it.
     let pid = pg.child.id() as i32;
     drop(pg);
-    // SAFETY: signal 0 only asks whether the process exists.
+    // Signal 0 only asks whether the process exists.
     assert!(
-        unsafe { libc::kill(pid, 0) } != 0,
+        bootpool::sys::process::kill(pid, 0).is_err(),
         "postgres {pid} still runs"
     );
 }

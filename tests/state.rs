@@ -60,8 +60,8 @@ fn serve_until_serving(fx: &Fixture) -> (bool, String) {
     let text = || std::fs::read_to_string(&log_path).unwrap_or_default();
     for _ in 0..400 {
         if text().contains("bootpool serving") {
-            // SAFETY: kill(2) on our own child's pid, not yet reaped.
-            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            // Our own child's pid, not yet reaped.
+            let _ = bootpool::sys::process::kill(child.id() as i32, libc::SIGTERM);
             assert!(child.wait().unwrap().success(), "{}", text());
             return (true, text());
         }
