@@ -2,6 +2,10 @@
 //! socket, start the services, and wait. Services never bind; tests start the whole daemon
 //! in-process on port 0.
 //!
+//! The services are one table (`start`): each entry is a service's name and the sockets bound
+//! for it, started by one loop from one `service::Shared` (config, recorder, records,
+//! identity, links, placement, egress, shutdown). The egress sampler is one of them.
+//!
 //! One daemon per state folder: `state_dir/bootpool.lock` (holding the PID) is locked with
 //! `flock` before anything else there is opened, and stays locked until the daemon has stopped.
 //! UDP ports are bound without `SO_REUSEADDR`, so a second daemon on port 67 or 69 fails to
