@@ -20,10 +20,7 @@ fn shipped_config_checks_clean() {
 #[test]
 fn broken_config_names_file_line_and_key() {
     let fx = crate::common::Fixture::new();
-    let text = fx
-        .config_text()
-        .replace("    root: nbd\n", "    root: nbd\n    roots: nbd\n");
-    fx.write_config(&text);
+    fx.write_config(&fx.loopback().pool("nbd-room", "roots: nbd"));
     let (ok, out, err) = check(&fx.config_path());
     assert!(!ok, "{out}");
     let want = format!(
@@ -38,9 +35,9 @@ fn broken_config_names_file_line_and_key() {
 #[test]
 fn an_unknown_cmdline_placeholder_names_file_line_and_key() {
     let fx = crate::common::Fixture::new();
-    let text = fx.config_text().replace(
-        "    root: nbd\n",
-        "    root: nbd\n    cmdline_template: \"{root} bootpool.url={http} {sever} {cmdline}\"\n",
+    let text = fx.loopback().pool(
+        "nbd-room",
+        "cmdline_template: \"{root} bootpool.url={http} {sever} {cmdline}\"",
     );
     fx.write_config(&text);
     let (ok, out, err) = check(&fx.config_path());
@@ -118,7 +115,7 @@ fn soft_nofile(pid: u32) -> u64 {
 fn serve_raises_the_open_file_limit_to_the_hard_limit() {
     // systemd starts services with a soft limit of 1024 under a far higher hard one.
     let fx = crate::common::Fixture::new();
-    fx.write_config(&fx.config_text());
+    fx.write_config(&fx.loopback());
     let log_path = fx.path().join("serve.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let mut child = Command::new("prlimit")

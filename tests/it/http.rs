@@ -91,11 +91,7 @@ async fn kernel_script_and_booted_are_served_and_recorded() {
 async fn a_read_token_guards_the_dashboard_api_and_metrics_but_not_boot_files() {
     const TOKEN: &str = "0123456789abcdef-read";
     let fx = Fixture::new();
-    let text = fx.config_text().replace(
-        "  loaders: loaders/\n",
-        &format!("  loaders: loaders/\n  read_token: {TOKEN}\n"),
-    );
-    fx.write_config(&text);
+    fx.write_config(&fx.loopback().server(&format!("read_token: {TOKEN}")));
     let daemon = fx.start().await;
     let base = format!("http://{}", daemon.bound.http);
     let status = |args: Vec<String>| async move {
@@ -211,13 +207,9 @@ async fn tls_serves_the_api_with_the_configured_certificate() {
         60,
     );
     assert!(ok, "openssl: {err}");
-    let text = fx.config_text().replace(
-        "  loaders: loaders/\n",
-        &format!(
-            "  loaders: loaders/\n  read_token: {TOKEN}\n  tls: {{ listen: 127.0.0.1:0, cert: cert.pem, key: key.pem }}\n"
-        ),
-    );
-    fx.write_config(&text);
+    fx.write_config(&fx.loopback().server(&format!(
+        "read_token: {TOKEN}\ntls: {{ listen: 127.0.0.1:0, cert: cert.pem, key: key.pem }}"
+    )));
     let daemon = fx.start().await;
     let https = daemon.bound.https.expect("an HTTPS listener");
     assert_eq!(
@@ -286,11 +278,10 @@ async fn a_bad_tls_certificate_is_named_at_start() {
     let fx = Fixture::new();
     std::fs::write(fx.path().join("cert.pem"), "not a certificate\n").unwrap();
     std::fs::write(fx.path().join("key.pem"), "not a key\n").unwrap();
-    let text = fx.config_text().replace(
-        "  loaders: loaders/\n",
-        "  loaders: loaders/\n  tls: { listen: 127.0.0.1:0, cert: cert.pem, key: key.pem }\n",
+    fx.write_config(
+        &fx.loopback()
+            .server("tls: { listen: 127.0.0.1:0, cert: cert.pem, key: key.pem }"),
     );
-    fx.write_config(&text);
     let err = match bootpool::app::start(fx.config()).await {
         Ok(_) => panic!("started with a bad certificate"),
         Err(e) => format!("{e:#}"),

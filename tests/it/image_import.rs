@@ -11,11 +11,10 @@ use std::process::Command;
 /// The fixture plus an image `sys` whose folder holds revisions.
 fn fixture() -> Fixture {
     let fx = Fixture::new();
-    let text = fx.config_text().replace(
-        "  demo: { dir: images/demo, store: disk }\n",
-        "  demo: { dir: images/demo, store: disk }\n  sys: { dir: images/sys, store: disk }\n",
+    fx.write_config(
+        &fx.loopback()
+            .images("sys: { dir: images/sys, store: disk }"),
     );
-    fx.write_config(&text);
     fx
 }
 

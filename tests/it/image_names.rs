@@ -25,8 +25,7 @@ fn foreign() -> Fixture {
     ] {
         std::fs::rename(dir.join(from), dir.join(to)).unwrap();
     }
-    let text = fx.config_text().replace(
-        "  demo: { dir: images/demo, store: disk }\n",
+    let text = fx.loopback().demo_entry(
         "  demo:
     dir: images/demo
     kernel: boot/bzImage

@@ -135,11 +135,7 @@ async fn running_clients_keep_their_revision_and_new_boots_get_the_active_one(st
     let fx = Fixture::new();
     // `demo` becomes an image with revisions (its hand-made files go).
     std::fs::remove_dir_all(fx.image_dir()).unwrap();
-    let text = fx.config_text().replace(
-        "  demo: { dir: images/demo, store: disk }\n",
-        &format!("  demo: {{ dir: images/demo, store: {store_kind} }}\n"),
-    );
-    fx.write_config(&text);
+    fx.write_config(&fx.loopback().demo(&format!("store: {store_kind}")));
     let r1 = import(&fx, 1);
     store::activate(&fx.image_dir(), &r1).unwrap();
     // 127.0.0.1 holds a lease in pool nfs-room: its root attaches are its boot's.

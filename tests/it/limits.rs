@@ -14,7 +14,7 @@ use tokio::net::{TcpSocket, TcpStream};
 /// The fixture with `limits` added.
 fn fixture(limits: &str) -> Fixture {
     let fx = Fixture::new();
-    fx.write_config(&format!("{}limits:\n{limits}", fx.config_text()));
+    fx.write_config(&fx.loopback().section(&format!("limits:\n{limits}")));
     fx
 }
 
@@ -310,11 +310,11 @@ async fn nbd_write(raw: &mut Raw, cookie: u64, offset: u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_on_write_writes_of_all_clients_stop_at_the_total() {
     let fx = Fixture::new();
-    let text = fx.config_text().replace(
-        "demo: { dir: images/demo, store: disk }",
-        "demo: { dir: images/demo, store: disk, cow: ram, cow_limit: 4MiB }",
+    fx.write_config(
+        &fx.loopback()
+            .demo("store: disk, cow: ram, cow_limit: 4MiB")
+            .section("limits:\n  cow_ram_total: 1MiB\n"),
     );
-    fx.write_config(&format!("{text}limits:\n  cow_ram_total: 1MiB\n"));
     let daemon = fx.start().await;
     let nbd = daemon.bound.nbd;
     let mut a = attach_from(nbd, Ipv4Addr::new(127, 0, 0, 80)).await;

@@ -27,11 +27,7 @@ macro_rules! on_both_stores {
 /// The default fixture with its image on `store`, plus `extra` keys for the `demo` image.
 fn fixture(store: &str, extra: &str) -> Fixture {
     let fx = Fixture::new();
-    let text = fx.config_text().replace(
-        "  demo: { dir: images/demo, store: disk }\n",
-        &format!("  demo: {{ dir: images/demo, store: {store}{extra} }}\n"),
-    );
-    fx.write_config(&text);
+    fx.write_config(&fx.loopback().demo(&format!("store: {store}{extra}")));
     fx
 }
 
@@ -48,11 +44,9 @@ fn fixture_with_more_images(store: &str) -> Fixture {
     std::fs::create_dir_all(&other).unwrap();
     std::fs::write(other.join("rootfs.img"), pattern(9, 1 << 20)).unwrap();
     std::fs::create_dir_all(fx.path().join("images/bare")).unwrap();
-    let text = fx.config_text().replace(
-        "  demo: { dir: images/demo, store: disk }\n",
-        &format!("  demo: {{ dir: images/demo, store: {store} }}\n  other: {{ dir: images/other, store: {store} }}\n  bare: {{ dir: images/bare, store: disk }}\n"),
-    );
-    fx.write_config(&text);
+    fx.write_config(&fx.loopback().demo(&format!("store: {store}")).images(&format!(
+        "other: {{ dir: images/other, store: {store} }}\nbare: {{ dir: images/bare, store: disk }}"
+    )));
     fx
 }
 

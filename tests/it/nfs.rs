@@ -235,10 +235,7 @@ async fn handles_survive_a_restart() {
     }
 
     // Same port, fresh daemon: nothing learnt before is in memory any more.
-    fx.write_config(
-        &fx.config_text()
-            .replace("nfs: 0", &format!("nfs: {}", addr.port())),
-    );
+    fx.write_config(&fx.loopback().port("nfs", addr.port()));
     let daemon = fx.start().await;
     assert_eq!(daemon.bound.nfs.port(), addr.port());
     let mut c = Rpc::connect(addr).await;
@@ -402,7 +399,7 @@ async fn portmapper_names_the_nfs_port() {
         eprintln!("port 111 is taken here: rpcinfo and port-less libnfs not tried");
         return;
     }
-    fx.write_config(&fx.config_text().replace("portmap: 0", "portmap: 111"));
+    fx.write_config(&fx.loopback().port("portmap", 111));
     let daemon = fx.start().await;
     let nfs_port = daemon.bound.nfs.port();
     let (ok, out, err) = nfs("rpcinfo", &["-p", "127.0.0.1"]).await;
@@ -438,16 +435,7 @@ async fn exports_only_to_the_pools_clients() {
     daemon.stop().await;
 
     // The server is no longer on loopback: 127.0.0.1 is a stranger.
-    let remote = fx
-        .config_text()
-        .replace("address: 127.0.0.1", "address: 10.77.0.1")
-        .replace("subnet: 127.0.0.0/8", "subnet: 10.77.0.0/24")
-        .replace(
-            "range: 127.0.0.100-127.0.0.199",
-            "range: 10.77.0.100-10.77.0.199",
-        )
-        .replace("nfs: 0", &format!("nfs: {}", addr.port()));
-    fx.write_config(&remote);
+    fx.write_config(&fx.loopback().subnet("10.77.0").port("nfs", addr.port()));
     let daemon = fx.start().await;
     let mut c = Rpc::connect(addr).await;
     let mut a = Vec::new();

@@ -4,7 +4,7 @@
 //! server egress checked against the kernel's own counters on a real veth link.
 
 use crate::common::netns::Link;
-use crate::common::{Fixture, run, run_async};
+use crate::common::{Fixture, Loopback, run, run_async};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -107,13 +107,8 @@ fn journal() -> String {
 }
 
 /// The fixture's config with records kept forever: the journal's events are from 1970.
-fn keep_forever(fx: &Fixture) -> String {
-    let text = fx.config_text();
-    assert!(text.contains("  state_dir: var/\n"));
-    text.replace(
-        "  state_dir: var/\n",
-        "  state_dir: var/\n  retention: forever\n",
-    )
+fn keep_forever(fx: &Fixture) -> Loopback {
+    fx.loopback().server("retention: forever")
 }
 
 fn curl(args: &[&str]) -> Command {
@@ -365,19 +360,12 @@ impl Drop for Serve {
 fn egress_agrees_with_the_kernel_counters_of_a_real_link() {
     let link = Link::new("10.79.0.1/24");
     let fx = Fixture::new();
-    let text = fx
-        .config_text()
-        .replace(
-            "  address: 127.0.0.1\n",
-            &format!("  address: 10.79.0.1\n  interfaces: [{}]\n", link.server_if),
-        )
-        .replace("http: 127.0.0.1:0", "http: 0.0.0.0:8080")
-        .replace("subnet: 127.0.0.0/8", "subnet: 10.79.0.0/24")
-        .replace(
-            "range: 127.0.0.100-127.0.0.199",
-            "range: 10.79.0.100-10.79.0.199",
-        );
-    fx.write_config(&text);
+    fx.write_config(
+        &fx.loopback()
+            .subnet("10.79.0")
+            .interfaces(&link.server_if)
+            .http("0.0.0.0:8080"),
+    );
     let bin = env!("CARGO_BIN_EXE_bootpool");
     let log = std::fs::File::create(fx.path().join("serve.log")).unwrap();
     let serve = Link::command(
@@ -480,8 +468,7 @@ fn egress_agrees_with_the_kernel_counters_of_a_real_link() {
 fn a_daemon_killed_with_9_comes_back_with_its_records() {
     // 127.0.0.1 is leased to a client of nbd-room, so what it fetches is tied to its boot.
     let fx = with_journal(journal());
-    let text = keep_forever(&fx).replace("http: 127.0.0.1:0", "http: 127.0.0.1:18081");
-    fx.write_config(&text);
+    fx.write_config(&keep_forever(&fx).http("127.0.0.1:18081"));
     let start = || {
         let log = std::fs::File::create(fx.path().join("serve.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_bootpool"))
@@ -560,19 +547,6 @@ fn a_daemon_killed_with_9_comes_back_with_its_records() {
 /// is tied to a boot of it.
 const LOOPBACK_MAC: &str = "52:54:00:77:00:20";
 
-fn with_loopback_reservation(text: &str) -> String {
-    let clients = "      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }\n";
-    assert!(text.contains(clients));
-    // A client's ip may not be the server's own: the server is 127.0.0.2 (its sockets listen
-    // on every address), the test's client 127.0.0.1.
-    assert!(text.contains("  address: 127.0.0.1\n"));
-    text.replace("  address: 127.0.0.1\n", "  address: 127.0.0.2\n")
-        .replace(
-            clients,
-            &format!("{clients}      - {{ mac: \"{LOOPBACK_MAC}\", ip: 127.0.0.1 }}\n"),
-        )
-}
-
 /// A DHCP message from `mac` as if relayed from 127.0.0.1 (the answer stays on loopback).
 fn dhcp_message(mac: &str, kind: dhcproto::v4::MessageType) -> Vec<u8> {
     dhcp_message_from(mac, kind, false)
@@ -630,7 +604,7 @@ async fn failed_boots_say_where_and_why_in_the_api_metrics_and_report() {
     let fx = with_journal(journal());
     // No lease holds 127.0.0.1 yet: on a loopback server the recorder's own view of the
     // address (the journal's last ACK) says who reports.
-    fx.write_config(&keep_forever(&fx).replace("  address: 127.0.0.1\n", "  address: 127.0.0.2\n"));
+    fx.write_config(&keep_forever(&fx).address("127.0.0.2"));
     let daemon = fx.start().await;
     let base = format!("http://{}", daemon.bound.http);
 
@@ -660,7 +634,7 @@ async fn failed_boots_say_where_and_why_in_the_api_metrics_and_report() {
     daemon.stop().await;
 
     // Now 127.0.0.1 is leased to another client, which asks TFTP for files.
-    fx.write_config(&with_loopback_reservation(&keep_forever(&fx)));
+    fx.write_config(&keep_forever(&fx).reserving_127_0_0_1(LOOPBACK_MAC));
     let daemon = fx.start().await;
     let base = format!("http://{}", daemon.bound.http);
     send_udp(
@@ -1196,27 +1170,16 @@ fn lost_after_daemon(
         ),
     )
     .unwrap();
-    let text = fx
-        .config_text()
-        .replace(
-            "  address: 127.0.0.1\n",
-            &format!(
-                "  address: 10.79.{net}.1\n  interfaces: [{}]\n",
-                link.server_if
-            ),
-        )
-        .replace("http: 127.0.0.1:0", "http: 0.0.0.0:8080")
-        .replace(
-            "nfs: 0, nbd: 0, portmap: 0",
-            "nfs: 2049, nbd: 10809, portmap: 111",
-        )
-        .replace("subnet: 127.0.0.0/8", &format!("subnet: 10.79.{net}.0/24"))
-        .replace(
-            "range: 127.0.0.100-127.0.0.199",
-            &format!("range: 10.79.{net}.100-10.79.{net}.199"),
-        )
-        + "limits:\n  root_lost_after: 6s\n";
-    fx.write_config(&text);
+    fx.write_config(
+        &fx.loopback()
+            .subnet(&format!("10.79.{net}"))
+            .interfaces(&link.server_if)
+            .http("0.0.0.0:8080")
+            .port("nfs", 2049)
+            .port("nbd", 10809)
+            .port("portmap", 111)
+            .section("limits:\n  root_lost_after: 6s\n"),
+    );
     let daemon = crate::common::netns::Daemon::start(link, &fx, 0);
     link.in_client(&[
         "ip",

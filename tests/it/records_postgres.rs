@@ -253,37 +253,16 @@ fn records_in_postgres_survive_kill_9_and_follow_the_retention() {
     let http = free_port();
     let console_port = free_udp_port();
     let config = |retention: &str| {
-        let text = fx.config_text();
-        assert!(text.contains("  state_dir: var/\n") && text.contains("http: 127.0.0.1:0"));
-        let text = text
-            .replacen(
-                "portmap: 0 }",
-                &format!("portmap: 0, console: {console_port} }}"),
-                1,
-            )
-            // The client's address is leased from a range of its own, which the server's
-            // may not be in.
-            .replacen("address: 127.0.0.1\n", "address: 127.0.0.2\n", 1)
-            .replacen(
-                "range: 127.0.0.100-127.0.0.199",
-                "range: 127.0.0.1-127.0.0.1",
-                1,
-            )
-            .replacen(
-                "  nbd-room:\n    image: demo\n    root: nbd\n",
-                "  nbd-room:\n    image: demo\n    root: nbd\n    netconsole: true\n",
-                1,
-            );
         fx.write_config(
-            &text
-                .replace(
-                    "  state_dir: var/\n",
-                    &format!(
-                        "  state_dir: var/\n  database: {}\n  retention: {retention}\n",
-                        pg.url()
-                    ),
-                )
-                .replace("http: 127.0.0.1:0", &format!("http: 127.0.0.1:{http}")),
+            &fx.loopback()
+                .port("console", console_port)
+                // The client's address is leased from a range of its own, which the
+                // server's may not be in.
+                .address("127.0.0.2")
+                .range("127.0.0.1-127.0.0.1")
+                .pool("nbd-room", "netconsole: true")
+                .server(&format!("database: {}\nretention: {retention}", pg.url()))
+                .http(&format!("127.0.0.1:{http}")),
         );
     };
     let start = || {

@@ -46,20 +46,7 @@ fn atftp(addr: SocketAddr, remote: &str, local: &Path, options: &[&str]) -> Comm
 /// the server's address).
 fn fixture() -> Fixture {
     let fx = Fixture::new();
-    let clients = "      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }\n";
-    let text = fx.config_text();
-    assert!(text.contains(clients));
-    // A client's ip may not be the server's own: the server is 127.0.0.2 (its sockets listen
-    // on every address), the test's client 127.0.0.1.
-    assert!(text.contains("  address: 127.0.0.1\n"));
-    fx.write_config(
-        &text
-            .replace("  address: 127.0.0.1\n", "  address: 127.0.0.2\n")
-            .replace(
-                clients,
-                &format!("{clients}      - {{ mac: \"{LOOPBACK_MAC}\", ip: 127.0.0.1 }}\n"),
-            ),
-    );
+    fx.write_config(&fx.loopback().reserving_127_0_0_1(LOOPBACK_MAC));
     fx
 }
 

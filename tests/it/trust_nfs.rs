@@ -38,11 +38,7 @@ fn fixture(image_keys: &str) -> Fixture {
     put("root/.history", "secret\n", 0o600, 0, 0);
     std::fs::set_permissions(root.join("root"), std::fs::Permissions::from_mode(0o700)).unwrap();
     put("etc/odd", "mine\n", 0o044, 1000, 1000);
-    let text = fx.config_text().replace(
-        "demo: { dir: images/demo, store: disk }",
-        &format!("demo: {{ dir: images/demo, store: disk{image_keys} }}"),
-    );
-    fx.write_config(&text);
+    fx.write_config(&fx.loopback().demo(&format!("store: disk{image_keys}")));
     fx
 }
 

@@ -3,6 +3,7 @@
 
 use bootpool::app::{self, Running};
 use bootpool::config::Config;
+pub use loopback::Loopback;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -12,6 +13,7 @@ pub struct Fixture {
 }
 
 pub mod lab;
+pub mod loopback;
 pub mod netns;
 pub mod rpc;
 
@@ -55,7 +57,7 @@ impl Fixture {
         std::fs::write(loaders.join("undionly.kpxe"), pattern(4, 70_000)).unwrap();
         std::fs::write(loaders.join("ipxe.efi"), pattern(5, 1_000_000)).unwrap();
         let fixture = Fixture { dir };
-        fixture.write_config(&fixture.config_text());
+        fixture.write_config(&fixture.loopback());
         fixture
     }
 
@@ -92,37 +94,10 @@ impl Fixture {
         self.path().join("pools.yaml")
     }
 
-    /// The default fixture config: loopback, every port 0 (the daemon picks).
-    pub fn config_text(&self) -> String {
-        "\
-server:
-  address: 127.0.0.1
-  http: 127.0.0.1:0
-  state_dir: var/
-  loaders: loaders/
-  ports: { dhcp: 0, tftp: 0, nfs: 0, nbd: 0, portmap: 0 }
-dhcp:
-  mode: authoritative
-  subnet: 127.0.0.0/8
-  range: 127.0.0.100-127.0.0.199
-  lease: 1h
-images:
-  demo: { dir: images/demo, store: disk }
-pools:
-  nfs-room:
-    image: demo
-    root: nfs
-    cmdline: console=ttyS0
-    clients:
-      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }
-  nbd-room:
-    image: demo
-    root: nbd
-    cmdline: console=ttyS0
-    clients:
-      - { macs: \"52:54:00:77:00:10-52:54:00:77:00:1f\" }
-"
-        .to_string()
+    /// The fixture's config, `tests/fixtures/loopback.yaml`, to edit (`Loopback`'s methods)
+    /// and write with `write_config`.
+    pub fn loopback(&self) -> Loopback {
+        Loopback::default()
     }
 
     pub fn write_config(&self, text: &str) {
