@@ -1,6 +1,7 @@
 //! The integration tests, one binary: each module below was a test file of its own, and
 //! `common` is their shared harness (the loopback fixture, network namespaces, RPC and NBD
-//! clients, the lab's config). Select a module by its path: `cargo test --test it nfs::`.
+//! clients, the lab's config). Select a module by its path: `cargo test --test it tftp::`
+//! (a filter matches anywhere in the name: `nfs::` also selects `trust_nfs::`).
 //! The VM boots are the `e2e` modules; `scripts/test` runs each of those alone, after the rest,
 //! so that no VM shares the cores with other tests.
 
