@@ -431,7 +431,8 @@ async fn export_name_abort_and_list_work_for_older_clients(store: &str) {
 }
 
 /// Not a check: prints how fast nbdcopy reads a 512 MiB (sparse, page-cached) image, to
-/// compare builds and changes. `cargo test --release --test nbd -- --ignored --nocapture`.
+/// compare builds and changes:
+/// `cargo test --release --test it nbd::nbdcopy_throughput -- --ignored --nocapture`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn nbdcopy_throughput() {
