@@ -1,6 +1,7 @@
 //! The repository's own rules, checked as a test: every source file opens with a `//!` line
 //! saying what it owns and is named in ARCHITECTURE.md's code map, `proto/` stays pure
-//! (no tokio, files or sockets), and `unsafe` code lives only in the `sys` room.
+//! (no tokio, files or sockets), and `unsafe` code lives only in the `sys` room; every
+//! integration test file is a module of the one test binary and opens with a `//!` line too.
 
 use std::path::{Path, PathBuf};
 
@@ -117,8 +118,10 @@ fn says_unsafe(code: &str) -> bool {
 }
 
 /// Every `unsafe` block, `unsafe fn` and `unsafe impl` is in `src/sys/`, where each has its
-/// SAFETY comment (`clippy::undocumented_unsafe_blocks`, denied in lib.rs). Test code has
-/// none either: it uses the sys wrappers.
+/// SAFETY comment (`clippy::undocumented_unsafe_blocks`, denied in lib.rs). Unit tests
+/// under src/ have none either: they use the sys wrappers. (The integration tests in tests/
+/// keep four calls of their own, a client's setns, fadvise, SO_BINDTODEVICE and getpwnam,
+/// that no product code needs.)
 #[test]
 fn unsafe_code_lives_only_in_the_sys_room() {
     let root = src();
@@ -136,6 +139,49 @@ fn unsafe_code_lives_only_in_the_sys_room() {
                     i + 1
                 ));
             }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The integration tests are one binary (`tests/it/main.rs`): a file in `tests/it/` or
+/// `tests/it/common/` that no `mod` line names is never compiled, so its tests would silently
+/// not run. Each says what it tests in a `//!` line, as the sources do.
+#[test]
+fn every_integration_test_file_is_a_module_and_says_what_it_tests() {
+    let it = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it");
+    let mut bad = Vec::new();
+    for path in sources(&it) {
+        let rel = path
+            .strip_prefix(&it)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let text = std::fs::read_to_string(&path).unwrap();
+        if !text.starts_with("//!") {
+            bad.push(format!("tests/it/{rel}:1: does not open with a `//!` line"));
+        }
+        let (parent, name) = match rel.rsplit_once('/') {
+            Some((dir, file)) => (format!("{dir}/mod.rs"), file),
+            None => ("main.rs".to_string(), rel.as_str()),
+        };
+        let Some(module) = name.strip_suffix(".rs") else {
+            continue;
+        };
+        if matches!(module, "main" | "mod") {
+            continue;
+        }
+        let declared = std::fs::read_to_string(it.join(&parent))
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                let l = l.trim_start_matches("pub ");
+                l == format!("mod {module};")
+            });
+        if !declared {
+            bad.push(format!(
+                "tests/it/{rel}: no `mod {module};` in tests/it/{parent}, so it is never compiled"
+            ));
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));

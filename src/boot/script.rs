@@ -331,7 +331,7 @@ mod tests {
     }
 
     /// Each syntax as its own scripts read it (dracut 059's nbdroot.sh and Debian's nbd-client
-    /// initramfs script; both boot in tests/e2e_stock.rs).
+    /// initramfs script; both boot in tests/it/e2e_stock.rs).
     #[test]
     fn nbd_roots_in_both_syntaxes() {
         let cmdline_of = |text: &str| {

@@ -97,7 +97,7 @@ pub struct Limits {
     pub cow_disk_total: Option<u64>,
 }
 
-// Literals, not other constants: tests/dist.rs reads these defaults from this source to check
+// Literals, not other constants: tests/it/dist.rs reads these defaults from this source to check
 // the man page.
 impl Default for Limits {
     fn default() -> Self {
@@ -191,7 +191,7 @@ pub struct Ports {
     pub console: u16,
 }
 
-// Literals, not the proto constants: tests/dist.rs reads these defaults from this source to
+// Literals, not the proto constants: tests/it/dist.rs reads these defaults from this source to
 // check the man page (a config test holds them to `proto::nbd::PORT` and `proto::portmap::PORT`).
 impl Default for Ports {
     fn default() -> Self {

@@ -4,7 +4,7 @@
 // room tile without a reload (and stand out when it stalls), every view must render without
 // console errors and without a request leaving the server, and fit a desktop and a phone.
 //
-// Env: BOOTPOOL_BIN (the daemon; tests/dashboard.rs passes it), CHROMIUM (default
+// Env: BOOTPOOL_BIN (the daemon; tests/it/dashboard.rs passes it), CHROMIUM (default
 // /usr/bin/chromium), SCREENSHOT_DIR (where to save views; default: a temp folder).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';

@@ -1,5 +1,5 @@
 //! The service's own duties (recording, limits, shutdown), with a minimal client; the
-//! protocol itself is driven by real clients in tests/nbd.rs.
+//! protocol itself is driven by real clients in tests/it/nbd.rs.
 use super::*;
 use crate::proto::nbd::{self as p, Request};
 use crate::record::{self, Records};

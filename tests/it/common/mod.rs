@@ -1,0 +1,194 @@
+//! Shared test fixtures: a small fake image folder, a config around it with every port 0, and
+//! the daemon started in-process. Interop tests point real client programs at `Running::bound`.
+
+use bootpool::app::{self, Running};
+use bootpool::config::Config;
+pub use loopback::Loopback;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// A temporary folder holding an image (`images/demo`), a state folder and a pools.yaml.
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+}
+
+pub mod lab;
+pub mod loopback;
+pub mod netns;
+pub mod rpc;
+
+/// Deterministic bytes, so a test can check what it read without keeping a copy.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+impl Fixture {
+    /// An image with a 3 MiB "kernel", a 2 MiB "initrd", a small root tree and a 16 MiB root
+    /// image file; pools `nfs-room` (MACs 52:54:00:77:00:00-0f) and `nbd-room` (..:10-1f).
+    pub fn new() -> Fixture {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let image = dir.path().join("images/demo");
+        std::fs::create_dir_all(image.join("rootfs/etc")).unwrap();
+        std::fs::create_dir_all(image.join("rootfs/usr/lib")).unwrap();
+        std::fs::write(image.join("vmlinuz"), pattern(1, 3 << 20)).unwrap();
+        std::fs::write(image.join("initrd.img"), pattern(2, 2 << 20)).unwrap();
+        std::fs::write(image.join("rootfs.img"), pattern(3, 16 << 20)).unwrap();
+        std::fs::write(image.join("rootfs/etc/hostname"), "demo\n").unwrap();
+        for i in 0..50 {
+            std::fs::write(
+                image.join(format!("rootfs/usr/lib/lib{i}.so")),
+                pattern(100 + i, 1000 + i as usize * 517),
+            )
+            .unwrap();
+        }
+        std::os::unix::fs::symlink("usr/lib", image.join("rootfs/lib")).unwrap();
+        let loaders = dir.path().join("loaders");
+        std::fs::create_dir_all(&loaders).unwrap();
+        std::fs::write(loaders.join("undionly.kpxe"), pattern(4, 70_000)).unwrap();
+        std::fs::write(loaders.join("ipxe.efi"), pattern(5, 1_000_000)).unwrap();
+        let fixture = Fixture { dir };
+        fixture.write_config(&fixture.loopback());
+        fixture
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn image_dir(&self) -> PathBuf {
+        self.path().join("images/demo")
+    }
+
+    /// A legacy journal (`var/events.jsonl`, replayed at start) holding one DHCP ACK that gave
+    /// 127.0.0.1 to `mac` in `pool`: the recorder then ties what arrives from 127.0.0.1 (NFS
+    /// and NBD, known by IP) to that client's boot.
+    pub fn journal_loopback_lease(&self, mac: &str, pool: &str) {
+        use bootpool::record::{Event, Kind, Who};
+        let ack = Event::now(
+            Who::Mac(mac.parse().unwrap()),
+            Kind::DhcpAck {
+                ip: std::net::Ipv4Addr::LOCALHOST,
+                pxe: false,
+                ipxe: false,
+                pool: pool.into(),
+                link: None,
+            },
+        );
+        let state = self.path().join("var");
+        std::fs::create_dir_all(&state).unwrap();
+        let line = serde_json::to_string(&ack).unwrap() + "\n";
+        std::fs::write(state.join("events.jsonl"), line).unwrap();
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.path().join("pools.yaml")
+    }
+
+    /// The fixture's config, `tests/fixtures/loopback.yaml`, to edit (`Loopback`'s methods)
+    /// and write with `write_config`.
+    pub fn loopback(&self) -> Loopback {
+        Loopback::default()
+    }
+
+    pub fn write_config(&self, text: &str) {
+        let mut f = std::fs::File::create(self.config_path()).unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+    }
+
+    pub fn config(&self) -> Config {
+        Config::load(&self.config_path()).expect("fixture config")
+    }
+
+    /// Starts the whole daemon in-process on the fixture's config.
+    pub async fn start(&self) -> Running {
+        app::start(self.config()).await.expect("daemon starts")
+    }
+}
+
+/// The events recorded in a state folder's store (`records.db`), one JSON object a line, oldest
+/// first: what `events.jsonl` held before the store. Empty if nothing was stored yet. Safe to
+/// call from async tests (it runs on its own thread) and while the daemon writes.
+pub fn recorded_events(state_dir: &Path) -> String {
+    let db = bootpool::config::Database::Sqlite(state_dir.join("records.db"));
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let mut out = String::new();
+            if let Some(store) = bootpool::record::store::Store::open_existing(&db)
+                .await
+                .expect("records store")
+            {
+                store
+                    .replay(|ev| {
+                        out.push_str(&serde_json::to_string(&ev).unwrap());
+                        out.push('\n');
+                    })
+                    .await
+                    .expect("replaying the store");
+            }
+            out
+        })
+    })
+    .join()
+    .unwrap()
+}
+
+/// Runs a program to completion with a time bound; returns (status ok, stdout, stderr).
+/// Its output is read while it runs, so a chatty program cannot block on a full pipe.
+pub fn run(cmd: &mut std::process::Command, secs: u64) -> (bool, String, String) {
+    use std::io::Read;
+    let program = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    match status {
+        Some(s) => (s.success(), out, err),
+        None => panic!("{program} did not finish in {secs}s\nstdout: {out}\nstderr: {err}"),
+    }
+}
+
+/// Runs a blocking client program from async test code.
+pub async fn run_async(mut cmd: std::process::Command, secs: u64) -> (bool, String, String) {
+    tokio::task::spawn_blocking(move || run(&mut cmd, secs))
+        .await
+        .unwrap()
+}
+pub mod nbd_raw;

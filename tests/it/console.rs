@@ -1,0 +1,186 @@
+//! The clients' consoles, interop: util-linux `logger` (RFC 5424 and 3164 over UDP, a program
+//! nobody here wrote) sends lines from a network namespace that holds a lease from the
+//! `bootpool` binary; they land in that client's boot, a panic line fails the boot with its
+//! cause, and a datagram from an address no lease holds is dropped and counted.
+
+use crate::common::Fixture;
+use crate::common::netns::{Daemon, Link};
+use std::time::Duration;
+
+const SERVER: &str = "10.77.3.1";
+const MAC: &str = "52:54:00:77:00:01";
+const HTTP: u16 = 18081;
+
+fn config(iface: &str) -> String {
+    format!(
+        "\
+server:
+  interfaces: [{iface}]
+  address: {SERVER}
+  http: {SERVER}:{HTTP}
+  state_dir: var/
+  loaders: loaders/
+  ports: {{ dhcp: 67, tftp: 0, nfs: 0, nbd: 0, portmap: 0, console: 6666 }}
+dhcp:
+  mode: authoritative
+  subnet: 10.77.3.0/24
+  range: 10.77.3.100-10.77.3.150
+  router: {SERVER}
+  lease: 1h
+images:
+  demo: {{ dir: images/demo }}
+pools:
+  room:
+    image: demo
+    root: nfs
+    netconsole: true
+    clients:
+      - {{ macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }}
+"
+    )
+}
+
+fn get(link: &Link, path: &str) -> String {
+    let url = format!("http://{SERVER}:{HTTP}{path}");
+    let out = Link::command(&link.server_ns, "curl", &["-sS", "--max-time", "10", &url])
+        .output()
+        .expect("curl runs");
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn logger(link: &Link, args: &[&str]) {
+    let mut all = vec!["--udp", "--server", SERVER, "--port", "6666"];
+    all.extend_from_slice(args);
+    let out = Link::command(&link.client_ns, "logger", &all)
+        .output()
+        .expect("logger runs (util-linux, Debian's bsdutils)");
+    assert!(
+        out.status.success(),
+        "logger: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn logger_lines_reach_the_leased_clients_boot_and_strangers_are_counted() {
+    let link = Link::new(&format!("{SERVER}/24"));
+    let fx = Fixture::new();
+    fx.write_config(&config(&link.server_if));
+    let _daemon = Daemon::start(&link, &fx, 1);
+    let bound = link
+        .udhcpc(fx.path(), MAC, true)
+        .expect("a lease for the client");
+    let ip = bound[1].clone();
+
+    logger(
+        &link,
+        &["--rfc5424", "-t", "kernel", "hello from the client"],
+    );
+    logger(
+        &link,
+        &[
+            "--rfc3164",
+            "-t",
+            "kernel",
+            "Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100",
+        ],
+    );
+    // A stranger: an address of the segment that no lease holds.
+    link.in_client(&[
+        "ip",
+        "addr",
+        "add",
+        "10.77.3.200/24",
+        "dev",
+        &link.client_if,
+    ]);
+    Link::within(&link.client_ns, || {
+        let s = std::net::UdpSocket::bind("10.77.3.200:0").unwrap();
+        s.send_to(b"<13>stranger: not kept", (SERVER, 6666))
+            .unwrap();
+    });
+
+    // The lines arrive within the recorder's commit; poll the API.
+    let mut boots = serde_json::Value::Null;
+    for _ in 0..100 {
+        boots = serde_json::from_str(&get(&link, &format!("/api/v1/boots?mac={MAC}")))
+            .unwrap_or_default();
+        if boots[0]["console_lines"].as_u64() == Some(2) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let boot = &boots[0];
+    assert_eq!(boot["console_lines"], 2, "{boots}");
+    assert_eq!(boot["ip"], ip.as_str());
+    assert_eq!(boot["result"], "failed", "{boot}");
+    assert_eq!(boot["cause"]["kind"], "kernel_panic", "{boot}");
+    let id = boot["id"].as_u64().unwrap();
+    let console: serde_json::Value =
+        serde_json::from_str(&get(&link, &format!("/api/v1/boots/{id}/console"))).unwrap();
+    let texts: Vec<&str> = console["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "hello from the client",
+            "Kernel panic - not syncing: Attempted to kill init! exitcode=0x00000100"
+        ],
+        "{console}"
+    );
+    assert_eq!(console["dropped"], 0);
+    assert!(
+        console["cause"]["text"].as_str().unwrap().contains("init="),
+        "{console}"
+    );
+    let metrics = get(&link, "/metrics");
+    assert_eq!(
+        metric(&metrics, "bootpool_refused_total{service=\"console\"}"),
+        1,
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, "bootpool_requests_total{service=\"console\"}"),
+        2
+    );
+    assert_eq!(
+        get(&link, "/api/v1/boots/999/console").trim(),
+        "no such boot"
+    );
+
+    // `bootpool report --console` reads the same from the store once the daemon is gone.
+    // The daemon is killed with -9, which loses its last half second (the commit interval).
+    std::thread::sleep(Duration::from_millis(1200));
+    drop(_daemon);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"))
+        .args(["report", "--console", MAC, "--config"])
+        .arg(fx.config_path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let events = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"))
+        .args(["report", "--events", "--config"])
+        .arg(fx.config_path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{text}{}\nevents:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&events.stdout)
+    );
+    assert!(text.contains("cause (kernel_panic)"), "{text}");
+    assert!(text.contains("hello from the client"), "{text}");
+}

@@ -1,0 +1,313 @@
+//! Image revisions under a running daemon, with real clients (curl, libnfs's nfs-cat, libnbd's
+//! nbdcopy): a boot's script names its revision everywhere (kernel, initrd, root); after a
+//! new revision is imported and activated with the daemon running, new scripts name it,
+//! while the old revision's kernel, NFS export and NBD export still serve the old bytes; the
+//! new revision's exports are learned without a restart; the API and `prune` know which
+//! revision the recorded client runs, and a client that stays mounted on the old revision
+//! keeps reading it through the handles it holds. On both stores; with `store: ram` a revision
+//! learned after start is loaded into memory at its first use.
+
+use crate::common::rpc::Rpc;
+use crate::common::{Fixture, pattern, run, run_async};
+use bootpool::image::{import, store};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+
+macro_rules! on_both_stores {
+    ($f:ident) => {
+        mod $f {
+            #[tokio::test(flavor = "multi_thread")]
+            async fn disk() {
+                super::$f("disk").await
+            }
+            #[tokio::test(flavor = "multi_thread")]
+            async fn ram() {
+                super::$f("ram").await
+            }
+        }
+    };
+}
+
+/// A root tree whose hostname, kernel and initrd say which revision it is.
+fn tree(at: &Path, n: u64) {
+    std::fs::create_dir_all(at.join("etc")).unwrap();
+    std::fs::create_dir_all(at.join("boot")).unwrap();
+    std::fs::write(at.join("etc/hostname"), format!("r{n}\n")).unwrap();
+    std::fs::write(at.join("etc/big"), pattern(40 + n, 200_000)).unwrap();
+    std::fs::write(at.join("boot/vmlinuz-6.1.0-1"), pattern(10 + n, 100_000)).unwrap();
+    std::fs::write(at.join("boot/initrd.img-6.1.0-1"), pattern(20 + n, 50_000)).unwrap();
+}
+
+fn import(fx: &Fixture, n: u64) -> String {
+    let src = fx.path().join(format!("src{n}"));
+    tree(&src, n);
+    let config = fx.config();
+    let image = config.images.get("demo").unwrap();
+    let req = import::Request {
+        from: src,
+        kernel: None,
+        initrd: None,
+    };
+    let done = tokio::task::block_in_place(|| import::import(image, &req)).unwrap();
+    assert!(done.new);
+    done.revision.id
+}
+
+fn curl(url: &str) -> Vec<u8> {
+    let out = Command::new("curl")
+        .args(["-sS", "--fail", "--max-time", "20", url])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{url}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn nfs_url(addr: SocketAddr, path: &str) -> String {
+    let p = addr.port();
+    format!("nfs://127.0.0.1{path}?nfsport={p}&mountport={p}&version=3")
+}
+
+async fn nfs_cat(addr: SocketAddr, path: &str) -> String {
+    let mut c = Command::new("nfs-cat");
+    c.arg(nfs_url(addr, path));
+    let (ok, out, err) = run_async(c, 60).await;
+    assert!(ok, "nfs-cat {path}: {err}");
+    out
+}
+
+async fn nbd_bytes(fx: &Fixture, addr: SocketAddr, export: &str) -> Vec<u8> {
+    let out = fx.path().join("nbd.out");
+    let mut c = Command::new("nbdcopy");
+    c.arg(format!("nbd://127.0.0.1:{}/{export}", addr.port()))
+        .arg(&out);
+    let (ok, _, err) = run_async(c, 60).await;
+    assert!(ok, "nbdcopy {export}: {err}");
+    std::fs::read(&out).unwrap()
+}
+
+/// An NFS client that stays mounted: MOUNT once from a port below 1024 (AUTH_NONE), then
+/// LOOKUPs and READs with the handles it got, on one connection that it keeps open (what a
+/// booted client does; libnfs's tools end theirs with a reset, which bootpool takes for a
+/// client gone).
+struct Held {
+    rpc: Rpc,
+    root: Vec<u8>,
+}
+
+impl Held {
+    async fn mount(addr: SocketAddr, path: &str) -> Held {
+        let mut rpc = Rpc::connect(addr).await;
+        let root = rpc.mount(path).await;
+        Held { rpc, root }
+    }
+
+    /// The file at `path` under the mounted root, by LOOKUPs from the handle MOUNT gave.
+    async fn read(&mut self, path: &[&str]) -> Vec<u8> {
+        let mut fh = self.root.clone();
+        for name in path {
+            fh = self.rpc.lookup(&fh, name).await;
+        }
+        match self.rpc.read(&fh, 1 << 20).await {
+            Ok((data, _)) => data,
+            Err(status) => panic!("READ {path:?}: status {status}"),
+        }
+    }
+}
+
+fn prune(fx: &Fixture, args: &[&str]) -> String {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    c.args(["image", "prune", "demo"])
+        .args(args)
+        .arg("--config")
+        .arg(fx.config_path());
+    let (ok, out, err) = run(&mut c, 120);
+    assert!(ok, "{out}\n{err}");
+    out
+}
+
+on_both_stores!(running_clients_keep_their_revision_and_new_boots_get_the_active_one);
+async fn running_clients_keep_their_revision_and_new_boots_get_the_active_one(store_kind: &str) {
+    let fx = Fixture::new();
+    // `demo` becomes an image with revisions (its hand-made files go).
+    std::fs::remove_dir_all(fx.image_dir()).unwrap();
+    fx.write_config(&fx.loopback().demo(&format!("store: {store_kind}")));
+    let r1 = import(&fx, 1);
+    store::activate(&fx.image_dir(), &r1).unwrap();
+    // 127.0.0.1 holds a lease in pool nfs-room: its root attaches are its boot's.
+    fx.journal_loopback_lease("52:54:00:77:00:01", "nfs-room");
+    let daemon = fx.start().await;
+    let b = daemon.bound;
+    let base = format!("http://127.0.0.1:{}", b.http.port());
+    let script =
+        |mac: &str| String::from_utf8(curl(&format!("{base}/boot/script/{mac}.ipxe"))).unwrap();
+
+    // r1 everywhere in a script made now.
+    let s = script("52:54:00:77:00:02");
+    assert!(s.contains(&format!("/boot/demo/revs/{r1}/vmlinuz")), "{s}");
+    assert!(
+        s.contains(&format!("/boot/demo/revs/{r1}/initrd.img")),
+        "{s}"
+    );
+    assert!(s.contains(&format!(":/demo@{r1}:")), "{s}");
+    let s = script("52:54:00:77:00:12");
+    assert!(
+        s.contains(&format!("/demo@{r1}")) && s.contains("root=nbd:"),
+        "{s}"
+    );
+    assert_eq!(
+        curl(&format!("{base}/boot/demo/revs/{r1}/vmlinuz")),
+        pattern(11, 100_000)
+    );
+    assert_eq!(
+        nfs_cat(b.nfs, &format!("/demo@{r1}/etc/hostname")).await,
+        "r1\n"
+    );
+    // A client that stays mounted on r1, as a booted one does.
+    let mut held = Held::mount(b.nfs, &format!("/demo@{r1}")).await;
+    assert_eq!(held.read(&["etc", "hostname"]).await, b"r1\n");
+
+    // r2 imported and activated under the running daemon.
+    let r2 = import(&fx, 2);
+    assert_ne!(r1, r2);
+    store::activate(&fx.image_dir(), &r2).unwrap();
+    let s = script("52:54:00:77:00:02");
+    assert!(
+        s.contains(&format!("/boot/demo/revs/{r2}/vmlinuz"))
+            && s.contains(&format!(":/demo@{r2}:")),
+        "{s}"
+    );
+    assert!(!s.contains(&r1), "{s}");
+    // What r1's clients were handed still gives r1's bytes.
+    assert_eq!(
+        curl(&format!("{base}/boot/demo/revs/{r1}/vmlinuz")),
+        pattern(11, 100_000)
+    );
+    assert_eq!(
+        curl(&format!("{base}/boot/demo/revs/{r2}/vmlinuz")),
+        pattern(12, 100_000)
+    );
+    // Its handles still resolve to r1's tree.
+    assert_eq!(held.read(&["etc", "hostname"]).await, b"r1\n");
+    assert_eq!(held.read(&["etc", "big"]).await, pattern(41, 200_000));
+    // A name that is no revision is not served.
+    let out = Command::new("curl")
+        .args([
+            "-sS",
+            "--fail",
+            &format!("{base}/boot/demo/revs/000000000000/vmlinuz"),
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+
+    // The record: the client runs r1, one of one needs a reboot to get r2.
+    let mut api = serde_json::Value::Null;
+    for _ in 0..200 {
+        api = serde_json::from_slice(&curl(&format!("{base}/api/v1/images"))).unwrap();
+        if api[0]["need_reboot"] == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let boots = String::from_utf8_lossy(&curl(&format!("{base}/api/v1/boots"))).into_owned();
+    assert_eq!(api[0]["active"], r2.as_str(), "{api}\n{boots}");
+    assert_eq!(
+        (api[0]["clients"].as_u64(), api[0]["need_reboot"].as_u64()),
+        (Some(1), Some(1)),
+        "{api}\n{boots}"
+    );
+    assert!(
+        api[0]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("1 of 1 running clients need a reboot to get r2"),
+        "{api}"
+    );
+    // prune keeps r1 while that client runs it (the store commits within a second: wait for
+    // the record to be there, then the answer must be "keep").
+    let mut out = String::new();
+    for _ in 0..100 {
+        out = tokio::task::block_in_place(|| prune(&fx, &["--dry-run"]));
+        if out.contains("running client") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        out.contains(&format!(
+            "keeping r1 ({r1}): 1 running client(s): 52:54:00:77:00:01"
+        )),
+        "{out}"
+    );
+    assert!(store::rev_dir(&fx.image_dir(), &r1).is_dir());
+    // `bootpool report` says it under the waves.
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    c.arg("report").arg("--config").arg(fx.config_path());
+    let (ok, report, err) = tokio::task::block_in_place(|| run(&mut c, 120));
+    assert!(ok, "{err}");
+    assert!(
+        report.contains("image demo: 1 of 1 running clients need a reboot to get r2"),
+        "{report}"
+    );
+
+    assert_eq!(held.read(&["etc", "hostname"]).await, b"r1\n");
+    drop(held);
+
+    // r2's NFS export, imported after start, is learned at its first mount.
+    assert_eq!(
+        nfs_cat(b.nfs, &format!("/demo@{r2}/etc/hostname")).await,
+        "r2\n"
+    );
+    assert_eq!(
+        nfs_cat(b.nfs, &format!("/demo@{r1}/etc/hostname")).await,
+        "r1\n"
+    );
+    // NBD: each revision's export gives its own squashfs image.
+    let img =
+        |id: &str| std::fs::read(store::rev_dir(&fx.image_dir(), id).join("rootfs.img")).unwrap();
+    assert_eq!(nbd_bytes(&fx, b.nbd, &format!("demo@{r1}")).await, img(&r1));
+    assert_eq!(nbd_bytes(&fx, b.nbd, &format!("demo@{r2}")).await, img(&r2));
+
+    // r2 was learned after start. With `store: ram` its first MOUNT and attach loaded it into
+    // memory: a change on disk is not seen (the snapshot the store promises); from disk it is.
+    let r2_dir = store::rev_dir(&fx.image_dir(), &r2);
+    let original = img(&r2);
+    let mut changed = original.clone();
+    changed[..4096].iter_mut().for_each(|b| *b ^= 0xff);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(r2_dir.join("rootfs.img"))
+            .unwrap();
+        f.write_all_at(&changed[..4096], 0).unwrap();
+    }
+    std::fs::write(r2_dir.join("rootfs/etc/hostname"), "XX\n").unwrap();
+    // Past the attribute cache's freshness (1 s), so a disk tree looks again.
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    let (want_host, want_img) = match store_kind {
+        "ram" => ("r2\n", &original),
+        _ => ("XX\n", &changed),
+    };
+    assert_eq!(
+        nfs_cat(b.nfs, &format!("/demo@{r2}/etc/hostname")).await,
+        want_host,
+        "store {store_kind}"
+    );
+    assert!(
+        nbd_bytes(&fx, b.nbd, &format!("demo@{r2}")).await == *want_img,
+        "store {store_kind}: nbd export of r2"
+    );
+    daemon.stop().await;
+
+    // Its newest root is r2's now: r1 is used by nobody and goes.
+    let out = tokio::task::block_in_place(|| prune(&fx, &[]));
+    assert!(out.contains(&format!("removed r1 ({r1})")), "{out}");
+    assert!(!store::rev_dir(&fx.image_dir(), &r1).exists());
+    assert!(store::rev_dir(&fx.image_dir(), &r2).is_dir());
+}

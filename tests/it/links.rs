@@ -1,0 +1,320 @@
+//! The server's links as clients meet them: the `bootpool` binary in a namespace with two
+//! NICs on one subnet (no policy routing, so the routing table sends everything out of the
+//! first), clients on the switch behind them, speaking through programs this project did not
+//! write (curl over HTTP and TFTP, nbdcopy, busybox udhcpc). Replies leave by the link they
+//! were asked on; several clients downloading over a full, shaped link are paced to equal
+//! shares of it, as the daemon's /metrics shows, and moved to a link with room when there is
+//! one. Needs root.
+
+use crate::common::netns::{Daemon, Link};
+use crate::common::{Fixture, run};
+use bootpool::service::fair_share::MAX_BOOST;
+use std::process::Child;
+
+const NBD_MAC: &str = "52:54:00:77:00:11";
+const MIB: u64 = 1 << 20;
+
+/// A pools.yaml for a server on `subnet` (`10.77.N`) whose links are `.1` (on `first_if`)
+/// and `.2`; `extra` goes into the server section.
+fn config(subnet: &str, first_if: &str, extra: &str) -> String {
+    format!(
+        "\
+server:
+  interfaces: [{first_if}]
+  address: {subnet}.1
+  links: [{subnet}.1, {subnet}.2]
+  http: 0.0.0.0:8080
+  state_dir: var/
+  loaders: loaders/
+  ports: {{ dhcp: 67, tftp: 69, nfs: 2049, nbd: 10809, portmap: 111 }}
+{extra}dhcp:
+  mode: authoritative
+  subnet: {subnet}.0/24
+  range: {subnet}.100-{subnet}.150
+  lease: 1h
+images:
+  demo: {{ dir: images/demo }}
+pools:
+  nbd-room:
+    image: demo
+    root: nbd
+    clients:
+      - {{ macs: \"52:54:00:77:00:10-52:54:00:77:00:1f\" }}
+"
+    )
+}
+
+/// What the admin sets on a server with several NICs on one subnet (docs/links.md): each NIC
+/// answers ARP for its own addresses and asks with them.
+fn without_arp_flux(link: &Link) {
+    for (key, value) in [("arp_ignore", "1"), ("arp_announce", "2")] {
+        let setting = format!("net.ipv4.conf.all.{key}={value}");
+        link.in_server(&["sysctl", "-qw", &setting]);
+    }
+}
+
+/// Runs `program args` in the client's namespace: (succeeded, stdout + stderr).
+fn client(link: &Link, program: &str, args: &[&str]) -> (bool, String) {
+    let (ok, out, err) = run(&mut Link::command(&link.client_ns, program, args), 60);
+    (ok, out + &err)
+}
+
+/// The daemon's /metrics, read from the server itself through the first link's address.
+fn metrics(link: &Link, address: &str) -> String {
+    let url = format!("http://{address}:8080/metrics");
+    let (ok, text, err) = run(
+        &mut Link::command(&link.server_ns, "curl", &["-sS", &url]),
+        30,
+    );
+    assert!(ok, "{err}");
+    text
+}
+
+/// The value of the series `name{link="dev"}` in a /metrics text.
+fn series(text: &str, name: &str, dev: &str) -> Option<u64> {
+    let start = format!("{name}{{link=\"{dev}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&start)?.parse().ok())
+}
+
+/// Each link's bytes sent while `f` ran.
+fn sent_during(link: &Link, f: impl FnOnce()) -> Vec<u64> {
+    let before = link.server_tx_bytes();
+    f();
+    let after = link.server_tx_bytes();
+    after.iter().zip(&before).map(|(a, b)| a - b).collect()
+}
+
+#[test]
+fn replies_leave_by_the_link_they_were_asked_on() {
+    let link = Link::switched(&["10.77.5.1/24", "10.77.5.2/24"]);
+    without_arp_flux(&link);
+    // The routing table alone would send a reply from the second address out of the first
+    // link, as it would any reply to the subnet.
+    let (ok, route, err) = run(
+        &mut Link::command(
+            &link.server_ns,
+            "ip",
+            &["route", "get", "10.77.5.120", "from", "10.77.5.2"],
+        ),
+        10,
+    );
+    assert!(ok, "{err}");
+    assert!(
+        route.contains(&format!("dev {} ", link.server_ifs[0])),
+        "{route}"
+    );
+    let fx = Fixture::new();
+    fx.write_config(&config("10.77.5", &link.server_if, ""));
+    let daemon = Daemon::start(&link, &fx, 1);
+    assert!(
+        daemon
+            .log_text()
+            .contains("replies leave by the link they were asked on"),
+        "{}",
+        daemon.log_text()
+    );
+    // The client holds a lease of the NBD pool, as its root attach requires.
+    link.udhcpc(fx.path(), NBD_MAC, true)
+        .expect("a lease for the NBD pool's MAC");
+
+    let on_second = |what: &str, f: &dyn Fn() -> (bool, String), bytes: u64| {
+        let sent = sent_during(&link, || {
+            let (ok, said) = f();
+            assert!(ok, "{what}: {said}");
+        });
+        assert!(sent[1] >= bytes, "{what}: the second link sent {sent:?}");
+        assert!(sent[0] < bytes / 4, "{what}: the first link sent {sent:?}");
+    };
+    // HTTP (the kernel, 3 MiB), TFTP (the loader) and an NBD root read (16 MiB), each asked
+    // at the second link's address.
+    on_second(
+        "http",
+        &|| {
+            client(
+                &link,
+                "curl",
+                &[
+                    "-sS",
+                    "-o",
+                    "/dev/null",
+                    "http://10.77.5.2:8080/boot/demo/vmlinuz",
+                ],
+            )
+        },
+        3 * MIB,
+    );
+    on_second(
+        "tftp",
+        &|| {
+            client(
+                &link,
+                "curl",
+                &["-sS", "-o", "/dev/null", "tftp://10.77.5.2/undionly.kpxe"],
+            )
+        },
+        70_000,
+    );
+    on_second(
+        "nbd",
+        &|| client(&link, "nbdcopy", &["nbd://10.77.5.2/demo", "null:"]),
+        16 * MIB,
+    );
+    // The server's own requests to a link's address go through loopback and are answered.
+    assert!(metrics(&link, "10.77.5.2").contains("bootpool_requests_total"));
+    drop(daemon);
+}
+
+/// Four client addresses, `SUBNET.61` to `.64`, on the client namespace's switch.
+fn four_clients(link: &Link, subnet: &str) -> Vec<String> {
+    let clients: Vec<String> = (61..65).map(|i| format!("{subnet}.{i}")).collect();
+    for c in &clients {
+        let cidr = format!("{c}/24");
+        link.in_client(&["ip", "addr", "add", &cidr, "dev", &link.client_if]);
+    }
+    clients
+}
+
+/// A download by `client` (one of the client namespace's addresses) of `path`.
+fn download(link: &Link, from: &str, url: &str) -> Child {
+    Link::command(
+        &link.client_ns,
+        "curl",
+        &["-sS", "--interface", from, "-o", "/dev/null", url],
+    )
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .spawn()
+    .expect("curl runs")
+}
+
+#[test]
+fn clients_on_a_full_link_are_paced_to_shares_of_it() {
+    let link = Link::switched(&["10.77.6.1/24", "10.77.6.2/24"]);
+    without_arp_flux(&link);
+    // The first link is shaped to 50 Mbit/s, as pools.yaml says.
+    let dev = link.server_if.clone();
+    link.in_server(&[
+        "tc", "qdisc", "add", "dev", &dev, "root", "tbf", "rate", "50mbit", "burst", "64k",
+        "latency", "20ms",
+    ]);
+    let fx = Fixture::new();
+    std::fs::write(
+        fx.image_dir().join("vmlinuz"),
+        crate::common::pattern(9, 6 * MIB as usize),
+    )
+    .unwrap();
+    let speeds = format!("  link_speeds: {{ {dev}: 50mbit }}\n");
+    fx.write_config(&config("10.77.6", &dev, &speeds));
+    let _daemon = Daemon::start_without_sysfs(&link, &fx, 1);
+    let clients = four_clients(&link, "10.77.6");
+    let budget = series(
+        &metrics(&link, "127.0.0.1"),
+        "bootpool_pacing_budget_bytes",
+        &dev,
+    )
+    .expect("the shaped link is paced");
+    assert_eq!(budget, 50_000_000 / 8 * 9 / 10);
+
+    // Four clients download the 6 MiB kernel at once: 24 MiB over a 50 Mbit/s link.
+    let url = "http://10.77.6.1:8080/boot/demo/vmlinuz";
+    let mut downloads: Vec<Child> = clients.iter().map(|c| download(&link, c, url)).collect();
+    // While they run, the pacer's last round is read until it shows several clients wanting
+    // more than they got: then each has a share of the budget, and together no more.
+    let mut seen = None;
+    while downloads
+        .iter_mut()
+        .any(|d| d.try_wait().unwrap().is_none())
+    {
+        let text = metrics(&link, "127.0.0.1");
+        let get = |name| series(&text, name, &dev).unwrap_or(0);
+        let (wanting, share) = (
+            get("bootpool_pacing_wanting"),
+            get("bootpool_pacing_share_bytes"),
+        );
+        if wanting >= 2 && share > 0 {
+            seen = Some((wanting, share, get("bootpool_pacing_clients")));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    for mut d in downloads {
+        assert!(d.wait().unwrap().success(), "a download failed");
+    }
+    let (wanting, share, active) = seen.expect("the pacer never saw two clients wanting more");
+    assert!((2..=4).contains(&active), "{active} clients");
+    // At most four clients: a share is at least a quarter of the budget; two or more wanting
+    // more than they got: at most a half, and all of them together within the budget (as
+    // far as the pacer raises the caps to make up what held-back clients leave unused).
+    let most = (budget as f64 * MAX_BOOST) as u64;
+    assert!(share >= budget / 4 - 1, "share {share} of {budget}");
+    assert!(share <= most / 2 + 1, "share {share} of {budget}");
+    assert!(
+        share * wanting <= most + 4,
+        "{wanting} x {share} > {budget}"
+    );
+    let text = metrics(&link, "127.0.0.1");
+    assert!(series(&text, "bootpool_pacing_rounds_total", &dev).unwrap() > 0);
+    assert!(series(&text, "bootpool_pacing_caps_set_total", &dev).unwrap() >= 2);
+}
+
+/// Four clients download from the first of two full, shaped links while the second idles: the
+/// pacer moves some of them to the second (their replies leave by it, their requests still go
+/// to the first address), and every download arrives whole.
+#[test]
+fn clients_on_a_full_link_move_to_one_with_room() {
+    let link = Link::switched(&["10.77.7.1/24", "10.77.7.2/24"]);
+    without_arp_flux(&link);
+    let devs = link.server_ifs.clone();
+    for dev in &devs {
+        link.in_server(&[
+            "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", "50mbit", "burst", "64k",
+            "latency", "20ms",
+        ]);
+    }
+    let fx = Fixture::new();
+    let kernel = crate::common::pattern(11, 6 * MIB as usize);
+    std::fs::write(fx.image_dir().join("vmlinuz"), &kernel).unwrap();
+    let speeds = format!(
+        "  link_speeds: {{ {}: 50mbit, {}: 50mbit }}\n",
+        devs[0], devs[1]
+    );
+    fx.write_config(&config("10.77.7", &devs[0], &speeds));
+    let daemon = Daemon::start_without_sysfs(&link, &fx, 1);
+    assert!(
+        daemon.log_text().contains("moves=true"),
+        "{}",
+        daemon.log_text()
+    );
+    let clients = four_clients(&link, "10.77.7");
+    let url = "http://10.77.7.1:8080/boot/demo/vmlinuz";
+    let out = fx.path().join("got");
+    std::fs::create_dir_all(&out).unwrap();
+    let sent = sent_during(&link, || {
+        let downloads: Vec<Child> = clients
+            .iter()
+            .map(|c| {
+                let file = out.join(c);
+                Link::command(
+                    &link.client_ns,
+                    "curl",
+                    &["-sS", "--interface", c, "-o", file.to_str().unwrap(), url],
+                )
+                .stdin(std::process::Stdio::null())
+                .spawn()
+                .expect("curl runs")
+            })
+            .collect();
+        for mut d in downloads {
+            assert!(d.wait().unwrap().success(), "a download failed");
+        }
+    });
+    for c in &clients {
+        let got = std::fs::read(out.join(c)).unwrap();
+        assert!(got == kernel, "{c} got {} bytes, not the kernel", got.len());
+    }
+    // 24 MiB asked of the first link; the second carried a good part of it.
+    assert!(sent[1] >= 4 * MIB, "the second link sent {sent:?}");
+    let text = metrics(&link, "127.0.0.1");
+    let moved = series(&text, "bootpool_pacing_moved_away_total", &devs[0]).unwrap();
+    assert!(moved >= 1, "{text}");
+}

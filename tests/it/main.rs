@@ -1,0 +1,44 @@
+//! The integration tests, one binary: each module below was a test file of its own, and
+//! `common` is their shared harness (the loopback fixture, network namespaces, RPC and NBD
+//! clients, the lab's config). Select a module by its path: `cargo test --test it tftp::`
+//! (a filter matches anywhere in the name: `nfs::` also selects `trust_nfs::`).
+//! The VM boots are the `e2e` modules; `scripts/test` runs each of those alone, after the rest,
+//! so that no VM shares the cores with other tests.
+
+mod common;
+
+mod cli;
+mod console;
+mod dashboard;
+mod decode_random;
+mod dhcp;
+mod dhcp_perfdhcp;
+mod dist;
+mod e2e;
+mod e2e_console;
+mod e2e_cow;
+mod e2e_gone;
+mod e2e_images;
+mod e2e_proxy;
+mod e2e_secure_boot;
+mod e2e_stock;
+mod e2e_stock_image;
+mod e2e_switch;
+mod e2e_uefi;
+mod http;
+mod http_range;
+mod image_import;
+mod image_names;
+mod image_revisions;
+mod limits;
+mod links;
+mod nbd;
+mod nfs;
+mod records;
+mod records_postgres;
+mod state;
+mod storm;
+mod storm_replay;
+mod tftp;
+mod trust;
+mod trust_nfs;

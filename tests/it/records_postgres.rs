@@ -1,0 +1,404 @@
+//! The boot record store on PostgreSQL: the test starts its own server (Debian's binaries from
+//! /usr/lib/postgresql/*/bin, as the `postgres` user when run as root, on a free port of
+//! 127.0.0.1, data in a temporary folder), runs the daemon against it, kills the daemon with -9,
+//! restarts it, checks the records came back (through the API, `bootpool report` and psql),
+//! the client's console lines with them, applies a retention, and stops the server it started.
+//!
+//! It fails, never skips, without PostgreSQL: CI installs Debian's `postgresql` (scripts/setup).
+
+use crate::common::{Fixture, run};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The newest PostgreSQL's binaries folder.
+fn pg_bin() -> PathBuf {
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let version = e.file_name().to_str()?.parse().ok()?;
+            let bin = e.path().join("bin");
+            bin.join("postgres").exists().then_some((version, bin))
+        })
+        .collect();
+    found.sort();
+    found.pop().map(|(_, bin)| bin).unwrap_or_else(|| {
+        panic!(
+            "no /usr/lib/postgresql/*/bin/postgres: install Debian's postgresql (scripts/setup does)"
+        )
+    })
+}
+
+/// The uid and gid PostgreSQL runs as: the `postgres` user when we are root (it refuses root),
+/// else ourselves.
+fn pg_user() -> Option<(u32, u32)> {
+    // SAFETY: getuid has no preconditions; getpwnam returns null or a valid static record.
+    unsafe {
+        if libc::getuid() != 0 {
+            return None;
+        }
+        let pw = libc::getpwnam(c"postgres".as_ptr());
+        assert!(
+            !pw.is_null(),
+            "running as root needs a `postgres` user (Debian's postgresql package creates it)"
+        );
+        Some(((*pw).pw_uid, (*pw).pw_gid))
+    }
+}
+
+fn as_pg(program: PathBuf, user: Option<(u32, u32)>) -> Command {
+    let mut c = Command::new(program);
+    if let Some((uid, gid)) = user {
+        c.gid(gid).uid(uid);
+    }
+    c
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A PostgreSQL server this test started; stopped (fast shutdown) when dropped.
+struct Postgres {
+    child: Child,
+    port: u16,
+    bin: PathBuf,
+    user: Option<(u32, u32)>,
+    _dir: tempfile::TempDir,
+}
+
+impl Postgres {
+    fn start() -> Postgres {
+        let bin = pg_bin();
+        let user = pg_user();
+        let dir = tempfile::tempdir().unwrap();
+        if let Some((uid, gid)) = user {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+        }
+        let data = dir.path().join("data");
+        let (ok, out, err) = run(
+            as_pg(bin.join("initdb"), user)
+                .args(["--auth=trust", "--username=postgres", "--no-sync", "-D"])
+                .arg(&data),
+            120,
+        );
+        assert!(ok, "initdb failed:\n{out}\n{err}");
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("postgres.log")).unwrap();
+        let child = as_pg(bin.join("postgres"), user)
+            .arg("-D")
+            .arg(&data)
+            .args(["-k"])
+            .arg(dir.path())
+            .args(["-p", &port.to_string()])
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting postgres");
+        let pg = Postgres {
+            child,
+            port,
+            bin,
+            user,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (ok, _, _) = run(
+                Command::new(pg.bin.join("pg_isready")).args([
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                ]),
+                10,
+            );
+            if ok {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "postgres did not come up:\n{}",
+                pg.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        pg
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("postgres.log")).unwrap_or_default()
+    }
+
+    /// One value from psql.
+    fn query(&self, sql: &str) -> String {
+        let (ok, out, err) = run(
+            as_pg(self.bin.join("psql"), self.user).args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-At",
+                "-c",
+                sql,
+            ]),
+            30,
+        );
+        assert!(ok, "psql {sql}: {err}");
+        out.trim().to_string()
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        // SIGINT is PostgreSQL's fast shutdown; SIGKILL if it does not go in time.
+        // The server process this test spawned.
+        let _ = bootpool::sys::process::kill(self.child.id() as i32, libc::SIGINT);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A lab-like journal: one client of `nbd-room` whose address is 127.0.0.1, from 1970.
+fn journal() -> String {
+    [
+        r#"{"at":1000000000,"who":{"mac":"52:54:00:77:00:12"},"event":"dhcp_discover","pxe":true,"ipxe":true}"#,
+        r#"{"at":1001000000,"who":{"mac":"52:54:00:77:00:12"},"event":"dhcp_ack","ip":"127.0.0.1","pxe":true,"ipxe":true,"pool":"nbd-room"}"#,
+        r#"{"at":1002000000,"who":{"ip":"127.0.0.1"},"event":"file","proto":"http","kind":"script","path":"s","bytes":300,"outcome":"complete"}"#,
+    ]
+    .join("\n")
+        + "\n"
+}
+
+fn curl(url: &str) -> (bool, String, String) {
+    run(
+        Command::new("curl").args([
+            "-sS",
+            "--fail",
+            "--max-time",
+            "20",
+            "--retry",
+            "30",
+            "--retry-connrefused",
+            "--retry-delay",
+            "1",
+            url,
+        ]),
+        60,
+    )
+}
+
+fn boots_of(base: &str, mac: &str) -> serde_json::Value {
+    let (ok, body, err) = curl(&format!("{base}/api/v1/boots?mac={mac}"));
+    assert!(ok, "{err}");
+    serde_json::from_str(&body).unwrap()
+}
+
+#[test]
+fn records_in_postgres_survive_kill_9_and_follow_the_retention() {
+    let pg = Postgres::start();
+    let fx = Fixture::new();
+    let state = fx.path().join("var");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("events.jsonl"), journal()).unwrap();
+    // The journal's client holds 127.0.0.1 in the lease table too, so that its console lines
+    // (netconsole's UDP, here util-linux logger's) are told apart from a stranger's.
+    std::fs::write(
+        state.join("leases.json"),
+        format!(
+            r#"{{"leases":[{{"mac":"52:54:00:77:00:12","ip":"127.0.0.1","state":"bound","expires":{}}}]}}"#,
+            u32::MAX
+        ),
+    )
+    .unwrap();
+    let http = free_port();
+    let console_port = free_udp_port();
+    let config = |retention: &str| {
+        fx.write_config(
+            &fx.loopback()
+                .port("console", console_port)
+                // The client's address is leased from a range of its own, which the
+                // server's may not be in.
+                .address("127.0.0.2")
+                .range("127.0.0.1-127.0.0.1")
+                .pool("nbd-room", "netconsole: true")
+                .server(&format!("database: {}\nretention: {retention}", pg.url()))
+                .http(&format!("127.0.0.1:{http}")),
+        );
+    };
+    let start = || {
+        let log = std::fs::File::create(fx.path().join("serve.log")).unwrap();
+        Serve(
+            Command::new(env!("CARGO_BIN_EXE_bootpool"))
+                .args(["serve", "--config", fx.config_path().to_str().unwrap()])
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .process_group(0)
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let serve_log = || std::fs::read_to_string(fx.path().join("serve.log")).unwrap_or_default();
+    let base = format!("http://127.0.0.1:{http}");
+    config("forever");
+
+    let mut daemon = start();
+    for _ in 0..4 {
+        let (ok, _, err) = curl(&format!("{base}/boot/demo/initrd.img"));
+        assert!(ok, "{err}\n{}", serve_log());
+    }
+    // Two console lines from the client; the second says its root filesystem was refused.
+    for line in [
+        "Linux version 6.1.0 (test)",
+        "SQUASHFS error: unable to read id index table",
+    ] {
+        let (ok, _, err) = run(
+            Command::new("logger").args([
+                "--udp",
+                "--server",
+                "127.0.0.1",
+                "--port",
+                &console_port.to_string(),
+                line,
+            ]),
+            10,
+        );
+        assert!(ok, "logger: {err}");
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    daemon.0.kill().unwrap();
+    daemon.0.wait().unwrap();
+    drop(daemon);
+    // The console is kept in PostgreSQL too, one row for the boot.
+    assert_eq!(
+        pg.query("SELECT count(*) FROM console WHERE mac = '52:54:00:77:00:12'"),
+        "1",
+        "{}",
+        serve_log()
+    );
+    assert!(
+        pg.query("SELECT body FROM console")
+            .contains("SQUASHFS error"),
+        "{}",
+        serve_log()
+    );
+    // In PostgreSQL, not in an SQLite file: the journal's 3 events and the 4 downloads.
+    assert!(!state.join("records.db").exists());
+    assert_eq!(
+        pg.query("SELECT count(*) FROM events"),
+        "7",
+        "{}",
+        serve_log()
+    );
+    assert_eq!(
+        pg.query("SELECT count(*) FROM events WHERE event = 'file' AND ip = '127.0.0.1'"),
+        "5"
+    );
+
+    // Restarted: the boot comes back from the store with its bytes, and once only.
+    let mut daemon = start();
+    let boots = boots_of(&base, "52:54:00:77:00:12");
+    assert_eq!(boots.as_array().unwrap().len(), 1, "{boots}");
+    assert_eq!(boots[0]["bytes"]["http"], 300 + 4 * (2u64 << 20), "{boots}");
+    daemon.0.kill().unwrap();
+    daemon.0.wait().unwrap();
+    drop(daemon);
+    assert_eq!(pg.query("SELECT count(*) FROM events"), "7");
+
+    // `bootpool report --console` reads the lines and their cause back from the same server.
+    let (ok, json, err) = run(
+        Command::new(env!("CARGO_BIN_EXE_bootpool"))
+            .args(["report", "--config"])
+            .arg(fx.config_path())
+            .args(["--console", "52:54:00:77:00:12", "--format", "json"]),
+        30,
+    );
+    assert!(ok, "{err}");
+    let console: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let texts: Vec<&str> = console["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts.len(), 2, "{console}");
+    assert!(texts[1].contains("SQUASHFS error"), "{console}");
+    assert_eq!(console["cause"]["kind"], "root_fs", "{console}");
+
+    // `bootpool report` reads the same server.
+    let (ok, csv, err) = run(
+        Command::new(env!("CARGO_BIN_EXE_bootpool"))
+            .args(["report", "--config"])
+            .arg(fx.config_path())
+            .args(["--pool", "nbd-room", "--format", "csv"]),
+        30,
+    );
+    assert!(ok, "{err}");
+    assert!(
+        csv.contains("52:54:00:77:00:12,127.0.0.1,running,-,-,-,1.0"),
+        "{csv}"
+    );
+
+    // A retention of a day forgets the 1970 journal at start; today's downloads stay (but,
+    // without the DHCP lease that tied them, they make no boot).
+    config("1d");
+    let _daemon = start();
+    let (ok, _, err) = curl(&format!("{base}/api/v1/waves"));
+    assert!(ok, "{err}");
+    assert_eq!(
+        pg.query("SELECT count(*) FROM events"),
+        "4",
+        "{}",
+        serve_log()
+    );
+    assert_eq!(boots_of(&base, "52:54:00:77:00:12"), serde_json::json!([]));
+    drop(_daemon);
+
+    // The server this test started stops with it.
+    let pid = pg.child.id() as i32;
+    drop(pg);
+    // Signal 0 only asks whether the process exists.
+    assert!(
+        bootpool::sys::process::kill(pid, 0).is_err(),
+        "postgres {pid} still runs"
+    );
+}

@@ -1,0 +1,456 @@
+//! The storm, end to end: `bootpool storm` builds its room (namespaces, a bridge, shaped
+//! veths), runs `bootpool serve`, and its simulated clients replay a boot trace through
+//! client libraries this project did not write. A small storm must boot every client with the
+//! trace's bytes, the server's links must have carried at least those bytes, and bootpool's own
+//! record must agree with the clients' counts. The fidelity tests boot one real VM with a trace,
+//! replay that trace from one simulated client, and compare what bootpool recorded of the two.
+//! Needs root and what scripts/setup installs and builds.
+
+use crate::common::lab::{lab_config, repo, run_lab};
+use bootpool::trace::format::{Bytes, Trace, What};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// One room at a time: the fidelity tests compare durations, which a second room (or VM)
+/// on the same two cores would stretch.
+static ONE_ROOM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_room() -> std::sync::MutexGuard<'static, ()> {
+    ONE_ROOM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// bench/storm/pools.yaml with absolute paths and its state in `dir`.
+fn storm_config(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(repo().join("bench/storm/pools.yaml")).unwrap();
+    let image = repo().join("images/demo");
+    assert!(
+        image.join("rootfs.img").exists(),
+        "build the demo image first"
+    );
+    let text = text
+        .replace(
+            "dir: ../../images/demo",
+            &format!("dir: {}", image.display()),
+        )
+        .replace(
+            "state_dir: ../../var/storm-state/",
+            &format!("state_dir: {}", dir.join("var").display()),
+        );
+    let path = dir.join("pools.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The shipped trace of `root`, cut to its firmware part, its first `keep` root requests and
+/// its booted call: a short boot with the real one's shape.
+fn short_trace(root: &str, keep: usize, dir: &Path) -> (PathBuf, Trace) {
+    let text =
+        std::fs::read_to_string(repo().join(format!("bench/traces/demo-{root}.trace"))).unwrap();
+    let mut trace = Trace::parse(&text).unwrap();
+    let mut n = 0;
+    trace.ops.retain(|o| match o.what {
+        What::Nfs { .. } | What::Nbd { .. } => {
+            n += 1;
+            n <= keep
+        }
+        _ => true,
+    });
+    let path = dir.join(format!("short-{root}.trace"));
+    std::fs::write(&path, trace.to_text()).unwrap();
+    (path, trace)
+}
+
+/// What the trace's requests carry when served from the demo image built on this machine:
+/// the recording's own counts would pin the test to the build it was recorded from (an
+/// initrd packed again differs in a few bytes, a package update in a file's size).
+fn image_bytes(trace: &Trace) -> Bytes {
+    let image = repo().join("images/demo");
+    let size = |p: &Path| {
+        std::fs::metadata(p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .len()
+    };
+    let mut b = Bytes::default();
+    for op in &trace.ops {
+        match &op.what {
+            What::File { proto, name, .. } if !name.starts_with("/boot/script/") => {
+                let file = name.rsplit('/').next().unwrap();
+                let n = size(&image.join(file));
+                if proto == "tftp" {
+                    b.tftp += n;
+                } else {
+                    b.http += n;
+                }
+            }
+            What::Nfs {
+                proc,
+                path,
+                offset,
+                count,
+                status,
+                ..
+            } if proc == "read" && *status == 0 => {
+                let n = size(&image.join("rootfs").join(path.trim_start_matches('/')));
+                b.nfs += (*count).min(n.saturating_sub(*offset));
+            }
+            What::Nbd {
+                cmd, offset, len, ..
+            } if cmd == "read" => {
+                let n = size(&image.join("rootfs.img"));
+                b.nbd += (*len).min(n.saturating_sub(*offset));
+            }
+            _ => {}
+        }
+    }
+    b
+}
+
+fn storm(args: &[&str], secs: u64) -> (String, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    cmd.arg("storm").args(args).current_dir(repo());
+    let (ok, out, log) = crate::common::run(&mut cmd, secs);
+    assert!(ok, "storm failed\n{out}\n{log}");
+    (out, log)
+}
+
+fn json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+/// `bootpool storm` on a small room in `dir` (the storm's config, clients and server links at
+/// 1 Gbit/s, think times x0.1): its table and its JSON report.
+fn small_room(
+    dir: &Path,
+    root: &str,
+    clients: usize,
+    trace: &Path,
+    server_links: &str,
+    timeout_s: u64,
+) -> (String, Value) {
+    let config = storm_config(dir);
+    let out = dir.join("storm.json");
+    let (n, timeout) = (clients.to_string(), timeout_s.to_string());
+    let (table, _) = storm(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--root",
+            root,
+            "--clients",
+            &n,
+            "--trace",
+            trace.to_str().unwrap(),
+            "--think-scale",
+            "0.1",
+            "--client-link",
+            "1gbit",
+            "--server-links",
+            server_links,
+            "--json",
+            out.to_str().unwrap(),
+            "--timeout",
+            &timeout,
+        ],
+        timeout_s + 100,
+    );
+    (table, json(&out))
+}
+
+/// Runs a small storm of `clients` over `root` and checks that the numbers add up.
+fn small_storm(root: &str, clients: usize, keep: usize) {
+    let _room = one_room();
+    let dir = tempfile::tempdir().unwrap();
+    let (trace_file, trace) = short_trace(root, keep, dir.path());
+    let (table, r) = small_room(dir.path(), root, clients, &trace_file, "2x1gbit", 600);
+    let summary = &r["summary"];
+    assert_eq!(u(&summary["clients"]), clients as u64, "{table}");
+    assert_eq!(u(&summary["booted"]), clients as u64, "{table}");
+    assert_eq!(u(&summary["failed"]), 0, "{table}");
+    let want = image_bytes(&trace);
+    let mut sum = 0;
+    let mut scripts = 0;
+    for c in r["clients"].as_array().unwrap() {
+        assert_eq!(c["result"], "booted", "{c}");
+        let b = &c["bytes"];
+        // Every client moved exactly the trace's payload, protocol by protocol (its own
+        // script, generated per client, aside).
+        let own_script = u(&c["script_bytes"]);
+        assert!(own_script > 0, "{c}");
+        scripts += own_script;
+        assert_eq!(u(&b["http"]) - own_script, want.http, "{c}");
+        assert_eq!(u(&b["nfs"]), want.nfs, "{c}");
+        assert_eq!(u(&b["nbd"]), want.nbd, "{c}");
+        sum += u(&b["http"]) + u(&b["nfs"]) + u(&b["nbd"]) + u(&b["tftp"]);
+        // bootpool recorded the same boot: booted, with the bytes the client counted.
+        let rec = &c["recorded"];
+        assert_eq!(rec["result"], "booted", "{c}");
+        assert_eq!(rec["mac"], c["mac"]);
+        assert_eq!(u(&rec["bytes"]["http"]), u(&b["http"]), "{c}");
+        assert_eq!(u(&rec["bytes"][root]), want.nfs + want.nbd, "{c}");
+        // The record's phases are the boot's, in order.
+        let phases: Vec<&str> = rec["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(phases, ["dhcp", "ipxe", "kernel", "initrd", "root"], "{c}");
+        // Its whole boot went to the one link it was given (server.links), as recorded.
+        assert_eq!(c["http_server"], c["root_server"], "{c}");
+        assert_eq!(rec["link"], c["root_server"], "{c}");
+    }
+    // bench/storm/pools.yaml lists four links; the room has two, and bootpool spreads the
+    // clients over those two (the others' addresses are on no interface).
+    let carried: Vec<u64> = r["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| u(&l["clients"]))
+        .collect();
+    assert_eq!(carried.len(), 2, "{table}");
+    assert_eq!(carried.iter().sum::<u64>(), clients as u64, "{table}");
+    assert!(
+        carried.iter().all(|&n| n >= clients as u64 / 4),
+        "clients per link {carried:?}\n{table}"
+    );
+    // Each link sent a good part of what its own clients counted: their replies leave by it,
+    // unless the pacer moved them to a link with room (docs/links.md), so not all of it.
+    for l in r["links"].as_array().unwrap() {
+        let theirs: u64 = r["clients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["root_server"] == l["address"])
+            .map(|c| {
+                let b = &c["bytes"];
+                u(&b["http"]) + u(&b["nfs"]) + u(&b["nbd"]) + u(&b["tftp"])
+            })
+            .sum();
+        assert!(
+            u(&l["bytes"]) >= theirs / 4,
+            "{l}: its clients counted {theirs}\n{table}"
+        );
+    }
+    assert_eq!(sum, want.total() * clients as u64 + scripts);
+    // The server's links carried at least every byte the clients counted (plus headers).
+    let egress: u64 = r["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| u(&l["bytes"]))
+        .sum();
+    assert!(
+        egress >= sum,
+        "egress {egress} < clients' bytes {sum}\n{table}"
+    );
+    // Retries add up to the per-client counts, beside the receive-buffer losses.
+    let each = |k: &str| -> u64 {
+        r["clients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| u(&c[k]))
+            .sum()
+    };
+    assert_eq!(
+        u(&summary["dhcp_retransmits"]),
+        each("dhcp_retransmits"),
+        "{table}"
+    );
+    assert_eq!(u(&summary["tftp_retries"]), each("tftp_retries"), "{table}");
+    assert_eq!(
+        u(&summary["client_udp_drops"]),
+        each("udp_drops"),
+        "{table}"
+    );
+    // How busy each link was while its clients waited for data (here a client's link is as
+    // fast as the server's, so one waiting client is enough): when there was such a time, a
+    // share of what the link can carry.
+    for l in r["links"].as_array().unwrap() {
+        let secs = l["waited_s"].as_f64().expect("waited_s");
+        match l["waited_util"].as_f64() {
+            Some(util) => assert!(secs > 0.0 && (0.0..=1.2).contains(&util), "{l}\n{table}"),
+            None => assert_eq!(secs, 0.0, "{l}"),
+        }
+    }
+    assert!(table.contains("waited for"), "{table}");
+    let agreement = &r["agreement"];
+    assert_eq!(u(&agreement["clients_recorded"]), clients as u64);
+    assert_eq!(u(&agreement["clients_booted_in_record"]), clients as u64);
+    assert_eq!(agreement["max_bytes_diff"].as_f64(), Some(0.0), "{table}");
+    // The table has a booted row per client, and the room's summary.
+    let rows = table
+        .lines()
+        .filter(|l| l.starts_with('c') && l.split_whitespace().nth(3) == Some("booted"))
+        .count();
+    assert_eq!(rows, clients, "{table}");
+    assert!(table.contains("physical limit"), "{table}");
+}
+
+#[test]
+fn a_small_nfs_storm_boots_every_client_and_its_numbers_add_up() {
+    small_storm("nfs", 20, 1500);
+}
+
+#[test]
+fn a_small_nbd_storm_boots_every_client_and_its_numbers_add_up() {
+    small_storm("nbd", 20, 300);
+}
+
+/// Firmware that fetches its loader over TFTP first (EDK2's timer and retry count), as a room
+/// of PXE ROMs does: every client gets the loader's bytes, bootpool records them, and on an
+/// idle room nobody had to retransmit (counted from each client's own UDP datagrams).
+#[test]
+fn a_small_storm_with_a_tftp_loader_counts_its_bytes_and_retries() {
+    let _room = one_room();
+    let dir = tempfile::tempdir().unwrap();
+    let (_, mut trace) = short_trace("nfs", 100, dir.path());
+    let loader = Path::new("/usr/lib/ipxe/undionly.kpxe");
+    let size = std::fs::metadata(loader)
+        .expect("ipxe's loaders (scripts/setup)")
+        .len();
+    let at = trace
+        .ops
+        .iter()
+        .position(|o| matches!(o.what, What::File { .. }))
+        .unwrap();
+    let mut op = trace.ops[at].clone();
+    op.what = What::File {
+        proto: "tftp".into(),
+        name: "undionly.kpxe".into(),
+        bytes: size,
+        blksize: None,
+        windowsize: None,
+    };
+    trace.ops.insert(at, op);
+    let trace_file = dir.path().join("tftp.trace");
+    std::fs::write(&trace_file, trace.to_text()).unwrap();
+    let (table, r) = small_room(dir.path(), "nfs", 10, &trace_file, "1x1gbit", 300);
+    assert_eq!(u(&r["summary"]["booted"]), 10, "{table}");
+    for c in r["clients"].as_array().unwrap() {
+        assert_eq!(u(&c["bytes"]["tftp"]), size, "{c}");
+        assert_eq!(u(&c["tftp_retries"]), 0, "{c}");
+        assert_eq!(u(&c["recorded"]["bytes"]["tftp"]), size, "{c}");
+    }
+}
+
+/// Boots one VM of `lab-ROOT` with its trace kept, replays the trace from one simulated
+/// client, and compares bootpool's records of the two boots: the same bytes per protocol
+/// (within 1%) and the same phases (within 15%, for phases of a second or more: the firmware
+/// steps take tens of milliseconds, where 15% is below the clocks' resolution).
+fn fidelity(root: &str) {
+    let _room = one_room();
+    let dir = tempfile::tempdir().unwrap();
+    let config = lab_config(dir.path(), |t| t);
+    let (table, rows) = run_lab(&config, &["--clients", "1", "--root", root], 400);
+    assert_eq!(rows[0][3], "booted", "{table}");
+    let mac = rows[0][1].clone();
+    let trace = dir.path().join("vm.trace");
+    let mut export = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    export
+        .args(["trace", "--config", config.to_str().unwrap(), "--mac", &mac])
+        .arg("--out")
+        .arg(&trace);
+    let (ok, out, log) = crate::common::run(&mut export, 30);
+    assert!(ok, "{out}{log}");
+    // The VM's boot as bootpool recorded it, read before the replay (whose client may have
+    // the same MAC, and whose boot may join the same wave).
+    let mut report = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    report.args([
+        "report",
+        "--config",
+        config.to_str().unwrap(),
+        "--pool",
+        &format!("lab-{root}"),
+        "--format",
+        "json",
+    ]);
+    let (ok, text, log) = crate::common::run(&mut report, 30);
+    assert!(ok, "{text}{log}");
+    let wave: Value = serde_json::from_str(&text).unwrap();
+    let vm = wave["boots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["mac"] == mac.as_str())
+        .unwrap_or_else(|| panic!("the VM's boot in {text}"))
+        .clone();
+    let vm = &vm;
+    let out = dir.path().join("storm.json");
+    storm(
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--root",
+            root,
+            "--clients",
+            "1",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--client-link",
+            "10gbit",
+            "--server-links",
+            "1x10gbit",
+            "--json",
+            out.to_str().unwrap(),
+        ],
+        400,
+    );
+    let r = json(&out);
+    let replayed = &r["clients"][0]["recorded"];
+    assert_eq!(replayed["result"], "booted", "{replayed}");
+    assert_ne!(
+        replayed["id"], vm["id"],
+        "the replay's record is not the VM's"
+    );
+    for proto in ["http", root] {
+        let (a, b) = (u(&vm["bytes"][proto]), u(&replayed["bytes"][proto]));
+        let diff = (a as f64 - b as f64).abs() / a as f64;
+        assert!(diff <= 0.01, "{proto}: VM {a} bytes, replay {b}");
+    }
+    let phases = |b: &Value| -> Vec<(String, f64)> {
+        b["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap().to_string(),
+                    p["seconds"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (vm_phases, replay_phases) = (phases(vm), phases(replayed));
+    let names = |p: &[(String, f64)]| p.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&vm_phases), names(&replay_phases));
+    for ((name, a), (_, b)) in vm_phases.iter().zip(&replay_phases) {
+        if *a >= 1.0 {
+            let ratio = b / a;
+            eprintln!("fidelity {root}: phase {name}: VM {a:.2} s, replay {b:.2} s (x{ratio:.3})");
+            assert!(
+                (0.85..=1.15).contains(&ratio),
+                "phase {name}: VM {a:.2} s, replay {b:.2} s (x{ratio:.2})\nVM {vm_phases:?}\nreplay {replay_phases:?}"
+            );
+        }
+    }
+}
+
+// The fidelity tests compare durations within 15%: a debug build's client costs 0.4 ms a call,
+// which over the NFS trace's 8,465 calls came to x1.14 here; `scripts/test --all` runs them in
+// the release build (within 5% there).
+#[test]
+#[ignore = "timing fidelity, with a VM: scripts/test --all"]
+fn one_replayed_nfs_client_moves_the_vm_boots_bytes_in_its_phases() {
+    fidelity("nfs");
+}
+
+#[test]
+#[ignore = "timing fidelity, with a VM: scripts/test --all"]
+fn one_replayed_nbd_client_moves_the_vm_boots_bytes_in_its_phases() {
+    fidelity("nbd");
+}

@@ -1,0 +1,228 @@
+//! Who a client is, tried from the outside: the `bootpool` binary in one network namespace,
+//! a hostile or honest host in another (a veth pair between them), speaking through client
+//! programs this project did not write (busybox udhcpc, nbdinfo, libnfs's nfs-ls, curl) and
+//! raw DHCP packets where a forger would send them. The lease table is the one answer to
+//! "who is at this address": a stranger gets each protocol's refusal, counted; the holder of a
+//! lease gets its pool's root and no other, also after a kill -9 with the records deleted; a
+//! forged REQUEST cannot move a bound client. Needs root.
+
+use crate::common::netns::{Daemon, Link};
+use crate::common::{Fixture, run};
+use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode, OptionCode};
+use dhcproto::{Decodable, Decoder, Encodable, Encoder};
+use std::net::{Ipv4Addr, UdpSocket};
+use std::time::Duration;
+
+const SERVER: &str = "10.77.2.1";
+const NBD_MAC: &str = "52:54:00:77:00:11";
+
+fn config(iface: &str) -> String {
+    format!(
+        "\
+server:
+  interfaces: [{iface}]
+  address: {SERVER}
+  http: {SERVER}:8080
+  state_dir: var/
+  loaders: loaders/
+  ports: {{ dhcp: 67, tftp: 69, nfs: 2049, nbd: 10809, portmap: 111 }}
+dhcp:
+  mode: authoritative
+  subnet: 10.77.2.0/24
+  range: 10.77.2.100-10.77.2.150
+  router: {SERVER}
+  lease: 1h
+images:
+  demo: {{ dir: images/demo }}
+pools:
+  nfs-room:
+    image: demo
+    root: nfs
+    clients:
+      - {{ macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }}
+  nbd-room:
+    image: demo
+    root: nbd
+    clients:
+      - {{ macs: \"52:54:00:77:00:10-52:54:00:77:00:1f\" }}
+"
+    )
+}
+
+/// Runs `program args` in the client's namespace: (succeeded, stdout + stderr).
+fn client(link: &Link, program: &str, args: &[&str]) -> (bool, String) {
+    let (ok, out, err) = run(&mut Link::command(&link.client_ns, program, args), 30);
+    (ok, out + &err)
+}
+
+fn nbd_attaches(link: &Link) -> (bool, String) {
+    client(link, "nbdinfo", &[&format!("nbd://{SERVER}/demo")])
+}
+
+fn nfs_lists(link: &Link) -> (bool, String) {
+    client(
+        link,
+        "nfs-ls",
+        &[&format!("nfs://{SERVER}/demo/?version=3")],
+    )
+}
+
+/// POST /api/v1/booted from the client with `body`: the HTTP status.
+fn report_booted(link: &Link, body: &str) -> String {
+    let (_, out) = client(
+        link,
+        "curl",
+        &[
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/json",
+            "--data",
+            body,
+            &format!("http://{SERVER}:8080/api/v1/booted"),
+        ],
+    );
+    out.trim().to_string()
+}
+
+/// The daemon's counter `name` for `service` from /metrics (read in the server namespace).
+fn metric(link: &Link, name: &str, service: &str) -> u64 {
+    let (ok, text, err) = run(
+        &mut Link::command(
+            &link.server_ns,
+            "curl",
+            &["-s", &format!("http://{SERVER}:8080/metrics")],
+        ),
+        30,
+    );
+    assert!(ok, "{err}");
+    text.lines()
+        .find(|l| l.starts_with(name) && l.contains(&format!("service=\"{service}\"")))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} for {service} in:\n{text}"))
+}
+
+/// A DHCP REQUEST from `mac` for `ip`, as a forger broadcasts it: with our server identifier
+/// (SELECTING) or without (INIT-REBOOT). Returns the answer's message type, if any came.
+fn forged_request(link: &Link, mac: &str, ip: Ipv4Addr, selecting: bool) -> Option<MessageType> {
+    let mac: bootpool::config::Mac = mac.parse().unwrap();
+    let any = Ipv4Addr::UNSPECIFIED;
+    let mut m = Message::new(any, any, any, any, &mac.0);
+    m.set_opcode(Opcode::BootRequest);
+    m.set_flags(dhcproto::v4::Flags::default().set_broadcast());
+    m.opts_mut()
+        .insert(DhcpOption::MessageType(MessageType::Request));
+    m.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
+    if selecting {
+        m.opts_mut()
+            .insert(DhcpOption::ServerIdentifier(SERVER.parse().unwrap()));
+    }
+    let mut packet = Vec::new();
+    m.encode(&mut Encoder::new(&mut packet)).unwrap();
+    let xid = m.xid();
+    let dev = link.client_if.clone();
+    Link::within(&link.client_ns, move || {
+        let sock = UdpSocket::bind("0.0.0.0:68").unwrap();
+        sock.set_broadcast(true).unwrap();
+        // As DHCP clients do: out of the interface, whatever the routes say.
+        use std::os::fd::AsRawFd;
+        // SAFETY: setsockopt on our socket with a buffer of the given length.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_BINDTODEVICE,
+                dev.as_ptr().cast(),
+                dev.len() as libc::socklen_t,
+            )
+        };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        sock.send_to(&packet, "255.255.255.255:67").unwrap();
+        let mut buf = [0u8; 1500];
+        while let Ok(n) = sock.recv(&mut buf) {
+            let Ok(reply) = Message::decode(&mut Decoder::new(&buf[..n])) else {
+                continue;
+            };
+            if reply.xid() != xid {
+                continue;
+            }
+            return match reply.opts().get(OptionCode::MessageType) {
+                Some(DhcpOption::MessageType(t)) => Some(*t),
+                _ => None,
+            };
+        }
+        None
+    })
+}
+
+fn saved_ip(fx: &Fixture, mac: &str) -> Option<Ipv4Addr> {
+    let saved = bootpool::service::lease_file::read(&fx.path().join("var")).ok()?;
+    saved
+        .leases
+        .into_iter()
+        .find_map(|l| (l.mac == mac).then_some(l.ip))
+}
+
+#[test]
+fn a_stranger_is_refused_and_a_lease_holder_gets_its_pools_root_only() {
+    let link = Link::new(&format!("{SERVER}/24"));
+    let fx = Fixture::new();
+    fx.write_config(&config(&link.server_if));
+    let daemon = Daemon::start(&link, &fx, 1);
+
+    // A host with an address of the subnet and no lease.
+    link.in_client(&["ip", "addr", "add", "10.77.2.50/24", "dev", &link.client_if]);
+    let (ok, said) = nbd_attaches(&link);
+    assert!(!ok, "a stranger attached: {said}");
+    // NBD_REP_ERR_POLICY, which libnbd reports as "not supported".
+    assert!(said.contains("not supported"), "{said}");
+    assert!(daemon.log_text().contains("nbd client holds no lease"));
+    let (ok, said) = nfs_lists(&link);
+    assert!(!ok, "a stranger mounted: {said}");
+    assert_eq!(report_booted(&link, "{}"), "403");
+    assert!(metric(&link, "bootpool_refused_total", "nbd") >= 1);
+    assert!(metric(&link, "bootpool_refused_total", "nfs") >= 1);
+
+    // A lease to a MAC of the NBD pool: its NBD root, not the NFS one.
+    let lease = link
+        .udhcpc(fx.path(), NBD_MAC, true)
+        .expect("a lease for the NBD pool's MAC");
+    let ip: Ipv4Addr = lease[1].parse().unwrap();
+    let (ok, said) = nbd_attaches(&link);
+    assert!(ok, "the lease holder was refused: {said}");
+    let (ok, said) = nfs_lists(&link);
+    assert!(
+        !ok,
+        "an NBD pool's client mounted the image over NFS: {said}"
+    );
+    // Its boot report must parse.
+    assert_eq!(report_booted(&link, "uptime: soon"), "400");
+    assert_eq!(report_booted(&link, "{\"uptime_s\": 3.5}"), "204");
+
+    // A forged REQUEST with its MAC for another free address: NAK, and the lease stays.
+    let other = Ipv4Addr::from(u32::from(ip) + 1);
+    for selecting in [true, false] {
+        assert_eq!(
+            forged_request(&link, NBD_MAC, other, selecting),
+            Some(MessageType::Nak),
+            "selecting: {selecting}"
+        );
+    }
+    assert_eq!(saved_ip(&fx, NBD_MAC), Some(ip));
+
+    // kill -9 and the records deleted: the lease table still says who it is.
+    daemon.kill9();
+    for f in ["records.db", "records.db-wal", "records.db-shm"] {
+        let _ = std::fs::remove_file(fx.path().join("var").join(f));
+    }
+    let daemon = Daemon::start(&link, &fx, 2);
+    let (ok, said) = nbd_attaches(&link);
+    assert!(ok, "after a restart the lease holder was refused: {said}");
+    drop(daemon);
+}
