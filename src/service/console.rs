@@ -10,6 +10,8 @@ use crate::record::Service;
 use tokio::net::UdpSocket;
 
 static STRANGERS: LogLimit = LogLimit::new();
+/// Socket receive buffer: some thousands of console lines (capped by `net.core.rmem_max`).
+const RECV_BUFFER: usize = 4 << 20;
 
 pub async fn serve(udp: UdpSocket, shared: super::Shared) -> anyhow::Result<()> {
     let super::Shared {
@@ -18,6 +20,12 @@ pub async fn serve(udp: UdpSocket, shared: super::Shared) -> anyhow::Result<()> 
         shutdown,
         ..
     } = shared;
+    // A kernel's netconsole replays its whole log at once when it starts (hundreds of lines,
+    // a datagram each), and a room's clients start theirs within seconds: the kernel queue
+    // must hold the burst while this task catches up.
+    if let Err(e) = socket2::SockRef::from(&udp).set_recv_buffer_size(RECV_BUFFER) {
+        tracing::debug!(error = %e, "console receive buffer not enlarged");
+    }
     // Past a UDP datagram's largest payload nothing more can come.
     let mut buf = vec![0u8; 65_536];
     loop {

@@ -57,11 +57,47 @@ pub struct Plan {
     pub carried: u64,
 }
 
+/// How much larger the earliest client's share is than the latest's, among the clients held
+/// back on a link: shares are staggered by arrival, from `1 + STAGGER` times the base share
+/// for the client that came first down to the base share for the last. Equal shares keep a
+/// room in lock-step (every client finishes its kernel in the same second and then thinks
+/// while the link idles); staggered, the first clients think while later ones download.
+/// Chosen on the storm (BENCHMARKS.md, session 18): 0.5, 1, 2 and 3 against equal shares;
+/// 1 was fastest to all booted, its slowest client 1.08x the median (the bound is 1.3x).
+pub const STAGGER: f64 = 1.0;
+
+/// The weight of the client at `rank` (0: came first) among `of` claimants (`STAGGER`).
+pub fn weight(rank: usize, of: usize, stagger: f64) -> f64 {
+    if of <= 1 {
+        return 1.0;
+    }
+    1.0 + stagger * (of - 1 - rank.min(of - 1)) as f64 / (of - 1) as f64
+}
+
 /// The caps for a link of `capacity_bps` (bits/s; `None`: unknown) after a round of
-/// `seconds`: shares of its budget times `boost` (`trim`). Nothing is paced on a link of
-/// unknown capacity, nor while at most one client is active: a client alone keeps the whole
-/// link (fairness has nothing to do, and the headroom would cost it a tenth).
-pub fn plan(capacity_bps: Option<u64>, seconds: f64, conns: &[Seen], boost: f64) -> Plan {
+/// `seconds`: shares of its budget times `boost` (`trim`), weighted by arrival (`arrival`:
+/// smaller came first; `STAGGER`). Nothing is paced on a link of unknown capacity, nor while
+/// at most one client is active: a client alone keeps the whole link (fairness has nothing
+/// to do, and the headroom would cost it a tenth).
+pub fn plan(
+    capacity_bps: Option<u64>,
+    seconds: f64,
+    conns: &[Seen],
+    boost: f64,
+    arrival: &dyn Fn(Ipv4Addr) -> u64,
+) -> Plan {
+    plan_staggered(capacity_bps, seconds, conns, boost, arrival, STAGGER)
+}
+
+/// `plan` with a stagger of its own (0: equal shares).
+pub fn plan_staggered(
+    capacity_bps: Option<u64>,
+    seconds: f64,
+    conns: &[Seen],
+    boost: f64,
+    arrival: &dyn Fn(Ipv4Addr) -> u64,
+    stagger: f64,
+) -> Plan {
     let mut clients: BTreeMap<Ipv4Addr, Vec<usize>> = BTreeMap::new();
     for (i, c) in conns.iter().enumerate() {
         clients.entry(c.client).or_default().push(i);
@@ -75,7 +111,6 @@ pub fn plan(capacity_bps: Option<u64>, seconds: f64, conns: &[Seen], boost: f64)
         .collect();
     let wanting = active.iter().filter(|(_, d)| d.is_infinite()).count();
     let carried = conns.iter().map(|c| c.sent).sum::<u64>() as f64 / seconds.max(1e-3);
-    let levels: Vec<f64> = active.iter().map(|&(_, d)| d).collect();
     let unpaced = Plan {
         caps: vec![None; conns.len()],
         active,
@@ -86,14 +121,32 @@ pub fn plan(capacity_bps: Option<u64>, seconds: f64, conns: &[Seen], boost: f64)
     let Some(capacity) = capacity_bps.filter(|c| *c > 0) else {
         return unpaced;
     };
-    if levels.len() <= 1 {
+    if unpaced.active.len() <= 1 {
         return unpaced;
     }
-    let share = level(budget(capacity) * boost.clamp(1.0, MAX_BOOST), &levels);
+    // The active clients' weights, by their order of arrival.
+    let mut by_arrival: Vec<(u64, Ipv4Addr)> = unpaced
+        .active
+        .iter()
+        .map(|(c, _)| (arrival(*c), *c))
+        .collect();
+    by_arrival.sort();
+    let n = by_arrival.len();
+    let weights: BTreeMap<Ipv4Addr, f64> = by_arrival
+        .iter()
+        .enumerate()
+        .map(|(rank, (_, c))| (*c, weight(rank, n, stagger)))
+        .collect();
+    let claims: Vec<(f64, f64)> = unpaced
+        .active
+        .iter()
+        .map(|(c, d)| (*d, weights[c]))
+        .collect();
+    let share = weighted_level(budget(capacity) * boost.clamp(1.0, MAX_BOOST), &claims);
     let mut caps = vec![None; conns.len()];
-    for members in clients.values() {
+    for (client, members) in &clients {
         let mine: Vec<f64> = members.iter().map(|&i| demands[i]).collect();
-        let each = level(share, &mine);
+        let each = level(share * weights.get(client).copied().unwrap_or(1.0), &mine);
         for &i in members {
             caps[i] = Some((each as u64).max(MIN_CAP));
         }
@@ -147,17 +200,31 @@ fn demand(c: &Seen, seconds: f64) -> f64 {
 /// fits, what is left over is split evenly on top of the largest demand, so the caps stay
 /// near the budget's size, and meet the fair level without a jump as demand grows into it.
 pub fn level(budget: f64, demands: &[f64]) -> f64 {
-    let mut sorted = demands.to_vec();
-    sorted.sort_by(f64::total_cmp);
+    let claims: Vec<(f64, f64)> = demands.iter().map(|d| (*d, 1.0)).collect();
+    weighted_level(budget, &claims)
+}
+
+/// `level` for claimants of different weights, `(demand, weight)`: the level λ at which each
+/// gets `min(demand, weight × λ)` and together they spend `budget`; when all fit, the spare
+/// goes on top in proportion to the weights.
+pub fn weighted_level(budget: f64, claims: &[(f64, f64)]) -> f64 {
+    let mut sorted: Vec<(f64, f64)> = claims
+        .iter()
+        .map(|&(d, w)| (d / w.max(1e-9), w.max(1e-9)))
+        .collect();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut left = budget;
-    for (i, d) in sorted.iter().enumerate() {
-        let fair = left / (sorted.len() - i) as f64;
-        if *d >= fair {
+    let mut weight: f64 = sorted.iter().map(|(_, w)| w).sum();
+    for (per_weight, w) in &sorted {
+        let fair = left / weight;
+        if *per_weight >= fair {
             return fair;
         }
-        left -= d;
+        left -= per_weight * w;
+        weight -= w;
     }
-    sorted.last().copied().unwrap_or(0.0) + left / sorted.len().max(1) as f64
+    let total: f64 = sorted.iter().map(|(_, w)| w).sum();
+    sorted.last().map_or(0.0, |(d, _)| *d) + left / total.max(1.0)
 }
 
 #[cfg(test)]
@@ -165,6 +232,15 @@ mod tests {
     use super::*;
 
     const MBIT: u64 = 1_000_000;
+
+    /// Equal shares (no stagger), clients arriving in address order: what most tests check.
+    fn plan(capacity: Option<u64>, seconds: f64, conns: &[Seen], boost: f64) -> Plan {
+        plan_staggered(capacity, seconds, conns, boost, &by_address, 0.0)
+    }
+
+    fn by_address(ip: Ipv4Addr) -> u64 {
+        u32::from(ip).into()
+    }
 
     fn ip(n: u8) -> Ipv4Addr {
         Ipv4Addr::new(10, 0, 0, n)
@@ -326,6 +402,57 @@ mod tests {
         // All fit: largest demand plus an even part of the spare.
         assert_eq!(level(100.0, &[10.0, 30.0]), 30.0 + 60.0 / 2.0);
         assert_eq!(level(100.0, &[]), 100.0);
+    }
+
+    #[test]
+    fn shares_are_staggered_by_arrival() {
+        let b = budget(100 * MBIT);
+        // Four clients wanting more: weights 1.5, 1.33, 1.17 and 1 in their order of arrival
+        // (client 4 came first), the budget spent whole.
+        let conns: Vec<Seen> = (1..=4).map(hungry).collect();
+        let first = |ip: Ipv4Addr| 10 - u64::from(ip.octets()[3]);
+        let p = plan_staggered(Some(100 * MBIT), 1.0, &conns, 1.0, &first, 0.5);
+        let base = b / (1.0 + 4.0 / 3.0 + 7.0 / 6.0 + 1.5);
+        assert_caps(
+            &p.caps,
+            &[
+                cap(base),
+                cap(base * 7.0 / 6.0),
+                cap(base * 4.0 / 3.0),
+                cap(base * 1.5),
+            ],
+        );
+        assert_caps(&[p.share], &[cap(base)]);
+        let sum: u64 = p.caps.iter().flatten().sum();
+        assert!((sum as f64 - b).abs() <= 4.0, "{sum} vs {b}");
+        // A light client's unused part goes to the others, still by weight; its own cap is
+        // its weighted share, which it does not fill.
+        let conns = [
+            hungry(1),
+            hungry(2),
+            using(3, (b / 10.0) as u64, cap(b / 3.0)),
+        ];
+        let p = plan_staggered(Some(100 * MBIT), 1.0, &conns, 1.0, &by_address, 0.5);
+        let base = (b - b / 10.0) / (1.5 + 1.25);
+        assert_caps(&p.caps, &[cap(base * 1.5), cap(base * 1.25), cap(base)]);
+        // One client: weight 1; the weights run from 1 + stagger down to 1.
+        assert_eq!(weight(0, 1, 0.5), 1.0);
+        assert_eq!(
+            (weight(0, 3, 0.5), weight(1, 3, 0.5), weight(2, 3, 0.5)),
+            (1.5, 1.25, 1.0)
+        );
+    }
+
+    #[test]
+    fn weighted_levels_meet_small_demands_first() {
+        let inf = f64::INFINITY;
+        // Weights 2 and 1 wanting more share 90 as 60 and 30, after a demand of 10 is met.
+        assert_eq!(
+            weighted_level(100.0, &[(inf, 2.0), (inf, 1.0), (10.0, 1.0)]),
+            30.0
+        );
+        // A demand under its weighted level is met; the level rises for the others.
+        assert_eq!(weighted_level(100.0, &[(inf, 1.0), (20.0, 2.0)]), 80.0);
     }
 
     #[test]

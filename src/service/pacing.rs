@@ -16,7 +16,7 @@ use super::links::LinkSpec;
 use super::rebalance::{self, ClientLoad, LinkLoad};
 use crate::proto::tcp_info::{self, TcpInfo};
 use crate::shutdown::Shutdown;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -29,6 +29,10 @@ const ROUND: Duration = Duration::from_millis(50);
 /// A cap is set again only when it moves by more than 1/`STEADY` (3%): fewer syscalls, and
 /// TCP is not disturbed for nothing.
 const STEADY: u64 = 32;
+
+/// A client with no connection for this long is forgotten by the stagger: it next arrives
+/// as the room's latest (a new boot), not as the first it once was.
+const FORGET_ARRIVAL: Duration = Duration::from_secs(60);
 
 /// The pacer of every link whose capacity is known.
 pub struct Pacer {
@@ -52,6 +56,10 @@ struct Conns {
     all: BTreeMap<u64, Conn>,
     /// Per link: how far the caps are raised above the budget's shares (`fair_share::trim`).
     boosts: Vec<f64>,
+    /// Per client: its order of arrival (a count), and when it last had a connection; a
+    /// client gone `FORGET_ARRIVAL` arrives anew (its next boot). Shares are staggered by it.
+    arrivals: HashMap<Ipv4Addr, (u64, Instant)>,
+    arrived: u64,
 }
 
 struct Conn {
@@ -179,6 +187,8 @@ impl Pacer {
                 next: 0,
                 all: BTreeMap::new(),
                 boosts: vec![1.0; links.len()],
+                arrivals: HashMap::new(),
+                arrived: 0,
             }),
             links,
         }
@@ -216,6 +226,14 @@ impl Pacer {
         let mut conns = self.lock();
         let id = conns.next;
         conns.next += 1;
+        let order = conns.arrived;
+        let arrival = conns
+            .arrivals
+            .entry(client)
+            .or_insert((order, Instant::now()));
+        if arrival.0 == order {
+            conns.arrived += 1;
+        }
         conns.all.insert(
             id,
             Conn {
@@ -288,10 +306,23 @@ impl Pacer {
             });
             ids[c.link].push(*id);
         }
+        let Conns { all, arrivals, .. } = &mut *conns;
+        for c in all.values() {
+            if let Some(a) = arrivals.get_mut(&c.client) {
+                a.1 = now;
+            }
+        }
+        arrivals.retain(|_, a| now.duration_since(a.1) < FORGET_ARRIVAL);
         let mut plans = Vec::with_capacity(self.links.len());
         for (i, link) in self.links.iter().enumerate() {
-            let plan =
-                fair_share::plan(Some(link.capacity_bps), seconds, &seen[i], conns.boosts[i]);
+            let arrival = |c: Ipv4Addr| conns.arrivals.get(&c).map_or(u64::MAX, |a| a.0);
+            let plan = fair_share::plan(
+                Some(link.capacity_bps),
+                seconds,
+                &seen[i],
+                conns.boosts[i],
+                &arrival,
+            );
             conns.boosts[i] = match plan.share {
                 Some(_) => {
                     let budget = fair_share::budget(link.capacity_bps);
