@@ -23,9 +23,14 @@ pub fn ip(args: &[&str]) -> anyhow::Result<()> {
         .args(args)
         .output()
         .context("running `ip` (package iproute2)")?;
+    succeeded("ip", args, &out)
+}
+
+/// `PROGRAM ARGS` succeeded, or the error that quotes its message.
+fn succeeded(program: &str, args: &[&str], out: &std::process::Output) -> anyhow::Result<()> {
     if !out.status.success() {
         bail!(
-            "ip {}: {}",
+            "{program} {}: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         );
@@ -125,14 +130,7 @@ fn nft(args: &[&str], input: Option<&str>) -> anyhow::Result<()> {
     }
     drop(child.stdin.take());
     let out = child.wait_with_output()?;
-    if !out.status.success() {
-        bail!(
-            "nft {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    succeeded("nft", args, &out)
 }
 
 /// Router advertisements on the bridge. iPXE configures IPv6 beside DHCPv4 and, with no router
