@@ -3,7 +3,7 @@
 //! is `proto::netlink`'s (pure); what to ask is the caller's.
 
 use std::io;
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::time::Duration;
 
 use super::{check, check_len};
@@ -36,17 +36,7 @@ impl Netlink {
             tv_sec: wait.as_secs() as libc::time_t,
             tv_usec: wait.subsec_micros() as libc::suseconds_t,
         };
-        // SAFETY: a timeval of the size given, alive for the call, read by the kernel.
-        check(unsafe {
-            libc::setsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        })?;
-        Ok(())
+        super::sock::set_option(self.fd.as_fd(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv)
     }
 
     /// Sends one request (to the kernel); how many bytes went.

@@ -34,36 +34,39 @@ pub fn tcp_info(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
     Ok((len as usize).min(buf.len()))
 }
 
-/// `SO_MAX_PACING_RATE`: the socket sends at most `rate` bytes/s (all ones: no cap).
-pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, rate: libc::c_ulong) -> io::Result<()> {
-    // SAFETY: an option value of the size the kernel reads, alive for the call.
+/// `setsockopt(fd, level, name, value)`: the option's value is `value`'s bytes. The kernel
+/// reads exactly `size_of::<T>()` of them (a wrong size for the option is its `EINVAL`), so
+/// any plain `T` is memory-safe here; the caller picks the one the option wants.
+pub(super) fn set_option<T: Copy>(
+    fd: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: &T,
+) -> io::Result<()> {
+    // SAFETY: `value` is a live reference to `size_of::<T>()` bytes, read (not written) by
+    // the kernel during the call, on a descriptor the caller borrows.
     check(unsafe {
         libc::setsockopt(
             fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            SO_MAX_PACING_RATE,
-            (&rate as *const libc::c_ulong).cast(),
-            size_of::<libc::c_ulong>() as libc::socklen_t,
+            level,
+            name,
+            (value as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
         )
     })?;
     Ok(())
+}
+
+/// `SO_MAX_PACING_RATE`: the socket sends at most `rate` bytes/s (all ones: no cap).
+pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, rate: libc::c_ulong) -> io::Result<()> {
+    set_option(fd, libc::SOL_SOCKET, SO_MAX_PACING_RATE, &rate)
 }
 
 /// `IP_PKTINFO` on: each datagram received says which local address it was sent to
 /// (`recv_pktinfo`).
 pub fn enable_pktinfo(fd: BorrowedFd<'_>) -> io::Result<()> {
     let on: libc::c_int = 1;
-    // SAFETY: an int option, alive for the call, on an open descriptor.
-    check(unsafe {
-        libc::setsockopt(
-            fd.as_raw_fd(),
-            libc::IPPROTO_IP,
-            libc::IP_PKTINFO,
-            (&on as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    })?;
-    Ok(())
+    set_option(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, &on)
 }
 
 /// One `recvmsg` on an IPv4 UDP socket with `IP_PKTINFO` on: the datagram's length, its
