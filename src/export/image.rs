@@ -10,6 +10,7 @@
 //! "default export") means the only export when there is exactly one, and nothing otherwise.
 
 use crate::config::{Config, Image, Store};
+use crate::export::lock;
 use crate::export::mapping::{MappedRange, Mapping};
 use std::collections::HashMap;
 use std::fs::File;
@@ -204,10 +205,6 @@ pub struct RamImages {
 
 /// One export's bytes once loaded; its lock is held while they load.
 type RamSlot = Mutex<Option<Arc<Vec<u8>>>>;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 impl RamImages {
     /// Loads each exported `store: ram` image, with a progress bar when stderr is a terminal.

@@ -8,3 +8,9 @@ pub mod image;
 pub mod mapping;
 pub mod slots;
 pub mod tree;
+
+/// A mutex's guard even if a holder panicked: a panic elsewhere must not take an export down
+/// with it (the tree's caches and the images held in memory stay usable).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

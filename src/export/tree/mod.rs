@@ -42,6 +42,7 @@ pub use listing::{Entries, Listing};
 pub use lookup::Node;
 pub use read::MappedRead;
 
+use crate::export::lock;
 use crate::export::mapping::Mapping;
 use crate::proto::nfs3::Error;
 use cache::{Clock, Named, OpenFile, file_cache_size, small_map_cache_size};
@@ -168,10 +169,6 @@ pub struct Tree {
     contents: RwLock<HashMap<TreeHandle, Arc<[u8]>>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic elsewhere must not take the export down with it.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 fn read<T>(m: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
     m.read().unwrap_or_else(|e| e.into_inner())
 }
