@@ -16,6 +16,7 @@ use super::links::LinkSpec;
 use super::rebalance::{self, ClientLoad, LinkLoad};
 use crate::proto::tcp_info::{self, TcpInfo};
 use crate::shutdown::Shutdown;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
@@ -226,13 +227,12 @@ impl Pacer {
         let mut conns = self.lock();
         let id = conns.next;
         conns.next += 1;
-        let order = conns.arrived;
-        let arrival = conns
-            .arrivals
-            .entry(client)
-            .or_insert((order, Instant::now()));
-        if arrival.0 == order {
-            conns.arrived += 1;
+        let Conns {
+            arrivals, arrived, ..
+        } = &mut *conns;
+        if let Entry::Vacant(first) = arrivals.entry(client) {
+            first.insert((*arrived, Instant::now()));
+            *arrived += 1;
         }
         conns.all.insert(
             id,
@@ -291,7 +291,11 @@ impl Pacer {
         let mut conns = self.lock();
         let mut seen: Vec<Vec<Seen>> = vec![Vec::new(); self.links.len()];
         let mut ids: Vec<Vec<u64>> = vec![Vec::new(); self.links.len()];
-        for (id, c) in conns.all.iter_mut() {
+        let Conns { all, arrivals, .. } = &mut *conns;
+        for (id, c) in all.iter_mut() {
+            if let Some(a) = arrivals.get_mut(&c.client) {
+                a.1 = now;
+            }
             // A socket that cannot say (not connected any more) sits this round out.
             let Some(info) = read_info(c.fd.as_fd()) else {
                 continue;
@@ -305,12 +309,6 @@ impl Pacer {
                 cap: c.cap,
             });
             ids[c.link].push(*id);
-        }
-        let Conns { all, arrivals, .. } = &mut *conns;
-        for c in all.values() {
-            if let Some(a) = arrivals.get_mut(&c.client) {
-                a.1 = now;
-            }
         }
         arrivals.retain(|_, a| now.duration_since(a.1) < FORGET_ARRIVAL);
         let mut plans = Vec::with_capacity(self.links.len());
