@@ -32,6 +32,7 @@ mod image_names;
 mod image_revisions;
 mod limits;
 mod links;
+mod metrics;
 mod nbd;
 mod nfs;
 mod records;
