@@ -3,8 +3,10 @@
 //! in-process on port 0.
 //!
 //! The services are one table (`start`): each entry is a service's name and the sockets bound
-//! for it, started by one loop from one `service::Shared` (config, recorder, records,
-//! identity, links, placement, egress, shutdown). The egress sampler is one of them.
+//! for it, started by one loop from one `service::Shared` (config, recorder, records, metrics,
+//! identity, links, placement, egress, shutdown). The egress sampler is one of them. The
+//! daemon's counters (`metrics::Metrics`) are made here, once, and counted into by the
+//! recorder, the pacer and every service.
 //!
 //! One daemon per state folder: `state_dir/bootpool.lock` (holding the PID) is locked with
 //! `flock` before anything else there is opened, and stays locked until the daemon has stopped.
@@ -13,6 +15,7 @@
 //! DHCP server that gives the addresses (which may run on the same host).
 
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::record::{self, Records};
 use crate::service;
 use crate::shutdown::Shutdown;
@@ -48,6 +51,8 @@ pub struct Running {
     /// The config as served: ports given as 0 are replaced by the ports bound.
     pub config: Arc<Config>,
     pub records: Arc<Records>,
+    /// The daemon's counters, as its `/metrics` serves them.
+    pub metrics: Metrics,
     shutdown: Shutdown,
     /// Released when the daemon is dropped, after `stop` has waited for every service.
     _lock: StateLock,
@@ -141,7 +146,8 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     // Before the records, the leases or the overlays are opened.
     let lock = lock_state_dir(&config.server.state_dir)?;
     let shutdown = Shutdown::new();
-    let (recorder, records) = record::start(&config.server, &shutdown)
+    let metrics = Metrics::default();
+    let (recorder, records) = record::start(&config.server, &shutdown, &metrics)
         .await
         .context("opening the boot records")?;
     let recorder = recorder.with_tracer(crate::trace::Tracer::new(&config));
@@ -254,7 +260,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     }
     let config = Arc::new(config);
     // Which interface holds each of server.links, and each link's pacer.
-    let links = Arc::new(service::links::Links::start(&config, &shutdown)?);
+    let links = Arc::new(service::links::Links::start(&config, &metrics, &shutdown)?);
     // Which server link each client boots from.
     let placement = Arc::new(service::placement::Placement::new(
         &config,
@@ -269,6 +275,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         config: config.clone(),
         recorder,
         records: records.clone(),
+        metrics: metrics.clone(),
         identity,
         links,
         placement,
@@ -300,8 +307,9 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             Box::pin(service::nbd::serve(on_links(nbd, s), s.clone()))
         })),
         Some(Service::new("egress", |s| {
-            let counters = s.records.counters.clone();
-            let totals = Arc::new(move || counters.proto_totals()) as record::egress::ProtoTotals;
+            let metrics = s.metrics.clone();
+            let totals =
+                Arc::new(move || record::payload_totals(&metrics)) as record::egress::ProtoTotals;
             Box::pin(record::egress::sample(
                 s.egress.clone(),
                 s.config.server.interfaces.clone(),
@@ -363,6 +371,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         bound,
         config,
         records,
+        metrics,
         shutdown,
         _lock: lock,
     })

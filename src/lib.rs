@@ -26,6 +26,7 @@ pub mod config;
 pub mod export;
 pub mod image;
 pub mod lab;
+pub mod metrics;
 pub mod proto;
 pub mod record;
 pub mod service;

@@ -24,8 +24,8 @@ pub use event::{Event, FileKind, Kind, Outcome, Proto, Who};
 pub use timeline::{Boot, BootResult, Phase, Timelines};
 
 use crate::config::Server;
+use crate::metrics::{Count, Metrics};
 use crate::shutdown::Shutdown;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use store::Store;
@@ -57,104 +57,35 @@ enum Msg {
 #[derive(Clone)]
 pub struct Recorder {
     tx: mpsc::Sender<Msg>,
-    counters: Arc<Counters>,
+    metrics: Metrics,
     /// Boot traces of the pools that keep them; it follows the events sent here.
     tracer: Arc<crate::trace::Tracer>,
 }
 
-#[derive(Default, Debug)]
-pub struct Counters {
-    /// Events that did not fit in the channel.
-    pub dropped: AtomicU64,
-    /// Events that named an IP no DHCP ACK had given out.
-    pub untied: AtomicU64,
-    /// Events recorded.
-    pub recorded: AtomicU64,
-    /// Events (and egress samples) the store refused for longer than they could be kept.
-    pub unsaved: AtomicU64,
-    /// Payload bytes recorded, per protocol (indexed by `proto_index`).
-    proto_bytes: [AtomicU64; 5],
-    /// What each service handled, indexed by `Service`.
-    services: [ServiceCounters; 7],
-}
-
-/// The listeners, as `/metrics` names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Service {
-    Dhcp,
-    Tftp,
-    Http,
-    Nfs,
-    Nbd,
-    Portmap,
-    /// The clients' consoles (UDP): a request is a datagram taken, refused one from an
-    /// address no lease holds.
-    Console,
-}
-
-impl Service {
-    pub const ALL: [Service; 7] = [
-        Service::Dhcp,
-        Service::Tftp,
-        Service::Http,
-        Service::Nfs,
-        Service::Nbd,
-        Service::Portmap,
-        Service::Console,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Service::Dhcp => "dhcp",
-            Service::Tftp => "tftp",
-            Service::Http => "http",
-            Service::Nfs => "nfs",
-            Service::Nbd => "nbd",
-            Service::Portmap => "portmap",
-            Service::Console => "console",
-        }
+/// The recorder's count of payload bytes for `proto`.
+fn payload(metrics: &Metrics, proto: Proto) -> &Count {
+    let p = &metrics.records().payload;
+    match proto {
+        Proto::Dhcp => &p.dhcp,
+        Proto::Tftp => &p.tftp,
+        Proto::Http => &p.http,
+        Proto::Nfs => &p.nfs,
+        Proto::Nbd => &p.nbd,
     }
 }
 
-/// One service's request counters. A request is a DHCP message, a TFTP read or write request,
-/// an HTTP request, an RPC call (NFS and MOUNT on the NFS port, portmap), an NBD option or
-/// command.
-#[derive(Default, Debug)]
-pub struct ServiceCounters {
-    /// Requests decoded and answered (or refused with a protocol error).
-    pub requests: AtomicU64,
-    /// Packets, calls or messages that could not be decoded: dropped, or the connection closed.
-    pub malformed: AtomicU64,
-    /// Requests turned down with a protocol error (no such file, not in a pool, over a limit).
-    pub refused: AtomicU64,
-}
-const PROTOS: [Proto; 5] = [
-    Proto::Dhcp,
-    Proto::Tftp,
-    Proto::Http,
-    Proto::Nfs,
-    Proto::Nbd,
-];
-
-impl Counters {
-    fn add_bytes(&self, proto: Proto, n: u64) {
-        let i = PROTOS.iter().position(|p| *p == proto).unwrap_or(0);
-        self.proto_bytes[i].fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// The counters of one service.
-    pub fn service(&self, s: Service) -> &ServiceCounters {
-        &self.services[s as usize]
-    }
-
-    /// Payload bytes recorded so far, per protocol.
-    pub fn proto_totals(&self) -> std::collections::BTreeMap<Proto, u64> {
-        PROTOS
-            .iter()
-            .zip(&self.proto_bytes)
-            .map(|(p, n)| (*p, n.load(Ordering::Relaxed)))
-            .collect()
-    }
+/// Payload bytes recorded so far, per protocol (the egress sampler's split of what was sent).
+pub fn payload_totals(metrics: &Metrics) -> std::collections::BTreeMap<Proto, u64> {
+    [
+        Proto::Dhcp,
+        Proto::Tftp,
+        Proto::Http,
+        Proto::Nfs,
+        Proto::Nbd,
+    ]
+    .into_iter()
+    .map(|p| (p, payload(metrics, p).get()))
+    .collect()
 }
 
 impl Recorder {
@@ -166,7 +97,7 @@ impl Recorder {
     pub fn send(&self, ev: Event) {
         self.tracer.event(ev.who, &ev.kind);
         if self.tx.try_send(Msg::Event(ev)).is_err() {
-            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            self.metrics.records().dropped.inc();
         }
     }
 
@@ -180,38 +111,14 @@ impl Recorder {
             lines,
         };
         if self.tx.try_send(msg).is_err() {
-            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            self.metrics.records().dropped.inc();
         }
     }
 
     pub fn egress(&self, saved: egress::Saved) {
         if self.tx.try_send(Msg::Egress(Box::new(saved))).is_err() {
-            self.counters.dropped.fetch_add(1, Ordering::Relaxed);
+            self.metrics.records().dropped.inc();
         }
-    }
-
-    /// Counts a request a service handled.
-    pub fn request(&self, s: Service) {
-        self.counters
-            .service(s)
-            .requests
-            .fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts a packet or call a service could not decode.
-    pub fn malformed(&self, s: Service) {
-        self.counters
-            .service(s)
-            .malformed
-            .fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts a request a service refused.
-    pub fn refused(&self, s: Service) {
-        self.counters
-            .service(s)
-            .refused
-            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// A recorder whose events go nowhere, for code under test that needs one.
@@ -219,7 +126,7 @@ impl Recorder {
         let (tx, _) = mpsc::channel(1);
         Recorder {
             tx,
-            counters: Arc::default(),
+            metrics: Metrics::default(),
             tracer: Arc::new(crate::trace::Tracer::off()),
         }
     }
@@ -241,7 +148,6 @@ impl Recorder {
 /// What has been recorded, shared with the API.
 pub struct Records {
     timelines: RwLock<Timelines>,
-    pub counters: Arc<Counters>,
     /// Every boot that changed, as it is after the change (for the live stream).
     pub changes: tokio::sync::broadcast::Sender<view::BootView>,
     /// The store, for reading what is not kept in memory (egress history at start).
@@ -256,17 +162,19 @@ impl Records {
 }
 
 /// Opens the store (importing a legacy journal into a new one), applies the retention, replays
-/// the events into timelines and starts the writer task.
+/// the events into timelines and starts the writer task, which counts into `metrics`.
 pub async fn start(
     server: &Server,
     shutdown: &Shutdown,
+    metrics: &Metrics,
 ) -> anyhow::Result<(Recorder, Arc<Records>)> {
-    start_with(server, shutdown, SWEEP).await
+    start_with(server, shutdown, metrics, SWEEP).await
 }
 
 async fn start_with(
     server: &Server,
     shutdown: &Shutdown,
+    metrics: &Metrics,
     sweep: Duration,
 ) -> anyhow::Result<(Recorder, Arc<Records>)> {
     let store = Store::open(&server.database).await?;
@@ -287,11 +195,9 @@ async fn start_with(
         );
     }
     restore_consoles(&store, &mut timelines).await?;
-    let counters = Arc::new(Counters::default());
     let (changes, _) = tokio::sync::broadcast::channel(1024);
     let records = Arc::new(Records {
         timelines: RwLock::new(timelines),
-        counters: counters.clone(),
         changes,
         store: store.clone(),
     });
@@ -300,6 +206,7 @@ async fn start_with(
         rx,
         store,
         records: records.clone(),
+        metrics: metrics.clone(),
         retention: server.retention,
         sweep,
         events: Vec::new(),
@@ -311,7 +218,7 @@ async fn start_with(
     Ok((
         Recorder {
             tx,
-            counters,
+            metrics: metrics.clone(),
             tracer,
         },
         records,
@@ -396,6 +303,8 @@ struct Writer {
     rx: mpsc::Receiver<Msg>,
     store: Store,
     records: Arc<Records>,
+    /// The recorder's counts (`Metrics::records`).
+    metrics: Metrics,
     retention: Option<Duration>,
     sweep: Duration,
     /// Applied to the timelines, not yet committed to the store.
@@ -443,7 +352,7 @@ impl Writer {
 
     /// Ties events to boots at once (the API sees them before they are committed).
     fn apply(&mut self, inbox: &mut Vec<Msg>) {
-        let counters = &self.records.counters;
+        let counts = self.metrics.records();
         let mut touched = std::collections::BTreeSet::new();
         let mut t = self
             .records
@@ -461,20 +370,20 @@ impl Writer {
                         self.consoles.insert(mac);
                         touched.insert(mac);
                     } else {
-                        counters.untied.fetch_add(1, Ordering::Relaxed);
+                        counts.untied.inc();
                     }
                     continue;
                 }
                 Msg::Event(ev) => ev,
             };
             if !t.apply(&ev) {
-                counters.untied.fetch_add(1, Ordering::Relaxed);
+                counts.untied.inc();
                 continue;
             }
-            counters.recorded.fetch_add(1, Ordering::Relaxed);
+            counts.recorded.inc();
             match &ev.kind {
                 Kind::File { proto, bytes, .. } | Kind::RootRead { proto, bytes } => {
-                    counters.add_bytes(*proto, *bytes)
+                    payload(&self.metrics, *proto).add(*bytes);
                 }
                 _ => {}
             }
@@ -535,10 +444,7 @@ impl Writer {
                 tracing::error!(events = self.events.len(), error = %format!("{e:#}"), "cannot write boot records; will retry");
                 for pending in [self.events.len(), self.egress.len()] {
                     let over = pending.saturating_sub(PENDING_MAX);
-                    self.records
-                        .counters
-                        .unsaved
-                        .fetch_add(over as u64, Ordering::Relaxed);
+                    self.metrics.records().unsaved.add(over as u64);
                 }
                 let over = self.events.len().saturating_sub(PENDING_MAX);
                 self.events.drain(..over);
@@ -628,7 +534,7 @@ mod tests {
         let s = server(dir.path(), "forever");
         {
             let shutdown = Shutdown::new();
-            let (rec, _) = start(&s, &shutdown).await.unwrap();
+            let (rec, _) = start(&s, &shutdown, &Metrics::default()).await.unwrap();
             boot(
                 &rec,
                 mac,
@@ -639,7 +545,7 @@ mod tests {
         }
         assert!(dir.path().join("records.db").exists());
         let shutdown = Shutdown::new();
-        let (_, records) = start(&s, &shutdown).await.unwrap();
+        let (_, records) = start(&s, &shutdown, &Metrics::default()).await.unwrap();
         let boots = records.read(|t| t.boots().to_vec());
         assert_eq!(boots.len(), 1);
         assert_eq!(boots[0].result, BootResult::Booted);
@@ -658,7 +564,7 @@ mod tests {
         let s = server(dir.path(), "forever");
         {
             let shutdown = Shutdown::new();
-            let (rec, _) = start(&s, &shutdown).await.unwrap();
+            let (rec, _) = start(&s, &shutdown, &Metrics::default()).await.unwrap();
             let at = event::now_micros();
             rec.send(Event {
                 at,
@@ -716,7 +622,7 @@ mod tests {
         assert!(!dir.path().join("records.db").exists());
         for _ in 0..2 {
             let shutdown = Shutdown::new();
-            let (_, records) = start(&s, &shutdown).await.unwrap();
+            let (_, records) = start(&s, &shutdown, &Metrics::default()).await.unwrap();
             assert_eq!(records.read(|t| t.boots().len()), 1);
             shutdown.stop_and_wait().await;
         }
@@ -737,7 +643,9 @@ mod tests {
             // Written with retention off, as a daemon from long ago would have.
             let keep_all = server(dir.path(), "forever");
             let shutdown = Shutdown::new();
-            let (rec, _) = start(&keep_all, &shutdown).await.unwrap();
+            let (rec, _) = start(&keep_all, &shutdown, &Metrics::default())
+                .await
+                .unwrap();
             boot(&rec, old, "10.77.0.1".parse().unwrap(), now - 2 * day);
             boot(&rec, new, "10.77.0.2".parse().unwrap(), now);
             let saved = egress::Saved::at((now - 2 * day) as f64 / 1e6);
@@ -749,9 +657,14 @@ mod tests {
         assert_eq!(store.egress_since(0.0).await.unwrap().len(), 2);
         // At start: the two-day-old boot and sample go, today's stay.
         let shutdown = Shutdown::new();
-        let (_rec, records) = start_with(&s, &shutdown, Duration::from_millis(300))
-            .await
-            .unwrap();
+        let (_rec, records) = start_with(
+            &s,
+            &shutdown,
+            &Metrics::default(),
+            Duration::from_millis(300),
+        )
+        .await
+        .unwrap();
         let macs: Vec<Mac> = records.read(|t| t.boots().iter().map(|b| b.mac).collect());
         assert_eq!(macs, [new]);
         assert_eq!(store.egress_since(0.0).await.unwrap().len(), 1);

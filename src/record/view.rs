@@ -109,6 +109,35 @@ pub fn result_at(b: &Boot, now: Micros) -> &'static str {
     }
 }
 
+/// What `/metrics` counts of the boots (`tally`).
+pub struct Tally {
+    /// Boots by pool and result (`result_at`).
+    pub boots: BTreeMap<(String, &'static str), u64>,
+    /// Each phase some boot went through, in the phases' order, with its durations in seconds.
+    pub phases: Vec<(&'static str, Vec<f64>)>,
+}
+
+/// Counts `boots` at `now` for `/metrics`.
+pub fn tally(boots: &[Boot], now: Micros) -> Tally {
+    let mut by: BTreeMap<(String, &'static str), u64> = BTreeMap::new();
+    let mut phases: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for b in boots {
+        *by.entry((b.pool.clone().unwrap_or_default(), result_at(b, now)))
+            .or_default() += 1;
+        for p in b.phases() {
+            phases
+                .entry(p.name)
+                .or_default()
+                .push((p.end - p.start) as f64 / 1e6);
+        }
+    }
+    let phases = PHASES
+        .iter()
+        .filter_map(|name| Some((*name, phases.remove(*name)?)))
+        .collect();
+    Tally { boots: by, phases }
+}
+
 impl BootView {
     pub fn of(b: &Boot) -> BootView {
         BootView::at(b, super::event::now_micros())

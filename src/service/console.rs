@@ -6,7 +6,6 @@
 
 use super::bounds::LogLimit;
 use crate::proto::console;
-use crate::record::Service;
 use tokio::net::UdpSocket;
 
 static STRANGERS: LogLimit = LogLimit::new();
@@ -17,6 +16,7 @@ pub async fn serve(udp: UdpSocket, shared: super::Shared) -> anyhow::Result<()> 
     let super::Shared {
         identity,
         recorder,
+        metrics,
         shutdown,
         ..
     } = shared;
@@ -38,13 +38,13 @@ pub async fn serve(udp: UdpSocket, shared: super::Shared) -> anyhow::Result<()> 
             },
         };
         let Some(mac) = identity.holder(peer.ip()) else {
-            recorder.refused(Service::Console);
+            metrics.console().refused.inc();
             if let Some(suppressed) = STRANGERS.allow() {
                 tracing::info!(%peer, suppressed, "console datagram from an address no lease holds; dropped");
             }
             continue;
         };
-        recorder.request(Service::Console);
+        metrics.console().requests.inc();
         let lines = console::lines(&buf[..n]);
         if !lines.is_empty() {
             recorder.console(mac, lines);

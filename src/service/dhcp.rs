@@ -12,15 +12,15 @@ use super::placement::Placement;
 use crate::boot::leases::Leases;
 use crate::boot::{self, Client};
 use crate::config::{Config, DhcpMode, Mac};
+use crate::metrics::Metrics;
 use crate::proto::dhcp::msg::{DECLINE, DISCOVER, INFORM, RELEASE, REQUEST};
 use crate::proto::dhcp::{
     self as wire, MAX_PACKET, PXE_BOOT_FILE_ONLY, Reply, ReplyKind, Request, ServerClass,
 };
-use crate::record::{Kind, Recorder, Service, Who};
+use crate::record::{Kind, Recorder, Who};
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::net::UdpSocket;
 
 /// How long an offered address is held for the client's REQUEST.
@@ -38,17 +38,6 @@ const STRANGERS_REMEMBERED: usize = 4096;
 /// many such MACs are remembered (the oldest are forgotten first).
 const SEEN_FOR_S: u64 = 120;
 const SEEN_REMEMBERED: usize = 16384;
-
-/// What the service has seen, for logs and later for metrics.
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub malformed: AtomicU64,
-    pub strangers: AtomicU64,
-    pub offers: AtomicU64,
-    pub acks: AtomicU64,
-    pub naks: AtomicU64,
-    pub save_errors: AtomicU64,
-}
 
 /// What another service asks of the DHCP service, the lease table's one writer (so a change
 /// goes to the lease files as its own answers' changes do).
@@ -78,6 +67,7 @@ pub async fn serve(
     let super::Shared {
         config,
         recorder,
+        metrics,
         placement,
         shutdown,
         ..
@@ -89,7 +79,7 @@ pub async fn serve(
             tracing::debug!(error = %e, "dhcp receive buffer not enlarged");
         }
     }
-    let mut server = Server::open(config, recorder, table, placement);
+    let mut server = Server::open(config, recorder, metrics, table, placement);
     let mut buf = vec![0u8; MAX_PACKET + 1];
     // Answers to clients without an address go unicast while the kernel lets us enter their
     // MACs (`arp::teach`); broadcast after the first refusal.
@@ -254,7 +244,8 @@ struct Server {
     strangers: HashSet<Mac>,
     /// Proxy mode: MACs whose PXE DISCOVER came on port 67, and when.
     seen: HashMap<Mac, u64>,
-    counters: Arc<Counters>,
+    /// The daemon's counters; this service counts into `dhcp()`.
+    metrics: Metrics,
     /// The table changed since it was last saved.
     dirty: bool,
     /// When `expire` last ran (seconds).
@@ -266,6 +257,7 @@ impl Server {
     fn open(
         config: Arc<Config>,
         recorder: Recorder,
+        metrics: Metrics,
         table: Table,
         placement: Arc<Placement>,
     ) -> Server {
@@ -277,7 +269,7 @@ impl Server {
             file: table.file,
             strangers: HashSet::new(),
             seen: HashMap::new(),
-            counters: Arc::default(),
+            metrics,
             dirty: false,
             expired_at: 0,
         }
@@ -294,13 +286,12 @@ impl Server {
         let req = match wire::parse_request(bytes) {
             Ok(r) => r,
             Err(reason) => {
-                self.recorder.malformed(Service::Dhcp);
-                let c = self.counters.malformed.fetch_add(1, Ordering::Relaxed) + 1;
+                let c = self.metrics.dhcp().malformed.add(1);
                 tracing::debug!(%from, %reason, malformed = c, "dhcp packet dropped");
                 return None;
             }
         };
-        self.recorder.request(Service::Dhcp);
+        self.metrics.dhcp().requests.inc();
         if proxy {
             self.handle_proxy(&req, from, on_pxe, unix_now())
         } else {
@@ -315,7 +306,7 @@ impl Server {
         }
         self.dirty = false;
         if let Err(e) = self.file.commit(&self.leases.read()) {
-            let n = self.counters.save_errors.fetch_add(1, Ordering::Relaxed) + 1;
+            let n = self.metrics.dhcp().save_errors.add(1);
             tracing::error!(dir = %self.config.server.state_dir.display(), error = %e, errors = n,
                 "leases not saved");
         }
@@ -338,7 +329,7 @@ impl Server {
             http: req.is_http_client(),
         };
         let Some(member) = config.member(mac) else {
-            self.counters.strangers.fetch_add(1, Ordering::Relaxed);
+            self.metrics.dhcp().strangers.inc();
             if self.strangers.len() < STRANGERS_REMEMBERED && self.strangers.insert(mac) {
                 tracing::info!(%mac, %from, "dhcp client in no pool; not answering it");
             }
@@ -389,7 +380,7 @@ impl Server {
                         pool: Some(plan.member.pool.name.clone()),
                     },
                 );
-                self.counters.offers.fetch_add(1, Ordering::Relaxed);
+                self.metrics.dhcp().offers.inc();
                 let mut reply = self.proxy_reply(req, ReplyKind::Offer, &plan);
                 if client.ipxe {
                     // Without a boot file here iPXE asks on port 4011, which tells us its
@@ -409,8 +400,8 @@ impl Server {
                     .get(&mac)
                     .is_some_and(|at| now.saturating_sub(*at) <= SEEN_FOR_S);
                 if !seen && !fixed {
-                    self.recorder.refused(Service::Dhcp);
-                    self.counters.strangers.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.dhcp().refused.inc();
+                    self.metrics.dhcp().strangers.inc();
                     tracing::debug!(%mac, %from, "pxe request on 4011 from a client not seen on 67; not answering it");
                     return None;
                 }
@@ -432,7 +423,7 @@ impl Server {
                         },
                     );
                 }
-                self.counters.acks.fetch_add(1, Ordering::Relaxed);
+                self.metrics.dhcp().acks.inc();
                 tracing::info!(%mac, %ip, pool = %plan.member.pool.name, ipxe = client.ipxe,
                     boot_file = plan.boot_file.as_ref().map(|b| b.as_str()).unwrap_or("-"),
                     "pxe ack");
@@ -488,7 +479,7 @@ impl Server {
                 );
                 let Some(ip) = offered else {
                     static EXHAUSTED: super::bounds::LogLimit = super::bounds::LogLimit::new();
-                    self.recorder.refused(Service::Dhcp);
+                    self.metrics.dhcp().refused.inc();
                     if let Some(suppressed) = EXHAUSTED.allow() {
                         tracing::warn!(%mac, suppressed, "dhcp range exhausted; no offer");
                     }
@@ -496,7 +487,7 @@ impl Server {
                 };
                 self.changed();
                 self.keep_link(mac, &plan);
-                self.counters.offers.fetch_add(1, Ordering::Relaxed);
+                self.metrics.dhcp().offers.inc();
                 (ReplyKind::Offer, ip)
             }
             REQUEST => {
@@ -523,7 +514,7 @@ impl Server {
                     Ok(()) => {
                         self.changed();
                         self.keep_link(mac, &plan);
-                        self.counters.acks.fetch_add(1, Ordering::Relaxed);
+                        self.metrics.dhcp().acks.inc();
                         self.recorder.record(
                             Who::Mac(mac),
                             Kind::DhcpAck {
@@ -541,8 +532,8 @@ impl Server {
                         (ReplyKind::Ack, ip)
                     }
                     Err(why) => {
-                        self.counters.naks.fetch_add(1, Ordering::Relaxed);
-                        self.recorder.refused(Service::Dhcp);
+                        self.metrics.dhcp().naks.inc();
+                        self.metrics.dhcp().refused.inc();
                         tracing::info!(%mac, %ip, reason = %why, "dhcp nak");
                         let reply = Reply {
                             message: Some(why.to_string()),
@@ -718,7 +709,13 @@ pools:
         let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
         let table = open_table(&config).unwrap();
         let placement = Arc::new(Placement::new(&config, None, &[]));
-        Server::open(config, Recorder::discard(), table, placement)
+        Server::open(
+            config,
+            Recorder::discard(),
+            Metrics::default(),
+            table,
+            placement,
+        )
     }
 
     fn req(mac: u8, options: &[u8]) -> Request {
@@ -803,7 +800,13 @@ pools:
             let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
             let table = open_table(&config).unwrap();
             let placement = Arc::new(Placement::new(&config, None, &[]));
-            Server::open(config, Recorder::discard(), table, placement)
+            Server::open(
+                config,
+                Recorder::discard(),
+                Metrics::default(),
+                table,
+                placement,
+            )
         };
         let pxe_discover = |mac: u8| {
             let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 0, 60, 9];
@@ -928,7 +931,13 @@ pools:
         assert_eq!(config.dhcp.mode, DhcpMode::Proxy);
         let table = open_table(&config).unwrap();
         let placement = Arc::new(Placement::new(&config, None, &[]));
-        Server::open(config, Recorder::discard(), table, placement)
+        Server::open(
+            config,
+            Recorder::discard(),
+            Metrics::default(),
+            table,
+            placement,
+        )
     }
 
     #[test]
@@ -1063,7 +1072,7 @@ pools:
                 .is_none()
         );
         assert!(s.handle(&req(1, &[53, 1, 42]), from(), 12).is_none());
-        assert_eq!(s.counters.strangers.load(Ordering::Relaxed), 1);
+        assert_eq!(s.metrics.dhcp().strangers.get(), 1);
         // A relayed request is answered to the relay's server port.
         let mut relayed = req(4, &[53, 1, DISCOVER]);
         relayed.giaddr = Ipv4Addr::new(10, 77, 9, 1);

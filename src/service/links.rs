@@ -10,8 +10,9 @@
 //! of known capacity are also handed to the pacer (`service::pacing`) for their fair share.
 //! docs/links.md says why binding and not policy routing, and what the host must set for it.
 
-use super::pacing::{Paced, Pacer, PacingStats};
+use super::pacing::{Paced, Pacer};
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use socket2::SockRef;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -284,14 +285,15 @@ pub struct Links {
 
 impl Links {
     /// Resolves `server.links`, decides whether replies are bound to them, and starts the
-    /// pacer when `server.fair_share` is on and a link's capacity is known.
-    pub fn start(config: &Config, shutdown: &Shutdown) -> anyhow::Result<Links> {
+    /// pacer when `server.fair_share` is on and a link's capacity is known (its figures
+    /// counted in `metrics`).
+    pub fn start(config: &Config, metrics: &Metrics, shutdown: &Shutdown) -> anyhow::Result<Links> {
         let held = held();
         let specs = resolve_from(config, &held);
         let steering = Steering::new(config, &specs);
         let pacer = if config.server.fair_share {
             // Moving clients between links needs every link's mark (`specs`' order).
-            Pacer::start(&specs, steering.marked, shutdown)?
+            Pacer::start(&specs, steering.marked, metrics, shutdown)?
         } else {
             None
         };
@@ -350,11 +352,6 @@ impl Links {
         if !self.is_this_host(peer) {
             self.steering.steer(SockRef::from(socket), local.into());
         }
-    }
-
-    /// The pacer's figures per paced link, for /metrics.
-    pub fn pacing(&self) -> Vec<PacingStats> {
-        self.pacer.as_ref().map(|p| p.stats()).unwrap_or_default()
     }
 }
 

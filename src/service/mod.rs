@@ -14,7 +14,6 @@ pub mod lease_file;
 pub mod link_routes;
 pub mod links;
 pub mod local_addr;
-pub mod metrics;
 pub mod nbd;
 pub mod nfs;
 pub mod overlays;
@@ -30,6 +29,7 @@ pub mod web;
 
 use crate::config::Config;
 use crate::export::boot_files::NotServed;
+use crate::metrics::Metrics;
 use crate::record::egress::Egress;
 use crate::record::{Recorder, Records};
 use crate::shutdown::Shutdown;
@@ -48,14 +48,17 @@ use tokio::net::{TcpListener, TcpStream};
 pub const FIRMWARE_PRIORITY: u32 = 6;
 
 /// What every service is handed besides its sockets, one value for all (`app`'s service
-/// table): the config as served, the recorder and the records, who is at which address, the
-/// server's links and which one each client boots from, the egress samples, and the shutdown.
+/// table): the config as served, the recorder and the records, the daemon's counters, who is
+/// at which address, the server's links and which one each client boots from, the egress
+/// samples, and the shutdown.
 /// A service takes the fields it uses.
 #[derive(Clone)]
 pub struct Shared {
     pub config: Arc<Config>,
     pub recorder: Recorder,
     pub records: Arc<Records>,
+    /// The daemon's counters: each service counts into its own handle (`metrics.nfs()`).
+    pub metrics: Metrics,
     /// Who is at which address (`service::identity`, the lease table's answer).
     pub identity: Identity,
     /// The server's links (`server.links`) and their pacers.
@@ -74,6 +77,7 @@ impl Shared {
         config: Arc<Config>,
         recorder: Recorder,
         records: Arc<Records>,
+        metrics: Metrics,
         shutdown: Shutdown,
     ) -> Shared {
         let placement = Arc::new(Placement::new(&config, Some(records.clone()), &[]));
@@ -81,6 +85,7 @@ impl Shared {
             config,
             recorder,
             records,
+            metrics,
             identity: Identity::default(),
             links: Arc::new(Links::none()),
             placement,

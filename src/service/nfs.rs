@@ -26,12 +26,13 @@ use super::identity::Identity;
 use crate::boot::exports::root_allowed;
 use crate::config::{Config, RootProto, Store};
 use crate::export::tree::{self, MappedRead, Status, Tree, TreeHandle};
+use crate::metrics::Metrics;
 use crate::proto::mount::{self, Mount};
 use crate::proto::nfs3::{self, Error, Nfs};
 use crate::proto::portmap;
 use crate::proto::rpc::{self, Cred, Refusal, Writer};
 use crate::record::event::{Detach, Micros, now_micros};
-use crate::record::{Kind, Proto, Recorder, Service, Who};
+use crate::record::{Kind, Proto, Recorder, Who};
 use crate::service::quick_read::QuickRead;
 use crate::shutdown::Shutdown;
 use crate::sys::page_buf::PageBuf;
@@ -40,7 +41,6 @@ use bytes::{Buf as _, BytesMut};
 use std::io::Write as _;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
@@ -67,24 +67,11 @@ const BIG_READ: u32 = 64 * 1024;
 const MAX_DIR_REPLY: u32 = 1 << 20;
 const NFS3ERR_TOOSMALL: u32 = 10005;
 
-/// Connections closed because their RPC stream was broken (oversized or undecodable).
-static MALFORMED: AtomicU64 = AtomicU64::new(0);
-/// Calls answered GARBAGE_ARGS / PROC_UNAVAIL / PROG_UNAVAIL / PROG_MISMATCH, and
-/// connections closed at once because every slot was taken.
-static REFUSED: AtomicU64 = AtomicU64::new(0);
-
-pub fn malformed_streams() -> u64 {
-    MALFORMED.load(Ordering::Relaxed)
-}
-
-pub fn refused_calls() -> u64 {
-    REFUSED.load(Ordering::Relaxed)
-}
-
 pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::Result<()> {
     let super::Shared {
         config,
         recorder,
+        metrics,
         identity,
         shutdown,
         ..
@@ -159,8 +146,7 @@ pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             static FULL: super::bounds::LogLimit = super::bounds::LogLimit::new();
-            REFUSED.fetch_add(1, Ordering::Relaxed);
-            recorder.refused(Service::Nfs);
+            metrics.nfs().refused.inc();
             if let Some(suppressed) = FULL.allow() {
                 tracing::warn!(client = %peer, limit = MAX_CONNECTIONS, suppressed,
                     "nfs connection refused: too many");
@@ -173,6 +159,7 @@ pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::
             config: config.clone(),
             identity: identity.clone(),
             recorder: recorder.clone(),
+            metrics: metrics.clone(),
             table: table.clone(),
             peer,
             ip,
@@ -226,6 +213,7 @@ struct Conn {
     config: Arc<Config>,
     identity: Identity,
     recorder: Recorder,
+    metrics: Metrics,
     table: Arc<[portmap::Mapping]>,
     peer: SocketAddr,
     ip: Ipv4Addr,
@@ -285,8 +273,7 @@ impl Conn {
                 let used = match rpc::next_record(&inbuf, MAX_RECORD) {
                     Ok(Some((used, rec))) => {
                         if let Err(Close::Malformed(why)) = self.call(&rec, &mut out) {
-                            MALFORMED.fetch_add(1, Ordering::Relaxed);
-                            self.recorder.malformed(Service::Nfs);
+                            self.metrics.nfs().malformed.inc();
                             break 'conn why;
                         }
                         let sent = match self.data_pending.take() {
@@ -307,8 +294,7 @@ impl Conn {
                     }
                     Ok(None) => break,
                     Err(rpc::Framing::TooLong) => {
-                        MALFORMED.fetch_add(1, Ordering::Relaxed);
-                        self.recorder.malformed(Service::Nfs);
+                        self.metrics.nfs().malformed.inc();
                         break 'conn "record too long";
                     }
                 };
@@ -415,7 +401,7 @@ impl Conn {
             }
         };
         if !ok {
-            self.recorder.refused(Service::Nfs);
+            self.metrics.nfs().refused.inc();
         }
         ok
     }
@@ -425,10 +411,9 @@ impl Conn {
         let Some(c) = rpc::call(rec) else {
             return Err(Close::Malformed("not an rpc call"));
         };
-        self.recorder.request(Service::Nfs);
+        self.metrics.nfs().requests.inc();
         if c.rpcvers != 2 {
-            REFUSED.fetch_add(1, Ordering::Relaxed);
-            self.recorder.refused(Service::Nfs);
+            self.metrics.nfs().refused.inc();
             out.rpc_mismatch(c.xid);
             return Ok(());
         }
@@ -459,7 +444,7 @@ impl Conn {
                 }
                 Ok(args) => self.nfs(c.xid, &c.cred, args, out),
                 Err(r) => {
-                    self.recorder.refused(Service::Nfs);
+                    self.metrics.nfs().refused.inc();
                     refuse(out, c.xid, r)
                 }
             },
@@ -483,7 +468,7 @@ impl Conn {
                 }
                 Ok(args) => self.mount(c.xid, args, out),
                 Err(r) => {
-                    self.recorder.refused(Service::Nfs);
+                    self.metrics.nfs().refused.inc();
                     refuse(out, c.xid, r)
                 }
             },
@@ -494,14 +479,12 @@ impl Conn {
                 }
             }
             (rpc::PROG_NFS, _) | (rpc::PROG_MOUNT, _) => {
-                REFUSED.fetch_add(1, Ordering::Relaxed);
-                self.recorder.refused(Service::Nfs);
+                self.metrics.nfs().refused.inc();
                 out.accepted(c.xid, rpc::PROG_MISMATCH).words(&[3, 3]);
                 out.finish();
             }
             _ => {
-                REFUSED.fetch_add(1, Ordering::Relaxed);
-                self.recorder.refused(Service::Nfs);
+                self.metrics.nfs().refused.inc();
                 out.accepted(c.xid, rpc::PROG_UNAVAIL);
                 out.finish();
             }
@@ -564,7 +547,7 @@ impl Conn {
                     Err(st) => {
                         tracing::info!(client = %self.peer, export, status = %st, "nfs mount refused");
                         // The initrd cannot attach its root: that boot has failed.
-                        self.recorder.refused(Service::Nfs);
+                        self.metrics.nfs().refused.inc();
                         self.recorder.record(
                             Who::Ip(self.ip),
                             Kind::Failed {
@@ -672,7 +655,7 @@ impl Conn {
             && !matches!(args, Nfs::Null)
             && !self.port_ok(img)
         {
-            self.recorder.refused(Service::Nfs);
+            self.metrics.nfs().refused.inc();
             out.accepted(xid, rpc::SUCCESS).u32(Error::Acces.nfsstat3());
             if !matches!(args, Nfs::GetAttr(_)) {
                 out.u32(0);
@@ -909,7 +892,7 @@ impl Conn {
     fn permitted(&self, a: &nfs3::Attr, cred: &Cred, want: u32, owner_override: bool) -> bool {
         let ok = nfs3::may(a, cred, want, owner_override);
         if !ok {
-            self.recorder.refused(Service::Nfs);
+            self.metrics.nfs().refused.inc();
             tracing::debug!(client = %self.peer, uid = ?cred.uid, mode = a.mode, owner = a.uid,
                 group = a.gid, want, "nfs permission denied");
         }
@@ -931,7 +914,6 @@ fn read_ok_header(out: &mut Writer, attr: &nfs3::Attr, n: usize, eof: bool) {
 }
 
 fn refuse(out: &mut Writer, xid: u32, r: Refusal) {
-    REFUSED.fetch_add(1, Ordering::Relaxed);
     let stat = match r {
         Refusal::ProcUnavail => rpc::PROC_UNAVAIL,
         Refusal::GarbageArgs => rpc::GARBAGE_ARGS,

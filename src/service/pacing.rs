@@ -10,17 +10,19 @@
 //! The pacer holds its own descriptor of each socket (a dup), so a descriptor number that a
 //! closed connection gave up and another socket took is never paced by mistake. The
 //! registration (`Paced`) lives beside the connection's stream and lets go when it is dropped.
+//! Each paced link's figures (`metrics::PacedLink`) are listed in the daemon's `Metrics` when
+//! the pacer starts, and `/metrics` serves them.
 
 use super::fair_share::{self, Seen};
 use super::links::LinkSpec;
 use super::rebalance::{self, ClientLoad, LinkLoad};
+use crate::metrics::{Metrics, PacedLink};
 use crate::proto::tcp_info::{self, TcpInfo};
 use crate::shutdown::Shutdown;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,7 +51,8 @@ struct Link {
     capacity_bps: u64,
     /// The mark that sends a socket by this link (`link_routes`).
     mark: Option<u32>,
-    stats: Stats,
+    /// Its figures, as `/metrics` shows them.
+    stats: Arc<PacedLink>,
 }
 
 struct Conns {
@@ -76,40 +79,6 @@ struct Conn {
     moved: Option<Instant>,
 }
 
-#[derive(Default)]
-struct Stats {
-    connections: AtomicU64,
-    clients: AtomicU64,
-    wanting: AtomicU64,
-    share: AtomicU64,
-    carried: AtomicU64,
-    rounds: AtomicU64,
-    caps_set: AtomicU64,
-    moved_away: AtomicU64,
-}
-
-/// One paced link's figures (/metrics).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PacingStats {
-    pub device: String,
-    pub address: Ipv4Addr,
-    /// What all paced connections together may send, bytes/s.
-    pub budget_bytes: u64,
-    pub connections: u64,
-    /// Of the last round: clients that sent or had bytes waiting, those that wanted more,
-    /// one client's share in bytes/s (0: not paced), and what the registered connections
-    /// carried together in bytes/s.
-    pub clients: u64,
-    pub wanting: u64,
-    pub share_bytes: u64,
-    pub carried_bytes: u64,
-    /// Rounds in which the link was paced, and caps set on connections.
-    pub rounds: u64,
-    pub caps_set: u64,
-    /// Clients whose replies were moved from this link to another (`rebalance`).
-    pub moved_away: u64,
-}
-
 /// A connection's registration with the pacer; dropping it ends the pacing.
 pub struct Paced(Option<(Arc<Pacer>, u64)>);
 
@@ -124,7 +93,7 @@ impl Drop for Paced {
         if let Some((pacer, id)) = self.0.take() {
             // Closes the pacer's descriptor; the connection's own may already be closed.
             if let Some(c) = pacer.lock().all.remove(&id) {
-                pacer.links[c.link].stats.connections.fetch_sub(1, Relaxed);
+                pacer.links[c.link].stats.connections.sub(1);
             }
         }
     }
@@ -138,9 +107,10 @@ impl Pacer {
     pub fn start(
         specs: &[LinkSpec],
         movable: bool,
+        metrics: &Metrics,
         shutdown: &Shutdown,
     ) -> anyhow::Result<Option<Arc<Pacer>>> {
-        let pacer = Pacer::new(specs, movable);
+        let pacer = Pacer::new(specs, movable, metrics);
         if pacer.links.is_empty() {
             return Ok(None);
         }
@@ -167,18 +137,21 @@ impl Pacer {
         Ok(Some(pacer))
     }
 
-    /// The links of `specs` whose capacity is known, with no thread.
-    fn new(specs: &[LinkSpec], movable: bool) -> Pacer {
+    /// The links of `specs` whose capacity is known, with no thread; their figures are listed
+    /// in `metrics`.
+    fn new(specs: &[LinkSpec], movable: bool, metrics: &Metrics) -> Pacer {
         let links: Vec<Link> = specs
             .iter()
             .enumerate()
             .filter_map(|(i, s)| {
+                let capacity_bps = s.capacity_bps.filter(|c| *c > 0)?;
+                let budget = fair_share::budget(capacity_bps) as u64;
                 Some(Link {
                     address: s.address,
                     device: s.device.clone(),
-                    capacity_bps: s.capacity_bps.filter(|c| *c > 0)?,
+                    capacity_bps,
                     mark: movable.then(|| super::link_routes::mark(i)),
-                    stats: Stats::default(),
+                    stats: metrics.paced_link(&s.device, budget),
                 })
             })
             .collect();
@@ -222,7 +195,7 @@ impl Pacer {
         };
         // On a link being paced, a new connection starts at a client's share: unpaced, it
         // could fill the link's queue for a round before the pacer sees it.
-        let share = link.stats.share.load(Relaxed);
+        let share = link.stats.share.get();
         let cap = (share > 0 && set_cap(fd.as_fd(), Some(share)).is_ok()).then_some(share);
         let mut conns = self.lock();
         let id = conns.next;
@@ -245,30 +218,8 @@ impl Pacer {
                 moved: None,
             },
         );
-        link.stats.connections.fetch_add(1, Relaxed);
+        link.stats.connections.inc();
         Paced(Some((self.clone(), id)))
-    }
-
-    pub fn stats(&self) -> Vec<PacingStats> {
-        self.links
-            .iter()
-            .map(|l| {
-                let s = &l.stats;
-                PacingStats {
-                    device: l.device.clone(),
-                    address: l.address,
-                    budget_bytes: fair_share::budget(l.capacity_bps) as u64,
-                    connections: s.connections.load(Relaxed),
-                    clients: s.clients.load(Relaxed),
-                    wanting: s.wanting.load(Relaxed),
-                    share_bytes: s.share.load(Relaxed),
-                    carried_bytes: s.carried.load(Relaxed),
-                    rounds: s.rounds.load(Relaxed),
-                    caps_set: s.caps_set.load(Relaxed),
-                    moved_away: s.moved_away.load(Relaxed),
-                }
-            })
-            .collect()
     }
 
     fn run(&self, shutdown: &Shutdown) {
@@ -329,7 +280,7 @@ impl Pacer {
                 None => 1.0,
             };
             let set = link.apply(&mut conns, &ids[i], &plan.caps, &seen[i]);
-            link.stats.record(&plan, set);
+            record(&link.stats, &plan, set);
             plans.push(plan);
         }
         if self.movable {
@@ -390,10 +341,10 @@ impl Pacer {
                 }
                 c.link = m.to;
                 c.moved = Some(now);
-                from.stats.connections.fetch_sub(1, Relaxed);
-                to.stats.connections.fetch_add(1, Relaxed);
+                from.stats.connections.sub(1);
+                to.stats.connections.inc();
             }
-            from.stats.moved_away.fetch_add(1, Relaxed);
+            from.stats.moved_away.inc();
             tracing::debug!(client = %m.client, from = %from.device, to = %to.device,
                 cap = ?cap, "client moved to a link with room");
         }
@@ -431,17 +382,16 @@ impl Link {
     }
 }
 
-impl Stats {
-    fn record(&self, plan: &fair_share::Plan, caps_set: u64) {
-        self.clients.store(plan.active.len() as u64, Relaxed);
-        self.wanting.store(plan.wanting as u64, Relaxed);
-        self.share.store(plan.share.unwrap_or(0), Relaxed);
-        self.carried.store(plan.carried, Relaxed);
-        if plan.share.is_some() {
-            self.rounds.fetch_add(1, Relaxed);
-        }
-        self.caps_set.fetch_add(caps_set, Relaxed);
+/// A round's figures for one link.
+fn record(stats: &PacedLink, plan: &fair_share::Plan, caps_set: u64) {
+    stats.clients.set(plan.active.len() as u64);
+    stats.wanting.set(plan.wanting as u64);
+    stats.share.set(plan.share.unwrap_or(0));
+    stats.carried.set(plan.carried);
+    if plan.share.is_some() {
+        stats.rounds.inc();
     }
+    stats.caps_set.add(caps_set);
 }
 
 /// Whether a cap differs enough from the one in force to be set.
@@ -523,7 +473,8 @@ mod tests {
             device: "lo".into(),
             capacity_bps: Some(100_000_000),
         };
-        let pacer = Arc::new(Pacer::new(&[spec], false));
+        let metrics = Metrics::default();
+        let pacer = Arc::new(Pacer::new(&[spec], false, &metrics));
         let (a, _a) = pair();
         let (b, _b) = pair();
         let client = Ipv4Addr::new(127, 0, 0, 1);
@@ -531,15 +482,15 @@ mod tests {
         let pb = pacer.register(b.as_fd(), Ipv4Addr::LOCALHOST, client);
         let other = pacer.register(b.as_fd(), Ipv4Addr::new(10, 0, 0, 1), client);
         assert!(other.0.is_none());
-        assert_eq!(pacer.stats()[0].connections, 2);
-        assert_eq!(pacer.stats()[0].budget_bytes, 11_250_000);
+        assert_eq!(pacer.links[0].stats.connections.get(), 2);
+        assert_eq!(metrics.paced()[0].budget_bytes, 11_250_000);
         drop(pa);
-        assert_eq!(pacer.stats()[0].connections, 1);
+        assert_eq!(pacer.links[0].stats.connections.get(), 1);
         drop(pb);
-        assert_eq!(pacer.stats()[0].connections, 0);
+        assert_eq!(pacer.links[0].stats.connections.get(), 0);
         // On a link being paced, a connection starts at a client's share.
         assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, u64::MAX);
-        pacer.links[0].stats.share.store(500_000, Relaxed);
+        pacer.links[0].stats.share.set(500_000);
         let _pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client);
         assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, 500_000);
     }
@@ -553,7 +504,11 @@ mod tests {
             capacity_bps: None,
         };
         let shutdown = Shutdown::new();
-        assert!(Pacer::start(&[spec], false, &shutdown).unwrap().is_none());
+        assert!(
+            Pacer::start(&[spec], false, &Metrics::default(), &shutdown)
+                .unwrap()
+                .is_none()
+        );
         shutdown.stop_and_wait().await;
     }
 }

@@ -2,11 +2,10 @@
 //! initramfs tools and `mount -t nfs` find MOUNT and NFS without `port=` options. The answers
 //! come from `proto::portmap`; this file owns framing, limits and timeouts.
 
+use crate::metrics::Portmap;
 use crate::proto::portmap::{self, Mapping, Outcome};
-use crate::record::{Recorder, Service};
 use crate::shutdown::Shutdown;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -16,17 +15,10 @@ const MAX_CONNECTIONS: usize = 64;
 /// A portmapper exchange is one or two calls; a quiet connection is dropped.
 const IDLE: Duration = Duration::from_secs(30);
 
-/// Calls that could not be answered (not RPC, oversized, truncated).
-static MALFORMED: AtomicU64 = AtomicU64::new(0);
-
-pub fn malformed_calls() -> u64 {
-    MALFORMED.load(Ordering::Relaxed)
-}
-
 pub async fn serve(tcp: TcpListener, udp: UdpSocket, shared: super::Shared) -> anyhow::Result<()> {
     let super::Shared {
         config,
-        recorder,
+        metrics,
         shutdown,
         ..
     } = shared;
@@ -34,8 +26,8 @@ pub async fn serve(tcp: TcpListener, udp: UdpSocket, shared: super::Shared) -> a
         portmap::table(config.server.ports.nfs, config.server.ports.portmap).into();
     let stop = shutdown.clone();
     let udp_table = table.clone();
-    let udp_recorder = recorder.clone();
-    shutdown.spawn(async move { serve_udp(udp, &udp_table, &udp_recorder, stop).await });
+    let udp_metrics = metrics.clone();
+    shutdown.spawn(async move { serve_udp(udp, &udp_table, udp_metrics.portmap(), stop).await });
 
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
@@ -51,14 +43,14 @@ pub async fn serve(tcp: TcpListener, udp: UdpSocket, shared: super::Shared) -> a
             },
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            recorder.refused(Service::Portmap);
+            metrics.portmap().refused.inc();
             tracing::warn!(client = %peer, "portmap connection refused: too many");
             continue;
         };
-        let (table, stop, recorder) = (table.clone(), shutdown.clone(), recorder.clone());
+        let (table, stop, metrics) = (table.clone(), shutdown.clone(), metrics.clone());
         shutdown.spawn(async move {
             tokio::select! {
-                _ = connection(stream, &table, &recorder) => {}
+                _ = connection(stream, &table, metrics.portmap()) => {}
                 _ = stop.wait() => {}
             }
             drop(slot);
@@ -66,7 +58,7 @@ pub async fn serve(tcp: TcpListener, udp: UdpSocket, shared: super::Shared) -> a
     }
 }
 
-async fn serve_udp(udp: UdpSocket, table: &[Mapping], recorder: &Recorder, shutdown: Shutdown) {
+async fn serve_udp(udp: UdpSocket, table: &[Mapping], counts: &Portmap, shutdown: Shutdown) {
     let mut buf = vec![0u8; portmap::MAX_CALL + 1];
     loop {
         let (n, peer) = tokio::select! {
@@ -79,13 +71,12 @@ async fn serve_udp(udp: UdpSocket, table: &[Mapping], recorder: &Recorder, shutd
         };
         match portmap::answer(&buf[..n], table) {
             Some(a) => {
-                recorder.request(Service::Portmap);
+                counts.requests.inc();
                 log(&a.outcome, peer, "udp");
                 let _ = udp.send_to(&a.reply, peer).await;
             }
             None => {
-                MALFORMED.fetch_add(1, Ordering::Relaxed);
-                recorder.malformed(Service::Portmap);
+                counts.malformed.inc();
             }
         }
     }
@@ -93,7 +84,7 @@ async fn serve_udp(udp: UdpSocket, table: &[Mapping], recorder: &Recorder, shutd
 
 /// One TCP connection: record-marked calls, each a single fragment no larger than
 /// `MAX_CALL`; anything else closes the connection.
-async fn connection(mut s: TcpStream, table: &[Mapping], recorder: &Recorder) {
+async fn connection(mut s: TcpStream, table: &[Mapping], counts: &Portmap) {
     let peer = s.peer_addr().ok();
     let mut call = Vec::with_capacity(portmap::MAX_CALL);
     loop {
@@ -105,8 +96,7 @@ async fn connection(mut s: TcpStream, table: &[Mapping], recorder: &Recorder) {
         let word = u32::from_be_bytes(mark);
         let len = (word & 0x7fff_ffff) as usize;
         if word & 0x8000_0000 == 0 || len > portmap::MAX_CALL {
-            MALFORMED.fetch_add(1, Ordering::Relaxed);
-            recorder.malformed(Service::Portmap);
+            counts.malformed.inc();
             return;
         }
         call.resize(len, 0);
@@ -115,11 +105,10 @@ async fn connection(mut s: TcpStream, table: &[Mapping], recorder: &Recorder) {
             _ => return,
         }
         let Some(a) = portmap::answer(&call, table) else {
-            MALFORMED.fetch_add(1, Ordering::Relaxed);
-            recorder.malformed(Service::Portmap);
+            counts.malformed.inc();
             return;
         };
-        recorder.request(Service::Portmap);
+        counts.requests.inc();
         if let Some(peer) = peer {
             log(&a.outcome, peer, "tcp");
         }

@@ -27,15 +27,15 @@ use super::identity::Identity;
 use super::links::Links;
 use crate::config::Config;
 use crate::export::boot_files::{NotServed, handed_out, resolve};
+use crate::metrics::Metrics;
 use crate::proto::tftp::{self as wire, Mode, Packet, Sender, err};
-use crate::record::{Kind, Outcome, Proto, Recorder, Service, Who};
+use crate::record::{Kind, Outcome, Proto, Recorder, Who};
 use crate::service::tftp_transfers::{self, Source, Transfer, Transfers};
 use std::io::Read;
 use std::net::UdpSocket;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use std::time::Instant;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -53,17 +53,11 @@ pub const MAX_RTO: Duration = Duration::from_secs(5);
 /// netascii is converted in memory; boot files are sent octet, so this only bounds misuse.
 const MAX_NETASCII: u64 = 16 << 20;
 
-#[derive(Debug, Default)]
-pub struct Counters {
-    pub malformed: AtomicU64,
-    pub refused: AtomicU64,
-    pub busy: AtomicU64,
-}
-
 pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyhow::Result<()> {
     let super::Shared {
         config,
         recorder,
+        metrics,
         links,
         identity,
         shutdown,
@@ -72,7 +66,7 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
     super::local_addr::enable(&socket)?;
     let limit = Arc::new(Semaphore::new(MAX_TRANSFERS));
     let per_client = PerClient::default();
-    let counters = Arc::new(Counters::default());
+    let counts = metrics.tftp();
     let transfers = Arc::new(Transfers::start(&shutdown)?);
     let mut buf = vec![0u8; wire::MAX_REQUEST + 1];
     static STRANGER: super::bounds::LogLimit = super::bounds::LogLimit::new();
@@ -89,9 +83,8 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
             },
         };
         if !from_a_client(&config, peer.ip()) {
-            recorder.request(Service::Tftp);
-            recorder.refused(Service::Tftp);
-            counters.refused.fetch_add(1, Ordering::Relaxed);
+            counts.requests.inc();
+            counts.refused.inc();
             if let Some(suppressed) = STRANGER.allow() {
                 tracing::warn!(%peer, suppressed, "tftp packet from outside limits.tftp_clients dropped");
             }
@@ -99,10 +92,10 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
         }
         match wire::decode(&buf[..n]) {
             Ok(Packet::Read(req)) => {
-                recorder.request(Service::Tftp);
+                counts.requests.inc();
                 let Ok(permit) = limit.clone().try_acquire_owned() else {
-                    recorder.refused(Service::Tftp);
-                    let c = counters.busy.fetch_add(1, Ordering::Relaxed) + 1;
+                    counts.refused.inc();
+                    let c = counts.busy.add(1);
                     if let Some(suppressed) = BUSY.allow() {
                         tracing::warn!(%peer, file = %req.file, limit = MAX_TRANSFERS, refused = c,
                             suppressed, "tftp transfer limit reached; refusing");
@@ -113,8 +106,8 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
                     continue;
                 };
                 let Some(slot) = per_client.take(peer.ip()) else {
-                    recorder.refused(Service::Tftp);
-                    let c = counters.busy.fetch_add(1, Ordering::Relaxed) + 1;
+                    counts.refused.inc();
+                    let c = counts.busy.add(1);
                     if let Some(suppressed) = BUSY.allow() {
                         tracing::warn!(%peer, file = %req.file, limit = MAX_PER_CLIENT, refused = c,
                             suppressed, "tftp per-client transfer limit reached; refusing");
@@ -133,7 +126,7 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
                     req,
                     config: config.clone(),
                     recorder: recorder.clone(),
-                    counters: counters.clone(),
+                    metrics: metrics.clone(),
                     links: links.clone(),
                     identity: identity.clone(),
                     permits: (permit, slot),
@@ -146,9 +139,8 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
                 });
             }
             Ok(Packet::Write(req)) => {
-                recorder.request(Service::Tftp);
-                recorder.refused(Service::Tftp);
-                counters.refused.fetch_add(1, Ordering::Relaxed);
+                counts.requests.inc();
+                counts.refused.inc();
                 tracing::info!(%peer, file = %req.file, "tftp write refused");
                 let _ = socket
                     .send_to(&wire::encode_error(err::ACCESS, "read-only server"), peer)
@@ -156,13 +148,11 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
             }
             Ok(other) => {
                 // A late packet of a finished transfer, or a confused client.
-                recorder.malformed(Service::Tftp);
-                counters.malformed.fetch_add(1, Ordering::Relaxed);
+                counts.malformed.inc();
                 tracing::debug!(%peer, packet = ?short(&other), "tftp packet on the request port dropped");
             }
             Err(e) => {
-                recorder.malformed(Service::Tftp);
-                let c = counters.malformed.fetch_add(1, Ordering::Relaxed) + 1;
+                let c = counts.malformed.add(1);
                 tracing::debug!(%peer, error = %e, malformed = c, "tftp packet dropped");
             }
         }
@@ -233,7 +223,7 @@ struct Request {
     req: wire::Request,
     config: Arc<Config>,
     recorder: Recorder,
-    counters: Arc<Counters>,
+    metrics: Metrics,
     links: Arc<Links>,
     /// Who holds the asking address: GRUB's config is its client's.
     identity: Identity,
@@ -251,7 +241,7 @@ struct Owner {
     size: u64,
     started: Instant,
     recorder: Recorder,
-    counters: Arc<Counters>,
+    metrics: Metrics,
     _permits: (OwnedSemaphorePermit, Slot),
 }
 
@@ -273,8 +263,7 @@ impl Request {
             match super::grub_config::for_peer(&self.config, &self.identity, self.peer.ip()) {
                 Ok(text) => Some(text),
                 Err(why) => {
-                    self.counters.refused.fetch_add(1, Ordering::Relaxed);
-                    self.recorder.refused(Service::Tftp);
+                    self.metrics.tftp().refused.inc();
                     tracing::info!(peer = %self.peer, %file, reason = why, "tftp grub config refused");
                     let _ = sock.send_to(
                         &wire::encode_error(err::NOT_FOUND, "file not found"),
@@ -314,7 +303,7 @@ impl Request {
             size,
             started: Instant::now(),
             recorder: self.recorder,
-            counters: self.counters,
+            metrics: self.metrics,
             _permits: self.permits,
         };
         Some(Transfer::new(
@@ -338,8 +327,7 @@ impl Request {
             Err(e) => {
                 super::warn_not_served(&e);
                 let text = e.reason();
-                self.counters.refused.fetch_add(1, Ordering::Relaxed);
-                self.recorder.refused(Service::Tftp);
+                self.metrics.tftp().refused.inc();
                 tracing::info!(peer = %self.peer, %file, reason = text, "tftp read refused");
                 let code = tftp_code(&e);
                 if code == err::NOT_FOUND {
@@ -352,7 +340,7 @@ impl Request {
             Ok(x) => Ok((x, kind)),
             Err(e) => {
                 tracing::warn!(peer = %self.peer, %file, error = %e, "tftp cannot read file");
-                self.recorder.refused(Service::Tftp);
+                self.metrics.tftp().refused.inc();
                 self.missing(file, "cannot read file");
                 Err(wire::encode_error(err::NOT_FOUND, "cannot read file"))
             }
@@ -409,8 +397,7 @@ fn tftp_code(e: &NotServed) -> u16 {
 
 impl tftp_transfers::Owner for Owner {
     fn malformed(&self) {
-        self.counters.malformed.fetch_add(1, Ordering::Relaxed);
-        self.recorder.malformed(Service::Tftp);
+        self.metrics.tftp().malformed.inc();
     }
 
     fn ended(self: Box<Self>, outcome: Outcome, bytes: u64) {

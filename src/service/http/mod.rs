@@ -21,14 +21,15 @@ mod conn;
 mod guard;
 
 use crate::config::Config;
+use crate::metrics::{Metrics, prometheus};
 use crate::record::egress::Egress;
-use crate::record::{Recorder, Records, Service};
+use crate::record::{Recorder, Records};
 use crate::shutdown::Shutdown;
 use api::{
     boot_console, boots, clients, compare, egress, pools, release_lease, stream, wave_by_id, waves,
 };
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use boot::{boot_script, image_file, loader};
@@ -46,8 +47,8 @@ pub struct Web {
     pub egress: Arc<Egress>,
     /// Who is at which address (`service::identity`).
     pub identity: super::identity::Identity,
-    /// The server's links (their pacing figures, for /metrics).
-    pub links: Arc<super::links::Links>,
+    /// The daemon's counters, which `/metrics` serves.
+    pub metrics: Metrics,
     /// The DHCP service, for the actions on the lease table.
     pub dhcp: super::dhcp::Commands,
 }
@@ -61,7 +62,7 @@ impl Web {
             records: shared.records.clone(),
             egress: shared.egress.clone(),
             identity: shared.identity.clone(),
-            links: shared.links.clone(),
+            metrics: shared.metrics.clone(),
             dhcp,
         }
     }
@@ -76,7 +77,7 @@ pub async fn serve(
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let limits = web.config.limits.clone();
-    let recorder = web.recorder.clone();
+    let metrics = web.metrics.clone();
     let app = router(web);
     let slots = Arc::new(tokio::sync::Semaphore::new(limits.http_connections));
     let per_client = super::bounds::PerAddress::new(limits.http_per_client);
@@ -91,7 +92,7 @@ pub async fn serve(
         };
         let Some(held) = held else {
             // Closed at once: a refused connection costs no task and no buffer.
-            recorder.refused(Service::Http);
+            metrics.http().refused.inc();
             if let Some(suppressed) = REFUSED.allow() {
                 tracing::warn!(%peer, total = limits.http_connections,
                     per_client = limits.http_per_client, suppressed,
@@ -126,7 +127,7 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/compare", get(compare))
         .route("/api/v1/egress", get(egress))
         .route("/api/v1/stream", get(stream))
-        .route("/metrics", get(super::metrics::render))
+        .route("/metrics", get(metrics_text))
         .route("/api/v1/pools", get(pools))
         .route("/api/v1/images", get(super::images_api::images))
         .route("/api/v1/clients", get(clients))
@@ -149,12 +150,38 @@ async fn count_request(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    web.recorder.request(Service::Http);
+    web.metrics.http().requests.inc();
     let res = next.run(req).await;
     if res.status().is_client_error() {
-        web.recorder.refused(Service::Http);
+        web.metrics.http().refused.inc();
     }
     res
+}
+
+/// `/metrics`: what `metrics::prometheus` writes of the daemon's counters, its boots and the
+/// links the egress sampler last read.
+async fn metrics_text(State(web): State<Web>) -> impl IntoResponse {
+    let tally = web
+        .records
+        .read(|t| crate::record::view::tally(t.boots(), crate::record::event::now_micros()));
+    let links = web.egress.links();
+    let links: Vec<prometheus::Link> = links
+        .iter()
+        .map(|l| prometheus::Link {
+            name: &l.name,
+            master: l.master.as_deref().unwrap_or(""),
+            tx_bytes: l.tx_bytes,
+            rx_bytes: l.rx_bytes,
+            speed_bytes: l.speed_mbps.map(|mbps| u64::from(mbps) * 125_000),
+        })
+        .collect();
+    let text = prometheus::text(&prometheus::Sources {
+        metrics: &web.metrics,
+        boots: &tally.boots,
+        phases: &tally.phases,
+        links: &links,
+    });
+    ([(header::CONTENT_TYPE, prometheus::CONTENT_TYPE)], text)
 }
 
 fn not_found(what: &str) -> Response {

@@ -6,12 +6,11 @@ use crate::boot::exports::root_allowed;
 use crate::config::{Image, RootProto, Store};
 use crate::export::image::{self, BlockImage};
 use crate::proto::nbd::{self as p, ClientFlags, Malformed, OptRequest, OptionHeader};
-use crate::record::{Kind, Proto, Service};
+use crate::record::{Kind, Proto};
 use crate::service::bounds::LogLimit;
 use crate::service::overlays::Overlays;
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -92,7 +91,7 @@ impl Conn {
     async fn open(&self, name: &str) -> Result<(BlockImage, Arc<Image>), Unavailable> {
         let image = image::lookup(&self.config, name).ok_or(Unavailable::Unknown)?;
         if !self.may_use(&image.name) {
-            self.recorder.refused(Service::Nbd);
+            self.metrics.nbd().refused.inc();
             static REFUSED: LogLimit = LogLimit::new();
             if let Some(suppressed) = REFUSED.allow() {
                 tracing::warn!(peer = %self.peer, export = %image.name, suppressed, "nbd client holds no lease of a pool booting this image over nbd; refused");
@@ -167,7 +166,7 @@ impl Conn {
 
     /// A client asked to attach an export it cannot have: its root will not come up.
     fn root_refused(&self, name: &str) {
-        self.recorder.refused(Service::Nbd);
+        self.metrics.nbd().refused.inc();
         if let Some(who) = self.who() {
             self.recorder.record(
                 who,
@@ -193,12 +192,11 @@ impl Conn {
             let mut data = vec![0; h.len as usize];
             stream.read_exact(&mut data).await?;
             let mut out = Vec::new();
-            self.recorder.request(Service::Nbd);
+            self.metrics.nbd().requests.inc();
             match OptRequest::decode(h.option, &data) {
                 Err(e) if h.option == p::OPT_EXPORT_NAME => return Err(e.into()),
                 Err(e) => {
-                    self.stats.malformed.fetch_add(1, Relaxed);
-                    self.recorder.malformed(Service::Nbd);
+                    self.metrics.nbd().malformed.inc();
                     tracing::debug!(peer = %self.peer, option = h.option, error = %e, "nbd bad option");
                     p::opt_error(&mut out, h.option, p::REP_ERR_INVALID, &e.to_string());
                 }

@@ -31,8 +31,9 @@ mod writer;
 use crate::config::Config;
 use crate::export::image::{self, BlockImage, RamImages};
 use crate::export::mapping::Mapping;
+use crate::metrics::Metrics;
 use crate::record::event::{Detach, now_micros};
-use crate::record::{Kind, Proto, Recorder, Records, Service, Who};
+use crate::record::{Kind, Proto, Recorder, Records, Who};
 use crate::service::identity::Identity;
 use crate::service::overlays::{Lease, Overlays};
 use crate::shutdown::Shutdown;
@@ -42,7 +43,6 @@ use idle::{Activity, IdleConns};
 use reply::BufPool;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
@@ -101,26 +101,6 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often image mappings whose file was deleted or replaced are let go of.
 const FORGET_STALE_EVERY: Duration = Duration::from_secs(30);
 
-/// What the service has seen, for logs now and metrics later.
-#[derive(Debug, Default)]
-pub struct Stats {
-    pub connections: AtomicU64,
-    /// Connections closed at once because `Limits::max_connections` were open.
-    pub refused: AtomicU64,
-    pub attached: AtomicU64,
-    /// Bad magic, unknown flags, oversized or unparsable options, absurd requests.
-    pub malformed: AtomicU64,
-    /// Transmission requests answered with an error.
-    pub errors: AtomicU64,
-    pub reads: AtomicU64,
-    pub bytes: AtomicU64,
-    /// WRITE requests done on copy-on-write exports, and their payload bytes.
-    pub writes: AtomicU64,
-    pub written: AtomicU64,
-    /// Writes refused because the client's overlay bound was reached.
-    pub no_space: AtomicU64,
-}
-
 /// What every connection shares: images held in memory, the overlays, the records.
 struct Exports {
     ram: Arc<RamImages>,
@@ -132,20 +112,19 @@ struct Exports {
 
 pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::Result<()> {
     let limits = Limits::of(&shared.config.limits);
-    let stats = Arc::default();
-    serve_with(listener, shared, limits, stats).await
+    serve_with(listener, shared, limits).await
 }
 
-/// `serve` within `limits`, counting into `stats`.
+/// `serve` within `limits`.
 pub async fn serve_with(
     listener: super::Listener,
     shared: super::Shared,
     limits: Limits,
-    stats: Arc<Stats>,
 ) -> anyhow::Result<()> {
     let super::Shared {
         config,
         recorder,
+        metrics,
         records,
         identity,
         shutdown,
@@ -186,8 +165,8 @@ pub async fn serve_with(
             break;
         };
         let refuse = |why: &'static str| {
-            stats.refused.fetch_add(1, Relaxed);
-            recorder.refused(Service::Nbd);
+            metrics.nbd().full.inc();
+            metrics.nbd().refused.inc();
             if let Some(suppressed) = REFUSED.allow() {
                 tracing::warn!(%peer, max = limits.max_connections, per_client = limits.per_client,
                     suppressed, "nbd connection refused: {why}");
@@ -206,14 +185,14 @@ pub async fn serve_with(
                 continue;
             }
         };
-        stats.connections.fetch_add(1, Relaxed);
+        metrics.nbd().connections.inc();
         let activity = idle.register();
         let conn = Conn {
             peer,
             config: config.clone(),
             recorder: recorder.clone(),
             shutdown: shutdown.clone(),
-            stats: stats.clone(),
+            metrics: metrics.clone(),
             buffers: buffers.clone(),
             exports: exports.clone(),
             limits,
@@ -233,13 +212,14 @@ pub async fn serve_with(
             conn.run(stream).await;
         });
     }
+    let counts = metrics.nbd();
     tracing::info!(
-        connections = stats.connections.load(Relaxed),
-        attached = stats.attached.load(Relaxed),
-        refused = stats.refused.load(Relaxed),
-        malformed = stats.malformed.load(Relaxed),
-        reads = stats.reads.load(Relaxed),
-        bytes = stats.bytes.load(Relaxed),
+        connections = counts.connections.get(),
+        attached = counts.attached.get(),
+        refused = counts.full.get(),
+        malformed = counts.malformed.get(),
+        reads = counts.reads.get(),
+        bytes = counts.bytes.get(),
         "nbd stopped"
     );
     Ok(())
@@ -249,7 +229,7 @@ struct Conn {
     config: Arc<Config>,
     recorder: Recorder,
     shutdown: Shutdown,
-    stats: Arc<Stats>,
+    metrics: Metrics,
     buffers: Arc<Semaphore>,
     exports: Arc<Exports>,
     limits: Limits,
@@ -284,8 +264,7 @@ impl Conn {
                     end,
                     HandshakeEnd::Malformed(_) | HandshakeEnd::TooManyOptions
                 ) {
-                    self.stats.malformed.fetch_add(1, Relaxed);
-                    self.recorder.malformed(Service::Nbd);
+                    self.metrics.nbd().malformed.inc();
                 }
                 match end {
                     HandshakeEnd::Aborted => {
@@ -312,7 +291,7 @@ impl Conn {
                 return;
             }
         };
-        self.stats.attached.fetch_add(1, Relaxed);
+        self.metrics.nbd().attached.inc();
         let export = attached.image.name().to_string();
         if let Some(who) = self.who() {
             self.recorder.record(

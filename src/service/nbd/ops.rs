@@ -3,13 +3,13 @@
 
 use super::reply::{Body, Reply, plain};
 use super::transmit::Source;
-use super::{Exports, Stats, poisoned};
+use super::{Exports, poisoned};
 use crate::export::cow::CowError;
+use crate::metrics::Nbd;
 use crate::proto::nbd::{self as p, Verdict};
 use crate::service::bounds::LogLimit;
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::Ordering::Relaxed;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// A request that needs a blocking thread (file I/O, or the overlay's lock): its verdict, a
@@ -46,12 +46,12 @@ pub(super) async fn run_op(
     op: Op,
     cookie: u64,
     slot: OwnedSemaphorePermit,
-    stats: &Stats,
+    counts: &Nbd,
 ) -> Reply {
     if let Verdict::Read { offset, len } = op.verdict {
         let reply = read(source, buffers, exports, offset, len, cookie, slot).await;
         if reply.payload == 0 && len > 0 {
-            stats.errors.fetch_add(1, Relaxed);
+            counts.errors.inc();
         }
         return reply;
     }
@@ -87,19 +87,19 @@ pub(super) async fn run_op(
     let errno = match result {
         Ok(Ok(written)) => {
             if written > 0 {
-                stats.writes.fetch_add(1, Relaxed);
-                stats.written.fetch_add(written, Relaxed);
+                counts.writes.inc();
+                counts.written.add(written);
             }
             0
         }
         Ok(Err(CowError::NoSpace)) => {
-            stats.no_space.fetch_add(1, Relaxed);
+            counts.no_space.inc();
             p::ENOSPC
         }
         Ok(Err(CowError::TotalFull)) => {
             // Not this client's doing alone: say so, a few lines at a time.
             static FULL: LogLimit = LogLimit::new();
-            stats.no_space.fetch_add(1, Relaxed);
+            counts.no_space.inc();
             if let Some(suppressed) = FULL.allow() {
                 tracing::warn!(
                     suppressed,
@@ -119,7 +119,7 @@ pub(super) async fn run_op(
         }
     };
     if errno != 0 {
-        stats.errors.fetch_add(1, Relaxed);
+        counts.errors.inc();
     }
     plain(errno, cookie, slot)
 }

@@ -33,7 +33,7 @@ struct Setup {
     _dir: tempfile::TempDir,
     addr: SocketAddr,
     shutdown: Shutdown,
-    stats: Arc<Stats>,
+    metrics: Metrics,
     recorder: Recorder,
     records: Arc<Records>,
     served: tokio::task::JoinHandle<anyhow::Result<()>>,
@@ -46,22 +46,25 @@ async fn start(limits: Limits) -> Setup {
     std::fs::write(dir.path().join("demo/rootfs.img"), bytes).unwrap();
     let config = Config::parse(&dir.path().join("pools.yaml"), CONFIG).unwrap();
     let shutdown = Shutdown::new();
-    let (recorder, records) = record::start(&config.server, &shutdown).await.unwrap();
+    let metrics = Metrics::default();
+    let (recorder, records) = record::start(&config.server, &shutdown, &metrics)
+        .await
+        .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let stats = Arc::new(Stats::default());
     let shared = crate::service::Shared::alone(
         Arc::new(config),
         recorder.clone(),
         records.clone(),
+        metrics.clone(),
         shutdown.clone(),
     );
-    let served = tokio::spawn(serve_with(listener.into(), shared, limits, stats.clone()));
+    let served = tokio::spawn(serve_with(listener.into(), shared, limits));
     Setup {
         _dir: dir,
         addr,
         shutdown,
-        stats,
+        metrics,
         recorder,
         records,
         served,
@@ -168,7 +171,7 @@ async fn attach_and_reads_are_recorded_for_the_leased_client() {
         boots[0].bytes.get(&Proto::Nbd),
         Some(&(chunks * chunk as u64))
     );
-    assert_eq!(t.stats.reads.load(Relaxed), chunks);
+    assert_eq!(t.metrics.nbd().reads.get(), chunks);
 }
 
 #[tokio::test]
@@ -205,7 +208,7 @@ async fn cached_reads_carry_the_images_bytes_and_a_cut_image_fails_only_its_read
     let mut head = [0; p::SIMPLE_REPLY_LEN];
     bounded(s.read_exact(&mut head)).await.unwrap();
     assert_eq!(head, p::simple_reply(p::EIO, 2));
-    assert_eq!(t.stats.errors.load(Relaxed), 1);
+    assert_eq!(t.metrics.nbd().errors.get(), 1);
     // The daemon serves on.
     std::fs::write(&image, vec![1u8; 4096]).unwrap();
     let _again = attach(t.addr).await;
@@ -223,7 +226,7 @@ async fn connections_past_the_cap_are_closed_and_counted() {
     let _b = attach(t.addr).await;
     let mut c = bounded(TcpStream::connect(t.addr)).await.unwrap();
     expect_closed(&mut c).await;
-    assert_eq!(t.stats.refused.load(Relaxed), 1);
+    assert_eq!(t.metrics.nbd().full.get(), 1);
     drop(_a);
     // A freed slot is usable again; the close is noticed asynchronously, so retry.
     let mut d = None;

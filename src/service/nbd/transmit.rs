@@ -8,8 +8,8 @@ use super::{Attached, Conn, DRAIN_TIMEOUT};
 use crate::export::cow::Overlay;
 use crate::export::image::BlockImage;
 use crate::proto::nbd::{self as p, Request, Verdict};
+use crate::record::Who;
 use crate::record::event::now_micros;
-use crate::record::{Service, Who};
 use crate::trace::format::What;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -54,7 +54,7 @@ impl Conn {
             who: self.who(),
             sent: AtomicU64::new(0),
             pending: AtomicU64::new(0),
-            stats: self.stats.clone(),
+            metrics: self.metrics.clone(),
             write_timeout: self.limits.write_timeout,
             traced: self
                 .who()
@@ -104,14 +104,13 @@ impl Conn {
                 Ok(r) => r,
                 Err(e) => {
                     // Out of step with the client: nothing after this can be trusted.
-                    self.stats.malformed.fetch_add(1, Relaxed);
-                    self.recorder.malformed(Service::Nbd);
+                    self.metrics.nbd().malformed.inc();
                     tracing::warn!(peer = %self.peer, error = %e, "nbd bad request");
                     break "bad request";
                 }
             };
             requests += 1;
-            self.recorder.request(Service::Nbd);
+            self.metrics.nbd().requests.inc();
             let cookie = req.cookie;
             if let Some(traced) = &out.traced {
                 let what = What::Nbd {
@@ -175,7 +174,7 @@ impl Conn {
                     if !matches!(drained, Ok(n) if n == drain as u64) {
                         break "client closed";
                     }
-                    self.stats.errors.fetch_add(1, Relaxed);
+                    self.metrics.nbd().errors.inc();
                     tracing::debug!(peer = %self.peer, kind = req.kind, errno, "nbd request refused");
                     if tx.send(plain(errno, cookie, slot)).await.is_err() {
                         break "write failed";
@@ -184,16 +183,15 @@ impl Conn {
                 }
                 Verdict::Disconnect if req.kind == p::CMD_DISC => break "disconnect",
                 Verdict::Disconnect => {
-                    self.stats.malformed.fetch_add(1, Relaxed);
-                    self.recorder.malformed(Service::Nbd);
+                    self.metrics.nbd().malformed.inc();
                     tracing::warn!(peer = %self.peer, kind = req.kind, len = req.len, "nbd absurd request");
                     break "bad request";
                 }
             };
             let (source, tx, buffers) = (source.clone(), tx.clone(), self.buffers.clone());
-            let (stats, exports) = (self.stats.clone(), self.exports.clone());
+            let (metrics, exports) = (self.metrics.clone(), self.exports.clone());
             tasks.spawn(async move {
-                let reply = run_op(source, buffers, exports, op, cookie, slot, &stats).await;
+                let reply = run_op(source, buffers, exports, op, cookie, slot, metrics.nbd()).await;
                 let _ = tx.send(reply).await;
             });
             // Forget finished tasks so the set stays small.
@@ -361,7 +359,7 @@ impl Reader<'_> {
             Inline::Sent => Ok(Answered::Sent),
             Inline::Failed(e) => {
                 tracing::error!(offset, len, error = %e, "nbd image read failed");
-                self.conn.stats.errors.fetch_add(1, Relaxed);
+                self.conn.metrics.nbd().errors.inc();
                 let mut one = vec![plain(p::EIO, cookie, slot)];
                 if self.out.send(&mut wr, &mut one).await.is_err() {
                     self.broken.cancel();
@@ -415,7 +413,7 @@ impl Reader<'_> {
             Some(Err(e)) => {
                 pool.put(bytes);
                 tracing::error!(offset, len, error = %e, "nbd image read failed");
-                self.conn.stats.errors.fetch_add(1, Relaxed);
+                self.conn.metrics.nbd().errors.inc();
                 Answered::Queue(plain(p::EIO, cookie, slot))
             }
             // Not all in the page cache: read on a blocking thread.

@@ -4,8 +4,9 @@
 
 use super::reply::{Body, Reply};
 use super::transmit::Source;
-use super::{DRAIN_TIMEOUT, Exports, Stats};
+use super::{DRAIN_TIMEOUT, Exports};
 use crate::export::mapping::MappedRange;
+use crate::metrics::Metrics;
 use crate::proto::nbd as p;
 use crate::record::event::Micros;
 use crate::record::{Kind, Proto, Recorder, Who};
@@ -66,7 +67,7 @@ pub(super) struct Out {
     pub(super) sent: AtomicU64,
     /// Bytes sent but not yet recorded as root reads.
     pub(super) pending: AtomicU64,
-    pub(super) stats: Arc<Stats>,
+    pub(super) metrics: Metrics,
     pub(super) write_timeout: Duration,
     /// For a client that keeps a boot trace: each request not yet answered, by cookie, with
     /// when it was received.
@@ -123,8 +124,9 @@ impl Out {
         if payload == 0 {
             return;
         }
-        self.stats.reads.fetch_add(reads, Relaxed);
-        self.stats.bytes.fetch_add(payload, Relaxed);
+        let counts = self.metrics.nbd();
+        counts.reads.add(reads);
+        counts.bytes.add(payload);
         self.sent.fetch_add(payload, Relaxed);
         if self.pending.fetch_add(payload, Relaxed) + payload >= RECORD_BYTES {
             self.record();

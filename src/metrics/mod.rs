@@ -1,0 +1,251 @@
+//! The daemon's counters, all of them: one `Metrics` per daemon (made in `app.rs`, handed to
+//! every service in `service::Shared` and to the recorder), a typed handle per service
+//! (`metrics.nfs()`, `metrics.nbd()`, ...) whose fields are relaxed atomics, the recorder's
+//! own counts, and the pacer's figures per paced link. `/metrics` is written from here by
+//! `prometheus.rs`. A leaf: it imports nothing of the crate, so every room may count into it.
+//!
+//! A count is one `fetch_add(Relaxed)` on a field of a shared struct: no lock, no allocation,
+//! nothing per request but the add, which is what the NFS, NBD and TFTP hot paths afford.
+//! Counts are per daemon, never per process: tests that run several daemons in one process
+//! read each one's own.
+
+pub mod prometheus;
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+/// One relaxed 64-bit figure: a counter (`inc`, `add`) or a gauge (`set`, `sub`).
+#[derive(Debug, Default)]
+pub struct Count(AtomicU64);
+
+impl Count {
+    pub fn inc(&self) {
+        self.0.fetch_add(1, Relaxed);
+    }
+
+    /// Adds `n` and answers the new value (for a log line that says how many so far).
+    pub fn add(&self, n: u64) -> u64 {
+        self.0.fetch_add(n, Relaxed) + n
+    }
+
+    pub fn sub(&self, n: u64) {
+        self.0.fetch_sub(n, Relaxed);
+    }
+
+    pub fn set(&self, n: u64) {
+        self.0.store(n, Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// DHCP (port 67, and 4011 in proxy mode). A request is a decoded message.
+#[derive(Debug, Default)]
+pub struct Dhcp {
+    pub requests: Count,
+    pub malformed: Count,
+    /// NAKs, full ranges, strangers in proxy mode: answered "no" or not at all, on purpose.
+    pub refused: Count,
+    /// Messages from MACs no pool lists.
+    pub strangers: Count,
+    pub offers: Count,
+    pub acks: Count,
+    pub naks: Count,
+    /// Lease table saves that failed.
+    pub save_errors: Count,
+}
+
+/// TFTP's request port and its transfers. A request is a read or write request.
+#[derive(Debug, Default)]
+pub struct Tftp {
+    pub requests: Count,
+    /// Undecodable packets, and packets that belong to no transfer.
+    pub malformed: Count,
+    pub refused: Count,
+    /// Read requests refused because the transfer limits were reached (also in `refused`).
+    pub busy: Count,
+}
+
+/// HTTP (and HTTPS). A request is an HTTP request; refused ones were answered 4xx or closed
+/// at once over a connection limit. Undecodable requests are hyper's and not counted.
+#[derive(Debug, Default)]
+pub struct Http {
+    pub requests: Count,
+    pub refused: Count,
+}
+
+/// NFS and MOUNT on the NFS port. A request is an RPC call.
+#[derive(Debug, Default)]
+pub struct Nfs {
+    pub requests: Count,
+    /// Connections closed because their RPC stream was broken (oversized or undecodable).
+    pub malformed: Count,
+    /// Calls answered with an error (access, RPC errors) and connections over the limit.
+    pub refused: Count,
+}
+
+/// NBD. A request is a handshake option or a transmission command.
+#[derive(Debug, Default)]
+pub struct Nbd {
+    pub requests: Count,
+    /// Bad magic, unknown flags, oversized or unparsable options, absurd requests.
+    pub malformed: Count,
+    /// Options refused, attaches refused, connections over the limits.
+    pub refused: Count,
+    pub connections: Count,
+    /// Connections closed at once because every slot (or the address's share) was taken.
+    pub full: Count,
+    pub attached: Count,
+    /// Transmission requests answered with an error.
+    pub errors: Count,
+    pub reads: Count,
+    pub bytes: Count,
+    /// WRITE requests done on copy-on-write exports, and their payload bytes.
+    pub writes: Count,
+    pub written: Count,
+    /// Writes refused because the client's overlay bound was reached.
+    pub no_space: Count,
+}
+
+/// Portmap (port 111, UDP and TCP). A request is an RPC call.
+#[derive(Debug, Default)]
+pub struct Portmap {
+    pub requests: Count,
+    pub malformed: Count,
+    pub refused: Count,
+}
+
+/// The clients' consoles (UDP): a request is a datagram taken, a refused one came from an
+/// address no lease holds.
+#[derive(Debug, Default)]
+pub struct Console {
+    pub requests: Count,
+    pub refused: Count,
+}
+
+/// The recorder's counts (`record`).
+#[derive(Debug, Default)]
+pub struct Records {
+    /// Events recorded.
+    pub recorded: Count,
+    /// Events (console lines, egress samples) that did not fit in the channel.
+    pub dropped: Count,
+    /// Events that named an IP no DHCP ACK had given out.
+    pub untied: Count,
+    /// Events (and egress samples) the store refused for longer than they could be kept.
+    pub unsaved: Count,
+    /// Payload bytes recorded, per protocol.
+    pub payload: Payload,
+}
+
+/// Payload bytes sent to clients, per protocol.
+#[derive(Debug, Default)]
+pub struct Payload {
+    pub dhcp: Count,
+    pub tftp: Count,
+    pub http: Count,
+    pub nfs: Count,
+    pub nbd: Count,
+}
+
+/// One paced link's figures (`service::pacing` writes them each round).
+#[derive(Debug, Default)]
+pub struct PacedLink {
+    /// The link's interface.
+    pub device: String,
+    /// What the paced connections on the link may send together, bytes/s.
+    pub budget_bytes: u64,
+    /// TCP connections registered with the pacer.
+    pub connections: Count,
+    /// Of the last round: clients that sent or had bytes waiting, those that wanted more,
+    /// one client's share in bytes/s (0: not paced), and what the registered connections
+    /// carried together in bytes/s.
+    pub clients: Count,
+    pub wanting: Count,
+    pub share: Count,
+    pub carried: Count,
+    /// Rounds in which the link was paced, and caps set on connections.
+    pub rounds: Count,
+    pub caps_set: Count,
+    /// Clients whose replies were moved from this link to another (`rebalance`).
+    pub moved_away: Count,
+}
+
+#[derive(Debug, Default)]
+struct All {
+    dhcp: Dhcp,
+    tftp: Tftp,
+    http: Http,
+    nfs: Nfs,
+    nbd: Nbd,
+    portmap: Portmap,
+    console: Console,
+    records: Records,
+    /// The paced links, in the order the pacer was given them; set when it starts.
+    paced: Mutex<Vec<Arc<PacedLink>>>,
+}
+
+/// One daemon's counters; clones share them.
+#[derive(Clone, Debug, Default)]
+pub struct Metrics(Arc<All>);
+
+impl Metrics {
+    pub fn dhcp(&self) -> &Dhcp {
+        &self.0.dhcp
+    }
+
+    pub fn tftp(&self) -> &Tftp {
+        &self.0.tftp
+    }
+
+    pub fn http(&self) -> &Http {
+        &self.0.http
+    }
+
+    pub fn nfs(&self) -> &Nfs {
+        &self.0.nfs
+    }
+
+    pub fn nbd(&self) -> &Nbd {
+        &self.0.nbd
+    }
+
+    pub fn portmap(&self) -> &Portmap {
+        &self.0.portmap
+    }
+
+    pub fn console(&self) -> &Console {
+        &self.0.console
+    }
+
+    pub fn records(&self) -> &Records {
+        &self.0.records
+    }
+
+    /// A paced link's figures, listed from now on (the pacer calls this once per link when
+    /// it starts).
+    pub fn paced_link(&self, device: &str, budget_bytes: u64) -> Arc<PacedLink> {
+        let link = Arc::new(PacedLink {
+            device: device.to_string(),
+            budget_bytes,
+            ..PacedLink::default()
+        });
+        self.0
+            .paced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(link.clone());
+        link
+    }
+
+    /// The paced links' figures, in the order they were listed.
+    pub fn paced(&self) -> Vec<Arc<PacedLink>> {
+        self.0
+            .paced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
