@@ -704,9 +704,8 @@ pools:
       - { mac: \"52:54:00:77:00:20\", ip: 10.77.0.20 }
 ";
 
-    fn server(dir: &Path) -> Server {
-        let text = CONFIG.replace("state_dir: var/", &format!("state_dir: {}", dir.display()));
-        let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
+    /// The server for `config`, its lease table opened (no server link resolved on this host).
+    fn open_server(config: Arc<Config>) -> Server {
         let table = open_table(&config).unwrap();
         let placement = Arc::new(Placement::new(&config, None, &[]));
         Server::open(
@@ -716,6 +715,12 @@ pools:
             table,
             placement,
         )
+    }
+
+    fn server(dir: &Path) -> Server {
+        let text = CONFIG.replace("state_dir: var/", &format!("state_dir: {}", dir.display()));
+        let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
+        open_server(config)
     }
 
     fn req(mac: u8, options: &[u8]) -> Request {
@@ -798,15 +803,7 @@ pools:
                     "address: 10.77.0.1, links: [10.77.0.2, 10.77.0.3],",
                 );
             let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
-            let table = open_table(&config).unwrap();
-            let placement = Arc::new(Placement::new(&config, None, &[]));
-            Server::open(
-                config,
-                Recorder::discard(),
-                Metrics::default(),
-                table,
-                placement,
-            )
+            open_server(config)
         };
         let pxe_discover = |mac: u8| {
             let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 0, 60, 9];
@@ -929,15 +926,7 @@ pools:
             .replace("state_dir: var/", &format!("state_dir: {}", dir.display()));
         let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
         assert_eq!(config.dhcp.mode, DhcpMode::Proxy);
-        let table = open_table(&config).unwrap();
-        let placement = Arc::new(Placement::new(&config, None, &[]));
-        Server::open(
-            config,
-            Recorder::discard(),
-            Metrics::default(),
-            table,
-            placement,
-        )
+        open_server(config)
     }
 
     #[test]
