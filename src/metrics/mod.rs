@@ -46,9 +46,10 @@ impl Count {
 pub struct Dhcp {
     pub requests: Count,
     pub malformed: Count,
-    /// NAKs, full ranges, strangers in proxy mode: answered "no" or not at all, on purpose.
+    /// NAKs, DISCOVERs a full range has no address for, and (proxy mode) requests on port
+    /// 4011 from MACs not seen on port 67 lately.
     pub refused: Count,
-    /// Messages from MACs no pool lists.
+    /// Messages from MACs no pool lists, and those unseen MACs on port 4011.
     pub strangers: Count,
     pub offers: Count,
     pub acks: Count,
