@@ -15,6 +15,8 @@ Starts bootpool (release build, CARGO_TARGET_DIR=/work/target-bench), nbdkit (fi
 -r), qemu-nbd (-r) and nbd-server (readonly) on loopback, all serving one image file, and
 measures with the same clients, rounds interleaved:
   nbdcopy   sequential read of the whole image to null:        (MiB/s, higher is better)
+  nbdcopy 1x1  the same on one connection with one 256 KiB request in flight: each
+            request's round trip, not the pipeline                     (MiB/s)
   fio seq   ioengine=nbd, 1 MiB sequential read, iodepth 32, looping over the image
             for --seq-secs (one pass of 1 GiB is half a second: too short to
             measure on a shared machine)                               (MiB/s)
@@ -184,6 +186,10 @@ for round in $(seq "$ROUNDS"); do
         nbdcopy "$uri" null:
         t1=$(date +%s.%N)
         echo -e "nbdcopy\t$s\t$(python3 -c "print($SIZE_MIB/($t1-$t0))")" >>"$RESULTS"
+        t0=$(date +%s.%N)
+        nbdcopy --connections=1 --requests=1 --request-size=262144 "$uri" null:
+        t1=$(date +%s.%N)
+        echo -e "nbdcopy-1x1\t$s\t$(python3 -c "print($SIZE_MIB/($t1-$t0))")" >>"$RESULTS"
         bw=$(fio --name=seq --ioengine=nbd --uri="$uri" --rw=read --bs=1M --iodepth=32 \
             --size="${SIZE_MIB}M" --time_based --runtime="$SEQ_SECS" --output-format=json |
             fio_json bw_bytes)
@@ -284,6 +290,7 @@ if cow:
 ours = [s for s in servers if s.startswith("bootpool")]
 spec = [
     ("nbdcopy", f"nbdcopy seq read {size} MiB (MiB/s)", True),
+    ("nbdcopy-1x1", f"nbdcopy seq read {size} MiB, 1 connection, 1 request in flight (MiB/s)", True),
     ("fio-seq", "fio 1 MiB seq read, QD32 (MiB/s)", True),
     ("fio-rand", "fio 4 KiB rand read, QD32 (kIOPS)", True),
     ("memory", f"PSS per idle client, {idle} clients (KiB)", False),

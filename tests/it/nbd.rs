@@ -430,46 +430,6 @@ async fn export_name_abort_and_list_work_for_older_clients(store: &str) {
     daemon.stop().await;
 }
 
-/// Not a check: prints how fast nbdcopy reads a 512 MiB (sparse, page-cached) image, to
-/// compare builds and changes:
-/// `cargo test --release --test it nbd::nbdcopy_throughput -- --ignored --nocapture`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
-async fn nbdcopy_throughput() {
-    let fx = Fixture::new();
-    let img = std::fs::File::options()
-        .write(true)
-        .open(fx.image_dir().join("rootfs.img"))
-        .unwrap();
-    img.set_len(512 << 20).unwrap();
-    let daemon = fx.start().await;
-    let uri = format!("nbd://{}/demo", daemon.bound.nbd);
-    for (conns, reqs) in [(1, 1), (1, 16), (4, 16)] {
-        let started = std::time::Instant::now();
-        let (ok, _, err) = run_async(
-            cmd(
-                "nbdcopy",
-                &[
-                    &format!("--connections={conns}"),
-                    &format!("--requests={reqs}"),
-                    "--request-size=262144",
-                    &uri,
-                    "null:",
-                ],
-            ),
-            300,
-        )
-        .await;
-        assert!(ok, "{err}");
-        let secs = started.elapsed().as_secs_f64();
-        println!(
-            "nbdcopy connections={conns} requests={reqs}: {:.0} MiB/s",
-            512.0 / secs
-        );
-    }
-    daemon.stop().await;
-}
-
 fn write_file(fx: &Fixture, name: &str, bytes: &[u8]) -> String {
     let p = fx.path().join(name);
     std::fs::write(&p, bytes).unwrap();
