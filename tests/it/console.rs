@@ -3,41 +3,24 @@
 //! `bootpool` binary; they land in that client's boot, a panic line fails the boot with its
 //! cause, and a datagram from an address no lease holds is dropped and counted.
 
-use crate::common::Fixture;
 use crate::common::netns::{Daemon, Link};
+use crate::common::{Fixture, Loopback};
 use std::time::Duration;
 
 const SERVER: &str = "10.77.3.1";
 const MAC: &str = "52:54:00:77:00:01";
 const HTTP: u16 = 18081;
 
-fn config(iface: &str) -> String {
-    format!(
-        "\
-server:
-  interfaces: [{iface}]
-  address: {SERVER}
-  http: {SERVER}:{HTTP}
-  state_dir: var/
-  loaders: loaders/
-  ports: {{ dhcp: 67, tftp: 0, nfs: 0, nbd: 0, portmap: 0, console: 6666 }}
-dhcp:
-  mode: authoritative
-  subnet: 10.77.3.0/24
-  range: 10.77.3.100-10.77.3.150
-  router: {SERVER}
-  lease: 1h
-images:
-  demo: {{ dir: images/demo }}
-pools:
-  room:
-    image: demo
-    root: nfs
-    netconsole: true
-    clients:
-      - {{ macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }}
-"
-    )
+/// The fixture served on the server end of a veth, consoles on netconsole's port, one pool
+/// (`nfs-room`) that sends them.
+fn config(iface: &str) -> Loopback {
+    Loopback::default()
+        .on_veth("10.77.3", iface)
+        .http(&format!("{SERVER}:{HTTP}"))
+        .port("console", 6666)
+        .dhcp(&format!("router: {SERVER}"))
+        .pool("nfs-room", "netconsole: true")
+        .without_pool("nbd-room")
 }
 
 fn get(link: &Link, path: &str) -> String {

@@ -2,8 +2,8 @@
 //! pair between two network namespaces (DHCP needs a real broadcast link), including a
 //! kill -9 and restart; and malformed packets at the in-process daemon.
 
-use crate::common::Fixture;
 use crate::common::netns::{Daemon, Link};
+use crate::common::{Fixture, Loopback};
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Stdio;
@@ -18,38 +18,17 @@ fn in_range(ip: Ipv4Addr) -> bool {
         .contains(&u32::from(ip))
 }
 
-fn config(iface: &str) -> String {
-    format!(
-        "\
-server:
-  interfaces: [{iface}]
-  address: {SERVER}
-  http: {SERVER}:0
-  state_dir: var/
-  loaders: loaders/
-  ports: {{ dhcp: 67, tftp: 0, nfs: 0, nbd: 0, portmap: 0 }}
-dhcp:
-  mode: authoritative
-  subnet: 10.77.1.0/24
-  range: 10.77.1.100-10.77.1.150
-  router: {SERVER}
-  dns: [10.77.1.53]
-  lease: 1h
-images:
-  demo: {{ dir: images/demo }}
-pools:
-  nfs-room:
-    image: demo
-    root: nfs
-    clients:
-      - {{ macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }}
-  nbd-room:
-    image: demo
-    root: nbd
-    clients:
-      - {{ mac: \"{RESERVED_MAC}\", name: pc10, ip: {RESERVED_IP} }}
-"
-    )
+/// The fixture served on the server end of a veth, with a router and a DNS server to hand
+/// out; `nbd-room` is one client, `RESERVED_MAC`, at a fixed address.
+fn config(iface: &str) -> Loopback {
+    Loopback::default()
+        .on_veth("10.77.1", iface)
+        .http(&format!("{SERVER}:0"))
+        .dhcp(&format!("router: {SERVER}\ndns: [10.77.1.53]"))
+        .clients(
+            "nbd-room",
+            &format!("- {{ mac: \"{RESERVED_MAC}\", name: pc10, ip: {RESERVED_IP} }}"),
+        )
 }
 
 /// The address busybox udhcpc got on the client end, or `None` if it got none.
@@ -224,10 +203,9 @@ fn an_admin_releases_a_lease_through_the_api_with_its_token() {
     const A: &str = "52:54:00:77:00:01";
     let link = Link::new(&format!("{SERVER}/24"));
     let fx = Fixture::new();
-    let text = config(&link.server_if).replace(
-        &format!("  http: {SERVER}:0\n"),
-        &format!("  http: {SERVER}:18080\n  read_token: {READ}\n  admin_token: {ADMIN}\n"),
-    );
+    let text = config(&link.server_if)
+        .http(&format!("{SERVER}:18080"))
+        .server(&format!("read_token: {READ}\nadmin_token: {ADMIN}"));
     fx.write_config(&text);
     let daemon = Daemon::start(&link, &fx, 1);
     let a = udhcpc(&link, &fx, A).expect("a lease for A");

@@ -5,7 +5,7 @@
 //! go to two clients. Bounded in time; no speed is asserted (bench/dhcp.sh measures it).
 
 use crate::common::netns::Link;
-use crate::common::{Fixture, run};
+use crate::common::{Fixture, Loopback, run};
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
 use std::process::Stdio;
@@ -13,30 +13,19 @@ use std::time::Duration;
 
 const CLIENTS: u32 = 1000;
 
-fn config(iface: &str) -> String {
-    format!(
-        "\
-server:
-  interfaces: [{iface}]
-  address: 10.78.0.1
-  http: 10.78.0.1:0
-  state_dir: var/
-  loaders: loaders/
-  ports: {{ dhcp: 67, tftp: 0, nfs: 0, nbd: 0, portmap: 0 }}
-dhcp:
-  subnet: 10.78.0.0/16
-  range: 10.78.1.0-10.78.8.255
-  lease: 1h
-images:
-  demo: {{ dir: images/demo }}
-pools:
-  hall:
-    image: demo
-    root: nbd
-    clients:
-      - {{ macs: \"52:54:00:78:00:00-52:54:00:78:ff:ff\" }}
-"
-    )
+/// The fixture served on the server end of a veth, on a /16 with 2,048 addresses to lease and
+/// one pool (`nbd-room`) of 65,536 MACs, perfdhcp's.
+fn config(iface: &str) -> Loopback {
+    Loopback::default()
+        .on_veth("10.78.0", iface)
+        .http("10.78.0.1:0")
+        .network("10.78.0.0/16")
+        .range("10.78.1.0-10.78.8.255")
+        .without_pool("nfs-room")
+        .clients(
+            "nbd-room",
+            "- { macs: \"52:54:00:78:00:00-52:54:00:78:ff:ff\" }",
+        )
 }
 
 #[test]

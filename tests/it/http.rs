@@ -3,7 +3,7 @@
 //! busybox udhcpc for the client's lease).
 
 use crate::common::netns::{Daemon, Link};
-use crate::common::{Fixture, pattern, run, run_async};
+use crate::common::{Fixture, Loopback, pattern, run, run_async};
 use std::process::Command;
 use std::time::Duration;
 
@@ -293,32 +293,11 @@ async fn a_bad_tls_certificate_is_named_at_start() {
 const SERVER: &str = "10.77.7.1";
 
 /// The fixture's image and an NFS pool, served on the server end of `link` (HTTP on 8080).
-fn netns_config(link: &Link) -> String {
-    format!(
-        "\
-server:
-  interfaces: [{iface}]
-  address: {SERVER}
-  http: 0.0.0.0:8080
-  state_dir: var/
-  loaders: loaders/
-  ports: {{ dhcp: 67, tftp: 0, nfs: 0, nbd: 0, portmap: 0 }}
-dhcp:
-  mode: authoritative
-  subnet: 10.77.7.0/24
-  range: 10.77.7.100-10.77.7.150
-  lease: 1h
-images:
-  demo: {{ dir: images/demo }}
-pools:
-  nfs-room:
-    image: demo
-    root: nfs
-    clients:
-      - {{ macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }}
-",
-        iface = link.server_if
-    )
+fn netns_config(link: &Link) -> Loopback {
+    Loopback::default()
+        .on_veth("10.77.7", &link.server_if)
+        .http("0.0.0.0:8080")
+        .without_pool("nbd-room")
 }
 
 /// Runs curl in namespace `ns`: (succeeded, HTTP status).

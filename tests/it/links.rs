@@ -7,41 +7,22 @@
 //! one. Needs root.
 
 use crate::common::netns::{Daemon, Link};
-use crate::common::{Fixture, run};
+use crate::common::{Fixture, Loopback, run};
 use bootpool::service::fair_share::MAX_BOOST;
 use std::process::Child;
 
 const NBD_MAC: &str = "52:54:00:77:00:11";
 const MIB: u64 = 1 << 20;
 
-/// A pools.yaml for a server on `subnet` (`10.77.N`) whose links are `.1` (on `first_if`)
-/// and `.2`; `extra` goes into the server section.
-fn config(subnet: &str, first_if: &str, extra: &str) -> String {
-    format!(
-        "\
-server:
-  interfaces: [{first_if}]
-  address: {subnet}.1
-  links: [{subnet}.1, {subnet}.2]
-  http: 0.0.0.0:8080
-  state_dir: var/
-  loaders: loaders/
-  ports: {{ dhcp: 67, tftp: 69, nfs: 2049, nbd: 10809, portmap: 111 }}
-{extra}dhcp:
-  mode: authoritative
-  subnet: {subnet}.0/24
-  range: {subnet}.100-{subnet}.150
-  lease: 1h
-images:
-  demo: {{ dir: images/demo }}
-pools:
-  nbd-room:
-    image: demo
-    root: nbd
-    clients:
-      - {{ macs: \"52:54:00:77:00:10-52:54:00:77:00:1f\" }}
-"
-    )
+/// The fixture's `nbd-room` served by a server on `subnet` (`10.77.N`) whose links are `.1`
+/// (on `first_if`) and `.2`, every service on its standard port.
+fn config(subnet: &str, first_if: &str) -> Loopback {
+    Loopback::default()
+        .on_veth(subnet, first_if)
+        .server(&format!("links: [{subnet}.1, {subnet}.2]"))
+        .http("0.0.0.0:8080")
+        .standard_ports()
+        .without_pool("nfs-room")
 }
 
 /// What the admin sets on a server with several NICs on one subnet (docs/links.md): each NIC
@@ -105,7 +86,7 @@ fn replies_leave_by_the_link_they_were_asked_on() {
         "{route}"
     );
     let fx = Fixture::new();
-    fx.write_config(&config("10.77.5", &link.server_if, ""));
+    fx.write_config(&config("10.77.5", &link.server_if));
     let daemon = Daemon::start(&link, &fx, 1);
     assert!(
         daemon
@@ -204,8 +185,8 @@ fn clients_on_a_full_link_are_paced_to_shares_of_it() {
         crate::common::pattern(9, 6 * MIB as usize),
     )
     .unwrap();
-    let speeds = format!("  link_speeds: {{ {dev}: 50mbit }}\n");
-    fx.write_config(&config("10.77.6", &dev, &speeds));
+    let speeds = format!("link_speeds: {{ {dev}: 50mbit }}");
+    fx.write_config(&config("10.77.6", &dev).server(&speeds));
     let _daemon = Daemon::start_without_sysfs(&link, &fx, 1);
     let clients = four_clients(&link, "10.77.6");
     let budget = series(
@@ -275,10 +256,10 @@ fn clients_on_a_full_link_move_to_one_with_room() {
     let kernel = crate::common::pattern(11, 6 * MIB as usize);
     std::fs::write(fx.image_dir().join("vmlinuz"), &kernel).unwrap();
     let speeds = format!(
-        "  link_speeds: {{ {}: 50mbit, {}: 50mbit }}\n",
+        "link_speeds: {{ {}: 50mbit, {}: 50mbit }}",
         devs[0], devs[1]
     );
-    fx.write_config(&config("10.77.7", &devs[0], &speeds));
+    fx.write_config(&config("10.77.7", &devs[0]).server(&speeds));
     let daemon = Daemon::start_without_sysfs(&link, &fx, 1);
     assert!(
         daemon.log_text().contains("moves=true"),

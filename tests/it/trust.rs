@@ -7,7 +7,7 @@
 //! forged REQUEST cannot move a bound client. Needs root.
 
 use crate::common::netns::{Daemon, Link};
-use crate::common::{Fixture, run};
+use crate::common::{Fixture, Loopback, run};
 use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode, OptionCode};
 use dhcproto::{Decodable, Decoder, Encodable, Encoder};
 use std::net::{Ipv4Addr, UdpSocket};
@@ -16,37 +16,13 @@ use std::time::Duration;
 const SERVER: &str = "10.77.2.1";
 const NBD_MAC: &str = "52:54:00:77:00:11";
 
-fn config(iface: &str) -> String {
-    format!(
-        "\
-server:
-  interfaces: [{iface}]
-  address: {SERVER}
-  http: {SERVER}:8080
-  state_dir: var/
-  loaders: loaders/
-  ports: {{ dhcp: 67, tftp: 69, nfs: 2049, nbd: 10809, portmap: 111 }}
-dhcp:
-  mode: authoritative
-  subnet: 10.77.2.0/24
-  range: 10.77.2.100-10.77.2.150
-  router: {SERVER}
-  lease: 1h
-images:
-  demo: {{ dir: images/demo }}
-pools:
-  nfs-room:
-    image: demo
-    root: nfs
-    clients:
-      - {{ macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }}
-  nbd-room:
-    image: demo
-    root: nbd
-    clients:
-      - {{ macs: \"52:54:00:77:00:10-52:54:00:77:00:1f\" }}
-"
-    )
+/// The fixture served on the server end of a veth, every service on its standard port.
+fn config(iface: &str) -> Loopback {
+    Loopback::default()
+        .on_veth("10.77.2", iface)
+        .http(&format!("{SERVER}:8080"))
+        .standard_ports()
+        .dhcp(&format!("router: {SERVER}"))
 }
 
 /// Runs `program args` in the client's namespace: (succeeded, stdout + stderr).

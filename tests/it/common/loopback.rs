@@ -58,9 +58,25 @@ impl Loopback {
         self.replace("  address: 127.0.0.1\n", &format!("  address: {ip}\n"))
     }
 
+    /// Replaces the one line that starts with `start` by `line` (newline included).
+    fn line(self, start: &str, line: &str) -> Loopback {
+        let old = self
+            .lines()
+            .filter(|l| l.starts_with(start))
+            .map(|l| format!("{l}\n"))
+            .collect::<Vec<_>>();
+        assert_eq!(
+            old.len(),
+            1,
+            "one line should start with {start:?}:\n{}",
+            self.0
+        );
+        self.replace(&old[0], line)
+    }
+
     /// The HTTP listener.
     pub fn http(self, listen: &str) -> Loopback {
-        self.replace("  http: 127.0.0.1:0\n", &format!("  http: {listen}\n"))
+        self.line("  http: ", &format!("  http: {listen}\n"))
     }
 
     /// A fixed port for `service` (`dhcp`, `tftp`, `nfs`, `nbd`, `portmap`: 0 in the
@@ -88,12 +104,36 @@ impl Loopback {
             .range(&format!("{net}.100-{net}.199"))
     }
 
+    /// The clients' network (`dhcp.subnet`), when it is not a /24 (`subnet`).
+    pub fn network(self, cidr: &str) -> Loopback {
+        self.line("  subnet: ", &format!("  subnet: {cidr}\n"))
+    }
+
     /// The DHCP range.
     pub fn range(self, range: &str) -> Loopback {
-        self.replace(
-            "  range: 127.0.0.100-127.0.0.199\n",
-            &format!("  range: {range}\n"),
-        )
+        self.line("  range: ", &format!("  range: {range}\n"))
+    }
+
+    /// A server in a network namespace on the veth `iface` (`netns::Link`), at `NET.1` of
+    /// the /24 `NET`, leasing `NET.100` to `NET.150`, DHCP on port 67.
+    pub fn on_veth(self, net: &str, iface: &str) -> Loopback {
+        self.subnet(net)
+            .range(&format!("{net}.100-{net}.150"))
+            .interfaces(iface)
+            .port("dhcp", 67)
+    }
+
+    /// TFTP, NFS, NBD and portmap on their own ports (69, 2049, 10809, 111).
+    pub fn standard_ports(self) -> Loopback {
+        self.port("tftp", 69)
+            .port("nfs", 2049)
+            .port("nbd", 10809)
+            .port("portmap", 111)
+    }
+
+    /// Adds `keys` (YAML lines, unindented) to the `dhcp` section.
+    pub fn dhcp(self, keys: &str) -> Loopback {
+        self.after("  lease: 1h\n", &Loopback::indent(keys, 2))
     }
 
     /// The server's interfaces (`server.interfaces`).
@@ -141,6 +181,39 @@ impl Loopback {
             .expect("the pool's root line")
             .to_string();
         self.after(&format!("{header}{root}\n"), &Loopback::indent(keys, 4))
+    }
+
+    /// Pool `pool`'s lines (from its name to the next pool's), and where they start.
+    fn pool_lines(&self, pool: &str) -> (usize, String) {
+        let header = format!("  {pool}:\n");
+        let at = self.0.find(&header).expect("the pool");
+        let lines: String = self.0[at..]
+            .split_inclusive('\n')
+            .enumerate()
+            .take_while(|(i, l)| *i == 0 || l.starts_with("    "))
+            .map(|(_, l)| l)
+            .collect();
+        (at, lines)
+    }
+
+    /// The config without pool `pool`.
+    pub fn without_pool(mut self, pool: &str) -> Loopback {
+        let (at, lines) = self.pool_lines(pool);
+        self.0.replace_range(at..at + lines.len(), "");
+        self
+    }
+
+    /// Pool `pool`'s clients instead of the fixture's (`- { ... }` lines, unindented).
+    pub fn clients(mut self, pool: &str, entries: &str) -> Loopback {
+        let (at, lines) = self.pool_lines(pool);
+        let kept: String = lines
+            .split_inclusive('\n')
+            .filter(|l| !l.starts_with("      "))
+            .collect();
+        assert!(kept.ends_with("    clients:\n"), "{lines}");
+        let new = kept + &Loopback::indent(entries, 6);
+        self.0.replace_range(at..at + lines.len(), &new);
+        self
     }
 
     /// Gives 127.0.0.1 to `mac` in `nfs-room` (a fixed-address client), the server taking
