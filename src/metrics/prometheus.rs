@@ -437,10 +437,10 @@ mod tests {
         );
     }
 
-    /// The pacer's families, pinned as they were served before the table: nothing when no
-    /// link is paced; else each one's help, type and series per link.
+    /// The pacer's families: nothing when no link is paced; else each one's help, type and a
+    /// series per paced link, its name escaped, its figures as the pacer set them.
     #[test]
-    fn the_pacing_families_are_served_as_before() {
+    fn the_pacing_families_show_each_paced_link() {
         let metrics = Metrics::default();
         assert!(!counters_only(&metrics).contains("pacing"));
         let link = metrics.paced_link("eth\"1", 11_250_000);
@@ -448,12 +448,12 @@ mod tests {
         link.rounds.inc();
         let out = counters_only(&metrics);
         let pacing: Vec<&str> = out.lines().filter(|l| l.contains("_pacing_")).collect();
-        assert_eq!(pacing, PACING_BEFORE.lines().collect::<Vec<_>>());
+        assert_eq!(pacing, PACING.lines().collect::<Vec<_>>());
     }
 
-    /// What `service/metrics.rs` wrote for one paced link `eth"1` with a budget of 11.25 MB/s,
-    /// two connections and one round.
-    const PACING_BEFORE: &str = "\
+    /// The pacer's families for one paced link `eth"1` with a budget of 11.25 MB/s, two
+    /// connections and one round.
+    const PACING: &str = "\
 # HELP bootpool_pacing_budget_bytes What the paced connections on a link may send together, bytes per second.
 # TYPE bootpool_pacing_budget_bytes gauge
 bootpool_pacing_budget_bytes{link=\"eth\\\"1\"} 11250000
