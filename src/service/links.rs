@@ -10,6 +10,7 @@
 //! of known capacity are also handed to the pacer (`service::pacing`) for their fair share.
 //! docs/links.md says why binding and not policy routing, and what the host must set for it.
 
+use super::fair_share::Carries;
 use super::pacing::{Paced, Pacer};
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -324,10 +325,10 @@ impl Links {
         &self.specs
     }
 
-    /// Places a connection just accepted from `peer` on its link: bound to the link's
-    /// interface, and registered with the pacer for as long as the returned `Paced` lives
-    /// (keep it beside the stream; the socket closes only when both are gone).
-    pub fn adopt(&self, stream: &TcpStream, peer: SocketAddr) -> Paced {
+    /// Places a connection just accepted from `peer`, carrying `carries`, on its link: bound
+    /// to the link's interface, and registered with the pacer for as long as the returned
+    /// `Paced` lives (keep it beside the stream; the socket closes only when both are gone).
+    pub fn adopt(&self, stream: &TcpStream, peer: SocketAddr, carries: Carries) -> Paced {
         let Ok(local) = stream.local_addr() else {
             return Paced::none();
         };
@@ -341,7 +342,7 @@ impl Links {
             super::ipv4_of(peer.ip()),
         ) {
             (Some(pacer), Some(local), Some(client)) => {
-                pacer.register(stream.as_fd(), local, client)
+                pacer.register(stream.as_fd(), local, client, carries)
             }
             _ => Paced::none(),
         }

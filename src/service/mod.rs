@@ -33,6 +33,7 @@ use crate::metrics::Metrics;
 use crate::record::egress::Egress;
 use crate::record::{Recorder, Records};
 use crate::shutdown::Shutdown;
+use fair_share::Carries;
 use identity::Identity;
 use links::Links;
 use pacing::Paced;
@@ -121,19 +122,20 @@ pub fn ipv4_of(ip: IpAddr) -> Option<Ipv4Addr> {
 }
 
 /// The next connection on `listener`, or `None` once `shutdown` fires, placed on its link
-/// (`Links::adopt`: keep the `Paced` as long as the stream). An accept error (out of
+/// as one that carries `carries` (`Links::adopt`: keep the `Paced` as long as the stream). An accept error (out of
 /// descriptors and the like) is logged and waited out for 100 ms instead of spinning.
 pub async fn accept(
     listener: &Listener,
     shutdown: &Shutdown,
     service: &'static str,
+    carries: Carries,
 ) -> Option<(TcpStream, SocketAddr, Paced)> {
     loop {
         tokio::select! {
             _ = shutdown.wait() => return None,
             r = listener.tcp.accept() => match r {
                 Ok((stream, peer)) => {
-                    let paced = listener.links.adopt(&stream, peer);
+                    let paced = listener.links.adopt(&stream, peer, carries);
                     return Some((stream, peer, paced));
                 }
                 Err(e) => {

@@ -22,6 +22,7 @@
 //! default) answers MNT and NFS calls only from source ports below 1024. A refusal is
 //! NFS3ERR_ACCES (MNT3ERR_ACCES), counted as refused.
 
+use super::Carries;
 use super::identity::Identity;
 use crate::boot::exports::root_allowed;
 use crate::config::{Config, RootProto, Store};
@@ -141,7 +142,9 @@ pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::
         .collect();
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let Some((stream, peer, paced)) = super::accept(&listener, &shutdown, "nfs").await else {
+        let Some((stream, peer, paced)) =
+            super::accept(&listener, &shutdown, "nfs", Carries::Root).await
+        else {
             break;
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {

@@ -13,7 +13,7 @@
 //! Each paced link's figures (`metrics::PacedLink`) are listed in the daemon's `Metrics` when
 //! the pacer starts, and `/metrics` serves them.
 
-use super::fair_share::{self, Seen};
+use super::fair_share::{self, Carries, Seen};
 use super::links::LinkSpec;
 use super::rebalance::{self, ClientLoad, LinkLoad};
 use crate::metrics::{Metrics, PacedLink};
@@ -33,7 +33,7 @@ const ROUND: Duration = Duration::from_millis(50);
 /// TCP is not disturbed for nothing.
 const STEADY: u64 = 32;
 
-/// A client with no connection for this long is forgotten by the stagger: it next arrives
+/// A client with no connection for this long is forgotten by the weights: it next arrives
 /// as the room's latest (a new boot), not as the first it once was.
 const FORGET_ARRIVAL: Duration = Duration::from_secs(60);
 
@@ -61,7 +61,7 @@ struct Conns {
     /// Per link: how far the caps are raised above the budget's shares (`fair_share::trim`).
     boosts: Vec<f64>,
     /// Per client: its order of arrival (a count), and when it last had a connection; a
-    /// client gone `FORGET_ARRIVAL` arrives anew (its next boot). Shares are staggered by it.
+    /// client gone `FORGET_ARRIVAL` arrives anew (its next boot). Boot files are staggered by it.
     arrivals: HashMap<Ipv4Addr, (u64, Instant)>,
     arrived: u64,
 }
@@ -69,6 +69,7 @@ struct Conns {
 struct Conn {
     fd: OwnedFd,
     client: Ipv4Addr,
+    carries: Carries,
     /// The link its replies leave by (an index into `Pacer::links`).
     link: usize,
     /// `tcpi_bytes_sent` at the last round (none before the first).
@@ -120,7 +121,7 @@ impl Pacer {
             .map(|l| (l.device.as_str(), l.capacity_bps))
             .collect();
         tracing::info!(links = ?paced, headroom = fair_share::HEADROOM, moves = pacer.movable,
-            "fair shares: clients on a full link are paced to equal shares");
+            "fair shares: clients on a full link are paced to weighted shares, boot files first");
         let pacer = Arc::new(pacer);
         let (done, ended) = tokio::sync::oneshot::channel::<()>();
         let (p, stop) = (pacer.clone(), shutdown.clone());
@@ -172,12 +173,14 @@ impl Pacer {
         self.conns.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Registers the connection on `fd` from `client` if `local` is a paced link's address.
+    /// Registers the connection on `fd` from `client`, carrying `carries`, if `local` is a
+    /// paced link's address.
     pub fn register(
         self: &Arc<Self>,
         fd: BorrowedFd<'_>,
         local: Ipv4Addr,
         client: Ipv4Addr,
+        carries: Carries,
     ) -> Paced {
         let Some(at) = self.links.iter().position(|l| l.address == local) else {
             return Paced::none();
@@ -212,6 +215,7 @@ impl Pacer {
             Conn {
                 fd,
                 client,
+                carries,
                 link: at,
                 sent: None,
                 cap,
@@ -255,6 +259,7 @@ impl Pacer {
             c.sent = Some(info.sent);
             seen[c.link].push(Seen {
                 client: c.client,
+                carries: c.carries,
                 sent,
                 unsent: info.unsent.into(),
                 cap: c.cap,
@@ -478,9 +483,9 @@ mod tests {
         let (a, _a) = pair();
         let (b, _b) = pair();
         let client = Ipv4Addr::new(127, 0, 0, 1);
-        let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client);
-        let pb = pacer.register(b.as_fd(), Ipv4Addr::LOCALHOST, client);
-        let other = pacer.register(b.as_fd(), Ipv4Addr::new(10, 0, 0, 1), client);
+        let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::Root);
+        let pb = pacer.register(b.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::Root);
+        let other = pacer.register(b.as_fd(), Ipv4Addr::new(10, 0, 0, 1), client, Carries::Root);
         assert!(other.0.is_none());
         assert_eq!(pacer.links[0].stats.connections.get(), 2);
         assert_eq!(metrics.paced()[0].budget_bytes, 11_250_000);
@@ -491,7 +496,7 @@ mod tests {
         // On a link being paced, a connection starts at a client's share.
         assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, u64::MAX);
         pacer.links[0].stats.share.set(500_000);
-        let _pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client);
+        let _pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::Root);
         assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, 500_000);
     }
 

@@ -20,6 +20,7 @@ mod callbacks;
 mod conn;
 mod guard;
 
+use super::Carries;
 use crate::config::Config;
 use crate::metrics::{Metrics, prometheus};
 use crate::record::egress::Egress;
@@ -83,7 +84,9 @@ pub async fn serve(
     let per_client = super::bounds::PerAddress::new(limits.http_per_client);
     static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
     loop {
-        let Some((stream, peer, paced)) = super::accept(&listener, &shutdown, "http").await else {
+        let Some((stream, peer, paced)) =
+            super::accept(&listener, &shutdown, "http", Carries::BootFiles).await
+        else {
             break;
         };
         let held = match slots.clone().try_acquire_owned() {

@@ -28,6 +28,7 @@ mod reply;
 mod transmit;
 mod writer;
 
+use super::Carries;
 use crate::config::Config;
 use crate::export::image::{self, BlockImage, RamImages};
 use crate::export::mapping::Mapping;
@@ -149,7 +150,7 @@ pub async fn serve_with(
     let mut sweep = tokio::time::interval(FORGET_STALE_EVERY);
     loop {
         let accepted = tokio::select! {
-            r = super::accept(&listener, &shutdown, "nbd") => r,
+            r = super::accept(&listener, &shutdown, "nbd", Carries::Root) => r,
             _ = sweep.tick() => {
                 // An image deleted or replaced: free its mapping (and disk space) once unused,
                 // and its copy in memory.
