@@ -25,7 +25,7 @@ pub fn cmdline(
     link: Ipv4Addr,
     client: Option<Ipv4Addr>,
 ) -> String {
-    let image = crate::image::serve::serving(&member.pool.image);
+    let image = crate::image::serve::serving(member.image());
     cmdline_of(config, member, &image, link, client)
 }
 
@@ -75,9 +75,9 @@ fn cmdline_of(
         return from_template(config, member, image, link, template, &root, &netconsole);
     }
     let mut line = format!("{root} bootpool.url={}", http_base(config, link));
-    if !pool.cmdline.is_empty() {
+    if !member.cmdline().is_empty() {
         line.push(' ');
-        line.push_str(&pool.cmdline);
+        line.push_str(member.cmdline());
     }
     if !netconsole.is_empty() {
         line.push(' ');
@@ -145,7 +145,7 @@ fn from_template(
         Field::Image => image.name.clone(),
         Field::Pool => pool.name.clone(),
         Field::Initrd => image.initrd_file_name().to_string(),
-        Field::Cmdline => pool.cmdline.clone(),
+        Field::Cmdline => member.cmdline().to_string(),
         Field::Netconsole => netconsole.to_string(),
     })
 }
@@ -160,7 +160,7 @@ pub fn ipxe_script(
 ) -> String {
     let base = http_base(config, link);
     // The revision this boot gets, read once: its kernel, initrd and root all name it.
-    let image = &crate::image::serve::serving(&member.pool.image);
+    let image = &crate::image::serve::serving(member.image());
     let name = member.entry.name.as_deref().unwrap_or("");
     format!(
         "#!ipxe\n\

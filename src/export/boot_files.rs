@@ -2,7 +2,7 @@
 //! names and each image's kernel and initrd (`IMAGE/KERNEL`, by the names pools.yaml gives
 //! them: `vmlinuz` and `initrd.img` unless `images.NAME.kernel`/`initrd` say otherwise),
 //! the Secure Boot chain's `shimx64.efi` and `grubx64.efi` (`server.shim`, `server.grub`),
-//! nothing else; for an image with revisions, each revision's as `IMAGE/revs/ID/KERNEL`
+//! ARM64's `grubaa64.efi` (`server.grub_arm64`), nothing else; for an image with revisions, each revision's as `IMAGE/revs/ID/KERNEL`
 //! (`image::serve`). A symlink is followed only while it stays inside its folder, so no name
 //! reaches outside what is served.
 
@@ -56,6 +56,7 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), NotSe
     let (root, path, kind) = match name.split_once('/') {
         None if name == grub::SHIM => signed(&config.server.shim, FileKind::Shim),
         None if name == grub::GRUB => signed(&config.server.grub, FileKind::Grub),
+        None if name == grub::GRUB_ARM64 => signed(&config.server.grub_arm64, FileKind::Grub),
         None => (
             config.server.loaders.clone(),
             config.server.loaders.join(name),
@@ -113,8 +114,7 @@ fn place(root: &Path, path: &Path) -> Place {
 pub fn unservable(config: &Config) -> Vec<ConfigError> {
     let mut errors = Vec::new();
     let mut seen = Vec::new();
-    for pool in config.pools.values() {
-        let image = &pool.image;
+    for image in config.pools.values().flat_map(|p| p.images()) {
         if seen.contains(&&image.name) {
             continue;
         }
@@ -227,7 +227,10 @@ fn image_file(image: &Image, file: &str) -> Option<FileKind> {
 /// Is `name` a file bootpool tells clients to fetch?
 pub fn handed_out(config: &Config, name: &str) -> bool {
     match name.split_once('/') {
-        None => crate::boot::LOADERS.contains(&name) || [grub::SHIM, grub::GRUB].contains(&name),
+        None => {
+            crate::boot::LOADERS.contains(&name)
+                || [grub::SHIM, grub::GRUB, grub::GRUB_ARM64].contains(&name)
+        }
         Some((image, file)) => config.images.get(image).is_some_and(|image| {
             image_file(&crate::image::serve::for_file(image, file), file).is_some()
         }),

@@ -352,10 +352,17 @@ impl Server {
         Some((client, plan))
     }
 
-    /// Keeps the link `plan` names in `mac`'s lease (which exists: call after an offer, ACK
-    /// or observation), so the client keeps it across a restart.
-    fn keep_link(&mut self, mac: Mac, plan: &boot::Plan) {
-        if self.leases.write().set_link(mac, plan.next_server) {
+    /// Keeps the link `plan` names in `client`'s lease (which exists: call after an offer, ACK
+    /// or observation), so the client keeps it across a restart, and the architecture its
+    /// firmware or iPXE said (option 93), which picks what its later requests get.
+    fn keep_boot(&mut self, client: &Client, plan: &boot::Plan) {
+        let mut leases = self.leases.write();
+        let mut changed = leases.set_link(client.mac, plan.next_server);
+        if let Some(arch) = client.arch {
+            changed |= leases.set_arch(client.mac, arch);
+        }
+        drop(leases);
+        if changed {
             self.changed();
         }
     }
@@ -420,7 +427,7 @@ impl Server {
                         .write()
                         .observe(mac, ip, now, self.config.dhcp.lease.as_secs());
                     self.changed();
-                    self.keep_link(mac, &plan);
+                    self.keep_boot(&client, &plan);
                     self.recorder.record(
                         Who::Mac(mac),
                         Kind::DhcpAck {
@@ -495,7 +502,7 @@ impl Server {
                     return None;
                 };
                 self.changed();
-                self.keep_link(mac, &plan);
+                self.keep_boot(&client, &plan);
                 self.counters.offers.fetch_add(1, Ordering::Relaxed);
                 (ReplyKind::Offer, ip)
             }
@@ -522,7 +529,7 @@ impl Server {
                 match granted {
                     Ok(()) => {
                         self.changed();
-                        self.keep_link(mac, &plan);
+                        self.keep_boot(&client, &plan);
                         self.counters.acks.fetch_add(1, Ordering::Relaxed);
                         self.recorder.record(
                             Who::Mac(mac),
