@@ -168,6 +168,13 @@ RT="$WORK/rootfs"
 tree "$RT"
 mkdir -p "$RT/usr/local/sbin" "$RT/var"
 install -m 0755 "$RECIPE/rootfs-init" "$RT/usr/local/sbin/bootpool-demo-init"
+# Debian's busybox has no `mountpoint` applet, which the demo init asks before mounting
+# (the x86 root has util-linux's): the same question, answered from /proc/mounts.
+mkdir -p "$RT/usr/local/bin"
+printf '%s\n' '#!/bin/sh' '# mountpoint [-q] DIR: is DIR a mount point? (for the demo init)' \
+    '[ "$1" = -q ] && shift' 'grep -q "^[^ ]* $1 " /proc/mounts 2>/dev/null' \
+    > "$RT/usr/local/bin/mountpoint"
+chmod 0755 "$RT/usr/local/bin/mountpoint"
 ln -s ../usr/local/sbin/bootpool-demo-init "$RT/sbin/init"
 echo bootpool-demo-arm64 > "$RT/etc/hostname"
 echo "$HASH" > "$RT/etc/bootpool-demo-recipe"
