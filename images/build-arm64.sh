@@ -12,6 +12,10 @@ SUITE="${BOOTPOOL_SUITE:-bookworm}"
 # The arm64 packages: the kernel (its modules too), a static busybox for the initrd and the
 # root, and Debian's signed network GRUB (grubnetaa64.efi.signed: Debian ships no arm64 iPXE).
 PACKAGES="busybox-static grub-efi-arm64-signed"
+# nbd-client for NBD roots (busybox has none) and the libraries it links, by hand: the arm64
+# binary cannot run here for ldd to name them (its Depends, and libgnutls30's).
+NBD_PACKAGES="nbd-client libc6 libgnutls30 libnl-3-200 libnl-genl-3-200 libgmp10 libhogweed6
+    libnettle8 libidn2-0 libp11-kit0 libtasn1-6 libunistring2 libffi8"
 # Modules beyond the demo's list: the PCI host of qemu's `virt` machine when the kernel is
 # given a device tree (with ACPI the host bridge is built in), and virtio over MMIO.
 EXTRA_MODULES="pci_host_generic virtio_mmio"
@@ -24,10 +28,10 @@ Builds the ARM64 demo image into OUT_DIR (default: \$BOOTPOOL_ARM64_OUT, else $H
 
   vmlinuz       Debian's $SUITE arm64 kernel (linux-image-arm64's versioned dependency), an EFI
                 application (its EFI stub) that GRUB starts
-  initrd.img    gzip'd newc cpio: arm64 busybox-static, the modules of
-                images/demo-recipe/modules.list (+ $EXTRA_MODULES), /init from
-                images/demo-recipe/initrd-init. No nbd-client: the arm64 initrd attaches NFS
-                roots only (busybox mount)
+  initrd.img    gzip'd newc cpio: arm64 busybox-static, nbd-client and its libraries, the
+                modules of images/demo-recipe/modules.list (+ $EXTRA_MODULES), /init from
+                images/demo-recipe/initrd-init (NFS roots by busybox mount, NBD by nbd-client;
+                not qemu-nbd, mount.nfs or klibc's nfsmount)
   rootfs/       a busybox root whose /sbin/init is images/demo-recipe/rootfs-init (NFS)
   rootfs.img    the same tree as squashfs
   grubnetaa64.efi.signed
@@ -87,7 +91,7 @@ KVER="${KPKG#linux-image-}"
 
 HASH="$(
     cd "$HERE"
-    { echo "suite=$SUITE kernel=$KPKG packages=$PACKAGES extra=$EXTRA_MODULES"
+    { echo "suite=$SUITE kernel=$KPKG packages=$PACKAGES $NBD_PACKAGES extra=$EXTRA_MODULES"
       sha256sum build-arm64.sh demo-recipe/initrd-init demo-recipe/udhcpc.script \
           demo-recipe/rootfs-init demo-recipe/modules.list
     } | sha256sum | cut -d' ' -f1
@@ -120,6 +124,11 @@ for p in $PACKAGES; do
     step "unpacking $p:arm64"
     dpkg -x "$(fetch "$p")" "$WORK/pkgs"
 done
+step "unpacking nbd-client:arm64 and its libraries"
+for p in $NBD_PACKAGES; do
+    dpkg -x "$(fetch "$p")" "$WORK/nbd"
+done
+[ -x "$WORK/nbd/sbin/nbd-client" ] || die "no sbin/nbd-client in nbd-client:arm64"
 BUSYBOX="$WORK/pkgs/bin/busybox"
 [ -f "$BUSYBOX" ] || die "no bin/busybox in busybox-static:arm64"
 GRUB="$WORK/pkgs/usr/lib/grub/arm64-efi-signed/grubnetaa64.efi.signed"
@@ -155,6 +164,14 @@ for m in $names; do
     done < "$WORK/deps"
 done
 step "initrd: $(wc -l < "$IR/etc/bootpool/modules") modules"
+# nbd-client, the dynamic loader and the libraries' files (not their subfolders: gconv...).
+cp "$WORK/nbd/sbin/nbd-client" "$IR/sbin/"
+for d in lib/aarch64-linux-gnu usr/lib/aarch64-linux-gnu; do
+    [ -d "$WORK/nbd/$d" ] || continue
+    mkdir -p "$IR/$d"
+    find "$WORK/nbd/$d" -maxdepth 1 -name '*.so*' -exec cp -a {} "$IR/$d/" \;
+done
+cp -a "$WORK/nbd/lib/ld-linux-aarch64.so.1" "$IR/lib/" || die "no ld-linux-aarch64.so.1 in libc6"
 install -m 0755 "$RECIPE/initrd-init" "$IR/init"
 install -m 0755 "$RECIPE/udhcpc.script" "$IR/usr/share/udhcpc/default.script"
 echo "$KVER" > "$IR/etc/bootpool/kernel-version"

@@ -1,18 +1,22 @@
-//! End to end on ARM64: a qemu-system-aarch64 `virt` board with AAVMF (Debian's
-//! `qemu-efi-aarch64`, `bootpool lab --firmware arm64`, under TCG) boots from a pool whose x86
-//! clients get the x86 demo image: the firmware's PXE says option 93 = 11, gets Debian's
-//! network GRUB (`grubaa64.efi`, `server.grub_arm64`) over TFTP, GRUB reads the config bootpool
-//! writes for the client, which names the pool's `arch.arm64` image (the ARM64 demo of
-//! images/build-arm64.sh) and its command line, and the root comes over NFS. Slow under TCG:
-//! `#[ignore]`d, run by `scripts/test --all`. Needs root, `qemu-system-arm`,
-//! `qemu-efi-aarch64` and both demo images built (`scripts/setup --arm64`).
+//! End to end on ARM64: qemu-system-aarch64 `virt` boards with AAVMF (Debian's
+//! `qemu-efi-aarch64`, `bootpool lab --firmware arm64`, under TCG) boot from the shipped pools,
+//! whose x86 clients get the x86 demo image: the firmware's PXE says option 93 = 11, gets
+//! Debian's network GRUB (`grubaa64.efi`, `server.grub_arm64`) over TFTP, GRUB reads the config
+//! bootpool writes for the client, which names the pool's `arch.arm64` image (the ARM64 demo of
+//! images/build-arm64.sh) and command line, and the root comes over NFS (one pool) and NBD (the
+//! other; the initrd attaches it with Debian's arm64 nbd-client). `#[ignore]`d (TCG), run by
+//! `scripts/test --all`. Needs root, `qemu-system-arm`, `qemu-efi-aarch64` and both demo
+//! images built (`scripts/setup --arm64`).
 
-use crate::common::lab::{lab_config, repo, run_lab};
+use crate::common::lab::{client_consoles, lab_config, repo, run_lab};
 use std::path::Path;
 
+/// What each pool's ARM64 clients boot.
+const ARCH: &str = "    arch:\n      arm64: { image: demo-arm64, cmdline: console=ttyAMA0 }\n";
+
 #[test]
-#[ignore = "an ARM64 VM under TCG, minutes; scripts/test --all runs it"]
-fn an_arm64_client_boots_its_architectures_image_from_a_mixed_pool() {
+#[ignore = "two ARM64 VMs under TCG; scripts/test --all runs it"]
+fn arm64_clients_boot_their_architectures_image_from_mixed_pools_over_nfs_and_nbd() {
     for f in [
         "/usr/share/AAVMF/AAVMF_CODE.fd",
         "/usr/bin/qemu-system-aarch64",
@@ -24,18 +28,16 @@ fn an_arm64_client_boots_its_architectures_image_from_a_mixed_pool() {
     }
     let arm64 = repo().join("images/demo-arm64");
     assert!(
-        arm64.join("rootfs/sbin/init").exists(),
+        arm64.join("rootfs.img").exists() && arm64.join("rootfs/sbin/init").exists(),
         "build the ARM64 demo image first: images/build-arm64.sh (scripts/setup --arm64)"
     );
     let dir = tempfile::tempdir().unwrap();
     let config = lab_config(dir.path(), |t| {
-        // The shipped lab-nfs pool, x86 content as before, plus its ARM64 content.
+        // The shipped pools, x86 content as before, plus their ARM64 content.
+        let grub = arm64.join("grubnetaa64.efi.signed");
         t.replacen(
             "  loaders: /usr/lib/ipxe",
-            &format!(
-                "  grub_arm64: {}\n  loaders: /usr/lib/ipxe",
-                arm64.join("grubnetaa64.efi.signed").display()
-            ),
+            &format!("  grub_arm64: {}\n  loaders: /usr/lib/ipxe", grub.display()),
             1,
         )
         .replacen(
@@ -43,35 +45,39 @@ fn an_arm64_client_boots_its_architectures_image_from_a_mixed_pool() {
             &format!("images:\n  demo-arm64: {{ dir: {} }}\n", arm64.display()),
             1,
         )
-        .replacen(
-            "    root: nfs\n",
-            "    root: nfs\n    arch:\n      arm64: { image: demo-arm64, cmdline: console=ttyAMA0 }\n",
-            1,
-        )
+        .replace("    root: nfs\n", &format!("    root: nfs\n{ARCH}"))
+        .replace("    root: nbd\n", &format!("    root: nbd\n{ARCH}"))
     });
     let text = std::fs::read_to_string(&config).unwrap();
-    assert!(text.contains("arm64: { image: demo-arm64"), "{text}");
+    assert_eq!(text.matches(ARCH).count(), 2, "{text}");
     let args = [
         "--clients",
         "1",
         "--pool",
         "lab-nfs",
+        "--pool",
+        "lab-nbd",
         "--firmware",
         "arm64",
         "--timeout",
         "900",
     ];
     let (table, rows) = run_lab(&config, &args, 1000);
-    assert_eq!(rows.len(), 1, "{table}");
-    assert_eq!(rows[0][3], "booted", "{table}");
+    assert_eq!(rows.len(), 2, "{table}");
+    for row in &rows {
+        assert_eq!(row[3], "booted", "{table}");
+    }
     let journal = crate::common::recorded_events(&dir.path().join("var"));
     let sent = |path: &str, kind: &str| {
-        journal.lines().any(|l| {
-            l.contains("\"proto\":\"tftp\"")
-                && l.contains(&format!("\"path\":\"{path}\""))
-                && l.contains(&format!("\"kind\":\"{kind}\""))
-                && l.contains("\"outcome\":\"complete\"")
-        })
+        journal
+            .lines()
+            .filter(|l| {
+                l.contains("\"proto\":\"tftp\"")
+                    && l.contains(&format!("\"path\":\"{path}\""))
+                    && l.contains(&format!("\"kind\":\"{kind}\""))
+                    && l.contains("\"outcome\":\"complete\"")
+            })
+            .count()
     };
     for (path, kind) in [
         ("grubaa64.efi", "grub"),
@@ -79,22 +85,35 @@ fn an_arm64_client_boots_its_architectures_image_from_a_mixed_pool() {
         ("demo-arm64/vmlinuz", "kernel"),
         ("demo-arm64/initrd.img", "initrd"),
     ] {
-        assert!(sent(path, kind), "{path} ({kind}) not sent:\n{journal}");
+        assert_eq!(sent(path, kind), 2, "{path} ({kind}):\n{journal}");
     }
-    // The x86 files went to nobody; the root was the ARM64 tree, over NFS; the client said so.
+    // The x86 files went to nobody; the roots were the ARM64 image's, over NFS and NBD; the
+    // clients said they were up.
     assert!(!journal.contains("\"path\":\"demo/vmlinuz\""), "{journal}");
     assert!(journal.contains("\"export\":\"/demo-arm64\""), "{journal}");
-    assert!(journal.contains("\"event\":\"booted\""), "{journal}");
-    let consoles = crate::common::lab::client_consoles(&dir.path().join("var"));
-    let console = consoles.join("\n");
-    // GRUB ran bootpool's config for this client, and the kernel was ARM64's.
-    assert!(console.contains("bootpool: pool lab-nfs"), "{console}");
-    assert!(
-        console.contains("6.1.0-") && console.contains("-arm64"),
-        "{console}"
+    assert!(journal.contains("\"export\":\"demo-arm64\""), "{journal}");
+    assert_eq!(
+        journal.matches("\"event\":\"booted\"").count(),
+        2,
+        "{journal}"
     );
-    assert!(
-        console.contains("bootpool-initrd: root attached (nfs)"),
-        "{console}"
-    );
+    let consoles = client_consoles(&dir.path().join("var"));
+    assert_eq!(consoles.len(), 2);
+    for console in &consoles {
+        // The firmware asked as ARM64, GRUB ran bootpool's config, the kernel was ARM64's.
+        assert!(
+            console.contains("NBP filename is grubaa64.efi"),
+            "{console}"
+        );
+        assert!(console.contains("bootpool: pool lab-n"), "{console}");
+        assert!(
+            console.contains("Linux version 6.1.0-") && console.contains("-arm64 "),
+            "{console}"
+        );
+    }
+    let all = consoles.join("\n");
+    for (pool, root) in [("lab-nfs", "nfs"), ("lab-nbd", "nbd")] {
+        assert!(all.contains(&format!("bootpool: pool {pool}")), "{all}");
+        assert!(all.contains(&format!("root attached ({root})")), "{all}");
+    }
 }
