@@ -603,6 +603,7 @@ mod tests {
             pool: None,
             pxe: true,
             ipxe: true,
+            arch: None,
         }));
         rec.send(ev(Kind::DhcpAck {
             ip,
@@ -668,6 +669,7 @@ mod tests {
                     pool: None,
                     pxe: true,
                     ipxe: true,
+                    arch: None,
                 },
             });
             rec.console(mac, vec!["Linux version 6.1".into()]);
@@ -707,6 +709,7 @@ mod tests {
                 pool: None,
                 pxe: true,
                 ipxe: false,
+                arch: None,
             },
         );
         let journal = serde_json::to_string(&ev).unwrap() + "\n{\"at\":12,\"who\":{\"mac\":\"52:5";
@@ -771,6 +774,7 @@ mod tests {
                     pool: None,
                     pxe: true,
                     ipxe: false,
+                    arch: None,
                 },
             })
             .collect();

@@ -394,6 +394,7 @@ impl Server {
                         pxe: true,
                         ipxe: client.ipxe,
                         pool: Some(plan.member.pool.name.clone()),
+                        arch: client.arch,
                     },
                 );
                 self.counters.offers.fetch_add(1, Ordering::Relaxed);
@@ -491,6 +492,7 @@ impl Server {
                         pxe: client.pxe,
                         ipxe: client.ipxe,
                         pool: Some(plan.member.pool.name.clone()),
+                        arch: client.arch,
                     },
                 );
                 let Some(ip) = offered else {

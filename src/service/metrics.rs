@@ -365,6 +365,7 @@ mod tests {
                 pool: None,
                 pxe: true,
                 ipxe: false,
+                arch: None,
             },
         });
         t.apply(&Event {

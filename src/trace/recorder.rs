@@ -296,6 +296,7 @@ mod tests {
             pool: None,
             pxe: true,
             ipxe: true,
+            arch: None,
         };
         t.event(Who::Mac(mac), &discover);
         let ack = Kind::DhcpAck {
@@ -359,6 +360,7 @@ mod tests {
             pool: None,
             pxe: true,
             ipxe: false,
+            arch: None,
         };
         t.event(Who::Mac(mac), &discover);
         assert!(!t.wants(Ipv4Addr::new(10, 77, 0, 100)));

@@ -97,6 +97,12 @@ fn arm64_clients_boot_their_architectures_image_from_mixed_pools_over_nfs_and_nb
         2,
         "{journal}"
     );
+    // The record knows them as ARM64 firmware (option 93 = 11, from their DISCOVERs).
+    let arm64_discovers = journal
+        .lines()
+        .filter(|l| l.contains("\"event\":\"dhcp_discover\"") && l.contains("\"arch\":11"))
+        .count();
+    assert!(arm64_discovers >= 2, "{journal}");
     let consoles = client_consoles(&dir.path().join("var"));
     assert_eq!(consoles.len(), 2);
     for console in &consoles {
