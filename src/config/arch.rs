@@ -165,6 +165,45 @@ pools:
         assert_eq!(m.on_arch(Some(11)).cmdline(), "console=ttyS0");
     }
 
+    /// `bootpool check` names the ARM64 GRUB a pool with `arch.arm64` needs, and the ARM64
+    /// image's files, beside the pool's own.
+    #[test]
+    fn an_arm64_pool_needs_its_grub_and_its_images_files() {
+        let c = parse(&MIXED.replace(
+            "server: { address: 10.77.0.1 }",
+            "server: { address: 10.77.0.1, grub_arm64: /nonexistent/grubnetaa64.efi.signed }",
+        ))
+        .unwrap();
+        let missing: Vec<String> = c.missing_files().iter().map(|e| e.to_string()).collect();
+        assert!(
+            missing
+                .iter()
+                .any(|e| e.contains("server.grub_arm64") && e.contains("/nonexistent/")),
+            "{missing:?}"
+        );
+        assert!(
+            missing
+                .iter()
+                .any(|e| e.contains("image `demo-arm64` lacks")),
+            "{missing:?}"
+        );
+        let plain = parse(&MIXED.replace(
+            "    arch:\n      arm64: { image: demo-arm64, cmdline: console=ttyAMA0 }\n",
+            "",
+        ))
+        .unwrap();
+        assert!(plain.pools["room"].arch.is_empty());
+        let missing: Vec<String> = plain
+            .missing_files()
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert!(
+            !missing.iter().any(|e| e.contains("grub_arm64")),
+            "{missing:?}"
+        );
+    }
+
     #[test]
     fn a_bad_arch_entry_is_named_by_file_line_and_key() {
         let e = parse(&MIXED.replace("      arm64:", "      aarch64:"))

@@ -900,6 +900,36 @@ pools:
         }
     }
 
+    /// ARM64 UEFI PXE (option 93 = 11) is handed Debian's network GRUB, and its lease keeps
+    /// the architecture through the initrd's DHCP (no option 93) and a restart: GRUB's config,
+    /// asked for by address, is chosen by it.
+    #[test]
+    fn arm64_firmware_gets_grub_and_its_lease_keeps_the_architecture() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = server(dir.path());
+        let class = b"PXEClient:Arch:00011:UNDI:003000";
+        let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 11, 60, class.len() as u8];
+        o.extend_from_slice(class);
+        let (offer, _) = s.handle(&req(3, &o), from(), 1000).unwrap();
+        assert_eq!(offer.boot_file.as_deref(), Some("grubaa64.efi"));
+        assert_eq!(offer.class, Some(ServerClass::Pxe));
+        o[2] = REQUEST;
+        o.extend_from_slice(&[50, 4, 10, 77, 0, 100, 54, 4, 10, 77, 0, 1]);
+        let (ack, _) = s.handle(&req(3, &o), from(), 1001).unwrap();
+        assert_eq!(ack.boot_file.as_deref(), Some("grubaa64.efi"));
+        let mac = Mac([0x52, 0x54, 0, 0x77, 0, 3]);
+        assert_eq!(s.leases.read().arch(mac), Some(11));
+        // The initrd's DHCP says no architecture and changes none.
+        let initrd = [53, 1, REQUEST, 50, 4, 10, 77, 0, 100, 54, 4, 10, 77, 0, 1];
+        let (ack, _) = s.handle(&req(3, &initrd), from(), 1010).unwrap();
+        assert_eq!(ack.kind, ReplyKind::Ack);
+        assert_eq!(ack.boot_file, None);
+        assert_eq!(s.leases.read().arch(mac), Some(11));
+        s.flush();
+        let s = server(dir.path());
+        assert_eq!(s.leases.read().arch(mac), Some(11));
+    }
+
     /// iPXE's DISCOVER: option 60 PXEClient:..., 77 iPXE, 97 a UUID.
     fn ipxe_discover(mac: u8, msg: u8) -> Request {
         let mut o = vec![53, 1, msg, 93, 2, 0, 0, 60, 32];
