@@ -205,13 +205,21 @@ fn emulator(firmware: Firmware) -> &'static str {
     }
 }
 
-/// Each VM's own copy of the firmware's variables `from`, named by its MAC.
-fn own_vars(dir: &Path, mac: Mac, from: &str) -> PathBuf {
-    let vars = dir.join(format!("{}.vars.fd", mac.to_string().replace(':', "")));
-    if let Err(e) = std::fs::copy(from, &vars) {
-        eprintln!("lab: copying {from}: {e}");
+/// Firmware in two flash devices: `code` read-only, and the VM's own copy (named by its MAC)
+/// of the variables `vars`, which the firmware writes.
+fn flash(cmd: &mut Command, dir: &Path, mac: Mac, code: &str, vars: &str) {
+    let own = dir.join(format!("{}.vars.fd", mac.to_string().replace(':', "")));
+    if let Err(e) = std::fs::copy(vars, &own) {
+        eprintln!("lab: copying {vars}: {e}");
     }
-    vars
+    cmd.args([
+        "-drive",
+        &format!("if=pflash,format=raw,unit=0,readonly=on,file={code}"),
+    ])
+    .args([
+        "-drive",
+        &format!("if=pflash,format=raw,unit=1,file={}", own.display()),
+    ]);
 }
 
 fn nic_args(cmd: &mut Command, tap: &str, mac: Mac, firmware: Firmware, dir: &Path) {
@@ -243,40 +251,24 @@ fn nic_args(cmd: &mut Command, tap: &str, mac: Mac, firmware: Firmware, dir: &Pa
         // Secure Boot needs SMM (q35) and the pflash marked secure, so that only SMM code may
         // write the variables that hold the keys.
         Firmware::UefiSecure => {
-            let vars = own_vars(dir, mac, OVMF_SECURE_VARS);
             cmd.args(["-machine", "q35,smm=on"])
                 .args(["-m", &SECURE_MEMORY_MIB.to_string()])
-                .args(["-global", "driver=cfi.pflash01,property=secure,value=on"])
-                .args([
-                    "-drive",
-                    &format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_SECURE_CODE}"),
-                ])
-                .args([
-                    "-drive",
-                    &format!("if=pflash,format=raw,unit=1,file={}", vars.display()),
-                ])
-                .args([
-                    "-device",
-                    &format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1,romfile="),
-                ]);
+                .args(["-global", "driver=cfi.pflash01,property=secure,value=on"]);
+            flash(cmd, dir, mac, OVMF_SECURE_CODE, OVMF_SECURE_VARS);
+            cmd.args([
+                "-device",
+                &format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1,romfile="),
+            ]);
         }
         // AAVMF's own virtio-net driver and PXE (an empty romfile: qemu's EFI ROMs are x86).
         Firmware::Arm64 => {
-            let vars = own_vars(dir, mac, AAVMF_VARS);
             cmd.args(["-machine", "virt", "-cpu", "cortex-a57"])
-                .args(["-m", &ARM64_MEMORY_MIB.to_string()])
-                .args([
-                    "-drive",
-                    &format!("if=pflash,format=raw,unit=0,readonly=on,file={AAVMF_CODE}"),
-                ])
-                .args([
-                    "-drive",
-                    &format!("if=pflash,format=raw,unit=1,file={}", vars.display()),
-                ])
-                .args([
-                    "-device",
-                    &format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1,romfile="),
-                ]);
+                .args(["-m", &ARM64_MEMORY_MIB.to_string()]);
+            flash(cmd, dir, mac, AAVMF_CODE, AAVMF_VARS);
+            cmd.args([
+                "-device",
+                &format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1,romfile="),
+            ]);
         }
         // Without PXE (and IPv6, whose HTTP boot would wait for a router first) the only
         // network boot option left to OVMF is HTTP boot over IPv4.
