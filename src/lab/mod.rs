@@ -206,6 +206,18 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<_>>()?
     };
+    // An ARM64 board given the pool's x86 kernel would only stop in GRUB.
+    if args.firmware == vm::Firmware::Arm64
+        && let Some(p) = pools
+            .iter()
+            .find(|p| !p.arch.contains_key(&crate::config::Arch::Arm64))
+    {
+        bail!(
+            "--firmware arm64: pool {} has no `arch: {{ arm64: {{ image: ... }} }}`, so its \
+             ARM64 clients would get its x86 image (images/build-arm64.sh builds an ARM64 one)",
+            p.name
+        );
+    }
     for name in &args.cut_dhcp {
         if !pools.iter().any(|p| &p.name == name) {
             bail!("--cut-dhcp {name}: the lab boots no pool of that name (see --pool)");
