@@ -295,6 +295,59 @@ mod tests {
         );
     }
 
+    /// A family's `arch` entry gives its script that image's files, root and command line
+    /// (also as a template's `{cmdline}`); other families keep the pool's.
+    #[test]
+    fn an_architectures_image_and_command_line_go_into_its_script() {
+        let text = super::super::tests::CONFIG
+            .replace(
+                "  demo: { dir: images/demo }\n",
+                "  demo: { dir: images/demo }\n  demo-arm64: { dir: images/demo-arm64 }\n",
+            )
+            .replace(
+                "    cmdline: console=ttyS0\n",
+                "    cmdline: console=ttyS0\n    arch: { arm64: { image: demo-arm64, cmdline: console=ttyAMA0 } }\n",
+            );
+        let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
+        let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
+        let arm = c
+            .member(mac)
+            .unwrap()
+            .on_arch(Some(crate::boot::arch::EFI_ARM64_HTTP));
+        let s = ipxe_script(&c, &arm, mac, c.server.address, None);
+        assert!(
+            s.contains("kernel http://10.77.0.1:8080/boot/demo-arm64/vmlinuz root=nbd:10.77.0.1:demo-arm64 bootpool.url=http://10.77.0.1:8080 console=ttyAMA0 initrd=initrd.img\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("initrd http://10.77.0.1:8080/boot/demo-arm64/initrd.img\n"),
+            "{s}"
+        );
+        let x64 = c
+            .member(mac)
+            .unwrap()
+            .on_arch(Some(crate::boot::arch::EFI_BC));
+        let s = ipxe_script(&c, &x64, mac, c.server.address, None);
+        assert!(
+            s.contains("/boot/demo/vmlinuz root=nbd:10.77.0.1:demo "),
+            "{s}"
+        );
+        assert!(s.contains(" console=ttyS0 "), "{s}");
+        let t = text.replace(
+            "    cmdline: console=ttyS0\n",
+            "    cmdline: console=ttyS0\n    cmdline_template: \"{root} {cmdline}\"\n",
+        );
+        let c = Config::parse(Path::new("p.yaml"), &t).unwrap();
+        let arm = c
+            .member(mac)
+            .unwrap()
+            .on_arch(Some(crate::boot::arch::EFI_ARM64));
+        assert_eq!(
+            cmdline(&c, &arm, c.server.address, None),
+            "root=nbd:10.77.0.1:demo-arm64 console=ttyAMA0"
+        );
+    }
+
     /// A client given another of the server's links hears only that address.
     #[test]
     fn every_url_and_the_root_name_the_clients_link() {
