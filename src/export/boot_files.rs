@@ -199,8 +199,12 @@ pub fn unsigned(config: &Config) -> Vec<ConfigError> {
         "use a GRUB your shim trusts (Debian: grub-efi-amd64-signed)",
     );
     let mut seen = Vec::new();
-    for pool in pools {
-        let image = &pool.image;
+    // The kernels shim's GRUB starts: the pool's, and its x64 clients' if `arch` gives them
+    // their own (its ARM64 clients get no shim).
+    let shimmed = pools.iter().flat_map(|p| {
+        std::iter::once(&p.image).chain(p.arch.get(&crate::config::Arch::X64).map(|v| &v.image))
+    });
+    for image in shimmed {
         if !seen.contains(&&image.name) {
             seen.push(&image.name);
             check(
@@ -311,5 +315,37 @@ mod tests {
         );
         std::fs::write(&config, text.replace("    secure_boot: true\n", "")).unwrap();
         assert!(unsigned(&Config::load(&config).unwrap()).is_empty());
+    }
+
+    /// A `secure_boot` pool's x64 clients boot its `arch.x64` kernel through shim: that one
+    /// must be signed too; its ARM64 clients' kernel is not asked (they get no shim).
+    #[test]
+    fn a_secure_boot_pools_x64_kernel_is_checked_and_its_arm64_one_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        for image in ["demo", "x64", "arm"] {
+            std::fs::create_dir_all(p.join(image)).unwrap();
+        }
+        std::fs::write(p.join("demo/vmlinuz"), efi_image(2048)).unwrap();
+        std::fs::write(p.join("x64/vmlinuz"), efi_image(0)).unwrap();
+        std::fs::write(p.join("arm/vmlinuz"), efi_image(0)).unwrap();
+        std::fs::write(p.join("shim.efi"), efi_image(2048)).unwrap();
+        std::fs::write(p.join("grub.efi"), efi_image(2048)).unwrap();
+        let text = format!(
+            "server: {{ address: 10.77.0.1, shim: {d}/shim.efi, grub: {d}/grub.efi }}\n\
+             dhcp: {{ subnet: 10.77.0.0/24, range: 10.77.0.100-10.77.0.199 }}\n\
+             images:\n  demo: {{ dir: {d}/demo }}\n  x64: {{ dir: {d}/x64 }}\n  arm: {{ dir: {d}/arm }}\n\
+             pools:\n  room:\n    image: demo\n    secure_boot: true\n\
+             \x20   arch: {{ x64: {{ image: x64 }}, arm64: {{ image: arm }} }}\n",
+            d = p.display()
+        );
+        let config = p.join("pools.yaml");
+        std::fs::write(&config, &text).unwrap();
+        let errors: Vec<String> = unsigned(&Config::load(&config).unwrap())
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("images.x64.kernel"), "{errors:?}");
     }
 }
