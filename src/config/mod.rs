@@ -359,6 +359,16 @@ pub struct Pool {
 }
 
 impl Pool {
+    /// What firmware of option 93 code `code` boots instead of the pool's own, if anything.
+    pub fn variant(&self, code: Option<u16>) -> Option<&arch::Variant> {
+        code.and_then(Arch::of_code).and_then(|a| self.arch.get(&a))
+    }
+
+    /// The image firmware of option 93 code `code` boots.
+    pub fn image_for(&self, code: Option<u16>) -> &Arc<Image> {
+        self.variant(code).map_or(&self.image, |v| &v.image)
+    }
+
     /// The pool's image and every per-architecture one, each once.
     pub fn images(&self) -> Vec<&Arc<Image>> {
         let mut all = vec![&self.image];
@@ -400,10 +410,10 @@ impl<'a> Member<'a> {
     /// The member as firmware of option 93 code `code` boots it: its pool's `arch` entry for
     /// that family, if it has one.
     pub fn on_arch(self, code: Option<u16>) -> Member<'a> {
-        let variant = code
-            .and_then(Arch::of_code)
-            .and_then(|a| self.pool.arch.get(&a));
-        Member { variant, ..self }
+        Member {
+            variant: self.pool.variant(code),
+            ..self
+        }
     }
 
     /// The image it boots.

@@ -107,10 +107,7 @@ impl Tracer {
                 let Some(pool) = self.pools.get(&mac) else {
                     return;
                 };
-                let image = arch
-                    .and_then(crate::config::Arch::of_code)
-                    .and_then(|a| pool.arch.get(&a))
-                    .map_or(&pool.image.name, |v| &v.image.name);
+                let image = &pool.image_for(*arch).name;
                 let (pool, root) = (&pool.name, &pool.root.to_string());
                 let restart = match inner.by_mac.get(&mac) {
                     None => *pxe,
