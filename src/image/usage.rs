@@ -147,7 +147,7 @@ mod tests {
             };
             t.apply(&Event {
                 at: 1_000_000,
-                who: who.clone(),
+                who,
                 kind,
             });
             let kind = Kind::RootAttach {
