@@ -120,15 +120,7 @@ mod tests {
     /// for that image and command line; its pool's x86 clients boot no GRUB.
     #[test]
     fn arm64_firmware_reads_its_architectures_image() {
-        let text = super::super::tests::CONFIG
-            .replace(
-                "  demo: { dir: images/demo }\n",
-                "  demo: { dir: images/demo }\n  demo-arm64: { dir: images/demo-arm64 }\n",
-            )
-            .replace(
-                "    cmdline: console=ttyS0\n",
-                "    cmdline: console=ttyS0\n    arch: { arm64: { image: demo-arm64, cmdline: console=ttyAMA0 } }\n",
-            );
+        let text = super::super::tests::mixed();
         let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let m = c.member(mac).unwrap();

@@ -155,6 +155,19 @@ pools:
       - { macs: \"52:54:00:77:00:00-52:54:00:77:00:ff\" }
 ";
 
+    /// `CONFIG` with an ARM64 image beside `demo` and the pool's `arch.arm64` naming it.
+    pub(crate) fn mixed() -> String {
+        CONFIG
+            .replace(
+                "  demo: { dir: images/demo }\n",
+                "  demo: { dir: images/demo }\n  demo-arm64: { dir: images/demo-arm64 }\n",
+            )
+            .replace(
+                "    cmdline: console=ttyS0\n",
+                "    cmdline: console=ttyS0\n    arch: { arm64: { image: demo-arm64, cmdline: console=ttyAMA0 } }\n",
+            )
+    }
+
     fn client(mac: &str, arch: Option<u16>, ipxe: bool, pxe: bool) -> Client {
         Client {
             mac: mac.parse().unwrap(),

@@ -299,15 +299,7 @@ mod tests {
     /// (also as a template's `{cmdline}`); other families keep the pool's.
     #[test]
     fn an_architectures_image_and_command_line_go_into_its_script() {
-        let text = super::super::tests::CONFIG
-            .replace(
-                "  demo: { dir: images/demo }\n",
-                "  demo: { dir: images/demo }\n  demo-arm64: { dir: images/demo-arm64 }\n",
-            )
-            .replace(
-                "    cmdline: console=ttyS0\n",
-                "    cmdline: console=ttyS0\n    arch: { arm64: { image: demo-arm64, cmdline: console=ttyAMA0 } }\n",
-            );
+        let text = super::super::tests::mixed();
         let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let arm = c
