@@ -28,7 +28,7 @@ pub fn root_allowed(
     }
     holder
         .and_then(|mac| config.member(mac))
-        .is_some_and(|m| m.pool.root == root && m.pool.image.name == image)
+        .is_some_and(|m| m.pool.root == root && m.pool.images().iter().any(|i| i.name == image))
 }
 
 #[cfg(test)]
@@ -67,6 +67,7 @@ pools:
   room-b-nbd:
     image: b
     root: nbd
+    arch: {{ arm64: {{ image: a }} }}
     clients:
       - {{ macs: \"52:54:00:00:02:00-52:54:00:00:02:0f\" }}
 "
@@ -87,7 +88,9 @@ pools:
         assert!(!nbd("a", mac("52:54:00:00:00:05")));
         assert!(!nfs("b", mac("52:54:00:00:02:05")));
         assert!(nbd("b", mac("52:54:00:00:02:05")));
-        assert!(!nbd("a", mac("52:54:00:00:02:05")));
+        // A pool's per-architecture image is its image too, over its protocol only.
+        assert!(nbd("a", mac("52:54:00:00:02:05")));
+        assert!(!nfs("a", mac("52:54:00:00:02:05")));
         assert!(!nfs("a", mac("52:54:00:99:00:05")));
         assert!(!nfs("a", None));
         // Loopback only when the server is on loopback.

@@ -1,12 +1,15 @@
-//! The Secure Boot chain's names and the generated GRUB config for one client: what Debian's
-//! signed network GRUB (`grubnetx64.efi.signed`, loaded by shim as `grubx64.efi`) reads, the
-//! counterpart of `script.rs`'s iPXE script. Plain data in and out.
+//! The GRUB chains' names and the generated GRUB config for one client: what Debian's network
+//! GRUB reads, the counterpart of `script.rs`'s iPXE script. Plain data in and out. Two
+//! chains use it: Secure Boot (`grubnetx64.efi.signed`, loaded by shim as `grubx64.efi`) and
+//! ARM64 UEFI (`grubnetaa64.efi.signed`, which the firmware loads itself as `grubaa64.efi`:
+//! Debian ships no arm64 iPXE).
 //!
 //! That GRUB's prefix is `/grub` on the device it was loaded from, `(tftp,NEXT-SERVER)`; its
-//! embedded config sources `$prefix/x86_64-efi/grub.cfg` if that exists, else
-//! `$prefix/grub.cfg`. It has no HTTP module (Debian 12, 2.06-13), so the config, the kernel
-//! and the initrd all come over TFTP. The config is the same name for every client: bootpool
-//! answers it for whoever holds the address the request came from.
+//! embedded config sources `$prefix/x86_64-efi/grub.cfg` (arm64: `$prefix/arm64-efi/grub.cfg`)
+//! if that exists, else `$prefix/grub.cfg`. It has no HTTP module (Debian 12, 2.06-13), so the
+//! config, the kernel and the initrd all come over TFTP. The config is the same name for every
+//! client: bootpool answers it for whoever holds the address the request came from, with the
+//! image its firmware's architecture boots (`Member::on_arch`).
 
 use super::script;
 use crate::config::{Config, Mac, Member};
@@ -18,10 +21,18 @@ pub const SHIM: &str = "shimx64.efi";
 /// The second stage shim fetches from beside itself (its `DEFAULT_LOADER`); bootpool serves
 /// the signed network GRUB by this name.
 pub const GRUB: &str = "grubx64.efi";
+/// What ARM64 UEFI firmware (option 93: 11) is handed over TFTP: `server.grub_arm64`.
+pub const GRUB_ARM64: &str = "grubaa64.efi";
 /// TFTP's well-known port, which GRUB's `(tftp,SERVER)` device means.
 const TFTP_PORT: u16 = 69;
 /// The config GRUB reads, as asked over TFTP (its leading `/` taken off).
 pub const CONFIG: &str = "grub/grub.cfg";
+
+/// Whether a client of `pool` whose firmware said option 93 `arch` boots through GRUB (and
+/// so may have its config): a `secure_boot` pool's clients, and ARM64 UEFI firmware.
+pub fn boots_grub(pool: &crate::config::Pool, arch: Option<u16>) -> bool {
+    pool.secure_boot || arch == Some(super::arch::EFI_ARM64)
+}
 
 /// The GRUB config for one client: its pool's kernel and initrd over TFTP from `link`, with
 /// the kernel command line the iPXE script would give it (less the EFI stub's `initrd=`: GRUB
@@ -34,7 +45,7 @@ pub fn config(
     client: Option<Ipv4Addr>,
 ) -> String {
     let pool = member.pool;
-    let image = &pool.image;
+    let image = member.image();
     let name = member.entry.name.as_deref().unwrap_or("");
     let mut line = script::cmdline(config, member, link, client);
     if pool.cmdline_template.is_none()
@@ -103,6 +114,31 @@ mod tests {
         );
         assert!(!text.contains("initrd=initrd.img"), "{text}");
         assert!(!text.contains("10.77.0.1"), "{text}");
+    }
+
+    /// An ARM64 client of a pool with `arch.arm64` (no `secure_boot`) gets GRUB's config
+    /// for that image and command line; its pool's x86 clients boot no GRUB.
+    #[test]
+    fn arm64_firmware_reads_its_architectures_image() {
+        let text = super::super::tests::mixed();
+        let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
+        let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
+        let m = c.member(mac).unwrap();
+        assert!(boots_grub(m.pool, Some(crate::boot::arch::EFI_ARM64)));
+        assert!(!boots_grub(m.pool, Some(crate::boot::arch::EFI_BC)));
+        assert!(!boots_grub(m.pool, None));
+        let m = m.on_arch(Some(crate::boot::arch::EFI_ARM64));
+        let text = config(&c, &m, mac, c.server.address, None);
+        assert!(
+            text.contains(
+                "\nlinux (tftp,10.77.0.1)/demo-arm64/vmlinuz 'root=nbd:10.77.0.1:demo-arm64' 'bootpool.url=http://10.77.0.1:8080' 'console=ttyAMA0'\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("\ninitrd (tftp,10.77.0.1)/demo-arm64/initrd.img\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -38,6 +38,11 @@ pub struct Lease {
     /// The server link (one of `server.links`) this MAC is told to boot from; it outlives
     /// the lease's state changes, so a client keeps its link across renewals and restarts.
     pub link: Option<Ipv4Addr>,
+    /// The architecture (option 93) the MAC's boot firmware or iPXE last said, which picks
+    /// what its pool hands it later in the boot (`Member::on_arch`): the script and GRUB's
+    /// config are asked for by address, without option 93. The initrd's own DHCP, which does
+    /// not send the option, leaves it alone.
+    pub arch: Option<u16>,
 }
 
 /// Why a REQUEST cannot be granted (the client gets a NAK).
@@ -202,6 +207,7 @@ impl Leases {
                     state: State::Offered,
                     expires: now + hold_s,
                     link: None,
+                    arch: None,
                 },
             );
         }
@@ -252,8 +258,9 @@ impl Leases {
     /// Records `lease` for `mac` (keeping the MAC's link), dropping any stale memory of the
     /// address for other MACs.
     fn take(&mut self, mac: Mac, mut lease: Lease) {
-        if lease.link.is_none() {
-            lease.link = self.leases.get(&mac).and_then(|l| l.link);
+        if let Some(old) = self.leases.get(&mac) {
+            lease.link = lease.link.or(old.link);
+            lease.arch = lease.arch.or(old.arch);
         }
         if let Some(other) = self.by_ip.get(&lease.ip).copied()
             && other != mac
@@ -316,6 +323,7 @@ impl Leases {
                 state: State::Bound,
                 expires: now + lease_s,
                 link: None,
+                arch: None,
             },
         );
         Ok(())
@@ -332,6 +340,7 @@ impl Leases {
                 state: State::Bound,
                 expires: now + secs,
                 link: None,
+                arch: None,
             },
         );
     }
@@ -347,6 +356,23 @@ impl Leases {
         match self.leases.get_mut(&mac) {
             Some(l) if l.link != Some(link) => {
                 l.link = Some(link);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The architecture `mac`'s firmware said (option 93), if it said one.
+    pub fn arch(&self, mac: Mac) -> Option<u16> {
+        self.leases.get(&mac).and_then(|l| l.arch)
+    }
+
+    /// Notes the architecture `mac` (which has an entry) said. Returns whether that changed
+    /// anything.
+    pub fn set_arch(&mut self, mac: Mac, arch: u16) -> bool {
+        match self.leases.get_mut(&mac) {
+            Some(l) if l.arch != Some(arch) => {
+                l.arch = Some(arch);
                 true
             }
             _ => false,
@@ -411,6 +437,7 @@ impl Leases {
                     state: l.state,
                     expires: l.expires,
                     link: l.link,
+                    arch: l.arch,
                 })
                 .collect(),
             declined: self
@@ -448,6 +475,7 @@ impl Leases {
                 state: s.state,
                 expires: s.expires,
                 link: s.link,
+                arch: s.arch,
             };
             self.leases.insert(mac, lease);
             self.by_ip.insert(s.ip, mac);
@@ -478,6 +506,8 @@ pub struct SavedLease {
     pub expires: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<Ipv4Addr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arch: Option<u16>,
 }
 
 #[cfg(test)]
@@ -502,6 +532,30 @@ mod tests {
         fresh.restore(serde_json::from_str(&json).unwrap());
         assert_eq!(fresh.link(mac(5)), Some(link));
         assert_eq!(t.link(mac(2)), None);
+    }
+
+    /// The architecture the firmware said outlives the initrd's DHCP (an ACK with none) and
+    /// a restart, and is written only when it is there.
+    #[test]
+    fn a_mac_keeps_its_firmwares_architecture() {
+        let mut t = table();
+        let a = t.offer(mac(5), None, 0, 10).unwrap();
+        assert_eq!(t.arch(mac(5)), None);
+        assert!(t.set_arch(mac(5), 11));
+        assert!(!t.set_arch(mac(5), 11), "unchanged");
+        t.ack_offer(mac(5), a, 1, 100).unwrap();
+        t.ack(mac(5), a, 2, 100).unwrap();
+        assert_eq!(t.arch(mac(5)), Some(11));
+        let json = serde_json::to_string(&t.to_saved()).unwrap();
+        assert_eq!(json.matches("\"arch\":11").count(), 1, "{json}");
+        let mut fresh = table();
+        fresh.restore(serde_json::from_str(&json).unwrap());
+        assert_eq!(fresh.arch(mac(5)), Some(11));
+        // Saved before the field: no architecture.
+        let old = json.replace(",\"arch\":11", "");
+        let mut fresh = table();
+        fresh.restore(serde_json::from_str(&old).unwrap());
+        assert_eq!(fresh.arch(mac(5)), None);
     }
 
     /// The address index says exactly what the table says.
@@ -708,6 +762,7 @@ mod tests {
             state: State::Bound,
             expires: 100,
             link: None,
+            arch: None,
         });
         saved.leases.push(SavedLease {
             mac: mac(30).to_string(),
@@ -715,6 +770,7 @@ mod tests {
             state: State::Bound,
             expires: 100,
             link: None,
+            arch: None,
         });
         saved.leases.push(SavedLease {
             mac: mac(31).to_string(),
@@ -722,6 +778,7 @@ mod tests {
             state: State::Bound,
             expires: 100,
             link: None,
+            arch: None,
         });
         let mut fresh = table();
         assert_eq!(fresh.restore(saved), 3);

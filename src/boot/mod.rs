@@ -68,7 +68,7 @@ pub struct Plan<'a> {
 /// Decides how to boot `client` from the server link `link` (`links::choose`); `None` means
 /// it is not ours.
 pub fn plan<'a>(config: &'a Config, client: &Client, link: Ipv4Addr) -> Option<Plan<'a>> {
-    let member = config.member(client.mac)?;
+    let member = config.member(client.mac)?.on_arch(client.arch);
     let server = &config.server;
     let boot_file = if !client.pxe && !client.ipxe {
         None
@@ -96,6 +96,9 @@ pub fn plan<'a>(config: &'a Config, client: &Client, link: Ipv4Addr) -> Option<P
             && matches!(client.arch, Some(arch::EFI_BC | arch::EFI_X64));
         if signed {
             Some(BootFile::Tftp(grub::SHIM.to_string()))
+        } else if !http && client.arch == Some(arch::EFI_ARM64) {
+            // Debian ships no arm64 iPXE: its network GRUB reads `grub::config` instead.
+            Some(BootFile::Tftp(grub::GRUB_ARM64.to_string()))
         } else if http {
             Some(BootFile::Url(format!(
                 "http://{link}:{}/boot/loaders/{loader}",
@@ -151,6 +154,19 @@ pools:
     clients:
       - { macs: \"52:54:00:77:00:00-52:54:00:77:00:ff\" }
 ";
+
+    /// `CONFIG` with an ARM64 image beside `demo` and the pool's `arch.arm64` naming it.
+    pub(crate) fn mixed() -> String {
+        CONFIG
+            .replace(
+                "  demo: { dir: images/demo }\n",
+                "  demo: { dir: images/demo }\n  demo-arm64: { dir: images/demo-arm64 }\n",
+            )
+            .replace(
+                "    cmdline: console=ttyS0\n",
+                "    cmdline: console=ttyS0\n    arch: { arm64: { image: demo-arm64, cmdline: console=ttyAMA0 } }\n",
+            )
+    }
 
     fn client(mac: &str, arch: Option<u16>, ipxe: bool, pxe: bool) -> Client {
         Client {
@@ -263,6 +279,30 @@ pools:
             .unwrap()
             .boot_file,
             Some(BootFile::Tftp("snponly.efi".into()))
+        );
+    }
+
+    /// ARM64 UEFI firmware's PXE gets Debian's network GRUB (there is no arm64 iPXE in Debian),
+    /// in a pool with or without `secure_boot`; its HTTP boot keeps the iPXE name.
+    #[test]
+    fn arm64_firmware_gets_the_network_grub() {
+        let c = Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
+        let mut cl = client("52:54:00:77:00:01", Some(arch::EFI_ARM64), false, true);
+        let grub = Some(BootFile::Tftp("grubaa64.efi".into()));
+        assert_eq!(plan(&c, &cl, c.server.address).unwrap().boot_file, grub);
+        let sb = CONFIG.replace(
+            "    cmdline: console=ttyS0\n",
+            "    cmdline: console=ttyS0\n    secure_boot: true\n",
+        );
+        let sb = Config::parse(Path::new("p.yaml"), &sb).unwrap();
+        assert_eq!(plan(&sb, &cl, sb.server.address).unwrap().boot_file, grub);
+        cl.arch = Some(arch::EFI_ARM64_HTTP);
+        cl.http = true;
+        assert_eq!(
+            plan(&c, &cl, c.server.address).unwrap().boot_file,
+            Some(BootFile::Url(
+                "http://10.77.0.1:8080/boot/loaders/ipxe-arm64.efi".into()
+            ))
         );
     }
 

@@ -25,7 +25,7 @@ pub fn cmdline(
     link: Ipv4Addr,
     client: Option<Ipv4Addr>,
 ) -> String {
-    let image = crate::image::serve::serving(&member.pool.image);
+    let image = crate::image::serve::serving(member.image());
     cmdline_of(config, member, &image, link, client)
 }
 
@@ -75,9 +75,9 @@ fn cmdline_of(
         return from_template(config, member, image, link, template, &root, &netconsole);
     }
     let mut line = format!("{root} bootpool.url={}", http_base(config, link));
-    if !pool.cmdline.is_empty() {
+    if !member.cmdline().is_empty() {
         line.push(' ');
-        line.push_str(&pool.cmdline);
+        line.push_str(member.cmdline());
     }
     if !netconsole.is_empty() {
         line.push(' ');
@@ -145,7 +145,7 @@ fn from_template(
         Field::Image => image.name.clone(),
         Field::Pool => pool.name.clone(),
         Field::Initrd => image.initrd_file_name().to_string(),
-        Field::Cmdline => pool.cmdline.clone(),
+        Field::Cmdline => member.cmdline().to_string(),
         Field::Netconsole => netconsole.to_string(),
     })
 }
@@ -160,7 +160,7 @@ pub fn ipxe_script(
 ) -> String {
     let base = http_base(config, link);
     // The revision this boot gets, read once: its kernel, initrd and root all name it.
-    let image = &crate::image::serve::serving(&member.pool.image);
+    let image = &crate::image::serve::serving(member.image());
     let name = member.entry.name.as_deref().unwrap_or("");
     format!(
         "#!ipxe\n\
@@ -292,6 +292,51 @@ mod tests {
         assert!(
             cmdline(&nfs, &m, nfs.server.address, None)
                 .starts_with("root=nfs:10.77.0.1:/srv/deb:ro,")
+        );
+    }
+
+    /// A family's `arch` entry gives its script that image's files, root and command line
+    /// (also as a template's `{cmdline}`); other families keep the pool's.
+    #[test]
+    fn an_architectures_image_and_command_line_go_into_its_script() {
+        let text = super::super::tests::mixed();
+        let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
+        let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
+        let arm = c
+            .member(mac)
+            .unwrap()
+            .on_arch(Some(crate::boot::arch::EFI_ARM64_HTTP));
+        let s = ipxe_script(&c, &arm, mac, c.server.address, None);
+        assert!(
+            s.contains("kernel http://10.77.0.1:8080/boot/demo-arm64/vmlinuz root=nbd:10.77.0.1:demo-arm64 bootpool.url=http://10.77.0.1:8080 console=ttyAMA0 initrd=initrd.img\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("initrd http://10.77.0.1:8080/boot/demo-arm64/initrd.img\n"),
+            "{s}"
+        );
+        let x64 = c
+            .member(mac)
+            .unwrap()
+            .on_arch(Some(crate::boot::arch::EFI_BC));
+        let s = ipxe_script(&c, &x64, mac, c.server.address, None);
+        assert!(
+            s.contains("/boot/demo/vmlinuz root=nbd:10.77.0.1:demo "),
+            "{s}"
+        );
+        assert!(s.contains(" console=ttyS0 "), "{s}");
+        let t = text.replace(
+            "    cmdline: console=ttyS0\n",
+            "    cmdline: console=ttyS0\n    cmdline_template: \"{root} {cmdline}\"\n",
+        );
+        let c = Config::parse(Path::new("p.yaml"), &t).unwrap();
+        let arm = c
+            .member(mac)
+            .unwrap()
+            .on_arch(Some(crate::boot::arch::EFI_ARM64));
+        assert_eq!(
+            cmdline(&c, &arm, c.server.address, None),
+            "root=nbd:10.77.0.1:demo-arm64 console=ttyAMA0"
         );
     }
 

@@ -6,11 +6,13 @@
 //! or server address, two services on one port, and pool or image names that are not plain
 //! (`[A-Za-z0-9._-]`, not starting with `.` or `-`: they become paths and URLs).
 
+pub mod arch;
 pub mod cmdline;
 mod locate;
 mod raw;
 mod values;
 
+pub use arch::Arch;
 pub use values::{Mac, MacRange, Subnet, parse_duration, parse_rate_mbps, parse_size};
 
 use locate::Step;
@@ -136,6 +138,9 @@ pub struct Server {
     /// and `grubx64.efi` (the name shim asks for) to pools with `secure_boot`.
     pub shim: PathBuf,
     pub grub: PathBuf,
+    /// The network GRUB ARM64 UEFI firmware gets as `grubaa64.efi` (Debian ships no arm64
+    /// iPXE): Debian's `grubnetaa64.efi.signed`, which reads `boot::grub`'s config.
+    pub grub_arm64: PathBuf,
     /// Whether TFTP is served at all (`server.tftp`, default true).
     pub tftp: bool,
     /// Where boot records are stored.
@@ -349,6 +354,31 @@ pub struct Pool {
     /// Its firmware enforces Secure Boot: x64 UEFI firmware gets the signed chain (shim,
     /// GRUB, `boot::grub`'s config) instead of iPXE.
     pub secure_boot: bool,
+    /// What clients of a firmware family boot instead of `image` and `cmdline` (`arch`).
+    pub arch: BTreeMap<Arch, arch::Variant>,
+}
+
+impl Pool {
+    /// What firmware of option 93 code `code` boots instead of the pool's own, if anything.
+    pub fn variant(&self, code: Option<u16>) -> Option<&arch::Variant> {
+        code.and_then(Arch::of_code).and_then(|a| self.arch.get(&a))
+    }
+
+    /// The image firmware of option 93 code `code` boots.
+    pub fn image_for(&self, code: Option<u16>) -> &Arc<Image> {
+        self.variant(code).map_or(&self.image, |v| &v.image)
+    }
+
+    /// The pool's image and every per-architecture one, each once.
+    pub fn images(&self) -> Vec<&Arc<Image>> {
+        let mut all = vec![&self.image];
+        for v in self.arch.values() {
+            if !all.iter().any(|i| i.name == v.image.name) {
+                all.push(&v.image);
+            }
+        }
+        all
+    }
 }
 
 /// `pools.NAME.netconsole`.
@@ -372,6 +402,32 @@ pub struct ClientEntry {
 pub struct Member<'a> {
     pub pool: &'a Arc<Pool>,
     pub entry: &'a ClientEntry,
+    /// What its firmware family boots instead of the pool's own (`Member::on_arch`).
+    pub variant: Option<&'a arch::Variant>,
+}
+
+impl<'a> Member<'a> {
+    /// The member as firmware of option 93 code `code` boots it: its pool's `arch` entry for
+    /// that family, if it has one.
+    pub fn on_arch(self, code: Option<u16>) -> Member<'a> {
+        Member {
+            variant: self.pool.variant(code),
+            ..self
+        }
+    }
+
+    /// The image it boots.
+    pub fn image(&self) -> &'a Arc<Image> {
+        self.variant.map_or(&self.pool.image, |v| &v.image)
+    }
+
+    /// Its kernel arguments of the pool's own (`cmdline`).
+    pub fn cmdline(&self) -> &'a str {
+        match self.variant.and_then(|v| v.cmdline.as_deref()) {
+            Some(line) => line,
+            None => &self.pool.cmdline,
+        }
+    }
 }
 
 impl Config {
@@ -424,7 +480,11 @@ impl Config {
             pool.clients
                 .iter()
                 .find(|e| e.macs.contains(mac))
-                .map(|entry| Member { pool, entry })
+                .map(|entry| Member {
+                    pool,
+                    entry,
+                    variant: None,
+                })
         })
     }
 
@@ -449,16 +509,17 @@ impl Config {
     pub fn missing_files(&self) -> Vec<ConfigError> {
         let mut errors = Vec::new();
         for (name, pool) in &self.pools {
-            // An image with revisions: the active one's files.
-            let image = &crate::image::serve::serving(&pool.image);
-            let mut need = vec![image.kernel(), image.initrd()];
-            need.push(match pool.root {
-                RootProto::Nfs => image.root_tree(),
-                RootProto::Nbd => image.root_image(),
-            });
-            for path in need {
-                if !path.exists() {
-                    errors.push(ConfigError {
+            for image in pool.images() {
+                // An image with revisions: the active one's files.
+                let image = &crate::image::serve::serving(image);
+                let mut need = vec![image.kernel(), image.initrd()];
+                need.push(match pool.root {
+                    RootProto::Nfs => image.root_tree(),
+                    RootProto::Nbd => image.root_image(),
+                });
+                for path in need {
+                    if !path.exists() {
+                        errors.push(ConfigError {
                         file: self.file.clone(),
                         line: None,
                         column: None,
@@ -470,8 +531,27 @@ impl Config {
                             image.name
                         ),
                     });
+                    }
                 }
             }
+        }
+        if self
+            .pools
+            .values()
+            .any(|p| p.arch.contains_key(&Arch::Arm64))
+            && !self.server.grub_arm64.is_file()
+        {
+            errors.push(ConfigError {
+                file: self.file.clone(),
+                line: None,
+                column: None,
+                path: "server.grub_arm64".into(),
+                reason: format!(
+                    "{} is not a file; a pool with arch.arm64 needs it (images/build-arm64.sh \
+                     unpacks Debian's grub-efi-arm64-signed beside the ARM64 demo image)",
+                    self.server.grub_arm64.display()
+                ),
+            });
         }
         if self.pools.values().any(|p| p.secure_boot) {
             for (key, path, package) in [
@@ -669,6 +749,7 @@ impl Checker<'_> {
             loaders: self.path(&s.loaders),
             shim: self.path(&s.shim),
             grub: self.path(&s.grub),
+            grub_arm64: self.path(&s.grub_arm64),
             tftp: s.tftp.unwrap_or(true),
             database,
             retention,
@@ -972,6 +1053,7 @@ impl Checker<'_> {
                 netconsole,
                 clients,
                 secure_boot: p.secure_boot.unwrap_or(false),
+                arch: self.check_arch(name, &p.arch, &images, server.tftp)?,
             };
             // Debian's signed network GRUB has no HTTP: its config, kernel and initrd come
             // over TFTP (docs/clients.md).

@@ -59,6 +59,9 @@ pub struct Server {
     /// The signed network GRUB that shim loads (`grubx64.efi`).
     #[serde(default = "default_grub")]
     pub grub: String,
+    /// The network GRUB handed to ARM64 UEFI firmware (`grubaa64.efi`).
+    #[serde(default = "default_grub_arm64")]
+    pub grub_arm64: String,
     /// Serve TFTP at all (default true); off, port 69 stays closed.
     pub tftp: Option<bool>,
     /// Where boot records go: absent for SQLite in `state_dir`, or a `postgres://` URL.
@@ -115,6 +118,10 @@ fn default_shim() -> String {
 
 fn default_grub() -> String {
     "/usr/lib/grub/x86_64-efi-signed/grubnetx64.efi.signed".into()
+}
+
+fn default_grub_arm64() -> String {
+    "/usr/lib/grub/arm64-efi-signed/grubnetaa64.efi.signed".into()
 }
 
 fn default_http() -> String {
@@ -227,6 +234,17 @@ pub struct Pool {
     pub netconsole: Option<Netconsole>,
     /// Firmware with Secure Boot on: hand out the signed shim and GRUB chain, not iPXE.
     pub secure_boot: Option<bool>,
+    /// Per firmware architecture (`bios`, `x64`, `ia32`, `arm64`): another image and
+    /// command line for the clients whose option 93 says so.
+    #[serde(default)]
+    pub arch: BTreeMap<String, ArchEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchEntry {
+    pub image: String,
+    pub cmdline: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,7 +2,7 @@
 //! names and each image's kernel and initrd (`IMAGE/KERNEL`, by the names pools.yaml gives
 //! them: `vmlinuz` and `initrd.img` unless `images.NAME.kernel`/`initrd` say otherwise),
 //! the Secure Boot chain's `shimx64.efi` and `grubx64.efi` (`server.shim`, `server.grub`),
-//! nothing else; for an image with revisions, each revision's as `IMAGE/revs/ID/KERNEL`
+//! ARM64's `grubaa64.efi` (`server.grub_arm64`), nothing else; for an image with revisions, each revision's as `IMAGE/revs/ID/KERNEL`
 //! (`image::serve`). A symlink is followed only while it stays inside its folder, so no name
 //! reaches outside what is served.
 
@@ -56,6 +56,7 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), NotSe
     let (root, path, kind) = match name.split_once('/') {
         None if name == grub::SHIM => signed(&config.server.shim, FileKind::Shim),
         None if name == grub::GRUB => signed(&config.server.grub, FileKind::Grub),
+        None if name == grub::GRUB_ARM64 => signed(&config.server.grub_arm64, FileKind::Grub),
         None => (
             config.server.loaders.clone(),
             config.server.loaders.join(name),
@@ -113,8 +114,7 @@ fn place(root: &Path, path: &Path) -> Place {
 pub fn unservable(config: &Config) -> Vec<ConfigError> {
     let mut errors = Vec::new();
     let mut seen = Vec::new();
-    for pool in config.pools.values() {
-        let image = &pool.image;
+    for image in config.pools.values().flat_map(|p| p.images()) {
         if seen.contains(&&image.name) {
             continue;
         }
@@ -199,8 +199,12 @@ pub fn unsigned(config: &Config) -> Vec<ConfigError> {
         "use a GRUB your shim trusts (Debian: grub-efi-amd64-signed)",
     );
     let mut seen = Vec::new();
-    for pool in pools {
-        let image = &pool.image;
+    // The kernels shim's GRUB starts: the pool's, and its x64 clients' if `arch` gives them
+    // their own (its ARM64 clients get no shim).
+    let shimmed = pools.iter().flat_map(|p| {
+        std::iter::once(&p.image).chain(p.arch.get(&crate::config::Arch::X64).map(|v| &v.image))
+    });
+    for image in shimmed {
         if !seen.contains(&&image.name) {
             seen.push(&image.name);
             check(
@@ -227,7 +231,10 @@ fn image_file(image: &Image, file: &str) -> Option<FileKind> {
 /// Is `name` a file bootpool tells clients to fetch?
 pub fn handed_out(config: &Config, name: &str) -> bool {
     match name.split_once('/') {
-        None => crate::boot::LOADERS.contains(&name) || [grub::SHIM, grub::GRUB].contains(&name),
+        None => {
+            crate::boot::LOADERS.contains(&name)
+                || [grub::SHIM, grub::GRUB, grub::GRUB_ARM64].contains(&name)
+        }
         Some((image, file)) => config.images.get(image).is_some_and(|image| {
             image_file(&crate::image::serve::for_file(image, file), file).is_some()
         }),
@@ -308,5 +315,37 @@ mod tests {
         );
         std::fs::write(&config, text.replace("    secure_boot: true\n", "")).unwrap();
         assert!(unsigned(&Config::load(&config).unwrap()).is_empty());
+    }
+
+    /// A `secure_boot` pool's x64 clients boot its `arch.x64` kernel through shim: that one
+    /// must be signed too; its ARM64 clients' kernel is not asked (they get no shim).
+    #[test]
+    fn a_secure_boot_pools_x64_kernel_is_checked_and_its_arm64_one_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        for image in ["demo", "x64", "arm"] {
+            std::fs::create_dir_all(p.join(image)).unwrap();
+        }
+        std::fs::write(p.join("demo/vmlinuz"), efi_image(2048)).unwrap();
+        std::fs::write(p.join("x64/vmlinuz"), efi_image(0)).unwrap();
+        std::fs::write(p.join("arm/vmlinuz"), efi_image(0)).unwrap();
+        std::fs::write(p.join("shim.efi"), efi_image(2048)).unwrap();
+        std::fs::write(p.join("grub.efi"), efi_image(2048)).unwrap();
+        let text = format!(
+            "server: {{ address: 10.77.0.1, shim: {d}/shim.efi, grub: {d}/grub.efi }}\n\
+             dhcp: {{ subnet: 10.77.0.0/24, range: 10.77.0.100-10.77.0.199 }}\n\
+             images:\n  demo: {{ dir: {d}/demo }}\n  x64: {{ dir: {d}/x64 }}\n  arm: {{ dir: {d}/arm }}\n\
+             pools:\n  room:\n    image: demo\n    secure_boot: true\n\
+             \x20   arch: {{ x64: {{ image: x64 }}, arm64: {{ image: arm }} }}\n",
+            d = p.display()
+        );
+        let config = p.join("pools.yaml");
+        std::fs::write(&config, &text).unwrap();
+        let errors: Vec<String> = unsigned(&Config::load(&config).unwrap())
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("images.x64.kernel"), "{errors:?}");
     }
 }

@@ -34,7 +34,9 @@ pub fn running(config: &Config, boots: &[Boot], now: Micros, idle: Option<Micros
         .filter(|b| b.gone.is_none() && b.result != BootResult::Failed)
         .filter(|b| idle.is_none_or(|i| now - b.last_event < i))
         .filter_map(|b| {
-            let image = config.pools.get(b.pool.as_deref()?)?.image.name.clone();
+            // The image its firmware's architecture booted (`pools.NAME.arch`).
+            let pool = config.pools.get(b.pool.as_deref()?)?;
+            let image = pool.image_for(b.arch).name.clone();
             Some(Running {
                 mac: b.mac.to_string(),
                 image,
@@ -107,4 +109,68 @@ pub fn active_revisions_of(image: &Image) -> BTreeMap<String, (String, String)> 
         out.insert(image.name.clone(), (id, label));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Mac;
+    use crate::record::event::{Event, Kind, Proto, Who};
+    use crate::record::timeline::Timelines;
+    use std::path::Path;
+
+    /// A client runs a revision of the image its firmware's architecture booted
+    /// (`pools.NAME.arch`), not of its pool's own.
+    #[test]
+    fn a_client_runs_the_image_of_its_architecture() {
+        let config = Config::parse(
+            Path::new("p.yaml"),
+            "server: { address: 10.77.0.1 }\n\
+             dhcp: { subnet: 10.77.0.0/24, range: 10.77.0.100-10.77.0.199 }\n\
+             images: { demo: { dir: d }, demo-arm64: { dir: a } }\n\
+             pools:\n  room:\n    image: demo\n    arch: { arm64: { image: demo-arm64 } }\n\
+             \x20   clients: [ { macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" } ]\n",
+        )
+        .unwrap();
+        let mut t = Timelines::default();
+        for (n, arch, export) in [
+            (1, Some(11), "/demo-arm64@0000000000b2"),
+            (2, Some(7), "/demo@0000000000a1"),
+        ] {
+            let who = Who::Mac(Mac([0x52, 0x54, 0, 0x77, 0, n]));
+            let kind = Kind::DhcpDiscover {
+                pxe: true,
+                ipxe: false,
+                pool: Some("room".into()),
+                answered: true,
+                arch,
+            };
+            t.apply(&Event {
+                at: 1_000_000,
+                who,
+                kind,
+            });
+            let kind = Kind::RootAttach {
+                proto: Proto::Nfs,
+                export: export.into(),
+            };
+            t.apply(&Event {
+                at: 2_000_000,
+                who,
+                kind,
+            });
+        }
+        let mut run: Vec<(String, String)> = running(&config, t.boots(), 3_000_000, None)
+            .into_iter()
+            .map(|r| (r.image, r.revision))
+            .collect();
+        run.sort();
+        assert_eq!(
+            run,
+            [
+                ("demo".to_string(), "0000000000a1".to_string()),
+                ("demo-arm64".to_string(), "0000000000b2".to_string())
+            ]
+        );
+    }
 }

@@ -55,8 +55,10 @@ pub struct LabArgs {
     pub accel: AccelChoice,
     /// What the clients' boards run: bios (SeaBIOS, iPXE NIC ROM), uefi (OVMF, iPXE NIC ROM),
     /// uefi-pxe (OVMF's own PXE client, which loads iPXE over TFTP), uefi-http (OVMF's UEFI
-    /// HTTP boot, which loads iPXE from a URL) or uefi-secure (OVMF with Secure Boot enforced
-    /// and Microsoft's keys: its PXE runs only signed loaders, a `secure_boot` pool's shim).
+    /// HTTP boot, which loads iPXE from a URL), uefi-secure (OVMF with Secure Boot enforced
+    /// and Microsoft's keys: its PXE runs only signed loaders, a `secure_boot` pool's shim)
+    /// or arm64 (an ARM64 `virt` board with AAVMF, always under TCG: its PXE loads Debian's
+    /// network GRUB, and the pool's `arch.arm64` image boots).
     #[arg(long, value_enum, default_value_t = vm::Firmware::Bios)]
     pub firmware: vm::Firmware,
     /// Give up on clients not booted after this many seconds (default: 120 + 40 per client).
@@ -171,7 +173,14 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         .find(|f| !std::path::Path::new(f).exists())
     {
         bail!(
-            "--firmware {:?} needs {missing} (Debian: apt-get install ovmf)",
+            "--firmware {:?} needs {missing} (Debian: apt-get install {})",
+            args.firmware,
+            args.firmware.packages()
+        );
+    }
+    if !args.firmware.native() && args.accel == AccelChoice::Kvm {
+        bail!(
+            "--firmware {:?} runs under TCG only: KVM runs the host's own architecture",
             args.firmware
         );
     }
@@ -197,6 +206,18 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<_>>()?
     };
+    // An ARM64 board given the pool's x86 kernel would only stop in GRUB.
+    if args.firmware == vm::Firmware::Arm64
+        && let Some(p) = pools
+            .iter()
+            .find(|p| !p.arch.contains_key(&crate::config::Arch::Arm64))
+    {
+        bail!(
+            "--firmware arm64: pool {} has no `arch: {{ arm64: {{ image: ... }} }}`, so its \
+             ARM64 clients would get its x86 image (images/build-arm64.sh builds an ARM64 one)",
+            p.name
+        );
+    }
     for name in &args.cut_dhcp {
         if !pools.iter().any(|p| &p.name == name) {
             bail!("--cut-dhcp {name}: the lab boots no pool of that name (see --pool)");
@@ -284,6 +305,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     let accel = match args.accel {
         AccelChoice::Kvm => Accel::Kvm,
         AccelChoice::Tcg => Accel::Tcg,
+        AccelChoice::Auto if !args.firmware.native() => Accel::Tcg,
         AccelChoice::Auto => {
             net::make_tap("tapprobe", &bridge)?;
             let works = tokio::task::spawn_blocking({

@@ -1,4 +1,5 @@
-//! One virtual client: a qemu process that PXE-boots from its NIC ROM (iPXE) on a tap device,
+//! One virtual client: a qemu process that network-boots on a tap device (from its NIC ROM, iPXE,
+//! or its firmware's own PXE or HTTP boot; an x86 PC, or an ARM64 `virt` board under AAVMF),
 //! its serial console in a file.
 
 use crate::config::Mac;
@@ -41,14 +42,36 @@ pub enum Firmware {
     /// `OVMF_CODE_4M.secboot.fd` and `OVMF_VARS_4M.ms.fd`, q35 with SMM), no NIC ROM: the
     /// firmware's PXE runs only signed loaders (a `secure_boot` pool's shim and GRUB).
     UefiSecure,
+    /// An ARM64 board: qemu-system-aarch64's `virt` machine (Cortex-A57, under TCG) with
+    /// AAVMF (Debian's `qemu-efi-aarch64`), whose own PXE (arch 11) loads Debian's network
+    /// GRUB over TFTP.
+    Arm64,
 }
 
 impl Firmware {
     pub fn is_uefi(self) -> bool {
         matches!(
             self,
-            Firmware::Uefi | Firmware::UefiPxe | Firmware::UefiHttp | Firmware::UefiSecure
+            Firmware::Uefi
+                | Firmware::UefiPxe
+                | Firmware::UefiHttp
+                | Firmware::UefiSecure
+                | Firmware::Arm64
         )
+    }
+
+    /// Whether KVM could run it here: not an ARM64 board on an x86 host.
+    pub fn native(self) -> bool {
+        self != Firmware::Arm64
+    }
+
+    /// The Debian packages that hold `files` and the emulator.
+    pub fn packages(self) -> &'static str {
+        match self {
+            Firmware::Bios => "qemu-system-x86",
+            Firmware::Arm64 => "qemu-system-arm qemu-efi-aarch64",
+            _ => "qemu-system-x86 ovmf",
+        }
     }
 
     /// The firmware files this board needs (for a clear error when one is missing).
@@ -56,6 +79,7 @@ impl Firmware {
         match self {
             Firmware::Bios => &[],
             Firmware::UefiSecure => &[OVMF_SECURE_CODE, OVMF_SECURE_VARS],
+            Firmware::Arm64 => &[AAVMF_CODE, AAVMF_VARS],
             _ => &[OVMF],
         }
     }
@@ -69,6 +93,13 @@ pub const OVMF_SECURE_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd";
 pub const OVMF_SECURE_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd";
 /// A Secure Boot VM's memory: the SMM build and the signed chain want more than the others.
 const SECURE_MEMORY_MIB: u32 = 512;
+/// Debian's AAVMF (`qemu-efi-aarch64`): the code, read-only, and the variables each ARM64 VM
+/// writes its own copy of (both the 64 MiB the `virt` machine's flash is).
+pub const AAVMF_CODE: &str = "/usr/share/AAVMF/AAVMF_CODE.fd";
+pub const AAVMF_VARS: &str = "/usr/share/AAVMF/AAVMF_VARS.fd";
+/// An ARM64 VM's memory: its 32 MiB kernel (no compression: GRUB 2.06 starts it as it is)
+/// and the firmware's share.
+const ARM64_MEMORY_MIB: u32 = 512;
 
 /// What a client's console said last, as far as the boot goes.
 #[derive(Debug, Clone, PartialEq)]
@@ -124,8 +155,8 @@ enum Serial<'a> {
     Pipe,
 }
 
-fn qemu(accel: Accel, serial: Serial) -> Command {
-    let mut cmd = Command::new("qemu-system-x86_64");
+fn qemu(accel: Accel, serial: Serial, firmware: Firmware) -> Command {
+    let mut cmd = Command::new(emulator(firmware));
     cmd.args([
         "-accel",
         accel.as_str(),
@@ -165,6 +196,32 @@ fn qemu(accel: Accel, serial: Serial) -> Command {
     cmd
 }
 
+/// The qemu binary that runs this board.
+fn emulator(firmware: Firmware) -> &'static str {
+    if firmware == Firmware::Arm64 {
+        "qemu-system-aarch64"
+    } else {
+        "qemu-system-x86_64"
+    }
+}
+
+/// Firmware in two flash devices: `code` read-only, and the VM's own copy (named by its MAC)
+/// of the variables `vars`, which the firmware writes.
+fn flash(cmd: &mut Command, dir: &Path, mac: Mac, code: &str, vars: &str) {
+    let own = dir.join(format!("{}.vars.fd", mac.to_string().replace(':', "")));
+    if let Err(e) = std::fs::copy(vars, &own) {
+        eprintln!("lab: copying {vars}: {e}");
+    }
+    cmd.args([
+        "-drive",
+        &format!("if=pflash,format=raw,unit=0,readonly=on,file={code}"),
+    ])
+    .args([
+        "-drive",
+        &format!("if=pflash,format=raw,unit=1,file={}", own.display()),
+    ]);
+}
+
 fn nic_args(cmd: &mut Command, tap: &str, mac: Mac, firmware: Firmware, dir: &Path) {
     cmd.args([
         "-netdev",
@@ -194,25 +251,24 @@ fn nic_args(cmd: &mut Command, tap: &str, mac: Mac, firmware: Firmware, dir: &Pa
         // Secure Boot needs SMM (q35) and the pflash marked secure, so that only SMM code may
         // write the variables that hold the keys.
         Firmware::UefiSecure => {
-            let vars = dir.join(format!("{}.vars.fd", mac.to_string().replace(':', "")));
-            if let Err(e) = std::fs::copy(OVMF_SECURE_VARS, &vars) {
-                eprintln!("lab: copying {OVMF_SECURE_VARS}: {e}");
-            }
             cmd.args(["-machine", "q35,smm=on"])
                 .args(["-m", &SECURE_MEMORY_MIB.to_string()])
-                .args(["-global", "driver=cfi.pflash01,property=secure,value=on"])
-                .args([
-                    "-drive",
-                    &format!("if=pflash,format=raw,unit=0,readonly=on,file={OVMF_SECURE_CODE}"),
-                ])
-                .args([
-                    "-drive",
-                    &format!("if=pflash,format=raw,unit=1,file={}", vars.display()),
-                ])
-                .args([
-                    "-device",
-                    &format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1,romfile="),
-                ]);
+                .args(["-global", "driver=cfi.pflash01,property=secure,value=on"]);
+            flash(cmd, dir, mac, OVMF_SECURE_CODE, OVMF_SECURE_VARS);
+            cmd.args([
+                "-device",
+                &format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1,romfile="),
+            ]);
+        }
+        // AAVMF's own virtio-net driver and PXE (an empty romfile: qemu's EFI ROMs are x86).
+        Firmware::Arm64 => {
+            cmd.args(["-machine", "virt", "-cpu", "cortex-a57"])
+                .args(["-m", &ARM64_MEMORY_MIB.to_string()]);
+            flash(cmd, dir, mac, AAVMF_CODE, AAVMF_VARS);
+            cmd.args([
+                "-device",
+                &format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1,romfile="),
+            ]);
         }
         // Without PXE (and IPv6, whose HTTP boot would wait for a router first) the only
         // network boot option left to OVMF is HTTP boot over IPv4.
@@ -242,12 +298,12 @@ impl Vm {
         dir: &Path,
     ) -> anyhow::Result<Vm> {
         let serial = dir.join(format!("{name}.log"));
-        let mut cmd = qemu(accel, Serial::Pipe);
+        let mut cmd = qemu(accel, Serial::Pipe, firmware);
         nic_args(&mut cmd, tap, mac, firmware, dir);
         let powered_on = Instant::now();
         let mut child = cmd
             .spawn()
-            .map_err(|e| anyhow::anyhow!("starting qemu-system-x86_64: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("starting {}: {e}", emulator(firmware)))?;
         let marks = Arc::new(Mutex::new(Marks::default()));
         let stdout = child.stdout.take().expect("piped stdout");
         let log = std::fs::File::create(&serial)?;
@@ -366,7 +422,7 @@ pub fn probe_kvm(tap: &str, dir: &Path) -> bool {
         return false;
     }
     let serial = dir.join("kvm-probe.log");
-    let mut cmd = qemu(Accel::Kvm, Serial::File(&serial));
+    let mut cmd = qemu(Accel::Kvm, Serial::File(&serial), Firmware::Bios);
     nic_args(
         &mut cmd,
         tap,

@@ -300,6 +300,7 @@ mod tests {
             pxe: true,
             ipxe: true,
             pool: None,
+            arch: None,
         };
         for (i, kind) in std::iter::once(first).chain(kinds).enumerate() {
             t.apply(&Event {
@@ -341,6 +342,7 @@ mod tests {
             pxe: true,
             ipxe: false,
             pool: None,
+            arch: None,
         };
         let b = boot_with(
             vec![
@@ -431,12 +433,14 @@ mod tests {
             pxe: false,
             ipxe: false,
             pool: Some("lab".into()),
+            arch: None,
         };
         let offered = Kind::DhcpDiscover {
             answered: true,
             pxe: false,
             ipxe: false,
             pool: Some("lab".into()),
+            arch: None,
         };
         let sent = || {
             vec![

@@ -93,6 +93,9 @@ pub enum Kind {
         /// journals written before the field.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         answered: bool,
+        /// The architecture its firmware or iPXE said (option 93, RFC 4578), if it said one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arch: Option<u16>,
     },
     /// A DHCPACK that gave (or, in proxy mode, confirmed) this address. `link`: the server
     /// address the client was told to boot from (one of `server.links`).

@@ -509,6 +509,7 @@ mod tests {
             pool: None,
             pxe: true,
             ipxe: true,
+            arch: None,
         }));
         rec.send(ev(Kind::DhcpAck {
             ip,
@@ -574,6 +575,7 @@ mod tests {
                     pool: None,
                     pxe: true,
                     ipxe: true,
+                    arch: None,
                 },
             });
             rec.console(mac, vec!["Linux version 6.1".into()]);
@@ -613,6 +615,7 @@ mod tests {
                 pool: None,
                 pxe: true,
                 ipxe: false,
+                arch: None,
             },
         );
         let journal = serde_json::to_string(&ev).unwrap() + "\n{\"at\":12,\"who\":{\"mac\":\"52:5";
@@ -684,6 +687,7 @@ mod tests {
                     pool: None,
                     pxe: true,
                     ipxe: false,
+                    arch: None,
                 },
             })
             .collect();

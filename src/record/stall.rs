@@ -80,6 +80,7 @@ mod tests {
                 pool: Some("a".into()),
                 pxe: true,
                 ipxe: true,
+                arch: None,
             },
         ));
         if let Some(d) = dhcp_s {

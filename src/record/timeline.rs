@@ -98,6 +98,9 @@ pub struct Boot {
     pub pool: Option<String>,
     /// The server link (address) the client was told to boot from.
     pub link: Option<Ipv4Addr>,
+    /// The architecture its firmware said (option 93) in the boot's first DISCOVER that
+    /// said one.
+    pub arch: Option<u16>,
     pub start: Micros,
     pub last_event: Micros,
     pub result: BootResult,
@@ -132,6 +135,7 @@ impl Boot {
             ip: None,
             pool: None,
             link: None,
+            arch: None,
             start: at,
             last_event: at,
             result: BootResult::Running,
@@ -437,11 +441,12 @@ impl Timelines {
             }
         }
         match &ev.kind {
-            Kind::DhcpDiscover { pool, .. } => {
+            Kind::DhcpDiscover { pool, arch, .. } => {
                 m.discover.get_or_insert(ev.at);
                 if boot.pool.is_none() {
                     boot.pool.clone_from(pool);
                 }
+                boot.arch = boot.arch.or(*arch);
             }
             Kind::DhcpAck {
                 ip,
@@ -588,6 +593,7 @@ pub(crate) fn boot_to_attach(
                 pool: None,
                 pxe,
                 ipxe,
+                arch: None,
             },
         ),
         (
@@ -654,6 +660,7 @@ mod tests {
                 pool: None,
                 pxe,
                 ipxe,
+                arch: None,
             },
         ));
         t.apply(&ev(
@@ -701,6 +708,7 @@ mod tests {
                 pool: None,
                 pxe,
                 ipxe,
+                arch: None,
             },
         ));
         assert_eq!(t.boots().len(), 2);
@@ -726,6 +734,7 @@ mod tests {
                 pool: None,
                 pxe: true,
                 ipxe: true,
+                arch: None,
             },
         ));
         t.apply(&ev(
@@ -759,6 +768,7 @@ mod tests {
                 pool: None,
                 pxe: false,
                 ipxe: false,
+                arch: None,
             },
         ));
         t.apply(&ev(
@@ -815,6 +825,7 @@ mod tests {
                 pool: None,
                 pxe: true,
                 ipxe: false,
+                arch: None,
             },
         ));
         assert_eq!(t.boots().len(), 2);
@@ -832,6 +843,7 @@ mod tests {
             pool: None,
             pxe: true,
             ipxe: false,
+            arch: None,
         };
         t.apply(&ev(900_000_000, Who::Mac(mac), discover.clone()));
         assert_eq!(t.boots().len(), 3);
@@ -850,6 +862,7 @@ mod tests {
             pool: None,
             pxe: true,
             ipxe: false,
+            arch: None,
         };
         t.apply(&ev(1_000_000, Who::Mac(mac), pxe.clone()));
         t.apply(&ev(
@@ -1052,6 +1065,7 @@ mod tests {
                 pool: None,
                 pxe: true,
                 ipxe: false,
+                arch: None,
             },
         ));
         assert_eq!(t.boots().len(), 2);
@@ -1101,6 +1115,7 @@ mod tests {
                 pool: None,
                 pxe: false,
                 ipxe: false,
+                arch: None,
             },
         ));
         assert_eq!(t.boots().len(), 1);

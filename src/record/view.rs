@@ -18,6 +18,13 @@ pub struct BootView {
     /// The server link (address) it was told to boot from.
     #[serde(default)]
     pub link: Option<Ipv4Addr>,
+    /// The architecture its firmware said in DHCP (option 93: 0 BIOS, 7 and 9 x64 UEFI, 11
+    /// ARM64 UEFI, ...), and its family's name (`bios`, `x64`, `ia32`, `arm64`, the names of
+    /// `pools.NAME.arch`; absent for codes outside them).
+    #[serde(default)]
+    pub arch: Option<u16>,
+    #[serde(default)]
+    pub firmware: Option<String>,
     pub root: Option<Proto>,
     /// `running`, `booted` (reported or inferred up: `end` says which), `failed`, or
     /// `timed_out` (running, but silent for `SILENCE_S`, or gone before it was up).
@@ -160,6 +167,11 @@ impl BootView {
             ip: b.ip,
             pool: b.pool.clone(),
             link: b.link,
+            arch: b.arch,
+            firmware: b
+                .arch
+                .and_then(crate::config::Arch::of_code)
+                .map(|a| a.name().to_string()),
             root: b.root,
             result: result.into(),
             end: b.end().map(|(_, end)| {
@@ -516,6 +528,35 @@ mod tests {
                 all[1].id, all[0].id
             )),
             "{s}"
+        );
+    }
+
+    /// The firmware's architecture comes from the boot's first DISCOVER that said one; the
+    /// initrd's DHCP, saying none, changes nothing.
+    #[test]
+    fn a_boot_shows_the_architecture_its_firmware_said() {
+        let mut t = Timelines::default();
+        let mac = Mac([0x52, 0x54, 0, 0x77, 0, 9]);
+        for (at, pxe, arch) in [(1, true, Some(11)), (5, false, None)] {
+            t.apply(&Event {
+                at: at * 1_000_000,
+                who: Who::Mac(mac),
+                kind: Kind::DhcpDiscover {
+                    pxe,
+                    ipxe: false,
+                    pool: Some("a".into()),
+                    answered: true,
+                    arch,
+                },
+            });
+        }
+        let b = &t.boots()[0];
+        let v = BootView::in_wave(b, None, 10 * 1_000_000);
+        assert_eq!((v.arch, v.firmware.as_deref()), (Some(11), Some("arm64")));
+        let json = serde_json::to_string(&v).unwrap();
+        assert!(
+            json.contains("\"arch\":11,\"firmware\":\"arm64\""),
+            "{json}"
         );
     }
 

@@ -254,6 +254,7 @@ mod tests {
                 pool: None,
                 pxe: true,
                 ipxe: true,
+                arch: None,
             },
         ));
         t.apply(&ev(
@@ -410,6 +411,7 @@ mod tests {
                     pool: Some("a".into()),
                     pxe: true,
                     ipxe: false,
+                    arch: None,
                 },
             });
         }
@@ -431,6 +433,7 @@ mod tests {
                     pool: None,
                     pxe: true,
                     ipxe: false,
+                    arch: None,
                 },
             ),
             (

@@ -343,10 +343,17 @@ impl Server {
         Some((client, plan))
     }
 
-    /// Keeps the link `plan` names in `mac`'s lease (which exists: call after an offer, ACK
-    /// or observation), so the client keeps it across a restart.
-    fn keep_link(&mut self, mac: Mac, plan: &boot::Plan) {
-        if self.leases.write().set_link(mac, plan.next_server) {
+    /// Keeps the link `plan` names in `client`'s lease (which exists: call after an offer, ACK
+    /// or observation), so the client keeps it across a restart, and the architecture its
+    /// firmware or iPXE said (option 93), which picks what its later requests get.
+    fn keep_boot(&mut self, client: &Client, plan: &boot::Plan) {
+        let mut leases = self.leases.write();
+        let mut changed = leases.set_link(client.mac, plan.next_server);
+        if let Some(arch) = client.arch {
+            changed |= leases.set_arch(client.mac, arch);
+        }
+        drop(leases);
+        if changed {
             self.changed();
         }
     }
@@ -378,6 +385,7 @@ impl Server {
                         pxe: true,
                         ipxe: client.ipxe,
                         pool: Some(plan.member.pool.name.clone()),
+                        arch: client.arch,
                     },
                 );
                 self.metrics.dhcp().offers.inc();
@@ -411,7 +419,7 @@ impl Server {
                         .write()
                         .observe(mac, ip, now, self.config.dhcp.lease.as_secs());
                     self.changed();
-                    self.keep_link(mac, &plan);
+                    self.keep_boot(&client, &plan);
                     self.recorder.record(
                         Who::Mac(mac),
                         Kind::DhcpAck {
@@ -475,6 +483,7 @@ impl Server {
                         pxe: client.pxe,
                         ipxe: client.ipxe,
                         pool: Some(plan.member.pool.name.clone()),
+                        arch: client.arch,
                     },
                 );
                 let Some(ip) = offered else {
@@ -486,7 +495,7 @@ impl Server {
                     return None;
                 };
                 self.changed();
-                self.keep_link(mac, &plan);
+                self.keep_boot(&client, &plan);
                 self.metrics.dhcp().offers.inc();
                 (ReplyKind::Offer, ip)
             }
@@ -513,7 +522,7 @@ impl Server {
                 match granted {
                     Ok(()) => {
                         self.changed();
-                        self.keep_link(mac, &plan);
+                        self.keep_boot(&client, &plan);
                         self.metrics.dhcp().acks.inc();
                         self.recorder.record(
                             Who::Mac(mac),
@@ -889,6 +898,36 @@ pools:
             assert_eq!(ack.boot_file, offer.boot_file);
             assert_eq!(ack.class, Some(ServerClass::Http));
         }
+    }
+
+    /// ARM64 UEFI PXE (option 93 = 11) is handed Debian's network GRUB, and its lease keeps
+    /// the architecture through the initrd's DHCP (no option 93) and a restart: GRUB's config,
+    /// asked for by address, is chosen by it.
+    #[test]
+    fn arm64_firmware_gets_grub_and_its_lease_keeps_the_architecture() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = server(dir.path());
+        let class = b"PXEClient:Arch:00011:UNDI:003000";
+        let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 11, 60, class.len() as u8];
+        o.extend_from_slice(class);
+        let (offer, _) = s.handle(&req(3, &o), from(), 1000).unwrap();
+        assert_eq!(offer.boot_file.as_deref(), Some("grubaa64.efi"));
+        assert_eq!(offer.class, Some(ServerClass::Pxe));
+        o[2] = REQUEST;
+        o.extend_from_slice(&[50, 4, 10, 77, 0, 100, 54, 4, 10, 77, 0, 1]);
+        let (ack, _) = s.handle(&req(3, &o), from(), 1001).unwrap();
+        assert_eq!(ack.boot_file.as_deref(), Some("grubaa64.efi"));
+        let mac = Mac([0x52, 0x54, 0, 0x77, 0, 3]);
+        assert_eq!(s.leases.read().arch(mac), Some(11));
+        // The initrd's DHCP says no architecture and changes none.
+        let initrd = [53, 1, REQUEST, 50, 4, 10, 77, 0, 100, 54, 4, 10, 77, 0, 1];
+        let (ack, _) = s.handle(&req(3, &initrd), from(), 1010).unwrap();
+        assert_eq!(ack.kind, ReplyKind::Ack);
+        assert_eq!(ack.boot_file, None);
+        assert_eq!(s.leases.read().arch(mac), Some(11));
+        s.flush();
+        let s = server(dir.path());
+        assert_eq!(s.leases.read().arch(mac), Some(11));
     }
 
     /// iPXE's DISCOVER: option 60 PXEClient:..., 77 iPXE, 97 a UUID.

@@ -1,6 +1,7 @@
 //! GRUB's config request (`grub/grub.cfg`, the same name for every client): answered for the
 //! pool client whose lease holds the address it came from, with `boot::grub::config` from the
-//! link its lease keeps. Anyone else gets nothing, as a stranger gets no iPXE script.
+//! link its lease keeps, for the architecture its firmware said. Anyone else gets nothing, as
+//! a stranger gets no iPXE script.
 
 use super::identity::Identity;
 use crate::boot::grub;
@@ -20,16 +21,20 @@ pub fn for_peer(
     let Some(member) = config.member(mac) else {
         return Err("no pool lists this client");
     };
-    if !member.pool.secure_boot {
-        return Err("the client's pool has no secure_boot");
-    }
-    let (link, client) = {
+    let (link, client, arch) = {
         let leases = identity.read();
         let client = leases
             .get(mac)
             .filter(|l| l.state == State::Bound)
             .map(|l| l.ip);
-        (leases.link(mac).unwrap_or(config.server.address), client)
+        let link = leases.link(mac).unwrap_or(config.server.address);
+        (link, client, leases.arch(mac))
     };
+    if !grub::boots_grub(member.pool, arch) {
+        return Err(
+            "the client boots no GRUB: its pool has no secure_boot, its firmware is not ARM64",
+        );
+    }
+    let member = member.on_arch(arch);
     Ok(grub::config(config, &member, mac, link, client))
 }

@@ -275,6 +275,7 @@ fn saved_lease(mac: Mac, l: &Lease) -> SavedLease {
         state: l.state,
         expires: l.expires,
         link: l.link,
+        arch: l.arch,
     }
 }
 

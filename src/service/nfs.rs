@@ -78,11 +78,19 @@ pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::
         ..
     } = shared;
     let mut images = Vec::new();
-    for p in config.pools.values().filter(|p| p.root == RootProto::Nfs) {
-        if !images.iter().any(|(_, n, _, _)| *n == p.image.name) {
-            let ram = p.image.store == Store::Ram;
-            let export = p.image.nfs_export.clone();
-            images.push((export, p.image.name.clone(), p.image.root_tree(), ram));
+    // Each NFS pool's image and its per-architecture ones (`pools.NAME.arch`).
+    let nfs_images = || {
+        config
+            .pools
+            .values()
+            .filter(|p| p.root == RootProto::Nfs)
+            .flat_map(|p| p.images())
+    };
+    for image in nfs_images() {
+        if !images.iter().any(|(_, n, _, _)| *n == image.name) {
+            let ram = image.store == Store::Ram;
+            let export = image.nfs_export.clone();
+            images.push((export, image.name.clone(), image.root_tree(), ram));
         }
     }
     // An image with revisions: each revision is an export of its own (`image::serve`). In
@@ -95,10 +103,10 @@ pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::
             .is_none_or(|i| !crate::image::store::managed(&i.dir))
     });
     let mut later = Vec::new();
-    for p in config.pools.values().filter(|p| p.root == RootProto::Nfs) {
-        let active = crate::image::serve::serving(&p.image).nfs_export.clone();
-        let ram = p.image.store == Store::Ram;
-        for (export, name, root) in crate::image::serve::nfs_exports(&p.image) {
+    for image in nfs_images() {
+        let active = crate::image::serve::serving(image).nfs_export.clone();
+        let ram = image.store == Store::Ram;
+        for (export, name, root) in crate::image::serve::nfs_exports(image) {
             let known = |e: &String| {
                 images.iter().any(|(k, _, _, _)| k == e) || later.iter().any(|(k, _, _, _)| k == e)
             };

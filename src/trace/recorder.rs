@@ -8,14 +8,14 @@
 //! recorder's own events (one path for who a client is: the ACK ties its address to its MAC).
 
 use super::format::{self, Header, Op, What};
-use crate::config::{Config, Mac};
+use crate::config::{Config, Mac, Pool};
 use crate::record::event::{Kind, Micros, Who, now_micros};
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Traces kept per client; older ones are deleted when a new one starts.
 const KEEP_PER_CLIENT: usize = 8;
@@ -27,7 +27,9 @@ pub struct Tracer {
     open: AtomicBool,
     dir: PathBuf,
     /// MAC -> pool name, for the MACs of tracing pools.
-    pools: HashMap<Mac, (String, String, String)>,
+    /// Each traced MAC's pool (whose image a boot's trace names by the architecture its
+    /// firmware said, `pools.NAME.arch`).
+    pools: HashMap<Mac, Arc<Pool>>,
     inner: Mutex<Inner>,
 }
 
@@ -53,14 +55,7 @@ impl Tracer {
             for entry in &pool.clients {
                 for i in 0..entry.macs.len() {
                     if let Some(mac) = entry.macs.nth(i) {
-                        pools.insert(
-                            mac,
-                            (
-                                pool.name.clone(),
-                                pool.image.name.clone(),
-                                pool.root.to_string(),
-                            ),
-                        );
+                        pools.insert(mac, pool.clone());
                     }
                 }
             }
@@ -103,10 +98,17 @@ impl Tracer {
         let at = now_micros();
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         match (who, kind) {
-            (Who::Mac(mac), Kind::DhcpDiscover { pxe, ipxe, .. }) => {
-                let Some((pool, image, root)) = self.pools.get(&mac) else {
+            (
+                Who::Mac(mac),
+                Kind::DhcpDiscover {
+                    pxe, ipxe, arch, ..
+                },
+            ) => {
+                let Some(pool) = self.pools.get(&mac) else {
                     return;
                 };
+                let image = &pool.image_for(*arch).name;
+                let (pool, root) = (&pool.name, &pool.root.to_string());
                 let restart = match inner.by_mac.get(&mac) {
                     None => *pxe,
                     Some(o) => *pxe && (!*ipxe || o.ended),
@@ -296,6 +298,7 @@ mod tests {
             pool: None,
             pxe: true,
             ipxe: true,
+            arch: None,
         };
         t.event(Who::Mac(mac), &discover);
         let ack = Kind::DhcpAck {
@@ -359,6 +362,7 @@ mod tests {
             pool: None,
             pxe: true,
             ipxe: false,
+            arch: None,
         };
         t.event(Who::Mac(mac), &discover);
         assert!(!t.wants(Ipv4Addr::new(10, 77, 0, 100)));

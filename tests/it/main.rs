@@ -15,6 +15,7 @@ mod dhcp;
 mod dhcp_perfdhcp;
 mod dist;
 mod e2e;
+mod e2e_arm64;
 mod e2e_console;
 mod e2e_cow;
 mod e2e_gone;

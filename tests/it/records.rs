@@ -1145,6 +1145,7 @@ fn lost_after_daemon(
             pxe: true,
             ipxe: false,
             pool: Some(pool.into()),
+            arch: None,
         },
         Kind::DhcpAck {
             ip: client,

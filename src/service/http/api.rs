@@ -159,6 +159,8 @@ pub fn find_wave(web: &Web, id: u64) -> Option<WaveView> {
 pub(super) struct PoolLine {
     pub(super) name: String,
     pub(super) image: String,
+    /// The image each firmware family its `arch` names boots instead (`arm64` -> image).
+    pub(super) arch: std::collections::BTreeMap<String, String>,
     pub(super) root: String,
     /// How many MACs the pool lists.
     pub(super) clients: u64,
@@ -238,6 +240,11 @@ pub(super) async fn pools(State(web): State<Web>) -> Json<Vec<PoolLine>> {
                 PoolLine {
                     name: p.name.clone(),
                     image: p.image.name.clone(),
+                    arch: p
+                        .arch
+                        .iter()
+                        .map(|(a, v)| (a.name().to_string(), v.image.name.clone()))
+                        .collect(),
                     root: p.root.to_string(),
                     clients: p.clients.iter().map(|e| e.macs.len()).sum(),
                     latest_wave: latest.get(&p.name).copied(),

@@ -34,7 +34,7 @@ pub(super) async fn boot_script(
         return not_found("no pool lists this client");
     };
     // The link its DHCP answer named (a client that never asked us for DHCP: the primary).
-    let (link, client) = {
+    let (link, client, arch) = {
         let leases = web.identity.read();
         let client = leases
             .get(mac)
@@ -43,8 +43,11 @@ pub(super) async fn boot_script(
         (
             leases.link(mac).unwrap_or(web.config.server.address),
             client,
+            leases.arch(mac),
         )
     };
+    // What its firmware's architecture boots (option 93, kept in its lease).
+    let member = member.on_arch(arch);
     let text = script::ipxe_script(&web.config, &member, mac, link, client);
     // A milestone of the client's boot only when the client asked: the address it asks from
     // holds its lease. Anyone else (an admin's curl on the server, a monitoring probe) gets the

@@ -126,6 +126,7 @@ async fn attach_and_reads_are_recorded_for_the_leased_client() {
             pool: None,
             pxe: true,
             ipxe: false,
+            arch: None,
         },
     );
     t.recorder.record(

@@ -1,0 +1,272 @@
+//! A pool's per-architecture content (`pools.NAME.arch`): the firmware families by name, which
+//! option 93 codes (RFC 4578) each one covers, and the checked image and command line a family
+//! boots instead of the pool's own.
+
+use super::locate::Step::Key;
+use super::{Checker, ConfigError, Image, raw};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// A family of client firmware, as option 93 names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Arch {
+    /// Legacy PC BIOS (option 93: 0).
+    Bios,
+    /// x86-64 UEFI (7, 9; HTTP boot 16). OVMF says 7 (EFI BC), which in practice is x64.
+    X64,
+    /// 32-bit x86 UEFI (6; HTTP boot 15).
+    Ia32,
+    /// 64-bit ARM UEFI (11; HTTP boot 19), e.g. AAVMF, servers and boards with UEFI.
+    Arm64,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 4] = [Arch::Bios, Arch::X64, Arch::Ia32, Arch::Arm64];
+
+    /// The name pools.yaml uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Bios => "bios",
+            Arch::X64 => "x64",
+            Arch::Ia32 => "ia32",
+            Arch::Arm64 => "arm64",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Arch> {
+        Arch::ALL.into_iter().find(|a| a.name() == name)
+    }
+
+    /// The family of an option 93 code; `None` for codes no family here covers (Itanium,
+    /// ARM32, RISC-V, ...), which get the pool's own content.
+    pub fn of_code(code: u16) -> Option<Arch> {
+        use crate::boot::arch as c;
+        match code {
+            c::BIOS => Some(Arch::Bios),
+            c::EFI_BC | c::EFI_X64 | c::EFI_X64_HTTP => Some(Arch::X64),
+            c::EFI_IA32 | c::EFI_IA32_HTTP => Some(Arch::Ia32),
+            c::EFI_ARM64 | c::EFI_ARM64_HTTP => Some(Arch::Arm64),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Arch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// `pools.NAME.arch.ARCH`: what clients of that family boot instead of the pool's own.
+#[derive(Debug, Clone)]
+pub struct Variant {
+    /// Their kernel, initrd and root (an image of `images`).
+    pub image: Arc<Image>,
+    /// Their `cmdline` (`None`: the pool's), e.g. another serial console.
+    pub cmdline: Option<String>,
+}
+
+impl Checker<'_> {
+    /// `pools.POOL.arch`: each key a family, each image one of `images`. ARM64 firmware boots
+    /// through GRUB, which reads its config, kernel and initrd over TFTP only.
+    pub(super) fn check_arch(
+        &self,
+        pool: &str,
+        raw: &BTreeMap<String, raw::ArchEntry>,
+        images: &BTreeMap<String, Arc<Image>>,
+        tftp: bool,
+    ) -> Result<BTreeMap<Arch, Variant>, ConfigError> {
+        let mut out = BTreeMap::new();
+        for (key, entry) in raw {
+            let at = [Key("pools"), Key(pool), Key("arch"), Key(key)];
+            let names: Vec<&str> = Arch::ALL.iter().map(|a| a.name()).collect();
+            let arch = Arch::parse(key).ok_or_else(|| {
+                self.err(
+                    &at,
+                    format!(
+                        "`{key}` is not a firmware architecture ({})",
+                        names.join(", ")
+                    ),
+                )
+            })?;
+            let image = images.get(&entry.image).cloned().ok_or_else(|| {
+                let known: Vec<&str> = images.keys().map(String::as_str).collect();
+                self.err(
+                    &[Key("pools"), Key(pool), Key("arch"), Key(key), Key("image")],
+                    format!("no image `{}` (images: {})", entry.image, known.join(", ")),
+                )
+            })?;
+            if arch == Arch::Arm64 && !tftp {
+                return Err(self.err(
+                    &at,
+                    "needs TFTP (`server.tftp: false`): ARM64 firmware gets Debian's network \
+                     GRUB, which loads its config, kernel and initrd over TFTP only",
+                ));
+            }
+            let cmdline = entry.cmdline.clone();
+            out.insert(arch, Variant { image, cmdline });
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::path::Path;
+
+    const MIXED: &str = "\
+server: { address: 10.77.0.1 }
+dhcp: { subnet: 10.77.0.0/24, range: 10.77.0.100-10.77.0.199 }
+images:
+  demo: { dir: images/demo }
+  demo-arm64: { dir: images/demo-arm64 }
+pools:
+  room:
+    image: demo
+    cmdline: console=ttyS0
+    arch:
+      arm64: { image: demo-arm64, cmdline: console=ttyAMA0 }
+    clients:
+      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:ff\" }
+";
+
+    fn parse(text: &str) -> Result<Config, crate::config::ConfigError> {
+        Config::parse(Path::new("/etc/bootpool/pools.yaml"), text)
+    }
+
+    /// Option 93 picks the image and command line; families the pool does not name, and
+    /// clients that said nothing, get the pool's own.
+    #[test]
+    fn a_pool_boots_each_family_its_own_image() {
+        let c = parse(MIXED).unwrap();
+        let pool = &c.pools["room"];
+        assert_eq!(pool.arch.len(), 1);
+        let names: Vec<&str> = pool.images().iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, ["demo", "demo-arm64"]);
+        let m = || c.member("52:54:00:77:00:07".parse().unwrap()).unwrap();
+        for (code, image, cmdline) in [
+            (Some(11), "demo-arm64", "console=ttyAMA0"),
+            (Some(19), "demo-arm64", "console=ttyAMA0"),
+            (Some(7), "demo", "console=ttyS0"),
+            (Some(0), "demo", "console=ttyS0"),
+            (Some(25), "demo", "console=ttyS0"),
+            (None, "demo", "console=ttyS0"),
+        ] {
+            let on = m().on_arch(code);
+            assert_eq!(on.image().name, image, "{code:?}");
+            assert_eq!(on.cmdline(), cmdline, "{code:?}");
+        }
+        // Without a cmdline of its own a family keeps the pool's.
+        let c = parse(&MIXED.replace(", cmdline: console=ttyAMA0", "")).unwrap();
+        let m = c.member("52:54:00:77:00:07".parse().unwrap()).unwrap();
+        assert_eq!(m.on_arch(Some(11)).cmdline(), "console=ttyS0");
+    }
+
+    /// `bootpool check` names the ARM64 GRUB a pool with `arch.arm64` needs, and the ARM64
+    /// image's files, beside the pool's own.
+    #[test]
+    fn an_arm64_pool_needs_its_grub_and_its_images_files() {
+        let c = parse(&MIXED.replace(
+            "server: { address: 10.77.0.1 }",
+            "server: { address: 10.77.0.1, grub_arm64: /nonexistent/grubnetaa64.efi.signed }",
+        ))
+        .unwrap();
+        let missing: Vec<String> = c.missing_files().iter().map(|e| e.to_string()).collect();
+        assert!(
+            missing
+                .iter()
+                .any(|e| e.contains("server.grub_arm64") && e.contains("/nonexistent/")),
+            "{missing:?}"
+        );
+        assert!(
+            missing
+                .iter()
+                .any(|e| e.contains("image `demo-arm64` lacks")),
+            "{missing:?}"
+        );
+        let plain = parse(&MIXED.replace(
+            "    arch:\n      arm64: { image: demo-arm64, cmdline: console=ttyAMA0 }\n",
+            "",
+        ))
+        .unwrap();
+        assert!(plain.pools["room"].arch.is_empty());
+        let missing: Vec<String> = plain
+            .missing_files()
+            .iter()
+            .map(|e| e.to_string())
+            .collect();
+        assert!(
+            !missing.iter().any(|e| e.contains("grub_arm64")),
+            "{missing:?}"
+        );
+    }
+
+    #[test]
+    fn a_bad_arch_entry_is_named_by_file_line_and_key() {
+        let e = parse(&MIXED.replace("      arm64:", "      aarch64:"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("/etc/bootpool/pools.yaml:11:7: pools.room.arch.aarch64: ")
+                && e.contains("not a firmware architecture (bios, x64, ia32, arm64)"),
+            "{e}"
+        );
+        let e = parse(&MIXED.replace("image: demo-arm64", "image: nothing"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("/etc/bootpool/pools.yaml:11:")
+                && e.contains("pools.room.arch.arm64.image: no image `nothing`"),
+            "{e}"
+        );
+        let e = parse(&MIXED.replace("cmdline: console=ttyAMA0", "kernel: x"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(":11:") && e.contains("unknown field `kernel`"),
+            "{e}"
+        );
+        let e = parse(&MIXED.replace(
+            "server: { address: 10.77.0.1 }",
+            "server: { address: 10.77.0.1, tftp: false }",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains(":11:7: pools.room.arch.arm64: needs TFTP"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn every_family_is_named_and_found_by_its_codes() {
+        for a in Arch::ALL {
+            assert_eq!(Arch::parse(a.name()), Some(a));
+        }
+        assert_eq!(Arch::parse("aarch64"), None);
+        let family: Vec<_> = [0, 6, 7, 9, 11, 15, 16, 19, 10, 18, 25]
+            .into_iter()
+            .map(Arch::of_code)
+            .collect();
+        use Arch::*;
+        assert_eq!(
+            family,
+            [
+                Some(Bios),
+                Some(Ia32),
+                Some(X64),
+                Some(X64),
+                Some(Arm64),
+                Some(Ia32),
+                Some(X64),
+                Some(Arm64),
+                None,
+                None,
+                None
+            ]
+        );
+    }
+}
