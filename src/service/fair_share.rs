@@ -85,8 +85,8 @@ pub struct Weights {
 /// (the room's longest remaining path) from waiting behind earlier clients' roots; equal
 /// shares of the root keep the room's last boots together, since the latest clients have the
 /// least slack. Chosen on the storm (BENCHMARKS.md, session 19) against session 18's stagger
-/// of 1 for every client: 40 clients booted 4% sooner over NBD and 9% sooner over NFS, the
-/// slowest client 1.02-1.04x the median (the bound this project holds to is 1.3x).
+/// of 1 for every client: 40 clients booted 3% sooner over NBD and 5% sooner over NFS, the
+/// slowest client 1.02-1.06x the median (the bound this project holds to is 1.3x).
 pub const WEIGHTS: Weights = Weights {
     boot: 2.0,
     stagger: 4.0,
