@@ -8,7 +8,7 @@
 
 use crate::common::netns::{Daemon, Link};
 use crate::common::{Fixture, Loopback, run};
-use bootpool::service::fair_share::MAX_BOOST;
+use bootpool::service::fair_share::{MAX_BOOST, WEIGHTS};
 use std::process::Child;
 
 const NBD_MAC: &str = "52:54:00:77:00:11";
@@ -223,12 +223,16 @@ fn clients_on_a_full_link_are_paced_to_shares_of_it() {
     }
     let (wanting, share, active) = seen.expect("the pacer never saw two clients wanting more");
     assert!((2..=4).contains(&active), "{active} clients");
-    // At most four clients: a share is at least a quarter of the budget; two or more wanting
-    // more than they got: at most a half, and all of them together within the budget (as
-    // far as the pacer raises the caps to make up what held-back clients leave unused).
+    // The share is the weighted level: a client weighs between 1 (a root) and the heaviest
+    // boot-file weight (the first arrival's), and the level spends the budget. With at most
+    // four active clients it is at least the budget over four of the heaviest; with two or
+    // more wanting more than they got, each of weight 1 or more, they take no more than the
+    // budget together (as far as the pacer raises the caps to make up what held-back clients
+    // leave unused).
     let most = (budget as f64 * MAX_BOOST) as u64;
-    assert!(share >= budget / 4 - 1, "share {share} of {budget}");
-    assert!(share <= most / 2 + 1, "share {share} of {budget}");
+    let heaviest = WEIGHTS.boot * (1.0 + WEIGHTS.stagger);
+    let least = budget as f64 / (active as f64 * heaviest);
+    assert!(share as f64 >= least - 1.0, "share {share} of {budget}");
     assert!(
         share * wanting <= most + 4,
         "{wanting} x {share} > {budget}"
