@@ -1,0 +1,259 @@
+//! IPv6 interop: ISC `dhclient -6` against the `bootpool` binary over a veth pair between two
+//! namespaces (an address from `dhcp6.range` and option 59, the boot-file URL, sent as iPXE's
+//! user class asks it), bootpool's router advertisements seen by the client's kernel, then
+//! the iPXE script, a kernel over HTTP (`curl -g` to `[ADDR]`) and a loader over TFTP
+//! (tftp-hpa `-6`) from the client's DHCPv6 address, each recorded for its MAC.
+
+use crate::common::Fixture;
+use crate::common::netns::{Daemon, Link};
+use std::process::Stdio;
+use std::time::Duration;
+
+const SERVER: &str = "10.77.1.1";
+const SERVER6: &str = "fd77:1::1";
+const MAC: &str = "52:54:00:77:00:05";
+
+fn config(iface: &str) -> String {
+    format!(
+        "\
+server:
+  interfaces: [{iface}]
+  address: {SERVER}
+  address6: \"{SERVER6}\"
+  http: {SERVER}:0
+  state_dir: var/
+  loaders: loaders/
+  ports: {{ dhcp: 67, tftp: 0, nfs: 0, nbd: 0, portmap: 0 }}
+dhcp:
+  subnet: 10.77.1.0/24
+  range: 10.77.1.100-10.77.1.150
+  lease: 1h
+dhcp6:
+  subnet: \"fd77:1::/64\"
+  range: \"fd77:1::100-fd77:1::1ff\"
+  router_advertisements: send
+images:
+  demo: {{ dir: images/demo }}
+pools:
+  nfs-room:
+    image: demo
+    root: nfs
+    clients:
+      - {{ macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }}
+"
+    )
+}
+
+/// Both ends without duplicate address detection (bounced, so their link-local addresses are
+/// usable at once), the server's IPv6 address on its end.
+fn ipv6_link() -> Link {
+    let link = Link::new(&format!("{SERVER}/24"));
+    for (ns, dev) in [
+        (&link.server_ns, &link.server_if),
+        (&link.client_ns, &link.client_if),
+    ] {
+        let run = |args: &[&str]| {
+            let (ok, _, err) = crate::common::run(&mut Link::command(ns, args[0], &args[1..]), 10);
+            assert!(ok, "{args:?}: {err}");
+        };
+        run(&["sysctl", "-qw", &format!("net.ipv6.conf.{dev}.accept_dad=0")]);
+        run(&["ip", "link", "set", dev, "down"]);
+        run(&["ip", "link", "set", dev, "up"]);
+    }
+    link.in_server(&[
+        "ip",
+        "-6",
+        "addr",
+        "add",
+        &format!("{SERVER6}/64"),
+        "dev",
+        &link.server_if,
+        "nodad",
+    ]);
+    link
+}
+
+/// `dhclient -6` as iPXE (user class `iPXE`, asking option 59): the address it bound and the
+/// boot-file URL, with the address put on the client's end.
+fn dhclient6(link: &Link, fx: &Fixture) -> Option<(String, String)> {
+    link.set_client_mac(MAC);
+    let dir = fx.path().join("dhclient6");
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("script.out");
+    let script = dir.join("script.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$reason $new_ip6_address $new_dhcp6_bootfile_url\" >> {}\n\
+             [ \"$reason\" = BOUND6 ] && ip -6 addr add $new_ip6_address/128 dev $interface nodad\n\
+             exit 0\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let conf = dir.join("dhclient6.conf");
+    // Option 15 as iPXE sends it: one class, 16-bit length then `iPXE`.
+    std::fs::write(
+        &conf,
+        "timeout 15;\n\
+         option dhcp6.ipxe-class code 15 = string;\n\
+         send dhcp6.ipxe-class 00:04:69:50:58:45;\n\
+         also request dhcp6.bootfile-url;\n",
+    )
+    .unwrap();
+    let log = dir.join("dhclient6.log");
+    let mut child = Link::command(
+        &link.client_ns,
+        "dhclient",
+        &[
+            "-6",
+            "-d",
+            "-1",
+            "-v",
+            "-cf",
+            conf.to_str().unwrap(),
+            "-sf",
+            script.to_str().unwrap(),
+            "-pf",
+            dir.join("pid").to_str().unwrap(),
+            "-lf",
+            dir.join("leases").to_str().unwrap(),
+            &link.client_if,
+        ],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(&log).unwrap())
+    .spawn()
+    .expect("dhclient runs");
+    let mut line = None;
+    for _ in 0..400 {
+        let said = std::fs::read_to_string(&out).unwrap_or_default();
+        line = said
+            .lines()
+            .find(|l| l.starts_with("BOUND6 "))
+            .map(str::to_string);
+        if line.is_some() || child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let Some(line) = line else {
+        panic!(
+            "dhclient -6 did not bind:\n{}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    };
+    let mut f = line.split(' ').skip(1);
+    Some((f.next()?.to_string(), f.next()?.to_string()))
+}
+
+/// `curl -g` in the client's namespace: the body, or None on an HTTP or transport error.
+fn curl(link: &Link, url: &str) -> Option<Vec<u8>> {
+    let out = Link::command(&link.client_ns, "curl", &["-gsf", "--max-time", "20", url])
+        .stdin(Stdio::null())
+        .output()
+        .expect("curl runs");
+    out.status.success().then_some(out.stdout)
+}
+
+#[test]
+fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
+    let link = ipv6_link();
+    let fx = Fixture::new();
+    fx.write_config(&config(&link.server_if));
+    let daemon = Daemon::start(&link, &fx, 1);
+    // bootpool's router advertisement puts the prefix on-link in the client's kernel.
+    let mut routes = String::new();
+    for _ in 0..100 {
+        let (_, text, _) = crate::common::run(
+            &mut Link::command(&link.client_ns, "ip", &["-6", "route", "show"]),
+            10,
+        );
+        routes = text;
+        if routes.contains("fd77:1::/64") && routes.contains("proto ra") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        routes.contains("fd77:1::/64") && routes.contains("proto ra"),
+        "no advertised route:\n{routes}\n{}",
+        daemon.log_text()
+    );
+
+    let (addr, url) = dhclient6(&link, &fx).expect("a DHCPv6 lease");
+    assert!(addr.starts_with("fd77:1::1"), "{addr}");
+    let http = daemon
+        .log_text()
+        .lines()
+        .find_map(|l| l.split("http6=Some(").nth(1).map(|r| r.split(')').next().unwrap().to_string()))
+        .expect("an http6 listener");
+    let port = http.rsplit(':').next().unwrap();
+    assert_eq!(
+        url,
+        format!("http://[{SERVER6}]:{port}/boot/script/{MAC}.ipxe"),
+        "{}",
+        daemon.log_text()
+    );
+    // The script, from the client's DHCPv6 address, sends the kernel over IPv6 too.
+    let script = String::from_utf8(curl(&link, &url).expect("the script")).unwrap();
+    let kernel = format!("http://[{SERVER6}]:{port}/boot/demo/vmlinuz");
+    assert!(script.contains(&format!("kernel {kernel} ")), "{script}");
+    let body = curl(&link, &kernel).expect("the kernel");
+    assert_eq!(body.len(), 3 << 20);
+
+    // TFTP over IPv6 (tftp-hpa), to the port the IPv4 TFTP has.
+    let tftp = daemon
+        .log_text()
+        .lines()
+        .find_map(|l| l.split("tftp6=Some(").nth(1).map(|r| r.split(')').next().unwrap().to_string()))
+        .expect("a tftp6 listener");
+    let tport = tftp.rsplit(':').next().unwrap().to_string();
+    let got = fx.path().join("undionly.kpxe");
+    let (ok, _, err) = crate::common::run(
+        &mut Link::command(
+            &link.client_ns,
+            "tftp",
+            &[
+                "-6",
+                SERVER6,
+                &tport,
+                "-m",
+                "binary",
+                "-c",
+                "get",
+                "undionly.kpxe",
+                got.to_str().unwrap(),
+            ],
+        ),
+        30,
+    );
+    assert!(ok, "tftp -6: {err}");
+    assert_eq!(std::fs::metadata(&got).unwrap().len(), 70_000);
+
+    // The record knows the client by its MAC: its DHCPv6 address, the script and the files.
+    let mut journal = String::new();
+    for _ in 0..40 {
+        journal = crate::common::recorded_events(&fx.path().join("var"));
+        if journal.contains("undionly.kpxe") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let mine = |needle: &str| {
+        journal
+            .lines()
+            .any(|l| l.contains(&format!("\"mac\":\"{MAC}\"")) && l.contains(needle))
+    };
+    assert!(mine("\"dhcp6_reply\""), "{journal}");
+    assert!(mine(&format!("\"ip\":\"{addr}\"")), "{journal}");
+    assert!(mine("\"kind\":\"script\""), "{journal}");
+    assert!(mine("\"path\":\"/boot/demo/vmlinuz\""), "{journal}");
+    assert!(mine("\"path\":\"undionly.kpxe\""), "{journal}");
+    drop(daemon);
+}
