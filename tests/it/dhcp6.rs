@@ -76,7 +76,6 @@ fn ipv6_link() -> Link {
 /// `dhclient -6` as iPXE (user class `iPXE`, asking option 59): the address it bound and the
 /// boot-file URL, with the address put on the client's end.
 fn dhclient6(link: &Link, fx: &Fixture) -> Option<(String, String)> {
-    link.set_client_mac(MAC);
     let dir = fx.path().join("dhclient6");
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("script.out");
@@ -164,10 +163,12 @@ fn curl(link: &Link, url: &str) -> Option<Vec<u8>> {
 #[test]
 fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
     let link = ipv6_link();
+    link.set_client_mac(MAC);
     let fx = Fixture::new();
     fx.write_config(&config(&link.server_if));
     let daemon = Daemon::start(&link, &fx, 1);
-    // bootpool's router advertisement puts the prefix on-link in the client's kernel.
+    // bootpool's router advertisement puts the prefix on-link in the client's kernel (which
+    // meanwhile gives the client end its link-local address, which dhclient needs).
     let mut routes = String::new();
     for _ in 0..100 {
         let (_, text, _) = crate::common::run(
@@ -175,17 +176,35 @@ fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
             10,
         );
         routes = text;
-        if routes.contains("fd77:1::/64") && routes.contains("proto ra") {
+        // An on-link prefix learnt from an advertisement is a route that expires.
+        if routes.contains("fd77:1::/64") && routes.contains("expires") {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(
-        routes.contains("fd77:1::/64") && routes.contains("proto ra"),
+        routes.contains("fd77:1::/64") && routes.contains("expires"),
         "no advertised route:\n{routes}\n{}",
         daemon.log_text()
     );
 
+    let mut lladdr = String::new();
+    for _ in 0..100 {
+        let (_, text, _) = crate::common::run(
+            &mut Link::command(
+                &link.client_ns,
+                "ip",
+                &["-6", "addr", "show", "dev", &link.client_if, "scope", "link"],
+            ),
+            10,
+        );
+        lladdr = text;
+        if lladdr.contains("inet6 fe80") && !lladdr.contains("tentative") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(lladdr.contains("inet6 fe80"), "{lladdr}");
     let (addr, url) = dhclient6(&link, &fx).expect("a DHCPv6 lease");
     assert!(addr.starts_with("fd77:1::1"), "{addr}");
     let http = daemon
