@@ -5,7 +5,9 @@
 //! and gets the first free address, most often the one it had.
 //!
 //! Invariants: an address is held by at most one MAC; a MAC keeps its address across renewals
-//! and after expiry until someone else needs it.
+//! and after expiry until someone else needs it. Beside the bindings, the addresses clients
+//! formed themselves (SLAAC, `observe`): the EUI-64 address of a MAC that asked DHCPv6 for
+//! its options only (iPXE, told O and not M by the router advertisement).
 
 use crate::config::Mac;
 use std::collections::BTreeMap;
@@ -23,6 +25,8 @@ pub struct Leases6 {
     range: Option<(Ipv6Addr, Ipv6Addr)>,
     by_mac: BTreeMap<Mac, Binding6>,
     by_addr: BTreeMap<Ipv6Addr, Mac>,
+    /// Self-formed addresses: holder and until when.
+    formed: BTreeMap<Ipv6Addr, (Mac, u64)>,
 }
 
 impl Leases6 {
@@ -68,10 +72,21 @@ impl Leases6 {
         self.by_mac.get(&mac).copied()
     }
 
-    /// The MAC whose binding holds `addr` at `now`.
+    /// `mac` is at `addr`, an address it formed itself, until `expires`. An address of the
+    /// range stays the bindings'.
+    pub fn observe(&mut self, mac: Mac, addr: Ipv6Addr, expires: u64) {
+        if !self.by_addr.contains_key(&addr) {
+            self.formed.insert(addr, (mac, expires));
+        }
+    }
+
+    /// The MAC whose binding (or self-formed address) holds `addr` at `now`.
     pub fn holder(&self, addr: Ipv6Addr, now: u64) -> Option<Mac> {
-        let mac = *self.by_addr.get(&addr)?;
-        (self.by_mac.get(&mac)?.expires > now).then_some(mac)
+        if let Some(mac) = self.by_addr.get(&addr) {
+            return (self.by_mac.get(mac)?.expires > now).then_some(*mac);
+        }
+        let (mac, expires) = self.formed.get(&addr)?;
+        (*expires > now).then_some(*mac)
     }
 
     /// The lowest address of the range no binding has: one walk over the bindings in order.
@@ -126,6 +141,13 @@ mod tests {
         assert_eq!(t.holder(a, 121), None);
         // Released, still remembered: it gets the same address back.
         assert_eq!(t.bind(mac(1), 130, 300), Some(a));
+        // An address a client formed itself, outside the range.
+        let formed: Ipv6Addr = "fd77::5054:ff:fe77:1".parse().unwrap();
+        t.observe(mac(1), formed, 400);
+        assert_eq!(t.holder(formed, 399), Some(mac(1)));
+        assert_eq!(t.holder(formed, 400), None);
+        t.observe(mac(9), b, 1000);
+        assert_eq!(t.holder(b, 300), Some(mac(3)), "a bound address stays its binding's");
     }
 
     #[test]

@@ -295,14 +295,14 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         }
         crate::config::DhcpMode::Authoritative => None,
     };
-    // With DHCPv6, the advertisements say M (and bootpool may send them itself).
+    // With DHCPv6, the advertisements say O (and bootpool may send them itself).
     let adverts = match &config.dhcp6 {
         None => Some(("fd77::/64".to_string(), false)),
         Some(d) if d.router_advertisements == crate::config::RouterAdverts::Send => None,
         Some(d) => Some((d.subnet.to_string(), true)),
     };
     let mut radvd = match &adverts {
-        Some((prefix, managed)) => net::start_router_adverts(&bridge, prefix, *managed, &run_dir)?,
+        Some((prefix, dhcp6)) => net::start_router_adverts(&bridge, prefix, *dhcp6, &run_dir)?,
         None => None,
     };
     if radvd.is_none() && adverts.is_some() {

@@ -186,6 +186,14 @@ pub fn mac_of_link_local(ip: Ipv6Addr) -> Option<[u8; 6]> {
         .then(|| [b[8] ^ 0x02, b[9], b[10], b[13], b[14], b[15]])
 }
 
+/// The address a client with `mac` forms for itself in the /64 `prefix` (SLAAC with an
+/// EUI-64 interface identifier, RFC 4862 and RFC 4291 appendix A), as iPXE does.
+pub fn eui64(prefix: Ipv6Addr, mac: [u8; 6]) -> Ipv6Addr {
+    let mut b = prefix.octets();
+    b[8..].copy_from_slice(&[mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]);
+    Ipv6Addr::from(b)
+}
+
 /// Reads a client message. Total: any byte string gives a request or a reason, never a panic.
 pub fn parse_request(buf: &[u8]) -> Result<Request, DropReason> {
     if buf.len() > MAX_PACKET {
@@ -292,8 +300,8 @@ pub struct Reply {
     /// A status for the whole message (RELEASE, DECLINE, CONFIRM's answers).
     pub status: Option<(Status, &'static str)>,
     pub rapid_commit: bool,
-    /// Option 16 echoed with the class the firmware looks for (`HTTPClient`, `PXEClient`):
-    /// EDK2's HTTP boot takes an offer as a boot offer only with it.
+    /// Option 16 with the class the firmware looks for (`HTTPClient`): EDK2's HTTP boot takes
+    /// an offer as a boot offer only with it.
     pub class: Option<&'static [u8]>,
     pub dns: Vec<Ipv6Addr>,
     /// Option 59, the boot file's URL (`tftp://[ADDR]/NAME` or `http://[ADDR]:PORT/...`).
@@ -360,11 +368,16 @@ pub fn encode_reply(r: &Reply) -> Result<Vec<u8>, dhcproto::error::EncodeError> 
     if r.rapid_commit {
         o.insert(DhcpOption::RapidCommit);
     }
+    // Built by hand: dhcproto 0.15 writes option 16's length as 4 plus the number of class
+    // strings, not their bytes, and EDK2 then finds no class in it.
     if let Some(class) = r.class {
-        o.insert(DhcpOption::VendorClass(v6::VendorClass {
-            num: EDK2_ENTERPRISE,
-            data: vec![class.to_vec()],
-        }));
+        let mut v = EDK2_ENTERPRISE.to_be_bytes().to_vec();
+        v.extend_from_slice(&(class.len() as u16).to_be_bytes());
+        v.extend_from_slice(class);
+        o.insert(DhcpOption::Unknown(v6::UnknownOption::new(
+            v6::OptionCode::from(opt::VENDOR_CLASS),
+            v,
+        )));
     }
     if !r.dns.is_empty() {
         o.insert(DhcpOption::DomainNameServers(r.dns.clone()));
@@ -438,6 +451,7 @@ mod tests {
         assert_eq!(mac_of_duid(&[0, 3, 0, 6, 1, 2, 3, 4, 5, 6]), None);
         let ll: Ipv6Addr = "fe80::5054:ff:fe77:102".parse().unwrap();
         assert_eq!(mac_of_link_local(ll), Some([0x52, 0x54, 0, 0x77, 1, 2]));
+        assert_eq!(eui64("fe80::".parse().unwrap(), [0x52, 0x54, 0, 0x77, 1, 2]), ll);
         // A privacy or stable-random link-local address hides it.
         let random: Ipv6Addr = "fe80::1c2d:3e4f:5a6b:7c8d".parse().unwrap();
         assert_eq!(mac_of_link_local(random), None);
@@ -522,12 +536,22 @@ mod tests {
         assert_eq!(m.xid(), [1, 2, 3]);
         let url = b"http://[fd77::1]:8080/boot/loaders/snponly.efi";
         assert!(bytes.ends_with(url), "the URL is the last option");
-        // EDK2's test: the class string at offset 6 of option 16's value.
-        let at = bytes
-            .windows(2)
-            .position(|w| w == [0, 16])
-            .expect("option 16");
-        assert_eq!(&bytes[at + 4 + 6..at + 4 + 16], b"HTTPClient");
+        // EDK2's test: the enterprise number, then the class string at offset 6 of option
+        // 16's value, whose length covers it.
+        let mut area = &bytes[4..];
+        let mut class = None;
+        while let Some((code, value, rest)) = next_option(area) {
+            if code == opt::VENDOR_CLASS {
+                class = Some(value.to_vec());
+            }
+            area = rest;
+        }
+        assert!(area.is_empty(), "every option's length is right");
+        let class = class.expect("option 16");
+        assert_eq!(class.len(), 16);
+        assert_eq!(&class[..4], &EDK2_ENTERPRISE.to_be_bytes());
+        assert_eq!(&class[4..6], &[0, 10]);
+        assert_eq!(&class[6..], b"HTTPClient");
         let Some(DhcpOption::IANA(ia)) = m.opts().get(v6::OptionCode::IANA) else {
             panic!("no IA_NA");
         };

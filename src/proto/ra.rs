@@ -1,15 +1,19 @@
 //! IPv6 router advertisements (RFC 4861 4.2) as bootpool sends them for `dhcp6.router_advertisements:
-//! send`: not a default router (lifetime 0), the M flag (addresses from DHCPv6) and O flag (other
-//! configuration from DHCPv6), and the clients' prefix as on-link (L), so that firmware routes
-//! to the server's address directly. The kernel fills in the ICMPv6 checksum.
+//! send`: not a default router (lifetime 0), the O flag (boot options from DHCPv6) and not M,
+//! and the clients' prefix as on-link (L) and, with `autonomous`, for SLAAC (A), so that
+//! firmware routes to the server's address directly. The kernel fills in the ICMPv6 checksum.
+//!
+//! Why O and not M: OVMF (EDK2 2022.11) starts a stateful DHCPv6 of its own network stack on
+//! M, beside its PXE client's; with O its stack asks an INFORMATION-REQUEST and its PXE client
+//! still solicits an address (EDK2's boot clients do, whatever the flags). iPXE on O asks for
+//! options only and forms its address from the prefix (EUI-64), where `boot::leases6` knows it.
 
 use core::net::Ipv6Addr;
 
 /// ICMPv6 type of a router advertisement, and of a router solicitation.
 pub const ADVERTISEMENT: u8 = 134;
 pub const SOLICITATION: u8 = 133;
-/// Flags byte: managed address configuration, other configuration.
-const MANAGED: u8 = 0x80;
+/// Flags byte: other configuration (managed, 0x80, is not set).
 const OTHER: u8 = 0x40;
 /// Prefix information option (type 3, 32 bytes) flags: on-link, autonomous.
 const ON_LINK: u8 = 0x80;
@@ -24,7 +28,7 @@ pub fn advertisement(prefix: Ipv6Addr, len: u8, valid_s: u32, autonomous: bool) 
         0,
         0, // checksum: the kernel's
         64,
-        MANAGED | OTHER,
+        OTHER,
         0,
         0, // router lifetime 0: not a default router
     ];
@@ -49,11 +53,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_advertisement_says_managed_not_a_router_and_the_prefix_on_link() {
+    fn an_advertisement_says_other_config_not_a_router_and_the_prefix_on_link() {
         let m = advertisement("fd77::".parse().unwrap(), 64, 1800, false);
         assert_eq!(m.len(), 16 + 32);
         assert_eq!(m[0], 134);
-        assert_eq!(m[5] & 0xc0, 0xc0, "M and O");
+        assert_eq!(m[5] & 0xc0, 0x40, "O, not M");
         assert_eq!(&m[6..8], &[0, 0], "router lifetime 0");
         assert_eq!(&m[16..20], &[3, 4, 64, 0x80]);
         assert_eq!(&m[20..24], &1800u32.to_be_bytes());

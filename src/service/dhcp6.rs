@@ -138,13 +138,10 @@ impl Server {
             ia_na: Vec::new(),
             status: None,
             rapid_commit: false,
-            class: if client.http {
-                Some(b"HTTPClient")
-            } else if client.pxe {
-                Some(b"PXEClient")
-            } else {
-                None
-            },
+            // HTTP boot takes an offer as a boot offer only with `HTTPClient` in option 16;
+            // EDK2's PXE takes one with `PXEClient` for a BINL offer and asks port 4011 for
+            // its boot file, so PXE gets no class and finds the URL in the answer itself.
+            class: client.http.then_some(&b"HTTPClient"[..]),
             dns: config.dhcp6.as_ref().map(|d| d.dns.clone()).unwrap_or_default(),
             boot_url: url.clone(),
         };
@@ -192,14 +189,37 @@ impl Server {
                 reply.boot_url = None;
                 reply.class = None;
             }
-            // INFORMATION-REQUEST: no address, the boot URL and DNS only.
-            _ => {}
+            // INFORMATION-REQUEST: no address, the boot URL and DNS only. A client that asks
+            // only this forms its own address from the advertised /64 (iPXE: EUI-64); it is
+            // known there, so its HTTP and TFTP requests are recorded for its MAC.
+            _ => {
+                if let Some(d) = config.dhcp6.as_ref().filter(|d| d.subnet.prefix == 64) {
+                    let formed = wire::eui64(d.subnet.network, mac.0);
+                    self.identity
+                        .write6()
+                        .observe(mac, formed, now + u64::from(valid));
+                    if booting {
+                        self.recorder.record(
+                            Who::Mac(mac),
+                            Kind::Dhcp6Reply {
+                                ip: formed,
+                                pxe: booting,
+                                ipxe: client.ipxe,
+                                pool: pool.clone(),
+                                duid: Some(duid.clone()),
+                            },
+                        );
+                    }
+                }
+            }
         }
         let given = reply.ia_na.iter().find_map(|(_, a)| match a {
             IaAnswer::Address { addr, .. } => Some(*addr),
             IaAnswer::Status(..) => None,
         });
         tracing::info!(%mac, %from, msg = req.msg_type, ?given, %pool, ipxe = client.ipxe,
+            arch = ?client.arch, options = ?req.options.keys().collect::<Vec<_>>(),
+            vendor_class = %hex(req.options.get(&wire::opt::VENDOR_CLASS).map_or(&[][..], Vec::as_slice)),
             boot_url = url.as_deref().unwrap_or("-"), "dhcp6 answer");
         Some(reply)
     }

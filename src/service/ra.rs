@@ -1,9 +1,10 @@
 //! Router advertisements for `dhcp6.router_advertisements: send`: on each of the server's
 //! interfaces, every `INTERVAL` and at once to a router solicitation, the advertisement
-//! `proto::ra` builds (M and O flags: addresses and boot options from DHCPv6; `dhcp6.subnet`
-//! on-link; not a default router). EDK2 reaches the server only through an on-link prefix
+//! `proto::ra` builds (O flag: boot options from DHCPv6; `dhcp6.subnet` on-link and for
+//! SLAAC; not a default router). EDK2 reaches the server only through an on-link prefix
 //! (its HTTP boot waits up to 10 s for one), and iPXE starts DHCPv6 only when an advertisement
-//! sets M or O. The raw ICMPv6 sockets (hop limit 255, joined to ff02::2) are app.rs's.
+//! sets M or O (`proto::ra` says why O and not M). The raw ICMPv6 sockets (hop limit 255,
+//! joined to ff02::2) are app.rs's.
 
 use crate::proto::ra;
 use std::net::{Ipv6Addr, SocketAddrV6};
@@ -30,7 +31,7 @@ pub async fn serve(advertisers: Vec<Advertiser>, shared: super::Shared) -> anyho
     let Some(d) = shared.config.dhcp6.as_ref() else {
         return Ok(());
     };
-    let message = ra::advertisement(d.subnet.network, d.subnet.prefix, PREFIX_VALID_S, false);
+    let message = ra::advertisement(d.subnet.network, d.subnet.prefix, PREFIX_VALID_S, true);
     let mut tasks = Vec::new();
     for a in advertisers {
         let message = message.clone();
