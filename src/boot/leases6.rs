@@ -94,7 +94,10 @@ impl Leases6 {
         let (first, last) = self.range?;
         let (first, last) = (u128::from(first), u128::from(last));
         let mut next = first;
-        for addr in self.by_addr.range(Ipv6Addr::from(first)..=Ipv6Addr::from(last)) {
+        for addr in self
+            .by_addr
+            .range(Ipv6Addr::from(first)..=Ipv6Addr::from(last))
+        {
             let a = u128::from(*addr.0);
             if a > next {
                 break;
@@ -147,7 +150,11 @@ mod tests {
         assert_eq!(t.holder(formed, 399), Some(mac(1)));
         assert_eq!(t.holder(formed, 400), None);
         t.observe(mac(9), b, 1000);
-        assert_eq!(t.holder(b, 300), Some(mac(3)), "a bound address stays its binding's");
+        assert_eq!(
+            t.holder(b, 300),
+            Some(mac(3)),
+            "a bound address stays its binding's"
+        );
     }
 
     #[test]
@@ -156,7 +163,10 @@ mod tests {
         for n in 1..=3 {
             t.bind(mac(n), 0, 100);
         }
-        assert_eq!(t.get(mac(3)).unwrap().addr, "fd77::3".parse::<Ipv6Addr>().unwrap());
+        assert_eq!(
+            t.get(mac(3)).unwrap().addr,
+            "fd77::3".parse::<Ipv6Addr>().unwrap()
+        );
         // An address taken over by another MAC frees nothing; a new MAC gets fd77::4.
         assert_eq!(t.bind(mac(9), 0, 100), Some("fd77::4".parse().unwrap()));
     }

@@ -114,7 +114,9 @@ fn boot_file(
     if !client.pxe && !client.ipxe {
         None
     } else if client.ipxe {
-        Some(BootFile::Url(script::script_url(config, client.mac, server)))
+        Some(BootFile::Url(script::script_url(
+            config, client.mac, server,
+        )))
     } else {
         // HTTP boot firmware says so in option 60 and with its own architecture types.
         let http = client.http
@@ -335,7 +337,12 @@ pools:
         let only4 = text.replace("    root: nbd\n", "    root: nbd\n    boot_over: ipv4\n");
         let c4 = Config::parse(Path::new("p.yaml"), &only4).unwrap();
         assert_eq!(plan6(&c4, &pxe, six).unwrap().1, None);
-        assert!(plan(&c4, &pxe, c4.server.address).unwrap().boot_file.is_some());
+        assert!(
+            plan(&c4, &pxe, c4.server.address)
+                .unwrap()
+                .boot_file
+                .is_some()
+        );
     }
 
     #[test]

@@ -200,10 +200,7 @@ impl Checker<'_> {
             Some("ipv4") => BootOver::Ipv4,
             Some("ipv6") => BootOver::Ipv6,
             Some(other) => {
-                return Err(self.err(
-                    &at,
-                    format!("`{other}` is not `both`, `ipv4` or `ipv6`"),
-                ));
+                return Err(self.err(&at, format!("`{other}` is not `both`, `ipv4` or `ipv6`")));
             }
         };
         if over == BootOver::Ipv6 && !dhcp6 {

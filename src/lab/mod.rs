@@ -175,8 +175,10 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             args.firmware
         );
     }
-    if matches!(args.firmware, vm::Firmware::UefiHttp6 | vm::Firmware::UefiPxe6)
-        && config.dhcp6.is_none()
+    if matches!(
+        args.firmware,
+        vm::Firmware::UefiHttp6 | vm::Firmware::UefiPxe6
+    ) && config.dhcp6.is_none()
     {
         bail!(
             "--firmware {:?} boots over IPv6 only: the config needs server.address6 and a dhcp6 section",

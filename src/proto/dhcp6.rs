@@ -109,13 +109,19 @@ impl Request {
     /// Option 16's class strings after the enterprise number (`PXEClient:Arch:...`,
     /// `HTTPClient:Arch:...`).
     pub fn vendor_classes(&self) -> Vec<&[u8]> {
-        let v = self.options.get(&opt::VENDOR_CLASS).map_or(&[][..], Vec::as_slice);
+        let v = self
+            .options
+            .get(&opt::VENDOR_CLASS)
+            .map_or(&[][..], Vec::as_slice);
         v.get(4..).map(opaque_list).unwrap_or_default()
     }
 
     /// Option 15's user classes (iPXE says `iPXE`).
     pub fn user_classes(&self) -> Vec<&[u8]> {
-        let v = self.options.get(&opt::USER_CLASS).map_or(&[][..], Vec::as_slice);
+        let v = self
+            .options
+            .get(&opt::USER_CLASS)
+            .map_or(&[][..], Vec::as_slice);
         opaque_list(v)
     }
 
@@ -190,7 +196,16 @@ pub fn mac_of_link_local(ip: Ipv6Addr) -> Option<[u8; 6]> {
 /// EUI-64 interface identifier, RFC 4862 and RFC 4291 appendix A), as iPXE does.
 pub fn eui64(prefix: Ipv6Addr, mac: [u8; 6]) -> Ipv6Addr {
     let mut b = prefix.octets();
-    b[8..].copy_from_slice(&[mac[0] ^ 0x02, mac[1], mac[2], 0xff, 0xfe, mac[3], mac[4], mac[5]]);
+    b[8..].copy_from_slice(&[
+        mac[0] ^ 0x02,
+        mac[1],
+        mac[2],
+        0xff,
+        0xfe,
+        mac[3],
+        mac[4],
+        mac[5],
+    ]);
     Ipv6Addr::from(b)
 }
 
@@ -433,7 +448,13 @@ mod tests {
         assert_eq!(r.arch(), Some(16));
         assert!(r.is_pxe() && r.is_http_client() && !r.is_ipxe());
         assert_eq!(r.requested(), vec![59, 60, 23, 16]);
-        assert_eq!(r.ia_na, vec![IaNa { iaid: 9, addrs: vec![] }]);
+        assert_eq!(
+            r.ia_na,
+            vec![IaNa {
+                iaid: 9,
+                addrs: vec![]
+            }]
+        );
         assert_eq!(
             r.mac(Ipv6Addr::UNSPECIFIED),
             Some([0x52, 0x54, 0, 0x77, 1, 2])
@@ -451,7 +472,10 @@ mod tests {
         assert_eq!(mac_of_duid(&[0, 3, 0, 6, 1, 2, 3, 4, 5, 6]), None);
         let ll: Ipv6Addr = "fe80::5054:ff:fe77:102".parse().unwrap();
         assert_eq!(mac_of_link_local(ll), Some([0x52, 0x54, 0, 0x77, 1, 2]));
-        assert_eq!(eui64("fe80::".parse().unwrap(), [0x52, 0x54, 0, 0x77, 1, 2]), ll);
+        assert_eq!(
+            eui64("fe80::".parse().unwrap(), [0x52, 0x54, 0, 0x77, 1, 2]),
+            ll
+        );
         // A privacy or stable-random link-local address hides it.
         let random: Ipv6Addr = "fe80::1c2d:3e4f:5a6b:7c8d".parse().unwrap();
         assert_eq!(mac_of_link_local(random), None);

@@ -100,7 +100,10 @@ impl Server {
         self.recorder.request(Service::Dhcp);
         // Messages meant for another server are not ours to answer.
         let ours = req.server_id().is_none_or(|id| id == self.duid);
-        let needs_ours = matches!(req.msg_type, msg::REQUEST | msg::RENEW | msg::RELEASE | msg::DECLINE);
+        let needs_ours = matches!(
+            req.msg_type,
+            msg::REQUEST | msg::RENEW | msg::RELEASE | msg::DECLINE
+        );
         if !ours || (needs_ours && req.server_id().is_none()) {
             return None;
         }
@@ -142,7 +145,11 @@ impl Server {
             // EDK2's PXE takes one with `PXEClient` for a BINL offer and asks port 4011 for
             // its boot file, so PXE gets no class and finds the URL in the answer itself.
             class: client.http.then_some(&b"HTTPClient"[..]),
-            dns: config.dhcp6.as_ref().map(|d| d.dns.clone()).unwrap_or_default(),
+            dns: config
+                .dhcp6
+                .as_ref()
+                .map(|d| d.dns.clone())
+                .unwrap_or_default(),
             boot_url: url.clone(),
         };
         match req.msg_type {
@@ -324,7 +331,10 @@ pools:
         if let Some(s) = server {
             m.extend(option(wire::opt::SERVER_ID, s));
         }
-        m.extend(option(wire::opt::IA_NA, &[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]));
+        m.extend(option(
+            wire::opt::IA_NA,
+            &[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0],
+        ));
         m.extend(option(wire::opt::CLIENT_ARCH, &[0, 16]));
         let mut class = wire::EDK2_ENTERPRISE.to_be_bytes().to_vec();
         class.extend_from_slice(&[0, 10]);
@@ -349,7 +359,9 @@ pools:
         };
         let mac = [0x52, 0x54, 0, 0x77, 0, 5];
         let ll = Ipv6Addr::UNSPECIFIED;
-        let adv = s.answer(&firmware(msg::SOLICIT, mac, None), ll, 100).unwrap();
+        let adv = s
+            .answer(&firmware(msg::SOLICIT, mac, None), ll, 100)
+            .unwrap();
         assert!(adv.advertise);
         let url = "http://[fd77::1]:8080/boot/loaders/snponly.efi";
         assert_eq!(adv.boot_url.as_deref(), Some(url));
@@ -366,19 +378,35 @@ pools:
         assert_eq!(rep.boot_url.as_deref(), Some(url));
         assert_eq!(identity.read6().holder(first, 102), Some(Mac(mac)));
         // A REQUEST to another server is not ours.
-        assert!(s.answer(&firmware(msg::REQUEST, mac, Some(&[0, 2, 1])), ll, 101).is_none());
+        assert!(
+            s.answer(&firmware(msg::REQUEST, mac, Some(&[0, 2, 1])), ll, 101)
+                .is_none()
+        );
         // A MAC in no pool, and a message that is not DHCPv6.
-        assert!(s.answer(&firmware(msg::SOLICIT, [2, 0, 0, 0, 0, 1], None), ll, 101).is_none());
+        assert!(
+            s.answer(&firmware(msg::SOLICIT, [2, 0, 0, 0, 0, 1], None), ll, 101)
+                .is_none()
+        );
         assert!(s.answer(&[1, 2, 3], ll, 101).is_none());
         // Another client gets the next address, a third finds the range full.
         let other = [0x52, 0x54, 0, 0x77, 0, 6];
-        s.answer(&firmware(msg::REQUEST, other, Some(&duid)), ll, 101).unwrap();
-        let full = s
-            .answer(&firmware(msg::REQUEST, [0x52, 0x54, 0, 0x77, 0, 7], Some(&duid)), ll, 101)
+        s.answer(&firmware(msg::REQUEST, other, Some(&duid)), ll, 101)
             .unwrap();
-        assert!(matches!(full.ia_na[0].1, IaAnswer::Status(Status::NoAddrsAvail, _)));
+        let full = s
+            .answer(
+                &firmware(msg::REQUEST, [0x52, 0x54, 0, 0x77, 0, 7], Some(&duid)),
+                ll,
+                101,
+            )
+            .unwrap();
+        assert!(matches!(
+            full.ia_na[0].1,
+            IaAnswer::Status(Status::NoAddrsAvail, _)
+        ));
         // RELEASE ends the binding.
-        let done = s.answer(&firmware(msg::RELEASE, mac, Some(&duid)), ll, 200).unwrap();
+        let done = s
+            .answer(&firmware(msg::RELEASE, mac, Some(&duid)), ll, 200)
+            .unwrap();
         assert_eq!(done.status.map(|s| s.0), Some(Status::Success));
         assert_eq!(identity.read6().holder(first, 201), None);
     }

@@ -196,7 +196,8 @@ fn from_a_client(config: &Config, ip: IpAddr) -> bool {
     match (super::ipv4_of(ip), ip) {
         (Some(v4), _) => config.limits.tftp_clients.iter().any(|n| n.contains(v4)),
         (None, IpAddr::V6(v6)) => {
-            v6.is_unicast_link_local() || config.dhcp6.as_ref().is_some_and(|d| d.subnet.contains(v6))
+            v6.is_unicast_link_local()
+                || config.dhcp6.as_ref().is_some_and(|d| d.subnet.contains(v6))
         }
         (None, IpAddr::V4(_)) => false,
     }

@@ -56,7 +56,11 @@ fn ipv6_link() -> Link {
             let (ok, _, err) = crate::common::run(&mut Link::command(ns, args[0], &args[1..]), 10);
             assert!(ok, "{args:?}: {err}");
         };
-        run(&["sysctl", "-qw", &format!("net.ipv6.conf.{dev}.accept_dad=0")]);
+        run(&[
+            "sysctl",
+            "-qw",
+            &format!("net.ipv6.conf.{dev}.accept_dad=0"),
+        ]);
         run(&["ip", "link", "set", dev, "down"]);
         run(&["ip", "link", "set", dev, "up"]);
     }
@@ -194,7 +198,15 @@ fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
             &mut Link::command(
                 &link.client_ns,
                 "ip",
-                &["-6", "addr", "show", "dev", &link.client_if, "scope", "link"],
+                &[
+                    "-6",
+                    "addr",
+                    "show",
+                    "dev",
+                    &link.client_if,
+                    "scope",
+                    "link",
+                ],
             ),
             10,
         );
@@ -210,7 +222,11 @@ fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
     let http = daemon
         .log_text()
         .lines()
-        .find_map(|l| l.split("http6=Some(").nth(1).map(|r| r.split(')').next().unwrap().to_string()))
+        .find_map(|l| {
+            l.split("http6=Some(")
+                .nth(1)
+                .map(|r| r.split(')').next().unwrap().to_string())
+        })
         .expect("an http6 listener");
     let port = http.rsplit(':').next().unwrap();
     assert_eq!(
@@ -230,7 +246,11 @@ fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
     let tftp = daemon
         .log_text()
         .lines()
-        .find_map(|l| l.split("tftp6=Some(").nth(1).map(|r| r.split(')').next().unwrap().to_string()))
+        .find_map(|l| {
+            l.split("tftp6=Some(")
+                .nth(1)
+                .map(|r| r.split(')').next().unwrap().to_string())
+        })
         .expect("a tftp6 listener");
     let tport = tftp.rsplit(':').next().unwrap().to_string();
     let got = fx.path().join("undionly.kpxe");

@@ -133,7 +133,10 @@ fn one_uefi_client_pxe_boots_over_ipv6_only() {
         .lines()
         .filter(|l| l.contains("service::dhcp:") && l.contains("boot_file="))
         .find(|l| !l.contains("boot_file=\"-\""));
-    assert!(v4_boot_file.is_none(), "DHCPv4 handed out a boot file: {v4_boot_file:?}");
+    assert!(
+        v4_boot_file.is_none(),
+        "DHCPv4 handed out a boot file: {v4_boot_file:?}"
+    );
     // The root: over NBD, on IPv4 (the demo initrd's DHCPv4).
     assert!(journal.contains("\"root_attach\""), "{journal}");
     assert!(journal.contains("\"proto\":\"nbd\""), "{journal}");
