@@ -38,7 +38,8 @@ pub enum Firmware {
     /// DHCP as `HTTPClient` and fetches `snponly.efi` from the URL it is given.
     UefiHttp,
     /// OVMF with its IPv4 stack and both PXE clients off (fw_cfg): the only boot left is UEFI
-    /// HTTP boot over IPv6 (DHCPv6 `HTTPClient`, option 59's URL). Needs `dhcp6` in the config.
+    /// HTTP boot over IPv6 (DHCPv6 `HTTPClient`, option 59's URL), after a 4 s boot manager
+    /// timeout (docs/clients.md says why). Needs `dhcp6` in the config.
     UefiHttp6,
     /// OVMF with its IPv4 stack and IPv4 PXE off: the firmware's PXE over IPv6 (DHCPv6
     /// `PXEClient`, a `tftp://[ADDR]/NAME` URL). Needs `dhcp6` in the config.
@@ -253,6 +254,10 @@ fn nic_args(cmd: &mut Command, tap: &str, mac: Mac, firmware: Firmware, dir: &Pa
             let mut off = vec!["IPv4Support", "IPv4PXESupport"];
             if firmware == Firmware::UefiHttp6 {
                 off.push("IPv6PXESupport");
+                // OVMF 2022.11's HTTP boot starts DHCPv6 before its link-local address is
+                // out of duplicate address detection and gives up at once; a boot manager
+                // timeout (qemu's splash-time, which OVMF takes as its own) lets DAD end first.
+                cmd.args(["-boot", "menu=on,splash-time=4000"]);
             }
             for off in off {
                 cmd.args([

@@ -80,77 +80,22 @@ fn ipv6_link() -> Link {
 /// `dhclient -6` as iPXE (user class `iPXE`, asking option 59): the address it bound and the
 /// boot-file URL, with the address put on the client's end.
 fn dhclient6(link: &Link, fx: &Fixture) -> Option<(String, String)> {
-    let dir = fx.path().join("dhclient6");
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("script.out");
-    let script = dir.join("script.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho \"$reason $new_ip6_address $new_dhcp6_bootfile_url\" >> {}\n\
-             [ \"$reason\" = BOUND6 ] && ip -6 addr add $new_ip6_address/128 dev $interface nodad\n\
-             exit 0\n",
-            out.display()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let conf = dir.join("dhclient6.conf");
     // Option 15 as iPXE sends it: one class, 16-bit length then `iPXE`.
-    std::fs::write(
-        &conf,
-        "timeout 15;\n\
-         option dhcp6.ipxe-class code 15 = string;\n\
-         send dhcp6.ipxe-class 00:04:69:50:58:45;\n\
-         also request dhcp6.bootfile-url;\n",
-    )
-    .unwrap();
-    let log = dir.join("dhclient6.log");
-    let mut child = Link::command(
-        &link.client_ns,
-        "dhclient",
-        &[
-            "-6",
-            "-d",
-            "-1",
-            "-v",
-            "-cf",
-            conf.to_str().unwrap(),
-            "-sf",
-            script.to_str().unwrap(),
-            "-pf",
-            dir.join("pid").to_str().unwrap(),
-            "-lf",
-            dir.join("leases").to_str().unwrap(),
-            &link.client_if,
-        ],
-    )
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(std::fs::File::create(&log).unwrap())
-    .spawn()
-    .expect("dhclient runs");
-    let mut line = None;
-    for _ in 0..400 {
-        let said = std::fs::read_to_string(&out).unwrap_or_default();
-        line = said
-            .lines()
-            .find(|l| l.starts_with("BOUND6 "))
-            .map(str::to_string);
-        if line.is_some() || child.try_wait().unwrap().is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    let Some(line) = line else {
-        panic!(
-            "dhclient -6 did not bind:\n{}",
-            std::fs::read_to_string(&log).unwrap_or_default()
-        );
-    };
+    let conf = "timeout 15;\n\
+                option dhcp6.ipxe-class code 15 = string;\n\
+                send dhcp6.ipxe-class 00:04:69:50:58:45;\n\
+                also request dhcp6.bootfile-url;\n";
+    let script = "echo \"$reason $new_ip6_address $new_dhcp6_bootfile_url\" >> $OUT\n\
+                  [ \"$reason\" = BOUND6 ] && ip -6 addr add $new_ip6_address/128 dev $interface nodad";
+    let line = link
+        .dhclient(
+            &fx.path().join("dhclient6"),
+            &["-6"],
+            conf,
+            script,
+            "BOUND6 ",
+        )
+        .unwrap_or_else(|log| panic!("dhclient -6 did not bind:\n{log}"));
     let mut f = line.split(' ').skip(1);
     Some((f.next()?.to_string(), f.next()?.to_string()))
 }

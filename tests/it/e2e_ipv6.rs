@@ -1,8 +1,9 @@
-//! End to end over IPv6: an OVMF VM with its IPv4 stack and IPv4 PXE switched off
-//! (`--firmware uefi-pxe6`) can only boot over IPv6. bootpool sends the router advertisements
-//! (the prefix on-link and for SLAAC, the O flag) and answers the firmware's DHCPv6 SOLICIT
-//! and REQUEST with an address and option 59, `tftp://[fd77::1]/snponly.efi`, which it loads
-//! over TFTP on IPv6. That iPXE asks DHCPv6 for its options (INFORMATION-REQUEST, its user
+//! End to end over IPv6: an OVMF VM with its IPv4 stack and IPv4 PXE switched off can only
+//! boot over IPv6, by PXE (`--firmware uefi-pxe6`) or by HTTP boot (`uefi-http6`, IPv6 PXE off
+//! too). bootpool sends the router advertisements (the prefix on-link and for SLAAC, the O
+//! flag) and answers the firmware's DHCPv6 SOLICIT and REQUEST with an address and option 59,
+//! `tftp://[fd77::1]/snponly.efi` (PXE, loaded over TFTP on IPv6) or
+//! `http://[fd77::1]:8080/boot/loaders/snponly.efi` (HTTP boot). That iPXE asks DHCPv6 for its options (INFORMATION-REQUEST, its user
 //! class), forms its own address from the prefix, and fetches its script, kernel and initrd
 //! from `http://[fd77::1]:8080`. The pool says `boot_over: ipv6`, so DHCPv4 gives the firmware
 //! and iPXE no boot file (iPXE still takes an IPv4 address beside). The demo initrd then asks
@@ -11,7 +12,7 @@
 //! default, run by `scripts/test --all`. Needs root, qemu, Debian's `ovmf` and `ipxe`, and the
 //! built demo image.
 
-use crate::common::lab::{lab_config, run_lab};
+use crate::common::lab::{lab_config, one_client_logs, run_lab};
 use std::path::Path;
 
 /// The shipped config with the lab's IPv6 network and the NBD pool booting over IPv6 only.
@@ -31,9 +32,11 @@ fn ipv6_config(text: String) -> String {
     )
 }
 
-#[test]
-#[ignore = "a UEFI VM boot over IPv6; scripts/test --all runs it"]
-fn one_uefi_client_pxe_boots_over_ipv6_only() {
+/// Boots one NBD client with `firmware` against the IPv6 config; checks what both ways share
+/// (DHCPv6 for the firmware and for iPXE, script, kernel and initrd over HTTP on IPv6, no
+/// DHCPv4 boot file, the root over NBD) and returns the recorded events, the console and the
+/// daemon's log.
+fn boot_over_ipv6(firmware: &str) -> (String, String, String) {
     assert!(
         Path::new("/usr/share/ovmf/OVMF.fd").exists(),
         "apt-get install ovmf"
@@ -51,59 +54,34 @@ fn one_uefi_client_pxe_boots_over_ipv6_only() {
         "--root",
         "nbd",
         "--firmware",
-        "uefi-pxe6",
+        firmware,
         "--timeout",
         "400",
     ];
     let (table, rows) = run_lab(&config, &args, 460);
     assert_eq!(rows.len(), 1, "{table}");
-    let run = std::fs::read_dir(dir.path().join("var/lab"))
-        .unwrap()
-        .flatten()
-        .map(|run| run.path())
-        .find(|p| p.join("pc01.log").exists())
-        .expect("console log");
-    let console =
-        String::from_utf8_lossy(&std::fs::read(run.join("pc01.log")).unwrap()).into_owned();
-    let daemon = std::fs::read_to_string(run.join("bootpool.log")).unwrap_or_default();
+    let (console, daemon) = one_client_logs(&dir.path().join("var"));
     assert_eq!(rows[0][3], "booted", "{table}\n{console}\n{daemon}");
     let journal = crate::common::recorded_events(&dir.path().join("var"));
-    assert!(
-        console.contains(">>Start PXE over IPv6"),
-        "the firmware did not PXE boot over IPv6:\n{console}"
-    );
     assert!(
         !console.contains("over IPv4"),
         "the firmware tried IPv4:\n{console}"
     );
     // The firmware's DHCPv6 (an address from the range) and iPXE's (options only; known at
     // the address it formed from the prefix), both recorded for the MAC.
-    let mac = "\"mac\":\"52:54:00:77:01:01\"";
-    let firmware = journal.lines().any(|l| {
-        l.contains(mac)
+    let firmware_reply = journal.lines().any(|l| {
+        l.contains(MAC)
             && l.contains("\"dhcp6_reply\"")
             && l.contains("\"ip\":\"fd77::100\"")
             && l.contains("\"ipxe\":false")
     });
-    let ipxe = journal.lines().any(|l| {
-        l.contains(mac)
+    let ipxe_reply = journal.lines().any(|l| {
+        l.contains(MAC)
             && l.contains("\"dhcp6_reply\"")
             && l.contains("\"ip\":\"fd77::5054:ff:fe77:101\"")
             && l.contains("\"ipxe\":true")
     });
-    assert!(firmware && ipxe, "{journal}");
-    // The loader came whole over TFTP on IPv6 (the firmware asked no other server).
-    assert!(
-        journal.lines().any(|l| l.contains(mac)
-            && l.contains("\"proto\":\"tftp\"")
-            && l.contains("\"path\":\"snponly.efi\"")
-            && l.contains("\"outcome\":\"complete\"")),
-        "{journal}"
-    );
-    assert!(
-        daemon.contains("file=snponly.efi") && daemon.contains("peer=[fd77::100]"),
-        "snponly.efi not sent over IPv6:\n{daemon}"
-    );
+    assert!(firmware_reply && ipxe_reply, "{journal}");
     // The script, kernel and initrd from [fd77::1] (iPXE prints each URL it fetches), each
     // recorded for the MAC.
     assert!(
@@ -116,7 +94,7 @@ fn one_uefi_client_pxe_boots_over_ipv6_only() {
             "{file} not fetched over IPv6:\n{console}"
         );
         assert!(
-            journal.lines().any(|l| l.contains(mac)
+            journal.lines().any(|l| l.contains(MAC)
                 && l.contains(&format!("\"path\":\"/boot/demo/{file}\""))
                 && l.contains("\"outcome\":\"complete\"")),
             "{journal}"
@@ -125,7 +103,7 @@ fn one_uefi_client_pxe_boots_over_ipv6_only() {
     assert!(
         journal
             .lines()
-            .any(|l| l.contains(mac) && l.contains("\"kind\":\"script\"")),
+            .any(|l| l.contains(MAC) && l.contains("\"kind\":\"script\"")),
         "{journal}"
     );
     // No DHCPv4 answer named a boot file: the pool boots over IPv6 only.
@@ -140,4 +118,49 @@ fn one_uefi_client_pxe_boots_over_ipv6_only() {
     // The root: over NBD, on IPv4 (the demo initrd's DHCPv4).
     assert!(journal.contains("\"root_attach\""), "{journal}");
     assert!(journal.contains("\"proto\":\"nbd\""), "{journal}");
+    (journal, console, daemon)
+}
+
+const MAC: &str = "\"mac\":\"52:54:00:77:01:01\"";
+
+#[test]
+#[ignore = "a UEFI VM boot over IPv6; scripts/test --all runs it"]
+fn one_uefi_client_pxe_boots_over_ipv6_only() {
+    let (journal, console, daemon) = boot_over_ipv6("uefi-pxe6");
+    assert!(
+        console.contains(">>Start PXE over IPv6"),
+        "the firmware did not PXE boot over IPv6:\n{console}"
+    );
+    // The loader came whole over TFTP on IPv6.
+    assert!(
+        journal.lines().any(|l| l.contains(MAC)
+            && l.contains("\"proto\":\"tftp\"")
+            && l.contains("\"path\":\"snponly.efi\"")
+            && l.contains("\"outcome\":\"complete\"")),
+        "{journal}"
+    );
+    assert!(
+        daemon.contains("file=snponly.efi") && daemon.contains("peer=[fd77::100]"),
+        "snponly.efi not sent over IPv6:\n{daemon}"
+    );
+}
+
+#[test]
+#[ignore = "a UEFI VM boot over IPv6; scripts/test --all runs it"]
+fn one_uefi_client_http_boots_over_ipv6_only() {
+    let (journal, console, _) = boot_over_ipv6("uefi-http6");
+    assert!(
+        console.contains(">>Start HTTP Boot over IPv6")
+            && console.contains("URI: http://[fd77::1]:8080/boot/loaders/snponly.efi"),
+        "the firmware did not HTTP boot over IPv6:\n{console}"
+    );
+    // The loader came whole over HTTP from the URL in option 59; nothing went over TFTP.
+    assert!(
+        journal.lines().any(|l| l.contains(MAC)
+            && l.contains("\"proto\":\"http\"")
+            && l.contains("\"path\":\"/boot/loaders/snponly.efi\"")
+            && l.contains("\"outcome\":\"complete\"")),
+        "{journal}"
+    );
+    assert!(!journal.contains("\"proto\":\"tftp\""), "{journal}");
 }
