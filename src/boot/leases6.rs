@@ -151,7 +151,7 @@ mod tests {
         assert_eq!(t.holder(formed, 400), None);
         t.observe(mac(9), b, 1000);
         assert_eq!(
-            t.holder(b, 300),
+            t.holder(b, 150),
             Some(mac(3)),
             "a bound address stays its binding's"
         );
