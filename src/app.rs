@@ -40,11 +40,13 @@ pub struct Bound {
     pub portmap: SocketAddr,
     /// The clients' consoles (UDP), bound only when a pool sends its console (`netconsole`).
     pub console: Option<SocketAddr>,
-    /// With a `dhcp6` section: DHCPv6, and TFTP (unless off) and HTTP on IPv6, on the same
-    /// port numbers as their IPv4 sockets.
+    /// With a `dhcp6` section: DHCPv6, and TFTP (unless off), HTTP and NBD on IPv6, on the
+    /// same port numbers as their IPv4 sockets.
     pub dhcp6: Option<SocketAddr>,
     pub tftp6: Option<SocketAddr>,
     pub http6: Option<SocketAddr>,
+    /// NBD on IPv6 too (a root over IPv6 for a client that can attach one).
+    pub nbd6: Option<SocketAddr>,
 }
 
 /// A started daemon.
@@ -228,11 +230,12 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
                 .with_context(|| format!("binding console port {} (ports.console)", ports.console))
         })
         .transpose()?;
-    let six = bind_ipv6(&config, tftp.as_ref(), &http).await?;
+    let six = bind_ipv6(&config, tftp.as_ref(), &http, &nbd).await?;
     let bound = Bound {
         dhcp6: six.dhcp.as_ref().map(UdpSocket::local_addr).transpose()?,
         tftp6: six.tftp.as_ref().map(UdpSocket::local_addr).transpose()?,
         http6: six.http.as_ref().map(TcpListener::local_addr).transpose()?,
+        nbd6: six.nbd.as_ref().map(TcpListener::local_addr).transpose()?,
         console: console.as_ref().map(UdpSocket::local_addr).transpose()?,
         http: http.local_addr()?,
         https: https.as_ref().map(|(l, _)| l.local_addr()).transpose()?,
@@ -359,6 +362,11 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
                 Box::pin(service::tftp::serve(tftp, s.clone()))
             })
         }),
+        six.nbd.map(|listener| {
+            Service::new("nbd6", move |s| {
+                Box::pin(service::nbd::serve(on_links(listener, s), s.clone()))
+            })
+        }),
         six.http.map(|listener| {
             let web = web.clone();
             Service::new("http6", move |s| {
@@ -396,7 +404,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     tracing::info!(
         http = %bound.http, https = ?bound.https, dhcp = %bound.dhcp, tftp = ?bound.tftp, nfs = %bound.nfs, nbd = %bound.nbd,
         portmap = %bound.portmap, console = ?bound.console, dhcp6 = ?bound.dhcp6,
-        tftp6 = ?bound.tftp6, http6 = ?bound.http6,
+        tftp6 = ?bound.tftp6, http6 = ?bound.http6, nbd6 = ?bound.nbd6,
         pools = config.pools.len(), "bootpool serving"
     );
     Ok(Running {
@@ -452,6 +460,7 @@ struct Ipv6Sockets {
     dhcp: Option<UdpSocket>,
     tftp: Option<UdpSocket>,
     http: Option<TcpListener>,
+    nbd: Option<TcpListener>,
     advertisers: Vec<service::ra::Advertiser>,
 }
 
@@ -461,13 +470,14 @@ const ALL_DHCP_SERVERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 1, 2);
 const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
 
 /// With a `dhcp6` section: DHCPv6 on [::]:ports.dhcp6, joined to ff02::1:2 on each of
-/// `server.interfaces` (else on the kernel's choice); TFTP and HTTP on [::] at the ports their
-/// IPv4 sockets got (IPV6_V6ONLY, beside those); the raw ICMPv6 sockets of router
+/// `server.interfaces` (else on the kernel's choice); TFTP, HTTP and NBD on [::] at the ports
+/// their IPv4 sockets got (IPV6_V6ONLY, beside those); the raw ICMPv6 sockets of router
 /// advertisements when bootpool sends them.
 async fn bind_ipv6(
     config: &Config,
     tftp4: Option<&UdpSocket>,
     http4: &TcpListener,
+    nbd4: &TcpListener,
 ) -> anyhow::Result<Ipv6Sockets> {
     use socket2::{Domain, Protocol, Socket, Type};
     let Some(d) = &config.dhcp6 else {
@@ -509,21 +519,13 @@ async fn bind_ipv6(
             )
         }
     };
-    let http_port = http4.local_addr()?.port();
     // A server.http on an IPv6 address already listens there.
     let http = if http4.local_addr()?.is_ipv6() {
         None
     } else {
-        let socket = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
-        socket.set_only_v6(true)?;
-        socket.set_reuse_address(true)?;
-        socket.set_nonblocking(true)?;
-        socket
-            .bind(&SocketAddr::V6(SocketAddrV6::new(any, http_port, 0, 0)).into())
-            .with_context(|| format!("binding HTTP over IPv6, port {http_port}"))?;
-        socket.listen(1024)?;
-        Some(TcpListener::from_std(socket.into())?)
+        Some(listen6(http4.local_addr()?.port(), "HTTP")?)
     };
+    let nbd = Some(listen6(nbd4.local_addr()?.port(), "NBD")?);
     let mut advertisers = Vec::new();
     if d.router_advertisements == crate::config::RouterAdverts::Send {
         for (iface, index) in indexes {
@@ -548,8 +550,23 @@ async fn bind_ipv6(
         dhcp: Some(dhcp),
         tftp,
         http,
+        nbd,
         advertisers,
     })
+}
+
+/// A TCP listener on [::]:`port`, IPv6 only (beside the IPv4 one of the same port).
+fn listen6(port: u16, what: &str) -> anyhow::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_only_v6(true)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket
+        .bind(&SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0)).into())
+        .with_context(|| format!("binding {what} over IPv6, port {port}"))?;
+    socket.listen(1024)?;
+    Ok(TcpListener::from_std(socket.into())?)
 }
 
 /// A UDP socket on an IPv6 address, IPv6 only (the IPv4 socket of the same port is separate).

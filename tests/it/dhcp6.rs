@@ -1,8 +1,9 @@
 //! IPv6 interop: ISC `dhclient -6` against the `bootpool` binary over a veth pair between two
 //! namespaces (an address from `dhcp6.range` and option 59, the boot-file URL, sent as iPXE's
 //! user class asks it), bootpool's router advertisements seen by the client's kernel, then
-//! the iPXE script, a kernel over HTTP (`curl -g` to `[ADDR]`) and a loader over TFTP
-//! (tftp-hpa `-6`) from the client's DHCPv6 address, each recorded for its MAC.
+//! the iPXE script, a kernel over HTTP (`curl -g` to `[ADDR]`), a loader over TFTP
+//! (tftp-hpa `-6`) and the root over NBD (libnbd's `nbdinfo`) from the client's DHCPv6
+//! address, each recorded for its MAC.
 
 use crate::common::Fixture;
 use crate::common::netns::{Daemon, Link};
@@ -35,9 +36,9 @@ dhcp6:
 images:
   demo: {{ dir: images/demo }}
 pools:
-  nfs-room:
+  nbd-room:
     image: demo
-    root: nfs
+    root: nbd
     clients:
       - {{ macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }}
 "
@@ -164,16 +165,7 @@ fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
     assert!(lladdr.contains("inet6 fe80"), "{lladdr}");
     let (addr, url) = dhclient6(&link, &fx).expect("a DHCPv6 lease");
     assert!(addr.starts_with("fd77:1::1"), "{addr}");
-    let http = daemon
-        .log_text()
-        .lines()
-        .find_map(|l| {
-            l.split("http6=Some(")
-                .nth(1)
-                .map(|r| r.split(')').next().unwrap().to_string())
-        })
-        .expect("an http6 listener");
-    let port = http.rsplit(':').next().unwrap();
+    let port = bound_port(&daemon.log_text(), "http6");
     assert_eq!(
         url,
         format!("http://[{SERVER6}]:{port}/boot/script/{MAC}.ipxe"),
@@ -188,16 +180,7 @@ fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
     assert_eq!(body.len(), 3 << 20);
 
     // TFTP over IPv6 (tftp-hpa), to the port the IPv4 TFTP has.
-    let tftp = daemon
-        .log_text()
-        .lines()
-        .find_map(|l| {
-            l.split("tftp6=Some(")
-                .nth(1)
-                .map(|r| r.split(')').next().unwrap().to_string())
-        })
-        .expect("a tftp6 listener");
-    let tport = tftp.rsplit(':').next().unwrap().to_string();
+    let tport = bound_port(&daemon.log_text(), "tftp6");
     let got = fx.path().join("undionly.kpxe");
     let (ok, _, err) = crate::common::run(
         &mut Link::command(
@@ -220,6 +203,18 @@ fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
     assert!(ok, "tftp -6: {err}");
     assert_eq!(std::fs::metadata(&got).unwrap().len(), 70_000);
 
+    // The root over NBD on IPv6 (libnbd's nbdinfo), allowed to the DHCPv6 address's MAC.
+    let nbd = format!(
+        "nbd://[{SERVER6}]:{}/demo",
+        bound_port(&daemon.log_text(), "nbd6")
+    );
+    let (ok, size, err) = crate::common::run(
+        &mut Link::command(&link.client_ns, "nbdinfo", &["--size", &nbd]),
+        30,
+    );
+    assert!(ok, "nbdinfo {nbd}: {err}");
+    assert_eq!(size.trim(), (16u64 << 20).to_string());
+
     // The record knows the client by its MAC: its DHCPv6 address, the script and the files.
     let mut journal = String::new();
     for _ in 0..40 {
@@ -239,5 +234,16 @@ fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
     assert!(mine("\"kind\":\"script\""), "{journal}");
     assert!(mine("\"path\":\"/boot/demo/vmlinuz\""), "{journal}");
     assert!(mine("\"path\":\"undionly.kpxe\""), "{journal}");
+    assert!(mine("\"root_attach\""), "{journal}");
     drop(daemon);
+}
+
+/// The port of listener `name` in the daemon's "bootpool serving" line (`http6=Some([::]:P)`).
+fn bound_port(log: &str, name: &str) -> String {
+    log.lines()
+        .find_map(|l| l.split(&format!("{name}=Some(")).nth(1))
+        .and_then(|r| r.split(')').next())
+        .and_then(|at| at.rsplit(':').next())
+        .unwrap_or_else(|| panic!("no {name} listener:\n{log}"))
+        .to_string()
 }
