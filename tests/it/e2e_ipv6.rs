@@ -12,7 +12,7 @@
 //! default, run by `scripts/test --all`. Needs root, qemu, Debian's `ovmf` and `ipxe`, and the
 //! built demo image.
 
-use crate::common::lab::{lab_config, one_client_logs, run_lab};
+use crate::common::lab::{lab_config, one_client_logs, run_one_nbd_client};
 use std::path::Path;
 
 /// The shipped config with the lab's IPv6 network and the NBD pool booting over IPv6 only.
@@ -48,17 +48,7 @@ fn boot_over_ipv6(firmware: &str) -> (String, String, String) {
         text.contains("boot_over: ipv6") && text.contains("dhcp6:") && text.contains("address6"),
         "{text}"
     );
-    let args = [
-        "--clients",
-        "1",
-        "--root",
-        "nbd",
-        "--firmware",
-        firmware,
-        "--timeout",
-        "400",
-    ];
-    let (table, rows) = run_lab(&config, &args, 460);
+    let (table, rows) = run_one_nbd_client(&config, firmware, 400);
     assert_eq!(rows.len(), 1, "{table}");
     let (console, daemon) = one_client_logs(&dir.path().join("var"));
     assert_eq!(rows[0][3], "booted", "{table}\n{console}\n{daemon}");
