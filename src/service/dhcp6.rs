@@ -114,8 +114,8 @@ impl Server {
         let Some(mac) = req.mac(from).map(Mac) else {
             return self.stranger(duid, from, "known only by its DUID, which no pool can list");
         };
-        // iPXE asks DHCPv6 with its user class and no PXE vendor class; to the record it is
-        // boot firmware all the same.
+        // Firmware says what it is in option 16 (`PXEClient`, `HTTPClient`) and 61, iPXE in
+        // option 15 (`iPXE`): the same reading as DHCPv4's options 60, 93 and 77.
         let client = Client {
             mac,
             arch: req.arch(),
