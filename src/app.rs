@@ -21,7 +21,7 @@ use crate::service;
 use crate::shutdown::Shutdown;
 use anyhow::Context as _;
 use std::io::{Read as _, Seek as _, Write as _};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -43,6 +43,13 @@ pub struct Bound {
     pub portmap: SocketAddr,
     /// The clients' consoles (UDP), bound only when a pool sends its console (`netconsole`).
     pub console: Option<SocketAddr>,
+    /// With a `dhcp6` section: DHCPv6, and TFTP (unless off), HTTP and NBD on IPv6, on the
+    /// same port numbers as their IPv4 sockets.
+    pub dhcp6: Option<SocketAddr>,
+    pub tftp6: Option<SocketAddr>,
+    pub http6: Option<SocketAddr>,
+    /// NBD on IPv6 too (a root over IPv6 for a client that can attach one).
+    pub nbd6: Option<SocketAddr>,
 }
 
 /// A started daemon.
@@ -229,7 +236,12 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
                 .with_context(|| format!("binding console port {} (ports.console)", ports.console))
         })
         .transpose()?;
+    let six = bind_ipv6(&config, tftp.as_ref(), &http, &nbd).await?;
     let bound = Bound {
+        dhcp6: six.dhcp.as_ref().map(UdpSocket::local_addr).transpose()?,
+        tftp6: six.tftp.as_ref().map(UdpSocket::local_addr).transpose()?,
+        http6: six.http.as_ref().map(TcpListener::local_addr).transpose()?,
+        nbd6: six.nbd.as_ref().map(TcpListener::local_addr).transpose()?,
         console: console.as_ref().map(UdpSocket::local_addr).transpose()?,
         http: http.local_addr()?,
         https: https.as_ref().map(|(l, _)| l.local_addr()).transpose()?,
@@ -246,6 +258,9 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         tls.listen.set_port(at.port());
     }
     config.server.ports.dhcp = bound.dhcp.port();
+    if let Some(at) = bound.dhcp6 {
+        config.server.ports.dhcp6 = at.port();
+    }
     if let Some(p) = bound.pxe {
         config.server.ports.pxe = p.port();
     }
@@ -339,6 +354,38 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
                 ))
             })
         }),
+        six.dhcp.map(|socket| {
+            Service::new("dhcp6", move |s| {
+                Box::pin(service::dhcp6::serve(socket, s.clone()))
+            })
+        }),
+        (!six.advertisers.is_empty()).then(|| {
+            let advertisers = six.advertisers;
+            Service::new("ra", move |s| {
+                Box::pin(service::ra::serve(advertisers, s.clone()))
+            })
+        }),
+        six.tftp.map(|tftp| {
+            Service::new("tftp6", move |s| {
+                Box::pin(service::tftp::serve(tftp, s.clone()))
+            })
+        }),
+        six.nbd.map(|listener| {
+            Service::new("nbd6", move |s| {
+                Box::pin(service::nbd::serve(on_links(listener, s), s.clone()))
+            })
+        }),
+        six.http.map(|listener| {
+            let web = web.clone();
+            Service::new("http6", move |s| {
+                Box::pin(service::http::serve(
+                    on_links(listener, s),
+                    web,
+                    None,
+                    s.shutdown.clone(),
+                ))
+            })
+        }),
         Some(Service::new("http", move |s| {
             Box::pin(service::http::serve(
                 on_links(http, s),
@@ -364,7 +411,8 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     }
     tracing::info!(
         http = %bound.http, https = ?bound.https, dhcp = %bound.dhcp, tftp = ?bound.tftp, nfs = %bound.nfs, nbd = %bound.nbd,
-        portmap = %bound.portmap, console = ?bound.console,
+        portmap = %bound.portmap, console = ?bound.console, dhcp6 = ?bound.dhcp6,
+        tftp6 = ?bound.tftp6, http6 = ?bound.http6, nbd6 = ?bound.nbd6,
         pools = config.pools.len(), "bootpool serving"
     );
     Ok(Running {
@@ -413,6 +461,134 @@ fn raise_fd_limit() {
     if set_open_file_limit(max, max).is_ok() {
         tracing::info!(from, to = max, "raised the open-file limit");
     }
+}
+
+/// The IPv6 sockets of a config with a `dhcp6` section.
+#[derive(Default)]
+struct Ipv6Sockets {
+    dhcp: Option<UdpSocket>,
+    tftp: Option<UdpSocket>,
+    http: Option<TcpListener>,
+    nbd: Option<TcpListener>,
+    advertisers: Vec<service::ra::Advertiser>,
+}
+
+/// All-DHCP-relay-agents-and-servers (RFC 8415 7.1), which DHCPv6 clients send to.
+const ALL_DHCP_SERVERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 1, 2);
+/// All routers, which router solicitations go to.
+const ALL_ROUTERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 2);
+
+/// With a `dhcp6` section: DHCPv6 on [::]:ports.dhcp6, joined to ff02::1:2 on each of
+/// `server.interfaces` (else on the kernel's choice); TFTP, HTTP and NBD on [::] at the ports
+/// their IPv4 sockets got (IPV6_V6ONLY, beside those); the raw ICMPv6 sockets of router
+/// advertisements when bootpool sends them.
+async fn bind_ipv6(
+    config: &Config,
+    tftp4: Option<&UdpSocket>,
+    http4: &TcpListener,
+    nbd4: &TcpListener,
+) -> anyhow::Result<Ipv6Sockets> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let Some(d) = &config.dhcp6 else {
+        return Ok(Ipv6Sockets::default());
+    };
+    let any = Ipv6Addr::UNSPECIFIED;
+    let indexes: Vec<(String, u32)> = config
+        .server
+        .interfaces
+        .iter()
+        .map(|name| {
+            let c = std::ffi::CString::new(name.as_str()).unwrap_or_default();
+            (name.clone(), crate::sys::sock::if_index(&c))
+        })
+        .collect();
+    if let Some((name, _)) = indexes.iter().find(|(_, i)| *i == 0) {
+        anyhow::bail!("server.interfaces: no interface `{name}` for DHCPv6");
+    }
+    let port = config.server.ports.dhcp6;
+    let dhcp = bind_udp6(SocketAddrV6::new(any, port, 0, 0), true)
+        .with_context(|| format!("binding DHCPv6 port {port} (ports.dhcp6)"))?;
+    let joins: Vec<u32> = if indexes.is_empty() {
+        vec![0]
+    } else {
+        indexes.iter().map(|(_, i)| *i).collect()
+    };
+    for index in joins {
+        socket2::SockRef::from(&dhcp)
+            .join_multicast_v6(&ALL_DHCP_SERVERS, index)
+            .with_context(|| format!("joining ff02::1:2 on interface index {index}"))?;
+    }
+    let tftp = match tftp4 {
+        None => None,
+        Some(t) => {
+            let port = t.local_addr()?.port();
+            Some(
+                bind_udp6(SocketAddrV6::new(any, port, 0, 0), true)
+                    .with_context(|| format!("binding TFTP over IPv6, port {port}"))?,
+            )
+        }
+    };
+    // A server.http on an IPv6 address already listens there.
+    let http = if http4.local_addr()?.is_ipv6() {
+        None
+    } else {
+        Some(listen6(http4.local_addr()?.port(), "HTTP")?)
+    };
+    let nbd = Some(listen6(nbd4.local_addr()?.port(), "NBD")?);
+    let mut advertisers = Vec::new();
+    if d.router_advertisements == crate::config::RouterAdverts::Send {
+        for (iface, index) in indexes {
+            let socket = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6))
+                .context("opening an ICMPv6 socket for router advertisements (needs root)")?;
+            socket.bind_device(Some(iface.as_bytes()))?;
+            socket.set_multicast_if_v6(index)?;
+            socket.set_multicast_hops_v6(255)?;
+            socket.set_unicast_hops_v6(255)?;
+            socket.set_multicast_loop_v6(false)?;
+            socket.join_multicast_v6(&ALL_ROUTERS, index)?;
+            socket.set_nonblocking(true)?;
+            let socket = UdpSocket::from_std(std::net::UdpSocket::from(socket))?;
+            advertisers.push(service::ra::Advertiser {
+                iface,
+                index,
+                socket,
+            });
+        }
+    }
+    Ok(Ipv6Sockets {
+        dhcp: Some(dhcp),
+        tftp,
+        http,
+        nbd,
+        advertisers,
+    })
+}
+
+/// A TCP listener on [::]:`port`, IPv6 only (beside the IPv4 one of the same port).
+fn listen6(port: u16, what: &str) -> anyhow::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_only_v6(true)?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket
+        .bind(&SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0)).into())
+        .with_context(|| format!("binding {what} over IPv6, port {port}"))?;
+    socket.listen(1024)?;
+    Ok(TcpListener::from_std(socket.into())?)
+}
+
+/// A UDP socket on an IPv6 address, IPv6 only (the IPv4 socket of the same port is separate).
+fn bind_udp6(addr: SocketAddrV6, firmware: bool) -> std::io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_only_v6(true)?;
+    if firmware {
+        socket.set_priority(service::FIRMWARE_PRIORITY)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&SocketAddr::V6(addr).into())?;
+    UdpSocket::from_std(socket.into())
 }
 
 async fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {

@@ -5,11 +5,12 @@
 pub mod exports;
 pub mod grub;
 pub mod leases;
+pub mod leases6;
 pub mod links;
 pub mod script;
 
 use crate::config::{Config, Mac, Member};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Client architecture types from option 93 (RFC 4578, IANA registry).
 pub mod arch {
@@ -66,14 +67,56 @@ pub struct Plan<'a> {
 }
 
 /// Decides how to boot `client` from the server link `link` (`links::choose`); `None` means
-/// it is not ours.
+/// it is not ours. A pool that boots over IPv6 only (`boot_over: ipv6`) gets an address from
+/// DHCPv4 and no boot file.
 pub fn plan<'a>(config: &'a Config, client: &Client, link: Ipv4Addr) -> Option<Plan<'a>> {
     let member = config.member(client.mac)?.on_arch(client.arch);
-    let server = &config.server;
-    let boot_file = if !client.pxe && !client.ipxe {
+    let boot_file = if member.pool.boot_over.v4() {
+        boot_file(config, &member, client, link.into())
+    } else {
+        None
+    };
+    Some(Plan {
+        member,
+        boot_file,
+        next_server: link,
+    })
+}
+
+/// What DHCPv6 tells `client`: its pool, and the boot file as the URL of option 59 (RFC 5970),
+/// from the same choice as `plan` with the server's IPv6 address: a TFTP loader becomes
+/// `tftp://[ADDR]/NAME`. `None`: not ours; no URL: not booting, or not over IPv6.
+pub fn plan6<'a>(
+    config: &'a Config,
+    client: &Client,
+    server: Ipv6Addr,
+) -> Option<(Member<'a>, Option<String>)> {
+    let member = config.member(client.mac)?.on_arch(client.arch);
+    let url = if member.pool.boot_over.v6() {
+        boot_file(config, &member, client, server.into()).map(|f| match f {
+            BootFile::Tftp(name) => format!("tftp://[{server}]/{name}"),
+            BootFile::Url(url) => url,
+        })
+    } else {
+        None
+    };
+    Some((member, url))
+}
+
+/// The boot file for `client` of `member`'s pool, fetched from `server`: the one policy of
+/// both IP versions.
+fn boot_file(
+    config: &Config,
+    member: &Member,
+    client: &Client,
+    server: IpAddr,
+) -> Option<BootFile> {
+    if !client.pxe && !client.ipxe {
         None
     } else if client.ipxe {
-        Some(BootFile::Url(script::script_url(config, client.mac, link)))
+        Some(BootFile::Url(script::script_url(
+            config, client.mac, server,
+        )))
     } else {
         // HTTP boot firmware says so in option 60 and with its own architecture types.
         let http = client.http
@@ -101,18 +144,13 @@ pub fn plan<'a>(config: &'a Config, client: &Client, link: Ipv4Addr) -> Option<P
             Some(BootFile::Tftp(grub::GRUB_ARM64.to_string()))
         } else if http {
             Some(BootFile::Url(format!(
-                "http://{link}:{}/boot/loaders/{loader}",
-                server.http.port()
+                "{}/boot/loaders/{loader}",
+                script::http_base_at(config, server)
             )))
         } else {
             Some(BootFile::Tftp(loader.to_string()))
         }
-    };
-    Some(Plan {
-        member,
-        boot_file,
-        next_server: link,
-    })
+    }
 }
 
 /// Every loader name `loader_for` can hand out.
@@ -303,6 +341,47 @@ pools:
             Some(BootFile::Url(
                 "http://10.77.0.1:8080/boot/loaders/ipxe-arm64.efi".into()
             ))
+        );
+    }
+
+    /// DHCPv6 gets the same choice as DHCPv4, as a URL on the server's IPv6 address; a pool
+    /// that boots over IPv6 only gets no boot file from DHCPv4.
+    #[test]
+    fn ipv6_clients_get_the_same_loader_as_a_url() {
+        let text = CONFIG.replace(
+            "server: { address: 10.77.0.1,",
+            "dhcp6: { subnet: \"fd77::/64\", range: \"fd77::100-fd77::1ff\", router_advertisements: leave }\nserver: { address: 10.77.0.1, address6: \"fd77::1\",",
+        );
+        let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
+        let six: Ipv6Addr = "fd77::1".parse().unwrap();
+        let url = |cl: &Client| plan6(&c, cl, six).unwrap().1;
+        let mut http = client("52:54:00:77:00:01", Some(16), false, true);
+        http.http = true;
+        assert_eq!(
+            url(&http).as_deref(),
+            Some("http://[fd77::1]:8080/boot/loaders/snponly.efi")
+        );
+        let pxe = client("52:54:00:77:00:01", Some(7), false, true);
+        assert_eq!(url(&pxe).as_deref(), Some("tftp://[fd77::1]/snponly.efi"));
+        let ipxe = client("52:54:00:77:00:01", Some(7), true, true);
+        assert_eq!(
+            url(&ipxe).as_deref(),
+            Some("http://[fd77::1]:8080/boot/script/52:54:00:77:00:01.ipxe")
+        );
+        assert_eq!(url(&client("52:54:00:77:00:01", None, false, false)), None);
+        assert!(plan6(&c, &client("52:54:00:78:00:01", Some(7), false, true), six).is_none());
+        let only6 = text.replace("    root: nbd\n", "    root: nbd\n    boot_over: ipv6\n");
+        let c6 = Config::parse(Path::new("p.yaml"), &only6).unwrap();
+        assert_eq!(plan(&c6, &pxe, c6.server.address).unwrap().boot_file, None);
+        assert!(plan6(&c6, &pxe, six).unwrap().1.is_some());
+        let only4 = text.replace("    root: nbd\n", "    root: nbd\n    boot_over: ipv4\n");
+        let c4 = Config::parse(Path::new("p.yaml"), &only4).unwrap();
+        assert_eq!(plan6(&c4, &pxe, six).unwrap().1, None);
+        assert!(
+            plan(&c4, &pxe, c4.server.address)
+                .unwrap()
+                .boot_file
+                .is_some()
         );
     }
 

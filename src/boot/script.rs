@@ -4,16 +4,25 @@
 //! when the script is made (`image::serve`): its kernel, initrd and root names all carry it.
 
 use crate::config::{Config, Image, Initramfs, Mac, Member, RootProto, cmdline};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// Where iPXE fetches this client's script.
-pub fn script_url(config: &Config, mac: Mac, link: Ipv4Addr) -> String {
-    format!("{}/boot/script/{mac}.ipxe", http_base(config, link))
+pub fn script_url(config: &Config, mac: Mac, server: IpAddr) -> String {
+    format!("{}/boot/script/{mac}.ipxe", http_base_at(config, server))
 }
 
 /// `http://LINK:PORT` as clients reach the server.
 pub fn http_base(config: &Config, link: Ipv4Addr) -> String {
-    format!("http://{link}:{}", config.server.http.port())
+    http_base_at(config, link.into())
+}
+
+/// `http://ADDR:PORT`, or `http://[ADDR6]:PORT` over IPv6.
+pub fn http_base_at(config: &Config, server: IpAddr) -> String {
+    let port = config.server.http.port();
+    match server {
+        IpAddr::V4(a) => format!("http://{a}:{port}"),
+        IpAddr::V6(a) => format!("http://[{a}]:{port}"),
+    }
 }
 
 /// The kernel command line: the root argument in the pool's initramfs syntax, where to report
@@ -150,15 +159,18 @@ fn from_template(
     })
 }
 
-/// The iPXE script for one client.
+/// The iPXE script for one client. `files`: where it fetches its kernel and initrd (its link,
+/// or the server's IPv6 address for a client that asked over IPv6); the root and the report
+/// URL stay on `link`.
 pub fn ipxe_script(
     config: &Config,
     member: &Member,
     mac: Mac,
     link: Ipv4Addr,
     client: Option<Ipv4Addr>,
+    files: IpAddr,
 ) -> String {
-    let base = http_base(config, link);
+    let base = http_base_at(config, files);
     // The revision this boot gets, read once: its kernel, initrd and root all name it.
     let image = &crate::image::serve::serving(member.image());
     let name = member.entry.name.as_deref().unwrap_or("");
@@ -186,7 +198,7 @@ mod tests {
         let c = Config::parse(Path::new("p.yaml"), super::super::tests::CONFIG).unwrap();
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let m = c.member(mac).unwrap();
-        let s = ipxe_script(&c, &m, mac, c.server.address, None);
+        let s = ipxe_script(&c, &m, mac, c.server.address, None, c.server.address.into());
         assert!(s.starts_with("#!ipxe\n"));
         assert!(s.contains("kernel http://10.77.0.1:8080/boot/demo/vmlinuz root=nbd:10.77.0.1:demo bootpool.url=http://10.77.0.1:8080 console=ttyS0 initrd=initrd.img\n"), "{s}");
         assert!(s.contains("initrd http://10.77.0.1:8080/boot/demo/initrd.img\n"));
@@ -274,7 +286,7 @@ mod tests {
         let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let m = c.member(mac).unwrap();
-        let s = ipxe_script(&c, &m, mac, c.server.address, None);
+        let s = ipxe_script(&c, &m, mac, c.server.address, None, c.server.address.into());
         assert!(
             s.contains(
                 "kernel http://10.77.0.1:8080/boot/demo/boot/bzImage root=nbd:10.77.0.1:deb-root "
@@ -306,7 +318,14 @@ mod tests {
             .member(mac)
             .unwrap()
             .on_arch(Some(crate::boot::arch::EFI_ARM64_HTTP));
-        let s = ipxe_script(&c, &arm, mac, c.server.address, None);
+        let s = ipxe_script(
+            &c,
+            &arm,
+            mac,
+            c.server.address,
+            None,
+            c.server.address.into(),
+        );
         assert!(
             s.contains("kernel http://10.77.0.1:8080/boot/demo-arm64/vmlinuz root=nbd:10.77.0.1:demo-arm64 bootpool.url=http://10.77.0.1:8080 console=ttyAMA0 initrd=initrd.img\n"),
             "{s}"
@@ -319,7 +338,14 @@ mod tests {
             .member(mac)
             .unwrap()
             .on_arch(Some(crate::boot::arch::EFI_BC));
-        let s = ipxe_script(&c, &x64, mac, c.server.address, None);
+        let s = ipxe_script(
+            &c,
+            &x64,
+            mac,
+            c.server.address,
+            None,
+            c.server.address.into(),
+        );
         assert!(
             s.contains("/boot/demo/vmlinuz root=nbd:10.77.0.1:demo "),
             "{s}"
@@ -347,11 +373,11 @@ mod tests {
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let m = c.member(mac).unwrap();
         let link = Ipv4Addr::new(10, 77, 0, 3);
-        let s = ipxe_script(&c, &m, mac, link, None);
+        let s = ipxe_script(&c, &m, mac, link, None, link.into());
         assert_eq!(s.matches("10.77.0.3").count(), 4, "{s}");
         assert!(!s.contains("10.77.0.1"), "{s}");
         assert_eq!(
-            script_url(&c, mac, link),
+            script_url(&c, mac, link.into()),
             "http://10.77.0.3:8080/boot/script/52:54:00:77:00:02.ipxe"
         );
     }

@@ -8,17 +8,19 @@
 
 pub mod arch;
 pub mod cmdline;
+mod dhcp6;
 mod locate;
 mod raw;
 mod values;
 
 pub use arch::Arch;
+pub use dhcp6::{BootOver, Dhcp6, RouterAdverts, Subnet6};
 pub use values::{Mac, MacRange, Subnet, parse_duration, parse_rate_mbps, parse_size};
 
 use locate::Step;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -60,6 +62,8 @@ pub struct Config {
     pub file: PathBuf,
     pub server: Server,
     pub dhcp: Dhcp,
+    /// DHCPv6, router advertisements and IPv6 listeners (`None`: IPv4 only).
+    pub dhcp6: Option<Dhcp6>,
     pub images: BTreeMap<String, Arc<Image>>,
     pub pools: BTreeMap<String, Arc<Pool>>,
     pub limits: Limits,
@@ -129,6 +133,9 @@ pub struct Server {
     /// The addresses of the server's links on the clients' network, `address` first: each
     /// client is given one of them for its whole boot (`boot::links`).
     pub links: Vec<Ipv4Addr>,
+    /// The server's IPv6 address on the clients' network (`server.address6`): what DHCPv6
+    /// clients are told to fetch from, over TFTP and HTTP. One link only.
+    pub address6: Option<Ipv6Addr>,
     pub http: SocketAddr,
     pub state_dir: PathBuf,
     pub ports: Ports,
@@ -186,6 +193,8 @@ pub enum Database {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ports {
     pub dhcp: u16,
+    /// DHCPv6 (547), bound only with a `dhcp6` section.
+    pub dhcp6: u16,
     /// proxyDHCP's PXE boot server port (4011); bound in proxy mode only.
     pub pxe: u16,
     pub tftp: u16,
@@ -202,6 +211,7 @@ impl Default for Ports {
     fn default() -> Self {
         Ports {
             dhcp: 67,
+            dhcp6: 547,
             pxe: 4011,
             tftp: 69,
             nfs: 2049,
@@ -356,6 +366,8 @@ pub struct Pool {
     pub secure_boot: bool,
     /// What clients of a firmware family boot instead of `image` and `cmdline` (`arch`).
     pub arch: BTreeMap<Arch, arch::Variant>,
+    /// Which DHCP answers its firmware and iPXE with a boot file (`boot::plan`).
+    pub boot_over: BootOver,
 }
 
 impl Pool {
@@ -659,6 +671,7 @@ impl Checker<'_> {
         let d = Ports::default();
         let ports = Ports {
             dhcp: s.ports.dhcp.unwrap_or(d.dhcp),
+            dhcp6: s.ports.dhcp6.unwrap_or(d.dhcp6),
             pxe: s.ports.pxe.unwrap_or(d.pxe),
             tftp: s.ports.tftp.unwrap_or(d.tftp),
             nfs: s.ports.nfs.unwrap_or(d.nfs),
@@ -739,10 +752,24 @@ impl Checker<'_> {
                 key: self.path(&t.key),
             }),
         };
+        let dhcp_lease = parse_duration(&raw.dhcp.lease)
+            .map_err(|e| self.err(&[Key("dhcp"), Key("lease")], e))?;
+        let (address6, dhcp6) =
+            self.check_dhcp6(s.address6.as_deref(), raw.dhcp6.as_ref(), dhcp_lease)?;
+        if let Some(d) = &dhcp6
+            && d.router_advertisements == RouterAdverts::Send
+            && s.interfaces.is_empty()
+        {
+            return Err(self.err(
+                &[Key("dhcp6"), Key("router_advertisements")],
+                "`send` needs server.interfaces: router advertisements go out of a named interface",
+            ));
+        }
         let server = Server {
             interfaces: s.interfaces.clone(),
             address,
             links,
+            address6,
             http,
             state_dir,
             ports,
@@ -1054,6 +1081,7 @@ impl Checker<'_> {
                 clients,
                 secure_boot: p.secure_boot.unwrap_or(false),
                 arch: self.check_arch(name, &p.arch, &images, server.tftp)?,
+                boot_over: self.check_boot_over(name, p.boot_over.as_deref(), dhcp6.is_some())?,
             };
             // Debian's signed network GRUB has no HTTP: its config, kernel and initrd come
             // over TFTP (docs/clients.md).
@@ -1071,6 +1099,7 @@ impl Checker<'_> {
             file: self.file.to_path_buf(),
             server,
             dhcp,
+            dhcp6,
             images,
             pools,
             limits,
@@ -1154,6 +1183,7 @@ impl Checker<'_> {
         let mut listeners = vec![
             ("http", server.http.port(), true),
             ("dhcp", p.dhcp, set.dhcp.is_some()),
+            ("dhcp6", p.dhcp6, set.dhcp6.is_some()),
             ("tftp", p.tftp, set.tftp.is_some()),
             ("nfs", p.nfs, set.nfs.is_some()),
             ("nbd", p.nbd, set.nbd.is_some()),

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 pub struct File {
     pub server: Server,
     pub dhcp: Dhcp,
+    /// DHCPv6 (`config::dhcp6`).
+    pub dhcp6: Option<Dhcp6>,
     #[serde(default)]
     pub images: BTreeMap<String, Image>,
     #[serde(default)]
@@ -41,6 +43,8 @@ pub struct Server {
     #[serde(default)]
     pub interfaces: Vec<String>,
     pub address: String,
+    /// The server's IPv6 address on the clients' network (with `dhcp6`).
+    pub address6: Option<String>,
     /// The server's addresses on the clients' network, one per link; clients are spread
     /// over them.
     pub links: Option<Vec<String>>,
@@ -136,6 +140,7 @@ fn default_state_dir() -> String {
 #[serde(deny_unknown_fields)]
 pub struct Ports {
     pub dhcp: Option<u16>,
+    pub dhcp6: Option<u16>,
     pub pxe: Option<u16>,
     pub tftp: Option<u16>,
     pub nfs: Option<u16>,
@@ -156,6 +161,17 @@ pub struct Dhcp {
     pub dns: Vec<String>,
     #[serde(default = "default_lease")]
     pub lease: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dhcp6 {
+    pub subnet: String,
+    pub range: String,
+    pub lease: Option<String>,
+    #[serde(default)]
+    pub dns: Vec<String>,
+    pub router_advertisements: Option<String>,
 }
 
 fn default_mode() -> String {
@@ -238,6 +254,8 @@ pub struct Pool {
     /// command line for the clients whose option 93 says so.
     #[serde(default)]
     pub arch: BTreeMap<String, ArchEntry>,
+    /// `both`, `ipv4` or `ipv6`: which DHCP gives its firmware and iPXE their boot file.
+    pub boot_over: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

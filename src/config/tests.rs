@@ -815,3 +815,79 @@ fn a_cmdline_template_is_checked_with_its_line() {
     );
     assert!(e.reason.contains("does not say {cmdline}"), "{e}");
 }
+
+/// `server.address6` and `dhcp6`: checked into IPv6 types; each mistake names its line and
+/// key.
+#[test]
+fn the_ipv6_keys_are_checked_and_their_errors_named() {
+    let six = GOOD
+        .replace(
+            "  address: 10.77.0.1\n",
+            "  address: 10.77.0.1\n  address6: \"fd77::1\"\n",
+        )
+        .replace(
+            "images:\n",
+            "dhcp6:\n  subnet: \"fd77::/64\"\n  range: \"fd77::100-fd77::1ff\"\nimages:\n",
+        );
+    let c = parse(&six).unwrap();
+    let d = c.dhcp6.as_ref().unwrap();
+    assert_eq!(c.server.address6, Some("fd77::1".parse().unwrap()));
+    assert_eq!(d.router_advertisements, RouterAdverts::Send);
+    assert_eq!(d.lease, c.dhcp.lease, "dhcp.lease by default");
+    assert!(d.subnet.contains("fd77::abcd".parse().unwrap()));
+    assert!(!d.subnet.contains("fd78::1".parse().unwrap()));
+    assert_eq!(c.server.ports.dhcp6, 547);
+    assert_eq!(c.pools["room-101"].boot_over, BootOver::Both);
+    let err = |text: &str| parse(text).unwrap_err();
+    let line_of =
+        |text: &str, needle: &str| text.lines().position(|l| l.contains(needle)).map(|i| i + 1);
+    let no_address = six.replace("  address6: \"fd77::1\"\n", "");
+    let e = err(&no_address);
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("dhcp6", line_of(&no_address, "dhcp6:")),
+        "{e}"
+    );
+    assert!(e.reason.contains("server.address6"), "{e}");
+    let e = err(&six.replace("address6: \"fd77::1\"", "address6: \"fd78::1\""));
+    assert_eq!(e.path, "server.address6", "{e}");
+    assert!(e.reason.contains("outside dhcp6.subnet"), "{e}");
+    let wide = six.replace("fd77::100-fd77::1ff", "fd77::1-fd77::1ff");
+    let e = err(&wide);
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("dhcp6.range", line_of(&wide, "fd77::1-")),
+        "{e}"
+    );
+    assert!(e.reason.contains("server.address6"), "{e}");
+    let e = err(&six.replace("\"fd77::/64\"", "\"fd77::1/64\""));
+    assert!(e.reason.contains("host bits"), "{e}");
+    let e = err(&six.replace(
+        "  range: \"fd77::100-fd77::1ff\"\n",
+        "  range: \"fd77::100-fd77::1ff\"\n  router_advertisements: maybe\n",
+    ));
+    assert_eq!(e.path, "dhcp6.router_advertisements", "{e}");
+    let e = err(&six.replace("  interfaces: [br0]\n", ""));
+    assert!(e.reason.contains("server.interfaces"), "{e}");
+    let leave = six.replace("  interfaces: [br0]\n", "").replace(
+        "  range: \"fd77::100-fd77::1ff\"\n",
+        "  range: \"fd77::100-fd77::1ff\"\n  router_advertisements: leave\n",
+    );
+    assert_eq!(
+        parse(&leave).unwrap().dhcp6.unwrap().router_advertisements,
+        RouterAdverts::Leave
+    );
+    // A pool that boots over IPv6 only needs DHCPv6.
+    let only6 = "    root: nfs\n    boot_over: ipv6\n";
+    let c = parse(&six.replace("    root: nfs\n", only6)).unwrap();
+    assert_eq!(c.pools["room-101"].boot_over, BootOver::Ipv6);
+    let text = GOOD.replace("    root: nfs\n", only6);
+    let e = err(&text);
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("pools.room-101.boot_over", line_of(&text, "boot_over")),
+        "{e}"
+    );
+    let e = err(&GOOD.replace("    root: nfs\n", "    root: nfs\n    boot_over: ipv5\n"));
+    assert!(e.reason.contains("`ipv5`"), "{e}");
+}

@@ -184,6 +184,16 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             args.firmware
         );
     }
+    if matches!(
+        args.firmware,
+        vm::Firmware::UefiHttp6 | vm::Firmware::UefiPxe6
+    ) && config.dhcp6.is_none()
+    {
+        bail!(
+            "--firmware {:?} boots over IPv6 only: the config needs server.address6 and a dhcp6 section",
+            args.firmware
+        );
+    }
     let pools: Vec<&std::sync::Arc<crate::config::Pool>> = if args.pool.is_empty() {
         let want = match args.root {
             RootChoice::Nfs => RootProto::Nfs,
@@ -275,6 +285,17 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         .cloned()
         .unwrap_or_else(|| "br0".into());
     net::make_bridge(&bridge, config.server.address, config.dhcp.subnet.prefix)?;
+    if let (Some(six), Some(d)) = (config.server.address6, &config.dhcp6) {
+        net::ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("{six}/{}", d.subnet.prefix),
+            "dev",
+            &bridge,
+            "nodad",
+        ])?;
+    }
     for i in 0..macs.len() {
         net::make_tap(&format!("tap{i}"), &bridge)?;
     }
@@ -297,8 +318,17 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         }
         crate::config::DhcpMode::Authoritative => None,
     };
-    let mut radvd = net::start_router_adverts(&bridge, &run_dir)?;
-    if radvd.is_none() {
+    // With DHCPv6, the advertisements say O (and bootpool may send them itself).
+    let adverts = match &config.dhcp6 {
+        None => Some(("fd77::/64".to_string(), false)),
+        Some(d) if d.router_advertisements == crate::config::RouterAdverts::Send => None,
+        Some(d) => Some((d.subnet.to_string(), true)),
+    };
+    let mut radvd = match &adverts {
+        Some((prefix, dhcp6)) => net::start_router_adverts(&bridge, prefix, *dhcp6, &run_dir)?,
+        None => None,
+    };
+    if radvd.is_none() && adverts.is_some() {
         eprintln!("lab: radvd is not installed; iPXE will wait about 10 s for IPv6 on each client");
     }
 

@@ -135,9 +135,13 @@ fn nft(args: &[&str], input: Option<&str>) -> anyhow::Result<()> {
 
 /// Router advertisements on the bridge. iPXE configures IPv6 beside DHCPv4 and, with no router
 /// on the link, waits about ten seconds for one before it goes on; an advertised prefix (that
-/// is not a default route) lets it go on at once. Returns None when radvd is not installed.
+/// is not a default route) lets it go on at once. `dhcp6`: the O flag, as bootpool's own
+/// advertisements say it (`proto::ra`), for a config with `dhcp6` whose `router_advertisements`
+/// are left to the network (here, radvd). Returns None when radvd is not installed.
 pub fn start_router_adverts(
     bridge: &str,
+    prefix: &str,
+    dhcp6: bool,
     dir: &std::path::Path,
 ) -> anyhow::Result<Option<std::process::Child>> {
     let Some(radvd) = ["/usr/sbin/radvd", "/sbin/radvd"]
@@ -150,11 +154,16 @@ pub fn start_router_adverts(
     std::fs::write("/proc/sys/net/ipv6/conf/all/forwarding", "1")
         .context("enabling IPv6 forwarding in the lab")?;
     let conf = dir.join("radvd.conf");
+    let flags = if dhcp6 {
+        "  AdvOtherConfigFlag on;\n"
+    } else {
+        ""
+    };
     std::fs::write(
         &conf,
         format!(
             "interface {bridge} {{\n  AdvSendAdvert on;\n  MinRtrAdvInterval 3;\n  MaxRtrAdvInterval 10;\n  \
-             AdvDefaultLifetime 0;\n  prefix fd77::/64 {{ AdvOnLink on; AdvAutonomous on; }};\n}};\n"
+             AdvDefaultLifetime 0;\n{flags}  prefix {prefix} {{ AdvOnLink on; AdvAutonomous on; }};\n}};\n"
         ),
     )?;
     let log = std::fs::File::create(dir.join("radvd.log"))?;

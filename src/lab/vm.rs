@@ -38,6 +38,13 @@ pub enum Firmware {
     /// OVMF with its PXE clients switched off (fw_cfg), so the firmware's UEFI HTTP boot asks
     /// DHCP as `HTTPClient` and fetches `snponly.efi` from the URL it is given.
     UefiHttp,
+    /// OVMF with its IPv4 stack and both PXE clients off (fw_cfg): the only boot left is UEFI
+    /// HTTP boot over IPv6 (DHCPv6 `HTTPClient`, option 59's URL), after a 4 s boot manager
+    /// timeout (docs/clients.md says why). Needs `dhcp6` in the config.
+    UefiHttp6,
+    /// OVMF with its IPv4 stack and IPv4 PXE off: the firmware's PXE over IPv6 (DHCPv6
+    /// `PXEClient`, a `tftp://[ADDR]/NAME` URL). Needs `dhcp6` in the config.
+    UefiPxe6,
     /// OVMF with Secure Boot enforced and Microsoft's keys enrolled (Debian's
     /// `OVMF_CODE_4M.secboot.fd` and `OVMF_VARS_4M.ms.fd`, q35 with SMM), no NIC ROM: the
     /// firmware's PXE runs only signed loaders (a `secure_boot` pool's shim and GRUB).
@@ -55,6 +62,8 @@ impl Firmware {
             Firmware::Uefi
                 | Firmware::UefiPxe
                 | Firmware::UefiHttp
+                | Firmware::UefiHttp6
+                | Firmware::UefiPxe6
                 | Firmware::UefiSecure
                 | Firmware::Arm64
         )
@@ -123,10 +132,12 @@ const FAIL_MARK: &str = "bootpool-initrd: FAILED:";
 const REFUSED_MARKS: [&str; 2] = ["BdsDxe: failed to load", "Access Denied"];
 /// What iPXE (in a NIC ROM) or the firmware's own PXE client prints as it starts DHCP: the
 /// end of the firmware's own time.
-const DHCP_MARKS: [&str; 3] = [
+const DHCP_MARKS: [&str; 5] = [
     "Configuring (net0",
     ">>Start PXE over IPv4",
     ">>Start HTTP Boot over IPv4",
+    ">>Start PXE over IPv6",
+    ">>Start HTTP Boot over IPv6",
 ];
 
 pub struct Vm {
@@ -279,6 +290,29 @@ fn nic_args(cmd: &mut Command, tap: &str, mac: Mac, firmware: Firmware, dir: &Pa
             ])
             .args(["-bios", OVMF]);
             for off in ["IPv4PXESupport", "IPv6PXESupport", "IPv6Support"] {
+                cmd.args([
+                    "-fw_cfg",
+                    &format!("name=opt/org.tianocore/{off},string=no"),
+                ]);
+            }
+        }
+        // IPv6 only: no IPv4 stack (so no HTTP boot over IPv4) and no IPv4 PXE; for HTTP
+        // boot no IPv6 PXE either, so HTTP boot over IPv6 is the one boot option left.
+        Firmware::UefiHttp6 | Firmware::UefiPxe6 => {
+            cmd.args([
+                "-device",
+                &format!("virtio-net-pci,netdev=n0,mac={mac},bootindex=1,romfile="),
+            ])
+            .args(["-bios", OVMF]);
+            let mut off = vec!["IPv4Support", "IPv4PXESupport"];
+            if firmware == Firmware::UefiHttp6 {
+                off.push("IPv6PXESupport");
+                // OVMF 2022.11's HTTP boot starts DHCPv6 before its link-local address is
+                // out of duplicate address detection and gives up at once; a boot manager
+                // timeout (qemu's splash-time, which OVMF takes as its own) lets DAD end first.
+                cmd.args(["-boot", "menu=on,splash-time=4000"]);
+            }
+            for off in off {
                 cmd.args([
                     "-fw_cfg",
                     &format!("name=opt/org.tianocore/{off},string=no"),

@@ -4,6 +4,7 @@
 
 pub mod console;
 pub mod dhcp;
+pub mod dhcp6;
 pub mod httpfile;
 pub mod mount;
 pub mod nbd;
@@ -11,6 +12,7 @@ pub mod netlink;
 pub mod nfs3;
 pub mod pe;
 pub mod portmap;
+pub mod ra;
 pub mod rpc;
 pub mod tcp_info;
 pub mod tftp;

@@ -4,7 +4,7 @@
 
 use crate::config::Mac;
 use serde::{Deserialize, Serialize};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Microseconds since the Unix epoch.
@@ -107,6 +107,18 @@ pub enum Kind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         link: Option<Ipv4Addr>,
     },
+    /// A DHCPv6 REPLY that gave this address (firmware, iPXE or the booted system asking over
+    /// IPv6): the ACK milestone of a client that boots over IPv6. `pxe`, `ipxe` and `pool` as
+    /// in `DhcpAck`; `duid`: the client's DUID (hex), which it is known by besides its MAC.
+    /// (Its SOLICIT is recorded as a `DhcpDiscover`.)
+    Dhcp6Reply {
+        ip: Ipv6Addr,
+        pxe: bool,
+        ipxe: bool,
+        pool: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duid: Option<String>,
+    },
     /// A file was sent (or the transfer ended) over TFTP or HTTP.
     File {
         proto: Proto,
@@ -150,6 +162,7 @@ impl Kind {
         match self {
             Kind::DhcpDiscover { .. } => "dhcp_discover",
             Kind::DhcpAck { .. } => "dhcp_ack",
+            Kind::Dhcp6Reply { .. } => "dhcp6_reply",
             Kind::File { .. } => "file",
             Kind::RootAttach { .. } => "root_attach",
             Kind::RootRead { .. } => "root_read",

@@ -95,6 +95,8 @@ pub struct Boot {
     pub id: u64,
     pub mac: Mac,
     pub ip: Option<Ipv4Addr>,
+    /// The address DHCPv6 gave it, when it asked over IPv6.
+    pub ip6: Option<std::net::Ipv6Addr>,
     pub pool: Option<String>,
     /// The server link (address) the client was told to boot from.
     pub link: Option<Ipv4Addr>,
@@ -133,6 +135,7 @@ impl Boot {
             id,
             mac,
             ip: None,
+            ip6: None,
             pool: None,
             link: None,
             arch: None,
@@ -420,7 +423,9 @@ impl Timelines {
         let boot = &mut self.boots[i];
         boot.last_event = boot.last_event.max(ev.at);
         // The booted system's own DHCP, after its root was attached.
-        if let Kind::DhcpDiscover { pxe: false, .. } | Kind::DhcpAck { pxe: false, .. } = ev.kind
+        if let Kind::DhcpDiscover { pxe: false, .. }
+        | Kind::DhcpAck { pxe: false, .. }
+        | Kind::Dhcp6Reply { pxe: false, .. } = ev.kind
             && boot.marks.attach.is_some()
         {
             boot.infer(ev.at, Evidence::DhcpAfterRoot);
@@ -436,7 +441,9 @@ impl Timelines {
                     m.initrd_dhcp.discovers += 1;
                     m.initrd_dhcp.offers += u32::from(answered);
                 }
-                Kind::DhcpAck { pxe: false, .. } => m.initrd_dhcp.acks += 1,
+                Kind::DhcpAck { pxe: false, .. } | Kind::Dhcp6Reply { pxe: false, .. } => {
+                    m.initrd_dhcp.acks += 1
+                }
                 _ => {}
             }
         }
@@ -465,6 +472,20 @@ impl Timelines {
                     boot.link = *link;
                 }
                 self.ip_to_mac.insert(*ip, mac);
+            }
+            Kind::Dhcp6Reply {
+                ip,
+                pool,
+                pxe,
+                ipxe,
+                ..
+            } => {
+                if m.ack.is_none() {
+                    m.loader_pending = *pxe && !*ipxe;
+                }
+                m.ack.get_or_insert(ev.at);
+                boot.ip6 = Some(*ip);
+                boot.pool = Some(pool.clone());
             }
             Kind::File {
                 proto,

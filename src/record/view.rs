@@ -14,6 +14,9 @@ pub struct BootView {
     pub id: u64,
     pub mac: String,
     pub ip: Option<Ipv4Addr>,
+    /// The address DHCPv6 gave it, when it asked over IPv6.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip6: Option<std::net::Ipv6Addr>,
     pub pool: Option<String>,
     /// The server link (address) it was told to boot from.
     #[serde(default)]
@@ -165,6 +168,7 @@ impl BootView {
             id: b.id,
             mac: b.mac.to_string(),
             ip: b.ip,
+            ip6: b.ip6,
             pool: b.pool.clone(),
             link: b.link,
             arch: b.arch,

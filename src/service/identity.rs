@@ -1,5 +1,6 @@
 //! Who a client is. One answer for every service: the lease table the DHCP service keeps
-//! (`boot::leases`), shared behind one lock. DHCP writes it once per packet; NFS and NBD ask
+//! (`boot::leases`), shared behind one lock, and beside it the DHCPv6 bindings the DHCPv6
+//! service keeps (`boot::leases6`, in memory only), for clients that ask over IPv6. DHCP writes it once per packet; NFS and NBD ask
 //! it when a client mounts or attaches, the overlays when they choose a client's key, the API
 //! when a client reports its boot. It is loaded from the lease files before anything binds,
 //! so it survives a restart (and a kill -9) with the leases, unlike the event stream, which
@@ -11,33 +12,53 @@
 //! (fixed addresses, `dhcp.trusted` relays, a switch's DHCP snooping and source guard).
 
 use crate::boot::leases::Leases;
+use crate::boot::leases6::Leases6;
 use crate::config::Mac;
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// The shared lease table.
+/// The shared lease table, and the DHCPv6 bindings.
 #[derive(Clone, Debug, Default)]
-pub struct Identity(Arc<RwLock<Leases>>);
+pub struct Identity {
+    v4: Arc<RwLock<Leases>>,
+    v6: Arc<RwLock<Leases6>>,
+}
 
 impl Identity {
     pub fn new(leases: Leases) -> Identity {
-        Identity(Arc::new(RwLock::new(leases)))
+        Identity {
+            v4: Arc::new(RwLock::new(leases)),
+            v6: Arc::default(),
+        }
     }
 
-    /// The MAC that holds `ip` now, if any.
+    /// The MAC that holds `ip` now, if any: an IPv4 address (also IPv4-mapped) by the lease
+    /// table, an IPv6 one by the DHCPv6 bindings.
     pub fn holder(&self, ip: IpAddr) -> Option<Mac> {
-        let ip = super::ipv4_of(ip)?;
-        self.read().holder(ip, unix_now())
+        match (super::ipv4_of(ip), ip) {
+            (Some(v4), _) => self.read().holder(v4, unix_now()),
+            (None, IpAddr::V6(v6)) => self.read6().holder(v6, unix_now()),
+            (None, IpAddr::V4(_)) => None,
+        }
     }
 
     pub fn read(&self) -> RwLockReadGuard<'_, Leases> {
-        self.0.read().unwrap_or_else(|e| e.into_inner())
+        self.v4.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// For the DHCP service, the table's one writer.
     pub fn write(&self) -> RwLockWriteGuard<'_, Leases> {
-        self.0.write().unwrap_or_else(|e| e.into_inner())
+        self.v4.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn read6(&self) -> RwLockReadGuard<'_, Leases6> {
+        self.v6.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// For the DHCPv6 service, the bindings' one writer.
+    pub fn write6(&self) -> RwLockWriteGuard<'_, Leases6> {
+        self.v6.write().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -5,6 +5,7 @@ pub mod arp;
 pub mod bounds;
 pub mod console;
 pub mod dhcp;
+pub mod dhcp6;
 pub mod fair_share;
 pub mod grub_config;
 pub mod http;
@@ -21,6 +22,7 @@ pub mod pacing;
 pub mod placement;
 pub mod portmap;
 pub mod quick_read;
+pub mod ra;
 pub mod rebalance;
 pub mod tftp;
 pub mod tftp_transfers;
@@ -118,6 +120,15 @@ pub fn ipv4_of(ip: IpAddr) -> Option<Ipv4Addr> {
     match ip {
         IpAddr::V4(a) => Some(a),
         IpAddr::V6(a) => a.to_ipv4_mapped(),
+    }
+}
+
+/// Who a request from `ip` is about, for the record: an IPv4 client by its address (the
+/// recorder knows it from the ACKs), an IPv6 one by the MAC its DHCPv6 binding names.
+pub fn who_at(identity: &Identity, ip: IpAddr) -> Option<crate::record::Who> {
+    match ipv4_of(ip) {
+        Some(v4) => Some(crate::record::Who::Ip(v4)),
+        None => identity.holder(ip).map(crate::record::Who::Mac),
     }
 }
 

@@ -63,7 +63,11 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
         shutdown,
         ..
     } = shared;
-    super::local_addr::enable(&socket)?;
+    // An IPv6 socket (`server.address6`) answers from the kernel's choice of address.
+    let v6 = socket.local_addr()?.is_ipv6();
+    if !v6 {
+        super::local_addr::enable(&socket)?;
+    }
     let limit = Arc::new(Semaphore::new(MAX_TRANSFERS));
     let per_client = PerClient::default();
     let counts = metrics.tftp();
@@ -74,7 +78,7 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
     loop {
         let (n, peer, local) = tokio::select! {
             _ = shutdown.wait() => break,
-            r = super::local_addr::recv_from(&socket, &mut buf) => match r {
+            r = recv(&socket, &mut buf, v6) => match r {
                 Ok(x) => x,
                 Err(e) => {
                     tracing::debug!(error = %e, "tftp receive error");
@@ -162,9 +166,31 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
     Ok(())
 }
 
-/// Whether a request from `ip` may be a pool client's: inside `limits.tftp_clients`.
+/// The next request, with the local address it was sent to on IPv4 (IP_PKTINFO).
+async fn recv(
+    socket: &tokio::net::UdpSocket,
+    buf: &mut [u8],
+    v6: bool,
+) -> std::io::Result<(usize, SocketAddr, Option<Ipv4Addr>)> {
+    if v6 {
+        let (n, peer) = socket.recv_from(buf).await?;
+        Ok((n, peer, None))
+    } else {
+        super::local_addr::recv_from(socket, buf).await
+    }
+}
+
+/// Whether a request from `ip` may be a pool client's: inside `limits.tftp_clients`, or over
+/// IPv6 inside `dhcp6.subnet` or from a link-local address.
 fn from_a_client(config: &Config, ip: IpAddr) -> bool {
-    super::ipv4_of(ip).is_some_and(|v4| config.limits.tftp_clients.iter().any(|n| n.contains(v4)))
+    match (super::ipv4_of(ip), ip) {
+        (Some(v4), _) => config.limits.tftp_clients.iter().any(|n| n.contains(v4)),
+        (None, IpAddr::V6(v6)) => {
+            v6.is_unicast_link_local()
+                || config.dhcp6.as_ref().is_some_and(|d| d.subnet.contains(v6))
+        }
+        (None, IpAddr::V4(_)) => false,
+    }
 }
 
 /// Transfers running per client address.
@@ -242,6 +268,8 @@ struct Owner {
     started: Instant,
     recorder: Recorder,
     metrics: Metrics,
+    /// Who the record says the transfer was for (`service::who_at`).
+    who: Option<Who>,
     _permits: (OwnedSemaphorePermit, Slot),
 }
 
@@ -302,6 +330,7 @@ impl Request {
             settings,
             size,
             started: Instant::now(),
+            who: super::who_at(&self.identity, self.peer.ip()),
             recorder: self.recorder,
             metrics: self.metrics,
             _permits: self.permits,
@@ -374,9 +403,9 @@ impl Request {
         if !handed_out(&self.config, file) {
             return;
         }
-        if let Some(ip) = super::ipv4_of(self.peer.ip()) {
+        if let Some(who) = super::who_at(&self.identity, self.peer.ip()) {
             self.recorder.record(
-                Who::Ip(ip),
+                who,
                 Kind::Failed {
                     proto: Some(Proto::Tftp),
                     reason: format!("{file}: {why}"),
@@ -405,10 +434,12 @@ impl tftp_transfers::Owner for Owner {
         tracing::info!(peer = %o.peer, file = %o.file, bytes, size = o.size, ?outcome,
             mode = %o.mode, blksize = o.settings.blksize, windowsize = o.settings.windowsize,
             ms = o.started.elapsed().as_millis() as u64, "tftp transfer");
-        let Some(ip) = super::ipv4_of(o.peer.ip()) else {
+        let Some(who) = o.who else {
             return;
         };
-        if o.recorder.tracer().wants(ip) {
+        if let Some(ip) = super::ipv4_of(o.peer.ip())
+            && o.recorder.tracer().wants(ip)
+        {
             let received =
                 crate::record::event::now_micros() - o.started.elapsed().as_micros() as i64;
             let what = crate::trace::format::What::File {
@@ -421,7 +452,7 @@ impl tftp_transfers::Owner for Owner {
             o.recorder.tracer().op(ip, received, what);
         }
         o.recorder.record(
-            Who::Ip(ip),
+            who,
             Kind::File {
                 proto: Proto::Tftp,
                 kind: o.kind,

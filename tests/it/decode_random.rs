@@ -1,8 +1,9 @@
 //! Randomized decoding in the normal suite (cargo-fuzz needs nightly and cargo-fuzz; the
-//! targets in fuzz/ check the same properties): mutated real packets through the DHCP
-//! pre-pass and the TFTP decoder never panic and stay within what was sent.
+//! targets in fuzz/ check the same properties): mutated real packets through the DHCP and
+//! DHCPv6 pre-passes and the TFTP decoder never panic and stay within what was sent.
 
 use bootpool::proto::dhcp::{self, MAX_PACKET};
+use bootpool::proto::dhcp6;
 use bootpool::proto::tftp::{self, Packet};
 
 /// xorshift64*: reproducible from its seed, no dependency.
@@ -78,6 +79,53 @@ fn dhcp_prepass_survives_mutations() {
     for len in 0..MAX_PACKET + 8 {
         let b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
         let _ = dhcp::parse_request(&b);
+    }
+}
+
+/// A SOLICIT as OVMF's PXE over IPv6 sends it (DUID-LLT, IA_NA, ORO, NII, arch 7, vendor
+/// class `PXEClient` under enterprise 343).
+fn solicit() -> Vec<u8> {
+    let mut b = vec![1, 0x12, 0x34, 0x56];
+    let mut opt = |code: u16, value: &[u8]| {
+        b.extend_from_slice(&code.to_be_bytes());
+        b.extend_from_slice(&(value.len() as u16).to_be_bytes());
+        b.extend_from_slice(value);
+    };
+    opt(1, &[0, 1, 0, 1, 1, 2, 3, 4, 0x52, 0x54, 0, 0x77, 1, 1]);
+    opt(3, &[0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0]);
+    opt(6, &[0, 59, 0, 60]);
+    opt(62, &[1, 3, 0]);
+    opt(61, &[0, 7]);
+    let mut class = vec![0, 0, 1, 87, 0, 9];
+    class.extend_from_slice(b"PXEClient");
+    opt(16, &class);
+    b
+}
+
+#[test]
+fn dhcp6_prepass_survives_mutations() {
+    let seed = solicit();
+    assert!(dhcp6::parse_request(&seed).unwrap().is_pxe());
+    let mut rng = Rng(0x5eed_d6c9);
+    let (mut accepted, mut refused) = (0, 0);
+    for _ in 0..200_000 {
+        let b = mutate(&mut rng, &seed);
+        match dhcp6::parse_request(&b) {
+            Ok(req) => {
+                accepted += 1;
+                let total: usize =
+                    req.options.values().map(Vec::len).sum::<usize>() + req.client_id.len();
+                assert!(total <= b.len(), "{b:?}");
+                let _ = (req.arch(), req.requested(), req.is_pxe(), req.is_ipxe());
+                let _ = req.mac(std::net::Ipv6Addr::UNSPECIFIED);
+            }
+            Err(_) => refused += 1,
+        }
+    }
+    assert!(accepted > 1000 && refused > 1000, "{accepted} {refused}");
+    for len in 0..dhcp6::MAX_PACKET + 8 {
+        let b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        let _ = dhcp6::parse_request(&b);
     }
 }
 

@@ -5,7 +5,6 @@
 use crate::common::netns::{Daemon, Link};
 use crate::common::{Fixture, Loopback};
 use std::net::Ipv4Addr;
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -57,79 +56,27 @@ fn udhcpc(link: &Link, fx: &Fixture, mac: &str) -> Option<Ipv4Addr> {
 fn dhclient(link: &Link, fx: &Fixture, mac: &str) -> Option<Ipv4Addr> {
     link.set_client_mac(mac);
     let dir = fx.path().join(format!("dhclient-{}", mac.replace(':', "")));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("script.out");
-    let script = dir.join("script.sh");
-    std::fs::write(
-        &script,
-        format!(
-            "#!/bin/sh\necho \"$reason $new_ip_address $new_subnet_mask $new_routers\" >> {}\n",
-            out.display()
-        ),
-    )
-    .unwrap();
-    make_executable(&script);
-    let conf = dir.join("dhclient.conf");
-    std::fs::write(&conf, "timeout 10;\nretry 1;\ninitial-interval 1;\n").unwrap();
-    let pid = dir.join("dhclient.pid");
-    let lease = dir.join("dhclient.leases");
-    let log = dir.join("dhclient.log");
-    let mut child = Link::command(
-        &link.client_ns,
-        "dhclient",
-        &[
-            "-d",
-            "-1",
-            "-v",
-            "-cf",
-            conf.to_str().unwrap(),
-            "-sf",
-            script.to_str().unwrap(),
-            "-pf",
-            pid.to_str().unwrap(),
-            "-lf",
-            lease.to_str().unwrap(),
-            &link.client_if,
-        ],
-    )
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(std::fs::File::create(&log).unwrap())
-    .spawn()
-    .expect("dhclient runs");
-    let bound = |said: &str| {
-        said.lines()
-            .find(|l| l.starts_with("BOUND "))
-            .map(str::to_string)
-    };
-    let mut line = None;
-    for _ in 0..400 {
-        line = bound(&std::fs::read_to_string(&out).unwrap_or_default());
-        if line.is_some() || child.try_wait().unwrap().is_some() {
-            break;
+    let said = link.dhclient(
+        &dir,
+        &[],
+        "timeout 10;\nretry 1;\ninitial-interval 1;\n",
+        "echo \"$reason $new_ip_address $new_subnet_mask $new_routers\" >> $OUT",
+        "BOUND ",
+    );
+    let line = match said {
+        Ok(line) => line,
+        Err(log) => {
+            assert!(
+                log.contains("No DHCPOFFERS") || log.contains("No working leases"),
+                "dhclient neither bound nor gave up:\n{log}"
+            );
+            return None;
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // `ip netns exec` execs dhclient, so this is dhclient itself.
-    let _ = child.kill();
-    let _ = child.wait();
-    let Some(line) = line else {
-        let log = std::fs::read_to_string(&log).unwrap_or_default();
-        assert!(
-            log.contains("No DHCPOFFERS") || log.contains("No working leases"),
-            "dhclient neither bound nor gave up:\n{log}"
-        );
-        return None;
     };
     let fields: Vec<&str> = line.split(' ').collect();
     assert_eq!(fields.get(2), Some(&"255.255.255.0"), "{line}");
     assert_eq!(fields.get(3), Some(&SERVER), "{line}");
     Some(fields[1].parse().unwrap())
-}
-
-fn make_executable(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 /// The saved entry for `mac` (snapshot and journal as a restart reads them), as (ip, state).

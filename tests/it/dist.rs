@@ -607,7 +607,7 @@ fn mod_defaults(src: &str) -> BTreeMap<String, String> {
         other => panic!("DEFAULT_COW_LIMIT << {other}: update this test"),
     };
     out.insert("images.NAME.cow_limit".into(), format!("{n}{unit}"));
-    assert_eq!(out.len(), 8, "Ports changed shape: {out:?}");
+    assert_eq!(out.len(), 9, "Ports changed shape: {out:?}");
     out
 }
 

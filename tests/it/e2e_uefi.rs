@@ -7,7 +7,7 @@
 //! `server.tftp: false`: nothing listens on TFTP's port at all. Needs root, qemu, Debian's
 //! `ovmf` and `ipxe`, and the built demo image.
 
-use crate::common::lab::{lab_config, run_lab};
+use crate::common::lab::{lab_config, one_client_logs, run_one_nbd_client};
 use std::path::Path;
 
 /// Boots one NBD client with `firmware` against the lab config changed by `edit`; returns the
@@ -19,29 +19,11 @@ fn boot_one_uefi_client(firmware: &str, edit: fn(String) -> String) -> (String, 
     );
     let dir = tempfile::tempdir().unwrap();
     let config = lab_config(dir.path(), edit);
-    let args = [
-        "--clients",
-        "1",
-        "--root",
-        "nbd",
-        "--firmware",
-        firmware,
-        "--timeout",
-        "300",
-    ];
-    let (table, rows) = run_lab(&config, &args, 360);
+    let (table, rows) = run_one_nbd_client(&config, firmware, 300);
     assert_eq!(rows.len(), 1, "{table}");
     assert_eq!(rows[0][3], "booted", "{table}");
     let journal = crate::common::recorded_events(&dir.path().join("var"));
-    let run = std::fs::read_dir(dir.path().join("var/lab"))
-        .unwrap()
-        .flatten()
-        .map(|run| run.path())
-        .find(|p| p.join("pc01.log").exists())
-        .expect("console log");
-    let console =
-        String::from_utf8_lossy(&std::fs::read(run.join("pc01.log")).unwrap()).into_owned();
-    let daemon = std::fs::read_to_string(run.join("bootpool.log")).unwrap_or_default();
+    let (console, daemon) = one_client_logs(&dir.path().join("var"));
     // After the loader: iPXE asked, got the script with the EFI stub's initrd= argument and
     // attached the root.
     assert!(journal.contains("\"ipxe\":true"), "{journal}");

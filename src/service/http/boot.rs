@@ -48,7 +48,13 @@ pub(super) async fn boot_script(
     };
     // What its firmware's architecture boots (option 93, kept in its lease).
     let member = member.on_arch(arch);
-    let text = script::ipxe_script(&web.config, &member, mac, link, client);
+    // A client that asks over IPv6 (DHCPv6 gave it the script's URL) fetches its kernel and
+    // initrd over IPv6 too.
+    let files = match (peer.ip(), web.config.server.address6) {
+        (std::net::IpAddr::V6(p), Some(six)) if p.to_ipv4_mapped().is_none() => six.into(),
+        _ => link.into(),
+    };
+    let text = script::ipxe_script(&web.config, &member, mac, link, client, files);
     // A milestone of the client's boot only when the client asked: the address it asks from
     // holds its lease. Anyone else (an admin's curl on the server, a monitoring probe) gets the
     // script and leaves no boot behind.
@@ -166,12 +172,12 @@ pub(super) fn trace_file(
 /// A kernel, initrd or loader bootpool handed out is missing: the client cannot go on. Other
 /// names are probes and fail nothing.
 pub(super) fn record_missing(web: &Web, peer: SocketAddr, name: &str, reason: &str) {
-    if let (true, Some(ip)) = (
+    if let (true, Some(who)) = (
         boot_files::handed_out(&web.config, name),
-        crate::service::ipv4_of(peer.ip()),
+        crate::service::who_at(&web.identity, peer.ip()),
     ) {
         web.recorder.record(
-            Who::Ip(ip),
+            who,
             Kind::Failed {
                 proto: Some(Proto::Http),
                 reason: reason.to_string(),
@@ -215,7 +221,7 @@ pub(super) async fn send_file(
         if_range: text(header::IF_RANGE),
     };
     let answer = httpfile::answer(len, &validators, &conditions);
-    let who = crate::service::ipv4_of(peer.ip()).map(Who::Ip);
+    let who = crate::service::who_at(&web.identity, peer.ip());
     let response = Response::builder()
         .header(header::ETAG, &validators.etag)
         .header(header::LAST_MODIFIED, validators.last_modified())

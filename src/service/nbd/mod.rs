@@ -242,8 +242,10 @@ struct Attached {
     cow: Option<Lease>,
 }
 impl Conn {
+    /// Who the record says this is: an IPv4 peer by its address, an IPv6 one by the MAC its
+    /// DHCPv6 binding names (`service::who_at`).
     fn who(&self) -> Option<Who> {
-        super::ipv4_of(self.peer.ip()).map(Who::Ip)
+        super::who_at(&self.exports.identity, self.peer.ip())
     }
 
     async fn run(self, mut stream: TcpStream) {

@@ -44,6 +44,38 @@ pub fn run_lab(config: &Path, args: &[&str], secs: u64) -> (String, Vec<Vec<Stri
     (table, rows)
 }
 
+/// Boots one NBD client of `config` under `firmware` (`bootpool lab --clients 1 --root nbd
+/// --firmware F --timeout SECS`), within `secs` and a minute; the table and its rows.
+pub fn run_one_nbd_client(config: &Path, firmware: &str, secs: u64) -> (String, Vec<Vec<String>>) {
+    let timeout = secs.to_string();
+    let args = [
+        "--clients",
+        "1",
+        "--root",
+        "nbd",
+        "--firmware",
+        firmware,
+        "--timeout",
+        &timeout,
+    ];
+    run_lab(config, &args, secs + 60)
+}
+
+/// The console of a one-client lab run (`pc01`) under the state folder `state_dir`, and the
+/// daemon's log of that run.
+pub fn one_client_logs(state_dir: &Path) -> (String, String) {
+    let run = std::fs::read_dir(state_dir.join("lab"))
+        .unwrap()
+        .flatten()
+        .map(|run| run.path())
+        .find(|p| p.join("pc01.log").exists())
+        .expect("console log");
+    let console =
+        String::from_utf8_lossy(&std::fs::read(run.join("pc01.log")).unwrap()).into_owned();
+    let daemon = std::fs::read_to_string(run.join("bootpool.log")).unwrap_or_default();
+    (console, daemon)
+}
+
 /// The clients' console logs of the one lab run under the state folder `state_dir` (the
 /// daemon's and radvd's logs left out), as text.
 pub fn client_consoles(state_dir: &Path) -> Vec<String> {

@@ -215,6 +215,71 @@ impl Link {
             .map(str::to_string)
     }
 
+    /// Runs ISC dhclient on the client end with `flags` before its own (`-6` for DHCPv6), the
+    /// config `conf` and a script whose body is `script` (shell; `$OUT` is the file it may
+    /// append to), all in `dir`. dhclient runs in the foreground (`-d`), so the caller owns the
+    /// one process, stopped once the script wrote a line starting with `done` (or dhclient
+    /// gave up). Returns that line, or dhclient's log as the error.
+    pub fn dhclient(
+        &self,
+        dir: &std::path::Path,
+        flags: &[&str],
+        conf: &str,
+        script: &str,
+        done: &str,
+    ) -> Result<String, String> {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = dir.join("script.out");
+        let path = dir.join("script.sh");
+        std::fs::write(
+            &path,
+            format!("#!/bin/sh\nOUT={}\n{script}\nexit 0\n", out.display()),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(dir.join("dhclient.conf"), conf).unwrap();
+        let file = |name: &str| dir.join(name).to_str().unwrap().to_string();
+        let log = dir.join("dhclient.log");
+        let mut args: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+        for (flag, name) in [
+            ("-cf", "dhclient.conf"),
+            ("-sf", "script.sh"),
+            ("-pf", "dhclient.pid"),
+            ("-lf", "dhclient.leases"),
+        ] {
+            args.push(flag.into());
+            args.push(file(name));
+        }
+        args.push(self.client_if.clone());
+        let args: Vec<&str> = ["-d", "-1", "-v"]
+            .into_iter()
+            .chain(args.iter().map(String::as_str))
+            .collect();
+        let mut child = Link::command(&self.client_ns, "dhclient", &args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("dhclient runs");
+        let mut line = None;
+        for _ in 0..400 {
+            let said = std::fs::read_to_string(&out).unwrap_or_default();
+            line = said
+                .lines()
+                .find(|l| l.starts_with(done))
+                .map(str::to_string);
+            if line.is_some() || child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // `ip netns exec` execs dhclient, so this is dhclient itself.
+        let _ = child.kill();
+        let _ = child.wait();
+        line.ok_or_else(|| std::fs::read_to_string(&log).unwrap_or_default())
+    }
+
     /// Runs `f` on a thread inside namespace `ns` (sockets it opens live there).
     pub fn within<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
         let path = format!("/run/netns/{ns}");

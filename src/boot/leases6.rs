@@ -1,0 +1,173 @@
+//! DHCPv6 bindings as plain data: which client holds which address of `dhcp6.range` until
+//! when. A client is its MAC (read from its DUID, its link-local address or option 79; only
+//! a MAC can be in a pool), one address per client whatever its IAID. No I/O and no clock:
+//! `now` is seconds since the epoch. Kept in memory only: after a restart a client asks again
+//! and gets the first free address, most often the one it had.
+//!
+//! Invariants: an address is held by at most one MAC; a MAC keeps its address across renewals
+//! and after expiry until someone else needs it. Beside the bindings, the addresses clients
+//! formed themselves (SLAAC, `observe`): the EUI-64 address of a MAC that asked DHCPv6 for
+//! its options only (iPXE, told O and not M by the router advertisement).
+
+use crate::config::Mac;
+use std::collections::BTreeMap;
+use std::net::Ipv6Addr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Binding6 {
+    pub addr: Ipv6Addr,
+    /// Seconds since the epoch when the address's valid lifetime ends.
+    pub expires: u64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Leases6 {
+    range: Option<(Ipv6Addr, Ipv6Addr)>,
+    by_mac: BTreeMap<Mac, Binding6>,
+    by_addr: BTreeMap<Ipv6Addr, Mac>,
+    /// Self-formed addresses: holder and until when.
+    formed: BTreeMap<Ipv6Addr, (Mac, u64)>,
+}
+
+impl Leases6 {
+    pub fn new(range: (Ipv6Addr, Ipv6Addr)) -> Leases6 {
+        Leases6 {
+            range: Some(range),
+            ..Leases6::default()
+        }
+    }
+
+    /// `mac`'s address: the one it holds (or held), else the lowest free one of the range,
+    /// else the one expired longest; held until `expires`. `None`: the range is full.
+    pub fn bind(&mut self, mac: Mac, now: u64, expires: u64) -> Option<Ipv6Addr> {
+        let addr = match self.by_mac.get(&mac) {
+            Some(b) => b.addr,
+            None => self.fresh().or_else(|| self.oldest_expired(now))?,
+        };
+        if let Some(old) = self.by_addr.insert(addr, mac)
+            && old != mac
+        {
+            self.by_mac.remove(&old);
+        }
+        self.by_mac.insert(mac, Binding6 { addr, expires });
+        Some(addr)
+    }
+
+    /// The address `mac` would be given, without binding it (an ADVERTISE holds nothing).
+    pub fn peek(&self, mac: Mac, now: u64) -> Option<Ipv6Addr> {
+        match self.by_mac.get(&mac) {
+            Some(b) => Some(b.addr),
+            None => self.fresh().or_else(|| self.oldest_expired(now)),
+        }
+    }
+
+    /// `mac` gives its address back (RELEASE) or found it in use (DECLINE): it ends now.
+    pub fn end(&mut self, mac: Mac, now: u64) {
+        if let Some(b) = self.by_mac.get_mut(&mac) {
+            b.expires = b.expires.min(now);
+        }
+    }
+
+    pub fn get(&self, mac: Mac) -> Option<Binding6> {
+        self.by_mac.get(&mac).copied()
+    }
+
+    /// `mac` is at `addr`, an address it formed itself, until `expires`. An address of the
+    /// range stays the bindings'.
+    pub fn observe(&mut self, mac: Mac, addr: Ipv6Addr, expires: u64) {
+        if !self.by_addr.contains_key(&addr) {
+            self.formed.insert(addr, (mac, expires));
+        }
+    }
+
+    /// The MAC whose binding (or self-formed address) holds `addr` at `now`.
+    pub fn holder(&self, addr: Ipv6Addr, now: u64) -> Option<Mac> {
+        if let Some(mac) = self.by_addr.get(&addr) {
+            return (self.by_mac.get(mac)?.expires > now).then_some(*mac);
+        }
+        let (mac, expires) = self.formed.get(&addr)?;
+        (*expires > now).then_some(*mac)
+    }
+
+    /// The lowest address of the range no binding has: one walk over the bindings in order.
+    fn fresh(&self) -> Option<Ipv6Addr> {
+        let (first, last) = self.range?;
+        let (first, last) = (u128::from(first), u128::from(last));
+        let mut next = first;
+        for addr in self
+            .by_addr
+            .range(Ipv6Addr::from(first)..=Ipv6Addr::from(last))
+        {
+            let a = u128::from(*addr.0);
+            if a > next {
+                break;
+            }
+            next = a.checked_add(1)?;
+        }
+        (next <= last).then(|| Ipv6Addr::from(next))
+    }
+
+    fn oldest_expired(&self, now: u64) -> Option<Ipv6Addr> {
+        self.by_mac
+            .values()
+            .filter(|b| b.expires <= now)
+            .min_by_key(|b| b.expires)
+            .map(|b| b.addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mac(n: u8) -> Mac {
+        Mac([0x52, 0x54, 0, 0x77, 0, n])
+    }
+
+    #[test]
+    fn a_client_keeps_its_address_and_a_full_range_reuses_the_oldest_expired() {
+        let a: Ipv6Addr = "fd77::100".parse().unwrap();
+        let b: Ipv6Addr = "fd77::101".parse().unwrap();
+        let mut t = Leases6::new((a, b));
+        assert_eq!(t.peek(mac(1), 0), Some(a));
+        assert_eq!(t.bind(mac(1), 0, 100), Some(a));
+        assert_eq!(t.bind(mac(1), 50, 150), Some(a), "a renewal keeps it");
+        assert_eq!(t.bind(mac(2), 0, 80), Some(b));
+        assert_eq!(t.bind(mac(3), 10, 90), None, "full");
+        assert_eq!(t.holder(b, 79), Some(mac(2)));
+        assert_eq!(t.holder(b, 80), None, "expired");
+        // mac 2's has ended: mac 3 takes it, and mac 2 is forgotten.
+        assert_eq!(t.bind(mac(3), 81, 200), Some(b));
+        assert_eq!(t.holder(b, 100), Some(mac(3)));
+        assert_eq!(t.get(mac(2)), None);
+        t.end(mac(1), 120);
+        assert_eq!(t.holder(a, 121), None);
+        // Released, still remembered: it gets the same address back.
+        assert_eq!(t.bind(mac(1), 130, 300), Some(a));
+        // An address a client formed itself, outside the range.
+        let formed: Ipv6Addr = "fd77::5054:ff:fe77:1".parse().unwrap();
+        t.observe(mac(1), formed, 400);
+        assert_eq!(t.holder(formed, 399), Some(mac(1)));
+        assert_eq!(t.holder(formed, 400), None);
+        t.observe(mac(9), b, 1000);
+        assert_eq!(
+            t.holder(b, 150),
+            Some(mac(3)),
+            "a bound address stays its binding's"
+        );
+    }
+
+    #[test]
+    fn the_lowest_free_address_fills_gaps() {
+        let mut t = Leases6::new(("fd77::1".parse().unwrap(), "fd77::ffff".parse().unwrap()));
+        for n in 1..=3 {
+            t.bind(mac(n), 0, 100);
+        }
+        assert_eq!(
+            t.get(mac(3)).unwrap().addr,
+            "fd77::3".parse::<Ipv6Addr>().unwrap()
+        );
+        // An address taken over by another MAC frees nothing; a new MAC gets fd77::4.
+        assert_eq!(t.bind(mac(9), 0, 100), Some("fd77::4".parse().unwrap()));
+    }
+}

@@ -1,0 +1,211 @@
+//! The IPv6 side of pools.yaml, checked: `server.address6`, the `dhcp6` section (subnet, range,
+//! lease, DNS, who sends router advertisements) and a pool's `boot_over` (which IP version its
+//! firmware and iPXE are answered on). `mod.rs` calls these while it checks the rest.
+
+use super::{Checker, ConfigError, Step, parse_duration, raw};
+use std::fmt;
+use std::net::Ipv6Addr;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// `dhcp6`: DHCPv6 on the clients' network (`service::dhcp6`).
+#[derive(Debug, Clone)]
+pub struct Dhcp6 {
+    pub subnet: Subnet6,
+    /// Addresses handed out, inclusive.
+    pub range: (Ipv6Addr, Ipv6Addr),
+    /// Valid lifetime of an address (default `dhcp.lease`); preferred is half.
+    pub lease: Duration,
+    pub dns: Vec<Ipv6Addr>,
+    pub router_advertisements: RouterAdverts,
+}
+
+/// Who tells clients to use DHCPv6 (the M flag of a router advertisement): EDK2 and iPXE
+/// start DHCPv6 for an address only when a router advertisement says so, or (EDK2's boot
+/// clients) whatever the network says, but they reach the server only through a prefix a
+/// router advertisement puts on-link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouterAdverts {
+    /// bootpool advertises `subnet` (M and O flags, on-link, not a default router) on
+    /// `server.interfaces` (`service::ra`).
+    Send,
+    /// The network's router does (set its M flag); bootpool sends none.
+    Leave,
+}
+
+/// Which DHCP answers a pool's firmware and iPXE with a boot file (`pools.NAME.boot_over`).
+/// The address for the booted system's own DHCP is given either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BootOver {
+    /// DHCPv4 and, when `dhcp6` is configured, DHCPv6.
+    #[default]
+    Both,
+    Ipv4,
+    /// DHCPv6 only: DHCPv4 gives this pool's firmware and iPXE an address and no boot file.
+    Ipv6,
+}
+
+impl BootOver {
+    pub fn v4(self) -> bool {
+        self != BootOver::Ipv6
+    }
+    pub fn v6(self) -> bool {
+        self != BootOver::Ipv4
+    }
+}
+
+/// An IPv6 prefix such as `fd77::/64`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subnet6 {
+    pub network: Ipv6Addr,
+    pub prefix: u8,
+}
+
+impl Subnet6 {
+    fn mask(&self) -> u128 {
+        if self.prefix == 0 {
+            0
+        } else {
+            u128::MAX << (128 - u32::from(self.prefix))
+        }
+    }
+    pub fn contains(&self, ip: Ipv6Addr) -> bool {
+        u128::from(ip) & self.mask() == u128::from(self.network)
+    }
+}
+
+impl fmt::Display for Subnet6 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
+}
+
+impl FromStr for Subnet6 {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Subnet6, String> {
+        let bad = || format!("`{s}` is not an IPv6 subnet like fd77::/64");
+        let (ip, prefix) = s.trim().split_once('/').ok_or_else(bad)?;
+        let network: Ipv6Addr = ip.parse().map_err(|_| bad())?;
+        let prefix: u8 = prefix.parse().map_err(|_| bad())?;
+        if prefix > 128 {
+            return Err(bad());
+        }
+        let subnet = Subnet6 { network, prefix };
+        if u128::from(network) & !subnet.mask() != 0 {
+            return Err(format!(
+                "`{s}` has host bits set (the network is {}/{prefix})",
+                Ipv6Addr::from(u128::from(network) & subnet.mask())
+            ));
+        }
+        Ok(subnet)
+    }
+}
+
+impl Checker<'_> {
+    fn ip6(&self, path: &[Step], s: &str) -> Result<Ipv6Addr, ConfigError> {
+        s.trim()
+            .parse()
+            .map_err(|_| self.err(path, format!("`{s}` is not an IPv6 address")))
+    }
+
+    /// `server.address6` and the `dhcp6` section: both or neither, the address inside the
+    /// subnet and outside the range. `v4_lease` is `dhcp.lease`, the default lifetime.
+    pub(super) fn check_dhcp6(
+        &self,
+        address6: Option<&str>,
+        d: Option<&raw::Dhcp6>,
+        v4_lease: Duration,
+    ) -> Result<(Option<Ipv6Addr>, Option<Dhcp6>), ConfigError> {
+        use Step::Key;
+        let at = |k| [Key("dhcp6"), Key(k)];
+        let address = address6
+            .map(|a| self.ip6(&[Key("server"), Key("address6")], a))
+            .transpose()?;
+        let (address, d) = match (address, d) {
+            (None, None) => return Ok((None, None)),
+            (Some(a), None) => return Ok((Some(a), None)),
+            (None, Some(_)) => {
+                return Err(self.err(
+                    &[Key("dhcp6")],
+                    "needs server.address6: the address clients reach the server at over IPv6",
+                ));
+            }
+            (Some(a), Some(d)) => (a, d),
+        };
+        let subnet: Subnet6 = d.subnet.parse().map_err(|e| self.err(&at("subnet"), e))?;
+        if !subnet.contains(address) {
+            return Err(self.err(
+                &[Key("server"), Key("address6")],
+                format!("{address} is outside dhcp6.subnet {subnet}"),
+            ));
+        }
+        let (a, b) = d
+            .range
+            .split_once('-')
+            .ok_or_else(|| self.err(&at("range"), format!("`{}` is not FIRST-LAST", d.range)))?;
+        let (a, b) = (self.ip6(&at("range"), a)?, self.ip6(&at("range"), b)?);
+        if u128::from(a) > u128::from(b) {
+            return Err(self.err(&at("range"), format!("{a} comes after {b}")));
+        }
+        for ip in [a, b] {
+            if !subnet.contains(ip) {
+                return Err(self.err(&at("range"), format!("{ip} is outside {subnet}")));
+            }
+        }
+        if (u128::from(a)..=u128::from(b)).contains(&u128::from(address)) {
+            return Err(self.err(
+                &at("range"),
+                format!("{a}-{b} holds {address}, server.address6; clients must not be given it"),
+            ));
+        }
+        let lease = match &d.lease {
+            None => v4_lease,
+            Some(text) => parse_duration(text).map_err(|e| self.err(&at("lease"), e))?,
+        };
+        let dns = d
+            .dns
+            .iter()
+            .map(|s| self.ip6(&at("dns"), s))
+            .collect::<Result<_, _>>()?;
+        let router_advertisements = match d.router_advertisements.as_deref() {
+            None | Some("send") => RouterAdverts::Send,
+            Some("leave") => RouterAdverts::Leave,
+            Some(other) => {
+                return Err(self.err(
+                    &at("router_advertisements"),
+                    format!("`{other}` is not `send` or `leave`"),
+                ));
+            }
+        };
+        let dhcp6 = Dhcp6 {
+            subnet,
+            range: (a, b),
+            lease,
+            dns,
+            router_advertisements,
+        };
+        Ok((Some(address), Some(dhcp6)))
+    }
+
+    /// `pools.NAME.boot_over`; `ipv6` needs a `dhcp6` section.
+    pub(super) fn check_boot_over(
+        &self,
+        pool: &str,
+        given: Option<&str>,
+        dhcp6: bool,
+    ) -> Result<BootOver, ConfigError> {
+        let at = [Step::Key("pools"), Step::Key(pool), Step::Key("boot_over")];
+        let over = match given {
+            None | Some("both") => BootOver::Both,
+            Some("ipv4") => BootOver::Ipv4,
+            Some("ipv6") => BootOver::Ipv6,
+            Some(other) => {
+                return Err(self.err(&at, format!("`{other}` is not `both`, `ipv4` or `ipv6`")));
+            }
+        };
+        if over == BootOver::Ipv6 && !dhcp6 {
+            return Err(self.err(&at, "`ipv6` needs a `dhcp6` section"));
+        }
+        Ok(over)
+    }
+}

@@ -1,0 +1,420 @@
+//! DHCPv6 service (RFC 8415) on UDP 547, joined to ff02::1:2 on the server's interfaces by
+//! app.rs: SOLICIT -> ADVERTISE (REPLY with rapid commit), REQUEST, RENEW and REBIND -> REPLY
+//! with the client's address from `dhcp6.range` (`boot::leases6`, shared through `identity`),
+//! CONFIRM, RELEASE, DECLINE and INFORMATION-REQUEST -> REPLY. A client is its MAC (from its
+//! DUID, the EUI-64 link-local address it sent from, or option 79; `proto::dhcp6`); what it
+//! boots is `boot::plan6`, the same policy as DHCPv4's, given as option 59's URL with the
+//! class its firmware looks for in option 16. Clients in no pool, and clients known only by a
+//! DUID (no pool can list one), get silence: counted, logged once. Malformed packets are
+//! dropped and counted (under `dhcp` in the counters). Relayed messages are not served.
+
+use super::identity::{Identity, unix_now};
+use crate::boot::leases6::Leases6;
+use crate::boot::{self, Client};
+use crate::config::{Config, Mac};
+use crate::metrics::Metrics;
+use crate::proto::dhcp6::{self as wire, IaAnswer, MAX_PACKET, Reply, Request, msg};
+use crate::record::{Kind, Recorder, Who};
+use dhcproto::v6::Status;
+use std::collections::HashSet;
+use std::net::{Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use tokio::net::UdpSocket;
+
+/// Strangers logged once each; beyond this many we stop remembering (and logging) them.
+const STRANGERS_REMEMBERED: usize = 4096;
+
+/// Serves DHCPv6 on `socket` (bound by app.rs to [::]:547 and joined to ff02::1:2).
+pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<()> {
+    let super::Shared {
+        config,
+        recorder,
+        metrics,
+        identity,
+        shutdown,
+        ..
+    } = shared;
+    let (Some(dhcp6), Some(address6)) = (config.dhcp6.as_ref(), config.server.address6) else {
+        anyhow::bail!("the DHCPv6 service needs dhcp6 and server.address6");
+    };
+    *identity.write6() = Leases6::new(dhcp6.range);
+    let mut server = Server {
+        duid: wire::server_duid(address6),
+        address6,
+        config: config.clone(),
+        recorder,
+        metrics,
+        identity,
+        strangers: HashSet::new(),
+    };
+    let mut buf = vec![0u8; MAX_PACKET + 1];
+    loop {
+        let (n, from) = tokio::select! {
+            _ = shutdown.wait() => break,
+            r = socket.recv_from(&mut buf) => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::debug!(error = %e, "dhcp6 receive error");
+                    continue;
+                }
+            },
+        };
+        let SocketAddr::V6(from) = from else {
+            continue;
+        };
+        let Some(reply) = server.answer(&buf[..n], *from.ip(), unix_now()) else {
+            continue;
+        };
+        match wire::encode_reply(&reply) {
+            // To where it came from: the client's link-local address (with its scope) and
+            // port 546.
+            Ok(bytes) => {
+                if let Err(e) = socket.send_to(&bytes, from).await {
+                    tracing::warn!(%from, error = %e, "dhcp6 reply not sent");
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "dhcp6 reply not encodable"),
+        }
+    }
+    Ok(())
+}
+
+struct Server {
+    config: Arc<Config>,
+    recorder: Recorder,
+    metrics: Metrics,
+    identity: Identity,
+    address6: Ipv6Addr,
+    duid: Vec<u8>,
+    /// MACs (or DUIDs, hex) already logged as strangers.
+    strangers: HashSet<String>,
+}
+
+impl Server {
+    /// Reads one message and answers it (nothing is sent here).
+    fn answer(&mut self, bytes: &[u8], from: Ipv6Addr, now: u64) -> Option<Reply> {
+        let req = match wire::parse_request(bytes) {
+            Ok(r) => r,
+            Err(reason) => {
+                let c = self.metrics.dhcp().malformed.add(1);
+                tracing::debug!(%from, %reason, malformed = c, "dhcp6 packet dropped");
+                return None;
+            }
+        };
+        self.metrics.dhcp().requests.inc();
+        // Messages meant for another server are not ours to answer.
+        let ours = req.server_id().is_none_or(|id| id == self.duid);
+        let needs_ours = matches!(
+            req.msg_type,
+            msg::REQUEST | msg::RENEW | msg::RELEASE | msg::DECLINE
+        );
+        if !ours || (needs_ours && req.server_id().is_none()) {
+            return None;
+        }
+        if req.msg_type == msg::SOLICIT && req.server_id().is_some() {
+            return None;
+        }
+        let duid = hex(&req.client_id);
+        let Some(mac) = req.mac(from).map(Mac) else {
+            return self.stranger(duid, from, "known only by its DUID, which no pool can list");
+        };
+        // Firmware says what it is in option 16 (`PXEClient`, `HTTPClient`) and 61, iPXE in
+        // option 15 (`iPXE`): the same reading as DHCPv4's options 60, 93 and 77.
+        let client = Client {
+            mac,
+            arch: req.arch(),
+            ipxe: req.is_ipxe(),
+            pxe: req.is_pxe(),
+            http: req.is_http_client(),
+        };
+        let config = self.config.clone();
+        let Some((member, url)) = boot::plan6(&config, &client, self.address6) else {
+            return self.stranger(mac.to_string(), from, "in no pool");
+        };
+        let pool = member.pool.name.clone();
+        let booting = client.pxe || client.ipxe;
+        let valid = config
+            .dhcp6
+            .as_ref()
+            .map_or(0, |d| d.lease.as_secs().min(u64::from(u32::MAX)) as u32);
+        let mut reply = Reply {
+            advertise: false,
+            xid: req.xid,
+            client_id: req.client_id.clone(),
+            server_id: self.duid.clone(),
+            ia_na: Vec::new(),
+            status: None,
+            rapid_commit: false,
+            // HTTP boot takes an offer as a boot offer only with `HTTPClient` in option 16;
+            // EDK2's PXE takes one with `PXEClient` for a BINL offer and asks port 4011 for
+            // its boot file, so PXE gets no class and finds the URL in the answer itself.
+            class: client.http.then_some(&b"HTTPClient"[..]),
+            dns: config
+                .dhcp6
+                .as_ref()
+                .map(|d| d.dns.clone())
+                .unwrap_or_default(),
+            boot_url: url.clone(),
+        };
+        match req.msg_type {
+            msg::SOLICIT => {
+                self.recorder.record(
+                    Who::Mac(mac),
+                    Kind::DhcpDiscover {
+                        pxe: booting,
+                        ipxe: client.ipxe,
+                        pool: Some(pool.clone()),
+                        answered: true,
+                        arch: client.arch,
+                    },
+                );
+                if req.rapid_commit() {
+                    reply.rapid_commit = true;
+                    self.bind(&req, &mut reply, mac, now, valid);
+                } else {
+                    reply.advertise = true;
+                    let addr = self.identity.read6().peek(mac, now);
+                    reply.ia_na = req
+                        .ia_na
+                        .iter()
+                        .map(|ia| (ia.iaid, address_or_none(addr, valid)))
+                        .collect();
+                }
+            }
+            msg::REQUEST | msg::RENEW | msg::REBIND => self.bind(&req, &mut reply, mac, now, valid),
+            msg::CONFIRM => {
+                let inside = req
+                    .ia_na
+                    .iter()
+                    .flat_map(|ia| &ia.addrs)
+                    .all(|a| config.dhcp6.as_ref().is_some_and(|d| d.subnet.contains(*a)));
+                reply.status = Some(if inside {
+                    (Status::Success, "on link")
+                } else {
+                    (Status::NotOnLink, "not on this link")
+                });
+                reply.boot_url = None;
+            }
+            msg::RELEASE | msg::DECLINE => {
+                self.identity.write6().end(mac, now);
+                reply.status = Some((Status::Success, "done"));
+                reply.boot_url = None;
+                reply.class = None;
+            }
+            // INFORMATION-REQUEST: no address, the boot URL and DNS only. A client that asks
+            // only this forms its own address from the advertised /64 (iPXE: EUI-64); it is
+            // known there, so its HTTP and TFTP requests are recorded for its MAC.
+            _ => {
+                if let Some(d) = config.dhcp6.as_ref().filter(|d| d.subnet.prefix == 64) {
+                    let formed = wire::eui64(d.subnet.network, mac.0);
+                    self.identity
+                        .write6()
+                        .observe(mac, formed, now + u64::from(valid));
+                    if booting {
+                        self.recorder.record(
+                            Who::Mac(mac),
+                            Kind::Dhcp6Reply {
+                                ip: formed,
+                                pxe: booting,
+                                ipxe: client.ipxe,
+                                pool: pool.clone(),
+                                duid: Some(duid.clone()),
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        let given = reply.ia_na.iter().find_map(|(_, a)| match a {
+            IaAnswer::Address { addr, .. } => Some(*addr),
+            IaAnswer::Status(..) => None,
+        });
+        tracing::info!(%mac, %from, msg = req.msg_type, ?given, %pool, ipxe = client.ipxe,
+            arch = ?client.arch, options = ?req.options.keys().collect::<Vec<_>>(),
+            vendor_class = %hex(req.options.get(&wire::opt::VENDOR_CLASS).map_or(&[][..], Vec::as_slice)),
+            boot_url = url.as_deref().unwrap_or("-"), "dhcp6 answer");
+        Some(reply)
+    }
+
+    /// Binds `mac`'s address for each IA_NA the client sent (one address per client) and
+    /// records the REPLY.
+    fn bind(&mut self, req: &Request, reply: &mut Reply, mac: Mac, now: u64, valid: u32) {
+        if req.ia_na.is_empty() {
+            return;
+        }
+        let addr = self
+            .identity
+            .write6()
+            .bind(mac, now, now + u64::from(valid));
+        reply.ia_na = req
+            .ia_na
+            .iter()
+            .map(|ia| (ia.iaid, address_or_none(addr, valid)))
+            .collect();
+        match addr {
+            Some(ip) => {
+                let booting = req.is_pxe() || req.is_ipxe();
+                let pool = self
+                    .config
+                    .member(mac)
+                    .map(|m| m.pool.name.clone())
+                    .unwrap_or_default();
+                self.recorder.record(
+                    Who::Mac(mac),
+                    Kind::Dhcp6Reply {
+                        ip,
+                        pxe: booting,
+                        ipxe: req.is_ipxe(),
+                        pool,
+                        duid: Some(hex(&req.client_id)),
+                    },
+                );
+            }
+            None => {
+                self.metrics.dhcp().refused.inc();
+                tracing::warn!(%mac, "dhcp6 range full; no address given");
+            }
+        }
+    }
+
+    /// Counts a client we do not answer and logs it the first time.
+    fn stranger(&mut self, key: String, from: Ipv6Addr, why: &str) -> Option<Reply> {
+        self.metrics.dhcp().strangers.inc();
+        if self.strangers.len() < STRANGERS_REMEMBERED && self.strangers.insert(key.clone()) {
+            tracing::info!(client = %key, %from, why, "dhcp6 client not answered");
+        }
+        None
+    }
+}
+
+fn address_or_none(addr: Option<Ipv6Addr>, valid: u32) -> IaAnswer {
+    match addr {
+        Some(addr) => IaAnswer::Address {
+            addr,
+            preferred: valid / 2,
+            valid,
+        },
+        None => IaAnswer::Status(Status::NoAddrsAvail, "no address free"),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    const CONFIG: &str = "\
+server: { address: 10.77.0.1, address6: \"fd77::1\", http: 0.0.0.0:8080, interfaces: [br0] }
+dhcp: { subnet: 10.77.0.0/24, range: 10.77.0.100-10.77.0.199 }
+dhcp6: { subnet: \"fd77::/64\", range: \"fd77::100-fd77::101\" }
+images:
+  demo: { dir: images/demo }
+pools:
+  room:
+    image: demo
+    root: nbd
+    clients:
+      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:ff\" }
+";
+
+    fn option(code: u16, value: &[u8]) -> Vec<u8> {
+        let mut o = code.to_be_bytes().to_vec();
+        o.extend_from_slice(&(value.len() as u16).to_be_bytes());
+        o.extend_from_slice(value);
+        o
+    }
+
+    /// A message from OVMF's HTTP boot (DUID-LL of `mac`, one IA_NA, `HTTPClient`).
+    fn firmware(kind: u8, mac: [u8; 6], server: Option<&[u8]>) -> Vec<u8> {
+        let mut m = vec![kind, 0, 0, 7];
+        let mut duid = vec![0, 3, 0, 1];
+        duid.extend_from_slice(&mac);
+        m.extend(option(wire::opt::CLIENT_ID, &duid));
+        if let Some(s) = server {
+            m.extend(option(wire::opt::SERVER_ID, s));
+        }
+        m.extend(option(
+            wire::opt::IA_NA,
+            &[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0],
+        ));
+        m.extend(option(wire::opt::CLIENT_ARCH, &[0, 16]));
+        let mut class = wire::EDK2_ENTERPRISE.to_be_bytes().to_vec();
+        class.extend_from_slice(&[0, 10]);
+        class.extend_from_slice(b"HTTPClient");
+        m.extend(option(wire::opt::VENDOR_CLASS, &class));
+        m
+    }
+
+    #[tokio::test]
+    async fn firmware_gets_an_address_and_the_loader_url_strangers_get_nothing() {
+        let config = Arc::new(Config::parse(Path::new("p.yaml"), CONFIG).unwrap());
+        let recorder = Recorder::discard();
+        let identity = Identity::default();
+        *identity.write6() = Leases6::new(config.dhcp6.as_ref().unwrap().range);
+        let mut s = Server {
+            duid: wire::server_duid("fd77::1".parse().unwrap()),
+            address6: "fd77::1".parse().unwrap(),
+            config,
+            recorder,
+            metrics: Metrics::default(),
+            identity: identity.clone(),
+            strangers: HashSet::new(),
+        };
+        let mac = [0x52, 0x54, 0, 0x77, 0, 5];
+        let ll = Ipv6Addr::UNSPECIFIED;
+        let adv = s
+            .answer(&firmware(msg::SOLICIT, mac, None), ll, 100)
+            .unwrap();
+        assert!(adv.advertise);
+        let url = "http://[fd77::1]:8080/boot/loaders/snponly.efi";
+        assert_eq!(adv.boot_url.as_deref(), Some(url));
+        assert_eq!(adv.class, Some(&b"HTTPClient"[..]));
+        let first: Ipv6Addr = "fd77::100".parse().unwrap();
+        assert!(matches!(adv.ia_na[0], (1, IaAnswer::Address { addr, .. }) if addr == first));
+        // An ADVERTISE holds nothing; the REQUEST to this server binds.
+        assert_eq!(identity.holder(first.into()), None);
+        let duid = s.duid.clone();
+        let rep = s
+            .answer(&firmware(msg::REQUEST, mac, Some(&duid)), ll, 101)
+            .unwrap();
+        assert!(!rep.advertise);
+        assert_eq!(rep.boot_url.as_deref(), Some(url));
+        assert_eq!(identity.read6().holder(first, 102), Some(Mac(mac)));
+        // A REQUEST to another server is not ours.
+        assert!(
+            s.answer(&firmware(msg::REQUEST, mac, Some(&[0, 2, 1])), ll, 101)
+                .is_none()
+        );
+        // A MAC in no pool, and a message that is not DHCPv6.
+        assert!(
+            s.answer(&firmware(msg::SOLICIT, [2, 0, 0, 0, 0, 1], None), ll, 101)
+                .is_none()
+        );
+        assert!(s.answer(&[1, 2, 3], ll, 101).is_none());
+        // Another client gets the next address, a third finds the range full.
+        let other = [0x52, 0x54, 0, 0x77, 0, 6];
+        s.answer(&firmware(msg::REQUEST, other, Some(&duid)), ll, 101)
+            .unwrap();
+        let full = s
+            .answer(
+                &firmware(msg::REQUEST, [0x52, 0x54, 0, 0x77, 0, 7], Some(&duid)),
+                ll,
+                101,
+            )
+            .unwrap();
+        assert!(matches!(
+            full.ia_na[0].1,
+            IaAnswer::Status(Status::NoAddrsAvail, _)
+        ));
+        // RELEASE ends the binding.
+        let done = s
+            .answer(&firmware(msg::RELEASE, mac, Some(&duid)), ll, 200)
+            .unwrap();
+        assert_eq!(done.status.map(|s| s.0), Some(Status::Success));
+        assert_eq!(identity.read6().holder(first, 201), None);
+    }
+}
