@@ -3,10 +3,11 @@
 //! IPv4 address, so that one client's several connections split one share) get weighted
 //! shares of the link's budget (`WEIGHTS`: clients fetching boot files first, staggered by
 //! arrival; clients reading their root equal), and what a client does not use goes to the
-//! others (max-min fairness); a client's share is split among its connections the same way. The budget is
-//! `HEADROOM` of the link's capacity, so paced traffic leaves the link's queue nearly empty
-//! and what is not paced (a firmware's DHCP and TFTP) passes at once. `service::pacing`
-//! observes the connections and applies the caps; docs/links.md says why and what it costs.
+//! others (max-min fairness); a client's share is split among its connections the same way.
+//! The budget is `HEADROOM` of the link's capacity, so paced traffic leaves the link's queue
+//! nearly empty and what is not paced (a firmware's DHCP and TFTP) passes at once.
+//! `service::pacing` observes the connections and applies the caps; docs/links.md says why
+//! and what it costs.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
