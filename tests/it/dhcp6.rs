@@ -238,6 +238,42 @@ fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
     drop(daemon);
 }
 
+/// A host on the IPv6 network with an address of the subnet, no DHCPv6 binding and a MAC in
+/// no pool is refused the root over NBD on IPv6, as on IPv4 (tests/it/trust.rs).
+#[test]
+fn a_stranger_on_ipv6_is_refused_the_nbd_root() {
+    let link = ipv6_link();
+    link.set_client_mac("52:54:00:77:00:ff");
+    let fx = Fixture::new();
+    fx.write_config(&config(&link.server_if));
+    let daemon = Daemon::start(&link, &fx, 1);
+    // Not the EUI-64 address of its MAC (which a pool's client may form itself): an address
+    // nobody gave it.
+    link.in_client(&[
+        "ip",
+        "-6",
+        "addr",
+        "add",
+        "fd77:1::99/64",
+        "dev",
+        &link.client_if,
+        "nodad",
+    ]);
+    let nbd = format!(
+        "nbd://[{SERVER6}]:{}/demo",
+        bound_port(&daemon.log_text(), "nbd6")
+    );
+    let (ok, size, err) = crate::common::run(
+        &mut Link::command(&link.client_ns, "nbdinfo", &["--size", &nbd]),
+        30,
+    );
+    assert!(!ok, "a stranger attached over IPv6: {size}");
+    // NBD_REP_ERR_POLICY: refused by the access rule, not lost on the way.
+    assert!(err.contains("server policy prevents"), "{err}");
+    assert!(daemon.log_text().contains("nbd client holds no lease"));
+    drop(daemon);
+}
+
 /// The port of listener `name` in the daemon's "bootpool serving" line (`http6=Some([::]:P)`).
 fn bound_port(log: &str, name: &str) -> String {
     log.lines()
