@@ -156,8 +156,9 @@ pub struct Payload {
 pub struct PacedLink {
     /// The link's interface.
     pub device: String,
-    /// What the paced connections on the link may send together, bytes/s.
-    pub budget_bytes: u64,
+    /// What the paced connections on the link may send together in the last round, bytes/s
+    /// (`fair_share::headroom` of its capacity).
+    pub budget: Count,
     /// TCP connections registered with the pacer.
     pub connections: Count,
     /// Of the last round: clients that sent or had bytes waiting, those that wanted more,
@@ -227,10 +228,9 @@ impl Metrics {
 
     /// A paced link's figures, listed from now on (the pacer calls this once per link when
     /// it starts).
-    pub fn paced_link(&self, device: &str, budget_bytes: u64) -> Arc<PacedLink> {
+    pub fn paced_link(&self, device: &str) -> Arc<PacedLink> {
         let link = Arc::new(PacedLink {
             device: device.to_string(),
-            budget_bytes,
             ..PacedLink::default()
         });
         self.0

@@ -267,7 +267,7 @@ const FAMILIES: &[Family] = &[
         "bootpool_pacing_budget_bytes",
         Gauge,
         "What the paced connections on a link may send together, bytes per second.",
-        |p| p.budget_bytes
+        |p| p.budget.get()
     ),
     paced!(
         "bootpool_pacing_connections",
@@ -443,7 +443,8 @@ mod tests {
     fn the_pacing_families_show_each_paced_link() {
         let metrics = Metrics::default();
         assert!(!counters_only(&metrics).contains("pacing"));
-        let link = metrics.paced_link("eth\"1", 11_250_000);
+        let link = metrics.paced_link("eth\"1");
+        link.budget.set(11_250_000);
         link.connections.set(2);
         link.rounds.inc();
         let out = counters_only(&metrics);

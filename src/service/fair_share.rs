@@ -1,27 +1,56 @@
 //! Fair shares of a link, as a pure function of what each connection on it did in the last
 //! round: the rate each may send at in the next one. The clients on a link (known by their
 //! IPv4 address, so that one client's several connections split one share) get weighted
-//! shares of the link's budget (`WEIGHTS`: clients fetching boot files first, staggered by
-//! arrival; clients reading their root equal), and what a client does not use goes to the
-//! others (max-min fairness); a client's share is split among its connections the same way.
-//! The budget is `HEADROOM` of the link's capacity, so paced traffic leaves the link's queue
-//! nearly empty and what is not paced (a firmware's DHCP and TFTP) passes at once.
+//! shares of the link's budget (`WEIGHTS`: clients fetching boot files first, in their order
+//! of arrival; clients reading their root by how far they trail the link's leading one), and
+//! what a client does not use goes to the others (max-min fairness); a client's share is split
+//! among its connections the same way. While firmware may be waiting (`headroom`), the budget
+//! is `HEADROOM` of the link's capacity, so paced traffic leaves the link's queue nearly empty
+//! and what is not paced (a firmware's DHCP and TFTP) passes at once; otherwise it is the
+//! link's whole capacity (`QUIET_HEADROOM`).
 //! `service::pacing` observes the connections and applies the caps; docs/links.md says why
 //! and what it costs.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
+use std::time::Duration;
 
-/// Share of a link's capacity given to paced TCP payload. A full segment (1448 bytes of
-/// payload) is a 1514-byte frame on a link's counters and in a `tc` shaper, and 1538 bytes of
-/// Ethernet wire time (preamble, FCS, gap): 90% of the capacity as payload is 94% of the
-/// counters' rate and 96% of the wire's. The rest is for what is not paced (DHCP, TFTP,
-/// ACKs) and for what a round's changes let through before the next round.
+/// Share of a link's capacity given to paced TCP payload while firmware may be waiting for an
+/// answer. A full segment (1448 bytes of payload) is a 1514-byte frame on a link's counters
+/// and in a `tc` shaper, and 1538 bytes of Ethernet wire time (preamble, FCS, gap): 90% of the
+/// capacity as payload is 94% of the counters' rate and 96% of the wire's. The rest is for
+/// what is not paced (DHCP, TFTP, ACKs) and for what a round's changes let through before the
+/// next round.
 pub const HEADROOM: f64 = 0.90;
+
+/// The share once no firmware has asked anything for `FIRMWARE_QUIET`: 95% of the capacity as
+/// payload is 99% of the counters' rate (the link full as a shaper counts it). Nothing then
+/// waits on a timer behind the paced traffic, and the link's last tenth is worth 3-4% of a
+/// room's boot time (BENCHMARKS.md, "Storm", sessions 19 and 20).
+pub const QUIET_HEADROOM: f64 = 0.95;
+
+/// How long after a DHCP or TFTP request the link is kept at `HEADROOM`: a PXE firmware's
+/// first TFTP retransmit comes after about 3 s, and a DHCP exchange or a loader's transfer
+/// that began lasts less.
+pub const FIRMWARE_QUIET: Duration = Duration::from_secs(3);
+
+/// The share of a link's capacity the paced traffic may use, `since_firmware` after the last
+/// DHCP or TFTP request the daemon received (`None`: none yet).
+pub fn headroom(since_firmware: Option<Duration>) -> f64 {
+    match since_firmware {
+        Some(t) if t < FIRMWARE_QUIET => HEADROOM,
+        _ => QUIET_HEADROOM,
+    }
+}
 
 /// A connection that sent this much of what its cap allowed during a round wants more: the
 /// cap, not the client, held it back.
 const FULL: f64 = 0.8;
+
+/// A connection that sent something, but less than this much of what its cap allowed, while
+/// bytes waited, was held back by its path (the client's own link, its receive window), not
+/// by the cap: it wants what it sent, and the rest of its share goes to the others.
+const PATH_HELD: f64 = 0.5;
 
 /// The lowest cap ever set (bytes/s), whatever the number of clients: below it TCP would
 /// send a segment every few seconds.
@@ -60,6 +89,15 @@ pub struct Plan {
     pub carried: u64,
 }
 
+/// What the pacer remembers of a client since it arrived (`service::pacing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct History {
+    /// Its order of arrival among the clients (smaller came first).
+    pub arrival: u64,
+    /// Bytes sent to it on paced connections since it arrived.
+    pub received: u64,
+}
+
 /// What a connection carries, as the service that accepted it knows: the boot files a
 /// firmware or iPXE fetches (HTTP: the script, kernel and initrd), or a root (NFS, NBD).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,67 +109,86 @@ pub enum Carries {
 /// How the clients held back on a full link are weighed against each other.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Weights {
-    /// A client fetching boot files weighs this many times a client reading its root...
+    /// A client fetching boot files weighs at least this many times a root's base weight...
     pub boot: f64,
-    /// ...and among the active clients, by their order of arrival, the first one's boot
-    /// files weigh `1 + stagger` times the latest one's (`weight`).
-    pub stagger: f64,
+    /// ...and `ahead` times more for each active client on the link that arrived after it
+    /// (counting at most `AHEAD_RANKS` of them): `arrival_weight`.
+    pub ahead: f64,
+    /// A client reading its root weighs 1, plus `behind` times the share by which the bytes
+    /// it received trail those of the link's leading root reader (`catch_up_weight`).
+    pub behind: f64,
 }
 
-/// Boot files first, staggered by arrival; roots equal. A room that powers on together
-/// would otherwise fetch its kernels in lock-step, think in the same seconds while the link
-/// idles, and then read its roots all at once. Staggered boot files let the first clients
-/// finish their kernels early and think while later ones still download, so the roots'
-/// reads start spread out; weighing boot files above roots keeps the latest clients' kernels
-/// (the room's longest remaining path) from waiting behind earlier clients' roots; equal
-/// shares of the root keep the room's last boots together, since the latest clients have the
-/// least slack. Chosen on the storm (BENCHMARKS.md, session 19) against session 18's stagger
-/// of 1 for every client: 40 clients booted 3% sooner over NBD and 5% sooner over NFS, the
-/// slowest client 1.02-1.06x the median (the bound this project holds to is 1.3x).
+/// Boot files first, in the order of arrival; roots by how far behind they are. A room that
+/// powers on together would otherwise fetch its kernels in lock-step, think in the same
+/// seconds while the link idles, and then read its roots all at once. Boot files weighed by
+/// arrival, each client 1.5 times the next, let the first clients finish their kernels early
+/// and think while later ones still download, so the roots' reads start spread out;
+/// weighing boot files above roots keeps the latest clients' kernels (the room's longest
+/// remaining path) from waiting behind earlier clients' roots; and a root reader that trails
+/// the others (a client that arrived late, with the least slack) weighs up to three times the
+/// leader, so the room's last boots come together. Chosen on the storm (BENCHMARKS.md,
+/// session 20) against session 19's linear stagger of 5 to 1 and equal roots: 40 clients
+/// booted 3% sooner over NBD and NFS alike, the slowest client 1.02-1.09x the median (the
+/// bound this project holds to is 1.3x).
 pub const WEIGHTS: Weights = Weights {
     boot: 2.0,
-    stagger: 4.0,
+    ahead: 1.5,
+    behind: 2.0,
 };
 
 /// Every client alike: plain max-min fair shares.
 pub const EQUAL: Weights = Weights {
     boot: 1.0,
-    stagger: 0.0,
+    ahead: 1.0,
+    behind: 0.0,
 };
 
-/// The arrival weight of the client at `rank` (0: came first) among `of` claimants: from
-/// `1 + stagger` for the first down to 1 for the latest.
-pub fn weight(rank: usize, of: usize, stagger: f64) -> f64 {
-    if of <= 1 {
-        return 1.0;
-    }
-    1.0 + stagger * (of - 1 - rank.min(of - 1)) as f64 / (of - 1) as f64
+/// How many later arrivals raise a client's boot-file weight: beyond that, the earliest
+/// clients of a large room weigh alike (1.5^16 is 657 times the latest's), and no weight
+/// grows past what a float sums well.
+pub const AHEAD_RANKS: usize = 16;
+
+/// The arrival weight of the client at `rank` (0: came first) among `of` claimants: `ahead`
+/// to the power of the number of claimants that came after it (at most `AHEAD_RANKS`).
+pub fn arrival_weight(rank: usize, of: usize, ahead: f64) -> f64 {
+    let after = of.saturating_sub(rank + 1).min(AHEAD_RANKS);
+    ahead.powi(after as i32)
 }
 
-/// The caps for a link of `capacity_bps` (bits/s; `None`: unknown) after a round of
-/// `seconds`: shares of its budget times `boost` (`trim`), weighted by `WEIGHTS` (`arrival`:
-/// smaller came first). Nothing is paced on a link of unknown capacity, nor while at most
-/// one client is active: a client alone keeps the whole link (fairness has nothing to do,
-/// and the headroom would cost it a tenth).
-pub fn plan(
-    capacity_bps: Option<u64>,
-    seconds: f64,
-    conns: &[Seen],
-    boost: f64,
-    arrival: &dyn Fn(Ipv4Addr) -> u64,
-) -> Plan {
-    plan_weighted(capacity_bps, seconds, conns, boost, arrival, WEIGHTS)
+/// The weight of a root reader that received `received` bytes when the link's leading root
+/// reader received `leader`: 1 for the leader, up to `1 + behind` for one that has nothing.
+pub fn catch_up_weight(received: u64, leader: u64, behind: f64) -> f64 {
+    if leader == 0 {
+        return 1.0;
+    }
+    let trail = leader.saturating_sub(received) as f64 / leader as f64;
+    1.0 + behind * trail
+}
+
+/// What a round's plan is given besides the connections.
+#[derive(Clone, Copy)]
+pub struct Link<'a> {
+    /// The link's capacity, bits/s (`None`: unknown).
+    pub capacity_bps: Option<u64>,
+    /// The share of it the paced traffic may use (`headroom`).
+    pub headroom: f64,
+    /// How far the shares are raised above the budget's (`trim`).
+    pub boost: f64,
+    /// What the pacer remembers of each client.
+    pub history: &'a dyn Fn(Ipv4Addr) -> History,
+}
+
+/// The caps for a link after a round of `seconds`: shares of its budget (`budget`) times its
+/// boost, weighted by `WEIGHTS`. Nothing is paced on a link of unknown capacity, nor while
+/// at most one client is active: a client alone keeps the whole link (fairness has nothing
+/// to do, and the headroom would cost it a tenth).
+pub fn plan(link: Link<'_>, seconds: f64, conns: &[Seen]) -> Plan {
+    plan_weighted(link, seconds, conns, WEIGHTS)
 }
 
 /// `plan` with weights of its own (`EQUAL`: plain max-min fairness).
-pub fn plan_weighted(
-    capacity_bps: Option<u64>,
-    seconds: f64,
-    conns: &[Seen],
-    boost: f64,
-    arrival: &dyn Fn(Ipv4Addr) -> u64,
-    weights: Weights,
-) -> Plan {
+pub fn plan_weighted(link: Link<'_>, seconds: f64, conns: &[Seen], weights: Weights) -> Plan {
     let mut clients: BTreeMap<Ipv4Addr, Vec<usize>> = BTreeMap::new();
     for (i, c) in conns.iter().enumerate() {
         clients.entry(c.client).or_default().push(i);
@@ -152,31 +209,40 @@ pub fn plan_weighted(
         share: None,
         carried: carried as u64,
     };
-    let Some(capacity) = capacity_bps.filter(|c| *c > 0) else {
+    let Some(capacity) = link.capacity_bps.filter(|c| *c > 0) else {
         return unpaced;
     };
     if unpaced.active.len() <= 1 {
         return unpaced;
     }
-    // The active clients' weights: boot files by their order of arrival, roots alike.
-    let mut by_arrival: Vec<(u64, Ipv4Addr)> = unpaced
+    // The active clients' weights: boot files by their order of arrival, roots by how far
+    // they trail the leading root reader.
+    let mut by_arrival: Vec<(History, Ipv4Addr)> = unpaced
         .active
         .iter()
-        .map(|(c, _)| (arrival(*c), *c))
+        .map(|(c, _)| ((link.history)(*c), *c))
         .collect();
-    by_arrival.sort();
+    by_arrival.sort_by_key(|(h, c)| (h.arrival, *c));
+    let fetching_boot_files = |c: &Ipv4Addr| {
+        clients[c]
+            .iter()
+            .any(|&i| conns[i].carries == Carries::BootFiles && demands[i] > 0.0)
+    };
+    let leader = by_arrival
+        .iter()
+        .filter(|(_, c)| !fetching_boot_files(c))
+        .map(|(h, _)| h.received)
+        .max()
+        .unwrap_or(0);
     let n = by_arrival.len();
     let weights: BTreeMap<Ipv4Addr, f64> = by_arrival
         .iter()
         .enumerate()
-        .map(|(rank, (_, c))| {
-            let boot = clients[c]
-                .iter()
-                .any(|&i| conns[i].carries == Carries::BootFiles && demands[i] > 0.0);
-            let w = if boot {
-                weights.boot * weight(rank, n, weights.stagger)
+        .map(|(rank, (h, c))| {
+            let w = if fetching_boot_files(c) {
+                weights.boot * arrival_weight(rank, n, weights.ahead)
             } else {
-                1.0
+                catch_up_weight(h.received, leader, weights.behind)
             };
             (*c, w)
         })
@@ -186,7 +252,8 @@ pub fn plan_weighted(
         .iter()
         .map(|(c, d)| (*d, weights[c]))
         .collect();
-    let share = weighted_level(budget(capacity) * boost.clamp(1.0, MAX_BOOST), &claims);
+    let spend = budget(capacity, link.headroom) * link.boost.clamp(1.0, MAX_BOOST);
+    let share = weighted_level(spend, &claims);
     let mut caps = vec![None; conns.len()];
     for (client, members) in &clients {
         let mine: Vec<f64> = members.iter().map(|&i| demands[i]).collect();
@@ -202,9 +269,10 @@ pub fn plan_weighted(
     }
 }
 
-/// What the paced connections of a link of `capacity_bps` may send together, bytes/s.
-pub fn budget(capacity_bps: u64) -> f64 {
-    capacity_bps as f64 / 8.0 * HEADROOM
+/// What the paced connections of a link of `capacity_bps` may send together, bytes/s, at
+/// `headroom`.
+pub fn budget(capacity_bps: u64, headroom: f64) -> f64 {
+    capacity_bps as f64 / 8.0 * headroom
 }
 
 /// The boost for the next round, after a paced round that carried `carried` bytes/s against
@@ -227,12 +295,16 @@ pub fn trim(boost: f64, carried: f64, budget: f64, wanting: usize) -> f64 {
     next.clamp(1.0, MAX_BOOST)
 }
 
-/// A connection's demand in bytes/s: what it sent, or infinite when it wanted more (bytes
-/// were waiting, or it used nearly all its cap).
+/// A connection's demand in bytes/s: infinite when it wanted more (it used nearly all its
+/// cap, or bytes were waiting that the cap held back), else what it sent. Bytes waiting
+/// under a cap it sent less than half of were held back by its path (`PATH_HELD`).
 fn demand(c: &Seen, seconds: f64) -> f64 {
     let rate = c.sent as f64 / seconds.max(1e-3);
     let full = c.cap.is_some_and(|cap| rate >= FULL * cap as f64);
-    if c.unsent > 0 || full {
+    let path_held = c
+        .cap
+        .is_some_and(|cap| rate > 0.0 && rate < PATH_HELD * cap as f64);
+    if full || (c.unsent > 0 && !path_held) {
         f64::INFINITY
     } else {
         rate
@@ -277,18 +349,45 @@ mod tests {
 
     const MBIT: u64 = 1_000_000;
 
-    /// Equal shares (no stagger), clients arriving in address order: what most tests check.
+    /// Equal shares, at `HEADROOM`, clients arriving in address order: what most tests check.
     fn plan(capacity: Option<u64>, seconds: f64, conns: &[Seen], boost: f64) -> Plan {
-        plan_weighted(capacity, seconds, conns, boost, &by_address, EQUAL)
+        plan_weighted(link(capacity, boost, &by_address), seconds, conns, EQUAL)
     }
 
-    /// Boot files staggered by `stagger`, weighing as much as roots (the stagger alone).
-    fn boot_first(stagger: f64) -> Weights {
-        Weights { boot: 1.0, stagger }
+    fn link<'a>(
+        capacity_bps: Option<u64>,
+        boost: f64,
+        history: &'a dyn Fn(Ipv4Addr) -> History,
+    ) -> Link<'a> {
+        Link {
+            capacity_bps,
+            headroom: HEADROOM,
+            boost,
+            history,
+        }
     }
 
-    fn by_address(ip: Ipv4Addr) -> u64 {
-        u32::from(ip).into()
+    /// The budget at `HEADROOM`.
+    fn budget(capacity_bps: u64) -> f64 {
+        super::budget(capacity_bps, HEADROOM)
+    }
+
+    /// Boot files weighed by arrival, each client `ahead` times the next, weighing as much
+    /// as roots (the order alone).
+    fn boot_first(ahead: f64) -> Weights {
+        Weights {
+            boot: 1.0,
+            ahead,
+            behind: 0.0,
+        }
+    }
+
+    /// Clients arrive in address order and have received nothing.
+    fn by_address(ip: Ipv4Addr) -> History {
+        History {
+            arrival: u32::from(ip).into(),
+            received: 0,
+        }
     }
 
     fn ip(n: u8) -> Ipv4Addr {
@@ -456,22 +555,25 @@ mod tests {
     }
 
     #[test]
-    fn shares_are_staggered_by_arrival() {
+    fn boot_files_are_weighed_by_arrival() {
         let b = budget(100 * MBIT);
-        // Four clients wanting more: weights 1.5, 1.33, 1.17 and 1 in their order of arrival
-        // (client 4 came first), the budget spent whole.
+        // Four clients wanting more: weights 8, 4, 2 and 1 (ahead 2) in their order of
+        // arrival (client 4 came first), the budget spent whole.
         let conns: Vec<Seen> = (1..=4).map(hungry).collect();
-        let first = |ip: Ipv4Addr| 10 - u64::from(ip.octets()[3]);
-        let p = plan_weighted(Some(100 * MBIT), 1.0, &conns, 1.0, &first, boot_first(0.5));
-        let base = b / (1.0 + 4.0 / 3.0 + 7.0 / 6.0 + 1.5);
+        let first = |ip: Ipv4Addr| History {
+            arrival: 10 - u64::from(ip.octets()[3]),
+            received: 0,
+        };
+        let p = plan_weighted(
+            link(Some(100 * MBIT), 1.0, &first),
+            1.0,
+            &conns,
+            boot_first(2.0),
+        );
+        let base = b / 15.0;
         assert_caps(
             &p.caps,
-            &[
-                cap(base),
-                cap(base * 7.0 / 6.0),
-                cap(base * 4.0 / 3.0),
-                cap(base * 1.5),
-            ],
+            &[cap(base), cap(base * 2.0), cap(base * 4.0), cap(base * 8.0)],
         );
         assert_caps(&[p.share], &[cap(base)]);
         let sum: u64 = p.caps.iter().flatten().sum();
@@ -484,52 +586,120 @@ mod tests {
             using(3, (b / 10.0) as u64, cap(b / 3.0)),
         ];
         let p = plan_weighted(
-            Some(100 * MBIT),
+            link(Some(100 * MBIT), 1.0, &by_address),
             1.0,
             &conns,
-            1.0,
-            &by_address,
-            boot_first(0.5),
+            boot_first(2.0),
         );
-        let base = (b - b / 10.0) / (1.5 + 1.25);
-        assert_caps(&p.caps, &[cap(base * 1.5), cap(base * 1.25), cap(base)]);
-        // One client: weight 1; the weights run from 1 + stagger down to 1.
-        assert_eq!(weight(0, 1, 0.5), 1.0);
+        let base = (b - b / 10.0) / (4.0 + 2.0);
+        assert_caps(&p.caps, &[cap(base * 4.0), cap(base * 2.0), cap(base)]);
+        // One client: weight 1; `ahead` to the power of the later arrivals, counting at most
+        // `AHEAD_RANKS` of them.
+        assert_eq!(arrival_weight(0, 1, 1.5), 1.0);
         assert_eq!(
-            (weight(0, 3, 0.5), weight(1, 3, 0.5), weight(2, 3, 0.5)),
-            (1.5, 1.25, 1.0)
+            (
+                arrival_weight(0, 3, 1.5),
+                arrival_weight(1, 3, 1.5),
+                arrival_weight(2, 3, 1.5)
+            ),
+            (2.25, 1.5, 1.0)
         );
+        let most = 1.5f64.powi(AHEAD_RANKS as i32);
+        assert_eq!(arrival_weight(0, 200, 1.5), most);
+        assert_eq!(arrival_weight(200 - 1 - AHEAD_RANKS, 200, 1.5), most);
+        assert!(arrival_weight(200 - AHEAD_RANKS, 200, 1.5) < most);
     }
 
     #[test]
-    fn boot_files_come_first_and_roots_share_alike() {
+    fn a_client_held_back_by_its_own_path_leaves_its_share_to_the_others() {
+        let b = budget(100 * MBIT);
+        // Client 1 had bytes waiting but sent only a fifth of its cap of half the budget:
+        // its own link held it, not the cap. It wants what it sent; client 2 gets the rest.
+        let slow = Seen {
+            sent: (b / 10.0) as u64,
+            cap: cap(b / 2.0),
+            ..hungry(1)
+        };
+        let p = plan(Some(100 * MBIT), 1.0, &[slow, hungry(2)], 1.0);
+        assert_eq!(p.wanting, 1);
+        assert_caps(&[p.share], &[cap(b - b / 10.0)]);
+        // One that sent nothing under its cap is waiting for its turn, not held by its path.
+        let stalled = Seen { sent: 0, ..slow };
+        let p = plan(Some(100 * MBIT), 1.0, &[stalled, hungry(2)], 1.0);
+        assert_eq!(p.wanting, 2);
+        assert_caps(&p.caps, &[cap(b / 2.0); 2]);
+        // Nor is one that sent more than half of its cap: TCP may still be growing into it.
+        let growing = Seen {
+            sent: (b / 2.0 * 0.6) as u64,
+            ..slow
+        };
+        let p = plan(Some(100 * MBIT), 1.0, &[growing, hungry(2)], 1.0);
+        assert_eq!(p.wanting, 2);
+    }
+
+    #[test]
+    fn boot_files_come_first_and_trailing_roots_catch_up() {
         let b = budget(100 * MBIT);
         let root = |n| Seen {
             carries: Carries::Root,
             ..hungry(n)
         };
-        // Client 1 came first and fetches boot files; 2 and 3 read their roots. With
-        // `WEIGHTS`, 1 weighs 2 x (1 + 4) = 10 and each root 1, whatever its arrival.
+        // Client 1 came first and fetches boot files; 2 and 3 read their roots and have
+        // received as much. With `WEIGHTS`, 1 weighs 2 x 1.5^2 = 4.5 and each root 1.
         let conns = [hungry(1), root(2), root(3)];
-        let p = plan_weighted(Some(100 * MBIT), 1.0, &conns, 1.0, &by_address, WEIGHTS);
-        assert_caps(
-            &p.caps,
-            &[cap(b * 10.0 / 12.0), cap(b / 12.0), cap(b / 12.0)],
-        );
+        let w =
+            |p: &[Seen]| plan_weighted(link(Some(100 * MBIT), 1.0, &by_address), 1.0, p, WEIGHTS);
+        let p = w(&conns);
+        assert_caps(&p.caps, &[cap(b * 4.5 / 6.5), cap(b / 6.5), cap(b / 6.5)]);
         // The latest client's boot files still weigh twice a root read by the first.
-        let conns = [root(1), root(2), hungry(3)];
-        let p = plan_weighted(Some(100 * MBIT), 1.0, &conns, 1.0, &by_address, WEIGHTS);
+        let p = w(&[root(1), root(2), hungry(3)]);
         assert_caps(&p.caps, &[cap(b / 4.0), cap(b / 4.0), cap(b / 2.0)]);
         // A client counts as fetching boot files only while that connection moves bytes: an
         // idle HTTP connection (iPXE's, left open) beside a root read weighs as a root.
         let idle_http = using(1, 0, None);
-        let conns = [idle_http, root(1), root(2)];
-        let p = plan_weighted(Some(100 * MBIT), 1.0, &conns, 1.0, &by_address, WEIGHTS);
+        let p = w(&[idle_http, root(1), root(2)]);
         assert_caps(&p.caps[1..], &[cap(b / 2.0), cap(b / 2.0)]);
-        // `EQUAL` ignores both.
+        // A root reader that received a quarter of the leader's bytes weighs 1 + 2 x 3/4.
+        let received = |a: Ipv4Addr| History {
+            arrival: u32::from(a).into(),
+            received: if a == ip(1) { 40 } else { 10 },
+        };
+        let p = plan_weighted(
+            link(Some(100 * MBIT), 1.0, &received),
+            1.0,
+            &[root(1), root(2)],
+            WEIGHTS,
+        );
+        assert_caps(&p.caps, &[cap(b / 3.5), cap(b * 2.5 / 3.5)]);
+        assert_eq!(catch_up_weight(0, 0, 2.0), 1.0);
+        assert_eq!(catch_up_weight(0, 100, 2.0), 3.0);
+        assert_eq!(catch_up_weight(100, 100, 2.0), 1.0);
+        // `EQUAL` ignores all of it.
         let conns = [hungry(1), root(2)];
-        let p = plan_weighted(Some(100 * MBIT), 1.0, &conns, 1.0, &by_address, EQUAL);
+        let p = plan_weighted(link(Some(100 * MBIT), 1.0, &received), 1.0, &conns, EQUAL);
         assert_caps(&p.caps, &[cap(b / 2.0), cap(b / 2.0)]);
+    }
+
+    #[test]
+    fn the_headroom_is_kept_while_firmware_may_wait() {
+        assert_eq!(headroom(None), QUIET_HEADROOM);
+        assert_eq!(headroom(Some(Duration::ZERO)), HEADROOM);
+        assert_eq!(headroom(Some(FIRMWARE_QUIET / 2)), HEADROOM);
+        assert_eq!(headroom(Some(FIRMWARE_QUIET)), QUIET_HEADROOM);
+        // The quiet link is full as a shaper counts frames, and no more: 1448 bytes of payload
+        // in a 1514-byte frame.
+        let frames = QUIET_HEADROOM * 1514.0 / 1448.0;
+        assert!((0.98..=1.0).contains(&frames), "{frames}");
+        // The budget follows the headroom.
+        let quiet = super::budget(100 * MBIT, QUIET_HEADROOM);
+        assert!(quiet > budget(100 * MBIT));
+        let conns: Vec<Seen> = (1..=4).map(hungry).collect();
+        let l = Link {
+            headroom: QUIET_HEADROOM,
+            ..link(Some(100 * MBIT), 1.0, &by_address)
+        };
+        let p = plan_weighted(l, 1.0, &conns, EQUAL);
+        assert_caps(&p.caps, &[cap(quiet / 4.0); 4]);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! Each paced link's figures (`metrics::PacedLink`) are listed in the daemon's `Metrics` when
 //! the pacer starts, and `/metrics` serves them.
 
-use super::fair_share::{self, Carries, Seen};
+use super::fair_share::{self, Carries, History, Seen};
 use super::links::LinkSpec;
 use super::rebalance::{self, ClientLoad, LinkLoad};
 use crate::metrics::{Metrics, PacedLink};
@@ -34,7 +34,7 @@ const ROUND: Duration = Duration::from_millis(50);
 const STEADY: u64 = 32;
 
 /// A client with no connection for this long is forgotten by the weights: it next arrives
-/// as the room's latest (a new boot), not as the first it once was.
+/// as the room's latest (a new boot) with nothing received, not as the first it once was.
 const FORGET_ARRIVAL: Duration = Duration::from_secs(60);
 
 /// The pacer of every link whose capacity is known.
@@ -43,6 +43,8 @@ pub struct Pacer {
     conns: Mutex<Conns>,
     /// Every link has its mark: clients may move between them.
     movable: bool,
+    /// The daemon's counters: their DHCP and TFTP requests say when firmware last asked.
+    metrics: Metrics,
 }
 
 struct Link {
@@ -60,10 +62,13 @@ struct Conns {
     all: BTreeMap<u64, Conn>,
     /// Per link: how far the caps are raised above the budget's shares (`fair_share::trim`).
     boosts: Vec<f64>,
-    /// Per client: its order of arrival (a count), and when it last had a connection; a
-    /// client gone `FORGET_ARRIVAL` arrives anew (its next boot). Boot files are staggered by it.
-    arrivals: HashMap<Ipv4Addr, (u64, Instant)>,
+    /// Per client: its order of arrival and the bytes it received (the weights'
+    /// `History`), and when it last had a connection; a client gone `FORGET_ARRIVAL` arrives
+    /// anew (its next boot).
+    clients: HashMap<Ipv4Addr, (History, Instant)>,
     arrived: u64,
+    /// The DHCP and TFTP requests counted at the last round, and when that count last grew.
+    firmware: (u64, Option<Instant>),
 }
 
 struct Conn {
@@ -120,7 +125,8 @@ impl Pacer {
             .iter()
             .map(|l| (l.device.as_str(), l.capacity_bps))
             .collect();
-        tracing::info!(links = ?paced, headroom = fair_share::HEADROOM, moves = pacer.movable,
+        tracing::info!(links = ?paced, headroom = fair_share::HEADROOM,
+            quiet_headroom = fair_share::QUIET_HEADROOM, moves = pacer.movable,
             "fair shares: clients on a full link are paced to weighted shares, boot files first");
         let pacer = Arc::new(pacer);
         let (done, ended) = tokio::sync::oneshot::channel::<()>();
@@ -146,13 +152,16 @@ impl Pacer {
             .enumerate()
             .filter_map(|(i, s)| {
                 let capacity_bps = s.capacity_bps.filter(|c| *c > 0)?;
-                let budget = fair_share::budget(capacity_bps) as u64;
+                let stats = metrics.paced_link(&s.device);
+                // Until the first round has looked, firmware may be waiting.
+                let budget = fair_share::budget(capacity_bps, fair_share::HEADROOM);
+                stats.budget.set(budget as u64);
                 Some(Link {
                     address: s.address,
                     device: s.device.clone(),
                     capacity_bps,
                     mark: movable.then(|| super::link_routes::mark(i)),
-                    stats: metrics.paced_link(&s.device, budget),
+                    stats,
                 })
             })
             .collect();
@@ -162,10 +171,12 @@ impl Pacer {
                 next: 0,
                 all: BTreeMap::new(),
                 boosts: vec![1.0; links.len()],
-                arrivals: HashMap::new(),
+                clients: HashMap::new(),
                 arrived: 0,
+                firmware: (0, None),
             }),
             links,
+            metrics: metrics.clone(),
         }
     }
 
@@ -204,10 +215,14 @@ impl Pacer {
         let id = conns.next;
         conns.next += 1;
         let Conns {
-            arrivals, arrived, ..
+            clients, arrived, ..
         } = &mut *conns;
-        if let Entry::Vacant(first) = arrivals.entry(client) {
-            first.insert((*arrived, Instant::now()));
+        if let Entry::Vacant(first) = clients.entry(client) {
+            let history = History {
+                arrival: *arrived,
+                received: 0,
+            };
+            first.insert((history, Instant::now()));
             *arrived += 1;
         }
         conns.all.insert(
@@ -244,18 +259,24 @@ impl Pacer {
     /// meanwhile.
     fn round(&self, seconds: f64, now: Instant) {
         let mut conns = self.lock();
+        let headroom = self.headroom(&mut conns.firmware, now);
         let mut seen: Vec<Vec<Seen>> = vec![Vec::new(); self.links.len()];
         let mut ids: Vec<Vec<u64>> = vec![Vec::new(); self.links.len()];
-        let Conns { all, arrivals, .. } = &mut *conns;
+        let Conns { all, clients, .. } = &mut *conns;
         for (id, c) in all.iter_mut() {
-            if let Some(a) = arrivals.get_mut(&c.client) {
-                a.1 = now;
-            }
             // A socket that cannot say (not connected any more) sits this round out.
-            let Some(info) = read_info(c.fd.as_fd()) else {
+            let info = read_info(c.fd.as_fd());
+            let sent = match (&info, c.sent) {
+                (Some(info), Some(before)) => info.sent.saturating_sub(before),
+                _ => 0,
+            };
+            if let Some(known) = clients.get_mut(&c.client) {
+                known.0.received += sent;
+                known.1 = now;
+            }
+            let Some(info) = info else {
                 continue;
             };
-            let sent = c.sent.map_or(0, |before| info.sent.saturating_sub(before));
             c.sent = Some(info.sent);
             seen[c.link].push(Seen {
                 client: c.client,
@@ -266,36 +287,61 @@ impl Pacer {
             });
             ids[c.link].push(*id);
         }
-        arrivals.retain(|_, a| now.duration_since(a.1) < FORGET_ARRIVAL);
+        clients.retain(|_, known| now.duration_since(known.1) < FORGET_ARRIVAL);
         let mut plans = Vec::with_capacity(self.links.len());
         for (i, link) in self.links.iter().enumerate() {
-            let arrival = |c: Ipv4Addr| conns.arrivals.get(&c).map_or(u64::MAX, |a| a.0);
-            let plan = fair_share::plan(
-                Some(link.capacity_bps),
-                seconds,
-                &seen[i],
-                conns.boosts[i],
-                &arrival,
-            );
+            let history = |c: Ipv4Addr| {
+                conns.clients.get(&c).map_or(
+                    History {
+                        arrival: u64::MAX,
+                        received: 0,
+                    },
+                    |known| known.0,
+                )
+            };
+            let on = fair_share::Link {
+                capacity_bps: Some(link.capacity_bps),
+                headroom,
+                boost: conns.boosts[i],
+                history: &history,
+            };
+            let plan = fair_share::plan(on, seconds, &seen[i]);
+            let budget = fair_share::budget(link.capacity_bps, headroom);
             conns.boosts[i] = match plan.share {
                 Some(_) => {
-                    let budget = fair_share::budget(link.capacity_bps);
                     fair_share::trim(conns.boosts[i], plan.carried as f64, budget, plan.wanting)
                 }
                 None => 1.0,
             };
             let set = link.apply(&mut conns, &ids[i], &plan.caps, &seen[i]);
+            link.stats.budget.set(budget as u64);
             record(&link.stats, &plan, set);
             plans.push(plan);
         }
         if self.movable {
-            self.rebalance(&mut conns, &plans, now);
+            self.rebalance(&mut conns, &plans, headroom, now);
         }
+    }
+
+    /// The round's headroom (`fair_share::headroom`): the daemon's DHCP and TFTP requests
+    /// (IPv4 and IPv6) are counted, and `firmware` remembers when that count last grew.
+    fn headroom(&self, firmware: &mut (u64, Option<Instant>), now: Instant) -> f64 {
+        let asked = self.metrics.dhcp().requests.get() + self.metrics.tftp().requests.get();
+        if asked != firmware.0 {
+            *firmware = (asked, Some(now));
+        }
+        fair_share::headroom(firmware.1.map(|t| now.duration_since(t)))
     }
 
     /// Moves the clients `rebalance::moves` names: every connection of the client on the link
     /// it leaves is marked for the other, and starts there at a client's share.
-    fn rebalance(&self, conns: &mut Conns, plans: &[fair_share::Plan], now: Instant) {
+    fn rebalance(
+        &self,
+        conns: &mut Conns,
+        plans: &[fair_share::Plan],
+        headroom: f64,
+        now: Instant,
+    ) {
         let recently: std::collections::BTreeSet<Ipv4Addr> = conns
             .all
             .values()
@@ -310,7 +356,7 @@ impl Pacer {
             .iter()
             .zip(plans)
             .map(|(link, plan)| LinkLoad {
-                budget: fair_share::budget(link.capacity_bps),
+                budget: fair_share::budget(link.capacity_bps, headroom),
                 carried: plan.carried as f64,
                 clients: plan
                     .active
@@ -488,7 +534,8 @@ mod tests {
         let other = pacer.register(b.as_fd(), Ipv4Addr::new(10, 0, 0, 1), client, Carries::Root);
         assert!(other.0.is_none());
         assert_eq!(pacer.links[0].stats.connections.get(), 2);
-        assert_eq!(metrics.paced()[0].budget_bytes, 11_250_000);
+        // Until its first round, the budget keeps the headroom for firmware.
+        assert_eq!(metrics.paced()[0].budget.get(), 11_250_000);
         drop(pa);
         assert_eq!(pacer.links[0].stats.connections.get(), 1);
         drop(pb);
@@ -501,6 +548,32 @@ mod tests {
     }
 
     /// A link with no capacity is not paced: no pacer at all, no thread.
+    #[test]
+    fn the_headroom_follows_the_firmwares_requests() {
+        let metrics = Metrics::default();
+        let pacer = Pacer::new(&[], false, &metrics);
+        let mut firmware = (0, None);
+        let start = Instant::now();
+        // Nothing asked yet: the whole link.
+        assert_eq!(
+            pacer.headroom(&mut firmware, start),
+            fair_share::QUIET_HEADROOM
+        );
+        // A DHCP request (or a TFTP one) keeps the headroom for FIRMWARE_QUIET after the
+        // round that saw it.
+        metrics.dhcp().requests.inc();
+        assert_eq!(pacer.headroom(&mut firmware, start), fair_share::HEADROOM);
+        let later = start + fair_share::FIRMWARE_QUIET / 2;
+        assert_eq!(pacer.headroom(&mut firmware, later), fair_share::HEADROOM);
+        metrics.tftp().requests.inc();
+        let quiet = later + fair_share::FIRMWARE_QUIET;
+        assert_eq!(pacer.headroom(&mut firmware, later), fair_share::HEADROOM);
+        assert_eq!(
+            pacer.headroom(&mut firmware, quiet),
+            fair_share::QUIET_HEADROOM
+        );
+    }
+
     #[tokio::test]
     async fn no_pacer_without_a_known_capacity() {
         let spec = LinkSpec {

@@ -8,7 +8,7 @@
 
 use crate::common::netns::{Daemon, Link};
 use crate::common::{Fixture, Loopback, run};
-use bootpool::service::fair_share::{MAX_BOOST, WEIGHTS};
+use bootpool::service::fair_share::{self, MAX_BOOST, WEIGHTS};
 use std::process::Child;
 
 const NBD_MAC: &str = "52:54:00:77:00:11";
@@ -189,13 +189,23 @@ fn clients_on_a_full_link_are_paced_to_shares_of_it() {
     fx.write_config(&config("10.77.6", &dev).server(&speeds));
     let _daemon = Daemon::start_without_sysfs(&link, &fx, 1);
     let clients = four_clients(&link, "10.77.6");
-    let budget = series(
-        &metrics(&link, "127.0.0.1"),
-        "bootpool_pacing_budget_bytes",
-        &dev,
-    )
-    .expect("the shaped link is paced");
-    assert_eq!(budget, 50_000_000 / 8 * 9 / 10);
+    // No firmware has asked anything: from its first round, the pacer's budget is the
+    // link's whole capacity (before it, the headroom kept for firmware).
+    let quiet = fair_share::budget(50_000_000, fair_share::QUIET_HEADROOM) as u64;
+    let mut budget = 0;
+    for _ in 0..50 {
+        budget = series(
+            &metrics(&link, "127.0.0.1"),
+            "bootpool_pacing_budget_bytes",
+            &dev,
+        )
+        .expect("the shaped link is paced");
+        if budget == quiet {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(budget, quiet);
 
     // Four clients download the 6 MiB kernel at once: 24 MiB over a 50 Mbit/s link.
     let url = "http://10.77.6.1:8080/boot/demo/vmlinuz";
@@ -230,7 +240,7 @@ fn clients_on_a_full_link_are_paced_to_shares_of_it() {
     // budget together (as far as the pacer raises the caps to make up what held-back clients
     // leave unused).
     let most = (budget as f64 * MAX_BOOST) as u64;
-    let heaviest = WEIGHTS.boot * (1.0 + WEIGHTS.stagger);
+    let heaviest = WEIGHTS.boot * fair_share::arrival_weight(0, active as usize, WEIGHTS.ahead);
     let least = budget as f64 / (active as f64 * heaviest);
     assert!(share as f64 >= least - 1.0, "share {share} of {budget}");
     assert!(
@@ -240,6 +250,39 @@ fn clients_on_a_full_link_are_paced_to_shares_of_it() {
     let text = metrics(&link, "127.0.0.1");
     assert!(series(&text, "bootpool_pacing_rounds_total", &dev).unwrap() > 0);
     assert!(series(&text, "bootpool_pacing_caps_set_total", &dev).unwrap() >= 2);
+
+    // A firmware's request (here curl's TFTP read of the loader) brings the headroom back for
+    // `FIRMWARE_QUIET`, then the budget is the whole link again.
+    let asked = std::time::Instant::now();
+    let got = Link::command(
+        &link.client_ns,
+        "curl",
+        &["-sS", "-o", "/dev/null", "tftp://10.77.6.1/undionly.kpxe"],
+    )
+    .status()
+    .expect("curl runs");
+    assert!(got.success(), "the TFTP read failed");
+    let kept = fair_share::budget(50_000_000, fair_share::HEADROOM) as u64;
+    let budget_now = || {
+        series(
+            &metrics(&link, "127.0.0.1"),
+            "bootpool_pacing_budget_bytes",
+            &dev,
+        )
+        .unwrap()
+    };
+    let mut now = budget_now();
+    while now != kept && asked.elapsed() < fair_share::FIRMWARE_QUIET / 2 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        now = budget_now();
+    }
+    assert_eq!(now, kept, "after a TFTP request");
+    while now != quiet && asked.elapsed() < fair_share::FIRMWARE_QUIET * 3 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        now = budget_now();
+    }
+    assert_eq!(now, quiet, "after {:?}", asked.elapsed());
+    assert!(asked.elapsed() >= fair_share::FIRMWARE_QUIET);
 }
 
 /// Four clients download from the first of two full, shaped links while the second idles: the
