@@ -111,8 +111,8 @@ pub enum Carries {
 pub struct Weights {
     /// A client fetching boot files weighs at least this many times a root's base weight...
     pub boot: f64,
-    /// ...and `ahead` times more for each active client on the link that arrived after it
-    /// (counting at most `AHEAD_RANKS` of them): `arrival_weight`.
+    /// ...and, among the first `AHEAD_RANKS` active clients on the link by their order of
+    /// arrival, `ahead` times more than the next one (`arrival_weight`).
     pub ahead: f64,
     /// A client reading its root weighs 1, plus `behind` times the share by which the bytes
     /// it received trail those of the link's leading root reader (`catch_up_weight`).
@@ -122,8 +122,9 @@ pub struct Weights {
 /// Boot files first, in the order of arrival; roots by how far behind they are. A room that
 /// powers on together would otherwise fetch its kernels in lock-step, think in the same
 /// seconds while the link idles, and then read its roots all at once. Boot files weighed by
-/// arrival, each client 1.5 times the next, let the first clients finish their kernels early
-/// and think while later ones still download, so the roots' reads start spread out;
+/// arrival, each of the first clients on a link 1.5 times the next, let them finish their
+/// kernels early and think while later ones still download, so the roots' reads start spread
+/// out;
 /// weighing boot files above roots keeps the latest clients' kernels (the room's longest
 /// remaining path) from waiting behind earlier clients' roots; and a root reader that trails
 /// the others (a client that arrived late, with the least slack) weighs up to three times the
@@ -144,16 +145,20 @@ pub const EQUAL: Weights = Weights {
     behind: 0.0,
 };
 
-/// How many later arrivals raise a client's boot-file weight: beyond that, the earliest
-/// clients of a large room weigh alike (1.5^16 is 657 times the latest's), and no weight
-/// grows past what a float sums well.
-pub const AHEAD_RANKS: usize = 16;
+/// How many of a link's active clients, in their order of arrival, are weighed ahead of the
+/// next: the front of the queue. A link of ten clients (the storm's 40 on four links) is
+/// ordered whole; in a larger room the front moves up as its first clients finish, the rest
+/// share alike, and none is held far below the others for long. Ordering every client of a
+/// 50-client link (the storm's 200, each weighing 1.5 times the next, up to 657 times the
+/// latest) held the latest ones' kernels back for half a minute and booted that room 20% later
+/// (BENCHMARKS.md, session 20).
+pub const AHEAD_RANKS: usize = 9;
 
-/// The arrival weight of the client at `rank` (0: came first) among `of` claimants: `ahead`
-/// to the power of the number of claimants that came after it (at most `AHEAD_RANKS`).
-pub fn arrival_weight(rank: usize, of: usize, ahead: f64) -> f64 {
-    let after = of.saturating_sub(rank + 1).min(AHEAD_RANKS);
-    ahead.powi(after as i32)
+/// The arrival weight of the client at `rank` (0: came first) among a link's active clients:
+/// `ahead` to the power of how far inside the front of the queue it is (`AHEAD_RANKS` for the
+/// first, 0 from rank `AHEAD_RANKS` on).
+pub fn arrival_weight(rank: usize, ahead: f64) -> f64 {
+    ahead.powi(AHEAD_RANKS.saturating_sub(rank) as i32)
 }
 
 /// The weight of a root reader that received `received` bytes when the link's leading root
@@ -234,13 +239,12 @@ pub fn plan_weighted(link: Link<'_>, seconds: f64, conns: &[Seen], weights: Weig
         .map(|(h, _)| h.received)
         .max()
         .unwrap_or(0);
-    let n = by_arrival.len();
     let weights: BTreeMap<Ipv4Addr, f64> = by_arrival
         .iter()
         .enumerate()
         .map(|(rank, (h, c))| {
             let w = if fetching_boot_files(c) {
-                weights.boot * arrival_weight(rank, n, weights.ahead)
+                weights.boot * arrival_weight(rank, weights.ahead)
             } else {
                 catch_up_weight(h.received, leader, weights.behind)
             };
@@ -575,7 +579,8 @@ mod tests {
             &p.caps,
             &[cap(base), cap(base * 2.0), cap(base * 4.0), cap(base * 8.0)],
         );
-        assert_caps(&[p.share], &[cap(base)]);
+        // The share is the level of one unit of weight (a root's): the latest weighs 2^6.
+        assert_caps(&[p.share], &[cap(base / arrival_weight(3, 2.0))]);
         let sum: u64 = p.caps.iter().flatten().sum();
         assert!((sum as f64 - b).abs() <= 4.0, "{sum} vs {b}");
         // A light client's unused part goes to the others, still by weight; its own cap is
@@ -593,21 +598,13 @@ mod tests {
         );
         let base = (b - b / 10.0) / (4.0 + 2.0);
         assert_caps(&p.caps, &[cap(base * 4.0), cap(base * 2.0), cap(base)]);
-        // One client: weight 1; `ahead` to the power of the later arrivals, counting at most
-        // `AHEAD_RANKS` of them.
-        assert_eq!(arrival_weight(0, 1, 1.5), 1.0);
-        assert_eq!(
-            (
-                arrival_weight(0, 3, 1.5),
-                arrival_weight(1, 3, 1.5),
-                arrival_weight(2, 3, 1.5)
-            ),
-            (2.25, 1.5, 1.0)
-        );
+        // `ahead` times the next one's inside the front of the queue; alike behind it.
         let most = 1.5f64.powi(AHEAD_RANKS as i32);
-        assert_eq!(arrival_weight(0, 200, 1.5), most);
-        assert_eq!(arrival_weight(200 - 1 - AHEAD_RANKS, 200, 1.5), most);
-        assert!(arrival_weight(200 - AHEAD_RANKS, 200, 1.5) < most);
+        assert_eq!(arrival_weight(0, 1.5), most);
+        assert_eq!(arrival_weight(1, 1.5) * 1.5, most);
+        assert_eq!(arrival_weight(AHEAD_RANKS - 1, 1.5), 1.5);
+        assert_eq!(arrival_weight(AHEAD_RANKS, 1.5), 1.0);
+        assert_eq!(arrival_weight(199, 1.5), 1.0);
     }
 
     #[test]
@@ -645,15 +642,24 @@ mod tests {
             ..hungry(n)
         };
         // Client 1 came first and fetches boot files; 2 and 3 read their roots and have
-        // received as much. With `WEIGHTS`, 1 weighs 2 x 1.5^2 = 4.5 and each root 1.
+        // received as much. With `WEIGHTS`, 1 weighs 2 x 1.5^9 and each root 1.
         let conns = [hungry(1), root(2), root(3)];
         let w =
             |p: &[Seen]| plan_weighted(link(Some(100 * MBIT), 1.0, &by_address), 1.0, p, WEIGHTS);
         let p = w(&conns);
-        assert_caps(&p.caps, &[cap(b * 4.5 / 6.5), cap(b / 6.5), cap(b / 6.5)]);
-        // The latest client's boot files still weigh twice a root read by the first.
-        let p = w(&[root(1), root(2), hungry(3)]);
-        assert_caps(&p.caps, &[cap(b / 4.0), cap(b / 4.0), cap(b / 2.0)]);
+        let first = 2.0 * arrival_weight(0, 1.5);
+        let all = first + 2.0;
+        assert_caps(&p.caps, &[cap(b * first / all), cap(b / all), cap(b / all)]);
+        // The boot files of a client behind the front of the queue still weigh twice a root
+        // read by one that came first.
+        let conns: Vec<Seen> = (10..10 + AHEAD_RANKS as u8)
+            .map(root)
+            .chain([hungry(200)])
+            .collect();
+        let p = w(&conns);
+        let each = b / (AHEAD_RANKS as f64 + 2.0);
+        assert_caps(&p.caps[AHEAD_RANKS..], &[cap(2.0 * each)]);
+        assert_caps(&p.caps[..1], &[cap(each)]);
         // A client counts as fetching boot files only while that connection moves bytes: an
         // idle HTTP connection (iPXE's, left open) beside a root read weighs as a root.
         let idle_http = using(1, 0, None);

@@ -240,7 +240,7 @@ fn clients_on_a_full_link_are_paced_to_shares_of_it() {
     // budget together (as far as the pacer raises the caps to make up what held-back clients
     // leave unused).
     let most = (budget as f64 * MAX_BOOST) as u64;
-    let heaviest = WEIGHTS.boot * fair_share::arrival_weight(0, active as usize, WEIGHTS.ahead);
+    let heaviest = WEIGHTS.boot * fair_share::arrival_weight(0, WEIGHTS.ahead);
     let least = budget as f64 / (active as f64 * heaviest);
     assert!(share as f64 >= least - 1.0, "share {share} of {budget}");
     assert!(
