@@ -130,7 +130,7 @@ pub struct Weights {
 /// the others (a client that arrived late, with the least slack) weighs up to three times the
 /// leader, so the room's last boots come together. Chosen on the storm (BENCHMARKS.md,
 /// session 20) against session 19's linear stagger of 5 to 1 and equal roots: 40 clients
-/// booted 3% sooner over NBD and NFS alike, the slowest client 1.02-1.09x the median (the
+/// booted 3% sooner over NBD and NFS alike, the slowest client 1.01-1.07x the median (the
 /// bound this project holds to is 1.3x).
 pub const WEIGHTS: Weights = Weights {
     boot: 2.0,
