@@ -124,8 +124,7 @@ pub struct Weights {
 /// seconds while the link idles, and then read its roots all at once. Boot files weighed by
 /// arrival, each of the first clients on a link 1.5 times the next, let them finish their
 /// kernels early and think while later ones still download, so the roots' reads start spread
-/// out;
-/// weighing boot files above roots keeps the latest clients' kernels (the room's longest
+/// out; weighing boot files above roots keeps the latest clients' kernels (the room's longest
 /// remaining path) from waiting behind earlier clients' roots; and a root reader that trails
 /// the others (a client that arrived late, with the least slack) weighs up to three times the
 /// leader, so the room's last boots come together. Chosen on the storm (BENCHMARKS.md,
@@ -221,29 +220,30 @@ pub fn plan_weighted(link: Link<'_>, seconds: f64, conns: &[Seen], weights: Weig
         return unpaced;
     }
     // The active clients' weights: boot files by their order of arrival, roots by how far
-    // they trail the leading root reader.
-    let mut by_arrival: Vec<(History, Ipv4Addr)> = unpaced
+    // they trail the leading root reader. A client fetches boot files while such a
+    // connection of its moves bytes.
+    let mut by_arrival: Vec<(History, Ipv4Addr, bool)> = unpaced
         .active
         .iter()
-        .map(|(c, _)| ((link.history)(*c), *c))
+        .map(|(c, _)| {
+            let boot = clients[c]
+                .iter()
+                .any(|&i| conns[i].carries == Carries::BootFiles && demands[i] > 0.0);
+            ((link.history)(*c), *c, boot)
+        })
         .collect();
-    by_arrival.sort_by_key(|(h, c)| (h.arrival, *c));
-    let fetching_boot_files = |c: &Ipv4Addr| {
-        clients[c]
-            .iter()
-            .any(|&i| conns[i].carries == Carries::BootFiles && demands[i] > 0.0)
-    };
+    by_arrival.sort_by_key(|(h, c, _)| (h.arrival, *c));
     let leader = by_arrival
         .iter()
-        .filter(|(_, c)| !fetching_boot_files(c))
-        .map(|(h, _)| h.received)
+        .filter(|(_, _, boot)| !boot)
+        .map(|(h, _, _)| h.received)
         .max()
         .unwrap_or(0);
     let weights: BTreeMap<Ipv4Addr, f64> = by_arrival
         .iter()
         .enumerate()
-        .map(|(rank, (h, c))| {
-            let w = if fetching_boot_files(c) {
+        .map(|(rank, (h, c, boot))| {
+            let w = if *boot {
                 weights.boot * arrival_weight(rank, weights.ahead)
             } else {
                 catch_up_weight(h.received, leader, weights.behind)

@@ -290,15 +290,12 @@ impl Pacer {
         clients.retain(|_, known| now.duration_since(known.1) < FORGET_ARRIVAL);
         let mut plans = Vec::with_capacity(self.links.len());
         for (i, link) in self.links.iter().enumerate() {
-            let history = |c: Ipv4Addr| {
-                conns.clients.get(&c).map_or(
-                    History {
-                        arrival: u64::MAX,
-                        received: 0,
-                    },
-                    |known| known.0,
-                )
+            // A client forgotten meanwhile weighs as the latest, with nothing received.
+            let unknown = History {
+                arrival: u64::MAX,
+                ..History::default()
             };
+            let history = |c: Ipv4Addr| conns.clients.get(&c).map_or(unknown, |known| known.0);
             let on = fair_share::Link {
                 capacity_bps: Some(link.capacity_bps),
                 headroom,
@@ -547,7 +544,6 @@ mod tests {
         assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, 500_000);
     }
 
-    /// A link with no capacity is not paced: no pacer at all, no thread.
     #[test]
     fn the_headroom_follows_the_firmwares_requests() {
         let metrics = Metrics::default();
@@ -574,6 +570,7 @@ mod tests {
         );
     }
 
+    /// A link with no capacity is not paced: no pacer at all, no thread.
     #[tokio::test]
     async fn no_pacer_without_a_known_capacity() {
         let spec = LinkSpec {

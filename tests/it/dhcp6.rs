@@ -204,15 +204,8 @@ fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
     assert_eq!(std::fs::metadata(&got).unwrap().len(), 70_000);
 
     // The root over NBD on IPv6 (libnbd's nbdinfo), allowed to the DHCPv6 address's MAC.
-    let nbd = format!(
-        "nbd://[{SERVER6}]:{}/demo",
-        bound_port(&daemon.log_text(), "nbd6")
-    );
-    let (ok, size, err) = crate::common::run(
-        &mut Link::command(&link.client_ns, "nbdinfo", &["--size", &nbd]),
-        30,
-    );
-    assert!(ok, "nbdinfo {nbd}: {err}");
+    let (ok, size, err) = nbd_size_over_ipv6(&link, &daemon);
+    assert!(ok, "nbdinfo: {err}");
     assert_eq!(size.trim(), (16u64 << 20).to_string());
 
     // The record knows the client by its MAC: its DHCPv6 address, the script and the files.
@@ -259,19 +252,25 @@ fn a_stranger_on_ipv6_is_refused_the_nbd_root() {
         &link.client_if,
         "nodad",
     ]);
-    let nbd = format!(
-        "nbd://[{SERVER6}]:{}/demo",
-        bound_port(&daemon.log_text(), "nbd6")
-    );
-    let (ok, size, err) = crate::common::run(
-        &mut Link::command(&link.client_ns, "nbdinfo", &["--size", &nbd]),
-        30,
-    );
+    let (ok, size, err) = nbd_size_over_ipv6(&link, &daemon);
     assert!(!ok, "a stranger attached over IPv6: {size}");
     // NBD_REP_ERR_POLICY: refused by the access rule, not lost on the way.
     assert!(err.contains("server policy prevents"), "{err}");
     assert!(daemon.log_text().contains("nbd client holds no lease"));
     drop(daemon);
+}
+
+/// libnbd's `nbdinfo --size` of the demo export at the server's IPv6 address, from the client
+/// namespace: (succeeded, stdout, stderr).
+fn nbd_size_over_ipv6(link: &Link, daemon: &Daemon) -> (bool, String, String) {
+    let nbd = format!(
+        "nbd://[{SERVER6}]:{}/demo",
+        bound_port(&daemon.log_text(), "nbd6")
+    );
+    crate::common::run(
+        &mut Link::command(&link.client_ns, "nbdinfo", &["--size", &nbd]),
+        30,
+    )
 }
 
 /// The port of listener `name` in the daemon's "bootpool serving" line (`http6=Some([::]:P)`).
