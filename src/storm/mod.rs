@@ -106,11 +106,52 @@ impl Drop for Server {
         let _ = sys::process::kill(-(self.0.id() as i32), libc::SIGKILL);
         let _ = self.0.wait();
         // Daemons that left the group (nbd-server forks away) are still in the room.
-        for pid in sample::room_pids(std::process::id()) {
-            // The process is in the storm's own network namespace, so the storm started it.
-            let _ = sys::process::kill(pid, libc::SIGKILL);
+        end_room(Duration::ZERO);
+    }
+}
+
+/// Ends every process in the storm's network namespace but the storm: SIGTERM, up to `grace`
+/// for them to go, then SIGKILL. Each of them is in the storm's own namespace, so the storm
+/// started it (the server, or a daemon of the reference stack that forked away from it).
+fn end_room(grace: Duration) {
+    let me = std::process::id();
+    let until = Instant::now() + grace;
+    if !grace.is_zero() {
+        for pid in sample::room_pids(me) {
+            let _ = sys::process::kill(pid, libc::SIGTERM);
+        }
+        while Instant::now() < until && !sample::room_pids(me).is_empty() {
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
+    for pid in sample::room_pids(me) {
+        let _ = sys::process::kill(pid, libc::SIGKILL);
+    }
+}
+
+/// Takes SIGINT, SIGTERM and SIGHUP on a thread of their own (call before any other thread
+/// exists): a storm stopped by one ends the processes of its room before it exits, as it
+/// does when it ends by itself. Killed outright, the server's parent-death signal still ends
+/// the server, but the daemons a reference stack forked away would keep the room's namespace
+/// (and their ports) alive.
+fn end_room_on_signal() -> anyhow::Result<()> {
+    let held = sys::process::hold_signals(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
+        .context("holding the stop signals")?;
+    std::thread::Builder::new()
+        .name("stop".into())
+        .spawn(move || {
+            use std::io::Write as _;
+            let signal = held.wait();
+            // Not eprintln!: a closed stderr must not keep the room alive.
+            let _ = writeln!(
+                std::io::stderr(),
+                "storm: stopped by signal {signal}; ending the room's processes"
+            );
+            end_room(Duration::from_secs(3));
+            std::process::exit(128 + signal);
+        })
+        .context("starting the signal thread")?;
+    Ok(())
 }
 
 fn start_server(args: &StormArgs, run_dir: &std::path::Path) -> anyhow::Result<Server> {
@@ -158,6 +199,7 @@ fn wait_ready(
 }
 
 pub fn run(args: StormArgs) -> anyhow::Result<()> {
+    end_room_on_signal()?;
     let config = Config::load(&args.config)?;
     let pool = match &args.pool {
         Some(name) => config

@@ -1,5 +1,6 @@
-//! The process and its threads: the open-file limit, signals to other processes, a child's
-//! death signal, thread ids and timer slack, network namespaces, and `sysconf` numbers.
+//! The process and its threads: the open-file limit, signals to other processes, signals held
+//! for a thread to take, a child's death signal, thread ids and timer slack, network
+//! namespaces, and `sysconf` numbers.
 
 use std::io;
 use std::os::unix::process::CommandExt as _;
@@ -35,6 +36,46 @@ pub fn kill(pid: libc::pid_t, signal: libc::c_int) -> io::Result<()> {
     // SAFETY: kill(2) takes numbers only and touches no memory of ours.
     check(unsafe { libc::kill(pid, signal) })?;
     Ok(())
+}
+
+/// Signals the process takes when it is ready (`HeldSignals::wait`), not by their default
+/// action.
+#[derive(Clone, Copy)]
+pub struct HeldSignals(libc::sigset_t);
+
+/// Blocks `signals` in the calling thread and in every thread it starts afterwards (call it
+/// before any other thread exists): they stay pending until a thread takes one with
+/// `HeldSignals::wait`. Programs started with `std::process::Command` begin with no signal
+/// blocked (std clears the mask in the child), so they still die of them.
+pub fn hold_signals(signals: &[libc::c_int]) -> io::Result<HeldSignals> {
+    // SAFETY: an all-zero sigset_t is a valid value to hand to sigemptyset, which sets it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t owned by this frame, for each call.
+    unsafe {
+        check(libc::sigemptyset(&mut set))?;
+        for &s in signals {
+            check(libc::sigaddset(&mut set, s))?;
+        }
+    }
+    // SAFETY: `set` is initialised; the old mask is not asked for.
+    let err = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if err != 0 {
+        return Err(io::Error::from_raw_os_error(err));
+    }
+    Ok(HeldSignals(set))
+}
+
+impl HeldSignals {
+    /// Waits until one of the held signals arrives, and returns it.
+    pub fn wait(&self) -> libc::c_int {
+        let mut got: libc::c_int = 0;
+        loop {
+            // SAFETY: the set is initialised and `got` is a valid place for the answer.
+            if unsafe { libc::sigwait(&self.0, &mut got) } == 0 {
+                return got;
+            }
+        }
+    }
 }
 
 /// Makes the child `cmd` starts get `signal` when the thread that started it dies

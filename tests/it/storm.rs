@@ -301,6 +301,79 @@ fn a_small_nbd_storm_boots_every_client_and_its_numbers_add_up() {
     small_storm("nbd", 20, 300);
 }
 
+/// The command lines of the processes that run `sleep SECONDS`.
+fn sleeping(seconds: &str) -> Vec<String> {
+    let want = format!("sleep {seconds}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.parse::<u32>().is_ok())
+        })
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.trim_end() == want)
+        .collect()
+}
+
+/// A storm stopped by SIGTERM while its clients boot ends every process of its room before it
+/// exits, a daemon that forked away from the server's process group too (as nbd-server and
+/// dnsmasq do in the reference stack), and exits as a process ended by that signal does.
+#[test]
+fn a_storm_stopped_by_a_signal_ends_the_processes_of_its_room() {
+    use std::io::{BufRead as _, BufReader};
+    let _room = one_room();
+    let dir = tempfile::tempdir().unwrap();
+    let config = storm_config(dir.path());
+    // A number nothing else on the machine sleeps for.
+    let marker = format!(
+        "{}.{}",
+        4000 + std::process::id() % 1000,
+        std::process::id()
+    );
+    let server = format!(
+        "setsid sleep {marker} & exec {} serve --config {}",
+        env!("CARGO_BIN_EXE_bootpool"),
+        config.display()
+    );
+    let mut storm = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"))
+        .current_dir(repo())
+        .args([
+            "storm",
+            "--config",
+            config.to_str().unwrap(),
+            "--root",
+            "nfs",
+        ])
+        .args(["--clients", "4", "--think-scale", "1", "--timeout", "300"])
+        .args(["--server-cmd", &server, "--ready-port", "8080"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The storm says so on stderr once its server answers and the clients power on.
+    let mut said = String::new();
+    let mut lines = BufReader::new(storm.stderr.take().unwrap()).lines();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        said += &line;
+        said.push('\n');
+        if line.starts_with("storm: 4 clients") {
+            break;
+        }
+    }
+    // The rest is read, so that the storm never waits on a full pipe.
+    let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    assert_eq!(sleeping(&marker).len(), 1, "{said}");
+    bootpool::sys::process::kill(storm.id() as i32, libc::SIGTERM).unwrap();
+    let status = storm.wait().unwrap();
+    said += &rest.join().unwrap().join("\n");
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{said}");
+    assert_eq!(sleeping(&marker), Vec::<String>::new(), "{said}");
+}
+
 /// Firmware that fetches its loader over TFTP first (EDK2's timer and retry count), as a room
 /// of PXE ROMs does: every client gets the loader's bytes, bootpool records them, and on an
 /// idle room nobody had to retransmit (counted from each client's own UDP datagrams).
