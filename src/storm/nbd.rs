@@ -10,11 +10,11 @@
 //! own thread.
 
 use crate::sys::libnbd::{Handle, Lib};
-use crate::trace::format::{Gates, Op, What};
+use crate::trace::format::{Gates, Op, Schedule, What};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
 use std::net::Ipv4Addr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// What a replay did.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -80,34 +80,19 @@ pub fn replay_nbd(
     {
         return Err(NbdError::NoAttach);
     }
-    let think_scale = if think_scale.is_finite() {
-        think_scale.max(0.0)
-    } else {
-        0.0
-    };
     let gates = Gates::new(&ops);
-    let mut tracker = gates.tracker();
+    let mut schedule = gates.schedule(think_scale);
     let mut stats = NbdStats::default();
     // In flight: cookie -> (op, bytes asked, when sent). The buffers are the handle's.
     let mut flight: Flight = HashMap::new();
     let mut conn: Option<Handle> = None;
-    let mut ready_upto = 0;
-    let mut waiting: Vec<(Instant, usize)> = Vec::new();
 
-    while !tracker.all_done() {
+    while !schedule.all_done() {
         let now = Instant::now();
-        while ready_upto < ops.len() && tracker.ready(ready_upto) {
-            let think = Duration::from_secs_f64(gates.think(ready_upto) * think_scale);
-            waiting.push((now + think, ready_upto));
-            ready_upto += 1;
-        }
-        waiting.sort_by_key(|w| w.0);
+        schedule.release(now);
         let mut progressed = false;
-        while let Some(&(due, i)) = waiting.first() {
-            if due > now {
-                break;
-            }
-            waiting.remove(0);
+        while let Some(i) = schedule.due(now) {
+            schedule.start();
             let What::Nbd {
                 cmd,
                 offset,
@@ -121,7 +106,7 @@ pub fn replay_nbd(
                 "attach" | "disc" => {
                     // Whatever the old connection has in flight is answered first.
                     if let Some(mut h) = conn.take() {
-                        drain(&mut h, &mut flight, &mut stats, &mut tracker)?;
+                        drain(&mut h, &mut flight, &mut stats, &mut schedule)?;
                         h.shutdown();
                     }
                     if cmd == "attach" {
@@ -140,7 +125,7 @@ pub fn replay_nbd(
                         conn = Some(h);
                         stats.last = Some(Instant::now());
                     }
-                    tracker.finish(i);
+                    schedule.finish(i);
                 }
                 "read" => match conn.as_mut() {
                     Some(h) if offset.checked_add(*len).is_some_and(|e| e <= stats.size) => {
@@ -152,7 +137,7 @@ pub fn replay_nbd(
                             Err(why) => {
                                 tracing::debug!(offset, len, %why, "nbd replay read not issued");
                                 stats.errors += 1;
-                                tracker.finish(i);
+                                schedule.finish(i);
                             }
                         }
                     }
@@ -164,29 +149,29 @@ pub fn replay_nbd(
                             "nbd replay read past the export's end"
                         );
                         stats.errors += 1;
-                        tracker.finish(i);
+                        schedule.finish(i);
                     }
                     None => {
                         *stats
                             .skipped
                             .entry("read without a connection".into())
                             .or_default() += 1;
-                        tracker.finish(i);
+                        schedule.finish(i);
                     }
                 },
                 other => {
                     *stats.skipped.entry(other.to_string()).or_default() += 1;
-                    tracker.finish(i);
+                    schedule.finish(i);
                 }
             }
             progressed = true;
         }
         if progressed {
             // Finished ops may have made others ready.
-            collect(conn.as_mut(), &mut flight, &mut stats, &mut tracker)?;
+            collect(conn.as_mut(), &mut flight, &mut stats, &mut schedule)?;
             continue;
         }
-        let next_due = waiting.first().map(|w| w.0);
+        let next_due = schedule.next_due();
         match conn.as_mut() {
             Some(h) if !flight.is_empty() => {
                 let ms = next_due.map_or(-1, |d| {
@@ -195,7 +180,7 @@ pub fn replay_nbd(
                         .clamp(1, 60_000) as c_int
                 });
                 h.poll(ms).map_err(NbdError::Connection)?;
-                collect(Some(h), &mut flight, &mut stats, &mut tracker)?;
+                collect(Some(h), &mut flight, &mut stats, &mut schedule)?;
             }
             _ => match next_due {
                 Some(d) => std::thread::sleep(d.saturating_duration_since(Instant::now())),
@@ -204,7 +189,7 @@ pub fn replay_nbd(
         }
     }
     if let Some(mut h) = conn.take() {
-        drain(&mut h, &mut flight, &mut stats, &mut tracker)?;
+        drain(&mut h, &mut flight, &mut stats, &mut schedule)?;
         h.shutdown();
     }
     Ok(stats)
@@ -218,7 +203,7 @@ fn collect(
     h: Option<&mut Handle>,
     flight: &mut Flight,
     stats: &mut NbdStats,
-    tracker: &mut crate::trace::format::Tracker<'_>,
+    schedule: &mut Schedule<'_>,
 ) -> Result<(), NbdError> {
     let Some(h) = h else { return Ok(()) };
     while !flight.is_empty() {
@@ -244,7 +229,7 @@ fn collect(
                 stats.errors += 1;
             }
         }
-        tracker.finish(i);
+        schedule.finish(i);
     }
     Ok(())
 }
@@ -254,12 +239,12 @@ fn drain(
     h: &mut Handle,
     flight: &mut Flight,
     stats: &mut NbdStats,
-    tracker: &mut crate::trace::format::Tracker<'_>,
+    schedule: &mut Schedule<'_>,
 ) -> Result<(), NbdError> {
-    collect(Some(&mut *h), flight, stats, tracker)?;
+    collect(Some(&mut *h), flight, stats, schedule)?;
     while !flight.is_empty() {
         h.poll(-1).map_err(NbdError::Connection)?;
-        collect(Some(&mut *h), flight, stats, tracker)?;
+        collect(Some(&mut *h), flight, stats, schedule)?;
     }
     Ok(())
 }

@@ -22,7 +22,7 @@ use nfs3_client::tokio::{TokioConnector, TokioIo};
 use nfs3_client::{Nfs3Client, Nfs3ConnectionBuilder};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
@@ -115,38 +115,20 @@ pub async fn replay_nfs(
     if !ops.iter().any(is_mnt) {
         return Err(NfsError::NoMount);
     }
-    let think_scale = if think_scale.is_finite() {
-        think_scale.max(0.0)
-    } else {
-        0.0
-    };
-
     let gates = Gates::new(&ops);
     let want_conns = gates.max_in_flight(&ops).clamp(1, MAX_CONNECTIONS);
-    let mut tracker = gates.tracker();
+    let mut schedule = gates.schedule(think_scale);
     let mut st = State::default();
     let mut mounted: Option<Mounted> = None;
     let mut free: Vec<Client> = Vec::new();
     let mut running: JoinSet<(Client, Outcome, Instant)> = JoinSet::new();
-    // Ops that may start, with when they may: [ready_upto..] are not ready yet (readiness
-    // is a prefix: ops are in `t` order and so need no fewer answers than those before).
-    let mut ready_upto = 0;
-    let mut waiting: Vec<(Instant, usize)> = Vec::new();
 
-    while !tracker.all_done() {
+    while !schedule.all_done() {
         let now = Instant::now();
-        while ready_upto < ops.len() && tracker.ready(ready_upto) {
-            let think = Duration::from_secs_f64(gates.think(ready_upto) * think_scale);
-            waiting.push((now + think, ready_upto));
-            ready_upto += 1;
-        }
-        waiting.sort_by_key(|w| w.0);
+        schedule.release(now);
         // Start what is due: skips and MOUNT calls finish here, the rest run as tasks.
         let mut progressed = false;
-        while let Some(&(due, i)) = waiting.first() {
-            if due > now {
-                break;
-            }
+        while let Some(i) = schedule.due(now) {
             let What::Nfs {
                 proc,
                 path,
@@ -161,7 +143,7 @@ pub async fn replay_nfs(
             };
             let proc_l = proc.to_ascii_lowercase();
             if proc_l == "mnt" || proc_l == "umnt" {
-                waiting.remove(0);
+                schedule.start();
                 st.first.get_or_insert_with(Instant::now);
                 if mounted.is_none() && proc_l == "mnt" {
                     let m = mount(server, ports, path).await?;
@@ -190,20 +172,20 @@ pub async fn replay_nfs(
                     }
                 } else {
                     *st.skipped.entry(proc_l.clone()).or_default() += 1;
-                    tracker.finish(i);
+                    schedule.finish(i);
                     progressed = true;
                     continue;
                 }
                 *st.calls.entry(proc_l).or_default() += 1;
                 st.last = Some(Instant::now());
-                tracker.finish(i);
+                schedule.finish(i);
                 progressed = true;
                 continue;
             }
             if mounted.is_none() {
-                waiting.remove(0);
+                schedule.start();
                 *st.skipped.entry("before mnt".into()).or_default() += 1;
-                tracker.finish(i);
+                schedule.finish(i);
                 progressed = true;
                 continue;
             }
@@ -213,12 +195,12 @@ pub async fn replay_nfs(
                     ..job
                 },
                 Err(why) => {
-                    waiting.remove(0);
+                    schedule.start();
                     if why == "unknown proc" {
                         tracing::warn!(proc = %proc, "nfs replay skips an unknown proc");
                     }
                     *st.skipped.entry(why.into()).or_default() += 1;
-                    tracker.finish(i);
+                    schedule.finish(i);
                     progressed = true;
                     continue;
                 }
@@ -226,7 +208,7 @@ pub async fn replay_nfs(
             let Some(mut client) = free.pop() else {
                 break;
             };
-            waiting.remove(0);
+            schedule.start();
             st.first.get_or_insert_with(Instant::now);
             running.spawn(async move {
                 let sent = Instant::now();
@@ -241,7 +223,7 @@ pub async fn replay_nfs(
         let next_due = if free.is_empty() && !running.is_empty() {
             None
         } else {
-            waiting.first().map(|w| w.0)
+            schedule.next_due()
         };
         // The runtime's timer rounds up to whole milliseconds, which over a boot's thousands
         // of thinks adds seconds: with nothing in flight, a think is slept on the thread.
@@ -264,12 +246,12 @@ pub async fn replay_nfs(
                 }
                 st.absorb(out)?;
                 st.last = Some(now);
-                tracker.finish(i);
+                schedule.finish(i);
             }
             _ = tokio::time::sleep_until(next_due.unwrap_or(now).into()), if next_due.is_some() => {}
             else => {
                 // Nothing runs and nothing can start: the gates never leave an op behind.
-                unreachable!("nfs replay stalled with {} ops waiting", waiting.len());
+                unreachable!("nfs replay stalled with {} ops waiting", schedule.waiting());
             }
         }
     }

@@ -317,6 +317,83 @@ impl Tracker<'_> {
     }
 }
 
+/// When a replay's ops may be sent: once `Tracker` says an op is ready, it falls due its think
+/// time (times `think_scale`) later. The NFS and NBD replays share it.
+#[derive(Debug)]
+pub struct Schedule<'a> {
+    tracker: Tracker<'a>,
+    think_scale: f64,
+    /// Ops `[released..]` are not ready yet. Readiness is a prefix: ops are in `t` order, and
+    /// none needs fewer answers than one before it.
+    released: usize,
+    /// Ready ops, soonest due first (ties in op order).
+    due: Vec<(std::time::Instant, usize)>,
+}
+
+impl Gates {
+    /// A schedule of these gates' ops with think times scaled by `think_scale` (0 for one
+    /// that is negative or not finite).
+    pub fn schedule(&self, think_scale: f64) -> Schedule<'_> {
+        Schedule {
+            tracker: self.tracker(),
+            think_scale: if think_scale.is_finite() {
+                think_scale.max(0.0)
+            } else {
+                0.0
+            },
+            released: 0,
+            due: Vec::new(),
+        }
+    }
+}
+
+impl Schedule<'_> {
+    /// Sets every op that has become ready due at `now` plus its think time.
+    pub fn release(&mut self, now: std::time::Instant) {
+        let gates = self.tracker.gates;
+        while self.released < gates.need.len() && self.tracker.ready(self.released) {
+            let think = gates.think(self.released) * self.think_scale;
+            self.due.push((
+                now + std::time::Duration::from_secs_f64(think),
+                self.released,
+            ));
+            self.released += 1;
+        }
+        self.due.sort_by_key(|d| d.0);
+    }
+
+    /// The op that falls due first, if it is due by `now`; it stays first until `start`.
+    pub fn due(&self, now: std::time::Instant) -> Option<usize> {
+        self.due.first().filter(|d| d.0 <= now).map(|d| d.1)
+    }
+
+    /// Takes the op `due` named off the queue: it is being sent.
+    pub fn start(&mut self) {
+        if !self.due.is_empty() {
+            self.due.remove(0);
+        }
+    }
+
+    /// When the first op waiting for its think time falls due.
+    pub fn next_due(&self) -> Option<std::time::Instant> {
+        self.due.first().map(|d| d.0)
+    }
+
+    /// How many ready ops wait to be sent.
+    pub fn waiting(&self) -> usize {
+        self.due.len()
+    }
+
+    /// Op `op` was answered (or will never be).
+    pub fn finish(&mut self, op: usize) {
+        self.tracker.finish(op);
+    }
+
+    pub fn all_done(&self) -> bool {
+        self.tracker.all_done()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -373,6 +450,41 @@ mod tests {
             t.finish(i);
         }
         assert!(t.all_done());
+    }
+
+    #[test]
+    fn a_schedule_sends_each_op_its_scaled_think_after_it_became_ready() {
+        use std::time::{Duration, Instant};
+        // 1 waits 0.5 s after 0's answer; 2 overlapped 1 in the recording.
+        let ops = [op(0.0, 1.0), op(1.5, 1.0), op(1.6, 0.1)];
+        let g = Gates::new(&ops);
+        let mut s = g.schedule(2.0);
+        let t0 = Instant::now();
+        s.release(t0);
+        assert_eq!((s.due(t0), s.waiting()), (Some(0), 1));
+        s.start();
+        assert_eq!((s.due(t0), s.next_due()), (None, None));
+        let answered = t0 + Duration::from_secs(1);
+        s.finish(0);
+        s.release(answered);
+        // Thinks x2: 1 is due 1 s after the answer, 2 (0.6 s after it in the recording) 1.2 s.
+        assert_eq!(s.waiting(), 2);
+        assert_eq!(s.next_due(), Some(answered + Duration::from_secs(1)));
+        assert_eq!(s.due(answered + Duration::from_millis(999)), None);
+        assert_eq!(s.due(answered + Duration::from_secs(1)), Some(1));
+        s.start();
+        assert_eq!(s.due(answered + Duration::from_secs(2)), Some(2));
+        s.start();
+        s.finish(1);
+        s.finish(2);
+        assert!(s.all_done());
+        // A scale that is not a number thinks for nothing.
+        let mut s = g.schedule(f64::NAN);
+        s.release(t0);
+        s.start();
+        s.finish(0);
+        s.release(t0);
+        assert_eq!(s.due(t0), Some(1));
     }
 
     #[test]
