@@ -176,6 +176,8 @@ fn start_server(args: &StormArgs, run_dir: &std::path::Path) -> anyhow::Result<S
         .stderr(log)
         .process_group(0);
     crate::lab::dies_with_lab(&mut cmd, libc::SIGTERM);
+    // The storm holds the stop signals for itself (`end_room_on_signal`); the server must not.
+    sys::process::unblock_signals_in_child(&mut cmd);
     Ok(Server(cmd.spawn().context("starting the server")?))
 }
 

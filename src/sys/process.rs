@@ -45,8 +45,8 @@ pub struct HeldSignals(libc::sigset_t);
 
 /// Blocks `signals` in the calling thread and in every thread it starts afterwards (call it
 /// before any other thread exists): they stay pending until a thread takes one with
-/// `HeldSignals::wait`. Programs started with `std::process::Command` begin with no signal
-/// blocked (std clears the mask in the child), so they still die of them.
+/// `HeldSignals::wait`. A child inherits the mask across exec: start the ones that must still
+/// die of these signals with `unblock_signals_in_child`.
 pub fn hold_signals(signals: &[libc::c_int]) -> io::Result<HeldSignals> {
     // SAFETY: an all-zero sigset_t is a valid value to hand to sigemptyset, which sets it.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -75,6 +75,24 @@ impl HeldSignals {
                 return got;
             }
         }
+    }
+}
+
+/// Makes the child `cmd` starts begin with no signal blocked, whatever its parent holds
+/// (`hold_signals`): a daemon must stop on the SIGTERM it is sent.
+pub fn unblock_signals_in_child(cmd: &mut Command) {
+    // SAFETY: the closure runs in the forked child before exec, where only async-signal-safe
+    // calls are allowed: sigemptyset and sigprocmask are, and the closure allocates nothing
+    // and touches no memory of the parent (the set lives on the child's stack).
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            if libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 

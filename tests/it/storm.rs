@@ -301,26 +301,35 @@ fn a_small_nbd_storm_boots_every_client_and_its_numbers_add_up() {
     small_storm("nbd", 20, 300);
 }
 
-/// The command lines of the processes that run `sleep SECONDS`.
-fn sleeping(seconds: &str) -> Vec<String> {
+/// The processes that run `sleep SECONDS`.
+fn sleeping(seconds: &str) -> Vec<u32> {
     let want = format!("sleep {seconds}");
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.parse::<u32>().is_ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).replace('\0', " ").trim_end() == want)
         })
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
-        .filter(|c| c.trim_end() == want)
         .collect()
+}
+
+/// Whether process `pid` blocks `signal` (its `SigBlk` mask).
+fn blocks(pid: u32, signal: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let mask = status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigBlk:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap();
+    mask & (1 << (signal - 1)) != 0
 }
 
 /// A storm stopped by SIGTERM while its clients boot ends every process of its room before it
 /// exits, a daemon that forked away from the server's process group too (as nbd-server and
-/// dnsmasq do in the reference stack), and exits as a process ended by that signal does.
+/// dnsmasq do in the reference stack), and exits as a process ended by that signal does. The
+/// storm holds the stop signals for itself; what it starts does not, so a SIGTERM stops it.
 #[test]
 fn a_storm_stopped_by_a_signal_ends_the_processes_of_its_room() {
     use std::io::{BufRead as _, BufReader};
@@ -338,6 +347,14 @@ fn a_storm_stopped_by_a_signal_ends_the_processes_of_its_room() {
         env!("CARGO_BIN_EXE_bootpool"),
         config.display()
     );
+    // A failed assertion still stops the storm (and so its room) on the way out.
+    struct Stopped(std::process::Child);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            let _ = bootpool::sys::process::kill(self.0.id() as i32, libc::SIGTERM);
+            let _ = self.0.wait();
+        }
+    }
     let mut storm = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"))
         .current_dir(repo())
         .args([
@@ -352,10 +369,11 @@ fn a_storm_stopped_by_a_signal_ends_the_processes_of_its_room() {
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
+        .map(Stopped)
         .unwrap();
     // The storm says so on stderr once its server answers and the clients power on.
     let mut said = String::new();
-    let mut lines = BufReader::new(storm.stderr.take().unwrap()).lines();
+    let mut lines = BufReader::new(storm.0.stderr.take().unwrap()).lines();
     for line in lines.by_ref() {
         let line = line.unwrap();
         said += &line;
@@ -366,12 +384,17 @@ fn a_storm_stopped_by_a_signal_ends_the_processes_of_its_room() {
     }
     // The rest is read, so that the storm never waits on a full pipe.
     let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
-    assert_eq!(sleeping(&marker).len(), 1, "{said}");
-    bootpool::sys::process::kill(storm.id() as i32, libc::SIGTERM).unwrap();
-    let status = storm.wait().unwrap();
+    let daemon = sleeping(&marker);
+    assert_eq!(daemon.len(), 1, "{said}");
+    assert!(
+        !blocks(daemon[0], libc::SIGTERM),
+        "the room's daemon blocks SIGTERM"
+    );
+    bootpool::sys::process::kill(storm.0.id() as i32, libc::SIGTERM).unwrap();
+    let status = storm.0.wait().unwrap();
     said += &rest.join().unwrap().join("\n");
     assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{said}");
-    assert_eq!(sleeping(&marker), Vec::<String>::new(), "{said}");
+    assert_eq!(sleeping(&marker), Vec::<u32>::new(), "{said}");
 }
 
 /// Firmware that fetches its loader over TFTP first (EDK2's timer and retry count), as a room
