@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""bench/storm-model.py: what any schedule of a link's bytes can do for a storm of NBD clients.
+"""bench/storm-model.py: what any schedule of a link's bytes can do for a storm.
 
 A fluid model of `bootpool storm`'s room, to ask what no storm run can: how fast could the
 room boot if the server handed out its links' bytes by some other rule? It replays a shipped
-NBD trace (bench/traces/demo-nbd.trace) for N identical clients the way the storm's clients do
+trace (bench/traces/demo-nbd.trace, or demo-nfs.trace with --trace: NFS READs carry their
+bytes, other calls none) for N identical clients the way the storm's clients do
 (src/storm: every request waits for the answers it waited for in the recording, then its think
 time times --think-scale), in steps of --step seconds. Each client's port and each server link
 is a token bucket of the storm's rates and bursts (src/storm/room.rs: 10 ms of the rate, at
@@ -28,13 +29,16 @@ server's own time per request, the clients' jitter. Identical clients under `fai
 lock-step, which a real room does not; so the model says little about the reference stack,
 and is meant to compare schedules with each other. Against the storm on this machine
 (BENCHMARKS.md, "Storm", session 21): one client 14.7 s (the storm: 14.7 s); 40 clients under
-bootpool's weights 22.1 s (the storm: 22.6-22.9 s), with roots weighed 1 to 21 21.8 s (22.4 s).
-The storm's real TCP and pacer lose 0.6-0.8 s that the model does not.
+bootpool's weights 22.1 s (the storm: 22.6-22.9 s), with roots weighed 1 to 21 21.8 s (22.4 s):
+the storm's real TCP and pacer lose 0.6-0.8 s that the model does not. NFS, 40 clients:
+bootpool's weights 37.8 s (the storm: 37.0-37.1 s), roots weighed 1 to 21 39.0 s (37.7-37.9 s),
+the dip at 25 s included; the model's steps cost the NFS trace's 8000 calls ~1 s.
 
 Examples:
   bench/storm-model.py                                 # bootpool's weights, 40 clients
   bench/storm-model.py --policy fair --policy strict:boot-first,trail
   bench/storm-model.py --sweep                         # ~200 weightings, best first
+  bench/storm-model.py --trace bench/traces/demo-nfs.trace   # NFS (~20 s a policy)
 """
 
 import argparse
@@ -55,14 +59,14 @@ def load(path):
         lines = [json.loads(line) for line in f if line.strip()]
     if "bootpool_trace" not in lines[0]:
         sys.exit(f"{path}: not a bootpool trace")
-    if lines[0].get("root") != "nbd":
-        sys.exit(f"{path}: the model replays NBD traces only")
     ops = []
     for e in sorted(lines[1:], key=lambda e: e["t"]):
         if e["op"] == "file":
             kind, size = "boot", e["bytes"]
         elif e["op"] == "nbd" and e.get("cmd") == "read":
             kind, size = "root", e["len"]
+        elif e["op"] == "nfs" and e.get("proc") == "read":
+            kind, size = "root", e.get("bytes", e.get("count", 0))
         else:
             kind, size = "other", 0
         ops.append((e["t"], e.get("d", 0.0), e["op"], kind, size))
@@ -296,7 +300,7 @@ def main():
     p.add_argument("--policy", action="append", help="see above; repeatable")
     p.add_argument("--sweep", action="store_true",
                    help="every weighting B in 1,2,6; A in 1.2,1.5,2,3; R in 5,9,15,40; "
-                        "C in 0,2,6,20 (about 30 min on one core)")
+                        "C in 0,2,6,20 (NBD: about 30 min on one core)")
     p.add_argument("--egress", action="store_true", help="print egress per second")
     a = p.parse_args()
     a.link_rate, a.client_rate = rate(a.link_rate), rate(a.client_link)
