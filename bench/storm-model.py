@@ -54,7 +54,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def load(path):
-    """The trace's ops, sorted by time, as (t, d, kind, bytes, is_booted)."""
+    """The trace's ops, sorted by time, as (t, d, op, kind, bytes): kind is "boot" for boot
+    files, "root" for root reads, "other" for the rest (which carry no bytes)."""
     with open(path) as f:
         lines = [json.loads(line) for line in f if line.strip()]
     if "bootpool_trace" not in lines[0]:
@@ -105,6 +106,10 @@ class Client:
         self.tokens = burst
         self.root_received = 0
         self.kernel = self.booted = None
+        # Set each step for a client with bytes to move: how much it can take now, and the
+        # ops (in order) whose bytes it takes.
+        self.want = 0.0
+        self.ready_ops = []
 
     def fetching_boot_files(self, tr):
         return any(tr.kind[j] == "boot" for j in self.moving)

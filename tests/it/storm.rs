@@ -347,12 +347,15 @@ fn a_storm_stopped_by_a_signal_ends_the_processes_of_its_room() {
         env!("CARGO_BIN_EXE_bootpool"),
         config.display()
     );
-    // A failed assertion still stops the storm (and so its room) on the way out.
+    // A failed assertion still stops the storm (and so its room) on the way out; one already
+    // reaped is left alone, since its pid may be another process's by now.
     struct Stopped(std::process::Child);
     impl Drop for Stopped {
         fn drop(&mut self) {
-            let _ = bootpool::sys::process::kill(self.0.id() as i32, libc::SIGTERM);
-            let _ = self.0.wait();
+            if matches!(self.0.try_wait(), Ok(None)) {
+                let _ = bootpool::sys::process::kill(self.0.id() as i32, libc::SIGTERM);
+                let _ = self.0.wait();
+            }
         }
     }
     let mut storm = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"))
