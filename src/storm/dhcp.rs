@@ -146,7 +146,10 @@ fn exchange(
                 continue;
             }
             match reply.message_type() {
-                Ok(t) if t == want => return Ok(reply),
+                Ok(t) if t == want => {
+                    tries.dropped += frames.dropped();
+                    return Ok(reply);
+                }
                 Ok(MessageType::Nak) => bail!("DHCP NAK"),
                 _ => continue,
             }
@@ -264,6 +267,7 @@ impl<'a> Frames<'a> {
         }
         let proto = (libc::ETH_P_IP as u16).to_be();
         let fd = sock::packet_socket(proto).context("opening a packet socket")?;
+        sock::attach_filter(fd.as_fd(), &TO_PORT_68).context("filtering the packet socket")?;
         sock::bind_packet(fd.as_fd(), proto, ifindex).context("binding the packet socket")?;
         Ok(Frames { fd, udp })
     }
@@ -310,6 +314,37 @@ impl<'a> Frames<'a> {
         crate::sys::sock::packet_drops(self.fd.as_fd()).unwrap_or(0)
     }
 }
+
+/// What the kernel queues on a client's packet socket: whole UDP datagrams to port 68, as
+/// `udp_payload_to_68` reads them (a classic BPF program over the IPv4 header, which is where
+/// an ETH_P_IP datagram socket's data starts). Without it the socket's buffer also holds every
+/// other client's broadcast DISCOVER and REQUEST: a room of 200 powering on at once floods
+/// each client's link with 400 frames, which filled the buffer of a client not scheduled in
+/// time, and its OFFER was lost among them.
+const TO_PORT_68: [libc::sock_filter; 9] = {
+    const fn op(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+        libc::sock_filter { code, jt, jf, k }
+    }
+    // Classic BPF opcodes (linux/bpf_common.h, linux/filter.h).
+    const LD_B_ABS: u16 = 0x30; // A = byte at k
+    const LD_H_ABS: u16 = 0x28; // A = half-word at k
+    const LD_H_IND: u16 = 0x48; // A = half-word at X + k
+    const LDX_MSH: u16 = 0xb1; // X = 4 * (byte at k & 0xf): the IPv4 header's length
+    const JEQ: u16 = 0x15; // A == k
+    const JSET: u16 = 0x45; // A & k != 0
+    const RET: u16 = 0x06;
+    [
+        op(LD_B_ABS, 0, 0, 9),  // 0: the protocol
+        op(JEQ, 0, 6, 17),      // 1: UDP, else 8
+        op(LD_H_ABS, 0, 0, 6),  // 2: flags and fragment offset
+        op(JSET, 4, 0, 0x3fff), // 3: a fragment: 8
+        op(LDX_MSH, 0, 0, 0),   // 4: X = the header's length
+        op(LD_H_IND, 0, 0, 2),  // 5: the UDP destination port
+        op(JEQ, 0, 1, 68),      // 6: 68, else 8
+        op(RET, 0, 0, 0xffff),  // 7: keep it whole
+        op(RET, 0, 0, 0),       // 8: not for a DHCP client
+    ]
+};
 
 /// Where the UDP payload of an IPv4 datagram to port 68 lies in `ip`, if it is one (whole,
 /// not a fragment).
@@ -368,5 +403,69 @@ mod tests {
             }
         }
         assert_eq!(udp_payload_to_68(&[]), None);
+    }
+
+    /// Runs a classic BPF program as the kernel would, for the opcodes `TO_PORT_68` uses: a
+    /// load past the packet's end rejects it.
+    fn run_filter(program: &[libc::sock_filter], pkt: &[u8]) -> u32 {
+        let byte = |at: usize| pkt.get(at).map(|b| u32::from(*b));
+        let half = |at: usize| Some(byte(at)? << 8 | byte(at + 1)?);
+        let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
+        loop {
+            let f = program[pc];
+            let k = f.k as usize;
+            pc += 1;
+            let loaded = match f.code {
+                0x30 => byte(k),
+                0x28 => half(k),
+                0x48 => half(x as usize + k),
+                0xb1 => {
+                    let Some(b) = byte(k) else { return 0 };
+                    x = 4 * (b & 0xf);
+                    continue;
+                }
+                0x15 | 0x45 => {
+                    let hit = if f.code == 0x15 {
+                        a == f.k
+                    } else {
+                        a & f.k != 0
+                    };
+                    pc += usize::from(if hit { f.jt } else { f.jf });
+                    continue;
+                }
+                0x06 => return f.k,
+                other => panic!("opcode {other:#x} not in this interpreter"),
+            };
+            let Some(v) = loaded else { return 0 };
+            a = v;
+        }
+    }
+
+    #[test]
+    fn the_kernel_queues_what_the_reader_takes() {
+        let keeps = |pkt: &[u8]| run_filter(&TO_PORT_68, pkt) > 0;
+        let offer = datagram(68, b"offer", 0);
+        assert!(keeps(&offer));
+        // A DISCOVER of another client, a fragment, TCP: not queued.
+        assert!(!keeps(&datagram(67, b"discover", 0)));
+        assert!(!keeps(&datagram(68, b"offer", 0x2000)));
+        assert!(!keeps(&datagram(68, b"offer", 0x0001)));
+        let mut tcp = datagram(68, b"x", 0);
+        tcp[9] = 6;
+        assert!(!keeps(&tcp));
+        // The port is found after IP options too.
+        let mut long = datagram(68, b"offer", 0);
+        long[0] = 0x46;
+        long.splice(20..20, [1, 1, 1, 1]);
+        assert!(keeps(&long));
+        long[0] = 0x45;
+        assert!(!keeps(&long), "without the options the port read is theirs");
+        // The filter keeps what the reader takes, over every cut of a datagram.
+        for n in 0..=offer.len() {
+            let cut = &offer[..n];
+            if udp_payload_to_68(cut).is_some() {
+                assert!(keeps(cut), "cut at {n}");
+            }
+        }
     }
 }

@@ -253,6 +253,27 @@ pub fn bind_packet(fd: BorrowedFd<'_>, proto: u16, ifindex: u32) -> io::Result<(
     Ok(())
 }
 
+/// Attaches a classic BPF program (SO_ATTACH_FILTER): the kernel queues on the socket only
+/// what the program accepts.
+pub fn attach_filter(fd: BorrowedFd<'_>, program: &[libc::sock_filter]) -> io::Result<()> {
+    let prog = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_ptr().cast_mut(),
+    };
+    // SAFETY: the kernel copies `prog` and the `len` instructions it points to during the
+    // call; both outlive it.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&prog as *const libc::sock_fprog).cast(),
+            size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
+}
+
 /// Frames a packet socket dropped for want of room since it was opened, or last asked
 /// (`PACKET_STATISTICS`).
 pub fn packet_drops(fd: BorrowedFd<'_>) -> io::Result<u64> {
