@@ -22,10 +22,16 @@ Policies:
   strict:boot-first,trail   ... roots strictly by fewest root bytes received
   strict:boot-first,late    ... roots strictly by latest arrival first
   strict:arrival            every client strictly in order of arrival
+  strict:roots-first        root readers strictly first, alike; boot files take the rest,
+                            strictly by arrival
+  strict:roots-first,trail  ... root readers strictly by fewest root bytes received
   random:SIGMA              weights drawn per client from a log-normal (an unfair TCP)
 
 What it leaves out: TCP (slow start, losses, a pacer's 50 ms rounds and its headroom), the
-server's own time per request, the clients' jitter. Identical clients under `fair` stay in
+server's own time per request, the clients' jitter. A policy here knows what every client
+wants each step; bootpool's pacer knows what each connection did in its last round, so only
+smooth weightings carry over: sharp priorities that win here (roots strictly first) starve
+the real room (BENCHMARKS.md, "Storm", session 22). Identical clients under `fair` stay in
 lock-step, which a real room does not; so the model says little about the reference stack,
 and is meant to compare schedules with each other. Against the storm on this machine
 (BENCHMARKS.md, "Storm", session 21): one client 14.7 s (the storm: 14.7 s); 40 clients under
@@ -38,6 +44,7 @@ Examples:
   bench/storm-model.py                                 # bootpool's weights, 40 clients
   bench/storm-model.py --policy fair --policy strict:boot-first,trail
   bench/storm-model.py --sweep                         # ~200 weightings, best first
+  bench/storm-model.py --bound                          # what no schedule can beat
   bench/storm-model.py --trace bench/traces/demo-nfs.trace   # NFS (~20 s a policy)
 """
 
@@ -106,6 +113,7 @@ class Client:
         self.tokens = burst
         self.root_received = 0
         self.kernel = self.booted = None
+        self.first_boot_byte = self.last_byte = None
         # Set each step for a client with bytes to move: how much it can take now, and the
         # ops (in order) whose bytes it takes.
         self.want = 0.0
@@ -177,6 +185,9 @@ def run(policy, a, trace):
                     give -= x
                     if trace.kind[j] == "root":
                         c.root_received += x
+                    elif trace.kind[j] == "boot" and c.first_boot_byte is None:
+                        c.first_boot_byte = t
+                    c.last_byte = t
                     if c.moving[j] <= 0:
                         del c.moving[j]
                         c.until.pop(j, None)
@@ -186,7 +197,32 @@ def run(policy, a, trace):
         t += a.step
     booted = [c.booted if c.booted is not None else math.inf for c in cs]
     mbit = [round(egress.get(s, 0) * 8 / 1e6) for s in range(int(min(max(booted), t)) + 1)]
-    return max(booted), sorted(c.kernel or math.inf for c in cs), mbit
+    return max(booted), sorted(c.kernel or math.inf for c in cs), mbit, cs
+
+
+def bound(a, trace):
+    """Two floors no schedule of the links' bytes can beat, from one client booting alone
+    (the fastest any client can go) and the bytes every client needs. (1) The busiest link
+    carries its clients' boot files no sooner than from the moment one lone client's first
+    boot-file byte flows; the last of those clients then still needs what a lone client needs
+    after its boot files. (2) The same with all of each client's bytes, and what a lone client
+    needs after its last byte. Returns (floor, lines that explain it)."""
+    alone = argparse.Namespace(**{**vars(a), "clients": 1})
+    booted, kernels, _, (c,) = run(policy_named("fair"), alone, trace)
+    per_link = math.ceil(a.clients / a.links)
+    boot_bytes = sum(s for s, k in zip(trace.size, trace.kind) if k == "boot")
+    all_bytes = sum(trace.size)
+    by_boot = c.first_boot_byte + per_link * boot_bytes / a.link_rate + booted - kernels[0]
+    by_bytes = c.first_boot_byte + per_link * all_bytes / a.link_rate + booted - c.last_byte
+    lines = [
+        f"one client alone: first boot-file byte {c.first_boot_byte:.2f} s, boot files done"
+        f" {kernels[0]:.2f} s, last byte {c.last_byte:.2f} s, booted {booted:.2f} s",
+        f"boot files: {boot_bytes / 1e6:.1f} MB a client, {per_link} clients on the busiest link:"
+        f" the last of them booted no sooner than {by_boot:.2f} s",
+        f"all bytes: {all_bytes / 1e6:.1f} MB a client: the room booted no sooner than"
+        f" {by_bytes:.2f} s",
+    ]
+    return max(by_boot, by_bytes), lines
 
 
 def water(claims, budget):
@@ -243,6 +279,29 @@ def weights(boot, ahead, ranks, behind):
     return policy
 
 
+def roots_first(root_order=None):
+    """Root readers strictly first (in fair shares, or strictly by `root_order`); boot files
+    take what is left, strictly in order of arrival."""
+
+    def policy(on, budget, tr):
+        roots = [c for c in on if not c.fetching_boot_files(tr)]
+        boots = sorted((c for c in on if c.fetching_boot_files(tr)), key=lambda c: c.i)
+        if root_order is None:
+            out = water([(c.i, 1, c.want) for c in roots], budget) if roots else {}
+        else:
+            out, left = {}, budget
+            for c in sorted(roots, key=root_order):
+                out[c.i] = min(c.want, left)
+                left -= out[c.i]
+        left = budget - sum(out.values())
+        for c in boots:
+            out[c.i] = min(c.want, max(left, 0.0))
+            left -= out[c.i]
+        return out
+
+    return policy
+
+
 def lognormal(sigma, seed=1):
     draw = random.Random(seed)
     w = {}
@@ -269,6 +328,8 @@ def policy_named(name):
         "boot-first,trail": strict(root_order=lambda c: c.root_received),
         "boot-first,late": strict(root_order=lambda c: -c.i),
         "arrival": strict(boot_files_first=False),
+        "roots-first": roots_first(),
+        "roots-first,trail": roots_first(root_order=lambda c: (c.root_received, c.i)),
     }
     if kind == "strict" and arg in orders:
         return orders[arg]
@@ -307,16 +368,25 @@ def main():
                    help="every weighting B in 1,2,6; A in 1.2,1.5,2,3; R in 5,9,15,40; "
                         "C in 0,2,6,20 (NBD: about 30 min on one core)")
     p.add_argument("--egress", action="store_true", help="print egress per second")
+    p.add_argument("--bound", action="store_true",
+                   help="print the floors no schedule can beat (runs no policy unless "
+                        "--policy or --sweep is given too)")
     a = p.parse_args()
     a.link_rate, a.client_rate = rate(a.link_rate), rate(a.client_link)
     trace = Trace(load(a.trace), a.think_scale)
+    if a.bound:
+        floor, lines = bound(a, trace)
+        print("\n".join(lines))
+        print(f"no schedule boots the room before {floor:.2f} s")
+        if not (a.policy or a.sweep):
+            return
     names = a.policy or ["weights:2,1.5,9,2"]
     if a.sweep:
         names = [f"weights:{b:g},{x:g},{r},{c:g}" for b, x, r, c in itertools.product(
             (1, 2, 6), (1.2, 1.5, 2, 3), (5, 9, 15, 40), (0, 2, 6, 20))]
     rows = []
     for name in names:
-        booted, kernels, mbit = run(policy_named(name), a, trace)
+        booted, kernels, mbit, _ = run(policy_named(name), a, trace)
         rows.append((booted, name, kernels[0], kernels[-1], mbit))
         print(f"{name:28} all booted {booted:6.2f} s   boot files done {kernels[0]:5.2f}"
               f"-{kernels[-1]:5.2f} s", flush=True)
