@@ -96,16 +96,21 @@ impl Drop for Server {
     fn drop(&mut self) {
         // Our own child's process group.
         let _ = sys::process::kill(-(self.0.id() as i32), libc::SIGTERM);
+        let mut reaped = false;
         for _ in 0..50 {
             if matches!(self.0.try_wait(), Ok(Some(_))) {
+                reaped = true;
                 break;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        // Whatever is left of the group goes.
-        let _ = sys::process::kill(-(self.0.id() as i32), libc::SIGKILL);
-        let _ = self.0.wait();
-        // Daemons that left the group (nbd-server forks away) are still in the room.
+        if !reaped {
+            // The server is still ours to name, and so is its group: whatever is left goes.
+            let _ = sys::process::kill(-(self.0.id() as i32), libc::SIGKILL);
+            let _ = self.0.wait();
+        }
+        // What is left of a reaped server's group, and daemons that left the group
+        // (nbd-server forks away), are still in the room.
         end_room(Duration::ZERO);
     }
 }
