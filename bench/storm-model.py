@@ -44,7 +44,7 @@ Examples:
   bench/storm-model.py                                 # bootpool's weights, 40 clients
   bench/storm-model.py --policy fair --policy strict:boot-first,trail
   bench/storm-model.py --sweep                         # ~200 weightings, best first
-  bench/storm-model.py --bound                          # what no schedule can beat
+  bench/storm-model.py --bound                         # what no schedule can beat
   bench/storm-model.py --trace bench/traces/demo-nfs.trace   # NFS (~20 s a policy)
 """
 
