@@ -110,7 +110,8 @@ fn raw(code: u8, data: Vec<u8>) -> DhcpOption {
 }
 
 /// Sends `p` until an answer of type `want` for `xid` comes, on the PXE schedule (`scale`
-/// stretches or shrinks the waits). A NAK ends the exchange with an error.
+/// stretches or shrinks the waits). A NAK ends the exchange with an error. Whatever the
+/// outcome, the frames the link's socket had no room for count in `tries`.
 fn exchange(
     sock: &UdpSocket,
     p: &mut Packet,
@@ -119,8 +120,23 @@ fn exchange(
     tries: &mut Tries,
     started: Instant,
 ) -> anyhow::Result<Packet> {
-    let to = SocketAddrV4::new(Ipv4Addr::BROADCAST, 67);
     let frames = Frames::open(sock)?;
+    let answer = send_until_answered(sock, &frames, p, want, scale, tries, started);
+    tries.dropped += frames.dropped();
+    answer
+}
+
+/// `exchange`'s tries, reading the answers off `frames`.
+fn send_until_answered(
+    sock: &UdpSocket,
+    frames: &Frames<'_>,
+    p: &mut Packet,
+    want: MessageType,
+    scale: f64,
+    tries: &mut Tries,
+    started: Instant,
+) -> anyhow::Result<Packet> {
+    let to = SocketAddrV4::new(Ipv4Addr::BROADCAST, 67);
     let mut buf = vec![0u8; 1600];
     let mut out = vec![0u8; 1500];
     for (n, secs) in PXE_TIMEOUTS.iter().enumerate() {
@@ -146,16 +162,12 @@ fn exchange(
                 continue;
             }
             match reply.message_type() {
-                Ok(t) if t == want => {
-                    tries.dropped += frames.dropped();
-                    return Ok(reply);
-                }
+                Ok(t) if t == want => return Ok(reply),
                 Ok(MessageType::Nak) => bail!("DHCP NAK"),
                 _ => continue,
             }
         }
     }
-    tries.dropped += frames.dropped();
     let want = match want {
         MessageType::Offer => "OFFER",
         _ => "ACK",
@@ -325,14 +337,6 @@ const TO_PORT_68: [libc::sock_filter; 9] = {
     const fn op(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
         libc::sock_filter { code, jt, jf, k }
     }
-    // Classic BPF opcodes (linux/bpf_common.h, linux/filter.h).
-    const LD_B_ABS: u16 = 0x30; // A = byte at k
-    const LD_H_ABS: u16 = 0x28; // A = half-word at k
-    const LD_H_IND: u16 = 0x48; // A = half-word at X + k
-    const LDX_MSH: u16 = 0xb1; // X = 4 * (byte at k & 0xf): the IPv4 header's length
-    const JEQ: u16 = 0x15; // A == k
-    const JSET: u16 = 0x45; // A & k != 0
-    const RET: u16 = 0x06;
     [
         op(LD_B_ABS, 0, 0, 9),  // 0: the protocol
         op(JEQ, 0, 6, 17),      // 1: UDP, else 8
@@ -345,6 +349,22 @@ const TO_PORT_68: [libc::sock_filter; 9] = {
         op(RET, 0, 0, 0),       // 8: not for a DHCP client
     ]
 };
+
+// The classic BPF instructions `TO_PORT_68` uses.
+/// A = the byte at k.
+const LD_B_ABS: u16 = (libc::BPF_LD | libc::BPF_B | libc::BPF_ABS) as u16;
+/// A = the half-word at k.
+const LD_H_ABS: u16 = (libc::BPF_LD | libc::BPF_H | libc::BPF_ABS) as u16;
+/// A = the half-word at X + k.
+const LD_H_IND: u16 = (libc::BPF_LD | libc::BPF_H | libc::BPF_IND) as u16;
+/// X = 4 x (the byte at k & 0xf): an IPv4 header's length.
+const LDX_MSH: u16 = (libc::BPF_LDX | libc::BPF_B | libc::BPF_MSH) as u16;
+/// Jump by jt if A == k, else by jf.
+const JEQ: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+/// Jump by jt if A & k != 0, else by jf.
+const JSET: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+/// Keep k bytes of the packet (0: drop it).
+const RET: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
 
 /// Where the UDP payload of an IPv4 datagram to port 68 lies in `ip`, if it is one (whole,
 /// not a fragment).
@@ -416,16 +436,16 @@ mod tests {
             let k = f.k as usize;
             pc += 1;
             let loaded = match f.code {
-                0x30 => byte(k),
-                0x28 => half(k),
-                0x48 => half(x as usize + k),
-                0xb1 => {
+                LD_B_ABS => byte(k),
+                LD_H_ABS => half(k),
+                LD_H_IND => half(x as usize + k),
+                LDX_MSH => {
                     let Some(b) = byte(k) else { return 0 };
                     x = 4 * (b & 0xf);
                     continue;
                 }
-                0x15 | 0x45 => {
-                    let hit = if f.code == 0x15 {
+                JEQ | JSET => {
+                    let hit = if f.code == JEQ {
                         a == f.k
                     } else {
                         a & f.k != 0
@@ -433,7 +453,7 @@ mod tests {
                     pc += usize::from(if hit { f.jt } else { f.jf });
                     continue;
                 }
-                0x06 => return f.k,
+                RET => return f.k,
                 other => panic!("opcode {other:#x} not in this interpreter"),
             };
             let Some(v) = loaded else { return 0 };
