@@ -241,6 +241,22 @@ def water(claims, budget):
     return out
 
 
+def in_order(clients, budget, out):
+    """Gives each of `clients` in turn all it wants of `budget` (into `out`); returns what is
+    left."""
+    for c in clients:
+        out[c.i] = min(c.want, budget)
+        budget -= out[c.i]
+    return budget
+
+
+def fair_shares(clients, budget, out):
+    """Max-min fair shares of `budget` among `clients` (into `out`); returns what is left."""
+    if clients:
+        out.update(water([(c.i, 1, c.want) for c in clients], budget))
+    return budget - sum(out.get(c.i, 0.0) for c in clients)
+
+
 def strict(root_order=None, boot_files_first=True):
     """Boot files strictly first, by arrival; then roots strictly by `root_order`, or in fair
     shares if None. Without `boot_files_first`: every client strictly by arrival."""
@@ -254,10 +270,7 @@ def strict(root_order=None, boot_files_first=True):
             first, rest = sorted(on, key=lambda c: c.i), []
         if root_order is not None:
             first, rest = first + sorted(rest, key=root_order), []
-        for c in first:
-            out[c.i] = min(c.want, budget)
-            budget -= out[c.i]
-        out.update(water([(c.i, 1, c.want) for c in rest], budget) if rest else {})
+        fair_shares(rest, in_order(first, budget, out), out)
         return out
 
     return policy
@@ -284,19 +297,14 @@ def roots_first(root_order=None):
     take what is left, strictly in order of arrival."""
 
     def policy(on, budget, tr):
+        out = {}
         roots = [c for c in on if not c.fetching_boot_files(tr)]
         boots = sorted((c for c in on if c.fetching_boot_files(tr)), key=lambda c: c.i)
         if root_order is None:
-            out = water([(c.i, 1, c.want) for c in roots], budget) if roots else {}
+            left = fair_shares(roots, budget, out)
         else:
-            out, left = {}, budget
-            for c in sorted(roots, key=root_order):
-                out[c.i] = min(c.want, left)
-                left -= out[c.i]
-        left = budget - sum(out.values())
-        for c in boots:
-            out[c.i] = min(c.want, max(left, 0.0))
-            left -= out[c.i]
+            left = in_order(sorted(roots, key=root_order), budget, out)
+        in_order(boots, max(left, 0.0), out)
         return out
 
     return policy
