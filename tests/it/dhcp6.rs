@@ -208,26 +208,32 @@ fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
     assert!(ok, "nbdinfo: {err}");
     assert_eq!(size.trim(), (16u64 << 20).to_string());
 
-    // The record knows the client by its MAC: its DHCPv6 address, the script and the files.
-    let mut journal = String::new();
-    for _ in 0..40 {
-        journal = crate::common::recorded_events(&fx.path().join("var"));
-        if journal.contains("undionly.kpxe") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    let mine = |needle: &str| {
+    // The record knows the client by its MAC: its DHCPv6 address, the script, the files and the
+    // root's attach. Events reach the journal on their own schedule, so wait for all of them.
+    let needles = [
+        "\"dhcp6_reply\"".to_string(),
+        format!("\"ip\":\"{addr}\""),
+        "\"kind\":\"script\"".to_string(),
+        "\"path\":\"/boot/demo/vmlinuz\"".to_string(),
+        "\"path\":\"undionly.kpxe\"".to_string(),
+        "\"root_attach\"".to_string(),
+    ];
+    let mine = |journal: &str, needle: &str| {
         journal
             .lines()
             .any(|l| l.contains(&format!("\"mac\":\"{MAC}\"")) && l.contains(needle))
     };
-    assert!(mine("\"dhcp6_reply\""), "{journal}");
-    assert!(mine(&format!("\"ip\":\"{addr}\"")), "{journal}");
-    assert!(mine("\"kind\":\"script\""), "{journal}");
-    assert!(mine("\"path\":\"/boot/demo/vmlinuz\""), "{journal}");
-    assert!(mine("\"path\":\"undionly.kpxe\""), "{journal}");
-    assert!(mine("\"root_attach\""), "{journal}");
+    let mut journal = String::new();
+    for _ in 0..80 {
+        journal = crate::common::recorded_events(&fx.path().join("var"));
+        if needles.iter().all(|n| mine(&journal, n)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    for needle in &needles {
+        assert!(mine(&journal, needle), "no {needle} for {MAC}:\n{journal}");
+    }
     drop(daemon);
 }
 
