@@ -144,20 +144,28 @@ fn logger_lines_reach_the_leased_clients_boot_and_strangers_are_counted() {
     );
 
     // `bootpool report --console` reads the same from the store once the daemon is gone.
-    // The daemon is killed with -9, which loses its last half second (the commit interval).
-    std::thread::sleep(Duration::from_millis(1200));
+    // The daemon is killed with -9, which loses what it has not committed yet (up to half a
+    // second): wait until the store has the console (a report reads it beside the daemon).
+    let report = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"))
+            .arg("report")
+            .args(args)
+            .arg("--config")
+            .arg(fx.config_path())
+            .output()
+            .unwrap()
+    };
+    for _ in 0..150 {
+        let out = report(&["--console", MAC]);
+        if String::from_utf8_lossy(&out.stdout).contains("hello from the client") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     drop(_daemon);
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"))
-        .args(["report", "--console", MAC, "--config"])
-        .arg(fx.config_path())
-        .output()
-        .unwrap();
+    let out = report(&["--console", MAC]);
     let text = String::from_utf8_lossy(&out.stdout);
-    let events = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"))
-        .args(["report", "--events", "--config"])
-        .arg(fx.config_path())
-        .output()
-        .unwrap();
+    let events = report(&["--events"]);
     assert!(
         out.status.success(),
         "{text}{}\nevents:\n{}",

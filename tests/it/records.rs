@@ -213,11 +213,13 @@ async fn api_stream_metrics_and_report_show_the_recorded_waves() {
         "{sentence}"
     );
 
-    // The live stream: a client reporting booted shows up as a `boot` event.
-    let sse = Command::new("curl")
+    // The live stream: a client reporting booted shows up as a `boot` event. The stream has
+    // subscribed to the changes once its response headers are out (`-i` prints them).
+    let mut sse = Command::new("curl")
         .args([
             "-sS",
             "-N",
+            "-i",
             "--max-time",
             "10",
             &format!("{base}/api/v1/stream"),
@@ -226,7 +228,17 @@ async fn api_stream_metrics_and_report_show_the_recorded_waves() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut events = std::io::BufReader::new(sse.stdout.take().unwrap());
+    let events = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut line = String::new();
+        while events.read_line(&mut line).unwrap() > 0 && line != "\r\n" {
+            line.clear();
+        }
+        events
+    })
+    .await
+    .unwrap();
     let (ok, _, err) = run_async(
         curl(&[
             "-X",
@@ -242,8 +254,11 @@ async fn api_stream_metrics_and_report_show_the_recorded_waves() {
     .await;
     assert!(ok, "{err}");
     let streamed = tokio::task::spawn_blocking(move || {
-        let out = sse.wait_with_output().unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        let mut events = events;
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut events, &mut out).unwrap();
+        sse.wait().unwrap();
+        out
     })
     .await
     .unwrap();
@@ -411,22 +426,31 @@ fn egress_agrees_with_the_kernel_counters_of_a_real_link() {
             std::fs::read_to_string(fx.path().join("serve.log")).unwrap_or_default()
         );
     }
-    // Quiet for more than a sampling interval, then compare with the kernel.
+    // Quiet for more than a sampling interval, then compare with the kernel (again, for ten
+    // seconds at most, while the sampler has not read the last of it).
     std::thread::sleep(Duration::from_millis(2500));
-    let kernel = kernel_tx(&link.server_ns, &link.server_if);
-    let (ok, metrics, err) = client(&["http://10.79.0.1:8080/metrics"]);
-    assert!(ok, "{err}");
-    let reported: u64 = metrics
-        .lines()
-        .find(|l| {
-            l.starts_with(&format!(
-                "bootpool_link_transmit_bytes_total{{link=\"{}\"",
-                link.server_if
-            ))
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no counter for {}:\n{metrics}", link.server_if));
+    let mut tries = 0;
+    let (kernel, reported) = loop {
+        let kernel = kernel_tx(&link.server_ns, &link.server_if);
+        let (ok, metrics, err) = client(&["http://10.79.0.1:8080/metrics"]);
+        assert!(ok, "{err}");
+        let reported: u64 = metrics
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!(
+                    "bootpool_link_transmit_bytes_total{{link=\"{}\"",
+                    link.server_if
+                ))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no counter for {}:\n{metrics}", link.server_if));
+        tries += 1;
+        if (kernel.abs_diff(reported) as f64) < 0.01 * kernel as f64 || tries == 20 {
+            break (kernel, reported);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
     assert!(kernel > 5 * 3 * (1 << 20), "{kernel}");
     let diff = kernel.abs_diff(reported) as f64 / kernel as f64;
     assert!(diff < 0.01, "bootpool says {reported}, the kernel {kernel}");
@@ -495,21 +519,24 @@ fn a_daemon_killed_with_9_comes_back_with_its_records() {
         let (ok, _, err) = get("http://127.0.0.1:18081/boot/demo/initrd.img");
         assert!(ok, "{err}");
     }
-    // Past the half second a batch may wait, then the hardest stop there is.
-    std::thread::sleep(Duration::from_millis(1500));
-    // The store is SQLite in the state folder, in WAL mode; the journal was imported into it.
+    // Once the batch is committed (it may wait half a second; the store is SQLite in WAL mode,
+    // readable beside its writer), the hardest stop there is.
     let var = fx.path().join("var");
+    let initrds = |stored: &str| stored.matches("\"path\":\"/boot/demo/initrd.img\"").count();
+    for _ in 0..150 {
+        if initrds(&crate::common::recorded_events(&var)) == 4 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The journal was imported into the store in the state folder.
     assert!(var.join("records.db").exists() && var.join("records.db-wal").exists());
     daemon.0.kill().unwrap();
     daemon.0.wait().unwrap();
     drop(daemon);
     // Read by another program (this test) straight from the store, with the daemon dead.
     let stored = crate::common::recorded_events(&var);
-    assert_eq!(
-        stored.matches("\"path\":\"/boot/demo/initrd.img\"").count(),
-        4,
-        "{stored}"
-    );
+    assert_eq!(initrds(&stored), 4, "{stored}");
     let journal_lines = journal().lines().count();
     assert_eq!(stored.lines().count(), journal_lines + 4, "{stored}");
 
@@ -821,7 +848,7 @@ async fn metrics_count_requests_malformed_and_refused_per_service_after_real_tra
     let (ok, _, _) = run_async(tftp("demo/rootfs.img"), 30).await;
     assert!(!ok);
     send_udp(bound.tftp.unwrap(), b"\x00\x09junk").await;
-    // HTTP: three boot files and one 404 (and the two scrapes).
+    // HTTP: three boot files and one 404 (and the scrapes: the first one, and each after).
     for _ in 0..3 {
         let (ok, _, err) = run_async(
             curl(&["-o", "/dev/null", &format!("{base}/boot/demo/initrd.img")]),
@@ -867,12 +894,9 @@ async fn metrics_count_requests_malformed_and_refused_per_service_after_real_tra
         Err(crate::common::nbd_raw::REP_ERR_UNKNOWN)
     );
     drop(nbd);
-    // UDP is fire-and-forget: give the daemon a moment to count.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-
-    let after = scrape().await;
-    let delta = |series: &str| sample(&after, series) - sample(&before, series);
-    let got: Vec<(&str, u64)> = [
+    // UDP is fire-and-forget, and the daemon counts a datagram when it reads it: scrape until
+    // the counts are in (each scrape is one more HTTP request), for ten seconds at most.
+    let series = [
         "bootpool_requests_total{service=\"dhcp\"}",
         "bootpool_malformed_total{service=\"dhcp\"}",
         "bootpool_requests_total{service=\"tftp\"}",
@@ -886,13 +910,24 @@ async fn metrics_count_requests_malformed_and_refused_per_service_after_real_tra
         "bootpool_malformed_total{service=\"portmap\"}",
         "bootpool_requests_total{service=\"nbd\"}",
         "bootpool_refused_total{service=\"nbd\"}",
-    ]
-    .into_iter()
-    .map(|s| (s, delta(s)))
-    .collect();
-    let want = [1, 2, 3, 1, 1, 3 + 1 + 1, 1, 2, 1, 1, 1, 2, 1];
-    let want: Vec<(&str, u64)> = got.iter().map(|(s, _)| *s).zip(want).collect();
+    ];
+    let mut scrapes = 0;
+    let (after, got, want) = loop {
+        let after = scrape().await;
+        scrapes += 1;
+        let got: Vec<(&str, u64)> = series
+            .iter()
+            .map(|s| (*s, sample(&after, s) - sample(&before, s)))
+            .collect();
+        let want = [1, 2, 3, 1, 1, 3 + 1 + scrapes, 1, 2, 1, 1, 1, 2, 1];
+        let want: Vec<(&str, u64)> = series.iter().copied().zip(want).collect();
+        if got == want || scrapes == 100 {
+            break (after, got, want);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert_eq!(got, want, "\n{after}");
+    let delta = |series: &str| sample(&after, series) - sample(&before, series);
     // Recorded payload, boots by result and the histograms, dropped events and link families.
     // The three initrds went to 127.0.0.1, leased in the journal: recorded payload.
     assert_eq!(
