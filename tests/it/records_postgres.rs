@@ -304,7 +304,17 @@ fn records_in_postgres_survive_kill_9_and_follow_the_retention() {
         );
         assert!(ok, "logger: {err}");
     }
-    std::thread::sleep(Duration::from_millis(1500));
+    // Killed with -9 once the store has it all (a batch may wait half a second).
+    let committed = || {
+        pg.query("SELECT count(*) FROM events") == "7"
+            && pg
+                .query("SELECT body FROM console")
+                .contains("SQUASHFS error")
+    };
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !committed() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     daemon.0.kill().unwrap();
     daemon.0.wait().unwrap();
     drop(daemon);
