@@ -58,6 +58,29 @@ pub struct Dhcp {
     pub save_errors: Count,
 }
 
+impl Dhcp {
+    /// Counts a message as it decoded: a request, or a malformed packet (dropped, and said at
+    /// debug level with `from` and why). `service` names the family (`dhcp`, `dhcp6`).
+    pub fn decoded<T, E: std::fmt::Display>(
+        &self,
+        decoded: Result<T, E>,
+        service: &'static str,
+        from: impl std::fmt::Display,
+    ) -> Option<T> {
+        match decoded {
+            Ok(req) => {
+                self.requests.inc();
+                Some(req)
+            }
+            Err(reason) => {
+                let malformed = self.malformed.add(1);
+                tracing::debug!(service, %from, %reason, malformed, "packet dropped");
+                None
+            }
+        }
+    }
+}
+
 /// TFTP's request port and its transfers. A request is a read or write request.
 #[derive(Debug, Default)]
 pub struct Tftp {

@@ -283,15 +283,10 @@ impl Server {
         on_pxe: bool,
         proxy: bool,
     ) -> Option<(Reply, To)> {
-        let req = match wire::parse_request(bytes) {
-            Ok(r) => r,
-            Err(reason) => {
-                let c = self.metrics.dhcp().malformed.add(1);
-                tracing::debug!(%from, %reason, malformed = c, "dhcp packet dropped");
-                return None;
-            }
-        };
-        self.metrics.dhcp().requests.inc();
+        let req = self
+            .metrics
+            .dhcp()
+            .decoded(wire::parse_request(bytes), "dhcp", from)?;
         if proxy {
             self.handle_proxy(&req, from, on_pxe, unix_now())
         } else {

@@ -93,15 +93,10 @@ struct Server {
 impl Server {
     /// Reads one message and answers it (nothing is sent here).
     fn answer(&mut self, bytes: &[u8], from: Ipv6Addr, now: u64) -> Option<Reply> {
-        let req = match wire::parse_request(bytes) {
-            Ok(r) => r,
-            Err(reason) => {
-                let c = self.metrics.dhcp().malformed.add(1);
-                tracing::debug!(%from, %reason, malformed = c, "dhcp6 packet dropped");
-                return None;
-            }
-        };
-        self.metrics.dhcp().requests.inc();
+        let req = self
+            .metrics
+            .dhcp()
+            .decoded(wire::parse_request(bytes), "dhcp6", from)?;
         // Messages meant for another server are not ours to answer.
         let ours = req.server_id().is_none_or(|id| id == self.duid);
         let needs_ours = matches!(
