@@ -1,0 +1,781 @@
+//! The checks of `Config::parse`: raw YAML values turned into checked types, each error
+//! located at the file, line and column of the value it is about (`Checker::err`).
+
+use super::locate::{self, Step};
+use super::*;
+
+/// Turns raw YAML values into checked types, remembering where each came from.
+pub(super) struct Checker<'a> {
+    pub(super) file: &'a Path,
+    pub(super) text: &'a str,
+    pub(super) base: &'a Path,
+}
+
+impl Checker<'_> {
+    pub(super) fn err(&self, path: &[Step], reason: impl Into<String>) -> ConfigError {
+        let loc = locate::locate(self.text, path);
+        let mut shown = String::new();
+        for step in path {
+            match step {
+                Step::Key(k) if shown.is_empty() => shown.push_str(k),
+                Step::Key(k) => {
+                    shown.push('.');
+                    shown.push_str(k)
+                }
+                Step::Index(i) => shown.push_str(&format!("[{i}]")),
+            }
+        }
+        ConfigError {
+            file: self.file.to_path_buf(),
+            line: loc.map(|l| l.0),
+            column: loc.map(|l| l.1),
+            path: shown,
+            reason: reason.into(),
+        }
+    }
+
+    fn ip(&self, path: &[Step], s: &str) -> Result<Ipv4Addr, ConfigError> {
+        s.trim()
+            .parse()
+            .map_err(|_| self.err(path, format!("`{s}` is not an IPv4 address")))
+    }
+
+    fn path(&self, s: &str) -> PathBuf {
+        let p = Path::new(s);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base.join(p)
+        }
+    }
+
+    pub(super) fn check(&self, raw: raw::File) -> Result<Config, ConfigError> {
+        use Step::Key;
+        let s = &raw.server;
+        let address = self.ip(&[Key("server"), Key("address")], &s.address)?;
+        let mut links = vec![address];
+        for (i, text) in s.links.iter().flatten().enumerate() {
+            let ip = self.ip(&[Key("server"), Key("links"), Step::Index(i)], text)?;
+            if !links.contains(&ip) {
+                links.push(ip);
+            } else if ip != address {
+                return Err(self.err(
+                    &[Key("server"), Key("links"), Step::Index(i)],
+                    format!("{ip} is listed twice"),
+                ));
+            }
+        }
+        let http: SocketAddr = s.http.parse().map_err(|_| {
+            self.err(
+                &[Key("server"), Key("http")],
+                format!("`{}` is not an address:port", s.http),
+            )
+        })?;
+        let d = Ports::default();
+        let ports = Ports {
+            dhcp: s.ports.dhcp.unwrap_or(d.dhcp),
+            dhcp6: s.ports.dhcp6.unwrap_or(d.dhcp6),
+            pxe: s.ports.pxe.unwrap_or(d.pxe),
+            tftp: s.ports.tftp.unwrap_or(d.tftp),
+            nfs: s.ports.nfs.unwrap_or(d.nfs),
+            nbd: s.ports.nbd.unwrap_or(d.nbd),
+            portmap: s.ports.portmap.unwrap_or(d.portmap),
+            console: s.ports.console.unwrap_or(d.console),
+        };
+        let state_dir = self.path(&s.state_dir);
+        let database = match s.database.as_deref().map(str::trim) {
+            None => Database::Sqlite(state_dir.join("records.db")),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                Database::Postgres(url.to_string())
+            }
+            Some(other) => {
+                return Err(self.err(
+                    &[Key("server"), Key("database")],
+                    format!(
+                        "`{other}` is not a postgres:// URL (leave the key out for SQLite in state_dir)"
+                    ),
+                ));
+            }
+        };
+        let retention = match s.retention.trim() {
+            "forever" | "0" => None,
+            text => Some(parse_duration(text).map_err(|e| {
+                self.err(
+                    &[Key("server"), Key("retention")],
+                    format!("{e}, or `forever`"),
+                )
+            })?),
+        };
+        let mut link_speeds = BTreeMap::new();
+        for (name, rate) in &s.link_speeds {
+            let at = [Key("server"), Key("link_speeds"), Key(name.as_str())];
+            if !is_ifname(name) {
+                return Err(self.err(
+                    &at,
+                    format!("`{name}` is not an interface name (1 to 15 characters, no `/`, `:` or spaces)"),
+                ));
+            }
+            let mbps = match rate {
+                raw::Rate::Text(text) => parse_rate_mbps(text),
+                raw::Rate::Mbps(n) => parse_rate_mbps(&n.to_string()),
+            }
+            .map_err(|e| self.err(&at, e))?;
+            link_speeds.insert(name.clone(), mbps);
+        }
+        let token = |key: &'static str, given: &Option<String>| {
+            match given.as_deref() {
+            None => Ok(None),
+            Some(t) if t.len() >= 16 && t.bytes().all(|b| b.is_ascii_graphic()) => {
+                Ok(Some(t.to_string()))
+            }
+            Some(_) => Err(self.err(
+                &[Key("server"), Key(key)],
+                "a token must be at least 16 printable characters without spaces (e.g. `openssl rand -hex 16`)",
+            )),
+        }
+        };
+        let read_token = token("read_token", &s.read_token)?;
+        let admin_token = token("admin_token", &s.admin_token)?;
+        if admin_token.is_some() && admin_token == read_token {
+            return Err(self.err(
+                &[Key("server"), Key("admin_token")],
+                "must differ from server.read_token (whoever may read must not thereby act)",
+            ));
+        }
+        let tls = match &s.tls {
+            None => None,
+            Some(t) => Some(Tls {
+                listen: t.listen.parse().map_err(|_| {
+                    self.err(
+                        &[Key("server"), Key("tls"), Key("listen")],
+                        format!("`{}` is not an address:port", t.listen),
+                    )
+                })?,
+                cert: self.path(&t.cert),
+                key: self.path(&t.key),
+            }),
+        };
+        let dhcp_lease = parse_duration(&raw.dhcp.lease)
+            .map_err(|e| self.err(&[Key("dhcp"), Key("lease")], e))?;
+        let (address6, dhcp6) =
+            self.check_dhcp6(s.address6.as_deref(), raw.dhcp6.as_ref(), dhcp_lease)?;
+        if let Some(d) = &dhcp6
+            && d.router_advertisements == RouterAdverts::Send
+            && s.interfaces.is_empty()
+        {
+            return Err(self.err(
+                &[Key("dhcp6"), Key("router_advertisements")],
+                "`send` needs server.interfaces: router advertisements go out of a named interface",
+            ));
+        }
+        let server = Server {
+            interfaces: s.interfaces.clone(),
+            address,
+            links,
+            address6,
+            http,
+            state_dir,
+            ports,
+            loaders: self.path(&s.loaders),
+            shim: self.path(&s.shim),
+            grub: self.path(&s.grub),
+            grub_arm64: self.path(&s.grub_arm64),
+            tftp: s.tftp.unwrap_or(true),
+            database,
+            retention,
+            link_speeds,
+            read_token,
+            admin_token,
+            fair_share: s.fair_share.unwrap_or(true),
+            tls,
+        };
+
+        let dhcp = self.check_dhcp(&raw.dhcp, &server.links)?;
+        for (i, ip) in server.links.iter().enumerate() {
+            if !dhcp.subnet.contains(*ip) {
+                let at = match s
+                    .links
+                    .iter()
+                    .flatten()
+                    .position(|t| t.trim() == ip.to_string())
+                {
+                    Some(j) if i > 0 => vec![Key("server"), Key("links"), Step::Index(j)],
+                    _ => vec![Key("server"), Key("address")],
+                };
+                return Err(self.err(&at, format!("{ip} is outside dhcp.subnet {}", dhcp.subnet)));
+            }
+        }
+        self.check_ports(s, &server, dhcp.mode)?;
+
+        let mut images = BTreeMap::new();
+        for (name, img) in &raw.images {
+            let at = |k| [Key("images"), Key(name.as_str()), Key(k)];
+            let store = match img.store.as_str() {
+                "disk" => Store::Disk,
+                "ram" => Store::Ram,
+                other => {
+                    return Err(self.err(&at("store"), format!("`{other}` is not `disk` or `ram`")));
+                }
+            };
+            if !is_name(name) {
+                return Err(self.err(
+                    &[Key("images"), Key(name)],
+                    format!("`{name}` is not a plain name ({NAME_RULE})"),
+                ));
+            }
+            let cow_store = match img.cow.as_deref() {
+                None => None,
+                Some("ram") => Some(CowStore::Ram),
+                Some("disk") => Some(CowStore::Disk),
+                Some(other) => {
+                    return Err(self.err(&at("cow"), format!("`{other}` is not `ram` or `disk`")));
+                }
+            };
+            let limit = match &img.cow_limit {
+                None => DEFAULT_COW_LIMIT,
+                Some(_) if cow_store.is_none() => {
+                    return Err(self.err(&at("cow_limit"), "needs `cow: ram` or `cow: disk`"));
+                }
+                Some(s) => match parse_size(s) {
+                    Ok(0) => return Err(self.err(&at("cow_limit"), "must be more than zero")),
+                    Ok(n) => n,
+                    Err(e) => return Err(self.err(&at("cow_limit"), e)),
+                },
+            };
+            let dir = self.path(&img.dir);
+            let mut files = Vec::new();
+            for (key, value) in [
+                ("kernel", &img.kernel),
+                ("initrd", &img.initrd),
+                ("root_tree", &img.root_tree),
+                ("root_image", &img.root_image),
+            ] {
+                if let Err(why) = inside_path(value) {
+                    return Err(self.err(&at(key), format!("`{value}` {why}")));
+                }
+                if let Some((other, _)) = files.iter().find(|(_, v)| *v == value) {
+                    return Err(self.err(
+                        &at(key),
+                        format!("`{value}` is already the image's {other}"),
+                    ));
+                }
+                files.push((key, value));
+            }
+            let nfs_export = match &img.nfs_export {
+                None => format!("/{name}"),
+                Some(path) => {
+                    nfs_export_path(path)
+                        .map_err(|why| self.err(&at("nfs_export"), format!("`{path}` {why}")))?;
+                    path.clone()
+                }
+            };
+            let nbd_export = match &img.nbd_export {
+                None => name.clone(),
+                Some(export) if is_name(export) => export.clone(),
+                Some(export) => {
+                    return Err(self.err(
+                        &at("nbd_export"),
+                        format!("`{export}` is not a plain name ({NAME_RULE})"),
+                    ));
+                }
+            };
+            // Where an export clash is shown: the key when the file sets it, else the image.
+            let written = |key: &'static str, set: bool| {
+                if set {
+                    at(key).to_vec()
+                } else {
+                    vec![Key("images"), Key(name.as_str())]
+                }
+            };
+            for other in images.values() {
+                let other: &Arc<Image> = other;
+                if nested(&other.nfs_export, &nfs_export) {
+                    return Err(self.err(
+                        &written("nfs_export", img.nfs_export.is_some()),
+                        format!(
+                            "NFS export {nfs_export} overlaps image `{}`'s {}: a mount path must name one image",
+                            other.name, other.nfs_export
+                        ),
+                    ));
+                }
+                if other.nbd_export == nbd_export {
+                    return Err(self.err(
+                        &written("nbd_export", img.nbd_export.is_some()),
+                        format!("NBD export `{nbd_export}` is also image `{}`'s", other.name),
+                    ));
+                }
+            }
+            images.insert(
+                name.clone(),
+                Arc::new(Image {
+                    name: name.clone(),
+                    dir,
+                    kernel_name: img.kernel.clone(),
+                    initrd_name: img.initrd.clone(),
+                    root_tree_name: img.root_tree.clone(),
+                    root_image_name: img.root_image.clone(),
+                    nfs_export,
+                    nbd_export,
+                    store,
+                    cow: cow_store.map(|store| Cow { store, limit }),
+                    root_squash: img.root_squash.unwrap_or(false),
+                    secure_ports: img.secure_ports.unwrap_or(true),
+                }),
+            );
+        }
+
+        let mut pools = BTreeMap::new();
+        let mut seen_macs: Vec<(MacRange, String)> = Vec::new();
+        let mut seen_ips: Vec<(Ipv4Addr, String)> = Vec::new();
+        for (name, p) in &raw.pools {
+            let at = |k| [Key("pools"), Key(name.as_str()), Key(k)];
+            if !is_name(name) {
+                return Err(self.err(
+                    &[Key("pools"), Key(name)],
+                    format!("`{name}` is not a plain name ({NAME_RULE})"),
+                ));
+            }
+            let image = images.get(&p.image).cloned().ok_or_else(|| {
+                let known: Vec<&str> = images.keys().map(String::as_str).collect();
+                self.err(
+                    &at("image"),
+                    format!("no image `{}` (images: {})", p.image, known.join(", ")),
+                )
+            })?;
+            let root = match p.root.as_str() {
+                "nfs" => RootProto::Nfs,
+                "nbd" => RootProto::Nbd,
+                other => {
+                    return Err(self.err(&at("root"), format!("`{other}` is not `nfs` or `nbd`")));
+                }
+            };
+            let initramfs = match p.initramfs.as_str() {
+                "dracut" => Initramfs::Dracut,
+                "initramfs-tools" => Initramfs::InitramfsTools,
+                other => {
+                    return Err(self.err(
+                        &at("initramfs"),
+                        format!("`{other}` is not `dracut` or `initramfs-tools`"),
+                    ));
+                }
+            };
+            // klibc's nfsmount cannot be given the MOUNT port: it asks port 111, always.
+            if root == RootProto::Nfs
+                && initramfs == Initramfs::InitramfsTools
+                && server.ports.portmap != crate::proto::portmap::PORT
+            {
+                return Err(self.err(
+                    &at("initramfs"),
+                    format!(
+                        "initramfs-tools mounts an NFS root through the portmapper on port 111, \
+                         but server.ports.portmap is {}",
+                        server.ports.portmap
+                    ),
+                ));
+            }
+            let cmdline_template = match &p.cmdline_template {
+                None => None,
+                Some(text) => {
+                    let t = cmdline::Template::parse(text)
+                        .map_err(|why| self.err(&at("cmdline_template"), why))?;
+                    if !p.cmdline.trim().is_empty() && !t.uses(cmdline::Field::Cmdline) {
+                        return Err(self.err(
+                            &at("cmdline"),
+                            "is not used: the pool's cmdline_template does not say {cmdline}",
+                        ));
+                    }
+                    Some(t)
+                }
+            };
+            let netconsole = match &p.netconsole {
+                None | Some(raw::Netconsole::On(false)) => Netconsole::Off,
+                Some(raw::Netconsole::On(true)) => Netconsole::On(None),
+                Some(raw::Netconsole::Device(dev)) => {
+                    let ok = !dev.is_empty()
+                        && dev.len() <= 15
+                        && dev
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+                    if !ok {
+                        return Err(self.err(
+                            &at("netconsole"),
+                            format!(
+                                "`{dev}` is not an interface name: give true, false or the \
+                                 client's interface (up to 15 letters, digits, `.`, `_`, `-`)"
+                            ),
+                        ));
+                    }
+                    Netconsole::On(Some(dev.clone()))
+                }
+            };
+            let mut clients = Vec::new();
+            for (i, c) in p.clients.iter().enumerate() {
+                let at_c = |k| {
+                    [
+                        Key("pools"),
+                        Key(name.as_str()),
+                        Key("clients"),
+                        Step::Index(i),
+                        Key(k),
+                    ]
+                };
+                let macs = match (&c.mac, &c.macs) {
+                    (Some(m), None) => {
+                        let mac: Mac = m.parse().map_err(|e| self.err(&at_c("mac"), e))?;
+                        MacRange::single(mac)
+                    }
+                    (None, Some(r)) => r.parse().map_err(|e| self.err(&at_c("macs"), e))?,
+                    _ => {
+                        let item = [
+                            Key("pools"),
+                            Key(name.as_str()),
+                            Key("clients"),
+                            Step::Index(i),
+                        ];
+                        return Err(self.err(&item, "give exactly one of `mac` or `macs`"));
+                    }
+                };
+                let key = if c.mac.is_some() { "mac" } else { "macs" };
+                if let Some((_, other)) = seen_macs.iter().find(|(r, _)| r.overlaps(&macs)) {
+                    return Err(
+                        self.err(&at_c(key), format!("{macs} is already listed in {other}"))
+                    );
+                }
+                seen_macs.push((macs, format!("pools.{name}.clients[{i}]")));
+                let ip = match &c.ip {
+                    None => None,
+                    Some(s) => {
+                        if macs.len() != 1 {
+                            return Err(self.err(&at_c("ip"), "a fixed ip needs a single `mac`"));
+                        }
+                        let ip = self.ip(&at_c("ip"), s)?;
+                        if !dhcp.subnet.contains(ip) {
+                            return Err(
+                                self.err(&at_c("ip"), format!("{ip} is outside {}", dhcp.subnet))
+                            );
+                        }
+                        if let Some(what) = reserved(dhcp.subnet, &server.links, ip) {
+                            return Err(self.err(&at_c("ip"), format!("{ip} is {what}")));
+                        }
+                        if let Some((_, other)) = seen_ips.iter().find(|(x, _)| *x == ip) {
+                            return Err(
+                                self.err(&at_c("ip"), format!("{ip} is already given to {other}"))
+                            );
+                        }
+                        seen_ips.push((ip, format!("pools.{name}.clients[{i}]")));
+                        Some(ip)
+                    }
+                };
+                clients.push(ClientEntry {
+                    macs,
+                    name: c.name.clone(),
+                    ip,
+                });
+            }
+            let pool = Pool {
+                name: name.clone(),
+                image,
+                root,
+                cmdline: p.cmdline.clone(),
+                cmdline_template,
+                initramfs,
+                trace: p.trace,
+                netconsole,
+                clients,
+                secure_boot: p.secure_boot.unwrap_or(false),
+                arch: self.check_arch(name, &p.arch, &images, server.tftp)?,
+                boot_over: self.check_boot_over(name, p.boot_over.as_deref(), dhcp6.is_some())?,
+            };
+            // Debian's signed network GRUB has no HTTP: its config, kernel and initrd come
+            // over TFTP (docs/clients.md).
+            if pool.secure_boot && !server.tftp {
+                return Err(self.err(
+                    &[Key("pools"), Key(name.as_str()), Key("secure_boot")],
+                    "needs TFTP (`server.tftp: false`): the signed GRUB loads its config, kernel and initrd over TFTP only",
+                ));
+            }
+            pools.insert(name.clone(), Arc::new(pool));
+        }
+
+        let limits = self.check_limits(&raw.limits, &dhcp)?;
+        Ok(Config {
+            file: self.file.to_path_buf(),
+            server,
+            dhcp,
+            dhcp6,
+            images,
+            pools,
+            limits,
+        })
+    }
+
+    fn check_limits(&self, l: &raw::Limits, dhcp: &Dhcp) -> Result<Limits, ConfigError> {
+        use Step::Key;
+        let d = Limits::default();
+        let count = |key: &'static str, v: Option<usize>, default: usize| match v {
+            None => Ok(default),
+            Some(0) => Err(self.err(&[Key("limits"), Key(key)], "must be more than zero")),
+            Some(n) => Ok(n),
+        };
+        let time = |key: &'static str, v: &Option<String>, default: Duration| match v {
+            None => Ok(default),
+            Some(s) => match parse_duration(s) {
+                Ok(t) if t.is_zero() => {
+                    Err(self.err(&[Key("limits"), Key(key)], "must be more than zero"))
+                }
+                Ok(t) => Ok(t),
+                Err(e) => Err(self.err(&[Key("limits"), Key(key)], e)),
+            },
+        };
+        let size = |key: &'static str, v: &Option<String>| match v {
+            None => Ok(None),
+            Some(s) => match parse_size(s) {
+                Ok(0) => Err(self.err(&[Key("limits"), Key(key)], "must be more than zero")),
+                Ok(n) => Ok(Some(n)),
+                Err(e) => Err(self.err(&[Key("limits"), Key(key)], e)),
+            },
+        };
+        let tftp_clients = match &l.tftp_clients {
+            None => vec![dhcp.subnet],
+            Some(list) => list
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    s.parse::<Subnet>().map_err(|e| {
+                        self.err(&[Key("limits"), Key("tftp_clients"), Step::Index(i)], e)
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        Ok(Limits {
+            http_connections: count("http_connections", l.http_connections, d.http_connections)?,
+            http_per_client: count("http_per_client", l.http_per_client, d.http_per_client)?,
+            http_header_timeout: time(
+                "http_header_timeout",
+                &l.http_header_timeout,
+                d.http_header_timeout,
+            )?,
+            http_idle_timeout: time(
+                "http_idle_timeout",
+                &l.http_idle_timeout,
+                d.http_idle_timeout,
+            )?,
+            nbd_connections: count("nbd_connections", l.nbd_connections, d.nbd_connections)?,
+            nbd_per_client: count("nbd_per_client", l.nbd_per_client, d.nbd_per_client)?,
+            nbd_idle_timeout: time("nbd_idle_timeout", &l.nbd_idle_timeout, d.nbd_idle_timeout)?,
+            root_lost_after: time("root_lost_after", &l.root_lost_after, d.root_lost_after)?,
+            tftp_lifetime: time("tftp_lifetime", &l.tftp_lifetime, d.tftp_lifetime)?,
+            tftp_clients,
+            cow_ram_total: size("cow_ram_total", &l.cow_ram_total)?,
+            cow_disk_total: size("cow_disk_total", &l.cow_disk_total)?,
+        })
+    }
+
+    /// Two services given one port (0, "any free port", never clashes): refused at the one of
+    /// the two keys the file has, the later one when it has both.
+    fn check_ports(
+        &self,
+        s: &raw::Server,
+        server: &Server,
+        mode: DhcpMode,
+    ) -> Result<(), ConfigError> {
+        use Step::Key;
+        let p = &server.ports;
+        let set = &s.ports;
+        // (key, port, written in the file); portmap's TCP and UDP sockets are one service.
+        let mut listeners = vec![
+            ("http", server.http.port(), true),
+            ("dhcp", p.dhcp, set.dhcp.is_some()),
+            ("dhcp6", p.dhcp6, set.dhcp6.is_some()),
+            ("tftp", p.tftp, set.tftp.is_some()),
+            ("nfs", p.nfs, set.nfs.is_some()),
+            ("nbd", p.nbd, set.nbd.is_some()),
+            ("portmap", p.portmap, set.portmap.is_some()),
+            ("console", p.console, set.console.is_some()),
+        ];
+        if mode == DhcpMode::Proxy {
+            listeners.insert(2, ("pxe", p.pxe, set.pxe.is_some()));
+        }
+        if let Some(tls) = &server.tls {
+            listeners.insert(1, ("tls", tls.listen.port(), true));
+        }
+        let path = |key: &'static str| -> Vec<Step<'static>> {
+            match key {
+                "http" => vec![Key("server"), Key("http")],
+                "tls" => vec![Key("server"), Key("tls"), Key("listen")],
+                k => vec![Key("server"), Key("ports"), Key(k)],
+            }
+        };
+        let shown = |key: &str| match key {
+            "http" => "server.http".to_string(),
+            "tls" => "server.tls.listen".to_string(),
+            k => format!("server.ports.{k}"),
+        };
+        for (i, &(a, port, a_set)) in listeners.iter().enumerate() {
+            for &(b, other, b_set) in &listeners[i + 1..] {
+                if port == 0 || port != other {
+                    continue;
+                }
+                // Point at a key the file has, the later one when both are there.
+                let later = |x, y| {
+                    locate::locate(self.text, &path(x)) >= locate::locate(self.text, &path(y))
+                };
+                let (here, there) = match (a_set, b_set) {
+                    (true, true) if later(a, b) => (a, b),
+                    (true, false) => (a, b),
+                    _ => (b, a),
+                };
+                return Err(self.err(
+                    &path(here),
+                    format!(
+                        "port {port} is also {}'s: two services cannot share a port",
+                        shown(there)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn check_dhcp(&self, d: &raw::Dhcp, server: &[Ipv4Addr]) -> Result<Dhcp, ConfigError> {
+        use Step::Key;
+        let at = |k| [Key("dhcp"), Key(k)];
+        let mode = match d.mode.as_str() {
+            "authoritative" => DhcpMode::Authoritative,
+            "proxy" => DhcpMode::Proxy,
+            other => {
+                return Err(self.err(
+                    &at("mode"),
+                    format!("`{other}` is not `authoritative` or `proxy`"),
+                ));
+            }
+        };
+        let subnet: Subnet = d.subnet.parse().map_err(|e| self.err(&at("subnet"), e))?;
+        let range = match &d.range {
+            None if mode == DhcpMode::Authoritative => {
+                return Err(self.err(&[Key("dhcp")], "authoritative mode needs a `range`"));
+            }
+            None => None,
+            Some(r) => {
+                let (a, b) = r
+                    .split_once('-')
+                    .ok_or_else(|| self.err(&at("range"), format!("`{r}` is not FIRST-LAST")))?;
+                let (a, b) = (self.ip(&at("range"), a)?, self.ip(&at("range"), b)?);
+                if u32::from(a) > u32::from(b) {
+                    return Err(self.err(&at("range"), format!("{a} comes after {b}")));
+                }
+                for ip in [a, b] {
+                    if !subnet.contains(ip) {
+                        return Err(self.err(&at("range"), format!("{ip} is outside {subnet}")));
+                    }
+                }
+                let (net, bcast) = (subnet.network, subnet.broadcast());
+                let inside = |ip: Ipv4Addr| (u32::from(a)..=u32::from(b)).contains(&u32::from(ip));
+                for ip in [net, bcast].into_iter().chain(server.iter().copied()) {
+                    if inside(ip)
+                        && let Some(what) = reserved(subnet, server, ip)
+                    {
+                        return Err(self.err(
+                            &at("range"),
+                            format!("{a}-{b} holds {ip}, {what}; clients must not be given it"),
+                        ));
+                    }
+                }
+                Some((a, b))
+            }
+        };
+        let router = d
+            .router
+            .as_deref()
+            .map(|r| self.ip(&at("router"), r))
+            .transpose()?;
+        let dns = d
+            .dns
+            .iter()
+            .map(|s| self.ip(&at("dns"), s))
+            .collect::<Result<_, _>>()?;
+        let lease = parse_duration(&d.lease).map_err(|e| self.err(&at("lease"), e))?;
+        Ok(Dhcp {
+            mode,
+            subnet,
+            range,
+            router,
+            dns,
+            lease,
+        })
+    }
+}
+
+const NAME_RULE: &str = "use A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with `.` or `-`";
+
+/// A file of an image: a relative path inside its folder whose parts are plain names, since it
+/// is also the name clients ask TFTP and HTTP for (`Err`: why not, after the value).
+fn inside_path(s: &str) -> Result<(), &'static str> {
+    if s.starts_with('/') {
+        return Err("is not a path inside the image folder (give it relative to `dir`)");
+    }
+    if s.split('/').all(is_name) {
+        Ok(())
+    } else {
+        Err(
+            "is not a path of plain names inside the image folder (each part: use A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with `.` or `-`)",
+        )
+    }
+}
+
+/// An NFS export path: `/` then plain names separated by `/`.
+fn nfs_export_path(s: &str) -> Result<(), &'static str> {
+    match s.strip_prefix('/') {
+        Some(rest) if rest.split('/').all(is_name) => Ok(()),
+        _ => Err(
+            "is not an absolute path of plain names such as `/srv/debian` (each part: use A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with `.` or `-`)",
+        ),
+    }
+}
+
+/// Whether one NFS export path is the other or a folder above it (`/a` and `/a/b`).
+fn nested(a: &str, b: &str) -> bool {
+    let parts = |p: &str| {
+        p.split('/')
+            .filter(|c| !c.is_empty())
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (parts(a), parts(b));
+    let n = a.len().min(b.len());
+    a[..n] == b[..n]
+}
+
+/// A pool or image name: it becomes part of paths, URLs and metric labels.
+fn is_name(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with(['.', '-'])
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// A Linux interface name (`dev_valid_name`): under 16 bytes, not `.` or `..`, no `/`, `:` or
+/// white space.
+fn is_ifname(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() < 16
+        && s != "."
+        && s != ".."
+        && !s.chars().any(|c| c == '/' || c == ':' || c.is_whitespace())
+}
+
+/// What `ip` is that no client may be given: the subnet's network or broadcast address (on a
+/// /31 or /32 both are hosts, RFC 3021), or one of the server's own addresses.
+fn reserved(subnet: Subnet, server: &[Ipv4Addr], ip: Ipv4Addr) -> Option<String> {
+    if ip == server[0] {
+        Some("the server's own address (server.address)".into())
+    } else if server.contains(&ip) {
+        Some("one of the server's own addresses (server.links)".into())
+    } else if subnet.prefix <= 30 && ip == subnet.network {
+        Some(format!("the network address of {subnet}"))
+    } else if subnet.prefix <= 30 && ip == subnet.broadcast() {
+        Some(format!("the broadcast address of {subnet}"))
+    } else {
+        None
+    }
+}
