@@ -1,0 +1,213 @@
+//! NFS service: MOUNT v3 and NFS v3 (and GETPORT, for clients that ask the NFS port) for every
+//! image whose pool says `root: nfs`, on the port `app` bound, over TCP. Calls are decoded by
+//! `proto::nfs3` and answered from `export::tree::Tree`.
+//!
+//! Why not nfs3_server any more: it served only connections it accepted itself, so we relayed
+//! every byte through a second loopback connection (two extra copies and wake-ups per call),
+//! and inside it every call crossed a duplex pipe, a spawned task and a channel, with a
+//! blocking-pool trip per lstat and an open() per READ. A booting client waits for each of
+//! thousands of small calls in turn, so that overhead was most of its time (BENCHMARKS.md,
+//! `## NFS`). Its argument decoder also allocates whatever length a client claims.
+//!
+//! One thread per connection handles calls in order: everything buffered is answered, then the
+//! replies go out in one write. Limits: `MAX_CONNECTIONS`, `MAX_RECORD` per call, `MAX_OUT`
+//! of replies buffered, `IDLE` without a call, `WRITE_TIMEOUT` for a client that stops reading.
+//!
+//! Credentials are checked on every call, as knfsd checks them (`proto::nfs3::may`): the
+//! caller's AUTH_UNIX uid, gid and auxiliary gids (AUTH_NONE is nobody, 65534; uid/gid 0 too
+//! when the image says `root_squash`) against the mode bits of what it names: READ needs r
+//! (the owner always may), READDIR(PLUS) r on the folder (the owner always may), LOOKUP x on
+//! the folder, READLINK r on the link (always there on Linux, whose links are 0777, so as
+//! knfsd's no check); ACCESS answers by the same rules. An image with `secure_ports` (the
+//! default) answers MNT and NFS calls only from source ports below 1024. A refusal is
+//! NFS3ERR_ACCES (MNT3ERR_ACCES), counted as refused.
+//!
+//! Here the exports and the accept loop; `conn` one connection's thread and its calls'
+//! dispatch, `procs` the answers to MOUNT and NFS calls, `send` writing the replies.
+
+mod conn;
+mod procs;
+mod send;
+
+use super::Carries;
+use crate::config::{RootProto, Store};
+use crate::export::tree::Tree;
+use crate::proto::portmap;
+use conn::Conn;
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+
+const MAX_CONNECTIONS: usize = 1024;
+/// Like knfsd: a client that said nothing for this long is dropped; NFS clients reconnect.
+const IDLE: Duration = Duration::from_secs(360);
+const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often READ bytes are reported.
+const TICK: Duration = Duration::from_secs(1);
+/// How often a connection waiting for a call looks at the shutdown flag and its READ bytes.
+const POLL: Duration = Duration::from_millis(250);
+/// Largest call accepted (fragment marks included); WRITE is refused and we advertise
+/// `WTMAX`, so calls are small. A larger one closes the connection.
+pub const MAX_RECORD: usize = 256 * 1024;
+const WTMAX: u32 = 64 * 1024;
+/// Replies buffered before they are written (a client may pipeline many 1 MiB READs).
+const MAX_OUT: usize = 2 << 20;
+/// READs at least this long are read into a page-aligned buffer and sent from there: the
+/// kernel's copy from the page cache into a destination aligned unlike its source runs at a
+/// fraction of its speed on some CPUs (see `page_buf`), and a reply buffer's offset is
+/// anything.
+const BIG_READ: u32 = 64 * 1024;
+/// Largest READDIR(PLUS) reply we build, whatever the client allows.
+const MAX_DIR_REPLY: u32 = 1 << 20;
+const NFS3ERR_TOOSMALL: u32 = 10005;
+
+pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::Result<()> {
+    let super::Shared {
+        config,
+        recorder,
+        metrics,
+        identity,
+        shutdown,
+        ..
+    } = shared;
+    let mut images = Vec::new();
+    // Each NFS pool's image and its per-architecture ones (`pools.NAME.arch`).
+    let nfs_images = || {
+        config
+            .pools
+            .values()
+            .filter(|p| p.root == RootProto::Nfs)
+            .flat_map(|p| p.images())
+    };
+    for image in nfs_images() {
+        if !images.iter().any(|(_, n, _, _)| *n == image.name) {
+            let ram = image.store == Store::Ram;
+            let export = image.nfs_export.clone();
+            images.push((export, image.name.clone(), image.root_tree(), ram));
+        }
+    }
+    // An image with revisions: each revision is an export of its own (`image::serve`). In
+    // RAM for `store: ram`: the one active at start is loaded now, the others at their first
+    // MOUNT (`Tree::load_if_ram`).
+    images.retain(|(_, name, _, _)| {
+        config
+            .images
+            .get(name)
+            .is_none_or(|i| !crate::image::store::managed(&i.dir))
+    });
+    let mut later = Vec::new();
+    for image in nfs_images() {
+        let active = crate::image::serve::serving(image).nfs_export.clone();
+        let ram = image.store == Store::Ram;
+        for (export, name, root) in crate::image::serve::nfs_exports(image) {
+            let known = |e: &String| {
+                images.iter().any(|(k, _, _, _)| k == e) || later.iter().any(|(k, _, _, _)| k == e)
+            };
+            if !known(&export) {
+                if export == active {
+                    images.push((export, name, root, ram));
+                } else {
+                    later.push((export, name, root, ram));
+                }
+            }
+        }
+    }
+    let tree = Arc::new(Tree::with_exports(images));
+    {
+        let tree = tree.clone();
+        tokio::task::spawn_blocking(move || tree.load_ram()).await?;
+    }
+    for (export, name, root, ram) in later {
+        tree.add_export(export, name, root, ram);
+    }
+    {
+        // Ends within a second of the service, when the last connection lets go of the tree.
+        let tree = Arc::downgrade(&tree);
+        std::thread::Builder::new()
+            .name("nfs-listings".into())
+            .spawn(move || Tree::keep_listings_fresh(tree))?;
+    }
+    let exports: Vec<&str> = tree.exports().collect();
+    tracing::info!(exports = ?exports, "nfs exports");
+    let table: Arc<[portmap::Mapping]> =
+        portmap::table(config.server.ports.nfs, config.server.ports.portmap).into();
+
+    // Per export of the tree: (root_squash, secure_ports) of its image.
+    let trust: Arc<[(bool, bool)]> = (0..tree.exports().count())
+        .map(|i| {
+            config
+                .images
+                .get(crate::image::serve::base(tree.image_name(i)))
+                .map_or((false, true), |im| (im.root_squash, im.secure_ports))
+        })
+        .collect();
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Some((stream, peer, paced)) =
+            super::accept(&listener, &shutdown, "nfs", Carries::Root).await
+        else {
+            break;
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            static FULL: super::bounds::LogLimit = super::bounds::LogLimit::new();
+            metrics.nfs().refused.inc();
+            if let Some(suppressed) = FULL.allow() {
+                tracing::warn!(client = %peer, limit = MAX_CONNECTIONS, suppressed,
+                    "nfs connection refused: too many");
+            }
+            continue;
+        };
+        let ip = super::ipv4_of(peer.ip()).unwrap_or(Ipv4Addr::UNSPECIFIED);
+        let conn = Conn {
+            tree: tree.clone(),
+            config: config.clone(),
+            identity: identity.clone(),
+            recorder: recorder.clone(),
+            metrics: metrics.clone(),
+            table: table.clone(),
+            peer,
+            ip,
+            allowed: vec![None; tree.exports().count()],
+            trust: trust.clone(),
+            mounts: 0,
+            total: 0,
+            unreported: 0,
+            last_flush: Instant::now(),
+            big: None,
+            data_pending: None,
+            traced: None,
+        };
+        let stream = match stream.into_std().and_then(|s| {
+            s.set_nonblocking(false)?;
+            Ok(s)
+        }) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(client = %peer, error = %e, "nfs connection dropped");
+                continue;
+            }
+        };
+        let stop = shutdown.clone();
+        shutdown.spawn(async move {
+            let (done, ended) = tokio::sync::oneshot::channel::<()>();
+            let thread = std::thread::Builder::new()
+                .name("nfs-conn".into())
+                .spawn(move || {
+                    conn.run(stream, stop);
+                    drop(paced);
+                    let _ = done.send(());
+                });
+            match thread {
+                Ok(_) => {
+                    let _ = ended.await;
+                }
+                Err(e) => {
+                    tracing::error!(client = %peer, error = %e, "nfs connection thread not started")
+                }
+            }
+            drop(slot);
+        });
+    }
+    Ok(())
+}
