@@ -13,6 +13,9 @@ use crate::record::{Kind, Proto, Who};
 use crate::sys::page_buf::PageBuf;
 
 impl Conn {
+    /// A MOUNT v3 call's reply: EXPORT lists the tree's exports; MNT answers an export's root
+    /// handle to a client its pools allow (from a port below 1024 where the image asks it),
+    /// records the attach or, refused, the boot's failure.
     pub(super) fn mount(&mut self, xid: u32, args: Mount<'_>, out: &mut Writer) {
         out.accepted(xid, rpc::SUCCESS);
         match args {
@@ -93,6 +96,8 @@ impl Conn {
         }
     }
 
+    /// An NFS v3 call's reply: its handle checked first (`handle`, `port_ok`), then the
+    /// procedure answered from the tree; every procedure that would write answers ROFS.
     pub(super) fn nfs(&mut self, xid: u32, cred: &Cred, args: Nfs<'_>, out: &mut Writer) {
         // A handle the client may not use is an authentication error, as for a knfsd export
         // that does not list the host.
