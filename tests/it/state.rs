@@ -36,27 +36,10 @@ async fn a_second_daemon_on_one_state_dir_fails_at_once() {
     assert!(err.contains("bootpool.lock"), "{err}");
     assert!(!err.contains("bootpool serving"), "{err}");
 
-    // Once the first has stopped, the folder is free again. A child process that another test
-    // thread is starting at that moment holds a copy of every descriptor of this process until
-    // its exec closes it, the lock file's too, and with it the lock: so ask again for a while.
+    // Once the first has stopped, the folder is free again (`Fixture::start` asks again while
+    // a child another test thread is starting still holds a copy of the lock's descriptor).
     first.stop().await;
-    let mut again = None;
-    for _ in 0..100 {
-        match bootpool::app::start(fx.config()).await {
-            Ok(running) => {
-                again = Some(running);
-                break;
-            }
-            Err(e) if format!("{e:#}").contains("locked by another bootpool") => {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("the daemon did not start again: {e:#}"),
-        }
-    }
-    again
-        .expect("the state folder stayed locked 10 s after its daemon stopped")
-        .stop()
-        .await;
+    fx.start().await.stop().await;
 }
 
 /// `bootpool serve` on the fixture's config, its log in `serve.log`, until it says it serves

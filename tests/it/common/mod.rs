@@ -109,9 +109,22 @@ impl Fixture {
         Config::load(&self.config_path()).expect("fixture config")
     }
 
-    /// Starts the whole daemon in-process on the fixture's config.
+    /// Starts the whole daemon in-process on the fixture's config. A daemon started again on
+    /// the same state folder may find its lock held a moment after the last one stopped: a
+    /// child process that another test thread is starting holds a copy of this process's
+    /// descriptors, the lock file's too, until its exec closes them. So a locked folder is
+    /// asked again, for 10 s at most.
     pub async fn start(&self) -> Running {
-        app::start(self.config()).await.expect("daemon starts")
+        for _ in 0..100 {
+            match app::start(self.config()).await {
+                Ok(running) => return running,
+                Err(e) if format!("{e:#}").contains("locked by another bootpool") => {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("the daemon did not start: {e:#}"),
+            }
+        }
+        panic!("the state folder stayed locked for 10 s")
     }
 }
 
