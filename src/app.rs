@@ -335,6 +335,12 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
                 s.shutdown.clone(),
             ))
         })),
+        Some(Service::new("initrd-wire", |s| {
+            Box::pin(crate::export::wire::serve(
+                s.config.clone(),
+                s.shutdown.clone(),
+            ))
+        })),
         Some(Service::new("portmap", move |s| {
             Box::pin(service::portmap::serve(portmap_tcp, portmap_udp, s.clone()))
         })),

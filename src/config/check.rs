@@ -279,6 +279,16 @@ impl Checker<'_> {
                     ));
                 }
             };
+            let initrd_wire = match img.initrd_wire.as_deref() {
+                None | Some("as_is") => InitrdWire::AsIs,
+                Some("zstd") => InitrdWire::Zstd,
+                Some(other) => {
+                    return Err(self.err(
+                        &at("initrd_wire"),
+                        format!("`{other}` is not `as_is` or `zstd`"),
+                    ));
+                }
+            };
             // Where an export clash is shown: the key when the file sets it, else the image.
             let written = |key: &'static str, set: bool| {
                 if set {
@@ -320,6 +330,7 @@ impl Checker<'_> {
                     cow: cow_store.map(|store| Cow { store, limit }),
                     root_squash: img.root_squash.unwrap_or(false),
                     secure_ports: img.secure_ports.unwrap_or(true),
+                    initrd_wire,
                 }),
             );
         }

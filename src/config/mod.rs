@@ -297,6 +297,17 @@ pub struct Image {
     /// NFS: only calls from source ports below 1024 (which only root may bind on a Unix
     /// client) are answered, as knfsd's `secure`. Default true.
     pub secure_ports: bool,
+    /// How the initrd is sent: as the file is (the default), or with its gzip part
+    /// recompressed with zstd (`export::wire`).
+    pub initrd_wire: InitrdWire,
+}
+
+/// `images.NAME.initrd_wire`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InitrdWire {
+    #[default]
+    AsIs,
+    Zstd,
 }
 
 impl Image {

@@ -196,6 +196,9 @@ pub struct Image {
     pub root_squash: Option<bool>,
     /// NFS: only calls from source ports below 1024 are answered.
     pub secure_ports: Option<bool>,
+    /// How the initrd goes on the wire: `as_is` (absent) or `zstd` (its gzip part
+    /// recompressed).
+    pub initrd_wire: Option<String>,
     /// The image's files, as paths inside `dir`.
     #[serde(default = "default_kernel")]
     pub kernel: String,

@@ -224,6 +224,19 @@ fn copy_on_write_is_off_by_default_and_checked_when_on() {
 }
 
 #[test]
+fn the_initrd_goes_as_it_is_unless_zstd_is_asked_for() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(c.images["demo"].initrd_wire, InitrdWire::AsIs);
+    let on = |extra: &str| GOOD.replace("    store: disk\n", &format!("    store: disk\n{extra}"));
+    let c = parse(&on("    initrd_wire: zstd\n")).unwrap();
+    assert_eq!(c.images["demo"].initrd_wire, InitrdWire::Zstd);
+    let e = parse(&on("    initrd_wire: xz\n")).unwrap_err();
+    assert_eq!(e.path, "images.demo.initrd_wire", "{e}");
+    assert!(e.reason.contains("not `as_is` or `zstd`"), "{e}");
+    assert!(e.line.is_some(), "{e}");
+}
+
+#[test]
 fn records_go_to_sqlite_in_state_dir_kept_180_days_by_default() {
     let c = parse(GOOD).unwrap();
     assert_eq!(

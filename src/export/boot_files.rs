@@ -4,7 +4,8 @@
 //! the Secure Boot chain's `shimx64.efi` and `grubx64.efi` (`server.shim`, `server.grub`),
 //! ARM64's `grubaa64.efi` (`server.grub_arm64`), nothing else; for an image with revisions, each revision's as `IMAGE/revs/ID/KERNEL`
 //! (`image::serve`). A symlink is followed only while it stays inside its folder, so no name
-//! reaches outside what is served.
+//! reaches outside what is served. An `initrd_wire: zstd` image's initrd is answered with its
+//! copy recompressed for the wire once that is made (`export::wire`).
 
 use crate::boot::grub;
 use crate::config::{Config, ConfigError, Image};
@@ -74,6 +75,11 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), NotSe
         }
     };
     match place(&root, &path) {
+        Place::Inside(real) if kind == FileKind::Initrd && wire(config, name) => {
+            // The copy made for the wire, while it is of the file as it is now.
+            let copy = super::wire::copy_of(&config.server.state_dir, &real);
+            Ok((copy.unwrap_or(real), kind))
+        }
         Place::Inside(real) => Ok((real, kind)),
         Place::Missing => Err(NotServed::Missing),
         Place::Outside(real) => Err(NotServed::Outside {
@@ -82,6 +88,13 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), NotSe
             folder: root,
         }),
     }
+}
+
+/// Whether `IMAGE/...`'s image sends its initrd recompressed (`images.NAME.initrd_wire`).
+fn wire(config: &Config, name: &str) -> bool {
+    name.split_once('/')
+        .and_then(|(image, _)| config.images.get(image))
+        .is_some_and(|i| i.initrd_wire == crate::config::InitrdWire::Zstd)
 }
 
 /// What a client is told of a boot file that is a symlink leaving its folder.

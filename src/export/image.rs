@@ -365,6 +365,7 @@ mod tests {
             cow: None,
             root_squash: false,
             secure_ports: true,
+            initrd_wire: Default::default(),
         }
     }
 

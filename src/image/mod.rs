@@ -5,6 +5,7 @@
 //! clients already running keep theirs (`serve.rs`).
 
 pub mod cli;
+pub mod cpio;
 pub mod import;
 pub mod progress;
 pub mod serve;

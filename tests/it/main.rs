@@ -33,6 +33,7 @@ mod http_range;
 mod image_import;
 mod image_names;
 mod image_revisions;
+mod initrd_wire;
 mod limits;
 mod links;
 mod metrics;
