@@ -41,6 +41,42 @@ pub fn copy_of(state_dir: &Path, original: &Path) -> Option<PathBuf> {
     copy.is_file().then_some(copy)
 }
 
+/// What a client asking for an `initrd_wire: zstd` initrd gets now (the images API shows it;
+/// `bootpool lab` and `bootpool storm` wait while it is `Pending`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum Status {
+    /// The copy, this long.
+    Copy { bytes: u64 },
+    /// The file as it is, for this reason.
+    AsIs { why: String },
+    /// The file as it is, until its copy is made.
+    Pending,
+}
+
+/// What `copy_of` and `make` have made of `original` so far.
+pub fn status(state_dir: &Path, original: &Path) -> Status {
+    let Ok(stamp) = stamp(original) else {
+        return Status::AsIs {
+            why: "the file cannot be read".into(),
+        };
+    };
+    let dir = state_dir.join(DIR);
+    if let Ok(m) = std::fs::metadata(dir.join(format!("{stamp}.initrd"))) {
+        return Status::Copy { bytes: m.len() };
+    }
+    match std::fs::read_to_string(dir.join(format!("{stamp}.as_is"))) {
+        Ok(text) => Status::AsIs {
+            why: text
+                .trim()
+                .rsplit_once(": ")
+                .map_or(text.trim(), |(_, why)| why)
+                .to_string(),
+        },
+        Err(_) => Status::Pending,
+    }
+}
+
 /// A file's identity and version: a copy named by it is of this file as it is.
 fn stamp(path: &Path) -> std::io::Result<String> {
     let m = std::fs::metadata(path)?;

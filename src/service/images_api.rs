@@ -2,7 +2,9 @@
 //! need a reboot to get it (`image::usage`, over the in-memory boots).
 
 use super::http::Web;
-use crate::image::{store, usage};
+use crate::config::{Config, Image, InitrdWire};
+use crate::export::wire;
+use crate::image::{serve, store, usage};
 use axum::Json;
 use axum::extract::State;
 use serde::Serialize;
@@ -22,6 +24,15 @@ pub struct ImageLine {
     pub need_reboot: usize,
     /// `image demo: 12 of 40 running clients need a reboot to get r7 (ID)`.
     pub summary: Option<String>,
+    /// For `initrd_wire: zstd`: the serving initrd's size and what a client gets now.
+    pub initrd_wire: Option<WireLine>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct WireLine {
+    pub file_bytes: u64,
+    #[serde(flatten)]
+    pub status: wire::Status,
 }
 
 #[derive(Debug, Serialize)]
@@ -71,6 +82,7 @@ pub async fn images(State(web): State<Web>) -> Json<Vec<ImageLine>> {
                     clients: behind.as_ref().map_or(0, |b| b.clients),
                     need_reboot: behind.as_ref().map_or(0, |b| b.need_reboot),
                     summary: behind.as_ref().map(usage::Behind::sentence),
+                    initrd_wire: wire_line(&config, image),
                 }
             })
             .collect()
@@ -78,4 +90,28 @@ pub async fn images(State(web): State<Web>) -> Json<Vec<ImageLine>> {
     .await
     .unwrap_or_default();
     Json(lines)
+}
+
+/// The `initrd_wire` line of an image: its serving revision's initrd.
+fn wire_line(config: &Config, image: &std::sync::Arc<Image>) -> Option<WireLine> {
+    if image.initrd_wire != InitrdWire::Zstd {
+        return None;
+    }
+    let initrd = serve::serving(image).initrd();
+    Some(WireLine {
+        file_bytes: std::fs::metadata(&initrd).map_or(0, |m| m.len()),
+        status: wire::status(&config.server.state_dir, &initrd),
+    })
+}
+
+/// The images whose initrd's wire copy is still being made, from `GET /api/v1/images`'s
+/// body: `bootpool lab` and `bootpool storm` wait for none before a room powers on, so
+/// every client of a run gets the same bytes.
+pub fn wire_pending(body: &str) -> anyhow::Result<Vec<String>> {
+    let images: Vec<serde_json::Value> = serde_json::from_str(body)?;
+    Ok(images
+        .iter()
+        .filter(|i| i["initrd_wire"]["state"] == "pending")
+        .filter_map(|i| i["image"].as_str().map(String::from))
+        .collect())
 }

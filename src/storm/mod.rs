@@ -340,6 +340,9 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         Some(_) => std::net::SocketAddr::from((config.server.address, args.ready_port)),
     };
     wait_ready(ready, &mut server, &run_dir.join("server.log"))?;
+    if args.server_cmd.is_none() {
+        report::wait_for_wire_copies(config.server.address, plan.http_port)?;
+    }
     let label = args
         .label
         .clone()

@@ -70,6 +70,37 @@ impl Progress {
     }
 }
 
+/// Waits while bootpool makes an `initrd_wire: zstd` image's copy (a first start takes
+/// seconds), so that every client of the storm gets the same initrd.
+pub fn wait_for_wire_copies(server: Ipv4Addr, port: u16) -> anyhow::Result<()> {
+    let url = format!("http://{server}:{port}/api/v1/images");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(std::time::Duration::from_secs(20)))
+        .build()
+        .into();
+    let mut said = false;
+    for _ in 0..1200 {
+        let body = agent
+            .get(&url)
+            .call()
+            .and_then(|mut r| r.body_mut().read_to_string())
+            .map_err(|e| anyhow::anyhow!("GET {url}: {e}"))?;
+        let pending = crate::service::images_api::wire_pending(&body)?;
+        if pending.is_empty() {
+            return Ok(());
+        }
+        if !said {
+            eprintln!(
+                "storm: waiting for the initrd of {} to be recompressed for the wire",
+                pending.join(", ")
+            );
+            said = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    anyhow::bail!("the initrd's wire copy was not made within 120 s")
+}
+
 /// bootpool's own record of the storm's boots: those that started after `since` (Unix secs).
 pub fn recorded(server: Ipv4Addr, port: u16, since: f64) -> Option<Vec<BootView>> {
     let url = format!("http://{server}:{port}/api/v1/boots");

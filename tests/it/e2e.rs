@@ -2,7 +2,8 @@
 //! mount their root with the Linux kernel's NFS client or attach it with nbd-client, report
 //! booted, and power off. Each test boots one client from an image with `store: disk` and one
 //! from the same image with `store: ram`; the NBD one from RAM attaches with qemu-nbd
-//! (`bootpool.nbd_reconnect=`), so that the demo initrd's two NBD clients both boot the root.
+//! (`bootpool.nbd_reconnect=`), so that the demo initrd's two NBD clients both boot the root;
+//! the RAM one's initrd goes out recompressed with zstd (`initrd_wire`), which the kernel unpacks.
 //! Needs root and what scripts/setup installs and builds.
 
 use crate::common::lab::{client_consoles, lab_config, repo, run_lab};
@@ -13,9 +14,9 @@ use std::process::Command;
 /// (docs/api.md, "How a boot ends"; measured over lab boots under TCG).
 const INFERRED_BOUND_S: f64 = 5.0;
 
-/// The shipped config plus the demo image again as `demo-ram` (`store: ram`) and a pool per
-/// root that boots it, `lab-nfs-ram` and `lab-nbd-ram` (attached with qemu-nbd), with MACs of
-/// their own.
+/// The shipped config plus the demo image again as `demo-ram` (`store: ram`, and its initrd
+/// sent recompressed with zstd: `initrd_wire`) and a pool per root that boots it, `lab-nfs-ram`
+/// and `lab-nbd-ram` (attached with qemu-nbd), with MACs of their own.
 fn with_ram_pools(text: String) -> String {
     let image = text
         .lines()
@@ -25,7 +26,7 @@ fn with_ram_pools(text: String) -> String {
         .to_string();
     let text = text.replace(
         "images:\n",
-        &format!("images:\n  demo-ram:\n    {image}\n    store: ram\n"),
+        &format!("images:\n  demo-ram:\n    {image}\n    store: ram\n    initrd_wire: zstd\n"),
     );
     format!(
         "{text}
@@ -90,13 +91,27 @@ fn boot_disk_and_ram(root: &str) {
     // Truth: the bytes bootpool counted per client are what the client was sent.
     let image = repo().join("images/demo");
     let size = |f: &str| std::fs::metadata(image.join(f)).unwrap().len();
-    let boot_files = size("vmlinuz") + size("initrd.img");
+    // The RAM pool's initrd went out as its zstd copy (the lab waits for it to be made).
+    let copies: Vec<u64> = std::fs::read_dir(dir.path().join("var/wire"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".initrd"))
+        .map(|e| e.metadata().unwrap().len())
+        .collect();
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert!(copies[0] < size("initrd.img"), "{copies:?}");
     // The inferred end needs the root quiet for QUIET_S after its last read: the report,
     // read once that has passed, infers it from the stored events.
     std::thread::sleep(std::time::Duration::from_secs(
         bootpool::record::end::QUIET_S as u64 + 2,
     ));
     for pool in [&disk, &ram] {
+        let initrd = if pool == &ram {
+            copies[0]
+        } else {
+            size("initrd.img")
+        };
+        let boot_files = size("vmlinuz") + initrd;
         let mut report = Command::new(env!("CARGO_BIN_EXE_bootpool"));
         report
             .args(["report", "--format", "json", "--pool", pool, "--config"])

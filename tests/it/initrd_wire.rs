@@ -124,6 +124,19 @@ async fn a_gzip_initrd_goes_out_as_zstd_by_http_and_tftp_and_a_rewrite_goes_out_
         unpack("gzip", &original[front..]),
         "zstd unpacks the archive gzip did"
     );
+    // The images API says what goes out.
+    let api = format!("http://{}/api/v1/images", daemon.bound.http);
+    let body = String::from_utf8(http_get(&api, &fx.path().join("images.json")).await).unwrap();
+    let images: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let line = &images[0]["initrd_wire"];
+    assert_eq!(line["state"], "copy", "{body}");
+    assert_eq!(line["bytes"], sent.len() as u64, "{body}");
+    assert_eq!(line["file_bytes"], original.len() as u64, "{body}");
+    assert!(
+        bootpool::service::images_api::wire_pending(&body)
+            .unwrap()
+            .is_empty()
+    );
     // One file behind both protocols.
     let tftp_out = fx.path().join("got.tftp");
     let addr = daemon.bound.tftp.unwrap();
@@ -183,5 +196,14 @@ async fn an_initrd_that_is_not_gzip_is_sent_as_it_is_and_marked_so() {
     let url = format!("http://{}/boot/demo/initrd.img", daemon.bound.http);
     let sent = http_get(&url, &fx.path().join("got")).await;
     assert_eq!(sent, pattern(2, 2 << 20));
+    let api = format!("http://{}/api/v1/images", daemon.bound.http);
+    let body = String::from_utf8(http_get(&api, &fx.path().join("images.json")).await).unwrap();
+    let images: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(images[0]["initrd_wire"]["state"], "as_is", "{body}");
+    let why = images[0]["initrd_wire"]["why"].as_str().unwrap();
+    assert!(
+        why.starts_with("byte 0 is neither a cpio archive"),
+        "{body}"
+    );
     daemon.stop().await;
 }
