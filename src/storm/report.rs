@@ -208,6 +208,9 @@ pub struct Server {
     /// UDP datagrams dropped on a full receive buffer in the server's namespace during the
     /// storm: requests that reached the server and were never read.
     pub udp_drops: u64,
+    /// Frames the machine's input backlog dropped during the storm (`sample::backlog_drops`):
+    /// lost in the simulated switch, before any server or client saw them.
+    pub backlog_drops: u64,
 }
 
 /// The physical limit: all the bytes all clients need over the server's capacity, plus one
@@ -395,8 +398,8 @@ impl Report {
             })
             .count();
         let total = |f: fn(&Outcome) -> u64| rows.iter().map(|r| f(&r.client)).sum();
-        let server_udp_drops = match (samples.first(), samples.last()) {
-            (Some(a), Some(b)) => b.udp_drops.saturating_sub(a.udp_drops),
+        let grew = |f: fn(&Sample) -> u64| match (samples.first(), samples.last()) {
+            (Some(a), Some(b)) => f(b).saturating_sub(f(a)),
             _ => 0,
         };
         Report {
@@ -441,7 +444,8 @@ impl Report {
                 cpu_s,
                 peak_rss_kib: peak_rss,
                 rss_per_client_kib: peak_rss.saturating_sub(before) as f64 / n.max(1) as f64,
-                udp_drops: server_udp_drops,
+                udp_drops: grew(|s| s.udp_drops),
+                backlog_drops: grew(|s| s.backlog_drops),
             },
             limit: Limit {
                 bytes_needed,
@@ -496,7 +500,7 @@ impl Report {
         }
         for (d, n) in differs {
             s.push_str(&format!(
-                "note: {d}, for {n} clients (the image is not the recorded build)\n"
+                "note: {d}, for {n} clients (the image is not the recorded build, or the server sends the file recompressed: images.NAME.initrd_wire)\n"
             ));
         }
         let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
@@ -505,15 +509,17 @@ impl Report {
             "\n{}: {} clients, {} booted, {} failed, {} retried\n",
             self.label, m.clients, m.booted, m.failed, m.retried
         ));
-        if m.retried > 0 || m.client_udp_drops > 0 || self.server.udp_drops > 0 {
+        let sv = &self.server;
+        if m.retried > 0 || m.client_udp_drops > 0 || sv.udp_drops > 0 || sv.backlog_drops > 0 {
             s.push_str(&format!(
-                "retries: {} DHCP retransmits, {} TFTP, {} HTTP; UDP datagrams lost on a full receive buffer: {} at {} clients, {} at the server\n",
+                "retries: {} DHCP retransmits, {} TFTP, {} HTTP; UDP datagrams lost on a full receive buffer: {} at {} clients, {} at the server; frames lost in the simulated switch (the kernel's input backlog): {}\n",
                 m.dhcp_retransmits,
                 m.tftp_retries,
                 m.http_retries,
                 m.client_udp_drops,
                 m.clients_with_udp_drops,
-                self.server.udp_drops,
+                sv.udp_drops,
+                sv.backlog_drops,
             ));
         }
         s.push_str(&format!(

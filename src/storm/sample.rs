@@ -25,6 +25,8 @@ pub struct Sample {
     pub rss_kib: u64,
     /// The namespace's UDP receive-buffer drops so far (`udp_rcvbuf_errors`).
     pub udp_drops: u64,
+    /// The machine's input-backlog drops so far (`backlog_drops`).
+    pub backlog_drops: u64,
 }
 
 pub struct Sampler {
@@ -50,6 +52,7 @@ impl Sampler {
                     cpu_s,
                     rss_kib,
                     udp_drops: udp_rcvbuf_errors(),
+                    backlog_drops: backlog_drops(),
                 });
                 std::thread::sleep(EVERY);
             }
@@ -72,6 +75,22 @@ pub fn udp_rcvbuf_errors() -> u64 {
         .ok()
         .and_then(|s| snmp_field(&s, "Udp:", "RcvbufErrors"))
         .unwrap_or(0)
+}
+
+/// Frames the kernel dropped because a CPU's input backlog was full (`net.core.
+/// netdev_max_backlog`; the second column of /proc/net/softnet_stat, summed over CPUs). Every
+/// frame the storm's bridge floods to a veth passes that backlog, so this is where the room's
+/// switch loses frames, a broadcast DISCOVER flooded to every port among them. The count is
+/// the whole machine's, not only the storm's namespaces.
+pub fn backlog_drops() -> u64 {
+    std::fs::read_to_string("/proc/net/softnet_stat").map_or(0, |s| softnet_drops(&s))
+}
+
+fn softnet_drops(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .filter_map(|c| u64::from_str_radix(c, 16).ok())
+        .sum()
 }
 
 /// A counter of /proc/net/snmp: its `proto` lines are a line of names, then one of values.
@@ -131,6 +150,13 @@ fn server_usage(storm_pid: u32) -> (f64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn softnet_drops_are_the_second_column_summed_over_cpus() {
+        let text = "0001b4f2 00000041 0000003e 00000000\n11b67d86 0000019e 0000003d 00000000\n";
+        assert_eq!(softnet_drops(text), 0x41 + 0x19e);
+        assert_eq!(softnet_drops(""), 0);
+    }
 
     #[test]
     fn snmp_counters_are_found_by_name() {
