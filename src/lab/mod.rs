@@ -693,23 +693,13 @@ async fn start_daemon(
 /// Waits while an `initrd_wire: zstd` image's copy is being made (a first start takes
 /// seconds), so that every client of the run gets the same initrd.
 async fn wait_for_wire_copies(api: std::net::SocketAddr) -> anyhow::Result<()> {
-    let mut said = false;
-    for _ in 0..1200 {
-        let body = http_get(api, "/api/v1/images").await?;
-        let pending = crate::service::images_api::wire_pending(&body)?;
-        if pending.is_empty() {
-            return Ok(());
-        }
-        if !said {
-            eprintln!(
-                "lab: waiting for the initrd of {} to be recompressed for the wire",
-                pending.join(", ")
-            );
-            said = true;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    bail!("the initrd's wire copy was not made within 120 s (see bootpool.log)")
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        crate::service::images_api::wait_while_wire_pending("lab", &mut || {
+            handle.block_on(http_get(api, "/api/v1/images"))
+        })
+    })
+    .await?
 }
 
 async fn wait_for_api(

@@ -105,8 +105,7 @@ fn wire_line(config: &Config, image: &std::sync::Arc<Image>) -> Option<WireLine>
 }
 
 /// The images whose initrd's wire copy is still being made, from `GET /api/v1/images`'s
-/// body: `bootpool lab` and `bootpool storm` wait for none before a room powers on, so
-/// every client of a run gets the same bytes.
+/// body.
 pub fn wire_pending(body: &str) -> anyhow::Result<Vec<String>> {
     let images: Vec<serde_json::Value> = serde_json::from_str(body)?;
     Ok(images
@@ -114,4 +113,30 @@ pub fn wire_pending(body: &str) -> anyhow::Result<Vec<String>> {
         .filter(|i| i["initrd_wire"]["state"] == "pending")
         .filter_map(|i| i["image"].as_str().map(String::from))
         .collect())
+}
+
+/// Asks the images API (`fetch` returns its body) until no image's wire copy is pending,
+/// for 120 s at most, saying once on stderr what it waits for: `bootpool lab` and `bootpool
+/// storm` (`who`) power their room on after it, so every client of a run gets the same
+/// initrd.
+pub fn wait_while_wire_pending(
+    who: &str,
+    fetch: &mut dyn FnMut() -> anyhow::Result<String>,
+) -> anyhow::Result<()> {
+    let mut said = false;
+    for _ in 0..1200 {
+        let pending = wire_pending(&fetch()?)?;
+        if pending.is_empty() {
+            return Ok(());
+        }
+        if !said {
+            eprintln!(
+                "{who}: waiting for the initrd of {} to be recompressed for the wire",
+                pending.join(", ")
+            );
+            said = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    anyhow::bail!("the initrd's wire copy was not made within 120 s (see the daemon's log)")
 }

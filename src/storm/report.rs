@@ -78,27 +78,13 @@ pub fn wait_for_wire_copies(server: Ipv4Addr, port: u16) -> anyhow::Result<()> {
         .timeout_global(Some(std::time::Duration::from_secs(20)))
         .build()
         .into();
-    let mut said = false;
-    for _ in 0..1200 {
-        let body = agent
+    crate::service::images_api::wait_while_wire_pending("storm", &mut || {
+        agent
             .get(&url)
             .call()
             .and_then(|mut r| r.body_mut().read_to_string())
-            .map_err(|e| anyhow::anyhow!("GET {url}: {e}"))?;
-        let pending = crate::service::images_api::wire_pending(&body)?;
-        if pending.is_empty() {
-            return Ok(());
-        }
-        if !said {
-            eprintln!(
-                "storm: waiting for the initrd of {} to be recompressed for the wire",
-                pending.join(", ")
-            );
-            said = true;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    anyhow::bail!("the initrd's wire copy was not made within 120 s")
+            .map_err(|e| anyhow::anyhow!("GET {url}: {e}"))
+    })
 }
 
 /// bootpool's own record of the storm's boots: those that started after `since` (Unix secs).
