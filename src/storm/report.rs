@@ -347,7 +347,18 @@ impl Report {
             waited_cap += cap;
         }
         let capacity: u64 = links.iter().map(|l| l.rate).sum();
-        let per_client = trace.bytes().total();
+        // What one client needs is what a booted client was sent (the boot files as this
+        // server sends them: another build, or bootpool's recompressed initrd), else the trace's.
+        let mut sent: Vec<u64> = clients
+            .iter()
+            .filter(|c| c.result == "booted")
+            .map(|c| c.bytes.total())
+            .collect();
+        sent.sort_unstable();
+        let per_client = sent
+            .get(sent.len() / 2)
+            .copied()
+            .unwrap_or_else(|| trace.bytes().total());
         let bytes_needed = per_client * n as u64;
         let transfer_s = bytes_needed as f64 * 8.0 / capacity.max(1) as f64;
         let think_s = think_time(trace) * args.think_scale;

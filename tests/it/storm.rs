@@ -248,6 +248,14 @@ fn small_storm(root: &str, clients: usize, keep: usize) {
         );
     }
     assert_eq!(sum, want.total() * clients as u64 + scripts);
+    // The limit counts what a client of this run was sent (the initrd's wire copy, not the
+    // trace's file): one client's bytes, times the clients, within the scripts' few bytes.
+    let needed = u(&r["limit"]["bytes_needed"]);
+    let one = want.total() * clients as u64;
+    assert!(
+        needed >= one && needed <= one + scripts,
+        "limit's bytes {needed}, clients' {one} + scripts {scripts}"
+    );
     // The server's links carried at least every byte the clients counted (plus headers).
     let egress: u64 = r["links"]
         .as_array()
