@@ -81,6 +81,21 @@ pub struct StateLock {
     _file: std::fs::File,
 }
 
+/// Another daemon holds the state folder's lock: the error `lock_state_dir` fails with, which
+/// callers can tell from others (a test harness that restarts a daemon asks again).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{} is locked by another bootpool ({holder}) serving state_dir {}: stop that daemon first, or give this one a server.state_dir of its own",
+    lock.display(),
+    dir.display()
+)]
+pub struct StateDirLocked {
+    pub lock: PathBuf,
+    pub dir: PathBuf,
+    /// `pid N`, or `pid unknown`.
+    pub holder: String,
+}
+
 /// Locks `dir` for this daemon (creating the folder if needed) and writes our PID into the
 /// lock file; fails at once when another daemon holds it, naming its PID and the file.
 pub fn lock_state_dir(dir: &Path) -> anyhow::Result<StateLock> {
@@ -103,12 +118,12 @@ pub fn lock_state_dir(dir: &Path) -> anyhow::Result<StateLock> {
             "" => "pid unknown".to_string(),
             pid => format!("pid {pid}"),
         };
-        anyhow::bail!(
-            "{} is locked by another bootpool ({holder}) serving state_dir {}: stop that \
-             daemon first, or give this one a server.state_dir of its own",
-            path.display(),
-            dir.display()
-        );
+        return Err(StateDirLocked {
+            lock: path,
+            dir: dir.to_path_buf(),
+            holder,
+        }
+        .into());
     }
     file.set_len(0)
         .and_then(|()| file.rewind())

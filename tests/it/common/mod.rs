@@ -118,7 +118,7 @@ impl Fixture {
         for _ in 0..100 {
             match app::start(self.config()).await {
                 Ok(running) => return running,
-                Err(e) if format!("{e:#}").contains("locked by another bootpool") => {
+                Err(e) if e.downcast_ref::<app::StateDirLocked>().is_some() => {
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 }
                 Err(e) => panic!("the daemon did not start: {e:#}"),
