@@ -287,6 +287,9 @@ impl Server {
             .metrics
             .dhcp()
             .decoded(wire::parse_request(bytes), "dhcp", from)?;
+        if req.is_pxe() {
+            self.metrics.dhcp().firmware.inc();
+        }
         if proxy {
             self.handle_proxy(&req, from, on_pxe, unix_now())
         } else {

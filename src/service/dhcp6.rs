@@ -97,6 +97,8 @@ impl Server {
             .metrics
             .dhcp()
             .decoded(wire::parse_request(bytes), "dhcp6", from)?;
+        // Over IPv6 only firmware asks bootpool (the demo initrd's DHCP is IPv4's).
+        self.metrics.dhcp().firmware.inc();
         // Messages meant for another server are not ours to answer.
         let ours = req.server_id().is_none_or(|id| id == self.duid);
         let needs_ours = matches!(

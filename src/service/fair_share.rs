@@ -29,13 +29,13 @@ pub const HEADROOM: f64 = 0.90;
 /// room's boot time (BENCHMARKS.md, "Storm", sessions 19 and 20).
 pub const QUIET_HEADROOM: f64 = 0.95;
 
-/// How long after a DHCP or TFTP request the link is kept at `HEADROOM`: a PXE firmware's
-/// first TFTP retransmit comes after about 3 s, and a DHCP exchange or a loader's transfer
-/// that began lasts less.
+/// How long after a firmware's DHCP or TFTP request the link is kept at `HEADROOM`: a PXE
+/// firmware's first TFTP retransmit comes after about 3 s, and a DHCP exchange or a loader's
+/// transfer that began lasts less.
 pub const FIRMWARE_QUIET: Duration = Duration::from_secs(3);
 
 /// The share of a link's capacity the paced traffic may use, `since_firmware` after the last
-/// DHCP or TFTP request the daemon received (`None`: none yet).
+/// firmware DHCP or TFTP request the daemon received (`None`: none yet).
 pub fn headroom(since_firmware: Option<Duration>) -> f64 {
     match since_firmware {
         Some(t) if t < FIRMWARE_QUIET => HEADROOM,

@@ -43,7 +43,8 @@ pub struct Pacer {
     conns: Mutex<Conns>,
     /// Every link has its mark: clients may move between them.
     movable: bool,
-    /// The daemon's counters: their DHCP and TFTP requests say when firmware last asked.
+    /// The daemon's counters: their firmware DHCP and TFTP requests say when firmware last
+    /// asked.
     metrics: Metrics,
 }
 
@@ -67,7 +68,8 @@ struct Conns {
     /// anew (its next boot).
     clients: HashMap<Ipv4Addr, (History, Instant)>,
     arrived: u64,
-    /// The DHCP and TFTP requests counted at the last round, and when that count last grew.
+    /// The firmware DHCP and TFTP requests counted at the last round, and when that count
+    /// last grew.
     firmware: (u64, Option<Instant>),
 }
 
@@ -320,10 +322,11 @@ impl Pacer {
         }
     }
 
-    /// The round's headroom (`fair_share::headroom`): the daemon's DHCP and TFTP requests
-    /// (IPv4 and IPv6) are counted, and `firmware` remembers when that count last grew.
+    /// The round's headroom (`fair_share::headroom`): the daemon's firmware DHCP requests
+    /// (`metrics::Dhcp::firmware`: PXE ones, and DHCPv6) and TFTP requests are counted, and
+    /// `firmware` remembers when that count last grew.
     fn headroom(&self, firmware: &mut (u64, Option<Instant>), now: Instant) -> f64 {
-        let asked = self.metrics.dhcp().requests.get() + self.metrics.tftp().requests.get();
+        let asked = self.metrics.dhcp().firmware.get() + self.metrics.tftp().requests.get();
         if asked != firmware.0 {
             *firmware = (asked, Some(now));
         }
@@ -555,9 +558,16 @@ mod tests {
             pacer.headroom(&mut firmware, start),
             fair_share::QUIET_HEADROOM
         );
-        // A DHCP request (or a TFTP one) keeps the headroom for FIRMWARE_QUIET after the
-        // round that saw it.
+        // An initrd's or a booted system's DHCP request waits on no firmware timer.
         metrics.dhcp().requests.inc();
+        assert_eq!(
+            pacer.headroom(&mut firmware, start),
+            fair_share::QUIET_HEADROOM
+        );
+        // A firmware's DHCP request (or a TFTP one) keeps the headroom for FIRMWARE_QUIET
+        // after the round that saw it.
+        metrics.dhcp().requests.inc();
+        metrics.dhcp().firmware.inc();
         assert_eq!(pacer.headroom(&mut firmware, start), fair_share::HEADROOM);
         let later = start + fair_share::FIRMWARE_QUIET / 2;
         assert_eq!(pacer.headroom(&mut firmware, later), fair_share::HEADROOM);
