@@ -730,14 +730,35 @@ pools:
         open_server(config)
     }
 
-    fn req(mac: u8, options: &[u8]) -> Request {
+    /// A BOOTREQUEST from MAC 52:54:00:77:00:`mac` with `options`, as it comes off the wire.
+    fn raw(mac: u8, options: &[u8]) -> Vec<u8> {
         let mut raw = vec![0u8; 236];
         raw[..3].copy_from_slice(&[1, 1, 6]);
         raw[28..34].copy_from_slice(&[0x52, 0x54, 0, 0x77, 0, mac]);
         raw.extend_from_slice(&[99, 130, 83, 99]);
         raw.extend_from_slice(options);
         raw.push(255);
-        wire::parse_request(&raw).unwrap()
+        raw
+    }
+
+    fn req(mac: u8, options: &[u8]) -> Request {
+        wire::parse_request(&raw(mac, options)).unwrap()
+    }
+
+    #[test]
+    fn only_a_firmwares_requests_count_as_firmware() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = server(dir.path());
+        let mut pxe = vec![53, 1, DISCOVER, 60, 9];
+        pxe.extend_from_slice(b"PXEClient");
+        assert!(s.answer(&raw(1, &pxe), from(), false, false).is_some());
+        // An initrd's DHCP client says no PXE class.
+        assert!(
+            s.answer(&raw(2, &[53, 1, DISCOVER]), from(), false, false)
+                .is_some()
+        );
+        let dhcp = s.metrics.dhcp();
+        assert_eq!((dhcp.requests.get(), dhcp.firmware.get()), (2, 1));
     }
 
     fn from() -> SocketAddr {
