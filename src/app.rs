@@ -162,6 +162,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let mut missing = config.missing_files();
     missing.extend(crate::export::boot_files::unservable(&config));
     missing.extend(crate::export::boot_files::unsigned(&config));
+    missing.extend(crate::export::wire::unfit(&config));
     if let Some(e) = missing.first() {
         anyhow::bail!("{e}");
     }

@@ -196,6 +196,7 @@ fn check(path: &std::path::Path) -> ExitCode {
             let mut missing = c.missing_files();
             missing.extend(bootpool::export::boot_files::unservable(&c));
             missing.extend(bootpool::export::boot_files::unsigned(&c));
+            missing.extend(bootpool::export::wire::unfit(&c));
             for e in &missing {
                 eprintln!("error: {e}");
             }

@@ -13,7 +13,7 @@
 //! The work is done by `gzip -dc` and `zstd -19` at the lowest CPU priority (`nice`), as
 //! `bootpool image import` uses the system's compressors.
 
-use crate::config::{Config, InitrdWire};
+use crate::config::{Config, ConfigError, InitrdWire};
 use crate::image::cpio::{self, Compressor, Tail};
 use crate::image::{serve, store};
 use crate::shutdown::Shutdown;
@@ -232,6 +232,52 @@ fn finish(child: &mut Child, what: &str, stop: &AtomicBool) -> anyhow::Result<()
     bail!("{what}: {status}: {}", err.trim())
 }
 
+/// The `initrd_wire: zstd` images whose kernel cannot unpack a zstd initrd, as far as their
+/// root tree tells: a `boot/config-*` there (the kernel's build config, as distributions
+/// ship it) without `CONFIG_RD_ZSTD=y`. `bootpool check` and `bootpool serve` refuse such a
+/// config; an image whose tree says nothing (an NBD image, a tree without /boot) is trusted.
+pub fn unfit(config: &Config) -> Vec<ConfigError> {
+    let mut errors = Vec::new();
+    for image in config.images.values() {
+        if image.initrd_wire != InitrdWire::Zstd {
+            continue;
+        }
+        let boot = serve::serving(image).root_tree().join("boot");
+        let Ok(entries) = std::fs::read_dir(&boot) else {
+            continue;
+        };
+        let configs: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("config-"))
+            })
+            .collect();
+        let unfit: Vec<&PathBuf> = configs
+            .iter()
+            .filter(|p| std::fs::read_to_string(p).is_ok_and(|t| !unpacks_zstd(&t)))
+            .collect();
+        if let Some(path) = unfit.first() {
+            errors.push(config.error_at(
+                &["images", image.name.as_str(), "initrd_wire"],
+                format!(
+                    "{} has no CONFIG_RD_ZSTD=y: this image's kernel cannot unpack a zstd initrd (leave initrd_wire out, or boot a kernel built with it: Linux 5.9 or later)",
+                    path.display()
+                ),
+            ));
+        }
+    }
+    errors
+}
+
+/// Whether a kernel's build config has it unpack zstd initrds.
+fn unpacks_zstd(kernel_config: &str) -> bool {
+    kernel_config
+        .lines()
+        .any(|l| l.trim() == "CONFIG_RD_ZSTD=y")
+}
+
 /// The initrds to keep copies of: each `initrd_wire: zstd` image's, and for a folder with
 /// revisions every revision's on disk.
 fn wanted(config: &Config) -> Vec<(String, PathBuf)> {
@@ -338,5 +384,64 @@ fn prune(dir: &Path, keep: &HashSet<String>) {
         if !keep.contains(stamp) {
             let _ = std::fs::remove_file(entry.path());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kernel_config_says_whether_it_unpacks_zstd() {
+        assert!(unpacks_zstd("CONFIG_RD_GZIP=y\nCONFIG_RD_ZSTD=y\n"));
+        assert!(!unpacks_zstd(
+            "CONFIG_RD_GZIP=y\n# CONFIG_RD_ZSTD is not set\n"
+        ));
+        assert!(!unpacks_zstd("CONFIG_RD_GZIP=y\n"));
+    }
+
+    #[test]
+    fn an_image_whose_kernel_cannot_unpack_zstd_is_refused_with_its_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("img");
+        std::fs::create_dir_all(image.join("rootfs/boot")).unwrap();
+        std::fs::write(image.join("vmlinuz"), b"k").unwrap();
+        std::fs::write(image.join("initrd.img"), b"i").unwrap();
+        let text = format!(
+            "server: {{ address: 10.77.0.1, http: 0.0.0.0:8080, state_dir: {} }}
+dhcp: {{ subnet: 10.77.0.0/24, range: 10.77.0.100-10.77.0.101, lease: 1h }}
+images:
+  demo:
+    dir: {}
+    initrd_wire: zstd
+pools:
+  room: {{ image: demo, root: nfs, clients: [ {{ macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }} ] }}
+",
+            dir.path().join("var").display(),
+            image.display()
+        );
+        let file = dir.path().join("pools.yaml");
+        std::fs::write(&file, &text).unwrap();
+        let config = Config::parse(&file, &text).unwrap();
+        // A tree without /boot says nothing: trusted.
+        assert!(unfit(&config).is_empty());
+        std::fs::write(image.join("rootfs/boot/config-6.1.0"), "CONFIG_RD_ZSTD=y\n").unwrap();
+        assert!(unfit(&config).is_empty());
+        std::fs::write(
+            image.join("rootfs/boot/config-4.19.0"),
+            "# CONFIG_RD_ZSTD is not set\n",
+        )
+        .unwrap();
+        let errors = unfit(&config);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].path, "images.demo.initrd_wire");
+        assert_eq!(errors[0].line, Some(6), "{}", errors[0]);
+        assert!(
+            errors[0]
+                .reason
+                .contains("config-4.19.0 has no CONFIG_RD_ZSTD=y"),
+            "{}",
+            errors[0]
+        );
     }
 }
