@@ -8,7 +8,7 @@
 //! copy recompressed for the wire once that is made (`export::wire`).
 
 use crate::boot::grub;
-use crate::config::{Config, ConfigError, Image};
+use crate::config::{Config, ConfigError, Image, InitrdWire};
 use crate::record::FileKind;
 use std::path::{Path, PathBuf};
 
@@ -52,9 +52,10 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), NotSe
     }
     let signed = |path: &Path, kind| {
         let folder = path.parent().unwrap_or(Path::new("/")).to_path_buf();
-        (folder, path.to_path_buf(), kind)
+        (folder, path.to_path_buf(), kind, false)
     };
-    let (root, path, kind) = match name.split_once('/') {
+    // `wire`: an initrd its image sends recompressed (`initrd_wire: zstd`).
+    let (root, path, kind, wire) = match name.split_once('/') {
         None if name == grub::SHIM => signed(&config.server.shim, FileKind::Shim),
         None if name == grub::GRUB => signed(&config.server.grub, FileKind::Grub),
         None if name == grub::GRUB_ARM64 => signed(&config.server.grub_arm64, FileKind::Grub),
@@ -62,20 +63,28 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), NotSe
             config.server.loaders.clone(),
             config.server.loaders.join(name),
             FileKind::Loader,
+            false,
         ),
         Some((image, file)) => {
             let image = config.images.get(image).ok_or(NotServed::Missing)?;
             // `revs/ID/FILE`: the boot files of one revision (`image::serve`).
             let image = &crate::image::serve::for_file(image, file);
             match image_file(image, file) {
-                Some(FileKind::Kernel) => (image.dir.clone(), image.kernel(), FileKind::Kernel),
-                Some(FileKind::Initrd) => (image.dir.clone(), image.initrd(), FileKind::Initrd),
+                Some(FileKind::Kernel) => {
+                    (image.dir.clone(), image.kernel(), FileKind::Kernel, false)
+                }
+                Some(FileKind::Initrd) => (
+                    image.dir.clone(),
+                    image.initrd(),
+                    FileKind::Initrd,
+                    image.initrd_wire == InitrdWire::Zstd,
+                ),
                 _ => return Err(NotServed::Denied),
             }
         }
     };
     match place(&root, &path) {
-        Place::Inside(real) if kind == FileKind::Initrd && wire(config, name) => {
+        Place::Inside(real) if wire => {
             // The copy made for the wire, while it is of the file as it is now.
             let copy = super::wire::copy_of(&config.server.state_dir, &real);
             Ok((copy.unwrap_or(real), kind))
@@ -88,13 +97,6 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), NotSe
             folder: root,
         }),
     }
-}
-
-/// Whether `IMAGE/...`'s image sends its initrd recompressed (`images.NAME.initrd_wire`).
-fn wire(config: &Config, name: &str) -> bool {
-    name.split_once('/')
-        .and_then(|(image, _)| config.images.get(image))
-        .is_some_and(|i| i.initrd_wire == crate::config::InitrdWire::Zstd)
 }
 
 /// What a client is told of a boot file that is a symlink leaving its folder.

@@ -13,7 +13,7 @@
 //! The work is done by `gzip -dc` and `zstd -19` at the lowest CPU priority (`nice`), as
 //! `bootpool image import` uses the system's compressors.
 
-use crate::config::{Config, ConfigError, InitrdWire};
+use crate::config::{Config, ConfigError, Image, InitrdWire};
 use crate::image::cpio::{self, Compressor, Tail};
 use crate::image::{serve, store};
 use crate::shutdown::Shutdown;
@@ -36,9 +36,33 @@ const LEVEL: &str = "-19";
 
 /// The copy of `original` to send instead of it, if one is made for the file as it is now.
 pub fn copy_of(state_dir: &Path, original: &Path) -> Option<PathBuf> {
-    let stamp = stamp(original).ok()?;
-    let copy = state_dir.join(DIR).join(format!("{stamp}.initrd"));
+    let copy = Kept::of(state_dir, &stamp(original).ok()?).copy;
     copy.is_file().then_some(copy)
+}
+
+/// What the folder keeps for one version of a file, named by its `stamp`: the copy, or the
+/// reason the file goes as it is.
+struct Kept {
+    copy: PathBuf,
+    as_is: PathBuf,
+}
+
+impl Kept {
+    fn of(state_dir: &Path, stamp: &str) -> Kept {
+        let dir = state_dir.join(DIR);
+        Kept {
+            copy: dir.join(format!("{stamp}.initrd")),
+            as_is: dir.join(format!("{stamp}.as_is")),
+        }
+    }
+}
+
+/// The `initrd_wire: zstd` images.
+fn zstd_images(config: &Config) -> impl Iterator<Item = &Arc<Image>> {
+    config
+        .images
+        .values()
+        .filter(|i| i.initrd_wire == InitrdWire::Zstd)
 }
 
 /// What a client asking for an `initrd_wire: zstd` initrd gets now (the images API shows it;
@@ -61,17 +85,13 @@ pub fn status(state_dir: &Path, original: &Path) -> Status {
             why: "the file cannot be read".into(),
         };
     };
-    let dir = state_dir.join(DIR);
-    if let Ok(m) = std::fs::metadata(dir.join(format!("{stamp}.initrd"))) {
+    let kept = Kept::of(state_dir, &stamp);
+    if let Ok(m) = std::fs::metadata(&kept.copy) {
         return Status::Copy { bytes: m.len() };
     }
-    match std::fs::read_to_string(dir.join(format!("{stamp}.as_is"))) {
-        Ok(text) => Status::AsIs {
-            why: text
-                .trim()
-                .rsplit_once(": ")
-                .map_or(text.trim(), |(_, why)| why)
-                .to_string(),
+    match std::fs::read_to_string(&kept.as_is) {
+        Ok(why) => Status::AsIs {
+            why: why.trim().to_string(),
         },
         Err(_) => Status::Pending,
     }
@@ -110,8 +130,7 @@ pub fn make(state_dir: &Path, original: &Path, stop: &AtomicBool) -> anyhow::Res
     let dir = state_dir.join(DIR);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let stamp = stamp(original).with_context(|| format!("reading {}", original.display()))?;
-    let copy = dir.join(format!("{stamp}.initrd"));
-    let as_is = dir.join(format!("{stamp}.as_is"));
+    let Kept { copy, as_is } = Kept::of(state_dir, &stamp);
     if copy.is_file() || as_is.is_file() {
         return Ok(Made::Before);
     }
@@ -151,7 +170,7 @@ pub fn make(state_dir: &Path, original: &Path, stop: &AtomicBool) -> anyhow::Res
             format!("byte {at} is neither a cpio archive nor a compressor's magic")
         }
     };
-    std::fs::write(&as_is, format!("{}: {why}\n", original.display()))
+    std::fs::write(&as_is, format!("{why}\n"))
         .with_context(|| format!("writing {}", as_is.display()))?;
     Ok(Made::AsIs(why))
 }
@@ -238,27 +257,17 @@ fn finish(child: &mut Child, what: &str, stop: &AtomicBool) -> anyhow::Result<()
 /// config; an image whose tree says nothing (an NBD image, a tree without /boot) is trusted.
 pub fn unfit(config: &Config) -> Vec<ConfigError> {
     let mut errors = Vec::new();
-    for image in config.images.values() {
-        if image.initrd_wire != InitrdWire::Zstd {
-            continue;
-        }
+    for image in zstd_images(config) {
         let boot = serve::serving(image).root_tree().join("boot");
         let Ok(entries) = std::fs::read_dir(&boot) else {
             continue;
         };
-        let configs: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("config-"))
-            })
-            .collect();
-        let unfit: Vec<&PathBuf> = configs
-            .iter()
-            .filter(|p| std::fs::read_to_string(p).is_ok_and(|t| !unpacks_zstd(&t)))
-            .collect();
-        if let Some(path) = unfit.first() {
+        let unfit = entries.flatten().map(|e| e.path()).find(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("config-"))
+                && std::fs::read_to_string(p).is_ok_and(|t| !unpacks_zstd(&t))
+        });
+        if let Some(path) = unfit {
             errors.push(config.error_at(
                 &["images", image.name.as_str(), "initrd_wire"],
                 format!(
@@ -282,10 +291,7 @@ fn unpacks_zstd(kernel_config: &str) -> bool {
 /// revisions every revision's on disk.
 fn wanted(config: &Config) -> Vec<(String, PathBuf)> {
     let mut out = Vec::new();
-    for image in config.images.values() {
-        if image.initrd_wire != InitrdWire::Zstd {
-            continue;
-        }
+    for image in zstd_images(config) {
         out.push((image.name.clone(), image.initrd()));
         if store::managed(&image.dir) {
             for rev in store::list(&image.dir).unwrap_or_default() {
@@ -301,11 +307,7 @@ fn wanted(config: &Config) -> Vec<(String, PathBuf)> {
 /// Makes the copies `wanted` names and removes those of files gone or changed; once at
 /// start, then every `SCAN`, until shutdown.
 pub async fn serve(config: Arc<Config>, shutdown: Shutdown) -> anyhow::Result<()> {
-    if !config
-        .images
-        .values()
-        .any(|i| i.initrd_wire == InitrdWire::Zstd)
-    {
+    if zstd_images(&config).next().is_none() {
         return Ok(());
     }
     let stop = Arc::new(AtomicBool::new(false));
@@ -377,11 +379,11 @@ fn prune(dir: &Path, keep: &HashSet<String>) {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        let stamp = name.trim_start_matches('.');
-        let stamp = stamp.split_once(".initrd").map_or(stamp, |(s, _)| s);
-        let stamp = stamp.split_once(".as_is").map_or(stamp, |(s, _)| s);
-        let stamp = stamp.split_once(".tmp").map_or(stamp, |(s, _)| s);
-        if !keep.contains(stamp) {
+        // `STAMP.initrd`, `STAMP.as_is`, or a copy being written, `.STAMP.tmp`.
+        let stamp = [".initrd", ".as_is", ".tmp"]
+            .iter()
+            .find_map(|suffix| name.trim_start_matches('.').strip_suffix(suffix));
+        if !stamp.is_some_and(|s| keep.contains(s)) {
             let _ = std::fs::remove_file(entry.path());
         }
     }

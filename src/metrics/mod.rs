@@ -47,8 +47,7 @@ pub struct Dhcp {
     pub requests: Count,
     /// Of them, those a firmware's timer waits on the answer to: PXE and UEFI HTTP boot
     /// requests (option 60 `PXEClient` or `HTTPClient`, iPXE's included) and every DHCPv6
-    /// message. The pacer keeps its headroom
-    /// while these come (`service::pacing`).
+    /// message. The pacer keeps its headroom while these come (`service::pacing`).
     pub firmware: Count,
     pub malformed: Count,
     /// NAKs, DISCOVERs a full range has no address for, and (proxy mode) requests on port
