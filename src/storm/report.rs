@@ -70,14 +70,19 @@ impl Progress {
     }
 }
 
+/// A client of bootpool's API, 20 s for a whole answer.
+fn api_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(std::time::Duration::from_secs(20)))
+        .build()
+        .into()
+}
+
 /// Waits while bootpool makes an `initrd_wire: zstd` image's copy (a first start takes
 /// seconds), so that every client of the storm gets the same initrd.
 pub fn wait_for_wire_copies(server: Ipv4Addr, port: u16) -> anyhow::Result<()> {
     let url = format!("http://{server}:{port}/api/v1/images");
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(std::time::Duration::from_secs(20)))
-        .build()
-        .into();
+    let agent = api_agent();
     crate::service::images_api::wait_while_wire_pending("storm", &mut || {
         agent
             .get(&url)
@@ -90,10 +95,7 @@ pub fn wait_for_wire_copies(server: Ipv4Addr, port: u16) -> anyhow::Result<()> {
 /// bootpool's own record of the storm's boots: those that started after `since` (Unix secs).
 pub fn recorded(server: Ipv4Addr, port: u16, since: f64) -> Option<Vec<BootView>> {
     let url = format!("http://{server}:{port}/api/v1/boots");
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(std::time::Duration::from_secs(20)))
-        .build()
-        .into();
+    let agent = api_agent();
     let fetched = agent
         .get(&url)
         .call()
@@ -349,16 +351,13 @@ impl Report {
         let capacity: u64 = links.iter().map(|l| l.rate).sum();
         // What one client needs is what a booted client was sent (the boot files as this
         // server sends them: another build, or bootpool's recompressed initrd), else the trace's.
-        let mut sent: Vec<u64> = clients
+        let mut sent: Vec<f64> = clients
             .iter()
             .filter(|c| c.result == "booted")
-            .map(|c| c.bytes.total())
+            .map(|c| c.bytes.total() as f64)
             .collect();
-        sent.sort_unstable();
-        let per_client = sent
-            .get(sent.len() / 2)
-            .copied()
-            .unwrap_or_else(|| trace.bytes().total());
+        sent.sort_by(f64::total_cmp);
+        let per_client = quantile(&sent, 0.5).map_or_else(|| trace.bytes().total(), |b| b as u64);
         let bytes_needed = per_client * n as u64;
         let transfer_s = bytes_needed as f64 * 8.0 / capacity.max(1) as f64;
         let think_s = think_time(trace) * args.think_scale;
