@@ -13,6 +13,7 @@
 //! Slow (TCG: several minutes), so `#[ignore]`d; `scripts/test --all` runs it.
 
 use crate::common::lab::{lab_config, repo};
+use crate::common::stdout_of;
 use std::path::Path;
 use std::process::Command;
 
@@ -23,15 +24,7 @@ const NO_NIC: &str = "52:54:00:77:0d:01";
 const CUT_DHCP: &str = "52:54:00:77:10:01";
 
 fn sh(script: &str) {
-    let out = Command::new("bash")
-        .args(["-euc", script])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{script}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    stdout_of(Command::new("bash").args(["-euc", script]), &[]);
 }
 
 /// Image folders of copies (a symlink out of its folder is not served): `truncated` with the
@@ -62,17 +55,13 @@ fn broken_images(dir: &Path) {
 }
 
 fn report(config: &Path, mac: &str) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_bootpool"))
-        .args(["report", "--console", mac, "--format", "json", "--config"])
-        .arg(config)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "report --console {mac}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = stdout_of(
+        Command::new(env!("CARGO_BIN_EXE_bootpool"))
+            .args(["report", "--console", mac, "--format", "json", "--config"])
+            .arg(config),
+        &[],
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    serde_json::from_slice(&out).unwrap()
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! and bad sources (no kernel, `..`, a write through a symlink, a device node, a truncated or
 //! corrupt archive), each of which must fail naming the problem and change nothing.
 
-use crate::common::{Fixture, pattern, run};
+use crate::common::{Fixture, pattern, run, stdout_of};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -78,18 +78,10 @@ fn rev_dir(fx: &Fixture, id: &str) -> PathBuf {
 
 /// A file of the squashfs image, read back by unsquashfs.
 fn squashfs_cat(img: &Path, file: &str) -> Vec<u8> {
-    let out = Command::new("unsquashfs")
-        .arg("-cat")
-        .arg(img)
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+    stdout_of(
+        Command::new("unsquashfs").arg("-cat").arg(img).arg(file),
+        &[],
+    )
 }
 
 #[test]

@@ -8,7 +8,7 @@
 //! learned after start is loaded into memory at its first use.
 
 use crate::common::rpc::Rpc;
-use crate::common::{Fixture, pattern, run, run_async};
+use crate::common::{Fixture, pattern, run, run_async, stdout_of};
 use bootpool::image::{import, store};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -55,16 +55,10 @@ fn import(fx: &Fixture, n: u64) -> String {
 }
 
 fn curl(url: &str) -> Vec<u8> {
-    let out = Command::new("curl")
-        .args(["-sS", "--fail", "--max-time", "20", url])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{url}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+    stdout_of(
+        Command::new("curl").args(["-sS", "--fail", "--max-time", "20", url]),
+        &[],
+    )
 }
 
 fn nfs_url(addr: SocketAddr, path: &str) -> String {

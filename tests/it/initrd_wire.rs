@@ -4,9 +4,9 @@
 //! unpacks to the same archive gzip(1) does; rewritten in place, the file is sent as it now
 //! is until its new copy is made; an initrd that cannot shrink is sent as it is.
 
-use crate::common::{Fixture, pattern, run_async};
+use crate::common::{Fixture, pattern, run_async, stdout_of};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// An initrd as initramfs-tools writes one: `cpio -o -H newc` of a fake microcode file,
@@ -28,29 +28,10 @@ fn make_initrd(dir: &Path, seed: u64) -> usize {
     std::fs::write(tree.join("main/bin/blob"), pattern(seed + 1, 20_000)).unwrap();
     let cpio = |sub: &str| {
         let sh = format!("cd {} && find . | sort | cpio -o -H newc --quiet", sub);
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg(sh)
-            .current_dir(&tree)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
+        stdout_of(Command::new("sh").arg("-c").arg(sh).current_dir(&tree), &[])
     };
     let front = cpio("early");
-    let mut gzip = Command::new("gzip")
-        .arg("-9c")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let main = cpio("main");
-    std::io::Write::write_all(&mut gzip.stdin.take().unwrap(), &main).unwrap();
-    let zipped = gzip.wait_with_output().unwrap().stdout;
+    let zipped = stdout_of(Command::new("gzip").arg("-9c"), &cpio("main"));
     let mut initrd = front.clone();
     initrd.extend(zipped);
     std::fs::write(dir.join("images/demo/initrd.img"), initrd).unwrap();
@@ -59,24 +40,7 @@ fn make_initrd(dir: &Path, seed: u64) -> usize {
 
 /// `tool -dc` of `bytes`.
 fn unpack(tool: &str, bytes: &[u8]) -> Vec<u8> {
-    let mut child = Command::new(tool)
-        .arg("-dc")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    let bytes = bytes.to_vec();
-    let feeder = std::thread::spawn(move || std::io::Write::write_all(&mut input, &bytes));
-    let out = child.wait_with_output().unwrap();
-    feeder.join().unwrap().unwrap();
-    assert!(
-        out.status.success(),
-        "{tool}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+    stdout_of(Command::new(tool).arg("-dc"), bytes)
 }
 
 async fn http_get(url: &str, out: &Path) -> Vec<u8> {

@@ -198,6 +198,32 @@ pub fn run(cmd: &mut std::process::Command, secs: u64) -> (bool, String, String)
     }
 }
 
+/// Runs `cmd` to its end with `input` on its standard input (fed from a thread, so neither
+/// side can block the other) and returns its standard output; the test fails, naming the
+/// command, its exit status and its standard error, unless it exits 0.
+pub fn stdout_of(cmd: &mut std::process::Command, input: &[u8]) -> Vec<u8> {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let mut stdin = child.stdin.take().unwrap();
+    let out = std::thread::scope(|s| {
+        // A program that exits without reading all of it fails below, by its status.
+        s.spawn(move || std::io::Write::write_all(&mut stdin, input));
+        child.wait_with_output().unwrap()
+    });
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// Runs a blocking client program from async test code.
 pub async fn run_async(mut cmd: std::process::Command, secs: u64) -> (bool, String, String) {
     tokio::task::spawn_blocking(move || run(&mut cmd, secs))
