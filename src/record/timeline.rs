@@ -316,6 +316,23 @@ impl Timelines {
         self.current.get(&mac).map(|&i| &self.boots[i])
     }
 
+    /// Whether a DISCOVER from `mac` at `at` starts a new boot (`pxe`: it carries the PXE
+    /// class, as a firmware's and iPXE's do). Boot firmware asking again after the script
+    /// means the machine restarted, as does any DISCOVER after a long silence (a boot that
+    /// died early, then a power-on); iPXE chainloaded by a PXE firmware, and the initrd's own
+    /// DHCP (no PXE class), belong to the boot under way. The records and the choice of a
+    /// client's server link (`service::placement`) both ask this.
+    pub fn discover_starts_boot(&self, mac: Mac, pxe: bool, at: Micros) -> bool {
+        match self.current.get(&mac) {
+            None => true,
+            Some(&i) => {
+                let b = &self.boots[i];
+                let silent = at - b.last_event > RESTART_SILENCE_US;
+                (pxe && b.past_firmware()) || silent
+            }
+        }
+    }
+
     /// The client an event is about, if it can be told.
     pub fn mac_for(&self, who: super::event::Who) -> Option<Mac> {
         match who {
@@ -390,18 +407,7 @@ impl Timelines {
             self.boots[i].settle(ev.at);
         }
         if let Kind::DhcpDiscover { pxe, .. } = ev.kind {
-            let new_boot = match self.current.get(&mac) {
-                None => true,
-                // Boot firmware asking again after the script means the machine restarted, as
-                // does any DISCOVER after a long silence (a boot that died early, then a
-                // power-on); the initrd's own DHCP (no PXEClient) belongs to the boot under way.
-                Some(&i) => {
-                    let b = &self.boots[i];
-                    let silent = ev.at - b.last_event > RESTART_SILENCE_US;
-                    (pxe && b.past_firmware()) || silent
-                }
-            };
-            if new_boot {
+            if self.discover_starts_boot(mac, pxe, ev.at) {
                 if let Some(&i) = self.current.get(&mac) {
                     self.boots[i].gone.get_or_insert(Gone {
                         at: ev.at,

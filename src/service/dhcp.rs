@@ -333,10 +333,11 @@ impl Server {
             }
             return None;
         };
-        // A firmware DISCOVER starts a boot; iPXE and the initrd ask again within it.
-        let starting = client.pxe && !client.ipxe && req.message_type() == Some(DISCOVER);
+        let pxe_discover = client.pxe && req.message_type() == Some(DISCOVER);
         let kept = self.leases.read().link(mac);
-        let link = self.placement.link_for(mac, member.pool, kept, starting);
+        let link = self
+            .placement
+            .link_for(mac, member.pool, kept, pxe_discover);
         let plan = boot::plan(config, &client, link)?;
         Some((client, plan))
     }
@@ -818,31 +819,71 @@ pools:
     }
 
     /// A server on three links: clients are spread over them, each told its link as
-    /// next-server and in its script URL; a client keeps its link for the rest of its boot
-    /// across a restart, and its next boot is chosen afresh.
-    #[test]
-    fn clients_are_spread_over_the_links_and_keep_theirs_across_a_restart() {
+    /// next-server and in its script URL; a client keeps its link for the rest of its boot,
+    /// across a restart too, and its next boot is chosen afresh, whether its firmware is a
+    /// PXE ROM or iPXE itself (qemu's, a flashed NIC's), as the records tell a new boot.
+    #[tokio::test]
+    async fn clients_are_spread_over_the_links_and_keep_theirs_for_a_boot() {
+        use crate::record::event::{FileKind, Outcome, Proto, Who};
         let dir = tempfile::tempdir().unwrap();
-        let multi = |dir: &Path| {
-            let text = CONFIG
-                .replace("state_dir: var/", &format!("state_dir: {}", dir.display()))
-                .replace(
-                    "address: 10.77.0.1,",
-                    "address: 10.77.0.1, links: [10.77.0.2, 10.77.0.3],",
-                );
-            let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());
-            open_server(config)
+        let text = CONFIG
+            .replace(
+                "state_dir: var/",
+                &format!("state_dir: {}", dir.path().display()),
+            )
+            .replace(
+                "address: 10.77.0.1,",
+                "address: 10.77.0.1, links: [10.77.0.2, 10.77.0.3],",
+            );
+        let config = Arc::new(Config::parse(&dir.path().join("pools.yaml"), &text).unwrap());
+        let shutdown = crate::shutdown::Shutdown::new();
+        let (recorder, records) =
+            crate::record::start(&config.server, &shutdown, &Metrics::default())
+                .await
+                .unwrap();
+        // A daemon (again, after a restart): the records are the store's, read back.
+        let open = || {
+            let placement = Arc::new(Placement::new(&config, Some(records.clone()), &[]));
+            let table = open_table(&config).unwrap();
+            Server::open(
+                config.clone(),
+                recorder.clone(),
+                Metrics::default(),
+                table,
+                placement,
+            )
         };
-        let pxe_discover = |mac: u8| {
+        let mac = |m: u8| Mac([0x52, 0x54, 0, 0x77, 0, m]);
+        // Until the records hold what was sent (they are written by their own task).
+        let settled = |m: u8, starts: bool| {
+            let records = records.clone();
+            async move {
+                for _ in 0..500 {
+                    let now = crate::record::event::now_micros();
+                    if records.read(|t| {
+                        t.current(mac(m)).is_some()
+                            && t.discover_starts_boot(mac(m), true, now) == starts
+                    }) {
+                        return;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                panic!("the records never said whether a DISCOVER of ..:{m:02x} starts a boot");
+            }
+        };
+        let pxe_discover = |m: u8| {
             let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 0, 60, 9];
             o.extend_from_slice(b"PXEClient");
-            req(mac, &o)
+            req(m, &o)
         };
-        let mut s = multi(dir.path());
+        let script_url =
+            |link: Ipv4Addr| format!("http://{link}:8080/boot/script/52:54:00:77:00:20.ipxe");
+
+        let mut s = open();
         let mut told = Vec::new();
         // The range holds two addresses; the third client has a fixed one.
-        for mac in [1, 2, 0x20] {
-            let (offer, _) = s.handle(&pxe_discover(mac), from(), 1000).unwrap();
+        for m in [1, 2, 0x20] {
+            let (offer, _) = s.handle(&pxe_discover(m), from(), 1000).unwrap();
             told.push(offer.siaddr);
         }
         told.sort();
@@ -851,40 +892,65 @@ pools:
             [1, 2, 3].map(|n| Ipv4Addr::new(10, 77, 0, n)),
             "one client per link"
         );
-        // iPXE's DISCOVER in the same boot: the script URL names the same link.
-        let (offer, _) = s
-            .handle(&ipxe_discover(0x20, DISCOVER), from(), 1001)
-            .unwrap();
-        let link3 = s
-            .leases
-            .read()
-            .link(Mac([0x52, 0x54, 0, 0x77, 0, 0x20]))
-            .unwrap();
-        assert_eq!(
-            offer.boot_file.as_deref(),
-            Some(format!("http://{link3}:8080/boot/script/52:54:00:77:00:20.ipxe").as_str())
-        );
-        assert_eq!(offer.siaddr, link3);
-        s.flush();
-        // After a restart the boot goes on from its link: iPXE's next DISCOVER still names it.
-        let mut s = multi(dir.path());
-        let (offer, _) = s
-            .handle(&ipxe_discover(0x20, DISCOVER), from(), 2000)
-            .unwrap();
-        assert_eq!(
-            offer.boot_file.as_deref(),
-            Some(format!("http://{link3}:8080/boot/script/52:54:00:77:00:20.ipxe").as_str())
-        );
+        let link3 = s.leases.read().link(mac(0x20)).unwrap();
         assert_ne!(
             link3,
             Ipv4Addr::new(10, 77, 0, 1),
             "the test needs the third client off the first link"
         );
-        // Its next boot (a firmware DISCOVER, nobody booting) is chosen afresh: the first of
-        // the empty links, not the kept one.
-        let mut s = multi(dir.path());
-        let (offer, _) = s.handle(&pxe_discover(0x20), from(), 3000).unwrap();
-        assert_eq!(offer.siaddr, Ipv4Addr::new(10, 77, 0, 1));
+        // iPXE's DISCOVER in the same boot: the script URL names the same link.
+        let (offer, _) = s
+            .handle(&ipxe_discover(0x20, DISCOVER), from(), 1001)
+            .unwrap();
+        assert_eq!(offer.boot_file.as_deref(), Some(script_url(link3).as_str()));
+        assert_eq!(offer.siaddr, link3);
+        s.flush();
+        settled(0x20, false).await;
+
+        // After a restart the boot goes on from its link: iPXE's next DISCOVER, and the
+        // firmware's DISCOVER sent again, still name it.
+        let mut s = open();
+        let (offer, _) = s
+            .handle(&ipxe_discover(0x20, DISCOVER), from(), 2000)
+            .unwrap();
+        assert_eq!(offer.boot_file.as_deref(), Some(script_url(link3).as_str()));
+        let mut s = open();
+        let (offer, _) = s.handle(&pxe_discover(0x20), from(), 2001).unwrap();
+        assert_eq!(offer.siaddr, link3);
+        s.flush();
+
+        // The boot gets past its firmware (its script is sent); after a restart, with nobody
+        // booting, its next boot is chosen afresh: the first of the empty links, not the kept
+        // one. iPXE as the firmware...
+        let script = |m: u8| {
+            let sent = Kind::File {
+                proto: Proto::Http,
+                kind: FileKind::Script,
+                path: "/boot/script".into(),
+                bytes: 100,
+                outcome: Outcome::Complete,
+            };
+            recorder.record(Who::Mac(mac(m)), sent)
+        };
+        script(0x20);
+        settled(0x20, true).await;
+        let mut s = open();
+        let (offer, _) = s
+            .handle(&ipxe_discover(0x20, DISCOVER), from(), 3000)
+            .unwrap();
+        let first = Ipv4Addr::new(10, 77, 0, 1);
+        assert_eq!(offer.boot_file.as_deref(), Some(script_url(first).as_str()));
+        assert_eq!(s.leases.read().link(mac(0x20)), Some(first));
+        s.flush();
+        // ... and a PXE ROM, for client 2 (booting since before the restart on its own link).
+        let link2 = s.leases.read().link(mac(2)).unwrap();
+        assert_ne!(link2, first);
+        script(2);
+        settled(2, true).await;
+        let mut s = open();
+        let (offer, _) = s.handle(&pxe_discover(2), from(), 3001).unwrap();
+        assert_eq!(offer.siaddr, first);
+        shutdown.trigger();
     }
 
     /// UEFI HTTP boot (option 60 `HTTPClient:Arch:00016`, arch 16) gets a URL and its class

@@ -110,17 +110,20 @@ impl Placement {
         out
     }
 
-    /// The link `mac` (of `pool`) boots from. A boot's link is chosen at its firmware
-    /// DISCOVER (`starting`) and kept for the whole boot: while the client counts as booting
-    /// here, else (after a restart) as `kept`, the link its lease names, as long as that is
-    /// still one of the server's usable links. Each new boot is chosen afresh, so a room
-    /// rebalances when links are added or lost, or one of them is busy.
+    /// The link `mac` (of `pool`) boots from. A boot's link is chosen at the DISCOVER that
+    /// starts it and kept for the whole boot: while the client counts as booting here, else
+    /// (after a restart) as `kept`, the link its lease names, as long as that is still one of
+    /// the server's usable links. Each new boot is chosen afresh, so a room rebalances when
+    /// links are added or lost, or one of them is busy. `pxe_discover`: the request is a
+    /// DISCOVER with the PXE class, a firmware's or iPXE's; whether it starts a boot is the
+    /// records' answer (`Timelines::discover_starts_boot`), since iPXE is a PXE firmware's
+    /// second stage in one room and the firmware itself in another (qemu's, a flashed NIC's).
     pub fn link_for(
         &self,
         mac: Mac,
         pool: &Arc<Pool>,
         kept: Option<Ipv4Addr>,
-        starting: bool,
+        pxe_discover: bool,
     ) -> Ipv4Addr {
         if self.addresses.len() == 1 {
             return self.addresses[0];
@@ -133,7 +136,7 @@ impl Placement {
                 .map(|b| b.link)
                 .filter(|&i| self.usable(i))
         };
-        let i = if starting {
+        let i = if pxe_discover && self.starts_boot(mac) {
             // `loads` forgets boots that have ended, so a client still counted here is in the
             // same boot (its firmware sent DISCOVER again) and keeps its link.
             let loads = self.loads(&mut booting, now);
@@ -168,6 +171,14 @@ impl Placement {
             },
         );
         self.addresses[i]
+    }
+
+    /// Whether a PXE DISCOVER from `mac` now starts a new boot, by the records (`true`
+    /// without records: every such DISCOVER is a new boot).
+    fn starts_boot(&self, mac: Mac) -> bool {
+        self.records.as_ref().is_none_or(|r| {
+            r.read(|t| t.discover_starts_boot(mac, true, crate::record::event::now_micros()))
+        })
     }
 
     /// Whether link `i` can be given out: its address is on an interface, or no link's
