@@ -406,18 +406,18 @@ impl Timelines {
         if let Some(&i) = self.current.get(&mac) {
             self.boots[i].settle(ev.at);
         }
-        if let Kind::DhcpDiscover { pxe, .. } = ev.kind {
-            if self.discover_starts_boot(mac, pxe, ev.at) {
-                if let Some(&i) = self.current.get(&mac) {
-                    self.boots[i].gone.get_or_insert(Gone {
-                        at: ev.at,
-                        evidence: GoneEvidence::NewBoot,
-                    });
-                }
-                let id = self.boots.len() as u64 + 1;
-                self.boots.push(Boot::new(id, mac, ev.at));
-                self.current.insert(mac, self.boots.len() - 1);
+        if let Kind::DhcpDiscover { pxe, .. } = ev.kind
+            && self.discover_starts_boot(mac, pxe, ev.at)
+        {
+            if let Some(&i) = self.current.get(&mac) {
+                self.boots[i].gone.get_or_insert(Gone {
+                    at: ev.at,
+                    evidence: GoneEvidence::NewBoot,
+                });
             }
+            let id = self.boots.len() as u64 + 1;
+            self.boots.push(Boot::new(id, mac, ev.at));
+            self.current.insert(mac, self.boots.len() - 1);
         }
         let Some(&i) = self.current.get(&mac) else {
             // An event for a client we never saw DHCP from (e.g. a daemon restart): start here.
