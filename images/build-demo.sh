@@ -22,7 +22,7 @@ $HERE/demo):
                 with apt-get download + dpkg -x, never installed on the host
   initrd.img    gzip'd newc cpio: busybox-static, nbd-client, qemu-nbd and mount.nfs (+
                 their libraries), klibc's nfsmount, the modules
-                for virtio_net/e1000, NFSv3 over TCP, nbd, squashfs, overlay; /init from
+                for virtio_net/e1000, NFSv3 over TCP, nbd, squashfs, loop, overlay; /init from
                 images/demo-recipe/initrd-init
   rootfs/       debootstrap --variant=minbase $SUITE tree (+ $INCLUDE) whose /sbin/init is
                 images/demo-recipe/rootfs-init (served over NFS)
