@@ -187,6 +187,13 @@ fn start_server(args: &StormArgs, run_dir: &std::path::Path) -> anyhow::Result<S
 }
 
 /// Waits until `addr` takes a TCP connection.
+/// What the room tells a client's thread: its link is wired into its namespace (bring it
+/// up), then when to power on (seconds since the storm's start).
+enum Step {
+    Wired,
+    PowerOn(f64),
+}
+
 fn wait_ready(
     addr: std::net::SocketAddr,
     server: &mut Server,
@@ -294,10 +301,12 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
     });
 
     let (tid_tx, tid_rx) = mpsc::channel::<(usize, libc::pid_t)>();
-    let (go_tx, go_rx): (Vec<_>, Vec<_>) = (0..macs.len()).map(|_| mpsc::channel::<f64>()).unzip();
+    let (up_tx, up_rx) = mpsc::channel::<(usize, Result<(), String>)>();
+    let (go_tx, go_rx): (Vec<_>, Vec<_>) = (0..macs.len()).map(|_| mpsc::channel::<Step>()).unzip();
     let mut threads = Vec::new();
     for ((i, mac), go) in macs.iter().enumerate().zip(go_rx) {
-        let (plan, tid_tx, mac) = (plan.clone(), tid_tx.clone(), mac.to_string());
+        let (plan, tid_tx, up_tx, mac) =
+            (plan.clone(), tid_tx.clone(), up_tx.clone(), mac.to_string());
         let t = std::thread::Builder::new()
             .name(format!("client{i}"))
             .stack_size(512 * 1024)
@@ -310,13 +319,21 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
                 // Sleeps as short as a client's thinks: no 50 us timer slack on each.
                 sys::process::set_timer_slack(1);
                 let _ = tid_tx.send((i, sys::process::gettid()));
-                let Ok(power_on) = go.recv() else {
+                // Its link is plugged in once the room is wired, before power-on, as a PC's
+                // is before its firmware asks anything.
+                let dev = format!("c{i}");
+                let Ok(Step::Wired) = go.recv() else {
                     return client::Outcome::failed(i, mac, "the room was not wired".into());
                 };
-                let dev = format!("c{i}");
-                if let Err(e) = room::ip(&["link set lo up".into(), format!("link set {dev} up")]) {
-                    return client::Outcome::failed(i, mac, format!("{e:#}"));
+                let up = room::ip(&["link set lo up".into(), format!("link set {dev} up")]);
+                let failed = up.as_ref().err().map(|e| format!("{e:#}"));
+                let _ = up_tx.send((i, up.map_err(|e| format!("{e:#}"))));
+                if let Some(e) = failed {
+                    return client::Outcome::failed(i, mac, e);
                 }
+                let Ok(Step::PowerOn(power_on)) = go.recv() else {
+                    return client::Outcome::failed(i, mac, "the room never powered on".into());
+                };
                 let booted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     client::boot(i, mac.clone(), dev, &plan, power_on)
                 }));
@@ -327,12 +344,22 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
             .context("starting a client thread")?;
         threads.push(t);
     }
-    drop(tid_tx);
+    drop((tid_tx, up_tx));
     let mut tids: Vec<(usize, String, libc::pid_t)> = Vec::new();
     for (i, tid) in tid_rx.iter().take(macs.len()) {
         tids.push((i, macs[i].to_string(), tid));
     }
     room::wire_clients(&tids, args.client_link)?;
+    for go in &go_tx {
+        let _ = go.send(Step::Wired);
+    }
+    for (i, up) in up_rx.iter().take(macs.len()) {
+        if let Err(e) = up {
+            bail!("client {i}'s link did not come up: {e}");
+        }
+    }
+    let ports: Vec<String> = (0..macs.len()).map(|i| format!("p{i}")).collect();
+    room::wait_forwarding(&ports, Duration::from_secs(30))?;
 
     let mut server = start_server(&args, &run_dir)?;
     let ready = match &args.server_cmd {
@@ -375,7 +402,7 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
             } else {
                 0.0
             };
-        let _ = go.send(at);
+        let _ = go.send(Step::PowerOn(at));
     }
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     let mut outcomes = Vec::new();

@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use std::io::Write as _;
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// The switch.
 pub const BRIDGE: &str = "sw0";
@@ -164,6 +165,45 @@ pub fn wire_clients(clients: &[(usize, String, libc::pid_t)], rate: u64) -> anyh
     }
     ip(&cmds)?;
     batch("tc", &tc)
+}
+
+/// Waits until the switch forwards on each of `ports` (a port whose peer was just set up
+/// stays `disabled` until the kernel has handled its carrier, and drops what arrives
+/// meanwhile: a client that sends its first DISCOVER then loses it, as no PC on a ready switch
+/// port would). Fails naming the ports still not forwarding after `within`.
+pub fn wait_forwarding(ports: &[String], within: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    loop {
+        let out = Command::new("ip")
+            .args(["-d", "-j", "link", "show", "master", BRIDGE])
+            .output()
+            .context("running `ip -d -j link show` (package iproute2)")?;
+        let listed: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .with_context(|| format!("`ip -j link show master {BRIDGE}` printed no JSON"))?;
+        let forwarding: std::collections::HashSet<&str> = listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|l| l["linkinfo"]["info_slave_data"]["state"] == "forwarding")
+            .filter_map(|l| l["ifname"].as_str())
+            .collect();
+        let waiting: Vec<&str> = ports
+            .iter()
+            .map(String::as_str)
+            .filter(|p| !forwarding.contains(p))
+            .collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "switch ports not forwarding after {:?}: {}",
+                within,
+                waiting.join(" ")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Bytes each of `devs` has sent (its egress counter), from `/proc/net/dev`, which shows the
