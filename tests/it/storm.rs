@@ -172,11 +172,18 @@ fn small_room(
     (table, json(&out))
 }
 
-/// Runs a small storm of `clients` over `root` and checks that the numbers add up.
-fn small_storm(root: &str, clients: usize, keep: usize) {
+/// Runs a small storm of `clients` over `root` and checks that the numbers add up. With
+/// `after_one_link`, the same room first boots once on one link, in the same state folder:
+/// its clients' firmware is iPXE (the trace's), and each of their next boots must still get
+/// a link chosen afresh, not the one their leases kept.
+fn small_storm(root: &str, clients: usize, keep: usize, after_one_link: bool) {
     let _room = one_room();
     let dir = tempfile::tempdir().unwrap();
     let (trace_file, trace) = short_trace(root, keep, dir.path());
+    if after_one_link {
+        let (table, r) = small_room(dir.path(), root, clients, &trace_file, "1x1gbit", 600);
+        assert_eq!(u(&r["summary"]["booted"]), clients as u64, "{table}");
+    }
     let (table, r) = small_room(dir.path(), root, clients, &trace_file, "2x1gbit", 600);
     let summary = &r["summary"];
     assert_eq!(u(&summary["clients"]), clients as u64, "{table}");
@@ -313,12 +320,12 @@ fn small_storm(root: &str, clients: usize, keep: usize) {
 
 #[test]
 fn a_small_nfs_storm_boots_every_client_and_its_numbers_add_up() {
-    small_storm("nfs", 20, 1500);
+    small_storm("nfs", 20, 1500, false);
 }
 
 #[test]
-fn a_small_nbd_storm_boots_every_client_and_its_numbers_add_up() {
-    small_storm("nbd", 20, 300);
+fn a_small_nbd_storm_after_one_on_one_link_spreads_its_clients_and_its_numbers_add_up() {
+    small_storm("nbd", 20, 300, true);
 }
 
 /// The processes that run `sleep SECONDS`.
