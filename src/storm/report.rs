@@ -499,6 +499,14 @@ impl Report {
                 "note: {d}, for {n} clients (the image is not the recorded build, or the server sends the file recompressed: images.NAME.initrd_wire)\n"
             ));
         }
+        let per_link: Vec<usize> = self.links.iter().map(|l| l.clients).collect();
+        if uneven(&per_link) {
+            let counts: Vec<String> = per_link.iter().map(usize::to_string).collect();
+            s.push_str(&format!(
+                "note: the server told the clients its links unevenly: {} clients per link (a server that names one address for all, or bootpool keeping links from an earlier run: docs/links.md)\n",
+                counts.join(" / ")
+            ));
+        }
         let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
         let m = &self.summary;
         s.push_str(&format!(
@@ -758,5 +766,36 @@ fn agreement(clients: &[Outcome], recorded: &[BootView]) -> Agreement {
         max_bytes_diff: max_bytes,
         max_duration_diff_s: max_dur,
         max_phase_diff_s: max_phase,
+    }
+}
+
+/// Whether clients of one pool, all alike, were spread over the server's links unevenly: the
+/// busiest link has a fifth more than an even share (rounded up), and one more.
+fn uneven(per_link: &[usize]) -> bool {
+    let total: usize = per_link.iter().sum();
+    let Some(&most) = per_link.iter().max() else {
+        return false;
+    };
+    if per_link.len() < 2 || total == 0 {
+        return false;
+    }
+    let even = total.div_ceil(per_link.len()) as f64;
+    most as f64 > even * 1.2 + 1.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::uneven;
+
+    #[test]
+    fn a_room_on_one_of_its_links_is_uneven_and_a_spread_one_is_not() {
+        assert!(uneven(&[40, 0, 0, 0]));
+        assert!(uneven(&[80, 41, 39, 40]));
+        assert!(!uneven(&[10, 10, 10, 10]));
+        assert!(!uneven(&[51, 49, 50, 50]));
+        assert!(!uneven(&[2, 1]));
+        assert!(!uneven(&[40]));
+        assert!(!uneven(&[0, 0]));
+        assert!(!uneven(&[]));
     }
 }
