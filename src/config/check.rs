@@ -12,6 +12,26 @@ pub(super) struct Checker<'a> {
 }
 
 impl Checker<'_> {
+    /// The value of the word `given` among `choices`, or an error at `path` naming them all
+    /// ("`x` is not `a`, `b` or `c`").
+    pub(super) fn one_of<T: Clone>(
+        &self,
+        path: &[Step],
+        given: &str,
+        choices: &[(&str, T)],
+    ) -> Result<T, ConfigError> {
+        if let Some((_, v)) = choices.iter().find(|(word, _)| *word == given) {
+            return Ok(v.clone());
+        }
+        let words: Vec<String> = choices.iter().map(|(w, _)| format!("`{w}`")).collect();
+        let listed = match words.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
+        };
+        Err(self.err(path, format!("`{given}` is not {listed}")))
+    }
+
     pub(super) fn err(&self, path: &[Step], reason: impl Into<String>) -> ConfigError {
         let loc = locate::locate(self.text, path);
         let mut shown = String::new();
@@ -210,27 +230,28 @@ impl Checker<'_> {
         let mut images = BTreeMap::new();
         for (name, img) in &raw.images {
             let at = |k| [Key("images"), Key(name.as_str()), Key(k)];
-            let store = match img.store.as_str() {
-                "disk" => Store::Disk,
-                "ram" => Store::Ram,
-                other => {
-                    return Err(self.err(&at("store"), format!("`{other}` is not `disk` or `ram`")));
-                }
-            };
+            let store = self.one_of(
+                &at("store"),
+                &img.store,
+                &[("disk", Store::Disk), ("ram", Store::Ram)],
+            )?;
             if !is_name(name) {
                 return Err(self.err(
                     &[Key("images"), Key(name)],
                     format!("`{name}` is not a plain name ({NAME_RULE})"),
                 ));
             }
-            let cow_store = match img.cow.as_deref() {
-                None => None,
-                Some("ram") => Some(CowStore::Ram),
-                Some("disk") => Some(CowStore::Disk),
-                Some(other) => {
-                    return Err(self.err(&at("cow"), format!("`{other}` is not `ram` or `disk`")));
-                }
-            };
+            let cow_store = img
+                .cow
+                .as_deref()
+                .map(|c| {
+                    self.one_of(
+                        &at("cow"),
+                        c,
+                        &[("ram", CowStore::Ram), ("disk", CowStore::Disk)],
+                    )
+                })
+                .transpose()?;
             let limit = match &img.cow_limit {
                 None => DEFAULT_COW_LIMIT,
                 Some(_) if cow_store.is_none() => {
@@ -279,16 +300,11 @@ impl Checker<'_> {
                     ));
                 }
             };
-            let initrd_wire = match img.initrd_wire.as_deref() {
-                None | Some("as_is") => InitrdWire::AsIs,
-                Some("zstd") => InitrdWire::Zstd,
-                Some(other) => {
-                    return Err(self.err(
-                        &at("initrd_wire"),
-                        format!("`{other}` is not `as_is` or `zstd`"),
-                    ));
-                }
-            };
+            let initrd_wire = self.one_of(
+                &at("initrd_wire"),
+                img.initrd_wire.as_deref().unwrap_or("as_is"),
+                &[("as_is", InitrdWire::AsIs), ("zstd", InitrdWire::Zstd)],
+            )?;
             // Where an export clash is shown: the key when the file sets it, else the image.
             let written = |key: &'static str, set: bool| {
                 if set {
@@ -353,23 +369,19 @@ impl Checker<'_> {
                     format!("no image `{}` (images: {})", p.image, known.join(", ")),
                 )
             })?;
-            let root = match p.root.as_str() {
-                "nfs" => RootProto::Nfs,
-                "nbd" => RootProto::Nbd,
-                other => {
-                    return Err(self.err(&at("root"), format!("`{other}` is not `nfs` or `nbd`")));
-                }
-            };
-            let initramfs = match p.initramfs.as_str() {
-                "dracut" => Initramfs::Dracut,
-                "initramfs-tools" => Initramfs::InitramfsTools,
-                other => {
-                    return Err(self.err(
-                        &at("initramfs"),
-                        format!("`{other}` is not `dracut` or `initramfs-tools`"),
-                    ));
-                }
-            };
+            let root = self.one_of(
+                &at("root"),
+                &p.root,
+                &[("nfs", RootProto::Nfs), ("nbd", RootProto::Nbd)],
+            )?;
+            let initramfs = self.one_of(
+                &at("initramfs"),
+                &p.initramfs,
+                &[
+                    ("dracut", Initramfs::Dracut),
+                    ("initramfs-tools", Initramfs::InitramfsTools),
+                ],
+            )?;
             // klibc's nfsmount cannot be given the MOUNT port: it asks port 111, always.
             if root == RootProto::Nfs
                 && initramfs == Initramfs::InitramfsTools
@@ -651,16 +663,14 @@ impl Checker<'_> {
     fn check_dhcp(&self, d: &raw::Dhcp, server: &[Ipv4Addr]) -> Result<Dhcp, ConfigError> {
         use Step::Key;
         let at = |k| [Key("dhcp"), Key(k)];
-        let mode = match d.mode.as_str() {
-            "authoritative" => DhcpMode::Authoritative,
-            "proxy" => DhcpMode::Proxy,
-            other => {
-                return Err(self.err(
-                    &at("mode"),
-                    format!("`{other}` is not `authoritative` or `proxy`"),
-                ));
-            }
-        };
+        let mode = self.one_of(
+            &at("mode"),
+            &d.mode,
+            &[
+                ("authoritative", DhcpMode::Authoritative),
+                ("proxy", DhcpMode::Proxy),
+            ],
+        )?;
         let subnet: Subnet = d.subnet.parse().map_err(|e| self.err(&at("subnet"), e))?;
         let range = match &d.range {
             None if mode == DhcpMode::Authoritative => {

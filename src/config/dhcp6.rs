@@ -167,16 +167,14 @@ impl Checker<'_> {
             .iter()
             .map(|s| self.ip6(&at("dns"), s))
             .collect::<Result<_, _>>()?;
-        let router_advertisements = match d.router_advertisements.as_deref() {
-            None | Some("send") => RouterAdverts::Send,
-            Some("leave") => RouterAdverts::Leave,
-            Some(other) => {
-                return Err(self.err(
-                    &at("router_advertisements"),
-                    format!("`{other}` is not `send` or `leave`"),
-                ));
-            }
-        };
+        let router_advertisements = self.one_of(
+            &at("router_advertisements"),
+            d.router_advertisements.as_deref().unwrap_or("send"),
+            &[
+                ("send", RouterAdverts::Send),
+                ("leave", RouterAdverts::Leave),
+            ],
+        )?;
         let dhcp6 = Dhcp6 {
             subnet,
             range: (a, b),
@@ -195,14 +193,15 @@ impl Checker<'_> {
         dhcp6: bool,
     ) -> Result<BootOver, ConfigError> {
         let at = [Step::Key("pools"), Step::Key(pool), Step::Key("boot_over")];
-        let over = match given {
-            None | Some("both") => BootOver::Both,
-            Some("ipv4") => BootOver::Ipv4,
-            Some("ipv6") => BootOver::Ipv6,
-            Some(other) => {
-                return Err(self.err(&at, format!("`{other}` is not `both`, `ipv4` or `ipv6`")));
-            }
-        };
+        let over = self.one_of(
+            &at,
+            given.unwrap_or("both"),
+            &[
+                ("both", BootOver::Both),
+                ("ipv4", BootOver::Ipv4),
+                ("ipv6", BootOver::Ipv6),
+            ],
+        )?;
         if over == BootOver::Ipv6 && !dhcp6 {
             return Err(self.err(&at, "`ipv6` needs a `dhcp6` section"));
         }

@@ -128,6 +128,42 @@ fn bad_values_name_their_line_and_path() {
     }
 }
 
+/// A word outside its key's choices is refused at its key and line, naming every choice.
+#[test]
+fn a_word_outside_its_choices_is_refused_naming_them() {
+    let cases = [
+        (
+            "root: nfs",
+            "root: iscsi",
+            "pools.room-101.root",
+            "`iscsi` is not `nfs` or `nbd`",
+        ),
+        (
+            "mode: authoritative",
+            "mode: relay",
+            "dhcp.mode",
+            "`relay` is not `authoritative` or `proxy`",
+        ),
+        (
+            "store: disk",
+            "store: tape",
+            "images.demo.store",
+            "`tape` is not `disk` or `ram`",
+        ),
+        (
+            "    root: nfs\n",
+            "    root: nfs\n    boot_over: ipx\n",
+            "pools.room-101.boot_over",
+            "`ipx` is not `both`, `ipv4` or `ipv6`",
+        ),
+    ];
+    for (from, to, path, reason) in cases {
+        let e = parse(&GOOD.replace(from, to)).unwrap_err();
+        assert_eq!((e.path.as_str(), e.reason.as_str()), (path, reason), "{e}");
+        assert!(e.line.is_some(), "{e}");
+    }
+}
+
 #[test]
 fn overlapping_macs_are_refused() {
     let text = GOOD.replace(
