@@ -186,7 +186,6 @@ fn start_server(args: &StormArgs, run_dir: &std::path::Path) -> anyhow::Result<S
     Ok(Server(cmd.spawn().context("starting the server")?))
 }
 
-/// Waits until `addr` takes a TCP connection.
 /// What the room tells a client's thread: its link is wired into its namespace (bring it
 /// up), then when to power on (seconds since the storm's start).
 enum Step {
@@ -194,6 +193,7 @@ enum Step {
     PowerOn(f64),
 }
 
+/// Waits until `addr` takes a TCP connection.
 fn wait_ready(
     addr: std::net::SocketAddr,
     server: &mut Server,
@@ -325,10 +325,10 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
                 let Ok(Step::Wired) = go.recv() else {
                     return client::Outcome::failed(i, mac, "the room was not wired".into());
                 };
-                let up = room::ip(&["link set lo up".into(), format!("link set {dev} up")]);
-                let failed = up.as_ref().err().map(|e| format!("{e:#}"));
-                let _ = up_tx.send((i, up.map_err(|e| format!("{e:#}"))));
-                if let Some(e) = failed {
+                let up = room::ip(&["link set lo up".into(), format!("link set {dev} up")])
+                    .map_err(|e| format!("{e:#}"));
+                let _ = up_tx.send((i, up.clone()));
+                if let Err(e) = up {
                     return client::Outcome::failed(i, mac, e);
                 }
                 let Ok(Step::PowerOn(power_on)) = go.recv() else {
