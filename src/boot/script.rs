@@ -34,7 +34,7 @@ pub fn cmdline(
     link: Ipv4Addr,
     client: Option<Ipv4Addr>,
 ) -> String {
-    let image = crate::image::serve::serving(member.image());
+    let image = crate::image::serve::for_boot(config, member.image());
     cmdline_of(config, member, &image, link, client)
 }
 
@@ -172,7 +172,7 @@ pub fn ipxe_script(
 ) -> String {
     let base = http_base_at(config, files);
     // The revision this boot gets, read once: its kernel, initrd and root all name it.
-    let image = &crate::image::serve::serving(member.image());
+    let image = &crate::image::serve::for_boot(config, member.image());
     let name = member.entry.name.as_deref().unwrap_or("");
     format!(
         "#!ipxe\n\

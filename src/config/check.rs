@@ -303,8 +303,19 @@ impl Checker<'_> {
             let initrd_wire = self.one_of(
                 &at("initrd_wire"),
                 img.initrd_wire.as_deref().unwrap_or("as_is"),
-                &[("as_is", InitrdWire::AsIs), ("zstd", InitrdWire::Zstd)],
+                &[("as_is", Wire::AsIs), ("zstd", Wire::Zstd)],
             )?;
+            let root_wire = self.one_of(
+                &at("root_wire"),
+                img.root_wire.as_deref().unwrap_or("as_is"),
+                &[("as_is", Wire::AsIs), ("zstd", Wire::Zstd)],
+            )?;
+            if root_wire == Wire::Zstd && cow_store.is_some() {
+                return Err(self.err(
+                    &at("root_wire"),
+                    "a recompressed root image has other blocks than the file, so a client's copy-on-write overlay would not fit it: leave root_wire out of an image with `cow`",
+                ));
+            }
             // Where an export clash is shown: the key when the file sets it, else the image.
             let written = |key: &'static str, set: bool| {
                 if set {
@@ -347,6 +358,7 @@ impl Checker<'_> {
                     root_squash: img.root_squash.unwrap_or(false),
                     secure_ports: img.secure_ports.unwrap_or(true),
                     initrd_wire,
+                    root_wire,
                 }),
             );
         }

@@ -299,12 +299,16 @@ pub struct Image {
     pub secure_ports: bool,
     /// How the initrd is sent: as the file is (the default), or with its gzip part
     /// recompressed with zstd (`export::wire`).
-    pub initrd_wire: InitrdWire,
+    pub initrd_wire: Wire,
+    /// How the NBD root image is sent: as the file is (the default), or, for a squashfs
+    /// image, as a copy recompressed with zstd that boots get under the export name
+    /// `NAME~zstd` (`export::wire`).
+    pub root_wire: Wire,
 }
 
-/// `images.NAME.initrd_wire`.
+/// `images.NAME.initrd_wire` and `images.NAME.root_wire`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum InitrdWire {
+pub enum Wire {
     #[default]
     AsIs,
     Zstd,

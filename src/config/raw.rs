@@ -199,6 +199,9 @@ pub struct Image {
     /// How the initrd goes on the wire: `as_is` (absent) or `zstd` (its gzip part
     /// recompressed).
     pub initrd_wire: Option<String>,
+    /// How the NBD root image goes on the wire: `as_is` (absent) or `zstd` (a squashfs
+    /// image recompressed).
+    pub root_wire: Option<String>,
     /// The image's files, as paths inside `dir`.
     #[serde(default = "default_kernel")]
     pub kernel: String,

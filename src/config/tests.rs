@@ -262,13 +262,28 @@ fn copy_on_write_is_off_by_default_and_checked_when_on() {
 #[test]
 fn the_initrd_goes_as_it_is_unless_zstd_is_asked_for() {
     let c = parse(GOOD).unwrap();
-    assert_eq!(c.images["demo"].initrd_wire, InitrdWire::AsIs);
+    assert_eq!(c.images["demo"].initrd_wire, Wire::AsIs);
     let on = |extra: &str| GOOD.replace("    store: disk\n", &format!("    store: disk\n{extra}"));
     let c = parse(&on("    initrd_wire: zstd\n")).unwrap();
-    assert_eq!(c.images["demo"].initrd_wire, InitrdWire::Zstd);
+    assert_eq!(c.images["demo"].initrd_wire, Wire::Zstd);
     let e = parse(&on("    initrd_wire: xz\n")).unwrap_err();
     assert_eq!(e.path, "images.demo.initrd_wire", "{e}");
     assert!(e.reason.contains("not `as_is` or `zstd`"), "{e}");
+    assert!(e.line.is_some(), "{e}");
+}
+
+#[test]
+fn the_root_goes_as_it_is_unless_zstd_is_asked_for_and_never_under_an_overlay() {
+    let c = parse(GOOD).unwrap();
+    assert_eq!(c.images["demo"].root_wire, Wire::AsIs);
+    let on = |extra: &str| GOOD.replace("    store: disk\n", &format!("    store: disk\n{extra}"));
+    let c = parse(&on("    root_wire: zstd\n")).unwrap();
+    assert_eq!(c.images["demo"].root_wire, Wire::Zstd);
+    let e = parse(&on("    root_wire: xz\n")).unwrap_err();
+    assert_eq!(e.path, "images.demo.root_wire", "{e}");
+    let e = parse(&on("    root_wire: zstd\n    cow: ram\n")).unwrap_err();
+    assert_eq!(e.path, "images.demo.root_wire", "{e}");
+    assert!(e.reason.contains("copy-on-write overlay"), "{e}");
     assert!(e.line.is_some(), "{e}");
 }
 

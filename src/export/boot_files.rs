@@ -8,7 +8,7 @@
 //! copy recompressed for the wire once that is made (`export::wire`).
 
 use crate::boot::grub;
-use crate::config::{Config, ConfigError, Image, InitrdWire};
+use crate::config::{Config, ConfigError, Image, Wire};
 use crate::record::FileKind;
 use std::path::{Path, PathBuf};
 
@@ -77,7 +77,7 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), NotSe
                     image.dir.clone(),
                     image.initrd(),
                     FileKind::Initrd,
-                    image.initrd_wire == InitrdWire::Zstd,
+                    image.initrd_wire == Wire::Zstd,
                 ),
                 _ => return Err(NotServed::Denied),
             }
@@ -86,7 +86,8 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), NotSe
     match place(&root, &path) {
         Place::Inside(real) if wire => {
             // The copy made for the wire, while it is of the file as it is now.
-            let copy = super::wire::copy_of(&config.server.state_dir, &real);
+            let copy =
+                super::wire::copy_of(&config.server.state_dir, &real, super::wire::Kind::Initrd);
             Ok((copy.unwrap_or(real), kind))
         }
         Place::Inside(real) => Ok((real, kind)),

@@ -332,6 +332,10 @@ pub fn export_names(config: &Config) -> Vec<String> {
 
 /// The image a client's export name selects, if it is exported.
 pub fn lookup(config: &Config, name: &str) -> Option<Arc<Image>> {
+    // A root's wire copy, handed to a boot by `serve::for_boot`.
+    if let Some(base) = name.strip_suffix(crate::export::wire::ROOT_SUFFIX) {
+        return crate::image::serve::wire_root(config, &*lookup(config, base)?);
+    }
     let exported = exported(config);
     if name.is_empty() {
         return match exported.as_slice() {
@@ -366,6 +370,7 @@ mod tests {
             root_squash: false,
             secure_ports: true,
             initrd_wire: Default::default(),
+            root_wire: Default::default(),
         }
     }
 

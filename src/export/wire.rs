@@ -1,25 +1,36 @@
-//! Initrds recompressed for the wire (`images.NAME.initrd_wire: zstd`). A room's boot is
-//! bound by its bytes over the server's links, and most initrds are gzip: the same archive
-//! compressed with zstd at level 19 is a fifth smaller (the demo's: 10.4 to 8.5 MiB) and
-//! unpacks faster in the kernel (Linux 5.9 and later, `CONFIG_RD_ZSTD`).
+//! Initrds and NBD root images recompressed for the wire (`images.NAME.initrd_wire: zstd`,
+//! `images.NAME.root_wire: zstd`). A room's boot is bound by its bytes over the server's
+//! links, and most images are made with gzip: the same data compressed with zstd at level
+//! 19 is smaller (the demo's initrd: 10.4 to 8.5 MiB; its squashfs root: the same files in
+//! the same 128 KiB blocks, a fifth fewer bytes read at boot) and unpacks faster.
 //!
 //! A copy is made once per version of the file, by `serve`'s loop (at start, then every
 //! `SCAN`), in `state_dir/wire/`, named by the original's stamp (device, inode, size, mtime,
-//! ctime): `copy_of` hands it out only while the original is unchanged, so an initrd
-//! rebuilt in place is served as it is until its new copy is made. Only the initrd's
-//! compressed tail is recompressed (`image::cpio`); an uncompressed front, early microcode,
-//! is kept byte for byte. An initrd that would not shrink (already zstd, xz, uncompressed,
-//! or not a layout the kernel reads) is marked and served as it is, and the log says why.
-//! The work is done by `gzip -dc` and `zstd -19` at the lowest CPU priority (`nice`), as
-//! `bootpool image import` uses the system's compressors.
+//! ctime): `copy_of` hands it out only while the original is unchanged, so a file rebuilt in
+//! place is served as it is until its new copy is made. A file that would not shrink, or is
+//! not a layout this module recompresses, is marked and served as it is, and the log says why.
+//!
+//! - An initrd: only its compressed tail is recompressed (`image::cpio`), by `gzip -dc` and
+//!   `zstd -19`; an uncompressed front, early microcode, is kept byte for byte. The same URL
+//!   answers with the copy.
+//! - A squashfs root image: unpacked by `unsquashfs` (as root: owners, modes, devices and
+//!   xattrs are kept) and packed again by `mksquashfs -comp zstd` with the original's block
+//!   size. Its blocks lie elsewhere than the original's, so a client must read one or the
+//!   other for a whole boot: a boot is handed the copy's export name, `NAME~zstd`, when it
+//!   starts (`image::serve::for_boot`), and keeps it across reconnects and daemon restarts
+//!   (`~` is in no configured export name).
+//!
+//! The tools run at the lowest CPU priority (`nice`), as `bootpool image import` uses the
+//! system's compressors.
 
-use crate::config::{Config, ConfigError, Image, InitrdWire};
+use crate::config::{Config, ConfigError, Image, Wire};
 use crate::image::cpio::{self, Compressor, Tail};
+use crate::image::squashfs::{self, SUPERBLOCK_LEN};
 use crate::image::{serve, store};
 use crate::shutdown::Shutdown;
 use anyhow::{Context, bail};
 use std::collections::HashSet;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -29,14 +40,39 @@ use std::time::{Duration, Instant};
 
 /// The folder under `server.state_dir`.
 pub const DIR: &str = "wire";
-/// How often the initrds are looked at again (a rebuilt file, a new revision).
+/// How often the files are looked at again (a rebuilt file, a new revision).
 const SCAN: Duration = Duration::from_secs(30);
 /// The compression level: zstd's strongest without `--ultra`'s memory cost.
-const LEVEL: &str = "-19";
+const LEVEL: &str = "19";
+/// What a root image's copy is exported as: the image's export name and this.
+pub const ROOT_SUFFIX: &str = "~zstd";
+
+/// Which kind of file a copy is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Initrd,
+    Root,
+}
+
+impl Kind {
+    /// The copy's file name ending, and how the log names the file.
+    fn suffix(self) -> &'static str {
+        match self {
+            Kind::Initrd => "initrd",
+            Kind::Root => "root",
+        }
+    }
+    fn what(self) -> &'static str {
+        match self {
+            Kind::Initrd => "initrd",
+            Kind::Root => "root image",
+        }
+    }
+}
 
 /// The copy of `original` to send instead of it, if one is made for the file as it is now.
-pub fn copy_of(state_dir: &Path, original: &Path) -> Option<PathBuf> {
-    let copy = Kept::of(state_dir, &stamp(original).ok()?).copy;
+pub fn copy_of(state_dir: &Path, original: &Path, kind: Kind) -> Option<PathBuf> {
+    let copy = Kept::of(state_dir, &stamp(original).ok()?, kind).copy;
     copy.is_file().then_some(copy)
 }
 
@@ -48,24 +84,24 @@ struct Kept {
 }
 
 impl Kept {
-    fn of(state_dir: &Path, stamp: &str) -> Kept {
+    fn of(state_dir: &Path, stamp: &str, kind: Kind) -> Kept {
         let dir = state_dir.join(DIR);
         Kept {
-            copy: dir.join(format!("{stamp}.initrd")),
+            copy: dir.join(format!("{stamp}.{}", kind.suffix())),
             as_is: dir.join(format!("{stamp}.as_is")),
         }
     }
 }
 
-/// The `initrd_wire: zstd` images.
-fn zstd_images(config: &Config) -> impl Iterator<Item = &Arc<Image>> {
+/// The images with `initrd_wire: zstd` or `root_wire: zstd`.
+fn wire_images(config: &Config) -> impl Iterator<Item = &Arc<Image>> {
     config
         .images
         .values()
-        .filter(|i| i.initrd_wire == InitrdWire::Zstd)
+        .filter(|i| i.initrd_wire == Wire::Zstd || i.root_wire == Wire::Zstd)
 }
 
-/// What a client asking for an `initrd_wire: zstd` initrd gets now (the images API shows it;
+/// What a client asking for a wire image's initrd or root gets now (the images API shows it;
 /// `bootpool lab` and `bootpool storm` wait while it is `Pending`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case", tag = "state")]
@@ -79,13 +115,13 @@ pub enum Status {
 }
 
 /// What `copy_of` and `make` have made of `original` so far.
-pub fn status(state_dir: &Path, original: &Path) -> Status {
+pub fn status(state_dir: &Path, original: &Path, kind: Kind) -> Status {
     let Ok(stamp) = stamp(original) else {
         return Status::AsIs {
             why: "the file cannot be read".into(),
         };
     };
-    let kept = Kept::of(state_dir, &stamp);
+    let kept = Kept::of(state_dir, &stamp, kind);
     if let Ok(m) = std::fs::metadata(&kept.copy) {
         return Status::Copy { bytes: m.len() };
     }
@@ -112,7 +148,7 @@ fn stamp(path: &Path) -> std::io::Result<String> {
     ))
 }
 
-/// What `make` did with one initrd.
+/// What `make` did with one file.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Made {
     /// A copy was made: the original's bytes and the copy's.
@@ -125,54 +161,157 @@ pub enum Made {
 }
 
 /// Makes the wire copy of `original` in `state_dir/wire/` unless it is made (or marked to
-/// be served as it is) already. `stop` ends the compressors early (an error).
-pub fn make(state_dir: &Path, original: &Path, stop: &AtomicBool) -> anyhow::Result<Made> {
+/// be served as it is) already. `stop` ends the tools early (an error).
+pub fn make(
+    state_dir: &Path,
+    original: &Path,
+    kind: Kind,
+    stop: &AtomicBool,
+) -> anyhow::Result<Made> {
     let dir = state_dir.join(DIR);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let stamp = stamp(original).with_context(|| format!("reading {}", original.display()))?;
-    let Kept { copy, as_is } = Kept::of(state_dir, &stamp);
+    let Kept { copy, as_is } = Kept::of(state_dir, &stamp, kind);
     if copy.is_file() || as_is.is_file() {
         return Ok(Made::Before);
     }
-    let bytes =
-        std::fs::read(original).with_context(|| format!("reading {}", original.display()))?;
-    if self::stamp(original)? != stamp {
-        bail!("{} changed while it was read", original.display());
-    }
-    let why = match cpio::tail(&bytes) {
-        Tail::Compressed {
-            at,
-            by: Compressor::Gzip,
-        } => {
-            let tmp = dir.join(format!(".{stamp}.tmp"));
-            let made = recompress(&bytes, at, &tmp, stop);
-            let to = match made {
-                Ok(()) => std::fs::metadata(&tmp)?.len(),
-                Err(e) => {
-                    let _ = std::fs::remove_file(&tmp);
-                    return Err(e);
-                }
-            };
-            if to < bytes.len() as u64 {
+    let tmp = dir.join(format!(".{stamp}.tmp"));
+    let attempt = match kind {
+        Kind::Initrd => initrd_copy(original, &tmp, stop),
+        Kind::Root => root_copy(original, &dir.join(format!(".{stamp}.tree")), &tmp, stop),
+    };
+    let why = match attempt.and_then(|a| {
+        if self::stamp(original)? != stamp {
+            bail!("{} changed while it was copied", original.display());
+        }
+        Ok(a)
+    }) {
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+        Ok(Attempt::AsIs(why)) => why,
+        Ok(Attempt::Made { from }) => {
+            let to = std::fs::metadata(&tmp)?.len();
+            if to < from {
                 std::fs::rename(&tmp, &copy)
                     .with_context(|| format!("renaming {} into place", tmp.display()))?;
-                return Ok(Made::Copy {
-                    from: bytes.len() as u64,
-                    to,
-                });
+                return Ok(Made::Copy { from, to });
             }
             let _ = std::fs::remove_file(&tmp);
             format!("its zstd copy ({to} bytes) is no smaller")
-        }
-        Tail::Compressed { by, .. } => format!("it is compressed with {by:?}, not gzip"),
-        Tail::None => "it is not compressed".into(),
-        Tail::Unknown { at } => {
-            format!("byte {at} is neither a cpio archive nor a compressor's magic")
         }
     };
     std::fs::write(&as_is, format!("{why}\n"))
         .with_context(|| format!("writing {}", as_is.display()))?;
     Ok(Made::AsIs(why))
+}
+
+/// What one try at a copy gave: a copy in the temporary file (of a file this long), or the
+/// reason there is none.
+enum Attempt {
+    Made { from: u64 },
+    AsIs(String),
+}
+
+/// An initrd's copy in `tmp`, if its tail is gzip.
+fn initrd_copy(original: &Path, tmp: &Path, stop: &AtomicBool) -> anyhow::Result<Attempt> {
+    let bytes =
+        std::fs::read(original).with_context(|| format!("reading {}", original.display()))?;
+    Ok(match cpio::tail(&bytes) {
+        Tail::Compressed {
+            at,
+            by: Compressor::Gzip,
+        } => {
+            recompress(&bytes, at, tmp, stop)?;
+            Attempt::Made {
+                from: bytes.len() as u64,
+            }
+        }
+        Tail::Compressed { by, .. } => {
+            Attempt::AsIs(format!("it is compressed with {by:?}, not gzip"))
+        }
+        Tail::None => Attempt::AsIs("it is not compressed".into()),
+        Tail::Unknown { at } => Attempt::AsIs(format!(
+            "byte {at} is neither a cpio archive nor a compressor's magic"
+        )),
+    })
+}
+
+/// A squashfs root image's copy in `tmp`, by way of the unpacked tree `tree` (removed
+/// after), if the image is squashfs and not zstd already.
+fn root_copy(
+    original: &Path,
+    tree: &Path,
+    tmp: &Path,
+    stop: &AtomicBool,
+) -> anyhow::Result<Attempt> {
+    let mut head = [0; SUPERBLOCK_LEN];
+    let mut file =
+        std::fs::File::open(original).with_context(|| format!("opening {}", original.display()))?;
+    let read = file.read_exact(&mut head);
+    let from = file.metadata()?.len();
+    let Some(sb) = read.ok().and_then(|()| squashfs::superblock(&head)) else {
+        return Ok(Attempt::AsIs(
+            "it is not a squashfs image (only those are recompressed)".into(),
+        ));
+    };
+    if sb.compressor == squashfs::Compressor::Zstd {
+        return Ok(Attempt::AsIs("it is compressed with zstd already".into()));
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(Attempt::AsIs(
+            "unpacking it keeps its files' owners only when bootpool runs as root".into(),
+        ));
+    }
+    let _ = std::fs::remove_dir_all(tree);
+    let made = resquash(original, tree, tmp, sb.block_size, stop);
+    let _ = std::fs::remove_dir_all(tree);
+    made?;
+    Ok(Attempt::Made { from })
+}
+
+/// `nice` in front of a tool.
+fn niced(tool: &str) -> Command {
+    let mut c = Command::new("nice");
+    c.args(["-n", "19", tool]);
+    c
+}
+
+/// `unsquashfs` of `original` into `tree`, then `mksquashfs` of `tree` into `tmp` with zstd
+/// and `block_size`, one thread, synced.
+fn resquash(
+    original: &Path,
+    tree: &Path,
+    tmp: &Path,
+    block_size: u32,
+    stop: &AtomicBool,
+) -> anyhow::Result<()> {
+    let mut unpack = niced("unsquashfs")
+        .args(["-no-progress", "-d"])
+        .arg(tree)
+        .arg(original)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting unsquashfs")?;
+    finish(&mut unpack, "unsquashfs", stop)?;
+    let mut pack = niced("mksquashfs")
+        .arg(tree)
+        .arg(tmp)
+        .args(["-noappend", "-no-progress", "-quiet", "-processors", "1"])
+        .args(["-comp", "zstd", "-Xcompression-level", LEVEL])
+        .args(["-b", &block_size.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting mksquashfs")?;
+    finish(&mut pack, "mksquashfs", stop)?;
+    std::fs::File::open(tmp)
+        .and_then(|f| f.sync_data())
+        .with_context(|| format!("syncing {}", tmp.display()))?;
+    Ok(())
 }
 
 /// Writes `bytes[..at]` and then the gzip part `bytes[at..]` recompressed to `tmp`,
@@ -181,11 +320,6 @@ fn recompress(bytes: &[u8], at: usize, tmp: &Path, stop: &AtomicBool) -> anyhow:
     let mut out =
         std::fs::File::create(tmp).with_context(|| format!("creating {}", tmp.display()))?;
     out.write_all(&bytes[..at])?;
-    let niced = |tool: &str| {
-        let mut c = Command::new("nice");
-        c.args(["-n", "19", tool]);
-        c
-    };
     let mut gunzip = niced("gzip")
         .arg("-dc")
         .stdin(Stdio::piped())
@@ -195,7 +329,7 @@ fn recompress(bytes: &[u8], at: usize, tmp: &Path, stop: &AtomicBool) -> anyhow:
         .context("starting gzip")?;
     let unpacked = gunzip.stdout.take().context("gzip's output")?;
     let zstd = niced("zstd")
-        .args([LEVEL, "-q", "-c", "-T1"])
+        .args([&format!("-{LEVEL}"), "-q", "-c", "-T1"])
         .stdin(unpacked)
         .stdout(out.try_clone()?)
         .stderr(Stdio::piped())
@@ -251,70 +385,102 @@ fn finish(child: &mut Child, what: &str, stop: &AtomicBool) -> anyhow::Result<()
     bail!("{what}: {status}: {}", err.trim())
 }
 
-/// The `initrd_wire: zstd` images whose kernel cannot unpack a zstd initrd, as far as their
-/// root tree tells: a `boot/config-*` there (the kernel's build config, as distributions
-/// ship it) without `CONFIG_RD_ZSTD=y`. `bootpool check` and `bootpool serve` refuse such a
-/// config; an image whose tree says nothing (an NBD image, a tree without /boot) is trusted.
+/// The wire images whose kernel cannot read what they would send, as far as their root tree
+/// tells: a `boot/config-*` there (the kernel's build config, as distributions ship it)
+/// without `CONFIG_RD_ZSTD=y` (for `initrd_wire: zstd`) or `CONFIG_SQUASHFS_ZSTD=y` (for
+/// `root_wire: zstd`). `bootpool check` and `bootpool serve` refuse such a config; an image
+/// whose tree says nothing (an NBD-only image, a tree without /boot) is trusted.
 pub fn unfit(config: &Config) -> Vec<ConfigError> {
     let mut errors = Vec::new();
-    for image in zstd_images(config) {
+    for image in wire_images(config) {
         let boot = serve::serving(image).root_tree().join("boot");
         let Ok(entries) = std::fs::read_dir(&boot) else {
             continue;
         };
-        let unfit = entries.flatten().map(|e| e.path()).find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("config-"))
-                && std::fs::read_to_string(p).is_ok_and(|t| !unpacks_zstd(&t))
-        });
-        if let Some(path) = unfit {
-            errors.push(config.error_at(
-                &["images", image.name.as_str(), "initrd_wire"],
-                format!(
-                    "{} has no CONFIG_RD_ZSTD=y: this image's kernel cannot unpack a zstd initrd (leave initrd_wire out, or boot a kernel built with it: Linux 5.9 or later)",
-                    path.display()
-                ),
-            ));
+        let configs: Vec<(PathBuf, String)> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("config-"))
+            })
+            .filter_map(|p| Some((p.clone(), std::fs::read_to_string(&p).ok()?)))
+            .collect();
+        let needs = [
+            (
+                image.initrd_wire,
+                "initrd_wire",
+                "CONFIG_RD_ZSTD",
+                "unpack a zstd initrd (leave initrd_wire out, or boot a kernel built with it: Linux 5.9 or later)",
+            ),
+            (
+                image.root_wire,
+                "root_wire",
+                "CONFIG_SQUASHFS_ZSTD",
+                "mount a zstd squashfs (leave root_wire out, or boot a kernel built with it: Linux 4.14 or later)",
+            ),
+        ];
+        for (wire, key, option, cannot) in needs {
+            if wire != Wire::Zstd {
+                continue;
+            }
+            if let Some((path, _)) = configs.iter().find(|(_, text)| !has(text, option)) {
+                errors.push(config.error_at(
+                    &["images", image.name.as_str(), key],
+                    format!(
+                        "{} has no {option}=y: this image's kernel cannot {cannot}",
+                        path.display()
+                    ),
+                ));
+            }
         }
     }
     errors
 }
 
-/// Whether a kernel's build config has it unpack zstd initrds.
-fn unpacks_zstd(kernel_config: &str) -> bool {
+/// Whether a kernel's build config has `option` built in.
+fn has(kernel_config: &str, option: &str) -> bool {
     kernel_config
         .lines()
-        .any(|l| l.trim() == "CONFIG_RD_ZSTD=y")
+        .any(|l| l.trim().strip_suffix("=y") == Some(option))
 }
 
-/// The initrds to keep copies of: each `initrd_wire: zstd` image's, and for a folder with
-/// revisions every revision's on disk.
-fn wanted(config: &Config) -> Vec<(String, PathBuf)> {
+/// The files to keep copies of: each wire image's initrd or root image (or both), and for a
+/// folder with revisions every revision's on disk.
+fn wanted(config: &Config) -> Vec<(String, PathBuf, Kind)> {
     let mut out = Vec::new();
-    for image in zstd_images(config) {
-        out.push((image.name.clone(), image.initrd()));
+    for image in wire_images(config) {
+        let mut versions = vec![(image.name.clone(), (**image).clone())];
         if store::managed(&image.dir) {
             for rev in store::list(&image.dir).unwrap_or_default() {
-                let initrd = serve::revision(image, &rev.id).initrd();
-                out.push((format!("{}@{}", image.name, rev.id), initrd));
+                let name = format!("{}@{}", image.name, rev.id);
+                versions.push((name, serve::revision(image, &rev.id)));
+            }
+        }
+        for (name, version) in versions {
+            if image.initrd_wire == Wire::Zstd {
+                out.push((name.clone(), version.initrd(), Kind::Initrd));
+            }
+            if image.root_wire == Wire::Zstd {
+                out.push((name, version.root_image(), Kind::Root));
             }
         }
     }
-    out.retain(|(_, path)| path.is_file());
+    out.retain(|(_, path, _)| path.is_file());
     out
 }
 
 /// Makes the copies `wanted` names and removes those of files gone or changed; once at
 /// start, then every `SCAN`, until shutdown.
 pub async fn serve(config: Arc<Config>, shutdown: Shutdown) -> anyhow::Result<()> {
-    if zstd_images(&config).next().is_none() {
+    if wire_images(&config).next().is_none() {
         return Ok(());
     }
     let stop = Arc::new(AtomicBool::new(false));
     let (scan_stop, state_dir) = (stop.clone(), config.server.state_dir.clone());
     // A plain thread, not tokio's blocking pool: a runtime waits for those when it drops.
     let worker = std::thread::Builder::new()
-        .name("initrd-wire".into())
+        .name("wire".into())
         .spawn(move || {
             let mut warned = HashSet::new();
             while !scan_stop.load(Ordering::Relaxed) {
@@ -325,43 +491,44 @@ pub async fn serve(config: Arc<Config>, shutdown: Shutdown) -> anyhow::Result<()
                 }
             }
         })
-        .context("starting the initrd-wire thread")?;
+        .context("starting the wire thread")?;
     shutdown.wait().await;
     stop.store(true, Ordering::Relaxed);
     drop(worker);
     Ok(())
 }
 
-/// One pass: each wanted initrd made (or found made), the rest of the folder pruned.
+/// One pass: each wanted file's copy made (or found made), the rest of the folder pruned.
 fn scan(config: &Config, state_dir: &Path, stop: &AtomicBool, warned: &mut HashSet<String>) {
     let mut keep = HashSet::new();
-    for (name, path) in wanted(config) {
+    for (name, path, kind) in wanted(config) {
         if stop.load(Ordering::Relaxed) {
             return;
         }
         let Ok(stamp) = stamp(&path) else { continue };
         keep.insert(stamp.clone());
         let started = Instant::now();
-        match make(state_dir, &path, stop) {
+        let what = kind.what();
+        match make(state_dir, &path, kind, stop) {
             Ok(Made::Copy { from, to }) => tracing::info!(
                 image = %name,
                 from_bytes = from,
                 to_bytes = to,
                 secs = format!("{:.1}", started.elapsed().as_secs_f64()),
-                "initrd recompressed for the wire (zstd {LEVEL})"
+                "{what} recompressed for the wire (zstd -{LEVEL})"
             ),
             Ok(Made::AsIs(why)) => {
-                tracing::info!(image = %name, "initrd served as it is: {why}")
+                tracing::info!(image = %name, "{what} served as it is: {why}")
             }
             Ok(Made::Before) => {}
             Err(e) if stop.load(Ordering::Relaxed) => {
-                tracing::debug!(image = %name, "initrd recompression stopped: {e:#}")
+                tracing::debug!(image = %name, "{what} recompression stopped: {e:#}")
             }
             Err(e) => {
                 if warned.insert(stamp) {
                     tracing::warn!(
                         image = %name,
-                        "initrd not recompressed, served as it is: {e:#}"
+                        "{what} not recompressed, served as it is: {e:#}"
                     );
                 }
             }
@@ -379,12 +546,18 @@ fn prune(dir: &Path, keep: &HashSet<String>) {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        // `STAMP.initrd`, `STAMP.as_is`, or a copy being written, `.STAMP.tmp`.
-        let stamp = [".initrd", ".as_is", ".tmp"]
+        // `STAMP.initrd`, `STAMP.root`, `STAMP.as_is`, or one being made: `.STAMP.tmp`, and
+        // a root's unpacked tree `.STAMP.tree/`.
+        let stamp = [".initrd", ".root", ".as_is", ".tmp", ".tree"]
             .iter()
             .find_map(|suffix| name.trim_start_matches('.').strip_suffix(suffix));
         if !stamp.is_some_and(|s| keep.contains(s)) {
-            let _ = std::fs::remove_file(entry.path());
+            let path = entry.path();
+            if path.is_dir() {
+                let _ = std::fs::remove_dir_all(path);
+            } else {
+                let _ = std::fs::remove_file(path);
+            }
         }
     }
 }
@@ -395,11 +568,11 @@ mod tests {
 
     #[test]
     fn a_kernel_config_says_whether_it_unpacks_zstd() {
-        assert!(unpacks_zstd("CONFIG_RD_GZIP=y\nCONFIG_RD_ZSTD=y\n"));
-        assert!(!unpacks_zstd(
-            "CONFIG_RD_GZIP=y\n# CONFIG_RD_ZSTD is not set\n"
-        ));
-        assert!(!unpacks_zstd("CONFIG_RD_GZIP=y\n"));
+        let unpacks = |text| has(text, "CONFIG_RD_ZSTD");
+        assert!(unpacks("CONFIG_RD_GZIP=y\nCONFIG_RD_ZSTD=y\n"));
+        assert!(!unpacks("CONFIG_RD_GZIP=y\n# CONFIG_RD_ZSTD is not set\n"));
+        assert!(!unpacks("CONFIG_RD_GZIP=y\n"));
+        assert!(!unpacks("CONFIG_RD_ZSTD=m\n"));
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod cpio;
 pub mod import;
 pub mod progress;
 pub mod serve;
+pub mod squashfs;
 pub mod store;
 pub mod tar;
 pub mod unpack;

@@ -6,7 +6,8 @@
 //! resolved to its revision's folder when asked (new revisions are learned without a restart).
 
 use super::store;
-use crate::config::{Config, Image};
+use crate::config::{Config, Image, Wire};
+use crate::export::wire;
 use std::sync::Arc;
 
 /// The image a boot starting now gets: the active revision of a folder with revisions, else
@@ -19,6 +20,31 @@ pub fn serving(image: &Arc<Image>) -> Arc<Image> {
         Ok(Some(id)) => Arc::new(revision(image, &id)),
         _ => image.clone(),
     }
+}
+
+/// What a boot starting now is handed: `serving`'s image, with its NBD root's wire copy
+/// (`root_wire: zstd`) in place of the root image once that is made. The names go into the
+/// boot's script, so the client reads the one file or the other for its whole boot.
+pub fn for_boot(config: &Config, image: &Arc<Image>) -> Arc<Image> {
+    let image = serving(image);
+    wire_root(config, &image).unwrap_or(image)
+}
+
+/// `image` (an image or one of its revisions) with its root image's wire copy as the root
+/// image, exported as `EXPORT~zstd`: while the copy is of the file as it is now.
+pub fn wire_root(config: &Config, image: &Image) -> Option<Arc<Image>> {
+    if image.root_wire != Wire::Zstd {
+        return None;
+    }
+    let copy = wire::copy_of(
+        &config.server.state_dir,
+        &image.root_image(),
+        wire::Kind::Root,
+    )?;
+    let mut w = image.clone();
+    w.root_image_name = copy.to_string_lossy().into_owned();
+    w.nbd_export = format!("{}{}", image.nbd_export, wire::ROOT_SUFFIX);
+    Some(Arc::new(w))
 }
 
 /// `image` as its revision `id`: every file inside `revs/ID/`, every export name `...@ID`.
@@ -37,6 +63,7 @@ pub fn revision(image: &Image, id: &str) -> Image {
 
 /// The revision an export name (NFS path or NBD name) or boot-file name carries, if any.
 pub fn revision_of(name: &str) -> Option<&str> {
+    let name = name.strip_suffix(wire::ROOT_SUFFIX).unwrap_or(name);
     if let Some((_, rest)) = name.split_once(&format!("{}/", store::REVS)) {
         let id = rest.split('/').next()?;
         return store::is_id(id).then_some(id);

@@ -2,8 +2,9 @@
 //! need a reboot to get it (`image::usage`, over the in-memory boots).
 
 use super::http::Web;
-use crate::config::{Config, Image, InitrdWire};
+use crate::config::{Config, Image, Wire};
 use crate::export::wire;
+use crate::export::wire::Kind;
 use crate::image::{serve, store, usage};
 use axum::Json;
 use axum::extract::State;
@@ -26,6 +27,9 @@ pub struct ImageLine {
     pub summary: Option<String>,
     /// For `initrd_wire: zstd`: the serving initrd's size and what a client gets now.
     pub initrd_wire: Option<WireLine>,
+    /// For `root_wire: zstd`: the serving root image's size and what a boot starting now
+    /// gets.
+    pub root_wire: Option<WireLine>,
 }
 
 #[derive(Debug, Serialize)]
@@ -82,7 +86,8 @@ pub async fn images(State(web): State<Web>) -> Json<Vec<ImageLine>> {
                     clients: behind.as_ref().map_or(0, |b| b.clients),
                     need_reboot: behind.as_ref().map_or(0, |b| b.need_reboot),
                     summary: behind.as_ref().map(usage::Behind::sentence),
-                    initrd_wire: wire_line(&config, image),
+                    initrd_wire: wire_line(&config, image, Kind::Initrd),
+                    root_wire: wire_line(&config, image, Kind::Root),
                 }
             })
             .collect()
@@ -92,51 +97,62 @@ pub async fn images(State(web): State<Web>) -> Json<Vec<ImageLine>> {
     Json(lines)
 }
 
-/// The `initrd_wire` line of an image: its serving revision's initrd.
-fn wire_line(config: &Config, image: &std::sync::Arc<Image>) -> Option<WireLine> {
-    if image.initrd_wire != InitrdWire::Zstd {
+/// The `initrd_wire` or `root_wire` line of an image: its serving revision's file.
+fn wire_line(config: &Config, image: &std::sync::Arc<Image>, kind: Kind) -> Option<WireLine> {
+    let serving = serve::serving(image);
+    let (wire, file) = match kind {
+        Kind::Initrd => (image.initrd_wire, serving.initrd()),
+        Kind::Root => (image.root_wire, serving.root_image()),
+    };
+    if wire != Wire::Zstd {
         return None;
     }
-    let initrd = serve::serving(image).initrd();
     Some(WireLine {
-        file_bytes: std::fs::metadata(&initrd).map_or(0, |m| m.len()),
-        status: wire::status(&config.server.state_dir, &initrd),
+        file_bytes: std::fs::metadata(&file).map_or(0, |m| m.len()),
+        status: wire::status(&config.server.state_dir, &file, kind),
     })
 }
 
-/// The images whose initrd's wire copy is still being made, from `GET /api/v1/images`'s
-/// body.
+/// The images whose initrd's or root's wire copy is still being made, from `GET
+/// /api/v1/images`'s body.
 pub fn wire_pending(body: &str) -> anyhow::Result<Vec<String>> {
     let images: Vec<serde_json::Value> = serde_json::from_str(body)?;
     Ok(images
         .iter()
-        .filter(|i| i["initrd_wire"]["state"] == "pending")
+        .filter(|i| i["initrd_wire"]["state"] == "pending" || i["root_wire"]["state"] == "pending")
         .filter_map(|i| i["image"].as_str().map(String::from))
         .collect())
 }
 
 /// Asks the images API (`fetch` returns its body) until no image's wire copy is pending,
-/// for 120 s at most, saying once on stderr what it waits for: `bootpool lab` and `bootpool
-/// storm` (`who`) power their room on after it, so every client of a run gets the same
-/// initrd.
+/// for `WIRE_WAIT` at most, saying on stderr what it waits for (again every 30 s): `bootpool
+/// lab` and `bootpool storm` (`who`) power their room on after it, so every client of a run
+/// gets the same files. A first root copy takes minutes (the demo's: about one on one
+/// niced core).
 pub fn wait_while_wire_pending(
     who: &str,
     fetch: &mut dyn FnMut() -> anyhow::Result<String>,
 ) -> anyhow::Result<()> {
-    let mut said = false;
-    for _ in 0..1200 {
+    const WIRE_WAIT: std::time::Duration = std::time::Duration::from_secs(900);
+    let started = std::time::Instant::now();
+    let mut said: Option<std::time::Instant> = None;
+    while started.elapsed() < WIRE_WAIT {
         let pending = wire_pending(&fetch()?)?;
         if pending.is_empty() {
             return Ok(());
         }
-        if !said {
+        if said.is_none_or(|at| at.elapsed().as_secs() >= 30) {
             eprintln!(
-                "{who}: waiting for the initrd of {} to be recompressed for the wire",
-                pending.join(", ")
+                "{who}: waiting for the wire copies (initrd, root image) of {} ({} s so far)",
+                pending.join(", "),
+                started.elapsed().as_secs()
             );
-            said = true;
+            said = Some(std::time::Instant::now());
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    anyhow::bail!("the initrd's wire copy was not made within 120 s (see the daemon's log)")
+    anyhow::bail!(
+        "the wire copies were not made within {} s (see the daemon's log)",
+        WIRE_WAIT.as_secs()
+    )
 }

@@ -3,7 +3,9 @@
 //! booted, and power off. Each test boots one client from an image with `store: disk` and one
 //! from the same image with `store: ram`; the NBD one from RAM attaches with qemu-nbd
 //! (`bootpool.nbd_reconnect=`), so that the demo initrd's two NBD clients both boot the root;
-//! the RAM one's initrd goes out recompressed with zstd (`initrd_wire`), which the kernel unpacks.
+//! the RAM one's initrd goes out recompressed with zstd (`initrd_wire`), which the kernel unpacks,
+//! and its NBD root as the squashfs's zstd copy (`root_wire`, export `demo-ram~zstd`), which
+//! the kernel mounts.
 //! Needs root and what scripts/setup installs and builds.
 
 use crate::common::lab::{client_consoles, lab_config, repo, run_lab};
@@ -50,7 +52,18 @@ fn with_ram_pools(text: String) -> String {
 /// once, and checks the lab's table and the daemon's journal.
 fn boot_disk_and_ram(root: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let config = lab_config(dir.path(), with_ram_pools);
+    // Over NBD the RAM image's root goes out as its zstd copy too (not over NFS: the copy
+    // would only add its making to the run).
+    let config = lab_config(dir.path(), |text| {
+        let text = with_ram_pools(text);
+        match root {
+            "nbd" => text.replace(
+                "    initrd_wire: zstd\n",
+                "    initrd_wire: zstd\n    root_wire: zstd\n",
+            ),
+            _ => text,
+        }
+    });
     let (disk, ram) = (format!("lab-{root}"), format!("lab-{root}-ram"));
     let args = [
         "--clients",
@@ -178,6 +191,24 @@ fn boot_disk_and_ram(root: &str) {
             let n = consoles.iter().filter(|c| c.contains(says)).count();
             assert_eq!(n, 1, "`{says}` on {n} consoles, not 1:\n{table}");
         }
+        // The RAM pool's boot was handed its root's zstd copy, and mounted it.
+        let wire: Vec<_> = consoles
+            .iter()
+            .filter(|c| c.contains("root=nbd:10.77.0.1:demo-ram~zstd "))
+            .collect();
+        assert_eq!(wire.len(), 1, "no console names demo-ram~zstd:\n{table}");
+        assert!(wire[0].contains("] qemu-nbd -c /dev/nbd0 "), "{}", wire[0]);
+        assert!(
+            wire[0].contains("demo-ram~zstd") && wire[0].contains("mount -t squashfs"),
+            "{}",
+            wire[0]
+        );
+        let roots = std::fs::read_dir(dir.path().join("var/wire"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".root"))
+            .count();
+        assert_eq!(roots, 1, "one root copy in var/wire");
     }
     // The daemon journalled both boots, with the root attach and the booted call.
     let journal = crate::common::recorded_events(&dir.path().join("var"));

@@ -41,6 +41,7 @@ mod nbd;
 mod nfs;
 mod records;
 mod records_postgres;
+mod root_wire;
 mod state;
 mod storm;
 mod storm_replay;
