@@ -127,6 +127,8 @@ struct Run<'a> {
     sock: Option<UdpSocket>,
     lease: Option<Lease>,
     offer: Option<dhcp::Offer>,
+    /// The NBD export the script's root argument names, which the root's replay attaches.
+    nbd_export: Option<String>,
     /// When the previous op's answer came, on the client's clock (seconds from `t0`), and on
     /// the recording's.
     last_end: f64,
@@ -254,9 +256,10 @@ impl Run<'_> {
                 self.out.bytes.http += n;
                 if script {
                     // The rest of the boot goes where the script says.
-                    let (kernel, root) = script_servers(&String::from_utf8_lossy(&body));
-                    self.out.http_server = Some(kernel.unwrap_or(server));
-                    self.out.root_server = root.or(self.out.http_server);
+                    let named = script_names(&String::from_utf8_lossy(&body));
+                    self.out.http_server = Some(named.kernel.unwrap_or(server));
+                    self.out.root_server = named.root.or(self.out.http_server);
+                    self.nbd_export = named.nbd_export;
                     self.out.script_bytes += n;
                     self.out.at.script = Some(self.now());
                 } else {
@@ -329,27 +332,57 @@ fn url_host(url: &str) -> Option<Ipv4Addr> {
     authority.split(':').next()?.parse().ok()
 }
 
-/// Where an iPXE script sends the rest of the boot: the `kernel` URL's host, and the server
-/// its root argument names (`root=nfs:HOST:`, `root=nbd:HOST:`, `nfsroot=HOST:`,
-/// `nbdroot=HOST:`).
-fn script_servers(script: &str) -> (Option<Ipv4Addr>, Option<Ipv4Addr>) {
+/// What an iPXE script names for the rest of the boot.
+#[derive(Debug, Default, PartialEq)]
+struct ScriptNames {
+    /// The `kernel` URL's host.
+    kernel: Option<Ipv4Addr>,
+    /// The server the root argument names (`root=nfs:HOST:`, `root=nbd:HOST:`,
+    /// `nfsroot=HOST:`, `nbdroot=HOST:`).
+    root: Option<Ipv4Addr>,
+    /// The NBD export it names (`root=nbd:HOST:[PORT/]NAME`, `nbdroot=HOST:PORT/NAME`,
+    /// `nbdroot=HOST,NAME[,DEV]`).
+    nbd_export: Option<String>,
+}
+
+fn script_names(script: &str) -> ScriptNames {
     let Some(line) = script
         .lines()
         .find_map(|l| l.trim().strip_prefix("kernel "))
     else {
-        return (None, None);
+        return ScriptNames::default();
     };
     let mut words = line.split_whitespace();
-    let kernel = words.next().and_then(url_host);
-    let root = words.find_map(|w| {
-        let host = w
-            .strip_prefix("root=nfs:")
-            .or_else(|| w.strip_prefix("root=nbd:"))
-            .or_else(|| w.strip_prefix("nfsroot="))
-            .or_else(|| w.strip_prefix("nbdroot="))?;
-        host.split([':', ',', '/']).next()?.parse().ok()
-    });
-    (kernel, root)
+    let mut named = ScriptNames {
+        kernel: words.next().and_then(url_host),
+        ..ScriptNames::default()
+    };
+    for w in words {
+        let (nbd, rest) = if let Some(r) = w.strip_prefix("root=nfs:") {
+            (false, r)
+        } else if let Some(r) = w.strip_prefix("nfsroot=") {
+            (false, r)
+        } else if let Some(r) = w.strip_prefix("root=nbd:") {
+            (true, r)
+        } else if let Some(r) = w.strip_prefix("nbdroot=") {
+            (true, r)
+        } else {
+            continue;
+        };
+        let (host, after) = rest.split_at(rest.find([':', ',', '/']).unwrap_or(rest.len()));
+        named.root = host.parse().ok();
+        if nbd {
+            // After the host: `:PORT/NAME`, `:NAME` (dracut's default port), `,NAME,DEV`.
+            let after = after.get(1..).unwrap_or("");
+            let name = match after.split_once('/') {
+                Some((_port, name)) => name,
+                None => after.split(',').next().unwrap_or(""),
+            };
+            named.nbd_export = (!name.is_empty()).then(|| name.to_string());
+        }
+        break;
+    }
+    named
 }
 
 /// GET, counting the body's bytes as it goes to `sink`.
@@ -419,6 +452,7 @@ pub fn boot(index: usize, mac: String, dev: String, plan: &Plan, power_on: f64) 
         },
         sock: None,
         lease: None,
+        nbd_export: None,
         offer: None,
         last_end: power_on,
         last_end_recorded: 0.0,
@@ -514,7 +548,7 @@ fn root(run: &mut Run<'_>, ops: &[Op]) -> anyhow::Result<()> {
             ..o.clone()
         })
         .collect();
-    let stats = super::root::replay(server, run.plan, &rebased)?;
+    let stats = super::root::replay(server, run.plan, &rebased, run.nbd_export.as_deref())?;
     let t0 = run.plan.t0;
     let at = |t: Instant| t.saturating_duration_since(t0).as_secs_f64();
     run.out
@@ -554,18 +588,27 @@ mod tests {
     fn the_rest_of_the_boot_goes_where_the_script_says() {
         let ours = "#!ipxe\nkernel http://10.78.0.3:8080/boot/demo/vmlinuz root=nfs:10.78.0.3:/demo:ro,port=2049 bootpool.url=http://10.78.0.3:8080\ninitrd http://10.78.0.3:8080/boot/demo/initrd.img\nboot\n";
         let three = Some(Ipv4Addr::new(10, 78, 0, 3));
-        assert_eq!(script_servers(ours), (three, three));
-        let nbd = "kernel http://10.0.0.1/k root=nbd:10.0.0.2:demo x";
+        let named = script_names(ours);
+        assert_eq!((named.kernel, named.root), (three, three));
+        assert_eq!(named.nbd_export, None);
+        let nbd = script_names("kernel http://10.0.0.1/k root=nbd:10.0.0.2:demo~zstd x");
         assert_eq!(
-            script_servers(nbd),
-            (
-                Some(Ipv4Addr::new(10, 0, 0, 1)),
-                Some(Ipv4Addr::new(10, 0, 0, 2))
-            )
+            nbd,
+            ScriptNames {
+                kernel: Some(Ipv4Addr::new(10, 0, 0, 1)),
+                root: Some(Ipv4Addr::new(10, 0, 0, 2)),
+                nbd_export: Some("demo~zstd".into()),
+            }
         );
-        let tools = "kernel http://10.0.0.1:80/k boot=local nbdroot=10.0.0.4:10809/demo";
-        assert_eq!(script_servers(tools).1, Some(Ipv4Addr::new(10, 0, 0, 4)));
-        assert_eq!(script_servers("#!ipxe\nchain x\n"), (None, None));
+        let ported = script_names("kernel http://h/k root=nbd:10.0.0.2:10810/demo@0123456789ab ro");
+        assert_eq!(ported.nbd_export.as_deref(), Some("demo@0123456789ab"));
+        let tools =
+            script_names("kernel http://10.0.0.1:80/k boot=local nbdroot=10.0.0.4:10809/demo");
+        assert_eq!(tools.root, Some(Ipv4Addr::new(10, 0, 0, 4)));
+        assert_eq!(tools.nbd_export.as_deref(), Some("demo"));
+        let commas = script_names("kernel http://h/k nbdroot=10.0.0.4,deb-root,nbd0");
+        assert_eq!(commas.nbd_export.as_deref(), Some("deb-root"));
+        assert_eq!(script_names("#!ipxe\nchain x\n"), ScriptNames::default());
         assert_eq!(
             url_host("http://10.1.2.3:8080/boot/script/a.ipxe"),
             Some(Ipv4Addr::new(10, 1, 2, 3))

@@ -48,7 +48,9 @@ pub struct StormArgs {
     /// runs, unless --server-cmd starts another server).
     #[arg(short, long, default_value = "pools.yaml")]
     pub config: PathBuf,
-    /// The boot trace every client replays (default: bench/traces/demo-ROOT.trace).
+    /// The boot trace every client replays (default: bench/traces/demo-ROOT.trace; for
+    /// bootpool serving an NBD pool whose image has `root_wire: zstd`, the boot recorded
+    /// against that copy, bench/traces/demo-nbd-zstd.trace).
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// Each client's link rate (its switch port is shaped to it).
@@ -212,6 +214,16 @@ fn wait_ready(
     bail!("the server did not answer on {addr} within 30 s")
 }
 
+/// The shipped trace of `pool`'s root: the boot recorded against what its server sends (a
+/// client reads other blocks of a root image recompressed for the wire).
+fn default_trace(pool: &crate::config::Pool, bootpool: bool) -> PathBuf {
+    let wire = bootpool
+        && pool.root == RootProto::Nbd
+        && pool.image.root_wire == crate::config::Wire::Zstd;
+    let suffix = if wire { "-zstd" } else { "" };
+    PathBuf::from(format!("bench/traces/demo-{}{suffix}.trace", pool.root))
+}
+
 pub fn run(args: StormArgs) -> anyhow::Result<()> {
     end_room_on_signal()?;
     let config = Config::load(&args.config)?;
@@ -238,7 +250,7 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
     let trace_file = args
         .trace
         .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("bench/traces/demo-{}.trace", pool.root)));
+        .unwrap_or_else(|| default_trace(&pool, args.server_cmd.is_none()));
     let text = std::fs::read_to_string(&trace_file)
         .with_context(|| format!("reading the trace {}", trace_file.display()))?;
     let trace =

@@ -54,17 +54,24 @@ pub enum NbdError {
     Connection(String),
     #[error("nbd trace reads before any attach")]
     NoAttach,
+    #[error(
+        "the boot script names NBD export `{named}`, the trace was recorded against `{recorded}`: its reads are offsets in another image (give --trace a boot recorded against `{named}`, docs/storm.md)"
+    )]
+    OtherExport { named: String, recorded: String },
 }
 
 /// Replays the `What::Nbd` ops among `ops` (other kinds are ignored) against the NBD server
 /// at `server:port`, waiting `think_scale` times each op's recorded think time. An `attach`
-/// without an export name asks for the default export `""`. The replay's clock starts at the
-/// call: the first NBD op waits its own `t` (scaled).
+/// without an export name asks for the default export `""`. `named`, the export the boot
+/// script named, must be the one the trace attached (else `OtherExport`, before any
+/// request). The replay's clock starts at the call: the first NBD op waits its own `t`
+/// (scaled).
 pub fn replay_nbd(
     server: Ipv4Addr,
     port: u16,
     ops: &[Op],
     think_scale: f64,
+    named: Option<&str>,
 ) -> Result<NbdStats, NbdError> {
     let lib = Lib::get().map_err(NbdError::NoLibnbd)?;
     let mut ops: Vec<Op> = ops
@@ -73,6 +80,20 @@ pub fn replay_nbd(
         .cloned()
         .collect();
     ops.sort_by(|a, b| a.t.total_cmp(&b.t));
+    if let Some(named) = named {
+        let recorded = ops.iter().find_map(|o| match &o.what {
+            What::Nbd { cmd, export, .. } if cmd == "attach" => {
+                Some(export.clone().unwrap_or_default())
+            }
+            _ => None,
+        });
+        if let Some(recorded) = recorded.filter(|r| r != named) {
+            return Err(NbdError::OtherExport {
+                named: named.to_string(),
+                recorded,
+            });
+        }
+    }
     if ops
         .iter()
         .take_while(|o| !matches!(&o.what, What::Nbd { cmd, .. } if cmd == "attach"))

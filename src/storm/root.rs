@@ -26,7 +26,13 @@ pub struct RootStats {
 
 /// Replays `ops` (NFS or NBD requests, times rebased so the first one's think time counts
 /// from the previous answer) against `server`.
-pub fn replay(server: Ipv4Addr, plan: &Plan, ops: &[Op]) -> anyhow::Result<RootStats> {
+/// `nbd_export` is the NBD export the boot script named, if it named one.
+pub fn replay(
+    server: Ipv4Addr,
+    plan: &Plan,
+    ops: &[Op],
+    nbd_export: Option<&str>,
+) -> anyhow::Result<RootStats> {
     let started = Instant::now();
     let since = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(started).as_secs_f64());
     let nfs = ops.iter().any(|o| matches!(o.what, What::Nfs { .. }));
@@ -48,7 +54,7 @@ pub fn replay(server: Ipv4Addr, plan: &Plan, ops: &[Op]) -> anyhow::Result<RootS
         out.attached = since(s.first);
         out.waits = s.waits;
     } else {
-        let s = nbd::replay_nbd(server, plan.nbd_port, ops, plan.think_scale)?;
+        let s = nbd::replay_nbd(server, plan.nbd_port, ops, plan.think_scale, nbd_export)?;
         out.nbd_bytes = s.bytes;
         out.errors = s.errors;
         out.first_error = (s.errors > 0).then(|| format!("{} reads failed", s.errors));

@@ -41,11 +41,15 @@ fn storm_config(dir: &Path) -> PathBuf {
     path
 }
 
-/// The shipped trace of `root`, cut to its firmware part, its first `keep` root requests and
-/// its booted call: a short boot with the real one's shape.
+/// The shipped trace of `root` that bootpool's clients replay under bench/storm/pools.yaml
+/// (over NBD the one recorded against its `root_wire` copy), cut to its firmware part, its
+/// first `keep` root requests and its booted call: a short boot with the real one's shape.
 fn short_trace(root: &str, keep: usize, dir: &Path) -> (PathBuf, Trace) {
-    let text =
-        std::fs::read_to_string(repo().join(format!("bench/traces/demo-{root}.trace"))).unwrap();
+    let shipped = match root {
+        "nbd" => "bench/traces/demo-nbd-zstd.trace".to_string(),
+        _ => format!("bench/traces/demo-{root}.trace"),
+    };
+    let text = std::fs::read_to_string(repo().join(shipped)).unwrap();
     let mut trace = Trace::parse(&text).unwrap();
     let mut n = 0;
     trace.ops.retain(|o| match o.what {
@@ -63,7 +67,8 @@ fn short_trace(root: &str, keep: usize, dir: &Path) -> (PathBuf, Trace) {
 /// What the trace's requests carry when served from the demo image built on this machine:
 /// the recording's own counts would pin the test to the build it was recorded from (an
 /// initrd packed again differs in a few bytes, a package update in a file's size). The
-/// initrd goes out as the copy bench/storm/pools.yaml's `initrd_wire` makes, in `state_dir`.
+/// initrd and the NBD root go out as the copies bench/storm/pools.yaml's `initrd_wire` and
+/// `root_wire` make, in `state_dir`.
 fn image_bytes(trace: &Trace, state_dir: &Path) -> Bytes {
     let image = repo().join("images/demo");
     let size = |p: &Path| {
@@ -74,18 +79,21 @@ fn image_bytes(trace: &Trace, state_dir: &Path) -> Bytes {
     let copies: Vec<PathBuf> = std::fs::read_dir(state_dir.join("wire"))
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
-    let copies: Vec<&PathBuf> = copies
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "initrd"))
-        .collect();
-    assert_eq!(copies.len(), 1, "the initrd's wire copy: {copies:?}");
+    let copy = |kind: &str| {
+        let found: Vec<&PathBuf> = copies
+            .iter()
+            .filter(|p| p.extension().is_some_and(|e| e == kind))
+            .collect();
+        assert_eq!(found.len(), 1, "the {kind}'s wire copy: {copies:?}");
+        found[0].clone()
+    };
     let mut b = Bytes::default();
     for op in &trace.ops {
         match &op.what {
             What::File { proto, name, .. } if !name.starts_with("/boot/script/") => {
                 let file = name.rsplit('/').next().unwrap();
                 let n = match file {
-                    "initrd.img" => size(copies[0]),
+                    "initrd.img" => size(&copy("initrd")),
                     _ => size(&image.join(file)),
                 };
                 if proto == "tftp" {
@@ -108,7 +116,7 @@ fn image_bytes(trace: &Trace, state_dir: &Path) -> Bytes {
             What::Nbd {
                 cmd, offset, len, ..
             } if cmd == "read" => {
-                let n = size(&image.join("rootfs.img"));
+                let n = size(&copy("root"));
                 b.nbd += (*len).min(n.saturating_sub(*offset));
             }
             _ => {}

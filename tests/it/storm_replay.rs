@@ -256,7 +256,7 @@ async fn an_nbd_trace_replays_its_bytes_with_reads_in_flight_together() {
     assert_eq!(want, 4096 + 8 * 131072 + 4 * 4096);
     let port = daemon.bound.nbd.port();
     let ops = t.ops.clone();
-    let stats = on_thread(move |_| replay_nbd(Ipv4Addr::LOCALHOST, port, &ops, 1.0))
+    let stats = on_thread(move |_| replay_nbd(Ipv4Addr::LOCALHOST, port, &ops, 1.0, None))
         .await
         .expect("the nbd replay runs");
     assert_eq!(stats.errors, 0, "{stats:?}");
@@ -275,7 +275,7 @@ async fn an_nbd_trace_replays_its_bytes_with_reads_in_flight_together() {
         ],
     )
     .ops;
-    let stats = on_thread(move |_| replay_nbd(Ipv4Addr::LOCALHOST, port, &ops, 0.0))
+    let stats = on_thread(move |_| replay_nbd(Ipv4Addr::LOCALHOST, port, &ops, 0.0, None))
         .await
         .expect("the nbd replay runs");
     assert_eq!((stats.errors, stats.reads, stats.bytes), (1, 1, 512));
@@ -283,9 +283,29 @@ async fn an_nbd_trace_replays_its_bytes_with_reads_in_flight_together() {
     if let What::Nbd { export, .. } = &mut ops[0].what {
         *export = Some("nope".into());
     }
-    let err = on_thread(move |_| replay_nbd(Ipv4Addr::LOCALHOST, port, &ops, 0.0))
+    let (named, recorded) = (ops.clone(), ops.clone());
+    let err = on_thread(move |_| replay_nbd(Ipv4Addr::LOCALHOST, port, &ops, 0.0, None))
         .await
         .unwrap_err();
     assert!(err.to_string().contains("nope"), "{err}");
+    // A script that names another export than the recording's: refused before any request
+    // (the trace's offsets are of another image).
+    let err =
+        on_thread(move |_| replay_nbd(Ipv4Addr::LOCALHOST, port, &named, 0.0, Some("demo~zstd")))
+            .await
+            .unwrap_err();
+    assert!(
+        matches!(&err, bootpool::storm::nbd::NbdError::OtherExport { named, recorded }
+            if named == "demo~zstd" && recorded == "nope"),
+        "{err}"
+    );
+    let err =
+        on_thread(move |_| replay_nbd(Ipv4Addr::LOCALHOST, port, &recorded, 0.0, Some("nope")))
+            .await
+            .unwrap_err();
+    assert!(
+        matches!(err, bootpool::storm::nbd::NbdError::Attach { .. }),
+        "{err}"
+    );
     daemon.stop().await;
 }
