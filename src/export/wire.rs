@@ -259,8 +259,7 @@ fn root_copy(
     if sb.compressor == squashfs::Compressor::Zstd {
         return Ok(Attempt::AsIs("it is compressed with zstd already".into()));
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !crate::sys::process::is_root() {
         return Ok(Attempt::AsIs(
             "unpacking it keeps its files' owners only when bootpool runs as root".into(),
         ));

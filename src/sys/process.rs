@@ -1,6 +1,6 @@
 //! The process and its threads: the open-file limit, signals to other processes, signals held
 //! for a thread to take, a child's death signal, thread ids and timer slack, network
-//! namespaces, and `sysconf` numbers.
+//! namespaces, `sysconf` numbers, and whether the process runs as root.
 
 use std::io;
 use std::os::unix::process::CommandExt as _;
@@ -140,4 +140,10 @@ pub fn clock_ticks() -> i64 {
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+}
+
+/// Whether the process's effective user is root (`geteuid() == 0`).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    unsafe { libc::geteuid() == 0 }
 }
