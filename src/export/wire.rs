@@ -72,8 +72,13 @@ impl Kind {
 
 /// The copy of `original` to send instead of it, if one is made for the file as it is now.
 pub fn copy_of(state_dir: &Path, original: &Path, kind: Kind) -> Option<PathBuf> {
-    let copy = Kept::of(state_dir, &stamp(original).ok()?, kind).copy;
+    let copy = copy_name(state_dir, original, kind)?;
     copy.is_file().then_some(copy)
+}
+
+/// Where the copy of `original` as it is now is kept, made or not.
+pub fn copy_name(state_dir: &Path, original: &Path, kind: Kind) -> Option<PathBuf> {
+    Some(Kept::of(state_dir, &stamp(original).ok()?, kind).copy)
 }
 
 /// What the folder keeps for one version of a file, named by its `stamp`: the copy, or the

@@ -41,6 +41,9 @@ pub fn wire_root(config: &Config, image: &Image) -> Option<Arc<Image>> {
         &image.root_image(),
         wire::Kind::Root,
     )?;
+    // The root image's name is taken inside the image's folder: a state_dir given relative
+    // (a config named by a relative path) must not be.
+    let copy = std::path::absolute(copy).ok()?;
     let mut w = image.clone();
     w.root_image_name = copy.to_string_lossy().into_owned();
     w.nbd_export = format!("{}{}", image.nbd_export, wire::ROOT_SUFFIX);
@@ -169,5 +172,53 @@ mod tests {
         assert_eq!(revision_of("/a@b"), None);
         assert_eq!(base("demo@0123456789ab"), "demo");
         assert_eq!(base("demo"), "demo");
+        assert_eq!(revision_of("demo@0123456789ab~zstd"), Some("0123456789ab"));
+    }
+
+    #[test]
+    fn a_root_copy_is_named_absolutely_and_by_its_own_export_even_under_a_relative_state_dir() {
+        // A config named by a relative path gives a relative state_dir; unit tests run in
+        // the crate's folder, so a folder made there is named relatively.
+        let tmp = tempfile::tempdir_in(".").unwrap();
+        let cwd = std::env::current_dir().unwrap();
+        let dir = tmp.path().strip_prefix(&cwd).unwrap();
+        assert!(dir.is_relative(), "{}", dir.display());
+        std::fs::create_dir_all(dir.join("img")).unwrap();
+        for f in ["vmlinuz", "initrd.img", "rootfs.img"] {
+            std::fs::write(dir.join("img").join(f), b"x").unwrap();
+        }
+        let text = "server: { address: 10.77.0.1, http: 0.0.0.0:8080, state_dir: var }
+dhcp: { subnet: 10.77.0.0/24, range: 10.77.0.100-10.77.0.101, lease: 1h }
+images:
+  demo: { dir: img, root_wire: zstd }
+pools:
+  room: { image: demo, root: nbd, clients: [ { macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" } ] }
+";
+        let config = Config::parse(&dir.join("pools.yaml"), text).unwrap();
+        let image = &config.images["demo"];
+        assert!(config.server.state_dir.is_relative());
+        // No copy yet: the boot gets the image as it is.
+        assert!(wire_root(&config, image).is_none());
+        assert_eq!(for_boot(&config, image).nbd_export, "demo");
+        let copy = wire::copy_name(
+            &config.server.state_dir,
+            &image.root_image(),
+            wire::Kind::Root,
+        )
+        .unwrap();
+        std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+        std::fs::write(&copy, b"zstd copy").unwrap();
+        let boot = for_boot(&config, image);
+        assert_eq!(boot.nbd_export, "demo~zstd");
+        assert!(
+            boot.root_image().is_absolute(),
+            "{}",
+            boot.root_image().display()
+        );
+        assert_eq!(std::fs::read(boot.root_image()).unwrap(), b"zstd copy");
+        // The name resolves to it per attach, as the NBD service looks names up.
+        let attached = crate::export::image::lookup(&config, "demo~zstd").unwrap();
+        assert_eq!(attached.root_image(), boot.root_image());
+        assert!(crate::export::image::lookup(&config, "other~zstd").is_none());
     }
 }
