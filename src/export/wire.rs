@@ -55,6 +55,8 @@ pub enum Kind {
 }
 
 impl Kind {
+    const ALL: [Kind; 2] = [Kind::Initrd, Kind::Root];
+
     /// The copy's file name ending, and how the log names the file.
     fn suffix(self) -> &'static str {
         match self {
@@ -550,11 +552,14 @@ fn prune(dir: &Path, keep: &HashSet<String>) {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        // `STAMP.initrd`, `STAMP.root`, `STAMP.as_is`, or one being made: `.STAMP.tmp`, and
-        // a root's unpacked tree `.STAMP.tree/`.
-        let stamp = [".initrd", ".root", ".as_is", ".tmp", ".tree"]
+        // A copy `STAMP.SUFFIX` of each kind, `STAMP.as_is`, or one being made: `.STAMP.tmp`,
+        // and a root's unpacked tree `.STAMP.tree/`.
+        let name = name.trim_start_matches('.');
+        let stamp = Kind::ALL
             .iter()
-            .find_map(|suffix| name.trim_start_matches('.').strip_suffix(suffix));
+            .map(|k| k.suffix())
+            .chain(["as_is", "tmp", "tree"])
+            .find_map(|suffix| name.strip_suffix(suffix)?.strip_suffix('.'));
         if !stamp.is_some_and(|s| keep.contains(s)) {
             let path = entry.path();
             if path.is_dir() {
@@ -569,6 +574,29 @@ fn prune(dir: &Path, keep: &HashSet<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prune_keeps_every_kind_of_a_kept_stamp_and_removes_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let names = [
+            "a.initrd", "a.as_is", "b.root", ".b.tmp", "c.root", "c.as_is", ".c.tmp",
+        ];
+        for n in names {
+            std::fs::write(d.join(n), b"x").unwrap();
+        }
+        std::fs::create_dir_all(d.join(".b.tree/etc")).unwrap();
+        std::fs::create_dir_all(d.join(".c.tree/etc")).unwrap();
+        let keep: HashSet<String> = ["a", "b"].map(String::from).into();
+        prune(d, &keep);
+        let mut left: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, [".b.tmp", ".b.tree", "a.as_is", "a.initrd", "b.root"]);
+    }
 
     #[test]
     fn a_kernel_config_says_whether_it_unpacks_zstd() {

@@ -3,14 +3,7 @@
 //! script, HTTP (curl), TFTP (curl), NFS (libnfs's nfs-ls and nfs-cat) and NBD (nbdinfo,
 //! nbdcopy) all serve it by those names, and by no other, against the in-process daemon.
 
-use crate::common::{Fixture, pattern, run_async};
-use std::process::Command;
-
-fn cmd(program: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(program);
-    c.args(args);
-    c
-}
+use crate::common::{Fixture, cmd, pattern, run_async};
 
 /// The fixture's image moved to the names a foreign harness gave its files.
 fn foreign() -> Fixture {

@@ -3,8 +3,7 @@
 //! both stores (`disk`, `ram`); the copy-on-write tests on both overlay kinds.
 
 use crate::common::nbd_raw::{self as nbd, Raw};
-use crate::common::{Fixture, pattern, run_async};
-use std::process::Command;
+use crate::common::{Fixture, cmd, pattern, run_async};
 
 const SIZE: usize = 16 << 20;
 
@@ -29,12 +28,6 @@ fn fixture(store: &str, extra: &str) -> Fixture {
     let fx = Fixture::new();
     fx.write_config(&fx.loopback().demo(&format!("store: {store}{extra}")));
     fx
-}
-
-fn cmd(program: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(program);
-    c.args(args);
-    c
 }
 
 /// The fixture plus an image `other` that has a rootfs.img and `bare` that has none.

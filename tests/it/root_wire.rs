@@ -6,16 +6,10 @@
 //! it). A root image that is not squashfs is served as it is, marked so, and its scripts name
 //! the plain export; `demo~zstd` then attaches nothing.
 
-use crate::common::{Fixture, pattern, run_async, stdout_of};
+use crate::common::{Fixture, cmd, pattern, run_async, stdout_of};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn cmd(program: &str, args: &[&str]) -> Command {
-    let mut c = Command::new(program);
-    c.args(args);
-    c
-}
 
 /// A squashfs image of a small tree (text that compresses, random bytes that do not, a file
 /// of another owner, a symlink) as mksquashfs makes it with gzip and 64 KiB blocks.

@@ -224,6 +224,13 @@ pub fn stdout_of(cmd: &mut std::process::Command, input: &[u8]) -> Vec<u8> {
     out.stdout
 }
 
+/// `program` with `args`, to run with `run`, `run_async` or `stdout_of`.
+pub fn cmd(program: &str, args: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(program);
+    c.args(args);
+    c
+}
+
 /// Runs a blocking client program from async test code.
 pub async fn run_async(mut cmd: std::process::Command, secs: u64) -> (bool, String, String) {
     tokio::task::spawn_blocking(move || run(&mut cmd, secs))
