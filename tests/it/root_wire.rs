@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 /// A squashfs image of a small tree (text that compresses, random bytes that do not, a file
 /// of another owner, a symlink) as mksquashfs makes it with gzip and 64 KiB blocks.
-fn make_root(dir: &Path) -> std::path::PathBuf {
+pub(crate) fn make_root(dir: &Path) -> std::path::PathBuf {
     let tree = dir.join("tree");
     std::fs::create_dir_all(tree.join("etc")).unwrap();
     std::fs::create_dir_all(tree.join("usr/bin")).unwrap();

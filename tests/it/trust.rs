@@ -32,7 +32,11 @@ fn client(link: &Link, program: &str, args: &[&str]) -> (bool, String) {
 }
 
 fn nbd_attaches(link: &Link) -> (bool, String) {
-    client(link, "nbdinfo", &[&format!("nbd://{SERVER}/demo")])
+    nbd_attaches_export(link, "demo")
+}
+
+fn nbd_attaches_export(link: &Link, export: &str) -> (bool, String) {
+    client(link, "nbdinfo", &[&format!("nbd://{SERVER}/{export}")])
 }
 
 fn nfs_lists(link: &Link) -> (bool, String) {
@@ -200,5 +204,36 @@ fn a_stranger_is_refused_and_a_lease_holder_gets_its_pools_root_only() {
     let daemon = Daemon::start(&link, &fx, 2);
     let (ok, said) = nbd_attaches(&link);
     assert!(ok, "after a restart the lease holder was refused: {said}");
+    drop(daemon);
+}
+
+#[test]
+fn a_stranger_is_refused_the_roots_zstd_copy_and_a_lease_holder_gets_it() {
+    let link = Link::new(&format!("{SERVER}/24"));
+    let fx = Fixture::new();
+    crate::root_wire::make_root(fx.path());
+    fx.write_config(&config(&link.server_if).demo("store: disk, root_wire: zstd"));
+    let daemon = Daemon::start(&link, &fx, 1);
+    // The copy is made in the background.
+    let wire = fx.path().join("var/wire");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_dir(&wire).is_ok_and(|d| {
+        d.flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with(".root"))
+    }) {
+        assert!(std::time::Instant::now() < deadline, "no root copy in 60 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    link.in_client(&["ip", "addr", "add", "10.77.2.50/24", "dev", &link.client_if]);
+    let (ok, said) = nbd_attaches_export(&link, "demo~zstd");
+    assert!(!ok, "a stranger attached the copy: {said}");
+    assert!(said.contains("not supported"), "{said}");
+    assert!(daemon.log_text().contains("nbd client holds no lease"));
+
+    link.udhcpc(fx.path(), NBD_MAC, true)
+        .expect("a lease for the NBD pool's MAC");
+    let (ok, said) = nbd_attaches_export(&link, "demo~zstd");
+    assert!(ok, "the lease holder was refused the copy: {said}");
     drop(daemon);
 }
