@@ -12,9 +12,13 @@ use crate::common::lab::{client_consoles, lab_config, repo, run_lab};
 
 use std::process::Command;
 
-/// How far the inferred end (`root_settled`) may lie from the demo's booted call, seconds
-/// (docs/api.md, "How a boot ends"; measured over lab boots under TCG).
-const INFERRED_BOUND_S: f64 = 5.0;
+/// How far the inferred end (`root_settled`) may lie from the demo's booted call: 5 s, or on a
+/// host so busy that the boot took over 33 s, 15% of the boot, since the client's own work
+/// between its last root reads and its call slows with it (docs/api.md, "How a boot ends";
+/// measured over lab boots under TCG).
+fn inferred_bound_s(reported_s: f64) -> f64 {
+    (0.15 * reported_s).max(5.0)
+}
 
 /// The shipped config plus the demo image again as `demo-ram` (`store: ram`, and its initrd
 /// sent recompressed with zstd: `initrd_wire`) and a pool per root that boots it, `lab-nfs-ram`
@@ -157,7 +161,7 @@ fn boot_disk_and_ram(root: &str) {
                     .unwrap_or_else(|| panic!("none inferred: {b}")),
             );
             assert!(
-                (inferred - reported).abs() <= INFERRED_BOUND_S,
+                (inferred - reported).abs() <= inferred_bound_s(reported),
                 "inferred {inferred} s vs reported {reported} s: {b}"
             );
             // The client counts at its booted call; a few reads may follow before it powers off.
