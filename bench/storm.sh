@@ -112,11 +112,15 @@ def waited(s):
     # Older runs' JSON has no such figure.
     u = s.get("waited_util")
     return "-" if u is None else f"{u*100:.0f}% of {s['waited_s']:.0f} link-s"
-print("\n| run | clients | booted / failed / retried | all booted s | limit s | x limit | median s | p95 s | slowest/fastest | slowest/median | links used while wanted (mean / peak) | links used while waited for | MB per client (payload / wire) | server CPU s | KiB per client |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def host(r):
+    # Older runs' JSON has no such figure.
+    h = r.get("host")
+    return "-" if h is None else f"{h['mean_busy']*100:.0f}% / {h['cpu_bound_s']:.0f} s"
+print("\n| run | clients | booted / failed / retried | all booted s | limit s | x limit | median s | p95 s | slowest/fastest | slowest/median | links used while wanted (mean / peak) | links used while waited for | MB per client (payload / wire) | server CPU s | KiB per client | machine's CPUs busy / CPU-bound s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for name, r in runs.items():
     s, l, sv = r["summary"], r["limit"], r["server"]
-    print(f"| {name} | {s['clients']} | {s['booted']} / {s['failed']} / {s['retried']} | {fmt(s['all_booted_s'])} | {fmt(l['limit_s'])} | {fmt(l['over_limit'], 2)} | {fmt(s['median_s'])} | {fmt(s['p95_s'])} | {fmt(s['slowest_over_fastest'], 2)} | {fmt(s['slowest_over_median'], 2)} | {s['mean_util']*100:.0f}% / {s['peak_util']*100:.0f}% | {waited(s)} | {s.get('payload_bytes_per_client', 0)/1e6:.1f} / {s.get('wire_bytes_per_client', 0)/1e6:.1f} | {sv['cpu_s']:.1f} | {sv['rss_per_client_kib']:.0f} |")
+    print(f"| {name} | {s['clients']} | {s['booted']} / {s['failed']} / {s['retried']} | {fmt(s['all_booted_s'])} | {fmt(l['limit_s'])} | {fmt(l['over_limit'], 2)} | {fmt(s['median_s'])} | {fmt(s['p95_s'])} | {fmt(s['slowest_over_fastest'], 2)} | {fmt(s['slowest_over_median'], 2)} | {s['mean_util']*100:.0f}% / {s['peak_util']*100:.0f}% | {waited(s)} | {s.get('payload_bytes_per_client', 0)/1e6:.1f} / {s.get('wire_bytes_per_client', 0)/1e6:.1f} | {sv['cpu_s']:.1f} | {sv['rss_per_client_kib']:.0f} | {host(r)} |")
 print("\n| comparison | bootpool all booted s | reference s | bootpool / reference |")
 print("|---|---|---|---|")
 for name, r in runs.items():

@@ -201,6 +201,30 @@ pub struct Server {
     pub backlog_drops: u64,
 }
 
+/// The machine the storm ran on. Its CPUs carry the simulated clients, the server and the
+/// simulated network alike; in a second in which they were all busy while the links were
+/// not full, this machine, not the links, set the room's pace (docs/storm.md, "The machine's
+/// share").
+#[derive(Debug, Serialize)]
+pub struct Host {
+    pub cpus: usize,
+    /// The share of all its CPUs that was busy, one value per second of the storm.
+    pub per_second_busy: Vec<f64>,
+    /// The mean of that share while clients wanted data.
+    pub mean_busy: f64,
+    /// Seconds, while clients wanted data, in which at least `SATURATED` of the CPUs were busy
+    /// and the links together carried less than `UNDER` of their capacity.
+    pub cpu_bound_s: f64,
+    /// CPU seconds the storm's own process (the simulated clients) used during the storm.
+    pub clients_cpu_s: f64,
+}
+
+/// A second counts as CPU-bound (`Host::cpu_bound_s`) when this share of the machine's CPUs
+/// was busy in it...
+pub const SATURATED: f64 = 0.9;
+/// ...while the server's links together carried less than this share of their capacity.
+pub const UNDER: f64 = 0.8;
+
 /// The physical limit: all the bytes all clients need over the server's capacity, plus one
 /// client's own think time.
 #[derive(Debug, Serialize)]
@@ -242,6 +266,7 @@ pub struct Report {
     pub summary: Summary,
     pub links: Vec<LinkRow>,
     pub server: Server,
+    pub host: Host,
     pub limit: Limit,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agreement: Option<Agreement>,
@@ -372,6 +397,14 @@ impl Report {
             (Some(a), Some(b)) => b.cpu_s - a.cpu_s,
             _ => 0.0,
         };
+        let host = host(
+            &samples,
+            &link_rows,
+            capacity,
+            (wanted_from - start).max(0.0),
+            (wanted_to - start).max(0.0),
+            super::sample::host_cpu().map_or(1, |(_, n)| n),
+        );
         let agreement = recorded.as_ref().map(|r| agreement(&clients, r));
         let payload: u64 = clients.iter().map(|c| c.bytes.total()).sum();
         let rows = clients
@@ -443,6 +476,7 @@ impl Report {
                 udp_drops: grew(|s| s.udp_drops),
                 backlog_drops: grew(|s| s.backlog_drops),
             },
+            host,
             limit: Limit {
                 bytes_needed,
                 capacity_bps: capacity,
@@ -574,6 +608,21 @@ impl Report {
             self.server.peak_rss_kib as f64 / 1024.0,
             self.server.rss_per_client_kib
         ));
+        let h = &self.host;
+        s.push_str(&format!(
+            "this machine: {} CPUs, {:.0}% busy on average while clients wanted data; the simulated clients used {:.1} CPU s\n",
+            h.cpus,
+            h.mean_busy * 100.0,
+            h.clients_cpu_s
+        ));
+        if h.cpu_bound_s > 0.0 {
+            s.push_str(&format!(
+                "note: for {:.0} s its CPUs were all busy while the links carried under {:.0}% of their capacity: there this machine (clients, server and the simulated network on {} cores), not the links, set the pace\n",
+                h.cpu_bound_s,
+                UNDER * 100.0,
+                h.cpus
+            ));
+        }
         let l = &self.limit;
         s.push_str(&format!(
             "physical limit: {:.1} MB over {} Mbit/s = {:.1} s, plus {:.1} s of one client's think time = {:.1} s; this run {}x the limit\n",
@@ -652,28 +701,76 @@ fn waited(
         .collect()
 }
 
+/// A counter of the samples at time `t`, linearly between the samples around it. The
+/// samples' clock starts with the sampler; the report's times are on the same clock (both
+/// begin at the storm's start, within a few ms).
+fn counter_at(samples: &[Sample], t: f64, counter: impl Fn(&Sample) -> f64) -> f64 {
+    let i = samples.partition_point(|s| s.t < t);
+    match (
+        i.checked_sub(1).and_then(|j| samples.get(j)),
+        samples.get(i),
+    ) {
+        (Some(a), Some(b)) if b.t > a.t => {
+            let f = (t - a.t) / (b.t - a.t);
+            counter(a) + f * (counter(b) - counter(a))
+        }
+        (_, Some(b)) => counter(b),
+        (Some(a), None) => counter(a),
+        _ => 0.0,
+    }
+}
+
+/// The machine's CPUs over the storm: their busy share per second, its mean over the window
+/// in which clients wanted data (`from`-`to`, seconds from power-on), and the seconds of that
+/// window in which they were saturated while the links (`rows`, of `capacity` bits/s in all)
+/// were not full; the machine has `cpus` CPUs.
+fn host(
+    samples: &[Sample],
+    rows: &[LinkRow],
+    capacity: u64,
+    from: f64,
+    to: f64,
+    cpus: usize,
+) -> Host {
+    let cpus = cpus.max(1);
+    let busy_at = |t: f64| counter_at(samples, t, |s| s.host_busy_s);
+    let seconds = samples.last().map_or(0, |s| s.t.ceil() as usize);
+    let per_second_busy: Vec<f64> = (0..seconds)
+        .map(|s| ((busy_at(s as f64 + 1.0) - busy_at(s as f64)) / cpus as f64).clamp(0.0, 1.0))
+        .collect();
+    let mean_busy = if to > from {
+        ((busy_at(to) - busy_at(from)) / (cpus as f64 * (to - from))).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let carried = |s: usize| -> f64 {
+        rows.iter()
+            .filter_map(|r| r.per_second_bps.get(s))
+            .map(|b| *b as f64)
+            .sum::<f64>()
+            / capacity.max(1) as f64
+    };
+    let cpu_bound_s = (from.floor() as usize..to.ceil() as usize)
+        .filter(|&s| per_second_busy.get(s).is_some_and(|b| *b >= SATURATED) && carried(s) < UNDER)
+        .count() as f64;
+    let clients_cpu_s = match (samples.first(), samples.last()) {
+        (Some(a), Some(b)) => b.clients_cpu_s - a.clients_cpu_s,
+        _ => 0.0,
+    };
+    Host {
+        cpus,
+        per_second_busy,
+        mean_busy,
+        cpu_bound_s,
+        clients_cpu_s,
+    }
+}
+
 fn link_rows(links: &[Link], samples: &[Sample], from: f64, to: f64) -> (Vec<LinkRow>, f64, f64) {
     let mut rows = Vec::new();
     let (mut all_bytes, mut all_cap) = (0.0, 0.0);
     let mut peak_all: f64 = 0.0;
-    // The samples' clock starts with the sampler; `from`/`to` are on the same clock (both
-    // begin at the storm's start, within a few ms).
-    let at = |t: f64, k: usize| -> f64 {
-        // Counter at time t, linearly between samples.
-        let i = samples.partition_point(|s| s.t < t);
-        match (
-            i.checked_sub(1).and_then(|j| samples.get(j)),
-            samples.get(i),
-        ) {
-            (Some(a), Some(b)) if b.t > a.t => {
-                let f = (t - a.t) / (b.t - a.t);
-                a.tx[k] as f64 + f * (b.tx[k] as f64 - a.tx[k] as f64)
-            }
-            (_, Some(b)) => b.tx[k] as f64,
-            (Some(a), None) => a.tx[k] as f64,
-            _ => 0.0,
-        }
-    };
+    let at = |t: f64, k: usize| counter_at(samples, t, |s| s.tx[k] as f64);
     let seconds = samples.last().map_or(0, |s| s.t.ceil() as usize);
     for (k, l) in links.iter().enumerate() {
         let total = samples
@@ -785,7 +882,57 @@ fn uneven(per_link: &[usize]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::uneven;
+    use super::{LinkRow, Sample, host, uneven};
+
+    /// A sample at `t` with the machine's busy CPU seconds so far.
+    fn at(t: f64, host_busy_s: f64) -> Sample {
+        Sample {
+            t,
+            tx: vec![],
+            cpu_s: 0.0,
+            rss_kib: 0,
+            clients_cpu_s: t / 2.0,
+            host_busy_s,
+            udp_drops: 0,
+            backlog_drops: 0,
+        }
+    }
+
+    #[test]
+    fn a_second_is_cpu_bound_when_every_cpu_was_busy_and_the_links_were_not_full() {
+        // Two CPUs: half busy in second 0, all busy in seconds 1 to 3, idle in second 4.
+        let busy = [0.0, 1.0, 3.0, 5.0, 7.0, 7.0];
+        let samples: Vec<Sample> = (0..=10)
+            .map(|i| {
+                let t = i as f64 / 2.0;
+                let (lo, hi) = (busy[i / 2], busy[(i / 2 + 1).min(5)]);
+                at(t, lo + (hi - lo) * (t - (i / 2) as f64))
+            })
+            .collect();
+        // One link of 1000 bit/s: full in seconds 0 and 3, half full in 1 and 2.
+        let row = LinkRow {
+            dev: "s0".into(),
+            address: "10.0.0.1".parse().unwrap(),
+            capacity_bps: 1000,
+            bytes: 0,
+            clients: 0,
+            mean_util: 0.0,
+            peak_util: 0.0,
+            per_second_bps: vec![1000, 500, 500, 990, 0],
+            waited_s: 0.0,
+            waited_util: None,
+        };
+        let h = host(&samples, &[row], 1000, 0.0, 4.0, 2);
+        assert_eq!(h.per_second_busy, vec![0.5, 1.0, 1.0, 1.0, 0.0]);
+        assert_eq!(
+            h.cpu_bound_s, 2.0,
+            "seconds 1 and 2; second 3's links were full"
+        );
+        assert!((h.mean_busy - 3.5 / 4.0).abs() < 1e-9, "{}", h.mean_busy);
+        assert!((h.clients_cpu_s - 2.5).abs() < 1e-9);
+        // Clients that wanted data only in second 0 saw no CPU-bound second.
+        assert_eq!(host(&samples, &[], 1000, 0.0, 1.0, 2).cpu_bound_s, 0.0);
+    }
 
     #[test]
     fn a_room_on_one_of_its_links_is_uneven_and_a_spread_one_is_not() {

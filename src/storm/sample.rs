@@ -1,7 +1,8 @@
 //! What the storm watches while it runs, ten times a second: each server link's egress
 //! counter, the CPU time and memory of every process in the room's namespace but the storm
 //! itself (that is the server, whatever it is: bootpool, or dnsmasq with nfs-ganesha and
-//! rpcbind), and the UDP datagrams that namespace dropped on a full receive buffer (a client
+//! rpcbind), the CPU time of the storm itself (the simulated clients) and of the whole
+//! machine, and the UDP datagrams that namespace dropped on a full receive buffer (a client
 //! reads its own namespace's at the end of its boot).
 
 use super::room::{self, Link};
@@ -23,6 +24,10 @@ pub struct Sample {
     pub cpu_s: f64,
     /// Their resident memory now, KiB.
     pub rss_kib: u64,
+    /// The storm's own CPU seconds so far: the simulated clients (and this sampler).
+    pub clients_cpu_s: f64,
+    /// The machine's busy CPU seconds so far, all its CPUs together (`proc_stat_busy`).
+    pub host_busy_s: f64,
     /// The namespace's UDP receive-buffer drops so far (`udp_rcvbuf_errors`).
     pub udp_drops: u64,
     /// The machine's input-backlog drops so far (`backlog_drops`).
@@ -51,6 +56,8 @@ impl Sampler {
                     tx,
                     cpu_s,
                     rss_kib,
+                    clients_cpu_s: cpu_of("self"),
+                    host_busy_s: host_cpu().map_or(0.0, |(busy, _)| busy),
                     udp_drops: udp_rcvbuf_errors(),
                     backlog_drops: backlog_drops(),
                 });
@@ -125,17 +132,9 @@ pub fn room_pids(storm_pid: u32) -> Vec<libc::pid_t> {
 
 /// CPU seconds and RSS (KiB) of the processes in the namespace, the storm excepted.
 fn server_usage(storm_pid: u32) -> (f64, u64) {
-    let hz = crate::sys::process::clock_ticks().max(1) as f64;
     let (mut cpu, mut rss) = (0.0, 0);
     for pid in room_pids(storm_pid) {
-        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            && let Some((_, rest)) = stat.rsplit_once(')')
-        {
-            // Fields after the name: state is the first; utime and stime are 12th and 13th.
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-            cpu += (ticks(11) + ticks(12)) / hz;
-        }
+        cpu += cpu_of(&pid.to_string());
         if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
             rss += status
                 .lines()
@@ -147,9 +146,77 @@ fn server_usage(storm_pid: u32) -> (f64, u64) {
     (cpu, rss)
 }
 
+/// A process's CPU seconds (user + system, all its threads) so far; `pid` may be "self".
+fn cpu_of(pid: &str) -> f64 {
+    let hz = crate::sys::process::clock_ticks().max(1) as f64;
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat_ticks(&stat))
+        .map_or(0.0, |t| t as f64 / hz)
+}
+
+/// utime + stime of a /proc/PID/stat line, in clock ticks.
+fn stat_ticks(stat: &str) -> Option<u64> {
+    // Fields after the name: state is the first; utime and stime are the 12th and 13th.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// The machine's busy CPU seconds so far, all CPUs together, and how many CPUs it has.
+pub fn host_cpu() -> Option<(f64, usize)> {
+    let hz = crate::sys::process::clock_ticks().max(1) as f64;
+    let (ticks, cpus) = proc_stat_busy(&std::fs::read_to_string("/proc/stat").ok()?)?;
+    Some((ticks as f64 / hz, cpus))
+}
+
+/// From /proc/stat: the ticks all CPUs spent busy (user, nice, system, irq, softirq and steal;
+/// a guest's time is inside user's), and the number of CPUs (its `cpuN` lines).
+fn proc_stat_busy(text: &str) -> Option<(u64, usize)> {
+    let all = text.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = all
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().unwrap_or(0))
+        .collect();
+    let field = |i: usize| f.get(i).copied().unwrap_or(0);
+    // user nice system idle iowait irq softirq steal
+    let busy = field(0) + field(1) + field(2) + field(5) + field(6) + field(7);
+    let cpus = text
+        .lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count();
+    Some((busy, cpus.max(1)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_machines_busy_ticks_leave_out_idle_and_iowait() {
+        let stat = "\
+cpu  100 5 40 1000 7 3 2 1 0 0
+cpu0 60 5 20 500 3 2 1 1 0 0
+cpu1 40 0 20 500 4 1 1 0 0 0
+intr 12345
+ctxt 999
+";
+        assert_eq!(proc_stat_busy(stat), Some((100 + 5 + 40 + 3 + 2 + 1, 2)));
+        assert_eq!(proc_stat_busy("intr 1\n"), None);
+        // This machine's.
+        let (busy, cpus) = host_cpu().unwrap();
+        assert!(busy > 0.0 && cpus >= 1);
+    }
+
+    #[test]
+    fn a_processs_ticks_are_utime_and_stime_after_its_name() {
+        // The name may hold spaces and parentheses; the fields count from the last ')'.
+        let stat = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 17 5 0 0 20 0 1 0 99";
+        assert_eq!(stat_ticks(stat), Some(22));
+        assert_eq!(stat_ticks("4242 (x) S 1"), None);
+        assert!(cpu_of("self") >= 0.0);
+    }
 
     #[test]
     fn softnet_drops_are_the_second_column_summed_over_cpus() {

@@ -282,6 +282,26 @@ fn small_storm(root: &str, clients: usize, keep: usize, after_one_link: bool) {
         egress >= sum,
         "egress {egress} < clients' bytes {sum}\n{table}"
     );
+    // The machine's CPUs, second by second beside the links' egress: busy shares, and the
+    // simulated clients' own CPU time (they made thousands of requests).
+    let host = &r["host"];
+    assert!(u(&host["cpus"]) >= 1, "{host}");
+    let busy: Vec<f64> = host["per_second_busy"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b.as_f64().unwrap())
+        .collect();
+    assert_eq!(
+        busy.len(),
+        r["links"][0]["per_second_bps"].as_array().unwrap().len(),
+        "{host}"
+    );
+    assert!(busy.iter().all(|b| (0.0..=1.0).contains(b)), "{host}");
+    assert!(busy.iter().any(|b| *b > 0.0), "{host}");
+    assert!(host["clients_cpu_s"].as_f64().unwrap() > 0.0, "{host}");
+    let bound = host["cpu_bound_s"].as_f64().unwrap();
+    assert!(bound >= 0.0 && bound <= busy.len() as f64, "{host}");
     // Retries add up to the per-client counts, beside the receive-buffer losses.
     let each = |k: &str| -> u64 {
         r["clients"]
