@@ -17,7 +17,8 @@ Policies:
                             boot files weighs B x A^(R - rank) among a link's first R+1 by
                             arrival (B after); a root reader 1 + C x (how far its root bytes
                             trail the link's leader's)/leader.
-                            bootpool's own: weights:2,1.5,9,2
+                            bootpool's own: weights:2,1.5,9,2. A negative C weighs root
+                            readers by arrival as boot files are: (-C)^(R - rank).
   strict:boot-first         boot files strictly first, in order of arrival; roots alike
   strict:boot-first,trail   ... roots strictly by fewest root bytes received
   strict:boot-first,late    ... roots strictly by latest arrival first
@@ -284,6 +285,8 @@ def weights(boot, ahead, ranks, behind):
         for rank, c in enumerate(sorted(on, key=lambda c: c.i)):
             if c.fetching_boot_files(tr):
                 w = boot * ahead ** max(0, ranks - rank)
+            elif behind < 0:
+                w = (-behind) ** max(0, ranks - rank)
             else:
                 w = 1 + behind * ((leader - c.root_received) / leader if leader else 0)
             claims.append((c.i, w, c.want))
