@@ -401,8 +401,8 @@ impl Report {
             &samples,
             &link_rows,
             capacity,
-            (wanted_from - start).max(0.0),
-            (wanted_to - start).max(0.0),
+            wanted_from,
+            wanted_to,
             super::sample::host_cpu().map_or(1, |(_, n)| n),
         );
         let agreement = recorded.as_ref().map(|r| agreement(&clients, r));
@@ -721,7 +721,7 @@ fn counter_at(samples: &[Sample], t: f64, counter: impl Fn(&Sample) -> f64) -> f
 }
 
 /// The machine's CPUs over the storm: their busy share per second, its mean over the window
-/// in which clients wanted data (`from`-`to`, seconds from power-on), and the seconds of that
+/// in which clients wanted data (`from`-`to`, on the samples' clock), and the seconds of that
 /// window in which they were saturated while the links (`rows`, of `capacity` bits/s in all)
 /// were not full; the machine has `cpus` CPUs.
 fn host(
