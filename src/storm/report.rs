@@ -617,8 +617,9 @@ impl Report {
         ));
         if h.cpu_bound_s > 0.0 {
             s.push_str(&format!(
-                "note: for {:.0} s its CPUs were all busy while the links carried under {:.0}% of their capacity: there this machine (clients, server and the simulated network on {} cores), not the links, set the pace\n",
+                "note: for {:.0} s its CPUs were {:.0}% busy or more while the links carried under {:.0}% of their capacity: there this machine (clients, server and the simulated network on {} cores), not the links, set the pace\n",
                 h.cpu_bound_s,
+                SATURATED * 100.0,
                 UNDER * 100.0,
                 h.cpus
             ));
