@@ -128,12 +128,15 @@ fn serve_raises_the_open_file_limit_to_the_hard_limit() {
         .spawn()
         .unwrap();
     // prlimit execs the daemon: the same process.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     let mut logged = String::new();
-    while std::time::Instant::now() < deadline && !logged.contains("bootpool serving") {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        logged = std::fs::read_to_string(&log_path).unwrap();
-    }
+    crate::common::poll_until(
+        std::time::Duration::from_secs(30),
+        std::time::Duration::from_millis(100),
+        || {
+            logged = std::fs::read_to_string(&log_path).unwrap();
+            logged.contains("bootpool serving")
+        },
+    );
     let soft = soft_nofile(child.id());
     let _ = child.kill();
     let _ = child.wait();

@@ -93,14 +93,11 @@ fn logger_lines_reach_the_leased_clients_boot_and_strangers_are_counted() {
 
     // The lines arrive within the recorder's commit; poll the API.
     let mut boots = serde_json::Value::Null;
-    for _ in 0..100 {
+    crate::common::poll_until(Duration::from_secs(10), Duration::from_millis(100), || {
         boots = serde_json::from_str(&get(&link, &format!("/api/v1/boots?mac={MAC}")))
             .unwrap_or_default();
-        if boots[0]["console_lines"].as_u64() == Some(2) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        boots[0]["console_lines"].as_u64() == Some(2)
+    });
     let boot = &boots[0];
     assert_eq!(boot["console_lines"], 2, "{boots}");
     assert_eq!(boot["ip"], ip.as_str());
@@ -155,13 +152,10 @@ fn logger_lines_reach_the_leased_clients_boot_and_strangers_are_counted() {
             .output()
             .unwrap()
     };
-    for _ in 0..150 {
-        let out = report(&["--console", MAC]);
-        if String::from_utf8_lossy(&out.stdout).contains("hello from the client") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    crate::common::poll_until(Duration::from_secs(15), Duration::from_millis(100), || {
+        String::from_utf8_lossy(&report(&["--console", MAC]).stdout)
+            .contains("hello from the client")
+    });
     drop(_daemon);
     let out = report(&["--console", MAC]);
     let text = String::from_utf8_lossy(&out.stdout);

@@ -92,14 +92,11 @@ fn saved_lease(fx: &Fixture, mac: &str) -> Option<(Ipv4Addr, String)> {
 
 /// Polls the journal for an event naming `needle` (the writer batches).
 fn journal_has(fx: &Fixture, needles: &[&str]) -> bool {
-    for _ in 0..100 {
-        let text = crate::common::recorded_events(&fx.path().join("var"));
-        if text.lines().any(|l| needles.iter().all(|n| l.contains(n))) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
+    crate::common::poll_until(Duration::from_secs(5), Duration::from_millis(50), || {
+        crate::common::recorded_events(&fx.path().join("var"))
+            .lines()
+            .any(|l| needles.iter().all(|n| l.contains(n)))
+    })
 }
 
 #[test]
@@ -282,13 +279,12 @@ fn heard_by_a_bystander(link: &Link, fx: &Fixture, mac: &str, extra: &[&str]) ->
         .stdin(Stdio::null())
         .spawn()
         .expect("python3");
-    for _ in 0..100 {
-        if ready.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(ready.exists(), "the bystander did not start listening");
+    assert!(
+        crate::common::poll_until(Duration::from_secs(5), Duration::from_millis(50), || {
+            ready.exists()
+        }),
+        "the bystander did not start listening"
+    );
     link.udhcpc_line(&dir, mac, "$ip", false, extra)
         .unwrap_or_else(|| panic!("udhcpc as {mac} got no lease"));
     std::fs::write(&stop, "").unwrap();

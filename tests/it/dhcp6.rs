@@ -224,13 +224,10 @@ fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
             .any(|l| l.contains(&format!("\"mac\":\"{MAC}\"")) && l.contains(needle))
     };
     let mut journal = String::new();
-    for _ in 0..80 {
+    crate::common::poll_until(Duration::from_secs(20), Duration::from_millis(250), || {
         journal = crate::common::recorded_events(&fx.path().join("var"));
-        if needles.iter().all(|n| mine(&journal, n)) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
+        needles.iter().all(|n| mine(&journal, n))
+    });
     for needle in &needles {
         assert!(mine(&journal, needle), "no {needle} for {MAC}:\n{journal}");
     }

@@ -326,16 +326,12 @@ fn curl_status(ns: &str, url: &str) -> (bool, String) {
 /// was recorded when that did not happen.
 fn events_with(fx: &Fixture, needles: &[&str]) -> String {
     let mut events = String::new();
-    for _ in 0..100 {
+    crate::common::poll_until(Duration::from_secs(10), Duration::from_millis(100), || {
         events = crate::common::recorded_events(&fx.path().join("var"));
-        if events
+        events
             .lines()
             .any(|l| needles.iter().all(|n| l.contains(n)))
-        {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    });
     events
 }
 
@@ -374,13 +370,10 @@ fn a_script_fetched_by_someone_else_records_no_boot() {
             .count()
     };
     let mut events = String::new();
-    for _ in 0..100 {
+    crate::common::poll_until(Duration::from_secs(10), Duration::from_millis(100), || {
         events = crate::common::recorded_events(&state);
-        if scripts(&events) > 0 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        scripts(&events) > 0
+    });
     // Events are recorded in order: the client's own fetch came last.
     assert_eq!(scripts(&events), 1, "{events}");
     assert!(!events.contains(NEVER_BOOTED), "{events}");

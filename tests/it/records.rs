@@ -410,13 +410,10 @@ fn egress_agrees_with_the_kernel_counters_of_a_real_link() {
         run(&mut Link::command(&link.client_ns, "curl", &a), 60)
     };
     // Traffic counts from the sampler's first reading on: wait until it has one.
-    for _ in 0..100 {
+    crate::common::poll_until(Duration::from_secs(20), Duration::from_millis(200), || {
         let (ok, body, _) = client(&["http://10.79.0.1:8080/api/v1/egress"]);
-        if ok && body.contains("\"points\":[{") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        ok && body.contains("\"points\":[{")
+    });
     // Traffic: the 3 MiB kernel five times.
     for _ in 0..5 {
         let (ok, _, err) = client(&["-o", "/dev/null", "http://10.79.0.1:8080/boot/demo/vmlinuz"]);
@@ -523,12 +520,9 @@ fn a_daemon_killed_with_9_comes_back_with_its_records() {
     // readable beside its writer), the hardest stop there is.
     let var = fx.path().join("var");
     let initrds = |stored: &str| stored.matches("\"path\":\"/boot/demo/initrd.img\"").count();
-    for _ in 0..150 {
-        if initrds(&crate::common::recorded_events(&var)) == 4 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    crate::common::poll_until(Duration::from_secs(15), Duration::from_millis(100), || {
+        initrds(&crate::common::recorded_events(&var)) == 4
+    });
     // The journal was imported into the store in the state folder.
     assert!(var.join("records.db").exists() && var.join("records.db-wal").exists());
     daemon.0.kill().unwrap();

@@ -311,10 +311,11 @@ fn records_in_postgres_survive_kill_9_and_follow_the_retention() {
                 .query("SELECT body FROM console")
                 .contains("SQUASHFS error")
     };
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !committed() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    crate::common::poll_until(
+        Duration::from_secs(15),
+        Duration::from_millis(100),
+        committed,
+    );
     daemon.0.kill().unwrap();
     daemon.0.wait().unwrap();
     drop(daemon);

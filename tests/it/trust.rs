@@ -216,14 +216,16 @@ fn a_stranger_is_refused_the_roots_zstd_copy_and_a_lease_holder_gets_it() {
     let daemon = Daemon::start(&link, &fx, 1);
     // The copy is made in the background.
     let wire = fx.path().join("var/wire");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !std::fs::read_dir(&wire).is_ok_and(|d| {
-        d.flatten()
-            .any(|e| e.file_name().to_string_lossy().ends_with(".root"))
-    }) {
-        assert!(std::time::Instant::now() < deadline, "no root copy in 60 s");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let copied = || {
+        std::fs::read_dir(&wire).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().ends_with(".root"))
+        })
+    };
+    assert!(
+        crate::common::poll_until(Duration::from_secs(60), Duration::from_millis(200), copied),
+        "no root copy in 60 s"
+    );
 
     link.in_client(&["ip", "addr", "add", "10.77.2.50/24", "dev", &link.client_if]);
     let (ok, said) = nbd_attaches_export(&link, "demo~zstd");

@@ -231,6 +231,26 @@ pub fn cmd(program: &str, args: &[&str]) -> std::process::Command {
     c
 }
 
+/// Asks `ready` every `every` until it says yes or `within` has passed (it is asked once more
+/// at the end); whether it said yes. What it looked at last stays in the variables it wrote,
+/// for the assertion after.
+pub fn poll_until(
+    within: std::time::Duration,
+    every: std::time::Duration,
+    mut ready: impl FnMut() -> bool,
+) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if ready() {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return ready();
+        }
+        std::thread::sleep(every);
+    }
+}
+
 /// Runs a blocking client program from async test code.
 pub async fn run_async(mut cmd: std::process::Command, secs: u64) -> (bool, String, String) {
     tokio::task::spawn_blocking(move || run(&mut cmd, secs))
