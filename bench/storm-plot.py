@@ -6,7 +6,7 @@ Usage: bench/storm-plot.py OUT.svg RUN.json [RUN.json ...]
 Each RUN.json is a report of `bootpool storm --json` (bench/storm.sh writes one per run). One
 panel per run, one after the other: the server's links together as a share of their capacity
 (blue) and the share of the machine's CPUs that was busy (orange), per second from the storm's
-start; the seconds the report counts as CPU-bound (90% or more of the CPUs busy while the links
+start (each panel its own time axis); the seconds the report counts as CPU-bound (90% or more of the CPUs busy while the links
 carried under 80%, docs/storm.md "The machine's share") are shaded. Needs nothing but Python 3.
 """
 
@@ -34,8 +34,9 @@ def series(report):
     return links, busy, bound
 
 
-def panel(out, report, y0, seconds):
+def panel(out, report, y0):
     links, busy, bound = series(report)
+    seconds = len(links)
     plot_w = WIDTH - LEFT - RIGHT
     x = lambda s: LEFT + plot_w * s / seconds
     y = lambda v: y0 + PANEL * (1 - min(max(v, 0.0), 1.0))
@@ -53,7 +54,7 @@ def panel(out, report, y0, seconds):
                    f'stroke="#ddd"/>')
         out.append(f'<text x="{LEFT - 6}" y="{y(v) + 4:.1f}" font-size="11" '
                    f'text-anchor="end">{v * 100:.0f}%</text>')
-    for t in range(0, seconds + 1, 10 if seconds <= 100 else 50):
+    for t in range(0, seconds, 10 if seconds <= 100 else 50):
         out.append(f'<text x="{x(t):.1f}" y="{y0 + PANEL + 14}" font-size="11" '
                    f'text-anchor="middle">{t} s</text>')
     for values, colour in ((links, "#1f63b4"), (busy, "#e07b1f")):
@@ -66,7 +67,6 @@ def main():
         print(__doc__.strip())
         sys.exit(0 if len(sys.argv) > 1 else 2)
     reports = [json.load(open(p)) for p in sys.argv[2:]]
-    seconds = max(max(len(l["per_second_bps"]) for l in r["links"]) for r in reports)
     height = TOP + len(reports) * (PANEL + GAP) + 10
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
            f'font-family="sans-serif">',
@@ -75,7 +75,7 @@ def main():
            f'of capacity</tspan>   <tspan fill="#e07b1f">— machine\'s CPUs busy</tspan>   '
            f'<tspan fill="#c08a60">■ CPU-bound second</tspan></text>']
     for i, r in enumerate(reports):
-        panel(out, r, TOP + GAP - 10 + i * (PANEL + GAP), seconds)
+        panel(out, r, TOP + GAP - 10 + i * (PANEL + GAP))
     out.append("</svg>")
     with open(sys.argv[1], "w") as f:
         f.write("\n".join(out) + "\n")

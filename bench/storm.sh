@@ -26,7 +26,8 @@ clients over NFS against bootpool and the reference on the ideal bond. The scale
 250mbit): a tenth of a room of PCs on 1GbE, and a quarter of a server on 4 x 1GbE, so that two
 cores can push it. --think-scale (default 0.2) stands the TCG-recorded traces' think times for
 a real PC's (docs/storm.md). Each run's JSON goes to --out (default bench/out/storm-DATE/);
-the summary, with ratios, is printed as a Markdown table at the end.
+the summary, with ratios, is printed as a Markdown table at the end, and every run's links
+and the machine's CPUs per second are drawn in --out/links-and-cpus.svg (bench/storm-plot.py).
 Needs root and what scripts/setup installs, plus nfs-ganesha nfs-ganesha-vfs nbd-server nginx-light
 (apt-get install them; their services are not started).
   --bin      run this bootpool binary instead of building one
@@ -133,3 +134,5 @@ for name, r in runs.items():
             a, b = r["summary"]["all_booted_s"], ref["summary"]["all_booted_s"]
             print(f"| {rest}: bootpool vs reference ({kind}) | {a:.1f} | {b:.1f} | {a/b:.2f} |")
 EOF
+python3 "$HERE/storm-plot.py" "$OUT/links-and-cpus.svg" "$OUT"/*.json &&
+    echo "storm.sh: the links and the machine's CPUs per second: $OUT/links-and-cpus.svg" >&2
