@@ -124,6 +124,7 @@ pub fn wire_server(
     sysctl("net/ipv4/conf/all/arp_ignore", "1")?;
     sysctl("net/ipv4/conf/all/arp_announce", "2")?;
     sysctl("net/ipv4/conf/all/rp_filter", "0")?;
+    quiet_switch()?;
     for (k, &address) in addresses.iter().enumerate() {
         let dev = if k == 0 {
             first_dev.to_string()
@@ -147,6 +148,19 @@ pub fn wire_server(
     ip(&cmds)?;
     batch("tc", &tc)?;
     Ok(out)
+}
+
+/// A switch runs no firewall. Where the kernel has br_netfilter, every frame a bridge forwards
+/// would pass through iptables' hooks; its sysctls are the namespace's own, so the room turns
+/// them off for its switch and the host's stay as they are.
+fn quiet_switch() -> anyhow::Result<()> {
+    for table in ["iptables", "ip6tables", "arptables"] {
+        let path = format!("net/bridge/bridge-nf-call-{table}");
+        if std::path::Path::new("/proc/sys").join(&path).exists() {
+            sysctl(&path, "0")?;
+        }
+    }
+    Ok(())
 }
 
 /// Makes client `i`'s link: a veth whose end `c{i}` (with `mac`) moves into the namespace of
