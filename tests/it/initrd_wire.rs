@@ -7,7 +7,7 @@
 use crate::common::{Fixture, pattern, run_async, stdout_of};
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// An initrd as initramfs-tools writes one: `cpio -o -H newc` of a fake microcode file,
 /// then the same of a small tree, gzip'd. Returns the front's length.
@@ -64,14 +64,13 @@ async fn a_gzip_initrd_goes_out_as_zstd_by_http_and_tftp_and_a_rewrite_goes_out_
     let got = fx.path().join("got");
 
     // The copy is made in the background: the original until then, then the copy.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let sent = loop {
-        let sent = http_get(&url, &got).await;
-        if sent != original || Instant::now() > deadline {
-            break sent;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let sent = crate::common::poll_async(
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || http_get(&url, &got),
+        |sent| *sent != original,
+    )
+    .await;
     assert!(
         sent.len() < original.len(),
         "still the original's {} bytes after 60 s",
@@ -139,21 +138,22 @@ async fn an_initrd_that_is_not_gzip_is_sent_as_it_is_and_marked_so() {
     fx.write_config(&fx.loopback().demo("store: disk, initrd_wire: zstd"));
     let daemon = fx.start().await;
     let wire = fx.path().join("var/wire");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let marks = loop {
-        let marks: Vec<String> = std::fs::read_dir(&wire)
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.ends_with(".as_is"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if !marks.is_empty() || Instant::now() > deadline {
-            break marks;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let marks = crate::common::poll_async(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || async {
+            std::fs::read_dir(&wire)
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|n| n.ends_with(".as_is"))
+                        .collect::<Vec<String>>()
+                })
+                .unwrap_or_default()
+        },
+        |marks| !marks.is_empty(),
+    )
+    .await;
     assert_eq!(marks.len(), 1, "{marks:?}");
     let why = std::fs::read_to_string(wire.join(&marks[0])).unwrap();
     assert!(why.contains("neither a cpio archive"), "{why}");

@@ -9,7 +9,7 @@
 use crate::common::{Fixture, cmd, pattern, run_async, stdout_of};
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A squashfs image of a small tree (text that compresses, random bytes that do not, a file
 /// of another owner, a symlink) as mksquashfs makes it with gzip and 64 KiB blocks.
@@ -69,15 +69,16 @@ async fn get(url: &str) -> String {
 
 /// The images API's `root_wire` line of the image once it is no longer pending (60 s at most).
 async fn settled(api: &str) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let images: serde_json::Value = serde_json::from_str(&get(api).await).unwrap();
-        let line = images[0]["root_wire"].clone();
-        if line["state"] != "pending" || Instant::now() > deadline {
-            return line;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    crate::common::poll_async(
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || async {
+            let images: serde_json::Value = serde_json::from_str(&get(api).await).unwrap();
+            images[0]["root_wire"].clone()
+        },
+        |line| line["state"] != "pending",
+    )
+    .await
 }
 
 #[tokio::test]

@@ -251,6 +251,28 @@ pub fn poll_until(
     }
 }
 
+/// `poll_until` for async test code: asks `ask` every `every` until `enough` is true of its
+/// answer or `within` has passed (it is asked once more at the end); its last answer, for the
+/// assertion after.
+pub async fn poll_async<T, F>(
+    within: std::time::Duration,
+    every: std::time::Duration,
+    mut ask: impl FnMut() -> F,
+    enough: impl Fn(&T) -> bool,
+) -> T
+where
+    F: std::future::Future<Output = T>,
+{
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let answer = ask().await;
+        if enough(&answer) || std::time::Instant::now() >= deadline {
+            return answer;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
 /// Runs a blocking client program from async test code.
 pub async fn run_async(mut cmd: std::process::Command, secs: u64) -> (bool, String, String) {
     tokio::task::spawn_blocking(move || run(&mut cmd, secs))
