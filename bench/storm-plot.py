@@ -6,32 +6,28 @@ Usage: bench/storm-plot.py OUT.svg RUN.json [RUN.json ...]
 Each RUN.json is a report of `bootpool storm --json` (bench/storm.sh writes one per run). One
 panel per run, one after the other: the server's links together as a share of their capacity
 (blue) and the share of the machine's CPUs that was busy (orange), per second from the storm's
-start (each panel its own time axis); the seconds the report counts as CPU-bound (90% or more of the CPUs busy while the links
-carried under 80%, docs/storm.md "The machine's share") are shaded. Needs nothing but Python 3.
+start (each panel its own time axis); the seconds the report counted as CPU-bound (90% or
+more of the CPUs busy while the links carried under 80%, docs/storm.md "The machine's share")
+are shaded. Needs nothing but Python 3.
 """
 
 import json
-import math
 import sys
 
-SATURATED, UNDER = 0.9, 0.8  # src/storm/report.rs
 WIDTH, PANEL, GAP, LEFT, RIGHT, TOP = 760, 150, 46, 46, 16, 28
 
 
 def series(report):
     """Per second: the links' share of capacity, the CPUs' busy share, and whether the
-    second was CPU-bound while clients wanted data."""
+    report counted the second as CPU-bound (older reports, without `cpu_bound_seconds`, none)."""
     cap = sum(l["capacity_bps"] for l in report["links"])
     n = max(len(l["per_second_bps"]) for l in report["links"])
     links = [sum(l["per_second_bps"][s] for l in report["links"] if s < len(l["per_second_bps"])) / cap
              for s in range(n)]
-    busy = report.get("host", {}).get("per_second_busy", [])
-    power_on = min(c["at"]["power_on"] for c in report["clients"])
-    lo = math.floor(report["summary"]["wanted_from_s"] + power_on)
-    hi = math.ceil(report["summary"]["wanted_to_s"] + power_on)
-    bound = [lo <= s < hi and s < len(busy) and busy[s] >= SATURATED and links[s] < UNDER
-             for s in range(n)]
-    return links, busy, bound
+    host = report.get("host", {})
+    busy = host.get("per_second_busy", [])
+    cpu_bound = set(host.get("cpu_bound_seconds", []))
+    return links, busy, [s in cpu_bound for s in range(n)]
 
 
 def panel(out, report, y0):

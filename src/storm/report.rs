@@ -213,8 +213,10 @@ pub struct Host {
     /// The mean of that share while clients wanted data.
     pub mean_busy: f64,
     /// Seconds, while clients wanted data, in which at least `SATURATED` of the CPUs were busy
-    /// and the links together carried less than `UNDER` of their capacity.
+    /// and the links together carried less than `UNDER` of their capacity: how many, and which
+    /// (indices into `per_second_busy`).
     pub cpu_bound_s: f64,
+    pub cpu_bound_seconds: Vec<usize>,
     /// CPU seconds the storm's own process (the simulated clients) used during the storm.
     pub clients_cpu_s: f64,
 }
@@ -400,7 +402,6 @@ impl Report {
         let host = host(
             &samples,
             &link_rows,
-            capacity,
             wanted_from,
             wanted_to,
             super::sample::host_cpu().map_or(1, |(_, n)| n),
@@ -721,18 +722,20 @@ fn counter_at(samples: &[Sample], t: f64, counter: impl Fn(&Sample) -> f64) -> f
     }
 }
 
+/// What the links (`rows`) together carried in second `s`, as a share of their capacity.
+fn links_share(rows: &[LinkRow], s: usize) -> f64 {
+    let (carried, capacity) = rows.iter().fold((0.0, 0.0), |(b, c), r| {
+        let bps = r.per_second_bps.get(s).copied().unwrap_or(0);
+        (b + bps as f64, c + r.capacity_bps as f64)
+    });
+    carried / f64::max(capacity, 1.0)
+}
+
 /// The machine's CPUs over the storm: their busy share per second, its mean over the window
 /// in which clients wanted data (`from`-`to`, on the samples' clock), and the seconds of that
-/// window in which they were saturated while the links (`rows`, of `capacity` bits/s in all)
-/// were not full; the machine has `cpus` CPUs.
-fn host(
-    samples: &[Sample],
-    rows: &[LinkRow],
-    capacity: u64,
-    from: f64,
-    to: f64,
-    cpus: usize,
-) -> Host {
+/// window in which they were saturated while the links (`rows`) were not full; the machine
+/// has `cpus` CPUs.
+fn host(samples: &[Sample], rows: &[LinkRow], from: f64, to: f64, cpus: usize) -> Host {
     let cpus = cpus.max(1);
     let busy_at = |t: f64| counter_at(samples, t, |s| s.host_busy_s);
     let seconds = samples.last().map_or(0, |s| s.t.ceil() as usize);
@@ -744,16 +747,11 @@ fn host(
     } else {
         0.0
     };
-    let carried = |s: usize| -> f64 {
-        rows.iter()
-            .filter_map(|r| r.per_second_bps.get(s))
-            .map(|b| *b as f64)
-            .sum::<f64>()
-            / capacity.max(1) as f64
-    };
-    let cpu_bound_s = (from.floor() as usize..to.ceil() as usize)
-        .filter(|&s| per_second_busy.get(s).is_some_and(|b| *b >= SATURATED) && carried(s) < UNDER)
-        .count() as f64;
+    let cpu_bound_seconds: Vec<usize> = (from.floor() as usize..to.ceil() as usize)
+        .filter(|&s| {
+            per_second_busy.get(s).is_some_and(|b| *b >= SATURATED) && links_share(rows, s) < UNDER
+        })
+        .collect();
     let clients_cpu_s = match (samples.first(), samples.last()) {
         (Some(a), Some(b)) => b.clients_cpu_s - a.clients_cpu_s,
         _ => 0.0,
@@ -762,7 +760,8 @@ fn host(
         cpus,
         per_second_busy,
         mean_busy,
-        cpu_bound_s,
+        cpu_bound_s: cpu_bound_seconds.len() as f64,
+        cpu_bound_seconds,
         clients_cpu_s,
     }
 }
@@ -807,14 +806,8 @@ fn link_rows(links: &[Link], samples: &[Sample], from: f64, to: f64) -> (Vec<Lin
             waited_util: None,
         });
     }
-    let total_rate: f64 = links.iter().map(|l| l.rate as f64).sum();
     for s in from.floor() as usize..to.ceil() as usize {
-        let bps: f64 = rows
-            .iter()
-            .filter_map(|r| r.per_second_bps.get(s))
-            .map(|b| *b as f64)
-            .sum();
-        peak_all = peak_all.max(bps / total_rate.max(1.0));
+        peak_all = peak_all.max(links_share(&rows, s));
     }
     let mean = if all_cap > 0.0 {
         all_bytes / all_cap
@@ -923,16 +916,17 @@ mod tests {
             waited_s: 0.0,
             waited_util: None,
         };
-        let h = host(&samples, &[row], 1000, 0.0, 4.0, 2);
+        let h = host(&samples, &[row], 0.0, 4.0, 2);
         assert_eq!(h.per_second_busy, vec![0.5, 1.0, 1.0, 1.0, 0.0]);
         assert_eq!(
             h.cpu_bound_s, 2.0,
             "seconds 1 and 2; second 3's links were full"
         );
+        assert_eq!(h.cpu_bound_seconds, [1, 2]);
         assert!((h.mean_busy - 3.5 / 4.0).abs() < 1e-9, "{}", h.mean_busy);
         assert!((h.clients_cpu_s - 2.5).abs() < 1e-9);
         // Clients that wanted data only in second 0 saw no CPU-bound second.
-        assert_eq!(host(&samples, &[], 1000, 0.0, 1.0, 2).cpu_bound_s, 0.0);
+        assert_eq!(host(&samples, &[], 0.0, 1.0, 2).cpu_bound_s, 0.0);
     }
 
     #[test]
