@@ -231,9 +231,9 @@ pub fn cmd(program: &str, args: &[&str]) -> std::process::Command {
     c
 }
 
-/// Asks `ready` every `every` until it says yes or `within` has passed (it is asked once more
-/// at the end); whether it said yes. What it looked at last stays in the variables it wrote,
-/// for the assertion after.
+/// Asks `ready` every `every` until it says yes or `within` has passed (the last time it is
+/// asked is after that); whether it said yes. What it looked at last stays in the variables
+/// it wrote, for the assertion after.
 pub fn poll_until(
     within: std::time::Duration,
     every: std::time::Duration,
@@ -241,19 +241,20 @@ pub fn poll_until(
 ) -> bool {
     let deadline = std::time::Instant::now() + within;
     loop {
+        let last = std::time::Instant::now() >= deadline;
         if ready() {
             return true;
         }
-        if std::time::Instant::now() >= deadline {
-            return ready();
+        if last {
+            return false;
         }
         std::thread::sleep(every);
     }
 }
 
 /// `poll_until` for async test code: asks `ask` every `every` until `enough` is true of its
-/// answer or `within` has passed (it is asked once more at the end); its last answer, for the
-/// assertion after.
+/// answer or `within` has passed (the last time it is asked is after that); its last answer,
+/// for the assertion after.
 pub async fn poll_async<T, F>(
     within: std::time::Duration,
     every: std::time::Duration,
@@ -265,8 +266,9 @@ where
 {
     let deadline = std::time::Instant::now() + within;
     loop {
+        let last = std::time::Instant::now() >= deadline;
         let answer = ask().await;
-        if enough(&answer) || std::time::Instant::now() >= deadline {
+        if enough(&answer) || last {
             return answer;
         }
         tokio::time::sleep(every).await;
