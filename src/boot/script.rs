@@ -49,10 +49,15 @@ fn cmdline_of(
     let pool = member.pool;
     let s = &config.server;
     let (nfs, nbd) = (&image.nfs_export, &image.nbd_export);
+    // An NFS root is read-only; the pool's `nfs_options` (default `nocto`) follow.
+    let ro = match pool.nfs_options.as_str() {
+        "" => "ro".to_string(),
+        options => format!("ro,{options}"),
+    };
     let root = match (pool.root, pool.initramfs) {
         (RootProto::Nfs, Initramfs::Dracut) => {
             format!(
-                "root=nfs:{link}:{nfs}:ro,port={},mountport={}",
+                "root=nfs:{link}:{nfs}:{ro},port={},mountport={}",
                 s.ports.nfs, s.ports.nfs
             )
         }
@@ -67,7 +72,7 @@ fn cmdline_of(
         // `boot=` because an initrd built with Debian's default `BOOT=local` ignores
         // `root=/dev/nfs`; klibc's nfsmount takes no `mountport=` (it asks the portmapper).
         (RootProto::Nfs, Initramfs::InitramfsTools) => format!(
-            "boot=nfs root=/dev/nfs nfsroot={link}:{nfs},ro,port={} ip=dhcp",
+            "boot=nfs root=/dev/nfs nfsroot={link}:{nfs},{ro},port={} ip=dhcp",
             s.ports.nfs
         ),
         // Debian's nbd script reads `SERVER,A,B` as server, export, device: the port goes
@@ -389,16 +394,29 @@ mod tests {
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
         assert!(
             cmdline(&c, &m, c.server.address, None)
-                .starts_with("root=nfs:10.77.0.1:/demo:ro,port=2049,mountport=2049 ")
+                .starts_with("root=nfs:10.77.0.1:/demo:ro,nocto,port=2049,mountport=2049 ")
         );
-        let text = text.replace("root: nfs", "root: nfs\n    initramfs: initramfs-tools");
-        let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
+        let tools = text.replace("root: nfs", "root: nfs\n    initramfs: initramfs-tools");
+        let c = Config::parse(Path::new("p.yaml"), &tools).unwrap();
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        assert!(cmdline(&c, &m, c.server.address, None).starts_with(
+            "boot=nfs root=/dev/nfs nfsroot=10.77.0.1:/demo,ro,nocto,port=2049 ip=dhcp "
+        ));
+        // The pool's own options replace the default; none at all leaves `ro`.
+        let line = |options: &str| {
+            let text = text.replace(
+                "root: nfs",
+                &format!("root: nfs\n    nfs_options: {options}"),
+            );
+            let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
+            let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+            cmdline(&c, &m, c.server.address, None)
+        };
         assert!(
-            cmdline(&c, &m, c.server.address, None).starts_with(
-                "boot=nfs root=/dev/nfs nfsroot=10.77.0.1:/demo,ro,port=2049 ip=dhcp "
-            )
+            line("\"actimeo=600,nocto\"")
+                .starts_with("root=nfs:10.77.0.1:/demo:ro,actimeo=600,nocto,port=2049,")
         );
+        assert!(line("\"\"").starts_with("root=nfs:10.77.0.1:/demo:ro,port=2049,"));
     }
 
     /// Each syntax as its own scripts read it (dracut 059's nbdroot.sh and Debian's nbd-client

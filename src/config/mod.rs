@@ -373,6 +373,9 @@ pub struct Pool {
     /// argument, `bootpool.url=`, `cmdline` and `initrd=` (`None`: those).
     pub cmdline_template: Option<cmdline::Template>,
     pub initramfs: Initramfs,
+    /// Mount options of an NFS root after `ro` (`nfs_options`, default `nocto`): the root is
+    /// an image nobody writes while it is mounted, so opening a file need not ask the server.
+    pub nfs_options: String,
     pub clients: Vec<ClientEntry>,
     /// Keep a boot trace of each client's boots (`state_dir/traces/`, docs/trace.md).
     pub trace: bool,

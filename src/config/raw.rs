@@ -248,6 +248,8 @@ pub struct Pool {
     pub cmdline_template: Option<String>,
     #[serde(default = "default_initramfs")]
     pub initramfs: String,
+    /// Mount options an NFS root gets after `ro` (`None`: `nocto`).
+    pub nfs_options: Option<String>,
     #[serde(default)]
     pub clients: Vec<Client>,
     #[serde(default)]

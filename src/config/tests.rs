@@ -880,6 +880,41 @@ fn a_cmdline_template_is_checked_with_its_line() {
     assert!(e.reason.contains("does not say {cmdline}"), "{e}");
 }
 
+/// An NFS root's options: `nocto` unless the pool says otherwise; what is not a mount option,
+/// what bootpool writes itself, and the key on an NBD pool are refused with their line.
+#[test]
+fn nfs_options_default_to_nocto_and_are_checked_with_their_line() {
+    let with = |extra: &str| GOOD.replace("    root: nfs\n", &format!("    root: nfs\n{extra}\n"));
+    assert_eq!(parse(GOOD).unwrap().pools["room-101"].nfs_options, "nocto");
+    let c = parse(&with("    nfs_options: \"nocto,actimeo=600\"")).unwrap();
+    assert_eq!(c.pools["room-101"].nfs_options, "nocto,actimeo=600");
+    assert_eq!(
+        parse(&with("    nfs_options: \"\"")).unwrap().pools["room-101"].nfs_options,
+        ""
+    );
+    // `root: nfs` is on line 19 in GOOD, the options on 20.
+    for (bad, why) in [
+        ("\"nocto actimeo=600\"", "is not a mount option"),
+        ("\"nocto,,ac\"", "is not a mount option"),
+        ("\"a=b=c\"", "is not a mount option"),
+        ("\"vers=3:x\"", "is not a mount option"),
+        ("\"nocto,rw\"", "bootpool writes rw itself"),
+        ("\"port=2050\"", "bootpool writes port itself"),
+    ] {
+        let e = parse(&with(&format!("    nfs_options: {bad}"))).unwrap_err();
+        assert_eq!(
+            (e.path.as_str(), e.line),
+            ("pools.room-101.nfs_options", Some(20)),
+            "{bad}: {e}"
+        );
+        assert!(e.reason.contains(why), "{bad}: {e}");
+    }
+    let nbd = with("    nfs_options: nocto").replace("root: nfs", "root: nbd");
+    let e = parse(&nbd).unwrap_err();
+    assert_eq!(e.path, "pools.room-101.nfs_options", "{e}");
+    assert!(e.reason.contains("root: nfs"), "{e}");
+}
+
 /// `server.address6` and `dhcp6`: checked into IPv6 types; each mistake names its line and
 /// key.
 #[test]

@@ -73,7 +73,7 @@ fn initrds_of_the_stock_builders_boot_nfs_and_nbd_roots_from_generated_command_l
     let generated = [
         (
             "initramfs-tools",
-            "boot=nfs root=/dev/nfs nfsroot=10.77.0.1:/initramfs-tools,ro,port=2049 ip=dhcp ",
+            "boot=nfs root=/dev/nfs nfsroot=10.77.0.1:/initramfs-tools,ro,nocto,port=2049 ip=dhcp ",
         ),
         (
             "initramfs-tools",
@@ -81,7 +81,7 @@ fn initrds_of_the_stock_builders_boot_nfs_and_nbd_roots_from_generated_command_l
         ),
         (
             "dracut",
-            "root=nfs:10.77.0.1:/dracut:ro,port=2049,mountport=2049 ",
+            "root=nfs:10.77.0.1:/dracut:ro,nocto,port=2049,mountport=2049 ",
         ),
         ("dracut", "root=nbd:10.77.0.1:dracut "),
     ];
