@@ -50,7 +50,8 @@ pub struct StormArgs {
     pub config: PathBuf,
     /// The boot trace every client replays (default: bench/traces/demo-ROOT.trace; for
     /// bootpool serving an NBD pool whose image has `root_wire: zstd`, the boot recorded
-    /// against that copy, bench/traces/demo-nbd-zstd.trace).
+    /// against that copy, bench/traces/demo-nbd-zstd.trace; for bootpool serving an NFS pool
+    /// mounted `nocto`, as by default, bench/traces/demo-nfs-nocto.trace).
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// Each client's link rate (its switch port is shaped to it).
@@ -214,13 +215,16 @@ fn wait_ready(
     bail!("the server did not answer on {addr} within 30 s")
 }
 
-/// The shipped trace of `pool`'s root: the boot recorded against what its server sends (a
-/// client reads other blocks of a root image recompressed for the wire).
+/// The shipped trace of `pool`'s root: the boot recorded as its server has it made (a client
+/// reads other blocks of a root image recompressed for the wire, and opens files without
+/// asking an NFS server first when bootpool mounts its root `nocto`). Another server gets the
+/// boot as built and mounted by the kernel's defaults.
 fn default_trace(pool: &crate::config::Pool, bootpool: bool) -> PathBuf {
-    let wire = bootpool
-        && pool.root == RootProto::Nbd
-        && pool.image.root_wire == crate::config::Wire::Zstd;
-    let suffix = if wire { "-zstd" } else { "" };
+    let suffix = match pool.root {
+        RootProto::Nbd if bootpool && pool.image.root_wire == crate::config::Wire::Zstd => "-zstd",
+        RootProto::Nfs if bootpool && pool.nfs_options.split(',').any(|o| o == "nocto") => "-nocto",
+        _ => "",
+    };
     PathBuf::from(format!("bench/traces/demo-{}{suffix}.trace", pool.root))
 }
 

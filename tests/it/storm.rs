@@ -42,12 +42,13 @@ fn storm_config(dir: &Path) -> PathBuf {
 }
 
 /// The shipped trace of `root` that bootpool's clients replay under bench/storm/pools.yaml
-/// (over NBD the one recorded against its `root_wire` copy), cut to its firmware part, its
-/// first `keep` root requests and its booted call: a short boot with the real one's shape.
+/// (over NBD the one recorded against its `root_wire` copy, over NFS the one mounted
+/// `nocto`), cut to its firmware part, its first `keep` root requests and its booted call: a
+/// short boot with the real one's shape.
 fn short_trace(root: &str, keep: usize, dir: &Path) -> (PathBuf, Trace) {
     let shipped = match root {
-        "nbd" => "bench/traces/demo-nbd-zstd.trace".to_string(),
-        _ => format!("bench/traces/demo-{root}.trace"),
+        "nbd" => "bench/traces/demo-nbd-zstd.trace",
+        _ => "bench/traces/demo-nfs-nocto.trace",
     };
     let text = std::fs::read_to_string(repo().join(shipped)).unwrap();
     let mut trace = Trace::parse(&text).unwrap();
