@@ -413,7 +413,9 @@ impl Checker<'_> {
                 Some(_) if root != RootProto::Nfs => {
                     return Err(self.err(&at("nfs_options"), "is for a pool with `root: nfs`"));
                 }
-                Some(text) => nfs_options(text).map_err(|why| self.err(&at("nfs_options"), why))?,
+                Some(text) => {
+                    nfs_options(text, initramfs).map_err(|why| self.err(&at("nfs_options"), why))?
+                }
             };
             let cmdline_template = match &p.cmdline_template {
                 None => None,
@@ -825,11 +827,46 @@ fn reserved(subnet: Subnet, server: &[Ipv4Addr], ip: Ipv4Addr) -> Option<String>
 /// root is a revision nobody writes while it is mounted (or a tree its admin edits, whose
 /// changes a client then sees within the attribute cache's 60 s), so opening a file need not
 /// ask the server first: the demo's boot makes a third fewer NFS calls (docs/clients.md).
-pub const DEFAULT_NFS_OPTIONS: &str = "nocto";
+const DEFAULT_NFS_OPTIONS: &str = "nocto";
+
+/// The options Debian's klibc `nfsmount` knows (klibc 2.0, nfsmount/main.c): it refuses the
+/// mount on any other, so an initramfs-tools pool may give only these (`NAME=` takes a number).
+const KLIBC_NFSMOUNT_OPTIONS: [&str; 29] = [
+    "nfsvers=",
+    "vers=",
+    "rsize=",
+    "wsize=",
+    "timeo=",
+    "retrans=",
+    "acregmin=",
+    "acregmax=",
+    "acdirmin=",
+    "acdirmax=",
+    "soft",
+    "hard",
+    "intr",
+    "nointr",
+    "posix",
+    "noposix",
+    "cto",
+    "nocto",
+    "ac",
+    "noac",
+    "lock",
+    "nolock",
+    "acl",
+    "noacl",
+    "v2",
+    "v3",
+    "udp",
+    "tcp",
+    "broken_suid",
+];
 
 /// `pools.NAME.nfs_options`: comma-separated mount options, each letters, digits, `_`, `.`,
-/// `-` and at most one `=`; bootpool's own (`ro`, `port=`, `mountport=`) are its to write.
-fn nfs_options(text: &str) -> Result<String, String> {
+/// `-` and at most one `=`; bootpool's own (`ro`, `port=`, `mountport=`) are its to write,
+/// and an initramfs-tools root takes only what klibc's `nfsmount` knows.
+fn nfs_options(text: &str, initramfs: Initramfs) -> Result<String, String> {
     let text = text.trim();
     if text.is_empty() {
         return Ok(String::new());
@@ -851,6 +888,22 @@ fn nfs_options(text: &str) -> Result<String, String> {
             return Err(format!(
                 "`{opt}`: bootpool writes {name} itself (an NFS root is read-only, its ports \
                  are server.ports.nfs)"
+            ));
+        }
+        let known = |o: &str| match o.strip_suffix('=') {
+            Some(int) => opt
+                .strip_prefix(int)
+                .and_then(|v| v.strip_prefix('='))
+                .is_some_and(|v| v.bytes().all(|b| b.is_ascii_digit())),
+            None => o == opt,
+        };
+        if initramfs == Initramfs::InitramfsTools
+            && !KLIBC_NFSMOUNT_OPTIONS.iter().any(|o| known(o))
+        {
+            return Err(format!(
+                "`{opt}`: initramfs-tools mounts the root with klibc's nfsmount, which refuses \
+                 an option it does not know (it knows {}; those with `=` take a number)",
+                KLIBC_NFSMOUNT_OPTIONS.join(" ")
             ));
         }
     }

@@ -909,6 +909,19 @@ fn nfs_options_default_to_nocto_and_are_checked_with_their_line() {
         );
         assert!(e.reason.contains(why), "{bad}: {e}");
     }
+    // Debian's klibc nfsmount refuses what it does not know: an initramfs-tools pool is told.
+    let tools = |options: &str| {
+        with(&format!(
+            "    initramfs: initramfs-tools\n    nfs_options: \"{options}\""
+        ))
+    };
+    assert!(parse(&tools("nocto,acregmax=600,nfsvers=3,hard")).is_ok());
+    for bad in ["actimeo=600", "nocto,rdirplus", "acregmax=lots"] {
+        let e = parse(&tools(bad)).unwrap_err();
+        assert_eq!(e.path, "pools.room-101.nfs_options", "{bad}: {e}");
+        assert!(e.reason.contains("klibc's nfsmount"), "{bad}: {e}");
+    }
+    assert!(parse(&with("    nfs_options: \"actimeo=600\"")).is_ok());
     let nbd = with("    nfs_options: nocto").replace("root: nfs", "root: nbd");
     let e = parse(&nbd).unwrap_err();
     assert_eq!(e.path, "pools.room-101.nfs_options", "{e}");
