@@ -237,7 +237,9 @@ fn boot_disk_and_ram(root: &str) {
 /// opens a file whose attributes it holds without a GETATTR first. The disk pool's client
 /// keeps a trace (pools.yaml's `trace: true`); mounted with close-to-open checks, the demo's
 /// boot asks GETATTR more often than it READs (2,938 against 1,646, bench/traces/demo-nfs.trace),
-/// `nocto` about one in sixteen (102 against 1,646, demo-nfs-nocto.trace).
+/// `nocto` about one in sixteen (102 against 1,646, demo-nfs-nocto.trace). A slower host lets
+/// more attributes expire during the boot (3 s at first), each a GETATTR when its file is used
+/// again: the bound is one per READ, which only a close-to-open mount reaches.
 fn opened_without_asking(traces: &Path) {
     use bootpool::trace::format::{Trace, What};
     let file = std::fs::read_dir(traces)
@@ -262,7 +264,7 @@ fn opened_without_asking(traces: &Path) {
     let (getattr, read) = (count("getattr"), count("read"));
     assert!(read > 100, "{} READs in {}", read, file.display());
     assert!(
-        getattr * 4 < read,
+        getattr < read,
         "{getattr} GETATTRs for {read} READs: was the root mounted nocto? ({})",
         file.display()
     );
