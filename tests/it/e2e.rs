@@ -241,19 +241,12 @@ fn boot_disk_and_ram(root: &str) {
 /// more attributes expire during the boot (3 s at first), each a GETATTR when its file is used
 /// again: the bound is one per READ, which only a close-to-open mount reaches.
 fn opened_without_asking(traces: &Path) {
-    use bootpool::trace::format::{Trace, What};
-    let file = std::fs::read_dir(traces)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("525400770001-")
-        })
+    use bootpool::trace::format::What;
+    let kept = bootpool::trace::export::kept(traces);
+    let bootpool::trace::export::Kept { file, trace } = kept
+        .iter()
+        .find(|k| k.trace.header.mac == "52:54:00:77:00:01")
         .expect("the lab-nfs client's trace");
-    let trace = Trace::parse(&std::fs::read_to_string(&file).unwrap()).unwrap();
     let count = |which: &str| {
         trace
             .ops
