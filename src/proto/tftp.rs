@@ -369,6 +369,13 @@ impl fmt::Display for Mode {
 /// Netascii (RFC 764 via 1350): LF becomes CR LF, a bare CR becomes CR NUL.
 pub fn to_netascii(data: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(data.len() + data.len() / 16);
+    extend_netascii(&mut out, data);
+    out
+}
+
+/// Appends `data` as netascii to `out`. Each byte converts on its own, so a file converts
+/// piece by piece, in any cut, to the same bytes as whole.
+pub fn extend_netascii(out: &mut Vec<u8>, data: &[u8]) {
     for &b in data {
         match b {
             b'\n' => out.extend_from_slice(b"\r\n"),
@@ -376,7 +383,11 @@ pub fn to_netascii(data: &[u8]) -> Vec<u8> {
             _ => out.push(b),
         }
     }
-    out
+}
+
+/// How long `data` is as netascii.
+pub fn netascii_len(data: &[u8]) -> u64 {
+    data.len() as u64 + data.iter().filter(|b| matches!(b, b'\n' | b'\r')).count() as u64
 }
 
 #[cfg(test)]
@@ -572,5 +583,11 @@ mod tests {
     #[test]
     fn netascii_translates_line_ends() {
         assert_eq!(to_netascii(b"a\nb\rc"), b"a\r\nb\r\0c");
+        assert_eq!(netascii_len(b"a\nb\rc"), 7);
+        let mut pieces = Vec::new();
+        for piece in [&b"a\n"[..], b"", b"b\r", b"c"] {
+            extend_netascii(&mut pieces, piece);
+        }
+        assert_eq!(pieces, to_netascii(b"a\nb\rc"));
     }
 }

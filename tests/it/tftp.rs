@@ -493,7 +493,7 @@ async fn one_client_gets_a_bounded_number_of_transfers_at_once() {
     let fx = fixture();
     let daemon = fx.start().await;
     let addr = daemon.bound.tftp.unwrap();
-    let limit = bootpool::service::tftp::MAX_PER_CLIENT;
+    let limit = bootpool::service::tftp::CLIENTS.per_address;
     // `limit` transfers from one address, none acknowledged: each gets its first block.
     let mut open = Vec::new();
     for _ in 0..limit {

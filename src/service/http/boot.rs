@@ -18,7 +18,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
-pub(super) const CHUNK: usize = 256 * 1024;
+/// A file is read and sent this much at a time, and `QUEUED` chunks wait for the connection
+/// at most: a reader that stops reading holds `CHUNK` x (`QUEUED` + 2) of memory (one chunk
+/// being read, one being written), 256 KiB, whatever the file's size.
+pub(super) const CHUNK: usize = 64 * 1024;
+const QUEUED: usize = 2;
 
 pub(super) async fn boot_script(
     State(web): State<Web>,
@@ -262,7 +266,7 @@ pub(super) async fn send_file(
         tracing::warn!(path = %path.display(), error = %e, "boot file seek failed");
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     }
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(4);
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(QUEUED);
     let recorder = web.recorder.clone();
     let whole = end == len;
     tokio::spawn(async move {
