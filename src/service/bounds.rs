@@ -47,7 +47,8 @@ impl Full {
 /// many addresses a host on the clients' network (or the campus side) sends from, without a
 /// lease it holds at most the strangers' pool, and the room's slots stay the room's. Held
 /// slots and refusals are counted in the service's `metrics::Slots` (/metrics:
-/// `bootpool_slots_*`).
+/// `bootpool_slots_*`). Each listener has its own: a service's IPv6 listener (HTTP, NBD) holds
+/// pools of the same sizes beside its IPv4 one, and both count into the same figures.
 #[derive(Clone)]
 pub struct Slots {
     inner: Arc<SlotsInner>,
@@ -131,7 +132,7 @@ impl Slots {
         }
         held.total += 1;
         *held.by_address.entry(ip).or_insert(0) += 1;
-        figures.held.set(held.total as u64);
+        figures.held.inc();
         Ok(Slot {
             inner: inner.clone(),
             ip,
@@ -183,11 +184,8 @@ impl Drop for Slot {
                 held.by_address.remove(&self.ip);
             }
             held.total -= 1;
+            self.inner.figures(self.standing).held.sub(1);
         }
-        self.inner
-            .figures(self.standing)
-            .held
-            .set(held.total as u64);
     }
 }
 
