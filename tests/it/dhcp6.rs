@@ -10,11 +10,11 @@ use crate::common::netns::{Daemon, Link};
 use std::process::Stdio;
 use std::time::Duration;
 
-const SERVER: &str = "10.77.1.1";
-const SERVER6: &str = "fd77:1::1";
-const MAC: &str = "52:54:00:77:00:05";
+pub(crate) const SERVER: &str = "10.77.1.1";
+pub(crate) const SERVER6: &str = "fd77:1::1";
+pub(crate) const MAC: &str = "52:54:00:77:00:05";
 
-fn config(iface: &str) -> String {
+pub(crate) fn config(iface: &str) -> String {
     format!(
         "\
 server:
@@ -47,7 +47,7 @@ pools:
 
 /// Both ends without duplicate address detection (bounced, so their link-local addresses are
 /// usable at once), the server's IPv6 address on its end.
-fn ipv6_link() -> Link {
+pub(crate) fn ipv6_link() -> Link {
     let link = Link::new(&format!("{SERVER}/24"));
     for (ns, dev) in [
         (&link.server_ns, &link.server_if),
@@ -80,7 +80,7 @@ fn ipv6_link() -> Link {
 
 /// `dhclient -6` as iPXE (user class `iPXE`, asking option 59): the address it bound and the
 /// boot-file URL, with the address put on the client's end.
-fn dhclient6(link: &Link, fx: &Fixture) -> Option<(String, String)> {
+pub(crate) fn dhclient6(link: &Link, fx: &Fixture) -> Option<(String, String)> {
     // Option 15 as iPXE sends it: one class, 16-bit length then `iPXE`.
     let conf = "timeout 15;\n\
                 option dhcp6.ipxe-class code 15 = string;\n\

@@ -12,7 +12,7 @@
 use crate::common::netns::{Daemon, Link};
 use crate::common::{Fixture, Loopback, run};
 use std::io::Read as _;
-use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
 
 const NET: &str = "10.77.9";
@@ -62,14 +62,23 @@ fn strangers(link: &Link, first: u8, count: u8) -> Vec<Ipv4Addr> {
 /// Opens `each` TCP connections from every address of `from` to `to`, in the client's
 /// namespace, and keeps them open (the kernel completes a connect whether or not the server
 /// then keeps it).
-fn connect_all(link: &Link, from: &[Ipv4Addr], each: usize, to: SocketAddr) -> Vec<TcpStream> {
-    let from = from.to_vec();
+fn connect_all(
+    link: &Link,
+    from: &[impl Into<IpAddr> + Copy],
+    each: usize,
+    to: SocketAddr,
+) -> Vec<TcpStream> {
+    let from: Vec<IpAddr> = from.iter().map(|&ip| ip.into()).collect();
     Link::within(&link.client_ns, move || {
         let mut held = Vec::new();
         for ip in from {
             for _ in 0..each {
-                let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-                    .unwrap();
+                let sock = socket2::Socket::new(
+                    socket2::Domain::for_address(to),
+                    socket2::Type::STREAM,
+                    None,
+                )
+                .unwrap();
                 sock.bind(&SocketAddr::from((ip, 0)).into()).unwrap();
                 if sock
                     .connect_timeout(&to.into(), Duration::from_secs(5))
@@ -148,16 +157,30 @@ fn campus_side(link: &Link) -> Ipv4Addr {
     "198.51.100.2".parse().unwrap()
 }
 
-/// What the siege sent to a root service at `port`: 1,030 idle connects from one address with
-/// no lease (it took all 1,024 NFS slots and a thread each), then 64 from each of 16 more.
-/// Checks the strangers' pool held them, the threads, and that they are let go within
+/// What the siege sent to a root service at `port`, from addresses that hold no lease: each
+/// wave `(addresses, each)` opens `each` idle connects from every one of `addresses` fresh
+/// ones. Checks the strangers' pool held them, the threads, and that they are let go within
 /// seconds; `honest` is what the client with a lease does meanwhile.
-fn root_flood(link: &Link, daemon: &Daemon, service: &str, port: u16, honest: impl Fn()) {
+fn root_flood(
+    link: &Link,
+    daemon: &Daemon,
+    service: &str,
+    port: u16,
+    waves: &[(u8, usize)],
+    honest: impl Fn(),
+) {
     let threads_before = daemon.status("Threads");
     let to: SocketAddr = format!("{SERVER}:{port}").parse().unwrap();
-    let hostile = strangers(link, 50, 17);
-    let mut held = connect_all(link, &hostile[..1], 1030, to);
-    held.extend(connect_all(link, &hostile[1..], 64, to));
+    let (mut held, mut next) = (Vec::new(), 20);
+    for &(addresses, each) in waves {
+        held.extend(connect_all(
+            link,
+            &strangers(link, next, addresses),
+            each,
+            to,
+        ));
+        next += addresses;
+    }
     assert!(held.len() > 1000, "the flood could not connect");
     let labels = format!("service=\"{service}\",standing=\"stranger\"");
     let limit = metric(link, "bootpool_slots_limit", &labels);
@@ -184,7 +207,9 @@ fn root_flood(link: &Link, daemon: &Daemon, service: &str, port: u16, honest: im
 fn an_nfs_flood_from_strangers_leaves_the_room_its_mounts_and_the_campus_side_none() {
     let (link, fx, daemon) = start(1);
     let ip = lease(&link, &fx, NFS_MAC);
-    root_flood(&link, &daemon, "nfs", 2049, || {
+    // 1,030 from one address (the siege took all 1,024 slots and a thread each), then 64 from
+    // each of 16 more.
+    root_flood(&link, &daemon, "nfs", 2049, &[(1, 1030), (16, 64)], || {
         // libnfs: portmap, MOUNT, then NFS calls, from the leased address.
         let (ok, said) = client(
             &link,
@@ -216,10 +241,21 @@ fn an_nfs_flood_from_strangers_leaves_the_room_its_mounts_and_the_campus_side_no
 fn an_nbd_flood_from_strangers_leaves_the_room_its_attaches() {
     let (link, fx, daemon) = start(4);
     let ip = lease(&link, &fx, NBD_MAC);
-    root_flood(&link, &daemon, "nbd", 10809, || {
+    // 16 handshakes from each of 64 addresses (the siege's locked a client out for 30 s).
+    root_flood(&link, &daemon, "nbd", 10809, &[(64, 16)], || {
         let (ok, said) = client(&link, "nbdinfo", &[&format!("nbd://{SERVER}/demo")]);
         assert!(ok, "{ip} could not attach: {said}");
     });
+}
+
+/// Asks for the kernel on every connection of `conns` and reads nothing: slow downloads.
+fn ask_for_the_kernel(conns: &mut [TcpStream]) {
+    let request = b"GET /boot/demo/vmlinuz HTTP/1.1\r\nHost: x\r\n\r\n";
+    let asked = conns
+        .iter_mut()
+        .filter_map(|c| std::io::Write::write_all(c, request).ok())
+        .count();
+    assert!(asked > 0);
 }
 
 /// A TFTP read request for `file` in `mode`, sent from `from` in the client's namespace; the
@@ -299,13 +335,7 @@ fn slow_http_downloads_from_many_unleased_addresses_leave_the_room_its_boot_file
     // 17 addresses with no lease, each opening 64 downloads of the kernel and reading nothing.
     let hostile = strangers(&link, 50, 17);
     let mut held = connect_all(&link, &hostile, 64, http);
-    let request = b"GET /boot/demo/vmlinuz HTTP/1.1\r\nHost: x\r\n\r\n";
-    let asked = held
-        .iter_mut()
-        .filter_map(|c| std::io::Write::write_all(c, request).ok())
-        .count();
-    assert!(asked > 0);
-    std::thread::sleep(Duration::from_secs(2));
+    ask_for_the_kernel(&mut held);
     // The strangers' 64 connections are held (downloading, slowly); every other is closed at
     // once. (/metrics cannot be read now: the server's own address is a stranger too.)
     let total = held.len();
@@ -344,4 +374,82 @@ fn slow_http_downloads_from_many_unleased_addresses_leave_the_room_its_boot_file
         Duration::from_millis(200),
         refused
     ));
+}
+
+#[test]
+fn slow_http_downloads_from_many_addresses_of_the_advertised_prefix_leave_an_ipv6_client_served() {
+    use crate::dhcp6::{MAC, SERVER6};
+    let link = crate::dhcp6::ipv6_link();
+    link.set_client_mac(MAC);
+    let fx = Fixture::new();
+    let http = "10.77.1.1:8080";
+    let config = crate::dhcp6::config(&link.server_if).replace("10.77.1.1:0", http);
+    assert!(config.contains(http));
+    fx.write_config(&config);
+    let _daemon = Daemon::start(&link, &fx, 5);
+    // A client of the pool bound over DHCPv6, as UEFI HTTP boot over IPv6 does, once its
+    // link-local address is usable.
+    let lladdr = || {
+        let show = [
+            "-6",
+            "addr",
+            "show",
+            "dev",
+            &link.client_if,
+            "scope",
+            "link",
+        ];
+        let (_, text, _) = run(&mut Link::command(&link.client_ns, "ip", &show), 10);
+        text.contains("inet6 fe80") && !text.contains("tentative")
+    };
+    let every = Duration::from_millis(100);
+    assert!(crate::common::poll_until(
+        Duration::from_secs(10),
+        every,
+        lladdr
+    ));
+    let (honest, _) = crate::dhcp6::dhclient6(&link, &fx).expect("a DHCPv6 binding");
+    // 17 addresses of the /64 bootpool advertises, with no binding: 64 slow downloads each.
+    let hostile: Vec<IpAddr> = (0x20..0x31)
+        .map(|k| {
+            let ip = format!("fd77:1::{k:x}");
+            let cidr = format!("{ip}/64");
+            link.in_client(&[
+                "ip",
+                "-6",
+                "addr",
+                "add",
+                &cidr,
+                "dev",
+                &link.client_if,
+                "nodad",
+            ]);
+            ip.parse().unwrap()
+        })
+        .collect();
+    let to = SocketAddr::new(SERVER6.parse().unwrap(), 8080);
+    let mut held = connect_all(&link, &hostile, 64, to);
+    ask_for_the_kernel(&mut held);
+    let total = held.len();
+    let ended = closed(&mut held, Duration::from_secs(3));
+    let strangers = bootpool::service::http::STRANGERS.total;
+    assert!(ended >= total - strangers, "{ended} of {total} closed");
+    // The bound client fetches its kernel over IPv6 from its own address meanwhile.
+    let (ok, said) = client(
+        &link,
+        "curl",
+        &[
+            "-gsS",
+            "--fail",
+            "--max-time",
+            "30",
+            "--interface",
+            &honest,
+            "-o",
+            "/dev/null",
+            &format!("http://[{SERVER6}]:8080/boot/demo/vmlinuz"),
+        ],
+    );
+    assert!(ok, "{honest} was not served: {said}");
+    drop(held);
 }
