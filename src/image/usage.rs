@@ -1,47 +1,51 @@
-//! Which revision each client runs, from the boot record: a client runs the revision its
-//! newest boot attached until that boot is over by evidence (it failed, its client went: an
-//! NBD disconnect, a restart, a new boot), or, if the admin asks (`--idle`), has been silent
-//! that long. What `prune` keeps, and the "N of M need a reboot to get rX" of the API,
-//! `bootpool report` and `bootpool image list`. Pure: boots in, counts out.
+//! Which revision each client may still be reading, from the boot record: a client runs the
+//! revision of the root it attached last until the server's own sockets say that root is over
+//! (a root connection ended with evidence of the client's going: an NBD disconnect, a reset, a
+//! connection lost for `limits.root_lost_after`; or a later root attach), or, if the admin asks
+//! (`--idle`), the client has been silent that long. A console line (a "panic" anyone can send
+//! with the client's source address) or a DISCOVER (anyone can send one with its MAC) starts
+//! or fails a boot in the record but never ends the use of a root: the revision stays. What
+//! `prune` keeps, and the "N of M need a reboot to get rX" of the API, `bootpool report` and
+//! `bootpool image list`. Pure: the record in, counts out.
 
 use crate::config::{Config, Image};
+use crate::record::Timelines;
 use crate::record::event::Micros;
-use crate::record::timeline::{Boot, BootResult};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// A client whose newest boot runs a revision of an image.
+/// A client that may still read a revision of an image.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Running {
     pub mac: String,
     pub image: String,
     pub revision: String,
+    /// The boot that attached it.
     pub boot: u64,
 }
 
-/// The clients running a revision now. `idle`: a boot with no event for this long counts as
-/// over (None: only evidence ends one).
-pub fn running(config: &Config, boots: &[Boot], now: Micros, idle: Option<Micros>) -> Vec<Running> {
-    let mut newest: BTreeMap<String, &Boot> = BTreeMap::new();
-    for b in boots {
-        let key = b.mac.to_string();
-        if newest.get(&key).is_none_or(|n| n.start <= b.start) {
-            newest.insert(key, b);
-        }
-    }
-    newest
-        .into_values()
-        .filter(|b| b.gone.is_none() && b.result != BootResult::Failed)
-        .filter(|b| idle.is_none_or(|i| now - b.last_event < i))
-        .filter_map(|b| {
+/// The clients that may still read a revision now. `idle`: a client with no event (of any
+/// boot) for this long counts as gone (None: only the server's sockets end a root's use).
+pub fn running(config: &Config, t: &Timelines, now: Micros, idle: Option<Micros>) -> Vec<Running> {
+    t.roots()
+        .iter()
+        .filter(|(_, u)| u.ended.is_none())
+        .filter_map(|(mac, u)| {
+            let revision = u.revision.clone()?;
+            let boot = t.boot(u.boot)?;
+            // Its newest boot's events count as its own: a forged DISCOVER moved them there.
+            let last = t.current(*mac).map_or(u.last, |c| c.last_event.max(u.last));
+            if idle.is_some_and(|i| now - last >= i) {
+                return None;
+            }
             // The image its firmware's architecture booted (`pools.NAME.arch`).
-            let pool = config.pools.get(b.pool.as_deref()?)?;
-            let image = pool.image_for(b.arch).name.clone();
+            let pool = config.pools.get(boot.pool.as_deref()?)?;
+            let image = pool.image_for(boot.arch).name.clone();
             Some(Running {
-                mac: b.mac.to_string(),
+                mac: mac.to_string(),
                 image,
-                revision: b.revision.clone()?,
-                boot: b.id,
+                revision,
+                boot: u.boot,
             })
         })
         .collect()
@@ -115,7 +119,8 @@ pub fn active_revisions_of(image: &Image) -> BTreeMap<String, (String, String)> 
 mod tests {
     use super::*;
     use crate::config::Mac;
-    use crate::record::event::{Event, Kind, Proto, Who};
+    use crate::record::BootResult;
+    use crate::record::event::{Detach, Event, Kind, Proto, Who};
     use crate::record::timeline::Timelines;
     use std::path::Path;
 
@@ -160,7 +165,7 @@ mod tests {
                 kind,
             });
         }
-        let mut run: Vec<(String, String)> = running(&config, t.boots(), 3_000_000, None)
+        let mut run: Vec<(String, String)> = running(&config, &t, 3_000_000, None)
             .into_iter()
             .map(|r| (r.image, r.revision))
             .collect();
@@ -172,5 +177,170 @@ mod tests {
                 ("demo-arm64".to_string(), "0000000000b2".to_string())
             ]
         );
+    }
+
+    const S: i64 = 1_000_000;
+
+    fn room() -> Config {
+        Config::parse(
+            Path::new("p.yaml"),
+            "server: { address: 10.77.0.1 }\n\
+             dhcp: { subnet: 10.77.0.0/24, range: 10.77.0.100-10.77.0.199 }\n\
+             images: { demo: { dir: d } }\n\
+             pools:\n  room:\n    image: demo\n\
+             \x20   clients: [ { macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" } ]\n",
+        )
+        .unwrap()
+    }
+
+    /// A client of `room` attached `/demo@0000000000a1` over `proto` at 10 s (boot from 0 s).
+    fn attached(proto: Proto) -> (Timelines, Mac, Who) {
+        let mut t = Timelines::default();
+        let mac = Mac([0x52, 0x54, 0, 0x77, 0, 1]);
+        crate::record::timeline::boot_to_attach(&mut t, mac, "room", proto, 0, 10);
+        let ip = Who::Ip(std::net::Ipv4Addr::new(10, 77, 0, 1));
+        let kind = Kind::RootAttach {
+            proto,
+            export: "/demo@0000000000a1".into(),
+        };
+        t.apply(&Event {
+            at: 10 * S,
+            who: ip,
+            kind,
+        });
+        (t, mac, ip)
+    }
+
+    fn revisions(t: &Timelines, now: i64, idle: Option<i64>) -> Vec<String> {
+        running(&room(), t, now, idle)
+            .into_iter()
+            .map(|r| r.revision)
+            .collect()
+    }
+
+    /// What anyone on the segment can send (a DISCOVER with the client's MAC, a "panic"
+    /// line from its address) starts or fails a boot in the record, and the client still
+    /// runs its revision: `prune` keeps it.
+    #[test]
+    fn a_forged_discover_or_panic_line_leaves_the_revision_in_use() {
+        let (mut t, mac, _) = attached(Proto::Nfs);
+        assert_eq!(revisions(&t, 20 * S, None), ["0000000000a1"]);
+        t.console(
+            mac,
+            20 * S,
+            vec!["Kernel panic - not syncing: forged".into()],
+        );
+        assert_eq!(t.current(mac).unwrap().result, BootResult::Failed);
+        assert_eq!(revisions(&t, 21 * S, None), ["0000000000a1"]);
+        // A firmware DISCOVER past the script: a new boot in the record.
+        let kind = Kind::DhcpDiscover {
+            pxe: true,
+            ipxe: false,
+            pool: Some("room".into()),
+            answered: true,
+            arch: None,
+        };
+        t.apply(&Event {
+            at: 30 * S,
+            who: Who::Mac(mac),
+            kind,
+        });
+        assert_eq!(t.boots().len(), 2);
+        assert_eq!(revisions(&t, 31 * S, None), ["0000000000a1"]);
+        // The "N of M need a reboot" view counts it on its revision too.
+        let active = BTreeMap::from([(
+            "demo".to_string(),
+            ("0000000000b2".to_string(), "r2".to_string()),
+        )]);
+        let b = behind(&running(&room(), &t, 31 * S, None), &active);
+        assert_eq!((b[0].clients, b[0].need_reboot), (1, 1));
+    }
+
+    /// The server's own sockets end a root's use: an NBD disconnect (even one heard after a
+    /// forged DISCOVER made another boot the newest), a root attach of the next revision.
+    #[test]
+    fn the_servers_sockets_end_a_roots_use() {
+        let (mut t, mac, ip) = attached(Proto::Nbd);
+        let kind = Kind::DhcpDiscover {
+            pxe: true,
+            ipxe: false,
+            pool: Some("room".into()),
+            answered: true,
+            arch: None,
+        };
+        t.apply(&Event {
+            at: 30 * S,
+            who: Who::Mac(mac),
+            kind,
+        });
+        // A read after the forged DISCOVER: still reading.
+        let read = Kind::RootRead {
+            proto: Proto::Nbd,
+            bytes: 4096,
+        };
+        t.apply(&Event {
+            at: 31 * S,
+            who: ip,
+            kind: read,
+        });
+        assert_eq!(revisions(&t, 32 * S, None), ["0000000000a1"]);
+        let kind = Kind::RootDetach {
+            proto: Proto::Nbd,
+            how: Detach::Disconnect,
+            since: Some(10 * S),
+        };
+        t.apply(&Event {
+            at: 40 * S,
+            who: ip,
+            kind,
+        });
+        assert!(revisions(&t, 41 * S, None).is_empty());
+
+        // NFS: a closed connection (the kernel closes idle ones) is no end; the next
+        // revision's attach is.
+        let (mut t, _, ip) = attached(Proto::Nfs);
+        let kind = Kind::RootDetach {
+            proto: Proto::Nfs,
+            how: Detach::Closed,
+            since: Some(10 * S),
+        };
+        t.apply(&Event {
+            at: 40 * S,
+            who: ip,
+            kind,
+        });
+        assert_eq!(revisions(&t, 41 * S, None), ["0000000000a1"]);
+        let kind = Kind::RootAttach {
+            proto: Proto::Nfs,
+            export: "/demo@0000000000b2".into(),
+        };
+        t.apply(&Event {
+            at: 50 * S,
+            who: ip,
+            kind,
+        });
+        assert_eq!(revisions(&t, 51 * S, None), ["0000000000b2"]);
+        // A connection of the earlier attach lost now says nothing of the new one.
+        let kind = Kind::RootDetach {
+            proto: Proto::Nfs,
+            how: Detach::Lost,
+            since: Some(10 * S),
+        };
+        t.apply(&Event {
+            at: 60 * S,
+            who: ip,
+            kind,
+        });
+        assert_eq!(revisions(&t, 61 * S, None), ["0000000000b2"]);
+    }
+
+    /// `--idle`: a client silent that long no longer holds its revision; any event of it
+    /// since (a later boot's included) counts as its activity.
+    #[test]
+    fn idle_ends_a_silent_clients_use() {
+        let (t, _, _) = attached(Proto::Nfs);
+        assert_eq!(revisions(&t, 100 * S, Some(120 * S)), ["0000000000a1"]);
+        assert!(revisions(&t, 200 * S, Some(120 * S)).is_empty());
+        assert_eq!(revisions(&t, 200 * S, None), ["0000000000a1"]);
     }
 }

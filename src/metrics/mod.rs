@@ -175,6 +175,10 @@ pub struct Portmap {
 pub struct Console {
     pub requests: Count,
     pub refused: Count,
+    /// Lines dropped because their client sent more than its rate (`service::console`).
+    pub limited: Count,
+    /// Lines dropped because the recorder's console queue was full.
+    pub dropped: Count,
 }
 
 /// The recorder's counts (`record`).

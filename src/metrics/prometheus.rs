@@ -196,6 +196,17 @@ const FAMILIES: &[Family] = &[
         unsaved
     ),
     Family {
+        name: "bootpool_console_lines_dropped_total",
+        kind: Kind::Counter,
+        help: "Console lines of lease holders dropped: over their client's rate, or the recorder's console queue full.",
+        labels: &["why"],
+        read: Read::Fixed(&[
+            (&["rate"], |m| &m.console().limited),
+            (&["queue"], |m| &m.console().dropped),
+        ]),
+        only_with_series: false,
+    },
+    Family {
         name: "bootpool_requests_total",
         kind: Kind::Counter,
         help: "Requests handled: DHCP messages, TFTP requests, HTTP requests, RPC calls (NFS and MOUNT, portmap), NBD options and commands.",
