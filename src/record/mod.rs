@@ -14,9 +14,12 @@ pub mod egress;
 pub mod end;
 pub mod event;
 pub mod report;
+pub mod signs;
 pub mod stall;
+pub mod standing;
 pub mod store;
 pub mod timeline;
+pub mod trace;
 pub mod view;
 pub mod wave;
 
@@ -59,7 +62,7 @@ pub struct Recorder {
     tx: mpsc::Sender<Msg>,
     metrics: Metrics,
     /// Boot traces of the pools that keep them; it follows the events sent here.
-    tracer: Arc<crate::trace::Tracer>,
+    tracer: Arc<trace::Tracer>,
 }
 
 /// The recorder's count of payload bytes for `proto`.
@@ -127,12 +130,12 @@ impl Recorder {
         Recorder {
             tx,
             metrics: Metrics::default(),
-            tracer: Arc::new(crate::trace::Tracer::off()),
+            tracer: Arc::new(trace::Tracer::off()),
         }
     }
 
     /// The same recorder, keeping boot traces with `tracer`.
-    pub fn with_tracer(self, tracer: crate::trace::Tracer) -> Recorder {
+    pub fn with_tracer(self, tracer: trace::Tracer) -> Recorder {
         Recorder {
             tracer: Arc::new(tracer),
             ..self
@@ -140,7 +143,7 @@ impl Recorder {
     }
 
     /// Where services write the requests of traced boots.
-    pub fn tracer(&self) -> &crate::trace::Tracer {
+    pub fn tracer(&self) -> &trace::Tracer {
         &self.tracer
     }
 }
@@ -214,7 +217,7 @@ async fn start_with(
         consoles: std::collections::BTreeSet::new(),
     };
     shutdown.spawn(writer.run(shutdown.clone()));
-    let tracer = Arc::new(crate::trace::Tracer::off());
+    let tracer = Arc::new(trace::Tracer::off());
     Ok((
         Recorder {
             tx,

@@ -346,7 +346,7 @@ impl Timelines {
     }
 
     /// Console lines from `mac`'s client, for its newest boot. A line that ends a boot (a
-    /// panic, an initrd giving up: `cause::fatal`) fails a boot still running. Returns false
+    /// panic, an initrd giving up: `signs::fatal`) fails a boot still running. Returns false
     /// when the client has no boot to attach them to.
     pub fn console(&mut self, mac: Mac, at: Micros, lines: Vec<String>) -> bool {
         let Some(&i) = self.current.get(&mac) else {
@@ -518,7 +518,7 @@ impl Timelines {
             Kind::RootAttach { proto, export } => {
                 m.attach.get_or_insert(ev.at);
                 boot.root = Some(*proto);
-                if let Some(id) = crate::image::serve::revision_of(export) {
+                if let Some(id) = crate::config::names::revision_of(export) {
                     boot.revision = Some(id.to_string());
                 }
                 boot.reads.attach();
@@ -578,7 +578,7 @@ fn fail_from_console(boot: &mut Boot) {
     if boot.result != BootResult::Running {
         return;
     }
-    let Some(line) = boot.console.lines().find(|l| super::cause::fatal(&l.text)) else {
+    let Some(line) = boot.console.lines().find(|l| super::signs::fatal(&l.text)) else {
         return;
     };
     boot.failure = Some(Failure {
@@ -942,7 +942,7 @@ mod tests {
     }
 
     fn result(t: &Timelines, now: Micros) -> &'static str {
-        crate::record::view::result_at(&t.boots()[t.boots().len() - 1], now)
+        crate::record::standing::result_at(&t.boots()[t.boots().len() - 1], now)
     }
 
     #[test]
@@ -1105,7 +1105,7 @@ mod tests {
                 evidence: GoneEvidence::NewBoot
             })
         );
-        assert_eq!(crate::record::view::result_at(first, 121 * S), "booted");
+        assert_eq!(crate::record::standing::result_at(first, 121 * S), "booted");
         // The first boot's connection, reset by the new kernel at the same address: nothing
         // of the new boot, which is not gone (seen with VMs, `lab --cycles 2`).
         let reset = |since| Kind::RootDetach {
