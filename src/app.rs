@@ -157,13 +157,21 @@ impl Service {
     }
 }
 
+/// What the config names that cannot be served as it stands on disk: images' and loaders'
+/// missing files, boot files that would not be served, unsigned Secure Boot loaders, wire
+/// copies that cannot be made. `bootpool check` lists them all; `start` refuses the first.
+pub fn unservable(config: &Config) -> Vec<crate::config::ConfigError> {
+    let mut missing = crate::image::serve::missing_files(config);
+    missing.extend(config.missing_files());
+    missing.extend(crate::export::boot_files::unservable(config));
+    missing.extend(crate::export::boot_files::unsigned(config));
+    missing.extend(crate::image::wire::unfit(config));
+    missing
+}
+
 /// Binds and starts everything; returns once all sockets are bound.
 pub async fn start(mut config: Config) -> anyhow::Result<Running> {
-    let mut missing = config.missing_files();
-    missing.extend(crate::export::boot_files::unservable(&config));
-    missing.extend(crate::export::boot_files::unsigned(&config));
-    missing.extend(crate::export::wire::unfit(&config));
-    if let Some(e) = missing.first() {
+    if let Some(e) = unservable(&config).first() {
         anyhow::bail!("{e}");
     }
     // Before the records, the leases or the overlays are opened.
@@ -173,7 +181,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let (recorder, records) = record::start(&config.server, &shutdown, &metrics)
         .await
         .context("opening the boot records")?;
-    let recorder = recorder.with_tracer(crate::trace::Tracer::new(&config));
+    let recorder = recorder.with_tracer(crate::record::trace::Tracer::new(&config));
     let leases = service::dhcp::open_table(&config)?;
     // Who is at which address, for every service: the lease table, loaded before any bind.
     let identity = leases.identity();
@@ -352,7 +360,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             ))
         })),
         Some(Service::new("initrd-wire", |s| {
-            Box::pin(crate::export::wire::serve(
+            Box::pin(crate::image::wire::serve(
                 s.config.clone(),
                 s.shutdown.clone(),
             ))

@@ -64,7 +64,7 @@ enum Command {
     Lab(bootpool::lab::LabArgs),
     /// Boot a whole room at once: N simulated clients replaying a real boot's trace, each on
     /// its own shaped link, against bootpool or another server, in a private network namespace.
-    Storm(bootpool::storm::StormArgs),
+    Storm(bootpool::storm::args::StormArgs),
     /// Images with revisions: import a tree, tarball or OCI image, list, activate, roll back,
     /// prune (README "Images").
     Image(bootpool::image::cli::ImageArgs),
@@ -193,10 +193,7 @@ fn check(path: &std::path::Path) -> ExitCode {
             ExitCode::from(2)
         }
         Ok(c) => {
-            let mut missing = c.missing_files();
-            missing.extend(bootpool::export::boot_files::unservable(&c));
-            missing.extend(bootpool::export::boot_files::unsigned(&c));
-            missing.extend(bootpool::export::wire::unfit(&c));
+            let missing = bootpool::app::unservable(&c);
             for e in &missing {
                 eprintln!("error: {e}");
             }

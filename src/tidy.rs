@@ -211,3 +211,407 @@ fn the_code_map_check_names_what_it_misses() {
     assert!(!named(map, "service/nbd/transmit.rs"));
     assert!(!named(map, "export/tree/mod.rs"));
 }
+
+/// The rooms of the crate (its top-level modules), from the ground up. A file may import
+/// only from its own room and from rooms below it; ARCHITECTURE.md and docs/design.md say
+/// what each room is for.
+const ROOMS: &[&str] = &[
+    "sys", "proto", "shutdown", "metrics", "config", "trace", "record", "image", "boot", "export",
+    "service", "app", "lab", "storm",
+];
+
+/// One import: the importing file, its line, the path as written, the file it names.
+struct Import {
+    from: String,
+    line: usize,
+    path: String,
+    to: String,
+}
+
+/// The module path of a source file under `src/` (`service/nbd/mod.rs` is
+/// `["service", "nbd"]`).
+fn module_of(rel: &str) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .trim_end_matches(".rs")
+        .split('/')
+        .map(str::to_string)
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
+        parts.pop();
+    }
+    parts
+}
+
+/// The paths of a `use` tree: `a::{b, c::{d as e}}` is `a::b` and `a::c::d`.
+fn expand_use(tree: &str) -> Vec<String> {
+    let tree = tree.trim();
+    let Some(open) = tree.find('{') else {
+        let path = tree.split(" as ").next().unwrap_or(tree).trim();
+        return vec![path.trim_end_matches("::self").to_string()];
+    };
+    let prefix = &tree[..open];
+    let body = &tree[open + 1..tree.rfind('}').unwrap_or(tree.len())];
+    let (mut items, mut depth, mut item) = (Vec::new(), 0, String::new());
+    for c in body.chars() {
+        match c {
+            '{' => depth += 1,
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(std::mem::take(&mut item));
+                continue;
+            }
+            _ => {}
+        }
+        item.push(c);
+    }
+    items.push(item);
+    items
+        .iter()
+        .filter(|i| !i.trim().is_empty())
+        .flat_map(|i| expand_use(i))
+        .map(|p| match p.as_str() {
+            "self" => prefix.trim_end_matches("::").to_string(),
+            _ => format!("{prefix}{p}"),
+        })
+        .collect()
+}
+
+/// A path from the crate's root, one name a segment: `["service", "nbd", "Conn"]`.
+type ModPath = Vec<String>;
+
+/// One path a file names: its line, the path from the crate's root, the path as written.
+type Named = (usize, ModPath, String);
+
+/// What one file imports of the crate: each `use` line and each path written inline that
+/// starts at `crate::`, `super::`, `self::` or a module the file declares (`mod x;` then
+/// `x::y`); and what it re-exports (`pub use`). Test modules (`#[cfg(test)] mod ... { }`)
+/// are left out: they may use anything.
+fn imports_of(rel: &str, text: &str) -> (Vec<Named>, Vec<ModPath>) {
+    let module = module_of(rel);
+    let lines: Vec<String> = text.lines().map(code_of).collect();
+    let children: Vec<String> = lines
+        .iter()
+        .filter_map(|l| {
+            let l = l
+                .trim()
+                .trim_start_matches("pub ")
+                .trim_start_matches("pub(crate) ");
+            l.strip_prefix("mod ")?
+                .strip_suffix(';')
+                .map(str::to_string)
+        })
+        .collect();
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    // A path written inside the inline modules `inline`, from the crate's root; None for a
+    // path into another crate (or a glob's `*`, which names nothing of its own).
+    let resolve = |inline: &[String], path: &str| -> Option<ModPath> {
+        let mut here: ModPath = module.iter().chain(inline).cloned().collect();
+        let mut segs: Vec<String> = path.split("::").map(|s| s.trim().to_string()).collect();
+        match segs[0].as_str() {
+            "crate" => here.clear(),
+            "super" | "self" => {}
+            s if inline.is_empty() && children.iter().any(|c| c == s) => {}
+            _ => return None,
+        }
+        while let Some(s) = segs.first() {
+            match s.as_str() {
+                "crate" | "self" => {}
+                "super" => {
+                    here.pop();
+                }
+                _ => break,
+            }
+            segs.remove(0);
+        }
+        here.extend(segs.into_iter().filter(|s| s != "*"));
+        Some(here)
+    };
+    let (mut out, mut reexports) = (Vec::new(), Vec::new());
+    let (mut depth, mut skip_to, mut test_next) = (0i32, None::<i32>, false);
+    let mut inline: Vec<(String, i32)> = Vec::new();
+    let mut statement: Option<(usize, String, bool)> = None;
+    for (i, code) in lines.iter().enumerate() {
+        let t = code.trim();
+        let opens = code.matches('{').count() as i32 - code.matches('}').count() as i32;
+        if let Some(level) = skip_to {
+            depth += opens;
+            if depth <= level {
+                skip_to = None;
+            }
+            continue;
+        }
+        let bare = t
+            .trim_start_matches("pub ")
+            .trim_start_matches("pub(crate) ");
+        if t.starts_with("#[cfg(test)]") {
+            test_next = true;
+            continue;
+        }
+        if let Some(name) = bare.strip_prefix("mod ").and_then(|m| m.strip_suffix('{')) {
+            if test_next {
+                skip_to = Some(depth);
+                depth += opens;
+                test_next = false;
+                continue;
+            }
+            inline.push((name.trim().to_string(), depth));
+        }
+        test_next = false;
+        let names: Vec<String> = inline.iter().map(|(n, _)| n.clone()).collect();
+        if statement.is_none() {
+            let public = t.starts_with("pub");
+            if bare.starts_with("use ") {
+                statement = Some((i + 1, String::new(), public));
+            }
+        }
+        if let Some((line, mut text, public)) = statement.take() {
+            let part = if text.is_empty() {
+                bare.strip_prefix("use ").unwrap_or(bare)
+            } else {
+                t
+            };
+            text.push_str(part);
+            match text.split_once(';') {
+                Some((tree, _)) => {
+                    for path in expand_use(tree) {
+                        if let Some(full) = resolve(&names, &path) {
+                            if public {
+                                reexports.push(full.clone());
+                            }
+                            out.push((line, full, path));
+                        }
+                    }
+                }
+                None => statement = Some((line, text, public)),
+            }
+        } else {
+            let mut at = 0;
+            while let Some(found) = code[at..].find("::") {
+                let end = at + found;
+                let begin = code[..end].rfind(|c: char| !word(c)).map_or(0, |b| b + 1);
+                at = end + 2;
+                if code[..begin].ends_with("::") || begin == end {
+                    continue;
+                }
+                let rest = &code[begin..];
+                let len = rest
+                    .find(|c: char| !(word(c) || c == ':'))
+                    .unwrap_or(rest.len());
+                let path = rest[..len].trim_end_matches(':');
+                if let Some(full) = resolve(&names, path) {
+                    out.push((i + 1, full, path.to_string()));
+                }
+                at = begin + len;
+            }
+        }
+        depth += opens;
+        while inline.last().is_some_and(|(_, level)| depth <= *level) {
+            inline.pop();
+        }
+    }
+    (out, reexports)
+}
+
+/// Every import of the crate's own code, by file, each resolved to the file that defines
+/// what it names (through `pub use` re-exports). Files named `tests.rs` (a folder's unit
+/// tests) and tidy.rs itself import nothing that counts.
+fn crate_imports() -> Vec<Import> {
+    let root = src();
+    let mut files = std::collections::BTreeMap::new();
+    let mut texts = Vec::new();
+    for path in sources(&root) {
+        let rel = path
+            .strip_prefix(&root)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        if rel == "main.rs" {
+            continue;
+        }
+        files.insert(module_of(&rel), rel.clone());
+        texts.push((rel, std::fs::read_to_string(&path).unwrap()));
+    }
+    let mut reexported = std::collections::BTreeMap::new();
+    let mut all = Vec::new();
+    for (rel, text) in &texts {
+        let (imports, reexports) = imports_of(rel, text);
+        for path in reexports {
+            let name = path.last().cloned().unwrap_or_default();
+            reexported.insert((rel.clone(), name), path);
+        }
+        if rel == "tidy.rs" || rel.ends_with("/tests.rs") || rel == "lib.rs" {
+            continue;
+        }
+        all.push((rel.clone(), imports));
+    }
+    // The file a module path names: the longest prefix that is a file, then through what that
+    // file re-exports under the next name.
+    let resolve = |path: &[String]| -> Option<String> {
+        let mut path = path.to_vec();
+        for _ in 0..8 {
+            let n = (0..=path.len())
+                .rev()
+                .find(|n| files.contains_key(&path[..*n]))?;
+            let file = &files[&path[..n]];
+            match path
+                .get(n)
+                .and_then(|next| reexported.get(&(file.clone(), next.clone())))
+            {
+                Some(target) if n < path.len() && *target != path => {
+                    let mut next = target.clone();
+                    next.extend(path[n + 1..].iter().cloned());
+                    path = next;
+                }
+                _ => return Some(file.clone()),
+            }
+        }
+        None
+    };
+    let mut out = Vec::new();
+    for (from, imports) in all {
+        for (line, path, written) in imports {
+            if let Some(to) = resolve(&path)
+                && to != from
+                && to != "lib.rs"
+            {
+                out.push(Import {
+                    from: from.clone(),
+                    line,
+                    path: written,
+                    to,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The room a file is in: its first folder, or its name (`app.rs` is `app`).
+fn room_of(rel: &str) -> &str {
+    rel.split('/').next().unwrap_or(rel).trim_end_matches(".rs")
+}
+
+/// Whether an import is a folder's `mod.rs` naming a file of its own folder: the folder
+/// declares its files and is made of them, so that tie runs one way by construction (what
+/// the files share may sit in `mod.rs`).
+fn folder_uses_its_own_file(i: &Import) -> bool {
+    i.from
+        .strip_suffix("mod.rs")
+        .is_some_and(|dir| i.to.starts_with(dir))
+}
+
+/// The strongly connected groups of more than one node of a graph (Tarjan's algorithm).
+fn circles(edges: &std::collections::BTreeMap<String, Vec<String>>) -> Vec<Vec<String>> {
+    struct Walk<'a> {
+        edges: &'a std::collections::BTreeMap<String, Vec<String>>,
+        index: std::collections::HashMap<&'a str, (usize, usize)>,
+        stack: Vec<&'a str>,
+        out: Vec<Vec<String>>,
+    }
+    fn visit<'a>(w: &mut Walk<'a>, v: &'a str) {
+        let n = w.index.len();
+        w.index.insert(v, (n, n));
+        w.stack.push(v);
+        let edges = w.edges;
+        for u in edges.get(v).into_iter().flatten() {
+            let low = match w.index.get(u.as_str()) {
+                None => {
+                    visit(w, u);
+                    w.index[u.as_str()].1
+                }
+                Some(&(at, _)) if w.stack.contains(&u.as_str()) => at,
+                Some(_) => continue,
+            };
+            let me = w.index.get_mut(v).unwrap();
+            me.1 = me.1.min(low);
+        }
+        if w.index[v].0 == w.index[v].1 {
+            let at = w.stack.iter().position(|s| *s == v).unwrap();
+            let group: Vec<String> = w.stack.drain(at..).map(str::to_string).collect();
+            if group.len() > 1 {
+                w.out.push(group);
+            }
+        }
+    }
+    let mut w = Walk {
+        edges,
+        index: Default::default(),
+        stack: Vec::new(),
+        out: Vec::new(),
+    };
+    for v in edges.keys() {
+        if !w.index.contains_key(v.as_str()) {
+            visit(&mut w, v);
+        }
+    }
+    w.out
+}
+
+/// Imports run one way: down the order of `ROOMS`, with no circle between rooms and none
+/// between the files of one room.
+#[test]
+fn imports_run_down_the_rooms_and_never_in_a_circle() {
+    let imports = crate_imports();
+    let rank = |room: &str| ROOMS.iter().position(|r| *r == room);
+    let mut bad = Vec::new();
+    let mut files: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut rooms: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for i in &imports {
+        let (from, to) = (room_of(&i.from), room_of(&i.to));
+        for room in [from, to] {
+            if rank(room).is_none() {
+                bad.push(format!("room `{room}` is not in tidy.rs's ROOMS"));
+            }
+        }
+        if rank(to) > rank(from) {
+            bad.push(format!(
+                "src/{}:{}: `{}`: room `{from}` imports `{to}`, which is above it",
+                i.from, i.line, i.path
+            ));
+        }
+        if from != to {
+            rooms.entry(from.into()).or_default().push(to.into());
+        }
+        if !folder_uses_its_own_file(i) {
+            files.entry(i.from.clone()).or_default().push(i.to.clone());
+        }
+    }
+    for group in circles(&rooms) {
+        bad.push(format!("rooms in a circle: {}", group.join(", ")));
+    }
+    for group in circles(&files) {
+        let ties: Vec<String> = imports
+            .iter()
+            .filter(|i| group.contains(&i.from) && group.contains(&i.to))
+            .filter(|i| !folder_uses_its_own_file(i))
+            .map(|i| format!("  src/{}:{}: `{}`", i.from, i.line, i.path))
+            .collect();
+        bad.push(format!(
+            "files in a circle: {}\n{}",
+            group.join(", "),
+            ties.join("\n")
+        ));
+    }
+    bad.sort();
+    bad.dedup();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_import_scan_reads_use_trees_inline_paths_and_skips_tests() {
+    assert_eq!(
+        expand_use("crate::a::{b, c::{self, d as e}}"),
+        ["crate::a::b", "crate::a::c", "crate::a::c::d"]
+    );
+    let text = "mod kid;\nuse super::x::{Y, z};\nuse std::io;\nfn f() { crate::p::q(); kid::g(); a::b(); }\n#[cfg(test)]\nmod tests {\n    use crate::top::T;\n}\n";
+    let (found, reexports) = imports_of("room/file.rs", text);
+    let paths: Vec<String> = found.iter().map(|(_, p, _)| p.join("::")).collect();
+    assert_eq!(
+        paths,
+        ["room::x::Y", "room::x::z", "p::q", "room::file::kid::g"]
+    );
+    assert!(reexports.is_empty());
+    let (found, reexports) = imports_of("r/mod.rs", "pub use inner::Thing;\nmod inner;\n");
+    assert_eq!(found[0].1, ["r", "inner", "Thing"]);
+    assert_eq!(reexports, [vec!["r", "inner", "Thing"]]);
+}

@@ -31,7 +31,7 @@ pub const CONFIG: &str = "grub/grub.cfg";
 /// Whether a client of `pool` whose firmware said option 93 `arch` boots through GRUB (and
 /// so may have its config): a `secure_boot` pool's clients, and ARM64 UEFI firmware.
 pub fn boots_grub(pool: &crate::config::Pool, arch: Option<u16>) -> bool {
-    pool.secure_boot || arch == Some(super::arch::EFI_ARM64)
+    pool.secure_boot || arch == Some(crate::proto::dhcp::arch::EFI_ARM64)
 }
 
 /// The GRUB config for one client: its pool's kernel and initrd over TFTP from `link`, with
@@ -124,10 +124,13 @@ mod tests {
         let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let m = c.member(mac).unwrap();
-        assert!(boots_grub(m.pool, Some(crate::boot::arch::EFI_ARM64)));
-        assert!(!boots_grub(m.pool, Some(crate::boot::arch::EFI_BC)));
+        assert!(boots_grub(
+            m.pool,
+            Some(crate::proto::dhcp::arch::EFI_ARM64)
+        ));
+        assert!(!boots_grub(m.pool, Some(crate::proto::dhcp::arch::EFI_BC)));
         assert!(!boots_grub(m.pool, None));
-        let m = m.on_arch(Some(crate::boot::arch::EFI_ARM64));
+        let m = m.on_arch(Some(crate::proto::dhcp::arch::EFI_ARM64));
         let text = config(&c, &m, mac, c.server.address, None);
         assert!(
             text.contains(

@@ -9,6 +9,17 @@
 //! would finish soonest with its bytes added; ties go to the link with fewer clients, then to
 //! the first.
 
+use std::net::Ipv4Addr;
+
+/// One of the server's links: the address clients are given, the interface holding it, and
+/// its capacity in bits/s when the kernel or pools.yaml knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkSpec {
+    pub address: Ipv4Addr,
+    pub device: String,
+    pub capacity_bps: Option<u64>,
+}
+
 /// How far ahead a link's measured egress counts as load: a link sending at some rate is
 /// expected to go on for this long.
 pub const EGRESS_HORIZON_S: f64 = 5.0;

@@ -10,20 +10,8 @@ pub mod links;
 pub mod script;
 
 use crate::config::{Config, Mac, Member};
+use crate::proto::dhcp::arch;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-
-/// Client architecture types from option 93 (RFC 4578, IANA registry).
-pub mod arch {
-    pub const BIOS: u16 = 0;
-    pub const EFI_IA32: u16 = 6;
-    pub const EFI_BC: u16 = 7;
-    pub const EFI_X64: u16 = 9;
-    pub const EFI_ARM64: u16 = 11;
-    pub const EFI_IA32_HTTP: u16 = 15;
-    pub const EFI_X64_HTTP: u16 = 16;
-    pub const EFI_ARM32_HTTP: u16 = 18;
-    pub const EFI_ARM64_HTTP: u16 = 19;
-}
 
 /// What a DHCP client told us about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -322,7 +322,7 @@ mod tests {
         let arm = c
             .member(mac)
             .unwrap()
-            .on_arch(Some(crate::boot::arch::EFI_ARM64_HTTP));
+            .on_arch(Some(crate::proto::dhcp::arch::EFI_ARM64_HTTP));
         let s = ipxe_script(
             &c,
             &arm,
@@ -342,7 +342,7 @@ mod tests {
         let x64 = c
             .member(mac)
             .unwrap()
-            .on_arch(Some(crate::boot::arch::EFI_BC));
+            .on_arch(Some(crate::proto::dhcp::arch::EFI_BC));
         let s = ipxe_script(
             &c,
             &x64,
@@ -364,7 +364,7 @@ mod tests {
         let arm = c
             .member(mac)
             .unwrap()
-            .on_arch(Some(crate::boot::arch::EFI_ARM64));
+            .on_arch(Some(crate::proto::dhcp::arch::EFI_ARM64));
         assert_eq!(
             cmdline(&c, &arm, c.server.address, None),
             "root=nbd:10.77.0.1:demo-arm64 console=ttyAMA0"

@@ -41,7 +41,7 @@ impl Arch {
     /// The family of an option 93 code; `None` for codes no family here covers (Itanium,
     /// ARM32, RISC-V, ...), which get the pool's own content.
     pub fn of_code(code: u16) -> Option<Arch> {
-        use crate::boot::arch as c;
+        use crate::proto::dhcp::arch as c;
         match code {
             c::BIOS => Some(Arch::Bios),
             c::EFI_BC | c::EFI_X64 | c::EFI_X64_HTTP => Some(Arch::X64),
@@ -115,6 +115,7 @@ impl Checker<'_> {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::config::tests::missing_files;
     use std::path::Path;
 
     const MIXED: &str = "\
@@ -174,7 +175,7 @@ pools:
             "server: { address: 10.77.0.1, grub_arm64: /nonexistent/grubnetaa64.efi.signed }",
         ))
         .unwrap();
-        let missing: Vec<String> = c.missing_files().iter().map(|e| e.to_string()).collect();
+        let missing: Vec<String> = missing_files(&c).iter().map(|e| e.to_string()).collect();
         assert!(
             missing
                 .iter()
@@ -193,8 +194,7 @@ pools:
         ))
         .unwrap();
         assert!(plain.pools["room"].arch.is_empty());
-        let missing: Vec<String> = plain
-            .missing_files()
+        let missing: Vec<String> = missing_files(&plain)
             .iter()
             .map(|e| e.to_string())
             .collect();

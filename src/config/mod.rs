@@ -11,6 +11,7 @@ mod check;
 pub mod cmdline;
 mod dhcp6;
 mod locate;
+pub mod names;
 mod raw;
 mod values;
 
@@ -298,11 +299,11 @@ pub struct Image {
     /// client) are answered, as knfsd's `secure`. Default true.
     pub secure_ports: bool,
     /// How the initrd is sent: as the file is (the default), or with its gzip part
-    /// recompressed with zstd (`export::wire`).
+    /// recompressed with zstd (`image::wire`).
     pub initrd_wire: Wire,
     /// How the NBD root image is sent: as the file is (the default), or, for a squashfs
     /// image, as a copy recompressed with zstd that boots get under the export name
-    /// `NAME~zstd` (`export::wire`).
+    /// `NAME~zstd` (`image::wire`).
     pub root_wire: Wire,
 }
 
@@ -537,36 +538,10 @@ impl Config {
         }
     }
 
-    /// Files the shipped config needs at serve time; `bootpool check` reports them all.
+    /// The loaders and certificates the config's `server` keys name that are not files;
+    /// `image::serve::missing_files` tells the images' own (`bootpool check` reports both).
     pub fn missing_files(&self) -> Vec<ConfigError> {
         let mut errors = Vec::new();
-        for (name, pool) in &self.pools {
-            for image in pool.images() {
-                // An image with revisions: the active one's files.
-                let image = &crate::image::serve::serving(image);
-                let mut need = vec![image.kernel(), image.initrd()];
-                need.push(match pool.root {
-                    RootProto::Nfs => image.root_tree(),
-                    RootProto::Nbd => image.root_image(),
-                });
-                for path in need {
-                    if !path.exists() {
-                        errors.push(ConfigError {
-                        file: self.file.clone(),
-                        line: None,
-                        column: None,
-                        path: format!("pools.{name}.image"),
-                        reason: format!(
-                            "image `{}` lacks {} (build it: images/build-demo.sh; or import one: bootpool image import {})",
-                            image.name,
-                            path.display(),
-                            image.name
-                        ),
-                    });
-                    }
-                }
-            }
-        }
         if self
             .pools
             .values()

@@ -28,6 +28,13 @@ pools:
       - { macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }
 ";
 
+/// What `bootpool check` finds missing on disk: the images' files, then the `server` keys'.
+pub(super) fn missing_files(c: &Config) -> Vec<ConfigError> {
+    let mut missing = crate::image::serve::missing_files(c);
+    missing.extend(c.missing_files());
+    missing
+}
+
 fn parse(text: &str) -> Result<Config, ConfigError> {
     Config::parse(Path::new("/etc/bootpool/pools.yaml"), text)
 }
@@ -178,7 +185,7 @@ fn overlapping_macs_are_refused() {
 #[test]
 fn missing_image_files_are_reported() {
     let c = parse(GOOD).unwrap();
-    let missing = c.missing_files();
+    let missing = missing_files(&c);
     assert_eq!(missing.len(), 3);
     assert!(missing[0].reason.contains("vmlinuz"));
 }
@@ -194,7 +201,7 @@ fn a_secure_boot_pool_needs_its_signed_loaders() {
     .unwrap();
     assert!(!c.pools["room-101"].secure_boot);
     assert_eq!(c.server.shim, Path::new("/nonexistent/shim.efi"));
-    assert_eq!(c.missing_files().len(), 3);
+    assert_eq!(missing_files(&c).len(), 3);
     let c = parse(
         &GOOD
             .replace(
@@ -204,7 +211,7 @@ fn a_secure_boot_pool_needs_its_signed_loaders() {
             .replace("    root: nfs\n", "    root: nfs\n    secure_boot: true\n"),
     )
     .unwrap();
-    let missing = c.missing_files();
+    let missing = missing_files(&c);
     let shim = missing
         .iter()
         .find(|e| e.path == "server.shim")

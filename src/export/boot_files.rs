@@ -5,10 +5,11 @@
 //! ARM64's `grubaa64.efi` (`server.grub_arm64`), nothing else; for an image with revisions, each revision's as `IMAGE/revs/ID/KERNEL`
 //! (`image::serve`). A symlink is followed only while it stays inside its folder, so no name
 //! reaches outside what is served. An `initrd_wire: zstd` image's initrd is answered with its
-//! copy recompressed for the wire once that is made (`export::wire`).
+//! copy recompressed for the wire once that is made (`image::wire`).
 
 use crate::boot::grub;
 use crate::config::{Config, ConfigError, Image, Wire};
+use crate::image::copies;
 use crate::record::FileKind;
 use std::path::{Path, PathBuf};
 
@@ -86,8 +87,7 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), NotSe
     match place(&root, &path) {
         Place::Inside(real) if wire => {
             // The copy made for the wire, while it is of the file as it is now.
-            let copy =
-                super::wire::copy_of(&config.server.state_dir, &real, super::wire::Kind::Initrd);
+            let copy = copies::copy_of(&config.server.state_dir, &real, copies::Kind::Initrd);
             Ok((copy.unwrap_or(real), kind))
         }
         Place::Inside(real) => Ok((real, kind)),
@@ -126,7 +126,7 @@ fn place(root: &Path, path: &Path) -> Place {
 
 /// The boot files bootpool hands out that would not be served because they are symlinks out of
 /// their folder: each pool image's kernel and initrd, and the loaders. `bootpool check` and
-/// `bootpool serve` refuse such a config (missing files are `Config::missing_files`' to tell).
+/// `bootpool serve` refuse such a config (missing files are `image::serve::missing_files`' and `Config::missing_files`' to tell).
 pub fn unservable(config: &Config) -> Vec<ConfigError> {
     let mut errors = Vec::new();
     let mut seen = Vec::new();
@@ -171,7 +171,7 @@ pub fn unservable(config: &Config) -> Vec<ConfigError> {
 
 /// What a `secure_boot` pool hands out that Secure Boot would refuse to run: a kernel, or
 /// `server.shim`/`server.grub`, with no Authenticode signature (`proto::pe`). Which key
-/// signed it is the firmware's and shim's to judge; missing files are `missing_files`' to tell.
+/// signed it is the firmware's and shim's to judge; missing files are `app::unservable`'s to tell.
 pub fn unsigned(config: &Config) -> Vec<ConfigError> {
     let head = |path: &Path| -> Option<Vec<u8>> {
         use std::io::Read;

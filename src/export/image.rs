@@ -6,7 +6,7 @@
 //! Exports are named by `images.NAME.nbd_export`, the image's name by default. Every configured
 //! image whose root image exists is exported (so an admin can try an image over NBD before a
 //! pool uses it); the images of pools with `root: nbd` are always among them because
-//! `Config::missing_files` refuses to start without their root image. The empty name (NBD's
+//! `image::serve::missing_files` refuses to start without their root image. The empty name (NBD's
 //! "default export") means the only export when there is exactly one, and nothing otherwise.
 
 use crate::config::{Config, Image, Store};
@@ -333,7 +333,7 @@ pub fn export_names(config: &Config) -> Vec<String> {
 /// The image a client's export name selects, if it is exported.
 pub fn lookup(config: &Config, name: &str) -> Option<Arc<Image>> {
     // A root's wire copy, handed to a boot by `serve::for_boot`.
-    if let Some(base) = name.strip_suffix(crate::export::wire::ROOT_SUFFIX) {
+    if let Some(base) = name.strip_suffix(crate::config::names::ROOT_SUFFIX) {
         return crate::image::serve::wire_root(config, &*lookup(config, base)?);
     }
     let exported = exported(config);

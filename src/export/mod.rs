@@ -8,7 +8,6 @@ pub mod image;
 pub mod mapping;
 pub mod slots;
 pub mod tree;
-pub mod wire;
 
 /// A mutex's guard even if a holder panicked: a panic elsewhere must not take an export down
 /// with it (the tree's caches and the images held in memory stay usable).

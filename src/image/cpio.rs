@@ -1,7 +1,7 @@
 //! An initrd's layout as the kernel reads it (pure): uncompressed newc cpio archives, each up
 //! to its `TRAILER!!!` entry, with zero bytes between them, then at most one compressed
 //! part that runs to the end. Early microcode and firmware ride in front uncompressed
-//! (initramfs-tools, dracut); the main archive is the compressed tail. `export::wire` uses
+//! (initramfs-tools, dracut); the main archive is the compressed tail. `image::wire` uses
 //! this to recompress only that tail and leave the front byte for byte.
 
 /// The newc header: magic, then thirteen 8-digit hex fields.

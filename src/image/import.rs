@@ -172,7 +172,7 @@ fn publish(image: &Image, tmp: &Path, mut meta: Meta, hash: &str) -> anyhow::Res
         + 1;
     std::fs::write(tmp.join(store::META), serde_json::to_vec_pretty(&meta)?)?;
     let _ = std::fs::remove_dir_all(tmp.join(".oci"));
-    let revs = dir.join(store::REVS);
+    let revs = dir.join(crate::config::names::REVS);
     std::fs::create_dir_all(&revs)?;
     // Everything on disk before the rename makes it visible.
     Command::new("sync").arg("-f").arg(tmp).status().ok();

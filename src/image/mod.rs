@@ -5,6 +5,7 @@
 //! clients already running keep theirs (`serve.rs`).
 
 pub mod cli;
+pub mod copies;
 pub mod cpio;
 pub mod import;
 pub mod progress;
@@ -14,3 +15,4 @@ pub mod store;
 pub mod tar;
 pub mod unpack;
 pub mod usage;
+pub mod wire;

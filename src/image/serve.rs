@@ -5,9 +5,10 @@
 //! activation changes what later boots get and nothing of a running client's; each name is
 //! resolved to its revision's folder when asked (new revisions are learned without a restart).
 
+use super::copies::{self, Kind};
 use super::store;
-use crate::config::{Config, Image, Wire};
-use crate::export::wire;
+use crate::config::names::{self, revision};
+use crate::config::{Config, ConfigError, Image, RootProto, Wire};
 use std::sync::Arc;
 
 /// The image a boot starting now gets: the active revision of a folder with revisions, else
@@ -20,6 +21,39 @@ pub fn serving(image: &Arc<Image>) -> Arc<Image> {
         Ok(Some(id)) => Arc::new(revision(image, &id)),
         _ => image.clone(),
     }
+}
+
+/// The files the config's pools boot from that are not on disk (of an image with revisions,
+/// the active one's); `Config::missing_files` tells the `server` keys' own.
+pub fn missing_files(config: &Config) -> Vec<ConfigError> {
+    let mut errors = Vec::new();
+    for (name, pool) in &config.pools {
+        for image in pool.images() {
+            let image = &serving(image);
+            let mut need = vec![image.kernel(), image.initrd()];
+            need.push(match pool.root {
+                RootProto::Nfs => image.root_tree(),
+                RootProto::Nbd => image.root_image(),
+            });
+            for path in need {
+                if !path.exists() {
+                    errors.push(ConfigError {
+                        file: config.file.clone(),
+                        line: None,
+                        column: None,
+                        path: format!("pools.{name}.image"),
+                        reason: format!(
+                            "image `{}` lacks {} (build it: images/build-demo.sh; or import one: bootpool image import {})",
+                            image.name,
+                            path.display(),
+                            image.name
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    errors
 }
 
 /// What a boot starting now is handed: `serving`'s image, with its NBD root's wire copy
@@ -36,58 +70,20 @@ pub fn wire_root(config: &Config, image: &Image) -> Option<Arc<Image>> {
     if image.root_wire != Wire::Zstd {
         return None;
     }
-    let copy = wire::copy_of(
-        &config.server.state_dir,
-        &image.root_image(),
-        wire::Kind::Root,
-    )?;
+    let copy = copies::copy_of(&config.server.state_dir, &image.root_image(), Kind::Root)?;
     // The root image's name is taken inside the image's folder: a state_dir given relative
     // (a config named by a relative path) must not be.
     let copy = std::path::absolute(copy).ok()?;
     let mut w = image.clone();
     w.root_image_name = copy.to_string_lossy().into_owned();
-    w.nbd_export = format!("{}{}", image.nbd_export, wire::ROOT_SUFFIX);
+    w.nbd_export = names::wire_copy(&image.nbd_export);
     Some(Arc::new(w))
-}
-
-/// `image` as its revision `id`: every file inside `revs/ID/`, every export name `...@ID`.
-/// Its name stays the image's (the root access rule and the URLs' `IMAGE/` go by it).
-pub fn revision(image: &Image, id: &str) -> Image {
-    let mut r = image.clone();
-    let inside = |name: &str| format!("{}/{id}/{name}", store::REVS);
-    r.kernel_name = inside(&image.kernel_name);
-    r.initrd_name = inside(&image.initrd_name);
-    r.root_tree_name = inside(&image.root_tree_name);
-    r.root_image_name = inside(&image.root_image_name);
-    r.nfs_export = format!("{}@{id}", image.nfs_export);
-    r.nbd_export = format!("{}@{id}", image.nbd_export);
-    r
-}
-
-/// The revision an export name (NFS path or NBD name) or boot-file name carries, if any.
-pub fn revision_of(name: &str) -> Option<&str> {
-    let name = name.strip_suffix(wire::ROOT_SUFFIX).unwrap_or(name);
-    if let Some((_, rest)) = name.split_once(&format!("{}/", store::REVS)) {
-        let id = rest.split('/').next()?;
-        return store::is_id(id).then_some(id);
-    }
-    let (_, tail) = name.rsplit_once('@')?;
-    let id = tail.split('/').next()?;
-    store::is_id(id).then_some(id)
-}
-
-/// The image a name of the NFS tree stands for: `demo@ID` is image `demo`.
-pub fn base(name: &str) -> &str {
-    match name.rsplit_once('@') {
-        Some((b, id)) if store::is_id(id) => b,
-        _ => name,
-    }
 }
 
 /// A boot file name (`revs/ID/FILE`, the part after `IMAGE/`) as its revision of `image`,
 /// if that revision is on disk; the image itself for any other name.
 pub fn for_file(image: &Arc<Image>, file: &str) -> Arc<Image> {
-    match revision_of(file) {
+    match names::revision_of(file) {
         Some(id) if store::managed(&image.dir) && store::rev_dir(&image.dir, id).is_dir() => {
             Arc::new(revision(image, id))
         }
@@ -99,7 +95,7 @@ pub fn for_file(image: &Arc<Image>, file: &str) -> Arc<Image> {
 /// NAME, if it is on disk.
 pub fn nbd_revision(config: &Config, name: &str) -> Option<Arc<Image>> {
     let (export, id) = name.rsplit_once('@')?;
-    if !store::is_id(id) {
+    if !names::is_id(id) {
         return None;
     }
     let image = config.images.values().find(|i| i.nbd_export == export)?;
@@ -138,7 +134,7 @@ pub fn nfs_to_learn<'a>(
     let path = std::str::from_utf8(path).ok()?;
     let (export, rest) = path.rsplit_once('@')?;
     let id: String = rest.chars().take_while(|c| *c != '/').collect();
-    if !store::is_id(&id) {
+    if !names::is_id(&id) {
         return None;
     }
     let export = format!("/{}", export.trim_start_matches('/'));
@@ -155,25 +151,6 @@ pub fn nfs_to_learn<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_carry_their_revision() {
-        assert_eq!(revision_of("/demo@0123456789ab"), Some("0123456789ab"));
-        assert_eq!(revision_of("demo@0123456789ab"), Some("0123456789ab"));
-        assert_eq!(
-            revision_of("revs/0123456789ab/vmlinuz"),
-            Some("0123456789ab")
-        );
-        assert_eq!(
-            revision_of("demo/revs/0123456789ab/initrd.img"),
-            Some("0123456789ab")
-        );
-        assert_eq!(revision_of("/demo"), None);
-        assert_eq!(revision_of("/a@b"), None);
-        assert_eq!(base("demo@0123456789ab"), "demo");
-        assert_eq!(base("demo"), "demo");
-        assert_eq!(revision_of("demo@0123456789ab~zstd"), Some("0123456789ab"));
-    }
 
     #[test]
     fn a_root_copy_is_named_absolutely_and_by_its_own_export_even_under_a_relative_state_dir() {
@@ -200,12 +177,8 @@ pools:
         // No copy yet: the boot gets the image as it is.
         assert!(wire_root(&config, image).is_none());
         assert_eq!(for_boot(&config, image).nbd_export, "demo");
-        let copy = wire::copy_name(
-            &config.server.state_dir,
-            &image.root_image(),
-            wire::Kind::Root,
-        )
-        .unwrap();
+        let copy =
+            copies::copy_name(&config.server.state_dir, &image.root_image(), Kind::Root).unwrap();
         std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
         std::fs::write(&copy, b"zstd copy").unwrap();
         let boot = for_boot(&config, image);

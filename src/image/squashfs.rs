@@ -1,4 +1,4 @@
-//! The few fields of a squashfs superblock that bootpool reads (`export::wire` decides by them
+//! The few fields of a squashfs superblock that bootpool reads (`image::wire` decides by them
 //! whether an NBD root image can go out recompressed): magic, block size, compressor. A
 //! codec: bytes in, fields out, no I/O.
 

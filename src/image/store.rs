@@ -5,12 +5,12 @@
 //! time). `DIR` is `images.NAME.dir`. A folder without `revs/` is an image assembled by
 //! hand, served as it is.
 
+use crate::config::names::{REVS, is_id};
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-pub const REVS: &str = "revs";
 pub const ACTIVE: &str = "active";
 pub const HISTORY: &str = "history";
 pub const META: &str = "revision.json";
@@ -51,13 +51,6 @@ impl Revision {
 /// The revision folder name of a content hash.
 pub fn id_of(hash: &str) -> String {
     hash.chars().take(12).collect()
-}
-
-/// Is `s` a revision id (12 lowercase hex digits)?
-pub fn is_id(s: &str) -> bool {
-    s.len() == 12
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Does `dir` hold revisions (rather than one image assembled by hand)?

@@ -11,6 +11,7 @@
 pub mod net;
 pub mod table;
 pub mod vm;
+pub mod wire_wait;
 
 use crate::config::{Config, Mac, RootProto};
 use crate::record::view::BootView;
@@ -163,7 +164,9 @@ impl Drop for Daemon {
 
 pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
-    if let Some(e) = config.missing_files().first() {
+    let mut missing = crate::image::serve::missing_files(&config);
+    missing.extend(config.missing_files());
+    if let Some(e) = missing.first() {
         bail!("{e}");
     }
     if let Some(missing) = args
@@ -695,7 +698,7 @@ async fn start_daemon(
 async fn wait_for_wire_copies(api: std::net::SocketAddr) -> anyhow::Result<()> {
     let handle = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
-        crate::service::images_api::wait_while_wire_pending("lab", &mut || {
+        wire_wait::wait_while_wire_pending("lab", &mut || {
             handle.block_on(http_get(api, "/api/v1/images"))
         })
     })

@@ -32,6 +32,19 @@ pub mod opt {
     pub const END: u8 = 255;
 }
 
+/// Client architecture types from option 93 (RFC 4578, IANA registry).
+pub mod arch {
+    pub const BIOS: u16 = 0;
+    pub const EFI_IA32: u16 = 6;
+    pub const EFI_BC: u16 = 7;
+    pub const EFI_X64: u16 = 9;
+    pub const EFI_ARM64: u16 = 11;
+    pub const EFI_IA32_HTTP: u16 = 15;
+    pub const EFI_X64_HTTP: u16 = 16;
+    pub const EFI_ARM32_HTTP: u16 = 18;
+    pub const EFI_ARM64_HTTP: u16 = 19;
+}
+
 /// DHCP message types (option 53, RFC 2132 9.6) that clients send.
 pub mod msg {
     pub const DISCOVER: u8 = 1;

@@ -87,46 +87,6 @@ impl Console {
     }
 }
 
-/// One boot's console as the API (`GET /api/v1/boots/{id}/console`) and the report show it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct View {
-    pub boot: u64,
-    pub mac: String,
-    /// The kept lines in order: `at` in Unix seconds.
-    pub lines: Vec<ViewLine>,
-    /// Lines dropped between the first `head` lines and the rest (the bound per boot).
-    pub dropped: u64,
-    pub head: usize,
-    /// Why the boot failed or is stuck, when that can be told (`record::cause`).
-    pub cause: Option<super::cause::Cause>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ViewLine {
-    pub at: f64,
-    pub text: String,
-}
-
-impl View {
-    pub fn of(boot: &super::Boot, now: Micros) -> View {
-        View {
-            boot: boot.id,
-            mac: boot.mac.to_string(),
-            lines: boot
-                .console
-                .lines()
-                .map(|l| ViewLine {
-                    at: l.at as f64 / 1e6,
-                    text: l.text.clone(),
-                })
-                .collect(),
-            dropped: boot.console.dropped(),
-            head: boot.console.head_len(),
-            cause: super::cause::of(boot, now),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

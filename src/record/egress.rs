@@ -431,7 +431,7 @@ async fn sample_forever(
                     .iter()
                     .map(|(p, n)| {
                         (
-                            super::view::proto_name(*p).to_string(),
+                            super::event::proto_name(*p).to_string(),
                             n.saturating_sub(*proto0.get(p).unwrap_or(&0)) as f64 / secs,
                         )
                     })

@@ -54,6 +54,17 @@ pub enum Proto {
     Nbd,
 }
 
+/// How the API and the reports name a protocol.
+pub fn proto_name(p: Proto) -> &'static str {
+    match p {
+        Proto::Dhcp => "dhcp",
+        Proto::Tftp => "tftp",
+        Proto::Http => "http",
+        Proto::Nfs => "nfs",
+        Proto::Nbd => "nbd",
+    }
+}
+
 /// How a transfer ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -18,9 +18,12 @@ pub mod egress;
 pub mod end;
 pub mod event;
 pub mod report;
+pub mod signs;
 pub mod stall;
+pub mod standing;
 pub mod store;
 pub mod timeline;
+pub mod trace;
 pub mod view;
 pub mod wave;
 
@@ -69,7 +72,7 @@ pub struct Recorder {
     console_tx: mpsc::Sender<ConsoleLines>,
     metrics: Metrics,
     /// Boot traces of the pools that keep them; it follows the events sent here.
-    tracer: Arc<crate::trace::Tracer>,
+    tracer: Arc<trace::Tracer>,
 }
 
 /// The recorder's count of payload bytes for `proto`.
@@ -140,12 +143,12 @@ impl Recorder {
             tx,
             console_tx,
             metrics: Metrics::default(),
-            tracer: Arc::new(crate::trace::Tracer::off()),
+            tracer: Arc::new(trace::Tracer::off()),
         }
     }
 
     /// The same recorder, keeping boot traces with `tracer`.
-    pub fn with_tracer(self, tracer: crate::trace::Tracer) -> Recorder {
+    pub fn with_tracer(self, tracer: trace::Tracer) -> Recorder {
         Recorder {
             tracer: Arc::new(tracer),
             ..self
@@ -153,7 +156,7 @@ impl Recorder {
     }
 
     /// Where services write the requests of traced boots.
-    pub fn tracer(&self) -> &crate::trace::Tracer {
+    pub fn tracer(&self) -> &trace::Tracer {
         &self.tracer
     }
 }
@@ -230,7 +233,7 @@ async fn start_with(
         consoles_written: tokio::time::Instant::now(),
     };
     shutdown.spawn(writer.run(shutdown.clone()));
-    let tracer = Arc::new(crate::trace::Tracer::off());
+    let tracer = Arc::new(trace::Tracer::off());
     Ok((
         Recorder {
             tx,

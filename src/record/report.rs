@@ -67,7 +67,7 @@ pub fn render(t: &Timelines, query: &Query, format: Format) -> anyhow::Result<St
                     Some(id) => anyhow::anyhow!("no boot {id} of {mac}"),
                     None => anyhow::anyhow!("no boot recorded for {mac}"),
                 })?;
-            console_report(&super::console::View::of(boot, now), boot.start, format)
+            console_report(&view::ConsoleView::of(boot, now), boot.start, format)
         }
         Query::Compare(a, b) => {
             let c = view::compare(find(*a)?, find(*b)?);
@@ -225,7 +225,7 @@ fn wave_report(w: &WaveView, format: Format) -> anyhow::Result<String> {
 }
 
 fn console_report(
-    v: &super::console::View,
+    v: &view::ConsoleView,
     start: super::event::Micros,
     format: Format,
 ) -> anyhow::Result<String> {
@@ -271,7 +271,7 @@ fn compare_table(a: &WaveView, b: &WaveView, sep: &str) -> String {
         w.boots
             .iter()
             .find_map(|b| b.root)
-            .map(view::proto_name)
+            .map(super::event::proto_name)
             .unwrap_or("-")
             .to_string()
     };

@@ -3,8 +3,8 @@
 //! shows the server's rule instead of keeping one of its own.
 
 use super::event::Micros;
+use super::standing::result_at;
 use super::timeline::Boot;
-use super::view::result_at;
 
 /// A boot is stalled once silent for more than this many times the others' median in its
 /// phase...

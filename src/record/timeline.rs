@@ -358,7 +358,7 @@ impl Timelines {
     }
 
     /// Console lines from `mac`'s client, for its newest boot. A line that ends a boot (a
-    /// panic, an initrd giving up: `cause::fatal`) fails a boot still running. Only the new
+    /// panic, an initrd giving up: `signs::fatal`) fails a boot still running. Only the new
     /// lines are looked at: the work per line does not grow with the kept console. Returns
     /// false when the client has no boot to attach them to.
     pub fn console(&mut self, mac: Mac, at: Micros, lines: Vec<String>) -> bool {
@@ -367,7 +367,7 @@ impl Timelines {
         };
         let boot = &mut self.boots[i];
         boot.last_event = boot.last_event.max(at);
-        let fatal = lines.iter().find(|l| super::cause::fatal(l)).cloned();
+        let fatal = lines.iter().find(|l| super::signs::fatal(l)).cloned();
         let console = Arc::make_mut(&mut boot.console);
         for line in lines {
             console.push(at, line);
@@ -534,7 +534,7 @@ impl Timelines {
             Kind::RootAttach { proto, export } => {
                 m.attach.get_or_insert(ev.at);
                 boot.root = Some(*proto);
-                if let Some(id) = crate::image::serve::revision_of(export) {
+                if let Some(id) = crate::config::names::revision_of(export) {
                     boot.revision = Some(id.to_string());
                 }
                 boot.reads.attach();
@@ -601,7 +601,7 @@ impl Timelines {
 /// A running boot whose console shows a fatal line is failed, the line its reason (a whole
 /// console, once: a replay's).
 fn fail_from_console(boot: &mut Boot) {
-    let Some(line) = boot.console.lines().find(|l| super::cause::fatal(&l.text)) else {
+    let Some(line) = boot.console.lines().find(|l| super::signs::fatal(&l.text)) else {
         return;
     };
     let (at, text) = (line.at, line.text.clone());
@@ -974,7 +974,7 @@ mod tests {
     }
 
     fn result(t: &Timelines, now: Micros) -> &'static str {
-        crate::record::view::result_at(&t.boots()[t.boots().len() - 1], now)
+        crate::record::standing::result_at(&t.boots()[t.boots().len() - 1], now)
     }
 
     #[test]
@@ -1137,7 +1137,7 @@ mod tests {
                 evidence: GoneEvidence::NewBoot
             })
         );
-        assert_eq!(crate::record::view::result_at(first, 121 * S), "booted");
+        assert_eq!(crate::record::standing::result_at(first, 121 * S), "booted");
         // The first boot's connection, reset by the new kernel at the same address: nothing
         // of the new boot, which is not gone (seen with VMs, `lab --cycles 2`).
         let reset = |since| Kind::RootDetach {

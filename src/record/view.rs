@@ -2,7 +2,9 @@
 //! with their boots, and the comparison of two waves. Serialized as JSON; documented in
 //! docs/api.md.
 
-use super::event::{Micros, Proto};
+use super::cause::{self, Cause};
+use super::event::{Micros, Proto, proto_name};
+use super::standing::result_at;
 use super::timeline::{Boot, BootResult, End, PHASES};
 use super::wave::{Summary, Wave};
 use serde::{Deserialize, Serialize};
@@ -61,7 +63,7 @@ pub struct BootView {
     /// Why it failed or is stuck, for an admin to act on (`record::cause`): from the console
     /// and what the server saw.
     #[serde(default)]
-    pub cause: Option<super::cause::Cause>,
+    pub cause: Option<Cause>,
     /// Lines its console sent (kept and dropped), `GET /api/v1/boots/{id}/console`.
     #[serde(default)]
     pub console_lines: u64,
@@ -99,24 +101,6 @@ pub struct PhaseView {
     pub name: String,
     pub start: f64,
     pub seconds: f64,
-}
-
-/// A boot that has not reported up and sent nothing for this long has timed out. Five minutes
-/// is far beyond any phase of a healthy boot, even 40 clients at once under emulation.
-pub const SILENCE_S: f64 = 300.0;
-
-/// How a boot stands at `now`, as the API names it: `booted` (reported or inferred),
-/// `failed`, `running`, or `timed_out` (running, but silent for `SILENCE_S`, or its client
-/// gone before it was up). The one answer for the boots, the wave summaries and /metrics.
-pub fn result_at(b: &Boot, now: Micros) -> &'static str {
-    match b.result {
-        BootResult::Booted => "booted",
-        BootResult::Failed => "failed",
-        BootResult::Running if b.is_up() => "booted",
-        BootResult::Running if b.gone.is_some() => "timed_out",
-        BootResult::Running if (now - b.last_event) as f64 / 1e6 > SILENCE_S => "timed_out",
-        BootResult::Running => "running",
-    }
 }
 
 /// What `/metrics` counts of the boots (`tally`).
@@ -199,7 +183,7 @@ impl BootView {
                 Some(p) => format!("{}: {}", proto_name(p), f.reason),
                 None => format!("client: {}", f.reason),
             }),
-            cause: super::cause::of(b, now),
+            cause: cause::of(b, now),
             console_lines: b.console.lines().count() as u64 + b.console.dropped(),
             start: b.start as f64 / 1e6,
             duration_s: b.duration_s(),
@@ -236,16 +220,6 @@ impl BootView {
 
     pub fn total_bytes(&self) -> u64 {
         self.bytes.values().sum()
-    }
-}
-
-pub fn proto_name(p: Proto) -> &'static str {
-    match p {
-        Proto::Dhcp => "dhcp",
-        Proto::Tftp => "tftp",
-        Proto::Http => "http",
-        Proto::Nfs => "nfs",
-        Proto::Nbd => "nbd",
     }
 }
 
@@ -484,6 +458,46 @@ fn unbooted(a: &WaveView, b: &WaveView, label: &dyn Fn(&WaveView) -> String) -> 
         None => s.push_str(" They reached no milestone in common to compare by."),
     }
     s
+}
+
+/// One boot's console as the API (`GET /api/v1/boots/{id}/console`) and the report show it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConsoleView {
+    pub boot: u64,
+    pub mac: String,
+    /// The kept lines in order: `at` in Unix seconds.
+    pub lines: Vec<ConsoleLine>,
+    /// Lines dropped between the first `head` lines and the rest (the bound per boot).
+    pub dropped: u64,
+    pub head: usize,
+    /// Why the boot failed or is stuck, when that can be told (`record::cause`).
+    pub cause: Option<Cause>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConsoleLine {
+    pub at: f64,
+    pub text: String,
+}
+
+impl ConsoleView {
+    pub fn of(boot: &Boot, now: Micros) -> ConsoleView {
+        ConsoleView {
+            boot: boot.id,
+            mac: boot.mac.to_string(),
+            lines: boot
+                .console
+                .lines()
+                .map(|l| ConsoleLine {
+                    at: l.at as f64 / 1e6,
+                    text: l.text.clone(),
+                })
+                .collect(),
+            dropped: boot.console.dropped(),
+            head: boot.console.head_len(),
+            cause: cause::of(boot, now),
+        }
+    }
 }
 
 #[cfg(test)]

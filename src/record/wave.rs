@@ -9,8 +9,8 @@
 //! wave of its own, whichever of the room's DISCOVERs came first.
 
 use super::event::Micros;
+use super::standing::result_at;
 use super::timeline::{Boot, PHASES};
-use super::view::result_at;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -313,7 +313,7 @@ mod tests {
         }
         // The last event of each is its ACK, one second after its DISCOVER.
         let last = 1009 * 1_000_000;
-        let silence = (crate::record::view::SILENCE_S * 1e6) as Micros;
+        let silence = (crate::record::standing::SILENCE_S * 1e6) as Micros;
         let soon = waves(t.boots(), last + 10_000_000);
         let s = &soon[0].summary;
         assert_eq!((s.running, s.timed_out), (8, 0));

@@ -12,6 +12,7 @@
 
 use super::fair_share::Carries;
 use super::pacing::{Paced, Pacer};
+use crate::boot::links::LinkSpec;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
@@ -21,15 +22,6 @@ use std::os::fd::AsFd as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use tokio::net::TcpStream;
-
-/// One of the server's links: the address clients are given, the interface holding it, and
-/// its capacity in bits/s when the kernel or pools.yaml knows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LinkSpec {
-    pub address: Ipv4Addr,
-    pub device: String,
-    pub capacity_bps: Option<u64>,
-}
 
 /// The links of `server.links` that an interface of this network namespace holds, in the
 /// config's order. An address no interface holds is logged and left out: nothing is bound to

@@ -10,7 +10,6 @@ pub mod fair_share;
 pub mod grub_config;
 pub mod http;
 pub mod identity;
-pub mod images_api;
 pub mod lease_file;
 pub mod link_routes;
 pub mod links;

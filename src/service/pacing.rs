@@ -14,8 +14,8 @@
 //! the pacer starts, and `/metrics` serves them.
 
 use super::fair_share::{self, Carries, History, Seen};
-use super::links::LinkSpec;
 use super::rebalance::{self, ClientLoad, LinkLoad};
+use crate::boot::links::LinkSpec;
 use crate::metrics::{Metrics, PacedLink};
 use crate::proto::tcp_info::{self, TcpInfo};
 use crate::shutdown::Shutdown;

@@ -9,7 +9,7 @@
 //! boots, from the records, less what it fetched so far), each link's interface and capacity
 //! (`service::links::resolve`, at start) and its measured egress (the egress sampler).
 
-use super::links::LinkSpec;
+use crate::boot::links::LinkSpec;
 use crate::boot::links::{self, Load};
 use crate::config::{Config, Mac, Pool};
 use crate::record::Records;

@@ -7,11 +7,11 @@
 //! codec with the server.
 
 use super::dhcp::{self, Identity, Lease, Tries};
-use crate::trace::format::{Bytes, Op, Trace, What};
+use super::plan::Plan;
+use crate::trace::format::{Bytes, Op, What};
 use anyhow::{Context, bail};
 use serde::Serialize;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// TFTP as firmware does it: EDK2's PXE base code waits 4 s for a block and tries 6 times
@@ -21,22 +21,6 @@ pub const TFTP_TIMEOUT: Duration = Duration::from_secs(4);
 pub const TFTP_TRIES: usize = 6;
 /// How long iPXE (and the initrd's wget) waits on an HTTP transfer that has stopped moving.
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// What every client of a storm shares.
-pub struct Plan {
-    pub trace: Arc<Trace>,
-    /// Multiplies the recorded think times (gaps where the client computed, not waited).
-    pub think_scale: f64,
-    /// The HTTP port of the server's boot files and API.
-    pub http_port: u16,
-    /// Make the booted call (`POST /api/v1/booted`), as the demo image does.
-    pub callback: bool,
-    /// Where the root services are found: the portmapper (for MOUNT and NFS) and NBD.
-    pub portmap_port: u16,
-    pub nbd_port: u16,
-    /// The moment the room powers on.
-    pub t0: Instant,
-}
 
 /// When each boot milestone was reached, in seconds from the room's power-on.
 #[derive(Debug, Default, Clone, Serialize)]

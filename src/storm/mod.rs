@@ -3,6 +3,7 @@
 //! from a real VM boot (`client`), against bootpool or any server the storm is told to start
 //! in its namespace; then it prints what a room admin wants to know (`report`).
 //!
+//! - `args`: what `bootpool storm` is told; `plan`: what every client shares.
 //! - `room`: the switch, the server's shaped links, the clients' shaped ports.
 //! - `client`: one client's boot (firmware steps, then the root closed-loop, then booted).
 //! - `dhcp`: the firmware's DHCP through `dhcp4r`, with the PXE retransmit schedule.
@@ -13,10 +14,12 @@
 //! Everything lives in the storm's private network namespace, entered before any thread
 //! exists; it goes away with the storm.
 
+pub mod args;
 pub mod client;
 pub mod dhcp;
 pub mod nbd;
 pub mod nfs;
+pub mod plan;
 pub mod report;
 pub mod room;
 pub mod root;
@@ -26,71 +29,12 @@ use crate::config::{Config, Mac, RootProto};
 use crate::sys;
 use crate::trace::format::Trace;
 use anyhow::{Context, bail};
-use clap::Args;
+use args::StormArgs;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-#[derive(Debug, Args)]
-pub struct StormArgs {
-    /// How many clients power on.
-    #[arg(long, default_value_t = 40)]
-    pub clients: usize,
-    /// Boot the first pool whose root is served this way (and its trace by default).
-    #[arg(long, value_enum, default_value_t = crate::lab::RootChoice::Nfs)]
-    pub root: crate::lab::RootChoice,
-    /// Boot this pool instead.
-    #[arg(long)]
-    pub pool: Option<String>,
-    /// The config whose pools, MACs and addresses the room uses (and that `bootpool serve`
-    /// runs, unless --server-cmd starts another server).
-    #[arg(short, long, default_value = "pools.yaml")]
-    pub config: PathBuf,
-    /// The boot trace every client replays (default: bench/traces/demo-ROOT.trace; for
-    /// bootpool serving an NBD pool whose image has `root_wire: zstd`, the boot recorded
-    /// against that copy, bench/traces/demo-nbd-zstd.trace; for bootpool serving an NFS pool
-    /// mounted `nocto`, as by default, bench/traces/demo-nfs-nocto.trace).
-    #[arg(long)]
-    pub trace: Option<PathBuf>,
-    /// Each client's link rate (its switch port is shaped to it).
-    #[arg(long, default_value = "100mbit", value_parser = room::parse_rate)]
-    pub client_link: u64,
-    /// The server's links, K x RATE: K veths, each with its own address (the config's
-    /// server address, then the next ones) and its egress shaped to RATE. An ideal bond of
-    /// the same capacity is `1 x (K*RATE)`.
-    #[arg(long, default_value = "4x250mbit", value_parser = room::parse_links)]
-    pub server_links: (usize, u64),
-    /// Power the clients on over this many seconds (evenly) instead of all at once.
-    #[arg(long, default_value_t = 0.0)]
-    pub stagger: f64,
-    /// Multiply the trace's think times (the client's own computing between answers) by this.
-    #[arg(long, default_value_t = 1.0)]
-    pub think_scale: f64,
-    /// Start this shell command in the room instead of `bootpool serve` (e.g. the reference
-    /// stack); it must serve the same image at the config's server address.
-    #[arg(long)]
-    pub server_cmd: Option<String>,
-    /// With --server-cmd: the TCP port that answers once the server is ready.
-    #[arg(long, default_value_t = 111)]
-    pub ready_port: u16,
-    /// The server's HTTP port for boot files and the booted call (default: the config's).
-    #[arg(long)]
-    pub http_port: Option<u16>,
-    /// Skip the booted call (servers without bootpool's API).
-    #[arg(long)]
-    pub no_callback: bool,
-    /// A name for this run in the report (default: bootpool, or the server command).
-    #[arg(long)]
-    pub label: Option<String>,
-    /// Write the report as JSON here (default: STATE_DIR/storm/UNIXSECONDS.json).
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Give up on clients not booted after this many seconds.
-    #[arg(long, default_value_t = 900)]
-    pub timeout: u64,
-}
 
 /// The server the storm runs in its room, killed when the storm ends.
 struct Server(std::process::Child);
@@ -306,7 +250,7 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
     }
     let links = room::wire_server(&addresses, prefix, rate, &first_dev)?;
     let t0 = Instant::now();
-    let plan = Arc::new(client::Plan {
+    let plan = Arc::new(plan::Plan {
         trace: Arc::new(trace),
         think_scale: args.think_scale,
         http_port: args.http_port.unwrap_or(config.server.http.port()),

@@ -5,8 +5,9 @@
 //! server is bootpool, its own record of each boot is read back and set beside the clients'
 //! counts.
 
-use super::StormArgs;
-use super::client::{Outcome, Plan};
+use super::args::StormArgs;
+use super::client::Outcome;
+use super::plan::Plan;
 use super::room::Link;
 use super::sample::Sample;
 use crate::record::view::BootView;
@@ -83,7 +84,7 @@ fn api_agent() -> ureq::Agent {
 pub fn wait_for_wire_copies(server: Ipv4Addr, port: u16) -> anyhow::Result<()> {
     let url = format!("http://{server}:{port}/api/v1/images");
     let agent = api_agent();
-    crate::service::images_api::wait_while_wire_pending("storm", &mut || {
+    crate::lab::wire_wait::wait_while_wire_pending("storm", &mut || {
         agent
             .get(&url)
             .call()

@@ -2,9 +2,9 @@
 //! closed-loop through client code this project did not write (`nfs`: the nfs3_client crate;
 //! `nbd`: libnbd), on the client's own thread.
 
-use super::client::Plan;
 use super::nbd;
 use super::nfs::{self, NfsPorts};
+use super::plan::Plan;
 use crate::trace::format::{Op, What};
 use std::net::Ipv4Addr;
 use std::time::Instant;

@@ -2,10 +2,9 @@
 //! storm can replay real boots from many simulated clients (docs/trace.md).
 //! - `format`: the trace file format and the closed-loop gates of a replay (pure).
 //! - `export`: `bootpool trace`, listing and exporting the kept traces.
-//! - `recorder`: the server side, writing the traces of clients of pools with `trace: true`.
+//!
+//! The server's side, writing the traces of clients of pools with `trace: true`, is the
+//! recorder's (`record::trace`).
 
 pub mod export;
 pub mod format;
-pub mod recorder;
-
-pub use recorder::Tracer;

@@ -7,8 +7,8 @@ use super::cache::{Named, settled};
 use super::handle::{ROOT, TreeHandle};
 use super::ram::walk_tree;
 use super::{
-    Error, FRESH, LISTING_FRESH, REWALK_EVERY, Status, Tree, check_name, io_status, lock, read,
-    write,
+    Error, FRESH, LISTING_FRESH, REWALK_EVERY, Status, Tree, check_name, io_status, lock,
+    read_lock, write_lock,
 };
 use crate::proto::nfs3::Attr;
 use std::ffi::OsStr;
@@ -123,7 +123,7 @@ impl Tree {
         rel: Arc<Path>,
         attr: Attr,
     ) -> (TreeHandle, Attr) {
-        write(&self.known).insert(
+        write_lock(&self.known).insert(
             h,
             Known {
                 rel,
@@ -143,7 +143,7 @@ impl Tree {
         };
         let ram = self.images[img].in_ram();
         for attempt in 0..2 {
-            let known = read(&self.known).get(h).cloned();
+            let known = read_lock(&self.known).get(h).cloned();
             if let Some(k) = known {
                 if ram || k.checked.elapsed() < FRESH {
                     return Ok(Node::In {
@@ -163,7 +163,7 @@ impl Tree {
                     }
                     // Replaced or gone: forget it and look again.
                     _ => {
-                        write(&self.known).remove(h);
+                        write_lock(&self.known).remove(h);
                         let closed = lock(&self.files).remove(h);
                         let unmapped = lock(&self.small).remove(h);
                         drop((closed, unmapped));
@@ -181,7 +181,7 @@ impl Tree {
     /// listing left them (see `LISTING_FRESH`), from the disk only if unknown.
     pub fn entry_attr(&self, h: &TreeHandle) -> Result<Attr, Status> {
         if *h != ROOT
-            && let Some(k) = read(&self.known).get(h)
+            && let Some(k) = read_lock(&self.known).get(h)
         {
             return Ok(k.attr);
         }

@@ -4,7 +4,7 @@
 //! contents are dropped once its folder is removed.
 
 use super::attr::{NF3DIR, NF3REG};
-use super::{RAM_FILE_MAX, Tree, WALK_LIMIT, write};
+use super::{RAM_FILE_MAX, Tree, WALK_LIMIT, write_lock};
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -85,7 +85,7 @@ impl Tree {
             {
                 files += 1;
                 bytes += data.len() as u64;
-                write(&self.contents).insert(h, data.into());
+                write_lock(&self.contents).insert(h, data.into());
             }
             if tty && i % 1000 == 0 {
                 eprint!(
@@ -120,7 +120,7 @@ impl Tree {
             }
             image.dropped.store(true, Relaxed);
             let id = image.id;
-            let mut contents = write(&self.contents);
+            let mut contents = write_lock(&self.contents);
             let before = contents.len();
             contents.retain(|h, _| h.image() != id);
             let files = before - contents.len();

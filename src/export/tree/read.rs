@@ -6,7 +6,9 @@ use super::attr::{NF3DIR, NF3LNK, NF3REG};
 use super::cache::OpenFile;
 use super::handle::TreeHandle;
 use super::lookup::Node;
-use super::{Error, MAPPED_READ_MIN, MAX_READ, SMALL_FILE, Status, Tree, io_status, lock, read};
+use super::{
+    Error, MAPPED_READ_MIN, MAX_READ, SMALL_FILE, Status, Tree, io_status, lock, read_lock,
+};
 use crate::export::mapping::{MappedRange, Mapping};
 use crate::proto::nfs3::Attr;
 use std::fs::File;
@@ -135,7 +137,7 @@ impl Tree {
         count: usize,
     ) -> Result<Option<MappedRead>, Status> {
         let (img, rel, attr) = self.regular(h)?;
-        if read(&self.contents).contains_key(h) {
+        if read_lock(&self.contents).contains_key(h) {
             return Ok(None);
         }
         let len = read_len(&attr, offset, count);
@@ -217,7 +219,7 @@ impl Tree {
     /// A regular file's attributes and where its bytes are.
     pub(super) fn readable(&self, h: &TreeHandle) -> Result<(Attr, Readable), Status> {
         let (img, rel, attr) = self.regular(h)?;
-        if let Some(data) = read(&self.contents).get(h) {
+        if let Some(data) = read_lock(&self.contents).get(h) {
             return Ok((attr, Readable::Ram(data.clone())));
         }
         Ok((attr, Readable::File(self.open(h, img, &rel)?)))

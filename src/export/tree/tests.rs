@@ -213,7 +213,7 @@ fn a_ram_revision_added_later_is_loaded_at_its_mount_and_dropped_when_removed() 
     assert_eq!(read_all(&tree), b"r2\n");
     assert!(!tree.images[img].in_ram());
     assert!(
-        read(&tree.contents)
+        read_lock(&tree.contents)
             .keys()
             .all(|h| h.image() != tree.images[img].id)
     );
@@ -222,7 +222,7 @@ fn a_ram_revision_added_later_is_loaded_at_its_mount_and_dropped_when_removed() 
     assert!(tree.images[img].in_ram());
     let held = |tree: &Tree| {
         let id = tree.images[img].id;
-        read(&tree.contents)
+        read_lock(&tree.contents)
             .keys()
             .filter(|h| h.image() == id)
             .count()

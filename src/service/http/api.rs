@@ -117,7 +117,7 @@ pub(super) async fn boot_console(State(web): State<Web>, Path(id): Path<u64>) ->
         t.boots()
             .iter()
             .find(|b| b.id == id)
-            .map(|b| crate::record::console::View::of(b, now_micros()))
+            .map(|b| crate::record::view::ConsoleView::of(b, now_micros()))
     });
     match found {
         Some(v) => Json(v).into_response(),

@@ -20,6 +20,7 @@ mod boot;
 mod callbacks;
 mod conn;
 mod guard;
+mod images;
 
 use super::Carries;
 use super::bounds::{Caps, Slots};
@@ -146,7 +147,7 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/stream", get(stream))
         .route("/metrics", get(metrics_text))
         .route("/api/v1/pools", get(pools))
-        .route("/api/v1/images", get(super::images_api::images))
+        .route("/api/v1/images", get(images::images))
         .route("/api/v1/clients", get(clients))
         .route("/api/v1/leases/{mac}/release", post(release_lease))
         .merge(super::web::routes())

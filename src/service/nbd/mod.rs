@@ -28,6 +28,7 @@ mod handshake;
 mod idle;
 mod ops;
 mod reply;
+mod source;
 mod transmit;
 mod writer;
 

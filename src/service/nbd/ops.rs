@@ -2,7 +2,7 @@
 //! zeroes, trims and flushes through the client's copy-on-write overlay.
 
 use super::reply::{Body, Reply, plain};
-use super::transmit::Source;
+use super::source::Source;
 use super::{Exports, poisoned};
 use crate::export::cow::CowError;
 use crate::metrics::Nbd;

@@ -3,17 +3,16 @@
 
 use super::ops::{Op, run_op};
 use super::reply::{Body, Reply, plain};
+use super::source::Source;
 use super::writer::{Inline, Out, send_cached, write_replies};
 use super::{Attached, Conn, DRAIN_TIMEOUT};
-use crate::export::cow::Overlay;
-use crate::export::image::BlockImage;
 use crate::proto::nbd::{self as p, Request, Verdict};
 use crate::record::Who;
 use crate::record::event::now_micros;
 use crate::trace::format::What;
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, RwLock};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -218,28 +217,6 @@ impl Conn {
     }
 }
 
-/// What one connection reads from: the image, and the client's overlay on top if writable.
-pub(super) struct Source {
-    pub(super) image: Arc<BlockImage>,
-    pub(super) overlay: Option<Arc<RwLock<Overlay>>>,
-}
-
-impl Source {
-    /// Whether the base image alone answers a READ of `len` at `offset`: no overlay, or
-    /// one without a block of that range. A READ that overlaps a WRITE not yet answered
-    /// may see either (the NBD document leaves their order to the server); a WRITE already
-    /// answered is in the overlay, so a later READ is not sent from the base. False when a
-    /// write holds the overlay's lock (it may be waiting for the disk): the READ then
-    /// goes to a blocking thread.
-    pub(super) fn base_only(&self, offset: u64, len: u32) -> bool {
-        match &self.overlay {
-            None => true,
-            Some(o) => o
-                .try_read()
-                .is_ok_and(|o| o.untouched(offset, u64::from(len))),
-        }
-    }
-}
 /// A request's name in a boot trace.
 pub(super) fn cmd_name(kind: u16) -> &'static str {
     match kind {

@@ -3,7 +3,7 @@
 //! aggregate.
 
 use super::reply::{Body, Reply};
-use super::transmit::Source;
+use super::source::Source;
 use super::{DRAIN_TIMEOUT, Exports};
 use crate::export::mapping::MappedRange;
 use crate::metrics::Metrics;

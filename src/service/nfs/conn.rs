@@ -219,7 +219,7 @@ impl Conn {
             Some((ok, at)) if ok || at.elapsed() < TICK => ok,
             _ => {
                 let mac = self.identity.holder(self.ip.into());
-                let image = crate::image::serve::base(self.tree.image_name(img));
+                let image = crate::config::names::base(self.tree.image_name(img));
                 let ok = root_allowed(&self.config, RootProto::Nfs, image, self.ip, mac);
                 static REFUSED: crate::service::bounds::LogLimit =
                     crate::service::bounds::LogLimit::new();
@@ -372,7 +372,7 @@ impl Conn {
         self.trust.get(img).copied().unwrap_or_else(|| {
             self.config
                 .images
-                .get(crate::image::serve::base(self.tree.image_name(img)))
+                .get(crate::config::names::base(self.tree.image_name(img)))
                 .map_or((false, true), |im| (im.root_squash, im.secure_ports))
         })
     }

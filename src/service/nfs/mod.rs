@@ -157,7 +157,7 @@ pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::
         .map(|i| {
             config
                 .images
-                .get(crate::image::serve::base(tree.image_name(i)))
+                .get(crate::config::names::base(tree.image_name(i)))
                 .map_or((false, true), |im| (im.root_squash, im.secure_ports))
         })
         .collect();

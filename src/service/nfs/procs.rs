@@ -36,7 +36,7 @@ impl Conn {
                     crate::image::serve::nfs_to_learn(&self.config, path, self.tree.exports())
                 {
                     tracing::info!(export = %e, "nfs export of a new image revision");
-                    let image = self.config.images.get(crate::image::serve::base(&name));
+                    let image = self.config.images.get(crate::config::names::base(&name));
                     let ram = image.is_some_and(|i| i.store == Store::Ram);
                     self.tree.add_export(e, name, root, ram);
                 }

@@ -7,9 +7,9 @@
 //! from firmware rather than iPXE, or when the open one has ended; DHCP ops come from the
 //! recorder's own events (one path for who a client is: the ACK ties its address to its MAC).
 
-use super::format::{self, Header, Op, What};
+use super::event::{Kind, Micros, Who, now_micros};
 use crate::config::{Config, Mac, Pool};
-use crate::record::event::{Kind, Micros, Who, now_micros};
+use crate::trace::format::{self, Header, Op, What};
 use std::collections::HashMap;
 use std::io::Write;
 use std::net::Ipv4Addr;

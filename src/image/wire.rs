@@ -23,82 +23,26 @@
 //! The tools run at the lowest CPU priority (`nice`), as `bootpool image import` uses the
 //! system's compressors.
 
+use super::copies::{DIR, Kept, Kind, stamp};
+use super::cpio::{self, Compressor, Tail};
+use super::squashfs::{self, SUPERBLOCK_LEN};
+use super::{serve, store};
+use crate::config::names;
 use crate::config::{Config, ConfigError, Image, Wire};
-use crate::image::cpio::{self, Compressor, Tail};
-use crate::image::squashfs::{self, SUPERBLOCK_LEN};
-use crate::image::{serve, store};
 use crate::shutdown::Shutdown;
 use anyhow::{Context, bail};
 use std::collections::HashSet;
 use std::io::{Read, Write};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// The folder under `server.state_dir`.
-pub const DIR: &str = "wire";
 /// How often the files are looked at again (a rebuilt file, a new revision).
 const SCAN: Duration = Duration::from_secs(30);
 /// The compression level: zstd's strongest without `--ultra`'s memory cost.
 const LEVEL: &str = "19";
-/// What a root image's copy is exported as: the image's export name and this.
-pub const ROOT_SUFFIX: &str = "~zstd";
-
-/// Which kind of file a copy is of.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Initrd,
-    Root,
-}
-
-impl Kind {
-    const ALL: [Kind; 2] = [Kind::Initrd, Kind::Root];
-
-    /// The copy's file name ending, and how the log names the file.
-    fn suffix(self) -> &'static str {
-        match self {
-            Kind::Initrd => "initrd",
-            Kind::Root => "root",
-        }
-    }
-    fn what(self) -> &'static str {
-        match self {
-            Kind::Initrd => "initrd",
-            Kind::Root => "root image",
-        }
-    }
-}
-
-/// The copy of `original` to send instead of it, if one is made for the file as it is now.
-pub fn copy_of(state_dir: &Path, original: &Path, kind: Kind) -> Option<PathBuf> {
-    let copy = copy_name(state_dir, original, kind)?;
-    copy.is_file().then_some(copy)
-}
-
-/// Where the copy of `original` as it is now is kept, made or not.
-pub fn copy_name(state_dir: &Path, original: &Path, kind: Kind) -> Option<PathBuf> {
-    Some(Kept::of(state_dir, &stamp(original).ok()?, kind).copy)
-}
-
-/// What the folder keeps for one version of a file, named by its `stamp`: the copy, or the
-/// reason the file goes as it is.
-struct Kept {
-    copy: PathBuf,
-    as_is: PathBuf,
-}
-
-impl Kept {
-    fn of(state_dir: &Path, stamp: &str, kind: Kind) -> Kept {
-        let dir = state_dir.join(DIR);
-        Kept {
-            copy: dir.join(format!("{stamp}.{}", kind.suffix())),
-            as_is: dir.join(format!("{stamp}.as_is")),
-        }
-    }
-}
 
 /// The images with `initrd_wire: zstd` or `root_wire: zstd`.
 fn wire_images(config: &Config) -> impl Iterator<Item = &Arc<Image>> {
@@ -106,53 +50,6 @@ fn wire_images(config: &Config) -> impl Iterator<Item = &Arc<Image>> {
         .images
         .values()
         .filter(|i| i.initrd_wire == Wire::Zstd || i.root_wire == Wire::Zstd)
-}
-
-/// What a client asking for a wire image's initrd or root gets now (the images API shows it;
-/// `bootpool lab` and `bootpool storm` wait while it is `Pending`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case", tag = "state")]
-pub enum Status {
-    /// The copy, this long.
-    Copy { bytes: u64 },
-    /// The file as it is, for this reason.
-    AsIs { why: String },
-    /// The file as it is, until its copy is made.
-    Pending,
-}
-
-/// What `copy_of` and `make` have made of `original` so far.
-pub fn status(state_dir: &Path, original: &Path, kind: Kind) -> Status {
-    let Ok(stamp) = stamp(original) else {
-        return Status::AsIs {
-            why: "the file cannot be read".into(),
-        };
-    };
-    let kept = Kept::of(state_dir, &stamp, kind);
-    if let Ok(m) = std::fs::metadata(&kept.copy) {
-        return Status::Copy { bytes: m.len() };
-    }
-    match std::fs::read_to_string(&kept.as_is) {
-        Ok(why) => Status::AsIs {
-            why: why.trim().to_string(),
-        },
-        Err(_) => Status::Pending,
-    }
-}
-
-/// A file's identity and version: a copy named by it is of this file as it is.
-fn stamp(path: &Path) -> std::io::Result<String> {
-    let m = std::fs::metadata(path)?;
-    Ok(format!(
-        "{:x}-{:x}-{:x}-{:x}.{:x}-{:x}.{:x}",
-        m.dev(),
-        m.ino(),
-        m.size(),
-        m.mtime(),
-        m.mtime_nsec(),
-        m.ctime(),
-        m.ctime_nsec()
-    ))
 }
 
 /// What `make` did with one file.
@@ -460,7 +357,7 @@ fn wanted(config: &Config) -> Vec<(String, PathBuf, Kind)> {
         if store::managed(&image.dir) {
             for rev in store::list(&image.dir).unwrap_or_default() {
                 let name = format!("{}@{}", image.name, rev.id);
-                versions.push((name, serve::revision(image, &rev.id)));
+                versions.push((name, names::revision(image, &rev.id)));
             }
         }
         for (name, version) in versions {

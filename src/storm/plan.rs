@@ -1,0 +1,22 @@
+//! What every simulated client of a storm shares: the trace, the server's ports, the moment
+//! the room powers on.
+
+use crate::trace::format::Trace;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What every client of a storm shares.
+pub struct Plan {
+    pub trace: Arc<Trace>,
+    /// Multiplies the recorded think times (gaps where the client computed, not waited).
+    pub think_scale: f64,
+    /// The HTTP port of the server's boot files and API.
+    pub http_port: u16,
+    /// Make the booted call (`POST /api/v1/booted`), as the demo image does.
+    pub callback: bool,
+    /// Where the root services are found: the portmapper (for MOUNT and NFS) and NBD.
+    pub portmap_port: u16,
+    pub nbd_port: u16,
+    /// The moment the room powers on.
+    pub t0: Instant,
+}
