@@ -534,11 +534,11 @@ impl Timelines {
             Kind::RootAttach { proto, export } => {
                 m.attach.get_or_insert(ev.at);
                 boot.root = Some(*proto);
-                if let Some(id) = crate::config::names::revision_of(export) {
-                    boot.revision = Some(id.to_string());
+                let revision = crate::config::names::revision_of(export).map(|id| id.to_string());
+                if revision.is_some() {
+                    boot.revision = revision.clone();
                 }
                 boot.reads.attach();
-                let revision = crate::image::serve::revision_of(export).map(|id| id.to_string());
                 self.roots
                     .insert(mac, RootUse::attach(boot.id, revision, ev.at));
                 // Back again (an NBD client that reconnected): it had not gone after all.
