@@ -370,14 +370,16 @@ pub fn may(a: &Attr, cred: &Cred, want: u32, owner_override: bool) -> bool {
     bits & want == want
 }
 
-/// ACCESS on a read-only export, in agreement with what READ, READDIR, LOOKUP and READLINK
-/// then allow (`may`): READ as READ and READDIR check it (the owner always), LOOKUP on a
-/// folder and EXECUTE on anything else by the x bits; never MODIFY, EXTEND or DELETE.
-/// `cred` is the caller's `effective` credential. (knfsd's ACCESS leaves out the owner
-/// override, so it may say no to a READ it then answers; ours says what READ will do.)
+/// ACCESS on a read-only export, by the mode bits as knfsd's `nfsd_access` answers it (`may`
+/// without the owner override): READ by the r bits, LOOKUP on a folder and EXECUTE on anything
+/// else by the x bits; never MODIFY, EXTEND or DELETE. `cred` is the caller's `effective`
+/// credential. So the owner of a mode-0300 file is told it may not read it, as a local
+/// `access(2)` would tell it and as libnfs's tests expect (a client opening the file for
+/// reading asks ACCESS first and gets EACCES), while a READ of it is still answered (the
+/// override is for READ only: a process may read back a file it opened before a chmod).
 pub fn access(asked: u32, a: &Attr, cred: &Cred) -> u32 {
     let mut ok = 0;
-    if may(a, cred, MAY_READ, a.ftype == NF3REG || a.ftype == NF3DIR) {
+    if may(a, cred, MAY_READ, false) {
         ok |= ACCESS3_READ;
     }
     if may(a, cred, MAY_EXEC, false) {
@@ -524,6 +526,22 @@ mod tests {
             ACCESS3_READ | ACCESS3_EXECUTE
         );
         assert_eq!(access(all, &file(0o700, 1000, 5), &user(1000, 5)), 0x21);
+        // The owner's bits, and no owner override (knfsd's ACCESS; libnfs test_0430): a
+        // 0300 file's owner is not granted READ, nor a 0044 file's, whom "other" is.
+        assert_eq!(
+            access(all, &file(0o300, 1000, 5), &user(1000, 5)),
+            ACCESS3_EXECUTE
+        );
+        assert_eq!(access(all, &file(0o044, 1000, 1000), &user(1000, 1000)), 0);
+        assert_eq!(
+            access(all, &file(0o044, 1000, 1000), &user(2000, 2000)),
+            ACCESS3_READ
+        );
+        // READ keeps the override: the owner's READ of either is answered.
+        for mode in [0o300, 0o044, 0o000] {
+            assert!(may(&file(mode, 1000, 5), &user(1000, 5), MAY_READ, true));
+            assert!(!may(&file(mode, 1000, 5), &user(1000, 5), MAY_READ, false));
+        }
         let dir = Attr {
             ftype: 2,
             mode: 0o711,
@@ -596,8 +614,9 @@ mod tests {
         assert!(may(&file(0o744, 5, 5), &user(0, 0, &[]), MAY_EXEC, false));
         // No credentials: nobody, with no groups.
         assert_eq!(*Cred::default().effective(false), user(NOBODY, NOBODY, &[]));
-        // ACCESS agrees: the odd file reads for its owner, as READ will let it.
-        assert_eq!(access(0x3f, &odd, &user(1000, 1000, &[])), ACCESS3_READ);
+        // ACCESS goes by the mode alone, as knfsd's: no READ of the odd file for its owner,
+        // though READ answers it.
+        assert_eq!(access(0x3f, &odd, &user(1000, 1000, &[])), 0);
         assert_eq!(access(0x3f, &shadow, &user(1000, 1000, &[])), 0);
     }
 
