@@ -1,7 +1,9 @@
 //! The read-only trees served over NFS: one per image with `root: nfs`, under a composite root
 //! that only names them (`/demo` is the `rootfs/` folder of image `demo`). This is the only code
 //! that turns client-supplied names into paths: a name is one component, `..` never climbs above
-//! an image's root, and symlinks are handed to the client, never followed here.
+//! an image's root, and symlinks are handed to the client, never followed here, but in a MOUNT
+//! path (`lookup.rs`, as rpc.mountd resolves one), and there only while they stay inside the
+//! image.
 //!
 //! File handles are `image id + st_dev + st_ino`, nothing from a start-up counter, so a handle
 //! given out before a restart still resolves afterwards: a handle we have not met yet triggers

@@ -98,6 +98,54 @@ fn names_are_single_components_inside_the_image() {
     assert_eq!(tree.mount(b"/demo/bin/su"), Err(Error::NotDir));
 }
 
+/// MOUNT follows symlinks as rpc.mountd's realpath does, relative targets from the link's
+/// folder, and refuses (ACCES) what leaves the image: `..` above its root, an absolute target,
+/// a loop.
+#[test]
+fn mount_follows_symlinks_inside_the_image() {
+    let (dir, tree) = fixture();
+    let root = dir.path().join("rootfs");
+    let link = |target: &str, at: &str| std::os::unix::fs::symlink(target, root.join(at)).unwrap();
+    std::fs::create_dir_all(root.join("usr/lib/deep")).unwrap();
+    link("usr/lib", "lib");
+    link("../bin", "usr/tobin");
+    link("lib", "chain");
+    link("../..", "usr/lib/up");
+    link("../../..", "usr/lib/out");
+    link("/usr/lib", "abs");
+    link("loop", "loop");
+    link("bin/su", "tosu");
+    let img = tree.mount(b"/demo").unwrap();
+    let usr_lib = walk(&tree, &["demo", "usr", "lib"]).unwrap();
+    let bin = walk(&tree, &["demo", "bin"]).unwrap();
+    let deep = walk(&tree, &["demo", "usr", "lib", "deep"]).unwrap();
+    assert_eq!(tree.mount(b"/demo/lib"), Ok(usr_lib));
+    assert_eq!(tree.mount(b"/demo/lib/"), Ok(usr_lib));
+    assert_eq!(tree.mount(b"/demo/chain/deep"), Ok(deep));
+    assert_eq!(tree.mount(b"/demo/usr/tobin"), Ok(bin));
+    // `..` after a link goes up from where the link led, as realpath's does.
+    assert_eq!(
+        tree.mount(b"/demo/lib/.."),
+        Ok(walk(&tree, &["demo", "usr"]).unwrap())
+    );
+    assert_eq!(tree.mount(b"/demo/usr/lib/up/.."), Err(Error::Acces));
+    assert_eq!(tree.mount(b"/demo/usr/lib/up"), Ok(img));
+    // Leaving the image: refused, not clamped.
+    let outside = [
+        &b"/demo/.."[..],
+        b"/demo/bin/../..",
+        b"/demo/usr/lib/out",
+        b"/demo/abs",
+        b"/demo/loop",
+    ];
+    for out in outside {
+        assert_eq!(tree.mount(out), Err(Error::Acces), "{out:?}");
+    }
+    assert_eq!(tree.mount(b"/demo/tosu"), Err(Error::NotDir));
+    assert_eq!(tree.mount(b"/demo/bin/su/.."), Err(Error::NotDir));
+    assert_eq!(tree.mount(b"/demo/lib/nope"), Err(Error::NoEnt));
+}
+
 /// An image exported under a path of its own is mounted by that path (and folders inside
 /// it), not by its name; its handles are those it has under its name.
 #[test]
