@@ -187,7 +187,53 @@ pub struct Attr {
 
 pub const ATTR_LEN: usize = 84;
 
+/// FSSTAT3resok's figures after its attributes (RFC 1813 3.3.18): bytes in all, free, and
+/// free to the caller; file slots likewise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FsStat {
+    pub tbytes: u64,
+    pub fbytes: u64,
+    pub abytes: u64,
+    pub tfiles: u64,
+    pub ffiles: u64,
+    pub afiles: u64,
+}
+
+impl FsStat {
+    /// A file system's statvfs figures (`blocks`, `bfree`, `bavail` in units of `frsize`) as
+    /// knfsd's FSSTAT reports them, for a read-only export too: free and available as the
+    /// file system has them, and its free file slots as both free and available.
+    pub fn from_statvfs(
+        frsize: u64,
+        blocks: u64,
+        bfree: u64,
+        bavail: u64,
+        files: u64,
+        ffree: u64,
+    ) -> FsStat {
+        FsStat {
+            tbytes: blocks.saturating_mul(frsize),
+            fbytes: bfree.saturating_mul(frsize),
+            abytes: bavail.saturating_mul(frsize),
+            tfiles: files,
+            ffiles: ffree,
+            afiles: ffree,
+        }
+    }
+}
+
 impl Writer {
+    /// FSSTAT's figures, then invarsec 0 (they may change at any moment), as knfsd writes it.
+    pub fn fsstat(&mut self, s: &FsStat) -> &mut Self {
+        self.u64(s.tbytes)
+            .u64(s.fbytes)
+            .u64(s.abytes)
+            .u64(s.tfiles)
+            .u64(s.ffiles)
+            .u64(s.afiles)
+            .u32(0)
+    }
+
     pub fn attr(&mut self, a: &Attr) -> &mut Self {
         self.words(&[a.ftype, a.mode, a.nlink, a.uid, a.gid])
             .u64(a.size)
@@ -497,6 +543,40 @@ mod tests {
             Ok(Mount::Mnt(b"/x"))
         );
         assert_eq!(mount_args(9, &[]), Err(Refusal::ProcUnavail));
+    }
+
+    #[test]
+    fn fsstat_reports_the_file_system_as_knfsd_does() {
+        // 4 KiB blocks: 1000 in all, 300 free, 250 free to users; 64 inodes, 40 free.
+        let s = FsStat::from_statvfs(4096, 1000, 300, 250, 64, 40);
+        assert_eq!(
+            s,
+            FsStat {
+                tbytes: 4_096_000,
+                fbytes: 1_228_800,
+                abytes: 1_024_000,
+                tfiles: 64,
+                ffiles: 40,
+                afiles: 40,
+            }
+        );
+        assert_eq!(
+            FsStat::from_statvfs(1 << 20, u64::MAX, 0, 0, 0, 0).tbytes,
+            u64::MAX
+        );
+        let mut w = Writer::new();
+        w.fsstat(&s);
+        let words: Vec<u32> = w
+            .buf
+            .chunks(4)
+            .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(
+            words,
+            [
+                0, 4_096_000, 0, 1_228_800, 0, 1_024_000, 0, 64, 0, 40, 0, 40, 0
+            ]
+        );
     }
 
     #[test]

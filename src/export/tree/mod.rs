@@ -25,9 +25,9 @@
 //!
 //! The rooms: `handle.rs` (the handle and its wire form), `lookup.rs` (handles and names to
 //! inodes, MOUNT), `read.rs` (READ, READLINK), `listing.rs` (READDIR(PLUS) listings and their
-//! refresh), `ram.rs` (`store: ram` loading), `attr.rs` (attributes from lstat), `cache.rs`
-//! (the bounded caches), `at.rs` (stats and opens relative to an image's opened root). This
-//! file holds the tuning constants, the status codes and the tree itself.
+//! refresh), `ram.rs` (`store: ram` loading), `attr.rs` (attributes from lstat, FSSTAT),
+//! `cache.rs` (the bounded caches), `at.rs` (stats and opens relative to an image's opened
+//! root). This file holds the tuning constants, the status codes and the tree itself.
 
 mod at;
 mod attr;
@@ -118,6 +118,8 @@ struct ImageTree {
     store_ram: bool,
     /// Set once its load is done; until then it is served from disk.
     loaded: OnceLock<()>,
+    /// `store: ram`: what its load took in, FSSTAT's answer for it (`Tree::fsstat`).
+    held: OnceLock<crate::proto::nfs3::FsStat>,
     /// Its folder was removed (a pruned revision) and its contents dropped from memory.
     dropped: AtomicBool,
     last_walk: Mutex<Option<Instant>>,
@@ -136,6 +138,7 @@ impl ImageTree {
             root,
             store_ram,
             loaded: OnceLock::new(),
+            held: OnceLock::new(),
             dropped: AtomicBool::new(false),
             last_walk: Mutex::new(None),
             dir: Mutex::new(None),

@@ -146,6 +146,45 @@ fn mount_follows_symlinks_inside_the_image() {
     assert_eq!(tree.mount(b"/demo/lib/nope"), Err(Error::NoEnt));
 }
 
+/// FSSTAT: the file system holding an image's folder (its statvfs), a `store: ram` image's
+/// snapshot (its files' bytes and entries, nothing free), nothing for the composite root.
+#[test]
+fn fsstat_reports_the_image_s_file_system_or_what_ram_holds() {
+    let (dir, tree) = fixture();
+    let img = tree.mount(b"/demo").unwrap();
+    let fs = tree.fsstat(&img).unwrap();
+    let path = std::ffi::CString::new(dir.path().as_os_str().as_bytes()).unwrap();
+    let st = crate::sys::fs::statvfs(&path).unwrap();
+    assert_eq!(fs.tbytes, st.f_blocks * st.f_frsize);
+    assert_eq!(fs.tfiles, st.f_files);
+    assert!(fs.tbytes > 4096 && fs.abytes <= fs.fbytes, "{fs:?}");
+    assert_eq!(fs.ffiles, fs.afiles);
+    let bin = walk(&tree, &["demo", "bin"]).unwrap();
+    assert_eq!(tree.fsstat(&bin).unwrap().tbytes, fs.tbytes);
+    assert_eq!(
+        tree.fsstat(&tree.root()),
+        Ok(crate::proto::nfs3::FsStat::default())
+    );
+
+    let (_dir, ram) = fixture_with(true);
+    let img = ram.mount(b"/demo").unwrap();
+    // bin/su and big/f0..f1233 (their numbers as text).
+    let bytes = 10
+        + (0..1234)
+            .map(|i: u64| i.to_string().len() as u64)
+            .sum::<u64>();
+    // Those, the root, bin, big, tmp, the symlink and the fifo.
+    let entries = 1 + 1234 + 6;
+    assert_eq!(
+        ram.fsstat(&img),
+        Ok(crate::proto::nfs3::FsStat {
+            tbytes: bytes,
+            tfiles: entries,
+            ..Default::default()
+        })
+    );
+}
+
 /// An image exported under a path of its own is mounted by that path (and folders inside
 /// it), not by its name; its handles are those it has under its name.
 #[test]
