@@ -41,13 +41,19 @@ use std::time::Duration;
 use std::time::Instant;
 
 /// Transfers at once for the room's clients (addresses that hold a lease of a pool): a room of
-/// a few hundred PCs fits, a flood does not. Per address: firmware fetches one file at a time
-/// (two with EDK2's size probe); the room behind a NAT, or a test rig on loopback, needs more.
-/// The bound keeps one confused or hostile address from taking the whole room's share.
-pub const CLIENTS: Caps = Caps {
-    total: 256,
-    per_address: 32,
-};
+/// a few hundred PCs fits, a flood does not.
+pub const CLIENTS_TOTAL: usize = 256;
+
+/// The room's clients' caps: `CLIENTS_TOTAL` in all, `limits.tftp_per_client` (default 32)
+/// per address. Firmware fetches one file at a time (two with EDK2's size probe); a room
+/// behind a NAT, which arrives from one address, or a test rig on loopback, needs more. The
+/// bound keeps one confused or hostile address from taking the whole room's share.
+pub fn client_caps(limits: &crate::config::Limits) -> Caps {
+    Caps {
+        total: CLIENTS_TOTAL,
+        per_address: limits.tftp_per_client,
+    }
+}
 /// Transfers at once for addresses inside `limits.tftp_clients` that hold no lease: a source
 /// forged to unused addresses of the subnet, or (proxy mode) firmware that asked no lease of
 /// ours on port 4011. They share this pool, and their retransmission interval is
@@ -76,7 +82,8 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
     if !v6 {
         super::local_addr::enable(&socket)?;
     }
-    let slots = Slots::new(metrics.clone(), |m| &m.tftp().slots, CLIENTS, STRANGERS);
+    let clients = client_caps(&config.limits);
+    let slots = Slots::new(metrics.clone(), |m| &m.tftp().slots, clients, STRANGERS);
     let counts = metrics.tftp();
     let transfers = Arc::new(Transfers::start(&shutdown)?);
     let mut buf = vec![0u8; wire::MAX_REQUEST + 1];

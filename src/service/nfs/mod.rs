@@ -22,9 +22,10 @@
 //! when the image says `root_squash`) against the mode bits of what it names: READ needs r
 //! (the owner always may), READDIR(PLUS) r on the folder (the owner always may), LOOKUP x on
 //! the folder, READLINK r on the link (always there on Linux, whose links are 0777, so as
-//! knfsd's no check); ACCESS answers by the same rules. An image with `secure_ports` (the
-//! default) answers MNT and NFS calls only from source ports below 1024. A refusal is
-//! NFS3ERR_ACCES (MNT3ERR_ACCES), counted as refused.
+//! knfsd's no check); ACCESS answers by the mode bits alone, as knfsd's does (no owner
+//! override: the owner of a 0300 file is told it may not read it, though its READ is
+//! answered). An image with `secure_ports` (the default) answers MNT and NFS calls only from
+//! source ports below 1024. A refusal is NFS3ERR_ACCES (MNT3ERR_ACCES), counted as refused.
 //!
 //! Here the exports and the accept loop; `conn` one connection's thread and its calls'
 //! dispatch, `procs` the answers to MOUNT and NFS calls, `send` writing the replies.
