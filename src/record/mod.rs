@@ -367,6 +367,9 @@ impl Writer {
                     if n > 0 {
                         self.apply_console(&mut console_inbox);
                     }
+                    if self.events.len() >= BATCH {
+                        self.commit().await;
+                    }
                 }
                 _ = flush.tick() => {
                     self.settle();
