@@ -539,8 +539,12 @@ impl Timelines {
                 }
                 boot.reads.attach();
                 let revision = crate::image::serve::revision_of(export).map(|id| id.to_string());
+                let floor = match self.roots.get(&mac) {
+                    Some(u) if u.boot == boot.id => u.attached,
+                    _ => boot.start,
+                };
                 self.roots
-                    .insert(mac, RootUse::attach(boot.id, revision, ev.at));
+                    .insert(mac, RootUse::attach(boot.id, revision, ev.at, floor));
                 // Back again (an NBD client that reconnected): it had not gone after all.
                 if boot
                     .gone
