@@ -193,22 +193,54 @@ mod tests {
         .unwrap()
     }
 
-    /// A client of `room` attached `/demo@0000000000a1` over `proto` at 10 s (boot from 0 s).
+    /// Applies `kind` from `who` at `at_s` seconds.
+    fn at(t: &mut Timelines, at_s: f64, who: Who, kind: Kind) {
+        let at = (at_s * S as f64) as i64;
+        t.apply(&Event { at, who, kind });
+    }
+
+    fn discover() -> Kind {
+        Kind::DhcpDiscover {
+            pxe: true,
+            ipxe: false,
+            pool: Some("room".into()),
+            answered: true,
+            arch: None,
+        }
+    }
+
+    fn attach(proto: Proto, revision: &str) -> Kind {
+        Kind::RootAttach {
+            proto,
+            export: format!("/demo@{revision}"),
+        }
+    }
+
+    fn detach(proto: Proto, how: Detach, since_s: f64) -> Kind {
+        Kind::RootDetach {
+            proto,
+            how,
+            since: Some((since_s * S as f64) as i64),
+        }
+    }
+
+    /// A client of `room` that booted at 0 s (its address 10.77.0.1 at 1 s) and attached
+    /// `/demo@0000000000a1` over `proto` at 10 s, on a connection accepted just before.
     fn attached(proto: Proto) -> (Timelines, Mac, Who) {
         let mut t = Timelines::default();
         let mac = Mac([0x52, 0x54, 0, 0x77, 0, 1]);
-        crate::record::timeline::boot_to_attach(&mut t, mac, "room", proto, 0, 10);
-        let ip = Who::Ip(std::net::Ipv4Addr::new(10, 77, 0, 1));
-        let kind = Kind::RootAttach {
-            proto,
-            export: "/demo@0000000000a1".into(),
+        let ip = std::net::Ipv4Addr::new(10, 77, 0, 1);
+        at(&mut t, 0.0, Who::Mac(mac), discover());
+        let ack = Kind::DhcpAck {
+            ip,
+            pxe: true,
+            ipxe: true,
+            pool: "room".into(),
+            link: None,
         };
-        t.apply(&Event {
-            at: 10 * S,
-            who: ip,
-            kind,
-        });
-        (t, mac, ip)
+        at(&mut t, 1.0, Who::Mac(mac), ack);
+        at(&mut t, 10.0, Who::Ip(ip), attach(proto, "0000000000a1"));
+        (t, mac, Who::Ip(ip))
     }
 
     fn revisions(t: &Timelines, now: i64, idle: Option<i64>) -> Vec<String> {
@@ -232,19 +264,8 @@ mod tests {
         );
         assert_eq!(t.current(mac).unwrap().result, BootResult::Failed);
         assert_eq!(revisions(&t, 21 * S, None), ["0000000000a1"]);
-        // A firmware DISCOVER past the script: a new boot in the record.
-        let kind = Kind::DhcpDiscover {
-            pxe: true,
-            ipxe: false,
-            pool: Some("room".into()),
-            answered: true,
-            arch: None,
-        };
-        t.apply(&Event {
-            at: 30 * S,
-            who: Who::Mac(mac),
-            kind,
-        });
+        // A firmware DISCOVER after a failure: a new boot in the record.
+        at(&mut t, 30.0, Who::Mac(mac), discover());
         assert_eq!(t.boots().len(), 2);
         assert_eq!(revisions(&t, 31 * S, None), ["0000000000a1"]);
         // The "N of M need a reboot" view counts it on its revision too.
@@ -256,82 +277,54 @@ mod tests {
         assert_eq!((b[0].clients, b[0].need_reboot), (1, 1));
     }
 
-    /// The server's own sockets end a root's use: an NBD disconnect (even one heard after a
-    /// forged DISCOVER made another boot the newest), a root attach of the next revision.
+    /// The server's own sockets end a root's use: an NBD disconnect of the attaching
+    /// connection (even one heard after a forged DISCOVER made another boot the newest); not
+    /// the end of a connection an NBD reconnect replaced.
     #[test]
-    fn the_servers_sockets_end_a_roots_use() {
+    fn an_nbd_disconnect_ends_a_roots_use_and_an_old_connection_does_not() {
         let (mut t, mac, ip) = attached(Proto::Nbd);
-        let kind = Kind::DhcpDiscover {
-            pxe: true,
-            ipxe: false,
-            pool: Some("room".into()),
-            answered: true,
-            arch: None,
-        };
-        t.apply(&Event {
-            at: 30 * S,
-            who: Who::Mac(mac),
-            kind,
-        });
+        at(&mut t, 30.0, Who::Mac(mac), discover());
         // A read after the forged DISCOVER: still reading.
         let read = Kind::RootRead {
             proto: Proto::Nbd,
             bytes: 4096,
         };
-        t.apply(&Event {
-            at: 31 * S,
-            who: ip,
-            kind: read,
-        });
+        at(&mut t, 31.0, ip, read);
         assert_eq!(revisions(&t, 32 * S, None), ["0000000000a1"]);
-        let kind = Kind::RootDetach {
-            proto: Proto::Nbd,
-            how: Detach::Disconnect,
-            since: Some(10 * S),
-        };
-        t.apply(&Event {
-            at: 40 * S,
-            who: ip,
-            kind,
-        });
+        at(
+            &mut t,
+            40.0,
+            ip,
+            detach(Proto::Nbd, Detach::Disconnect, 9.9),
+        );
         assert!(revisions(&t, 41 * S, None).is_empty());
 
-        // NFS: a closed connection (the kernel closes idle ones) is no end; the next
-        // revision's attach is.
-        let (mut t, _, ip) = attached(Proto::Nfs);
-        let kind = Kind::RootDetach {
-            proto: Proto::Nfs,
-            how: Detach::Closed,
-            since: Some(10 * S),
-        };
-        t.apply(&Event {
-            at: 40 * S,
-            who: ip,
-            kind,
-        });
+        // A reconnect at 20 s; the first connection found lost later says nothing of it.
+        let (mut t, _, ip) = attached(Proto::Nbd);
+        at(&mut t, 20.0, ip, attach(Proto::Nbd, "0000000000a1"));
+        at(&mut t, 300.0, ip, detach(Proto::Nbd, Detach::Lost, 9.9));
+        assert_eq!(revisions(&t, 301 * S, None), ["0000000000a1"]);
+        at(&mut t, 400.0, ip, detach(Proto::Nbd, Detach::Lost, 19.9));
+        assert!(revisions(&t, 401 * S, None).is_empty());
+    }
+
+    /// NFS: a closed connection (the kernel closes idle ones) is no end; a lost one is; the
+    /// client's next boot attaching the next revision is, and the first boot's connection
+    /// lost later says nothing of it.
+    #[test]
+    fn nfs_connections_lost_and_the_next_attach_end_a_roots_use() {
+        let (mut t, mac, ip) = attached(Proto::Nfs);
+        at(&mut t, 40.0, ip, detach(Proto::Nfs, Detach::Closed, 10.5));
         assert_eq!(revisions(&t, 41 * S, None), ["0000000000a1"]);
-        let kind = Kind::RootAttach {
-            proto: Proto::Nfs,
-            export: "/demo@0000000000b2".into(),
-        };
-        t.apply(&Event {
-            at: 50 * S,
-            who: ip,
-            kind,
-        });
-        assert_eq!(revisions(&t, 51 * S, None), ["0000000000b2"]);
-        // A connection of the earlier attach lost now says nothing of the new one.
-        let kind = Kind::RootDetach {
-            proto: Proto::Nfs,
-            how: Detach::Lost,
-            since: Some(10 * S),
-        };
-        t.apply(&Event {
-            at: 60 * S,
-            who: ip,
-            kind,
-        });
-        assert_eq!(revisions(&t, 61 * S, None), ["0000000000b2"]);
+        // Its next boot (a DISCOVER after a long silence) attaches the next revision.
+        at(&mut t, 400.0, Who::Mac(mac), discover());
+        assert_eq!(t.boots().len(), 2);
+        at(&mut t, 410.0, ip, attach(Proto::Nfs, "0000000000b2"));
+        assert_eq!(revisions(&t, 411 * S, None), ["0000000000b2"]);
+        at(&mut t, 420.0, ip, detach(Proto::Nfs, Detach::Lost, 10.5));
+        assert_eq!(revisions(&t, 421 * S, None), ["0000000000b2"]);
+        at(&mut t, 500.0, ip, detach(Proto::Nfs, Detach::Lost, 410.5));
+        assert!(revisions(&t, 501 * S, None).is_empty());
     }
 
     /// `--idle`: a client silent that long no longer holds its revision; any event of it

@@ -110,6 +110,10 @@ pub struct RootUse {
     /// The export's image revision (`EXPORT@ID`), if it names one.
     pub revision: Option<String>,
     pub attached: Micros,
+    /// A root connection accepted before this belonged to an earlier root: the start of the
+    /// attaching boot, or the boot's previous attach (an NBD client's reconnect; a connection
+    /// is accepted a moment before its attach).
+    pub floor: Micros,
     /// The last attach or read.
     pub last: Micros,
     /// A root connection of this attach ended with evidence of the client's going, and no
@@ -118,11 +122,12 @@ pub struct RootUse {
 }
 
 impl RootUse {
-    pub fn attach(boot: u64, revision: Option<String>, at: Micros) -> RootUse {
+    pub fn attach(boot: u64, revision: Option<String>, at: Micros, floor: Micros) -> RootUse {
         RootUse {
             boot,
             revision,
             attached: at,
+            floor,
             last: at,
             ended: None,
         }
@@ -134,10 +139,10 @@ impl RootUse {
         self.ended = None;
     }
 
-    /// A root connection accepted at `since` ended (`how`). A connection older than this
-    /// attach belonged to an earlier root and says nothing of this one.
+    /// A root connection accepted at `since` ended (`how`). A connection older than `floor`
+    /// belonged to an earlier root and says nothing of this one.
     pub fn detach(&mut self, proto: Proto, how: Detach, since: Option<Micros>, at: Micros) {
-        if since.is_some_and(|s| s < self.attached) {
+        if since.is_some_and(|s| s < self.floor) {
             return;
         }
         if GoneEvidence::of_detach(proto, how).is_some() {

@@ -4,7 +4,8 @@
 //! PostgreSQL) in batches. Recording never blocks a boot: the channel is bounded and what does
 //! not fit is counted as dropped. Console lines have a bounded channel of their own
 //! (`CONSOLE_CHANNEL`), so a client flooding its console (each is rate-limited before, by
-//! `service::console`) cannot crowd out the events of the others; the writer takes from both.
+//! `service::console`) cannot crowd out the events of the others; the writer takes from both
+//! and applies what they hold in time order.
 //!
 //! At start the store is replayed into the timelines, so a daemon killed with -9 comes back with
 //! its records, losing at most the events of its last `FLUSH` (half a second) and the console
@@ -354,21 +355,25 @@ impl Writer {
                         self.commit().await;
                         return;
                     }
-                    self.apply(&mut inbox);
+                    while console_inbox.len() < BATCH && let Ok(m) = self.console_rx.try_recv() {
+                        console_inbox.push(m);
+                    }
+                    self.apply(&mut inbox, &mut console_inbox);
                     if self.events.len() >= BATCH {
                         self.commit().await;
                     }
                 }
                 // Closed only with `rx` (the recorders hold both): then the branch above ends.
                 n = self.console_rx.recv_many(&mut console_inbox, BATCH), if !self.console_rx.is_closed() => {
-                    // Events sent before these lines (the DISCOVER of the boot they belong
-                    // to) are applied first.
+                    // With the events already queued, merged by time (`apply`).
                     while inbox.len() < BATCH && let Ok(m) = self.rx.try_recv() {
                         inbox.push(m);
                     }
-                    self.apply(&mut inbox);
-                    if n > 0 {
-                        self.apply_console(&mut console_inbox);
+                    if n > 0 || !inbox.is_empty() {
+                        self.apply(&mut inbox, &mut console_inbox);
+                    }
+                    if self.events.len() >= BATCH {
+                        self.commit().await;
                     }
                 }
                 _ = flush.tick() => {
@@ -383,8 +388,7 @@ impl Writer {
                     // Take what is already queued, then stop.
                     while let Ok(m) = self.rx.try_recv() { inbox.push(m); }
                     while let Ok(m) = self.console_rx.try_recv() { console_inbox.push(m); }
-                    self.apply(&mut inbox);
-                    self.apply_console(&mut console_inbox);
+                    self.apply(&mut inbox, &mut console_inbox);
                     self.commit_consoles().await;
                     self.commit().await;
                     return;
@@ -393,8 +397,10 @@ impl Writer {
         }
     }
 
-    /// Ties events to boots at once (the API sees them before they are committed).
-    fn apply(&mut self, inbox: &mut Vec<Msg>) {
+    /// Ties events and console lines to boots at once (the API sees them before they are
+    /// committed), in the order they happened: the two channels are merged by time, so a
+    /// client's panic line and the DISCOVER after it land as they came.
+    fn apply(&mut self, inbox: &mut Vec<Msg>, console: &mut Vec<ConsoleLines>) {
         let counts = self.metrics.records();
         let mut touched = std::collections::BTreeSet::new();
         let mut t = self
@@ -402,13 +408,35 @@ impl Writer {
             .timelines
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        for m in inbox.drain(..) {
-            let ev = match m {
-                Msg::Egress(s) => {
+        let mut msgs = inbox.drain(..).peekable();
+        let mut lines = console.drain(..).peekable();
+        loop {
+            let line_first = match (msgs.peek(), lines.peek()) {
+                (None, None) => break,
+                (None, Some(_)) => true,
+                (Some(_), None) | (Some(Msg::Egress(_)), Some(_)) => false,
+                (Some(Msg::Event(ev)), Some(c)) => c.at < ev.at,
+            };
+            if line_first {
+                let Some(ConsoleLines { mac, at, lines }) = lines.next() else {
+                    break;
+                };
+                // A few appends, whatever the boot's console holds already.
+                if t.console(mac, at, lines) {
+                    self.consoles.extend(t.current(mac).map(|b| b.id));
+                    touched.insert(mac);
+                } else {
+                    counts.untied.inc();
+                }
+                continue;
+            }
+            let ev = match msgs.next() {
+                Some(Msg::Egress(s)) => {
                     self.egress.push(*s);
                     continue;
                 }
-                Msg::Event(ev) => ev,
+                Some(Msg::Event(ev)) => ev,
+                None => break,
             };
             if !t.apply(&ev) {
                 counts.untied.inc();
@@ -423,27 +451,6 @@ impl Writer {
             }
             touched.extend(t.mac_for(ev.who));
             self.events.push(ev);
-        }
-        self.tell(&t, touched);
-    }
-
-    /// Ties console lines to their clients' newest boots: a few appends each, whatever the
-    /// boot's console holds already (`Timelines::console`).
-    fn apply_console(&mut self, inbox: &mut Vec<ConsoleLines>) {
-        let counts = self.metrics.records();
-        let mut touched = std::collections::BTreeSet::new();
-        let mut t = self
-            .records
-            .timelines
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        for ConsoleLines { mac, at, lines } in inbox.drain(..) {
-            if t.console(mac, at, lines) {
-                self.consoles.extend(t.current(mac).map(|b| b.id));
-                touched.insert(mac);
-            } else {
-                counts.untied.inc();
-            }
         }
         self.tell(&t, touched);
     }
@@ -701,6 +708,37 @@ mod tests {
                 .count()
         });
         assert_eq!(booted, quiet.len());
+    }
+
+    /// Console lines and events come on two channels and are applied in the order they
+    /// happened: a panic line, then the firmware's DISCOVER of the next boot, give a failed
+    /// boot and a new one, whichever channel the writer read first.
+    #[tokio::test]
+    async fn console_lines_and_events_are_applied_in_time_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = server(dir.path(), "forever");
+        let shutdown = Shutdown::new();
+        let (rec, records) = start(&s, &shutdown, &Metrics::default()).await.unwrap();
+        let mac: Mac = "52:54:00:77:00:01".parse().unwrap();
+        let discover = |at| Event {
+            at,
+            who: Who::Mac(mac),
+            kind: Kind::DhcpDiscover {
+                answered: true,
+                pool: None,
+                pxe: true,
+                ipxe: false,
+                arch: None,
+            },
+        };
+        let now = event::now_micros();
+        rec.send(discover(now - 1_000_000));
+        // Sent first, happened after the panic line below.
+        rec.send(discover(now + 10_000_000));
+        rec.console(mac, vec!["Kernel panic - not syncing: no init".into()]);
+        shutdown.stop_and_wait().await;
+        let results = records.read(|t| t.boots().iter().map(|b| b.result).collect::<Vec<_>>());
+        assert_eq!(results, [BootResult::Failed, BootResult::Running]);
     }
 
     #[tokio::test]

@@ -539,8 +539,12 @@ impl Timelines {
                     boot.revision = revision.clone();
                 }
                 boot.reads.attach();
+                let floor = match self.roots.get(&mac) {
+                    Some(u) if u.boot == boot.id => u.attached,
+                    _ => boot.start,
+                };
                 self.roots
-                    .insert(mac, RootUse::attach(boot.id, revision, ev.at));
+                    .insert(mac, RootUse::attach(boot.id, revision, ev.at, floor));
                 // Back again (an NBD client that reconnected): it had not gone after all.
                 if boot
                     .gone
