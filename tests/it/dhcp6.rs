@@ -80,6 +80,30 @@ pub(crate) fn ipv6_link() -> Link {
     link
 }
 
+/// Waits until the client end's link-local address is usable (dhclient needs it), or fails.
+pub(crate) fn wait_for_link_local(link: &Link) {
+    let show = [
+        "-6",
+        "addr",
+        "show",
+        "dev",
+        &link.client_if,
+        "scope",
+        "link",
+    ];
+    let mut seen = String::new();
+    let usable = || {
+        let (_, text, _) = crate::common::run(&mut Link::command(&link.client_ns, "ip", &show), 10);
+        seen = text;
+        seen.contains("inet6 fe80") && !seen.contains("tentative")
+    };
+    let every = Duration::from_millis(100);
+    assert!(
+        crate::common::poll_until(Duration::from_secs(10), every, usable),
+        "no usable link-local address:\n{seen}"
+    );
+}
+
 /// `dhclient -6` as iPXE (user class `iPXE`, asking option 59): the address it bound and the
 /// boot-file URL, with the address put on the client's end.
 pub(crate) fn dhclient6(link: &Link, fx: &Fixture) -> Option<(String, String)> {
@@ -134,31 +158,7 @@ fn ready_for_dhcp6(link: &Link, daemon: &Daemon) {
         daemon.log_text()
     );
 
-    let mut lladdr = String::new();
-    for _ in 0..100 {
-        let (_, text, _) = crate::common::run(
-            &mut Link::command(
-                &link.client_ns,
-                "ip",
-                &[
-                    "-6",
-                    "addr",
-                    "show",
-                    "dev",
-                    &link.client_if,
-                    "scope",
-                    "link",
-                ],
-            ),
-            10,
-        );
-        lladdr = text;
-        if lladdr.contains("inet6 fe80") && !lladdr.contains("tentative") {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert!(lladdr.contains("inet6 fe80"), "{lladdr}");
+    wait_for_link_local(link);
 }
 
 #[test]

@@ -120,19 +120,7 @@ fn client(link: &Link, program: &str, args: &[&str]) -> (bool, String) {
 
 /// The daemon's figure `name{labels}` from /metrics (read in the server's namespace).
 fn metric(link: &Link, name: &str, labels: &str) -> u64 {
-    let (ok, text, err) = run(
-        &mut Link::command(
-            &link.server_ns,
-            "curl",
-            &["-s", &format!("http://{SERVER}:8080/metrics")],
-        ),
-        30,
-    );
-    assert!(ok, "{err}");
-    let series = format!("{name}{{{labels}}} ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&series)?.parse().ok())
-        .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+    link.metric(&format!("{SERVER}:8080"), &format!("{name}{{{labels}}}"))
 }
 
 /// Puts a second address on the server end and one beside it on the client end: a network the
@@ -248,14 +236,26 @@ fn an_nbd_flood_from_strangers_leaves_the_room_its_attaches() {
     });
 }
 
-/// Asks for the kernel on every connection of `conns` and reads nothing: slow downloads.
-fn ask_for_the_kernel(conns: &mut [TcpStream]) {
+/// 64 downloads of the kernel from every address of `hostile` to `to`, never read: the
+/// strangers' pool holds its 64 (downloading, slowly) and every other connection is closed
+/// at once. Returns the connections, for the caller to keep while the honest client asks.
+fn slow_downloads(
+    link: &Link,
+    hostile: &[impl Into<IpAddr> + Copy],
+    to: SocketAddr,
+) -> Vec<TcpStream> {
+    let mut held = connect_all(link, hostile, 64, to);
     let request = b"GET /boot/demo/vmlinuz HTTP/1.1\r\nHost: x\r\n\r\n";
-    let asked = conns
+    let asked = held
         .iter_mut()
         .filter_map(|c| std::io::Write::write_all(c, request).ok())
         .count();
     assert!(asked > 0);
+    let total = held.len();
+    let ended = closed(&mut held, Duration::from_secs(3));
+    let strangers = bootpool::service::http::STRANGERS.total;
+    assert!(ended >= total - strangers, "{ended} of {total} closed");
+    held
 }
 
 /// A TFTP read request for `file` in `mode`, sent from `from` in the client's namespace; the
@@ -334,14 +334,8 @@ fn slow_http_downloads_from_many_unleased_addresses_leave_the_room_its_boot_file
     let http: SocketAddr = format!("{SERVER}:8080").parse().unwrap();
     // 17 addresses with no lease, each opening 64 downloads of the kernel and reading nothing.
     let hostile = strangers(&link, 50, 17);
-    let mut held = connect_all(&link, &hostile, 64, http);
-    ask_for_the_kernel(&mut held);
-    // The strangers' 64 connections are held (downloading, slowly); every other is closed at
-    // once. (/metrics cannot be read now: the server's own address is a stranger too.)
-    let total = held.len();
-    let ended = closed(&mut held, Duration::from_secs(3));
-    let strangers = bootpool::service::http::STRANGERS.total;
-    assert!(ended >= total - strangers, "{ended} of {total} closed");
+    // (/metrics cannot be read meanwhile: the server's own address is a stranger too.)
+    let held = slow_downloads(&link, &hostile, http);
     // The client with a lease gets its script and its kernel meanwhile.
     let (ok, said) = client(
         &link,
@@ -389,25 +383,7 @@ fn slow_http_downloads_from_many_addresses_of_the_advertised_prefix_leave_an_ipv
     let _daemon = Daemon::start(&link, &fx, 5);
     // A client of the pool bound over DHCPv6, as UEFI HTTP boot over IPv6 does, once its
     // link-local address is usable.
-    let lladdr = || {
-        let show = [
-            "-6",
-            "addr",
-            "show",
-            "dev",
-            &link.client_if,
-            "scope",
-            "link",
-        ];
-        let (_, text, _) = run(&mut Link::command(&link.client_ns, "ip", &show), 10);
-        text.contains("inet6 fe80") && !text.contains("tentative")
-    };
-    let every = Duration::from_millis(100);
-    assert!(crate::common::poll_until(
-        Duration::from_secs(10),
-        every,
-        lladdr
-    ));
+    crate::dhcp6::wait_for_link_local(&link);
     let (honest, _) = crate::dhcp6::dhclient6(&link, &fx).expect("a DHCPv6 binding");
     // 17 addresses of the /64 bootpool advertises, with no binding: 64 slow downloads each.
     let hostile: Vec<IpAddr> = (0x20..0x31)
@@ -428,12 +404,7 @@ fn slow_http_downloads_from_many_addresses_of_the_advertised_prefix_leave_an_ipv
         })
         .collect();
     let to = SocketAddr::new(SERVER6.parse().unwrap(), 8080);
-    let mut held = connect_all(&link, &hostile, 64, to);
-    ask_for_the_kernel(&mut held);
-    let total = held.len();
-    let ended = closed(&mut held, Duration::from_secs(3));
-    let strangers = bootpool::service::http::STRANGERS.total;
-    assert!(ended >= total - strangers, "{ended} of {total} closed");
+    let held = slow_downloads(&link, &hostile, to);
     // The bound client fetches its kernel over IPv6 from its own address meanwhile.
     let (ok, said) = client(
         &link,

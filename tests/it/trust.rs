@@ -73,19 +73,10 @@ fn report_booted(link: &Link, body: &str) -> String {
 
 /// The daemon's counter `name` for `service` from /metrics (read in the server namespace).
 fn metric(link: &Link, name: &str, service: &str) -> u64 {
-    let (ok, text, err) = run(
-        &mut Link::command(
-            &link.server_ns,
-            "curl",
-            &["-s", &format!("http://{SERVER}:8080/metrics")],
-        ),
-        30,
-    );
-    assert!(ok, "{err}");
-    text.lines()
-        .find(|l| l.starts_with(name) && l.contains(&format!("service=\"{service}\"")))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} for {service} in:\n{text}"))
+    link.metric(
+        &format!("{SERVER}:8080"),
+        &format!("{name}{{service=\"{service}\"}}"),
+    )
 }
 
 /// A DHCP REQUEST from `mac` for `ip`, as a forger broadcasts it: with our server identifier

@@ -295,6 +295,20 @@ impl Link {
         .unwrap()
     }
 
+    /// The figure of the series `series` (`name{labels}`, labels as served) on the /metrics
+    /// page at `http` (`ADDR:PORT`), read from the server's namespace.
+    pub fn metric(&self, http: &str, series: &str) -> u64 {
+        let url = format!("http://{http}/metrics");
+        let (ok, text, err) = super::run(
+            &mut Link::command(&self.server_ns, "curl", &["-s", &url]),
+            30,
+        );
+        assert!(ok, "{err}");
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in:\n{text}"))
+    }
+
     /// A command that runs `program args` inside the server or client namespace.
     pub fn command(ns: &str, program: &str, args: &[&str]) -> Command {
         let mut c = Command::new("ip");
