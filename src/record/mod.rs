@@ -480,20 +480,8 @@ impl Writer {
             .timelines
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        let now = event::now_micros();
-        let settled = t.settle(now);
-        if settled.is_empty() || self.records.changes.receiver_count() == 0 {
-            return;
-        }
-        let waves = wave::Membership::of(t.boots());
-        for mac in settled {
-            if let Some(b) = t.current(mac) {
-                let _ =
-                    self.records
-                        .changes
-                        .send(view::BootView::in_wave(b, waves.wave(b.id), now));
-            }
-        }
+        let settled = t.settle(event::now_micros());
+        self.tell(&t, settled.into_iter().collect());
     }
 
     /// Commits what is pending in one transaction; on failure keeps it for the next try.
