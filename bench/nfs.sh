@@ -116,9 +116,13 @@ ip -n "$NS" link set lo up
 # with loopback only: give it one address (traffic to it still goes over lo).
 ip -n "$NS" link add bench0 type veth peer name bench1
 ip -n "$NS" addr add 10.78.0.1/24 dev bench0
+# bootpool's own address: it serves roots only on the server's addresses. The client (at
+# 10.78.0.1) reaches it over lo, as it reaches ganesha at 10.78.0.1.
+ip -n "$NS" addr add 10.78.0.2/24 dev bench0
 ip -n "$NS" link set bench0 up
 ip -n "$NS" link set bench1 up
 SRV=10.78.0.1
+BP_SRV=10.78.0.2
 nsexec() { ip netns exec "$NS" "$@"; }
 wait_port() { # port
     for _ in $(seq 100); do
@@ -130,11 +134,11 @@ wait_port() { # port
 
 BP_PORT=20490
 # The benchmark client is $SRV, listed below with that fixed ip so the export lets it in; a
-# client's ip may not be the server's own, so the config names another address of the subnet
-# as the server's (only DHCP and boot scripts hand it out; NFS listens on every address).
+# client's ip may not be the server's own, so the server is at another address of the subnet,
+# $BP_SRV (NFS answers only connections made to the server's addresses).
 cat > "$WORK/pools.yaml" <<EOF
 server:
-  address: 10.78.0.2
+  address: $BP_SRV
   http: 127.0.0.1:0
   state_dir: $WORK/var
   loaders: $DATA/loaders
@@ -218,8 +222,8 @@ fi
 
 url() { # server
     case "$1" in
-        bootpool) echo "nfs://$SRV/bench?nfsport=$BP_PORT&mountport=$BP_PORT&version=3" ;;
-        bootpool-ram) echo "nfs://$SRV/bench?nfsport=$BP_RAM_PORT&mountport=$BP_RAM_PORT&version=3" ;;
+        bootpool) echo "nfs://$BP_SRV/bench?nfsport=$BP_PORT&mountport=$BP_PORT&version=3" ;;
+        bootpool-ram) echo "nfs://$BP_SRV/bench?nfsport=$BP_RAM_PORT&mountport=$BP_RAM_PORT&version=3" ;;
         ganesha) echo "nfs://$SRV/bench?nfsport=2049&mountport=20048&version=3" ;;
     esac
 }

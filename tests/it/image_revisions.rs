@@ -336,7 +336,25 @@ async fn a_forged_panic_line_or_discover_does_not_get_a_mounted_revision_pruned(
     let r2 = import(&fx, 2);
     store::activate(&fx.image_dir(), &r2).unwrap();
 
-    // The forger: a panic line with the client's source address...
+    let boots = || {
+        let v: serde_json::Value =
+            serde_json::from_slice(&curl(&format!("{base}/api/v1/boots?mac={MAC}")))
+                .unwrap_or_default();
+        v
+    };
+    // Polls the client's boots until `want` holds of them; the last seen, and whether it did.
+    let until = |want: &dyn Fn(&[serde_json::Value]) -> bool| {
+        let mut seen = serde_json::Value::Null;
+        for _ in 0..100 {
+            seen = boots();
+            if seen.as_array().is_some_and(|a| want(a)) {
+                return (seen, true);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        (seen, false)
+    };
+    // The forger: a panic line with the client's source address (recorded: its boot fails)...
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let console = b.console.expect("the console port");
     udp.send_to(
@@ -344,7 +362,12 @@ async fn a_forged_panic_line_or_discover_does_not_get_a_mounted_revision_pruned(
         ("127.0.0.1", console.port()),
     )
     .unwrap();
-    // ...and a PXE firmware's DISCOVER with its MAC.
+    let failed = |a: &[serde_json::Value]| a.iter().any(|b| b["result"] == "failed");
+    let (seen, ok) = tokio::task::block_in_place(|| until(&failed));
+    assert!(ok, "the forged panic was not recorded: {seen}");
+    // ...then a PXE firmware's DISCOVER with its MAC (recorded: a new boot starts). One after
+    // the other: a DISCOVER heard before the panic belongs to the boot under way, which has
+    // fetched no boot file yet, and starts none.
     let mac: bootpool::config::Mac = MAC.parse().unwrap();
     let mut discover = vec![0u8; 236];
     discover[..3].copy_from_slice(&[1, 1, 6]);
@@ -355,25 +378,9 @@ async fn a_forged_panic_line_or_discover_does_not_get_a_mounted_revision_pruned(
     discover.push(255);
     udp.send_to(&discover, ("127.0.0.1", b.dhcp.port()))
         .unwrap();
-    let boots = || {
-        let v: serde_json::Value =
-            serde_json::from_slice(&curl(&format!("{base}/api/v1/boots?mac={MAC}")))
-                .unwrap_or_default();
-        v
-    };
-    let mut seen = serde_json::Value::Null;
-    let mut forged = false;
-    for _ in 0..100 {
-        seen = boots();
-        forged = seen
-            .as_array()
-            .is_some_and(|a| a.len() == 2 && a.iter().any(|b| b["result"] == "failed"));
-        if forged {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert!(forged, "the forgeries were not recorded: {seen}");
+    let two = |a: &[serde_json::Value]| a.len() == 2 && failed(a);
+    let (seen, forged) = tokio::task::block_in_place(|| until(&two));
+    assert!(forged, "the forged DISCOVER was not recorded: {seen}");
 
     // prune keeps r1 once the store has the attach (poll: it commits within a second; before,
     // prune cannot know of it), then prunes for real and still keeps it.
