@@ -82,6 +82,35 @@ fn proto_imports_no_tokio_files_or_sockets() {
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
+/// Boot policy is plain data in and out: `boot/` opens no file, asks the disk nothing and
+/// reads no image's revisions itself; its callers resolve what a boot is served
+/// (`image::serve::for_boot`) and hand it in.
+#[test]
+fn boot_reads_no_disk() {
+    let root = src().join("boot");
+    let mut bad = Vec::new();
+    for path in sources(&root) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = code_of(line);
+            for banned in [
+                "std::fs",
+                "tokio",
+                "crate::image",
+                ".exists()",
+                ".is_file()",
+                ".is_dir()",
+                "metadata(",
+            ] {
+                if code.contains(banned) {
+                    bad.push(format!("{}:{}: uses `{banned}`", path.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
 /// `line` without its `//` comment and the insides of its string literals (a plain scan: a
 /// `//` inside a string ends the line early, which can only hide code, never invent it).
 fn code_of(line: &str) -> String {

@@ -5,6 +5,8 @@
 //! revision's). `@` and `~` are in no configured name, so a name says which it is.
 
 use super::Image;
+use serde::{Deserialize, Serialize};
+use std::fmt;
 
 /// The folder of an image's revisions, `revs/ID/`, on disk and in its boot files' names.
 pub const REVS: &str = "revs";
@@ -16,6 +18,80 @@ pub fn is_id(s: &str) -> bool {
     s.len() == 12
         && s.bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A revision's id, checked (`is_id`); written as the id itself.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Rev(String);
+
+impl Rev {
+    /// `id` as a revision's id, if it is one.
+    pub fn new(id: &str) -> Option<Rev> {
+        is_id(id).then(|| Rev(id.to_string()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Rev {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<Rev> for String {
+    fn from(r: Rev) -> String {
+        r.0
+    }
+}
+
+/// A root export's name as a client asked for it (an NFS MOUNT path, an NBD export name),
+/// read once where it arrives: the revision it carries comes with it, typed. Stored and
+/// sent as the name itself, so records written before read the same.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub struct ExportName {
+    name: String,
+    rev: Option<Rev>,
+}
+
+impl ExportName {
+    pub fn as_str(&self) -> &str {
+        &self.name
+    }
+
+    /// The revision the name carries (`EXPORT@ID`, `NAME@ID~zstd`), if any.
+    pub fn rev(&self) -> Option<&Rev> {
+        self.rev.as_ref()
+    }
+}
+
+impl From<String> for ExportName {
+    fn from(name: String) -> ExportName {
+        let rev = revision_of(&name).and_then(Rev::new);
+        ExportName { name, rev }
+    }
+}
+
+impl From<&str> for ExportName {
+    fn from(name: &str) -> ExportName {
+        ExportName::from(name.to_string())
+    }
+}
+
+impl From<ExportName> for String {
+    fn from(e: ExportName) -> String {
+        e.name
+    }
+}
+
+impl fmt::Display for ExportName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name)
+    }
 }
 
 /// `image` as its revision `id`: every file inside `revs/ID/`, every export name `...@ID`.
@@ -79,5 +155,16 @@ mod tests {
         assert_eq!(base("demo"), "demo");
         assert_eq!(revision_of("demo@0123456789ab~zstd"), Some("0123456789ab"));
         assert_eq!(wire_copy("demo@0123456789ab"), "demo@0123456789ab~zstd");
+    }
+
+    #[test]
+    fn an_export_name_carries_its_revision_typed_and_is_stored_as_the_name() {
+        let e = ExportName::from("/demo@0123456789ab");
+        assert_eq!(e.rev().map(Rev::as_str), Some("0123456789ab"));
+        assert_eq!(ExportName::from("demo").rev(), None);
+        assert_eq!(Rev::new("0123456789AB"), None);
+        let json = serde_json::to_string(&e).unwrap();
+        assert_eq!(json, "\"/demo@0123456789ab\"");
+        assert_eq!(serde_json::from_str::<ExportName>(&json).unwrap(), e);
     }
 }

@@ -40,7 +40,7 @@ pub fn running(config: &Config, boots: &[Boot], now: Micros, idle: Option<Micros
             Some(Running {
                 mac: b.mac.to_string(),
                 image,
-                revision: b.revision.clone()?,
+                revision: b.revision.clone()?.into(),
                 boot: b.id,
             })
         })

@@ -12,6 +12,7 @@ use super::console::Console;
 use super::end::{Evidence, Gone, GoneEvidence, Inferred, RootReads};
 use super::event::{Event, FileKind, Kind, Micros, Outcome, Proto};
 use crate::config::Mac;
+use crate::config::names::Rev;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -123,8 +124,8 @@ pub struct Boot {
     pub inferred: Option<Inferred>,
     /// When and why its client was seen to go (powered off, restarted).
     pub gone: Option<Gone>,
-    /// The image revision its root export named (`EXPORT@ID`, `image::serve`), if any.
-    pub revision: Option<String>,
+    /// The image revision its root export named (`EXPORT@ID`, `config::names`), if any.
+    pub revision: Option<Rev>,
     marks: Marks,
     reads: RootReads,
 }
@@ -518,8 +519,8 @@ impl Timelines {
             Kind::RootAttach { proto, export } => {
                 m.attach.get_or_insert(ev.at);
                 boot.root = Some(*proto);
-                if let Some(id) = crate::config::names::revision_of(export) {
-                    boot.revision = Some(id.to_string());
+                if let Some(rev) = export.rev() {
+                    boot.revision = Some(rev.clone());
                 }
                 boot.reads.attach();
                 // Back again (an NBD client that reconnected): it had not gone after all.

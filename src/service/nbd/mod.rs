@@ -302,7 +302,7 @@ impl Conn {
                 who,
                 Kind::RootAttach {
                     proto: Proto::Nbd,
-                    export: export.clone(),
+                    export: export.clone().into(),
                 },
             );
         }
