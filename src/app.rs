@@ -299,9 +299,11 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     }
     let config = Arc::new(config);
     // Which interface holds each of server.links, and each link's pacer.
-    let links = Arc::new(service::links::Links::start(&config, &metrics, &shutdown)?);
+    let links = Arc::new(crate::steer::links::Links::start(
+        &config, &metrics, &shutdown,
+    )?);
     // Which server link each client boots from.
-    let placement = Arc::new(service::placement::Placement::new(
+    let placement = Arc::new(crate::steer::placement::Placement::new(
         &config,
         Some(records.clone()),
         links.specs(),

@@ -1,5 +1,5 @@
 //! The generated iPXE script and kernel command line for one client. `link` is the server
-//! address the client was given for its whole boot (one of `server.links`, `boot::links`):
+//! address the client was given for its whole boot (one of `server.links`, `steer::choice`):
 //! every URL and the root argument name it. `image` is the image this boot is served, which
 //! the caller resolved (`image::serve::for_boot`: the revision active when the script is made,
 //! with its root's wire copy once that is made): its kernel, initrd and root names all carry

@@ -322,7 +322,7 @@ impl Timelines {
     /// means the machine restarted, as does any DISCOVER after a long silence (a boot that
     /// died early, then a power-on); iPXE chainloaded by a PXE firmware, and the initrd's own
     /// DHCP (no PXE class), belong to the boot under way. The records and the choice of a
-    /// client's server link (`service::placement`) both ask this.
+    /// client's server link (`steer::placement`) both ask this.
     pub fn discover_starts_boot(&self, mac: Mac, pxe: bool, at: Micros) -> bool {
         match self.current.get(&mac) {
             None => true,
