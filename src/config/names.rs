@@ -94,6 +94,24 @@ impl fmt::Display for ExportName {
     }
 }
 
+/// `name` (an image, an export) as its revision `id`: `NAME@ID`.
+pub fn at_revision(name: &str, id: &str) -> String {
+    format!("{name}@{id}")
+}
+
+/// An NBD export name `NAME@ID` as `(NAME, ID)`, if it names a revision.
+pub fn split_nbd(name: &str) -> Option<(&str, &str)> {
+    let (export, id) = name.rsplit_once('@')?;
+    is_id(id).then_some((export, id))
+}
+
+/// A MOUNT path `EXPORT@ID[/PATH]` as `(EXPORT, ID)`, if it names a revision.
+pub fn split_nfs(path: &str) -> Option<(&str, &str)> {
+    let (export, rest) = path.rsplit_once('@')?;
+    let id = rest.split('/').next()?;
+    is_id(id).then_some((export, id))
+}
+
 /// `image` as its revision `id`: every file inside `revs/ID/`, every export name `...@ID`.
 /// Its name stays the image's (the root access rule and the URLs' `IMAGE/` go by it).
 pub fn revision(image: &Image, id: &str) -> Image {
@@ -103,8 +121,8 @@ pub fn revision(image: &Image, id: &str) -> Image {
     r.initrd_name = inside(&image.initrd_name);
     r.root_tree_name = inside(&image.root_tree_name);
     r.root_image_name = inside(&image.root_image_name);
-    r.nfs_export = format!("{}@{id}", image.nfs_export);
-    r.nbd_export = format!("{}@{id}", image.nbd_export);
+    r.nfs_export = at_revision(&image.nfs_export, id);
+    r.nbd_export = at_revision(&image.nbd_export, id);
     r
 }
 
@@ -155,6 +173,17 @@ mod tests {
         assert_eq!(base("demo"), "demo");
         assert_eq!(revision_of("demo@0123456789ab~zstd"), Some("0123456789ab"));
         assert_eq!(wire_copy("demo@0123456789ab"), "demo@0123456789ab~zstd");
+        assert_eq!(at_revision("demo", "0123456789ab"), "demo@0123456789ab");
+        assert_eq!(
+            split_nbd("demo@0123456789ab"),
+            Some(("demo", "0123456789ab"))
+        );
+        assert_eq!(split_nbd("demo@0123456789ab~zstd"), None);
+        assert_eq!(
+            split_nfs("/srv/demo@0123456789ab/etc"),
+            Some(("/srv/demo", "0123456789ab"))
+        );
+        assert_eq!(split_nfs("/srv/demo@x/etc"), None);
     }
 
     #[test]
