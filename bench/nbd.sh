@@ -3,7 +3,7 @@
 #
 # Every server exports the same image file read-only on 127.0.0.1; the same clients measure
 # them with rounds interleaved (round 1: all servers, round 2: all servers, ...) and the
-# medians are compared. Writes the `## NBD` section of BENCHMARKS.md.
+# medians are compared. Writes the `## NBD` section of BENCHMARKS.md (its current table).
 set -euo pipefail
 
 usage() {
@@ -24,7 +24,8 @@ measures with the same clients, rounds interleaved:
   memory    PSS growth of the server's processes per idle client, after N connections
             finished their handshake (KiB, lower is better)
 Prints a table of medians with each server's ratio to the best peer, and replaces the
-`## NBD` section of BENCHMARKS.md (or --out FILE).
+`## NBD` section of BENCHMARKS.md in its place (or --out FILE); the run it replaces
+belongs in docs/bench-history.md.
 
   --rounds N     rounds per measurement (default 5)
   --size MIB     image size (default 1024)
@@ -330,7 +331,13 @@ set size (PSS) of the server's processes divided by the number of idle clients
 {table}
 """
 text = open(out).read() if os.path.exists(out) else "# Benchmarks\n\nEach section is written by its script in bench/.\n"
-text = re.sub(r"\n## NBD\n.*?(?=\n## |\Z)", "\n", text, flags=re.S).rstrip("\n") + "\n\n" + section
+# The section in its place (BENCHMARKS.md opens with one current table per workload; the
+# dated runs are in docs/bench-history.md), or at the end of a file that has none.
+old = re.compile(r"\n## NBD\n.*?(?=\n## |\Z)", flags=re.S)
+if old.search(text):
+    text = old.sub(lambda _: "\n" + section, text, count=1)
+else:
+    text = text.rstrip("\n") + "\n\n" + section
 open(out, "w").write(text)
 print(f"wrote {out}", file=sys.stderr)
 EOF

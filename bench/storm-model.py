@@ -32,10 +32,10 @@ What it leaves out: TCP (slow start, losses, a pacer's 50 ms rounds and its head
 server's own time per request, the clients' jitter. A policy here knows what every client
 wants each step; bootpool's pacer knows what each connection did in its last round, so only
 smooth weightings carry over: sharp priorities that win here (roots strictly first) starve
-the real room (BENCHMARKS.md, "Storm", session 22). Identical clients under `fair` stay in
+the real room (docs/bench-history.md, "Storm", session 22). Identical clients under `fair` stay in
 lock-step, which a real room does not; so the model says little about the reference stack,
 and is meant to compare schedules with each other. Against the storm on this machine
-(BENCHMARKS.md, "Storm", session 21): one client 14.7 s (the storm: 14.7 s); 40 clients under
+(docs/bench-history.md, "Storm", session 21): one client 14.7 s (the storm: 14.7 s); 40 clients under
 bootpool's weights 22.1 s (the storm: 22.6-22.9 s), with roots weighed 1 to 21 21.8 s (22.4 s):
 the storm's real TCP and pacer lose 0.6-0.8 s that the model does not. NFS, 40 clients:
 bootpool's weights 37.8 s (the storm: 37.0-37.1 s), roots weighed 1 to 21 39.0 s (37.7-37.9 s),

@@ -285,7 +285,7 @@ fn report(
         {
             use bootpool::image::usage;
             let now = bootpool::record::event::now_micros();
-            let running = usage::running(&config, t.boots(), now, None);
+            let running = usage::running(&config, &t, now, None);
             for b in usage::behind(&running, &usage::active_revisions(&config)) {
                 text.push_str(&b.sentence());
                 text.push('\n');

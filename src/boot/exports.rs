@@ -4,7 +4,7 @@
 //! no out.
 
 use crate::config::{Config, Mac, RootProto};
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// A server on a loopback address is a test or a probe on its own host, and `ip` one of its
 /// loopback clients: trusted without a lease (by the root rule and the API alike).
@@ -29,6 +29,56 @@ pub fn root_allowed(
     holder
         .and_then(|mac| config.member(mac))
         .is_some_and(|m| m.pool.root == root && m.pool.images().iter().any(|i| i.name == image))
+}
+
+/// Whom a service is for: the pools that boot over one root protocol (NFS, NBD), or every
+/// pool (TFTP, HTTP: loaders, boot files and scripts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServesFor {
+    Root(RootProto),
+    AnyPool,
+}
+
+/// Whether the address `ip`, held by `holder` (if anyone holds it), is a client of a service
+/// that serves `serves`: a loopback client of a loopback test server, or the holder of a lease
+/// (or proxy binding, or fixed address) of a pool the service is for. Everyone else is a
+/// stranger, who gets no lasting slot of the service (`service::bounds::Slots`).
+pub fn is_client(config: &Config, serves: ServesFor, ip: IpAddr, holder: Option<Mac>) -> bool {
+    let loopback = match ip {
+        IpAddr::V4(v4) => v4.is_loopback(),
+        IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    };
+    if loopback && config.server.address.is_loopback() {
+        return true;
+    }
+    let Some(member) = holder.and_then(|mac| config.member(mac)) else {
+        return false;
+    };
+    match serves {
+        ServesFor::AnyPool => true,
+        ServesFor::Root(root) => member.pool.root == root,
+    }
+}
+
+/// Whether a root connection (NFS, NBD) reached the server on one of its links: `local`, the
+/// address it was made to, is `server.address`, another of `server.links` or
+/// `server.address6`. Roots are served to the rooms on those links, never through an address
+/// of the campus side. A loopback address is reached only from the server's own host; who
+/// may use a root through it is `is_client`'s answer, as for everyone (a local user of a
+/// production server is a stranger).
+pub fn on_a_link(config: &Config, local: IpAddr) -> bool {
+    let s = &config.server;
+    let v4 = match local {
+        IpAddr::V4(v4) => Some(v4),
+        IpAddr::V6(v6) => v6.to_ipv4_mapped(),
+    };
+    match (v4, local) {
+        (Some(v4), _) => v4 == s.address || s.links.contains(&v4) || v4.is_loopback(),
+        (None, IpAddr::V6(v6)) => s.address6 == Some(v6) || v6.is_loopback(),
+        (None, IpAddr::V4(_)) => false,
+    }
 }
 
 #[cfg(test)]
@@ -108,5 +158,48 @@ pools:
             Ipv4Addr::LOCALHOST,
             None
         ));
+    }
+
+    #[test]
+    fn clients_of_a_service_hold_a_lease_of_a_pool_it_is_for() {
+        let c = config("10.0.0.1");
+        let ip: IpAddr = "10.0.0.120".parse().unwrap();
+        let mac = |s: &str| Some(s.parse::<Mac>().unwrap());
+        let nfs = ServesFor::Root(RootProto::Nfs);
+        let nbd = ServesFor::Root(RootProto::Nbd);
+        assert!(is_client(&c, nfs, ip, mac("52:54:00:00:00:05")));
+        assert!(!is_client(&c, nbd, ip, mac("52:54:00:00:00:05")));
+        assert!(is_client(&c, nbd, ip, mac("52:54:00:00:02:05")));
+        assert!(is_client(
+            &c,
+            ServesFor::AnyPool,
+            ip,
+            mac("52:54:00:00:02:05")
+        ));
+        // No lease, or a MAC no pool lists: a stranger to every service.
+        assert!(!is_client(&c, ServesFor::AnyPool, ip, None));
+        assert!(!is_client(
+            &c,
+            ServesFor::AnyPool,
+            ip,
+            mac("52:54:00:99:00:05")
+        ));
+        // Loopback only when the server is on loopback, IPv4-mapped too.
+        let lo: IpAddr = "::ffff:127.0.0.1".parse().unwrap();
+        assert!(!is_client(&c, nfs, lo, None));
+        assert!(is_client(&config_in("127.0.0.1", "127.0.0"), nfs, lo, None));
+    }
+
+    #[test]
+    fn roots_are_reached_only_on_the_servers_own_addresses() {
+        let c = config("10.0.0.1");
+        assert!(on_a_link(&c, "10.0.0.1".parse().unwrap()));
+        assert!(on_a_link(&c, "::ffff:10.0.0.1".parse().unwrap()));
+        // The campus side.
+        assert!(!on_a_link(&c, "192.0.2.7".parse().unwrap()));
+        assert!(!on_a_link(&c, "10.0.0.2".parse().unwrap()));
+        // Loopback: only the server's own host reaches it.
+        assert!(on_a_link(&c, "127.0.0.1".parse().unwrap()));
+        assert!(on_a_link(&c, "::1".parse().unwrap()));
     }
 }

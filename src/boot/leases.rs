@@ -18,6 +18,13 @@ use std::net::Ipv4Addr;
 
 /// How long an address that a client declined (found in use) stays out of the pool.
 pub const DECLINE_QUARANTINE_S: u64 = 600;
+/// How long after the ACK that bound an address (SELECTING, INIT-REBOOT) its client may
+/// decline it. RFC 2131 (3.1.5, 4.4.1) has the client check the address (ARP) right after
+/// that ACK and send DHCPDECLINE from 0.0.0.0 if another host answers; RFC 5227's probes
+/// take under 10 s. A DECLINE carries nothing only the client could send (its source is
+/// 0.0.0.0, its MAC and option 50 anyone on the segment can copy), so one heard later, or
+/// after a mere renewal, is taken for a forgery and changes nothing.
+pub const DECLINE_WINDOW_S: u64 = 30;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -75,6 +82,11 @@ pub struct Leases {
     reserved_ips: BTreeMap<Ipv4Addr, Mac>,
     /// Address -> end of its quarantine.
     declined: BTreeMap<Ipv4Addr, u64>,
+    /// Who declined each quarantined address (in memory only): that client renewing the
+    /// address from the address itself takes it back (`reclaim`).
+    declined_by: BTreeMap<Ipv4Addr, Mac>,
+    /// The ACKs that bound an address afresh and when: the DECLINE window (in memory only).
+    fresh_acks: BTreeMap<Mac, (Ipv4Addr, u64)>,
     /// A proxy's table: it learns bindings (`observe`) instead of giving addresses.
     learning: bool,
     /// Every address of the range below this one has been used (or is reserved or declined):
@@ -391,16 +403,40 @@ impl Leases {
         }
     }
 
-    /// A DHCPDECLINE: someone else answers on `ip`; keep it out of the pool for a while.
+    /// Notes that an ACK bound `ip` to `mac` afresh (SELECTING or INIT-REBOOT, not a
+    /// renewal): the client may decline it for `DECLINE_WINDOW_S`.
+    pub fn acked_fresh(&mut self, mac: Mac, ip: Ipv4Addr, now: u64) {
+        self.fresh_acks.insert(mac, (ip, now));
+    }
+
+    /// A DHCPDECLINE: someone else answers on `ip`; keep it out of the pool for a while. Only
+    /// for the address `mac` holds, within `DECLINE_WINDOW_S` of the ACK that bound it;
+    /// anything else changes nothing (false).
     pub fn decline(&mut self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
-        if self.leases.get(&mac).is_some_and(|l| l.ip == ip) {
-            self.leases.remove(&mac);
-            self.forget_ip(ip);
-            self.declined.insert(ip, now + DECLINE_QUARANTINE_S);
-            true
-        } else {
-            false
+        let in_window = self
+            .fresh_acks
+            .get(&mac)
+            .is_some_and(|&(acked, at)| acked == ip && now <= at + DECLINE_WINDOW_S);
+        if !in_window || self.leases.get(&mac).is_none_or(|l| l.ip != ip) {
+            return false;
         }
+        self.fresh_acks.remove(&mac);
+        self.leases.remove(&mac);
+        self.forget_ip(ip);
+        self.declined.insert(ip, now + DECLINE_QUARANTINE_S);
+        self.declined_by.insert(ip, mac);
+        true
+    }
+
+    /// `mac` renews `ip` from `ip` itself after declining it: it uses the address after all
+    /// (a DECLINE in its name was forged), so the quarantine ends and the renewal may be
+    /// granted. Returns whether it did.
+    pub fn reclaim(&mut self, mac: Mac, ip: Ipv4Addr) -> bool {
+        if self.declined_by.get(&ip) != Some(&mac) {
+            return false;
+        }
+        self.declined_by.remove(&ip);
+        self.declined.remove(&ip).is_some()
     }
 
     /// The client chose another server's offer: let ours go.
@@ -423,6 +459,10 @@ impl Leases {
             }
         }
         self.declined.retain(|_, until| *until > now);
+        let declined = &self.declined;
+        self.declined_by.retain(|ip, _| declined.contains_key(ip));
+        self.fresh_acks
+            .retain(|_, (_, at)| now <= *at + DECLINE_WINDOW_S);
     }
 
     /// The persisted form.
@@ -739,6 +779,7 @@ mod tests {
         let mut t = table();
         let a = t.offer(mac(10), None, 0, 60).unwrap();
         t.ack(mac(10), a, 0, 100).unwrap();
+        t.acked_fresh(mac(10), a, 0);
         assert!(t.decline(mac(10), a, 5));
         assert_ne!(t.offer(mac(10), None, 6, 60), Some(a));
         assert_eq!(t.ack(mac(11), a, 6, 100), Err(Refusal::Declined(a)));
@@ -812,7 +853,9 @@ mod tests {
                     t.offer(m, Some(ip).filter(|_| next(2) == 0), now, 60);
                 }
                 2 | 3 => {
-                    let _ = t.ack(m, ip, now, 1 + next(100));
+                    if t.ack(m, ip, now, 1 + next(100)).is_ok() && next(2) == 0 {
+                        t.acked_fresh(m, ip, now);
+                    }
                 }
                 4 => {
                     t.release(m, ip, now);
@@ -845,6 +888,8 @@ mod tests {
         let mut t = Leases::new(Some((ip(1), ip(5))), []);
         assert_eq!(t.offer(m(1), None, 0, 60), Some(ip(1)));
         assert_eq!(t.offer(m(2), None, 0, 60), Some(ip(2)));
+        t.ack(m(1), ip(1), 0, 60).unwrap();
+        t.acked_fresh(m(1), ip(1), 0);
         assert!(t.decline(m(1), ip(1), 0));
         // .1 is in quarantine: the next fresh address is .3, then .4, .5.
         assert_eq!(t.offer(m(3), None, 0, 60), Some(ip(3)));
@@ -854,5 +899,32 @@ mod tests {
         // No fresh address past the search point: .1, out of quarantine, is found again.
         assert_eq!(t.offer(m(6), None, later, 60), Some(ip(1)));
         check_index(&t);
+    }
+
+    /// A DECLINE changes the lease only for the address the client holds, within the window
+    /// after the ACK that bound it (not a renewal's); the client that declined, renewing from
+    /// the address, takes it back, and nobody else can.
+    #[test]
+    fn a_decline_counts_only_in_the_window_after_a_fresh_ack() {
+        let mut t = table();
+        let a = t.offer(mac(10), None, 0, 60).unwrap();
+        t.ack(mac(10), a, 0, 100).unwrap();
+        // A renewal's ACK opens no window.
+        assert!(!t.decline(mac(10), a, 1));
+        t.acked_fresh(mac(10), a, 0);
+        let other = Ipv4Addr::new(10, 0, 0, 99);
+        assert!(!t.decline(mac(10), other, 1), "not the held address");
+        assert!(!t.decline(mac(11), a, 1), "not the holder");
+        assert!(!t.decline(mac(10), a, DECLINE_WINDOW_S + 1), "too late");
+        assert_eq!(t.get(mac(10)).map(|l| l.ip), Some(a));
+        // In the window: the address rests, the client's lease ends.
+        assert!(t.decline(mac(10), a, 2));
+        assert_eq!(t.ack(mac(10), a, 3, 100), Err(Refusal::Declined(a)));
+        assert!(!t.reclaim(mac(11), a));
+        assert_eq!(t.ack(mac(11), a, 3, 100), Err(Refusal::Declined(a)));
+        // Its holder renewing from it: the DECLINE was not its own; the renewal is granted.
+        assert!(t.reclaim(mac(10), a));
+        assert_eq!(t.ack(mac(10), a, 4, 100), Ok(()));
+        assert_eq!(t.holder(a, 5), Some(mac(10)));
     }
 }

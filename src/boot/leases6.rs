@@ -25,6 +25,9 @@ pub struct Leases6 {
     range: Option<(Ipv6Addr, Ipv6Addr)>,
     by_mac: BTreeMap<Mac, Binding6>,
     by_addr: BTreeMap<Ipv6Addr, Mac>,
+    /// The DUID (option 1) of the message that bound each MAC's address last: a RELEASE or
+    /// DECLINE must carry it.
+    duids: BTreeMap<Mac, Vec<u8>>,
     /// Self-formed addresses: holder and until when.
     formed: BTreeMap<Ipv6Addr, (Mac, u64)>,
 }
@@ -38,8 +41,9 @@ impl Leases6 {
     }
 
     /// `mac`'s address: the one it holds (or held), else the lowest free one of the range,
-    /// else the one expired longest; held until `expires`. `None`: the range is full.
-    pub fn bind(&mut self, mac: Mac, now: u64, expires: u64) -> Option<Ipv6Addr> {
+    /// else the one expired longest; held until `expires`, for the client that said `duid`.
+    /// `None`: the range is full.
+    pub fn bind(&mut self, mac: Mac, duid: &[u8], now: u64, expires: u64) -> Option<Ipv6Addr> {
         let addr = match self.by_mac.get(&mac) {
             Some(b) => b.addr,
             None => self.fresh().or_else(|| self.oldest_expired(now))?,
@@ -48,8 +52,10 @@ impl Leases6 {
             && old != mac
         {
             self.by_mac.remove(&old);
+            self.duids.remove(&old);
         }
         self.by_mac.insert(mac, Binding6 { addr, expires });
+        self.duids.insert(mac, duid.to_vec());
         Some(addr)
     }
 
@@ -61,11 +67,20 @@ impl Leases6 {
         }
     }
 
-    /// `mac` gives its address back (RELEASE) or found it in use (DECLINE): it ends now.
-    pub fn end(&mut self, mac: Mac, now: u64) {
-        if let Some(b) = self.by_mac.get_mut(&mac) {
-            b.expires = b.expires.min(now);
+    /// `mac` gives its address back (RELEASE) or found it in use (DECLINE): it ends now,
+    /// if the message carries the DUID that bound it and names the address it holds (a
+    /// message for another client's DUID, or for an address it does not hold, is not the
+    /// holder's: it changes nothing). Returns whether it ended.
+    pub fn end(&mut self, mac: Mac, duid: &[u8], named: &[Ipv6Addr], now: u64) -> bool {
+        let Some(b) = self.by_mac.get_mut(&mac) else {
+            return false;
+        };
+        let holders = self.duids.get(&mac).is_some_and(|d| d == duid);
+        if !holders || !named.contains(&b.addr) {
+            return false;
         }
+        b.expires = b.expires.min(now);
+        true
     }
 
     pub fn get(&self, mac: Mac) -> Option<Binding6> {
@@ -130,20 +145,25 @@ mod tests {
         let b: Ipv6Addr = "fd77::101".parse().unwrap();
         let mut t = Leases6::new((a, b));
         assert_eq!(t.peek(mac(1), 0), Some(a));
-        assert_eq!(t.bind(mac(1), 0, 100), Some(a));
-        assert_eq!(t.bind(mac(1), 50, 150), Some(a), "a renewal keeps it");
-        assert_eq!(t.bind(mac(2), 0, 80), Some(b));
-        assert_eq!(t.bind(mac(3), 10, 90), None, "full");
+        assert_eq!(t.bind(mac(1), &[1], 0, 100), Some(a));
+        assert_eq!(t.bind(mac(1), &[1], 50, 150), Some(a), "a renewal keeps it");
+        assert_eq!(t.bind(mac(2), &[2], 0, 80), Some(b));
+        assert_eq!(t.bind(mac(3), &[3], 10, 90), None, "full");
         assert_eq!(t.holder(b, 79), Some(mac(2)));
         assert_eq!(t.holder(b, 80), None, "expired");
         // mac 2's has ended: mac 3 takes it, and mac 2 is forgotten.
-        assert_eq!(t.bind(mac(3), 81, 200), Some(b));
+        assert_eq!(t.bind(mac(3), &[3], 81, 200), Some(b));
         assert_eq!(t.holder(b, 100), Some(mac(3)));
         assert_eq!(t.get(mac(2)), None);
-        t.end(mac(1), 120);
+        // Another client's DUID, or an address it does not hold: nothing ends.
+        assert!(!t.end(mac(1), &[2], &[a], 120));
+        assert!(!t.end(mac(1), &[1], &[b], 120));
+        assert!(!t.end(mac(1), &[1], &[], 120));
+        assert_eq!(t.holder(a, 121), Some(mac(1)));
+        assert!(t.end(mac(1), &[1], &[b, a], 120));
         assert_eq!(t.holder(a, 121), None);
         // Released, still remembered: it gets the same address back.
-        assert_eq!(t.bind(mac(1), 130, 300), Some(a));
+        assert_eq!(t.bind(mac(1), &[1], 130, 300), Some(a));
         // An address a client formed itself, outside the range.
         let formed: Ipv6Addr = "fd77::5054:ff:fe77:1".parse().unwrap();
         t.observe(mac(1), formed, 400);
@@ -161,13 +181,16 @@ mod tests {
     fn the_lowest_free_address_fills_gaps() {
         let mut t = Leases6::new(("fd77::1".parse().unwrap(), "fd77::ffff".parse().unwrap()));
         for n in 1..=3 {
-            t.bind(mac(n), 0, 100);
+            t.bind(mac(n), &[n], 0, 100);
         }
         assert_eq!(
             t.get(mac(3)).unwrap().addr,
             "fd77::3".parse::<Ipv6Addr>().unwrap()
         );
         // An address taken over by another MAC frees nothing; a new MAC gets fd77::4.
-        assert_eq!(t.bind(mac(9), 0, 100), Some("fd77::4".parse().unwrap()));
+        assert_eq!(
+            t.bind(mac(9), &[9], 0, 100),
+            Some("fd77::4".parse().unwrap())
+        );
     }
 }

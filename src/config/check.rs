@@ -687,6 +687,7 @@ impl Checker<'_> {
             nbd_idle_timeout: time("nbd_idle_timeout", &l.nbd_idle_timeout, d.nbd_idle_timeout)?,
             root_lost_after: time("root_lost_after", &l.root_lost_after, d.root_lost_after)?,
             tftp_lifetime: time("tftp_lifetime", &l.tftp_lifetime, d.tftp_lifetime)?,
+            tftp_per_client: count("tftp_per_client", l.tftp_per_client, d.tftp_per_client)?,
             tftp_clients,
             cow_ram_total: size("cow_ram_total", &l.cow_ram_total)?,
             cow_disk_total: size("cow_disk_total", &l.cow_disk_total)?,

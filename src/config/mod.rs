@@ -95,6 +95,9 @@ pub struct Limits {
     pub root_lost_after: Duration,
     /// A TFTP transfer ends this long after it started, whatever its options asked.
     pub tftp_lifetime: Duration,
+    /// TFTP transfers at once from one client's address (a room behind a NAT arrives from
+    /// one).
+    pub tftp_per_client: usize,
     /// Source networks TFTP answers (default: `dhcp.subnet`); requests from elsewhere are
     /// dropped unanswered and counted as refused.
     pub tftp_clients: Vec<Subnet>,
@@ -120,6 +123,7 @@ impl Default for Limits {
             nbd_idle_timeout: Duration::from_secs(600),
             root_lost_after: Duration::from_secs(120),
             tftp_lifetime: Duration::from_secs(600),
+            tftp_per_client: 32,
             tftp_clients: Vec::new(),
             cow_ram_total: None,
             cow_disk_total: None,

@@ -32,6 +32,7 @@ pub struct Limits {
     pub nbd_idle_timeout: Option<String>,
     pub root_lost_after: Option<String>,
     pub tftp_lifetime: Option<String>,
+    pub tftp_per_client: Option<usize>,
     pub tftp_clients: Option<Vec<String>>,
     pub cow_ram_total: Option<String>,
     pub cow_disk_total: Option<String>,

@@ -636,10 +636,11 @@ fn limits_default_sanely_and_bad_values_name_their_line() {
     );
     let text = format!(
         "{GOOD}limits:\n  http_per_client: 8\n  http_header_timeout: 500ms\n  \
-         tftp_clients: [10.78.0.0/16]\n  cow_ram_total: 2GiB\n"
+         tftp_clients: [10.78.0.0/16]\n  cow_ram_total: 2GiB\n  tftp_per_client: 200\n"
     );
     let c = parse(&text).unwrap();
     assert_eq!(c.limits.http_per_client, 8);
+    assert_eq!(c.limits.tftp_per_client, 200);
     assert_eq!(c.limits.http_header_timeout, Duration::from_millis(500));
     assert_eq!(c.limits.tftp_clients, vec!["10.78.0.0/16".parse().unwrap()]);
     assert_eq!(c.limits.cow_ram_total, Some(2 << 30));
@@ -648,6 +649,11 @@ fn limits_default_sanely_and_bad_values_name_their_line() {
         (
             "  nbd_per_client: 0\n",
             "limits.nbd_per_client",
+            "more than zero",
+        ),
+        (
+            "  tftp_per_client: 0\n",
+            "limits.tftp_per_client",
             "more than zero",
         ),
         (

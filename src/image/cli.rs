@@ -181,7 +181,7 @@ fn running(config: &Config, idle: Option<i64>) -> anyhow::Result<Vec<usage::Runn
         .block_on(crate::record::load(&config.server))
         .context("reading the boot records (which revisions clients run)")?;
     let now = crate::record::event::now_micros();
-    Ok(usage::running(config, timelines.boots(), now, idle))
+    Ok(usage::running(config, &timelines, now, idle))
 }
 
 fn list(image: &Image, running: &[usage::Running]) -> anyhow::Result<()> {

@@ -85,6 +85,26 @@ impl Dhcp {
     }
 }
 
+/// One pool of a service's slots (connections, or TFTP transfers): held now, its caps (in all,
+/// and per address), and what was refused at each cap (also counted in the service's
+/// `refused`).
+#[derive(Debug, Default)]
+pub struct SlotPool {
+    pub held: Count,
+    pub cap: Count,
+    pub cap_per_address: Count,
+    pub full: Count,
+    pub full_per_address: Count,
+}
+
+/// A service's slots: its clients' pool and the small one strangers share
+/// (`service::bounds::Slots`).
+#[derive(Debug, Default)]
+pub struct Slots {
+    pub clients: SlotPool,
+    pub strangers: SlotPool,
+}
+
 /// TFTP's request port and its transfers. A request is a read or write request.
 #[derive(Debug, Default)]
 pub struct Tftp {
@@ -94,6 +114,7 @@ pub struct Tftp {
     pub refused: Count,
     /// Read requests refused because the transfer limits were reached (also in `refused`).
     pub busy: Count,
+    pub slots: Slots,
 }
 
 /// HTTP (and HTTPS). A request is an HTTP request; refused ones were answered 4xx or closed
@@ -102,6 +123,7 @@ pub struct Tftp {
 pub struct Http {
     pub requests: Count,
     pub refused: Count,
+    pub slots: Slots,
 }
 
 /// NFS and MOUNT on the NFS port. A request is an RPC call.
@@ -112,6 +134,7 @@ pub struct Nfs {
     pub malformed: Count,
     /// Calls answered with an error (access, RPC errors) and connections over the limit.
     pub refused: Count,
+    pub slots: Slots,
 }
 
 /// NBD. A request is a handshake option or a transmission command.
@@ -135,6 +158,7 @@ pub struct Nbd {
     pub written: Count,
     /// Writes refused because the client's overlay bound was reached.
     pub no_space: Count,
+    pub slots: Slots,
 }
 
 /// Portmap (port 111, UDP and TCP). A request is an RPC call.
@@ -151,6 +175,10 @@ pub struct Portmap {
 pub struct Console {
     pub requests: Count,
     pub refused: Count,
+    /// Lines dropped because their client sent more than its rate (`service::console`).
+    pub limited: Count,
+    /// Lines dropped because the recorder's console queue was full.
+    pub dropped: Count,
 }
 
 /// The recorder's counts (`record`).

@@ -96,6 +96,36 @@ macro_rules! every_service {
     };
 }
 
+/// The series of a slot family: each service with slots, for its clients and for strangers.
+macro_rules! every_slot_pool {
+    ($field:ident) => {
+        &[
+            (&["tftp", "client"], |m| &m.tftp().slots.clients.$field),
+            (&["tftp", "stranger"], |m| &m.tftp().slots.strangers.$field),
+            (&["http", "client"], |m| &m.http().slots.clients.$field),
+            (&["http", "stranger"], |m| &m.http().slots.strangers.$field),
+            (&["nfs", "client"], |m| &m.nfs().slots.clients.$field),
+            (&["nfs", "stranger"], |m| &m.nfs().slots.strangers.$field),
+            (&["nbd", "client"], |m| &m.nbd().slots.clients.$field),
+            (&["nbd", "stranger"], |m| &m.nbd().slots.strangers.$field),
+        ]
+    };
+}
+
+/// A family of slot figures, by service and standing.
+macro_rules! slots {
+    ($name:literal, $kind:ident, $help:literal, $field:ident) => {
+        Family {
+            name: $name,
+            kind: Kind::$kind,
+            help: $help,
+            labels: &["service", "standing"],
+            read: Read::Fixed(every_slot_pool!($field)),
+            only_with_series: false,
+        }
+    };
+}
+
 /// A family with no labels, its one series read from the recorder's counts.
 macro_rules! recorded {
     ($name:literal, $help:literal, $field:ident) => {
@@ -166,6 +196,17 @@ const FAMILIES: &[Family] = &[
         unsaved
     ),
     Family {
+        name: "bootpool_console_lines_dropped_total",
+        kind: Kind::Counter,
+        help: "Console lines of lease holders dropped: over their client's rate, or the recorder's console queue full.",
+        labels: &["why"],
+        read: Read::Fixed(&[
+            (&["rate"], |m| &m.console().limited),
+            (&["queue"], |m| &m.console().dropped),
+        ]),
+        only_with_series: false,
+    },
+    Family {
         name: "bootpool_requests_total",
         kind: Kind::Counter,
         help: "Requests handled: DHCP messages, TFTP requests, HTTP requests, RPC calls (NFS and MOUNT, portmap), NBD options and commands.",
@@ -195,6 +236,36 @@ const FAMILIES: &[Family] = &[
         read: Read::Fixed(every_service!(refused)),
         only_with_series: false,
     },
+    slots!(
+        "bootpool_slots_held",
+        Gauge,
+        "Connections (TFTP: transfers) held now, by service, of its clients or of strangers (addresses that hold no lease of a pool the service is for).",
+        held
+    ),
+    slots!(
+        "bootpool_slots_limit",
+        Gauge,
+        "Connections (TFTP: transfers) a service holds at once for its clients, or for all strangers together.",
+        cap
+    ),
+    slots!(
+        "bootpool_slots_per_address_limit",
+        Gauge,
+        "Connections (TFTP: transfers) a service holds at once for one address.",
+        cap_per_address
+    ),
+    slots!(
+        "bootpool_slots_full_total",
+        Counter,
+        "Connections (TFTP: requests) refused because every slot of the pool was held.",
+        full
+    ),
+    slots!(
+        "bootpool_slots_per_address_full_total",
+        Counter,
+        "Connections (TFTP: requests) refused because the address held its share.",
+        full_per_address
+    ),
     Family {
         name: "bootpool_boots",
         kind: Kind::Gauge,

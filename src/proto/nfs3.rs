@@ -187,7 +187,53 @@ pub struct Attr {
 
 pub const ATTR_LEN: usize = 84;
 
+/// FSSTAT3resok's figures after its attributes (RFC 1813 3.3.18): bytes in all, free, and
+/// free to the caller; file slots likewise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FsStat {
+    pub tbytes: u64,
+    pub fbytes: u64,
+    pub abytes: u64,
+    pub tfiles: u64,
+    pub ffiles: u64,
+    pub afiles: u64,
+}
+
+impl FsStat {
+    /// A file system's statvfs figures (`blocks`, `bfree`, `bavail` in units of `frsize`) as
+    /// knfsd's FSSTAT reports them, for a read-only export too: free and available as the
+    /// file system has them, and its free file slots as both free and available.
+    pub fn from_statvfs(
+        frsize: u64,
+        blocks: u64,
+        bfree: u64,
+        bavail: u64,
+        files: u64,
+        ffree: u64,
+    ) -> FsStat {
+        FsStat {
+            tbytes: blocks.saturating_mul(frsize),
+            fbytes: bfree.saturating_mul(frsize),
+            abytes: bavail.saturating_mul(frsize),
+            tfiles: files,
+            ffiles: ffree,
+            afiles: ffree,
+        }
+    }
+}
+
 impl Writer {
+    /// FSSTAT's figures, then invarsec 0 (they may change at any moment), as knfsd writes it.
+    pub fn fsstat(&mut self, s: &FsStat) -> &mut Self {
+        self.u64(s.tbytes)
+            .u64(s.fbytes)
+            .u64(s.abytes)
+            .u64(s.tfiles)
+            .u64(s.ffiles)
+            .u64(s.afiles)
+            .u32(0)
+    }
+
     pub fn attr(&mut self, a: &Attr) -> &mut Self {
         self.words(&[a.ftype, a.mode, a.nlink, a.uid, a.gid])
             .u64(a.size)
@@ -370,14 +416,16 @@ pub fn may(a: &Attr, cred: &Cred, want: u32, owner_override: bool) -> bool {
     bits & want == want
 }
 
-/// ACCESS on a read-only export, in agreement with what READ, READDIR, LOOKUP and READLINK
-/// then allow (`may`): READ as READ and READDIR check it (the owner always), LOOKUP on a
-/// folder and EXECUTE on anything else by the x bits; never MODIFY, EXTEND or DELETE.
-/// `cred` is the caller's `effective` credential. (knfsd's ACCESS leaves out the owner
-/// override, so it may say no to a READ it then answers; ours says what READ will do.)
+/// ACCESS on a read-only export, by the mode bits as knfsd's `nfsd_access` answers it (`may`
+/// without the owner override): READ by the r bits, LOOKUP on a folder and EXECUTE on anything
+/// else by the x bits; never MODIFY, EXTEND or DELETE. `cred` is the caller's `effective`
+/// credential. So the owner of a mode-0300 file is told it may not read it, as a local
+/// `access(2)` would tell it and as libnfs's tests expect (a client opening the file for
+/// reading asks ACCESS first and gets EACCES), while a READ of it is still answered (the
+/// override is for READ only: a process may read back a file it opened before a chmod).
 pub fn access(asked: u32, a: &Attr, cred: &Cred) -> u32 {
     let mut ok = 0;
-    if may(a, cred, MAY_READ, a.ftype == NF3REG || a.ftype == NF3DIR) {
+    if may(a, cred, MAY_READ, false) {
         ok |= ACCESS3_READ;
     }
     if may(a, cred, MAY_EXEC, false) {
@@ -498,6 +546,40 @@ mod tests {
     }
 
     #[test]
+    fn fsstat_reports_the_file_system_as_knfsd_does() {
+        // 4 KiB blocks: 1000 in all, 300 free, 250 free to users; 64 inodes, 40 free.
+        let s = FsStat::from_statvfs(4096, 1000, 300, 250, 64, 40);
+        assert_eq!(
+            s,
+            FsStat {
+                tbytes: 4_096_000,
+                fbytes: 1_228_800,
+                abytes: 1_024_000,
+                tfiles: 64,
+                ffiles: 40,
+                afiles: 40,
+            }
+        );
+        assert_eq!(
+            FsStat::from_statvfs(1 << 20, u64::MAX, 0, 0, 0, 0).tbytes,
+            u64::MAX
+        );
+        let mut w = Writer::new();
+        w.fsstat(&s);
+        let words: Vec<u32> = w
+            .buf
+            .chunks(4)
+            .map(|c| u32::from_be_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(
+            words,
+            [
+                0, 4_096_000, 0, 1_228_800, 0, 1_024_000, 0, 64, 0, 40, 0, 40, 0
+            ]
+        );
+    }
+
+    #[test]
     fn access_follows_the_mode() {
         let file = |mode, uid, gid| Attr {
             ftype: 1,
@@ -524,6 +606,22 @@ mod tests {
             ACCESS3_READ | ACCESS3_EXECUTE
         );
         assert_eq!(access(all, &file(0o700, 1000, 5), &user(1000, 5)), 0x21);
+        // The owner's bits, and no owner override (knfsd's ACCESS; libnfs test_0430): a
+        // 0300 file's owner is not granted READ, nor a 0044 file's, whom "other" is.
+        assert_eq!(
+            access(all, &file(0o300, 1000, 5), &user(1000, 5)),
+            ACCESS3_EXECUTE
+        );
+        assert_eq!(access(all, &file(0o044, 1000, 1000), &user(1000, 1000)), 0);
+        assert_eq!(
+            access(all, &file(0o044, 1000, 1000), &user(2000, 2000)),
+            ACCESS3_READ
+        );
+        // READ keeps the override: the owner's READ of either is answered.
+        for mode in [0o300, 0o044, 0o000] {
+            assert!(may(&file(mode, 1000, 5), &user(1000, 5), MAY_READ, true));
+            assert!(!may(&file(mode, 1000, 5), &user(1000, 5), MAY_READ, false));
+        }
         let dir = Attr {
             ftype: 2,
             mode: 0o711,
@@ -596,8 +694,9 @@ mod tests {
         assert!(may(&file(0o744, 5, 5), &user(0, 0, &[]), MAY_EXEC, false));
         // No credentials: nobody, with no groups.
         assert_eq!(*Cred::default().effective(false), user(NOBODY, NOBODY, &[]));
-        // ACCESS agrees: the odd file reads for its owner, as READ will let it.
-        assert_eq!(access(0x3f, &odd, &user(1000, 1000, &[])), ACCESS3_READ);
+        // ACCESS goes by the mode alone, as knfsd's: no READ of the odd file for its owner,
+        // though READ answers it.
+        assert_eq!(access(0x3f, &odd, &user(1000, 1000, &[])), 0);
         assert_eq!(access(0x3f, &shadow, &user(1000, 1000, &[])), 0);
     }
 

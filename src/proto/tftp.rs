@@ -1,6 +1,16 @@
 //! TFTP on the wire (RFC 1350) with option negotiation (RFC 2347 blksize 2348, timeout and
 //! tsize 2349, windowsize 7440), and the sending side of a read transfer as a sans-I/O state
 //! machine: it says which blocks to (re)send; the service owns sockets, files and timers.
+//!
+//! An option we cannot honour is ignored, never refused (`negotiate`): a `blksize` below 8, a
+//! `timeout` of 0 or above 255 seconds, a `windowsize` of 0, or a value that is no number is
+//! left out of the OACK, and the transfer goes on with that option's default (512-byte blocks,
+//! our own retransmission interval, one block per ACK), which every client must accept. RFC
+//! 2347 allows this or an ERROR 8; RFC 2348 and 2349 say a server that does not accept the
+//! option ignores it. An ERROR 8 ends the transfer, and firmware that asked for a value out of
+//! range (old PXE ROMs are not careful) may never ask again without it: ignoring gets it its
+//! file. Values above the range are answered with our cap instead (`MAX_BLKSIZE`,
+//! `MAX_WINDOWSIZE`), as RFC 2348 lets a server answer a smaller block size.
 
 use std::fmt;
 
@@ -234,7 +244,9 @@ impl Default for Settings {
 }
 
 /// Accepts what we can of the client's options and says what to put in the OACK (empty: no
-/// OACK, send data at once). Unknown and malformed options are ignored, as RFC 2347 asks.
+/// OACK, send data at once). Unknown and malformed options are ignored, as RFC 2347 asks, and
+/// so are values out of range (this module's doc says why not an ERROR 8): there is no error
+/// to return.
 /// `size` is the transfer size (`None` when unknown, e.g. netascii before conversion).
 pub fn negotiate(
     options: &[(String, String)],
@@ -369,6 +381,13 @@ impl fmt::Display for Mode {
 /// Netascii (RFC 764 via 1350): LF becomes CR LF, a bare CR becomes CR NUL.
 pub fn to_netascii(data: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(data.len() + data.len() / 16);
+    extend_netascii(&mut out, data);
+    out
+}
+
+/// Appends `data` as netascii to `out`. Each byte converts on its own, so a file converts
+/// piece by piece, in any cut, to the same bytes as whole.
+pub fn extend_netascii(out: &mut Vec<u8>, data: &[u8]) {
     for &b in data {
         match b {
             b'\n' => out.extend_from_slice(b"\r\n"),
@@ -376,7 +395,11 @@ pub fn to_netascii(data: &[u8]) -> Vec<u8> {
             _ => out.push(b),
         }
     }
-    out
+}
+
+/// How long `data` is as netascii.
+pub fn netascii_len(data: &[u8]) -> u64 {
+    data.len() as u64 + data.iter().filter(|b| matches!(b, b'\n' | b'\r')).count() as u64
 }
 
 #[cfg(test)]
@@ -513,6 +536,29 @@ mod tests {
         assert!(oack.is_empty());
     }
 
+    /// The choice this module's doc states: an option out of range is ignored (left out of the
+    /// OACK, its default kept), never answered with ERROR 8; the rest is still accepted.
+    #[test]
+    fn out_of_range_options_are_ignored_not_refused() {
+        for (name, value) in [
+            ("blksize", "0"),
+            ("blksize", "7"),
+            ("blksize", "-1"),
+            ("timeout", "0"),
+            ("timeout", "256"),
+            ("timeout", "99999999999999999999"),
+            ("windowsize", "0"),
+        ] {
+            let (s, oack) = negotiate(&opts(&[(name, value), ("tsize", "0")]), Some(1000));
+            assert_eq!(s, Settings::default(), "{name} {value}");
+            assert_eq!(oack, opts(&[("tsize", "1000")]), "{name} {value}");
+        }
+        // Above the range: answered with our cap, as a smaller block size may be.
+        let (s, oack) = negotiate(&opts(&[("blksize", "65465")]), None);
+        assert_eq!(s.blksize, MAX_BLKSIZE);
+        assert_eq!(oack, opts(&[("blksize", "1468")]));
+    }
+
     #[test]
     fn sender_walks_windows_and_ends_with_the_short_block() {
         let s = Settings {
@@ -572,5 +618,11 @@ mod tests {
     #[test]
     fn netascii_translates_line_ends() {
         assert_eq!(to_netascii(b"a\nb\rc"), b"a\r\nb\r\0c");
+        assert_eq!(netascii_len(b"a\nb\rc"), 7);
+        let mut pieces = Vec::new();
+        for piece in [&b"a\n"[..], b"", b"b\r", b"c"] {
+            extend_netascii(&mut pieces, piece);
+        }
+        assert_eq!(pieces, to_netascii(b"a\nb\rc"));
     }
 }

@@ -18,6 +18,7 @@
 //! idle ones and klibc's nfsmount closes its MOUNT connection at once.
 
 use super::event::{Detach, Micros, Proto};
+use crate::config::names::Rev;
 use serde::Serialize;
 
 /// Seconds without a root read after which the root counts as settled. Generous: under
@@ -96,6 +97,59 @@ pub struct Inferred {
 pub struct Gone {
     pub at: Micros,
     pub evidence: GoneEvidence,
+}
+
+/// A client's use of the root it attached last, whichever boot the record has it in now: what
+/// `image::usage` decides "may still be reading" from. Only the server's own sockets move it
+/// (a root attach, root reads, a root connection's end by `GoneEvidence::of_detach`); a console
+/// line or a DISCOVER, which anyone on the segment can forge with the client's address or MAC,
+/// never does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RootUse {
+    /// The boot that attached it (`Boot::id`).
+    pub boot: u64,
+    /// The export's image revision (`EXPORT@ID`), if it names one.
+    pub revision: Option<Rev>,
+    pub attached: Micros,
+    /// A root connection accepted before this belonged to an earlier root: the start of the
+    /// attaching boot, or the boot's previous attach (an NBD client's reconnect; a connection
+    /// is accepted a moment before its attach).
+    pub floor: Micros,
+    /// The last attach or read.
+    pub last: Micros,
+    /// A root connection of this attach ended with evidence of the client's going, and no
+    /// attach or read came since.
+    pub ended: Option<Micros>,
+}
+
+impl RootUse {
+    pub fn attach(boot: u64, revision: Option<Rev>, at: Micros, floor: Micros) -> RootUse {
+        RootUse {
+            boot,
+            revision,
+            attached: at,
+            floor,
+            last: at,
+            ended: None,
+        }
+    }
+
+    /// A root read: the client is still there, whatever ended before.
+    pub fn read(&mut self, at: Micros) {
+        self.last = self.last.max(at);
+        self.ended = None;
+    }
+
+    /// A root connection accepted at `since` ended (`how`). A connection older than `floor`
+    /// belonged to an earlier root and says nothing of this one.
+    pub fn detach(&mut self, proto: Proto, how: Detach, since: Option<Micros>, at: Micros) {
+        if since.is_some_and(|s| s < self.floor) {
+            return;
+        }
+        if GoneEvidence::of_detach(proto, how).is_some() {
+            self.ended.get_or_insert(at);
+        }
+    }
 }
 
 /// A boot's root reads since its first attach: what `root_settled` is decided from.

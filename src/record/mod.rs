@@ -2,11 +2,16 @@
 //! clients and boots (`timeline`), keeps the boots in memory for the API and writes the raw
 //! events, with the egress samples, to the store (`store`: SQLite in the state folder, or
 //! PostgreSQL) in batches. Recording never blocks a boot: the channel is bounded and what does
-//! not fit is counted as dropped.
+//! not fit is counted as dropped. Console lines have a bounded channel of their own
+//! (`CONSOLE_CHANNEL`), so a client flooding its console (each is rate-limited before, by
+//! `service::console`) cannot crowd out the events of the others; the writer takes from both
+//! and applies what they hold in time order.
 //!
 //! At start the store is replayed into the timelines, so a daemon killed with -9 comes back with
-//! its records, losing at most the events of its last `FLUSH` (half a second). Records older
-//! than `server.retention` are deleted at start and every `SWEEP`.
+//! its records, losing at most the events of its last `FLUSH` (half a second) and the console
+//! lines of its last `CONSOLE_FLUSH`: a talking client's console (its bounded whole, one row)
+//! is rewritten at most that often, not at every flush. Records older than `server.retention`
+//! are deleted at start and every `SWEEP`.
 
 pub mod cause;
 pub mod console;
@@ -35,9 +40,13 @@ use store::Store;
 use tokio::sync::mpsc;
 
 const CHANNEL: usize = 65_536;
+/// Console messages (one a datagram) waiting for the writer.
+const CONSOLE_CHANNEL: usize = 16_384;
 const BATCH: usize = 4096;
 /// Longest an event waits in memory before its batch is committed.
 const FLUSH: Duration = Duration::from_millis(500);
+/// Longest a console line waits in memory before its console is written to the store.
+const CONSOLE_FLUSH: Duration = Duration::from_secs(5);
 /// How often records past the retention are deleted while running.
 const SWEEP: Duration = Duration::from_secs(3600);
 /// Events kept for a retry while the store refuses writes (a PostgreSQL restart); past it the
@@ -47,19 +56,21 @@ const PENDING_MAX: usize = 262_144;
 /// What the writer receives.
 enum Msg {
     Event(Event),
-    /// Lines from a client's console, for its newest boot.
-    Console {
-        mac: crate::config::Mac,
-        at: event::Micros,
-        lines: Vec<String>,
-    },
     Egress(Box<egress::Saved>),
+}
+
+/// Lines from a client's console, for its newest boot (on their own channel).
+struct ConsoleLines {
+    mac: crate::config::Mac,
+    at: event::Micros,
+    lines: Vec<String>,
 }
 
 /// The sending side, cloned into every service.
 #[derive(Clone)]
 pub struct Recorder {
     tx: mpsc::Sender<Msg>,
+    console_tx: mpsc::Sender<ConsoleLines>,
     metrics: Metrics,
     /// Boot traces of the pools that keep them; it follows the events sent here.
     tracer: Arc<trace::Tracer>,
@@ -105,16 +116,17 @@ impl Recorder {
     }
 
     /// Hands an egress sample to the writer, to be stored with the events.
-    /// Console lines from a client (its MAC from the lease table); dropped and counted like
-    /// events when the channel is full.
+    /// Console lines from a client (its MAC from the lease table); dropped and counted
+    /// (`console().dropped`, per line) when the console channel is full.
     pub fn console(&self, mac: crate::config::Mac, lines: Vec<String>) {
-        let msg = Msg::Console {
+        let n = lines.len() as u64;
+        let msg = ConsoleLines {
             mac,
             at: event::now_micros(),
             lines,
         };
-        if self.tx.try_send(msg).is_err() {
-            self.metrics.records().dropped.inc();
+        if self.console_tx.try_send(msg).is_err() {
+            self.metrics.console().dropped.add(n);
         }
     }
 
@@ -127,8 +139,10 @@ impl Recorder {
     /// A recorder whose events go nowhere, for code under test that needs one.
     pub fn discard() -> Recorder {
         let (tx, _) = mpsc::channel(1);
+        let (console_tx, _) = mpsc::channel(1);
         Recorder {
             tx,
+            console_tx,
             metrics: Metrics::default(),
             tracer: Arc::new(trace::Tracer::off()),
         }
@@ -205,8 +219,10 @@ async fn start_with(
         store: store.clone(),
     });
     let (tx, rx) = mpsc::channel(CHANNEL);
+    let (console_tx, console_rx) = mpsc::channel(CONSOLE_CHANNEL);
     let writer = Writer {
         rx,
+        console_rx,
         store,
         records: records.clone(),
         metrics: metrics.clone(),
@@ -215,12 +231,14 @@ async fn start_with(
         events: Vec::new(),
         egress: Vec::new(),
         consoles: std::collections::BTreeSet::new(),
+        consoles_written: tokio::time::Instant::now(),
     };
     shutdown.spawn(writer.run(shutdown.clone()));
     let tracer = Arc::new(trace::Tracer::off());
     Ok((
         Recorder {
             tx,
+            console_tx,
             metrics: metrics.clone(),
             tracer,
         },
@@ -304,6 +322,7 @@ pub async fn load_egress(server: &Server) -> anyhow::Result<Vec<egress::Saved>> 
 
 struct Writer {
     rx: mpsc::Receiver<Msg>,
+    console_rx: mpsc::Receiver<ConsoleLines>,
     store: Store,
     records: Arc<Records>,
     /// The recorder's counts (`Metrics::records`).
@@ -313,13 +332,16 @@ struct Writer {
     /// Applied to the timelines, not yet committed to the store.
     events: Vec<Event>,
     egress: Vec<egress::Saved>,
-    /// Clients whose newest boot's console changed since the last commit.
-    consoles: std::collections::BTreeSet<crate::config::Mac>,
+    /// The boots (`Boot::id`) whose console changed since the consoles were last written: a
+    /// boot's last lines are written even when its client started another boot since.
+    consoles: std::collections::BTreeSet<u64>,
+    consoles_written: tokio::time::Instant,
 }
 
 impl Writer {
     async fn run(mut self, shutdown: Shutdown) {
         let mut inbox = Vec::with_capacity(BATCH);
+        let mut console_inbox = Vec::with_capacity(BATCH);
         let mut flush = tokio::time::interval(FLUSH);
         flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut sweep =
@@ -329,23 +351,45 @@ impl Writer {
             tokio::select! {
                 n = self.rx.recv_many(&mut inbox, BATCH) => {
                     if n == 0 {
+                        self.commit_consoles().await;
                         self.commit().await;
                         return;
                     }
-                    self.apply(&mut inbox);
+                    while console_inbox.len() < BATCH && let Ok(m) = self.console_rx.try_recv() {
+                        console_inbox.push(m);
+                    }
+                    self.apply(&mut inbox, &mut console_inbox);
+                    if self.events.len() >= BATCH {
+                        self.commit().await;
+                    }
+                }
+                // Closed only with `rx` (the recorders hold both): then the branch above ends.
+                n = self.console_rx.recv_many(&mut console_inbox, BATCH), if !self.console_rx.is_closed() => {
+                    // With the events already queued, merged by time (`apply`).
+                    while inbox.len() < BATCH && let Ok(m) = self.rx.try_recv() {
+                        inbox.push(m);
+                    }
+                    if n > 0 || !inbox.is_empty() {
+                        self.apply(&mut inbox, &mut console_inbox);
+                    }
                     if self.events.len() >= BATCH {
                         self.commit().await;
                     }
                 }
                 _ = flush.tick() => {
                     self.settle();
+                    if self.consoles_written.elapsed() >= CONSOLE_FLUSH {
+                        self.commit_consoles().await;
+                    }
                     self.commit().await
                 }
                 _ = sweep.tick() => forget(&self.store, self.retention).await,
                 _ = shutdown.wait() => {
                     // Take what is already queued, then stop.
                     while let Ok(m) = self.rx.try_recv() { inbox.push(m); }
-                    self.apply(&mut inbox);
+                    while let Ok(m) = self.console_rx.try_recv() { console_inbox.push(m); }
+                    self.apply(&mut inbox, &mut console_inbox);
+                    self.commit_consoles().await;
                     self.commit().await;
                     return;
                 }
@@ -353,8 +397,10 @@ impl Writer {
         }
     }
 
-    /// Ties events to boots at once (the API sees them before they are committed).
-    fn apply(&mut self, inbox: &mut Vec<Msg>) {
+    /// Ties events and console lines to boots at once (the API sees them before they are
+    /// committed), in the order they happened: the two channels are merged by time, so a
+    /// client's panic line and the DISCOVER after it land as they came.
+    fn apply(&mut self, inbox: &mut Vec<Msg>, console: &mut Vec<ConsoleLines>) {
         let counts = self.metrics.records();
         let mut touched = std::collections::BTreeSet::new();
         let mut t = self
@@ -362,22 +408,35 @@ impl Writer {
             .timelines
             .write()
             .unwrap_or_else(|e| e.into_inner());
-        for m in inbox.drain(..) {
-            let ev = match m {
-                Msg::Egress(s) => {
+        let mut msgs = inbox.drain(..).peekable();
+        let mut lines = console.drain(..).peekable();
+        loop {
+            let line_first = match (msgs.peek(), lines.peek()) {
+                (None, None) => break,
+                (None, Some(_)) => true,
+                (Some(_), None) | (Some(Msg::Egress(_)), Some(_)) => false,
+                (Some(Msg::Event(ev)), Some(c)) => c.at < ev.at,
+            };
+            if line_first {
+                let Some(ConsoleLines { mac, at, lines }) = lines.next() else {
+                    break;
+                };
+                // A few appends, whatever the boot's console holds already.
+                if t.console(mac, at, lines) {
+                    self.consoles.extend(t.current(mac).map(|b| b.id));
+                    touched.insert(mac);
+                } else {
+                    counts.untied.inc();
+                }
+                continue;
+            }
+            let ev = match msgs.next() {
+                Some(Msg::Egress(s)) => {
                     self.egress.push(*s);
                     continue;
                 }
-                Msg::Console { mac, at, lines } => {
-                    if t.console(mac, at, lines) {
-                        self.consoles.insert(mac);
-                        touched.insert(mac);
-                    } else {
-                        counts.untied.inc();
-                    }
-                    continue;
-                }
-                Msg::Event(ev) => ev,
+                Some(Msg::Event(ev)) => ev,
+                None => break,
             };
             if !t.apply(&ev) {
                 counts.untied.inc();
@@ -393,18 +452,23 @@ impl Writer {
             touched.extend(t.mac_for(ev.who));
             self.events.push(ev);
         }
-        // Nobody listening is fine: the stream is for dashboards that are open.
-        if self.records.changes.receiver_count() > 0 {
-            let now = event::now_micros();
-            let waves = wave::Membership::of(t.boots());
-            for mac in touched {
-                if let Some(b) = t.current(mac) {
-                    let _ = self.records.changes.send(view::BootView::in_wave(
-                        b,
-                        waves.wave(b.id),
-                        now,
-                    ));
-                }
+        self.tell(&t, touched);
+    }
+
+    /// Sends the boots of `touched` clients to the live stream. Nobody listening is fine: the
+    /// stream is for dashboards that are open.
+    fn tell(&self, t: &Timelines, touched: std::collections::BTreeSet<crate::config::Mac>) {
+        if touched.is_empty() || self.records.changes.receiver_count() == 0 {
+            return;
+        }
+        let now = event::now_micros();
+        let waves = wave::Membership::of(t.boots());
+        for mac in touched {
+            if let Some(b) = t.current(mac) {
+                let _ =
+                    self.records
+                        .changes
+                        .send(view::BootView::in_wave(b, waves.wave(b.id), now));
             }
         }
     }
@@ -434,7 +498,6 @@ impl Writer {
 
     /// Commits what is pending in one transaction; on failure keeps it for the next try.
     async fn commit(&mut self) {
-        self.commit_consoles().await;
         if self.events.is_empty() && self.egress.is_empty() {
             return;
         }
@@ -459,16 +522,18 @@ impl Writer {
 }
 
 impl Writer {
-    /// Writes the consoles that changed (each boot's whole bounded console, one row); kept
-    /// for the next commit when the store refuses.
+    /// Writes the consoles that changed (each boot's whole bounded console, one row), all in
+    /// one batch; kept for the next try when the store refuses. Called every `CONSOLE_FLUSH`
+    /// and when the writer stops.
     async fn commit_consoles(&mut self) {
+        self.consoles_written = tokio::time::Instant::now();
         if self.consoles.is_empty() {
             return;
         }
         let rows: Vec<(String, event::Micros, event::Micros, String)> = self.records.read(|t| {
             self.consoles
                 .iter()
-                .filter_map(|&mac| t.current(mac))
+                .filter_map(|&id| t.boot(id))
                 .map(|b| {
                     let at = b.console.lines().last().map_or(b.start, |l| l.at);
                     (b.mac.to_string(), b.start, at, b.console.to_json())
@@ -604,6 +669,76 @@ mod tests {
         let cause = cause::of(b, event::now_micros()).unwrap();
         assert_eq!(cause.kind, "kernel_panic");
         assert_eq!(t.boots().len(), 1);
+    }
+
+    /// One client flooding its console fills only the console queue: the other clients'
+    /// events are all recorded, and the lines that did not fit are counted as the console's.
+    #[tokio::test]
+    async fn a_console_flood_drops_no_events_of_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = server(dir.path(), "forever");
+        let shutdown = Shutdown::new();
+        let metrics = Metrics::default();
+        let (rec, records) = start(&s, &shutdown, &metrics).await.unwrap();
+        let loud: Mac = "52:54:00:77:00:01".parse().unwrap();
+        let now = event::now_micros();
+        boot(&rec, loud, "10.77.0.1".parse().unwrap(), now);
+        let quiet: Vec<Mac> = (2..=201)
+            .map(|n| format!("52:54:00:77:00:{n:02x}").parse().unwrap())
+            .collect();
+        for (k, mac) in quiet.iter().enumerate() {
+            for _ in 0..500 {
+                rec.console(loud, vec!["flood".into()]);
+            }
+            boot(&rec, *mac, std::net::Ipv4Addr::new(10, 77, 1, k as u8), now);
+        }
+        shutdown.stop_and_wait().await;
+        assert_eq!(metrics.records().dropped.get(), 0);
+        assert!(
+            metrics.console().dropped.get() > 0,
+            "the flood overflowed nothing"
+        );
+        let booted = records.read(|t| {
+            quiet
+                .iter()
+                .filter(|m| {
+                    t.current(**m)
+                        .is_some_and(|b| b.result == BootResult::Booted)
+                })
+                .count()
+        });
+        assert_eq!(booted, quiet.len());
+    }
+
+    /// Console lines and events come on two channels and are applied in the order they
+    /// happened: a panic line, then the firmware's DISCOVER of the next boot, give a failed
+    /// boot and a new one, whichever channel the writer read first.
+    #[tokio::test]
+    async fn console_lines_and_events_are_applied_in_time_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = server(dir.path(), "forever");
+        let shutdown = Shutdown::new();
+        let (rec, records) = start(&s, &shutdown, &Metrics::default()).await.unwrap();
+        let mac: Mac = "52:54:00:77:00:01".parse().unwrap();
+        let discover = |at| Event {
+            at,
+            who: Who::Mac(mac),
+            kind: Kind::DhcpDiscover {
+                answered: true,
+                pool: None,
+                pxe: true,
+                ipxe: false,
+                arch: None,
+            },
+        };
+        let now = event::now_micros();
+        rec.send(discover(now - 1_000_000));
+        // Sent first, happened after the panic line below.
+        rec.send(discover(now + 10_000_000));
+        rec.console(mac, vec!["Kernel panic - not syncing: no init".into()]);
+        shutdown.stop_and_wait().await;
+        let results = records.read(|t| t.boots().iter().map(|b| b.result).collect::<Vec<_>>());
+        assert_eq!(results, [BootResult::Failed, BootResult::Running]);
     }
 
     #[tokio::test]

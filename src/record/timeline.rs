@@ -9,7 +9,7 @@
 //! boot skipped (the qemu ROM is iPXE already: no loader) are simply absent.
 
 use super::console::Console;
-use super::end::{Evidence, Gone, GoneEvidence, Inferred, RootReads};
+use super::end::{Evidence, Gone, GoneEvidence, Inferred, RootReads, RootUse};
 use super::event::{Event, FileKind, Kind, Micros, Outcome, Proto};
 use crate::config::Mac;
 use crate::config::names::Rev;
@@ -305,11 +305,23 @@ pub struct Timelines {
     current: BTreeMap<Mac, usize>,
     /// Which client holds which address, learnt from DHCP ACKs.
     ip_to_mac: BTreeMap<Ipv4Addr, Mac>,
+    /// Each client's use of the root it attached last (`image::usage`).
+    roots: BTreeMap<Mac, RootUse>,
 }
 
 impl Timelines {
     pub fn boots(&self) -> &[Boot] {
         &self.boots
+    }
+
+    /// Each client's use of the root it attached last, by the server's own sockets.
+    pub fn roots(&self) -> &BTreeMap<Mac, RootUse> {
+        &self.roots
+    }
+
+    /// The boot numbered `id` (`Boot::id`).
+    pub fn boot(&self, id: u64) -> Option<&Boot> {
+        self.boots.get(usize::try_from(id).ok()?.checked_sub(1)?)
     }
 
     /// The newest boot of a client.
@@ -347,19 +359,23 @@ impl Timelines {
     }
 
     /// Console lines from `mac`'s client, for its newest boot. A line that ends a boot (a
-    /// panic, an initrd giving up: `signs::fatal`) fails a boot still running. Returns false
-    /// when the client has no boot to attach them to.
+    /// panic, an initrd giving up: `signs::fatal`) fails a boot still running. Only the new
+    /// lines are looked at: the work per line does not grow with the kept console. Returns
+    /// false when the client has no boot to attach them to.
     pub fn console(&mut self, mac: Mac, at: Micros, lines: Vec<String>) -> bool {
         let Some(&i) = self.current.get(&mac) else {
             return false;
         };
         let boot = &mut self.boots[i];
         boot.last_event = boot.last_event.max(at);
+        let fatal = lines.iter().find(|l| super::signs::fatal(l)).cloned();
         let console = Arc::make_mut(&mut boot.console);
         for line in lines {
             console.push(at, line);
         }
-        fail_from_console(boot);
+        if let Some(text) = fatal {
+            fail_from_line(boot, at, &text);
+        }
         true
     }
 
@@ -521,10 +537,17 @@ impl Timelines {
             Kind::RootAttach { proto, export } => {
                 m.attach.get_or_insert(ev.at);
                 boot.root = Some(*proto);
-                if let Some(rev) = export.rev() {
-                    boot.revision = Some(rev.clone());
+                let revision = export.rev().cloned();
+                if revision.is_some() {
+                    boot.revision = revision.clone();
                 }
                 boot.reads.attach();
+                let floor = match self.roots.get(&mac) {
+                    Some(u) if u.boot == boot.id => u.attached,
+                    _ => boot.start,
+                };
+                self.roots
+                    .insert(mac, RootUse::attach(boot.id, revision, ev.at, floor));
                 // Back again (an NBD client that reconnected): it had not gone after all.
                 if boot
                     .gone
@@ -536,8 +559,14 @@ impl Timelines {
             Kind::RootRead { proto, bytes } => {
                 *boot.bytes.entry(*proto).or_default() += bytes;
                 boot.reads.read(ev.at, *bytes);
+                if let Some(u) = self.roots.get_mut(&mac) {
+                    u.read(ev.at);
+                }
             }
             Kind::RootDetach { proto, how, since } => {
+                if let Some(u) = self.roots.get_mut(&mac) {
+                    u.detach(*proto, *how, *since, ev.at);
+                }
                 // A connection older than this boot was an earlier boot's (its client's new
                 // kernel, at the same address, reset it): it says nothing of this one.
                 let earlier = since.is_some_and(|s| s < boot.start);
@@ -576,19 +605,26 @@ impl Timelines {
     }
 }
 
-/// A running boot whose console shows a fatal line is failed, the line its reason.
+/// A running boot whose console shows a fatal line is failed, the line its reason (a whole
+/// console, once: a replay's).
 fn fail_from_console(boot: &mut Boot) {
-    if boot.result != BootResult::Running {
-        return;
-    }
     let Some(line) = boot.console.lines().find(|l| super::signs::fatal(&l.text)) else {
         return;
     };
+    let (at, text) = (line.at, line.text.clone());
+    fail_from_line(boot, at, &text);
+}
+
+/// A running boot is failed by its console's fatal line `text`, heard at `at`.
+fn fail_from_line(boot: &mut Boot, at: Micros, text: &str) {
+    if boot.result != BootResult::Running {
+        return;
+    }
     boot.failure = Some(Failure {
         phase: boot.current_phase(),
-        reason: format!("console: {}", line.text),
+        reason: format!("console: {text}"),
         proto: None,
-        at: line.at,
+        at,
     });
     boot.result = BootResult::Failed;
 }

@@ -1,7 +1,7 @@
-//! Small bounds the services share: connections counted per source address (`PerAddress`), and
-//! log lines rate-limited per call site (`LogLimit`, from `crate::log_limit`) so that a flood of refusals or strangers
-//! writes a few lines and a count, not one line per packet; and the root connections' bound on
-//! a silent peer (`lose_silent_peers`).
+//! Small bounds the services share: a service's slots, for its clients and, apart, for
+//! strangers (`Slots`); log lines rate-limited per call site (`LogLimit`, from `crate::log_limit`) so that a flood of refusals or strangers writes a few
+//! lines and a count, not one line per packet; and the root connections' bound on a silent peer
+//! (`lose_silent_peers`).
 
 pub use crate::log_limit::LogLimit;
 use std::collections::HashMap;
@@ -9,54 +9,182 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Connections held per source address, each at most `cap`.
+/// Who an address is to a service (`boot::exports::is_client`): one of the clients it is for,
+/// or a stranger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    Client,
+    Stranger,
+}
+
+/// How many slots a pool holds at once, in all and for one address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caps {
+    pub total: usize,
+    pub per_address: usize,
+}
+
+/// Why no slot was given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Full {
+    /// Every slot of the pool is held.
+    Pool,
+    /// The address holds its share.
+    Address,
+}
+
+impl Full {
+    pub fn reason(self) -> &'static str {
+        match self {
+            Full::Pool => "every slot held",
+            Full::Address => "this address holds its share",
+        }
+    }
+}
+
+/// A service's slots (connections, or TFTP transfers): its clients share one pool, strangers
+/// a small one of their own, and every address is held to its share of its pool. So however
+/// many addresses a host on the clients' network (or the campus side) sends from, without a
+/// lease it holds at most the strangers' pool, and the room's slots stay the room's. Held
+/// slots and refusals are counted in the service's `metrics::Slots` (/metrics:
+/// `bootpool_slots_*`). Each listener has its own: a service's IPv6 listener (HTTP, NBD) holds
+/// pools of the same sizes beside its IPv4 one, and both count into the same figures.
 #[derive(Clone)]
-pub struct PerAddress {
-    cap: usize,
-    held: Arc<Mutex<HashMap<IpAddr, usize>>>,
+pub struct Slots {
+    inner: Arc<SlotsInner>,
 }
 
-/// One connection's place in its address's count; given back when dropped.
-pub struct AddressSlot {
-    held: Arc<Mutex<HashMap<IpAddr, usize>>>,
+struct SlotsInner {
+    metrics: crate::metrics::Metrics,
+    counts: fn(&crate::metrics::Metrics) -> &crate::metrics::Slots,
+    clients: Mutex<Held>,
+    strangers: Mutex<Held>,
+    caps: [Caps; 2],
+}
+
+/// One pool's slots held: in all, and per address.
+#[derive(Default)]
+struct Held {
+    total: usize,
+    by_address: HashMap<IpAddr, usize>,
+}
+
+/// One held slot; given back when dropped.
+pub struct Slot {
+    inner: Arc<SlotsInner>,
     ip: IpAddr,
+    standing: Standing,
 }
 
-impl PerAddress {
-    pub fn new(cap: usize) -> PerAddress {
-        PerAddress {
-            cap,
-            held: Arc::default(),
+impl Slots {
+    /// `counts` picks the service's figures out of `metrics` (`|m| &m.nfs().slots`).
+    pub fn new(
+        metrics: crate::metrics::Metrics,
+        counts: fn(&crate::metrics::Metrics) -> &crate::metrics::Slots,
+        clients: Caps,
+        strangers: Caps,
+    ) -> Slots {
+        let inner = SlotsInner {
+            metrics,
+            counts,
+            clients: Mutex::default(),
+            strangers: Mutex::default(),
+            caps: [clients, strangers],
+        };
+        for standing in [Standing::Client, Standing::Stranger] {
+            let (c, figures) = (inner.caps(standing), inner.figures(standing));
+            figures.cap.set(c.total as u64);
+            figures.cap_per_address.set(c.per_address as u64);
+        }
+        Slots {
+            inner: Arc::new(inner),
         }
     }
 
-    /// A slot for `ip`, or None when it holds `cap` already.
-    pub fn take(&self, ip: IpAddr) -> Option<AddressSlot> {
-        let mut t = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        let n = t.entry(ip).or_insert(0);
-        if *n >= self.cap {
-            return None;
+    /// A slot for `ip` in its standing's pool, or why not (counted).
+    pub fn take(&self, ip: IpAddr, standing: Standing) -> Result<Slot, Full> {
+        self.take_within(ip, standing, true)
+    }
+
+    /// A slot for `ip` held to its address's share only: for a newcomer whose pool is full
+    /// while another connection is giving its slot up (NBD's longest idle one).
+    pub fn take_over(&self, ip: IpAddr, standing: Standing) -> Result<Slot, Full> {
+        self.take_within(ip, standing, false)
+    }
+
+    fn take_within(&self, ip: IpAddr, standing: Standing, pool_cap: bool) -> Result<Slot, Full> {
+        let inner = &self.inner;
+        let caps = inner.caps(standing);
+        let figures = inner.figures(standing);
+        let mut held = inner.held(standing);
+        let mine = held.by_address.get(&ip).copied().unwrap_or(0);
+        let full = if mine >= caps.per_address {
+            figures.full_per_address.inc();
+            Some(Full::Address)
+        } else if pool_cap && held.total >= caps.total {
+            figures.full.inc();
+            Some(Full::Pool)
+        } else {
+            None
+        };
+        if let Some(full) = full {
+            return Err(full);
         }
-        *n += 1;
-        Some(AddressSlot {
-            held: self.held.clone(),
+        held.total += 1;
+        *held.by_address.entry(ip).or_insert(0) += 1;
+        figures.held.inc();
+        Ok(Slot {
+            inner: inner.clone(),
             ip,
+            standing,
         })
     }
 
-    pub fn cap(&self) -> usize {
-        self.cap
+    /// The caps of a standing's pool.
+    pub fn caps(&self, standing: Standing) -> Caps {
+        self.inner.caps(standing)
     }
 }
 
-impl Drop for AddressSlot {
+impl SlotsInner {
+    fn caps(&self, standing: Standing) -> Caps {
+        self.caps[standing as usize]
+    }
+
+    fn figures(&self, standing: Standing) -> &crate::metrics::SlotPool {
+        let all = (self.counts)(&self.metrics);
+        match standing {
+            Standing::Client => &all.clients,
+            Standing::Stranger => &all.strangers,
+        }
+    }
+
+    fn held(&self, standing: Standing) -> std::sync::MutexGuard<'_, Held> {
+        match standing {
+            Standing::Client => &self.clients,
+            Standing::Stranger => &self.strangers,
+        }
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Slot {
+    pub fn standing(&self) -> Standing {
+        self.standing
+    }
+}
+
+impl Drop for Slot {
     fn drop(&mut self) {
-        let mut t = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = t.get_mut(&self.ip) {
+        let mut held = self.inner.held(self.standing);
+        if let Some(n) = held.by_address.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {
-                t.remove(&self.ip);
+                held.by_address.remove(&self.ip);
             }
+            held.total -= 1;
+            self.inner.figures(self.standing).held.sub(1);
         }
     }
 }
@@ -96,15 +224,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn per_address_slots_are_capped_and_given_back() {
-        let p = PerAddress::new(2);
-        let a: IpAddr = "10.0.0.1".parse().unwrap();
-        let b: IpAddr = "10.0.0.2".parse().unwrap();
-        let x = p.take(a).unwrap();
-        let _y = p.take(a).unwrap();
-        assert!(p.take(a).is_none());
-        assert!(p.take(b).is_some());
-        drop(x);
-        assert!(p.take(a).is_some());
+    fn strangers_hold_their_own_small_pool_and_never_the_clients_slots() {
+        let m = crate::metrics::Metrics::default();
+        let slots = Slots::new(
+            m.clone(),
+            |m| &m.nfs().slots,
+            Caps {
+                total: 3,
+                per_address: 2,
+            },
+            Caps {
+                total: 2,
+                per_address: 1,
+            },
+        );
+        let ip = |n: u8| IpAddr::from([10, 0, 0, n]);
+        // Many strangers' addresses fill only their pool.
+        let s1 = slots.take(ip(101), Standing::Stranger).unwrap();
+        assert_eq!(
+            slots.take(ip(101), Standing::Stranger).err(),
+            Some(Full::Address)
+        );
+        let _s2 = slots.take(ip(102), Standing::Stranger).unwrap();
+        assert_eq!(
+            slots.take(ip(103), Standing::Stranger).err(),
+            Some(Full::Pool)
+        );
+        // The clients' slots are all there, each address to its share.
+        let c1 = slots.take(ip(1), Standing::Client).unwrap();
+        let _c2 = slots.take(ip(1), Standing::Client).unwrap();
+        assert_eq!(
+            slots.take(ip(1), Standing::Client).err(),
+            Some(Full::Address)
+        );
+        let _c3 = slots.take(ip(2), Standing::Client).unwrap();
+        assert_eq!(slots.take(ip(3), Standing::Client).err(), Some(Full::Pool));
+        // Past a full pool only by take_over, and still within the address's share.
+        let c4 = slots.take_over(ip(3), Standing::Client).unwrap();
+        assert_eq!(
+            slots.take_over(ip(1), Standing::Client).err(),
+            Some(Full::Address)
+        );
+        let n = &m.nfs().slots;
+        assert_eq!(n.clients.held.get(), 4);
+        assert_eq!(n.strangers.held.get(), 2);
+        assert_eq!(n.strangers.full.get(), 1);
+        assert_eq!(n.strangers.full_per_address.get(), 1);
+        assert_eq!(n.clients.cap.get(), 3);
+        assert_eq!(n.strangers.cap_per_address.get(), 1);
+        drop((s1, c1, c4));
+        assert_eq!(n.clients.held.get(), 2);
+        assert_eq!(n.strangers.held.get(), 1);
+        assert!(slots.take(ip(103), Standing::Stranger).is_ok());
     }
 }

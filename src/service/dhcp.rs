@@ -19,7 +19,7 @@ use crate::proto::dhcp::{
 use crate::record::{Kind, Recorder, Who};
 use crate::steer::placement::Placement;
 use std::collections::{HashMap, HashSet};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use tokio::net::UdpSocket;
 
@@ -513,6 +513,15 @@ impl Server {
                 // state moves a MAC's valid binding to another address.
                 let ip = req.requested_ip().unwrap_or(req.ciaddr);
                 let lease_s = config.dhcp.lease.as_secs();
+                // RENEWING (unicast from the address it names): a client that declined that
+                // address takes it back, for it evidently uses it (a DECLINE in its name was
+                // forged). REBINDING through a relay comes from the relay: not this.
+                let renewing = selecting.is_none()
+                    && req.requested_ip().is_none()
+                    && from.ip() == IpAddr::V4(req.ciaddr);
+                if renewing && self.leases.write().reclaim(mac, ip) {
+                    tracing::info!(%mac, %ip, "dhcp renewal of a declined address: taken back");
+                }
                 let granted = if selecting.is_some() {
                     self.leases.write().ack_offer(mac, ip, now, lease_s)
                 } else {
@@ -520,6 +529,11 @@ impl Server {
                 };
                 match granted {
                     Ok(()) => {
+                        // SELECTING and INIT-REBOOT bind afresh: the client checks the
+                        // address now and may DECLINE it (`leases::DECLINE_WINDOW_S`).
+                        if req.ciaddr.is_unspecified() {
+                            self.leases.write().acked_fresh(mac, ip, now);
+                        }
                         self.changed();
                         self.keep_boot(&client, &plan);
                         self.metrics.dhcp().acks.inc();
@@ -558,19 +572,29 @@ impl Server {
                 }
             }
             RELEASE => {
-                let released = self.leases.write().release(mac, req.ciaddr, now);
+                // A client releases by unicast from the address it gives back (RFC 2131
+                // 4.4.6): anything else (the victim's MAC and address are easy to copy) is
+                // not the holder's and changes nothing.
+                let released = from.ip() == IpAddr::V4(req.ciaddr)
+                    && self.leases.write().release(mac, req.ciaddr, now);
                 if released {
                     self.changed();
                     tracing::info!(%mac, ip = %req.ciaddr, "dhcp release");
+                } else {
+                    self.ignored(mac, "release", from);
                 }
                 return None;
             }
             DECLINE => {
+                // From 0.0.0.0 by design: only the held address, in the window after the
+                // ACK that bound it (`leases::DECLINE_WINDOW_S` says why).
                 if let Some(ip) = req.requested_ip()
                     && self.leases.write().decline(mac, ip, now)
                 {
                     self.changed();
                     tracing::warn!(%mac, %ip, "dhcp decline: address in use by someone else");
+                } else {
+                    self.ignored(mac, "decline", from);
                 }
                 return None;
             }
@@ -586,6 +610,17 @@ impl Server {
         }
         let to = self.destination(req, reply.yiaddr);
         Some((reply, to))
+    }
+
+    /// A RELEASE or DECLINE that changed nothing: not the holder's (forged, most likely), or
+    /// not in time. Counted as refused; logged at most as often as `LogLimit` lets.
+    fn ignored(&self, mac: Mac, what: &str, from: SocketAddr) {
+        static IGNORED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+        self.metrics.dhcp().refused.inc();
+        if let Some(suppressed) = IGNORED.allow() {
+            tracing::info!(%mac, %from, suppressed,
+                "dhcp {what} ignored: not for the address this client holds, not from it, or too late");
+        }
     }
 
     fn reply(&self, req: &Request, kind: ReplyKind, yiaddr: Ipv4Addr, plan: &boot::Plan) -> Reply {
@@ -1191,5 +1226,67 @@ pools:
         relayed.giaddr = Ipv4Addr::new(10, 77, 9, 1);
         let (_, dest) = s.handle(&relayed, from(), 13).unwrap();
         assert_eq!(dest, to("10.77.9.1:67"));
+    }
+
+    /// A RELEASE changes the lease only from the address it gives back; a DECLINE only in
+    /// the window after the ACK that bound the address, never after a renewal; a client
+    /// renewing the address a forged DECLINE quarantined gets its ACK.
+    #[test]
+    fn forged_releases_and_declines_change_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = server(dir.path());
+        let (offer, _) = s.handle(&req(1, &[53, 1, DISCOVER]), from(), 1000).unwrap();
+        let ip = offer.yiaddr;
+        let mut o = vec![53, 1, REQUEST, 54, 4, 10, 77, 0, 1, 50, 4];
+        o.extend_from_slice(&ip.octets());
+        let (ack, _) = s.handle(&req(1, &o), from(), 1000).unwrap();
+        assert_eq!(ack.kind, ReplyKind::Ack);
+        let holder = |s: &Server, now| s.leases.read().holder(ip, now);
+        let mac = Some(Mac([0x52, 0x54, 0, 0x77, 0, 1]));
+        let at = |a: Ipv4Addr| SocketAddr::from((a, 68));
+        // RELEASE naming the address, from elsewhere (another host, 0.0.0.0): nothing.
+        let mut release = req(1, &[53, 1, RELEASE]);
+        release.ciaddr = ip;
+        for src in [from(), at(Ipv4Addr::new(10, 77, 0, 150))] {
+            assert!(s.handle(&release, src, 1001).is_none());
+            assert_eq!(holder(&s, 1002), mac, "release from {src}");
+        }
+        // A DECLINE of another address, or past the window: nothing.
+        let mut decline = vec![53, 1, DECLINE, 50, 4];
+        decline.extend_from_slice(&ip.octets());
+        let late = 1000 + crate::boot::leases::DECLINE_WINDOW_S + 1;
+        assert!(s.handle(&req(1, &decline), from(), late).is_none());
+        assert!(
+            s.handle(
+                &req(1, &[53, 1, DECLINE, 50, 4, 10, 77, 0, 150]),
+                from(),
+                1001
+            )
+            .is_none()
+        );
+        assert_eq!(holder(&s, late), mac);
+        // A renewal's ACK opens no window.
+        let mut renew = req(1, &[53, 1, REQUEST]);
+        renew.ciaddr = ip;
+        let (ack, _) = s.handle(&renew, at(ip), 2000).unwrap();
+        assert_eq!(ack.kind, ReplyKind::Ack);
+        assert!(s.handle(&req(1, &decline), from(), 2001).is_none());
+        assert_eq!(holder(&s, 2002), mac);
+        assert_eq!(s.metrics.dhcp().refused.get(), 5);
+        // INIT-REBOOT (option 50, no server identifier) binds afresh: a DECLINE right after
+        // counts (a forger's, say)...
+        let mut init_reboot = vec![53, 1, REQUEST, 50, 4];
+        init_reboot.extend_from_slice(&ip.octets());
+        let (ack, _) = s.handle(&req(1, &init_reboot), from(), 3000).unwrap();
+        assert_eq!(ack.kind, ReplyKind::Ack);
+        assert!(s.handle(&req(1, &decline), from(), 3001).is_none());
+        assert_eq!(holder(&s, 3002), None);
+        // ...and the client, still on its address, renews it from there: ACK, not NAK.
+        let (ack, _) = s.handle(&renew, at(ip), 3100).unwrap();
+        assert_eq!((ack.kind, ack.yiaddr), (ReplyKind::Ack, ip));
+        assert_eq!(holder(&s, 3101), mac);
+        // The holder's own RELEASE, from its address, frees it.
+        assert!(s.handle(&release, at(ip), 3200).is_none());
+        assert_eq!(holder(&s, 3201), None);
     }
 }

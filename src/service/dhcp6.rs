@@ -193,8 +193,22 @@ impl Server {
                 reply.boot_url = None;
             }
             msg::RELEASE | msg::DECLINE => {
-                self.identity.write6().end(mac, now);
-                reply.status = Some((Status::Success, "done"));
+                // Only the binding's own DUID naming the address it holds ends it: the MAC
+                // in a DUID, and the DUID itself, anyone on the link can copy.
+                let named: Vec<Ipv6Addr> = req
+                    .ia_na
+                    .iter()
+                    .flat_map(|ia| ia.addrs.iter().copied())
+                    .collect();
+                let ended = self.identity.write6().end(mac, &req.client_id, &named, now);
+                reply.status = Some(if ended {
+                    (Status::Success, "done")
+                } else {
+                    self.metrics.dhcp().refused.inc();
+                    tracing::info!(%mac, %from, msg = req.msg_type, ?named,
+                        "dhcp6 release or decline ignored: not the DUID and address of this client's binding");
+                    (Status::NoBinding, "no such binding")
+                });
                 reply.boot_url = None;
                 reply.class = None;
             }
@@ -242,7 +256,7 @@ impl Server {
         let addr = self
             .identity
             .write6()
-            .bind(mac, now, now + u64::from(valid));
+            .bind(mac, &req.client_id, now, now + u64::from(valid));
         reply.ia_na = req
             .ia_na
             .iter()
@@ -346,6 +360,28 @@ pools:
         m
     }
 
+    /// `firmware`'s message of `kind` whose IA_NA names `addr`.
+    fn naming(kind: u8, mac: [u8; 6], server: &[u8], addr: Ipv6Addr) -> Vec<u8> {
+        naming_duid(firmware(kind, mac, Some(server)), addr)
+    }
+
+    /// `message` (as `firmware` makes it) with its IA_NA naming `addr` (an IAADDR option).
+    fn naming_duid(message: Vec<u8>, addr: Ipv6Addr) -> Vec<u8> {
+        let empty_ia = option(wire::opt::IA_NA, &[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0]);
+        let at = message
+            .windows(empty_ia.len())
+            .position(|w| w == empty_ia)
+            .unwrap();
+        let mut iaaddr = addr.octets().to_vec();
+        iaaddr.extend_from_slice(&[0; 8]);
+        let mut ia = vec![0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+        ia.extend(option(5, &iaaddr));
+        let mut out = message[..at].to_vec();
+        out.extend(option(wire::opt::IA_NA, &ia));
+        out.extend_from_slice(&message[at + empty_ia.len()..]);
+        out
+    }
+
     #[tokio::test]
     async fn firmware_gets_an_address_and_the_loader_url_strangers_get_nothing() {
         let config = Arc::new(Config::parse(Path::new("p.yaml"), CONFIG).unwrap());
@@ -407,9 +443,28 @@ pools:
             full.ia_na[0].1,
             IaAnswer::Status(Status::NoAddrsAvail, _)
         ));
-        // RELEASE ends the binding.
+        // A RELEASE or DECLINE naming no address, another client's address, or carrying
+        // another DUID with this MAC ends nothing.
+        let second: Ipv6Addr = "fd77::101".parse().unwrap();
+        // A DUID-LLT with the same MAC: another client's identifier (another OS on it).
+        let ll_msg = firmware(msg::RELEASE, mac, Some(&duid));
+        let mut llt = vec![0, 1, 0, 1, 0, 0, 0, 9];
+        llt.extend_from_slice(&mac);
+        let mut other_duid = ll_msg[..4].to_vec();
+        other_duid.extend(option(wire::opt::CLIENT_ID, &llt));
+        other_duid.extend_from_slice(&ll_msg[4 + 4 + 10..]);
+        for (m, forged) in [
+            (msg::RELEASE, firmware(msg::RELEASE, mac, Some(&duid))),
+            (msg::DECLINE, naming(msg::DECLINE, mac, &duid, second)),
+            (msg::RELEASE, naming_duid(other_duid, first)),
+        ] {
+            let no = s.answer(&forged, ll, 150).unwrap();
+            assert_eq!(no.status.map(|s| s.0), Some(Status::NoBinding), "{m}");
+            assert_eq!(identity.read6().holder(first, 151), Some(Mac(mac)));
+        }
+        // Its own DUID naming its address: the binding ends.
         let done = s
-            .answer(&firmware(msg::RELEASE, mac, Some(&duid)), ll, 200)
+            .answer(&naming(msg::RELEASE, mac, &duid, first), ll, 200)
             .unwrap();
         assert_eq!(done.status.map(|s| s.0), Some(Status::Success));
         assert_eq!(identity.read6().holder(first, 201), None);

@@ -1,7 +1,9 @@
 //! GRUB's config request (`grub/grub.cfg`, the same name for every client): answered for the
 //! pool client whose lease holds the address it came from, with `boot::grub::config` from the
-//! link its lease keeps, for the architecture its firmware said. Anyone else gets nothing, as
-//! a stranger gets no iPXE script.
+//! link its lease keeps, for the architecture its firmware said. Anyone else gets nothing
+//! (the name says no client). The iPXE script differs: its URL names the client
+//! (`/boot/script/MAC.ipxe`), and it goes to anyone who asks unless `server.read_token` is
+//! set, when only that client gets it without the token (`http::boot::boot_script`).
 
 use super::identity::Identity;
 use crate::boot::grub;

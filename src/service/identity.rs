@@ -11,9 +11,11 @@
 //! MAC and, while that machine is off, its address; docs/security.md says what an admin can add
 //! (fixed addresses, `dhcp.trusted` relays, a switch's DHCP snooping and source guard).
 
+use super::bounds::Standing;
+use crate::boot::exports::{ServesFor, is_client};
 use crate::boot::leases::Leases;
 use crate::boot::leases6::Leases6;
-use crate::config::Mac;
+use crate::config::{Config, Mac};
 use std::net::IpAddr;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -40,6 +42,16 @@ impl Identity {
             (Some(v4), _) => self.read().holder(v4, unix_now()),
             (None, IpAddr::V6(v6)) => self.read6().holder(v6, unix_now()),
             (None, IpAddr::V4(_)) => None,
+        }
+    }
+
+    /// Who `ip` is to a service that serves `serves`: a client when it holds a lease of a
+    /// pool the service is for (`boot::exports::is_client`), else a stranger.
+    pub fn standing(&self, config: &Config, serves: ServesFor, ip: IpAddr) -> Standing {
+        if is_client(config, serves, ip, self.holder(ip)) {
+            Standing::Client
+        } else {
+            Standing::Stranger
         }
     }
 

@@ -23,7 +23,9 @@
 //! loader phase ends there), to stop on a client ERROR (EDK2's tsize probe), windowsize, and
 //! no extra dependency; the protocol part is small and lives in `proto::tftp`.
 
+use super::bounds::{Caps, Full, Slot, Slots, Standing};
 use super::identity::Identity;
+use crate::boot::exports::ServesFor;
 use crate::config::Config;
 use crate::export::boot_files::{NotServed, handed_out, resolve};
 use crate::metrics::Metrics;
@@ -31,27 +33,39 @@ use crate::proto::tftp::{self as wire, Mode, Packet, Sender, err};
 use crate::record::{Kind, Outcome, Proto, Recorder, Who};
 use crate::service::tftp_transfers::{self, Source, Transfer, Transfers};
 use crate::steer::links::Links;
-use std::io::Read;
 use std::net::UdpSocket;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Transfers at once; a room of a few hundred PCs fits, a flood does not.
-pub const MAX_TRANSFERS: usize = 256;
-/// Transfers at once from one address. Firmware fetches one file at a time (two with EDK2's
-/// size probe); the room behind a NAT, or a test rig on loopback, needs more. The bound keeps
-/// one confused or hostile address from taking the whole room's share of `MAX_TRANSFERS`.
-pub const MAX_PER_CLIENT: usize = 32;
+/// Transfers at once for the room's clients (addresses that hold a lease of a pool): a room of
+/// a few hundred PCs fits, a flood does not.
+pub const CLIENTS_TOTAL: usize = 256;
+
+/// The room's clients' caps: `CLIENTS_TOTAL` in all, `limits.tftp_per_client` (default 32)
+/// per address. Firmware fetches one file at a time (two with EDK2's size probe); a room
+/// behind a NAT, which arrives from one address, or a test rig on loopback, needs more. The
+/// bound keeps one confused or hostile address from taking the whole room's share.
+pub fn client_caps(limits: &crate::config::Limits) -> Caps {
+    Caps {
+        total: CLIENTS_TOTAL,
+        per_address: limits.tftp_per_client,
+    }
+}
+/// Transfers at once for addresses inside `limits.tftp_clients` that hold no lease: a source
+/// forged to unused addresses of the subnet, or (proxy mode) firmware that asked no lease of
+/// ours on port 4011. They share this pool, and their retransmission interval is
+/// `DEFAULT_RTO` whatever they ask, so a transfer nobody acknowledges ends within seconds.
+pub const STRANGERS: Caps = Caps {
+    total: 16,
+    per_address: 2,
+};
 /// Retransmission interval when the client names none.
 const DEFAULT_RTO: Duration = Duration::from_secs(1);
 /// Longest retransmission interval, whatever the client's `timeout` option asks.
 pub const MAX_RTO: Duration = Duration::from_secs(5);
-/// netascii is converted in memory; boot files are sent octet, so this only bounds misuse.
-const MAX_NETASCII: u64 = 16 << 20;
 
 pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyhow::Result<()> {
     let super::Shared {
@@ -68,8 +82,8 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
     if !v6 {
         crate::steer::local_addr::enable(&socket)?;
     }
-    let limit = Arc::new(Semaphore::new(MAX_TRANSFERS));
-    let per_client = PerClient::default();
+    let clients = client_caps(&config.limits);
+    let slots = Slots::new(metrics.clone(), |m| &m.tftp().slots, clients, STRANGERS);
     let counts = metrics.tftp();
     let transfers = Arc::new(Transfers::start(&shutdown)?);
     let mut buf = vec![0u8; wire::MAX_REQUEST + 1];
@@ -97,32 +111,26 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
         match wire::decode(&buf[..n]) {
             Ok(Packet::Read(req)) => {
                 counts.requests.inc();
-                let Ok(permit) = limit.clone().try_acquire_owned() else {
-                    counts.refused.inc();
-                    let c = counts.busy.add(1);
-                    if let Some(suppressed) = BUSY.allow() {
-                        tracing::warn!(%peer, file = %req.file, limit = MAX_TRANSFERS, refused = c,
-                            suppressed, "tftp transfer limit reached; refusing");
+                let standing = identity.standing(&config, ServesFor::AnyPool, peer.ip());
+                let slot = match slots.take(peer.ip(), standing) {
+                    Ok(slot) => slot,
+                    Err(full) => {
+                        counts.refused.inc();
+                        let c = counts.busy.add(1);
+                        if let Some(suppressed) = BUSY.allow() {
+                            tracing::warn!(%peer, file = %req.file, ?standing,
+                                caps = ?slots.caps(standing), refused = c, suppressed,
+                                "tftp transfer refused: {}", full.reason());
+                        }
+                        let text = match full {
+                            Full::Pool => "server busy",
+                            Full::Address => "too many transfers",
+                        };
+                        let _ = socket
+                            .send_to(&wire::encode_error(err::NOT_DEFINED, text), peer)
+                            .await;
+                        continue;
                     }
-                    let _ = socket
-                        .send_to(&wire::encode_error(err::NOT_DEFINED, "server busy"), peer)
-                        .await;
-                    continue;
-                };
-                let Some(slot) = per_client.take(peer.ip()) else {
-                    counts.refused.inc();
-                    let c = counts.busy.add(1);
-                    if let Some(suppressed) = BUSY.allow() {
-                        tracing::warn!(%peer, file = %req.file, limit = MAX_PER_CLIENT, refused = c,
-                            suppressed, "tftp per-client transfer limit reached; refusing");
-                    }
-                    let _ = socket
-                        .send_to(
-                            &wire::encode_error(err::NOT_DEFINED, "too many transfers"),
-                            peer,
-                        )
-                        .await;
-                    continue;
                 };
                 let r = Request {
                     peer,
@@ -133,7 +141,7 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
                     metrics: metrics.clone(),
                     links: links.clone(),
                     identity: identity.clone(),
-                    permits: (permit, slot),
+                    slot,
                 };
                 let transfers = transfers.clone();
                 shutdown.spawn(async move {
@@ -193,43 +201,6 @@ fn from_a_client(config: &Config, ip: IpAddr) -> bool {
     }
 }
 
-/// Transfers running per client address.
-#[derive(Clone, Default)]
-struct PerClient(Arc<std::sync::Mutex<std::collections::HashMap<IpAddr, usize>>>);
-
-/// One of a client's transfer slots; given back when dropped.
-struct Slot {
-    table: PerClient,
-    ip: IpAddr,
-}
-
-impl PerClient {
-    fn take(&self, ip: IpAddr) -> Option<Slot> {
-        let mut t = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let n = t.entry(ip).or_insert(0);
-        if *n >= MAX_PER_CLIENT {
-            return None;
-        }
-        *n += 1;
-        Some(Slot {
-            table: self.clone(),
-            ip,
-        })
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut t = self.table.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = t.get_mut(&self.ip) {
-            *n -= 1;
-            if *n == 0 {
-                t.remove(&self.ip);
-            }
-        }
-    }
-}
-
 fn short(p: &Packet) -> &'static str {
     match p {
         Packet::Read(_) => "rrq",
@@ -254,7 +225,7 @@ struct Request {
     /// Who holds the asking address: GRUB's config is its client's.
     identity: Identity,
     /// Held until the transfer ends.
-    permits: (OwnedSemaphorePermit, Slot),
+    slot: Slot,
 }
 
 /// What the transfer loop reports back to: logs and records the end.
@@ -270,7 +241,7 @@ struct Owner {
     metrics: Metrics,
     /// Who the record says the transfer was for (`service::who_at`).
     who: Option<Who>,
-    _permits: (OwnedSemaphorePermit, Slot),
+    _slot: Slot,
 }
 
 impl Request {
@@ -318,10 +289,13 @@ impl Request {
             }
         };
         let (settings, oack) = wire::negotiate(&self.req.options, Some(size));
-        let rto = settings
-            .timeout_s
-            .map_or(DEFAULT_RTO, |s| Duration::from_secs(u64::from(s)))
-            .min(MAX_RTO);
+        let rto = match self.slot.standing() {
+            Standing::Client => settings
+                .timeout_s
+                .map_or(DEFAULT_RTO, |s| Duration::from_secs(u64::from(s)))
+                .min(MAX_RTO),
+            Standing::Stranger => DEFAULT_RTO,
+        };
         let owner = Owner {
             peer: self.peer,
             file,
@@ -333,7 +307,7 @@ impl Request {
             who: super::who_at(&self.identity, self.peer.ip()),
             recorder: self.recorder,
             metrics: self.metrics,
-            _permits: self.permits,
+            _slot: self.slot,
         };
         Some(Transfer::new(
             sock,
@@ -475,22 +449,13 @@ fn in_memory(bytes: Vec<u8>, mode: Mode) -> (Source, u64) {
 }
 
 fn open(path: &Path, mode: Mode) -> std::io::Result<(Source, u64)> {
-    let mut f = std::fs::File::open(path)?;
+    let f = std::fs::File::open(path)?;
     let meta = f.metadata()?;
     if !meta.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
     match mode {
         Mode::Octet => Ok((Source::file(f), meta.len())),
-        Mode::Netascii => {
-            if meta.len() > MAX_NETASCII {
-                return Err(std::io::Error::other("too large for netascii"));
-            }
-            let mut raw = Vec::new();
-            f.read_to_end(&mut raw)?;
-            let text = wire::to_netascii(&raw);
-            let len = text.len() as u64;
-            Ok((Source::Memory(text), len))
-        }
+        Mode::Netascii => Source::netascii(f),
     }
 }

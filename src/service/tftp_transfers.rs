@@ -54,6 +54,16 @@ pub enum Source {
         filled: usize,
     },
     Memory(Vec<u8>),
+    /// A file sent as netascii, converted as it goes: the converted bytes from a little before
+    /// the window in flight on, never the whole file.
+    Netascii {
+        file: std::fs::File,
+        /// Converted bytes, the first at `out_start` of the netascii stream.
+        out: Vec<u8>,
+        out_start: u64,
+        /// Where in the file the bytes after `out` start.
+        read_to: u64,
+    },
 }
 
 impl Source {
@@ -64,6 +74,29 @@ impl Source {
             chunk_start: 0,
             filled: 0,
         }
+    }
+
+    /// `file` as netascii, and that netascii's length (one pass over the file, `READ_AHEAD`
+    /// at a time).
+    pub fn netascii(file: std::fs::File) -> std::io::Result<(Source, u64)> {
+        let mut buf = vec![0u8; READ_AHEAD];
+        let (mut at, mut len) = (0u64, 0u64);
+        loop {
+            match file.read_at(&mut buf, at)? {
+                0 => break,
+                n => {
+                    len += wire::netascii_len(&buf[..n]);
+                    at += n as u64;
+                }
+            }
+        }
+        let source = Source::Netascii {
+            file,
+            out: Vec::new(),
+            out_start: 0,
+            read_to: 0,
+        };
+        Ok((source, len))
     }
 
     /// The `len` bytes from `start`.
@@ -97,6 +130,35 @@ impl Source {
                 }
                 let at = (start - *chunk_start) as usize;
                 Ok(&chunk[at..at + len])
+            }
+            Source::Netascii {
+                file,
+                out,
+                out_start,
+                read_to,
+            } => {
+                if start < *out_start {
+                    // A retransmission from further back than was kept: convert from the top.
+                    out.clear();
+                    (*out_start, *read_to) = (0, 0);
+                }
+                // Keep `READ_AHEAD` before `start` for retransmissions; let go of the rest.
+                let keep_from = start.saturating_sub(READ_AHEAD as u64).max(*out_start);
+                out.drain(..(keep_from - *out_start) as usize);
+                *out_start = keep_from;
+                let end = start + len as u64;
+                let mut raw = Vec::new();
+                while *out_start + (out.len() as u64) < end {
+                    raw.resize(READ_AHEAD, 0);
+                    let n = file.read_at(&mut raw, *read_to)?;
+                    if n == 0 {
+                        return Err(std::io::ErrorKind::UnexpectedEof.into());
+                    }
+                    wire::extend_netascii(out, &raw[..n]);
+                    *read_to += n as u64;
+                }
+                let at = (start - *out_start) as usize;
+                Ok(&out[at..at + len])
             }
             Source::Memory(m) => {
                 let s = usize::try_from(start).unwrap_or(usize::MAX);
@@ -472,4 +534,54 @@ impl Loop {
 
 fn earliest(a: Option<Instant>, b: Instant) -> Instant {
     a.map_or(b, |a| a.min(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A netascii source gives the bytes of the whole file converted at once, block by block
+    /// in order, for a window sent again from its start, and for a block far behind, while
+    /// holding a bounded part of the converted file.
+    #[test]
+    fn netascii_is_converted_as_it_is_sent() {
+        let mut data = Vec::new();
+        for k in 0..(3 * READ_AHEAD) {
+            data.push(match k % 97 {
+                0 => b'\n',
+                13 => b'\r',
+                n => b'a' + (n % 26) as u8,
+            });
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("text");
+        std::fs::write(&path, &data).unwrap();
+        let whole = wire::to_netascii(&data);
+        let (mut source, len) = Source::netascii(std::fs::File::open(&path).unwrap()).unwrap();
+        assert_eq!(len, whole.len() as u64);
+        let block = 1468;
+        let span = |k: u64| {
+            let start = k * block as u64;
+            (start, (len - start).min(block as u64) as usize)
+        };
+        let blocks = len.div_ceil(block as u64);
+        for k in 0..blocks {
+            // Every eighth block, the window of four before it is sent again.
+            let again = if k % 8 == 7 { k - 3..=k } else { k..=k };
+            for j in again {
+                let (start, n) = span(j);
+                let got = source.block(start, n).unwrap().to_vec();
+                assert_eq!(got, whole[start as usize..start as usize + n], "block {j}");
+            }
+            if let Source::Netascii { out, .. } = &source {
+                assert!(out.len() <= 3 * READ_AHEAD + block, "{} held", out.len());
+            }
+        }
+        // A block from the top again: converted anew.
+        let (start, n) = span(1);
+        assert_eq!(
+            source.block(start, n).unwrap(),
+            &whole[start as usize..start as usize + n]
+        );
+    }
 }

@@ -3,18 +3,20 @@
 //! user class asks it), bootpool's router advertisements seen by the client's kernel, then
 //! the iPXE script, a kernel over HTTP (`curl -g` to `[ADDR]`), a loader over TFTP
 //! (tftp-hpa `-6`) and the root over NBD (libnbd's `nbdinfo`) from the client's DHCPv6
-//! address, each recorded for its MAC.
+//! address, each recorded for its MAC. A forged RELEASE or DECLINE (another DUID with the
+//! client's MAC, an address it does not hold) changes nothing, and a storm of router
+//! solicitations draws at most one advertisement per 3 s.
 
 use crate::common::Fixture;
 use crate::common::netns::{Daemon, Link};
 use std::process::Stdio;
 use std::time::Duration;
 
-const SERVER: &str = "10.77.1.1";
-const SERVER6: &str = "fd77:1::1";
-const MAC: &str = "52:54:00:77:00:05";
+pub(crate) const SERVER: &str = "10.77.1.1";
+pub(crate) const SERVER6: &str = "fd77:1::1";
+pub(crate) const MAC: &str = "52:54:00:77:00:05";
 
-fn config(iface: &str) -> String {
+pub(crate) fn config(iface: &str) -> String {
     format!(
         "\
 server:
@@ -47,7 +49,7 @@ pools:
 
 /// Both ends without duplicate address detection (bounced, so their link-local addresses are
 /// usable at once), the server's IPv6 address on its end.
-fn ipv6_link() -> Link {
+pub(crate) fn ipv6_link() -> Link {
     let link = Link::new(&format!("{SERVER}/24"));
     for (ns, dev) in [
         (&link.server_ns, &link.server_if),
@@ -80,7 +82,7 @@ fn ipv6_link() -> Link {
 
 /// `dhclient -6` as iPXE (user class `iPXE`, asking option 59): the address it bound and the
 /// boot-file URL, with the address put on the client's end.
-fn dhclient6(link: &Link, fx: &Fixture) -> Option<(String, String)> {
+pub(crate) fn dhclient6(link: &Link, fx: &Fixture) -> Option<(String, String)> {
     // Option 15 as iPXE sends it: one class, 16-bit length then `iPXE`.
     let conf = "timeout 15;\n\
                 option dhcp6.ipxe-class code 15 = string;\n\
@@ -110,15 +112,9 @@ fn curl(link: &Link, url: &str) -> Option<Vec<u8>> {
     out.status.success().then_some(out.stdout)
 }
 
-#[test]
-fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
-    let link = ipv6_link();
-    link.set_client_mac(MAC);
-    let fx = Fixture::new();
-    fx.write_config(&config(&link.server_if));
-    let daemon = Daemon::start(&link, &fx, 1);
-    // bootpool's router advertisement puts the prefix on-link in the client's kernel (which
-    // meanwhile gives the client end its link-local address, which dhclient needs).
+/// Waits until bootpool's router advertisement put the prefix on-link in the client's kernel
+/// (which meanwhile gives the client end its link-local address, which dhclient needs).
+fn ready_for_dhcp6(link: &Link, daemon: &Daemon) {
     let mut routes = String::new();
     for _ in 0..100 {
         let (_, text, _) = crate::common::run(
@@ -163,6 +159,16 @@ fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(lladdr.contains("inet6 fe80"), "{lladdr}");
+}
+
+#[test]
+fn dhclient6_gets_an_address_and_the_url_and_fetches_over_ipv6() {
+    let link = ipv6_link();
+    link.set_client_mac(MAC);
+    let fx = Fixture::new();
+    fx.write_config(&config(&link.server_if));
+    let daemon = Daemon::start(&link, &fx, 1);
+    ready_for_dhcp6(&link, &daemon);
     let (addr, url) = dhclient6(&link, &fx).expect("a DHCPv6 lease");
     assert!(addr.starts_with("fd77:1::1"), "{addr}");
     let port = bound_port(&daemon.log_text(), "http6");
@@ -284,4 +290,140 @@ fn bound_port(log: &str, name: &str) -> String {
         .and_then(|at| at.rsplit(':').next())
         .unwrap_or_else(|| panic!("no {name} listener:\n{log}"))
         .to_string()
+}
+
+/// A host sends 2,000 router solicitations in about two seconds: bootpool answers them as
+/// RFC 4861 6.2.6 says, at most one multicast advertisement per 3 s (and its unsolicited ones
+/// 3 to 6 s apart), not one per solicitation.
+#[test]
+fn a_storm_of_router_solicitations_draws_an_advertisement_per_3_s_at_most() {
+    let link = ipv6_link();
+    let fx = Fixture::new();
+    fx.write_config(&config(&link.server_if));
+    let _daemon = Daemon::start(&link, &fx, 1);
+    let dev = link.client_if.clone();
+    let (solicited, advertisements, secs) = Link::within(&link.client_ns, move || {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let s = Socket::new(Domain::IPV6, Type::RAW, Some(Protocol::ICMPV6)).unwrap();
+        s.set_multicast_hops_v6(255).unwrap();
+        s.set_unicast_hops_v6(255).unwrap();
+        s.bind_device(Some(dev.as_bytes())).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(1))).unwrap();
+        let name = std::ffi::CString::new(dev.clone()).unwrap();
+        // SAFETY: a NUL-terminated name; the call reads it only.
+        let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        assert_ne!(index, 0, "no {dev}");
+        let routers: std::net::SocketAddr =
+            std::net::SocketAddrV6::new("ff02::2".parse().unwrap(), 0, 0, index).into();
+        // Type 133, code 0; the kernel fills the checksum of a raw ICMPv6 socket.
+        let rs = [133u8, 0, 0, 0, 0, 0, 0, 0];
+        let start = std::time::Instant::now();
+        let (mut sent, mut heard) = (0u32, 0u32);
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 1500];
+        while start.elapsed() < Duration::from_secs(8) {
+            for _ in 0..20 {
+                if sent < 2000 && s.send_to(&rs, &routers.into()).is_ok() {
+                    sent += 1;
+                }
+            }
+            while let Ok(n) = s.recv(&mut buf) {
+                // SAFETY: `recv` initialised the first n bytes.
+                if n > 0 && unsafe { buf[0].assume_init() } == 134 {
+                    heard += 1;
+                }
+            }
+        }
+        (sent, heard, start.elapsed().as_secs())
+    });
+    assert_eq!(solicited, 2000);
+    assert!(advertisements >= 1, "no advertisement at all in {secs} s");
+    let bound = secs as u32 / 3 + 2;
+    assert!(
+        advertisements <= bound,
+        "{advertisements} advertisements for {solicited} solicitations in {secs} s (at most {bound})"
+    );
+}
+
+/// After a client bound its DHCPv6 address, a host on the link sends RELEASE and DECLINE with
+/// the client's MAC in the DUID: with a DUID of another form (another client's identifier,
+/// the same MAC), and naming an address the client does not hold. Each gets NoBinding and
+/// changes nothing: the client still attaches its root over IPv6.
+#[test]
+fn a_forged_dhcp6_release_or_decline_leaves_the_binding() {
+    let link = ipv6_link();
+    link.set_client_mac(MAC);
+    let fx = Fixture::new();
+    fx.write_config(&config(&link.server_if));
+    let daemon = Daemon::start(&link, &fx, 1);
+    ready_for_dhcp6(&link, &daemon);
+    let (addr, _) = dhclient6(&link, &fx).expect("a DHCPv6 lease");
+    let held: std::net::Ipv6Addr = addr.parse().unwrap();
+    let (ok, _, err) = nbd_size_over_ipv6(&link, &daemon);
+    assert!(ok, "nbdinfo before: {err}");
+
+    let mac: bootpool::config::Mac = MAC.parse().unwrap();
+    let server = bootpool::proto::dhcp6::server_duid(SERVER6.parse().unwrap());
+    let option = |code: u16, value: &[u8]| {
+        let mut o = code.to_be_bytes().to_vec();
+        o.extend_from_slice(&(value.len() as u16).to_be_bytes());
+        o.extend_from_slice(value);
+        o
+    };
+    let message = |kind: u8, duid: &[u8], named: std::net::Ipv6Addr| {
+        let mut m = vec![kind, 0x46, 0x6f, 0x72];
+        m.extend(option(1, duid));
+        m.extend(option(2, &server));
+        let mut iaaddr = named.octets().to_vec();
+        iaaddr.extend_from_slice(&[0; 8]);
+        let mut ia = vec![0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+        ia.extend(option(5, &iaaddr));
+        m.extend(option(3, &ia));
+        m
+    };
+    let mut llt = vec![0, 1, 0, 1, 0x12, 0x34, 0x56, 0x78];
+    llt.extend_from_slice(&mac.0);
+    let mut ll = vec![0, 3, 0, 1];
+    ll.extend_from_slice(&mac.0);
+    let elsewhere: std::net::Ipv6Addr = "fd77:1::1ff".parse().unwrap();
+    let forged = [
+        message(8, &llt, held),     // RELEASE, another DUID, its address
+        message(9, &llt, held),     // DECLINE, likewise
+        message(8, &ll, elsewhere), // RELEASE naming an address it does not hold
+        message(9, &ll, elsewhere), // DECLINE, likewise
+    ];
+    let dev = link.client_if.clone();
+    let answers = Link::within(&link.client_ns, move || {
+        let name = std::ffi::CString::new(dev).unwrap();
+        // SAFETY: a NUL-terminated name; the call reads it only.
+        let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+        let s = std::net::UdpSocket::bind(std::net::SocketAddrV6::new(
+            std::net::Ipv6Addr::UNSPECIFIED,
+            546,
+            0,
+            index,
+        ))
+        .unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let servers = std::net::SocketAddrV6::new("ff02::1:2".parse().unwrap(), 547, 0, index);
+        let mut answers = Vec::new();
+        for m in forged {
+            s.send_to(&m, servers).unwrap();
+            let mut buf = [0u8; 1500];
+            answers.push(
+                s.recv(&mut buf)
+                    .map(|n| buf[..n].to_vec())
+                    .unwrap_or_default(),
+            );
+        }
+        answers
+    });
+    for (k, a) in answers.iter().enumerate() {
+        // A REPLY (7) whose status code option (13) says NoBinding (3).
+        assert_eq!(a.first(), Some(&7), "message {k}: {a:?}");
+        let status = a.windows(6).any(|w| w == [0, 13, w[2], w[3], 0, 3]);
+        assert!(status, "message {k} not answered NoBinding: {a:?}");
+    }
+    let (ok, _, err) = nbd_size_over_ipv6(&link, &daemon);
+    assert!(ok, "the client lost its root over IPv6: {err}");
+    drop(daemon);
 }

@@ -175,6 +175,57 @@ async fn a_read_token_guards_the_dashboard_api_and_metrics_but_not_boot_files() 
     daemon.stop().await;
 }
 
+/// A client's boot script names its address and kernel command line: with
+/// `server.read_token`, another address gets 401 without the token and the script with it;
+/// the client the script is for (here 127.0.0.1, reserved for :20) needs none.
+#[tokio::test]
+async fn a_boot_script_needs_the_read_token_from_anyone_but_its_client() {
+    const TOKEN: &str = "0123456789abcdef-script";
+    let fx = Fixture::new();
+    fx.write_config(
+        &fx.loopback()
+            .reserving_127_0_0_1("52:54:00:77:00:20")
+            .server(&format!("read_token: {TOKEN}")),
+    );
+    let daemon = fx.start().await;
+    let base = format!("http://{}", daemon.bound.http);
+    let get = |url: String, header: Option<String>| async move {
+        let mut args = vec!["-s".to_string(), "-w".into(), "\n%{http_code}".into()];
+        if let Some(h) = header {
+            args.extend(["-H".to_string(), h]);
+        }
+        args.push(url);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (_, out, _) = run_async(curl(&args), 30).await;
+        let (body, code) = out.rsplit_once('\n').unwrap_or(("", ""));
+        (code.to_string(), body.to_string())
+    };
+    let other = format!("{base}/boot/script/52:54:00:77:00:01.ipxe");
+    let (code, body) = get(other.clone(), None).await;
+    assert_eq!(code, "401", "{body}");
+    assert!(!body.contains("#!ipxe"), "{body}");
+    let (code, body) = get(
+        other.clone(),
+        Some("Authorization: Bearer wrong-token-here".into()),
+    )
+    .await;
+    assert_eq!(code, "401", "{body}");
+    let (code, body) = get(other, Some(format!("Authorization: Bearer {TOKEN}"))).await;
+    assert_eq!(code, "200");
+    assert!(body.starts_with("#!ipxe"), "{body}");
+    let (code, body) = get(
+        format!("{base}/boot/script/52:54:00:77:00:01.ipxe?token={TOKEN}"),
+        None,
+    )
+    .await;
+    assert_eq!(code, "200", "{body}");
+    // Its own client asks from the address its lease holds: no token.
+    let (code, body) = get(format!("{base}/boot/script/52:54:00:77:00:20.ipxe"), None).await;
+    assert_eq!(code, "200", "{body}");
+    assert!(body.starts_with("#!ipxe"), "{body}");
+    daemon.stop().await;
+}
+
 /// `server.tls`: the same routes over HTTPS on a port of their own, with the certificate
 /// pools.yaml names (curl checks it against that certificate as its CA); the read token is
 /// asked there as on plain HTTP, and the plain port serves on. A client that does not trust

@@ -5,7 +5,9 @@
 //! new revision's exports are learned without a restart; the API and `prune` know which
 //! revision the recorded client runs, and a client that stays mounted on the old revision
 //! keeps reading it through the handles it holds. On both stores; with `store: ram` a revision
-//! learned after start is loaded into memory at its first use.
+//! learned after start is loaded into memory at its first use. A forged console panic and a
+//! forged DISCOVER do not get a mounted revision pruned; `--idle` does once the client is
+//! silent.
 
 use crate::common::rpc::Rpc;
 use crate::common::{Fixture, pattern, run, run_async, stdout_of};
@@ -304,4 +306,100 @@ async fn running_clients_keep_their_revision_and_new_boots_get_the_active_one(st
     assert!(out.contains(&format!("removed r1 ({r1})")), "{out}");
     assert!(!store::rev_dir(&fx.image_dir(), &r1).exists());
     assert!(store::rev_dir(&fx.image_dir(), &r2).is_dir());
+}
+
+/// What a hostile host on the segment sends to make a running client look gone: a console
+/// "panic" line from the client's address, then a firmware DISCOVER with its MAC. The record
+/// shows a failed boot and a new one, and `prune` still keeps the revision the client has
+/// mounted (it reads on through its handles); only the admin's `--idle` lets it go once the
+/// client is silent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_forged_panic_line_or_discover_does_not_get_a_mounted_revision_pruned() {
+    const MAC: &str = "52:54:00:77:00:20";
+    let fx = Fixture::new();
+    std::fs::remove_dir_all(fx.image_dir()).unwrap();
+    fx.write_config(
+        &fx.loopback()
+            .demo("store: disk")
+            .reserving_127_0_0_1(MAC)
+            .pool("nfs-room", "netconsole: true")
+            .port("console", 0),
+    );
+    let r1 = import(&fx, 1);
+    store::activate(&fx.image_dir(), &r1).unwrap();
+    fx.journal_loopback_lease(MAC, "nfs-room");
+    let daemon = fx.start().await;
+    let b = daemon.bound;
+    let base = format!("http://127.0.0.1:{}", b.http.port());
+    let mut held = Held::mount(b.nfs, &format!("/demo@{r1}")).await;
+    assert_eq!(held.read(&["etc", "hostname"]).await, b"r1\n");
+    let r2 = import(&fx, 2);
+    store::activate(&fx.image_dir(), &r2).unwrap();
+
+    // The forger: a panic line with the client's source address...
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let console = b.console.expect("the console port");
+    udp.send_to(
+        b"<0>Kernel panic - not syncing: VFS: Unable to mount root fs",
+        ("127.0.0.1", console.port()),
+    )
+    .unwrap();
+    // ...and a PXE firmware's DISCOVER with its MAC.
+    let mac: bootpool::config::Mac = MAC.parse().unwrap();
+    let mut discover = vec![0u8; 236];
+    discover[..3].copy_from_slice(&[1, 1, 6]);
+    discover[4..8].copy_from_slice(&[0x46, 0x6f, 0x72, 0x67]);
+    discover[28..34].copy_from_slice(&mac.0);
+    discover.extend_from_slice(&[99, 130, 83, 99, 53, 1, 1, 60, 9]);
+    discover.extend_from_slice(b"PXEClient");
+    discover.push(255);
+    udp.send_to(&discover, ("127.0.0.1", b.dhcp.port()))
+        .unwrap();
+    let boots = || {
+        let v: serde_json::Value =
+            serde_json::from_slice(&curl(&format!("{base}/api/v1/boots?mac={MAC}")))
+                .unwrap_or_default();
+        v
+    };
+    let mut seen = serde_json::Value::Null;
+    let mut forged = false;
+    for _ in 0..100 {
+        seen = boots();
+        forged = seen
+            .as_array()
+            .is_some_and(|a| a.len() == 2 && a.iter().any(|b| b["result"] == "failed"));
+        if forged {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(forged, "the forgeries were not recorded: {seen}");
+
+    // prune keeps r1 once the store has the attach (poll: it commits within a second; before,
+    // prune cannot know of it), then prunes for real and still keeps it.
+    let keep = format!("keeping r1 ({r1}): 1 running client(s): {MAC}");
+    let mut out = String::new();
+    for _ in 0..50 {
+        out = tokio::task::block_in_place(|| prune(&fx, &["--dry-run"]));
+        if out.contains(&keep) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(out.contains(&keep), "{out}\n{seen}");
+    let out = tokio::task::block_in_place(|| prune(&fx, &[]));
+    assert!(out.contains(&keep), "{out}");
+    assert!(store::rev_dir(&fx.image_dir(), &r1).is_dir());
+    assert_eq!(held.read(&["etc", "big"]).await, pattern(41, 200_000));
+    // The API's "need a reboot" counts it on r1 too.
+    let api: serde_json::Value =
+        serde_json::from_slice(&curl(&format!("{base}/api/v1/images"))).unwrap();
+    assert_eq!(api[0]["need_reboot"], 1, "{api}");
+
+    // The admin's timeout: silent for longer than --idle, its revision goes.
+    drop(held);
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let out = tokio::task::block_in_place(|| prune(&fx, &["--idle", "2s"]));
+    assert!(out.contains(&format!("removed r1 ({r1})")), "{out}");
+    daemon.stop().await;
 }

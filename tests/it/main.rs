@@ -42,6 +42,7 @@ mod nfs;
 mod records;
 mod records_postgres;
 mod root_wire;
+mod siege;
 mod state;
 mod storm;
 mod storm_replay;

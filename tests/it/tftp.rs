@@ -491,9 +491,29 @@ async fn an_unacknowledged_block_is_sent_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_client_gets_a_bounded_number_of_transfers_at_once() {
     let fx = fixture();
+    let limit = bounded_transfers(&fx).await;
+    assert_eq!(limit, 32, "the default limits.tftp_per_client");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_per_address_transfer_cap_is_the_configured_one() {
+    let fx = Fixture::new();
+    fx.write_config(
+        &fx.loopback()
+            .reserving_127_0_0_1(LOOPBACK_MAC)
+            .section("limits:\n  tftp_per_client: 3\n"),
+    );
+    let limit = bounded_transfers(&fx).await;
+    assert_eq!(limit, 3);
+}
+
+/// Opens as many transfers from one address as the served `limits.tftp_per_client` allows,
+/// none acknowledged, sees one more refused and a slot given back when one ends; returns the
+/// cap it used.
+async fn bounded_transfers(fx: &Fixture) -> usize {
     let daemon = fx.start().await;
     let addr = daemon.bound.tftp.unwrap();
-    let limit = bootpool::service::tftp::MAX_PER_CLIENT;
+    let limit = daemon.config.limits.tftp_per_client;
     // `limit` transfers from one address, none acknowledged: each gets its first block.
     let mut open = Vec::new();
     for _ in 0..limit {
@@ -523,6 +543,7 @@ async fn one_client_gets_a_bounded_number_of_transfers_at_once() {
     }
     assert!(served, "the slot was not given back");
     daemon.stop().await;
+    limit
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,8 @@
 //! raw DHCP packets where a forger would send them. The lease table is the one answer to
 //! "who is at this address": a stranger gets each protocol's refusal, counted; the holder of a
 //! lease gets its pool's root and no other, also after a kill -9 with the records deleted; a
-//! forged REQUEST cannot move a bound client. Needs root.
+//! forged REQUEST cannot move a bound client, a forged RELEASE or DECLINE cannot cut it off.
+//! Needs root.
 
 use crate::common::netns::{Daemon, Link};
 use crate::common::{Fixture, Loopback, run};
@@ -102,12 +103,25 @@ fn forged_request(link: &Link, mac: &str, ip: Ipv4Addr, selecting: bool) -> Opti
         m.opts_mut()
             .insert(DhcpOption::ServerIdentifier(SERVER.parse().unwrap()));
     }
+    send_dhcp(link, &m, None, false)
+}
+
+/// Sends `m` from the client's namespace, from `from`:68 (None: the socket bound to any
+/// address, as a client with none is), broadcast or `unicast` to the server. Returns the type
+/// of the answer with `m`'s xid, if one came within 2 s.
+fn send_dhcp(
+    link: &Link,
+    m: &Message,
+    from: Option<Ipv4Addr>,
+    unicast: bool,
+) -> Option<MessageType> {
     let mut packet = Vec::new();
     m.encode(&mut Encoder::new(&mut packet)).unwrap();
     let xid = m.xid();
     let dev = link.client_if.clone();
     Link::within(&link.client_ns, move || {
-        let sock = UdpSocket::bind("0.0.0.0:68").unwrap();
+        let src = from.unwrap_or(Ipv4Addr::UNSPECIFIED);
+        let sock = UdpSocket::bind((src, 68)).unwrap();
         sock.set_broadcast(true).unwrap();
         // As DHCP clients do: out of the interface, whatever the routes say.
         use std::os::fd::AsRawFd;
@@ -123,7 +137,8 @@ fn forged_request(link: &Link, mac: &str, ip: Ipv4Addr, selecting: bool) -> Opti
         };
         assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
         sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-        sock.send_to(&packet, "255.255.255.255:67").unwrap();
+        let to = if unicast { SERVER } else { "255.255.255.255" };
+        sock.send_to(&packet, (to, 67)).unwrap();
         let mut buf = [0u8; 1500];
         while let Ok(n) = sock.recv(&mut buf) {
             let Ok(reply) = Message::decode(&mut Decoder::new(&buf[..n])) else {
@@ -138,6 +153,35 @@ fn forged_request(link: &Link, mac: &str, ip: Ipv4Addr, selecting: bool) -> Opti
             };
         }
         None
+    })
+}
+
+/// A message of `kind` from `mac` (what a forger copies off the segment), `ciaddr` set, the
+/// address named in option 50 if `named`, our server identifier in option 54.
+fn message(kind: MessageType, mac: &str, ciaddr: Ipv4Addr, named: Option<Ipv4Addr>) -> Message {
+    let mac: bootpool::config::Mac = mac.parse().unwrap();
+    let any = Ipv4Addr::UNSPECIFIED;
+    let mut m = Message::new(ciaddr, any, any, any, &mac.0);
+    m.set_opcode(Opcode::BootRequest);
+    m.opts_mut().insert(DhcpOption::MessageType(kind));
+    if let Some(ip) = named {
+        m.opts_mut().insert(DhcpOption::RequestedIpAddress(ip));
+    }
+    if kind != MessageType::Request {
+        m.opts_mut()
+            .insert(DhcpOption::ServerIdentifier(SERVER.parse().unwrap()));
+    }
+    m
+}
+
+/// The saved lease of `mac`: its address and state (`bound`, `free`).
+fn saved_lease(fx: &Fixture, mac: &str) -> Option<(Ipv4Addr, String)> {
+    let saved = bootpool::service::lease_file::read(&fx.path().join("var")).ok()?;
+    saved.leases.into_iter().find_map(|l| {
+        (l.mac == mac).then(|| {
+            let state = serde_json::to_value(l.state).unwrap();
+            (l.ip, state.as_str().unwrap().to_string())
+        })
     })
 }
 
@@ -238,4 +282,68 @@ fn a_stranger_is_refused_the_roots_zstd_copy_and_a_lease_holder_gets_it() {
     let (ok, said) = nbd_attaches_export(&link, "demo~zstd");
     assert!(ok, "the lease holder was refused the copy: {said}");
     drop(daemon);
+}
+
+/// A hostile host on the segment sends what would cut a client off its root: RELEASEs with
+/// its MAC and address (from its own address, and from 0.0.0.0), a DECLINE of its address
+/// once its renewal made it no fresh one. None changes the lease: the client still attaches
+/// its root, and its renewal is ACKed. A DECLINE right after the ACK that bound the address
+/// cannot be told from the client's own and counts; the client, still on its address, takes
+/// it back with its renewal (ACK, not NAK).
+#[test]
+fn a_forged_release_or_decline_does_not_cut_a_client_off() {
+    let link = Link::new(&format!("{SERVER}/24"));
+    let fx = Fixture::new();
+    fx.write_config(&config(&link.server_if));
+    let _daemon = Daemon::start(&link, &fx, 1);
+    let lease = link
+        .udhcpc(fx.path(), NBD_MAC, true)
+        .expect("a lease for the NBD pool's MAC");
+    let ip: Ipv4Addr = lease[1].parse().unwrap();
+    let bound = Some((ip, "bound".to_string()));
+    let refused = metric(&link, "bootpool_refused_total", "dhcp");
+    // The forger: an address of its own on the segment, after the client's.
+    link.in_client(&["ip", "addr", "add", "10.77.2.50/24", "dev", &link.client_if]);
+    let release = message(MessageType::Release, NBD_MAC, ip, None);
+    let forger: Ipv4Addr = "10.77.2.50".parse().unwrap();
+    for unicast in [true, false] {
+        send_dhcp(&link, &release, Some(forger), unicast);
+        assert_eq!(saved_lease(&fx, NBD_MAC), bound, "unicast: {unicast}");
+    }
+    // DECLINE right after the ACK (SELECTING): it counts; the lease is gone...
+    let decline = message(
+        MessageType::Decline,
+        NBD_MAC,
+        Ipv4Addr::UNSPECIFIED,
+        Some(ip),
+    );
+    send_dhcp(&link, &decline, None, false);
+    assert_eq!(saved_lease(&fx, NBD_MAC), None);
+    // ...until the client renews from its address: ACK, the lease back.
+    let renew = message(MessageType::Request, NBD_MAC, ip, None);
+    assert_eq!(
+        send_dhcp(&link, &renew, Some(ip), true),
+        Some(MessageType::Ack)
+    );
+    assert_eq!(saved_lease(&fx, NBD_MAC), bound);
+    // A DECLINE now (no fresh ACK before it), for its address or another: nothing.
+    send_dhcp(&link, &decline, None, false);
+    let other = message(
+        MessageType::Decline,
+        NBD_MAC,
+        Ipv4Addr::UNSPECIFIED,
+        Some(Ipv4Addr::from(u32::from(ip) + 1)),
+    );
+    send_dhcp(&link, &other, None, false);
+    assert_eq!(saved_lease(&fx, NBD_MAC), bound);
+    assert_eq!(
+        send_dhcp(&link, &renew, Some(ip), true),
+        Some(MessageType::Ack)
+    );
+    let (ok, said) = nbd_attaches(&link);
+    assert!(ok, "the client lost its root: {said}");
+    assert!(metric(&link, "bootpool_refused_total", "dhcp") >= refused + 4);
+    // Its own RELEASE, from its address, ends the lease.
+    send_dhcp(&link, &release, Some(ip), true);
+    assert_eq!(saved_lease(&fx, NBD_MAC), Some((ip, "free".to_string())));
 }

@@ -1,8 +1,9 @@
 //! Credentials on every NFS call, driven by client code this project did not write (the
 //! nfs3_client crate, and libnfs's nfs-cat with `uid=`): an unprivileged user of a client
 //! cannot read the image's /etc/shadow (0640 root:shadow) or list root's 0700 folder; root can
-//! unless the image squashes it; and an image with `secure_ports` answers no call from a port
-//! above 1023.
+//! unless the image squashes it; ACCESS answers by the mode bits (nfs-cat as the owner of a
+//! 0300 file is refused) while READ keeps knfsd's owner override; and an image with
+//! `secure_ports` answers no call from a port above 1023.
 
 use crate::common::{Fixture, run_async};
 use nfs3_client::nfs3_types::nfs3::{
@@ -22,8 +23,8 @@ const SHADOW: &str = "root:$6$not-a-real-hash:19000:0:99999:7:::\n";
 const SHADOW_GID: u32 = 42;
 
 /// The fixture image with /etc/shadow (0640 root:42), /root (0700) holding a 0600 file, and
-/// a 0044 file owned by uid 1000 (readable by its owner only through the owner override);
-/// `image_keys` added to the image's line of pools.yaml.
+/// a 0044 and a 0300 file owned by uid 1000 (readable by their owner only through READ's
+/// owner override); `image_keys` added to the image's line of pools.yaml.
 fn fixture(image_keys: &str) -> Fixture {
     let fx = Fixture::new();
     let root = fx.image_dir().join("rootfs");
@@ -38,6 +39,7 @@ fn fixture(image_keys: &str) -> Fixture {
     put("root/.history", "secret\n", 0o600, 0, 0);
     std::fs::set_permissions(root.join("root"), std::fs::Permissions::from_mode(0o700)).unwrap();
     put("etc/odd", "mine\n", 0o044, 1000, 1000);
+    put("etc/wx", "write only\n", 0o300, 1000, 1000);
     fx.write_config(&fx.loopback().demo(&format!("store: disk{image_keys}")));
     fx
 }
@@ -234,6 +236,45 @@ async fn libnfs_as_uid_1000_is_refused_shadow_and_as_root_reads_it() {
     let (ok, out, err) = run_async(cat(0), 60).await;
     assert!(ok, "{err}");
     assert_eq!(out, SHADOW);
+    daemon.stop().await;
+}
+
+/// libnfs's tests test_0430 and test_0440: the owner of a mode-0300 file may not open it for
+/// reading (libnfs opens with ACCESS and refuses what it is not granted), as knfsd answers;
+/// READ itself keeps knfsd's owner override.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_answers_by_the_mode_and_read_keeps_the_owner_override() {
+    let fx = fixture("");
+    let daemon = fx.start().await;
+    let p = daemon.bound.nfs.port();
+    let cat = |file: &str, uid: u32| {
+        let mut c = Command::new("nfs-cat");
+        c.arg(format!(
+            "nfs://127.0.0.1/demo/etc/{file}?nfsport={p}&mountport={p}&version=3&uid={uid}&gid={uid}"
+        ));
+        c
+    };
+    for file in ["wx", "odd"] {
+        let (ok, out, err) = run_async(cat(file, 1000), 60).await;
+        assert!(!ok, "the owner opened its {file} for reading: {out}");
+        assert!(err.contains("ACCES") || err.contains("ermission"), "{err}");
+    }
+    // "Other" may read the 0044 file, and root the 0300 one.
+    let (ok, out, err) = run_async(cat("odd", 2000), 60).await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "mine\n");
+    let (ok, out, err) = run_async(cat("wx", 0), 60).await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "write only\n");
+    // The owner's ACCESS says no read (x on the 0300 file); its READ is answered.
+    let (mut c, root) = mount(p, unix(1000, 1000, &[]), true).await.unwrap();
+    let etc = lookup(&mut c, root, "etc").await.unwrap();
+    let wx = lookup(&mut c, etc.clone(), "wx").await.unwrap();
+    let odd = lookup(&mut c, etc, "odd").await.unwrap();
+    assert_eq!(access(&mut c, wx.clone()).await, 0x20);
+    assert_eq!(access(&mut c, odd.clone()).await, 0);
+    assert_eq!(read(&mut c, wx).await, Ok(b"write only\n".to_vec()));
+    assert_eq!(read(&mut c, odd).await, Ok(b"mine\n".to_vec()));
     daemon.stop().await;
 }
 

@@ -1,9 +1,11 @@
 //! NFSv3 attributes from lstat results: file types (ftype3, from `proto::nfs3`), times, fsid
-//! per image and device, and the composite root's own attributes.
+//! per image and device, and the composite root's own attributes; FSSTAT's figures of an
+//! image (`Tree::fsstat`).
 
-use super::Tree;
-use super::handle::stable_hash;
-use crate::proto::nfs3::Attr;
+use super::handle::{TreeHandle, stable_hash};
+use super::{Error, Status, Tree, io_status};
+use crate::proto::nfs3::{Attr, FsStat};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 
 pub(super) fn time(secs: i64, nsec: i64) -> (u32, u32) {
@@ -75,6 +77,35 @@ pub(super) fn fsid_of(image_id: u64, dev: u64) -> u64 {
 }
 
 impl Tree {
+    /// FSSTAT of what `h` is in. An image served from disk: the file system holding its
+    /// folder (statvfs), as knfsd reports an export's, free space included though the export
+    /// is read-only (a local read-only mount shows it too, and a client's `df /` reading
+    /// full would set off every disk-full alarm of the room). A `store: ram` image: the
+    /// snapshot held, its files' bytes and its entries, nothing free (`ram.rs`). The
+    /// composite root: nothing.
+    pub fn fsstat(&self, h: &TreeHandle) -> Result<FsStat, Status> {
+        let Some(img) = self.image_of(h)? else {
+            return Ok(FsStat::default());
+        };
+        let image = &self.images[img];
+        if image.in_ram()
+            && let Some(held) = image.held.get()
+        {
+            return Ok(*held);
+        }
+        let path =
+            std::ffi::CString::new(image.root.as_os_str().as_bytes()).map_err(|_| Error::Io)?;
+        let st = crate::sys::fs::statvfs(&path).map_err(io_status)?;
+        Ok(FsStat::from_statvfs(
+            st.f_frsize,
+            st.f_blocks,
+            st.f_bfree,
+            st.f_bavail,
+            st.f_files,
+            st.f_ffree,
+        ))
+    }
+
     pub(super) fn root_attr(&self) -> Attr {
         Attr {
             ftype: NF3DIR,

@@ -2,7 +2,7 @@
 //! met), attributes kept fresh, LOOKUP inside one folder, and MOUNT by export path.
 
 use super::at::stat_at;
-use super::attr::{NF3DIR, attr_from, attr_from_stat};
+use super::attr::{NF3DIR, NF3LNK, attr_from, attr_from_stat};
 use super::cache::{Named, settled};
 use super::handle::{ROOT, TreeHandle};
 use super::ram::walk_tree;
@@ -11,6 +11,7 @@ use super::{
     read_lock, write_lock,
 };
 use crate::proto::nfs3::Attr;
+use std::collections::VecDeque;
 use std::ffi::OsStr;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -313,7 +314,14 @@ impl Tree {
     }
 
     /// MNT: the path starts with an image's export path (component by component), and may go
-    /// on into its tree; the bare root is not mountable.
+    /// on into its tree; the bare root is not mountable. The rest is resolved as rpc.mountd
+    /// resolves a MOUNT path (`realpath`, then the export that covers the result): `..` goes
+    /// up one folder, and a symlink on the way is followed, its relative target taken from
+    /// the link's folder (libnfs's tests mount through one). The result must stay inside the
+    /// image: a `..` above its root, an absolute target (it names the server's own file
+    /// system, which no export of an image covers) and more than `MAX_LINKS` links are
+    /// refused with MNT3ERR_ACCES, rpc.mountd's answer for a path no export covers
+    /// (`mount_inside`). A name that is not there is NOENT, a file on the way NOTDIR.
     pub fn mount(&self, path: &[u8]) -> Result<TreeHandle, Status> {
         let parts: Vec<&[u8]> = path
             .split(|b| *b == b'/')
@@ -333,15 +341,51 @@ impl Tree {
                 parts.starts_with(&export).then_some((i, export.len()))
             })
             .ok_or(Error::NoEnt)?;
-        let (mut h, mut attr) = self.image_root(img)?;
-        // `..` inside goes no higher than the image's root (`lookup`).
-        for part in &parts[depth..] {
-            (h, attr) = self.lookup(&h, part)?;
+        self.mount_inside(img, &parts[depth..])
+    }
+
+    /// `parts` resolved from image `img`'s root, symlinks followed (see `mount`).
+    fn mount_inside(&self, img: usize, parts: &[&[u8]]) -> Result<TreeHandle, Status> {
+        // The folders from the image's root down to where the walk is; `..` pops one.
+        let mut dirs = vec![self.image_root(img)?];
+        let mut todo: VecDeque<Vec<u8>> = parts.iter().map(|p| p.to_vec()).collect();
+        let mut links = 0;
+        while let Some(part) = todo.pop_front() {
+            let (dir, attr) = *dirs.last().expect("the image's root stays");
+            if attr.ftype != NF3DIR {
+                return Err(Error::NotDir);
+            }
+            match &part[..] {
+                b"." => {}
+                b".." if dirs.len() == 1 => return Err(Error::Acces),
+                b".." => {
+                    dirs.pop();
+                }
+                name => {
+                    let (h, a) = self.lookup(&dir, name)?;
+                    if a.ftype != NF3LNK {
+                        dirs.push((h, a));
+                        continue;
+                    }
+                    links += 1;
+                    let (_, target) = self.readlink(&h)?;
+                    if links > MAX_LINKS || target.first() == Some(&b'/') {
+                        return Err(Error::Acces);
+                    }
+                    for c in target.split(|b| *b == b'/').rev() {
+                        if !c.is_empty() {
+                            todo.push_front(c.to_vec());
+                        }
+                    }
+                }
+            }
         }
-        if attr.ftype == NF3DIR {
-            Ok(h)
-        } else {
-            Err(Error::NotDir)
+        match dirs.pop() {
+            Some((h, attr)) if attr.ftype == NF3DIR => Ok(h),
+            _ => Err(Error::NotDir),
         }
     }
 }
+
+/// Symlinks a MOUNT path may go through, as Linux's path walk allows (MAXSYMLINKS).
+const MAX_LINKS: usize = 40;

@@ -1,7 +1,9 @@
 //! The read-only trees served over NFS: one per image with `root: nfs`, under a composite root
 //! that only names them (`/demo` is the `rootfs/` folder of image `demo`). This is the only code
 //! that turns client-supplied names into paths: a name is one component, `..` never climbs above
-//! an image's root, and symlinks are handed to the client, never followed here.
+//! an image's root, and symlinks are handed to the client, never followed here, but in a MOUNT
+//! path (`lookup.rs`, as rpc.mountd resolves one), and there only while they stay inside the
+//! image.
 //!
 //! File handles are `image id + st_dev + st_ino`, nothing from a start-up counter, so a handle
 //! given out before a restart still resolves afterwards: a handle we have not met yet triggers
@@ -23,9 +25,9 @@
 //!
 //! The rooms: `handle.rs` (the handle and its wire form), `lookup.rs` (handles and names to
 //! inodes, MOUNT), `read.rs` (READ, READLINK), `listing.rs` (READDIR(PLUS) listings and their
-//! refresh), `ram.rs` (`store: ram` loading), `attr.rs` (attributes from lstat), `cache.rs`
-//! (the bounded caches), `at.rs` (stats and opens relative to an image's opened root). This
-//! file holds the tuning constants, the status codes and the tree itself.
+//! refresh), `ram.rs` (`store: ram` loading), `attr.rs` (attributes from lstat, FSSTAT),
+//! `cache.rs` (the bounded caches), `at.rs` (stats and opens relative to an image's opened
+//! root). This file holds the tuning constants, the status codes and the tree itself.
 
 mod at;
 mod attr;
@@ -116,6 +118,8 @@ struct ImageTree {
     store_ram: bool,
     /// Set once its load is done; until then it is served from disk.
     loaded: OnceLock<()>,
+    /// `store: ram`: what its load took in, FSSTAT's answer for it (`Tree::fsstat`).
+    held: OnceLock<crate::proto::nfs3::FsStat>,
     /// Its folder was removed (a pruned revision) and its contents dropped from memory.
     dropped: AtomicBool,
     last_walk: Mutex<Option<Instant>>,
@@ -134,6 +138,7 @@ impl ImageTree {
             root,
             store_ram,
             loaded: OnceLock::new(),
+            held: OnceLock::new(),
             dropped: AtomicBool::new(false),
             last_walk: Mutex::new(None),
             dir: Mutex::new(None),

@@ -67,6 +67,8 @@ impl Tree {
         let tty = std::io::stderr().is_terminal();
         let started = Instant::now();
         let (mut files, mut bytes) = (0u64, 0u64);
+        // Every regular file's bytes, held in memory or not, for FSSTAT.
+        let mut file_bytes = 0u64;
         let found = walk_tree(&image.root, |n| {
             if tty && n % 1000 == 0 {
                 eprint!("\rloading image {}: {n} entries", image.name);
@@ -77,6 +79,9 @@ impl Tree {
         for (i, (rel, m)) in found.into_iter().enumerate() {
             let rel: Arc<Path> = rel.into();
             let (h, attr) = self.remember(img, rel.clone(), &m);
+            if attr.ftype == NF3REG {
+                file_bytes += m.len();
+            }
             if attr.ftype == NF3DIR {
                 dirs.push((h, rel, attr));
             } else if attr.ftype == NF3REG
@@ -98,6 +103,12 @@ impl Tree {
         for (h, rel, attr) in &dirs {
             let _ = self.listing(h, img, rel, attr);
         }
+        // A snapshot in memory: its entries and bytes, none of it free.
+        let _ = image.held.set(crate::proto::nfs3::FsStat {
+            tbytes: file_bytes,
+            tfiles: entries as u64,
+            ..Default::default()
+        });
         if tty {
             eprintln!();
         }

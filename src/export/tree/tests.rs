@@ -98,6 +98,93 @@ fn names_are_single_components_inside_the_image() {
     assert_eq!(tree.mount(b"/demo/bin/su"), Err(Error::NotDir));
 }
 
+/// MOUNT follows symlinks as rpc.mountd's realpath does, relative targets from the link's
+/// folder, and refuses (ACCES) what leaves the image: `..` above its root, an absolute target,
+/// a loop.
+#[test]
+fn mount_follows_symlinks_inside_the_image() {
+    let (dir, tree) = fixture();
+    let root = dir.path().join("rootfs");
+    let link = |target: &str, at: &str| std::os::unix::fs::symlink(target, root.join(at)).unwrap();
+    std::fs::create_dir_all(root.join("usr/lib/deep")).unwrap();
+    link("usr/lib", "lib");
+    link("../bin", "usr/tobin");
+    link("lib", "chain");
+    link("../..", "usr/lib/up");
+    link("../../..", "usr/lib/out");
+    link("/usr/lib", "abs");
+    link("loop", "loop");
+    link("bin/su", "tosu");
+    let img = tree.mount(b"/demo").unwrap();
+    let usr_lib = walk(&tree, &["demo", "usr", "lib"]).unwrap();
+    let bin = walk(&tree, &["demo", "bin"]).unwrap();
+    let deep = walk(&tree, &["demo", "usr", "lib", "deep"]).unwrap();
+    assert_eq!(tree.mount(b"/demo/lib"), Ok(usr_lib));
+    assert_eq!(tree.mount(b"/demo/lib/"), Ok(usr_lib));
+    assert_eq!(tree.mount(b"/demo/chain/deep"), Ok(deep));
+    assert_eq!(tree.mount(b"/demo/usr/tobin"), Ok(bin));
+    // `..` after a link goes up from where the link led, as realpath's does.
+    assert_eq!(
+        tree.mount(b"/demo/lib/.."),
+        Ok(walk(&tree, &["demo", "usr"]).unwrap())
+    );
+    assert_eq!(tree.mount(b"/demo/usr/lib/up/.."), Err(Error::Acces));
+    assert_eq!(tree.mount(b"/demo/usr/lib/up"), Ok(img));
+    // Leaving the image: refused, not clamped.
+    let outside = [
+        &b"/demo/.."[..],
+        b"/demo/bin/../..",
+        b"/demo/usr/lib/out",
+        b"/demo/abs",
+        b"/demo/loop",
+    ];
+    for out in outside {
+        assert_eq!(tree.mount(out), Err(Error::Acces), "{out:?}");
+    }
+    assert_eq!(tree.mount(b"/demo/tosu"), Err(Error::NotDir));
+    assert_eq!(tree.mount(b"/demo/bin/su/.."), Err(Error::NotDir));
+    assert_eq!(tree.mount(b"/demo/lib/nope"), Err(Error::NoEnt));
+}
+
+/// FSSTAT: the file system holding an image's folder (its statvfs), a `store: ram` image's
+/// snapshot (its files' bytes and entries, nothing free), nothing for the composite root.
+#[test]
+fn fsstat_reports_the_image_s_file_system_or_what_ram_holds() {
+    let (dir, tree) = fixture();
+    let img = tree.mount(b"/demo").unwrap();
+    let fs = tree.fsstat(&img).unwrap();
+    let path = std::ffi::CString::new(dir.path().as_os_str().as_bytes()).unwrap();
+    let st = crate::sys::fs::statvfs(&path).unwrap();
+    assert_eq!(fs.tbytes, st.f_blocks * st.f_frsize);
+    assert_eq!(fs.tfiles, st.f_files);
+    assert!(fs.tbytes > 4096 && fs.abytes <= fs.fbytes, "{fs:?}");
+    assert_eq!(fs.ffiles, fs.afiles);
+    let bin = walk(&tree, &["demo", "bin"]).unwrap();
+    assert_eq!(tree.fsstat(&bin).unwrap().tbytes, fs.tbytes);
+    assert_eq!(
+        tree.fsstat(&tree.root()),
+        Ok(crate::proto::nfs3::FsStat::default())
+    );
+
+    let (_dir, ram) = fixture_with(true);
+    let img = ram.mount(b"/demo").unwrap();
+    // bin/su and big/f0..f1233 (their numbers as text).
+    let bytes = 10
+        + (0..1234)
+            .map(|i: u64| i.to_string().len() as u64)
+            .sum::<u64>();
+    // Those, the root, bin, big, tmp, the symlink and the fifo.
+    let entries = 1 + 1234 + 6;
+    assert_eq!(
+        ram.fsstat(&img),
+        Ok(crate::proto::nfs3::FsStat {
+            tbytes: bytes,
+            tfiles: entries,
+            ..Default::default()
+        })
+    );
+}
+
 /// An image exported under a path of its own is mounted by that path (and folders inside
 /// it), not by its name; its handles are those it has under its name.
 #[test]

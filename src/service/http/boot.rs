@@ -18,17 +18,34 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
-pub(super) const CHUNK: usize = 256 * 1024;
+/// A file is read and sent this much at a time, and `QUEUED` chunks wait for the connection
+/// at most: a reader that stops reading holds `CHUNK` x (`QUEUED` + 2) of memory (one chunk
+/// being read, one being written), 256 KiB, whatever the file's size.
+pub(super) const CHUNK: usize = 64 * 1024;
+const QUEUED: usize = 2;
 
+/// A client's iPXE script. It names the client's address and kernel command line: with
+/// `server.read_token` set, only the client it is for (the address that holds its lease)
+/// gets it without the token.
 pub(super) async fn boot_script(
     State(web): State<Web>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(mac): Path<String>,
+    headers: HeaderMap,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
 ) -> Response {
     let received = now_micros();
     let Ok(mac) = mac.trim_end_matches(".ipxe").parse::<Mac>() else {
         return (StatusCode::BAD_REQUEST, "not a MAC address\n").into_response();
     };
+    let its_own = web.identity.holder(peer.ip()) == Some(mac);
+    if let Some(token) = web.config.server.read_token.as_deref()
+        && !its_own
+        && !super::guard::carried(&headers, query.as_deref(), token).any()
+    {
+        tracing::info!(%mac, %peer, "boot script asked for by another address without the read token; refused");
+        return super::guard::unauthorized();
+    }
     let Some(member) = web.config.member(mac) else {
         tracing::info!(%mac, "script asked for by a client in no pool");
         return not_found("no pool lists this client");
@@ -59,7 +76,7 @@ pub(super) async fn boot_script(
     // A milestone of the client's boot only when the client asked: the address it asks from
     // holds its lease. Anyone else (an admin's curl on the server, a monitoring probe) gets the
     // script and leaves no boot behind.
-    if web.identity.holder(peer.ip()) != Some(mac) {
+    if !its_own {
         tracing::info!(%mac, %peer, "boot script fetched from an address that is not the client's; served, not recorded");
     } else {
         web.recorder.record(
@@ -263,7 +280,7 @@ pub(super) async fn send_file(
         tracing::warn!(path = %path.display(), error = %e, "boot file seek failed");
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     }
-    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(4);
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(QUEUED);
     let recorder = web.recorder.clone();
     let whole = end == len;
     tokio::spawn(async move {

@@ -13,7 +13,9 @@ pub(super) const TOKEN_COOKIE: &str = "bootpool_token";
 /// With `server.read_token` set, the dashboard, the read API, the stream and /metrics need
 /// it: as `Authorization: Bearer TOKEN` (scripts, Prometheus), or a `?token=TOKEN` on any of
 /// them, which also sets a cookie so the dashboard's own requests carry it. Boot files and
-/// the clients' reports never need it (their rule is the lease table's). 401 otherwise.
+/// the clients' reports never need it (their rule is the lease table's); a client's boot
+/// script (its address and command line) needs it from anyone but that client
+/// (`http::boot::boot_script`, with `carried`). 401 otherwise.
 pub(super) async fn read_guard(
     State(web): State<Web>,
     req: axum::extract::Request,
@@ -31,8 +33,37 @@ pub(super) async fn read_guard(
     if client_route || action {
         return next.run(req).await;
     }
+    let carried = carried(req.headers(), req.uri().query(), token);
+    if !carried.any() {
+        return unauthorized();
+    }
+    let mut res = next.run(req).await;
+    if carried.query && !carried.cookie {
+        let set = format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
+        if let Ok(v) = axum::http::HeaderValue::from_str(&set) {
+            res.headers_mut().append(header::SET_COOKIE, v);
+        }
+    }
+    res
+}
+
+/// Where a request carried the read token.
+pub(super) struct Carried {
+    pub bearer: bool,
+    pub cookie: bool,
+    pub query: bool,
+}
+
+impl Carried {
+    pub fn any(&self) -> bool {
+        self.bearer || self.cookie || self.query
+    }
+}
+
+/// Whether a request with `headers` and `query` carries the read `token` (as a bearer
+/// header, the cookie or `?token=`), and where.
+pub(super) fn carried(headers: &HeaderMap, query: Option<&str>, token: &str) -> Carried {
     let same = |given: &str| same_token(given, token);
-    let headers = req.headers();
     let bearer = bearer(headers).is_some_and(same);
     let cookie = headers
         .get_all(header::COOKIE)
@@ -41,29 +72,26 @@ pub(super) async fn read_guard(
         .flat_map(|v| v.split(';'))
         .filter_map(|c| c.trim().strip_prefix(TOKEN_COOKIE)?.strip_prefix('='))
         .any(same);
-    let query = req
-        .uri()
-        .query()
+    let query = query
         .into_iter()
         .flat_map(|q| q.split('&'))
         .filter_map(|kv| kv.strip_prefix("token="))
         .any(same);
-    if !(bearer || cookie || query) {
-        return (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer realm=\"bootpool\"")],
-            "this server needs its read token: Authorization: Bearer TOKEN, or ?token=TOKEN\n",
-        )
-            .into_response();
+    Carried {
+        bearer,
+        cookie,
+        query,
     }
-    let mut res = next.run(req).await;
-    if query && !cookie {
-        let set = format!("{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
-        if let Ok(v) = axum::http::HeaderValue::from_str(&set) {
-            res.headers_mut().append(header::SET_COOKIE, v);
-        }
-    }
-    res
+}
+
+/// The answer to a request that needed the read token and did not carry it.
+pub(super) fn unauthorized() -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer realm=\"bootpool\"")],
+        "this server needs its read token: Authorization: Bearer TOKEN, or ?token=TOKEN\n",
+    )
+        .into_response()
 }
 
 /// The token of an `Authorization: Bearer TOKEN` header.

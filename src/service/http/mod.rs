@@ -3,8 +3,9 @@
 //! to the connection, so the kernel phase ends when the download does.
 //!
 //! Connections are accepted here (HTTP/1.1 through hyper), not by `axum::serve`, to bound
-//! them: `limits.http_connections` in all and `limits.http_per_client` per address (past
-//! them a connection is closed at once and counted as refused), a request's headers must
+//! them: the room's clients `limits.http_connections` in all and `limits.http_per_client` per
+//! address, addresses that hold no lease `STRANGERS` (past them a connection is closed at
+//! once and counted as refused), a file is sent from a bounded buffer (`boot::CHUNK`), a request's headers must
 //! arrive within `limits.http_header_timeout` (hyper's header timer, which also runs while a
 //! kept-alive connection waits for its next request), and a connection that moves no byte
 //! either way for `limits.http_idle_timeout` is closed (a stalled download too; the event
@@ -22,6 +23,8 @@ mod guard;
 mod images;
 
 use super::Carries;
+use super::bounds::{Caps, Slots};
+use crate::boot::exports::ServesFor;
 use crate::config::Config;
 use crate::metrics::{Metrics, prometheus};
 use crate::record::egress::Egress;
@@ -41,6 +44,14 @@ use guard::read_guard;
 use std::sync::Arc;
 
 /// What the HTTP handlers share.
+/// Addresses that hold no lease (the admin's browser, a Prometheus server, a probe) share
+/// these connections, so that however many addresses a host sends from, it cannot take the
+/// slots of the room's clients (`limits.http_connections`, `limits.http_per_client`).
+pub const STRANGERS: Caps = Caps {
+    total: 64,
+    per_address: 16,
+};
+
 #[derive(Clone)]
 pub struct Web {
     pub config: Arc<Config>,
@@ -80,9 +91,13 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let limits = web.config.limits.clone();
     let metrics = web.metrics.clone();
+    let (config, identity) = (web.config.clone(), web.identity.clone());
     let app = router(web);
-    let slots = Arc::new(tokio::sync::Semaphore::new(limits.http_connections));
-    let per_client = super::bounds::PerAddress::new(limits.http_per_client);
+    let clients = Caps {
+        total: limits.http_connections,
+        per_address: limits.http_per_client,
+    };
+    let slots = Slots::new(metrics.clone(), |m| &m.http().slots, clients, STRANGERS);
     static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
     loop {
         let Some((stream, peer, paced)) =
@@ -90,19 +105,18 @@ pub async fn serve(
         else {
             break;
         };
-        let held = match slots.clone().try_acquire_owned() {
-            Ok(total) => per_client.take(peer.ip()).map(|one| (total, one)),
-            Err(_) => None,
-        };
-        let Some(held) = held else {
-            // Closed at once: a refused connection costs no task and no buffer.
-            metrics.http().refused.inc();
-            if let Some(suppressed) = REFUSED.allow() {
-                tracing::warn!(%peer, total = limits.http_connections,
-                    per_client = limits.http_per_client, suppressed,
-                    "http connection refused: too many");
+        let standing = identity.standing(&config, ServesFor::AnyPool, peer.ip());
+        let held = match slots.take(peer.ip(), standing) {
+            Ok(held) => held,
+            Err(full) => {
+                // Closed at once: a refused connection costs no task and no buffer.
+                metrics.http().refused.inc();
+                if let Some(suppressed) = REFUSED.allow() {
+                    tracing::warn!(%peer, ?standing, caps = ?slots.caps(standing), suppressed,
+                        "http connection refused: {}", full.reason());
+                }
+                continue;
             }
-            continue;
         };
         let _ = stream.set_nodelay(true);
         let service = app.clone();

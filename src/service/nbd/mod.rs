@@ -11,8 +11,11 @@
 //! off. Instead, connections are capped per source address (`limits.nbd_per_client`), and
 //! when every slot is taken a new connection takes the slot of the attached connection that
 //! has been idle longest, if that one has been idle `limits.nbd_idle_timeout` or more: a
-//! stranger holding idle connections cannot lock the room out, and a quiet booted client is
-//! only disconnected when its slot is needed.
+//! quiet booted client is only disconnected when its slot is needed. Addresses that hold no
+//! lease of an NBD pool share a small pool of their own (`STRANGERS`) and have
+//! `STRANGER_HANDSHAKE` to hear their refusal, so however many addresses a host sends from, it
+//! cannot take the room's slots; connections made to an address that is not one of the
+//! server's links (the campus side) are closed at once.
 //!
 //! The rooms: `handshake.rs` (option haggling up to an attached export), `transmit.rs` (the
 //! request loop and which path each READ takes), `ops.rs` (requests run on a blocking
@@ -30,7 +33,9 @@ mod transmit;
 mod writer;
 
 use super::Carries;
-use crate::config::Config;
+use super::bounds::{Caps, Full, Slots, Standing};
+use crate::boot::exports::{ServesFor, on_a_link};
+use crate::config::{Config, RootProto};
 use crate::export::image::{self, BlockImage, RamImages};
 use crate::export::mapping::Mapping;
 use crate::metrics::Metrics;
@@ -88,13 +93,21 @@ impl Limits {
             per_client: l.nbd_per_client,
             idle_timeout: l.nbd_idle_timeout,
             max_in_flight: 64,
-            handshake_timeout: Duration::from_secs(30),
+            handshake_timeout: Duration::from_secs(10),
             write_timeout: Duration::from_secs(60),
             lost_after: l.root_lost_after,
             cow_grace: Duration::from_secs(300),
         }
     }
 }
+
+/// Addresses with no lease of an NBD pool: enough for a probe to hear its refusal.
+const STRANGERS: Caps = Caps {
+    total: 16,
+    per_address: 2,
+};
+/// A stranger's handshake ends this long after it began (its options are refused anyway).
+const STRANGER_HANDSHAKE: Duration = Duration::from_secs(5);
 
 /// Read buffers held across all connections; one READ may be up to 32 MiB.
 const BUFFER_BUDGET: usize = 256 << 20;
@@ -132,8 +145,11 @@ pub async fn serve_with(
         shutdown,
         ..
     } = shared;
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let per_client = super::bounds::PerAddress::new(limits.per_client);
+    let clients = Caps {
+        total: limits.max_connections,
+        per_address: limits.per_client,
+    };
+    let slots = Slots::new(metrics.clone(), |m| &m.nbd().slots, clients, STRANGERS);
     let idle = Arc::new(IdleConns::default());
     static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
     let buffers = Arc::new(Semaphore::new(BUFFER_BUDGET));
@@ -174,16 +190,33 @@ pub async fn serve_with(
                     suppressed, "nbd connection refused: {why}");
             }
         };
-        let Some(mine) = per_client.take(peer.ip()) else {
-            refuse("too many from this address");
+        if !stream
+            .local_addr()
+            .is_ok_and(|l| on_a_link(&config, l.ip()))
+        {
+            refuse("not made to an address of the server's links");
             continue;
-        };
-        let slot = match slots.clone().try_acquire_owned() {
-            Ok(slot) => Some(slot),
-            // Every slot taken: the longest-idle attached connection may give its up.
-            Err(_) if idle.evict_one(limits.idle_timeout) => None,
-            Err(_) => {
-                refuse("too many");
+        }
+        let standing =
+            exports
+                .identity
+                .standing(&config, ServesFor::Root(RootProto::Nbd), peer.ip());
+        let slot = match slots.take(peer.ip(), standing) {
+            Ok(slot) => slot,
+            // Every client slot taken: the longest-idle attached connection may give its up.
+            Err(Full::Pool)
+                if standing == Standing::Client && idle.evict_one(limits.idle_timeout) =>
+            {
+                match slots.take_over(peer.ip(), standing) {
+                    Ok(slot) => slot,
+                    Err(full) => {
+                        refuse(full.reason());
+                        continue;
+                    }
+                }
+            }
+            Err(full) => {
+                refuse(full.reason());
                 continue;
             }
         };
@@ -199,18 +232,10 @@ pub async fn serve_with(
             exports: exports.clone(),
             limits,
             activity,
+            stranger: standing == Standing::Stranger,
         };
-        let slots = slots.clone();
         shutdown.spawn(async move {
-            let _mine = (mine, paced);
-            let _slot = match slot {
-                Some(s) => s,
-                // The evicted connection lets go of its slot as it ends.
-                None => match tokio::time::timeout(DRAIN_TIMEOUT, slots.acquire_owned()).await {
-                    Ok(Ok(s)) => s,
-                    _ => return,
-                },
-            };
+            let _held = (slot, paced);
             conn.run(stream).await;
         });
     }
@@ -236,6 +261,8 @@ struct Conn {
     exports: Arc<Exports>,
     limits: Limits,
     activity: Activity,
+    /// Its address holds no lease of an NBD pool: its handshake has `STRANGER_HANDSHAKE`.
+    stranger: bool,
 }
 /// What a connection is attached to: the image, and the client's overlay if it is writable.
 struct Attached {
@@ -257,8 +284,13 @@ impl Conn {
             tracing::warn!(peer = %self.peer, error = %e, "nbd cannot set keepalive");
         }
 
+        let deadline = if self.stranger {
+            self.limits.handshake_timeout.min(STRANGER_HANDSHAKE)
+        } else {
+            self.limits.handshake_timeout
+        };
         let handshake = tokio::select! {
-            r = tokio::time::timeout(self.limits.handshake_timeout, self.handshake(&mut stream)) => r,
+            r = tokio::time::timeout(deadline, self.handshake(&mut stream)) => r,
             _ = self.shutdown.wait() => return,
         };
         let attached = match handshake {

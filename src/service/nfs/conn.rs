@@ -3,7 +3,7 @@
 //! written together; who may use which export, and READ bytes for the boot record.
 
 use super::send::{send, send_mapped, send_with_data};
-use super::{IDLE, MAX_OUT, MAX_RECORD, POLL, TICK, WRITE_TIMEOUT};
+use super::{FIRST_CALL, IDLE, MAX_OUT, MAX_RECORD, POLL, STRANGER_TIME, TICK, WRITE_TIMEOUT};
 use crate::boot::exports::root_allowed;
 use crate::config::{Config, RootProto};
 use crate::export::tree::{self, MappedRead, Tree, TreeHandle};
@@ -51,6 +51,8 @@ pub(super) struct Conn {
     /// The call just answered, for the client's boot trace (when it keeps one): when it was
     /// received, and what it was.
     pub(super) traced: Option<(Micros, What)>,
+    /// Its address holds no lease of an NFS pool: it ends `STRANGER_TIME` after it began.
+    pub(super) stranger: bool,
 }
 
 /// Where a READ's data is when it is not in `out`.
@@ -86,6 +88,7 @@ impl Conn {
         let mut chunk = vec![0u8; 64 * 1024];
         let mut out = Writer::new();
         let mut next_call = QuickRead::default();
+        let mut called = false;
         let why = 'conn: loop {
             // Answer every complete call buffered, writing whenever enough has piled up.
             loop {
@@ -95,6 +98,7 @@ impl Conn {
                             self.metrics.nfs().malformed.inc();
                             break 'conn why;
                         }
+                        called = true;
                         let sent = match self.data_pending.take() {
                             None => Ok(()),
                             Some(ReplyData::Read(n)) => {
@@ -133,6 +137,12 @@ impl Conn {
             self.flush_reads(false);
             if shutdown.is_triggered() {
                 break 'conn "shutdown";
+            }
+            if self.stranger && started.elapsed() >= STRANGER_TIME {
+                break 'conn "a stranger's time is up";
+            }
+            if !called && started.elapsed() >= FIRST_CALL {
+                break 'conn "no call in time";
             }
             match next_call.read(&mut s, &mut chunk) {
                 Ok(0) => break 'conn "client closed",

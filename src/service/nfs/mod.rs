@@ -10,17 +10,22 @@
 //! `## NFS`). Its argument decoder also allocates whatever length a client claims.
 //!
 //! One thread per connection handles calls in order: everything buffered is answered, then the
-//! replies go out in one write. Limits: `MAX_CONNECTIONS`, `MAX_RECORD` per call, `MAX_OUT`
-//! of replies buffered, `IDLE` without a call, `WRITE_TIMEOUT` for a client that stops reading.
+//! replies go out in one write. Limits: `CLIENTS` and `STRANGERS` (the slots of the room's
+//! clients, and the small pool of addresses that hold no lease of an NFS pool, which get only
+//! refusals anyway and have `STRANGER_TIME` to hear them), `FIRST_CALL` for a connection's
+//! first call, `MAX_RECORD` per call, `MAX_OUT` of replies buffered, `IDLE` without a call,
+//! `WRITE_TIMEOUT` for a client that stops reading. Connections made to an address that is
+//! not one of the server's links (the campus side) are closed at once.
 //!
 //! Credentials are checked on every call, as knfsd checks them (`proto::nfs3::may`): the
 //! caller's AUTH_UNIX uid, gid and auxiliary gids (AUTH_NONE is nobody, 65534; uid/gid 0 too
 //! when the image says `root_squash`) against the mode bits of what it names: READ needs r
 //! (the owner always may), READDIR(PLUS) r on the folder (the owner always may), LOOKUP x on
 //! the folder, READLINK r on the link (always there on Linux, whose links are 0777, so as
-//! knfsd's no check); ACCESS answers by the same rules. An image with `secure_ports` (the
-//! default) answers MNT and NFS calls only from source ports below 1024. A refusal is
-//! NFS3ERR_ACCES (MNT3ERR_ACCES), counted as refused.
+//! knfsd's no check); ACCESS answers by the mode bits alone, as knfsd's does (no owner
+//! override: the owner of a 0300 file is told it may not read it, though its READ is
+//! answered). An image with `secure_ports` (the default) answers MNT and NFS calls only from
+//! source ports below 1024. A refusal is NFS3ERR_ACCES (MNT3ERR_ACCES), counted as refused.
 //!
 //! Here the exports and the accept loop; `conn` one connection's thread and its calls'
 //! dispatch, `procs` the answers to MOUNT and NFS calls, `send` writing the replies.
@@ -30,6 +35,8 @@ mod procs;
 mod send;
 
 use super::Carries;
+use super::bounds::{Caps, Slots, Standing};
+use crate::boot::exports::{ServesFor, on_a_link};
 use crate::config::{RootProto, Store};
 use crate::export::tree::Tree;
 use crate::proto::portmap;
@@ -37,9 +44,22 @@ use conn::Conn;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Semaphore;
 
-const MAX_CONNECTIONS: usize = 1024;
+/// The room's connections: a kernel client holds one (its MOUNT call may open a second for a
+/// moment), so an address's share leaves room for a test rig on loopback.
+const CLIENTS: Caps = Caps {
+    total: 1024,
+    per_address: 16,
+};
+/// Addresses with no lease of an NFS pool: enough for a probe to hear its refusal.
+const STRANGERS: Caps = Caps {
+    total: 16,
+    per_address: 2,
+};
+/// A stranger's connection ends this long after it was accepted.
+const STRANGER_TIME: Duration = Duration::from_secs(5);
+/// A connection that has made no call this long after it was accepted is closed.
+const FIRST_CALL: Duration = Duration::from_secs(10);
 /// Like knfsd: a client that said nothing for this long is dropped; NFS clients reconnect.
 const IDLE: Duration = Duration::from_secs(360);
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -142,21 +162,36 @@ pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::
                 .map_or((false, true), |im| (im.root_squash, im.secure_ports))
         })
         .collect();
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let slots = Slots::new(metrics.clone(), |m| &m.nfs().slots, CLIENTS, STRANGERS);
     loop {
         let Some((stream, peer, paced)) =
             super::accept(&listener, &shutdown, "nfs", Carries::Root).await
         else {
             break;
         };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            static FULL: super::bounds::LogLimit = super::bounds::LogLimit::new();
+        static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+        if !stream
+            .local_addr()
+            .is_ok_and(|l| on_a_link(&config, l.ip()))
+        {
             metrics.nfs().refused.inc();
-            if let Some(suppressed) = FULL.allow() {
-                tracing::warn!(client = %peer, limit = MAX_CONNECTIONS, suppressed,
-                    "nfs connection refused: too many");
+            if let Some(suppressed) = REFUSED.allow() {
+                tracing::warn!(client = %peer, local = ?stream.local_addr().ok(), suppressed,
+                    "nfs connection refused: not made to an address of the server's links");
             }
             continue;
+        }
+        let standing = identity.standing(&config, ServesFor::Root(RootProto::Nfs), peer.ip());
+        let slot = match slots.take(peer.ip(), standing) {
+            Ok(slot) => slot,
+            Err(full) => {
+                metrics.nfs().refused.inc();
+                if let Some(suppressed) = REFUSED.allow() {
+                    tracing::warn!(client = %peer, ?standing, caps = ?slots.caps(standing),
+                        suppressed, "nfs connection refused: {}", full.reason());
+                }
+                continue;
+            }
         };
         let ip = super::ipv4_of(peer.ip()).unwrap_or(Ipv4Addr::UNSPECIFIED);
         let conn = Conn {
@@ -177,6 +212,7 @@ pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::
             big: None,
             data_pending: None,
             traced: None,
+            stranger: standing == Standing::Stranger,
         };
         let stream = match stream.into_std().and_then(|s| {
             s.set_nonblocking(false)?;

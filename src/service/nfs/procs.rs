@@ -221,12 +221,9 @@ impl Conn {
                 maxcount,
                 ..
             } => readdir(&tree, &h, cookie, maxcount, Some(dircount), out),
-            Nfs::FsStat(_) => match tree.getattr(&h) {
-                Ok(a) => {
-                    // Read-only: nothing is free to anyone.
-                    out.u32(0).post_op_attr(Some(&a));
-                    out.u64(a.used.max(a.size)).u64(0).u64(0);
-                    out.u64(0).u64(0).u64(0).u32(0);
+            Nfs::FsStat(_) => match tree.getattr(&h).and_then(|a| Ok((a, tree.fsstat(&h)?))) {
+                Ok((a, fs)) => {
+                    out.u32(0).post_op_attr(Some(&a)).fsstat(&fs);
                 }
                 Err(st) => {
                     out.u32(st.nfsstat3()).u32(0);

@@ -375,6 +375,15 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// A figure of the daemon's `/proc/PID/status` (`VmRSS` in KiB, `Threads`).
+    pub fn status(&self, field: &str) -> u64 {
+        let text = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in:\n{text}"))
+    }
+
     /// kill -9: no chance to save anything on the way out.
     pub fn kill9(mut self) {
         let _ = self.child.kill();
