@@ -353,6 +353,18 @@ fn expand_use(tree: &str) -> Vec<String> {
         .collect()
 }
 
+/// `item` without its visibility (`pub`, `pub(crate)`, `pub(super)`, `pub(in ...)`).
+fn without_visibility(item: &str) -> &str {
+    let Some(rest) = item.strip_prefix("pub") else {
+        return item;
+    };
+    match rest.strip_prefix('(') {
+        Some(scope) => scope.split_once(')').map_or(item, |(_, r)| r.trim_start()),
+        None if rest.starts_with(' ') => rest.trim_start(),
+        None => item,
+    }
+}
+
 /// A path from the crate's root, one name a segment: `["service", "nbd", "Conn"]`.
 type ModPath = Vec<String>;
 
@@ -369,11 +381,8 @@ fn imports_of(rel: &str, text: &str) -> (Vec<Named>, Vec<ModPath>) {
     let children: Vec<String> = lines
         .iter()
         .filter_map(|l| {
-            let l = l
-                .trim()
-                .trim_start_matches("pub ")
-                .trim_start_matches("pub(crate) ");
-            l.strip_prefix("mod ")?
+            without_visibility(l.trim())
+                .strip_prefix("mod ")?
                 .strip_suffix(';')
                 .map(str::to_string)
         })
@@ -417,9 +426,7 @@ fn imports_of(rel: &str, text: &str) -> (Vec<Named>, Vec<ModPath>) {
             }
             continue;
         }
-        let bare = t
-            .trim_start_matches("pub ")
-            .trim_start_matches("pub(crate) ");
+        let bare = without_visibility(t);
         if t.starts_with("#[cfg(test)]") {
             test_next = true;
             continue;
@@ -688,6 +695,9 @@ fn the_import_scan_reads_use_trees_inline_paths_and_skips_tests() {
         ["room::x::Y", "room::x::z", "p::q", "room::file::kid::g"]
     );
     assert!(reexports.is_empty());
+    assert_eq!(without_visibility("pub(in crate::x) use a;"), "use a;");
+    assert_eq!(without_visibility("pub(super) mod m;"), "mod m;");
+    assert_eq!(without_visibility("public_thing();"), "public_thing();");
     let (found, reexports) = imports_of("r/mod.rs", "pub use inner::Thing;\nmod inner;\n");
     assert_eq!(found[0].1, ["r", "inner", "Thing"]);
     assert_eq!(reexports, [vec!["r", "inner", "Thing"]]);
