@@ -13,7 +13,7 @@ waiting. Clients sit on the links round-robin, as bootpool spreads them.
 
 Policies:
   fair                      max-min fair shares (every client alike)
-  weights:B,A,R,C           bootpool's pacer (src/service/fair_share.rs): a client fetching
+  weights:B,A,R,C           bootpool's pacer (src/steer/fair_share.rs): a client fetching
                             boot files weighs B x A^(R - rank) among a link's first R+1 by
                             arrival (B after); a root reader 1 + C x (how far its root bytes
                             trail the link's leader's)/leader.

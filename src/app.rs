@@ -186,6 +186,85 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     // Who is at which address, for every service: the lease table, loaded before any bind.
     let identity = leases.identity();
 
+    let v4 = bind_ipv4(&config).await?;
+    let six = bind_ipv6(&config, v4.tftp.as_ref(), &v4.http, &v4.nbd).await?;
+    let bound = Bound::of(&v4, &six)?;
+    // What clients are told must match what was bound.
+    bound.tell(&mut config);
+    let config = Arc::new(config);
+    // Which interface holds each of server.links, and each link's pacer.
+    let links = Arc::new(crate::steer::links::Links::start(
+        &config, &metrics, &shutdown,
+    )?);
+    // Which server link each client boots from.
+    let placement = Arc::new(crate::steer::placement::Placement::new(
+        &config,
+        Some(records.clone()),
+        links.specs(),
+    ));
+    let egress = record::egress::open(&records, &config.server.link_speeds)
+        .await
+        .context("starting egress sampling")?;
+    placement.set_egress(egress.clone());
+    let shared = service::Shared {
+        config: config.clone(),
+        recorder,
+        records: records.clone(),
+        metrics: metrics.clone(),
+        identity,
+        links,
+        placement,
+        egress,
+        shutdown: shutdown.clone(),
+    };
+    // The API's actions on the lease table go through its one writer.
+    let (dhcp_commands, commands) = tokio::sync::mpsc::channel(16);
+    let web = service::http::Web::new(&shared, dhcp_commands);
+    let table = service_table(v4, six, leases, commands, web);
+    for entry in table {
+        let serving = (entry.start)(&shared);
+        let name = entry.name;
+        let stop = shutdown.clone();
+        shutdown.spawn(async move {
+            if let Err(e) = serving.await {
+                tracing::error!(service = name, error = %format!("{e:#}"), "service failed; stopping");
+                stop.trigger();
+            }
+        });
+    }
+    tracing::info!(
+        http = %bound.http, https = ?bound.https, dhcp = %bound.dhcp, tftp = ?bound.tftp, nfs = %bound.nfs, nbd = %bound.nbd,
+        portmap = %bound.portmap, console = ?bound.console, dhcp6 = ?bound.dhcp6,
+        tftp6 = ?bound.tftp6, http6 = ?bound.http6, nbd6 = ?bound.nbd6,
+        pools = config.pools.len(), "bootpool serving"
+    );
+    Ok(Running {
+        bound,
+        config,
+        records,
+        metrics,
+        shutdown,
+        _lock: lock,
+    })
+}
+
+/// The IPv4 sockets of the services, bound before any service starts.
+struct Ipv4Sockets {
+    dhcp: UdpSocket,
+    /// proxyDHCP's port 4011, in proxy mode.
+    pxe: Option<UdpSocket>,
+    tftp: Option<UdpSocket>,
+    http: TcpListener,
+    https: Option<(TcpListener, tokio_rustls::TlsAcceptor)>,
+    nfs: TcpListener,
+    nbd: TcpListener,
+    portmap_tcp: TcpListener,
+    portmap_udp: UdpSocket,
+    console: Option<UdpSocket>,
+}
+
+/// Binds every IPv4 socket the config asks for; no port is opened that no client would use.
+async fn bind_ipv4(config: &Config) -> anyhow::Result<Ipv4Sockets> {
     let any = Ipv4Addr::UNSPECIFIED;
     let ports = config.server.ports;
     let iface = config.server.interfaces.first().cloned();
@@ -249,7 +328,6 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let portmap_port = portmap_tcp.local_addr()?.port();
     let portmap_udp = bind_udp(SocketAddrV4::new(any, portmap_port), Udp::PLAIN)
         .with_context(|| format!("binding portmap UDP port {portmap_port}"))?;
-    // No port is opened that no client would use.
     let wants_console = config
         .pools
         .values()
@@ -260,90 +338,100 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
                 .with_context(|| format!("binding console port {} (ports.console)", ports.console))
         })
         .transpose()?;
-    let six = bind_ipv6(&config, tftp.as_ref(), &http, &nbd).await?;
-    let bound = Bound {
-        dhcp6: six.dhcp.as_ref().map(UdpSocket::local_addr).transpose()?,
-        tftp6: six.tftp.as_ref().map(UdpSocket::local_addr).transpose()?,
-        http6: six.http.as_ref().map(TcpListener::local_addr).transpose()?,
-        nbd6: six.nbd.as_ref().map(TcpListener::local_addr).transpose()?,
-        console: console.as_ref().map(UdpSocket::local_addr).transpose()?,
-        http: http.local_addr()?,
-        https: https.as_ref().map(|(l, _)| l.local_addr()).transpose()?,
-        dhcp: dhcp.local_addr()?,
-        pxe: pxe.as_ref().map(UdpSocket::local_addr).transpose()?,
-        tftp: tftp.as_ref().map(UdpSocket::local_addr).transpose()?,
-        nfs: nfs.local_addr()?,
-        nbd: nbd.local_addr()?,
-        portmap: portmap_tcp.local_addr()?,
-    };
-    // What clients are told must match what was bound.
-    config.server.http.set_port(bound.http.port());
-    if let (Some(tls), Some(at)) = (config.server.tls.as_mut(), bound.https) {
-        tls.listen.set_port(at.port());
+    Ok(Ipv4Sockets {
+        dhcp,
+        pxe,
+        tftp,
+        http,
+        https,
+        nfs,
+        nbd,
+        portmap_tcp,
+        portmap_udp,
+        console,
+    })
+}
+
+impl Bound {
+    /// Where each of the sockets ended up.
+    fn of(v4: &Ipv4Sockets, six: &Ipv6Sockets) -> std::io::Result<Bound> {
+        Ok(Bound {
+            dhcp6: six.dhcp.as_ref().map(UdpSocket::local_addr).transpose()?,
+            tftp6: six.tftp.as_ref().map(UdpSocket::local_addr).transpose()?,
+            http6: six.http.as_ref().map(TcpListener::local_addr).transpose()?,
+            nbd6: six.nbd.as_ref().map(TcpListener::local_addr).transpose()?,
+            console: v4.console.as_ref().map(UdpSocket::local_addr).transpose()?,
+            http: v4.http.local_addr()?,
+            https: v4.https.as_ref().map(|(l, _)| l.local_addr()).transpose()?,
+            dhcp: v4.dhcp.local_addr()?,
+            pxe: v4.pxe.as_ref().map(UdpSocket::local_addr).transpose()?,
+            tftp: v4.tftp.as_ref().map(UdpSocket::local_addr).transpose()?,
+            nfs: v4.nfs.local_addr()?,
+            nbd: v4.nbd.local_addr()?,
+            portmap: v4.portmap_tcp.local_addr()?,
+        })
     }
-    config.server.ports.dhcp = bound.dhcp.port();
-    if let Some(at) = bound.dhcp6 {
-        config.server.ports.dhcp6 = at.port();
+
+    /// Writes the bound ports (some given as 0) back into `config`, which tells clients
+    /// where to go.
+    fn tell(&self, config: &mut Config) {
+        config.server.http.set_port(self.http.port());
+        if let (Some(tls), Some(at)) = (config.server.tls.as_mut(), self.https) {
+            tls.listen.set_port(at.port());
+        }
+        config.server.ports.dhcp = self.dhcp.port();
+        if let Some(at) = self.dhcp6 {
+            config.server.ports.dhcp6 = at.port();
+        }
+        if let Some(p) = self.pxe {
+            config.server.ports.pxe = p.port();
+        }
+        if let Some(at) = self.tftp {
+            config.server.ports.tftp = at.port();
+        }
+        config.server.ports.nfs = self.nfs.port();
+        config.server.ports.nbd = self.nbd.port();
+        config.server.ports.portmap = self.portmap.port();
+        if let Some(at) = self.console {
+            config.server.ports.console = at.port();
+        }
     }
-    if let Some(p) = bound.pxe {
-        config.server.ports.pxe = p.port();
-    }
-    if let Some(at) = bound.tftp {
-        config.server.ports.tftp = at.port();
-    }
-    config.server.ports.nfs = bound.nfs.port();
-    config.server.ports.nbd = bound.nbd.port();
-    config.server.ports.portmap = bound.portmap.port();
-    if let Some(at) = bound.console {
-        config.server.ports.console = at.port();
-    }
-    let config = Arc::new(config);
-    // Which interface holds each of server.links, and each link's pacer.
-    let links = Arc::new(service::links::Links::start(&config, &metrics, &shutdown)?);
-    // Which server link each client boots from.
-    let placement = Arc::new(service::placement::Placement::new(
-        &config,
-        Some(records.clone()),
-        links.specs(),
-    ));
-    let egress = record::egress::open(&records, &config.server.link_speeds)
-        .await
-        .context("starting egress sampling")?;
-    placement.set_egress(egress.clone());
-    let shared = service::Shared {
-        config: config.clone(),
-        recorder,
-        records: records.clone(),
-        metrics: metrics.clone(),
-        identity,
-        links,
-        placement,
-        egress,
-        shutdown: shutdown.clone(),
-    };
-    // The API's actions on the lease table go through its one writer.
-    let (dhcp_commands, commands) = tokio::sync::mpsc::channel(16);
-    let web = service::http::Web::new(&shared, dhcp_commands);
+}
+
+/// The service table: every service, its sockets moved in, each started the same way by
+/// `start` from one `service::Shared`.
+fn service_table(
+    v4: Ipv4Sockets,
+    six: Ipv6Sockets,
+    leases: service::dhcp::Table,
+    commands: tokio::sync::mpsc::Receiver<service::dhcp::Command>,
+    web: service::http::Web,
+) -> Vec<Service> {
     let on_links = |tcp: TcpListener, s: &service::Shared| service::Listener {
         tcp,
         links: s.links.clone(),
     };
 
-    // The service table: every service, its sockets moved in, started the same way below.
-    let table: Vec<Service> = [
+    [
         Some(Service::new("dhcp", move |s| {
-            Box::pin(service::dhcp::serve(dhcp, pxe, leases, commands, s.clone()))
+            Box::pin(service::dhcp::serve(
+                v4.dhcp,
+                v4.pxe,
+                leases,
+                commands,
+                s.clone(),
+            ))
         })),
-        tftp.map(|tftp| {
+        v4.tftp.map(|tftp| {
             Service::new("tftp", move |s| {
                 Box::pin(service::tftp::serve(tftp, s.clone()))
             })
         }),
         Some(Service::new("nfs", move |s| {
-            Box::pin(service::nfs::serve(on_links(nfs, s), s.clone()))
+            Box::pin(service::nfs::serve(on_links(v4.nfs, s), s.clone()))
         })),
         Some(Service::new("nbd", move |s| {
-            Box::pin(service::nbd::serve(on_links(nbd, s), s.clone()))
+            Box::pin(service::nbd::serve(on_links(v4.nbd, s), s.clone()))
         })),
         Some(Service::new("egress", |s| {
             let metrics = s.metrics.clone();
@@ -366,14 +454,18 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
             ))
         })),
         Some(Service::new("portmap", move |s| {
-            Box::pin(service::portmap::serve(portmap_tcp, portmap_udp, s.clone()))
+            Box::pin(service::portmap::serve(
+                v4.portmap_tcp,
+                v4.portmap_udp,
+                s.clone(),
+            ))
         })),
-        console.map(|console| {
+        v4.console.map(|console| {
             Service::new("console", move |s| {
                 Box::pin(service::console::serve(console, s.clone()))
             })
         }),
-        https.map(|(listener, acceptor)| {
+        v4.https.map(|(listener, acceptor)| {
             let web = web.clone();
             Service::new("https", move |s| {
                 Box::pin(service::http::serve(
@@ -418,7 +510,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         }),
         Some(Service::new("http", move |s| {
             Box::pin(service::http::serve(
-                on_links(http, s),
+                on_links(v4.http, s),
                 web,
                 None,
                 s.shutdown.clone(),
@@ -427,32 +519,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     ]
     .into_iter()
     .flatten()
-    .collect();
-    for entry in table {
-        let serving = (entry.start)(&shared);
-        let name = entry.name;
-        let stop = shutdown.clone();
-        shutdown.spawn(async move {
-            if let Err(e) = serving.await {
-                tracing::error!(service = name, error = %format!("{e:#}"), "service failed; stopping");
-                stop.trigger();
-            }
-        });
-    }
-    tracing::info!(
-        http = %bound.http, https = ?bound.https, dhcp = %bound.dhcp, tftp = ?bound.tftp, nfs = %bound.nfs, nbd = %bound.nbd,
-        portmap = %bound.portmap, console = ?bound.console, dhcp6 = ?bound.dhcp6,
-        tftp6 = ?bound.tftp6, http6 = ?bound.http6, nbd6 = ?bound.nbd6,
-        pools = config.pools.len(), "bootpool serving"
-    );
-    Ok(Running {
-        bound,
-        config,
-        records,
-        metrics,
-        shutdown,
-        _lock: lock,
-    })
+    .collect()
 }
 
 /// Runs the daemon until SIGINT or SIGTERM (then Ok), or until a service fails (then an

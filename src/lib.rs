@@ -6,6 +6,8 @@
 //! - `proto`: wire codecs, pure and total. No sockets, no files, no clock.
 //! - `export`: what NFS and NBD serve. The only code that builds paths into images.
 //! - `service`: I/O shells, one per listener. They serve the sockets `app` gives them.
+//! - `steer`: link steering: which server link a client boots from, fair shares, pacing.
+//! - `log_limit`: log lines rate-limited per call site.
 //! - `record`: typed boot events -> boots and phases, stored by one writer (SQLite in the state
 //!   folder, or PostgreSQL) and replayed at start.
 //! - `image`: images with revisions: import (tree, tarball, OCI), activate, roll back,
@@ -16,6 +18,8 @@
 //!   namespaces), in small safe wrappers with a SAFETY comment on every `unsafe` block.
 //! - `trace`: boot traces (what a client asked for, in order, with times) and their format.
 //! - `app`: the composition root: binds sockets, starts services, waits.
+//!
+//! The rooms' order, which imports run down, is `tidy.rs`'s `ROOMS` (ARCHITECTURE.md).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -26,11 +30,13 @@ pub mod config;
 pub mod export;
 pub mod image;
 pub mod lab;
+pub mod log_limit;
 pub mod metrics;
 pub mod proto;
 pub mod record;
 pub mod service;
 pub mod shutdown;
+pub mod steer;
 pub mod storm;
 pub mod sys;
 pub mod trace;

@@ -82,6 +82,66 @@ fn proto_imports_no_tokio_files_or_sockets() {
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
+/// Boot policy is plain data in and out: `boot/` opens no file, asks the disk nothing and
+/// reads no image's revisions itself; its callers resolve what a boot is served
+/// (`image::serve::for_boot`) and hand it in.
+#[test]
+fn boot_reads_no_disk() {
+    let root = src().join("boot");
+    let mut bad = Vec::new();
+    for path in sources(&root) {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = code_of(line);
+            for banned in [
+                "std::fs",
+                "tokio",
+                "crate::image",
+                ".exists()",
+                ".is_file()",
+                ".is_dir()",
+                "metadata(",
+            ] {
+                if code.contains(banned) {
+                    bad.push(format!("{}:{}: uses `{banned}`", path.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// Link steering's computation is apart from its socket shell: `steer/`'s pure files (the
+/// choice of link, the fair shares, the moves) touch no socket, file, thread or clock.
+#[test]
+fn link_steering_computes_on_plain_data() {
+    let root = src().join("steer");
+    let mut bad = Vec::new();
+    for name in ["choice.rs", "fair_share.rs", "rebalance.rs"] {
+        let path = root.join(name);
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = code_of(line);
+            for banned in [
+                "tokio",
+                "socket2",
+                "crate::sys",
+                "std::fs",
+                "Instant",
+                "SystemTime",
+                "Socket",
+                "TcpStream",
+                "thread",
+            ] {
+                if code.contains(banned) {
+                    bad.push(format!("{}:{}: uses `{banned}`", path.display(), i + 1));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
 /// `line` without its `//` comment and the insides of its string literals (a plain scan: a
 /// `//` inside a string ends the line early, which can only hide code, never invent it).
 fn code_of(line: &str) -> String {
@@ -216,8 +276,25 @@ fn the_code_map_check_names_what_it_misses() {
 /// only from its own room and from rooms below it; ARCHITECTURE.md and docs/design.md say
 /// what each room is for.
 const ROOMS: &[&str] = &[
-    "sys", "proto", "shutdown", "metrics", "config", "trace", "record", "image", "boot", "export",
-    "service", "app", "lab", "storm",
+    // The ground floor: what every room may use.
+    "sys",
+    "proto",
+    "shutdown",
+    "metrics",
+    "log_limit",
+    // The daemon's middle floors.
+    "config",
+    "trace",
+    "record",
+    "image",
+    "boot",
+    "export",
+    "steer",
+    "service",
+    // The composition root, then the instruments.
+    "app",
+    "lab",
+    "storm",
 ];
 
 /// One import: the importing file, its line, the path as written, the file it names.
@@ -276,6 +353,18 @@ fn expand_use(tree: &str) -> Vec<String> {
         .collect()
 }
 
+/// `item` without its visibility (`pub`, `pub(crate)`, `pub(super)`, `pub(in ...)`).
+fn without_visibility(item: &str) -> &str {
+    let Some(rest) = item.strip_prefix("pub") else {
+        return item;
+    };
+    match rest.strip_prefix('(') {
+        Some(scope) => scope.split_once(')').map_or(item, |(_, r)| r.trim_start()),
+        None if rest.starts_with(' ') => rest.trim_start(),
+        None => item,
+    }
+}
+
 /// A path from the crate's root, one name a segment: `["service", "nbd", "Conn"]`.
 type ModPath = Vec<String>;
 
@@ -292,11 +381,8 @@ fn imports_of(rel: &str, text: &str) -> (Vec<Named>, Vec<ModPath>) {
     let children: Vec<String> = lines
         .iter()
         .filter_map(|l| {
-            let l = l
-                .trim()
-                .trim_start_matches("pub ")
-                .trim_start_matches("pub(crate) ");
-            l.strip_prefix("mod ")?
+            without_visibility(l.trim())
+                .strip_prefix("mod ")?
                 .strip_suffix(';')
                 .map(str::to_string)
         })
@@ -340,9 +426,7 @@ fn imports_of(rel: &str, text: &str) -> (Vec<Named>, Vec<ModPath>) {
             }
             continue;
         }
-        let bare = t
-            .trim_start_matches("pub ")
-            .trim_start_matches("pub(crate) ");
+        let bare = without_visibility(t);
         if t.starts_with("#[cfg(test)]") {
             test_next = true;
             continue;
@@ -611,6 +695,9 @@ fn the_import_scan_reads_use_trees_inline_paths_and_skips_tests() {
         ["room::x::Y", "room::x::z", "p::q", "room::file::kid::g"]
     );
     assert!(reexports.is_empty());
+    assert_eq!(without_visibility("pub(in crate::x) use a;"), "use a;");
+    assert_eq!(without_visibility("pub(super) mod m;"), "mod m;");
+    assert_eq!(without_visibility("public_thing();"), "public_thing();");
     let (found, reexports) = imports_of("r/mod.rs", "pub use inner::Thing;\nmod inner;\n");
     assert_eq!(found[0].1, ["r", "inner", "Thing"]);
     assert_eq!(reexports, [vec!["r", "inner", "Thing"]]);

@@ -12,7 +12,7 @@
 //! image its firmware's architecture boots (`Member::on_arch`).
 
 use super::script;
-use crate::config::{Config, Mac, Member};
+use crate::config::{Config, Image, Mac, Member};
 use std::net::Ipv4Addr;
 
 /// What firmware of a `secure_boot` pool is handed: Debian's shim, signed by Microsoft's UEFI
@@ -36,10 +36,12 @@ pub fn boots_grub(pool: &crate::config::Pool, arch: Option<u16>) -> bool {
 
 /// The GRUB config for one client: its pool's kernel and initrd over TFTP from `link`, with
 /// the kernel command line the iPXE script would give it (less the EFI stub's `initrd=`: GRUB
-/// hands the initrd over itself).
+/// hands the initrd over itself). `served` is the image this boot is served (the caller's
+/// `image::serve::for_boot`), whose root the command line names.
 pub fn config(
     config: &Config,
     member: &Member,
+    served: &Image,
     mac: Mac,
     link: Ipv4Addr,
     client: Option<Ipv4Addr>,
@@ -47,7 +49,7 @@ pub fn config(
     let pool = member.pool;
     let image = member.image();
     let name = member.entry.name.as_deref().unwrap_or("");
-    let mut line = script::cmdline(config, member, link, client);
+    let mut line = script::cmdline(config, member, served, link, client);
     if pool.cmdline_template.is_none()
         && let Some(cut) = line.strip_suffix(&format!(" initrd={}", image.initrd_file_name()))
     {
@@ -101,7 +103,7 @@ mod tests {
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let m = c.member(mac).unwrap();
         let link = Ipv4Addr::new(10, 77, 0, 3);
-        let text = config(&c, &m, mac, link, None);
+        let text = config(&c, &m, m.image(), mac, link, None);
         assert!(
             text.contains(
                 "\nlinux (tftp,10.77.0.3)/demo/vmlinuz 'root=nbd:10.77.0.3:demo' 'bootpool.url=http://10.77.0.3:8080' 'console=ttyS0'\n"
@@ -131,7 +133,7 @@ mod tests {
         assert!(!boots_grub(m.pool, Some(crate::proto::dhcp::arch::EFI_BC)));
         assert!(!boots_grub(m.pool, None));
         let m = m.on_arch(Some(crate::proto::dhcp::arch::EFI_ARM64));
-        let text = config(&c, &m, mac, c.server.address, None);
+        let text = config(&c, &m, m.image(), mac, c.server.address, None);
         assert!(
             text.contains(
                 "\nlinux (tftp,10.77.0.1)/demo-arm64/vmlinuz 'root=nbd:10.77.0.1:demo-arm64' 'bootpool.url=http://10.77.0.1:8080' 'console=ttyAMA0'\n"
@@ -158,7 +160,7 @@ mod tests {
         let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let m = c.member(mac).unwrap();
-        let text = config(&c, &m, mac, c.server.address, None);
+        let text = config(&c, &m, m.image(), mac, c.server.address, None);
         assert!(
             text.contains("linux (tftp,10.77.0.1:6969)/demo/vmlinuz "),
             "{text}"

@@ -6,7 +6,6 @@ pub mod exports;
 pub mod grub;
 pub mod leases;
 pub mod leases6;
-pub mod links;
 pub mod script;
 
 use crate::config::{Config, Mac, Member};

@@ -1,7 +1,9 @@
 //! The generated iPXE script and kernel command line for one client. `link` is the server
-//! address the client was given for its whole boot (one of `server.links`, `boot::links`):
-//! every URL and the root argument name it. For an image with revisions, the revision active
-//! when the script is made (`image::serve`): its kernel, initrd and root names all carry it.
+//! address the client was given for its whole boot (one of `server.links`, `steer::choice`):
+//! every URL and the root argument name it. `image` is the image this boot is served, which
+//! the caller resolved (`image::serve::for_boot`: the revision active when the script is made,
+//! with its root's wire copy once that is made): its kernel, initrd and root names all carry
+//! it, and nothing here reads the disk.
 
 use crate::config::{Config, Image, Initramfs, Mac, Member, RootProto, cmdline};
 use std::net::{IpAddr, Ipv4Addr};
@@ -25,21 +27,11 @@ pub fn http_base_at(config: &Config, server: IpAddr) -> String {
     }
 }
 
-/// The kernel command line: the root argument in the pool's initramfs syntax, where to report
-/// "booted", then the pool's own arguments and `netconsole=`; or the pool's `cmdline_template`
-/// filled in. `client` is the client's leased address (for `netconsole=`), if it has one.
+/// The kernel command line for `image` (the image this boot is served): the root argument in
+/// the pool's initramfs syntax, where to report "booted", then the pool's own arguments and
+/// `netconsole=`; or the pool's `cmdline_template` filled in. `client` is the client's leased
+/// address (for `netconsole=`), if it has one.
 pub fn cmdline(
-    config: &Config,
-    member: &Member,
-    link: Ipv4Addr,
-    client: Option<Ipv4Addr>,
-) -> String {
-    let image = crate::image::serve::for_boot(config, member.image());
-    cmdline_of(config, member, &image, link, client)
-}
-
-/// `cmdline` for `image`: the pool's image, or the revision of it this boot gets.
-fn cmdline_of(
     config: &Config,
     member: &Member,
     image: &Image,
@@ -170,14 +162,13 @@ fn from_template(
 pub fn ipxe_script(
     config: &Config,
     member: &Member,
+    image: &Image,
     mac: Mac,
     link: Ipv4Addr,
     client: Option<Ipv4Addr>,
     files: IpAddr,
 ) -> String {
     let base = http_base_at(config, files);
-    // The revision this boot gets, read once: its kernel, initrd and root all name it.
-    let image = &crate::image::serve::for_boot(config, member.image());
     let name = member.entry.name.as_deref().unwrap_or("");
     format!(
         "#!ipxe\n\
@@ -189,7 +180,7 @@ pub fn ipxe_script(
         image = image.name,
         kernel = image.kernel_name,
         initrd = image.initrd_name,
-        cmdline = cmdline_of(config, member, image, link, client),
+        cmdline = cmdline(config, member, image, link, client),
     )
 }
 
@@ -203,7 +194,15 @@ mod tests {
         let c = Config::parse(Path::new("p.yaml"), super::super::tests::CONFIG).unwrap();
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let m = c.member(mac).unwrap();
-        let s = ipxe_script(&c, &m, mac, c.server.address, None, c.server.address.into());
+        let s = ipxe_script(
+            &c,
+            &m,
+            m.image(),
+            mac,
+            c.server.address,
+            None,
+            c.server.address.into(),
+        );
         assert!(s.starts_with("#!ipxe\n"));
         assert!(s.contains("kernel http://10.77.0.1:8080/boot/demo/vmlinuz root=nbd:10.77.0.1:demo bootpool.url=http://10.77.0.1:8080 console=ttyS0 initrd=initrd.img\n"), "{s}");
         assert!(s.contains("initrd http://10.77.0.1:8080/boot/demo/initrd.img\n"));
@@ -221,16 +220,19 @@ mod tests {
         let link = Ipv4Addr::new(10, 77, 0, 3);
         let client = Some(Ipv4Addr::new(10, 77, 0, 150));
         assert!(
-            cmdline(&c, &m, link, client).ends_with(
+            cmdline(&c, &m, m.image(), link, client).ends_with(
                 " console=ttyS0 netconsole=@10.77.0.150/,6666@10.77.0.3/ initrd=initrd.img"
             ),
             "{}",
-            cmdline(&c, &m, link, client)
+            cmdline(&c, &m, m.image(), link, client)
         );
         let dev = on.replace("netconsole: true", "netconsole: enp1s0");
         let c = Config::parse(Path::new("p.yaml"), &dev).unwrap();
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
-        assert!(cmdline(&c, &m, link, None).contains(" netconsole=@/enp1s0,6666@10.77.0.3/ "));
+        assert!(
+            cmdline(&c, &m, m.image(), link, None)
+                .contains(" netconsole=@/enp1s0,6666@10.77.0.3/ ")
+        );
         let t = dev.replace(
             "    netconsole: enp1s0\n",
             "    netconsole: enp1s0\n    cmdline_template: \"{root} {netconsole} {cmdline}\"\n",
@@ -238,13 +240,13 @@ mod tests {
         let c = Config::parse(Path::new("p.yaml"), &t).unwrap();
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
         assert_eq!(
-            cmdline(&c, &m, link, client),
+            cmdline(&c, &m, m.image(), link, client),
             "root=nbd:10.77.0.3:demo netconsole=@10.77.0.150/enp1s0,6666@10.77.0.3/ console=ttyS0"
         );
         // Off (the default): nothing, also for the placeholder.
         let c = Config::parse(Path::new("p.yaml"), super::super::tests::CONFIG).unwrap();
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
-        assert!(!cmdline(&c, &m, link, client).contains("netconsole"));
+        assert!(!cmdline(&c, &m, m.image(), link, client).contains("netconsole"));
         let bad = on.replace("netconsole: true", "netconsole: \"eth 0\"");
         let e = Config::parse(Path::new("p.yaml"), &bad)
             .unwrap_err()
@@ -266,18 +268,18 @@ mod tests {
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
         let link = Ipv4Addr::new(10, 77, 0, 3);
         assert_eq!(
-            cmdline(&c, &m, link, None),
+            cmdline(&c, &m, m.image(), link, None),
             "netroot=nbd:10.77.0.3:10809:demo report=http://10.77.0.3:8080/api/v1/booted img=demo/room console=ttyS0 initrd=initrd.img {x}"
         );
         let root = text.replace("netroot=nbd:{server}:{port}:{export}", "{root} nfs={nfs_export}:{nfs_port} pm={portmap_port} nbd={nbd_export}:{nbd_port} http={http_port}");
         let c = Config::parse(Path::new("p.yaml"), &root).unwrap();
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
         assert!(
-            cmdline(&c, &m, c.server.address, None).starts_with(
+            cmdline(&c, &m, m.image(), c.server.address, None).starts_with(
                 "root=nbd:10.77.0.1:demo nfs=/demo:2049 pm=111 nbd=demo:10809 http=8080 report="
             ),
             "{}",
-            cmdline(&c, &m, c.server.address, None)
+            cmdline(&c, &m, m.image(), c.server.address, None)
         );
     }
 
@@ -291,7 +293,15 @@ mod tests {
         let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let m = c.member(mac).unwrap();
-        let s = ipxe_script(&c, &m, mac, c.server.address, None, c.server.address.into());
+        let s = ipxe_script(
+            &c,
+            &m,
+            m.image(),
+            mac,
+            c.server.address,
+            None,
+            c.server.address.into(),
+        );
         assert!(
             s.contains(
                 "kernel http://10.77.0.1:8080/boot/demo/boot/bzImage root=nbd:10.77.0.1:deb-root "
@@ -307,7 +317,7 @@ mod tests {
             Config::parse(Path::new("p.yaml"), &text.replace("root: nbd", "root: nfs")).unwrap();
         let m = nfs.member(mac).unwrap();
         assert!(
-            cmdline(&nfs, &m, nfs.server.address, None)
+            cmdline(&nfs, &m, m.image(), nfs.server.address, None)
                 .starts_with("root=nfs:10.77.0.1:/srv/deb:ro,")
         );
     }
@@ -326,6 +336,7 @@ mod tests {
         let s = ipxe_script(
             &c,
             &arm,
+            arm.image(),
             mac,
             c.server.address,
             None,
@@ -346,6 +357,7 @@ mod tests {
         let s = ipxe_script(
             &c,
             &x64,
+            x64.image(),
             mac,
             c.server.address,
             None,
@@ -366,7 +378,7 @@ mod tests {
             .unwrap()
             .on_arch(Some(crate::proto::dhcp::arch::EFI_ARM64));
         assert_eq!(
-            cmdline(&c, &arm, c.server.address, None),
+            cmdline(&c, &arm, arm.image(), c.server.address, None),
             "root=nbd:10.77.0.1:demo-arm64 console=ttyAMA0"
         );
     }
@@ -378,7 +390,7 @@ mod tests {
         let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
         let m = c.member(mac).unwrap();
         let link = Ipv4Addr::new(10, 77, 0, 3);
-        let s = ipxe_script(&c, &m, mac, link, None, link.into());
+        let s = ipxe_script(&c, &m, m.image(), mac, link, None, link.into());
         assert_eq!(s.matches("10.77.0.3").count(), 4, "{s}");
         assert!(!s.contains("10.77.0.1"), "{s}");
         assert_eq!(
@@ -393,15 +405,17 @@ mod tests {
         let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
         assert!(
-            cmdline(&c, &m, c.server.address, None)
+            cmdline(&c, &m, m.image(), c.server.address, None)
                 .starts_with("root=nfs:10.77.0.1:/demo:ro,nocto,port=2049,mountport=2049 ")
         );
         let tools = text.replace("root: nfs", "root: nfs\n    initramfs: initramfs-tools");
         let c = Config::parse(Path::new("p.yaml"), &tools).unwrap();
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
-        assert!(cmdline(&c, &m, c.server.address, None).starts_with(
-            "boot=nfs root=/dev/nfs nfsroot=10.77.0.1:/demo,ro,nocto,port=2049 ip=dhcp "
-        ));
+        assert!(
+            cmdline(&c, &m, m.image(), c.server.address, None).starts_with(
+                "boot=nfs root=/dev/nfs nfsroot=10.77.0.1:/demo,ro,nocto,port=2049 ip=dhcp "
+            )
+        );
         // The pool's own options replace the default; none at all leaves `ro`.
         let line = |options: &str| {
             let text = text.replace(
@@ -410,7 +424,7 @@ mod tests {
             );
             let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
             let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
-            cmdline(&c, &m, c.server.address, None)
+            cmdline(&c, &m, m.image(), c.server.address, None)
         };
         assert!(
             line("\"actimeo=600,nocto\"")
@@ -426,7 +440,7 @@ mod tests {
         let cmdline_of = |text: &str| {
             let c = Config::parse(Path::new("p.yaml"), text).unwrap();
             let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
-            cmdline(&c, &m, c.server.address, None)
+            cmdline(&c, &m, m.image(), c.server.address, None)
         };
         let text = super::super::tests::CONFIG;
         assert!(cmdline_of(text).starts_with("root=nbd:10.77.0.1:demo "));

@@ -69,7 +69,29 @@ impl Checker<'_> {
         }
     }
 
+    /// pools.yaml's sections checked in the order they depend on each other, each by its own
+    /// function: the first error found is the one reported.
     pub(super) fn check(&self, raw: raw::File) -> Result<Config, ConfigError> {
+        let (server, dhcp6) = self.check_server(&raw)?;
+        let dhcp = self.check_dhcp(&raw.dhcp, &server.links)?;
+        self.check_links_in_subnet(&raw.server, &server, &dhcp)?;
+        self.check_ports(&raw.server, &server, dhcp.mode)?;
+        let images = self.check_images(&raw.images)?;
+        let pools = self.check_pools(&raw.pools, &images, &server, &dhcp, dhcp6.is_some())?;
+        let limits = self.check_limits(&raw.limits, &dhcp)?;
+        Ok(Config {
+            file: self.file.to_path_buf(),
+            server,
+            dhcp,
+            dhcp6,
+            images,
+            pools,
+            limits,
+        })
+    }
+
+    /// The `server` section, with what DHCPv6 adds to it (`server.address6`, `dhcp6`).
+    fn check_server(&self, raw: &raw::File) -> Result<(Server, Option<Dhcp6>), ConfigError> {
         use Step::Key;
         let s = &raw.server;
         let address = self.ip(&[Key("server"), Key("address")], &s.address)?;
@@ -209,8 +231,17 @@ impl Checker<'_> {
             fair_share: s.fair_share.unwrap_or(true),
             tls,
         };
+        Ok((server, dhcp6))
+    }
 
-        let dhcp = self.check_dhcp(&raw.dhcp, &server.links)?;
+    /// Every server link is an address of `dhcp.subnet`.
+    fn check_links_in_subnet(
+        &self,
+        s: &raw::Server,
+        server: &Server,
+        dhcp: &Dhcp,
+    ) -> Result<(), ConfigError> {
+        use Step::Key;
         for (i, ip) in server.links.iter().enumerate() {
             if !dhcp.subnet.contains(*ip) {
                 let at = match s
@@ -225,333 +256,379 @@ impl Checker<'_> {
                 return Err(self.err(&at, format!("{ip} is outside dhcp.subnet {}", dhcp.subnet)));
             }
         }
-        self.check_ports(s, &server, dhcp.mode)?;
+        Ok(())
+    }
 
+    /// The `images` section, in name order.
+    fn check_images(
+        &self,
+        raw: &BTreeMap<String, raw::Image>,
+    ) -> Result<BTreeMap<String, Arc<Image>>, ConfigError> {
         let mut images = BTreeMap::new();
-        for (name, img) in &raw.images {
-            let at = |k| [Key("images"), Key(name.as_str()), Key(k)];
-            let store = self.one_of(
-                &at("store"),
-                &img.store,
-                &[("disk", Store::Disk), ("ram", Store::Ram)],
-            )?;
-            if !is_name(name) {
-                return Err(self.err(
-                    &[Key("images"), Key(name)],
-                    format!("`{name}` is not a plain name ({NAME_RULE})"),
-                ));
-            }
-            let cow_store = img
-                .cow
-                .as_deref()
-                .map(|c| {
-                    self.one_of(
-                        &at("cow"),
-                        c,
-                        &[("ram", CowStore::Ram), ("disk", CowStore::Disk)],
-                    )
-                })
-                .transpose()?;
-            let limit = match &img.cow_limit {
-                None => DEFAULT_COW_LIMIT,
-                Some(_) if cow_store.is_none() => {
-                    return Err(self.err(&at("cow_limit"), "needs `cow: ram` or `cow: disk`"));
-                }
-                Some(s) => match parse_size(s) {
-                    Ok(0) => return Err(self.err(&at("cow_limit"), "must be more than zero")),
-                    Ok(n) => n,
-                    Err(e) => return Err(self.err(&at("cow_limit"), e)),
-                },
-            };
-            let dir = self.path(&img.dir);
-            let mut files = Vec::new();
-            for (key, value) in [
-                ("kernel", &img.kernel),
-                ("initrd", &img.initrd),
-                ("root_tree", &img.root_tree),
-                ("root_image", &img.root_image),
-            ] {
-                if let Err(why) = inside_path(value) {
-                    return Err(self.err(&at(key), format!("`{value}` {why}")));
-                }
-                if let Some((other, _)) = files.iter().find(|(_, v)| *v == value) {
-                    return Err(self.err(
-                        &at(key),
-                        format!("`{value}` is already the image's {other}"),
-                    ));
-                }
-                files.push((key, value));
-            }
-            let nfs_export = match &img.nfs_export {
-                None => format!("/{name}"),
-                Some(path) => {
-                    nfs_export_path(path)
-                        .map_err(|why| self.err(&at("nfs_export"), format!("`{path}` {why}")))?;
-                    path.clone()
-                }
-            };
-            let nbd_export = match &img.nbd_export {
-                None => name.clone(),
-                Some(export) if is_name(export) => export.clone(),
-                Some(export) => {
-                    return Err(self.err(
-                        &at("nbd_export"),
-                        format!("`{export}` is not a plain name ({NAME_RULE})"),
-                    ));
-                }
-            };
-            let initrd_wire = self.one_of(
-                &at("initrd_wire"),
-                img.initrd_wire.as_deref().unwrap_or("as_is"),
-                &[("as_is", Wire::AsIs), ("zstd", Wire::Zstd)],
-            )?;
-            let root_wire = self.one_of(
-                &at("root_wire"),
-                img.root_wire.as_deref().unwrap_or("as_is"),
-                &[("as_is", Wire::AsIs), ("zstd", Wire::Zstd)],
-            )?;
-            if root_wire == Wire::Zstd && cow_store.is_some() {
-                return Err(self.err(
-                    &at("root_wire"),
-                    "a recompressed root image has other blocks than the file, so a client's copy-on-write overlay would not fit it: leave root_wire out of an image with `cow`",
-                ));
-            }
-            // Where an export clash is shown: the key when the file sets it, else the image.
-            let written = |key: &'static str, set: bool| {
-                if set {
-                    at(key).to_vec()
-                } else {
-                    vec![Key("images"), Key(name.as_str())]
-                }
-            };
-            for other in images.values() {
-                let other: &Arc<Image> = other;
-                if nested(&other.nfs_export, &nfs_export) {
-                    return Err(self.err(
-                        &written("nfs_export", img.nfs_export.is_some()),
-                        format!(
-                            "NFS export {nfs_export} overlaps image `{}`'s {}: a mount path must name one image",
-                            other.name, other.nfs_export
-                        ),
-                    ));
-                }
-                if other.nbd_export == nbd_export {
-                    return Err(self.err(
-                        &written("nbd_export", img.nbd_export.is_some()),
-                        format!("NBD export `{nbd_export}` is also image `{}`'s", other.name),
-                    ));
-                }
-            }
-            images.insert(
-                name.clone(),
-                Arc::new(Image {
-                    name: name.clone(),
-                    dir,
-                    kernel_name: img.kernel.clone(),
-                    initrd_name: img.initrd.clone(),
-                    root_tree_name: img.root_tree.clone(),
-                    root_image_name: img.root_image.clone(),
-                    nfs_export,
-                    nbd_export,
-                    store,
-                    cow: cow_store.map(|store| Cow { store, limit }),
-                    root_squash: img.root_squash.unwrap_or(false),
-                    secure_ports: img.secure_ports.unwrap_or(true),
-                    initrd_wire,
-                    root_wire,
-                }),
-            );
+        for (name, img) in raw {
+            let image = self.check_image(name, img, &images)?;
+            images.insert(name.clone(), image);
         }
+        Ok(images)
+    }
 
-        let mut pools = BTreeMap::new();
-        let mut seen_macs: Vec<(MacRange, String)> = Vec::new();
-        let mut seen_ips: Vec<(Ipv4Addr, String)> = Vec::new();
-        for (name, p) in &raw.pools {
-            let at = |k| [Key("pools"), Key(name.as_str()), Key(k)];
-            if !is_name(name) {
+    /// One image of the `images` section; `images` are the ones checked before it, which its
+    /// exports must not clash with.
+    fn check_image(
+        &self,
+        name: &String,
+        img: &raw::Image,
+        images: &BTreeMap<String, Arc<Image>>,
+    ) -> Result<Arc<Image>, ConfigError> {
+        use Step::Key;
+        let at = |k| [Key("images"), Key(name.as_str()), Key(k)];
+        let store = self.one_of(
+            &at("store"),
+            &img.store,
+            &[("disk", Store::Disk), ("ram", Store::Ram)],
+        )?;
+        if !is_name(name) {
+            return Err(self.err(
+                &[Key("images"), Key(name)],
+                format!("`{name}` is not a plain name ({NAME_RULE})"),
+            ));
+        }
+        let cow_store = img
+            .cow
+            .as_deref()
+            .map(|c| {
+                self.one_of(
+                    &at("cow"),
+                    c,
+                    &[("ram", CowStore::Ram), ("disk", CowStore::Disk)],
+                )
+            })
+            .transpose()?;
+        let limit = match &img.cow_limit {
+            None => DEFAULT_COW_LIMIT,
+            Some(_) if cow_store.is_none() => {
+                return Err(self.err(&at("cow_limit"), "needs `cow: ram` or `cow: disk`"));
+            }
+            Some(s) => match parse_size(s) {
+                Ok(0) => return Err(self.err(&at("cow_limit"), "must be more than zero")),
+                Ok(n) => n,
+                Err(e) => return Err(self.err(&at("cow_limit"), e)),
+            },
+        };
+        let dir = self.path(&img.dir);
+        let mut files = Vec::new();
+        for (key, value) in [
+            ("kernel", &img.kernel),
+            ("initrd", &img.initrd),
+            ("root_tree", &img.root_tree),
+            ("root_image", &img.root_image),
+        ] {
+            if let Err(why) = inside_path(value) {
+                return Err(self.err(&at(key), format!("`{value}` {why}")));
+            }
+            if let Some((other, _)) = files.iter().find(|(_, v)| *v == value) {
                 return Err(self.err(
-                    &[Key("pools"), Key(name)],
-                    format!("`{name}` is not a plain name ({NAME_RULE})"),
+                    &at(key),
+                    format!("`{value}` is already the image's {other}"),
                 ));
             }
-            let image = images.get(&p.image).cloned().ok_or_else(|| {
-                let known: Vec<&str> = images.keys().map(String::as_str).collect();
-                self.err(
-                    &at("image"),
-                    format!("no image `{}` (images: {})", p.image, known.join(", ")),
-                )
-            })?;
-            let root = self.one_of(
-                &at("root"),
-                &p.root,
-                &[("nfs", RootProto::Nfs), ("nbd", RootProto::Nbd)],
-            )?;
-            let initramfs = self.one_of(
-                &at("initramfs"),
-                &p.initramfs,
-                &[
-                    ("dracut", Initramfs::Dracut),
-                    ("initramfs-tools", Initramfs::InitramfsTools),
-                ],
-            )?;
-            // klibc's nfsmount cannot be given the MOUNT port: it asks port 111, always.
-            if root == RootProto::Nfs
-                && initramfs == Initramfs::InitramfsTools
-                && server.ports.portmap != crate::proto::portmap::PORT
-            {
+            files.push((key, value));
+        }
+        let nfs_export = match &img.nfs_export {
+            None => format!("/{name}"),
+            Some(path) => {
+                nfs_export_path(path)
+                    .map_err(|why| self.err(&at("nfs_export"), format!("`{path}` {why}")))?;
+                path.clone()
+            }
+        };
+        let nbd_export = match &img.nbd_export {
+            None => name.clone(),
+            Some(export) if is_name(export) => export.clone(),
+            Some(export) => {
                 return Err(self.err(
-                    &at("initramfs"),
+                    &at("nbd_export"),
+                    format!("`{export}` is not a plain name ({NAME_RULE})"),
+                ));
+            }
+        };
+        let initrd_wire = self.one_of(
+            &at("initrd_wire"),
+            img.initrd_wire.as_deref().unwrap_or("as_is"),
+            &[("as_is", Wire::AsIs), ("zstd", Wire::Zstd)],
+        )?;
+        let root_wire = self.one_of(
+            &at("root_wire"),
+            img.root_wire.as_deref().unwrap_or("as_is"),
+            &[("as_is", Wire::AsIs), ("zstd", Wire::Zstd)],
+        )?;
+        if root_wire == Wire::Zstd && cow_store.is_some() {
+            return Err(self.err(
+                &at("root_wire"),
+                "a recompressed root image has other blocks than the file, so a client's copy-on-write overlay would not fit it: leave root_wire out of an image with `cow`",
+            ));
+        }
+        // Where an export clash is shown: the key when the file sets it, else the image.
+        let written = |key: &'static str, set: bool| {
+            if set {
+                at(key).to_vec()
+            } else {
+                vec![Key("images"), Key(name.as_str())]
+            }
+        };
+        for other in images.values() {
+            let other: &Arc<Image> = other;
+            if nested(&other.nfs_export, &nfs_export) {
+                return Err(self.err(
+                    &written("nfs_export", img.nfs_export.is_some()),
                     format!(
-                        "initramfs-tools mounts an NFS root through the portmapper on port 111, \
-                         but server.ports.portmap is {}",
-                        server.ports.portmap
+                        "NFS export {nfs_export} overlaps image `{}`'s {}: a mount path must name one image",
+                        other.name, other.nfs_export
                     ),
                 ));
             }
-            let nfs_options = match &p.nfs_options {
-                None => DEFAULT_NFS_OPTIONS.to_string(),
-                Some(_) if root != RootProto::Nfs => {
-                    return Err(self.err(&at("nfs_options"), "is for a pool with `root: nfs`"));
+            if other.nbd_export == nbd_export {
+                return Err(self.err(
+                    &written("nbd_export", img.nbd_export.is_some()),
+                    format!("NBD export `{nbd_export}` is also image `{}`'s", other.name),
+                ));
+            }
+        }
+        Ok(Arc::new(Image {
+            name: name.clone(),
+            dir,
+            kernel_name: img.kernel.clone(),
+            initrd_name: img.initrd.clone(),
+            root_tree_name: img.root_tree.clone(),
+            root_image_name: img.root_image.clone(),
+            nfs_export,
+            nbd_export,
+            store,
+            cow: cow_store.map(|store| Cow { store, limit }),
+            root_squash: img.root_squash.unwrap_or(false),
+            secure_ports: img.secure_ports.unwrap_or(true),
+            initrd_wire,
+            root_wire,
+        }))
+    }
+
+    /// The `pools` section, in name order.
+    fn check_pools(
+        &self,
+        raw: &BTreeMap<String, raw::Pool>,
+        images: &BTreeMap<String, Arc<Image>>,
+        server: &Server,
+        dhcp: &Dhcp,
+        dhcp6: bool,
+    ) -> Result<BTreeMap<String, Arc<Pool>>, ConfigError> {
+        let mut pools = BTreeMap::new();
+        let mut seen = Seen::default();
+        for (name, p) in raw {
+            let pool = self.check_pool(name, p, images, server, dhcp, dhcp6, &mut seen)?;
+            pools.insert(name.clone(), Arc::new(pool));
+        }
+        Ok(pools)
+    }
+
+    /// One pool of the `pools` section; `seen` holds the MACs and fixed addresses of the pools
+    /// before it, which its clients must not repeat.
+    #[allow(clippy::too_many_arguments)]
+    fn check_pool(
+        &self,
+        name: &String,
+        p: &raw::Pool,
+        images: &BTreeMap<String, Arc<Image>>,
+        server: &Server,
+        dhcp: &Dhcp,
+        dhcp6: bool,
+        seen: &mut Seen,
+    ) -> Result<Pool, ConfigError> {
+        use Step::Key;
+        let at = |k| [Key("pools"), Key(name.as_str()), Key(k)];
+        if !is_name(name) {
+            return Err(self.err(
+                &[Key("pools"), Key(name)],
+                format!("`{name}` is not a plain name ({NAME_RULE})"),
+            ));
+        }
+        let image = images.get(&p.image).cloned().ok_or_else(|| {
+            let known: Vec<&str> = images.keys().map(String::as_str).collect();
+            self.err(
+                &at("image"),
+                format!("no image `{}` (images: {})", p.image, known.join(", ")),
+            )
+        })?;
+        let root = self.one_of(
+            &at("root"),
+            &p.root,
+            &[("nfs", RootProto::Nfs), ("nbd", RootProto::Nbd)],
+        )?;
+        let initramfs = self.one_of(
+            &at("initramfs"),
+            &p.initramfs,
+            &[
+                ("dracut", Initramfs::Dracut),
+                ("initramfs-tools", Initramfs::InitramfsTools),
+            ],
+        )?;
+        // klibc's nfsmount cannot be given the MOUNT port: it asks port 111, always.
+        if root == RootProto::Nfs
+            && initramfs == Initramfs::InitramfsTools
+            && server.ports.portmap != crate::proto::portmap::PORT
+        {
+            return Err(self.err(
+                &at("initramfs"),
+                format!(
+                    "initramfs-tools mounts an NFS root through the portmapper on port 111, \
+                     but server.ports.portmap is {}",
+                    server.ports.portmap
+                ),
+            ));
+        }
+        let nfs_options = match &p.nfs_options {
+            None => DEFAULT_NFS_OPTIONS.to_string(),
+            Some(_) if root != RootProto::Nfs => {
+                return Err(self.err(&at("nfs_options"), "is for a pool with `root: nfs`"));
+            }
+            Some(text) => {
+                nfs_options(text, initramfs).map_err(|why| self.err(&at("nfs_options"), why))?
+            }
+        };
+        let cmdline_template = match &p.cmdline_template {
+            None => None,
+            Some(text) => {
+                let t = cmdline::Template::parse(text)
+                    .map_err(|why| self.err(&at("cmdline_template"), why))?;
+                if !p.cmdline.trim().is_empty() && !t.uses(cmdline::Field::Cmdline) {
+                    return Err(self.err(
+                        &at("cmdline"),
+                        "is not used: the pool's cmdline_template does not say {cmdline}",
+                    ));
                 }
-                Some(text) => {
-                    nfs_options(text, initramfs).map_err(|why| self.err(&at("nfs_options"), why))?
+                Some(t)
+            }
+        };
+        let netconsole = match &p.netconsole {
+            None | Some(raw::Netconsole::On(false)) => Netconsole::Off,
+            Some(raw::Netconsole::On(true)) => Netconsole::On(None),
+            Some(raw::Netconsole::Device(dev)) => {
+                let ok = !dev.is_empty()
+                    && dev.len() <= 15
+                    && dev
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+                if !ok {
+                    return Err(self.err(
+                        &at("netconsole"),
+                        format!(
+                            "`{dev}` is not an interface name: give true, false or the \
+                             client's interface (up to 15 letters, digits, `.`, `_`, `-`)"
+                        ),
+                    ));
                 }
+                Netconsole::On(Some(dev.clone()))
+            }
+        };
+        let clients = self.check_clients(name, &p.clients, dhcp, &server.links, seen)?;
+        let pool = Pool {
+            name: name.clone(),
+            image,
+            root,
+            cmdline: p.cmdline.clone(),
+            cmdline_template,
+            initramfs,
+            nfs_options,
+            trace: p.trace,
+            netconsole,
+            clients,
+            secure_boot: p.secure_boot.unwrap_or(false),
+            arch: self.check_arch(name, &p.arch, images, server.tftp)?,
+            boot_over: self.check_boot_over(name, p.boot_over.as_deref(), dhcp6)?,
+        };
+        // Debian's signed network GRUB has no HTTP: its config, kernel and initrd come
+        // over TFTP (docs/clients.md).
+        if pool.secure_boot && !server.tftp {
+            return Err(self.err(
+                &[Key("pools"), Key(name.as_str()), Key("secure_boot")],
+                "needs TFTP (`server.tftp: false`): the signed GRUB loads its config, kernel and initrd over TFTP only",
+            ));
+        }
+        Ok(pool)
+    }
+
+    /// A pool's `clients`: each a MAC or a range, some with a fixed address.
+    fn check_clients(
+        &self,
+        name: &String,
+        raw: &[raw::Client],
+        dhcp: &Dhcp,
+        links: &[Ipv4Addr],
+        seen: &mut Seen,
+    ) -> Result<Vec<ClientEntry>, ConfigError> {
+        use Step::Key;
+        let mut clients = Vec::new();
+        for (i, c) in raw.iter().enumerate() {
+            let at_c = |k| {
+                [
+                    Key("pools"),
+                    Key(name.as_str()),
+                    Key("clients"),
+                    Step::Index(i),
+                    Key(k),
+                ]
             };
-            let cmdline_template = match &p.cmdline_template {
-                None => None,
-                Some(text) => {
-                    let t = cmdline::Template::parse(text)
-                        .map_err(|why| self.err(&at("cmdline_template"), why))?;
-                    if !p.cmdline.trim().is_empty() && !t.uses(cmdline::Field::Cmdline) {
-                        return Err(self.err(
-                            &at("cmdline"),
-                            "is not used: the pool's cmdline_template does not say {cmdline}",
-                        ));
-                    }
-                    Some(t)
+            let macs = match (&c.mac, &c.macs) {
+                (Some(m), None) => {
+                    let mac: Mac = m.parse().map_err(|e| self.err(&at_c("mac"), e))?;
+                    MacRange::single(mac)
                 }
-            };
-            let netconsole = match &p.netconsole {
-                None | Some(raw::Netconsole::On(false)) => Netconsole::Off,
-                Some(raw::Netconsole::On(true)) => Netconsole::On(None),
-                Some(raw::Netconsole::Device(dev)) => {
-                    let ok = !dev.is_empty()
-                        && dev.len() <= 15
-                        && dev
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-                    if !ok {
-                        return Err(self.err(
-                            &at("netconsole"),
-                            format!(
-                                "`{dev}` is not an interface name: give true, false or the \
-                                 client's interface (up to 15 letters, digits, `.`, `_`, `-`)"
-                            ),
-                        ));
-                    }
-                    Netconsole::On(Some(dev.clone()))
-                }
-            };
-            let mut clients = Vec::new();
-            for (i, c) in p.clients.iter().enumerate() {
-                let at_c = |k| {
-                    [
+                (None, Some(r)) => r.parse().map_err(|e| self.err(&at_c("macs"), e))?,
+                _ => {
+                    let item = [
                         Key("pools"),
                         Key(name.as_str()),
                         Key("clients"),
                         Step::Index(i),
-                        Key(k),
-                    ]
-                };
-                let macs = match (&c.mac, &c.macs) {
-                    (Some(m), None) => {
-                        let mac: Mac = m.parse().map_err(|e| self.err(&at_c("mac"), e))?;
-                        MacRange::single(mac)
-                    }
-                    (None, Some(r)) => r.parse().map_err(|e| self.err(&at_c("macs"), e))?,
-                    _ => {
-                        let item = [
-                            Key("pools"),
-                            Key(name.as_str()),
-                            Key("clients"),
-                            Step::Index(i),
-                        ];
-                        return Err(self.err(&item, "give exactly one of `mac` or `macs`"));
-                    }
-                };
-                let key = if c.mac.is_some() { "mac" } else { "macs" };
-                if let Some((_, other)) = seen_macs.iter().find(|(r, _)| r.overlaps(&macs)) {
-                    return Err(
-                        self.err(&at_c(key), format!("{macs} is already listed in {other}"))
-                    );
+                    ];
+                    return Err(self.err(&item, "give exactly one of `mac` or `macs`"));
                 }
-                seen_macs.push((macs, format!("pools.{name}.clients[{i}]")));
-                let ip = match &c.ip {
-                    None => None,
-                    Some(s) => {
-                        if macs.len() != 1 {
-                            return Err(self.err(&at_c("ip"), "a fixed ip needs a single `mac`"));
-                        }
-                        let ip = self.ip(&at_c("ip"), s)?;
-                        if !dhcp.subnet.contains(ip) {
-                            return Err(
-                                self.err(&at_c("ip"), format!("{ip} is outside {}", dhcp.subnet))
-                            );
-                        }
-                        if let Some(what) = reserved(dhcp.subnet, &server.links, ip) {
-                            return Err(self.err(&at_c("ip"), format!("{ip} is {what}")));
-                        }
-                        if let Some((_, other)) = seen_ips.iter().find(|(x, _)| *x == ip) {
-                            return Err(
-                                self.err(&at_c("ip"), format!("{ip} is already given to {other}"))
-                            );
-                        }
-                        seen_ips.push((ip, format!("pools.{name}.clients[{i}]")));
-                        Some(ip)
-                    }
-                };
-                clients.push(ClientEntry {
-                    macs,
-                    name: c.name.clone(),
-                    ip,
-                });
-            }
-            let pool = Pool {
-                name: name.clone(),
-                image,
-                root,
-                cmdline: p.cmdline.clone(),
-                cmdline_template,
-                initramfs,
-                nfs_options,
-                trace: p.trace,
-                netconsole,
-                clients,
-                secure_boot: p.secure_boot.unwrap_or(false),
-                arch: self.check_arch(name, &p.arch, &images, server.tftp)?,
-                boot_over: self.check_boot_over(name, p.boot_over.as_deref(), dhcp6.is_some())?,
             };
-            // Debian's signed network GRUB has no HTTP: its config, kernel and initrd come
-            // over TFTP (docs/clients.md).
-            if pool.secure_boot && !server.tftp {
-                return Err(self.err(
-                    &[Key("pools"), Key(name.as_str()), Key("secure_boot")],
-                    "needs TFTP (`server.tftp: false`): the signed GRUB loads its config, kernel and initrd over TFTP only",
-                ));
+            let key = if c.mac.is_some() { "mac" } else { "macs" };
+            if let Some((_, other)) = seen.macs.iter().find(|(r, _)| r.overlaps(&macs)) {
+                return Err(self.err(&at_c(key), format!("{macs} is already listed in {other}")));
             }
-            pools.insert(name.clone(), Arc::new(pool));
+            seen.macs.push((macs, format!("pools.{name}.clients[{i}]")));
+            let ip = match &c.ip {
+                None => None,
+                Some(s) => {
+                    if macs.len() != 1 {
+                        return Err(self.err(&at_c("ip"), "a fixed ip needs a single `mac`"));
+                    }
+                    let ip = self.ip(&at_c("ip"), s)?;
+                    if !dhcp.subnet.contains(ip) {
+                        return Err(
+                            self.err(&at_c("ip"), format!("{ip} is outside {}", dhcp.subnet))
+                        );
+                    }
+                    if let Some(what) = reserved(dhcp.subnet, links, ip) {
+                        return Err(self.err(&at_c("ip"), format!("{ip} is {what}")));
+                    }
+                    if let Some((_, other)) = seen.ips.iter().find(|(x, _)| *x == ip) {
+                        return Err(
+                            self.err(&at_c("ip"), format!("{ip} is already given to {other}"))
+                        );
+                    }
+                    seen.ips.push((ip, format!("pools.{name}.clients[{i}]")));
+                    Some(ip)
+                }
+            };
+            clients.push(ClientEntry {
+                macs,
+                name: c.name.clone(),
+                ip,
+            });
         }
-
-        let limits = self.check_limits(&raw.limits, &dhcp)?;
-        Ok(Config {
-            file: self.file.to_path_buf(),
-            server,
-            dhcp,
-            dhcp6,
-            images,
-            pools,
-            limits,
-        })
+        Ok(clients)
     }
 
     fn check_limits(&self, l: &raw::Limits, dhcp: &Dhcp) -> Result<Limits, ConfigError> {
@@ -751,6 +828,13 @@ impl Checker<'_> {
 }
 
 const NAME_RULE: &str = "use A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with `.` or `-`";
+
+/// The MACs and fixed addresses the pools checked so far gave out, with where.
+#[derive(Default)]
+struct Seen {
+    macs: Vec<(MacRange, String)>,
+    ips: Vec<(Ipv4Addr, String)>,
+}
 
 /// A file of an image: a relative path inside its folder whose parts are plain names, since it
 /// is also the name clients ask TFTP and HTTP for (`Err`: why not, after the value).

@@ -138,7 +138,7 @@ pub struct Server {
     /// names no others.
     pub address: Ipv4Addr,
     /// The addresses of the server's links on the clients' network, `address` first: each
-    /// client is given one of them for its whole boot (`boot::links`).
+    /// client is given one of them for its whole boot (`steer::choice`).
     pub links: Vec<Ipv4Addr>,
     /// The server's IPv6 address on the clients' network (`server.address6`): what DHCPv6
     /// clients are told to fetch from, over TFTP and HTTP. One link only.
@@ -170,7 +170,7 @@ pub struct Server {
     /// The token the API's actions need (`Authorization: Bearer`); `None`: they are off.
     pub admin_token: Option<String>,
     /// While a link of known capacity is full, its clients are paced to equal shares of it
-    /// (`service::pacing`).
+    /// (`steer::pacing`).
     pub fair_share: bool,
     /// The HTTPS listener (`None`: plain HTTP only).
     pub tls: Option<Tls>,

@@ -94,10 +94,7 @@ pub fn for_file(image: &Arc<Image>, file: &str) -> Arc<Image> {
 /// The image an NBD export name `NAME@ID` selects: revision ID of the image exported as
 /// NAME, if it is on disk.
 pub fn nbd_revision(config: &Config, name: &str) -> Option<Arc<Image>> {
-    let (export, id) = name.rsplit_once('@')?;
-    if !names::is_id(id) {
-        return None;
-    }
+    let (export, id) = names::split_nbd(name)?;
     let image = config.images.values().find(|i| i.nbd_export == export)?;
     let r = revision(image, id);
     r.root_image().is_file().then(|| Arc::new(r))
@@ -119,7 +116,7 @@ fn nfs_export(image: &Image, id: &str) -> NfsExport {
     let r = revision(image, id);
     (
         r.nfs_export.clone(),
-        format!("{}@{id}", image.name),
+        names::at_revision(&image.name, id),
         r.root_tree(),
     )
 }
@@ -132,16 +129,12 @@ pub fn nfs_to_learn<'a>(
     mut known: impl Iterator<Item = &'a str>,
 ) -> Option<NfsExport> {
     let path = std::str::from_utf8(path).ok()?;
-    let (export, rest) = path.rsplit_once('@')?;
-    let id: String = rest.chars().take_while(|c| *c != '/').collect();
-    if !names::is_id(&id) {
-        return None;
-    }
+    let (export, id) = names::split_nfs(path)?;
     let export = format!("/{}", export.trim_start_matches('/'));
     let image = config.images.values().find(|i| {
         format!("/{}", i.nfs_export.trim_start_matches('/')) == export && store::managed(&i.dir)
     })?;
-    let found = nfs_export(image, &id);
+    let found = nfs_export(image, id);
     if known.any(|k| k == found.0) || !found.2.is_dir() {
         return None;
     }

@@ -30,7 +30,10 @@ pub struct Unpacked {
 }
 
 /// Reads the tar archive `input` (uncompressed) into `root`. `what` names the archive in
-/// errors; `progress` gets the bytes read so far.
+/// errors; `progress` gets the bytes read so far. Longer than the house's ~150 lines on
+/// purpose: it is one pass over the stream, and what that pass carries from one entry to the
+/// next (a long name or pax record waiting for its entry, the paths this archive made, the
+/// folders' times) stays local to it; each entry type is a few lines of one match.
 pub fn unpack(
     input: &mut dyn Read,
     root: &Path,

@@ -31,7 +31,7 @@ pub fn running(config: &Config, t: &Timelines, now: Micros, idle: Option<Micros>
         .iter()
         .filter(|(_, u)| u.ended.is_none())
         .filter_map(|(mac, u)| {
-            let revision = u.revision.clone()?;
+            let revision = String::from(u.revision.clone()?);
             let boot = t.boot(u.boot)?;
             // Its newest boot's events count as its own: a forged DISCOVER moved them there.
             let last = t.current(*mac).map_or(u.last, |c| c.last_event.max(u.last));
@@ -212,7 +212,7 @@ mod tests {
     fn attach(proto: Proto, revision: &str) -> Kind {
         Kind::RootAttach {
             proto,
-            export: format!("/demo@{revision}"),
+            export: format!("/demo@{revision}").into(),
         }
     }
 

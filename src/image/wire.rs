@@ -356,7 +356,7 @@ fn wanted(config: &Config) -> Vec<(String, PathBuf, Kind)> {
         let mut versions = vec![(image.name.clone(), (**image).clone())];
         if store::managed(&image.dir) {
             for rev in store::list(&image.dir).unwrap_or_default() {
-                let name = format!("{}@{}", image.name, rev.id);
+                let name = names::at_revision(&image.name, &rev.id);
                 versions.push((name, names::revision(image, &rev.id)));
             }
         }

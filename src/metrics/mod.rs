@@ -47,7 +47,7 @@ pub struct Dhcp {
     pub requests: Count,
     /// Of them, those a firmware's timer waits on the answer to: PXE and UEFI HTTP boot
     /// requests (option 60 `PXEClient` or `HTTPClient`, iPXE's included) and every DHCPv6
-    /// message. The pacer keeps its headroom while these come (`service::pacing`).
+    /// message. The pacer keeps its headroom while these come (`steer::pacing`).
     pub firmware: Count,
     pub malformed: Count,
     /// NAKs, DISCOVERs a full range has no address for, and (proxy mode) requests on port
@@ -206,7 +206,7 @@ pub struct Payload {
     pub nbd: Count,
 }
 
-/// One paced link's figures (`service::pacing` writes them each round).
+/// One paced link's figures (`steer::pacing` writes them each round).
 #[derive(Debug, Default)]
 pub struct PacedLink {
     /// The link's interface.

@@ -1,7 +1,7 @@
 //! rtnetlink, just what bootpool needs: the link dump of egress sampling (the request for
 //! RTM_GETLINK and a total parser of the answer into each link's index, name, master, kind
 //! and 64-bit byte counters), and the two requests that give each server link a routing table
-//! of its own chosen by a socket mark (RTM_NEWROUTE, RTM_NEWRULE; `service::link_routes`).
+//! of its own chosen by a socket mark (RTM_NEWROUTE, RTM_NEWRULE; `steer::routes`).
 //! Constants are the kernel's uapi values (linux/rtnetlink.h, linux/if_link.h,
 //! linux/fib_rules.h).
 

@@ -35,7 +35,9 @@ pub struct Cause {
 pub const INITRD_DHCP_UNANSWERED: u32 = 4;
 
 /// Why `boot` failed or is stuck at `now`, if that can be told; `None` for a boot that came up
-/// or is going well.
+/// or is going well. Longer than the house's ~150 lines on purpose: the causes are tried in
+/// the order of how sure their evidence is and the first that holds wins, so the order is the
+/// rule, read top to bottom in one place.
 pub fn of(boot: &Boot, now: Micros) -> Option<Cause> {
     if boot.result == BootResult::Booted {
         return None;

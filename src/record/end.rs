@@ -18,6 +18,7 @@
 //! idle ones and klibc's nfsmount closes its MOUNT connection at once.
 
 use super::event::{Detach, Micros, Proto};
+use crate::config::names::Rev;
 use serde::Serialize;
 
 /// Seconds without a root read after which the root counts as settled. Generous: under
@@ -108,7 +109,7 @@ pub struct RootUse {
     /// The boot that attached it (`Boot::id`).
     pub boot: u64,
     /// The export's image revision (`EXPORT@ID`), if it names one.
-    pub revision: Option<String>,
+    pub revision: Option<Rev>,
     pub attached: Micros,
     /// A root connection accepted before this belonged to an earlier root: the start of the
     /// attaching boot, or the boot's previous attach (an NBD client's reconnect; a connection
@@ -122,7 +123,7 @@ pub struct RootUse {
 }
 
 impl RootUse {
-    pub fn attach(boot: u64, revision: Option<String>, at: Micros, floor: Micros) -> RootUse {
+    pub fn attach(boot: u64, revision: Option<Rev>, at: Micros, floor: Micros) -> RootUse {
         RootUse {
             boot,
             revision,

@@ -3,6 +3,7 @@
 //! and which phase it belongs to.
 
 use crate::config::Mac;
+use crate::config::names::ExportName;
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -139,7 +140,7 @@ pub enum Kind {
         outcome: Outcome,
     },
     /// The root filesystem was attached: an NFS MNT or an NBD handshake.
-    RootAttach { proto: Proto, export: String },
+    RootAttach { proto: Proto, export: ExportName },
     /// Root filesystem payload sent to the client since its last RootRead event.
     RootRead { proto: Proto, bytes: u64 },
     /// A root connection of the client ended (NBD always; NFS only when reset). `since`: when

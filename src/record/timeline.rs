@@ -12,6 +12,7 @@ use super::console::Console;
 use super::end::{Evidence, Gone, GoneEvidence, Inferred, RootReads, RootUse};
 use super::event::{Event, FileKind, Kind, Micros, Outcome, Proto};
 use crate::config::Mac;
+use crate::config::names::Rev;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -123,8 +124,8 @@ pub struct Boot {
     pub inferred: Option<Inferred>,
     /// When and why its client was seen to go (powered off, restarted).
     pub gone: Option<Gone>,
-    /// The image revision its root export named (`EXPORT@ID`, `image::serve`), if any.
-    pub revision: Option<String>,
+    /// The image revision its root export named (`EXPORT@ID`, `config::names`), if any.
+    pub revision: Option<Rev>,
     marks: Marks,
     reads: RootReads,
 }
@@ -333,7 +334,7 @@ impl Timelines {
     /// means the machine restarted, as does any DISCOVER after a long silence (a boot that
     /// died early, then a power-on); iPXE chainloaded by a PXE firmware, and the initrd's own
     /// DHCP (no PXE class), belong to the boot under way. The records and the choice of a
-    /// client's server link (`service::placement`) both ask this.
+    /// client's server link (`steer::placement`) both ask this.
     pub fn discover_starts_boot(&self, mac: Mac, pxe: bool, at: Micros) -> bool {
         match self.current.get(&mac) {
             None => true,
@@ -408,7 +409,9 @@ impl Timelines {
         changed
     }
 
-    /// Applies one event. Returns false if it could not be tied to a client.
+    /// Applies one event. Returns false if it could not be tied to a client. Longer than the
+    /// house's ~150 lines on purpose: one arm per event kind, each a few lines on the one boot
+    /// the event was tied to.
     pub fn apply(&mut self, ev: &Event) -> bool {
         use super::event::Who;
         let mac = match ev.who {
@@ -534,7 +537,7 @@ impl Timelines {
             Kind::RootAttach { proto, export } => {
                 m.attach.get_or_insert(ev.at);
                 boot.root = Some(*proto);
-                let revision = crate::config::names::revision_of(export).map(|id| id.to_string());
+                let revision = export.rev().cloned();
                 if revision.is_some() {
                     boot.revision = revision.clone();
                 }

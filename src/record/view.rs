@@ -176,7 +176,7 @@ impl BootView {
             inferred_s: b.inferred_s(),
             gone: b.gone.map(|g| g.evidence.name().to_string()),
             gone_at: b.gone.map(|g| g.at as f64 / 1e6),
-            revision: b.revision.clone(),
+            revision: b.revision.clone().map(String::from),
             stopped_in: (timed_out || b.result == BootResult::Failed)
                 .then(|| b.current_phase().to_string()),
             failure: b.failure.as_ref().map(|f| match f.proto {

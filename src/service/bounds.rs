@@ -1,13 +1,13 @@
 //! Small bounds the services share: a service's slots, for its clients and, apart, for
-//! strangers (`Slots`); log lines rate-limited per call site (`LogLimit`) so that a flood of refusals or strangers writes a few
+//! strangers (`Slots`); log lines rate-limited per call site (`LogLimit`, from `crate::log_limit`) so that a flood of refusals or strangers writes a few
 //! lines and a count, not one line per packet; and the root connections' bound on a silent peer
 //! (`lose_silent_peers`).
 
+pub use crate::log_limit::LogLimit;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Who an address is to a service (`boot::exports::is_client`): one of the clients it is for,
 /// or a stranger.
@@ -189,73 +189,6 @@ impl Drop for Slot {
     }
 }
 
-/// Lines one call site may write per `WINDOW`; past them lines are counted, and the next line
-/// written says how many were held back (`suppressed`).
-pub const BURST: u64 = 10;
-pub const WINDOW: Duration = Duration::from_secs(10);
-
-/// A rate limit for one log call site, usable as a `static`:
-///
-/// ```ignore
-/// static LOG: LogLimit = LogLimit::new();
-/// if let Some(suppressed) = LOG.allow() { tracing::warn!(suppressed, "..."); }
-/// ```
-pub struct LogLimit {
-    /// The window (milliseconds since the process's first use) and lines written in it,
-    /// packed as window << 16 | lines.
-    state: AtomicU64,
-    held_back: AtomicU64,
-}
-
-impl Default for LogLimit {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl LogLimit {
-    pub const fn new() -> LogLimit {
-        LogLimit {
-            state: AtomicU64::new(0),
-            held_back: AtomicU64::new(0),
-        }
-    }
-
-    /// Some(lines held back since the last one written) when this line may be written.
-    pub fn allow(&self) -> Option<u64> {
-        self.allow_at(since_start())
-    }
-
-    fn allow_at(&self, now: Duration) -> Option<u64> {
-        let window = now.as_millis() as u64 / WINDOW.as_millis() as u64 + 1;
-        let mut cur = self.state.load(Relaxed);
-        loop {
-            let (w, n) = (cur >> 16, cur & 0xffff);
-            let next = if w == window {
-                if n >= BURST {
-                    self.held_back.fetch_add(1, Relaxed);
-                    return None;
-                }
-                cur + 1
-            } else {
-                window << 16 | 1
-            };
-            match self
-                .state
-                .compare_exchange_weak(cur, next, Relaxed, Relaxed)
-            {
-                Ok(_) => return Some(self.held_back.swap(0, Relaxed)),
-                Err(seen) => cur = seen,
-            }
-        }
-    }
-}
-
-fn since_start() -> Duration {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed()
-}
-
 /// Ends a root connection whose peer answers nothing for about `after`: TCP keepalive probes
 /// from half of it on (six, evenly spaced) and a bound on unacknowledged data, so that a client
 /// powered off or cut off mid-read is seen (its reads and writes fail with `TimedOut`) instead
@@ -289,17 +222,6 @@ pub fn is_lost(e: &std::io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_flood_writes_a_burst_per_window_then_the_count_held_back() {
-        let l = LogLimit::new();
-        let t0 = Duration::from_secs(100);
-        let written: Vec<_> = (0..1000).filter_map(|_| l.allow_at(t0)).collect();
-        assert_eq!(written, vec![0; BURST as usize]);
-        // The next window's first line reports what the last one held back.
-        assert_eq!(l.allow_at(t0 + WINDOW), Some(1000 - BURST));
-        assert_eq!(l.allow_at(t0 + WINDOW), Some(0));
-    }
 
     #[test]
     fn strangers_hold_their_own_small_pool_and_never_the_clients_slots() {

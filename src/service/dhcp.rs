@@ -8,7 +8,6 @@
 
 use super::identity::{Identity, unix_now};
 use super::lease_file::LeaseFile;
-use super::placement::Placement;
 use crate::boot::leases::Leases;
 use crate::boot::{self, Client};
 use crate::config::{Config, DhcpMode, Mac};
@@ -18,6 +17,7 @@ use crate::proto::dhcp::{
     self as wire, MAX_PACKET, PXE_BOOT_FILE_ONLY, Reply, ReplyKind, Request, ServerClass,
 };
 use crate::record::{Kind, Recorder, Who};
+use crate::steer::placement::Placement;
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::sync::Arc;

@@ -38,5 +38,6 @@ pub fn for_peer(
         );
     }
     let member = member.on_arch(arch);
-    Ok(grub::config(config, &member, mac, link, client))
+    let image = crate::image::serve::for_boot(config, member.image());
+    Ok(grub::config(config, &member, &image, mac, link, client))
 }

@@ -6,23 +6,16 @@ pub mod bounds;
 pub mod console;
 pub mod dhcp;
 pub mod dhcp6;
-pub mod fair_share;
 pub mod grub_config;
 pub mod http;
 pub mod identity;
 pub mod lease_file;
-pub mod link_routes;
-pub mod links;
-pub mod local_addr;
 pub mod nbd;
 pub mod nfs;
 pub mod overlays;
-pub mod pacing;
-pub mod placement;
 pub mod portmap;
 pub mod quick_read;
 pub mod ra;
-pub mod rebalance;
 pub mod tftp;
 pub mod tftp_transfers;
 pub mod tls;
@@ -34,12 +27,13 @@ use crate::metrics::Metrics;
 use crate::record::egress::Egress;
 use crate::record::{Recorder, Records};
 use crate::shutdown::Shutdown;
-use fair_share::Carries;
+use crate::steer::fair_share::Carries;
+use crate::steer::links::Links;
+pub use crate::steer::links::ipv4_of;
+use crate::steer::pacing::Paced;
+use crate::steer::placement::Placement;
 use identity::Identity;
-use links::Links;
-use pacing::Paced;
-use placement::Placement;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use tokio::net::{TcpListener, TcpStream};
 
@@ -110,15 +104,6 @@ impl From<TcpListener> for Listener {
             tcp,
             links: Arc::new(Links::none()),
         }
-    }
-}
-
-/// A peer's IPv4 address, also when a dual-stack socket shows it IPv4-mapped; clients are
-/// known by their DHCP lease, which is IPv4.
-pub fn ipv4_of(ip: IpAddr) -> Option<Ipv4Addr> {
-    match ip {
-        IpAddr::V4(a) => Some(a),
-        IpAddr::V6(a) => a.to_ipv4_mapped(),
     }
 }
 

@@ -16,7 +16,7 @@
 //!
 //! A transfer's socket is bound to the local address its request was sent to (IP_PKTINFO on
 //! the request port), and to that link's interface when the server has several links
-//! (`service::links`): firmware takes DATA only from the address it asked, and the reply
+//! (`steer::links`): firmware takes DATA only from the address it asked, and the reply
 //! leaves by the link it asked on. It is sent at `FIRMWARE_PRIORITY`.
 //!
 //! Our own server rather than async-tftp: we need to know when and how a transfer ended (the
@@ -25,7 +25,6 @@
 
 use super::bounds::{Caps, Full, Slot, Slots, Standing};
 use super::identity::Identity;
-use super::links::Links;
 use crate::boot::exports::ServesFor;
 use crate::config::Config;
 use crate::export::boot_files::{NotServed, handed_out, resolve};
@@ -33,6 +32,7 @@ use crate::metrics::Metrics;
 use crate::proto::tftp::{self as wire, Mode, Packet, Sender, err};
 use crate::record::{Kind, Outcome, Proto, Recorder, Who};
 use crate::service::tftp_transfers::{self, Source, Transfer, Transfers};
+use crate::steer::links::Links;
 use std::net::UdpSocket;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -80,7 +80,7 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
     // An IPv6 socket (`server.address6`) answers from the kernel's choice of address.
     let v6 = socket.local_addr()?.is_ipv6();
     if !v6 {
-        super::local_addr::enable(&socket)?;
+        crate::steer::local_addr::enable(&socket)?;
     }
     let clients = client_caps(&config.limits);
     let slots = Slots::new(metrics.clone(), |m| &m.tftp().slots, clients, STRANGERS);
@@ -184,7 +184,7 @@ async fn recv(
         let (n, peer) = socket.recv_from(buf).await?;
         Ok((n, peer, None))
     } else {
-        super::local_addr::recv_from(socket, buf).await
+        crate::steer::local_addr::recv_from(socket, buf).await
     }
 }
 

@@ -172,9 +172,12 @@ fn default_trace(pool: &crate::config::Pool, bootpool: bool) -> PathBuf {
     PathBuf::from(format!("bench/traces/demo-{}{suffix}.trace", pool.root))
 }
 
-pub fn run(args: StormArgs) -> anyhow::Result<()> {
-    end_room_on_signal()?;
-    let config = Config::load(&args.config)?;
+/// What the room replays: the pool its clients are in, the trace each replays (and its file)
+/// and the clients' MACs, or the first thing that stops the storm.
+fn what_to_replay(
+    args: &StormArgs,
+    config: &Config,
+) -> anyhow::Result<(Arc<crate::config::Pool>, PathBuf, Trace, Vec<Mac>)> {
     let pool = match &args.pool {
         Some(name) => config
             .pools
@@ -227,6 +230,19 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
             args.clients
         );
     }
+    Ok((pool, trace_file, trace, macs))
+}
+
+/// `bootpool storm`: builds the room (the server's links, a namespace and a port per client),
+/// starts the server in it, powers the clients on (at once or over --stagger), collects each
+/// client's outcome beside the sampler's figures and writes the report. Longer than the
+/// house's ~150 lines on purpose: the client threads, their three channels (thread ids, ready,
+/// go) and the sampler are made, started and joined here, so each thread's life reads as one
+/// sequence.
+pub fn run(args: StormArgs) -> anyhow::Result<()> {
+    end_room_on_signal()?;
+    let config = Config::load(&args.config)?;
+    let (pool, trace_file, trace, macs) = what_to_replay(&args, &config)?;
     let run_dir = config.server.state_dir.join("storm").join(format!(
         "{}",
         crate::record::event::now_micros() / 1_000_000

@@ -98,6 +98,9 @@ type Client = Nfs3Client<TokioIo<TcpStream>>;
 /// `think_scale` times each op's recorded think time. The replay's clock starts at the call:
 /// the first NFS op waits its own `t` (scaled), as nothing before it was answered. Returns when every op was answered or
 /// skipped; an answer with an error status is counted, a broken connection ends the replay.
+/// Longer than the house's ~150 lines on purpose: one closed loop whose state (the gates'
+/// schedule, the free connections, the calls in flight, the mount) its starting and its
+/// answering halves share.
 pub async fn replay_nfs(
     server: Ipv4Addr,
     ports: NfsPorts,

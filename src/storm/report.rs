@@ -322,6 +322,8 @@ fn think_time(trace: &Trace) -> f64 {
 }
 
 impl Report {
+    /// The report of one run. Longer than the house's ~150 lines on purpose: each figure is a
+    /// few lines over the same clients and samples, computed in the order the report shows.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         label: &str,
@@ -492,6 +494,8 @@ impl Report {
         }
     }
 
+    /// The report as the terminal shows it, section by section (longer than the house's ~150
+    /// lines for that: each section is a few `writeln!`s in the order they are read).
     pub fn render(&self) -> String {
         let mut s = String::new();
         s.push_str("client  mac                ip            result  boot_s  dhcp   ipxe   kernel  initrd  root    MB      retries\n");

@@ -8,7 +8,7 @@
 
 use crate::common::netns::{Daemon, Link};
 use crate::common::{Fixture, Loopback, run};
-use bootpool::service::fair_share::{self, MAX_BOOST, WEIGHTS};
+use bootpool::steer::fair_share::{self, MAX_BOOST, WEIGHTS};
 use std::process::Child;
 
 const NBD_MAC: &str = "52:54:00:77:00:11";

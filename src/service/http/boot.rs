@@ -73,7 +73,8 @@ pub(super) async fn boot_script(
         (std::net::IpAddr::V6(p), Some(six)) if p.to_ipv4_mapped().is_none() => six.into(),
         _ => link.into(),
     };
-    let text = script::ipxe_script(&web.config, &member, mac, link, client, files);
+    let image = crate::image::serve::for_boot(&web.config, member.image());
+    let text = script::ipxe_script(&web.config, &member, &image, mac, link, client, files);
     // A milestone of the client's boot only when the client asked: the address it asks from
     // holds its lease. Anyone else (an admin's curl on the server, a monitoring probe) gets the
     // script and leaves no boot behind.

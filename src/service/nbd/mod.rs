@@ -334,7 +334,7 @@ impl Conn {
                 who,
                 Kind::RootAttach {
                     proto: Proto::Nbd,
-                    export: export.clone(),
+                    export: export.clone().into(),
                 },
             );
         }

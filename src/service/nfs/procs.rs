@@ -61,7 +61,7 @@ impl Conn {
                             Who::Ip(self.ip),
                             Kind::RootAttach {
                                 proto: Proto::Nfs,
-                                export: export.clone(),
+                                export: export.clone().into(),
                             },
                         );
                         tracing::info!(client = %self.peer, export, "nfs mount");

@@ -4,13 +4,12 @@
 //! keeps it across a restart), into next-server, the script URL and the root argument (`boot::plan`,
 //! `boot::script`), and into the record (the ACK event's `link`).
 //!
-//! The choice is `boot::links::choose`; this module keeps what it is made from: the clients
+//! The choice is `choice::choose`; this module keeps what it is made from: the clients
 //! booting on each link with the bytes each is still expected to fetch (its pool's recent
 //! boots, from the records, less what it fetched so far), each link's interface and capacity
-//! (`service::links::resolve`, at start) and its measured egress (the egress sampler).
+//! (`links::resolve`, at start) and its measured egress (the egress sampler).
 
-use crate::boot::links::LinkSpec;
-use crate::boot::links::{self, Load};
+use super::choice::{self, LinkSpec, Load};
 use crate::config::{Config, Mac, Pool};
 use crate::record::Records;
 use crate::record::egress::Egress;
@@ -58,7 +57,7 @@ struct Booting {
 }
 
 impl Placement {
-    /// `resolved`: the links an interface holds (`service::links::resolve`); the others are
+    /// `resolved`: the links an interface holds (`links::resolve`); the others are
     /// not given out while one of those is.
     pub fn new(config: &Config, records: Option<Arc<Records>>, resolved: &[LinkSpec]) -> Placement {
         let state = config
@@ -143,7 +142,7 @@ impl Placement {
             match current(&booting) {
                 Some(i) => i,
                 None => {
-                    let i = links::choose(&loads, self.expected_bytes(pool));
+                    let i = choice::choose(&loads, self.expected_bytes(pool));
                     tracing::debug!(%mac, link = %self.addresses[i], "link chosen");
                     i
                 }
@@ -158,7 +157,7 @@ impl Placement {
                 (None, Some(i)) => i,
                 (None, None) => {
                     let loads = self.loads(&mut booting, now);
-                    links::choose(&loads, self.expected_bytes(pool))
+                    choice::choose(&loads, self.expected_bytes(pool))
                 }
             }
         };

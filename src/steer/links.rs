@@ -7,13 +7,14 @@
 //! the source address, so with several links every accepted TCP connection and every TFTP
 //! transfer socket whose local address is a link's is bound to that link's interface
 //! (SO_BINDTODEVICE): its replies leave by the link they were asked on. Connections on a link
-//! of known capacity are also handed to the pacer (`service::pacing`) for their fair share.
+//! of known capacity are also handed to the pacer (`pacing`) for their fair share.
 //! docs/links.md says why binding and not policy routing, and what the host must set for it.
 
+use super::choice::LinkSpec;
 use super::fair_share::Carries;
 use super::pacing::{Paced, Pacer};
-use crate::boot::links::LinkSpec;
 use crate::config::Config;
+use crate::log_limit::LogLimit;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use socket2::SockRef;
@@ -22,6 +23,15 @@ use std::os::fd::AsFd as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use tokio::net::TcpStream;
+
+/// A peer's IPv4 address, also when a dual-stack socket shows it IPv4-mapped; clients are
+/// known by their DHCP lease, which is IPv4.
+pub fn ipv4_of(ip: IpAddr) -> Option<Ipv4Addr> {
+    match ip {
+        IpAddr::V4(a) => Some(a),
+        IpAddr::V6(a) => a.to_ipv4_mapped(),
+    }
+}
 
 /// The links of `server.links` that an interface of this network namespace holds, in the
 /// config's order. An address no interface holds is logged and left out: nothing is bound to
@@ -144,12 +154,12 @@ pub fn check(conf: &[(String, HostConf)]) -> (Vec<String>, Vec<String>) {
 }
 
 /// How each link address's sockets are sent by their link: marked for that link's routing
-/// table (`link_routes`, when bootpool could install the tables), else bound to its interface;
+/// table (`routes`, when bootpool could install the tables), else bound to its interface;
 /// neither with one link, nor bound when the host's settings would make binding break
 /// connections.
 struct Steering {
     devices: Vec<(Ipv4Addr, String)>,
-    /// Each link's routing table is installed: sockets are marked (`link_routes::mark` of the
+    /// Each link's routing table is installed: sockets are marked (`routes::mark` of the
     /// link's place in `devices`), not bound.
     marked: bool,
     /// The kernel refused (EPERM: before Linux 5.7 binding needs CAP_NET_RAW); said once.
@@ -182,15 +192,15 @@ impl Steering {
             .iter()
             .map(|s| (s.address, s.device.clone()))
             .collect();
-        let routes: Vec<super::link_routes::Route> = specs
+        let routes: Vec<super::routes::Route> = specs
             .iter()
-            .map(|s| super::link_routes::Route {
+            .map(|s| super::routes::Route {
                 ifindex: index_of(&s.device),
                 address: s.address,
             })
             .collect();
         let subnet = &config.dhcp.subnet;
-        match super::link_routes::install(&routes, subnet.network, subnet.prefix) {
+        match super::routes::install(&routes, subnet.network, subnet.prefix) {
             Ok(()) => {
                 for w in &blocking {
                     tracing::warn!(
@@ -222,7 +232,7 @@ impl Steering {
 
     /// The position and interface of the link holding `local`.
     fn link_of(&self, local: IpAddr) -> Option<(usize, &str)> {
-        let local = super::ipv4_of(local)?;
+        let local = ipv4_of(local)?;
         self.devices
             .iter()
             .position(|(a, _)| *a == local)
@@ -236,8 +246,8 @@ impl Steering {
             return;
         };
         if self.marked {
-            if let Err(e) = socket.set_mark(super::link_routes::mark(i)) {
-                static FAILED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+            if let Err(e) = socket.set_mark(super::routes::mark(i)) {
+                static FAILED: LogLimit = LogLimit::new();
                 if let Some(suppressed) = FAILED.allow() {
                     tracing::warn!(%device, error = %e, suppressed, "cannot mark a socket for its link");
                 }
@@ -256,7 +266,7 @@ impl Steering {
                     (kernels before 5.7 need CAP_NET_RAW); the routing table picks one for all");
             }
         } else {
-            static FAILED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+            static FAILED: LogLimit = LogLimit::new();
             if let Some(suppressed) = FAILED.allow() {
                 tracing::warn!(%device, error = %e, suppressed, "cannot bind a socket to its link's interface");
             }
@@ -309,7 +319,7 @@ impl Links {
     }
 
     fn is_this_host(&self, peer: IpAddr) -> bool {
-        super::ipv4_of(peer).is_some_and(|p| p.is_loopback() || self.own.contains(&p))
+        ipv4_of(peer).is_some_and(|p| p.is_loopback() || self.own.contains(&p))
     }
 
     /// The links an interface holds (`resolve`'s answer at start).
@@ -328,11 +338,7 @@ impl Links {
             return Paced::none();
         }
         self.steering.steer(SockRef::from(stream), local.ip());
-        match (
-            &self.pacer,
-            super::ipv4_of(local.ip()),
-            super::ipv4_of(peer.ip()),
-        ) {
+        match (&self.pacer, ipv4_of(local.ip()), ipv4_of(peer.ip())) {
             (Some(pacer), Some(local), Some(client)) => {
                 pacer.register(stream.as_fd(), local, client, carries)
             }

@@ -4,7 +4,7 @@
 //! TCP_INFO every `ROUND` (bytes sent, bytes waiting), asks `fair_share::plan` for each link's
 //! caps and sets those that changed with SO_MAX_PACING_RATE. Linux TCP paces a socket with
 //! that option set by itself (since 4.13; no fq qdisc needed). When every link has a routing
-//! table of its own (`link_routes`), it then asks `rebalance::moves` which clients a full link
+//! table of its own (`routes`), it then asks `rebalance::moves` which clients a full link
 //! hands to one with room, and marks their connections for the new link (SO_MARK).
 //!
 //! The pacer holds its own descriptor of each socket (a dup), so a descriptor number that a
@@ -13,9 +13,10 @@
 //! Each paced link's figures (`metrics::PacedLink`) are listed in the daemon's `Metrics` when
 //! the pacer starts, and `/metrics` serves them.
 
+use super::choice::LinkSpec;
 use super::fair_share::{self, Carries, History, Seen};
 use super::rebalance::{self, ClientLoad, LinkLoad};
-use crate::boot::links::LinkSpec;
+use crate::log_limit::LogLimit;
 use crate::metrics::{Metrics, PacedLink};
 use crate::proto::tcp_info::{self, TcpInfo};
 use crate::shutdown::Shutdown;
@@ -52,7 +53,7 @@ struct Link {
     address: Ipv4Addr,
     device: String,
     capacity_bps: u64,
-    /// The mark that sends a socket by this link (`link_routes`).
+    /// The mark that sends a socket by this link (`routes`).
     mark: Option<u32>,
     /// Its figures, as `/metrics` shows them.
     stats: Arc<PacedLink>,
@@ -110,7 +111,7 @@ impl Drop for Paced {
 impl Pacer {
     /// A pacer for the links of `specs` whose capacity is known, its thread running until
     /// `shutdown`; `None` when there is none.
-    /// With `movable`, the links' sockets are sent by their marks (`link_routes::mark` of their
+    /// With `movable`, the links' sockets are sent by their marks (`routes::mark` of their
     /// place in `specs`), and clients move between the links.
     pub fn start(
         specs: &[LinkSpec],
@@ -162,7 +163,7 @@ impl Pacer {
                     address: s.address,
                     device: s.device.clone(),
                     capacity_bps,
-                    mark: movable.then(|| super::link_routes::mark(i)),
+                    mark: movable.then(|| super::routes::mark(i)),
                     stats,
                 })
             })
@@ -202,7 +203,7 @@ impl Pacer {
         let fd = match fd.try_clone_to_owned() {
             Ok(fd) => fd,
             Err(e) => {
-                static FAILED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                static FAILED: LogLimit = LogLimit::new();
                 if let Some(suppressed) = FAILED.allow() {
                     tracing::warn!(error = %e, suppressed, "a connection is not paced");
                 }
@@ -380,7 +381,7 @@ impl Pacer {
                     continue;
                 }
                 if let Err(e) = socket2::SockRef::from(&c.fd).set_mark(mark) {
-                    static FAILED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                    static FAILED: LogLimit = LogLimit::new();
                     if let Some(suppressed) = FAILED.allow() {
                         tracing::warn!(device = %to.device, error = %e, suppressed,
                             "cannot move a connection to another link");
@@ -421,7 +422,7 @@ impl Link {
                     set += 1;
                 }
                 Err(e) => {
-                    static FAILED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                    static FAILED: LogLimit = LogLimit::new();
                     if let Some(suppressed) = FAILED.allow() {
                         tracing::warn!(device = %self.device, error = %e, suppressed,
                             "cannot set a connection's pacing rate");

@@ -1,6 +1,6 @@
 //! Which of the server's links a client boots from, when the server has several NICs on the
 //! clients' network (`server.links`, no bond). Plain data in, an index out; the state it is
-//! computed from (who boots where, what each link sends) is `service::placement`'.
+//! computed from (who boots where, what each link sends) is `steer::placement`'.
 //!
 //! A link's load is the time it needs to send what it owes: the bytes its booting clients are
 //! still expected to fetch, or, when more, what it is seen sending (measured egress over

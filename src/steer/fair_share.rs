@@ -8,7 +8,7 @@
 //! is `HEADROOM` of the link's capacity, so paced traffic leaves the link's queue nearly empty
 //! and what is not paced (a firmware's DHCP and TFTP) passes at once; otherwise it is the
 //! link's whole capacity (`QUIET_HEADROOM`).
-//! `service::pacing` observes the connections and applies the caps; docs/links.md says why
+//! `pacing` observes the connections and applies the caps; docs/links.md says why
 //! and what it costs.
 
 use std::collections::BTreeMap;
@@ -89,7 +89,7 @@ pub struct Plan {
     pub carried: u64,
 }
 
-/// What the pacer remembers of a client since it arrived (`service::pacing`).
+/// What the pacer remembers of a client since it arrived (`pacing`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct History {
     /// Its order of arrival among the clients (smaller came first).
