@@ -67,18 +67,7 @@ fn every_source_file_says_what_it_owns_and_is_in_the_code_map() {
 #[test]
 fn proto_imports_no_tokio_files_or_sockets() {
     let root = src().join("proto");
-    let mut bad = Vec::new();
-    for path in sources(&root) {
-        let text = std::fs::read_to_string(&path).unwrap();
-        for (i, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or("");
-            for banned in ["tokio", "std::fs", "std::net"] {
-                if code.contains(banned) {
-                    bad.push(format!("{}:{}: uses `{banned}`", path.display(), i + 1));
-                }
-            }
-        }
-    }
+    let bad = uses_of(sources(&root), &["tokio", "std::fs", "std::net"]);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
@@ -87,27 +76,16 @@ fn proto_imports_no_tokio_files_or_sockets() {
 /// (`image::serve::for_boot`) and hand it in.
 #[test]
 fn boot_reads_no_disk() {
-    let root = src().join("boot");
-    let mut bad = Vec::new();
-    for path in sources(&root) {
-        let text = std::fs::read_to_string(&path).unwrap();
-        for (i, line) in text.lines().enumerate() {
-            let code = code_of(line);
-            for banned in [
-                "std::fs",
-                "tokio",
-                "crate::image",
-                ".exists()",
-                ".is_file()",
-                ".is_dir()",
-                "metadata(",
-            ] {
-                if code.contains(banned) {
-                    bad.push(format!("{}:{}: uses `{banned}`", path.display(), i + 1));
-                }
-            }
-        }
-    }
+    let banned = [
+        "std::fs",
+        "tokio",
+        "crate::image",
+        ".exists()",
+        ".is_file()",
+        ".is_dir()",
+        "metadata(",
+    ];
+    let bad = uses_of(sources(&src().join("boot")), &banned);
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
@@ -116,30 +94,36 @@ fn boot_reads_no_disk() {
 #[test]
 fn link_steering_computes_on_plain_data() {
     let root = src().join("steer");
+    let pure = ["choice.rs", "fair_share.rs", "rebalance.rs"].map(|f| root.join(f));
+    let banned = [
+        "tokio",
+        "socket2",
+        "crate::sys",
+        "std::fs",
+        "Instant",
+        "SystemTime",
+        "Socket",
+        "TcpStream",
+        "thread",
+    ];
+    let bad = uses_of(pure, &banned);
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// Each line of `paths` whose code (`code_of`: no comment, no string's inside) names one of
+/// `banned`, as `FILE:LINE: uses `NAME``.
+fn uses_of(paths: impl IntoIterator<Item = PathBuf>, banned: &[&str]) -> Vec<String> {
     let mut bad = Vec::new();
-    for name in ["choice.rs", "fair_share.rs", "rebalance.rs"] {
-        let path = root.join(name);
+    for path in paths {
         let text = std::fs::read_to_string(&path).unwrap();
         for (i, line) in text.lines().enumerate() {
             let code = code_of(line);
-            for banned in [
-                "tokio",
-                "socket2",
-                "crate::sys",
-                "std::fs",
-                "Instant",
-                "SystemTime",
-                "Socket",
-                "TcpStream",
-                "thread",
-            ] {
-                if code.contains(banned) {
-                    bad.push(format!("{}:{}: uses `{banned}`", path.display(), i + 1));
-                }
+            for name in banned.iter().filter(|b| code.contains(*b)) {
+                bad.push(format!("{}:{}: uses `{name}`", path.display(), i + 1));
             }
         }
     }
-    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    bad
 }
 
 /// `line` without its `//` comment and the insides of its string literals (a plain scan: a
