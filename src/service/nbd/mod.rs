@@ -53,6 +53,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
+use transmit::TransmitEnd;
 
 /// The service's bounds. `Default` is what the daemon uses; tests shrink them.
 #[derive(Debug, Clone, Copy)]
@@ -351,10 +352,10 @@ impl Conn {
         let (requests, bytes, end) = self.transmit(stream, attached).await;
         // How the client left, for the record (a powered-off or restarted client is gone).
         let how = match end {
-            "disconnect" => Some(Detach::Disconnect),
-            "client closed" => Some(Detach::Closed),
-            "client reset" => Some(Detach::Reset),
-            "client lost" => Some(Detach::Lost),
+            TransmitEnd::Disconnect => Some(Detach::Disconnect),
+            TransmitEnd::Closed => Some(Detach::Closed),
+            TransmitEnd::Reset => Some(Detach::Reset),
+            TransmitEnd::Lost => Some(Detach::Lost),
             _ => None,
         };
         if let (Some(how), Some(who)) = (how, self.who()) {
@@ -369,7 +370,7 @@ impl Conn {
         }
         tracing::info!(
             peer = %self.peer, %export, cow, requests, bytes, secs = started.elapsed().as_secs_f64(),
-            end, "nbd connection closed"
+            %end, "nbd connection closed"
         );
     }
 }

@@ -37,7 +37,7 @@ impl Conn {
         &self,
         stream: TcpStream,
         attached: Attached,
-    ) -> (u64, u64, &'static str) {
+    ) -> (u64, u64, TransmitEnd) {
         let ahead = Arc::new(Semaphore::new(READ_AHEAD as usize));
         let (rd, wr) = stream.into_split();
         // Requests are 28 bytes: read them from a buffer, many per syscall when pipelined.
@@ -79,24 +79,24 @@ impl Conn {
         let end = loop {
             let slot = tokio::select! {
                 s = slots.clone().acquire_owned() => s.expect("never closed"),
-                _ = self.shutdown.wait() => break "shutdown",
-                _ = broken.cancelled() => break "write failed",
+                _ = self.shutdown.wait() => break TransmitEnd::Shutdown,
+                _ = broken.cancelled() => break TransmitEnd::WriteFailed,
             };
             let mut h = [0; p::REQUEST_LEN];
             let r = tokio::select! {
                 r = rd.read_exact(&mut h) => r,
-                _ = self.shutdown.wait() => break "shutdown",
-                _ = broken.cancelled() => break "write failed",
-                _ = self.activity.evict.cancelled() => break "idle; its slot went to a new connection",
+                _ = self.shutdown.wait() => break TransmitEnd::Shutdown,
+                _ = broken.cancelled() => break TransmitEnd::WriteFailed,
+                _ = self.activity.evict.cancelled() => break TransmitEnd::Evicted,
             };
             self.activity.touch();
             if let Err(e) = r {
                 break match e.kind() {
-                    io::ErrorKind::UnexpectedEof => "client closed",
-                    io::ErrorKind::ConnectionReset => "client reset",
+                    io::ErrorKind::UnexpectedEof => TransmitEnd::Closed,
+                    io::ErrorKind::ConnectionReset => TransmitEnd::Reset,
                     // Keepalive probes or sent data went unanswered: powered off, or cut off.
-                    _ if crate::service::bounds::is_lost(&e) => "client lost",
-                    _ => "read failed",
+                    _ if crate::service::bounds::is_lost(&e) => TransmitEnd::Lost,
+                    _ => TransmitEnd::ReadFailed,
                 };
             }
             let req = match Request::decode(&h) {
@@ -105,7 +105,7 @@ impl Conn {
                     // Out of step with the client: nothing after this can be trusted.
                     self.metrics.nbd().malformed.inc();
                     tracing::warn!(peer = %self.peer, error = %e, "nbd bad request");
-                    break "bad request";
+                    break TransmitEnd::BadRequest;
                 }
             };
             requests += 1;
@@ -130,7 +130,7 @@ impl Conn {
                     match reader.answer(path, offset, len, cookie, slot).await {
                         Answered::Queue(reply) => {
                             if tx.send(reply).await.is_err() {
-                                break "write failed";
+                                break TransmitEnd::WriteFailed;
                             }
                             continue;
                         }
@@ -142,15 +142,15 @@ impl Conn {
                 Verdict::Write { len, .. } => {
                     let Ok(buffer) = self.buffers.clone().acquire_many_owned(len.max(1)).await
                     else {
-                        break "shutdown";
+                        break TransmitEnd::Shutdown;
                     };
                     let mut data = vec![0; len as usize];
                     let r = tokio::select! {
                         r = rd.read_exact(&mut data) => r,
-                        _ = self.shutdown.wait() => break "shutdown",
+                        _ = self.shutdown.wait() => break TransmitEnd::Shutdown,
                     };
                     if r.is_err() {
-                        break "client closed";
+                        break TransmitEnd::Closed;
                     }
                     (Op::write(verdict, data, buffer), slot)
                 }
@@ -159,7 +159,7 @@ impl Conn {
                 }
                 Verdict::Ok => {
                     if tx.send(plain(0, cookie, slot)).await.is_err() {
-                        break "write failed";
+                        break TransmitEnd::WriteFailed;
                     }
                     continue;
                 }
@@ -168,23 +168,23 @@ impl Conn {
                     let mut sink = tokio::io::sink();
                     let drained = tokio::select! {
                         r = tokio::io::copy(&mut payload, &mut sink) => r,
-                        _ = self.shutdown.wait() => break "shutdown",
+                        _ = self.shutdown.wait() => break TransmitEnd::Shutdown,
                     };
                     if !matches!(drained, Ok(n) if n == drain as u64) {
-                        break "client closed";
+                        break TransmitEnd::Closed;
                     }
                     self.metrics.nbd().errors.inc();
                     tracing::debug!(peer = %self.peer, kind = req.kind, errno, "nbd request refused");
                     if tx.send(plain(errno, cookie, slot)).await.is_err() {
-                        break "write failed";
+                        break TransmitEnd::WriteFailed;
                     }
                     continue;
                 }
-                Verdict::Disconnect if req.kind == p::CMD_DISC => break "disconnect",
+                Verdict::Disconnect if req.kind == p::CMD_DISC => break TransmitEnd::Disconnect,
                 Verdict::Disconnect => {
                     self.metrics.nbd().malformed.inc();
                     tracing::warn!(peer = %self.peer, kind = req.kind, len = req.len, "nbd absurd request");
-                    break "bad request";
+                    break TransmitEnd::BadRequest;
                 }
             };
             let (source, tx, buffers) = (source.clone(), tx.clone(), self.buffers.clone());
@@ -268,7 +268,43 @@ enum Answered {
     /// Not answered: the request's slot back, for a blocking thread.
     Blocking(OwnedSemaphorePermit),
     /// The connection ends, for this reason.
-    End(&'static str),
+    End(TransmitEnd),
+}
+
+/// How an attached connection ended: the log line says it, and the record learns from it
+/// whether the client went (`Detach`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum TransmitEnd {
+    /// NBD_CMD_DISC: the client let go of its root.
+    Disconnect,
+    /// The client closed the connection without a DISC.
+    Closed,
+    Reset,
+    /// The client acknowledged nothing for `limits.root_lost_after`.
+    Lost,
+    ReadFailed,
+    WriteFailed,
+    /// A request no client sends.
+    BadRequest,
+    /// Idle while every slot was wanted: its slot went to a new connection.
+    Evicted,
+    Shutdown,
+}
+
+impl std::fmt::Display for TransmitEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TransmitEnd::Disconnect => "disconnect",
+            TransmitEnd::Closed => "client closed",
+            TransmitEnd::Reset => "client reset",
+            TransmitEnd::Lost => "client lost",
+            TransmitEnd::ReadFailed => "read failed",
+            TransmitEnd::WriteFailed => "write failed",
+            TransmitEnd::BadRequest => "bad request",
+            TransmitEnd::Evicted => "idle; its slot went to a new connection",
+            TransmitEnd::Shutdown => "shutdown",
+        })
+    }
 }
 
 /// What a connection's request reader needs to answer a READ itself.
@@ -330,7 +366,7 @@ impl Reader<'_> {
         };
         let sent = tokio::select! {
             r = send_cached(self.out, &mut wr, self.source, offset, len, cookie) => r,
-            _ = self.conn.shutdown.wait() => return Ok(Answered::End("shutdown")),
+            _ = self.conn.shutdown.wait() => return Ok(Answered::End(TransmitEnd::Shutdown)),
         };
         match sent {
             Inline::Sent => Ok(Answered::Sent),
@@ -340,13 +376,13 @@ impl Reader<'_> {
                 let mut one = vec![plain(p::EIO, cookie, slot)];
                 if self.out.send(&mut wr, &mut one).await.is_err() {
                     self.broken.cancel();
-                    return Ok(Answered::End("write failed"));
+                    return Ok(Answered::End(TransmitEnd::WriteFailed));
                 }
                 Ok(Answered::Sent)
             }
             Inline::Broken => {
                 self.broken.cancel();
-                Ok(Answered::End("write failed"))
+                Ok(Answered::End(TransmitEnd::WriteFailed))
             }
             // Not in the page cache: a blocking thread reads it.
             Inline::NotCached => Err(slot),
@@ -366,8 +402,8 @@ impl Reader<'_> {
             p = self.ahead.clone().acquire_many_owned(len.clamp(1, READ_AHEAD)) => {
                 p.expect("never closed")
             }
-            _ = self.conn.shutdown.wait() => return Answered::End("shutdown"),
-            _ = self.broken.cancelled() => return Answered::End("write failed"),
+            _ = self.conn.shutdown.wait() => return Answered::End(TransmitEnd::Shutdown),
+            _ = self.broken.cancelled() => return Answered::End(TransmitEnd::WriteFailed),
         };
         let Ok(buffer) = self.conn.buffers.clone().try_acquire_many_owned(len.max(1)) else {
             return Answered::Blocking(slot);

@@ -2,6 +2,7 @@
 //! each answered into one buffer (`Conn::call`: RPC, then MOUNT, NFS or GETPORT), the replies
 //! written together; who may use which export, and READ bytes for the boot record.
 
+use super::ended::Ended;
 use super::send::{send, send_mapped, send_with_data};
 use super::{FIRST_CALL, IDLE, MAX_OUT, MAX_RECORD, POLL, STRANGER_TIME, TICK, WRITE_TIMEOUT};
 use crate::boot::exports::root_allowed;
@@ -96,7 +97,7 @@ impl Conn {
                     Ok(Some((used, rec))) => {
                         if let Err(Close::Malformed(why)) = self.call(&rec, &mut out) {
                             self.metrics.nfs().malformed.inc();
-                            break 'conn why;
+                            break 'conn Ended::Malformed(why);
                         }
                         called = true;
                         let sent = match self.data_pending.take() {
@@ -118,7 +119,7 @@ impl Conn {
                     Ok(None) => break,
                     Err(rpc::Framing::TooLong) => {
                         self.metrics.nfs().malformed.inc();
-                        break 'conn "record too long";
+                        break 'conn Ended::Malformed("record too long");
                     }
                 };
                 inbuf.advance(used);
@@ -136,21 +137,21 @@ impl Conn {
             // READ bytes are reported within a TICK even if the client then goes quiet.
             self.flush_reads(false);
             if shutdown.is_triggered() {
-                break 'conn "shutdown";
+                break 'conn Ended::Shutdown;
             }
             if self.stranger && started.elapsed() >= STRANGER_TIME {
-                break 'conn "a stranger's time is up";
+                break 'conn Ended::StrangerTimeUp;
             }
             if !called && started.elapsed() >= FIRST_CALL {
-                break 'conn "no call in time";
+                break 'conn Ended::NoCall;
             }
             match next_call.read(&mut s, &mut chunk) {
-                Ok(0) => break 'conn "client closed",
+                Ok(0) => break 'conn Ended::Closed,
                 Ok(n) => {
                     inbuf.extend_from_slice(&chunk[..n]);
                     heard = Instant::now();
                 }
-                Err(e) if crate::service::bounds::is_lost(&e) => break 'conn "client lost",
+                Err(e) if crate::service::bounds::is_lost(&e) => break 'conn Ended::Lost,
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -158,16 +159,16 @@ impl Conn {
                     ) =>
                 {
                     if heard.elapsed() >= IDLE {
-                        break 'conn "idle";
+                        break 'conn Ended::Idle;
                     }
                     // Quiet for a POLL: a booted client's connection keeps no 1 MiB buffer.
                     self.big = None;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {
-                    break 'conn "client reset";
+                    break 'conn Ended::Reset;
                 }
-                Err(_) => break 'conn "client closed",
+                Err(_) => break 'conn Ended::Closed,
             }
         };
         self.flush_reads(true);
@@ -176,8 +177,8 @@ impl Conn {
         // (powered off, or cut off); a close does not: the kernel closes idle connections,
         // nfsmount its MOUNT connection. libnfs resets its MOUNT connection once mounted.
         let how = match why {
-            "client reset" if self.total > 0 => Some(Detach::Reset),
-            "client lost" if self.mounts > 0 || self.total > 0 => Some(Detach::Lost),
+            Ended::Reset if self.total > 0 => Some(Detach::Reset),
+            Ended::Lost if self.mounts > 0 || self.total > 0 => Some(Detach::Lost),
             _ => None,
         };
         if let Some(how) = how {
@@ -191,7 +192,7 @@ impl Conn {
             );
         }
         tracing::info!(
-            client = %self.peer, why, mounts = self.mounts, read_bytes = self.total,
+            client = %self.peer, %why, mounts = self.mounts, read_bytes = self.total,
             secs = started.elapsed().as_secs(), "nfs connection ended"
         );
     }

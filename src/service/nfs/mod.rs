@@ -28,9 +28,11 @@
 //! source ports below 1024. A refusal is NFS3ERR_ACCES (MNT3ERR_ACCES), counted as refused.
 //!
 //! Here the exports and the accept loop; `conn` one connection's thread and its calls'
-//! dispatch, `procs` the answers to MOUNT and NFS calls, `send` writing the replies.
+//! dispatch, `procs` the answers to MOUNT and NFS calls, `send` writing the replies, `ended`
+//! how a connection ended.
 
 mod conn;
+mod ended;
 mod procs;
 mod send;
 

@@ -1,6 +1,7 @@
 //! Writing a connection's buffered replies, a READ's data after its header in one `writev`
 //! (from a page-aligned buffer or straight from the file's mapping), and why a write failed.
 
+use super::ended::Ended;
 use crate::export::tree::MappedRead;
 use crate::proto::rpc::Writer;
 use std::io::Write as _;
@@ -73,14 +74,14 @@ pub(super) fn send(s: &mut std::net::TcpStream, out: &mut Writer) -> Sent {
 }
 
 /// A send that failed says why the connection ends.
-pub(super) type Sent = Result<(), &'static str>;
-const NOT_READING: &str = "client not reading";
+pub(super) type Sent = Result<(), Ended>;
+const NOT_READING: Ended = Ended::NotReading;
 
 /// Why a write failed: the client acknowledged nothing for `limits.root_lost_after` (lost),
 /// or it stopped taking replies (our `WRITE_TIMEOUT`), or went away.
-fn unsent(e: &std::io::Error) -> &'static str {
+fn unsent(e: &std::io::Error) -> Ended {
     if crate::service::bounds::is_lost(e) {
-        "client lost"
+        Ended::Lost
     } else {
         NOT_READING
     }
