@@ -188,6 +188,25 @@ async fn slowloris_headers_are_closed_after_the_header_timeout() {
     daemon.stop().await;
 }
 
+/// An NFS connection of a client (loopback, on a loopback server) that makes no call is closed
+/// within seconds (`FIRST_CALL`, 10 s), while one that makes a call is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_nfs_connection_that_makes_no_call_is_closed_within_seconds() {
+    let fx = fixture("  root_lost_after: 10m\n");
+    let daemon = fx.start().await;
+    let nfs = daemon.bound.nfs;
+    let mut silent = connect_from(nfs, Ipv4Addr::new(127, 0, 0, 60)).await;
+    let mut mounted = crate::common::rpc::Rpc::connect(nfs).await;
+    mounted.mount("/demo").await;
+    assert!(
+        closed_within(&mut silent, Duration::from_secs(30)).await,
+        "a connection that made no call was kept"
+    );
+    // The one that called is still served.
+    mounted.mount("/demo").await;
+    daemon.stop().await;
+}
+
 /// Attaches to `demo` over NBD from `from`.
 async fn attach_from(addr: SocketAddr, from: Ipv4Addr) -> Raw {
     let mut r = Raw::connect_from(addr, from).await;
