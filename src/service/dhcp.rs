@@ -522,18 +522,22 @@ impl Server {
                 if renewing && self.leases.write().reclaim(mac, ip) {
                     tracing::info!(%mac, %ip, "dhcp renewal of a declined address: taken back");
                 }
-                let granted = if selecting.is_some() {
-                    self.leases.write().ack_offer(mac, ip, now, lease_s)
-                } else {
-                    self.leases.write().ack(mac, ip, now, lease_s)
+                let granted = {
+                    let mut leases = self.leases.write();
+                    let granted = if selecting.is_some() {
+                        leases.ack_offer(mac, ip, now, lease_s)
+                    } else {
+                        leases.ack(mac, ip, now, lease_s)
+                    };
+                    // SELECTING and INIT-REBOOT bind afresh: the client checks the address
+                    // now and may DECLINE it (`leases::DECLINE_WINDOW_S`). Under the same lock.
+                    if granted.is_ok() && req.ciaddr.is_unspecified() {
+                        leases.acked_fresh(mac, ip, now);
+                    }
+                    granted
                 };
                 match granted {
                     Ok(()) => {
-                        // SELECTING and INIT-REBOOT bind afresh: the client checks the
-                        // address now and may DECLINE it (`leases::DECLINE_WINDOW_S`).
-                        if req.ciaddr.is_unspecified() {
-                            self.leases.write().acked_fresh(mac, ip, now);
-                        }
                         self.changed();
                         self.keep_boot(&client, &plan);
                         self.metrics.dhcp().acks.inc();
