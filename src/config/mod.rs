@@ -4,7 +4,10 @@
 //! Beyond each value's own syntax, what would misbehave at serve time is refused here: a
 //! server address outside `dhcp.subnet`, a range or fixed `ip` holding the network, broadcast
 //! or server address, two services on one port, and pool or image names that are not plain
-//! (`[A-Za-z0-9._-]`, not starting with `.` or `-`: they become paths and URLs).
+//! (`[A-Za-z0-9._-]`, not starting with `.` or `-`: they become paths and URLs); a map key given
+//! twice (`yaml.rs`), keys proxy mode would ignore, a client name on a MAC range or on two
+//! entries, YAML 1.1's `yes`/`no` where a name is wanted. Valid but implausible values (a MAC
+//! range of millions) are `Config::warnings`.
 
 pub mod arch;
 mod check;
@@ -14,6 +17,7 @@ mod locate;
 pub mod names;
 mod raw;
 mod values;
+mod yaml;
 
 pub use arch::Arch;
 pub use dhcp6::{BootOver, Dhcp6, RouterAdverts, Subnet6};
@@ -70,6 +74,10 @@ pub struct Config {
     pub images: BTreeMap<String, Arc<Image>>,
     pub pools: BTreeMap<String, Arc<Pool>>,
     pub limits: Limits,
+    /// What the file says that is valid but unlikely to be meant (a range of millions of
+    /// MACs, more machines than addresses): `bootpool check` prints them and exits 0, `serve`
+    /// logs them.
+    pub warnings: Vec<ConfigError>,
 }
 
 /// Bounds on what clients, and strangers, may hold of the server (the `limits` section).
@@ -482,31 +490,13 @@ impl Config {
 
     /// Checks config text as if it were read from `file`.
     pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
-        let raw: raw::File = serde_norway::from_str(text).map_err(|e| {
-            let loc = e.location();
-            // serde_norway puts the YAML path first: "pools.room-101: unknown field ...".
-            let msg = e.to_string();
-            let msg = match msg.rfind(" at line ") {
-                Some(i) => msg[..i].to_string(),
-                None => msg,
-            };
-            let (path, reason) = match msg.split_once(": ") {
-                Some((p, r)) if !p.contains(' ') => (p.to_string(), r.to_string()),
-                _ => (String::new(), msg.clone()),
-            };
-            ConfigError {
-                file: file.to_path_buf(),
-                line: loc.as_ref().map(|l| l.line()),
-                column: loc.as_ref().map(|l| l.column()),
-                path,
-                reason,
-            }
-        })?;
+        let raw = yaml::read(file, text)?;
         let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
         Checker {
             file,
             text,
             base: &base,
+            warnings: Default::default(),
         }
         .check(raw)
     }

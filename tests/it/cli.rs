@@ -59,10 +59,13 @@ fn missing_image_files_fail_the_check() {
     std::fs::remove_file(fx.image_dir().join("rootfs.img")).unwrap();
     let (ok, _, err) = check(&fx.config_path());
     assert!(!ok);
-    assert!(
-        err.contains("pools.nbd-room.image: image `demo` lacks") && err.contains("rootfs.img"),
-        "{err}"
+    // At the image's folder, with the pool that needs the file.
+    let want = format!(
+        "{}:13:11: images.demo.dir: image `demo` lacks {}, which pool nbd-room boots from",
+        fx.config_path().display(),
+        fx.image_dir().join("rootfs.img").display()
     );
+    assert!(err.contains(&want), "{err}");
 }
 
 /// A kernel that is a symlink out of its image folder would answer "not found" over TFTP and
