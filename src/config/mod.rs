@@ -32,6 +32,31 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The environment variable naming the config file when a command is given no `--config`.
+pub const FILE_ENV: &str = "BOOTPOOL_CONFIG";
+
+/// The installed service's config file (dist/bootpool.service).
+pub const INSTALLED_FILE: &str = "/etc/bootpool/pools.yaml";
+
+/// Which config file a command reads when given no `--config`, in this order (`--help` says
+/// it): the file `$BOOTPOOL_CONFIG` names; else the installed service's,
+/// /etc/bootpool/pools.yaml, when there is one (so an admin's commands on the server read
+/// what it serves, wherever they are run); else `pools.yaml` in the current folder (a
+/// checkout, the lab).
+pub fn default_file() -> PathBuf {
+    if let Some(file) = std::env::var_os(FILE_ENV).filter(|f| !f.is_empty()) {
+        return PathBuf::from(file);
+    }
+    let installed = Path::new(INSTALLED_FILE);
+    if installed.is_file() {
+        return installed.to_path_buf();
+    }
+    PathBuf::from("pools.yaml")
+}
+
+/// What `--config` says of itself in every command's `--help`.
+pub const FILE_HELP: &str = "The config file [default: $BOOTPOOL_CONFIG, else /etc/bootpool/pools.yaml if there is one, else ./pools.yaml]";
+
 /// A configuration error, located in its file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
