@@ -877,8 +877,8 @@ async fn bind_ipv6(
         anyhow::bail!("server.interfaces: no interface `{name}` for DHCPv6");
     }
     let port = config.server.ports.dhcp6;
-    let dhcp = bind_udp6(SocketAddrV6::new(any, port, 0, 0), true)
-        .with_context(|| format!("binding DHCPv6 port {port} (ports.dhcp6)"))?;
+    let at = SocketAddrV6::new(any, port, 0, 0);
+    let dhcp = bind_udp6(at, true).map_err(|e| bind_error(&e, "server.ports.dhcp6", UDP, at))?;
     let joins: Vec<u32> = if indexes.is_empty() {
         vec![0]
     } else {
@@ -892,20 +892,17 @@ async fn bind_ipv6(
     let tftp = match tftp4 {
         None => None,
         Some(t) => {
-            let port = t.local_addr()?.port();
-            Some(
-                bind_udp6(SocketAddrV6::new(any, port, 0, 0), true)
-                    .with_context(|| format!("binding TFTP over IPv6, port {port}"))?,
-            )
+            let at = SocketAddrV6::new(any, t.local_addr()?.port(), 0, 0);
+            Some(bind_udp6(at, true).map_err(|e| bind_error(&e, "server.ports.tftp", UDP, at))?)
         }
     };
     // A server.http on an IPv6 address already listens there.
     let http = if http4.local_addr()?.is_ipv6() {
         None
     } else {
-        Some(listen6(http4.local_addr()?.port(), "HTTP")?)
+        Some(listen6(http4.local_addr()?.port(), "server.http")?)
     };
-    let nbd = Some(listen6(nbd4.local_addr()?.port(), "NBD")?);
+    let nbd = Some(listen6(nbd4.local_addr()?.port(), "server.ports.nbd")?);
     let mut advertisers = Vec::new();
     if d.router_advertisements == crate::config::RouterAdverts::Send {
         for (iface, index) in indexes {
@@ -935,16 +932,18 @@ async fn bind_ipv6(
     })
 }
 
-/// A TCP listener on [::]:`port`, IPv6 only (beside the IPv4 one of the same port).
-fn listen6(port: u16, what: &str) -> anyhow::Result<TcpListener> {
+/// A TCP listener on [::]:`port`, IPv6 only (beside the IPv4 one of the same port), for the
+/// config key `key`.
+fn listen6(port: u16, key: &str) -> anyhow::Result<TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
     socket.set_only_v6(true)?;
     socket.set_reuse_address(true)?;
     socket.set_nonblocking(true)?;
+    let at = SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0);
     socket
-        .bind(&SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0)).into())
-        .with_context(|| format!("binding {what} over IPv6, port {port}"))?;
+        .bind(&SocketAddr::V6(at).into())
+        .map_err(|e| bind_error(&e, key, TCP, at))?;
     socket.listen(1024)?;
     Ok(TcpListener::from_std(socket.into())?)
 }
@@ -1049,6 +1048,26 @@ mod tests {
             let e = bind_udp(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port), how).unwrap_err();
             assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
         }
+    }
+
+    /// A port below 1024 without the right to it: the error says what right is wanting.
+    #[test]
+    fn a_refused_low_port_names_the_capability() {
+        let at = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 69));
+        let why = refusal(&std::io::Error::from_raw_os_error(libc::EACCES), UDP, at);
+        assert!(why.starts_with("cannot bind UDP 0.0.0.0:69: "), "{why}");
+        assert!(why.contains("root or CAP_NET_BIND_SERVICE"), "{why}");
+        let e = bind_error(
+            &std::io::Error::from_raw_os_error(libc::EACCES),
+            "server.ports.tftp",
+            UDP,
+            at,
+        );
+        assert!(
+            e.to_string()
+                .starts_with("server.ports.tftp: cannot bind UDP"),
+            "{e}"
+        );
     }
 
     #[tokio::test]
