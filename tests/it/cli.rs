@@ -165,6 +165,35 @@ fn check_refuses_what_this_host_would_refuse_at_bind() {
     assert!(err.contains(&nic), "{err}");
 }
 
+/// While the daemon of a config's state_dir runs, its ports are its own: `check` of that
+/// config (before a restart, say) leaves them untried and says so, and still refuses a port
+/// another program holds once that daemon is gone.
+#[tokio::test]
+async fn check_leaves_the_ports_of_the_running_daemon_alone() {
+    let fx = crate::common::Fixture::new();
+    let daemon = fx.start().await;
+    let nfs = daemon.bound.nfs.port();
+    fx.write_config(&fx.loopback().port("nfs", nfs));
+    let path = fx.config_path();
+    let (ok, out, err) = tokio::task::spawn_blocking(move || check(&path))
+        .await
+        .unwrap();
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("ports not checked: a bootpool serving this state_dir has them"),
+        "{out}"
+    );
+    daemon.stop().await;
+    let taken = std::net::TcpListener::bind(("0.0.0.0", nfs)).unwrap();
+    let (ok, _, err) = check(&fx.config_path());
+    assert!(!ok);
+    assert!(
+        err.contains(&format!("server.ports.nfs: cannot bind TCP 0.0.0.0:{nfs}")),
+        "{err}"
+    );
+    drop(taken);
+}
+
 /// A pool named twice is an error at its second name (serde's map would keep one room and
 /// drop the other unsaid).
 #[test]
