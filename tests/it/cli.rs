@@ -19,6 +19,7 @@ fn shipped_config_checks_clean() {
     let (ok, out, err) = crate::common::run(&mut c, 20);
     assert!(ok, "{out}{err}");
     assert!(out.contains("ok (2 pools"), "{out}");
+    assert!(!err.contains("warning"), "the shipped config warns: {err}");
 }
 
 #[test]
