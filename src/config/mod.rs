@@ -567,17 +567,14 @@ impl Config {
             .any(|p| p.arch.contains_key(&Arch::Arm64))
             && !self.server.grub_arm64.is_file()
         {
-            errors.push(ConfigError {
-                file: self.file.clone(),
-                line: None,
-                column: None,
-                path: "server.grub_arm64".into(),
-                reason: format!(
+            errors.push(self.error_at(
+                &["server", "grub_arm64"],
+                format!(
                     "{} is not a file; a pool with arch.arm64 needs it (images/build-arm64.sh \
                      unpacks Debian's grub-efi-arm64-signed beside the ARM64 demo image)",
                     self.server.grub_arm64.display()
                 ),
-            });
+            ));
         }
         if self.pools.values().any(|p| p.secure_boot) {
             for (key, path, package) in [
@@ -585,29 +582,23 @@ impl Config {
                 ("grub", &self.server.grub, "grub-efi-amd64-signed"),
             ] {
                 if !path.is_file() {
-                    errors.push(ConfigError {
-                        file: self.file.clone(),
-                        line: None,
-                        column: None,
-                        path: format!("server.{key}"),
-                        reason: format!(
+                    errors.push(self.error_at(
+                        &["server", key],
+                        format!(
                             "{} is not a file; a pool with secure_boot needs it (Debian: apt-get install {package})",
                             path.display()
                         ),
-                    });
+                    ));
                 }
             }
         }
         if let Some(tls) = &self.server.tls {
             for (key, path) in [("cert", &tls.cert), ("key", &tls.key)] {
                 if !path.is_file() {
-                    errors.push(ConfigError {
-                        file: self.file.clone(),
-                        line: None,
-                        column: None,
-                        path: format!("server.tls.{key}"),
-                        reason: format!("{} is not a file", path.display()),
-                    });
+                    errors.push(self.error_at(
+                        &["server", "tls", key],
+                        format!("{} is not a file", path.display()),
+                    ));
                 }
             }
         }
