@@ -1,6 +1,7 @@
 //! The `bootpool` command: parses arguments, sets up logging and the runtime, and maps errors
 //! to exit codes. Everything else lives in the library.
 
+use bootpool::app::Host;
 use bootpool::config::{self, Config};
 use clap::{Parser, Subcommand};
 use std::io::Write as _;
@@ -92,15 +93,11 @@ fn main() -> ExitCode {
             config,
             for_another_host,
         } => {
-            use bootpool::app::Host;
-            check(
-                &config,
-                if for_another_host {
-                    Host::Another
-                } else {
-                    Host::This
-                },
-            )
+            let host = match for_another_host {
+                true => Host::Another,
+                false => Host::This,
+            };
+            check(&config, host)
         }
         Command::Serve { config } => {
             let config = match Config::load(&config) {
@@ -204,7 +201,7 @@ fn run(fut: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
     }
 }
 
-fn check(path: &std::path::Path, host: bootpool::app::Host) -> ExitCode {
+fn check(path: &std::path::Path, host: Host) -> ExitCode {
     let c = match Config::load(path) {
         Ok(c) => c,
         Err(e) => {
@@ -228,8 +225,8 @@ fn check(path: &std::path::Path, host: bootpool::app::Host) -> ExitCode {
         .flat_map(|p| p.clients.iter().map(|e| e.macs.len()))
         .sum();
     let ports = match host {
-        bootpool::app::Host::Another => "; this host's interfaces, addresses and ports not checked",
-        bootpool::app::Host::This => match bootpool::app::state_dir_holder(&c.server.state_dir) {
+        Host::Another => "; this host's interfaces, addresses and ports not checked",
+        Host::This => match bootpool::app::state_dir_holder(&c.server.state_dir) {
             Some(_) => "; ports not checked: a bootpool serving this state_dir has them",
             None => "",
         },
