@@ -61,13 +61,12 @@ fn builder(path: &Path) -> Option<Initramfs> {
         return Some(b);
     }
     let (at, by) = tail?;
-    let main = unpacked(&bytes[at..], by)?;
-    of_names(&cpio::names(&main))
+    unpacked_builder(&bytes[at..], by)
 }
 
-/// The first `READ_AT_MOST` bytes of a compressed part, unpacked by the program that makes
-/// such parts (gzip, zstd, xz...); `None` if it is not there.
-fn unpacked(part: &[u8], by: Compressor) -> Option<Vec<u8>> {
+/// The builder a compressed part's files tell, unpacked by the program that makes such parts
+/// (gzip, zstd, xz...) a MiB at a time until they tell one, up to `READ_AT_MOST`.
+fn unpacked_builder(part: &[u8], by: Compressor) -> Option<Initramfs> {
     let program = match by {
         Compressor::Gzip => "gzip",
         Compressor::Zstd => "zstd",
@@ -84,16 +83,27 @@ fn unpacked(part: &[u8], by: Compressor) -> Option<Vec<u8>> {
         .spawn()
         .ok()?;
     let mut stdin = child.stdin.take()?;
-    let stdout = child.stdout.take()?;
+    let mut stdout = child.stdout.take()?;
     let mut out = Vec::new();
-    std::thread::scope(|s| {
-        // Stopped by a broken pipe once enough is read.
+    let found = std::thread::scope(|s| {
+        // Ended by a broken pipe when the reading stops first.
         s.spawn(move || stdin.write_all(part));
-        let _ = stdout.take(READ_AT_MOST).read_to_end(&mut out);
+        let found = loop {
+            let got = (&mut stdout)
+                .take(1 << 20)
+                .read_to_end(&mut out)
+                .unwrap_or(0);
+            let found = of_names(&cpio::names(&out));
+            if found.is_some() || got == 0 || out.len() as u64 >= READ_AT_MOST {
+                break found;
+            }
+        };
+        drop(stdout);
         let _ = child.kill();
+        found
     });
     let _ = child.wait();
-    Some(out)
+    found
 }
 
 /// The builder whose own file is among `names`.
