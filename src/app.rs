@@ -19,6 +19,7 @@ use crate::metrics::Metrics;
 use crate::record::{self, Records};
 use crate::service;
 use crate::shutdown::Shutdown;
+use crate::sys::procnet::Proto;
 use anyhow::Context as _;
 use std::io::{Read as _, Seek as _, Write as _};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -157,22 +158,40 @@ impl Service {
     }
 }
 
+/// Which host a config is checked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Host {
+    /// This one, which serves it: its interfaces, addresses and ports are checked too.
+    This,
+    /// Another (`bootpool check --for-another-host`): only the config and its files.
+    Another,
+}
+
 /// What the config names that cannot be served as it stands on disk: images' and loaders'
 /// missing files, boot files that would not be served, unsigned Secure Boot loaders, wire
-/// copies that cannot be made. `bootpool check` lists them all; `start` refuses the first.
-pub fn unservable(config: &Config) -> Vec<crate::config::ConfigError> {
+/// copies that cannot be made, a root argument the image's initrd cannot read; on this host,
+/// also what binding would refuse (`host_refusals`). `bootpool check` lists them all; `start`
+/// refuses the first, so serve refuses what check does.
+pub fn unservable(config: &Config, host: Host) -> Vec<crate::config::ConfigError> {
     let mut missing = crate::image::serve::missing_files(config);
     missing.extend(config.missing_files());
     missing.extend(crate::export::boot_files::unservable(config));
     missing.extend(crate::export::boot_files::unsigned(config));
     missing.extend(crate::image::wire::unfit(config));
+    missing.extend(crate::image::initrd::mismatched(config));
+    if host == Host::This {
+        missing.extend(host_refusals(config));
+    }
     missing
 }
 
 /// Binds and starts everything; returns once all sockets are bound.
 pub async fn start(mut config: Config) -> anyhow::Result<Running> {
-    if let Some(e) = unservable(&config).first() {
+    if let Some(e) = unservable(&config, Host::This).first() {
         anyhow::bail!("{e}");
+    }
+    for w in &config.warnings {
+        tracing::warn!("{w}");
     }
     // Before the records, the leases or the overlays are opened.
     let lock = lock_state_dir(&config.server.state_dir)?;
@@ -248,6 +267,258 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     })
 }
 
+// ---- what this host would refuse ---------------------------------------------------------
+
+const TCP: Proto = Proto::Tcp;
+const UDP: Proto = Proto::Udp;
+
+/// A socket `bind_ipv4` or `bind_ipv6` binds, for `host_refusals` to try first: the config key
+/// it comes from, and how it is bound (`None`: a TCP listener).
+struct Wanted<'a> {
+    key: &'static str,
+    at: SocketAddr,
+    udp: Option<Udp<'a>>,
+}
+
+/// The sockets serve binds for `config`, as `bind_ipv4` and `bind_ipv6` bind them (a port
+/// given as 0, any free one, is left out: nothing can be in its way).
+fn wanted(config: &Config) -> Vec<Wanted<'_>> {
+    let (s, p) = (&config.server, config.server.ports);
+    let v4 = |port| SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port));
+    let v6 = |port| SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0));
+    let proxy = config.dhcp.mode == crate::config::DhcpMode::Proxy;
+    let dhcp = Udp {
+        iface: s.interfaces.first().map(String::as_str),
+        broadcast: true,
+        shared: proxy,
+        firmware: true,
+    };
+    let udp = |key, at, how| Wanted {
+        key,
+        at,
+        udp: Some(how),
+    };
+    let tcp = |key, at| Wanted { key, at, udp: None };
+    let console = config
+        .pools
+        .values()
+        .any(|p| p.netconsole != crate::config::Netconsole::Off);
+    let mut all = vec![udp("server.ports.dhcp", v4(p.dhcp), dhcp)];
+    if proxy {
+        all.push(udp(
+            "server.ports.pxe",
+            v4(p.pxe),
+            Udp {
+                shared: false,
+                ..dhcp
+            },
+        ));
+    }
+    if s.tftp {
+        all.push(udp(
+            "server.ports.tftp",
+            v4(p.tftp),
+            Udp {
+                firmware: true,
+                ..Udp::PLAIN
+            },
+        ));
+    }
+    all.push(tcp("server.http", s.http));
+    if let Some(tls) = &s.tls {
+        all.push(tcp("server.tls.listen", tls.listen));
+    }
+    all.push(tcp("server.ports.nfs", v4(p.nfs)));
+    all.push(tcp("server.ports.nbd", v4(p.nbd)));
+    all.push(tcp("server.ports.portmap", v4(p.portmap)));
+    all.push(udp("server.ports.portmap", v4(p.portmap), Udp::PLAIN));
+    if console {
+        all.push(udp("server.ports.console", v4(p.console), Udp::PLAIN));
+    }
+    if config.dhcp6.is_some() {
+        all.push(udp("server.ports.dhcp6", v6(p.dhcp6), Udp::PLAIN));
+        if s.tftp {
+            all.push(udp("server.ports.tftp", v6(p.tftp), Udp::PLAIN));
+        }
+        if s.http.is_ipv4() {
+            all.push(tcp("server.http", v6(s.http.port())));
+        }
+        all.push(tcp("server.ports.nbd", v6(p.nbd)));
+    }
+    all.retain(|w| w.at.port() != 0);
+    all
+}
+
+/// Binds `w` as serve would and lets go at once.
+fn try_bind(w: &Wanted<'_>) -> std::io::Result<()> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    match (w.at, w.udp) {
+        (SocketAddr::V4(at), Some(how)) => udp_socket(at, how).map(drop),
+        (at, udp) => {
+            let (ty, proto) = match udp {
+                Some(_) => (Type::DGRAM, Protocol::UDP),
+                None => (Type::STREAM, Protocol::TCP),
+            };
+            let socket = Socket::new(Domain::for_address(at), ty, Some(proto))?;
+            if at.is_ipv6() {
+                socket.set_only_v6(true)?;
+            }
+            // As tokio's and listen6's listeners: a port left in TIME_WAIT is no clash.
+            socket.set_reuse_address(udp.is_none())?;
+            socket.bind(&at.into())
+        }
+    }
+}
+
+/// What binding on this host would refuse: a `server.interfaces` entry no interface has, an
+/// address of the server's the host does not hold, a port another program has (named, from
+/// /proc) or one below 1024 without the right to it. Ports are not tried while a bootpool
+/// serves this config's state_dir (they are its own: `state_dir_holder`).
+fn host_refusals(config: &Config) -> Vec<crate::config::ConfigError> {
+    let s = &config.server;
+    let mut out = Vec::new();
+    for name in &s.interfaces {
+        let known = std::ffi::CString::new(name.as_str())
+            .is_ok_and(|c| crate::sys::sock::if_index(&c) != 0);
+        if !known {
+            out.push(config.error_at(
+                &["server", "interfaces"],
+                format!(
+                    "this host has no interface `{name}` (it has {})",
+                    interfaces()
+                ),
+            ));
+        }
+    }
+    let mut addresses: Vec<(&str, std::net::IpAddr)> = vec![("address", s.address.into())];
+    addresses.extend(s.links.iter().skip(1).map(|&a| ("links", a.into())));
+    addresses.extend(s.address6.map(|a| ("address6", a.into())));
+    for (key, ip) in addresses {
+        let probe = std::net::UdpSocket::bind(SocketAddr::new(ip, 0));
+        if let Err(e) = probe {
+            out.push(config.error_at(
+                &["server", key],
+                format!(
+                    "this host does not hold {ip} ({e}); its IPv4 addresses: {}",
+                    held()
+                ),
+            ));
+        }
+    }
+    if state_dir_holder(&s.state_dir).is_some() {
+        return out;
+    }
+    for w in wanted(config) {
+        if let Err(e) = try_bind(&w) {
+            let proto = if w.udp.is_some() { UDP } else { TCP };
+            let keys: Vec<&str> = w.key.split('.').collect();
+            out.push(config.error_at(&keys, refusal(&e, proto, w.at)));
+        }
+    }
+    out
+}
+
+/// The PID of the bootpool that holds `dir`'s lock (`lock_state_dir`), if one does: nothing
+/// is created or kept.
+pub fn state_dir_holder(dir: &Path) -> Option<String> {
+    let file = std::fs::File::open(dir.join(LOCK_FILE)).ok()?;
+    match crate::sys::fs::try_lock_exclusive(file.as_fd()) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            let pid = std::fs::read_to_string(dir.join(LOCK_FILE)).unwrap_or_default();
+            Some(pid.trim().to_string())
+        }
+        _ => None,
+    }
+}
+
+/// This host's interfaces, for an error naming one it lacks.
+fn interfaces() -> String {
+    let mut names: Vec<String> = std::fs::read_dir("/sys/class/net")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names.join(", ")
+}
+
+/// This host's IPv4 addresses, for an error naming one it does not hold.
+fn held() -> String {
+    let listed = crate::sys::sock::ipv4_addresses().unwrap_or_default();
+    let shown: Vec<String> = listed.iter().map(|(i, a)| format!("{a} ({i})")).collect();
+    shown.join(", ")
+}
+
+/// A bind of `key`'s socket refused, as an error naming the key, the address and what to do.
+fn bind_error(
+    e: &std::io::Error,
+    key: &str,
+    proto: Proto,
+    at: impl Into<SocketAddr>,
+) -> anyhow::Error {
+    anyhow::anyhow!("{key}: {}", refusal(e, proto, at.into()))
+}
+
+/// Why a bind of `at` failed, with what to do about it: for EACCES the right to the port, for
+/// EADDRINUSE the programs holding it (from /proc) and how to stop them.
+fn refusal(e: &std::io::Error, proto: Proto, at: SocketAddr) -> String {
+    let kind = match proto {
+        Proto::Tcp => "TCP",
+        Proto::Udp => "UDP",
+    };
+    let why = format!("cannot bind {kind} {at}: {e}");
+    match e.raw_os_error() {
+        Some(libc::EACCES) => format!(
+            "{why}: a port below 1024 needs root or CAP_NET_BIND_SERVICE (the installed unit \
+             runs as root)"
+        ),
+        Some(libc::EADDRINUSE) => format!("{why}: {}", in_the_way(proto, at.port())),
+        Some(libc::EADDRNOTAVAIL) => format!("{why}: this host does not hold {}", at.ip()),
+        _ => why,
+    }
+}
+
+/// Who holds `port`, and how to free it.
+fn in_the_way(proto: Proto, port: u16) -> String {
+    // Debian's packages whose services take bootpool's ports, by their program's name.
+    const UNITS: [(&str, &str); 9] = [
+        ("systemd", "a socket unit (systemctl list-sockets)"),
+        ("rpcbind", "rpcbind.socket and rpcbind"),
+        ("dnsmasq", "dnsmasq"),
+        ("in.tftpd", "tftpd-hpa"),
+        ("nginx", "nginx"),
+        ("nbd-server", "nbd-server"),
+        ("dhcrelay", "isc-dhcp-relay"),
+        ("dhcpd", "isc-dhcp-server"),
+        ("keepalived", "keepalived"),
+    ];
+    let held = crate::sys::procnet::holders(proto, port);
+    let mut who: Vec<String> = held
+        .programs
+        .iter()
+        .map(
+            |(pid, name)| match UNITS.iter().find(|(n, _)| *n == name.as_str()) {
+                Some((_, unit)) => format!("{name} (pid {pid}; its service: {unit})"),
+                None => format!("{name} (pid {pid})"),
+            },
+        )
+        .collect();
+    if held.by_kernel {
+        who.push("the kernel (its NFS server: nfs-kernel-server)".into());
+    }
+    if held.unseen {
+        who.push("a process this user cannot see (run as root to name it)".into());
+    }
+    if who.is_empty() {
+        return "another program has the port".into();
+    }
+    format!(
+        "held by {}: stop it (systemctl disable --now SERVICE) or give bootpool another port",
+        who.join(", ")
+    )
+}
+
 /// The IPv4 sockets of the services, bound before any service starts.
 struct Ipv4Sockets {
     dhcp: UdpSocket,
@@ -276,17 +547,15 @@ async fn bind_ipv4(config: &Config) -> anyhow::Result<Ipv4Sockets> {
         shared: proxy,
         firmware: true,
     };
-    let dhcp = bind_udp(SocketAddrV4::new(any, ports.dhcp), dhcp_udp)
-        .with_context(|| format!("binding DHCP port {} (ports.dhcp)", ports.dhcp))?;
+    let at = SocketAddrV4::new(any, ports.dhcp);
+    let dhcp = bind_udp(at, dhcp_udp).map_err(|e| bind_error(&e, "server.ports.dhcp", UDP, at))?;
     let pxe = if proxy {
         let pxe_udp = Udp {
             shared: false,
             ..dhcp_udp
         };
-        Some(
-            bind_udp(SocketAddrV4::new(any, ports.pxe), pxe_udp)
-                .with_context(|| format!("binding PXE port {} (ports.pxe)", ports.pxe))?,
-        )
+        let at = SocketAddrV4::new(any, ports.pxe);
+        Some(bind_udp(at, pxe_udp).map_err(|e| bind_error(&e, "server.ports.pxe", UDP, at))?)
     } else {
         None
     };
@@ -299,11 +568,13 @@ async fn bind_ipv4(config: &Config) -> anyhow::Result<Ipv4Sockets> {
         .server
         .tftp
         .then(|| {
-            bind_udp(SocketAddrV4::new(any, ports.tftp), tftp_udp)
-                .with_context(|| format!("binding TFTP port {} (ports.tftp)", ports.tftp))
+            let at = SocketAddrV4::new(any, ports.tftp);
+            bind_udp(at, tftp_udp).map_err(|e| bind_error(&e, "server.ports.tftp", UDP, at))
         })
         .transpose()?;
-    let http = bind_tcp(config.server.http).await.context("binding HTTP")?;
+    let http = bind_tcp(config.server.http)
+        .await
+        .map_err(|e| bind_error(&e, "server.http", TCP, config.server.http))?;
     // The certificate is read before the port is taken, so a bad one names its file first.
     let https = match &config.server.tls {
         None => None,
@@ -311,31 +582,34 @@ async fn bind_ipv4(config: &Config) -> anyhow::Result<Ipv4Sockets> {
             let acceptor = service::tls::acceptor(tls)?;
             let listener = bind_tcp(tls.listen)
                 .await
-                .with_context(|| format!("binding HTTPS {} (server.tls.listen)", tls.listen))?;
+                .map_err(|e| bind_error(&e, "server.tls.listen", TCP, tls.listen))?;
             Some((listener, acceptor))
         }
     };
-    let nfs = bind_tcp(SocketAddrV4::new(any, ports.nfs).into())
+    let at = SocketAddrV4::new(any, ports.nfs).into();
+    let nfs = bind_tcp(at)
         .await
-        .context("binding NFS")?;
-    let nbd = bind_tcp(SocketAddrV4::new(any, ports.nbd).into())
+        .map_err(|e| bind_error(&e, "server.ports.nfs", TCP, at))?;
+    let at = SocketAddrV4::new(any, ports.nbd).into();
+    let nbd = bind_tcp(at)
         .await
-        .context("binding NBD")?;
+        .map_err(|e| bind_error(&e, "server.ports.nbd", TCP, at))?;
     // The portmapper answers on the same port over TCP and UDP.
-    let portmap_tcp = bind_tcp(SocketAddrV4::new(any, ports.portmap).into())
+    let at = SocketAddrV4::new(any, ports.portmap).into();
+    let portmap_tcp = bind_tcp(at)
         .await
-        .with_context(|| format!("binding portmap port {} (ports.portmap)", ports.portmap))?;
-    let portmap_port = portmap_tcp.local_addr()?.port();
-    let portmap_udp = bind_udp(SocketAddrV4::new(any, portmap_port), Udp::PLAIN)
-        .with_context(|| format!("binding portmap UDP port {portmap_port}"))?;
+        .map_err(|e| bind_error(&e, "server.ports.portmap", TCP, at))?;
+    let at = SocketAddrV4::new(any, portmap_tcp.local_addr()?.port());
+    let portmap_udp =
+        bind_udp(at, Udp::PLAIN).map_err(|e| bind_error(&e, "server.ports.portmap", UDP, at))?;
     let wants_console = config
         .pools
         .values()
         .any(|p| p.netconsole != crate::config::Netconsole::Off);
     let console = wants_console
         .then(|| {
-            bind_udp(SocketAddrV4::new(any, ports.console), Udp::PLAIN)
-                .with_context(|| format!("binding console port {} (ports.console)", ports.console))
+            let at = SocketAddrV4::new(any, ports.console);
+            bind_udp(at, Udp::PLAIN).map_err(|e| bind_error(&e, "server.ports.console", UDP, at))
         })
         .transpose()?;
     Ok(Ipv4Sockets {
@@ -603,8 +877,8 @@ async fn bind_ipv6(
         anyhow::bail!("server.interfaces: no interface `{name}` for DHCPv6");
     }
     let port = config.server.ports.dhcp6;
-    let dhcp = bind_udp6(SocketAddrV6::new(any, port, 0, 0), true)
-        .with_context(|| format!("binding DHCPv6 port {port} (ports.dhcp6)"))?;
+    let at = SocketAddrV6::new(any, port, 0, 0);
+    let dhcp = bind_udp6(at, true).map_err(|e| bind_error(&e, "server.ports.dhcp6", UDP, at))?;
     let joins: Vec<u32> = if indexes.is_empty() {
         vec![0]
     } else {
@@ -618,20 +892,17 @@ async fn bind_ipv6(
     let tftp = match tftp4 {
         None => None,
         Some(t) => {
-            let port = t.local_addr()?.port();
-            Some(
-                bind_udp6(SocketAddrV6::new(any, port, 0, 0), true)
-                    .with_context(|| format!("binding TFTP over IPv6, port {port}"))?,
-            )
+            let at = SocketAddrV6::new(any, t.local_addr()?.port(), 0, 0);
+            Some(bind_udp6(at, true).map_err(|e| bind_error(&e, "server.ports.tftp", UDP, at))?)
         }
     };
     // A server.http on an IPv6 address already listens there.
     let http = if http4.local_addr()?.is_ipv6() {
         None
     } else {
-        Some(listen6(http4.local_addr()?.port(), "HTTP")?)
+        Some(listen6(http4.local_addr()?.port(), "server.http")?)
     };
-    let nbd = Some(listen6(nbd4.local_addr()?.port(), "NBD")?);
+    let nbd = Some(listen6(nbd4.local_addr()?.port(), "server.ports.nbd")?);
     let mut advertisers = Vec::new();
     if d.router_advertisements == crate::config::RouterAdverts::Send {
         for (iface, index) in indexes {
@@ -661,16 +932,18 @@ async fn bind_ipv6(
     })
 }
 
-/// A TCP listener on [::]:`port`, IPv6 only (beside the IPv4 one of the same port).
-fn listen6(port: u16, what: &str) -> anyhow::Result<TcpListener> {
+/// A TCP listener on [::]:`port`, IPv6 only (beside the IPv4 one of the same port), for the
+/// config key `key`.
+fn listen6(port: u16, key: &str) -> anyhow::Result<TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::IPV6, Type::STREAM, Some(Protocol::TCP))?;
     socket.set_only_v6(true)?;
     socket.set_reuse_address(true)?;
     socket.set_nonblocking(true)?;
+    let at = SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0);
     socket
-        .bind(&SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0)).into())
-        .with_context(|| format!("binding {what} over IPv6, port {port}"))?;
+        .bind(&SocketAddr::V6(at).into())
+        .map_err(|e| bind_error(&e, key, TCP, at))?;
     socket.listen(1024)?;
     Ok(TcpListener::from_std(socket.into())?)
 }
@@ -719,6 +992,11 @@ impl Udp<'_> {
 /// A UDP socket on `addr`. A socket bound to 0.0.0.0 receives broadcasts without
 /// `SO_REUSEADDR`; that option would only let a second daemon bind the same port unnoticed.
 fn bind_udp(addr: SocketAddrV4, how: Udp<'_>) -> std::io::Result<UdpSocket> {
+    UdpSocket::from_std(udp_socket(addr, how)?.into())
+}
+
+/// `bind_udp`'s socket, bound, outside any runtime (`host_refusals` binds it and lets go).
+fn udp_socket(addr: SocketAddrV4, how: Udp<'_>) -> std::io::Result<socket2::Socket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
     if how.shared {
@@ -736,20 +1014,8 @@ fn bind_udp(addr: SocketAddrV4, how: Udp<'_>) -> std::io::Result<UdpSocket> {
         })?;
     }
     socket.set_nonblocking(true)?;
-    socket.bind(&SocketAddr::V4(addr).into()).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::AddrInUse {
-            std::io::Error::new(
-                e.kind(),
-                format!(
-                    "{e}: another program (another bootpool?) has UDP port {} already",
-                    addr.port()
-                ),
-            )
-        } else {
-            e
-        }
-    })?;
-    UdpSocket::from_std(socket.into())
+    socket.bind(&SocketAddr::V4(addr).into())?;
+    Ok(socket)
 }
 
 #[cfg(test)]
@@ -768,13 +1034,40 @@ mod tests {
         ] {
             let first = bind_udp(SocketAddrV4::new(local, 0), how).unwrap();
             let port = first.local_addr().unwrap().port();
-            let e = bind_udp(SocketAddrV4::new(local, port), how).unwrap_err();
+            let at = SocketAddrV4::new(local, port);
+            let e = bind_udp(at, how).unwrap_err();
             assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
-            assert!(e.to_string().contains(&format!("UDP port {port}")), "{e}");
+            // The error names the address and the program holding it: this test's process.
+            let why = refusal(&e, UDP, at.into());
+            assert!(why.contains(&format!("UDP 127.0.0.1:{port}")), "{why}");
+            assert!(
+                why.contains(&format!("pid {})", std::process::id())),
+                "{why}"
+            );
             // The wildcard address overlaps the bound one: refused too.
             let e = bind_udp(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port), how).unwrap_err();
             assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
         }
+    }
+
+    /// A port below 1024 without the right to it: the error says what right is wanting.
+    #[test]
+    fn a_refused_low_port_names_the_capability() {
+        let at = SocketAddr::from((Ipv4Addr::UNSPECIFIED, 69));
+        let why = refusal(&std::io::Error::from_raw_os_error(libc::EACCES), UDP, at);
+        assert!(why.starts_with("cannot bind UDP 0.0.0.0:69: "), "{why}");
+        assert!(why.contains("root or CAP_NET_BIND_SERVICE"), "{why}");
+        let e = bind_error(
+            &std::io::Error::from_raw_os_error(libc::EACCES),
+            "server.ports.tftp",
+            UDP,
+            at,
+        );
+        assert!(
+            e.to_string()
+                .starts_with("server.ports.tftp: cannot bind UDP"),
+            "{e}"
+        );
     }
 
     #[tokio::test]

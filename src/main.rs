@@ -1,7 +1,8 @@
 //! The `bootpool` command: parses arguments, sets up logging and the runtime, and maps errors
 //! to exit codes. Everything else lives in the library.
 
-use bootpool::config::Config;
+use bootpool::app::Host;
+use bootpool::config::{self, Config};
 use clap::{Parser, Subcommand};
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -22,18 +23,23 @@ struct Cli {
 enum Command {
     /// Run the daemon: DHCP, TFTP, HTTP, NFS and NBD for the pools in the config.
     Serve {
-        #[arg(short, long, default_value = "pools.yaml")]
+        #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
         config: PathBuf,
     },
-    /// Check a config (syntax, values, image files) and exit; errors name file:line:column.
+    /// Check a config (syntax, values, image files) and, on this host, what binding would
+    /// refuse (interfaces, addresses, ports), then exit; errors name file:line:column.
     Check {
-        #[arg(short, long, default_value = "pools.yaml")]
+        #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
         config: PathBuf,
+        /// The config is for another host: leave this host's interfaces, addresses and ports
+        /// unchecked.
+        #[arg(long)]
+        for_another_host: bool,
     },
     /// Show recorded waves and boots: every wave, one wave, a pool's newest wave, or two waves
     /// compared (e.g. the same room over NFS and over NBD).
     Report {
-        #[arg(short, long, default_value = "pools.yaml")]
+        #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
         config: PathBuf,
         /// One wave's per-client table and summary.
         #[arg(long, conflicts_with_all = ["pool", "compare"])]
@@ -83,7 +89,16 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match cli.command {
-        Command::Check { config } => check(&config),
+        Command::Check {
+            config,
+            for_another_host,
+        } => {
+            let host = match for_another_host {
+                true => Host::Another,
+                false => Host::This,
+            };
+            check(&config, host)
+        }
         Command::Serve { config } => {
             let config = match Config::load(&config) {
                 Ok(c) => c,
@@ -186,35 +201,44 @@ fn run(fut: impl Future<Output = anyhow::Result<()>>) -> ExitCode {
     }
 }
 
-fn check(path: &std::path::Path) -> ExitCode {
-    match Config::load(path) {
+fn check(path: &std::path::Path, host: Host) -> ExitCode {
+    let c = match Config::load(path) {
+        Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(2)
+            return ExitCode::from(2);
         }
-        Ok(c) => {
-            let missing = bootpool::app::unservable(&c);
-            for e in &missing {
-                eprintln!("error: {e}");
-            }
-            if !missing.is_empty() {
-                return ExitCode::from(2);
-            }
-            let clients: u64 = c
-                .pools
-                .values()
-                .flat_map(|p| p.clients.iter().map(|e| e.macs.len()))
-                .sum();
-            println!(
-                "{}: ok ({} pools, {} images, {} client addresses)",
-                path.display(),
-                c.pools.len(),
-                c.images.len(),
-                clients
-            );
-            ExitCode::SUCCESS
-        }
+    };
+    for w in &c.warnings {
+        eprintln!("warning: {w}");
     }
+    let refused = bootpool::app::unservable(&c, host);
+    for e in &refused {
+        eprintln!("error: {e}");
+    }
+    if !refused.is_empty() {
+        return ExitCode::from(2);
+    }
+    let clients: u64 = c
+        .pools
+        .values()
+        .flat_map(|p| p.clients.iter().map(|e| e.macs.len()))
+        .sum();
+    let ports = match host {
+        Host::Another => "; this host's interfaces, addresses and ports not checked",
+        Host::This => match bootpool::app::state_dir_holder(&c.server.state_dir) {
+            Some(_) => "; ports not checked: a bootpool serving this state_dir has them",
+            None => "",
+        },
+    };
+    println!(
+        "{}: ok ({} pools, {} images, {} client addresses{ports})",
+        path.display(),
+        c.pools.len(),
+        c.images.len(),
+        clients
+    );
+    ExitCode::SUCCESS
 }
 
 fn load_config(path: &std::path::Path) -> Result<Config, ExitCode> {

@@ -9,6 +9,8 @@ pub(super) struct Checker<'a> {
     pub(super) file: &'a Path,
     pub(super) text: &'a str,
     pub(super) base: &'a Path,
+    /// What `warn` found, handed to `Config::warnings`.
+    pub(super) warnings: std::cell::RefCell<Vec<ConfigError>>,
 }
 
 impl Checker<'_> {
@@ -54,6 +56,12 @@ impl Checker<'_> {
         }
     }
 
+    /// A warning about the value at `path`, located as an error is.
+    fn warn(&self, path: &[Step], reason: impl Into<String>) {
+        let w = self.err(path, reason);
+        self.warnings.borrow_mut().push(w);
+    }
+
     fn ip(&self, path: &[Step], s: &str) -> Result<Ipv4Addr, ConfigError> {
         s.trim()
             .parse()
@@ -74,11 +82,13 @@ impl Checker<'_> {
     pub(super) fn check(&self, raw: raw::File) -> Result<Config, ConfigError> {
         let (server, dhcp6) = self.check_server(&raw)?;
         let dhcp = self.check_dhcp(&raw.dhcp, &server.links)?;
+        self.check_proxy(&raw.dhcp, dhcp.mode)?;
         self.check_links_in_subnet(&raw.server, &server, &dhcp)?;
         self.check_ports(&raw.server, &server, dhcp.mode)?;
         let images = self.check_images(&raw.images)?;
         let pools = self.check_pools(&raw.pools, &images, &server, &dhcp, dhcp6.is_some())?;
         let limits = self.check_limits(&raw.limits, &dhcp)?;
+        self.check_room_size(&pools, &dhcp);
         Ok(Config {
             file: self.file.to_path_buf(),
             server,
@@ -87,7 +97,53 @@ impl Checker<'_> {
             images,
             pools,
             limits,
+            warnings: self.warnings.take(),
         })
+    }
+
+    /// Proxy mode gives no addresses: the keys that only say what an address-giving server
+    /// hands out would be ignored, so they are refused.
+    fn check_proxy(&self, d: &raw::Dhcp, mode: DhcpMode) -> Result<(), ConfigError> {
+        use Step::Key;
+        if mode != DhcpMode::Proxy {
+            return Ok(());
+        }
+        for (key, given) in [
+            ("range", d.range.is_some()),
+            ("router", d.router.is_some()),
+            ("dns", !d.dns.is_empty()),
+        ] {
+            if given {
+                return Err(self.err(
+                    &[Key("dhcp"), Key(key)],
+                    "is not used in proxy mode: the site's DHCP server gives the addresses, \
+                     router and DNS servers (remove it, or use `mode: authoritative`)",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// More machines listed than the range and fixed addresses can hold at once: a warning
+    /// (machines that never boot together are fine), said at `dhcp.range`.
+    fn check_room_size(&self, pools: &BTreeMap<String, Arc<Pool>>, dhcp: &Dhcp) {
+        use Step::Key;
+        let Some((a, b)) = dhcp.range else { return };
+        let entries = pools.values().flat_map(|p| p.clients.iter());
+        let (fixed, dynamic) = entries.fold((0u64, 0u64), |(f, d), e| match e.ip {
+            Some(_) => (f + 1, d),
+            None => (f, d + e.macs.len()),
+        });
+        let addresses = u64::from(u32::from(b) - u32::from(a)) + 1;
+        if dynamic > addresses {
+            self.warn(
+                &[Key("dhcp"), Key("range")],
+                format!(
+                    "holds {addresses} addresses, but the pools list {dynamic} machines without a \
+                     fixed ip (and {fixed} with one): at most {addresses} of them get an address at once"
+                ),
+            );
+        }
     }
 
     /// The `server` section, with what DHCPv6 adds to it (`server.address6`, `dhcp6`).
@@ -512,6 +568,15 @@ impl Checker<'_> {
             None | Some(raw::Netconsole::On(false)) => Netconsole::Off,
             Some(raw::Netconsole::On(true)) => Netconsole::On(None),
             Some(raw::Netconsole::Device(dev)) => {
+                if let Some(on) = yaml11_bool(dev) {
+                    return Err(self.err(
+                        &at("netconsole"),
+                        format!(
+                            "`{dev}` is read as the interface name \"{dev}\" (YAML 1.2 has only \
+                             true and false): write `{on}`, or the client's interface"
+                        ),
+                    ));
+                }
                 let ok = !dev.is_empty()
                     && dev.len() <= 15
                     && dev
@@ -594,10 +659,30 @@ impl Checker<'_> {
                 }
             };
             let key = if c.mac.is_some() { "mac" } else { "macs" };
+            if let Some(n) = &c.name {
+                let entry = format!("pools.{name}.clients[{i}]");
+                self.check_client_name(&at_c("name"), n, &macs, entry, seen)?;
+            }
+            if macs.len() > PLAUSIBLE_MACS {
+                self.warn(
+                    &at_c(key),
+                    format!(
+                        "{macs} is {} machines: a typo? (a room is rarely more than {PLAUSIBLE_MACS})",
+                        macs.len()
+                    ),
+                );
+            }
             if let Some((_, other)) = seen.macs.iter().find(|(r, _)| r.overlaps(&macs)) {
                 return Err(self.err(&at_c(key), format!("{macs} is already listed in {other}")));
             }
             seen.macs.push((macs, format!("pools.{name}.clients[{i}]")));
+            if c.ip.is_some() && dhcp.mode == DhcpMode::Proxy {
+                self.warn(
+                    &at_c("ip"),
+                    "gives no address in proxy mode (the site's DHCP server does): it only lets \
+                     this MAC's port-4011 request be answered without its DISCOVER seen first",
+                );
+            }
             let ip = match &c.ip {
                 None => None,
                 Some(s) => {
@@ -629,6 +714,33 @@ impl Checker<'_> {
             });
         }
         Ok(clients)
+    }
+
+    /// A client's `name` (at `at`, of `entry`): one machine's, so not a range's and not given
+    /// twice in the file.
+    fn check_client_name(
+        &self,
+        at: &[Step],
+        name: &str,
+        macs: &MacRange,
+        entry: String,
+        seen: &mut Seen,
+    ) -> Result<(), ConfigError> {
+        if macs.len() != 1 {
+            return Err(self.err(
+                at,
+                format!(
+                    "names one machine, but `macs` lists {}: give each machine its own entry \
+                     with `mac` and `name`",
+                    macs.len()
+                ),
+            ));
+        }
+        if let Some((_, other)) = seen.names.iter().find(|(x, _)| x == name) {
+            return Err(self.err(at, format!("`{name}` is already the name of {other}")));
+        }
+        seen.names.push((name.to_string(), entry));
+        Ok(())
     }
 
     fn check_limits(&self, l: &raw::Limits, dhcp: &Dhcp) -> Result<Limits, ConfigError> {
@@ -834,7 +946,13 @@ const NAME_RULE: &str = "use A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with 
 struct Seen {
     macs: Vec<(MacRange, String)>,
     ips: Vec<(Ipv4Addr, String)>,
+    /// Client names: one machine each, across the pools.
+    names: Vec<(String, String)>,
 }
+
+/// A MAC range of more machines than this is warned about (a digit too many turns a room's
+/// range into millions).
+const PLAUSIBLE_MACS: u64 = 4096;
 
 /// A file of an image: a relative path inside its folder whose parts are plain names, since it
 /// is also the name clients ask TFTP and HTTP for (`Err`: why not, after the value).
@@ -890,6 +1008,16 @@ fn is_ifname(s: &str) -> bool {
         && s != "."
         && s != ".."
         && !s.chars().any(|c| c == '/' || c == ':' || c.is_whitespace())
+}
+
+/// A word YAML 1.1 read as a boolean and YAML 1.2 (serde_norway) reads as text: `yes`, `no`,
+/// `on`, `off`, `y`, `n`, in any case, and `true`/`false` cased otherwise than YAML 1.2 knows.
+fn yaml11_bool(word: &str) -> Option<bool> {
+    match word.to_ascii_lowercase().as_str() {
+        "yes" | "on" | "y" | "true" => Some(true),
+        "no" | "off" | "n" | "false" => Some(false),
+        _ => None,
+    }
 }
 
 /// What `ip` is that no client may be given: the subnet's network or broadcast address (on a

@@ -4,7 +4,10 @@
 //! Beyond each value's own syntax, what would misbehave at serve time is refused here: a
 //! server address outside `dhcp.subnet`, a range or fixed `ip` holding the network, broadcast
 //! or server address, two services on one port, and pool or image names that are not plain
-//! (`[A-Za-z0-9._-]`, not starting with `.` or `-`: they become paths and URLs).
+//! (`[A-Za-z0-9._-]`, not starting with `.` or `-`: they become paths and URLs); a map key given
+//! twice (`yaml.rs`), keys proxy mode would ignore, a client name on a MAC range or on two
+//! entries, YAML 1.1's `yes`/`no` where a name is wanted. Valid but implausible values (a MAC
+//! range of millions) are `Config::warnings`.
 
 pub mod arch;
 mod check;
@@ -14,6 +17,7 @@ mod locate;
 pub mod names;
 mod raw;
 mod values;
+mod yaml;
 
 pub use arch::Arch;
 pub use dhcp6::{BootOver, Dhcp6, RouterAdverts, Subnet6};
@@ -27,6 +31,31 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The environment variable naming the config file when a command is given no `--config`.
+pub const FILE_ENV: &str = "BOOTPOOL_CONFIG";
+
+/// The installed service's config file (dist/bootpool.service).
+pub const INSTALLED_FILE: &str = "/etc/bootpool/pools.yaml";
+
+/// Which config file a command reads when given no `--config`, in this order (`--help` says
+/// it): the file `$BOOTPOOL_CONFIG` names; else the installed service's,
+/// /etc/bootpool/pools.yaml, when there is one (so an admin's commands on the server read
+/// what it serves, wherever they are run); else `pools.yaml` in the current folder (a
+/// checkout, the lab).
+pub fn default_file() -> PathBuf {
+    if let Some(file) = std::env::var_os(FILE_ENV).filter(|f| !f.is_empty()) {
+        return PathBuf::from(file);
+    }
+    let installed = Path::new(INSTALLED_FILE);
+    if installed.is_file() {
+        return installed.to_path_buf();
+    }
+    PathBuf::from("pools.yaml")
+}
+
+/// What `--config` says of itself in every command's `--help`.
+pub const FILE_HELP: &str = "The config file [default: $BOOTPOOL_CONFIG, else /etc/bootpool/pools.yaml if there is one, else ./pools.yaml]";
 
 /// A configuration error, located in its file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +99,10 @@ pub struct Config {
     pub images: BTreeMap<String, Arc<Image>>,
     pub pools: BTreeMap<String, Arc<Pool>>,
     pub limits: Limits,
+    /// What the file says that is valid but unlikely to be meant (a range of millions of
+    /// MACs, more machines than addresses): `bootpool check` prints them and exits 0, `serve`
+    /// logs them.
+    pub warnings: Vec<ConfigError>,
 }
 
 /// Bounds on what clients, and strangers, may hold of the server (the `limits` section).
@@ -482,31 +515,13 @@ impl Config {
 
     /// Checks config text as if it were read from `file`.
     pub fn parse(file: &Path, text: &str) -> Result<Config, ConfigError> {
-        let raw: raw::File = serde_norway::from_str(text).map_err(|e| {
-            let loc = e.location();
-            // serde_norway puts the YAML path first: "pools.room-101: unknown field ...".
-            let msg = e.to_string();
-            let msg = match msg.rfind(" at line ") {
-                Some(i) => msg[..i].to_string(),
-                None => msg,
-            };
-            let (path, reason) = match msg.split_once(": ") {
-                Some((p, r)) if !p.contains(' ') => (p.to_string(), r.to_string()),
-                _ => (String::new(), msg.clone()),
-            };
-            ConfigError {
-                file: file.to_path_buf(),
-                line: loc.as_ref().map(|l| l.line()),
-                column: loc.as_ref().map(|l| l.column()),
-                path,
-                reason,
-            }
-        })?;
+        let raw = yaml::read(file, text)?;
         let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
         Checker {
             file,
             text,
             base: &base,
+            warnings: Default::default(),
         }
         .check(raw)
     }
@@ -552,17 +567,14 @@ impl Config {
             .any(|p| p.arch.contains_key(&Arch::Arm64))
             && !self.server.grub_arm64.is_file()
         {
-            errors.push(ConfigError {
-                file: self.file.clone(),
-                line: None,
-                column: None,
-                path: "server.grub_arm64".into(),
-                reason: format!(
+            errors.push(self.error_at(
+                &["server", "grub_arm64"],
+                format!(
                     "{} is not a file; a pool with arch.arm64 needs it (images/build-arm64.sh \
                      unpacks Debian's grub-efi-arm64-signed beside the ARM64 demo image)",
                     self.server.grub_arm64.display()
                 ),
-            });
+            ));
         }
         if self.pools.values().any(|p| p.secure_boot) {
             for (key, path, package) in [
@@ -570,29 +582,23 @@ impl Config {
                 ("grub", &self.server.grub, "grub-efi-amd64-signed"),
             ] {
                 if !path.is_file() {
-                    errors.push(ConfigError {
-                        file: self.file.clone(),
-                        line: None,
-                        column: None,
-                        path: format!("server.{key}"),
-                        reason: format!(
+                    errors.push(self.error_at(
+                        &["server", key],
+                        format!(
                             "{} is not a file; a pool with secure_boot needs it (Debian: apt-get install {package})",
                             path.display()
                         ),
-                    });
+                    ));
                 }
             }
         }
         if let Some(tls) = &self.server.tls {
             for (key, path) in [("cert", &tls.cert), ("key", &tls.key)] {
                 if !path.is_file() {
-                    errors.push(ConfigError {
-                        file: self.file.clone(),
-                        line: None,
-                        column: None,
-                        path: format!("server.tls.{key}"),
-                        reason: format!("{} is not a file", path.display()),
-                    });
+                    errors.push(self.error_at(
+                        &["server", "tls", key],
+                        format!("{} is not a file", path.display()),
+                    ));
                 }
             }
         }

@@ -493,7 +493,11 @@ fn two_services_on_one_port_are_refused() {
     // The PXE port is bound in proxy mode only.
     let pxe = with("    pxe: 69\n");
     assert!(parse(&pxe).is_ok());
-    let e = parse(&pxe.replace("mode: authoritative", "mode: proxy")).unwrap_err();
+    let proxy = pxe
+        .replace("mode: authoritative", "mode: proxy")
+        .replace("  range: 10.77.0.100-10.77.0.199\n", "")
+        .replace("  router: 10.77.0.1\n", "");
+    let e = parse(&proxy).unwrap_err();
     assert_eq!(e.path, "server.ports.pxe", "{e}");
     // Port 0 is "any free port": never a clash.
     assert!(parse(&with("    nfs: 0\n    nbd: 0\n")).is_ok());
@@ -1015,4 +1019,142 @@ fn the_ipv6_keys_are_checked_and_their_errors_named() {
     );
     let e = err(&GOOD.replace("    root: nfs\n", "    root: nfs\n    boot_over: ipv5\n"));
     assert!(e.reason.contains("`ipv5`"), "{e}");
+}
+
+/// The 1-based line of the first line of `text` holding `needle`.
+fn line_with(text: &str, needle: &str) -> Option<usize> {
+    text.lines().position(|l| l.contains(needle)).map(|n| n + 1)
+}
+
+/// `netconsole: yes` is YAML 1.1's true but YAML 1.2's text: an interface named "yes" would
+/// reach the kernel's command line. Refused, saying what to write.
+#[test]
+fn yaml_1_1_booleans_are_not_taken_for_an_interface_name() {
+    for word in ["yes", "no", "On", "OFF", "y"] {
+        let text = GOOD.replace(
+            "    root: nfs\n",
+            &format!("    root: nfs\n    netconsole: {word}\n"),
+        );
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.path, "pools.room-101.netconsole", "{e}");
+        assert_eq!(e.line, line_with(&text, "netconsole"), "{e}");
+        assert!(e.reason.contains(&format!("`{word}`")), "{e}");
+    }
+    let text = GOOD.replace("    root: nfs\n", "    root: nfs\n    netconsole: yes\n");
+    assert!(parse(&text).unwrap_err().reason.contains("write `true`"));
+    let eth = GOOD.replace("    root: nfs\n", "    root: nfs\n    netconsole: enp1s0\n");
+    assert_eq!(
+        parse(&eth).unwrap().pools["room-101"].netconsole,
+        Netconsole::On(Some("enp1s0".into()))
+    );
+}
+
+/// Proxy mode gives no addresses: a range, router or DNS servers would be silently ignored,
+/// so they are errors; a fixed `ip` still means something there (a warning says what).
+#[test]
+fn proxy_mode_refuses_what_only_an_address_giving_server_uses() {
+    let proxy = GOOD.replace("mode: authoritative", "mode: proxy");
+    let e = parse(&proxy).unwrap_err();
+    assert_eq!(e.path, "dhcp.range", "{e}");
+    assert_eq!(e.line, line_with(&proxy, "range:"), "{e}");
+    assert!(e.reason.contains("proxy mode"), "{e}");
+    let no_range = proxy.replace("  range: 10.77.0.100-10.77.0.199\n", "");
+    let e = parse(&no_range).unwrap_err();
+    assert_eq!(e.path, "dhcp.router", "{e}");
+    let bare = no_range.replace("  router: 10.77.0.1\n", "");
+    let c = parse(&bare).unwrap();
+    assert_eq!(c.dhcp.mode, DhcpMode::Proxy);
+    let ip: Vec<&ConfigError> = c
+        .warnings
+        .iter()
+        .filter(|w| w.path.ends_with(".ip"))
+        .collect();
+    assert_eq!(ip.len(), 1, "{:?}", c.warnings);
+    assert_eq!(ip[0].path, "pools.room-101.clients[0].ip");
+    assert!(
+        ip[0].reason.contains("gives no address in proxy mode"),
+        "{}",
+        ip[0]
+    );
+    let e =
+        parse(&bare.replace("  lease: 12h\n", "  lease: 12h\n  dns: [10.77.0.53]\n")).unwrap_err();
+    assert_eq!(e.path, "dhcp.dns", "{e}");
+    // Authoritative, the fixed address is no warning.
+    assert!(parse(GOOD).unwrap().warnings.is_empty());
+}
+
+/// A client's name is one machine's: not given to a MAC range, and not to two entries.
+#[test]
+fn a_name_belongs_to_one_machine() {
+    let ranged = GOOD.replace(
+        "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }",
+        "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\", name: lab }",
+    );
+    let e = parse(&ranged).unwrap_err();
+    assert_eq!(e.path, "pools.room-101.clients[1].name", "{e}");
+    assert_eq!(e.line, line_with(&ranged, "name: lab"), "{e}");
+    assert!(e.reason.contains("lists 48"), "{e}");
+    let twice = GOOD.replace(
+        "      - { macs:",
+        "      - { mac: \"52:54:00:77:00:02\", name: pc01 }\n      - { macs:",
+    );
+    let e = parse(&twice).unwrap_err();
+    assert_eq!(e.path, "pools.room-101.clients[1].name", "{e}");
+    assert!(
+        e.reason
+            .contains("`pc01` is already the name of pools.room-101.clients[0]"),
+        "{e}"
+    );
+}
+
+/// Valid but unlikely values are warnings, located like errors: a MAC range of millions (a
+/// digit too many), more machines than the range has addresses.
+#[test]
+fn implausible_sizes_are_warnings() {
+    let millions = GOOD.replace("52:54:00:77:00:3f", "52:54:00:ff:00:3f");
+    let c = parse(&millions).unwrap();
+    let w: Vec<String> = c.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(c.warnings.len(), 2, "{w:?}");
+    assert_eq!(
+        c.warnings[0].path, "pools.room-101.clients[1].macs",
+        "{w:?}"
+    );
+    assert_eq!(c.warnings[0].line, line_with(&millions, "macs:"), "{w:?}");
+    assert!(c.warnings[0].reason.contains("8912944 machines"), "{w:?}");
+    assert_eq!(c.warnings[1].path, "dhcp.range", "{w:?}");
+    assert!(
+        c.warnings[1].reason.contains("holds 100 addresses"),
+        "{w:?}"
+    );
+    // 48 machines in a range of 40: only the second warning.
+    let small = GOOD.replace("10.77.0.100-10.77.0.199", "10.77.0.100-10.77.0.139");
+    let c = parse(&small).unwrap();
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert!(
+        c.warnings[0].reason.contains("list 48 machines"),
+        "{}",
+        c.warnings[0]
+    );
+}
+
+/// A missing image file is the image's: reported once at `images.NAME.dir` with the pools
+/// that boot from it.
+#[test]
+fn missing_image_files_are_the_images_dir_s() {
+    let two = GOOD.replace(
+        "pools:\n",
+        "pools:\n  room-102:\n    image: demo\n    root: nfs\n",
+    );
+    let c = parse(&two).unwrap();
+    let missing = crate::image::serve::missing_files(&c);
+    assert_eq!(missing.len(), 3, "{missing:?}");
+    assert!(
+        missing.iter().all(|e| e.path == "images.demo.dir"),
+        "{missing:?}"
+    );
+    assert!(
+        missing[0].reason.contains("pools room-101, room-102"),
+        "{}",
+        missing[0]
+    );
 }

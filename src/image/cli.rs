@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 #[derive(Args, Debug)]
 pub struct ImageArgs {
-    #[arg(short, long, default_value = "pools.yaml", global = true)]
+    #[arg(short, long, default_value_os_t = crate::config::default_file(), hide_default_value = true, help = crate::config::FILE_HELP, global = true)]
     pub config: PathBuf,
     #[command(subcommand)]
     pub command: ImageCommand,

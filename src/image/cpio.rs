@@ -97,6 +97,40 @@ fn archive_len(bytes: &[u8]) -> Option<usize> {
     }
 }
 
+/// The names of the entries of the newc archives at the start of `bytes`, in order (trailers
+/// and the zero padding between archives left out), up to an entry whose header or name is cut
+/// short, or to bytes that are no archive.
+pub fn names(bytes: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    loop {
+        while bytes.get(at) == Some(&0) {
+            at += 1;
+        }
+        let Some(header) = bytes.get(at..at + HEADER) else {
+            return out;
+        };
+        if !MAGICS.contains(&&header[..6]) {
+            return out;
+        }
+        let field = |i: usize| {
+            let hex = std::str::from_utf8(&header[6 + 8 * i..14 + 8 * i]).ok()?;
+            usize::from_str_radix(hex, 16).ok()
+        };
+        let (Some(file_size), Some(name_size)) = (field(6), field(11)) else {
+            return out;
+        };
+        let name_end = at + HEADER + name_size;
+        let Some(name) = bytes.get(at + HEADER..name_end) else {
+            return out;
+        };
+        if name != TRAILER {
+            out.push(name.strip_suffix(b"\0").unwrap_or(name));
+        }
+        at = align4(align4(name_end).saturating_add(file_size));
+    }
+}
+
 fn align4(n: usize) -> usize {
     n.div_ceil(4) * 4
 }
@@ -136,6 +170,26 @@ mod tests {
         let mut out: Vec<u8> = files.iter().flat_map(|(n, d)| entry(n, d)).collect();
         out.extend(entry("TRAILER!!!", b""));
         out
+    }
+
+    /// Names across archives and their padding, up to an entry cut short in its name.
+    #[test]
+    fn names_walks_every_archive_to_the_first_entry_cut_short() {
+        let mut bytes = archive(&[("kernel/x86/microcode/GenuineIntel.bin", b"ucode")]);
+        bytes.extend([0; 512]);
+        bytes.extend(archive(&[
+            ("init", b"#!/bin/sh\n"),
+            ("conf/initramfs.conf", b""),
+        ]));
+        let all: Vec<&[u8]> = vec![
+            b"kernel/x86/microcode/GenuineIntel.bin",
+            b"init",
+            b"conf/initramfs.conf",
+        ];
+        assert_eq!(names(&bytes), all);
+        let cut = bytes.len() - entry("TRAILER!!!", b"").len() - 10;
+        assert_eq!(names(&bytes[..cut]), all[..2]);
+        assert!(names(b"\x1f\x8b\x08").is_empty());
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod copies;
 pub mod cpio;
 pub mod import;
+pub mod initrd;
 pub mod progress;
 pub mod serve;
 pub mod squashfs;

@@ -24,36 +24,44 @@ pub fn serving(image: &Arc<Image>) -> Arc<Image> {
 }
 
 /// The files the config's pools boot from that are not on disk (of an image with revisions,
-/// the active one's); `Config::missing_files` tells the `server` keys' own.
+/// the active one's), each once, at its image's `images.NAME.dir` with the pools that need it;
+/// `Config::missing_files` tells the `server` keys' own.
 pub fn missing_files(config: &Config) -> Vec<ConfigError> {
-    let mut errors = Vec::new();
+    // Each missing file, in the order first needed, with the pools needing it.
+    let mut missing: Vec<(String, std::path::PathBuf, Vec<String>)> = Vec::new();
     for (name, pool) in &config.pools {
         for image in pool.images() {
-            let image = &serving(image);
-            let mut need = vec![image.kernel(), image.initrd()];
+            let served = &serving(image);
+            let mut need = vec![served.kernel(), served.initrd()];
             need.push(match pool.root {
-                RootProto::Nfs => image.root_tree(),
-                RootProto::Nbd => image.root_image(),
+                RootProto::Nfs => served.root_tree(),
+                RootProto::Nbd => served.root_image(),
             });
-            for path in need {
-                if !path.exists() {
-                    errors.push(ConfigError {
-                        file: config.file.clone(),
-                        line: None,
-                        column: None,
-                        path: format!("pools.{name}.image"),
-                        reason: format!(
-                            "image `{}` lacks {} (build it: images/build-demo.sh; or import one: bootpool image import {})",
-                            image.name,
-                            path.display(),
-                            image.name
-                        ),
-                    });
+            for path in need.into_iter().filter(|p| !p.exists()) {
+                match missing.iter_mut().find(|(_, p, _)| *p == path) {
+                    Some((_, _, pools)) => pools.push(name.clone()),
+                    None => missing.push((image.name.clone(), path, vec![name.clone()])),
                 }
             }
         }
     }
-    errors
+    missing
+        .into_iter()
+        .map(|(image, path, pools)| {
+            config.error_at(
+                &["images", image.as_str(), "dir"],
+                format!(
+                    "image `{image}` lacks {}, which {} (build it: images/build-demo.sh; or \
+                     import one: bootpool image import {image})",
+                    path.display(),
+                    match pools.as_slice() {
+                        [one] => format!("pool {one} boots from"),
+                        all => format!("pools {} boot from", all.join(", ")),
+                    }
+                ),
+            )
+        })
+        .collect()
 }
 
 /// What a boot starting now is handed: `serving`'s image, with its NBD root's wire copy

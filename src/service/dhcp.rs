@@ -1082,9 +1082,10 @@ pools:
 
     fn proxy_server(dir: &Path) -> Server {
         let text = CONFIG
+            // Proxy mode gives no addresses: no range or router of its own.
             .replace(
-                "range: 10.77.0.100-10.77.0.101,",
-                "mode: proxy, range: 10.77.0.100-10.77.0.101,",
+                "range: 10.77.0.100-10.77.0.101, router: 10.77.0.1,",
+                "mode: proxy,",
             )
             .replace("state_dir: var/", &format!("state_dir: {}", dir.display()));
         let config = Arc::new(Config::parse(&dir.join("pools.yaml"), &text).unwrap());

@@ -12,6 +12,8 @@
 //! - `netlink`: an rtnetlink socket (the messages are `proto::netlink`'s).
 //! - `page_buf`: page-aligned byte buffers.
 //! - `libnbd`: libnbd's C API, loaded at run time (the storm's NBD client).
+//! - `procnet`: who holds a port (`/proc/net`'s sockets, `/proc/PID/fd`); no `unsafe`, but the
+//!   kernel's answer reported as it is, like the rest.
 
 pub mod epoll;
 pub mod fs;
@@ -20,6 +22,7 @@ pub mod mmap;
 pub mod netlink;
 pub mod page_buf;
 pub mod process;
+pub mod procnet;
 pub mod sock;
 
 use std::io;

@@ -425,7 +425,8 @@ fn man_page_names_exit_statuses_and_environment() {
         codes.len(),
         "EXIT STATUS has other statuses: {tags:?}"
     );
-    // Environment variables the binary reads.
+    // Environment variables the binary reads: main.rs's, and the config file's (named by a
+    // constant in config/mod.rs, which `default_file` reads).
     let env = &sh["ENVIRONMENT"];
     let mut vars = 0;
     for marker in ["try_from_env(\"", "env::var(\"", "env::var_os(\""] {
@@ -434,6 +435,12 @@ fn man_page_names_exit_statuses_and_environment() {
             assert!(tp_tags(env).contains(var), "ENVIRONMENT lacks {var}");
             vars += 1;
         }
+    }
+    let config = read("src/config/mod.rs");
+    for part in config.split("pub const FILE_ENV: &str = \"").skip(1) {
+        let var = &part[..part.find('"').unwrap()];
+        assert!(tp_tags(env).contains(var), "ENVIRONMENT lacks {var}");
+        vars += 1;
     }
     assert!(
         vars > 0,
