@@ -85,11 +85,11 @@ source_dir() {
     if [ ! -e "$dir/.unpacked" ]; then
         mkdir -p "$CACHE/src"
         tarball="$CACHE/src/$(basename "$file")"
-        if ! echo "$sum  $tarball" | sha256sum -c --quiet 2>/dev/null; then
+        if ! echo "$sum  $tarball" | sha256sum -c --status 2>/dev/null; then
             log "fetching $name $version"
             curl -fsS -o "$tarball.part" "$MIRROR/pool/main/$file" || die "could not fetch $MIRROR/pool/main/$file"
             mv "$tarball.part" "$tarball"
-            echo "$sum  $tarball" | sha256sum -c --quiet || die "$tarball: SHA-256 is not $sum"
+            echo "$sum  $tarball" | sha256sum -c --status || die "$tarball: SHA-256 is not $sum"
         fi
         rm -rf "$dir" "$dir.tmp"
         mkdir -p "$dir.tmp"
