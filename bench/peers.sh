@@ -15,8 +15,8 @@ applicable, the reason for each not applicable) with the totals. Exits non-zero 
 that applied failed, or a suite did not finish within --timeout (default 900 s).
 
   libnbd     libnbd's Python binding (nbdsh's, Debian's python3-libnbd), nbdinfo and nbdcopy:
-             bench/peers/libnbd.py. libnbd's own interop tests start their server themselves
-             and cannot be pointed at a running one.
+             bench/peers/libnbd.py. libnbd's own interop tests are built around the server
+             they start (its command line compiled in).
   qemu       qemu-img and qemu-io (Debian's qemu-utils) on nbd:// URLs
   nbd        nbd's nbd-tester-client (nbd 3.26.1, built here) with the calls of nbd's own
              tests/run/simple_test, and nbd-client -l
