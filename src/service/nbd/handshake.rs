@@ -272,7 +272,7 @@ impl Conn {
                                 option,
                                 p::MIN_BLOCK,
                                 p::PREFERRED_BLOCK,
-                                p::MAX_PAYLOAD,
+                                p::ADVERTISED_MAX_BLOCK,
                             );
                             if go {
                                 match self.attach(opened, image).await {

@@ -110,7 +110,7 @@ const STRANGERS: Caps = Caps {
 /// A stranger's handshake ends this long after it began (its options are refused anyway).
 const STRANGER_HANDSHAKE: Duration = Duration::from_secs(5);
 
-/// Read buffers held across all connections; one READ may be up to 32 MiB.
+/// Read buffers held across all connections; one READ may be up to 64 MiB (`MAX_PAYLOAD`).
 const BUFFER_BUDGET: usize = 256 << 20;
 /// After DISC or shutdown, how long in-flight replies may take.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
