@@ -178,12 +178,13 @@ fn instrument(command: &str, i: Instrument) -> ExitCode {
     use std::os::unix::process::CommandExt as _;
     let here = std::env::current_exe().ok();
     let beside = here.as_ref().map(|me| me.with_file_name(INSTRUMENTS));
-    let in_path = std::env::var_os("PATH").and_then(|path| {
+    let in_path = || {
+        let path = std::env::var_os("PATH")?;
         std::env::split_paths(&path)
             .map(|dir| dir.join(INSTRUMENTS))
             .find(|p| p.is_file())
-    });
-    let Some(program) = beside.filter(|p| p.is_file()).or(in_path) else {
+    };
+    let Some(program) = beside.filter(|p| p.is_file()).or_else(in_path) else {
         let here = here.map_or("this binary".into(), |p| p.display().to_string());
         eprintln!(
             "error: `bootpool {command}` is run by {INSTRUMENTS}, which is neither beside \
