@@ -12,14 +12,14 @@
 //!   folder, or PostgreSQL) and replayed at start.
 //! - `image`: images with revisions: import (tree, tarball, OCI), activate, roll back,
 //!   prune, and the revision-specific names a boot is handed.
-//! - `lab`: the virtual room: namespace, bridge, taps, qemu clients.
-//! - `storm`: the 08:00 storm, simulated: many clients replaying real boots in a private room.
 //! - `sys`: the OS-level code (`unsafe`, epoll, mappings, rlimits, netlink and packet sockets,
 //!   namespaces), in small safe wrappers with a SAFETY comment on every `unsafe` block.
 //! - `trace`: boot traces (what a client asked for, in order, with times) and their format.
 //! - `app`: the composition root: binds sockets, starts services, waits.
 //!
-//! The rooms' order, which imports run down, is `tidy.rs`'s `ROOMS` (ARCHITECTURE.md).
+//! The rooms' order, which imports run down, is `tidy.rs`'s `ROOMS` (ARCHITECTURE.md). The
+//! instruments (the lab, the storm, the trace export) are a crate of their own above this one,
+//! `instruments/` (`bootpool-instruments`); nothing here names them.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -29,7 +29,6 @@ pub mod boot;
 pub mod config;
 pub mod export;
 pub mod image;
-pub mod lab;
 pub mod log_limit;
 pub mod metrics;
 pub mod proto;
@@ -37,7 +36,6 @@ pub mod record;
 pub mod service;
 pub mod shutdown;
 pub mod steer;
-pub mod storm;
 pub mod sys;
 pub mod trace;
 

@@ -1,9 +1,11 @@
 //! The `bootpool` command: parses arguments, sets up logging and the runtime, and maps errors
-//! to exit codes. Everything else lives in the library.
+//! to exit codes. Everything else lives in the library; the instruments (`lab`, `storm`,
+//! `trace`) are another binary's, `bootpool-instruments`, which this one runs in its place.
 
 use bootpool::app::Host;
 use bootpool::config::{self, Config};
 use clap::{Parser, Subcommand};
+use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -67,18 +69,42 @@ enum Command {
         format: bootpool::record::report::Format,
     },
     /// Boot N virtual clients (qemu, PXE) against a config in an isolated network namespace.
-    Lab(bootpool::lab::LabArgs),
+    #[command(disable_help_flag = true)]
+    Lab(Instrument),
     /// Boot a whole room at once: N simulated clients replaying a real boot's trace, each on
     /// its own shaped link, against bootpool or another server, in a private network namespace.
-    Storm(bootpool::storm::args::StormArgs),
+    #[command(disable_help_flag = true)]
+    Storm(Instrument),
     /// Images with revisions: import a tree, tarball or OCI image, list, activate, roll back,
     /// prune (README "Images").
     Image(bootpool::image::cli::ImageArgs),
     /// List the boot traces kept for pools with `trace: true`, or export one (docs/trace.md).
-    Trace(bootpool::trace::export::TraceArgs),
+    #[command(disable_help_flag = true)]
+    Trace(Instrument),
+}
+
+/// An instrument's arguments, `--help` among them, handed to `bootpool-instruments` as they
+/// are: its parser is the one that knows them.
+#[derive(clap::Args)]
+struct Instrument {
+    #[arg(num_args = 0.., allow_hyphen_values = true, trailing_var_arg = true)]
+    args: Vec<OsString>,
 }
 
 fn main() -> ExitCode {
+    // `bootpool help storm` is the instruments' own help, as `bootpool storm --help` is.
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    if let [_, help, command] = &argv[..]
+        && help == "help"
+        && let Some(c) = ["lab", "storm", "trace"]
+            .into_iter()
+            .find(|c| command.as_os_str() == *c)
+    {
+        let help = Instrument {
+            args: vec!["--help".into()],
+        };
+        return instrument(c, help);
+    }
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -141,29 +167,9 @@ fn main() -> ExitCode {
             };
             report(&config, &query, format)
         }
-        Command::Lab(args) => {
-            // Before the runtime starts a thread: every thread and child must share the
-            // lab's private network namespace.
-            if let Err(e) = bootpool::lab::net::enter_private_namespace() {
-                eprintln!("error: {e:#}");
-                return ExitCode::FAILURE;
-            }
-            run(bootpool::lab::run(args))
-        }
-        Command::Storm(args) => {
-            // Before any thread: the room's namespace is this process's.
-            if let Err(e) = bootpool::lab::net::enter_private_namespace() {
-                eprintln!("error: {e:#}");
-                return ExitCode::FAILURE;
-            }
-            match bootpool::storm::run(args) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Lab(i) => instrument("lab", i),
+        Command::Storm(i) => instrument("storm", i),
+        Command::Trace(i) => instrument("trace", i),
         Command::Image(args) => {
             match load_config(&args.config).map(|c| bootpool::image::cli::run(args, c)) {
                 Err(code) => code,
@@ -174,14 +180,40 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Trace(args) => match bootpool::trace::export::run(args) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                ExitCode::FAILURE
-            }
-        },
     }
+}
+
+/// The instruments' binary (`instruments/`), which `bootpool lab`, `storm` and `trace` run.
+const INSTRUMENTS: &str = "bootpool-instruments";
+
+/// Runs `bootpool-instruments COMMAND ARGS` in this process's place (its exit status is
+/// this command's): the one beside this binary (a build's `target/release`, an install's bin
+/// folder), else the first in PATH.
+fn instrument(command: &str, i: Instrument) -> ExitCode {
+    use std::os::unix::process::CommandExt as _;
+    let here = std::env::current_exe().ok();
+    let beside = here.as_ref().map(|me| me.with_file_name(INSTRUMENTS));
+    let in_path = || {
+        let path = std::env::var_os("PATH")?;
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(INSTRUMENTS))
+            .find(|p| p.is_file())
+    };
+    let Some(program) = beside.filter(|p| p.is_file()).or_else(in_path) else {
+        let here = here.map_or("this binary".into(), |p| p.display().to_string());
+        eprintln!(
+            "error: `bootpool {command}` is run by {INSTRUMENTS}, which is neither beside \
+             {here} nor in PATH: build it with `cargo build --release` at the repository's \
+             root (it builds both binaries into target/release) and install it beside bootpool"
+        );
+        return ExitCode::FAILURE;
+    };
+    let err = std::process::Command::new(&program)
+        .arg(command)
+        .args(i.args)
+        .exec();
+    eprintln!("error: running {}: {err}", program.display());
+    ExitCode::FAILURE
 }
 
 fn run(fut: impl Future<Output = anyhow::Result<()>>) -> ExitCode {

@@ -1,7 +1,9 @@
-//! The repository's own rules, checked as a test: every source file opens with a `//!` line
-//! saying what it owns and is named in ARCHITECTURE.md's code map, `proto/` stays pure
-//! (no tokio, files or sockets), and `unsafe` code lives only in the `sys` room; every
-//! integration test file is a module of the one test binary and opens with a `//!` line too.
+//! The repository's own rules, checked as a test: every source file of both crates (the
+//! daemon's `src/`, the instruments' `instruments/src/`) opens with a `//!` line saying what
+//! it owns and is named in ARCHITECTURE.md's code map, `proto/` stays pure (no tokio, files or
+//! sockets), `unsafe` code lives only in the `sys` room, imports run down each crate's rooms,
+//! and the daemon names no instrument nor links the storm's clients; every integration test
+//! file is a module of the one test binary and opens with a `//!` line too.
 
 use std::path::{Path, PathBuf};
 
@@ -23,42 +25,52 @@ fn sources(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-fn src() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
 }
 
-/// How ARCHITECTURE.md may name `rel` (a path under `src/`): its path, its file name, or, for
-/// a folder's `mod.rs`, the folder (`service/nbd/`).
-fn named(map: &str, rel: &str) -> bool {
+fn src() -> PathBuf {
+    repo().join("src")
+}
+
+/// The workspace's crates by their source folders: the daemon's (this crate), then the
+/// instruments' (the lab, the storm and the trace export), which stands on it.
+const CRATES: [&str; 2] = ["src", "instruments/src"];
+
+/// How ARCHITECTURE.md may name `rel` (a path under the source folder `dir`): its path, its
+/// file name, or, for a folder's `mod.rs`, the folder (`service/nbd/`).
+fn named(map: &str, dir: &str, rel: &str) -> bool {
     let file = rel.rsplit('/').next().unwrap_or(rel);
-    let quoted = |s: &str| map.contains(&format!("`{s}`")) || map.contains(&format!("`src/{s}`"));
+    let quoted = |s: &str| map.contains(&format!("`{s}`")) || map.contains(&format!("`{dir}/{s}`"));
     match rel.strip_suffix("mod.rs") {
-        Some(dir) if !dir.is_empty() => quoted(dir) || quoted(rel),
+        Some(folder) if !folder.is_empty() => quoted(folder) || quoted(rel),
         _ => quoted(rel) || quoted(file),
     }
 }
 
 #[test]
 fn every_source_file_says_what_it_owns_and_is_in_the_code_map() {
-    let root = src();
-    let map = std::fs::read_to_string(root.join("../ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let map = std::fs::read_to_string(repo().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
     let mut bad = Vec::new();
-    for path in sources(&root) {
-        let rel = path
-            .strip_prefix(&root)
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
-        let text = std::fs::read_to_string(&path).unwrap();
-        if !text.starts_with("//!") {
-            bad.push(format!(
-                "src/{rel}:1: does not open with a `//!` line saying what it owns"
-            ));
-        }
-        if !named(&map, &rel) {
-            bad.push(format!(
-                "src/{rel}: not named in ARCHITECTURE.md's code map"
-            ));
+    for dir in CRATES {
+        let root = repo().join(dir);
+        for path in sources(&root) {
+            let rel = path
+                .strip_prefix(&root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let text = std::fs::read_to_string(&path).unwrap();
+            if !text.starts_with("//!") {
+                bad.push(format!(
+                    "{dir}/{rel}:1: does not open with a `//!` line saying what it owns"
+                ));
+            }
+            if !named(&map, dir, &rel) {
+                bad.push(format!(
+                    "{dir}/{rel}: not named in ARCHITECTURE.md's code map"
+                ));
+            }
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
@@ -163,15 +175,15 @@ fn says_unsafe(code: &str) -> bool {
 
 /// Every `unsafe` block, `unsafe fn` and `unsafe impl` is in `src/sys/`, where each has its
 /// SAFETY comment (`clippy::undocumented_unsafe_blocks`, denied in lib.rs). Unit tests
-/// under src/ have none either: they use the sys wrappers. (The integration tests in tests/
-/// keep four calls of their own, a client's setns, fadvise, SO_BINDTODEVICE and getpwnam,
-/// that no product code needs.)
+/// under src/ have none either: they use the sys wrappers, and so do the instruments (whose
+/// crate forbids `unsafe_code` besides). (The integration tests in tests/ keep four calls of
+/// their own, a client's setns, fadvise, SO_BINDTODEVICE and getpwnam, that no product code
+/// needs.)
 #[test]
 fn unsafe_code_lives_only_in_the_sys_room() {
-    let root = src();
     let mut bad = Vec::new();
-    for path in sources(&root) {
-        if path.starts_with(root.join("sys")) {
+    for path in CRATES.iter().flat_map(|dir| sources(&repo().join(dir))) {
+        if path.starts_with(src().join("sys")) {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
@@ -248,17 +260,20 @@ fn the_unsafe_scan_skips_comments_strings_and_longer_words() {
 
 #[test]
 fn the_code_map_check_names_what_it_misses() {
-    let map = "| `src/app.rs` | x |\n`service/nbd/` (`handshake.rs`)";
-    assert!(named(map, "app.rs"));
-    assert!(named(map, "service/nbd/mod.rs"));
-    assert!(named(map, "service/nbd/handshake.rs"));
-    assert!(!named(map, "service/nbd/transmit.rs"));
-    assert!(!named(map, "export/tree/mod.rs"));
+    let map = "| `src/app.rs` | x |\n`service/nbd/` (`handshake.rs`)\n`instruments/src/storm/`";
+    assert!(named(map, "src", "app.rs"));
+    assert!(named(map, "src", "service/nbd/mod.rs"));
+    assert!(named(map, "src", "service/nbd/handshake.rs"));
+    assert!(!named(map, "src", "service/nbd/transmit.rs"));
+    assert!(!named(map, "src", "export/tree/mod.rs"));
+    assert!(named(map, "instruments/src", "storm/mod.rs"));
+    assert!(!named(map, "src", "storm/mod.rs"));
+    assert!(!named(map, "instruments/src", "app.rs"));
 }
 
-/// The rooms of the crate (its top-level modules), from the ground up. A file may import
-/// only from its own room and from rooms below it; ARCHITECTURE.md and docs/design.md say
-/// what each room is for.
+/// The rooms of the daemon's crate (its top-level modules), from the ground up. A file may
+/// import only from its own room and from rooms below it; ARCHITECTURE.md and docs/design.md
+/// say what each room is for.
 const ROOMS: &[&str] = &[
     // The ground floor: what every room may use.
     "sys",
@@ -275,11 +290,14 @@ const ROOMS: &[&str] = &[
     "export",
     "steer",
     "service",
-    // The composition root, then the instruments.
+    // The composition root.
     "app",
-    "lab",
-    "storm",
 ];
+
+/// The rooms of the instruments' crate (`instruments/src/`), from the ground up, all above
+/// every room of `ROOMS`: they import the daemon's rooms (`bootpool::`), and the daemon's
+/// crate never names theirs.
+const INSTRUMENT_ROOMS: &[&str] = &["trace", "lab", "storm"];
 
 /// One import: the importing file, its line, the path as written, the file it names.
 struct Import {
@@ -480,11 +498,13 @@ fn imports_of(rel: &str, text: &str) -> (Vec<Named>, Vec<ModPath>) {
     (out, reexports)
 }
 
-/// Every import of the crate's own code, by file, each resolved to the file that defines
-/// what it names (through `pub use` re-exports). Files named `tests.rs` (a folder's unit
-/// tests) and tidy.rs itself import nothing that counts.
-fn crate_imports() -> Vec<Import> {
-    let root = src();
+/// Every import of a crate's own code (the crate whose sources are under `dir`), by file,
+/// each resolved to the file that defines what it names (through `pub use` re-exports).
+/// Files named `tests.rs` (a folder's unit tests) and tidy.rs itself import nothing that
+/// counts; the binary's `main.rs` is a crate of its own, and another crate's paths
+/// (`bootpool::` in the instruments) are not this crate's imports.
+fn crate_imports(dir: &str) -> Vec<Import> {
+    let root = repo().join(dir);
     let mut files = std::collections::BTreeMap::new();
     let mut texts = Vec::new();
     for path in sources(&root) {
@@ -615,54 +635,141 @@ fn circles(edges: &std::collections::BTreeMap<String, Vec<String>>) -> Vec<Vec<S
     w.out
 }
 
-/// Imports run one way: down the order of `ROOMS`, with no circle between rooms and none
-/// between the files of one room.
+/// Imports run one way: down the order of `ROOMS` in the daemon's crate and of
+/// `INSTRUMENT_ROOMS` in the instruments', with no circle between rooms and none between the
+/// files of one room.
 #[test]
 fn imports_run_down_the_rooms_and_never_in_a_circle() {
-    let imports = crate_imports();
-    let rank = |room: &str| ROOMS.iter().position(|r| *r == room);
+    let mut bad = rooms_broken("src", ROOMS);
+    bad.extend(rooms_broken("instruments/src", INSTRUMENT_ROOMS));
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// What breaks the order `rooms` in the crate under `dir`: each upward import, each room
+/// not in `rooms`, each circle of rooms or of files.
+fn rooms_broken(dir: &str, rooms: &[&str]) -> Vec<String> {
+    let imports = crate_imports(dir);
+    let rank = |room: &str| rooms.iter().position(|r| *r == room);
     let mut bad = Vec::new();
     let mut files: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    let mut rooms: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut ties: std::collections::BTreeMap<String, Vec<String>> = Default::default();
     for i in &imports {
         let (from, to) = (room_of(&i.from), room_of(&i.to));
         for room in [from, to] {
             if rank(room).is_none() {
-                bad.push(format!("room `{room}` is not in tidy.rs's ROOMS"));
+                bad.push(format!("{dir}: room `{room}` is not in tidy.rs's order"));
             }
         }
         if rank(to) > rank(from) {
             bad.push(format!(
-                "src/{}:{}: `{}`: room `{from}` imports `{to}`, which is above it",
+                "{dir}/{}:{}: `{}`: room `{from}` imports `{to}`, which is above it",
                 i.from, i.line, i.path
             ));
         }
         if from != to {
-            rooms.entry(from.into()).or_default().push(to.into());
+            ties.entry(from.into()).or_default().push(to.into());
         }
         if !folder_uses_its_own_file(i) {
             files.entry(i.from.clone()).or_default().push(i.to.clone());
         }
     }
-    for group in circles(&rooms) {
-        bad.push(format!("rooms in a circle: {}", group.join(", ")));
+    for group in circles(&ties) {
+        bad.push(format!("{dir}: rooms in a circle: {}", group.join(", ")));
     }
     for group in circles(&files) {
-        let ties: Vec<String> = imports
+        let lines: Vec<String> = imports
             .iter()
             .filter(|i| group.contains(&i.from) && group.contains(&i.to))
             .filter(|i| !folder_uses_its_own_file(i))
-            .map(|i| format!("  src/{}:{}: `{}`", i.from, i.line, i.path))
+            .map(|i| format!("  {dir}/{}:{}: `{}`", i.from, i.line, i.path))
             .collect();
         bad.push(format!(
-            "files in a circle: {}\n{}",
+            "{dir}: files in a circle: {}\n{}",
             group.join(", "),
-            ties.join("\n")
+            lines.join("\n")
         ));
     }
     bad.sort();
     bad.dedup();
+    bad
+}
+
+/// The storm's client libraries, code this project did not write, which only the instruments
+/// may link.
+const STORM_CLIENTS: [&str; 4] = ["dhcp4r", "tftp_client", "ureq", "nfs3_client"];
+
+/// The daemon stands apart from the instruments: its code never names their crate, its
+/// manifest's `[dependencies]` never list it, and nothing it depends on, however far down
+/// (Cargo.lock), is one of the storm's clients.
+#[test]
+fn the_daemon_names_no_instrument_and_links_no_storm_client() {
+    let mut bad = uses_of(sources(&src()), &["bootpool_instruments"]);
+    let manifest = std::fs::read_to_string(repo().join("Cargo.toml")).expect("Cargo.toml");
+    let lock = std::fs::read_to_string(repo().join("Cargo.lock")).expect("Cargo.lock");
+    let direct = section_keys(&manifest, "[dependencies]");
+    let linked = depends_on(&lock, &direct);
+    for name in STORM_CLIENTS.iter().chain(&["bootpool-instruments"]) {
+        if direct.iter().any(|d| d == name) {
+            bad.push(format!("Cargo.toml: [dependencies] lists `{name}`"));
+        } else if linked.contains(*name) {
+            bad.push(format!(
+                "Cargo.lock: the daemon depends on `{name}` through its [dependencies]"
+            ));
+        }
+    }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The keys of a TOML section written `[name]` (a line-based read: one `key = ...` a line,
+/// which is how Cargo.toml is written).
+fn section_keys(toml: &str, header: &str) -> Vec<String> {
+    toml.lines()
+        .skip_while(|l| l.trim() != header)
+        .skip(1)
+        .map(str::trim)
+        .take_while(|l| !l.starts_with('['))
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k.trim().to_string()))
+        .collect()
+}
+
+/// Every package `roots` depend on, themselves included, by a Cargo.lock's `[[package]]`
+/// entries (each its `name` and `dependencies`, `"NAME"` or `"NAME VERSION ..."`).
+fn depends_on(lock: &str, roots: &[String]) -> std::collections::BTreeSet<String> {
+    let mut deps: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for entry in lock.split("[[package]]").skip(1) {
+        let quoted = |l: &str| l.split('"').nth(1).map(str::to_string);
+        let Some(name) = entry
+            .lines()
+            .find_map(|l| l.strip_prefix("name = ").and_then(quoted))
+        else {
+            continue;
+        };
+        let list = entry
+            .lines()
+            .skip_while(|l| !l.starts_with("dependencies = ["))
+            .skip(1)
+            .take_while(|l| !l.starts_with(']'))
+            .filter_map(|l| quoted(l)?.split(' ').next().map(str::to_string));
+        deps.entry(name).or_default().extend(list);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut todo: Vec<String> = roots.to_vec();
+    while let Some(name) = todo.pop() {
+        if seen.insert(name.clone()) {
+            todo.extend(deps.get(&name).into_iter().flatten().cloned());
+        }
+    }
+    seen
+}
+
+#[test]
+fn the_dependency_scan_follows_the_lock_file() {
+    let manifest = "[package]\nname = \"x\"\n\n[dependencies]\n# why\na = \"1\"\nb-c = { version = \"2\" }\n\n[dev-dependencies]\nd = \"3\"\n";
+    assert_eq!(section_keys(manifest, "[dependencies]"), ["a", "b-c"]);
+    let lock = "[[package]]\nname = \"a\"\nversion = \"1.0.0\"\ndependencies = [\n \"e\",\n \"f 0.1.0\",\n]\n\n[[package]]\nname = \"f\"\nversion = \"0.1.0\"\ndependencies = [\n \"g\",\n]\n\n[[package]]\nname = \"h\"\nversion = \"1.0.0\"\n";
+    let linked = depends_on(lock, &["a".to_string()]);
+    assert_eq!(linked.into_iter().collect::<Vec<_>>(), ["a", "e", "f", "g"]);
 }
 
 #[test]

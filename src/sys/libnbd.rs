@@ -1,7 +1,8 @@
 //! libnbd's C API, loaded at run time (`dlopen("libnbd.so.0")`, so the daemon binary does not
-//! depend on it): the few functions the storm's NBD replay uses (`storm/nbd.rs`), behind a
-//! safe `Handle`. A read's buffer is owned by the handle while libnbd may write into it, so
-//! no caller can free or move it too early. Errors are libnbd's own messages.
+//! depend on it): the few functions the storm's NBD replay uses
+//! (`instruments/src/storm/nbd.rs`), behind a safe `Handle`. A read's buffer is owned by the
+//! handle while libnbd may write into it, so no caller can free or move it too early. Errors
+//! are libnbd's own messages.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};

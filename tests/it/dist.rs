@@ -30,7 +30,9 @@ fn run(cmd: &mut Command) -> (bool, String, String) {
 
 /// `bootpool ARGS`, which must succeed; its stdout.
 fn bootpool(args: &[&str]) -> String {
-    let (ok, out, err) = run(Command::new(BIN).args(args));
+    // `bootpool lab --help` (and storm's, trace's) is the instruments' binary's answer.
+    let bin = crate::common::bootpool_with_instruments();
+    let (ok, out, err) = run(Command::new(bin).args(args));
     assert!(ok, "bootpool {args:?} failed: {out}{err}");
     out
 }

@@ -242,8 +242,8 @@ fn boot_disk_and_ram(root: &str) {
 /// again: the bound is one per READ, which only a close-to-open mount reaches.
 fn opened_without_asking(traces: &Path) {
     use bootpool::trace::format::What;
-    let kept = bootpool::trace::export::kept(traces);
-    let bootpool::trace::export::Kept { file, trace } = kept
+    let kept = bootpool_instruments::trace::kept(traces);
+    let bootpool_instruments::trace::Kept { file, trace } = kept
         .iter()
         .find(|k| k.trace.header.mac == "52:54:00:77:00:01")
         .expect("the lab-nfs client's trace");

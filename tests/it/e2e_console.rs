@@ -117,7 +117,7 @@ fn five_broken_boots_each_say_why() {
 "
         )
     });
-    let mut lab = Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    let mut lab = Command::new(crate::common::bootpool_with_instruments());
     lab.args(["lab", "--clients", "1"]);
     for pool in ["bad-init", "wrong-export", "truncated", "nonic", "dhcp-cut"] {
         lab.args(["--pool", pool]);

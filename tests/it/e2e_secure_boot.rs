@@ -138,7 +138,7 @@ fn secure_boot_firmware_refuses_an_unsigned_loader() {
     let dir = tempfile::tempdir().unwrap();
     // No secure_boot: the pool hands its UEFI firmware iPXE (snponly.efi), which no key signed.
     let config = lab_config(dir.path(), |t| t);
-    let mut lab = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    let mut lab = std::process::Command::new(crate::common::bootpool_with_instruments());
     lab.args([
         "lab",
         "--clients",

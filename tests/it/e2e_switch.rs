@@ -148,7 +148,7 @@ fn running_clients_keep_their_revision_through_a_switch_and_prune_waits_for_them
     std::fs::remove_dir_all(&src).unwrap();
 
     let log = dir.path().join("lab.err");
-    let mut lab = Command::new(env!("CARGO_BIN_EXE_bootpool"))
+    let mut lab = Command::new(crate::common::bootpool_with_instruments())
         .args([
             "lab",
             "--clients",

@@ -96,7 +96,7 @@ async fn a_gzip_initrd_goes_out_as_zstd_by_http_and_tftp_and_a_rewrite_goes_out_
     assert_eq!(line["bytes"], sent.len() as u64, "{body}");
     assert_eq!(line["file_bytes"], original.len() as u64, "{body}");
     assert!(
-        bootpool::lab::wire_wait::wire_pending(&body)
+        bootpool_instruments::lab::wire_wait::wire_pending(&body)
             .unwrap()
             .is_empty()
     );

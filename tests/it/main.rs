@@ -34,6 +34,7 @@ mod image_import;
 mod image_names;
 mod image_revisions;
 mod initrd_wire;
+mod instruments;
 mod limits;
 mod links;
 mod metrics;

@@ -127,7 +127,7 @@ fn image_bytes(trace: &Trace, state_dir: &Path) -> Bytes {
 }
 
 fn storm(args: &[&str], secs: u64) -> (String, String) {
-    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    let mut cmd = std::process::Command::new(crate::common::bootpool_with_instruments());
     cmd.arg("storm").args(args).current_dir(repo());
     let (ok, out, log) = crate::common::run(&mut cmd, secs);
     assert!(ok, "storm failed\n{out}\n{log}");
@@ -414,7 +414,7 @@ fn a_storm_stopped_by_a_signal_ends_the_processes_of_its_room() {
             }
         }
     }
-    let mut storm = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"))
+    let mut storm = std::process::Command::new(crate::common::bootpool_with_instruments())
         .current_dir(repo())
         .args([
             "storm",
@@ -505,7 +505,7 @@ fn fidelity(root: &str) {
     assert_eq!(rows[0][3], "booted", "{table}");
     let mac = rows[0][1].clone();
     let trace = dir.path().join("vm.trace");
-    let mut export = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    let mut export = std::process::Command::new(crate::common::bootpool_with_instruments());
     export
         .args(["trace", "--config", config.to_str().unwrap(), "--mac", &mac])
         .arg("--out")

@@ -4,9 +4,9 @@
 //! rather than fatal. Each replay runs on its own thread, as a storm client does.
 
 use crate::common::Fixture;
-use bootpool::storm::nbd::replay_nbd;
-use bootpool::storm::nfs::{NfsPorts, replay_nfs};
 use bootpool::trace::format::{Header, Op, Trace, VERSION, What};
+use bootpool_instruments::storm::nbd::replay_nbd;
+use bootpool_instruments::storm::nfs::{NfsPorts, replay_nfs};
 use std::net::Ipv4Addr;
 
 fn trace(root: &str, ops: Vec<Op>) -> Trace {
@@ -295,7 +295,7 @@ async fn an_nbd_trace_replays_its_bytes_with_reads_in_flight_together() {
             .await
             .unwrap_err();
     assert!(
-        matches!(&err, bootpool::storm::nbd::NbdError::OtherExport { named, recorded }
+        matches!(&err, bootpool_instruments::storm::nbd::NbdError::OtherExport { named, recorded }
             if named == "demo~zstd" && recorded == "nope"),
         "{err}"
     );
@@ -304,7 +304,10 @@ async fn an_nbd_trace_replays_its_bytes_with_reads_in_flight_together() {
             .await
             .unwrap_err();
     assert!(
-        matches!(err, bootpool::storm::nbd::NbdError::Attach { .. }),
+        matches!(
+            err,
+            bootpool_instruments::storm::nbd::NbdError::Attach { .. }
+        ),
         "{err}"
     );
     daemon.stop().await;

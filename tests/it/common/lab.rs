@@ -31,7 +31,7 @@ pub fn lab_config(dir: &Path, edit: impl Fn(String) -> String) -> PathBuf {
 /// Runs `bootpool lab ARGS --config CONFIG` within `secs`, asserts it succeeded, and returns
 /// its table and the table's rows split into cells.
 pub fn run_lab(config: &Path, args: &[&str], secs: u64) -> (String, Vec<Vec<String>>) {
-    let mut lab = std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    let mut lab = std::process::Command::new(super::bootpool_with_instruments());
     lab.arg("lab").args(args).arg("--config").arg(config);
     let (ok, table, log) = super::run(&mut lab, secs);
     assert!(ok, "lab failed\n{table}\n{log}");

@@ -17,6 +17,50 @@ pub mod loopback;
 pub mod netns;
 pub mod rpc;
 
+/// The daemon's binary, with the instruments' (`bootpool-instruments`, which `bootpool lab`,
+/// `storm` and `trace` run) built beside it first, once per test run: cargo builds only a
+/// package's own binaries for its tests, and an old instruments binary would test old code.
+/// The build is cargo's own, into the target folder and profile of this test's build.
+pub fn bootpool_with_instruments() -> &'static str {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    let bootpool = env!("CARGO_BIN_EXE_bootpool");
+    BUILT.get_or_init(|| {
+        let profile_dir = Path::new(bootpool).parent().unwrap();
+        let mut cargo = std::process::Command::new(env!("CARGO"));
+        cargo
+            .args(["build", "--quiet", "--package", "bootpool-instruments"])
+            .arg("--target-dir")
+            .arg(profile_dir.parent().unwrap())
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        // Without the variables cargo sets for this test (the package's, its manifest's): a
+        // build script that reruns when one changes (ring's, on CARGO_MANIFEST_DIR) would
+        // otherwise rebuild here and again at the next plain `cargo build`.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            let set_by_cargo = [
+                "CARGO_MANIFEST_DIR",
+                "CARGO_MANIFEST_PATH",
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+            ];
+            if name.starts_with("CARGO_PKG_") || set_by_cargo.contains(&&*name) {
+                cargo.env_remove(&*name);
+            }
+        }
+        if profile_dir.ends_with("release") {
+            cargo.arg("--release");
+        }
+        let out = cargo.output().expect("running cargo");
+        assert!(
+            out.status.success(),
+            "building bootpool-instruments failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    });
+    bootpool
+}
+
 /// Deterministic bytes, so a test can check what it read without keeping a copy.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed

@@ -2,7 +2,7 @@
 
 use super::Outcome;
 use super::vm::Console;
-use crate::record::view::BootView;
+use bootpool::record::view::BootView;
 use std::fmt::Write;
 
 /// The phases every table shows; the Secure Boot chain's `shim` and `grub` are shown too when
@@ -17,7 +17,7 @@ pub fn render(outcomes: &[Outcome]) -> String {
                 .is_some_and(|b| b.phases.iter().any(|p| p.name == phase))
         })
     };
-    let phases: Vec<&str> = crate::record::timeline::PHASES
+    let phases: Vec<&str> = bootpool::record::timeline::PHASES
         .into_iter()
         .filter(|p| PHASES.contains(p) || had(p))
         .collect();

@@ -9,7 +9,7 @@
 //! concurrently, spread over up to `MAX_CONNECTIONS` connections (the crate's client takes
 //! `&mut self` per call).
 
-use crate::trace::format::{Gates, Op, What};
+use bootpool::trace::format::{Gates, Op, What};
 use nfs3_client::net::Connector;
 use nfs3_client::nfs3_types::nfs3::{
     ACCESS3args, FSINFO3args, FSSTAT3args, GETATTR3args, LOOKUP3args, Nfs3Option, Nfs3Result,

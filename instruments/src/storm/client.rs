@@ -8,8 +8,8 @@
 
 use super::dhcp::{self, Identity, Lease, Tries};
 use super::plan::Plan;
-use crate::trace::format::{Bytes, Op, What};
 use anyhow::{Context, bail};
+use bootpool::trace::format::{Bytes, Op, What};
 use serde::Serialize;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant};
@@ -560,7 +560,7 @@ fn root(run: &mut Run<'_>, ops: &[Op]) -> anyhow::Result<()> {
 }
 
 fn parse_mac(s: &str) -> anyhow::Result<[u8; 6]> {
-    let mac: crate::config::Mac = s.parse().map_err(|e| anyhow::anyhow!("{s}: {e}"))?;
+    let mac: bootpool::config::Mac = s.parse().map_err(|e| anyhow::anyhow!("{s}: {e}"))?;
     Ok(mac.0)
 }
 

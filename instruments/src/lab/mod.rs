@@ -13,9 +13,9 @@ pub mod table;
 pub mod vm;
 pub mod wire_wait;
 
-use crate::config::{Config, Mac, RootProto};
-use crate::record::view::BootView;
 use anyhow::{Context, bail};
+use bootpool::config::{Config, Mac, RootProto};
+use bootpool::record::view::BootView;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -129,7 +129,17 @@ impl Outcome {
 /// Makes the child get `signal` when the lab process dies, however it dies, so nothing the
 /// lab started outlives it.
 pub(crate) fn dies_with_lab(cmd: &mut Command, signal: libc::c_int) {
-    crate::sys::process::set_parent_death_signal(cmd, signal);
+    bootpool::sys::process::set_parent_death_signal(cmd, signal);
+}
+
+/// The daemon the lab and the storm start: `bootpool` beside this binary (a build's
+/// `target/release`, an install's bin folder), else the first in PATH.
+pub fn daemon() -> PathBuf {
+    let beside = std::env::current_exe().map(|me| me.with_file_name("bootpool"));
+    match beside {
+        Ok(path) if path.is_file() => path,
+        _ => PathBuf::from("bootpool"),
+    }
 }
 
 /// Kills the daemon when the lab ends, however it ends.
@@ -150,7 +160,7 @@ impl Drop for Daemon {
             return;
         }
         // SIGTERM first so the journal is flushed; then make sure.
-        let _ = crate::sys::process::kill(self.0.id() as i32, libc::SIGTERM);
+        let _ = bootpool::sys::process::kill(self.0.id() as i32, libc::SIGTERM);
         for _ in 0..50 {
             if matches!(self.0.try_wait(), Ok(Some(_))) {
                 return;
@@ -167,8 +177,8 @@ impl Drop for Daemon {
 fn pools_to_boot<'c>(
     args: &LabArgs,
     config: &'c Config,
-) -> anyhow::Result<Vec<&'c std::sync::Arc<crate::config::Pool>>> {
-    let mut missing = crate::image::serve::missing_files(config);
+) -> anyhow::Result<Vec<&'c std::sync::Arc<bootpool::config::Pool>>> {
+    let mut missing = bootpool::image::serve::missing_files(config);
     missing.extend(config.missing_files());
     if let Some(e) = missing.first() {
         bail!("{e}");
@@ -201,7 +211,7 @@ fn pools_to_boot<'c>(
             args.firmware
         );
     }
-    let pools: Vec<&std::sync::Arc<crate::config::Pool>> = if args.pool.is_empty() {
+    let pools: Vec<&std::sync::Arc<bootpool::config::Pool>> = if args.pool.is_empty() {
         let want = match args.root {
             RootChoice::Nfs => RootProto::Nfs,
             RootChoice::Nbd => RootProto::Nbd,
@@ -227,7 +237,7 @@ fn pools_to_boot<'c>(
     if args.firmware == vm::Firmware::Arm64
         && let Some(p) = pools
             .iter()
-            .find(|p| !p.arch.contains_key(&crate::config::Arch::Arm64))
+            .find(|p| !p.arch.contains_key(&bootpool::config::Arch::Arm64))
     {
         bail!(
             "--firmware arm64: pool {} has no `arch: {{ arm64: {{ image: ... }} }}`, so its \
@@ -294,7 +304,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
 
     let run_dir = config.server.state_dir.join("lab").join(format!(
         "{}",
-        crate::record::event::now_micros() / 1_000_000
+        bootpool::record::event::now_micros() / 1_000_000
     ));
     std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
     let bridge = config
@@ -324,7 +334,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
 
     // In proxy mode another server gives the addresses; in the lab that is dnsmasq.
     let mut dhcp_peer = match config.dhcp.mode {
-        crate::config::DhcpMode::Proxy => {
+        bootpool::config::DhcpMode::Proxy => {
             let range = config.dhcp.range.unwrap_or_else(|| {
                 let base = u32::from(config.dhcp.subnet.network);
                 ((base + 100).into(), (base + 199).into())
@@ -335,12 +345,12 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             }
             peer
         }
-        crate::config::DhcpMode::Authoritative => None,
+        bootpool::config::DhcpMode::Authoritative => None,
     };
     // With DHCPv6, the advertisements say O (and bootpool may send them itself).
     let adverts = match &config.dhcp6 {
         None => Some(("fd77::/64".to_string(), false)),
-        Some(d) if d.router_advertisements == crate::config::RouterAdverts::Send => None,
+        Some(d) if d.router_advertisements == bootpool::config::RouterAdverts::Send => None,
         Some(d) => Some((d.subnet.to_string(), true)),
     };
     let mut radvd = match &adverts {
@@ -390,7 +400,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         timeout.as_secs(),
         run_dir.display()
     );
-    let wave_start = crate::record::event::now_micros() as f64 / 1e6;
+    let wave_start = bootpool::record::event::now_micros() as f64 / 1e6;
     let power_on = |i: usize| {
         Vm::power_on(
             &format!("pc{:02}", i + 1),
@@ -582,7 +592,7 @@ async fn settled_boots(
 ) -> anyhow::Result<Vec<BootView>> {
     // The booted call precedes the done line; give the journal writer a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let deadline = Instant::now() + Duration::from_secs(crate::record::end::QUIET_S as u64 + 15);
+    let deadline = Instant::now() + Duration::from_secs(bootpool::record::end::QUIET_S as u64 + 15);
     loop {
         let boots: Vec<BootView> = serde_json::from_str(&http_get(api, "/api/v1/boots").await?)
             .context("reading /api/v1/boots")?;
@@ -671,7 +681,7 @@ impl Switch {
             .get(image)
             .with_context(|| format!("--activate {spec}: no image `{image}` in the config"))?
             .dir;
-        crate::image::store::find(dir, rev).with_context(|| format!("--activate {spec}"))?;
+        bootpool::image::store::find(dir, rev).with_context(|| format!("--activate {spec}"))?;
         Ok(Switch {
             image: image.into(),
             rev: rev.into(),
@@ -679,7 +689,7 @@ impl Switch {
     }
 
     fn activate(&self, config: &Config) -> anyhow::Result<String> {
-        crate::image::cli::activate(config, &self.image, &self.rev)
+        bootpool::image::cli::activate(config, &self.image, &self.rev)
     }
 }
 
@@ -694,7 +704,7 @@ async fn start_daemon(
         .create(true)
         .append(true)
         .open(run_dir.join("bootpool.log"))?;
-    let mut serve = Command::new(std::env::current_exe().context("finding the bootpool binary")?);
+    let mut serve = Command::new(daemon());
     serve
         .arg("serve")
         .arg("--config")

@@ -10,8 +10,8 @@ use super::client::Outcome;
 use super::plan::Plan;
 use super::room::Link;
 use super::sample::Sample;
-use crate::record::view::BootView;
-use crate::trace::format::{Bytes, Trace};
+use bootpool::record::view::BootView;
+use bootpool::trace::format::{Bytes, Trace};
 use serde::Serialize;
 use std::io::{IsTerminal, Write};
 use std::net::Ipv4Addr;
@@ -312,7 +312,7 @@ fn phases(o: &Outcome) -> Vec<(String, f64)> {
 
 /// Seconds of think time in a trace: each op's gap from the latest answer it waited for.
 fn think_time(trace: &Trace) -> f64 {
-    let g = crate::trace::format::Gates::new(&trace.ops);
+    let g = bootpool::trace::format::Gates::new(&trace.ops);
     // Along the critical path the thinks add up; summing every op's would count overlapped
     // read-ahead twice, so only ops that waited for everything before them count.
     (0..trace.ops.len())

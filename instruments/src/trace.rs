@@ -1,8 +1,8 @@
 //! `bootpool trace`: lists the boot traces the daemon kept (`state_dir/traces/`) and exports
 //! one, checked, in the documented format (docs/trace.md).
 
-use super::format::{Trace, What};
 use anyhow::{Context, bail};
+use bootpool::trace::format::{Trace, What};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
@@ -108,7 +108,7 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
             std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
         Trace::parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?
     } else {
-        let config = crate::config::Config::load(&args.config)?;
+        let config = bootpool::config::Config::load(&args.config)?;
         let dir = config.server.state_dir.join("traces");
         let all = kept(&dir);
         let Some(mac) = &args.mac else {
@@ -121,7 +121,7 @@ pub fn run(args: TraceArgs) -> anyhow::Result<()> {
             print!("{}", render_list(&all));
             return Ok(());
         };
-        let mac: crate::config::Mac = mac
+        let mac: bootpool::config::Mac = mac
             .parse()
             .map_err(|e| anyhow::anyhow!("--mac {mac}: {e}"))?;
         let mine: Vec<Kept> = all

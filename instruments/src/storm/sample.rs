@@ -148,7 +148,7 @@ fn server_usage(storm_pid: u32) -> (f64, u64) {
 
 /// A process's CPU seconds (user + system, all its threads) so far; `pid` may be "self".
 fn cpu_of(pid: &str) -> f64 {
-    let hz = crate::sys::process::clock_ticks().max(1) as f64;
+    let hz = bootpool::sys::process::clock_ticks().max(1) as f64;
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .and_then(|stat| stat_ticks(&stat))
@@ -165,7 +165,7 @@ fn stat_ticks(stat: &str) -> Option<u64> {
 
 /// The machine's busy CPU seconds so far, all CPUs together, and how many CPUs it has.
 pub fn host_cpu() -> Option<(f64, usize)> {
-    let hz = crate::sys::process::clock_ticks().max(1) as f64;
+    let hz = bootpool::sys::process::clock_ticks().max(1) as f64;
     let (ticks, cpus) = proc_stat_busy(&std::fs::read_to_string("/proc/stat").ok()?)?;
     Some((ticks as f64 / hz, cpus))
 }

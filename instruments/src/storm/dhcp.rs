@@ -267,7 +267,7 @@ struct Frames<'a> {
 
 impl<'a> Frames<'a> {
     fn open(udp: &'a UdpSocket) -> anyhow::Result<Frames<'a>> {
-        use crate::sys::sock;
+        use bootpool::sys::sock;
         use std::os::fd::AsFd as _;
         let dev = socket2::SockRef::from(udp)
             .device()?
@@ -295,13 +295,13 @@ impl<'a> Frames<'a> {
                 return Ok(None);
             }
             let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-            match crate::sys::sock::poll_readable(self.fd.as_fd(), ms) {
+            match bootpool::sys::sock::poll_readable(self.fd.as_fd(), ms) {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e.into()),
             }
-            let n = match crate::sys::sock::recv_dontwait(self.fd.as_fd(), buf) {
+            let n = match bootpool::sys::sock::recv_dontwait(self.fd.as_fd(), buf) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Err(e.into()),
@@ -323,7 +323,7 @@ impl<'a> Frames<'a> {
     /// Frames dropped for want of room since the socket was opened (PACKET_STATISTICS).
     fn dropped(&self) -> u64 {
         use std::os::fd::AsFd as _;
-        crate::sys::sock::packet_drops(self.fd.as_fd()).unwrap_or(0)
+        bootpool::sys::sock::packet_drops(self.fd.as_fd()).unwrap_or(0)
     }
 }
 

@@ -5,7 +5,7 @@
 use super::nbd;
 use super::nfs::{self, NfsPorts};
 use super::plan::Plan;
-use crate::trace::format::{Op, What};
+use bootpool::trace::format::{Op, What};
 use std::net::Ipv4Addr;
 use std::time::Instant;
 

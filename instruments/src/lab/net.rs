@@ -11,7 +11,7 @@ use std::process::Command;
 pub fn enter_private_namespace() -> anyhow::Result<()> {
     // Only this thread moves; the caller guarantees no other thread exists yet, so every
     // later thread inherits the namespace.
-    if let Err(e) = crate::sys::process::unshare_network() {
+    if let Err(e) = bootpool::sys::process::unshare_network() {
         bail!("cannot create a network namespace (the lab needs root): {e}");
     }
     ip(&["link", "set", "lo", "up"])

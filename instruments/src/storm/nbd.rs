@@ -9,8 +9,8 @@
 //! are not expected of a read-only root: they are counted and skipped. Blocking: run it on its
 //! own thread.
 
-use crate::sys::libnbd::{Handle, Lib};
-use crate::trace::format::{Gates, Op, Schedule, What};
+use bootpool::sys::libnbd::{Handle, Lib};
+use bootpool::trace::format::{Gates, Op, Schedule, What};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
 use std::net::Ipv4Addr;

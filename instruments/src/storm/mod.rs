@@ -25,11 +25,11 @@ pub mod room;
 pub mod root;
 pub mod sample;
 
-use crate::config::{Config, Mac, RootProto};
-use crate::sys;
-use crate::trace::format::Trace;
 use anyhow::{Context, bail};
 use args::StormArgs;
+use bootpool::config::{Config, Mac, RootProto, Wire};
+use bootpool::sys;
+use bootpool::trace::format::Trace;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -116,9 +116,7 @@ fn start_server(args: &StormArgs, run_dir: &std::path::Path) -> anyhow::Result<S
             cmd
         }
         None => {
-            let mut cmd = std::process::Command::new(
-                std::env::current_exe().context("finding the bootpool binary")?,
-            );
+            let mut cmd = std::process::Command::new(crate::lab::daemon());
             cmd.arg("serve").arg("--config").arg(&args.config);
             cmd
         }
@@ -163,9 +161,9 @@ fn wait_ready(
 /// reads other blocks of a root image recompressed for the wire, and opens files without
 /// asking an NFS server first when bootpool mounts its root `nocto`). Another server gets the
 /// boot as built and mounted by the kernel's defaults.
-fn default_trace(pool: &crate::config::Pool, bootpool: bool) -> PathBuf {
+fn default_trace(pool: &bootpool::config::Pool, bootpool: bool) -> PathBuf {
     let suffix = match pool.root {
-        RootProto::Nbd if bootpool && pool.image.root_wire == crate::config::Wire::Zstd => "-zstd",
+        RootProto::Nbd if bootpool && pool.image.root_wire == Wire::Zstd => "-zstd",
         RootProto::Nfs if bootpool && pool.nfs_options.split(',').any(|o| o == "nocto") => "-nocto",
         _ => "",
     };
@@ -177,7 +175,7 @@ fn default_trace(pool: &crate::config::Pool, bootpool: bool) -> PathBuf {
 fn what_to_replay(
     args: &StormArgs,
     config: &Config,
-) -> anyhow::Result<(Arc<crate::config::Pool>, PathBuf, Trace, Vec<Mac>)> {
+) -> anyhow::Result<(Arc<bootpool::config::Pool>, PathBuf, Trace, Vec<Mac>)> {
     let pool = match &args.pool {
         Some(name) => config
             .pools
@@ -245,7 +243,7 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
     let (pool, trace_file, trace, macs) = what_to_replay(&args, &config)?;
     let run_dir = config.server.state_dir.join("storm").join(format!(
         "{}",
-        crate::record::event::now_micros() / 1_000_000
+        bootpool::record::event::now_micros() / 1_000_000
     ));
     std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
 
@@ -369,7 +367,7 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
     // Power on: now, or spread over --stagger seconds.
     let sampler = sample::Sampler::start(links.clone(), std::process::id(), t0);
     let start = t0.elapsed().as_secs_f64() + 0.2;
-    let wall_start = crate::record::event::now_micros() as f64 / 1e6 + 0.2;
+    let wall_start = bootpool::record::event::now_micros() as f64 / 1e6 + 0.2;
     let n = go_tx.len();
     for (i, go) in go_tx.iter().enumerate() {
         let at = start

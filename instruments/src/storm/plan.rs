@@ -1,7 +1,7 @@
 //! What every simulated client of a storm shares: the trace, the server's ports, the moment
 //! the room powers on.
 
-use crate::trace::format::Trace;
+use bootpool::trace::format::Trace;
 use std::sync::Arc;
 use std::time::Instant;
 

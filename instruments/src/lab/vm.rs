@@ -2,7 +2,7 @@
 //! or its firmware's own PXE or HTTP boot; an x86 PC, or an ARM64 `virt` board under AAVMF),
 //! its serial console in a file.
 
-use crate::config::Mac;
+use bootpool::config::Mac;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
