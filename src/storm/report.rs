@@ -251,13 +251,13 @@ pub struct Bound {
     /// What the clients were sent, all of them (their payload: no header, no resend).
     pub bytes: u64,
     pub capacity_bps: u64,
-    /// `bytes` over the links' capacity.
+    /// `bytes` over the links' capacity (less what their buckets hold: `room::burst`).
     pub transfer_s: f64,
     /// On a bond simulated by hashing (`--bond-hash`), a client's bytes can take only its
     /// link: the busiest link's clients' bytes over its rate (else `None`).
     pub busiest_link_s: Option<f64>,
     /// One client's boot alone (`alone_s`): the trace's critical path with each answer's
-    /// bytes at the client link's rate (or one server link's, if slower) and the think times
+    /// bytes through the client's shaped port and one shaped server link, and the think times
     /// (the bound adds `--stagger`: the last client powers on that much later).
     pub alone_s: f64,
     pub bound_s: f64,
@@ -318,7 +318,9 @@ fn bound(
 ) -> Bound {
     let bytes: u64 = clients.iter().map(|c| c.bytes.total()).sum();
     let capacity: u64 = links.iter().map(|l| l.rate).sum();
-    let transfer_s = bytes as f64 * 8.0 / capacity.max(1) as f64;
+    // What the links' buckets hold goes at once; the rest at their rate.
+    let buckets: u64 = links.iter().map(|l| super::room::burst(l.rate)).sum();
+    let transfer_s = bytes.saturating_sub(buckets) as f64 * 8.0 / capacity.max(1) as f64;
     let busiest_link_s = links.iter().any(|l| l.macs.is_some()).then(|| {
         links
             .iter()
@@ -328,7 +330,8 @@ fn bound(
                     .filter(|c| l.carries(&c.mac, None))
                     .map(|c| c.bytes.total())
                     .sum();
-                theirs as f64 * 8.0 / l.rate.max(1) as f64
+                theirs.saturating_sub(super::room::burst(l.rate)) as f64 * 8.0
+                    / l.rate.max(1) as f64
             })
             .fold(0.0, f64::max)
     });
@@ -337,7 +340,9 @@ fn bound(
         .map(|l| l.rate)
         .max()
         .unwrap_or(args.client_link);
-    let alone_s = alone_s(&trace.ops, args.think_scale, args.client_link.min(one_link));
+    // A client's bytes pass its own shaped port and one shaped server link.
+    let shapers = [args.client_link, one_link].map(|r| (r, super::room::burst(r)));
+    let alone_s = alone_s(&trace.ops, args.think_scale, &shapers);
     // The last client powers on `--stagger` seconds after the first.
     let bound_s = transfer_s
         .max(busiest_link_s.unwrap_or(0.0))
@@ -398,9 +403,10 @@ fn op_bytes(op: &Op) -> u64 {
 
 /// Seconds one client needs alone on an idle server that answers at once: the replay's
 /// closed loop (`Gates`: an op starts its think time after the latest answer it waits for)
-/// with every answer's bytes at `bps`. Read-ahead overlaps as recorded, so only the
-/// critical path adds up.
-fn alone_s(ops: &[Op], think_scale: f64, bps: u64) -> f64 {
+/// with every answer's bytes through each of `shapers` (rate in bit/s, bucket in bytes: a
+/// shaped link sends at most its bucket at once, the rest at its rate). Read-ahead overlaps
+/// as recorded, so only the critical path adds up.
+fn alone_s(ops: &[Op], think_scale: f64, shapers: &[(u64, u64)]) -> f64 {
     let gates = crate::trace::format::Gates::new(ops);
     // Answers in the order the gates count them (by recorded end, ties by index).
     let mut by_end: Vec<usize> = (0..ops.len()).collect();
@@ -416,7 +422,11 @@ fn alone_s(ops: &[Op], think_scale: f64, bps: u64) -> f64 {
             latest = latest.max(end[by_end[counted]]);
             counted += 1;
         }
-        let transfer = op_bytes(&ops[j]) as f64 * 8.0 / bps.max(1) as f64;
+        let bytes = op_bytes(&ops[j]);
+        let transfer = shapers
+            .iter()
+            .map(|&(rate, bucket)| bytes.saturating_sub(bucket) as f64 * 8.0 / rate.max(1) as f64)
+            .fold(0.0, f64::max);
         end[j] = latest + gates.think(j) * think_scale + transfer;
     }
     end.into_iter().fold(0.0, f64::max)
@@ -1037,15 +1047,21 @@ mod tests {
             // Thinks 1 s after the latest answer (3.8) it waited for.
             op(4.8, 0.0, What::Booted),
         ];
-        let t = alone_s(&ops, 1.0, 100_000_000);
+        let link = |rate| [(rate, 0)];
+        let t = alone_s(&ops, 1.0, &link(100_000_000));
         let want = 1.0 + 0.08 + 2.0 + 0.1 + 0.08 + 1.0;
         assert!((t - want).abs() < 1e-9, "{t} vs {want}");
         // Think times scale; bytes at a slower link take longer.
-        let scaled = alone_s(&ops, 0.5, 100_000_000);
+        let scaled = alone_s(&ops, 0.5, &link(100_000_000));
         assert!((scaled - (want - 2.05)).abs() < 1e-9, "{scaled}");
-        let slow = alone_s(&ops, 1.0, 10_000_000);
+        let slow = alone_s(&ops, 1.0, &link(10_000_000));
         assert!((slow - (want + 0.72 * 2.0)).abs() < 1e-9, "{slow}");
-        assert_eq!(alone_s(&[], 1.0, 1), 0.0);
+        // The slower of two shapers counts; a bucket of 0.5 MB sends half of each at once.
+        let both = alone_s(&ops, 1.0, &[(100_000_000, 0), (10_000_000, 0)]);
+        assert!((both - slow).abs() < 1e-9, "{both}");
+        let bucket = alone_s(&ops, 1.0, &[(100_000_000, 500_000)]);
+        assert!((bucket - (want - 0.04 * 2.0)).abs() < 1e-9, "{bucket}");
+        assert_eq!(alone_s(&[], 1.0, &link(1)), 0.0);
     }
 
     #[test]
@@ -1056,7 +1072,7 @@ mod tests {
             let path = format!("{}/bench/traces/{name}.trace", env!("CARGO_MANIFEST_DIR"));
             let trace = Trace::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
             let recorded = trace.ops.iter().map(Op::end).fold(0.0, f64::max);
-            let alone = alone_s(&trace.ops, 1.0, 10_000_000_000);
+            let alone = alone_s(&trace.ops, 1.0, &[(10_000_000_000, 0)]);
             assert!(
                 alone > 0.5 * recorded && alone <= recorded,
                 "{name}: {alone} of {recorded}"

@@ -125,10 +125,17 @@ fn sysctl(path: &str, value: &str) -> anyhow::Result<()> {
     std::fs::write(format!("/proc/sys/{path}"), value).with_context(|| format!("setting {path}"))
 }
 
-/// A tbf qdisc shaping `dev`'s egress to `rate` bits per second. The bucket holds 10 ms of
-/// the rate (at least 64 KiB, so one GSO packet always fits) and the queue 20 ms.
+/// The bytes a shaped link's bucket holds (`shape`): 10 ms of the rate, at least 64 KiB so
+/// that one GSO packet always fits. After an idle moment that many go at once, faster than
+/// the rate.
+pub fn burst(rate: u64) -> u64 {
+    (rate / 8 / 100).max(64 * 1024)
+}
+
+/// A tbf qdisc shaping `dev`'s egress to `rate` bits per second. The bucket holds `burst`,
+/// the queue 20 ms.
 fn shape(dev: &str, rate: u64) -> String {
-    let burst = (rate / 8 / 100).max(64 * 1024);
+    let burst = burst(rate);
     format!("qdisc add dev {dev} root tbf rate {rate}bit burst {burst} latency 20ms")
 }
 
