@@ -23,7 +23,8 @@ Plain rows (the images as built, the NFS root mounted with the kernel's close-to
   reference-hashed    the same stack on a bond simulated: K links of RATE under one address,
                       each client's frames on the link its MAC hashes onto (layer 2)
   reference-1link     the same stack on K links of RATE; it tells every client one address,
-                      so it uses one of them (a server with several NICs and no bond)
+                      so it uses one of them (a server with several NICs and no bond: 1/K of
+                      the capacity by construction, what spreading clients buys, not a speed)
 Opt-in rows (--optins), bootpool with an option on beside the reference given its
 one-line equivalent, both on the ideal bond:
   nocto   (NFS) bootpool's \`nfs_options: nocto\`; the reference's root= line with nocto
@@ -38,13 +39,12 @@ clients at --client-link (default 100mbit) and the server on --links (default 4)
 that two cores can push it. --think-scale (default 0.2) stands the TCG-recorded traces' think
 times for a real PC's (docs/storm.md).
 
-Evidence: each row's JSON (its command line inside), the command that made it
-(ROW.cmd), its table (ROW.txt) and log go to --out (default bench/out/storm-DATE/), with the
-rows' configs (pools-VARIANT-KxRATE.yaml), meta.txt (commit, machine) and summary.md (the
-tables printed at the end, with ratios); every
-run's links and the machine's CPUs per second are drawn in --out/links-and-cpus.svg
-(bench/storm-plot.py). --record NAME keeps a run of record in bench/records/storm-NAME/
-(JSON over 256 KiB gzipped) for git.
+Evidence: each row's JSON (its command line inside), the command that made it (ROW.cmd), its
+table (ROW.txt) and log go to --out (default bench/out/storm-DATE/), with the rows' configs
+(pools-VARIANT-KxRATE.yaml), meta.txt (commit, machine) and summary.md (the tables printed at
+the end, with ratios); every run's links and the machine's CPUs per second are drawn in
+--out/links-and-cpus.svg (bench/storm-plot.py). --record NAME keeps a run of record in
+bench/records/storm-NAME/ (JSON over 256 KiB gzipped) for git.
 Needs root and what scripts/setup installs (squashfs-tools and zstd among it), plus nfs-ganesha
 nfs-ganesha-vfs nbd-server nginx-light (apt-get install them; their services are not started).
   --bin      run this bootpool binary instead of building one
