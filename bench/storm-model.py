@@ -5,9 +5,9 @@ A fluid model of `bootpool storm`'s room, to ask what no storm run can: how fast
 room boot if the server handed out its links' bytes by some other rule? It replays a shipped
 trace (bench/traces/demo-nbd.trace, or demo-nfs.trace with --trace: NFS READs carry their
 bytes, other calls none) for N identical clients the way the storm's clients do
-(src/storm: every request waits for the answers it waited for in the recording, then its think
+(instruments/src/storm: every request waits for the answers it waited for in the recording, then its think
 time times --think-scale), in steps of --step seconds. Each client's port and each server link
-is a token bucket of the storm's rates and bursts (src/storm/room.rs: 10 ms of the rate, at
+is a token bucket of the storm's rates and bursts (instruments/src/storm/room.rs: 10 ms of the rate, at
 least 64 KiB); each step, a policy splits every link's bytes among its clients that have bytes
 waiting. Clients sit on the links round-robin, as bootpool spreads them.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/storm.sh: the 08:00 storm, bootpool against the reference stack in one run. See --help.
+# bench/storm.sh: the 08:00 storm, bootpool against the reference stack, like for like. See --help.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -9,34 +9,53 @@ usage() {
     cat <<EOF
 usage: $0 [--clients N] [--big N] [--roots "nfs nbd"] [--links K] [--link-rate RATE]
           [--client-link RATE] [--think-scale F] [--out DIR] [--bin PATH]
-          [--servers "bootpool reference"]
+          [--servers "bootpool reference"] [--optins "nocto zstd"] [--record NAME]
 
 Boots a simulated room (\`bootpool storm\`, bench/storm/pools.yaml, the shipped traces in
-bench/traces/) once per server, all in this one run:
+bench/traces/) once per row, all in this one run. Every row of a kind serves the same files
+with the same client options and replays the same trace (docs/storm.md, "Like for like"); the
+clients start as a NIC's PXE ROM does (DHCP, the loader over TFTP, then iPXE's DHCP).
 
-  bootpool            bootpool serve on K links of RATE
-  reference, bond     dnsmasq + nginx + nfs-ganesha (NFS) or nbd-server (NBD) on one link of
-                      K x RATE: an ideal bond (this machine has no bonding driver)
-  reference, 1 link   the same stack on K links of RATE; it tells every client one address,
-                      so it uses one of them (a server with several NICs and no bond)
+Plain rows (the images as built, the NFS root mounted with the kernel's close-to-open checks):
+  bootpool-links      bootpool serve on K links of RATE (it spreads its clients over them)
+  bootpool-bond       bootpool serve on one link of K x RATE: an ideal bond
+  reference-bond      dnsmasq + nginx + nfs-ganesha (NFS) or nbd-server (NBD), ideal bond
+  reference-hashed    the same stack on a bond simulated: K links of RATE under one address,
+                      each client's frames on the link its MAC hashes onto (layer 2)
+  reference-1link     the same stack on K links of RATE; it tells every client one address,
+                      so it uses one of them (a server with several NICs and no bond: 1/K of
+                      the capacity by construction, what spreading clients buys, not a speed)
+Opt-in rows (--optins), bootpool with an option on beside the reference given its
+one-line equivalent, both on the ideal bond:
+  nocto   (NFS) bootpool's \`nfs_options: nocto\`; the reference's root= line with nocto
+  zstd    \`initrd_wire: zstd\` (and for NBD \`root_wire: zstd\`); the reference serves the
+          initrd recompressed by \`gzip -dc | zstd -19\` (and for NBD a squashfs made again
+          by \`mksquashfs -comp zstd\`, as bootpool makes its copy)
 
 for each root in --roots with --clients (default 40) clients, then --big (default 200; 0 skips)
-clients over NFS against bootpool and the reference on the ideal bond. The scale: clients at
---client-link (default 100mbit) and the server on --links (default 4) x --link-rate (default
-250mbit): a tenth of a room of PCs on 1GbE, and a quarter of a server on 4 x 1GbE, so that two
-cores can push it. --think-scale (default 0.2) stands the TCG-recorded traces' think times for
-a real PC's (docs/storm.md). Each run's JSON goes to --out (default bench/out/storm-DATE/);
-the summary, with ratios, is printed as a Markdown table at the end, and every run's links
-and the machine's CPUs per second are drawn in --out/links-and-cpus.svg (bench/storm-plot.py).
-Needs root and what scripts/setup installs, plus nfs-ganesha nfs-ganesha-vfs nbd-server nginx-light
-(apt-get install them; their services are not started).
+clients over NFS, plain, bootpool on its links and the reference on the ideal bond. The scale:
+clients at --client-link (default 100mbit) and the server on --links (default 4) x --link-rate
+(default 250mbit): a tenth of a room of PCs on 1GbE, and a quarter of a server on 4 x 1GbE, so
+that two cores can push it. --think-scale (default 0.2) stands the TCG-recorded traces' think
+times for a real PC's (docs/storm.md).
+
+Evidence: each row's JSON (its command line inside), the command that made it (ROW.cmd), its
+table (ROW.txt) and log go to --out (default bench/out/storm-DATE/), with the rows' configs
+(pools-VARIANT-KxRATE.yaml), meta.txt (commit, machine) and summary.md (the tables printed at
+the end, with ratios); every run's links and the machine's CPUs per second are drawn in
+--out/links-and-cpus.svg (bench/storm-plot.py). --record NAME keeps a run of record in
+bench/records/storm-NAME/ (JSON over 256 KiB gzipped) for git.
+Needs root and what scripts/setup installs (squashfs-tools and zstd among it), plus nfs-ganesha
+nfs-ganesha-vfs nbd-server nginx-light (apt-get install them; their services are not started).
   --bin      run this bootpool binary instead of building one
   --servers  which of the two to run (default both; the summary covers every JSON in --out)
+  --optins   which opt-in rows to run (default "nocto zstd"; "" for none)
 EOF
 }
 
+ARGS="$*"
 CLIENTS=40 BIG=200 ROOTS="nfs nbd" LINKS=4 RATE=250mbit CLIENT=100mbit THINK=0.2 OUT="" BIN=""
-SERVERS="bootpool reference"
+SERVERS="bootpool reference" OPTINS="nocto zstd" RECORD=""
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -50,12 +69,14 @@ while [ $# -gt 0 ]; do
         --out) OUT="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
         --servers) SERVERS="$2"; shift ;;
+        --optins) OPTINS="$2"; shift ;;
+        --record) RECORD="$2"; shift ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
 done
 [ "$(id -u)" = 0 ] || { echo "storm.sh: must run as root" >&2; exit 1; }
-for c in ganesha.nfsd rpcbind nbd-server nginx dnsmasq tc; do
+for c in ganesha.nfsd rpcbind nbd-server nginx dnsmasq tc mksquashfs unsquashfs zstd; do
     command -v "$c" >/dev/null || { echo "storm.sh: $c missing (see --help)" >&2; exit 1; }
 done
 if [ -z "$BIN" ]; then
@@ -64,43 +85,126 @@ if [ -z "$BIN" ]; then
 fi
 OUT="${OUT:-$REPO/bench/out/storm-$(date -u +%Y%m%d-%H%M)}"
 mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
 WORK="$(mktemp -d /tmp/bootpool-storm.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
+IMAGE="$REPO/images/demo"
 # The ideal bond: one link of K x RATE.
-BOND="1x$(python3 -c "
+BOND="$(python3 -c "
 import re,sys; m=re.fullmatch(r'([0-9.]+)([kmg]?)(bit)?', sys.argv[1].lower())
 print(f'{float(m.group(1))*int(sys.argv[2]):g}{m.group(2)}bit')" "$RATE" "$LINKS")"
+{
+    echo "command: $0 $ARGS"
+    echo "commit: $(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$REPO" diff --quiet 2>/dev/null || echo ' (with changes)')"
+    echo "binary: $BIN ($("$BIN" --version 2>/dev/null || echo '?'))"
+    echo "date: $(date -u +%FT%TZ)"
+    echo "machine: $(uname -srm), $(nproc) CPUs"
+    echo "room: clients at $CLIENT, server links ${LINKS}x$RATE (ideal bond 1x$BOND), think x$THINK"
+} > "$OUT/meta.txt"
 
-run() { # name root clients links [server-cmd]
-    local name=$1 root=$2 n=$3 links=$4 cmd=${5:-}
+# The config of a row: bench/storm/pools.yaml with absolute paths, the row's links' rates in
+# server.link_speeds (bootpool paces by them), and the opt-in's setting.
+config() { # variant k rate -> path
+    local file="$OUT/pools-$1-$2x$3.yaml"
+    python3 - "$REPO/bench/storm/pools.yaml" "$file" "$IMAGE" "$REPO/var/storm-state/" "$@" <<'EOF'
+import sys
+src, dst, image, state, variant, k, rate = sys.argv[1:]
+text = open(src).read()
+def once(old, new):
+    global text
+    if text.count(old) != 1:
+        sys.exit(f"storm.sh: {src} no longer has `{old.strip()}` once; update config() in bench/storm.sh")
+    text = text.replace(old, new)
+once("dir: ../../images/demo", f"dir: {image}")
+once("state_dir: ../../var/storm-state/", f"state_dir: {state}")
+speeds = ", ".join(f"s{i}: {rate}" for i in range(int(k)))
+line = next(l for l in text.splitlines() if l.strip().startswith("link_speeds:"))
+once(line, f"  link_speeds: {{ {speeds} }}")
+if variant == "nocto":
+    once('nfs_options: ""', "nfs_options: nocto")
+elif variant == "zstd":
+    once("    store: disk\n", "    store: disk\n    initrd_wire: zstd\n    root_wire: zstd\n")
+open(dst, "w").write(text)
+EOF
+    echo "$file"
+}
+
+# The reference's one-line equivalents of `zstd`, made once into --out (its rows' commands
+# name them): the initrd's gzip recompressed, and the squashfs root made again with zstd in
+# its own block size, one thread (as bootpool's copy is made: the same blocks at the same
+# offsets, so the zstd trace's reads are this file's too).
+EQUIV="$OUT/equiv"
+equivalents() {
+    [ -f "$EQUIV/rootfs-zstd.img" ] && return 0
+    mkdir -p "$EQUIV"
+    echo "storm.sh: making the reference's zstd initrd and squashfs root" >&2
+    gzip -dc "$IMAGE/initrd.img" | zstd -19 -q -T1 -c > "$EQUIV/initrd.img"
+    local block
+    block="$(unsquashfs -s "$IMAGE/rootfs.img" | awk '/^Block size/ {print $3}')"
+    unsquashfs -no-progress -d "$EQUIV/tree" "$IMAGE/rootfs.img" > /dev/null
+    mksquashfs "$EQUIV/tree" "$EQUIV/rootfs-zstd.tmp" -noappend -no-progress -quiet \
+        -processors 1 -comp zstd -Xcompression-level 19 -b "$block" > /dev/null
+    rm -rf "$EQUIV/tree"
+    mv "$EQUIV/rootfs-zstd.tmp" "$EQUIV/rootfs-zstd.img"
+}
+
+run() { # server links variant root clients
+    local server=$1 place=$2 variant=$3 root=$4 n=$5
     case " $SERVERS " in
-        *" ${name%%-*} "*) ;;
+        *" $server "*) ;;
         *) return 0 ;;
     esac
-    local args=(storm --config "$REPO/bench/storm/pools.yaml" --root "$root" --clients "$n"
-        --client-link "$CLIENT" --server-links "$links" --think-scale "$THINK"
-        --json "$OUT/$name.json" --label "$name")
-    if [ -n "$cmd" ]; then
+    local name="$server-$place-$variant-$root-$n" shape k rate env=() extra=()
+    case "$place" in
+        bond) shape="1x$BOND" k=1 rate=$BOND ;;
+        hashed) shape="${LINKS}x$RATE" k=$LINKS rate=$RATE extra=(--bond-hash) ;;
+        *) shape="${LINKS}x$RATE" k=$LINKS rate=$RATE ;;
+    esac
+    local cfg
+    cfg="$(config "$variant" "$k" "$rate")"
+    local args=(storm --config "$cfg" --root "$root" --clients "$n" --tftp-loader
+        --client-link "$CLIENT" --server-links "$shape" --think-scale "$THINK"
+        --json "$OUT/$name.json" --label "$name" "${extra[@]}")
+    if [ "$server" = reference ]; then
+        case "$variant" in
+            nocto) env=(REFERENCE_NFS_OPTIONS=nocto) ;;
+            zstd)
+                equivalents
+                env=(REFERENCE_INITRD="$EQUIV/initrd.img")
+                # The zstd trace attached bootpool's name for its copy; the export is named so.
+                [ "$root" = nbd ] && env+=(REFERENCE_NBD_IMAGE="$EQUIV/rootfs-zstd.img"
+                    REFERENCE_NBD_EXPORT="demo~zstd")
+                ;;
+        esac
         rm -rf "$WORK/ref"
-        args+=(--server-cmd "$cmd" --ready-port 8080 --no-callback)
+        args+=(--server-cmd "${env[*]} $HERE/storm/reference.sh $root $WORK/ref" --ready-port 8080
+            --no-callback)
     fi
-    echo "storm.sh: $name ($n clients, $root, links $links)" >&2
+    { printf 'cd %q && ' "$REPO"; printf '%q ' "$BIN" "${args[@]}"; echo; } > "$OUT/$name.cmd"
+    echo "storm.sh: $name ($n clients, $root, links $shape)" >&2
     (cd "$REPO" && "$BIN" "${args[@]}") > "$OUT/$name.txt" 2> "$OUT/$name.log" ||
         echo "storm.sh: $name: some clients did not boot (see $OUT/$name.txt)" >&2
-    tail -n 12 "$OUT/$name.txt" >&2
+    tail -n 14 "$OUT/$name.txt" >&2
 }
 
 for root in $ROOTS; do
-    run "bootpool-$root-$CLIENTS" "$root" "$CLIENTS" "${LINKS}x$RATE"
-    run "reference-bond-$root-$CLIENTS" "$root" "$CLIENTS" "$BOND" "$HERE/storm/reference.sh $root $WORK/ref"
-    run "reference-1link-$root-$CLIENTS" "$root" "$CLIENTS" "${LINKS}x$RATE" "$HERE/storm/reference.sh $root $WORK/ref"
+    run bootpool links plain "$root" "$CLIENTS"
+    run bootpool bond plain "$root" "$CLIENTS"
+    run reference bond plain "$root" "$CLIENTS"
+    run reference hashed plain "$root" "$CLIENTS"
+    run reference 1link plain "$root" "$CLIENTS"
+    for opt in $OPTINS; do
+        [ "$opt" = nocto ] && [ "$root" != nfs ] && continue
+        run bootpool bond "$opt" "$root" "$CLIENTS"
+        run reference bond "$opt" "$root" "$CLIENTS"
+    done
 done
 if [ "$BIG" -gt 0 ]; then
-    run "bootpool-nfs-$BIG" nfs "$BIG" "${LINKS}x$RATE"
-    run "reference-bond-nfs-$BIG" nfs "$BIG" "$BOND" "$HERE/storm/reference.sh nfs $WORK/ref"
+    run bootpool links plain nfs "$BIG"
+    run reference bond plain nfs "$BIG"
 fi
 
-python3 - "$OUT" <<'EOF'
+python3 - "$OUT" <<'EOF' | tee "$OUT/summary.md"
 import json, os, sys
 out = sys.argv[1]
 runs = {}
@@ -110,29 +214,58 @@ for f in sorted(os.listdir(out)):
 def fmt(v, d=1):
     return "-" if v is None else f"{v:.{d}f}"
 def waited(s):
-    # Older runs' JSON has no such figure.
     u = s.get("waited_util")
     return "-" if u is None else f"{u*100:.0f}% of {s['waited_s']:.0f} link-s"
 def host(r):
-    # Older runs' JSON has no such figure.
     h = r.get("host")
     return "-" if h is None else f"{h['mean_busy']*100:.0f}% / {h['cpu_bound_s']:.0f} s"
-print("\n| run | clients | booted / failed / retried | all booted s | limit s | x limit | median s | p95 s | slowest/fastest | slowest/median | links used while wanted (mean / peak) | links used while waited for | MB per client (payload / wire) | server CPU s | KiB per client | machine's CPUs busy / CPU-bound s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def bound(r):
+    # Runs before the lower bound had a limit instead; it is not shown as a bound.
+    b = r.get("bound")
+    return (None, None) if b is None else (b["bound_s"], b["over_bound"])
+def retries(r):
+    s, sv = r["summary"], r["server"]
+    return (f"{s['dhcp_retransmits']} / {s['tftp_retries']} / {s['http_retries']} / "
+            f"{s.get('client_tcp_retransmits', '-')} / {sv.get('tcp_retransmits', '-')}")
+def private(r):
+    v = r["server"].get("private_per_client_kib")
+    return "-" if v is None else f"{v:.0f}"
+print("\n| run | clients | booted / failed / retried | all booted s | bound s | x bound | median s | p95 s | slowest/median | links used while wanted (mean / peak) | links used while waited for | retries: DHCP / TFTP / HTTP / TCP resent by clients / by server | MB per client (payload / wire) | server CPU s | private KiB per client | RSS KiB per client | machine's CPUs busy / CPU-bound s |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for name, r in runs.items():
-    s, l, sv = r["summary"], r["limit"], r["server"]
-    print(f"| {name} | {s['clients']} | {s['booted']} / {s['failed']} / {s['retried']} | {fmt(s['all_booted_s'])} | {fmt(l['limit_s'])} | {fmt(l['over_limit'], 2)} | {fmt(s['median_s'])} | {fmt(s['p95_s'])} | {fmt(s['slowest_over_fastest'], 2)} | {fmt(s['slowest_over_median'], 2)} | {s['mean_util']*100:.0f}% / {s['peak_util']*100:.0f}% | {waited(s)} | {s.get('payload_bytes_per_client', 0)/1e6:.1f} / {s.get('wire_bytes_per_client', 0)/1e6:.1f} | {sv['cpu_s']:.1f} | {sv['rss_per_client_kib']:.0f} | {host(r)} |")
-print("\n| comparison | bootpool all booted s | reference s | bootpool / reference |")
-print("|---|---|---|---|")
+    s, sv = r["summary"], r["server"]
+    b, x = bound(r)
+    print(f"| {name} | {s['clients']} | {s['booted']} / {s['failed']} / {s['retried']} | {fmt(s['all_booted_s'])} | {fmt(b)} | {fmt(x, 2)} | {fmt(s['median_s'])} | {fmt(s['p95_s'])} | {fmt(s['slowest_over_median'], 2)} | {s['mean_util']*100:.0f}% / {s['peak_util']*100:.0f}% | {waited(s)} | {retries(r)} | {s.get('payload_bytes_per_client', 0)/1e6:.1f} / {s.get('wire_bytes_per_client', 0)/1e6:.1f} | {sv['cpu_s']:.1f} | {private(r)} | {sv['rss_per_client_kib']:.0f} | {host(r)} |")
+print("\n| comparison (same files, options, trace) | bootpool s | x bound | links while waited for | reference s | x bound | links while waited for | bootpool / reference |")
+print("|---|---|---|---|---|---|---|---|")
 for name, r in runs.items():
-    if not name.startswith("bootpool-"):
+    parts = name.split("-")
+    if len(parts) != 5 or parts[0] != "bootpool":
         continue
-    rest = name[len("bootpool-"):]
-    for kind in ("bond", "1link"):
-        ref = runs.get(f"reference-{kind}-{rest}")
-        if ref and r["summary"]["all_booted_s"] and ref["summary"]["all_booted_s"]:
-            a, b = r["summary"]["all_booted_s"], ref["summary"]["all_booted_s"]
-            print(f"| {rest}: bootpool vs reference ({kind}) | {a:.1f} | {b:.1f} | {a/b:.2f} |")
+    _, place, variant, root, n = parts
+    for kind in ("bond", "hashed", "1link"):
+        ref = runs.get(f"reference-{kind}-{variant}-{root}-{n}")
+        if not ref:
+            continue
+        a, b = r["summary"]["all_booted_s"], ref["summary"]["all_booted_s"]
+        ratio = "-" if not (a and b) else f"{a/b:.2f}"
+        print(f"| {variant} {root}-{n}: bootpool on {place} vs reference on {kind} | {fmt(a)} | {fmt(bound(r)[1], 2)} | {waited(r['summary'])} | {fmt(b)} | {fmt(bound(ref)[1], 2)} | {waited(ref['summary'])} | {ratio} |")
 EOF
 python3 "$HERE/storm-plot.py" "$OUT/links-and-cpus.svg" "$OUT"/*.json &&
     echo "storm.sh: the links and the machine's CPUs per second: $OUT/links-and-cpus.svg" >&2
+
+if [ -n "$RECORD" ]; then
+    KEEP="$REPO/bench/records/storm-$RECORD"
+    mkdir -p "$KEEP"
+    cp "$OUT/meta.txt" "$OUT/summary.md" "$OUT"/pools-*.yaml "$KEEP/"
+    for f in "$OUT"/*.json; do
+        name="$(basename "$f" .json)"
+        cp "$OUT/$name.cmd" "$OUT/$name.txt" "$KEEP/"
+        if [ "$(stat -c %s "$f")" -gt 262144 ]; then
+            gzip -9 -c "$f" > "$KEEP/$name.json.gz"
+        else
+            cp "$f" "$KEEP/"
+        fi
+    done
+    echo "storm.sh: kept in $KEEP (git add it)" >&2
+fi

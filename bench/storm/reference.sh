@@ -11,6 +11,13 @@
 # but nbd-server, which forks away; the storm kills every process left in its room.
 #
 # usage: bench/storm/reference.sh nfs|nbd WORKDIR
+#
+# The one-line equivalents of bootpool's opt-ins (bench/storm.sh sets them for its opt-in rows;
+# docs/storm.md, "Like for like"), from the environment:
+#   REFERENCE_NFS_OPTIONS  mount options added to the root= line's (e.g. nocto)
+#   REFERENCE_INITRD       this file is served as the initrd (e.g. one recompressed with zstd)
+#   REFERENCE_NBD_IMAGE    this file is the NBD export (e.g. a squashfs made with -comp zstd)...
+#   REFERENCE_NBD_EXPORT   ...under this name (default demo)
 set -euo pipefail
 ROOT=${1:?usage: reference.sh nfs|nbd WORKDIR}
 WORK=${2:?usage: reference.sh nfs|nbd WORKDIR}
@@ -62,7 +69,7 @@ EOF
         rpcbind -f > "$WORK/rpcbind.log" 2>&1 &
         sleep 0.5
         ganesha.nfsd -F -f "$WORK/ganesha.conf" -L "$WORK/ganesha.log" -p "$WORK/ganesha.pid" &
-        cmdline="root=nfs:$ADDR:/demo:vers=3,tcp,nolock ro"
+        cmdline="root=nfs:$ADDR:/demo:vers=3,tcp,nolock${REFERENCE_NFS_OPTIONS:+,$REFERENCE_NFS_OPTIONS} ro"
         # ganesha refuses I/O during its start-up grace period on some builds.
         for _ in $(seq 100); do ss -Hltn "sport = :2049" | grep -q . && break; sleep 0.1; done
         sleep 2
@@ -73,12 +80,12 @@ EOF
     listenaddr = $ADDR
     port = 10809
     allowlist = true
-[demo]
-    exportname = $IMAGE/rootfs.img
+[${REFERENCE_NBD_EXPORT:-demo}]
+    exportname = ${REFERENCE_NBD_IMAGE:-$IMAGE/rootfs.img}
     readonly = true
 EOF
         nbd-server -C "$WORK/nbd-server.conf" -p "$WORK/nbd-server.pid" > "$WORK/nbd-server.log" 2>&1
-        cmdline="root=nbd:$ADDR:10809/demo ro"
+        cmdline="root=nbd:$ADDR:10809/${REFERENCE_NBD_EXPORT:-demo} ro"
         ;;
     *) echo "reference.sh: ROOT is nfs or nbd" >&2; exit 2 ;;
 esac
@@ -93,8 +100,9 @@ dnsmasq --no-daemon --conf-file=/dev/null --port=0 --user=root \
     --dhcp-boot=tag:!ipxe,undionly.kpxe \
     --pid-file="$WORK/dnsmasq.pid" &
 
-mkdir -p "$WORK/www/boot" "$WORK/nginx"
-ln -sfn "$IMAGE" "$WORK/www/boot/demo"
+mkdir -p "$WORK/www/boot/demo" "$WORK/nginx"
+ln -sfn "$IMAGE/vmlinuz" "$WORK/www/boot/demo/vmlinuz"
+ln -sfn "${REFERENCE_INITRD:-$IMAGE/initrd.img}" "$WORK/www/boot/demo/initrd.img"
 cat > "$WORK/www/script.ipxe" <<EOF
 #!ipxe
 kernel http://$ADDR:8080/boot/demo/vmlinuz $cmdline console=ttyS0

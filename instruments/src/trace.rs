@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
 pub struct TraceArgs {
-    #[arg(short, long, default_value_os_t = crate::config::default_file(), hide_default_value = true, help = crate::config::FILE_HELP)]
+    #[arg(short, long, default_value_os_t = bootpool::config::default_file(), hide_default_value = true, help = bootpool::config::FILE_HELP)]
     pub config: PathBuf,
     /// Export the newest complete trace (one that reached its booted call) of this MAC.
     #[arg(long, conflicts_with = "file")]

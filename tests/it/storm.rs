@@ -19,8 +19,9 @@ fn one_room() -> std::sync::MutexGuard<'static, ()> {
     ONE_ROOM.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// bench/storm/pools.yaml with absolute paths and its state in `dir`.
-fn storm_config(dir: &Path) -> PathBuf {
+/// bench/storm/pools.yaml with absolute paths, its state in `dir`, and the rates of the
+/// room's `server_links` (K x RATE) in `server.link_speeds`, as bench/storm.sh writes it.
+fn storm_config(dir: &Path, server_links: &str) -> PathBuf {
     let text = std::fs::read_to_string(repo().join("bench/storm/pools.yaml")).unwrap();
     let image = repo().join("images/demo");
     assert!(
@@ -36,20 +37,31 @@ fn storm_config(dir: &Path) -> PathBuf {
             "state_dir: ../../var/storm-state/",
             &format!("state_dir: {}", dir.join("var").display()),
         );
+    let (k, rate) = server_links.split_once('x').unwrap();
+    let speeds: Vec<String> = (0..k.parse().unwrap())
+        .map(|i: usize| format!("s{i}: {rate}"))
+        .collect();
+    let text: String = text
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("link_speeds:") {
+                format!("  link_speeds: {{ {} }}\n", speeds.join(", "))
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
     let path = dir.join("pools.yaml");
     std::fs::write(&path, text).unwrap();
     path
 }
 
-/// The shipped trace of `root` that bootpool's clients replay under bench/storm/pools.yaml
-/// (over NBD the one recorded against its `root_wire` copy, over NFS the one mounted
-/// `nocto`), cut to its firmware part, its first `keep` root requests and its booted call: a
+/// The shipped trace of `root` that every server's clients replay under
+/// bench/storm/pools.yaml (the images as built, the NFS root mounted with close-to-open
+/// checks), cut to its firmware part, its first `keep` root requests and its booted call: a
 /// short boot with the real one's shape.
 fn short_trace(root: &str, keep: usize, dir: &Path) -> (PathBuf, Trace) {
-    let shipped = match root {
-        "nbd" => "bench/traces/demo-nbd-zstd.trace",
-        _ => "bench/traces/demo-nfs-nocto.trace",
-    };
+    let shipped = format!("bench/traces/demo-{root}.trace");
     let text = std::fs::read_to_string(repo().join(shipped)).unwrap();
     let mut trace = Trace::parse(&text).unwrap();
     let mut n = 0;
@@ -67,36 +79,19 @@ fn short_trace(root: &str, keep: usize, dir: &Path) -> (PathBuf, Trace) {
 
 /// What the trace's requests carry when served from the demo image built on this machine:
 /// the recording's own counts would pin the test to the build it was recorded from (an
-/// initrd packed again differs in a few bytes, a package update in a file's size). The
-/// initrd and the NBD root go out as the copies bench/storm/pools.yaml's `initrd_wire` and
-/// `root_wire` make, in `state_dir`.
-fn image_bytes(trace: &Trace, state_dir: &Path) -> Bytes {
+/// initrd packed again differs in a few bytes, a package update in a file's size).
+fn image_bytes(trace: &Trace) -> Bytes {
     let image = repo().join("images/demo");
     let size = |p: &Path| {
         std::fs::metadata(p)
             .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
             .len()
     };
-    let copies: Vec<PathBuf> = std::fs::read_dir(state_dir.join("wire"))
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    let copy = |kind: &str| {
-        let found: Vec<&PathBuf> = copies
-            .iter()
-            .filter(|p| p.extension().is_some_and(|e| e == kind))
-            .collect();
-        assert_eq!(found.len(), 1, "the {kind}'s wire copy: {copies:?}");
-        found[0].clone()
-    };
     let mut b = Bytes::default();
     for op in &trace.ops {
         match &op.what {
             What::File { proto, name, .. } if !name.starts_with("/boot/script/") => {
-                let file = name.rsplit('/').next().unwrap();
-                let n = match file {
-                    "initrd.img" => size(&copy("initrd")),
-                    _ => size(&image.join(file)),
-                };
+                let n = size(&image.join(name.rsplit('/').next().unwrap()));
                 if proto == "tftp" {
                     b.tftp += n;
                 } else {
@@ -117,13 +112,30 @@ fn image_bytes(trace: &Trace, state_dir: &Path) -> Bytes {
             What::Nbd {
                 cmd, offset, len, ..
             } if cmd == "read" => {
-                let n = size(&copy("root"));
+                let n = size(&image.join("rootfs.img"));
                 b.nbd += (*len).min(n.saturating_sub(*offset));
             }
             _ => {}
         }
     }
     b
+}
+
+/// No run beats the room's lower bound: it took at least the bytes over the links, and at
+/// least one client's boot alone.
+fn bound_holds(r: &Value, table: &str) {
+    let bound = &r["bound"];
+    let f = |v: &Value| v.as_f64().unwrap_or_else(|| panic!("not seconds: {v}"));
+    assert!(f(&bound["alone_s"]) > 0.0, "{bound}");
+    assert!(
+        f(&bound["bound_s"]) >= f(&bound["transfer_s"]).max(f(&bound["alone_s"])),
+        "{bound}"
+    );
+    assert!(
+        f(&r["summary"]["all_booted_s"]) >= f(&bound["bound_s"]),
+        "{bound}\n{table}"
+    );
+    assert!(f(&bound["over_bound"]) >= 1.0, "{bound}");
 }
 
 fn storm(args: &[&str], secs: u64) -> (String, String) {
@@ -143,7 +155,7 @@ fn u(v: &Value) -> u64 {
 }
 
 /// `bootpool storm` on a small room in `dir` (the storm's config, clients and server links at
-/// 1 Gbit/s, think times x0.1): its table and its JSON report.
+/// 1 Gbit/s, think times x0.1, and `extra` arguments): its table and its JSON report.
 fn small_room(
     dir: &Path,
     root: &str,
@@ -151,33 +163,33 @@ fn small_room(
     trace: &Path,
     server_links: &str,
     timeout_s: u64,
+    extra: &[&str],
 ) -> (String, Value) {
-    let config = storm_config(dir);
+    let config = storm_config(dir, server_links);
+    let mut args = extra.to_vec();
     let out = dir.join("storm.json");
     let (n, timeout) = (clients.to_string(), timeout_s.to_string());
-    let (table, _) = storm(
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--root",
-            root,
-            "--clients",
-            &n,
-            "--trace",
-            trace.to_str().unwrap(),
-            "--think-scale",
-            "0.1",
-            "--client-link",
-            "1gbit",
-            "--server-links",
-            server_links,
-            "--json",
-            out.to_str().unwrap(),
-            "--timeout",
-            &timeout,
-        ],
-        timeout_s + 100,
-    );
+    args.extend([
+        "--config",
+        config.to_str().unwrap(),
+        "--root",
+        root,
+        "--clients",
+        &n,
+        "--trace",
+        trace.to_str().unwrap(),
+        "--think-scale",
+        "0.1",
+        "--client-link",
+        "1gbit",
+        "--server-links",
+        server_links,
+        "--json",
+        out.to_str().unwrap(),
+        "--timeout",
+        &timeout,
+    ]);
+    let (table, _) = storm(&args, timeout_s + 100);
     (table, json(&out))
 }
 
@@ -190,15 +202,15 @@ fn small_storm(root: &str, clients: usize, keep: usize, after_one_link: bool) {
     let dir = tempfile::tempdir().unwrap();
     let (trace_file, trace) = short_trace(root, keep, dir.path());
     if after_one_link {
-        let (table, r) = small_room(dir.path(), root, clients, &trace_file, "1x1gbit", 600);
+        let (table, r) = small_room(dir.path(), root, clients, &trace_file, "1x1gbit", 600, &[]);
         assert_eq!(u(&r["summary"]["booted"]), clients as u64, "{table}");
     }
-    let (table, r) = small_room(dir.path(), root, clients, &trace_file, "2x1gbit", 600);
+    let (table, r) = small_room(dir.path(), root, clients, &trace_file, "2x1gbit", 600, &[]);
     let summary = &r["summary"];
     assert_eq!(u(&summary["clients"]), clients as u64, "{table}");
     assert_eq!(u(&summary["booted"]), clients as u64, "{table}");
     assert_eq!(u(&summary["failed"]), 0, "{table}");
-    let want = image_bytes(&trace, &dir.path().join("var"));
+    let want = image_bytes(&trace);
     let mut sum = 0;
     let mut scripts = 0;
     for c in r["clients"].as_array().unwrap() {
@@ -264,14 +276,9 @@ fn small_storm(root: &str, clients: usize, keep: usize, after_one_link: bool) {
         );
     }
     assert_eq!(sum, want.total() * clients as u64 + scripts);
-    // The limit counts what a client of this run was sent (the initrd's wire copy, not the
-    // trace's file): one client's bytes, times the clients, within the scripts' few bytes.
-    let needed = u(&r["limit"]["bytes_needed"]);
-    let one = want.total() * clients as u64;
-    assert!(
-        needed >= one && needed <= one + scripts,
-        "limit's bytes {needed}, clients' {one} + scripts {scripts}"
-    );
+    // The lower bound counts what the clients were sent.
+    assert_eq!(u(&r["bound"]["bytes"]), sum, "{}", r["bound"]);
+    bound_holds(&r, &table);
     // The server's links carried at least every byte the clients counted (plus headers).
     let egress: u64 = r["links"]
         .as_array()
@@ -344,7 +351,36 @@ fn small_storm(root: &str, clients: usize, keep: usize, after_one_link: bool) {
         .filter(|l| l.starts_with('c') && l.split_whitespace().nth(3) == Some("booted"))
         .count();
     assert_eq!(rows, clients, "{table}");
-    assert!(table.contains("physical limit"), "{table}");
+    assert!(table.contains("lower bound"), "{table}");
+    // Retries of every protocol, and the server's private memory, said whatever they are.
+    assert!(table.contains("TCP segments sent again"), "{table}");
+    assert_eq!(
+        u(&summary["client_tcp_retransmits"]),
+        each("tcp_retransmits"),
+        "{table}"
+    );
+    assert_eq!(
+        u(&summary["root_connections"]),
+        each("root_connections"),
+        "{table}"
+    );
+    assert!(each("root_connections") >= clients as u64, "{table}");
+    let server = &r["server"];
+    assert!(u(&server["private_peak_kib"]) > 0, "{server}");
+    assert!(
+        u(&server["private_by_name_kib"]["bootpool"]) > 0,
+        "{server}"
+    );
+    // The command line that made the run is kept with it.
+    assert!(
+        r["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "storm"),
+        "{}",
+        r["command"]
+    );
 }
 
 #[test]
@@ -391,7 +427,7 @@ fn a_storm_stopped_by_a_signal_ends_the_processes_of_its_room() {
     use std::io::{BufRead as _, BufReader};
     let _room = one_room();
     let dir = tempfile::tempdir().unwrap();
-    let config = storm_config(dir.path());
+    let config = storm_config(dir.path(), "4x250mbit");
     // A number nothing else on the machine sleeps for.
     let marker = format!(
         "{}.{}",
@@ -456,41 +492,87 @@ fn a_storm_stopped_by_a_signal_ends_the_processes_of_its_room() {
     assert_eq!(sleeping(&marker), Vec::<u32>::new(), "{said}");
 }
 
-/// Firmware that fetches its loader over TFTP first (EDK2's timer and retry count), as a room
-/// of PXE ROMs does: every client gets the loader's bytes, bootpool records them, and on an
-/// idle room nobody had to retransmit (counted from each client's own UDP datagrams).
+/// Firmware that fetches its loader over TFTP first (`--tftp-loader`: the firmware's DHCP,
+/// then the loader the ACK names with EDK2's timer and retry count, then the trace's iPXE
+/// DHCP), as a room of PXE ROMs does: every client gets the loader's bytes, bootpool records
+/// them, and on an idle room nobody had to retransmit (counted from each client's own UDP
+/// datagrams).
 #[test]
 fn a_small_storm_with_a_tftp_loader_counts_its_bytes_and_retries() {
     let _room = one_room();
     let dir = tempfile::tempdir().unwrap();
-    let (_, mut trace) = short_trace("nfs", 100, dir.path());
+    let (trace_file, _) = short_trace("nfs", 100, dir.path());
     let loader = Path::new("/usr/lib/ipxe/undionly.kpxe");
     let size = std::fs::metadata(loader)
         .expect("ipxe's loaders (scripts/setup)")
         .len();
-    let at = trace
-        .ops
-        .iter()
-        .position(|o| matches!(o.what, What::File { .. }))
-        .unwrap();
-    let mut op = trace.ops[at].clone();
-    op.what = What::File {
-        proto: "tftp".into(),
-        name: "undionly.kpxe".into(),
-        bytes: size,
-        blksize: None,
-        windowsize: None,
-    };
-    trace.ops.insert(at, op);
-    let trace_file = dir.path().join("tftp.trace");
-    std::fs::write(&trace_file, trace.to_text()).unwrap();
-    let (table, r) = small_room(dir.path(), "nfs", 10, &trace_file, "1x1gbit", 300);
-    assert_eq!(u(&r["summary"]["booted"]), 10, "{table}");
+    let (table, r) = small_room(
+        dir.path(),
+        "nfs",
+        4,
+        &trace_file,
+        "1x1gbit",
+        300,
+        &["--tftp-loader"],
+    );
+    assert_eq!(u(&r["summary"]["booted"]), 4, "{table}");
     for c in r["clients"].as_array().unwrap() {
         assert_eq!(u(&c["bytes"]["tftp"]), size, "{c}");
         assert_eq!(u(&c["tftp_retries"]), 0, "{c}");
         assert_eq!(u(&c["recorded"]["bytes"]["tftp"]), size, "{c}");
+        assert!(c["at"]["loader"].as_f64().is_some(), "{c}");
     }
+    bound_holds(&r, &table);
+}
+
+/// A bond simulated by its layer-2 hash (`--bond-hash`): one address on two shaped links,
+/// each client's frames on the link its MAC hashes onto. Consecutive MACs take the links in
+/// turn, and each link carried at least what its own clients counted (the shaped veth's
+/// egress counter: the redirect by MAC took their frames there).
+#[test]
+fn a_small_storm_on_a_hashed_bond_sends_each_clients_bytes_by_its_own_link() {
+    let _room = one_room();
+    let dir = tempfile::tempdir().unwrap();
+    let (trace_file, _) = short_trace("nbd", 100, dir.path());
+    let (table, r) = small_room(
+        dir.path(),
+        "nbd",
+        4,
+        &trace_file,
+        "2x1gbit",
+        300,
+        &["--bond-hash"],
+    );
+    assert_eq!(u(&r["summary"]["booted"]), 4, "{table}");
+    let links = r["links"].as_array().unwrap();
+    assert_eq!(links.len(), 2, "{table}");
+    for (k, l) in links.iter().enumerate() {
+        assert_eq!(l["address"], "10.78.0.1", "{l}");
+        assert_eq!(u(&l["clients"]), 2, "{l}\n{table}");
+        // The clients whose MAC's last byte hashes here: 0x01 ^ last ^ 0x0800, modulo 2.
+        let theirs: u64 = r["clients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| {
+                let mac = c["mac"].as_str().unwrap();
+                let last = u8::from_str_radix(&mac[15..], 16).unwrap();
+                ((0x01 ^ last) as usize ^ 0x0800) % 2 == k
+            })
+            .map(|c| u(&c["bytes"]["http"]) + u(&c["bytes"]["nbd"]))
+            .sum();
+        assert!(theirs > 0, "{table}");
+        assert!(
+            u(&l["bytes"]) >= theirs,
+            "{l}: its clients counted {theirs}\n{table}"
+        );
+    }
+    assert!(
+        r["bound"]["busiest_link_s"].as_f64().unwrap() > 0.0,
+        "{}",
+        r["bound"]
+    );
+    bound_holds(&r, &table);
 }
 
 /// Boots one VM of `lab-ROOT` with its trace kept, replays the trace from one simulated

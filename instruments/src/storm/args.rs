@@ -18,10 +18,11 @@ pub struct StormArgs {
     /// runs, unless --server-cmd starts another server).
     #[arg(short, long, default_value = "pools.yaml")]
     pub config: PathBuf,
-    /// The boot trace every client replays (default: bench/traces/demo-ROOT.trace; for
-    /// bootpool serving an NBD pool whose image has `root_wire: zstd`, the boot recorded
-    /// against that copy, bench/traces/demo-nbd-zstd.trace; for bootpool serving an NFS pool
-    /// mounted `nocto`, as by default, bench/traces/demo-nfs-nocto.trace).
+    /// The boot trace every client replays (default: bench/traces/demo-ROOT.trace; for an
+    /// NBD pool whose image has `root_wire: zstd`, the boot recorded against that copy,
+    /// bench/traces/demo-nbd-zstd.trace; for an NFS pool mounted `nocto`, as bootpool's are
+    /// by default, bench/traces/demo-nfs-nocto.trace). The pool decides, whatever the server:
+    /// a reference stack given the same options replays the same boot.
     #[arg(long)]
     pub trace: Option<PathBuf>,
     /// Each client's link rate (its switch port is shaped to it).
@@ -32,6 +33,16 @@ pub struct StormArgs {
     /// the same capacity is `1 x (K*RATE)`.
     #[arg(long, default_value = "4x250mbit", value_parser = super::room::parse_links)]
     pub server_links: (usize, u64),
+    /// The K server links are one bond's, simulated: one address (the config's), and each
+    /// client's frames leave by the link its MAC hashes onto (the kernel's `layer2` transmit
+    /// hash), so a link's clients cannot use another's spare capacity.
+    #[arg(long)]
+    pub bond_hash: bool,
+    /// Start each boot as a NIC's PXE ROM does, before the trace's first step: DHCP as the
+    /// firmware (no iPXE user class), then the loader the answer names over TFTP; the trace's
+    /// own (iPXE) DHCP follows. The shipped traces start in iPXE.
+    #[arg(long)]
+    pub tftp_loader: bool,
     /// Power the clients on over this many seconds (evenly) instead of all at once.
     #[arg(long, default_value_t = 0.0)]
     pub stagger: f64,

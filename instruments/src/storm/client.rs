@@ -21,6 +21,10 @@ pub const TFTP_TIMEOUT: Duration = Duration::from_secs(4);
 pub const TFTP_TRIES: usize = 6;
 /// How long iPXE (and the initrd's wget) waits on an HTTP transfer that has stopped moving.
 pub const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How many times a boot file is asked for before the client fails: iPXE itself asks once,
+/// and a room's boot script retries a failed `kernel` or `initrd` (`|| goto retry`); each
+/// try past the first counts in `http_retries`.
+pub const HTTP_TRIES: u32 = 3;
 
 /// When each boot milestone was reached, in seconds from the room's power-on.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -60,6 +64,13 @@ pub struct Outcome {
     pub dhcp_retransmits: u32,
     pub tftp_retries: u32,
     pub http_retries: u32,
+    /// TCP segments its namespace sent again (`RetransSegs` of its /proc/net/snmp): its
+    /// requests and acknowledgements (the server's own resends count in its namespace).
+    pub tcp_retransmits: u64,
+    /// Root connections it opened: NFS connections (the trace's read-ahead needs up to 8),
+    /// NBD attaches (as recorded). The replay never reconnects: a root connection that
+    /// breaks fails the client, it does not hide as a retry.
+    pub root_connections: u64,
     /// Datagrams its namespace dropped on a full receive buffer (`sample::udp_rcvbuf_errors`)
     /// and DHCP frames its link socket had no room for: answers that came and were lost in
     /// the client, behind other clients' broadcasts.
@@ -202,7 +213,8 @@ impl Run<'_> {
         Ok(())
     }
 
-    fn file(&mut self, proto: &str, name: &str, expect: u64) -> anyhow::Result<()> {
+    /// Fetches a boot file of the recording (`expect`: its recorded size, if known).
+    fn file(&mut self, proto: &str, name: &str, expect: Option<u64>) -> anyhow::Result<()> {
         let mac = self.out.mac.clone();
         let got = match proto {
             "tftp" => {
@@ -227,11 +239,8 @@ impl Run<'_> {
                 let script = path.starts_with("/boot/script/");
                 let mut body = Vec::new();
                 let from = self.now();
-                let n = if script {
-                    http_get(&url, &mut body)?
-                } else {
-                    http_get(&url, &mut std::io::sink())?
-                };
+                let (n, retries) = http_get_tries(&url, script.then_some(&mut body))?;
+                self.out.http_retries += retries;
                 self.out.waits.push(Wait {
                     from,
                     to: self.now(),
@@ -252,7 +261,7 @@ impl Run<'_> {
                 n
             }
         };
-        if !name.starts_with("/boot/script/") && got != expect {
+        if let Some(expect) = expect.filter(|&e| !name.starts_with("/boot/script/") && got != e) {
             self.out.differs.push(format!(
                 "{name}: {got} bytes where the recording had {expect}"
             ));
@@ -278,8 +287,7 @@ fn configure(dev: &str, lease: &Lease) -> anyhow::Result<()> {
 
 /// A whole file over TFTP (512-byte blocks: `tftp_client` asks no options) with firmware
 /// timers: it waits `TFTP_TIMEOUT` for each block and gives up after `TFTP_TRIES` sends.
-/// Returns its bytes and the retransmits (which `tftp_client` does not report: 0).
-/// Fetches `name` over TFTP; returns its size and the retransmits it took. tftp_client does
+/// Returns its size and the retransmits it took. tftp_client does
 /// not report its retries, so they are counted from the kernel's side: the UDP datagrams this
 /// client's namespace sent during the transfer, beyond the RRQ and one ACK per 512-byte block
 /// (a retry of either, and the ACK of a block the server sent twice, is one more).
@@ -369,6 +377,29 @@ fn script_names(script: &str) -> ScriptNames {
     named
 }
 
+/// GET up to `HTTP_TRIES` times until the whole body came (into `keep`, if given): its
+/// bytes, and the tries past the first. The last failure is the error.
+fn http_get_tries(url: &str, mut keep: Option<&mut Vec<u8>>) -> anyhow::Result<(u64, u32)> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let got = match keep.as_deref_mut() {
+            Some(body) => {
+                body.clear();
+                http_get(url, body)
+            }
+            None => http_get(url, &mut std::io::sink()),
+        };
+        match got {
+            Ok(n) => return Ok((n, tries - 1)),
+            Err(e) if tries >= HTTP_TRIES => {
+                return Err(e.context(format!("after {tries} tries")));
+            }
+            Err(_) => {}
+        }
+    }
+}
+
 /// GET, counting the body's bytes as it goes to `sink`.
 fn http_get(url: &str, sink: &mut dyn std::io::Write) -> anyhow::Result<u64> {
     // Ends a transfer that stops moving, not a long one: each connect and each read of the
@@ -449,6 +480,8 @@ pub fn boot(index: usize, mac: String, dev: String, plan: &Plan, power_on: f64) 
         }
     }
     run.out.udp_drops += super::sample::udp_rcvbuf_errors();
+    // The client's namespace is its own: what it counts is this boot's.
+    run.out.tcp_retransmits = super::sample::tcp_retransmits();
     run.out
 }
 
@@ -456,6 +489,9 @@ fn replay(run: &mut Run<'_>) -> anyhow::Result<()> {
     let trace = run.plan.trace.clone();
     let ops = &trace.ops;
     let mac = parse_mac(&run.out.mac)?;
+    if run.plan.tftp_loader {
+        loader(run, mac)?;
+    }
     let mut i = 0;
     while i < ops.len() {
         let op = &ops[i];
@@ -481,7 +517,7 @@ fn replay(run: &mut Run<'_>) -> anyhow::Result<()> {
                 proto, name, bytes, ..
             } => {
                 run.think(op);
-                run.file(proto, name, *bytes)?;
+                run.file(proto, name, Some(*bytes))?;
                 run.done(op);
                 i += 1;
             }
@@ -518,6 +554,32 @@ fn replay(run: &mut Run<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a NIC's PXE ROM does before the trace's (iPXE's) first step: DHCP as the firmware
+/// (the PXE options, no iPXE user class, the architecture the trace's first DHCP gives), then
+/// the loader the ACK names over TFTP. The trace's first step thinks from its end.
+fn loader(run: &mut Run<'_>, mac: [u8; 6]) -> anyhow::Result<()> {
+    let arch = run.plan.trace.ops.iter().find_map(|o| match &o.what {
+        What::Dhcp { arch, .. } => Some(arch.unwrap_or(0)),
+        _ => None,
+    });
+    let id = Identity {
+        mac,
+        pxe: true,
+        ipxe: false,
+        arch: arch.unwrap_or(0),
+    };
+    run.dhcp("discover", id)?;
+    run.dhcp("request", id)?;
+    let name = run
+        .lease
+        .as_ref()
+        .and_then(|l| l.boot_file.clone())
+        .context("the firmware's DHCP ACK names no loader (option 67)")?;
+    run.file("tftp", &name, None)?;
+    run.last_end = run.now();
+    Ok(())
+}
+
 /// The root's requests: rebased so the first waits its think time from the previous answer.
 fn root(run: &mut Run<'_>, ops: &[Op]) -> anyhow::Result<()> {
     let server = match run.out.root_server {
@@ -545,6 +607,7 @@ fn root(run: &mut Run<'_>, ops: &[Op]) -> anyhow::Result<()> {
     run.out.bytes.nfs += stats.nfs_bytes;
     run.out.bytes.nbd += stats.nbd_bytes;
     run.out.extra_requests += stats.extra_requests;
+    run.out.root_connections += stats.connections;
     run.out.root_errors += stats.errors;
     run.out.at.attached = stats.attached.map(|t| run.last_end + t);
     if stats.errors > 0 {

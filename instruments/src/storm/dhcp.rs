@@ -244,7 +244,7 @@ pub fn request(
         _ => bail!("DHCP ACK without a subnet mask"),
     };
     let boot_file = match ack.option(67) {
-        Some(DhcpOption::Unrecognized(r)) => Some(String::from_utf8_lossy(&r.data).into_owned()),
+        Some(DhcpOption::Unrecognized(r)) => Some(boot_file_name(&r.data)),
         _ => None,
     };
     Ok(Lease {
@@ -254,6 +254,13 @@ pub fn request(
         next_server: ack.siaddr,
         boot_file,
     })
+}
+
+/// Option 67 as firmware reads it: a name that ends at its first NUL, if it has one
+/// (dnsmasq sends the C string's terminator with it).
+fn boot_file_name(data: &[u8]) -> String {
+    let end = data.iter().position(|&b| b == 0).unwrap_or(data.len());
+    String::from_utf8_lossy(&data[..end]).into_owned()
 }
 
 /// The client's link, read as its NIC would be: every IPv4 datagram to UDP port 68 that
@@ -423,6 +430,17 @@ mod tests {
             }
         }
         assert_eq!(udp_payload_to_68(&[]), None);
+    }
+
+    #[test]
+    fn a_boot_file_name_ends_at_its_nul() {
+        assert_eq!(boot_file_name(b"undionly.kpxe\0"), "undionly.kpxe");
+        assert_eq!(boot_file_name(b"undionly.kpxe"), "undionly.kpxe");
+        assert_eq!(
+            boot_file_name(b"http://10.78.0.1:8080/boot/script/x.ipxe\0\0"),
+            "http://10.78.0.1:8080/boot/script/x.ipxe"
+        );
+        assert_eq!(boot_file_name(b""), "");
     }
 
     /// Runs a classic BPF program as the kernel would, for the opcodes `TO_PORT_68` uses: a

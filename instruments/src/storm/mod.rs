@@ -27,9 +27,10 @@ pub mod sample;
 
 use anyhow::{Context, bail};
 use args::StormArgs;
-use bootpool::config::{Config, Mac, RootProto, Wire};
+use bootpool::config::{Config, Mac, RootProto};
 use bootpool::sys;
 use bootpool::trace::format::Trace;
+use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -157,17 +158,34 @@ fn wait_ready(
     bail!("the server did not answer on {addr} within 30 s")
 }
 
-/// The shipped trace of `pool`'s root: the boot recorded as its server has it made (a client
+/// The shipped trace of `pool`'s root: the boot recorded as the pool has it made (a client
 /// reads other blocks of a root image recompressed for the wire, and opens files without
-/// asking an NFS server first when bootpool mounts its root `nocto`). Another server gets the
-/// boot as built and mounted by the kernel's defaults.
-fn default_trace(pool: &bootpool::config::Pool, bootpool: bool) -> PathBuf {
+/// asking an NFS server first when its root is mounted `nocto`). The pool decides, not the
+/// server: a reference stack run on the same config is given the same options
+/// (bench/storm/reference.sh) and its clients replay the same boot.
+fn default_trace(pool: &bootpool::config::Pool) -> PathBuf {
     let suffix = match pool.root {
-        RootProto::Nbd if bootpool && pool.image.root_wire == Wire::Zstd => "-zstd",
-        RootProto::Nfs if bootpool && pool.nfs_options.split(',').any(|o| o == "nocto") => "-nocto",
+        RootProto::Nbd if pool.image.root_wire == bootpool::config::Wire::Zstd => "-zstd",
+        RootProto::Nfs if pool.nfs_options.split(',').any(|o| o == "nocto") => "-nocto",
         _ => "",
     };
     PathBuf::from(format!("bench/traces/demo-{}{suffix}.trace", pool.root))
+}
+
+/// The room's links whose rate `server.link_speeds` (`speeds`, Mbit/s) does not give, each
+/// said: bootpool's pacer and dashboard take a link's capacity from there (a veth has no
+/// speed of its own), so bootpool on such a room would pace it at another rate than its own.
+fn speeds_differ(speeds: &BTreeMap<String, u32>, links: &[room::Link]) -> Vec<String> {
+    links
+        .iter()
+        .filter(|l| speeds.get(&l.dev).map(|&m| u64::from(m) * 1_000_000) != Some(l.rate))
+        .map(|l| {
+            let said = speeds
+                .get(&l.dev)
+                .map_or("nothing".into(), |m| format!("{m} Mbit/s"));
+            format!("{} is {} Mbit/s, it says {said}", l.dev, l.rate / 1_000_000)
+        })
+        .collect()
 }
 
 /// What the room replays: the pool its clients are in, the trace each replays (and its file)
@@ -196,10 +214,7 @@ fn what_to_replay(
         }
     }
     .clone();
-    let trace_file = args
-        .trace
-        .clone()
-        .unwrap_or_else(|| default_trace(&pool, args.server_cmd.is_none()));
+    let trace_file = args.trace.clone().unwrap_or_else(|| default_trace(&pool));
     let text = std::fs::read_to_string(&trace_file)
         .with_context(|| format!("reading the trace {}", trace_file.display()))?;
     let trace =
@@ -262,7 +277,20 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         let last = *addresses.last().expect("server.links holds server.address");
         addresses.push(Ipv4Addr::from(u32::from(last) + 1));
     }
-    let links = room::wire_server(&addresses, prefix, rate, &first_dev)?;
+    let links = if args.bond_hash {
+        let macs: Vec<String> = macs.iter().map(Mac::to_string).collect();
+        room::wire_bond(addresses[0], k, prefix, rate, &first_dev, &macs)?
+    } else {
+        room::wire_server(&addresses, prefix, rate, &first_dev)?
+    };
+    let wrong = speeds_differ(&config.server.link_speeds, &links);
+    if args.server_cmd.is_none() && !wrong.is_empty() {
+        bail!(
+            "{}: server.link_speeds must give each of the room's links its rate (bootpool paces by it): {}",
+            args.config.display(),
+            wrong.join("; ")
+        );
+    }
     let t0 = Instant::now();
     let plan = Arc::new(plan::Plan {
         trace: Arc::new(trace),
@@ -271,6 +299,7 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         callback: !args.no_callback,
         portmap_port: config.server.ports.portmap,
         nbd_port: config.server.ports.nbd,
+        tftp_loader: args.tftp_loader,
         t0,
     });
 
@@ -435,4 +464,33 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bootpool_runs_only_on_links_whose_speeds_the_config_gives() {
+        let link = |dev: &str, rate: u64| room::Link {
+            dev: dev.into(),
+            address: Ipv4Addr::new(10, 78, 0, 1),
+            rate,
+            macs: None,
+        };
+        let speeds: BTreeMap<String, u32> = [("s0".to_string(), 250), ("s1".to_string(), 250)]
+            .into_iter()
+            .collect();
+        let room = [link("s0", 250_000_000), link("s1", 250_000_000)];
+        assert!(speeds_differ(&speeds, &room).is_empty());
+        // The ideal bond of the same four: one link of 1 Gbit/s the config calls 250.
+        assert_eq!(
+            speeds_differ(&speeds, &[link("s0", 1_000_000_000)]),
+            ["s0 is 1000 Mbit/s, it says 250 Mbit/s"]
+        );
+        assert_eq!(
+            speeds_differ(&speeds, &[link("s2", 250_000_000)]),
+            ["s2 is 250 Mbit/s, it says nothing"]
+        );
+    }
 }

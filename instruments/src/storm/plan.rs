@@ -17,6 +17,8 @@ pub struct Plan {
     /// Where the root services are found: the portmapper (for MOUNT and NFS) and NBD.
     pub portmap_port: u16,
     pub nbd_port: u16,
+    /// Fetch the loader over TFTP first, as a NIC's PXE ROM does (`--tftp-loader`).
+    pub tftp_loader: bool,
     /// The moment the room powers on.
     pub t0: Instant,
 }

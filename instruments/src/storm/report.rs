@@ -1,7 +1,8 @@
 //! The storm's numbers, as a room admin wants them: per client its boot time, phases, bytes
 //! per protocol, retries and result; for the room the time until all booted, the spread, each
 //! server link's egress against its capacity while clients still wanted data, the server's CPU
-//! and memory, and the physical limit of the run. Printed as a table, kept as JSON. When the
+//! and memory (private memory per client), the retries of every protocol, and a lower bound
+//! no run of the room can beat. Printed as a table, kept as JSON. When the
 //! server is bootpool, its own record of each boot is read back and set beside the clients'
 //! counts.
 
@@ -11,8 +12,9 @@ use super::plan::Plan;
 use super::room::Link;
 use super::sample::Sample;
 use bootpool::record::view::BootView;
-use bootpool::trace::format::{Bytes, Trace};
+use bootpool::trace::format::{Bytes, Op, Trace, What};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -160,6 +162,10 @@ pub struct Summary {
     pub dhcp_retransmits: u64,
     pub tftp_retries: u64,
     pub http_retries: u64,
+    /// All clients' TCP segments sent again, and their root connections (the replay does
+    /// not reconnect: a root connection lost fails its client).
+    pub client_tcp_retransmits: u64,
+    pub root_connections: u64,
     /// UDP datagrams dropped on a full receive buffer in the clients' namespaces, and how
     /// many clients dropped any: answers the server sent that a client lost.
     pub client_udp_drops: u64,
@@ -200,6 +206,15 @@ pub struct Server {
     /// Frames the machine's input backlog dropped during the storm (`sample::backlog_drops`):
     /// lost in the simulated switch, before any server or client saw them.
     pub backlog_drops: u64,
+    /// TCP segments the server's namespace sent again during the storm.
+    pub tcp_retransmits: u64,
+    /// Private memory (`sample::private_kib`: written and anonymous pages, not the image's
+    /// mapped or cached files): before power-on, at its peak, (peak - before) / clients, and
+    /// each process name's peak.
+    pub private_before_kib: u64,
+    pub private_peak_kib: u64,
+    pub private_per_client_kib: f64,
+    pub private_by_name_kib: BTreeMap<String, u64>,
 }
 
 /// The machine the storm ran on. Its CPUs carry the simulated clients, the server and the
@@ -228,17 +243,26 @@ pub const SATURATED: f64 = 0.9;
 /// ...while the server's links together carried less than this share of their capacity.
 pub const UNDER: f64 = 0.8;
 
-/// The physical limit: all the bytes all clients need over the server's capacity, plus one
-/// client's own think time.
+/// A lower bound on the time until all booted that no run of this room can beat, whatever
+/// the server: the larger of the time the links need for the bytes and the time one client
+/// needs alone on an idle server.
 #[derive(Debug, Serialize)]
-pub struct Limit {
-    pub bytes_needed: u64,
+pub struct Bound {
+    /// What the clients were sent, all of them (their payload: no header, no resend).
+    pub bytes: u64,
     pub capacity_bps: u64,
+    /// `bytes` over the links' capacity (less what their buckets hold: `room::burst`).
     pub transfer_s: f64,
-    pub think_s: f64,
-    pub limit_s: f64,
-    /// all_booted_s / limit_s.
-    pub over_limit: Option<f64>,
+    /// On a bond simulated by hashing (`--bond-hash`), a client's bytes can take only its
+    /// link: the busiest link's clients' bytes over its rate (else `None`).
+    pub busiest_link_s: Option<f64>,
+    /// One client's boot alone (`alone_s`): the trace's critical path with each answer's
+    /// bytes through the client's shaped port and one shaped server link, and the think times
+    /// (the bound adds `--stagger`: the last client powers on that much later).
+    pub alone_s: f64,
+    pub bound_s: f64,
+    /// all_booted_s / bound_s: 1 or more.
+    pub over_bound: Option<f64>,
 }
 
 /// How far bootpool's record is from the clients' own counts.
@@ -258,6 +282,8 @@ pub struct Agreement {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub label: String,
+    /// The command line that made this run.
+    pub command: Vec<String>,
     pub pool: String,
     pub root: String,
     pub trace: String,
@@ -270,10 +296,66 @@ pub struct Report {
     pub links: Vec<LinkRow>,
     pub server: Server,
     pub host: Host,
-    pub limit: Limit,
+    pub bound: Bound,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agreement: Option<Agreement>,
     pub clients: Vec<ClientRow>,
+}
+
+/// A client's retries of any kind: DHCP retransmits, TFTP and HTTP retries.
+fn retries(c: &Outcome) -> u32 {
+    c.dhcp_retransmits + c.tftp_retries + c.http_retries
+}
+
+/// The room's lower bound (`Bound`): its clients' bytes over its links, on a hashed bond
+/// each link's own clients' over it, and one client alone.
+fn bound(
+    links: &[Link],
+    clients: &[Outcome],
+    trace: &Trace,
+    args: &StormArgs,
+    all_booted: Option<f64>,
+) -> Bound {
+    let bytes: u64 = clients.iter().map(|c| c.bytes.total()).sum();
+    let capacity: u64 = links.iter().map(|l| l.rate).sum();
+    // What the links' buckets hold goes at once; the rest at their rate.
+    let buckets: u64 = links.iter().map(|l| super::room::burst(l.rate)).sum();
+    let transfer_s = bytes.saturating_sub(buckets) as f64 * 8.0 / capacity.max(1) as f64;
+    let busiest_link_s = links.iter().any(|l| l.macs.is_some()).then(|| {
+        links
+            .iter()
+            .map(|l| {
+                let theirs: u64 = clients
+                    .iter()
+                    .filter(|c| l.carries(&c.mac, None))
+                    .map(|c| c.bytes.total())
+                    .sum();
+                theirs.saturating_sub(super::room::burst(l.rate)) as f64 * 8.0
+                    / l.rate.max(1) as f64
+            })
+            .fold(0.0, f64::max)
+    });
+    let one_link = links
+        .iter()
+        .map(|l| l.rate)
+        .max()
+        .unwrap_or(args.client_link);
+    // A client's bytes pass its own shaped port and one shaped server link.
+    let shapers = [args.client_link, one_link].map(|r| (r, super::room::burst(r)));
+    let alone_s = alone_s(&trace.ops, args.think_scale, &shapers);
+    // The last client powers on `--stagger` seconds after the first.
+    let bound_s = transfer_s
+        .max(busiest_link_s.unwrap_or(0.0))
+        .max(alone_s + args.stagger);
+    Bound {
+        bytes,
+        capacity_bps: capacity,
+        transfer_s,
+        busiest_link_s,
+        alone_s,
+        bound_s,
+        over_bound: all_booted.filter(|_| bound_s > 0.0).map(|t| t / bound_s),
+    }
 }
 
 fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
@@ -310,15 +392,44 @@ fn phases(o: &Outcome) -> Vec<(String, f64)> {
     out
 }
 
-/// Seconds of think time in a trace: each op's gap from the latest answer it waited for.
-fn think_time(trace: &Trace) -> f64 {
-    let g = bootpool::trace::format::Gates::new(&trace.ops);
-    // Along the critical path the thinks add up; summing every op's would count overlapped
-    // read-ahead twice, so only ops that waited for everything before them count.
-    (0..trace.ops.len())
-        .filter(|&i| g.need(i) == i)
-        .map(|i| g.think(i))
-        .sum()
+/// The payload an op's answer carries.
+fn op_bytes(op: &Op) -> u64 {
+    match &op.what {
+        What::File { bytes, .. } | What::Nfs { bytes, .. } => *bytes,
+        What::Nbd { cmd, len, .. } if cmd == "read" => *len,
+        _ => 0,
+    }
+}
+
+/// Seconds one client needs alone on an idle server that answers at once: the replay's
+/// closed loop (`Gates`: an op starts its think time after the latest answer it waits for)
+/// with every answer's bytes through each of `shapers` (rate in bit/s, bucket in bytes: a
+/// shaped link sends at most its bucket at once, the rest at its rate). Read-ahead overlaps
+/// as recorded, so only the critical path adds up.
+fn alone_s(ops: &[Op], think_scale: f64, shapers: &[(u64, u64)]) -> f64 {
+    let gates = bootpool::trace::format::Gates::new(ops);
+    // Answers in the order the gates count them (by recorded end, ties by index).
+    let mut by_end: Vec<usize> = (0..ops.len()).collect();
+    by_end.sort_by(|&a, &b| ops[a].end().total_cmp(&ops[b].end()).then(a.cmp(&b)));
+    // By start: an op waits only for answers recorded before it arrived, so those are done.
+    let mut by_start: Vec<usize> = (0..ops.len()).collect();
+    by_start.sort_by(|&a, &b| ops[a].t.total_cmp(&ops[b].t).then(a.cmp(&b)));
+    let mut end = vec![0.0f64; ops.len()];
+    let (mut counted, mut latest) = (0, 0.0f64);
+    for j in by_start {
+        // `need` grows with the start time: the latest answer waited for so far, extended.
+        while counted < gates.need(j) {
+            latest = latest.max(end[by_end[counted]]);
+            counted += 1;
+        }
+        let bytes = op_bytes(&ops[j]);
+        let transfer = shapers
+            .iter()
+            .map(|&(rate, bucket)| bytes.saturating_sub(bucket) as f64 * 8.0 / rate.max(1) as f64)
+            .fold(0.0, f64::max);
+        end[j] = latest + gates.think(j) * think_scale + transfer;
+    }
+    end.into_iter().fold(0.0, f64::max)
 }
 
 impl Report {
@@ -362,10 +473,10 @@ impl Report {
             .filter_map(|c| c.at.booted)
             .fold(0.0, f64::max);
         let (mut link_rows, mean, peak) = link_rows(links, &samples, wanted_from, wanted_to);
-        for row in &mut link_rows {
+        for (row, l) in link_rows.iter_mut().zip(links) {
             row.clients = clients
                 .iter()
-                .filter(|c| c.root_server.or(c.server) == Some(row.address))
+                .filter(|c| l.carries(&c.mac, c.root_server.or(c.server)))
                 .count();
         }
         let waited_rows = waited(links, &samples, &clients, args.client_link);
@@ -378,26 +489,17 @@ impl Report {
             waited_bytes += bytes;
             waited_cap += cap;
         }
-        let capacity: u64 = links.iter().map(|l| l.rate).sum();
-        // What one client needs is what a booted client was sent (the boot files as this
-        // server sends them: another build, or bootpool's recompressed initrd), else the trace's.
-        let mut sent: Vec<f64> = clients
-            .iter()
-            .filter(|c| c.result == "booted")
-            .map(|c| c.bytes.total() as f64)
-            .collect();
-        sent.sort_by(f64::total_cmp);
-        let per_client = quantile(&sent, 0.5).map_or_else(|| trace.bytes().total(), |b| b as u64);
-        let bytes_needed = per_client * n as u64;
-        let transfer_s = bytes_needed as f64 * 8.0 / capacity.max(1) as f64;
-        let think_s = think_time(trace) * args.think_scale;
-        let limit_s = transfer_s + think_s;
-        let before = samples
-            .iter()
-            .take_while(|s| s.t < start)
-            .last()
-            .map_or(0, |s| s.rss_kib);
+        let bound = bound(links, &clients, trace, args, all_booted);
+        let before_sample = samples.iter().take_while(|s| s.t < start).last();
+        let before = before_sample.map_or(0, |s| s.rss_kib);
+        let private_before = before_sample.map_or(0, |s| s.private_kib);
         let peak_rss = samples.iter().map(|s| s.rss_kib).max().unwrap_or(0);
+        let private_peak = samples.iter().map(|s| s.private_kib).max().unwrap_or(0);
+        let mut private_by_name = BTreeMap::<String, u64>::new();
+        for (name, kib) in samples.iter().flat_map(|s| &s.private_by_name) {
+            let peak = private_by_name.entry(name.clone()).or_default();
+            *peak = (*peak).max(*kib);
+        }
         let cpu_s = match (samples.first(), samples.last()) {
             (Some(a), Some(b)) => b.cpu_s - a.cpu_s,
             _ => 0.0,
@@ -424,12 +526,7 @@ impl Report {
                 }
             })
             .collect::<Vec<_>>();
-        let retried = rows
-            .iter()
-            .filter(|r| {
-                r.client.dhcp_retransmits + r.client.tftp_retries + r.client.http_retries > 0
-            })
-            .count();
+        let retried = rows.iter().filter(|r| retries(&r.client) > 0).count();
         let total = |f: fn(&Outcome) -> u64| rows.iter().map(|r| f(&r.client)).sum();
         let grew = |f: fn(&Sample) -> u64| match (samples.first(), samples.last()) {
             (Some(a), Some(b)) => f(b).saturating_sub(f(a)),
@@ -437,6 +534,7 @@ impl Report {
         };
         Report {
             label: label.into(),
+            command: std::env::args().collect(),
             pool: pool.into(),
             root: trace.header.root.clone(),
             trace: trace_file.display().to_string(),
@@ -453,6 +551,8 @@ impl Report {
                 dhcp_retransmits: total(|c| c.dhcp_retransmits.into()),
                 tftp_retries: total(|c| c.tftp_retries.into()),
                 http_retries: total(|c| c.http_retries.into()),
+                client_tcp_retransmits: total(|c| c.tcp_retransmits),
+                root_connections: total(|c| c.root_connections),
                 client_udp_drops: total(|c| c.udp_drops),
                 clients_with_udp_drops: rows.iter().filter(|r| r.client.udp_drops > 0).count(),
                 all_booted_s: all_booted,
@@ -479,16 +579,15 @@ impl Report {
                 rss_per_client_kib: peak_rss.saturating_sub(before) as f64 / n.max(1) as f64,
                 udp_drops: grew(|s| s.udp_drops),
                 backlog_drops: grew(|s| s.backlog_drops),
+                tcp_retransmits: grew(|s| s.tcp_retransmits),
+                private_before_kib: private_before,
+                private_peak_kib: private_peak,
+                private_per_client_kib: private_peak.saturating_sub(private_before) as f64
+                    / n.max(1) as f64,
+                private_by_name_kib: private_by_name,
             },
             host,
-            limit: Limit {
-                bytes_needed,
-                capacity_bps: capacity,
-                transfer_s,
-                think_s,
-                limit_s,
-                over_limit: all_booted.map(|t| t / limit_s),
-            },
+            bound,
             agreement,
             clients: rows,
         }
@@ -520,7 +619,7 @@ impl Report {
                 ph("initrd"),
                 ph("root"),
                 c.bytes.total() as f64 / 1e6,
-                c.dhcp_retransmits + c.tftp_retries + c.http_retries,
+                retries(c),
             ));
         }
         for r in self.clients.iter().filter(|r| r.client.error.is_some()) {
@@ -554,18 +653,20 @@ impl Report {
             self.label, m.clients, m.booted, m.failed, m.retried
         ));
         let sv = &self.server;
-        if m.retried > 0 || m.client_udp_drops > 0 || sv.udp_drops > 0 || sv.backlog_drops > 0 {
-            s.push_str(&format!(
-                "retries: {} DHCP retransmits, {} TFTP, {} HTTP; UDP datagrams lost on a full receive buffer: {} at {} clients, {} at the server; frames lost in the simulated switch (the kernel's input backlog): {}\n",
-                m.dhcp_retransmits,
-                m.tftp_retries,
-                m.http_retries,
-                m.client_udp_drops,
-                m.clients_with_udp_drops,
-                sv.udp_drops,
-                sv.backlog_drops,
-            ));
-        }
+        // Said every run, zeros too: a count that is not printed cannot be compared.
+        s.push_str(&format!(
+            "retries: {} DHCP retransmits, {} TFTP, {} HTTP; TCP segments sent again: {} by the clients, {} by the server; {} root connections (none reconnected: a lost one fails its client); UDP datagrams lost on a full receive buffer: {} at {} clients, {} at the server; frames lost in the simulated switch (the kernel's input backlog): {}\n",
+            m.dhcp_retransmits,
+            m.tftp_retries,
+            m.http_retries,
+            m.client_tcp_retransmits,
+            sv.tcp_retransmits,
+            m.root_connections,
+            m.client_udp_drops,
+            m.clients_with_udp_drops,
+            sv.udp_drops,
+            sv.backlog_drops,
+        ));
         s.push_str(&format!(
             "all booted after {} s; boot time median {} s, p95 {} s, max {} s, min {} s; slowest/fastest {}, slowest/median {}\n",
             f(m.all_booted_s),
@@ -609,10 +710,18 @@ impl Report {
             m.wire_bytes_per_client as f64 / 1e6
         ));
         s.push_str(&format!(
-            "server: {:.1} CPU s, peak RSS {:.1} MiB, {:.0} KiB per client\n",
-            self.server.cpu_s,
-            self.server.peak_rss_kib as f64 / 1024.0,
-            self.server.rss_per_client_kib
+            "server: {:.1} CPU s, peak RSS {:.1} MiB, {:.0} KiB per client; private memory {:.1} MiB before power-on, {:.1} MiB at peak, {:.0} KiB per client ({})\n",
+            sv.cpu_s,
+            sv.peak_rss_kib as f64 / 1024.0,
+            sv.rss_per_client_kib,
+            sv.private_before_kib as f64 / 1024.0,
+            sv.private_peak_kib as f64 / 1024.0,
+            sv.private_per_client_kib,
+            sv.private_by_name_kib
+                .iter()
+                .map(|(n, k)| format!("{n} {:.1} MiB", *k as f64 / 1024.0))
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
         let h = &self.host;
         s.push_str(&format!(
@@ -630,15 +739,18 @@ impl Report {
                 h.cpus
             ));
         }
-        let l = &self.limit;
+        let b = &self.bound;
         s.push_str(&format!(
-            "physical limit: {:.1} MB over {} Mbit/s = {:.1} s, plus {:.1} s of one client's think time = {:.1} s; this run {}x the limit\n",
-            l.bytes_needed as f64 / 1e6,
-            l.capacity_bps / 1_000_000,
-            l.transfer_s,
-            l.think_s,
-            l.limit_s,
-            l.over_limit.map_or("-".into(), |v| format!("{v:.2}"))
+            "lower bound: the larger of {:.1} MB over {} Mbit/s = {:.1} s{} and one client alone on an idle server = {:.1} s: {:.1} s; this run {}x the bound\n",
+            b.bytes as f64 / 1e6,
+            b.capacity_bps / 1_000_000,
+            b.transfer_s,
+            b.busiest_link_s.map_or(String::new(), |t| format!(
+                ", the busiest hashed link's own clients' bytes over it = {t:.1} s"
+            )),
+            b.alone_s,
+            b.bound_s,
+            b.over_bound.map_or("-".into(), |v| format!("{v:.2}"))
         ));
         if let Some(a) = &self.agreement {
             s.push_str(&format!(
@@ -679,7 +791,7 @@ fn waited(
             let mut waiting = vec![0u64; mids.len()];
             for c in clients
                 .iter()
-                .filter(|c| c.root_server.or(c.server) == Some(l.address))
+                .filter(|c| l.carries(&c.mac, c.root_server.or(c.server)))
             {
                 // A client counts once per midpoint, however many of its requests are open.
                 let mut mine = vec![false; mids.len()];
@@ -881,7 +993,7 @@ fn uneven(per_link: &[usize]) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{LinkRow, Sample, host, uneven};
+    use super::{LinkRow, Op, Sample, Trace, What, alone_s, host, uneven};
 
     /// A sample at `t` with the machine's busy CPU seconds so far.
     fn at(t: f64, host_busy_s: f64) -> Sample {
@@ -894,6 +1006,77 @@ mod tests {
             host_busy_s,
             udp_drops: 0,
             backlog_drops: 0,
+            tcp_retransmits: 0,
+            private_kib: 0,
+            private_by_name: Default::default(),
+        }
+    }
+
+    fn op(t: f64, d: f64, what: What) -> Op {
+        Op { t, d, what }
+    }
+
+    fn file(bytes: u64) -> What {
+        What::File {
+            proto: "http".into(),
+            name: "/boot/demo/vmlinuz".into(),
+            bytes,
+            blksize: None,
+            windowsize: None,
+        }
+    }
+
+    fn read(len: u64) -> What {
+        What::Nbd {
+            cmd: "read".into(),
+            offset: 0,
+            len,
+            export: None,
+        }
+    }
+
+    #[test]
+    fn one_client_alone_adds_up_its_critical_path_not_its_overlapped_reads() {
+        // A file of 1 MB (0.08 s at 100 Mbit/s) after 1 s, then 2 s of thinking, then two
+        // reads of 1 MB in flight together (the second sent before the first's answer): each
+        // takes 0.08 s alone on the link, and the second does not wait for the first.
+        let ops = vec![
+            op(1.0, 0.5, file(1_000_000)),
+            op(3.5, 0.2, read(1_000_000)),
+            op(3.6, 0.2, read(1_000_000)),
+            // Thinks 1 s after the latest answer (3.8) it waited for.
+            op(4.8, 0.0, What::Booted),
+        ];
+        let link = |rate| [(rate, 0)];
+        let t = alone_s(&ops, 1.0, &link(100_000_000));
+        let want = 1.0 + 0.08 + 2.0 + 0.1 + 0.08 + 1.0;
+        assert!((t - want).abs() < 1e-9, "{t} vs {want}");
+        // Think times scale; bytes at a slower link take longer.
+        let scaled = alone_s(&ops, 0.5, &link(100_000_000));
+        assert!((scaled - (want - 2.05)).abs() < 1e-9, "{scaled}");
+        let slow = alone_s(&ops, 1.0, &link(10_000_000));
+        assert!((slow - (want + 0.72 * 2.0)).abs() < 1e-9, "{slow}");
+        // The slower of two shapers counts; a bucket of 0.5 MB sends half of each at once.
+        let both = alone_s(&ops, 1.0, &[(100_000_000, 0), (10_000_000, 0)]);
+        assert!((both - slow).abs() < 1e-9, "{both}");
+        let bucket = alone_s(&ops, 1.0, &[(100_000_000, 500_000)]);
+        assert!((bucket - (want - 0.04 * 2.0)).abs() < 1e-9, "{bucket}");
+        assert_eq!(alone_s(&[], 1.0, &link(1)), 0.0);
+    }
+
+    #[test]
+    fn the_shipped_traces_alone_are_shorter_than_their_recorded_boot() {
+        // At a client link of 10 Gbit/s and think x1 the bound is the recording less its
+        // server's answering time: never more than the recorded boot.
+        for name in ["demo-nfs", "demo-nbd"] {
+            let path = format!("{}/bench/traces/{name}.trace", env!("CARGO_MANIFEST_DIR"));
+            let trace = Trace::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
+            let recorded = trace.ops.iter().map(Op::end).fold(0.0, f64::max);
+            let alone = alone_s(&trace.ops, 1.0, &[(10_000_000_000, 0)]);
+            assert!(
+                alone > 0.5 * recorded && alone <= recorded,
+                "{name}: {alone} of {recorded}"
+            );
         }
     }
 

@@ -3,7 +3,9 @@
 //! its egress shaped by `tc tbf` to the link's rate (replies leave by the link of their source
 //! address: source policy routing, with ARP answered only by the link that holds the address);
 //! and per client a veth whose far end lives in the client's own namespace, its switch port
-//! shaped to the client's link rate. Nothing here can reach a link outside the namespace.
+//! shaped to the client's link rate. Or, for a bond simulated (`wire_bond`), K shaped links
+//! under one address, each client's frames leaving by the link its MAC hashes onto. Nothing
+//! here can reach a link outside the namespace.
 
 use anyhow::{Context, bail};
 use std::io::Write as _;
@@ -57,6 +59,34 @@ pub struct Link {
     pub dev: String,
     pub address: Ipv4Addr,
     pub rate: u64,
+    /// On a bond simulated (`wire_bond`), the MACs of the clients whose frames this link
+    /// carries (all links share one address); `None` when its clients are those told its
+    /// address.
+    pub macs: Option<Vec<String>>,
+}
+
+impl Link {
+    /// Whether this link carries what the server sends to the client with `mac`, told
+    /// `address` as its server.
+    pub fn carries(&self, mac: &str, address: Option<Ipv4Addr>) -> bool {
+        match &self.macs {
+            Some(macs) => macs.iter().any(|m| m.eq_ignore_ascii_case(mac)),
+            None => address == Some(self.address),
+        }
+    }
+}
+
+/// The server's MAC on a bond simulated (every link of it has this one, as a bond's slaves
+/// take the bond's).
+pub const BOND_MAC: [u8; 6] = [0x02, 0x78, 0x00, 0x00, 0x00, 0x01];
+
+/// The link of `k` that a bond whose transmit hash is the kernel's `layer2` policy sends a
+/// frame from `server` to `client` by: the last bytes of the two MACs XOR the frame's
+/// EtherType (IPv4), modulo the number of links (Linux's Documentation/networking/
+/// bonding.rst, `xmit_hash_policy`). Every frame to one client takes the same link.
+pub fn layer2_hash(server: [u8; 6], client: [u8; 6], k: usize) -> usize {
+    let hash = u32::from(server[5] ^ client[5]) ^ 0x0800;
+    hash as usize % k.max(1)
 }
 
 /// Runs `PROGRAM -batch -` with `lines` on its standard input, failing with its message.
@@ -95,10 +125,17 @@ fn sysctl(path: &str, value: &str) -> anyhow::Result<()> {
     std::fs::write(format!("/proc/sys/{path}"), value).with_context(|| format!("setting {path}"))
 }
 
-/// A tbf qdisc shaping `dev`'s egress to `rate` bits per second. The bucket holds 10 ms of
-/// the rate (at least 64 KiB, so one GSO packet always fits) and the queue 20 ms.
+/// The bytes a shaped link's bucket holds (`shape`): 10 ms of the rate, at least 64 KiB so
+/// that one GSO packet always fits. After an idle moment that many go at once, faster than
+/// the rate.
+pub fn burst(rate: u64) -> u64 {
+    (rate / 8 / 100).max(64 * 1024)
+}
+
+/// A tbf qdisc shaping `dev`'s egress to `rate` bits per second. The bucket holds `burst`,
+/// the queue 20 ms.
 fn shape(dev: &str, rate: u64) -> String {
-    let burst = (rate / 8 / 100).max(64 * 1024);
+    let burst = burst(rate);
     format!("qdisc add dev {dev} root tbf rate {rate}bit burst {burst} latency 20ms")
 }
 
@@ -143,11 +180,94 @@ pub fn wire_server(
             "route add {net} dev {dev} src {address} table {table}"
         ));
         tc.push(shape(&dev, rate));
-        out.push(Link { dev, address, rate });
+        out.push(Link {
+            dev,
+            address,
+            rate,
+            macs: None,
+        });
     }
     ip(&cmds)?;
     batch("tc", &tc)?;
     Ok(out)
+}
+
+/// A bond of `k` links of `rate` simulated, there being no bonding driver here: `first_dev`
+/// holds `address` (the config's server address) and the others `s1`, `s2`, ... none; all
+/// have the bond's MAC (`BOND_MAC`), so a frame for the server is taken by whichever the
+/// switch sends it to. Each link's egress is shaped to `rate`, and a frame to a client leaves
+/// by the link `layer2_hash` gives its MAC: `first_dev`'s own egress filter redirects it
+/// there (`tc u32` on the destination MAC, `mirred` to that link's shaped queue). Frames to
+/// other MACs (broadcasts) leave by `first_dev`.
+pub fn wire_bond(
+    address: Ipv4Addr,
+    k: usize,
+    prefix: u8,
+    rate: u64,
+    first_dev: &str,
+    clients: &[String],
+) -> anyhow::Result<Vec<Link>> {
+    crate::lab::net::ip(&["link", "set", "lo", "up"]).ok();
+    sysctl("net/ipv4/conf/all/arp_ignore", "1")?;
+    sysctl("net/ipv4/conf/all/arp_announce", "2")?;
+    sysctl("net/ipv4/conf/all/rp_filter", "0")?;
+    sysctl("net/ipv4/conf/default/rp_filter", "0")?;
+    quiet_switch()?;
+    let mac = BOND_MAC.map(|b| format!("{b:02x}")).join(":");
+    let mut cmds = vec![
+        format!("link add {BRIDGE} type bridge stp_state 0 forward_delay 0"),
+        format!("link set {BRIDGE} up"),
+    ];
+    let mut tc = Vec::new();
+    let mut out = Vec::new();
+    for n in 0..k {
+        let dev = if n == 0 {
+            first_dev.to_string()
+        } else {
+            format!("s{n}")
+        };
+        cmds.push(format!(
+            "link add {dev} address {mac} type veth peer name sp{n}"
+        ));
+        cmds.push(format!("link set sp{n} master {BRIDGE}"));
+        cmds.push(format!("link set sp{n} up"));
+        cmds.push(format!("link set {dev} up"));
+        tc.push(shape(&dev, rate));
+        out.push(Link {
+            dev,
+            address,
+            rate,
+            macs: Some(Vec::new()),
+        });
+    }
+    cmds.push(format!("addr add {address}/{prefix} dev {first_dev}"));
+    tc.push(format!("qdisc add dev {first_dev} clsact"));
+    for client in clients {
+        let parsed: bootpool::config::Mac = client
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{client}: {e}"))?;
+        let n = layer2_hash(BOND_MAC, parsed.0, k);
+        if let Some(Some(macs)) = out.get_mut(n).map(|l| l.macs.as_mut()) {
+            macs.push(client.clone());
+        }
+        if n > 0 {
+            tc.push(redirect(first_dev, parsed.0, &out[n].dev));
+        }
+    }
+    ip(&cmds)?;
+    batch("tc", &tc)?;
+    Ok(out)
+}
+
+/// A `tc` filter on `dev`'s egress that sends frames to `mac` to `to`'s egress instead (its
+/// own shaped queue): the destination MAC's first two bytes and last four, at their offsets
+/// before the network header.
+fn redirect(dev: &str, mac: [u8; 6], to: &str) -> String {
+    let head = u16::from_be_bytes([mac[0], mac[1]]);
+    let tail = u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]]);
+    format!(
+        "filter add dev {dev} egress protocol all u32 match u16 0x{head:04x} 0xffff at -14 match u32 0x{tail:08x} 0xffffffff at -12 action mirred egress redirect dev {to}"
+    )
 }
 
 /// A switch runs no firewall. Where the kernel has br_netfilter, every frame a bridge forwards
@@ -253,5 +373,45 @@ mod tests {
         assert_eq!(parse_links("1 x 1gbit"), Ok((1, 1_000_000_000)));
         assert!(parse_links("0x1gbit").is_err());
         assert!(parse_links("4mbit").is_err());
+    }
+
+    #[test]
+    fn a_bonds_layer2_hash_spreads_a_rooms_macs_as_the_kernels_would() {
+        let client = |last: u8| [0x52, 0x54, 0x00, 0x78, 0x00, last];
+        // (0x01 ^ 0x00) ^ 0x0800 = 0x801: 2049 % 4 = 1, % 3 = 0.
+        assert_eq!(layer2_hash(BOND_MAC, client(0x00), 4), 1);
+        assert_eq!(layer2_hash(BOND_MAC, client(0x00), 3), 0);
+        // Consecutive MACs take the links in turn, 40 of them 10 a link on 4.
+        let mut per_link = [0; 4];
+        for i in 0..40 {
+            per_link[layer2_hash(BOND_MAC, client(i), 4)] += 1;
+        }
+        assert_eq!(per_link, [10; 4]);
+        // MACs alike in their last byte take one link, however the rest differ.
+        let other = [0x00, 0x11, 0x22, 0x33, 0x44, 0x00];
+        assert_eq!(
+            layer2_hash(BOND_MAC, other, 4),
+            layer2_hash(BOND_MAC, client(0x00), 4)
+        );
+        assert_eq!(layer2_hash(BOND_MAC, client(7), 1), 0);
+    }
+
+    #[test]
+    fn a_clients_frames_are_redirected_by_its_whole_mac() {
+        let line = redirect("s0", [0x52, 0x54, 0x00, 0x78, 0x01, 0x0a], "s2");
+        assert_eq!(
+            line,
+            "filter add dev s0 egress protocol all u32 match u16 0x5254 0xffff at -14 match u32 0x0078010a 0xffffffff at -12 action mirred egress redirect dev s2"
+        );
+        let l = Link {
+            dev: "s1".into(),
+            address: Ipv4Addr::new(10, 0, 0, 1),
+            rate: 1,
+            macs: Some(vec!["52:54:00:78:01:0a".into()]),
+        };
+        assert!(l.carries("52:54:00:78:01:0A", None));
+        assert!(!l.carries("52:54:00:78:01:0b", Some(l.address)));
+        let by_address = Link { macs: None, ..l };
+        assert!(by_address.carries("52:54:00:78:01:0b", Some(by_address.address)));
     }
 }

@@ -17,6 +17,8 @@ pub struct RootStats {
     /// Requests made that the trace did not have.
     pub extra_requests: u64,
     pub errors: u64,
+    /// NFS connections opened, or NBD attaches.
+    pub connections: u64,
     pub first_error: Option<String>,
     /// Seconds from the replay's start until the first request after the attach was sent.
     pub attached: Option<f64>,
@@ -45,6 +47,7 @@ pub fn replay(
         let s = rt.block_on(nfs::replay_nfs(server, ports, ops, plan.think_scale))?;
         out.nfs_bytes = s.read_bytes;
         out.extra_requests = s.extra_lookups;
+        out.connections = s.connections as u64;
         out.errors = s.total_errors();
         out.first_error = s
             .errors
@@ -56,6 +59,7 @@ pub fn replay(
     } else {
         let s = nbd::replay_nbd(server, plan.nbd_port, ops, plan.think_scale, nbd_export)?;
         out.nbd_bytes = s.bytes;
+        out.connections = s.attaches;
         out.errors = s.errors;
         out.first_error = (s.errors > 0).then(|| format!("{} reads failed", s.errors));
         out.attached = since(s.first);

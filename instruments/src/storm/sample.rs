@@ -1,12 +1,14 @@
 //! What the storm watches while it runs, ten times a second: each server link's egress
-//! counter, the CPU time and memory of every process in the room's namespace but the storm
-//! itself (that is the server, whatever it is: bootpool, or dnsmasq with nfs-ganesha and
-//! rpcbind), the CPU time of the storm itself (the simulated clients) and of the whole
-//! machine, and the UDP datagrams that namespace dropped on a full receive buffer (a client
-//! reads its own namespace's at the end of its boot).
+//! counter, the CPU time and memory (resident, and private: `smaps_rollup`) of every process
+//! in the room's namespace but the storm itself (that is the server, whatever it is:
+//! bootpool, or dnsmasq with nfs-ganesha and rpcbind), the CPU time of the storm itself (the
+//! simulated clients) and of the whole machine, and the UDP datagrams that namespace dropped
+//! on a full receive buffer and the TCP segments it sent again (a client reads its own
+//! namespace's at the end of its boot).
 
 use super::room::{self, Link};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -16,7 +18,9 @@ pub const EVERY: Duration = Duration::from_millis(100);
 /// One look at the room.
 #[derive(Debug, Clone, Serialize)]
 pub struct Sample {
-    /// Seconds from the storm's start.
+    /// Seconds from the storm's start, when the links' counters were read (right after:
+    /// the rest of a look takes a /proc scan, and a stamp taken after it would put the
+    /// bytes of one interval into a shorter one).
     pub t: f64,
     /// Each link's egress counter, in bytes.
     pub tx: Vec<u64>,
@@ -24,6 +28,9 @@ pub struct Sample {
     pub cpu_s: f64,
     /// Their resident memory now, KiB.
     pub rss_kib: u64,
+    /// Their private memory now, KiB (`private_kib`), all together and by process name.
+    pub private_kib: u64,
+    pub private_by_name: BTreeMap<String, u64>,
     /// The storm's own CPU seconds so far: the simulated clients (and this sampler).
     pub clients_cpu_s: f64,
     /// The machine's busy CPU seconds so far, all its CPUs together (`proc_stat_busy`).
@@ -32,6 +39,8 @@ pub struct Sample {
     pub udp_drops: u64,
     /// The machine's input-backlog drops so far (`backlog_drops`).
     pub backlog_drops: u64,
+    /// The namespace's TCP segments sent again so far (`tcp_retransmits`): the server's.
+    pub tcp_retransmits: u64,
 }
 
 pub struct Sampler {
@@ -50,16 +59,20 @@ impl Sampler {
             while !flag.load(Ordering::Relaxed) {
                 let devs: Vec<&str> = links.iter().map(|l| l.dev.as_str()).collect();
                 let tx = room::tx_bytes(&devs);
-                let (cpu_s, rss_kib) = server_usage(storm_pid);
+                let t = t0.elapsed().as_secs_f64();
+                let usage = server_usage(storm_pid);
                 out.push(Sample {
-                    t: t0.elapsed().as_secs_f64(),
+                    t,
                     tx,
-                    cpu_s,
-                    rss_kib,
+                    cpu_s: usage.cpu_s,
+                    rss_kib: usage.rss_kib,
+                    private_kib: usage.private_by_name.values().sum(),
+                    private_by_name: usage.private_by_name,
                     clients_cpu_s: cpu_of("self"),
                     host_busy_s: host_cpu().map_or(0.0, |(busy, _)| busy),
                     udp_drops: udp_rcvbuf_errors(),
                     backlog_drops: backlog_drops(),
+                    tcp_retransmits: tcp_retransmits(),
                 });
                 std::thread::sleep(EVERY);
             }
@@ -81,6 +94,15 @@ pub fn udp_rcvbuf_errors() -> u64 {
     std::fs::read_to_string("/proc/thread-self/net/snmp")
         .ok()
         .and_then(|s| snmp_field(&s, "Udp:", "RcvbufErrors"))
+        .unwrap_or(0)
+}
+
+/// TCP segments the calling thread's network namespace sent again (`RetransSegs` of
+/// /proc/net/snmp): a segment lost, or acknowledged too late, on the way.
+pub fn tcp_retransmits() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/net/snmp")
+        .ok()
+        .and_then(|s| snmp_field(&s, "Tcp:", "RetransSegs"))
         .unwrap_or(0)
 }
 
@@ -130,20 +152,49 @@ pub fn room_pids(storm_pid: u32) -> Vec<libc::pid_t> {
         .collect()
 }
 
-/// CPU seconds and RSS (KiB) of the processes in the namespace, the storm excepted.
-fn server_usage(storm_pid: u32) -> (f64, u64) {
-    let (mut cpu, mut rss) = (0.0, 0);
+/// What the server's processes use.
+#[derive(Debug, Default)]
+struct Usage {
+    cpu_s: f64,
+    rss_kib: u64,
+    /// Private memory (`private_kib`), KiB, summed by process name (`comm`).
+    private_by_name: BTreeMap<String, u64>,
+}
+
+/// CPU seconds, RSS and private memory (KiB) of the processes in the namespace, the storm
+/// excepted.
+fn server_usage(storm_pid: u32) -> Usage {
+    let mut u = Usage::default();
     for pid in room_pids(storm_pid) {
-        cpu += cpu_of(&pid.to_string());
+        u.cpu_s += cpu_of(&pid.to_string());
         if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-            rss += status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                .unwrap_or(0);
+            u.rss_kib += kib_field(&status, "VmRSS:").unwrap_or(0);
         }
+        let private = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+            .map_or(0, |s| private_kib(&s));
+        let name = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map_or_else(|_| "?".to_string(), |n| n.trim().to_string());
+        *u.private_by_name.entry(name).or_default() += private;
     }
-    (cpu, rss)
+    u
+}
+
+/// A `NAME:   1234 kB` line's value.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+/// A process's private memory from its /proc/PID/smaps_rollup, KiB: the pages only it has
+/// written (`Private_Dirty`: heap, stacks, buffers) or holds anonymously (`Anonymous`), the
+/// larger of the two, since an anonymous page written is both. An image's files mapped or
+/// cached (bootpool's RAM store's mmap, a root file in the page cache) are not in it: they
+/// are the image's pages, shared by every client and kept by the kernel, not the client's.
+fn private_kib(rollup: &str) -> u64 {
+    let dirty = kib_field(rollup, "Private_Dirty:").unwrap_or(0);
+    let anon = kib_field(rollup, "Anonymous:").unwrap_or(0);
+    dirty.max(anon)
 }
 
 /// A process's CPU seconds (user + system, all its threads) so far; `pid` may be "self".
@@ -219,6 +270,29 @@ ctxt 999
     }
 
     #[test]
+    fn private_memory_is_the_written_and_anonymous_pages_not_the_mapped_files() {
+        let rollup = "\
+55d4c8a5e000-7ffd9a5f4000 ---p 00000000 00:00 0                          [rollup]
+Rss:               90000 kB
+Pss:               80000 kB
+Shared_Clean:       1000 kB
+Shared_Dirty:          0 kB
+Private_Clean:     60000 kB
+Private_Dirty:      2900 kB
+Referenced:        90000 kB
+Anonymous:          3000 kB
+Swap:                  0 kB
+";
+        // 60 MB of a file mapped and read (Private_Clean) count for nothing.
+        assert_eq!(private_kib(rollup), 3000);
+        assert_eq!(private_kib("Private_Dirty:  12 kB\nAnonymous:  4 kB\n"), 12);
+        assert_eq!(private_kib(""), 0);
+        // This process has some.
+        let mine = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
+        assert!(private_kib(&mine) > 0);
+    }
+
+    #[test]
     fn softnet_drops_are_the_second_column_summed_over_cpus() {
         let text = "0001b4f2 00000041 0000003e 00000000\n11b67d86 0000019e 0000003d 00000000\n";
         assert_eq!(softnet_drops(text), 0x41 + 0x19e);
@@ -234,10 +308,13 @@ Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors
 Udp: 120 3 17 118 15 0
 UdpLite: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors
 UdpLite: 0 0 0 0 0 0
+Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs OutSegs RetransSegs InErrs OutRsts
+Tcp: 1 200 120000 -1 10 2 0 0 1 500 480 7 0 1
 ";
         assert_eq!(snmp_field(snmp, "Udp:", "RcvbufErrors"), Some(15));
         assert_eq!(snmp_field(snmp, "Udp:", "InDatagrams"), Some(120));
         assert_eq!(snmp_field(snmp, "Udp:", "Nope"), None);
+        assert_eq!(snmp_field(snmp, "Tcp:", "RetransSegs"), Some(7));
         assert_eq!(snmp_field("", "Udp:", "RcvbufErrors"), None);
         // This thread's namespace has the counter.
         assert!(
