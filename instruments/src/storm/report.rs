@@ -1069,7 +1069,10 @@ mod tests {
         // At a client link of 10 Gbit/s and think x1 the bound is the recording less its
         // server's answering time: never more than the recorded boot.
         for name in ["demo-nfs", "demo-nbd"] {
-            let path = format!("{}/bench/traces/{name}.trace", env!("CARGO_MANIFEST_DIR"));
+            let path = format!(
+                "{}/../bench/traces/{name}.trace",
+                env!("CARGO_MANIFEST_DIR")
+            );
             let trace = Trace::parse(&std::fs::read_to_string(path).unwrap()).unwrap();
             let recorded = trace.ops.iter().map(Op::end).fold(0.0, f64::max);
             let alone = alone_s(&trace.ops, 1.0, &[(10_000_000_000, 0)]);
