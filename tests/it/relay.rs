@@ -4,7 +4,8 @@
 //! with dhcrelay's `-U`), the lease and the API keep the switch port option 82 named, and a
 //! relay `dhcp.relays` does not list gets silence, counted in /metrics. In proxy mode, with
 //! dnsmasq as the site's DHCP server on a fourth namespace, the PXE answer comes back through
-//! the relay and the room's client fetches its loader over TFTP across the router.
+//! the relay and the room's client fetches its loader over TFTP across the router. DHCPv6
+//! through `dhcrelay -6` (RELAY-FORW, RELAY-REPL) gives `dhclient -6` an address.
 
 use crate::common::netns::{Link, Router};
 use crate::common::{Fixture, Loopback, netns::Daemon};
@@ -38,42 +39,43 @@ fn link() -> Link {
     )
 }
 
-/// dhcrelay in the router's namespace, relaying the room to the server with `flags`; killed
-/// when dropped.
+/// dhcrelay in the router's namespace with `args`; killed when dropped.
 struct Relay(Child);
 
 impl Relay {
-    fn start(link: &Link, dir: &Path, flags: &[&str]) -> Relay {
+    /// Relaying the room's DHCPv4 to the server, with `flags` besides.
+    fn v4(link: &Link, dir: &Path, flags: &[&str]) -> Relay {
         let r: &Router = link.router.as_ref().unwrap();
-        let mut args = vec![
-            "-4",
-            "-d",
-            "--no-pid",
-            "-id",
-            r.down.as_str(),
-            "-iu",
-            r.up.as_str(),
-        ];
+        let mut args = vec!["-4", "-id", r.down.as_str(), "-iu", r.up.as_str()];
         args.extend_from_slice(flags);
         args.push(SERVER);
-        let log = std::fs::File::create(dir.join("dhcrelay.log")).unwrap();
-        let child = Link::command(&r.ns, "dhcrelay", &args)
+        Relay::start(link, dir, &args)
+    }
+
+    fn start(link: &Link, dir: &Path, args: &[&str]) -> Relay {
+        let r: &Router = link.router.as_ref().unwrap();
+        let log_path = dir.join("dhcrelay.log");
+        let log = std::fs::File::create(&log_path).unwrap();
+        let mut all = vec!["-d", "--no-pid"];
+        all.extend_from_slice(args);
+        let child = Link::command(&r.ns, "dhcrelay", &all)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .expect("dhcrelay runs");
-        // It listens once it has said which interfaces it relays between.
+        // It relays once it says it listens on the room's side.
         let listening =
             crate::common::poll_until(Duration::from_secs(10), Duration::from_millis(50), || {
-                std::fs::read_to_string(dir.join("dhcrelay.log"))
+                std::fs::read_to_string(&log_path)
                     .unwrap_or_default()
-                    .contains(&format!("Listening on LPF/{}", r.down))
+                    .lines()
+                    .any(|l| l.starts_with("Listening on ") && l.contains(&r.down))
             });
         assert!(
             listening,
             "dhcrelay did not start:\n{}",
-            std::fs::read_to_string(dir.join("dhcrelay.log")).unwrap_or_default()
+            std::fs::read_to_string(&log_path).unwrap_or_default()
         );
         Relay(child)
     }
@@ -112,7 +114,7 @@ fn a_room_behind_a_relay_is_given_its_own_subnet_and_its_switch_port_is_kept() {
 
     // dhcrelay with -a: giaddr is its room-side address, option 82 names the port (its
     // interface) as the circuit id.
-    let relay = Relay::start(&link, fx.path(), &["-a"]);
+    let relay = Relay::v4(&link, fx.path(), &["-a"]);
     let mac = "52:54:00:77:00:01";
     let (ip, mask, router, dns) = lease(&link, &fx, mac).expect("a lease through the relay");
     assert!(in_room_range(ip), "{ip}");
@@ -153,7 +155,7 @@ fn a_room_behind_a_relay_is_given_its_own_subnet_and_its_switch_port_is_kept() {
 
     // With -U the giaddr is the router's address on the server's own segment, and RFC 3527's
     // link selection names the room: the room's subnet still answers.
-    let _relay = Relay::start(
+    let _relay = Relay::v4(
         &link,
         fx.path(),
         &["-a", "-U", &link.router.as_ref().unwrap().up],
@@ -182,7 +184,7 @@ fn a_relay_not_listed_in_dhcp_relays_gets_silence_and_is_counted() {
     let fx = Fixture::new();
     fx.write_config(&config(&link, "10.77.1.253"));
     let daemon = Daemon::start(&link, &fx, 1);
-    let _relay = Relay::start(&link, fx.path(), &["-a"]);
+    let _relay = Relay::v4(&link, fx.path(), &["-a"]);
     assert_eq!(lease(&link, &fx, "52:54:00:77:00:03"), None);
     let series = "bootpool_dhcp_unplaced_total{why=\"unlisted_relay\"}";
     assert!(link.metric(&format!("{SERVER}:8080"), series) > 0);
@@ -317,7 +319,7 @@ fn proxy_mode_answers_through_the_relay_beside_the_sites_dhcp_server() {
     let _daemon = Daemon::start(&link, &fx, 1);
     let (site_ns, site_dev) = link.router.as_ref().unwrap().site.clone().unwrap();
     let _dnsmasq = SiteDhcp::start(&site_ns, &site_dev, fx.path());
-    let _relay = Relay::start(&link, fx.path(), &["-a", "-iu", &site_up, "10.88.0.2"]);
+    let _relay = Relay::v4(&link, fx.path(), &["-a", "-iu", &site_up, "10.88.0.2"]);
 
     let mac = [0x52, 0x54, 0, 0x77, 0, 5];
     let offers = pxe_offers(&link, mac, 4);
@@ -355,4 +357,68 @@ fn proxy_mode_answers_through_the_relay_beside_the_sites_dhcp_server() {
         std::fs::read(&got).unwrap(),
         std::fs::read(fx.path().join("loaders/undionly.kpxe")).unwrap()
     );
+}
+
+/// DHCPv6 through `dhcrelay -6`: the room's `dhclient -6` gets an address of the range, the
+/// SOLICIT and REQUEST carried in RELAY-FORW, the answers back in RELAY-REPL. The server's
+/// address and the room's link are both inside `dhcp6.subnet` (a /16): its one range serves
+/// the relayed room.
+#[test]
+fn dhcpv6_through_a_relay_gets_an_address_of_the_range() {
+    let link = link();
+    let r = link.router.as_ref().unwrap();
+    let run = |ns: &str, args: &[&str]| {
+        let (ok, _, err) = crate::common::run(&mut Link::command(ns, args[0], &args[1..]), 10);
+        assert!(ok, "{args:?}: {err}");
+    };
+    for (ns, dev, cidr) in [
+        (&link.server_ns, &link.server_if, Some("fd77:1::1/64")),
+        (&r.ns, &r.up, Some("fd77:1::fe/64")),
+        (&r.ns, &r.down, Some("fd77:20::1/64")),
+        (&link.client_ns, &link.client_if, None),
+    ] {
+        // No duplicate address detection, the link bounced: addresses usable at once.
+        run(
+            ns,
+            &[
+                "sysctl",
+                "-qw",
+                &format!("net.ipv6.conf.{dev}.accept_dad=0"),
+            ],
+        );
+        run(ns, &["ip", "link", "set", dev, "down"]);
+        run(ns, &["ip", "link", "set", dev, "up"]);
+        if let Some(cidr) = cidr {
+            run(ns, &["ip", "-6", "addr", "add", cidr, "dev", dev, "nodad"]);
+        }
+    }
+    link.set_client_mac("52:54:00:77:00:06");
+    crate::dhcp6::wait_for_link_local(&link);
+    let fx = Fixture::new();
+    let config = config(&link, UP).server("address6: \"fd77:1::1\"");
+    fx.write_config(&format!(
+        "{}dhcp6:\n  subnet: \"fd77::/16\"\n  range: \"fd77:20::100-fd77:20::1ff\"\n",
+        &*config
+    ));
+    let _daemon = Daemon::start(&link, &fx, 1);
+    let _relay = Relay::start(
+        &link,
+        fx.path(),
+        &["-6", "-l", &r.down, "-u", &format!("fd77:1::1%{}", r.up)],
+    );
+    let line = link
+        .dhclient(
+            &fx.path().join("dhclient6"),
+            &["-6"],
+            "timeout 15;\n",
+            "echo \"$reason $new_ip6_address\" >> $OUT",
+            "BOUND6",
+        )
+        .unwrap_or_else(|log| panic!("no DHCPv6 lease through the relay:\n{log}"));
+    let ip: std::net::Ipv6Addr = line.split(' ').nth(1).unwrap().parse().unwrap();
+    let (first, last): (std::net::Ipv6Addr, std::net::Ipv6Addr) = (
+        "fd77:20::100".parse().unwrap(),
+        "fd77:20::1ff".parse().unwrap(),
+    );
+    assert!((first..=last).contains(&ip), "{line}");
 }
