@@ -1,7 +1,8 @@
 //! A room on a subnet of its own, behind a router that runs ISC dhcrelay, three network
 //! namespaces (`Link::routed`): busybox udhcpc in the room gets an address, mask, router and DNS
 //! of the room's subnet through the real relay (by its giaddr, and by RFC 3527's link selection
-//! with dhcrelay's `-U`), the lease and the API keep the switch port option 82 named, and a
+//! with dhcrelay's `-U`) and reaches its NBD root across the router, the lease and the API keep
+//! the switch port option 82 named, and a
 //! relay `dhcp.relays` does not list gets silence, counted in /metrics. In proxy mode, with
 //! dnsmasq as the site's DHCP server on a fourth namespace, the PXE answer comes back through
 //! the relay and the room's client fetches its loader over TFTP across the router. DHCPv6
@@ -25,6 +26,7 @@ fn config(link: &Link, relays: &str) -> Loopback {
     Loopback::default()
         .on_veth("10.77.1", &link.server_if)
         .http(&format!("{SERVER}:8080"))
+        .port("nbd", 10809)
         .more_subnets(&format!(
             "- {{ subnet: 10.20.0.0/24, range: 10.20.0.100-10.20.0.150, router: {ROOM_ROUTER}, dns: [10.20.0.53] }}\n"
         ))
@@ -176,6 +178,24 @@ fn a_room_behind_a_relay_is_given_its_own_subnet_and_its_switch_port_is_kept() {
         Some(UP.parse().unwrap()),
         "giaddr on the server's segment"
     );
+
+    // A machine of the NBD pool, on its room's address, reaches its root across the router
+    // (libnbd's nbdinfo): the lease it got through the relay is what NBD allows.
+    let bound = link
+        .udhcpc(fx.path(), "52:54:00:77:00:11", true)
+        .expect("a lease for the NBD machine");
+    assert!(in_room_range(bound[1].parse().unwrap()), "{bound:?}");
+    link.in_client(&["ip", "route", "add", "default", "via", ROOM_ROUTER]);
+    let (ok, size, err) = crate::common::run(
+        &mut Link::command(
+            &link.client_ns,
+            "nbdinfo",
+            &["--size", &format!("nbd://{SERVER}/demo")],
+        ),
+        30,
+    );
+    assert!(ok, "nbdinfo: {err}");
+    assert_eq!(size.trim(), (16u64 << 20).to_string());
 }
 
 #[test]
