@@ -1419,6 +1419,10 @@ pools:
         assert_eq!(offer.yiaddr, Ipv4Addr::new(10, 77, 0, 100));
         assert_eq!(offer.router, Some(Ipv4Addr::new(10, 77, 0, 1)));
         assert_eq!(offer.relay_agent, None);
+        // A fixed address is given only on its own subnet: none for its holder relayed here.
+        let mut fixed = req(0x20, &[53, 1, DISCOVER]);
+        fixed.giaddr = Ipv4Addr::new(10, 20, 0, 1);
+        assert!(s.handle(&fixed, relay, None, 100).is_none());
         // Client 2 now relayed from the other segment, asking for its old address: NAK.
         let mut moved = req(2, &[53, 1, REQUEST, 50, 4, 10, 77, 0, 100]);
         moved.giaddr = Ipv4Addr::new(10, 20, 0, 1);

@@ -2,8 +2,8 @@
 //! namespaces (`Link::routed`): busybox udhcpc in the room gets an address, mask, router and DNS
 //! of the room's subnet through the real relay (by its giaddr, and by RFC 3527's link selection
 //! with dhcrelay's `-U`) and reaches its NBD root across the router, the lease and the API keep
-//! the switch port option 82 named, and a
-//! relay `dhcp.relays` does not list gets silence, counted in /metrics. In proxy mode, with
+//! the switch port option 82 named, and a relay `dhcp.relays` does not list gets silence,
+//! counted in /metrics. In proxy mode, with
 //! dnsmasq as the site's DHCP server on a fourth namespace, the PXE answer comes back through
 //! the relay and the room's client fetches its loader over TFTP across the router. DHCPv6
 //! through `dhcrelay -6` (RELAY-FORW, RELAY-REPL) gives `dhclient -6` an address.
