@@ -558,127 +558,17 @@ impl Server {
         let on = self.subnet(&config, req, from, local)?;
         let (client, plan) = self.plan(&config, req, from)?;
         let mac = client.mac;
-        let server_id = config.server.address;
         // Expiry walks the table: once per second is as fine-grained as lease times are.
         if self.expired_at != now {
             self.leases.write().expire(now);
             self.expired_at = now;
         }
-        let msg = req.message_type()?;
-        let (kind, yiaddr) = match msg {
+        match req.message_type()? {
             DISCOVER => {
-                let offered =
-                    self.leases
-                        .write()
-                        .offer(mac, req.requested_ip(), on, now, OFFER_HOLD_S);
-                self.recorder.record(
-                    Who::Mac(mac),
-                    Kind::DhcpDiscover {
-                        answered: offered.is_some(),
-                        pxe: client.pxe,
-                        ipxe: client.ipxe,
-                        pool: Some(plan.member.pool.name.clone()),
-                        arch: client.arch,
-                    },
-                );
-                let Some(ip) = offered else {
-                    static EXHAUSTED: super::bounds::LogLimit = super::bounds::LogLimit::new();
-                    self.metrics.dhcp().refused.inc();
-                    let fixed = self.leases.read().reserved(mac);
-                    if let Some(suppressed) = EXHAUSTED.allow() {
-                        match fixed {
-                            Some(ip) => tracing::warn!(%mac, %ip, subnet = %on.subnet, suppressed,
-                                "dhcp: no offer, the client's fixed address is not on the subnet it asks from"),
-                            None => tracing::warn!(%mac, subnet = %on.subnet, suppressed,
-                                "dhcp range exhausted; no offer"),
-                        }
-                    }
-                    return None;
-                };
-                self.changed();
-                self.keep_boot(&client, &plan, Path::of(req));
-                self.metrics.dhcp().offers.inc();
-                (ReplyKind::Offer, ip)
+                let ip = self.offer(req, &client, &plan, on, now)?;
+                Some(self.answered(req, ReplyKind::Offer, ip, &plan, on))
             }
-            REQUEST => {
-                let selecting = req.server_id();
-                if selecting.is_some_and(|sid| sid != server_id) {
-                    // It chose another server's offer.
-                    let withdrawn = self.leases.write().withdraw_offer(mac, now);
-                    if withdrawn {
-                        self.changed();
-                    }
-                    return None;
-                }
-                // SELECTING/INIT-REBOOT name the address in option 50; RENEWING/REBINDING
-                // use ciaddr. SELECTING takes only what we offered (RFC 2131 4.3.2); no
-                // state moves a MAC's valid binding to another address.
-                let ip = req.requested_ip().unwrap_or(req.ciaddr);
-                let lease_s = on.lease.as_secs();
-                // RENEWING (unicast from the address it names): a client that declined that
-                // address takes it back, for it evidently uses it (a DECLINE in its name was
-                // forged). REBINDING through a relay comes from the relay: not this.
-                let renewing = selecting.is_none()
-                    && req.requested_ip().is_none()
-                    && from.ip() == IpAddr::V4(req.ciaddr);
-                if renewing && self.leases.write().reclaim(mac, ip) {
-                    tracing::info!(%mac, %ip, "dhcp renewal of a declined address: taken back");
-                }
-                let granted = {
-                    let mut leases = self.leases.write();
-                    let granted = if selecting.is_some() {
-                        leases.ack_offer(mac, ip, on, now, lease_s)
-                    } else {
-                        leases.ack(mac, ip, on, now, lease_s)
-                    };
-                    // SELECTING and INIT-REBOOT bind afresh: the client checks the address
-                    // now and may DECLINE it (`leases::DECLINE_WINDOW_S`). Under the same lock.
-                    if granted.is_ok() && req.ciaddr.is_unspecified() {
-                        leases.acked_fresh(mac, ip, now);
-                    }
-                    granted
-                };
-                match granted {
-                    Ok(()) => {
-                        self.changed();
-                        self.keep_boot(&client, &plan, Path::of(req));
-                        self.metrics.dhcp().acks.inc();
-                        let relayed = self.leases.read().relayed(mac).cloned();
-                        self.recorder.record(
-                            Who::Mac(mac),
-                            Kind::DhcpAck {
-                                ip,
-                                pxe: client.pxe,
-                                ipxe: client.ipxe,
-                                pool: plan.member.pool.name.clone(),
-                                link: Some(plan.next_server),
-                                relayed,
-                            },
-                        );
-                        tracing::info!(%mac, %ip, pool = %plan.member.pool.name, giaddr = %req.giaddr,
-                            link = %plan.next_server, pxe = client.pxe, ipxe = client.ipxe,
-                            boot_file = plan.boot_file.as_ref().map(|b| b.as_str()).unwrap_or("-"),
-                            "dhcp ack");
-                        (ReplyKind::Ack, ip)
-                    }
-                    Err(why) => {
-                        self.metrics.dhcp().naks.inc();
-                        self.metrics.dhcp().refused.inc();
-                        tracing::info!(%mac, %ip, reason = %why, "dhcp nak");
-                        let reply = Reply {
-                            message: Some(why.to_string()),
-                            ..self.reply(req, ReplyKind::Nak, Ipv4Addr::UNSPECIFIED, &plan, on)
-                        };
-                        // A NAK goes to everyone: the client may have no usable address.
-                        let to = if req.giaddr.is_unspecified() {
-                            SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT)
-                        } else {
-                            SocketAddrV4::new(req.giaddr, RELAY_PORT)
-                        };
-                        return Some((reply, To::Addr(to.into())));
-                    }
-                }
-            }
+            REQUEST => self.request(req, from, &client, &plan, on, now),
             RELEASE => {
                 // A client releases by unicast from the address it gives back (RFC 2131
                 // 4.4.6): anything else (the victim's MAC and address are easy to copy) is
@@ -691,7 +581,7 @@ impl Server {
                 } else {
                     self.ignored(mac, "release", from);
                 }
-                return None;
+                None
             }
             DECLINE => {
                 // From 0.0.0.0 by design: only the held address, in the window after the
@@ -704,20 +594,169 @@ impl Server {
                 } else {
                     self.ignored(mac, "decline", from);
                 }
-                return None;
+                None
             }
-            INFORM => (ReplyKind::Ack, Ipv4Addr::UNSPECIFIED),
+            INFORM => {
+                let unspecified = Ipv4Addr::UNSPECIFIED;
+                let (mut reply, to) = self.answered(req, ReplyKind::Ack, unspecified, &plan, on);
+                reply.lease_secs = None;
+                Some((reply, to))
+            }
             other => {
                 tracing::debug!(%mac, msg = other, "dhcp message type ignored");
-                return None;
+                None
             }
-        };
-        let mut reply = self.reply(req, kind, yiaddr, &plan, on);
-        if msg == INFORM {
-            reply.lease_secs = None;
         }
+    }
+
+    /// A DISCOVER from subnet `on`: the address offered, held for the REQUEST; `None` (counted,
+    /// logged) when the range is full or the client's fixed address is on another subnet.
+    fn offer(
+        &mut self,
+        req: &Request,
+        client: &Client,
+        plan: &boot::Plan,
+        on: &DhcpSubnet,
+        now: u64,
+    ) -> Option<Ipv4Addr> {
+        let mac = client.mac;
+        let offered = self
+            .leases
+            .write()
+            .offer(mac, req.requested_ip(), on, now, OFFER_HOLD_S);
+        self.recorder.record(
+            Who::Mac(mac),
+            Kind::DhcpDiscover {
+                answered: offered.is_some(),
+                pxe: client.pxe,
+                ipxe: client.ipxe,
+                pool: Some(plan.member.pool.name.clone()),
+                arch: client.arch,
+            },
+        );
+        let Some(ip) = offered else {
+            static EXHAUSTED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+            self.metrics.dhcp().refused.inc();
+            let fixed = self.leases.read().reserved(mac);
+            if let Some(suppressed) = EXHAUSTED.allow() {
+                match fixed {
+                    Some(ip) => tracing::warn!(%mac, %ip, subnet = %on.subnet, suppressed,
+                        "dhcp: no offer, the client's fixed address is not on the subnet it asks from"),
+                    None => tracing::warn!(%mac, subnet = %on.subnet, suppressed,
+                        "dhcp range exhausted; no offer"),
+                }
+            }
+            return None;
+        };
+        self.changed();
+        self.keep_boot(client, plan, Path::of(req));
+        self.metrics.dhcp().offers.inc();
+        Some(ip)
+    }
+
+    /// A REQUEST from subnet `on`: the ACK of the address it may have, a NAK, or silence when
+    /// it chose another server's offer.
+    fn request(
+        &mut self,
+        req: &Request,
+        from: SocketAddr,
+        client: &Client,
+        plan: &boot::Plan,
+        on: &DhcpSubnet,
+        now: u64,
+    ) -> Option<(Reply, To)> {
+        let mac = client.mac;
+        let selecting = req.server_id();
+        if selecting.is_some_and(|sid| sid != self.config.server.address) {
+            // It chose another server's offer.
+            let withdrawn = self.leases.write().withdraw_offer(mac, now);
+            if withdrawn {
+                self.changed();
+            }
+            return None;
+        }
+        // SELECTING/INIT-REBOOT name the address in option 50; RENEWING/REBINDING
+        // use ciaddr. SELECTING takes only what we offered (RFC 2131 4.3.2); no
+        // state moves a MAC's valid binding to another address.
+        let ip = req.requested_ip().unwrap_or(req.ciaddr);
+        let lease_s = on.lease.as_secs();
+        // RENEWING (unicast from the address it names): a client that declined that
+        // address takes it back, for it evidently uses it (a DECLINE in its name was
+        // forged). REBINDING through a relay comes from the relay: not this.
+        let renewing = selecting.is_none()
+            && req.requested_ip().is_none()
+            && from.ip() == IpAddr::V4(req.ciaddr);
+        if renewing && self.leases.write().reclaim(mac, ip) {
+            tracing::info!(%mac, %ip, "dhcp renewal of a declined address: taken back");
+        }
+        let granted = {
+            let mut leases = self.leases.write();
+            let granted = if selecting.is_some() {
+                leases.ack_offer(mac, ip, on, now, lease_s)
+            } else {
+                leases.ack(mac, ip, on, now, lease_s)
+            };
+            // SELECTING and INIT-REBOOT bind afresh: the client checks the address
+            // now and may DECLINE it (`leases::DECLINE_WINDOW_S`). Under the same lock.
+            if granted.is_ok() && req.ciaddr.is_unspecified() {
+                leases.acked_fresh(mac, ip, now);
+            }
+            granted
+        };
+        match granted {
+            Ok(()) => {
+                self.changed();
+                self.keep_boot(client, plan, Path::of(req));
+                self.metrics.dhcp().acks.inc();
+                let relayed = self.leases.read().relayed(mac).cloned();
+                self.recorder.record(
+                    Who::Mac(mac),
+                    Kind::DhcpAck {
+                        ip,
+                        pxe: client.pxe,
+                        ipxe: client.ipxe,
+                        pool: plan.member.pool.name.clone(),
+                        link: Some(plan.next_server),
+                        relayed,
+                    },
+                );
+                tracing::info!(%mac, %ip, pool = %plan.member.pool.name, giaddr = %req.giaddr,
+                    link = %plan.next_server, pxe = client.pxe, ipxe = client.ipxe,
+                    boot_file = plan.boot_file.as_ref().map(|b| b.as_str()).unwrap_or("-"),
+                    "dhcp ack");
+                Some(self.answered(req, ReplyKind::Ack, ip, plan, on))
+            }
+            Err(why) => {
+                self.metrics.dhcp().naks.inc();
+                self.metrics.dhcp().refused.inc();
+                tracing::info!(%mac, %ip, reason = %why, "dhcp nak");
+                let reply = Reply {
+                    message: Some(why.to_string()),
+                    ..self.reply(req, ReplyKind::Nak, Ipv4Addr::UNSPECIFIED, plan, on)
+                };
+                // A NAK goes to everyone: the client may have no usable address.
+                let to = if req.giaddr.is_unspecified() {
+                    SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT)
+                } else {
+                    SocketAddrV4::new(req.giaddr, RELAY_PORT)
+                };
+                Some((reply, To::Addr(to.into())))
+            }
+        }
+    }
+
+    /// The reply of `kind` giving `yiaddr` from subnet `on`, and where it goes.
+    fn answered(
+        &self,
+        req: &Request,
+        kind: ReplyKind,
+        yiaddr: Ipv4Addr,
+        plan: &boot::Plan,
+        on: &DhcpSubnet,
+    ) -> (Reply, To) {
+        let reply = self.reply(req, kind, yiaddr, plan, on);
         let to = self.destination(req, reply.yiaddr);
-        Some((reply, to))
+        (reply, to)
     }
 
     /// A RELEASE or DECLINE that changed nothing: not the holder's (forged, most likely), or
