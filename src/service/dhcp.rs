@@ -1352,6 +1352,34 @@ pools:
         );
     }
 
+    /// Proxy mode through a relay: the PXE answer goes to the relay's port 67 with option 82
+    /// echoed, and the binding the client then reports on port 4011 keeps the relay and port.
+    #[test]
+    fn a_proxy_answers_through_the_relay_and_keeps_its_port_with_the_binding() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = proxy_server(dir.path());
+        let agent = [1, 4, b'p', b'o', b'r', b't'];
+        let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 0, 60, 9];
+        o.extend_from_slice(b"PXEClient");
+        o.extend_from_slice(&[82, agent.len() as u8]);
+        o.extend_from_slice(&agent);
+        let mut fw = req(3, &o);
+        fw.giaddr = Ipv4Addr::new(10, 77, 0, 254);
+        let relay: SocketAddr = "10.77.0.254:67".parse().unwrap();
+        let (offer, dest) = s.handle_proxy(&fw, relay, None, false, 1000).unwrap();
+        assert_eq!(dest, to("10.77.0.254:67"));
+        assert_eq!(offer.relay_agent.as_deref(), Some(&agent[..]));
+        let mut request = req(3, &[53, 1, REQUEST, 60, 9]);
+        request.options.insert(60, b"PXEClient".to_vec());
+        request.ciaddr = Ipv4Addr::new(10, 77, 0, 160);
+        let src: SocketAddr = "10.77.0.160:68".parse().unwrap();
+        let (ack, _) = s.handle_proxy(&request, src, None, true, 1001).unwrap();
+        assert_eq!(ack.kind, ReplyKind::Ack);
+        let kept = s.leases.read().relayed(Mac(fw.mac)).cloned().unwrap();
+        assert_eq!(kept.giaddr, fw.giaddr);
+        assert_eq!(kept.circuit_id.unwrap().to_string(), "port");
+    }
+
     #[test]
     fn naks_silences_and_releases() {
         let dir = tempfile::tempdir().unwrap();
