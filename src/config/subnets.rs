@@ -3,8 +3,9 @@
 //! lease, and `dhcp.relays`. No two subnets overlap, a range and a router lie inside their
 //! subnet, and the server's addresses in one of them. `check.rs` calls these in its order.
 
-use super::Checker;
-use super::{ConfigError, Dhcp, DhcpMode, DhcpSubnet, Server, Step, Subnet, parse_duration, raw};
+use super::{
+    Checker, ConfigError, Dhcp, DhcpMode, DhcpSubnet, Server, Step, Subnet, parse_duration, raw,
+};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
