@@ -527,6 +527,14 @@ function endOf(b) {
   return '–';
 }
 
+// Where the newest boot's DHCP came from, when a relay carried it: the relay and what its
+// option 82 said (circuit id: the switch port; remote id: the switch).
+function relayedLine(via) {
+  if (!via) return null;
+  return h('p', { class: 'meta', 'data-testid': 'relayed' }, `through relay ${via.giaddr}`,
+    via.circuit_id ? ` · circuit ${via.circuit_id}` : '', via.remote_id ? ` · remote ${via.remote_id}` : '');
+}
+
 async function clientView(el, [mac], ctx) {
   const clients = await loadNames();
   if (!clients.length) return el.replaceChildren(empty('No client has booted yet: power one on, or run', RUN_NFS));
@@ -555,6 +563,7 @@ async function clientView(el, [mac], ctx) {
   el.replaceChildren(
     h('h2', {}, `Client ${label(mac)}`),
     h('p', { class: 'meta' }, h('a', { href: '#/client' }, 'All clients'), ` · ${mac} · ${boots.length} boots`),
+    relayedLine(newest?.relayed),
     boots.length ? legend() : empty('This machine has no boots recorded.'),
     boots.length ? h('p', { class: 'meta' }, 'Each boot, oldest left, by phase; the dashed tick is the median of the boot\'s wave, so a machine that is always slow stands above its room.') : null,
     box,

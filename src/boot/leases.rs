@@ -11,7 +11,8 @@
 //! NBD, the overlays and the API ask it, through `service::identity`. In proxy mode the table
 //! gives nothing out and only learns: the bindings iPXE and firmware report on port 4011.
 
-use crate::config::Mac;
+use crate::config::{DhcpSubnet, Mac};
+use crate::proto::dhcp::Relayed;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -36,7 +37,7 @@ pub enum State {
     Free,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
     pub ip: Ipv4Addr,
     pub state: State,
@@ -50,6 +51,9 @@ pub struct Lease {
     /// config are asked for by address, without option 93. The initrd's own DHCP, which does
     /// not send the option, leaves it alone.
     pub arch: Option<u16>,
+    /// The relay that carried the MAC's last request and what its option 82 said (`None`:
+    /// the last came without one).
+    pub relayed: Option<Relayed>,
 }
 
 /// Why a REQUEST cannot be granted (the client gets a NAK).
@@ -61,6 +65,8 @@ pub enum Refusal {
     NotItsReservation(Ipv4Addr),
     #[error("{0} is outside the range")]
     OutOfRange(Ipv4Addr),
+    #[error("{0} is not on the subnet the request came from")]
+    OtherSubnet(Ipv4Addr),
     #[error("{0} is held by another client")]
     Taken(Ipv4Addr),
     #[error("{0} was declined recently")]
@@ -73,7 +79,8 @@ pub enum Refusal {
 
 #[derive(Debug, Clone, Default)]
 pub struct Leases {
-    range: Option<(Ipv4Addr, Ipv4Addr)>,
+    /// Every subnet's range, each subnet's addresses apart (`config::Dhcp::subnets`).
+    ranges: Vec<(Ipv4Addr, Ipv4Addr)>,
     reserved: BTreeMap<Mac, Ipv4Addr>,
     leases: BTreeMap<Mac, Lease>,
     /// The same leases by address (an address has at most one entry), so that choosing and
@@ -89,20 +96,22 @@ pub struct Leases {
     fresh_acks: BTreeMap<Mac, (Ipv4Addr, u64)>,
     /// A proxy's table: it learns bindings (`observe`) instead of giving addresses.
     learning: bool,
-    /// Every address of the range below this one has been used (or is reserved or declined):
-    /// the search for a fresh address starts here, so an offer in a busy range is not a walk
-    /// over every lease. Lowered whenever an address leaves the table.
-    fresh_from: u32,
+    /// Per range of `ranges`: every address of it below this one has been used (or is
+    /// reserved or declined): the search for a fresh address starts here, so an offer in a busy
+    /// range is not a walk over every lease. Lowered whenever an address leaves the table.
+    fresh_from: Vec<u32>,
 }
 
 impl Leases {
+    /// The table of an authoritative server that gives from `ranges` (one per subnet).
     pub fn new(
-        range: Option<(Ipv4Addr, Ipv4Addr)>,
+        ranges: Vec<(Ipv4Addr, Ipv4Addr)>,
         reservations: impl IntoIterator<Item = (Mac, Ipv4Addr)>,
     ) -> Leases {
         let reserved: BTreeMap<Mac, Ipv4Addr> = reservations.into_iter().collect();
         Leases {
-            range,
+            fresh_from: vec![0; ranges.len()],
+            ranges,
             reserved_ips: reserved.iter().map(|(m, ip)| (*ip, *m)).collect(),
             reserved,
             ..Leases::default()
@@ -113,7 +122,7 @@ impl Leases {
     pub fn learning(reservations: impl IntoIterator<Item = (Mac, Ipv4Addr)>) -> Leases {
         Leases {
             learning: true,
-            ..Leases::new(None, reservations)
+            ..Leases::new(Vec::new(), reservations)
         }
     }
 
@@ -155,9 +164,9 @@ impl Leases {
         self.declined.iter().map(|(ip, until)| (*ip, *until))
     }
 
-    fn in_range(&self, ip: Ipv4Addr) -> bool {
-        self.range
-            .is_some_and(|(a, b)| (u32::from(a)..=u32::from(b)).contains(&u32::from(ip)))
+    /// Whether `ip` is in one of the ranges.
+    fn in_a_range(&self, ip: Ipv4Addr) -> bool {
+        self.ranges.iter().any(|r| within(*r, ip))
     }
 
     /// Another MAC holds `ip` now (an unexpired offer or binding).
@@ -179,12 +188,12 @@ impl Leases {
         self.declined.get(&ip).is_some_and(|until| *until > now)
     }
 
-    /// Whether `mac` may have dynamic address `ip` now.
-    fn usable(&self, mac: Mac, ip: Ipv4Addr, now: u64) -> Result<(), Refusal> {
+    /// Whether `mac` may have dynamic address `ip` of the range `on` gives now.
+    fn usable(&self, mac: Mac, ip: Ipv4Addr, on: &DhcpSubnet, now: u64) -> Result<(), Refusal> {
         if self.reserved_to_other(mac, ip) {
             return Err(Refusal::ReservedElsewhere(ip));
         }
-        if !self.in_range(ip) {
+        if !on.range.is_some_and(|r| within(r, ip)) {
             return Err(Refusal::OutOfRange(ip));
         }
         if self.held_by_other(mac, ip, now) {
@@ -196,17 +205,19 @@ impl Leases {
         Ok(())
     }
 
-    /// Chooses an address for a DISCOVER and holds it for `hold_s`. Prefers the reservation,
-    /// then the MAC's previous address, then the one it asked for, then an address nobody has
-    /// used, then the one that has been free longest. `None`: the range is exhausted.
+    /// Chooses an address of subnet `on` (the one the DISCOVER came from) and holds it for
+    /// `hold_s`. Prefers the reservation, then the MAC's previous address, then the one it
+    /// asked for, then an address nobody has used, then the one that has been free longest.
+    /// `None`: the range is exhausted, or the MAC's reservation is on another subnet.
     pub fn offer(
         &mut self,
         mac: Mac,
         requested: Option<Ipv4Addr>,
+        on: &DhcpSubnet,
         now: u64,
         hold_s: u64,
     ) -> Option<Ipv4Addr> {
-        let ip = self.choose(mac, requested, now)?;
+        let ip = self.choose(mac, requested, on, now)?;
         let current = self.leases.get(&mac);
         // Offering what it already holds bound must not shorten or downgrade that binding.
         let keep =
@@ -220,28 +231,36 @@ impl Leases {
                     expires: now + hold_s,
                     link: None,
                     arch: None,
+                    relayed: None,
                 },
             );
         }
         Some(ip)
     }
 
-    fn choose(&mut self, mac: Mac, requested: Option<Ipv4Addr>, now: u64) -> Option<Ipv4Addr> {
+    fn choose(
+        &mut self,
+        mac: Mac,
+        requested: Option<Ipv4Addr>,
+        on: &DhcpSubnet,
+        now: u64,
+    ) -> Option<Ipv4Addr> {
         if let Some(ip) = self.reserved.get(&mac) {
-            return Some(*ip);
+            return on.subnet.contains(*ip).then_some(*ip);
         }
         let previous = self.leases.get(&mac).map(|l| l.ip);
         for ip in [previous, requested].into_iter().flatten() {
-            if self.usable(mac, ip, now).is_ok() {
+            if self.usable(mac, ip, on, now).is_ok() {
                 return Some(ip);
             }
         }
-        let (first, last) = self.range?;
+        let (first, last) = on.range?;
+        let k = self.ranges.iter().position(|r| *r == (first, last))?;
         // An address nobody has used, from where the last search stopped.
-        for n in self.fresh_from.max(u32::from(first))..=u32::from(last) {
+        for n in self.fresh_from[k].max(u32::from(first))..=u32::from(last) {
             let ip = Ipv4Addr::from(n);
-            if !self.by_ip.contains_key(&ip) && self.usable(mac, ip, now).is_ok() {
-                self.fresh_from = n;
+            if !self.by_ip.contains_key(&ip) && self.usable(mac, ip, on, now).is_ok() {
+                self.fresh_from[k] = n;
                 return Some(ip);
             }
         }
@@ -250,7 +269,7 @@ impl Leases {
         let mut oldest: Option<(u64, Ipv4Addr)> = None;
         for n in u32::from(first)..=u32::from(last) {
             let ip = Ipv4Addr::from(n);
-            if self.usable(mac, ip, now).is_err() {
+            if self.usable(mac, ip, on, now).is_err() {
                 continue;
             }
             match self
@@ -273,8 +292,10 @@ impl Leases {
         if let Some(old) = self.leases.get(&mac) {
             lease.link = lease.link.or(old.link);
             lease.arch = lease.arch.or(old.arch);
+            lease.relayed = lease.relayed.take().or_else(|| old.relayed.clone());
         }
-        if let Some(other) = self.by_ip.get(&lease.ip).copied()
+        let ip = lease.ip;
+        if let Some(other) = self.by_ip.get(&ip).copied()
             && other != mac
         {
             self.leases.remove(&other);
@@ -282,13 +303,17 @@ impl Leases {
         if let Some(old) = self.leases.insert(mac, lease) {
             self.forget_ip(old.ip);
         }
-        self.by_ip.insert(lease.ip, mac);
+        self.by_ip.insert(ip, mac);
     }
 
     /// Drops `ip` from the address index; it may be fresh again.
     fn forget_ip(&mut self, ip: Ipv4Addr) {
         self.by_ip.remove(&ip);
-        self.fresh_from = self.fresh_from.min(u32::from(ip));
+        for (range, from) in self.ranges.iter().zip(&mut self.fresh_from) {
+            if within(*range, ip) {
+                *from = (*from).min(u32::from(ip));
+            }
+        }
     }
 
     /// Grants a REQUEST in the SELECTING state (it names our server): only for the address
@@ -297,18 +322,30 @@ impl Leases {
         &mut self,
         mac: Mac,
         ip: Ipv4Addr,
+        on: &DhcpSubnet,
         now: u64,
         lease_s: u64,
     ) -> Result<(), Refusal> {
         if self.leases.get(&mac).map(|l| l.ip) != Some(ip) {
             return Err(Refusal::NotOffered(ip));
         }
-        self.ack(mac, ip, now, lease_s)
+        self.ack(mac, ip, on, now, lease_s)
     }
 
-    /// Grants a REQUEST for `ip` for `lease_s` seconds (INIT-REBOOT, RENEWING, REBINDING):
-    /// never to a MAC whose valid binding is another address.
-    pub fn ack(&mut self, mac: Mac, ip: Ipv4Addr, now: u64, lease_s: u64) -> Result<(), Refusal> {
+    /// Grants a REQUEST for `ip` on subnet `on` (the one it came from) for `lease_s` seconds
+    /// (INIT-REBOOT, RENEWING, REBINDING): never to a MAC whose valid binding is another
+    /// address, nor an address of another subnet (a client moved to another segment).
+    pub fn ack(
+        &mut self,
+        mac: Mac,
+        ip: Ipv4Addr,
+        on: &DhcpSubnet,
+        now: u64,
+        lease_s: u64,
+    ) -> Result<(), Refusal> {
+        if !on.subnet.contains(ip) {
+            return Err(Refusal::OtherSubnet(ip));
+        }
         match self.reserved.get(&mac) {
             Some(r) if *r != ip => return Err(Refusal::NotItsReservation(*r)),
             Some(_) => {
@@ -325,7 +362,7 @@ impl Leases {
                 {
                     return Err(Refusal::HoldsAnother(l.ip));
                 }
-                self.usable(mac, ip, now)?;
+                self.usable(mac, ip, on, now)?;
             }
         }
         self.take(
@@ -336,6 +373,7 @@ impl Leases {
                 expires: now + lease_s,
                 link: None,
                 arch: None,
+                relayed: None,
             },
         );
         Ok(())
@@ -353,6 +391,7 @@ impl Leases {
                 expires: now + secs,
                 link: None,
                 arch: None,
+                relayed: None,
             },
         );
     }
@@ -385,6 +424,23 @@ impl Leases {
         match self.leases.get_mut(&mac) {
             Some(l) if l.arch != Some(arch) => {
                 l.arch = Some(arch);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Where `mac`'s last request came from, if a relay carried it.
+    pub fn relayed(&self, mac: Mac) -> Option<&Relayed> {
+        self.leases.get(&mac).and_then(|l| l.relayed.as_ref())
+    }
+
+    /// Notes where `mac` (which has an entry) last asked from: through a relay (`Some`) or
+    /// not. Returns whether that changed anything.
+    pub fn set_relayed(&mut self, mac: Mac, relayed: Option<Relayed>) -> bool {
+        match self.leases.get_mut(&mac) {
+            Some(l) if l.relayed != relayed => {
+                l.relayed = relayed;
                 true
             }
             _ => false,
@@ -478,6 +534,7 @@ impl Leases {
                     expires: l.expires,
                     link: l.link,
                     arch: l.arch,
+                    relayed: l.relayed.clone(),
                 })
                 .collect(),
             declined: self
@@ -502,7 +559,7 @@ impl Leases {
             let allowed = match self.reserved.get(&mac) {
                 Some(r) => *r == s.ip,
                 None if self.learning => !self.reserved_to_other(mac, s.ip),
-                None => self.in_range(s.ip) && !self.reserved_to_other(mac, s.ip),
+                None => self.in_a_range(s.ip) && !self.reserved_to_other(mac, s.ip),
             };
             // A MAC listed twice keeps its first entry, as an address listed twice does.
             let duplicate = self.by_ip.contains_key(&s.ip) || self.leases.contains_key(&mac);
@@ -516,6 +573,7 @@ impl Leases {
                 expires: s.expires,
                 link: s.link,
                 arch: s.arch,
+                relayed: s.relayed,
             };
             self.leases.insert(mac, lease);
             self.by_ip.insert(s.ip, mac);
@@ -548,24 +606,43 @@ pub struct SavedLease {
     pub link: Option<Ipv4Addr>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub arch: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relayed: Option<Relayed>,
+}
+
+/// Whether `ip` is in the inclusive range `r`.
+fn within(r: (Ipv4Addr, Ipv4Addr), ip: Ipv4Addr) -> bool {
+    (u32::from(r.0)..=u32::from(r.1)).contains(&u32::from(ip))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// A subnet holding every address, with `t`'s first range: what a one-subnet server's
+    /// requests come from.
+    fn on(t: &Leases) -> DhcpSubnet {
+        DhcpSubnet {
+            subnet: "0.0.0.0/0".parse().unwrap(),
+            range: t.ranges.first().copied(),
+            router: None,
+            dns: Vec::new(),
+            lease: std::time::Duration::from_secs(3600),
+        }
+    }
+
     #[test]
     fn a_mac_keeps_its_link_across_offer_ack_release_and_a_restore() {
         let mut t = table();
         let link = Ipv4Addr::new(10, 77, 0, 2);
         assert!(!t.set_link(mac(5), link), "no entry yet: nothing to set");
-        let a = t.offer(mac(5), None, 0, 10).unwrap();
+        let a = t.offer(mac(5), None, &on(&t), 0, 10).unwrap();
         assert!(t.set_link(mac(5), link));
         assert!(!t.set_link(mac(5), link), "unchanged");
-        t.ack_offer(mac(5), a, 1, 100).unwrap();
+        t.ack_offer(mac(5), a, &on(&t), 1, 100).unwrap();
         assert_eq!(t.link(mac(5)), Some(link));
         assert!(t.release(mac(5), a, 2));
-        t.offer(mac(5), None, 3, 10).unwrap();
+        t.offer(mac(5), None, &on(&t), 3, 10).unwrap();
         assert_eq!(t.link(mac(5)), Some(link));
         let json = serde_json::to_string(&t.to_saved()).unwrap();
         let mut fresh = table();
@@ -579,12 +656,12 @@ mod tests {
     #[test]
     fn a_mac_keeps_its_firmwares_architecture() {
         let mut t = table();
-        let a = t.offer(mac(5), None, 0, 10).unwrap();
+        let a = t.offer(mac(5), None, &on(&t), 0, 10).unwrap();
         assert_eq!(t.arch(mac(5)), None);
         assert!(t.set_arch(mac(5), 11));
         assert!(!t.set_arch(mac(5), 11), "unchanged");
-        t.ack_offer(mac(5), a, 1, 100).unwrap();
-        t.ack(mac(5), a, 2, 100).unwrap();
+        t.ack_offer(mac(5), a, &on(&t), 1, 100).unwrap();
+        t.ack(mac(5), a, &on(&t), 2, 100).unwrap();
         assert_eq!(t.arch(mac(5)), Some(11));
         let json = serde_json::to_string(&t.to_saved()).unwrap();
         assert_eq!(json.matches("\"arch\":11").count(), 1, "{json}");
@@ -615,7 +692,7 @@ mod tests {
     fn table() -> Leases {
         // Range .100-.103; mac 1 reserved .11 (outside), mac 2 reserved .101 (inside).
         Leases::new(
-            Some((ip(100), ip(103))),
+            vec![(ip(100), ip(103))],
             [(mac(1), ip(11)), (mac(2), ip(101))],
         )
     }
@@ -623,30 +700,30 @@ mod tests {
     #[test]
     fn a_request_never_moves_a_valid_binding_and_selecting_takes_only_the_offer() {
         let mut t = table();
-        let a = t.offer(mac(10), None, 0, 60).unwrap();
+        let a = t.offer(mac(10), None, &on(&t), 0, 60).unwrap();
         // SELECTING: only what was offered.
         assert_eq!(
-            t.ack_offer(mac(10), ip(103), 1, 3600),
+            t.ack_offer(mac(10), ip(103), &on(&t), 1, 3600),
             Err(Refusal::NotOffered(ip(103)))
         );
-        assert_eq!(t.ack_offer(mac(10), a, 1, 3600), Ok(()));
+        assert_eq!(t.ack_offer(mac(10), a, &on(&t), 1, 3600), Ok(()));
         assert_eq!(t.holder(a, 2), Some(mac(10)));
         // A forged REQUEST with its MAC for another free address: NAK, the binding stays.
         assert_eq!(
-            t.ack(mac(10), ip(103), 5, 3600),
+            t.ack(mac(10), ip(103), &on(&t), 5, 3600),
             Err(Refusal::HoldsAnother(a))
         );
         assert_eq!(t.get(mac(10)).unwrap().ip, a);
         // A MAC with no offer cannot SELECT anything.
         assert_eq!(
-            t.ack_offer(mac(11), ip(102), 5, 3600),
+            t.ack_offer(mac(11), ip(102), &on(&t), 5, 3600),
             Err(Refusal::NotOffered(ip(102)))
         );
         // Once the binding has expired the client may come back elsewhere.
         assert_eq!(t.holder(a, 3601), None);
-        assert_eq!(t.ack(mac(10), ip(103), 3601, 3600), Ok(()));
+        assert_eq!(t.ack(mac(10), ip(103), &on(&t), 3601, 3600), Ok(()));
         // Offers are nobody's; fixed addresses are their MAC's even unleased.
-        let o = t.offer(mac(12), None, 3601, 60).unwrap();
+        let o = t.offer(mac(12), None, &on(&t), 3601, 60).unwrap();
         assert_eq!(t.holder(o, 3602), None);
         assert_eq!(t.holder(ip(11), 0), Some(mac(1)));
     }
@@ -672,53 +749,53 @@ mod tests {
     #[test]
     fn reservations_win_and_are_never_given_to_others() {
         let mut t = table();
-        assert_eq!(t.offer(mac(1), Some(ip(100)), 0, 60), Some(ip(11)));
-        assert_eq!(t.ack(mac(1), ip(11), 0, 3600), Ok(()));
+        assert_eq!(t.offer(mac(1), Some(ip(100)), &on(&t), 0, 60), Some(ip(11)));
+        assert_eq!(t.ack(mac(1), ip(11), &on(&t), 0, 3600), Ok(()));
         assert_eq!(
-            t.ack(mac(1), ip(100), 0, 3600),
+            t.ack(mac(1), ip(100), &on(&t), 0, 3600),
             Err(Refusal::NotItsReservation(ip(11)))
         );
         // .101 is skipped for everybody else, even when asked for.
         let mut got = Vec::new();
         for n in 10..13 {
-            let a = t.offer(mac(n), Some(ip(101)), 0, 60).unwrap();
-            t.ack(mac(n), a, 0, 3600).unwrap();
+            let a = t.offer(mac(n), Some(ip(101)), &on(&t), 0, 60).unwrap();
+            t.ack(mac(n), a, &on(&t), 0, 3600).unwrap();
             got.push(a);
         }
         assert_eq!(got, [ip(100), ip(102), ip(103)]);
         assert_eq!(
-            t.ack(mac(20), ip(101), 0, 3600),
+            t.ack(mac(20), ip(101), &on(&t), 0, 3600),
             Err(Refusal::ReservedElsewhere(ip(101)))
         );
         // The range is full now.
-        assert_eq!(t.offer(mac(20), None, 0, 60), None);
-        assert_eq!(t.offer(mac(2), None, 0, 60), Some(ip(101)));
+        assert_eq!(t.offer(mac(20), None, &on(&t), 0, 60), None);
+        assert_eq!(t.offer(mac(2), None, &on(&t), 0, 60), Some(ip(101)));
     }
 
     #[test]
     fn same_mac_same_address_even_after_release_and_expiry() {
         let mut t = table();
-        let a = t.offer(mac(10), None, 100, 60).unwrap();
-        t.ack(mac(10), a, 100, 3600).unwrap();
+        let a = t.offer(mac(10), None, &on(&t), 100, 60).unwrap();
+        t.ack(mac(10), a, &on(&t), 100, 3600).unwrap();
         assert!(t.release(mac(10), a, 200));
         assert_eq!(t.get(mac(10)).unwrap().state, State::Free);
-        assert_eq!(t.offer(mac(10), None, 300, 60), Some(a));
-        t.ack(mac(10), a, 300, 10).unwrap();
+        assert_eq!(t.offer(mac(10), None, &on(&t), 300, 60), Some(a));
+        t.ack(mac(10), a, &on(&t), 300, 10).unwrap();
         t.expire(10_000);
         assert_eq!(t.get(mac(10)).unwrap().state, State::Free);
-        assert_eq!(t.offer(mac(10), None, 10_000, 60), Some(a));
+        assert_eq!(t.offer(mac(10), None, &on(&t), 10_000, 60), Some(a));
     }
 
     #[test]
     fn a_free_address_is_reused_oldest_first_when_the_range_runs_out() {
         let mut t = table();
         for (n, at) in [(10, 0), (11, 10), (12, 20)] {
-            let a = t.offer(mac(n), None, at, 60).unwrap();
-            t.ack(mac(n), a, at, 100).unwrap();
+            let a = t.offer(mac(n), None, &on(&t), at, 60).unwrap();
+            t.ack(mac(n), a, &on(&t), at, 100).unwrap();
         }
-        assert_eq!(t.offer(mac(13), None, 50, 60), None);
+        assert_eq!(t.offer(mac(13), None, &on(&t), 50, 60), None);
         // At 115 the first lease (ended 100) and the second (ended 110) are over.
-        let a = t.offer(mac(13), None, 115, 60).unwrap();
+        let a = t.offer(mac(13), None, &on(&t), 115, 60).unwrap();
         assert_eq!(a, ip(100));
         assert_eq!(
             t.get(mac(10)),
@@ -726,7 +803,7 @@ mod tests {
             "the old holder's memory of .100 is dropped"
         );
         assert_eq!(
-            t.ack(mac(10), ip(100), 115, 100),
+            t.ack(mac(10), ip(100), &on(&t), 115, 100),
             Err(Refusal::Taken(ip(100)))
         );
     }
@@ -738,11 +815,13 @@ mod tests {
         for round in 0..50u64 {
             for n in 10..16 {
                 now += 7;
-                if let Some(a) = t.offer(mac(n), Some(ip(100 + (round % 4) as u8)), now, 30) {
-                    let _ = t.ack(mac(n), a, now, 40 + round);
+                if let Some(a) =
+                    t.offer(mac(n), Some(ip(100 + (round % 4) as u8)), &on(&t), now, 30)
+                {
+                    let _ = t.ack(mac(n), a, &on(&t), now, 40 + round);
                 }
                 if (n + round as u8).is_multiple_of(3)
-                    && let Some(l) = t.get(mac(n)).copied()
+                    && let Some(l) = t.get(mac(n)).cloned()
                 {
                     t.release(mac(n), l.ip, now);
                 }
@@ -763,36 +842,42 @@ mod tests {
     #[test]
     fn offers_are_held_then_lapse_and_can_be_withdrawn() {
         let mut t = table();
-        let a = t.offer(mac(10), None, 0, 60).unwrap();
-        assert_ne!(t.offer(mac(11), None, 30, 60), Some(a));
+        let a = t.offer(mac(10), None, &on(&t), 0, 60).unwrap();
+        assert_ne!(t.offer(mac(11), None, &on(&t), 30, 60), Some(a));
         assert_eq!(
-            t.offer(mac(12), Some(a), 61, 60),
+            t.offer(mac(12), Some(a), &on(&t), 61, 60),
             Some(a),
             "the hold lapsed"
         );
         assert!(t.withdraw_offer(mac(12), 62));
-        assert_eq!(t.ack(mac(13), a, 62, 100), Ok(()));
+        assert_eq!(t.ack(mac(13), a, &on(&t), 62, 100), Ok(()));
     }
 
     #[test]
     fn declined_addresses_rest_in_quarantine() {
         let mut t = table();
-        let a = t.offer(mac(10), None, 0, 60).unwrap();
-        t.ack(mac(10), a, 0, 100).unwrap();
+        let a = t.offer(mac(10), None, &on(&t), 0, 60).unwrap();
+        t.ack(mac(10), a, &on(&t), 0, 100).unwrap();
         t.acked_fresh(mac(10), a, 0);
         assert!(t.decline(mac(10), a, 5));
-        assert_ne!(t.offer(mac(10), None, 6, 60), Some(a));
-        assert_eq!(t.ack(mac(11), a, 6, 100), Err(Refusal::Declined(a)));
+        assert_ne!(t.offer(mac(10), None, &on(&t), 6, 60), Some(a));
+        assert_eq!(
+            t.ack(mac(11), a, &on(&t), 6, 100),
+            Err(Refusal::Declined(a))
+        );
         t.expire(5 + DECLINE_QUARANTINE_S);
-        assert_eq!(t.ack(mac(11), a, 5 + DECLINE_QUARANTINE_S, 100), Ok(()));
+        assert_eq!(
+            t.ack(mac(11), a, &on(&t), 5 + DECLINE_QUARANTINE_S, 100),
+            Ok(())
+        );
     }
 
     #[test]
     fn saved_leases_round_trip_and_bad_entries_are_skipped() {
         let mut t = table();
-        let a = t.offer(mac(10), None, 0, 60).unwrap();
-        t.ack(mac(10), a, 0, 100).unwrap();
-        t.ack(mac(1), ip(11), 0, 100).unwrap();
+        let a = t.offer(mac(10), None, &on(&t), 0, 60).unwrap();
+        t.ack(mac(10), a, &on(&t), 0, 100).unwrap();
+        t.ack(mac(1), ip(11), &on(&t), 0, 100).unwrap();
         let mut saved = t.to_saved();
         let json = serde_json::to_string(&saved).unwrap();
         let back: Saved = serde_json::from_str(&json).unwrap();
@@ -804,6 +889,7 @@ mod tests {
             expires: 100,
             link: None,
             arch: None,
+            relayed: None,
         });
         saved.leases.push(SavedLease {
             mac: mac(30).to_string(),
@@ -812,6 +898,7 @@ mod tests {
             expires: 100,
             link: None,
             arch: None,
+            relayed: None,
         });
         saved.leases.push(SavedLease {
             mac: mac(31).to_string(),
@@ -820,11 +907,12 @@ mod tests {
             expires: 100,
             link: None,
             arch: None,
+            relayed: None,
         });
         let mut fresh = table();
         assert_eq!(fresh.restore(saved), 3);
         assert_eq!(fresh.get(mac(10)).map(|l| l.ip), Some(a));
-        assert_eq!(fresh.offer(mac(10), None, 1, 60), Some(a));
+        assert_eq!(fresh.offer(mac(10), None, &on(&fresh), 1, 60), Some(a));
         assert_eq!(
             fresh.get(mac(10)).unwrap().state,
             State::Bound,
@@ -835,7 +923,7 @@ mod tests {
     #[test]
     fn random_operations_keep_the_index_and_one_holder_per_address() {
         let range = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 12));
-        let mut t = Leases::new(Some(range), [(mac(1), Ipv4Addr::new(10, 0, 0, 3))]);
+        let mut t = Leases::new(vec![range], [(mac(1), Ipv4Addr::new(10, 0, 0, 3))]);
         let mut x: u64 = 0x1234_5678_9abc_def1;
         let mut next = |n: u64| {
             x ^= x << 13;
@@ -850,10 +938,10 @@ mod tests {
             now += next(3);
             match next(7) {
                 0 | 1 => {
-                    t.offer(m, Some(ip).filter(|_| next(2) == 0), now, 60);
+                    t.offer(m, Some(ip).filter(|_| next(2) == 0), &on(&t), now, 60);
                 }
                 2 | 3 => {
-                    if t.ack(m, ip, now, 1 + next(100)).is_ok() && next(2) == 0 {
+                    if t.ack(m, ip, &on(&t), now, 1 + next(100)).is_ok() && next(2) == 0 {
                         t.acked_fresh(m, ip, now);
                     }
                 }
@@ -875,7 +963,7 @@ mod tests {
             }
         }
         // And a saved table restores to the same index.
-        let mut back = Leases::new(Some(range), [(mac(1), Ipv4Addr::new(10, 0, 0, 3))]);
+        let mut back = Leases::new(vec![range], [(mac(1), Ipv4Addr::new(10, 0, 0, 3))]);
         assert_eq!(back.restore(t.to_saved()), 0);
         check_index(&back);
         assert_eq!(back.leases, t.leases);
@@ -885,19 +973,19 @@ mod tests {
     fn fresh_addresses_come_first_and_a_declined_one_returns_after_its_quarantine() {
         let m = |n: u8| Mac([0x52, 0x54, 0, 0, 0, n]);
         let ip = |n: u8| Ipv4Addr::new(10, 0, 0, n);
-        let mut t = Leases::new(Some((ip(1), ip(5))), []);
-        assert_eq!(t.offer(m(1), None, 0, 60), Some(ip(1)));
-        assert_eq!(t.offer(m(2), None, 0, 60), Some(ip(2)));
-        t.ack(m(1), ip(1), 0, 60).unwrap();
+        let mut t = Leases::new(vec![(ip(1), ip(5))], []);
+        assert_eq!(t.offer(m(1), None, &on(&t), 0, 60), Some(ip(1)));
+        assert_eq!(t.offer(m(2), None, &on(&t), 0, 60), Some(ip(2)));
+        t.ack(m(1), ip(1), &on(&t), 0, 60).unwrap();
         t.acked_fresh(m(1), ip(1), 0);
         assert!(t.decline(m(1), ip(1), 0));
         // .1 is in quarantine: the next fresh address is .3, then .4, .5.
-        assert_eq!(t.offer(m(3), None, 0, 60), Some(ip(3)));
+        assert_eq!(t.offer(m(3), None, &on(&t), 0, 60), Some(ip(3)));
         let later = DECLINE_QUARANTINE_S + 1;
-        assert_eq!(t.offer(m(4), None, later, 60), Some(ip(4)));
-        assert_eq!(t.offer(m(5), None, later, 60), Some(ip(5)));
+        assert_eq!(t.offer(m(4), None, &on(&t), later, 60), Some(ip(4)));
+        assert_eq!(t.offer(m(5), None, &on(&t), later, 60), Some(ip(5)));
         // No fresh address past the search point: .1, out of quarantine, is found again.
-        assert_eq!(t.offer(m(6), None, later, 60), Some(ip(1)));
+        assert_eq!(t.offer(m(6), None, &on(&t), later, 60), Some(ip(1)));
         check_index(&t);
     }
 
@@ -907,8 +995,8 @@ mod tests {
     #[test]
     fn a_decline_counts_only_in_the_window_after_a_fresh_ack() {
         let mut t = table();
-        let a = t.offer(mac(10), None, 0, 60).unwrap();
-        t.ack(mac(10), a, 0, 100).unwrap();
+        let a = t.offer(mac(10), None, &on(&t), 0, 60).unwrap();
+        t.ack(mac(10), a, &on(&t), 0, 100).unwrap();
         // A renewal's ACK opens no window.
         assert!(!t.decline(mac(10), a, 1));
         t.acked_fresh(mac(10), a, 0);
@@ -919,12 +1007,18 @@ mod tests {
         assert_eq!(t.get(mac(10)).map(|l| l.ip), Some(a));
         // In the window: the address rests, the client's lease ends.
         assert!(t.decline(mac(10), a, 2));
-        assert_eq!(t.ack(mac(10), a, 3, 100), Err(Refusal::Declined(a)));
+        assert_eq!(
+            t.ack(mac(10), a, &on(&t), 3, 100),
+            Err(Refusal::Declined(a))
+        );
         assert!(!t.reclaim(mac(11), a));
-        assert_eq!(t.ack(mac(11), a, 3, 100), Err(Refusal::Declined(a)));
+        assert_eq!(
+            t.ack(mac(11), a, &on(&t), 3, 100),
+            Err(Refusal::Declined(a))
+        );
         // Its holder renewing from it: the DECLINE was not its own; the renewal is granted.
         assert!(t.reclaim(mac(10), a));
-        assert_eq!(t.ack(mac(10), a, 4, 100), Ok(()));
+        assert_eq!(t.ack(mac(10), a, &on(&t), 4, 100), Ok(()));
         assert_eq!(t.holder(a, 5), Some(mac(10)));
     }
 }

@@ -7,6 +7,7 @@ pub mod grub;
 pub mod leases;
 pub mod leases6;
 pub mod script;
+pub mod subnet;
 
 use crate::config::{Config, Mac, Member};
 use crate::proto::dhcp::arch;

@@ -2,6 +2,7 @@
 //! located at the file, line and column of the value it is about (`Checker::err`).
 
 use super::locate::{self, Step};
+use super::subnets::reserved;
 use super::*;
 
 /// Turns raw YAML values into checked types, remembering where each came from.
@@ -62,7 +63,7 @@ impl Checker<'_> {
         self.warnings.borrow_mut().push(w);
     }
 
-    fn ip(&self, path: &[Step], s: &str) -> Result<Ipv4Addr, ConfigError> {
+    pub(super) fn ip(&self, path: &[Step], s: &str) -> Result<Ipv4Addr, ConfigError> {
         s.trim()
             .parse()
             .map_err(|_| self.err(path, format!("`{s}` is not an IPv4 address")))
@@ -83,7 +84,7 @@ impl Checker<'_> {
         let (server, dhcp6) = self.check_server(&raw)?;
         let dhcp = self.check_dhcp(&raw.dhcp, &server.links)?;
         self.check_proxy(&raw.dhcp, dhcp.mode)?;
-        self.check_links_in_subnet(&raw.server, &server, &dhcp)?;
+        self.check_links_in_subnet(&raw.dhcp, &raw.server, &server, &dhcp)?;
         self.check_ports(&raw.server, &server, dhcp.mode)?;
         let images = self.check_images(&raw.images)?;
         let pools = self.check_pools(&raw.pools, &images, &server, &dhcp, dhcp6.is_some())?;
@@ -108,36 +109,68 @@ impl Checker<'_> {
         if mode != DhcpMode::Proxy {
             return Ok(());
         }
+        let refuse = |path: &[Step]| {
+            self.err(
+                path,
+                "is not used in proxy mode: the site's DHCP server gives the addresses, \
+                 router and DNS servers (remove it, or use `mode: authoritative`)",
+            )
+        };
         for (key, given) in [
             ("range", d.range.is_some()),
             ("router", d.router.is_some()),
-            ("dns", !d.dns.is_empty()),
+            ("dns", d.dns.as_ref().is_some_and(|v| !v.is_empty())),
         ] {
             if given {
-                return Err(self.err(
-                    &[Key("dhcp"), Key(key)],
-                    "is not used in proxy mode: the site's DHCP server gives the addresses, \
-                     router and DNS servers (remove it, or use `mode: authoritative`)",
-                ));
+                return Err(refuse(&[Key("dhcp"), Key(key)]));
+            }
+        }
+        for (i, sub) in d.subnets.iter().flatten().enumerate() {
+            for (key, given) in [
+                ("range", sub.range.is_some()),
+                ("router", sub.router.is_some()),
+                ("dns", !sub.dns.is_empty()),
+            ] {
+                if given {
+                    return Err(refuse(&[
+                        Key("dhcp"),
+                        Key("subnets"),
+                        Step::Index(i),
+                        Key(key),
+                    ]));
+                }
             }
         }
         Ok(())
     }
 
-    /// More machines listed than the range and fixed addresses can hold at once: a warning
-    /// (machines that never boot together are fine), said at `dhcp.range`.
+    /// More machines listed than the ranges and fixed addresses can hold at once: a warning
+    /// (machines that never boot together are fine), said at `dhcp.range` or `dhcp.subnets`.
     fn check_room_size(&self, pools: &BTreeMap<String, Arc<Pool>>, dhcp: &Dhcp) {
         use Step::Key;
-        let Some((a, b)) = dhcp.range else { return };
+        let ranges: Vec<(Ipv4Addr, Ipv4Addr)> =
+            dhcp.subnets.iter().filter_map(|s| s.range).collect();
+        if ranges.is_empty() {
+            return;
+        }
         let entries = pools.values().flat_map(|p| p.clients.iter());
         let (fixed, dynamic) = entries.fold((0u64, 0u64), |(f, d), e| match e.ip {
             Some(_) => (f + 1, d),
             None => (f, d + e.macs.len()),
         });
-        let addresses = u64::from(u32::from(b) - u32::from(a)) + 1;
+        let addresses: u64 = ranges
+            .iter()
+            .map(|&(a, b)| u64::from(u32::from(b) - u32::from(a)) + 1)
+            .sum();
+        // Said where the ranges are: the one-subnet form's `dhcp.range`, or `dhcp.subnets`.
+        let at: &[Step] = if locate::locate(self.text, &[Key("dhcp"), Key("range")]).is_some() {
+            &[Key("dhcp"), Key("range")]
+        } else {
+            &[Key("dhcp"), Key("subnets")]
+        };
         if dynamic > addresses {
             self.warn(
-                &[Key("dhcp"), Key("range")],
+                at,
                 format!(
                     "holds {addresses} addresses, but the pools list {dynamic} machines without a \
                      fixed ip (and {fixed} with one): at most {addresses} of them get an address at once"
@@ -288,31 +321,6 @@ impl Checker<'_> {
             tls,
         };
         Ok((server, dhcp6))
-    }
-
-    /// Every server link is an address of `dhcp.subnet`.
-    fn check_links_in_subnet(
-        &self,
-        s: &raw::Server,
-        server: &Server,
-        dhcp: &Dhcp,
-    ) -> Result<(), ConfigError> {
-        use Step::Key;
-        for (i, ip) in server.links.iter().enumerate() {
-            if !dhcp.subnet.contains(*ip) {
-                let at = match s
-                    .links
-                    .iter()
-                    .flatten()
-                    .position(|t| t.trim() == ip.to_string())
-                {
-                    Some(j) if i > 0 => vec![Key("server"), Key("links"), Step::Index(j)],
-                    _ => vec![Key("server"), Key("address")],
-                };
-                return Err(self.err(&at, format!("{ip} is outside dhcp.subnet {}", dhcp.subnet)));
-            }
-        }
-        Ok(())
     }
 
     /// The `images` section, in name order.
@@ -690,12 +698,14 @@ impl Checker<'_> {
                         return Err(self.err(&at_c("ip"), "a fixed ip needs a single `mac`"));
                     }
                     let ip = self.ip(&at_c("ip"), s)?;
-                    if !dhcp.subnet.contains(ip) {
+                    let Some(on) = dhcp.subnet_of(ip) else {
+                        let all: Vec<String> =
+                            dhcp.subnets.iter().map(|s| s.subnet.to_string()).collect();
                         return Err(
-                            self.err(&at_c("ip"), format!("{ip} is outside {}", dhcp.subnet))
+                            self.err(&at_c("ip"), format!("{ip} is outside {}", all.join(", ")))
                         );
-                    }
-                    if let Some(what) = reserved(dhcp.subnet, links, ip) {
+                    };
+                    if let Some(what) = reserved(on.subnet, links, ip) {
                         return Err(self.err(&at_c("ip"), format!("{ip} is {what}")));
                     }
                     if let Some((_, other)) = seen.ips.iter().find(|(x, _)| *x == ip) {
@@ -770,7 +780,7 @@ impl Checker<'_> {
             },
         };
         let tftp_clients = match &l.tftp_clients {
-            None => vec![dhcp.subnet],
+            None => dhcp.subnets.iter().map(|s| s.subnet).collect(),
             Some(list) => list
                 .iter()
                 .enumerate()
@@ -871,72 +881,6 @@ impl Checker<'_> {
         }
         Ok(())
     }
-
-    fn check_dhcp(&self, d: &raw::Dhcp, server: &[Ipv4Addr]) -> Result<Dhcp, ConfigError> {
-        use Step::Key;
-        let at = |k| [Key("dhcp"), Key(k)];
-        let mode = self.one_of(
-            &at("mode"),
-            &d.mode,
-            &[
-                ("authoritative", DhcpMode::Authoritative),
-                ("proxy", DhcpMode::Proxy),
-            ],
-        )?;
-        let subnet: Subnet = d.subnet.parse().map_err(|e| self.err(&at("subnet"), e))?;
-        let range = match &d.range {
-            None if mode == DhcpMode::Authoritative => {
-                return Err(self.err(&[Key("dhcp")], "authoritative mode needs a `range`"));
-            }
-            None => None,
-            Some(r) => {
-                let (a, b) = r
-                    .split_once('-')
-                    .ok_or_else(|| self.err(&at("range"), format!("`{r}` is not FIRST-LAST")))?;
-                let (a, b) = (self.ip(&at("range"), a)?, self.ip(&at("range"), b)?);
-                if u32::from(a) > u32::from(b) {
-                    return Err(self.err(&at("range"), format!("{a} comes after {b}")));
-                }
-                for ip in [a, b] {
-                    if !subnet.contains(ip) {
-                        return Err(self.err(&at("range"), format!("{ip} is outside {subnet}")));
-                    }
-                }
-                let (net, bcast) = (subnet.network, subnet.broadcast());
-                let inside = |ip: Ipv4Addr| (u32::from(a)..=u32::from(b)).contains(&u32::from(ip));
-                for ip in [net, bcast].into_iter().chain(server.iter().copied()) {
-                    if inside(ip)
-                        && let Some(what) = reserved(subnet, server, ip)
-                    {
-                        return Err(self.err(
-                            &at("range"),
-                            format!("{a}-{b} holds {ip}, {what}; clients must not be given it"),
-                        ));
-                    }
-                }
-                Some((a, b))
-            }
-        };
-        let router = d
-            .router
-            .as_deref()
-            .map(|r| self.ip(&at("router"), r))
-            .transpose()?;
-        let dns = d
-            .dns
-            .iter()
-            .map(|s| self.ip(&at("dns"), s))
-            .collect::<Result<_, _>>()?;
-        let lease = parse_duration(&d.lease).map_err(|e| self.err(&at("lease"), e))?;
-        Ok(Dhcp {
-            mode,
-            subnet,
-            range,
-            router,
-            dns,
-            lease,
-        })
-    }
 }
 
 const NAME_RULE: &str = "use A-Z, a-z, 0-9, `.`, `_` and `-`, not starting with `.` or `-`";
@@ -1017,22 +961,6 @@ fn yaml11_bool(word: &str) -> Option<bool> {
         "yes" | "on" | "y" | "true" => Some(true),
         "no" | "off" | "n" | "false" => Some(false),
         _ => None,
-    }
-}
-
-/// What `ip` is that no client may be given: the subnet's network or broadcast address (on a
-/// /31 or /32 both are hosts, RFC 3021), or one of the server's own addresses.
-fn reserved(subnet: Subnet, server: &[Ipv4Addr], ip: Ipv4Addr) -> Option<String> {
-    if ip == server[0] {
-        Some("the server's own address (server.address)".into())
-    } else if server.contains(&ip) {
-        Some("one of the server's own addresses (server.links)".into())
-    } else if subnet.prefix <= 30 && ip == subnet.network {
-        Some(format!("the network address of {subnet}"))
-    } else if subnet.prefix <= 30 && ip == subnet.broadcast() {
-        Some(format!("the broadcast address of {subnet}"))
-    } else {
-        None
     }
 }
 

@@ -2,8 +2,9 @@
 //! the line and column, the YAML path and the reason.
 //!
 //! Beyond each value's own syntax, what would misbehave at serve time is refused here: a
-//! server address outside `dhcp.subnet`, a range or fixed `ip` holding the network, broadcast
-//! or server address, two services on one port, and pool or image names that are not plain
+//! server address outside the DHCP subnets, overlapping subnets, a range or router outside its
+//! subnet, a range or fixed `ip` holding the network, broadcast or server address, two
+//! services on one port, and pool or image names that are not plain
 //! (`[A-Za-z0-9._-]`, not starting with `.` or `-`: they become paths and URLs); a map key given
 //! twice (`yaml.rs`), keys proxy mode would ignore, a client name on a MAC range or on two
 //! entries, YAML 1.1's `yes`/`no` where a name is wanted. Valid but implausible values (a MAC
@@ -16,6 +17,7 @@ mod dhcp6;
 mod locate;
 pub mod names;
 mod raw;
+mod subnets;
 mod values;
 mod yaml;
 
@@ -131,7 +133,7 @@ pub struct Limits {
     /// TFTP transfers at once from one client's address (a room behind a NAT arrives from
     /// one).
     pub tftp_per_client: usize,
-    /// Source networks TFTP answers (default: `dhcp.subnet`); requests from elsewhere are
+    /// Source networks TFTP answers (default: every DHCP subnet); requests from elsewhere are
     /// dropped unanswered and counted as refused.
     pub tftp_clients: Vec<Subnet>,
     /// Bytes all copy-on-write overlays in memory may hold together; `None`: a quarter of
@@ -273,9 +275,37 @@ pub enum DhcpMode {
 #[derive(Debug, Clone)]
 pub struct Dhcp {
     pub mode: DhcpMode,
+    /// The IPv4 subnets served (`dhcp.subnets`, or the one-subnet form's keys): none overlaps
+    /// another. A request is answered from the one it came from (`boot::subnet`).
+    pub subnets: Vec<DhcpSubnet>,
+    /// The index in `subnets` of the server's own subnet, the one holding `server.address`.
+    pub home: usize,
+    /// `dhcp.relays`: the relays that may speak for other segments, by the address they send
+    /// from (`None`: any relay may).
+    pub relays: Option<Vec<Subnet>>,
+    /// `dhcp.lease`, what a subnet without a `lease` of its own gives.
+    pub lease: Duration,
+}
+
+impl Dhcp {
+    /// The server's own subnet.
+    pub fn home(&self) -> &DhcpSubnet {
+        &self.subnets[self.home]
+    }
+
+    /// The configured subnet holding `ip`.
+    pub fn subnet_of(&self, ip: Ipv4Addr) -> Option<&DhcpSubnet> {
+        self.subnets.iter().find(|s| s.subnet.contains(ip))
+    }
+}
+
+/// One IPv4 subnet of `dhcp`: what a client there is given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DhcpSubnet {
     pub subnet: Subnet,
-    /// Dynamic range, inclusive. Required in authoritative mode.
+    /// Dynamic range, inclusive, inside `subnet`. Required in authoritative mode.
     pub range: Option<(Ipv4Addr, Ipv4Addr)>,
+    /// The default router handed out, inside `subnet`.
     pub router: Option<Ipv4Addr>,
     pub dns: Vec<Ipv4Addr>,
     pub lease: Duration,

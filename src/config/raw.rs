@@ -155,13 +155,30 @@ pub struct Ports {
 pub struct Dhcp {
     #[serde(default = "default_mode")]
     pub mode: String,
+    /// The one-subnet form: the subnet's keys right in `dhcp` (`subnets` absent).
+    pub subnet: Option<String>,
+    pub range: Option<String>,
+    pub router: Option<String>,
+    pub dns: Option<Vec<String>>,
+    #[serde(default = "default_lease")]
+    pub lease: String,
+    /// Several subnets, each with its own keys (the one-subnet keys absent).
+    pub subnets: Option<Vec<DhcpSubnet>>,
+    /// The relays allowed to speak for other segments: addresses or subnets.
+    pub relays: Option<Vec<String>>,
+}
+
+/// One entry of `dhcp.subnets`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DhcpSubnet {
     pub subnet: String,
     pub range: Option<String>,
     pub router: Option<String>,
     #[serde(default)]
     pub dns: Vec<String>,
-    #[serde(default = "default_lease")]
-    pub lease: String,
+    /// Its lease time (absent: `dhcp.lease`).
+    pub lease: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1158,3 +1158,153 @@ fn missing_image_files_are_the_images_dir_s() {
         missing[0]
     );
 }
+
+/// GOOD with two subnets, a relay list, and the second subnet's own DNS and lease.
+fn two_subnets() -> String {
+    GOOD.replace(
+        "  subnet: 10.77.0.0/24\n  range: 10.77.0.100-10.77.0.199\n  router: 10.77.0.1\n",
+        "  relays: [10.77.0.254, 10.30.0.0/16]
+  subnets:
+    - subnet: 10.77.0.0/24
+      range: 10.77.0.100-10.77.0.199
+      router: 10.77.0.1
+    - subnet: 10.20.0.0/24
+      range: 10.20.0.100-10.20.0.199
+      router: 10.20.0.1
+      dns: [10.20.0.53]
+      lease: 1h
+",
+    )
+    .replace(
+        "      - { macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }\n",
+        "      - { macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }\n      - { mac: \"52:54:00:77:00:40\", ip: 10.20.0.40 }\n",
+    )
+}
+
+/// `dhcp.subnets`: each subnet with its own keys, the lease defaulting to `dhcp.lease`; the
+/// server's own is the one holding its address; TFTP answers every subnet; the one-subnet form
+/// is a list of one.
+#[test]
+fn several_subnets_each_keep_their_own_keys() {
+    let c = parse(&two_subnets()).unwrap();
+    let ip = |s: &str| s.parse::<Ipv4Addr>().unwrap();
+    assert_eq!(c.dhcp.subnets.len(), 2);
+    assert_eq!(c.dhcp.home().router, Some(ip("10.77.0.1")));
+    assert_eq!(c.dhcp.home().lease, Duration::from_secs(12 * 3600));
+    let other = c.dhcp.subnet_of(ip("10.20.0.7")).unwrap();
+    assert_eq!(
+        (other.router, other.dns.clone(), other.lease),
+        (
+            Some(ip("10.20.0.1")),
+            vec![ip("10.20.0.53")],
+            Duration::from_secs(3600)
+        )
+    );
+    assert_eq!(other.range, Some((ip("10.20.0.100"), ip("10.20.0.199"))));
+    assert!(c.dhcp.subnet_of(ip("10.21.0.1")).is_none());
+    let relays: Vec<String> = c
+        .dhcp
+        .relays
+        .iter()
+        .flatten()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(relays, ["10.77.0.254/32", "10.30.0.0/16"]);
+    let tftp: Vec<String> = c
+        .limits
+        .tftp_clients
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(tftp, ["10.77.0.0/24", "10.20.0.0/24"]);
+    let one = parse(GOOD).unwrap();
+    assert_eq!(one.dhcp.subnets.len(), 1);
+    assert_eq!(one.dhcp.relays, None);
+    assert_eq!(one.limits.tftp_clients, [one.dhcp.home().subnet]);
+}
+
+/// What cannot work across subnets is refused at its key, with its line.
+#[test]
+fn subnet_mistakes_are_refused_at_their_key() {
+    let list = two_subnets();
+    let line_of =
+        |text: &str, needle: &str| text.lines().position(|l| l.contains(needle)).map(|i| i + 1);
+    let cases = [
+        (
+            "subnet: 10.20.0.0/24",
+            "subnet: 10.77.0.128/25",
+            "10.77.0.128/25",
+            "dhcp.subnets[1].subnet",
+            "overlaps dhcp.subnets[0] 10.77.0.0/24",
+        ),
+        (
+            "range: 10.20.0.100-10.20.0.199",
+            "range: 10.20.0.100-10.20.1.9",
+            "10.20.1.9",
+            "dhcp.subnets[1].range",
+            "10.20.1.9 is outside 10.20.0.0/24",
+        ),
+        (
+            "router: 10.20.0.1",
+            "router: 10.21.0.1",
+            "10.21.0.1",
+            "dhcp.subnets[1].router",
+            "10.21.0.1 is outside 10.20.0.0/24",
+        ),
+        (
+            "      range: 10.20.0.100-10.20.0.199\n",
+            "",
+            "- subnet: 10.20.0.0/24",
+            "dhcp.subnets[1]",
+            "authoritative mode needs a `range`",
+        ),
+        (
+            "address: 10.77.0.1",
+            "address: 10.99.0.1",
+            "10.99.0.1",
+            "server.address",
+            "10.99.0.1 is in none of dhcp.subnets (10.77.0.0/24, 10.20.0.0/24)",
+        ),
+        (
+            "  lease: 12h\n",
+            "  lease: 12h\n  router: 10.77.0.2\n",
+            "  router: 10.77.0.2",
+            "dhcp.router",
+            "with `dhcp.subnets`, each subnet's `router` goes in its entry",
+        ),
+        (
+            "10.30.0.0/16",
+            "10.30.0.1/16",
+            "10.30.0.1/16",
+            "dhcp.relays[1]",
+            "host bits",
+        ),
+        (
+            "ip: 10.20.0.40",
+            "ip: 10.50.0.40",
+            "10.50.0.40",
+            "pools.room-101.clients[2].ip",
+            "10.50.0.40 is outside 10.77.0.0/24, 10.20.0.0/24",
+        ),
+        (
+            "ip: 10.20.0.40",
+            "ip: 10.20.0.255",
+            "10.20.0.255",
+            "pools.room-101.clients[2].ip",
+            "the broadcast address of 10.20.0.0/24",
+        ),
+    ];
+    for (from, to, at, path, why) in cases {
+        assert!(list.contains(from), "{from}");
+        let text = list.replacen(from, to, 1);
+        let e = parse(&text).unwrap_err();
+        assert_eq!((e.path.as_str(), e.line), (path, line_of(&text, at)), "{e}");
+        assert!(e.reason.contains(why), "{e}");
+    }
+    // The one-subnet form: a router elsewhere, and no subnet at all.
+    let e = parse(&GOOD.replace("router: 10.77.0.1", "router: 10.78.0.1")).unwrap_err();
+    assert_eq!((e.path.as_str(), e.line), ("dhcp.router", Some(10)), "{e}");
+    let e = parse(&GOOD.replace("  subnet: 10.77.0.0/24\n", "")).unwrap_err();
+    assert_eq!(e.path, "dhcp", "{e}");
+    assert!(e.reason.contains("needs `subnet`"), "{e}");
+}

@@ -237,6 +237,7 @@ mod tests {
             ipxe: true,
             pool: "room".into(),
             link: None,
+            relayed: None,
         };
         at(&mut t, 1.0, Who::Mac(mac), ack);
         at(&mut t, 10.0, Who::Ip(ip), attach(proto, "0000000000a1"));

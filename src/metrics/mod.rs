@@ -60,6 +60,12 @@ pub struct Dhcp {
     pub naks: Count,
     /// Lease table saves that failed.
     pub save_errors: Count,
+    /// DHCPv4 requests dropped because a relay `dhcp.relays` does not list carried them (or
+    /// a client named another segment itself); also counted as refused.
+    pub unlisted_relays: Count,
+    /// DHCPv4 requests dropped because the segment they name (giaddr, link or subnet
+    /// selection, ciaddr) is in no configured subnet; also counted as refused.
+    pub no_subnet: Count,
 }
 
 impl Dhcp {

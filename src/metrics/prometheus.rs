@@ -236,6 +236,17 @@ const FAMILIES: &[Family] = &[
         read: Read::Fixed(every_service!(refused)),
         only_with_series: false,
     },
+    Family {
+        name: "bootpool_dhcp_unplaced_total",
+        kind: Kind::Counter,
+        help: "DHCPv4 requests dropped unanswered for want of a subnet: carried by a relay dhcp.relays does not list, or from a segment in no configured subnet (also counted as refused).",
+        labels: &["why"],
+        read: Read::Fixed(&[
+            (&["unlisted_relay"], |m| &m.dhcp().unlisted_relays),
+            (&["no_subnet"], |m| &m.dhcp().no_subnet),
+        ]),
+        only_with_series: false,
+    },
     slots!(
         "bootpool_slots_held",
         Gauge,

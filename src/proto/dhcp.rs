@@ -2,9 +2,11 @@
 //! the raw options, because dhcproto stops silently at the first option it cannot decode and
 //! so can hide options 60/93/97 that boot policy needs. Replies are built with dhcproto.
 
+use core::fmt;
 use core::net::Ipv4Addr;
 use dhcproto::v4::{self, DhcpOption, Flags, MessageType, Opcode};
 use dhcproto::{Encodable, Encoder};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
 
 /// Fixed BOOTP header (236 bytes) plus the magic cookie.
@@ -25,9 +27,11 @@ pub mod opt {
     pub const VENDOR_CLASS: u8 = 60;
     pub const CLIENT_ID: u8 = 61;
     pub const USER_CLASS: u8 = 77;
+    pub const RELAY_AGENT: u8 = 82;
     pub const ARCH: u8 = 93;
     pub const NDI: u8 = 94;
     pub const UUID: u8 = 97;
+    pub const SUBNET_SELECTION: u8 = 118;
     pub const IPXE_ENCAP: u8 = 175;
     pub const END: u8 = 255;
 }
@@ -152,8 +156,154 @@ impl Request {
             || self.options.contains_key(&opt::IPXE_ENCAP)
     }
 
+    /// Option 82, what a relay agent said of the client (RFC 3046), if a relay added it.
+    pub fn relay_agent(&self) -> Option<RelayAgent> {
+        self.options
+            .get(&opt::RELAY_AGENT)
+            .map(|v| RelayAgent::parse(v))
+    }
+
+    /// Option 118 (RFC 3011): the subnet the client asks to be given an address on.
+    pub fn subnet_selection(&self) -> Option<Ipv4Addr> {
+        self.fixed::<4>(opt::SUBNET_SELECTION).map(Ipv4Addr::from)
+    }
+
     fn fixed<const N: usize>(&self, code: u8) -> Option<[u8; N]> {
         self.options.get(&code)?.as_slice().try_into().ok()
+    }
+}
+
+/// Option 82's sub-options bootpool reads (RFC 3046, RFC 3527): who the relay says the client
+/// is, and on which subnet.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RelayAgent {
+    /// Sub-option 1: the circuit the request came in on (a switch port, a VLAN).
+    pub circuit_id: Option<AgentId>,
+    /// Sub-option 2: the relay agent itself (its MAC, a name).
+    pub remote_id: Option<AgentId>,
+    /// Sub-option 5 (RFC 3527): the client's subnet, when giaddr is only where replies go.
+    pub link_selection: Option<Ipv4Addr>,
+}
+
+impl RelayAgent {
+    const CIRCUIT_ID: u8 = 1;
+    const REMOTE_ID: u8 = 2;
+    const LINK_SELECTION: u8 = 5;
+
+    /// Reads option 82's value: code, length, value sub-options. Total: what a damaged
+    /// sub-option leaves unread is absent, and the first of a repeated one counts.
+    pub fn parse(value: &[u8]) -> RelayAgent {
+        let mut agent = RelayAgent::default();
+        let mut rest = value;
+        while let [code, len, tail @ ..] = rest {
+            let Some(data) = tail.get(..usize::from(*len)) else {
+                break;
+            };
+            match *code {
+                Self::CIRCUIT_ID if agent.circuit_id.is_none() => {
+                    agent.circuit_id = Some(AgentId(data.to_vec()))
+                }
+                Self::REMOTE_ID if agent.remote_id.is_none() => {
+                    agent.remote_id = Some(AgentId(data.to_vec()))
+                }
+                Self::LINK_SELECTION if agent.link_selection.is_none() => {
+                    agent.link_selection = <[u8; 4]>::try_from(data).ok().map(Ipv4Addr::from)
+                }
+                _ => {}
+            }
+            rest = &tail[usize::from(*len)..];
+        }
+        agent
+    }
+}
+
+/// Where a relayed request came from, as the lease and the boot record keep it: the relay's
+/// address on the client's segment (giaddr) and what its option 82 said of the client, so an
+/// admin sees the switch port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Relayed {
+    pub giaddr: Ipv4Addr,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub circuit_id: Option<AgentId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_id: Option<AgentId>,
+}
+
+impl Request {
+    /// Where the request came from, if a relay carried it.
+    pub fn relayed(&self) -> Option<Relayed> {
+        if self.giaddr.is_unspecified() {
+            return None;
+        }
+        let agent = self.relay_agent().unwrap_or_default();
+        Some(Relayed {
+            giaddr: self.giaddr,
+            circuit_id: agent.circuit_id,
+            remote_id: agent.remote_id,
+        })
+    }
+}
+
+/// A relay agent's circuit or remote id: opaque bytes, most often a port's or a switch's name.
+/// Shown (and stored) as that text when it is printable ASCII and does not start with `0x`,
+/// else as `0x` and its bytes in hex; read back either way.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct AgentId(pub Vec<u8>);
+
+impl AgentId {
+    fn is_text(&self) -> bool {
+        !self.0.is_empty()
+            && self.0.iter().all(|b| (0x20..0x7f).contains(b))
+            && !self.0.starts_with(b"0x")
+    }
+}
+
+impl fmt::Display for AgentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_text() {
+            return f.write_str(&String::from_utf8_lossy(&self.0));
+        }
+        f.write_str("0x")?;
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for AgentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl core::str::FromStr for AgentId {
+    type Err = core::convert::Infallible;
+    /// The inverse of `Display`: `0x` and an even number of hex digits are bytes, anything
+    /// else is its own text.
+    fn from_str(s: &str) -> Result<AgentId, Self::Err> {
+        let hex = s
+            .strip_prefix("0x")
+            .filter(|h| h.len() % 2 == 0 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+        Ok(AgentId(match hex {
+            Some(h) => (0..h.len())
+                .step_by(2)
+                .filter_map(|i| u8::from_str_radix(&h[i..i + 2], 16).ok())
+                .collect(),
+            None => s.as_bytes().to_vec(),
+        }))
+    }
+}
+
+impl Serialize for AgentId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for AgentId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<AgentId, D::Error> {
+        match String::deserialize(d)?.parse() {
+            Ok(id) => Ok(id),
+            Err(never) => match never {},
+        }
     }
 }
 
@@ -261,6 +411,11 @@ pub struct Reply {
     pub ipxe_no_proxy: bool,
     /// Option 56, for a NAK.
     pub message: Option<String>,
+    /// Option 82 as the relay sent it, echoed back whole (RFC 3046 2.2); dhcproto writes it
+    /// last.
+    pub relay_agent: Option<Vec<u8>>,
+    /// Option 118 as it was sent, echoed back (RFC 3011 3).
+    pub subnet_selection: Option<Ipv4Addr>,
 }
 
 /// The class a boot server answers with in option 60.
@@ -308,6 +463,15 @@ pub fn encode_reply(r: &Reply) -> Result<Vec<u8>, dhcproto::error::EncodeError> 
     o.insert(DhcpOption::ServerIdentifier(r.server_id));
     if let Some(msg) = &r.message {
         o.insert(DhcpOption::Message(msg.clone()));
+    }
+    if let Some(agent) = &r.relay_agent {
+        o.insert(DhcpOption::Unknown(v4::UnknownOption::new(
+            v4::OptionCode::RelayAgentInformation,
+            agent.clone(),
+        )));
+    }
+    if let Some(subnet) = r.subnet_selection {
+        o.insert(DhcpOption::SubnetSelection(subnet));
     }
     if r.kind != ReplyKind::Nak {
         if let Some(mask) = r.subnet_mask {
@@ -489,6 +653,71 @@ mod tests {
         }
     }
 
+    /// Option 82's circuit id, remote id and link selection, and option 118, as relays and
+    /// clients send them; a damaged sub-option keeps what came before it; both echoed back,
+    /// option 82 verbatim and last.
+    #[test]
+    fn relay_agent_and_subnet_selection_are_read_and_echoed() {
+        let agent = [
+            1, 4, b'e', b't', b'h', b'0', 2, 6, 0, 0x16, 0x3e, 1, 2, 3, 9, 0, 5, 4, 10, 20, 0, 0,
+        ];
+        let mut o = vec![53, 1, 1, 118, 4, 10, 30, 0, 0, 82, agent.len() as u8];
+        o.extend_from_slice(&agent);
+        o.push(255);
+        let r = parse_request(&request(MAC, &o)).unwrap();
+        let a = r.relay_agent().unwrap();
+        assert_eq!(a.circuit_id.unwrap().to_string(), "eth0");
+        assert_eq!(a.remote_id.unwrap().to_string(), "0x00163e010203");
+        assert_eq!(a.link_selection, Some(Ipv4Addr::new(10, 20, 0, 0)));
+        assert_eq!(r.subnet_selection(), Some(Ipv4Addr::new(10, 30, 0, 0)));
+        let damaged = RelayAgent::parse(&[1, 2, b'p', b'1', 2, 9, 1, 5, 2, 10, 20]);
+        assert_eq!(damaged.circuit_id, Some(AgentId(b"p1".to_vec())));
+        assert_eq!((damaged.remote_id, damaged.link_selection), (None, None));
+        assert_eq!(RelayAgent::parse(&[5, 2, 10, 20]).link_selection, None);
+        for id in [b"Gi1/0/7".to_vec(), vec![0, 1, 2], b"0xab".to_vec(), vec![]] {
+            let shown = AgentId(id.clone()).to_string();
+            assert_eq!(shown.parse::<AgentId>().unwrap(), AgentId(id), "{shown}");
+        }
+        let nak = Reply {
+            kind: ReplyKind::Nak,
+            xid: 7,
+            flags: 0,
+            mac: MAC,
+            ciaddr: Ipv4Addr::UNSPECIFIED,
+            yiaddr: Ipv4Addr::UNSPECIFIED,
+            siaddr: Ipv4Addr::UNSPECIFIED,
+            giaddr: Ipv4Addr::new(10, 20, 0, 1),
+            server_id: Ipv4Addr::new(10, 77, 0, 1),
+            subnet_mask: None,
+            router: None,
+            dns: Vec::new(),
+            log_server: None,
+            lease_secs: None,
+            boot_file: None,
+            tftp_server: None,
+            class: None,
+            pxe_discovery: None,
+            uuid: None,
+            ipxe_no_proxy: true,
+            message: Some("no".into()),
+            relay_agent: Some(agent.to_vec()),
+            subnet_selection: Some(Ipv4Addr::new(10, 30, 0, 0)),
+        };
+        let bytes = encode_reply(&nak).unwrap();
+        let mut echoed = vec![82, agent.len() as u8];
+        echoed.extend_from_slice(&agent);
+        echoed.push(opt::END);
+        assert!(
+            bytes.windows(echoed.len()).any(|w| w == echoed),
+            "option 82 verbatim, then END: {bytes:?}"
+        );
+        let m = v4::Message::from_bytes(&bytes).unwrap();
+        assert_eq!(
+            m.opts().get(v4::OptionCode::SubnetSelection),
+            Some(&DhcpOption::SubnetSelection(Ipv4Addr::new(10, 30, 0, 0)))
+        );
+    }
+
     #[test]
     fn replies_decode_with_what_was_put_in() {
         let reply = Reply {
@@ -513,6 +742,8 @@ mod tests {
             uuid: Some([&[0u8][..], &[0xab; 16]].concat()),
             ipxe_no_proxy: true,
             message: None,
+            relay_agent: None,
+            subnet_selection: None,
         };
         let bytes = encode_reply(&reply).unwrap();
         assert!(bytes.len() >= MIN_REPLY);

@@ -23,9 +23,11 @@ pub mod opt {
     pub const IA_NA: u16 = 3;
     pub const IA_ADDR: u16 = 5;
     pub const ORO: u16 = 6;
+    pub const RELAY_MSG: u16 = 9;
     pub const RAPID_COMMIT: u16 = 14;
     pub const USER_CLASS: u16 = 15;
     pub const VENDOR_CLASS: u16 = 16;
+    pub const INTERFACE_ID: u16 = 18;
     pub const DNS_SERVERS: u16 = 23;
     pub const BOOTFILE_URL: u16 = 59;
     pub const BOOTFILE_PARAM: u16 = 60;
@@ -44,7 +46,16 @@ pub mod msg {
     pub const RELEASE: u8 = 8;
     pub const DECLINE: u8 = 9;
     pub const INFORMATION_REQUEST: u8 = 11;
+    /// A relay's message to a server, the client's (or another relay's) inside (RFC 8415 9).
+    pub const RELAY_FORW: u8 = 12;
+    /// A server's answer to a relay, the answer to the client inside.
+    pub const RELAY_REPL: u8 = 13;
 }
+
+/// Relays a message may have come through (RFC 8415 7.6: HOP_COUNT_LIMIT).
+const MAX_HOPS: usize = 8;
+/// A RELAY-FORW's fixed part: type, hop count, link address, peer address.
+const RELAY_HEADER: usize = 34;
 
 /// The enterprise number EDK2 (and so OVMF) puts in its vendor class (option 16): 343, Intel.
 pub const EDK2_ENTERPRISE: u32 = 343;
@@ -56,12 +67,87 @@ pub enum DropReason {
     Short,
     #[error("longer than {MAX_PACKET} bytes")]
     Long,
-    #[error("not a message a client sends to a server (relayed messages are not served)")]
+    #[error("not a message a client sends to a server")]
     NotClientMessage,
     #[error("an option's length runs past the end of the message")]
     Truncated,
     #[error("no client identifier (or one longer than a DUID may be)")]
     NoClientId,
+    #[error("a relay message without the message it relays, or through more than 8 relays")]
+    BadRelay,
+}
+
+/// One relay a client's message came through (RFC 8415 9.1), as its RELAY-FORW said: what
+/// the RELAY-REPL carrying the answer back repeats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayHop {
+    pub hop_count: u8,
+    /// An address on the client's link (`::` when the relay has none to give).
+    pub link_address: Ipv6Addr,
+    /// Where the relay heard the message from: the client, or the relay below it.
+    pub peer_address: Ipv6Addr,
+    /// Option 18, the relay's name for the interface it heard on, echoed back.
+    pub interface_id: Option<Vec<u8>>,
+}
+
+/// Unwraps RELAY-FORW messages: the relays, the server's side first, and the message inside
+/// the last (a client's, for `parse_request`). A message that is not relayed comes back with
+/// no relays. Total.
+pub fn unwrap_relays(buf: &[u8]) -> Result<(Vec<RelayHop>, &[u8]), DropReason> {
+    if buf.len() > MAX_PACKET {
+        return Err(DropReason::Long);
+    }
+    let mut hops = Vec::new();
+    let mut message = buf;
+    while message.first() == Some(&msg::RELAY_FORW) {
+        if hops.len() == MAX_HOPS {
+            return Err(DropReason::BadRelay);
+        }
+        let head = message.get(..RELAY_HEADER).ok_or(DropReason::Short)?;
+        let address = |at: usize| {
+            let mut a = [0u8; 16];
+            a.copy_from_slice(&head[at..at + 16]);
+            Ipv6Addr::from(a)
+        };
+        let mut area = &message[RELAY_HEADER..];
+        let (mut inner, mut interface_id) = (None, None);
+        while !area.is_empty() {
+            let (code, value, rest) = next_option(area).ok_or(DropReason::Truncated)?;
+            area = rest;
+            match code {
+                opt::RELAY_MSG => inner = inner.or(Some(value)),
+                opt::INTERFACE_ID => interface_id = interface_id.or(Some(value.to_vec())),
+                _ => {}
+            }
+        }
+        hops.push(RelayHop {
+            hop_count: head[1],
+            link_address: address(2),
+            peer_address: address(18),
+            interface_id,
+        });
+        message = inner.ok_or(DropReason::BadRelay)?;
+    }
+    Ok((hops, message))
+}
+
+/// `reply` (an encoded ADVERTISE or REPLY) inside a RELAY-REPL for each of `hops`, the relay
+/// nearest the client innermost (RFC 8415 19.3); `None` if that outgrows an option's length.
+pub fn wrap_relays(hops: &[RelayHop], reply: Vec<u8>) -> Option<Vec<u8>> {
+    hops.iter().rev().try_fold(reply, |inner, hop| {
+        let mut m = vec![msg::RELAY_REPL, hop.hop_count];
+        m.extend_from_slice(&hop.link_address.octets());
+        m.extend_from_slice(&hop.peer_address.octets());
+        if let Some(id) = &hop.interface_id {
+            m.extend_from_slice(&opt::INTERFACE_ID.to_be_bytes());
+            m.extend_from_slice(&u16::try_from(id.len()).ok()?.to_be_bytes());
+            m.extend_from_slice(id);
+        }
+        m.extend_from_slice(&opt::RELAY_MSG.to_be_bytes());
+        m.extend_from_slice(&u16::try_from(inner.len()).ok()?.to_be_bytes());
+        m.extend_from_slice(&inner);
+        Some(m)
+    })
 }
 
 /// One IA_NA a client asked for: its IAID and the addresses it named in it.
@@ -512,6 +598,71 @@ mod tests {
             parse_request(&vec![1; MAX_PACKET + 1]),
             Err(DropReason::Long)
         );
+    }
+
+    /// A RELAY-FORW as a relay sends it, with `inner` and an interface id.
+    fn relay_forw(hop: u8, link: &str, peer: &str, inner: &[u8]) -> Vec<u8> {
+        let mut m = vec![msg::RELAY_FORW, hop];
+        m.extend_from_slice(&link.parse::<Ipv6Addr>().unwrap().octets());
+        m.extend_from_slice(&peer.parse::<Ipv6Addr>().unwrap().octets());
+        m.extend(option(opt::INTERFACE_ID, format!("port{hop}").as_bytes()));
+        m.extend(option(opt::RELAY_MSG, inner));
+        m
+    }
+
+    /// Two relays: unwrapped to the client's SOLICIT, each hop's addresses and interface id
+    /// read; the answer wrapped back in one RELAY-REPL per hop, the same addresses and ids, the
+    /// client's relay innermost. Damaged relay messages are refused, and every cut is total.
+    #[test]
+    fn relayed_messages_are_unwrapped_and_answers_wrapped_back() {
+        let solicit = edk2_solicit();
+        let near = relay_forw(0, "fd77:20::1", "fe80::5054:ff:fe77:5", &solicit);
+        let far = relay_forw(1, "::", "fd77:30::1", &near);
+        let (hops, inner) = unwrap_relays(&far).unwrap();
+        assert_eq!(inner, &solicit[..]);
+        assert!(parse_request(inner).is_ok());
+        assert_eq!(hops.len(), 2);
+        assert_eq!(
+            hops[1].link_address,
+            "fd77:20::1".parse::<Ipv6Addr>().unwrap()
+        );
+        assert_eq!(
+            hops[1].peer_address,
+            "fe80::5054:ff:fe77:5".parse::<Ipv6Addr>().unwrap()
+        );
+        assert_eq!(hops[0].interface_id.as_deref(), Some(&b"port1"[..]));
+        let (none, same) = unwrap_relays(&solicit).unwrap();
+        assert!(none.is_empty() && same == &solicit[..]);
+        let answer = vec![7u8, 1, 2, 3];
+        let wrapped = wrap_relays(&hops, answer.clone()).unwrap();
+        let expected_near = {
+            let mut m = near.clone();
+            m[0] = msg::RELAY_REPL;
+            let at = m.len() - solicit.len() - 2;
+            m.truncate(at);
+            m.extend_from_slice(&(answer.len() as u16).to_be_bytes());
+            m.extend_from_slice(&answer);
+            m
+        };
+        let mut expected = far.clone();
+        expected[0] = msg::RELAY_REPL;
+        let at = expected.len() - near.len() - 2;
+        expected.truncate(at);
+        expected.extend_from_slice(&(expected_near.len() as u16).to_be_bytes());
+        expected.extend_from_slice(&expected_near);
+        assert_eq!(wrapped, expected);
+        // No relayed message inside; too many hops; a cut anywhere.
+        let mut empty = vec![msg::RELAY_FORW, 0];
+        empty.extend_from_slice(&[0; 32]);
+        assert_eq!(unwrap_relays(&empty), Err(DropReason::BadRelay));
+        let mut deep = solicit.clone();
+        for hop in 0..=8 {
+            deep = relay_forw(hop, "::", "::", &deep);
+        }
+        assert_eq!(unwrap_relays(&deep), Err(DropReason::BadRelay));
+        for cut in 0..far.len() {
+            let _ = unwrap_relays(&far[..cut]);
+        }
     }
 
     #[test]

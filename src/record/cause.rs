@@ -253,6 +253,7 @@ mod tests {
             ipxe: false,
             pool: "room".into(),
             link: None,
+            relayed: None,
         };
         let file = |kind| Kind::File {
             proto: Proto::Tftp,
@@ -351,6 +352,7 @@ mod tests {
             ipxe: pxe,
             pool: "lab".into(),
             link: None,
+            relayed: None,
         };
         let discover = Kind::DhcpDiscover {
             answered: false,

@@ -4,6 +4,7 @@
 
 use crate::config::Mac;
 use crate::config::names::ExportName;
+use crate::proto::dhcp::Relayed;
 use serde::{Deserialize, Serialize};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -110,7 +111,8 @@ pub enum Kind {
         arch: Option<u16>,
     },
     /// A DHCPACK that gave (or, in proxy mode, confirmed) this address. `link`: the server
-    /// address the client was told to boot from (one of `server.links`).
+    /// address the client was told to boot from (one of `server.links`); `relayed`: the
+    /// relay its requests came through and what its option 82 said (the switch port).
     DhcpAck {
         ip: Ipv4Addr,
         pxe: bool,
@@ -118,6 +120,8 @@ pub enum Kind {
         pool: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         link: Option<Ipv4Addr>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        relayed: Option<Relayed>,
     },
     /// A DHCPv6 REPLY that gave this address (firmware, iPXE or the booted system asking over
     /// IPv6): the ACK milestone of a client that boots over IPv6. `pxe`, `ipxe` and `pool` as

@@ -573,6 +573,7 @@ mod tests {
             ipxe: true,
             pool: "p".into(),
             link: None,
+            relayed: None,
         }));
         rec.send(Event {
             at: at + 1,

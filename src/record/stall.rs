@@ -92,6 +92,7 @@ mod tests {
                     ipxe: true,
                     pool: "a".into(),
                     link: None,
+                    relayed: None,
                 },
             ));
             if up {

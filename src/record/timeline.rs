@@ -13,6 +13,7 @@ use super::end::{Evidence, Gone, GoneEvidence, Inferred, RootReads, RootUse};
 use super::event::{Event, FileKind, Kind, Micros, Outcome, Proto};
 use crate::config::Mac;
 use crate::config::names::Rev;
+use crate::proto::dhcp::Relayed;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -101,6 +102,9 @@ pub struct Boot {
     pub pool: Option<String>,
     /// The server link (address) the client was told to boot from.
     pub link: Option<Ipv4Addr>,
+    /// The relay its DHCP came through and what its option 82 said (its switch port), from
+    /// the boot's ACKs.
+    pub relayed: Option<Relayed>,
     /// The architecture its firmware said (option 93) in the boot's first DISCOVER that
     /// said one.
     pub arch: Option<u16>,
@@ -139,6 +143,7 @@ impl Boot {
             ip6: None,
             pool: None,
             link: None,
+            relayed: None,
             arch: None,
             start: at,
             last_event: at,
@@ -486,6 +491,7 @@ impl Timelines {
                 pxe,
                 ipxe,
                 link,
+                relayed,
             } => {
                 if m.ack.is_none() {
                     m.loader_pending = *pxe && !*ipxe;
@@ -495,6 +501,9 @@ impl Timelines {
                 boot.pool = Some(pool.clone());
                 if link.is_some() {
                     boot.link = *link;
+                }
+                if relayed.is_some() {
+                    boot.relayed.clone_from(relayed);
                 }
                 self.ip_to_mac.insert(*ip, mac);
             }
@@ -670,6 +679,7 @@ pub(crate) fn boot_to_attach(
                 ipxe,
                 pool: pool.into(),
                 link: None,
+                relayed: None,
             },
         ),
         (2, file(FileKind::Script)),
@@ -738,6 +748,7 @@ mod tests {
                 ipxe,
                 pool: "room".into(),
                 link: None,
+                relayed: None,
             },
         ));
         assert_eq!(t.boots()[0].current_phase(), "loader");
@@ -812,6 +823,7 @@ mod tests {
                 ipxe: true,
                 pool: "room".into(),
                 link: None,
+                relayed: None,
             },
         ));
         assert!(t.apply(&ev(2_500_000, Who::Ip(ip), file(FileKind::Script, 300))));
@@ -902,6 +914,7 @@ mod tests {
             ipxe: false,
             pool: pool.into(),
             link: None,
+            relayed: None,
         };
         t.apply(&ev(21_000_000, Who::Mac(mac), pxe("room")));
         let discover = Kind::DhcpDiscover {
@@ -940,6 +953,7 @@ mod tests {
                 ipxe: false,
                 pool: "room".into(),
                 link: None,
+                relayed: None,
             },
         ));
         let failed = |reason: &str| Kind::Failed {

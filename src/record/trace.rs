@@ -307,6 +307,7 @@ mod tests {
             ipxe: true,
             pool: "room".into(),
             link: None,
+            relayed: None,
         };
         t.event(Who::Mac(mac), &ack);
         assert!(t.wants(ip));

@@ -7,6 +7,7 @@ use super::event::{Micros, Proto, proto_name};
 use super::standing::result_at;
 use super::timeline::{Boot, BootResult, End, PHASES};
 use super::wave::{Summary, Wave};
+use crate::proto::dhcp::Relayed;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -23,6 +24,10 @@ pub struct BootView {
     /// The server link (address) it was told to boot from.
     #[serde(default)]
     pub link: Option<Ipv4Addr>,
+    /// The relay its DHCP came through (`giaddr`) and what that relay's option 82 said of
+    /// it (`circuit_id`, `remote_id`: its switch port and switch); absent when unrelayed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub relayed: Option<Relayed>,
     /// The architecture its firmware said in DHCP (option 93: 0 BIOS, 7 and 9 x64 UEFI, 11
     /// ARM64 UEFI, ...), and its family's name (`bios`, `x64`, `ia32`, `arm64`, the names of
     /// `pools.NAME.arch`; absent for codes outside them).
@@ -155,6 +160,7 @@ impl BootView {
             ip6: b.ip6,
             pool: b.pool.clone(),
             link: b.link,
+            relayed: b.relayed.clone(),
             arch: b.arch,
             firmware: b
                 .arch

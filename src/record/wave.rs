@@ -265,6 +265,7 @@ mod tests {
                 ipxe: true,
                 pool: pool.into(),
                 link: None,
+                relayed: None,
             },
         ));
         if let Some(took) = took_s {
@@ -444,6 +445,7 @@ mod tests {
                     ipxe: false,
                     pool: pool.into(),
                     link: None,
+                    relayed: None,
                 },
             ),
         ] {

@@ -9,14 +9,16 @@
 use super::identity::{Identity, unix_now};
 use super::lease_file::LeaseFile;
 use crate::boot::leases::Leases;
+use crate::boot::subnet::{self, Arrival, Unplaced};
 use crate::boot::{self, Client};
-use crate::config::{Config, DhcpMode, Mac};
+use crate::config::{Config, DhcpMode, DhcpSubnet, Mac};
 use crate::metrics::Metrics;
 use crate::proto::dhcp::msg::{DECLINE, DISCOVER, INFORM, RELEASE, REQUEST};
 use crate::proto::dhcp::{
-    self as wire, MAX_PACKET, PXE_BOOT_FILE_ONLY, Reply, ReplyKind, Request, ServerClass,
+    self as wire, MAX_PACKET, PXE_BOOT_FILE_ONLY, Relayed, Reply, ReplyKind, Request, ServerClass,
 };
 use crate::record::{Kind, Recorder, Who};
+use crate::steer::local_addr;
 use crate::steer::placement::Placement;
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -79,6 +81,8 @@ pub async fn serve(
             tracing::debug!(error = %e, "dhcp receive buffer not enlarged");
         }
     }
+    // Which of the server's addresses a request reached says its segment when no relay does.
+    local_addr::enable(&socket)?;
     let mut server = Server::open(config, recorder, metrics, table, placement);
     let mut buf = vec![0u8; MAX_PACKET + 1];
     // Answers to clients without an address go unicast while the kernel lets us enter their
@@ -87,15 +91,15 @@ pub async fn serve(
     static ARP_FAILED: super::bounds::LogLimit = super::bounds::LogLimit::new();
     let mut pxe_buf = vec![0u8; MAX_PACKET + 1];
     loop {
-        let (n, from, on_pxe) = tokio::select! {
+        let (n, from, local, on_pxe) = tokio::select! {
             _ = shutdown.wait() => break,
             Some(command) = commands.recv() => {
                 server.command(command, unix_now());
                 server.flush();
                 continue;
             }
-            r = socket.recv_from(&mut buf) => match r {
-                Ok((n, from)) => (n, from, false),
+            r = local_addr::recv_from(&socket, &mut buf) => match r {
+                Ok((n, from, local)) => (n, from, local, false),
                 Err(e) => {
                     // ICMP errors from earlier sends surface here; they are not fatal.
                     tracing::debug!(error = %e, "dhcp receive error");
@@ -103,7 +107,7 @@ pub async fn serve(
                 }
             },
             r = recv_opt(pxe.as_ref(), &mut pxe_buf) => match r {
-                Ok((n, from)) => (n, from, true),
+                Ok((n, from)) => (n, from, None, true),
                 Err(e) => {
                     tracing::debug!(error = %e, "pxe receive error");
                     continue;
@@ -112,16 +116,16 @@ pub async fn serve(
         };
         let mut replies = Vec::new();
         let first = if on_pxe { &pxe_buf[..n] } else { &buf[..n] };
-        if let Some((reply, to)) = server.answer(first, from, on_pxe, proxy) {
+        if let Some((reply, to)) = server.answer(first, from, local, on_pxe, proxy) {
             replies.push((reply, to, on_pxe));
         }
         // Group commit: answer what else is queued already, save the table once, then send.
         // An ACK still leaves only after its lease is on disk, and a burst costs one write.
         for _ in 0..BATCH {
-            let Ok((n, from)) = socket.try_recv_from(&mut buf) else {
+            let Ok((n, from, local)) = local_addr::try_recv_from(&socket, &mut buf) else {
                 break;
             };
-            if let Some((reply, to)) = server.answer(&buf[..n], from, false, proxy) {
+            if let Some((reply, to)) = server.answer(&buf[..n], from, local, false, proxy) {
                 replies.push((reply, to, false));
             }
         }
@@ -188,6 +192,26 @@ enum To {
     Hardware(Ipv4Addr, [u8; 6]),
 }
 
+/// What a request says of the relay it came through, for its lease (`Lease::relayed`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Path {
+    /// A relayed request (`Some`: the relay and its option 82), or a broadcast one on the
+    /// server's own segment (`None`).
+    Said(Option<Relayed>),
+    /// A renewal unicast from the client's address: it tells nothing of the way.
+    Unsaid,
+}
+
+impl Path {
+    fn of(req: &Request) -> Path {
+        match req.relayed() {
+            Some(r) => Path::Said(Some(r)),
+            None if req.ciaddr.is_unspecified() => Path::Said(None),
+            None => Path::Unsaid,
+        }
+    }
+}
+
 /// The lease table and its files, opened by app.rs before it binds: damaged lease files stop
 /// the start with an error naming them, not a service already serving.
 pub struct Table {
@@ -223,7 +247,8 @@ fn load(config: &Config) -> anyhow::Result<(Leases, LeaseFile)> {
     let mut leases = if config.dhcp.mode == DhcpMode::Proxy {
         Leases::learning(reservations)
     } else {
-        Leases::new(config.dhcp.range, reservations)
+        let ranges = config.dhcp.subnets.iter().filter_map(|s| s.range);
+        Leases::new(ranges.collect(), reservations)
     };
     let dir = &config.server.state_dir;
     let (file, count, skipped) = LeaseFile::open(dir, &mut leases)
@@ -242,8 +267,8 @@ struct Server {
     leases: Identity,
     file: LeaseFile,
     strangers: HashSet<Mac>,
-    /// Proxy mode: MACs whose PXE DISCOVER came on port 67, and when.
-    seen: HashMap<Mac, u64>,
+    /// Proxy mode: MACs whose PXE DISCOVER came on port 67, when, and through which relay.
+    seen: HashMap<Mac, (u64, Option<Relayed>)>,
     /// The daemon's counters; this service counts into `dhcp()`.
     metrics: Metrics,
     /// The table changed since it was last saved.
@@ -275,11 +300,13 @@ impl Server {
         }
     }
 
-    /// Reads one packet and answers it (nothing is sent or saved here).
+    /// Reads one packet, which reached the server's address `local` (if the kernel said), and
+    /// answers it (nothing is sent or saved here).
     fn answer(
         &mut self,
         bytes: &[u8],
         from: SocketAddr,
+        local: Option<Ipv4Addr>,
         on_pxe: bool,
         proxy: bool,
     ) -> Option<(Reply, To)> {
@@ -291,9 +318,49 @@ impl Server {
             self.metrics.dhcp().firmware.inc();
         }
         if proxy {
-            self.handle_proxy(&req, from, on_pxe, unix_now())
+            self.handle_proxy(&req, from, local, on_pxe, unix_now())
         } else {
-            self.handle(&req, from, unix_now())
+            self.handle(&req, from, local, unix_now())
+        }
+    }
+
+    /// The subnet `req` is answered from (`boot::subnet`); `None` (counted as refused, logged
+    /// at most as often as `LogLimit` lets) when it is none of the configured ones.
+    fn subnet<'c>(
+        &self,
+        config: &'c Config,
+        req: &Request,
+        from: SocketAddr,
+        local: Option<Ipv4Addr>,
+    ) -> Option<&'c DhcpSubnet> {
+        let source = match from.ip() {
+            IpAddr::V4(v4) => v4,
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().unwrap_or(Ipv4Addr::UNSPECIFIED),
+        };
+        let arrival = Arrival {
+            giaddr: req.giaddr,
+            ciaddr: req.ciaddr,
+            source,
+            link_selection: req.relay_agent().and_then(|a| a.link_selection),
+            subnet_selection: req.subnet_selection(),
+            local,
+        };
+        match subnet::choose(config, &arrival) {
+            Ok(on) => Some(on),
+            Err(why) => {
+                static UNPLACED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                let dhcp = self.metrics.dhcp();
+                dhcp.refused.inc();
+                match why {
+                    Unplaced::UnlistedRelay(_) => dhcp.unlisted_relays.inc(),
+                    Unplaced::NoSubnet(_) => dhcp.no_subnet.inc(),
+                }
+                if let Some(suppressed) = UNPLACED.allow() {
+                    tracing::warn!(mac = %Mac(req.mac), %from, giaddr = %req.giaddr, reason = %why,
+                        suppressed, "dhcp request dropped: no configured subnet is its");
+                }
+                None
+            }
         }
     }
 
@@ -343,13 +410,17 @@ impl Server {
     }
 
     /// Keeps the link `plan` names in `client`'s lease (which exists: call after an offer, ACK
-    /// or observation), so the client keeps it across a restart, and the architecture its
-    /// firmware or iPXE said (option 93), which picks what its later requests get.
-    fn keep_boot(&mut self, client: &Client, plan: &boot::Plan) {
+    /// or observation), so the client keeps it across a restart, the architecture its
+    /// firmware or iPXE said (option 93), which picks what its later requests get, and the
+    /// relay it came through when its request said (`path`).
+    fn keep_boot(&mut self, client: &Client, plan: &boot::Plan, path: Path) {
         let mut leases = self.leases.write();
         let mut changed = leases.set_link(client.mac, plan.next_server);
         if let Some(arch) = client.arch {
             changed |= leases.set_arch(client.mac, arch);
+        }
+        if let Path::Said(relayed) = path {
+            changed |= leases.set_relayed(client.mac, relayed);
         }
         drop(leases);
         if changed {
@@ -363,6 +434,7 @@ impl Server {
         &mut self,
         req: &Request,
         from: SocketAddr,
+        local: Option<Ipv4Addr>,
         on_pxe_port: bool,
         now: u64,
     ) -> Option<(Reply, To)> {
@@ -370,13 +442,18 @@ impl Server {
             return None;
         }
         let config = self.config.clone();
+        // Port 4011 is asked by a client at its own address; port 67 may be relayed, and
+        // only a listed relay speaks for another segment.
+        if !on_pxe_port {
+            self.subnet(&config, req, from, local)?;
+        }
         let (client, plan) = self.plan(&config, req, from)?;
         plan.boot_file.as_ref()?;
         let mac = client.mac;
         let msg = req.message_type()?;
         match (msg, on_pxe_port) {
             (DISCOVER, false) => {
-                self.saw(mac, now);
+                self.saw(mac, now, req.relayed());
                 self.recorder.record(
                     Who::Mac(mac),
                     Kind::DhcpDiscover {
@@ -405,8 +482,12 @@ impl Server {
                 let seen = self
                     .seen
                     .get(&mac)
-                    .is_some_and(|at| now.saturating_sub(*at) <= SEEN_FOR_S);
-                if !seen && !fixed {
+                    .filter(|(at, _)| now.saturating_sub(*at) <= SEEN_FOR_S);
+                let path = match seen {
+                    Some((_, relayed)) => Path::Said(relayed.clone()),
+                    None => Path::Unsaid,
+                };
+                if seen.is_none() && !fixed {
                     self.metrics.dhcp().refused.inc();
                     self.metrics.dhcp().strangers.inc();
                     tracing::debug!(%mac, %from, "pxe request on 4011 from a client not seen on 67; not answering it");
@@ -414,11 +495,11 @@ impl Server {
                 }
                 let ip = req.ciaddr;
                 if !ip.is_unspecified() {
-                    self.leases
-                        .write()
-                        .observe(mac, ip, now, self.config.dhcp.lease.as_secs());
+                    let dhcp = &self.config.dhcp;
+                    let lease = dhcp.subnet_of(ip).map_or(dhcp.lease, |s| s.lease);
+                    self.leases.write().observe(mac, ip, now, lease.as_secs());
                     self.changed();
-                    self.keep_boot(&client, &plan);
+                    self.keep_boot(&client, &plan, path);
                     self.recorder.record(
                         Who::Mac(mac),
                         Kind::DhcpAck {
@@ -427,6 +508,7 @@ impl Server {
                             ipxe: client.ipxe,
                             pool: plan.member.pool.name.clone(),
                             link: Some(plan.next_server),
+                            relayed: self.leases.read().relayed(mac).cloned(),
                         },
                     );
                 }
@@ -453,128 +535,40 @@ impl Server {
             lease_secs: None,
             log_server: None,
             ipxe_no_proxy: false,
-            ..self.reply(req, kind, Ipv4Addr::UNSPECIFIED, plan)
+            ..self.reply(
+                req,
+                kind,
+                Ipv4Addr::UNSPECIFIED,
+                plan,
+                self.config.dhcp.home(),
+            )
         }
     }
 
-    /// Answers one request: the reply and where it goes, or `None` for silence.
-    fn handle(&mut self, req: &Request, from: SocketAddr, now: u64) -> Option<(Reply, To)> {
+    /// Answers one request, which reached the server's address `local` (if the kernel said):
+    /// the reply and where it goes, or `None` for silence.
+    fn handle(
+        &mut self,
+        req: &Request,
+        from: SocketAddr,
+        local: Option<Ipv4Addr>,
+        now: u64,
+    ) -> Option<(Reply, To)> {
         let config = self.config.clone();
+        let on = self.subnet(&config, req, from, local)?;
         let (client, plan) = self.plan(&config, req, from)?;
         let mac = client.mac;
-        let server_id = config.server.address;
         // Expiry walks the table: once per second is as fine-grained as lease times are.
         if self.expired_at != now {
             self.leases.write().expire(now);
             self.expired_at = now;
         }
-        let msg = req.message_type()?;
-        let (kind, yiaddr) = match msg {
+        match req.message_type()? {
             DISCOVER => {
-                let offered = self
-                    .leases
-                    .write()
-                    .offer(mac, req.requested_ip(), now, OFFER_HOLD_S);
-                self.recorder.record(
-                    Who::Mac(mac),
-                    Kind::DhcpDiscover {
-                        answered: offered.is_some(),
-                        pxe: client.pxe,
-                        ipxe: client.ipxe,
-                        pool: Some(plan.member.pool.name.clone()),
-                        arch: client.arch,
-                    },
-                );
-                let Some(ip) = offered else {
-                    static EXHAUSTED: super::bounds::LogLimit = super::bounds::LogLimit::new();
-                    self.metrics.dhcp().refused.inc();
-                    if let Some(suppressed) = EXHAUSTED.allow() {
-                        tracing::warn!(%mac, suppressed, "dhcp range exhausted; no offer");
-                    }
-                    return None;
-                };
-                self.changed();
-                self.keep_boot(&client, &plan);
-                self.metrics.dhcp().offers.inc();
-                (ReplyKind::Offer, ip)
+                let ip = self.offer(req, &client, &plan, on, now)?;
+                Some(self.answered(req, ReplyKind::Offer, ip, &plan, on))
             }
-            REQUEST => {
-                let selecting = req.server_id();
-                if selecting.is_some_and(|sid| sid != server_id) {
-                    // It chose another server's offer.
-                    let withdrawn = self.leases.write().withdraw_offer(mac, now);
-                    if withdrawn {
-                        self.changed();
-                    }
-                    return None;
-                }
-                // SELECTING/INIT-REBOOT name the address in option 50; RENEWING/REBINDING
-                // use ciaddr. SELECTING takes only what we offered (RFC 2131 4.3.2); no
-                // state moves a MAC's valid binding to another address.
-                let ip = req.requested_ip().unwrap_or(req.ciaddr);
-                let lease_s = config.dhcp.lease.as_secs();
-                // RENEWING (unicast from the address it names): a client that declined that
-                // address takes it back, for it evidently uses it (a DECLINE in its name was
-                // forged). REBINDING through a relay comes from the relay: not this.
-                let renewing = selecting.is_none()
-                    && req.requested_ip().is_none()
-                    && from.ip() == IpAddr::V4(req.ciaddr);
-                if renewing && self.leases.write().reclaim(mac, ip) {
-                    tracing::info!(%mac, %ip, "dhcp renewal of a declined address: taken back");
-                }
-                let granted = {
-                    let mut leases = self.leases.write();
-                    let granted = if selecting.is_some() {
-                        leases.ack_offer(mac, ip, now, lease_s)
-                    } else {
-                        leases.ack(mac, ip, now, lease_s)
-                    };
-                    // SELECTING and INIT-REBOOT bind afresh: the client checks the address
-                    // now and may DECLINE it (`leases::DECLINE_WINDOW_S`). Under the same lock.
-                    if granted.is_ok() && req.ciaddr.is_unspecified() {
-                        leases.acked_fresh(mac, ip, now);
-                    }
-                    granted
-                };
-                match granted {
-                    Ok(()) => {
-                        self.changed();
-                        self.keep_boot(&client, &plan);
-                        self.metrics.dhcp().acks.inc();
-                        self.recorder.record(
-                            Who::Mac(mac),
-                            Kind::DhcpAck {
-                                ip,
-                                pxe: client.pxe,
-                                ipxe: client.ipxe,
-                                pool: plan.member.pool.name.clone(),
-                                link: Some(plan.next_server),
-                            },
-                        );
-                        tracing::info!(%mac, %ip, pool = %plan.member.pool.name,
-                            link = %plan.next_server, pxe = client.pxe, ipxe = client.ipxe,
-                            boot_file = plan.boot_file.as_ref().map(|b| b.as_str()).unwrap_or("-"),
-                            "dhcp ack");
-                        (ReplyKind::Ack, ip)
-                    }
-                    Err(why) => {
-                        self.metrics.dhcp().naks.inc();
-                        self.metrics.dhcp().refused.inc();
-                        tracing::info!(%mac, %ip, reason = %why, "dhcp nak");
-                        let reply = Reply {
-                            message: Some(why.to_string()),
-                            ..self.reply(req, ReplyKind::Nak, Ipv4Addr::UNSPECIFIED, &plan)
-                        };
-                        // A NAK goes to everyone: the client may have no usable address.
-                        let to = if req.giaddr.is_unspecified() {
-                            SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT)
-                        } else {
-                            SocketAddrV4::new(req.giaddr, RELAY_PORT)
-                        };
-                        return Some((reply, To::Addr(to.into())));
-                    }
-                }
-            }
+            REQUEST => self.request(req, from, &client, &plan, on, now),
             RELEASE => {
                 // A client releases by unicast from the address it gives back (RFC 2131
                 // 4.4.6): anything else (the victim's MAC and address are easy to copy) is
@@ -587,7 +581,7 @@ impl Server {
                 } else {
                     self.ignored(mac, "release", from);
                 }
-                return None;
+                None
             }
             DECLINE => {
                 // From 0.0.0.0 by design: only the held address, in the window after the
@@ -600,20 +594,169 @@ impl Server {
                 } else {
                     self.ignored(mac, "decline", from);
                 }
-                return None;
+                None
             }
-            INFORM => (ReplyKind::Ack, Ipv4Addr::UNSPECIFIED),
+            INFORM => {
+                let unspecified = Ipv4Addr::UNSPECIFIED;
+                let (mut reply, to) = self.answered(req, ReplyKind::Ack, unspecified, &plan, on);
+                reply.lease_secs = None;
+                Some((reply, to))
+            }
             other => {
                 tracing::debug!(%mac, msg = other, "dhcp message type ignored");
-                return None;
+                None
             }
-        };
-        let mut reply = self.reply(req, kind, yiaddr, &plan);
-        if msg == INFORM {
-            reply.lease_secs = None;
         }
+    }
+
+    /// A DISCOVER from subnet `on`: the address offered, held for the REQUEST; `None` (counted,
+    /// logged) when the range is full or the client's fixed address is on another subnet.
+    fn offer(
+        &mut self,
+        req: &Request,
+        client: &Client,
+        plan: &boot::Plan,
+        on: &DhcpSubnet,
+        now: u64,
+    ) -> Option<Ipv4Addr> {
+        let mac = client.mac;
+        let offered = self
+            .leases
+            .write()
+            .offer(mac, req.requested_ip(), on, now, OFFER_HOLD_S);
+        self.recorder.record(
+            Who::Mac(mac),
+            Kind::DhcpDiscover {
+                answered: offered.is_some(),
+                pxe: client.pxe,
+                ipxe: client.ipxe,
+                pool: Some(plan.member.pool.name.clone()),
+                arch: client.arch,
+            },
+        );
+        let Some(ip) = offered else {
+            static EXHAUSTED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+            self.metrics.dhcp().refused.inc();
+            let fixed = self.leases.read().reserved(mac);
+            if let Some(suppressed) = EXHAUSTED.allow() {
+                match fixed {
+                    Some(ip) => tracing::warn!(%mac, %ip, subnet = %on.subnet, suppressed,
+                        "dhcp: no offer, the client's fixed address is not on the subnet it asks from"),
+                    None => tracing::warn!(%mac, subnet = %on.subnet, suppressed,
+                        "dhcp range exhausted; no offer"),
+                }
+            }
+            return None;
+        };
+        self.changed();
+        self.keep_boot(client, plan, Path::of(req));
+        self.metrics.dhcp().offers.inc();
+        Some(ip)
+    }
+
+    /// A REQUEST from subnet `on`: the ACK of the address it may have, a NAK, or silence when
+    /// it chose another server's offer.
+    fn request(
+        &mut self,
+        req: &Request,
+        from: SocketAddr,
+        client: &Client,
+        plan: &boot::Plan,
+        on: &DhcpSubnet,
+        now: u64,
+    ) -> Option<(Reply, To)> {
+        let mac = client.mac;
+        let selecting = req.server_id();
+        if selecting.is_some_and(|sid| sid != self.config.server.address) {
+            // It chose another server's offer.
+            let withdrawn = self.leases.write().withdraw_offer(mac, now);
+            if withdrawn {
+                self.changed();
+            }
+            return None;
+        }
+        // SELECTING/INIT-REBOOT name the address in option 50; RENEWING/REBINDING
+        // use ciaddr. SELECTING takes only what we offered (RFC 2131 4.3.2); no
+        // state moves a MAC's valid binding to another address.
+        let ip = req.requested_ip().unwrap_or(req.ciaddr);
+        let lease_s = on.lease.as_secs();
+        // RENEWING (unicast from the address it names): a client that declined that
+        // address takes it back, for it evidently uses it (a DECLINE in its name was
+        // forged). REBINDING through a relay comes from the relay: not this.
+        let renewing = selecting.is_none()
+            && req.requested_ip().is_none()
+            && from.ip() == IpAddr::V4(req.ciaddr);
+        if renewing && self.leases.write().reclaim(mac, ip) {
+            tracing::info!(%mac, %ip, "dhcp renewal of a declined address: taken back");
+        }
+        let granted = {
+            let mut leases = self.leases.write();
+            let granted = if selecting.is_some() {
+                leases.ack_offer(mac, ip, on, now, lease_s)
+            } else {
+                leases.ack(mac, ip, on, now, lease_s)
+            };
+            // SELECTING and INIT-REBOOT bind afresh: the client checks the address
+            // now and may DECLINE it (`leases::DECLINE_WINDOW_S`). Under the same lock.
+            if granted.is_ok() && req.ciaddr.is_unspecified() {
+                leases.acked_fresh(mac, ip, now);
+            }
+            granted
+        };
+        match granted {
+            Ok(()) => {
+                self.changed();
+                self.keep_boot(client, plan, Path::of(req));
+                self.metrics.dhcp().acks.inc();
+                let relayed = self.leases.read().relayed(mac).cloned();
+                self.recorder.record(
+                    Who::Mac(mac),
+                    Kind::DhcpAck {
+                        ip,
+                        pxe: client.pxe,
+                        ipxe: client.ipxe,
+                        pool: plan.member.pool.name.clone(),
+                        link: Some(plan.next_server),
+                        relayed,
+                    },
+                );
+                tracing::info!(%mac, %ip, pool = %plan.member.pool.name, giaddr = %req.giaddr,
+                    link = %plan.next_server, pxe = client.pxe, ipxe = client.ipxe,
+                    boot_file = plan.boot_file.as_ref().map(|b| b.as_str()).unwrap_or("-"),
+                    "dhcp ack");
+                Some(self.answered(req, ReplyKind::Ack, ip, plan, on))
+            }
+            Err(why) => {
+                self.metrics.dhcp().naks.inc();
+                self.metrics.dhcp().refused.inc();
+                tracing::info!(%mac, %ip, reason = %why, "dhcp nak");
+                let reply = Reply {
+                    message: Some(why.to_string()),
+                    ..self.reply(req, ReplyKind::Nak, Ipv4Addr::UNSPECIFIED, plan, on)
+                };
+                // A NAK goes to everyone: the client may have no usable address.
+                let to = if req.giaddr.is_unspecified() {
+                    SocketAddrV4::new(Ipv4Addr::BROADCAST, CLIENT_PORT)
+                } else {
+                    SocketAddrV4::new(req.giaddr, RELAY_PORT)
+                };
+                Some((reply, To::Addr(to.into())))
+            }
+        }
+    }
+
+    /// The reply of `kind` giving `yiaddr` from subnet `on`, and where it goes.
+    fn answered(
+        &self,
+        req: &Request,
+        kind: ReplyKind,
+        yiaddr: Ipv4Addr,
+        plan: &boot::Plan,
+        on: &DhcpSubnet,
+    ) -> (Reply, To) {
+        let reply = self.reply(req, kind, yiaddr, plan, on);
         let to = self.destination(req, reply.yiaddr);
-        Some((reply, to))
+        (reply, to)
     }
 
     /// A RELEASE or DECLINE that changed nothing: not the holder's (forged, most likely), or
@@ -627,8 +770,16 @@ impl Server {
         }
     }
 
-    fn reply(&self, req: &Request, kind: ReplyKind, yiaddr: Ipv4Addr, plan: &boot::Plan) -> Reply {
-        let d = &self.config.dhcp;
+    /// The reply to `req` from subnet `on`: its mask, router, DNS and lease time; option 82
+    /// and 118 echoed as sent.
+    fn reply(
+        &self,
+        req: &Request,
+        kind: ReplyKind,
+        yiaddr: Ipv4Addr,
+        plan: &boot::Plan,
+        on: &DhcpSubnet,
+    ) -> Reply {
         let boot_file = plan.boot_file.as_ref().map(|b| b.as_str().to_string());
         let tftp = matches!(plan.boot_file, Some(boot::BootFile::Tftp(_)));
         let ipxe = req.is_ipxe();
@@ -657,14 +808,14 @@ impl Server {
             },
             giaddr: req.giaddr,
             server_id: self.config.server.address,
-            subnet_mask: Some(d.subnet.mask()),
-            router: d.router,
-            dns: d.dns.clone(),
+            subnet_mask: Some(on.subnet.mask()),
+            router: on.router,
+            dns: on.dns.clone(),
             // iPXE's syslog console sends to option 7's server on port 514 only.
             log_server: (plan.member.pool.netconsole != crate::config::Netconsole::Off
                 && self.config.server.ports.console == 514)
                 .then_some(plan.next_server),
-            lease_secs: Some(u32::try_from(d.lease.as_secs()).unwrap_or(u32::MAX)),
+            lease_secs: Some(u32::try_from(on.lease.as_secs()).unwrap_or(u32::MAX)),
             tftp_server: tftp.then(|| plan.next_server.to_string()),
             boot_file,
             class,
@@ -673,6 +824,8 @@ impl Server {
             uuid: class.and(req.uuid().map(<[u8]>::to_vec)),
             ipxe_no_proxy: ipxe,
             message: None,
+            relay_agent: req.options.get(&wire::opt::RELAY_AGENT).cloned(),
+            subnet_selection: req.subnet_selection(),
         }
     }
 
@@ -695,18 +848,22 @@ impl Server {
     }
 
     /// Proxy mode: `mac` came through port 67 at `now`.
-    fn saw(&mut self, mac: Mac, now: u64) {
+    fn saw(&mut self, mac: Mac, now: u64, relayed: Option<Relayed>) {
         if self.seen.len() >= SEEN_REMEMBERED && !self.seen.contains_key(&mac) {
             self.seen
-                .retain(|_, at| now.saturating_sub(*at) <= SEEN_FOR_S);
+                .retain(|_, (at, _)| now.saturating_sub(*at) <= SEEN_FOR_S);
             if self.seen.len() >= SEEN_REMEMBERED {
-                let oldest = self.seen.iter().min_by_key(|(_, at)| **at).map(|(m, _)| *m);
+                let oldest = self
+                    .seen
+                    .iter()
+                    .min_by_key(|(_, (at, _))| *at)
+                    .map(|(m, _)| *m);
                 if let Some(m) = oldest {
                     self.seen.remove(&m);
                 }
             }
         }
-        self.seen.insert(mac, now);
+        self.seen.insert(mac, (now, relayed));
     }
 
     /// Carries out another service's `command`.
@@ -791,10 +948,13 @@ pools:
         let mut s = server(dir.path());
         let mut pxe = vec![53, 1, DISCOVER, 60, 9];
         pxe.extend_from_slice(b"PXEClient");
-        assert!(s.answer(&raw(1, &pxe), from(), false, false).is_some());
+        assert!(
+            s.answer(&raw(1, &pxe), from(), None, false, false)
+                .is_some()
+        );
         // An initrd's DHCP client says no PXE class.
         assert!(
-            s.answer(&raw(2, &[53, 1, DISCOVER]), from(), false, false)
+            s.answer(&raw(2, &[53, 1, DISCOVER]), from(), None, false, false)
                 .is_some()
         );
         let dhcp = s.metrics.dhcp();
@@ -817,7 +977,7 @@ pools:
         let mut s = server(dir.path());
         let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 0, 60, 9];
         o.extend_from_slice(b"PXEClient");
-        let (offer, dest) = s.handle(&req(1, &o), from(), 1000).unwrap();
+        let (offer, dest) = s.handle(&req(1, &o), from(), None, 1000).unwrap();
         assert_eq!(offer.kind, ReplyKind::Offer);
         // No address and no broadcast flag: unicast to the address offered, at the MAC.
         let mac = [0x52, 0x54, 0, 0x77, 0, 1];
@@ -826,7 +986,7 @@ pools:
         // With the broadcast flag (EDK2's PXE): broadcast.
         let mut flagged = req(1, &o);
         flagged.flags = 0x8000;
-        assert_eq!(s.handle(&flagged, from(), 1000).unwrap().1, to(BCAST));
+        assert_eq!(s.handle(&flagged, from(), None, 1000).unwrap().1, to(BCAST));
         assert_eq!(offer.boot_file.as_deref(), Some("undionly.kpxe"));
         assert_eq!(offer.siaddr, Ipv4Addr::new(10, 77, 0, 1));
         // Firmware PXE: its class back and "boot the file named here", no proxy wait.
@@ -836,7 +996,7 @@ pools:
         let mut o = vec![53, 1, REQUEST, 50, 4, 10, 77, 0, 100, 54, 4, 10, 77, 0, 1];
         o.extend_from_slice(&[60, 9]);
         o.extend_from_slice(b"PXEClient");
-        let (ack, _) = s.handle(&req(1, &o), from(), 1001).unwrap();
+        let (ack, _) = s.handle(&req(1, &o), from(), None, 1001).unwrap();
         assert_eq!(ack.kind, ReplyKind::Ack);
         assert_eq!(ack.lease_secs, Some(3600));
         // Saved once per batch, before any reply of the batch is sent.
@@ -850,7 +1010,7 @@ pools:
         let mut s = server(dir.path());
         let mut renew = req(1, &[53, 1, REQUEST]);
         renew.ciaddr = Ipv4Addr::new(10, 77, 0, 100);
-        let (ack, dest) = s.handle(&renew, from(), 2000).unwrap();
+        let (ack, dest) = s.handle(&renew, from(), None, 2000).unwrap();
         assert_eq!(ack.kind, ReplyKind::Ack);
         assert_eq!(ack.boot_file, None, "plain DHCP gets no boot file");
         assert_eq!((ack.class, ack.pxe_discovery, ack.uuid), (None, None, None));
@@ -922,7 +1082,7 @@ pools:
         let mut told = Vec::new();
         // The range holds two addresses; the third client has a fixed one.
         for m in [1, 2, 0x20] {
-            let (offer, _) = s.handle(&pxe_discover(m), from(), 1000).unwrap();
+            let (offer, _) = s.handle(&pxe_discover(m), from(), None, 1000).unwrap();
             told.push(offer.siaddr);
         }
         told.sort();
@@ -939,7 +1099,7 @@ pools:
         );
         // iPXE's DISCOVER in the same boot: the script URL names the same link.
         let (offer, _) = s
-            .handle(&ipxe_discover(0x20, DISCOVER), from(), 1001)
+            .handle(&ipxe_discover(0x20, DISCOVER), from(), None, 1001)
             .unwrap();
         assert_eq!(offer.boot_file.as_deref(), Some(script_url(link3).as_str()));
         assert_eq!(offer.siaddr, link3);
@@ -950,11 +1110,11 @@ pools:
         // firmware's DISCOVER sent again, still name it.
         let mut s = open();
         let (offer, _) = s
-            .handle(&ipxe_discover(0x20, DISCOVER), from(), 2000)
+            .handle(&ipxe_discover(0x20, DISCOVER), from(), None, 2000)
             .unwrap();
         assert_eq!(offer.boot_file.as_deref(), Some(script_url(link3).as_str()));
         let mut s = open();
-        let (offer, _) = s.handle(&pxe_discover(0x20), from(), 2001).unwrap();
+        let (offer, _) = s.handle(&pxe_discover(0x20), from(), None, 2001).unwrap();
         assert_eq!(offer.siaddr, link3);
         s.flush();
 
@@ -975,7 +1135,7 @@ pools:
         settled(0x20, true).await;
         let mut s = open();
         let (offer, _) = s
-            .handle(&ipxe_discover(0x20, DISCOVER), from(), 3000)
+            .handle(&ipxe_discover(0x20, DISCOVER), from(), None, 3000)
             .unwrap();
         let first = Ipv4Addr::new(10, 77, 0, 1);
         assert_eq!(offer.boot_file.as_deref(), Some(script_url(first).as_str()));
@@ -987,7 +1147,7 @@ pools:
         script(2);
         settled(2, true).await;
         let mut s = open();
-        let (offer, _) = s.handle(&pxe_discover(2), from(), 3001).unwrap();
+        let (offer, _) = s.handle(&pxe_discover(2), from(), None, 3001).unwrap();
         assert_eq!(offer.siaddr, first);
         shutdown.trigger();
     }
@@ -1004,7 +1164,7 @@ pools:
             let class = b"HTTPClient:Arch:00016:UNDI:003001";
             let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 16, 60, class.len() as u8];
             o.extend_from_slice(class);
-            let (offer, _) = s.handle(&req(mac, &o), from(), 1000).unwrap();
+            let (offer, _) = s.handle(&req(mac, &o), from(), None, 1000).unwrap();
             assert_eq!(offer.yiaddr, Ipv4Addr::from(ip));
             assert_eq!(
                 offer.boot_file.as_deref(),
@@ -1017,7 +1177,7 @@ pools:
             o.extend_from_slice(&[50, 4]);
             o.extend_from_slice(&ip);
             o.extend_from_slice(&[54, 4, 10, 77, 0, 1]);
-            let (ack, _) = s.handle(&req(mac, &o), from(), 1001).unwrap();
+            let (ack, _) = s.handle(&req(mac, &o), from(), None, 1001).unwrap();
             assert_eq!(ack.kind, ReplyKind::Ack);
             assert_eq!(ack.boot_file, offer.boot_file);
             assert_eq!(ack.class, Some(ServerClass::Http));
@@ -1034,18 +1194,18 @@ pools:
         let class = b"PXEClient:Arch:00011:UNDI:003000";
         let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 11, 60, class.len() as u8];
         o.extend_from_slice(class);
-        let (offer, _) = s.handle(&req(3, &o), from(), 1000).unwrap();
+        let (offer, _) = s.handle(&req(3, &o), from(), None, 1000).unwrap();
         assert_eq!(offer.boot_file.as_deref(), Some("grubaa64.efi"));
         assert_eq!(offer.class, Some(ServerClass::Pxe));
         o[2] = REQUEST;
         o.extend_from_slice(&[50, 4, 10, 77, 0, 100, 54, 4, 10, 77, 0, 1]);
-        let (ack, _) = s.handle(&req(3, &o), from(), 1001).unwrap();
+        let (ack, _) = s.handle(&req(3, &o), from(), None, 1001).unwrap();
         assert_eq!(ack.boot_file.as_deref(), Some("grubaa64.efi"));
         let mac = Mac([0x52, 0x54, 0, 0x77, 0, 3]);
         assert_eq!(s.leases.read().arch(mac), Some(11));
         // The initrd's DHCP says no architecture and changes none.
         let initrd = [53, 1, REQUEST, 50, 4, 10, 77, 0, 100, 54, 4, 10, 77, 0, 1];
-        let (ack, _) = s.handle(&req(3, &initrd), from(), 1010).unwrap();
+        let (ack, _) = s.handle(&req(3, &initrd), from(), None, 1010).unwrap();
         assert_eq!(ack.kind, ReplyKind::Ack);
         assert_eq!(ack.boot_file, None);
         assert_eq!(s.leases.read().arch(mac), Some(11));
@@ -1069,7 +1229,9 @@ pools:
     fn ipxe_is_told_not_to_wait_for_proxy_offers() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = server(dir.path());
-        let (offer, _) = s.handle(&ipxe_discover(1, DISCOVER), from(), 5).unwrap();
+        let (offer, _) = s
+            .handle(&ipxe_discover(1, DISCOVER), from(), None, 5)
+            .unwrap();
         assert_eq!(offer.class, Some(ServerClass::Pxe));
         assert!(offer.ipxe_no_proxy);
         assert_eq!(offer.pxe_discovery, None);
@@ -1102,7 +1264,7 @@ pools:
         o.extend_from_slice(&[97, 17, 0]);
         o.extend_from_slice(&[7; 16]);
         let fw = req(1, &o);
-        let (offer, dest) = s.handle_proxy(&fw, from(), false, 1000).unwrap();
+        let (offer, dest) = s.handle_proxy(&fw, from(), None, false, 1000).unwrap();
         assert_eq!(offer.kind, ReplyKind::Offer);
         // No address to unicast to (yiaddr is the other server's to give): broadcast.
         assert_eq!(dest, to(BCAST));
@@ -1118,21 +1280,27 @@ pools:
         assert!(offer.uuid.is_some() && !offer.ipxe_no_proxy);
         // Plain DHCP, strangers, a DISCOVER on 4011 and a REQUEST on 67: silence.
         assert!(
-            s.handle_proxy(&req(1, &[53, 1, DISCOVER]), from(), false, 1000)
+            s.handle_proxy(&req(1, &[53, 1, DISCOVER]), from(), None, false, 1000)
                 .is_none()
         );
         let mut stranger = fw.clone();
         stranger.mac[5] = 0x99;
-        assert!(s.handle_proxy(&stranger, from(), false, 1000).is_none());
-        assert!(s.handle_proxy(&fw, from(), true, 1000).is_none());
+        assert!(
+            s.handle_proxy(&stranger, from(), None, false, 1000)
+                .is_none()
+        );
+        assert!(s.handle_proxy(&fw, from(), None, true, 1000).is_none());
         let mut o = vec![53, 1, REQUEST, 93, 2, 0, 7, 60, 9];
         o.extend_from_slice(b"PXEClient");
         let mut request = req(1, &o);
-        assert!(s.handle_proxy(&request, from(), false, 1000).is_none());
+        assert!(
+            s.handle_proxy(&request, from(), None, false, 1000)
+                .is_none()
+        );
         // The REQUEST to 4011 from the address the other server gave: ACK to where it came from.
         request.ciaddr = Ipv4Addr::new(10, 77, 0, 150);
         let src: SocketAddr = "10.77.0.150:68".parse().unwrap();
-        let (ack, dest) = s.handle_proxy(&request, src, true, 1000).unwrap();
+        let (ack, dest) = s.handle_proxy(&request, src, None, true, 1000).unwrap();
         assert_eq!(ack.kind, ReplyKind::Ack);
         assert_eq!(dest, To::Addr(src));
         assert_eq!(ack.yiaddr, Ipv4Addr::UNSPECIFIED);
@@ -1141,7 +1309,7 @@ pools:
         assert_eq!(ack.lease_secs, None);
         // iPXE gets no boot file on 67, so it asks on 4011 and we learn its address.
         let (offer, _) = s
-            .handle_proxy(&ipxe_discover(2, DISCOVER), from(), false, 1000)
+            .handle_proxy(&ipxe_discover(2, DISCOVER), from(), None, false, 1000)
             .unwrap();
         assert_eq!(
             (offer.boot_file, offer.siaddr),
@@ -1153,7 +1321,7 @@ pools:
         );
         let mut r = ipxe_discover(2, REQUEST);
         r.ciaddr = Ipv4Addr::new(10, 77, 0, 151);
-        let (ack, _) = s.handle_proxy(&r, from(), true, 1000).unwrap();
+        let (ack, _) = s.handle_proxy(&r, from(), None, true, 1000).unwrap();
         assert!(ack.boot_file.unwrap().ends_with("52:54:00:77:00:02.ipxe"));
         assert_eq!(ack.siaddr, Ipv4Addr::new(10, 77, 0, 1));
         // No address was given, but the bindings reported on 4011 are what NFS, NBD and the
@@ -1174,9 +1342,9 @@ pools:
         // seen too long ago, gets silence and binds nothing.
         let mut forged = ipxe_discover(3, REQUEST);
         forged.ciaddr = Ipv4Addr::new(10, 77, 0, 151);
-        assert!(s.handle_proxy(&forged, from(), true, 1000).is_none());
+        assert!(s.handle_proxy(&forged, from(), None, true, 1000).is_none());
         assert!(
-            s.handle_proxy(&r, from(), true, 1000 + SEEN_FOR_S + 1)
+            s.handle_proxy(&r, from(), None, true, 1000 + SEEN_FOR_S + 1)
                 .is_none()
         );
         assert_eq!(
@@ -1185,52 +1353,161 @@ pools:
         );
     }
 
+    /// Proxy mode through a relay: the PXE answer goes to the relay's port 67 with option 82
+    /// echoed, and the binding the client then reports on port 4011 keeps the relay and port.
+    #[test]
+    fn a_proxy_answers_through_the_relay_and_keeps_its_port_with_the_binding() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = proxy_server(dir.path());
+        let agent = [1, 4, b'p', b'o', b'r', b't'];
+        let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 0, 60, 9];
+        o.extend_from_slice(b"PXEClient");
+        o.extend_from_slice(&[82, agent.len() as u8]);
+        o.extend_from_slice(&agent);
+        let mut fw = req(3, &o);
+        fw.giaddr = Ipv4Addr::new(10, 77, 0, 254);
+        let relay: SocketAddr = "10.77.0.254:67".parse().unwrap();
+        let (offer, dest) = s.handle_proxy(&fw, relay, None, false, 1000).unwrap();
+        assert_eq!(dest, to("10.77.0.254:67"));
+        assert_eq!(offer.relay_agent.as_deref(), Some(&agent[..]));
+        let mut request = req(3, &[53, 1, REQUEST, 60, 9]);
+        request.options.insert(60, b"PXEClient".to_vec());
+        request.ciaddr = Ipv4Addr::new(10, 77, 0, 160);
+        let src: SocketAddr = "10.77.0.160:68".parse().unwrap();
+        let (ack, _) = s.handle_proxy(&request, src, None, true, 1001).unwrap();
+        assert_eq!(ack.kind, ReplyKind::Ack);
+        let kept = s.leases.read().relayed(Mac(fw.mac)).cloned().unwrap();
+        assert_eq!(kept.giaddr, fw.giaddr);
+        assert_eq!(kept.circuit_id.unwrap().to_string(), "port");
+    }
+
     #[test]
     fn naks_silences_and_releases() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = server(dir.path());
         // Asking for another client's reservation: NAK, broadcast.
         let (nak, dest) = s
-            .handle(&req(2, &[53, 1, REQUEST, 50, 4, 10, 77, 0, 20]), from(), 10)
+            .handle(
+                &req(2, &[53, 1, REQUEST, 50, 4, 10, 77, 0, 20]),
+                from(),
+                None,
+                10,
+            )
             .unwrap();
         assert_eq!(nak.kind, ReplyKind::Nak);
         assert_eq!(dest, to(BCAST));
         // The reservation holder gets it.
         let (offer, _) = s
-            .handle(&req(0x20, &[53, 1, DISCOVER]), from(), 10)
+            .handle(&req(0x20, &[53, 1, DISCOVER]), from(), None, 10)
             .unwrap();
         assert_eq!(offer.yiaddr, Ipv4Addr::new(10, 77, 0, 20));
         // A REQUEST naming another server withdraws our offer, silently.
-        let (offer, _) = s.handle(&req(3, &[53, 1, DISCOVER]), from(), 10).unwrap();
+        let (offer, _) = s
+            .handle(&req(3, &[53, 1, DISCOVER]), from(), None, 10)
+            .unwrap();
         let other = [53, 1, REQUEST, 54, 4, 10, 77, 0, 2, 50, 4];
         let mut o = other.to_vec();
         o.extend_from_slice(&offer.yiaddr.octets());
-        assert!(s.handle(&req(3, &o), from(), 11).is_none());
+        assert!(s.handle(&req(3, &o), from(), None, 11).is_none());
         // Never-used addresses go first; with the range otherwise taken, the withdrawn one
         // is free again.
-        let (other, _) = s.handle(&req(4, &[53, 1, DISCOVER]), from(), 12).unwrap();
+        let (other, _) = s
+            .handle(&req(4, &[53, 1, DISCOVER]), from(), None, 12)
+            .unwrap();
         assert_ne!(other.yiaddr, offer.yiaddr);
-        let (again, _) = s.handle(&req(6, &[53, 1, DISCOVER]), from(), 12).unwrap();
+        let (again, _) = s
+            .handle(&req(6, &[53, 1, DISCOVER]), from(), None, 12)
+            .unwrap();
         assert_eq!(
             again.yiaddr, offer.yiaddr,
             "the withdrawn offer is free again"
         );
         assert!(
-            s.handle(&req(7, &[53, 1, DISCOVER]), from(), 12).is_none(),
+            s.handle(&req(7, &[53, 1, DISCOVER]), from(), None, 12)
+                .is_none(),
             "range full"
         );
         // Strangers and unknown message types get nothing.
         assert!(
-            s.handle(&req(0x99, &[53, 1, DISCOVER]), from(), 12)
+            s.handle(&req(0x99, &[53, 1, DISCOVER]), from(), None, 12)
                 .is_none()
         );
-        assert!(s.handle(&req(1, &[53, 1, 42]), from(), 12).is_none());
+        assert!(s.handle(&req(1, &[53, 1, 42]), from(), None, 12).is_none());
         assert_eq!(s.metrics.dhcp().strangers.get(), 1);
-        // A relayed request is answered to the relay's server port.
+        // A relay on a segment of no configured subnet: silence, counted.
         let mut relayed = req(4, &[53, 1, DISCOVER]);
         relayed.giaddr = Ipv4Addr::new(10, 77, 9, 1);
-        let (_, dest) = s.handle(&relayed, from(), 13).unwrap();
-        assert_eq!(dest, to("10.77.9.1:67"));
+        assert!(s.handle(&relayed, from(), None, 13).is_none());
+        assert_eq!(s.metrics.dhcp().no_subnet.get(), 1);
+    }
+
+    /// Two subnets: a DISCOVER relayed from the second gets an address, mask, router and
+    /// lease time of that subnet, answered to the relay's server port with option 82 echoed,
+    /// and its lease keeps the relay and the switch port; a request on the server's own
+    /// segment gets its own; a REQUEST for an address of the other subnet is refused (NAK),
+    /// and with `dhcp.relays` an unlisted relay gets silence, counted.
+    #[test]
+    fn a_relayed_request_is_answered_from_its_relays_subnet() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = CONFIG
+            .replace("state_dir: var/", &format!("state_dir: {}", dir.path().display()))
+            .replace(
+                "dhcp: { subnet: 10.77.0.0/24, range: 10.77.0.100-10.77.0.101, router: 10.77.0.1, lease: 1h }",
+                "dhcp:\n  lease: 1h\n  subnets:\n    \
+                 - { subnet: 10.77.0.0/24, range: 10.77.0.100-10.77.0.101, router: 10.77.0.1 }\n    \
+                 - { subnet: 10.20.0.0/24, range: 10.20.0.50-10.20.0.60, router: 10.20.0.1, dns: [10.20.0.53], lease: 2h }",
+            );
+        let config = Arc::new(Config::parse(&dir.path().join("pools.yaml"), &text).unwrap());
+        let mut s = open_server(config);
+        let agent = [
+            1, 7, b'G', b'i', b'1', b'/', b'0', b'/', b'7', 2, 3, b's', b'w', b'1',
+        ];
+        let mut o = vec![53, 1, DISCOVER, 82, agent.len() as u8];
+        o.extend_from_slice(&agent);
+        let mut relayed = req(1, &o);
+        relayed.giaddr = Ipv4Addr::new(10, 20, 0, 1);
+        let relay: SocketAddr = "10.77.0.254:67".parse().unwrap();
+        let (offer, dest) = s.handle(&relayed, relay, None, 100).unwrap();
+        assert_eq!(dest, to("10.20.0.1:67"));
+        assert_eq!(offer.yiaddr, Ipv4Addr::new(10, 20, 0, 50));
+        assert_eq!(offer.router, Some(Ipv4Addr::new(10, 20, 0, 1)));
+        assert_eq!(offer.dns, [Ipv4Addr::new(10, 20, 0, 53)]);
+        assert_eq!(offer.lease_secs, Some(7200));
+        assert_eq!(offer.giaddr, relayed.giaddr);
+        assert_eq!(offer.relay_agent.as_deref(), Some(&agent[..]));
+        let kept = s.leases.read().relayed(Mac(relayed.mac)).cloned().unwrap();
+        assert_eq!(kept.giaddr, relayed.giaddr);
+        assert_eq!(kept.circuit_id.unwrap().to_string(), "Gi1/0/7");
+        assert_eq!(kept.remote_id.unwrap().to_string(), "sw1");
+        // The server's own segment, as IP_PKTINFO says it arrived there.
+        let local = Some(Ipv4Addr::new(10, 77, 0, 1));
+        let (offer, _) = s
+            .handle(&req(2, &[53, 1, DISCOVER]), from(), local, 100)
+            .unwrap();
+        assert_eq!(offer.yiaddr, Ipv4Addr::new(10, 77, 0, 100));
+        assert_eq!(offer.router, Some(Ipv4Addr::new(10, 77, 0, 1)));
+        assert_eq!(offer.relay_agent, None);
+        // A fixed address is given only on its own subnet: none for its holder relayed here.
+        let mut fixed = req(0x20, &[53, 1, DISCOVER]);
+        fixed.giaddr = Ipv4Addr::new(10, 20, 0, 1);
+        assert!(s.handle(&fixed, relay, None, 100).is_none());
+        // Client 2 now relayed from the other segment, asking for its old address: NAK.
+        let mut moved = req(2, &[53, 1, REQUEST, 50, 4, 10, 77, 0, 100]);
+        moved.giaddr = Ipv4Addr::new(10, 20, 0, 1);
+        let (nak, dest) = s.handle(&moved, relay, None, 101).unwrap();
+        assert_eq!(nak.kind, ReplyKind::Nak);
+        assert_eq!(dest, to("10.20.0.1:67"));
+        // Listed relays only.
+        let listed = text.replace("  lease: 1h\n", "  lease: 1h\n  relays: [10.77.0.253]\n");
+        let config = Arc::new(Config::parse(&dir.path().join("pools.yaml"), &listed).unwrap());
+        let mut s = open_server(config);
+        assert!(s.handle(&relayed, relay, None, 200).is_none());
+        assert_eq!(s.metrics.dhcp().unlisted_relays.get(), 1);
+        assert_eq!(s.metrics.dhcp().refused.get(), 1);
+        let (offer, _) = s
+            .handle(&relayed, "10.77.0.253:67".parse().unwrap(), None, 200)
+            .unwrap();
+        assert_eq!(offer.router, Some(Ipv4Addr::new(10, 20, 0, 1)));
     }
 
     /// A RELEASE changes the lease only from the address it gives back; a DECLINE only in
@@ -1240,11 +1517,13 @@ pools:
     fn forged_releases_and_declines_change_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = server(dir.path());
-        let (offer, _) = s.handle(&req(1, &[53, 1, DISCOVER]), from(), 1000).unwrap();
+        let (offer, _) = s
+            .handle(&req(1, &[53, 1, DISCOVER]), from(), None, 1000)
+            .unwrap();
         let ip = offer.yiaddr;
         let mut o = vec![53, 1, REQUEST, 54, 4, 10, 77, 0, 1, 50, 4];
         o.extend_from_slice(&ip.octets());
-        let (ack, _) = s.handle(&req(1, &o), from(), 1000).unwrap();
+        let (ack, _) = s.handle(&req(1, &o), from(), None, 1000).unwrap();
         assert_eq!(ack.kind, ReplyKind::Ack);
         let holder = |s: &Server, now| s.leases.read().holder(ip, now);
         let mac = Some(Mac([0x52, 0x54, 0, 0x77, 0, 1]));
@@ -1253,18 +1532,19 @@ pools:
         let mut release = req(1, &[53, 1, RELEASE]);
         release.ciaddr = ip;
         for src in [from(), at(Ipv4Addr::new(10, 77, 0, 150))] {
-            assert!(s.handle(&release, src, 1001).is_none());
+            assert!(s.handle(&release, src, None, 1001).is_none());
             assert_eq!(holder(&s, 1002), mac, "release from {src}");
         }
         // A DECLINE of another address, or past the window: nothing.
         let mut decline = vec![53, 1, DECLINE, 50, 4];
         decline.extend_from_slice(&ip.octets());
         let late = 1000 + crate::boot::leases::DECLINE_WINDOW_S + 1;
-        assert!(s.handle(&req(1, &decline), from(), late).is_none());
+        assert!(s.handle(&req(1, &decline), from(), None, late).is_none());
         assert!(
             s.handle(
                 &req(1, &[53, 1, DECLINE, 50, 4, 10, 77, 0, 150]),
                 from(),
+                None,
                 1001
             )
             .is_none()
@@ -1273,25 +1553,25 @@ pools:
         // A renewal's ACK opens no window.
         let mut renew = req(1, &[53, 1, REQUEST]);
         renew.ciaddr = ip;
-        let (ack, _) = s.handle(&renew, at(ip), 2000).unwrap();
+        let (ack, _) = s.handle(&renew, at(ip), None, 2000).unwrap();
         assert_eq!(ack.kind, ReplyKind::Ack);
-        assert!(s.handle(&req(1, &decline), from(), 2001).is_none());
+        assert!(s.handle(&req(1, &decline), from(), None, 2001).is_none());
         assert_eq!(holder(&s, 2002), mac);
         assert_eq!(s.metrics.dhcp().refused.get(), 5);
         // INIT-REBOOT (option 50, no server identifier) binds afresh: a DECLINE right after
         // counts (a forger's, say)...
         let mut init_reboot = vec![53, 1, REQUEST, 50, 4];
         init_reboot.extend_from_slice(&ip.octets());
-        let (ack, _) = s.handle(&req(1, &init_reboot), from(), 3000).unwrap();
+        let (ack, _) = s.handle(&req(1, &init_reboot), from(), None, 3000).unwrap();
         assert_eq!(ack.kind, ReplyKind::Ack);
-        assert!(s.handle(&req(1, &decline), from(), 3001).is_none());
+        assert!(s.handle(&req(1, &decline), from(), None, 3001).is_none());
         assert_eq!(holder(&s, 3002), None);
         // ...and the client, still on its address, renews it from there: ACK, not NAK.
-        let (ack, _) = s.handle(&renew, at(ip), 3100).unwrap();
+        let (ack, _) = s.handle(&renew, at(ip), None, 3100).unwrap();
         assert_eq!((ack.kind, ack.yiaddr), (ReplyKind::Ack, ip));
         assert_eq!(holder(&s, 3101), mac);
         // The holder's own RELEASE, from its address, frees it.
-        assert!(s.handle(&release, at(ip), 3200).is_none());
+        assert!(s.handle(&release, at(ip), None, 3200).is_none());
         assert_eq!(holder(&s, 3201), None);
     }
 }

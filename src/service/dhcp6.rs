@@ -6,7 +6,10 @@
 //! boots is `boot::plan6`, the same policy as DHCPv4's, given as option 59's URL with the
 //! class its firmware looks for in option 16. Clients in no pool, and clients known only by a
 //! DUID (no pool can list one), get silence: counted, logged once. Malformed packets are
-//! dropped and counted (under `dhcp` in the counters). Relayed messages are not served.
+//! dropped and counted (under `dhcp` in the counters). A message relayed to us (RELAY-FORW,
+//! RFC 8415 19) is answered inside RELAY-REPLs back through the same relays, when the relay
+//! nearest the client names a link inside `dhcp6.subnet`; one from another link is dropped and
+//! counted.
 
 use super::identity::{Identity, unix_now};
 use crate::boot::leases6::Leases6;
@@ -62,18 +65,13 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
         let SocketAddr::V6(from) = from else {
             continue;
         };
-        let Some(reply) = server.answer(&buf[..n], *from.ip(), unix_now()) else {
+        let Some(bytes) = server.answer_relayed(&buf[..n], *from.ip(), unix_now()) else {
             continue;
         };
-        match wire::encode_reply(&reply) {
-            // To where it came from: the client's link-local address (with its scope) and
-            // port 546.
-            Ok(bytes) => {
-                if let Err(e) = socket.send_to(&bytes, from).await {
-                    tracing::warn!(%from, error = %e, "dhcp6 reply not sent");
-                }
-            }
-            Err(e) => tracing::error!(error = %e, "dhcp6 reply not encodable"),
+        // To where it came from: the client's link-local address (with its scope) and port
+        // 546, or the relay's address and port 547.
+        if let Err(e) = socket.send_to(&bytes, from).await {
+            tracing::warn!(%from, error = %e, "dhcp6 reply not sent");
         }
     }
     Ok(())
@@ -91,7 +89,40 @@ struct Server {
 }
 
 impl Server {
-    /// Reads one message and answers it (nothing is sent here).
+    /// Reads one message from `from`, through whatever relays carried it, and answers it: the
+    /// reply encoded, inside a RELAY-REPL for each relay (nothing is sent here).
+    fn answer_relayed(&mut self, bytes: &[u8], from: Ipv6Addr, now: u64) -> Option<Vec<u8>> {
+        let (hops, message) = match wire::unwrap_relays(bytes) {
+            Ok(unwrapped) => unwrapped,
+            Err(why) => return self.metrics.dhcp().decoded(Err(why), "dhcp6", from),
+        };
+        // The relay nearest the client says which link it is on, and heard it at its address.
+        let client = match hops.last() {
+            None => from,
+            Some(near) => {
+                let ours = self.config.dhcp6.as_ref();
+                if !ours.is_some_and(|d| d.subnet.contains(near.link_address)) {
+                    static ELSEWHERE: super::bounds::LogLimit = super::bounds::LogLimit::new();
+                    let dhcp = self.metrics.dhcp();
+                    dhcp.refused.inc();
+                    dhcp.no_subnet.inc();
+                    if let Some(suppressed) = ELSEWHERE.allow() {
+                        tracing::warn!(relay = %from, link = %near.link_address, suppressed,
+                            "dhcp6 relayed message dropped: its link is outside dhcp6.subnet");
+                    }
+                    return None;
+                }
+                near.peer_address
+            }
+        };
+        let reply = self.answer(message, client, now)?;
+        let bytes = wire::encode_reply(&reply)
+            .map_err(|e| tracing::error!(error = %e, "dhcp6 reply not encodable"))
+            .ok()?;
+        wire::wrap_relays(&hops, bytes)
+    }
+
+    /// Reads one client message from `from` and answers it.
     fn answer(&mut self, bytes: &[u8], from: Ipv6Addr, now: u64) -> Option<Reply> {
         let req = self
             .metrics
@@ -380,6 +411,55 @@ pools:
         out.extend(option(wire::opt::IA_NA, &ia));
         out.extend_from_slice(&message[at + empty_ia.len()..]);
         out
+    }
+
+    /// A SOLICIT relayed from a link inside `dhcp6.subnet` is answered inside a RELAY-REPL
+    /// naming the same link, peer and interface id, with an address of the range; one relayed
+    /// from another link gets silence, counted.
+    #[tokio::test]
+    async fn a_relayed_solicit_is_answered_through_its_relay() {
+        let config = Arc::new(Config::parse(Path::new("p.yaml"), CONFIG).unwrap());
+        let identity = Identity::default();
+        *identity.write6() = Leases6::new(config.dhcp6.as_ref().unwrap().range);
+        let mut s = Server {
+            duid: wire::server_duid("fd77::1".parse().unwrap()),
+            address6: "fd77::1".parse().unwrap(),
+            config,
+            recorder: Recorder::discard(),
+            metrics: Metrics::default(),
+            identity,
+            strangers: HashSet::new(),
+        };
+        let relayed = |link: &str| {
+            let mut m = vec![wire::msg::RELAY_FORW, 0];
+            m.extend_from_slice(&link.parse::<Ipv6Addr>().unwrap().octets());
+            m.extend_from_slice(&"fe80::5054:ff:fe77:5".parse::<Ipv6Addr>().unwrap().octets());
+            m.extend(option(wire::opt::INTERFACE_ID, b"eth1"));
+            m.extend(option(
+                wire::opt::RELAY_MSG,
+                &firmware(msg::SOLICIT, [0x52, 0x54, 0, 0x77, 0, 5], None),
+            ));
+            m
+        };
+        let relay: Ipv6Addr = "fd77::fe".parse().unwrap();
+        let bytes = s.answer_relayed(&relayed("fd77::fe"), relay, 100).unwrap();
+        assert_eq!(bytes[0], wire::msg::RELAY_REPL);
+        let mut forw = relayed("fd77::fe");
+        forw[0] = wire::msg::RELAY_REPL;
+        let iid = option(wire::opt::INTERFACE_ID, b"eth1");
+        let head = 34 + iid.len();
+        assert_eq!(
+            bytes[..head],
+            forw[..head],
+            "the relay's addresses and interface id"
+        );
+        let inner = &bytes[head + 4..];
+        let adv = <dhcproto::v6::Message as dhcproto::Decodable>::from_bytes(inner).unwrap();
+        assert_eq!(adv.msg_type(), dhcproto::v6::MessageType::Advertise);
+        let given = format!("{:?}", adv.opts());
+        assert!(given.contains("fd77::100"), "{given}");
+        assert!(s.answer_relayed(&relayed("fd78::1"), relay, 101).is_none());
+        assert_eq!(s.metrics.dhcp().no_subnet.get(), 1);
     }
 
     #[tokio::test]

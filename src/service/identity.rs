@@ -9,7 +9,7 @@
 //! What this identity proves: that the address was leased (or, in proxy mode, reported on
 //! port 4011) by the MAC that now holds it. On a shared segment a host can still claim another
 //! MAC and, while that machine is off, its address; docs/security.md says what an admin can add
-//! (fixed addresses, `dhcp.trusted` relays, a switch's DHCP snooping and source guard).
+//! (fixed addresses, `dhcp.relays`, a switch's DHCP snooping and source guard).
 
 use super::bounds::Standing;
 use crate::boot::exports::{ServesFor, is_client};

@@ -201,7 +201,7 @@ impl LeaseFile {
         for (mac, lease) in table.iter() {
             if self.on_disk.get(mac) != Some(lease) {
                 line(&Line::Lease(saved_lease(*mac, lease)));
-                changed.push((*mac, Some(*lease)));
+                changed.push((*mac, Some(lease.clone())));
             }
         }
         for mac in self.on_disk.keys() {
@@ -263,7 +263,7 @@ impl LeaseFile {
     }
 
     fn remember(&mut self, table: &Leases) {
-        self.on_disk = table.iter().map(|(m, l)| (*m, *l)).collect();
+        self.on_disk = table.iter().map(|(m, l)| (*m, l.clone())).collect();
         self.declined_on_disk = table.declined().collect();
     }
 }
@@ -276,6 +276,7 @@ fn saved_lease(mac: Mac, l: &Lease) -> SavedLease {
         expires: l.expires,
         link: l.link,
         arch: l.arch,
+        relayed: l.relayed.clone(),
     }
 }
 
@@ -306,11 +307,21 @@ mod tests {
         Mac([0x52, 0x54, 0, 0x11, 0, n])
     }
 
+    const RANGE: (Ipv4Addr, Ipv4Addr) = (Ipv4Addr::new(10, 0, 0, 10), Ipv4Addr::new(10, 0, 0, 250));
+
     fn table() -> Leases {
-        Leases::new(
-            Some((Ipv4Addr::new(10, 0, 0, 10), Ipv4Addr::new(10, 0, 0, 250))),
-            [],
-        )
+        Leases::new(vec![RANGE], [])
+    }
+
+    /// The one subnet the table gives from.
+    fn net() -> crate::config::DhcpSubnet {
+        crate::config::DhcpSubnet {
+            subnet: "10.0.0.0/24".parse().unwrap(),
+            range: Some(RANGE),
+            router: None,
+            dns: Vec::new(),
+            lease: std::time::Duration::from_secs(3600),
+        }
     }
 
     #[test]
@@ -320,8 +331,8 @@ mod tests {
         let (mut file, count, _) = LeaseFile::open(dir.path(), &mut t).unwrap();
         assert_eq!(count, 0);
         for n in 1..=20 {
-            let ip = t.offer(mac(n), None, 100, 60).unwrap();
-            t.ack(mac(n), ip, 100, 3600).unwrap();
+            let ip = t.offer(mac(n), None, &net(), 100, 60).unwrap();
+            t.ack(mac(n), ip, &net(), 100, 3600).unwrap();
             file.commit(&t).unwrap();
         }
         t.release(mac(3), t.get(mac(3)).unwrap().ip, 200);
@@ -342,8 +353,8 @@ mod tests {
     fn one_bound(dir: &Path) -> (Leases, LeaseFile, Ipv4Addr) {
         let mut t = table();
         let (mut file, _, _) = LeaseFile::open(dir, &mut t).unwrap();
-        let ip = t.offer(mac(1), None, 100, 60).unwrap();
-        t.ack(mac(1), ip, 100, 3600).unwrap();
+        let ip = t.offer(mac(1), None, &net(), 100, 60).unwrap();
+        t.ack(mac(1), ip, &net(), 100, 3600).unwrap();
         file.commit(&t).unwrap();
         (t, file, ip)
     }
@@ -379,8 +390,8 @@ mod tests {
         append(b"{\"op\":\"lease\",\"mac\":\"52:5\n");
         append(b"\x00\x01garbage\n\n");
         // A lease committed after the damage is still read.
-        let ip = t.offer(mac(2), None, 100, 60).unwrap();
-        t.ack(mac(2), ip, 100, 3600).unwrap();
+        let ip = t.offer(mac(2), None, &net(), 100, 60).unwrap();
+        t.ack(mac(2), ip, &net(), 100, 3600).unwrap();
         file.commit(&t).unwrap();
         drop(file);
         let mut again = table();
@@ -441,13 +452,13 @@ mod tests {
         let mut t = table();
         let (mut file, _, _) = LeaseFile::open(dir.path(), &mut t).unwrap();
         let ips: Vec<Ipv4Addr> = (1..=50)
-            .map(|n| t.offer(mac(n), None, 0, 60).unwrap())
+            .map(|n| t.offer(mac(n), None, &net(), 0, 60).unwrap())
             .collect();
         // 50 changed leases a commit: the journal passes the table's size plus the slack.
         let rounds = (SLACK_LINES / 50 + 2) as u64;
         for now in 0..rounds {
             for (n, ip) in (1..=50).zip(&ips) {
-                t.ack(mac(n), *ip, now, 3600).unwrap();
+                t.ack(mac(n), *ip, &net(), now, 3600).unwrap();
             }
             file.commit(&t).unwrap();
         }

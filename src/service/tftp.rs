@@ -7,7 +7,7 @@
 //! number of retries, an end at once on a client ERROR).
 //!
 //! Bounds against strangers: requests are answered only from `limits.tftp_clients` (default
-//! `dhcp.subnet`: a pool client gets its address there, directly or through a relay, and a
+//! every DHCP subnet: a pool client gets its address there, directly or through a relay, and a
 //! spoofed or foreign source gets no reply to amplify); others are dropped unanswered and
 //! counted as refused. A transfer ends `limits.tftp_lifetime` after it started, and the
 //! retransmission interval a client's `timeout` option asks for is capped at `MAX_RTO`, so a

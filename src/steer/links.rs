@@ -199,7 +199,7 @@ impl Steering {
                 address: s.address,
             })
             .collect();
-        let subnet = &config.dhcp.subnet;
+        let subnet = &config.dhcp.home().subnet;
         match super::routes::install(&routes, subnet.network, subnet.prefix) {
             Ok(()) => {
                 for w in &blocking {

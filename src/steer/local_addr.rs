@@ -1,6 +1,7 @@
 //! Which of the host's addresses a UDP datagram was sent to (IP_PKTINFO), for a socket bound
 //! to 0.0.0.0: TFTP answers each request from the address it was asked at, on the link that
-//! holds it (a server with several links has several addresses on the clients' subnet).
+//! holds it (a server with several links has several addresses on the clients' subnet), and
+//! DHCP answers an unrelayed request from the subnet of the address it reached.
 
 use crate::sys;
 use std::io;
@@ -26,6 +27,17 @@ pub async fn recv_from(
             sys::sock::recv_pktinfo(fd, buf)
         })
         .await
+}
+
+/// As `recv_from`, without waiting: `WouldBlock` when no datagram is queued.
+pub fn try_recv_from(
+    socket: &UdpSocket,
+    buf: &mut [u8],
+) -> io::Result<(usize, SocketAddr, Option<Ipv4Addr>)> {
+    let fd = socket.as_fd();
+    socket.try_io(tokio::io::Interest::READABLE, || {
+        sys::sock::recv_pktinfo(fd, buf)
+    })
 }
 
 #[cfg(test)]

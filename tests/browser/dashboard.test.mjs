@@ -159,16 +159,24 @@ function watch(page, at = base) {
 }
 
 // A PXE ROM's DHCP message (RFC 2131 with option 60 PXEClient and option 93), as bytes.
-function dhcpMessage(type, mac, xid, requested) {
+// With `relay`, relayed: giaddr `relay.giaddr` and option 82's circuit id `relay.circuit`. A
+// REQUEST names the server (SELECTING) unless `rebooting` (INIT-REBOOT).
+function dhcpMessage(type, mac, xid, requested, { relay, rebooting } = {}) {
   const b = Buffer.alloc(300);
   b[0] = 1; b[1] = 1; b[2] = 6;
   b.writeUInt32BE(xid, 4);
   b.writeUInt16BE(0x8000, 10);
+  if (relay) Buffer.from(relay.giaddr.split('.').map(Number)).copy(b, 24);
   Buffer.from(mac.split(':').map(x => parseInt(x, 16))).copy(b, 28);
   Buffer.from([99, 130, 83, 99]).copy(b, 236);
   const vendor = Buffer.from('PXEClient:Arch:00000:UNDI:002001');
   const opts = [53, 1, type, 60, vendor.length, ...vendor, 93, 2, 0, 0];
-  if (requested) opts.push(50, 4, ...requested.split('.').map(Number), 54, 4, 127, 0, 0, 1);
+  if (requested) opts.push(50, 4, ...requested.split('.').map(Number));
+  if (requested && !rebooting) opts.push(54, 4, 127, 0, 0, 1);
+  if (relay) {
+    const circuit = Buffer.from(relay.circuit);
+    opts.push(82, circuit.length + 2, 1, circuit.length, ...circuit);
+  }
   opts.push(255);
   Buffer.from(opts).copy(b, 240);
   return b;
@@ -625,6 +633,25 @@ test('live: a machine that powers on changes its tile as its events arrive, with
   assert.equal(await page.locator('.tile.stalled').count(), 1, 'only the silent machine is stalled');
   assert.match(await page.textContent(`.tile[data-mac="${stuck}"] .stall`), /stalled: silent \d+ s/);
   await shot(page, 'room-live');
+  await page.close();
+});
+
+test('client view: a machine relayed from its own subnet shows the relay and its switch port', async () => {
+  const mac = '52:54:00:77:01:30';
+  const relay = { giaddr: '127.0.0.2', circuit: 'Gi1/0/7' };
+  // Its firmware's DISCOVER, then a REQUEST for a free address of the range.
+  await sendDhcp(dhcpMessage(1, mac, 0x9abc, null, { relay }));
+  await sendDhcp(dhcpMessage(3, mac, 0x9abc, '127.0.0.150', { relay, rebooting: true }));
+  let boot;
+  for (let i = 0; i < 100 && !boot?.relayed; i++) {
+    [boot] = (await api(`/api/v1/boots?mac=${mac}`)).slice(-1);
+    await new Promise(r => setTimeout(r, 100));
+  }
+  assert.deepEqual(boot.relayed, { giaddr: '127.0.0.2', circuit_id: 'Gi1/0/7' });
+  const page = await context.newPage();
+  watch(page);
+  await view(page, `/client/${mac}`);
+  assert.equal((await page.textContent('[data-testid=relayed]')).trim(), 'through relay 127.0.0.2 · circuit Gi1/0/7');
   await page.close();
 });
 

@@ -42,6 +42,7 @@ mod nbd;
 mod nfs;
 mod records;
 mod records_postgres;
+mod relay;
 mod root_wire;
 mod siege;
 mod state;

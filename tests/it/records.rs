@@ -1182,6 +1182,7 @@ fn lost_after_daemon(
             ipxe: false,
             pool: pool.into(),
             link: None,
+            relayed: None,
         },
     ] {
         journal += &(serde_json::to_string(&Event::now(Who::Mac(mac.parse().unwrap()), kind))

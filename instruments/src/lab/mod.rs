@@ -313,7 +313,11 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         .first()
         .cloned()
         .unwrap_or_else(|| "br0".into());
-    net::make_bridge(&bridge, config.server.address, config.dhcp.subnet.prefix)?;
+    net::make_bridge(
+        &bridge,
+        config.server.address,
+        config.dhcp.home().subnet.prefix,
+    )?;
     if let (Some(six), Some(d)) = (config.server.address6, &config.dhcp6) {
         net::ip(&[
             "-6",
@@ -335,8 +339,8 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     // In proxy mode another server gives the addresses; in the lab that is dnsmasq.
     let mut dhcp_peer = match config.dhcp.mode {
         bootpool::config::DhcpMode::Proxy => {
-            let range = config.dhcp.range.unwrap_or_else(|| {
-                let base = u32::from(config.dhcp.subnet.network);
+            let range = config.dhcp.home().range.unwrap_or_else(|| {
+                let base = u32::from(config.dhcp.home().subnet.network);
                 ((base + 100).into(), (base + 199).into())
             });
             let peer = net::start_dhcp_peer(&bridge, range, &run_dir)?;

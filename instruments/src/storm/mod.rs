@@ -264,7 +264,7 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
 
     // The room: the server's links first, then a namespace and a port per client.
     let (k, rate) = args.server_links;
-    let prefix = config.dhcp.subnet.prefix;
+    let prefix = config.dhcp.home().subnet.prefix;
     let first_dev = config
         .server
         .interfaces

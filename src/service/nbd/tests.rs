@@ -137,6 +137,7 @@ async fn attach_and_reads_are_recorded_for_the_leased_client() {
             ipxe: false,
             pool: "room".into(),
             link: None,
+            relayed: None,
         },
     );
     let mut s = attach(t.addr).await;

@@ -109,6 +109,29 @@ impl Loopback {
         self.line("  subnet: ", &format!("  subnet: {cidr}\n"))
     }
 
+    /// The `dhcp` section's one subnet (its `subnet` and `range` lines) as the first entry of
+    /// the list `dhcp.subnets`, followed by `more` (list entries, unindented).
+    pub fn more_subnets(self, more: &str) -> Loopback {
+        let value = |key: &str| {
+            let start = format!("  {key}: ");
+            let line = self.lines().find(|l| l.starts_with(&start)).expect(key);
+            line[start.len()..].to_string()
+        };
+        let first = format!(
+            "- {{ subnet: {}, range: {} }}\n{more}",
+            value("subnet"),
+            value("range")
+        );
+        self.line("  subnet: ", "")
+            .line("  range: ", "")
+            .dhcp(&format!("subnets:\n{}", Loopback::indent(&first, 2)))
+    }
+
+    /// DHCP in proxy mode: beside another server that gives the addresses.
+    pub fn proxy(self) -> Loopback {
+        self.replace("  mode: authoritative\n", "  mode: proxy\n")
+    }
+
     /// The DHCP range.
     pub fn range(self, range: &str) -> Loopback {
         self.line("  range: ", &format!("  range: {range}\n"))

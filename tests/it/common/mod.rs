@@ -126,6 +126,7 @@ impl Fixture {
                 ipxe: false,
                 pool: pool.into(),
                 link: None,
+                relayed: None,
             },
         );
         let state = self.path().join("var");

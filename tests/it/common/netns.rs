@@ -1,7 +1,8 @@
 //! Two network namespaces joined by a veth pair, for tests that need a real broadcast link
 //! (DHCP clients), or by several veths and a switch (a server with several NICs on one
-//! subnet). Names are unique per process and call; dropping the `Link` deletes both
-//! namespaces (and with them the veths), also when the test fails.
+//! subnet), or a server and a room on two segments with a router namespace between them (a
+//! room behind a DHCP relay). Names are unique per process and call; dropping the `Link`
+//! deletes its namespaces (and with them the veths), also when the test fails.
 
 use super::Fixture;
 use std::path::PathBuf;
@@ -20,6 +21,21 @@ pub struct Link {
     pub client_if: String,
     /// Every server link: `server_if`, then those of `Link::switched`.
     pub server_ifs: Vec<String>,
+    /// The router between the two, for `Link::routed`.
+    pub router: Option<Router>,
+}
+
+/// A namespace on the server's segment (`up`) and on the room's (`down`), forwarding between
+/// them: where a room's DHCP relay runs.
+pub struct Router {
+    pub ns: String,
+    /// Its interface on the server's segment.
+    pub up: String,
+    /// Its interface on the room's segment.
+    pub down: String,
+    /// A third segment's namespace and its interface there (`Link::add_site`): where the
+    /// site's own DHCP server runs.
+    pub site: Option<(String, String)>,
 }
 
 fn ip(args: &[&str]) {
@@ -101,6 +117,97 @@ impl Link {
         link
     }
 
+    /// A server at `server_cidr` on one segment, a room (the client's end, no address) on
+    /// another, and a router between them at `up_cidr` on the server's segment (the server's
+    /// default route) and `down_cidr` on the room's, forwarding IPv4.
+    pub fn routed(server_cidr: &str, up_cidr: &str, down_cidr: &str) -> Link {
+        let tag = tag();
+        let mut link = Link::named(&tag, format!("bc{tag}"), vec![format!("bs{tag}")]);
+        let router = Router {
+            ns: format!("bp-r{tag}"),
+            up: format!("br{tag}u"),
+            down: format!("br{tag}d"),
+            site: None,
+        };
+        let r = router.ns.clone();
+        link.router = Some(router);
+        let router = link.router.as_ref().unwrap();
+        for ns in [&link.server_ns, &r, &link.client_ns] {
+            ip(&["netns", "add", ns]);
+            Self::exec(ns, &["ip", "link", "set", "lo", "up"]);
+        }
+        let (s, c) = (&link.server_ns, &link.client_ns);
+        ip(&[
+            "link",
+            "add",
+            &link.server_if,
+            "netns",
+            s,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &router.up,
+            "netns",
+            &r,
+        ]);
+        ip(&[
+            "link",
+            "add",
+            &router.down,
+            "netns",
+            &r,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &link.client_if,
+            "netns",
+            c,
+        ]);
+        link.in_server(&["ip", "addr", "add", server_cidr, "dev", &link.server_if]);
+        link.in_server(&["ip", "link", "set", &link.server_if, "up"]);
+        let gateway = up_cidr.split('/').next().unwrap();
+        link.in_server(&["ip", "route", "add", "default", "via", gateway]);
+        for (cidr, dev) in [(up_cidr, &router.up), (down_cidr, &router.down)] {
+            Self::exec(&r, &["ip", "addr", "add", cidr, "dev", dev]);
+            Self::exec(&r, &["ip", "link", "set", dev, "up"]);
+        }
+        Self::exec(&r, &["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"]);
+        link.in_client(&["ip", "link", "set", &link.client_if, "up"]);
+        link
+    }
+
+    /// A third segment behind the router of `Link::routed`: a namespace (`Router::site`) whose
+    /// interface has `site_cidr` and routes through the router's end, at `router_cidr`.
+    /// Returns the router's interface on it.
+    pub fn add_site(&mut self, router_cidr: &str, site_cidr: &str) -> String {
+        let tag = tag();
+        let router = self.router.as_mut().expect("a routed link");
+        let (ns, dev, peer) = (
+            format!("bp-d{tag}"),
+            format!("bd{tag}"),
+            format!("br{tag}s"),
+        );
+        router.site = Some((ns.clone(), dev.clone()));
+        ip(&["netns", "add", &ns]);
+        ip(&[
+            "link", "add", &peer, "netns", &router.ns, "type", "veth", "peer", "name", &dev,
+            "netns", &ns,
+        ]);
+        Self::exec(
+            &router.ns,
+            &["ip", "addr", "add", router_cidr, "dev", &peer],
+        );
+        Self::exec(&router.ns, &["ip", "link", "set", &peer, "up"]);
+        let gateway = router_cidr.split('/').next().unwrap();
+        Self::exec(&ns, &["ip", "link", "set", "lo", "up"]);
+        Self::exec(&ns, &["ip", "addr", "add", site_cidr, "dev", &dev]);
+        Self::exec(&ns, &["ip", "link", "set", &dev, "up"]);
+        Self::exec(&ns, &["ip", "route", "add", "default", "via", gateway]);
+        peer
+    }
+
     /// Interface names are at most 15 bytes: `tag` is the process and a counter.
     fn named(tag: &str, client_if: String, server_ifs: Vec<String>) -> Link {
         Link {
@@ -109,6 +216,7 @@ impl Link {
             server_if: server_ifs[0].clone(),
             client_if,
             server_ifs,
+            router: None,
         }
     }
 
@@ -327,7 +435,17 @@ fn tag() -> String {
 
 impl Drop for Link {
     fn drop(&mut self) {
-        for ns in [&self.server_ns, &self.client_ns] {
+        let router = self.router.as_ref().map(|r| &r.ns);
+        let site = self
+            .router
+            .as_ref()
+            .and_then(|r| r.site.as_ref())
+            .map(|s| &s.0);
+        for ns in [&self.server_ns, &self.client_ns]
+            .into_iter()
+            .chain(router)
+            .chain(site)
+        {
             let _ = Command::new("ip")
                 .args(["netns", "delete", ns])
                 .stdin(Stdio::null())
