@@ -1,11 +1,8 @@
 //! NFSv3 attributes from lstat results: file types (ftype3, from `proto::nfs3`), times, fsid
-//! per image and device, and the composite root's own attributes; FSSTAT's figures of an
-//! image (`Tree::fsstat`).
+//! per image and device.
 
-use super::handle::{TreeHandle, stable_hash};
-use super::{Error, Status, Tree, io_status};
-use crate::proto::nfs3::{Attr, FsStat};
-use std::os::unix::ffi::OsStrExt;
+use super::handle::stable_hash;
+use crate::proto::nfs3::Attr;
 use std::os::unix::fs::MetadataExt;
 
 pub(super) fn time(secs: i64, nsec: i64) -> (u32, u32) {
@@ -74,47 +71,4 @@ pub(super) fn ftype_of(mode: u32) -> u32 {
 /// One fsid per image and device: two images never look like one filesystem.
 pub(super) fn fsid_of(image_id: u64, dev: u64) -> u64 {
     stable_hash(&[&image_id.to_be_bytes(), &dev.to_be_bytes()])
-}
-
-impl Tree {
-    /// FSSTAT of what `h` is in. An image served from disk: the file system holding its
-    /// folder (statvfs), as knfsd reports an export's, free space included though the export
-    /// is read-only (a local read-only mount shows it too, and a client's `df /` reading
-    /// full would set off every disk-full alarm of the room). A `store: ram` image: the
-    /// snapshot held, its files' bytes and its entries, nothing free (`ram.rs`). The
-    /// composite root: nothing.
-    pub fn fsstat(&self, h: &TreeHandle) -> Result<FsStat, Status> {
-        let Some(img) = self.image_of(h)? else {
-            return Ok(FsStat::default());
-        };
-        let image = &self.images[img];
-        if image.in_ram()
-            && let Some(held) = image.held.get()
-        {
-            return Ok(*held);
-        }
-        let path =
-            std::ffi::CString::new(image.root.as_os_str().as_bytes()).map_err(|_| Error::Io)?;
-        let st = crate::sys::fs::statvfs(&path).map_err(io_status)?;
-        Ok(FsStat::from_statvfs(
-            st.f_frsize,
-            st.f_blocks,
-            st.f_bfree,
-            st.f_bavail,
-            st.f_files,
-            st.f_ffree,
-        ))
-    }
-
-    pub(super) fn root_attr(&self) -> Attr {
-        Attr {
-            ftype: NF3DIR,
-            mode: 0o555,
-            nlink: 2 + self.images.len() as u32,
-            size: 4096,
-            used: 4096,
-            fileid: 1,
-            ..Attr::default()
-        }
-    }
 }

@@ -2,7 +2,7 @@
 //! outside listings, open files, and how many of each the process limits allow.
 
 use super::handle::TreeHandle;
-use super::{FILE_CACHE_MAX, FILE_CACHE_MIN, FILE_CACHE_SHARE, SMALL_MAP_SHARE};
+use super::shared::{FILE_CACHE_MAX, FILE_CACHE_MIN, FILE_CACHE_SHARE, SMALL_MAP_SHARE};
 use crate::export::mapping::Mapping;
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -70,7 +70,7 @@ impl<K: std::hash::Hash + Eq + Clone, V> Clock<K, V> {
     }
 }
 
-/// A name looked up in a folder with no listing cached (see `Tree::names`).
+/// A name looked up in a folder with no listing cached (see `Listings::names`).
 #[derive(Clone, Copy)]
 pub(super) struct Named {
     /// The child's handle; None: no such name.
@@ -89,10 +89,10 @@ pub(super) fn settled(mtime: (u32, u32)) -> bool {
     now > u64::from(mtime.0) + 1
 }
 
-/// A file kept open (see `Tree::files`).
+/// A file kept open (see `Reads::files`).
 pub(super) struct OpenFile {
     pub(super) file: Arc<File>,
-    /// Made on the file's first big cached READ (see `Tree::read_mapped`), dropped with it.
+    /// Made on the file's first big cached READ (see `Reads::mapped`), dropped with it.
     pub(super) mapping: Option<Arc<Mapping>>,
 }
 

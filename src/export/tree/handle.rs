@@ -1,7 +1,7 @@
 //! NFS file handles: image id + st_dev + st_ino, stamped with a version, stable across
 //! restarts; their wire form and the composite root's handle.
 
-use super::{Error, Status};
+use super::shared::{Error, Status};
 
 /// Our part of an NFS handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

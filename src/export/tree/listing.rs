@@ -1,19 +1,23 @@
-//! Directory listings: built sorted with every child's attributes, cached until the folder
-//! changes, rebuilt in the background while in use, and paged out by READDIR(PLUS) cursors.
+//! Directory listings and names (`Listings`): listings built sorted with every child's
+//! attributes, cached until the folder changes, found due a rebuild in the background while in
+//! use, and paged out by READDIR(PLUS) cursors; and the LOOKUP answers kept for folders with
+//! no listing cached.
 
 use super::attr::NF3DIR;
-use super::cache::settled;
+use super::cache::{Clock, Named, settled};
 use super::handle::{ROOT, TreeHandle};
-use super::lookup::Node;
-use super::{
-    DIR_CACHE, Error, KEEP_FRESH, LISTING_FRESH, LISTING_REFRESH, REFRESH_SWEEP, Status, Tree,
-    io_status, lock,
+use super::handles::{Handles, Node};
+use super::images::Images;
+use super::shared::{
+    DIR_CACHE, Error, KEEP_FRESH, LISTING_FRESH, LISTING_REFRESH, NAME_CACHE, Status, io_status,
+    lock,
 };
 use crate::proto::nfs3::{Attr, PlusEntries};
-use std::ffi::OsString;
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 /// A directory's children, sorted by name, so that a cookie (an index) means the same entry on
@@ -105,21 +109,43 @@ impl Entries {
     }
 }
 
-impl Tree {
-    /// The entries of a directory for READDIR(PLUS), `.` and `..` first: the directory's
-    /// attributes, and (name, handle) pairs from `cookie` on (a cookie counts entries seen).
-    pub fn entries(&self, dir: &TreeHandle, cookie: u64) -> Result<(Attr, Entries), Status> {
-        let node = self.resolve(dir)?;
-        let (attr, listing) = match &node {
+/// The listings kept by folder, and the names looked up outside them.
+pub(super) struct Listings {
+    pub(super) cached: Mutex<HashMap<TreeHandle, Arc<Listing>>>,
+    /// LOOKUP answers in folders with no listing cached, by (folder, name): a room of
+    /// clients looking up the same names costs one lstat, not one each.
+    pub(super) names: Mutex<Clock<(TreeHandle, OsString), Named>>,
+}
+
+impl Listings {
+    pub(super) fn new() -> Listings {
+        Listings {
+            cached: Mutex::new(HashMap::new()),
+            names: Mutex::new(Clock::new(NAME_CACHE)),
+        }
+    }
+
+    /// The entries of the directory `dir`, resolved to `node`, for READDIR(PLUS), `.` and
+    /// `..` first: the directory's attributes, and (name, handle) pairs from `cookie` on (a
+    /// cookie counts entries seen).
+    pub(super) fn entries(
+        &self,
+        images: &Images,
+        handles: &Handles,
+        dir: &TreeHandle,
+        node: &Node,
+        cookie: u64,
+    ) -> Result<(Attr, Entries), Status> {
+        let (attr, listing) = match node {
             Node::Root => {
-                let children = (0..self.images.len())
+                let children = (0..images.len())
                     .filter_map(|i| {
-                        let (h, a) = self.image_root(i).ok()?;
-                        Some((OsString::from(&self.images[i].name), h, a))
+                        let (h, a) = handles.image_root(images, i).ok()?;
+                        Some((OsString::from(&images[i].name), h, a))
                     })
                     .collect();
                 (
-                    self.root_attr(),
+                    images.root_attr(),
                     Arc::new(Listing::new((0, 0), ROOT, children)),
                 )
             }
@@ -127,7 +153,7 @@ impl Tree {
                 if attr.ftype != NF3DIR {
                     return Err(Error::NotDir);
                 }
-                (*attr, self.listing(dir, *img, rel, attr)?)
+                (*attr, self.listing(images, handles, dir, *img, rel, attr)?)
             }
         };
         let parent = listing.parent;
@@ -148,13 +174,15 @@ impl Tree {
 
     pub(super) fn listing(
         &self,
+        images: &Images,
+        handles: &Handles,
         dir: &TreeHandle,
         img: usize,
         rel: &Path,
         attr: &Attr,
     ) -> Result<Arc<Listing>, Status> {
-        let ram = self.images[img].in_ram();
-        if let Some(l) = lock(&self.listings).get(dir)
+        let ram = images[img].in_ram();
+        if let Some(l) = lock(&self.cached).get(dir)
             && l.mtime == attr.mtime
         {
             if ram {
@@ -165,35 +193,37 @@ impl Tree {
                 return Ok(l.clone());
             }
         }
-        self.build_listing(dir, img, rel, attr)
+        self.build(images, handles, dir, img, rel, attr)
     }
 
     /// Reads folder `dir` (at `rel`, with attributes `attr`) and stats its children; keeps the
     /// listing unless the folder may still change within its mtime's clock tick.
-    pub(super) fn build_listing(
+    pub(super) fn build(
         &self,
+        images: &Images,
+        handles: &Handles,
         dir: &TreeHandle,
         img: usize,
         rel: &Path,
         attr: &Attr,
     ) -> Result<Arc<Listing>, Status> {
-        let ram = self.images[img].in_ram();
+        let ram = images[img].in_ram();
         let up: Arc<Path> = rel.parent().unwrap_or(Path::new("")).into();
-        let (parent, _) = self.stat(img, up)?;
+        let (parent, _) = handles.stat(images, img, up)?;
         let mut children = Vec::new();
-        for e in std::fs::read_dir(self.full(img, rel)).map_err(io_status)? {
+        for e in std::fs::read_dir(images.full(img, rel)).map_err(io_status)? {
             let e = e.map_err(io_status)?;
             // Gone since the listing was read: left out.
             let Ok(m) = e.metadata() else { continue };
             let name = e.file_name();
-            let (h, a) = self.remember(img, rel.join(&name).into(), &m);
+            let (h, a) = handles.remember(images, img, rel.join(&name).into(), &m);
             children.push((name, h, a));
         }
         let l = Arc::new(Listing::new(attr.mtime, parent, children));
         if !ram && !settled(attr.mtime) {
             return Ok(l);
         }
-        let mut cache = lock(&self.listings);
+        let mut cache = lock(&self.cached);
         if cache.len() >= DIR_CACHE {
             cache.clear();
         }
@@ -201,41 +231,45 @@ impl Tree {
         Ok(l)
     }
 
-    /// Rebuilds listings due (see `KEEP_FRESH`) every `REFRESH_SWEEP`, and every 30 sweeps
-    /// drops the RAM contents of revisions removed from disk, until the tree is dropped: run
-    /// on a thread of its own beside the service.
-    pub fn keep_listings_fresh(tree: Weak<Tree>) {
-        for sweep in 1u64.. {
-            std::thread::sleep(REFRESH_SWEEP);
-            let Some(tree) = tree.upgrade() else { break };
-            tree.refresh_listings();
-            if sweep % 30 == 0 {
-                tree.drop_removed_ram();
-            }
-        }
-    }
-
-    /// Rebuilds the cached listings of disk images that are `LISTING_REFRESH` old and were read
-    /// within `KEEP_FRESH`; each rebuild keeps its predecessor's last use. A folder that
-    /// changed meanwhile gets its new listing from the next request, as ever.
-    pub(super) fn refresh_listings(&self) {
+    /// The cached listings of disk images that are `LISTING_REFRESH` old and were read within
+    /// `KEEP_FRESH`, with their last use.
+    pub(super) fn due(&self, images: &Images) -> Vec<(TreeHandle, Instant)> {
         // A RAM image's listings never go stale: left out before anything is resolved.
         let on_disk =
-            |h: &TreeHandle| matches!(self.image_of(h), Ok(Some(i)) if !self.images[i].in_ram());
-        let due: Vec<(TreeHandle, Instant)> = lock(&self.listings)
+            |h: &TreeHandle| matches!(images.image_of(h), Ok(Some(i)) if !images[i].in_ram());
+        lock(&self.cached)
             .iter()
             .filter(|(h, l)| l.built.elapsed() >= LISTING_REFRESH && on_disk(h))
             .map(|(h, l)| (*h, *lock(&l.used)))
             .filter(|(_, used)| used.elapsed() < KEEP_FRESH)
-            .collect();
-        for (dir, used) in due {
-            if let Ok(Node::In { img, rel, attr }) = self.resolve(&dir)
-                && attr.ftype == NF3DIR
-                // Failures (the folder gone) are the next request's to report.
-                && let Ok(l) = self.build_listing(&dir, img, &rel, &attr)
-            {
-                *lock(&l.used) = used;
-            }
-        }
+            .collect()
+    }
+
+    /// `name` in the folder `dir` as its listing has it, if one is cached for the folder's
+    /// mtime `dir_mtime`: its handle, or NOENT ("no such name" needs no syscall either).
+    pub(super) fn child(
+        &self,
+        dir: &TreeHandle,
+        dir_mtime: (u32, u32),
+        name: &OsStr,
+    ) -> Option<Result<TreeHandle, Status>> {
+        let listing = lock(&self.cached).get(dir).cloned();
+        let l = listing.filter(|l| l.mtime == dir_mtime)?;
+        Some(
+            l.children
+                .binary_search_by(|(n, _)| n.as_os_str().cmp(name))
+                .map(|i| l.children[i].1)
+                .map_err(|_| Error::NoEnt),
+        )
+    }
+
+    /// The LOOKUP answer kept for (folder, name), if any.
+    pub(super) fn named(&self, key: &(TreeHandle, OsString)) -> Option<Named> {
+        lock(&self.names).get(key).copied()
+    }
+
+    /// Keeps a LOOKUP answer for (folder, name).
+    pub(super) fn keep_named(&self, key: (TreeHandle, OsString), named: Named) {
+        lock(&self.names).insert(key, named);
     }
 }

@@ -3,11 +3,18 @@
 
 use super::at::stat_at;
 use super::attr::attr_from_stat;
+use super::cache::Clock;
+use super::shared::*;
 use super::*;
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::OnceLock;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 fn fixture_with(ram: bool) -> (tempfile::TempDir, Tree) {
     let dir = tempfile::tempdir().unwrap();
@@ -300,7 +307,7 @@ fn a_ram_revision_added_later_is_loaded_at_its_mount_and_dropped_when_removed() 
     assert_eq!(read_all(&tree), b"r2\n");
     assert!(!tree.images[img].in_ram());
     assert!(
-        read_lock(&tree.contents)
+        read_lock(&tree.ram.contents)
             .keys()
             .all(|h| h.image() != tree.images[img].id)
     );
@@ -309,7 +316,7 @@ fn a_ram_revision_added_later_is_loaded_at_its_mount_and_dropped_when_removed() 
     assert!(tree.images[img].in_ram());
     let held = |tree: &Tree| {
         let id = tree.images[img].id;
-        read_lock(&tree.contents)
+        read_lock(&tree.ram.contents)
             .keys()
             .filter(|h| h.image() == id)
             .count()
@@ -377,7 +384,7 @@ fn names_looked_up_outside_listings_are_kept_while_the_folder_is_unchanged() {
     set_mtime(&bin, now.as_secs() as i64, now.subsec_nanos() as i64);
     assert!(tree.lookup(&binh, b"later").is_ok());
     let key = (binh, OsString::from("later"));
-    assert!(lock(&tree.names).get(&key).is_none());
+    assert!(lock(&tree.listings.names).get(&key).is_none());
 }
 
 /// `l` as if built `by` ago and last read `used` ago.
@@ -415,7 +422,7 @@ fn old_listings_in_use_are_rebuilt_off_the_request_path() {
     assert_eq!(su_mode(&first), 0o4755);
     // A change the folder's mtime does not show: only a rebuild sees it.
     std::fs::set_permissions(bin.join("su"), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let put = |l: Arc<Listing>| lock(&tree.listings).insert(binh, l);
+    let put = |l: Arc<Listing>| lock(&tree.listings.cached).insert(binh, l);
 
     let second = Duration::from_secs(1);
     // Too old to serve: rebuilt first.
@@ -427,7 +434,7 @@ fn old_listings_in_use_are_rebuilt_off_the_request_path() {
     let unread = aged(&first, LISTING_REFRESH + second, KEEP_FRESH + second);
     put(unread.clone());
     tree.refresh_listings();
-    assert!(Arc::ptr_eq(&lock(&tree.listings)[&binh], &unread));
+    assert!(Arc::ptr_eq(&lock(&tree.listings.cached)[&binh], &unread));
 
     // Due and read lately: served as it is, rebuilt by the background thread with the
     // same last use; the thread ends once the tree is dropped.
@@ -442,7 +449,7 @@ fn old_listings_in_use_are_rebuilt_off_the_request_path() {
         let tree = Arc::downgrade(&tree);
         std::thread::spawn(move || Tree::keep_listings_fresh(tree))
     };
-    let cached = || lock(&tree.listings)[&binh].clone();
+    let cached = || lock(&tree.listings.cached)[&binh].clone();
     let start = Instant::now();
     while su_mode(&cached()) != 0o755 {
         assert!(start.elapsed() < Duration::from_secs(10), "not rebuilt");
@@ -480,7 +487,7 @@ fn sent(m: &MappedRead) -> Vec<u8> {
 #[test]
 fn small_files_are_read_from_mappings_kept_without_a_descriptor() {
     let (dir, tree) = fixture();
-    *lock(&tree.small) = Clock::new(8);
+    *lock(&tree.reads.small) = Clock::new(8);
     let hot = walk(&tree, &["demo", "big", "f1"]).unwrap();
     for i in (0..1234).step_by(7) {
         let f = walk(&tree, &["demo", "big", &format!("f{i}")]).unwrap();
@@ -489,10 +496,16 @@ fn small_files_are_read_from_mappings_kept_without_a_descriptor() {
         assert!(m.eof);
         let m = tree.read_mapped(&hot, 0, 1 << 20).unwrap().expect("mapped");
         assert_eq!(sent(&m), b"<1>");
-        assert!(lock(&tree.small).map.len() <= 8);
+        assert!(lock(&tree.reads.small).map.len() <= 8);
     }
-    assert!(lock(&tree.small).map.contains_key(&hot), "hot file evicted");
-    assert!(lock(&tree.files).map.is_empty(), "a descriptor was kept");
+    assert!(
+        lock(&tree.reads.small).map.contains_key(&hot),
+        "hot file evicted"
+    );
+    assert!(
+        lock(&tree.reads.files).map.is_empty(),
+        "a descriptor was kept"
+    );
 
     let at_end = tree.read_mapped(&hot, 1, 100).unwrap().expect("mapped");
     assert_eq!((at_end.len(), at_end.eof), (0, true));
@@ -582,7 +595,7 @@ fn raw_stat_attributes_match_metadata() {
 #[test]
 fn open_file_cache_evicts_and_serves_the_right_bytes() {
     let (_dir, tree) = fixture();
-    *lock(&tree.files) = Clock::new(8);
+    *lock(&tree.reads.files) = Clock::new(8);
     let hot = walk(&tree, &["demo", "big", "f1"]).unwrap();
     for round in 0..2 {
         for i in (0..1234).step_by(7) {
@@ -593,10 +606,10 @@ fn open_file_cache_evicts_and_serves_the_right_bytes() {
             let mut out = Vec::new();
             tree.read(&hot, 0, 100, &mut out).unwrap();
             assert_eq!(out, b"1");
-            assert!(lock(&tree.files).map.len() <= 8);
+            assert!(lock(&tree.reads.files).map.len() <= 8);
         }
     }
-    let files = lock(&tree.files);
+    let files = lock(&tree.reads.files);
     assert!(
         files.map.contains_key(&hot),
         "the file read all along was evicted"
