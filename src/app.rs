@@ -8,13 +8,19 @@
 //! daemon's counters (`metrics::Metrics`) are made here, once, and counted into by the
 //! recorder, the pacer and every service.
 //!
+//! The config is served live (`config::Live`): SIGHUP (`bootpool reload`, the unit's
+//! ExecReload) re-reads it, checks it whole as `start` does, refuses it whole when it is bad or
+//! changes what cannot change while the daemon runs (`config::reload::refused`), and else serves
+//! it to every request from then on (`Running::reload`); each attempt is one log line, a count,
+//! and `state_dir/reload.json`, which `bootpool reload` waits for.
+//!
 //! One daemon per state folder: `state_dir/bootpool.lock` (holding the PID) is locked with
 //! `flock` before anything else there is opened, and stays locked until the daemon has stopped.
 //! UDP ports are bound without `SO_REUSEADDR`, so a second daemon on port 67 or 69 fails to
 //! bind instead of sharing the port silently; only proxy mode's port 67 is shared, with the
 //! DHCP server that gives the addresses (which may run on the same host).
 
-use crate::config::Config;
+use crate::config::{Config, Live};
 use crate::metrics::Metrics;
 use crate::record::{self, Records};
 use crate::service;
@@ -55,11 +61,15 @@ pub struct Bound {
 /// A started daemon.
 pub struct Running {
     pub bound: Bound,
-    /// The config as served: ports given as 0 are replaced by the ports bound.
-    pub config: Arc<Config>,
+    /// The config as served, live: ports given as 0 are replaced by the ports bound.
+    pub config: Live,
     pub records: Arc<Records>,
     /// The daemon's counters, as its `/metrics` serves them.
     pub metrics: Metrics,
+    /// The lease table, which follows a reloaded config's range and fixed addresses.
+    identity: service::identity::Identity,
+    /// One reload at a time.
+    reloading: std::sync::Mutex<()>,
     shutdown: Shutdown,
     /// Released when the daemon is dropped, after `stop` has waited for every service.
     _lock: StateLock,
@@ -70,6 +80,178 @@ impl Running {
     pub async fn stop(self) {
         self.shutdown.stop_and_wait().await;
     }
+
+    /// Re-reads the config file it serves and serves it from now on, if it is whole (the
+    /// checks of `start`: `Config::load` and `unservable`) and changes nothing that cannot
+    /// change while the daemon runs (`config::reload::refused`); else refuses it whole and the
+    /// running config stays. Requests and connections under way keep the config they loaded;
+    /// the lease table takes the new range and fixed addresses, keeping every lease held.
+    /// Logged in one line, counted, and told in `state_dir/reload.json`.
+    pub fn reload(&self) -> Result<Arc<crate::config::live::Served>, Refused> {
+        let _one = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        let served = self.config.served();
+        let file = served.loaded.file.clone();
+        let outcome = self.reload_from(&served);
+        match &outcome {
+            Ok((next, changed)) if changed.is_empty() => {
+                self.metrics.reloads().applied.inc();
+                tracing::info!(file = %file.display(), generation = next.generation,
+                    digest = %next.digest, "config reloaded: nothing changed");
+            }
+            Ok((next, changed)) => {
+                self.metrics.reloads().applied.inc();
+                tracing::info!(file = %file.display(), generation = next.generation,
+                    digest = %next.digest, changed = %changed.join("; "), "config reloaded");
+            }
+            Err(refused) => {
+                self.metrics.reloads().refused.inc();
+                tracing::error!(file = %file.display(), generation = served.generation,
+                    error = %refused, "config reload refused; the running config stays");
+            }
+        }
+        match &outcome {
+            Ok(_) => self.tell_status("applied", String::new()),
+            Err(refused) => self.tell_status("refused", refused.to_string()),
+        }
+        outcome.map(|(next, _)| next)
+    }
+
+    /// The reload's steps: the new generation and what changed (nothing changed: the same).
+    fn reload_from(
+        &self,
+        served: &Arc<crate::config::live::Served>,
+    ) -> Result<(Arc<crate::config::live::Served>, Vec<String>), Refused> {
+        let said = |errors: Vec<crate::config::ConfigError>| {
+            Refused(errors.iter().map(ToString::to_string).collect())
+        };
+        let new = Config::load(&served.loaded.file).map_err(|e| said(vec![e]))?;
+        let mut errors = unservable(&new);
+        let console = self.bound.console.is_some();
+        errors.extend(crate::config::reload::refused(
+            &served.loaded,
+            &new,
+            console,
+        ));
+        if !errors.is_empty() {
+            return Err(said(errors));
+        }
+        let changed = crate::config::reload::changes(&served.loaded, &new);
+        if changed.is_empty() {
+            return Ok((served.clone(), changed));
+        }
+        let mut told = new.clone();
+        self.bound.tell(&mut told);
+        let next = self.config.replace(new, told);
+        service::dhcp::follow(&self.identity, &next.config);
+        Ok((next, changed))
+    }
+
+    /// Writes `state_dir/reload.json` (by rename, whole): this daemon's last reload, or its
+    /// start, as `ReloadStatus`.
+    fn tell_status(&self, result: &str, message: String) {
+        let current = self.config.served();
+        let reloads = self.metrics.reloads();
+        let status = ReloadStatus {
+            pid: std::process::id(),
+            attempt: reloads.applied.get() + reloads.refused.get(),
+            result: result.to_string(),
+            generation: current.generation,
+            digest: current.digest.clone(),
+            message,
+        };
+        let dir = &current.config.server.state_dir;
+        let (path, part) = (dir.join(RELOAD_STATUS), dir.join(".reload.json.part"));
+        let written = serde_json::to_vec(&status)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&part, bytes))
+            .and_then(|()| std::fs::rename(&part, &path));
+        if let Err(e) = written {
+            tracing::warn!(file = %path.display(), error = %e, "reload status not written");
+        }
+    }
+}
+
+/// A reload refused whole: every reason, each naming file, line and key.
+#[derive(Debug, Clone)]
+pub struct Refused(pub Vec<String>);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join("; "))
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// The file in the state folder that tells the daemon's last reload (or its start).
+pub const RELOAD_STATUS: &str = "reload.json";
+
+/// What `state_dir/reload.json` holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReloadStatus {
+    /// The daemon's process.
+    pub pid: u32,
+    /// Its reloads so far (0: it has just started).
+    pub attempt: u64,
+    /// `serving` (started), `applied` or `refused`.
+    pub result: String,
+    /// The generation and digest served now.
+    pub generation: u64,
+    pub digest: String,
+    /// Why it was refused.
+    pub message: String,
+}
+
+/// `bootpool reload`: signals the daemon serving `config`'s state folder (the PID its lock
+/// file holds, while the lock is held) with SIGHUP, and waits up to 30 s for its answer in
+/// `state_dir/reload.json`: Ok when it applied the config, else the daemon's reasons.
+pub fn ask_reload(config: &Config) -> anyhow::Result<ReloadStatus> {
+    let dir = &config.server.state_dir;
+    let pid = daemon_pid(dir)?;
+    let read = || {
+        std::fs::read(dir.join(RELOAD_STATUS))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<ReloadStatus>(&b).ok())
+    };
+    let before = read();
+    crate::sys::process::kill(pid, libc::SIGHUP)
+        .with_context(|| format!("signalling bootpool (pid {pid}) to reload"))?;
+    for _ in 0..300 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        match read() {
+            Some(now) if Some(&now) != before.as_ref() && now.pid == pid as u32 => {
+                if now.result == "refused" {
+                    anyhow::bail!("bootpool (pid {pid}) refused the config: {}", now.message);
+                }
+                return Ok(now);
+            }
+            _ => {}
+        }
+    }
+    anyhow::bail!(
+        "bootpool (pid {pid}) did not answer the reload within 30 s (see its log); {} unchanged",
+        dir.join(RELOAD_STATUS).display()
+    )
+}
+
+/// The PID of the daemon that holds `dir`'s lock; an error when none does.
+fn daemon_pid(dir: &Path) -> anyhow::Result<libc::pid_t> {
+    let path = dir.join(LOCK_FILE);
+    let mut file = std::fs::File::open(&path)
+        .with_context(|| format!("no bootpool serves state_dir {}", dir.display()))?;
+    if crate::sys::fs::try_lock_exclusive(file.as_fd()).is_ok() {
+        anyhow::bail!(
+            "no bootpool serves state_dir {} ({} is not locked)",
+            dir.display(),
+            path.display()
+        );
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .with_context(|| format!("reading {}", path.display()))?;
+    text.trim()
+        .parse()
+        .with_context(|| format!("{} holds no PID", path.display()))
 }
 
 /// The lock file in the state folder.
@@ -189,9 +371,11 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let v4 = bind_ipv4(&config).await?;
     let six = bind_ipv6(&config, v4.tftp.as_ref(), &v4.http, &v4.nbd).await?;
     let bound = Bound::of(&v4, &six)?;
-    // What clients are told must match what was bound.
+    // What clients are told must match what was bound; a reload is compared with the file.
+    let loaded = config.clone();
     bound.tell(&mut config);
-    let config = Arc::new(config);
+    let live = Live::new(loaded, config);
+    let config = live.load();
     // Which interface holds each of server.links, and each link's pacer.
     let links = Arc::new(crate::steer::links::Links::start(
         &config, &metrics, &shutdown,
@@ -207,11 +391,11 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         .context("starting egress sampling")?;
     placement.set_egress(egress.clone());
     let shared = service::Shared {
-        config: config.clone(),
+        config: live.clone(),
         recorder,
         records: records.clone(),
         metrics: metrics.clone(),
-        identity,
+        identity: identity.clone(),
         links,
         placement,
         egress,
@@ -238,14 +422,18 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         tftp6 = ?bound.tftp6, http6 = ?bound.http6, nbd6 = ?bound.nbd6,
         pools = config.pools.len(), "bootpool serving"
     );
-    Ok(Running {
+    let running = Running {
         bound,
-        config,
+        config: live,
         records,
         metrics,
+        identity,
+        reloading: std::sync::Mutex::new(()),
         shutdown,
         _lock: lock,
-    })
+    };
+    running.tell_status("serving", String::new());
+    Ok(running)
 }
 
 /// The IPv4 sockets of the services, bound before any service starts.
@@ -437,11 +625,13 @@ fn service_table(
             let metrics = s.metrics.clone();
             let totals =
                 Arc::new(move || record::payload_totals(&metrics)) as record::egress::ProtoTotals;
+            // The interfaces and link speeds cannot change while the daemon runs.
+            let config = s.config.load();
             Box::pin(record::egress::sample(
                 s.egress.clone(),
-                s.config.server.interfaces.clone(),
+                config.server.interfaces.clone(),
                 s.placement.held(),
-                s.config.server.link_speeds.clone(),
+                config.server.link_speeds.clone(),
                 totals,
                 s.recorder.clone(),
                 s.shutdown.clone(),
@@ -523,19 +713,27 @@ fn service_table(
 }
 
 /// Runs the daemon until SIGINT or SIGTERM (then Ok), or until a service fails (then an
-/// error, so that a supervisor sees a failure and restarts it).
+/// error, so that a supervisor sees a failure and restarts it); SIGHUP reloads the config.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     raise_fd_limit();
-    // Before start: a SIGTERM as soon as the daemon says it serves must stop it cleanly.
+    // Before start: a SIGTERM as soon as the daemon says it serves must stop it cleanly, and
+    // a SIGHUP must not end it.
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
     let running = start(config).await?;
     let stopped = running.shutdown.clone();
-    let failed = tokio::select! {
-        _ = int.recv() => { tracing::info!("interrupted; stopping"); false }
-        _ = term.recv() => { tracing::info!("terminated; stopping"); false }
-        _ = stopped.wait() => { tracing::warn!("a service stopped the daemon"); true }
+    let failed = loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                // Logged and counted by `reload`, whatever its outcome.
+                let _ = running.reload();
+            }
+            _ = int.recv() => { tracing::info!("interrupted; stopping"); break false }
+            _ = term.recv() => { tracing::info!("terminated; stopping"); break false }
+            _ = stopped.wait() => { tracing::warn!("a service stopped the daemon"); break true }
+        }
     };
     running.stop().await;
     if failed {

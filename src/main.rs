@@ -30,6 +30,12 @@ enum Command {
         #[arg(short, long, default_value = "pools.yaml")]
         config: PathBuf,
     },
+    /// Make the daemon serving this config's state_dir re-read it (SIGHUP) and wait for its
+    /// answer: applied, or refused whole with the reasons (the running config then stays).
+    Reload {
+        #[arg(short, long, default_value = "pools.yaml")]
+        config: PathBuf,
+    },
     /// Show recorded waves and boots: every wave, one wave, a pool's newest wave, or two waves
     /// compared (e.g. the same room over NFS and over NBD).
     Report {
@@ -84,6 +90,7 @@ fn main() -> ExitCode {
         .init();
     match cli.command {
         Command::Check { config } => check(&config),
+        Command::Reload { config } => reload(&config),
         Command::Serve { config } => {
             let config = match Config::load(&config) {
                 Ok(c) => c,
@@ -213,6 +220,39 @@ fn check(path: &std::path::Path) -> ExitCode {
                 clients
             );
             ExitCode::SUCCESS
+        }
+    }
+}
+
+/// `bootpool reload`: exit 0 when the daemon applied the config, 2 when the config is bad as
+/// read here, 1 when the daemon refused it or could not be asked.
+fn reload(path: &std::path::Path) -> ExitCode {
+    let config = match load_config(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    // Checked here first, as `check` does: a bad config never disturbs the daemon.
+    let missing = bootpool::app::unservable(&config);
+    for e in &missing {
+        eprintln!("error: {e}");
+    }
+    if !missing.is_empty() {
+        return ExitCode::from(2);
+    }
+    match bootpool::app::ask_reload(&config) {
+        Ok(status) => {
+            println!(
+                "{}: reloaded by bootpool (pid {}): generation {}, digest {}",
+                path.display(),
+                status.pid,
+                status.generation,
+                status.digest
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -10,7 +10,7 @@ use super::identity::{Identity, unix_now};
 use super::lease_file::LeaseFile;
 use crate::boot::leases::Leases;
 use crate::boot::{self, Client};
-use crate::config::{Config, DhcpMode, Mac};
+use crate::config::{Config, DhcpMode, Live, Mac};
 use crate::metrics::Metrics;
 use crate::proto::dhcp::msg::{DECLINE, DISCOVER, INFORM, RELEASE, REQUEST};
 use crate::proto::dhcp::{
@@ -72,7 +72,8 @@ pub async fn serve(
         shutdown,
         ..
     } = shared;
-    let proxy = config.dhcp.mode == DhcpMode::Proxy;
+    // `dhcp.mode` cannot change while the daemon runs (`config::reload`).
+    let proxy = config.load().dhcp.mode == DhcpMode::Proxy;
     // A room powering on is a burst; while a lease save runs, the kernel queue holds it.
     for s in std::iter::once(&socket).chain(pxe.as_ref()) {
         if let Err(e) = socket2::SockRef::from(s).set_recv_buffer_size(RECV_BUFFER) {
@@ -213,13 +214,26 @@ pub fn open_table(config: &Config) -> anyhow::Result<Table> {
     })
 }
 
-/// The lease table for this config, with what its files hold.
-fn load(config: &Config) -> anyhow::Result<(Leases, LeaseFile)> {
-    let reservations = config
+/// The fixed addresses the pools give (`clients[].ip`), by MAC.
+fn reservations(config: &Config) -> impl Iterator<Item = (Mac, Ipv4Addr)> + '_ {
+    config
         .pools
         .values()
         .flat_map(|p| p.clients.iter())
-        .filter_map(|c| Some((c.macs.first, c.ip?)));
+        .filter_map(|c| Some((c.macs.first, c.ip?)))
+}
+
+/// The lease table follows a reloaded config: its range and fixed addresses from now on,
+/// every lease held kept (`Leases::reconfigure`).
+pub fn follow(table: &Identity, config: &Config) {
+    table
+        .write()
+        .reconfigure(config.dhcp.range, reservations(config));
+}
+
+/// The lease table for this config, with what its files hold.
+fn load(config: &Config) -> anyhow::Result<(Leases, LeaseFile)> {
+    let reservations = reservations(config);
     let mut leases = if config.dhcp.mode == DhcpMode::Proxy {
         Leases::learning(reservations)
     } else {
@@ -235,7 +249,8 @@ fn load(config: &Config) -> anyhow::Result<(Leases, LeaseFile)> {
 }
 
 struct Server {
-    config: Arc<Config>,
+    /// Loaded once per request.
+    config: Live,
     recorder: Recorder,
     /// Which server link each client boots from.
     placement: Arc<Placement>,
@@ -255,7 +270,7 @@ struct Server {
 impl Server {
     /// The server for this config and its lease table (`open_table`).
     fn open(
-        config: Arc<Config>,
+        config: Live,
         recorder: Recorder,
         metrics: Metrics,
         table: Table,
@@ -305,7 +320,7 @@ impl Server {
         self.dirty = false;
         if let Err(e) = self.file.commit(&self.leases.read()) {
             let n = self.metrics.dhcp().save_errors.add(1);
-            tracing::error!(dir = %self.config.server.state_dir.display(), error = %e, errors = n,
+            tracing::error!(dir = %self.config.load().server.state_dir.display(), error = %e, errors = n,
                 "leases not saved");
         }
     }
@@ -369,7 +384,7 @@ impl Server {
         if !req.is_pxe() {
             return None;
         }
-        let config = self.config.clone();
+        let config = self.config.load();
         let (client, plan) = self.plan(&config, req, from)?;
         plan.boot_file.as_ref()?;
         let mac = client.mac;
@@ -416,7 +431,7 @@ impl Server {
                 if !ip.is_unspecified() {
                     self.leases
                         .write()
-                        .observe(mac, ip, now, self.config.dhcp.lease.as_secs());
+                        .observe(mac, ip, now, config.dhcp.lease.as_secs());
                     self.changed();
                     self.keep_boot(&client, &plan);
                     self.recorder.record(
@@ -459,7 +474,7 @@ impl Server {
 
     /// Answers one request: the reply and where it goes, or `None` for silence.
     fn handle(&mut self, req: &Request, from: SocketAddr, now: u64) -> Option<(Reply, To)> {
-        let config = self.config.clone();
+        let config = self.config.load();
         let (client, plan) = self.plan(&config, req, from)?;
         let mac = client.mac;
         let server_id = config.server.address;
@@ -628,7 +643,8 @@ impl Server {
     }
 
     fn reply(&self, req: &Request, kind: ReplyKind, yiaddr: Ipv4Addr, plan: &boot::Plan) -> Reply {
-        let d = &self.config.dhcp;
+        let config = self.config.load();
+        let d = &config.dhcp;
         let boot_file = plan.boot_file.as_ref().map(|b| b.as_str().to_string());
         let tftp = matches!(plan.boot_file, Some(boot::BootFile::Tftp(_)));
         let ipxe = req.is_ipxe();
@@ -656,13 +672,13 @@ impl Server {
                 Ipv4Addr::UNSPECIFIED
             },
             giaddr: req.giaddr,
-            server_id: self.config.server.address,
+            server_id: config.server.address,
             subnet_mask: Some(d.subnet.mask()),
             router: d.router,
             dns: d.dns.clone(),
             // iPXE's syslog console sends to option 7's server on port 514 only.
             log_server: (plan.member.pool.netconsole != crate::config::Netconsole::Off
-                && self.config.server.ports.console == 514)
+                && config.server.ports.console == 514)
                 .then_some(plan.next_server),
             lease_secs: Some(u32::try_from(d.lease.as_secs()).unwrap_or(u32::MAX)),
             tftp_server: tftp.then(|| plan.next_server.to_string()),
@@ -756,7 +772,7 @@ pools:
         let table = open_table(&config).unwrap();
         let placement = Arc::new(Placement::new(&config, None, &[]));
         Server::open(
-            config,
+            Live::fixed(Config::clone(&config)),
             Recorder::discard(),
             Metrics::default(),
             table,
@@ -885,7 +901,7 @@ pools:
             let placement = Arc::new(Placement::new(&config, Some(records.clone()), &[]));
             let table = open_table(&config).unwrap();
             Server::open(
-                config.clone(),
+                Live::fixed(Config::clone(&config)),
                 recorder.clone(),
                 Metrics::default(),
                 table,

@@ -82,7 +82,8 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
     if !v6 {
         crate::steer::local_addr::enable(&socket)?;
     }
-    let clients = client_caps(&config.limits);
+    // `limits.tftp_per_client` cannot change while the daemon runs (`config::reload`).
+    let clients = client_caps(&config.load().limits);
     let slots = Slots::new(metrics.clone(), |m| &m.tftp().slots, clients, STRANGERS);
     let counts = metrics.tftp();
     let transfers = Arc::new(Transfers::start(&shutdown)?);
@@ -100,6 +101,8 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
                 }
             },
         };
+        // The config this packet is answered with.
+        let config = config.load();
         if !from_a_client(&config, peer.ip()) {
             counts.requests.inc();
             counts.refused.inc();

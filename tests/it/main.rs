@@ -41,6 +41,7 @@ mod nbd;
 mod nfs;
 mod records;
 mod records_postgres;
+mod reload;
 mod root_wire;
 mod siege;
 mod state;

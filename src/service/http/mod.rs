@@ -25,7 +25,7 @@ mod images;
 use super::Carries;
 use super::bounds::{Caps, Slots};
 use crate::boot::exports::ServesFor;
-use crate::config::Config;
+use crate::config::Live;
 use crate::metrics::{Metrics, prometheus};
 use crate::record::egress::Egress;
 use crate::record::{Recorder, Records};
@@ -54,7 +54,8 @@ pub const STRANGERS: Caps = Caps {
 
 #[derive(Clone)]
 pub struct Web {
-    pub config: Arc<Config>,
+    /// Loaded once per request.
+    pub config: Live,
     pub recorder: Recorder,
     pub records: Arc<Records>,
     pub egress: Arc<Egress>,
@@ -89,9 +90,10 @@ pub async fn serve(
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
-    let limits = web.config.limits.clone();
+    // The limits it reads cannot change while the daemon runs (`config::reload`).
+    let limits = web.config.load().limits.clone();
     let metrics = web.metrics.clone();
-    let (config, identity) = (web.config.clone(), web.identity.clone());
+    let (live, identity) = (web.config.clone(), web.identity.clone());
     let app = router(web);
     let clients = Caps {
         total: limits.http_connections,
@@ -105,7 +107,7 @@ pub async fn serve(
         else {
             break;
         };
-        let standing = identity.standing(&config, ServesFor::AnyPool, peer.ip());
+        let standing = identity.standing(&live.load(), ServesFor::AnyPool, peer.ip());
         let held = match slots.take(peer.ip(), standing) {
             Ok(held) => held,
             Err(full) => {
@@ -147,6 +149,7 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/stream", get(stream))
         .route("/metrics", get(metrics_text))
         .route("/api/v1/pools", get(pools))
+        .route("/api/v1/config", get(api::config))
         .route("/api/v1/images", get(images::images))
         .route("/api/v1/clients", get(clients))
         .route("/api/v1/leases/{mac}/release", post(release_lease))
@@ -193,11 +196,13 @@ async fn metrics_text(State(web): State<Web>) -> impl IntoResponse {
             speed_bytes: l.speed_mbps.map(|mbps| u64::from(mbps) * 125_000),
         })
         .collect();
+    let served = web.config.served();
     let text = prometheus::text(&prometheus::Sources {
         metrics: &web.metrics,
         boots: &tally.boots,
         phases: &tally.phases,
         links: &links,
+        config: (served.generation, &served.digest),
     });
     ([(header::CONTENT_TYPE, prometheus::CONTENT_TYPE)], text)
 }

@@ -127,7 +127,8 @@ struct Exports {
 }
 
 pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::Result<()> {
-    let limits = Limits::of(&shared.config.limits);
+    // The limits it reads cannot change while the daemon runs (`config::reload`).
+    let limits = Limits::of(&shared.config.load().limits);
     serve_with(listener, shared, limits).await
 }
 
@@ -138,7 +139,7 @@ pub async fn serve_with(
     limits: Limits,
 ) -> anyhow::Result<()> {
     let super::Shared {
-        config,
+        config: live,
         recorder,
         metrics,
         records,
@@ -146,6 +147,7 @@ pub async fn serve_with(
         shutdown,
         ..
     } = shared;
+    let config = live.load();
     let clients = Caps {
         total: limits.max_connections,
         per_address: limits.per_client,
@@ -172,7 +174,7 @@ pub async fn serve_with(
             _ = sweep.tick() => {
                 // An image deleted or replaced: free its mapping (and disk space) once unused,
                 // and its copy in memory.
-                let (ram, config) = (exports.ram.clone(), config.clone());
+                let (ram, config) = (exports.ram.clone(), live.load());
                 tokio::task::spawn_blocking(move || {
                     Mapping::forget_stale();
                     ram.drop_removed(&config);
@@ -183,6 +185,9 @@ pub async fn serve_with(
         let Some((stream, peer, paced)) = accepted else {
             break;
         };
+        // A connection keeps the config it was accepted under: its export stays the one
+        // (and the revision) it attached.
+        let config = live.load();
         let refuse = |why: &'static str| {
             metrics.nbd().full.inc();
             metrics.nbd().refused.inc();
