@@ -70,6 +70,8 @@ pub struct Running {
     identity: service::identity::Identity,
     /// One reload at a time.
     reloading: std::sync::Mutex<()>,
+    /// The NBD connections a restart hands to the next program (`restart`).
+    handover: Arc<service::handover::Handover>,
     shutdown: Shutdown,
     /// Released when the daemon is dropped, after `stop` has waited for every service.
     _lock: StateLock,
@@ -352,7 +354,16 @@ pub fn unservable(config: &Config) -> Vec<crate::config::ConfigError> {
 }
 
 /// Binds and starts everything; returns once all sockets are bound.
-pub async fn start(mut config: Config) -> anyhow::Result<Running> {
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    start_taking(config, Arc::default()).await
+}
+
+/// `start`, the NBD service taking up the connections `handover` holds (those a restart
+/// handed over, `service::handover`).
+async fn start_taking(
+    mut config: Config,
+    handover: Arc<service::handover::Handover>,
+) -> anyhow::Result<Running> {
     if let Some(e) = unservable(&config).first() {
         anyhow::bail!("{e}");
     }
@@ -399,6 +410,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         links,
         placement,
         egress,
+        handover: handover.clone(),
         shutdown: shutdown.clone(),
     };
     // The API's actions on the lease table go through its one writer.
@@ -429,6 +441,7 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         metrics,
         identity,
         reloading: std::sync::Mutex::new(()),
+        handover,
         shutdown,
         _lock: lock,
     };
@@ -713,16 +726,20 @@ fn service_table(
 }
 
 /// Runs the daemon until SIGINT or SIGTERM (then Ok), or until a service fails (then an
-/// error, so that a supervisor sees a failure and restarts it); SIGHUP reloads the config.
+/// error, so that a supervisor sees a failure and restarts it); SIGHUP reloads the config;
+/// SIGUSR2 restarts it in place (`restart`), keeping its attached NBD roots.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     raise_fd_limit();
     // Before start: a SIGTERM as soon as the daemon says it serves must stop it cleanly, and
-    // a SIGHUP must not end it.
+    // a SIGHUP or SIGUSR2 must not end it.
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
-    let running = start(config).await?;
+    let mut usr2 = signal(SignalKind::user_defined2())?;
+    // The NBD connections the program before this one handed over, if it was a restart.
+    let handover = Arc::new(service::handover::Handover::inherited());
+    let running = start_taking(config, handover).await?;
     let stopped = running.shutdown.clone();
     let failed = loop {
         tokio::select! {
@@ -730,6 +747,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
                 // Logged and counted by `reload`, whatever its outcome.
                 let _ = running.reload();
             }
+            _ = usr2.recv() => return restart(running).await,
             _ = int.recv() => { tracing::info!("interrupted; stopping"); break false }
             _ = term.recv() => { tracing::info!("terminated; stopping"); break false }
             _ = stopped.wait() => { tracing::warn!("a service stopped the daemon"); break true }
@@ -740,6 +758,37 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
         anyhow::bail!("a service failed and stopped the daemon (see the log above)");
     }
     Ok(())
+}
+
+/// A restart in place (SIGUSR2), to apply what a reload cannot or to run a new binary
+/// installed over this one: every service stops as for SIGTERM, except that each attached
+/// read-only NBD connection is handed over between two requests (`service::handover`); then
+/// the process `exec`s its program again (the file at its path now), with the same
+/// arguments, the same PID (systemd follows it) and those connections, which the new program
+/// takes up before it accepts new ones. Returns only if the exec failed.
+async fn restart(running: Running) -> anyhow::Result<()> {
+    running.handover.arm();
+    let handover = running.handover.clone();
+    tracing::info!("restarting in place; attached nbd roots are handed over");
+    running.stop().await;
+    let env = handover
+        .to_env()
+        .context("handing the nbd connections over")?;
+    // After an upgrade the running file is gone and /proc names it "PATH (deleted)": the
+    // program at PATH is the new one.
+    let exe = std::env::current_exe().context("finding bootpool's program")?;
+    let exe = PathBuf::from(
+        exe.to_string_lossy()
+            .trim_end_matches(" (deleted)")
+            .to_string(),
+    );
+    tracing::info!(program = %exe.display(), nbd = handover.count(), "restarting");
+    use std::os::unix::process::CommandExt as _;
+    let e = std::process::Command::new(&exe)
+        .args(std::env::args_os().skip(1))
+        .env(service::handover::ENV, env)
+        .exec();
+    Err(e).with_context(|| format!("restarting {}", exe.display()))
 }
 
 /// Raises the soft limit on open files to the hard one, as Go's runtime does: systemd's

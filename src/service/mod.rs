@@ -7,6 +7,7 @@ pub mod console;
 pub mod dhcp;
 pub mod dhcp6;
 pub mod grub_config;
+pub mod handover;
 pub mod http;
 pub mod identity;
 pub mod lease_file;
@@ -64,6 +65,8 @@ pub struct Shared {
     pub placement: Arc<Placement>,
     /// The egress samples, kept by the egress sampler and read by the API.
     pub egress: Arc<Egress>,
+    /// A restart's NBD connections: those to take up at start, those handed at the stop.
+    pub handover: Arc<handover::Handover>,
     pub shutdown: Shutdown,
 }
 
@@ -87,6 +90,7 @@ impl Shared {
             links: Arc::new(Links::none()),
             placement,
             egress: Arc::default(),
+            handover: Arc::default(),
             shutdown,
         }
     }

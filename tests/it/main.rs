@@ -42,6 +42,7 @@ mod nfs;
 mod records;
 mod records_postgres;
 mod reload;
+mod restart;
 mod root_wire;
 mod siege;
 mod state;
