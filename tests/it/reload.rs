@@ -64,7 +64,7 @@ async fn metrics(base: &str) -> String {
 }
 
 /// A client program kept running: fed lines on its standard input, its output in files.
-struct Held {
+pub(crate) struct Held {
     child: Child,
     stdin: Option<ChildStdin>,
     out: PathBuf,
@@ -72,7 +72,7 @@ struct Held {
 }
 
 impl Held {
-    fn start(cmd: &mut Command, dir: &Path, name: &str) -> Held {
+    pub(crate) fn start(cmd: &mut Command, dir: &Path, name: &str) -> Held {
         let (out, err) = (
             dir.join(format!("{name}.out")),
             dir.join(format!("{name}.err")),
@@ -92,7 +92,7 @@ impl Held {
         }
     }
 
-    fn say(&mut self, line: &str) {
+    pub(crate) fn say(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().unwrap();
         writeln!(stdin, "{line}").unwrap();
         stdin.flush().unwrap();
@@ -103,7 +103,7 @@ impl Held {
     }
 
     /// Its output once it holds `n` lines that start with `what` (30 s at most).
-    async fn lines(&self, what: &str, n: usize) -> String {
+    pub(crate) async fn lines(&self, what: &str, n: usize) -> String {
         poll_async(
             Duration::from_secs(30),
             Duration::from_millis(50),
@@ -115,7 +115,7 @@ impl Held {
 
     /// Ends its input and waits (60 s at most) for it to exit: whether it exited 0, its
     /// output and its errors.
-    fn finish(mut self) -> (bool, String, String) {
+    pub(crate) fn finish(mut self) -> (bool, String, String) {
         drop(self.stdin.take());
         let mut ok = None;
         crate::common::poll_until(Duration::from_secs(60), Duration::from_millis(20), || {
@@ -137,7 +137,7 @@ impl Drop for Held {
 /// A libnfs client that mounts the export of its URL once, then reads in full each file
 /// named on a line of its input, printing `PATH BYTES PORT` (PORT: its socket's own port, the
 /// same for as long as it holds one connection), until its input ends.
-async fn nfs_holder(dir: &Path) -> PathBuf {
+pub(crate) async fn nfs_holder(dir: &Path) -> PathBuf {
     const PROGRAM: &str = r#"
 #include <stdio.h>
 #include <string.h>
@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
     exe
 }
 
-fn nfs_url(port: u16, path: &str) -> String {
+pub(crate) fn nfs_url(port: u16, path: &str) -> String {
     format!("nfs://127.0.0.1{path}?nfsport={port}&mountport={port}&version=3")
 }
 
@@ -313,7 +313,7 @@ async fn a_reload_adds_a_pool_and_changes_a_cmdline_while_nbd_and_nfs_clients_ho
 }
 
 /// The last word of a line of the NFS client: its port.
-fn port_of(line: &str) -> &str {
+pub(crate) fn port_of(line: &str) -> &str {
     line.rsplit(' ').next().unwrap()
 }
 

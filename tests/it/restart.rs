@@ -1,10 +1,13 @@
 //! A restart in place (SIGUSR2) of `bootpool serve` while clients hold their roots: qemu-io's
 //! NBD connection is handed to the restarted program and goes on over the same TCP connection
 //! (`ss` shows the client's port before and after; qemu-io is not told to reconnect), and a
-//! raw client caught halfway through a request's header is answered by the new program.
+//! raw client caught halfway through a request's header is answered by the new program. An
+//! NFS mount (libnfs) is not handed over: it connects again by itself, and its file handles
+//! from before the restart stay good.
 
 use crate::common::nbd_raw::Raw;
 use crate::common::{Fixture, cmd, poll_until, run};
+use crate::reload::{Held, nfs_holder, nfs_url, port_of};
 use std::io::Write as _;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -82,10 +85,10 @@ impl Drop for Client {
 }
 
 #[test]
-fn a_restart_in_place_hands_over_an_attached_nbd_connection() {
+fn a_restart_in_place_hands_nbd_connections_over_and_nfs_mounts_reconnect() {
     let fx = Fixture::new();
-    let (nbd, nfs) = (free_port(), free_port());
-    fx.write_config(&fx.loopback().port("nbd", nbd).port("nfs", nfs));
+    let (nbd, nfs_port) = (free_port(), free_port());
+    fx.write_config(&fx.loopback().port("nbd", nbd).port("nfs", nfs_port));
     let log_path = fx.path().join("serve.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let mut serve = Command::new(env!("CARGO_BIN_EXE_bootpool"))
@@ -126,6 +129,16 @@ fn a_restart_in_place_hands_over_an_attached_nbd_connection() {
             assert_eq!(raw.go("demo").await, Ok(16 << 20));
             raw
         });
+        // And an NFS mount (libnfs) that has read a file.
+        let exe = rt.block_on(nfs_holder(fx.path()));
+        let mut nfs = Held::start(
+            Command::new(&exe).arg(nfs_url(nfs_port, "/demo")),
+            fx.path(),
+            "nfs",
+        );
+        nfs.say("/etc/hostname");
+        let out = rt.block_on(nfs.lines("/etc/hostname ", 1));
+        assert!(out.contains("/etc/hostname 5 "), "{out}");
         let header = read_header(7, 4096, 512);
         rt.block_on(raw.send(&header[..10]));
 
@@ -141,6 +154,22 @@ fn a_restart_in_place_hands_over_an_attached_nbd_connection() {
             assert_eq!(raw.read(100).await, image[8192..8292]);
         });
         assert!(logged().contains("pending=10"), "{}", logged());
+        // The NFS mount made before the restart reads on after it: libnfs connects again by
+        // itself, and the root's file handle from before the restart still works.
+        nfs.say("/usr/lib/lib3.so");
+        let (ok, out, err) = nfs.finish();
+        assert!(ok, "{out}{err}\n{}", logged());
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out}");
+        assert!(
+            lines[2].starts_with(&format!("/usr/lib/lib3.so {} ", 1000 + 3 * 517)),
+            "{out}"
+        );
+        assert_ne!(
+            port_of(lines[2]),
+            port_of(lines[1]),
+            "not a new connection: {out}"
+        );
         qemu.say("read 1M 64k");
         let out = qemu.wait("read 65536/65536 bytes", 2);
         assert!(out.contains("at offset 1048576"), "{out}\n{}", logged());
