@@ -77,55 +77,7 @@ pub fn refused(old: &Config, new: &Config, console: bool) -> Vec<ConfigError> {
     differ(&["dhcp", "mode"], &old.dhcp.mode, &new.dhcp.mode, SOCKETS);
     differ(&["dhcp6"], &old.dhcp6, &new.dhcp6, SOCKETS);
     let (l, m) = (&old.limits, &new.limits);
-    // The listeners' slots and the overlays' budgets are sized once.
-    differ(
-        &["limits", "http_connections"],
-        &l.http_connections,
-        &m.http_connections,
-        AT_START,
-    );
-    differ(
-        &["limits", "http_per_client"],
-        &l.http_per_client,
-        &m.http_per_client,
-        AT_START,
-    );
-    differ(
-        &["limits", "http_header_timeout"],
-        &l.http_header_timeout,
-        &m.http_header_timeout,
-        AT_START,
-    );
-    differ(
-        &["limits", "http_idle_timeout"],
-        &l.http_idle_timeout,
-        &m.http_idle_timeout,
-        AT_START,
-    );
-    differ(
-        &["limits", "nbd_connections"],
-        &l.nbd_connections,
-        &m.nbd_connections,
-        AT_START,
-    );
-    differ(
-        &["limits", "nbd_per_client"],
-        &l.nbd_per_client,
-        &m.nbd_per_client,
-        AT_START,
-    );
-    differ(
-        &["limits", "nbd_idle_timeout"],
-        &l.nbd_idle_timeout,
-        &m.nbd_idle_timeout,
-        AT_START,
-    );
-    differ(
-        &["limits", "tftp_per_client"],
-        &l.tftp_per_client,
-        &m.tftp_per_client,
-        AT_START,
-    );
+    // The overlays' budgets are sized once (the listeners' caps follow a reload).
     differ(
         &["limits", "cow_ram_total"],
         &l.cow_ram_total,

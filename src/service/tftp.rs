@@ -82,7 +82,6 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
     if !v6 {
         crate::steer::local_addr::enable(&socket)?;
     }
-    // `limits.tftp_per_client` cannot change while the daemon runs (`config::reload`).
     let clients = client_caps(&config.load().limits);
     let slots = Slots::new(metrics.clone(), |m| &m.tftp().slots, clients, STRANGERS);
     let counts = metrics.tftp();
@@ -114,6 +113,7 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
         match wire::decode(&buf[..n]) {
             Ok(Packet::Read(req)) => {
                 counts.requests.inc();
+                slots.set_client_caps(client_caps(&config.limits));
                 let standing = identity.standing(&config, ServesFor::AnyPool, peer.ip());
                 let slot = match slots.take(peer.ip(), standing) {
                     Ok(slot) => slot,

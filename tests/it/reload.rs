@@ -1,6 +1,6 @@
 //! Reloading the config while clients hold their roots: qemu-io keeps an NBD connection and a
 //! small libnfs program an NFS mount open across a reload that adds a pool (with an image of
-//! its own) and changes a cmdline; curl fetches the next boot script. A bad reload (a syntax
+//! its own), changes a cmdline and lowers a limit; curl fetches the next boot script. A bad reload (a syntax
 //! error, a changed listening address) leaves the old config serving and says why, and
 //! `bootpool reload` asks a `bootpool serve` process by SIGHUP and reports its answer.
 
@@ -15,7 +15,7 @@ const NBD_MAC: &str = "52:54:00:77:00:11";
 const LAB_MAC: &str = "52:54:00:77:01:00";
 
 /// The fixture's config with nbd-room's cmdline changed and, with `lab`, a pool `lab` booting
-/// a second image over NFS.
+/// a second image over NFS and one NBD connection per client.
 fn changed(fx: &Fixture, lab: bool) -> String {
     let text = fx.loopback().to_string();
     let old = "    root: nbd\n    cmdline: console=ttyS0\n";
@@ -30,6 +30,7 @@ fn changed(fx: &Fixture, lab: bool) -> String {
         text.push_str(&format!(
             "  lab:\n    image: demo2\n    root: nfs\n    clients:\n      - {{ mac: \"{LAB_MAC}\" }}\n"
         ));
+        text.push_str("limits:\n  nbd_per_client: 1\n");
     }
     text
 }
@@ -251,6 +252,12 @@ async fn a_reload_adds_a_pool_and_changes_a_cmdline_while_nbd_and_nfs_clients_ho
     fx.write_config(&changed(&fx, true));
     let served = daemon.reload().expect("the reload applied");
     assert_eq!(served.generation, 2);
+    // The new cap on NBD connections per client holds a second one off (qemu-io holds one).
+    let (ok, _, err) = run_async(cmd("nbdinfo", &["--size", &uri]), 30).await;
+    assert!(
+        !ok,
+        "a second connection was let in past limits.nbd_per_client: {err}"
+    );
 
     // Both clients go on over the connections they held.
     nbd.say("read 1M 64k");

@@ -90,16 +90,15 @@ pub async fn serve(
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
-    // The limits it reads cannot change while the daemon runs (`config::reload`).
-    let limits = web.config.load().limits.clone();
     let metrics = web.metrics.clone();
     let (live, identity) = (web.config.clone(), web.identity.clone());
     let app = router(web);
-    let clients = Caps {
-        total: limits.http_connections,
-        per_address: limits.http_per_client,
-    };
-    let slots = Slots::new(metrics.clone(), |m| &m.http().slots, clients, STRANGERS);
+    let slots = Slots::new(
+        metrics.clone(),
+        |m| &m.http().slots,
+        client_caps(&live.load().limits),
+        STRANGERS,
+    );
     static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
     loop {
         let Some((stream, peer, paced)) =
@@ -107,7 +106,10 @@ pub async fn serve(
         else {
             break;
         };
-        let standing = identity.standing(&live.load(), ServesFor::AnyPool, peer.ip());
+        // Each connection is served under the limits of the config as it stands.
+        let config = live.load();
+        slots.set_client_caps(client_caps(&config.limits));
+        let standing = identity.standing(&config, ServesFor::AnyPool, peer.ip());
         let held = match slots.take(peer.ip(), standing) {
             Ok(held) => held,
             Err(full) => {
@@ -123,7 +125,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let service = app.clone();
         let stop = shutdown.clone();
-        let limits = limits.clone();
+        let limits = config.limits.clone();
         let tls = tls.clone();
         shutdown.spawn(async move {
             let _held = (held, paced);
@@ -131,6 +133,14 @@ pub async fn serve(
         });
     }
     Ok(())
+}
+
+/// The caps of the clients' connections (`limits.http_connections`, `http_per_client`).
+fn client_caps(limits: &crate::config::Limits) -> Caps {
+    Caps {
+        total: limits.http_connections,
+        per_address: limits.http_per_client,
+    }
 }
 
 pub fn router(web: Web) -> axum::Router {

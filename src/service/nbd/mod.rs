@@ -129,16 +129,15 @@ struct Exports {
 }
 
 pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::Result<()> {
-    // The limits it reads cannot change while the daemon runs (`config::reload`).
-    let limits = Limits::of(&shared.config.load().limits);
-    serve_with(listener, shared, limits).await
+    serve_with(listener, shared, |config| Limits::of(&config.limits)).await
 }
 
-/// `serve` within `limits`.
+/// `serve` within the limits `limits_of` the config as it stands when a connection arrives
+/// (the daemon's: its `limits` section, which a reload may change).
 pub async fn serve_with(
     listener: super::Listener,
     shared: super::Shared,
-    limits: Limits,
+    limits_of: impl Fn(&Config) -> Limits,
 ) -> anyhow::Result<()> {
     let super::Shared {
         config: live,
@@ -151,6 +150,7 @@ pub async fn serve_with(
         ..
     } = shared;
     let config = live.load();
+    let limits = limits_of(&config);
     let clients = Caps {
         total: limits.max_connections,
         per_address: limits.per_client,
@@ -227,8 +227,13 @@ pub async fn serve_with(
             break;
         };
         // A connection keeps the config it was accepted under: its export stays the one
-        // (and the revision) it attached.
+        // (and the revision) it attached, its limits those of then.
         let config = live.load();
+        let limits = limits_of(&config);
+        slots.set_client_caps(Caps {
+            total: limits.max_connections,
+            per_address: limits.per_client,
+        });
         let refuse = |why: &'static str| {
             metrics.nbd().full.inc();
             metrics.nbd().refused.inc();
