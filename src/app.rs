@@ -86,8 +86,9 @@ impl Running {
     /// Re-reads the config file it serves and serves it from now on, if it is whole (the
     /// checks of `start`: `Config::load` and `unservable`) and changes nothing that cannot
     /// change while the daemon runs (`config::reload::refused`); else refuses it whole and the
-    /// running config stays. Requests and connections under way keep the config they loaded;
-    /// the lease table takes the new range and fixed addresses, keeping every lease held.
+    /// running config stays; so it does when a new fixed address is leased to another client
+    /// now. Requests and connections under way keep the config they loaded; the lease table
+    /// takes the new range and fixed addresses, keeping every lease held.
     /// Logged in one line, counted, and told in `state_dir/reload.json`.
     pub fn reload(&self) -> Result<Arc<crate::config::live::Served>, Refused> {
         let _one = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
@@ -134,6 +135,8 @@ impl Running {
             &new,
             console,
         ));
+        // A fixed address another running client holds now would be taken from it.
+        errors.extend(service::dhcp::taken_fixed(&self.identity, &new));
         if !errors.is_empty() {
             return Err(said(errors));
         }

@@ -146,6 +146,13 @@ impl Leases {
         (l.state == State::Bound && l.expires > now).then_some(*mac)
     }
 
+    /// The MAC whose binding (unexpired) holds `ip` now, whatever the fixed addresses say.
+    pub fn bound_to(&self, ip: Ipv4Addr, now: u64) -> Option<Mac> {
+        let mac = self.by_ip.get(&ip)?;
+        let l = self.leases.get(mac)?;
+        (l.state == State::Bound && l.expires > now).then_some(*mac)
+    }
+
     /// The fixed address a pool lists for `mac`.
     pub fn reserved(&self, mac: Mac) -> Option<Ipv4Addr> {
         self.reserved.get(&mac).copied()
@@ -635,6 +642,8 @@ mod tests {
         t.reconfigure(Some((ip(110), ip(111))), [(mac(3), ip(50))]);
         // The running client renews what it holds, outside the range now.
         assert_eq!(t.ack(mac(10), a, 100, 3600), Ok(()));
+        assert_eq!(t.bound_to(a, 101), Some(mac(10)));
+        assert_eq!(t.bound_to(ip(50), 101), None);
         assert_eq!(t.holder(a, 101), Some(mac(10)));
         // A newcomer gets an address of the new range; mac 3 its fixed one, mac 2 no longer.
         assert_eq!(t.offer(mac(11), None, 102, 60), Some(ip(110)));

@@ -231,6 +231,32 @@ pub fn follow(table: &Identity, config: &Config) {
         .reconfigure(config.dhcp.range, reservations(config));
 }
 
+/// The fixed addresses (`clients[].ip`) of `config` that another MAC's lease holds now, each
+/// an error on its pool's `clients`: a reload giving them would take a running client's
+/// address, so it is refused until that lease ends or is released.
+pub fn taken_fixed(table: &Identity, config: &Config) -> Vec<crate::config::ConfigError> {
+    let (leases, now) = (table.read(), unix_now());
+    let mut errors = Vec::new();
+    for pool in config.pools.values() {
+        for (mac, ip) in pool
+            .clients
+            .iter()
+            .filter_map(|c| Some((c.macs.first, c.ip?)))
+        {
+            if let Some(other) = leases.bound_to(ip, now).filter(|m| *m != mac) {
+                errors.push(config.error_at(
+                    &["pools", &pool.name, "clients"],
+                    format!(
+                        "{ip}, fixed for {mac}, is leased to {other} now: give it once that \
+                         lease has ended or been released (POST /api/v1/leases/{other}/release)"
+                    ),
+                ));
+            }
+        }
+    }
+    errors
+}
+
 /// The lease table for this config, with what its files hold.
 fn load(config: &Config) -> anyhow::Result<(Leases, LeaseFile)> {
     let reservations = reservations(config);
@@ -825,6 +851,42 @@ pools:
 
     fn to(addr: &str) -> To {
         To::Addr(addr.parse().unwrap())
+    }
+
+    /// A reload may not fix an address another running client holds (`taken_fixed`).
+    #[test]
+    fn a_fixed_address_another_client_holds_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = server(dir.path());
+        let now = unix_now();
+        s.handle(&req(1, &[53, 1, DISCOVER]), from(), now).unwrap();
+        let o = [53, 1, REQUEST, 50, 4, 10, 77, 0, 100, 54, 4, 10, 77, 0, 1];
+        let (ack, _) = s.handle(&req(1, &o), from(), now).unwrap();
+        assert_eq!(ack.kind, ReplyKind::Ack);
+        let config = |entry: &str| {
+            let text = CONFIG.replace(
+                "state_dir: var/",
+                &format!("state_dir: {}", dir.path().display()),
+            ) + &format!("      - {entry}\n");
+            let file = dir.path().join("pools.yaml");
+            std::fs::write(&file, &text).unwrap();
+            Config::parse(&file, &text).unwrap()
+        };
+        let taken = config("{ mac: \"52:54:00:77:00:21\", ip: 10.77.0.100 }");
+        let errors = taken_fixed(&s.leases, &taken);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].path, "pools.room.clients");
+        assert_eq!(errors[0].line, Some(8));
+        assert!(
+            errors[0].reason.starts_with(
+                "10.77.0.100, fixed for 52:54:00:77:00:21, is leased to 52:54:00:77:00:01 now"
+            ),
+            "{}",
+            errors[0]
+        );
+        // A free address: nothing taken.
+        let free = config("{ mac: \"52:54:00:77:00:21\", ip: 10.77.0.30 }");
+        assert_eq!(taken_fixed(&s.leases, &free), vec![]);
     }
 
     #[test]
