@@ -23,6 +23,7 @@ mod e2e_gone;
 mod e2e_images;
 mod e2e_ipv6;
 mod e2e_proxy;
+mod e2e_restart;
 mod e2e_secure_boot;
 mod e2e_stock;
 mod e2e_stock_image;
