@@ -8,13 +8,19 @@
 //! daemon's counters (`metrics::Metrics`) are made here, once, and counted into by the
 //! recorder, the pacer and every service.
 //!
+//! The config is served live (`config::Live`): SIGHUP (`bootpool reload`, the unit's
+//! ExecReload) re-reads it, checks it whole as `start` does, refuses it whole when it is bad or
+//! changes what cannot change while the daemon runs (`config::reload::refused`), and else serves
+//! it to every request from then on (`Running::reload`); each attempt is one log line, a count,
+//! and `state_dir/reload.json`, which `bootpool reload` waits for.
+//!
 //! One daemon per state folder: `state_dir/bootpool.lock` (holding the PID) is locked with
 //! `flock` before anything else there is opened, and stays locked until the daemon has stopped.
 //! UDP ports are bound without `SO_REUSEADDR`, so a second daemon on port 67 or 69 fails to
 //! bind instead of sharing the port silently; only proxy mode's port 67 is shared, with the
 //! DHCP server that gives the addresses (which may run on the same host).
 
-use crate::config::Config;
+use crate::config::{Config, Live};
 use crate::metrics::Metrics;
 use crate::record::{self, Records};
 use crate::service;
@@ -56,11 +62,17 @@ pub struct Bound {
 /// A started daemon.
 pub struct Running {
     pub bound: Bound,
-    /// The config as served: ports given as 0 are replaced by the ports bound.
-    pub config: Arc<Config>,
+    /// The config as served, live: ports given as 0 are replaced by the ports bound.
+    pub config: Live,
     pub records: Arc<Records>,
     /// The daemon's counters, as its `/metrics` serves them.
     pub metrics: Metrics,
+    /// The lease table, which follows a reloaded config's range and fixed addresses.
+    identity: service::identity::Identity,
+    /// One reload at a time.
+    reloading: std::sync::Mutex<()>,
+    /// The NBD connections a restart hands to the next program (`restart`).
+    handover: Arc<service::handover::Handover>,
     shutdown: Shutdown,
     /// Released when the daemon is dropped, after `stop` has waited for every service.
     _lock: StateLock,
@@ -71,6 +83,181 @@ impl Running {
     pub async fn stop(self) {
         self.shutdown.stop_and_wait().await;
     }
+
+    /// Re-reads the config file it serves and serves it from now on, if it is whole (the
+    /// checks of `start`: `Config::load` and `unservable`) and changes nothing that cannot
+    /// change while the daemon runs (`config::reload::refused`); else refuses it whole and the
+    /// running config stays; so it does when a new fixed address is leased to another client
+    /// now. Requests and connections under way keep the config they loaded; the lease table
+    /// takes the new range and fixed addresses, keeping every lease held.
+    /// Logged in one line, counted, and told in `state_dir/reload.json`.
+    pub fn reload(&self) -> Result<Arc<crate::config::live::Served>, Refused> {
+        let _one = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
+        let served = self.config.served();
+        let file = served.loaded.file.clone();
+        let outcome = self.reload_from(&served);
+        match &outcome {
+            Ok((next, changed)) if changed.is_empty() => {
+                self.metrics.reloads().applied.inc();
+                tracing::info!(file = %file.display(), generation = next.generation,
+                    digest = %next.digest, "config reloaded: nothing changed");
+            }
+            Ok((next, changed)) => {
+                self.metrics.reloads().applied.inc();
+                tracing::info!(file = %file.display(), generation = next.generation,
+                    digest = %next.digest, changed = %changed.join("; "), "config reloaded");
+            }
+            Err(refused) => {
+                self.metrics.reloads().refused.inc();
+                tracing::error!(file = %file.display(), generation = served.generation,
+                    error = %refused, "config reload refused; the running config stays");
+            }
+        }
+        match &outcome {
+            Ok(_) => self.tell_status("applied", String::new()),
+            Err(refused) => self.tell_status("refused", refused.to_string()),
+        }
+        outcome.map(|(next, _)| next)
+    }
+
+    /// The reload's steps: the new generation and what changed (nothing changed: the same).
+    fn reload_from(
+        &self,
+        served: &Arc<crate::config::live::Served>,
+    ) -> Result<(Arc<crate::config::live::Served>, Vec<String>), Refused> {
+        let said = |errors: Vec<crate::config::ConfigError>| {
+            Refused(errors.iter().map(ToString::to_string).collect())
+        };
+        let new = Config::load(&served.loaded.file).map_err(|e| said(vec![e]))?;
+        let mut errors = unservable(&new, Host::This);
+        let console = self.bound.console.is_some();
+        errors.extend(crate::config::reload::refused(
+            &served.loaded,
+            &new,
+            console,
+        ));
+        // A fixed address another running client holds now would be taken from it.
+        errors.extend(service::dhcp::taken_fixed(&self.identity, &new));
+        if !errors.is_empty() {
+            return Err(said(errors));
+        }
+        let changed = crate::config::reload::changes(&served.loaded, &new);
+        if changed.is_empty() {
+            return Ok((served.clone(), changed));
+        }
+        let mut told = new.clone();
+        self.bound.tell(&mut told);
+        let next = self.config.replace(new, told);
+        service::dhcp::follow(&self.identity, &next.config);
+        Ok((next, changed))
+    }
+
+    /// Writes `state_dir/reload.json` (by rename, whole): this daemon's last reload, or its
+    /// start, as `ReloadStatus`.
+    fn tell_status(&self, result: &str, message: String) {
+        let current = self.config.served();
+        let reloads = self.metrics.reloads();
+        let status = ReloadStatus {
+            pid: std::process::id(),
+            attempt: reloads.applied.get() + reloads.refused.get(),
+            result: result.to_string(),
+            generation: current.generation,
+            digest: current.digest.clone(),
+            message,
+        };
+        let dir = &current.config.server.state_dir;
+        let (path, part) = (dir.join(RELOAD_STATUS), dir.join(".reload.json.part"));
+        let written = serde_json::to_vec(&status)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(&part, bytes))
+            .and_then(|()| std::fs::rename(&part, &path));
+        if let Err(e) = written {
+            tracing::warn!(file = %path.display(), error = %e, "reload status not written");
+        }
+    }
+}
+
+/// A reload refused whole: every reason, each naming file, line and key.
+#[derive(Debug, Clone)]
+pub struct Refused(pub Vec<String>);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0.join("; "))
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// The file in the state folder that tells the daemon's last reload (or its start).
+pub const RELOAD_STATUS: &str = "reload.json";
+
+/// What `state_dir/reload.json` holds.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReloadStatus {
+    /// The daemon's process.
+    pub pid: u32,
+    /// Its reloads so far (0: it has just started).
+    pub attempt: u64,
+    /// `serving` (started), `applied` or `refused`.
+    pub result: String,
+    /// The generation and digest served now.
+    pub generation: u64,
+    pub digest: String,
+    /// Why it was refused.
+    pub message: String,
+}
+
+/// `bootpool reload`: signals the daemon serving `config`'s state folder (the PID its lock
+/// file holds, while the lock is held) with SIGHUP, and waits up to 30 s for its answer in
+/// `state_dir/reload.json`: Ok when it applied the config, else the daemon's reasons.
+pub fn ask_reload(config: &Config) -> anyhow::Result<ReloadStatus> {
+    let dir = &config.server.state_dir;
+    let pid = daemon_pid(dir)?;
+    let read = || {
+        std::fs::read(dir.join(RELOAD_STATUS))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<ReloadStatus>(&b).ok())
+    };
+    let before = read();
+    crate::sys::process::kill(pid, libc::SIGHUP)
+        .with_context(|| format!("signalling bootpool (pid {pid}) to reload"))?;
+    for _ in 0..300 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        match read() {
+            Some(now) if Some(&now) != before.as_ref() && now.pid == pid as u32 => {
+                if now.result == "refused" {
+                    anyhow::bail!("bootpool (pid {pid}) refused the config: {}", now.message);
+                }
+                return Ok(now);
+            }
+            _ => {}
+        }
+    }
+    anyhow::bail!(
+        "bootpool (pid {pid}) did not answer the reload within 30 s (see its log); {} unchanged",
+        dir.join(RELOAD_STATUS).display()
+    )
+}
+
+/// The PID of the daemon that holds `dir`'s lock; an error when none does.
+fn daemon_pid(dir: &Path) -> anyhow::Result<libc::pid_t> {
+    let path = dir.join(LOCK_FILE);
+    let mut file = std::fs::File::open(&path)
+        .with_context(|| format!("no bootpool serves state_dir {}", dir.display()))?;
+    if crate::sys::fs::try_lock_exclusive(file.as_fd()).is_ok() {
+        anyhow::bail!(
+            "no bootpool serves state_dir {} ({} is not locked)",
+            dir.display(),
+            path.display()
+        );
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .with_context(|| format!("reading {}", path.display()))?;
+    text.trim()
+        .parse()
+        .with_context(|| format!("{} holds no PID", path.display()))
 }
 
 /// The lock file in the state folder.
@@ -186,7 +373,16 @@ pub fn unservable(config: &Config, host: Host) -> Vec<crate::config::ConfigError
 }
 
 /// Binds and starts everything; returns once all sockets are bound.
-pub async fn start(mut config: Config) -> anyhow::Result<Running> {
+pub async fn start(config: Config) -> anyhow::Result<Running> {
+    start_taking(config, Arc::default()).await
+}
+
+/// `start`, the NBD service taking up the connections `handover` holds (those a restart
+/// handed over, `service::handover`).
+async fn start_taking(
+    mut config: Config,
+    handover: Arc<service::handover::Handover>,
+) -> anyhow::Result<Running> {
     if let Some(e) = unservable(&config, Host::This).first() {
         anyhow::bail!("{e}");
     }
@@ -208,9 +404,11 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
     let v4 = bind_ipv4(&config).await?;
     let six = bind_ipv6(&config, v4.tftp.as_ref(), &v4.http, &v4.nbd).await?;
     let bound = Bound::of(&v4, &six)?;
-    // What clients are told must match what was bound.
+    // What clients are told must match what was bound; a reload is compared with the file.
+    let loaded = config.clone();
     bound.tell(&mut config);
-    let config = Arc::new(config);
+    let live = Live::new(loaded, config);
+    let config = live.load();
     // Which interface holds each of server.links, and each link's pacer.
     let links = Arc::new(crate::steer::links::Links::start(
         &config, &metrics, &shutdown,
@@ -226,14 +424,15 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         .context("starting egress sampling")?;
     placement.set_egress(egress.clone());
     let shared = service::Shared {
-        config: config.clone(),
+        config: live.clone(),
         recorder,
         records: records.clone(),
         metrics: metrics.clone(),
-        identity,
+        identity: identity.clone(),
         links,
         placement,
         egress,
+        handover: handover.clone(),
         shutdown: shutdown.clone(),
     };
     // The API's actions on the lease table go through its one writer.
@@ -257,14 +456,19 @@ pub async fn start(mut config: Config) -> anyhow::Result<Running> {
         tftp6 = ?bound.tftp6, http6 = ?bound.http6, nbd6 = ?bound.nbd6,
         pools = config.pools.len(), "bootpool serving"
     );
-    Ok(Running {
+    let running = Running {
         bound,
-        config,
+        config: live,
         records,
         metrics,
+        identity,
+        reloading: std::sync::Mutex::new(()),
+        handover,
         shutdown,
         _lock: lock,
-    })
+    };
+    running.tell_status("serving", String::new());
+    Ok(running)
 }
 
 // ---- what this host would refuse ---------------------------------------------------------
@@ -712,11 +916,13 @@ fn service_table(
             let metrics = s.metrics.clone();
             let totals =
                 Arc::new(move || record::payload_totals(&metrics)) as record::egress::ProtoTotals;
+            // The interfaces and link speeds cannot change while the daemon runs.
+            let config = s.config.load();
             Box::pin(record::egress::sample(
                 s.egress.clone(),
-                s.config.server.interfaces.clone(),
+                config.server.interfaces.clone(),
                 s.placement.held(),
-                s.config.server.link_speeds.clone(),
+                config.server.link_speeds.clone(),
                 totals,
                 s.recorder.clone(),
                 s.shutdown.clone(),
@@ -798,25 +1004,69 @@ fn service_table(
 }
 
 /// Runs the daemon until SIGINT or SIGTERM (then Ok), or until a service fails (then an
-/// error, so that a supervisor sees a failure and restarts it).
+/// error, so that a supervisor sees a failure and restarts it); SIGHUP reloads the config;
+/// SIGUSR2 restarts it in place (`restart`), keeping its attached NBD roots.
 pub async fn serve(config: Config) -> anyhow::Result<()> {
     raise_fd_limit();
-    // Before start: a SIGTERM as soon as the daemon says it serves must stop it cleanly.
+    // Before start: a SIGTERM as soon as the daemon says it serves must stop it cleanly, and
+    // a SIGHUP or SIGUSR2 must not end it.
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    let running = start(config).await?;
+    let mut hup = signal(SignalKind::hangup())?;
+    let mut usr2 = signal(SignalKind::user_defined2())?;
+    // The NBD connections the program before this one handed over, if it was a restart.
+    let handover = Arc::new(service::handover::Handover::inherited());
+    let running = start_taking(config, handover).await?;
     let stopped = running.shutdown.clone();
-    let failed = tokio::select! {
-        _ = int.recv() => { tracing::info!("interrupted; stopping"); false }
-        _ = term.recv() => { tracing::info!("terminated; stopping"); false }
-        _ = stopped.wait() => { tracing::warn!("a service stopped the daemon"); true }
+    let failed = loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                // Logged and counted by `reload`, whatever its outcome.
+                let _ = running.reload();
+            }
+            _ = usr2.recv() => return restart(running).await,
+            _ = int.recv() => { tracing::info!("interrupted; stopping"); break false }
+            _ = term.recv() => { tracing::info!("terminated; stopping"); break false }
+            _ = stopped.wait() => { tracing::warn!("a service stopped the daemon"); break true }
+        }
     };
     running.stop().await;
     if failed {
         anyhow::bail!("a service failed and stopped the daemon (see the log above)");
     }
     Ok(())
+}
+
+/// A restart in place (SIGUSR2), to apply what a reload cannot or to run a new binary
+/// installed over this one: every service stops as for SIGTERM, except that each attached
+/// read-only NBD connection is handed over between two requests (`service::handover`); then
+/// the process `exec`s its program again (the file at its path now), with the same
+/// arguments, the same PID (systemd follows it) and those connections, which the new program
+/// takes up before it accepts new ones. Returns only if the exec failed.
+async fn restart(running: Running) -> anyhow::Result<()> {
+    running.handover.arm();
+    let handover = running.handover.clone();
+    tracing::info!("restarting in place; attached nbd roots are handed over");
+    running.stop().await;
+    let env = handover
+        .to_env()
+        .context("handing the nbd connections over")?;
+    // After an upgrade the running file is gone and /proc names it "PATH (deleted)": the
+    // program at PATH is the new one.
+    let exe = std::env::current_exe().context("finding bootpool's program")?;
+    let exe = PathBuf::from(
+        exe.to_string_lossy()
+            .trim_end_matches(" (deleted)")
+            .to_string(),
+    );
+    tracing::info!(program = %exe.display(), nbd = handover.count(), "restarting");
+    use std::os::unix::process::CommandExt as _;
+    let e = std::process::Command::new(&exe)
+        .args(std::env::args_os().skip(1))
+        .env(service::handover::ENV, env)
+        .exec();
+    Err(e).with_context(|| format!("restarting {}", exe.display()))
 }
 
 /// Raises the soft limit on open files to the hard one, as Go's runtime does: systemd's

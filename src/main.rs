@@ -38,6 +38,12 @@ enum Command {
         #[arg(long)]
         for_another_host: bool,
     },
+    /// Make the daemon serving this config's state_dir re-read it (SIGHUP) and wait for its
+    /// answer: applied, or refused whole with the reasons (the running config then stays).
+    Reload {
+        #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
+        config: PathBuf,
+    },
     /// Show recorded waves and boots: every wave, one wave, a pool's newest wave, or two waves
     /// compared (e.g. the same room over NFS and over NBD).
     Report {
@@ -125,6 +131,7 @@ fn main() -> ExitCode {
             };
             check(&config, host)
         }
+        Command::Reload { config } => reload(&config),
         Command::Serve { config } => {
             let config = match Config::load(&config) {
                 Ok(c) => c,
@@ -271,6 +278,39 @@ fn check(path: &std::path::Path, host: Host) -> ExitCode {
         clients
     );
     ExitCode::SUCCESS
+}
+
+/// `bootpool reload`: exit 0 when the daemon applied the config, 2 when the config is bad as
+/// read here, 1 when the daemon refused it or could not be asked.
+fn reload(path: &std::path::Path) -> ExitCode {
+    let config = match load_config(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    // Checked here first, as `check` does: a bad config never disturbs the daemon.
+    let missing = bootpool::app::unservable(&config, Host::This);
+    for e in &missing {
+        eprintln!("error: {e}");
+    }
+    if !missing.is_empty() {
+        return ExitCode::from(2);
+    }
+    match bootpool::app::ask_reload(&config) {
+        Ok(status) => {
+            println!(
+                "{}: reloaded by bootpool (pid {}): generation {}, digest {}",
+                path.display(),
+                status.pid,
+                status.generation,
+                status.digest
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn load_config(path: &std::path::Path) -> Result<Config, ExitCode> {

@@ -118,6 +118,24 @@ impl Leases {
         }
     }
 
+    /// A reloaded config's ranges (one per subnet) and fixed addresses (`clients[].ip`), from
+    /// now on. Every lease held stays, and is renewed, until its client lets it go: a client
+    /// whose address a narrower range leaves out keeps it while it runs, and gets one of the
+    /// ranges at its next boot.
+    pub fn reconfigure(
+        &mut self,
+        ranges: Vec<(Ipv4Addr, Ipv4Addr)>,
+        reservations: impl IntoIterator<Item = (Mac, Ipv4Addr)>,
+    ) {
+        let reserved: BTreeMap<Mac, Ipv4Addr> = reservations.into_iter().collect();
+        self.reserved_ips = reserved.iter().map(|(m, ip)| (*ip, *m)).collect();
+        self.reserved = reserved;
+        if !self.learning {
+            self.ranges = ranges;
+        }
+        self.fresh_from = vec![0; self.ranges.len()];
+    }
+
     /// The table of a proxy, which gives no address and learns who is where (`observe`).
     pub fn learning(reservations: impl IntoIterator<Item = (Mac, Ipv4Addr)>) -> Leases {
         Leases {
@@ -132,6 +150,13 @@ impl Leases {
         if let Some(mac) = self.reserved_ips.get(&ip) {
             return Some(*mac);
         }
+        let mac = self.by_ip.get(&ip)?;
+        let l = self.leases.get(mac)?;
+        (l.state == State::Bound && l.expires > now).then_some(*mac)
+    }
+
+    /// The MAC whose binding (unexpired) holds `ip` now, whatever the fixed addresses say.
+    pub fn bound_to(&self, ip: Ipv4Addr, now: u64) -> Option<Mac> {
         let mac = self.by_ip.get(&ip)?;
         let l = self.leases.get(mac)?;
         (l.state == State::Bound && l.expires > now).then_some(*mac)
@@ -362,7 +387,16 @@ impl Leases {
                 {
                     return Err(Refusal::HoldsAnother(l.ip));
                 }
-                self.usable(mac, ip, on, now)?;
+                // Its own binding renewed: kept where a reload narrowed the range since.
+                let renewing = self
+                    .leases
+                    .get(&mac)
+                    .is_some_and(|l| l.ip == ip && l.state == State::Bound && l.expires > now);
+                if renewing && self.reserved_to_other(mac, ip) {
+                    return Err(Refusal::ReservedElsewhere(ip));
+                } else if !renewing {
+                    self.usable(mac, ip, on, now)?;
+                }
             }
         }
         self.take(
@@ -673,6 +707,32 @@ mod tests {
         let mut fresh = table();
         fresh.restore(serde_json::from_str(&old).unwrap());
         assert_eq!(fresh.arch(mac(5)), None);
+    }
+
+    #[test]
+    fn a_reloaded_range_gives_new_addresses_and_keeps_every_lease_held() {
+        let mut t = table();
+        let a = t.offer(mac(10), None, &on(&t), 0, 60).unwrap();
+        t.ack_offer(mac(10), a, &on(&t), 1, 3600).unwrap();
+        assert_eq!(a, ip(100));
+        // The range moves to .110-.111 and mac 3 gets a fixed address.
+        t.reconfigure(vec![(ip(110), ip(111))], [(mac(3), ip(50))]);
+        let now_on = on(&t);
+        // The running client renews what it holds, outside the range now.
+        assert_eq!(t.ack(mac(10), a, &now_on, 100, 3600), Ok(()));
+        assert_eq!(t.bound_to(a, 101), Some(mac(10)));
+        assert_eq!(t.bound_to(ip(50), 101), None);
+        assert_eq!(t.holder(a, 101), Some(mac(10)));
+        // A newcomer gets an address of the new range; mac 3 its fixed one, mac 2 no longer.
+        assert_eq!(t.offer(mac(11), None, &now_on, 102, 60), Some(ip(110)));
+        assert_eq!(t.offer(mac(3), None, &now_on, 102, 60), Some(ip(50)));
+        assert_eq!(t.reserved(mac(2)), None);
+        // Once its lease has ended, the old address is out of range for anyone.
+        assert_eq!(
+            t.ack(mac(12), ip(101), &now_on, 200, 3600),
+            Err(Refusal::OutOfRange(ip(101)))
+        );
+        check_index(&t);
     }
 
     /// The address index says exactly what the table says.

@@ -14,15 +14,18 @@ pub mod arch;
 mod check;
 pub mod cmdline;
 mod dhcp6;
+pub mod live;
 mod locate;
 pub mod names;
 mod raw;
+pub mod reload;
 mod subnets;
 mod values;
 mod yaml;
 
 pub use arch::Arch;
 pub use dhcp6::{BootOver, Dhcp6, RouterAdverts, Subnet6};
+pub use live::Live;
 pub use values::{Mac, MacRange, Subnet, parse_duration, parse_rate_mbps, parse_size};
 
 use check::Checker;

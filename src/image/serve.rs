@@ -129,20 +129,44 @@ fn nfs_export(image: &Image, id: &str) -> NfsExport {
     )
 }
 
-/// The revision export a MOUNT path names (`/EXPORT@ID[/...]`) if it is on disk but not yet
-/// in `known` (the tree's export paths): a revision imported after the daemon started.
+/// The export a MOUNT path names if it is on disk but not yet in `known` (the tree's export
+/// paths): a revision imported after the daemon started (`/EXPORT@ID[/...]`), or the image
+/// (without revisions) of an NFS pool that a reload has added since (`/EXPORT[/...]`).
 pub fn nfs_to_learn<'a>(
     config: &Config,
     path: &[u8],
     mut known: impl Iterator<Item = &'a str>,
 ) -> Option<NfsExport> {
     let path = std::str::from_utf8(path).ok()?;
-    let (export, id) = names::split_nfs(path)?;
-    let export = format!("/{}", export.trim_start_matches('/'));
-    let image = config.images.values().find(|i| {
-        format!("/{}", i.nfs_export.trim_start_matches('/')) == export && store::managed(&i.dir)
-    })?;
-    let found = nfs_export(image, id);
+    let absolute = |export: &str| format!("/{}", export.trim_start_matches('/'));
+    let found = match names::split_nfs(path) {
+        Some((export, id)) => {
+            let export = absolute(export);
+            let image = config
+                .images
+                .values()
+                .find(|i| absolute(&i.nfs_export) == export && store::managed(&i.dir))?;
+            nfs_export(image, id)
+        }
+        None => {
+            let path = absolute(path);
+            let image = config
+                .pools
+                .values()
+                .filter(|p| p.root == RootProto::Nfs)
+                .flat_map(|p| p.images())
+                .find(|i| {
+                    let export = absolute(&i.nfs_export);
+                    !store::managed(&i.dir)
+                        && (path == export || path.starts_with(&format!("{export}/")))
+                })?;
+            (
+                image.nfs_export.clone(),
+                image.name.clone(),
+                image.root_tree(),
+            )
+        }
+    };
     if known.any(|k| k == found.0) || !found.2.is_dir() {
         return None;
     }

@@ -28,7 +28,7 @@ use super::cpio::{self, Compressor, Tail};
 use super::squashfs::{self, SUPERBLOCK_LEN};
 use super::{serve, store};
 use crate::config::names;
-use crate::config::{Config, ConfigError, Image, Wire};
+use crate::config::{Config, ConfigError, Image, Live, Wire};
 use crate::shutdown::Shutdown;
 use anyhow::{Context, bail};
 use std::collections::HashSet;
@@ -375,19 +375,20 @@ fn wanted(config: &Config) -> Vec<(String, PathBuf, Kind)> {
 
 /// Makes the copies `wanted` names and removes those of files gone or changed; once at
 /// start, then every `SCAN`, until shutdown.
-pub async fn serve(config: Arc<Config>, shutdown: Shutdown) -> anyhow::Result<()> {
-    if wire_images(&config).next().is_none() {
-        return Ok(());
-    }
+pub async fn serve(live: Live, shutdown: Shutdown) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
-    let (scan_stop, state_dir) = (stop.clone(), config.server.state_dir.clone());
+    let (scan_stop, state_dir) = (stop.clone(), live.load().server.state_dir.clone());
     // A plain thread, not tokio's blocking pool: a runtime waits for those when it drops.
     let worker = std::thread::Builder::new()
         .name("wire".into())
         .spawn(move || {
             let mut warned = HashSet::new();
             while !scan_stop.load(Ordering::Relaxed) {
-                scan(&config, &state_dir, &scan_stop, &mut warned);
+                // Each pass reads the config as served now: a reload may add a wire copy.
+                let config = live.load();
+                if wire_images(&config).next().is_some() {
+                    scan(&config, &state_dir, &scan_stop, &mut warned);
+                }
                 let until = Instant::now() + SCAN;
                 while Instant::now() < until && !scan_stop.load(Ordering::Relaxed) {
                     std::thread::sleep(Duration::from_millis(100));

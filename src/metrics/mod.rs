@@ -202,6 +202,13 @@ pub struct Records {
     pub payload: Payload,
 }
 
+/// Reloads of the config (SIGHUP, `bootpool reload`): applied, or refused whole.
+#[derive(Debug, Default)]
+pub struct Reloads {
+    pub applied: Count,
+    pub refused: Count,
+}
+
 /// Payload bytes sent to clients, per protocol.
 #[derive(Debug, Default)]
 pub struct Payload {
@@ -246,6 +253,7 @@ struct All {
     portmap: Portmap,
     console: Console,
     records: Records,
+    reloads: Reloads,
     /// The paced links, in the order the pacer was given them; set when it starts.
     paced: Mutex<Vec<Arc<PacedLink>>>,
 }
@@ -285,6 +293,10 @@ impl Metrics {
 
     pub fn records(&self) -> &Records {
         &self.0.records
+    }
+
+    pub fn reloads(&self) -> &Reloads {
+        &self.0.reloads
     }
 
     /// A paced link's figures, listed from now on (the pacer calls this once per link when

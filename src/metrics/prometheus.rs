@@ -40,6 +40,8 @@ pub struct Sources<'a> {
     /// seconds.
     pub phases: &'a [(&'static str, Vec<f64>)],
     pub links: &'a [Link<'a>],
+    /// The served config's generation and digest (`config::Live`).
+    pub config: (u64, &'a str),
 }
 
 #[derive(Clone, Copy)]
@@ -278,6 +280,25 @@ const FAMILIES: &[Family] = &[
         full_per_address
     ),
     Family {
+        name: "bootpool_config_reloads_total",
+        kind: Kind::Counter,
+        help: "Reloads of the config (SIGHUP, bootpool reload): applied, or refused whole with the running config kept.",
+        labels: &["result"],
+        read: Read::Fixed(&[
+            (&["applied"], |m| &m.reloads().applied),
+            (&["refused"], |m| &m.reloads().refused),
+        ]),
+        only_with_series: false,
+    },
+    Family {
+        name: "bootpool_config_generation",
+        kind: Kind::Gauge,
+        help: "The served config's generation (1 at start, one more per reload applied), by its digest.",
+        labels: &["digest"],
+        read: Read::Each(|s, out| out.put(&[s.config.1], s.config.0)),
+        only_with_series: false,
+    },
+    Family {
         name: "bootpool_boots",
         kind: Kind::Gauge,
         help: "Boots recorded, by pool and result (running, booted, failed, timed_out as in the API).",
@@ -488,6 +509,7 @@ mod tests {
             boots: &BTreeMap::new(),
             phases: &[],
             links: &[],
+            config: (1, "0123456789abcdef"),
         })
     }
 
@@ -506,6 +528,7 @@ mod tests {
             boots: &boots,
             phases: &[],
             links: &[],
+            config: (1, "0123456789abcdef"),
         });
         assert!(
             out.contains(

@@ -59,7 +59,9 @@ struct SlotsInner {
     counts: fn(&crate::metrics::Metrics) -> &crate::metrics::Slots,
     clients: Mutex<Held>,
     strangers: Mutex<Held>,
-    caps: [Caps; 2],
+    /// The clients' caps (a reload may change them: `set_client_caps`), the strangers'.
+    client_caps: Mutex<Caps>,
+    stranger_caps: Caps,
 }
 
 /// One pool's slots held: in all, and per address.
@@ -89,15 +91,29 @@ impl Slots {
             counts,
             clients: Mutex::default(),
             strangers: Mutex::default(),
-            caps: [clients, strangers],
+            client_caps: Mutex::new(clients),
+            stranger_caps: strangers,
         };
         for standing in [Standing::Client, Standing::Stranger] {
-            let (c, figures) = (inner.caps(standing), inner.figures(standing));
-            figures.cap.set(c.total as u64);
-            figures.cap_per_address.set(c.per_address as u64);
+            inner.show_caps(standing);
         }
         Slots {
             inner: Arc::new(inner),
+        }
+    }
+
+    /// The clients' caps from now on (a reloaded config's `limits`): slots held past them
+    /// stay held, and new ones wait until the pool is back under them.
+    pub fn set_client_caps(&self, caps: Caps) {
+        let mut current = self
+            .inner
+            .client_caps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if *current != caps {
+            *current = caps;
+            drop(current);
+            self.inner.show_caps(Standing::Client);
         }
     }
 
@@ -148,7 +164,17 @@ impl Slots {
 
 impl SlotsInner {
     fn caps(&self, standing: Standing) -> Caps {
-        self.caps[standing as usize]
+        match standing {
+            Standing::Client => *self.client_caps.lock().unwrap_or_else(|e| e.into_inner()),
+            Standing::Stranger => self.stranger_caps,
+        }
+    }
+
+    /// The caps of a standing's pool, in /metrics.
+    fn show_caps(&self, standing: Standing) {
+        let (c, figures) = (self.caps(standing), self.figures(standing));
+        figures.cap.set(c.total as u64);
+        figures.cap_per_address.set(c.per_address as u64);
     }
 
     fn figures(&self, standing: Standing) -> &crate::metrics::SlotPool {

@@ -11,7 +11,7 @@ use super::lease_file::LeaseFile;
 use crate::boot::leases::Leases;
 use crate::boot::subnet::{self, Arrival, Unplaced};
 use crate::boot::{self, Client};
-use crate::config::{Config, DhcpMode, DhcpSubnet, Mac};
+use crate::config::{Config, DhcpMode, DhcpSubnet, Live, Mac};
 use crate::metrics::Metrics;
 use crate::proto::dhcp::msg::{DECLINE, DISCOVER, INFORM, RELEASE, REQUEST};
 use crate::proto::dhcp::{
@@ -74,7 +74,8 @@ pub async fn serve(
         shutdown,
         ..
     } = shared;
-    let proxy = config.dhcp.mode == DhcpMode::Proxy;
+    // `dhcp.mode` cannot change while the daemon runs (`config::reload`).
+    let proxy = config.load().dhcp.mode == DhcpMode::Proxy;
     // A room powering on is a burst; while a lease save runs, the kernel queue holds it.
     for s in std::iter::once(&socket).chain(pxe.as_ref()) {
         if let Err(e) = socket2::SockRef::from(s).set_recv_buffer_size(RECV_BUFFER) {
@@ -237,18 +238,61 @@ pub fn open_table(config: &Config) -> anyhow::Result<Table> {
     })
 }
 
-/// The lease table for this config, with what its files hold.
-fn load(config: &Config) -> anyhow::Result<(Leases, LeaseFile)> {
-    let reservations = config
+/// The fixed addresses the pools give (`clients[].ip`), by MAC.
+fn reservations(config: &Config) -> impl Iterator<Item = (Mac, Ipv4Addr)> + '_ {
+    config
         .pools
         .values()
         .flat_map(|p| p.clients.iter())
-        .filter_map(|c| Some((c.macs.first, c.ip?)));
+        .filter_map(|c| Some((c.macs.first, c.ip?)))
+}
+
+/// The lease table follows a reloaded config: its range and fixed addresses from now on,
+/// every lease held kept (`Leases::reconfigure`).
+pub fn follow(table: &Identity, config: &Config) {
+    table
+        .write()
+        .reconfigure(ranges(config), reservations(config));
+}
+
+/// The fixed addresses (`clients[].ip`) of `config` that another MAC's lease holds now, each
+/// an error on its pool's `clients`: a reload giving them would take a running client's
+/// address, so it is refused until that lease ends or is released.
+pub fn taken_fixed(table: &Identity, config: &Config) -> Vec<crate::config::ConfigError> {
+    let (leases, now) = (table.read(), unix_now());
+    let mut errors = Vec::new();
+    for pool in config.pools.values() {
+        for (mac, ip) in pool
+            .clients
+            .iter()
+            .filter_map(|c| Some((c.macs.first, c.ip?)))
+        {
+            if let Some(other) = leases.bound_to(ip, now).filter(|m| *m != mac) {
+                errors.push(config.error_at(
+                    &["pools", &pool.name, "clients"],
+                    format!(
+                        "{ip}, fixed for {mac}, is leased to {other} now: give it once that \
+                         lease has ended or been released (POST /api/v1/leases/{other}/release)"
+                    ),
+                ));
+            }
+        }
+    }
+    errors
+}
+
+/// The dynamic ranges of `config`, one per subnet that has one.
+fn ranges(config: &Config) -> Vec<(Ipv4Addr, Ipv4Addr)> {
+    config.dhcp.subnets.iter().filter_map(|s| s.range).collect()
+}
+
+/// The lease table for this config, with what its files hold.
+fn load(config: &Config) -> anyhow::Result<(Leases, LeaseFile)> {
+    let reservations = reservations(config);
     let mut leases = if config.dhcp.mode == DhcpMode::Proxy {
         Leases::learning(reservations)
     } else {
-        let ranges = config.dhcp.subnets.iter().filter_map(|s| s.range);
-        Leases::new(ranges.collect(), reservations)
+        Leases::new(ranges(config), reservations)
     };
     let dir = &config.server.state_dir;
     let (file, count, skipped) = LeaseFile::open(dir, &mut leases)
@@ -260,7 +304,8 @@ fn load(config: &Config) -> anyhow::Result<(Leases, LeaseFile)> {
 }
 
 struct Server {
-    config: Arc<Config>,
+    /// Loaded once per request.
+    config: Live,
     recorder: Recorder,
     /// Which server link each client boots from.
     placement: Arc<Placement>,
@@ -280,7 +325,7 @@ struct Server {
 impl Server {
     /// The server for this config and its lease table (`open_table`).
     fn open(
-        config: Arc<Config>,
+        config: Live,
         recorder: Recorder,
         metrics: Metrics,
         table: Table,
@@ -372,7 +417,7 @@ impl Server {
         self.dirty = false;
         if let Err(e) = self.file.commit(&self.leases.read()) {
             let n = self.metrics.dhcp().save_errors.add(1);
-            tracing::error!(dir = %self.config.server.state_dir.display(), error = %e, errors = n,
+            tracing::error!(dir = %self.config.load().server.state_dir.display(), error = %e, errors = n,
                 "leases not saved");
         }
     }
@@ -441,7 +486,7 @@ impl Server {
         if !req.is_pxe() {
             return None;
         }
-        let config = self.config.clone();
+        let config = self.config.load();
         // Port 4011 is asked by a client at its own address; port 67 may be relayed, and
         // only a listed relay speaks for another segment.
         if !on_pxe_port {
@@ -495,7 +540,7 @@ impl Server {
                 }
                 let ip = req.ciaddr;
                 if !ip.is_unspecified() {
-                    let dhcp = &self.config.dhcp;
+                    let dhcp = &config.dhcp;
                     let lease = dhcp.subnet_of(ip).map_or(dhcp.lease, |s| s.lease);
                     self.leases.write().observe(mac, ip, now, lease.as_secs());
                     self.changed();
@@ -540,7 +585,7 @@ impl Server {
                 kind,
                 Ipv4Addr::UNSPECIFIED,
                 plan,
-                self.config.dhcp.home(),
+                self.config.load().dhcp.home(),
             )
         }
     }
@@ -554,7 +599,7 @@ impl Server {
         local: Option<Ipv4Addr>,
         now: u64,
     ) -> Option<(Reply, To)> {
-        let config = self.config.clone();
+        let config = self.config.load();
         let on = self.subnet(&config, req, from, local)?;
         let (client, plan) = self.plan(&config, req, from)?;
         let mac = client.mac;
@@ -667,7 +712,7 @@ impl Server {
     ) -> Option<(Reply, To)> {
         let mac = client.mac;
         let selecting = req.server_id();
-        if selecting.is_some_and(|sid| sid != self.config.server.address) {
+        if selecting.is_some_and(|sid| sid != self.config.load().server.address) {
             // It chose another server's offer.
             let withdrawn = self.leases.write().withdraw_offer(mac, now);
             if withdrawn {
@@ -780,6 +825,7 @@ impl Server {
         plan: &boot::Plan,
         on: &DhcpSubnet,
     ) -> Reply {
+        let config = self.config.load();
         let boot_file = plan.boot_file.as_ref().map(|b| b.as_str().to_string());
         let tftp = matches!(plan.boot_file, Some(boot::BootFile::Tftp(_)));
         let ipxe = req.is_ipxe();
@@ -807,13 +853,13 @@ impl Server {
                 Ipv4Addr::UNSPECIFIED
             },
             giaddr: req.giaddr,
-            server_id: self.config.server.address,
+            server_id: config.server.address,
             subnet_mask: Some(on.subnet.mask()),
             router: on.router,
             dns: on.dns.clone(),
             // iPXE's syslog console sends to option 7's server on port 514 only.
             log_server: (plan.member.pool.netconsole != crate::config::Netconsole::Off
-                && self.config.server.ports.console == 514)
+                && config.server.ports.console == 514)
                 .then_some(plan.next_server),
             lease_secs: Some(u32::try_from(on.lease.as_secs()).unwrap_or(u32::MAX)),
             tftp_server: tftp.then(|| plan.next_server.to_string()),
@@ -913,7 +959,7 @@ pools:
         let table = open_table(&config).unwrap();
         let placement = Arc::new(Placement::new(&config, None, &[]));
         Server::open(
-            config,
+            Live::fixed(Config::clone(&config)),
             Recorder::discard(),
             Metrics::default(),
             table,
@@ -969,6 +1015,42 @@ pools:
 
     fn to(addr: &str) -> To {
         To::Addr(addr.parse().unwrap())
+    }
+
+    /// A reload may not fix an address another running client holds (`taken_fixed`).
+    #[test]
+    fn a_fixed_address_another_client_holds_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = server(dir.path());
+        let now = unix_now();
+        s.handle(&req(1, &[53, 1, DISCOVER]), from(), None, now).unwrap();
+        let o = [53, 1, REQUEST, 50, 4, 10, 77, 0, 100, 54, 4, 10, 77, 0, 1];
+        let (ack, _) = s.handle(&req(1, &o), from(), None, now).unwrap();
+        assert_eq!(ack.kind, ReplyKind::Ack);
+        let config = |entry: &str| {
+            let text = CONFIG.replace(
+                "state_dir: var/",
+                &format!("state_dir: {}", dir.path().display()),
+            ) + &format!("      - {entry}\n");
+            let file = dir.path().join("pools.yaml");
+            std::fs::write(&file, &text).unwrap();
+            Config::parse(&file, &text).unwrap()
+        };
+        let taken = config("{ mac: \"52:54:00:77:00:21\", ip: 10.77.0.100 }");
+        let errors = taken_fixed(&s.leases, &taken);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].path, "pools.room.clients");
+        assert_eq!(errors[0].line, Some(8));
+        assert!(
+            errors[0].reason.starts_with(
+                "10.77.0.100, fixed for 52:54:00:77:00:21, is leased to 52:54:00:77:00:01 now"
+            ),
+            "{}",
+            errors[0]
+        );
+        // A free address: nothing taken.
+        let free = config("{ mac: \"52:54:00:77:00:21\", ip: 10.77.0.30 }");
+        assert_eq!(taken_fixed(&s.leases, &free), vec![]);
     }
 
     #[test]
@@ -1045,7 +1127,7 @@ pools:
             let placement = Arc::new(Placement::new(&config, Some(records.clone()), &[]));
             let table = open_table(&config).unwrap();
             Server::open(
-                config.clone(),
+                Live::fixed(Config::clone(&config)),
                 recorder.clone(),
                 Metrics::default(),
                 table,

@@ -14,14 +14,13 @@
 use super::identity::{Identity, unix_now};
 use crate::boot::leases6::Leases6;
 use crate::boot::{self, Client};
-use crate::config::{Config, Mac};
+use crate::config::{Live, Mac};
 use crate::metrics::Metrics;
 use crate::proto::dhcp6::{self as wire, IaAnswer, MAX_PACKET, Reply, Request, msg};
 use crate::record::{Kind, Recorder, Who};
 use dhcproto::v6::Status;
 use std::collections::HashSet;
 use std::net::{Ipv6Addr, SocketAddr};
-use std::sync::Arc;
 use tokio::net::UdpSocket;
 
 /// Strangers logged once each; beyond this many we stop remembering (and logging) them.
@@ -37,6 +36,10 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
         shutdown,
         ..
     } = shared;
+    // `dhcp6` and `server.address6` cannot change while the daemon runs; the pools can, and
+    // each request loads them.
+    let live = config;
+    let config = live.load();
     let (Some(dhcp6), Some(address6)) = (config.dhcp6.as_ref(), config.server.address6) else {
         anyhow::bail!("the DHCPv6 service needs dhcp6 and server.address6");
     };
@@ -44,7 +47,7 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
     let mut server = Server {
         duid: wire::server_duid(address6),
         address6,
-        config: config.clone(),
+        config: live,
         recorder,
         metrics,
         identity,
@@ -78,7 +81,8 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
 }
 
 struct Server {
-    config: Arc<Config>,
+    /// Loaded once per request.
+    config: Live,
     recorder: Recorder,
     metrics: Metrics,
     identity: Identity,
@@ -100,7 +104,8 @@ impl Server {
         let client = match hops.last() {
             None => from,
             Some(near) => {
-                let ours = self.config.dhcp6.as_ref();
+                let config = self.config.load();
+                let ours = config.dhcp6.as_ref();
                 if !ours.is_some_and(|d| d.subnet.contains(near.link_address)) {
                     static ELSEWHERE: super::bounds::LogLimit = super::bounds::LogLimit::new();
                     let dhcp = self.metrics.dhcp();
@@ -155,7 +160,7 @@ impl Server {
             pxe: req.is_pxe(),
             http: req.is_http_client(),
         };
-        let config = self.config.clone();
+        let config = self.config.load();
         let Some((member, url)) = boot::plan6(&config, &client, self.address6) else {
             return self.stranger(mac.to_string(), from, "in no pool");
         };
@@ -298,6 +303,7 @@ impl Server {
                 let booting = req.is_pxe() || req.is_ipxe();
                 let pool = self
                     .config
+                    .load()
                     .member(mac)
                     .map(|m| m.pool.name.clone())
                     .unwrap_or_default();
@@ -418,13 +424,13 @@ pools:
     /// from another link gets silence, counted.
     #[tokio::test]
     async fn a_relayed_solicit_is_answered_through_its_relay() {
-        let config = Arc::new(Config::parse(Path::new("p.yaml"), CONFIG).unwrap());
+        let config = crate::config::Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
         let identity = Identity::default();
         *identity.write6() = Leases6::new(config.dhcp6.as_ref().unwrap().range);
         let mut s = Server {
             duid: wire::server_duid("fd77::1".parse().unwrap()),
             address6: "fd77::1".parse().unwrap(),
-            config,
+            config: Live::fixed(config),
             recorder: Recorder::discard(),
             metrics: Metrics::default(),
             identity,
@@ -464,14 +470,14 @@ pools:
 
     #[tokio::test]
     async fn firmware_gets_an_address_and_the_loader_url_strangers_get_nothing() {
-        let config = Arc::new(Config::parse(Path::new("p.yaml"), CONFIG).unwrap());
+        let config = crate::config::Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
         let recorder = Recorder::discard();
         let identity = Identity::default();
         *identity.write6() = Leases6::new(config.dhcp6.as_ref().unwrap().range);
         let mut s = Server {
             duid: wire::server_duid("fd77::1".parse().unwrap()),
             address6: "fd77::1".parse().unwrap(),
-            config,
+            config: Live::fixed(config.clone()),
             recorder,
             metrics: Metrics::default(),
             identity: identity.clone(),

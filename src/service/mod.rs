@@ -7,6 +7,7 @@ pub mod console;
 pub mod dhcp;
 pub mod dhcp6;
 pub mod grub_config;
+pub mod handover;
 pub mod http;
 pub mod identity;
 pub mod lease_file;
@@ -21,7 +22,7 @@ pub mod tftp_transfers;
 pub mod tls;
 pub mod web;
 
-use crate::config::Config;
+use crate::config::{Config, Live};
 use crate::export::boot_files::NotServed;
 use crate::metrics::Metrics;
 use crate::record::egress::Egress;
@@ -44,13 +45,14 @@ use tokio::net::{TcpListener, TcpStream};
 pub const FIRMWARE_PRIORITY: u32 = 6;
 
 /// What every service is handed besides its sockets, one value for all (`app`'s service
-/// table): the config as served, the recorder and the records, the daemon's counters, who is
+/// table): the config as served (live: loaded once per request or connection, replaced whole
+/// by a reload), the recorder and the records, the daemon's counters, who is
 /// at which address, the server's links and which one each client boots from, the egress
 /// samples, and the shutdown.
 /// A service takes the fields it uses.
 #[derive(Clone)]
 pub struct Shared {
-    pub config: Arc<Config>,
+    pub config: Live,
     pub recorder: Recorder,
     pub records: Arc<Records>,
     /// The daemon's counters: each service counts into its own handle (`metrics.nfs()`).
@@ -63,6 +65,8 @@ pub struct Shared {
     pub placement: Arc<Placement>,
     /// The egress samples, kept by the egress sampler and read by the API.
     pub egress: Arc<Egress>,
+    /// A restart's NBD connections: those to take up at start, those handed at the stop.
+    pub handover: Arc<handover::Handover>,
     pub shutdown: Shutdown,
 }
 
@@ -78,7 +82,7 @@ impl Shared {
     ) -> Shared {
         let placement = Arc::new(Placement::new(&config, Some(records.clone()), &[]));
         Shared {
-            config,
+            config: Live::fixed(Config::clone(&config)),
             recorder,
             records,
             metrics,
@@ -86,6 +90,7 @@ impl Shared {
             links: Arc::new(Links::none()),
             placement,
             egress: Arc::default(),
+            handover: Arc::default(),
             shutdown,
         }
     }

@@ -22,8 +22,9 @@ pub async fn serve(tcp: TcpListener, udp: UdpSocket, shared: super::Shared) -> a
         shutdown,
         ..
     } = shared;
-    let table: Arc<[Mapping]> =
-        portmap::table(config.server.ports.nfs, config.server.ports.portmap).into();
+    // Ports cannot change while the daemon runs (`config::reload`).
+    let ports = config.load().server.ports;
+    let table: Arc<[Mapping]> = portmap::table(ports.nfs, ports.portmap).into();
     let stop = shutdown.clone();
     let udp_table = table.clone();
     let udp_metrics = metrics.clone();

@@ -39,7 +39,9 @@ pub struct Advertiser {
 
 /// Sends advertisements on every interface until shutdown.
 pub async fn serve(advertisers: Vec<Advertiser>, shared: super::Shared) -> anyhow::Result<()> {
-    let Some(d) = shared.config.dhcp6.as_ref() else {
+    // `dhcp6` cannot change while the daemon runs (`config::reload`).
+    let config = shared.config.load();
+    let Some(d) = config.dhcp6.as_ref() else {
         return Ok(());
     };
     let message = ra::advertisement(d.subnet.network, d.subnet.prefix, PREFIX_VALID_S, true);

@@ -82,7 +82,7 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
     if !v6 {
         crate::steer::local_addr::enable(&socket)?;
     }
-    let clients = client_caps(&config.limits);
+    let clients = client_caps(&config.load().limits);
     let slots = Slots::new(metrics.clone(), |m| &m.tftp().slots, clients, STRANGERS);
     let counts = metrics.tftp();
     let transfers = Arc::new(Transfers::start(&shutdown)?);
@@ -100,6 +100,8 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
                 }
             },
         };
+        // The config this packet is answered with.
+        let config = config.load();
         if !from_a_client(&config, peer.ip()) {
             counts.requests.inc();
             counts.refused.inc();
@@ -111,6 +113,7 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
         match wire::decode(&buf[..n]) {
             Ok(Packet::Read(req)) => {
                 counts.requests.inc();
+                slots.set_client_caps(client_caps(&config.limits));
                 let standing = identity.standing(&config, ServesFor::AnyPool, peer.ip());
                 let slot = match slots.take(peer.ip(), standing) {
                     Ok(slot) => slot,

@@ -1,6 +1,7 @@
 //! The process and its threads: the open-file limit, signals to other processes, signals held
 //! for a thread to take, a child's death signal, thread ids and timer slack, network
-//! namespaces, `sysconf` numbers, and whether the process runs as root.
+//! namespaces, `sysconf` numbers, whether the process runs as root, and descriptors kept
+//! across an `exec` of the process's own program and taken back after it.
 
 use std::io;
 use std::os::unix::process::CommandExt as _;
@@ -28,6 +29,29 @@ pub fn set_open_file_limit(soft: u64, hard: u64) -> io::Result<()> {
     // SAFETY: one valid rlimit, read by the kernel.
     check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) })?;
     Ok(())
+}
+
+/// Lets `fd` live on in the program this process `exec`s next (clears `FD_CLOEXEC`).
+pub fn keep_across_exec(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: fcntl(F_SETFD) on a borrowed open descriptor; no memory is passed.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) })?;
+    Ok(())
+}
+
+/// Takes descriptor `fd`, kept open across `exec` by the program this process was before
+/// (`keep_across_exec`), which named it: an error if it is not open. It is marked close-on-exec
+/// again.
+pub fn inherited(fd: std::os::fd::RawFd) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd as _;
+    // SAFETY: F_GETFD asks only whether `fd` is open; no memory is passed.
+    check(unsafe { libc::fcntl(fd, libc::F_GETFD) })?;
+    // SAFETY: `fd` is open, and nothing in this process owns it: the previous program handed
+    // it over by number and nothing here opened it (the caller takes each number once).
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fcntl(F_SETFD) on the descriptor just taken; no memory is passed.
+    check(unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) })?;
+    Ok(owned)
 }
 
 /// `kill(pid, signal)`: a negative `pid` is that process group. The caller names a process

@@ -76,14 +76,18 @@ fn exec_start() -> Vec<String> {
 
 #[test]
 fn unit_passes_systemd_analyze_verify() {
-    // verify checks that ExecStart's binary exists and that `man` finds every Documentation=
-    // page, so it runs on a copy naming the binary just built, with MANPATH holding our pages.
+    // verify checks that ExecStart's (and ExecReload's) binary exists and that `man` finds
+    // every Documentation= page, so it runs on a copy naming the binary just built, with
+    // MANPATH holding our pages.
     let tmp = tempfile::tempdir().unwrap();
     let text = read("dist/bootpool.service");
-    let from = format!("ExecStart={INSTALLED_BIN} ");
-    assert!(text.contains(&from), "ExecStart should run {INSTALLED_BIN}");
+    for exec in ["ExecStart", "ExecReload"] {
+        let from = format!("{exec}={INSTALLED_BIN} ");
+        assert!(text.contains(&from), "{exec} should run {INSTALLED_BIN}");
+    }
     let unit = tmp.path().join("bootpool.service");
-    std::fs::write(&unit, text.replace(&from, &format!("ExecStart={BIN} "))).unwrap();
+    let (from, to) = (format!("={INSTALLED_BIN} "), format!("={BIN} "));
+    std::fs::write(&unit, text.replace(&from, &to)).unwrap();
     for (section, page) in [("man8", "docs/bootpool.8"), ("man5", "docs/pools.yaml.5")] {
         let dir = tmp.path().join("man").join(section);
         std::fs::create_dir_all(&dir).unwrap();
@@ -132,6 +136,16 @@ fn unit_exec_start_is_accepted_by_the_binary() {
     args.push("--help");
     let out = bootpool(&args);
     assert!(out.contains("Usage: bootpool serve"), "{out}");
+    // ExecReload likewise runs `bootpool reload` on the config ExecStart serves.
+    let reload: Vec<String> = unit_setting("ExecReload")
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    assert_eq!(reload[..2], [INSTALLED_BIN, "reload"]);
+    assert_eq!(reload[2..], argv[2..], "ExecReload's flags are ExecStart's");
+    let mut args: Vec<&str> = reload[1..].iter().map(String::as_str).collect();
+    args.push("--help");
+    assert!(bootpool(&args).contains("Usage: bootpool reload"));
     // And a misspelt flag is refused, so the check above can fail.
     let (ok, _, err) = run(Command::new(BIN).args(["serve", "--conf", "x", "--help"]));
     assert!(!ok && err.contains("--conf"), "{err}");

@@ -264,7 +264,15 @@ async fn tls_serves_the_api_with_the_configured_certificate() {
     let daemon = fx.start().await;
     let https = daemon.bound.https.expect("an HTTPS listener");
     assert_eq!(
-        daemon.config.server.tls.as_ref().unwrap().listen.port(),
+        daemon
+            .config
+            .load()
+            .server
+            .tls
+            .as_ref()
+            .unwrap()
+            .listen
+            .port(),
         https.port(),
         "the served config names the bound port"
     );

@@ -513,7 +513,7 @@ async fn the_per_address_transfer_cap_is_the_configured_one() {
 async fn bounded_transfers(fx: &Fixture) -> usize {
     let daemon = fx.start().await;
     let addr = daemon.bound.tftp.unwrap();
-    let limit = daemon.config.limits.tftp_per_client;
+    let limit = daemon.config.load().limits.tftp_per_client;
     // `limit` transfers from one address, none acknowledged: each gets its first block.
     let mut open = Vec::new();
     for _ in 0..limit {

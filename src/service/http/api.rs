@@ -185,6 +185,17 @@ pub(super) struct MachineLine {
 /// A range longer than this is not a room's list of machines but a catch-all.
 pub(super) const ENUMERATE_MAX: u64 = 1024;
 
+/// The config served: its file, generation (1 at start, one more per reload applied) and
+/// digest (`config::Live`), as `/metrics`' `bootpool_config_generation`.
+pub(super) async fn config(State(web): State<Web>) -> Json<serde_json::Value> {
+    let served = web.config.served();
+    Json(serde_json::json!({
+        "file": served.config.file,
+        "generation": served.generation,
+        "digest": served.digest,
+    }))
+}
+
 pub(super) async fn pools(State(web): State<Web>) -> Json<Vec<PoolLine>> {
     let (latest, seen) = web.records.read(|t| {
         let latest: BTreeMap<String, u64> = wave::waves(t.boots(), now_micros())
@@ -200,8 +211,9 @@ pub(super) async fn pools(State(web): State<Web>) -> Json<Vec<PoolLine>> {
         (latest, seen)
     });
     let none = Default::default();
+    let config = web.config.load();
     Json(
-        web.config
+        config
             .pools
             .values()
             .map(|p| {
@@ -281,11 +293,12 @@ pub(super) async fn clients(State(web): State<Web>) -> Json<Vec<ClientLine>> {
             by_mac.entry(mac).or_default().1 = Some(BootView::in_wave(b, waves.wave(b.id), now));
         }
     });
+    let config = web.config.load();
     Json(
         by_mac
             .into_iter()
             .map(|(mac, (boots, last))| {
-                let member = web.config.member(mac);
+                let member = config.member(mac);
                 ClientLine {
                     mac: mac.to_string(),
                     name: member.as_ref().and_then(|m| m.entry.name.clone()),

@@ -41,14 +41,16 @@ pub(super) async fn boot_script(
         return (StatusCode::BAD_REQUEST, "not a MAC address\n").into_response();
     };
     let its_own = web.identity.holder(peer.ip()) == Some(mac);
-    if let Some(token) = web.config.server.read_token.as_deref()
+    // The config this script is made with, whatever a reload does meanwhile.
+    let config = web.config.load();
+    if let Some(token) = config.server.read_token.as_deref()
         && !its_own
         && !super::guard::carried(&headers, query.as_deref(), token).any()
     {
         tracing::info!(%mac, %peer, "boot script asked for by another address without the read token; refused");
         return super::guard::unauthorized();
     }
-    let Some(member) = web.config.member(mac) else {
+    let Some(member) = config.member(mac) else {
         tracing::info!(%mac, "script asked for by a client in no pool");
         return not_found("no pool lists this client");
     };
@@ -60,7 +62,7 @@ pub(super) async fn boot_script(
             .filter(|l| l.state == crate::boot::leases::State::Bound)
             .map(|l| l.ip);
         (
-            leases.link(mac).unwrap_or(web.config.server.address),
+            leases.link(mac).unwrap_or(config.server.address),
             client,
             leases.arch(mac),
         )
@@ -69,12 +71,12 @@ pub(super) async fn boot_script(
     let member = member.on_arch(arch);
     // A client that asks over IPv6 (DHCPv6 gave it the script's URL) fetches its kernel and
     // initrd over IPv6 too.
-    let files = match (peer.ip(), web.config.server.address6) {
+    let files = match (peer.ip(), config.server.address6) {
         (std::net::IpAddr::V6(p), Some(six)) if p.to_ipv4_mapped().is_none() => six.into(),
         _ => link.into(),
     };
-    let image = crate::image::serve::for_boot(&web.config, member.image());
-    let text = script::ipxe_script(&web.config, &member, &image, mac, link, client, files);
+    let image = crate::image::serve::for_boot(&config, member.image());
+    let text = script::ipxe_script(&config, &member, &image, mac, link, client, files);
     // A milestone of the client's boot only when the client asked: the address it asks from
     // holds its lease. Anyone else (an admin's curl on the server, a monitoring probe) gets the
     // script and leaves no boot behind.
@@ -136,7 +138,7 @@ pub(super) async fn boot_file(
     name: &str,
     shown: String,
 ) -> Response {
-    match boot_files::resolve(&web.config, name) {
+    match boot_files::resolve(&web.config.load(), name) {
         Ok((path, kind)) => send_file(web, peer, headers, path, kind, name, shown).await,
         Err(e) => {
             crate::service::warn_not_served(&e);
@@ -193,7 +195,7 @@ pub(super) fn trace_file(
 /// names are probes and fail nothing.
 pub(super) fn record_missing(web: &Web, peer: SocketAddr, name: &str, reason: &str) {
     if let (true, Some(who)) = (
-        boot_files::handed_out(&web.config, name),
+        boot_files::handed_out(&web.config.load(), name),
         crate::service::who_at(&web.identity, peer.ip()),
     ) {
         web.recorder.record(

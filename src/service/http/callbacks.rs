@@ -38,7 +38,7 @@ pub(super) fn reporter<T: serde::de::DeserializeOwned + Default>(
     };
     let who = match web.identity.holder(peer.ip()) {
         Some(mac) => Who::Mac(mac),
-        None if crate::boot::exports::loopback_test(&web.config, ip) => Who::Ip(ip),
+        None if crate::boot::exports::loopback_test(&web.config.load(), ip) => Who::Ip(ip),
         None => {
             static REFUSED: crate::service::bounds::LogLimit =
                 crate::service::bounds::LogLimit::new();

@@ -21,7 +21,8 @@ pub(super) async fn read_guard(
     req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let Some(token) = web.config.server.read_token.as_deref() else {
+    let config = web.config.load();
+    let Some(token) = config.server.read_token.as_deref() else {
         return next.run(req).await;
     };
     let path = req.uri().path();
@@ -119,7 +120,8 @@ pub(super) fn same_token(given: &str, token: &str) -> bool {
 /// the admin opens cannot make the browser act), and never the read token. Without the key,
 /// actions are off (403). `None`: the action may go on; else the refusal.
 pub(super) fn admin_refusal(web: &Web, headers: &HeaderMap) -> Option<Response> {
-    let Some(token) = web.config.server.admin_token.as_deref() else {
+    let config = web.config.load();
+    let Some(token) = config.server.admin_token.as_deref() else {
         return Some(
             (
                 StatusCode::FORBIDDEN,

@@ -50,7 +50,7 @@ pub struct RevisionLine {
 
 pub async fn images(State(web): State<Web>) -> Json<Vec<ImageLine>> {
     let now = crate::record::event::now_micros();
-    let config = web.config.clone();
+    let config = web.config.load();
     let running = web.records.read(|t| usage::running(&config, t, now, None));
     let lines = tokio::task::spawn_blocking(move || {
         config

@@ -25,7 +25,7 @@ mod images;
 use super::Carries;
 use super::bounds::{Caps, Slots};
 use crate::boot::exports::ServesFor;
-use crate::config::Config;
+use crate::config::Live;
 use crate::metrics::{Metrics, prometheus};
 use crate::record::egress::Egress;
 use crate::record::{Recorder, Records};
@@ -54,7 +54,8 @@ pub const STRANGERS: Caps = Caps {
 
 #[derive(Clone)]
 pub struct Web {
-    pub config: Arc<Config>,
+    /// Loaded once per request.
+    pub config: Live,
     pub recorder: Recorder,
     pub records: Arc<Records>,
     pub egress: Arc<Egress>,
@@ -89,15 +90,15 @@ pub async fn serve(
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: Shutdown,
 ) -> anyhow::Result<()> {
-    let limits = web.config.limits.clone();
     let metrics = web.metrics.clone();
-    let (config, identity) = (web.config.clone(), web.identity.clone());
+    let (live, identity) = (web.config.clone(), web.identity.clone());
     let app = router(web);
-    let clients = Caps {
-        total: limits.http_connections,
-        per_address: limits.http_per_client,
-    };
-    let slots = Slots::new(metrics.clone(), |m| &m.http().slots, clients, STRANGERS);
+    let slots = Slots::new(
+        metrics.clone(),
+        |m| &m.http().slots,
+        client_caps(&live.load().limits),
+        STRANGERS,
+    );
     static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
     loop {
         let Some((stream, peer, paced)) =
@@ -105,6 +106,9 @@ pub async fn serve(
         else {
             break;
         };
+        // Each connection is served under the limits of the config as it stands.
+        let config = live.load();
+        slots.set_client_caps(client_caps(&config.limits));
         let standing = identity.standing(&config, ServesFor::AnyPool, peer.ip());
         let held = match slots.take(peer.ip(), standing) {
             Ok(held) => held,
@@ -121,7 +125,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let service = app.clone();
         let stop = shutdown.clone();
-        let limits = limits.clone();
+        let limits = config.limits.clone();
         let tls = tls.clone();
         shutdown.spawn(async move {
             let _held = (held, paced);
@@ -129,6 +133,14 @@ pub async fn serve(
         });
     }
     Ok(())
+}
+
+/// The caps of the clients' connections (`limits.http_connections`, `http_per_client`).
+fn client_caps(limits: &crate::config::Limits) -> Caps {
+    Caps {
+        total: limits.http_connections,
+        per_address: limits.http_per_client,
+    }
 }
 
 pub fn router(web: Web) -> axum::Router {
@@ -147,6 +159,7 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/stream", get(stream))
         .route("/metrics", get(metrics_text))
         .route("/api/v1/pools", get(pools))
+        .route("/api/v1/config", get(api::config))
         .route("/api/v1/images", get(images::images))
         .route("/api/v1/clients", get(clients))
         .route("/api/v1/leases/{mac}/release", post(release_lease))
@@ -193,11 +206,13 @@ async fn metrics_text(State(web): State<Web>) -> impl IntoResponse {
             speed_bytes: l.speed_mbps.map(|mbps| u64::from(mbps) * 125_000),
         })
         .collect();
+    let served = web.config.served();
     let text = prometheus::text(&prometheus::Sources {
         metrics: &web.metrics,
         boots: &tally.boots,
         phases: &tally.phases,
         links: &links,
+        config: (served.generation, &served.digest),
     });
     ([(header::CONTENT_TYPE, prometheus::CONTENT_TYPE)], text)
 }

@@ -88,6 +88,13 @@ impl Conn {
         root_allowed(&self.config, RootProto::Nbd, name, ip, holder)
     }
 
+    /// The export a connection handed over by a restart was attached to, opened and
+    /// attached again as its handshake did (`Conn::resume`); `None` when it no longer may.
+    pub(super) async fn reopen(&self, name: &str) -> Option<Attached> {
+        let (opened, image) = self.open(name).await.ok()?;
+        self.attach(opened, image).await.ok()
+    }
+
     async fn open(&self, name: &str) -> Result<(BlockImage, Arc<Image>), Unavailable> {
         let image = image::lookup(&self.config, name).ok_or(Unavailable::Unknown)?;
         if !self.may_use(&image.name) {

@@ -117,35 +117,40 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often image mappings whose file was deleted or replaced are let go of.
 const FORGET_STALE_EVERY: Duration = Duration::from_secs(30);
 
-/// What every connection shares: images held in memory, the overlays, the records.
+/// What every connection shares: images held in memory, the overlays, the records, and the
+/// handover of a restart.
 struct Exports {
     ram: Arc<RamImages>,
     pool: BufPool,
     overlays: Arc<Overlays>,
     records: Arc<Records>,
     identity: Identity,
+    handover: Arc<crate::service::handover::Handover>,
 }
 
 pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::Result<()> {
-    let limits = Limits::of(&shared.config.limits);
-    serve_with(listener, shared, limits).await
+    serve_with(listener, shared, |config| Limits::of(&config.limits)).await
 }
 
-/// `serve` within `limits`.
+/// `serve` within the limits `limits_of` the config as it stands when a connection arrives
+/// (the daemon's: its `limits` section, which a reload may change).
 pub async fn serve_with(
     listener: super::Listener,
     shared: super::Shared,
-    limits: Limits,
+    limits_of: impl Fn(&Config) -> Limits,
 ) -> anyhow::Result<()> {
     let super::Shared {
-        config,
+        config: live,
         recorder,
         metrics,
         records,
         identity,
+        handover,
         shutdown,
         ..
     } = shared;
+    let config = live.load();
+    let limits = limits_of(&config);
     let clients = Caps {
         total: limits.max_connections,
         per_address: limits.per_client,
@@ -163,8 +168,46 @@ pub async fn serve_with(
         overlays: Overlays::new(&config, limits.cow_grace, shutdown.clone()),
         records,
         identity,
+        handover,
     });
     tracing::info!(exports = ?image::export_names(&config), "nbd serving");
+    // The connections a restart handed over (`service::handover`): taken up before any new one.
+    for handed in exports.handover.take() {
+        let Some((stream, peer)) = std::net::TcpStream::set_nonblocking(&handed.stream, true)
+            .and_then(|()| TcpStream::from_std(handed.stream))
+            .and_then(|s| s.peer_addr().map(|p| (s, p)))
+            .map_err(|e| tracing::warn!(error = %e, "nbd connection not taken over"))
+            .ok()
+        else {
+            continue;
+        };
+        let standing =
+            exports
+                .identity
+                .standing(&config, ServesFor::Root(RootProto::Nbd), peer.ip());
+        let Ok(slot) = slots.take(peer.ip(), standing) else {
+            tracing::warn!(%peer, "nbd connection not taken over: no slot");
+            continue;
+        };
+        metrics.nbd().connections.inc();
+        let conn = Conn {
+            peer,
+            config: config.clone(),
+            recorder: recorder.clone(),
+            shutdown: shutdown.clone(),
+            metrics: metrics.clone(),
+            buffers: buffers.clone(),
+            exports: exports.clone(),
+            limits,
+            activity: idle.register(),
+            stranger: standing == Standing::Stranger,
+        };
+        let (export, size, pending) = (handed.export, handed.size, handed.pending);
+        shutdown.spawn(async move {
+            let _held = slot;
+            conn.resume(stream, &export, size, pending).await;
+        });
+    }
     let mut sweep = tokio::time::interval(FORGET_STALE_EVERY);
     loop {
         let accepted = tokio::select! {
@@ -172,7 +215,7 @@ pub async fn serve_with(
             _ = sweep.tick() => {
                 // An image deleted or replaced: free its mapping (and disk space) once unused,
                 // and its copy in memory.
-                let (ram, config) = (exports.ram.clone(), config.clone());
+                let (ram, config) = (exports.ram.clone(), live.load());
                 tokio::task::spawn_blocking(move || {
                     Mapping::forget_stale();
                     ram.drop_removed(&config);
@@ -183,6 +226,14 @@ pub async fn serve_with(
         let Some((stream, peer, paced)) = accepted else {
             break;
         };
+        // A connection keeps the config it was accepted under: its export stays the one
+        // (and the revision) it attached, its limits those of then.
+        let config = live.load();
+        let limits = limits_of(&config);
+        slots.set_client_caps(Caps {
+            total: limits.max_connections,
+            per_address: limits.per_client,
+        });
         let refuse = |why: &'static str| {
             metrics.nbd().full.inc();
             metrics.nbd().refused.inc();
@@ -348,8 +399,69 @@ impl Conn {
             };
             self.recorder.tracer().op(ip, received, what);
         }
+        self.serve_attached(stream, attached, Vec::new(), started, received)
+            .await;
+    }
+
+    /// A connection a restart handed over (`service::handover`), attached to `export` (its
+    /// revision resolved) of `size` bytes: opened again as the handshake would, and served
+    /// from `pending`, the request bytes read and not taken. An export gone or changed in
+    /// size since is closed.
+    async fn resume(self, mut stream: TcpStream, export: &str, size: u64, pending: Vec<u8>) {
+        let (started, received) = (Instant::now(), now_micros());
+        if let Err(e) = super::bounds::lose_silent_peers(&stream, self.limits.lost_after) {
+            tracing::warn!(peer = %self.peer, error = %e, "nbd cannot set keepalive");
+        }
+        let attached = match self.reopen(export).await {
+            Some(a) if a.image.size() == size => a,
+            found => {
+                tracing::warn!(peer = %self.peer, export, size, now = ?found.map(|a| a.image.size()),
+                    "nbd connection handed over not taken up: its export is gone or changed");
+                let _ = tokio::io::AsyncWriteExt::shutdown(&mut stream).await;
+                return;
+            }
+        };
+        tracing::info!(peer = %self.peer, export, pending = pending.len(),
+            "nbd connection taken over from the daemon before the restart");
+        self.serve_attached(stream, attached, pending, started, received)
+            .await;
+    }
+
+    /// An attached connection's life: its requests served, how it ended logged and recorded;
+    /// or, stopped by a restart, handed over to the next program.
+    async fn serve_attached(
+        &self,
+        stream: TcpStream,
+        attached: Attached,
+        pending: Vec<u8>,
+        started: Instant,
+        received: crate::record::event::Micros,
+    ) {
+        let export = attached.image.name().to_string();
         let cow = attached.cow.is_some();
-        let (requests, bytes, end) = self.transmit(stream, attached).await;
+        let size = attached.image.size();
+        let (requests, bytes, end, quiet) = self.transmit(stream, attached, pending).await;
+        if let Some(quiet) = quiet {
+            let stream = quiet.stream.into_std();
+            match stream.and_then(|s| s.set_nonblocking(false).map(|()| s)) {
+                Ok(stream) => {
+                    tracing::info!(peer = %self.peer, %export, requests, bytes,
+                        pending = quiet.pending.len(), "nbd connection handed over to the restarted daemon");
+                    self.exports
+                        .handover
+                        .hand(crate::service::handover::Handed {
+                            stream,
+                            export,
+                            size,
+                            pending: quiet.pending,
+                        });
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(peer = %self.peer, error = %e, "nbd connection not handed over")
+                }
+            }
+        }
         // How the client left, for the record (a powered-off or restarted client is gone).
         let how = match end {
             TransmitEnd::Disconnect => Some(Detach::Disconnect),

@@ -59,7 +59,9 @@ async fn start(limits: Limits) -> Setup {
         metrics.clone(),
         shutdown.clone(),
     );
-    let served = tokio::spawn(serve_with(listener.into(), shared, limits));
+    let served = tokio::spawn(serve_with(listener.into(), shared, move |_: &Config| {
+        limits
+    }));
     Setup {
         _dir: dir,
         addr,

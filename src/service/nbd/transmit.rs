@@ -31,8 +31,17 @@ const INLINE_MIN: u32 = 64 << 10;
 /// Bytes of requests read ahead per connection.
 const REQUEST_BUFFER: usize = 4 << 10;
 
+/// A connection ended by a restart that hands it over (`service::handover`): its socket and
+/// the request bytes read from it but not taken, in order.
+pub(super) struct Quiet {
+    pub(super) stream: TcpStream,
+    pub(super) pending: Vec<u8>,
+}
+
 impl Conn {
-    /// The transmission phase. Returns (requests, bytes sent, how it ended).
+    /// The transmission phase, `pending` the request bytes a previous program read and did
+    /// not take (`service::handover`). Returns (requests, bytes sent, how it ended), and the
+    /// connection itself when the daemon stopped to hand it over between two requests.
     ///
     /// Long (about 180 lines) on purpose: it is the one loop every NBD request passes
     /// through, read as a pipeline from top to bottom (a request slot, the request, its
@@ -43,11 +52,18 @@ impl Conn {
         &self,
         stream: TcpStream,
         attached: Attached,
-    ) -> (u64, u64, TransmitEnd) {
+        pending: Vec<u8>,
+    ) -> (u64, u64, TransmitEnd, Option<Quiet>) {
         let ahead = Arc::new(Semaphore::new(READ_AHEAD as usize));
         let (rd, wr) = stream.into_split();
         // Requests are 28 bytes: read them from a buffer, many per syscall when pipelined.
+        let rd = std::io::Cursor::new(pending).chain(rd);
         let mut rd = tokio::io::BufReader::with_capacity(REQUEST_BUFFER, rd);
+        // A request header read in part when the daemon stopped (handed over with the rest).
+        let mut h = [0; p::REQUEST_LEN];
+        let mut got = 0;
+        // Whether the connection stands between two requests (nothing of one half read).
+        let mut between = true;
         let (tx, rx) = mpsc::channel::<Reply>(self.limits.max_in_flight);
         let slots = Arc::new(Semaphore::new(self.limits.max_in_flight));
         // The writer cancels this when the client stops taking replies.
@@ -82,19 +98,30 @@ impl Conn {
         let size = source.image.size();
         let mut tasks = JoinSet::new();
         let mut requests = 0u64;
-        let end = loop {
+        let end = 'requests: loop {
             let slot = tokio::select! {
                 s = slots.clone().acquire_owned() => s.expect("never closed"),
                 _ = self.shutdown.wait() => break TransmitEnd::Shutdown,
                 _ = broken.cancelled() => break TransmitEnd::WriteFailed,
             };
-            let mut h = [0; p::REQUEST_LEN];
-            let r = tokio::select! {
-                r = rd.read_exact(&mut h) => r,
-                _ = self.shutdown.wait() => break TransmitEnd::Shutdown,
-                _ = broken.cancelled() => break TransmitEnd::WriteFailed,
-                _ = self.activity.evict.cancelled() => break TransmitEnd::Evicted,
+            // `read` gives up nothing when shutdown wins (`read_exact` may have taken part
+            // of a header): what arrived of the header stays in `h[..got]`.
+            got = 0;
+            let r = loop {
+                let r = tokio::select! {
+                    r = rd.read(&mut h[got..]) => r,
+                    _ = self.shutdown.wait() => break 'requests TransmitEnd::Shutdown,
+                    _ = broken.cancelled() => break 'requests TransmitEnd::WriteFailed,
+                    _ = self.activity.evict.cancelled() => break 'requests TransmitEnd::Evicted,
+                };
+                match r {
+                    Ok(0) => break Err(io::ErrorKind::UnexpectedEof.into()),
+                    Ok(n) if got + n == p::REQUEST_LEN => break Ok(()),
+                    Ok(n) => got += n,
+                    Err(e) => break Err(e),
+                }
             };
+            got = 0;
             self.activity.touch();
             if let Err(e) = r {
                 break match e.kind() {
@@ -141,19 +168,27 @@ impl Conn {
                             continue;
                         }
                         Answered::Sent => continue,
-                        Answered::End(why) => break why,
+                        Answered::End(why) => {
+                            // This READ may be unanswered, or half sent.
+                            between = false;
+                            break why;
+                        }
                         Answered::Blocking(slot) => (Op::of(verdict), slot),
                     }
                 }
                 Verdict::Write { len, .. } => {
                     let Ok(buffer) = self.buffers.clone().acquire_many_owned(len.max(1)).await
                     else {
+                        between = false;
                         break TransmitEnd::Shutdown;
                     };
                     let mut data = vec![0; len as usize];
                     let r = tokio::select! {
                         r = rd.read_exact(&mut data) => r,
-                        _ = self.shutdown.wait() => break TransmitEnd::Shutdown,
+                        _ = self.shutdown.wait() => {
+                            between = false;
+                            break TransmitEnd::Shutdown;
+                        }
                     };
                     if r.is_err() {
                         break TransmitEnd::Closed;
@@ -174,7 +209,10 @@ impl Conn {
                     let mut sink = tokio::io::sink();
                     let drained = tokio::select! {
                         r = tokio::io::copy(&mut payload, &mut sink) => r,
-                        _ = self.shutdown.wait() => break TransmitEnd::Shutdown,
+                        _ = self.shutdown.wait() => {
+                            between = false;
+                            break TransmitEnd::Shutdown;
+                        }
                     };
                     if !matches!(drained, Ok(n) if n == drain as u64) {
                         break TransmitEnd::Closed;
@@ -208,7 +246,8 @@ impl Conn {
             while tasks.join_next().await.is_some() {}
         })
         .await;
-        if drained.is_err() {
+        let answered = drained.is_ok();
+        if !answered {
             tasks.abort_all();
         }
         if tokio::time::timeout(DRAIN_TIMEOUT, &mut writer)
@@ -218,8 +257,30 @@ impl Conn {
             writer.abort();
         }
         // The lease (attached.cow) is dropped here, after the last operation on it.
+        let writable = attached.cow.is_some();
         drop(attached.cow);
-        (requests, out.sent.load(Relaxed), end)
+        let sent = out.sent.load(Relaxed);
+        // Handed over: a read-only connection stopped between requests, every reply sent.
+        let handing = end == TransmitEnd::Shutdown
+            && between
+            && answered
+            && !writable
+            && self.exports.handover.armed()
+            && writer.is_finished();
+        let quiet = if handing {
+            Arc::try_unwrap(out).ok().and_then(|out| {
+                let mut pending = h[..got].to_vec();
+                pending.extend_from_slice(rd.buffer());
+                let (cursor, rd) = rd.into_inner().into_inner();
+                let at = usize::try_from(cursor.position()).unwrap_or(usize::MAX);
+                pending.extend_from_slice(cursor.get_ref().get(at..).unwrap_or_default());
+                let stream = rd.reunite(out.wr.into_inner()).ok()?;
+                Some(Quiet { stream, pending })
+            })
+        } else {
+            None
+        };
+        (requests, sent, end, quiet)
     }
 }
 

@@ -261,6 +261,10 @@ pub(super) async fn write_replies(
         }
     }
     out.record();
-    let mut wr = out.wr.lock().await;
-    let _ = tokio::time::timeout(DRAIN_TIMEOUT, wr.shutdown()).await;
+    // A restart may hand the connection over (`service::handover`): its sending side stays
+    // open (one not handed over is closed when dropped).
+    if !out.exports.handover.armed() {
+        let mut wr = out.wr.lock().await;
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, wr.shutdown()).await;
+    }
 }

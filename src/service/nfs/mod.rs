@@ -86,13 +86,16 @@ const NFS3ERR_TOOSMALL: u32 = 10005;
 
 pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::Result<()> {
     let super::Shared {
-        config,
+        config: live,
         recorder,
         metrics,
         identity,
         shutdown,
         ..
     } = shared;
+    // The exports served from start; an image a reload adds joins the tree at its first
+    // MOUNT, as a revision imported since does (`image::serve::nfs_to_learn`).
+    let config = live.load();
     let mut images = Vec::new();
     // Each NFS pool's image and its per-architecture ones (`pools.NAME.arch`).
     let nfs_images = || {
@@ -171,6 +174,8 @@ pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::
         else {
             break;
         };
+        // A connection keeps the config it was accepted under.
+        let config = live.load();
         static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
         if !stream
             .local_addr()

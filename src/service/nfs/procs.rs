@@ -31,11 +31,12 @@ impl Conn {
             }
             Mount::Mnt(path) => {
                 let export = String::from_utf8_lossy(path).into_owned();
-                // A revision imported since start joins the tree when first mounted.
+                // A revision imported since start, or an image a reload added, joins the
+                // tree when first mounted.
                 if let Some((e, name, root)) =
                     crate::image::serve::nfs_to_learn(&self.config, path, self.tree.exports())
                 {
-                    tracing::info!(export = %e, "nfs export of a new image revision");
+                    tracing::info!(export = %e, "nfs export of a new image or revision");
                     let image = self.config.images.get(crate::config::names::base(&name));
                     let ram = image.is_some_and(|i| i.store == Store::Ram);
                     self.tree.add_export(e, name, root, ram);
