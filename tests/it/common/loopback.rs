@@ -117,19 +117,23 @@ impl Loopback {
             let line = self.lines().find(|l| l.starts_with(&start)).expect(key);
             line[start.len()..].to_string()
         };
-        let first = format!(
-            "- {{ subnet: {}, range: {} }}\n{more}",
-            value("subnet"),
-            value("range")
-        );
+        // In proxy mode the subnet has no range (`proxy`).
+        let range = self
+            .lines()
+            .any(|l| l.starts_with("  range: "))
+            .then(|| format!(", range: {}", value("range")))
+            .unwrap_or_default();
+        let first = format!("- {{ subnet: {}{range} }}\n{more}", value("subnet"));
         self.line("  subnet: ", "")
             .line("  range: ", "")
             .dhcp(&format!("subnets:\n{}", Loopback::indent(&first, 2)))
     }
 
-    /// DHCP in proxy mode: beside another server that gives the addresses.
+    /// DHCP in proxy mode: beside another server that gives the addresses (so no range, which
+    /// proxy mode refuses).
     pub fn proxy(self) -> Loopback {
         self.replace("  mode: authoritative\n", "  mode: proxy\n")
+            .line("  range: ", "")
     }
 
     /// The DHCP range.
