@@ -419,7 +419,7 @@ async fn start_taking(
         Some(records.clone()),
         links.specs(),
     ));
-    let egress = record::egress::open(&records, &config.server.link_speeds)
+    let egress = record::sampler::open(&records, &config.server.link_speeds)
         .await
         .context("starting egress sampling")?;
     placement.set_egress(egress.clone());
@@ -918,7 +918,7 @@ fn service_table(
                 Arc::new(move || record::payload_totals(&metrics)) as record::egress::ProtoTotals;
             // The interfaces and link speeds cannot change while the daemon runs.
             let config = s.config.load();
-            Box::pin(record::egress::sample(
+            Box::pin(record::sampler::sample(
                 s.egress.clone(),
                 config.server.interfaces.clone(),
                 s.placement.held(),

@@ -5,17 +5,15 @@
 //! from sysfs when it describes the same namespace (a fallback for counters too). Samples are kept in memory for the API and handed to the record writer, which
 //! stores them with the boot events.
 
-use super::event::{Micros, Proto, now_micros};
+use super::event::Proto;
 use crate::proto::netlink;
-use crate::shutdown::Shutdown;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 /// How much history the API can show from memory (one sample a second).
-const KEEP: usize = 6 * 3600;
+pub(super) const KEEP: usize = 6 * 3600;
 
 /// What a link is to the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,7 +193,7 @@ pub fn read_sysfs(root: &Path, interfaces: &[String]) -> Vec<LinkCounters> {
 }
 
 /// Link speed from sysfs, only if sysfs shows this namespace's link of that name.
-fn sysfs_speed(name: &str, index: u32) -> Option<u32> {
+pub(super) fn sysfs_speed(name: &str, index: u32) -> Option<u32> {
     let dir = Path::new("/sys/class/net").join(name);
     let same = std::fs::read_to_string(dir.join("ifindex"))
         .ok()?
@@ -286,7 +284,7 @@ impl Egress {
             .cloned()
     }
 
-    fn push(&self, links: &[LinkCounters], sample: Sample) {
+    pub(super) fn push(&self, links: &[LinkCounters], sample: Sample) {
         let mut h = self.inner.write().unwrap_or_else(|e| e.into_inner());
         for l in links {
             h.links.insert(l.name.clone(), l.clone());
@@ -303,51 +301,6 @@ pub type ProtoTotals = Arc<dyn Fn() -> BTreeMap<Proto, u64> + Send + Sync>;
 
 /// Which `server.links` addresses each interface holds.
 pub type Held = BTreeMap<String, Vec<std::net::Ipv4Addr>>;
-
-/// The samples of the last hours, loaded from the store. `link_speeds` (pools.yaml's
-/// `server.link_speeds`) gives the capacity of links the kernel has no speed for.
-pub async fn open(
-    records: &super::Records,
-    link_speeds: &BTreeMap<String, u32>,
-) -> anyhow::Result<Arc<Egress>> {
-    let egress = Arc::new(Egress::default());
-    let cutoff = now_micros() as f64 / 1e6 - KEEP as f64;
-    for mut s in records.store.egress_since(cutoff).await? {
-        fill_speeds(&mut s.links, link_speeds);
-        egress.push(&s.links, s.sample);
-    }
-    Ok(egress)
-}
-
-/// The egress sampler, a service of its own: once a second until shutdown, samples
-/// `interfaces` and those holding server links (`held`) into `egress` and the records.
-/// `link_speeds` gives the capacity of links the kernel has no speed for. Never fails.
-pub async fn sample(
-    egress: Arc<Egress>,
-    mut interfaces: Vec<String>,
-    held: Held,
-    link_speeds: BTreeMap<String, u32>,
-    totals: ProtoTotals,
-    recorder: super::Recorder,
-    shutdown: Shutdown,
-) -> anyhow::Result<()> {
-    for dev in held.keys() {
-        if !interfaces.contains(dev) {
-            interfaces.push(dev.clone());
-        }
-    }
-    sample_forever(
-        egress,
-        interfaces,
-        Arc::new(held),
-        Arc::new(link_speeds),
-        totals,
-        recorder,
-        shutdown,
-    )
-    .await;
-    Ok(())
-}
 
 /// A stored sample: the rates and the links' descriptions (with raw counters) at that time.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -371,85 +324,6 @@ impl Saved {
             },
             links: Vec::new(),
         }
-    }
-}
-
-fn read_links(interfaces: &[String], link_speeds: &BTreeMap<String, u32>) -> Vec<LinkCounters> {
-    let mut links = match dump_links() {
-        Ok(links) => {
-            let index: BTreeMap<String, u32> =
-                links.iter().map(|l| (l.name.clone(), l.index)).collect();
-            select(&links, interfaces, |name| {
-                index.get(name).and_then(|i| sysfs_speed(name, *i))
-            })
-        }
-        Err(e) => {
-            tracing::debug!(error = %e, "rtnetlink unavailable; reading sysfs");
-            read_sysfs(Path::new("/sys"), interfaces)
-        }
-    };
-    fill_speeds(&mut links, link_speeds);
-    links
-}
-
-async fn sample_forever(
-    egress: Arc<Egress>,
-    interfaces: Vec<String>,
-    held: Arc<Held>,
-    link_speeds: Arc<BTreeMap<String, u32>>,
-    totals: ProtoTotals,
-    recorder: super::Recorder,
-    shutdown: Shutdown,
-) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut before: Option<(Micros, Vec<LinkCounters>, BTreeMap<Proto, u64>)> = None;
-    let mut warned = false;
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = shutdown.wait() => return,
-        }
-        let (ifaces, speeds) = (interfaces.clone(), link_speeds.clone());
-        let Ok(mut links) = tokio::task::spawn_blocking(move || read_links(&ifaces, &speeds)).await
-        else {
-            continue;
-        };
-        for l in &mut links {
-            l.addresses = held.get(&l.name).cloned().unwrap_or_default();
-        }
-        let now = now_micros();
-        let proto_now = totals();
-        if links.is_empty() && !interfaces.is_empty() && !warned {
-            tracing::warn!(interfaces = ?interfaces, "none of the served interfaces exist; egress is not sampled");
-            warned = true;
-        }
-        if let Some((t0, links0, proto0)) = &before {
-            let secs = (now - t0) as f64 / 1e6;
-            if secs > 0.0 {
-                let protocols = proto_now
-                    .iter()
-                    .map(|(p, n)| {
-                        (
-                            super::event::proto_name(*p).to_string(),
-                            n.saturating_sub(*proto0.get(p).unwrap_or(&0)) as f64 / secs,
-                        )
-                    })
-                    .collect();
-                let sample = Sample {
-                    t: now as f64 / 1e6,
-                    seconds: secs,
-                    links: rates(links0, &links, secs),
-                    protocols,
-                };
-                recorder.egress(Saved {
-                    sample: sample.clone(),
-                    links: links.clone(),
-                });
-                egress.push(&links, sample);
-            }
-        }
-        before = Some((now, links, proto_now));
     }
 }
 

@@ -19,6 +19,7 @@ pub mod egress;
 pub mod end;
 pub mod event;
 pub mod report;
+pub mod sampler;
 pub mod signs;
 pub mod stall;
 pub mod standing;

@@ -1023,7 +1023,8 @@ pools:
         let dir = tempfile::tempdir().unwrap();
         let mut s = server(dir.path());
         let now = unix_now();
-        s.handle(&req(1, &[53, 1, DISCOVER]), from(), None, now).unwrap();
+        s.handle(&req(1, &[53, 1, DISCOVER]), from(), None, now)
+            .unwrap();
         let o = [53, 1, REQUEST, 50, 4, 10, 77, 0, 100, 54, 4, 10, 77, 0, 1];
         let (ack, _) = s.handle(&req(1, &o), from(), None, now).unwrap();
         assert_eq!(ack.kind, ReplyKind::Ack);

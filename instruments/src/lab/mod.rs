@@ -13,6 +13,9 @@ pub mod table;
 pub mod vm;
 pub mod wire_wait;
 
+pub(crate) use net::dies_with_lab;
+pub use table::Outcome;
+
 use anyhow::{Context, bail};
 use bootpool::config::{Config, Mac, RootProto};
 use bootpool::record::view::BootView;
@@ -105,31 +108,6 @@ pub struct LabArgs {
     /// again (with `--activate`, the second clients' passes).
     #[arg(long, value_name = "SECS")]
     pub stay_on: Option<u64>,
-}
-
-/// One client's line in the lab's table.
-#[derive(Debug, Clone)]
-pub struct Outcome {
-    pub name: String,
-    pub pool: String,
-    pub mac: Mac,
-    pub console: Console,
-    /// Seconds from power-on until iPXE started DHCP (the firmware, unseen by bootpool).
-    pub firmware_s: Option<f64>,
-    pub boot: Option<BootView>,
-}
-
-impl Outcome {
-    pub fn ok(&self) -> bool {
-        matches!(self.console, Console::Booted(_))
-            && self.boot.as_ref().is_some_and(|b| b.result == "booted")
-    }
-}
-
-/// Makes the child get `signal` when the lab process dies, however it dies, so nothing the
-/// lab started outlives it.
-pub(crate) fn dies_with_lab(cmd: &mut Command, signal: libc::c_int) {
-    bootpool::sys::process::set_parent_death_signal(cmd, signal);
 }
 
 /// The daemon the lab and the storm start: `bootpool` beside this binary (a build's

@@ -6,6 +6,12 @@ use anyhow::{Context, bail};
 use std::net::Ipv4Addr;
 use std::process::Command;
 
+/// Makes the child get `signal` when the lab process dies, however it dies, so nothing the
+/// lab started outlives it.
+pub(crate) fn dies_with_lab(cmd: &mut Command, signal: libc::c_int) {
+    bootpool::sys::process::set_parent_death_signal(cmd, signal);
+}
+
 /// Moves the calling thread (call it before any other thread exists) into a new network
 /// namespace, and brings its loopback up.
 pub fn enter_private_namespace() -> anyhow::Result<()> {
@@ -176,7 +182,7 @@ pub fn start_router_adverts(
     cmd.args(["--logmethod", "stderr"])
         .stdout(log.try_clone()?)
         .stderr(log);
-    super::dies_with_lab(&mut cmd, libc::SIGKILL);
+    dies_with_lab(&mut cmd, libc::SIGKILL);
     Ok(Some(cmd.spawn().context("starting radvd")?))
 }
 
@@ -212,6 +218,6 @@ pub fn start_dhcp_peer(
     .arg(format!("--pid-file={}", dir.join("dnsmasq.pid").display()))
     .stdout(log.try_clone()?)
     .stderr(log);
-    super::dies_with_lab(&mut cmd, libc::SIGKILL);
+    dies_with_lab(&mut cmd, libc::SIGKILL);
     Ok(Some(cmd.spawn().context("starting dnsmasq")?))
 }

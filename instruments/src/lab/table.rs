@@ -1,9 +1,28 @@
 //! The lab's boot table: one line per client, phases in seconds as the daemon recorded them.
 
-use super::Outcome;
 use super::vm::Console;
+use bootpool::config::Mac;
 use bootpool::record::view::BootView;
 use std::fmt::Write;
+
+/// One client's line in the lab's table.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub name: String,
+    pub pool: String,
+    pub mac: Mac,
+    pub console: Console,
+    /// Seconds from power-on until iPXE started DHCP (the firmware, unseen by bootpool).
+    pub firmware_s: Option<f64>,
+    pub boot: Option<BootView>,
+}
+
+impl Outcome {
+    pub fn ok(&self) -> bool {
+        matches!(self.console, Console::Booted(_))
+            && self.boot.as_ref().is_some_and(|b| b.result == "booted")
+    }
+}
 
 /// The phases every table shows; the Secure Boot chain's `shim` and `grub` are shown too when
 /// a boot in the table had them.

@@ -203,7 +203,7 @@ fn qemu(accel: Accel, serial: Serial, firmware: Firmware) -> Command {
             .stdout(Stdio::piped());
         }
     }
-    super::dies_with_lab(&mut cmd, libc::SIGKILL);
+    super::net::dies_with_lab(&mut cmd, libc::SIGKILL);
     cmd
 }
 

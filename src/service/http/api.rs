@@ -2,7 +2,7 @@
 //! egress, the event stream, and the admin's lease release.
 
 use super::guard::admin_refusal;
-use super::{Web, not_found};
+use super::web::{Web, not_found};
 use crate::config::Mac;
 use crate::record::egress::LinkKind;
 use crate::record::event::now_micros;

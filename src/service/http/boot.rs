@@ -1,7 +1,7 @@
 //! Boot files over HTTP: the per-client iPXE script, loaders, each image's kernel and
 //! initrd (with ranges), trace files; each file recorded when its last byte is handed over.
 
-use super::{Web, not_found};
+use super::web::{Web, not_found};
 use crate::boot::script;
 use crate::config::Mac;
 use crate::export::boot_files::{self, NotServed};

@@ -1,7 +1,7 @@
 //! The booted system's calls: `POST /api/v1/booted` and `/failed`, believed only from the
 //! address the client's lease holds.
 
-use super::Web;
+use super::web::Web;
 use crate::record::{Kind, Who};
 use axum::extract::{ConnectInfo, State};
 use axum::http::StatusCode;

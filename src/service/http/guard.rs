@@ -1,7 +1,7 @@
 //! Who may read and act: `server.read_token` for the dashboard, the read API and /metrics
 //! (bearer header or cookie), the admin token for the lease actions.
 
-use super::Web;
+use super::web::Web;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;

@@ -1,7 +1,7 @@
 //! `GET /api/v1/images`: each image's revisions, the active one, and how many running clients
 //! need a reboot to get it (`image::usage`, over the in-memory boots).
 
-use super::Web;
+use super::web::Web;
 use crate::config::{Config, Image, Wire};
 use crate::image::copies::{self, Kind};
 use crate::image::{serve, store, usage};

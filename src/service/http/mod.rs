@@ -21,27 +21,26 @@ mod callbacks;
 mod conn;
 mod guard;
 mod images;
+mod web;
+
+pub use web::Web;
 
 use super::Carries;
 use super::bounds::{Caps, Slots};
 use crate::boot::exports::ServesFor;
-use crate::config::Live;
-use crate::metrics::{Metrics, prometheus};
-use crate::record::egress::Egress;
-use crate::record::{Recorder, Records};
+use crate::metrics::prometheus;
 use crate::shutdown::Shutdown;
 use api::{
     boot_console, boots, clients, compare, egress, pools, release_lease, stream, wave_by_id, waves,
 };
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use boot::{boot_script, image_file, loader};
 use callbacks::{booted, failed};
 use conn::serve_connection;
 use guard::read_guard;
-use std::sync::Arc;
 
 /// What the HTTP handlers share.
 /// Addresses that hold no lease (the admin's browser, a Prometheus server, a probe) share
@@ -51,36 +50,6 @@ pub const STRANGERS: Caps = Caps {
     total: 64,
     per_address: 16,
 };
-
-#[derive(Clone)]
-pub struct Web {
-    /// Loaded once per request.
-    pub config: Live,
-    pub recorder: Recorder,
-    pub records: Arc<Records>,
-    pub egress: Arc<Egress>,
-    /// Who is at which address (`service::identity`).
-    pub identity: super::identity::Identity,
-    /// The daemon's counters, which `/metrics` serves.
-    pub metrics: Metrics,
-    /// The DHCP service, for the actions on the lease table.
-    pub dhcp: super::dhcp::Commands,
-}
-
-impl Web {
-    /// The API's dependencies: the shared ones, and the DHCP service's command channel.
-    pub fn new(shared: &super::Shared, dhcp: super::dhcp::Commands) -> Web {
-        Web {
-            config: shared.config.clone(),
-            recorder: shared.recorder.clone(),
-            records: shared.records.clone(),
-            egress: shared.egress.clone(),
-            identity: shared.identity.clone(),
-            metrics: shared.metrics.clone(),
-            dhcp,
-        }
-    }
-}
 
 /// Serves `listener`: plain HTTP, or HTTPS with `tls` (`server.tls`, the same routes; its
 /// connection limits are its own).
@@ -215,8 +184,4 @@ async fn metrics_text(State(web): State<Web>) -> impl IntoResponse {
         config: (served.generation, &served.digest),
     });
     ([(header::CONTENT_TYPE, prometheus::CONTENT_TYPE)], text)
-}
-
-fn not_found(what: &str) -> Response {
-    (StatusCode::NOT_FOUND, format!("{what}\n")).into_response()
 }

@@ -1,7 +1,7 @@
 //! NBD option haggling: the fixed-newstyle handshake up to the export a client settles on,
 //! with the one root access rule deciding what it may see and attach.
 
-use super::{Attached, Conn};
+use super::conn::{Attached, Conn};
 use crate::boot::exports::root_allowed;
 use crate::config::{Image, RootProto, Store};
 use crate::export::image::{self, BlockImage};

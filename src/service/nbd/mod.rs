@@ -21,9 +21,11 @@
 //! request loop and which path each READ takes), `ops.rs` (requests run on a blocking
 //! thread), `reply.rs` (replies and their pooled buffers), `writer.rs` (the sending side:
 //! batched writev, inline sends from the page cache or the image's mapping), `idle.rs`
-//! (which connection gives its slot up). This file holds the limits, the accept loop and a
-//! connection's life.
+//! (which connection gives its slot up), `conn.rs` (a connection's state and the limits, which
+//! the others read). This file holds the accept loop and a connection's life. The files import
+//! one way: this one names them, they never name it back.
 
+mod conn;
 mod handshake;
 mod idle;
 mod ops;
@@ -32,75 +34,27 @@ mod source;
 mod transmit;
 mod writer;
 
+pub use conn::Limits;
+
 use super::Carries;
 use super::bounds::{Caps, Full, Slots, Standing};
 use crate::boot::exports::{ServesFor, on_a_link};
 use crate::config::{Config, RootProto};
-use crate::export::image::{self, BlockImage, RamImages};
+use crate::export::image::{self, RamImages};
 use crate::export::mapping::Mapping;
-use crate::metrics::Metrics;
 use crate::record::event::{Detach, now_micros};
-use crate::record::{Kind, Proto, Recorder, Records, Who};
-use crate::service::identity::Identity;
-use crate::service::overlays::{Lease, Overlays};
-use crate::shutdown::Shutdown;
+use crate::record::{Kind, Proto, Who};
+use crate::service::overlays::Overlays;
 use crate::trace::format::What;
+use conn::{Attached, Conn, Exports};
 use handshake::HandshakeEnd;
-use idle::{Activity, IdleConns};
+use idle::IdleConns;
 use reply::BufPool;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use transmit::TransmitEnd;
-
-/// The service's bounds. `Default` is what the daemon uses; tests shrink them.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Connections served at once; more are accepted and closed at once (counted), unless
-    /// an idle one gives its slot up (`idle_timeout`).
-    pub max_connections: usize,
-    /// Connections served at once from one address; more are closed at once (counted).
-    pub per_client: usize,
-    /// An attached connection that sent no request for this long gives its slot to a new
-    /// connection that finds every slot taken.
-    pub idle_timeout: Duration,
-    /// Requests one connection may have in flight; the next is not read until one is
-    /// answered, so a pipelining client is pushed back through TCP.
-    pub max_in_flight: usize,
-    /// A client must finish option haggling within this.
-    pub handshake_timeout: Duration,
-    /// A reply the client does not take within this ends the connection.
-    pub write_timeout: Duration,
-    /// A client that answers nothing (keepalive probes, replies) this long is lost.
-    pub lost_after: Duration,
-    /// How long a copy-on-write overlay outlives its client's last connection (and how long
-    /// overlays kept on disk from before a restart wait to be claimed).
-    pub cow_grace: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits::of(&crate::config::Limits::default())
-    }
-}
-
-impl Limits {
-    /// The bounds `pools.yaml`'s `limits` section sets; the rest are fixed.
-    pub fn of(l: &crate::config::Limits) -> Limits {
-        Limits {
-            max_connections: l.nbd_connections,
-            per_client: l.nbd_per_client,
-            idle_timeout: l.nbd_idle_timeout,
-            max_in_flight: 64,
-            handshake_timeout: Duration::from_secs(10),
-            write_timeout: Duration::from_secs(60),
-            lost_after: l.root_lost_after,
-            cow_grace: Duration::from_secs(300),
-        }
-    }
-}
 
 /// Addresses with no lease of an NBD pool: enough for a probe to hear its refusal.
 const STRANGERS: Caps = Caps {
@@ -112,21 +66,8 @@ const STRANGER_HANDSHAKE: Duration = Duration::from_secs(5);
 
 /// Read buffers held across all connections; one READ may be up to 64 MiB (`MAX_PAYLOAD`).
 const BUFFER_BUDGET: usize = 256 << 20;
-/// After DISC or shutdown, how long in-flight replies may take.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often image mappings whose file was deleted or replaced are let go of.
 const FORGET_STALE_EVERY: Duration = Duration::from_secs(30);
-
-/// What every connection shares: images held in memory, the overlays, the records, and the
-/// handover of a restart.
-struct Exports {
-    ram: Arc<RamImages>,
-    pool: BufPool,
-    overlays: Arc<Overlays>,
-    records: Arc<Records>,
-    identity: Identity,
-    handover: Arc<crate::service::handover::Handover>,
-}
 
 pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::Result<()> {
     serve_with(listener, shared, |config| Limits::of(&config.limits)).await
@@ -303,31 +244,7 @@ pub async fn serve_with(
     );
     Ok(())
 }
-struct Conn {
-    peer: SocketAddr,
-    config: Arc<Config>,
-    recorder: Recorder,
-    shutdown: Shutdown,
-    metrics: Metrics,
-    buffers: Arc<Semaphore>,
-    exports: Arc<Exports>,
-    limits: Limits,
-    activity: Activity,
-    /// Its address holds no lease of an NBD pool: its handshake has `STRANGER_HANDSHAKE`.
-    stranger: bool,
-}
-/// What a connection is attached to: the image, and the client's overlay if it is writable.
-struct Attached {
-    image: Arc<BlockImage>,
-    cow: Option<Lease>,
-}
 impl Conn {
-    /// Who the record says this is: an IPv4 peer by its address, an IPv6 one by the MAC its
-    /// DHCPv6 binding names (`service::who_at`).
-    fn who(&self) -> Option<Who> {
-        super::who_at(&self.exports.identity, self.peer.ip())
-    }
-
     async fn run(self, mut stream: TcpStream) {
         let started = Instant::now();
         let received = now_micros();
@@ -485,10 +402,6 @@ impl Conn {
             %end, "nbd connection closed"
         );
     }
-}
-
-fn poisoned<T>(e: std::sync::PoisonError<T>) -> T {
-    e.into_inner()
 }
 
 #[cfg(test)]

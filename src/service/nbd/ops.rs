@@ -1,9 +1,9 @@
 //! Requests that need a blocking thread: READs the base cannot answer at once, and writes,
 //! zeroes, trims and flushes through the client's copy-on-write overlay.
 
-use super::reply::{Body, Reply, plain};
+use super::conn::Exports;
+use super::reply::{Body, Reply, plain, poisoned};
 use super::source::Source;
-use super::{Exports, poisoned};
 use crate::export::cow::CowError;
 use crate::metrics::Nbd;
 use crate::proto::nbd::{self as p, Verdict};

@@ -1,7 +1,6 @@
 //! One reply ready to go (header and where its data lies) and the pool of page-aligned
 //! buffers READ data is read into.
 
-use super::poisoned;
 use crate::proto::nbd as p;
 use crate::sys::page_buf::PageBuf;
 use std::sync::Arc;
@@ -100,4 +99,10 @@ pub(super) fn plain(errno: u32, cookie: u64, slot: OwnedSemaphorePermit) -> Repl
         _buffer: None,
         _ahead: None,
     }
+}
+
+/// A lock's value whatever a panicking holder left: what the replies and overlays guard stays
+/// whole (each change is one assignment).
+pub(super) fn poisoned<T>(e: std::sync::PoisonError<T>) -> T {
+    e.into_inner()
 }

@@ -1,8 +1,11 @@
 //! The service's own duties (recording, limits, shutdown), with a minimal client; the
 //! protocol itself is driven by real clients in tests/it/nbd.rs.
 use super::*;
+use crate::metrics::Metrics;
 use crate::proto::nbd::{self as p, Request};
-use crate::record::{self, Records};
+use crate::record::{self, Recorder, Records};
+use crate::shutdown::Shutdown;
+use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 

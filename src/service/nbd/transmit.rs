@@ -1,11 +1,11 @@
 //! The transmission phase: one connection's request loop, which path each READ takes, and
 //! the requests handed to a blocking thread.
 
+use super::conn::{Attached, Conn, DRAIN_TIMEOUT};
 use super::ops::{Op, run_op};
 use super::reply::{Body, Reply, plain};
 use super::source::Source;
 use super::writer::{Inline, Out, send_cached, write_replies};
-use super::{Attached, Conn, DRAIN_TIMEOUT};
 use crate::proto::nbd::{self as p, Request, Verdict};
 use crate::record::Who;
 use crate::record::event::now_micros;

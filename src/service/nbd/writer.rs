@@ -2,9 +2,9 @@
 //! request reader from the page cache or the image's mapping, and root reads recorded in
 //! aggregate.
 
+use super::conn::{DRAIN_TIMEOUT, Exports};
 use super::reply::{Body, Reply};
 use super::source::Source;
-use super::{DRAIN_TIMEOUT, Exports};
 use crate::export::mapping::MappedRange;
 use crate::metrics::Metrics;
 use crate::proto::nbd as p;

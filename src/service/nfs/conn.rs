@@ -3,8 +3,10 @@
 //! written together; who may use which export, and READ bytes for the boot record.
 
 use super::ended::Ended;
+use super::limits::{
+    FIRST_CALL, IDLE, MAX_OUT, MAX_RECORD, POLL, STRANGER_TIME, TICK, WRITE_TIMEOUT,
+};
 use super::send::{send, send_mapped, send_with_data};
-use super::{FIRST_CALL, IDLE, MAX_OUT, MAX_RECORD, POLL, STRANGER_TIME, TICK, WRITE_TIMEOUT};
 use crate::boot::exports::root_allowed;
 use crate::config::{Config, RootProto};
 use crate::export::tree::{self, MappedRead, Tree, TreeHandle};

@@ -29,10 +29,12 @@
 //!
 //! Here the exports and the accept loop; `conn` one connection's thread and its calls'
 //! dispatch, `procs` the answers to MOUNT and NFS calls, `send` writing the replies, `ended`
-//! how a connection ended.
+//! how a connection ended, `limits` the sizes and times a connection keeps to. The files
+//! import one way: this one names them, they never name it back.
 
 mod conn;
 mod ended;
+mod limits;
 mod procs;
 mod send;
 
@@ -45,7 +47,7 @@ use crate::proto::portmap;
 use conn::Conn;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The room's connections: a kernel client holds one (its MOUNT call may open a second for a
 /// moment), so an address's share leaves room for a test rig on loopback.
@@ -58,32 +60,6 @@ const STRANGERS: Caps = Caps {
     total: 16,
     per_address: 2,
 };
-/// A stranger's connection ends this long after it was accepted.
-const STRANGER_TIME: Duration = Duration::from_secs(5);
-/// A connection that has made no call this long after it was accepted is closed.
-const FIRST_CALL: Duration = Duration::from_secs(10);
-/// Like knfsd: a client that said nothing for this long is dropped; NFS clients reconnect.
-const IDLE: Duration = Duration::from_secs(360);
-const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
-/// How often READ bytes are reported.
-const TICK: Duration = Duration::from_secs(1);
-/// How often a connection waiting for a call looks at the shutdown flag and its READ bytes.
-const POLL: Duration = Duration::from_millis(250);
-/// Largest call accepted (fragment marks included); WRITE is refused and we advertise
-/// `WTMAX`, so calls are small. A larger one closes the connection.
-pub const MAX_RECORD: usize = 256 * 1024;
-const WTMAX: u32 = 64 * 1024;
-/// Replies buffered before they are written (a client may pipeline many 1 MiB READs).
-const MAX_OUT: usize = 2 << 20;
-/// READs at least this long are read into a page-aligned buffer and sent from there: the
-/// kernel's copy from the page cache into a destination aligned unlike its source runs at a
-/// fraction of its speed on some CPUs (see `page_buf`), and a reply buffer's offset is
-/// anything.
-const BIG_READ: u32 = 64 * 1024;
-/// Largest READDIR(PLUS) reply we build, whatever the client allows.
-const MAX_DIR_REPLY: u32 = 1 << 20;
-const NFS3ERR_TOOSMALL: u32 = 10005;
-
 pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::Result<()> {
     let super::Shared {
         config: live,

@@ -3,7 +3,7 @@
 //! READLINK and READDIR against the caller's credentials (`nfs3::may`).
 
 use super::conn::{Conn, ReplyData};
-use super::{BIG_READ, MAX_DIR_REPLY, NFS3ERR_TOOSMALL, WTMAX};
+use super::limits::{BIG_READ, MAX_DIR_REPLY, NFS3ERR_TOOSMALL, WTMAX};
 use crate::config::Store;
 use crate::export::tree::{self, Status, Tree, TreeHandle};
 use crate::proto::mount::Mount;
