@@ -118,11 +118,11 @@ impl Loopback {
             line[start.len()..].to_string()
         };
         // In proxy mode the subnet has no range (`proxy`).
-        let range = self
-            .lines()
-            .any(|l| l.starts_with("  range: "))
-            .then(|| format!(", range: {}", value("range")))
-            .unwrap_or_default();
+        let range = if self.lines().any(|l| l.starts_with("  range: ")) {
+            format!(", range: {}", value("range"))
+        } else {
+            String::new()
+        };
         let first = format!("- {{ subnet: {}{range} }}\n{more}", value("subnet"));
         self.line("  subnet: ", "")
             .line("  range: ", "")
