@@ -118,15 +118,20 @@ impl Loopback {
             line[start.len()..].to_string()
         };
         // In proxy mode the subnet has no range (`proxy`).
-        let range = if self.lines().any(|l| l.starts_with("  range: ")) {
+        let has_range = self.lines().any(|l| l.starts_with("  range: "));
+        let range = if has_range {
             format!(", range: {}", value("range"))
         } else {
             String::new()
         };
         let first = format!("- {{ subnet: {}{range} }}\n{more}", value("subnet"));
-        self.line("  subnet: ", "")
-            .line("  range: ", "")
-            .dhcp(&format!("subnets:\n{}", Loopback::indent(&first, 2)))
+        let without = self.line("  subnet: ", "");
+        let without = if has_range {
+            without.line("  range: ", "")
+        } else {
+            without
+        };
+        without.dhcp(&format!("subnets:\n{}", Loopback::indent(&first, 2)))
     }
 
     /// DHCP in proxy mode: beside another server that gives the addresses (so no range, which
