@@ -1,0 +1,1 @@
+cd /work/main && /work/main/target/release/bootpool storm --config /work/main/bench/out/storm-20261206-1651/pools-plain-1x1000mbit.yaml --root nbd --clients 40 --tftp-loader --client-link 100mbit --server-links 1x1000mbit --think-scale 0.2 --json /work/main/bench/out/storm-20261206-1651/bootpool-bond-plain-nbd-40.json --label bootpool-bond-plain-nbd-40 
