@@ -112,6 +112,19 @@ pub async fn serve_with(
         handover,
     });
     tracing::info!(exports = ?image::export_names(&config), "nbd serving");
+    // A connection taken up or accepted, under the config and limits of that moment.
+    let new_conn = |peer, config: &Arc<Config>, limits, standing| Conn {
+        peer,
+        config: config.clone(),
+        recorder: recorder.clone(),
+        shutdown: shutdown.clone(),
+        metrics: metrics.clone(),
+        buffers: buffers.clone(),
+        exports: exports.clone(),
+        limits,
+        activity: idle.register(),
+        stranger: standing == Standing::Stranger,
+    };
     // The connections a restart handed over (`service::handover`): taken up before any new one.
     for handed in exports.handover.take() {
         let Some((stream, peer)) = std::net::TcpStream::set_nonblocking(&handed.stream, true)
@@ -131,18 +144,7 @@ pub async fn serve_with(
             continue;
         };
         metrics.nbd().connections.inc();
-        let conn = Conn {
-            peer,
-            config: config.clone(),
-            recorder: recorder.clone(),
-            shutdown: shutdown.clone(),
-            metrics: metrics.clone(),
-            buffers: buffers.clone(),
-            exports: exports.clone(),
-            limits,
-            activity: idle.register(),
-            stranger: standing == Standing::Stranger,
-        };
+        let conn = new_conn(peer, &config, limits, standing);
         let (export, size, pending) = (handed.export, handed.size, handed.pending);
         shutdown.spawn(async move {
             let _held = slot;
@@ -214,19 +216,7 @@ pub async fn serve_with(
             }
         };
         metrics.nbd().connections.inc();
-        let activity = idle.register();
-        let conn = Conn {
-            peer,
-            config: config.clone(),
-            recorder: recorder.clone(),
-            shutdown: shutdown.clone(),
-            metrics: metrics.clone(),
-            buffers: buffers.clone(),
-            exports: exports.clone(),
-            limits,
-            activity,
-            stranger: standing == Standing::Stranger,
-        };
+        let conn = new_conn(peer, &config, limits, standing);
         shutdown.spawn(async move {
             let _held = (slot, paced);
             conn.run(stream).await;
