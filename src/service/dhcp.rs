@@ -510,7 +510,7 @@ impl Server {
                     },
                 );
                 self.metrics.dhcp().offers.inc();
-                let mut reply = self.proxy_reply(req, ReplyKind::Offer, &plan);
+                let mut reply = self.proxy_reply(&config, req, ReplyKind::Offer, &plan);
                 if client.ipxe {
                     // Without a boot file here iPXE asks on port 4011, which tells us its
                     // address: HTTP and root requests can then be tied to this boot.
@@ -562,14 +562,23 @@ impl Server {
                     boot_file = plan.boot_file.as_ref().map(|b| b.as_str()).unwrap_or("-"),
                     "pxe ack");
                 // The client has an address (ciaddr) and listens where it sent from.
-                Some((self.proxy_reply(req, ReplyKind::Ack, &plan), To::Addr(from)))
+                Some((
+                    self.proxy_reply(&config, req, ReplyKind::Ack, &plan),
+                    To::Addr(from),
+                ))
             }
             _ => None,
         }
     }
 
     /// A proxy answer: the boot part of a reply with no address, mask, router or lease.
-    fn proxy_reply(&self, req: &Request, kind: ReplyKind, plan: &boot::Plan) -> Reply {
+    fn proxy_reply(
+        &self,
+        config: &Config,
+        req: &Request,
+        kind: ReplyKind,
+        plan: &boot::Plan,
+    ) -> Reply {
         Reply {
             // iPXE takes a proxy answer only with siaddr and a file ("PXE options"), even
             // when the file is a URL.
@@ -581,11 +590,12 @@ impl Server {
             log_server: None,
             ipxe_no_proxy: false,
             ..self.reply(
+                config,
                 req,
                 kind,
                 Ipv4Addr::UNSPECIFIED,
                 plan,
-                self.config.load().dhcp.home(),
+                config.dhcp.home(),
             )
         }
     }
@@ -611,9 +621,9 @@ impl Server {
         match req.message_type()? {
             DISCOVER => {
                 let ip = self.offer(req, &client, &plan, on, now)?;
-                Some(self.answered(req, ReplyKind::Offer, ip, &plan, on))
+                Some(self.answered(&config, req, ReplyKind::Offer, ip, &plan, on))
             }
-            REQUEST => self.request(req, from, &client, &plan, on, now),
+            REQUEST => self.request(&config, req, from, &client, &plan, on, now),
             RELEASE => {
                 // A client releases by unicast from the address it gives back (RFC 2131
                 // 4.4.6): anything else (the victim's MAC and address are easy to copy) is
@@ -643,7 +653,8 @@ impl Server {
             }
             INFORM => {
                 let unspecified = Ipv4Addr::UNSPECIFIED;
-                let (mut reply, to) = self.answered(req, ReplyKind::Ack, unspecified, &plan, on);
+                let (mut reply, to) =
+                    self.answered(&config, req, ReplyKind::Ack, unspecified, &plan, on);
                 reply.lease_secs = None;
                 Some((reply, to))
             }
@@ -701,8 +712,11 @@ impl Server {
 
     /// A REQUEST from subnet `on`: the ACK of the address it may have, a NAK, or silence when
     /// it chose another server's offer.
+    // The request's config, subnet and plan as `handle` resolved them once for it.
+    #[allow(clippy::too_many_arguments)]
     fn request(
         &mut self,
+        config: &Config,
         req: &Request,
         from: SocketAddr,
         client: &Client,
@@ -712,7 +726,7 @@ impl Server {
     ) -> Option<(Reply, To)> {
         let mac = client.mac;
         let selecting = req.server_id();
-        if selecting.is_some_and(|sid| sid != self.config.load().server.address) {
+        if selecting.is_some_and(|sid| sid != config.server.address) {
             // It chose another server's offer.
             let withdrawn = self.leases.write().withdraw_offer(mac, now);
             if withdrawn {
@@ -769,7 +783,7 @@ impl Server {
                     link = %plan.next_server, pxe = client.pxe, ipxe = client.ipxe,
                     boot_file = plan.boot_file.as_ref().map(|b| b.as_str()).unwrap_or("-"),
                     "dhcp ack");
-                Some(self.answered(req, ReplyKind::Ack, ip, plan, on))
+                Some(self.answered(config, req, ReplyKind::Ack, ip, plan, on))
             }
             Err(why) => {
                 self.metrics.dhcp().naks.inc();
@@ -777,7 +791,7 @@ impl Server {
                 tracing::info!(%mac, %ip, reason = %why, "dhcp nak");
                 let reply = Reply {
                     message: Some(why.to_string()),
-                    ..self.reply(req, ReplyKind::Nak, Ipv4Addr::UNSPECIFIED, plan, on)
+                    ..self.reply(config, req, ReplyKind::Nak, Ipv4Addr::UNSPECIFIED, plan, on)
                 };
                 // A NAK goes to everyone: the client may have no usable address.
                 let to = if req.giaddr.is_unspecified() {
@@ -793,13 +807,14 @@ impl Server {
     /// The reply of `kind` giving `yiaddr` from subnet `on`, and where it goes.
     fn answered(
         &self,
+        config: &Config,
         req: &Request,
         kind: ReplyKind,
         yiaddr: Ipv4Addr,
         plan: &boot::Plan,
         on: &DhcpSubnet,
     ) -> (Reply, To) {
-        let reply = self.reply(req, kind, yiaddr, plan, on);
+        let reply = self.reply(config, req, kind, yiaddr, plan, on);
         let to = self.destination(req, reply.yiaddr);
         (reply, to)
     }
@@ -819,13 +834,13 @@ impl Server {
     /// and 118 echoed as sent.
     fn reply(
         &self,
+        config: &Config,
         req: &Request,
         kind: ReplyKind,
         yiaddr: Ipv4Addr,
         plan: &boot::Plan,
         on: &DhcpSubnet,
     ) -> Reply {
-        let config = self.config.load();
         let boot_file = plan.boot_file.as_ref().map(|b| b.as_str().to_string());
         let tftp = matches!(plan.boot_file, Some(boot::BootFile::Tftp(_)));
         let ipxe = req.is_ipxe();
