@@ -579,32 +579,6 @@ fn room_of(rel: &str) -> &str {
     rel.split('/').next().unwrap_or(rel).trim_end_matches(".rs")
 }
 
-/// Whether an import is a folder's `mod.rs` naming a file of its own folder: the folder
-/// declares its files and is made of them, so that tie runs one way by construction (what
-/// the files share may sit in `mod.rs`).
-fn folder_uses_its_own_file(i: &Import) -> bool {
-    i.from
-        .strip_suffix("mod.rs")
-        .is_some_and(|dir| i.to.starts_with(dir))
-}
-
-/// Folders held to one way inside too: their `mod.rs` composes their files, which never name
-/// it back (what they share sits in a file of theirs below them), so its ties to them count
-/// as any other file's in the circle check.
-const ONE_WAY_FOLDERS: &[&str] = &[
-    "export/tree/",
-    "record/",
-    "service/http/",
-    "service/nbd/",
-    "service/nfs/",
-];
-
-/// Whether an import counts in the circle check of files: all but a folder's `mod.rs` naming
-/// its own files, unless the folder is one of `ONE_WAY_FOLDERS`.
-fn counts_between_files(i: &Import) -> bool {
-    !folder_uses_its_own_file(i) || ONE_WAY_FOLDERS.iter().any(|f| i.from.starts_with(f))
-}
-
 /// The strongly connected groups of more than one node of a graph (Tarjan's algorithm).
 fn circles(edges: &std::collections::BTreeMap<String, Vec<String>>) -> Vec<Vec<String>> {
     struct Walk<'a> {
@@ -686,9 +660,7 @@ fn rooms_broken(dir: &str, rooms: &[&str]) -> Vec<String> {
         if from != to {
             ties.entry(from.into()).or_default().push(to.into());
         }
-        if counts_between_files(i) {
-            files.entry(i.from.clone()).or_default().push(i.to.clone());
-        }
+        files.entry(i.from.clone()).or_default().push(i.to.clone());
     }
     for group in circles(&ties) {
         bad.push(format!("{dir}: rooms in a circle: {}", group.join(", ")));
@@ -697,7 +669,6 @@ fn rooms_broken(dir: &str, rooms: &[&str]) -> Vec<String> {
         let lines: Vec<String> = imports
             .iter()
             .filter(|i| group.contains(&i.from) && group.contains(&i.to))
-            .filter(|i| counts_between_files(i))
             .map(|i| format!("  {dir}/{}:{}: `{}`", i.from, i.line, i.path))
             .collect();
         bad.push(format!(

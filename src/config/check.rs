@@ -1,9 +1,18 @@
 //! The checks of `Config::parse`: raw YAML values turned into checked types, each error
 //! located at the file, line and column of the value it is about (`Checker::err`).
 
+use super::cmdline;
+use super::dhcp6::{Dhcp6, RouterAdverts};
+use super::error::ConfigError;
 use super::locate::{self, Step};
-use super::subnets::reserved;
-use super::*;
+use super::model::*;
+use super::raw;
+use super::values::{Mac, MacRange, Subnet, parse_duration, parse_rate_mbps, parse_size, reserved};
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// Turns raw YAML values into checked types, remembering where each came from.
 pub(super) struct Checker<'a> {

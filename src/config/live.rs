@@ -3,7 +3,7 @@
 //! reload applied) and its digest. A request holds the `Arc<Config>` it loaded, so a
 //! connection keeps the config it started with while a reload swaps the handle.
 
-use super::Config;
+use super::model::Config;
 use std::sync::{Arc, RwLock};
 
 /// The served config, shared by every service.

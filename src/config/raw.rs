@@ -1,5 +1,5 @@
 //! The literal shape of pools.yaml, as serde reads it. Nothing outside `config` sees these types:
-//! `mod.rs` turns them into checked domain types. Unknown keys are errors everywhere.
+//! `check.rs` turns them into the checked types of `model.rs`. Unknown keys are errors everywhere.
 
 use serde::Deserialize;
 use std::collections::BTreeMap;

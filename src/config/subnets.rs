@@ -3,9 +3,12 @@
 //! lease, and `dhcp.relays`. No two subnets overlap, a range and a router lie inside their
 //! subnet, and the server's addresses in one of them. `check.rs` calls these in its order.
 
-use super::{
-    Checker, ConfigError, Dhcp, DhcpMode, DhcpSubnet, Server, Step, Subnet, parse_duration, raw,
-};
+use super::check::Checker;
+use super::error::ConfigError;
+use super::locate::Step;
+use super::model::{Dhcp, DhcpMode, DhcpSubnet, Server};
+use super::raw;
+use super::values::{Subnet, parse_duration, reserved};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -262,20 +265,4 @@ fn relay(text: &str) -> Result<Subnet, String> {
             prefix: 32,
         })
         .map_err(|_| format!("`{text}` is not an IPv4 address or a subnet like 10.20.0.0/24"))
-}
-
-/// What `ip` is that no client may be given: the subnet's network or broadcast address (on a
-/// /31 or /32 both are hosts, RFC 3021), or one of the server's own addresses.
-pub(super) fn reserved(subnet: Subnet, server: &[Ipv4Addr], ip: Ipv4Addr) -> Option<String> {
-    if ip == server[0] {
-        Some("the server's own address (server.address)".into())
-    } else if server.contains(&ip) {
-        Some("one of the server's own addresses (server.links)".into())
-    } else if subnet.prefix <= 30 && ip == subnet.network {
-        Some(format!("the network address of {subnet}"))
-    } else if subnet.prefix <= 30 && ip == subnet.broadcast() {
-        Some(format!("the broadcast address of {subnet}"))
-    } else {
-        None
-    }
 }

@@ -1,6 +1,10 @@
 //! Unit tests of `config`: parsing pools.yaml, its checks and the errors they name.
 
 use super::*;
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::Duration;
 
 const GOOD: &str = "\
 server:

@@ -247,6 +247,22 @@ pub fn parse_rate_mbps(s: &str) -> Result<u32, String> {
     Ok(mbps as u32)
 }
 
+/// What `ip` is that no client may be given: the subnet's network or broadcast address (on a
+/// /31 or /32 both are hosts, RFC 3021), or one of the server's own addresses.
+pub(super) fn reserved(subnet: Subnet, server: &[Ipv4Addr], ip: Ipv4Addr) -> Option<String> {
+    if ip == server[0] {
+        Some("the server's own address (server.address)".into())
+    } else if server.contains(&ip) {
+        Some("one of the server's own addresses (server.links)".into())
+    } else if subnet.prefix <= 30 && ip == subnet.network {
+        Some(format!("the network address of {subnet}"))
+    } else if subnet.prefix <= 30 && ip == subnet.broadcast() {
+        Some(format!("the broadcast address of {subnet}"))
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,8 @@
 //! would keep the last silently: a repeated pool name drops a room), then into `raw`'s shapes;
 //! serde_norway's errors become `ConfigError`s at their line and column.
 
-use super::{ConfigError, raw};
+use super::error::ConfigError;
+use super::raw;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::collections::HashSet;
 use std::fmt;
