@@ -2,7 +2,8 @@
 //! daemon's `src/`, the instruments' `instruments/src/`) opens with a `//!` line saying what
 //! it owns and is named in ARCHITECTURE.md's code map, `proto/` stays pure (no tokio, files or
 //! sockets), `unsafe` code lives only in the `sys` room, imports run down each crate's rooms,
-//! and the daemon names no instrument nor links the storm's clients; every integration test
+//! the daemon names no instrument nor links the storm's clients, and no function runs over
+//! ~150 lines without a reason; every integration test
 //! file is a module of the one test binary and opens with a `//!` line too.
 
 use std::path::{Path, PathBuf};
@@ -780,4 +781,183 @@ fn the_import_scan_reads_use_trees_inline_paths_and_skips_tests() {
     let (found, reexports) = imports_of("r/mod.rs", "pub use inner::Thing;\nmod inner;\n");
     assert_eq!(found[0].1, ["r", "inner", "Thing"]);
     assert_eq!(reexports, [vec!["r", "inner", "Thing"]]);
+}
+
+/// The house's longest function, in lines, before it needs a reason beside it.
+const LONGEST_FUNCTION: usize = 150;
+
+/// Each line's brace depth at its end and the deepest it reached, scanning the whole text so
+/// that braces in strings (raw ones too), character literals and comments are not counted.
+fn brace_depths(text: &str) -> Vec<(usize, usize)> {
+    let b: Vec<char> = text.chars().collect();
+    let (mut depth, mut deepest, mut out) = (0usize, 0usize, Vec::new());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            '\n' => {
+                out.push((depth, deepest));
+                deepest = depth;
+            }
+            '/' if b.get(i + 1) == Some(&'/') => {
+                while i + 1 < b.len() && b[i + 1] != '\n' {
+                    i += 1;
+                }
+            }
+            '/' if b.get(i + 1) == Some(&'*') => {
+                while i + 1 < b.len() && !(b[i] == '*' && b[i + 1] == '/') {
+                    if b[i] == '\n' {
+                        out.push((depth, deepest));
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            'r' if matches!(b.get(i + 1), Some('"' | '#'))
+                && !b[..i]
+                    .last()
+                    .is_some_and(|c| c.is_alphanumeric() || *c == '_') =>
+            {
+                let hashes = b[i + 1..].iter().take_while(|c| **c == '#').count();
+                if b.get(i + 1 + hashes) == Some(&'"') {
+                    i += 2 + hashes;
+                    let closed = |at: usize| {
+                        b[at] == '"' && (1..=hashes).all(|k| b.get(at + k) == Some(&'#'))
+                    };
+                    while i < b.len() && !closed(i) {
+                        if b[i] == '\n' {
+                            out.push((depth, deepest));
+                        }
+                        i += 1;
+                    }
+                    i += hashes;
+                }
+            }
+            '"' => {
+                i += 1;
+                while i < b.len() && b[i] != '"' {
+                    if b[i] == '\\' {
+                        i += 1;
+                    }
+                    if b.get(i) == Some(&'\n') {
+                        out.push((depth, deepest));
+                    }
+                    i += 1;
+                }
+            }
+            '\'' if b.get(i + 1) == Some(&'\\') => {
+                i += 2;
+                while i < b.len() && b[i] != '\'' {
+                    i += 1;
+                }
+            }
+            '\'' if b.get(i + 2) == Some(&'\'') => i += 2,
+            '{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    out.push((depth, deepest));
+    out
+}
+
+/// Whether `line` declares a function (`fn`, after any visibility and qualifiers).
+fn declares_fn(line: &str) -> bool {
+    let mut rest = without_visibility(line.trim_start());
+    for word in ["default ", "const ", "async ", "unsafe ", "extern \"C\" "] {
+        rest = rest.strip_prefix(word).unwrap_or(rest);
+    }
+    rest.starts_with("fn ")
+}
+
+/// The functions of `text` (not its tests) longer than `LONGEST_FUNCTION` lines whose doc
+/// comment does not say why, as (line, name, length).
+fn long_functions(text: &str) -> Vec<(usize, String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let depths = brace_depths(text);
+    let tests = lines
+        .iter()
+        .position(|l| l.starts_with("#[cfg(test)]"))
+        .unwrap_or(lines.len());
+    let mut out = Vec::new();
+    for (at, line) in lines[..tests].iter().enumerate() {
+        if !declares_fn(line) {
+            continue;
+        }
+        let before = if at == 0 { 0 } else { depths[at - 1].0 };
+        let mut end = None;
+        for (j, (depth, deepest)) in depths.iter().enumerate().skip(at) {
+            if *deepest <= before && lines[j].trim_end().ends_with(';') {
+                break; // a declaration with no body
+            }
+            if *depth <= before && (at..=j).any(|k| depths[k].1 > before) {
+                end = Some(j);
+                break;
+            }
+        }
+        let Some(end) = end else { continue };
+        let length = end - at + 1;
+        let said: Vec<&str> = lines[..at]
+            .iter()
+            .rev()
+            .map(|l| l.trim())
+            .take_while(|l| l.starts_with("//") || l.starts_with("#["))
+            .map(|l| l.trim_start_matches('/').trim())
+            .collect();
+        let reason = said.iter().rev().copied().collect::<Vec<_>>().join(" ");
+        if length > LONGEST_FUNCTION && !reason.contains("~150 lines") {
+            let name = line.split("fn ").nth(1).unwrap_or("");
+            let name = name.split(['(', '<']).next().unwrap_or(name).to_string();
+            out.push((at + 1, name, length));
+        }
+    }
+    out
+}
+
+/// No function (tests apart) runs over the house's ~150 lines without its doc comment saying
+/// why ("longer than the house's ~150 lines on purpose: ..."): a long function is split by
+/// what it does unless being one piece is the point.
+#[test]
+fn no_function_runs_long_without_a_reason() {
+    let mut bad = Vec::new();
+    for dir in CRATES {
+        let root = repo().join(dir);
+        for path in sources(&root) {
+            if path.file_name().is_some_and(|n| n == "tests.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            let rel = path.strip_prefix(repo()).unwrap().display().to_string();
+            for (line, name, length) in long_functions(&text) {
+                bad.push(format!(
+                    "{rel}:{line}: `{name}` runs {length} lines (over {LONGEST_FUNCTION}) with no reason in its doc comment"
+                ));
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn the_long_function_scan_counts_bodies_not_strings() {
+    let body = "    x();\n".repeat(LONGEST_FUNCTION);
+    let long = format!(
+        "/// Short.\npub(crate) fn f() {{\n    let s = \"}}\";\n    let c = '{{';\n    let r = r#\"}}\"#;\n{body}}}\nfn g() {{}}\n"
+    );
+    assert_eq!(
+        long_functions(&long),
+        [(2, "f".to_string(), LONGEST_FUNCTION + 5)]
+    );
+    let reasoned = long.replace(
+        "/// Short.",
+        "/// Longer than the house's ~150 lines on purpose.",
+    );
+    assert!(long_functions(&reasoned).is_empty());
+    let declared = format!("trait T {{\n    fn f(&self);\n}}\n{}", "x();\n".repeat(200));
+    assert!(long_functions(&declared).is_empty());
+    let tested = format!("#[cfg(test)]\nmod tests {{\n    fn f() {{\n{body}    }}\n}}\n");
+    assert!(long_functions(&tested).is_empty());
 }

@@ -3,7 +3,7 @@
 //! set up once at start), and what did change, for the reload's log line. Pure: the daemon's
 //! reload is `app::Running::reload`, and docs/pools.yaml.5 lists the same keys.
 
-use super::{Config, ConfigError, Netconsole, RootProto};
+use super::{Config, ConfigError, Netconsole, RootProto, Server};
 use std::fmt::Debug;
 
 /// Why a key cannot change while the daemon runs, by YAML path.
@@ -14,145 +14,14 @@ const AT_START: &str = "it is set up once at start";
 /// `new` but cannot change while the daemon runs, each located in `new`'s file; `console`:
 /// whether the console port was bound at start. Empty: `new` may be served as it is.
 pub fn refused(old: &Config, new: &Config, console: bool) -> Vec<ConfigError> {
-    let mut keys: Vec<(Vec<String>, &str)> = Vec::new();
-    let mut differ = |path: &[&str], a: &dyn Debug, b: &dyn Debug, why: &'static str| {
-        if format!("{a:?}") != format!("{b:?}") {
-            keys.push((path.iter().map(|s| s.to_string()).collect(), why));
-        }
-    };
-    let (s, t) = (&old.server, &new.server);
-    differ(
-        &["server", "interfaces"],
-        &s.interfaces,
-        &t.interfaces,
-        SOCKETS,
-    );
-    differ(&["server", "address"], &s.address, &t.address, AT_START);
-    differ(&["server", "links"], &s.links, &t.links, AT_START);
-    differ(&["server", "address6"], &s.address6, &t.address6, SOCKETS);
-    differ(&["server", "http"], &s.http, &t.http, SOCKETS);
-    differ(&["server", "tls"], &s.tls, &t.tls, SOCKETS);
-    differ(&["server", "tftp"], &s.tftp, &t.tftp, SOCKETS);
-    differ(
-        &["server", "state_dir"],
-        &s.state_dir,
-        &t.state_dir,
-        AT_START,
-    );
-    // The default database is a file in state_dir: refused once, under state_dir.
-    if s.state_dir == t.state_dir {
-        differ(&["server", "database"], &s.database, &t.database, AT_START);
-    }
-    differ(
-        &["server", "retention"],
-        &s.retention,
-        &t.retention,
-        AT_START,
-    );
-    differ(
-        &["server", "link_speeds"],
-        &s.link_speeds,
-        &t.link_speeds,
-        AT_START,
-    );
-    differ(
-        &["server", "fair_share"],
-        &s.fair_share,
-        &t.fair_share,
-        AT_START,
-    );
-    let (p, q) = (&s.ports, &t.ports);
-    for (name, a, b) in [
-        ("dhcp", p.dhcp, q.dhcp),
-        ("dhcp6", p.dhcp6, q.dhcp6),
-        ("pxe", p.pxe, q.pxe),
-        ("tftp", p.tftp, q.tftp),
-        ("nfs", p.nfs, q.nfs),
-        ("nbd", p.nbd, q.nbd),
-        ("portmap", p.portmap, q.portmap),
-        ("console", p.console, q.console),
-    ] {
-        differ(&["server", "ports", name], &a, &b, SOCKETS);
-    }
-    differ(&["dhcp", "mode"], &old.dhcp.mode, &new.dhcp.mode, SOCKETS);
-    differ(&["dhcp6"], &old.dhcp6, &new.dhcp6, SOCKETS);
-    let (l, m) = (&old.limits, &new.limits);
-    // The overlays' budgets are sized once (the listeners' caps follow a reload).
-    differ(
-        &["limits", "cow_ram_total"],
-        &l.cow_ram_total,
-        &m.cow_ram_total,
-        AT_START,
-    );
-    differ(
-        &["limits", "cow_disk_total"],
-        &l.cow_disk_total,
-        &m.cow_disk_total,
-        AT_START,
-    );
-    // The NFS tree of an image an NFS pool served at start is made then (an image added, or
-    // a revision, joins it at its first MOUNT).
-    for (name, a) in &old.images {
-        let name = name.as_str();
-        let Some(b) = new.images.get(name) else {
-            continue;
-        };
-        if !nfs_served(old, name) {
-            continue;
-        }
-        differ(&["images", name, "dir"], &a.dir, &b.dir, AT_START);
-        differ(
-            &["images", name, "root_tree"],
-            &a.root_tree_name,
-            &b.root_tree_name,
-            AT_START,
-        );
-        differ(
-            &["images", name, "nfs_export"],
-            &a.nfs_export,
-            &b.nfs_export,
-            AT_START,
-        );
-        differ(&["images", name, "store"], &a.store, &b.store, AT_START);
-        differ(
-            &["images", name, "root_squash"],
-            &a.root_squash,
-            &b.root_squash,
-            AT_START,
-        );
-        differ(
-            &["images", name, "secure_ports"],
-            &a.secure_ports,
-            &b.secure_ports,
-            AT_START,
-        );
-    }
-    // The console port is bound at start only when a pool sends its console there.
-    if !console {
-        for (name, pool) in &new.pools {
-            let name = name.as_str();
-            if pool.netconsole != Netconsole::Off {
-                keys.push((key(&["pools", name, "netconsole"]), SOCKETS));
-            }
-        }
-    }
-    // Traced pools (`trace: true`) and their clients are read once by the recorder.
-    for name in old.pools.keys().chain(new.pools.keys()) {
-        let name = name.as_str();
-        let traced = |c: &Config| {
-            c.pools
-                .get(name)
-                .filter(|p| p.trace)
-                .map(|p| format!("{:?}", p.clients))
-        };
-        let already = keys
-            .iter()
-            .any(|(k, _)| k == &key(&["pools", name, "trace"]));
-        if traced(old) != traced(new) && !already {
-            keys.push((key(&["pools", name, "trace"]), AT_START));
-        }
-    }
-    keys.into_iter()
+    let mut found = Refusals::default();
+    found.server(&old.server, &new.server);
+    found.dhcp_and_limits(old, new);
+    found.images(old, new);
+    found.pools(old, new, console);
+    found
+        .keys
+        .into_iter()
         .map(|(path, why)| {
             let path: Vec<&str> = path.iter().map(String::as_str).collect();
             new.error_at(
@@ -164,6 +33,156 @@ pub fn refused(old: &Config, new: &Config, console: bool) -> Vec<ConfigError> {
             )
         })
         .collect()
+}
+
+/// The keys found so far that cannot change while the daemon runs, each with why.
+#[derive(Default)]
+struct Refusals {
+    keys: Vec<(Vec<String>, &'static str)>,
+}
+
+impl Refusals {
+    /// Notes the key at `path` when its values `a` and `b` differ.
+    fn differ(&mut self, path: &[&str], a: &dyn Debug, b: &dyn Debug, why: &'static str) {
+        if format!("{a:?}") != format!("{b:?}") {
+            self.keys.push((key(path), why));
+        }
+    }
+
+    /// `server`: what the listeners were bound with and what was set up at start.
+    fn server(&mut self, s: &Server, t: &Server) {
+        self.differ(
+            &["server", "interfaces"],
+            &s.interfaces,
+            &t.interfaces,
+            SOCKETS,
+        );
+        self.differ(&["server", "address"], &s.address, &t.address, AT_START);
+        self.differ(&["server", "links"], &s.links, &t.links, AT_START);
+        self.differ(&["server", "address6"], &s.address6, &t.address6, SOCKETS);
+        self.differ(&["server", "http"], &s.http, &t.http, SOCKETS);
+        self.differ(&["server", "tls"], &s.tls, &t.tls, SOCKETS);
+        self.differ(&["server", "tftp"], &s.tftp, &t.tftp, SOCKETS);
+        self.differ(
+            &["server", "state_dir"],
+            &s.state_dir,
+            &t.state_dir,
+            AT_START,
+        );
+        // The default database is a file in state_dir: refused once, under state_dir.
+        if s.state_dir == t.state_dir {
+            self.differ(&["server", "database"], &s.database, &t.database, AT_START);
+        }
+        self.differ(
+            &["server", "retention"],
+            &s.retention,
+            &t.retention,
+            AT_START,
+        );
+        self.differ(
+            &["server", "link_speeds"],
+            &s.link_speeds,
+            &t.link_speeds,
+            AT_START,
+        );
+        self.differ(
+            &["server", "fair_share"],
+            &s.fair_share,
+            &t.fair_share,
+            AT_START,
+        );
+        let (p, q) = (&s.ports, &t.ports);
+        for (name, a, b) in [
+            ("dhcp", p.dhcp, q.dhcp),
+            ("dhcp6", p.dhcp6, q.dhcp6),
+            ("pxe", p.pxe, q.pxe),
+            ("tftp", p.tftp, q.tftp),
+            ("nfs", p.nfs, q.nfs),
+            ("nbd", p.nbd, q.nbd),
+            ("portmap", p.portmap, q.portmap),
+            ("console", p.console, q.console),
+        ] {
+            self.differ(&["server", "ports", name], &a, &b, SOCKETS);
+        }
+    }
+
+    /// `dhcp.mode`, `dhcp6` and the overlays' budgets in `limits`.
+    fn dhcp_and_limits(&mut self, old: &Config, new: &Config) {
+        self.differ(&["dhcp", "mode"], &old.dhcp.mode, &new.dhcp.mode, SOCKETS);
+        self.differ(&["dhcp6"], &old.dhcp6, &new.dhcp6, SOCKETS);
+        let (l, m) = (&old.limits, &new.limits);
+        // The overlays' budgets are sized once (the listeners' caps follow a reload).
+        self.differ(
+            &["limits", "cow_ram_total"],
+            &l.cow_ram_total,
+            &m.cow_ram_total,
+            AT_START,
+        );
+        self.differ(
+            &["limits", "cow_disk_total"],
+            &l.cow_disk_total,
+            &m.cow_disk_total,
+            AT_START,
+        );
+    }
+
+    /// The NFS tree of an image an NFS pool served at start is made then (an image added, or
+    /// a revision, joins it at its first MOUNT).
+    fn images(&mut self, old: &Config, new: &Config) {
+        for (name, a) in &old.images {
+            let name = name.as_str();
+            let Some(b) = new.images.get(name) else {
+                continue;
+            };
+            if !nfs_served(old, name) {
+                continue;
+            }
+            let at = |k: &'static str| ["images", name, k];
+            self.differ(&at("dir"), &a.dir, &b.dir, AT_START);
+            self.differ(
+                &at("root_tree"),
+                &a.root_tree_name,
+                &b.root_tree_name,
+                AT_START,
+            );
+            self.differ(&at("nfs_export"), &a.nfs_export, &b.nfs_export, AT_START);
+            self.differ(&at("store"), &a.store, &b.store, AT_START);
+            self.differ(&at("root_squash"), &a.root_squash, &b.root_squash, AT_START);
+            self.differ(
+                &at("secure_ports"),
+                &a.secure_ports,
+                &b.secure_ports,
+                AT_START,
+            );
+        }
+    }
+
+    /// The console port (bound at start only when a pool sends its console there) and traced
+    /// pools (`trace: true`: they and their clients are read once by the recorder).
+    fn pools(&mut self, old: &Config, new: &Config, console: bool) {
+        if !console {
+            for (name, pool) in &new.pools {
+                if pool.netconsole != Netconsole::Off {
+                    self.keys
+                        .push((key(&["pools", name, "netconsole"]), SOCKETS));
+                }
+            }
+        }
+        for name in old.pools.keys().chain(new.pools.keys()) {
+            let name = name.as_str();
+            let traced = |c: &Config| {
+                c.pools
+                    .get(name)
+                    .filter(|p| p.trace)
+                    .map(|p| format!("{:?}", p.clients))
+            };
+            let trace = key(&["pools", name, "trace"]);
+            let already = self.keys.iter().any(|(k, _)| *k == trace);
+            if traced(old) != traced(new) && !already {
+                self.keys.push((trace, AT_START));
+            }
+        }
+    }
 }
 
 fn key(path: &[&str]) -> Vec<String> {

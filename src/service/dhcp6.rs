@@ -14,7 +14,7 @@
 use super::identity::{Identity, unix_now};
 use crate::boot::leases6::Leases6;
 use crate::boot::{self, Client};
-use crate::config::{Live, Mac};
+use crate::config::{Config, Live, Mac};
 use crate::metrics::Metrics;
 use crate::proto::dhcp6::{self as wire, IaAnswer, MAX_PACKET, Reply, Request, msg};
 use crate::record::{Kind, Recorder, Who};
@@ -228,49 +228,9 @@ impl Server {
                 });
                 reply.boot_url = None;
             }
-            msg::RELEASE | msg::DECLINE => {
-                // Only the binding's own DUID naming the address it holds ends it: the MAC
-                // in a DUID, and the DUID itself, anyone on the link can copy.
-                let named: Vec<Ipv6Addr> = req
-                    .ia_na
-                    .iter()
-                    .flat_map(|ia| ia.addrs.iter().copied())
-                    .collect();
-                let ended = self.identity.write6().end(mac, &req.client_id, &named, now);
-                reply.status = Some(if ended {
-                    (Status::Success, "done")
-                } else {
-                    self.metrics.dhcp().refused.inc();
-                    tracing::info!(%mac, %from, msg = req.msg_type, ?named,
-                        "dhcp6 release or decline ignored: not the DUID and address of this client's binding");
-                    (Status::NoBinding, "no such binding")
-                });
-                reply.boot_url = None;
-                reply.class = None;
-            }
-            // INFORMATION-REQUEST: no address, the boot URL and DNS only. A client that asks
-            // only this forms its own address from the advertised /64 (iPXE: EUI-64); it is
-            // known there, so its HTTP and TFTP requests are recorded for its MAC.
-            _ => {
-                if let Some(d) = config.dhcp6.as_ref().filter(|d| d.subnet.prefix == 64) {
-                    let formed = wire::eui64(d.subnet.network, mac.0);
-                    self.identity
-                        .write6()
-                        .observe(mac, formed, now + u64::from(valid));
-                    if booting {
-                        self.recorder.record(
-                            Who::Mac(mac),
-                            Kind::Dhcp6Reply {
-                                ip: formed,
-                                pxe: booting,
-                                ipxe: client.ipxe,
-                                pool: pool.clone(),
-                                duid: Some(duid.clone()),
-                            },
-                        );
-                    }
-                }
-            }
+            msg::RELEASE | msg::DECLINE => self.release(&req, &mut reply, mac, from, now),
+            // INFORMATION-REQUEST: no address, the boot URL and DNS only.
+            _ => self.inform(&config, &client, &pool, &duid, now, valid),
         }
         let given = reply.ia_na.iter().find_map(|(_, a)| match a {
             IaAnswer::Address { addr, .. } => Some(*addr),
@@ -281,6 +241,61 @@ impl Server {
             vendor_class = %hex(req.options.get(&wire::opt::VENDOR_CLASS).map_or(&[][..], Vec::as_slice)),
             boot_url = url.as_deref().unwrap_or("-"), "dhcp6 answer");
         Some(reply)
+    }
+
+    /// RELEASE or DECLINE: only the binding's own DUID naming the address it holds ends it
+    /// (the MAC in a DUID, and the DUID itself, anyone on the link can copy).
+    fn release(&mut self, req: &Request, reply: &mut Reply, mac: Mac, from: Ipv6Addr, now: u64) {
+        let named: Vec<Ipv6Addr> = req
+            .ia_na
+            .iter()
+            .flat_map(|ia| ia.addrs.iter().copied())
+            .collect();
+        let ended = self.identity.write6().end(mac, &req.client_id, &named, now);
+        reply.status = Some(if ended {
+            (Status::Success, "done")
+        } else {
+            self.metrics.dhcp().refused.inc();
+            tracing::info!(%mac, %from, msg = req.msg_type, ?named,
+                "dhcp6 release or decline ignored: not the DUID and address of this client's binding");
+            (Status::NoBinding, "no such binding")
+        });
+        reply.boot_url = None;
+        reply.class = None;
+    }
+
+    /// INFORMATION-REQUEST: no address, the boot URL and DNS only. A client that asks only
+    /// this forms its own address from the advertised /64 (iPXE: EUI-64); it is known there,
+    /// so its HTTP and TFTP requests are recorded for its MAC.
+    fn inform(
+        &mut self,
+        config: &Config,
+        client: &Client,
+        pool: &str,
+        duid: &str,
+        now: u64,
+        valid: u32,
+    ) {
+        let mac = client.mac;
+        let Some(d) = config.dhcp6.as_ref().filter(|d| d.subnet.prefix == 64) else {
+            return;
+        };
+        let formed = wire::eui64(d.subnet.network, mac.0);
+        self.identity
+            .write6()
+            .observe(mac, formed, now + u64::from(valid));
+        if client.pxe || client.ipxe {
+            self.recorder.record(
+                Who::Mac(mac),
+                Kind::Dhcp6Reply {
+                    ip: formed,
+                    pxe: true,
+                    ipxe: client.ipxe,
+                    pool: pool.to_string(),
+                    duid: Some(duid.to_string()),
+                },
+            );
+        }
     }
 
     /// Binds `mac`'s address for each IA_NA the client sent (one address per client) and

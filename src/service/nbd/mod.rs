@@ -37,7 +37,7 @@ mod writer;
 pub use conn::Limits;
 
 use super::Carries;
-use super::bounds::{Caps, Full, Slots, Standing};
+use super::bounds::{Caps, Full, Slot, Slots, Standing};
 use crate::boot::exports::{ServesFor, on_a_link};
 use crate::config::{Config, RootProto};
 use crate::export::image::{self, RamImages};
@@ -69,6 +69,7 @@ const BUFFER_BUDGET: usize = 256 << 20;
 /// How often image mappings whose file was deleted or replaced are let go of.
 const FORGET_STALE_EVERY: Duration = Duration::from_secs(30);
 
+/// The NBD service, within the daemon's `limits` as they stand when each connection arrives.
 pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::Result<()> {
     serve_with(listener, shared, |config| Limits::of(&config.limits)).await
 }
@@ -196,20 +197,8 @@ pub async fn serve_with(
             exports
                 .identity
                 .standing(&config, ServesFor::Root(RootProto::Nbd), peer.ip());
-        let slot = match slots.take(peer.ip(), standing) {
+        let slot = match slot_for(&slots, &idle, peer.ip(), standing, &limits) {
             Ok(slot) => slot,
-            // Every client slot taken: the longest-idle attached connection may give its up.
-            Err(Full::Pool)
-                if standing == Standing::Client && idle.evict_one(limits.idle_timeout) =>
-            {
-                match slots.take_over(peer.ip(), standing) {
-                    Ok(slot) => slot,
-                    Err(full) => {
-                        refuse(full.reason());
-                        continue;
-                    }
-                }
-            }
             Err(full) => {
                 refuse(full.reason());
                 continue;
@@ -234,6 +223,24 @@ pub async fn serve_with(
     );
     Ok(())
 }
+
+/// A slot for a connection from `ip`; when every client slot is taken, a client's
+/// connection may have the longest-idle attached connection's (which gives it up).
+fn slot_for(
+    slots: &Slots,
+    idle: &IdleConns,
+    ip: std::net::IpAddr,
+    standing: Standing,
+    limits: &Limits,
+) -> Result<Slot, Full> {
+    match slots.take(ip, standing) {
+        Err(Full::Pool) if standing == Standing::Client && idle.evict_one(limits.idle_timeout) => {
+            slots.take_over(ip, standing)
+        }
+        taken => taken,
+    }
+}
+
 impl Conn {
     async fn run(self, mut stream: TcpStream) {
         let started = Instant::now();

@@ -43,7 +43,7 @@ impl Conn {
     /// not take (`service::handover`). Returns (requests, bytes sent, how it ended), and the
     /// connection itself when the daemon stopped to hand it over between two requests.
     ///
-    /// Long (about 180 lines) on purpose: it is the one loop every NBD request passes
+    /// Longer than the house's ~150 lines on purpose: it is the one loop every NBD request passes
     /// through, read as a pipeline from top to bottom (a request slot, the request, its
     /// verdict, the inline or blocking or overlay path, then the drain); its parts share the
     /// reader, the writer task, the slots and the cancellation, and split apart they would

@@ -41,7 +41,7 @@ mod send;
 use super::Carries;
 use super::bounds::{Caps, Slots, Standing};
 use crate::boot::exports::{ServesFor, on_a_link};
-use crate::config::{RootProto, Store};
+use crate::config::{Config, RootProto, Store};
 use crate::export::tree::Tree;
 use crate::proto::portmap;
 use conn::Conn;
@@ -60,18 +60,13 @@ const STRANGERS: Caps = Caps {
     total: 16,
     per_address: 2,
 };
-pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::Result<()> {
-    let super::Shared {
-        config: live,
-        recorder,
-        metrics,
-        identity,
-        shutdown,
-        ..
-    } = shared;
-    // The exports served from start; an image a reload adds joins the tree at its first
-    // MOUNT, as a revision imported since does (`image::serve::nfs_to_learn`).
-    let config = live.load();
+
+/// The NFS tree of the exports served from start: each NFS pool's image and its
+/// per-architecture ones, an image with revisions as an export per revision (the active one
+/// loaded now when `store: ram`, the others at their first MOUNT), and the thread that keeps
+/// its listings fresh. An image a reload adds joins the tree at its first MOUNT, as a
+/// revision imported since does (`image::serve::nfs_to_learn`).
+async fn tree_of(config: &Config) -> anyhow::Result<Arc<Tree>> {
     let mut images = Vec::new();
     // Each NFS pool's image and its per-architecture ones (`pools.NAME.arch`).
     let nfs_images = || {
@@ -129,20 +124,40 @@ pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::
             .name("nfs-listings".into())
             .spawn(move || Tree::keep_listings_fresh(tree))?;
     }
-    let exports: Vec<&str> = tree.exports().collect();
-    tracing::info!(exports = ?exports, "nfs exports");
-    let table: Arc<[portmap::Mapping]> =
-        portmap::table(config.server.ports.nfs, config.server.ports.portmap).into();
+    Ok(tree)
+}
 
-    // Per export of the tree: (root_squash, secure_ports) of its image.
-    let trust: Arc<[(bool, bool)]> = (0..tree.exports().count())
+/// Per export of the tree: (root_squash, secure_ports) of its image.
+fn trust_of(config: &Config, tree: &Tree) -> Arc<[(bool, bool)]> {
+    (0..tree.exports().count())
         .map(|i| {
             config
                 .images
                 .get(crate::config::names::base(tree.image_name(i)))
                 .map_or((false, true), |im| (im.root_squash, im.secure_ports))
         })
-        .collect();
+        .collect()
+}
+
+/// The NFS service (MOUNT and NFSv3 on one port): the tree, then each connection accepted
+/// from a client of an NFS pool, or a stranger within its small share, on a thread of its own.
+pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::Result<()> {
+    let super::Shared {
+        config: live,
+        recorder,
+        metrics,
+        identity,
+        shutdown,
+        ..
+    } = shared;
+    let config = live.load();
+    let tree = tree_of(&config).await?;
+    let exports: Vec<&str> = tree.exports().collect();
+    tracing::info!(exports = ?exports, "nfs exports");
+    let table: Arc<[portmap::Mapping]> =
+        portmap::table(config.server.ports.nfs, config.server.ports.portmap).into();
+
+    let trust = trust_of(&config, &tree);
     let slots = Slots::new(metrics.clone(), |m| &m.nfs().slots, CLIENTS, STRANGERS);
     loop {
         let Some((stream, peer, paced)) =

@@ -100,7 +100,7 @@ impl Conn {
     /// An NFS v3 call's reply: its handle checked first (`handle`, `port_ok`), then the
     /// procedure answered from the tree; every procedure that would write answers ROFS.
     ///
-    /// Long (about 160 lines) as a dispatch table is: one arm per NFSv3 procedure, each a few
+    /// Longer than the house's ~150 lines as a dispatch table is: one arm per NFSv3 procedure, each a few
     /// lines from the decoded arguments to the tree's answer, read side by side.
     pub(super) fn nfs(&mut self, xid: u32, cred: &Cred, args: Nfs<'_>, out: &mut Writer) {
         // A handle the client may not use is an authentication error, as for a knfsd export
