@@ -234,6 +234,10 @@ pub struct DhcpSubnet {
     pub router: Option<Ipv4Addr>,
     pub dns: Vec<Ipv4Addr>,
     pub lease: Duration,
+    /// `uplink`: the capacity in Mbit/s of the link between the subnet's room and the server
+    /// (a switch's uplink), which the room's clients share whichever server link they use
+    /// (docs/subnets.md); `None`: only the server's links bound them.
+    pub uplink_mbps: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -179,6 +179,9 @@ pub struct DhcpSubnet {
     pub dns: Vec<String>,
     /// Its lease time (absent: `dhcp.lease`).
     pub lease: Option<String>,
+    /// The capacity of the link between its room and the server (absent: no bound but the
+    /// server's links).
+    pub uplink: Option<Rate>,
 }
 
 #[derive(Debug, Deserialize)]

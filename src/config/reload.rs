@@ -106,9 +106,23 @@ impl Refusals {
         }
     }
 
-    /// `dhcp.mode`, `dhcp6` and the overlays' budgets in `limits`.
+    /// `dhcp.mode`, the subnets' uplinks, `dhcp6` and the overlays' budgets in `limits`.
     fn dhcp_and_limits(&mut self, old: &Config, new: &Config) {
         self.differ(&["dhcp", "mode"], &old.dhcp.mode, &new.dhcp.mode, SOCKETS);
+        // The pacer shares the rooms' uplinks as it found them at start (docs/subnets.md).
+        let uplinks = |c: &Config| -> Vec<(String, u32)> {
+            c.dhcp
+                .subnets
+                .iter()
+                .filter_map(|s| Some((s.subnet.to_string(), s.uplink_mbps?)))
+                .collect()
+        };
+        self.differ(
+            &["dhcp", "subnets"],
+            &uplinks(old),
+            &uplinks(new),
+            "the rooms' uplinks are shared out by the pacer as it found them at start",
+        );
         self.differ(&["dhcp6"], &old.dhcp6, &new.dhcp6, SOCKETS);
         let (l, m) = (&old.limits, &new.limits);
         // The overlays' budgets are sized once (the listeners' caps follow a reload).

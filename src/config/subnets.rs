@@ -1,14 +1,14 @@
 //! The `dhcp` section of pools.yaml, checked: its mode, its IPv4 subnets (the one-subnet form's
-//! keys right in `dhcp`, or the list `dhcp.subnets`), each with its range, router, DNS and
-//! lease, and `dhcp.relays`. No two subnets overlap, a range and a router lie inside their
-//! subnet, and the server's addresses in one of them. `check.rs` calls these in its order.
+//! keys right in `dhcp`, or the list `dhcp.subnets`), each with its range, router, DNS, lease
+//! and (in the list) its room's uplink, and `dhcp.relays`. No two subnets overlap, a range and
+//! a router lie inside their subnet, and the server's addresses in one of them. `check.rs` calls these in its order.
 
 use super::check::Checker;
 use super::error::ConfigError;
 use super::locate::Step;
 use super::model::{Dhcp, DhcpMode, DhcpSubnet, Server};
 use super::raw;
-use super::values::{Subnet, parse_duration, reserved};
+use super::values::{Subnet, parse_duration, parse_rate_mbps, reserved};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -19,6 +19,7 @@ struct Keys<'r> {
     router: Option<&'r str>,
     dns: &'r [String],
     lease: Option<&'r str>,
+    uplink: Option<&'r raw::Rate>,
 }
 
 impl Checker<'_> {
@@ -58,6 +59,7 @@ impl Checker<'_> {
                         router: d.router.as_deref(),
                         dns: d.dns.as_deref().unwrap_or_default(),
                         lease: None,
+                        uplink: None,
                     },
                 ));
             }
@@ -87,6 +89,7 @@ impl Checker<'_> {
                             router: s.router.as_deref(),
                             dns: &s.dns,
                             lease: s.lease.as_deref(),
+                            uplink: s.uplink.as_ref(),
                         },
                     ));
                 }
@@ -200,12 +203,23 @@ impl Checker<'_> {
             None => lease,
             Some(text) => parse_duration(text).map_err(|e| self.err(&at("lease"), e))?,
         };
+        let uplink_mbps = match keys.uplink {
+            None => None,
+            Some(rate) => {
+                let mbps = match rate {
+                    raw::Rate::Text(text) => parse_rate_mbps(text),
+                    raw::Rate::Mbps(n) => parse_rate_mbps(&n.to_string()),
+                };
+                Some(mbps.map_err(|e| self.err(&at("uplink"), e))?)
+            }
+        };
         Ok(DhcpSubnet {
             subnet,
             range,
             router,
             dns,
             lease,
+            uplink_mbps,
         })
     }
 

@@ -1312,3 +1312,68 @@ fn subnet_mistakes_are_refused_at_their_key() {
     assert_eq!(e.path, "dhcp", "{e}");
     assert!(e.reason.contains("needs `subnet`"), "{e}");
 }
+
+/// `dhcp.subnets[i].uplink`: a rate like `server.link_speeds`', optional; what is not a rate
+/// is refused at its key and line; the one-subnet form has none.
+#[test]
+fn a_subnet_may_declare_its_rooms_uplink() {
+    let with = |rate: &str| {
+        two_subnets().replacen(
+            "      lease: 1h\n",
+            &format!("      lease: 1h\n      uplink: {rate}\n"),
+            1,
+        )
+    };
+    let c = parse(&with("1gbit")).unwrap();
+    let uplinks: Vec<Option<u32>> = c.dhcp.subnets.iter().map(|s| s.uplink_mbps).collect();
+    assert_eq!(uplinks, [None, Some(1000)]);
+    assert_eq!(
+        parse(&with("250")).unwrap().dhcp.subnets[1].uplink_mbps,
+        Some(250)
+    );
+    assert!(
+        parse(&two_subnets())
+            .unwrap()
+            .dhcp
+            .subnets
+            .iter()
+            .all(|s| s.uplink_mbps.is_none())
+    );
+    for bad in ["fast", "0.5mbit", "1.5mbit"] {
+        let text = with(bad);
+        let e = parse(&text).unwrap_err();
+        let line = text
+            .lines()
+            .position(|l| l.contains("uplink:"))
+            .map(|i| i + 1);
+        assert_eq!(
+            (e.path.as_str(), e.line),
+            ("dhcp.subnets[1].uplink", line),
+            "{e}"
+        );
+    }
+    let e = parse(&GOOD.replace(
+        "  router: 10.77.0.1\n",
+        "  router: 10.77.0.1\n  uplink: 1gbit\n",
+    ))
+    .unwrap_err();
+    assert!(e.to_string().contains("uplink"), "{e}");
+}
+
+/// A reload may not change a room's uplink (the pacer shares them out as found at start):
+/// refused at `dhcp.subnets`, the running config kept; one without uplinks passes.
+#[test]
+fn a_reload_cannot_change_an_uplink() {
+    let old = parse(&two_subnets()).unwrap();
+    let text = two_subnets().replacen(
+        "      lease: 1h\n",
+        "      lease: 1h\n      uplink: 1gbit\n",
+        1,
+    );
+    let new = parse(&text).unwrap();
+    let refused = super::reload::refused(&old, &new, false);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].path, "dhcp.subnets");
+    assert!(refused[0].reason.contains("uplinks"), "{}", refused[0]);
+    assert!(super::reload::refused(&old, &old, false).is_empty());
+}

@@ -321,6 +321,7 @@ mod tests {
             router: None,
             dns: Vec::new(),
             lease: std::time::Duration::from_secs(3600),
+            uplink_mbps: None,
         }
     }
 

@@ -186,13 +186,27 @@ pub(super) struct MachineLine {
 pub(super) const ENUMERATE_MAX: u64 = 1024;
 
 /// The config served: its file, generation (1 at start, one more per reload applied) and
-/// digest (`config::Live`), as `/metrics`' `bootpool_config_generation`.
+/// digest (`config::Live`), as `/metrics`' `bootpool_config_generation`; and its rooms, the
+/// DHCP subnets, each with its uplink's capacity in bits/s (`null`: none declared).
 pub(super) async fn config(State(web): State<Web>) -> Json<serde_json::Value> {
     let served = web.config.served();
+    let rooms: Vec<serde_json::Value> = served
+        .config
+        .dhcp
+        .subnets
+        .iter()
+        .map(|s| {
+            serde_json::json!({
+                "subnet": s.subnet.to_string(),
+                "uplink_bps": s.uplink_mbps.map(|m| u64::from(m) * 1_000_000),
+            })
+        })
+        .collect();
     Json(serde_json::json!({
         "file": served.config.file,
         "generation": served.generation,
         "digest": served.digest,
+        "rooms": rooms,
     }))
 }
 
