@@ -107,7 +107,7 @@ fn boot_reads_no_disk() {
 #[test]
 fn link_steering_computes_on_plain_data() {
     let root = src().join("steer");
-    let pure = ["choice.rs", "fair_share.rs", "rebalance.rs"].map(|f| root.join(f));
+    let pure = ["choice.rs", "fair_share.rs", "rebalance.rs", "rooms.rs"].map(|f| root.join(f));
     let banned = [
         "tokio",
         "socket2",

@@ -243,6 +243,28 @@ pub struct PacedLink {
     pub moved_away: Count,
 }
 
+/// A room behind an uplink (`dhcp.subnets[].uplink`), as the pacer saw its last round.
+#[derive(Debug, Default)]
+pub struct PacedRoom {
+    /// The room's subnet.
+    pub room: String,
+    /// The uplink's capacity, bytes/s.
+    pub capacity: Count,
+    /// What the paced connections to its clients may send together, bytes/s (the capacity
+    /// at the round's headroom).
+    pub budget: Count,
+    /// Of the last round: its clients that sent or had bytes waiting, what their connections
+    /// carried together in bytes/s, and one unit of weight's share of the uplink (0: the
+    /// uplink did not bound them).
+    pub clients: Count,
+    pub carried: Count,
+    pub share: Count,
+    /// Bytes sent to its clients on paced connections, and rounds in which the uplink bound
+    /// them (its clients wanted more than it carries).
+    pub sent: Count,
+    pub full_rounds: Count,
+}
+
 #[derive(Debug, Default)]
 struct All {
     dhcp: Dhcp,
@@ -256,6 +278,8 @@ struct All {
     reloads: Reloads,
     /// The paced links, in the order the pacer was given them; set when it starts.
     paced: Mutex<Vec<Arc<PacedLink>>>,
+    /// The rooms behind uplinks, in the config's order; set when the pacer starts.
+    rooms: Mutex<Vec<Arc<PacedRoom>>>,
 }
 
 /// One daemon's counters; clones share them.
@@ -312,6 +336,30 @@ impl Metrics {
             .unwrap_or_else(|e| e.into_inner())
             .push(link.clone());
         link
+    }
+
+    /// A room's figures, listed from now on (the pacer calls this once per room behind an
+    /// uplink when it starts).
+    pub fn paced_room(&self, room: &str) -> Arc<PacedRoom> {
+        let r = Arc::new(PacedRoom {
+            room: room.to_string(),
+            ..PacedRoom::default()
+        });
+        self.0
+            .rooms
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(r.clone());
+        r
+    }
+
+    /// The rooms' figures, in the order they were listed.
+    pub fn rooms(&self) -> Vec<Arc<PacedRoom>> {
+        self.0
+            .rooms
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The paced links' figures, in the order they were listed.

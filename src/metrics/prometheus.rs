@@ -6,7 +6,7 @@
 //! escaped as the text format says: `\\`, `\"`, `\n`. The names, labels and help texts are
 //! what dashboards read: `tests/it/metrics.rs` pins them.
 
-use super::{Count, Metrics, PacedLink};
+use super::{Count, Metrics, PacedLink, PacedRoom};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::{Display, Write};
@@ -154,6 +154,25 @@ macro_rules! paced {
                 let value: fn(&PacedLink) -> u64 = $value;
                 for p in s.metrics.paced() {
                     out.put(&[p.device.as_str()], value(&p));
+                }
+            }),
+            only_with_series: true,
+        }
+    };
+}
+
+/// A gauge or counter of the pacer per room behind an uplink.
+macro_rules! room {
+    ($name:literal, $kind:ident, $help:literal, $value:expr) => {
+        Family {
+            name: $name,
+            kind: Kind::$kind,
+            help: $help,
+            labels: &["room"],
+            read: Read::Each(|s, out| {
+                let value: fn(&PacedRoom) -> u64 = $value;
+                for r in s.metrics.rooms() {
+                    out.put(&[r.room.as_str()], value(&r));
                 }
             }),
             only_with_series: true,
@@ -420,6 +439,48 @@ const FAMILIES: &[Family] = &[
         "Clients whose replies the pacer moved from this link to one with room.",
         |p| p.moved_away.get()
     ),
+    room!(
+        "bootpool_room_uplink_capacity_bytes",
+        Gauge,
+        "A room's uplink capacity (dhcp.subnets[].uplink), bytes per second.",
+        |r| r.capacity.get()
+    ),
+    room!(
+        "bootpool_room_uplink_budget_bytes",
+        Gauge,
+        "What the paced connections to a room's clients may send together, bytes per second.",
+        |r| r.budget.get()
+    ),
+    room!(
+        "bootpool_room_clients",
+        Gauge,
+        "A room's clients that sent or had bytes waiting in the last round.",
+        |r| r.clients.get()
+    ),
+    room!(
+        "bootpool_room_carried_bytes",
+        Gauge,
+        "What the paced connections to a room's clients sent together in the last round, bytes per second.",
+        |r| r.carried.get()
+    ),
+    room!(
+        "bootpool_room_share_bytes",
+        Gauge,
+        "One client's share of a room's uplink in the last round, bytes per second (0: the uplink did not bound them).",
+        |r| r.share.get()
+    ),
+    room!(
+        "bootpool_room_sent_bytes_total",
+        Counter,
+        "Bytes sent to a room's clients on paced connections.",
+        |r| r.sent.get()
+    ),
+    room!(
+        "bootpool_room_full_rounds_total",
+        Counter,
+        "Rounds in which a room's uplink bound its clients (they wanted more than it carries).",
+        |r| r.full_rounds.get()
+    ),
 ];
 
 /// The series lines of one family.
@@ -555,6 +616,28 @@ mod tests {
         let out = counters_only(&metrics);
         let pacing: Vec<&str> = out.lines().filter(|l| l.contains("_pacing_")).collect();
         assert_eq!(pacing, PACING.lines().collect::<Vec<_>>());
+    }
+
+    /// The rooms' families: nothing when no room declares an uplink; else a series per room,
+    /// by its subnet.
+    #[test]
+    fn the_room_families_show_each_room_behind_an_uplink() {
+        let metrics = Metrics::default();
+        assert!(!counters_only(&metrics).contains("_room_"));
+        let room = metrics.paced_room("10.30.0.0/24");
+        room.capacity.set(125_000_000);
+        room.sent.add(4096);
+        let out = counters_only(&metrics);
+        let rooms: Vec<&str> = out
+            .lines()
+            .filter(|l| l.starts_with("bootpool_room_"))
+            .collect();
+        assert_eq!(rooms.len(), 7, "{out}");
+        assert!(
+            rooms.contains(&"bootpool_room_uplink_capacity_bytes{room=\"10.30.0.0/24\"} 125000000")
+        );
+        assert!(rooms.contains(&"bootpool_room_sent_bytes_total{room=\"10.30.0.0/24\"} 4096"));
+        assert!(out.contains("# TYPE bootpool_room_sent_bytes_total counter\n"));
     }
 
     /// The pacer's families for one paced link `eth"1` with a budget of 11.25 MB/s, two

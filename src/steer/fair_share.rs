@@ -87,6 +87,8 @@ pub struct Plan {
     pub share: Option<u64>,
     /// What the link's connections carried during the round, bytes/s.
     pub carried: u64,
+    /// The active clients' weights when the link is paced (empty when it is not).
+    pub weights: BTreeMap<Ipv4Addr, f64>,
 }
 
 /// What the pacer remembers of a client since it arrived (`pacing`).
@@ -193,6 +195,20 @@ pub fn plan(link: Link<'_>, seconds: f64, conns: &[Seen]) -> Plan {
 
 /// `plan` with weights of its own (`EQUAL`: plain max-min fairness).
 pub fn plan_weighted(link: Link<'_>, seconds: f64, conns: &[Seen], weights: Weights) -> Plan {
+    plan_bounded(link, seconds, conns, weights, &|_| None)
+}
+
+/// `plan_weighted` with each client's share on the link bounded by `bound` (bytes/s, `None`:
+/// no bound), what its room's uplink gives it (`rooms`): a bounded client wants no more than
+/// its bound, so what it cannot take goes to the others, and its connections are capped at
+/// it even on a link that is not paced.
+pub fn plan_bounded(
+    link: Link<'_>,
+    seconds: f64,
+    conns: &[Seen],
+    weights: Weights,
+    bound: &dyn Fn(Ipv4Addr) -> Option<f64>,
+) -> Plan {
     let mut clients: BTreeMap<Ipv4Addr, Vec<usize>> = BTreeMap::new();
     for (i, c) in conns.iter().enumerate() {
         clients.entry(c.client).or_default().push(i);
@@ -202,7 +218,10 @@ pub fn plan_weighted(link: Link<'_>, seconds: f64, conns: &[Seen], weights: Weig
     let active: Vec<(Ipv4Addr, f64)> = clients
         .iter()
         .filter(|(_, m)| m.iter().any(|&i| conns[i].sent > 0 || conns[i].unsent > 0))
-        .map(|(c, m)| (*c, m.iter().map(|&i| demands[i]).sum()))
+        .map(|(c, m)| {
+            let wants: f64 = m.iter().map(|&i| demands[i]).sum();
+            (*c, bound(*c).map_or(wants, |b| wants.min(b)))
+        })
         .collect();
     let wanting = active.iter().filter(|(_, d)| d.is_infinite()).count();
     let carried = conns.iter().map(|c| c.sent).sum::<u64>() as f64 / seconds.max(1e-3);
@@ -212,13 +231,26 @@ pub fn plan_weighted(link: Link<'_>, seconds: f64, conns: &[Seen], weights: Weig
         wanting,
         share: None,
         carried: carried as u64,
+        weights: BTreeMap::new(),
     };
-    let Some(capacity) = link.capacity_bps.filter(|c| *c > 0) else {
-        return unpaced;
+    let capacity = match link.capacity_bps.filter(|c| *c > 0) {
+        Some(c) if unpaced.active.len() > 1 => c,
+        // Not paced, but a bounded client is held to its bound.
+        _ => {
+            let mut caps = unpaced.caps.clone();
+            for (client, members) in &clients {
+                let Some(b) = bound(*client) else {
+                    continue;
+                };
+                let mine: Vec<f64> = members.iter().map(|&i| demands[i]).collect();
+                let each = level(b, &mine);
+                for &i in members {
+                    caps[i] = Some((each as u64).max(MIN_CAP));
+                }
+            }
+            return Plan { caps, ..unpaced };
+        }
     };
-    if unpaced.active.len() <= 1 {
-        return unpaced;
-    }
     // The active clients' weights: boot files by their order of arrival, roots by how far
     // they trail the leading root reader. A client fetches boot files while such a
     // connection of its moves bytes.
@@ -261,7 +293,11 @@ pub fn plan_weighted(link: Link<'_>, seconds: f64, conns: &[Seen], weights: Weig
     let mut caps = vec![None; conns.len()];
     for (client, members) in &clients {
         let mine: Vec<f64> = members.iter().map(|&i| demands[i]).collect();
-        let each = level(share * weights.get(client).copied().unwrap_or(1.0), &mine);
+        let mut theirs = share * weights.get(client).copied().unwrap_or(1.0);
+        if let Some(b) = bound(*client) {
+            theirs = theirs.min(b);
+        }
+        let each = level(theirs, &mine);
         for &i in members {
             caps[i] = Some((each as u64).max(MIN_CAP));
         }
@@ -269,6 +305,7 @@ pub fn plan_weighted(link: Link<'_>, seconds: f64, conns: &[Seen], weights: Weig
     Plan {
         caps,
         share: Some(share as u64),
+        weights,
         ..unpaced
     }
 }

@@ -294,12 +294,25 @@ impl Links {
         let held = held();
         let specs = resolve_from(config, &held);
         let steering = Steering::new(config, &specs);
+        let rooms: Vec<(crate::config::Subnet, u64)> = config
+            .dhcp
+            .subnets
+            .iter()
+            .filter_map(|s| Some((s.subnet, u64::from(s.uplink_mbps?) * 1_000_000)))
+            .collect();
         let pacer = if config.server.fair_share {
             // Moving clients between links needs every link's mark (`specs`' order).
-            Pacer::start(&specs, steering.marked, metrics, shutdown)?
+            Pacer::start(&specs, &rooms, steering.marked, metrics, shutdown)?
         } else {
             None
         };
+        if pacer.is_none() && !rooms.is_empty() {
+            tracing::warn!(
+                fair_share = config.server.fair_share,
+                "the rooms' uplinks (dhcp.subnets[].uplink) bound nothing: no server link is \
+                 paced (server.fair_share off, or no link's capacity known: server.link_speeds)"
+            );
+        }
         Ok(Links {
             specs,
             own: held.into_iter().map(|(_, a)| a).collect(),

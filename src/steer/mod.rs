@@ -6,6 +6,7 @@
 //! - `choice`: the link a new client should boot from, and `LinkSpec`, a link as data.
 //! - `fair_share`: each connection's cap on a full link (weighted max-min).
 //! - `rebalance`: which clients a full link hands to one with room.
+//! - `rooms`: each room's uplink's bound on its clients' shares, across the links.
 //!
 //! The socket shell around it:
 //! - `links`: the links an interface holds, each socket's reply path (marks, devices).
@@ -21,4 +22,5 @@ pub mod local_addr;
 pub mod pacing;
 pub mod placement;
 pub mod rebalance;
+pub mod rooms;
 pub mod routes;

@@ -5,7 +5,10 @@
 //! caps and sets those that changed with SO_MAX_PACING_RATE. Linux TCP paces a socket with
 //! that option set by itself (since 4.13; no fq qdisc needed). When every link has a routing
 //! table of its own (`routes`), it then asks `rebalance::moves` which clients a full link
-//! hands to one with room, and marks their connections for the new link (SO_MARK).
+//! hands to one with room, and marks their connections for the new link (SO_MARK). A room
+//! behind an uplink (`dhcp.subnets[].uplink`) bounds its clients' shares on every link
+//! (`rooms::plan`); a client's room is the subnet holding its address, the one it was
+//! answered from.
 //!
 //! The pacer holds its own descriptor of each socket (a dup), so a descriptor number that a
 //! closed connection gave up and another socket took is never paced by mistake. The
@@ -16,8 +19,10 @@
 use super::choice::LinkSpec;
 use super::fair_share::{self, Carries, History, Seen};
 use super::rebalance::{self, ClientLoad, LinkLoad};
+use super::rooms::{self, Uplink};
+use crate::config::Subnet;
 use crate::log_limit::LogLimit;
-use crate::metrics::{Metrics, PacedLink};
+use crate::metrics::{Metrics, PacedLink, PacedRoom};
 use crate::proto::tcp_info::{self, TcpInfo};
 use crate::shutdown::Shutdown;
 use std::collections::hash_map::Entry;
@@ -41,6 +46,7 @@ const FORGET_ARRIVAL: Duration = Duration::from_secs(60);
 /// The pacer of every link whose capacity is known.
 pub struct Pacer {
     links: Vec<Link>,
+    rooms: Vec<Room>,
     conns: Mutex<Conns>,
     /// Every link has its mark: clients may move between them.
     movable: bool,
@@ -59,11 +65,21 @@ struct Link {
     stats: Arc<PacedLink>,
 }
 
+/// A room behind an uplink.
+struct Room {
+    subnet: Subnet,
+    capacity_bps: u64,
+    /// Its figures, as `/metrics` shows them.
+    stats: Arc<PacedRoom>,
+}
+
 struct Conns {
     next: u64,
     all: BTreeMap<u64, Conn>,
     /// Per link: how far the caps are raised above the budget's shares (`fair_share::trim`).
     boosts: Vec<f64>,
+    /// Per room, the same for its uplink.
+    room_boosts: Vec<f64>,
     /// Per client: its order of arrival and the bytes it received (the weights'
     /// `History`), and when it last had a connection; a client gone `FORGET_ARRIVAL` arrives
     /// anew (its next boot).
@@ -110,27 +126,31 @@ impl Drop for Paced {
 
 impl Pacer {
     /// A pacer for the links of `specs` whose capacity is known, its thread running until
-    /// `shutdown`; `None` when there is none.
+    /// `shutdown`; `None` when there is none. `rooms` are the subnets behind an uplink, each
+    /// with the uplink's capacity in bits/s.
     /// With `movable`, the links' sockets are sent by their marks (`routes::mark` of their
     /// place in `specs`), and clients move between the links.
     pub fn start(
         specs: &[LinkSpec],
+        rooms: &[(Subnet, u64)],
         movable: bool,
         metrics: &Metrics,
         shutdown: &Shutdown,
     ) -> anyhow::Result<Option<Arc<Pacer>>> {
-        let pacer = Pacer::new(specs, movable, metrics);
+        let mut pacer = Pacer::new(specs, movable, metrics);
         if pacer.links.is_empty() {
             return Ok(None);
         }
+        pacer.add_rooms(rooms, metrics);
         let paced: Vec<(&str, u64)> = pacer
             .links
             .iter()
             .map(|l| (l.device.as_str(), l.capacity_bps))
             .collect();
-        tracing::info!(links = ?paced, headroom = fair_share::HEADROOM,
+        let uplinks: Vec<String> = rooms.iter().map(|(s, bps)| format!("{s}: {bps}")).collect();
+        tracing::info!(links = ?paced, uplinks = ?uplinks, headroom = fair_share::HEADROOM,
             quiet_headroom = fair_share::QUIET_HEADROOM, moves = pacer.movable,
-            "fair shares: clients on a full link are paced to weighted shares, boot files first");
+            "fair shares: clients on a full link or uplink are paced to weighted shares, boot files first");
         let pacer = Arc::new(pacer);
         let (done, ended) = tokio::sync::oneshot::channel::<()>();
         let (p, stop) = (pacer.clone(), shutdown.clone());
@@ -174,13 +194,33 @@ impl Pacer {
                 next: 0,
                 all: BTreeMap::new(),
                 boosts: vec![1.0; links.len()],
+                room_boosts: Vec::new(),
                 clients: HashMap::new(),
                 arrived: 0,
                 firmware: (0, None),
             }),
             links,
+            rooms: Vec::new(),
             metrics: metrics.clone(),
         }
+    }
+
+    /// The rooms behind uplinks, each with its capacity in bits/s; their figures are listed
+    /// in `metrics`.
+    fn add_rooms(&mut self, rooms: &[(Subnet, u64)], metrics: &Metrics) {
+        for &(subnet, capacity_bps) in rooms {
+            let stats = metrics.paced_room(&subnet.to_string());
+            stats.capacity.set(capacity_bps / 8);
+            let budget = fair_share::budget(capacity_bps, fair_share::HEADROOM);
+            stats.budget.set(budget as u64);
+            self.rooms.push(Room {
+                subnet,
+                capacity_bps,
+                stats,
+            });
+        }
+        let n = self.rooms.len();
+        self.lock().room_boosts = vec![1.0; n];
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Conns> {
@@ -291,21 +331,55 @@ impl Pacer {
             ids[c.link].push(*id);
         }
         clients.retain(|_, known| now.duration_since(known.1) < FORGET_ARRIVAL);
-        let mut plans = Vec::with_capacity(self.links.len());
-        for (i, link) in self.links.iter().enumerate() {
+        let (plans, rooms) = {
             // A client forgotten meanwhile weighs as the latest, with nothing received.
             let unknown = History {
                 arrival: u64::MAX,
                 ..History::default()
             };
             let history = |c: Ipv4Addr| conns.clients.get(&c).map_or(unknown, |known| known.0);
-            let on = fair_share::Link {
-                capacity_bps: Some(link.capacity_bps),
-                headroom,
-                boost: conns.boosts[i],
-                history: &history,
+            let on: Vec<fair_share::Link> = self
+                .links
+                .iter()
+                .zip(&conns.boosts)
+                .map(|(link, boost)| fair_share::Link {
+                    capacity_bps: Some(link.capacity_bps),
+                    headroom,
+                    boost: *boost,
+                    history: &history,
+                })
+                .collect();
+            let uplinks: Vec<Uplink> = self
+                .rooms
+                .iter()
+                .zip(&conns.room_boosts)
+                .map(|(room, boost)| Uplink {
+                    capacity_bps: room.capacity_bps,
+                    boost: *boost,
+                })
+                .collect();
+            let room_of = |c: Ipv4Addr| self.rooms.iter().position(|r| r.subnet.contains(c));
+            let weights = fair_share::WEIGHTS;
+            rooms::plan(&on, seconds, &seen, &uplinks, &room_of, headroom, weights)
+        };
+        for (r, (room, plan)) in self.rooms.iter().zip(&rooms).enumerate() {
+            let budget = fair_share::budget(room.capacity_bps, headroom);
+            let boost = conns.room_boosts[r];
+            conns.room_boosts[r] = match plan.share {
+                Some(_) => fair_share::trim(boost, plan.carried as f64, budget, plan.wanting),
+                None => 1.0,
             };
-            let plan = fair_share::plan(on, seconds, &seen[i]);
+            let stats = &room.stats;
+            stats.budget.set(budget as u64);
+            stats.clients.set(plan.clients as u64);
+            stats.carried.set(plan.carried);
+            stats.share.set(plan.share.unwrap_or(0));
+            stats.sent.add((plan.carried as f64 * seconds) as u64);
+            if plan.share.is_some() {
+                stats.full_rounds.inc();
+            }
+        }
+        for (i, (link, plan)) in self.links.iter().zip(&plans).enumerate() {
             let budget = fair_share::budget(link.capacity_bps, headroom);
             conns.boosts[i] = match plan.share {
                 Some(_) => {
@@ -315,8 +389,7 @@ impl Pacer {
             };
             let set = link.apply(&mut conns, &ids[i], &plan.caps, &seen[i]);
             link.stats.budget.set(budget as u64);
-            record(&link.stats, &plan, set);
-            plans.push(plan);
+            record(&link.stats, plan, set);
         }
         if self.movable {
             self.rebalance(&mut conns, &plans, headroom, now);
@@ -591,7 +664,7 @@ mod tests {
         };
         let shutdown = Shutdown::new();
         assert!(
-            Pacer::start(&[spec], false, &Metrics::default(), &shutdown)
+            Pacer::start(&[spec], &[], false, &Metrics::default(), &shutdown)
                 .unwrap()
                 .is_none()
         );

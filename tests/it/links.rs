@@ -346,3 +346,115 @@ fn clients_on_a_full_link_move_to_one_with_room() {
     let moved = series(&text, "bootpool_pacing_moved_away_total", &devs[0]).unwrap();
     assert!(moved >= 1, "{text}");
 }
+
+/// The value of the series `name{room="subnet"}` in a /metrics text.
+fn room_series(text: &str, name: &str, room: &str) -> Option<u64> {
+    let start = format!("{name}{{room=\"{room}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&start)?.parse().ok())
+}
+
+/// A room behind a router whose downlink (the room's uplink) is shaped to 20 Mbit/s, declared
+/// in pools.yaml, while the server's link is 50 Mbit/s: four of its clients download at once.
+/// The pacer bounds them together to the uplink's budget (its shares, not the link's), counts
+/// what it sent them, and every download arrives whole.
+#[test]
+fn a_rooms_clients_are_paced_to_shares_of_its_uplink() {
+    let link = Link::routed("10.77.9.1/24", "10.77.9.254/24", "10.78.9.1/24");
+    let router = link.router.as_ref().unwrap();
+    let shaped = Link::command(
+        &router.ns,
+        "tc",
+        &[
+            "qdisc",
+            "add",
+            "dev",
+            &router.down,
+            "root",
+            "tbf",
+            "rate",
+            "20mbit",
+            "burst",
+            "64k",
+            "latency",
+            "20ms",
+        ],
+    )
+    .status()
+    .expect("tc runs");
+    assert!(shaped.success());
+    let clients: Vec<String> = (61..65).map(|i| format!("10.78.9.{i}")).collect();
+    for c in &clients {
+        let cidr = format!("{c}/24");
+        link.in_client(&["ip", "addr", "add", &cidr, "dev", &link.client_if]);
+    }
+    link.in_client(&["ip", "route", "add", "default", "via", "10.78.9.1"]);
+    let fx = Fixture::new();
+    std::fs::write(
+        fx.image_dir().join("vmlinuz"),
+        crate::common::pattern(9, 6 * MIB as usize),
+    )
+    .unwrap();
+    let dev = link.server_if.clone();
+    let speeds = format!("link_speeds: {{ {dev}: 50mbit }}");
+    fx.write_config(
+        &Loopback::default()
+            .on_veth("10.77.9", &dev)
+            .http("0.0.0.0:8080")
+            .standard_ports()
+            .without_pool("nfs-room")
+            .server(&speeds)
+            .more_subnets(
+                "- { subnet: 10.78.9.0/24, range: 10.78.9.100-10.78.9.199, router: 10.78.9.1, uplink: 20mbit }\n",
+            ),
+    );
+    let _daemon = Daemon::start_without_sysfs(&link, &fx, 1);
+    let room = "10.78.9.0/24";
+    let capacity = room_series(
+        &metrics(&link, "127.0.0.1"),
+        "bootpool_room_uplink_capacity_bytes",
+        room,
+    );
+    assert_eq!(capacity, Some(20_000_000 / 8));
+
+    let url = "http://10.77.9.1:8080/boot/demo/vmlinuz";
+    let mut downloads: Vec<Child> = clients.iter().map(|c| download(&link, c, url)).collect();
+    // While they run, the room's last round is read until its uplink bound them: then one
+    // unit of weight's share times the clients stays within the uplink's budget (as far as
+    // the pacer raises it to make up what held-back clients leave unused).
+    let mut seen = None;
+    while downloads
+        .iter_mut()
+        .any(|d| d.try_wait().unwrap().is_none())
+    {
+        let text = metrics(&link, "127.0.0.1");
+        let get = |name| room_series(&text, name, room).unwrap_or(0);
+        let (share, clients, budget) = (
+            get("bootpool_room_share_bytes"),
+            get("bootpool_room_clients"),
+            get("bootpool_room_uplink_budget_bytes"),
+        );
+        if share > 0 && clients >= 2 {
+            seen = Some((share, clients, budget));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    for mut d in downloads {
+        assert!(d.wait().unwrap().success(), "a download failed");
+    }
+    let (share, active, budget) = seen.expect("the uplink never bound the room's clients");
+    assert!((2..=4).contains(&active), "{active} clients");
+    let uplink = fair_share::budget(20_000_000, fair_share::HEADROOM) as u64;
+    let quiet = fair_share::budget(20_000_000, fair_share::QUIET_HEADROOM) as u64;
+    assert!(budget == uplink || budget == quiet, "budget {budget}");
+    // Each client weighs at least 1: `active` of them at the share take no more than the
+    // boosted budget; and the share is the uplink's, far below the 50 Mbit/s link's.
+    let most = (budget as f64 * MAX_BOOST) as u64;
+    assert!(share * active <= most + 4, "{active} x {share} > {most}");
+    let link_budget = fair_share::budget(50_000_000, fair_share::HEADROOM) as u64;
+    assert!(share < link_budget / active, "share {share}");
+    let text = metrics(&link, "127.0.0.1");
+    assert!(room_series(&text, "bootpool_room_full_rounds_total", room).unwrap() > 0);
+    let sent = room_series(&text, "bootpool_room_sent_bytes_total", room).unwrap();
+    assert!(sent >= 4 * 6 * MIB, "{sent} bytes counted for the room");
+}

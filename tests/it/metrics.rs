@@ -1,6 +1,6 @@
 //! What `/metrics` serves, pinned: every family's HELP and TYPE line and every series' name and
-//! labels (values left out) of a daemon with a boot on record and a link (lo) sampled and
-//! paced, against `tests/fixtures/metrics.txt`. Dashboards depend on these names; a change to
+//! labels (values left out) of a daemon with a boot on record, a link (lo) sampled and
+//! paced and a room behind an uplink, against `tests/fixtures/metrics.txt`. Dashboards depend on these names; a change to
 //! them is a change to that file, made on purpose.
 
 use crate::common::{Fixture, run_async};
@@ -64,7 +64,10 @@ async fn metrics_names_help_types_and_labels_stay_as_pinned() {
     fx.write_config(
         &fx.loopback()
             .interfaces("lo")
-            .server("link_speeds: { lo: 1000 }"),
+            .server("link_speeds: { lo: 1000 }")
+            .more_subnets(
+                "- { subnet: 10.99.0.0/24, range: 10.99.0.100-10.99.0.199, uplink: 1gbit }\n",
+            ),
     );
     let var = fx.path().join("var");
     std::fs::create_dir_all(&var).unwrap();
