@@ -179,6 +179,55 @@ export const DENSE_TILES = 100;
 // On a small tile an unnamed machine shows its MAC's last three bytes (in full on hover).
 const tileName = (name, mac, dense) => (dense && name === mac ? `…${mac.slice(-8)}` : name);
 
+// ---- rooms: the DHCP subnets, each with its uplink (dhcp.subnets, docs/subnets.md) ----
+
+const ipNumber = ip => ip.split('.').reduce((n, o) => n * 256 + Number(o), 0);
+// The room (one of /api/v1/config's `rooms`) whose subnet holds `ip`; null for none.
+export function roomOf(ip, rooms) {
+  if (!ip) return null;
+  const n = ipNumber(ip);
+  return rooms.find(r => {
+    const [net, len] = r.subnet.split('/');
+    const size = 2 ** (32 - Number(len));
+    return Math.floor(n / size) === Math.floor(ipNumber(net) / size);
+  }) ?? null;
+}
+// `macs` grouped by room, in the rooms' order, those whose address is in none (or not known yet)
+// last: [[room or null, macs]]. null when there is nothing to group: all in one room, and it
+// declares no uplink.
+export function roomGroups(macs, ipOf, rooms) {
+  const groups = new Map();
+  for (const m of macs) {
+    const r = roomOf(ipOf(m), rooms);
+    if (!groups.has(r)) groups.set(r, []);
+    groups.get(r).push(m);
+  }
+  const only = [...groups.keys()];
+  if (only.length === 0 || (only.length === 1 && !only[0]?.uplink_bps)) return null;
+  const order = [...rooms, null];
+  return [...groups].sort((a, b) => order.indexOf(a[0]) - order.indexOf(b[0]));
+}
+// The rooms' uplinks' rates now (bytes/s by subnet): /metrics' bootpool_room_carried_bytes.
+async function uplinkRates() {
+  const r = await fetch('/metrics');
+  const text = r.ok ? await r.text() : '';
+  return new Map([...text.matchAll(/^bootpool_room_carried_bytes\{room="([^"]+)"\} (\d+)$/gm)]
+    .map(m => [m[1], Number(m[2])]));
+}
+// The Room view's tiles, under a heading per room when they span several (or one behind an
+// uplink): its subnet, and its uplink's rate now against its capacity.
+function roomTiles(macs, ipOf, rooms, rates, tileOf) {
+  const groups = roomGroups(macs, ipOf, rooms);
+  if (!groups) return macs.map(tileOf);
+  const heading = (r, n) => {
+    const uplink = r?.uplink_bps ? [' · uplink ', h('span', { 'data-testid': 'uplink' },
+      `${mbit(rates.get(r.subnet) ?? 0).toFixed(0)} of ${(r.uplink_bps / 1e6).toFixed(0)} Mbit/s`)] : [];
+    return h('h3', { class: 'room-head', 'data-room': r?.subnet ?? '' },
+      h('b', {}, r ? `Subnet ${r.subnet}` : 'Address in no subnet or not known yet'), ` · ${n} machines`, ...uplink);
+  };
+  return groups.flatMap(([r, ms]) => [heading(r, ms.length), ...ms.map(tileOf)]);
+}
+
 async function roomView(el, [poolName], ctx) {
   const [pools] = await Promise.all([api('/api/v1/pools'), loadNames()]);
   if (!pools.length) return el.replaceChildren(empty('No pools configured: add one under `pools:` in pools.yaml.'));
@@ -186,6 +235,8 @@ async function roomView(el, [poolName], ctx) {
     ?? [...pools].filter(p => p.latest_wave != null).sort((a, b) => b.latest_wave - a.latest_wave)[0] ?? pools[0];
   const room = roomWave();
   const listed = new Map(pool.machines.map(m => [m.mac, m]));
+  const rooms = (await api('/api/v1/config').catch(() => ({}))).rooms ?? [];
+  let rates = new Map();
   const mode = h('span', { class: 'mode', 'data-testid': 'mode' }, 'connecting…');
   const waveLine = h('p', { class: 'meta' });
   const grid = h('div', { class: 'tiles', 'data-testid': 'tiles' });
@@ -253,7 +304,8 @@ async function roomView(el, [poolName], ctx) {
       pool.root === 'nbd' ? RUN_NBD : RUN_NFS)]));
     const dense = macs.length > DENSE_TILES;
     grid.classList.toggle('dense', dense);
-    grid.replaceChildren(...macs.map(m => tile(m, room.wave.get(m), t, dense)));
+    const ipOf = m => room.wave.get(m)?.ip ?? room.older.get(m)?.ip ?? listed.get(m)?.ip;
+    grid.replaceChildren(...roomTiles(macs, ipOf, rooms, rates, m => tile(m, room.wave.get(m), t, dense)));
   };
   const merge = boots => {
     room.admit(boots);
@@ -263,7 +315,10 @@ async function roomView(el, [poolName], ctx) {
   // A listed machine's boot has its pool (and wave) from its first DISCOVER, which lights its tile.
   const stop = watchBoots(pool.name, merge, m => { mode.textContent = m; });
   const clock = setInterval(draw, 1000);
-  ctx.cleanup.push(stop, () => clearInterval(clock));
+  // The uplinks' rates, every 2 s, when a room declares one.
+  const pull = () => uplinkRates().then(r => { rates = r; }).catch(() => {});
+  const uplinks = rooms.some(r => r.uplink_bps) ? (pull(), setInterval(pull, 2000)) : null;
+  ctx.cleanup.push(stop, () => clearInterval(clock), () => clearInterval(uplinks));
 }
 
 // The Gantt rows' orders: slowest first, first powered on first, by name (pc2 before pc10) or MAC.

@@ -372,6 +372,17 @@ test('room view: a tile is stalled by the server\'s threshold, and the room is t
     return [first, again, [...r.wave.keys()], [...r.older.keys()].sort(), r.older.get('a').id];
   });
   assert.deepEqual(waves, [['a', 'b', 'c'], ['a', 'c'], ['b'], ['a', 'c'], 4]);
+  // Tiles are grouped by room (the subnet holding the machine's address), in the config's
+  // order, those with no known address last; one room without an uplink is not grouped.
+  const grouped = await page.evaluate(async () => {
+    const { roomGroups, roomOf } = await import('/app.js');
+    const rooms = [{ subnet: '10.77.1.0/24', uplink_bps: null }, { subnet: '10.30.0.0/23', uplink_bps: 1e9 }];
+    const ips = { a: '10.30.1.7', b: '10.77.1.100', c: null, d: '10.77.1.101' };
+    const groups = roomGroups(['a', 'b', 'c', 'd'], m => ips[m], rooms);
+    return [groups.map(([r, ms]) => [r?.subnet ?? null, ms]), roomOf('10.30.2.1', rooms),
+      roomGroups(['b', 'd'], m => ips[m], rooms), roomGroups(['a'], m => ips[m], rooms).length];
+  });
+  assert.deepEqual(grouped, [[['10.77.1.0/24', ['b', 'd']], ['10.30.0.0/23', ['a']], [null, ['c']]], null, null, 1]);
   await page.close();
 });
 
