@@ -423,13 +423,21 @@ impl Server {
     }
 
     /// The client as policy sees it, and its plan from the link it boots from; `None`
-    /// (counted, logged once) for strangers.
+    /// (counted, logged once) for strangers. `on`: the subnet the request came from (`None`:
+    /// the one holding the address it was sent from, a client asking port 4011 itself), whose
+    /// uplink, if it declares one, placement weighs.
     fn plan<'c>(
         &mut self,
         config: &'c Config,
         req: &Request,
         from: SocketAddr,
+        on: Option<&DhcpSubnet>,
     ) -> Option<(Client, boot::Plan<'c>)> {
+        let on = on.or_else(|| match from.ip() {
+            IpAddr::V4(v4) => config.dhcp.subnet_of(v4),
+            IpAddr::V6(v6) => config.dhcp.subnet_of(v6.to_ipv4_mapped()?),
+        });
+        let room = on.and_then(|s| Some((s.subnet, u64::from(s.uplink_mbps?) * 1_000_000)));
         let mac = Mac(req.mac);
         let client = Client {
             mac,
@@ -449,7 +457,7 @@ impl Server {
         let kept = self.leases.read().link(mac);
         let link = self
             .placement
-            .link_for(mac, member.pool, kept, pxe_discover);
+            .link_for(mac, member.pool, kept, pxe_discover, room);
         let plan = boot::plan(config, &client, link)?;
         Some((client, plan))
     }
@@ -489,10 +497,11 @@ impl Server {
         let config = self.config.load();
         // Port 4011 is asked by a client at its own address; port 67 may be relayed, and
         // only a listed relay speaks for another segment.
-        if !on_pxe_port {
-            self.subnet(&config, req, from, local)?;
-        }
-        let (client, plan) = self.plan(&config, req, from)?;
+        let on = match on_pxe_port {
+            false => Some(self.subnet(&config, req, from, local)?),
+            true => None,
+        };
+        let (client, plan) = self.plan(&config, req, from, on)?;
         plan.boot_file.as_ref()?;
         let mac = client.mac;
         let msg = req.message_type()?;
@@ -611,7 +620,7 @@ impl Server {
     ) -> Option<(Reply, To)> {
         let config = self.config.load();
         let on = self.subnet(&config, req, from, local)?;
-        let (client, plan) = self.plan(&config, req, from)?;
+        let (client, plan) = self.plan(&config, req, from, Some(on))?;
         let mac = client.mac;
         // Expiry walks the table: once per second is as fine-grained as lease times are.
         if self.expired_at != now {

@@ -7,7 +7,10 @@
 //! `EGRESS_HORIZON_S`, which catches traffic the daemon did not assign, such as clients that
 //! started before a restart), divided by its capacity. A new client goes to the link that
 //! would finish soonest with its bytes added; ties go to the link with fewer clients, then to
-//! the first.
+//! the first. A client of a room behind an uplink (`choose_in_room`) draws from a link no
+//! faster than the uplink gives: on each link, its room's bytes there take at least the time
+//! the uplink needs to carry them, so the room's clients are not piled on one link expecting
+//! more than the uplink gives, and the local clients' choice is unchanged.
 
 use std::net::Ipv4Addr;
 
@@ -35,6 +38,9 @@ pub struct Load {
     pub egress_bps: u64,
     /// Clients booting on it.
     pub clients: usize,
+    /// Of `pending_bytes`, those owed to the clients of the room of the client being placed
+    /// (`choose_in_room`; 0 otherwise).
+    pub room_pending_bytes: u64,
     /// The link's address is on no interface (or the link is down): never chosen while another
     /// link is usable.
     pub unusable: bool,
@@ -44,6 +50,14 @@ pub struct Load {
 /// capacity is unknown count as the mean of the known ones (all equal when none is known).
 /// `links` must not be empty.
 pub fn choose(links: &[Load], expected: u64) -> usize {
+    choose_in_room(links, expected, None)
+}
+
+/// `choose` for a client of a room behind an uplink of `uplink_bps` (`None`: a client of no
+/// such room, as `choose`): a link's score is also at least the time its room's bytes on it
+/// (`room_pending_bytes`), with the client's, take at the smaller of the uplink's rate and
+/// the link's.
+pub fn choose_in_room(links: &[Load], expected: u64, uplink_bps: Option<u64>) -> usize {
     let known: Vec<u64> = links.iter().filter_map(|l| l.capacity_bps).collect();
     let fallback = if known.is_empty() {
         1e9
@@ -55,7 +69,14 @@ pub fn choose(links: &[Load], expected: u64) -> usize {
         let owed = (l.pending_bytes.saturating_add(expected) as f64) * 8.0;
         let seen = l.egress_bps as f64 * EGRESS_HORIZON_S;
         let capacity = l.capacity_bps.map_or(fallback, |c| c.max(1) as f64);
-        owed.max(seen) / capacity
+        let room = match uplink_bps {
+            Some(up) => {
+                let mine = (l.room_pending_bytes.saturating_add(expected) as f64) * 8.0;
+                mine / capacity.min(up.max(1) as f64)
+            }
+            None => 0.0,
+        };
+        (owed.max(seen) / capacity).max(room)
     };
     let mut best = 0;
     for (i, l) in links.iter().enumerate().skip(1) {
@@ -133,6 +154,34 @@ mod tests {
         let mut owed = link(250, 100, 1);
         owed.egress_bps = 100_000_000;
         assert_eq!(choose(&[owed, link(250, 90, 1)], 10_000_000), 1);
+    }
+
+    #[test]
+    fn a_room_behind_an_uplink_is_not_piled_on_one_link() {
+        // Two 10 Gbit links: link 0 owes 100 MB to 2 local clients, link 1 owes 60 MB, all of
+        // it to the remote room's 10 clients. A local client goes to link 1, which finishes
+        // first; a remote client behind a 1 Gbit uplink goes to link 0: on link 1 its room's
+        // 60 MB and its own 6 MB would need 0.53 s of the uplink, more than link 0's 0.09 s.
+        let mut links = [link(10_000, 100, 2), link(10_000, 60, 10)];
+        links[1].room_pending_bytes = 60_000_000;
+        assert_eq!(choose(&links, 6_000_000), 1);
+        assert_eq!(choose_in_room(&links, 6_000_000, Some(1_000_000_000)), 0);
+        // A room of 14 placed one by one behind 1 Gbit spreads evenly over two links, as
+        // the local clients do; without an uplink, it would spread the same (equal links).
+        let mut links = vec![link(10_000, 0, 0); 2];
+        for _ in 0..14 {
+            let i = choose_in_room(&links, 50_000_000, Some(1_000_000_000));
+            links[i].pending_bytes += 50_000_000;
+            links[i].room_pending_bytes += 50_000_000;
+            links[i].clients += 1;
+        }
+        assert_eq!((links[0].clients, links[1].clients), (7, 7));
+        // An uplink faster than the links changes nothing.
+        let links = [link(100, 50, 1), link(100, 40, 8)];
+        assert_eq!(
+            choose_in_room(&links, 1, Some(10_000_000_000)),
+            choose(&links, 1)
+        );
     }
 
     #[test]

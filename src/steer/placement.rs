@@ -7,10 +7,12 @@
 //! The choice is `choice::choose`; this module keeps what it is made from: the clients
 //! booting on each link with the bytes each is still expected to fetch (its pool's recent
 //! boots, from the records, less what it fetched so far), each link's interface and capacity
-//! (`links::resolve`, at start) and its measured egress (the egress sampler).
+//! (`links::resolve`, at start) and its measured egress (the egress sampler), and each
+//! booting client's room when it is behind an uplink (`dhcp.subnets[].uplink`), so that a
+//! room's clients are spread as its uplink allows (`choice::choose_in_room`).
 
 use super::choice::{self, LinkSpec, Load};
-use crate::config::{Config, Mac, Pool};
+use crate::config::{Config, Mac, Pool, Subnet};
 use crate::record::Records;
 use crate::record::egress::Egress;
 use crate::record::timeline::BootResult;
@@ -54,6 +56,8 @@ struct Booting {
     link: usize,
     pool: Arc<Pool>,
     since: Instant,
+    /// Its room, when that is behind an uplink.
+    room: Option<Subnet>,
 }
 
 impl Placement {
@@ -117,12 +121,15 @@ impl Placement {
     /// DISCOVER with the PXE class, a firmware's or iPXE's; whether it starts a boot is the
     /// records' answer (`Timelines::discover_starts_boot`), since iPXE is a PXE firmware's
     /// second stage in one room and the firmware itself in another (qemu's, a flashed NIC's).
+    /// `room`: the subnet the request came from and its uplink's capacity in bits/s, when it
+    /// declares one.
     pub fn link_for(
         &self,
         mac: Mac,
         pool: &Arc<Pool>,
         kept: Option<Ipv4Addr>,
         pxe_discover: bool,
+        room: Option<(Subnet, u64)>,
     ) -> Ipv4Addr {
         if self.addresses.len() == 1 {
             return self.addresses[0];
@@ -138,11 +145,11 @@ impl Placement {
         let i = if pxe_discover && self.starts_boot(mac) {
             // `loads` forgets boots that have ended, so a client still counted here is in the
             // same boot (its firmware sent DISCOVER again) and keeps its link.
-            let loads = self.loads(&mut booting, now);
+            let loads = self.loads(&mut booting, now, room);
             match current(&booting) {
                 Some(i) => i,
                 None => {
-                    let i = choice::choose(&loads, self.expected_bytes(pool));
+                    let i = self.choose(&loads, pool, room);
                     tracing::debug!(%mac, link = %self.addresses[i], "link chosen");
                     i
                 }
@@ -156,8 +163,8 @@ impl Placement {
                 // Booting since before a restart: counted on its link from now.
                 (None, Some(i)) => i,
                 (None, None) => {
-                    let loads = self.loads(&mut booting, now);
-                    choice::choose(&loads, self.expected_bytes(pool))
+                    let loads = self.loads(&mut booting, now, room);
+                    self.choose(&loads, pool, room)
                 }
             }
         };
@@ -167,9 +174,16 @@ impl Placement {
                 link: i,
                 pool: pool.clone(),
                 since: now,
+                room: room.map(|(subnet, _)| subnet),
             },
         );
         self.addresses[i]
+    }
+
+    /// `choice`'s answer for a client of `pool` from `room`.
+    fn choose(&self, loads: &[Load], pool: &Pool, room: Option<(Subnet, u64)>) -> usize {
+        let expected = self.expected_bytes(pool);
+        choice::choose_in_room(loads, expected, room.map(|(_, uplink)| uplink))
     }
 
     /// Whether a PXE DISCOVER from `mac` now starts a new boot, by the records (`true`
@@ -186,8 +200,14 @@ impl Placement {
         self.state[i].device.is_some() || self.state.iter().all(|s| s.device.is_none())
     }
 
-    /// Each link's load now; forgets clients that are done.
-    fn loads(&self, booting: &mut HashMap<Mac, Booting>, now: Instant) -> Vec<Load> {
+    /// Each link's load now, with what `room`'s clients owe on it; forgets clients that are
+    /// done.
+    fn loads(
+        &self,
+        booting: &mut HashMap<Mac, Booting>,
+        now: Instant,
+        room: Option<(Subnet, u64)>,
+    ) -> Vec<Load> {
         let state = &self.state;
         let mut loads: Vec<Load> = state
             .iter()
@@ -222,7 +242,11 @@ impl Placement {
             let so_far = fetched.get(mac).copied().flatten().unwrap_or(0);
             let l = &mut loads[b.link];
             l.clients += 1;
-            l.pending_bytes += self.expected_bytes(&b.pool).saturating_sub(so_far);
+            let owed = self.expected_bytes(&b.pool).saturating_sub(so_far);
+            l.pending_bytes += owed;
+            if b.room.is_some() && b.room == room.map(|(subnet, _)| subnet) {
+                l.room_pending_bytes += owed;
+            }
         }
         if let Some(sample) = self.egress.get().and_then(|e| e.latest()) {
             for (l, s) in loads.iter_mut().zip(state) {
