@@ -525,6 +525,56 @@ fn a_small_storm_with_a_tftp_loader_counts_its_bytes_and_retries() {
     bound_holds(&r, &table);
 }
 
+/// A room behind an uplink (`--uplink 3@20mbit`): of six clients, the last three sit on a
+/// switch of their own joined by a 20 Mbit/s shaped uplink. Every client boots, and the
+/// report shows the room and its uplink: its clients, its capacity, at least the bytes its
+/// clients counted, a rate within the shaper's, and the share of the time it was full.
+#[test]
+fn a_small_storm_with_a_room_behind_an_uplink_reports_the_uplink() {
+    let _room = one_room();
+    let dir = tempfile::tempdir().unwrap();
+    let (trace_file, _) = short_trace("nfs", 100, dir.path());
+    let (table, r) = small_room(
+        dir.path(),
+        "nfs",
+        6,
+        &trace_file,
+        "1x1gbit",
+        300,
+        &["--uplink", "3@20mbit"],
+    );
+    assert_eq!(u(&r["summary"]["booted"]), 6, "{table}");
+    let up = &r["uplink"];
+    assert_eq!(u(&up["clients"]), 3, "{table}");
+    assert_eq!(u(&up["capacity_bps"]), 20_000_000, "{table}");
+    // The room's clients are the last three; what they counted crossed the uplink.
+    let clients = r["clients"].as_array().unwrap();
+    let behind: u64 = clients[3..]
+        .iter()
+        .map(|c| {
+            ["http", "nfs", "nbd", "tftp"]
+                .iter()
+                .map(|p| u(&c["bytes"][*p]))
+                .sum::<u64>()
+        })
+        .sum();
+    assert!(
+        u(&up["bytes"]) >= behind,
+        "uplink sent {} < {behind}\n{table}",
+        up["bytes"]
+    );
+    // The shaper held it: its busiest 100 ms no faster than the rate and a bucket's burst.
+    let burst_bps = 8 * 64 * 1024 * 10;
+    assert!(u(&up["peak_bps"]) <= 20_000_000 + burst_bps, "{table}");
+    assert!(u(&up["mean_bps"]) > 0, "{table}");
+    let full = up["full_share"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&full), "{table}");
+    assert!(
+        table.contains("room behind an uplink: 3 clients, uplink 20 Mbit/s"),
+        "{table}"
+    );
+}
+
 /// A bond simulated by its layer-2 hash (`--bond-hash`): one address on two shaped links,
 /// each client's frames on the link its MAC hashes onto. Consecutive MACs take the links in
 /// turn, and each link carried at least what its own clients counted (the shaped veth's

@@ -43,6 +43,11 @@ pub struct StormArgs {
     /// own (iPXE) DHCP follows. The shipped traces start in iPXE.
     #[arg(long)]
     pub tftp_loader: bool,
+    /// A room behind an uplink, N@RATE (e.g. 14@1gbit): the last N clients sit on a switch of
+    /// their own, joined to the server's by an uplink shaped to RATE each way (on the server's
+    /// subnet, as every client is). The report shows what the uplink carried against RATE.
+    #[arg(long, value_parser = super::uplink::parse)]
+    pub uplink: Option<(usize, u64)>,
     /// Power the clients on over this many seconds (evenly) instead of all at once.
     #[arg(long, default_value_t = 0.0)]
     pub stagger: f64,

@@ -5,6 +5,7 @@
 //!
 //! - `args`: what `bootpool storm` is told; `plan`: what every client shares.
 //! - `room`: the switch, the server's shaped links, the clients' shaped ports.
+//! - `uplink`: a room behind a shaped uplink (`--uplink`), and what it carried.
 //! - `client`: one client's boot (firmware steps, then the root closed-loop, then booted).
 //! - `dhcp`: the firmware's DHCP through `dhcp4r`, with the PXE retransmit schedule.
 //! - `root`: the root's requests, through `nfs` (the nfs3_client crate) or `nbd` (libnbd).
@@ -24,6 +25,7 @@ pub mod report;
 pub mod room;
 pub mod root;
 pub mod sample;
+pub mod uplink;
 
 use anyhow::{Context, bail};
 use args::StormArgs;
@@ -352,7 +354,21 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
     for (i, tid) in tid_rx.iter().take(macs.len()) {
         tids.push((i, macs[i].to_string(), tid));
     }
-    room::wire_clients(&tids, args.client_link)?;
+    // The last `--uplink` N clients sit behind the room's switch.
+    let behind = args
+        .uplink
+        .map_or(macs.len(), |(n, _)| macs.len().saturating_sub(n));
+    if let Some((_, rate)) = args.uplink {
+        uplink::wire(rate)?;
+    }
+    let switch_of = |i: usize| {
+        if i >= behind {
+            uplink::SWITCH
+        } else {
+            room::BRIDGE
+        }
+    };
+    room::wire_clients(&tids, args.client_link, &switch_of)?;
     for go in &go_tx {
         let _ = go.send(Step::Wired);
     }
@@ -394,7 +410,11 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
     );
 
     // Power on: now, or spread over --stagger seconds.
-    let sampler = sample::Sampler::start(links.clone(), std::process::id(), t0);
+    let uplinks = match args.uplink {
+        Some(_) => vec![uplink::DOWN.to_string()],
+        None => Vec::new(),
+    };
+    let sampler = sample::Sampler::start(links.clone(), uplinks, std::process::id(), t0);
     let start = t0.elapsed().as_secs_f64() + 0.2;
     let wall_start = bootpool::record::event::now_micros() as f64 / 1e6 + 0.2;
     let n = go_tx.len();

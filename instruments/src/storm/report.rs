@@ -294,6 +294,9 @@ pub struct Report {
     pub stagger_s: f64,
     pub summary: Summary,
     pub links: Vec<LinkRow>,
+    /// The room behind an uplink (`--uplink`), when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uplink: Option<super::uplink::UplinkRow>,
     pub server: Server,
     pub host: Host,
     pub bound: Bound,
@@ -573,6 +576,9 @@ impl Report {
                     / n.max(1) as u64,
             },
             links: link_rows,
+            uplink: args
+                .uplink
+                .map(|(n, rate)| super::uplink::row(n, rate, &samples, wanted_from, wanted_to)),
             server: Server {
                 cpu_s,
                 peak_rss_kib: peak_rss,
@@ -698,6 +704,9 @@ impl Report {
                 l.waited_s,
                 pct(l.waited_util),
             ));
+        }
+        if let Some(u) = &self.uplink {
+            s.push_str(&super::uplink::render(u));
         }
         s.push_str(&format!(
             "server links while enough of their clients waited for data to fill them: {} of capacity over {:.1} link-seconds\n",
@@ -1000,6 +1009,7 @@ mod tests {
         Sample {
             t,
             tx: vec![],
+            uplink_tx: vec![],
             cpu_s: 0.0,
             rss_kib: 0,
             clients_cpu_s: t / 2.0,

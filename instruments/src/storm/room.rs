@@ -121,6 +121,10 @@ pub fn ip(lines: &[String]) -> anyhow::Result<()> {
     batch("ip", lines)
 }
 
+pub fn tc(lines: &[String]) -> anyhow::Result<()> {
+    batch("tc", lines)
+}
+
 fn sysctl(path: &str, value: &str) -> anyhow::Result<()> {
     std::fs::write(format!("/proc/sys/{path}"), value).with_context(|| format!("setting {path}"))
 }
@@ -134,7 +138,7 @@ pub fn burst(rate: u64) -> u64 {
 
 /// A tbf qdisc shaping `dev`'s egress to `rate` bits per second. The bucket holds `burst`,
 /// the queue 20 ms.
-fn shape(dev: &str, rate: u64) -> String {
+pub fn shape(dev: &str, rate: u64) -> String {
     let burst = burst(rate);
     format!("qdisc add dev {dev} root tbf rate {rate}bit burst {burst} latency 20ms")
 }
@@ -284,8 +288,12 @@ fn quiet_switch() -> anyhow::Result<()> {
 }
 
 /// Makes client `i`'s link: a veth whose end `c{i}` (with `mac`) moves into the namespace of
-/// thread `tid`, its switch port `p{i}` shaped to `rate`.
-pub fn wire_clients(clients: &[(usize, String, libc::pid_t)], rate: u64) -> anyhow::Result<()> {
+/// thread `tid`, its switch port `p{i}` (on the switch `switch_of(i)`) shaped to `rate`.
+pub fn wire_clients(
+    clients: &[(usize, String, libc::pid_t)],
+    rate: u64,
+    switch_of: &dyn Fn(usize) -> &'static str,
+) -> anyhow::Result<()> {
     let mut cmds = Vec::new();
     let mut tc = Vec::new();
     for (i, mac, tid) in clients {
@@ -293,7 +301,7 @@ pub fn wire_clients(clients: &[(usize, String, libc::pid_t)], rate: u64) -> anyh
             "link add c{i} address {mac} type veth peer name p{i}"
         ));
         cmds.push(format!("link set c{i} netns {tid}"));
-        cmds.push(format!("link set p{i} master {BRIDGE}"));
+        cmds.push(format!("link set p{i} master {}", switch_of(*i)));
         cmds.push(format!("link set p{i} up"));
         tc.push(shape(&format!("p{i}"), rate));
     }
@@ -301,7 +309,7 @@ pub fn wire_clients(clients: &[(usize, String, libc::pid_t)], rate: u64) -> anyh
     batch("tc", &tc)
 }
 
-/// Waits until the switch forwards on each of `ports` (a port whose peer was just set up
+/// Waits until the switches forward on each of `ports` (a port whose peer was just set up
 /// stays `disabled` until the kernel has handled its carrier, and drops what arrives
 /// meanwhile: a client that sends its first DISCOVER then loses it, as no PC on a ready switch
 /// port would). Fails naming the ports still not forwarding after `within`.
@@ -309,11 +317,11 @@ pub fn wait_forwarding(ports: &[String], within: Duration) -> anyhow::Result<()>
     let deadline = Instant::now() + within;
     loop {
         let out = Command::new("ip")
-            .args(["-d", "-j", "link", "show", "master", BRIDGE])
+            .args(["-d", "-j", "link", "show"])
             .output()
             .context("running `ip -d -j link show` (package iproute2)")?;
         let listed: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .with_context(|| format!("`ip -j link show master {BRIDGE}` printed no JSON"))?;
+            .with_context(|| "`ip -d -j link show` printed no JSON".to_string())?;
         let forwarding: std::collections::HashSet<&str> = listed
             .as_array()
             .into_iter()

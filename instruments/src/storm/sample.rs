@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 pub const EVERY: Duration = Duration::from_millis(100);
 
 /// One look at the room.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Sample {
     /// Seconds from the storm's start, when the links' counters were read (right after:
     /// the rest of a look takes a /proc scan, and a stamp taken after it would put the
@@ -24,6 +24,9 @@ pub struct Sample {
     pub t: f64,
     /// Each link's egress counter, in bytes.
     pub tx: Vec<u64>,
+    /// The egress counter of the room's uplink (`--uplink`), toward its room, in bytes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub uplink_tx: Vec<u64>,
     /// The server processes' CPU seconds (user + system) so far.
     pub cpu_s: f64,
     /// Their resident memory now, KiB.
@@ -49,9 +52,9 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// Starts sampling `links` and the namespace's processes other than `storm_pid`; times are
-    /// seconds from `t0`.
-    pub fn start(links: Vec<Link>, storm_pid: u32, t0: Instant) -> Sampler {
+    /// Starts sampling `links`, the `uplinks`' devices and the namespace's processes other
+    /// than `storm_pid`; times are seconds from `t0`.
+    pub fn start(links: Vec<Link>, uplinks: Vec<String>, storm_pid: u32, t0: Instant) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -59,11 +62,14 @@ impl Sampler {
             while !flag.load(Ordering::Relaxed) {
                 let devs: Vec<&str> = links.iter().map(|l| l.dev.as_str()).collect();
                 let tx = room::tx_bytes(&devs);
+                let ups: Vec<&str> = uplinks.iter().map(String::as_str).collect();
+                let uplink_tx = room::tx_bytes(&ups);
                 let t = t0.elapsed().as_secs_f64();
                 let usage = server_usage(storm_pid);
                 out.push(Sample {
                     t,
                     tx,
+                    uplink_tx,
                     cpu_s: usage.cpu_s,
                     rss_kib: usage.rss_kib,
                     private_kib: usage.private_by_name.values().sum(),
