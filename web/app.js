@@ -1,5 +1,5 @@
 // The dashboard: hash routes, one function per view, data from the JSON API (docs/api.md).
-import { PHASES, phasesOf, PHASE_COLOUR, PHASE_INK, SERIES, GANTT_SCROLL_ROWS, swatch, gantt, histogram, lines, stacked, strips, pairs, bootBars } from './charts.js';
+import { PHASES, phasesOf, PHASE_COLOUR, PHASE_INK, STATES, STATE_COLOUR, STATE_INK, SERIES, GANTT_SCROLL_ROWS, swatch, gantt, histogram, lines, stacked, strips, pairs, bootBars } from './charts.js';
 
 const main = document.getElementById('main');
 const RUN_NFS = 'bootpool lab --clients 2 --root nfs';
@@ -52,8 +52,10 @@ function empty(text, command) {
 function legend(counts, waiting = false, phases = PHASES) {
   const item = (p, text, mark) => h('li', { 'data-phase': p }, mark, ` ${text}`,
     counts ? h('b', { 'data-testid': `count-${p}` }, ` ${counts[p] ?? 0}`) : null);
-  return h('ul', { class: 'legend', 'aria-label': 'phases' }, phases.map(p => item(p, p, swatch(p))),
-    waiting ? item('waiting', 'waiting / off', h('span', { class: 'swatch-waiting', 'aria-hidden': 'true' })) : null);
+  const state = k => h('span', { class: `swatch-state swatch-${k}`, 'aria-hidden': 'true', style: STATE_COLOUR[k] ? `background:${STATE_COLOUR[k]}` : null });
+  return h('ul', { class: 'legend', 'aria-label': 'phases' }, phases.map(p => item(p, p === 'booted' && waiting ? 'booted (up now)' : p, swatch(p))),
+    // The room's machines that are not booting or up: each state in words, with its count.
+    waiting ? Object.entries(STATES).map(([k, text]) => item(k, text, state(k))) : null);
 }
 
 function width(el) {
@@ -174,6 +176,15 @@ export function roomWave() {
 }
 
 const WAITING = 'waiting';
+// What a machine's tile shows of its boot `b` (its boot in the room's wave, else its newest
+// one): the phase while booting, `booted` while up, else the state (`now` of docs/api.md);
+// `waiting` for a machine never seen.
+export function tileState(b) {
+  if (!b) return WAITING;
+  if (b.now === 'up') return 'booted';
+  if (b.now === 'booting' || !b.now) return b.current_phase;
+  return b.now;
+}
 // A room of more machines than this gets smaller tiles, so 200 fit on a screen or two.
 export const DENSE_TILES = 100;
 // On a small tile an unnamed machine shows its MAC's last three bytes (in full on hover).
@@ -207,31 +218,50 @@ async function roomView(el, [poolName], ctx) {
       `, image ${pool.image}, root over ${pool.root}. Updates: `, mode),
     imageLine, waveLine, counts, note, grid);
 
+  // One machine's tile: its boot in the current wave (`b`), else its newest boot of an earlier
+  // wave, as it stands now (the API's `now`: up, was up, failed, timed out, booting).
   const tile = (mac, b, t, dense) => {
     const name = names.get(mac) ?? listed.get(mac)?.name ?? mac;
     const nameEl = h('span', { class: 'name', title: name === mac ? mac : `${name} (${mac})` }, tileName(name, mac, dense));
-    if (!b) {
-      // Not seen in this wave: powered off, or not at its DHCP yet.
-      const last = room.older.get(mac);
-      return h('a', { class: 'tile waiting', href: `#/client/${q(mac)}`, 'data-mac': mac, 'data-phase': WAITING },
-        nameEl,
-        h('span', { class: 'phase' }, dense ? '○ waiting' : '○ waiting / off'),
-        h('span', { class: 'last' }, last ? `${dense ? 'last' : 'last boot'} ${fmtS(last.duration_s)}` : 'never booted'));
+    const earlier = b ? null : room.older.get(mac);
+    const shown = b ?? earlier;
+    const key = tileState(shown);
+    const link = { href: `#/client/${q(mac)}`, 'data-mac': mac, 'data-phase': key, 'data-now': shown?.now ?? null };
+    if (key === WAITING) {
+      // Never seen in this pool (powered off, or not at its DHCP yet).
+      return h('a', { class: 'tile waiting', ...link }, nameEl,
+        h('span', { class: 'phase' }, dense ? '○ waiting' : '○ waiting / off'), h('span', { class: 'last' }, 'never booted'));
     }
-    const stalled = stalledFor(b, t);
-    const elapsed = b.result === 'booted' ? b.duration_s : (b.result === 'running' ? t : b.last_event) - b.start;
-    const phase = b.current_phase;
+    const since = earlier ? h('span', { class: 'last' }, `${dense ? 'wave' : 'in wave'} ${earlier.wave ?? '?'}, ${when(earlier.start)}`) : null;
+    if (key === 'was_up') {
+      // It was up, then went away (shut down, powered off, restarted): off now, unless its
+      // next boot already started.
+      return h('a', { class: 'tile was-up', ...link }, nameEl,
+        h('span', { class: 'phase' }, dense ? '○ off (was up)' : '○ was up · off now'),
+        h('span', { class: 'elapsed', 'data-testid': 'elapsed' }, fmtS(shown.duration_s)),
+        h('span', { class: 'last' }, `${shown.gone.replaceAll('_', ' ')} at ${fmtS(shown.gone_at - shown.start)}`), since);
+    }
+    const stalled = b ? stalledFor(b, t) : null;
+    const elapsed = shown.duration_s ?? (shown.result === 'running' ? t : shown.last_event) - shown.start;
+    const bad = key === 'failed' || key === 'timed_out';
+    const fill = STATE_COLOUR[key] ?? PHASE_COLOUR[key] ?? '#ccc', ink = STATE_INK[key] ?? PHASE_INK[key] ?? '#000';
+    // What went wrong, in a line (all of it on hover and on the client's page).
+    const why = bad ? (shown.cause?.text ?? shown.failure ?? null) : null;
     return h('a', {
-      class: `tile${stalled ? ' stalled' : ''}`, href: `#/client/${q(mac)}`, 'data-mac': mac, 'data-phase': phase,
-      style: `background:${PHASE_COLOUR[phase] ?? '#ccc'};color:${PHASE_INK[phase] ?? '#000'}`,
+      class: `tile${stalled ? ' stalled' : ''}${earlier ? ' earlier' : ''}`, ...link,
+      style: `background:${fill};color:${ink}`,
     },
     nameEl,
-    h('span', { class: 'phase' }, phase === 'booted' ? '✓ booted' : b.result === 'timed_out' ? `✗ timed out in ${b.stopped_in ?? phase}` : phase),
+    h('span', { class: 'phase' }, key === 'booted' ? '✓ booted · up'
+      : key === 'failed' ? `✗ failed in ${shown.stopped_in ?? shown.current_phase}`
+        : key === 'timed_out' ? `✗ timed out in ${shown.stopped_in ?? shown.current_phase}` : key),
     h('span', { class: 'elapsed', 'data-testid': 'elapsed' }, fmtS(elapsed)),
-    b.ip ? h('span', { class: 'ip' }, b.ip) : null,
+    why ? h('span', { class: 'why', 'data-testid': 'why', title: why }, why.split('. ')[0]) : null,
+    shown.ip && !dense ? h('span', { class: 'ip' }, shown.ip) : null,
     // Which server link it boots from, once the room is spread over several (server.links).
-    b.link && new Set([...room.wave.values()].map(o => o.link).filter(Boolean)).size > 1
+    b?.link && new Set([...room.wave.values()].map(o => o.link).filter(Boolean)).size > 1
       ? h('span', { class: 'link', 'data-testid': 'link' }, `via ${b.link}`) : null,
+    since,
     stalled ? h('span', { class: 'stall' }, dense ? `⚠ stalled ${stalled.toFixed(0)} s` : `⚠ stalled: silent ${stalled.toFixed(0)} s`) : null);
   };
 
@@ -240,14 +270,18 @@ async function roomView(el, [poolName], ctx) {
     // The listed machines in pools.yaml's order, then any other that booted in this pool.
     const macs = [...listed.keys()];
     for (const m of [...room.wave.keys(), ...room.older.keys()].sort()) if (!listed.has(m)) { listed.set(m, { mac: m }); macs.push(m); }
+    // Every machine counted once, by what its tile shows.
     const c = {};
-    for (const b of room.wave.values()) c[b.current_phase] = (c[b.current_phase] ?? 0) + 1;
-    c[WAITING] = macs.filter(m => !room.wave.has(m)).length;
+    for (const m of macs) { const k = tileState(room.wave.get(m) ?? room.older.get(m)); c[k] = (c[k] ?? 0) + 1; }
     counts.replaceChildren(legend(c, true, phasesOf([...room.wave.values(), ...room.older.values()])));
     const first = [...room.wave.values()].sort((a, b) => a.start - b.start)[0];
+    const inWave = k => [...room.wave.values()].filter(b => b.now === k).length;
     waveLine.replaceChildren(...(first
       ? ['Current wave: ', h('a', { href: `#/wave/${first.id}` }, `wave ${first.id}`), ` powered on ${when(first.start)}, `,
-        h('b', { 'data-testid': 'wave-clients' }, String(room.wave.size)), ` of ${macs.length} machines seen.`]
+        h('b', { 'data-testid': 'wave-clients' }, String(room.wave.size)), ` of ${macs.length} machines seen: `,
+        h('b', { 'data-testid': 'wave-up' }, String(inWave('up'))), ' up, ',
+        h('b', { 'data-testid': 'wave-failed' }, String(inWave('failed'))), ' failed, ',
+        h('b', { 'data-testid': 'wave-timed-out' }, String(inWave('timed_out'))), ' timed out.']
       : []));
     note.replaceChildren(...(room.wave.size ? [] : [empty(`No boots in ${pool.name} yet: power on a machine it lists, or try the image with`,
       pool.root === 'nbd' ? RUN_NBD : RUN_NFS)]));
@@ -299,7 +333,8 @@ async function waveView(el, [id], ctx) {
       h('a', { href: `#/compare/${w.id}` }, 'Compare with another wave')),
     h('dl', { class: 'stats' },
       stat('clients', 'clients', String(sm.clients)), stat('booted', 'booted', String(sm.booted)),
-      stat('running', 'running', String(sm.running)), stat('timed out', 'timed-out', String(sm.timed_out ?? 0)),
+      stat('running', 'running', String(sm.running)), stat('failed', 'failed', String(sm.failed ?? 0)),
+      stat('timed out', 'timed-out', String(sm.timed_out ?? 0)),
       stat('median', 'median', fmtS(sm.median_s)),
       stat('p95', 'p95', fmtS(sm.p95_s)), stat('max', 'max', fmtS(sm.max_s))),
     h('h3', {}, 'Phases per client'),

@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import dgram from 'node:dgram';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -41,6 +42,9 @@ function fmtBytes(n) {
   if (n >= 1024) return `${(n / 1024).toFixed(1)} KiB`;
   return `${Math.round(n)} B`;
 }
+// What a room tile shows of a machine's boot (docs/dashboard.md): its phase while booting,
+// `booted` while up, else the API's `now` (was_up, failed, timed_out).
+const tileState = b => (b.now === 'up' ? 'booted' : b.now === 'booting' ? b.current_phase : b.now);
 const fmtMbit = v => (v == null ? 'no samples' : `${((v * 8) / 1e6).toFixed(1)} Mbit/s`);
 // When a wave's boots end: its last booted call (or newest event).
 const waveEnd = w => Math.max(w.start + 1, ...w.boots.map(b => (b.duration_s != null ? b.start + b.duration_s : b.last_event)));
@@ -327,16 +331,23 @@ test('room view: a tile per machine of the pool, with its phase and time in the 
     assert.equal(p.machines.length, 63);
     assert.equal(p.machines_complete, true);
     const w = await api(`/api/v1/waves/${p.latest_wave}`);
+    // Each machine's boot in the latest wave, else its newest boot in the pool.
+    const newest = new Map((await api(`/api/v1/boots?pool=${pool}`)).map(b => [b.mac, b]));
     const inWave = new Map(w.boots.map(b => [b.mac, b]));
     await view(page, `/room/${pool}`);
     const tiles = await page.$$eval('.tile', ts => ts.map(t => [t.dataset.mac, t.dataset.phase, t.querySelector('[data-testid=elapsed]')?.textContent ?? null]));
-    assert.deepEqual(tiles, p.machines.map(m => {
-      const b = inWave.get(m.mac);
-      return b ? [m.mac, b.current_phase, fmtS(b.duration_s)] : [m.mac, 'waiting', null];
-    }));
+    const shown = m => inWave.get(m.mac) ?? newest.get(m.mac);
+    const expected = p.machines.map(m => {
+      const b = shown(m);
+      return b ? [m.mac, tileState(b), fmtS(b.duration_s ?? (b.last_event - b.start))] : [m.mac, 'waiting', null];
+    });
+    assert.deepEqual(tiles, expected);
+    // The lab's clients power off after their boot: up once, off now, and not waiting.
+    assert.ok(w.boots.every(b => b.now), 'the API says where each machine stands now');
     const count = async k => (await page.textContent(`[data-testid=count-${k}]`)).trim();
-    assert.equal(await count('booted'), String(w.summary.booted));
-    assert.equal(await count('waiting'), String(p.machines.length - w.boots.length));
+    for (const k of ['booted', 'was_up', 'failed', 'timed_out', 'waiting']) {
+      assert.equal(await count(k), String(expected.filter(t => t[1] === k).length), k);
+    }
     assert.equal((await page.textContent('[data-testid=wave-clients]')).trim(), String(w.summary.clients));
     // Live from the event stream, not polling.
     await page.waitForFunction(() => document.querySelector('[data-testid=mode]')?.textContent === 'live', null, { timeout: WAIT });
@@ -396,10 +407,21 @@ test('room view: colours are readable and not the only cue', async () => {
   // Okabe-Ito, all different; the legend names each phase in words.
   assert.equal(new Set(Object.values(colour)).size, 7);
   const legend = await page.$$eval('.legend li', lis => lis.map(li => li.textContent.trim().split(' ')[0]));
-  assert.deepEqual(legend, ['dhcp', 'loader', 'ipxe', 'kernel', 'initrd', 'root', 'booted', 'waiting']);
-  // Every tile says its phase in words too.
+  assert.deepEqual(legend, ['dhcp', 'loader', 'ipxe', 'kernel', 'initrd', 'root', 'booted', 'was', 'failed', 'timed', 'waiting']);
+  // A failed and a timed-out machine: readable too, and apart from every phase colour.
+  const states = await page.evaluate(async () => {
+    const c = await import('/charts.js');
+    return { colour: c.STATE_COLOUR, ink: c.STATE_INK };
+  });
+  for (const [k, bg] of Object.entries(states.colour)) {
+    const [a, b] = [lum(bg), lum(states.ink[k])].sort((x, y) => y - x);
+    assert.ok((a + 0.05) / (b + 0.05) >= 4.5, `${k}: text on ${bg}`);
+    assert.ok(!Object.values(colour).includes(bg), `${k} has a phase's colour`);
+  }
+  // Every tile says its phase or state in words too.
   const words = await page.$$eval('.tile', ts => ts.map(t => [t.dataset.phase, t.querySelector('.phase').textContent]));
-  for (const [phase, text] of words) assert.ok(text.includes(phase), `${phase}: ${text}`);
+  const inWords = { was_up: 'was up', timed_out: 'timed out' };
+  for (const [phase, text] of words) assert.ok(text.includes(inWords[phase] ?? phase), `${phase}: ${text}`);
   await page.close();
 });
 
@@ -652,6 +674,61 @@ test('client view: a machine relayed from its own subnet shows the relay and its
   watch(page);
   await view(page, `/client/${mac}`);
   assert.equal((await page.textContent('[data-testid=relayed]')).trim(), 'through relay 127.0.0.2 · circuit Gi1/0/7');
+  await page.close();
+});
+
+// POST `body` to `p` from the local address `from` (a client's leased address on this
+// loopback server): its status and text.
+function postFrom(from, p, body) {
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${base}${p}`, { method: 'POST', localAddress: from, headers: { 'content-type': 'application/json' } }, res => {
+      let text = '';
+      res.on('data', d => { text += d; });
+      res.on('end', () => resolve({ status: res.statusCode, text }));
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify(body));
+  });
+}
+
+test('room view: a failed machine is shown failed, with its cause, and counted', async () => {
+  const mac = '52:54:00:77:00:32', ip = '127.0.0.160';
+  // Its firmware takes a lease; then its initrd reports the failure from that address.
+  await sendDhcp(dhcpMessage(1, mac, 0x4242));
+  await sendDhcp(dhcpMessage(3, mac, 0x4242, ip, { rebooting: true }));
+  let boot;
+  for (let i = 0; i < 100 && boot?.ip !== ip; i++) {
+    [boot] = (await api(`/api/v1/boots?mac=${mac}`)).slice(-1);
+    await new Promise(r => setTimeout(r, 100));
+  }
+  assert.equal(boot?.ip, ip, 'the machine holds its lease');
+  const said = await postFrom(ip, '/api/v1/failed', { reason: 'no root device found' });
+  assert.equal(said.status, 204, said.text);
+  for (let i = 0; i < 100 && boot.now !== 'failed'; i++) {
+    [boot] = (await api(`/api/v1/boots?mac=${mac}`)).slice(-1);
+    await new Promise(r => setTimeout(r, 100));
+  }
+  assert.equal(boot.now, 'failed');
+  const page = await context.newPage();
+  watch(page);
+  await view(page, '/room/lab-nfs');
+  const tile = `.tile[data-mac="${mac}"]`;
+  await page.waitForSelector(`${tile}[data-phase=failed]`, { timeout: WAIT });
+  assert.match(await page.textContent(`${tile} .phase`), new RegExp(`failed in ${boot.stopped_in}`));
+  const why = boot.cause?.text ?? boot.failure;
+  assert.ok(why, 'the API gives a cause');
+  assert.equal((await page.textContent(`${tile} [data-testid=why]`)).trim(), why.split('. ')[0]);
+  // Counted in the legend and in the room's wave line, as the API's boots say.
+  const failedTiles = await page.locator('.tile[data-phase=failed]').count();
+  assert.ok(failedTiles >= 1);
+  assert.equal((await page.textContent('[data-testid=count-failed]')).trim(), String(failedTiles));
+  const wave = await api(`/api/v1/waves/${boot.wave}`);
+  assert.equal((await page.textContent('[data-testid=wave-failed]')).trim(), String(wave.boots.filter(b => b.now === 'failed').length));
+  await shot(page, 'room-failed');
+  // And in the wave's card.
+  await view(page, `/wave/${boot.wave}`);
+  assert.equal((await page.textContent('[data-testid=failed]')).trim(), String(wave.summary.failed));
+  assert.ok(wave.summary.failed >= 1);
   await page.close();
 });
 
