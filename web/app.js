@@ -1,4 +1,6 @@
 // The dashboard: hash routes, one function per view, data from the JSON API (docs/api.md).
+import { h, api, q, when } from './dom.js';
+import { targetActions, clientActions, unknownPanel, imagesView } from './actions.js';
 import { PHASES, phasesOf, PHASE_COLOUR, PHASE_INK, STATES, STATE_COLOUR, STATE_INK, SERIES, GANTT_SCROLL_ROWS, swatch, gantt, histogram, lines, stacked, strips, pairs, bootBars } from './charts.js';
 
 const main = document.getElementById('main');
@@ -7,31 +9,6 @@ const RUN_NBD = 'bootpool lab --clients 2 --root nbd';
 
 // ---- small helpers ----
 
-function h(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v == null || v === false) continue;
-    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
-    else el.setAttribute(k, v === true ? '' : v);
-  }
-  for (const c of children.flat()) if (c != null) el.append(c);
-  return el;
-}
-
-class HttpError extends Error {
-  constructor(status, path, text) {
-    super(`${path}: ${status} ${text}`.trim());
-    this.status = status;
-  }
-}
-
-async function api(path) {
-  const r = await fetch(path, { headers: { accept: 'application/json' } });
-  if (!r.ok) throw new HttpError(r.status, path, (await r.text()).trim());
-  return r.json();
-}
-
-const q = encodeURIComponent;
 export const fmtS = v => (v == null ? '–' : `${v.toFixed(1)} s`);
 export function fmtBytes(n) {
   if (n == null) return '–';
@@ -41,8 +18,6 @@ export function fmtBytes(n) {
   return `${Math.round(n)} B`;
 }
 const mbit = bytesPerS => (bytesPerS * 8) / 1e6;
-// Times in the reader's own time zone.
-const when = t => new Date(t * 1000).toLocaleString();
 const now = () => Date.now() / 1000;
 
 function empty(text, command) {
@@ -206,7 +181,7 @@ async function roomView(el, [poolName], ctx) {
   const imageLine = h('p', { class: 'meta', 'data-testid': 'image-revision' });
   api('/api/v1/images').then(images => {
     const i = images.find(x => x.image === pool.image);
-    if (i?.active_label) imageLine.replaceChildren(`Image ${i.image} is at ${i.active_label}: `,
+    if (i?.summary) imageLine.replaceChildren(`Image ${i.image} is at ${i.active_label}: `,
       h('b', {}, `${i.need_reboot} of ${i.clients}`), ` running clients need a reboot to get ${i.active_label}.`);
   }).catch(() => {});
   el.replaceChildren(
@@ -216,6 +191,8 @@ async function roomView(el, [poolName], ctx) {
     h('p', { class: 'meta' }, `${pool.machines.length} machines`,
       pool.machines_complete ? '' : ' (a listed range is too long to show: only its machines that booted)',
       `, image ${pool.image}, root over ${pool.root}. Updates: `, mode),
+    // Wake the room, or say what it boots next (behind the admin token, each confirmed).
+    targetActions({ pool: pool.name }, `${pool.machines.length} PCs of ${pool.name}`, [...new Set(pools.map(p => p.image))]),
     imageLine, waveLine, counts, note, grid);
 
   // One machine's tile: its boot in the current wave (`b`), else its newest boot of an earlier
@@ -571,10 +548,12 @@ function relayedLine(via) {
 }
 
 async function clientView(el, [mac], ctx) {
-  const clients = await loadNames();
-  if (!clients.length) return el.replaceChildren(empty('No client has booted yet: power one on, or run', RUN_NFS));
+  const [clients, pools] = await Promise.all([loadNames(), api('/api/v1/pools')]);
+  // The PCs that asked and are in no pool, to enrol (from discovery, when the server lists them).
+  const unknown = mac ? null : await unknownPanel(pools);
+  if (!clients.length) return el.replaceChildren(empty('No client has booted yet: power one on, or run', RUN_NFS), unknown);
   if (!mac) {
-    return el.replaceChildren(h('h2', {}, 'Clients'), h('div', { class: 'scroll' }, h('table', { class: 'num' },
+    return el.replaceChildren(h('h2', {}, 'Clients'), unknown, h('div', { class: 'scroll' }, h('table', { class: 'num' },
       h('thead', {}, h('tr', {}, ['client', 'MAC', 'pool', 'ip', 'boots', 'last boot', 'last time'].map(t => h('th', {}, t)))),
       h('tbody', {}, clients.map(c => h('tr', { 'data-mac': c.mac },
         h('th', {}, h('a', { href: `#/client/${q(c.mac)}` }, c.name ?? c.mac)), h('td', {}, c.mac), h('td', {}, c.pool ?? '–'),
@@ -598,6 +577,7 @@ async function clientView(el, [mac], ctx) {
   el.replaceChildren(
     h('h2', {}, `Client ${label(mac)}`),
     h('p', { class: 'meta' }, h('a', { href: '#/client' }, 'All clients'), ` · ${mac} · ${boots.length} boots`),
+    clientActions(mac, label(mac) === mac ? mac : `${label(mac)} (${mac})`, newest?.ip, [...new Set(pools.map(p => p.image))]),
     relayedLine(newest?.relayed),
     boots.length ? legend() : empty('This machine has no boots recorded.'),
     boots.length ? h('p', { class: 'meta' }, 'Each boot, oldest left, by phase; the dashed tick is the median of the boot\'s wave, so a machine that is always slow stands above its room.') : null,
@@ -625,7 +605,7 @@ async function clientView(el, [mac], ctx) {
 
 // ---- routing ----
 
-const VIEWS = { room: roomView, wave: waveView, egress: egressView, compare: compareView, client: clientView };
+const VIEWS = { room: roomView, wave: waveView, egress: egressView, compare: compareView, client: clientView, images: imagesView };
 let current = { cleanup: [], redraw: null };
 let generation = 0;
 

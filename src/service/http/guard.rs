@@ -1,5 +1,6 @@
 //! Who may read and act: `server.read_token` for the dashboard, the read API and /metrics
-//! (bearer header or cookie), the admin token for the lease actions.
+//! (bearer header or cookie), the admin token for the actions (every POST of the API but the
+//! clients' own reports).
 
 use super::web::Web;
 use axum::extract::State;
@@ -29,8 +30,9 @@ pub(super) async fn read_guard(
     let post = req.method() == axum::http::Method::POST;
     let client_route =
         path.starts_with("/boot/") || (post && matches!(path, "/api/v1/booted" | "/api/v1/failed"));
-    // Actions ask their own token (`admin_refusal`), never the read token.
-    let action = post && path.starts_with("/api/v1/leases/");
+    // Actions (every other POST of the API) ask their own token (`admin_refusal`), never
+    // the read token.
+    let action = post && path.starts_with("/api/v1/");
     if client_route || action {
         return next.run(req).await;
     }

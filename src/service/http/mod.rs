@@ -130,6 +130,7 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/pools", get(pools))
         .route("/api/v1/config", get(api::config))
         .route("/api/v1/images", get(images::images))
+        .route("/api/v1/images/{name}/activate", post(images::activate))
         .route("/api/v1/clients", get(clients))
         .route("/api/v1/leases/{mac}/release", post(release_lease))
         .merge(super::web::routes())
