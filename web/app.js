@@ -578,7 +578,8 @@ async function clientView(el, [mac], ctx) {
     h('h2', {}, `Client ${label(mac)}`),
     h('p', { class: 'meta' }, h('a', { href: '#/client' }, 'All clients'), ` · ${mac} · ${boots.length} boots`),
     clientActions(mac, label(mac) === mac ? mac : `${label(mac)} (${mac})`, newest?.ip, [...new Set(pools.map(p => p.image))]),
-    relayedLine(newest?.relayed),
+    // (replaceChildren would show a null as the text "null")
+    relayedLine(newest?.relayed) ?? '',
     boots.length ? legend() : empty('This machine has no boots recorded.'),
     boots.length ? h('p', { class: 'meta' }, 'Each boot, oldest left, by phase; the dashed tick is the median of the boot\'s wave, so a machine that is always slow stands above its room.') : null,
     box,

@@ -776,6 +776,16 @@ test('actions: a lease release is confirmed first, asks the admin token once, an
   assert.equal(await page.locator('dialog').count(), 0, 'no second token dialog');
   assert.equal(await page.evaluate(() => sessionStorage.getItem('bootpool-admin-token')), ADMIN);
   await shot(page, 'client-action');
+  assert.ok(!(await page.textContent('section[data-view=client]')).includes('null'), 'no "null" on the page');
+  // A room's wake says how many PCs of which room, and sends nothing when cancelled.
+  await view(page, '/room/lab-nfs');
+  const machines = (await api('/api/v1/pools')).find(p => p.name === 'lab-nfs').machines.length;
+  await page.click('button[data-action=wake]');
+  assert.equal((await page.textContent('dialog [data-testid=question]')).trim(), `Wake ${machines} PCs of lab-nfs?`);
+  await page.keyboard.press('Escape');
+  await page.waitForFunction(() => document.querySelector('[data-testid=answer]')?.textContent, null, { timeout: WAIT });
+  assert.equal(await answer(), 'Cancelled: nothing was sent.');
+  assert.equal(posts.length, 2, 'the wake cancelled sent nothing');
   // The unknown PCs' panel: hidden with a note while this server does not list them.
   await view(page, '/client');
   const listed = (await fetch(`${base}/api/v1/unknown`)).status;
