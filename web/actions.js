@@ -191,7 +191,7 @@ export async function imagesView(el) {
           }, `Activate ${r.label}`)))))));
   };
   el.replaceChildren(h('h2', {}, 'Images'),
-    images.length ? images.map(i => h('section', { 'data-image': i.image }, h('h3', {}, i.image),
-      i.summary ? h('p', { class: 'meta' }, i.summary) : null, table(i))) : h('p', { class: 'meta' }, 'No images configured.'),
+    ...(images.length ? images.map(i => h('section', { 'data-image': i.image }, h('h3', {}, i.image),
+      i.summary ? h('p', { class: 'meta' }, i.summary) : null, table(i))) : [h('p', { class: 'meta' }, 'No images configured.')]),
     out);
 }

@@ -8,7 +8,7 @@
 // /usr/bin/chromium), SCREENSHOT_DIR (where to save views; default: a temp folder).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import dgram from 'node:dgram';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -106,6 +106,7 @@ dhcp:
   lease: 1h
 images:
   demo: { dir: ${dir}/img, store: disk }
+  revs: { dir: ${dir}/revs, store: disk }
 pools:
   lab-nfs:
     image: demo
@@ -119,6 +120,17 @@ pools:
     clients:
       - { macs: "52:54:00:77:01:01-52:54:00:77:01:3f" }
 `);
+  // An image with two revisions (bootpool image import): r1 active, r2 not yet.
+  for (const n of [1, 2]) {
+    const tree = path.join(dir, `tree${n}`);
+    fs.mkdirSync(path.join(tree, 'boot'), { recursive: true });
+    fs.mkdirSync(path.join(tree, 'etc'));
+    fs.writeFileSync(path.join(tree, 'etc/hostname'), `r${n}\n`);
+    fs.writeFileSync(path.join(tree, 'boot/vmlinuz-6.1.0-1'), `kernel ${n}`);
+    fs.writeFileSync(path.join(tree, 'boot/initrd.img-6.1.0-1'), `initrd ${n}`);
+    const out = spawnSync(BIN, ['image', 'import', 'revs', '--from', tree, '--config', path.join(dir, 'pools.yaml')], { encoding: 'utf8' });
+    assert.equal(out.status, 0, `bootpool image import: ${out.stdout}${out.stderr}`);
+  }
   const child = spawn(BIN, ['serve', '--config', path.join(dir, 'pools.yaml')], {
     env: { ...process.env, NO_COLOR: '1', RUST_LOG: 'info' }, stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -790,6 +802,30 @@ test('actions: a lease release is confirmed first, asks the admin token once, an
   await view(page, '/client');
   const listed = (await fetch(`${base}/api/v1/unknown`)).status;
   assert.equal(await page.locator('[data-testid=unknown-note]').count(), listed === 404 ? 1 : 0);
+  await page.close();
+});
+
+test('actions: the Images view activates a revision after a confirmation and the admin token', async () => {
+  const before = (await api('/api/v1/images')).find(i => i.image === 'revs');
+  const r1 = before.revisions.find(r => r.label === 'r1'), r2 = before.revisions.find(r => r.label === 'r2');
+  assert.equal(before.active, r1.id, 'the first import is active');
+  const page = await context.newPage();
+  watch(page);
+  await view(page, '/images');
+  const section = 'section[data-image=revs]';
+  assert.equal(await page.locator(`${section} tr[data-rev="${r1.id}"] button`).count(), 0, 'the active one has no button');
+  await page.click(`${section} tr[data-rev="${r2.id}"] button[data-action=activate]`);
+  assert.equal((await page.textContent('dialog [data-testid=question]')).trim(),
+    'Activate r2 of image revs? Boots starting from now get it; running clients keep theirs until they reboot.');
+  await page.click('dialog [data-testid=dialog-yes]');
+  // A new tab: the token is asked again.
+  await page.fill('dialog input[name=token]', ADMIN);
+  await page.click('dialog [data-testid=dialog-yes]');
+  await page.waitForSelector(`${section} tr[data-rev="${r1.id}"] button[data-action=activate]`, { timeout: WAIT });
+  assert.equal((await page.textContent('[data-testid=answer]')).trim(),
+    `Done: image revs: r2 (${r2.id}) is active; boots starting from now get it, running clients keep theirs until they reboot`);
+  assert.equal((await api('/api/v1/images')).find(i => i.image === 'revs').active, r2.id);
+  await shot(page, 'images');
   await page.close();
 });
 
