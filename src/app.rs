@@ -456,6 +456,7 @@ async fn start_taking(
         tftp6 = ?bound.tftp6, http6 = ?bound.http6, nbd6 = ?bound.nbd6,
         pools = config.pools.len(), "bootpool serving"
     );
+    tracing::info!("{}", service::http::access_sentence(&config));
     let running = Running {
         bound,
         config: live,

@@ -1,5 +1,7 @@
 // The dashboard: hash routes, one function per view, data from the JSON API (docs/api.md).
-import { PHASES, phasesOf, PHASE_COLOUR, PHASE_INK, SERIES, GANTT_SCROLL_ROWS, swatch, gantt, histogram, lines, stacked, strips, pairs, bootBars } from './charts.js';
+import { h, api, q, when } from './dom.js';
+import { targetActions, clientActions, unknownPanel, imagesView } from './actions.js';
+import { PHASES, phasesOf, PHASE_COLOUR, PHASE_INK, STATES, STATE_COLOUR, STATE_INK, SERIES, GANTT_SCROLL_ROWS, swatch, gantt, histogram, lines, stacked, strips, pairs, bootBars } from './charts.js';
 
 const main = document.getElementById('main');
 const RUN_NFS = 'bootpool lab --clients 2 --root nfs';
@@ -7,31 +9,6 @@ const RUN_NBD = 'bootpool lab --clients 2 --root nbd';
 
 // ---- small helpers ----
 
-function h(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v == null || v === false) continue;
-    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
-    else el.setAttribute(k, v === true ? '' : v);
-  }
-  for (const c of children.flat()) if (c != null) el.append(c);
-  return el;
-}
-
-class HttpError extends Error {
-  constructor(status, path, text) {
-    super(`${path}: ${status} ${text}`.trim());
-    this.status = status;
-  }
-}
-
-async function api(path) {
-  const r = await fetch(path, { headers: { accept: 'application/json' } });
-  if (!r.ok) throw new HttpError(r.status, path, (await r.text()).trim());
-  return r.json();
-}
-
-const q = encodeURIComponent;
 export const fmtS = v => (v == null ? '–' : `${v.toFixed(1)} s`);
 export function fmtBytes(n) {
   if (n == null) return '–';
@@ -41,8 +18,6 @@ export function fmtBytes(n) {
   return `${Math.round(n)} B`;
 }
 const mbit = bytesPerS => (bytesPerS * 8) / 1e6;
-// Times in the reader's own time zone.
-const when = t => new Date(t * 1000).toLocaleString();
 const now = () => Date.now() / 1000;
 
 function empty(text, command) {
@@ -52,8 +27,10 @@ function empty(text, command) {
 function legend(counts, waiting = false, phases = PHASES) {
   const item = (p, text, mark) => h('li', { 'data-phase': p }, mark, ` ${text}`,
     counts ? h('b', { 'data-testid': `count-${p}` }, ` ${counts[p] ?? 0}`) : null);
-  return h('ul', { class: 'legend', 'aria-label': 'phases' }, phases.map(p => item(p, p, swatch(p))),
-    waiting ? item('waiting', 'waiting / off', h('span', { class: 'swatch-waiting', 'aria-hidden': 'true' })) : null);
+  const state = k => h('span', { class: `swatch-state swatch-${k}`, 'aria-hidden': 'true', style: STATE_COLOUR[k] ? `background:${STATE_COLOUR[k]}` : null });
+  return h('ul', { class: 'legend', 'aria-label': 'phases' }, phases.map(p => item(p, p === 'booted' && waiting ? 'booted (up now)' : p, swatch(p))),
+    // The room's machines that are not booting or up: each state in words, with its count.
+    waiting ? Object.entries(STATES).map(([k, text]) => item(k, text, state(k))) : null);
 }
 
 function width(el) {
@@ -174,6 +151,15 @@ export function roomWave() {
 }
 
 const WAITING = 'waiting';
+// What a machine's tile shows of its boot `b` (its boot in the room's wave, else its newest
+// one): the phase while booting, `booted` while up, else the state (`now` of docs/api.md);
+// `waiting` for a machine never seen.
+export function tileState(b) {
+  if (!b) return WAITING;
+  if (b.now === 'up') return 'booted';
+  if (b.now === 'booting' || !b.now) return b.current_phase;
+  return b.now;
+}
 // A room of more machines than this gets smaller tiles, so 200 fit on a screen or two.
 export const DENSE_TILES = 100;
 // On a small tile an unnamed machine shows its MAC's last three bytes (in full on hover).
@@ -246,7 +232,7 @@ async function roomView(el, [poolName], ctx) {
   const imageLine = h('p', { class: 'meta', 'data-testid': 'image-revision' });
   api('/api/v1/images').then(images => {
     const i = images.find(x => x.image === pool.image);
-    if (i?.active_label) imageLine.replaceChildren(`Image ${i.image} is at ${i.active_label}: `,
+    if (i?.summary) imageLine.replaceChildren(`Image ${i.image} is at ${i.active_label}: `,
       h('b', {}, `${i.need_reboot} of ${i.clients}`), ` running clients need a reboot to get ${i.active_label}.`);
   }).catch(() => {});
   el.replaceChildren(
@@ -256,33 +242,54 @@ async function roomView(el, [poolName], ctx) {
     h('p', { class: 'meta' }, `${pool.machines.length} machines`,
       pool.machines_complete ? '' : ' (a listed range is too long to show: only its machines that booted)',
       `, image ${pool.image}, root over ${pool.root}. Updates: `, mode),
+    // Wake the room, or say what it boots next (behind the admin token, each confirmed).
+    targetActions({ pool: pool.name }, `${pool.machines.length} PCs of ${pool.name}`, [...new Set(pools.map(p => p.image))]),
     imageLine, waveLine, counts, note, grid);
 
+  // One machine's tile: its boot in the current wave (`b`), else its newest boot of an earlier
+  // wave, as it stands now (the API's `now`: up, was up, failed, timed out, booting).
   const tile = (mac, b, t, dense) => {
     const name = names.get(mac) ?? listed.get(mac)?.name ?? mac;
     const nameEl = h('span', { class: 'name', title: name === mac ? mac : `${name} (${mac})` }, tileName(name, mac, dense));
-    if (!b) {
-      // Not seen in this wave: powered off, or not at its DHCP yet.
-      const last = room.older.get(mac);
-      return h('a', { class: 'tile waiting', href: `#/client/${q(mac)}`, 'data-mac': mac, 'data-phase': WAITING },
-        nameEl,
-        h('span', { class: 'phase' }, dense ? '○ waiting' : '○ waiting / off'),
-        h('span', { class: 'last' }, last ? `${dense ? 'last' : 'last boot'} ${fmtS(last.duration_s)}` : 'never booted'));
+    const earlier = b ? null : room.older.get(mac);
+    const shown = b ?? earlier;
+    const key = tileState(shown);
+    const link = { href: `#/client/${q(mac)}`, 'data-mac': mac, 'data-phase': key, 'data-now': shown?.now ?? null };
+    if (key === WAITING) {
+      // Never seen in this pool (powered off, or not at its DHCP yet).
+      return h('a', { class: 'tile waiting', ...link }, nameEl,
+        h('span', { class: 'phase' }, dense ? '○ waiting' : '○ waiting / off'), h('span', { class: 'last' }, 'never booted'));
     }
-    const stalled = stalledFor(b, t);
-    const elapsed = b.result === 'booted' ? b.duration_s : (b.result === 'running' ? t : b.last_event) - b.start;
-    const phase = b.current_phase;
+    const since = earlier ? h('span', { class: 'last' }, `${dense ? 'wave' : 'in wave'} ${earlier.wave ?? '?'}, ${when(earlier.start)}`) : null;
+    if (key === 'was_up') {
+      // It was up, then went away (shut down, powered off, restarted): off now, unless its
+      // next boot already started.
+      return h('a', { class: 'tile was-up', ...link }, nameEl,
+        h('span', { class: 'phase' }, dense ? '○ off (was up)' : '○ was up · off now'),
+        h('span', { class: 'elapsed', 'data-testid': 'elapsed' }, fmtS(shown.duration_s)),
+        h('span', { class: 'last' }, `${shown.gone.replaceAll('_', ' ')} at ${fmtS(shown.gone_at - shown.start)}`), since);
+    }
+    const stalled = b ? stalledFor(b, t) : null;
+    const elapsed = shown.duration_s ?? (shown.result === 'running' ? t : shown.last_event) - shown.start;
+    const bad = key === 'failed' || key === 'timed_out';
+    const fill = STATE_COLOUR[key] ?? PHASE_COLOUR[key] ?? '#ccc', ink = STATE_INK[key] ?? PHASE_INK[key] ?? '#000';
+    // What went wrong, in a line (all of it on hover and on the client's page).
+    const why = bad ? (shown.cause?.text ?? shown.failure ?? null) : null;
     return h('a', {
-      class: `tile${stalled ? ' stalled' : ''}`, href: `#/client/${q(mac)}`, 'data-mac': mac, 'data-phase': phase,
-      style: `background:${PHASE_COLOUR[phase] ?? '#ccc'};color:${PHASE_INK[phase] ?? '#000'}`,
+      class: `tile${stalled ? ' stalled' : ''}${earlier ? ' earlier' : ''}`, ...link,
+      style: `background:${fill};color:${ink}`,
     },
     nameEl,
-    h('span', { class: 'phase' }, phase === 'booted' ? '✓ booted' : b.result === 'timed_out' ? `✗ timed out in ${b.stopped_in ?? phase}` : phase),
+    h('span', { class: 'phase' }, key === 'booted' ? '✓ booted · up'
+      : key === 'failed' ? `✗ failed in ${shown.stopped_in ?? shown.current_phase}`
+        : key === 'timed_out' ? `✗ timed out in ${shown.stopped_in ?? shown.current_phase}` : key),
     h('span', { class: 'elapsed', 'data-testid': 'elapsed' }, fmtS(elapsed)),
-    b.ip ? h('span', { class: 'ip' }, b.ip) : null,
+    why ? h('span', { class: 'why', 'data-testid': 'why', title: why }, why.split('. ')[0]) : null,
+    shown.ip && !dense ? h('span', { class: 'ip' }, shown.ip) : null,
     // Which server link it boots from, once the room is spread over several (server.links).
-    b.link && new Set([...room.wave.values()].map(o => o.link).filter(Boolean)).size > 1
+    b?.link && new Set([...room.wave.values()].map(o => o.link).filter(Boolean)).size > 1
       ? h('span', { class: 'link', 'data-testid': 'link' }, `via ${b.link}`) : null,
+    since,
     stalled ? h('span', { class: 'stall' }, dense ? `⚠ stalled ${stalled.toFixed(0)} s` : `⚠ stalled: silent ${stalled.toFixed(0)} s`) : null);
   };
 
@@ -291,14 +298,18 @@ async function roomView(el, [poolName], ctx) {
     // The listed machines in pools.yaml's order, then any other that booted in this pool.
     const macs = [...listed.keys()];
     for (const m of [...room.wave.keys(), ...room.older.keys()].sort()) if (!listed.has(m)) { listed.set(m, { mac: m }); macs.push(m); }
+    // Every machine counted once, by what its tile shows.
     const c = {};
-    for (const b of room.wave.values()) c[b.current_phase] = (c[b.current_phase] ?? 0) + 1;
-    c[WAITING] = macs.filter(m => !room.wave.has(m)).length;
+    for (const m of macs) { const k = tileState(room.wave.get(m) ?? room.older.get(m)); c[k] = (c[k] ?? 0) + 1; }
     counts.replaceChildren(legend(c, true, phasesOf([...room.wave.values(), ...room.older.values()])));
     const first = [...room.wave.values()].sort((a, b) => a.start - b.start)[0];
+    const inWave = k => [...room.wave.values()].filter(b => b.now === k).length;
     waveLine.replaceChildren(...(first
       ? ['Current wave: ', h('a', { href: `#/wave/${first.id}` }, `wave ${first.id}`), ` powered on ${when(first.start)}, `,
-        h('b', { 'data-testid': 'wave-clients' }, String(room.wave.size)), ` of ${macs.length} machines seen.`]
+        h('b', { 'data-testid': 'wave-clients' }, String(room.wave.size)), ` of ${macs.length} machines seen: `,
+        h('b', { 'data-testid': 'wave-up' }, String(inWave('up'))), ' up, ',
+        h('b', { 'data-testid': 'wave-failed' }, String(inWave('failed'))), ' failed, ',
+        h('b', { 'data-testid': 'wave-timed-out' }, String(inWave('timed_out'))), ' timed out.']
       : []));
     note.replaceChildren(...(room.wave.size ? [] : [empty(`No boots in ${pool.name} yet: power on a machine it lists, or try the image with`,
       pool.root === 'nbd' ? RUN_NBD : RUN_NFS)]));
@@ -354,7 +365,8 @@ async function waveView(el, [id], ctx) {
       h('a', { href: `#/compare/${w.id}` }, 'Compare with another wave')),
     h('dl', { class: 'stats' },
       stat('clients', 'clients', String(sm.clients)), stat('booted', 'booted', String(sm.booted)),
-      stat('running', 'running', String(sm.running)), stat('timed out', 'timed-out', String(sm.timed_out ?? 0)),
+      stat('running', 'running', String(sm.running)), stat('failed', 'failed', String(sm.failed ?? 0)),
+      stat('timed out', 'timed-out', String(sm.timed_out ?? 0)),
       stat('median', 'median', fmtS(sm.median_s)),
       stat('p95', 'p95', fmtS(sm.p95_s)), stat('max', 'max', fmtS(sm.max_s))),
     h('h3', {}, 'Phases per client'),
@@ -591,10 +603,12 @@ function relayedLine(via) {
 }
 
 async function clientView(el, [mac], ctx) {
-  const clients = await loadNames();
-  if (!clients.length) return el.replaceChildren(empty('No client has booted yet: power one on, or run', RUN_NFS));
+  const [clients, pools] = await Promise.all([loadNames(), api('/api/v1/pools')]);
+  // The PCs that asked and are in no pool, to enrol (from discovery, when the server lists them).
+  const unknown = mac ? null : await unknownPanel(pools);
+  if (!clients.length) return el.replaceChildren(empty('No client has booted yet: power one on, or run', RUN_NFS), unknown);
   if (!mac) {
-    return el.replaceChildren(h('h2', {}, 'Clients'), h('div', { class: 'scroll' }, h('table', { class: 'num' },
+    return el.replaceChildren(h('h2', {}, 'Clients'), unknown, h('div', { class: 'scroll' }, h('table', { class: 'num' },
       h('thead', {}, h('tr', {}, ['client', 'MAC', 'pool', 'ip', 'boots', 'last boot', 'last time'].map(t => h('th', {}, t)))),
       h('tbody', {}, clients.map(c => h('tr', { 'data-mac': c.mac },
         h('th', {}, h('a', { href: `#/client/${q(c.mac)}` }, c.name ?? c.mac)), h('td', {}, c.mac), h('td', {}, c.pool ?? '–'),
@@ -618,7 +632,9 @@ async function clientView(el, [mac], ctx) {
   el.replaceChildren(
     h('h2', {}, `Client ${label(mac)}`),
     h('p', { class: 'meta' }, h('a', { href: '#/client' }, 'All clients'), ` · ${mac} · ${boots.length} boots`),
-    relayedLine(newest?.relayed),
+    clientActions(mac, label(mac) === mac ? mac : `${label(mac)} (${mac})`, newest?.ip, [...new Set(pools.map(p => p.image))]),
+    // (replaceChildren would show a null as the text "null")
+    relayedLine(newest?.relayed) ?? '',
     boots.length ? legend() : empty('This machine has no boots recorded.'),
     boots.length ? h('p', { class: 'meta' }, 'Each boot, oldest left, by phase; the dashed tick is the median of the boot\'s wave, so a machine that is always slow stands above its room.') : null,
     box,
@@ -645,7 +661,7 @@ async function clientView(el, [mac], ctx) {
 
 // ---- routing ----
 
-const VIEWS = { room: roomView, wave: waveView, egress: egressView, compare: compareView, client: clientView };
+const VIEWS = { room: roomView, wave: waveView, egress: egressView, compare: compareView, client: clientView, images: imagesView };
 let current = { cleanup: [], redraw: null };
 let generation = 0;
 

@@ -21,6 +21,13 @@ export const PHASE_COLOUR = {
 };
 // Text that stays readable on each phase colour.
 export const PHASE_INK = { initrd: '#fff' };
+// Where a room's machine stands when it is neither booting nor up (the API's `now`), in words:
+// the legend's entries after the phases, in this order.
+export const STATES = { was_up: 'was up · off now', failed: 'failed', timed_out: 'timed out', waiting: 'waiting / off' };
+// A failed or timed-out machine stands out in black and dark grey, apart from every phase
+// colour; one that was up and one never seen stay white (their border differs).
+export const STATE_COLOUR = { failed: '#000000', timed_out: '#4d4d4d' };
+export const STATE_INK = { failed: '#ffffff', timed_out: '#ffffff' };
 // A second cue besides colour: every phase but the first gets its own hatching.
 const PATTERN = {
   dhcp: null,

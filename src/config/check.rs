@@ -326,6 +326,8 @@ impl Checker<'_> {
             link_speeds,
             read_token,
             admin_token,
+            admin_networks: self.check_admin_networks(s)?,
+            metrics_open: s.metrics_open.unwrap_or(false),
             fair_share: s.fair_share.unwrap_or(true),
             tls,
         };

@@ -12,6 +12,7 @@
 
 pub mod arch;
 mod check;
+mod check_access;
 mod check_arch;
 mod check_dhcp6;
 pub mod cmdline;

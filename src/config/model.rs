@@ -124,11 +124,18 @@ pub struct Server {
     /// Capacity in Mbit/s of links whose kernel speed is unknown (veths, taps, shaped links),
     /// by interface name; the kernel's speed wins where it has one.
     pub link_speeds: BTreeMap<String, u32>,
-    /// The token the dashboard, the read API, the stream and /metrics need (`None`: open to
-    /// anyone who reaches the HTTP port). Boot files and the clients' own reports never do.
+    /// The token the dashboard, the read API, the stream and /metrics take from anyone
+    /// (`None`: only the server host and `admin_networks` read them). Boot files and the
+    /// clients' own reports never need it.
     pub read_token: Option<String>,
     /// The token the API's actions need (`Authorization: Bearer`); `None`: they are off.
     pub admin_token: Option<String>,
+    /// Who reads the dashboard, the read API, consoles and /metrics without the read token,
+    /// besides the server host itself (`server.admin_networks`); an address of a client
+    /// subnet never does (`service::http::readers`).
+    pub admin_networks: Vec<Subnet>,
+    /// /metrics answers anyone who reaches the HTTP port (`server.metrics_open`).
+    pub metrics_open: bool,
     /// While a link of known capacity is full, its clients are paced to equal shares of it
     /// (`steer::pacing`).
     pub fair_share: bool,

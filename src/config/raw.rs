@@ -82,6 +82,11 @@ pub struct Server {
     /// When set, the API's actions (releasing a lease) take this token; without it they
     /// are off.
     pub admin_token: Option<String>,
+    /// Subnets from which the dashboard, the read API, consoles and /metrics are read
+    /// without the read token (the server host always is; client subnets never are).
+    pub admin_networks: Option<Vec<String>>,
+    /// /metrics open to anyone who reaches the HTTP port (default false).
+    pub metrics_open: Option<bool>,
     /// Clients on a full link are paced to equal shares (default true).
     pub fair_share: Option<bool>,
     /// A second HTTP listener, over TLS, for the dashboard and the API.

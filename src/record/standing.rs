@@ -21,3 +21,16 @@ pub fn result_at(b: &Boot, now: Micros) -> &'static str {
         BootResult::Running => "running",
     }
 }
+
+/// Where the machine of a boot stands at `now`, as the room's tiles show it: `up` (booted and
+/// not gone), `was_up` (booted, then its client went away: it shut down, powered off or
+/// restarted), `booting` (running), `failed`, or `timed_out`. Unlike `result_at`, which says
+/// how the boot ended, this says whether the machine is up now.
+pub fn now_at(b: &Boot, now: Micros) -> &'static str {
+    match result_at(b, now) {
+        "booted" if b.gone.is_some() => "was_up",
+        "booted" => "up",
+        "running" => "booting",
+        other => other,
+    }
+}

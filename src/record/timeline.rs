@@ -1159,6 +1159,12 @@ mod tests {
             })
         );
         assert_eq!(crate::record::standing::result_at(first, 121 * S), "booted");
+        // Up once, not now: the room shows it as was up, its new boot as booting.
+        assert_eq!(crate::record::standing::now_at(first, 121 * S), "was_up");
+        assert_eq!(
+            crate::record::standing::now_at(&t.boots()[1], 121 * S),
+            "booting"
+        );
         // The first boot's connection, reset by the new kernel at the same address: nothing
         // of the new boot, which is not gone (seen with VMs, `lab --cycles 2`).
         let reset = |since| Kind::RootDetach {

@@ -39,6 +39,11 @@ pub struct BootView {
     /// `running`, `booted` (reported or inferred up: `end` says which), `failed`, or
     /// `timed_out` (running, but silent for `SILENCE_S`, or gone before it was up).
     pub result: String,
+    /// Where its machine stands now (`standing::now_at`): `up`, `was_up` (booted, then gone:
+    /// shut down, powered off, restarted), `booting`, `failed` or `timed_out`. What a room's
+    /// tile shows.
+    #[serde(default)]
+    pub now: String,
     /// For a booted boot, who said so: `reported` (the client's booted call) or `inferred`.
     #[serde(default)]
     pub end: Option<String>,
@@ -168,6 +173,7 @@ impl BootView {
                 .map(|a| a.name().to_string()),
             root: b.root,
             result: result.into(),
+            now: super::standing::now_at(b, now).into(),
             end: b.end().map(|(_, end)| {
                 match end {
                     End::Reported => "reported",

@@ -19,6 +19,16 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../web/app.js"),
     ),
     (
+        "/dom.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/dom.js"),
+    ),
+    (
+        "/actions.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/actions.js"),
+    ),
+    (
         "/charts.js",
         "text/javascript; charset=utf-8",
         include_str!("../../web/charts.js"),

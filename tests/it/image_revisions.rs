@@ -410,3 +410,63 @@ async fn a_forged_panic_line_or_discover_does_not_get_a_mounted_revision_pruned(
     assert!(out.contains(&format!("removed r1 ({r1})")), "{out}");
     daemon.stop().await;
 }
+
+/// `POST /api/v1/images/demo/activate` (curl), as the dashboard's Activate button sends it:
+/// refused without the admin token, with another token, for an image or revision that does not
+/// exist; with the token, the revision is active (`store::active`) and new scripts name it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_api_activates_a_revision_behind_the_admin_token() {
+    const ADMIN: &str = "activate-test-admin-0123";
+    let fx = Fixture::new();
+    std::fs::remove_dir_all(fx.image_dir()).unwrap();
+    fx.write_config(
+        &fx.loopback()
+            .demo("store: disk")
+            .server(&format!("admin_token: {ADMIN}")),
+    );
+    let r1 = import(&fx, 1);
+    store::activate(&fx.image_dir(), &r1).unwrap();
+    let r2 = import(&fx, 2);
+    let daemon = fx.start().await;
+    let base = format!("http://127.0.0.1:{}", daemon.bound.http.port());
+    // (status, body) of a POST with `token` (None: no header) and `body`.
+    let post = |image: &str, token: Option<&str>, body: &str| {
+        let url = format!("{base}/api/v1/images/{image}/activate");
+        let auth = token.map(|t| format!("Authorization: Bearer {t}"));
+        let mut args = vec!["-sS", "-w", "\n%{http_code}", "-X", "POST", "--data", body];
+        if let Some(a) = &auth {
+            args.extend(["-H", a.as_str()]);
+        }
+        args.push(&url);
+        let out = stdout_of(Command::new("curl").args(&args), b"");
+        let out = String::from_utf8(out).unwrap();
+        let (text, code) = out.trim_end().rsplit_once('\n').unwrap();
+        (code.to_string(), text.to_string())
+    };
+    let r2_body = r#"{"rev": "r2"}"#;
+    assert_eq!(post("demo", None, r2_body).0, "401");
+    assert_eq!(
+        post("demo", Some("not-the-admin-token-0123"), r2_body).0,
+        "401"
+    );
+    assert_eq!(store::active(&fx.image_dir()).unwrap(), Some(r1.clone()));
+    assert_eq!(post("nope", Some(ADMIN), r2_body).0, "404");
+    let (code, said) = post("demo", Some(ADMIN), r#"{"rev": "r9"}"#);
+    assert_eq!(code, "400", "{said}");
+    assert!(said.contains("no revision `r9`"), "{said}");
+    assert_eq!(post("demo", Some(ADMIN), "rev=r2").0, "400");
+    let (code, said) = post("demo", Some(ADMIN), r2_body);
+    assert_eq!(code, "200", "{said}");
+    let said: serde_json::Value = serde_json::from_str(&said).unwrap();
+    assert_eq!(said["activated"], true);
+    assert_eq!(
+        said["message"],
+        format!(
+            "image demo: r2 ({r2}) is active; boots starting from now get it, running clients keep theirs until they reboot"
+        )
+    );
+    assert_eq!(store::active(&fx.image_dir()).unwrap(), Some(r2.clone()));
+    let s = String::from_utf8(curl(&format!("{base}/boot/script/52:54:00:77:00:02.ipxe"))).unwrap();
+    assert!(s.contains(&format!("/boot/demo/revs/{r2}/vmlinuz")), "{s}");
+    drop(daemon);
+}

@@ -41,6 +41,7 @@ mod links;
 mod metrics;
 mod nbd;
 mod nfs;
+mod read_access;
 mod records;
 mod records_postgres;
 mod relay;

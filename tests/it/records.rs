@@ -373,13 +373,17 @@ impl Drop for Serve {
 
 #[test]
 fn egress_agrees_with_the_kernel_counters_of_a_real_link() {
+    // The API is read from the client's side (its subnet is a client subnet): with the token.
+    const READ: &str = "records-egress-read-0123";
+    let auth = format!("Authorization: Bearer {READ}");
     let link = Link::new("10.79.0.1/24");
     let fx = Fixture::new();
     fx.write_config(
         &fx.loopback()
             .subnet("10.79.0")
             .interfaces(&link.server_if)
-            .http("0.0.0.0:8080"),
+            .http("0.0.0.0:8080")
+            .server(&format!("read_token: {READ}")),
     );
     let bin = env!("CARGO_BIN_EXE_bootpool");
     let log = std::fs::File::create(fx.path().join("serve.log")).unwrap();
@@ -405,6 +409,8 @@ fn egress_agrees_with_the_kernel_counters_of_a_real_link() {
             "--retry-connrefused",
             "--retry-delay",
             "1",
+            "-H",
+            &auth,
         ];
         a.extend_from_slice(args);
         run(&mut Link::command(&link.client_ns, "curl", &a), 60)

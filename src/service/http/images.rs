@@ -1,13 +1,17 @@
 //! `GET /api/v1/images`: each image's revisions, the active one, and how many running clients
-//! need a reboot to get it (`image::usage`, over the in-memory boots).
+//! need a reboot to get it (`image::usage`, over the in-memory boots); and the admin's
+//! `POST /api/v1/images/NAME/activate`.
 
-use super::web::Web;
+use super::guard::admin_refusal;
+use super::web::{Web, not_found};
 use crate::config::{Config, Image, Wire};
 use crate::image::copies::{self, Kind};
 use crate::image::{serve, store, usage};
 use axum::Json;
-use axum::extract::State;
-use serde::Serialize;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize)]
 pub struct ImageLine {
@@ -108,4 +112,55 @@ fn wire_line(config: &Config, image: &std::sync::Arc<Image>, kind: Kind) -> Opti
         file_bytes: std::fs::metadata(&file).map_or(0, |m| m.len()),
         status: copies::status(&config.server.state_dir, &file, kind),
     })
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ActivateBody {
+    /// A revision's label (`r7`) or id (its first four characters or more).
+    pub rev: String,
+}
+
+/// `POST /api/v1/images/NAME/activate` with `{"rev": "r7"}` (admin token): makes that
+/// revision the active one, as `bootpool image activate NAME REV` does (the same code,
+/// `image::cli::activate`): boots starting from now get it, running clients keep theirs. 200
+/// with the sentence the CLI prints, 404 for an image the config does not name, 400 for a
+/// revision it cannot find or an image without revisions.
+pub async fn activate(
+    State(web): State<Web>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Some(refusal) = admin_refusal(&web, &headers) {
+        return refusal;
+    }
+    let body: ActivateBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            let msg = format!("the body must be {{\"rev\": \"r7\"}} (docs/api.md): {e}\n");
+            return (StatusCode::BAD_REQUEST, msg).into_response();
+        }
+    };
+    let config = web.config.load();
+    if !config.images.contains_key(&name) {
+        return not_found(&format!("no image `{name}` in the config"));
+    }
+    let rev = body.rev.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        crate::image::cli::activate(&config, &name, &rev).map(|said| (name, said))
+    })
+    .await;
+    match done {
+        Ok(Ok((name, said))) => {
+            tracing::info!(image = %name, rev = %body.rev, "image activated through the API");
+            Json(serde_json::json!({ "image": name, "activated": true, "message": said }))
+                .into_response()
+        }
+        Ok(Err(e)) => (StatusCode::BAD_REQUEST, format!("{e:#}\n")).into_response(),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the activation did not finish\n",
+        )
+            .into_response(),
+    }
 }

@@ -12,7 +12,8 @@
 //! stream sends something every second).
 //!
 //! The rooms: `boot.rs` (scripts and boot files), `callbacks.rs` (the booted system's own
-//! calls), `api.rs` (the JSON API), `guard.rs` (tokens), `conn.rs` (one connection under
+//! calls), `api.rs` (the JSON API), `guard.rs` (tokens), `readers.rs` (who reads without the read
+//! token), `conn.rs` (one connection under
 //! hyper, and its idle watch). This file accepts connections and holds the routes.
 
 mod api;
@@ -21,8 +22,10 @@ mod callbacks;
 mod conn;
 mod guard;
 mod images;
+mod readers;
 mod web;
 
+pub use readers::access_sentence;
 pub use web::Web;
 
 use super::Carries;
@@ -130,6 +133,7 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/pools", get(pools))
         .route("/api/v1/config", get(api::config))
         .route("/api/v1/images", get(images::images))
+        .route("/api/v1/images/{name}/activate", post(images::activate))
         .route("/api/v1/clients", get(clients))
         .route("/api/v1/leases/{mac}/release", post(release_lease))
         .merge(super::web::routes())
