@@ -102,6 +102,17 @@ fn console(state_dir: &Path, name: &str) -> String {
     String::from_utf8_lossy(&std::fs::read(run.join(format!("{name}.log"))).unwrap()).into_owned()
 }
 
+/// The boots `/api/v1/boots` gave at the end of the one lab run under `state_dir`.
+fn api_boots(state_dir: &Path) -> Vec<serde_json::Value> {
+    let run = std::fs::read_dir(state_dir.join("lab"))
+        .unwrap()
+        .flatten()
+        .next()
+        .expect("a lab run folder")
+        .path();
+    serde_json::from_str(&std::fs::read_to_string(run.join("boots.json")).unwrap()).unwrap()
+}
+
 /// The demo initrd's `network up: NIC IP/MASK router ROUTER server ...` line of a console.
 fn network_line(console: &str) -> &str {
     console
@@ -147,6 +158,24 @@ fn vms_in_two_subnets_boot_nfs_and_nbd_through_a_relay() {
             }
             (None, false) => {}
             (r, _) => panic!("{name}: relayed {r:?} in room 2: {room2}"),
+        }
+    }
+    // The API's boots (the lab keeps what it read): each booted, on the address of its room,
+    // the second room's through the relay with its switch port.
+    let boots = api_boots(&var);
+    for row in &rows {
+        let (name, mac, ip) = (&row[0], &row[1], &row[2]);
+        let boot = boots
+            .iter()
+            .rfind(|b| b["mac"] == mac.as_str())
+            .unwrap_or_else(|| panic!("no boot of {mac} in the API's boots"));
+        assert_eq!(boot["result"], "booted", "{name}: {boot}");
+        assert_eq!(boot["ip"], ip.as_str(), "{name}: {boot}");
+        if name == "pc02" || name == "pc04" {
+            assert_eq!(boot["relayed"]["giaddr"], ROOM2_ROUTER, "{name}: {boot}");
+            assert_eq!(boot["relayed"]["circuit_id"], "room2", "{name}: {boot}");
+        } else {
+            assert!(boot["relayed"].is_null(), "{name}: {boot}");
         }
     }
     // The record has each boot's ACK through the relay, with the switch port.

@@ -105,6 +105,15 @@ fn a_reload_mid_boot_adds_a_pool_and_changes_a_cmdline_and_drops_no_boot() {
     for row in &rows {
         assert_eq!(row[3], "booted", "{table}");
     }
+    // The record puts pc01's last boot in the new pool (the lab keeps the API's boots).
+    let boots: Vec<serde_json::Value> =
+        serde_json::from_str(&read("boots.json")).expect("the API's boots");
+    let last = boots
+        .iter()
+        .rfind(|b| b["mac"] == "52:54:00:77:00:01")
+        .expect("pc01's boots");
+    assert_eq!(last["pool"], "lab-new", "{last}");
+    assert_eq!(last["result"], "booted", "{last}");
     // The daemon applied one reload, which changed something.
     let log = read("bootpool.log");
     assert_eq!(log.matches("config reloaded").count(), 1, "{log}");

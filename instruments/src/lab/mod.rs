@@ -6,7 +6,8 @@
 //! powers every client on at once, waits (bounded) for each console to say it booted (the
 //! demo's done line, a stock image's login prompt) or failed, waits (bounded) for the record
 //! to say how each boot ended (an inferred end needs its root quiet for `end::QUIET_S`),
-//! then reads the boots from the daemon's API and tears everything down.
+//! then reads the boots from the daemon's API (kept as `boots.json` in the run's folder) and
+//! tears everything down.
 
 pub mod net;
 pub mod room2;
@@ -569,6 +570,12 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     if let Some(secs) = args.stay_off {
         boots = gone_boots(api, &vms, wave_start, Duration::from_secs(secs)).await?;
     }
+    // The boots the table is made of, as the API gave them, for whoever reads the run later.
+    std::fs::write(
+        run_dir.join("boots.json"),
+        serde_json::to_string_pretty(&boots)?,
+    )
+    .with_context(|| format!("writing {}", run_dir.join("boots.json").display()))?;
     drop(daemon);
     drop(room2);
     for helper in [radvd.as_mut(), dhcp_peer.as_mut()].into_iter().flatten() {
