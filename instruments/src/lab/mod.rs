@@ -6,9 +6,11 @@
 //! powers every client on at once, waits (bounded) for each console to say it booted (the
 //! demo's done line, a stock image's login prompt) or failed, waits (bounded) for the record
 //! to say how each boot ended (an inferred end needs its root quiet for `end::QUIET_S`),
-//! then reads the boots from the daemon's API and tears everything down.
+//! then reads the boots from the daemon's API (kept as `boots.json` in the run's folder) and
+//! tears everything down.
 
 pub mod net;
+pub mod room2;
 pub mod table;
 pub mod vm;
 pub mod wire_wait;
@@ -98,6 +100,24 @@ pub struct LabArgs {
     /// their root meanwhile (the demo image's init reads it in a loop then).
     #[arg(long, value_name = "IMAGE=REV")]
     pub activate: Option<String>,
+    /// Put the last N clients of each pool (see --clients) in a second room: a bridge of its
+    /// own behind a router (a network namespace forwarding between the rooms) whose ISC
+    /// dhcrelay (package isc-dhcp-relay) relays the room's DHCP to the server, adding option
+    /// 82. The room's subnet is the first of `dhcp.subnets` other than the server's; the
+    /// router's address there is that subnet's `router` (else host .1); its address on the
+    /// server's segment is the first single address of `dhcp.relays` (else host .254 of the
+    /// server's subnet). In proxy mode dnsmasq, the site's DHCP server, runs on the server's
+    /// segment (host .253) and gives both rooms' addresses, the second's through the relay.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub room2: usize,
+    /// Once a client's console first shows this text, replace the config with
+    /// `--reload-with`'s file and run `bootpool reload`, as an admin changing the room
+    /// mid-boot would; the lab fails if the daemon refuses it.
+    #[arg(long, value_name = "TEXT", requires = "reload_with")]
+    pub reload_on: Option<String>,
+    /// The config that `--reload-on` puts in place of `--config`.
+    #[arg(long, value_name = "FILE", requires = "reload_on")]
+    pub reload_with: Option<PathBuf>,
     /// After the clients are powered off for the last time, keep the daemon up for at most
     /// this many seconds, until the record shows each client's last boot gone (a silent root
     /// connection is lost after `limits.root_lost_after`), and say how each went.
@@ -223,6 +243,16 @@ fn pools_to_boot<'c>(
             p.name
         );
     }
+    if args.room2 > args.clients {
+        bail!(
+            "--room2 {}: only {} clients of each pool are powered on (--clients)",
+            args.room2,
+            args.clients
+        );
+    }
+    if args.room2 > 0 {
+        room2::subnet(config)?;
+    }
     for name in &args.cut_dhcp {
         if !pools.iter().any(|p| &p.name == name) {
             bail!("--cut-dhcp {name}: the lab boots no pool of that name (see --pool)");
@@ -231,10 +261,10 @@ fn pools_to_boot<'c>(
     Ok(pools)
 }
 
-/// `bootpool lab`: wires the room (bridge, taps, the DHCP peer and radvd it needs), starts the
-/// daemon, powers the clients on, watches them until each has booted, failed or timed out
-/// (acting on --cut-dhcp, --restart-on, --activate and --stay-off as it goes), then prints the
-/// boot table. Longer than the house's ~150 lines on purpose: the watch loop and the report
+/// `bootpool lab`: wires the room (bridge, taps, the DHCP peer and radvd it needs, --room2's
+/// router and relay), starts the daemon, powers the clients on, watches them until each has
+/// booted, failed or timed out (acting on --cut-dhcp, --restart-on, --reload-on, --activate and
+/// --stay-off as it goes), then prints the boot table. Longer than the house's ~150 lines on purpose: the watch loop and the report
 /// share the run's state (the VMs, how often each was powered on, whose DHCP is cut, the
 /// second wave), which split by phase would travel between functions as a bag of `&mut`s.
 pub async fn run(args: LabArgs) -> anyhow::Result<()> {
@@ -307,8 +337,18 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             "nodad",
         ])?;
     }
+    // --room2: the room is wired before the taps, which join its bridge.
+    let room2 = match args.room2 {
+        0 => None,
+        _ => Some(room2::wire(&config, &bridge, &run_dir)?),
+    };
+    if let Some(room) = &room2 {
+        eprintln!("lab: {}", room.summary);
+    }
     for i in 0..macs.len() {
-        net::make_tap(&format!("tap{i}"), &bridge)?;
+        let in_room2 = i % args.clients >= args.clients - args.room2;
+        let switch = if in_room2 { room2::BRIDGE } else { &bridge };
+        net::make_tap(&format!("tap{i}"), switch)?;
     }
     if !args.cut_dhcp.is_empty() {
         net::prepare_dhcp_cuts()?;
@@ -316,6 +356,8 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
 
     // In proxy mode another server gives the addresses; in the lab that is dnsmasq.
     let mut dhcp_peer = match config.dhcp.mode {
+        // The second room's site DHCP server serves both rooms.
+        bootpool::config::DhcpMode::Proxy if room2.is_some() => None,
         bootpool::config::DhcpMode::Proxy => {
             let range = config.dhcp.home().range.unwrap_or_else(|| {
                 let base = u32::from(config.dhcp.home().subnet.network);
@@ -404,7 +446,19 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     // How many times each client has been powered on.
     let mut power_ons = vec![1u32; vms.len()];
     let mut restart_on = args.restart_on.clone();
+    let mut reload_on = args.reload_on.clone();
     loop {
+        if let (Some(text), Some(with)) = (&reload_on, &args.reload_with)
+            && let Some(vm) = vms.iter().find(|vm| vm.console_contains(text))
+        {
+            eprintln!(
+                "lab: {} printed {text:?}: reloading the config from {}",
+                vm.name,
+                with.display()
+            );
+            reload_on = None;
+            eprintln!("lab: {}", reload(&args.config, with)?);
+        }
         if let Some(text) = &restart_on
             && let Some(vm) = vms.iter().find(|vm| vm.console_contains(text))
         {
@@ -516,7 +570,14 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     if let Some(secs) = args.stay_off {
         boots = gone_boots(api, &vms, wave_start, Duration::from_secs(secs)).await?;
     }
+    // The boots the table is made of, as the API gave them, for whoever reads the run later.
+    std::fs::write(
+        run_dir.join("boots.json"),
+        serde_json::to_string_pretty(&boots)?,
+    )
+    .with_context(|| format!("writing {}", run_dir.join("boots.json").display()))?;
     drop(daemon);
+    drop(room2);
     for helper in [radvd.as_mut(), dhcp_peer.as_mut()].into_iter().flatten() {
         let _ = helper.kill();
         let _ = helper.wait();
@@ -641,6 +702,29 @@ async fn gone_boots(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// `--reload-on`: puts `with` in place of `config` (renamed over it, so the daemon never reads
+/// half a file) and runs `bootpool reload`; what it said, or why it failed.
+fn reload(config: &std::path::Path, with: &std::path::Path) -> anyhow::Result<String> {
+    let next = config.with_extension("reload.tmp");
+    std::fs::copy(with, &next).with_context(|| format!("copying {}", with.display()))?;
+    std::fs::rename(&next, config).with_context(|| format!("replacing {}", config.display()))?;
+    let out = Command::new(daemon())
+        .arg("reload")
+        .arg("--config")
+        .arg(config)
+        .output()
+        .context("running bootpool reload")?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout).trim(),
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    if !out.status.success() {
+        bail!("bootpool reload failed ({}): {said}", out.status);
+    }
+    Ok(said)
 }
 
 /// The kernel's first console line: by then the firmware and iPXE are done with DHCP.

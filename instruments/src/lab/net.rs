@@ -46,6 +46,12 @@ fn succeeded(program: &str, args: &[&str], out: &std::process::Output) -> anyhow
 
 /// Creates the bridge the daemon serves, with the server's address on it.
 pub fn make_bridge(name: &str, address: Ipv4Addr, prefix: u8) -> anyhow::Result<()> {
+    make_switch(name)?;
+    ip(&["addr", "add", &format!("{address}/{prefix}"), "dev", name])
+}
+
+/// Creates a bridge with no address, up: a switch the lab's namespace takes no part in.
+pub fn make_switch(name: &str) -> anyhow::Result<()> {
     ip(&["link", "add", name, "type", "bridge"])?;
     // No STP and no forwarding delay: ports forward as soon as qemu opens them.
     ip(&[
@@ -59,7 +65,6 @@ pub fn make_bridge(name: &str, address: Ipv4Addr, prefix: u8) -> anyhow::Result<
         "forward_delay",
         "0",
     ])?;
-    ip(&["addr", "add", &format!("{address}/{prefix}"), "dev", name])?;
     ip(&["link", "set", name, "up"])
 }
 
@@ -200,8 +205,18 @@ pub fn start_dhcp_peer(
     else {
         return Ok(None);
     };
-    let log = std::fs::File::create(dir.join("dnsmasq.log"))?;
     let mut cmd = Command::new(dnsmasq);
+    cmd.arg(format!("--interface={bridge}"))
+        .arg(format!("--dhcp-range={},{},1h", range.0, range.1));
+    dhcp_peer_args(&mut cmd, dir)?;
+    dies_with_lab(&mut cmd, libc::SIGKILL);
+    Ok(Some(cmd.spawn().context("starting dnsmasq")?))
+}
+
+/// What every lab dnsmasq is run with besides its interface and ranges: in the foreground,
+/// DHCP only, its lease file, pid file and log in the run's folder `dir`.
+pub fn dhcp_peer_args(cmd: &mut Command, dir: &std::path::Path) -> anyhow::Result<()> {
+    let log = std::fs::File::create(dir.join("dnsmasq.log"))?;
     cmd.args([
         "--no-daemon",
         "--conf-file=/dev/null",
@@ -209,8 +224,6 @@ pub fn start_dhcp_peer(
         "--user=root",
     ])
     .args(["--bind-interfaces", "--no-ping", "--log-dhcp"])
-    .arg(format!("--interface={bridge}"))
-    .arg(format!("--dhcp-range={},{},1h", range.0, range.1))
     .arg(format!(
         "--dhcp-leasefile={}",
         dir.join("dnsmasq.leases").display()
@@ -218,6 +231,5 @@ pub fn start_dhcp_peer(
     .arg(format!("--pid-file={}", dir.join("dnsmasq.pid").display()))
     .stdout(log.try_clone()?)
     .stderr(log);
-    dies_with_lab(&mut cmd, libc::SIGKILL);
-    Ok(Some(cmd.spawn().context("starting dnsmasq")?))
+    Ok(())
 }
