@@ -1,7 +1,7 @@
 //! `bootpool image`: import, list, activate, rollback, prune. Reads the config for each
 //! image's folder and the boot record for which revisions clients run; prints what it did.
 
-use super::{import, store, usage};
+use super::{import, objects, serve, store, usage};
 use crate::config::{Config, Image};
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
@@ -77,6 +77,7 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
                 from,
                 kernel,
                 initrd,
+                squashfs: serve::nbd_served(&config, &name),
             };
             let done = import::import(&image, &req)?;
             let r = &done.revision;
@@ -90,6 +91,7 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
                     r.meta.entries,
                     r.meta.tree_bytes >> 20
                 );
+                println!("image {name}: {}", done.stored.sentence());
             } else {
                 println!(
                     "image {name}: same content as {} ({}); nothing added",
@@ -99,6 +101,7 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
             }
             if first || activate {
                 let _lock = store::lock(&image.dir)?;
+                root_image(&config, &image, &r.id)?;
                 store::activate(&image.dir, &r.id)?;
                 println!("image {name}: {} is active", r.label());
             } else if store::active(&image.dir)?.as_deref() != Some(r.id.as_str()) {
@@ -136,6 +139,7 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
             let Some(id) = store::previous(&image.dir)? else {
                 bail!("image {name}: no earlier revision to go back to");
             };
+            root_image(&config, &image, &id)?;
             store::activate(&image.dir, &id)?;
             let label = store::read(&image.dir, &id)?.map_or(id.clone(), |r| r.label());
             println!("image {name}: rolled back to {label} ({id})");
@@ -231,12 +235,22 @@ pub fn activate(config: &Config, name: &str, rev: &str) -> anyhow::Result<String
     let image = image(config, name)?;
     let _lock = store::lock(&image.dir)?;
     let r = store::find(&image.dir, rev)?;
+    root_image(config, &image, &r.id)?;
     store::activate(&image.dir, &r.id)?;
     Ok(format!(
         "image {name}: {} ({}) is active; boots starting from now get it, running clients keep theirs until they reboot",
         r.label(),
         r.id
     ))
+}
+
+/// Makes revision `id`'s squashfs root image if an NBD pool serves the image and it has none
+/// (it was imported while none did), before it is activated.
+fn root_image(config: &Config, image: &Image, id: &str) -> anyhow::Result<()> {
+    if serve::nbd_served(config, &image.name) && import::root_image(image, id)? {
+        println!("image {}: made the NBD root image of {id}", image.name);
+    }
+    Ok(())
 }
 
 fn prune(image: &Image, running: &[usage::Running], dry_run: bool) -> anyhow::Result<()> {
@@ -284,6 +298,18 @@ fn prune(image: &Image, running: &[usage::Running], dry_run: bool) -> anyhow::Re
             std::fs::remove_dir_all(&aside)
                 .with_context(|| format!("removing {}", aside.display()))?;
             println!("image {}: removed {} ({})", image.name, r.label(), r.id);
+        }
+    }
+    if !dry_run {
+        // The files only removed revisions held: the objects no tree links any more.
+        let swept = objects::sweep(dir)?;
+        if swept.objects > 0 {
+            println!(
+                "image {}: freed {} stored file(s), {} MiB",
+                image.name,
+                swept.objects,
+                swept.bytes >> 20
+            );
         }
     }
     Ok(())

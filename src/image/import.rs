@@ -5,6 +5,7 @@
 //! (the same filesystem) and renamed into `DIR/revs/ID/` only when whole, so nothing
 //! half-written is ever served and a failed import leaves the revisions as they were.
 
+use super::objects::{self, Put};
 use super::progress::Progress;
 use super::store::{self, Meta, Revision};
 use super::unpack::{self, Mode};
@@ -23,6 +24,10 @@ pub struct Request {
     /// A kernel and initrd on the host, instead of the tree's `/boot`.
     pub kernel: Option<PathBuf>,
     pub initrd: Option<PathBuf>,
+    /// Build the NBD root image (the tree as squashfs): an NBD pool serves the image
+    /// (`serve::nbd_served`). Without it the revision has none until one is asked for
+    /// (`root_image`).
+    pub squashfs: bool,
 }
 
 /// What an import made.
@@ -31,6 +36,51 @@ pub struct Imported {
     pub revision: Revision,
     /// False when a revision with the same content was already there (nothing was added).
     pub new: bool,
+    /// What the image's store got of it.
+    pub stored: Stored,
+}
+
+/// The regular files of an import, by what the store made of them (`objects::Put`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    pub shared_files: u64,
+    pub shared_bytes: u64,
+    pub added_files: u64,
+    pub added_bytes: u64,
+    /// Files kept as copies of their own (extended attributes).
+    pub own_files: u64,
+}
+
+impl Stored {
+    fn count(&mut self, put: Put, bytes: u64) {
+        let (files, b) = match put {
+            Put::Shared => (&mut self.shared_files, &mut self.shared_bytes),
+            Put::Added => (&mut self.added_files, &mut self.added_bytes),
+            Put::Own => (&mut self.own_files, &mut self.added_bytes),
+        };
+        *files += 1;
+        *b += bytes;
+    }
+
+    /// `3 files new (12 MiB), 4012 shared with earlier revisions (1.1 GiB)`.
+    pub fn sentence(&self) -> String {
+        format!(
+            "{} file(s) new ({}), {} shared with earlier revisions ({})",
+            self.added_files + self.own_files,
+            size(self.added_bytes),
+            self.shared_files,
+            size(self.shared_bytes)
+        )
+    }
+}
+
+/// `12 KiB`, `3 MiB`, `1.2 GiB`.
+fn size(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{} MiB", b >> 20),
+        b => format!("{} KiB", b.div_ceil(1024)),
+    }
 }
 
 /// Imports `req` into `image`'s folder as a new revision (not activated).
@@ -48,15 +98,25 @@ pub fn import(image: &Image, req: &Request) -> anyhow::Result<Imported> {
     let tmp = dir.join(format!(".import-{}", std::process::id()));
     std::fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let result = build(image, req, &tmp);
-    let out = result.and_then(|(meta, hash)| publish(image, &tmp, meta, &hash));
+    let out = result.and_then(|(meta, hash, stored)| {
+        let mut done = publish(image, &tmp, meta, &hash)?;
+        done.stored = stored;
+        Ok(done)
+    });
     if tmp.exists() {
         let _ = std::fs::remove_dir_all(&tmp);
+    }
+    if !out.as_ref().is_ok_and(|d| d.new) {
+        // What this import stored for a revision that is not kept (it failed, or its content
+        // was there already): the objects no tree links.
+        let _ = objects::sweep(dir);
     }
     out
 }
 
-/// Builds the revision in `tmp`; returns its record (seq still 0) and hash.
-fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, String)> {
+/// Builds the revision in `tmp`, its files linked to the image's store; returns its record
+/// (seq still 0), hash, and what the store got.
+fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, String, Stored)> {
     let tree = tmp.join(&image.root_tree_name);
     if let Some(p) = tree.parent() {
         std::fs::create_dir_all(p)?;
@@ -123,20 +183,31 @@ fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, Stri
         }
         std::fs::copy(src, &dest)
             .with_context(|| format!("copying the {what} {}", src.display()))?;
+        // Its mtime too, so it is the same object as the tree's /boot file it came from.
+        if let Ok(t) = std::fs::metadata(src).and_then(|m| m.modified()) {
+            std::fs::File::options()
+                .write(true)
+                .open(&dest)?
+                .set_modified(t)?;
+        }
     }
-    eprintln!("import: hashing the tree");
-    let summary = hash_tree(&tree)?;
+    eprintln!("import: hashing the tree and linking its files to the image's store");
+    let mut stored = Stored::default();
+    let summary = hash_tree(&tree, Some((&image.dir, &mut stored)))?;
     let mut h = Sha256::new();
     h.update(summary.hash);
     for name in [&image.kernel_name, &image.initrd_name] {
         h.update(name.as_bytes());
         h.update([0]);
-        let mut f = std::fs::File::open(tmp.join(name))?;
-        std::io::copy(&mut f, &mut HashWriter(&mut h))?;
+        let path = tmp.join(name);
+        let digest = file_digest(&path)?;
+        h.update(digest);
+        let m = std::fs::symlink_metadata(&path)?;
+        stored.count(objects::put(&image.dir, &path, &m, &digest)?, m.len());
     }
     let hash = hex(&h.finalize());
     let id = store::id_of(&hash);
-    if store::read(&image.dir, &id)?.is_none() {
+    if req.squashfs && store::read(&image.dir, &id)?.is_none() {
         squashfs(&tree, &tmp.join(&image.root_image_name))?;
     }
     let meta = Meta {
@@ -151,7 +222,7 @@ fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, Stri
         tree_bytes: summary.bytes,
         entries: summary.entries,
     };
-    Ok((meta, hash))
+    Ok((meta, hash, stored))
 }
 
 /// Moves the finished revision into `revs/`, unless the same content is there already.
@@ -162,6 +233,7 @@ fn publish(image: &Image, tmp: &Path, mut meta: Meta, hash: &str) -> anyhow::Res
         return Ok(Imported {
             revision: existing,
             new: false,
+            stored: Stored::default(),
         });
     }
     meta.seq = store::list(dir)?
@@ -181,6 +253,7 @@ fn publish(image: &Image, tmp: &Path, mut meta: Meta, hash: &str) -> anyhow::Res
     Ok(Imported {
         revision: Revision { id, meta },
         new: true,
+        stored: Stored::default(),
     })
 }
 
@@ -473,10 +546,15 @@ pub struct TreeSummary {
     pub bytes: u64,
 }
 
-/// The content hash of a tree: every entry's path, type, mode, owner and content (a link's
-/// target, a device's number), in name order; no times, so the same content imported twice
-/// is the same revision. Refuses a device node outside /dev.
-pub fn hash_tree(tree: &Path) -> anyhow::Result<TreeSummary> {
+/// The content hash of a tree: every entry's path, type, mode, owner and content (a regular
+/// file's size and SHA-256, a link's target, a device's number), in name order; no times, so
+/// the same content imported twice is the same revision. Refuses a device node outside /dev.
+/// With `store` (an image folder on the tree's filesystem, and what it got), each regular
+/// file is put in that folder's store as it is hashed (`objects::put`).
+pub fn hash_tree(
+    tree: &Path,
+    mut store: Option<(&Path, &mut Stored)>,
+) -> anyhow::Result<TreeSummary> {
     let mut h = Sha256::new();
     let (mut entries, mut bytes) = (0u64, 0u64);
     let mut stack = vec![PathBuf::new()];
@@ -523,8 +601,11 @@ pub fn hash_tree(tree: &Path) -> anyhow::Result<TreeSummary> {
             match kind {
                 b'f' => {
                     h.update(m.len().to_le_bytes());
-                    let mut f = std::fs::File::open(&p)?;
-                    std::io::copy(&mut f, &mut HashWriter(&mut h))?;
+                    let digest = file_digest(&p)?;
+                    h.update(digest);
+                    if let Some((dir, stored)) = store.as_mut() {
+                        stored.count(objects::put(dir, &p, &m, &digest)?, m.len());
+                    }
                     bytes += m.len();
                     bar.show(bytes);
                 }
@@ -546,6 +627,15 @@ pub fn hash_tree(tree: &Path) -> anyhow::Result<TreeSummary> {
     })
 }
 
+/// The SHA-256 of a file's bytes.
+pub fn file_digest(path: &Path) -> anyhow::Result<[u8; 32]> {
+    let mut h = Sha256::new();
+    let mut f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    std::io::copy(&mut f, &mut HashWriter(&mut h))
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(h.finalize().into())
+}
+
 struct HashWriter<'a>(&'a mut Sha256);
 
 impl std::io::Write for HashWriter<'_> {
@@ -560,6 +650,25 @@ impl std::io::Write for HashWriter<'_> {
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Makes revision `id`'s NBD root image from its tree if it has none (a revision imported
+/// while no NBD pool served the image); true if it made one. Built aside and renamed in, so
+/// the NBD service never finds half of it. The caller holds the image's lock.
+pub fn root_image(image: &Image, id: &str) -> anyhow::Result<bool> {
+    let r = crate::config::names::revision(image, id);
+    let out = r.root_image();
+    if out.is_file() {
+        return Ok(false);
+    }
+    let tmp = out.with_file_name(format!(".squashfs-{}", std::process::id()));
+    let made = squashfs(&r.root_tree(), &tmp).and_then(|()| {
+        std::fs::rename(&tmp, &out).with_context(|| format!("moving {} in", out.display()))
+    });
+    if made.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    made.map(|()| true)
 }
 
 /// The NBD image: the tree as squashfs (gzip, 128 KiB blocks, as the demo image's), with

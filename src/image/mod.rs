@@ -9,6 +9,7 @@ pub mod copies;
 pub mod cpio;
 pub mod import;
 pub mod initrd;
+pub mod objects;
 pub mod progress;
 pub mod serve;
 pub mod squashfs;
