@@ -28,6 +28,8 @@ pub struct Request {
     /// (`serve::nbd_served`). Without it the revision has none until one is asked for
     /// (`root_image`).
     pub squashfs: bool,
+    /// What `image list` shows as the source (default: the source's path).
+    pub source: Option<String>,
 }
 
 /// What an import made.
@@ -62,10 +64,10 @@ impl Stored {
         *b += bytes;
     }
 
-    /// `3 files new (12 MiB), 4012 shared with earlier revisions (1.1 GiB)`.
+    /// `3 file(s) stored anew (12 MiB), 4012 linked to files already stored (1.1 GiB)`.
     pub fn sentence(&self) -> String {
         format!(
-            "{} file(s) new ({}), {} shared with earlier revisions ({})",
+            "{} file(s) stored anew ({}), {} linked to files already stored ({})",
             self.added_files + self.own_files,
             size(self.added_bytes),
             self.shared_files,
@@ -213,10 +215,12 @@ fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, Stri
     let meta = Meta {
         seq: 0,
         hash: hash.clone(),
-        source: std::fs::canonicalize(from)
-            .unwrap_or_else(|_| from.clone())
-            .display()
-            .to_string(),
+        source: req.source.clone().unwrap_or_else(|| {
+            std::fs::canonicalize(from)
+                .unwrap_or_else(|_| from.clone())
+                .display()
+                .to_string()
+        }),
         format: format.to_string(),
         imported_at: store::now(),
         tree_bytes: summary.bytes,

@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod copies;
 pub mod cpio;
+pub mod exec;
 pub mod import;
 pub mod initrd;
 pub mod objects;
