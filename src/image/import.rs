@@ -123,6 +123,9 @@ fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, Stri
     if let Some(p) = tree.parent() {
         std::fs::create_dir_all(p)?;
     }
+    let mut stored = Stored::default();
+    // The digests of the files already put in the store (a folder source's).
+    let mut known = Known::new();
     let from = &req.from;
     let shown = from.display().to_string();
     let meta = std::fs::metadata(from).with_context(|| format!("--from {shown}"))?;
@@ -133,6 +136,7 @@ fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, Stri
             "oci"
         } else {
             copy_tree(from, &tree)?;
+            known = fill_tree(from, &tree, &image.dir, &mut stored)?;
             "tree"
         }
     } else {
@@ -194,8 +198,7 @@ fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, Stri
         }
     }
     eprintln!("import: hashing the tree and linking its files to the image's store");
-    let mut stored = Stored::default();
-    let summary = hash_tree(&tree, Some((&image.dir, &mut stored)))?;
+    let summary = hash_tree(&tree, Some((&image.dir, &mut stored, &known)))?;
     let mut h = Sha256::new();
     h.update(summary.hash);
     for name in [&image.kernel_name, &image.initrd_name] {
@@ -261,13 +264,13 @@ fn publish(image: &Image, tmp: &Path, mut meta: Meta, hash: &str) -> anyhow::Res
     })
 }
 
-/// A folder source, copied with everything it holds (owners, modes, links, hard links,
-/// xattrs) by `cp -a`; checked after (no device node outside /dev).
+/// A folder source's entries, copied with everything they hold but the bytes of regular
+/// files (owners, modes, times, links, hard links, xattrs) by `cp -a --attributes-only`;
+/// `fill_tree` gives each file its bytes.
 fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
     eprintln!("import: copying {}", from.display());
     let out = Command::new("cp")
-        .arg("-a")
-        .arg("--no-target-directory")
+        .args(["-a", "--attributes-only", "--no-target-directory"])
         .arg(from)
         .arg(to)
         .stderr(Stdio::piped())
@@ -280,6 +283,80 @@ fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
+    Ok(())
+}
+
+/// The content digests of a tree's regular files already put in the store, by path in the
+/// tree.
+type Known = std::collections::HashMap<PathBuf, [u8; 32]>;
+
+/// Gives each (empty) regular file of `to`, copied by `copy_tree`, its bytes from `from`:
+/// a link to the store's object when the store holds the file already (its bytes are only
+/// read, to hash them), else the bytes, and the file becomes an object. So an import of a
+/// tree that differs from an earlier revision by a few files writes about those files.
+fn fill_tree(from: &Path, to: &Path, dir: &Path, stored: &mut Stored) -> anyhow::Result<Known> {
+    let mut known = Known::new();
+    let mut stack = vec![PathBuf::new()];
+    let mut bar = Progress::new("reading", None);
+    let mut read = 0u64;
+    while let Some(rel) = stack.pop() {
+        let here = to.join(&rel);
+        for e in std::fs::read_dir(&here).with_context(|| format!("reading {}", here.display()))? {
+            let r = rel.join(e?.file_name());
+            let dest = to.join(&r);
+            let m = std::fs::symlink_metadata(&dest)?;
+            if m.is_dir() {
+                stack.push(r);
+                continue;
+            }
+            if !m.is_file() {
+                continue;
+            }
+            let src = from.join(&r);
+            let digest = file_digest(&src)?;
+            read += std::fs::metadata(&src).map_or(0, |m| m.len());
+            bar.show(read);
+            let object = objects::object_path(dir, &digest, &m);
+            let put = if std::fs::symlink_metadata(&object).is_ok() {
+                objects::put(dir, &dest, &m, &digest)?
+            } else {
+                Put::Own
+            };
+            let put = match put {
+                Put::Shared => Put::Shared,
+                // Not stored yet, or not to be (xattrs, too many links): its bytes.
+                _ => {
+                    fill(&src, &dest, &m)?;
+                    let m = std::fs::symlink_metadata(&dest)?;
+                    objects::put(dir, &dest, &m, &digest)?
+                }
+            };
+            stored.count(put, m.len().max(std::fs::metadata(&dest)?.len()));
+            known.insert(r, digest);
+        }
+    }
+    bar.finish();
+    Ok(known)
+}
+
+/// Writes `src`'s bytes into `dest` (a file of the tree that `cp --attributes-only` made, or
+/// one a hard link of it filled already) and puts its mode and mtime back as `m` has them.
+fn fill(src: &Path, dest: &Path, m: &std::fs::Metadata) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let len = std::fs::metadata(src)?.len();
+    if m.len() == len && len > 0 {
+        return Ok(()); // a hard link of a file filled already
+    }
+    let mut input =
+        std::fs::File::open(src).with_context(|| format!("reading {}", src.display()))?;
+    let mut out = std::fs::File::options()
+        .write(true)
+        .truncate(true)
+        .open(dest)
+        .with_context(|| format!("writing {}", dest.display()))?;
+    std::io::copy(&mut input, &mut out).with_context(|| format!("copying {}", src.display()))?;
+    out.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
+    out.set_modified(m.modified()?)?;
     Ok(())
 }
 
@@ -553,11 +630,12 @@ pub struct TreeSummary {
 /// The content hash of a tree: every entry's path, type, mode, owner and content (a regular
 /// file's size and SHA-256, a link's target, a device's number), in name order; no times, so
 /// the same content imported twice is the same revision. Refuses a device node outside /dev.
-/// With `store` (an image folder on the tree's filesystem, and what it got), each regular
-/// file is put in that folder's store as it is hashed (`objects::put`).
+/// With `store` (an image folder on the tree's filesystem, what it got, and the digests of
+/// the files `fill_tree` put there already), each other regular file is put in that folder's
+/// store as it is hashed (`objects::put`).
 pub fn hash_tree(
     tree: &Path,
-    mut store: Option<(&Path, &mut Stored)>,
+    mut store: Option<(&Path, &mut Stored, &Known)>,
 ) -> anyhow::Result<TreeSummary> {
     let mut h = Sha256::new();
     let (mut entries, mut bytes) = (0u64, 0u64);
@@ -605,10 +683,14 @@ pub fn hash_tree(
             match kind {
                 b'f' => {
                     h.update(m.len().to_le_bytes());
-                    let digest = file_digest(&p)?;
-                    h.update(digest);
-                    if let Some((dir, stored)) = store.as_mut() {
-                        stored.count(objects::put(dir, &p, &m, &digest)?, m.len());
+                    match store.as_mut() {
+                        Some((_, _, known)) if known.contains_key(&r) => h.update(known[&r]),
+                        Some((dir, stored, _)) => {
+                            let digest = file_digest(&p)?;
+                            h.update(digest);
+                            stored.count(objects::put(dir, &p, &m, &digest)?, m.len());
+                        }
+                        None => h.update(file_digest(&p)?),
                     }
                     bytes += m.len();
                     bar.show(bytes);
