@@ -115,6 +115,7 @@ struct Work {
 
 impl Work {
     fn new(dir: &Path) -> anyhow::Result<Work> {
+        clear_leftovers(dir);
         let top = dir.join(format!(".exec-{}", std::process::id()));
         for d in ["upper", "work", "merged"] {
             std::fs::create_dir_all(top.join(d))
@@ -148,6 +149,38 @@ impl Work {
         }
         self.mounted = true;
         Ok(())
+    }
+}
+
+/// The work folders of execs that were killed (their process is gone): unmounted, then
+/// removed. One still mounted after `umount` is left alone (removing files through an overlay
+/// would write whiteouts into it, not harm the revision, but it is not ours to guess).
+fn clear_leftovers(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mounts = || std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix(".exec-") else {
+            continue;
+        };
+        if Path::new("/proc").join(pid).exists() {
+            continue;
+        }
+        let merged = e.path().join("merged");
+        // As mountinfo names it: absolute, no symlinks.
+        let shown = std::fs::canonicalize(&merged)
+            .unwrap_or_else(|_| merged.clone())
+            .display()
+            .to_string();
+        if mounts().contains(&format!(" {shown} ")) {
+            let _ = Command::new("umount").arg(&merged).status();
+            if mounts().contains(&format!(" {shown} ")) {
+                continue;
+            }
+        }
+        let _ = std::fs::remove_dir_all(e.path());
     }
 }
 

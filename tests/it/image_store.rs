@@ -4,8 +4,9 @@
 //! revision's own bytes from the running daemon; prune, once the old revision is not active,
 //! frees the objects only it held and nothing the new one links. `bootpool image exec` runs a
 //! real command (busybox's sh, chrooted in an overlay over the active revision) and makes a
-//! new revision with its change that shares the rest, not active; a failing command makes
-//! none and says its exit status and last line.
+//! new revision with its change that shares the rest, not active, and clears what a killed
+//! exec left (its overlay unmounted); a failing command makes none and says its exit status
+//! and last line.
 
 use crate::common::{Fixture, run, run_async};
 use std::os::unix::fs::MetadataExt as _;
@@ -232,6 +233,21 @@ fn exec_makes_a_revision_with_the_commands_change_sharing_the_rest_and_a_failure
     ok(&fx, &["import", "demo", "--from", src.to_str().unwrap()]);
     let r1 = revs(&fx)[0].clone();
 
+    // What a killed exec left: its overlay, still mounted (no process has pid 2^22).
+    let left = fx.image_dir().join(".exec-4194304");
+    for d in ["upper", "work", "merged", "lower"] {
+        std::fs::create_dir_all(left.join(d)).unwrap();
+    }
+    let opts = format!(
+        "lowerdir={0}/lower,upperdir={0}/upper,workdir={0}/work",
+        left.display()
+    );
+    let mut c = Command::new("mount");
+    c.args(["-t", "overlay", "overlay", "-o", &opts])
+        .arg(left.join("merged"));
+    let (mounted, _, err) = run(&mut c, 30);
+    assert!(mounted, "{err}");
+
     let out = ok(
         &fx,
         &[
@@ -248,6 +264,10 @@ fn exec_makes_a_revision_with_the_commands_change_sharing_the_rest_and_a_failure
         "{out}"
     );
     assert!(out.contains("bootpool image activate demo r2"), "{out}");
+    assert!(
+        !left.exists(),
+        "a killed exec's overlay is unmounted and removed"
+    );
     let ids = revs(&fx);
     assert_eq!(ids.len(), 2);
     let r2 = ids[1].clone();
