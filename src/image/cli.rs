@@ -1,7 +1,7 @@
-//! `bootpool image`: import, list, activate, rollback, prune. Reads the config for each
+//! `bootpool image`: import, exec, shell, list, activate, rollback, prune. Reads the config for each
 //! image's folder and the boot record for which revisions clients run; prints what it did.
 
-use super::{import, store, usage};
+use super::{exec, import, objects, serve, store, usage};
 use crate::config::{Config, Image};
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
@@ -35,6 +35,26 @@ pub enum ImageCommand {
         /// Activate the new revision (the first revision of an image is always activated).
         #[arg(long)]
         activate: bool,
+    },
+    /// Run CMD in a copy of the active revision (an overlay over its tree; systemd-nspawn, or
+    /// a chroot with /proc, /sys and /dev) and import the result as a new revision, not
+    /// active until `bootpool image activate`. A command that fails makes no revision.
+    Exec {
+        name: String,
+        /// Run in this revision (`r3`, or an id) instead of the active one.
+        #[arg(long, value_name = "REV")]
+        rev: Option<String>,
+        /// The command and its arguments, after `--` (e.g. `-- apt-get -y upgrade`).
+        #[arg(required = true, last = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// An interactive shell in a copy of the active revision; what it changes becomes a new
+    /// revision when it exits 0 (`exit 1` leaves none), as with `exec`.
+    Shell {
+        name: String,
+        /// Start from this revision (`r3`, or an id) instead of the active one.
+        #[arg(long, value_name = "REV")]
+        rev: Option<String>,
     },
     /// List each image's revisions, the active one, and which clients run which.
     List {
@@ -77,6 +97,8 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
                 from,
                 kernel,
                 initrd,
+                squashfs: serve::nbd_served(&config, &name),
+                source: None,
             };
             let done = import::import(&image, &req)?;
             let r = &done.revision;
@@ -90,6 +112,7 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
                     r.meta.entries,
                     r.meta.tree_bytes >> 20
                 );
+                println!("image {name}: {}", done.stored.sentence());
             } else {
                 println!(
                     "image {name}: same content as {} ({}); nothing added",
@@ -99,6 +122,7 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
             }
             if first || activate {
                 let _lock = store::lock(&image.dir)?;
+                root_image(&config, &image, &r.id)?;
                 store::activate(&image.dir, &r.id)?;
                 println!("image {name}: {} is active", r.label());
             } else if store::active(&image.dir)?.as_deref() != Some(r.id.as_str()) {
@@ -108,6 +132,21 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
                 );
             }
             Ok(())
+        }
+        ImageCommand::Exec { name, rev, command } => exec(&config, &name, rev, command, false),
+        ImageCommand::Shell { name, rev } => {
+            let image = image(&config, &name)?;
+            let base = match &rev {
+                Some(r) => store::find(&image.dir, r)?.id,
+                None => store::active(&image.dir)?.unwrap_or_default(),
+            };
+            let tree = crate::config::names::revision(&image, &base).root_tree();
+            let sh = if tree.join("bin/bash").exists() {
+                "/bin/bash"
+            } else {
+                "/bin/sh"
+            };
+            exec(&config, &name, rev, vec![sh.into(), "-l".into()], true)
         }
         ImageCommand::List { name } => {
             let running = running(&config, None)?;
@@ -136,6 +175,7 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
             let Some(id) = store::previous(&image.dir)? else {
                 bail!("image {name}: no earlier revision to go back to");
             };
+            root_image(&config, &image, &id)?;
             store::activate(&image.dir, &id)?;
             let label = store::read(&image.dir, &id)?.map_or(id.clone(), |r| r.label());
             println!("image {name}: rolled back to {label} ({id})");
@@ -162,6 +202,47 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `image exec` and `image shell`: runs `command` in a copy of a revision, imports the
+/// result and says what it added.
+fn exec(
+    config: &Config,
+    name: &str,
+    rev: Option<String>,
+    command: Vec<String>,
+    interactive: bool,
+) -> anyhow::Result<()> {
+    let image = image(config, name)?;
+    let req = exec::Request {
+        rev,
+        command,
+        interactive,
+        squashfs: serve::nbd_served(config, name),
+    };
+    let done = exec::exec(&image, &req)?;
+    let r = &done.imported.revision;
+    if !done.imported.new {
+        println!(
+            "image {name}: the copy of {} has the same content as {} ({}); nothing added",
+            done.base.label(),
+            r.label(),
+            r.id
+        );
+        return Ok(());
+    }
+    println!(
+        "image {name}: imported {} ({}) from {}",
+        r.label(),
+        r.id,
+        r.meta.source
+    );
+    println!("image {name}: {}", done.imported.stored.sentence());
+    println!(
+        "image {name}: boots get it after `bootpool image activate {name} {}`",
+        r.label()
+    );
+    Ok(())
 }
 
 fn image(config: &Config, name: &str) -> anyhow::Result<Arc<Image>> {
@@ -231,12 +312,22 @@ pub fn activate(config: &Config, name: &str, rev: &str) -> anyhow::Result<String
     let image = image(config, name)?;
     let _lock = store::lock(&image.dir)?;
     let r = store::find(&image.dir, rev)?;
+    root_image(config, &image, &r.id)?;
     store::activate(&image.dir, &r.id)?;
     Ok(format!(
         "image {name}: {} ({}) is active; boots starting from now get it, running clients keep theirs until they reboot",
         r.label(),
         r.id
     ))
+}
+
+/// Makes revision `id`'s squashfs root image if an NBD pool serves the image and it has none
+/// (it was imported while none did), before it is activated.
+fn root_image(config: &Config, image: &Image, id: &str) -> anyhow::Result<()> {
+    if serve::nbd_served(config, &image.name) && import::root_image(image, id)? {
+        println!("image {}: made the NBD root image of {id}", image.name);
+    }
+    Ok(())
 }
 
 fn prune(image: &Image, running: &[usage::Running], dry_run: bool) -> anyhow::Result<()> {
@@ -284,6 +375,18 @@ fn prune(image: &Image, running: &[usage::Running], dry_run: bool) -> anyhow::Re
             std::fs::remove_dir_all(&aside)
                 .with_context(|| format!("removing {}", aside.display()))?;
             println!("image {}: removed {} ({})", image.name, r.label(), r.id);
+        }
+    }
+    if !dry_run {
+        // The files only removed revisions held: the objects no tree links any more.
+        let swept = objects::sweep(dir)?;
+        if swept.objects > 0 {
+            println!(
+                "image {}: freed {} stored file(s), {} MiB",
+                image.name,
+                swept.objects,
+                swept.bytes >> 20
+            );
         }
     }
     Ok(())

@@ -5,6 +5,7 @@
 //! (the same filesystem) and renamed into `DIR/revs/ID/` only when whole, so nothing
 //! half-written is ever served and a failed import leaves the revisions as they were.
 
+use super::objects::{self, Put};
 use super::progress::Progress;
 use super::store::{self, Meta, Revision};
 use super::unpack::{self, Mode};
@@ -23,6 +24,12 @@ pub struct Request {
     /// A kernel and initrd on the host, instead of the tree's `/boot`.
     pub kernel: Option<PathBuf>,
     pub initrd: Option<PathBuf>,
+    /// Build the NBD root image (the tree as squashfs): an NBD pool serves the image
+    /// (`serve::nbd_served`). Without it the revision has none until one is asked for
+    /// (`root_image`).
+    pub squashfs: bool,
+    /// What `image list` shows as the source (default: the source's path).
+    pub source: Option<String>,
 }
 
 /// What an import made.
@@ -31,6 +38,51 @@ pub struct Imported {
     pub revision: Revision,
     /// False when a revision with the same content was already there (nothing was added).
     pub new: bool,
+    /// What the image's store got of it.
+    pub stored: Stored,
+}
+
+/// The regular files of an import, by what the store made of them (`objects::Put`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    pub shared_files: u64,
+    pub shared_bytes: u64,
+    pub added_files: u64,
+    pub added_bytes: u64,
+    /// Files kept as copies of their own (extended attributes).
+    pub own_files: u64,
+}
+
+impl Stored {
+    fn count(&mut self, put: Put, bytes: u64) {
+        let (files, b) = match put {
+            Put::Shared => (&mut self.shared_files, &mut self.shared_bytes),
+            Put::Added => (&mut self.added_files, &mut self.added_bytes),
+            Put::Own => (&mut self.own_files, &mut self.added_bytes),
+        };
+        *files += 1;
+        *b += bytes;
+    }
+
+    /// `3 file(s) stored anew (12 MiB), 4012 linked to files already stored (1.1 GiB)`.
+    pub fn sentence(&self) -> String {
+        format!(
+            "{} file(s) stored anew ({}), {} linked to files already stored ({})",
+            self.added_files + self.own_files,
+            size(self.added_bytes),
+            self.shared_files,
+            size(self.shared_bytes)
+        )
+    }
+}
+
+/// `12 KiB`, `3 MiB`, `1.2 GiB`.
+fn size(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{} MiB", b >> 20),
+        b => format!("{} KiB", b.div_ceil(1024)),
+    }
 }
 
 /// Imports `req` into `image`'s folder as a new revision (not activated).
@@ -48,19 +100,32 @@ pub fn import(image: &Image, req: &Request) -> anyhow::Result<Imported> {
     let tmp = dir.join(format!(".import-{}", std::process::id()));
     std::fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let result = build(image, req, &tmp);
-    let out = result.and_then(|(meta, hash)| publish(image, &tmp, meta, &hash));
+    let out = result.and_then(|(meta, hash, stored)| {
+        let mut done = publish(image, &tmp, meta, &hash)?;
+        done.stored = stored;
+        Ok(done)
+    });
     if tmp.exists() {
         let _ = std::fs::remove_dir_all(&tmp);
+    }
+    if !out.as_ref().is_ok_and(|d| d.new) {
+        // What this import stored for a revision that is not kept (it failed, or its content
+        // was there already): the objects no tree links.
+        let _ = objects::sweep(dir);
     }
     out
 }
 
-/// Builds the revision in `tmp`; returns its record (seq still 0) and hash.
-fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, String)> {
+/// Builds the revision in `tmp`, its files linked to the image's store; returns its record
+/// (seq still 0), hash, and what the store got.
+fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, String, Stored)> {
     let tree = tmp.join(&image.root_tree_name);
     if let Some(p) = tree.parent() {
         std::fs::create_dir_all(p)?;
     }
+    let mut stored = Stored::default();
+    // The digests of the files already put in the store (a folder source's).
+    let mut known = Known::new();
     let from = &req.from;
     let shown = from.display().to_string();
     let meta = std::fs::metadata(from).with_context(|| format!("--from {shown}"))?;
@@ -71,6 +136,7 @@ fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, Stri
             "oci"
         } else {
             copy_tree(from, &tree)?;
+            known = fill_tree(from, &tree, &image.dir, &mut stored)?;
             "tree"
         }
     } else {
@@ -123,35 +189,47 @@ fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, Stri
         }
         std::fs::copy(src, &dest)
             .with_context(|| format!("copying the {what} {}", src.display()))?;
+        // Its mtime too, so it is the same object as the tree's /boot file it came from.
+        if let Ok(t) = std::fs::metadata(src).and_then(|m| m.modified()) {
+            std::fs::File::options()
+                .write(true)
+                .open(&dest)?
+                .set_modified(t)?;
+        }
     }
-    eprintln!("import: hashing the tree");
-    let summary = hash_tree(&tree)?;
+    eprintln!("import: hashing the tree and linking its files to the image's store");
+    let summary = hash_tree(&tree, Some((&image.dir, &mut stored, &known)))?;
     let mut h = Sha256::new();
     h.update(summary.hash);
     for name in [&image.kernel_name, &image.initrd_name] {
         h.update(name.as_bytes());
         h.update([0]);
-        let mut f = std::fs::File::open(tmp.join(name))?;
-        std::io::copy(&mut f, &mut HashWriter(&mut h))?;
+        let path = tmp.join(name);
+        let digest = file_digest(&path)?;
+        h.update(digest);
+        let m = std::fs::symlink_metadata(&path)?;
+        stored.count(objects::put(&image.dir, &path, &m, &digest)?, m.len());
     }
     let hash = hex(&h.finalize());
     let id = store::id_of(&hash);
-    if store::read(&image.dir, &id)?.is_none() {
+    if req.squashfs && store::read(&image.dir, &id)?.is_none() {
         squashfs(&tree, &tmp.join(&image.root_image_name))?;
     }
     let meta = Meta {
         seq: 0,
         hash: hash.clone(),
-        source: std::fs::canonicalize(from)
-            .unwrap_or_else(|_| from.clone())
-            .display()
-            .to_string(),
+        source: req.source.clone().unwrap_or_else(|| {
+            std::fs::canonicalize(from)
+                .unwrap_or_else(|_| from.clone())
+                .display()
+                .to_string()
+        }),
         format: format.to_string(),
         imported_at: store::now(),
         tree_bytes: summary.bytes,
         entries: summary.entries,
     };
-    Ok((meta, hash))
+    Ok((meta, hash, stored))
 }
 
 /// Moves the finished revision into `revs/`, unless the same content is there already.
@@ -162,6 +240,7 @@ fn publish(image: &Image, tmp: &Path, mut meta: Meta, hash: &str) -> anyhow::Res
         return Ok(Imported {
             revision: existing,
             new: false,
+            stored: Stored::default(),
         });
     }
     meta.seq = store::list(dir)?
@@ -181,16 +260,17 @@ fn publish(image: &Image, tmp: &Path, mut meta: Meta, hash: &str) -> anyhow::Res
     Ok(Imported {
         revision: Revision { id, meta },
         new: true,
+        stored: Stored::default(),
     })
 }
 
-/// A folder source, copied with everything it holds (owners, modes, links, hard links,
-/// xattrs) by `cp -a`; checked after (no device node outside /dev).
+/// A folder source's entries, copied with everything they hold but the bytes of regular
+/// files (owners, modes, times, links, hard links, xattrs) by `cp -a --attributes-only`;
+/// `fill_tree` gives each file its bytes.
 fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
     eprintln!("import: copying {}", from.display());
     let out = Command::new("cp")
-        .arg("-a")
-        .arg("--no-target-directory")
+        .args(["-a", "--attributes-only", "--no-target-directory"])
         .arg(from)
         .arg(to)
         .stderr(Stdio::piped())
@@ -203,6 +283,80 @@ fn copy_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
+    Ok(())
+}
+
+/// The content digests of a tree's regular files already put in the store, by path in the
+/// tree.
+type Known = std::collections::HashMap<PathBuf, [u8; 32]>;
+
+/// Gives each (empty) regular file of `to`, copied by `copy_tree`, its bytes from `from`:
+/// a link to the store's object when the store holds the file already (its bytes are only
+/// read, to hash them), else the bytes, and the file becomes an object. So an import of a
+/// tree that differs from an earlier revision by a few files writes about those files.
+fn fill_tree(from: &Path, to: &Path, dir: &Path, stored: &mut Stored) -> anyhow::Result<Known> {
+    let mut known = Known::new();
+    let mut stack = vec![PathBuf::new()];
+    let mut bar = Progress::new("reading", None);
+    let mut read = 0u64;
+    while let Some(rel) = stack.pop() {
+        let here = to.join(&rel);
+        for e in std::fs::read_dir(&here).with_context(|| format!("reading {}", here.display()))? {
+            let r = rel.join(e?.file_name());
+            let dest = to.join(&r);
+            let m = std::fs::symlink_metadata(&dest)?;
+            if m.is_dir() {
+                stack.push(r);
+                continue;
+            }
+            if !m.is_file() {
+                continue;
+            }
+            let src = from.join(&r);
+            let digest = file_digest(&src)?;
+            read += std::fs::metadata(&src).map_or(0, |m| m.len());
+            bar.show(read);
+            let object = objects::object_path(dir, &digest, &m);
+            let put = if std::fs::symlink_metadata(&object).is_ok() {
+                objects::put(dir, &dest, &m, &digest)?
+            } else {
+                Put::Own
+            };
+            let put = match put {
+                Put::Shared => Put::Shared,
+                // Not stored yet, or not to be (xattrs, too many links): its bytes.
+                _ => {
+                    fill(&src, &dest, &m)?;
+                    let m = std::fs::symlink_metadata(&dest)?;
+                    objects::put(dir, &dest, &m, &digest)?
+                }
+            };
+            stored.count(put, m.len().max(std::fs::metadata(&dest)?.len()));
+            known.insert(r, digest);
+        }
+    }
+    bar.finish();
+    Ok(known)
+}
+
+/// Writes `src`'s bytes into `dest` (a file of the tree that `cp --attributes-only` made, or
+/// one a hard link of it filled already) and puts its mode and mtime back as `m` has them.
+fn fill(src: &Path, dest: &Path, m: &std::fs::Metadata) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let len = std::fs::metadata(src)?.len();
+    if m.len() == len && len > 0 {
+        return Ok(()); // a hard link of a file filled already
+    }
+    let mut input =
+        std::fs::File::open(src).with_context(|| format!("reading {}", src.display()))?;
+    let mut out = std::fs::File::options()
+        .write(true)
+        .truncate(true)
+        .open(dest)
+        .with_context(|| format!("writing {}", dest.display()))?;
+    std::io::copy(&mut input, &mut out).with_context(|| format!("copying {}", src.display()))?;
+    out.set_permissions(std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
+    out.set_modified(m.modified()?)?;
     Ok(())
 }
 
@@ -473,10 +627,16 @@ pub struct TreeSummary {
     pub bytes: u64,
 }
 
-/// The content hash of a tree: every entry's path, type, mode, owner and content (a link's
-/// target, a device's number), in name order; no times, so the same content imported twice
-/// is the same revision. Refuses a device node outside /dev.
-pub fn hash_tree(tree: &Path) -> anyhow::Result<TreeSummary> {
+/// The content hash of a tree: every entry's path, type, mode, owner and content (a regular
+/// file's size and SHA-256, a link's target, a device's number), in name order; no times, so
+/// the same content imported twice is the same revision. Refuses a device node outside /dev.
+/// With `store` (an image folder on the tree's filesystem, what it got, and the digests of
+/// the files `fill_tree` put there already), each other regular file is put in that folder's
+/// store as it is hashed (`objects::put`).
+pub fn hash_tree(
+    tree: &Path,
+    mut store: Option<(&Path, &mut Stored, &Known)>,
+) -> anyhow::Result<TreeSummary> {
     let mut h = Sha256::new();
     let (mut entries, mut bytes) = (0u64, 0u64);
     let mut stack = vec![PathBuf::new()];
@@ -523,8 +683,15 @@ pub fn hash_tree(tree: &Path) -> anyhow::Result<TreeSummary> {
             match kind {
                 b'f' => {
                     h.update(m.len().to_le_bytes());
-                    let mut f = std::fs::File::open(&p)?;
-                    std::io::copy(&mut f, &mut HashWriter(&mut h))?;
+                    match store.as_mut() {
+                        Some((_, _, known)) if known.contains_key(&r) => h.update(known[&r]),
+                        Some((dir, stored, _)) => {
+                            let digest = file_digest(&p)?;
+                            h.update(digest);
+                            stored.count(objects::put(dir, &p, &m, &digest)?, m.len());
+                        }
+                        None => h.update(file_digest(&p)?),
+                    }
                     bytes += m.len();
                     bar.show(bytes);
                 }
@@ -546,6 +713,15 @@ pub fn hash_tree(tree: &Path) -> anyhow::Result<TreeSummary> {
     })
 }
 
+/// The SHA-256 of a file's bytes.
+pub fn file_digest(path: &Path) -> anyhow::Result<[u8; 32]> {
+    let mut h = Sha256::new();
+    let mut f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    std::io::copy(&mut f, &mut HashWriter(&mut h))
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(h.finalize().into())
+}
+
 struct HashWriter<'a>(&'a mut Sha256);
 
 impl std::io::Write for HashWriter<'_> {
@@ -560,6 +736,25 @@ impl std::io::Write for HashWriter<'_> {
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Makes revision `id`'s NBD root image from its tree if it has none (a revision imported
+/// while no NBD pool served the image); true if it made one. Built aside and renamed in, so
+/// the NBD service never finds half of it. The caller holds the image's lock.
+pub fn root_image(image: &Image, id: &str) -> anyhow::Result<bool> {
+    let r = crate::config::names::revision(image, id);
+    let out = r.root_image();
+    if out.is_file() {
+        return Ok(false);
+    }
+    let tmp = out.with_file_name(format!(".squashfs-{}", std::process::id()));
+    let made = squashfs(&r.root_tree(), &tmp).and_then(|()| {
+        std::fs::rename(&tmp, &out).with_context(|| format!("moving {} in", out.display()))
+    });
+    if made.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    made.map(|()| true)
 }
 
 /// The NBD image: the tree as squashfs (gzip, 128 KiB blocks, as the demo image's), with

@@ -23,6 +23,17 @@ pub fn serving(image: &Arc<Image>) -> Arc<Image> {
     }
 }
 
+/// Does an NBD pool boot image `name` (as its image or an architecture's)? Only then does a
+/// revision need its squashfs root image.
+pub fn nbd_served(config: &Config, name: &str) -> bool {
+    config
+        .pools
+        .values()
+        .filter(|p| p.root == RootProto::Nbd)
+        .flat_map(|p| p.images())
+        .any(|i| i.name == name)
+}
+
 /// The files the config's pools boot from that are not on disk (of an image with revisions,
 /// the active one's), each once, at its image's `images.NAME.dir` with the pools that need it;
 /// `Config::missing_files` tells the `server` keys' own.
@@ -48,11 +59,21 @@ pub fn missing_files(config: &Config) -> Vec<ConfigError> {
     missing
         .into_iter()
         .map(|(image, path, pools)| {
+            let img = &config.images[&image];
+            let active = store::active(&img.dir).ok().flatten();
+            let how = match active {
+                // A revision imported while no NBD pool served the image has no squashfs.
+                Some(id) if path.ends_with(&img.root_image_name) => {
+                    format!("make it: bootpool image activate {image} {id}")
+                }
+                _ => format!(
+                    "build it: images/build-demo.sh; or import one: bootpool image import {image}"
+                ),
+            };
             config.error_at(
                 &["images", image.as_str(), "dir"],
                 format!(
-                    "image `{image}` lacks {}, which {} (build it: images/build-demo.sh; or \
-                     import one: bootpool image import {image})",
+                    "image `{image}` lacks {}, which {} ({how})",
                     path.display(),
                     match pools.as_slice() {
                         [one] => format!("pool {one} boots from"),

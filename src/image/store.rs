@@ -1,5 +1,6 @@
 //! An image's revisions on disk: `DIR/revs/ID/` (the kernel, the initrd, the NFS tree, the NBD
-//! image and `revision.json`), the `active` pointer (one line, replaced by rename, so a
+//! image if an NBD pool boots the image, and `revision.json`; regular files are links to
+//! `DIR/objects/`), the `active` pointer (one line, replaced by rename, so a
 //! reader sees the old revision or the new one, never half of either), the `history` of
 //! activations (what `rollback` goes back along), and `.lock` (one importer or activator at a
 //! time). `DIR` is `images.NAME.dir`. A folder without `revs/` is an image assembled by

@@ -1,5 +1,5 @@
 //! File calls std does not offer: `flock`, stats and opens relative to a folder's descriptor,
-//! `mknod`, `mkfifo`, `utimensat`, `statvfs`, `fallocate` and `preadv2`. Paths come in as C
+//! `mknod`, `mkfifo`, `utimensat`, `statvfs`, `fallocate`, `preadv2` and `llistxattr`. Paths come in as C
 //! strings; which flags to pass is the caller's choice.
 
 use std::ffi::CStr;
@@ -49,6 +49,14 @@ pub fn mknod(path: &CStr, mode: libc::mode_t, dev: libc::dev_t) -> io::Result<()
     // SAFETY: a NUL-terminated path that lives for the call.
     check(unsafe { libc::mknod(path.as_ptr(), mode, dev) })?;
     Ok(())
+}
+
+/// `llistxattr(path, NULL, 0)`: the length of the names of `path`'s extended attributes
+/// (0: it has none), not following a symlink.
+pub fn xattr_names_len(path: &CStr) -> io::Result<usize> {
+    // SAFETY: a NUL-terminated path that lives for the call, and a null buffer of length 0
+    // (asks for the length only).
+    check_len(unsafe { libc::llistxattr(path.as_ptr(), std::ptr::null_mut(), 0) })
 }
 
 /// `mkfifo(path, mode)`.

@@ -50,6 +50,8 @@ fn import(fx: &Fixture, n: u64) -> String {
         from: src,
         kernel: None,
         initrd: None,
+        squashfs: true,
+        source: None,
     };
     let done = tokio::task::block_in_place(|| import::import(image, &req)).unwrap();
     assert!(done.new);

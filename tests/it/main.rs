@@ -36,6 +36,7 @@ mod http_range;
 mod image_import;
 mod image_names;
 mod image_revisions;
+mod image_store;
 mod initrd_wire;
 mod instruments;
 mod limits;
