@@ -338,3 +338,59 @@ fn compare_table(a: &WaveView, b: &WaveView, sep: &str) -> String {
     ]);
     layout(&rows, sep)
 }
+
+/// One unknown machine as `bootpool client unknown` shows it (`service::unknown`'s list).
+pub struct UnknownRow {
+    pub mac: crate::config::Mac,
+    pub vendor_class: Option<String>,
+    pub arch: Option<u16>,
+    pub relay: Option<String>,
+    /// Option 82's circuit id: the switch port.
+    pub port: Option<String>,
+    pub first_seen: u64,
+    pub last_seen: u64,
+    /// How it asked: `dhcp`, `dhcp6`, `proxy`, comma-separated.
+    pub asked: String,
+}
+
+/// The unknown machines as a table, times in local time, and how to enrol one.
+pub fn unknown_table(rows: &[UnknownRow]) -> String {
+    if rows.is_empty() {
+        return "no unknown machines have asked\n".into();
+    }
+    let time = |s: u64| super::when::local(i64::try_from(s).unwrap_or(i64::MAX));
+    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let mut table = vec![
+        [
+            "mac",
+            "first_seen",
+            "last_seen",
+            "asked",
+            "arch",
+            "vendor_class",
+            "relay",
+            "port",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for r in rows {
+        table.push(vec![
+            r.mac.to_string(),
+            time(r.first_seen),
+            time(r.last_seen),
+            r.asked.clone(),
+            r.arch.map_or_else(|| "-".into(), |a| a.to_string()),
+            dash(&r.vendor_class),
+            dash(&r.relay),
+            dash(&r.port),
+        ]);
+    }
+    let mut out = layout(&table, "  ");
+    let _ = writeln!(
+        out,
+        "\n{} unknown; enrol one with: bootpool client add MAC --pool POOL [--name NAME]",
+        rows.len()
+    );
+    out
+}

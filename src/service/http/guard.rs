@@ -1,5 +1,5 @@
 //! Who may read and act: `server.read_token` for the dashboard, the read API and /metrics
-//! (bearer header or cookie), the admin token for the lease actions.
+//! (bearer header or cookie), the admin token for the actions (a lease release, an enrolment).
 
 use super::web::Web;
 use axum::extract::State;
@@ -30,7 +30,7 @@ pub(super) async fn read_guard(
     let client_route =
         path.starts_with("/boot/") || (post && matches!(path, "/api/v1/booted" | "/api/v1/failed"));
     // Actions ask their own token (`admin_refusal`), never the read token.
-    let action = post && path.starts_with("/api/v1/leases/");
+    let action = post && (path.starts_with("/api/v1/leases/") || path == "/api/v1/clients");
     if client_route || action {
         return next.run(req).await;
     }
