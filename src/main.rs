@@ -68,6 +68,13 @@ enum Command {
         /// With --console: this boot (its id in `bootpool report --wave`), not the newest.
         #[arg(long, value_name = "ID", requires = "console")]
         boot: Option<u64>,
+        /// Only waves that started at or after this local date and time (2026-12-06T07:00,
+        /// 2026-12-06).
+        #[arg(long, value_name = "WHEN", conflicts_with_all = ["last", "wave", "compare", "console"])]
+        since: Option<String>,
+        /// Only waves that started in this last stretch of time (90m, 2h, 7d).
+        #[arg(long, value_name = "DURATION", conflicts_with_all = ["wave", "compare", "console"])]
+        last: Option<String>,
         /// Every stored event, raw, one JSON object a line (the legacy journal's format).
         #[arg(long, conflicts_with_all = ["wave", "pool", "compare", "format"])]
         events: bool,
@@ -185,6 +192,8 @@ fn main() -> ExitCode {
             compare,
             console,
             boot,
+            since,
+            last,
             events,
             egress,
             format,
@@ -192,10 +201,17 @@ fn main() -> ExitCode {
             if events || egress {
                 return dump(&config, egress);
             }
+            let since = match since_of(since.as_deref(), last.as_deref()) {
+                Ok(since) => since,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             use bootpool::record::report::Query;
             if let Some(mac) = console {
                 return match mac.parse() {
-                    Ok(m) => report(&config, &Query::Console(m, boot), format),
+                    Ok(m) => report(&config, &Query::Console(m, boot), format, since),
                     Err(e) => {
                         eprintln!("error: --console {mac}: {e}");
                         ExitCode::FAILURE
@@ -208,7 +224,7 @@ fn main() -> ExitCode {
                 (_, _, Some(ab)) => Query::Compare(ab[0], ab[1]),
                 _ => Query::Waves,
             };
-            report(&config, &query, format)
+            report(&config, &query, format, since)
         }
         Command::Lab(i) => instrument("lab", i),
         Command::Storm(i) => instrument("storm", i),
@@ -521,17 +537,34 @@ fn dump(path: &std::path::Path, egress: bool) -> ExitCode {
     }
 }
 
+/// Where `--since WHEN` or `--last DURATION` starts the report, in Unix seconds.
+fn since_of(since: Option<&str>, last: Option<&str>) -> Result<Option<i64>, String> {
+    if let Some(when) = since {
+        return bootpool::record::when::parse_local(when)
+            .map(Some)
+            .map_err(|e| format!("--since: {e}"));
+    }
+    let Some(last) = last else { return Ok(None) };
+    let stretch = config::parse_duration(last).map_err(|e| format!("--last: {e}"))?;
+    let now = bootpool::service::identity::unix_now();
+    Ok(Some(
+        i64::try_from(now.saturating_sub(stretch.as_secs())).unwrap_or(0),
+    ))
+}
+
 fn report(
     path: &std::path::Path,
     query: &bootpool::record::report::Query,
     format: bootpool::record::report::Format,
+    since: Option<i64>,
 ) -> ExitCode {
     let config = match load_config(path) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    let people = bootpool::record::report::People::of(&config, since);
     let result = block_on(bootpool::record::load(&config.server)).and_then(|t| {
-        let mut text = bootpool::record::report::render(&t, query, format)?;
+        let mut text = bootpool::record::report::render(&t, query, format, &people)?;
         // Under the waves: who runs an older image revision than the active one.
         if matches!(query, bootpool::record::report::Query::Waves)
             && matches!(format, bootpool::record::report::Format::Table)
