@@ -444,7 +444,7 @@ async fn start_taking(
         &config.server.state_dir,
         metrics.clone(),
     ));
-    shutdown.spawn(unknown.clone().keep(shutdown.clone()));
+    shutdown.spawn(unknown.clone().keep(live.clone(), shutdown.clone()));
     let reloader = Arc::new(Reloader {
         bound,
         config: live.clone(),

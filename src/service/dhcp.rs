@@ -1415,6 +1415,15 @@ pools:
             s.handle_proxy(&stranger, from(), None, false, 1000)
                 .is_none()
         );
+        // The stranger is listed as unknown, asking by proxy, with its firmware's word.
+        let unknown = s.unknown.list();
+        assert_eq!(unknown.len(), 1);
+        assert_eq!(unknown[0].mac, Mac(stranger.mac));
+        assert_eq!(unknown[0].asked, vec![Asked::Proxy]);
+        assert_eq!(
+            (unknown[0].arch, unknown[0].vendor_class.as_deref()),
+            (Some(7), Some("PXEClient"))
+        );
         assert!(s.handle_proxy(&fw, from(), None, true, 1000).is_none());
         let mut o = vec![53, 1, REQUEST, 93, 2, 0, 7, 60, 9];
         o.extend_from_slice(b"PXEClient");

@@ -187,8 +187,16 @@ impl Unknown {
 
     /// Drops `mac` from the list (it was enrolled).
     pub fn forget(&self, mac: Mac) {
+        self.forget_listed(|m| m == mac);
+    }
+
+    /// Drops every client `listed` says a pool lists now (enrolled by the API, the CLI, a
+    /// `discover` pool, or added to pools.yaml and reloaded).
+    pub fn forget_listed(&self, listed: impl Fn(Mac) -> bool) {
         let mut t = self.table();
-        if t.clients.remove(&mac).is_some() {
+        let before = t.clients.len();
+        t.clients.retain(|mac, _| !listed(*mac));
+        if t.clients.len() != before {
             t.dirty = true;
             self.metrics.dhcp().unknown.set(t.clients.len() as u64);
         }
@@ -225,14 +233,25 @@ impl Unknown {
         }
     }
 
-    /// Saves the list once a second while it changes, and at the stop.
-    pub async fn keep(self: std::sync::Arc<Self>, shutdown: crate::shutdown::Shutdown) {
+    /// Saves the list once a second while it changes, and at the stop; drops the clients the
+    /// served `config` lists since (a reload that enrolled them).
+    pub async fn keep(
+        self: std::sync::Arc<Self>,
+        config: crate::config::Live,
+        shutdown: crate::shutdown::Shutdown,
+    ) {
+        let mut generation = 0;
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 _ = shutdown.wait() => break,
                 _ = tick.tick() => {}
+            }
+            let served = config.served();
+            if served.generation != generation {
+                generation = served.generation;
+                self.forget_listed(|mac| served.config.listed(mac).is_some());
             }
             let me = self.clone();
             let _ = tokio::task::spawn_blocking(move || me.flush()).await;

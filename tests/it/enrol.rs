@@ -185,6 +185,18 @@ fn an_unknown_pc_is_listed_then_enrolled_by_the_api_and_the_cli_and_a_kill_9_kee
     assert!(out.contains("reloaded by bootpool"), "{out}");
     assert!(udhcpc(&link, &fx, SECOND).is_some(), "enrolled by the CLI");
     assert!(unknown(&link).0.is_empty());
+    // The reload the CLI asked for takes it off the list the gauge counts too.
+    let gauge_empty =
+        crate::common::poll_until(Duration::from_secs(5), Duration::from_millis(100), || {
+            curl(&link, "GET", "/metrics", READ, None)
+                .1
+                .contains("\nbootpool_unknown_clients 0\n")
+        });
+    assert!(
+        gauge_empty,
+        "{}",
+        curl(&link, "GET", "/metrics", READ, None).1
+    );
     // Listed already: refused, exit 1, naming where.
     let (ok, _, err) = client_add(&fx, &[SECOND, "--pool", "nbd-room"]);
     assert!(!ok);
