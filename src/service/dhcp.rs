@@ -454,7 +454,7 @@ impl Server {
         let Some(member) = config.member(mac) else {
             self.metrics.dhcp().strangers.inc();
             if self.strangers.len() < STRANGERS_REMEMBERED && self.strangers.insert(mac) {
-                tracing::info!(%mac, %from, "dhcp client in no pool; not answering it");
+                tracing::info!(%mac, %from, "dhcp client in no pool; not answering it (listed: bootpool client unknown, GET /api/v1/unknown)");
             }
             let relayed = req.relayed();
             let asking = Asking {

@@ -177,7 +177,8 @@ impl Unknown {
             asked: Vec::new(),
         };
         stranger.take(asking, now);
-        tracing::info!(mac = %asking.mac, asked = ?asking.asked,
+        // The services say a stranger once at info; this says where it is listed.
+        tracing::debug!(mac = %asking.mac, asked = ?asking.asked,
             vendor_class = stranger.vendor_class.as_deref().unwrap_or("-"),
             "client in no pool listed as unknown (GET /api/v1/unknown; enrol it with bootpool client add)");
         t.clients.insert(asking.mac, stranger);
