@@ -67,10 +67,8 @@ pub struct Running {
     pub records: Arc<Records>,
     /// The daemon's counters, as its `/metrics` serves them.
     pub metrics: Metrics,
-    /// The lease table, which follows a reloaded config's range and fixed addresses.
-    identity: service::identity::Identity,
-    /// One reload at a time.
-    reloading: std::sync::Mutex<()>,
+    /// What a reload needs, shared with the task that reloads when an enrolment asks.
+    reloader: Arc<Reloader>,
     /// The NBD connections a restart hands to the next program (`restart`).
     handover: Arc<service::handover::Handover>,
     shutdown: Shutdown,
@@ -92,6 +90,24 @@ impl Running {
     /// takes the new range and fixed addresses, keeping every lease held.
     /// Logged in one line, counted, and told in `state_dir/reload.json`.
     pub fn reload(&self) -> Result<Arc<crate::config::live::Served>, Refused> {
+        self.reloader.reload()
+    }
+}
+
+/// What a reload reads and changes: the sockets bound, the served config, the counters, the
+/// lease table (which follows a reloaded config's range and fixed addresses).
+struct Reloader {
+    bound: Bound,
+    config: Live,
+    metrics: Metrics,
+    identity: service::identity::Identity,
+    /// One reload at a time.
+    reloading: std::sync::Mutex<()>,
+}
+
+impl Reloader {
+    /// `Running::reload`.
+    fn reload(&self) -> Result<Arc<crate::config::live::Served>, Refused> {
         let _one = self.reloading.lock().unwrap_or_else(|e| e.into_inner());
         let served = self.config.served();
         let file = served.loaded.file.clone();
@@ -423,6 +439,41 @@ async fn start_taking(
         .await
         .context("starting egress sampling")?;
     placement.set_egress(egress.clone());
+    // The clients no pool lists that asked, as listed before the stop; saved while it changes.
+    let unknown = Arc::new(service::unknown::Unknown::open(
+        &config.server.state_dir,
+        metrics.clone(),
+    ));
+    shutdown.spawn(unknown.clone().keep(live.clone(), shutdown.clone()));
+    let reloader = Arc::new(Reloader {
+        bound,
+        config: live.clone(),
+        metrics: metrics.clone(),
+        identity: identity.clone(),
+        reloading: std::sync::Mutex::new(()),
+    });
+    // An enrolment (the API's, a `discover` pool's) asks for the reload SIGHUP makes.
+    let (reloads, mut asked) = tokio::sync::mpsc::channel::<service::enrol::ReloadReply>(16);
+    {
+        let (reloader, stop) = (reloader.clone(), shutdown.clone());
+        shutdown.spawn(async move {
+            loop {
+                let reply = tokio::select! {
+                    _ = stop.wait() => break,
+                    Some(reply) = asked.recv() => reply,
+                };
+                let again = reloader.clone();
+                let done = tokio::task::spawn_blocking(move || again.reload()).await;
+                let answer = match done {
+                    Ok(Ok(served)) => Ok(served.generation),
+                    Ok(Err(refused)) => Err(refused.to_string()),
+                    Err(e) => Err(format!("the reload failed: {e}")),
+                };
+                let _ = reply.send(answer);
+            }
+        });
+    }
+    let enrol = Arc::new(service::enrol::Enroller::new(Some(reloads)));
     let shared = service::Shared {
         config: live.clone(),
         recorder,
@@ -433,6 +484,8 @@ async fn start_taking(
         placement,
         egress,
         handover: handover.clone(),
+        unknown,
+        enrol,
         shutdown: shutdown.clone(),
     };
     // The API's actions on the lease table go through its one writer.
@@ -462,13 +515,12 @@ async fn start_taking(
         config: live,
         records,
         metrics,
-        identity,
-        reloading: std::sync::Mutex::new(()),
+        reloader,
         handover,
         shutdown,
         _lock: lock,
     };
-    running.tell_status("serving", String::new());
+    running.reloader.tell_status("serving", String::new());
     Ok(running)
 }
 

@@ -44,6 +44,9 @@ enum Command {
         #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
         config: PathBuf,
     },
+    /// Clients: enrol one into a pool, list the unknown ones that asked.
+    #[command(subcommand)]
+    Client(ClientCommand),
     /// Show recorded waves and boots: every wave, one wave, a pool's newest wave, or two waves
     /// compared (e.g. the same room over NFS and over NBD).
     Report {
@@ -65,6 +68,13 @@ enum Command {
         /// With --console: this boot (its id in `bootpool report --wave`), not the newest.
         #[arg(long, value_name = "ID", requires = "console")]
         boot: Option<u64>,
+        /// Only waves that started at or after this local date and time (2026-12-06T07:00,
+        /// 2026-12-06).
+        #[arg(long, value_name = "WHEN", conflicts_with_all = ["last", "wave", "compare", "console"])]
+        since: Option<String>,
+        /// Only waves that started in this last stretch of time (90m, 2h, 7d).
+        #[arg(long, value_name = "DURATION", conflicts_with_all = ["wave", "compare", "console"])]
+        last: Option<String>,
         /// Every stored event, raw, one JSON object a line (the legacy journal's format).
         #[arg(long, conflicts_with_all = ["wave", "pool", "compare", "format"])]
         events: bool,
@@ -87,6 +97,32 @@ enum Command {
     /// List the boot traces kept for pools with `trace: true`, or export one (docs/trace.md).
     #[command(disable_help_flag = true)]
     Trace(Instrument),
+}
+
+#[derive(Subcommand)]
+enum ClientCommand {
+    /// Enrol a machine into a pool: the enrolments file (server.enrolments, default
+    /// STATE_DIR/enrolled.yaml) gets it, checked with pools.yaml, and the daemon serving this
+    /// config reloads, so the machine boots at its next try. Refused, changing nothing, when
+    /// the MAC is listed already, the pool does not exist or the name is another machine's.
+    Add {
+        #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
+        config: PathBuf,
+        /// The machine's MAC address (as GET /api/v1/unknown lists it).
+        mac: String,
+        /// The pool it boots in.
+        #[arg(long)]
+        pool: String,
+        /// Its name (option 12, the reports), one machine's alone.
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// The machines no pool lists that asked for a boot (as GET /api/v1/unknown), as the
+    /// daemon last saved them (STATE_DIR/unknown.json), the one seen last first.
+    Unknown {
+        #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
+        config: PathBuf,
+    },
 }
 
 /// An instrument's arguments, `--help` among them, handed to `bootpool-instruments` as they
@@ -132,6 +168,13 @@ fn main() -> ExitCode {
             check(&config, host)
         }
         Command::Reload { config } => reload(&config),
+        Command::Client(ClientCommand::Add {
+            config,
+            mac,
+            pool,
+            name,
+        }) => client_add(&config, &mac, pool, name),
+        Command::Client(ClientCommand::Unknown { config }) => client_unknown(&config),
         Command::Serve { config } => {
             let config = match Config::load(&config) {
                 Ok(c) => c,
@@ -149,6 +192,8 @@ fn main() -> ExitCode {
             compare,
             console,
             boot,
+            since,
+            last,
             events,
             egress,
             format,
@@ -156,10 +201,17 @@ fn main() -> ExitCode {
             if events || egress {
                 return dump(&config, egress);
             }
+            let since = match since_of(since.as_deref(), last.as_deref()) {
+                Ok(since) => since,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
             use bootpool::record::report::Query;
             if let Some(mac) = console {
                 return match mac.parse() {
-                    Ok(m) => report(&config, &Query::Console(m, boot), format),
+                    Ok(m) => report(&config, &Query::Console(m, boot), format, since),
                     Err(e) => {
                         eprintln!("error: --console {mac}: {e}");
                         ExitCode::FAILURE
@@ -172,7 +224,7 @@ fn main() -> ExitCode {
                 (_, _, Some(ab)) => Query::Compare(ab[0], ab[1]),
                 _ => Query::Waves,
             };
-            report(&config, &query, format)
+            report(&config, &query, format, since)
         }
         Command::Lab(i) => instrument("lab", i),
         Command::Storm(i) => instrument("storm", i),
@@ -315,6 +367,125 @@ fn reload(path: &std::path::Path) -> ExitCode {
     }
 }
 
+/// `bootpool client add`: exit 0 when the machine is enrolled (and the daemon, if one serves
+/// this state_dir, reloaded), 2 when the config is bad or the MAC unreadable, 1 when the
+/// enrolment is refused or the reload failed.
+fn client_add(path: &std::path::Path, mac: &str, pool: String, name: Option<String>) -> ExitCode {
+    let mac = match mac.parse() {
+        Ok(mac) => mac,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(code) = load_config(path) {
+        return code;
+    }
+    let enrolment = config::enrolments::Enrolment { mac, pool, name };
+    let file = match config::enrolments::add(path, &enrolment) {
+        Ok(file) => file,
+        Err(e) => {
+            eprintln!("error: {mac} not enrolled: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let named = enrolment
+        .name
+        .as_deref()
+        .map(|n| format!(" as {n}"))
+        .unwrap_or_default();
+    println!(
+        "{mac} enrolled in pool {}{named} ({})",
+        enrolment.pool,
+        file.display()
+    );
+    let config = match load_config(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    if bootpool::app::state_dir_holder(&config.server.state_dir).is_none() {
+        println!(
+            "no bootpool serves {} now: it boots once one starts",
+            config.server.state_dir.display()
+        );
+        return ExitCode::SUCCESS;
+    }
+    match bootpool::app::ask_reload(&config) {
+        Ok(status) => {
+            println!(
+                "reloaded by bootpool (pid {}): generation {}; it boots at its next try",
+                status.pid, status.generation
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "error: enrolled in {}, but not served yet: {e:#}",
+                file.display()
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `bootpool client unknown`: the unknown machines as a table.
+fn client_unknown(path: &std::path::Path) -> ExitCode {
+    let config = match load_config(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let file = config
+        .server
+        .state_dir
+        .join(bootpool::service::unknown::FILE);
+    let listed: Vec<bootpool::service::unknown::Stranger> = match std::fs::read(&file) {
+        Ok(bytes) => match serde_json::from_slice(&bytes) {
+            Ok(listed) => listed,
+            Err(e) => {
+                eprintln!("error: {}: {e}", file.display());
+                return ExitCode::FAILURE;
+            }
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => {
+            eprintln!("error: {}: {e}", file.display());
+            return ExitCode::FAILURE;
+        }
+    };
+    print!(
+        "{}",
+        bootpool::record::report::unknown_table(&listed_rows(&config, listed))
+    );
+    ExitCode::SUCCESS
+}
+
+/// The unknown machines still unlisted, the one seen last first, as the report's rows.
+fn listed_rows(
+    config: &Config,
+    mut listed: Vec<bootpool::service::unknown::Stranger>,
+) -> Vec<bootpool::record::report::UnknownRow> {
+    listed.retain(|s| config.listed(s.mac).is_none());
+    listed.sort_by_key(|s| std::cmp::Reverse(s.last_seen));
+    listed
+        .into_iter()
+        .map(|s| bootpool::record::report::UnknownRow {
+            mac: s.mac,
+            vendor_class: s.vendor_class,
+            arch: s.arch,
+            relay: s.relay.map(|r| r.to_string()),
+            port: s.circuit_id,
+            first_seen: s.first_seen,
+            last_seen: s.last_seen,
+            asked: s
+                .asked
+                .iter()
+                .map(|a| format!("{a:?}").to_lowercase())
+                .collect::<Vec<_>>()
+                .join(","),
+        })
+        .collect()
+}
+
 fn load_config(path: &std::path::Path) -> Result<Config, ExitCode> {
     Config::load(path).map_err(|e| {
         eprintln!("error: {e}");
@@ -366,17 +537,34 @@ fn dump(path: &std::path::Path, egress: bool) -> ExitCode {
     }
 }
 
+/// Where `--since WHEN` or `--last DURATION` starts the report, in Unix seconds.
+fn since_of(since: Option<&str>, last: Option<&str>) -> Result<Option<i64>, String> {
+    if let Some(when) = since {
+        return bootpool::record::when::parse_local(when)
+            .map(Some)
+            .map_err(|e| format!("--since: {e}"));
+    }
+    let Some(last) = last else { return Ok(None) };
+    let stretch = config::parse_duration(last).map_err(|e| format!("--last: {e}"))?;
+    let now = bootpool::service::identity::unix_now();
+    Ok(Some(
+        i64::try_from(now.saturating_sub(stretch.as_secs())).unwrap_or(0),
+    ))
+}
+
 fn report(
     path: &std::path::Path,
     query: &bootpool::record::report::Query,
     format: bootpool::record::report::Format,
+    since: Option<i64>,
 ) -> ExitCode {
     let config = match load_config(path) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    let people = bootpool::record::report::People::of(&config, since);
     let result = block_on(bootpool::record::load(&config.server)).and_then(|t| {
-        let mut text = bootpool::record::report::render(&t, query, format)?;
+        let mut text = bootpool::record::report::render(&t, query, format, &people)?;
         // Under the waves: who runs an older image revision than the active one.
         if matches!(query, bootpool::record::report::Query::Waves)
             && matches!(format, bootpool::record::report::Format::Table)

@@ -314,7 +314,7 @@ impl Checker<'_> {
             links,
             address6,
             http,
-            state_dir,
+            state_dir: state_dir.clone(),
             ports,
             loaders: self.path(&s.loaders),
             shim: self.path(&s.shim),
@@ -330,6 +330,10 @@ impl Checker<'_> {
             metrics_open: s.metrics_open.unwrap_or(false),
             fair_share: s.fair_share.unwrap_or(true),
             tls,
+            enrolments: match &s.enrolments {
+                Some(file) => self.path(file),
+                None => state_dir.join(ENROLMENTS_FILE),
+            },
         };
         Ok((server, dhcp6))
     }
@@ -498,11 +502,81 @@ impl Checker<'_> {
     ) -> Result<BTreeMap<String, Arc<Pool>>, ConfigError> {
         let mut pools = BTreeMap::new();
         let mut seen = Seen::default();
+        let mut discover: Option<&str> = None;
         for (name, p) in raw {
             let pool = self.check_pool(name, p, images, server, dhcp, dhcp6, &mut seen)?;
+            if pool.discover {
+                if let Some(first) = discover {
+                    return Err(self.err(
+                        &[Step::Key("pools"), Step::Key(name), Step::Key("discover")],
+                        format!("pool `{first}` already says `discover: true`: one pool at most takes the clients no pool lists"),
+                    ));
+                }
+                discover = Some(name);
+            }
             pools.insert(name.clone(), Arc::new(pool));
         }
+        self.check_enrolled(&mut pools, server, dhcp, &mut seen)?;
         Ok(pools)
+    }
+
+    /// The enrolments file (`server.enrolments`), when there is one: each pool it names must
+    /// be in `pools`, and its clients are checked as a pool's `clients` are, after those of
+    /// pools.yaml (a MAC, name or fixed address given in both is an error naming both), then
+    /// added to their pools. Its errors name its own file, line and key.
+    fn check_enrolled(
+        &self,
+        pools: &mut BTreeMap<String, Arc<Pool>>,
+        server: &Server,
+        dhcp: &Dhcp,
+        seen: &mut Seen,
+    ) -> Result<(), ConfigError> {
+        let file = server.enrolments.as_path();
+        let text = match std::fs::read_to_string(file) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => {
+                return Err(ConfigError {
+                    file: file.to_path_buf(),
+                    line: None,
+                    column: None,
+                    path: String::new(),
+                    reason: format!("cannot read (server.enrolments): {e}"),
+                });
+            }
+        };
+        let raw: Option<BTreeMap<String, Vec<raw::Client>>> = super::yaml::read_as(file, &text)?;
+        let enrolled = Checker {
+            file,
+            text: &text,
+            base: self.base,
+            warnings: Default::default(),
+        };
+        for (name, clients) in raw.unwrap_or_default() {
+            let Some(pool) = pools.get_mut(&name) else {
+                let known: Vec<&str> = pools.keys().map(String::as_str).collect();
+                return Err(enrolled.err(
+                    &[Step::Key(&name)],
+                    format!(
+                        "no pool `{name}` in {} (pools: {})",
+                        self.file.display(),
+                        known.join(", ")
+                    ),
+                ));
+            };
+            let label = format!("{}: {name}", file.display());
+            let entries = enrolled.check_clients(
+                &[Step::Key(&name)],
+                &label,
+                &clients,
+                dhcp,
+                &server.links,
+                seen,
+            )?;
+            Arc::make_mut(pool).clients.extend(entries);
+        }
+        self.warnings.borrow_mut().extend(enrolled.warnings.take());
+        Ok(())
     }
 
     /// One pool of the `pools` section; `seen` holds the MACs and fixed addresses of the pools
@@ -613,7 +687,9 @@ impl Checker<'_> {
                 Netconsole::On(Some(dev.clone()))
             }
         };
-        let clients = self.check_clients(name, &p.clients, dhcp, &server.links, seen)?;
+        let list = [Key("pools"), Key(name.as_str()), Key("clients")];
+        let label = format!("pools.{name}.clients");
+        let clients = self.check_clients(&list, &label, &p.clients, dhcp, &server.links, seen)?;
         let pool = Pool {
             name: name.clone(),
             image,
@@ -628,6 +704,7 @@ impl Checker<'_> {
             secure_boot: p.secure_boot.unwrap_or(false),
             arch: self.check_arch(name, &p.arch, images, server.tftp)?,
             boot_over: self.check_boot_over(name, p.boot_over.as_deref(), dhcp6)?,
+            discover: p.discover,
         };
         // Debian's signed network GRUB has no HTTP: its config, kernel and initrd come
         // over TFTP (docs/clients.md).
@@ -640,10 +717,13 @@ impl Checker<'_> {
         Ok(pool)
     }
 
-    /// A pool's `clients`: each a MAC or a range, some with a fixed address.
+    /// A list of clients (a pool's `clients`, at `list`; a pool's list in the enrolments
+    /// file): each a MAC or a range, some with a fixed address. `label` names the list in
+    /// `seen`, for a later entry that repeats one of these.
     fn check_clients(
         &self,
-        name: &String,
+        list: &[Step],
+        label: &str,
         raw: &[raw::Client],
         dhcp: &Dhcp,
         links: &[Ipv4Addr],
@@ -652,14 +732,15 @@ impl Checker<'_> {
         use Step::Key;
         let mut clients = Vec::new();
         for (i, c) in raw.iter().enumerate() {
+            let item = || {
+                let mut at = list.to_vec();
+                at.push(Step::Index(i));
+                at
+            };
             let at_c = |k| {
-                [
-                    Key("pools"),
-                    Key(name.as_str()),
-                    Key("clients"),
-                    Step::Index(i),
-                    Key(k),
-                ]
+                let mut at = item();
+                at.push(Key(k));
+                at
             };
             let macs = match (&c.mac, &c.macs) {
                 (Some(m), None) => {
@@ -668,19 +749,13 @@ impl Checker<'_> {
                 }
                 (None, Some(r)) => r.parse().map_err(|e| self.err(&at_c("macs"), e))?,
                 _ => {
-                    let item = [
-                        Key("pools"),
-                        Key(name.as_str()),
-                        Key("clients"),
-                        Step::Index(i),
-                    ];
-                    return Err(self.err(&item, "give exactly one of `mac` or `macs`"));
+                    return Err(self.err(&item(), "give exactly one of `mac` or `macs`"));
                 }
             };
             let key = if c.mac.is_some() { "mac" } else { "macs" };
+            let entry = format!("{label}[{i}]");
             if let Some(n) = &c.name {
-                let entry = format!("pools.{name}.clients[{i}]");
-                self.check_client_name(&at_c("name"), n, &macs, entry, seen)?;
+                self.check_client_name(&at_c("name"), n, &macs, entry.clone(), seen)?;
             }
             if macs.len() > PLAUSIBLE_MACS {
                 self.warn(
@@ -694,7 +769,7 @@ impl Checker<'_> {
             if let Some((_, other)) = seen.macs.iter().find(|(r, _)| r.overlaps(&macs)) {
                 return Err(self.err(&at_c(key), format!("{macs} is already listed in {other}")));
             }
-            seen.macs.push((macs, format!("pools.{name}.clients[{i}]")));
+            seen.macs.push((macs, entry.clone()));
             if c.ip.is_some() && dhcp.mode == DhcpMode::Proxy {
                 self.warn(
                     &at_c("ip"),
@@ -724,7 +799,7 @@ impl Checker<'_> {
                             self.err(&at_c("ip"), format!("{ip} is already given to {other}"))
                         );
                     }
-                    seen.ips.push((ip, format!("pools.{name}.clients[{i}]")));
+                    seen.ips.push((ip, entry.clone()));
                     Some(ip)
                 }
             };

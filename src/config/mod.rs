@@ -17,6 +17,7 @@ mod check_arch;
 mod check_dhcp6;
 pub mod cmdline;
 mod dhcp6;
+pub mod enrolments;
 mod error;
 pub mod live;
 mod locate;
@@ -34,8 +35,8 @@ pub use error::ConfigError;
 pub use live::Live;
 pub use model::{
     ClientEntry, Config, Cow, CowStore, DEFAULT_COW_LIMIT, Database, Dhcp, DhcpMode, DhcpSubnet,
-    Image, Initramfs, Limits, Member, Netconsole, Pool, Ports, RootProto, Server, Store, Tls,
-    Variant, Wire,
+    ENROLMENTS_FILE, Image, Initramfs, Limits, Member, Netconsole, Pool, Ports, RootProto, Server,
+    Store, Tls, Variant, Wire,
 };
 pub use values::{Mac, MacRange, Subnet, parse_duration, parse_rate_mbps, parse_size};
 

@@ -141,6 +141,10 @@ pub struct Server {
     pub fair_share: bool,
     /// The HTTPS listener (`None`: plain HTTP only).
     pub tls: Option<Tls>,
+    /// The enrolments file (`server.enrolments`, default `state_dir/enrolled.yaml`): clients
+    /// added by `bootpool client add` and the API, by pool, read with the pools
+    /// (`config::enrolments`).
+    pub enrolments: PathBuf,
 }
 
 /// `server.tls`: the same HTTP service over TLS on a port of its own, for the dashboard and
@@ -392,6 +396,9 @@ pub struct Pool {
     pub arch: BTreeMap<Arch, Variant>,
     /// Which DHCP answers its firmware and iPXE with a boot file (`boot::plan`).
     pub boot_over: BootOver,
+    /// `discover: true`: any client no pool lists is this pool's (`Config::member`), and is
+    /// enrolled into it at its first request. One pool at most.
+    pub discover: bool,
 }
 
 impl Pool {
@@ -442,7 +449,25 @@ pub struct Member<'a> {
     pub variant: Option<&'a Variant>,
 }
 
+/// The enrolments file's name in `state_dir` when `server.enrolments` names none.
+pub const ENROLMENTS_FILE: &str = "enrolled.yaml";
+
+/// The entry a `discover` pool's unlisted clients are members by: every MAC, no name.
+static DISCOVERED: ClientEntry = ClientEntry {
+    macs: MacRange {
+        first: Mac([0; 6]),
+        last: Mac([0xff; 6]),
+    },
+    name: None,
+    ip: None,
+};
+
 impl<'a> Member<'a> {
+    /// A member of a `discover` pool that no pool lists (yet).
+    pub fn discovered(&self) -> bool {
+        std::ptr::eq(self.entry, &DISCOVERED)
+    }
+
     /// The member as firmware of option 93 code `code` boots it: its pool's `arch` entry for
     /// that family, if it has one.
     pub fn on_arch(self, code: Option<u16>) -> Member<'a> {
@@ -467,8 +492,21 @@ impl<'a> Member<'a> {
 }
 
 impl Config {
-    /// The pool and entry that list this MAC, if any.
+    /// The pool and entry that list this MAC, if any; else the `discover` pool's, if one says
+    /// it (`Member::discovered`).
     pub fn member(&self, mac: Mac) -> Option<Member<'_>> {
+        self.listed(mac).or_else(|| {
+            let pool = self.pools.values().find(|p| p.discover)?;
+            Some(Member {
+                pool,
+                entry: &DISCOVERED,
+                variant: None,
+            })
+        })
+    }
+
+    /// The pool and entry that list this MAC (pools.yaml or the enrolments file), if any.
+    pub fn listed(&self, mac: Mac) -> Option<Member<'_>> {
         self.pools.values().find_map(|pool| {
             pool.clients
                 .iter()

@@ -89,6 +89,8 @@ pub struct Server {
     pub metrics_open: Option<bool>,
     /// Clients on a full link are paced to equal shares (default true).
     pub fair_share: Option<bool>,
+    /// The enrolments file (`config::enrolments`): default `state_dir/enrolled.yaml`.
+    pub enrolments: Option<String>,
     /// A second HTTP listener, over TLS, for the dashboard and the API.
     pub tls: Option<Tls>,
 }
@@ -290,6 +292,9 @@ pub struct Pool {
     pub arch: BTreeMap<String, ArchEntry>,
     /// `both`, `ipv4` or `ipv6`: which DHCP gives its firmware and iPXE their boot file.
     pub boot_over: Option<String>,
+    /// Any client no pool lists boots this pool, and is enrolled into it.
+    #[serde(default)]
+    pub discover: bool,
 }
 
 #[derive(Debug, Deserialize)]

@@ -44,6 +44,13 @@ impl Serialize for Mac {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for Mac {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Mac, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl FromStr for Mac {
     type Err = String;
     fn from_str(s: &str) -> Result<Mac, String> {

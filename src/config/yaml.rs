@@ -11,6 +11,14 @@ use std::path::Path;
 
 /// The file's YAML in `raw`'s shapes, once no map in it repeats a key.
 pub(super) fn read(file: &Path, text: &str) -> Result<raw::File, ConfigError> {
+    read_as(file, text)
+}
+
+/// Any YAML text in the shape `T`, once no map in it repeats a key (the enrolments file).
+pub(super) fn read_as<T: serde::de::DeserializeOwned>(
+    file: &Path,
+    text: &str,
+) -> Result<T, ConfigError> {
     serde_norway::from_str::<Unrepeated>(text).map_err(|e| error(file, e))?;
     serde_norway::from_str(text).map_err(|e| error(file, e))
 }

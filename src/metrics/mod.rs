@@ -55,6 +55,11 @@ pub struct Dhcp {
     pub refused: Count,
     /// Messages from MACs no pool lists, and those unseen MACs on port 4011.
     pub strangers: Count,
+    /// Gauge: the unknown clients listed now (`service::unknown`).
+    pub unknown: Count,
+    /// Unknown clients left out of that list: forgotten when it was full, or beyond the new
+    /// ones it takes in a second.
+    pub unknown_forgotten: Count,
     pub offers: Count,
     pub acks: Count,
     pub naks: Count,

@@ -28,6 +28,7 @@ pub mod timeline;
 pub mod trace;
 pub mod view;
 pub mod wave;
+pub mod when;
 
 pub use event::{Event, FileKind, Kind, Outcome, Proto, Who};
 pub use timeline::{Boot, BootResult, Phase, Timelines};

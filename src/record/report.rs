@@ -5,6 +5,8 @@
 use super::timeline::{PHASES, Timelines};
 use super::view::{self, BootView, WaveView};
 use super::wave;
+use crate::config::{Config, Mac};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -27,9 +29,94 @@ pub enum Query {
     Console(crate::config::Mac, Option<u64>),
 }
 
-pub fn render(t: &Timelines, query: &Query, format: Format) -> anyhow::Result<String> {
+/// What the config says of the machines, for a report written for people: each listed
+/// machine's name, each pool's listed machines (to count those that never asked), and the
+/// time the report starts from (`--since`, `--last`).
+#[derive(Debug, Clone, Default)]
+pub struct People {
+    names: BTreeMap<Mac, String>,
+    /// Each pool's listed MACs, in the config's order (ranges of more than `ENUMERATED`
+    /// machines left out: `complete` false).
+    listed: BTreeMap<String, Vec<Mac>>,
+    complete: BTreeMap<String, bool>,
+    /// Unix seconds: waves that started before are left out.
+    since: Option<i64>,
+}
+
+/// A range of more MACs than this is not enumerated to find who never asked.
+const ENUMERATED: u64 = 4096;
+/// The machines that never asked named under a wave, at most.
+const NAMED_NO_SHOWS: usize = 20;
+
+impl People {
+    /// What `config` lists, the report starting at `since` (Unix seconds; `None`: every wave).
+    pub fn of(config: &Config, since: Option<i64>) -> People {
+        let mut people = People {
+            since,
+            ..People::default()
+        };
+        for pool in config.pools.values() {
+            let (mut macs, mut complete) = (Vec::new(), true);
+            for entry in &pool.clients {
+                if let Some(name) = &entry.name {
+                    people.names.insert(entry.macs.first, name.clone());
+                }
+                if entry.macs.len() > ENUMERATED {
+                    complete = false;
+                    continue;
+                }
+                macs.extend((0..entry.macs.len()).filter_map(|n| entry.macs.nth(n)));
+            }
+            people.listed.insert(pool.name.clone(), macs);
+            people.complete.insert(pool.name.clone(), complete);
+        }
+        people
+    }
+
+    /// `mac` and its name when it has one: `pc07 (52:54:00:77:00:07)`.
+    fn who(&self, mac: Mac) -> String {
+        match self.names.get(&mac) {
+            Some(name) => format!("{name} ({mac})"),
+            None => mac.to_string(),
+        }
+    }
+
+    fn name_of(&self, mac: &str) -> String {
+        mac.parse::<Mac>()
+            .ok()
+            .and_then(|m| self.names.get(&m).cloned())
+            .unwrap_or_else(|| "-".into())
+    }
+
+    /// The machines `pool` lists that are not among `asked`, if the config lists the pool.
+    fn no_shows(&self, pool: &str, asked: &BTreeSet<Mac>) -> Option<Vec<Mac>> {
+        let listed = self.listed.get(pool)?;
+        Some(
+            listed
+                .iter()
+                .filter(|m| !asked.contains(m))
+                .copied()
+                .collect(),
+        )
+    }
+}
+
+/// Unix seconds as local time, for a table.
+fn local(secs: f64) -> String {
+    super::when::local(secs.floor() as i64)
+}
+
+pub fn render(
+    t: &Timelines,
+    query: &Query,
+    format: Format,
+    people: &People,
+) -> anyhow::Result<String> {
     let now = super::event::now_micros();
-    let all = wave::waves(t.boots(), now);
+    let mut all = wave::waves(t.boots(), now);
+    if let Some(since) = people.since {
+        all.retain(|w| w.start >= since as f64);
+    }
     let find = |id: u64| {
         all.iter()
             .find(|w| w.id == id)
@@ -45,17 +132,27 @@ pub fn render(t: &Timelines, query: &Query, format: Format) -> anyhow::Result<St
             Ok(match format {
                 Format::Json => serde_json::to_string_pretty(&views)?,
                 Format::Csv => waves_table(&views, ","),
-                Format::Table => waves_table(&views, "  "),
+                Format::Table if views.is_empty() => match people.since {
+                    Some(since) => format!("no waves since {}\n", super::when::local(since)),
+                    None => "no waves recorded\n".into(),
+                },
+                Format::Table => waves_table(&views, "  ") + &pools_seen(&views, people),
             })
         }
-        Query::Wave(id) => wave_report(&find(*id)?, format),
+        Query::Wave(id) => wave_report(&find(*id)?, format, people),
         Query::Pool(pool) => {
-            let w = all
-                .iter()
-                .rev()
-                .find(|w| &w.pool == pool)
-                .ok_or_else(|| anyhow::anyhow!("no waves recorded for pool `{pool}`"))?;
-            wave_report(&WaveView::at(w, t.boots(), now), format)
+            let w =
+                all.iter()
+                    .rev()
+                    .find(|w| &w.pool == pool)
+                    .ok_or_else(|| match people.since {
+                        Some(since) => anyhow::anyhow!(
+                            "no waves of pool `{pool}` since {}",
+                            super::when::local(since)
+                        ),
+                        None => anyhow::anyhow!("no waves recorded for pool `{pool}`"),
+                    })?;
+            wave_report(&WaveView::at(w, t.boots(), now), format, people)
         }
         Query::Console(mac, id) => {
             let boot = t
@@ -67,7 +164,12 @@ pub fn render(t: &Timelines, query: &Query, format: Format) -> anyhow::Result<St
                     Some(id) => anyhow::anyhow!("no boot {id} of {mac}"),
                     None => anyhow::anyhow!("no boot recorded for {mac}"),
                 })?;
-            console_report(&view::ConsoleView::of(boot, now), boot.start, format)
+            console_report(
+                &view::ConsoleView::of(boot, now),
+                boot.start,
+                format,
+                &people.who(*mac),
+            )
         }
         Query::Compare(a, b) => {
             let c = view::compare(find(*a)?, find(*b)?);
@@ -111,6 +213,45 @@ fn layout(rows: &[Vec<String>], sep: &str) -> String {
     out
 }
 
+/// Under the waves, per pool the config lists: how many of its machines booted in the waves
+/// shown, and how many never asked.
+fn pools_seen(views: &[WaveView], people: &People) -> String {
+    let mut out = String::new();
+    let mut pools: Vec<&str> = views.iter().map(|w| w.pool.as_str()).collect();
+    pools.sort_unstable();
+    pools.dedup();
+    let when = match people.since {
+        Some(since) => format!("since {}", super::when::local(since)),
+        None => "in the waves recorded".into(),
+    };
+    for pool in pools {
+        let of_pool = views.iter().filter(|w| w.pool == pool);
+        let boots: Vec<&BootView> = of_pool.flat_map(|w| &w.boots).collect();
+        let asked: BTreeSet<Mac> = boots.iter().filter_map(|b| b.mac.parse().ok()).collect();
+        let booted: BTreeSet<&str> = boots
+            .iter()
+            .filter(|b| b.result == "booted")
+            .map(|b| b.mac.as_str())
+            .collect();
+        let Some(no_shows) = people.no_shows(pool, &asked) else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "pool {pool}: {} of {} machines booted {when}, {} never asked{}",
+            booted.len(),
+            asked.len() + no_shows.len(),
+            no_shows.len(),
+            if people.complete.get(pool) == Some(&false) {
+                " (of the ranges short enough to list)"
+            } else {
+                ""
+            }
+        );
+    }
+    out
+}
+
 fn waves_table(views: &[WaveView], sep: &str) -> String {
     let mut rows = vec![
         [
@@ -136,7 +277,12 @@ fn waves_table(views: &[WaveView], sep: &str) -> String {
         rows.push(vec![
             w.id.to_string(),
             w.pool.clone(),
-            format!("{:.0}", w.start),
+            // People read a date; a program reads Unix seconds.
+            if sep == "  " {
+                local(w.start)
+            } else {
+                format!("{:.0}", w.start)
+            },
             s.clients.to_string(),
             s.booted.to_string(),
             s.inferred.to_string(),
@@ -177,11 +323,15 @@ fn end_cell(b: &BootView) -> String {
     }
 }
 
-fn wave_report(w: &WaveView, format: Format) -> anyhow::Result<String> {
+/// One wave: a line per boot (the table names each machine beside its MAC and gives the
+/// start in local time; CSV keeps the columns programs read), why each failed boot failed,
+/// and the summary, with the machines the pool lists that never asked.
+fn wave_report(w: &WaveView, format: Format, people: &People) -> anyhow::Result<String> {
     if format == Format::Json {
         return Ok(serde_json::to_string_pretty(w)?);
     }
-    let sep = if format == Format::Csv { "," } else { "  " };
+    let table = format == Format::Table;
+    let sep = if table { "  " } else { "," };
     let mut head: Vec<String> = ["mac", "ip", "result", "end", "boot_s", "inferred_s"]
         .map(String::from)
         .to_vec();
@@ -189,29 +339,55 @@ fn wave_report(w: &WaveView, format: Format) -> anyhow::Result<String> {
     head.push("MB".into());
     head.push("stopped_in".into());
     head.push("gone".into());
+    if table {
+        head.insert(1, "name".into());
+    }
     let mut rows = vec![head];
-    rows.extend(w.boots.iter().map(boot_row));
-    let mut out = layout(&rows, sep);
-    if format == Format::Table {
+    rows.extend(w.boots.iter().map(|b| {
+        let mut row = boot_row(b);
+        if table {
+            row.insert(1, people.name_of(&b.mac));
+        }
+        row
+    }));
+    let mut out = String::new();
+    if table {
+        let _ = writeln!(
+            out,
+            "wave {} of pool {}, started {} (local time)\n",
+            w.id,
+            w.pool,
+            local(w.start)
+        );
+    }
+    out.push_str(&layout(&rows, sep));
+    if table {
         // Why each failed boot failed: free text, so below the table rather than in a column.
+        let who = |mac: &str| {
+            mac.parse()
+                .map_or_else(|_| mac.to_string(), |m| people.who(m))
+        };
         for b in &w.boots {
             if let Some(why) = &b.failure {
                 let phase = b.stopped_in.as_deref().unwrap_or("?");
-                let _ = writeln!(out, "{} failed in {phase}: {why}", b.mac);
+                let _ = writeln!(out, "{} failed in {phase}: {why}", who(&b.mac));
             }
             if let Some(c) = &b.cause {
-                let _ = writeln!(out, "{} cause ({}): {}", b.mac, c.kind, c.text);
+                let _ = writeln!(out, "{} cause ({}): {}", who(&b.mac), c.kind, c.text);
             }
         }
+        let asked: BTreeSet<Mac> = w.boots.iter().filter_map(|b| b.mac.parse().ok()).collect();
+        let no_shows = people.no_shows(&w.pool, &asked).unwrap_or_default();
         let s = &w.summary;
         let _ = writeln!(
             out,
-            "\nwave {} of pool {}: {} of {} clients booted ({} by inference), {} failed, {} timed out, {} running; boot time median {} s, p95 {} s, max {} s; {} MB per client",
+            "\nwave {} of pool {}: {} of {} booted ({} by inference), {} never asked, {} failed, {} timed out, {} running; boot time median {} s, p95 {} s, max {} s; {} MB per client",
             w.id,
             w.pool,
             s.booted,
-            s.clients,
+            s.clients + no_shows.len(),
             s.inferred,
+            no_shows.len(),
             s.failed,
             s.timed_out,
             s.running,
@@ -220,6 +396,24 @@ fn wave_report(w: &WaveView, format: Format) -> anyhow::Result<String> {
             secs(s.max_s),
             mb(s.bytes_per_client.values().sum())
         );
+        if !no_shows.is_empty() {
+            let named: Vec<String> = no_shows
+                .iter()
+                .take(NAMED_NO_SHOWS)
+                .map(|m| people.who(*m))
+                .collect();
+            let more = no_shows.len().saturating_sub(NAMED_NO_SHOWS);
+            let _ = write!(out, "never asked: {}", named.join(", "));
+            let _ = writeln!(
+                out,
+                "{}",
+                if more > 0 {
+                    format!(", and {more} more")
+                } else {
+                    String::new()
+                }
+            );
+        }
     }
     Ok(out)
 }
@@ -228,6 +422,7 @@ fn console_report(
     v: &view::ConsoleView,
     start: super::event::Micros,
     format: Format,
+    who: &str,
 ) -> anyhow::Result<String> {
     let mut out = String::new();
     match format {
@@ -241,9 +436,9 @@ fn console_report(
         Format::Table => {
             let _ = writeln!(
                 out,
-                "boot {} of {}: {} console lines kept, {} dropped",
+                "boot {} of {who}, started {} (local time): {} console lines kept, {} dropped",
                 v.boot,
-                v.mac,
+                local(start as f64 / 1e6),
                 v.lines.len(),
                 v.dropped
             );
@@ -337,4 +532,60 @@ fn compare_table(a: &WaveView, b: &WaveView, sep: &str) -> String {
         mb(b.summary.bytes_per_client.values().sum()),
     ]);
     layout(&rows, sep)
+}
+
+/// One unknown machine as `bootpool client unknown` shows it (`service::unknown`'s list).
+pub struct UnknownRow {
+    pub mac: crate::config::Mac,
+    pub vendor_class: Option<String>,
+    pub arch: Option<u16>,
+    pub relay: Option<String>,
+    /// Option 82's circuit id: the switch port.
+    pub port: Option<String>,
+    pub first_seen: u64,
+    pub last_seen: u64,
+    /// How it asked: `dhcp`, `dhcp6`, `proxy`, comma-separated.
+    pub asked: String,
+}
+
+/// The unknown machines as a table, times in local time, and how to enrol one.
+pub fn unknown_table(rows: &[UnknownRow]) -> String {
+    if rows.is_empty() {
+        return "no unknown machines have asked\n".into();
+    }
+    let time = |s: u64| super::when::local(i64::try_from(s).unwrap_or(i64::MAX));
+    let dash = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+    let mut table = vec![
+        [
+            "mac",
+            "first_seen",
+            "last_seen",
+            "asked",
+            "arch",
+            "vendor_class",
+            "relay",
+            "port",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for r in rows {
+        table.push(vec![
+            r.mac.to_string(),
+            time(r.first_seen),
+            time(r.last_seen),
+            r.asked.clone(),
+            r.arch.map_or_else(|| "-".into(), |a| a.to_string()),
+            dash(&r.vendor_class),
+            dash(&r.relay),
+            dash(&r.port),
+        ]);
+    }
+    let mut out = layout(&table, "  ");
+    let _ = writeln!(
+        out,
+        "\n{} unknown; enrol one with: bootpool client add MAC --pool POOL [--name NAME]",
+        rows.len()
+    );
+    out
 }

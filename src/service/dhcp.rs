@@ -6,8 +6,10 @@
 //! REQUEST on port 4011. Owns reply addressing and the DHCP events. What to boot comes from
 //! `boot::plan`; clients in no pool get silence.
 
+use super::enrol::Enroller;
 use super::identity::{Identity, unix_now};
 use super::lease_file::LeaseFile;
+use super::unknown::{Asked, Asking, Unknown};
 use crate::boot::leases::Leases;
 use crate::boot::subnet::{self, Arrival, Unplaced};
 use crate::boot::{self, Client};
@@ -71,6 +73,8 @@ pub async fn serve(
         recorder,
         metrics,
         placement,
+        unknown,
+        enrol,
         shutdown,
         ..
     } = shared;
@@ -85,6 +89,8 @@ pub async fn serve(
     // Which of the server's addresses a request reached says its segment when no relay does.
     local_addr::enable(&socket)?;
     let mut server = Server::open(config, recorder, metrics, table, placement);
+    server.unknown = unknown;
+    server.enrol = enrol;
     let mut buf = vec![0u8; MAX_PACKET + 1];
     // Answers to clients without an address go unicast while the kernel lets us enter their
     // MACs (`arp::teach`); broadcast after the first refusal.
@@ -312,6 +318,10 @@ struct Server {
     leases: Identity,
     file: LeaseFile,
     strangers: HashSet<Mac>,
+    /// Where strangers are listed for the admin (`GET /api/v1/unknown`).
+    unknown: Arc<Unknown>,
+    /// Enrols the clients a `discover` pool takes.
+    enrol: Arc<Enroller>,
     /// Proxy mode: MACs whose PXE DISCOVER came on port 67, when, and through which relay.
     seen: HashMap<Mac, (u64, Option<Relayed>)>,
     /// The daemon's counters; this service counts into `dhcp()`.
@@ -338,6 +348,8 @@ impl Server {
             leases: table.leases,
             file: table.file,
             strangers: HashSet::new(),
+            unknown: Arc::new(Unknown::in_memory(metrics.clone())),
+            enrol: Arc::new(Enroller::new(None)),
             seen: HashMap::new(),
             metrics,
             dirty: false,
@@ -423,15 +435,16 @@ impl Server {
     }
 
     /// The client as policy sees it, and its plan from the link it boots from; `None`
-    /// (counted, logged once) for strangers. `on`: the subnet the request came from (`None`:
-    /// the one holding the address it was sent from, a client asking port 4011 itself), whose
-    /// uplink, if it declares one, placement weighs.
+    /// (counted, logged once, listed as unknown as it `asked`) for strangers. `on`: the subnet
+    /// the request came from (`None`: the one holding the address it was sent from, a client
+    /// asking port 4011 itself), whose uplink, if it declares one, placement weighs.
     fn plan<'c>(
         &mut self,
         config: &'c Config,
         req: &Request,
         from: SocketAddr,
         on: Option<&DhcpSubnet>,
+        asked: Asked,
     ) -> Option<(Client, boot::Plan<'c>)> {
         let on = on.or_else(|| match from.ip() {
             IpAddr::V4(v4) => config.dhcp.subnet_of(v4),
@@ -449,10 +462,25 @@ impl Server {
         let Some(member) = config.member(mac) else {
             self.metrics.dhcp().strangers.inc();
             if self.strangers.len() < STRANGERS_REMEMBERED && self.strangers.insert(mac) {
-                tracing::info!(%mac, %from, "dhcp client in no pool; not answering it");
+                tracing::info!(%mac, %from, "dhcp client in no pool; not answering it (listed: bootpool client unknown, GET /api/v1/unknown)");
             }
+            let relayed = req.relayed();
+            let asking = Asking {
+                mac,
+                asked,
+                vendor_class: req.vendor_class().map(<[u8]>::to_vec),
+                arch: client.arch,
+                relay: relayed.as_ref().map(|r| r.giaddr),
+                circuit_id: relayed.as_ref().and_then(|r| r.circuit_id.clone()),
+                remote_id: relayed.and_then(|r| r.remote_id),
+            };
+            self.unknown.note(&asking, unix_now());
             return None;
         };
+        if member.discovered() {
+            self.enrol
+                .discovered(self.config.load(), mac, &member.pool.name);
+        }
         let pxe_discover = client.pxe && req.message_type() == Some(DISCOVER);
         let kept = self.leases.read().link(mac);
         let link = self
@@ -501,7 +529,7 @@ impl Server {
             false => Some(self.subnet(&config, req, from, local)?),
             true => None,
         };
-        let (client, plan) = self.plan(&config, req, from, on)?;
+        let (client, plan) = self.plan(&config, req, from, on, Asked::Proxy)?;
         plan.boot_file.as_ref()?;
         let mac = client.mac;
         let msg = req.message_type()?;
@@ -620,7 +648,7 @@ impl Server {
     ) -> Option<(Reply, To)> {
         let config = self.config.load();
         let on = self.subnet(&config, req, from, local)?;
-        let (client, plan) = self.plan(&config, req, from, Some(on))?;
+        let (client, plan) = self.plan(&config, req, from, Some(on), Asked::Dhcp)?;
         let mac = client.mac;
         // Expiry walks the table: once per second is as fine-grained as lease times are.
         if self.expired_at != now {
@@ -1395,6 +1423,15 @@ pools:
         assert!(
             s.handle_proxy(&stranger, from(), None, false, 1000)
                 .is_none()
+        );
+        // The stranger is listed as unknown, asking by proxy, with its firmware's word.
+        let unknown = s.unknown.list();
+        assert_eq!(unknown.len(), 1);
+        assert_eq!(unknown[0].mac, Mac(stranger.mac));
+        assert_eq!(unknown[0].asked, vec![Asked::Proxy]);
+        assert_eq!(
+            (unknown[0].arch, unknown[0].vendor_class.as_deref()),
+            (Some(7), Some("PXEClient"))
         );
         assert!(s.handle_proxy(&fw, from(), None, true, 1000).is_none());
         let mut o = vec![53, 1, REQUEST, 93, 2, 0, 7, 60, 9];

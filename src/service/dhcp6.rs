@@ -33,6 +33,8 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
         recorder,
         metrics,
         identity,
+        unknown,
+        enrol,
         shutdown,
         ..
     } = shared;
@@ -52,6 +54,8 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
         metrics,
         identity,
         strangers: HashSet::new(),
+        unknown,
+        enrol,
     };
     let mut buf = vec![0u8; MAX_PACKET + 1];
     loop {
@@ -90,6 +94,10 @@ struct Server {
     duid: Vec<u8>,
     /// MACs (or DUIDs, hex) already logged as strangers.
     strangers: HashSet<String>,
+    /// Where strangers with a MAC are listed for the admin (`GET /api/v1/unknown`).
+    unknown: std::sync::Arc<super::unknown::Unknown>,
+    /// Enrols the clients a `discover` pool takes.
+    enrol: std::sync::Arc<super::enrol::Enroller>,
 }
 
 impl Server {
@@ -162,9 +170,24 @@ impl Server {
         };
         let config = self.config.load();
         let Some((member, url)) = boot::plan6(&config, &client, self.address6) else {
+            if config.member(mac).is_none() {
+                let asking = super::unknown::Asking {
+                    mac,
+                    asked: super::unknown::Asked::Dhcp6,
+                    vendor_class: req.vendor_classes().first().map(|c| c.to_vec()),
+                    arch: client.arch,
+                    relay: None,
+                    circuit_id: None,
+                    remote_id: None,
+                };
+                self.unknown.note(&asking, now);
+            }
             return self.stranger(mac.to_string(), from, "in no pool");
         };
         let pool = member.pool.name.clone();
+        if member.discovered() {
+            self.enrol.discovered(config.clone(), mac, &pool);
+        }
         let booting = client.pxe || client.ipxe;
         let valid = config
             .dhcp6
@@ -368,7 +391,9 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::service::unknown::Unknown;
     use std::path::Path;
+    use std::sync::Arc;
 
     const CONFIG: &str = "\
 server: { address: 10.77.0.1, address6: \"fd77::1\", http: 0.0.0.0:8080, interfaces: [br0] }
@@ -450,6 +475,8 @@ pools:
             metrics: Metrics::default(),
             identity,
             strangers: HashSet::new(),
+            unknown: Arc::new(Unknown::in_memory(Metrics::default())),
+            enrol: Arc::new(crate::service::enrol::Enroller::new(None)),
         };
         let relayed = |link: &str| {
             let mut m = vec![wire::msg::RELAY_FORW, 0];
@@ -497,6 +524,8 @@ pools:
             metrics: Metrics::default(),
             identity: identity.clone(),
             strangers: HashSet::new(),
+            unknown: Arc::new(Unknown::in_memory(Metrics::default())),
+            enrol: Arc::new(crate::service::enrol::Enroller::new(None)),
         };
         let mac = [0x52, 0x54, 0, 0x77, 0, 5];
         let ll = Ipv6Addr::UNSPECIFIED;
@@ -523,11 +552,16 @@ pools:
             s.answer(&firmware(msg::REQUEST, mac, Some(&[0, 2, 1])), ll, 101)
                 .is_none()
         );
-        // A MAC in no pool, and a message that is not DHCPv6.
+        // A MAC in no pool (listed as unknown, asking by DHCPv6), and a message that is not
+        // DHCPv6.
         assert!(
             s.answer(&firmware(msg::SOLICIT, [2, 0, 0, 0, 0, 1], None), ll, 101)
                 .is_none()
         );
+        let unknown = s.unknown.list();
+        assert_eq!(unknown.len(), 1);
+        assert_eq!(unknown[0].mac, Mac([2, 0, 0, 0, 0, 1]));
+        assert_eq!(unknown[0].asked, vec![super::super::unknown::Asked::Dhcp6]);
         assert!(s.answer(&[1, 2, 3], ll, 101).is_none());
         // Another client gets the next address, a third finds the range full.
         let other = [0x52, 0x54, 0, 0x77, 0, 6];

@@ -6,6 +6,7 @@ pub mod bounds;
 pub mod console;
 pub mod dhcp;
 pub mod dhcp6;
+pub mod enrol;
 pub mod grub_config;
 pub mod handover;
 pub mod http;
@@ -20,6 +21,7 @@ pub mod ra;
 pub mod tftp;
 pub mod tftp_transfers;
 pub mod tls;
+pub mod unknown;
 pub mod web;
 
 use crate::config::{Config, Live};
@@ -67,6 +69,10 @@ pub struct Shared {
     pub egress: Arc<Egress>,
     /// A restart's NBD connections: those to take up at start, those handed at the stop.
     pub handover: Arc<handover::Handover>,
+    /// The clients no pool lists that asked (`service::unknown`): DHCP notes, the API lists.
+    pub unknown: Arc<unknown::Unknown>,
+    /// Enrols a MAC into a pool (the API, a `discover` pool), then has the config reloaded.
+    pub enrol: Arc<enrol::Enroller>,
     pub shutdown: Shutdown,
 }
 
@@ -85,12 +91,14 @@ impl Shared {
             config: Live::fixed(Config::clone(&config)),
             recorder,
             records,
-            metrics,
+            metrics: metrics.clone(),
             identity: Identity::default(),
             links: Arc::new(Links::none()),
             placement,
             egress: Arc::default(),
             handover: Arc::default(),
+            unknown: Arc::new(unknown::Unknown::in_memory(metrics.clone())),
+            enrol: Arc::new(enrol::Enroller::new(None)),
             shutdown,
         }
     }

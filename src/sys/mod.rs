@@ -12,6 +12,7 @@
 //! - `netlink`: an rtnetlink socket (the messages are `proto::netlink`'s).
 //! - `page_buf`: page-aligned byte buffers.
 //! - `libnbd`: libnbd's C API, loaded at run time (the storm's NBD client).
+//! - `time`: the local time zone's offset from UTC at a moment.
 //! - `procnet`: who holds a port (`/proc/net`'s sockets, `/proc/PID/fd`); no `unsafe`, but the
 //!   kernel's answer reported as it is, like the rest.
 
@@ -24,6 +25,7 @@ pub mod page_buf;
 pub mod process;
 pub mod procnet;
 pub mod sock;
+pub mod time;
 
 use std::io;
 

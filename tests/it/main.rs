@@ -31,6 +31,7 @@ mod e2e_stock;
 mod e2e_stock_image;
 mod e2e_switch;
 mod e2e_uefi;
+mod enrol;
 mod http;
 mod http_range;
 mod image_import;

@@ -779,7 +779,7 @@ async fn failed_boots_say_where_and_why_in_the_api_metrics_and_report() {
         text.contains(
             "52:54:00:77:00:12 failed in ipxe: client: dracut: cannot find the root device"
         ) && text.contains(
-            "wave 4 of pool nbd-room: 0 of 1 clients booted (0 by inference), 1 failed, 0 timed out, 0 running;"
+            "wave 4 of pool nbd-room: 0 of 16 booted (0 by inference), 15 never asked, 1 failed, 0 timed out, 0 running;"
         ),
         "{text}"
     );
@@ -1157,7 +1157,7 @@ async fn boots_of_an_image_that_never_reports_are_up_by_inference_in_the_api_and
     let (ok, text, err) = report(&["--pool", "nfs-room"]);
     assert!(ok, "{err}");
     assert!(
-        text.contains("2 of 2 clients booted (2 by inference)"),
+        text.contains("2 of 16 booted (2 by inference), 14 never asked"),
         "{text}"
     );
 }
@@ -1341,4 +1341,77 @@ fn a_client_cut_off_holding_its_nbd_root_is_seen_lost() {
     let boot = gone_boot(&link, 3, mac, &daemon);
     assert_eq!(boot["gone"], "nbd_lost", "{boot}");
     assert_eq!(boot["result"], "timed_out", "{boot}");
+}
+
+/// `bootpool report` for people: wave starts as local time (TZ), each machine's name beside
+/// its MAC, the listed machines that never asked counted and named, and `--since`/`--last`
+/// keeping the waves that started since; CSV keeps its columns for programs.
+#[tokio::test]
+async fn report_for_people_names_machines_counts_no_shows_and_starts_where_asked() {
+    let fx = with_journal(journal());
+    let named = "- { mac: \"52:54:00:77:00:01\", name: pc01 }\n\
+                 - { mac: \"52:54:00:77:00:02\", name: pc02 }\n\
+                 - { mac: \"52:54:00:77:00:03\", name: pc03 }";
+    fx.write_config(&keep_forever(&fx).clients("nfs-room", named));
+    let daemon = fx.start().await;
+    daemon.stop().await;
+    let report = |tz: &str, args: &[&str]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_bootpool"));
+        c.env("TZ", tz)
+            .args(["report", "--config"])
+            .arg(fx.config_path())
+            .args(args);
+        run(&mut c, 20)
+    };
+    // Every wave: the nfs-room one started at 1000 s, 00:16:40 UTC, 01:16:40 in Paris then.
+    let (ok, text, err) = report("UTC", &[]);
+    assert!(ok, "{err}");
+    assert!(text.contains("1970-01-01 00:16:40"), "{text}");
+    assert!(
+        text.contains("pool nfs-room: 2 of 3 machines booted in the waves recorded, 1 never asked"),
+        "{text}"
+    );
+    let (_, paris, _) = report("Europe/Paris", &[]);
+    assert!(paris.contains("1970-01-01 01:16:40"), "{paris}");
+    // One wave: names beside MACs, the machine that never asked counted and named.
+    let (ok, text, err) = report("UTC", &["--pool", "nfs-room"]);
+    assert!(ok, "{err}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("52:54:00:77:00:01  pc01  10.77.0.11  booted")),
+        "{text}"
+    );
+    assert!(
+        text.contains("2 of 3 booted (0 by inference), 1 never asked, 0 failed")
+            && text.contains("never asked: pc03 (52:54:00:77:00:03)")
+            && text.contains("started 1970-01-01 00:16:40 (local time)"),
+        "{text}"
+    );
+    let (_, csv, _) = report("UTC", &["--pool", "nfs-room", "--format", "csv"]);
+    assert!(csv.starts_with("mac,ip,result,"), "{csv}");
+    // Since 00:30 (UTC): the nbd-room waves alone; nfs-room has none since.
+    let (ok, text, err) = report("UTC", &["--since", "1970-01-01T00:30"]);
+    assert!(ok, "{err}");
+    assert!(
+        !text.contains("nfs-room") && text.contains("nbd-room"),
+        "{text}"
+    );
+    assert!(text.contains("booted since 1970-01-01 00:30:00"), "{text}");
+    let (ok, _, err) = report(
+        "UTC",
+        &["--pool", "nfs-room", "--since", "1970-01-01T00:30"],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains("no waves of pool `nfs-room` since 1970-01-01 00:30:00"),
+        "{err}"
+    );
+    // The last two hours hold none of 1970's waves; a bad date is named.
+    let (ok, text, _) = report("UTC", &["--last", "2h"]);
+    assert!(ok && text.starts_with("no waves since "), "{text}");
+    let (ok, _, err) = report("UTC", &["--since", "yesterday"]);
+    assert!(
+        !ok && err.contains("--since: `yesterday` is not a local date"),
+        "{err}"
+    );
 }

@@ -442,6 +442,20 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     let mut cut = vec![false; macs.len()];
     let mut switch = switch;
     let started = Instant::now();
+    // The pools whose kernel writes no serial console: their clients' boots are judged by the
+    // record (`table::by_record`), polled every 2 s, not by a line on the serial port.
+    let by_record: Vec<String> = pools
+        .iter()
+        .filter(|p| table::by_record(p))
+        .map(|p| p.name.clone())
+        .collect();
+    for pool in &by_record {
+        eprintln!(
+            "lab: pool {pool} has no serial console (no console=ttyS in its cmdline): its boots are judged by the record"
+        );
+    }
+    let mut recorded: Vec<Option<String>> = Vec::new();
+    let mut asked_record = Instant::now();
     let mut reported = vec![false; vms.len()];
     // How many times each client has been powered on.
     let mut power_ons = vec![1u32; vms.len()];
@@ -481,6 +495,16 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             daemon = start_daemon(&args.config, &run_dir, api).await?;
             eprintln!("lab: bootpool started again");
         }
+        let waits_on_record = vms
+            .iter()
+            .enumerate()
+            .any(|(i, vm)| by_record.contains(&macs[i].1) && vm.console == Console::Running);
+        if waits_on_record && asked_record.elapsed() >= Duration::from_secs(2) {
+            asked_record = Instant::now();
+            if let Ok(boots) = recorded_results(api, &vms, wave_start).await {
+                recorded = boots;
+            }
+        }
         let mut running = 0;
         for (i, vm) in vms.iter_mut().enumerate() {
             if !cut[i] && args.cut_dhcp.contains(&macs[i].1) && vm.console_contains(KERNEL_STARTED)
@@ -495,8 +519,18 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             // A client whose console said how its boot went is done, powered off or not (a
             // stock image sits at its login prompt).
             let alive = vm.poll();
-            if alive && vm.console == Console::Running {
+            let judged = by_record.contains(&macs[i].1)
+                && recorded
+                    .get(i)
+                    .and_then(Option::as_deref)
+                    .is_some_and(|r| r == "booted" || r == "failed");
+            if alive && vm.console == Console::Running && !judged {
                 running += 1;
+            }
+            if judged && !reported[i] && vm.console == Console::Running {
+                reported[i] = true;
+                let said = recorded[i].as_deref().unwrap_or("-");
+                eprintln!("lab: {} {said}, as the record says", vm.name);
             }
             if !reported[i] && vm.console != Console::Running {
                 reported[i] = true;
@@ -599,6 +633,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                 console: vm.console.clone(),
                 firmware_s: vm.firmware_s(),
                 boot,
+                by_record: by_record.contains(pool),
             }
         })
         .collect();
@@ -623,6 +658,20 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The result the record gives each client's boot of this run (`None`: no boot yet).
+async fn recorded_results(
+    api: std::net::SocketAddr,
+    vms: &[Vm],
+    wave_start: f64,
+) -> anyhow::Result<Vec<Option<String>>> {
+    let boots: Vec<BootView> = serde_json::from_str(&http_get(api, "/api/v1/boots").await?)
+        .context("reading /api/v1/boots")?;
+    Ok(last_boots(&boots, vms, wave_start)
+        .into_iter()
+        .map(|b| b.map(|b| b.result.clone()))
+        .collect())
 }
 
 /// The daemon's boots, once every client that booted by its console has a boot the record

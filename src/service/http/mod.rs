@@ -12,14 +12,16 @@
 //! stream sends something every second).
 //!
 //! The rooms: `boot.rs` (scripts and boot files), `callbacks.rs` (the booted system's own
-//! calls), `api.rs` (the JSON API), `guard.rs` (tokens), `readers.rs` (who reads without the read
-//! token), `conn.rs` (one connection under
+//! calls), `api.rs` (the JSON API), `enrol.rs` (the unknown clients and their enrolment),
+//! `guard.rs` (tokens), `readers.rs` (who reads without the read token), `conn.rs` (one
+//! connection under
 //! hyper, and its idle watch). This file accepts connections and holds the routes.
 
 mod api;
 mod boot;
 mod callbacks;
 mod conn;
+mod enrol;
 mod guard;
 mod images;
 mod readers;
@@ -134,7 +136,8 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/config", get(api::config))
         .route("/api/v1/images", get(images::images))
         .route("/api/v1/images/{name}/activate", post(images::activate))
-        .route("/api/v1/clients", get(clients))
+        .route("/api/v1/clients", get(clients).post(enrol::enrol))
+        .route("/api/v1/unknown", get(enrol::unknown))
         .route("/api/v1/leases/{mac}/release", post(release_lease))
         .merge(super::web::routes())
         .layer(axum::middleware::from_fn_with_state(

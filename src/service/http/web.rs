@@ -1,5 +1,5 @@
 //! The HTTP service's shared state (`Web`: what every route reads) and its small answers,
-//! below the routes' files (`api`, `boot`, `callbacks`, `guard`, `images`), which all use them:
+//! below the routes' files (`api`, `boot`, `callbacks`, `enrol`, `guard`, `images`), which all use them:
 //! the folder's files import one way.
 
 use crate::config::Live;
@@ -23,6 +23,10 @@ pub struct Web {
     pub metrics: Metrics,
     /// The DHCP service, for the actions on the lease table.
     pub dhcp: crate::service::dhcp::Commands,
+    /// The clients no pool lists that asked.
+    pub unknown: Arc<crate::service::unknown::Unknown>,
+    /// Enrolments (`POST /api/v1/clients`).
+    pub enrol: Arc<crate::service::enrol::Enroller>,
 }
 
 impl Web {
@@ -36,6 +40,8 @@ impl Web {
             identity: shared.identity.clone(),
             metrics: shared.metrics.clone(),
             dhcp,
+            unknown: shared.unknown.clone(),
+            enrol: shared.enrol.clone(),
         }
     }
 }
