@@ -676,10 +676,19 @@ impl Checker<'_> {
                 }
             };
             let key = if c.mac.is_some() { "mac" } else { "macs" };
-            if let Some(n) = &c.name {
-                let entry = format!("pools.{name}.clients[{i}]");
-                self.check_client_name(&at_c("name"), n, &macs, entry, seen)?;
-            }
+            let client_name = match &c.name {
+                Some(n) => Some(self.check_client_name(
+                    &at_c("name"),
+                    n,
+                    c.first,
+                    &macs,
+                    &mut seen.names,
+                )?),
+                None if c.first.is_some() => {
+                    return Err(self.err(&at_c("first"), "counts for a `name` pattern: give one"));
+                }
+                None => None,
+            };
             if macs.len() > PLAUSIBLE_MACS {
                 self.warn(
                     &at_c(key),
@@ -728,38 +737,11 @@ impl Checker<'_> {
             };
             clients.push(ClientEntry {
                 macs,
-                name: c.name.clone(),
+                name: client_name,
                 ip,
             });
         }
         Ok(clients)
-    }
-
-    /// A client's `name` (at `at`, of `entry`): one machine's, so not a range's and not given
-    /// twice in the file.
-    fn check_client_name(
-        &self,
-        at: &[Step],
-        name: &str,
-        macs: &MacRange,
-        entry: String,
-        seen: &mut Seen,
-    ) -> Result<(), ConfigError> {
-        if macs.len() != 1 {
-            return Err(self.err(
-                at,
-                format!(
-                    "names one machine, but `macs` lists {}: give each machine its own entry \
-                     with `mac` and `name`",
-                    macs.len()
-                ),
-            ));
-        }
-        if let Some((_, other)) = seen.names.iter().find(|(x, _)| x == name) {
-            return Err(self.err(at, format!("`{name}` is already the name of {other}")));
-        }
-        seen.names.push((name.to_string(), entry));
-        Ok(())
     }
 
     fn check_limits(&self, l: &raw::Limits, dhcp: &Dhcp) -> Result<Limits, ConfigError> {
@@ -900,7 +882,7 @@ struct Seen {
     macs: Vec<(MacRange, String)>,
     ips: Vec<(Ipv4Addr, String)>,
     /// Client names: one machine each, across the pools.
-    names: Vec<(String, String)>,
+    names: super::client_names::Taken,
 }
 
 /// A MAC range of more machines than this is warned about (a digit too many turns a room's

@@ -14,6 +14,8 @@ pub mod arch;
 mod check;
 mod check_arch;
 mod check_dhcp6;
+mod check_names;
+pub mod client_names;
 pub mod cmdline;
 mod dhcp6;
 mod error;

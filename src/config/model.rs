@@ -2,6 +2,7 @@
 //! the rest of the daemon reads (servers, subnets, images, pools, clients, limits).
 
 use super::arch::Arch;
+use super::client_names::ClientName;
 use super::cmdline;
 use super::dhcp6::{BootOver, Dhcp6};
 use super::error::ConfigError;
@@ -418,13 +419,24 @@ pub enum Netconsole {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientEntry {
     pub macs: MacRange,
-    pub name: Option<String>,
+    /// Its machines' names: one machine's, or a pattern naming each MAC of `macs`.
+    pub name: Option<ClientName>,
     pub ip: Option<Ipv4Addr>,
+}
+
+impl ClientEntry {
+    /// The name of its machine `mac` (`None`: no name, or not one of its MACs).
+    pub fn name_of(&self, mac: Mac) -> Option<String> {
+        let name = self.name.as_ref()?;
+        self.macs.index_of(mac).map(|i| name.nth(i))
+    }
 }
 
 /// What pools.yaml says about one MAC.
 #[derive(Debug, Clone)]
 pub struct Member<'a> {
+    /// The machine it is.
+    pub mac: Mac,
     pub pool: &'a Arc<Pool>,
     pub entry: &'a ClientEntry,
     /// What its firmware family boots instead of the pool's own (`Member::on_arch`).
@@ -439,6 +451,11 @@ impl<'a> Member<'a> {
             variant: self.pool.variant(code),
             ..self
         }
+    }
+
+    /// Its name (`pools.NAME.clients[].name`, a pattern expanded for its MAC), if it has one.
+    pub fn name(&self) -> Option<String> {
+        self.entry.name_of(self.mac)
     }
 
     /// The image it boots.
@@ -463,6 +480,7 @@ impl Config {
                 .iter()
                 .find(|e| e.macs.contains(mac))
                 .map(|entry| Member {
+                    mac,
                     pool,
                     entry,
                     variant: None,

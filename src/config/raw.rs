@@ -312,5 +312,7 @@ pub struct Client {
     pub mac: Option<String>,
     pub macs: Option<String>,
     pub name: Option<String>,
+    /// The number a `{n}` name pattern gives the entry's first MAC (default 1).
+    pub first: Option<u64>,
     pub ip: Option<String>,
 }

@@ -1087,7 +1087,8 @@ fn proxy_mode_refuses_what_only_an_address_giving_server_uses() {
     assert!(parse(GOOD).unwrap().warnings.is_empty());
 }
 
-/// A client's name is one machine's: not given to a MAC range, and not to two entries.
+/// A plain name is one machine's: not given to a MAC range; no two machines of the file share
+/// a name, patterns expanded, and the refusal names both places.
 #[test]
 fn a_name_belongs_to_one_machine() {
     let ranged = GOOD.replace(
@@ -1100,15 +1101,81 @@ fn a_name_belongs_to_one_machine() {
     assert!(e.reason.contains("lists 48"), "{e}");
     let twice = GOOD.replace(
         "      - { macs:",
-        "      - { mac: \"52:54:00:77:00:02\", name: pc01 }\n      - { macs:",
+        "      - { mac: \"52:54:00:77:00:02\", name: PC01 }\n      - { macs:",
     );
     let e = parse(&twice).unwrap_err();
     assert_eq!(e.path, "pools.room-101.clients[1].name", "{e}");
+    let first = format!(
+        "`PC01` (52:54:00:77:00:02) is already the name of 52:54:00:77:00:01 at \
+         /etc/bootpool/pools.yaml:{}:",
+        line_with(&twice, "name: pc01").unwrap()
+    );
     assert!(
-        e.reason
-            .contains("`pc01` is already the name of pools.room-101.clients[0]"),
+        e.reason.contains(&first) && e.reason.ends_with(": pools.room-101.clients[0].name"),
         "{e}"
     );
+    // A pattern's names collide with a plain name of another pool.
+    let pattern = GOOD
+        .replace(
+            "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }",
+            "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\", name: \"pc{n:02}\" }",
+        )
+        .replace(
+            "{ mac: \"52:54:00:77:00:01\", name: pc01, ip: 10.77.0.11 }",
+            "{ mac: \"52:54:00:77:00:01\", name: pc48, ip: 10.77.0.11 }",
+        );
+    let e = parse(&pattern).unwrap_err();
+    assert_eq!(e.line, line_with(&pattern, "name: \"pc{n:02}\""), "{e}");
+    assert!(
+        e.reason
+            .contains("`pc48` (52:54:00:77:00:3f) is already the name of 52:54:00:77:00:01"),
+        "{e}"
+    );
+    // Counted from `first`, the same pattern fits beside it.
+    let c = parse(&pattern.replace("name: \"pc{n:02}\"", "name: \"pc{n:02}\", first: 49"));
+    assert!(c.is_ok(), "{c:?}");
+    // From 53 on, two digits make 47 names for its 48 machines.
+    let e =
+        parse(&pattern.replace("name: \"pc{n:02}\"", "name: \"pc{n:02}\", first: 53")).unwrap_err();
+    assert!(
+        e.reason.contains("makes 47 names, and the entry lists 48"),
+        "{e}"
+    );
+}
+
+/// A pattern gives each machine of its range a name, from `first` or its bracket's first
+/// number; each member knows its own.
+#[test]
+fn name_patterns_name_each_machine_of_a_range() {
+    let c = parse(&GOOD.replace(
+        "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }",
+        "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\", name: \"pc{n:02}\", first: 2 }",
+    ))
+    .unwrap();
+    let name = |mac: &str| c.member(mac.parse().unwrap()).unwrap().name();
+    assert_eq!(name("52:54:00:77:00:01").as_deref(), Some("pc01"));
+    assert_eq!(name("52:54:00:77:00:10").as_deref(), Some("pc02"));
+    assert_eq!(name("52:54:00:77:00:3f").as_deref(), Some("pc49"));
+    let c = parse(&GOOD.replace(
+        "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }",
+        "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\", name: \"n[001-048]\" }",
+    ))
+    .unwrap();
+    let name = |mac: &str| c.member(mac.parse().unwrap()).unwrap().name();
+    assert_eq!(name("52:54:00:77:00:11").as_deref(), Some("n002"));
+    let small = GOOD.replace(
+        "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }",
+        "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\", name: \"n[1-9]\" }",
+    );
+    let e = parse(&small).unwrap_err();
+    assert_eq!(e.path, "pools.room-101.clients[1].name", "{e}");
+    assert!(
+        e.reason.contains("makes 9 names, and the entry lists 48"),
+        "{e}"
+    );
+    let lone = GOOD.replace("name: pc01, ip", "first: 3, ip");
+    let e = parse(&lone).unwrap_err();
+    assert_eq!(e.path, "pools.room-101.clients[0].first", "{e}");
 }
 
 /// Valid but unlikely values are warnings, located like errors: a MAC range of millions (a
