@@ -86,9 +86,10 @@ pub fn cmdline(
         line.push(' ');
         line.push_str(&hostname);
     }
-    if !member.cmdline().is_empty() {
+    let own = member.cmdline();
+    if !own.is_empty() {
         line.push(' ');
-        line.push_str(member.cmdline());
+        line.push_str(&own);
     }
     if !netconsole.is_empty() {
         line.push(' ');
@@ -165,7 +166,7 @@ fn from_template(
         Field::Image => image.name.clone(),
         Field::Pool => pool.name.clone(),
         Field::Initrd => image.initrd_file_name().to_string(),
-        Field::Cmdline => member.cmdline().to_string(),
+        Field::Cmdline => member.cmdline(),
         Field::Netconsole => netconsole.to_string(),
         Field::Name => member.name().unwrap_or_default(),
         Field::Hostname => hostname(member),
@@ -299,6 +300,41 @@ mod tests {
         let c = Config::parse(Path::new("p.yaml"), super::super::tests::CONFIG).unwrap();
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
         assert!(!cmdline(&c, &m, m.image(), link, None).contains("hostname"));
+    }
+
+    /// An entry's own image and cmdline make its script: another kernel, initrd and root,
+    /// and its arguments after the pool's, while the rest of the pool keeps the pool's.
+    #[test]
+    fn an_entrys_overrides_make_its_script() {
+        let text = super::super::tests::CONFIG
+            .replace(
+                "  demo: { dir: images/demo }\n",
+                "  demo: { dir: images/demo }\n  desk: { dir: images/desk }\n",
+            )
+            .replace(
+                "      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:ff\" }\n",
+                "      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:fe\" }\n      \
+                 - { mac: \"52:54:00:77:00:ff\", image: desk, cmdline: quiet }\n",
+            );
+        let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
+        let link = c.server.address;
+        let script = |mac: &str| {
+            let mac: Mac = mac.parse().unwrap();
+            let m = c.member(mac).unwrap();
+            ipxe_script(&c, &m, m.image(), mac, link, None, link.into())
+        };
+        let own = script("52:54:00:77:00:ff");
+        assert!(own.contains("kernel http://10.77.0.1:8080/boot/desk/vmlinuz root=nbd:10.77.0.1:desk bootpool.url=http://10.77.0.1:8080 console=ttyS0 quiet initrd=initrd.img\n"), "{own}");
+        assert!(
+            own.contains("initrd http://10.77.0.1:8080/boot/desk/initrd.img\n"),
+            "{own}"
+        );
+        let pools = script("52:54:00:77:00:fe");
+        assert!(
+            pools.contains("/boot/demo/vmlinuz root=nbd:10.77.0.1:demo "),
+            "{pools}"
+        );
+        assert!(!pools.contains("quiet"), "{pools}");
     }
 
     /// A pool that writes its whole command line gets exactly its template, filled in.

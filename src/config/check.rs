@@ -611,7 +611,14 @@ impl Checker<'_> {
                 Netconsole::On(Some(dev.clone()))
             }
         };
-        let clients = self.check_clients(name, &p.clients, dhcp, &server.links, seen)?;
+        let clients = self.check_clients(
+            name,
+            &p.clients,
+            dhcp,
+            &server.links,
+            seen,
+            (images, cmdline_template.as_ref()),
+        )?;
         let pool = Pool {
             name: name.clone(),
             image,
@@ -646,6 +653,8 @@ impl Checker<'_> {
         dhcp: &Dhcp,
         links: &[Ipv4Addr],
         seen: &mut Seen,
+        // What the entries' overrides may name and must fit: the images, the pool's template.
+        (images, template): (&BTreeMap<String, Arc<Image>>, Option<&cmdline::Template>),
     ) -> Result<Vec<ClientEntry>, ConfigError> {
         use Step::Key;
         let mut clients = Vec::new();
@@ -735,10 +744,20 @@ impl Checker<'_> {
                     Some(ip)
                 }
             };
+            let item = [
+                Key("pools"),
+                Key(name.as_str()),
+                Key("clients"),
+                Step::Index(i),
+            ];
+            let (cmdline, image, revision) = self.check_overrides(&item, c, images, template)?;
             clients.push(ClientEntry {
                 macs,
                 name: client_name,
                 ip,
+                cmdline,
+                image,
+                revision,
             });
         }
         Ok(clients)

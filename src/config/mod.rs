@@ -15,6 +15,7 @@ mod check;
 mod check_arch;
 mod check_dhcp6;
 mod check_names;
+mod check_overrides;
 pub mod client_names;
 pub mod cmdline;
 mod dhcp6;

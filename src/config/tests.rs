@@ -1379,3 +1379,64 @@ fn subnet_mistakes_are_refused_at_their_key() {
     assert_eq!(e.path, "dhcp", "{e}");
     assert!(e.reason.contains("needs `subnet`"), "{e}");
 }
+
+/// A client entry's own `cmdline` follows the pool's, its `image` replaces the pool's (and
+/// joins the images the pool boots), its `revision` pins it to one revision of that image;
+/// what they name is checked where they say it.
+#[test]
+fn an_entry_overrides_its_pools_cmdline_image_and_revision() {
+    let two = GOOD.replace(
+        "    store: disk\npools:",
+        "    store: disk\n  desk: { dir: images/desk }\npools:",
+    );
+    let with = |extra: &str| {
+        two.replace(
+            "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }",
+            &format!("{{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\", {extra} }}"),
+        )
+    };
+    let c = parse(&with("cmdline: quiet, image: desk, revision: 0123456789ab")).unwrap();
+    let m = c.member("52:54:00:77:00:11".parse().unwrap()).unwrap();
+    assert_eq!(m.image().name, "desk");
+    assert_eq!(m.cmdline(), "console=ttyS0 quiet");
+    assert_eq!(m.revision(), Some("0123456789ab"));
+    let names: Vec<&str> = m.pool.images().iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["demo", "desk"]);
+    // The fixed entry keeps the pool's.
+    let pc01 = c.member("52:54:00:77:00:01".parse().unwrap()).unwrap();
+    assert_eq!(
+        (pc01.image().name.as_str(), pc01.cmdline()),
+        ("demo", "console=ttyS0".to_string())
+    );
+    assert_eq!(pc01.revision(), None);
+    for (extra, key, says) in [
+        (
+            "image: nope",
+            "image",
+            "no image `nope` (images: demo, desk)",
+        ),
+        ("revision: r2", "revision", "`r2` is not a revision id"),
+    ] {
+        let text = with(extra);
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.path, format!("pools.room-101.clients[1].{key}"), "{e}");
+        assert_eq!(e.line, line_with(&text, extra), "{e}");
+        assert!(e.reason.contains(says), "{e}");
+    }
+    // A template that places no {cmdline} cannot take an entry's.
+    let t = with("cmdline: quiet").replace(
+        "    cmdline: console=ttyS0\n",
+        "    cmdline_template: \"{root}\"\n",
+    );
+    let e = parse(&t).unwrap_err();
+    assert_eq!(e.path, "pools.room-101.clients[1].cmdline", "{e}");
+    // A pinned revision that is not on disk is what `check` finds missing, at its key.
+    let missing = missing_files(&parse(&with("revision: 0123456789ab")).unwrap());
+    assert!(
+        missing
+            .iter()
+            .any(|e| e.path == "pools.room-101.clients[1].revision"
+                && e.reason.contains("no revision 0123456789ab on disk")),
+        "{missing:?}"
+    );
+}
