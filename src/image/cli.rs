@@ -78,7 +78,8 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
                 kernel,
                 initrd,
             };
-            let done = import::import(&image, &req)?;
+            let needs = super::bootable::needs(&config, &name);
+            let done = import::import_for(&image, &req, &needs)?;
             let r = &done.revision;
             if done.new {
                 println!(

@@ -33,8 +33,19 @@ pub struct Imported {
     pub new: bool,
 }
 
-/// Imports `req` into `image`'s folder as a new revision (not activated).
+/// Imports `req` into `image`'s folder as a new revision (not activated), if it has an init
+/// (`bootable::check`).
 pub fn import(image: &Image, req: &Request) -> anyhow::Result<Imported> {
+    import_for(image, req, &[])
+}
+
+/// `import`, refusing a revision whose initrd cannot boot the pools `needs` describes
+/// (`bootable::needs`: the pools booting the image).
+pub fn import_for(
+    image: &Image,
+    req: &Request,
+    needs: &[super::bootable::Need],
+) -> anyhow::Result<Imported> {
     let dir = &image.dir;
     let _lock = store::lock(dir)?;
     // Leftovers of an import that was killed: ours to clear while we hold the lock.
@@ -47,7 +58,7 @@ pub fn import(image: &Image, req: &Request) -> anyhow::Result<Imported> {
     }
     let tmp = dir.join(format!(".import-{}", std::process::id()));
     std::fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let result = build(image, req, &tmp);
+    let result = build(image, req, &tmp, needs);
     let out = result.and_then(|(meta, hash)| publish(image, &tmp, meta, &hash));
     if tmp.exists() {
         let _ = std::fs::remove_dir_all(&tmp);
@@ -56,7 +67,12 @@ pub fn import(image: &Image, req: &Request) -> anyhow::Result<Imported> {
 }
 
 /// Builds the revision in `tmp`; returns its record (seq still 0) and hash.
-fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, String)> {
+fn build(
+    image: &Image,
+    req: &Request,
+    tmp: &Path,
+    needs: &[super::bootable::Need],
+) -> anyhow::Result<(Meta, String)> {
     let tree = tmp.join(&image.root_tree_name);
     if let Some(p) = tree.parent() {
         std::fs::create_dir_all(p)?;
@@ -124,6 +140,8 @@ fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, Stri
         std::fs::copy(src, &dest)
             .with_context(|| format!("copying the {what} {}", src.display()))?;
     }
+    super::bootable::check(&tree, &tmp.join(&image.initrd_name), needs)
+        .with_context(|| format!("{shown} cannot boot; nothing imported"))?;
     eprintln!("import: hashing the tree");
     let summary = hash_tree(&tree)?;
     let mut h = Sha256::new();

@@ -36,6 +36,10 @@ fn tree(at: &Path, n: u64) {
     std::fs::create_dir_all(at.join("etc")).unwrap();
     std::fs::create_dir_all(at.join("boot")).unwrap();
     std::fs::write(at.join("etc/hostname"), format!("r{n}\n")).unwrap();
+    std::fs::create_dir_all(at.join("sbin")).unwrap();
+    std::fs::write(at.join("sbin/init"), "#!/bin/sh\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(at.join("sbin/init"), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(at.join("etc/big"), pattern(40 + n, 200_000)).unwrap();
     std::fs::write(at.join("boot/vmlinuz-6.1.0-1"), pattern(10 + n, 100_000)).unwrap();
     std::fs::write(at.join("boot/initrd.img-6.1.0-1"), pattern(20 + n, 50_000)).unwrap();
