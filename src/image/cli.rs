@@ -158,7 +158,7 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
                 if name.as_ref().is_some_and(|n| n != &image.name) {
                     continue;
                 }
-                prune(image, &running, dry_run)?;
+                prune(image, &running, &pinned(&config, &image.name), dry_run)?;
             }
             Ok(())
         }
@@ -240,7 +240,26 @@ pub fn activate(config: &Config, name: &str, rev: &str) -> anyhow::Result<String
     ))
 }
 
-fn prune(image: &Image, running: &[usage::Running], dry_run: bool) -> anyhow::Result<()> {
+/// The revisions of image `name` that client entries pin (`clients[].revision`, canaries).
+fn pinned(config: &Config, name: &str) -> Vec<String> {
+    config
+        .pools
+        .values()
+        .flat_map(|p| {
+            p.clients.iter().filter_map(move |e| {
+                let image = e.image.as_ref().unwrap_or(&p.image);
+                (image.name == name).then(|| e.revision.clone()).flatten()
+            })
+        })
+        .collect()
+}
+
+fn prune(
+    image: &Image,
+    running: &[usage::Running],
+    pinned: &[String],
+    dry_run: bool,
+) -> anyhow::Result<()> {
     let dir = &image.dir;
     if !store::managed(dir) {
         return Ok(());
@@ -255,6 +274,13 @@ fn prune(image: &Image, running: &[usage::Running], dry_run: bool) -> anyhow::Re
         if active.as_deref() == Some(r.id.as_str()) {
             println!(
                 "image {}: keeping {} ({}): active",
+                image.name,
+                r.label(),
+                r.id
+            );
+        } else if pinned.contains(&r.id) {
+            println!(
+                "image {}: keeping {} ({}): a client's `revision` in pools.yaml",
                 image.name,
                 r.label(),
                 r.id

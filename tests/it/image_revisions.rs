@@ -465,6 +465,10 @@ async fn a_canary_boots_its_revision_and_the_room_the_active_one() {
         nfs_cat(b.nfs, &format!("/demo@{r2}/etc/hostname")).await,
         "r2\n"
     );
+    // Prune keeps the canary's revision, which no client may have booted yet.
+    let out = prune(&fx, &[]);
+    assert!(out.contains("a client's `revision`"), "{out}");
+    assert!(store::rev_dir(&fx.image_dir(), &r2).is_dir());
     daemon.stop().await;
     // `check` refuses a canary whose revision is not on disk, at its key.
     let missing = "0123456789ab";
