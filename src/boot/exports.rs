@@ -28,7 +28,35 @@ pub fn root_allowed(
     }
     holder
         .and_then(|mac| config.member(mac))
-        .is_some_and(|m| m.pool.root == root && m.pool.images().iter().any(|i| i.name == image))
+        .is_some_and(|m| m.pool.root == root && m.boots(image))
+}
+
+/// Whether revision `rev` of image `image` may go to the client at `ip`, held by `holder`,
+/// that `root_allowed` lets use the image: a revision some client entry pins
+/// (`clients[].revision`, a canary) is its machines' alone until it is `active` (the image's
+/// active revision, which the caller read); every other revision is anyone's the image is.
+pub fn revision_allowed(
+    config: &Config,
+    image: &str,
+    rev: &str,
+    active: Option<&str>,
+    ip: Ipv4Addr,
+    holder: Option<Mac>,
+) -> bool {
+    if loopback_test(config, ip) || active == Some(rev) {
+        return true;
+    }
+    let pins = |pool: &crate::config::Pool, e: &crate::config::ClientEntry| {
+        e.revision.as_deref() == Some(rev) && e.image.as_ref().unwrap_or(&pool.image).name == image
+    };
+    let pinned = config
+        .pools
+        .values()
+        .any(|p| p.clients.iter().any(|e| pins(p, e)));
+    !pinned
+        || holder
+            .and_then(|mac| config.member(mac))
+            .is_some_and(|m| pins(m.pool, m.entry))
 }
 
 /// Whom a service is for: the pools that boot over one root protocol (NFS, NBD), or every
@@ -158,6 +186,42 @@ pools:
             Ipv4Addr::LOCALHOST,
             None
         ));
+    }
+
+    /// A client entry's own image is its machines' alone; a revision an entry pins (a canary)
+    /// is its machines' alone until it is the active one; other revisions are the pool's.
+    #[test]
+    fn an_entrys_own_image_and_pinned_revision_are_its_machines_alone() {
+        let yaml = "\
+server: { address: 10.0.0.1, http: 127.0.0.1:0 }
+dhcp: { subnet: 10.0.0.0/8, range: 10.0.0.100-10.0.0.199 }
+images: { a: { dir: images/a }, b: { dir: images/b } }
+pools:
+  room-a:
+    image: a
+    clients:
+      - { mac: \"52:54:00:00:01:00\" }
+      - { mac: \"52:54:00:00:01:01\", revision: 0123456789ab }
+      - { mac: \"52:54:00:00:01:02\", image: b, cmdline: quiet }
+";
+        let c = Config::parse(Path::new("/tmp/pools.yaml"), yaml).unwrap();
+        let ip = Ipv4Addr::new(10, 0, 0, 120);
+        let mac = |s: &str| Some(s.parse::<Mac>().unwrap());
+        let (plain, pinned, own) = (
+            mac("52:54:00:00:01:00"),
+            mac("52:54:00:00:01:01"),
+            mac("52:54:00:00:01:02"),
+        );
+        assert!(root_allowed(&c, RootProto::Nfs, "b", ip, own));
+        assert!(!root_allowed(&c, RootProto::Nfs, "b", ip, plain));
+        assert!(root_allowed(&c, RootProto::Nfs, "a", ip, own));
+        let rev = |r, active, holder| revision_allowed(&c, "a", r, active, ip, holder);
+        assert!(rev("0123456789ab", None, pinned));
+        assert!(!rev("0123456789ab", None, plain));
+        assert!(!rev("0123456789ab", Some("ba9876543210"), plain));
+        assert!(rev("0123456789ab", Some("0123456789ab"), plain));
+        assert!(rev("ba9876543210", Some("0123456789ab"), plain));
+        assert!(rev("ba9876543210", None, pinned));
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub fn config(
 ) -> String {
     let pool = member.pool;
     let image = member.image();
-    let name = member.entry.name.as_deref().unwrap_or("");
+    let name = member.name().unwrap_or_default();
     let mut line = script::cmdline(config, member, served, link, client);
     if pool.cmdline_template.is_none()
         && let Some(cut) = line.strip_suffix(&format!(" initrd={}", image.initrd_file_name()))

@@ -28,8 +28,8 @@ pub fn http_base_at(config: &Config, server: IpAddr) -> String {
 }
 
 /// The kernel command line for `image` (the image this boot is served): the root argument in
-/// the pool's initramfs syntax, where to report "booted", then the pool's own arguments and
-/// `netconsole=`; or the pool's `cmdline_template` filled in. `client` is the client's leased
+/// the pool's initramfs syntax, where to report "booted", the client's name
+/// (`systemd.hostname=`), then the pool's own arguments and `netconsole=`; or the pool's `cmdline_template` filled in. `client` is the client's leased
 /// address (for `netconsole=`), if it has one.
 pub fn cmdline(
     config: &Config,
@@ -81,9 +81,15 @@ pub fn cmdline(
         return from_template(config, member, image, link, template, &root, &netconsole);
     }
     let mut line = format!("{root} bootpool.url={}", http_base(config, link));
-    if !member.cmdline().is_empty() {
+    let hostname = hostname(member);
+    if !hostname.is_empty() {
         line.push(' ');
-        line.push_str(member.cmdline());
+        line.push_str(&hostname);
+    }
+    let own = member.cmdline();
+    if !own.is_empty() {
+        line.push(' ');
+        line.push_str(&own);
     }
     if !netconsole.is_empty() {
         line.push(' ');
@@ -114,6 +120,15 @@ pub fn netconsole(
         dev.as_deref().unwrap_or(""),
         config.server.ports.console
     )
+}
+
+/// `systemd.hostname=NAME` for a client with a name, else empty: systemd sets it over the
+/// image's /etc/hostname (an initrd's `ip=dhcp` already takes DHCP's option 12 for itself).
+pub fn hostname(member: &Member) -> String {
+    member
+        .name()
+        .map(|n| format!("systemd.hostname={n}"))
+        .unwrap_or_default()
 }
 
 /// A pool's own whole command line: its template with each placeholder filled in for this
@@ -151,8 +166,10 @@ fn from_template(
         Field::Image => image.name.clone(),
         Field::Pool => pool.name.clone(),
         Field::Initrd => image.initrd_file_name().to_string(),
-        Field::Cmdline => member.cmdline().to_string(),
+        Field::Cmdline => member.cmdline(),
         Field::Netconsole => netconsole.to_string(),
+        Field::Name => member.name().unwrap_or_default(),
+        Field::Hostname => hostname(member),
     })
 }
 
@@ -169,7 +186,7 @@ pub fn ipxe_script(
     files: IpAddr,
 ) -> String {
     let base = http_base_at(config, files);
-    let name = member.entry.name.as_deref().unwrap_or("");
+    let name = member.name().unwrap_or_default();
     format!(
         "#!ipxe\n\
          echo bootpool: pool {pool} client {mac} {name}\n\
@@ -255,6 +272,69 @@ mod tests {
             e.contains("netconsole") && e.contains("not an interface name"),
             "{e}"
         );
+    }
+
+    /// A named client's name goes on its command line as `systemd.hostname=`, and to the
+    /// template's `{name}` and `{hostname}`; an unnamed one gets neither.
+    #[test]
+    fn a_named_client_gets_its_hostname() {
+        let named = super::super::tests::CONFIG.replace("\" }\n", "\", name: \"pc{n:03}\" }\n");
+        let c = Config::parse(Path::new("p.yaml"), &named).unwrap();
+        let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        let link = c.server.address;
+        assert_eq!(
+            cmdline(&c, &m, m.image(), link, None),
+            "root=nbd:10.77.0.1:demo bootpool.url=http://10.77.0.1:8080 \
+             systemd.hostname=pc003 console=ttyS0 initrd=initrd.img"
+        );
+        let t = named.replace(
+            "    cmdline: console=ttyS0\n",
+            "    cmdline: console=ttyS0\n    cmdline_template: \"{root} {hostname} x={name} {cmdline}\"\n",
+        );
+        let c = Config::parse(Path::new("p.yaml"), &t).unwrap();
+        let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        assert_eq!(
+            cmdline(&c, &m, m.image(), link, None),
+            "root=nbd:10.77.0.1:demo systemd.hostname=pc003 x=pc003 console=ttyS0"
+        );
+        let c = Config::parse(Path::new("p.yaml"), super::super::tests::CONFIG).unwrap();
+        let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        assert!(!cmdline(&c, &m, m.image(), link, None).contains("hostname"));
+    }
+
+    /// An entry's own image and cmdline make its script: another kernel, initrd and root,
+    /// and its arguments after the pool's, while the rest of the pool keeps the pool's.
+    #[test]
+    fn an_entrys_overrides_make_its_script() {
+        let text = super::super::tests::CONFIG
+            .replace(
+                "  demo: { dir: images/demo }\n",
+                "  demo: { dir: images/demo }\n  desk: { dir: images/desk }\n",
+            )
+            .replace(
+                "      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:ff\" }\n",
+                "      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:fe\" }\n      \
+                 - { mac: \"52:54:00:77:00:ff\", image: desk, cmdline: quiet }\n",
+            );
+        let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
+        let link = c.server.address;
+        let script = |mac: &str| {
+            let mac: Mac = mac.parse().unwrap();
+            let m = c.member(mac).unwrap();
+            ipxe_script(&c, &m, m.image(), mac, link, None, link.into())
+        };
+        let own = script("52:54:00:77:00:ff");
+        assert!(own.contains("kernel http://10.77.0.1:8080/boot/desk/vmlinuz root=nbd:10.77.0.1:desk bootpool.url=http://10.77.0.1:8080 console=ttyS0 quiet initrd=initrd.img\n"), "{own}");
+        assert!(
+            own.contains("initrd http://10.77.0.1:8080/boot/desk/initrd.img\n"),
+            "{own}"
+        );
+        let pools = script("52:54:00:77:00:fe");
+        assert!(
+            pools.contains("/boot/demo/vmlinuz root=nbd:10.77.0.1:demo "),
+            "{pools}"
+        );
+        assert!(!pools.contains("quiet"), "{pools}");
     }
 
     /// A pool that writes its whole command line gets exactly its template, filled in.

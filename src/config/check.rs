@@ -516,7 +516,7 @@ impl Checker<'_> {
             }
             pools.insert(name.clone(), Arc::new(pool));
         }
-        self.check_enrolled(&mut pools, server, dhcp, &mut seen)?;
+        self.check_enrolled(&mut pools, images, server, dhcp, &mut seen)?;
         Ok(pools)
     }
 
@@ -527,6 +527,7 @@ impl Checker<'_> {
     fn check_enrolled(
         &self,
         pools: &mut BTreeMap<String, Arc<Pool>>,
+        images: &BTreeMap<String, Arc<Image>>,
         server: &Server,
         dhcp: &Dhcp,
         seen: &mut Seen,
@@ -565,6 +566,7 @@ impl Checker<'_> {
                 ));
             };
             let label = format!("{}: {name}", file.display());
+            let template = pool.cmdline_template.clone();
             let entries = enrolled.check_clients(
                 &[Step::Key(&name)],
                 &label,
@@ -572,6 +574,7 @@ impl Checker<'_> {
                 dhcp,
                 &server.links,
                 seen,
+                (images, template.as_ref()),
             )?;
             Arc::make_mut(pool).clients.extend(entries);
         }
@@ -689,7 +692,15 @@ impl Checker<'_> {
         };
         let list = [Key("pools"), Key(name.as_str()), Key("clients")];
         let label = format!("pools.{name}.clients");
-        let clients = self.check_clients(&list, &label, &p.clients, dhcp, &server.links, seen)?;
+        let clients = self.check_clients(
+            &list,
+            &label,
+            &p.clients,
+            dhcp,
+            &server.links,
+            seen,
+            (images, cmdline_template.as_ref()),
+        )?;
         let pool = Pool {
             name: name.clone(),
             image,
@@ -728,6 +739,8 @@ impl Checker<'_> {
         dhcp: &Dhcp,
         links: &[Ipv4Addr],
         seen: &mut Seen,
+        // What the entries' overrides may name and must fit: the images, the pool's template.
+        (images, template): (&BTreeMap<String, Arc<Image>>, Option<&cmdline::Template>),
     ) -> Result<Vec<ClientEntry>, ConfigError> {
         use Step::Key;
         let mut clients = Vec::new();
@@ -754,9 +767,19 @@ impl Checker<'_> {
             };
             let key = if c.mac.is_some() { "mac" } else { "macs" };
             let entry = format!("{label}[{i}]");
-            if let Some(n) = &c.name {
-                self.check_client_name(&at_c("name"), n, &macs, entry.clone(), seen)?;
-            }
+            let client_name = match &c.name {
+                Some(n) => Some(self.check_client_name(
+                    &at_c("name"),
+                    n,
+                    c.first,
+                    &macs,
+                    &mut seen.names,
+                )?),
+                None if c.first.is_some() => {
+                    return Err(self.err(&at_c("first"), "counts for a `name` pattern: give one"));
+                }
+                None => None,
+            };
             if macs.len() > PLAUSIBLE_MACS {
                 self.warn(
                     &at_c(key),
@@ -803,40 +826,17 @@ impl Checker<'_> {
                     Some(ip)
                 }
             };
+            let (cmdline, image, revision) = self.check_overrides(&item(), c, images, template)?;
             clients.push(ClientEntry {
                 macs,
-                name: c.name.clone(),
+                name: client_name,
                 ip,
+                cmdline,
+                image,
+                revision,
             });
         }
         Ok(clients)
-    }
-
-    /// A client's `name` (at `at`, of `entry`): one machine's, so not a range's and not given
-    /// twice in the file.
-    fn check_client_name(
-        &self,
-        at: &[Step],
-        name: &str,
-        macs: &MacRange,
-        entry: String,
-        seen: &mut Seen,
-    ) -> Result<(), ConfigError> {
-        if macs.len() != 1 {
-            return Err(self.err(
-                at,
-                format!(
-                    "names one machine, but `macs` lists {}: give each machine its own entry \
-                     with `mac` and `name`",
-                    macs.len()
-                ),
-            ));
-        }
-        if let Some((_, other)) = seen.names.iter().find(|(x, _)| x == name) {
-            return Err(self.err(at, format!("`{name}` is already the name of {other}")));
-        }
-        seen.names.push((name.to_string(), entry));
-        Ok(())
     }
 
     fn check_limits(&self, l: &raw::Limits, dhcp: &Dhcp) -> Result<Limits, ConfigError> {
@@ -977,7 +977,7 @@ struct Seen {
     macs: Vec<(MacRange, String)>,
     ips: Vec<(Ipv4Addr, String)>,
     /// Client names: one machine each, across the pools.
-    names: Vec<(String, String)>,
+    names: super::client_names::Taken,
 }
 
 /// A MAC range of more machines than this is warned about (a digit too many turns a room's

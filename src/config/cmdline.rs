@@ -30,10 +30,14 @@ pub enum Field {
     Cmdline,
     /// `netconsole=...` when the pool has `netconsole` on, else nothing.
     Netconsole,
+    /// The client's `name`, else nothing.
+    Name,
+    /// `systemd.hostname=NAME` for a client with a `name`, else nothing.
+    Hostname,
 }
 
 /// Every placeholder, by the name written between braces.
-pub const FIELDS: [(&str, Field); 16] = [
+pub const FIELDS: [(&str, Field); 18] = [
     ("server", Field::Server),
     ("http", Field::Http),
     ("http_port", Field::HttpPort),
@@ -50,6 +54,8 @@ pub const FIELDS: [(&str, Field); 16] = [
     ("initrd", Field::Initrd),
     ("cmdline", Field::Cmdline),
     ("netconsole", Field::Netconsole),
+    ("name", Field::Name),
+    ("hostname", Field::Hostname),
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -72,9 +72,7 @@ pub fn add(config_file: &Path, enrolment: &Enrolment) -> Result<PathBuf, Refused
     }
     if let Some(m) = config.listed(*mac) {
         let named = m
-            .entry
-            .name
-            .as_deref()
+            .name()
             .map(|n| format!(" as `{n}`"))
             .unwrap_or_default();
         return Err(conflict(format!(
@@ -97,7 +95,11 @@ pub fn add(config_file: &Path, enrolment: &Enrolment) -> Result<PathBuf, Refused
         mac: Some(mac.to_string()),
         macs: None,
         name: name.clone(),
+        first: None,
         ip: None,
+        cmdline: None,
+        image: None,
+        revision: None,
     });
     write(&file, &render(&lists)).map_err(|e| Refused::Io(e.to_string()))?;
     // Whole, or not at all: a name another client has, say, is refused as a reload would.

@@ -2,6 +2,7 @@
 //! the rest of the daemon reads (servers, subnets, images, pools, clients, limits).
 
 use super::arch::Arch;
+use super::client_names::ClientName;
 use super::cmdline;
 use super::dhcp6::{BootOver, Dhcp6};
 use super::error::ConfigError;
@@ -412,12 +413,14 @@ impl Pool {
         self.variant(code).map_or(&self.image, |v| &v.image)
     }
 
-    /// The pool's image and every per-architecture one, each once.
+    /// Every image a machine of the pool boots, each once: the pool's, every
+    /// per-architecture one, and its clients' own (`clients[].image`).
     pub fn images(&self) -> Vec<&Arc<Image>> {
         let mut all = vec![&self.image];
-        for v in self.arch.values() {
-            if !all.iter().any(|i| i.name == v.image.name) {
-                all.push(&v.image);
+        let others = self.arch.values().map(|v| &v.image);
+        for image in others.chain(self.clients.iter().filter_map(|e| e.image.as_ref())) {
+            if !all.iter().any(|i| i.name == image.name) {
+                all.push(image);
             }
         }
         all
@@ -433,16 +436,35 @@ pub enum Netconsole {
     On(Option<String>),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ClientEntry {
     pub macs: MacRange,
-    pub name: Option<String>,
+    /// Its machines' names: one machine's, or a pattern naming each MAC of `macs`.
+    pub name: Option<ClientName>,
     pub ip: Option<Ipv4Addr>,
+    /// Kernel arguments its machines get after the pool's (`cmdline`).
+    pub cmdline: Option<String>,
+    /// What its machines boot instead of the pool's image, and its `arch` ones (`image`).
+    pub image: Option<Arc<Image>>,
+    /// The revision of that image (its own, else the pool's) they boot instead of the active
+    /// one: a canary, before the revision is activated for all (`revision`; a revision id,
+    /// `names::is_id`).
+    pub revision: Option<String>,
+}
+
+impl ClientEntry {
+    /// The name of its machine `mac` (`None`: no name, or not one of its MACs).
+    pub fn name_of(&self, mac: Mac) -> Option<String> {
+        let name = self.name.as_ref()?;
+        self.macs.index_of(mac).map(|i| name.nth(i))
+    }
 }
 
 /// What pools.yaml says about one MAC.
 #[derive(Debug, Clone)]
 pub struct Member<'a> {
+    /// The machine it is.
+    pub mac: Mac,
     pub pool: &'a Arc<Pool>,
     pub entry: &'a ClientEntry,
     /// What its firmware family boots instead of the pool's own (`Member::on_arch`).
@@ -460,6 +482,9 @@ static DISCOVERED: ClientEntry = ClientEntry {
     },
     name: None,
     ip: None,
+    cmdline: None,
+    image: None,
+    revision: None,
 };
 
 impl<'a> Member<'a> {
@@ -477,16 +502,44 @@ impl<'a> Member<'a> {
         }
     }
 
-    /// The image it boots.
+    /// Its name (`pools.NAME.clients[].name`, a pattern expanded for its MAC), if it has one.
+    pub fn name(&self) -> Option<String> {
+        self.entry.name_of(self.mac)
+    }
+
+    /// The image it boots: its entry's own, else its firmware family's, else its pool's.
     pub fn image(&self) -> &'a Arc<Image> {
+        if let Some(own) = &self.entry.image {
+            return own;
+        }
         self.variant.map_or(&self.pool.image, |v| &v.image)
     }
 
-    /// Its kernel arguments of the pool's own (`cmdline`).
-    pub fn cmdline(&self) -> &'a str {
-        match self.variant.and_then(|v| v.cmdline.as_deref()) {
+    /// The revision of `image()` its entry pins it to (a canary), if any: `None` also when
+    /// its firmware family boots another image than the one the revision is of.
+    pub fn revision(&self) -> Option<&'a str> {
+        let rev = self.entry.revision.as_deref()?;
+        let of = self.entry.image.as_ref().unwrap_or(&self.pool.image);
+        (self.image().name == of.name).then_some(rev)
+    }
+
+    /// Whether it may boot image `name`: its pool's, its family's, its entry's own.
+    pub fn boots(&self, name: &str) -> bool {
+        self.pool.image.name == name
+            || self.pool.arch.values().any(|v| v.image.name == name)
+            || self.entry.image.as_ref().is_some_and(|i| i.name == name)
+    }
+
+    /// Its kernel arguments of the pool's own (`cmdline`, or its family's), then its entry's.
+    pub fn cmdline(&self) -> String {
+        let pool = match self.variant.and_then(|v| v.cmdline.as_deref()) {
             Some(line) => line,
             None => &self.pool.cmdline,
+        };
+        match self.entry.cmdline.as_deref() {
+            Some(own) if pool.is_empty() => own.to_string(),
+            Some(own) => format!("{pool} {own}"),
+            None => pool.to_string(),
         }
     }
 }
@@ -498,6 +551,7 @@ impl Config {
         self.listed(mac).or_else(|| {
             let pool = self.pools.values().find(|p| p.discover)?;
             Some(Member {
+                mac,
                 pool,
                 entry: &DISCOVERED,
                 variant: None,
@@ -512,6 +566,7 @@ impl Config {
                 .iter()
                 .find(|e| e.macs.contains(mac))
                 .map(|entry| Member {
+                    mac,
                     pool,
                     entry,
                     variant: None,
@@ -532,6 +587,34 @@ impl Config {
             line: loc.map(|l| l.0),
             column: loc.map(|l| l.1),
             path: keys.join("."),
+            reason,
+        }
+    }
+
+    /// An error about key `key` of entry `index` of pool `pool`'s `clients`, located as
+    /// `error_at` locates one.
+    pub fn error_at_entry(
+        &self,
+        pool: &str,
+        index: usize,
+        key: &str,
+        reason: String,
+    ) -> ConfigError {
+        let steps = [
+            Step::Key("pools"),
+            Step::Key(pool),
+            Step::Key("clients"),
+            Step::Index(index),
+            Step::Key(key),
+        ];
+        let loc = std::fs::read_to_string(&self.file)
+            .ok()
+            .and_then(|text| locate::locate(&text, &steps));
+        ConfigError {
+            file: self.file.clone(),
+            line: loc.map(|l| l.0),
+            column: loc.map(|l| l.1),
+            path: format!("pools.{pool}.clients[{index}].{key}"),
             reason,
         }
     }

@@ -325,5 +325,13 @@ pub struct Client {
     pub mac: Option<String>,
     pub macs: Option<String>,
     pub name: Option<String>,
+    /// The number a `{n}` name pattern gives the entry's first MAC (default 1).
+    pub first: Option<u64>,
     pub ip: Option<String>,
+    /// Kernel arguments after the pool's.
+    pub cmdline: Option<String>,
+    /// An image of `images` instead of the pool's.
+    pub image: Option<String>,
+    /// A revision id of that image instead of its active one.
+    pub revision: Option<String>,
 }

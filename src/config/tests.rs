@@ -1087,7 +1087,8 @@ fn proxy_mode_refuses_what_only_an_address_giving_server_uses() {
     assert!(parse(GOOD).unwrap().warnings.is_empty());
 }
 
-/// A client's name is one machine's: not given to a MAC range, and not to two entries.
+/// A plain name is one machine's: not given to a MAC range; no two machines of the file share
+/// a name, patterns expanded, and the refusal names both places.
 #[test]
 fn a_name_belongs_to_one_machine() {
     let ranged = GOOD.replace(
@@ -1100,15 +1101,81 @@ fn a_name_belongs_to_one_machine() {
     assert!(e.reason.contains("lists 48"), "{e}");
     let twice = GOOD.replace(
         "      - { macs:",
-        "      - { mac: \"52:54:00:77:00:02\", name: pc01 }\n      - { macs:",
+        "      - { mac: \"52:54:00:77:00:02\", name: PC01 }\n      - { macs:",
     );
     let e = parse(&twice).unwrap_err();
     assert_eq!(e.path, "pools.room-101.clients[1].name", "{e}");
+    let first = format!(
+        "`PC01` (52:54:00:77:00:02) is already the name of 52:54:00:77:00:01 at \
+         /etc/bootpool/pools.yaml:{}:",
+        line_with(&twice, "name: pc01").unwrap()
+    );
     assert!(
-        e.reason
-            .contains("`pc01` is already the name of pools.room-101.clients[0]"),
+        e.reason.contains(&first) && e.reason.ends_with(": pools.room-101.clients[0].name"),
         "{e}"
     );
+    // A pattern's names collide with a plain name of another pool.
+    let pattern = GOOD
+        .replace(
+            "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }",
+            "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\", name: \"pc{n:02}\" }",
+        )
+        .replace(
+            "{ mac: \"52:54:00:77:00:01\", name: pc01, ip: 10.77.0.11 }",
+            "{ mac: \"52:54:00:77:00:01\", name: pc48, ip: 10.77.0.11 }",
+        );
+    let e = parse(&pattern).unwrap_err();
+    assert_eq!(e.line, line_with(&pattern, "name: \"pc{n:02}\""), "{e}");
+    assert!(
+        e.reason
+            .contains("`pc48` (52:54:00:77:00:3f) is already the name of 52:54:00:77:00:01"),
+        "{e}"
+    );
+    // Counted from `first`, the same pattern fits beside it.
+    let c = parse(&pattern.replace("name: \"pc{n:02}\"", "name: \"pc{n:02}\", first: 49"));
+    assert!(c.is_ok(), "{c:?}");
+    // From 53 on, two digits make 47 names for its 48 machines.
+    let e =
+        parse(&pattern.replace("name: \"pc{n:02}\"", "name: \"pc{n:02}\", first: 53")).unwrap_err();
+    assert!(
+        e.reason.contains("makes 47 names, and the entry lists 48"),
+        "{e}"
+    );
+}
+
+/// A pattern gives each machine of its range a name, from `first` or its bracket's first
+/// number; each member knows its own.
+#[test]
+fn name_patterns_name_each_machine_of_a_range() {
+    let c = parse(&GOOD.replace(
+        "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }",
+        "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\", name: \"pc{n:02}\", first: 2 }",
+    ))
+    .unwrap();
+    let name = |mac: &str| c.member(mac.parse().unwrap()).unwrap().name();
+    assert_eq!(name("52:54:00:77:00:01").as_deref(), Some("pc01"));
+    assert_eq!(name("52:54:00:77:00:10").as_deref(), Some("pc02"));
+    assert_eq!(name("52:54:00:77:00:3f").as_deref(), Some("pc49"));
+    let c = parse(&GOOD.replace(
+        "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }",
+        "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\", name: \"n[001-048]\" }",
+    ))
+    .unwrap();
+    let name = |mac: &str| c.member(mac.parse().unwrap()).unwrap().name();
+    assert_eq!(name("52:54:00:77:00:11").as_deref(), Some("n002"));
+    let small = GOOD.replace(
+        "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }",
+        "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\", name: \"n[1-9]\" }",
+    );
+    let e = parse(&small).unwrap_err();
+    assert_eq!(e.path, "pools.room-101.clients[1].name", "{e}");
+    assert!(
+        e.reason.contains("makes 9 names, and the entry lists 48"),
+        "{e}"
+    );
+    let lone = GOOD.replace("name: pc01, ip", "first: 3, ip");
+    let e = parse(&lone).unwrap_err();
+    assert_eq!(e.path, "pools.room-101.clients[0].first", "{e}");
 }
 
 /// Valid but unlikely values are warnings, located like errors: a MAC range of millions (a
@@ -1376,4 +1443,65 @@ fn a_reload_cannot_change_an_uplink() {
     assert_eq!(refused[0].path, "dhcp.subnets");
     assert!(refused[0].reason.contains("uplinks"), "{}", refused[0]);
     assert!(super::reload::refused(&old, &old, false).is_empty());
+}
+
+/// A client entry's own `cmdline` follows the pool's, its `image` replaces the pool's (and
+/// joins the images the pool boots), its `revision` pins it to one revision of that image;
+/// what they name is checked where they say it.
+#[test]
+fn an_entry_overrides_its_pools_cmdline_image_and_revision() {
+    let two = GOOD.replace(
+        "    store: disk\npools:",
+        "    store: disk\n  desk: { dir: images/desk }\npools:",
+    );
+    let with = |extra: &str| {
+        two.replace(
+            "{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\" }",
+            &format!("{{ macs: \"52:54:00:77:00:10-52:54:00:77:00:3f\", {extra} }}"),
+        )
+    };
+    let c = parse(&with("cmdline: quiet, image: desk, revision: 0123456789ab")).unwrap();
+    let m = c.member("52:54:00:77:00:11".parse().unwrap()).unwrap();
+    assert_eq!(m.image().name, "desk");
+    assert_eq!(m.cmdline(), "console=ttyS0 quiet");
+    assert_eq!(m.revision(), Some("0123456789ab"));
+    let names: Vec<&str> = m.pool.images().iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["demo", "desk"]);
+    // The fixed entry keeps the pool's.
+    let pc01 = c.member("52:54:00:77:00:01".parse().unwrap()).unwrap();
+    assert_eq!(
+        (pc01.image().name.as_str(), pc01.cmdline()),
+        ("demo", "console=ttyS0".to_string())
+    );
+    assert_eq!(pc01.revision(), None);
+    for (extra, key, says) in [
+        (
+            "image: nope",
+            "image",
+            "no image `nope` (images: demo, desk)",
+        ),
+        ("revision: r2", "revision", "`r2` is not a revision id"),
+    ] {
+        let text = with(extra);
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.path, format!("pools.room-101.clients[1].{key}"), "{e}");
+        assert_eq!(e.line, line_with(&text, extra), "{e}");
+        assert!(e.reason.contains(says), "{e}");
+    }
+    // A template that places no {cmdline} cannot take an entry's.
+    let t = with("cmdline: quiet").replace(
+        "    cmdline: console=ttyS0\n",
+        "    cmdline_template: \"{root}\"\n",
+    );
+    let e = parse(&t).unwrap_err();
+    assert_eq!(e.path, "pools.room-101.clients[1].cmdline", "{e}");
+    // A pinned revision that is not on disk is what `check` finds missing, at its key.
+    let missing = missing_files(&parse(&with("revision: 0123456789ab")).unwrap());
+    assert!(
+        missing
+            .iter()
+            .any(|e| e.path == "pools.room-101.clients[1].revision"
+                && e.reason.contains("no revision 0123456789ab on disk")),
+        "{missing:?}"
+    );
 }

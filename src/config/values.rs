@@ -97,6 +97,12 @@ impl MacRange {
     pub fn is_empty(&self) -> bool {
         false
     }
+    /// The place of `mac` in the range (0 for its first), if it is one of it.
+    pub fn index_of(&self, mac: Mac) -> Option<u64> {
+        self.contains(mac)
+            .then(|| mac.as_u64() - self.first.as_u64())
+    }
+
     /// The n-th MAC of the range, if it has one.
     pub fn nth(&self, n: u64) -> Option<Mac> {
         (n < self.len()).then(|| Mac::from_u64(self.first.as_u64() + n))

@@ -100,7 +100,8 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
                 squashfs: serve::nbd_served(&config, &name),
                 source: None,
             };
-            let done = import::import(&image, &req)?;
+            let needs = super::bootable::needs(&config, &name);
+            let done = import::import_for(&image, &req, &needs)?;
             let r = &done.revision;
             if done.new {
                 println!(
@@ -197,7 +198,7 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
                 if name.as_ref().is_some_and(|n| n != &image.name) {
                     continue;
                 }
-                prune(image, &running, dry_run)?;
+                prune(image, &running, &pinned(&config, &image.name), dry_run)?;
             }
             Ok(())
         }
@@ -330,7 +331,26 @@ fn root_image(config: &Config, image: &Image, id: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn prune(image: &Image, running: &[usage::Running], dry_run: bool) -> anyhow::Result<()> {
+/// The revisions of image `name` that client entries pin (`clients[].revision`, canaries).
+fn pinned(config: &Config, name: &str) -> Vec<String> {
+    config
+        .pools
+        .values()
+        .flat_map(|p| {
+            p.clients.iter().filter_map(move |e| {
+                let image = e.image.as_ref().unwrap_or(&p.image);
+                (image.name == name).then(|| e.revision.clone()).flatten()
+            })
+        })
+        .collect()
+}
+
+fn prune(
+    image: &Image,
+    running: &[usage::Running],
+    pinned: &[String],
+    dry_run: bool,
+) -> anyhow::Result<()> {
     let dir = &image.dir;
     if !store::managed(dir) {
         return Ok(());
@@ -345,6 +365,13 @@ fn prune(image: &Image, running: &[usage::Running], dry_run: bool) -> anyhow::Re
         if active.as_deref() == Some(r.id.as_str()) {
             println!(
                 "image {}: keeping {} ({}): active",
+                image.name,
+                r.label(),
+                r.id
+            );
+        } else if pinned.contains(&r.id) {
+            println!(
+                "image {}: keeping {} ({}): a client's `revision` in pools.yaml",
                 image.name,
                 r.label(),
                 r.id

@@ -85,8 +85,19 @@ fn size(b: u64) -> String {
     }
 }
 
-/// Imports `req` into `image`'s folder as a new revision (not activated).
+/// Imports `req` into `image`'s folder as a new revision (not activated), if it has an init
+/// (`bootable::check`).
 pub fn import(image: &Image, req: &Request) -> anyhow::Result<Imported> {
+    import_for(image, req, &[])
+}
+
+/// `import`, refusing a revision whose initrd cannot boot the pools `needs` describes
+/// (`bootable::needs`: the pools booting the image).
+pub fn import_for(
+    image: &Image,
+    req: &Request,
+    needs: &[super::bootable::Need],
+) -> anyhow::Result<Imported> {
     let dir = &image.dir;
     let _lock = store::lock(dir)?;
     // Leftovers of an import that was killed: ours to clear while we hold the lock.
@@ -99,7 +110,7 @@ pub fn import(image: &Image, req: &Request) -> anyhow::Result<Imported> {
     }
     let tmp = dir.join(format!(".import-{}", std::process::id()));
     std::fs::create_dir(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    let result = build(image, req, &tmp);
+    let result = build(image, req, &tmp, needs);
     let out = result.and_then(|(meta, hash, stored)| {
         let mut done = publish(image, &tmp, meta, &hash)?;
         done.stored = stored;
@@ -116,9 +127,14 @@ pub fn import(image: &Image, req: &Request) -> anyhow::Result<Imported> {
     out
 }
 
-/// Builds the revision in `tmp`, its files linked to the image's store; returns its record
-/// (seq still 0), hash, and what the store got.
-fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, String, Stored)> {
+/// Builds the revision in `tmp`, its files linked to the image's store once it is known to
+/// boot; returns its record (seq still 0), hash, and what the store got.
+fn build(
+    image: &Image,
+    req: &Request,
+    tmp: &Path,
+    needs: &[super::bootable::Need],
+) -> anyhow::Result<(Meta, String, Stored)> {
     let tree = tmp.join(&image.root_tree_name);
     if let Some(p) = tree.parent() {
         std::fs::create_dir_all(p)?;
@@ -197,6 +213,8 @@ fn build(image: &Image, req: &Request, tmp: &Path) -> anyhow::Result<(Meta, Stri
                 .set_modified(t)?;
         }
     }
+    super::bootable::check(&tree, &tmp.join(&image.initrd_name), needs)
+        .with_context(|| format!("{shown} cannot boot; nothing imported"))?;
     eprintln!("import: hashing the tree and linking its files to the image's store");
     let summary = hash_tree(&tree, Some((&image.dir, &mut stored, &known)))?;
     let mut h = Sha256::new();

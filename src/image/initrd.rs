@@ -1,5 +1,6 @@
 //! Which builder made an image's initrd, told by the files of its archive (initramfs-tools
-//! writes `conf/initramfs.conf`, dracut `usr/lib/dracut/`), so that a pool whose root argument
+//! writes `conf/initramfs.conf`, dracut `usr/lib/dracut/` or `lib/dracut/`), and every file
+//! it holds (`contents`, for `bootable.rs`), so that a pool whose root argument
 //! is in the other builder's syntax is refused before a room boots it (`app::unservable`):
 //! Debian's initramfs-tools initrd cannot read dracut's `root=nfs:`, nor dracut's `nfsroot=`.
 
@@ -64,9 +65,23 @@ fn builder(path: &Path) -> Option<Initramfs> {
     unpacked_builder(&bytes[at..], by)
 }
 
-/// The builder a compressed part's files tell, unpacked by the program that makes such parts
-/// (gzip, zstd, xz...) a MiB at a time until they tell one, up to `READ_AT_MOST`.
+/// The builder a compressed part's files tell, unpacked a MiB at a time until they tell one,
+/// up to `READ_AT_MOST`.
 fn unpacked_builder(part: &[u8], by: Compressor) -> Option<Initramfs> {
+    let out = unpacked(part, by, READ_AT_MOST, |out| {
+        of_names(&cpio::names(out)).is_some()
+    })?;
+    of_names(&cpio::names(&out))
+}
+
+/// A compressed part unpacked by the program that makes such parts (gzip, zstd, xz...), a
+/// MiB at a time until `enough` says so or `most` bytes are out; `None`: no such program.
+fn unpacked(
+    part: &[u8],
+    by: Compressor,
+    most: u64,
+    enough: impl Fn(&[u8]) -> bool,
+) -> Option<Vec<u8>> {
     let program = match by {
         Compressor::Gzip => "gzip",
         Compressor::Zstd => "zstd",
@@ -85,25 +100,59 @@ fn unpacked_builder(part: &[u8], by: Compressor) -> Option<Initramfs> {
     let mut stdin = child.stdin.take()?;
     let mut stdout = child.stdout.take()?;
     let mut out = Vec::new();
-    let found = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         // Ended by a broken pipe when the reading stops first.
         s.spawn(move || stdin.write_all(part));
-        let found = loop {
+        loop {
             let got = (&mut stdout)
                 .take(1 << 20)
                 .read_to_end(&mut out)
                 .unwrap_or(0);
-            let found = of_names(&cpio::names(&out));
-            if found.is_some() || got == 0 || out.len() as u64 >= READ_AT_MOST {
-                break found;
+            if got == 0 || out.len() as u64 >= most || enough(&out) {
+                break;
             }
-        };
+        }
         drop(stdout);
         let _ = child.kill();
-        found
     });
     let _ = child.wait();
-    found
+    Some(out)
+}
+
+/// How much of an initrd's compressed part `contents` unpacks: a desktop's initrd with every
+/// module is a few hundred MiB unpacked.
+const READ_ALL_AT_MOST: u64 = 1 << 30;
+
+/// Every entry name of the initrd at `path` (leading `./` dropped): its uncompressed front's
+/// (early microcode) and its compressed main part's. `None`: unreadable, or its compressor's
+/// program is missing.
+pub fn contents(path: &Path) -> Option<Vec<String>> {
+    let bytes = std::fs::read(path).ok()?;
+    let (front, tail) = match cpio::tail(&bytes) {
+        Tail::None => (bytes.len(), None),
+        Tail::Compressed { at, by } => (at, Some((at, by))),
+        Tail::Unknown { at } => (at, None),
+    };
+    let mut names: Vec<String> = cpio::names(&bytes[..front])
+        .iter()
+        .map(|n| plain(n))
+        .collect();
+    if let Some((at, by)) = tail {
+        let out = unpacked(&bytes[at..], by, READ_ALL_AT_MOST, |_| false)?;
+        names.extend(cpio::names(&out).iter().map(|n| plain(n)));
+    }
+    Some(names)
+}
+
+fn plain(name: &[u8]) -> String {
+    let name = name.strip_prefix(b"./").unwrap_or(name);
+    String::from_utf8_lossy(name).into_owned()
+}
+
+/// The builder whose own files are among `names` (as `contents` gives them).
+pub fn builder_of(names: &[String]) -> Option<Initramfs> {
+    let bytes: Vec<&[u8]> = names.iter().map(|n| n.as_bytes()).collect();
+    of_names(&bytes)
 }
 
 /// The builder whose own file is among `names`.
@@ -112,7 +161,7 @@ fn of_names(names: &[&[u8]]) -> Option<Initramfs> {
         let n = n.strip_prefix(b"./").unwrap_or(n);
         if n == b"conf/initramfs.conf" {
             Some(Initramfs::InitramfsTools)
-        } else if n.starts_with(b"usr/lib/dracut") {
+        } else if n.starts_with(b"usr/lib/dracut") || n.starts_with(b"lib/dracut") {
             Some(Initramfs::Dracut)
         } else {
             None

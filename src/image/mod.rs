@@ -5,6 +5,7 @@
 //! the one boots get in `active`; a boot is handed names that carry its revision, so clients
 //! already running keep theirs (`serve.rs`).
 
+pub mod bootable;
 pub mod cli;
 pub mod copies;
 pub mod cpio;

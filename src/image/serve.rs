@@ -8,7 +8,7 @@
 use super::copies::{self, Kind};
 use super::store;
 use crate::config::names::{self, revision};
-use crate::config::{Config, ConfigError, Image, RootProto, Wire};
+use crate::config::{Config, ConfigError, Image, Member, RootProto, Wire};
 use std::sync::Arc;
 
 /// The image a boot starting now gets: the active revision of a folder with revisions, else
@@ -56,7 +56,7 @@ pub fn missing_files(config: &Config) -> Vec<ConfigError> {
             }
         }
     }
-    missing
+    let mut errors: Vec<ConfigError> = missing
         .into_iter()
         .map(|(image, path, pools)| {
             let img = &config.images[&image];
@@ -82,7 +82,52 @@ pub fn missing_files(config: &Config) -> Vec<ConfigError> {
                 ),
             )
         })
-        .collect()
+        .collect();
+    errors.extend(pinned_missing(config));
+    errors
+}
+
+/// The clients' `revision`s that are not on disk: a canary is named once its revision is
+/// imported (`bootpool image import`), and never boots the active one by mistake.
+fn pinned_missing(config: &Config) -> Vec<ConfigError> {
+    let mut errors = Vec::new();
+    for (name, pool) in &config.pools {
+        for (i, entry) in pool.clients.iter().enumerate() {
+            let Some(rev) = &entry.revision else { continue };
+            let image = entry.image.as_ref().unwrap_or(&pool.image);
+            if store::managed(&image.dir) && store::rev_dir(&image.dir, rev).is_dir() {
+                continue;
+            }
+            errors.push(config.error_at_entry(
+                name,
+                i,
+                "revision",
+                format!(
+                    "image `{}` has no revision {rev} on disk (bootpool image list {} shows                      its revisions; import it first)",
+                    image.name, image.name
+                ),
+            ));
+        }
+    }
+    errors
+}
+
+/// What a boot of `member` starting now is handed: the revision its entry pins it to (a
+/// canary) while that is on disk, else `for_boot` of the image it boots.
+pub fn for_member(config: &Config, member: &Member) -> Arc<Image> {
+    let image = member.image();
+    let pinned = member
+        .revision()
+        .filter(|r| store::managed(&image.dir) && store::rev_dir(&image.dir, r).is_dir());
+    let Some(rev) = pinned else {
+        if let Some(r) = member.revision() {
+            tracing::warn!(mac = %member.mac, image = %image.name, rev = %r,
+                "the client's revision is not on disk; it boots the active one");
+        }
+        return for_boot(config, image);
+    };
+    let image = Arc::new(revision(image, rev));
+    wire_root(config, &image).unwrap_or(image)
 }
 
 /// What a boot starting now is handed: `serving`'s image, with its NBD root's wire copy

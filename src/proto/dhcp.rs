@@ -395,6 +395,8 @@ pub struct Reply {
     pub dns: Vec<Ipv4Addr>,
     /// Option 7 (log server): where iPXE's syslog console sends (UDP 514).
     pub log_server: Option<Ipv4Addr>,
+    /// Option 12 (host name): the client's `name`.
+    pub host_name: Option<String>,
     pub lease_secs: Option<u32>,
     /// Boot file name (`file` field and option 67).
     pub boot_file: Option<String>,
@@ -485,6 +487,9 @@ pub fn encode_reply(r: &Reply) -> Result<Vec<u8>, dhcproto::error::EncodeError> 
         }
         if let Some(log) = r.log_server {
             o.insert(DhcpOption::LogServer(vec![log]));
+        }
+        if let Some(name) = &r.host_name {
+            o.insert(DhcpOption::Hostname(name.clone()));
         }
         if let Some(secs) = r.lease_secs {
             o.insert(DhcpOption::AddressLeaseTime(secs));
@@ -692,6 +697,7 @@ mod tests {
             router: None,
             dns: Vec::new(),
             log_server: None,
+            host_name: None,
             lease_secs: None,
             boot_file: None,
             tftp_server: None,
@@ -734,6 +740,7 @@ mod tests {
             router: Some(Ipv4Addr::new(10, 77, 0, 1)),
             dns: vec![Ipv4Addr::new(10, 77, 0, 53)],
             log_server: Some(Ipv4Addr::new(10, 77, 0, 1)),
+            host_name: Some("pc07".into()),
             lease_secs: Some(3600),
             boot_file: Some("undionly.kpxe".into()),
             tftp_server: Some("10.77.0.1".into()),
@@ -769,6 +776,10 @@ mod tests {
         assert_eq!(
             m.opts().get(v4::OptionCode::LogServer),
             Some(&DhcpOption::LogServer(vec![Ipv4Addr::new(10, 77, 0, 1)]))
+        );
+        assert_eq!(
+            m.opts().get(v4::OptionCode::Hostname),
+            Some(&DhcpOption::Hostname("pc07".into()))
         );
         assert_eq!(
             m.opts().get(v4::OptionCode::ClassIdentifier),

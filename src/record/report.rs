@@ -58,14 +58,16 @@ impl People {
         for pool in config.pools.values() {
             let (mut macs, mut complete) = (Vec::new(), true);
             for entry in &pool.clients {
-                if let Some(name) = &entry.name {
-                    people.names.insert(entry.macs.first, name.clone());
-                }
                 if entry.macs.len() > ENUMERATED {
                     complete = false;
                     continue;
                 }
-                macs.extend((0..entry.macs.len()).filter_map(|n| entry.macs.nth(n)));
+                for mac in (0..entry.macs.len()).filter_map(|n| entry.macs.nth(n)) {
+                    if let Some(name) = entry.name_of(mac) {
+                        people.names.insert(mac, name);
+                    }
+                    macs.push(mac);
+                }
             }
             people.listed.insert(pool.name.clone(), macs);
             people.complete.insert(pool.name.clone(), complete);

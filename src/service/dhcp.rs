@@ -625,6 +625,8 @@ impl Server {
             dns: Vec::new(),
             lease_secs: None,
             log_server: None,
+            // The site's DHCP server names the machine, if anyone does.
+            host_name: None,
             ipxe_no_proxy: false,
             ..self.reply(
                 config,
@@ -913,6 +915,7 @@ impl Server {
             log_server: (plan.member.pool.netconsole != crate::config::Netconsole::Off
                 && config.server.ports.console == 514)
                 .then_some(plan.next_server),
+            host_name: plan.member.name(),
             lease_secs: Some(u32::try_from(on.lease.as_secs()).unwrap_or(u32::MAX)),
             tftp_server: tftp.then(|| plan.next_server.to_string()),
             boot_file,

@@ -38,6 +38,6 @@ pub fn for_peer(
         );
     }
     let member = member.on_arch(arch);
-    let image = crate::image::serve::for_boot(config, member.image());
+    let image = crate::image::serve::for_member(config, &member);
     Ok(grub::config(config, &member, &image, mac, link, client))
 }

@@ -435,3 +435,45 @@ fn in_range_loopback(ip: Ipv4Addr) -> bool {
     (u32::from(Ipv4Addr::new(127, 0, 0, 100))..=u32::from(Ipv4Addr::new(127, 0, 0, 199)))
         .contains(&u32::from(ip))
 }
+
+/// A client's `name` goes out as option 12, as busybox udhcpc (`$hostname`) and ISC dhclient
+/// (`$new_host_name`) read it: a pattern's name for each MAC of its range, a fixed entry's
+/// own, and none for a client without a name.
+#[test]
+fn named_clients_get_their_host_name() {
+    let link = Link::new(&format!("{SERVER}/24"));
+    let fx = Fixture::new();
+    fx.write_config(&config(&link.server_if).clients(
+        "nfs-room",
+        "- { macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\", name: \"n[001-016]\" }\n\
+         - { mac: \"52:54:00:77:00:20\" }",
+    ));
+    let _daemon = Daemon::start(&link, &fx, 1);
+    let udhcpc_name = |mac: &str| {
+        let dir = fx.path().join(format!("udhcpc-{}", mac.replace(':', "")));
+        std::fs::create_dir_all(&dir).unwrap();
+        link.udhcpc_line(&dir, mac, "ip=$ip hostname=$hostname", false, &[])
+            .unwrap_or_else(|| panic!("udhcpc as {mac} got no lease"))
+    };
+    let third = udhcpc_name("52:54:00:77:00:02");
+    assert!(third.ends_with(" hostname=n003"), "{third}");
+    let fixed = udhcpc_name(RESERVED_MAC);
+    assert!(
+        fixed.ends_with(&format!(" ip={RESERVED_IP} hostname=pc10")),
+        "{fixed}"
+    );
+    let unnamed = udhcpc_name("52:54:00:77:00:20");
+    assert!(unnamed.ends_with(" hostname="), "{unnamed}");
+
+    link.set_client_mac("52:54:00:77:00:0f");
+    let said = link
+        .dhclient(
+            &fx.path().join("dhclient-named"),
+            &[],
+            "timeout 10;\nretry 1;\ninitial-interval 1;\n",
+            "echo \"$reason $new_ip_address $new_host_name\" >> $OUT",
+            "BOUND ",
+        )
+        .unwrap_or_else(|log| panic!("dhclient got no lease:\n{log}"));
+    assert!(said.ends_with(" n016"), "{said}");
+}

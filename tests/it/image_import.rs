@@ -48,9 +48,10 @@ fn sh(script: &str) {
 /// A root tree with two kernels in /boot (the newer, by version, is taken), a symlink, a
 /// hard link, a setuid file and /dev/null.
 fn tree(at: &Path, hostname: &str) {
-    for d in ["etc", "usr/bin", "boot", "dev", "var/empty"] {
+    for d in ["etc", "usr/bin", "boot", "dev", "var/empty", "sbin"] {
         std::fs::create_dir_all(at.join(d)).unwrap();
     }
+    init(at);
     std::fs::write(at.join("etc/hostname"), format!("{hostname}\n")).unwrap();
     std::fs::write(at.join("usr/bin/tool"), pattern(7, 300_000)).unwrap();
     std::fs::write(at.join("boot/vmlinuz-6.1.0-2-amd64"), pattern(20, 5000)).unwrap();
@@ -63,6 +64,14 @@ fn tree(at: &Path, hostname: &str) {
         "chmod 4755 {0}/usr/bin/tool; mknod -m 666 {0}/dev/null c 1 3",
         at.display()
     ));
+}
+
+/// An executable /sbin/init, so the tree can boot (`image import` refuses one without).
+fn init(at: &Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::create_dir_all(at.join("sbin")).unwrap();
+    std::fs::write(at.join("sbin/init"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(at.join("sbin/init"), std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
 fn revs(fx: &Fixture) -> Vec<String> {
@@ -216,10 +225,11 @@ def layer(entries):
                 i.type = tarfile.DIRTYPE; i.mode = 0o755
                 t.addfile(i)
             else:
-                i.size = len(data); i.mode = 0o644
+                i.size = len(data); i.mode = 0o755 if name == "sbin/init" else 0o644
                 t.addfile(i, io.BytesIO(data))
     return b.getvalue()
-base = layer([("etc", None), ("etc/hostname", b"base\n"), ("etc/gone", b"x"),
+base = layer([("sbin", None), ("sbin/init", b"exec sh\n"),
+              ("etc", None), ("etc/hostname", b"base\n"), ("etc/gone", b"x"),
               ("opt", None), ("opt/dir", None), ("opt/dir/a", b"a"), ("opt/dir/b", b"b"),
               ("boot", None), ("boot/vmlinuz-5.10.0-1", b"K" * 4000),
               ("boot/initrd.img-5.10.0-1", b"I" * 3000)])
@@ -388,4 +398,146 @@ fn bad_sources_fail_naming_the_problem_and_change_nothing() {
             "nothing written outside"
         );
     }
+}
+
+/// An initrd made by GNU cpio at test time: an uncompressed early-microcode archive, then the
+/// main archive of `files` compressed by `compress` (`gzip`, `zstd`, `xz`).
+fn initrd(fx: &Fixture, name: &str, files: &[&str], compress: &str) -> PathBuf {
+    let dir = fx.path().join(format!("{name}.d"));
+    let early = fx.path().join(format!("{name}.early"));
+    std::fs::create_dir_all(early.join("kernel/x86/microcode")).unwrap();
+    std::fs::write(early.join("kernel/x86/microcode/GenuineIntel.bin"), "ucode").unwrap();
+    for f in files {
+        let path = dir.join(f);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "x").unwrap();
+    }
+    let out = fx.path().join(name);
+    sh(&format!(
+        "cd {early}; find . | cpio -o -H newc --quiet > {out}; \
+         cd {dir}; find . | cpio -o -H newc --quiet | {compress} -c >> {out}",
+        early = early.display(),
+        dir = dir.display(),
+        out = out.display(),
+    ));
+    out
+}
+
+/// `image import` refuses a revision that cannot boot, saying why and adding nothing: a tree
+/// without an init (or whose /sbin/init leads out of the tree), an initrd of the other
+/// builder than the pool's `initramfs`, one without the root support the pool's `root` needs;
+/// and `check` finds the builder mismatch of a configured image too.
+#[test]
+fn import_refuses_what_cannot_boot() {
+    let fx = Fixture::new();
+    let with_pool = |root: &str, kind: &str| {
+        // initramfs-tools' nfsmount asks the portmapper on 111 (a config error otherwise).
+        let base = fx
+            .loopback()
+            .port("portmap", 111)
+            .images("sys: { dir: images/sys, store: disk }")
+            .to_string();
+        assert!(base.ends_with("\n"));
+        format!(
+            "{base}  sys-room:\n    image: sys\n    root: {root}\n    initramfs: {kind}\n    \
+             clients:\n      - {{ mac: \"52:54:00:77:01:01\" }}\n"
+        )
+    };
+    let kernel = fx.path().join("vmlinuz");
+    std::fs::write(&kernel, pattern(30, 4000)).unwrap();
+    let import = |src: &Path, initrd: Option<&Path>| {
+        let mut args = vec!["import", "sys", "--from", src.to_str().unwrap()];
+        if let Some(i) = initrd {
+            args.extend(["--initrd", i.to_str().unwrap()]);
+            args.extend(["--kernel", kernel.to_str().unwrap()]);
+        }
+        bootpool(&fx, &args)
+    };
+    let refused = |src: &Path, initrd: Option<&Path>, says: &[&str]| {
+        let (ok, out, err) = import(src, initrd);
+        assert!(!ok, "imported: {out}");
+        assert!(
+            says.iter().all(|s| err.contains(s)) && err.contains("nothing imported"),
+            "{says:?}: {err}"
+        );
+        assert!(revs(&fx).is_empty(), "{:?}", revs(&fx));
+    };
+    fx.write_config(&with_pool("nfs", "initramfs-tools"));
+    let tools_nfs = [
+        "init",
+        "conf/initramfs.conf",
+        "scripts/nfs",
+        "usr/lib/klibc/bin/nfsmount",
+        "usr/lib/modules/6.1.0-1-amd64/kernel/fs/nfs/nfs.ko",
+    ];
+    let tools = initrd(&fx, "tools.img", &tools_nfs, "zstd");
+
+    // No init; then an init that is a link out of the tree.
+    let src = fx.path().join("src");
+    for d in ["etc", "sbin", "boot"] {
+        std::fs::create_dir_all(src.join(d)).unwrap();
+    }
+    refused(&src, Some(&tools), &["has no init", "/sbin/init"]);
+    let outside = fx.path().join("host-init");
+    std::fs::write(&outside, "#!/bin/sh\n").unwrap();
+    sh(&format!("chmod 755 {}", outside.display()));
+    std::os::unix::fs::symlink(&outside, src.join("sbin/init")).unwrap();
+    refused(&src, Some(&tools), &["has no init"]);
+    std::fs::remove_file(src.join("sbin/init")).unwrap();
+    init(&src);
+
+    // Debian's initrd for a dracut pool; dracut's for an initramfs-tools one.
+    fx.write_config(&with_pool("nfs", "dracut"));
+    refused(
+        &src,
+        Some(&tools),
+        &[
+            "made by initramfs-tools",
+            "pool sys-room",
+            "`initramfs: dracut`",
+        ],
+    );
+    let dracut_nbd = [
+        "init",
+        "usr/lib/dracut/modules.txt",
+        "usr/lib/dracut/hooks/cmdline/90-parse-nbdroot.sh",
+        "usr/sbin/nbdroot",
+    ];
+    let dracut = initrd(&fx, "dracut.img", &dracut_nbd, "xz");
+    fx.write_config(&with_pool("nfs", "initramfs-tools"));
+    refused(&src, Some(&dracut), &["made by dracut", "pool sys-room"]);
+    // The builder's own, without the support the root needs.
+    fx.write_config(&with_pool("nfs", "dracut"));
+    refused(&src, Some(&dracut), &["no nfs root support", "nfsroot"]);
+    fx.write_config(&with_pool("nbd", "initramfs-tools"));
+    refused(&src, Some(&tools), &["no nbd root support", "nbd-client"]);
+
+    // What fits is imported: Debian's initrd over NFS (gzip this time), dracut's over NBD.
+    fx.write_config(&with_pool("nfs", "initramfs-tools"));
+    let gz = initrd(&fx, "tools-gz.img", &tools_nfs, "gzip");
+    let (ok, out, err) = import(&src, Some(&gz));
+    assert!(ok, "{out}\n{err}");
+    fx.write_config(&with_pool("nbd", "dracut"));
+    let (ok, out, err) = import(&src, Some(&dracut));
+    assert!(ok, "{out}\n{err}");
+    assert_eq!(revs(&fx).len(), 2);
+
+    // `check` finds a configured image's builder mismatch as well, at the pool's key. The
+    // active revision has dracut's initrd.
+    let (ok, _, err) = bootpool(&fx, &["activate", "sys", &revs(&fx)[0]]);
+    assert!(ok, "{err}");
+    let id = std::fs::read_to_string(fx.path().join("images/sys/active")).unwrap();
+    let has_dracut = std::fs::read(rev_dir(&fx, id.trim()).join("initrd.img")).unwrap()
+        == std::fs::read(&dracut).unwrap();
+    let other = if has_dracut {
+        "initramfs-tools"
+    } else {
+        "dracut"
+    };
+    fx.write_config(&with_pool("nbd", other));
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    c.args(["check", "--config"]).arg(fx.config_path());
+    let (ok, out, err) = run(&mut c, 60);
+    assert!(!ok, "{out}\n{err}");
+    assert!(err.contains("pools.sys-room.initramfs"), "{err}");
 }

@@ -36,6 +36,10 @@ fn tree(at: &Path, n: u64) {
     std::fs::create_dir_all(at.join("etc")).unwrap();
     std::fs::create_dir_all(at.join("boot")).unwrap();
     std::fs::write(at.join("etc/hostname"), format!("r{n}\n")).unwrap();
+    std::fs::create_dir_all(at.join("sbin")).unwrap();
+    std::fs::write(at.join("sbin/init"), "#!/bin/sh\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(at.join("sbin/init"), std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::write(at.join("etc/big"), pattern(40 + n, 200_000)).unwrap();
     std::fs::write(at.join("boot/vmlinuz-6.1.0-1"), pattern(10 + n, 100_000)).unwrap();
     std::fs::write(at.join("boot/initrd.img-6.1.0-1"), pattern(20 + n, 50_000)).unwrap();
@@ -471,4 +475,77 @@ async fn the_api_activates_a_revision_behind_the_admin_token() {
     let s = String::from_utf8(curl(&format!("{base}/boot/script/52:54:00:77:00:02.ipxe"))).unwrap();
     assert!(s.contains(&format!("/boot/demo/revs/{r2}/vmlinuz")), "{s}");
     drop(daemon);
+}
+
+/// A canary: one client entry pinned to a revision that is not active gets that revision's
+/// kernel, initrd and root in its script, with its own arguments after the pool's, while the
+/// rest of its pool gets the active one; the pinned revision's tree is served to it over NFS.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_canary_boots_its_revision_and_the_room_the_active_one() {
+    let fx = Fixture::new();
+    std::fs::remove_dir_all(fx.image_dir()).unwrap();
+    fx.write_config(&fx.loopback());
+    let r1 = import(&fx, 1);
+    store::activate(&fx.image_dir(), &r1).unwrap();
+    let r2 = import(&fx, 2);
+    fx.write_config(&fx.loopback().clients(
+        "nfs-room",
+        &format!(
+            "- {{ macs: \"52:54:00:77:00:00-52:54:00:77:00:01\" }}\n\
+             - {{ mac: \"52:54:00:77:00:02\", revision: {r2}, cmdline: canary=1 }}\n\
+             - {{ macs: \"52:54:00:77:00:03-52:54:00:77:00:0f\" }}"
+        ),
+    ));
+    let daemon = fx.start().await;
+    let b = daemon.bound;
+    let base = format!("http://127.0.0.1:{}", b.http.port());
+    let script =
+        |mac: &str| String::from_utf8(curl(&format!("{base}/boot/script/{mac}.ipxe"))).unwrap();
+    let canary = script("52:54:00:77:00:02");
+    assert!(
+        canary.contains(&format!("/boot/demo/revs/{r2}/vmlinuz"))
+            && canary.contains(&format!("/boot/demo/revs/{r2}/initrd.img"))
+            && canary.contains(&format!(":/demo@{r2}:"))
+            && canary.contains(" console=ttyS0 canary=1 "),
+        "{canary}"
+    );
+    for mac in ["52:54:00:77:00:01", "52:54:00:77:00:03"] {
+        let room = script(mac);
+        assert!(
+            room.contains(&format!("/boot/demo/revs/{r1}/vmlinuz"))
+                && room.contains(&format!(":/demo@{r1}:"))
+                && !room.contains(&r2)
+                && !room.contains("canary=1"),
+            "{room}"
+        );
+    }
+    assert_eq!(
+        curl(&format!("{base}/boot/demo/revs/{r2}/vmlinuz")),
+        pattern(12, 100_000)
+    );
+    assert_eq!(
+        nfs_cat(b.nfs, &format!("/demo@{r2}/etc/hostname")).await,
+        "r2\n"
+    );
+    // Prune keeps the canary's revision, which no client may have booted yet.
+    let out = prune(&fx, &[]);
+    assert!(out.contains("a client's `revision`"), "{out}");
+    assert!(store::rev_dir(&fx.image_dir(), &r2).is_dir());
+    daemon.stop().await;
+    // `check` refuses a canary whose revision is not on disk, at its key.
+    let missing = "0123456789ab";
+    let text = fx.loopback().clients(
+        "nfs-room",
+        &format!("- {{ mac: \"52:54:00:77:00:02\", revision: {missing} }}"),
+    );
+    fx.write_config(&text);
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    c.args(["check", "--config"]).arg(fx.config_path());
+    let (ok, out, err) = run(&mut c, 60);
+    assert!(!ok, "{out}\n{err}");
+    assert!(
+        err.contains("pools.nfs-room.clients[0].revision")
+            && err.contains(&format!("no revision {missing} on disk")),
+        "{out}\n{err}"
+    );
 }

@@ -4,7 +4,8 @@
 //! raw DHCP packets where a forger would send them. The lease table is the one answer to
 //! "who is at this address": a stranger gets each protocol's refusal, counted; the holder of a
 //! lease gets its pool's root and no other, also after a kill -9 with the records deleted; a
-//! forged REQUEST cannot move a bound client, a forged RELEASE or DECLINE cannot cut it off.
+//! forged REQUEST cannot move a bound client, a forged RELEASE or DECLINE cannot cut it off;
+//! a canary's pinned revision is mounted by the canary alone.
 //! Needs root.
 
 use crate::common::netns::{Daemon, Link};
@@ -337,4 +338,83 @@ fn a_forged_release_or_decline_does_not_cut_a_client_off() {
     // Its own RELEASE, from its address, ends the lease.
     send_dhcp(&link, &release, Some(ip), true);
     assert_eq!(saved_lease(&fx, NBD_MAC), Some((ip, "free".to_string())));
+}
+
+/// A root tree for `image import`: an init, a kernel and an initrd, and its revision's name
+/// in /etc/hostname.
+fn revision_tree(at: &std::path::Path, n: u64) {
+    use std::os::unix::fs::PermissionsExt as _;
+    for d in ["etc", "sbin", "boot"] {
+        std::fs::create_dir_all(at.join(d)).unwrap();
+    }
+    std::fs::write(at.join("etc/hostname"), format!("r{n}\n")).unwrap();
+    std::fs::write(at.join("sbin/init"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(at.join("sbin/init"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        at.join("boot/vmlinuz-6.1.0-1"),
+        crate::common::pattern(n, 4000),
+    )
+    .unwrap();
+    std::fs::write(
+        at.join("boot/initrd.img-6.1.0-1"),
+        crate::common::pattern(n, 3000),
+    )
+    .unwrap();
+}
+
+/// A canary's revision (`clients[].revision`, not active) is mounted over NFS by the canary's
+/// address, which holds its lease, and refused to another client of the same pool, which
+/// still mounts the active revision; libnfs's nfs-cat reads each revision's own file.
+#[test]
+fn a_canarys_revision_is_its_own_until_activated() {
+    const PLAIN: &str = "52:54:00:77:00:01";
+    const CANARY: &str = "52:54:00:77:00:02";
+    let link = Link::new(&format!("{SERVER}/24"));
+    let fx = Fixture::new();
+    std::fs::remove_dir_all(fx.image_dir()).unwrap();
+    fx.write_config(&config(&link.server_if));
+    let image = fx.config().images["demo"].clone();
+    let import = |n: u64| {
+        let src = fx.path().join(format!("src{n}"));
+        revision_tree(&src, n);
+        let req = bootpool::image::import::Request {
+            from: src,
+            kernel: None,
+            initrd: None,
+        };
+        bootpool::image::import::import(&image, &req)
+            .unwrap()
+            .revision
+            .id
+    };
+    let r1 = import(1);
+    bootpool::image::store::activate(&fx.image_dir(), &r1).unwrap();
+    let r2 = import(2);
+    fx.write_config(&config(&link.server_if).clients(
+        "nfs-room",
+        &format!("- {{ mac: \"{PLAIN}\" }}\n- {{ mac: \"{CANARY}\", revision: {r2} }}"),
+    ));
+    let _daemon = Daemon::start(&link, &fx, 1);
+    let cat = |rev: &str| {
+        client(
+            &link,
+            "nfs-cat",
+            &[&format!("nfs://{SERVER}/demo@{rev}/etc/hostname?version=3")],
+        )
+    };
+
+    link.udhcpc(fx.path(), PLAIN, true)
+        .expect("a lease for the pool's plain client");
+    let (ok, said) = cat(&r1);
+    assert!(ok && said.contains("r1"), "the active revision: {said}");
+    let (ok, said) = cat(&r2);
+    assert!(!ok, "another client mounted the canary's revision: {said}");
+
+    link.udhcpc(fx.path(), CANARY, true)
+        .expect("a lease for the canary");
+    let (ok, said) = cat(&r2);
+    assert!(
+        ok && said.contains("r2"),
+        "the canary was refused its revision: {said}"
+    );
 }

@@ -237,7 +237,7 @@ pub(super) async fn pools(State(web): State<Web>) -> Json<Vec<PoolLine>> {
                 for e in &p.clients {
                     let listed = |mac| MachineLine {
                         mac,
-                        name: e.name.clone(),
+                        name: e.name_of(mac),
                         ip: e.ip,
                         listed: true,
                     };
@@ -315,7 +315,7 @@ pub(super) async fn clients(State(web): State<Web>) -> Json<Vec<ClientLine>> {
                 let member = config.member(mac);
                 ClientLine {
                     mac: mac.to_string(),
-                    name: member.as_ref().and_then(|m| m.entry.name.clone()),
+                    name: member.as_ref().and_then(|m| m.name()),
                     pool: member.map(|m| m.pool.name.clone()),
                     ip: last.as_ref().and_then(|b| b.ip),
                     boots,

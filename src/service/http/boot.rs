@@ -75,7 +75,7 @@ pub(super) async fn boot_script(
         (std::net::IpAddr::V6(p), Some(six)) if p.to_ipv4_mapped().is_none() => six.into(),
         _ => link.into(),
     };
-    let image = crate::image::serve::for_boot(&config, member.image());
+    let image = crate::image::serve::for_member(&config, &member);
     let text = script::ipxe_script(&config, &member, &image, mac, link, client, files);
     // A milestone of the client's boot only when the client asked: the address it asks from
     // holds its lease. Anyone else (an admin's curl on the server, a monitoring probe) gets the

@@ -88,6 +88,25 @@ impl Conn {
         root_allowed(&self.config, RootProto::Nbd, name, ip, holder)
     }
 
+    /// Whether this client may attach the revision export `name` carries, if it carries one
+    /// (`boot::exports::revision_allowed`: a canary's revision is its machines' alone).
+    fn may_use_revision(&self, image: &Image, name: &str) -> bool {
+        let Some(rev) = crate::config::names::revision_of(name) else {
+            return true;
+        };
+        let ip = crate::service::ipv4_of(self.peer.ip()).unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
+        let holder = self.exports.identity.holder(self.peer.ip());
+        let active = crate::image::store::active(&image.dir).ok().flatten();
+        crate::boot::exports::revision_allowed(
+            &self.config,
+            &image.name,
+            rev,
+            active.as_deref(),
+            ip,
+            holder,
+        )
+    }
+
     /// The export a connection handed over by a restart was attached to, opened and
     /// attached again as its handshake did (`Conn::resume`); `None` when it no longer may.
     pub(super) async fn reopen(&self, name: &str) -> Option<Attached> {
@@ -97,7 +116,7 @@ impl Conn {
 
     async fn open(&self, name: &str) -> Result<(BlockImage, Arc<Image>), Unavailable> {
         let image = image::lookup(&self.config, name).ok_or(Unavailable::Unknown)?;
-        if !self.may_use(&image.name) {
+        if !self.may_use(&image.name) || !self.may_use_revision(&image, name) {
             self.metrics.nbd().refused.inc();
             static REFUSED: LogLimit = LogLimit::new();
             if let Some(suppressed) = REFUSED.allow() {

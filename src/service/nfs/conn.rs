@@ -213,6 +213,28 @@ impl Conn {
         }
     }
 
+    /// Whether this client may use the revision the tree's image `name` (`IMAGE@ID`) is, if
+    /// it is one (`boot::exports::revision_allowed`: a canary's revision is its machines'
+    /// alone until activated).
+    fn revision_allowed(&self, image: &str, name: &str, mac: Option<crate::config::Mac>) -> bool {
+        let Some(rev) = crate::config::names::revision_of(name) else {
+            return true;
+        };
+        let active = self
+            .config
+            .images
+            .get(image)
+            .and_then(|i| crate::image::store::active(&i.dir).ok().flatten());
+        crate::boot::exports::revision_allowed(
+            &self.config,
+            image,
+            rev,
+            active.as_deref(),
+            self.ip,
+            mac,
+        )
+    }
+
     /// Whether this client may use image `img`; each refused call is counted.
     pub(super) fn allowed(&mut self, img: usize) -> bool {
         if img >= self.allowed.len() {
@@ -222,8 +244,10 @@ impl Conn {
             Some((ok, at)) if ok || at.elapsed() < TICK => ok,
             _ => {
                 let mac = self.identity.holder(self.ip.into());
-                let image = crate::config::names::base(self.tree.image_name(img));
-                let ok = root_allowed(&self.config, RootProto::Nfs, image, self.ip, mac);
+                let name = self.tree.image_name(img);
+                let image = crate::config::names::base(name);
+                let ok = root_allowed(&self.config, RootProto::Nfs, image, self.ip, mac)
+                    && self.revision_allowed(image, name, mac);
                 static REFUSED: crate::service::bounds::LogLimit =
                     crate::service::bounds::LogLimit::new();
                 if !ok && let Some(suppressed) = REFUSED.allow() {
