@@ -437,7 +437,7 @@ async fn start_taking(
     };
     // The API's actions on the lease table go through its one writer.
     let (dhcp_commands, commands) = tokio::sync::mpsc::channel(16);
-    let web = service::http::Web::new(&shared, dhcp_commands);
+    let web = service::http::Web::new(&shared, dhcp_commands)?;
     let table = service_table(v4, six, leases, commands, web);
     for entry in table {
         let serving = (entry.start)(&shared);

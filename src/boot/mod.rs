@@ -6,6 +6,7 @@ pub mod exports;
 pub mod grub;
 pub mod leases;
 pub mod leases6;
+pub mod next;
 pub mod script;
 pub mod subnet;
 

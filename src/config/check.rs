@@ -320,6 +320,7 @@ impl Checker<'_> {
             shim: self.path(&s.shim),
             grub: self.path(&s.grub),
             grub_arm64: self.path(&s.grub_arm64),
+            memtest: self.path(&s.memtest),
             tftp: s.tftp.unwrap_or(true),
             database,
             retention,

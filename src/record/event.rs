@@ -170,6 +170,20 @@ pub enum Kind {
         proto: Option<Proto>,
         reason: String,
     },
+    /// The client's script applied a next boot an admin set, in place of its pool's image.
+    NextBoot(NextBootNote),
+}
+
+/// The next boot an admin set (`boot::next`) that a boot's script applied: what, once or
+/// until changed, for whom (`client MAC`, `room SUBNET`, `pool NAME`), by whom and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NextBootNote {
+    pub target: String,
+    pub once: bool,
+    pub scope: String,
+    /// Unix seconds.
+    pub set_at: i64,
+    pub by: String,
 }
 
 impl Kind {
@@ -185,6 +199,7 @@ impl Kind {
             Kind::RootDetach { .. } => "root_detach",
             Kind::Booted { .. } => "booted",
             Kind::Failed { .. } => "failed",
+            Kind::NextBoot(_) => "next_boot",
         }
     }
 }

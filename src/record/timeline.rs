@@ -130,6 +130,8 @@ pub struct Boot {
     pub gone: Option<Gone>,
     /// The image revision its root export named (`EXPORT@ID`, `config::names`), if any.
     pub revision: Option<Rev>,
+    /// The next boot an admin set that its script applied (`bootpool next-boot`).
+    pub next_boot: Option<super::event::NextBootNote>,
     marks: Marks,
     reads: RootReads,
 }
@@ -157,6 +159,7 @@ impl Boot {
             inferred: None,
             gone: None,
             revision: None,
+            next_boot: None,
             marks: Marks::default(),
             reads: RootReads::default(),
         }
@@ -597,6 +600,7 @@ impl Timelines {
                 boot.result = BootResult::Booted;
                 boot.failure = None;
             }
+            Kind::NextBoot(note) => boot.next_boot = Some(note.clone()),
             Kind::Failed { proto, reason } => {
                 // The first failure is the cause; a booted boot stays booted.
                 if boot.result == BootResult::Running {

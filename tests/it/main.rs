@@ -40,6 +40,7 @@ mod limits;
 mod links;
 mod metrics;
 mod nbd;
+mod next_boot;
 mod nfs;
 mod records;
 mod records_postgres;

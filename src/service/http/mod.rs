@@ -12,7 +12,7 @@
 //! stream sends something every second).
 //!
 //! The rooms: `boot.rs` (scripts and boot files), `callbacks.rs` (the booted system's own
-//! calls), `api.rs` (the JSON API), `guard.rs` (tokens), `conn.rs` (one connection under
+//! calls), `api.rs` (the JSON API), `next_boot.rs` (the next-boot action), `guard.rs` (tokens), `conn.rs` (one connection under
 //! hyper, and its idle watch). This file accepts connections and holds the routes.
 
 mod api;
@@ -21,6 +21,7 @@ mod callbacks;
 mod conn;
 mod guard;
 mod images;
+mod next_boot;
 mod web;
 
 pub use web::Web;
@@ -132,6 +133,10 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/images", get(images::images))
         .route("/api/v1/clients", get(clients))
         .route("/api/v1/leases/{mac}/release", post(release_lease))
+        .route(
+            "/api/v1/next-boot",
+            post(next_boot::set_next_boot).get(next_boot::next_boots),
+        )
         .merge(super::web::routes())
         .layer(axum::middleware::from_fn_with_state(
             web.clone(),

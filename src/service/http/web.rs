@@ -23,12 +23,20 @@ pub struct Web {
     pub metrics: Metrics,
     /// The DHCP service, for the actions on the lease table.
     pub dhcp: crate::service::dhcp::Commands,
+    /// The next boots an admin set (`service::next_boot`).
+    pub next: Arc<crate::service::next_boot::NextBootState>,
 }
 
 impl Web {
-    /// The API's dependencies: the shared ones, and the DHCP service's command channel.
-    pub fn new(shared: &crate::service::Shared, dhcp: crate::service::dhcp::Commands) -> Web {
-        Web {
+    /// The API's dependencies: the shared ones, the DHCP service's command channel, and the
+    /// next boots kept in the state folder (an unreadable file is an error).
+    pub fn new(
+        shared: &crate::service::Shared,
+        dhcp: crate::service::dhcp::Commands,
+    ) -> anyhow::Result<Web> {
+        let state_dir = shared.config.load().server.state_dir.clone();
+        let next = crate::service::next_boot::NextBootState::open(&state_dir)?;
+        Ok(Web {
             config: shared.config.clone(),
             recorder: shared.recorder.clone(),
             records: shared.records.clone(),
@@ -36,7 +44,8 @@ impl Web {
             identity: shared.identity.clone(),
             metrics: shared.metrics.clone(),
             dhcp,
-        }
+            next: Arc::new(next),
+        })
     }
 }
 
