@@ -640,7 +640,7 @@ fn man_page_documents_every_config_key_and_default() {
     let structs = raw_structs(&raw);
     let mut keys = BTreeMap::new();
     key_paths(&structs, &default_fns(&raw), "File", "", &mut keys);
-    for (path, value) in mod_defaults(&read("src/config/mod.rs")) {
+    for (path, value) in mod_defaults(&(read("src/config/mod.rs") + &read("src/config/model.rs"))) {
         let want = keys
             .get_mut(&path)
             .unwrap_or_else(|| panic!("{path} not in raw.rs"));
