@@ -106,6 +106,26 @@ enum Command {
         #[arg(long)]
         once: bool,
     },
+    /// Wake a client, a room (subnet) or a pool with Wake-on-LAN magic packets, paced: at most
+    /// --per-second a second, and no faster than the server's links can carry the boots they
+    /// start. Asks the running daemon's API with the admin token; prints the wake's id.
+    #[command(group = clap::ArgGroup::new("whom").required(true))]
+    Wake {
+        #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
+        config: PathBuf,
+        /// One client, by MAC.
+        #[arg(long, value_name = "MAC", group = "whom")]
+        client: Option<String>,
+        /// The clients whose lease is in this subnet (one of `dhcp.subnets`).
+        #[arg(long, value_name = "SUBNET", group = "whom")]
+        room: Option<String>,
+        /// Every MAC this pool lists.
+        #[arg(long, value_name = "POOL", group = "whom")]
+        pool: Option<String>,
+        /// Magic packets a second (default 10), under the links' bound.
+        #[arg(long, value_name = "N")]
+        per_second: Option<u32>,
+    },
     /// List the boot traces kept for pools with `trace: true`, or export one (docs/trace.md).
     #[command(disable_help_flag = true)]
     Trace(Instrument),
@@ -219,6 +239,30 @@ fn main() -> ExitCode {
                     match answer["once"].as_bool() {
                         Some(true) => "once",
                         _ => "until changed",
+                    }
+                )
+            })
+        }
+        Command::Wake {
+            config,
+            client,
+            room,
+            pool,
+            per_second,
+        } => {
+            let body = serde_json::json!({
+                "client": client, "room": room, "pool": pool, "per_second": per_second,
+            });
+            api_action(&config, "/api/v1/wake", &body, |a| {
+                format!(
+                    "wake {}: {} clients of {}, {} a second{}",
+                    a["wake"],
+                    a["clients"],
+                    a["scope"].as_str().unwrap_or(""),
+                    a["per_second"],
+                    match a["links_allow"].as_u64() {
+                        Some(l) => format!(" (the links allow {l})"),
+                        None => String::new(),
                     }
                 )
             })

@@ -9,6 +9,7 @@ pub mod leases6;
 pub mod next;
 pub mod script;
 pub mod subnet;
+pub mod wake;
 
 use crate::config::{Config, Mac, Member};
 use crate::proto::dhcp::arch;

@@ -627,6 +627,7 @@ impl Checker<'_> {
             secure_boot: p.secure_boot.unwrap_or(false),
             arch: self.check_arch(name, &p.arch, images, server.tftp)?,
             boot_over: self.check_boot_over(name, p.boot_over.as_deref(), dhcp6)?,
+            wake: self.check_wake(name, p.wake.as_ref())?,
         };
         // Debian's signed network GRUB has no HTTP: its config, kernel and initrd come
         // over TFTP (docs/clients.md).

@@ -14,6 +14,7 @@ pub mod arch;
 mod check;
 mod check_arch;
 mod check_dhcp6;
+mod check_wake;
 pub mod cmdline;
 mod dhcp6;
 mod error;
@@ -25,6 +26,7 @@ mod raw;
 pub mod reload;
 mod subnets;
 mod values;
+pub mod wake;
 mod yaml;
 
 pub use arch::Arch;
@@ -37,6 +39,7 @@ pub use model::{
     Variant, Wire,
 };
 pub use values::{Mac, MacRange, Subnet, parse_duration, parse_rate_mbps, parse_size};
+pub use wake::WakeSchedule;
 
 use check::Checker;
 use std::path::{Path, PathBuf};

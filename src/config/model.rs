@@ -384,6 +384,8 @@ pub struct Pool {
     pub arch: BTreeMap<Arch, Variant>,
     /// Which DHCP answers its firmware and iPXE with a boot file (`boot::plan`).
     pub boot_over: BootOver,
+    /// `wake`: when its machines are woken (`boot::wake`, `service::wake`).
+    pub wake: Option<super::wake::WakeSchedule>,
 }
 
 impl Pool {

@@ -289,6 +289,17 @@ pub struct Pool {
     pub arch: BTreeMap<String, ArchEntry>,
     /// `both`, `ipv4` or `ipv6`: which DHCP gives its firmware and iPXE their boot file.
     pub boot_over: Option<String>,
+    /// When its machines are woken (Wake-on-LAN).
+    pub wake: Option<Wake>,
+}
+
+/// `pools.NAME.wake`: `at: "07:45"`, `days: [mon, ...]`, `per_second: N`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Wake {
+    pub at: String,
+    pub days: Option<Vec<String>>,
+    pub per_second: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -10,7 +10,7 @@
 
 use super::console::Console;
 use super::end::{Evidence, Gone, GoneEvidence, Inferred, RootReads, RootUse};
-use super::event::{Event, FileKind, Kind, Micros, Outcome, Proto};
+use super::event::{Event, FileKind, Kind, Micros, Outcome, Proto, WAKE_STARTS_WITHIN};
 use crate::config::Mac;
 use crate::config::names::Rev;
 use crate::proto::dhcp::Relayed;
@@ -132,6 +132,8 @@ pub struct Boot {
     pub revision: Option<Rev>,
     /// The next boot an admin set that its script applied (`bootpool next-boot`).
     pub next_boot: Option<super::event::NextBootNote>,
+    /// The wake (`bootpool wake`, a pool's schedule) whose magic packet started it.
+    pub wake: Option<u64>,
     marks: Marks,
     reads: RootReads,
 }
@@ -160,6 +162,7 @@ impl Boot {
             gone: None,
             revision: None,
             next_boot: None,
+            wake: None,
             marks: Marks::default(),
             reads: RootReads::default(),
         }
@@ -315,6 +318,9 @@ pub struct Timelines {
     ip_to_mac: BTreeMap<Ipv4Addr, Mac>,
     /// Each client's use of the root it attached last (`image::usage`).
     roots: BTreeMap<Mac, RootUse>,
+    /// The wake that sent each client its last magic packet, and when: its next boot is
+    /// that wake's.
+    woken: BTreeMap<Mac, (u64, Micros)>,
 }
 
 impl Timelines {
@@ -429,6 +435,11 @@ impl Timelines {
                 None => return false,
             },
         };
+        // A magic packet is no part of a boot: it names the wake the next one belongs to.
+        if let Kind::Woken { wake } = ev.kind {
+            self.woken.insert(mac, (wake, ev.at));
+            return true;
+        }
         // Time passed since this client's last event: its root may have settled meanwhile.
         if let Some(&i) = self.current.get(&mac) {
             self.boots[i].settle(ev.at);
@@ -443,7 +454,13 @@ impl Timelines {
                 });
             }
             let id = self.boots.len() as u64 + 1;
-            self.boots.push(Boot::new(id, mac, ev.at));
+            let mut boot = Boot::new(id, mac, ev.at);
+            boot.wake = self
+                .woken
+                .remove(&mac)
+                .filter(|&(_, at)| at <= ev.at && ev.at - at <= WAKE_STARTS_WITHIN)
+                .map(|(wake, _)| wake);
+            self.boots.push(boot);
             self.current.insert(mac, self.boots.len() - 1);
         }
         let Some(&i) = self.current.get(&mac) else {
@@ -601,6 +618,8 @@ impl Timelines {
                 boot.failure = None;
             }
             Kind::NextBoot(note) => boot.next_boot = Some(note.clone()),
+            // Taken before a boot is looked for (above).
+            Kind::Woken { .. } => {}
             Kind::Failed { proto, reason } => {
                 // The first failure is the cause; a booted boot stays booted.
                 if boot.result == BootResult::Running {

@@ -22,6 +22,7 @@ pub mod ra;
 pub mod tftp;
 pub mod tftp_transfers;
 pub mod tls;
+pub mod wake;
 pub mod web;
 
 use crate::config::{Config, Live};

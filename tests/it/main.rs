@@ -55,3 +55,4 @@ mod storm_replay;
 mod tftp;
 mod trust;
 mod trust_nfs;
+mod wake;

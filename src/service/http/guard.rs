@@ -30,8 +30,9 @@ pub(super) async fn read_guard(
     let client_route =
         path.starts_with("/boot/") || (post && matches!(path, "/api/v1/booted" | "/api/v1/failed"));
     // Actions ask their own token (`admin_refusal`), never the read token.
-    let action =
-        post && (path.starts_with("/api/v1/leases/") || matches!(path, "/api/v1/next-boot"));
+    let action = post
+        && (path.starts_with("/api/v1/leases/")
+            || matches!(path, "/api/v1/next-boot" | "/api/v1/wake"));
     if client_route || action {
         return next.run(req).await;
     }

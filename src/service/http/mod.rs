@@ -12,7 +12,7 @@
 //! stream sends something every second).
 //!
 //! The rooms: `boot.rs` (scripts and boot files), `callbacks.rs` (the booted system's own
-//! calls), `api.rs` (the JSON API), `next_boot.rs` (the next-boot action), `guard.rs` (tokens), `conn.rs` (one connection under
+//! calls), `api.rs` (the JSON API), `next_boot.rs` (the next-boot action), `wake.rs` (Wake-on-LAN), `guard.rs` (tokens), `conn.rs` (one connection under
 //! hyper, and its idle watch). This file accepts connections and holds the routes.
 
 mod api;
@@ -22,6 +22,7 @@ mod conn;
 mod guard;
 mod images;
 mod next_boot;
+mod wake;
 mod web;
 
 pub use web::Web;
@@ -137,6 +138,8 @@ pub fn router(web: Web) -> axum::Router {
             "/api/v1/next-boot",
             post(next_boot::set_next_boot).get(next_boot::next_boots),
         )
+        .route("/api/v1/wake", post(wake::wake))
+        .route("/api/v1/wakes", get(wake::wakes))
         .merge(super::web::routes())
         .layer(axum::middleware::from_fn_with_state(
             web.clone(),

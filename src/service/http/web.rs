@@ -25,6 +25,8 @@ pub struct Web {
     pub dhcp: crate::service::dhcp::Commands,
     /// The next boots an admin set (`service::next_boot`).
     pub next: Arc<crate::service::next_boot::NextBootState>,
+    /// Wake-on-LAN's sender (`service::wake`).
+    pub wake: Arc<crate::service::wake::Waker>,
 }
 
 impl Web {
@@ -33,6 +35,7 @@ impl Web {
     pub fn new(
         shared: &crate::service::Shared,
         dhcp: crate::service::dhcp::Commands,
+        wake: Arc<crate::service::wake::Waker>,
     ) -> anyhow::Result<Web> {
         let state_dir = shared.config.load().server.state_dir.clone();
         let next = crate::service::next_boot::NextBootState::open(&state_dir)?;
@@ -45,6 +48,7 @@ impl Web {
             metrics: shared.metrics.clone(),
             dhcp,
             next: Arc::new(next),
+            wake,
         })
     }
 }
