@@ -736,6 +736,39 @@ mod tests {
         Event { at, who, kind }
     }
 
+    /// A magic packet starts no boot; the client's next boot within the window is the wake's,
+    /// a later one, or one whose packet came after its start, is not; a next boot its script
+    /// applied stays with the boot.
+    #[test]
+    fn a_wake_names_the_boot_it_starts_and_starts_none_itself() {
+        let mac: Mac = "52:54:00:77:00:01".parse().unwrap();
+        let other: Mac = "52:54:00:77:00:02".parse().unwrap();
+        let mut t = Timelines::default();
+        let s = 1_000_000;
+        let woken = |wake| Kind::Woken { wake };
+        assert!(t.apply(&ev(100 * s, Who::Mac(mac), woken(7))));
+        assert!(t.apply(&ev(100 * s, Who::Mac(other), woken(7))));
+        assert!(t.boots().is_empty());
+        boot_to_attach(&mut t, mac, "room", Proto::Nbd, 130, 10);
+        // Its packet came more than 10 minutes before: not the wake's.
+        boot_to_attach(&mut t, other, "room", Proto::Nbd, 100 + 601, 10);
+        assert_eq!(t.current(mac).unwrap().wake, Some(7));
+        assert_eq!(t.current(other).unwrap().wake, None);
+        // Taken once: the client's boot after that is nobody's wake.
+        boot_to_attach(&mut t, mac, "room", Proto::Nbd, 2000, 10);
+        assert_eq!(t.current(mac).unwrap().wake, None);
+        let note = crate::record::event::NextBootNote {
+            target: "local".into(),
+            once: true,
+            scope: format!("client {mac}"),
+            set_at: 1_800_000_000,
+            by: "admin".into(),
+        };
+        t.apply(&ev(2003 * s, Who::Mac(mac), Kind::NextBoot(note.clone())));
+        assert_eq!(t.current(mac).unwrap().next_boot, Some(note));
+        assert_eq!(t.boots().len(), 3);
+    }
+
     /// The Secure Boot chain over TFTP: the shim, then GRUB and its config, name their own
     /// phases; GRUB's binary is bytes of the grub phase, not a milestone.
     #[test]
