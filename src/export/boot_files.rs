@@ -254,6 +254,7 @@ pub fn handed_out(config: &Config, name: &str) -> bool {
         None => {
             crate::boot::LOADERS.contains(&name)
                 || [grub::SHIM, grub::GRUB, grub::GRUB_ARM64].contains(&name)
+                || [next::MEMTEST_BIOS, next::MEMTEST_UEFI].contains(&name)
         }
         Some((image, file)) => config.images.get(image).is_some_and(|image| {
             image_file(&crate::image::serve::for_file(image, file), file).is_some()

@@ -100,6 +100,39 @@ fn a_next_boot_is_applied_by_the_clients_script_once_or_until_changed() {
         assert!(line.contains(part), "{part} not in {line}");
     }
 
+    // memtest86+ (Debian's package, server.memtest's default /boot): the script names the
+    // BIOS build, and the server hands out that file as it is.
+    let (ok, _, err) = next_boot(&link, &fx, &["--client", CLIENT, "memtest", "--once"]);
+    assert!(ok, "{err}");
+    let memtest = script(&link);
+    let url = format!("http://{SERVER}:8080/boot/loaders/memtest86+x64.bin");
+    assert!(
+        memtest.ends_with(&format!("\nkernel {url} console=ttyS0\nboot\n")),
+        "{memtest}"
+    );
+    let got = fx.path().join("memtest.bin");
+    let (ok, _, err) = run(
+        &mut Link::command(
+            &link.client_ns,
+            "curl",
+            &[
+                "-sS",
+                "--fail",
+                "--max-time",
+                "20",
+                "-o",
+                got.to_str().unwrap(),
+                &url,
+            ],
+        ),
+        30,
+    );
+    assert!(ok, "{url}: {err}");
+    assert_eq!(
+        std::fs::read(&got).unwrap(),
+        std::fs::read("/boot/memtest86+x64.bin").unwrap()
+    );
+
     // The pool's menu until changed: it stays, through a kill -9 of the daemon.
     let (ok, _, err) = next_boot(&link, &fx, &["--pool", "nfs-room", "menu"]);
     assert!(ok, "{err}");
