@@ -115,7 +115,7 @@ impl Waker {
             Whom::Pool(p) => Some(p.clone()),
             Whom::Room(_) => None,
         };
-        let pace = self.pace(&config, asked, pool.as_deref());
+        let pace = self.pace(asked, pool.as_deref());
         let record = {
             let mut wakes = self.wakes.lock().unwrap_or_else(|e| e.into_inner());
             let record = WakeRecord {
@@ -210,7 +210,7 @@ impl Waker {
 
     /// The pace of a wake: `asked` (else `boot::wake::DEFAULT_PER_SECOND`) under the links'
     /// bound: `server.links`' capacity over the median bytes of `pool`'s booted boots.
-    fn pace(&self, _config: &Config, asked: Option<u32>, pool: Option<&str>) -> Pace {
+    fn pace(&self, asked: Option<u32>, pool: Option<&str>) -> Pace {
         let specs = self.links.specs();
         let capacity = specs
             .iter()
