@@ -490,7 +490,10 @@ async fn start_taking(
     };
     // The API's actions on the lease table go through its one writer.
     let (dhcp_commands, commands) = tokio::sync::mpsc::channel(16);
-    let web = service::http::Web::new(&shared, dhcp_commands);
+    // Wake-on-LAN's sender, and the pools' wake schedules.
+    let waker = Arc::new(service::wake::Waker::new(bind_wake(&config)?, &shared)?);
+    shutdown.spawn(waker.clone().run_schedules());
+    let web = service::http::Web::new(&shared, dhcp_commands, waker)?;
     let table = service_table(v4, six, leases, commands, web);
     for entry in table {
         let serving = (entry.start)(&shared);
@@ -790,6 +793,15 @@ struct Ipv4Sockets {
     portmap_tcp: TcpListener,
     portmap_udp: UdpSocket,
     console: Option<UdpSocket>,
+}
+
+/// The socket Wake-on-LAN's magic packets go from: UDP on the server's address, any port,
+/// allowed to send broadcasts.
+fn bind_wake(config: &Config) -> anyhow::Result<std::net::UdpSocket> {
+    let socket = std::net::UdpSocket::bind((config.server.address, 0))
+        .with_context(|| format!("binding the wake socket on {}", config.server.address))?;
+    socket.set_broadcast(true)?;
+    Ok(socket)
 }
 
 /// Binds every IPv4 socket the config asks for; no port is opened that no client would use.

@@ -94,6 +94,48 @@ enum Command {
     /// Images with revisions: import a tree, tarball or OCI image, list, activate, roll back,
     /// prune (README "Images").
     Image(bootpool::image::cli::ImageArgs),
+    /// Say what a client, a room (subnet) or a pool boots next, once or until changed: its
+    /// local disk, another image or revision, memtest86+, a menu, or its pool's image again
+    /// (`default`). Asks the running daemon's API with the admin token.
+    #[command(group = clap::ArgGroup::new("whom").required(true))]
+    NextBoot {
+        #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
+        config: PathBuf,
+        /// One client, by MAC.
+        #[arg(long, value_name = "MAC", group = "whom")]
+        client: Option<String>,
+        /// Every client whose address is in this subnet (one of `dhcp.subnets`).
+        #[arg(long, value_name = "SUBNET", group = "whom")]
+        room: Option<String>,
+        /// Every client of this pool.
+        #[arg(long, value_name = "POOL", group = "whom")]
+        pool: Option<String>,
+        /// local, image:NAME, revision:NAME@REV, memtest, menu or default.
+        target: String,
+        /// At the next boot only (each client once); without it, until changed.
+        #[arg(long)]
+        once: bool,
+    },
+    /// Wake a client, a room (subnet) or a pool with Wake-on-LAN magic packets, paced: at most
+    /// --per-second a second, and no faster than the server's links can carry the boots they
+    /// start. Asks the running daemon's API with the admin token; prints the wake's id.
+    #[command(group = clap::ArgGroup::new("whom").required(true))]
+    Wake {
+        #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
+        config: PathBuf,
+        /// One client, by MAC.
+        #[arg(long, value_name = "MAC", group = "whom")]
+        client: Option<String>,
+        /// The clients whose lease is in this subnet (one of `dhcp.subnets`).
+        #[arg(long, value_name = "SUBNET", group = "whom")]
+        room: Option<String>,
+        /// Every MAC this pool lists.
+        #[arg(long, value_name = "POOL", group = "whom")]
+        pool: Option<String>,
+        /// Magic packets a second (default 10), under the links' bound.
+        #[arg(long, value_name = "N")]
+        per_second: Option<u32>,
+    },
     /// List the boot traces kept for pools with `trace: true`, or export one (docs/trace.md).
     #[command(disable_help_flag = true)]
     Trace(Instrument),
@@ -225,6 +267,57 @@ fn main() -> ExitCode {
                 _ => Query::Waves,
             };
             report(&config, &query, format, since)
+        }
+        Command::NextBoot {
+            config,
+            client,
+            room,
+            pool,
+            target,
+            once,
+        } => {
+            let body = serde_json::json!({
+                "client": client, "room": room, "pool": pool, "boot": target, "once": once,
+            });
+            api_action(&config, "/api/v1/next-boot", &body, |answer| {
+                let scope = answer["scope"].as_object().and_then(|o| o.iter().next());
+                format!(
+                    "next boot of {}: {}, {}",
+                    scope.map_or(String::new(), |(k, v)| format!(
+                        "{k} {}",
+                        v.as_str().unwrap_or("")
+                    )),
+                    answer["target"].as_str().unwrap_or(""),
+                    match answer["once"].as_bool() {
+                        Some(true) => "once",
+                        _ => "until changed",
+                    }
+                )
+            })
+        }
+        Command::Wake {
+            config,
+            client,
+            room,
+            pool,
+            per_second,
+        } => {
+            let body = serde_json::json!({
+                "client": client, "room": room, "pool": pool, "per_second": per_second,
+            });
+            api_action(&config, "/api/v1/wake", &body, |a| {
+                format!(
+                    "wake {}: {} clients of {}, {} a second{}",
+                    a["wake"],
+                    a["clients"],
+                    a["scope"].as_str().unwrap_or(""),
+                    a["per_second"],
+                    match a["links_allow"].as_u64() {
+                        Some(l) => format!(" (the links allow {l})"),
+                        None => String::new(),
+                    }
+                )
+            })
         }
         Command::Lab(i) => instrument("lab", i),
         Command::Storm(i) => instrument("storm", i),
@@ -423,6 +516,32 @@ fn client_add(path: &std::path::Path, mac: &str, pool: String, name: Option<Stri
                 "error: enrolled in {}, but not served yet: {e:#}",
                 file.display()
             );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An action asked of the running daemon's API (`bootpool next-boot`, `bootpool wake`): exit
+/// 0 with `say`'s line for its answer, 2 when the config is bad, 1 when the daemon refused or
+/// could not be asked.
+fn api_action(
+    path: &std::path::Path,
+    route: &str,
+    body: &serde_json::Value,
+    say: impl Fn(&serde_json::Value) -> String,
+) -> ExitCode {
+    let config = match load_config(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    match bootpool::service::api_client::post(&config, route, body) {
+        Ok(answer) => {
+            let answer = serde_json::from_str(&answer).unwrap_or(serde_json::Value::Null);
+            println!("{}", say(&answer));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -6,8 +6,10 @@ pub mod exports;
 pub mod grub;
 pub mod leases;
 pub mod leases6;
+pub mod next;
 pub mod script;
 pub mod subnet;
+pub mod wake;
 
 use crate::config::{Config, Mac, Member};
 use crate::proto::dhcp::arch;

@@ -3,8 +3,10 @@
 //! every URL and the root argument name it. `image` is the image this boot is served, which
 //! the caller resolved (`image::serve::for_boot`: the revision active when the script is made,
 //! with its root's wire copy once that is made): its kernel, initrd and root names all carry
-//! it, and nothing here reads the disk.
+//! it, and nothing here reads the disk. A next boot an admin set (`boot::next`) is handed in
+//! as data: `next_script` writes its local disk, memtest and menu scripts.
 
+use super::next::{self, Firmware, Target};
 use crate::config::{Config, Image, Initramfs, Mac, Member, RootProto, cmdline};
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -185,20 +187,142 @@ pub fn ipxe_script(
     client: Option<Ipv4Addr>,
     files: IpAddr,
 ) -> String {
-    let base = http_base_at(config, files);
+    format!(
+        "#!ipxe\n{}{}",
+        hello(member, mac),
+        image_lines(config, member, image, link, client, files)
+    )
+}
+
+/// The script's first line: who it is for.
+fn hello(member: &Member, mac: Mac) -> String {
     let name = member.name().unwrap_or_default();
     format!(
-        "#!ipxe\n\
-         echo bootpool: pool {pool} client {mac} {name}\n\
-         kernel {base}/boot/{image}/{kernel} {cmdline}\n\
+        "echo bootpool: pool {pool} client {mac} {name}\n",
+        pool = member.pool.name
+    )
+}
+
+/// The lines that boot `image`: its kernel with the command line, its initrd.
+fn image_lines(
+    config: &Config,
+    member: &Member,
+    image: &Image,
+    link: Ipv4Addr,
+    client: Option<Ipv4Addr>,
+    files: IpAddr,
+) -> String {
+    let base = http_base_at(config, files);
+    format!(
+        "kernel {base}/boot/{image}/{kernel} {cmdline}\n\
          initrd {base}/boot/{image}/{initrd}\n\
          boot\n",
-        pool = member.pool.name,
         image = image.name,
         kernel = image.kernel_name,
         initrd = image.initrd_name,
         cmdline = cmdline(config, member, image, link, client),
     )
+}
+
+/// What a client's script needs of the next boot an admin set for it (`boot::next`).
+pub struct Next<'a> {
+    pub entry: &'a next::Entry,
+    /// Its firmware (option 93 as its lease keeps it): what `local` and `memtest` run.
+    pub firmware: Firmware,
+    /// Whether `server.memtest` holds memtest86+'s files: the menu lists it only then.
+    pub memtest: bool,
+}
+
+/// How long the menu waits before it boots the pool's image.
+pub const MENU_TIMEOUT_MS: u32 = 10_000;
+
+/// The iPXE script of a client whose next boot an admin set. `image` is the image the caller
+/// resolved for it (an `image:` or `revision:` entry's, else the pool's); `local`, `memtest`
+/// and `menu` are written here. Every such script says so in its second line.
+#[allow(clippy::too_many_arguments)]
+pub fn next_script(
+    config: &Config,
+    member: &Member,
+    image: &Image,
+    mac: Mac,
+    link: Ipv4Addr,
+    client: Option<Ipv4Addr>,
+    files: IpAddr,
+    next: &Next,
+) -> String {
+    let mut s = format!(
+        "#!ipxe\n{}echo bootpool: next boot {}\n",
+        hello(member, mac),
+        next.entry.sentence()
+    );
+    let image_lines = || image_lines(config, member, image, link, client, files);
+    match next.entry.target {
+        Target::Local => s.push_str(&local_lines(next.firmware)),
+        Target::Memtest => s.push_str(&memtest_lines(config, member, files, next.firmware)),
+        Target::Menu => {
+            s.push_str(&format!(
+                "menu bootpool: pool {pool}, client {mac}\n\
+                 item image Boot {image} (the pool's image)\n\
+                 item local Boot from the local disk\n",
+                pool = member.pool.name,
+                image = image.name,
+            ));
+            if next.memtest {
+                s.push_str("item memtest Test the memory (memtest86+)\n");
+            }
+            s.push_str(&format!(
+                "choose --default image --timeout {MENU_TIMEOUT_MS} target || goto image\n\
+                 goto ${{target}}\n\
+                 :image\n{}\
+                 :local\n{}",
+                image_lines(),
+                local_lines(next.firmware)
+            ));
+            if next.memtest {
+                s.push_str(":memtest\n");
+                s.push_str(&memtest_lines(config, member, files, next.firmware));
+            }
+        }
+        Target::Image(_) | Target::Revision(..) | Target::Default => s.push_str(&image_lines()),
+    }
+    s
+}
+
+/// The firmware's next boot device: the first disk's boot sector on BIOS (`sanboot`, no
+/// iBFT/aBFT table described to it), back to the firmware's boot order on UEFI (`exit`).
+fn local_lines(firmware: Firmware) -> String {
+    const BIOS: &str = "sanboot --no-describe --drive 0x80\n";
+    match firmware {
+        Firmware::Bios => BIOS.to_string(),
+        Firmware::Uefi => "exit\n".to_string(),
+        Firmware::Unknown => format!("iseq ${{platform}} efi && exit ||\n{BIOS}"),
+    }
+}
+
+/// memtest86+ from `server.memtest` (over HTTP, as a loader's name), with the pool's
+/// `console=` arguments so a serial console shows it too.
+fn memtest_lines(config: &Config, member: &Member, files: IpAddr, firmware: Firmware) -> String {
+    let base = http_base_at(config, files);
+    let cmdline = member.cmdline();
+    let console: Vec<&str> = cmdline
+        .split_whitespace()
+        .filter(|a| a.starts_with("console="))
+        .collect();
+    let args = match console.is_empty() {
+        true => String::new(),
+        false => format!(" {}", console.join(" ")),
+    };
+    let kernel = |file: &str| format!("kernel {base}/boot/loaders/{file}{args}");
+    let load = match firmware {
+        Firmware::Bios => kernel(next::MEMTEST_BIOS),
+        Firmware::Uefi => kernel(next::MEMTEST_UEFI),
+        Firmware::Unknown => format!(
+            "iseq ${{platform}} efi && {} || {}",
+            kernel(next::MEMTEST_UEFI),
+            kernel(next::MEMTEST_BIOS)
+        ),
+    };
+    format!("{load}\nboot\n")
 }
 
 #[cfg(test)]
@@ -533,6 +657,106 @@ mod tests {
         assert!(
             cmdline_of(&tools)
                 .starts_with("boot=local root=/dev/nbd0 nbdroot=10.77.0.1:10809/demo ip=dhcp ")
+        );
+    }
+
+    /// Each next-boot target's script: local disk (sanboot on BIOS, exit on UEFI, iPXE asked
+    /// when the firmware never said), memtest86+ with the pool's console, the menu, and an
+    /// image's usual lines; each says what was set.
+    #[test]
+    fn each_next_boot_target_has_its_script() {
+        let c = Config::parse(Path::new("p.yaml"), super::super::tests::CONFIG).unwrap();
+        let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
+        let m = c.member(mac).unwrap();
+        let script = |target: &str, firmware, memtest| {
+            let entry = next::Entry {
+                scope: next::Scope::Client(mac),
+                target: target.parse().unwrap(),
+                once: true,
+                set_at: 1_800_000_000,
+                by: "admin".into(),
+                used: Vec::new(),
+            };
+            let n = Next {
+                entry: &entry,
+                firmware,
+                memtest,
+            };
+            let a = c.server.address;
+            next_script(&c, &m, m.image(), mac, a, None, a.into(), &n)
+        };
+        let said = "echo bootpool: next boot local, once, set by admin at 1800000000 (client 52:54:00:77:00:02)\n";
+        let bios = script("local", Firmware::Bios, true);
+        assert!(
+            bios.starts_with("#!ipxe\necho bootpool: pool room client"),
+            "{bios}"
+        );
+        assert!(bios.contains(said), "{bios}");
+        assert!(
+            bios.ends_with("\nsanboot --no-describe --drive 0x80\n"),
+            "{bios}"
+        );
+        assert!(!bios.contains("kernel"), "{bios}");
+        assert!(script("local", Firmware::Uefi, true).ends_with("\nexit\n"));
+        assert!(
+            script("local", Firmware::Unknown, true).ends_with(
+                "\niseq ${platform} efi && exit ||\nsanboot --no-describe --drive 0x80\n"
+            )
+        );
+        let memtest = script("memtest", Firmware::Bios, true);
+        assert!(
+            memtest.ends_with(
+                "\nkernel http://10.77.0.1:8080/boot/loaders/memtest86+x64.bin console=ttyS0\nboot\n"
+            ),
+            "{memtest}"
+        );
+        assert!(script("memtest", Firmware::Uefi, true).contains(
+            "kernel http://10.77.0.1:8080/boot/loaders/memtest86+x64.efi console=ttyS0\n"
+        ));
+        assert!(script("memtest", Firmware::Unknown, true).contains(
+            "iseq ${platform} efi && kernel http://10.77.0.1:8080/boot/loaders/memtest86+x64.efi console=ttyS0 || kernel http://10.77.0.1:8080/boot/loaders/memtest86+x64.bin console=ttyS0\n"
+        ));
+        let menu = script("menu", Firmware::Bios, true);
+        for line in [
+            "menu bootpool: pool room, client 52:54:00:77:00:02\n",
+            "item image Boot demo (the pool's image)\n",
+            "item local Boot from the local disk\n",
+            "item memtest Test the memory (memtest86+)\n",
+            "choose --default image --timeout 10000 target || goto image\ngoto ${target}\n",
+            ":image\nkernel http://10.77.0.1:8080/boot/demo/vmlinuz root=nbd:",
+            ":local\nsanboot --no-describe --drive 0x80\n",
+            ":memtest\nkernel http://10.77.0.1:8080/boot/loaders/memtest86+x64.bin",
+        ] {
+            assert!(menu.contains(line), "{line:?} not in\n{menu}");
+        }
+        // Without memtest86+'s files the menu has no entry for it.
+        let plain = script("menu", Firmware::Bios, false);
+        assert!(!plain.contains("memtest"), "{plain}");
+        // An image (resolved by the caller) or the pool's again: the usual lines, said.
+        let usual = ipxe_script(
+            &c,
+            &m,
+            m.image(),
+            mac,
+            c.server.address,
+            None,
+            c.server.address.into(),
+        );
+        let default = script("default", Firmware::Bios, true);
+        assert!(
+            default.contains("echo bootpool: next boot default, once"),
+            "{default}"
+        );
+        assert!(
+            default.ends_with(
+                usual
+                    .split_once("\n")
+                    .unwrap()
+                    .1
+                    .split_once("\n")
+                    .unwrap()
+                    .1
+            )
         );
     }
 }

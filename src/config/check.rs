@@ -320,6 +320,7 @@ impl Checker<'_> {
             shim: self.path(&s.shim),
             grub: self.path(&s.grub),
             grub_arm64: self.path(&s.grub_arm64),
+            memtest: self.path(&s.memtest),
             tftp: s.tftp.unwrap_or(true),
             database,
             retention,
@@ -716,6 +717,7 @@ impl Checker<'_> {
             arch: self.check_arch(name, &p.arch, images, server.tftp)?,
             boot_over: self.check_boot_over(name, p.boot_over.as_deref(), dhcp6)?,
             discover: p.discover,
+            wake: self.check_wake(name, p.wake.as_ref())?,
         };
         // Debian's signed network GRUB has no HTTP: its config, kernel and initrd come
         // over TFTP (docs/clients.md).

@@ -18,6 +18,7 @@ mod check_dhcp6;
 mod check_names;
 mod check_overrides;
 pub mod client_names;
+mod check_wake;
 pub mod cmdline;
 mod dhcp6;
 pub mod enrolments;
@@ -30,6 +31,7 @@ mod raw;
 pub mod reload;
 mod subnets;
 mod values;
+pub mod wake;
 mod yaml;
 
 pub use arch::Arch;
@@ -42,6 +44,7 @@ pub use model::{
     Store, Tls, Variant, Wire,
 };
 pub use values::{Mac, MacRange, Subnet, parse_duration, parse_rate_mbps, parse_size};
+pub use wake::WakeSchedule;
 
 use check::Checker;
 use std::path::{Path, PathBuf};

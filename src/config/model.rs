@@ -116,6 +116,9 @@ pub struct Server {
     /// The network GRUB ARM64 UEFI firmware gets as `grubaa64.efi` (Debian ships no arm64
     /// iPXE): Debian's `grubnetaa64.efi.signed`, which reads `boot::grub`'s config.
     pub grub_arm64: PathBuf,
+    /// The folder memtest86+ is served from (`server.memtest`, Debian's `/boot`): the next
+    /// boot `memtest` and the menu's entry, as `memtest86+x64.bin` (BIOS) and `.efi` (UEFI).
+    pub memtest: PathBuf,
     /// Whether TFTP is served at all (`server.tftp`, default true).
     pub tftp: bool,
     /// Where boot records are stored.
@@ -400,6 +403,8 @@ pub struct Pool {
     /// `discover: true`: any client no pool lists is this pool's (`Config::member`), and is
     /// enrolled into it at its first request. One pool at most.
     pub discover: bool,
+    /// `wake`: when its machines are woken (`boot::wake`, `service::wake`).
+    pub wake: Option<super::wake::WakeSchedule>,
 }
 
 impl Pool {

@@ -67,6 +67,9 @@ pub struct Server {
     /// The network GRUB handed to ARM64 UEFI firmware (`grubaa64.efi`).
     #[serde(default = "default_grub_arm64")]
     pub grub_arm64: String,
+    /// The folder holding memtest86+'s `memtest86+x64.bin` and `.efi` (next boot `memtest`).
+    #[serde(default = "default_memtest")]
+    pub memtest: String,
     /// Serve TFTP at all (default true); off, port 69 stays closed.
     pub tftp: Option<bool>,
     /// Where boot records go: absent for SQLite in `state_dir`, or a `postgres://` URL.
@@ -134,6 +137,10 @@ fn default_grub() -> String {
 
 fn default_grub_arm64() -> String {
     "/usr/lib/grub/arm64-efi-signed/grubnetaa64.efi.signed".into()
+}
+
+fn default_memtest() -> String {
+    "/boot".into()
 }
 
 fn default_http() -> String {
@@ -295,6 +302,17 @@ pub struct Pool {
     /// Any client no pool lists boots this pool, and is enrolled into it.
     #[serde(default)]
     pub discover: bool,
+    /// When its machines are woken (Wake-on-LAN).
+    pub wake: Option<Wake>,
+}
+
+/// `pools.NAME.wake`: `at: "07:45"`, `days: [mon, ...]`, `per_second: N`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Wake {
+    pub at: String,
+    pub days: Option<Vec<String>>,
+    pub per_second: Option<u32>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -1505,3 +1505,63 @@ fn an_entry_overrides_its_pools_cmdline_image_and_revision() {
         "{missing:?}"
     );
 }
+
+/// A pool's wake schedule: `at` local `HH:MM`, `days` by name (default every day), and
+/// `per_second`; each wrong value named by file, line and key.
+#[test]
+fn a_pools_wake_schedule_is_checked_by_key() {
+    let with = |keys: &str| {
+        GOOD.replace(
+            "    root: nfs\n",
+            &format!("    root: nfs\n    wake: {keys}\n"),
+        )
+    };
+    let c = parse(&with(
+        "{ at: \"07:45\", days: [mon, tue, wed, thu, fri], per_second: 5 }",
+    ))
+    .unwrap();
+    let w = c.pools["room-101"].wake.clone().unwrap();
+    assert_eq!(w.minute, 465);
+    assert_eq!(w.days, [true, true, true, true, true, false, false]);
+    assert_eq!(w.per_second, Some(5));
+    let every = parse(&with("{ at: \"23:59\" }")).unwrap();
+    assert_eq!(
+        every.pools["room-101"].wake.as_ref().unwrap().days,
+        [true; 7]
+    );
+    assert!(parse(GOOD).unwrap().pools["room-101"].wake.is_none());
+    for (keys, path, reason) in [
+        (
+            "{ at: \"7:45\" }",
+            "pools.room-101.wake.at",
+            "`7:45` is not a time of day like \"07:45\" (24-hour, local)",
+        ),
+        (
+            "{ at: \"24:00\" }",
+            "pools.room-101.wake.at",
+            "`24:00` is not a time of day like \"07:45\" (24-hour, local)",
+        ),
+        (
+            "{ at: \"07:45\", days: [mon, friday] }",
+            "pools.room-101.wake.days[1]",
+            "`friday` is not a day: one of mon, tue, wed, thu, fri, sat, sun",
+        ),
+        (
+            "{ at: \"07:45\", days: [] }",
+            "pools.room-101.wake.days",
+            "names no day: leave `wake` out instead",
+        ),
+        (
+            "{ at: \"07:45\", per_second: 0 }",
+            "pools.room-101.wake.per_second",
+            "must be at least 1",
+        ),
+    ] {
+        let text = with(keys);
+        let e = parse(&text).unwrap_err();
+        assert_eq!((e.path.as_str(), e.reason.as_str()), (path, reason), "{e}");
+        assert!(e.line.is_some(), "{e}");
+    }
+    let e = parse(&with("{ at: \"07:45\", when: daily }")).unwrap_err();
+    assert!(e.to_string().contains("when"), "{e}");
+}

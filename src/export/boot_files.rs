@@ -2,12 +2,12 @@
 //! names and each image's kernel and initrd (`IMAGE/KERNEL`, by the names pools.yaml gives
 //! them: `vmlinuz` and `initrd.img` unless `images.NAME.kernel`/`initrd` say otherwise),
 //! the Secure Boot chain's `shimx64.efi` and `grubx64.efi` (`server.shim`, `server.grub`),
-//! ARM64's `grubaa64.efi` (`server.grub_arm64`), nothing else; for an image with revisions, each revision's as `IMAGE/revs/ID/KERNEL`
+//! ARM64's `grubaa64.efi` (`server.grub_arm64`), memtest86+ (`server.memtest`), nothing else; for an image with revisions, each revision's as `IMAGE/revs/ID/KERNEL`
 //! (`image::serve`). A symlink is followed only while it stays inside its folder, so no name
 //! reaches outside what is served. An `initrd_wire: zstd` image's initrd is answered with its
 //! copy recompressed for the wire once that is made (`image::wire`).
 
-use crate::boot::grub;
+use crate::boot::{grub, next};
 use crate::config::{Config, ConfigError, Image, Wire};
 use crate::image::copies;
 use crate::record::FileKind;
@@ -60,6 +60,10 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), NotSe
         None if name == grub::SHIM => signed(&config.server.shim, FileKind::Shim),
         None if name == grub::GRUB => signed(&config.server.grub, FileKind::Grub),
         None if name == grub::GRUB_ARM64 => signed(&config.server.grub_arm64, FileKind::Grub),
+        // memtest86+, the next boot `memtest` (`boot::next`), from `server.memtest`.
+        None if name == next::MEMTEST_BIOS || name == next::MEMTEST_UEFI => {
+            signed(&config.server.memtest.join(name), FileKind::Kernel)
+        }
         None => (
             config.server.loaders.clone(),
             config.server.loaders.join(name),
@@ -250,6 +254,7 @@ pub fn handed_out(config: &Config, name: &str) -> bool {
         None => {
             crate::boot::LOADERS.contains(&name)
                 || [grub::SHIM, grub::GRUB, grub::GRUB_ARM64].contains(&name)
+                || [next::MEMTEST_BIOS, next::MEMTEST_UEFI].contains(&name)
         }
         Some((image, file)) => config.images.get(image).is_some_and(|image| {
             image_file(&crate::image::serve::for_file(image, file), file).is_some()

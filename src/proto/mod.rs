@@ -16,3 +16,4 @@ pub mod ra;
 pub mod rpc;
 pub mod tcp_info;
 pub mod tftp;
+pub mod wol;

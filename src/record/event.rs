@@ -170,6 +170,26 @@ pub enum Kind {
         proto: Option<Proto>,
         reason: String,
     },
+    /// The client's script applied a next boot an admin set, in place of its pool's image.
+    NextBoot(NextBootNote),
+    /// A Wake-on-LAN magic packet was sent to the client, by wake `wake` (`service::wake`):
+    /// the boot it starts next (within `WAKE_STARTS_WITHIN`) is that wake's.
+    Woken { wake: u64 },
+}
+
+/// How long after its magic packet a client's new boot counts as started by the wake.
+pub const WAKE_STARTS_WITHIN: Micros = 10 * 60 * 1_000_000;
+
+/// The next boot an admin set (`boot::next`) that a boot's script applied: what, once or
+/// until changed, for whom (`client MAC`, `room SUBNET`, `pool NAME`), by whom and when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NextBootNote {
+    pub target: String,
+    pub once: bool,
+    pub scope: String,
+    /// Unix seconds.
+    pub set_at: i64,
+    pub by: String,
 }
 
 impl Kind {
@@ -185,6 +205,8 @@ impl Kind {
             Kind::RootDetach { .. } => "root_detach",
             Kind::Booted { .. } => "booted",
             Kind::Failed { .. } => "failed",
+            Kind::NextBoot(_) => "next_boot",
+            Kind::Woken { .. } => "woken",
         }
     }
 }

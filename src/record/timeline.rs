@@ -10,7 +10,7 @@
 
 use super::console::Console;
 use super::end::{Evidence, Gone, GoneEvidence, Inferred, RootReads, RootUse};
-use super::event::{Event, FileKind, Kind, Micros, Outcome, Proto};
+use super::event::{Event, FileKind, Kind, Micros, Outcome, Proto, WAKE_STARTS_WITHIN};
 use crate::config::Mac;
 use crate::config::names::Rev;
 use crate::proto::dhcp::Relayed;
@@ -130,6 +130,10 @@ pub struct Boot {
     pub gone: Option<Gone>,
     /// The image revision its root export named (`EXPORT@ID`, `config::names`), if any.
     pub revision: Option<Rev>,
+    /// The next boot an admin set that its script applied (`bootpool next-boot`).
+    pub next_boot: Option<super::event::NextBootNote>,
+    /// The wake (`bootpool wake`, a pool's schedule) whose magic packet started it.
+    pub wake: Option<u64>,
     marks: Marks,
     reads: RootReads,
 }
@@ -157,6 +161,8 @@ impl Boot {
             inferred: None,
             gone: None,
             revision: None,
+            next_boot: None,
+            wake: None,
             marks: Marks::default(),
             reads: RootReads::default(),
         }
@@ -312,6 +318,9 @@ pub struct Timelines {
     ip_to_mac: BTreeMap<Ipv4Addr, Mac>,
     /// Each client's use of the root it attached last (`image::usage`).
     roots: BTreeMap<Mac, RootUse>,
+    /// The wake that sent each client its last magic packet, and when: its next boot is
+    /// that wake's.
+    woken: BTreeMap<Mac, (u64, Micros)>,
 }
 
 impl Timelines {
@@ -426,6 +435,11 @@ impl Timelines {
                 None => return false,
             },
         };
+        // A magic packet is no part of a boot: it names the wake the next one belongs to.
+        if let Kind::Woken { wake } = ev.kind {
+            self.woken.insert(mac, (wake, ev.at));
+            return true;
+        }
         // Time passed since this client's last event: its root may have settled meanwhile.
         if let Some(&i) = self.current.get(&mac) {
             self.boots[i].settle(ev.at);
@@ -440,7 +454,13 @@ impl Timelines {
                 });
             }
             let id = self.boots.len() as u64 + 1;
-            self.boots.push(Boot::new(id, mac, ev.at));
+            let mut boot = Boot::new(id, mac, ev.at);
+            boot.wake = self
+                .woken
+                .remove(&mac)
+                .filter(|&(_, at)| at <= ev.at && ev.at - at <= WAKE_STARTS_WITHIN)
+                .map(|(wake, _)| wake);
+            self.boots.push(boot);
             self.current.insert(mac, self.boots.len() - 1);
         }
         let Some(&i) = self.current.get(&mac) else {
@@ -597,6 +617,9 @@ impl Timelines {
                 boot.result = BootResult::Booted;
                 boot.failure = None;
             }
+            Kind::NextBoot(note) => boot.next_boot = Some(note.clone()),
+            // Taken before a boot is looked for (above).
+            Kind::Woken { .. } => {}
             Kind::Failed { proto, reason } => {
                 // The first failure is the cause; a booted boot stays booted.
                 if boot.result == BootResult::Running {
@@ -711,6 +734,39 @@ mod tests {
 
     fn ev(at: Micros, who: Who, kind: Kind) -> Event {
         Event { at, who, kind }
+    }
+
+    /// A magic packet starts no boot; the client's next boot within the window is the wake's,
+    /// a later one, or one whose packet came after its start, is not; a next boot its script
+    /// applied stays with the boot.
+    #[test]
+    fn a_wake_names_the_boot_it_starts_and_starts_none_itself() {
+        let mac: Mac = "52:54:00:77:00:01".parse().unwrap();
+        let other: Mac = "52:54:00:77:00:02".parse().unwrap();
+        let mut t = Timelines::default();
+        let s = 1_000_000;
+        let woken = |wake| Kind::Woken { wake };
+        assert!(t.apply(&ev(100 * s, Who::Mac(mac), woken(7))));
+        assert!(t.apply(&ev(100 * s, Who::Mac(other), woken(7))));
+        assert!(t.boots().is_empty());
+        boot_to_attach(&mut t, mac, "room", Proto::Nbd, 130, 10);
+        // Its packet came more than 10 minutes before: not the wake's.
+        boot_to_attach(&mut t, other, "room", Proto::Nbd, 100 + 601, 10);
+        assert_eq!(t.current(mac).unwrap().wake, Some(7));
+        assert_eq!(t.current(other).unwrap().wake, None);
+        // Taken once: the client's boot after that is nobody's wake.
+        boot_to_attach(&mut t, mac, "room", Proto::Nbd, 2000, 10);
+        assert_eq!(t.current(mac).unwrap().wake, None);
+        let note = crate::record::event::NextBootNote {
+            target: "local".into(),
+            once: true,
+            scope: format!("client {mac}"),
+            set_at: 1_800_000_000,
+            by: "admin".into(),
+        };
+        t.apply(&ev(2003 * s, Who::Mac(mac), Kind::NextBoot(note.clone())));
+        assert_eq!(t.current(mac).unwrap().next_boot, Some(note));
+        assert_eq!(t.boots().len(), 3);
     }
 
     /// The Secure Boot chain over TFTP: the shim, then GRUB and its config, name their own

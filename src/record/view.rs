@@ -65,6 +65,13 @@ pub struct BootView {
     /// The image revision it booted (`bootpool image list`), for an image with revisions.
     #[serde(default)]
     pub revision: Option<String>,
+    /// The next boot an admin set that its script applied instead of the pool's image
+    /// (`POST /api/v1/next-boot`): target, once, scope, set_at (Unix seconds), by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_boot: Option<crate::record::event::NextBootNote>,
+    /// The wake whose magic packet started it (`POST /api/v1/wake`, a pool's schedule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wake: Option<u64>,
     /// For a timed-out or failed boot, the phase it stopped in.
     pub stopped_in: Option<String>,
     /// For a failed boot, why: what the server refused or lacked, or what the client said.
@@ -189,6 +196,8 @@ impl BootView {
             gone: b.gone.map(|g| g.evidence.name().to_string()),
             gone_at: b.gone.map(|g| g.at as f64 / 1e6),
             revision: b.revision.clone().map(String::from),
+            next_boot: b.next_boot.clone(),
+            wake: b.wake,
             stopped_in: (timed_out || b.result == BootResult::Failed)
                 .then(|| b.current_phase().to_string()),
             failure: b.failure.as_ref().map(|f| match f.proto {

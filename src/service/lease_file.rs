@@ -282,7 +282,7 @@ fn saved_lease(mac: Mac, l: &Lease) -> SavedLease {
 
 /// Writes next to the final name, syncs and renames over it: a reader or a restart after a
 /// crash sees the old file or the new one, never half of one.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);

@@ -1,6 +1,7 @@
 //! I/O shells, one per listener. Each serves the socket `app` bound for it, owns its limits,
 //! timeouts and retransmission, and records boot events.
 
+pub mod api_client;
 pub mod arp;
 pub mod bounds;
 pub mod console;
@@ -13,6 +14,7 @@ pub mod http;
 pub mod identity;
 pub mod lease_file;
 pub mod nbd;
+pub mod next_boot;
 pub mod nfs;
 pub mod overlays;
 pub mod portmap;
@@ -22,6 +24,7 @@ pub mod tftp;
 pub mod tftp_transfers;
 pub mod tls;
 pub mod unknown;
+pub mod wake;
 pub mod web;
 
 use crate::config::{Config, Live};

@@ -2,11 +2,12 @@
 //! initrd (with ranges), trace files; each file recorded when its last byte is handed over.
 
 use super::web::{Web, not_found};
+use crate::boot::next::{Entry, Firmware, MEMTEST_BIOS, MEMTEST_UEFI, Target};
 use crate::boot::script;
 use crate::config::Mac;
 use crate::export::boot_files::{self, NotServed};
 use crate::proto::httpfile;
-use crate::record::event::{Micros, now_micros};
+use crate::record::event::{Micros, NextBootNote, now_micros};
 use crate::record::{FileKind, Kind, Outcome, Proto, Recorder, Who};
 use crate::trace::format::What;
 use axum::body::Body;
@@ -75,14 +76,43 @@ pub(super) async fn boot_script(
         (std::net::IpAddr::V6(p), Some(six)) if p.to_ipv4_mapped().is_none() => six.into(),
         _ => link.into(),
     };
-    let image = crate::image::serve::for_member(&config, &member);
-    let text = script::ipxe_script(&config, &member, &image, mac, link, client, files);
+    // A next boot an admin set (`bootpool next-boot`) takes the place of the pool's image.
+    let next = web.next.applying(mac, client, &member.pool.name);
+    let image = match next.as_ref().map(|e| &e.target) {
+        Some(Target::Image(name)) => config.images.get(name).cloned(),
+        Some(Target::Revision(name, rev)) => config
+            .images
+            .get(name)
+            .map(|i| std::sync::Arc::new(crate::config::names::revision(i, rev.as_str()))),
+        _ => None,
+    };
+    let image = match image {
+        Some(image) => crate::image::serve::for_boot(&config, &image),
+        // The pool's, or the client entry's own image or revision (a canary).
+        None => crate::image::serve::for_member(&config, &member),
+    };
+    let text = match &next {
+        Some(entry) => {
+            let memtest = &config.server.memtest;
+            let next = script::Next {
+                entry,
+                firmware: Firmware::of(arch),
+                memtest: memtest.join(MEMTEST_BIOS).is_file()
+                    && memtest.join(MEMTEST_UEFI).is_file(),
+            };
+            script::next_script(&config, &member, &image, mac, link, client, files, &next)
+        }
+        None => script::ipxe_script(&config, &member, &image, mac, link, client, files),
+    };
     // A milestone of the client's boot only when the client asked: the address it asks from
     // holds its lease. Anyone else (an admin's curl on the server, a monitoring probe) gets the
     // script and leaves no boot behind.
     if !its_own {
         tracing::info!(%mac, %peer, "boot script fetched from an address that is not the client's; served, not recorded");
     } else {
+        if let Some(entry) = &next {
+            next_boot_taken(&web, mac, entry);
+        }
         web.recorder.record(
             Who::Mac(mac),
             Kind::File {
@@ -102,6 +132,27 @@ pub(super) async fn boot_script(
         );
     }
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+}
+
+/// The client's own script applied `entry`: recorded with its boot, and a once entry used up
+/// (the boot it applies to has started).
+fn next_boot_taken(web: &Web, mac: Mac, entry: &Entry) {
+    tracing::info!(%mac, next_boot = %entry.sentence(), "boot script applies a next boot");
+    web.recorder.record(
+        Who::Mac(mac),
+        Kind::NextBoot(NextBootNote {
+            target: entry.target.to_string(),
+            once: entry.once,
+            scope: entry.scope.to_string(),
+            set_at: entry.set_at,
+            by: entry.by.clone(),
+        }),
+    );
+    if entry.once
+        && let Err(e) = web.next.consume(mac, &entry.scope)
+    {
+        tracing::error!(%mac, error = %e, "next boot: the state file could not be written; the once entry stays");
+    }
 }
 
 pub(super) async fn loader(

@@ -13,8 +13,8 @@
 //!
 //! The rooms: `boot.rs` (scripts and boot files), `callbacks.rs` (the booted system's own
 //! calls), `api.rs` (the JSON API), `enrol.rs` (the unknown clients and their enrolment),
-//! `guard.rs` (tokens), `readers.rs` (who reads without the read token), `conn.rs` (one
-//! connection under
+//! `next_boot.rs` (the next-boot action), `wake.rs` (Wake-on-LAN), `guard.rs` (tokens),
+//! `readers.rs` (who reads without the read token), `conn.rs` (one connection under
 //! hyper, and its idle watch). This file accepts connections and holds the routes.
 
 mod api;
@@ -25,6 +25,8 @@ mod enrol;
 mod guard;
 mod images;
 mod readers;
+mod next_boot;
+mod wake;
 mod web;
 
 pub use readers::access_sentence;
@@ -139,6 +141,12 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/clients", get(clients).post(enrol::enrol))
         .route("/api/v1/unknown", get(enrol::unknown))
         .route("/api/v1/leases/{mac}/release", post(release_lease))
+        .route(
+            "/api/v1/next-boot",
+            post(next_boot::set_next_boot).get(next_boot::next_boots),
+        )
+        .route("/api/v1/wake", post(wake::wake))
+        .route("/api/v1/wakes", get(wake::wakes))
         .merge(super::web::routes())
         .layer(axum::middleware::from_fn_with_state(
             web.clone(),

@@ -27,12 +27,23 @@ pub struct Web {
     pub unknown: Arc<crate::service::unknown::Unknown>,
     /// Enrolments (`POST /api/v1/clients`).
     pub enrol: Arc<crate::service::enrol::Enroller>,
+    /// The next boots an admin set (`service::next_boot`).
+    pub next: Arc<crate::service::next_boot::NextBootState>,
+    /// Wake-on-LAN's sender (`service::wake`).
+    pub wake: Arc<crate::service::wake::Waker>,
 }
 
 impl Web {
-    /// The API's dependencies: the shared ones, and the DHCP service's command channel.
-    pub fn new(shared: &crate::service::Shared, dhcp: crate::service::dhcp::Commands) -> Web {
-        Web {
+    /// The API's dependencies: the shared ones, the DHCP service's command channel, and the
+    /// next boots kept in the state folder (an unreadable file is an error).
+    pub fn new(
+        shared: &crate::service::Shared,
+        dhcp: crate::service::dhcp::Commands,
+        wake: Arc<crate::service::wake::Waker>,
+    ) -> anyhow::Result<Web> {
+        let state_dir = shared.config.load().server.state_dir.clone();
+        let next = crate::service::next_boot::NextBootState::open(&state_dir)?;
+        Ok(Web {
             config: shared.config.clone(),
             recorder: shared.recorder.clone(),
             records: shared.records.clone(),
@@ -42,7 +53,9 @@ impl Web {
             dhcp,
             unknown: shared.unknown.clone(),
             enrol: shared.enrol.clone(),
-        }
+            next: Arc::new(next),
+            wake,
+        })
     }
 }
 
