@@ -275,50 +275,14 @@ fn main() -> ExitCode {
             pool,
             target,
             once,
-        } => {
-            let body = serde_json::json!({
-                "client": client, "room": room, "pool": pool, "boot": target, "once": once,
-            });
-            api_action(&config, "/api/v1/next-boot", &body, |answer| {
-                let scope = answer["scope"].as_object().and_then(|o| o.iter().next());
-                format!(
-                    "next boot of {}: {}, {}",
-                    scope.map_or(String::new(), |(k, v)| format!(
-                        "{k} {}",
-                        v.as_str().unwrap_or("")
-                    )),
-                    answer["target"].as_str().unwrap_or(""),
-                    match answer["once"].as_bool() {
-                        Some(true) => "once",
-                        _ => "until changed",
-                    }
-                )
-            })
-        }
+        } => next_boot(&config, client, room, pool, target, once),
         Command::Wake {
             config,
             client,
             room,
             pool,
             per_second,
-        } => {
-            let body = serde_json::json!({
-                "client": client, "room": room, "pool": pool, "per_second": per_second,
-            });
-            api_action(&config, "/api/v1/wake", &body, |a| {
-                format!(
-                    "wake {}: {} clients of {}, {} a second{}",
-                    a["wake"],
-                    a["clients"],
-                    a["scope"].as_str().unwrap_or(""),
-                    a["per_second"],
-                    match a["links_allow"].as_u64() {
-                        Some(l) => format!(" (the links allow {l})"),
-                        None => String::new(),
-                    }
-                )
-            })
-        }
+        } => wake(&config, client, room, pool, per_second),
         Command::Lab(i) => instrument("lab", i),
         Command::Storm(i) => instrument("storm", i),
         Command::Trace(i) => instrument("trace", i),
@@ -333,6 +297,61 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// `bootpool next-boot`: what a client, a room or a pool boots next, set through the API.
+fn next_boot(
+    config: &std::path::Path,
+    client: Option<String>,
+    room: Option<String>,
+    pool: Option<String>,
+    target: String,
+    once: bool,
+) -> ExitCode {
+    let body = serde_json::json!({
+        "client": client, "room": room, "pool": pool, "boot": target, "once": once,
+    });
+    api_action(config, "/api/v1/next-boot", &body, |answer| {
+        let scope = answer["scope"].as_object().and_then(|o| o.iter().next());
+        format!(
+            "next boot of {}: {}, {}",
+            scope.map_or(String::new(), |(k, v)| format!(
+                "{k} {}",
+                v.as_str().unwrap_or("")
+            )),
+            answer["target"].as_str().unwrap_or(""),
+            match answer["once"].as_bool() {
+                Some(true) => "once",
+                _ => "until changed",
+            }
+        )
+    })
+}
+
+/// `bootpool wake`: Wake-on-LAN to a client, a room or a pool, through the API.
+fn wake(
+    config: &std::path::Path,
+    client: Option<String>,
+    room: Option<String>,
+    pool: Option<String>,
+    per_second: Option<u32>,
+) -> ExitCode {
+    let body = serde_json::json!({
+        "client": client, "room": room, "pool": pool, "per_second": per_second,
+    });
+    api_action(config, "/api/v1/wake", &body, |a| {
+        format!(
+            "wake {}: {} clients of {}, {} a second{}",
+            a["wake"],
+            a["clients"],
+            a["scope"].as_str().unwrap_or(""),
+            a["per_second"],
+            match a["links_allow"].as_u64() {
+                Some(l) => format!(" (the links allow {l})"),
+                None => String::new(),
+            }
+        )
+    })
 }
 
 /// The instruments' binary (`instruments/`), which `bootpool lab`, `storm` and `trace` run.

@@ -733,6 +733,7 @@ impl Checker<'_> {
     /// A list of clients (a pool's `clients`, at `list`; a pool's list in the enrolments
     /// file): each a MAC or a range, some with a fixed address. `label` names the list in
     /// `seen`, for a later entry that repeats one of these.
+    #[allow(clippy::too_many_arguments)]
     fn check_clients(
         &self,
         list: &[Step],

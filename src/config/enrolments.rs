@@ -71,10 +71,7 @@ pub fn add(config_file: &Path, enrolment: &Enrolment) -> Result<PathBuf, Refused
         )));
     }
     if let Some(m) = config.listed(*mac) {
-        let named = m
-            .name()
-            .map(|n| format!(" as `{n}`"))
-            .unwrap_or_default();
+        let named = m.name().map(|n| format!(" as `{n}`")).unwrap_or_default();
         return Err(conflict(format!(
             "{mac} is already listed in pool `{}`{named}",
             m.pool.name
@@ -223,8 +220,8 @@ pools:
         let config = Config::load(&file).unwrap();
         let m = config.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
         assert_eq!(
-            (m.pool.name.as_str(), m.entry.name.as_deref()),
-            ("room", Some("pc02"))
+            (m.pool.name.as_str(), m.name()),
+            ("room", Some("pc02".to_string()))
         );
         assert_eq!(config.pools["lab"].clients.len(), 1);
         // Listed in pools.yaml, or already enrolled; no such pool; a name taken: refused,
@@ -245,7 +242,7 @@ pools:
             ),
             (
                 enrolment("52:54:00:77:00:04", "lab", Some("pc01")),
-                "`pc01` is already the name of pools.room.clients[0]",
+                "pools.room.clients[0].name",
             ),
         ] {
             let why = add(&file, &e).unwrap_err().to_string();

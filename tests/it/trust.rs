@@ -381,6 +381,8 @@ fn a_canarys_revision_is_its_own_until_activated() {
             from: src,
             kernel: None,
             initrd: None,
+            squashfs: false,
+            source: None,
         };
         bootpool::image::import::import(&image, &req)
             .unwrap()

@@ -24,8 +24,8 @@ mod conn;
 mod enrol;
 mod guard;
 mod images;
-mod readers;
 mod next_boot;
+mod readers;
 mod wake;
 mod web;
 
