@@ -605,7 +605,7 @@ fn default_fns(src: &str) -> BTreeMap<String, String> {
     out
 }
 
-/// Defaults that live in src/config/mod.rs: the ports, and `cow_limit`.
+/// Defaults that live in src/config/model.rs: the ports, and `cow_limit`.
 fn mod_defaults(src: &str) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let ports = &src[src.find("impl Default for Ports").expect("Ports default")..];
@@ -640,7 +640,7 @@ fn man_page_documents_every_config_key_and_default() {
     let structs = raw_structs(&raw);
     let mut keys = BTreeMap::new();
     key_paths(&structs, &default_fns(&raw), "File", "", &mut keys);
-    for (path, value) in mod_defaults(&read("src/config/mod.rs")) {
+    for (path, value) in mod_defaults(&read("src/config/model.rs")) {
         let want = keys
             .get_mut(&path)
             .unwrap_or_else(|| panic!("{path} not in raw.rs"));
