@@ -540,6 +540,7 @@ impl Checker<'_> {
             &at("initramfs"),
             &p.initramfs,
             &[
+                ("bootpool", Initramfs::Bootpool),
                 ("dracut", Initramfs::Dracut),
                 ("initramfs-tools", Initramfs::InitramfsTools),
             ],
@@ -611,6 +612,7 @@ impl Checker<'_> {
                 Netconsole::On(Some(dev.clone()))
             }
         };
+        let overlay = self.check_overlay(name, p.overlay.as_ref(), initramfs, root, &image)?;
         let clients = self.check_clients(name, &p.clients, dhcp, &server.links, seen)?;
         let pool = Pool {
             name: name.clone(),
@@ -619,6 +621,7 @@ impl Checker<'_> {
             cmdline: p.cmdline.clone(),
             cmdline_template,
             initramfs,
+            overlay,
             nfs_options,
             trace: p.trace,
             netconsole,

@@ -14,6 +14,7 @@ pub mod arch;
 mod check;
 mod check_arch;
 mod check_dhcp6;
+mod check_overlay;
 pub mod cmdline;
 mod dhcp6;
 mod error;
@@ -33,8 +34,8 @@ pub use error::ConfigError;
 pub use live::Live;
 pub use model::{
     ClientEntry, Config, Cow, CowStore, DEFAULT_COW_LIMIT, Database, Dhcp, DhcpMode, DhcpSubnet,
-    Image, Initramfs, Limits, Member, Netconsole, Pool, Ports, RootProto, Server, Store, Tls,
-    Variant, Wire,
+    Image, Initramfs, Limits, Member, Netconsole, Overlay, Pool, Ports, RootProto, Server, Store,
+    Tls, Variant, Wire,
 };
 pub use values::{Mac, MacRange, Subnet, parse_duration, parse_rate_mbps, parse_size};
 
