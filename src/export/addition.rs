@@ -9,8 +9,12 @@ use crate::boot::addition::NAME;
 use crate::image::cpio::{self, Entry};
 use std::path::{Path, PathBuf};
 
-/// The archive's entries: each folder before what it holds (the kernel makes no missing
-/// parent; a folder the initrd has already is kept as it is, a symlink included).
+/// The archive's entries. A folder entry replaces whatever else stands at its path (the
+/// kernel's `clean_path`): an entry `lib` would delete a merged-/usr initrd's `lib -> usr/lib`
+/// link and with it every library. So the only folder is bootpool's own; each script goes
+/// into a folder its initrd already has (through its symlinks), and into one it lacks not at
+/// all: the kernel skips a file it cannot create (dracut has no `/scripts`, initramfs-tools no
+/// `/lib/dracut/hooks`).
 const ENTRIES: &[Entry] = &[
     dir("bootpool"),
     file(
@@ -19,16 +23,11 @@ const ENTRIES: &[Entry] = &[
     ),
     // initramfs-tools: `boot=bootpool` makes its /init source this instead of /scripts/nfs
     // or /scripts/local.
-    dir("scripts"),
     file(
         "scripts/bootpool",
         include_bytes!("../../dist/overlay/scripts/bootpool"),
     ),
     // dracut: every `*.sh` of a hook folder is sourced at that stage, found at run time.
-    dir("lib"),
-    dir("lib/dracut"),
-    dir("lib/dracut/hooks"),
-    dir("lib/dracut/hooks/pre-pivot"),
     file(
         "lib/dracut/hooks/pre-pivot/90-bootpool-overlay.sh",
         include_bytes!("../../dist/overlay/lib/dracut/hooks/pre-pivot/90-bootpool-overlay.sh"),
@@ -81,22 +80,19 @@ pub fn publish(state_dir: &Path) -> std::io::Result<PathBuf> {
 mod tests {
     use super::*;
 
-    /// Every folder comes before what it holds, and every script is a shell script.
+    /// The one folder is bootpool's own and comes before its file; every file is a shell
+    /// script.
     #[test]
-    fn folders_come_first_and_files_are_scripts() {
-        for (i, e) in ENTRIES.iter().enumerate() {
-            if let Some((parent, _)) = e.name.rsplit_once('/') {
-                assert!(
-                    ENTRIES[..i]
-                        .iter()
-                        .any(|p| p.name == parent && p.data.is_none()),
-                    "{} before its folder",
-                    e.name
-                );
-            }
-            if let Some(data) = e.data {
-                assert!(data.starts_with(b"#!/bin/sh\n"), "{}", e.name);
-            }
+    fn only_bootpools_own_folder_and_shell_scripts() {
+        let folders: Vec<&str> = ENTRIES
+            .iter()
+            .filter(|e| e.data.is_none())
+            .map(|e| e.name)
+            .collect();
+        assert_eq!(folders, ["bootpool"]);
+        assert_eq!(ENTRIES[0].name, "bootpool");
+        for e in ENTRIES.iter().filter_map(|e| e.data.map(|d| (e.name, d))) {
+            assert!(e.1.starts_with(b"#!/bin/sh\n"), "{}", e.0);
         }
     }
 

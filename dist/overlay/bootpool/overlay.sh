@@ -20,7 +20,19 @@
 # /run moves into the new root with the initrd's other mounts, so the booted system sees both
 # layers there. The image itself is never written. On failure the root stays as it was
 # (read-only) and the console says why; the boot goes on. Lines start `bootpool-overlay: `.
-# Written for any POSIX sh: dash, klibc's sh, busybox ash.
+# Written for any POSIX sh (dash, klibc's sh, busybox ash) and for the tools a stock
+# initramfs-tools initrd without busybox has: klibc's (cat, mkdir, mount, umount, nuke,
+# sleep, uname...), kmod's modprobe and blkid; no grep, rm or find.
+
+# bootpool_has_fs TYPE: whether the kernel has filesystem TYPE now.
+bootpool_has_fs() {
+	while read -r bp_a bp_b; do
+		if [ "$bp_a" = "$1" ] || [ "$bp_b" = "$1" ]; then
+			return 0
+		fi
+	done </proc/filesystems
+	return 1
+}
 
 bootpool_say() {
 	echo "bootpool-overlay: $*" >/dev/console 2>/dev/null || echo "bootpool-overlay: $*"
@@ -110,11 +122,11 @@ bootpool_overlay() {
 		bootpool_say "FAILED: cannot make /run/bootpool; the root stays read-only"
 		return 1
 	fi
-	if ! grep -qw overlay /proc/filesystems; then
+	if ! bootpool_has_fs overlay; then
 		bootpool_modprobe "$bp_root" overlay \
 			|| insmod "$bp_root/lib/modules/$(uname -r)/kernel/fs/overlayfs/overlay.ko" 2>/dev/null
 	fi
-	if ! grep -qw overlay /proc/filesystems; then
+	if ! bootpool_has_fs overlay; then
 		bootpool_say "FAILED: no overlay filesystem (module overlay in neither the initrd nor the root); the root stays read-only"
 		return 1
 	fi
