@@ -223,7 +223,8 @@ boot() {  # $1: mode; prints the result line, returns non-zero on failure
         # a missing export: the initrd must say FAILED and power off, not hang
         fail) start_nbd "$d"; root="nbd:$SRV:10809/no-such-export" ;;
     esac
-    local cmdline="console=ttyS0 root=$root bootpool.url=http://$SRV:8080 initrd=initrd.img${EXTRA:+ $EXTRA}"
+    # bootpool.lab=poweroff: the demo powers off when done (or failed), so qemu exits.
+    local cmdline="console=ttyS0 root=$root bootpool.url=http://$SRV:8080 bootpool.lab=poweroff initrd=initrd.img${EXTRA:+ $EXTRA}"
     log "$mode: booting ($ACCEL, $NIC): $cmdline"
     t0=$(date +%s.%N)
     timeout "$BOOT_TIMEOUT" ip netns exec "$NS" qemu-system-x86_64 -accel "$ACCEL" -m 320 \

@@ -49,17 +49,23 @@ pub fn config(
     let pool = member.pool;
     let image = member.image();
     let name = member.name().unwrap_or_default();
-    let mut line = script::cmdline(config, member, served, link, client);
-    if pool.cmdline_template.is_none()
-        && let Some(cut) = line.strip_suffix(&format!(" initrd={}", image.initrd_file_name()))
-    {
-        line = cut.to_string();
-    }
     let port = config.server.ports.tftp;
     let device = if port == TFTP_PORT {
         format!("(tftp,{link})")
     } else {
         format!("(tftp,{link}:{port})")
+    };
+    let mut line = script::cmdline(config, member, served, link, client);
+    if pool.cmdline_template.is_none()
+        && let Some(cut) = line.strip_suffix(&script::efi_initrds(member, image))
+    {
+        line = cut.to_string();
+    }
+    // The addition after the image's own initrd, as in the iPXE script (`initrd A B`).
+    let addition = if super::addition::handed(pool) {
+        format!(" {device}/{}", super::addition::NAME)
+    } else {
+        String::new()
     };
     let args: Vec<String> = line.split_whitespace().map(quote).collect();
     format!(
@@ -67,7 +73,7 @@ pub fn config(
          set timeout=0\n\
          echo {banner}\n\
          linux {device}/{image}/{kernel} {args}\n\
-         initrd {device}/{image}/{initrd}\n\
+         initrd {device}/{image}/{initrd}{addition}\n\
          boot\n",
         pool = pool.name,
         banner = quote(&format!("bootpool: pool {} client {mac} {name}", pool.name)),
@@ -142,6 +148,23 @@ mod tests {
         );
         assert!(
             text.contains("\ninitrd (tftp,10.77.0.1)/demo-arm64/initrd.img\n"),
+            "{text}"
+        );
+    }
+
+    /// A stock initrd's pool loads the addition after the image's own initrd (`initrd A B`),
+    /// and its command line keeps no EFI stub `initrd=`.
+    #[test]
+    fn grub_loads_the_overlay_addition_after_the_images_initrd() {
+        let c = sb_config("    initramfs: dracut\n");
+        let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
+        let m = c.member(mac).unwrap();
+        let text = config(&c, &m, m.image(), mac, c.server.address, None);
+        assert!(
+            text.contains(
+                "\nlinux (tftp,10.77.0.1)/demo/vmlinuz 'root=nbd:10.77.0.1:demo' 'bootpool.overlay=tmpfs' 'bootpool.url=http://10.77.0.1:8080' 'console=ttyS0'\n\
+                 initrd (tftp,10.77.0.1)/demo/initrd.img (tftp,10.77.0.1)/bootpool-overlay.cpio\nboot\n"
+            ),
             "{text}"
         );
     }

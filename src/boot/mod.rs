@@ -2,6 +2,7 @@
 //! script it gets and what its kernel command line says. Plain data in, plain data out; the
 //! services ask `plan` and never decide these things themselves.
 
+pub mod addition;
 pub mod exports;
 pub mod grub;
 pub mod leases;

@@ -6,6 +6,7 @@
 //! it, and nothing here reads the disk. A next boot an admin set (`boot::next`) is handed in
 //! as data: `next_script` writes its local disk, memtest and menu scripts.
 
+use super::addition;
 use super::next::{self, Firmware, Target};
 use crate::config::{Config, Image, Initramfs, Mac, Member, RootProto, cmdline};
 use std::net::{IpAddr, Ipv4Addr};
@@ -30,9 +31,11 @@ pub fn http_base_at(config: &Config, server: IpAddr) -> String {
 }
 
 /// The kernel command line for `image` (the image this boot is served): the root argument in
-/// the pool's initramfs syntax, where to report "booted", the client's name
-/// (`systemd.hostname=`), then the pool's own arguments and `netconsole=`; or the pool's `cmdline_template` filled in. `client` is the client's leased
-/// address (for `netconsole=`), if it has one.
+/// the pool's initramfs syntax (with the overlay addition's argument when the pool hands it,
+/// `boot::addition`), where to report "booted", the client's name (`systemd.hostname=`), then
+/// the pool's own arguments and `netconsole=`, then the EFI stub's `initrd=` for each initrd;
+/// or the pool's `cmdline_template` filled in. `client` is the client's leased address (for
+/// `netconsole=`), if it has one.
 pub fn cmdline(
     config: &Config,
     member: &Member,
@@ -49,7 +52,8 @@ pub fn cmdline(
         options => format!("ro,{options}"),
     };
     let root = match (pool.root, pool.initramfs) {
-        (RootProto::Nfs, Initramfs::Dracut) => {
+        // The demo's own initrd reads dracut's syntax.
+        (RootProto::Nfs, Initramfs::Dracut | Initramfs::Bootpool) => {
             format!(
                 "root=nfs:{link}:{nfs}:{ro},port={},mountport={}",
                 s.ports.nfs, s.ports.nfs
@@ -57,26 +61,34 @@ pub fn cmdline(
         }
         // dracut (059) reads a PORT that is not a number as the export name on the default
         // port, and cannot take both: `PORT/NAME` goes to nbd-client as one name.
-        (RootProto::Nbd, Initramfs::Dracut) if s.ports.nbd == crate::proto::nbd::PORT => {
+        (RootProto::Nbd, Initramfs::Dracut | Initramfs::Bootpool)
+            if s.ports.nbd == crate::proto::nbd::PORT =>
+        {
             format!("root=nbd:{link}:{nbd}")
         }
-        (RootProto::Nbd, Initramfs::Dracut) => {
+        (RootProto::Nbd, Initramfs::Dracut | Initramfs::Bootpool) => {
             format!("root=nbd:{link}:{}/{nbd}", s.ports.nbd)
         }
         // `boot=` because an initrd built with Debian's default `BOOT=local` ignores
         // `root=/dev/nfs`; klibc's nfsmount takes no `mountport=` (it asks the portmapper).
         (RootProto::Nfs, Initramfs::InitramfsTools) => format!(
-            "boot=nfs root=/dev/nfs nfsroot={link}:{nfs},{ro},port={} ip=dhcp",
+            "boot={} root=/dev/nfs nfsroot={link}:{nfs},{ro},port={} ip=dhcp",
+            addition::debian_boot(pool, "nfs"),
             s.ports.nfs
         ),
         // Debian's nbd script reads `SERVER,A,B` as server, export, device: the port goes
         // in its `SERVER:PORT/EXPORT` form.
         (RootProto::Nbd, Initramfs::InitramfsTools) => {
             format!(
-                "boot=local root=/dev/nbd0 nbdroot={link}:{}/{nbd} ip=dhcp",
+                "boot={} root=/dev/nbd0 nbdroot={link}:{}/{nbd} ip=dhcp",
+                addition::debian_boot(pool, "local"),
                 s.ports.nbd
             )
         }
+    };
+    let root = match addition::argument(&pool.overlay) {
+        overlay if overlay.is_empty() => root,
+        overlay => format!("{root} {overlay}"),
     };
     let netconsole = netconsole(config, member, link, client);
     if let Some(template) = &pool.cmdline_template {
@@ -97,10 +109,20 @@ pub fn cmdline(
         line.push(' ');
         line.push_str(&netconsole);
     }
-    // The EFI stub finds the initrd iPXE hands over by this name (its URL's last part).
-    line.push_str(" initrd=");
-    line.push_str(image.initrd_file_name());
+    // The EFI stub finds each initrd iPXE hands over by this name (its URL's last part).
+    line.push_str(&efi_initrds(member, image));
     line
+}
+
+/// The EFI stub's ` initrd=NAME` for the image's initrd, and for the addition after it when
+/// the pool hands it (`grub::config` takes them off again: GRUB hands initrds over itself).
+pub fn efi_initrds(member: &Member, image: &Image) -> String {
+    let mut names = format!(" initrd={}", image.initrd_file_name());
+    if addition::handed(member.pool) {
+        names.push_str(" initrd=");
+        names.push_str(addition::NAME);
+    }
+    names
 }
 
 /// The kernel's `netconsole=[src-port]@[src-ip]/[dev],[tgt-port]@tgt-ip/[tgt-mac]`
@@ -213,9 +235,17 @@ fn image_lines(
     files: IpAddr,
 ) -> String {
     let base = http_base_at(config, files);
+    // The addition after the image's own initrd: the kernel unpacks both into one rootfs, the
+    // later over the earlier.
+    let addition = if addition::handed(member.pool) {
+        format!("initrd {base}/boot/loaders/{}\n", addition::NAME)
+    } else {
+        String::new()
+    };
     format!(
         "kernel {base}/boot/{image}/{kernel} {cmdline}\n\
          initrd {base}/boot/{image}/{initrd}\n\
+         {addition}\
          boot\n",
         image = image.name,
         kernel = image.kernel_name,
@@ -587,6 +617,60 @@ mod tests {
         );
     }
 
+    /// A stock initrd's pool hands the addition after the image's initrd (iPXE's second
+    /// `initrd`, the EFI stub's second `initrd=`) with the overlay's argument; the demo's own
+    /// initrd and `overlay: off` get neither.
+    #[test]
+    fn stock_initrds_get_the_overlay_addition_after_their_own() {
+        let script_of = |text: &str| {
+            let c = Config::parse(Path::new("p.yaml"), text).unwrap();
+            let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
+            let m = c.member(mac).unwrap();
+            ipxe_script(
+                &c,
+                &m,
+                m.image(),
+                mac,
+                c.server.address,
+                None,
+                c.server.address.into(),
+            )
+        };
+        let dracut =
+            super::super::tests::CONFIG.replace("root: nbd", "root: nbd\n    initramfs: dracut");
+        let s = script_of(&dracut);
+        assert!(
+            s.contains(
+                " root=nbd:10.77.0.1:demo bootpool.overlay=tmpfs bootpool.url=http://10.77.0.1:8080 console=ttyS0 initrd=initrd.img initrd=bootpool-overlay.cpio\n\
+                 initrd http://10.77.0.1:8080/boot/demo/initrd.img\n\
+                 initrd http://10.77.0.1:8080/boot/loaders/bootpool-overlay.cpio\n\
+                 boot\n"
+            ),
+            "{s}"
+        );
+        let sized = dracut.replace(
+            "initramfs: dracut",
+            "initramfs: dracut\n    overlay: { tmpfs: 2g }",
+        );
+        assert!(script_of(&sized).contains(" root=nbd:10.77.0.1:demo bootpool.overlay=tmpfs:2g "));
+        let disk = dracut.replace(
+            "initramfs: dracut",
+            "initramfs: dracut\n    overlay: { disk: /dev/sda3 }",
+        );
+        assert!(script_of(&disk).contains(" bootpool.overlay=disk:/dev/sda3 "));
+        for plain in [
+            super::super::tests::CONFIG.to_string(),
+            dracut.replace("initramfs: dracut", "initramfs: dracut\n    overlay: off"),
+        ] {
+            let s = script_of(&plain);
+            assert!(
+                !s.contains("bootpool-overlay") && !s.contains("bootpool.overlay"),
+                "{s}"
+            );
+            assert!(s.contains(" initrd=initrd.img\ninitrd "), "{s}");
+        }
+    }
+
     /// A client given another of the server's links hears only that address.
     #[test]
     fn every_url_and_the_root_name_the_clients_link() {
@@ -617,7 +701,16 @@ mod tests {
         let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
         assert!(
             cmdline(&c, &m, m.image(), c.server.address, None).starts_with(
-                "boot=nfs root=/dev/nfs nfsroot=10.77.0.1:/demo,ro,nocto,port=2049 ip=dhcp "
+                "boot=bootpool root=/dev/nfs nfsroot=10.77.0.1:/demo,ro,nocto,port=2049 ip=dhcp bootpool.overlay=tmpfs "
+            )
+        );
+        // Without the overlay addition, Debian's own boot script.
+        let off = tools.replace("root: nfs", "root: nfs\n    overlay: off");
+        let c = Config::parse(Path::new("p.yaml"), &off).unwrap();
+        let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        assert!(
+            cmdline(&c, &m, m.image(), c.server.address, None).starts_with(
+                "boot=nfs root=/dev/nfs nfsroot=10.77.0.1:/demo,ro,nocto,port=2049 ip=dhcp bootpool.url="
             )
         );
         // The pool's own options replace the default; none at all leaves `ro`.
@@ -654,8 +747,12 @@ mod tests {
         );
         assert!(cmdline_of(&moved).starts_with("root=nbd:10.77.0.1:10900/demo "));
         let tools = text.replace("root: nbd", "root: nbd\n    initramfs: initramfs-tools");
+        assert!(cmdline_of(&tools).starts_with(
+            "boot=bootpool root=/dev/nbd0 nbdroot=10.77.0.1:10809/demo ip=dhcp bootpool.overlay=tmpfs "
+        ));
+        let off = tools.replace("root: nbd", "root: nbd\n    overlay: off");
         assert!(
-            cmdline_of(&tools)
+            cmdline_of(&off)
                 .starts_with("boot=local root=/dev/nbd0 nbdroot=10.77.0.1:10809/demo ip=dhcp ")
         );
     }

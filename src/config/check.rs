@@ -620,6 +620,7 @@ impl Checker<'_> {
             &at("initramfs"),
             &p.initramfs,
             &[
+                ("bootpool", Initramfs::Bootpool),
                 ("dracut", Initramfs::Dracut),
                 ("initramfs-tools", Initramfs::InitramfsTools),
             ],
@@ -691,6 +692,7 @@ impl Checker<'_> {
                 Netconsole::On(Some(dev.clone()))
             }
         };
+        let overlay = self.check_overlay(name, p.overlay.as_ref(), initramfs, root, &image)?;
         let list = [Key("pools"), Key(name.as_str()), Key("clients")];
         let label = format!("pools.{name}.clients");
         let clients = self.check_clients(
@@ -709,6 +711,7 @@ impl Checker<'_> {
             cmdline: p.cmdline.clone(),
             cmdline_template,
             initramfs,
+            overlay,
             nfs_options,
             trace: p.trace,
             netconsole,

@@ -366,13 +366,29 @@ impl fmt::Display for RootProto {
     }
 }
 
-/// Which initramfs syntax the kernel command line's root argument follows.
+/// Which initrd the pool's image has, so which syntax the kernel command line's root argument
+/// follows and whether bootpool's overlay addition applies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Initramfs {
+    /// The demo's own initrd (images/build-demo.sh): dracut's syntax, and an overlay of its own.
+    Bootpool,
     /// `root=nfs:SERVER:/PATH:OPTS`, `root=nbd:SERVER:PORT/EXPORT`
     Dracut,
     /// Debian's `nfsroot=`/`nbdroot=`
     InitramfsTools,
+}
+
+/// `pools.NAME.overlay`: the writable layer bootpool's addition (`export::addition`) lays over
+/// a stock initrd's read-only root, handed to the client as a second initrd.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Overlay {
+    /// No addition: the root stays as the initrd mounts it.
+    Off,
+    /// Writes go to a tmpfs of this size (tmpfs's `size=`: `2g`, `512m`, `25%`; `None`: the
+    /// kernel's default, half the memory).
+    Tmpfs(Option<String>),
+    /// Writes go to this local partition (a `/dev/` path), emptied of the last boot's at each.
+    Disk(String),
 }
 
 #[derive(Debug, Clone)]
@@ -385,6 +401,8 @@ pub struct Pool {
     /// argument, `bootpool.url=`, `cmdline` and `initrd=` (`None`: those).
     pub cmdline_template: Option<cmdline::Template>,
     pub initramfs: Initramfs,
+    /// The writable layer over the root (`Overlay::Off` for the demo's initrd by default).
+    pub overlay: Overlay,
     /// Mount options of an NFS root after `ro` (`nfs_options`, default `nocto`): the root is
     /// an image nobody writes while it is mounted, so opening a file need not ask the server.
     pub nfs_options: String,

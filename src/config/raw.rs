@@ -285,6 +285,8 @@ pub struct Pool {
     pub initramfs: String,
     /// Mount options an NFS root gets after `ro` (`None`: `nocto`).
     pub nfs_options: Option<String>,
+    /// `tmpfs`, `off`, `{ tmpfs: SIZE }` or `{ disk: DEVICE }` (`config::check_overlay`).
+    pub overlay: Option<Overlay>,
     #[serde(default)]
     pub clients: Vec<Client>,
     #[serde(default)]
@@ -334,7 +336,32 @@ fn default_root() -> String {
 }
 
 fn default_initramfs() -> String {
-    "dracut".into()
+    "bootpool".into()
+}
+
+/// `pools.NAME.overlay`: a word, or a map (`config::check_overlay` checks its keys).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Overlay {
+    Word(String),
+    Map(BTreeMap<String, Scalar>),
+}
+
+/// A YAML scalar taken as text (`2g`, or a bare number of bytes).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Scalar {
+    Number(u64),
+    Text(String),
+}
+
+impl Scalar {
+    pub fn text(&self) -> String {
+        match self {
+            Scalar::Number(n) => n.to_string(),
+            Scalar::Text(t) => t.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,7 +2,9 @@
 //! names and each image's kernel and initrd (`IMAGE/KERNEL`, by the names pools.yaml gives
 //! them: `vmlinuz` and `initrd.img` unless `images.NAME.kernel`/`initrd` say otherwise),
 //! the Secure Boot chain's `shimx64.efi` and `grubx64.efi` (`server.shim`, `server.grub`),
-//! ARM64's `grubaa64.efi` (`server.grub_arm64`), memtest86+ (`server.memtest`), nothing else; for an image with revisions, each revision's as `IMAGE/revs/ID/KERNEL`
+//! ARM64's `grubaa64.efi` (`server.grub_arm64`), memtest86+ (`server.memtest`), bootpool's
+//! overlay addition `bootpool-overlay.cpio` (`export::addition`, from `state_dir/addition/`),
+//! nothing else; for an image with revisions, each revision's as `IMAGE/revs/ID/KERNEL`
 //! (`image::serve`). A symlink is followed only while it stays inside its folder, so no name
 //! reaches outside what is served. An `initrd_wire: zstd` image's initrd is answered with its
 //! copy recompressed for the wire once that is made (`image::wire`).
@@ -63,6 +65,12 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), NotSe
         // memtest86+, the next boot `memtest` (`boot::next`), from `server.memtest`.
         None if name == next::MEMTEST_BIOS || name == next::MEMTEST_UEFI => {
             signed(&config.server.memtest.join(name), FileKind::Kernel)
+        }
+        // The initrd handed after a stock image's own (`boot::addition`).
+        None if name == crate::boot::addition::NAME => {
+            let folder = super::addition::folder(&config.server.state_dir);
+            let path = folder.join(name);
+            (folder, path, FileKind::Initrd, false)
         }
         None => (
             config.server.loaders.clone(),

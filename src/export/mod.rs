@@ -2,6 +2,7 @@
 //! (NBD), and per-client copy-on-write overlays over those images. The only code that turns
 //! client-supplied names into paths.
 
+pub mod addition;
 pub mod boot_files;
 pub mod cow;
 pub mod image;

@@ -88,6 +88,7 @@ fn builder_name(by: Initramfs) -> &'static str {
     match by {
         Initramfs::InitramfsTools => "initramfs-tools",
         Initramfs::Dracut => "dracut",
+        Initramfs::Bootpool => "bootpool",
     }
 }
 
@@ -126,6 +127,8 @@ fn lacks(by: Initramfs, root: RootProto, names: &[String]) -> Option<String> {
             (!has(&|n| n.contains("nbdroot") || n.contains("modules.d/95nbd")))
                 .then(|| "dracut's nbd module (nbdroot; dracut --add nbd)".into())
         }
+        // The demo's own initrd (never what `initrd::builder_of` finds): taken as it is.
+        (Initramfs::Bootpool, _) => None,
     }
 }
 

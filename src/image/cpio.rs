@@ -2,7 +2,8 @@
 //! to its `TRAILER!!!` entry, with zero bytes between them, then at most one compressed
 //! part that runs to the end. Early microcode and firmware ride in front uncompressed
 //! (initramfs-tools, dracut); the main archive is the compressed tail. `image::wire` uses
-//! this to recompress only that tail and leave the front byte for byte.
+//! this to recompress only that tail and leave the front byte for byte. `write` makes a newc
+//! archive (bootpool's own addition, `export::addition`).
 
 /// The newc header: magic, then thirteen 8-digit hex fields.
 const HEADER: usize = 110;
@@ -135,6 +136,55 @@ fn align4(n: usize) -> usize {
     n.div_ceil(4) * 4
 }
 
+/// One entry `write` puts in an archive: a folder (`data: None`) or a file, by its path
+/// (no leading `/`), with its permission bits; owned by root, dated 0.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    pub name: &'a str,
+    pub mode: u32,
+    pub data: Option<&'a [u8]>,
+}
+
+/// A newc archive of `entries`, in order, then its trailer: the same bytes for the same entries.
+/// A folder must come before what it holds: the kernel creates no missing parent.
+pub fn write(entries: &[Entry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let trailer = Entry {
+        name: "TRAILER!!!",
+        mode: 0,
+        data: Some(b""),
+    };
+    for (ino, e) in entries.iter().chain([&trailer]).enumerate() {
+        let (kind, nlink, data) = match e.data {
+            None => (0o040000, 2, &b""[..]),
+            Some(_) if e.name == trailer.name => (0, 1, &b""[..]),
+            Some(d) => (0o100000, 1, d),
+        };
+        let ino = if e.name == trailer.name { 0 } else { ino + 1 };
+        let header = format!(
+            "070701{ino:08x}{:08x}{:08x}{:08x}{nlink:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}",
+            kind | (e.mode & 0o7777),
+            0,
+            0,
+            0,
+            data.len(),
+            0,
+            0,
+            0,
+            0,
+            e.name.len() + 1,
+            0
+        );
+        out.extend_from_slice(header.as_bytes());
+        out.extend_from_slice(e.name.as_bytes());
+        out.push(0);
+        out.resize(align4(out.len()), 0);
+        out.extend_from_slice(data);
+        out.resize(align4(out.len()), 0);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +240,32 @@ mod tests {
         let cut = bytes.len() - entry("TRAILER!!!", b"").len() - 10;
         assert_eq!(names(&bytes[..cut]), all[..2]);
         assert!(names(b"\x1f\x8b\x08").is_empty());
+    }
+
+    /// `write`'s archive reads back entry for entry (tests/it/addition.rs unpacks one with cpio).
+    #[test]
+    fn a_written_archive_reads_back() {
+        let bytes = write(&[
+            Entry {
+                name: "scripts",
+                mode: 0o755,
+                data: None,
+            },
+            Entry {
+                name: "scripts/x",
+                mode: 0o755,
+                data: Some(b"#!/bin/sh\n"),
+            },
+        ]);
+        let all: Vec<&[u8]> = vec![b"scripts", b"scripts/x"];
+        assert_eq!(names(&bytes), all);
+        assert_eq!(tail(&bytes), Tail::None);
+        assert_eq!(bytes.len() % 4, 0);
+        // The file's header: its inode, then its type and permission bits; the trailer last.
+        let x = bytes.windows(10).position(|w| w == b"scripts/x\0").unwrap() - HEADER;
+        assert_eq!(&bytes[x + 6..x + 22], b"00000002000081ed");
+        let last = bytes.windows(6).rposition(|w| w == b"070701").unwrap();
+        assert!(bytes[last + HEADER..].starts_with(TRAILER));
     }
 
     #[test]

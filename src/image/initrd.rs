@@ -31,16 +31,22 @@ pub fn mismatched(config: &Config) -> Vec<ConfigError> {
             let made_by = *known
                 .entry(initrd.clone())
                 .or_insert_with(|| builder(&initrd));
+            // `bootpool` (the default) means the demo's own initrd, made by neither.
             let by = match (made_by, pool.initramfs) {
-                (Some(Initramfs::InitramfsTools), Initramfs::Dracut) => "initramfs-tools",
-                (Some(Initramfs::Dracut), Initramfs::InitramfsTools) => "dracut",
+                (Some(Initramfs::InitramfsTools), Initramfs::Dracut | Initramfs::Bootpool) => {
+                    "initramfs-tools"
+                }
+                (Some(Initramfs::Dracut), Initramfs::InitramfsTools | Initramfs::Bootpool) => {
+                    "dracut"
+                }
                 _ => continue,
             };
             errors.push(config.error_at(
                 &["pools", name.as_str(), "initramfs"],
                 format!(
-                    "image `{}`'s initrd {} was made by {by}, which cannot read the other \
-                     syntax's root argument: set `initramfs: {by}`",
+                    "image `{}`'s initrd {} was made by {by}, which cannot read another \
+                     syntax's root argument (and gets bootpool's overlay only when the pool \
+                     says so): set `initramfs: {by}`",
                     image.name,
                     initrd.display()
                 ),

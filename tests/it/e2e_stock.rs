@@ -3,7 +3,9 @@
 //! builds them into `images/demo/stock/`. `bootpool lab` boots one VM per builder and root
 //! (NFS, NBD) with the kernel command line bootpool generates for the pool's `initramfs:`,
 //! and the builders' own scripts (klibc nfsmount, Debian's nbd script, dracut's nfsroot and
-//! nbdroot) must find the root from it. Needs root and what scripts/setup installs and builds.
+//! nbdroot) must find the root from it. The pools say `overlay: off`: this is the builders' own
+//! root mounting (the overlay addition over a stock image is `e2e_stock_image.rs`'s). Needs root
+//! and what scripts/setup installs and builds.
 
 use crate::common::lab::{client_consoles, lab_config, repo, run_lab};
 
@@ -27,6 +29,7 @@ fn with_stock_pools(text: String) -> String {
     image: {builder}
     root: {root}
     initramfs: {builder}
+    overlay: off
     cmdline: console=ttyS0
     clients:
       - {{ macs: \"52:54:00:77:2{b}:{r}1-52:54:00:77:2{b}:{r}f\" }}

@@ -5,7 +5,13 @@
 //! for `initramfs: initramfs-tools` and nothing else. The image never calls bootpool: the
 //! record must show each boot up by inference (docs/api.md, "How a boot ends").
 //!
-//! Slow (two systemd boots under TCG, several minutes): `#[ignore]`d, run by
+//! The pools hand bootpool's overlay addition by default (`overlay`, docs/pools.yaml.5): the
+//! second test has systemd run a command from the kernel command line (`systemd.run=`, the
+//! image's own systemd; the image has no password to log in with and is not changed) that
+//! writes to /etc, /var, /tmp and /home and reads it back, and checks that the image on the
+//! server is unchanged afterwards.
+//!
+//! Slow (two systemd boots under TCG each, several minutes): `#[ignore]`d, run by
 //! `scripts/test --all`, which builds the image first (`scripts/setup --stock`). Needs root.
 
 use crate::common::lab::{client_consoles, lab_config, repo, run_lab};
@@ -14,6 +20,11 @@ const ROOTS: [&str; 2] = ["nfs", "nbd"];
 
 /// The shipped config plus the stock image and a pool per root, `stock-nfs` and `stock-nbd`.
 fn with_stock_image(text: String) -> String {
+    with_stock_pools(text, "console=ttyS0")
+}
+
+/// The same, with `cmdline` for both pools (a YAML single-quoted string's inside).
+fn with_stock_pools(text: String, cmdline: &str) -> String {
     let dir = repo().join("images/stock");
     let mut pools = String::new();
     for (r, root) in ROOTS.iter().enumerate() {
@@ -22,7 +33,7 @@ fn with_stock_image(text: String) -> String {
     image: stock
     root: {root}
     initramfs: initramfs-tools
-    cmdline: console=ttyS0
+    cmdline: '{cmdline}'
     clients:
       - {{ macs: \"52:54:00:77:4{r}:01-52:54:00:77:4{r}:0f\" }}
 "
@@ -34,9 +45,8 @@ fn with_stock_image(text: String) -> String {
     ) + &pools
 }
 
-#[test]
-#[ignore = "two systemd boots under emulation; scripts/test --all runs it"]
-fn a_stock_debian_image_boots_over_nfs_and_nbd_and_is_recorded_up_by_inference() {
+/// The stock image, built.
+fn stock_image() -> std::path::PathBuf {
     let image = repo().join("images/stock");
     for f in ["vmlinuz", "initrd.img", "rootfs.img", "rootfs/sbin/init"] {
         assert!(
@@ -45,6 +55,13 @@ fn a_stock_debian_image_boots_over_nfs_and_nbd_and_is_recorded_up_by_inference()
             image.display()
         );
     }
+    image
+}
+
+#[test]
+#[ignore = "two systemd boots under emulation; scripts/test --all runs it"]
+fn a_stock_debian_image_boots_over_nfs_and_nbd_and_is_recorded_up_by_inference() {
+    stock_image();
     let dir = tempfile::tempdir().unwrap();
     let config = lab_config(dir.path(), with_stock_image);
     let pools: Vec<String> = ROOTS.iter().map(|r| format!("stock-{r}")).collect();
@@ -97,6 +114,95 @@ fn a_stock_debian_image_boots_over_nfs_and_nbd_and_is_recorded_up_by_inference()
         assert_eq!(b["duration_s"], b["inferred_s"], "{b}");
         assert_eq!(b["current_phase"], "booted", "{b}");
     }
+}
+
+/// What systemd runs once booted (`systemd.run=`, as its `ExecStart=`; the booted system's
+/// default target stays multi-user, which is told to want it): writes a line into /etc, /var,
+/// /tmp and a new /home folder, reads them back upper-cased (so the console shows `ETC-OK`
+/// only if the file was written and read, never from the command line itself), then the mount
+/// table (the root's line, `BOOTPOOL-OVERLAY / OVERLAY RW`). No word of it stands alone as
+/// iPXE's `&&`, `||` or `;`, nor as a word Debian's /init reads (`ro`, `rw`, `debug`...).
+const WRITES: &str = "console=ttyS0 systemd.unit=multi-user.target \
+    systemd.wants=kernel-command-line.service systemd.run_success_action=none \
+    systemd.run_failure_action=none systemd.run=\"/bin/sh -c ''echo etc-ok >/etc/bp-w;\
+    echo var-ok >/var/bp-w;echo tmp-ok >/tmp/bp-w;mkdir -p /home/student;\
+    echo home-ok >/home/student/bp-w;cat /etc/bp-w /var/bp-w /tmp/bp-w /home/student/bp-w \
+    /proc/mounts|tr a-z A-Z''\"";
+
+/// What the server holds of the image: every path of the tree, a hash of every file under
+/// /etc, and a hash of the NBD root image.
+fn image_state(image: &std::path::Path) -> (String, String, String) {
+    let sh = |script: &str| {
+        let mut c = crate::common::cmd("sh", &["-c", script]);
+        c.current_dir(image);
+        let (ok, out, err) = crate::common::run(&mut c, 300);
+        assert!(ok, "{script}: {err}");
+        out
+    };
+    (
+        sh("cd rootfs && find . | LC_ALL=C sort"),
+        sh(
+            "cd rootfs && find etc -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum",
+        ),
+        sh("sha256sum rootfs.img"),
+    )
+}
+
+#[test]
+#[ignore = "two systemd boots under emulation; scripts/test --all runs it"]
+fn a_stock_debian_image_is_writable_under_the_overlay_and_stays_unchanged() {
+    let image = stock_image();
+    let before = image_state(&image);
+    let dir = tempfile::tempdir().unwrap();
+    let config = lab_config(dir.path(), |text| with_stock_pools(text, WRITES));
+    let pools: Vec<String> = ROOTS.iter().map(|r| format!("stock-{r}")).collect();
+    // Up at its login prompt, then kept on while systemd runs the command.
+    let mut args = vec!["--clients", "1", "--timeout", "900", "--stay-on", "120"];
+    for p in &pools {
+        args.extend(["--pool", p.as_str()]);
+    }
+    let (table, rows) = run_lab(&config, &args, 1300);
+    assert_eq!(rows.len(), pools.len(), "{table}");
+    for cells in &rows {
+        assert_eq!(cells[3], "booted", "{table}");
+    }
+    let consoles = client_consoles(&dir.path().join("var"));
+    assert_eq!(consoles.len(), pools.len());
+    for c in consoles.iter().map(|c| plain(c)) {
+        for line in [
+            " boot=bootpool ",
+            " bootpool.overlay=tmpfs ",
+            // The addition laid the overlay in the initrd...
+            "bootpool-overlay: root is an overlay, writes go to tmpfs",
+            // Bound for multi-user, and its serial getty up. (systemd's "Reached target
+            // multi-user.target" may never show: it stops writing status lines to the
+            // console once a getty holds it, and the command can hold the target back.)
+            "Queued start job for default target multi-user.target",
+            " login: ",
+            // ...and the booted system wrote and read back in each place.
+            "ETC-OK",
+            "VAR-OK",
+            "TMP-OK",
+            "HOME-OK",
+            "BOOTPOOL-OVERLAY / OVERLAY RW",
+        ] {
+            assert!(c.contains(line), "no `{line}` on a console:\n{table}\n{c}");
+        }
+        assert!(!c.contains("bootpool-overlay: FAILED"), "{c}");
+    }
+    // One over each root.
+    for root in ["nfsroot=", "nbdroot="] {
+        assert_eq!(
+            consoles.iter().filter(|c| c.contains(root)).count(),
+            1,
+            "{root}"
+        );
+    }
+    // The image on the server is as it was: same files, same /etc, same root image.
+    let after = image_state(&image);
+    assert_eq!(before.0, after.0, "the image's file list changed");
+    assert_eq!(before.1, after.1, "the image's /etc changed");
+    assert_eq!(before.2, after.2, "the NBD root image changed");
 }
 
 /// The console without its colours (systemd's status lines are ANSI-coloured).

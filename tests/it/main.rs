@@ -7,6 +7,7 @@
 
 mod common;
 
+mod addition;
 mod cli;
 mod console;
 mod dashboard;

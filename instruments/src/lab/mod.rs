@@ -10,6 +10,7 @@
 //! tears everything down.
 
 pub mod net;
+pub mod poweroff;
 pub mod room2;
 pub mod table;
 pub mod vm;
@@ -402,7 +403,10 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     };
 
     let api = std::net::SocketAddr::from((config.server.address, config.server.http.port()));
-    let mut daemon = start_daemon(&args.config, &run_dir, api).await?;
+    // What the daemon serves: the config with `bootpool.lab=poweroff` on every command line,
+    // so the demo powers off once done and its VM ends.
+    let served = poweroff::write(&args.config)?;
+    let mut daemon = start_daemon(&served.path, &run_dir, api).await?;
 
     let timeout = Duration::from_secs(
         args.timeout
@@ -492,7 +496,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             }
             drop(daemon);
             tokio::time::sleep(Duration::from_secs(args.restart_down)).await;
-            daemon = start_daemon(&args.config, &run_dir, api).await?;
+            daemon = start_daemon(&served.path, &run_dir, api).await?;
             eprintln!("lab: bootpool started again");
         }
         let waits_on_record = vms
