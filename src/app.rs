@@ -101,6 +101,8 @@ struct Reloader {
     config: Live,
     metrics: Metrics,
     identity: service::identity::Identity,
+    /// Its tracer follows the tracing pools and their clients (`Tracer::follow`).
+    recorder: record::Recorder,
     /// One reload at a time.
     reloading: std::sync::Mutex<()>,
 }
@@ -165,6 +167,7 @@ impl Reloader {
         self.bound.tell(&mut told);
         let next = self.config.replace(new, told);
         service::dhcp::follow(&self.identity, &next.config);
+        self.recorder.tracer().follow(&next.config);
         Ok((next, changed))
     }
 
@@ -457,6 +460,7 @@ async fn start_taking(
         config: live.clone(),
         metrics: metrics.clone(),
         identity: identity.clone(),
+        recorder: recorder.clone(),
         reloading: std::sync::Mutex::new(()),
     });
     // An enrolment (the API's, a `discover` pool's) asks for the reload SIGHUP makes.

@@ -18,7 +18,7 @@ pub fn refused(old: &Config, new: &Config, console: bool) -> Vec<ConfigError> {
     found.server(&old.server, &new.server);
     found.dhcp_and_limits(old, new);
     found.images(old, new);
-    found.pools(old, new, console);
+    found.pools(new, console);
     found
         .keys
         .into_iter()
@@ -171,29 +171,15 @@ impl Refusals {
         }
     }
 
-    /// The console port (bound at start only when a pool sends its console there) and traced
-    /// pools (`trace: true`: they and their clients are read once by the recorder).
-    fn pools(&mut self, old: &Config, new: &Config, console: bool) {
+    /// The console port, bound at start only when a pool sends its console there. (Traced
+    /// pools and their clients the recorder's tracer follows: `Tracer::follow`.)
+    fn pools(&mut self, new: &Config, console: bool) {
         if !console {
             for (name, pool) in &new.pools {
                 if pool.netconsole != Netconsole::Off {
                     self.keys
                         .push((key(&["pools", name, "netconsole"]), SOCKETS));
                 }
-            }
-        }
-        for name in old.pools.keys().chain(new.pools.keys()) {
-            let name = name.as_str();
-            let traced = |c: &Config| {
-                c.pools
-                    .get(name)
-                    .filter(|p| p.trace)
-                    .map(|p| format!("{:?}", p.clients))
-            };
-            let trace = key(&["pools", name, "trace"]);
-            let already = self.keys.iter().any(|(k, _)| *k == trace);
-            if traced(old) != traced(new) && !already {
-                self.keys.push((trace, AT_START));
             }
         }
     }

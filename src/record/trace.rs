@@ -15,21 +15,22 @@ use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Traces kept per client; older ones are deleted when a new one starts.
 const KEEP_PER_CLIENT: usize = 8;
 
 pub struct Tracer {
     /// Whether any pool traces at all: the only thing a request of an untraced client reads.
-    on: bool,
+    on: AtomicBool,
     /// Whether some trace is open now.
     open: AtomicBool,
     dir: PathBuf,
     /// MAC -> pool name, for the MACs of tracing pools.
     /// Each traced MAC's pool (whose image a boot's trace names by the architecture its
     /// firmware said, `pools.NAME.arch`).
-    pools: HashMap<Mac, Arc<Pool>>,
+    /// A reload replaces it whole (`follow`).
+    pools: RwLock<HashMap<Mac, Arc<Pool>>>,
     inner: Mutex<Inner>,
 }
 
@@ -47,34 +48,48 @@ struct Open {
     ended: bool,
 }
 
-impl Tracer {
-    /// A tracer for the config's tracing pools (none: it never traces).
-    pub fn new(config: &Config) -> Tracer {
-        let mut pools = HashMap::new();
-        for pool in config.pools.values().filter(|p| p.trace) {
-            for entry in &pool.clients {
-                for i in 0..entry.macs.len() {
-                    if let Some(mac) = entry.macs.nth(i) {
-                        pools.insert(mac, pool.clone());
-                    }
+/// Each MAC of the config's tracing pools (`trace: true`), with its pool.
+fn traced(config: &Config) -> HashMap<Mac, Arc<Pool>> {
+    let mut pools = HashMap::new();
+    for pool in config.pools.values().filter(|p| p.trace) {
+        for entry in &pool.clients {
+            for i in 0..entry.macs.len() {
+                if let Some(mac) = entry.macs.nth(i) {
+                    pools.insert(mac, pool.clone());
                 }
             }
         }
+    }
+    pools
+}
+
+impl Tracer {
+    /// A tracer for the config's tracing pools (none: it never traces).
+    pub fn new(config: &Config) -> Tracer {
+        let pools = traced(config);
         Tracer {
-            on: !pools.is_empty(),
+            on: AtomicBool::new(!pools.is_empty()),
             open: AtomicBool::new(false),
             dir: config.server.state_dir.join("traces"),
-            pools,
+            pools: RwLock::new(pools),
             inner: Mutex::default(),
         }
     }
 
+    /// Follows a reloaded config: its tracing pools and their clients from now on (a trace
+    /// already open goes on to its end; `state_dir`, where traces go, cannot change).
+    pub fn follow(&self, config: &Config) {
+        let pools = traced(config);
+        self.on.store(!pools.is_empty(), Ordering::Relaxed);
+        *self.pools.write().unwrap_or_else(|e| e.into_inner()) = pools;
+    }
+
     pub fn off() -> Tracer {
         Tracer {
-            on: false,
+            on: AtomicBool::new(false),
             open: AtomicBool::new(false),
             dir: PathBuf::new(),
-            pools: HashMap::new(),
+            pools: RwLock::default(),
             inner: Mutex::default(),
         }
     }
@@ -82,7 +97,7 @@ impl Tracer {
     /// Whether a request from `ip` may need tracing: cheap, and false for every client when no
     /// trace is open.
     pub fn wants(&self, _ip: Ipv4Addr) -> bool {
-        self.on && self.open.load(Ordering::Relaxed)
+        self.on.load(Ordering::Relaxed) && self.open.load(Ordering::Relaxed)
     }
 
     /// Follows the recorder's events: DHCP exchanges start traces and tie addresses to them,
@@ -92,7 +107,7 @@ impl Tracer {
             kind,
             Kind::DhcpDiscover { .. } | Kind::DhcpAck { .. } | Kind::Booted { .. }
         );
-        if !self.on || !relevant {
+        if !self.on.load(Ordering::Relaxed) || !relevant {
             return;
         }
         let at = now_micros();
@@ -104,9 +119,11 @@ impl Tracer {
                     pxe, ipxe, arch, ..
                 },
             ) => {
-                let Some(pool) = self.pools.get(&mac) else {
+                let pools = self.pools.read().unwrap_or_else(|e| e.into_inner());
+                let Some(pool) = pools.get(&mac).cloned() else {
                     return;
                 };
+                drop(pools);
                 let image = &pool.image_for(*arch).name;
                 let (pool, root) = (&pool.name, &pool.root.to_string());
                 let restart = match inner.by_mac.get(&mac) {
@@ -283,6 +300,30 @@ mod tests {
             bytes: 4096,
             status: 0,
         }
+    }
+
+    #[test]
+    fn a_reload_that_traces_a_pool_is_followed_from_its_next_discover() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = Tracer::new(&config(dir.path(), false));
+        let mac: Mac = "52:54:00:77:00:10".parse().unwrap();
+        let discover = Kind::DhcpDiscover {
+            answered: true,
+            pool: None,
+            pxe: true,
+            ipxe: true,
+            arch: None,
+        };
+        t.event(Who::Mac(mac), &discover);
+        assert!(!t.open.load(Ordering::Relaxed), "no pool traces yet");
+        t.follow(&config(dir.path(), true));
+        t.event(Who::Mac(mac), &discover);
+        assert!(
+            t.open.load(Ordering::Relaxed),
+            "the reloaded config traces it"
+        );
+        t.follow(&config(dir.path(), false));
+        assert!(!t.on.load(Ordering::Relaxed));
     }
 
     #[test]

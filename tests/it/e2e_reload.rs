@@ -10,9 +10,6 @@ use crate::common::lab::{lab_config, run_lab};
 
 /// The NFS pool's first client, which the reload moves to the new pool.
 const PC01: &str = "      - { mac: \"52:54:00:77:00:01\", name: pc01, ip: 10.77.0.11 }\n";
-/// The NFS pool's `trace` line.
-const NFS_TRACE: &str =
-    "    trace: true              # keep each boot's trace in var/traces/ (bootpool trace)\n";
 /// The NBD pool's cmdline, once: its clients' line follows it.
 const NBD_CMDLINE: &str = "    cmdline: console=ttyS0 no_timer_check\n    trace: true\n    netconsole: true\n    clients:\n      - { macs: \"52:54:00:77:01:01";
 
@@ -20,12 +17,10 @@ const NBD_CMDLINE: &str = "    cmdline: console=ttyS0 no_timer_check\n    trace:
 #[ignore = "two VMs booted twice (minutes under TCG): scripts/test --all"]
 fn a_reload_mid_boot_adds_a_pool_and_changes_a_cmdline_and_drops_no_boot() {
     let dir = tempfile::tempdir().unwrap();
-    // The NFS pool untraced: a traced pool's clients cannot change under a reload (the
-    // recorder reads them once), and the reload moves one of them.
+    // The shipped pools are traced: the reload moves a traced pool's client (the recorder's
+    // tracer follows the reloaded config).
     let config = lab_config(dir.path(), |t| {
-        assert_eq!(t.matches(NFS_TRACE).count(), 1, "{t}");
-        t.replace(NFS_TRACE, "")
-            .replace(crate::e2e_campus::CMDLINE, crate::e2e_campus::TIMER_CMDLINE)
+        t.replace(crate::e2e_campus::CMDLINE, crate::e2e_campus::TIMER_CMDLINE)
     });
     let text = std::fs::read_to_string(&config).unwrap();
     assert_eq!(text.matches(PC01).count(), 1, "{text}");
