@@ -126,6 +126,9 @@ pools:
     fs.mkdirSync(path.join(tree, 'boot'), { recursive: true });
     fs.mkdirSync(path.join(tree, 'etc'));
     fs.writeFileSync(path.join(tree, 'etc/hostname'), `r${n}\n`);
+    // An init, as an import asks of a tree (bootpool refuses a tree that cannot boot).
+    fs.mkdirSync(path.join(tree, 'sbin'));
+    fs.writeFileSync(path.join(tree, 'sbin/init'), '#!/bin/sh\n', { mode: 0o755 });
     fs.writeFileSync(path.join(tree, 'boot/vmlinuz-6.1.0-1'), `kernel ${n}`);
     fs.writeFileSync(path.join(tree, 'boot/initrd.img-6.1.0-1'), `initrd ${n}`);
     const out = spawnSync(BIN, ['image', 'import', 'revs', '--from', tree, '--config', path.join(dir, 'pools.yaml')], { encoding: 'utf8' });

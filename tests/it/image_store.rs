@@ -57,6 +57,14 @@ fn tree(at: &Path, hostname: &str) {
     .unwrap();
     std::fs::write(at.join("boot/vmlinuz-6.1.0-1"), b"kernel".repeat(1000)).unwrap();
     std::fs::write(at.join("boot/initrd.img-6.1.0-1"), b"initrd".repeat(1000)).unwrap();
+    // An init, as an import asks of a tree (`image::bootable`).
+    std::fs::create_dir_all(at.join("sbin")).unwrap();
+    std::fs::write(at.join("sbin/init"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(
+        at.join("sbin/init"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
 }
 
 /// The revision ids, oldest first.
@@ -157,7 +165,11 @@ async fn a_one_file_change_costs_that_file_shares_every_other_inode_and_prune_fr
         "r2 grew the image folder by {grown} KB (the tree is {tree_kb} KB)"
     );
     let (a, b) = (files(&rootfs(&fx, &r1)), files(&rootfs(&fx, &r2)));
-    assert_eq!(a.len(), 43);
+    assert_eq!(
+        a.len(),
+        44,
+        "40 files, a hostname, an init, a kernel and an initrd"
+    );
     assert_eq!(a.len(), b.len());
     for ((pa, ia), (pb, ib)) in a.iter().zip(&b) {
         assert_eq!(pa, pb);
@@ -223,6 +235,9 @@ fn busybox_tree(at: &Path) {
     std::fs::write(at.join("etc/motd"), "before\n").unwrap();
     std::fs::write(at.join("boot/vmlinuz-6.1.0-1"), b"kernel".repeat(1000)).unwrap();
     std::fs::write(at.join("boot/initrd.img-6.1.0-1"), b"initrd".repeat(1000)).unwrap();
+    // An init, as an import asks of a tree (`image::bootable`).
+    std::fs::create_dir_all(at.join("sbin")).unwrap();
+    std::os::unix::fs::symlink("/bin/busybox", at.join("sbin/init")).unwrap();
 }
 
 #[test]

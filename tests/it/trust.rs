@@ -381,7 +381,8 @@ fn a_canarys_revision_is_its_own_until_activated() {
             from: src,
             kernel: None,
             initrd: None,
-            squashfs: false,
+            // The config's NBD pool boots this image too: its root image is made.
+            squashfs: true,
             source: None,
         };
         bootpool::image::import::import(&image, &req)
