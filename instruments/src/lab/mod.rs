@@ -475,7 +475,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                 with.display()
             );
             reload_on = None;
-            eprintln!("lab: {}", reload(&args.config, with)?);
+            eprintln!("lab: {}", reload(&args.config, with, &served)?);
         }
         if let Some(text) = &restart_on
             && let Some(vm) = vms.iter().find(|vm| vm.console_contains(text))
@@ -758,15 +758,22 @@ async fn gone_boots(
 }
 
 /// `--reload-on`: puts `with` in place of `config` (renamed over it, so the daemon never reads
-/// half a file) and runs `bootpool reload`; what it said, or why it failed.
-fn reload(config: &std::path::Path, with: &std::path::Path) -> anyhow::Result<String> {
+/// half a file), writes the served copy again from it (with the lab's power-off argument) and
+/// runs `bootpool reload`; what it said, or why it failed.
+fn reload(
+    config: &std::path::Path,
+    with: &std::path::Path,
+    served: &poweroff::LabConfig,
+) -> anyhow::Result<String> {
     let next = config.with_extension("reload.tmp");
     std::fs::copy(with, &next).with_context(|| format!("copying {}", with.display()))?;
     std::fs::rename(&next, config).with_context(|| format!("replacing {}", config.display()))?;
+    // The daemon serves the lab's copy (`poweroff`): it is written again from the new file.
+    served.refresh(config)?;
     let out = Command::new(daemon())
         .arg("reload")
         .arg("--config")
-        .arg(config)
+        .arg(&served.path)
         .output()
         .context("running bootpool reload")?;
     let said = format!(

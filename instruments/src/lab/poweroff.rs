@@ -24,19 +24,32 @@ impl Drop for LabConfig {
 
 /// Writes the copy of `config` with `ARGUMENT` on every pool's command line.
 pub fn write(config: &Path) -> anyhow::Result<LabConfig> {
-    let text =
-        std::fs::read_to_string(config).with_context(|| format!("reading {}", config.display()))?;
-    let mut doc: Value =
-        serde_norway::from_str(&text).with_context(|| format!("reading {}", config.display()))?;
-    add_argument(&mut doc);
     let name = config
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "pools.yaml".into());
-    let path = config.with_file_name(format!(".{name}.lab"));
-    std::fs::write(&path, serde_norway::to_string(&doc)?)
-        .with_context(|| format!("writing {}", path.display()))?;
-    Ok(LabConfig { path })
+    let served = LabConfig {
+        path: config.with_file_name(format!(".{name}.lab")),
+    };
+    served.refresh(config)?;
+    Ok(served)
+}
+
+impl LabConfig {
+    /// Writes the copy again from `config` as it is now (a reload's `--reload-with`), by
+    /// rename: the daemon reads it whole.
+    pub fn refresh(&self, config: &Path) -> anyhow::Result<()> {
+        let text = std::fs::read_to_string(config)
+            .with_context(|| format!("reading {}", config.display()))?;
+        let mut doc: Value = serde_norway::from_str(&text)
+            .with_context(|| format!("reading {}", config.display()))?;
+        add_argument(&mut doc);
+        let part = self.path.with_extension("lab.part");
+        std::fs::write(&part, serde_norway::to_string(&doc)?)
+            .with_context(|| format!("writing {}", part.display()))?;
+        std::fs::rename(&part, &self.path)
+            .with_context(|| format!("writing {}", self.path.display()))
+    }
 }
 
 /// `ARGUMENT` after each pool's own arguments (an absent `cmdline` becomes just it).
