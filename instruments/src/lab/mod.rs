@@ -129,6 +129,17 @@ pub struct LabArgs {
     /// again (with `--activate`, the second clients' passes).
     #[arg(long, value_name = "SECS")]
     pub stay_on: Option<u64>,
+    /// Give each client a local disk of this many MiB, with an empty ext4 filesystem, as its
+    /// first virtio disk (`/dev/vda`; a pool's `overlay: {disk: /dev/vda}` writes there). Made
+    /// at the client's first power-on in the run's folder (`pcNN.disk`) and kept across
+    /// `--cycles`. Needs `mke2fs` (package e2fsprogs).
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(8..))]
+    pub disk: Option<u64>,
+    /// Each client's memory in MiB, instead of the board's own (320 for an x86 PC, 512 for
+    /// Secure Boot's and ARM64's): a stock distribution's initrd made for any PC (dracut's
+    /// takes about 150 MiB unpacked) does not fit in 320.
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u32).range(64..))]
+    pub memory: Option<u32>,
 }
 
 /// The daemon the lab and the storm start: `bootpool` beside this binary (a build's
@@ -429,6 +440,11 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         run_dir.display()
     );
     let wave_start = bootpool::record::event::now_micros() as f64 / 1e6;
+    if let Some(mib) = args.disk {
+        for i in 0..macs.len() {
+            vm::make_disk(&run_dir, &format!("pc{:02}", i + 1), mib)?;
+        }
+    }
     let power_on = |i: usize| {
         Vm::power_on(
             &format!("pc{:02}", i + 1),
@@ -436,6 +452,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             &format!("tap{i}"),
             accel,
             args.firmware,
+            args.memory,
             &run_dir,
         )
     };
@@ -568,6 +585,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                     &format!("tap{i}"),
                     accel,
                     args.firmware,
+                    args.memory,
                     &run_dir,
                 )?;
                 reported[i] = false;

@@ -121,6 +121,7 @@ pub enum Console {
     Failed(String),
 }
 
+/// An x86 client's memory, unless the lab is given `--memory`.
 pub const MEMORY_MIB: u32 = 320;
 const DONE_LINE: &str = "bootpool-demo: booted";
 /// What agetty prints on the serial line of a stock image that reached its getty
@@ -322,6 +323,36 @@ fn nic_args(cmd: &mut Command, tap: &str, mac: Mac, firmware: Firmware, dir: &Pa
     }
 }
 
+/// The client's local disk in the lab's run folder, `NAME.disk`: attached as its first virtio
+/// disk (`/dev/vda`) whenever it exists.
+fn disk_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.disk"))
+}
+
+/// Gives the client `name` a local disk of `mib` MiB holding an empty ext4 filesystem (as a
+/// PC's spare partition would), unless it has one: the disk is kept across its power-ons.
+pub fn make_disk(dir: &Path, name: &str, mib: u64) -> anyhow::Result<()> {
+    let disk = disk_path(dir, name);
+    if disk.exists() {
+        return Ok(());
+    }
+    let out = Command::new("mke2fs")
+        .args(["-q", "-F", "-t", "ext4", "-L", name])
+        .arg(&disk)
+        .arg(format!("{mib}M"))
+        .output()
+        .map_err(|e| anyhow::anyhow!("running mke2fs (package e2fsprogs): {e}"))?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(&disk);
+        anyhow::bail!(
+            "mke2fs {}: {}",
+            disk.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 impl Vm {
     pub fn power_on(
         name: &str,
@@ -329,11 +360,23 @@ impl Vm {
         tap: &str,
         accel: Accel,
         firmware: Firmware,
+        memory_mib: Option<u32>,
         dir: &Path,
     ) -> anyhow::Result<Vm> {
         let serial = dir.join(format!("{name}.log"));
         let mut cmd = qemu(accel, Serial::Pipe, firmware);
         nic_args(&mut cmd, tap, mac, firmware, dir);
+        // After the board's own: qemu takes the last `-m`.
+        if let Some(mib) = memory_mib {
+            cmd.args(["-m", &mib.to_string()]);
+        }
+        let disk = disk_path(dir, name);
+        if disk.exists() {
+            cmd.args([
+                "-drive",
+                &format!("if=virtio,format=raw,file={}", disk.display()),
+            ]);
+        }
         let powered_on = Instant::now();
         let mut child = cmd
             .spawn()
