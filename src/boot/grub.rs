@@ -162,7 +162,7 @@ mod tests {
         let text = config(&c, &m, m.image(), mac, c.server.address, None);
         assert!(
             text.contains(
-                "\nlinux (tftp,10.77.0.1)/demo/vmlinuz 'root=nbd:10.77.0.1:demo' 'bootpool.overlay=tmpfs' 'bootpool.url=http://10.77.0.1:8080' 'console=ttyS0'\n\
+                "\nlinux (tftp,10.77.0.1)/demo/vmlinuz 'root=nbd:10.77.0.1:demo' 'ip=dhcp' 'bootpool.overlay=tmpfs' 'bootpool.url=http://10.77.0.1:8080' 'console=ttyS0'\n\
                  initrd (tftp,10.77.0.1)/demo/initrd.img (tftp,10.77.0.1)/bootpool-overlay.cpio\nboot\n"
             ),
             "{text}"

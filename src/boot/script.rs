@@ -86,6 +86,12 @@ pub fn cmdline(
             )
         }
     };
+    // dracut configures no interface without `ip=` when its network module is
+    // systemd-networkd (its choice for an image with systemd), and the root never comes.
+    let root = match pool.initramfs {
+        Initramfs::Dracut => format!("{root} ip=dhcp"),
+        _ => root,
+    };
     let root = match addition::argument(&pool.overlay) {
         overlay if overlay.is_empty() => root,
         overlay => format!("{root} {overlay}"),
@@ -641,7 +647,7 @@ mod tests {
         let s = script_of(&dracut);
         assert!(
             s.contains(
-                " root=nbd:10.77.0.1:demo bootpool.overlay=tmpfs bootpool.url=http://10.77.0.1:8080 console=ttyS0 initrd=initrd.img initrd=bootpool-overlay.cpio\n\
+                " root=nbd:10.77.0.1:demo ip=dhcp bootpool.overlay=tmpfs bootpool.url=http://10.77.0.1:8080 console=ttyS0 initrd=initrd.img initrd=bootpool-overlay.cpio\n\
                  initrd http://10.77.0.1:8080/boot/demo/initrd.img\n\
                  initrd http://10.77.0.1:8080/boot/loaders/bootpool-overlay.cpio\n\
                  boot\n"
@@ -652,7 +658,10 @@ mod tests {
             "initramfs: dracut",
             "initramfs: dracut\n    overlay: { tmpfs: 2g }",
         );
-        assert!(script_of(&sized).contains(" root=nbd:10.77.0.1:demo bootpool.overlay=tmpfs:2g "));
+        assert!(
+            script_of(&sized)
+                .contains(" root=nbd:10.77.0.1:demo ip=dhcp bootpool.overlay=tmpfs:2g ")
+        );
         let disk = dracut.replace(
             "initramfs: dracut",
             "initramfs: dracut\n    overlay: { disk: /dev/sda3 }",

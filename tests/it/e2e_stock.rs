@@ -84,9 +84,9 @@ fn initrds_of_the_stock_builders_boot_nfs_and_nbd_roots_from_generated_command_l
         ),
         (
             "dracut",
-            "root=nfs:10.77.0.1:/dracut:ro,nocto,port=2049,mountport=2049 ",
+            "root=nfs:10.77.0.1:/dracut:ro,nocto,port=2049,mountport=2049 ip=dhcp ",
         ),
-        ("dracut", "root=nbd:10.77.0.1:dracut "),
+        ("dracut", "root=nbd:10.77.0.1:dracut ip=dhcp "),
     ];
     for (builder, cmdline) in generated {
         let says = BUILDERS.iter().find(|b| b.0 == builder).unwrap().1;
