@@ -6,7 +6,7 @@
 #
 #   bootpool_overlay ROOTMNT
 #
-# moves the root mounted at ROOTMNT to /run/bootpool/ro, mounts the writable layer that
+# moves (or binds) the root mounted at ROOTMNT to /run/bootpool/ro, mounts the writable layer that
 # `bootpool.overlay=` on the kernel command line names at /run/bootpool/rw, and mounts an
 # overlay of the two at ROOTMNT:
 #
@@ -144,14 +144,29 @@ bootpool_overlay() {
 		return 1
 	}
 	mkdir -p "$bp_upper/upper" "$bp_upper/work"
-	if ! mount -n -o move "$bp_root" /run/bootpool/ro; then
-		bootpool_say "FAILED: cannot move the root aside; it stays read-only"
+	# The root moves to /run/bootpool/ro. Under a systemd initrd (dracut's default where the
+	# image has systemd) every mount is shared, and the kernel moves no mount from under a
+	# shared one: there the root is bound to /run/bootpool/ro instead and the overlay mounted
+	# on top of it, where systemd's sysroot.mount stays mounted. The bind is made private, or
+	# the overlay mounted at the root would propagate to it and hide the image there.
+	if mount -n -o move "$bp_root" /run/bootpool/ro 2>/dev/null; then
+		bp_aside=move
+	elif mount -n -o bind "$bp_root" /run/bootpool/ro \
+		&& mount -n --make-private /run/bootpool/ro; then
+		bp_aside=bind
+	else
+		umount /run/bootpool/ro 2>/dev/null
+		bootpool_say "FAILED: cannot move or bind the root aside; it stays read-only"
 		umount /run/bootpool/rw
 		return 1
 	fi
 	if ! mount -n -t overlay -o "lowerdir=/run/bootpool/ro,upperdir=$bp_upper/upper,workdir=$bp_upper/work" \
 		bootpool-overlay "$bp_root"; then
-		mount -n -o move /run/bootpool/ro "$bp_root"
+		if [ "$bp_aside" = move ]; then
+			mount -n -o move /run/bootpool/ro "$bp_root"
+		else
+			umount /run/bootpool/ro
+		fi
 		umount /run/bootpool/rw
 		bootpool_say "FAILED: the overlay mount failed; the root stays read-only"
 		return 1
