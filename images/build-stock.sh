@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build-stock.sh: build a stock Debian image with Debian's own tools only: debootstrap,
-# Debian's kernel, initramfs-tools and systemd. No file of bootpool's goes into it; bootpool
-# must see its boot from the server's side (docs/api.md, "How a boot ends").
+# Debian's kernel, initramfs-tools (or, with --dracut, Debian's dracut) and systemd. No file of
+# bootpool's goes into it; bootpool must see its boot from the server's side (docs/api.md,
+# "How a boot ends").
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -14,10 +15,10 @@ INCLUDE="systemd-sysv,udev,linux-image-amd64,initramfs-tools,nbd-client"
 
 usage() {
     cat <<EOF
-usage: $0 [--force] [OUT_DIR]
+usage: $0 [--force] [--dracut] [OUT_DIR]
 
 Builds a stock Debian $SUITE image into OUT_DIR (default: \$BOOTPOOL_STOCK_OUT, else
-$HERE/stock), in the layout bootpool serves:
+$HERE/stock, or $HERE/stock-dracut with --dracut), in the layout bootpool serves:
 
   vmlinuz       the root's own /boot/vmlinuz-VERSION (linux-image-amd64)
   initrd.img    the root's own /boot/initrd.img-VERSION, made by Debian's update-initramfs
@@ -33,8 +34,19 @@ boot, as for any image shared by many machines) and the host name "debian". Boot
 pool with \`initramfs: initramfs-tools\` and \`cmdline: console=ttyS0\`: systemd starts a
 getty on the serial line from the kernel's console argument.
 
+With --dracut the initrd is Debian's dracut's instead: after debootstrap, \`apt-get install
+dracut dracut-network nfs-common netbase dbus procps\` in the tree (apt removes
+initramfs-tools, and dracut's kernel hook makes /boot/initrd.img-VERSION with its defaults:
+not host-only, a systemd initrd with its nfs and nbd modules, which need nfs-common's and
+nbd-client's programs; netbase's /etc/protocols, without which mount.nfs says "Protocol not
+supported"; dbus is what systemd recommends). One dracut setting, in
+/etc/dracut.conf.d/10-network-legacy.conf: its network-legacy module (dhclient, and procps's
+pgrep), since dracut 059's default here, systemd-networkd, never mounts a network root. Boot
+it with a pool with \`initramfs: dracut\`.
+
 Options:
   --force       rebuild even if the stamp matches
+  --dracut      the image's initrd made by dracut, not initramfs-tools
   -h, --help    this text
 
 Environment: BOOTPOOL_STOCK_OUT (output dir), BOOTPOOL_MIRROR (Debian mirror, default
@@ -43,16 +55,22 @@ EOF
 }
 
 FORCE=0
-OUT="${BOOTPOOL_STOCK_OUT:-$HERE/stock}"
+BUILDER=initramfs-tools
+OUT="${BOOTPOOL_STOCK_OUT:-}"
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
         --force) FORCE=1 ;;
+        --dracut) BUILDER=dracut ;;
         -*) echo "unknown option: $1 (see --help)" >&2; exit 2 ;;
         *) OUT="$1" ;;
     esac
     shift
 done
+if [ -z "$OUT" ]; then
+    OUT="$HERE/stock"
+    [ "$BUILDER" = initramfs-tools ] || OUT="$HERE/stock-$BUILDER"
+fi
 
 T0=$(date +%s)
 step() { printf '[build-stock %4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
@@ -72,7 +90,7 @@ if ! flock -n 9; then
     flock 9
 fi
 
-HASH="$( { echo "suite=$SUITE mirror=$MIRROR include=$INCLUDE"; sha256sum < "$HERE/build-stock.sh"; } \
+HASH="$( { echo "suite=$SUITE mirror=$MIRROR include=$INCLUDE builder=$BUILDER"; sha256sum < "$HERE/build-stock.sh"; } \
         | sha256sum | cut -d' ' -f1)"
 if [ "$FORCE" = 0 ] && [ -f "$OUT/.stamp" ] && [ "$(cat "$OUT/.stamp")" = "$HASH" ] \
    && [ -f "$OUT/vmlinuz" ] && [ -f "$OUT/initrd.img" ] && [ -f "$OUT/rootfs.img" ] \
@@ -100,12 +118,30 @@ if ! debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$RT" "$MIRROR"
     die "debootstrap failed (log: $WORK/debootstrap.log)"
 fi
 
-step "initrd: update-initramfs with MODULES=netboot"
-sed -i 's/^MODULES=.*/MODULES=netboot/' "$RT/etc/initramfs-tools/initramfs.conf"
-grep -q '^MODULES=netboot$' "$RT/etc/initramfs-tools/initramfs.conf" \
-    || die "no MODULES= line in initramfs.conf"
-in_root update-initramfs -u -k all > "$WORK/update-initramfs.log" 2>&1 \
-    || { tail -n 20 "$WORK/update-initramfs.log" >&2; die "update-initramfs failed"; }
+if [ "$BUILDER" = dracut ]; then
+    step "initrd: apt-get install dracut dracut-network nfs-common netbase dbus procps"
+    # dracut's network module picks systemd-networkd where the tree has it, and dracut 059's
+    # systemd-networkd module never runs the netroot scripts: the root never mounts. Debian's
+    # dracut-network also ships network-legacy (dhclient; its pgrep is procps's): ask for it.
+    mkdir -p "$RT/etc/dracut.conf.d"
+    cat > "$RT/etc/dracut.conf.d/10-network-legacy.conf" <<'CONF'
+# dracut-network's network-legacy (dhclient): the network module's default here,
+# systemd-networkd, never mounts a network root in dracut 059 (no netroot hook).
+add_dracutmodules+=" network-legacy "
+CONF
+    in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+            dracut dracut-network nfs-common netbase dbus procps > "$WORK/dracut.log" 2>&1 \
+        || { tail -n 20 "$WORK/dracut.log" >&2; die "apt-get install dracut failed"; }
+    [ ! -e "$RT/usr/sbin/update-initramfs" ] || [ -e "$RT/usr/bin/dracut" ] \
+        || die "dracut did not replace initramfs-tools"
+else
+    step "initrd: update-initramfs with MODULES=netboot"
+    sed -i 's/^MODULES=.*/MODULES=netboot/' "$RT/etc/initramfs-tools/initramfs.conf"
+    grep -q '^MODULES=netboot$' "$RT/etc/initramfs-tools/initramfs.conf" \
+        || die "no MODULES= line in initramfs.conf"
+    in_root update-initramfs -u -k all > "$WORK/update-initramfs.log" 2>&1 \
+        || { tail -n 20 "$WORK/update-initramfs.log" >&2; die "update-initramfs failed"; }
+fi
 
 # One root for many machines: no machine id of its own (systemd makes a transient one on a
 # read-only root), no host name or resolver of the build host.
@@ -119,7 +155,12 @@ rm -rf "$RT"/var/cache/apt/*.bin "$RT"/var/cache/apt/archives/*.deb "$RT"/var/li
 KVER="$(ls "$RT/lib/modules" | head -n1)"
 [ -n "$KVER" ] && [ -f "$RT/boot/vmlinuz-$KVER" ] && [ -f "$RT/boot/initrd.img-$KVER" ] \
     || die "no kernel and initrd in $RT/boot"
-if command -v lsinitramfs >/dev/null; then
+if [ "$BUILDER" = dracut ]; then
+    LISTING="$(in_root lsinitrd "/boot/initrd.img-$KVER")"
+    for f in nfsroot nbdroot; do
+        grep -q "/$f\$" <<< "$LISTING" || die "the dracut initrd has no $f (its nfs, nbd modules)"
+    done
+elif command -v lsinitramfs >/dev/null; then
     LISTING="$(lsinitramfs "$RT/boot/initrd.img-$KVER")"
     grep -q '^scripts/local-top/nbd$' <<< "$LISTING" \
         || die "the initrd has no nbd script (nbd-client's initramfs hook did not run)"
