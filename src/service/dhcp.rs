@@ -20,6 +20,7 @@ use crate::proto::dhcp::{
     self as wire, MAX_PACKET, PXE_BOOT_FILE_ONLY, Relayed, Reply, ReplyKind, Request, ServerClass,
 };
 use crate::record::{Kind, Recorder, Who};
+use crate::steer::firmware::FirmwareWatch;
 use crate::steer::local_addr;
 use crate::steer::placement::Placement;
 use std::collections::{HashMap, HashSet};
@@ -75,6 +76,7 @@ pub async fn serve(
         placement,
         unknown,
         enrol,
+        links,
         shutdown,
         ..
     } = shared;
@@ -91,6 +93,7 @@ pub async fn serve(
     let mut server = Server::open(config, recorder, metrics, table, placement);
     server.unknown = unknown;
     server.enrol = enrol;
+    server.firmware = links.firmware();
     let mut buf = vec![0u8; MAX_PACKET + 1];
     // Answers to clients without an address go unicast while the kernel lets us enter their
     // MACs (`arp::teach`); broadcast after the first refusal.
@@ -322,6 +325,8 @@ struct Server {
     unknown: Arc<Unknown>,
     /// Enrols the clients a `discover` pool takes.
     enrol: Arc<Enroller>,
+    /// Where a firmware's request keeps its link's headroom (`steer::firmware`).
+    firmware: FirmwareWatch,
     /// Proxy mode: MACs whose PXE DISCOVER came on port 67, when, and through which relay.
     seen: HashMap<Mac, (u64, Option<Relayed>)>,
     /// The daemon's counters; this service counts into `dhcp()`.
@@ -350,6 +355,7 @@ impl Server {
             strangers: HashSet::new(),
             unknown: Arc::new(Unknown::in_memory(metrics.clone())),
             enrol: Arc::new(Enroller::new(None)),
+            firmware: FirmwareWatch::default(),
             seen: HashMap::new(),
             metrics,
             dirty: false,
@@ -373,6 +379,7 @@ impl Server {
             .decoded(wire::parse_request(bytes), "dhcp", from)?;
         if req.is_pxe() {
             self.metrics.dhcp().firmware.inc();
+            self.firmware.asked(local);
         }
         if proxy {
             self.handle_proxy(&req, from, local, on_pxe, unix_now())

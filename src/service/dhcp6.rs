@@ -18,6 +18,7 @@ use crate::config::{Config, Live, Mac};
 use crate::metrics::Metrics;
 use crate::proto::dhcp6::{self as wire, IaAnswer, MAX_PACKET, Reply, Request, msg};
 use crate::record::{Kind, Recorder, Who};
+use crate::steer::firmware::FirmwareWatch;
 use dhcproto::v6::Status;
 use std::collections::HashSet;
 use std::net::{Ipv6Addr, SocketAddr};
@@ -35,6 +36,7 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
         identity,
         unknown,
         enrol,
+        links,
         shutdown,
         ..
     } = shared;
@@ -56,6 +58,7 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
         strangers: HashSet::new(),
         unknown,
         enrol,
+        firmware: links.firmware(),
     };
     let mut buf = vec![0u8; MAX_PACKET + 1];
     loop {
@@ -98,6 +101,9 @@ struct Server {
     unknown: std::sync::Arc<super::unknown::Unknown>,
     /// Enrols the clients a `discover` pool takes.
     enrol: std::sync::Arc<super::enrol::Enroller>,
+    /// Where a firmware's request keeps the links' headroom (`steer::firmware`): every
+    /// link, since no paced link is an IPv6 address.
+    firmware: FirmwareWatch,
 }
 
 impl Server {
@@ -143,6 +149,7 @@ impl Server {
             .decoded(wire::parse_request(bytes), "dhcp6", from)?;
         // Over IPv6 only firmware asks bootpool (the demo initrd's DHCP is IPv4's).
         self.metrics.dhcp().firmware.inc();
+        self.firmware.asked(None);
         // Messages meant for another server are not ours to answer.
         let ours = req.server_id().is_none_or(|id| id == self.duid);
         let needs_ours = matches!(
@@ -477,6 +484,7 @@ pools:
             strangers: HashSet::new(),
             unknown: Arc::new(Unknown::in_memory(Metrics::default())),
             enrol: Arc::new(crate::service::enrol::Enroller::new(None)),
+            firmware: FirmwareWatch::default(),
         };
         let relayed = |link: &str| {
             let mut m = vec![wire::msg::RELAY_FORW, 0];
@@ -526,6 +534,7 @@ pools:
             strangers: HashSet::new(),
             unknown: Arc::new(Unknown::in_memory(Metrics::default())),
             enrol: Arc::new(crate::service::enrol::Enroller::new(None)),
+            firmware: FirmwareWatch::default(),
         };
         let mac = [0x52, 0x54, 0, 0x77, 0, 5];
         let ll = Ipv6Addr::UNSPECIFIED;
