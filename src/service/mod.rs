@@ -22,6 +22,7 @@ pub mod quick_read;
 pub mod ra;
 pub mod tftp;
 pub mod tftp_transfers;
+pub mod tickle;
 pub mod tls;
 pub mod unknown;
 pub mod wake;

@@ -59,6 +59,7 @@ mod state;
 mod storm;
 mod storm_replay;
 mod tftp;
+mod tickle;
 mod trust;
 mod trust_nfs;
 mod wake;
