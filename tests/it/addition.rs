@@ -160,7 +160,7 @@ async fn a_stock_initrds_pool_gets_the_addition_a_valid_cpio_of_shell_scripts() 
     }
 }
 
-/// The homes script, run by dash and by busybox sh over a root of the shape an image has:
+/// The homes script, run by dash, busybox sh and klibc's sh over a root of the shape an image has:
 /// `bootpool.homes=` on the command line puts one NFS line for /home into its /etc/fstab in
 /// place of the image's own /home line, keeps every other line (comments, a glob character)
 /// as it was, makes /home, and does the same again on a second run; without the argument
@@ -179,7 +179,13 @@ fn the_homes_script_writes_the_homes_into_the_roots_fstab() {
                 # /dev/sda5 /home ext4 defaults 0 2\n\
                 proc /proc proc defaults 0 0\n\
                 tmpfs /tmp tmpfs mode=1777,size=* 0 0\n";
-    for shell in [vec!["dash"], vec!["busybox", "sh"]] {
+    // klibc's sh is /init's shell in an initramfs-tools initrd without busybox (klibc-utils
+    // comes with initramfs-tools-core).
+    for shell in [
+        vec!["dash"],
+        vec!["busybox", "sh"],
+        vec!["/usr/lib/klibc/bin/sh"],
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         std::fs::create_dir_all(root.join("etc")).unwrap();
