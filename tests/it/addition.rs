@@ -160,11 +160,11 @@ async fn a_stock_initrds_pool_gets_the_addition_a_valid_cpio_of_shell_scripts() 
     }
 }
 
-/// The homes script, run by dash, busybox sh and klibc's sh over a root of the shape an image has:
-/// `bootpool.homes=` on the command line puts one NFS line for /home into its /etc/fstab in
-/// place of the image's own /home line, keeps every other line (comments, a glob character)
-/// as it was, makes /home, and does the same again on a second run; without the argument
-/// the file is left alone.
+/// The homes script, run by dash, busybox sh and klibc's sh over a root of the shape an
+/// image has: `bootpool.homes=` on the command line puts one NFS line for /home into its
+/// /etc/fstab in place of the image's own /home line, keeps every other line (comments, a
+/// glob character) as it was, makes /home, and does the same again on a second run; without
+/// the argument the file is left alone.
 #[test]
 fn the_homes_script_writes_the_homes_into_the_roots_fstab() {
     let script =
