@@ -599,10 +599,13 @@ fn wanted(config: &Config) -> Vec<Wanted<'_>> {
     if let Some(tls) = &s.tls {
         all.push(tcp("server.tls.listen", tls.listen));
     }
-    all.push(tcp("server.ports.nfs", v4(p.nfs)));
+    for ip in own_addresses(config) {
+        let at = |port| SocketAddr::V4(SocketAddrV4::new(ip, port));
+        all.push(tcp("server.ports.nfs", at(p.nfs)));
+        all.push(tcp("server.ports.portmap", at(p.portmap)));
+        all.push(udp("server.ports.portmap", at(p.portmap), Udp::PLAIN));
+    }
     all.push(tcp("server.ports.nbd", v4(p.nbd)));
-    all.push(tcp("server.ports.portmap", v4(p.portmap)));
-    all.push(udp("server.ports.portmap", v4(p.portmap), Udp::PLAIN));
     if console {
         all.push(udp("server.ports.console", v4(p.console), Udp::PLAIN));
     }
@@ -799,10 +802,12 @@ struct Ipv4Sockets {
     tftp: Option<UdpSocket>,
     http: TcpListener,
     https: Option<(TcpListener, tokio_rustls::TlsAcceptor)>,
-    nfs: TcpListener,
+    /// NFS and the portmapper: one socket on each of `own_addresses`, the first on
+    /// `server.address`.
+    nfs: Vec<TcpListener>,
     nbd: TcpListener,
-    portmap_tcp: TcpListener,
-    portmap_udp: UdpSocket,
+    portmap_tcp: Vec<TcpListener>,
+    portmap_udp: Vec<UdpSocket>,
     console: Option<UdpSocket>,
 }
 
@@ -813,6 +818,28 @@ fn bind_wake(config: &Config) -> anyhow::Result<std::net::UdpSocket> {
         .with_context(|| format!("binding the wake socket on {}", config.server.address))?;
     socket.set_broadcast(true)?;
     Ok(socket)
+}
+
+/// The addresses NFS and the portmapper listen on: `server.address`, the other
+/// `server.links` the host holds (one it does not is left unused, `steer::links`), and
+/// 127.0.0.1 for tools on the server itself (`boot::exports::on_a_link`).
+fn own_addresses(config: &Config) -> Vec<Ipv4Addr> {
+    let s = &config.server;
+    let mut own = vec![s.address];
+    for ip in s.links.iter().copied().chain([Ipv4Addr::LOCALHOST]) {
+        let held = std::net::UdpSocket::bind((ip, 0)).is_ok();
+        if held && !own.contains(&ip) {
+            own.push(ip);
+        }
+    }
+    own
+}
+
+/// The first of a service's listeners (`own_addresses` has `server.address` first).
+fn first<T>(sockets: &[T]) -> std::io::Result<&T> {
+    sockets
+        .first()
+        .ok_or_else(|| std::io::Error::other("no address to listen on"))
 }
 
 /// Binds every IPv4 socket the config asks for; no port is opened that no client would use.
@@ -867,22 +894,39 @@ async fn bind_ipv4(config: &Config) -> anyhow::Result<Ipv4Sockets> {
             Some((listener, acceptor))
         }
     };
-    let at = SocketAddrV4::new(any, ports.nfs).into();
-    let nfs = bind_tcp(at)
-        .await
-        .map_err(|e| bind_error(&e, "server.ports.nfs", TCP, at))?;
+    // NFS (with MOUNT) and the portmapper listen on the server's own addresses, never on
+    // 0.0.0.0, so that another address of the host can serve NFS itself (docs/homes.md).
+    let own = own_addresses(config);
+    let mut nfs = Vec::new();
+    let mut port = ports.nfs;
+    for ip in &own {
+        let at = SocketAddrV4::new(*ip, port).into();
+        let listener = bind_tcp(at)
+            .await
+            .map_err(|e| bind_error(&e, "server.ports.nfs", TCP, at))?;
+        port = listener.local_addr()?.port();
+        nfs.push(listener);
+    }
     let at = SocketAddrV4::new(any, ports.nbd).into();
     let nbd = bind_tcp(at)
         .await
         .map_err(|e| bind_error(&e, "server.ports.nbd", TCP, at))?;
     // The portmapper answers on the same port over TCP and UDP.
-    let at = SocketAddrV4::new(any, ports.portmap).into();
-    let portmap_tcp = bind_tcp(at)
-        .await
-        .map_err(|e| bind_error(&e, "server.ports.portmap", TCP, at))?;
-    let at = SocketAddrV4::new(any, portmap_tcp.local_addr()?.port());
-    let portmap_udp =
-        bind_udp(at, Udp::PLAIN).map_err(|e| bind_error(&e, "server.ports.portmap", UDP, at))?;
+    let (mut portmap_tcp, mut portmap_udp) = (Vec::new(), Vec::new());
+    let mut port = ports.portmap;
+    for ip in &own {
+        let at = SocketAddrV4::new(*ip, port).into();
+        let listener = bind_tcp(at)
+            .await
+            .map_err(|e| bind_error(&e, "server.ports.portmap", TCP, at))?;
+        port = listener.local_addr()?.port();
+        portmap_tcp.push(listener);
+        let at = SocketAddrV4::new(*ip, port);
+        portmap_udp.push(
+            bind_udp(at, Udp::PLAIN)
+                .map_err(|e| bind_error(&e, "server.ports.portmap", UDP, at))?,
+        );
+    }
     let wants_console = config
         .pools
         .values()
@@ -921,9 +965,9 @@ impl Bound {
             dhcp: v4.dhcp.local_addr()?,
             pxe: v4.pxe.as_ref().map(UdpSocket::local_addr).transpose()?,
             tftp: v4.tftp.as_ref().map(UdpSocket::local_addr).transpose()?,
-            nfs: v4.nfs.local_addr()?,
+            nfs: first(&v4.nfs)?.local_addr()?,
             nbd: v4.nbd.local_addr()?,
-            portmap: v4.portmap_tcp.local_addr()?,
+            portmap: first(&v4.portmap_tcp)?.local_addr()?,
         })
     }
 
@@ -983,7 +1027,8 @@ fn service_table(
             })
         }),
         Some(Service::new("nfs", move |s| {
-            Box::pin(service::nfs::serve(on_links(v4.nfs, s), s.clone()))
+            let listeners = v4.nfs.into_iter().map(|l| on_links(l, s)).collect();
+            Box::pin(service::nfs::serve(listeners, s.clone()))
         })),
         Some(Service::new("nbd", move |s| {
             Box::pin(service::nbd::serve(on_links(v4.nbd, s), s.clone()))

@@ -4,7 +4,8 @@
 //! CONFIRM, RELEASE, DECLINE and INFORMATION-REQUEST -> REPLY. A client is its MAC (from its
 //! DUID, the EUI-64 link-local address it sent from, or option 79; `proto::dhcp6`); what it
 //! boots is `boot::plan6`, the same policy as DHCPv4's, given as option 59's URL with the
-//! class its firmware looks for in option 16. Clients in no pool, and clients known only by a
+//! class its firmware looks for in option 16, and its name in the Client FQDN option (39) when
+//! it sent one and asks for it (RFC 4704). Clients in no pool, and clients known only by a
 //! DUID (no pool can list one), get silence: counted, logged once. Malformed packets are
 //! dropped and counted (under `dhcp` in the counters). A message relayed to us (RELAY-FORW,
 //! RFC 8415 19) is answered inside RELAY-REPLs back through the same relays, when the relay
@@ -218,6 +219,10 @@ impl Server {
                 .map(|d| d.dns.clone())
                 .unwrap_or_default(),
             boot_url: url.clone(),
+            // The client's name, as option 12 over DHCPv4, where it asks as RFC 4704 wants.
+            fqdn: req
+                .asks_fqdn()
+                .and_then(|flags| Some((member.name()?, flags))),
         };
         match req.msg_type {
             msg::SOLICIT => {

@@ -142,12 +142,34 @@ pub async fn accept(
     service: &'static str,
     carries: Carries,
 ) -> Option<(TcpStream, SocketAddr, Paced)> {
+    accept_any(std::slice::from_ref(listener), shutdown, service, carries).await
+}
+
+/// `accept` on whichever of `listeners` has a connection first (a service that listens on
+/// each of the server's addresses), each asked first in turn so that none starves the others.
+pub async fn accept_any(
+    listeners: &[Listener],
+    shutdown: &Shutdown,
+    service: &'static str,
+    carries: Carries,
+) -> Option<(TcpStream, SocketAddr, Paced)> {
+    static TURN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let start = TURN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     loop {
+        let next = std::future::poll_fn(|cx| {
+            for k in 0..listeners.len() {
+                let i = (start + k) % listeners.len();
+                if let std::task::Poll::Ready(r) = listeners[i].tcp.poll_accept(cx) {
+                    return std::task::Poll::Ready((i, r));
+                }
+            }
+            std::task::Poll::Pending
+        });
         tokio::select! {
             _ = shutdown.wait() => return None,
-            r = listener.tcp.accept() => match r {
+            (i, r) = next => match r {
                 Ok((stream, peer)) => {
-                    let paced = listener.links.adopt(&stream, peer, carries);
+                    let paced = listeners[i].links.adopt(&stream, peer, carries);
                     return Some((stream, peer, paced));
                 }
                 Err(e) => {

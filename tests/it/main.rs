@@ -33,6 +33,7 @@ mod e2e_stock_image;
 mod e2e_switch;
 mod e2e_uefi;
 mod enrol;
+mod homes;
 mod http;
 mod http_range;
 mod image_import;
