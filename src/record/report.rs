@@ -270,6 +270,7 @@ fn waves_table(views: &[WaveView], sep: &str) -> String {
             "p95_s",
             "max_s",
             "MB_per_client",
+            "wake",
         ]
         .map(String::from)
         .to_vec(),
@@ -295,6 +296,7 @@ fn waves_table(views: &[WaveView], sep: &str) -> String {
             secs(s.p95_s),
             secs(s.max_s),
             mb(s.bytes_per_client.values().sum()),
+            w.wake.map_or_else(|| "-".into(), |k| k.id.to_string()),
         ]);
     }
     layout(&rows, sep)
@@ -356,10 +358,15 @@ fn wave_report(w: &WaveView, format: Format, people: &People) -> anyhow::Result<
     if table {
         let _ = writeln!(
             out,
-            "wave {} of pool {}, started {} (local time)\n",
+            "wave {} of pool {}, started {} (local time){}\n",
             w.id,
             w.pool,
-            local(w.start)
+            local(w.start),
+            w.wake.map_or_else(String::new, |k| format!(
+                ", by wake {} at {}",
+                k.id,
+                local(k.at)
+            ))
         );
     }
     out.push_str(&layout(&rows, sep));
