@@ -32,6 +32,7 @@ mod e2e_stock;
 mod e2e_stock_image;
 mod e2e_switch;
 mod e2e_uefi;
+mod e2e_wake;
 mod enrol;
 mod http;
 mod http_range;

@@ -146,6 +146,9 @@ pub struct Vm {
     pub serial: PathBuf,
     child: Child,
     pub powered_on: Instant,
+    /// How long it sat powered off (`--wake`: qemu started stopped, `-S`, until `resume`);
+    /// the console's times are counted from its resume.
+    held_off: Option<Duration>,
     pub console: Console,
     /// When console lines arrived, as the lab's own clock saw them.
     marks: Arc<Mutex<Marks>>,
@@ -331,9 +334,41 @@ impl Vm {
         firmware: Firmware,
         dir: &Path,
     ) -> anyhow::Result<Vm> {
+        Vm::start(name, mac, tap, accel, firmware, dir, false)
+    }
+
+    /// A VM that is off until `resume`: qemu started stopped (`-S`, its NIC already on the
+    /// tap, as a powered-off PC's keeps its link for Wake-on-LAN), with a QMP socket beside
+    /// its console, `NAME.qmp`, to start it by.
+    pub fn powered_off(
+        name: &str,
+        mac: Mac,
+        tap: &str,
+        accel: Accel,
+        firmware: Firmware,
+        dir: &Path,
+    ) -> anyhow::Result<Vm> {
+        Vm::start(name, mac, tap, accel, firmware, dir, true)
+    }
+
+    fn start(
+        name: &str,
+        mac: Mac,
+        tap: &str,
+        accel: Accel,
+        firmware: Firmware,
+        dir: &Path,
+        stopped: bool,
+    ) -> anyhow::Result<Vm> {
         let serial = dir.join(format!("{name}.log"));
         let mut cmd = qemu(accel, Serial::Pipe, firmware);
         nic_args(&mut cmd, tap, mac, firmware, dir);
+        if stopped {
+            cmd.arg("-S").arg("-qmp").arg(format!(
+                "unix:{},server=on,wait=off",
+                qmp_path(dir, name).display()
+            ));
+        }
         let powered_on = Instant::now();
         let mut child = cmd
             .spawn()
@@ -349,9 +384,35 @@ impl Vm {
             serial,
             child,
             powered_on,
+            held_off: (!stopped).then_some(Duration::ZERO),
             console: Console::Running,
             marks,
         })
+    }
+
+    /// Whether it is still off, waiting for `resume`.
+    pub fn is_off(&self) -> bool {
+        self.held_off.is_none()
+    }
+
+    /// Powers on a VM made by `powered_off`: QMP's `cont`, on its socket in `dir`.
+    pub fn resume(&mut self, dir: &Path) -> anyhow::Result<()> {
+        use anyhow::Context as _;
+        use std::io::{BufRead, BufReader, Write};
+        let path = qmp_path(dir, &self.name);
+        let stream = std::os::unix::net::UnixStream::connect(&path)
+            .with_context(|| format!("connecting to {}", path.display()))?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut writer = stream.try_clone()?;
+        let mut lines = BufReader::new(stream).lines();
+        // The greeting, then each command's answer.
+        qmp_answer(&mut lines)?;
+        for command in ["qmp_capabilities", "cont"] {
+            writeln!(writer, "{{\"execute\": \"{command}\"}}")?;
+            qmp_answer(&mut lines)?;
+        }
+        self.held_off = Some(self.powered_on.elapsed());
+        Ok(())
     }
 
     /// Notes the done or failure line. Returns true while qemu runs.
@@ -359,7 +420,7 @@ impl Vm {
         if self.console == Console::Running {
             let m = self.marks.lock().unwrap_or_else(|e| e.into_inner()).clone();
             if let Some(t) = m.done {
-                self.console = Console::Booted(t);
+                self.console = Console::Booted(t.saturating_sub(self.held_off.unwrap_or_default()));
             } else if let Some(why) = m.failed {
                 self.console = Console::Failed(why);
             }
@@ -374,7 +435,10 @@ impl Vm {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .dhcp
-            .map(|d| d.as_secs_f64())
+            .map(|d| {
+                d.saturating_sub(self.held_off.unwrap_or_default())
+                    .as_secs_f64()
+            })
     }
 
     pub fn kill(&mut self) {
@@ -401,6 +465,26 @@ impl Drop for Vm {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Reads QMP's lines up to its greeting or a command's answer (events may come between): Ok
+/// for a greeting or a `return`, the error for an `error`.
+fn qmp_answer(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> anyhow::Result<()> {
+    for line in lines {
+        let line = line?;
+        if line.contains("\"error\"") {
+            anyhow::bail!("qemu's QMP said {line}");
+        }
+        if line.contains("\"return\"") || line.contains("\"QMP\"") {
+            return Ok(());
+        }
+    }
+    anyhow::bail!("qemu's QMP socket closed")
+}
+
+/// Where the QMP socket of a VM started off (`Vm::powered_off`) is.
+fn qmp_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.qmp"))
 }
 
 /// Copies the console to its log file and notes when the lines that matter arrive.
