@@ -24,6 +24,7 @@ mod e2e_cow;
 mod e2e_gone;
 mod e2e_images;
 mod e2e_ipv6;
+mod e2e_next_boot;
 mod e2e_proxy;
 mod e2e_reload;
 mod e2e_restart;

@@ -137,6 +137,10 @@ pub struct LabArgs {
     /// later ones, nor --activate's second clients). Console times count from the wake.
     #[arg(long)]
     pub wake: bool,
+    /// Give every client this raw disk image as its first disk (virtio, copy-on-write in
+    /// qemu: the file never changes), e.g. for a next boot of `local`.
+    #[arg(long, value_name = "FILE")]
+    pub disk: Option<PathBuf>,
 }
 
 /// The daemon the lab and the storm start: `bootpool` beside this binary (a build's
@@ -279,6 +283,9 @@ fn pools_to_boot<'c>(
 pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
     let pools = pools_to_boot(&args, &config)?;
+    if let Some(disk) = args.disk.as_deref().filter(|d| !d.is_file()) {
+        bail!("--disk {}: no such file", disk.display());
+    }
     let switch = args
         .activate
         .as_deref()
@@ -447,6 +454,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             accel,
             args.firmware,
             &run_dir,
+            args.disk.as_deref(),
         )
     };
     let mut vms = (0..first_wave)
@@ -459,6 +467,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                 accel,
                 args.firmware,
                 &run_dir,
+                args.disk.as_deref(),
             ),
         })
         .collect::<anyhow::Result<Vec<Vm>>>()?;
@@ -608,6 +617,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                     accel,
                     args.firmware,
                     &run_dir,
+                    args.disk.as_deref(),
                 )?;
                 reported[i] = false;
                 running += 1;

@@ -333,8 +333,9 @@ impl Vm {
         accel: Accel,
         firmware: Firmware,
         dir: &Path,
+        disk: Option<&Path>,
     ) -> anyhow::Result<Vm> {
-        Vm::start(name, mac, tap, accel, firmware, dir, false)
+        Vm::start(name, mac, tap, accel, firmware, dir, disk_args(disk))
     }
 
     /// A VM that is off until `resume`: qemu started stopped (`-S`, its NIC already on the
@@ -347,10 +348,19 @@ impl Vm {
         accel: Accel,
         firmware: Firmware,
         dir: &Path,
+        disk: Option<&Path>,
     ) -> anyhow::Result<Vm> {
-        Vm::start(name, mac, tap, accel, firmware, dir, true)
+        let mut extra = disk_args(disk);
+        extra.extend([
+            "-S".into(),
+            "-qmp".into(),
+            format!("unix:{},server=on,wait=off", qmp_path(dir, name).display()),
+        ]);
+        Vm::start(name, mac, tap, accel, firmware, dir, extra)
     }
 
+    /// A qemu client with `extra` arguments after its NIC's; off until `resume` if they say
+    /// `-S`.
     fn start(
         name: &str,
         mac: Mac,
@@ -358,17 +368,13 @@ impl Vm {
         accel: Accel,
         firmware: Firmware,
         dir: &Path,
-        stopped: bool,
+        extra: Vec<String>,
     ) -> anyhow::Result<Vm> {
         let serial = dir.join(format!("{name}.log"));
         let mut cmd = qemu(accel, Serial::Pipe, firmware);
         nic_args(&mut cmd, tap, mac, firmware, dir);
-        if stopped {
-            cmd.arg("-S").arg("-qmp").arg(format!(
-                "unix:{},server=on,wait=off",
-                qmp_path(dir, name).display()
-            ));
-        }
+        let stopped = extra.iter().any(|a| a == "-S");
+        cmd.args(extra);
         let powered_on = Instant::now();
         let mut child = cmd
             .spawn()
@@ -480,6 +486,22 @@ fn qmp_answer(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> anyh
         }
     }
     anyhow::bail!("qemu's QMP socket closed")
+}
+
+/// `--disk`: the raw disk image as the client's first disk (virtio, which SeaBIOS and OVMF
+/// boot from), copy-on-write in qemu (`snapshot=on`), so every client may share the file and
+/// none changes it.
+fn disk_args(disk: Option<&Path>) -> Vec<String> {
+    match disk {
+        None => Vec::new(),
+        Some(path) => vec![
+            "-drive".into(),
+            format!(
+                "file={},format=raw,if=virtio,snapshot=on",
+                path.display().to_string().replace(',', ",,")
+            ),
+        ],
+    }
 }
 
 /// Where the QMP socket of a VM started off (`Vm::powered_off`) is.
