@@ -134,8 +134,9 @@ pub struct LabArgs {
     /// each on when a Wake-on-LAN magic packet for its MAC arrives (UDP port 9 in the lab's
     /// network namespace): `bootpool wake` run in that namespace wakes them, as the lab says
     /// once the daemon is up. Only the first power-on waits for a packet (not --cycles'
-    /// later ones, nor --activate's second clients). Console times count from the wake.
-    #[arg(long)]
+    /// later ones, nor --activate's second clients). Console times count from the wake;
+    /// --timeout from the lab's start. Not with --room2 (its packets stay in its router).
+    #[arg(long, conflicts_with = "room2")]
     pub wake: bool,
     /// Give every client this raw disk image as its first disk (virtio, copy-on-write in
     /// qemu: the file never changes), e.g. for a next boot of `local`.

@@ -356,11 +356,12 @@ impl Vm {
             "-qmp".into(),
             format!("unix:{},server=on,wait=off", qmp_path(dir, name).display()),
         ]);
-        Vm::start(name, mac, tap, accel, firmware, dir, extra)
+        let mut vm = Vm::start(name, mac, tap, accel, firmware, dir, extra)?;
+        vm.held_off = None;
+        Ok(vm)
     }
 
-    /// A qemu client with `extra` arguments after its NIC's; off until `resume` if they say
-    /// `-S`.
+    /// A qemu client with `extra` arguments after its NIC's.
     fn start(
         name: &str,
         mac: Mac,
@@ -373,7 +374,6 @@ impl Vm {
         let serial = dir.join(format!("{name}.log"));
         let mut cmd = qemu(accel, Serial::Pipe, firmware);
         nic_args(&mut cmd, tap, mac, firmware, dir);
-        let stopped = extra.iter().any(|a| a == "-S");
         cmd.args(extra);
         let powered_on = Instant::now();
         let mut child = cmd
@@ -390,7 +390,7 @@ impl Vm {
             serial,
             child,
             powered_on,
-            held_off: (!stopped).then_some(Duration::ZERO),
+            held_off: Some(Duration::ZERO),
             console: Console::Running,
             marks,
         })
