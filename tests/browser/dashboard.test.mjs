@@ -843,7 +843,7 @@ test('actions: the Images view activates a revision after a confirmation and the
   await page.close();
 });
 
-test('wave view: a wave a wake started names the wake, and the picker marks it', async () => {
+test('wave view: a wave a wake started names the wake, and the picker and the room\'s wave line do too', async () => {
   // A wake for one machine, then its firmware's DISCOVER: its boot is the wake's (a fresh
   // machine per try, in case the DISCOVER came before the packet was recorded).
   let boot, wake;
@@ -873,6 +873,10 @@ test('wave view: a wave a wake started names the wake, and the picker marks it',
   assert.equal((await page.textContent('[data-testid=wake]')).trim(), `wake ${wake}`);
   const picked = await page.textContent(`select option[value="${boot.wave}"]`);
   assert.match(picked, new RegExp(`· wake ${wake}$`));
+  // The newest boot of lab-nfs: the room's current wave is the wake's.
+  await view(page, '/room/lab-nfs');
+  await page.waitForSelector('[data-testid=wave-wake]', { timeout: WAIT });
+  assert.equal((await page.textContent('[data-testid=wave-wake]')).trim(), `wake ${wake}`);
   await page.close();
 });
 
