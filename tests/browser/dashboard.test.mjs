@@ -843,6 +843,43 @@ test('actions: the Images view activates a revision after a confirmation and the
   await page.close();
 });
 
+test('wave view: a wave a wake started names the wake, and the picker and the room\'s wave line do too', async () => {
+  // A wake for one machine, then its firmware's DISCOVER: its boot is the wake's (a fresh
+  // machine per try, in case the DISCOVER came before the packet was recorded).
+  let boot, wake;
+  for (const mac of ['52:54:00:77:00:3a', '52:54:00:77:00:3b', '52:54:00:77:00:3c']) {
+    const r = await fetch(`${base}/api/v1/wake`, {
+      method: 'POST', body: JSON.stringify({ client: mac }),
+      headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+    });
+    const answer = await r.json();
+    assert.equal(r.status, 200, JSON.stringify(answer));
+    wake = answer.wake;
+    await new Promise(res => setTimeout(res, 500));
+    await sendDhcp(dhcpMessage(1, mac, 0x4444));
+    for (let i = 0; i < 50 && boot?.mac !== mac; i++) {
+      [boot] = (await api(`/api/v1/boots?mac=${mac}`)).slice(-1);
+      await new Promise(res => setTimeout(res, 100));
+    }
+    if (boot?.wake === wake) break;
+  }
+  assert.equal(boot?.wake, wake, 'a boot the wake started');
+  const w = await api(`/api/v1/waves/${boot.wave}`);
+  assert.equal(w.wake?.id, wake, 'the API gives its wave the wake');
+  assert.deepEqual(w.boots.map(b => b.mac), [boot.mac], 'the wake\'s boot alone');
+  const page = await context.newPage();
+  watch(page);
+  await view(page, `/wave/${boot.wave}`);
+  assert.equal((await page.textContent('[data-testid=wake]')).trim(), `wake ${wake}`);
+  const picked = await page.textContent(`select option[value="${boot.wave}"]`);
+  assert.match(picked, new RegExp(`· wake ${wake}$`));
+  // The newest boot of lab-nfs: the room's current wave is the wake's.
+  await view(page, '/room/lab-nfs');
+  await page.waitForSelector('[data-testid=wave-wake]', { timeout: WAIT });
+  assert.equal((await page.textContent('[data-testid=wave-wake]')).trim(), `wake ${wake}`);
+  await page.close();
+});
+
 test('empty state: a fresh daemon says how to record a wave', async () => {
   const fresh = await startDaemon('empty', null);
   const page = await context.newPage();

@@ -146,6 +146,9 @@ pub struct Vm {
     pub serial: PathBuf,
     child: Child,
     pub powered_on: Instant,
+    /// How long it sat powered off (`--wake`: qemu started stopped, `-S`, until `resume`);
+    /// the console's times are counted from its resume.
+    held_off: Option<Duration>,
     pub console: Console,
     /// When console lines arrived, as the lab's own clock saw them.
     marks: Arc<Mutex<Marks>>,
@@ -330,10 +333,48 @@ impl Vm {
         accel: Accel,
         firmware: Firmware,
         dir: &Path,
+        disk: Option<&Path>,
+    ) -> anyhow::Result<Vm> {
+        Vm::start(name, mac, tap, accel, firmware, dir, disk_args(disk))
+    }
+
+    /// A VM that is off until `resume`: qemu started stopped (`-S`, its NIC already on the
+    /// tap, as a powered-off PC's keeps its link for Wake-on-LAN), with a QMP socket beside
+    /// its console, `NAME.qmp`, to start it by.
+    pub fn powered_off(
+        name: &str,
+        mac: Mac,
+        tap: &str,
+        accel: Accel,
+        firmware: Firmware,
+        dir: &Path,
+        disk: Option<&Path>,
+    ) -> anyhow::Result<Vm> {
+        let mut extra = disk_args(disk);
+        extra.extend([
+            "-S".into(),
+            "-qmp".into(),
+            format!("unix:{},server=on,wait=off", qmp_path(dir, name).display()),
+        ]);
+        let mut vm = Vm::start(name, mac, tap, accel, firmware, dir, extra)?;
+        vm.held_off = None;
+        Ok(vm)
+    }
+
+    /// A qemu client with `extra` arguments after its NIC's.
+    fn start(
+        name: &str,
+        mac: Mac,
+        tap: &str,
+        accel: Accel,
+        firmware: Firmware,
+        dir: &Path,
+        extra: Vec<String>,
     ) -> anyhow::Result<Vm> {
         let serial = dir.join(format!("{name}.log"));
         let mut cmd = qemu(accel, Serial::Pipe, firmware);
         nic_args(&mut cmd, tap, mac, firmware, dir);
+        cmd.args(extra);
         let powered_on = Instant::now();
         let mut child = cmd
             .spawn()
@@ -349,9 +390,35 @@ impl Vm {
             serial,
             child,
             powered_on,
+            held_off: Some(Duration::ZERO),
             console: Console::Running,
             marks,
         })
+    }
+
+    /// Whether it is still off, waiting for `resume`.
+    pub fn is_off(&self) -> bool {
+        self.held_off.is_none()
+    }
+
+    /// Powers on a VM made by `powered_off`: QMP's `cont`, on its socket in `dir`.
+    pub fn resume(&mut self, dir: &Path) -> anyhow::Result<()> {
+        use anyhow::Context as _;
+        use std::io::{BufRead, BufReader, Write};
+        let path = qmp_path(dir, &self.name);
+        let stream = std::os::unix::net::UnixStream::connect(&path)
+            .with_context(|| format!("connecting to {}", path.display()))?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut writer = stream.try_clone()?;
+        let mut lines = BufReader::new(stream).lines();
+        // The greeting, then each command's answer.
+        qmp_answer(&mut lines)?;
+        for command in ["qmp_capabilities", "cont"] {
+            writeln!(writer, "{{\"execute\": \"{command}\"}}")?;
+            qmp_answer(&mut lines)?;
+        }
+        self.held_off = Some(self.powered_on.elapsed());
+        Ok(())
     }
 
     /// Notes the done or failure line. Returns true while qemu runs.
@@ -359,7 +426,7 @@ impl Vm {
         if self.console == Console::Running {
             let m = self.marks.lock().unwrap_or_else(|e| e.into_inner()).clone();
             if let Some(t) = m.done {
-                self.console = Console::Booted(t);
+                self.console = Console::Booted(t.saturating_sub(self.held_off.unwrap_or_default()));
             } else if let Some(why) = m.failed {
                 self.console = Console::Failed(why);
             }
@@ -374,7 +441,10 @@ impl Vm {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .dhcp
-            .map(|d| d.as_secs_f64())
+            .map(|d| {
+                d.saturating_sub(self.held_off.unwrap_or_default())
+                    .as_secs_f64()
+            })
     }
 
     pub fn kill(&mut self) {
@@ -401,6 +471,42 @@ impl Drop for Vm {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Reads QMP's lines up to its greeting or a command's answer (events may come between): Ok
+/// for a greeting or a `return`, the error for an `error`.
+fn qmp_answer(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> anyhow::Result<()> {
+    for line in lines {
+        let line = line?;
+        if line.contains("\"error\"") {
+            anyhow::bail!("qemu's QMP said {line}");
+        }
+        if line.contains("\"return\"") || line.contains("\"QMP\"") {
+            return Ok(());
+        }
+    }
+    anyhow::bail!("qemu's QMP socket closed")
+}
+
+/// `--disk`: the raw disk image as the client's first disk (virtio, which SeaBIOS and OVMF
+/// boot from), copy-on-write in qemu (`snapshot=on`), so every client may share the file and
+/// none changes it.
+fn disk_args(disk: Option<&Path>) -> Vec<String> {
+    match disk {
+        None => Vec::new(),
+        Some(path) => vec![
+            "-drive".into(),
+            format!(
+                "file={},format=raw,if=virtio,snapshot=on",
+                path.display().to_string().replace(',', ",,")
+            ),
+        ],
+    }
+}
+
+/// Where the QMP socket of a VM started off (`Vm::powered_off`) is.
+fn qmp_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.qmp"))
 }
 
 /// Copies the console to its log file and notes when the lines that matter arrive.
