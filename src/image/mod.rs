@@ -12,6 +12,8 @@ pub mod cpio;
 pub mod exec;
 pub mod import;
 pub mod initrd;
+pub mod inventory;
+pub mod manifest;
 pub mod objects;
 pub mod progress;
 pub mod serve;

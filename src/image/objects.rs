@@ -121,6 +121,15 @@ pub fn sweep(dir: &Path) -> anyhow::Result<Swept> {
     Ok(swept)
 }
 
+/// The SHA-256 of a file's bytes: what names its object.
+pub fn file_digest(path: &Path) -> anyhow::Result<[u8; 32]> {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    let mut f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", path.display()))?;
+    Ok(h.finalize().into())
+}
+
 pub fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
