@@ -266,7 +266,12 @@ fn build(
 }
 
 /// Moves the finished revision into `revs/`, unless the same content is there already.
-fn publish(image: &Image, tmp: &Path, mut meta: Meta, hash: &str) -> anyhow::Result<Imported> {
+pub(super) fn publish(
+    image: &Image,
+    tmp: &Path,
+    mut meta: Meta,
+    hash: &str,
+) -> anyhow::Result<Imported> {
     let dir = &image.dir;
     let id = store::id_of(hash);
     if let Some(existing) = store::read(dir, &id)? {
@@ -794,7 +799,7 @@ pub fn root_image(image: &Image, id: &str) -> anyhow::Result<bool> {
 
 /// The NBD image: the tree as squashfs (gzip, 128 KiB blocks, as the demo image's), with
 /// mksquashfs's own progress bar on a terminal.
-fn squashfs(tree: &Path, out: &Path) -> anyhow::Result<()> {
+pub(super) fn squashfs(tree: &Path, out: &Path) -> anyhow::Result<()> {
     if let Some(p) = out.parent() {
         std::fs::create_dir_all(p)?;
     }

@@ -126,3 +126,28 @@ pub fn of_revision(image: &Image, id: &str) -> anyhow::Result<Vec<u8>> {
     let _ = write(&folder, &m);
     Ok(m.encode())
 }
+
+/// A file of image `image` holding the bytes of digest `digest` (hex): its object in the
+/// store, else (a file with extended attributes is no object, `objects::put`) a file of a
+/// revision whose manifest names the digest. The caller checks nothing: the fetching side
+/// hashes what it gets.
+pub fn file_with(image: &Image, digest: &str) -> Option<PathBuf> {
+    let d = super::manifest::digest_of(digest).ok()?;
+    if let Some(object) = super::objects::find(&image.dir, &d) {
+        return Some(object);
+    }
+    for rev in super::store::list(&image.dir).ok()? {
+        let folder = super::store::rev_dir(&image.dir, &rev.id);
+        let Ok(text) = std::fs::read(folder.join(FILE)) else {
+            continue;
+        };
+        let Ok(m) = Manifest::decode(&text) else {
+            continue;
+        };
+        if let Some(e) = m.entries.iter().find(|e| e.kind == Kind::File(d)) {
+            let path = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&e.path);
+            return Some(folder.join(path));
+        }
+    }
+    None
+}

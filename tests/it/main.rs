@@ -37,6 +37,7 @@ mod http;
 mod http_range;
 mod image_import;
 mod image_names;
+mod image_pull;
 mod image_revisions;
 mod image_store;
 mod initrd_wire;
