@@ -11,6 +11,7 @@ pub mod copies;
 pub mod cpio;
 pub mod exec;
 pub mod fetch;
+pub mod follow;
 pub mod import;
 pub mod initrd;
 pub mod inventory;

@@ -56,6 +56,7 @@ mod reload;
 mod restart;
 mod root_wire;
 mod siege;
+mod site_revisions;
 mod state;
 mod storm;
 mod storm_replay;
