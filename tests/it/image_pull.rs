@@ -170,6 +170,10 @@ async fn a_pull_moves_what_changed_and_refuses_a_corrupt_or_truncated_object() {
         "{out}"
     );
     let n = moved(&out);
+    eprintln!(
+        "a one-file update moved {n} bytes for a {} byte change",
+        changed.len()
+    );
     assert!(
         n >= changed.len() as u64 && n * 100 <= changed.len() as u64 * 105,
         "{n} bytes moved for a {} byte change\n{out}",
