@@ -281,6 +281,14 @@ impl Puller<'_> {
             if !ours || !folders.contains(&parent) {
                 bail!("the manifest's entry {shown} is not inside a folder it names");
             }
+            // As an import refuses them (`unpack::stray_device`): a device node outside the
+            // tree's /dev.
+            let in_dev = [tree, b"/dev/"].concat();
+            if matches!(e.kind, Kind::Char(_) | Kind::Block(_)) && !e.path.starts_with(&in_dev) {
+                bail!(
+                    "the manifest's entry {shown} is a device node outside /dev (an image holds none there)"
+                );
+            }
             let path = tmp.join(std::ffi::OsStr::from_bytes(&e.path));
             match &e.kind {
                 Kind::Dir => {
