@@ -1,6 +1,7 @@
 //! Revisions pulled between servers (docs/chunks.md, `bootpool image pull`): a running
 //! daemon serves a revision's manifest and objects to a second server's `image pull`, which
-//! builds the same revision (its manifest byte for byte, every file's bytes); a revision
+//! builds the same revision (its manifest byte for byte, every file's bytes; an older
+//! revision's manifest made on first ask as its import wrote it); a revision
 //! differing by one file moves about that file's bytes; an object corrupted or truncated on
 //! the source is refused (never linked into the puller's store), and fetched again from a
 //! second member, which asks its read token.
@@ -138,12 +139,18 @@ async fn a_pull_moves_what_changed_and_refuses_a_corrupt_or_truncated_object() {
     let server_a = a.start().await;
     let url_a = format!("http://{}", server_a.bound.http);
 
+    // r1 as a revision imported before manifests were written: the member makes its
+    // manifest when first asked, and keeps it.
+    let kept = a.image_dir().join("revs").join(&r1).join("manifest");
+    let written = std::fs::read(&kept).unwrap();
+    std::fs::remove_file(&kept).unwrap();
     // The first pull moves everything once: the manifest and each object.
     let out = ok(&b, &["pull", "demo", "--from", &url_a], &[]);
     assert!(
         out.contains(&format!("pulled r1 ({r1})")) && out.contains("r1 is active"),
         "{out}"
     );
+    assert_eq!(std::fs::read(&kept).unwrap(), written);
     same_revision(&a, &b, &r1);
     // Each content once: the kernel and initrd are the tree's /boot files, linked.
     let m = bootpool::image::manifest::Manifest::decode(
