@@ -59,6 +59,26 @@ pub fn site_active(rows: &[Row], image: &str) -> Option<(String, i64)> {
         .map(|r| (r.rev.clone(), r.activated_at))
 }
 
+/// Since when this server's active revision of an image counts as activated, for its row:
+/// the time it recorded before while it is the same (`published`), now when it changed since
+/// (an admin activated it here), and 0 (not an activation: it follows) when this server
+/// records the image for the first time and the others have one active already, so a server
+/// joining, or back from a long stop, never takes the site back to what it held.
+pub fn activated_at(
+    active: Option<&str>,
+    published: Option<(&str, i64)>,
+    others_active: bool,
+    now: i64,
+) -> i64 {
+    match (active, published) {
+        (None, _) => 0,
+        (Some(a), Some((p, at))) if a == p => at,
+        (Some(_), Some(_)) => now,
+        (Some(_), None) if others_active => 0,
+        (Some(_), None) => now,
+    }
+}
+
 /// The actions for server `me` holding `local` (by image), given every row; `since`: when
 /// this server started following (revisions recorded before it and not the site's active
 /// one are not pulled: this server may have pruned them).
@@ -157,6 +177,18 @@ mod tests {
         let plan_b = plan(b, &local(&["r1", "r2"], Some("r1")), &rows, 0);
         assert_eq!(plan_b.len(), 1);
         assert!(plan(b, &local(&["r1", "r2"], Some("r2")), &rows, 0).is_empty());
+    }
+
+    #[test]
+    fn a_server_joining_follows_and_an_activation_here_counts_from_now() {
+        // Joining with r1 active while the site has one: not an activation.
+        assert_eq!(activated_at(Some("r1"), None, true, 500), 0);
+        // The first server of the site: its active revision is the site's, from now.
+        assert_eq!(activated_at(Some("r1"), None, false, 500), 500);
+        // Unchanged: the time recorded; changed here: now.
+        assert_eq!(activated_at(Some("r1"), Some(("r1", 20)), true, 500), 20);
+        assert_eq!(activated_at(Some("r2"), Some(("r1", 20)), true, 500), 500);
+        assert_eq!(activated_at(None, Some(("r1", 20)), true, 500), 0);
     }
 
     #[test]

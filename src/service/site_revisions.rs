@@ -114,6 +114,7 @@ impl Follower {
             tokio::task::spawn_blocking(move || held(&config)).await??
         };
         let now = now_micros();
+        let before = rows(&pool).await?;
         for (image, held) in &local {
             for rev in &held.revs {
                 let key = (image.clone(), rev.clone());
@@ -129,14 +130,14 @@ impl Follower {
                     );
                 }
             }
-            let since = match (&held.active, self.published.get(image)) {
-                (Some(a), Some((p, at))) if a == p => *at,
-                (Some(a), _) => {
-                    self.published.insert(image.clone(), (a.clone(), now));
-                    now
-                }
-                (None, _) => 0,
-            };
+            let others_active = before
+                .iter()
+                .any(|r| &r.image == image && r.active && r.server != me);
+            let published = self.published.get(image).map(|(r, at)| (r.as_str(), *at));
+            let since = follow::activated_at(held.active.as_deref(), published, others_active, now);
+            if let Some(a) = &held.active {
+                self.published.insert(image.clone(), (a.clone(), since));
+            }
             for rev in &held.revs {
                 let active = held.active.as_ref() == Some(rev);
                 sqlx::query(
@@ -166,24 +167,8 @@ impl Follower {
             .execute(&pool)
             .await?;
         }
-        let rows: Vec<Row> = sqlx::query(
-            "SELECT image, rev, manifest, server, active, activated_at, \
-             (SELECT min(recorded_at) FROM site_revisions f WHERE f.image = s.image AND f.rev = s.rev) AS first \
-             FROM site_revisions s",
-        )
-        .fetch_all(&pool)
-        .await?
-        .into_iter()
-        .map(|r| Row {
-            image: r.get("image"),
-            rev: r.get("rev"),
-            manifest: r.get("manifest"),
-            server: r.get("server"),
-            active: r.get("active"),
-            activated_at: r.get("activated_at"),
-            recorded_at: r.get("first"),
-        })
-        .collect();
+        // Read again: the plan sees this server's rows as just written.
+        let rows = rows(&pool).await?;
         for action in follow::plan(&me, &local, &rows, self.since) {
             self.act(&config, action).await;
         }
@@ -252,6 +237,28 @@ impl Follower {
             }
         }
     }
+}
+
+/// Every row of the table, each with when its revision was first recorded.
+async fn rows(pool: &PgPool) -> anyhow::Result<Vec<Row>> {
+    Ok(sqlx::query(
+        "SELECT image, rev, manifest, server, active, activated_at, \
+         (SELECT min(recorded_at) FROM site_revisions f WHERE f.image = s.image AND f.rev = s.rev) AS first \
+         FROM site_revisions s",
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|r| Row {
+        image: r.get("image"),
+        rev: r.get("rev"),
+        manifest: r.get("manifest"),
+        server: r.get("server"),
+        active: r.get("active"),
+        activated_at: r.get("activated_at"),
+        recorded_at: r.get("first"),
+    })
+    .collect())
 }
 
 /// This server's name in the table: its HTTP base URL, as the others reach it.

@@ -1,7 +1,9 @@
 //! Revisions on every server of a site (docs/site.md): two daemons on one PostgreSQL (started
 //! by the test, `records_postgres::Postgres`); a revision imported on one becomes a revision of
 //! the other, pulled over HTTP and checked, with the same bytes, and active there as the site
-//! has it; a revision activated on the second is followed by the first; a one-file update
+//! has it; a revision activated on the second is followed by the first, and one activated on
+//! the first while the second was stopped is followed by the second when it is back; a
+//! one-file update
 //! moves about that file's bytes (the puller's store grows by what it fetched and nothing
 //! else). A new server's first revision is pulled by hand (`bootpool image pull`): a server
 //! does not start without its images.
@@ -186,6 +188,22 @@ async fn a_revision_imported_on_one_server_is_pulled_and_activated_on_the_other(
     image(&b, &["activate", "demo", &r1]);
     active_on(&a, &r1, "a follows b's activation of r1").await;
     table_says(&pg, active, &format!("{r1},{r1}")).await;
+
+    // b stopped, r2 activated on a meanwhile: b back follows a, never takes the site back.
+    drop(server_b);
+    image(&a, &["activate", "demo", &r2]);
+    table_says(
+        &pg,
+        &format!("SELECT rev FROM site_revisions WHERE active AND server = '{url_a}'"),
+        &r2,
+    )
+    .await;
+    let server_b = b.start().await;
+    active_on(&b, &r2, "b, back, follows a's activation of r2").await;
+    assert_eq!(
+        bootpool::image::store::active(&a.image_dir()).unwrap(),
+        Some(r2.clone())
+    );
     drop(server_a);
     drop(server_b);
 }
