@@ -504,6 +504,8 @@ async fn start_taking(
     // Wake-on-LAN's sender, and the pools' wake schedules.
     let waker = Arc::new(service::wake::Waker::new(bind_wake(&config)?, &shared)?);
     shutdown.spawn(waker.clone().run_schedules());
+    // With a PostgreSQL `database:`, the site's revisions pulled and followed.
+    shutdown.spawn(service::site_revisions::run(live.clone(), shutdown.clone()));
     let web = service::http::Web::new(&shared, dhcp_commands, waker)?;
     let table = service_table(v4, six, leases, commands, web);
     for entry in table {

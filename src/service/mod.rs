@@ -20,6 +20,7 @@ pub mod overlays;
 pub mod portmap;
 pub mod quick_read;
 pub mod ra;
+pub mod site_revisions;
 pub mod tftp;
 pub mod tftp_transfers;
 pub mod tickle;

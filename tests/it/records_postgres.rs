@@ -73,8 +73,9 @@ fn free_udp_port() -> u16 {
         .port()
 }
 
-/// A PostgreSQL server this test started; stopped (fast shutdown) when dropped.
-struct Postgres {
+/// A PostgreSQL server a test started (this one, `site_revisions`); stopped (fast shutdown)
+/// when dropped.
+pub(crate) struct Postgres {
     child: Child,
     port: u16,
     bin: PathBuf,
@@ -83,7 +84,7 @@ struct Postgres {
 }
 
 impl Postgres {
-    fn start() -> Postgres {
+    pub(crate) fn start() -> Postgres {
         let bin = pg_bin();
         let user = pg_user();
         let dir = tempfile::tempdir().unwrap();
@@ -143,7 +144,7 @@ impl Postgres {
         pg
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
@@ -152,7 +153,7 @@ impl Postgres {
     }
 
     /// One value from psql.
-    fn query(&self, sql: &str) -> String {
+    pub(crate) fn query(&self, sql: &str) -> String {
         let (ok, out, err) = run(
             as_pg(self.bin.join("psql"), self.user).args([
                 "-h",
