@@ -20,6 +20,7 @@ use crate::proto::dhcp::{
     self as wire, MAX_PACKET, PXE_BOOT_FILE_ONLY, Relayed, Reply, ReplyKind, Request, ServerClass,
 };
 use crate::record::{Kind, Recorder, Who};
+use crate::site::live::Site;
 use crate::steer::local_addr;
 use crate::steer::placement::Placement;
 use std::collections::{HashMap, HashSet};
@@ -75,6 +76,7 @@ pub async fn serve(
         placement,
         unknown,
         enrol,
+        site,
         shutdown,
         ..
     } = shared;
@@ -91,6 +93,7 @@ pub async fn serve(
     let mut server = Server::open(config, recorder, metrics, table, placement);
     server.unknown = unknown;
     server.enrol = enrol;
+    server.site = site;
     let mut buf = vec![0u8; MAX_PACKET + 1];
     // Answers to clients without an address go unicast while the kernel lets us enter their
     // MACs (`arp::teach`); broadcast after the first refusal.
@@ -322,6 +325,8 @@ struct Server {
     unknown: Arc<Unknown>,
     /// Enrols the clients a `discover` pool takes.
     enrol: Arc<Enroller>,
+    /// Which clients are this server's to answer, among the members of its site.
+    site: Arc<Site>,
     /// Proxy mode: MACs whose PXE DISCOVER came on port 67, when, and through which relay.
     seen: HashMap<Mac, (u64, Option<Relayed>)>,
     /// The daemon's counters; this service counts into `dhcp()`.
@@ -350,6 +355,7 @@ impl Server {
             strangers: HashSet::new(),
             unknown: Arc::new(Unknown::in_memory(metrics.clone())),
             enrol: Arc::new(Enroller::new(None)),
+            site: Site::none(),
             seen: HashMap::new(),
             metrics,
             dirty: false,
@@ -371,6 +377,12 @@ impl Server {
             .metrics
             .dhcp()
             .decoded(wire::parse_request(bytes), "dhcp", from)?;
+        // In a site, another member answers the clients whose RFC 3074 bucket is not ours,
+        // every message of theirs, in either mode (`site::owners`).
+        if !self.site.mine(&req.mac) {
+            self.metrics.dhcp().others.inc();
+            return None;
+        }
         if req.is_pxe() {
             self.metrics.dhcp().firmware.inc();
         }

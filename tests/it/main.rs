@@ -55,6 +55,7 @@ mod reload;
 mod restart;
 mod root_wire;
 mod siege;
+mod site;
 mod state;
 mod storm;
 mod storm_replay;
