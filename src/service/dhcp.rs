@@ -1056,6 +1056,37 @@ pools:
     }
 
     #[test]
+    fn in_a_site_only_the_owner_answers_in_either_mode() {
+        let bucket = |mac: u8| crate::site::hash::bucket(&[0x52, 0x54, 0, 0x77, 0, mac]);
+        // Two clients of the pool, one in an even bucket (a's), one in an odd one (b's).
+        let of_a = (0..16).find(|&m| bucket(m) % 2 == 0).unwrap();
+        let of_b = (0..16).find(|&m| bucket(m) % 2 == 1).unwrap();
+        let mut pxe = vec![53, 1, DISCOVER, 60, 9];
+        pxe.extend_from_slice(b"PXEClient");
+        for proxy in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = match proxy {
+                true => proxy_server(dir.path()),
+                false => server(dir.path()),
+            };
+            let answered = |s: &mut Server, mac| {
+                s.answer(&raw(mac, &pxe), from(), None, false, proxy)
+                    .is_some()
+            };
+            s.site = Site::seeing("a", &["a", "b"], &[]);
+            assert!(answered(&mut s, of_a), "proxy {proxy}");
+            assert!(!answered(&mut s, of_b), "proxy {proxy}");
+            assert_eq!(s.metrics.dhcp().others.get(), 1);
+            // b's side of the same site answers b's client only.
+            s.site = Site::seeing("b", &["a", "b"], &[]);
+            assert!(!answered(&mut s, of_a) && answered(&mut s, of_b));
+            // b silent: a answers both.
+            s.site = Site::seeing("a", &["a"], &["b"]);
+            assert!(answered(&mut s, of_a) && answered(&mut s, of_b));
+        }
+    }
+
+    #[test]
     fn only_a_firmwares_requests_count_as_firmware() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = server(dir.path());

@@ -35,6 +35,7 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
         identity,
         unknown,
         enrol,
+        site,
         shutdown,
         ..
     } = shared;
@@ -56,6 +57,7 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
         strangers: HashSet::new(),
         unknown,
         enrol,
+        site,
     };
     let mut buf = vec![0u8; MAX_PACKET + 1];
     loop {
@@ -98,6 +100,8 @@ struct Server {
     unknown: std::sync::Arc<super::unknown::Unknown>,
     /// Enrols the clients a `discover` pool takes.
     enrol: std::sync::Arc<super::enrol::Enroller>,
+    /// Which clients are this server's to answer, among the members of its site (by DUID).
+    site: std::sync::Arc<crate::site::live::Site>,
 }
 
 impl Server {
@@ -153,6 +157,12 @@ impl Server {
             return None;
         }
         if req.msg_type == msg::SOLICIT && req.server_id().is_some() {
+            return None;
+        }
+        // In a site, what every server hears (no server named) is answered by the member
+        // RFC 3074's hash gives the client's DUID; what names this server, by this server.
+        if req.server_id().is_none() && !self.site.mine(&req.client_id) {
+            self.metrics.dhcp().others.inc();
             return None;
         }
         let duid = hex(&req.client_id);
@@ -477,6 +487,7 @@ pools:
             strangers: HashSet::new(),
             unknown: Arc::new(Unknown::in_memory(Metrics::default())),
             enrol: Arc::new(crate::service::enrol::Enroller::new(None)),
+            site: crate::site::live::Site::none(),
         };
         let relayed = |link: &str| {
             let mut m = vec![wire::msg::RELAY_FORW, 0];
@@ -510,6 +521,49 @@ pools:
         assert_eq!(s.metrics.dhcp().no_subnet.get(), 1);
     }
 
+    /// In a site, a SOLICIT (to every server) is answered by the member its DUID's RFC 3074
+    /// bucket is; a REQUEST naming this server, by this server whatever the bucket.
+    #[tokio::test]
+    async fn in_a_site_the_duids_owner_answers_what_every_server_hears() {
+        use crate::site::live::Site;
+        let config = crate::config::Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
+        let identity = Identity::default();
+        *identity.write6() = Leases6::new(config.dhcp6.as_ref().unwrap().range);
+        let mut s = Server {
+            duid: wire::server_duid("fd77::1".parse().unwrap()),
+            address6: "fd77::1".parse().unwrap(),
+            config: Live::fixed(config),
+            recorder: Recorder::discard(),
+            metrics: Metrics::default(),
+            identity,
+            strangers: HashSet::new(),
+            unknown: Arc::new(Unknown::in_memory(Metrics::default())),
+            enrol: Arc::new(crate::service::enrol::Enroller::new(None)),
+            site: Site::none(),
+        };
+        let duid_bucket = |mac: [u8; 6]| {
+            let mut duid = vec![0, 3, 0, 1];
+            duid.extend_from_slice(&mac);
+            crate::site::hash::bucket(&duid)
+        };
+        let mac = (0..16u8)
+            .map(|m| [0x52, 0x54, 0, 0x77, 0, m])
+            .find(|&m| duid_bucket(m) % 2 == 1)
+            .unwrap();
+        let ll = Ipv6Addr::UNSPECIFIED;
+        let solicit = firmware(msg::SOLICIT, mac, None);
+        s.site = Site::seeing("a", &["a", "b"], &[]);
+        assert!(s.answer(&solicit, ll, 100).is_none());
+        assert_eq!(s.metrics.dhcp().others.get(), 1);
+        let duid = s.duid.clone();
+        let request = firmware(msg::REQUEST, mac, Some(&duid));
+        assert!(s.answer(&request, ll, 100).is_some());
+        s.site = Site::seeing("b", &["a", "b"], &[]);
+        assert!(s.answer(&solicit, ll, 100).is_some());
+        s.site = Site::seeing("a", &["a"], &["b"]);
+        assert!(s.answer(&solicit, ll, 100).is_some());
+    }
+
     #[tokio::test]
     async fn firmware_gets_an_address_and_the_loader_url_strangers_get_nothing() {
         let config = crate::config::Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
@@ -526,6 +580,7 @@ pools:
             strangers: HashSet::new(),
             unknown: Arc::new(Unknown::in_memory(Metrics::default())),
             enrol: Arc::new(crate::service::enrol::Enroller::new(None)),
+            site: crate::site::live::Site::none(),
         };
         let mac = [0x52, 0x54, 0, 0x77, 0, 5];
         let ll = Ipv6Addr::UNSPECIFIED;

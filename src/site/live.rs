@@ -79,6 +79,35 @@ impl Site {
             .mine(key)
     }
 
+    /// Takes `seen` into the view as a read of the database would: a site without a database
+    /// (the services' unit tests).
+    pub fn observe(&self, seen: Vec<super::member::Seen>) {
+        self.set(|v| v.read(seen));
+    }
+
+    /// Member `me` of a site whose members `live` beat and `dead` stopped (the services' unit
+    /// tests).
+    #[cfg(test)]
+    pub fn seeing(me: &str, live: &[&str], dead: &[&str]) -> Arc<Site> {
+        let member = |name: &str| Member {
+            name: name.into(),
+            ..Site::none().me.clone()
+        };
+        let site = Site::alone(member(me));
+        let seen = live
+            .iter()
+            .map(|n| (n, 0.1))
+            .chain(dead.iter().map(|n| (n, 30.0)))
+            .map(|(n, age_s)| super::member::Seen {
+                member: member(n),
+                heartbeat: 0,
+                age_s,
+            })
+            .collect();
+        site.observe(seen);
+        site
+    }
+
     /// The first heartbeat and read, before any request is answered: an error when another
     /// running server holds this member's name. A database that does not answer is logged
     /// and the server starts on the view it has (itself alone), never waiting for it.
