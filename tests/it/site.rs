@@ -204,6 +204,15 @@ impl Member {
         assert!(started, "{}", self.log());
     }
 
+    /// SIGTERM, and the exit awaited: a clean stop.
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = bootpool::sys::process::kill(c.id() as i32, libc::SIGTERM);
+            let status = c.wait().unwrap();
+            assert!(status.success(), "{status}\n{}", self.log());
+        }
+    }
+
     fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
@@ -305,7 +314,7 @@ fn poll(what: &str, mut f: impl FnMut() -> bool) {
 #[test]
 fn each_client_is_answered_by_exactly_one_member_and_a_dead_members_by_a_survivor() {
     let pg = Postgres::start();
-    let room = Room::new(2);
+    let room = Room::new(3);
     let a = Member::new(&room, 1, &pg.socket_url());
     let mut b = Member::new(&room, 2, &pg.socket_url());
     let both = vec![("a".to_string(), true), ("b".to_string(), true)];
@@ -430,6 +439,51 @@ fn each_client_is_answered_by_exactly_one_member_and_a_dead_members_by_a_survivo
         room.udhcpc(dir.path(), mac, 3).as_deref(),
         Some("10.79.0.2")
     );
+
+    // A third server under b's name, while b runs, is refused (after one heartbeat window).
+    let (ns3, dev3) = room.members[2].clone();
+    let third = Fixture::new();
+    third.write_config(
+        &Loopback::default()
+            .on_veth("10.79.0", &dev3)
+            .network("10.79.0.0/16")
+            .range("10.79.3.0-10.79.3.255")
+            .http("10.79.0.3:8080")
+            .server(&format!("database: {}", pg.socket_url()))
+            .replace("  address: 10.79.0.1\n", "  address: 10.79.0.3\n"),
+    );
+    let (ok, _, err) = run(
+        &mut Link::command(
+            &ns3,
+            env!("CARGO_BIN_EXE_bootpool"),
+            &[
+                "serve",
+                "--config",
+                third.config_path().to_str().unwrap(),
+                "--member",
+                "b",
+            ],
+        ),
+        60,
+    );
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains("another running server is member \"b\""),
+        "{err}"
+    );
+
+    // b stopped cleanly marks its row dead as it goes (its heartbeat the epoch), so a takes
+    // its clients at its next read; then b comes back.
+    b.stop();
+    assert_eq!(
+        pg.query("SELECT extract(epoch FROM heartbeat)::bigint FROM site_members WHERE name = 'b'"),
+        "0"
+    );
+    poll("a sees b dead", || {
+        a.site().0 == [("a".to_string(), true), ("b".to_string(), false)]
+    });
+    b.start();
+    poll("a sees b live again", || a.site() == (both.clone(), false));
 
     // The database stopped: both keep the members they saw, and each its own clients.
     drop(pg);
