@@ -426,9 +426,7 @@ async fn start_taking(
     let recorder = recorder.with_tracer(crate::record::trace::Tracer::new(&config));
     // With a PostgreSQL database, a member of the site: which clients it answers is known
     // before the first request is (`site::live`).
-    let site = site_of(&config, member);
-    site.join().await?;
-    shutdown.spawn(site.clone().keep(shutdown.clone()));
+    let site = join_site(&config, member, &shutdown).await?;
     let leases = service::dhcp::open_table(&config)?;
     // Who is at which address, for every service: the lease table, loaded before any bind.
     let identity = leases.identity();
@@ -1150,6 +1148,24 @@ async fn restart(running: Running) -> anyhow::Result<()> {
         .env(service::handover::ENV, env)
         .exec();
     Err(e).with_context(|| format!("restarting {}", exe.display()))
+}
+
+/// This server's site, joined (its name checked, a name another member holds refused) and
+/// kept (its heartbeat, everyone's rows) until the shutdown.
+async fn join_site(
+    config: &Config,
+    member: Option<String>,
+    shutdown: &Shutdown,
+) -> anyhow::Result<Arc<crate::site::live::Site>> {
+    let site = site_of(config, member);
+    if site.shared() {
+        crate::site::member::check_name(&site.me().name).map_err(|e| {
+            anyhow::anyhow!("{e}: name this server with `bootpool serve --member NAME`")
+        })?;
+    }
+    site.join().await?;
+    shutdown.spawn(site.clone().keep(shutdown.clone()));
+    Ok(site)
 }
 
 /// This server as a member of its site: named `member` (`serve --member`), else by the

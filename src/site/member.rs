@@ -22,6 +22,22 @@ pub struct Member {
     pub started: i64,
 }
 
+/// Whether `name` may name a member: 1 to 63 letters, digits, `-`, `_` and `.` (a host
+/// name fits), so that it reads the same in logs, the API and `bootpool site`.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let fits = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    match name.len() {
+        0 => Err("a member's name is empty".into()),
+        64.. => Err(format!(
+            "a member's name is at most 63 characters: {name:?}"
+        )),
+        _ if !name.chars().all(fits) => Err(format!(
+            "a member's name is letters, digits, '-', '_' and '.' only: {name:?}"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// A member as last read from the database: its row, when it last beat (Unix microseconds,
 /// by the database's clock) and how long before the read that was (seconds, by the same
 /// clock, so the members' own clocks never matter).
@@ -31,4 +47,19 @@ pub struct Seen {
     pub member: Member,
     pub heartbeat: i64,
     pub age_s: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_name;
+
+    #[test]
+    fn names_are_short_plain_words() {
+        for ok in ["a", "boot-2", "lab.example", "b_1"] {
+            assert_eq!(check_name(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "two words", "x/y", &"n".repeat(64)] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -471,6 +471,22 @@ fn each_client_is_answered_by_exactly_one_member_and_a_dead_members_by_a_survivo
         err.contains("another running server is member \"b\""),
         "{err}"
     );
+    // A name that is not one word is refused before anything is bound.
+    let (ok, _, err) = run(
+        &mut Link::command(
+            &ns3,
+            env!("CARGO_BIN_EXE_bootpool"),
+            &[
+                "serve",
+                "--config",
+                third.config_path().to_str().unwrap(),
+                "--member",
+                "two words",
+            ],
+        ),
+        60,
+    );
+    assert!(!ok && err.contains("--member NAME"), "{err}");
 
     // b stopped cleanly marks its row dead as it goes (its heartbeat the epoch), so a takes
     // its clients at its next read; then b comes back.
