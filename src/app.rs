@@ -28,7 +28,7 @@ use crate::shutdown::Shutdown;
 use crate::sys::procnet::Proto;
 use anyhow::Context as _;
 use std::io::{Read as _, Seek as _, Write as _};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -393,7 +393,7 @@ pub fn unservable(config: &Config, host: Host) -> Vec<crate::config::ConfigError
 
 /// Binds and starts everything; returns once all sockets are bound.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
-    start_taking(config, Arc::default()).await
+    start_taking(config, Arc::default(), None).await
 }
 
 /// `start`, the NBD service taking up the connections `handover` holds (those a restart
@@ -401,6 +401,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
 async fn start_taking(
     mut config: Config,
     handover: Arc<service::handover::Handover>,
+    member: Option<String>,
 ) -> anyhow::Result<Running> {
     if let Some(e) = unservable(&config, Host::This).first() {
         anyhow::bail!("{e}");
@@ -423,6 +424,9 @@ async fn start_taking(
         .await
         .context("opening the boot records")?;
     let recorder = recorder.with_tracer(crate::record::trace::Tracer::new(&config));
+    // With a PostgreSQL database, a member of the site: which clients it answers is known
+    // before the first request is (`site::live`).
+    let site = join_site(&config, member, &shutdown).await?;
     let leases = service::dhcp::open_table(&config)?;
     // Who is at which address, for every service: the lease table, loaded before any bind.
     let identity = leases.identity();
@@ -497,6 +501,7 @@ async fn start_taking(
         handover: handover.clone(),
         unknown,
         enrol,
+        site,
         shutdown: shutdown.clone(),
     };
     // The API's actions on the lease table go through its one writer.
@@ -1129,7 +1134,7 @@ fn service_table(
 /// Runs the daemon until SIGINT or SIGTERM (then Ok), or until a service fails (then an
 /// error, so that a supervisor sees a failure and restarts it); SIGHUP reloads the config;
 /// SIGUSR2 restarts it in place (`restart`), keeping its attached NBD roots.
-pub async fn serve(config: Config) -> anyhow::Result<()> {
+pub async fn serve(config: Config, member: Option<String>) -> anyhow::Result<()> {
     raise_fd_limit();
     // Before start: a SIGTERM as soon as the daemon says it serves must stop it cleanly, and
     // a SIGHUP or SIGUSR2 must not end it.
@@ -1140,7 +1145,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let mut usr2 = signal(SignalKind::user_defined2())?;
     // The NBD connections the program before this one handed over, if it was a restart.
     let handover = Arc::new(service::handover::Handover::inherited());
-    let running = start_taking(config, handover).await?;
+    let running = start_taking(config, handover, member).await?;
     let stopped = running.shutdown.clone();
     let failed = loop {
         tokio::select! {
@@ -1190,6 +1195,57 @@ async fn restart(running: Running) -> anyhow::Result<()> {
         .env(service::handover::ENV, env)
         .exec();
     Err(e).with_context(|| format!("restarting {}", exe.display()))
+}
+
+/// This server's site, joined (its name checked, a name another member holds refused) and
+/// kept (its heartbeat, everyone's rows) until the shutdown.
+async fn join_site(
+    config: &Config,
+    member: Option<String>,
+    shutdown: &Shutdown,
+) -> anyhow::Result<Arc<crate::site::live::Site>> {
+    let site = site_of(config, member);
+    if site.shared() {
+        crate::site::member::check_name(&site.me().name).map_err(|e| {
+            anyhow::anyhow!("{e}: name this server with `bootpool serve --member NAME`")
+        })?;
+    }
+    site.join().await?;
+    shutdown.spawn(site.clone().keep(shutdown.clone()));
+    Ok(site)
+}
+
+/// This server as a member of its site: named `member` (`serve --member`), else by the
+/// host's name; a site only with a PostgreSQL database, else alone.
+fn site_of(config: &Config, member: Option<String>) -> Arc<crate::site::live::Site> {
+    use crate::site::{db::Db, live::Site, member::Member};
+    let s = &config.server;
+    let name = member.unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| s.address.to_string())
+    });
+    let me = Member {
+        name,
+        addresses: std::iter::once(IpAddr::V4(s.address))
+            .chain(s.address6.map(IpAddr::V6))
+            .collect(),
+        links: s.links.clone(),
+        rooms: config.pools.keys().cloned().collect(),
+        http: format!("http://{}", service::api_client::api_address(config)),
+        started: crate::record::event::now_micros(),
+    };
+    match &s.database {
+        crate::config::Database::Postgres(url) => match Db::connect(url) {
+            Ok(db) => Site::member(me, db),
+            // The records' store connected to the same URL already.
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "site database unusable; serving alone");
+                Site::alone(me)
+            }
+        },
+        crate::config::Database::Sqlite(_) => Site::alone(me),
+    }
 }
 
 /// Raises the soft limit on open files to the hard one, as Go's runtime does: systemd's

@@ -27,6 +27,10 @@ enum Command {
     Serve {
         #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
         config: PathBuf,
+        /// This server's name in its site (servers sharing a PostgreSQL `database:`); default:
+        /// the host's name. Each server of a site needs its own.
+        #[arg(long, value_name = "NAME")]
+        member: Option<String>,
     },
     /// Check a config (syntax, values, image files) and, on this host, what binding would
     /// refuse (interfaces, addresses, ports), then exit; errors name file:line:column.
@@ -107,6 +111,15 @@ enum Command {
         /// At the next boot only (each client once); without it, until changed.
         #[arg(long)]
         once: bool,
+    },
+    /// The servers of this config's site (those sharing its PostgreSQL `database:`), read
+    /// from the database: each one's links, rooms, heartbeat and share of the clients.
+    Site {
+        #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
+        config: PathBuf,
+        /// JSON, as `GET /api/v1/site` answers, instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Wake a client, a room (subnet) or a pool with Wake-on-LAN magic packets, paced: at most
     /// --per-second a second, and no faster than the server's links can carry the boots they
@@ -233,7 +246,7 @@ fn main() -> ExitCode {
             name,
         }) => client_add(&config, &mac, pool, name),
         Command::Client(ClientCommand::Unknown { config }) => client_unknown(&config),
-        Command::Serve { config } => {
+        Command::Serve { config, member } => {
             let config = match Config::load(&config) {
                 Ok(c) => c,
                 Err(e) => {
@@ -241,7 +254,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            run(bootpool::app::serve(config))
+            run(bootpool::app::serve(config, member))
         }
         Command::Report {
             config,
@@ -290,6 +303,7 @@ fn main() -> ExitCode {
             target,
             once,
         } => next_boot(&config, &whom, target, once),
+        Command::Site { config, json } => site(&config, json),
         Command::Wake {
             config,
             whom,
@@ -622,6 +636,38 @@ fn listed_rows(
                 .join(","),
         })
         .collect()
+}
+
+/// `bootpool site`: the members of the site as its database has them.
+fn site(path: &std::path::Path, json: bool) -> ExitCode {
+    use bootpool::site::{db::Db, report::Report};
+    let config = match load_config(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let config::Database::Postgres(url) = &config.server.database else {
+        println!(
+            "this server is alone: its records are in SQLite; servers form a site by sharing a              postgres:// server.database (docs/site.md)"
+        );
+        return ExitCode::SUCCESS;
+    };
+    match block_on(async { Db::open(url).await?.members().await }) {
+        Ok(seen) => {
+            let report = Report::of_rows(seen);
+            match json {
+                true => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).unwrap_or_default()
+                ),
+                false => print!("{}", report.text()),
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn load_config(path: &std::path::Path) -> Result<Config, ExitCode> {

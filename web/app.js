@@ -1,6 +1,7 @@
 // The dashboard: hash routes, one function per view, data from the JSON API (docs/api.md).
 import { h, api, q, when } from './dom.js';
 import { targetActions, clientActions, unknownPanel, imagesView } from './actions.js';
+import { siteView } from './site.js';
 import { PHASES, phasesOf, PHASE_COLOUR, PHASE_INK, STATES, STATE_COLOUR, STATE_INK, SERIES, GANTT_SCROLL_ROWS, swatch, gantt, histogram, lines, stacked, strips, pairs, bootBars } from './charts.js';
 
 const main = document.getElementById('main');
@@ -664,7 +665,7 @@ async function clientView(el, [mac], ctx) {
 
 // ---- routing ----
 
-const VIEWS = { room: roomView, wave: waveView, egress: egressView, compare: compareView, client: clientView, images: imagesView };
+const VIEWS = { room: roomView, wave: waveView, egress: egressView, compare: compareView, client: clientView, images: imagesView, site: siteView };
 let current = { cleanup: [], redraw: null };
 let generation = 0;
 

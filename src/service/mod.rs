@@ -78,6 +78,8 @@ pub struct Shared {
     pub unknown: Arc<unknown::Unknown>,
     /// Enrols a MAC into a pool (the API, a `discover` pool), then has the config reloaded.
     pub enrol: Arc<enrol::Enroller>,
+    /// The site this server is a member of (`site::live`): which clients it answers.
+    pub site: Arc<crate::site::live::Site>,
     pub shutdown: Shutdown,
 }
 
@@ -104,6 +106,7 @@ impl Shared {
             handover: Arc::default(),
             unknown: Arc::new(unknown::Unknown::in_memory(metrics.clone())),
             enrol: Arc::new(enrol::Enroller::new(None)),
+            site: crate::site::live::Site::none(),
             shutdown,
         }
     }

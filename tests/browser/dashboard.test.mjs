@@ -605,6 +605,21 @@ test('client view: one machine\'s boots over time against its waves\' medians', 
   await page.close();
 });
 
+test('site view: the members /api/v1/site lists, this server alone on SQLite', async () => {
+  const page = await context.newPage();
+  watch(page);
+  await view(page, '/site');
+  const site = await api('/api/v1/site');
+  assert.equal(site.shared, false);
+  const rows = await page.$$eval('tbody tr[data-member]', trs => trs.map(tr => [tr.dataset.member,
+    [...tr.querySelectorAll('td')].slice(0, 3).map(td => td.textContent)]));
+  assert.deepEqual(rows.map(([name, [state, , share]]) => [name, state, share]),
+    site.members.map(m => [m.name, m.live ? 'live' : 'dead', `${(m.buckets * 100 / 256).toFixed(1)} %`]));
+  assert.deepEqual(rows.map(r => r[1][2]), ['100.0 %']);
+  assert.match(await page.locator('section[data-view=site] p.meta').textContent(), /alone/);
+  await page.close();
+});
+
 test('keyboard: the views, sort buttons and tiles are reachable with Tab and Enter', async () => {
   const page = await context.newPage();
   watch(page);

@@ -59,6 +59,7 @@ mod reload;
 mod restart;
 mod root_wire;
 mod siege;
+mod site;
 mod site_revisions;
 mod state;
 mod storm;

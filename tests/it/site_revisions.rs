@@ -1,5 +1,5 @@
 //! Revisions on every server of a site (docs/site.md): two daemons on one PostgreSQL (started
-//! by the test, `records_postgres::Postgres`); a revision imported on one becomes a revision of
+//! by the test, `common::postgres::Postgres`); a revision imported on one becomes a revision of
 //! the other, pulled over HTTP and checked, with the same bytes, and active there as the site
 //! has it; a revision activated on the second is followed by the first, and one activated on
 //! the first while the second was stopped is followed by the second when it is back; a
@@ -8,8 +8,8 @@
 //! else). A new server's first revision is pulled by hand (`bootpool image pull`): a server
 //! does not start without its images.
 
+use crate::common::postgres::Postgres;
 use crate::common::{Fixture, pattern, poll_async, run};
-use crate::records_postgres::Postgres;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;

@@ -27,6 +27,7 @@ mod images;
 mod next_boot;
 mod readers;
 mod revs;
+mod site;
 mod wake;
 mod web;
 
@@ -156,6 +157,7 @@ pub fn router(web: Web) -> axum::Router {
         )
         .route("/api/v1/wake", post(wake::wake))
         .route("/api/v1/wakes", get(wake::wakes))
+        .route("/api/v1/site", get(site::site))
         .merge(super::web::routes())
         .layer(axum::middleware::from_fn_with_state(
             web.clone(),

@@ -15,6 +15,7 @@ pub struct Fixture {
 pub mod lab;
 pub mod loopback;
 pub mod netns;
+pub mod postgres;
 pub mod rpc;
 
 /// The daemon's binary, with the instruments' (`bootpool-instruments`, which `bootpool lab`,
