@@ -396,6 +396,12 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
     start_taking(config, Arc::default(), None).await
 }
 
+/// `start` as member `member` of its site (`bootpool serve --member`): several daemons of one
+/// site in one process (tests).
+pub async fn start_as(config: Config, member: &str) -> anyhow::Result<Running> {
+    start_taking(config, Arc::default(), Some(member.to_string())).await
+}
+
 /// `start`, the NBD service taking up the connections `handover` holds (those a restart
 /// handed over, `service::handover`).
 async fn start_taking(

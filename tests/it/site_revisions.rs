@@ -147,13 +147,13 @@ async fn a_revision_imported_on_one_server_is_pulled_and_activated_on_the_other(
         &a,
         &["import", "demo", "--from", src.to_str().unwrap()],
     ));
-    let server_a = a.start().await;
+    let server_a = a.start_as("a").await;
     // A new server's first revision, pulled by hand: a server does not start without its
     // images.
     let url_a = format!("http://{}", server_a.bound.http);
     image(&b, &["pull", "demo", "--from", &url_a]);
     same_files(&a, &b, &r1);
-    let server_b = b.start().await;
+    let server_b = b.start_as("b").await;
     let active = "SELECT string_agg(rev, ',') FROM site_revisions WHERE active";
     table_says(&pg, active, &format!("{r1},{r1}")).await;
 
@@ -190,7 +190,7 @@ async fn a_revision_imported_on_one_server_is_pulled_and_activated_on_the_other(
     table_says(&pg, active, &format!("{r1},{r1}")).await;
 
     // b stopped, r2 activated on a meanwhile: b back follows a, never takes the site back.
-    drop(server_b);
+    server_b.stop().await;
     image(&a, &["activate", "demo", &r2]);
     table_says(
         &pg,
@@ -198,7 +198,7 @@ async fn a_revision_imported_on_one_server_is_pulled_and_activated_on_the_other(
         &r2,
     )
     .await;
-    let server_b = b.start().await;
+    let server_b = b.start_as("b").await;
     active_on(&b, &r2, "b, back, follows a's activation of r2").await;
     assert_eq!(
         bootpool::image::store::active(&a.image_dir()).unwrap(),
