@@ -9,7 +9,8 @@ usage() {
     cat <<EOF
 usage: $0 [--clients N] [--big N] [--roots "nfs nbd"] [--links K] [--link-rate RATE]
           [--client-link RATE] [--think-scale F] [--out DIR] [--bin PATH]
-          [--servers "bootpool reference"] [--optins "nocto zstd"] [--record NAME]
+          [--servers "bootpool reference"] [--optins "nocto zstd"] [--rows "ROW..."]
+          [--record NAME]
 
 Boots a simulated room (\`bootpool storm\`, bench/storm/pools.yaml, the shipped traces in
 bench/traces/) once per row, all in this one run. Every row of a kind serves the same files
@@ -50,12 +51,15 @@ nfs-ganesha-vfs nbd-server nginx-light (apt-get install them; their services are
   --bin      run this bootpool binary instead of building one
   --servers  which of the two to run (default both; the summary covers every JSON in --out)
   --optins   which opt-in rows to run (default "nocto zstd"; "" for none)
+  --rows     which plain rows to run, by the names above (default all five)
+bench/storm-matrix.sh runs the plain rows over sizes and numbers of links.
 EOF
 }
 
 ARGS="$*"
 CLIENTS=40 BIG=200 ROOTS="nfs nbd" LINKS=4 RATE=250mbit CLIENT=100mbit THINK=0.2 OUT="" BIN=""
 SERVERS="bootpool reference" OPTINS="nocto zstd" RECORD=""
+ROWS="bootpool-links bootpool-bond reference-bond reference-hashed reference-1link"
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -70,6 +74,7 @@ while [ $# -gt 0 ]; do
         --bin) BIN="$2"; shift ;;
         --servers) SERVERS="$2"; shift ;;
         --optins) OPTINS="$2"; shift ;;
+        --rows) ROWS="$2"; shift ;;
         --record) RECORD="$2"; shift ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -154,6 +159,12 @@ run() { # server links variant root clients
         *" $server "*) ;;
         *) return 0 ;;
     esac
+    if [ "$variant" = plain ]; then
+        case " $ROWS " in
+            *" $server-$place "*) ;;
+            *) return 0 ;;
+        esac
+    fi
     local name="$server-$place-$variant-$root-$n" shape k rate env=() extra=()
     case "$place" in
         bond) shape="1x$BOND" k=1 rate=$BOND ;;

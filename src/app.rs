@@ -28,7 +28,7 @@ use crate::shutdown::Shutdown;
 use crate::sys::procnet::Proto;
 use anyhow::Context as _;
 use std::io::{Read as _, Seek as _, Write as _};
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -393,7 +393,13 @@ pub fn unservable(config: &Config, host: Host) -> Vec<crate::config::ConfigError
 
 /// Binds and starts everything; returns once all sockets are bound.
 pub async fn start(config: Config) -> anyhow::Result<Running> {
-    start_taking(config, Arc::default()).await
+    start_taking(config, Arc::default(), None).await
+}
+
+/// `start` as member `member` of its site (`bootpool serve --member`): several daemons of one
+/// site in one process (tests).
+pub async fn start_as(config: Config, member: &str) -> anyhow::Result<Running> {
+    start_taking(config, Arc::default(), Some(member.to_string())).await
 }
 
 /// `start`, the NBD service taking up the connections `handover` holds (those a restart
@@ -401,6 +407,7 @@ pub async fn start(config: Config) -> anyhow::Result<Running> {
 async fn start_taking(
     mut config: Config,
     handover: Arc<service::handover::Handover>,
+    member: Option<String>,
 ) -> anyhow::Result<Running> {
     if let Some(e) = unservable(&config, Host::This).first() {
         anyhow::bail!("{e}");
@@ -423,6 +430,9 @@ async fn start_taking(
         .await
         .context("opening the boot records")?;
     let recorder = recorder.with_tracer(crate::record::trace::Tracer::new(&config));
+    // With a PostgreSQL database, a member of the site: which clients it answers is known
+    // before the first request is (`site::live`).
+    let site = join_site(&config, member, &shutdown).await?;
     let leases = service::dhcp::open_table(&config)?;
     // Who is at which address, for every service: the lease table, loaded before any bind.
     let identity = leases.identity();
@@ -497,6 +507,7 @@ async fn start_taking(
         handover: handover.clone(),
         unknown,
         enrol,
+        site,
         shutdown: shutdown.clone(),
     };
     // The API's actions on the lease table go through its one writer.
@@ -504,6 +515,8 @@ async fn start_taking(
     // Wake-on-LAN's sender, and the pools' wake schedules.
     let waker = Arc::new(service::wake::Waker::new(bind_wake(&config)?, &shared)?);
     shutdown.spawn(waker.clone().run_schedules());
+    // With a PostgreSQL `database:`, the site's revisions pulled and followed.
+    shutdown.spawn(service::site_revisions::run(live.clone(), shutdown.clone()));
     let web = service::http::Web::new(&shared, dhcp_commands, waker)?;
     let table = service_table(v4, six, leases, commands, web);
     for entry in table {
@@ -599,10 +612,13 @@ fn wanted(config: &Config) -> Vec<Wanted<'_>> {
     if let Some(tls) = &s.tls {
         all.push(tcp("server.tls.listen", tls.listen));
     }
-    all.push(tcp("server.ports.nfs", v4(p.nfs)));
+    for ip in own_addresses(config) {
+        let at = |port| SocketAddr::V4(SocketAddrV4::new(ip, port));
+        all.push(tcp("server.ports.nfs", at(p.nfs)));
+        all.push(tcp("server.ports.portmap", at(p.portmap)));
+        all.push(udp("server.ports.portmap", at(p.portmap), Udp::PLAIN));
+    }
     all.push(tcp("server.ports.nbd", v4(p.nbd)));
-    all.push(tcp("server.ports.portmap", v4(p.portmap)));
-    all.push(udp("server.ports.portmap", v4(p.portmap), Udp::PLAIN));
     if console {
         all.push(udp("server.ports.console", v4(p.console), Udp::PLAIN));
     }
@@ -799,10 +815,12 @@ struct Ipv4Sockets {
     tftp: Option<UdpSocket>,
     http: TcpListener,
     https: Option<(TcpListener, tokio_rustls::TlsAcceptor)>,
-    nfs: TcpListener,
+    /// NFS and the portmapper: one socket on each of `own_addresses`, the first on
+    /// `server.address`.
+    nfs: Vec<TcpListener>,
     nbd: TcpListener,
-    portmap_tcp: TcpListener,
-    portmap_udp: UdpSocket,
+    portmap_tcp: Vec<TcpListener>,
+    portmap_udp: Vec<UdpSocket>,
     console: Option<UdpSocket>,
 }
 
@@ -813,6 +831,28 @@ fn bind_wake(config: &Config) -> anyhow::Result<std::net::UdpSocket> {
         .with_context(|| format!("binding the wake socket on {}", config.server.address))?;
     socket.set_broadcast(true)?;
     Ok(socket)
+}
+
+/// The addresses NFS and the portmapper listen on: `server.address`, the other
+/// `server.links` the host holds (one it does not is left unused, `steer::links`), and
+/// 127.0.0.1 for tools on the server itself (`boot::exports::on_a_link`).
+fn own_addresses(config: &Config) -> Vec<Ipv4Addr> {
+    let s = &config.server;
+    let mut own = vec![s.address];
+    for ip in s.links.iter().copied().chain([Ipv4Addr::LOCALHOST]) {
+        let held = std::net::UdpSocket::bind((ip, 0)).is_ok();
+        if held && !own.contains(&ip) {
+            own.push(ip);
+        }
+    }
+    own
+}
+
+/// The first of a service's listeners (`own_addresses` has `server.address` first).
+fn first<T>(sockets: &[T]) -> std::io::Result<&T> {
+    sockets
+        .first()
+        .ok_or_else(|| std::io::Error::other("no address to listen on"))
 }
 
 /// Binds every IPv4 socket the config asks for; no port is opened that no client would use.
@@ -867,22 +907,39 @@ async fn bind_ipv4(config: &Config) -> anyhow::Result<Ipv4Sockets> {
             Some((listener, acceptor))
         }
     };
-    let at = SocketAddrV4::new(any, ports.nfs).into();
-    let nfs = bind_tcp(at)
-        .await
-        .map_err(|e| bind_error(&e, "server.ports.nfs", TCP, at))?;
+    // NFS (with MOUNT) and the portmapper listen on the server's own addresses, never on
+    // 0.0.0.0, so that another address of the host can serve NFS itself (docs/homes.md).
+    let own = own_addresses(config);
+    let mut nfs = Vec::new();
+    let mut port = ports.nfs;
+    for ip in &own {
+        let at = SocketAddrV4::new(*ip, port).into();
+        let listener = bind_tcp(at)
+            .await
+            .map_err(|e| bind_error(&e, "server.ports.nfs", TCP, at))?;
+        port = listener.local_addr()?.port();
+        nfs.push(listener);
+    }
     let at = SocketAddrV4::new(any, ports.nbd).into();
     let nbd = bind_tcp(at)
         .await
         .map_err(|e| bind_error(&e, "server.ports.nbd", TCP, at))?;
     // The portmapper answers on the same port over TCP and UDP.
-    let at = SocketAddrV4::new(any, ports.portmap).into();
-    let portmap_tcp = bind_tcp(at)
-        .await
-        .map_err(|e| bind_error(&e, "server.ports.portmap", TCP, at))?;
-    let at = SocketAddrV4::new(any, portmap_tcp.local_addr()?.port());
-    let portmap_udp =
-        bind_udp(at, Udp::PLAIN).map_err(|e| bind_error(&e, "server.ports.portmap", UDP, at))?;
+    let (mut portmap_tcp, mut portmap_udp) = (Vec::new(), Vec::new());
+    let mut port = ports.portmap;
+    for ip in &own {
+        let at = SocketAddrV4::new(*ip, port).into();
+        let listener = bind_tcp(at)
+            .await
+            .map_err(|e| bind_error(&e, "server.ports.portmap", TCP, at))?;
+        port = listener.local_addr()?.port();
+        portmap_tcp.push(listener);
+        let at = SocketAddrV4::new(*ip, port);
+        portmap_udp.push(
+            bind_udp(at, Udp::PLAIN)
+                .map_err(|e| bind_error(&e, "server.ports.portmap", UDP, at))?,
+        );
+    }
     let wants_console = config
         .pools
         .values()
@@ -921,9 +978,9 @@ impl Bound {
             dhcp: v4.dhcp.local_addr()?,
             pxe: v4.pxe.as_ref().map(UdpSocket::local_addr).transpose()?,
             tftp: v4.tftp.as_ref().map(UdpSocket::local_addr).transpose()?,
-            nfs: v4.nfs.local_addr()?,
+            nfs: first(&v4.nfs)?.local_addr()?,
             nbd: v4.nbd.local_addr()?,
-            portmap: v4.portmap_tcp.local_addr()?,
+            portmap: first(&v4.portmap_tcp)?.local_addr()?,
         })
     }
 
@@ -983,7 +1040,8 @@ fn service_table(
             })
         }),
         Some(Service::new("nfs", move |s| {
-            Box::pin(service::nfs::serve(on_links(v4.nfs, s), s.clone()))
+            let listeners = v4.nfs.into_iter().map(|l| on_links(l, s)).collect();
+            Box::pin(service::nfs::serve(listeners, s.clone()))
         })),
         Some(Service::new("nbd", move |s| {
             Box::pin(service::nbd::serve(on_links(v4.nbd, s), s.clone()))
@@ -1082,7 +1140,7 @@ fn service_table(
 /// Runs the daemon until SIGINT or SIGTERM (then Ok), or until a service fails (then an
 /// error, so that a supervisor sees a failure and restarts it); SIGHUP reloads the config;
 /// SIGUSR2 restarts it in place (`restart`), keeping its attached NBD roots.
-pub async fn serve(config: Config) -> anyhow::Result<()> {
+pub async fn serve(config: Config, member: Option<String>) -> anyhow::Result<()> {
     raise_fd_limit();
     // Before start: a SIGTERM as soon as the daemon says it serves must stop it cleanly, and
     // a SIGHUP or SIGUSR2 must not end it.
@@ -1093,7 +1151,7 @@ pub async fn serve(config: Config) -> anyhow::Result<()> {
     let mut usr2 = signal(SignalKind::user_defined2())?;
     // The NBD connections the program before this one handed over, if it was a restart.
     let handover = Arc::new(service::handover::Handover::inherited());
-    let running = start_taking(config, handover).await?;
+    let running = start_taking(config, handover, member).await?;
     let stopped = running.shutdown.clone();
     let failed = loop {
         tokio::select! {
@@ -1143,6 +1201,57 @@ async fn restart(running: Running) -> anyhow::Result<()> {
         .env(service::handover::ENV, env)
         .exec();
     Err(e).with_context(|| format!("restarting {}", exe.display()))
+}
+
+/// This server's site, joined (its name checked, a name another member holds refused) and
+/// kept (its heartbeat, everyone's rows) until the shutdown.
+async fn join_site(
+    config: &Config,
+    member: Option<String>,
+    shutdown: &Shutdown,
+) -> anyhow::Result<Arc<crate::site::live::Site>> {
+    let site = site_of(config, member);
+    if site.shared() {
+        crate::site::member::check_name(&site.me().name).map_err(|e| {
+            anyhow::anyhow!("{e}: name this server with `bootpool serve --member NAME`")
+        })?;
+    }
+    site.join().await?;
+    shutdown.spawn(site.clone().keep(shutdown.clone()));
+    Ok(site)
+}
+
+/// This server as a member of its site: named `member` (`serve --member`), else by the
+/// host's name; a site only with a PostgreSQL database, else alone.
+fn site_of(config: &Config, member: Option<String>) -> Arc<crate::site::live::Site> {
+    use crate::site::{db::Db, live::Site, member::Member};
+    let s = &config.server;
+    let name = member.unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| s.address.to_string())
+    });
+    let me = Member {
+        name,
+        addresses: std::iter::once(IpAddr::V4(s.address))
+            .chain(s.address6.map(IpAddr::V6))
+            .collect(),
+        links: s.links.clone(),
+        rooms: config.pools.keys().cloned().collect(),
+        http: format!("http://{}", service::api_client::api_address(config)),
+        started: crate::record::event::now_micros(),
+    };
+    match &s.database {
+        crate::config::Database::Postgres(url) => match Db::connect(url) {
+            Ok(db) => Site::member(me, db),
+            // The records' store connected to the same URL already.
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "site database unusable; serving alone");
+                Site::alone(me)
+            }
+        },
+        crate::config::Database::Sqlite(_) => Site::alone(me),
+    }
 }
 
 /// Raises the soft limit on open files to the hard one, as Go's runtime does: systemd's

@@ -35,6 +35,7 @@ pub mod proto;
 pub mod record;
 pub mod service;
 pub mod shutdown;
+pub mod site;
 pub mod steer;
 pub mod sys;
 pub mod trace;

@@ -27,6 +27,10 @@ enum Command {
     Serve {
         #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
         config: PathBuf,
+        /// This server's name in its site (servers sharing a PostgreSQL `database:`); default:
+        /// the host's name. Each server of a site needs its own.
+        #[arg(long, value_name = "NAME")]
+        member: Option<String>,
     },
     /// Check a config (syntax, values, image files) and, on this host, what binding would
     /// refuse (interfaces, addresses, ports), then exit; errors name file:line:column.
@@ -97,41 +101,34 @@ enum Command {
     /// Say what a client, a room (subnet) or a pool boots next, once or until changed: its
     /// local disk, another image or revision, memtest86+, a menu, or its pool's image again
     /// (`default`). Asks the running daemon's API with the admin token.
-    #[command(group = clap::ArgGroup::new("whom").required(true))]
     NextBoot {
         #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
         config: PathBuf,
-        /// One client, by MAC.
-        #[arg(long, value_name = "MAC", group = "whom")]
-        client: Option<String>,
-        /// Every client whose address is in this subnet (one of `dhcp.subnets`).
-        #[arg(long, value_name = "SUBNET", group = "whom")]
-        room: Option<String>,
-        /// Every client of this pool.
-        #[arg(long, value_name = "POOL", group = "whom")]
-        pool: Option<String>,
+        #[command(flatten)]
+        whom: Whom,
         /// local, image:NAME, revision:NAME@REV, memtest, menu or default.
         target: String,
         /// At the next boot only (each client once); without it, until changed.
         #[arg(long)]
         once: bool,
     },
+    /// The servers of this config's site (those sharing its PostgreSQL `database:`), read
+    /// from the database: each one's links, rooms, heartbeat and share of the clients.
+    Site {
+        #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
+        config: PathBuf,
+        /// JSON, as `GET /api/v1/site` answers, instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Wake a client, a room (subnet) or a pool with Wake-on-LAN magic packets, paced: at most
     /// --per-second a second, and no faster than the server's links can carry the boots they
     /// start. Asks the running daemon's API with the admin token; prints the wake's id.
-    #[command(group = clap::ArgGroup::new("whom").required(true))]
     Wake {
         #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
         config: PathBuf,
-        /// One client, by MAC.
-        #[arg(long, value_name = "MAC", group = "whom")]
-        client: Option<String>,
-        /// The clients whose lease is in this subnet (one of `dhcp.subnets`).
-        #[arg(long, value_name = "SUBNET", group = "whom")]
-        room: Option<String>,
-        /// Every MAC this pool lists.
-        #[arg(long, value_name = "POOL", group = "whom")]
-        pool: Option<String>,
+        #[command(flatten)]
+        whom: Whom,
         /// Magic packets a second (default 10), under the links' bound.
         #[arg(long, value_name = "N")]
         per_second: Option<u32>,
@@ -139,6 +136,38 @@ enum Command {
     /// List the boot traces kept for pools with `trace: true`, or export one (docs/trace.md).
     #[command(disable_help_flag = true)]
     Trace(Instrument),
+}
+
+/// Whom `next-boot` and `wake` act on: exactly one client, room or pool, as the API's
+/// `client`, `room` and `pool` keys take them.
+#[derive(clap::Args)]
+#[group(required = true, multiple = false)]
+struct Whom {
+    /// One client, by MAC (one some pool lists).
+    #[arg(long, value_name = "MAC")]
+    client: Option<String>,
+    /// The clients whose leased address is in this subnet (one of `dhcp.subnets`, as
+    /// written there).
+    #[arg(long, value_name = "SUBNET")]
+    room: Option<String>,
+    /// Every client this pool lists.
+    #[arg(long, value_name = "POOL")]
+    pool: Option<String>,
+}
+
+impl Whom {
+    /// The API request's `client`, `room` and `pool` keys, the one given set.
+    fn json(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut body = serde_json::Map::new();
+        for (key, value) in [
+            ("client", &self.client),
+            ("room", &self.room),
+            ("pool", &self.pool),
+        ] {
+            body.insert(key.into(), value.clone().into());
+        }
+        body
+    }
 }
 
 #[derive(Subcommand)]
@@ -217,7 +246,7 @@ fn main() -> ExitCode {
             name,
         }) => client_add(&config, &mac, pool, name),
         Command::Client(ClientCommand::Unknown { config }) => client_unknown(&config),
-        Command::Serve { config } => {
+        Command::Serve { config, member } => {
             let config = match Config::load(&config) {
                 Ok(c) => c,
                 Err(e) => {
@@ -225,7 +254,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            run(bootpool::app::serve(config))
+            run(bootpool::app::serve(config, member))
         }
         Command::Report {
             config,
@@ -270,19 +299,16 @@ fn main() -> ExitCode {
         }
         Command::NextBoot {
             config,
-            client,
-            room,
-            pool,
+            whom,
             target,
             once,
-        } => next_boot(&config, client, room, pool, target, once),
+        } => next_boot(&config, &whom, target, once),
+        Command::Site { config, json } => site(&config, json),
         Command::Wake {
             config,
-            client,
-            room,
-            pool,
+            whom,
             per_second,
-        } => wake(&config, client, room, pool, per_second),
+        } => wake(&config, &whom, per_second),
         Command::Lab(i) => instrument("lab", i),
         Command::Storm(i) => instrument("storm", i),
         Command::Trace(i) => instrument("trace", i),
@@ -300,17 +326,11 @@ fn main() -> ExitCode {
 }
 
 /// `bootpool next-boot`: what a client, a room or a pool boots next, set through the API.
-fn next_boot(
-    config: &std::path::Path,
-    client: Option<String>,
-    room: Option<String>,
-    pool: Option<String>,
-    target: String,
-    once: bool,
-) -> ExitCode {
-    let body = serde_json::json!({
-        "client": client, "room": room, "pool": pool, "boot": target, "once": once,
-    });
+fn next_boot(config: &std::path::Path, whom: &Whom, target: String, once: bool) -> ExitCode {
+    let mut body = whom.json();
+    body.insert("boot".into(), target.into());
+    body.insert("once".into(), once.into());
+    let body = serde_json::Value::Object(body);
     api_action(config, "/api/v1/next-boot", &body, |answer| {
         let scope = answer["scope"].as_object().and_then(|o| o.iter().next());
         format!(
@@ -329,16 +349,10 @@ fn next_boot(
 }
 
 /// `bootpool wake`: Wake-on-LAN to a client, a room or a pool, through the API.
-fn wake(
-    config: &std::path::Path,
-    client: Option<String>,
-    room: Option<String>,
-    pool: Option<String>,
-    per_second: Option<u32>,
-) -> ExitCode {
-    let body = serde_json::json!({
-        "client": client, "room": room, "pool": pool, "per_second": per_second,
-    });
+fn wake(config: &std::path::Path, whom: &Whom, per_second: Option<u32>) -> ExitCode {
+    let mut body = whom.json();
+    body.insert("per_second".into(), per_second.into());
+    let body = serde_json::Value::Object(body);
     api_action(config, "/api/v1/wake", &body, |a| {
         format!(
             "wake {}: {} clients of {}, {} a second{}",
@@ -622,6 +636,38 @@ fn listed_rows(
                 .join(","),
         })
         .collect()
+}
+
+/// `bootpool site`: the members of the site as its database has them.
+fn site(path: &std::path::Path, json: bool) -> ExitCode {
+    use bootpool::site::{db::Db, report::Report};
+    let config = match load_config(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let config::Database::Postgres(url) = &config.server.database else {
+        println!(
+            "this server is alone: its records are in SQLite; servers form a site by sharing a              postgres:// server.database (docs/site.md)"
+        );
+        return ExitCode::SUCCESS;
+    };
+    match block_on(async { Db::open(url).await?.members().await }) {
+        Ok(seen) => {
+            let report = Report::of_rows(seen);
+            match json {
+                true => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).unwrap_or_default()
+                ),
+                false => print!("{}", report.text()),
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn load_config(path: &std::path::Path) -> Result<Config, ExitCode> {

@@ -290,6 +290,7 @@ const ROOMS: &[&str] = &[
     "boot",
     "export",
     "steer",
+    "site",
     "service",
     // The composition root.
     "app",

@@ -1,6 +1,7 @@
 // The dashboard: hash routes, one function per view, data from the JSON API (docs/api.md).
 import { h, api, q, when } from './dom.js';
 import { targetActions, clientActions, unknownPanel, imagesView } from './actions.js';
+import { siteView } from './site.js';
 import { PHASES, phasesOf, PHASE_COLOUR, PHASE_INK, STATES, STATE_COLOUR, STATE_INK, SERIES, GANTT_SCROLL_ROWS, swatch, gantt, histogram, lines, stacked, strips, pairs, bootBars } from './charts.js';
 
 const main = document.getElementById('main');
@@ -46,7 +47,7 @@ async function loadNames() {
 const label = mac => names.get(mac) ?? mac;
 
 function waveLabel(w) {
-  return `wave ${w.id} · ${w.pool} · ${when(w.start)} · ${w.summary.clients} clients`;
+  return `wave ${w.id} · ${w.pool} · ${when(w.start)} · ${w.summary.clients} clients${w.wake ? ` · wake ${w.wake.id}` : ''}`;
 }
 
 function wavePicker(waves, current, go) {
@@ -305,7 +306,9 @@ async function roomView(el, [poolName], ctx) {
     const first = [...room.wave.values()].sort((a, b) => a.start - b.start)[0];
     const inWave = k => [...room.wave.values()].filter(b => b.now === k).length;
     waveLine.replaceChildren(...(first
-      ? ['Current wave: ', h('a', { href: `#/wave/${first.id}` }, `wave ${first.id}`), ` powered on ${when(first.start)}, `,
+      ? ['Current wave: ', h('a', { href: `#/wave/${first.id}` }, `wave ${first.id}`),
+        ...(first.wake != null ? [', woken by ', h('b', { 'data-testid': 'wave-wake' }, `wake ${first.wake}`), ','] : []),
+        ` powered on ${when(first.start)}, `,
         h('b', { 'data-testid': 'wave-clients' }, String(room.wave.size)), ` of ${macs.length} machines seen: `,
         h('b', { 'data-testid': 'wave-up' }, String(inWave('up'))), ' up, ',
         h('b', { 'data-testid': 'wave-failed' }, String(inWave('failed'))), ' failed, ',
@@ -360,7 +363,8 @@ async function waveView(el, [id], ctx) {
   el.replaceChildren(
     h('h2', {}, `Wave ${w.id}: ${w.pool}, ${rootOf(w)} root`),
     wavePicker(waves, w.id, v => { location.hash = `#/wave/${v}`; }),
-    h('p', { class: 'meta' }, 'Started ', h('time', { datetime: new Date(w.start * 1000).toISOString(), 'data-testid': 'started' }, when(w.start)), '. ',
+    h('p', { class: 'meta' }, 'Started ', h('time', { datetime: new Date(w.start * 1000).toISOString(), 'data-testid': 'started' }, when(w.start)),
+      ...(w.wake ? [', woken by ', h('b', { 'data-testid': 'wake' }, `wake ${w.wake.id}`), ` (its first magic packet ${when(w.wake.at)})`] : []), '. ',
       h('a', { href: `#/egress/${w.id}` }, 'Egress during this wave'), ' · ',
       h('a', { href: `#/compare/${w.id}` }, 'Compare with another wave')),
     h('dl', { class: 'stats' },
@@ -661,7 +665,7 @@ async function clientView(el, [mac], ctx) {
 
 // ---- routing ----
 
-const VIEWS = { room: roomView, wave: waveView, egress: egressView, compare: compareView, client: clientView, images: imagesView };
+const VIEWS = { room: roomView, wave: waveView, egress: egressView, compare: compareView, client: clientView, images: imagesView, site: siteView };
 let current = { cleanup: [], redraw: null };
 let generation = 0;
 

@@ -1,9 +1,10 @@
 //! What a boot script says of bootpool's addition, the small initrd `export::addition` makes
 //! from `dist/overlay/`: the boot-file name it is served by (TFTP `NAME`, HTTP
 //! `/boot/loaders/NAME`), whether a client gets it, and the kernel arguments that tell its
-//! scripts which writable layer to lay over the root (`pools.NAME.overlay`).
+//! scripts which writable layer to lay over the root (`pools.NAME.overlay`) and which NFS
+//! export to mount at /home (`pools.NAME.homes`, docs/homes.md).
 
-use crate::config::{Initramfs, Overlay, Pool};
+use crate::config::{Homes, Initramfs, Overlay, Pool};
 
 /// The boot-file name of the addition, the same over TFTP and HTTP (`export::boot_files`).
 pub const NAME: &str = "bootpool-overlay.cpio";
@@ -24,6 +25,19 @@ pub fn argument(overlay: &Overlay) -> String {
     }
 }
 
+/// The kernel arguments for the addition's homes (`bootpool.homes=SERVER:EXPORT
+/// bootpool.homes.options=OPTIONS`), empty without them. The addition writes them, as they
+/// are, into an fstab line of the root (`dist/overlay/bootpool/homes.sh`).
+pub fn homes_arguments(homes: Option<&Homes>) -> String {
+    match homes {
+        None => String::new(),
+        Some(h) => format!(
+            "bootpool.homes={}:{} bootpool.homes.options={}",
+            h.server, h.export, h.options
+        ),
+    }
+}
+
 /// The `boot=` value for Debian's initramfs-tools: `bootpool` (the addition's
 /// `/scripts/bootpool`, which mounts the root as `/scripts/nfs` or `/scripts/local` would and
 /// lays the overlay over it) when the addition is handed, else Debian's own.
@@ -32,5 +46,24 @@ pub fn debian_boot(pool: &Pool, own: &'static str) -> &'static str {
         "bootpool"
     } else {
         own
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn homes_go_on_the_command_line_as_the_fstab_line_takes_them() {
+        assert_eq!(homes_arguments(None), "");
+        let homes = Homes {
+            server: "[fd00::5]".into(),
+            export: "/srv/homes".into(),
+            options: "rw,hard,nofail,_netdev".into(),
+        };
+        assert_eq!(
+            homes_arguments(Some(&homes)),
+            "bootpool.homes=[fd00::5]:/srv/homes bootpool.homes.options=rw,hard,nofail,_netdev"
+        );
     }
 }

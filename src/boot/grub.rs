@@ -34,10 +34,11 @@ pub fn boots_grub(pool: &crate::config::Pool, arch: Option<u16>) -> bool {
     pool.secure_boot || arch == Some(crate::proto::dhcp::arch::EFI_ARM64)
 }
 
-/// The GRUB config for one client: its pool's kernel and initrd over TFTP from `link`, with
-/// the kernel command line the iPXE script would give it (less the EFI stub's `initrd=`: GRUB
-/// hands the initrd over itself). `served` is the image this boot is served (the caller's
-/// `image::serve::for_boot`), whose root the command line names.
+/// The GRUB config for one client: the kernel and initrd of `served` over TFTP from `link`,
+/// with the kernel command line the iPXE script would give it (less the EFI stub's `initrd=`:
+/// GRUB hands the initrd over itself). `served` is the image this boot is served (the
+/// caller's `image::serve::for_boot`: the active revision, or the one the client is pinned
+/// to), whose files and root the config names, as the iPXE script's do.
 pub fn config(
     config: &Config,
     member: &Member,
@@ -47,7 +48,7 @@ pub fn config(
     client: Option<Ipv4Addr>,
 ) -> String {
     let pool = member.pool;
-    let image = member.image();
+    let image = served;
     let name = member.name().unwrap_or_default();
     let port = config.server.ports.tftp;
     let device = if port == TFTP_PORT {
@@ -122,6 +123,28 @@ mod tests {
         );
         assert!(!text.contains("initrd=initrd.img"), "{text}");
         assert!(!text.contains("10.77.0.1"), "{text}");
+    }
+
+    /// A revision served (the active one, or a client pinned to another) is the kernel and
+    /// initrd GRUB loads, not the image's top-level files.
+    #[test]
+    fn grub_loads_the_served_revisions_kernel_and_initrd() {
+        let c = sb_config("");
+        let mac: Mac = "52:54:00:77:00:02".parse().unwrap();
+        let m = c.member(mac).unwrap();
+        let served = crate::config::names::revision(m.image(), "3");
+        let text = config(&c, &m, &served, mac, c.server.address, None);
+        assert!(
+            text.contains(
+                "\nlinux (tftp,10.77.0.1)/demo/revs/3/vmlinuz 'root=nbd:10.77.0.1:demo@3' "
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("\ninitrd (tftp,10.77.0.1)/demo/revs/3/initrd.img\nboot\n"),
+            "{text}"
+        );
+        assert!(!text.contains("initrd=initrd.img"), "{text}");
     }
 
     /// An ARM64 client of a pool with `arch.arm64` (no `secure_boot`) gets GRUB's config

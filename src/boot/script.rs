@@ -88,14 +88,19 @@ pub fn cmdline(
     };
     // dracut configures no interface without `ip=` when its network module is
     // systemd-networkd (its choice for an image with systemd), and the root never comes.
-    let root = match pool.initramfs {
+    let mut root = match pool.initramfs {
         Initramfs::Dracut => format!("{root} ip=dhcp"),
         _ => root,
     };
-    let root = match addition::argument(&pool.overlay) {
-        overlay if overlay.is_empty() => root,
-        overlay => format!("{root} {overlay}"),
-    };
+    for argument in [
+        addition::argument(&pool.overlay),
+        addition::homes_arguments(pool.homes.as_ref()),
+    ] {
+        if !argument.is_empty() {
+            root.push(' ');
+            root.push_str(&argument);
+        }
+    }
     let netconsole = netconsole(config, member, link, client);
     if let Some(template) = &pool.cmdline_template {
         return from_template(config, member, image, link, template, &root, &netconsole);
@@ -678,6 +683,26 @@ mod tests {
             );
             assert!(s.contains(" initrd=initrd.img\ninitrd "), "{s}");
         }
+    }
+
+    /// `homes` go on the command line after the overlay's argument, for the addition to
+    /// write into the root's /etc/fstab.
+    #[test]
+    fn homes_go_to_the_addition_on_the_command_line() {
+        let text = super::super::tests::CONFIG.replace(
+            "root: nbd",
+            "root: nbd\n    initramfs: dracut\n    homes: { server: 10.77.0.5, export: /home }",
+        );
+        let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
+        let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        let line = cmdline(&c, &m, m.image(), c.server.address, None);
+        assert!(
+            line.starts_with(
+                "root=nbd:10.77.0.1:demo ip=dhcp bootpool.overlay=tmpfs bootpool.homes=10.77.0.5:/home \
+                 bootpool.homes.options=rw,hard,nofail,_netdev bootpool.url="
+            ),
+            "{line}"
+        );
     }
 
     /// A client given another of the server's links hears only that address.

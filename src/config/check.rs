@@ -693,6 +693,7 @@ impl Checker<'_> {
             }
         };
         let overlay = self.check_overlay(name, p.overlay.as_ref(), initramfs, root, &image)?;
+        let homes = self.check_homes(name, p.homes.as_ref(), initramfs, &overlay)?;
         let list = [Key("pools"), Key(name.as_str()), Key("clients")];
         let label = format!("pools.{name}.clients");
         let clients = self.check_clients(
@@ -712,6 +713,7 @@ impl Checker<'_> {
             cmdline_template,
             initramfs,
             overlay,
+            homes,
             nfs_options,
             trace: p.trace,
             netconsole,

@@ -391,6 +391,19 @@ pub enum Overlay {
     Disk(String),
 }
 
+/// `pools.NAME.homes`: the users' homes, an NFS export of the site's that bootpool's
+/// addition has the client mount at /home (docs/homes.md); bootpool serves none itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Homes {
+    /// The home server as mount.nfs takes it: a host name, an IPv4 address, or an IPv6 one
+    /// in brackets.
+    pub server: String,
+    /// The exported folder, an absolute path.
+    pub export: String,
+    /// The mount options (`options`, default `rw,hard,nofail,_netdev`).
+    pub options: String,
+}
+
 #[derive(Debug, Clone)]
 pub struct Pool {
     pub name: String,
@@ -403,6 +416,8 @@ pub struct Pool {
     pub initramfs: Initramfs,
     /// The writable layer over the root (`Overlay::Off` for the demo's initrd by default).
     pub overlay: Overlay,
+    /// The users' homes the addition mounts at /home (`None`: the image's own /home).
+    pub homes: Option<Homes>,
     /// Mount options of an NFS root after `ro` (`nfs_options`, default `nocto`): the root is
     /// an image nobody writes while it is mounted, so opening a file need not ask the server.
     pub nfs_options: String,

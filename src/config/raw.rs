@@ -287,6 +287,8 @@ pub struct Pool {
     pub nfs_options: Option<String>,
     /// `tmpfs`, `off`, `{ tmpfs: SIZE }` or `{ disk: DEVICE }` (`config::check_overlay`).
     pub overlay: Option<Overlay>,
+    /// `{ server: ADDR, export: /home, options: "..." }` (`config::check_homes`).
+    pub homes: Option<Homes>,
     #[serde(default)]
     pub clients: Vec<Client>,
     #[serde(default)]
@@ -337,6 +339,15 @@ fn default_root() -> String {
 
 fn default_initramfs() -> String {
     "bootpool".into()
+}
+
+/// `pools.NAME.homes`: the NFS export of the users' homes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Homes {
+    pub server: String,
+    pub export: String,
+    pub options: Option<String>,
 }
 
 /// `pools.NAME.overlay`: a word, or a map (`config::check_overlay` checks its keys).

@@ -2,7 +2,8 @@
 //! (built into the binary, so it is the same bytes as the daemon's own version), which the
 //! boot script hands after an initramfs-tools or dracut image's own initrd
 //! (`boot::addition`). Its scripts lay a writable overlay (tmpfs, or a local partition) over
-//! the read-only NFS or NBD root before the initrd switches to it. `publish` writes it into
+//! the read-only NFS or NBD root before the initrd switches to it, and write the pool's homes
+//! into its /etc/fstab (`homes.sh`). `publish` writes it into
 //! `state_dir/addition/` at start, where `export::boot_files` serves it.
 
 use crate::boot::addition::NAME;
@@ -20,6 +21,10 @@ const ENTRIES: &[Entry] = &[
     file(
         "bootpool/overlay.sh",
         include_bytes!("../../dist/overlay/bootpool/overlay.sh"),
+    ),
+    file(
+        "bootpool/homes.sh",
+        include_bytes!("../../dist/overlay/bootpool/homes.sh"),
     ),
     // initramfs-tools: `boot=bootpool` makes its /init source this instead of /scripts/nfs
     // or /scripts/local.

@@ -1,7 +1,7 @@
 //! `bootpool image`: import, exec, shell, list, activate, rollback, prune. Reads the config for each
 //! image's folder and the boot record for which revisions clients run; prints what it did.
 
-use super::{exec, import, objects, serve, store, usage};
+use super::{exec, import, objects, pull, serve, store, usage};
 use crate::config::{Config, Image};
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
@@ -55,6 +55,27 @@ pub enum ImageCommand {
         /// Start from this revision (`r3`, or an id) instead of the active one.
         #[arg(long, value_name = "REV")]
         rev: Option<String>,
+    },
+    /// Fetch a revision another bootpool server holds: its manifest, then only the files
+    /// this image's store lacks, each checked against its SHA-256 as it arrives (a bad copy
+    /// is fetched again, from the next --from if given); the revision is kept only when
+    /// every file checked. The read token the members ask is `$BOOTPOOL_READ_TOKEN`, else
+    /// `server.read_token`.
+    Pull {
+        name: String,
+        /// The revision's id (12 hex digits, as `bootpool image list` shows it on the
+        /// member; labels such as `r3` differ between servers). Default: the revision the
+        /// first member answering has active.
+        #[arg(long, value_name = "ID")]
+        rev: Option<String>,
+        /// A member's HTTP base URL (`http://HOST:PORT`, its `server.http`); repeat for
+        /// more, tried in order.
+        #[arg(long = "from", value_name = "URL", required = true)]
+        from: Vec<String>,
+        /// Activate the pulled revision (the first revision of an image is always
+        /// activated).
+        #[arg(long)]
+        activate: bool,
     },
     /// List each image's revisions, the active one, and which clients run which.
     List {
@@ -134,6 +155,12 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        ImageCommand::Pull {
+            name,
+            rev,
+            from,
+            activate,
+        } => pull(&config, &name, rev, from, activate),
         ImageCommand::Exec { name, rev, command } => exec(&config, &name, rev, command, false),
         ImageCommand::Shell { name, rev } => {
             let image = image(&config, &name)?;
@@ -203,6 +230,58 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// `image pull`: fetches a revision from the members `from` and says what moved.
+fn pull(
+    config: &Config,
+    name: &str,
+    rev: Option<String>,
+    from: Vec<String>,
+    activate: bool,
+) -> anyhow::Result<()> {
+    let image = image(config, name)?;
+    let first = store::active(&image.dir)?.is_none();
+    let token = std::env::var("BOOTPOOL_READ_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty())
+        .or_else(|| config.server.read_token.clone());
+    let req = pull::Request {
+        rev,
+        from,
+        token,
+        squashfs: serve::nbd_served(config, name),
+    };
+    let done = pull::pull(&image, &req)?;
+    let r = &done.revision;
+    match done.new {
+        true => println!(
+            "image {name}: pulled {} ({}) from {} ({} entries, {} MiB)",
+            r.label(),
+            r.id,
+            done.from,
+            r.meta.entries,
+            r.meta.tree_bytes >> 20
+        ),
+        false => println!(
+            "image {name}: {} ({}) is here already; nothing pulled",
+            r.label(),
+            r.id
+        ),
+    }
+    println!("image {name}: {}", done.moved.sentence());
+    if first || activate {
+        let _lock = store::lock(&image.dir)?;
+        root_image(config, &image, &r.id)?;
+        store::activate(&image.dir, &r.id)?;
+        println!("image {name}: {} is active", r.label());
+    } else if store::active(&image.dir)?.as_deref() != Some(r.id.as_str()) {
+        println!(
+            "image {name}: boots get it after `bootpool image activate {name} {}`",
+            r.label()
+        );
+    }
+    Ok(())
 }
 
 /// `image exec` and `image shell`: runs `command` in a copy of a revision, imports the

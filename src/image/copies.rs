@@ -1,7 +1,10 @@
 //! Where a file's wire copy (`image::wire`) is kept and whether it is of the file as it is
 //! now: `state_dir/wire/STAMP.KIND`, named by the original's stamp (device, inode, size,
-//! mtime, ctime), or `STAMP.as_is` saying why the file goes as it is. Looking a copy up needs
-//! no table, and a file changed in place is never answered with an old copy.
+//! mtime), or `STAMP.as_is` saying why the file goes as it is. Looking a copy up needs no
+//! table, and a file changed in place (which moves its mtime) is never answered with an old
+//! copy. Not the ctime: a hard link to the file (the image store links every file of a
+//! revision to its object, and a new revision links them again) moves the ctime, not the
+//! bytes, and would have the copy made again each time.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -97,13 +100,31 @@ pub fn status(state_dir: &Path, original: &Path, kind: Kind) -> Status {
 pub(super) fn stamp(path: &Path) -> std::io::Result<String> {
     let m = std::fs::metadata(path)?;
     Ok(format!(
-        "{:x}-{:x}-{:x}-{:x}.{:x}-{:x}.{:x}",
+        "{:x}-{:x}-{:x}-{:x}.{:x}",
         m.dev(),
         m.ino(),
         m.size(),
         m.mtime(),
         m.mtime_nsec(),
-        m.ctime(),
-        m.ctime_nsec()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hard link (an import linking the file to its object) leaves the stamp, and so the
+    /// copy, as it was; a rewrite in place moves it.
+    #[test]
+    fn a_link_keeps_the_stamp_and_a_rewrite_moves_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("initrd.img");
+        std::fs::write(&file, b"one").unwrap();
+        let before = stamp(&file).unwrap();
+        std::fs::hard_link(&file, dir.path().join("object")).unwrap();
+        assert_eq!(stamp(&file).unwrap(), before);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&file, b"two").unwrap();
+        assert_ne!(stamp(&file).unwrap(), before);
+    }
 }

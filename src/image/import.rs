@@ -229,6 +229,21 @@ fn build(
         stored.count(objects::put(&image.dir, &path, &m, &digest)?, m.len());
     }
     let hash = hex(&h.finalize());
+    // The manifest beside the revision (what a server pulling it reads), from the digests
+    // just taken.
+    let in_tree = tmp.join(&image.root_tree_name);
+    let manifest = super::inventory::walk(image, tmp, &hash, &mut |p| match p
+        .strip_prefix(&in_tree)
+        .ok()
+        .and_then(|r| summary.digests.get(r))
+    {
+        Some(d) => Ok(*d),
+        None => file_digest(p),
+    })?;
+    if manifest.content_hash()? != hash {
+        bail!("{shown}: the tree changed while it was imported; nothing imported");
+    }
+    super::inventory::write(tmp, &manifest)?;
     let id = store::id_of(&hash);
     if req.squashfs && store::read(&image.dir, &id)?.is_none() {
         squashfs(&tree, &tmp.join(&image.root_image_name))?;
@@ -251,7 +266,12 @@ fn build(
 }
 
 /// Moves the finished revision into `revs/`, unless the same content is there already.
-fn publish(image: &Image, tmp: &Path, mut meta: Meta, hash: &str) -> anyhow::Result<Imported> {
+pub(super) fn publish(
+    image: &Image,
+    tmp: &Path,
+    mut meta: Meta,
+    hash: &str,
+) -> anyhow::Result<Imported> {
     let dir = &image.dir;
     let id = store::id_of(hash);
     if let Some(existing) = store::read(dir, &id)? {
@@ -643,6 +663,8 @@ pub struct TreeSummary {
     pub hash: [u8; 32],
     pub entries: u64,
     pub bytes: u64,
+    /// Each regular file's SHA-256, by its path in the tree.
+    pub digests: std::collections::HashMap<PathBuf, [u8; 32]>,
 }
 
 /// The content hash of a tree: every entry's path, type, mode, owner and content (a regular
@@ -657,6 +679,7 @@ pub fn hash_tree(
 ) -> anyhow::Result<TreeSummary> {
     let mut h = Sha256::new();
     let (mut entries, mut bytes) = (0u64, 0u64);
+    let mut digests = std::collections::HashMap::new();
     let mut stack = vec![PathBuf::new()];
     let mut bar = Progress::new("hashing", None);
     while let Some(rel) = stack.pop() {
@@ -701,15 +724,17 @@ pub fn hash_tree(
             match kind {
                 b'f' => {
                     h.update(m.len().to_le_bytes());
-                    match store.as_mut() {
-                        Some((_, _, known)) if known.contains_key(&r) => h.update(known[&r]),
+                    let digest = match store.as_mut() {
+                        Some((_, _, known)) if known.contains_key(&r) => known[&r],
                         Some((dir, stored, _)) => {
                             let digest = file_digest(&p)?;
-                            h.update(digest);
                             stored.count(objects::put(dir, &p, &m, &digest)?, m.len());
+                            digest
                         }
-                        None => h.update(file_digest(&p)?),
-                    }
+                        None => file_digest(&p)?,
+                    };
+                    h.update(digest);
+                    digests.insert(r.clone(), digest);
                     bytes += m.len();
                     bar.show(bytes);
                 }
@@ -728,16 +753,13 @@ pub fn hash_tree(
         hash: h.finalize().into(),
         entries,
         bytes,
+        digests,
     })
 }
 
 /// The SHA-256 of a file's bytes.
 pub fn file_digest(path: &Path) -> anyhow::Result<[u8; 32]> {
-    let mut h = Sha256::new();
-    let mut f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
-    std::io::copy(&mut f, &mut HashWriter(&mut h))
-        .with_context(|| format!("reading {}", path.display()))?;
-    Ok(h.finalize().into())
+    objects::file_digest(path)
 }
 
 struct HashWriter<'a>(&'a mut Sha256);
@@ -777,7 +799,7 @@ pub fn root_image(image: &Image, id: &str) -> anyhow::Result<bool> {
 
 /// The NBD image: the tree as squashfs (gzip, 128 KiB blocks, as the demo image's), with
 /// mksquashfs's own progress bar on a terminal.
-fn squashfs(tree: &Path, out: &Path) -> anyhow::Result<()> {
+pub(super) fn squashfs(tree: &Path, out: &Path) -> anyhow::Result<()> {
     if let Some(p) = out.parent() {
         std::fs::create_dir_all(p)?;
     }

@@ -28,15 +28,49 @@ pub enum Put {
 
 /// Where the object of a file with this digest and metadata is, made or not.
 pub fn object_path(dir: &Path, digest: &[u8; 32], m: &std::fs::Metadata) -> PathBuf {
+    object_path_of(
+        dir,
+        digest,
+        &Stamp {
+            mode: m.mode(),
+            uid: m.uid(),
+            gid: m.gid(),
+            mtime: m.mtime(),
+            mtime_nsec: m.mtime_nsec(),
+        },
+    )
+}
+
+/// What an object's name says besides its digest: what a hard link shares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    /// `st_mode`: the type bits and the permission bits.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub mtime: i64,
+    pub mtime_nsec: i64,
+}
+
+/// Where the object of a file with this digest and `stamp` is, made or not.
+pub fn object_path_of(dir: &Path, digest: &[u8; 32], s: &Stamp) -> PathBuf {
     let hex = hex(digest);
     dir.join(DIR).join(ALG).join(&hex[..2]).join(format!(
         "{hex}.{:o}.{}.{}.{}.{}",
-        m.mode(),
-        m.uid(),
-        m.gid(),
-        m.mtime(),
-        m.mtime_nsec()
+        s.mode, s.uid, s.gid, s.mtime, s.mtime_nsec
     ))
+}
+
+/// An object with the bytes of `digest`, whatever its metadata.
+pub fn find(dir: &Path, digest: &[u8; 32]) -> Option<PathBuf> {
+    let hex = hex(digest);
+    let fan = dir.join(DIR).join(ALG).join(&hex[..2]);
+    let prefix = format!("{hex}.");
+    std::fs::read_dir(fan)
+        .ok()?
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
 }
 
 /// Stores the regular file at `path` (its metadata `m`, its content's SHA-256 `digest`) in
@@ -119,6 +153,15 @@ pub fn sweep(dir: &Path) -> anyhow::Result<Swept> {
         let _ = std::fs::remove_dir(&fan);
     }
     Ok(swept)
+}
+
+/// The SHA-256 of a file's bytes: what names its object.
+pub fn file_digest(path: &Path) -> anyhow::Result<[u8; 32]> {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    let mut f = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", path.display()))?;
+    Ok(h.finalize().into())
 }
 
 pub fn hex(b: &[u8]) -> String {

@@ -5,8 +5,8 @@
 //! the same 128 KiB blocks, a fifth fewer bytes read at boot) and unpacks faster.
 //!
 //! A copy is made once per version of the file, by `serve`'s loop (at start, then every
-//! `SCAN`), in `state_dir/wire/`, named by the original's stamp (device, inode, size, mtime,
-//! ctime): `copy_of` hands it out only while the original is unchanged, so a file rebuilt in
+//! `SCAN`), in `state_dir/wire/`, named by the original's stamp (device, inode, size, mtime;
+//! `copies`): `copy_of` hands it out only while the original is unchanged, so a file rebuilt in
 //! place is served as it is until its new copy is made. A file that would not shrink, or is
 //! not a layout this module recompresses, is marked and served as it is, and the log says why.
 //!

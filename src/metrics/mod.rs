@@ -71,6 +71,9 @@ pub struct Dhcp {
     /// DHCPv4 requests dropped because the segment they name (giaddr, link or subnet
     /// selection, ciaddr) is in no configured subnet; also counted as refused.
     pub no_subnet: Count,
+    /// DHCP messages left to another member of the site, whose client they are
+    /// (`site::owners`).
+    pub others: Count,
 }
 
 impl Dhcp {

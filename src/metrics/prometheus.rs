@@ -269,6 +269,26 @@ const FAMILIES: &[Family] = &[
         only_with_series: false,
     },
     Family {
+        name: "bootpool_dhcp_answers_total",
+        kind: Kind::Counter,
+        help: "DHCPv4 answers sent, by kind: offers (proxy-mode boot offers too), acks (proxy-mode port 4011 acks too), naks.",
+        labels: &["kind"],
+        read: Read::Fixed(&[
+            (&["offer"], |m| &m.dhcp().offers),
+            (&["ack"], |m| &m.dhcp().acks),
+            (&["nak"], |m| &m.dhcp().naks),
+        ]),
+        only_with_series: false,
+    },
+    Family {
+        name: "bootpool_dhcp_others_total",
+        kind: Kind::Counter,
+        help: "DHCP messages left unanswered because another live member of the site answers their client (its RFC 3074 bucket is the other's).",
+        labels: &[],
+        read: Read::Fixed(&[(&[], |m| &m.dhcp().others)]),
+        only_with_series: false,
+    },
+    Family {
         name: "bootpool_dhcp_strangers_total",
         kind: Kind::Counter,
         help: "DHCP and DHCPv6 messages from MACs no pool lists (not answered), and proxy-mode requests on port 4011 from MACs not seen on port 67.",

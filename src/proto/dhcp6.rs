@@ -3,7 +3,8 @@
 //! boot-file URL (59) nor its parameters (60) nor the client link-layer address (79), and
 //! stops at the first option it cannot decode. Replies are built with dhcproto's v6 types,
 //! the boot options as its `Unknown` options. Also how a client's MAC is read from what it
-//! sent: its DUID (DUID-LL, DUID-LLT), its EUI-64 link-local source address, or option 79.
+//! sent: its DUID (DUID-LL, DUID-LLT), its EUI-64 link-local source address, or option 79;
+//! and the Client FQDN option (RFC 4704) that carries the client's name back.
 
 use core::net::Ipv6Addr;
 use dhcproto::v6::{self, DhcpOption, IAAddr, IANA, MessageType, Status, StatusCode};
@@ -29,6 +30,7 @@ pub mod opt {
     pub const VENDOR_CLASS: u16 = 16;
     pub const INTERFACE_ID: u16 = 18;
     pub const DNS_SERVERS: u16 = 23;
+    pub const CLIENT_FQDN: u16 = 39;
     pub const BOOTFILE_URL: u16 = 59;
     pub const BOOTFILE_PARAM: u16 = 60;
     pub const CLIENT_ARCH: u16 = 61;
@@ -225,6 +227,15 @@ impl Request {
             .any(|c| c.starts_with(b"HTTPClient"))
     }
 
+    /// The flags of the client's Client FQDN option (39, RFC 4704) when it sent one and asks
+    /// for it in option 6: only then may a server send the option back (RFC 4704 section 6).
+    pub fn asks_fqdn(&self) -> Option<u8> {
+        let flags = *self.options.get(&opt::CLIENT_FQDN)?.first()?;
+        self.requested()
+            .contains(&opt::CLIENT_FQDN)
+            .then_some(flags)
+    }
+
     /// iPXE's user class.
     pub fn is_ipxe(&self) -> bool {
         self.user_classes().iter().any(|c| *c == b"iPXE")
@@ -407,6 +418,43 @@ pub struct Reply {
     pub dns: Vec<Ipv6Addr>,
     /// Option 59, the boot file's URL (`tftp://[ADDR]/NAME` or `http://[ADDR]:PORT/...`).
     pub boot_url: Option<String>,
+    /// Option 39, the client's name, for a client that sent option 39 with these flags and
+    /// asked for it (`Request::asks_fqdn`).
+    pub fqdn: Option<(String, u8)>,
+}
+
+/// Option 39's flags (RFC 4704 4.1): S, the server updates the AAAA record; O, the server
+/// overrode the client's S; N, the server updates no DNS record.
+mod fqdn_flag {
+    pub const S: u8 = 0x01;
+    pub const O: u8 = 0x02;
+    pub const N: u8 = 0x04;
+}
+
+/// Option 39's value for `name` answering a client's `flags`: bootpool updates no DNS, so N
+/// is set and S clear, and O says so when the client had asked the server to (S). The name in
+/// RFC 1035's wire form: fully qualified (ending in the root's empty label) when given with a
+/// final dot, else partial (the client's domain to be added), as a bare host name is.
+pub fn client_fqdn(name: &str, flags: u8) -> Vec<u8> {
+    let overridden = if flags & fqdn_flag::S != 0 {
+        fqdn_flag::O
+    } else {
+        0
+    };
+    let mut v = vec![fqdn_flag::N | overridden];
+    let (labels, qualified) = match name.strip_suffix('.') {
+        Some(n) => (n, true),
+        None => (name, false),
+    };
+    for label in labels.split('.').filter(|l| !l.is_empty()) {
+        let label = &label.as_bytes()[..label.len().min(63)];
+        v.push(label.len() as u8);
+        v.extend_from_slice(label);
+    }
+    if qualified {
+        v.push(0);
+    }
+    v
 }
 
 /// A server DUID of type DUID-EN (RFC 8415 11.3) under the documentation enterprise number
@@ -482,6 +530,12 @@ pub fn encode_reply(r: &Reply) -> Result<Vec<u8>, dhcproto::error::EncodeError> 
     }
     if !r.dns.is_empty() {
         o.insert(DhcpOption::DomainNameServers(r.dns.clone()));
+    }
+    if let Some((name, flags)) = &r.fqdn {
+        o.insert(DhcpOption::Unknown(v6::UnknownOption::new(
+            v6::OptionCode::from(opt::CLIENT_FQDN),
+            client_fqdn(name, *flags),
+        )));
     }
     if let Some(url) = &r.boot_url {
         o.insert(DhcpOption::Unknown(v6::UnknownOption::new(
@@ -704,6 +758,7 @@ mod tests {
             class: Some(b"HTTPClient"),
             dns: vec![],
             boot_url: Some("http://[fd77::1]:8080/boot/loaders/snponly.efi".into()),
+            fqdn: Some(("pc05".into(), 0x01)),
         };
         let bytes = encode_reply(&reply).unwrap();
         let m = v6::Message::decode(&mut dhcproto::Decoder::new(&bytes)).unwrap();
@@ -714,13 +769,16 @@ mod tests {
         // EDK2's test: the enterprise number, then the class string at offset 6 of option
         // 16's value, whose length covers it.
         let mut area = &bytes[4..];
-        let mut class = None;
+        let (mut class, mut fqdn) = (None, None);
         while let Some((code, value, rest)) = next_option(area) {
-            if code == opt::VENDOR_CLASS {
-                class = Some(value.to_vec());
+            match code {
+                opt::VENDOR_CLASS => class = Some(value.to_vec()),
+                opt::CLIENT_FQDN => fqdn = Some(value.to_vec()),
+                _ => {}
             }
             area = rest;
         }
+        assert_eq!(fqdn.unwrap(), b"\x06\x04pc05");
         assert!(area.is_empty(), "every option's length is right");
         let class = class.expect("option 16");
         assert_eq!(class.len(), 16);
@@ -732,5 +790,34 @@ mod tests {
         };
         assert_eq!(ia.id, 9);
         assert_eq!((ia.t1, ia.t2), (3600, 6300));
+    }
+
+    /// RFC 4704: option 39 goes back only to a client that sent it and asked for it; the
+    /// name partial unless given with its final dot, N set (bootpool updates no DNS) and O
+    /// where the client had asked the server to update (S).
+    #[test]
+    fn the_client_fqdn_goes_to_a_client_that_sent_and_asked_for_it() {
+        let solicit = |opts: &[Vec<u8>]| {
+            let mut m = vec![msg::SOLICIT, 0, 0, 1];
+            m.extend(option(opt::CLIENT_ID, &[0, 3, 0, 1, 1, 2, 3, 4, 5, 6]));
+            for o in opts {
+                m.extend_from_slice(o);
+            }
+            parse_request(&m).unwrap()
+        };
+        let oro = option(opt::ORO, &[0, 23, 0, 39]);
+        let sent = option(opt::CLIENT_FQDN, &[0x01, 4, b'h', b'o', b's', b't']);
+        assert_eq!(
+            solicit(&[oro.clone(), sent.clone()]).asks_fqdn(),
+            Some(0x01)
+        );
+        assert_eq!(solicit(&[sent]).asks_fqdn(), None, "not in the ORO");
+        assert_eq!(solicit(&[oro]).asks_fqdn(), None, "not sent");
+        assert_eq!(client_fqdn("pc05", 0), b"\x04\x04pc05");
+        assert_eq!(client_fqdn("pc05", 0x01), b"\x06\x04pc05");
+        assert_eq!(
+            client_fqdn("pc05.lab.example.", 0x04),
+            b"\x04\x04pc05\x03lab\x07example\x00"
+        );
     }
 }

@@ -16,4 +16,5 @@ pub mod ra;
 pub mod rpc;
 pub mod tcp_info;
 pub mod tftp;
+pub mod tickle;
 pub mod wol;

@@ -270,6 +270,7 @@ fn waves_table(views: &[WaveView], sep: &str) -> String {
             "p95_s",
             "max_s",
             "MB_per_client",
+            "wake",
         ]
         .map(String::from)
         .to_vec(),
@@ -295,6 +296,7 @@ fn waves_table(views: &[WaveView], sep: &str) -> String {
             secs(s.p95_s),
             secs(s.max_s),
             mb(s.bytes_per_client.values().sum()),
+            w.wake.map_or_else(|| "-".into(), |k| k.id.to_string()),
         ]);
     }
     layout(&rows, sep)
@@ -356,10 +358,15 @@ fn wave_report(w: &WaveView, format: Format, people: &People) -> anyhow::Result<
     if table {
         let _ = writeln!(
             out,
-            "wave {} of pool {}, started {} (local time)\n",
+            "wave {} of pool {}, started {} (local time){}\n",
             w.id,
             w.pool,
-            local(w.start)
+            local(w.start),
+            w.wake.map_or_else(String::new, |k| format!(
+                ", by wake {} at {}",
+                k.id,
+                local(k.at)
+            ))
         );
     }
     out.push_str(&layout(&rows, sep));
@@ -590,4 +597,48 @@ pub fn unknown_table(rows: &[UnknownRow]) -> String {
         rows.len()
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Mac;
+    use crate::record::event::{Event, Kind, Who};
+
+    /// A wake's wave says so: the waves' table and CSV give its id in the `wake` column (`-`
+    /// for a wave no wake started), and the wave's own report names it and its time.
+    #[test]
+    fn a_wakes_wave_names_the_wake() {
+        let mut t = Timelines::default();
+        let s = 1_000_000;
+        let discover = Kind::DhcpDiscover {
+            answered: true,
+            pool: Some("a".into()),
+            pxe: true,
+            ipxe: false,
+            arch: None,
+        };
+        let mac = |n| Mac([0x52, 0x54, 0, 0x77, 0, n]);
+        let ev = |at, n, kind| Event {
+            at,
+            who: Who::Mac(mac(n)),
+            kind,
+        };
+        t.apply(&ev(1000 * s, 1, discover.clone()));
+        t.apply(&ev(5000 * s, 2, Kind::Woken { wake: 9 }));
+        t.apply(&ev(5003 * s, 2, discover));
+        let people = People::default();
+        let csv = render(&t, &Query::Waves, Format::Csv, &people).unwrap();
+        let wakes: Vec<&str> = csv.lines().map(|l| l.rsplit(',').next().unwrap()).collect();
+        assert_eq!(wakes, ["wake", "-", "9"]);
+        let table = render(&t, &Query::Waves, Format::Table, &people).unwrap();
+        assert!(table.lines().next().unwrap().ends_with("wake"), "{table}");
+        let id = t.boots()[1].id;
+        let wave = render(&t, &Query::Wave(id), Format::Table, &people).unwrap();
+        let head = wave.lines().next().unwrap();
+        assert!(
+            head.ends_with(&format!(", by wake 9 at {}", local(5000.0))),
+            "{head}"
+        );
+    }
 }

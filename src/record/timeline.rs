@@ -134,6 +134,8 @@ pub struct Boot {
     pub next_boot: Option<super::event::NextBootNote>,
     /// The wake (`bootpool wake`, a pool's schedule) whose magic packet started it.
     pub wake: Option<u64>,
+    /// That wake's time: its first magic packet to any client (`Timelines::wakes`).
+    pub wake_at: Option<Micros>,
     marks: Marks,
     reads: RootReads,
 }
@@ -163,6 +165,7 @@ impl Boot {
             revision: None,
             next_boot: None,
             wake: None,
+            wake_at: None,
             marks: Marks::default(),
             reads: RootReads::default(),
         }
@@ -321,6 +324,8 @@ pub struct Timelines {
     /// The wake that sent each client its last magic packet, and when: its next boot is
     /// that wake's.
     woken: BTreeMap<Mac, (u64, Micros)>,
+    /// Each wake's time: its first magic packet, to whichever client.
+    wakes: BTreeMap<u64, Micros>,
 }
 
 impl Timelines {
@@ -438,6 +443,8 @@ impl Timelines {
         // A magic packet is no part of a boot: it names the wake the next one belongs to.
         if let Kind::Woken { wake } = ev.kind {
             self.woken.insert(mac, (wake, ev.at));
+            let first = self.wakes.entry(wake).or_insert(ev.at);
+            *first = (*first).min(ev.at);
             return true;
         }
         // Time passed since this client's last event: its root may have settled meanwhile.
@@ -460,6 +467,7 @@ impl Timelines {
                 .remove(&mac)
                 .filter(|&(_, at)| at <= ev.at && ev.at - at <= WAKE_STARTS_WITHIN)
                 .map(|(wake, _)| wake);
+            boot.wake_at = boot.wake.and_then(|w| self.wakes.get(&w).copied());
             self.boots.push(boot);
             self.current.insert(mac, self.boots.len() - 1);
         }
@@ -753,7 +761,9 @@ mod tests {
         // Its packet came more than 10 minutes before: not the wake's.
         boot_to_attach(&mut t, other, "room", Proto::Nbd, 100 + 601, 10);
         assert_eq!(t.current(mac).unwrap().wake, Some(7));
+        assert_eq!(t.current(mac).unwrap().wake_at, Some(100 * s));
         assert_eq!(t.current(other).unwrap().wake, None);
+        assert_eq!(t.current(other).unwrap().wake_at, None);
         // Taken once: the client's boot after that is nobody's wake.
         boot_to_attach(&mut t, mac, "room", Proto::Nbd, 2000, 10);
         assert_eq!(t.current(mac).unwrap().wake, None);

@@ -249,6 +249,8 @@ pub struct WaveView {
     pub id: u64,
     pub pool: String,
     pub start: f64,
+    /// The wake whose boots it is (`wave::WaveWake`), else none.
+    pub wake: Option<super::wave::WaveWake>,
     pub summary: SummaryView,
     pub boots: Vec<BootView>,
 }
@@ -311,6 +313,7 @@ impl WaveView {
             id: w.id,
             pool: w.pool.clone(),
             start: w.start,
+            wake: w.wake,
             summary: (&w.summary).into(),
             boots: members
                 .iter()

@@ -6,7 +6,9 @@
 //! order) are more than `GAP_S` apart; a run that still holds one machine twice is cut at the
 //! widest gap between starts that lies between two of that machine's boots, and again until
 //! no run holds a machine twice. A single test boot 25 s before its room powers on is then a
-//! wave of its own, whichever of the room's DISCOVERs came first.
+//! wave of its own, whichever of the room's DISCOVERs came first. A wake (`bootpool wake`, a
+//! pool's schedule) is a power-on said out loud: the boots it started (each boot's `wake`) are
+//! a wave of their own in each pool, whatever their gaps, and the rule above cuts the others.
 
 use super::event::Micros;
 use super::standing::result_at;
@@ -27,7 +29,17 @@ pub struct Wave {
     pub start: f64,
     pub last_start: f64,
     pub boot_ids: Vec<u64>,
+    /// The wake that started its boots, if a wake did.
+    pub wake: Option<WaveWake>,
     pub summary: Summary,
+}
+
+/// The wake a wave is: its id (`POST /api/v1/wake`) and its time (its first magic packet).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
+pub struct WaveWake {
+    pub id: u64,
+    /// Unix seconds.
+    pub at: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -73,7 +85,22 @@ fn groups(boots: &[Boot]) -> Vec<(&str, Vec<&Boot>)> {
     }
     let mut out = Vec::new();
     let gap = (GAP_S * 1e6) as Micros;
-    for (pool, mut list) in by_pool {
+    for (pool, all) in by_pool {
+        // A wake's boots are its wave; the gaps and repeats cut the rest.
+        let mut by_wake: BTreeMap<u64, Vec<&Boot>> = BTreeMap::new();
+        let mut list = Vec::new();
+        for b in all {
+            match b.wake {
+                Some(wake) => by_wake.entry(wake).or_default().push(b),
+                None => list.push(b),
+            }
+        }
+        for mut wake in by_wake.into_values() {
+            wake.sort_by_key(|b| (b.start, b.id));
+            for range in without_repeats(&wake) {
+                out.push((pool, wake[range].to_vec()));
+            }
+        }
         list.sort_by_key(|b| (b.start, b.id));
         let mut from = 0;
         for k in 1..=list.len() {
@@ -167,6 +194,15 @@ fn make_wave(pool: &str, boots: &[&Boot], now: Micros) -> Wave {
         start: boots[0].start as f64 / 1e6,
         last_start: boots[boots.len() - 1].start as f64 / 1e6,
         boot_ids: boots.iter().map(|b| b.id).collect(),
+        wake: boots[0].wake.map(|id| WaveWake {
+            id,
+            at: boots
+                .iter()
+                .filter_map(|b| b.wake_at)
+                .min()
+                .unwrap_or(boots[0].start) as f64
+                / 1e6,
+        }),
         summary: summarize(boots, now),
     }
 }
@@ -420,6 +456,89 @@ mod tests {
         assert_eq!(w.len(), 1);
         assert_eq!(w[0].summary.clients, 2);
         assert_eq!(w[0].summary.booted, 1);
+    }
+
+    /// A wake's magic packet to machine `mac` at `at_s`.
+    fn woken(t: &mut Timelines, mac: u8, wake: u64, at_s: i64) {
+        t.apply(&Event {
+            at: at_s * 1_000_000,
+            who: Who::Mac(Mac([0x52, 0x54, 0, 0x77, 0, mac])),
+            kind: Kind::Woken { wake },
+        });
+    }
+
+    /// The machines of each wave (by the MAC's last byte, sorted) and the wake it is.
+    fn shape(t: &Timelines) -> Vec<(Vec<u8>, Option<WaveWake>)> {
+        waves(t.boots(), NOW)
+            .iter()
+            .map(|w| {
+                let mut macs: Vec<u8> = w
+                    .boot_ids
+                    .iter()
+                    .map(|id| t.boots()[*id as usize - 1].mac.0[5])
+                    .collect();
+                macs.sort();
+                (macs, w.wake)
+            })
+            .collect()
+    }
+
+    /// A wake is a wave of its own: the boots its packets started, with its id and its time
+    /// (its first packet), however far apart the pacing put them; machines powered on by hand
+    /// just before or meanwhile are not in it, and the same machines woken again are the next
+    /// wake's wave.
+    #[test]
+    fn a_wake_opens_a_wave_of_its_own() {
+        let mut t = Timelines::default();
+        boot(&mut t, 9, "a", 995, Some(20));
+        for (mac, at) in [(1, 1000), (2, 1001), (3, 1200)] {
+            woken(&mut t, mac, 4, at);
+        }
+        boot(&mut t, 1, "a", 1010, Some(20));
+        boot(&mut t, 2, "a", 1012, Some(20));
+        boot(&mut t, 8, "a", 1015, Some(20));
+        // More than 120 s after the wake's boot before it: the wake's still.
+        boot(&mut t, 3, "a", 1205, None);
+        woken(&mut t, 1, 5, 3000);
+        boot(&mut t, 1, "a", 3004, Some(20));
+        let wake = |id, at| Some(WaveWake { id, at });
+        assert_eq!(
+            shape(&t),
+            [
+                (vec![8, 9], None),
+                (vec![1, 2, 3], wake(4, 1000.0)),
+                (vec![1], wake(5, 3000.0)),
+            ]
+        );
+        // The boots' waves say the same.
+        let m = Membership::of(t.boots());
+        let third = t.boots().iter().find(|b| b.mac.0[5] == 3).unwrap();
+        let (id, boots) = m.wave(third.id).unwrap();
+        assert_eq!((id, boots.len()), (t.boots()[1].id, 3));
+    }
+
+    /// A wake's wave does not depend on the order its machines' DISCOVERs arrived in, nor on
+    /// a machine of another pool woken with it: each pool's woken boots are its wave.
+    #[test]
+    fn a_wakes_wave_is_the_same_whichever_discover_came_first() {
+        for first in 0..4u8 {
+            let mut t = Timelines::default();
+            for mac in 1..=5 {
+                woken(&mut t, mac, 2, 1000 + i64::from(mac));
+            }
+            boot(&mut t, 5, "b", 1020, Some(10));
+            for k in 0..4u8 {
+                let mac = (first + k) % 4 + 1;
+                boot_at(&mut t, mac, "a", 1_010_000_000 + i64::from(mac) * 1_000_000);
+            }
+            let wake = Some(WaveWake { id: 2, at: 1001.0 });
+            assert_eq!(
+                shape(&t),
+                [(vec![1, 2, 3, 4], wake), (vec![5], wake)],
+                "machine {} first",
+                first + 1
+            );
+        }
     }
 
     /// A boot's DISCOVER and ACK at `at` (micros), nothing after.

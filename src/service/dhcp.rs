@@ -20,6 +20,8 @@ use crate::proto::dhcp::{
     self as wire, MAX_PACKET, PXE_BOOT_FILE_ONLY, Relayed, Reply, ReplyKind, Request, ServerClass,
 };
 use crate::record::{Kind, Recorder, Who};
+use crate::site::live::Site;
+use crate::steer::firmware::FirmwareWatch;
 use crate::steer::local_addr;
 use crate::steer::placement::Placement;
 use std::collections::{HashMap, HashSet};
@@ -75,6 +77,8 @@ pub async fn serve(
         placement,
         unknown,
         enrol,
+        links,
+        site,
         shutdown,
         ..
     } = shared;
@@ -91,6 +95,8 @@ pub async fn serve(
     let mut server = Server::open(config, recorder, metrics, table, placement);
     server.unknown = unknown;
     server.enrol = enrol;
+    server.firmware = links.firmware();
+    server.site = site;
     let mut buf = vec![0u8; MAX_PACKET + 1];
     // Answers to clients without an address go unicast while the kernel lets us enter their
     // MACs (`arp::teach`); broadcast after the first refusal.
@@ -322,6 +328,10 @@ struct Server {
     unknown: Arc<Unknown>,
     /// Enrols the clients a `discover` pool takes.
     enrol: Arc<Enroller>,
+    /// Where a firmware's request keeps its link's headroom (`steer::firmware`).
+    firmware: FirmwareWatch,
+    /// Which clients are this server's to answer, among the members of its site.
+    site: Arc<Site>,
     /// Proxy mode: MACs whose PXE DISCOVER came on port 67, when, and through which relay.
     seen: HashMap<Mac, (u64, Option<Relayed>)>,
     /// The daemon's counters; this service counts into `dhcp()`.
@@ -350,6 +360,8 @@ impl Server {
             strangers: HashSet::new(),
             unknown: Arc::new(Unknown::in_memory(metrics.clone())),
             enrol: Arc::new(Enroller::new(None)),
+            firmware: FirmwareWatch::default(),
+            site: Site::none(),
             seen: HashMap::new(),
             metrics,
             dirty: false,
@@ -371,8 +383,15 @@ impl Server {
             .metrics
             .dhcp()
             .decoded(wire::parse_request(bytes), "dhcp", from)?;
+        // In a site, another member answers the clients whose RFC 3074 bucket is not ours,
+        // every message of theirs, in either mode (`site::owners`).
+        if !self.site.mine(&req.mac) {
+            self.metrics.dhcp().others.inc();
+            return None;
+        }
         if req.is_pxe() {
             self.metrics.dhcp().firmware.inc();
+            self.firmware.asked(local);
         }
         if proxy {
             self.handle_proxy(&req, from, local, on_pxe, unix_now())
@@ -1041,6 +1060,37 @@ pools:
 
     fn req(mac: u8, options: &[u8]) -> Request {
         wire::parse_request(&raw(mac, options)).unwrap()
+    }
+
+    #[test]
+    fn in_a_site_only_the_owner_answers_in_either_mode() {
+        let bucket = |mac: u8| crate::site::hash::bucket(&[0x52, 0x54, 0, 0x77, 0, mac]);
+        // Two clients of the pool, one in an even bucket (a's), one in an odd one (b's).
+        let of_a = (0..16).find(|&m| bucket(m) % 2 == 0).unwrap();
+        let of_b = (0..16).find(|&m| bucket(m) % 2 == 1).unwrap();
+        let mut pxe = vec![53, 1, DISCOVER, 60, 9];
+        pxe.extend_from_slice(b"PXEClient");
+        for proxy in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = match proxy {
+                true => proxy_server(dir.path()),
+                false => server(dir.path()),
+            };
+            let answered = |s: &mut Server, mac| {
+                s.answer(&raw(mac, &pxe), from(), None, false, proxy)
+                    .is_some()
+            };
+            s.site = Site::seeing("a", &["a", "b"], &[]);
+            assert!(answered(&mut s, of_a), "proxy {proxy}");
+            assert!(!answered(&mut s, of_b), "proxy {proxy}");
+            assert_eq!(s.metrics.dhcp().others.get(), 1);
+            // b's side of the same site answers b's client only.
+            s.site = Site::seeing("b", &["a", "b"], &[]);
+            assert!(!answered(&mut s, of_a) && answered(&mut s, of_b));
+            // b silent: a answers both.
+            s.site = Site::seeing("a", &["a"], &["b"]);
+            assert!(answered(&mut s, of_a) && answered(&mut s, of_b));
+        }
     }
 
     #[test]

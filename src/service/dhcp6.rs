@@ -4,7 +4,8 @@
 //! CONFIRM, RELEASE, DECLINE and INFORMATION-REQUEST -> REPLY. A client is its MAC (from its
 //! DUID, the EUI-64 link-local address it sent from, or option 79; `proto::dhcp6`); what it
 //! boots is `boot::plan6`, the same policy as DHCPv4's, given as option 59's URL with the
-//! class its firmware looks for in option 16. Clients in no pool, and clients known only by a
+//! class its firmware looks for in option 16, and its name in the Client FQDN option (39) when
+//! it sent one and asks for it (RFC 4704). Clients in no pool, and clients known only by a
 //! DUID (no pool can list one), get silence: counted, logged once. Malformed packets are
 //! dropped and counted (under `dhcp` in the counters). A message relayed to us (RELAY-FORW,
 //! RFC 8415 19) is answered inside RELAY-REPLs back through the same relays, when the relay
@@ -18,6 +19,7 @@ use crate::config::{Config, Live, Mac};
 use crate::metrics::Metrics;
 use crate::proto::dhcp6::{self as wire, IaAnswer, MAX_PACKET, Reply, Request, msg};
 use crate::record::{Kind, Recorder, Who};
+use crate::steer::firmware::FirmwareWatch;
 use dhcproto::v6::Status;
 use std::collections::HashSet;
 use std::net::{Ipv6Addr, SocketAddr};
@@ -35,6 +37,8 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
         identity,
         unknown,
         enrol,
+        links,
+        site,
         shutdown,
         ..
     } = shared;
@@ -56,6 +60,8 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
         strangers: HashSet::new(),
         unknown,
         enrol,
+        firmware: links.firmware(),
+        site,
     };
     let mut buf = vec![0u8; MAX_PACKET + 1];
     loop {
@@ -98,6 +104,11 @@ struct Server {
     unknown: std::sync::Arc<super::unknown::Unknown>,
     /// Enrols the clients a `discover` pool takes.
     enrol: std::sync::Arc<super::enrol::Enroller>,
+    /// Where a firmware's request keeps the links' headroom (`steer::firmware`): every
+    /// link, since no paced link is an IPv6 address.
+    firmware: FirmwareWatch,
+    /// Which clients are this server's to answer, among the members of its site (by DUID).
+    site: std::sync::Arc<crate::site::live::Site>,
 }
 
 impl Server {
@@ -143,6 +154,7 @@ impl Server {
             .decoded(wire::parse_request(bytes), "dhcp6", from)?;
         // Over IPv6 only firmware asks bootpool (the demo initrd's DHCP is IPv4's).
         self.metrics.dhcp().firmware.inc();
+        self.firmware.asked(None);
         // Messages meant for another server are not ours to answer.
         let ours = req.server_id().is_none_or(|id| id == self.duid);
         let needs_ours = matches!(
@@ -153,6 +165,12 @@ impl Server {
             return None;
         }
         if req.msg_type == msg::SOLICIT && req.server_id().is_some() {
+            return None;
+        }
+        // In a site, what every server hears (no server named) is answered by the member
+        // RFC 3074's hash gives the client's DUID; what names this server, by this server.
+        if req.server_id().is_none() && !self.site.mine(&req.client_id) {
+            self.metrics.dhcp().others.inc();
             return None;
         }
         let duid = hex(&req.client_id);
@@ -211,6 +229,10 @@ impl Server {
                 .map(|d| d.dns.clone())
                 .unwrap_or_default(),
             boot_url: url.clone(),
+            // The client's name, as option 12 over DHCPv4, where it asks as RFC 4704 wants.
+            fqdn: req
+                .asks_fqdn()
+                .and_then(|flags| Some((member.name()?, flags))),
         };
         match req.msg_type {
             msg::SOLICIT => {
@@ -477,6 +499,8 @@ pools:
             strangers: HashSet::new(),
             unknown: Arc::new(Unknown::in_memory(Metrics::default())),
             enrol: Arc::new(crate::service::enrol::Enroller::new(None)),
+            firmware: FirmwareWatch::default(),
+            site: crate::site::live::Site::none(),
         };
         let relayed = |link: &str| {
             let mut m = vec![wire::msg::RELAY_FORW, 0];
@@ -510,6 +534,50 @@ pools:
         assert_eq!(s.metrics.dhcp().no_subnet.get(), 1);
     }
 
+    /// In a site, a SOLICIT (to every server) is answered by the member its DUID's RFC 3074
+    /// bucket is; a REQUEST naming this server, by this server whatever the bucket.
+    #[tokio::test]
+    async fn in_a_site_the_duids_owner_answers_what_every_server_hears() {
+        use crate::site::live::Site;
+        let config = crate::config::Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
+        let identity = Identity::default();
+        *identity.write6() = Leases6::new(config.dhcp6.as_ref().unwrap().range);
+        let mut s = Server {
+            duid: wire::server_duid("fd77::1".parse().unwrap()),
+            address6: "fd77::1".parse().unwrap(),
+            config: Live::fixed(config),
+            recorder: Recorder::discard(),
+            metrics: Metrics::default(),
+            identity,
+            strangers: HashSet::new(),
+            unknown: Arc::new(Unknown::in_memory(Metrics::default())),
+            enrol: Arc::new(crate::service::enrol::Enroller::new(None)),
+            firmware: FirmwareWatch::default(),
+            site: Site::none(),
+        };
+        let duid_bucket = |mac: [u8; 6]| {
+            let mut duid = vec![0, 3, 0, 1];
+            duid.extend_from_slice(&mac);
+            crate::site::hash::bucket(&duid)
+        };
+        let mac = (0..16u8)
+            .map(|m| [0x52, 0x54, 0, 0x77, 0, m])
+            .find(|&m| duid_bucket(m) % 2 == 1)
+            .unwrap();
+        let ll = Ipv6Addr::UNSPECIFIED;
+        let solicit = firmware(msg::SOLICIT, mac, None);
+        s.site = Site::seeing("a", &["a", "b"], &[]);
+        assert!(s.answer(&solicit, ll, 100).is_none());
+        assert_eq!(s.metrics.dhcp().others.get(), 1);
+        let duid = s.duid.clone();
+        let request = firmware(msg::REQUEST, mac, Some(&duid));
+        assert!(s.answer(&request, ll, 100).is_some());
+        s.site = Site::seeing("b", &["a", "b"], &[]);
+        assert!(s.answer(&solicit, ll, 100).is_some());
+        s.site = Site::seeing("a", &["a"], &["b"]);
+        assert!(s.answer(&solicit, ll, 100).is_some());
+    }
+
     #[tokio::test]
     async fn firmware_gets_an_address_and_the_loader_url_strangers_get_nothing() {
         let config = crate::config::Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
@@ -526,6 +594,8 @@ pools:
             strangers: HashSet::new(),
             unknown: Arc::new(Unknown::in_memory(Metrics::default())),
             enrol: Arc::new(crate::service::enrol::Enroller::new(None)),
+            firmware: FirmwareWatch::default(),
+            site: crate::site::live::Site::none(),
         };
         let mac = [0x52, 0x54, 0, 0x77, 0, 5];
         let ll = Ipv6Addr::UNSPECIFIED;

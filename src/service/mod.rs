@@ -20,8 +20,10 @@ pub mod overlays;
 pub mod portmap;
 pub mod quick_read;
 pub mod ra;
+pub mod site_revisions;
 pub mod tftp;
 pub mod tftp_transfers;
+pub mod tickle;
 pub mod tls;
 pub mod unknown;
 pub mod wake;
@@ -76,6 +78,8 @@ pub struct Shared {
     pub unknown: Arc<unknown::Unknown>,
     /// Enrols a MAC into a pool (the API, a `discover` pool), then has the config reloaded.
     pub enrol: Arc<enrol::Enroller>,
+    /// The site this server is a member of (`site::live`): which clients it answers.
+    pub site: Arc<crate::site::live::Site>,
     pub shutdown: Shutdown,
 }
 
@@ -102,6 +106,7 @@ impl Shared {
             handover: Arc::default(),
             unknown: Arc::new(unknown::Unknown::in_memory(metrics.clone())),
             enrol: Arc::new(enrol::Enroller::new(None)),
+            site: crate::site::live::Site::none(),
             shutdown,
         }
     }
@@ -141,12 +146,34 @@ pub async fn accept(
     service: &'static str,
     carries: Carries,
 ) -> Option<(TcpStream, SocketAddr, Paced)> {
+    accept_any(std::slice::from_ref(listener), shutdown, service, carries).await
+}
+
+/// `accept` on whichever of `listeners` has a connection first (a service that listens on
+/// each of the server's addresses), each asked first in turn so that none starves the others.
+pub async fn accept_any(
+    listeners: &[Listener],
+    shutdown: &Shutdown,
+    service: &'static str,
+    carries: Carries,
+) -> Option<(TcpStream, SocketAddr, Paced)> {
+    static TURN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let start = TURN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     loop {
+        let next = std::future::poll_fn(|cx| {
+            for k in 0..listeners.len() {
+                let i = (start + k) % listeners.len();
+                if let std::task::Poll::Ready(r) = listeners[i].tcp.poll_accept(cx) {
+                    return std::task::Poll::Ready((i, r));
+                }
+            }
+            std::task::Poll::Pending
+        });
         tokio::select! {
             _ = shutdown.wait() => return None,
-            r = listener.tcp.accept() => match r {
+            (i, r) = next => match r {
                 Ok((stream, peer)) => {
-                    let paced = listener.links.adopt(&stream, peer, carries);
+                    let paced = listeners[i].links.adopt(&stream, peer, carries);
                     return Some((stream, peer, paced));
                 }
                 Err(e) => {

@@ -5,6 +5,7 @@
 use crate::metrics::Portmap;
 use crate::proto::portmap::{self, Mapping, Outcome};
 use crate::shutdown::Shutdown;
+use crate::steer::fair_share::Carries;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -15,7 +16,13 @@ const MAX_CONNECTIONS: usize = 64;
 /// A portmapper exchange is one or two calls; a quiet connection is dropped.
 const IDLE: Duration = Duration::from_secs(30);
 
-pub async fn serve(tcp: TcpListener, udp: UdpSocket, shared: super::Shared) -> anyhow::Result<()> {
+/// The portmapper on each of the server's own addresses: a TCP listener and a UDP socket
+/// on each (`app::own_addresses`), one table.
+pub async fn serve(
+    tcp: Vec<TcpListener>,
+    udp: Vec<UdpSocket>,
+    shared: super::Shared,
+) -> anyhow::Result<()> {
     let super::Shared {
         config,
         metrics,
@@ -25,23 +32,23 @@ pub async fn serve(tcp: TcpListener, udp: UdpSocket, shared: super::Shared) -> a
     // Ports cannot change while the daemon runs (`config::reload`).
     let ports = config.load().server.ports;
     let table: Arc<[Mapping]> = portmap::table(ports.nfs, ports.portmap).into();
-    let stop = shutdown.clone();
-    let udp_table = table.clone();
-    let udp_metrics = metrics.clone();
-    shutdown.spawn(async move { serve_udp(udp, &udp_table, udp_metrics.portmap(), stop).await });
+    for udp in udp {
+        let stop = shutdown.clone();
+        let udp_table = table.clone();
+        let udp_metrics = metrics.clone();
+        shutdown
+            .spawn(async move { serve_udp(udp, &udp_table, udp_metrics.portmap(), stop).await });
+    }
+    // Unlinked listeners (`Listener::from`): a portmapper exchange is neither steered nor
+    // paced, so what it carries is never read.
+    let tcp: Vec<super::Listener> = tcp.into_iter().map(super::Listener::from).collect();
 
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let (stream, peer) = tokio::select! {
-            _ = shutdown.wait() => return Ok(()),
-            r = tcp.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(error = %e, "portmap accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
+        let Some((stream, peer, _)) =
+            super::accept_any(&tcp, &shutdown, "portmap", Carries::BootFiles).await
+        else {
+            return Ok(());
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             metrics.portmap().refused.inc();

@@ -32,6 +32,7 @@ use crate::metrics::Metrics;
 use crate::proto::tftp::{self as wire, Mode, Packet, Sender, err};
 use crate::record::{Kind, Outcome, Proto, Recorder, Who};
 use crate::service::tftp_transfers::{self, Source, Transfer, Transfers};
+use crate::steer::firmware::FirmwareTransfer;
 use crate::steer::links::Links;
 use std::net::UdpSocket;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -245,6 +246,8 @@ struct Owner {
     /// Who the record says the transfer was for (`service::who_at`).
     who: Option<Who>,
     _slot: Slot,
+    /// Keeps its link's headroom for the waiting firmware until the transfer ends.
+    _firmware: FirmwareTransfer,
 }
 
 impl Request {
@@ -311,6 +314,7 @@ impl Request {
             recorder: self.recorder,
             metrics: self.metrics,
             _slot: self.slot,
+            _firmware: self.links.firmware().transfer(self.local),
         };
         Some(Transfer::new(
             sock,

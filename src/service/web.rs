@@ -34,6 +34,11 @@ const FILES: &[(&str, &str, &str)] = &[
         include_str!("../../web/charts.js"),
     ),
     (
+        "/site.js",
+        "text/javascript; charset=utf-8",
+        include_str!("../../web/site.js"),
+    ),
+    (
         "/app.css",
         "text/css; charset=utf-8",
         include_str!("../../web/app.css"),

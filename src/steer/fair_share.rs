@@ -4,10 +4,10 @@
 //! shares of the link's budget (`WEIGHTS`: clients fetching boot files first, in their order
 //! of arrival; clients reading their root by how far they trail the link's leading one), and
 //! what a client does not use goes to the others (max-min fairness); a client's share is split
-//! among its connections the same way. While firmware may be waiting (`headroom`), the budget
-//! is `HEADROOM` of the link's capacity, so paced traffic leaves the link's queue nearly empty
-//! and what is not paced (a firmware's DHCP and TFTP) passes at once; otherwise it is the
-//! link's whole capacity (`QUIET_HEADROOM`).
+//! among its connections the same way. While firmware may be waiting on a link (`headroom`,
+//! which `firmware` says link by link), its budget is `HEADROOM` of the link's capacity, so
+//! paced traffic leaves the link's queue nearly empty and what is not paced (a firmware's DHCP
+//! and TFTP) passes at once; otherwise it is the link's whole capacity (`QUIET_HEADROOM`).
 //! `pacing` observes the connections and applies the caps; docs/links.md says why
 //! and what it costs.
 
@@ -29,13 +29,13 @@ pub const HEADROOM: f64 = 0.90;
 /// room's boot time (BENCHMARKS.md, "Storm", sessions 19 and 20).
 pub const QUIET_HEADROOM: f64 = 0.95;
 
-/// How long after a firmware's DHCP or TFTP request the link is kept at `HEADROOM`: a PXE
-/// firmware's first TFTP retransmit comes after about 3 s, and a DHCP exchange or a loader's
-/// transfer that began lasts less.
+/// How long after a firmware's DHCP or TFTP request (or a TFTP transfer's end) its link is
+/// kept at `HEADROOM`: a PXE firmware's first TFTP retransmit comes after about 3 s, and its
+/// TFTP request follows its DHCP answer sooner.
 pub const FIRMWARE_QUIET: Duration = Duration::from_secs(3);
 
 /// The share of a link's capacity the paced traffic may use, `since_firmware` after the last
-/// firmware DHCP or TFTP request the daemon received (`None`: none yet).
+/// firmware DHCP or TFTP request on it (`None`: none yet).
 pub fn headroom(since_firmware: Option<Duration>) -> f64 {
     match since_firmware {
         Some(t) if t < FIRMWARE_QUIET => HEADROOM,

@@ -12,6 +12,7 @@
 
 use super::choice::LinkSpec;
 use super::fair_share::Carries;
+use super::firmware::FirmwareWatch;
 use super::pacing::{Paced, Pacer};
 use crate::config::Config;
 use crate::log_limit::LogLimit;
@@ -357,6 +358,15 @@ impl Links {
             }
             _ => Paced::none(),
         }
+    }
+
+    /// Where the services say firmware waits, so its link keeps a headroom (`firmware`);
+    /// nothing when no link is paced.
+    pub fn firmware(&self) -> FirmwareWatch {
+        self.pacer
+            .as_ref()
+            .map(|p| p.firmware())
+            .unwrap_or_default()
     }
 
     /// Binds a UDP socket whose local address is `local`, for `peer`, to its link's interface.

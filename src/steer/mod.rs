@@ -13,10 +13,12 @@
 //! - `routes`: the policy routing tables the marks select, over rtnetlink.
 //! - `local_addr`: the local address a UDP request came to (IP_PKTINFO), for TFTP.
 //! - `pacing`: TCP_INFO in, SO_MAX_PACING_RATE out, one thread, by `fair_share`'s caps.
+//! - `firmware`: where firmware waits (the services say), so that link alone keeps headroom.
 //! - `placement`: who boots where and what each link sends, for `choice` (once per boot).
 
 pub mod choice;
 pub mod fair_share;
+pub mod firmware;
 pub mod links;
 pub mod local_addr;
 pub mod pacing;

@@ -18,6 +18,7 @@
 
 use super::choice::LinkSpec;
 use super::fair_share::{self, Carries, History, Seen};
+use super::firmware::{Firmware, FirmwareWatch};
 use super::rebalance::{self, ClientLoad, LinkLoad};
 use super::rooms::{self, Uplink};
 use crate::config::Subnet;
@@ -50,9 +51,8 @@ pub struct Pacer {
     conns: Mutex<Conns>,
     /// Every link has its mark: clients may move between them.
     movable: bool,
-    /// The daemon's counters: their firmware DHCP and TFTP requests say when firmware last
-    /// asked.
-    metrics: Metrics,
+    /// Where firmware waits: each link's headroom.
+    firmware: Arc<Firmware>,
 }
 
 struct Link {
@@ -85,9 +85,6 @@ struct Conns {
     /// anew (its next boot).
     clients: HashMap<Ipv4Addr, (History, Instant)>,
     arrived: u64,
-    /// The firmware DHCP and TFTP requests counted at the last round, and when that count
-    /// last grew.
-    firmware: (u64, Option<Instant>),
 }
 
 struct Conn {
@@ -188,6 +185,7 @@ impl Pacer {
                 })
             })
             .collect();
+        let addresses: Vec<Ipv4Addr> = links.iter().map(|l| l.address).collect();
         Pacer {
             movable: movable && links.len() > 1,
             conns: Mutex::new(Conns {
@@ -197,11 +195,10 @@ impl Pacer {
                 room_boosts: Vec::new(),
                 clients: HashMap::new(),
                 arrived: 0,
-                firmware: (0, None),
             }),
+            firmware: Arc::new(Firmware::new(&addresses, Instant::now())),
             links,
             rooms: Vec::new(),
-            metrics: metrics.clone(),
         }
     }
 
@@ -221,6 +218,11 @@ impl Pacer {
         }
         let n = self.rooms.len();
         self.lock().room_boosts = vec![1.0; n];
+    }
+
+    /// The services' handle on where firmware waits (`firmware`).
+    pub fn firmware(&self) -> FirmwareWatch {
+        FirmwareWatch::of(self.firmware.clone())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Conns> {
@@ -302,7 +304,15 @@ impl Pacer {
     /// meanwhile.
     fn round(&self, seconds: f64, now: Instant) {
         let mut conns = self.lock();
-        let headroom = self.headroom(&mut conns.firmware, now);
+        // Each link's own: only where firmware waits is part of it kept free.
+        let headrooms: Vec<f64> = (0..self.links.len())
+            .map(|i| self.firmware.headroom(i, now))
+            .collect();
+        // An uplink carries every link's firmware packets to its room.
+        let uplink_headroom = headrooms
+            .iter()
+            .copied()
+            .fold(fair_share::QUIET_HEADROOM, f64::min);
         let mut seen: Vec<Vec<Seen>> = vec![Vec::new(); self.links.len()];
         let mut ids: Vec<Vec<u64>> = vec![Vec::new(); self.links.len()];
         let Conns { all, clients, .. } = &mut *conns;
@@ -342,9 +352,10 @@ impl Pacer {
                 .links
                 .iter()
                 .zip(&conns.boosts)
-                .map(|(link, boost)| fair_share::Link {
+                .zip(&headrooms)
+                .map(|((link, boost), headroom)| fair_share::Link {
                     capacity_bps: Some(link.capacity_bps),
-                    headroom,
+                    headroom: *headroom,
                     boost: *boost,
                     history: &history,
                 })
@@ -360,10 +371,18 @@ impl Pacer {
                 .collect();
             let room_of = |c: Ipv4Addr| self.rooms.iter().position(|r| r.subnet.contains(c));
             let weights = fair_share::WEIGHTS;
-            rooms::plan(&on, seconds, &seen, &uplinks, &room_of, headroom, weights)
+            rooms::plan(
+                &on,
+                seconds,
+                &seen,
+                &uplinks,
+                &room_of,
+                uplink_headroom,
+                weights,
+            )
         };
         for (r, (room, plan)) in self.rooms.iter().zip(&rooms).enumerate() {
-            let budget = fair_share::budget(room.capacity_bps, headroom);
+            let budget = fair_share::budget(room.capacity_bps, uplink_headroom);
             let boost = conns.room_boosts[r];
             conns.room_boosts[r] = match plan.share {
                 Some(_) => fair_share::trim(boost, plan.carried as f64, budget, plan.wanting),
@@ -380,7 +399,7 @@ impl Pacer {
             }
         }
         for (i, (link, plan)) in self.links.iter().zip(&plans).enumerate() {
-            let budget = fair_share::budget(link.capacity_bps, headroom);
+            let budget = fair_share::budget(link.capacity_bps, headrooms[i]);
             conns.boosts[i] = match plan.share {
                 Some(_) => {
                     fair_share::trim(conns.boosts[i], plan.carried as f64, budget, plan.wanting)
@@ -392,19 +411,8 @@ impl Pacer {
             record(&link.stats, plan, set);
         }
         if self.movable {
-            self.rebalance(&mut conns, &plans, headroom, now);
+            self.rebalance(&mut conns, &plans, &headrooms, now);
         }
-    }
-
-    /// The round's headroom (`fair_share::headroom`): the daemon's firmware DHCP requests
-    /// (`metrics::Dhcp::firmware`: PXE ones, and DHCPv6) and TFTP requests are counted, and
-    /// `firmware` remembers when that count last grew.
-    fn headroom(&self, firmware: &mut (u64, Option<Instant>), now: Instant) -> f64 {
-        let asked = self.metrics.dhcp().firmware.get() + self.metrics.tftp().requests.get();
-        if asked != firmware.0 {
-            *firmware = (asked, Some(now));
-        }
-        fair_share::headroom(firmware.1.map(|t| now.duration_since(t)))
     }
 
     /// Moves the clients `rebalance::moves` names: every connection of the client on the link
@@ -413,7 +421,7 @@ impl Pacer {
         &self,
         conns: &mut Conns,
         plans: &[fair_share::Plan],
-        headroom: f64,
+        headrooms: &[f64],
         now: Instant,
     ) {
         let recently: std::collections::BTreeSet<Ipv4Addr> = conns
@@ -429,8 +437,9 @@ impl Pacer {
             .links
             .iter()
             .zip(plans)
-            .map(|(link, plan)| LinkLoad {
-                budget: fair_share::budget(link.capacity_bps, headroom),
+            .zip(headrooms)
+            .map(|((link, plan), headroom)| LinkLoad {
+                budget: fair_share::budget(link.capacity_bps, *headroom),
                 carried: plan.carried as f64,
                 clients: plan
                     .active
@@ -619,39 +628,6 @@ mod tests {
         pacer.links[0].stats.share.set(500_000);
         let _pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::Root);
         assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, 500_000);
-    }
-
-    #[test]
-    fn the_headroom_follows_the_firmwares_requests() {
-        let metrics = Metrics::default();
-        let pacer = Pacer::new(&[], false, &metrics);
-        let mut firmware = (0, None);
-        let start = Instant::now();
-        // Nothing asked yet: the whole link.
-        assert_eq!(
-            pacer.headroom(&mut firmware, start),
-            fair_share::QUIET_HEADROOM
-        );
-        // An initrd's or a booted system's DHCP request waits on no firmware timer.
-        metrics.dhcp().requests.inc();
-        assert_eq!(
-            pacer.headroom(&mut firmware, start),
-            fair_share::QUIET_HEADROOM
-        );
-        // A firmware's DHCP request (or a TFTP one) keeps the headroom for FIRMWARE_QUIET
-        // after the round that saw it.
-        metrics.dhcp().requests.inc();
-        metrics.dhcp().firmware.inc();
-        assert_eq!(pacer.headroom(&mut firmware, start), fair_share::HEADROOM);
-        let later = start + fair_share::FIRMWARE_QUIET / 2;
-        assert_eq!(pacer.headroom(&mut firmware, later), fair_share::HEADROOM);
-        metrics.tftp().requests.inc();
-        let quiet = later + fair_share::FIRMWARE_QUIET;
-        assert_eq!(pacer.headroom(&mut firmware, later), fair_share::HEADROOM);
-        assert_eq!(
-            pacer.headroom(&mut firmware, quiet),
-            fair_share::QUIET_HEADROOM
-        );
     }
 
     /// A link with no capacity is not paced: no pacer at all, no thread.

@@ -75,6 +75,26 @@ pub fn set_times(path: &CStr, atime: libc::timespec, mtime: libc::timespec) -> i
     Ok(())
 }
 
+/// `utimensat(AT_FDCWD, path, [atime, mtime], AT_SYMLINK_NOFOLLOW)`: sets both times of
+/// `path` itself, a symlink's own included.
+pub fn set_times_nofollow(
+    path: &CStr,
+    atime: libc::timespec,
+    mtime: libc::timespec,
+) -> io::Result<()> {
+    let times = [atime, mtime];
+    // SAFETY: a NUL-terminated path and an array of the two timespecs utimensat reads.
+    check(unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    Ok(())
+}
+
 /// `statvfs(path)`: the file system holding `path`.
 pub fn statvfs(path: &CStr) -> io::Result<libc::statvfs> {
     let mut st = MaybeUninit::<libc::statvfs>::uninit();

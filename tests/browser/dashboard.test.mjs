@@ -605,6 +605,21 @@ test('client view: one machine\'s boots over time against its waves\' medians', 
   await page.close();
 });
 
+test('site view: the members /api/v1/site lists, this server alone on SQLite', async () => {
+  const page = await context.newPage();
+  watch(page);
+  await view(page, '/site');
+  const site = await api('/api/v1/site');
+  assert.equal(site.shared, false);
+  const rows = await page.$$eval('tbody tr[data-member]', trs => trs.map(tr => [tr.dataset.member,
+    [...tr.querySelectorAll('td')].slice(0, 3).map(td => td.textContent)]));
+  assert.deepEqual(rows.map(([name, [state, , share]]) => [name, state, share]),
+    site.members.map(m => [m.name, m.live ? 'live' : 'dead', `${(m.buckets * 100 / 256).toFixed(1)} %`]));
+  assert.deepEqual(rows.map(r => r[1][2]), ['100.0 %']);
+  assert.match(await page.locator('section[data-view=site] p.meta').textContent(), /alone/);
+  await page.close();
+});
+
 test('keyboard: the views, sort buttons and tiles are reachable with Tab and Enter', async () => {
   const page = await context.newPage();
   watch(page);
@@ -840,6 +855,43 @@ test('actions: the Images view activates a revision after a confirmation and the
     `Done: image revs: r2 (${r2.id}) is active; boots starting from now get it, running clients keep theirs until they reboot`);
   assert.equal((await api('/api/v1/images')).find(i => i.image === 'revs').active, r2.id);
   await shot(page, 'images');
+  await page.close();
+});
+
+test('wave view: a wave a wake started names the wake, and the picker and the room\'s wave line do too', async () => {
+  // A wake for one machine, then its firmware's DISCOVER: its boot is the wake's (a fresh
+  // machine per try, in case the DISCOVER came before the packet was recorded).
+  let boot, wake;
+  for (const mac of ['52:54:00:77:00:3a', '52:54:00:77:00:3b', '52:54:00:77:00:3c']) {
+    const r = await fetch(`${base}/api/v1/wake`, {
+      method: 'POST', body: JSON.stringify({ client: mac }),
+      headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/json' },
+    });
+    const answer = await r.json();
+    assert.equal(r.status, 200, JSON.stringify(answer));
+    wake = answer.wake;
+    await new Promise(res => setTimeout(res, 500));
+    await sendDhcp(dhcpMessage(1, mac, 0x4444));
+    for (let i = 0; i < 50 && boot?.mac !== mac; i++) {
+      [boot] = (await api(`/api/v1/boots?mac=${mac}`)).slice(-1);
+      await new Promise(res => setTimeout(res, 100));
+    }
+    if (boot?.wake === wake) break;
+  }
+  assert.equal(boot?.wake, wake, 'a boot the wake started');
+  const w = await api(`/api/v1/waves/${boot.wave}`);
+  assert.equal(w.wake?.id, wake, 'the API gives its wave the wake');
+  assert.deepEqual(w.boots.map(b => b.mac), [boot.mac], 'the wake\'s boot alone');
+  const page = await context.newPage();
+  watch(page);
+  await view(page, `/wave/${boot.wave}`);
+  assert.equal((await page.textContent('[data-testid=wake]')).trim(), `wake ${wake}`);
+  const picked = await page.textContent(`select option[value="${boot.wave}"]`);
+  assert.match(picked, new RegExp(`· wake ${wake}$`));
+  // The newest boot of lab-nfs: the room's current wave is the wake's.
+  await view(page, '/room/lab-nfs');
+  await page.waitForSelector('[data-testid=wave-wake]', { timeout: WAIT });
+  assert.equal((await page.textContent('[data-testid=wave-wake]')).trim(), `wake ${wake}`);
   await page.close();
 });
 

@@ -8,9 +8,10 @@ use crate::common::{Fixture, cmd, run, run_async};
 
 /// What the archive holds, in order: bootpool's own folder, then each script into a folder
 /// the initrd it is for already has (a folder entry would replace a symlink standing there).
-const LISTED: [&str; 4] = [
+const LISTED: [&str; 5] = [
     "bootpool",
     "bootpool/overlay.sh",
+    "bootpool/homes.sh",
     "scripts/bootpool",
     "lib/dracut/hooks/pre-pivot/90-bootpool-overlay.sh",
 ];
@@ -155,6 +156,67 @@ async fn a_stock_initrds_pool_gets_the_addition_a_valid_cpio_of_shell_scripts() 
             c.arg(&got);
             let (ok, so, se) = run(&mut c, 30);
             assert!(ok && se.is_empty(), "{shell:?} {name}: {so}{se}");
+        }
+    }
+}
+
+/// The homes script, run by dash, busybox sh and klibc's sh over a root of the shape an
+/// image has: `bootpool.homes=` on the command line puts one NFS line for /home into its
+/// /etc/fstab in place of the image's own /home line, keeps every other line (comments, a
+/// glob character) as it was, makes /home, and does the same again on a second run; without
+/// the argument the file is left alone.
+#[test]
+fn the_homes_script_writes_the_homes_into_the_roots_fstab() {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/overlay/bootpool/homes.sh");
+    let image_fstab = "# <file system> <mount point> <type> <options> <dump> <pass>\n\
+                       # /dev/sda5 /home ext4 defaults 0 2\n\
+                       proc /proc proc defaults 0 0\n\
+                       /dev/sda5\t/home  ext4 defaults 0 2\n\
+                       tmpfs /tmp tmpfs mode=1777,size=* 0 0";
+    let homes_line = "10.77.0.5:/srv/homes /home nfs rw,vers=4.2 0 0\n";
+    let kept = "# <file system> <mount point> <type> <options> <dump> <pass>\n\
+                # /dev/sda5 /home ext4 defaults 0 2\n\
+                proc /proc proc defaults 0 0\n\
+                tmpfs /tmp tmpfs mode=1777,size=* 0 0\n";
+    // klibc's sh is /init's shell in an initramfs-tools initrd without busybox (klibc-utils
+    // comes with initramfs-tools-core).
+    for shell in [
+        vec!["dash"],
+        vec!["busybox", "sh"],
+        vec!["/usr/lib/klibc/bin/sh"],
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::fs::write(root.join("etc/fstab"), image_fstab).unwrap();
+        let cmdline = dir.path().join("cmdline");
+        let run_with = |line: &str| {
+            std::fs::write(&cmdline, line).unwrap();
+            let mut c = cmd(shell[0], &shell[1..]);
+            c.args(["-c", ". \"$1\" && bootpool_homes \"$2\"", "sh"])
+                .arg(&script)
+                .arg(&root)
+                .env("BOOTPOOL_CMDLINE", &cmdline);
+            let (ok, out, err) = run(&mut c, 30);
+            assert!(ok, "{shell:?}: {out}{err}");
+        };
+        run_with("quiet root=/dev/nfs\n");
+        assert_eq!(
+            std::fs::read_to_string(root.join("etc/fstab")).unwrap(),
+            image_fstab
+        );
+        assert!(!root.join("home").exists());
+        let argument =
+            "quiet bootpool.homes=10.77.0.5:/srv/homes bootpool.homes.options=rw,vers=4.2 x=*\n";
+        for _ in 0..2 {
+            run_with(argument);
+            assert_eq!(
+                std::fs::read_to_string(root.join("etc/fstab")).unwrap(),
+                format!("{kept}{homes_line}"),
+                "{shell:?}"
+            );
+            assert!(root.join("home").is_dir());
         }
     }
 }

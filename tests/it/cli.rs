@@ -122,7 +122,7 @@ fn check_refuses_what_this_host_would_refuse_at_bind() {
     let (ok, out, err) = check(&fx.config_path());
     assert!(!ok, "{out}");
     let want = format!(
-        "{}:6:30: server.ports.nfs: cannot bind TCP 0.0.0.0:{port}",
+        "{}:6:30: server.ports.nfs: cannot bind TCP 127.0.0.1:{port}",
         fx.config_path().display()
     );
     assert!(err.contains(&want), "{err}");
@@ -189,7 +189,9 @@ async fn check_leaves_the_ports_of_the_running_daemon_alone() {
     let (ok, _, err) = check(&fx.config_path());
     assert!(!ok);
     assert!(
-        err.contains(&format!("server.ports.nfs: cannot bind TCP 0.0.0.0:{nfs}")),
+        err.contains(&format!(
+            "server.ports.nfs: cannot bind TCP 127.0.0.1:{nfs}"
+        )),
         "{err}"
     );
     drop(taken);

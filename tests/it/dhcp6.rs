@@ -1,6 +1,7 @@
 //! IPv6 interop: ISC `dhclient -6` against the `bootpool` binary over a veth pair between two
 //! namespaces (an address from `dhcp6.range` and option 59, the boot-file URL, sent as iPXE's
-//! user class asks it), bootpool's router advertisements seen by the client's kernel, then
+//! user class asks it), the client's name in the Client FQDN option (39) when it asks as RFC
+//! 4704 says, bootpool's router advertisements seen by the client's kernel, then
 //! the iPXE script, a kernel over HTTP (`curl -g` to `[ADDR]`), a loader over TFTP
 //! (tftp-hpa `-6`) and the root over NBD (libnbd's `nbdinfo`) from the client's DHCPv6
 //! address, each recorded for its MAC. A forged RELEASE or DECLINE (another DUID with the
@@ -266,6 +267,43 @@ fn a_stranger_on_ipv6_is_refused_the_nbd_root() {
     // NBD_REP_ERR_POLICY: refused by the access rule, not lost on the way.
     assert!(err.contains("server policy prevents"), "{err}");
     assert!(daemon.log_text().contains("nbd client holds no lease"));
+    drop(daemon);
+}
+
+/// The client's name goes out over DHCPv6 as RFC 4704 has it: `dhclient -6` sends a Client
+/// FQDN option (asking the server to update DNS) and asks for it in its ORO, and its script
+/// sees the name its entry gives (`pc05`) with the server's flags (N: no DNS update by the
+/// server, S clear); asked for in the ORO without option 39 of its own, none comes back.
+#[test]
+fn dhclient6_hears_its_name_in_the_client_fqdn_option() {
+    let link = ipv6_link();
+    link.set_client_mac(MAC);
+    let fx = Fixture::new();
+    let named = config(&link.server_if).replace(
+        "      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:0f\" }\n",
+        &format!("      - {{ mac: \"{MAC}\", name: pc05 }}\n"),
+    );
+    assert!(named.contains("name: pc05"));
+    fx.write_config(&named);
+    let daemon = Daemon::start(&link, &fx, 1);
+    ready_for_dhcp6(&link, &daemon);
+    let ask = |conf: &str, dir: &str| {
+        let script = "echo \"$reason $new_fqdn_fqdn $new_fqdn_no_client_update $new_fqdn_server_update\" >> $OUT\n";
+        link.dhclient(&fx.path().join(dir), &["-6"], conf, script, "BOUND6 ")
+            .unwrap_or_else(|log| panic!("dhclient -6 did not bind:\n{log}"))
+    };
+    let line = ask(
+        "timeout 15;\nsend fqdn.fqdn \"asked\";\nsend fqdn.server-update on;\nalso request dhcp6.fqdn;\n",
+        "asked",
+    );
+    // dhclient's names for the flags: N is `no-client-update`, S `server-update`.
+    assert_eq!(line.trim_end(), "BOUND6 pc05 true false");
+    let line = ask("timeout 15;\nalso request dhcp6.fqdn;\n", "unasked");
+    assert_eq!(
+        line.trim_end(),
+        "BOUND6",
+        "sent without option 39 from the client"
+    );
     drop(daemon);
 }
 

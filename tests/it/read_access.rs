@@ -3,7 +3,8 @@
 //! (a veth between them) from an address of the client subnet and from one of another
 //! network, and curl on the server host. By default only the host reads; the clients' subnet
 //! never does without the read token, even inside `server.admin_networks`, which opens its
-//! other addresses; `server.metrics_open` opens /metrics alone. Needs root.
+//! other addresses; `server.metrics_open` opens /metrics alone; the routes a member pulls
+//! revisions by are read routes like the others. Needs root.
 
 use crate::common::netns::{Daemon, Link};
 use crate::common::{Fixture, Loopback, run};
@@ -15,6 +16,9 @@ const CLIENT: &str = "10.77.4.60";
 /// An address of another network, which the server also has a leg on.
 const ADMIN: &str = "10.88.4.2";
 const READ: &str = "read-access-token-0123";
+/// The routes another server pulls a revision by (`bootpool image pull`).
+const PULL_MANIFEST: &str = "/api/v1/images/demo/revs/active/manifest";
+const PULL_OBJECT: &str = "/api/v1/images/demo/objects/sha256/0000000000000000000000000000000000000000000000000000000000000000";
 
 fn config(iface: &str, server_keys: &str) -> Loopback {
     let c = Loopback::default()
@@ -100,6 +104,8 @@ fn the_read_side_is_the_hosts_the_admin_networks_and_the_tokens_never_a_client_s
         "/api/v1/pools",
         "/",
         "/metrics",
+        PULL_MANIFEST,
+        PULL_OBJECT,
     ];
 
     // The default: the server host alone, and the log says how to open it.
@@ -156,5 +162,16 @@ fn the_read_side_is_the_hosts_the_admin_networks_and_the_tokens_never_a_client_s
         assert_eq!(status_on_host(&link, path), "200", "{path}");
     }
     assert_eq!(status_from(&link, CLIENT, "/metrics", None), "200");
+    // What a member pulls a revision by: a client subnet never without the token (with it the
+    // guard lets the request through: the hand-made image has no revision, so 404).
+    for path in [PULL_MANIFEST, PULL_OBJECT] {
+        assert_eq!(status_from(&link, CLIENT, path, None), "401", "{path}");
+        assert_eq!(
+            status_from(&link, CLIENT, path, Some(READ)),
+            "404",
+            "{path}"
+        );
+        assert_eq!(status_from(&link, ADMIN, path, None), "404", "{path}");
+    }
     drop(daemon);
 }

@@ -495,7 +495,9 @@ fn egress_agrees_with_the_kernel_counters_of_a_real_link() {
 fn a_daemon_killed_with_9_comes_back_with_its_records() {
     // 127.0.0.1 is leased to a client of nbd-room, so what it fetches is tied to its boot.
     let fx = with_journal(journal());
-    fx.write_config(&keep_forever(&fx).http("127.0.0.1:18081"));
+    // A port no other test (or another checkout's run) holds: the daemon is started again on it.
+    let http = free_port();
+    fx.write_config(&keep_forever(&fx).http(&format!("127.0.0.1:{http}")));
     let start = || {
         let log = std::fs::File::create(fx.path().join("serve.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_bootpool"))
@@ -519,7 +521,7 @@ fn a_daemon_killed_with_9_comes_back_with_its_records() {
     };
     let mut daemon = start();
     for _ in 0..4 {
-        let (ok, _, err) = get("http://127.0.0.1:18081/boot/demo/initrd.img");
+        let (ok, _, err) = get(&format!("http://127.0.0.1:{http}/boot/demo/initrd.img"));
         assert!(ok, "{err}");
     }
     // Once the batch is committed (it may wait half a second; the store is SQLite in WAL mode,
@@ -541,11 +543,13 @@ fn a_daemon_killed_with_9_comes_back_with_its_records() {
     assert_eq!(stored.lines().count(), journal_lines + 4, "{stored}");
 
     let mut daemon = start();
-    let (ok, body, err) = get("http://127.0.0.1:18081/api/v1/boots?mac=52:54:00:77:00:12");
+    let (ok, body, err) = get(&format!(
+        "http://127.0.0.1:{http}/api/v1/boots?mac=52:54:00:77:00:12"
+    ));
     assert!(ok, "{err}");
     let boots: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(boots[0]["bytes"]["http"], 4 * (2u64 << 20), "{body}");
-    let waves = get("http://127.0.0.1:18081/api/v1/waves").1;
+    let waves = get(&format!("http://127.0.0.1:{http}/api/v1/waves")).1;
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&waves)
             .unwrap()
@@ -560,7 +564,9 @@ fn a_daemon_killed_with_9_comes_back_with_its_records() {
     daemon.0.wait().unwrap();
     drop(daemon);
     let _daemon = start();
-    let (ok, body, err) = get("http://127.0.0.1:18081/api/v1/boots?mac=52:54:00:77:00:12");
+    let (ok, body, err) = get(&format!(
+        "http://127.0.0.1:{http}/api/v1/boots?mac=52:54:00:77:00:12"
+    ));
     assert!(ok, "{err}");
     let boots: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(boots[0]["bytes"]["http"], 4 * (2u64 << 20), "{body}");
@@ -1414,4 +1420,10 @@ async fn report_for_people_names_machines_counts_no_shows_and_starts_where_asked
         !ok && err.contains("--since: `yesterday` is not a local date"),
         "{err}"
     );
+}
+
+/// A TCP port on 127.0.0.1 that nothing holds now (the kernel's pick, let go at once).
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
 }

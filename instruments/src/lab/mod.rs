@@ -3,11 +3,11 @@
 //!
 //! The lab process enters its own network namespace before anything else (see `net`), makes a
 //! bridge with the server's address and a tap per client, runs `bootpool serve` on the config,
-//! powers every client on at once, waits (bounded) for each console to say it booted (the
-//! demo's done line, a stock image's login prompt) or failed, waits (bounded) for the record
-//! to say how each boot ended (an inferred end needs its root quiet for `end::QUIET_S`),
-//! then reads the boots from the daemon's API (kept as `boots.json` in the run's folder) and
-//! tears everything down.
+//! powers every client on at once (with `--wake`, each when its magic packet arrives: `wol`),
+//! waits (bounded) for each console to say it booted (the demo's done line, a stock image's
+//! login prompt) or failed, waits (bounded) for the record to say how each boot ended (an
+//! inferred end needs its root quiet for `end::QUIET_S`), then reads the boots from the
+//! daemon's API (kept as `boots.json` in the run's folder) and tears everything down.
 
 pub mod net;
 pub mod poweroff;
@@ -15,6 +15,7 @@ pub mod room2;
 pub mod table;
 pub mod vm;
 pub mod wire_wait;
+pub mod wol;
 
 pub(crate) use net::dies_with_lab;
 pub use table::Outcome;
@@ -129,17 +130,27 @@ pub struct LabArgs {
     /// again (with `--activate`, the second clients' passes).
     #[arg(long, value_name = "SECS")]
     pub stay_on: Option<u64>,
-    /// Give each client a local disk of this many MiB, with an empty ext4 filesystem, as its
-    /// first virtio disk (`/dev/vda`; a pool's `overlay: {disk: /dev/vda}` writes there). Made
-    /// at the client's first power-on in the run's folder (`pcNN.disk`) and kept across
-    /// `--cycles`. Needs `mke2fs` (package e2fsprogs).
-    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u64).range(8..))]
-    pub disk: Option<u64>,
+    /// Give each client a disk as its first virtio disk (`/dev/vda`): a number is a local
+    /// disk of that many MiB with an empty ext4 filesystem (as a PC's spare partition: a
+    /// pool's `overlay: {disk: /dev/vda}` writes there), made at the client's first power-on
+    /// in the run's folder (`pcNN.disk`) and kept across `--cycles` (needs `mke2fs`, package
+    /// e2fsprogs); a file is a raw disk image every client boots from copy-on-write in qemu
+    /// (the file never changes), e.g. for a next boot of `local`.
+    #[arg(long, value_name = "MIB|FILE", value_parser = vm::Disk::parse)]
+    pub disk: Option<vm::Disk>,
     /// Each client's memory in MiB, instead of the board's own (320 for an x86 PC, 512 for
     /// Secure Boot's and ARM64's): a stock distribution's initrd made for any PC (dracut's
     /// takes about 150 MiB unpacked) does not fit in 320.
     #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u32).range(64..))]
     pub memory: Option<u32>,
+    /// Start the clients powered off (qemu stopped, its NIC on the room's switch) and power
+    /// each on when a Wake-on-LAN magic packet for its MAC arrives (UDP port 9 in the lab's
+    /// network namespace): `bootpool wake` run in that namespace wakes them, as the lab says
+    /// once the daemon is up. Only the first power-on waits for a packet (not --cycles'
+    /// later ones, nor --activate's second clients). Console times count from the wake;
+    /// --timeout from the lab's start. Not with --room2 (its packets stay in its router).
+    #[arg(long, conflicts_with = "room2")]
+    pub wake: bool,
 }
 
 /// The daemon the lab and the storm start: `bootpool` beside this binary (a build's
@@ -282,6 +293,9 @@ fn pools_to_boot<'c>(
 pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
     let pools = pools_to_boot(&args, &config)?;
+    if let Some(vm::Disk::Image(disk)) = args.disk.as_ref().filter(|d| !d.exists()) {
+        bail!("--disk {}: no such file", disk.display());
+    }
     let switch = args
         .activate
         .as_deref()
@@ -417,6 +431,8 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     // What the daemon serves: the config with `bootpool.lab=poweroff` on every command line,
     // so the demo powers off once done and its VM ends.
     let served = poweroff::write(&args.config)?;
+    // --wake: listening before the daemon can send anything.
+    let listener = args.wake.then(wol::Listener::bind).transpose()?;
     let mut daemon = start_daemon(&served.path, &run_dir, api).await?;
 
     let timeout = Duration::from_secs(
@@ -440,7 +456,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         run_dir.display()
     );
     let wave_start = bootpool::record::event::now_micros() as f64 / 1e6;
-    if let Some(mib) = args.disk {
+    if let Some(vm::Disk::Empty(mib)) = args.disk {
         for i in 0..macs.len() {
             vm::make_disk(&run_dir, &format!("pc{:02}", i + 1), mib)?;
         }
@@ -454,11 +470,32 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             args.firmware,
             args.memory,
             &run_dir,
+            args.disk.as_ref(),
         )
     };
     let mut vms = (0..first_wave)
-        .map(power_on)
+        .map(|i| match args.wake {
+            false => power_on(i),
+            true => Vm::powered_off(
+                &format!("pc{:02}", i + 1),
+                macs[i].0,
+                &format!("tap{i}"),
+                accel,
+                args.firmware,
+                args.memory,
+                &run_dir,
+                args.disk.as_ref(),
+            ),
+        })
         .collect::<anyhow::Result<Vec<Vm>>>()?;
+    if args.wake {
+        eprintln!(
+            "lab: the clients are off until their magic packets come; wake them in the lab's namespace: nsenter --net=/proc/{}/ns/net bootpool wake --pool {} --config {}",
+            std::process::id(),
+            pools[0].name,
+            args.config.display()
+        );
+    }
     // Whose DHCP answers are dropped now (--cut-dhcp), by client.
     let mut cut = vec![false; macs.len()];
     let mut switch = switch;
@@ -483,6 +520,17 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     let mut restart_on = args.restart_on.clone();
     let mut reload_on = args.reload_on.clone();
     loop {
+        for mac in listener
+            .as_ref()
+            .map(wol::Listener::woken)
+            .transpose()?
+            .unwrap_or_default()
+        {
+            if let Some(vm) = vms.iter_mut().find(|vm| vm.mac == mac && vm.is_off()) {
+                vm.resume(&run_dir)?;
+                eprintln!("lab: {}'s magic packet came: powered on", vm.name);
+            }
+        }
         if let (Some(text), Some(with)) = (&reload_on, &args.reload_with)
             && let Some(vm) = vms.iter().find(|vm| vm.console_contains(text))
         {
@@ -587,6 +635,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                     args.firmware,
                     args.memory,
                     &run_dir,
+                    args.disk.as_ref(),
                 )?;
                 reported[i] = false;
                 running += 1;

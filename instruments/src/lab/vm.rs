@@ -147,6 +147,9 @@ pub struct Vm {
     pub serial: PathBuf,
     child: Child,
     pub powered_on: Instant,
+    /// How long it sat powered off (`--wake`: qemu started stopped, `-S`, until `resume`);
+    /// the console's times are counted from its resume.
+    held_off: Option<Duration>,
     pub console: Console,
     /// When console lines arrived, as the lab's own clock saw them.
     marks: Arc<Mutex<Marks>>,
@@ -323,8 +326,53 @@ fn nic_args(cmd: &mut Command, tap: &str, mac: Mac, firmware: Firmware, dir: &Pa
     }
 }
 
-/// The client's local disk in the lab's run folder, `NAME.disk`: attached as its first virtio
-/// disk (`/dev/vda`) whenever it exists.
+/// A client's first disk (`lab --disk`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Disk {
+    /// A local disk of this many MiB with an empty ext4 filesystem, the client's own
+    /// (`make_disk`), kept across its power-ons.
+    Empty(u64),
+    /// A raw disk image every client boots from, copy-on-write in qemu.
+    Image(PathBuf),
+}
+
+impl Disk {
+    /// `--disk`'s value: a number of MiB (at least 8), else a file's path.
+    pub fn parse(s: &str) -> Result<Disk, String> {
+        match s.parse::<u64>() {
+            Ok(mib) if mib >= 8 => Ok(Disk::Empty(mib)),
+            Ok(_) => Err(format!("{s}: a local disk needs at least 8 MiB")),
+            Err(_) => Ok(Disk::Image(PathBuf::from(s))),
+        }
+    }
+
+    /// Whether it is there to use (a local disk is made at power-on).
+    pub fn exists(&self) -> bool {
+        match self {
+            Disk::Empty(_) => true,
+            Disk::Image(path) => path.is_file(),
+        }
+    }
+
+    /// The qemu arguments that attach it to client `name`.
+    fn args(&self, dir: &Path, name: &str) -> Vec<String> {
+        let (file, snapshot) = match self {
+            Disk::Empty(_) => (disk_path(dir, name), ""),
+            // Copy-on-write (`snapshot=on`): every client may share the file and none
+            // changes it.
+            Disk::Image(path) => (path.clone(), ",snapshot=on"),
+        };
+        vec![
+            "-drive".into(),
+            format!(
+                "file={},format=raw,if=virtio{snapshot}",
+                file.display().to_string().replace(',', ",,")
+            ),
+        ]
+    }
+}
+
+/// The client's local disk in the lab's run folder, `NAME.disk` (`Disk::Empty`).
 fn disk_path(dir: &Path, name: &str) -> PathBuf {
     dir.join(format!("{name}.disk"))
 }
@@ -354,6 +402,7 @@ pub fn make_disk(dir: &Path, name: &str, mib: u64) -> anyhow::Result<()> {
 }
 
 impl Vm {
+    #[allow(clippy::too_many_arguments)]
     pub fn power_on(
         name: &str,
         mac: Mac,
@@ -362,6 +411,49 @@ impl Vm {
         firmware: Firmware,
         memory_mib: Option<u32>,
         dir: &Path,
+        disk: Option<&Disk>,
+    ) -> anyhow::Result<Vm> {
+        let extra = disk.map(|d| d.args(dir, name)).unwrap_or_default();
+        Vm::start(name, mac, tap, accel, firmware, memory_mib, dir, extra)
+    }
+
+    /// A VM that is off until `resume`: qemu started stopped (`-S`, its NIC already on the
+    /// tap, as a powered-off PC's keeps its link for Wake-on-LAN), with a QMP socket beside
+    /// its console, `NAME.qmp`, to start it by.
+    #[allow(clippy::too_many_arguments)]
+    pub fn powered_off(
+        name: &str,
+        mac: Mac,
+        tap: &str,
+        accel: Accel,
+        firmware: Firmware,
+        memory_mib: Option<u32>,
+        dir: &Path,
+        disk: Option<&Disk>,
+    ) -> anyhow::Result<Vm> {
+        let mut extra = disk.map(|d| d.args(dir, name)).unwrap_or_default();
+        extra.extend([
+            "-S".into(),
+            "-qmp".into(),
+            format!("unix:{},server=on,wait=off", qmp_path(dir, name).display()),
+        ]);
+        let mut vm = Vm::start(name, mac, tap, accel, firmware, memory_mib, dir, extra)?;
+        vm.held_off = None;
+        Ok(vm)
+    }
+
+    /// A qemu client of `memory_mib` (the board's own if none) with `extra` arguments after
+    /// its NIC's.
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        name: &str,
+        mac: Mac,
+        tap: &str,
+        accel: Accel,
+        firmware: Firmware,
+        memory_mib: Option<u32>,
+        dir: &Path,
+        extra: Vec<String>,
     ) -> anyhow::Result<Vm> {
         let serial = dir.join(format!("{name}.log"));
         let mut cmd = qemu(accel, Serial::Pipe, firmware);
@@ -370,13 +462,7 @@ impl Vm {
         if let Some(mib) = memory_mib {
             cmd.args(["-m", &mib.to_string()]);
         }
-        let disk = disk_path(dir, name);
-        if disk.exists() {
-            cmd.args([
-                "-drive",
-                &format!("if=virtio,format=raw,file={}", disk.display()),
-            ]);
-        }
+        cmd.args(extra);
         let powered_on = Instant::now();
         let mut child = cmd
             .spawn()
@@ -392,9 +478,35 @@ impl Vm {
             serial,
             child,
             powered_on,
+            held_off: Some(Duration::ZERO),
             console: Console::Running,
             marks,
         })
+    }
+
+    /// Whether it is still off, waiting for `resume`.
+    pub fn is_off(&self) -> bool {
+        self.held_off.is_none()
+    }
+
+    /// Powers on a VM made by `powered_off`: QMP's `cont`, on its socket in `dir`.
+    pub fn resume(&mut self, dir: &Path) -> anyhow::Result<()> {
+        use anyhow::Context as _;
+        use std::io::{BufRead, BufReader, Write};
+        let path = qmp_path(dir, &self.name);
+        let stream = std::os::unix::net::UnixStream::connect(&path)
+            .with_context(|| format!("connecting to {}", path.display()))?;
+        stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut writer = stream.try_clone()?;
+        let mut lines = BufReader::new(stream).lines();
+        // The greeting, then each command's answer.
+        qmp_answer(&mut lines)?;
+        for command in ["qmp_capabilities", "cont"] {
+            writeln!(writer, "{{\"execute\": \"{command}\"}}")?;
+            qmp_answer(&mut lines)?;
+        }
+        self.held_off = Some(self.powered_on.elapsed());
+        Ok(())
     }
 
     /// Notes the done or failure line. Returns true while qemu runs.
@@ -402,7 +514,7 @@ impl Vm {
         if self.console == Console::Running {
             let m = self.marks.lock().unwrap_or_else(|e| e.into_inner()).clone();
             if let Some(t) = m.done {
-                self.console = Console::Booted(t);
+                self.console = Console::Booted(t.saturating_sub(self.held_off.unwrap_or_default()));
             } else if let Some(why) = m.failed {
                 self.console = Console::Failed(why);
             }
@@ -417,7 +529,10 @@ impl Vm {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .dhcp
-            .map(|d| d.as_secs_f64())
+            .map(|d| {
+                d.saturating_sub(self.held_off.unwrap_or_default())
+                    .as_secs_f64()
+            })
     }
 
     pub fn kill(&mut self) {
@@ -444,6 +559,26 @@ impl Drop for Vm {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Reads QMP's lines up to its greeting or a command's answer (events may come between): Ok
+/// for a greeting or a `return`, the error for an `error`.
+fn qmp_answer(lines: &mut impl Iterator<Item = std::io::Result<String>>) -> anyhow::Result<()> {
+    for line in lines {
+        let line = line?;
+        if line.contains("\"error\"") {
+            anyhow::bail!("qemu's QMP said {line}");
+        }
+        if line.contains("\"return\"") || line.contains("\"QMP\"") {
+            return Ok(());
+        }
+    }
+    anyhow::bail!("qemu's QMP socket closed")
+}
+
+/// Where the QMP socket of a VM started off (`Vm::powered_off`) is.
+fn qmp_path(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("{name}.qmp"))
 }
 
 /// Copies the console to its log file and notes when the lines that matter arrive.

@@ -1,5 +1,5 @@
-//! NFSv3 attributes from lstat results: file types (ftype3, from `proto::nfs3`), times, fsid
-//! per image and device.
+//! NFSv3 attributes from lstat results: file types (ftype3, from `proto::nfs3`), times, one
+//! fsid per image (its fileids are `handles`' to give: by path, the same on every server).
 
 use super::handle::stable_hash;
 use crate::proto::nfs3::Attr;
@@ -28,7 +28,7 @@ pub fn attr_from(image_id: u64, m: &std::fs::Metadata) -> Attr {
         size: m.size(),
         used: m.blocks().saturating_mul(512),
         rdev: (libc::major(rdev), libc::minor(rdev)),
-        fsid: fsid_of(image_id, m.dev()),
+        fsid: fsid_of(image_id),
         fileid: m.ino(),
         atime: time(m.atime(), m.atime_nsec()),
         mtime: time(m.mtime(), m.mtime_nsec()),
@@ -47,7 +47,7 @@ pub(super) fn attr_from_stat(image_id: u64, st: &libc::stat) -> Attr {
         size: st.st_size.max(0) as u64,
         used: (st.st_blocks.max(0) as u64).saturating_mul(512),
         rdev: (libc::major(st.st_rdev), libc::minor(st.st_rdev)),
-        fsid: fsid_of(image_id, st.st_dev),
+        fsid: fsid_of(image_id),
         fileid: st.st_ino,
         atime: time(st.st_atime, st.st_atime_nsec),
         mtime: time(st.st_mtime, st.st_mtime_nsec),
@@ -68,7 +68,8 @@ pub(super) fn ftype_of(mode: u32) -> u32 {
     }
 }
 
-/// One fsid per image and device: two images never look like one filesystem.
-pub(super) fn fsid_of(image_id: u64, dev: u64) -> u64 {
-    stable_hash(&[&image_id.to_be_bytes(), &dev.to_be_bytes()])
+/// One fsid per image (its name, a revision's included), from nothing of this host's: two
+/// images never look like one filesystem, and every server holding one gives the same.
+pub(super) fn fsid_of(image_id: u64) -> u64 {
+    stable_hash(&[&image_id.to_be_bytes()])
 }

@@ -1,7 +1,8 @@
-//! What each handle names: the inodes met so far (`Handles`, handle -> path inside its image
+//! What each handle names: the files met so far (`Handles`, handle -> path inside its image
 //! and attributes, with when they were last checked), learned from stats, listings, opens and
-//! walks of an image (for a handle not met yet, after a restart); and a resolved handle
-//! (`Node`).
+//! walks of an image (for a handle not met yet: after a restart, or one another server gave
+//! out); and a resolved handle (`Node`). The handles given out are named by path
+//! (`TreeHandle::of_path`), and so are their fileids.
 
 use super::attr::{attr_from, attr_from_stat};
 use super::handle::TreeHandle;
@@ -70,6 +71,7 @@ impl Handles {
         write_lock(&self.known).remove(h);
     }
 
+    /// The file at `rel` as `m` found it: its handle, remembered with its attributes.
     pub(super) fn remember(
         &self,
         images: &Images,
@@ -78,10 +80,12 @@ impl Handles {
         m: &std::fs::Metadata,
     ) -> (TreeHandle, Attr) {
         let image = &images[img];
-        let h = TreeHandle::new(image.id, m.dev(), m.ino());
-        self.remember_attr(h, rel, attr_from(image.id, m))
+        let attr = attr_from(image.id, m);
+        let h = TreeHandle::of_path(image.id, &rel, attr.ftype);
+        self.remember_attr(h, rel, attr)
     }
 
+    /// `remember` for a stat the kernel filled in directly.
     pub(super) fn remember_stat(
         &self,
         images: &Images,
@@ -90,16 +94,33 @@ impl Handles {
         st: &libc::stat,
     ) -> (TreeHandle, Attr) {
         let image = &images[img];
-        let h = TreeHandle::new(image.id, st.st_dev, st.st_ino);
-        self.remember_attr(h, rel, attr_from_stat(image.id, st))
+        let attr = attr_from_stat(image.id, st);
+        let h = TreeHandle::of_path(image.id, &rel, attr.ftype);
+        self.remember_attr(h, rel, attr)
     }
 
+    /// A handle met before, found again at `rel` by `st`: remembered afresh as it is (a
+    /// version-1 handle keeps its inode's fileid).
+    pub(super) fn refresh(
+        &self,
+        images: &Images,
+        img: usize,
+        h: TreeHandle,
+        rel: Arc<Path>,
+        st: &libc::stat,
+    ) -> Attr {
+        let attr = attr_from_stat(images[img].id, st);
+        self.remember_attr(h, rel, attr).1
+    }
+
+    /// Remembers `h` as the file at `rel` with `attr`, its fileid the handle's.
     pub(super) fn remember_attr(
         &self,
         h: TreeHandle,
         rel: Arc<Path>,
-        attr: Attr,
+        mut attr: Attr,
     ) -> (TreeHandle, Attr) {
+        attr.fileid = h.fileid(attr.fileid);
         write_lock(&self.known).insert(
             h,
             Known {
@@ -130,8 +151,10 @@ impl Handles {
         self.stat(images, img, Path::new("").into())
     }
 
-    /// Walks an image to learn every inode; false if one ran too recently.
-    pub(super) fn walk(&self, images: &Images, img: usize) -> bool {
+    /// Walks an image to learn every file's handle (and with `inodes`, each one's version-1
+    /// handle too, for a client mounted before handles were named by path); false if one ran
+    /// too recently.
+    pub(super) fn walk(&self, images: &Images, img: usize, inodes: bool) -> bool {
         let image = &images[img];
         {
             let mut last = lock(&image.last_walk);
@@ -142,8 +165,19 @@ impl Handles {
         }
         let found = walk_tree(&image.root, |_| {});
         tracing::debug!(image = %image.name, inodes = found.len(), "walked image for handles");
+        let mut seen = std::collections::HashSet::with_capacity(found.len());
         for (rel, m) in found {
-            self.remember(images, img, rel.into(), &m);
+            let rel: Arc<Path> = rel.into();
+            let (h, _) = self.remember(images, img, rel.clone(), &m);
+            if !seen.insert(h) {
+                tracing::error!(image = %image.name, path = %rel.display(),
+                    "two paths of the image share one NFS handle (a 64-bit hash collision): \
+                     clients may be given the other file for this one");
+            }
+            if inodes {
+                let v1 = TreeHandle::new(image.id, m.dev(), m.ino());
+                self.remember_attr(v1, rel, attr_from(image.id, &m));
+            }
         }
         true
     }

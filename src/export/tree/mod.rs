@@ -5,9 +5,10 @@
 //! path (`Tree::mount`, as rpc.mountd resolves one), and there only while they stay inside the
 //! image.
 //!
-//! File handles are `image id + st_dev + st_ino`, nothing from a start-up counter, so a handle
-//! given out before a restart still resolves afterwards: a handle we have not met yet triggers
-//! one walk of its image to find the inode again.
+//! File handles are `image id + a hash of the path inside it + type` (`handle.rs`), nothing
+//! from a start-up counter or this host's inodes, so a handle given out before a restart, or
+//! by another server holding the same revision, resolves here: a handle we have not met yet
+//! triggers one walk of its image to find its path.
 //!
 //! Speed: NFS is round-trip bound, so every answer should come from memory. Attributes are
 //! cached per inode and re-checked with one lstat when older than `FRESH` (an admin may update
@@ -55,6 +56,7 @@ pub use read::MappedRead;
 pub use shared::{MAX_READ, RAM_FILE_MAX, SMALL_FILE, Status};
 
 use crate::proto::nfs3::{Attr, FsStat};
+use attr::ftype_of;
 use cache::{Named, settled};
 use handle::ROOT;
 use handles::Handles;
@@ -146,8 +148,9 @@ impl Tree {
     }
 
     /// Resolves a handle, from memory when its attributes are fresh; re-walks its image once
-    /// if the inode is not known (after a restart). A path found is checked against the
-    /// handle's dev/ino.
+    /// if the handle is not known (after a restart, or given out by another server). A path
+    /// found is checked against the handle (`TreeHandle::names`: its type; a version-1
+    /// handle's inode).
     pub fn resolve(&self, h: &TreeHandle) -> Result<Node, Status> {
         let Some(img) = self.image_of(h)? else {
             return Ok(Node::Root);
@@ -164,10 +167,10 @@ impl Tree {
                     });
                 }
                 match self.images.lstat(img, &k.rel) {
-                    Ok(st) if (st.st_dev, st.st_ino) == h.key() => {
-                        let (_, attr) =
-                            self.handles
-                                .remember_stat(&self.images, img, k.rel.clone(), &st);
+                    Ok(st) if h.names(st.st_dev, st.st_ino, ftype_of(st.st_mode)) => {
+                        let attr = self
+                            .handles
+                            .refresh(&self.images, img, *h, k.rel.clone(), &st);
                         return Ok(Node::In {
                             img,
                             rel: k.rel,
@@ -181,7 +184,7 @@ impl Tree {
                     }
                 }
             }
-            if attempt == 0 && !self.handles.walk(&self.images, img) {
+            if attempt == 0 && !self.handles.walk(&self.images, img, h.is_v1()) {
                 break;
             }
         }

@@ -3,7 +3,7 @@
 //! kept open; where a READ's bytes come from (`Readable`, RAM's among them) and how many.
 
 use super::at::{fstat, open_at};
-use super::attr::{NF3DIR, NF3REG};
+use super::attr::{NF3DIR, NF3REG, ftype_of};
 use super::cache::{Clock, OpenFile, file_cache_size, small_map_cache_size};
 use super::handle::TreeHandle;
 use super::handles::{Handles, Node};
@@ -278,9 +278,9 @@ fn open_checked(
     let dir = images.root_dir(img).ok_or(Error::Stale)?;
     let f = open_at(&dir, rel).map_err(io_status)?;
     let st = fstat(&f).map_err(io_status)?;
-    if (st.st_dev, st.st_ino) != h.key() {
+    if !h.names(st.st_dev, st.st_ino, ftype_of(st.st_mode)) {
         return Err(Error::Stale);
     }
-    handles.remember_stat(images, img, rel.into(), &st);
+    handles.refresh(images, img, *h, rel.into(), &st);
     Ok((f, st))
 }

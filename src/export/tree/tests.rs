@@ -58,7 +58,10 @@ fn attributes_come_from_lstat() {
     let m = std::fs::symlink_metadata(root.join("bin/su")).unwrap();
     assert_eq!(su.mode, 0o4755);
     assert_eq!(su.ftype, NF3REG);
-    assert_eq!((su.fileid, su.size, su.uid), (m.ino(), 10, m.uid()));
+    // The fileid is the handle's (the path's), not this host's inode number.
+    let h = walk(&tree, &["demo", "bin", "su"]).unwrap();
+    assert_eq!((su.fileid, su.size, su.uid), (h.fileid(0), 10, m.uid()));
+    assert_ne!(su.fileid, m.ino());
     assert_eq!(su.mtime.0 as i64, m.mtime());
     let tmp = tree
         .getattr(&walk(&tree, &["demo", "tmp"]).unwrap())
@@ -570,6 +573,75 @@ fn handles_survive_a_new_tree_and_reject_strangers() {
     let later = Tree::new([("demo".to_string(), dir.path().join("rootfs"))]);
     let gone = TreeHandle::from_wire(&gone).unwrap();
     assert_eq!(later.getattr(&gone), Err(Error::Stale));
+}
+
+/// Two servers holding the same image (here: two copies of one tree, every inode another)
+/// give every file the same handle, fileid and fsid, and each resolves the other's handles:
+/// what lets a client's mount continue on a survivor (docs/failover.md).
+#[test]
+fn handles_are_the_same_on_every_server_holding_the_image() {
+    let (dir, a) = fixture();
+    let copy = dir.path().join("copy");
+    let cp = std::process::Command::new("cp")
+        .args(["-a", "--"])
+        .arg(dir.path().join("rootfs"))
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let b = Tree::new([("demo".to_string(), copy.clone())]);
+    for path in [
+        &["demo"][..],
+        &["demo", "bin"],
+        &["demo", "bin", "su"],
+        &["demo", "tmp"],
+        &["demo", "fifo"],
+        &["demo", "escape"],
+        &["demo", "big", "f7"],
+    ] {
+        let (ha, hb) = (walk(&a, path).unwrap(), walk(&b, path).unwrap());
+        assert_eq!(ha, hb, "{path:?}");
+        let (aa, ab) = (a.getattr(&ha).unwrap(), b.getattr(&hb).unwrap());
+        assert_eq!(
+            (aa.fileid, aa.fsid, aa.ftype),
+            (ab.fileid, ab.fsid, ab.ftype),
+            "{path:?}"
+        );
+    }
+    let rel = Path::new("bin/su");
+    let ino = |root: &Path| std::fs::symlink_metadata(root.join(rel)).unwrap().ino();
+    assert_ne!(ino(&dir.path().join("rootfs")), ino(&copy));
+    // A server that never met the handle (a survivor) finds it by walking its copy.
+    let survivor = Tree::new([("demo".to_string(), copy)]);
+    let su = TreeHandle::from_wire(&walk(&a, &["demo", "bin", "su"]).unwrap().wire()).unwrap();
+    assert_eq!(survivor.getattr(&su).unwrap().mode, 0o4755);
+    let f7 = walk(&a, &["demo", "big", "f7"]).unwrap();
+    let mut out = Vec::new();
+    let (_, eof) = survivor.read(&f7, 0, 100, &mut out).unwrap();
+    assert_eq!((&out[..], eof), (&b"7"[..], true));
+    // Another image's name (another revision) is not the same filesystem.
+    let other = Tree::new([("demo@2".to_string(), dir.path().join("rootfs"))]);
+    assert_eq!(other.getattr(&su), Err(Error::Stale));
+}
+
+/// A version-1 handle (one host's inode, as releases before handles were named by path gave
+/// out) still resolves, with the fileid it was given with: a client mounted across the upgrade
+/// keeps working.
+#[test]
+fn version_1_handles_still_resolve() {
+    let (dir, _tree) = fixture();
+    let root = dir.path().join("rootfs");
+    let fresh = Tree::new([("demo".to_string(), root.clone())]);
+    let m = std::fs::symlink_metadata(root.join("bin/su")).unwrap();
+    let v1 = TreeHandle::new(fresh.images[0].id, m.dev(), m.ino());
+    let attr = fresh.getattr(&v1).unwrap();
+    assert_eq!((attr.mode, attr.fileid), (0o4755, m.ino()));
+    let wire = v1.wire();
+    assert_eq!(TreeHandle::from_wire(&wire), Ok(v1));
+    // Named by path now, the same file is another handle, with the path's fileid.
+    let v2 = walk(&fresh, &["demo", "bin", "su"]).unwrap();
+    assert_ne!(v1, v2);
+    assert_eq!(fresh.getattr(&v2).unwrap().fileid, v2.fileid(0));
 }
 
 /// Attributes from a raw `fstatat` are the ones `std`'s metadata gives.

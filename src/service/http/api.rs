@@ -94,6 +94,7 @@ pub(super) struct WaveLine {
     pub(super) id: u64,
     pub(super) pool: String,
     pub(super) start: f64,
+    pub(super) wake: Option<wave::WaveWake>,
     pub(super) summary: SummaryView,
 }
 
@@ -105,6 +106,7 @@ pub(super) async fn waves(State(web): State<Web>) -> Json<Vec<WaveLine>> {
                 id: w.id,
                 pool: w.pool.clone(),
                 start: w.start,
+                wake: w.wake,
                 summary: (&w.summary).into(),
             })
             .collect()

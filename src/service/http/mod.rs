@@ -26,6 +26,8 @@ mod guard;
 mod images;
 mod next_boot;
 mod readers;
+mod revs;
+mod site;
 mod wake;
 mod web;
 
@@ -138,6 +140,14 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/config", get(api::config))
         .route("/api/v1/images", get(images::images))
         .route("/api/v1/images/{name}/activate", post(images::activate))
+        .route(
+            "/api/v1/images/{name}/revs/{rev}/manifest",
+            get(revs::manifest),
+        )
+        .route(
+            "/api/v1/images/{name}/objects/sha256/{digest}",
+            get(revs::object),
+        )
         .route("/api/v1/clients", get(clients).post(enrol::enrol))
         .route("/api/v1/unknown", get(enrol::unknown))
         .route("/api/v1/leases/{mac}/release", post(release_lease))
@@ -147,6 +157,7 @@ pub fn router(web: Web) -> axum::Router {
         )
         .route("/api/v1/wake", post(wake::wake))
         .route("/api/v1/wakes", get(wake::wakes))
+        .route("/api/v1/site", get(site::site))
         .merge(super::web::routes())
         .layer(axum::middleware::from_fn_with_state(
             web.clone(),

@@ -31,6 +31,8 @@ pub struct Web {
     pub next: Arc<crate::service::next_boot::NextBootState>,
     /// Wake-on-LAN's sender (`service::wake`).
     pub wake: Arc<crate::service::wake::Waker>,
+    /// The site this server is a member of (`GET /api/v1/site`).
+    pub site: Arc<crate::site::live::Site>,
 }
 
 impl Web {
@@ -55,6 +57,7 @@ impl Web {
             enrol: shared.enrol.clone(),
             next: Arc::new(next),
             wake,
+            site: shared.site.clone(),
         })
     }
 }

@@ -139,9 +139,10 @@ fn trust_of(config: &Config, tree: &Tree) -> Arc<[(bool, bool)]> {
         .collect()
 }
 
-/// The NFS service (MOUNT and NFSv3 on one port): the tree, then each connection accepted
+/// The NFS service (MOUNT and NFSv3 on one port, a listener on each of the server's own
+/// addresses, `app::own_addresses`): the tree, then each connection accepted
 /// from a client of an NFS pool, or a stranger within its small share, on a thread of its own.
-pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::Result<()> {
+pub async fn serve(listeners: Vec<super::Listener>, shared: super::Shared) -> anyhow::Result<()> {
     let super::Shared {
         config: live,
         recorder,
@@ -161,7 +162,7 @@ pub async fn serve(listener: super::Listener, shared: super::Shared) -> anyhow::
     let slots = Slots::new(metrics.clone(), |m| &m.nfs().slots, CLIENTS, STRANGERS);
     loop {
         let Some((stream, peer, paced)) =
-            super::accept(&listener, &shutdown, "nfs", Carries::Root).await
+            super::accept_any(&listeners, &shutdown, "nfs", Carries::Root).await
         else {
             break;
         };

@@ -15,6 +15,7 @@ pub struct Fixture {
 pub mod lab;
 pub mod loopback;
 pub mod netns;
+pub mod postgres;
 pub mod rpc;
 
 /// The daemon's binary, with the instruments' (`bootpool-instruments`, which `bootpool lab`,
@@ -160,8 +161,21 @@ impl Fixture {
     /// descriptors, the lock file's too, until its exec closes them. So a locked folder is
     /// asked again, for 10 s at most.
     pub async fn start(&self) -> Running {
+        self.start_member(None).await
+    }
+
+    /// `start` as member `member` of its site (a PostgreSQL `database:` shared with others).
+    pub async fn start_as(&self, member: &str) -> Running {
+        self.start_member(Some(member)).await
+    }
+
+    async fn start_member(&self, member: Option<&str>) -> Running {
         for _ in 0..100 {
-            match app::start(self.config()).await {
+            let started = match member {
+                Some(m) => app::start_as(self.config(), m).await,
+                None => app::start(self.config()).await,
+            };
+            match started {
                 Ok(running) => return running,
                 Err(e) if e.downcast_ref::<app::StateDirLocked>().is_some() => {
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;

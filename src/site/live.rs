@@ -1,0 +1,205 @@
+//! The site as one running `bootpool serve` takes part in it: its own row written every
+//! `BEAT` (`db`), everyone's read back into its view (`owners`), and the answer the DHCP
+//! services ask before each request: is this client mine? Without a PostgreSQL database there
+//! is no site: the server is alone and answers everyone, as before sites existed.
+
+use super::db::{Beat, Db};
+use super::member::Member;
+use super::owners::{DEAD_AFTER, View};
+use crate::shutdown::Shutdown;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// How often a member writes its heartbeat and reads the others': a dead member is noticed
+/// within `DEAD_AFTER` plus one beat plus one read.
+pub const BEAT: Duration = Duration::from_millis(500);
+
+/// One server's part in the site. Shared by the services (`Arc`).
+#[derive(Debug)]
+pub struct Site {
+    me: Member,
+    /// `None`: no site (the records are in SQLite).
+    db: Option<Db>,
+    /// This process among others that might use the same name: its PID and start.
+    instance: String,
+    view: RwLock<View>,
+}
+
+impl Site {
+    /// A server with no site: it answers every client.
+    pub fn alone(me: Member) -> Arc<Site> {
+        Arc::new(Site::new(me, None))
+    }
+
+    /// No site and no name (a service started on its own, in tests): answers every client.
+    pub fn none() -> Arc<Site> {
+        Site::alone(Member {
+            name: String::new(),
+            addresses: Vec::new(),
+            links: Vec::new(),
+            rooms: Vec::new(),
+            http: String::new(),
+            started: 0,
+        })
+    }
+
+    /// A member of the site whose database `db` is.
+    pub fn member(me: Member, db: Db) -> Arc<Site> {
+        Arc::new(Site::new(me, Some(db)))
+    }
+
+    fn new(me: Member, db: Option<Db>) -> Site {
+        Site {
+            instance: format!("{}-{}", std::process::id(), me.started),
+            view: RwLock::new(View::alone(&me.name)),
+            me,
+            db,
+        }
+    }
+
+    /// Whether several servers may share the clients (a PostgreSQL database).
+    pub fn shared(&self) -> bool {
+        self.db.is_some()
+    }
+
+    pub fn me(&self) -> &Member {
+        &self.me
+    }
+
+    /// The view as it stands.
+    pub fn view(&self) -> View {
+        self.view.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Whether this server answers the client whose key (MAC, DUID) is `key`.
+    pub fn mine(&self, key: &[u8]) -> bool {
+        self.view
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .mine(key)
+    }
+
+    /// Takes `seen` into the view as a read of the database would: a site without a database
+    /// (the services' unit tests).
+    pub fn observe(&self, seen: Vec<super::member::Seen>) {
+        self.set(|v| v.read(seen));
+    }
+
+    /// Member `me` of a site whose members `live` beat and `dead` stopped (the services' unit
+    /// tests).
+    #[cfg(test)]
+    pub fn seeing(me: &str, live: &[&str], dead: &[&str]) -> Arc<Site> {
+        let member = |name: &str| Member {
+            name: name.into(),
+            ..Site::none().me.clone()
+        };
+        let site = Site::alone(member(me));
+        let seen = live
+            .iter()
+            .map(|n| (n, 0.1))
+            .chain(dead.iter().map(|n| (n, 30.0)))
+            .map(|(n, age_s)| super::member::Seen {
+                member: member(n),
+                heartbeat: 0,
+                age_s,
+            })
+            .collect();
+        site.observe(seen);
+        site
+    }
+
+    /// The first heartbeat and read, before any request is answered: an error when another
+    /// running server holds this member's name. A database that does not answer is logged
+    /// and the server starts on the view it has (itself alone), never waiting for it.
+    pub async fn join(&self) -> anyhow::Result<()> {
+        let Some(db) = &self.db else {
+            return Ok(());
+        };
+        if let Err(e) = db.schema().await {
+            tracing::warn!(error = %format!("{e:#}"), "site database unreachable at start; \
+                answering every client until it answers");
+            self.set(|v| v.unreachable());
+            return Ok(());
+        }
+        // A name still beating may be this server's own previous process, killed a moment
+        // ago (kill -9, a crash and a supervisor's restart): its heartbeat ages out within
+        // `DEAD_AFTER`. One that keeps beating past that is another running server.
+        let deadline = tokio::time::Instant::now() + DEAD_AFTER + BEAT * 2;
+        while let Ok(Beat::NameTaken) = db.beat(&self.me, &self.instance, DEAD_AFTER).await {
+            if tokio::time::Instant::now() >= deadline {
+                anyhow::bail!(
+                    "another running server is member {:?} of this site (it kept its \
+                     heartbeat for {:?}): give each server its own name with \
+                     `bootpool serve --member NAME`",
+                    self.me.name,
+                    DEAD_AFTER + BEAT * 2
+                );
+            }
+            tokio::time::sleep(BEAT).await;
+        }
+        self.read(db).await;
+        let view = self.view();
+        tracing::info!(member = %self.me.name, live = ?view.live(), buckets = view.buckets_of(&self.me.name),
+            "joined the site");
+        Ok(())
+    }
+
+    /// Beats and reads every `BEAT` until the shutdown, then leaves the site, so that the
+    /// others take this server's clients at once.
+    pub async fn keep(self: Arc<Self>, shutdown: Shutdown) {
+        let Some(db) = &self.db else {
+            return;
+        };
+        let mut tick = tokio::time::interval(BEAT);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut taken_said = false;
+        loop {
+            tokio::select! {
+                _ = shutdown.wait() => break,
+                _ = tick.tick() => {}
+            }
+            match db.beat(&self.me, &self.instance, DEAD_AFTER).await {
+                Ok(Beat::NameTaken) if !taken_said => {
+                    taken_said = true;
+                    tracing::error!(member = %self.me.name, "another server took this member's \
+                        name while this one's heartbeat was late; give each its own --member");
+                }
+                Ok(Beat::Written) => taken_said = false,
+                _ => {}
+            }
+            self.read(db).await;
+        }
+        if let Err(e) = db.leave(&self.me.name, &self.instance).await {
+            tracing::debug!(error = %format!("{e:#}"), "site row not marked as left");
+        }
+    }
+
+    /// Reads every member into the view; on failure, freezes it.
+    async fn read(&self, db: &Db) {
+        match db.members().await {
+            Ok(seen) => {
+                let was_frozen = self.view().frozen();
+                let changed = self.set(|v| v.read(seen));
+                let view = self.view();
+                if was_frozen {
+                    tracing::info!(live = ?view.live(), "site database answers again");
+                }
+                if changed {
+                    tracing::info!(live = ?view.live(), buckets = view.buckets_of(&self.me.name),
+                        "site members changed");
+                }
+            }
+            Err(e) => {
+                if !self.view().frozen() {
+                    tracing::warn!(error = %format!("{e:#}"), live = ?self.view().live(),
+                        "site database unreachable: the members stay as last seen");
+                }
+                self.set(|v| v.unreachable());
+            }
+        }
+    }
+
+    fn set<T>(&self, f: impl FnOnce(&mut View) -> T) -> T {
+        f(&mut self.view.write().unwrap_or_else(|e| e.into_inner()))
+    }
+}

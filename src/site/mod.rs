@@ -1,0 +1,9 @@
+//! A site: several `bootpool serve` sharing one PostgreSQL database (`server.database`), each
+//! client answered by exactly one of them (docs/site.md).
+
+pub mod db;
+pub mod hash;
+pub mod live;
+pub mod member;
+pub mod owners;
+pub mod report;

@@ -1,0 +1,582 @@
+//! A site of two servers on one PostgreSQL (issue 46 parts 1 and 2): two `bootpool serve`,
+//! members `a` and `b`, each in a network namespace of its own with a veth on one bridge (the
+//! room's namespace), sharing a database the test starts (through its Unix socket, which every
+//! namespace reaches). Both list each other (`GET /api/v1/site`, `bootpool site`); real
+//! clients (Kea's perfdhcp relaying 200 exchanges of random MACs, busybox udhcpc, ISC dhclient)
+//! are each answered by exactly one of them, the member RFC 3074's hash gives them (counted
+//! from both servers' answers on /metrics and their lease files); `b` killed with -9 loses its
+//! clients to `a` (a udhcpc started at once is answered by `a`); `b` restarted takes them back;
+//! and with the database stopped both keep the view they had: each still answers its own
+//! clients, and only those. Outcomes only, never a time.
+
+use crate::common::netns::Link;
+use crate::common::postgres::Postgres;
+use crate::common::{Fixture, Loopback, run};
+use bootpool::site::hash::bucket;
+use std::collections::BTreeSet;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+const NET: &str = "10.79.0";
+
+/// The room's namespace with a bridge, and a namespace per member with a veth on it.
+struct Room {
+    ns: String,
+    bridge: String,
+    members: Vec<(String, String)>,
+}
+
+fn ip(args: &[&str]) {
+    let (ok, _, err) = run(std::process::Command::new("ip").args(args), 30);
+    assert!(ok, "ip {}: {err}", args.join(" "));
+}
+
+impl Room {
+    fn new(members: usize) -> Room {
+        let tag = std::process::id() % 100_000;
+        let mut room = Room {
+            ns: format!("bp-site{tag}"),
+            bridge: format!("bsite{tag}"),
+            members: Vec::new(),
+        };
+        ip(&["netns", "add", &room.ns]);
+        room.exec(&["ip", "link", "add", &room.bridge, "type", "bridge"]);
+        room.exec(&["ip", "link", "set", &room.bridge, "up"]);
+        room.exec(&["ip", "link", "set", "lo", "up"]);
+        for k in 1..=members {
+            let (ns, dev, port) = (
+                format!("bp-site{tag}m{k}"),
+                format!("bm{tag}x{k}"),
+                format!("bp{tag}x{k}"),
+            );
+            ip(&["netns", "add", &ns]);
+            room.members.push((ns.clone(), dev.clone()));
+            ip(&[
+                "link", "add", &dev, "netns", &ns, "type", "veth", "peer", "name", &port, "netns",
+                &room.ns,
+            ]);
+            room.exec(&["ip", "link", "set", &port, "master", &room.bridge]);
+            room.exec(&["ip", "link", "set", &port, "up"]);
+            let cidr = format!("{NET}.{k}/16");
+            for args in [
+                vec!["ip", "addr", "add", &cidr, "dev", &dev],
+                vec!["ip", "link", "set", &dev, "up"],
+                vec!["ip", "link", "set", "lo", "up"],
+            ] {
+                ip(&[&["netns", "exec", &ns][..], &args].concat());
+            }
+        }
+        room
+    }
+
+    fn exec(&self, args: &[&str]) {
+        ip(&[&["netns", "exec", &self.ns][..], args].concat());
+    }
+
+    /// busybox udhcpc on the bridge as `mac`, trying `tries` times a second apart: the server
+    /// that bound it (its server identifier), or `None`.
+    fn udhcpc(&self, dir: &std::path::Path, mac: &str, tries: u32) -> Option<String> {
+        self.exec(&["ip", "link", "set", &self.bridge, "address", mac]);
+        let out = dir.join("udhcpc.out");
+        let _ = std::fs::remove_file(&out);
+        let script = dir.join("udhcpc.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\necho \"$1 $serverid $ip\" >> {}\n",
+                out.display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let tries = tries.to_string();
+        run(
+            &mut Link::command(
+                &self.ns,
+                "busybox",
+                &[
+                    "udhcpc",
+                    "-i",
+                    &self.bridge,
+                    "-f",
+                    "-q",
+                    "-n",
+                    "-t",
+                    &tries,
+                    "-T",
+                    "1",
+                    "-s",
+                    script.to_str().unwrap(),
+                ],
+            ),
+            60,
+        );
+        let said = std::fs::read_to_string(&out).unwrap_or_default();
+        said.lines()
+            .find_map(|l| Some(l.strip_prefix("bound ")?.split(' ').next()?.to_string()))
+    }
+}
+
+impl Drop for Room {
+    fn drop(&mut self) {
+        for (ns, _) in &self.members {
+            let _ = run(
+                std::process::Command::new("ip").args(["netns", "del", ns]),
+                10,
+            );
+        }
+        let _ = run(
+            std::process::Command::new("ip").args(["netns", "del", &self.ns]),
+            10,
+        );
+    }
+}
+
+/// A member's server, killed with -9 when dropped.
+struct Member {
+    name: &'static str,
+    ns: String,
+    fx: Fixture,
+    child: Option<Child>,
+}
+
+impl Member {
+    /// Member `k` (1: `a`, 2: `b`) at `NET.k`, its own range of the /16, the room's pool of
+    /// 65,536 MACs, the site's database.
+    fn new(room: &Room, k: usize, database: &str) -> Member {
+        let (ns, dev) = room.members[k - 1].clone();
+        let fx = Fixture::new();
+        let config = Loopback::default()
+            .on_veth(NET, &dev)
+            .network("10.79.0.0/16")
+            // Each member leases from a range of its own (the lease table is each member's).
+            .range(&format!("10.79.{k}.0-10.79.{k}.255"))
+            .http(&format!("{NET}.{k}:8080"))
+            .server(&format!("database: {database}"))
+            .without_pool("nfs-room")
+            .clients(
+                "nbd-room",
+                "- { macs: \"52:54:00:79:00:00-52:54:00:79:ff:ff\" }",
+            );
+        let text = config.replace(
+            &format!("  address: {NET}.1\n"),
+            &format!("  address: {NET}.{k}\n"),
+        );
+        fx.write_config(&text);
+        let mut m = Member {
+            name: ["a", "b"][k - 1],
+            ns,
+            fx,
+            child: None,
+        };
+        m.start();
+        m
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.fx.path().join("serve.log")).unwrap_or_default()
+    }
+
+    fn start(&mut self) {
+        let log = std::fs::File::create(self.fx.path().join("serve.log")).unwrap();
+        let child = Link::command(
+            &self.ns,
+            env!("CARGO_BIN_EXE_bootpool"),
+            &[
+                "serve",
+                "--config",
+                self.fx.config_path().to_str().unwrap(),
+                "--member",
+                self.name,
+            ],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("bootpool runs");
+        self.child = Some(child);
+        let started = (0..400).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            self.log().contains("bootpool serving")
+        });
+        assert!(started, "{}", self.log());
+    }
+
+    /// SIGTERM, and the exit awaited: a clean stop.
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = bootpool::sys::process::kill(c.id() as i32, libc::SIGTERM);
+            let status = c.wait().unwrap();
+            assert!(status.success(), "{status}\n{}", self.log());
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn http(&self) -> String {
+        let k = if self.name == "a" { 1 } else { 2 };
+        format!("{NET}.{k}:8080")
+    }
+
+    fn get(&self, path: &str) -> String {
+        let url = format!("http://{}{path}", self.http());
+        let (ok, body, err) = run(
+            &mut Link::command(&self.ns, "curl", &["-sS", "--fail", &url]),
+            30,
+        );
+        assert!(ok, "{url}: {err}\n{}", self.log());
+        body
+    }
+
+    /// The site as this member sees it: (name, live) of each member, and whether frozen.
+    fn site(&self) -> (Vec<(String, bool)>, bool) {
+        let v: serde_json::Value = serde_json::from_str(&self.get("/api/v1/site")).unwrap();
+        let members = v["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["name"].as_str().unwrap().to_string(),
+                    m["live"].as_bool().unwrap(),
+                )
+            })
+            .collect();
+        (members, v["frozen"].as_bool().unwrap())
+    }
+
+    /// DHCP answers of `kind` (offer, ack, nak) this member sent.
+    fn answers(&self, kind: &str) -> u64 {
+        let series = format!("bootpool_dhcp_answers_total{{kind=\"{kind}\"}} ");
+        let text = self.get("/metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in /metrics"))
+    }
+
+    /// The MACs in this member's lease file.
+    fn leased(&self) -> BTreeSet<String> {
+        let saved = bootpool::service::lease_file::read(&self.fx.path().join("var")).unwrap();
+        let v = serde_json::to_value(&saved).unwrap();
+        v["leases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["mac"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn mac_bytes(mac: &str) -> Vec<u8> {
+    mac.split(':')
+        .map(|h| u8::from_str_radix(h, 16).unwrap())
+        .collect()
+}
+
+/// Of two live members `a` and `b`, the one RFC 3074's split gives `mac`: even buckets to
+/// the first name, odd to the second.
+fn owner(mac: &str) -> &'static str {
+    ["a", "b"][usize::from(bucket(&mac_bytes(mac)) % 2)]
+}
+
+/// MACs of the room's pool owned by `who` while both members live.
+fn macs_of(who: &str, n: usize) -> Vec<String> {
+    (0..=255u8)
+        .map(|i| format!("52:54:00:79:01:{i:02x}"))
+        .filter(|m| owner(m) == who)
+        .take(n)
+        .collect()
+}
+
+fn poll(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..300 {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("never came true: {what}");
+}
+
+#[test]
+fn each_client_is_answered_by_exactly_one_member_and_a_dead_members_by_a_survivor() {
+    let pg = Postgres::start();
+    let room = Room::new(3);
+    let a = Member::new(&room, 1, &pg.socket_url());
+    let mut b = Member::new(&room, 2, &pg.socket_url());
+    let both = vec![("a".to_string(), true), ("b".to_string(), true)];
+    poll("a and b see each other live", || {
+        a.site() == (both.clone(), false) && b.site() == (both.clone(), false)
+    });
+
+    // `bootpool site` reads the same rows from the database.
+    let (ok, table, err) = run(
+        std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"))
+            .args(["site", "--config"])
+            .arg(a.fx.config_path()),
+        30,
+    );
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(
+        lines[1].starts_with("a ") && lines[1].contains(" live "),
+        "{table}"
+    );
+    assert!(
+        lines[2].starts_with("b ") && lines[2].contains(" live "),
+        "{table}"
+    );
+    assert!(
+        lines[1].contains("50.0%") && lines[2].contains("10.79.0.2:8080"),
+        "{table}"
+    );
+
+    // perfdhcp, a relay at NET.200, broadcasts 200 exchanges of random MACs to both.
+    room.exec(&["ip", "addr", "add", "10.79.0.200/16", "dev", &room.bridge]);
+    let (ok, out, err) = run(
+        &mut Link::command(
+            &room.ns,
+            "perfdhcp",
+            &[
+                "-4",
+                "-l",
+                &room.bridge,
+                "-b",
+                "mac=52:54:00:79:00:00",
+                "-R",
+                "200",
+                "-n",
+                "200",
+                "-r",
+                "50",
+                "-d",
+                "10",
+                "-W",
+                "2000000",
+                "all",
+            ],
+        ),
+        120,
+    );
+    let said = format!(
+        "perfdhcp ok={ok}:\n{out}\n{err}\na:\n{}\nb:\n{}",
+        a.log(),
+        b.log()
+    );
+    // Each DISCOVER and REQUEST had one answer: none lost, none doubled.
+    let lines_of = |start: &str| -> Vec<String> {
+        out.lines()
+            .filter(|l| l.starts_with(start))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(lines_of("drops:"), ["drops: 0", "drops: 0"], "{said}");
+    assert_eq!(
+        lines_of("received packets:"),
+        ["received packets: 200", "received packets: 200"],
+        "{said}"
+    );
+    let (offers_a, offers_b) = (a.answers("offer"), b.answers("offer"));
+    assert_eq!(offers_a + offers_b, 200, "{said}");
+    assert!(offers_a > 40 && offers_b > 40, "{offers_a} {offers_b}");
+    // Each member holds only its own clients, by RFC 3074's split.
+    let (leased_a, leased_b) = (a.leased(), b.leased());
+    assert!(leased_a.is_disjoint(&leased_b));
+    assert!(leased_a.iter().all(|m| owner(m) == "a"), "{leased_a:?}");
+    assert!(leased_b.iter().all(|m| owner(m) == "b"), "{leased_b:?}");
+    room.exec(&["ip", "addr", "flush", "dev", &room.bridge]);
+
+    // busybox udhcpc, three clients of each: bound by their owner, one OFFER and one ACK each.
+    let dir = tempfile::tempdir().unwrap();
+    let before = [a.answers("offer"), b.answers("offer")];
+    for (who, server) in [("a", "10.79.0.1"), ("b", "10.79.0.2")] {
+        for mac in macs_of(who, 3) {
+            let bound = room.udhcpc(dir.path(), &mac, 3);
+            assert_eq!(bound.as_deref(), Some(server), "{mac}");
+        }
+    }
+    assert_eq!(
+        [
+            a.answers("offer") - before[0],
+            b.answers("offer") - before[1]
+        ],
+        [3, 3]
+    );
+
+    // ISC dhclient, one client of b's.
+    let mac = &macs_of("b", 4)[3];
+    room.exec(&["ip", "link", "set", &room.bridge, "address", mac]);
+    let got = dhclient(&room, &dir.path().join("dhclient"));
+    assert_eq!(got, "done 10.79.0.2", "dhclient");
+
+    // b killed with -9: a udhcpc of b's started at once is answered by a.
+    b.kill();
+    let mac = &macs_of("b", 5)[4];
+    let bound = room.udhcpc(dir.path(), mac, 10);
+    assert_eq!(bound.as_deref(), Some("10.79.0.1"), "{mac}\n{}", a.log());
+    let (seen, _) = a.site();
+    assert_eq!(seen, [("a".into(), true), ("b".into(), false)]);
+
+    // b again: it takes its half back.
+    b.start();
+    poll("a sees b live again", || a.site() == (both.clone(), false));
+    let mac = &macs_of("b", 6)[5];
+    assert_eq!(
+        room.udhcpc(dir.path(), mac, 3).as_deref(),
+        Some("10.79.0.2")
+    );
+
+    // A third server under b's name, while b runs, is refused (after one heartbeat window).
+    let (ns3, dev3) = room.members[2].clone();
+    let third = Fixture::new();
+    third.write_config(
+        &Loopback::default()
+            .on_veth("10.79.0", &dev3)
+            .network("10.79.0.0/16")
+            .range("10.79.3.0-10.79.3.255")
+            .http("10.79.0.3:8080")
+            .server(&format!("database: {}", pg.socket_url()))
+            .replace("  address: 10.79.0.1\n", "  address: 10.79.0.3\n"),
+    );
+    let (ok, _, err) = run(
+        &mut Link::command(
+            &ns3,
+            env!("CARGO_BIN_EXE_bootpool"),
+            &[
+                "serve",
+                "--config",
+                third.config_path().to_str().unwrap(),
+                "--member",
+                "b",
+            ],
+        ),
+        60,
+    );
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains("another running server is member \"b\""),
+        "{err}"
+    );
+    // A name that is not one word is refused before anything is bound.
+    let (ok, _, err) = run(
+        &mut Link::command(
+            &ns3,
+            env!("CARGO_BIN_EXE_bootpool"),
+            &[
+                "serve",
+                "--config",
+                third.config_path().to_str().unwrap(),
+                "--member",
+                "two words",
+            ],
+        ),
+        60,
+    );
+    assert!(!ok && err.contains("--member NAME"), "{err}");
+
+    // b stopped cleanly marks its row dead as it goes (its heartbeat the epoch), so a takes
+    // its clients at its next read; then b comes back.
+    b.stop();
+    assert_eq!(
+        pg.query("SELECT extract(epoch FROM heartbeat)::bigint FROM site_members WHERE name = 'b'"),
+        "0"
+    );
+    poll("a sees b dead", || {
+        a.site().0 == [("a".to_string(), true), ("b".to_string(), false)]
+    });
+    b.start();
+    poll("a sees b live again", || a.site() == (both.clone(), false));
+
+    // The database stopped: both keep the members they saw, and each its own clients.
+    drop(pg);
+    poll("both frozen", || a.site().1 && b.site().1);
+    assert_eq!(a.site(), (both.clone(), true));
+    let before = [a.answers("offer"), b.answers("offer")];
+    for (who, server) in [("a", "10.79.0.1"), ("b", "10.79.0.2")] {
+        let mac = &macs_of(who, 8)[7];
+        assert_eq!(
+            room.udhcpc(dir.path(), mac, 3).as_deref(),
+            Some(server),
+            "{mac}"
+        );
+    }
+    assert_eq!(
+        [
+            a.answers("offer") - before[0],
+            b.answers("offer") - before[1]
+        ],
+        [1, 1]
+    );
+}
+
+/// ISC dhclient on the bridge (its MAC set by the caller): `done SERVER` once bound.
+fn dhclient(room: &Room, dir: &std::path::Path) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    let out = dir.join("out");
+    let script = dir.join("script.sh");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\ncase \"$reason\" in BOUND) echo \"done $new_dhcp_server_identifier\" >> {};; esac\nexit 0\n",
+            out.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = |n: &str| dir.join(n).to_str().unwrap().to_string();
+    std::fs::write(dir.join("dhclient.conf"), "").unwrap();
+    let mut child = Link::command(
+        &room.ns,
+        "dhclient",
+        &[
+            "-d",
+            "-1",
+            "-v",
+            "-cf",
+            &file("dhclient.conf"),
+            "-sf",
+            &file("script.sh"),
+            "-pf",
+            &file("dhclient.pid"),
+            "-lf",
+            &file("dhclient.leases"),
+            &room.bridge,
+        ],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(std::fs::File::create(dir.join("log")).unwrap())
+    .spawn()
+    .expect("dhclient runs");
+    let mut line = String::new();
+    for _ in 0..400 {
+        line = std::fs::read_to_string(&out).unwrap_or_default();
+        if !line.is_empty() || child.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    // dhclient configured the bridge: take the address off for the next client.
+    room.exec(&["ip", "addr", "flush", "dev", &room.bridge]);
+    match line.lines().next() {
+        Some(l) => l.to_string(),
+        None => std::fs::read_to_string(dir.join("log")).unwrap_or_default(),
+    }
+}
