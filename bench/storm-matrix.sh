@@ -100,8 +100,8 @@ def secs(r):
     return None if r is None else r["summary"]["all_booted_s"]
 def ratio(a, b):
     return None if not (a and b) else a / b
-print("| root | links | clients | booted | bootpool s | ref. bond s | ref. hashed s | bound s | x bond | x hashed | bootpool links while waited | ref. bond's | firmware retries DHCP / TFTP | private KiB per client (bootpool / ref. bond) | CPU-bound s (bootpool / ref.) | goal met |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| root | links | clients | booted | bootpool s | ref. bond s | ref. hashed s | bound s | x bond | x hashed | bootpool links while waited | ref. bond's | firmware retries DHCP / TFTP | hashed bond's clients per link | private KiB per client (bootpool / ref. bond) | CPU-bound s (bootpool / ref.) | goal met |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 cells = [c for c in os.listdir(out)
          if os.path.isdir(os.path.join(out, c)) and re.fullmatch(r"[a-z]+-[0-9]+x[0-9]+", c)]
 cells.sort(key=lambda c: (c.split("-")[0], *map(int, c.split("-")[1].split("x"))))
@@ -118,10 +118,11 @@ for cell in cells:
     fw = (s["dhcp_retransmits"], s["tftp_retries"])
     cpu = lambda r: "-" if r is None or r.get("host") is None else f"{r['host']['cpu_bound_s']:.0f}"
     bound = (bp.get("bound") or {}).get("bound_s")
+    spread = "-" if hashed is None else " / ".join(str(l.get("clients", "?")) for l in hashed.get("links", []))
     private = lambda r: "-" if r is None or r["server"].get("private_per_client_kib") is None else f"{r['server']['private_per_client_kib']:.0f}"
     met = (util is not None and util >= 0.95 and xb is not None and xb <= 1.0
            and xh is not None and xh <= 0.85 and fw == (0, 0) and s["failed"] == 0)
-    print(f"| {root} | {k} | {n} | {s['booted']}/{s['clients']} | {fmt(a)} | {fmt(b)} | {fmt(h)} | {fmt(bound)} | {fmt(xb, 2)} | {fmt(xh, 2)} | {pct(bp)} | {pct(bond)} | {fw[0]} / {fw[1]} | {private(bp)} / {private(bond)} | {cpu(bp)} / {cpu(bond)} | {'yes' if met else 'no'} |")
+    print(f"| {root} | {k} | {n} | {s['booted']}/{s['clients']} | {fmt(a)} | {fmt(b)} | {fmt(h)} | {fmt(bound)} | {fmt(xb, 2)} | {fmt(xh, 2)} | {pct(bp)} | {pct(bond)} | {fw[0]} / {fw[1]} | {spread} | {private(bp)} / {private(bond)} | {cpu(bp)} / {cpu(bond)} | {'yes' if met else 'no'} |")
 EOF
 
 if [ -n "$RECORD" ]; then

@@ -10,6 +10,7 @@ usage() {
 usage: $0 [--clients N] [--big N] [--roots "nfs nbd"] [--links K] [--link-rate RATE]
           [--client-link RATE] [--think-scale F] [--out DIR] [--bin PATH]
           [--servers "bootpool reference"] [--optins "nocto zstd"] [--rows "ROW..."]
+          [--sequential-macs]
           [--record NAME]
 
 Boots a simulated room (\`bootpool storm\`, bench/storm/pools.yaml, the shipped traces in
@@ -52,13 +53,16 @@ nfs-ganesha-vfs nbd-server nginx-light (apt-get install them; their services are
   --servers  which of the two to run (default both; the summary covers every JSON in --out)
   --optins   which opt-in rows to run (default "nocto zstd"; "" for none)
   --rows     which plain rows to run, by the names above (default all five)
+  --sequential-macs  the clients' MACs as bench/storm/pools.yaml lists them (two ranges);
+             by default each pool's 256 MACs are drawn at random from a fixed seed, as a
+             room's purchased PCs have them (a bond's layer-2 hash spreads a range evenly)
 bench/storm-matrix.sh runs the plain rows over sizes and numbers of links.
 EOF
 }
 
 ARGS="$*"
 CLIENTS=40 BIG=200 ROOTS="nfs nbd" LINKS=4 RATE=250mbit CLIENT=100mbit THINK=0.2 OUT="" BIN=""
-SERVERS="bootpool reference" OPTINS="nocto zstd" RECORD=""
+SERVERS="bootpool reference" OPTINS="nocto zstd" RECORD="" MACS=random
 ROWS="bootpool-links bootpool-bond reference-bond reference-hashed reference-1link"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -75,6 +79,7 @@ while [ $# -gt 0 ]; do
         --servers) SERVERS="$2"; shift ;;
         --optins) OPTINS="$2"; shift ;;
         --rows) ROWS="$2"; shift ;;
+        --sequential-macs) MACS=sequential ;;
         --record) RECORD="$2"; shift ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -111,9 +116,9 @@ print(f'{float(m.group(1))*int(sys.argv[2]):g}{m.group(2)}bit')" "$RATE" "$LINKS
 # server.link_speeds (bootpool paces by them), and the opt-in's setting.
 config() { # variant k rate -> path
     local file="$OUT/pools-$1-$2x$3.yaml"
-    python3 - "$REPO/bench/storm/pools.yaml" "$file" "$IMAGE" "$REPO/var/storm-state/" "$@" <<'EOF'
+    python3 - "$REPO/bench/storm/pools.yaml" "$file" "$IMAGE" "$REPO/var/storm-state/" "$MACS" "$@" <<'EOF'
 import sys
-src, dst, image, state, variant, k, rate = sys.argv[1:]
+src, dst, image, state, macs, variant, k, rate = sys.argv[1:]
 text = open(src).read()
 def once(old, new):
     global text
@@ -121,6 +126,20 @@ def once(old, new):
         sys.exit(f"storm.sh: {src} no longer has `{old.strip()}` once; update config() in bench/storm.sh")
     text = text.replace(old, new)
 once("dir: ../../images/demo", f"dir: {image}")
+# A real room's MACs, not a range: purchased PCs rarely have contiguous ones, and a bond's
+# layer-2 hash spreads contiguous last bytes evenly by construction. Seeded, the same for
+# every row and run; --sequential-macs keeps the ranges.
+if macs == "random":
+    import random
+    r, seen = random.Random(42), set()
+    for first in ("52:54:00:78:00:00-52:54:00:78:00:ff", "52:54:00:78:01:00-52:54:00:78:01:ff"):
+        drawn = []
+        while len(drawn) < 256:
+            mac = "52:54:00:%02x:%02x:%02x" % (r.randrange(256), r.randrange(256), r.randrange(256))
+            if mac not in seen:
+                seen.add(mac)
+                drawn.append(mac)
+        once(f'      - {{ macs: "{first}" }}', "\n".join(f'      - {{ mac: "{m}" }}' for m in drawn))
 once("state_dir: ../../var/storm-state/", f"state_dir: {state}")
 speeds = ", ".join(f"s{i}: {rate}" for i in range(int(k)))
 line = next(l for l in text.splitlines() if l.strip().startswith("link_speeds:"))

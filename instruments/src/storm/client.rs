@@ -26,6 +26,9 @@ pub const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
 /// try past the first counts in `http_retries`.
 pub const HTTP_TRIES: u32 = 3;
 
+/// How many NAKs a client takes before its boot fails: each sends it back to a DISCOVER.
+pub const MAX_NAKS: u32 = 4;
+
 /// When each boot milestone was reached, in seconds from the room's power-on.
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct Milestones {
@@ -195,11 +198,23 @@ impl Run<'_> {
                 &mut tries,
             )?);
         } else {
-            let offer = match self.offer.take() {
-                Some(o) => o,
-                None => dhcp::discover(sock, &id, rand_xid(self.out.index), &mut tries)?,
+            // A NAK (the offered address went to another client meanwhile, as dnsmasq's
+            // hashed offers can) sends the client back to DISCOVER, counted as a retry.
+            let mut naks = 0;
+            let lease = loop {
+                let offer = match self.offer.take() {
+                    Some(o) => o,
+                    None => dhcp::discover(sock, &id, rand_xid(self.out.index), &mut tries)?,
+                };
+                match dhcp::request(sock, &id, &offer, &mut tries) {
+                    Ok(lease) => break lease,
+                    Err(e) if e.is::<dhcp::Nak>() && naks < MAX_NAKS => {
+                        naks += 1;
+                        tries.retransmits += 1;
+                    }
+                    Err(e) => return Err(e),
+                }
             };
-            let lease = dhcp::request(sock, &id, &offer, &mut tries)?;
             if self.lease.as_ref().map(|l| l.ip) != Some(lease.ip) {
                 configure(&self.dev, &lease)?;
             }

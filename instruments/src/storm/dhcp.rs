@@ -109,8 +109,21 @@ fn raw(code: u8, data: Vec<u8>) -> DhcpOption {
     DhcpOption::Unrecognized(RawDhcpOption { code, data })
 }
 
+/// The server refused the REQUEST (a DHCPNAK): the client starts again from a DISCOVER, as
+/// RFC 2131 (3.1, 4.4.1) has it and PXE firmware does (`client::dhcp`).
+#[derive(Debug)]
+pub struct Nak;
+
+impl std::fmt::Display for Nak {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DHCP NAK")
+    }
+}
+
+impl std::error::Error for Nak {}
+
 /// Sends `p` until an answer of type `want` for `xid` comes, on the PXE schedule (`scale`
-/// stretches or shrinks the waits). A NAK ends the exchange with an error. Whatever the
+/// stretches or shrinks the waits). A NAK ends the exchange with `Nak`. Whatever the
 /// outcome, the frames the link's socket had no room for count in `tries`.
 fn exchange(
     sock: &UdpSocket,
@@ -163,7 +176,7 @@ fn send_until_answered(
             }
             match reply.message_type() {
                 Ok(t) if t == want => return Ok(reply),
-                Ok(MessageType::Nak) => bail!("DHCP NAK"),
+                Ok(MessageType::Nak) => return Err(Nak.into()),
                 _ => continue,
             }
         }
