@@ -53,13 +53,18 @@ bootpool_binary "$DATA/bootpool" "$BIN"
 # The tree, shaped like a root filesystem: most files small (97% drawn log-uniformly from
 # 100 B to 256 KiB), a few large (256 KiB to 16 MiB), until --size is reached (about 6,500
 # files a GB), in folders of up to 64 files, bytes from a seeded generator; a kernel and an
-# initrd in /boot.
+# initrd in /boot, and an /sbin/init (an import refuses a tree with none).
 python3 - "$DATA/src" "$SIZE_MB" "$SEED" <<'EOF'
 import math, os, random, sys
 root, size_mb, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 r = random.Random(seed)
 total, n = size_mb * 1_000_000, 0
 os.makedirs(f"{root}/boot", exist_ok=True)
+# An init, as an import asks of a tree that is to boot.
+os.makedirs(f"{root}/sbin", exist_ok=True)
+with open(f"{root}/sbin/init", "w") as f:
+    f.write("#!/bin/sh\n")
+os.chmod(f"{root}/sbin/init", 0o755)
 for name, k in (("vmlinuz-6.1.0-1", 8_000_000), ("initrd.img-6.1.0-1", 30_000_000)):
     with open(f"{root}/boot/{name}", "wb") as f:
         f.write(r.randbytes(min(k, total // 4)))
@@ -78,7 +83,7 @@ EOF
 FILES=$(find "$DATA/src" -type f | wc -l)
 TREE=$(du -sB1 "$DATA/src" | cut -f1)
 # The file changed for r2: the first file of the tree of at least 64 KiB.
-CHANGED=$(find "$DATA/src/usr" -type f -size +64k | sort | head -1)
+CHANGED=$(find "$DATA/src/usr" -type f -size +64k | sort | sed -n 1p)
 change() { printf 'changed by bench/revisions.sh\n' >> "$1"; }
 
 bytes() { du -sB1 "$@" | awk '{s += $1} END {print s}'; }
@@ -86,7 +91,8 @@ bytes() { du -sB1 "$@" | awk '{s += $1} END {print s}'; }
 timed() {
   local t0 t1
   t0=$(date +%s.%N)
-  "$@" >/dev/null
+  # A failure ends the run (set -e does not reach into the $(...) that calls this).
+  "$@" >/dev/null || { echo "$0: $* failed" >&2; exit 1; }
   sync
   t1=$(date +%s.%N)
   echo "$t1 - $t0" | bc -l | xargs printf '%.2f'
