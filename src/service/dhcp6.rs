@@ -481,15 +481,12 @@ pools:
         out
     }
 
-    /// A SOLICIT relayed from a link inside `dhcp6.subnet` is answered inside a RELAY-REPL
-    /// naming the same link, peer and interface id, with an address of the range; one relayed
-    /// from another link gets silence, counted.
-    #[tokio::test]
-    async fn a_relayed_solicit_is_answered_through_its_relay() {
+    /// The server of `CONFIG` at fd77::1, alone (no site), its bindings in a fresh table.
+    fn test_server() -> Server {
         let config = crate::config::Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
         let identity = Identity::default();
         *identity.write6() = Leases6::new(config.dhcp6.as_ref().unwrap().range);
-        let mut s = Server {
+        Server {
             duid: wire::server_duid("fd77::1".parse().unwrap()),
             address6: "fd77::1".parse().unwrap(),
             config: Live::fixed(config),
@@ -501,7 +498,15 @@ pools:
             enrol: Arc::new(crate::service::enrol::Enroller::new(None)),
             firmware: FirmwareWatch::default(),
             site: crate::site::live::Site::none(),
-        };
+        }
+    }
+
+    /// A SOLICIT relayed from a link inside `dhcp6.subnet` is answered inside a RELAY-REPL
+    /// naming the same link, peer and interface id, with an address of the range; one relayed
+    /// from another link gets silence, counted.
+    #[tokio::test]
+    async fn a_relayed_solicit_is_answered_through_its_relay() {
+        let mut s = test_server();
         let relayed = |link: &str| {
             let mut m = vec![wire::msg::RELAY_FORW, 0];
             m.extend_from_slice(&link.parse::<Ipv6Addr>().unwrap().octets());
@@ -539,22 +544,7 @@ pools:
     #[tokio::test]
     async fn in_a_site_the_duids_owner_answers_what_every_server_hears() {
         use crate::site::live::Site;
-        let config = crate::config::Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
-        let identity = Identity::default();
-        *identity.write6() = Leases6::new(config.dhcp6.as_ref().unwrap().range);
-        let mut s = Server {
-            duid: wire::server_duid("fd77::1".parse().unwrap()),
-            address6: "fd77::1".parse().unwrap(),
-            config: Live::fixed(config),
-            recorder: Recorder::discard(),
-            metrics: Metrics::default(),
-            identity,
-            strangers: HashSet::new(),
-            unknown: Arc::new(Unknown::in_memory(Metrics::default())),
-            enrol: Arc::new(crate::service::enrol::Enroller::new(None)),
-            firmware: FirmwareWatch::default(),
-            site: Site::none(),
-        };
+        let mut s = test_server();
         let duid_bucket = |mac: [u8; 6]| {
             let mut duid = vec![0, 3, 0, 1];
             duid.extend_from_slice(&mac);
@@ -580,23 +570,8 @@ pools:
 
     #[tokio::test]
     async fn firmware_gets_an_address_and_the_loader_url_strangers_get_nothing() {
-        let config = crate::config::Config::parse(Path::new("p.yaml"), CONFIG).unwrap();
-        let recorder = Recorder::discard();
-        let identity = Identity::default();
-        *identity.write6() = Leases6::new(config.dhcp6.as_ref().unwrap().range);
-        let mut s = Server {
-            duid: wire::server_duid("fd77::1".parse().unwrap()),
-            address6: "fd77::1".parse().unwrap(),
-            config: Live::fixed(config.clone()),
-            recorder,
-            metrics: Metrics::default(),
-            identity: identity.clone(),
-            strangers: HashSet::new(),
-            unknown: Arc::new(Unknown::in_memory(Metrics::default())),
-            enrol: Arc::new(crate::service::enrol::Enroller::new(None)),
-            firmware: FirmwareWatch::default(),
-            site: crate::site::live::Site::none(),
-        };
+        let mut s = test_server();
+        let identity = s.identity.clone();
         let mac = [0x52, 0x54, 0, 0x77, 0, 5];
         let ll = Ipv6Addr::UNSPECIFIED;
         let adv = s
