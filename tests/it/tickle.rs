@@ -11,37 +11,11 @@ use std::time::Duration;
 const ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 79, 7, 1);
 const PORT: u16 = 7049;
 
-fn exec(ns: &str, args: &[&str]) -> std::process::Output {
-    Command::new("ip")
-        .args(["netns", "exec", ns])
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("ip netns exec")
-}
-
-fn ok(ns: &str, args: &[&str]) {
-    let out = exec(ns, args);
-    assert!(
-        out.status.success(),
-        "{args:?} in {ns}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The client's established connections to the address, as `ss` lists them.
 fn established(ns: &str) -> String {
-    let out = exec(
-        ns,
-        &[
-            "ss",
-            "-tnH",
-            "state",
-            "established",
-            "dst",
-            &ADDRESS.to_string(),
-        ],
-    );
+    let dst = ADDRESS.to_string();
+    let args = ["-tnH", "state", "established", "dst", &dst];
+    let out = Link::command(ns, "ss", &args).output().expect("ss");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -65,10 +39,10 @@ fn a_tickle_resets_a_clients_connection_to_an_address_taken_over() {
         .status()
         .unwrap();
     assert!(moved.success());
-    ok(&b, &["ip", "addr", "add", "10.79.7.2/24", "dev", &b_if]);
-    ok(&b, &["ip", "link", "set", &b_if, "up"]);
-    ok(&b, &["ip", "link", "set", "lo", "up"]);
-    ok(
+    Link::exec(&b, &["ip", "addr", "add", "10.79.7.2/24", "dev", &b_if]);
+    Link::exec(&b, &["ip", "link", "set", &b_if, "up"]);
+    Link::exec(&b, &["ip", "link", "set", "lo", "up"]);
+    Link::exec(
         &client,
         &[
             "ip",
@@ -96,8 +70,7 @@ fn a_tickle_resets_a_clients_connection_to_an_address_taken_over() {
          try:\n  s.recv(1); print('closed',flush=True)\n\
          except ConnectionResetError: print('reset',flush=True)\n"
     );
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", &client, "python3", "-c", &script])
+    let mut child = Link::command(&client, "python3", &["-c", &script])
         .stdout(Stdio::piped())
         .stdin(Stdio::null())
         .spawn()
@@ -110,12 +83,12 @@ fn a_tickle_resets_a_clients_connection_to_an_address_taken_over() {
     assert!(established(&client).contains(&format!(":{port}")));
     // A dies silently (its link goes down: not a FIN, not a reset), and B takes the address
     // with a gratuitous ARP, as keepalived does.
-    ok(&a, &["ip", "link", "set", &link.server_ifs[0], "down"]);
-    ok(
+    Link::exec(&a, &["ip", "link", "set", &link.server_ifs[0], "down"]);
+    Link::exec(
         &b,
         &["ip", "addr", "add", &format!("{ADDRESS}/24"), "dev", &b_if],
     );
-    ok(
+    Link::exec(
         &b,
         &["arping", "-U", "-c", "2", "-I", &b_if, &ADDRESS.to_string()],
     );

@@ -242,7 +242,7 @@ impl Link {
             .collect()
     }
 
-    fn exec(ns: &str, args: &[&str]) {
+    pub fn exec(ns: &str, args: &[&str]) {
         let mut full = vec!["netns", "exec", ns];
         full.extend_from_slice(args);
         ip(&full);
