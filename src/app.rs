@@ -1221,16 +1221,21 @@ async fn join_site(
     Ok(site)
 }
 
+/// The host's name, a member's name when `serve --member` is not given.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
+}
+
 /// This server as a member of its site: named `member` (`serve --member`), else by the
 /// host's name; a site only with a PostgreSQL database, else alone.
 fn site_of(config: &Config, member: Option<String>) -> Arc<crate::site::live::Site> {
     use crate::site::{db::Db, live::Site, member::Member};
     let s = &config.server;
-    let name = member.unwrap_or_else(|| {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| s.address.to_string())
-    });
+    let name = member
+        .or_else(|| Some(host_name()).filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| s.address.to_string());
     let me = Member {
         name,
         addresses: std::iter::once(IpAddr::V4(s.address))

@@ -21,6 +21,37 @@ struct Cli {
     command: Command,
 }
 
+/// `bootpool site`'s subcommands (docs/failover.md).
+#[derive(Subcommand)]
+enum SiteCommand {
+    /// Print this member's keepalived.conf: one VRRP instance per address of the site's
+    /// members (read from the database), this member the master of its own and a backup of
+    /// the others', telling this daemon when it takes an address over or gives it back.
+    Keepalived {
+        #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
+        config: PathBuf,
+        /// The member whose file this is; default: the host's name, as `serve` takes it.
+        #[arg(long, value_name = "NAME")]
+        member: Option<String>,
+        /// The interface the addresses go on; default: the first of server.interfaces.
+        #[arg(long, value_name = "IFACE")]
+        interface: Option<String>,
+        /// Seconds between VRRP advertisements: a dead master is replaced after about three.
+        #[arg(long, value_name = "SECONDS", default_value_t = 0.2)]
+        advert: f64,
+        /// The first virtual router id; the site's addresses take the next ones.
+        #[arg(long, value_name = "ID", default_value_t = 50)]
+        first_vrid: u8,
+        /// Advertise by unicast to this peer (another member's own fixed address), not by
+        /// multicast; give it once per other member.
+        #[arg(long = "peer", value_name = "IP")]
+        peers: Vec<std::net::Ipv4Addr>,
+        /// With --peer: this host's own fixed address the advertisements come from.
+        #[arg(long, value_name = "IP", requires = "peers")]
+        source: Option<std::net::Ipv4Addr>,
+    },
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the daemon: DHCP, TFTP, HTTP, NFS and NBD for the pools in the config.
@@ -120,6 +151,8 @@ enum Command {
         /// JSON, as `GET /api/v1/site` answers, instead of a table.
         #[arg(long)]
         json: bool,
+        #[command(subcommand)]
+        what: Option<SiteCommand>,
     },
     /// Wake a client, a room (subnet) or a pool with Wake-on-LAN magic packets, paced: at most
     /// --per-second a second, and no faster than the server's links can carry the boots they
@@ -303,7 +336,10 @@ fn main() -> ExitCode {
             target,
             once,
         } => next_boot(&config, &whom, target, once),
-        Command::Site { config, json } => site(&config, json),
+        Command::Site {
+            what: Some(what), ..
+        } => site_command(what),
+        Command::Site { config, json, .. } => site(&config, json),
         Command::Wake {
             config,
             whom,
@@ -666,6 +702,78 @@ fn site(path: &std::path::Path, json: bool) -> ExitCode {
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// `bootpool site keepalived` and the others.
+fn site_command(what: SiteCommand) -> ExitCode {
+    use bootpool::site::{db::Db, keepalived};
+    match what {
+        SiteCommand::Keepalived {
+            config: path,
+            member,
+            interface,
+            advert,
+            first_vrid,
+            peers,
+            source,
+        } => {
+            let config = match load_config(&path) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            let config::Database::Postgres(url) = &config.server.database else {
+                eprintln!(
+                    "error: {}: a site needs a postgres:// server.database; a lone server has \
+                     no addresses to move (docs/site.md)",
+                    path.display()
+                );
+                return ExitCode::from(2);
+            };
+            let Some(interface) = interface.or_else(|| config.server.interfaces.first().cloned())
+            else {
+                eprintln!(
+                    "error: say which interface the addresses go on: --interface, or \
+                     server.interfaces in {}",
+                    path.display()
+                );
+                return ExitCode::from(2);
+            };
+            let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+            let opts = keepalived::Options {
+                interface,
+                advert_s: advert,
+                first_vrid,
+                peers,
+                source,
+                program: std::env::current_exe()
+                    .map(absolute)
+                    .unwrap_or_else(|_| "bootpool".into())
+                    .display()
+                    .to_string(),
+                config: absolute(path).display().to_string(),
+            };
+            let me = member.unwrap_or_else(bootpool::app::host_name);
+            match block_on(async { Db::open(url).await?.members().await }) {
+                Ok(seen) => {
+                    let members: Vec<_> = seen.into_iter().map(|s| s.member).collect();
+                    match keepalived::conf(&members, &me, &opts) {
+                        Ok(text) => {
+                            print!("{text}");
+                            ExitCode::SUCCESS
+                        }
+                        Err(e) => {
+                            eprintln!("error: {e}");
+                            ExitCode::FAILURE
+                        }
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
         }
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod db;
 pub mod hash;
+pub mod keepalived;
 pub mod live;
 pub mod member;
 pub mod owners;
