@@ -1023,6 +1023,16 @@ fn service_table(
         tcp,
         links: s.links.clone(),
     };
+    // The addresses taken over for the site get an NFS listener of their own at takeover.
+    let (to_nfs, nfs_more) = tokio::sync::mpsc::unbounded_channel();
+    let nfs_own = v4
+        .nfs
+        .iter()
+        .filter_map(|l| match l.local_addr() {
+            Ok(SocketAddr::V4(at)) => Some(*at.ip()),
+            _ => None,
+        })
+        .collect();
 
     [
         Some(Service::new("dhcp", move |s| {
@@ -1041,8 +1051,9 @@ fn service_table(
         }),
         Some(Service::new("nfs", move |s| {
             let listeners = v4.nfs.into_iter().map(|l| on_links(l, s)).collect();
-            Box::pin(service::nfs::serve(listeners, s.clone()))
+            Box::pin(service::nfs::serve(listeners, nfs_more, s.clone()))
         })),
+        Some(takeover(nfs_own, to_nfs)),
         Some(Service::new("nbd", move |s| {
             Box::pin(service::nbd::serve(on_links(v4.nbd, s), s.clone()))
         })),
@@ -1218,6 +1229,7 @@ async fn join_site(
     }
     site.join().await?;
     shutdown.spawn(site.clone().keep(shutdown.clone()));
+    shutdown.spawn(site.clone().record_conns(shutdown.clone()));
     Ok(site)
 }
 
@@ -1404,6 +1416,45 @@ fn bind_udp6(addr: SocketAddrV6, firmware: bool) -> std::io::Result<UdpSocket> {
 
 async fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
+}
+
+/// The service acting on the site's takeovers (`service::takeover`): NFS listeners for the
+/// addresses taken over, bound here and sent to NFS through `to_nfs`, and the tickles.
+fn takeover(
+    nfs_own: std::collections::BTreeSet<Ipv4Addr>,
+    to_nfs: tokio::sync::mpsc::UnboundedSender<service::Listener>,
+) -> Service {
+    Service::new("takeover", move |s| {
+        let (links, config) = (s.links.clone(), s.config.clone());
+        let bind: service::takeover::BindNfs = Box::new(move |ip| {
+            let at = SocketAddrV4::new(ip, config.load().server.ports.nfs);
+            Ok(service::Listener {
+                tcp: bind_taken_over(at)?,
+                links: links.clone(),
+            })
+        });
+        Box::pin(service::takeover::serve(
+            s.site.clone(),
+            nfs_own,
+            bind,
+            to_nfs,
+            s.shutdown.clone(),
+        ))
+    })
+}
+
+/// A listener on an address this host holds for the site only while keepalived gives it
+/// (`service::takeover`): bound with IP_FREEBIND, so that the address leaving and coming
+/// back never makes it fail, as `TcpListener::bind` would do otherwise.
+fn bind_taken_over(addr: SocketAddrV4) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_freebind_v4(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&SocketAddr::V4(addr).into())?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
 }
 
 /// How a UDP socket is bound.

@@ -50,6 +50,22 @@ enum SiteCommand {
         #[arg(long, value_name = "IP", requires = "peers")]
         source: Option<std::net::Ipv4Addr>,
     },
+    /// Tell the daemon this host now holds a member's address (keepalived's notify_master):
+    /// it serves it, and tickles the connections other members recorded to it.
+    Takeover {
+        #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
+        config: PathBuf,
+        /// The address (a member's server.address or one of its server.links).
+        address: std::net::Ipv4Addr,
+    },
+    /// Tell the daemon this host no longer holds a member's address (keepalived's
+    /// notify_backup and notify_fault).
+    Release {
+        #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
+        config: PathBuf,
+        /// The address.
+        address: std::net::Ipv4Addr,
+    },
 }
 
 #[derive(Subcommand)]
@@ -710,6 +726,8 @@ fn site(path: &std::path::Path, json: bool) -> ExitCode {
 fn site_command(what: SiteCommand) -> ExitCode {
     use bootpool::site::{db::Db, keepalived};
     match what {
+        SiteCommand::Takeover { config, address } => move_address(&config, address, "takeover"),
+        SiteCommand::Release { config, address } => move_address(&config, address, "release"),
         SiteCommand::Keepalived {
             config: path,
             member,
@@ -773,6 +791,36 @@ fn site_command(what: SiteCommand) -> ExitCode {
                     eprintln!("error: {e:#}");
                     ExitCode::FAILURE
                 }
+            }
+        }
+    }
+}
+
+/// `bootpool site takeover` and `release`: the daemon told through its API. keepalived runs
+/// them as the addresses move, the daemon perhaps still starting: a refused connection is
+/// tried again for 10 s.
+fn move_address(path: &std::path::Path, address: std::net::Ipv4Addr, what: &str) -> ExitCode {
+    let config = match load_config(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let body = serde_json::json!({ "address": address });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match bootpool::service::api_client::post(&config, &format!("/api/v1/site/{what}"), &body) {
+            Ok(answer) => {
+                println!("{}", answer.trim_end());
+                return ExitCode::SUCCESS;
+            }
+            Err(e)
+                if format!("{e:#}").contains("connecting to")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(250));
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::FAILURE;
             }
         }
     }

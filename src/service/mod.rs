@@ -21,6 +21,7 @@ pub mod portmap;
 pub mod quick_read;
 pub mod ra;
 pub mod site_revisions;
+pub mod takeover;
 pub mod tftp;
 pub mod tftp_transfers;
 pub mod tickle;
@@ -126,6 +127,24 @@ impl From<TcpListener> for Listener {
             links: Arc::new(Links::none()),
         }
     }
+}
+
+/// Whether `stream` was made to an address this server serves roots on: its own
+/// (`boot::exports::on_a_link`), or a site member's it holds now (`site::held`).
+pub fn made_to_us(config: &Config, site: &crate::site::live::Site, stream: &TcpStream) -> bool {
+    stream
+        .local_addr()
+        .is_ok_and(|l| crate::boot::exports::on_a_link(config, l.ip()) || site.held().holds(l.ip()))
+}
+
+/// `stream`, from `peer`, recorded in the site's connections while the handle lives, so that
+/// a member taking its address over can tickle it (`service::takeover`).
+pub fn record_conn(
+    site: &crate::site::live::Site,
+    stream: &TcpStream,
+    peer: SocketAddr,
+) -> Option<crate::site::conns::Open> {
+    site.conns().open(stream.local_addr().ok()?, peer)
 }
 
 /// Who a request from `ip` is about, for the record: an IPv4 client by its address (the

@@ -3,7 +3,9 @@
 //! services ask before each request: is this client mine? Without a PostgreSQL database there
 //! is no site: the server is alone and answers everyone, as before sites existed.
 
+use super::conns::{Conn, Conns};
 use super::db::{Beat, Db};
+use super::held::Held;
 use super::member::Member;
 use super::owners::{DEAD_AFTER, View};
 use crate::shutdown::Shutdown;
@@ -23,7 +25,15 @@ pub struct Site {
     /// This process among others that might use the same name: its PID and start.
     instance: String,
     view: RwLock<View>,
+    /// The members' addresses this host holds for the site (keepalived's takeovers).
+    held: Held,
+    /// Where the NFS and NBD services record their connections (`conns`).
+    conns: Conns,
+    /// The other end, for the writer (`record_conns`), taken once.
+    conns_rx: std::sync::Mutex<Option<ConnsRx>>,
 }
+
+type ConnsRx = tokio::sync::mpsc::UnboundedReceiver<(Conn, bool)>;
 
 impl Site {
     /// A server with no site: it answers every client.
@@ -49,11 +59,60 @@ impl Site {
     }
 
     fn new(me: Member, db: Option<Db>) -> Site {
+        let (conns, rx) = match db {
+            Some(_) => {
+                let (conns, rx) = Conns::channel();
+                (conns, Some(rx))
+            }
+            None => (Conns::default(), None),
+        };
         Site {
             instance: format!("{}-{}", std::process::id(), me.started),
             view: RwLock::new(View::alone(&me.name)),
             me,
             db,
+            held: Held::default(),
+            conns,
+            conns_rx: std::sync::Mutex::new(rx),
+        }
+    }
+
+    /// The addresses held for the site, and the takeovers to act on.
+    pub fn held(&self) -> &Held {
+        &self.held
+    }
+
+    /// Where a service records a connection it accepted.
+    pub fn conns(&self) -> &Conns {
+        &self.conns
+    }
+
+    /// Writes the connections the services record to the database until the shutdown
+    /// (`conns::write_behind`); nothing without a site.
+    pub async fn record_conns(self: Arc<Self>, shutdown: Shutdown) {
+        let rx = self
+            .conns_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let (Some(db), Some(rx)) = (self.db.clone(), rx) {
+            super::conns::write_behind(db, self.me.name.clone(), rx, shutdown).await;
+        }
+    }
+
+    /// The connections other members recorded to `ip`, which this host has just taken over.
+    pub async fn conns_to(&self, ip: std::net::Ipv4Addr) -> anyhow::Result<Vec<Conn>> {
+        match &self.db {
+            Some(db) => db.conns_to(ip, &self.me.name).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Forgets `conns` (tickled: their clients reconnect, to this host).
+    pub async fn forget_conns(&self, conns: &[Conn]) -> anyhow::Result<()> {
+        match &self.db {
+            Some(db) => db.forget_conns(conns, &self.me.name).await,
+            None => Ok(()),
         }
     }
 

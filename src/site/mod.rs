@@ -1,8 +1,10 @@
 //! A site: several `bootpool serve` sharing one PostgreSQL database (`server.database`), each
 //! client answered by exactly one of them (docs/site.md).
 
+pub mod conns;
 pub mod db;
 pub mod hash;
+pub mod held;
 pub mod keepalived;
 pub mod live;
 pub mod member;

@@ -158,6 +158,8 @@ pub fn router(web: Web) -> axum::Router {
         .route("/api/v1/wake", post(wake::wake))
         .route("/api/v1/wakes", get(wake::wakes))
         .route("/api/v1/site", get(site::site))
+        .route("/api/v1/site/takeover", post(site::takeover))
+        .route("/api/v1/site/release", post(site::release))
         .merge(super::web::routes())
         .layer(axum::middleware::from_fn_with_state(
             web.clone(),

@@ -38,7 +38,7 @@ pub use conn::Limits;
 
 use super::Carries;
 use super::bounds::{Caps, Full, Slot, Slots, Standing};
-use crate::boot::exports::{ServesFor, on_a_link};
+use crate::boot::exports::ServesFor;
 use crate::config::{Config, RootProto};
 use crate::export::image::{self, RamImages};
 use crate::export::mapping::Mapping;
@@ -88,6 +88,7 @@ pub async fn serve_with(
         records,
         identity,
         handover,
+        site,
         shutdown,
         ..
     } = shared;
@@ -147,8 +148,10 @@ pub async fn serve_with(
         metrics.nbd().connections.inc();
         let conn = new_conn(peer, &config, limits, standing);
         let (export, size, pending) = (handed.export, handed.size, handed.pending);
+        // Recorded again: the site's rows of the process before are cleared.
+        let recorded = super::record_conn(&site, &stream, peer);
         shutdown.spawn(async move {
-            let _held = slot;
+            let _held = (slot, recorded);
             conn.resume(stream, &export, size, pending).await;
         });
     }
@@ -186,10 +189,7 @@ pub async fn serve_with(
                     suppressed, "nbd connection refused: {why}");
             }
         };
-        if !stream
-            .local_addr()
-            .is_ok_and(|l| on_a_link(&config, l.ip()))
-        {
+        if !super::made_to_us(&config, &site, &stream) {
             refuse("not made to an address of the server's links");
             continue;
         }
@@ -206,8 +206,9 @@ pub async fn serve_with(
         };
         metrics.nbd().connections.inc();
         let conn = new_conn(peer, &config, limits, standing);
+        let recorded = super::record_conn(&site, &stream, peer);
         shutdown.spawn(async move {
-            let _held = (slot, paced);
+            let _held = (slot, paced, recorded);
             conn.run(stream).await;
         });
     }

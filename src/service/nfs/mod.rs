@@ -40,7 +40,7 @@ mod send;
 
 use super::Carries;
 use super::bounds::{Caps, Slots, Standing};
-use crate::boot::exports::{ServesFor, on_a_link};
+use crate::boot::exports::ServesFor;
 use crate::config::{Config, RootProto, Store};
 use crate::export::tree::Tree;
 use crate::proto::portmap;
@@ -142,12 +142,17 @@ fn trust_of(config: &Config, tree: &Tree) -> Arc<[(bool, bool)]> {
 /// The NFS service (MOUNT and NFSv3 on one port, a listener on each of the server's own
 /// addresses, `app::own_addresses`): the tree, then each connection accepted
 /// from a client of an NFS pool, or a stranger within its small share, on a thread of its own.
-pub async fn serve(listeners: Vec<super::Listener>, shared: super::Shared) -> anyhow::Result<()> {
+pub async fn serve(
+    mut listeners: Vec<super::Listener>,
+    mut more: tokio::sync::mpsc::UnboundedReceiver<super::Listener>,
+    shared: super::Shared,
+) -> anyhow::Result<()> {
     let super::Shared {
         config: live,
         recorder,
         metrics,
         identity,
+        site,
         shutdown,
         ..
     } = shared;
@@ -161,18 +166,23 @@ pub async fn serve(listeners: Vec<super::Listener>, shared: super::Shared) -> an
     let trust = trust_of(&config, &tree);
     let slots = Slots::new(metrics.clone(), |m| &m.nfs().slots, CLIENTS, STRANGERS);
     loop {
-        let Some((stream, peer, paced)) =
-            super::accept_any(&listeners, &shutdown, "nfs", Carries::Root).await
-        else {
-            break;
+        // An address taken over for the site brings its listener (`service::takeover`).
+        let accepted = tokio::select! {
+            r = super::accept_any(&listeners, &shutdown, "nfs", Carries::Root) => Ok(r),
+            Some(listener) = more.recv() => Err(listener),
+        };
+        let (stream, peer, paced) = match accepted {
+            Ok(Some(r)) => r,
+            Ok(None) => break,
+            Err(listener) => {
+                listeners.push(listener);
+                continue;
+            }
         };
         // A connection keeps the config it was accepted under.
         let config = live.load();
         static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
-        if !stream
-            .local_addr()
-            .is_ok_and(|l| on_a_link(&config, l.ip()))
-        {
+        if !super::made_to_us(&config, &site, &stream) {
             metrics.nfs().refused.inc();
             if let Some(suppressed) = REFUSED.allow() {
                 tracing::warn!(client = %peer, local = ?stream.local_addr().ok(), suppressed,
@@ -192,6 +202,7 @@ pub async fn serve(listeners: Vec<super::Listener>, shared: super::Shared) -> an
                 continue;
             }
         };
+        let recorded = super::record_conn(&site, &stream, peer);
         let ip = super::ipv4_of(peer.ip()).unwrap_or(Ipv4Addr::UNSPECIFIED);
         let conn = Conn {
             tree: tree.clone(),
@@ -225,6 +236,7 @@ pub async fn serve(listeners: Vec<super::Listener>, shared: super::Shared) -> an
         };
         let stop = shutdown.clone();
         shutdown.spawn(async move {
+            let _recorded = recorded;
             let (done, ended) = tokio::sync::oneshot::channel::<()>();
             let thread = std::thread::Builder::new()
                 .name("nfs-conn".into())
