@@ -35,6 +35,7 @@ mod e2e_switch;
 mod e2e_uefi;
 mod e2e_wake;
 mod enrol;
+mod failover;
 mod homes;
 mod http;
 mod http_range;

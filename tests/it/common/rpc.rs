@@ -17,11 +17,16 @@ pub struct Rpc {
 
 /// A TCP connection to `addr` from a free port below 1024.
 pub async fn privileged_connect(addr: SocketAddr) -> tokio::net::TcpStream {
+    privileged_connect_from(Ipv4Addr::LOCALHOST, addr).await
+}
+
+/// A TCP connection to `addr` from a free port below 1024 of `from`.
+pub async fn privileged_connect_from(from: Ipv4Addr, addr: SocketAddr) -> tokio::net::TcpStream {
     let start = std::process::id() as u16 % 400;
     for k in 0..700u16 {
         let port = 300 + (start + k) % 700;
         let sock = tokio::net::TcpSocket::new_v4().unwrap();
-        if sock.bind((Ipv4Addr::LOCALHOST, port).into()).is_err() {
+        if sock.bind((from, port).into()).is_err() {
             continue;
         }
         match sock.connect(addr).await {
@@ -70,6 +75,14 @@ impl Rpc {
     pub async fn connect(addr: SocketAddr) -> Rpc {
         Rpc {
             stream: privileged_connect(addr).await,
+            xid: 1,
+        }
+    }
+
+    /// `connect`, from an address of `from`'s (a client namespace's).
+    pub async fn connect_from(from: Ipv4Addr, addr: SocketAddr) -> Rpc {
+        Rpc {
+            stream: privileged_connect_from(from, addr).await,
             xid: 1,
         }
     }

@@ -1,0 +1,469 @@
+//! Failover with real keepalived (issue 47 parts 1 and 3, docs/failover.md): two `bootpool
+//! serve`, members `a` and `b`, each in a namespace of its own on one bridge with a real
+//! PostgreSQL, each running keepalived with the file `bootpool site keepalived` wrote for it;
+//! a client on the bridge holds an NFS connection to a's address. Then a's host dies (its link
+//! goes down, its bootpool and keepalived are killed with -9): b's keepalived takes a's address,
+//! the client's old connection is reset by b's tickle ACK (a reset, not a timeout: the client
+//! is idle and would wait for ever), a new connection to the same address is served by b with
+//! the file handle the client got from a, resolving to the same bytes (handles by content),
+//! and DHCP for a's clients is answered by b. Outcomes only; the times are printed.
+
+use crate::common::postgres::Postgres;
+use crate::common::rpc::Rpc;
+use crate::common::{Fixture, Loopback, pattern, run};
+use bootpool::site::hash::bucket;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const NET: &str = "10.78.0";
+/// The client's address on the bridge.
+const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 100);
+const NFS: u16 = 2049;
+
+fn ip(args: &[&str]) {
+    let (ok, _, err) = run(Command::new("ip").args(args), 30);
+    assert!(ok, "ip {}: {err}", args.join(" "));
+}
+
+fn exec(ns: &str, args: &[&str]) {
+    ip(&[&["netns", "exec", ns][..], args].concat());
+}
+
+fn in_ns(ns: &str, program: &str, args: &[&str]) -> Command {
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns, program]).args(args);
+    c
+}
+
+/// Whether namespace `ns` holds `address`.
+fn holds(ns: &str, address: &str) -> bool {
+    let (_, out, _) = run(&mut in_ns(ns, "ip", &["-4", "-o", "addr", "show"]), 10);
+    out.contains(&format!(" {address}/"))
+}
+
+fn poll(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < end {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("never came true: {what}");
+}
+
+/// The room: a bridge in the client's namespace and a namespace per member on it.
+struct Room {
+    ns: String,
+    bridge: String,
+    /// (namespace, interface) of each member.
+    members: Vec<(String, String)>,
+}
+
+impl Room {
+    fn new() -> Room {
+        let tag = std::process::id() % 100_000;
+        let mut room = Room {
+            ns: format!("bp-fo{tag}"),
+            bridge: format!("bfo{tag}"),
+            members: Vec::new(),
+        };
+        ip(&["netns", "add", &room.ns]);
+        exec(
+            &room.ns,
+            &["ip", "link", "add", &room.bridge, "type", "bridge"],
+        );
+        exec(&room.ns, &["ip", "link", "set", &room.bridge, "up"]);
+        exec(&room.ns, &["ip", "link", "set", "lo", "up"]);
+        let client = format!("{CLIENT}/16");
+        exec(
+            &room.ns,
+            &["ip", "addr", "add", &client, "dev", &room.bridge],
+        );
+        for k in 1..=2 {
+            let (ns, dev, port) = (
+                format!("bp-fo{tag}m{k}"),
+                format!("fm{tag}x{k}"),
+                format!("fp{tag}x{k}"),
+            );
+            ip(&["netns", "add", &ns]);
+            room.members.push((ns.clone(), dev.clone()));
+            ip(&[
+                "link", "add", &dev, "netns", &ns, "type", "veth", "peer", "name", &port, "netns",
+                &room.ns,
+            ]);
+            exec(
+                &room.ns,
+                &["ip", "link", "set", &port, "master", &room.bridge],
+            );
+            exec(&room.ns, &["ip", "link", "set", &port, "up"]);
+            // The host's own fixed address (.11, .12); the member's address (.1, .2) is the
+            // one keepalived moves.
+            let own = format!("{NET}.1{k}/16");
+            exec(&ns, &["ip", "addr", "add", &own, "dev", &dev]);
+            exec(&ns, &["ip", "link", "set", &dev, "up"]);
+            exec(&ns, &["ip", "link", "set", "lo", "up"]);
+        }
+        room
+    }
+
+    /// busybox udhcpc on the bridge as `mac`: the server that bound it (its identifier).
+    fn udhcpc(&self, dir: &std::path::Path, mac: &str) -> Option<String> {
+        exec(
+            &self.ns,
+            &["ip", "link", "set", &self.bridge, "address", mac],
+        );
+        let out = dir.join("udhcpc.out");
+        let script = dir.join("udhcpc.sh");
+        std::fs::write(
+            &script,
+            format!("#!/bin/sh\necho \"$1 $serverid\" >> {}\n", out.display()),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let args = [
+            "udhcpc",
+            "-i",
+            &self.bridge,
+            "-f",
+            "-q",
+            "-n",
+            "-t",
+            "10",
+            "-T",
+            "1",
+        ];
+        let script = script.to_str().unwrap().to_string();
+        run(
+            &mut in_ns(&self.ns, "busybox", &[&args[..], &["-s", &script]].concat()),
+            60,
+        );
+        let said = std::fs::read_to_string(&out).unwrap_or_default();
+        said.lines()
+            .find_map(|l| Some(l.strip_prefix("bound ")?.trim().to_string()))
+    }
+}
+
+impl Drop for Room {
+    fn drop(&mut self) {
+        for ns in self.members.iter().map(|(ns, _)| ns).chain([&self.ns]) {
+            let _ = run(Command::new("ip").args(["netns", "del", ns]), 10);
+        }
+    }
+}
+
+/// A process group the test started, killed with -9 when dropped.
+struct Group(Option<Child>);
+
+impl Group {
+    fn kill(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = bootpool::sys::process::kill(-(c.id() as i32), libc::SIGKILL);
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A member: its `bootpool serve` and its keepalived.
+struct Member {
+    name: &'static str,
+    ns: String,
+    dev: String,
+    fx: Fixture,
+    serve: Group,
+    keepalived: Group,
+}
+
+impl Member {
+    /// Member `k` (1: `a`, 2: `b`): its address `NET.k` (held by hand until its keepalived
+    /// runs), its own range, the site's database, fixed NFS and NBD ports (a client comes
+    /// back to the same port on the survivor).
+    fn new(room: &Room, k: usize, database: &str) -> Member {
+        let (ns, dev) = room.members[k - 1].clone();
+        let fx = Fixture::new();
+        let config = Loopback::default()
+            .on_veth(NET, &dev)
+            .network("10.78.0.0/16")
+            .range(&format!("10.78.{k}.0-10.78.{k}.255"))
+            .http(&format!("{NET}.1{k}:8080"))
+            .port("nfs", NFS)
+            .port("nbd", 10809)
+            .server(&format!(
+                "database: {database}\nadmin_token: failover-test-token"
+            ))
+            // The NFS client at a fixed address, which every member knows from the config
+            // (a dynamic lease is the member's own until leases are shared).
+            .clients(
+                "nfs-room",
+                &format!("- {{ mac: \"52:54:00:79:aa:01\", ip: {CLIENT} }}"),
+            )
+            .clients(
+                "nbd-room",
+                "- { macs: \"52:54:00:78:00:00-52:54:00:78:ff:ff\" }",
+            );
+        let text = config.replace(
+            &format!("  address: {NET}.1\n"),
+            &format!("  address: {NET}.{k}\n"),
+        );
+        fx.write_config(&text);
+        exec(
+            &ns,
+            &["ip", "addr", "add", &format!("{NET}.{k}/32"), "dev", &dev],
+        );
+        let log = std::fs::File::create(fx.path().join("serve.log")).unwrap();
+        let name = ["a", "b"][k - 1];
+        let child = in_ns(
+            &ns,
+            env!("CARGO_BIN_EXE_bootpool"),
+            &[
+                "serve",
+                "--config",
+                fx.config_path().to_str().unwrap(),
+                "--member",
+                name,
+            ],
+        )
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("bootpool runs");
+        let m = Member {
+            name,
+            ns,
+            dev,
+            fx,
+            serve: Group(Some(child)),
+            keepalived: Group(None),
+        };
+        let started = (0..600).any(|_| {
+            std::thread::sleep(Duration::from_millis(50));
+            m.log().contains("bootpool serving")
+        });
+        assert!(started, "{}", m.log());
+        m
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.fx.path().join("serve.log")).unwrap_or_default()
+    }
+
+    fn keepalived_log(&self) -> String {
+        std::fs::read_to_string(self.fx.path().join("keepalived.log")).unwrap_or_default()
+    }
+
+    /// Writes this member's keepalived.conf with `bootpool site keepalived`, lets go of the
+    /// address held by hand and starts keepalived on it.
+    fn start_keepalived(&mut self) -> String {
+        let (ok, conf, err) = run(
+            Command::new(env!("CARGO_BIN_EXE_bootpool")).args([
+                "site",
+                "keepalived",
+                "--config",
+                self.fx.config_path().to_str().unwrap(),
+                "--member",
+                self.name,
+                "--interface",
+                &self.dev,
+            ]),
+            30,
+        );
+        assert!(ok, "bootpool site keepalived: {err}");
+        let dir = self.fx.path();
+        let path = dir.join("keepalived.conf");
+        std::fs::write(&path, &conf).unwrap();
+        let k = if self.name == "a" { 1 } else { 2 };
+        exec(
+            &self.ns,
+            &[
+                "ip",
+                "addr",
+                "del",
+                &format!("{NET}.{k}/32"),
+                "dev",
+                &self.dev,
+            ],
+        );
+        let file = |name: &str| dir.join(name).to_str().unwrap().to_string();
+        let log = std::fs::File::create(dir.join("keepalived.log")).unwrap();
+        let child = in_ns(
+            &self.ns,
+            "keepalived",
+            &[
+                "--dont-fork",
+                "--log-console",
+                "--log-detail",
+                "--vrrp",
+                "--use-file",
+                &file("keepalived.conf"),
+                "--pid",
+                &file("keepalived.pid"),
+                "--vrrp_pid",
+                &file("vrrp.pid"),
+                "--checkers_pid",
+                &file("checkers.pid"),
+            ],
+        )
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("keepalived runs (scripts/setup installs it)");
+        self.keepalived = Group(Some(child));
+        conf
+    }
+}
+
+/// A MAC of the room that RFC 3074's split gives `a` while both members live.
+fn mac_of_a() -> String {
+    (0..=255u8)
+        .map(|i| format!("52:54:00:78:01:{i:02x}"))
+        .find(|m| {
+            let bytes: Vec<u8> = m
+                .split(':')
+                .map(|h| u8::from_str_radix(h, 16).unwrap())
+                .collect();
+            bucket(&bytes).is_multiple_of(2)
+        })
+        .unwrap()
+}
+
+/// What the client thread reports back.
+enum Said {
+    /// Mounted and read through a's address: the file's bytes.
+    Read(Vec<u8>),
+    /// The old connection ended: how (the error's kind, or "closed"), and when.
+    Ended(String, Instant),
+    /// A new connection read the file with the old handle: its bytes, and when.
+    ReadAgain(Result<Vec<u8>, u32>, Instant),
+}
+
+#[test]
+fn a_dead_members_address_moves_to_the_survivor_which_resets_its_clients_and_serves_them() {
+    let pg = Postgres::start();
+    let room = Room::new();
+    let mut a = Member::new(&room, 1, &pg.socket_url());
+    let mut b = Member::new(&room, 2, &pg.socket_url());
+    let conf = a.start_keepalived();
+    assert_eq!(conf.matches("vrrp_instance").count(), 2, "{conf}");
+    b.start_keepalived();
+    let (va, vb) = (format!("{NET}.1"), format!("{NET}.2"));
+    poll("each member holds its own address alone", 30, || {
+        holds(&a.ns, &va) && holds(&b.ns, &vb) && !holds(&a.ns, &vb) && !holds(&b.ns, &va)
+    });
+
+    // The client mounts through a's address and reads a file, then holds the connection idle.
+    let (to_test, said) = std::sync::mpsc::channel::<Said>();
+    let (go, gone) = std::sync::mpsc::channel::<()>();
+    let client_ns = room.ns.clone();
+    let client = std::thread::spawn(move || {
+        crate::common::netns::Link::within(&client_ns, move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                use tokio::io::AsyncReadExt;
+                let at = SocketAddr::from((Ipv4Addr::new(10, 78, 0, 1), NFS));
+                let mut rpc = Rpc::connect_from(CLIENT, at).await;
+                let root = rpc.mount("/demo").await;
+                let usr = rpc.lookup(&root, "usr").await;
+                let lib = rpc.lookup(&usr, "lib").await;
+                let so = rpc.lookup(&lib, "lib3.so").await;
+                let (data, _) = rpc.read(&so, 1 << 20).await.unwrap();
+                to_test.send(Said::Read(data)).unwrap();
+                gone.recv().unwrap();
+                // Idle: nothing is sent; only a reset (or a close) ends this wait.
+                let mut byte = [0u8; 1];
+                let how = match tokio::time::timeout(
+                    Duration::from_secs(120),
+                    rpc.stream.read(&mut byte),
+                )
+                .await
+                {
+                    Err(_) => "no word in 120 s".to_string(),
+                    Ok(Ok(_)) => "closed".to_string(),
+                    Ok(Err(e)) => format!("{:?}", e.kind()),
+                };
+                to_test.send(Said::Ended(how, Instant::now())).unwrap();
+                let mut again = Rpc::connect_from(CLIENT, at).await;
+                let read = again.read(&so, 1 << 20).await.map(|(d, _)| d);
+                to_test.send(Said::ReadAgain(read, Instant::now())).unwrap();
+            })
+        })
+    });
+    let want = pattern(103, 1000 + 3 * 517);
+    match said.recv_timeout(Duration::from_secs(60)) {
+        Ok(Said::Read(data)) => assert!(data == want, "a served the file's bytes"),
+        _ => panic!("the client read nothing through a\n{}", a.log()),
+    }
+    // a records the connection (written behind, within a flush).
+    let rows = "SELECT count(*) FROM site_connections WHERE member = 'a' \
+        AND server_ip = '10.78.0.1' AND server_port = 2049 AND client_ip = '10.78.0.100'";
+    poll("a's connection in site_connections", 30, || {
+        pg.query(rows) == "1"
+    });
+
+    // a's host dies: its link goes (no FIN, no reset leaves it), its processes are killed.
+    let died = Instant::now();
+    exec(&a.ns, &["ip", "link", "set", &a.dev, "down"]);
+    a.keepalived.kill();
+    a.serve.kill();
+    go.send(()).unwrap();
+    poll("b holds a's address", 30, || holds(&b.ns, &va));
+    let moved = died.elapsed();
+    let (how, reset_at) = match said.recv_timeout(Duration::from_secs(150)) {
+        Ok(Said::Ended(how, at)) => (how, at),
+        _ => panic!("the client's connection never ended\n{}", b.log()),
+    };
+    assert_eq!(
+        how,
+        "ConnectionReset",
+        "the client's old connection was reset by b's tickle\nb:\n{}\nkeepalived:\n{}",
+        b.log(),
+        b.keepalived_log()
+    );
+    let (read, served_at) = match said.recv_timeout(Duration::from_secs(120)) {
+        Ok(Said::ReadAgain(read, at)) => (read, at),
+        _ => panic!("no new connection's answer\n{}", b.log()),
+    };
+    assert!(
+        read.as_ref().is_ok_and(|d| *d == want),
+        "b serves a's handle with the same bytes: {:?}",
+        read.map(|d| d.len())
+    );
+    client.join().unwrap();
+    let log = b.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("address=10.78.0.1 ") && l.contains("tickled="))
+        .unwrap_or_else(|| panic!("b says nothing of the takeover:\n{log}"));
+    assert!(line.contains("tickled=1"), "{line}");
+    // The tickled connection is forgotten.
+    poll("the dead connection's row gone", 30, || {
+        pg.query(rows) == "0"
+    });
+    let dhcp_from = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let server = room.udhcpc(dir.path(), &mac_of_a());
+    assert_eq!(server.as_deref(), Some("10.78.0.2"), "b answers a's client");
+    eprintln!(
+        "failover: a's address on b {:.2} s after a's death; the client's connection reset at \
+         {:.2} s, served again by b at {:.2} s; a's client bound by b {:.2} s after asking",
+        moved.as_secs_f64(),
+        (reset_at - died).as_secs_f64(),
+        (served_at - died).as_secs_f64(),
+        dhcp_from.elapsed().as_secs_f64()
+    );
+}
