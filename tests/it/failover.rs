@@ -1,13 +1,15 @@
 //! Failover with real keepalived (issue 47 parts 1 and 3, docs/failover.md): two `bootpool
 //! serve`, members `a` and `b`, each in a namespace of its own on one bridge with a real
 //! PostgreSQL, each running keepalived with the file `bootpool site keepalived` wrote for it;
-//! a client on the bridge holds an NFS connection to a's address. Then a's host dies (its link
-//! goes down, its bootpool and keepalived are killed with -9): b's keepalived takes a's address,
-//! the client's old connection is reset by b's tickle ACK (a reset, not a timeout: the client
-//! is idle and would wait for ever), a new connection to the same address is served by b with
-//! the file handle the client got from a, resolving to the same bytes (handles by content),
-//! and DHCP for a's clients is answered by b. Outcomes only; the times are printed.
+//! clients on the bridge hold an NFS and an NBD connection to a's address. Then a's host dies
+//! (its link goes down, its bootpool and keepalived are killed with -9): b's keepalived takes
+//! a's address, the clients' old connections are reset by b's tickle ACKs (a reset, not a
+//! timeout: the clients are idle and would wait for ever), a new NFS connection to the address
+//! is served by b with the file handle the client got from a, resolving to the same bytes
+//! (handles by content), and DHCP for a's clients is answered by b. Outcomes only; the times
+//! are printed.
 
+use crate::common::nbd_raw::Raw;
 use crate::common::postgres::Postgres;
 use crate::common::rpc::Rpc;
 use crate::common::{Fixture, Loopback, pattern, run};
@@ -18,9 +20,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const NET: &str = "10.78.0";
-/// The client's address on the bridge.
+/// The client's addresses on the bridge: an NFS client and an NBD client.
 const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 100);
+const NBD_CLIENT: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 101);
 const NFS: u16 = 2049;
+const NBD: u16 = 10809;
 
 fn ip(args: &[&str]) {
     let (ok, _, err) = run(Command::new("ip").args(args), 30);
@@ -77,11 +81,10 @@ impl Room {
         );
         exec(&room.ns, &["ip", "link", "set", &room.bridge, "up"]);
         exec(&room.ns, &["ip", "link", "set", "lo", "up"]);
-        let client = format!("{CLIENT}/16");
-        exec(
-            &room.ns,
-            &["ip", "addr", "add", &client, "dev", &room.bridge],
-        );
+        for ip in [CLIENT, NBD_CLIENT] {
+            let cidr = format!("{ip}/16");
+            exec(&room.ns, &["ip", "addr", "add", &cidr, "dev", &room.bridge]);
+        }
         for k in 1..=2 {
             let (ns, dev, port) = (
                 format!("bp-fo{tag}m{k}"),
@@ -196,19 +199,22 @@ impl Member {
             .range(&format!("10.78.{k}.0-10.78.{k}.255"))
             .http(&format!("{NET}.1{k}:8080"))
             .port("nfs", NFS)
-            .port("nbd", 10809)
+            .port("nbd", NBD)
             .server(&format!(
                 "database: {database}\nadmin_token: failover-test-token"
             ))
-            // The NFS client at a fixed address, which every member knows from the config
-            // (a dynamic lease is the member's own until leases are shared).
+            // The NFS and NBD clients at fixed addresses, which every member knows from the
+            // config (a dynamic lease is the member's own until leases are shared).
             .clients(
                 "nfs-room",
                 &format!("- {{ mac: \"52:54:00:79:aa:01\", ip: {CLIENT} }}"),
             )
             .clients(
                 "nbd-room",
-                "- { macs: \"52:54:00:78:00:00-52:54:00:78:ff:ff\" }",
+                &format!(
+                    "- {{ macs: \"52:54:00:78:00:00-52:54:00:78:ff:ff\" }}\n\
+                     - {{ mac: \"52:54:00:79:aa:02\", ip: {NBD_CLIENT} }}"
+                ),
             );
         let text = config.replace(
             &format!("  address: {NET}.1\n"),
@@ -339,12 +345,25 @@ fn mac_of_a() -> String {
         .unwrap()
 }
 
+/// How an idle connection ended: a reset (`ConnectionReset`), another error's kind,
+/// `closed`, or no word within 120 s.
+async fn ended(s: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut byte = [0u8; 1];
+    match tokio::time::timeout(Duration::from_secs(120), s.read(&mut byte)).await {
+        Err(_) => "no word in 120 s".to_string(),
+        Ok(Ok(_)) => "closed".to_string(),
+        Ok(Err(e)) => format!("{:?}", e.kind()),
+    }
+}
+
 /// What the client thread reports back.
 enum Said {
     /// Mounted and read through a's address: the file's bytes.
     Read(Vec<u8>),
-    /// The old connection ended: how (the error's kind, or "closed"), and when.
-    Ended(String, Instant),
+    /// The old connections ended: how (the error's kind, or "closed"), NFS's then NBD's,
+    /// and when the last did.
+    Ended(String, String, Instant),
     /// A new connection read the file with the old handle: its bytes, and when.
     ReadAgain(Result<Vec<u8>, u32>, Instant),
 }
@@ -374,7 +393,6 @@ fn a_dead_members_address_moves_to_the_survivor_which_resets_its_clients_and_ser
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                use tokio::io::AsyncReadExt;
                 let at = SocketAddr::from((Ipv4Addr::new(10, 78, 0, 1), NFS));
                 let mut rpc = Rpc::connect_from(CLIENT, at).await;
                 let root = rpc.mount("/demo").await;
@@ -382,21 +400,15 @@ fn a_dead_members_address_moves_to_the_survivor_which_resets_its_clients_and_ser
                 let lib = rpc.lookup(&usr, "lib").await;
                 let so = rpc.lookup(&lib, "lib3.so").await;
                 let (data, _) = rpc.read(&so, 1 << 20).await.unwrap();
+                // And an NBD client attached to the demo's block root through a's address.
+                let nbd_at = SocketAddr::from((Ipv4Addr::new(10, 78, 0, 1), NBD));
+                let mut nbd = Raw::connect_from(nbd_at, NBD_CLIENT).await;
+                assert!(nbd.go("demo").await.is_ok(), "NBD attached through a");
                 to_test.send(Said::Read(data)).unwrap();
                 gone.recv().unwrap();
-                // Idle: nothing is sent; only a reset (or a close) ends this wait.
-                let mut byte = [0u8; 1];
-                let how = match tokio::time::timeout(
-                    Duration::from_secs(120),
-                    rpc.stream.read(&mut byte),
-                )
-                .await
-                {
-                    Err(_) => "no word in 120 s".to_string(),
-                    Ok(Ok(_)) => "closed".to_string(),
-                    Ok(Err(e)) => format!("{:?}", e.kind()),
-                };
-                to_test.send(Said::Ended(how, Instant::now())).unwrap();
+                // Idle: nothing is sent; only a reset (or a close) ends these waits.
+                let (nfs, nbd) = tokio::join!(ended(&mut rpc.stream), ended(&mut nbd.s));
+                to_test.send(Said::Ended(nfs, nbd, Instant::now())).unwrap();
                 let mut again = Rpc::connect_from(CLIENT, at).await;
                 let read = again.read(&so, 1 << 20).await.map(|(d, _)| d);
                 to_test.send(Said::ReadAgain(read, Instant::now())).unwrap();
@@ -410,9 +422,10 @@ fn a_dead_members_address_moves_to_the_survivor_which_resets_its_clients_and_ser
     }
     // a records the connection (written behind, within a flush).
     let rows = "SELECT count(*) FROM site_connections WHERE member = 'a' \
-        AND server_ip = '10.78.0.1' AND server_port = 2049 AND client_ip = '10.78.0.100'";
-    poll("a's connection in site_connections", 30, || {
-        pg.query(rows) == "1"
+        AND server_ip = '10.78.0.1' AND (server_port, client_ip) IN \
+        ((2049, '10.78.0.100'), (10809, '10.78.0.101'))";
+    poll("a's connections in site_connections", 30, || {
+        pg.query(rows) == "2"
     });
 
     // a's host dies: its link goes (no FIN, no reset leaves it), its processes are killed.
@@ -423,14 +436,15 @@ fn a_dead_members_address_moves_to_the_survivor_which_resets_its_clients_and_ser
     go.send(()).unwrap();
     poll("b holds a's address", 30, || holds(&b.ns, &va));
     let moved = died.elapsed();
-    let (how, reset_at) = match said.recv_timeout(Duration::from_secs(150)) {
-        Ok(Said::Ended(how, at)) => (how, at),
-        _ => panic!("the client's connection never ended\n{}", b.log()),
+    let (nfs, nbd, reset_at) = match said.recv_timeout(Duration::from_secs(150)) {
+        Ok(Said::Ended(nfs, nbd, at)) => (nfs, nbd, at),
+        _ => panic!("the client's connections never ended\n{}", b.log()),
     };
     assert_eq!(
-        how,
-        "ConnectionReset",
-        "the client's old connection was reset by b's tickle\nb:\n{}\nkeepalived:\n{}",
+        (nfs.as_str(), nbd.as_str()),
+        ("ConnectionReset", "ConnectionReset"),
+        "the client's old NFS and NBD connections were reset by b's tickles\nb:\n{}\n\
+         keepalived:\n{}",
         b.log(),
         b.keepalived_log()
     );
@@ -455,8 +469,8 @@ fn a_dead_members_address_moves_to_the_survivor_which_resets_its_clients_and_ser
         .lines()
         .rfind(said)
         .unwrap_or_else(|| panic!("b says nothing of the takeover:\n{log}"));
-    assert!(line.contains("tickled=1"), "{line}");
-    // The tickled connection is forgotten.
+    assert!(line.contains("connections=2 tickled=2"), "{line}");
+    // The tickled connections are forgotten.
     poll("the dead connection's row gone", 30, || {
         pg.query(rows) == "0"
     });
@@ -465,8 +479,8 @@ fn a_dead_members_address_moves_to_the_survivor_which_resets_its_clients_and_ser
     let server = room.udhcpc(dir.path(), &mac_of_a());
     assert_eq!(server.as_deref(), Some("10.78.0.2"), "b answers a's client");
     eprintln!(
-        "failover: a's address on b {:.2} s after a's death; the client's connection reset at \
-         {:.2} s, served again by b at {:.2} s; a's client bound by b {:.2} s after asking",
+        "failover: a's address on b {:.2} s after a's death; the clients' connections reset at \
+         {:.2} s, NFS served again by b at {:.2} s; a's client bound by b {:.2} s after asking",
         moved.as_secs_f64(),
         (reset_at - died).as_secs_f64(),
         (served_at - died).as_secs_f64(),
