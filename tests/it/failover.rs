@@ -474,6 +474,22 @@ fn a_dead_members_address_moves_to_the_survivor_which_resets_its_clients_and_ser
     poll("the dead connection's row gone", 30, || {
         pg.query(rows) == "0"
     });
+    // The daemon takes no address that is no member's (the notify's command says why).
+    let (ok, _, err) = run(
+        &mut in_ns(
+            &b.ns,
+            env!("CARGO_BIN_EXE_bootpool"),
+            &[
+                "site",
+                "takeover",
+                "--config",
+                b.fx.config_path().to_str().unwrap(),
+                "10.78.9.9",
+            ],
+        ),
+        30,
+    );
+    assert!(!ok && err.contains("no member's address"), "{err}");
     let dhcp_from = Instant::now();
     let dir = tempfile::tempdir().unwrap();
     let server = room.udhcpc(dir.path(), &mac_of_a());
