@@ -797,8 +797,10 @@ fn site_command(what: SiteCommand) -> ExitCode {
 }
 
 /// `bootpool site takeover` and `release`: the daemon told through its API. keepalived runs
-/// them as the addresses move, the daemon perhaps still starting: a refused connection is
-/// tried again for 10 s.
+/// them as the addresses move, the daemon perhaps still starting: a takeover's refused
+/// connection is tried again for 10 s. A release is not (a daemon not running holds nothing),
+/// so that keepalived's first word at its start, a backup's release, never arrives after the
+/// takeover that follows it.
 fn move_address(path: &std::path::Path, address: std::net::Ipv4Addr, what: &str) -> ExitCode {
     let config = match load_config(path) {
         Ok(c) => c,
@@ -813,7 +815,8 @@ fn move_address(path: &std::path::Path, address: std::net::Ipv4Addr, what: &str)
                 return ExitCode::SUCCESS;
             }
             Err(e)
-                if format!("{e:#}").contains("connecting to")
+                if what == "takeover"
+                    && format!("{e:#}").contains("connecting to")
                     && std::time::Instant::now() < deadline =>
             {
                 std::thread::sleep(std::time::Duration::from_millis(250));
