@@ -18,7 +18,7 @@
 //! Slow (two systemd boots under TCG each, several minutes): `#[ignore]`d, run by
 //! `scripts/test --all`, which builds the images first (`scripts/setup --stock`). Needs root.
 
-use crate::common::lab::{client_consoles, lab_config, repo, run_lab};
+use crate::common::lab::{client_consoles, lab_config, plain, repo, run_lab};
 
 const ROOTS: [&str; 2] = ["nfs", "nbd"];
 
@@ -359,23 +359,4 @@ fn the_overlay_on_a_local_disk_takes_the_writes_and_starts_empty_each_boot() {
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "etc-ok", "{err}");
     assert_unchanged(&image, &before);
-}
-
-/// The console without its colours (systemd's status lines are ANSI-coloured).
-fn plain(console: &str) -> String {
-    let mut out = String::with_capacity(console.len());
-    let mut chars = console.chars();
-    while let Some(c) = chars.next() {
-        if c == '\x1b' {
-            // CSI: ESC [ parameters, up to a final letter.
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }

@@ -9,6 +9,8 @@
 //! inferred end needs its root quiet for `end::QUIET_S`), then reads the boots from the
 //! daemon's API (kept as `boots.json` in the run's folder) and tears everything down.
 
+pub mod homes;
+pub mod login;
 pub mod net;
 pub mod poweroff;
 pub mod room2;
@@ -151,6 +153,22 @@ pub struct LabArgs {
     /// --timeout from the lab's start. Not with --room2 (its packets stay in its router).
     #[arg(long, conflicts_with = "room2")]
     pub wake: bool,
+    /// Log in on each client's serial console once its getty asks (a stock image with
+    /// `console=ttyS0`), as USER with PASSWORD, then type `--login-run`'s command and `exit`:
+    /// the console log shows the session. A refused password is left at that (the console
+    /// says `Login incorrect`).
+    #[arg(long, value_name = "USER:PASSWORD")]
+    pub login: Option<login::Login>,
+    /// The shell command `--login` types after logging in (one line).
+    #[arg(long, value_name = "COMMAND", requires = "login")]
+    pub login_run: Option<String>,
+    /// Serve the pools' homes (`pools.NAME.homes`) from this folder: nfs-ganesha (packages
+    /// nfs-ganesha, nfs-ganesha-vfs) on the homes' `server` address, which the lab adds to
+    /// its bridge, exports the folder read-write over NFSv4 as the homes' `export`, as a
+    /// home server of the site's would (docs/homes.md). The server must be an IPv4 address
+    /// of the server's subnet other than its own; every booted pool with homes names the same.
+    #[arg(long, value_name = "DIR")]
+    pub homes: Option<PathBuf>,
 }
 
 /// The daemon the lab and the storm start: `bootpool` beside this binary (a build's
@@ -296,6 +314,13 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     if let Some(vm::Disk::Image(disk)) = args.disk.as_ref().filter(|d| !d.exists()) {
         bail!("--disk {}: no such file", disk.display());
     }
+    if args
+        .login_run
+        .as_deref()
+        .is_some_and(|run| run.contains(['\n', '\r']))
+    {
+        bail!("--login-run: the command must be one line");
+    }
     let switch = args
         .activate
         .as_deref()
@@ -411,6 +436,16 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         eprintln!("lab: radvd is not installed; iPXE will wait about 10 s for IPv6 on each client");
     }
 
+    // --homes: the site's home server, up before any client can mount it.
+    let _homes = match &args.homes {
+        Some(folder) => {
+            let server = homes::start(folder, &config, &pools, &bridge, &run_dir)?;
+            eprintln!("lab: {}", server.summary);
+            Some(server)
+        }
+        None => None,
+    };
+
     let accel = match args.accel {
         AccelChoice::Kvm => Accel::Kvm,
         AccelChoice::Tcg => Accel::Tcg,
@@ -461,16 +496,23 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             vm::make_disk(&run_dir, &format!("pc{:02}", i + 1), mib)?;
         }
     }
+    let board = vm::Board {
+        accel,
+        firmware: args.firmware,
+        memory_mib: args.memory,
+        disk: args.disk.clone(),
+        login: args.login.clone().map(|mut l| {
+            l.run = args.login_run.clone();
+            l
+        }),
+    };
     let power_on = |i: usize| {
         Vm::power_on(
             &format!("pc{:02}", i + 1),
             macs[i].0,
             &format!("tap{i}"),
-            accel,
-            args.firmware,
-            args.memory,
+            &board,
             &run_dir,
-            args.disk.as_ref(),
         )
     };
     let mut vms = (0..first_wave)
@@ -480,11 +522,8 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                 &format!("pc{:02}", i + 1),
                 macs[i].0,
                 &format!("tap{i}"),
-                accel,
-                args.firmware,
-                args.memory,
+                &board,
                 &run_dir,
-                args.disk.as_ref(),
             ),
         })
         .collect::<anyhow::Result<Vec<Vm>>>()?;
@@ -627,16 +666,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                     cut[i] = false;
                 }
                 let (name, mac) = (vm.name.clone(), vm.mac);
-                *vm = Vm::power_on(
-                    &name,
-                    mac,
-                    &format!("tap{i}"),
-                    accel,
-                    args.firmware,
-                    args.memory,
-                    &run_dir,
-                    args.disk.as_ref(),
-                )?;
+                *vm = Vm::power_on(&name, mac, &format!("tap{i}"), &board, &run_dir)?;
                 reported[i] = false;
                 running += 1;
             }
