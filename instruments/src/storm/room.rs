@@ -456,6 +456,20 @@ mod tests {
     }
 
     #[test]
+    fn a_links_bytes_are_its_egress_or_what_its_switch_port_received() {
+        let text = "\
+Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:     100       1    0    0    0     0          0         0      200       2    0    0    0     0       0          0
+  m1p0: 5000000    4000    0    0    0     0          0         0     7000      50    0    0    0     0       0          0
+";
+        assert_eq!(dev_counter(text, "m1p0", 0), 5_000_000);
+        assert_eq!(dev_counter(text, "m1p0", 8), 7000);
+        assert_eq!(dev_counter(text, "lo", 8), 200);
+        assert_eq!(dev_counter(text, "m1p", 0), 0);
+    }
+
+    #[test]
     fn a_clients_frames_are_redirected_by_its_whole_mac() {
         let line = redirect("s0", [0x52, 0x54, 0x00, 0x78, 0x01, 0x0a], "s2");
         assert_eq!(
