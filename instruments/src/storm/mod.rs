@@ -20,6 +20,7 @@
 pub mod args;
 pub mod client;
 pub mod dhcp;
+pub mod leftovers;
 pub mod nbd;
 pub mod nfs;
 pub mod plan;
@@ -108,6 +109,7 @@ fn end_room_on_signal() -> anyhow::Result<()> {
                 "storm: stopped by signal {signal}; ending the room's processes"
             );
             end_room(Duration::from_secs(3));
+            leftovers::remove_all();
             std::process::exit(128 + signal);
         })
         .context("starting the signal thread")?;

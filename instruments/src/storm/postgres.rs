@@ -79,6 +79,7 @@ impl Postgres {
         let dir = std::env::temp_dir().join(format!("bootpool-storm-pg-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        super::leftovers::register(&dir);
         if let Some((uid, gid)) = user {
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid))
                 .with_context(|| format!("handing {} to postgres", dir.display()))?;
@@ -91,7 +92,7 @@ impl Postgres {
             .output()
             .context("running initdb")?;
         if !out.status.success() {
-            let _ = std::fs::remove_dir_all(&dir);
+            super::leftovers::remove(&dir);
             bail!(
                 "initdb failed: {}{}",
                 String::from_utf8_lossy(&out.stdout),
@@ -164,14 +165,14 @@ impl Drop for Postgres {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
-                let _ = std::fs::remove_dir_all(&self.dir);
+                super::leftovers::remove(&self.dir);
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         let _ = bootpool::sys::process::kill(-(self.child.id() as i32), libc::SIGKILL);
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        super::leftovers::remove(&self.dir);
     }
 }
 

@@ -181,7 +181,7 @@ impl Drop for Member {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.config);
+        super::leftovers::remove(&self.config);
     }
 }
 
@@ -335,6 +335,7 @@ impl Site {
                 plan.http_port,
                 range_part(first, last, k, m),
             )?;
+            super::leftovers::register(&config);
             std::fs::write(&config, yaml)
                 .with_context(|| format!("writing {}", config.display()))?;
             members.push(member);
