@@ -664,13 +664,27 @@ impl Report {
                 "note: {d}, for {n} clients (the image is not the recorded build, or the server sends the file recompressed: images.NAME.initrd_wire)\n"
             ));
         }
-        let per_link: Vec<usize> = self.links.iter().map(|l| l.clients).collect();
-        if uneven(&per_link) {
-            let counts: Vec<String> = per_link.iter().map(usize::to_string).collect();
-            s.push_str(&format!(
-                "note: the server told the clients its links unevenly: {} clients per link (a server that names one address for all, or bootpool keeping links from an earlier run: docs/links.md)\n",
-                counts.join(" / ")
-            ));
+        // Each server's own links (a site's members split the clients by their hash, not
+        // evenly: that is the servers' line).
+        for server in &self.servers.rows {
+            let per_link: Vec<usize> = server
+                .link_indices
+                .iter()
+                .filter_map(|&k| self.links.get(k))
+                .map(|l| l.clients)
+                .collect();
+            if uneven(&per_link) {
+                let counts: Vec<String> = per_link.iter().map(usize::to_string).collect();
+                s.push_str(&format!(
+                    "note: the server{} told the clients its links unevenly: {} clients per link (a server that names one address for all, or bootpool keeping links from an earlier run: docs/links.md)\n",
+                    if self.servers.rows.len() > 1 {
+                        format!(" {}", server.name)
+                    } else {
+                        String::new()
+                    },
+                    counts.join(" / ")
+                ));
+            }
         }
         let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
         let m = &self.summary;

@@ -32,6 +32,9 @@ pub struct ServerInput {
 pub struct ServerRow {
     pub name: String,
     pub links: usize,
+    /// Its links, as indices into the report's links.
+    #[serde(skip)]
+    pub link_indices: Vec<usize>,
     pub capacity_bps: u64,
     /// What its links sent (frames with their headers).
     pub bytes: u64,
@@ -77,6 +80,7 @@ pub fn servers(
             ServerRow {
                 name: s.name.clone(),
                 links: s.links.len(),
+                link_indices: s.links.clone(),
                 capacity_bps: mine().map(|l| l.capacity_bps).sum(),
                 bytes: mine().map(|l| l.bytes).sum(),
                 share_of_mean: 0.0,
