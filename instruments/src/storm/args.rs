@@ -39,7 +39,7 @@ pub struct StormArgs {
     /// `postgresql` installed). The clients broadcast as before and the site's own split
     /// (RFC 3074's hash over the live members) decides which member answers each; the report
     /// adds a row per server. Each member leases from its own part of `dhcp.range`.
-    #[arg(long, default_value_t = 1, value_parser = parse_servers)]
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = parse_servers)]
     pub servers: usize,
     /// The K server links are one bond's, simulated: one address (the config's), and each
     /// client's frames leave by the link its MAC hashes onto (the kernel's `layer2` transmit
