@@ -290,6 +290,16 @@ fn small_storm(root: &str, clients: usize, keep: usize, after_one_link: bool) {
         egress >= sum,
         "egress {egress} < clients' bytes {sum}\n{table}"
     );
+    // A lone server is one row of the servers' table: all the links, all the clients, all
+    // its record gave an address, the whole of the mean.
+    let one = &r["servers"]["rows"][0];
+    assert_eq!(r["servers"]["rows"].as_array().unwrap().len(), 1, "{table}");
+    assert_eq!(u(&one["bytes"]), egress, "{one}");
+    assert_eq!(u(&one["clients"]), clients as u64, "{one}");
+    assert_eq!(u(&one["answered"]), clients as u64, "{one}");
+    assert_eq!(one["share_of_mean"].as_f64(), Some(1.0), "{one}");
+    // The floor is the lower bound's transfer time: all bytes over all links' capacity.
+    assert_eq!(r["servers"]["floor_s"], r["bound"]["transfer_s"], "{table}");
     // The machine's CPUs, second by second beside the links' egress: busy shares, and the
     // simulated clients' own CPU time (they made thousands of requests).
     let host = &r["host"];
