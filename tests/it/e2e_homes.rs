@@ -5,7 +5,7 @@
 //! address of its own beside bootpool (`bootpool lab --homes`). A VM boots the image over NFS
 //! with the overlay addition, which writes the homes into the root's /etc/fstab; the lab logs
 //! in on its serial console as the user, through the image's getty, login and PAM
-//! (`--login`), and the user writes a file in the home. The file lands on the home server's
+//! (`--login`), on the client's own name, and the user writes a file in the home. The file lands on the home server's
 //! disk, owned by the user's uid, and the image is unchanged.
 //!
 //! Slow (an import of the stock tree and a systemd boot under TCG): `#[ignore]`d, run by
@@ -17,6 +17,8 @@ use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::process::Command;
 
 const MAC: &str = "52:54:00:77:61:01";
+/// The client's own name, which its getty's prompt and the note's file name show.
+const NAME: &str = "desk01";
 /// The homes' server: an address of the lab's subnet beside bootpool's 10.77.0.1.
 const HOMES: &str = "10.77.0.2";
 const UID: u32 = 2001;
@@ -77,7 +79,7 @@ fn a_user_logs_in_on_a_stock_image_and_writes_to_a_home_on_the_sites_nfs_server(
     cmdline: console=ttyS0
     homes: {{ server: {HOMES}, export: /home }}
     clients:
-      - {{ mac: \"{MAC}\" }}
+      - {{ mac: \"{MAC}\", name: {NAME} }}
 "
         )
     });
@@ -157,6 +159,8 @@ fn a_user_logs_in_on_a_stock_image_and_writes_to_a_home_on_the_sites_nfs_server(
         format!("{HOMES}:/HOME NFS4"),
         // ...and the user, logged in through the getty, wrote and read back in the home.
         "HOME-OK-STUDENT".to_string(),
+        // The client has its own name (option 12 and `systemd.hostname=`), not the image's.
+        format!("{NAME} login: "),
     ] {
         assert!(
             console.contains(&line),
@@ -173,6 +177,7 @@ fn a_user_logs_in_on_a_stock_image_and_writes_to_a_home_on_the_sites_nfs_server(
         .map(|e| e.path())
         .collect();
     assert_eq!(notes.len(), 1, "{notes:?}\n{console}");
+    assert!(notes[0].ends_with(format!("note-{NAME}")), "{notes:?}");
     assert_eq!(
         std::fs::read_to_string(&notes[0]).unwrap(),
         "home-ok-student\n"

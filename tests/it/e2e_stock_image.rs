@@ -117,14 +117,15 @@ fn a_stock_debian_image_boots_over_nfs_and_nbd_and_is_recorded_up_by_inference()
         assert_eq!(end, "inferred:root_settled", "{table}");
     }
 
-    // systemd itself got to the multi-user target and started the serial getty, from the
-    // kernel command line bootpool wrote (console=ttyS0 is the pool's own argument).
+    // systemd itself started the serial getty, which shows its login prompt, from the
+    // kernel command line bootpool wrote (console=ttyS0 is the pool's own argument). Not its
+    // "Reached target multi-user.target": systemd may stop writing status lines to the
+    // console once the getty holds it, and on a busy machine it did.
     let consoles = client_consoles(&dir.path().join("var"));
     assert_eq!(consoles.len(), pools.len());
     for c in consoles.iter().map(|c| plain(c)) {
         for line in [
             "Kernel command line: boot=",
-            "Reached target multi-user.target",
             // systemd shortens the unit's name to fit the console's line.
             "Started serial-getty@ttyS0",
             " login: ",
