@@ -18,6 +18,18 @@ fn curl(url: &str, extra: &[&str]) -> Vec<u8> {
     stdout_of(&mut c, &[])
 }
 
+/// What `bootpool image blocks demo [MORE]` prints for the fixture: the manifest's URL.
+fn blocks_url(fx: &Fixture, more: &[&str]) -> String {
+    let out = stdout_of(
+        Command::new(env!("CARGO_BIN_EXE_bootpool"))
+            .args(["image", "blocks", "demo", "--config"])
+            .arg(fx.config_path())
+            .args(more),
+        &[],
+    );
+    String::from_utf8(out).unwrap().trim().to_string()
+}
+
 /// An agent on a port of its own for the manifest at `url`.
 fn agent(url: &str) -> bootpool_agent::Agent {
     let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
@@ -71,6 +83,15 @@ async fn an_imported_root_is_served_by_the_agent_from_checked_chunks() {
     );
     let url = format!("{base}/{digest}");
     assert_eq!(curl(&url, &[]), text);
+    // The command an admin asks for the URL names the same manifest (the fixture's config
+    // says port 0, which the daemon bound as it pleased: the path is what is compared). The
+    // library's import activates nothing, so the revision is named.
+    let id = done.revision.id.clone();
+    let printed = tokio::task::block_in_place(|| blocks_url(&fx, &["--rev", &id]));
+    assert!(
+        printed.ends_with(&format!("/boot/demo/blocks/{digest}")),
+        "{printed}"
+    );
     // A chunk by its index, whole and by a Range inside it, as the image has it.
     let c = blocks::CHUNK as usize;
     assert_eq!(curl(&format!("{url}/2"), &[]), img[2 * c..3 * c]);
@@ -179,5 +200,32 @@ async fn a_chunk_changed_on_the_servers_disk_is_refused_and_its_read_fails() {
     assert!(err.contains("Input/output error"), "{err}");
     assert_eq!(a.store.counts.refused.load(Ordering::Relaxed), 5);
     assert_eq!(a.store.counts.fetched.load(Ordering::Relaxed), 1);
+
+    // `bootpool image blocks` makes the changed image a new manifest (it is newer than the
+    // old one): the old digest is then no manifest of the server's, and an agent on the new
+    // one reads the changed chunk as the disk has it.
+    let printed = tokio::task::block_in_place(|| blocks_url(&fx, &[]));
+    let new = printed.rsplit('/').next().unwrap().to_string();
+    assert_ne!(new, digest);
+    let http = daemon.bound.http.port();
+    let status = |d: &str| {
+        let path = format!("http://127.0.0.1:{http}/boot/demo/blocks/{d}");
+        let out = stdout_of(
+            Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &path]),
+            &[],
+        );
+        String::from_utf8(out).unwrap()
+    };
+    assert_eq!(status(&digest), "404");
+    assert_eq!(status(&new), "200");
+    let url = format!("http://127.0.0.1:{http}/boot/demo/blocks/{new}");
+    let b = tokio::task::spawn_blocking(move || agent(&url))
+        .await
+        .unwrap();
+    let uri = format!("nbd://{}/root", b.tcp.unwrap());
+    let copy = fx.path().join("copy");
+    let (ok, _, err) = run_async(cmd("nbdcopy", &[&uri, copy.to_str().unwrap()]), 60).await;
+    assert!(ok, "{err}");
+    assert!(std::fs::read(&copy).unwrap() == std::fs::read(&path).unwrap());
     daemon.stop().await;
 }

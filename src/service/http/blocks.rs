@@ -18,6 +18,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use std::net::SocketAddr;
 use std::os::unix::fs::FileExt as _;
+use std::sync::Arc;
 
 /// The manifest whose SHA-256 is DIGEST, of a root image of IMAGE.
 pub async fn manifest(
@@ -36,7 +37,7 @@ pub async fn manifest(
     match find(&web, name, digest).await {
         Some(found) => (
             [(header::CONTENT_TYPE, "text/plain; charset=us-ascii")],
-            found.text,
+            found.text.to_vec(),
         )
             .into_response(),
         None => not_found("no root image with that block manifest"),
@@ -154,10 +155,15 @@ fn refusal(
     }
 }
 
+/// The manifests found so far, for every daemon of the process: keyed by image folder and
+/// digest and checked against their files at each use, so one daemon's entry is as true for
+/// another reading the same folder.
+static KNOWN: std::sync::LazyLock<blocks_file::Known> = std::sync::LazyLock::new(Default::default);
+
 /// The root image of image `name` whose manifest has `digest`, looked for off the runtime.
-async fn find(web: &Web, name: String, digest: Sha) -> Option<blocks_file::Found> {
+async fn find(web: &Web, name: String, digest: Sha) -> Option<Arc<blocks_file::Found>> {
     let image = web.config.load().images.get(&name).cloned()?;
-    tokio::task::spawn_blocking(move || blocks_file::find(&image, &digest))
+    tokio::task::spawn_blocking(move || blocks_file::find(&image, &digest, &KNOWN))
         .await
         .ok()
         .flatten()
