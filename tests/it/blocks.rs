@@ -2,7 +2,8 @@
 //! manifest beside the revision's squashfs image, the daemon serves it and its chunks by
 //! digest, and the agent (`bootpool-agent`'s library, in this process) serves the root over
 //! NBD to libnbd's nbdinfo and nbdcopy, byte for byte the image; a chunk changed on the
-//! server's disk is refused by its digest and its read fails, never handed over.
+//! server's disk is refused by its digest and its read fails, never handed over; a stranger on
+//! the client subnet reads no chunk, the API's readers do.
 
 use crate::common::{Fixture, cmd, pattern, run_async, stdout_of};
 use bootpool::image::blocks::{self, Blocks};
@@ -228,4 +229,85 @@ async fn a_chunk_changed_on_the_servers_disk_is_refused_and_its_read_fails() {
     assert!(ok, "{err}");
     assert!(std::fs::read(&copy).unwrap() == std::fs::read(&path).unwrap());
     daemon.stop().await;
+}
+
+/// Who reads a root's chunks, tried with curl from another network namespace: an address of
+/// the client subnet that holds no lease (a laptop on the room's network) gets 403, and 401
+/// once a read token is set, unless it carries the token; an address of
+/// `server.admin_networks` and the server host read them, as they read the API.
+#[test]
+fn a_stranger_reads_no_chunk_and_the_apis_readers_do() {
+    use crate::common::netns::{Daemon, Link};
+    const SERVER: &str = "10.77.5.1";
+    const STRANGER: &str = "10.77.5.60";
+    const ADMIN: &str = "10.88.5.2";
+    const READ: &str = "blocks-read-token-0123";
+    let link = Link::new(&format!("{SERVER}/24"));
+    link.in_server(&["ip", "addr", "add", "10.88.5.1/24", "dev", &link.server_if]);
+    for a in [STRANGER, ADMIN] {
+        let a = format!("{a}/24");
+        link.in_client(&["ip", "addr", "add", &a, "dev", &link.client_if]);
+    }
+    let fx = Fixture::new();
+    let digest = blocks::hex(&blocks_file::make(&fx.image_dir().join("rootfs.img")).unwrap());
+    let status = |ns: &str, from: Option<&str>, path: &str, token: Option<&str>| {
+        let url = format!("http://{SERVER}:8080/boot/demo/blocks/{digest}{path}");
+        let mut args = vec![
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "10",
+        ];
+        if let Some(f) = from {
+            args.extend(["--interface", f]);
+        }
+        let auth = token.map(|t| format!("Authorization: Bearer {t}"));
+        if let Some(a) = &auth {
+            args.extend(["-H", a.as_str()]);
+        }
+        args.push(&url);
+        let (_, out, _) = crate::common::run(&mut Link::command(ns, "curl", &args), 30);
+        out.trim().to_string()
+    };
+    let config = |keys: &str| {
+        fx.loopback()
+            .on_veth("10.77.5", &link.server_if)
+            .http("0.0.0.0:8080")
+            .server(keys)
+    };
+
+    fx.write_config(&config("admin_networks: [10.88.5.0/24]"));
+    let daemon = Daemon::start(&link, &fx, 1);
+    for path in ["", "/0"] {
+        assert_eq!(
+            status(&link.client_ns, Some(STRANGER), path, None),
+            "403",
+            "{path}"
+        );
+        assert_eq!(
+            status(&link.client_ns, Some(ADMIN), path, None),
+            "200",
+            "{path}"
+        );
+        assert_eq!(status(&link.server_ns, None, path, None), "200", "{path}");
+    }
+    drop(daemon);
+
+    fx.write_config(&config(&format!("read_token: {READ}")));
+    let daemon = Daemon::start(&link, &fx, 2);
+    for path in ["", "/0"] {
+        let from = Some(STRANGER);
+        assert_eq!(status(&link.client_ns, from, path, None), "401", "{path}");
+        let wrong = Some("not-the-read-token-01");
+        assert_eq!(status(&link.client_ns, from, path, wrong), "401", "{path}");
+        assert_eq!(
+            status(&link.client_ns, from, path, Some(READ)),
+            "200",
+            "{path}"
+        );
+    }
+    drop(daemon);
 }
