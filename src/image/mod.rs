@@ -5,6 +5,8 @@
 //! the one boots get in `active`; a boot is handed names that carry its revision, so clients
 //! already running keep theirs (`serve.rs`).
 
+pub mod blocks;
+pub mod blocks_file;
 pub mod bootable;
 pub mod cli;
 pub mod copies;

@@ -8,6 +8,7 @@
 mod common;
 
 mod addition;
+mod blocks;
 mod cli;
 mod console;
 mod dashboard;
