@@ -4,12 +4,13 @@
 //! pulls what it lacks from the servers that hold it (`image::pull`, each object checked), and
 //! activates the revision the site has active once it holds it (`image::follow` decides).
 //! Running clients keep the revision they booted: an activation changes what boots starting
-//! later get, as `bootpool image activate` does. A database that does not answer leaves
-//! everything as it is until it answers again.
+//! later get, as `bootpool image activate` does. A revision a client asks for and this
+//! server lacks (`image::demand`) wakes it at once and is pulled before anything else. A
+//! database that does not answer leaves everything as it is until it answers again.
 
 use crate::config::{Config, Database, Image, live::Live};
 use crate::image::follow::{self, Action, Local, Row};
-use crate::image::{inventory, pull, serve, store};
+use crate::image::{demand, inventory, pull, serve, store};
 use crate::shutdown::Shutdown;
 use sha2::Digest as _;
 use sqlx::Row as _;
@@ -46,6 +47,7 @@ pub async fn run(live: Live, shutdown: Shutdown) {
         published: HashMap::new(),
         digests: HashMap::new(),
         failed: HashMap::new(),
+        wake: Arc::new(tokio::sync::Notify::new()),
     };
     let mut said_down = false;
     loop {
@@ -58,10 +60,27 @@ pub async fn run(live: Live, shutdown: Shutdown) {
             Err(_) => {}
         }
         tokio::select! {
-            _ = shutdown.wait() => return,
+            _ = shutdown.wait() => break,
             _ = tokio::time::sleep(EVERY) => {}
+            _ = follower.wake.notified() => {}
         }
     }
+    let config = follower.live.load();
+    demand::stopped(config.images.values().map(|i| i.dir.as_path()));
+}
+
+/// Who holds each revision, by `rows`: the members' URLs, those with it active first, this
+/// server (`me`) left out.
+fn holders(rows: &[Row], me: &str) -> BTreeMap<(String, String), Vec<String>> {
+    let mut out: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut sorted: Vec<&Row> = rows.iter().filter(|r| r.server != me).collect();
+    sorted.sort_by_key(|r| !r.active);
+    for r in sorted {
+        out.entry((r.image.clone(), r.rev.clone()))
+            .or_default()
+            .push(r.server.clone());
+    }
+    out
 }
 
 struct Follower {
@@ -76,6 +95,8 @@ struct Follower {
     digests: HashMap<(String, String), String>,
     /// Pulls that failed, by (image, revision), and when.
     failed: HashMap<(String, String), Instant>,
+    /// Woken when a client asks for a revision this server lacks (`image::demand`).
+    wake: Arc<tokio::sync::Notify>,
 }
 
 impl Follower {
@@ -108,6 +129,16 @@ impl Follower {
     async fn tick(&mut self) -> anyhow::Result<()> {
         let pool = self.pool().await?;
         let config = self.live.load();
+        // What clients asked for before this read of the table: judged by it.
+        let asked: Vec<(String, String)> = config
+            .images
+            .values()
+            .flat_map(|i| {
+                demand::wanted(&i.dir)
+                    .into_iter()
+                    .map(|r| (i.name.clone(), r))
+            })
+            .collect();
         let me = me(&config);
         let local = {
             let config = config.clone();
@@ -169,13 +200,59 @@ impl Follower {
         }
         // Read again: the plan sees this server's rows as just written.
         let rows = rows(&pool).await?;
+        let holders = holders(&rows, &me);
+        for image in config.images.values() {
+            let of_image = holders
+                .iter()
+                .filter(|((i, _), _)| *i == image.name)
+                .map(|((_, r), from)| (r.clone(), from.clone()))
+                .collect();
+            demand::known(
+                &image.dir,
+                of_image,
+                config.server.read_token.clone(),
+                &self.wake,
+            );
+        }
+        // Asked for by a client: pulled first, at once, even if a pull failed lately.
+        let mut pulled = Vec::new();
+        for key in asked {
+            let img = &config.images[&key.0];
+            let ok = if local.get(&key.0).is_some_and(|l| l.revs.contains(&key.1)) {
+                true
+            } else if let Some(from) = holders.get(&key) {
+                tracing::info!(
+                    image = key.0,
+                    rev = key.1,
+                    "site revisions: a client asked for a revision this server lacks; pulled now"
+                );
+                self.failed.remove(&key);
+                let (image, rev, from) = (key.0.clone(), key.1.clone(), from.clone());
+                self.act(&config, Action::Pull { image, rev, from }).await
+            } else {
+                tracing::info!(
+                    image = key.0,
+                    rev = key.1,
+                    "site revisions: a client asked for a revision no member holds"
+                );
+                false
+            };
+            demand::done(&img.dir, &key.1, ok);
+            pulled.push(key);
+        }
         for action in follow::plan(&me, &local, &rows, self.since) {
+            if let Action::Pull { image, rev, .. } = &action
+                && pulled.contains(&(image.clone(), rev.clone()))
+            {
+                continue;
+            }
             self.act(&config, action).await;
         }
         Ok(())
     }
 
-    async fn act(&mut self, config: &Arc<Config>, action: Action) {
+    /// Pulls or activates; false when a pull did not (or was not tried: it failed lately).
+    async fn act(&mut self, config: &Arc<Config>, action: Action) -> bool {
         match action {
             Action::Pull { image, rev, from } => {
                 let key = (image.clone(), rev.clone());
@@ -184,7 +261,7 @@ impl Follower {
                     .get(&key)
                     .is_some_and(|t| t.elapsed() < RETRY_AFTER)
                 {
-                    return;
+                    return false;
                 }
                 let img: Arc<Image> = config.images[&image].clone();
                 let req = pull::Request {
@@ -204,18 +281,20 @@ impl Follower {
                             "site revisions: pulled; {}",
                             done.moved.sentence()
                         );
+                        true
                     }
                     Ok(Err(e)) => {
                         self.failed.insert(key, Instant::now());
                         tracing::warn!(image, rev, error = %format!("{e:#}"), "site revisions: the pull failed; tried again in 30 s");
+                        false
                     }
-                    Err(_) => {}
+                    Err(_) => false,
                 }
             }
             Action::Activate { image, rev, since } => {
                 let img = &config.images[&image];
                 if !matches!(store::read(&img.dir, &rev), Ok(Some(_))) {
-                    return; // not pulled (yet)
+                    return false; // not pulled (yet)
                 }
                 let (c, i, r) = (config.clone(), image.clone(), rev.clone());
                 match tokio::task::spawn_blocking(move || crate::image::cli::activate(&c, &i, &r))
@@ -234,6 +313,7 @@ impl Follower {
                     }
                     Err(_) => {}
                 }
+                true
             }
         }
     }
