@@ -27,4 +27,5 @@ pub mod store;
 pub mod tar;
 pub mod unpack;
 pub mod usage;
+pub mod verify;
 pub mod wire;

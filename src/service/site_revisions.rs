@@ -10,7 +10,7 @@
 
 use crate::config::{Config, Database, Image, live::Live};
 use crate::image::follow::{self, Action, Local, Row};
-use crate::image::{demand, inventory, pull, serve, store};
+use crate::image::{demand, inventory, pull, serve, store, verify};
 use crate::shutdown::Shutdown;
 use sha2::Digest as _;
 use sqlx::Row as _;
@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 
 /// How often the table is read and written.
 const EVERY: Duration = Duration::from_secs(2);
+/// How often every revision held is checked against its manifest (`image::verify`), the
+/// first time at the daemon's start.
+const VERIFY_EVERY: Duration = Duration::from_secs(3600);
 /// How long a pull that failed is not tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(30);
 
@@ -48,6 +51,7 @@ pub async fn run(live: Live, shutdown: Shutdown) {
         digests: HashMap::new(),
         failed: HashMap::new(),
         wake: Arc::new(tokio::sync::Notify::new()),
+        verified: None,
     };
     let mut said_down = false;
     loop {
@@ -97,6 +101,8 @@ struct Follower {
     failed: HashMap<(String, String), Instant>,
     /// Woken when a client asks for a revision this server lacks (`image::demand`).
     wake: Arc<tokio::sync::Notify>,
+    /// When every revision held was last checked.
+    verified: Option<Instant>,
 }
 
 impl Follower {
@@ -240,6 +246,10 @@ impl Follower {
             demand::done(&img.dir, &key.1, ok);
             pulled.push(key);
         }
+        if self.verified.is_none_or(|t| t.elapsed() >= VERIFY_EVERY) {
+            self.verified = Some(Instant::now());
+            self.verify(&config, &local, &holders).await;
+        }
         for action in follow::plan(&me, &local, &rows, self.since) {
             if let Action::Pull { image, rev, .. } = &action
                 && pulled.contains(&(image.clone(), rev.clone()))
@@ -249,6 +259,56 @@ impl Follower {
             self.act(&config, action).await;
         }
         Ok(())
+    }
+
+    /// Checks every revision held against its manifest; one found bad (a file changed,
+    /// truncated or gone on this server's disk) is taken out, never served, and pulled again
+    /// from the members holding it.
+    async fn verify(
+        &mut self,
+        config: &Arc<Config>,
+        local: &BTreeMap<String, Local>,
+        holders: &BTreeMap<(String, String), Vec<String>>,
+    ) {
+        for (image, held) in local {
+            let img = config.images[image].clone();
+            for rev in &held.revs {
+                let (i, r) = (img.clone(), rev.clone());
+                let bad = match tokio::task::spawn_blocking(move || verify::check(&i, &r)).await {
+                    Ok(Ok(bad)) if bad.is_empty() => continue,
+                    Ok(Ok(bad)) => bad,
+                    Ok(Err(e)) => {
+                        tracing::warn!(image, rev, error = %format!("{e:#}"), "site revisions: the revision could not be checked");
+                        continue;
+                    }
+                    Err(_) => continue,
+                };
+                tracing::error!(image, rev, files = bad.len(), first = %bad.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+                    "site revisions: the revision on disk is not as its manifest says; taken out and pulled again");
+                let (i, r) = (img.clone(), rev.clone());
+                match tokio::task::spawn_blocking(move || verify::remove(&i, &r, &bad)).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::error!(image, rev, error = %format!("{e:#}"), "site revisions: the bad revision could not be taken out");
+                        continue;
+                    }
+                    Err(_) => continue,
+                }
+                let key = (image.clone(), rev.clone());
+                match holders.get(&key) {
+                    Some(from) => {
+                        self.failed.remove(&key);
+                        let (image, rev, from) = (image.clone(), rev.clone(), from.clone());
+                        self.act(config, Action::Pull { image, rev, from }).await;
+                    }
+                    None => tracing::error!(
+                        image,
+                        rev,
+                        "site revisions: no other member holds the revision taken out; import it again"
+                    ),
+                }
+            }
+        }
     }
 
     /// Pulls or activates; false when a pull did not (or was not tried: it failed lately).

@@ -9,7 +9,9 @@
 //! does not start without its images. A server lacking a revision a client asks for (its own
 //! pull held up by its image's lock) serves its kernel over HTTP and its initrd over TFTP,
 //! fetched alone from the holder and checked, and answers an NFS mount of its root once it
-//! pulled it at the client's ask; a revision no member holds stays missing.
+//! pulled it at the client's ask; a revision no member holds stays missing. A copy changed
+//! in place or truncated on a server's disk is found by its first check at start, taken out
+//! and pulled again (an NFS client reads the right bytes).
 
 use crate::common::postgres::Postgres;
 use crate::common::{Fixture, pattern, poll_async, run};
@@ -307,6 +309,63 @@ async fn a_server_lacking_a_revision_serves_a_client_asking_for_it() {
     assert!(
         !b.image_dir().join(".demand").join(&r2).exists(),
         "the files fetched ahead of r2 are gone once r2 is here"
+    );
+    drop(server_a);
+    drop(server_b);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_local_copy_changed_or_truncated_on_disk_is_found_at_start_and_pulled_again() {
+    let pg = tokio::task::block_in_place(Postgres::start);
+    let (a, b) = (fixture(&pg), fixture(&pg));
+    let src = a.path().join("src");
+    tree(&src);
+    let r1 = id_in(&image(
+        &a,
+        &["import", "demo", "--from", src.to_str().unwrap()],
+    ));
+    let server_a = a.start_as("a").await;
+    image(
+        &b,
+        &[
+            "pull",
+            "demo",
+            "--from",
+            &format!("http://{}", server_a.bound.http),
+        ],
+    );
+    // On b's disk while it is down: a byte of the host name changed in place (same length),
+    // a library truncated.
+    let rev = b.image_dir().join("revs").join(&r1).join("rootfs");
+    std::fs::write(rev.join("etc/hostname"), "ONE\n").unwrap();
+    let lib = std::fs::OpenOptions::new()
+        .write(true)
+        .open(rev.join("usr/lib/lib3.so"))
+        .unwrap();
+    lib.set_len(1000).unwrap();
+    drop(lib);
+    let server_b = b.start_as("b").await;
+    // Its first check finds both, takes the revision out and pulls it again from a.
+    let whole = poll_async(
+        Duration::from_secs(60),
+        Duration::from_millis(300),
+        || {
+            let rev = rev.clone();
+            async move {
+                (
+                    std::fs::read(rev.join("etc/hostname")).ok(),
+                    std::fs::read(rev.join("usr/lib/lib3.so")).ok(),
+                )
+            }
+        },
+        |(h, l)| h.as_deref() == Some(b"one\n") && l.as_ref().is_some_and(|l| l.len() == 30_000),
+    )
+    .await;
+    assert_eq!(whole.1, Some(pattern(703, 30_000)));
+    same_files(&a, &b, &r1);
+    assert_eq!(
+        nfs_cat(server_b.bound.nfs, &format!("/demo@{r1}/etc/hostname")).await,
+        "one\n"
     );
     drop(server_a);
     drop(server_b);
