@@ -9,7 +9,9 @@
 //! does not start without its images. A server lacking a revision a client asks for (its own
 //! pull held up by its image's lock) serves its kernel over HTTP and its initrd over TFTP,
 //! fetched alone from the holder and checked, and answers an NFS mount of its root once it
-//! pulled it at the client's ask; a revision no member holds stays missing. A copy changed
+//! pulled it at the client's ask; a revision no member holds stays missing; an NBD attach
+//! of it (nbdcopy), refused while the server's pulls fail, waits for the pull made at its
+//! ask once they can succeed. A copy changed
 //! in place or truncated on a server's disk is found by its first check at start, taken out
 //! and pulled again (an NFS client reads the right bytes).
 
@@ -367,6 +369,75 @@ async fn a_local_copy_changed_or_truncated_on_disk_is_found_at_start_and_pulled_
         nfs_cat(server_b.bound.nfs, &format!("/demo@{r1}/etc/hostname")).await,
         "one\n"
     );
+    drop(server_a);
+    drop(server_b);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_nbd_export_of_a_revision_a_server_lacks_is_pulled_when_a_client_attaches() {
+    let pg = tokio::task::block_in_place(Postgres::start);
+    // Both servers boot the image over NBD too: a revision holds its squashfs.
+    let fixture = || {
+        let fx = Fixture::new();
+        std::fs::remove_dir_all(fx.image_dir()).unwrap();
+        let l = fx.loopback().server(&format!("database: {}", pg.url()));
+        fx.write_config(&l);
+        fx
+    };
+    let (a, b) = (fixture(), fixture());
+    let src = a.path().join("src");
+    tree(&src);
+    let r1 = id_in(&image(
+        &a,
+        &["import", "demo", "--from", src.to_str().unwrap()],
+    ));
+    let server_a = a.start_as("a").await;
+    image(
+        &b,
+        &[
+            "pull",
+            "demo",
+            "--from",
+            &format!("http://{}", server_a.bound.http),
+        ],
+    );
+    let server_b = b.start_as("b").await;
+    let active = "SELECT string_agg(rev, ',') FROM site_revisions WHERE active";
+    table_says(&pg, active, &format!("{r1},{r1}")).await;
+
+    // r2 imported on a while b's image is locked: b's pulls of it fail, and an NBD client
+    // asking b for it is refused (b tried at its ask, under the lock).
+    let lock = bootpool::image::store::lock(&b.image_dir()).unwrap();
+    std::fs::write(src.join("etc/hostname"), "four\n").unwrap();
+    let r2 = id_in(&image(
+        &a,
+        &["import", "demo", "--from", src.to_str().unwrap()],
+    ));
+    table_says(
+        &pg,
+        &format!("SELECT count(*) FROM site_revisions WHERE rev = '{r2}'"),
+        "1",
+    )
+    .await;
+    let uri = format!("nbd://{}/demo@{r2}", server_b.bound.nbd);
+    let copy = b.path().join("root.out");
+    let nbdcopy = || {
+        let mut c = Command::new("nbdcopy");
+        c.arg(&uri).arg(&copy);
+        crate::common::run_async(c, 60)
+    };
+    let (ok, _, _) = nbdcopy().await;
+    assert!(!ok, "b served r2 under its lock");
+
+    // The lock given back: the next attach waits while b pulls r2 at once (its own retry of
+    // the failed pull is 30 s away) and reads r2's root image, as b built it from the tree it
+    // pulled and checked.
+    drop(lock);
+    let (ok, _, err) = nbdcopy().await;
+    assert!(ok, "{err}");
+    let at_b = b.image_dir().join("revs").join(&r2).join("rootfs.img");
+    assert_eq!(std::fs::read(&copy).unwrap(), std::fs::read(at_b).unwrap());
+    same_files(&a, &b, &r2);
     drop(server_a);
     drop(server_b);
 }
