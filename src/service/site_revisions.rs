@@ -246,10 +246,6 @@ impl Follower {
             demand::done(&img.dir, &key.1, ok);
             pulled.push(key);
         }
-        if self.verified.is_none_or(|t| t.elapsed() >= VERIFY_EVERY) {
-            self.verified = Some(Instant::now());
-            self.verify(&config, &local, &holders).await;
-        }
         for action in follow::plan(&me, &local, &rows, self.since) {
             if let Action::Pull { image, rev, .. } = &action
                 && pulled.contains(&(image.clone(), rev.clone()))
@@ -257,6 +253,11 @@ impl Follower {
                 continue;
             }
             self.act(&config, action).await;
+        }
+        // Last: hashing every revision takes a while, and what boots need comes first.
+        if self.verified.is_none_or(|t| t.elapsed() >= VERIFY_EVERY) {
+            self.verified = Some(Instant::now());
+            self.verify(&config, &local, &holders).await;
         }
         Ok(())
     }
