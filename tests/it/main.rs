@@ -31,6 +31,7 @@ mod e2e_proxy;
 mod e2e_reload;
 mod e2e_restart;
 mod e2e_secure_boot;
+mod e2e_site;
 mod e2e_stock;
 mod e2e_stock_image;
 mod e2e_switch;

@@ -3,8 +3,8 @@
 //! READLINK and READDIR against the caller's credentials (`nfs3::may`).
 
 use super::conn::{Conn, ReplyData};
-use super::limits::{BIG_READ, MAX_DIR_REPLY, NFS3ERR_TOOSMALL, WTMAX};
-use crate::config::Store;
+use super::limits::{BIG_READ, MAX_DIR_REPLY, NFS3ERR_TOOSMALL, ROOT_PULL, WTMAX};
+use crate::config::{RootProto, Store};
 use crate::export::tree::{self, Status, Tree, TreeHandle};
 use crate::proto::mount::Mount;
 use crate::proto::nfs3::{self, Error, Nfs};
@@ -32,6 +32,14 @@ impl Conn {
             }
             Mount::Mnt(path) => {
                 let export = String::from_utf8_lossy(path).into_owned();
+                // A revision this server lacks and another member holds: pulled at once,
+                // this answer waiting for it (`image::demand`), up to `ROOT_PULL`.
+                if let Some((image, id)) =
+                    crate::image::serve::lacking(&self.config, &export, RootProto::Nfs)
+                {
+                    let tree = crate::config::names::revision(&image, &id).root_tree();
+                    crate::image::demand::root(&image, &id, ROOT_PULL, || tree.is_dir());
+                }
                 // A revision imported since start, or an image a reload added, joins the
                 // tree when first mounted.
                 if let Some((e, name, root)) =
