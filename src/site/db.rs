@@ -49,6 +49,11 @@ impl Db {
         Ok(db)
     }
 
+    /// The connections, for the other tables of the site (`leases_db`).
+    pub(super) fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
     /// Makes the table if it is not there yet.
     pub async fn schema(&self) -> anyhow::Result<()> {
         bounded(sqlx::query(SCHEMA).execute(&self.pool))
@@ -140,7 +145,7 @@ impl Db {
 }
 
 /// `f`, or an error once `TIMEOUT` has passed.
-async fn bounded<T>(
+pub(super) async fn bounded<T>(
     f: impl std::future::Future<Output = Result<T, sqlx::Error>>,
 ) -> anyhow::Result<T> {
     match tokio::time::timeout(TIMEOUT, f).await {

@@ -3,7 +3,11 @@
 
 pub mod db;
 pub mod hash;
+pub mod lease_rows;
+pub mod lease_spool;
+pub mod leases_db;
 pub mod live;
 pub mod member;
 pub mod owners;
 pub mod report;
+pub mod shared_leases;
