@@ -81,6 +81,11 @@ impl Share {
         }
     }
 
+    /// Whether this is the share of member `place` of `members` live ones.
+    pub fn is_for(&self, place: usize, members: usize) -> bool {
+        (self.place as usize, self.members as usize) == (place, members)
+    }
+
     /// The other members' leases.
     pub fn held(&self) -> impl Iterator<Item = &Held> {
         self.by_ip.values()

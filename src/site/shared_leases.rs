@@ -76,8 +76,15 @@ impl SharedLeases {
         Ok(Arc::new(shared))
     }
 
-    /// What the lease table may give now.
+    /// What the lease table may give now: the others' leases as last read, this member's
+    /// part by the live members as the site's view has them now (not a second late).
     pub fn share(&self) -> Arc<Share> {
+        let (place, members) = self.site.place();
+        let share = self.share.read().unwrap_or_else(|e| e.into_inner()).clone();
+        if share.is_for(place, members) {
+            return share;
+        }
+        self.set_share(|old, place, n| old.with_members(place, n));
         self.share.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -193,12 +200,17 @@ impl SharedLeases {
 
     /// Replaces the share by `make(old, place, live)`.
     fn set_share(&self, make: impl FnOnce(&Share, usize, usize) -> Share) {
-        let view = self.site.view();
-        let live = view.live();
-        let place = live.iter().position(|m| m == view.me()).unwrap_or(0);
+        let (place, members) = self.site.place();
         let mut share = self.share.write().unwrap_or_else(|e| e.into_inner());
-        let new = make(&share, place, live.len());
+        let new = make(&share, place, members);
         if new != **share {
+            if !share.is_for(place, members) {
+                tracing::info!(
+                    place,
+                    members,
+                    "this member's part of the lease ranges changed"
+                );
+            }
             *share = Arc::new(new);
         }
     }
