@@ -583,7 +583,7 @@ fn members_sharing_one_range_never_lease_an_address_twice() {
     let mut pg = Postgres::start();
     let room = Room::new(2);
     let range = "10.79.1.0-10.79.2.255";
-    let a = Member::with_range(&room, 1, &pg.socket_url(), range);
+    let mut a = Member::with_range(&room, 1, &pg.socket_url(), range);
     let mut b = Member::with_range(&room, 2, &pg.socket_url(), range);
     let both = vec![("a".to_string(), true), ("b".to_string(), true)];
     poll("a and b see each other live", || {
@@ -646,7 +646,13 @@ fn members_sharing_one_range_never_lease_an_address_twice() {
     held.extend(b.bound());
     assert!((100..=208).contains(&held.len()), "{held:?}");
     let ips: BTreeSet<&String> = held.iter().map(|(_, ip)| ip).collect();
-    assert_eq!(ips.len(), held.len(), "an address leased twice: {held:?}");
+    assert_eq!(
+        ips.len(),
+        held.len(),
+        "an address leased twice: {held:?}\nA:{}\nB:{}",
+        a.log(),
+        b.log()
+    );
     assert!(hands.iter().all(|h| held.contains(h)), "{hands:?}");
     let total = held.len().to_string();
     poll("the spools written to site_leases", || {
@@ -707,9 +713,21 @@ fn members_sharing_one_range_never_lease_an_address_twice() {
         a.spooled(),
         b.spooled()
     );
+    // The boot records wait too, parked on disk; a killed with -9 meanwhile.
+    let parked = a.fx.path().join("var").join("records.spool");
+    poll("a's records of its new client parked", || {
+        std::fs::read_to_string(&parked).is_ok_and(|t| t.contains(&new[0].0))
+    });
+    a.kill();
 
-    // PostgreSQL again: the spools are written and emptied.
+    // PostgreSQL again, and a: the spools and the parked records are written and emptied.
     pg.start_again();
+    a.start();
+    let events = format!("SELECT count(*) > 0 FROM events WHERE mac = '{}'", new[0].0);
+    poll("a's parked records in the events table", || {
+        pg.query(&events) == "t"
+    });
+    poll("a's records spool emptied", || !parked.exists());
     for (mac, ip) in &new {
         let row = format!("SELECT ip FROM site_leases WHERE mac = '{mac}'");
         poll("a spooled lease in site_leases", || pg.query(&row) == *ip);
