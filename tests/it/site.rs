@@ -575,9 +575,11 @@ fn each_client_is_answered_by_exactly_one_member_and_a_dead_members_by_a_survivo
 /// Two members leasing from ONE range (issue 46's shared leases, docs/site.md "Leases"):
 /// perfdhcp's 200 random MACs and udhcpc clients of both members get addresses no two of
 /// which are alike, in the members' lease files, in the clients' hands and in `site_leases`;
-/// `b` killed with -9, its client asking again keeps its address through `a`; PostgreSQL
-/// stopped at once (`pg_ctl stop -m immediate`), new DISCOVERs are still answered and their
-/// leases wait in the spools, written to the table once it is started again.
+/// `b` killed with -9, its running client (busybox udhcpc, told to renew: unicast to `b`,
+/// then a broadcast REBIND) and its clients asking again keep their addresses through `a`;
+/// PostgreSQL stopped at once (`pg_ctl stop -m immediate`), new DISCOVERs are still answered
+/// and their leases and records wait on disk, `a` is killed with -9, and once PostgreSQL and
+/// `a` are started again the spools are written to the database and emptied.
 #[test]
 fn members_sharing_one_range_never_lease_an_address_twice() {
     let mut pg = Postgres::start();
@@ -664,11 +666,74 @@ fn members_sharing_one_range_never_lease_an_address_twice() {
     );
     assert_eq!(a.spooled() + b.spooled(), 0);
 
-    // b killed with -9: its client asking again for its address gets it from a.
+    // A running client of b's (busybox udhcpc, bound by b), to renew after b's death.
+    let running = macs_of("b", 8)[7].clone();
+    room.exec(&["ip", "link", "set", &room.bridge, "address", &running]);
+    let said = dir.path().join("running.out");
+    let script = dir.path().join("running.sh");
+    std::fs::write(
+        &script,
+        // It takes its address as a client does: the survivor's ACK to a REBIND comes to it.
+        format!(
+            "#!/bin/sh\necho \"$1 $serverid $ip\" >> {}\ncase $1 in\n\
+             bound|renew) ip addr replace $ip/16 dev $interface;;\n\
+             deconfig) ip addr flush dev $interface;;\nesac\n",
+            said.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let args = ["udhcpc", "-i", &room.bridge, "-f", "-T", "1", "-s"];
+    let mut udhcpc = Link::command(&room.ns, "busybox", &args)
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("running.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let lines = || std::fs::read_to_string(&said).unwrap_or_default();
+    poll("the running client bound by b", || {
+        lines().contains("bound 10.79.0.2 ")
+    });
+    let held_ip = lines()
+        .lines()
+        .find_map(|l| Some(l.strip_prefix("bound 10.79.0.2 ")?.to_string()))
+        .unwrap();
+
+    // b killed with -9: a takes its clients. The running client renews (SIGUSR1: unicast to
+    // b, unanswered, then a broadcast REBIND) and a ACKs the address it held.
     let (mac, ip) = hands[4].clone();
     let owner_row = format!("SELECT member || ' ' || ip FROM site_leases WHERE mac = '{mac}'");
     assert_eq!(pg.query(&owner_row), format!("b {ip}"));
     b.kill();
+    poll("a sees b dead", || {
+        a.site().0 == [("a".to_string(), true), ("b".to_string(), false)]
+    });
+    let _ = bootpool::sys::process::kill(udhcpc.id() as i32, libc::SIGUSR1);
+    let renewed = (0..300).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        lines().lines().any(|l| l.starts_with("renew "))
+    });
+    let log = std::fs::read_to_string(dir.path().join("running.log")).unwrap_or_default();
+    assert!(renewed, "{}\n{log}\n{}", lines(), a.log());
+    let _ = udhcpc.kill();
+    let _ = udhcpc.wait();
+    room.exec(&["ip", "addr", "flush", "dev", &room.bridge]);
+    let renewed: Vec<String> = lines()
+        .lines()
+        .filter(|l| l.starts_with("renew "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        renewed[0],
+        format!("renew 10.79.0.1 {held_ip}"),
+        "{}",
+        lines()
+    );
+    assert!(a.bound().contains(&(running.clone(), held_ip.clone())));
+
+    // b's clients asking again for their addresses get them from a.
     let got = room.udhcpc_with(dir.path(), &mac, 10, &["-r", &ip]);
     assert_eq!(
         got,
