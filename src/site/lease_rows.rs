@@ -75,7 +75,8 @@ impl Change {
 
 /// What `table` changed since `sent` (the rows last sent, by client), and `sent` brought up
 /// to date: a row for each bound lease that differs, a delete for each row whose lease is no
-/// longer bound (or moved to another subnet).
+/// longer bound (or moved to another subnet). A lease unchanged costs a lookup, no row made:
+/// this runs after every batch of answers.
 pub fn diff(
     sent: &mut BTreeMap<Mac, Row>,
     table: &Leases,
@@ -83,26 +84,44 @@ pub fn diff(
     member: &str,
 ) -> Vec<Change> {
     let mut changes = Vec::new();
-    let mut now: BTreeMap<Mac, Row> = BTreeMap::new();
-    for (mac, lease) in table.iter() {
-        if let Some(row) = Row::of(*mac, lease, &subnet_of, member) {
-            now.insert(*mac, row);
-        }
-    }
-    for (mac, old) in sent.iter() {
-        if now.get(mac).is_none_or(|r| r.subnet != old.subnet) {
+    let mut delete = |sent: &mut BTreeMap<Mac, Row>, mac: Mac| {
+        if let Some(old) = sent.remove(&mac) {
             changes.push(Change::Delete {
-                mac: *mac,
-                subnet: old.subnet.clone(),
+                mac,
+                subnet: old.subnet,
             });
         }
+    };
+    // Rows whose client the table forgot.
+    let gone: Vec<Mac> = sent
+        .keys()
+        .filter(|m| table.get(**m).is_none())
+        .copied()
+        .collect();
+    for mac in gone {
+        delete(sent, mac);
     }
-    for (mac, row) in &now {
-        if sent.get(mac) != Some(row) {
-            changes.push(Change::Put(row.clone()));
+    let mut puts = Vec::new();
+    for (mac, lease) in table.iter() {
+        let same = sent.get(mac).is_some_and(|r| {
+            lease.state == State::Bound
+                && (r.ip, r.expires, r.link) == (lease.ip, lease.expires, lease.link)
+        });
+        if same {
+            continue;
+        }
+        match Row::of(*mac, lease, &subnet_of, member) {
+            Some(row) => {
+                if sent.get(mac).is_some_and(|r| r.subnet != row.subnet) {
+                    delete(sent, *mac);
+                }
+                sent.insert(*mac, row.clone());
+                puts.push(Change::Put(row));
+            }
+            None => delete(sent, *mac),
         }
     }
-    *sent = now;
+    changes.extend(puts);
     changes
 }
 
