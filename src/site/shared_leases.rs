@@ -111,15 +111,17 @@ impl SharedLeases {
 
     /// Until `shutdown`: the spool written and the others' rows read every `EVERY`.
     pub async fn keep(self: Arc<SharedLeases>, shutdown: Shutdown) {
-        if let Err(e) = self.db.schema().await {
-            tracing::warn!(error = %format!("{e:#}"), "site_leases not made yet; retrying");
-        }
         let mut tick = tokio::time::interval(EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The table is made once the database answers (it may be down at start).
+        let mut made = false;
         loop {
             tokio::select! {
                 _ = shutdown.wait() => break,
                 _ = tick.tick() => {}
+            }
+            if !made {
+                made = self.db.schema().await.is_ok();
             }
             self.send().await;
             self.read().await;
