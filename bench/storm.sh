@@ -9,7 +9,8 @@ usage() {
     cat <<EOF
 usage: $0 [--clients N] [--big N] [--roots "nfs nbd"] [--links K] [--link-rate RATE]
           [--client-link RATE] [--think-scale F] [--out DIR] [--bin PATH]
-          [--servers "bootpool reference"] [--optins "nocto zstd"] [--rows "ROW..."]
+          [--stacks "bootpool reference"] [--optins "nocto zstd"] [--rows "ROW..."]
+          [--servers K]
           [--sequential-macs]
           [--record NAME]
 
@@ -50,7 +51,12 @@ bench/records/storm-NAME/ (JSON over 256 KiB gzipped) for git.
 Needs root and what scripts/setup installs (squashfs-tools and zstd among it), plus nfs-ganesha
 nfs-ganesha-vfs nbd-server nginx-light (apt-get install them; their services are not started).
   --bin      run this bootpool binary instead of building one
-  --servers  which of the two to run (default both; the summary covers every JSON in --out)
+  --stacks   which of the two to run (default both; the summary covers every JSON in --out);
+             \`--servers "bootpool reference"\`, its older spelling, still works
+  --servers K  instead of the rows above, one row per root of K bootpool servers, members
+             of one site on a PostgreSQL the storm starts (\`bootpool storm --servers K\`;
+             needs Debian's postgresql, not the reference stack), each on --links x
+             --link-rate: bootpool-siteK-plain-ROOT-N. bench/site-storm.sh runs K = 1, 2, 4
   --optins   which opt-in rows to run (default "nocto zstd"; "" for none)
   --rows     which plain rows to run, by the names above (default all five)
   --sequential-macs  the clients' MACs as bench/storm/pools.yaml lists them (two ranges);
@@ -62,7 +68,7 @@ EOF
 
 ARGS="$*"
 CLIENTS=40 BIG=200 ROOTS="nfs nbd" LINKS=4 RATE=250mbit CLIENT=100mbit THINK=0.2 OUT="" BIN=""
-SERVERS="bootpool reference" OPTINS="nocto zstd" RECORD="" MACS=random
+SERVERS="bootpool reference" OPTINS="nocto zstd" RECORD="" MACS=random SITE=""
 ROWS="bootpool-links bootpool-bond reference-bond reference-hashed reference-1link"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -76,7 +82,13 @@ while [ $# -gt 0 ]; do
         --think-scale) THINK="$2"; shift ;;
         --out) OUT="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
-        --servers) SERVERS="$2"; shift ;;
+        --stacks) SERVERS="$2"; shift ;;
+        --servers)
+            case "$2" in
+                ''|*[!0-9]*) SERVERS="$2" ;;
+                *) SITE="$2" ;;
+            esac
+            shift ;;
         --optins) OPTINS="$2"; shift ;;
         --rows) ROWS="$2"; shift ;;
         --sequential-macs) MACS=sequential ;;
@@ -86,7 +98,13 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ "$(id -u)" = 0 ] || { echo "storm.sh: must run as root" >&2; exit 1; }
-for c in ganesha.nfsd rpcbind nbd-server nginx dnsmasq tc mksquashfs unsquashfs zstd; do
+NEEDED="ganesha.nfsd rpcbind nbd-server nginx dnsmasq tc mksquashfs unsquashfs zstd"
+if [ -n "$SITE" ]; then
+    NEEDED="tc"
+    compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null ||
+        { echo "storm.sh: --servers needs PostgreSQL (apt-get install postgresql)" >&2; exit 1; }
+fi
+for c in $NEEDED; do
     command -v "$c" >/dev/null || { echo "storm.sh: $c missing (see --help)" >&2; exit 1; }
 done
 if [ -z "$BIN" ]; then
@@ -178,7 +196,7 @@ run() { # server links variant root clients
         *" $server "*) ;;
         *) return 0 ;;
     esac
-    if [ "$variant" = plain ]; then
+    if [ "$variant" = plain ] && [ "${place#site}" = "$place" ]; then
         case " $ROWS " in
             *" $server-$place "*) ;;
             *) return 0 ;;
@@ -188,6 +206,7 @@ run() { # server links variant root clients
     case "$place" in
         bond) shape="1x$BOND" k=1 rate=$BOND ;;
         hashed) shape="${LINKS}x$RATE" k=$LINKS rate=$RATE extra=(--bond-hash) ;;
+        site*) shape="${LINKS}x$RATE" k=$LINKS rate=$RATE extra=(--servers "${place#site}") ;;
         *) shape="${LINKS}x$RATE" k=$LINKS rate=$RATE ;;
     esac
     local cfg
@@ -218,6 +237,10 @@ run() { # server links variant root clients
 }
 
 for root in $ROOTS; do
+    if [ -n "$SITE" ]; then
+        run bootpool "site$SITE" plain "$root" "$CLIENTS"
+        continue
+    fi
     run bootpool links plain "$root" "$CLIENTS"
     run bootpool bond plain "$root" "$CLIENTS"
     run reference bond plain "$root" "$CLIENTS"
@@ -229,7 +252,7 @@ for root in $ROOTS; do
         run reference bond "$opt" "$root" "$CLIENTS"
     done
 done
-if [ "$BIG" -gt 0 ]; then
+if [ "$BIG" -gt 0 ] && [ -z "$SITE" ]; then
     run bootpool links plain nfs "$BIG"
     run reference bond plain nfs "$BIG"
 fi

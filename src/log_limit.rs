@@ -1,10 +1,25 @@
-//! Log lines rate-limited per call site, so that a flood of refusals or strangers writes a few
-//! lines and a count, not one line per packet. The services and the link steering share it
+//! Log lines: where they go (`to_stderr`, the one setup of both binaries), and lines
+//! rate-limited per call site, so that a flood of refusals or strangers writes a few lines and a
+//! count, not one line per packet. The services and the link steering share the limit
 //! (`service::bounds` hands it to the services under its old name).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
+
+/// Sends the process's log lines to stderr, filtered by `BOOTPOOL_LOG` (tracing's filter
+/// syntax, e.g. `bootpool=debug`; `info` when unset or not understood), coloured only on a
+/// terminal. Called once, first thing, by `bootpool` and `bootpool-instruments`.
+pub fn to_stderr() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("BOOTPOOL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}
 
 /// Lines one call site may write per `WINDOW`; past them lines are counted, and the next line
 /// written says how many were held back (`suppressed`).

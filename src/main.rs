@@ -219,14 +219,7 @@ fn main() -> ExitCode {
         return instrument(c, help);
     }
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("BOOTPOOL_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    bootpool::log_limit::to_stderr();
     match cli.command {
         Command::Check {
             config,

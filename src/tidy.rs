@@ -35,8 +35,9 @@ fn src() -> PathBuf {
 }
 
 /// The workspace's crates by their source folders: the daemon's (this crate), then the
-/// instruments' (the lab, the storm and the trace export), which stands on it.
-const CRATES: [&str; 2] = ["src", "instruments/src"];
+/// instruments' (the lab, the storm and the trace export), which stands on it, and the client
+/// agent's, which stands alone (it compiles two of the daemon's codec files, `AGENT_ROOMS`).
+const CRATES: [&str; 3] = ["src", "instruments/src", "agent/src"];
 
 /// How ARCHITECTURE.md may name `rel` (a path under the source folder `dir`): its path, its
 /// file name, or, for a folder's `mod.rs`, the folder (`service/nbd/`).
@@ -300,6 +301,11 @@ const ROOMS: &[&str] = &[
 /// every room of `ROOMS`: they import the daemon's rooms (`bootpool::`), and the daemon's
 /// crate never names theirs.
 const INSTRUMENT_ROOMS: &[&str] = &["trace", "lab", "storm"];
+
+/// The modules of the client agent's crate (`agent/src/`), from the ground up: the daemon's
+/// block-manifest and NBD codecs (its `image/blocks.rs` and `proto/nbd.rs`, compiled in by
+/// `#[path]`), HTTP, the chunk store, the NBD server.
+const AGENT_ROOMS: &[&str] = &["blocks", "nbd", "http", "chunks", "serve"];
 
 /// One import: the importing file, its line, the path as written, the file it names.
 struct Import {
@@ -635,6 +641,7 @@ fn circles(edges: &std::collections::BTreeMap<String, Vec<String>>) -> Vec<Vec<S
 fn imports_run_down_the_rooms_and_never_in_a_circle() {
     let mut bad = rooms_broken("src", ROOMS);
     bad.extend(rooms_broken("instruments/src", INSTRUMENT_ROOMS));
+    bad.extend(rooms_broken("agent/src", AGENT_ROOMS));
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 

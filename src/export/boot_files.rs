@@ -80,6 +80,12 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), NotSe
         ),
         Some((image, file)) => {
             let image = config.images.get(image).ok_or(NotServed::Missing)?;
+            if let Some((path, kind)) = fetched_ahead(image, file) {
+                return match place(&image.dir, &path) {
+                    Place::Inside(real) => Ok((real, kind)),
+                    _ => Err(NotServed::Missing),
+                };
+            }
             // `revs/ID/FILE`: the boot files of one revision (`image::serve`).
             let image = &crate::image::serve::for_file(image, file);
             match image_file(image, file) {
@@ -110,6 +116,24 @@ pub fn resolve(config: &Config, name: &str) -> Result<(PathBuf, FileKind), NotSe
             folder: root,
         }),
     }
+}
+
+/// `revs/ID/FILE`, the kernel or initrd of a revision this server does not hold: fetched from
+/// a member of the site that holds it and checked before it is served (`image::demand`;
+/// blocks while it is fetched). `None` for any other name, or when no member gives it.
+fn fetched_ahead(image: &Image, file: &str) -> Option<(PathBuf, FileKind)> {
+    let id = crate::config::names::revision_of(file)?;
+    if !crate::image::store::managed(&image.dir)
+        || crate::image::store::rev_dir(&image.dir, id).is_dir()
+    {
+        return None;
+    }
+    let kind = image_file(&crate::config::names::revision(image, id), file)?;
+    let name = match kind {
+        FileKind::Kernel => &image.kernel_name,
+        _ => &image.initrd_name,
+    };
+    crate::image::demand::boot_file(image, id, name).map(|p| (p, kind))
 }
 
 /// What a client is told of a boot file that is a symlink leaving its folder.

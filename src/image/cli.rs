@@ -1,8 +1,8 @@
-//! `bootpool image`: import, exec, shell, list, activate, rollback, prune. Reads the config for each
+//! `bootpool image`: import, exec, shell, list, activate, rollback, prune, blocks. Reads the config for each
 //! image's folder and the boot record for which revisions clients run; prints what it did.
 
-use super::{exec, import, objects, pull, serve, store, usage};
-use crate::config::{Config, Image};
+use super::{blocks, blocks_file, exec, import, objects, pull, serve, store, usage};
+use crate::config::{Config, Image, names};
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -76,6 +76,15 @@ pub enum ImageCommand {
         /// activated).
         #[arg(long)]
         activate: bool,
+    },
+    /// Print the URL of the block manifest of an NBD root image (the active revision's, or
+    /// REV's; an image without revisions, its own root image), which `bootpool-agent` serves a
+    /// client's root from (docs/swarm.md); the manifest is made first if the image has none.
+    Blocks {
+        name: String,
+        /// This revision (`r3`, or an id) instead of the active one.
+        #[arg(long, value_name = "REV")]
+        rev: Option<String>,
     },
     /// List each image's revisions, the active one, and which clients run which.
     List {
@@ -175,6 +184,27 @@ pub fn run(args: ImageArgs, config: Config) -> anyhow::Result<()> {
                 "/bin/sh"
             };
             exec(&config, &name, rev, vec![sh.into(), "-l".into()], true)
+        }
+        ImageCommand::Blocks { name, rev } => {
+            let image = image(&config, &name)?;
+            let root = match (&rev, store::managed(&image.dir)) {
+                (Some(r), _) => names::revision(&image, &store::find(&image.dir, r)?.id),
+                (None, true) => match store::active(&image.dir)? {
+                    Some(id) => names::revision(&image, &id),
+                    None => bail!("image {name} has no active revision"),
+                },
+                (None, false) => (*image).clone(),
+            }
+            .root_image();
+            let digest = blocks_file::current(&root)?;
+            let s = &config.server;
+            println!(
+                "http://{}:{}/boot/{name}/blocks/{}",
+                s.address,
+                s.http.port(),
+                blocks::hex(&digest)
+            );
+            Ok(())
         }
         ImageCommand::List { name } => {
             let running = running(&config, None)?;

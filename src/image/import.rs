@@ -5,6 +5,7 @@
 //! (the same filesystem) and renamed into `DIR/revs/ID/` only when whole, so nothing
 //! half-written is ever served and a failed import leaves the revisions as they were.
 
+use super::blocks_file;
 use super::objects::{self, Put};
 use super::progress::Progress;
 use super::store::{self, Meta, Revision};
@@ -785,20 +786,28 @@ pub fn root_image(image: &Image, id: &str) -> anyhow::Result<bool> {
     let r = crate::config::names::revision(image, id);
     let out = r.root_image();
     if out.is_file() {
+        // A revision made before block manifests were: its manifest now.
+        blocks_file::make_missing(&out)?;
         return Ok(false);
     }
     let tmp = out.with_file_name(format!(".squashfs-{}", std::process::id()));
+    let (tmp_blocks, out_blocks) = (blocks_file::path_of(&tmp), blocks_file::path_of(&out));
     let made = squashfs(&r.root_tree(), &tmp).and_then(|()| {
-        std::fs::rename(&tmp, &out).with_context(|| format!("moving {} in", out.display()))
+        // The manifest first: an image in place always has its manifest beside it.
+        std::fs::rename(&tmp_blocks, &out_blocks)
+            .and_then(|()| std::fs::rename(&tmp, &out))
+            .with_context(|| format!("moving {} in", out.display()))
     });
     if made.is_err() {
         let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_file(&tmp_blocks);
     }
     made.map(|()| true)
 }
 
 /// The NBD image: the tree as squashfs (gzip, 128 KiB blocks, as the demo image's), with
-/// mksquashfs's own progress bar on a terminal.
+/// mksquashfs's own progress bar on a terminal, and its block manifest beside it
+/// (`blocks_file`, for the clients' agents: docs/swarm.md).
 pub(super) fn squashfs(tree: &Path, out: &Path) -> anyhow::Result<()> {
     if let Some(p) = out.parent() {
         std::fs::create_dir_all(p)?;
@@ -818,5 +827,6 @@ pub(super) fn squashfs(tree: &Path, out: &Path) -> anyhow::Result<()> {
     if !status.success() {
         bail!("mksquashfs {} failed ({status})", tree.display());
     }
+    blocks_file::make(out)?;
     Ok(())
 }

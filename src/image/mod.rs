@@ -5,10 +5,13 @@
 //! the one boots get in `active`; a boot is handed names that carry its revision, so clients
 //! already running keep theirs (`serve.rs`).
 
+pub mod blocks;
+pub mod blocks_file;
 pub mod bootable;
 pub mod cli;
 pub mod copies;
 pub mod cpio;
+pub mod demand;
 pub mod exec;
 pub mod fetch;
 pub mod follow;
@@ -19,10 +22,12 @@ pub mod manifest;
 pub mod objects;
 pub mod progress;
 pub mod pull;
+pub mod pull_file;
 pub mod serve;
 pub mod squashfs;
 pub mod store;
 pub mod tar;
 pub mod unpack;
 pub mod usage;
+pub mod verify;
 pub mod wire;

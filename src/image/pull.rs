@@ -171,7 +171,7 @@ pub fn pull(image: &Image, req: &Request) -> anyhow::Result<Pulled> {
 }
 
 /// The manifest from the first member that answers with a good one, and which member.
-fn manifest(
+pub(super) fn manifest(
     image: &Image,
     req: &Request,
     bases: &[Base],
@@ -214,13 +214,13 @@ fn manifest(
     )
 }
 
-struct Puller<'a> {
-    image: &'a Image,
-    bases: &'a [Base],
+pub(super) struct Puller<'a> {
+    pub(super) image: &'a Image,
+    pub(super) bases: &'a [Base],
     /// The member to ask first.
-    first: usize,
-    token: Option<&'a str>,
-    moved: Moved,
+    pub(super) first: usize,
+    pub(super) token: Option<&'a str>,
+    pub(super) moved: Moved,
 }
 
 impl Puller<'_> {
@@ -401,7 +401,7 @@ impl Puller<'_> {
 
     /// Fetches `e`'s bytes into `path`, checked against `d`: the first member first, then
     /// the others, twice round; refused copies are counted and never kept.
-    fn fetch(
+    pub(super) fn fetch(
         &mut self,
         e: &Entry,
         d: &[u8; 32],
@@ -452,7 +452,7 @@ impl Puller<'_> {
 
 /// Sets `e`'s owner (first: chown clears set-id bits), mode (not a symlink's) and times on
 /// `path`.
-fn stamp(path: &Path, e: &Entry) -> anyhow::Result<()> {
+pub(super) fn stamp(path: &Path, e: &Entry) -> anyhow::Result<()> {
     std::os::unix::fs::lchown(path, Some(e.uid), Some(e.gid))?;
     if !matches!(e.kind, Kind::Symlink(_)) {
         use std::os::unix::fs::PermissionsExt as _;

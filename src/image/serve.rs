@@ -174,6 +174,33 @@ pub fn nbd_revision(config: &Config, name: &str) -> Option<Arc<Image>> {
     r.root_image().is_file().then(|| Arc::new(r))
 }
 
+/// A root name that carries a revision (an NFS MOUNT path `/EXPORT@ID[/...]`, or an NBD
+/// export `NAME@ID`, its wire copy's `NAME@ID~zstd` too) of an image with revisions, where
+/// that revision is not on disk: the image and the id, which a site's member asks the others
+/// for (`image::demand`).
+pub fn lacking(config: &Config, name: &str, root: RootProto) -> Option<(Arc<Image>, String)> {
+    let absolute = |export: &str| format!("/{}", export.trim_start_matches('/'));
+    let (image, id) = match root {
+        RootProto::Nfs => {
+            let (export, id) = names::split_nfs(name)?;
+            let export = absolute(export);
+            let image = config
+                .images
+                .values()
+                .find(|i| absolute(&i.nfs_export) == export)?;
+            (image, id)
+        }
+        RootProto::Nbd => {
+            let name = name.strip_suffix(names::ROOT_SUFFIX).unwrap_or(name);
+            let (export, id) = names::split_nbd(name)?;
+            let image = config.images.values().find(|i| i.nbd_export == export)?;
+            (image, id)
+        }
+    };
+    (store::managed(&image.dir) && !store::rev_dir(&image.dir, id).is_dir())
+        .then(|| (image.clone(), id.to_string()))
+}
+
 /// One NFS export of a revision: (export path, tree name `IMAGE@ID`, tree folder).
 pub type NfsExport = (String, String, std::path::PathBuf);
 

@@ -10,6 +10,7 @@ pub mod mount;
 pub mod nbd;
 pub mod netlink;
 pub mod nfs3;
+pub mod nfsacl;
 pub mod pe;
 pub mod portmap;
 pub mod ra;

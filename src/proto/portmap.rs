@@ -163,7 +163,7 @@ pub fn answer(call: &[u8], table: &[Mapping]) -> Option<Answer> {
     }
 }
 
-/// The table served for an NFS port: MOUNT v3 and NFS v3 over TCP, and ourselves.
+/// The table served for an NFS port: MOUNT v3, NFS v3 and NFSACL v3 over TCP, and ourselves.
 pub fn table(nfs_port: u16, portmap_port: u16) -> Vec<Mapping> {
     let m = |prog, vers, prot, port: u16| Mapping {
         prog,
@@ -176,6 +176,7 @@ pub fn table(nfs_port: u16, portmap_port: u16) -> Vec<Mapping> {
         m(PROG_PORTMAP, VERS_PORTMAP, IPPROTO_UDP, portmap_port),
         m(100_005, 3, IPPROTO_TCP, nfs_port),
         m(100_003, 3, IPPROTO_TCP, nfs_port),
+        m(super::rpc::PROG_NFSACL, 3, IPPROTO_TCP, nfs_port),
     ]
 }
 

@@ -8,6 +8,8 @@ use std::borrow::Cow;
 pub const PROG_NFS: u32 = 100_003;
 pub const PROG_MOUNT: u32 = 100_005;
 pub const PROG_PORTMAP: u32 = 100_000;
+/// NFSACL, POSIX ACLs beside NFSv3 (`proto::nfsacl`).
+pub const PROG_NFSACL: u32 = 100_227;
 /// RFC 5531: opaque_auth bodies are at most 400 bytes.
 const MAX_AUTH: usize = 400;
 /// AUTH_UNIX carries at most 16 supplementary groups.

@@ -134,10 +134,19 @@ impl Store {
             Store::Sqlite(_) => "INTEGER PRIMARY KEY",
             Store::Postgres(_) => "BIGSERIAL PRIMARY KEY",
         };
-        for stmt in schema(id) {
-            on_pool!(&store, p => sqlx::query(&stmt).execute(p).await.map(drop))
-                .map_err(|e| damaged(db, e.into()))
-                .with_context(|| format!("creating the record tables ({stmt})"))?;
+        match &store {
+            Store::Sqlite(p) => {
+                for stmt in schema(id) {
+                    sqlx::query(&stmt)
+                        .execute(p)
+                        .await
+                        .map_err(|e| damaged(db, e.into()))
+                        .with_context(|| format!("creating the record tables ({stmt})"))?;
+                }
+            }
+            Store::Postgres(p) => create_shared_tables(p, &schema(id))
+                .await
+                .context("creating the record tables")?,
         }
         Ok(store)
     }
@@ -331,6 +340,28 @@ impl Store {
         }
         Ok(events.len())
     }
+}
+
+/// Runs `stmts` (`CREATE ... IF NOT EXISTS`) in one transaction under an advisory lock of
+/// the database: the servers of a site may start at the same moment, and PostgreSQL's `IF NOT
+/// EXISTS` is not safe against another session making the same table at once (one of them
+/// fails on the catalogue's unique index).
+async fn create_shared_tables(pool: &sqlx::PgPool, stmts: &[String]) -> anyhow::Result<()> {
+    /// The lock's key: "bootpool" in ASCII, the same for every server.
+    const KEY: i64 = 0x626f_6f74_706f_6f6c;
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(KEY)
+        .execute(&mut *tx)
+        .await?;
+    for stmt in stmts {
+        sqlx::query(stmt)
+            .execute(&mut *tx)
+            .await
+            .with_context(|| format!("({stmt})"))?;
+    }
+    tx.commit().await?;
+    Ok(())
 }
 
 /// Reads a JSON-lines file, skipping lines a crash cut short; a missing file is empty.

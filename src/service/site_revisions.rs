@@ -4,12 +4,13 @@
 //! pulls what it lacks from the servers that hold it (`image::pull`, each object checked), and
 //! activates the revision the site has active once it holds it (`image::follow` decides).
 //! Running clients keep the revision they booted: an activation changes what boots starting
-//! later get, as `bootpool image activate` does. A database that does not answer leaves
-//! everything as it is until it answers again.
+//! later get, as `bootpool image activate` does. A revision a client asks for and this
+//! server lacks (`image::demand`) wakes it at once and is pulled before anything else. A
+//! database that does not answer leaves everything as it is until it answers again.
 
 use crate::config::{Config, Database, Image, live::Live};
 use crate::image::follow::{self, Action, Local, Row};
-use crate::image::{inventory, pull, serve, store};
+use crate::image::{demand, inventory, pull, serve, store, verify};
 use crate::shutdown::Shutdown;
 use sha2::Digest as _;
 use sqlx::Row as _;
@@ -20,6 +21,9 @@ use std::time::{Duration, Instant};
 
 /// How often the table is read and written.
 const EVERY: Duration = Duration::from_secs(2);
+/// How often every revision held is checked against its manifest (`image::verify`), the
+/// first time at the daemon's start.
+const VERIFY_EVERY: Duration = Duration::from_secs(3600);
 /// How long a pull that failed is not tried again.
 const RETRY_AFTER: Duration = Duration::from_secs(30);
 
@@ -46,6 +50,8 @@ pub async fn run(live: Live, shutdown: Shutdown) {
         published: HashMap::new(),
         digests: HashMap::new(),
         failed: HashMap::new(),
+        wake: Arc::new(tokio::sync::Notify::new()),
+        verified: None,
     };
     let mut said_down = false;
     loop {
@@ -58,10 +64,27 @@ pub async fn run(live: Live, shutdown: Shutdown) {
             Err(_) => {}
         }
         tokio::select! {
-            _ = shutdown.wait() => return,
+            _ = shutdown.wait() => break,
             _ = tokio::time::sleep(EVERY) => {}
+            _ = follower.wake.notified() => {}
         }
     }
+    let config = follower.live.load();
+    demand::stopped(config.images.values().map(|i| i.dir.as_path()));
+}
+
+/// Who holds each revision, by `rows`: the members' URLs, those with it active first, this
+/// server (`me`) left out.
+fn holders(rows: &[Row], me: &str) -> BTreeMap<(String, String), Vec<String>> {
+    let mut out: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    let mut sorted: Vec<&Row> = rows.iter().filter(|r| r.server != me).collect();
+    sorted.sort_by_key(|r| !r.active);
+    for r in sorted {
+        out.entry((r.image.clone(), r.rev.clone()))
+            .or_default()
+            .push(r.server.clone());
+    }
+    out
 }
 
 struct Follower {
@@ -76,6 +99,10 @@ struct Follower {
     digests: HashMap<(String, String), String>,
     /// Pulls that failed, by (image, revision), and when.
     failed: HashMap<(String, String), Instant>,
+    /// Woken when a client asks for a revision this server lacks (`image::demand`).
+    wake: Arc<tokio::sync::Notify>,
+    /// When every revision held was last checked.
+    verified: Option<Instant>,
 }
 
 impl Follower {
@@ -108,6 +135,16 @@ impl Follower {
     async fn tick(&mut self) -> anyhow::Result<()> {
         let pool = self.pool().await?;
         let config = self.live.load();
+        // What clients asked for before this read of the table: judged by it.
+        let asked: Vec<(String, String)> = config
+            .images
+            .values()
+            .flat_map(|i| {
+                demand::wanted(&i.dir)
+                    .into_iter()
+                    .map(|r| (i.name.clone(), r))
+            })
+            .collect();
         let me = me(&config);
         let local = {
             let config = config.clone();
@@ -169,13 +206,114 @@ impl Follower {
         }
         // Read again: the plan sees this server's rows as just written.
         let rows = rows(&pool).await?;
+        let holders = holders(&rows, &me);
+        for image in config.images.values() {
+            let of_image = holders
+                .iter()
+                .filter(|((i, _), _)| *i == image.name)
+                .map(|((_, r), from)| (r.clone(), from.clone()))
+                .collect();
+            demand::known(
+                &image.dir,
+                of_image,
+                config.server.read_token.clone(),
+                &self.wake,
+            );
+        }
+        // Asked for by a client: pulled first, at once, even if a pull failed lately.
+        let mut pulled = Vec::new();
+        for key in asked {
+            let img = &config.images[&key.0];
+            let ok = if local.get(&key.0).is_some_and(|l| l.revs.contains(&key.1)) {
+                true
+            } else if let Some(from) = holders.get(&key) {
+                tracing::info!(
+                    image = key.0,
+                    rev = key.1,
+                    "site revisions: a client asked for a revision this server lacks; pulled now"
+                );
+                self.failed.remove(&key);
+                let (image, rev, from) = (key.0.clone(), key.1.clone(), from.clone());
+                self.act(&config, Action::Pull { image, rev, from }).await
+            } else {
+                tracing::info!(
+                    image = key.0,
+                    rev = key.1,
+                    "site revisions: a client asked for a revision no member holds"
+                );
+                false
+            };
+            demand::done(&img.dir, &key.1, ok);
+            pulled.push(key);
+        }
         for action in follow::plan(&me, &local, &rows, self.since) {
+            if let Action::Pull { image, rev, .. } = &action
+                && pulled.contains(&(image.clone(), rev.clone()))
+            {
+                continue;
+            }
             self.act(&config, action).await;
+        }
+        // Last: hashing every revision takes a while, and what boots need comes first.
+        if self.verified.is_none_or(|t| t.elapsed() >= VERIFY_EVERY) {
+            self.verified = Some(Instant::now());
+            self.verify(&config, &local, &holders).await;
         }
         Ok(())
     }
 
-    async fn act(&mut self, config: &Arc<Config>, action: Action) {
+    /// Checks every revision held against its manifest; one found bad (a file changed,
+    /// truncated or gone on this server's disk) is taken out, never served, and pulled again
+    /// from the members holding it.
+    async fn verify(
+        &mut self,
+        config: &Arc<Config>,
+        local: &BTreeMap<String, Local>,
+        holders: &BTreeMap<(String, String), Vec<String>>,
+    ) {
+        for (image, held) in local {
+            let img = config.images[image].clone();
+            for rev in &held.revs {
+                let (i, r) = (img.clone(), rev.clone());
+                let bad = match tokio::task::spawn_blocking(move || verify::check(&i, &r)).await {
+                    Ok(Ok(bad)) if bad.is_empty() => continue,
+                    Ok(Ok(bad)) => bad,
+                    Ok(Err(e)) => {
+                        tracing::warn!(image, rev, error = %format!("{e:#}"), "site revisions: the revision could not be checked");
+                        continue;
+                    }
+                    Err(_) => continue,
+                };
+                tracing::error!(image, rev, files = bad.len(), first = %bad.iter().take(5).cloned().collect::<Vec<_>>().join(", "),
+                    "site revisions: the revision on disk is not as its manifest says; taken out and pulled again");
+                let (i, r) = (img.clone(), rev.clone());
+                match tokio::task::spawn_blocking(move || verify::remove(&i, &r, &bad)).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::error!(image, rev, error = %format!("{e:#}"), "site revisions: the bad revision could not be taken out");
+                        continue;
+                    }
+                    Err(_) => continue,
+                }
+                let key = (image.clone(), rev.clone());
+                match holders.get(&key) {
+                    Some(from) => {
+                        self.failed.remove(&key);
+                        let (image, rev, from) = (image.clone(), rev.clone(), from.clone());
+                        self.act(config, Action::Pull { image, rev, from }).await;
+                    }
+                    None => tracing::error!(
+                        image,
+                        rev,
+                        "site revisions: no other member holds the revision taken out; import it again"
+                    ),
+                }
+            }
+        }
+    }
+
+    /// Pulls or activates; false when a pull did not (or was not tried: it failed lately).
+    async fn act(&mut self, config: &Arc<Config>, action: Action) -> bool {
         match action {
             Action::Pull { image, rev, from } => {
                 let key = (image.clone(), rev.clone());
@@ -184,7 +322,7 @@ impl Follower {
                     .get(&key)
                     .is_some_and(|t| t.elapsed() < RETRY_AFTER)
                 {
-                    return;
+                    return false;
                 }
                 let img: Arc<Image> = config.images[&image].clone();
                 let req = pull::Request {
@@ -204,18 +342,20 @@ impl Follower {
                             "site revisions: pulled; {}",
                             done.moved.sentence()
                         );
+                        true
                     }
                     Ok(Err(e)) => {
                         self.failed.insert(key, Instant::now());
                         tracing::warn!(image, rev, error = %format!("{e:#}"), "site revisions: the pull failed; tried again in 30 s");
+                        false
                     }
-                    Err(_) => {}
+                    Err(_) => false,
                 }
             }
             Action::Activate { image, rev, since } => {
                 let img = &config.images[&image];
                 if !matches!(store::read(&img.dir, &rev), Ok(Some(_))) {
-                    return; // not pulled (yet)
+                    return false; // not pulled (yet)
                 }
                 let (c, i, r) = (config.clone(), image.clone(), rev.clone());
                 match tokio::task::spawn_blocking(move || crate::image::cli::activate(&c, &i, &r))
@@ -234,6 +374,7 @@ impl Follower {
                     }
                     Err(_) => {}
                 }
+                true
             }
         }
     }

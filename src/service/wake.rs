@@ -267,5 +267,5 @@ fn broadcast(subnet: Subnet) -> Ipv4Addr {
 /// The local time as Unix seconds shifted by the local offset (`sys::clock`).
 fn local_now() -> i64 {
     let now = crate::record::event::now_micros() / 1_000_000;
-    now + crate::sys::clock::local_offset(now)
+    now + crate::sys::time::utc_offset(now)
 }

@@ -16,7 +16,6 @@
 //! - `procnet`: who holds a port (`/proc/net`'s sockets, `/proc/PID/fd`); no `unsafe`, but the
 //!   kernel's answer reported as it is, like the rest.
 
-pub mod clock;
 pub mod epoll;
 pub mod fs;
 pub mod libnbd;

@@ -8,6 +8,7 @@
 mod common;
 
 mod addition;
+mod blocks;
 mod cli;
 mod console;
 mod dashboard;
@@ -22,6 +23,7 @@ mod e2e_campus;
 mod e2e_console;
 mod e2e_cow;
 mod e2e_gone;
+mod e2e_homes;
 mod e2e_images;
 mod e2e_ipv6;
 mod e2e_next_boot;
@@ -29,6 +31,7 @@ mod e2e_proxy;
 mod e2e_reload;
 mod e2e_restart;
 mod e2e_secure_boot;
+mod e2e_site;
 mod e2e_stock;
 mod e2e_stock_image;
 mod e2e_switch;

@@ -433,19 +433,22 @@ async fn portmapper_names_the_nfs_port() {
     let nfs_port = daemon.bound.nfs.port();
     let (ok, out, err) = nfs("rpcinfo", &["-p", "127.0.0.1"]).await;
     assert!(ok, "{err}");
-    for prog in ["100003", "100005"] {
+    for (prog, name) in [
+        ("100003", "nfs"),
+        ("100005", "mountd"),
+        ("100227", "nfs_acl"),
+    ] {
         assert!(
             out.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()
-                == [
-                    prog,
-                    "3",
-                    "tcp",
-                    &nfs_port.to_string(),
-                    if prog == "100003" { "nfs" } else { "mountd" }
-                ]),
+                == [prog, "3", "tcp", &nfs_port.to_string(), name]),
             "{out}"
         );
     }
+    // NFSACL answers on the NFS port (its NULL call, through the portmapper's mapping): the
+    // kernel's client asks it at each ACL lookup (tests/it/e2e_homes.rs logs a user in over
+    // an overlay, which needs it).
+    let (ok, out, err) = nfs("rpcinfo", &["-t", "127.0.0.1", "100227", "3"]).await;
+    assert!(ok && out.contains("ready and waiting"), "{out}{err}");
     let (ok, out, err) = nfs("nfs-cat", &["nfs://127.0.0.1/demo/etc/hostname?version=3"]).await;
     assert!(ok, "{err}");
     assert_eq!(out, "demo\n");

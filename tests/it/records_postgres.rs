@@ -236,3 +236,29 @@ fn records_in_postgres_survive_kill_9_and_follow_the_retention() {
         "postgres {pid} still runs"
     );
 }
+
+/// The servers of a site may start at the same moment on a fresh database: each makes the
+/// record tables it lacks, and none fails because another made them at once (PostgreSQL's
+/// `IF NOT EXISTS` alone fails one of them on its catalogue's unique index).
+#[test]
+fn servers_starting_at_once_on_a_fresh_database_all_open_the_record_store() {
+    let pg = Postgres::start();
+    let db = bootpool::config::Database::Postgres(pg.url());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let opened = rt.block_on(async {
+        let opens: Vec<_> = (0..8)
+            .map(|_| {
+                let db = db.clone();
+                tokio::spawn(async move { bootpool::record::store::Store::open(&db).await })
+            })
+            .collect();
+        let mut opened = Vec::new();
+        for o in opens {
+            opened.push(o.await.unwrap().map(drop).map_err(|e| format!("{e:#}")));
+        }
+        opened
+    });
+    for o in opened {
+        assert_eq!(o, Ok(()));
+    }
+}

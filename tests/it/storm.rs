@@ -290,6 +290,16 @@ fn small_storm(root: &str, clients: usize, keep: usize, after_one_link: bool) {
         egress >= sum,
         "egress {egress} < clients' bytes {sum}\n{table}"
     );
+    // A lone server is one row of the servers' table: all the links, all the clients, all
+    // its record gave an address, the whole of the mean.
+    let one = &r["servers"]["rows"][0];
+    assert_eq!(r["servers"]["rows"].as_array().unwrap().len(), 1, "{table}");
+    assert_eq!(u(&one["bytes"]), egress, "{one}");
+    assert_eq!(u(&one["clients"]), clients as u64, "{one}");
+    assert_eq!(u(&one["answered"]), clients as u64, "{one}");
+    assert_eq!(one["share_of_mean"].as_f64(), Some(1.0), "{one}");
+    // The floor is the lower bound's transfer time: all bytes over all links' capacity.
+    assert_eq!(r["servers"]["floor_s"], r["bound"]["transfer_s"], "{table}");
     // The machine's CPUs, second by second beside the links' egress: busy shares, and the
     // simulated clients' own CPU time (they made thousands of requests).
     let host = &r["host"];
@@ -622,6 +632,62 @@ fn a_small_storm_on_a_hashed_bond_sends_each_clients_bytes_by_its_own_link() {
         "{}",
         r["bound"]
     );
+    bound_holds(&r, &table);
+}
+
+/// Two bootpool servers in the room (`--servers 2`), members `s1` and `s2` of one site on the
+/// PostgreSQL the storm starts, each with its own link: the clients broadcast, and the site's
+/// split alone decides who answers. Every client boots; each member answered some of them
+/// (its record gave them an address, and its links carried their bytes) and left the others'
+/// DHCP messages to the other; no client was given an address by both; and the clients each
+/// booted from the member that answered it.
+#[test]
+fn a_small_storm_on_two_servers_boots_each_client_from_exactly_one_member() {
+    let _room = one_room();
+    let dir = tempfile::tempdir().unwrap();
+    let (trace_file, _) = short_trace("nbd", 100, dir.path());
+    let (table, r) = small_room(
+        dir.path(),
+        "nbd",
+        8,
+        &trace_file,
+        "1x200mbit",
+        300,
+        &["--servers", "2"],
+    );
+    assert_eq!(u(&r["summary"]["booted"]), 8, "{table}");
+    let rows = r["servers"]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{table}");
+    let links = r["links"].as_array().unwrap();
+    assert_eq!(links.len(), 2, "{table}");
+    for (row, (name, address)) in rows.iter().zip([("s1", "10.78.0.1"), ("s2", "10.78.0.2")]) {
+        assert_eq!(row["name"], name, "{row}");
+        let clients = u(&row["clients"]);
+        assert!(clients > 0, "{row}\n{table}");
+        // Its record gave an address to exactly the clients that booted from its link.
+        assert_eq!(u(&row["answered"]), clients, "{row}\n{table}");
+        let booted_here = r["clients"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["server"] == address)
+            .count() as u64;
+        assert_eq!(booted_here, clients, "{row}\n{table}");
+        assert!(u(&row["others"]) > 0, "{row}\n{table}");
+        assert!(u(&row["offers"]) >= clients, "{row}\n{table}");
+        assert!(u(&row["bytes"]) > 0, "{row}\n{table}");
+    }
+    assert_eq!(
+        rows.iter().map(|row| u(&row["clients"])).sum::<u64>(),
+        8,
+        "{table}"
+    );
+    assert_eq!(
+        r["servers"]["answered_by_two"],
+        serde_json::json!([]),
+        "{table}"
+    );
+    assert_eq!(u(&r["agreement"]["clients_recorded"]), 8, "{table}");
     bound_holds(&r, &table);
 }
 

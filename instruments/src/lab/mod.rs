@@ -9,9 +9,12 @@
 //! inferred end needs its root quiet for `end::QUIET_S`), then reads the boots from the
 //! daemon's API (kept as `boots.json` in the run's folder) and tears everything down.
 
+pub mod homes;
+pub mod login;
 pub mod net;
 pub mod poweroff;
 pub mod room2;
+pub mod stranger;
 pub mod table;
 pub mod vm;
 pub mod wire_wait;
@@ -151,6 +154,34 @@ pub struct LabArgs {
     /// --timeout from the lab's start. Not with --room2 (its packets stay in its router).
     #[arg(long, conflicts_with = "room2")]
     pub wake: bool,
+    /// Log in on each client's serial console once its getty asks (a stock image with
+    /// `console=ttyS0`), as USER with PASSWORD, then type `--login-run`'s command and `exit`:
+    /// the console log shows the session. A refused password is left at that (the console
+    /// says `Login incorrect`).
+    #[arg(long, value_name = "USER:PASSWORD")]
+    pub login: Option<login::Login>,
+    /// The shell command `--login` types after logging in (one line).
+    #[arg(long, value_name = "COMMAND", requires = "login")]
+    pub login_run: Option<String>,
+    /// Serve the pools' homes (`pools.NAME.homes`) from this folder: nfs-ganesha (packages
+    /// nfs-ganesha, nfs-ganesha-vfs) on the homes' `server` address, which the lab adds to
+    /// its bridge, exports the folder read-write over NFSv4 as the homes' `export`, as a
+    /// home server of the site's would (docs/homes.md). The server must be an IPv4 address
+    /// of the server's subnet other than its own; every booted pool with homes names the same.
+    #[arg(long, value_name = "DIR")]
+    pub homes: Option<PathBuf>,
+    /// A second server of the site: `bootpool serve --member b` on this config (the same
+    /// PostgreSQL `database:` as `--config`'s, its own `server.address` in the room's subnet,
+    /// `state_dir` and `dhcp.range`; the lab reads its API from the first's address, in the
+    /// clients' subnet, so with its `server.read_token`), in a network namespace of its own cabled to the room's
+    /// bridge, while the first runs as member `a`. The clients boot from whichever owns them;
+    /// the table reads the boots of both. Its log is the run's `bootpool-b.log`
+    #[arg(long, value_name = "CONFIG", conflicts_with_all = ["restart_on", "reload_on"])]
+    pub member: Option<PathBuf>,
+    /// Before the clients power on, a DHCP client with this MAC, which no pool may list,
+    /// asks for an address (busybox udhcpc, three tries); the lab fails if any server answers
+    #[arg(long, value_name = "MAC")]
+    pub stranger: Option<Mac>,
 }
 
 /// The daemon the lab and the storm start: `bootpool` beside this binary (a build's
@@ -296,6 +327,13 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     if let Some(vm::Disk::Image(disk)) = args.disk.as_ref().filter(|d| !d.exists()) {
         bail!("--disk {}: no such file", disk.display());
     }
+    if args
+        .login_run
+        .as_deref()
+        .is_some_and(|run| run.contains(['\n', '\r']))
+    {
+        bail!("--login-run: the command must be one line");
+    }
     let switch = args
         .activate
         .as_deref()
@@ -411,6 +449,16 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         eprintln!("lab: radvd is not installed; iPXE will wait about 10 s for IPv6 on each client");
     }
 
+    // --homes: the site's home server, up before any client can mount it.
+    let _homes = match &args.homes {
+        Some(folder) => {
+            let server = homes::start(folder, &config, &pools, &bridge, &run_dir)?;
+            eprintln!("lab: {}", server.summary);
+            Some(server)
+        }
+        None => None,
+    };
+
     let accel = match args.accel {
         AccelChoice::Kvm => Accel::Kvm,
         AccelChoice::Tcg => Accel::Tcg,
@@ -433,7 +481,25 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     let served = poweroff::write(&args.config)?;
     // --wake: listening before the daemon can send anything.
     let listener = args.wake.then(wol::Listener::bind).transpose()?;
-    let mut daemon = start_daemon(&served.path, &run_dir, api).await?;
+    let member = args.member.is_some().then_some("a");
+    let mut daemon =
+        start_daemon(&served.path, &run_dir, (api, String::new()), member, None).await?;
+    // --member: the site's second server, in its namespace on the room's bridge.
+    let second = match &args.member {
+        Some(path) => Some(start_second(path, &bridge, &run_dir).await?),
+        None => None,
+    };
+    let apis: Vec<Api> = std::iter::once((api, String::new()))
+        .chain(second.as_ref().map(|s| (s.api, s.query.clone())))
+        .collect();
+    if let Some(mac) = args.stranger {
+        if config.member(mac).is_some() {
+            bail!("--stranger {mac}: a pool lists that MAC or takes it in (`discover`)");
+        }
+        let bridge = bridge.clone();
+        let said = tokio::task::spawn_blocking(move || stranger::ask(mac, &bridge)).await??;
+        eprintln!("lab: {said}");
+    }
 
     let timeout = Duration::from_secs(
         args.timeout
@@ -461,16 +527,23 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             vm::make_disk(&run_dir, &format!("pc{:02}", i + 1), mib)?;
         }
     }
+    let board = vm::Board {
+        accel,
+        firmware: args.firmware,
+        memory_mib: args.memory,
+        disk: args.disk.clone(),
+        login: args.login.clone().map(|mut l| {
+            l.run = args.login_run.clone();
+            l
+        }),
+    };
     let power_on = |i: usize| {
         Vm::power_on(
             &format!("pc{:02}", i + 1),
             macs[i].0,
             &format!("tap{i}"),
-            accel,
-            args.firmware,
-            args.memory,
+            &board,
             &run_dir,
-            args.disk.as_ref(),
         )
     };
     let mut vms = (0..first_wave)
@@ -480,11 +553,8 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                 &format!("pc{:02}", i + 1),
                 macs[i].0,
                 &format!("tap{i}"),
-                accel,
-                args.firmware,
-                args.memory,
+                &board,
                 &run_dir,
-                args.disk.as_ref(),
             ),
         })
         .collect::<anyhow::Result<Vec<Vm>>>()?;
@@ -561,7 +631,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             }
             drop(daemon);
             tokio::time::sleep(Duration::from_secs(args.restart_down)).await;
-            daemon = start_daemon(&served.path, &run_dir, api).await?;
+            daemon = start_daemon(&served.path, &run_dir, (api, String::new()), None, None).await?;
             eprintln!("lab: bootpool started again");
         }
         let waits_on_record = vms
@@ -570,7 +640,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             .any(|(i, vm)| by_record.contains(&macs[i].1) && vm.console == Console::Running);
         if waits_on_record && asked_record.elapsed() >= Duration::from_secs(2) {
             asked_record = Instant::now();
-            if let Ok(boots) = recorded_results(api, &vms, wave_start).await {
+            if let Ok(boots) = recorded_results(&apis, &vms, wave_start).await {
                 recorded = boots;
             }
         }
@@ -627,16 +697,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                     cut[i] = false;
                 }
                 let (name, mac) = (vm.name.clone(), vm.mac);
-                *vm = Vm::power_on(
-                    &name,
-                    mac,
-                    &format!("tap{i}"),
-                    accel,
-                    args.firmware,
-                    args.memory,
-                    &run_dir,
-                    args.disk.as_ref(),
-                )?;
+                *vm = Vm::power_on(&name, mac, &format!("tap{i}"), &board, &run_dir)?;
                 reported[i] = false;
                 running += 1;
             }
@@ -671,9 +732,9 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     for vm in &mut vms {
         vm.kill();
     }
-    let mut boots = settled_boots(api, &vms, wave_start).await?;
+    let mut boots = settled_boots(&apis, &vms, wave_start).await?;
     if let Some(secs) = args.stay_off {
-        boots = gone_boots(api, &vms, wave_start, Duration::from_secs(secs)).await?;
+        boots = gone_boots(&apis, &vms, wave_start, Duration::from_secs(secs)).await?;
     }
     // The boots the table is made of, as the API gave them, for whoever reads the run later.
     std::fs::write(
@@ -682,6 +743,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     )
     .with_context(|| format!("writing {}", run_dir.join("boots.json").display()))?;
     drop(daemon);
+    drop(second);
     drop(room2);
     for helper in [radvd.as_mut(), dhcp_peer.as_mut()].into_iter().flatten() {
         let _ = helper.kill();
@@ -733,12 +795,11 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
 
 /// The result the record gives each client's boot of this run (`None`: no boot yet).
 async fn recorded_results(
-    api: std::net::SocketAddr,
+    apis: &[Api],
     vms: &[Vm],
     wave_start: f64,
 ) -> anyhow::Result<Vec<Option<String>>> {
-    let boots: Vec<BootView> = serde_json::from_str(&http_get(api, "/api/v1/boots").await?)
-        .context("reading /api/v1/boots")?;
+    let boots = boots_of(apis).await?;
     Ok(last_boots(&boots, vms, wave_start)
         .into_iter()
         .map(|b| b.map(|b| b.result.clone()))
@@ -748,17 +809,12 @@ async fn recorded_results(
 /// The daemon's boots, once every client that booted by its console has a boot the record
 /// no longer shows `running` (an inferred end comes `QUIET_S` after the root's last read),
 /// or `QUIET_S` plus 15 s have passed.
-async fn settled_boots(
-    api: std::net::SocketAddr,
-    vms: &[Vm],
-    wave_start: f64,
-) -> anyhow::Result<Vec<BootView>> {
+async fn settled_boots(apis: &[Api], vms: &[Vm], wave_start: f64) -> anyhow::Result<Vec<BootView>> {
     // The booted call precedes the done line; give the journal writer a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let deadline = Instant::now() + Duration::from_secs(bootpool::record::end::QUIET_S as u64 + 15);
     loop {
-        let boots: Vec<BootView> = serde_json::from_str(&http_get(api, "/api/v1/boots").await?)
-            .context("reading /api/v1/boots")?;
+        let boots = boots_of(apis).await?;
         let waiting = vms
             .iter()
             .filter(|vm| matches!(vm.console, Console::Booted(_)))
@@ -791,7 +847,7 @@ fn last_boots<'a>(boots: &'a [BootView], vms: &[Vm], wave_start: f64) -> Vec<Opt
 /// `--stay-off`: the daemon's boots once the last boot of every client (all powered off by
 /// now) is recorded gone, or `bound` has passed; says how each went.
 async fn gone_boots(
-    api: std::net::SocketAddr,
+    apis: &[Api],
     vms: &[Vm],
     wave_start: f64,
     bound: Duration,
@@ -802,8 +858,7 @@ async fn gone_boots(
     );
     let deadline = Instant::now() + bound;
     loop {
-        let boots: Vec<BootView> = serde_json::from_str(&http_get(api, "/api/v1/boots").await?)
-            .context("reading /api/v1/boots")?;
+        let boots = boots_of(apis).await?;
         let last = last_boots(&boots, vms, wave_start);
         let all_gone = last.iter().flatten().all(|b| b.gone.is_some());
         if all_gone || Instant::now() > deadline {
@@ -886,60 +941,161 @@ impl Switch {
     }
 }
 
-/// Starts `bootpool serve` on `config`, its output appended to the run's log, and waits until
-/// its API answers.
+/// Every boot the run's daemons' APIs give (a site's members each give the boots they
+/// recorded).
+async fn boots_of(apis: &[Api]) -> anyhow::Result<Vec<BootView>> {
+    let mut boots = Vec::new();
+    for (api, query) in apis {
+        let path = format!("/api/v1/boots{query}");
+        let mut of: Vec<BootView> = serde_json::from_str(&http_get(*api, &path).await?)
+            .with_context(|| format!("reading {api}'s /api/v1/boots"))?;
+        boots.append(&mut of);
+    }
+    boots.sort_by(|a, b| a.start.total_cmp(&b.start));
+    Ok(boots)
+}
+
+/// A daemon's API: its address and the query its reads carry (`?token=` its read token, for
+/// a server whose clients' subnet the lab reads from).
+type Api = (std::net::SocketAddr, String);
+
+/// The site's second server (`--member`): its namespace, its daemon, its API.
+struct Second {
+    /// Stopped before its namespace goes (fields drop in order).
+    _daemon: Daemon,
+    _ns: room2::Netns,
+    _served: poweroff::LabConfig,
+    api: std::net::SocketAddr,
+    query: String,
+}
+
+/// Starts `--member`'s server as member `b`: a namespace cabled to `bridge` by an interface
+/// named as its config's first `server.interfaces` (else `br0`), holding its address.
+async fn start_second(
+    path: &std::path::Path,
+    bridge: &str,
+    run_dir: &std::path::Path,
+) -> anyhow::Result<Second> {
+    let config = Config::load(path)?;
+    let ns = room2::Netns::new()?;
+    let inside = config
+        .server
+        .interfaces
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "br0".into());
+    ns.cable(
+        "member-b",
+        bridge,
+        &inside,
+        config.server.address,
+        config.dhcp.home().subnet.prefix,
+    )?;
+    let served = poweroff::write(path)?;
+    let api = std::net::SocketAddr::from((config.server.address, config.server.http.port()));
+    // The lab reads its API from the first server's address, in the room's subnet: with the
+    // read token, if it has one.
+    let query = config
+        .server
+        .read_token
+        .as_ref()
+        .map(|t| format!("?token={t}"))
+        .unwrap_or_default();
+    let daemon = start_daemon(
+        &served.path,
+        run_dir,
+        (api, query.clone()),
+        Some("b"),
+        Some(&ns),
+    )
+    .await?;
+    eprintln!(
+        "lab: the site's second server (member b) runs at {}",
+        config.server.address
+    );
+    Ok(Second {
+        _daemon: daemon,
+        _ns: ns,
+        _served: served,
+        api,
+        query,
+    })
+}
+
+/// Starts `bootpool serve` on `config` (as site member `member`, in namespace `ns`), its
+/// output appended to the run's log (`bootpool.log`, member b's `bootpool-b.log`), and waits
+/// until its API answers.
 async fn start_daemon(
     config: &std::path::Path,
     run_dir: &std::path::Path,
-    api: std::net::SocketAddr,
+    (api, query): Api,
+    member: Option<&str>,
+    ns: Option<&room2::Netns>,
 ) -> anyhow::Result<Daemon> {
+    let name = match member {
+        Some("b") => "bootpool-b.log",
+        _ => "bootpool.log",
+    };
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(run_dir.join("bootpool.log"))?;
-    let mut serve = Command::new(daemon());
+        .open(run_dir.join(name))?;
+    let program = daemon();
+    let mut serve = match ns {
+        Some(ns) => ns.command(&program.to_string_lossy(), &[]),
+        None => Command::new(&program),
+    };
+    serve.arg("serve").arg("--config").arg(config);
+    if let Some(m) = member {
+        serve.args(["--member", m]);
+    }
     serve
-        .arg("serve")
-        .arg("--config")
-        .arg(config)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
     dies_with_lab(&mut serve, libc::SIGTERM);
     let mut daemon = Daemon(serve.spawn().context("starting bootpool serve")?);
-    wait_for_api(api, &mut daemon, run_dir).await?;
-    wait_for_wire_copies(api).await?;
+    wait_for_api(api, &query, &mut daemon, &run_dir.join(name)).await?;
+    wait_for_wire_copies(api, &query).await?;
     Ok(daemon)
 }
 
 /// Waits while an `initrd_wire: zstd` image's copy is being made (a first start takes
 /// seconds), so that every client of the run gets the same initrd.
-async fn wait_for_wire_copies(api: std::net::SocketAddr) -> anyhow::Result<()> {
+async fn wait_for_wire_copies(api: std::net::SocketAddr, query: &str) -> anyhow::Result<()> {
+    let path = format!("/api/v1/images{query}");
     let handle = tokio::runtime::Handle::current();
     tokio::task::spawn_blocking(move || {
-        wire_wait::wait_while_wire_pending("lab", &mut || {
-            handle.block_on(http_get(api, "/api/v1/images"))
-        })
+        wire_wait::wait_while_wire_pending("lab", &mut || handle.block_on(http_get(api, &path)))
     })
     .await?
 }
 
 async fn wait_for_api(
     api: std::net::SocketAddr,
+    query: &str,
     daemon: &mut Daemon,
-    run_dir: &std::path::Path,
+    log: &std::path::Path,
 ) -> anyhow::Result<()> {
     for _ in 0..150 {
-        if http_get(api, "/api/v1/boots").await.is_ok() {
+        if http_get(api, &format!("/api/v1/boots{query}"))
+            .await
+            .is_ok()
+        {
             return Ok(());
         }
         if let Ok(Some(status)) = daemon.0.try_wait() {
-            let log = std::fs::read_to_string(run_dir.join("bootpool.log")).unwrap_or_default();
+            let log = std::fs::read_to_string(log).unwrap_or_default();
             bail!("bootpool serve exited ({status}):\n{log}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    bail!("bootpool serve did not answer on {api} within 15s")
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    let tail: Vec<&str> = log.lines().rev().take(20).collect();
+    bail!(
+        "bootpool serve did not answer on {api} within 15s; its log ends:\n{}",
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    )
 }
 
 /// A minimal HTTP/1.0 GET, enough for our own API inside the namespace.

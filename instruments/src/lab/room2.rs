@@ -20,12 +20,13 @@ use std::time::{Duration, Instant};
 /// daemon's DHCP socket, bound to its own interface, never hears the room directly).
 pub const BRIDGE: &str = "room2";
 
-/// A network namespace held open by a process of its own.
-struct Netns(Child);
+/// A network namespace held open by a process of its own (the site's second server's too,
+/// `member.rs`).
+pub(super) struct Netns(Child);
 
 impl Netns {
     /// A new namespace with its loopback up.
-    fn new() -> anyhow::Result<Netns> {
+    pub(super) fn new() -> anyhow::Result<Netns> {
         let mut cmd = Command::new("unshare");
         cmd.args(["--net", "--", "sleep", "infinity"])
             .stdin(Stdio::null());
@@ -48,12 +49,12 @@ impl Netns {
         Ok(ns)
     }
 
-    fn pid(&self) -> String {
+    pub(super) fn pid(&self) -> String {
         self.0.id().to_string()
     }
 
     /// `PROGRAM ARGS` run in the namespace.
-    fn command(&self, program: &str, args: &[&str]) -> Command {
+    pub(super) fn command(&self, program: &str, args: &[&str]) -> Command {
         let mut cmd = Command::new("nsenter");
         cmd.args(["--target", &self.pid(), "--net", "--", program])
             .args(args);
@@ -61,7 +62,7 @@ impl Netns {
     }
 
     /// Runs `PROGRAM ARGS` in the namespace, failing with its message.
-    fn run(&self, program: &str, args: &[&str]) -> anyhow::Result<()> {
+    pub(super) fn run(&self, program: &str, args: &[&str]) -> anyhow::Result<()> {
         let out = self
             .command(program, args)
             .output()
@@ -78,7 +79,7 @@ impl Netns {
 
     /// A veth pair: `outside` in the lab's namespace, a port of `bridge`; `inside` here with
     /// `address/prefix`.
-    fn cable(
+    pub(super) fn cable(
         &self,
         outside: &str,
         bridge: &str,

@@ -2,9 +2,10 @@
 //! or its firmware's own PXE or HTTP boot; an x86 PC, or an ARM64 `virt` board under AAVMF),
 //! its serial console in a file.
 
+use super::login::{Login, Typist};
 use bootpool::config::Mac;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -141,6 +142,19 @@ const DHCP_MARKS: [&str; 5] = [
     ">>Start HTTP Boot over IPv6",
 ];
 
+/// What every client of a lab run is: how qemu runs it, its firmware, memory and disk, and
+/// whether the lab logs in on its console.
+#[derive(Debug, Clone)]
+pub struct Board {
+    pub accel: Accel,
+    pub firmware: Firmware,
+    /// Its memory in MiB; none: the firmware's own (`MEMORY_MIB` for an x86 PC).
+    pub memory_mib: Option<u32>,
+    pub disk: Option<Disk>,
+    /// Logs in on the console once its getty asks (`--login`).
+    pub login: Option<Login>,
+}
+
 pub struct Vm {
     pub name: String,
     pub mac: Mac,
@@ -170,7 +184,10 @@ enum Serial<'a> {
     Pipe,
 }
 
-fn qemu(accel: Accel, serial: Serial, firmware: Firmware) -> Command {
+/// qemu for `board`, its console on `serial`; its stdin piped when the lab logs in on the
+/// console (`Board::login`), else closed.
+fn qemu(board: &Board, serial: Serial) -> Command {
+    let (accel, firmware) = (board.accel, board.firmware);
     let mut cmd = Command::new(emulator(firmware));
     cmd.args([
         "-accel",
@@ -189,7 +206,10 @@ fn qemu(accel: Accel, serial: Serial, firmware: Firmware) -> Command {
         "none",
         "-no-reboot",
     ])
-    .stdin(Stdio::null())
+    .stdin(match board.login {
+        Some(_) => Stdio::piped(),
+        None => Stdio::null(),
+    })
     .stderr(Stdio::piped());
     match serial {
         Serial::File(path) => {
@@ -402,76 +422,75 @@ pub fn make_disk(dir: &Path, name: &str, mib: u64) -> anyhow::Result<()> {
 }
 
 impl Vm {
-    #[allow(clippy::too_many_arguments)]
+    /// Powers client `name` on: a `board` with `mac` on `tap`, its files in `dir`.
     pub fn power_on(
         name: &str,
         mac: Mac,
         tap: &str,
-        accel: Accel,
-        firmware: Firmware,
-        memory_mib: Option<u32>,
+        board: &Board,
         dir: &Path,
-        disk: Option<&Disk>,
     ) -> anyhow::Result<Vm> {
-        let extra = disk.map(|d| d.args(dir, name)).unwrap_or_default();
-        Vm::start(name, mac, tap, accel, firmware, memory_mib, dir, extra)
+        let extra = board
+            .disk
+            .as_ref()
+            .map(|d| d.args(dir, name))
+            .unwrap_or_default();
+        Vm::start(name, mac, tap, board, dir, extra)
     }
 
     /// A VM that is off until `resume`: qemu started stopped (`-S`, its NIC already on the
     /// tap, as a powered-off PC's keeps its link for Wake-on-LAN), with a QMP socket beside
     /// its console, `NAME.qmp`, to start it by.
-    #[allow(clippy::too_many_arguments)]
     pub fn powered_off(
         name: &str,
         mac: Mac,
         tap: &str,
-        accel: Accel,
-        firmware: Firmware,
-        memory_mib: Option<u32>,
+        board: &Board,
         dir: &Path,
-        disk: Option<&Disk>,
     ) -> anyhow::Result<Vm> {
-        let mut extra = disk.map(|d| d.args(dir, name)).unwrap_or_default();
+        let mut extra = board
+            .disk
+            .as_ref()
+            .map(|d| d.args(dir, name))
+            .unwrap_or_default();
         extra.extend([
             "-S".into(),
             "-qmp".into(),
             format!("unix:{},server=on,wait=off", qmp_path(dir, name).display()),
         ]);
-        let mut vm = Vm::start(name, mac, tap, accel, firmware, memory_mib, dir, extra)?;
+        let mut vm = Vm::start(name, mac, tap, board, dir, extra)?;
         vm.held_off = None;
         Ok(vm)
     }
 
-    /// A qemu client of `memory_mib` (the board's own if none) with `extra` arguments after
-    /// its NIC's.
-    #[allow(clippy::too_many_arguments)]
+    /// A qemu client of `board` with `extra` arguments after its NIC's.
     fn start(
         name: &str,
         mac: Mac,
         tap: &str,
-        accel: Accel,
-        firmware: Firmware,
-        memory_mib: Option<u32>,
+        board: &Board,
         dir: &Path,
         extra: Vec<String>,
     ) -> anyhow::Result<Vm> {
         let serial = dir.join(format!("{name}.log"));
-        let mut cmd = qemu(accel, Serial::Pipe, firmware);
-        nic_args(&mut cmd, tap, mac, firmware, dir);
+        let mut cmd = qemu(board, Serial::Pipe);
+        nic_args(&mut cmd, tap, mac, board.firmware, dir);
         // After the board's own: qemu takes the last `-m`.
-        if let Some(mib) = memory_mib {
+        if let Some(mib) = board.memory_mib {
             cmd.args(["-m", &mib.to_string()]);
         }
         cmd.args(extra);
         let powered_on = Instant::now();
         let mut child = cmd
             .spawn()
-            .map_err(|e| anyhow::anyhow!("starting {}: {e}", emulator(firmware)))?;
+            .map_err(|e| anyhow::anyhow!("starting {}: {e}", emulator(board.firmware)))?;
         let marks = Arc::new(Mutex::new(Marks::default()));
         let stdout = child.stdout.take().expect("piped stdout");
+        // The keyboard of the console, with who types on it (`--login`).
+        let keys = child.stdin.take().zip(board.login.clone().map(Typist::new));
         let log = std::fs::File::create(&serial)?;
         let m = marks.clone();
-        std::thread::spawn(move || watch_console(stdout, log, powered_on, m));
+        std::thread::spawn(move || watch_console(stdout, keys, log, powered_on, m));
         Ok(Vm {
             name: name.into(),
             mac,
@@ -582,14 +601,18 @@ fn qmp_path(dir: &Path, name: &str) -> PathBuf {
 }
 
 /// Copies the console to its log file and notes when the lines that matter arrive.
+/// With `keys`, types on the console what its typist says to as the text arrives.
 fn watch_console(
     mut from: impl std::io::Read,
+    mut keys: Option<(ChildStdin, Typist)>,
     mut log: std::fs::File,
     start: Instant,
     marks: Arc<Mutex<Marks>>,
 ) {
     use std::io::Write;
     let mut text = String::new();
+    // Where the console's text stood at the last typing.
+    let mut typed_at = 0;
     let mut buf = [0u8; 8192];
     while let Ok(n) = from.read(&mut buf) {
         if n == 0 {
@@ -600,6 +623,13 @@ fn watch_console(
         // Search only the new text and a little before it, for a marker split across reads.
         let from_at = text.len().saturating_sub(64);
         text.push_str(&String::from_utf8_lossy(&buf[..n]));
+        if let Some((keyboard, typist)) = keys.as_mut()
+            && let Some(typed) = typist.next(&text[typed_at..])
+        {
+            typed_at = text.len();
+            let _ = keyboard.write_all(typed.as_bytes());
+            let _ = keyboard.flush();
+        }
         let fresh = &text[text.floor_char_boundary(from_at)..];
         let mut m = marks.lock().unwrap_or_else(|e| e.into_inner());
         if m.dhcp.is_none() && DHCP_MARKS.iter().any(|mark| fresh.contains(mark)) {
@@ -634,7 +664,14 @@ pub fn probe_kvm(tap: &str, dir: &Path) -> bool {
         return false;
     }
     let serial = dir.join("kvm-probe.log");
-    let mut cmd = qemu(Accel::Kvm, Serial::File(&serial), Firmware::Bios);
+    let board = Board {
+        accel: Accel::Kvm,
+        firmware: Firmware::Bios,
+        memory_mib: None,
+        disk: None,
+        login: None,
+    };
+    let mut cmd = qemu(&board, Serial::File(&serial));
     nic_args(
         &mut cmd,
         tap,

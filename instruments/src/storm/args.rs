@@ -33,6 +33,14 @@ pub struct StormArgs {
     /// the same capacity is `1 x (K*RATE)`.
     #[arg(long, default_value = "4x250mbit", value_parser = super::room::parse_links)]
     pub server_links: (usize, u64),
+    /// Run K bootpool servers in the room, each a member of one site (`serve --member s1`,
+    /// `s2`, ...) in a network namespace of its own with its own --server-links, all on one
+    /// PostgreSQL the storm starts for the run (initdb in a temporary folder: needs Debian's
+    /// `postgresql` installed). The clients broadcast as before and the site's own split
+    /// (RFC 3074's hash over the live members) decides which member answers each; the report
+    /// adds a row per server. Each member leases from its own part of `dhcp.range`.
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = parse_servers)]
+    pub servers: usize,
     /// The K server links are one bond's, simulated: one address (the config's), and each
     /// client's frames leave by the link its MAC hashes onto (the kernel's `layer2` transmit
     /// hash), so a link's clients cannot use another's spare capacity.
@@ -76,4 +84,12 @@ pub struct StormArgs {
     /// Give up on clients not booted after this many seconds.
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,
+}
+
+/// `--servers K`: 1 to 16.
+fn parse_servers(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(k) if (1..=16).contains(&k) => Ok(k),
+        _ => Err(format!("`{s}`: --servers takes 1 to 16")),
+    }
 }

@@ -5,6 +5,8 @@
 //!
 //! - `args`: what `bootpool storm` is told; `plan`: what every client shares.
 //! - `room`: the switch, the server's shaped links, the clients' shaped ports.
+//! - `site`: K servers instead (`--servers`), members of one site on the database
+//!   `postgres` starts; `servers`: the report's rows for each.
 //! - `uplink`: a room behind a shaped uplink (`--uplink`), and what it carried.
 //! - `client`: one client's boot (firmware steps, then the root closed-loop, then booted).
 //! - `dhcp`: the firmware's DHCP through `dhcp4r`, with the PXE retransmit schedule.
@@ -18,13 +20,17 @@
 pub mod args;
 pub mod client;
 pub mod dhcp;
+pub mod leftovers;
 pub mod nbd;
 pub mod nfs;
 pub mod plan;
+pub mod postgres;
 pub mod report;
 pub mod room;
 pub mod root;
 pub mod sample;
+pub mod servers;
+pub mod site;
 pub mod uplink;
 
 use anyhow::{Context, bail};
@@ -103,6 +109,7 @@ fn end_room_on_signal() -> anyhow::Result<()> {
                 "storm: stopped by signal {signal}; ending the room's processes"
             );
             end_room(Duration::from_secs(3));
+            leftovers::remove_all();
             std::process::exit(128 + signal);
         })
         .context("starting the signal thread")?;
@@ -266,6 +273,11 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
 
     // The room: the server's links first, then a namespace and a port per client.
     let (k, rate) = args.server_links;
+    if args.servers > 1 && (args.server_cmd.is_some() || args.bond_hash) {
+        bail!(
+            "--servers runs K bootpool members, each on its own --server-links; it takes neither --server-cmd nor --bond-hash"
+        );
+    }
     let prefix = config.dhcp.home().subnet.prefix;
     let first_dev = config
         .server
@@ -275,11 +287,30 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| "s0".into());
     // The config's `server.links` first, then the addresses after the last of them.
     let mut addresses: Vec<Ipv4Addr> = config.server.links.iter().copied().take(k).collect();
-    while addresses.len() < k {
+    while addresses.len() < k * args.servers {
         let last = *addresses.last().expect("server.links holds server.address");
         addresses.push(Ipv4Addr::from(u32::from(last) + 1));
     }
-    let links = if args.bond_hash {
+    let http_port = args.http_port.unwrap_or(config.server.http.port());
+    let mut site = None;
+    let links = if args.servers > 1 {
+        let s = site::Site::wire(
+            args.servers,
+            &site::Plan {
+                config_path: &args.config,
+                config: &config,
+                addresses: &addresses,
+                links: k,
+                prefix,
+                rate,
+                first_dev: &first_dev,
+                http_port,
+            },
+        )?;
+        let links = s.links();
+        site = Some(s);
+        links
+    } else if args.bond_hash {
         let macs: Vec<String> = macs.iter().map(Mac::to_string).collect();
         room::wire_bond(addresses[0], k, prefix, rate, &first_dev, &macs)?
     } else {
@@ -297,7 +328,7 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
     let plan = Arc::new(plan::Plan {
         trace: Arc::new(trace),
         think_scale: args.think_scale,
-        http_port: args.http_port.unwrap_or(config.server.http.port()),
+        http_port,
         callback: !args.no_callback,
         portmap_port: config.server.ports.portmap,
         nbd_port: config.server.ports.nbd,
@@ -380,14 +411,20 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
     let ports: Vec<String> = (0..macs.len()).map(|i| format!("p{i}")).collect();
     room::wait_forwarding(&ports, Duration::from_secs(30))?;
 
-    let mut server = start_server(&args, &run_dir)?;
-    let ready = match &args.server_cmd {
-        None => std::net::SocketAddr::from((config.server.address, plan.http_port)),
-        Some(_) => std::net::SocketAddr::from((config.server.address, args.ready_port)),
-    };
-    wait_ready(ready, &mut server, &run_dir.join("server.log"))?;
-    if args.server_cmd.is_none() {
-        report::wait_for_wire_copies(config.server.address, plan.http_port)?;
+    let mut server = None;
+    if let Some(site) = site.as_mut() {
+        site.start(&run_dir, plan.http_port)?;
+    } else {
+        let mut one = start_server(&args, &run_dir)?;
+        let ready = match &args.server_cmd {
+            None => std::net::SocketAddr::from((config.server.address, plan.http_port)),
+            Some(_) => std::net::SocketAddr::from((config.server.address, args.ready_port)),
+        };
+        wait_ready(ready, &mut one, &run_dir.join("server.log"))?;
+        if args.server_cmd.is_none() {
+            report::wait_for_wire_copies(config.server.address, plan.http_port)?;
+        }
+        server = Some(one);
     }
     let label = args
         .label
@@ -397,11 +434,15 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
             None => "bootpool".into(),
         });
     eprintln!(
-        "storm: {} clients of pool {} ({} root) on {} links x {} Mbit/s, clients at {} Mbit/s, \
+        "storm: {} clients of pool {} ({} root) on {}{} links x {} Mbit/s, clients at {} Mbit/s, \
          think x{}, against {label}; logs in {}",
         macs.len(),
         pool.name,
         pool.root,
+        match args.servers {
+            1 => String::new(),
+            n => format!("{n} servers of "),
+        },
         k,
         rate / 1_000_000,
         args.client_link / 1_000_000,
@@ -414,7 +455,15 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         Some(_) => vec![uplink::DOWN.to_string()],
         None => Vec::new(),
     };
-    let sampler = sample::Sampler::start(links.clone(), uplinks, std::process::id(), t0);
+    let member_pids = site.as_ref().map_or(Vec::new(), |s| {
+        s.members
+            .iter()
+            .filter_map(|m| m.pid.map(|p| p as libc::pid_t))
+            .collect()
+    });
+    let site_before = site.as_ref().map(|s| site_counters(s, plan.http_port));
+    let sampler =
+        sample::Sampler::start(links.clone(), uplinks, std::process::id(), member_pids, t0);
     let start = t0.elapsed().as_secs_f64() + 0.2;
     let wall_start = bootpool::record::event::now_micros() as f64 / 1e6 + 0.2;
     let n = go_tx.len();
@@ -449,13 +498,30 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
     outcomes.sort_by_key(|o| o.index);
 
     // What the server recorded, when it is bootpool.
-    let recorded = if args.server_cmd.is_none() {
+    if args.server_cmd.is_none() {
         std::thread::sleep(Duration::from_millis(1200));
-        report::recorded(config.server.address, plan.http_port, wall_start - 1.0)
-    } else {
-        None
+    }
+    let (recorded, servers) = match (&site, &site_before) {
+        (Some(site), Some(before)) => {
+            site_record(site, before, plan.http_port, wall_start - 1.0, &links)
+        }
+        _ => {
+            let recorded = if args.server_cmd.is_none() {
+                report::recorded(config.server.address, plan.http_port, wall_start - 1.0)
+            } else {
+                None
+            };
+            let one = servers::ServerInput {
+                name: "s1".into(),
+                links: (0..links.len()).collect(),
+                answered: recorded.as_ref().map(|r| answered(r)),
+                ..Default::default()
+            };
+            (recorded, vec![one])
+        }
     };
     drop(server);
+    drop(site);
     let report = report::Report::new(
         &label,
         &args,
@@ -467,6 +533,7 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         outcomes,
         samples,
         recorded,
+        &servers,
     );
     let json = args
         .json
@@ -486,6 +553,74 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The MACs that `boots` gave an address.
+fn answered(boots: &[bootpool::record::view::BootView]) -> Vec<String> {
+    let mut macs: Vec<String> = boots
+        .iter()
+        .filter(|b| b.ip.is_some())
+        .map(|b| b.mac.clone())
+        .collect();
+    macs.sort();
+    macs.dedup();
+    macs
+}
+
+const OFFERS: &str = "bootpool_dhcp_answers_total{kind=\"offer\"}";
+const OTHERS: &str = "bootpool_dhcp_others_total";
+
+/// Each member's OFFERs and messages left to others so far.
+fn site_counters(site: &site::Site, port: u16) -> Vec<(Option<u64>, Option<u64>)> {
+    site.members
+        .iter()
+        .map(|m| (m.metric(OFFERS, port), m.metric(OTHERS, port)))
+        .collect()
+}
+
+/// What a site's members recorded of the boots that started after `since` (all of them
+/// together, for the report's agreement), and each member's row: its links among `links`,
+/// the clients it gave an address, and its counters since `before`.
+fn site_record(
+    site: &site::Site,
+    before: &[(Option<u64>, Option<u64>)],
+    port: u16,
+    since: f64,
+    links: &[room::Link],
+) -> (
+    Option<Vec<bootpool::record::view::BootView>>,
+    Vec<servers::ServerInput>,
+) {
+    let after = site_counters(site, port);
+    let mut all = Some(Vec::new());
+    let mut rows = Vec::new();
+    for ((m, (o0, x0)), (o1, x1)) in site.members.iter().zip(before).zip(after) {
+        let boots = m
+            .get("/api/v1/boots", port)
+            .and_then(|t| report::boots_since(&t, since));
+        if let Err(e) = &boots {
+            eprintln!("storm: member {}'s record not read: {e}", m.name);
+        }
+        let boots = boots.ok();
+        let mine: Vec<usize> = links
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| m.links.iter().any(|own| own.address == l.address))
+            .map(|(k, _)| k)
+            .collect();
+        rows.push(servers::ServerInput {
+            name: m.name.clone(),
+            links: mine,
+            answered: boots.as_deref().map(answered),
+            offers: o1.zip(*o0).map(|(a, b)| a.saturating_sub(b)),
+            others: x1.zip(*x0).map(|(a, b)| a.saturating_sub(b)),
+        });
+        match (all.as_mut(), boots) {
+            (Some(all), Some(b)) => all.extend(b),
+            _ => all = None,
+        }
+    }
+    (all, rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -497,6 +632,7 @@ mod tests {
             address: Ipv4Addr::new(10, 78, 0, 1),
             rate,
             macs: None,
+            switch_port: None,
         };
         let speeds: BTreeMap<String, u32> = [("s0".to_string(), 250), ("s1".to_string(), 250)]
             .into_iter()

@@ -98,9 +98,19 @@ pub fn wait_for_wire_copies(server: Ipv4Addr, port: u16) -> anyhow::Result<()> {
 /// bootpool's own record of the storm's boots: those that started after `since` (Unix secs).
 pub fn recorded(server: Ipv4Addr, port: u16, since: f64) -> Option<Vec<BootView>> {
     let url = format!("http://{server}:{port}/api/v1/boots");
-    let agent = api_agent();
-    let fetched = agent
-        .get(&url)
+    match get(&url).and_then(|t| boots_since(&t, since)) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("storm: bootpool's record not read from {url}: {e}");
+            None
+        }
+    }
+}
+
+/// The body of a GET of `url` from the server's API, as text.
+pub fn get(url: &str) -> Result<String, String> {
+    api_agent()
+        .get(url)
         .call()
         .map_err(|e| e.to_string())
         .and_then(|mut r| {
@@ -109,16 +119,13 @@ pub fn recorded(server: Ipv4Addr, port: u16, since: f64) -> Option<Vec<BootView>
                 .limit(1 << 30)
                 .read_to_string()
                 .map_err(|e| e.to_string())
-        });
-    let boots: Result<Vec<BootView>, String> =
-        fetched.and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()));
-    match boots {
-        Ok(b) => Some(b.into_iter().filter(|b| b.start >= since).collect()),
-        Err(e) => {
-            eprintln!("storm: bootpool's record not read from {url}: {e}");
-            None
-        }
-    }
+        })
+}
+
+/// The boots of `GET /api/v1/boots` (`text`) that started after `since` (Unix seconds).
+pub fn boots_since(text: &str, since: f64) -> Result<Vec<BootView>, String> {
+    let boots: Vec<BootView> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    Ok(boots.into_iter().filter(|b| b.start >= since).collect())
 }
 
 #[derive(Debug, Serialize)]
@@ -300,6 +307,8 @@ pub struct Report {
     pub server: Server,
     pub host: Host,
     pub bound: Bound,
+    /// Each server's egress and clients (one row for a lone server), beside the floor.
+    pub servers: super::servers::Servers,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agreement: Option<Agreement>,
     pub clients: Vec<ClientRow>,
@@ -450,6 +459,7 @@ impl Report {
         clients: Vec<Outcome>,
         samples: Vec<Sample>,
         recorded: Option<Vec<BootView>>,
+        servers: &[super::servers::ServerInput],
     ) -> Report {
         let n = clients.len();
         let booted = clients.iter().filter(|c| c.result == "booted").count();
@@ -493,6 +503,15 @@ impl Report {
             waited_cap += cap;
         }
         let bound = bound(links, &clients, trace, args, all_booted);
+        let sent: Vec<super::servers::LinkSent> = link_rows
+            .iter()
+            .map(|l| super::servers::LinkSent {
+                capacity_bps: l.capacity_bps,
+                bytes: l.bytes,
+                clients: l.clients,
+            })
+            .collect();
+        let servers = super::servers::servers(servers, &sent, bound.transfer_s, all_booted);
         let before_sample = samples.iter().take_while(|s| s.t < start).last();
         let before = before_sample.map_or(0, |s| s.rss_kib);
         let private_before = before_sample.map_or(0, |s| s.private_kib);
@@ -594,6 +613,7 @@ impl Report {
             },
             host,
             bound,
+            servers,
             agreement,
             clients: rows,
         }
@@ -644,13 +664,27 @@ impl Report {
                 "note: {d}, for {n} clients (the image is not the recorded build, or the server sends the file recompressed: images.NAME.initrd_wire)\n"
             ));
         }
-        let per_link: Vec<usize> = self.links.iter().map(|l| l.clients).collect();
-        if uneven(&per_link) {
-            let counts: Vec<String> = per_link.iter().map(usize::to_string).collect();
-            s.push_str(&format!(
-                "note: the server told the clients its links unevenly: {} clients per link (a server that names one address for all, or bootpool keeping links from an earlier run: docs/links.md)\n",
-                counts.join(" / ")
-            ));
+        // Each server's own links (a site's members split the clients by their hash, not
+        // evenly: that is the servers' line).
+        for server in &self.servers.rows {
+            let per_link: Vec<usize> = server
+                .link_indices
+                .iter()
+                .filter_map(|&k| self.links.get(k))
+                .map(|l| l.clients)
+                .collect();
+            if uneven(&per_link) {
+                let counts: Vec<String> = per_link.iter().map(usize::to_string).collect();
+                s.push_str(&format!(
+                    "note: the server{} told the clients its links unevenly: {} clients per link (a server that names one address for all, or bootpool keeping links from an earlier run: docs/links.md)\n",
+                    if self.servers.rows.len() > 1 {
+                        format!(" {}", server.name)
+                    } else {
+                        String::new()
+                    },
+                    counts.join(" / ")
+                ));
+            }
         }
         let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
         let m = &self.summary;
@@ -705,6 +739,7 @@ impl Report {
                 pct(l.waited_util),
             ));
         }
+        s.push_str(&super::servers::render(&self.servers));
         if let Some(u) = &self.uplink {
             s.push_str(&super::uplink::render(u));
         }

@@ -63,6 +63,9 @@ pub struct Link {
     /// carries (all links share one address); `None` when its clients are those told its
     /// address.
     pub macs: Option<Vec<String>>,
+    /// When the link lives in a server namespace of its own (a site member's, `--servers`):
+    /// its port on the switch, here, whose receive counter is the link's egress.
+    pub switch_port: Option<String>,
 }
 
 impl Link {
@@ -152,29 +155,66 @@ pub fn wire_server(
     rate: u64,
     first_dev: &str,
 ) -> anyhow::Result<Vec<Link>> {
-    let first = addresses[0];
+    wire_switch()?;
+    let mut cmds = Vec::new();
+    for k in 0..addresses.len() {
+        let dev = server_dev(first_dev, k);
+        cmds.push(format!("link add {dev} type veth peer name sp{k}"));
+        cmds.push(format!("link set sp{k} master {BRIDGE}"));
+        cmds.push(format!("link set sp{k} up"));
+    }
+    ip(&cmds)?;
+    let links = address_links(addresses, prefix, rate, first_dev)?;
+    Ok(links
+        .into_iter()
+        .map(|(dev, address)| Link {
+            dev,
+            address,
+            rate,
+            macs: None,
+            switch_port: None,
+        })
+        .collect())
+}
+
+/// The switch, in the storm's namespace: a bridge without STP or a firewall.
+pub fn wire_switch() -> anyhow::Result<()> {
     crate::lab::net::ip(&["link", "set", "lo", "up"]).ok();
-    let mut cmds = vec![
+    quiet_switch()?;
+    ip(&[
         format!("link add {BRIDGE} type bridge stp_state 0 forward_delay 0"),
         format!("link set {BRIDGE} up"),
-    ];
-    let mut tc = Vec::new();
-    let mut out = Vec::new();
-    let subnet = u32::from(first) & (u32::MAX << (32 - prefix as u32));
+    ])
+}
+
+/// The name of a server's link `k`: the config's interface for the first, `s1`, `s2`, ...
+pub fn server_dev(first_dev: &str, k: usize) -> String {
+    if k == 0 {
+        first_dev.to_string()
+    } else {
+        format!("s{k}")
+    }
+}
+
+/// Gives the calling thread's namespace's links (`server_dev`, made and plugged into the
+/// switch already) one address each, routes each one's replies out by it, and shapes its
+/// egress to `rate`: a multi-NIC server's wiring. Its devices and addresses, in order.
+pub fn address_links(
+    addresses: &[Ipv4Addr],
+    prefix: u8,
+    rate: u64,
+    first_dev: &str,
+) -> anyhow::Result<Vec<(String, Ipv4Addr)>> {
+    let subnet = u32::from(addresses[0]) & (u32::MAX << (32 - prefix as u32));
     let net = format!("{}/{prefix}", Ipv4Addr::from(subnet));
     sysctl("net/ipv4/conf/all/arp_ignore", "1")?;
     sysctl("net/ipv4/conf/all/arp_announce", "2")?;
     sysctl("net/ipv4/conf/all/rp_filter", "0")?;
-    quiet_switch()?;
+    let mut cmds = vec!["link set lo up".to_string()];
+    let mut tc = Vec::new();
+    let mut out = Vec::new();
     for (k, &address) in addresses.iter().enumerate() {
-        let dev = if k == 0 {
-            first_dev.to_string()
-        } else {
-            format!("s{k}")
-        };
-        cmds.push(format!("link add {dev} type veth peer name sp{k}"));
-        cmds.push(format!("link set sp{k} master {BRIDGE}"));
-        cmds.push(format!("link set sp{k} up"));
+        let dev = server_dev(first_dev, k);
         cmds.push(format!("addr add {address}/{prefix} dev {dev}"));
         cmds.push(format!("link set {dev} up"));
         // Replies leave by the link that holds their source address.
@@ -184,12 +224,7 @@ pub fn wire_server(
             "route add {net} dev {dev} src {address} table {table}"
         ));
         tc.push(shape(&dev, rate));
-        out.push(Link {
-            dev,
-            address,
-            rate,
-            macs: None,
-        });
+        out.push((dev, address));
     }
     ip(&cmds)?;
     batch("tc", &tc)?;
@@ -242,6 +277,7 @@ pub fn wire_bond(
             address,
             rate,
             macs: Some(Vec::new()),
+            switch_port: None,
         });
     }
     cmds.push(format!("addr add {address}/{prefix} dev {first_dev}"));
@@ -352,18 +388,33 @@ pub fn wait_forwarding(ports: &[String], within: Duration) -> anyhow::Result<()>
 /// calling thread's namespace (`/sys/class/net` shows the one sysfs was mounted in).
 pub fn tx_bytes(devs: &[&str]) -> Vec<u64> {
     let text = std::fs::read_to_string("/proc/thread-self/net/dev").unwrap_or_default();
-    devs.iter()
-        .map(|dev| {
-            text.lines()
-                .find_map(|l| {
-                    let (name, rest) = l.split_once(':')?;
-                    (name.trim() == *dev).then_some(rest)
-                })
-                // Receive has 8 fields; the 9th is bytes sent.
-                .and_then(|rest| rest.split_whitespace().nth(8)?.parse().ok())
-                .unwrap_or(0)
+    devs.iter().map(|dev| dev_counter(&text, dev, 8)).collect()
+}
+
+/// Bytes each of `links` has sent: its device's egress counter, or, for a link in a server
+/// namespace of its own, what its switch port here received.
+pub fn links_sent(links: &[Link]) -> Vec<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/net/dev").unwrap_or_default();
+    links
+        .iter()
+        .map(|l| match &l.switch_port {
+            // Receive bytes is the first field.
+            Some(port) => dev_counter(&text, port, 0),
+            None => dev_counter(&text, &l.dev, 8),
         })
         .collect()
+}
+
+/// Field `field` of `dev`'s line of /proc/net/dev (`text`): receive has 8 fields (bytes
+/// first), then transmit's (bytes the 9th); 0 when it is not there.
+fn dev_counter(text: &str, dev: &str, field: usize) -> u64 {
+    text.lines()
+        .find_map(|l| {
+            let (name, rest) = l.split_once(':')?;
+            (name.trim() == dev).then_some(rest)
+        })
+        .and_then(|rest| rest.split_whitespace().nth(field)?.parse().ok())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -405,6 +456,20 @@ mod tests {
     }
 
     #[test]
+    fn a_links_bytes_are_its_egress_or_what_its_switch_port_received() {
+        let text = "\
+Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:     100       1    0    0    0     0          0         0      200       2    0    0    0     0       0          0
+  m1p0: 5000000    4000    0    0    0     0          0         0     7000      50    0    0    0     0       0          0
+";
+        assert_eq!(dev_counter(text, "m1p0", 0), 5_000_000);
+        assert_eq!(dev_counter(text, "m1p0", 8), 7000);
+        assert_eq!(dev_counter(text, "lo", 8), 200);
+        assert_eq!(dev_counter(text, "m1p", 0), 0);
+    }
+
+    #[test]
     fn a_clients_frames_are_redirected_by_its_whole_mac() {
         let line = redirect("s0", [0x52, 0x54, 0x00, 0x78, 0x01, 0x0a], "s2");
         assert_eq!(
@@ -416,6 +481,7 @@ mod tests {
             address: Ipv4Addr::new(10, 0, 0, 1),
             rate: 1,
             macs: Some(vec!["52:54:00:78:01:0a".into()]),
+            switch_port: None,
         };
         assert!(l.carries("52:54:00:78:01:0A", None));
         assert!(!l.carries("52:54:00:78:01:0b", Some(l.address)));

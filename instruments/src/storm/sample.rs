@@ -1,7 +1,8 @@
 //! What the storm watches while it runs, ten times a second: each server link's egress
 //! counter, the CPU time and memory (resident, and private: `smaps_rollup`) of every process
 //! in the room's namespace but the storm itself (that is the server, whatever it is:
-//! bootpool, or dnsmasq with nfs-ganesha and rpcbind), the CPU time of the storm itself (the
+//! bootpool, or dnsmasq with nfs-ganesha and rpcbind; with `--servers`, the site's
+//! PostgreSQL) and of a site's members, the CPU time of the storm itself (the
 //! simulated clients) and of the whole machine, and the UDP datagrams that namespace dropped
 //! on a full receive buffer and the TCP segments it sent again (a client reads its own
 //! namespace's at the end of its boot).
@@ -54,18 +55,24 @@ pub struct Sampler {
 impl Sampler {
     /// Starts sampling `links`, the `uplinks`' devices and the namespace's processes other
     /// than `storm_pid`; times are seconds from `t0`.
-    pub fn start(links: Vec<Link>, uplinks: Vec<String>, storm_pid: u32, t0: Instant) -> Sampler {
+    /// `members`: the servers of a site (`--servers`), each in a namespace of its own.
+    pub fn start(
+        links: Vec<Link>,
+        uplinks: Vec<String>,
+        storm_pid: u32,
+        members: Vec<libc::pid_t>,
+        t0: Instant,
+    ) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
             let mut out = Vec::new();
             while !flag.load(Ordering::Relaxed) {
-                let devs: Vec<&str> = links.iter().map(|l| l.dev.as_str()).collect();
-                let tx = room::tx_bytes(&devs);
+                let tx = room::links_sent(&links);
                 let ups: Vec<&str> = uplinks.iter().map(String::as_str).collect();
                 let uplink_tx = room::tx_bytes(&ups);
                 let t = t0.elapsed().as_secs_f64();
-                let usage = server_usage(storm_pid);
+                let usage = server_usage(storm_pid, &members);
                 out.push(Sample {
                     t,
                     tx,
@@ -76,9 +83,17 @@ impl Sampler {
                     private_by_name: usage.private_by_name,
                     clients_cpu_s: cpu_of("self"),
                     host_busy_s: host_cpu().map_or(0.0, |(busy, _)| busy),
-                    udp_drops: udp_rcvbuf_errors(),
+                    udp_drops: udp_rcvbuf_errors()
+                        + members
+                            .iter()
+                            .map(|p| snmp_of(*p, "Udp:", "RcvbufErrors"))
+                            .sum::<u64>(),
                     backlog_drops: backlog_drops(),
-                    tcp_retransmits: tcp_retransmits(),
+                    tcp_retransmits: tcp_retransmits()
+                        + members
+                            .iter()
+                            .map(|p| snmp_of(*p, "Tcp:", "RetransSegs"))
+                            .sum::<u64>(),
                 });
                 std::thread::sleep(EVERY);
             }
@@ -100,6 +115,14 @@ pub fn udp_rcvbuf_errors() -> u64 {
     std::fs::read_to_string("/proc/thread-self/net/snmp")
         .ok()
         .and_then(|s| snmp_field(&s, "Udp:", "RcvbufErrors"))
+        .unwrap_or(0)
+}
+
+/// A counter of /proc/net/snmp in the network namespace of process `pid`.
+fn snmp_of(pid: libc::pid_t, proto: &str, name: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/net/snmp"))
+        .ok()
+        .and_then(|s| snmp_field(&s, proto, name))
         .unwrap_or(0)
 }
 
@@ -168,10 +191,13 @@ struct Usage {
 }
 
 /// CPU seconds, RSS and private memory (KiB) of the processes in the namespace, the storm
-/// excepted.
-fn server_usage(storm_pid: u32) -> Usage {
+/// excepted, and of `members` (a site's servers, in namespaces of their own).
+fn server_usage(storm_pid: u32, members: &[libc::pid_t]) -> Usage {
     let mut u = Usage::default();
-    for pid in room_pids(storm_pid) {
+    for pid in room_pids(storm_pid)
+        .into_iter()
+        .chain(members.iter().copied())
+    {
         u.cpu_s += cpu_of(&pid.to_string());
         if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
             u.rss_kib += kib_field(&status, "VmRSS:").unwrap_or(0);

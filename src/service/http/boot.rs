@@ -189,7 +189,12 @@ pub(super) async fn boot_file(
     name: &str,
     shown: String,
 ) -> Response {
-    match boot_files::resolve(&web.config.load(), name) {
+    // On a blocking thread: a revision this server lacks has its file fetched first.
+    let (config, asked) = (web.config.load(), name.to_string());
+    let resolved = tokio::task::spawn_blocking(move || boot_files::resolve(&config, &asked))
+        .await
+        .unwrap_or(Err(NotServed::Missing));
+    match resolved {
         Ok((path, kind)) => send_file(web, peer, headers, path, kind, name, shown).await,
         Err(e) => {
             crate::service::warn_not_served(&e);

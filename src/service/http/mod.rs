@@ -18,6 +18,7 @@
 //! hyper, and its idle watch). This file accepts connections and holds the routes.
 
 mod api;
+mod blocks;
 mod boot;
 mod callbacks;
 mod conn;
@@ -126,6 +127,8 @@ pub fn router(web: Web) -> axum::Router {
         .route("/boot/script/{mac}", get(boot_script))
         .route("/boot/loaders/{file}", get(loader))
         .route("/boot/{image}/{*file}", get(image_file))
+        .route("/boot/{image}/blocks/{digest}", get(blocks::manifest))
+        .route("/boot/{image}/blocks/{digest}/{index}", get(blocks::chunk))
         .route("/api/v1/booted", post(booted))
         .route("/api/v1/failed", post(failed))
         .route("/api/v1/boots", get(boots))

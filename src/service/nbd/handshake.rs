@@ -11,6 +11,7 @@ use crate::service::bounds::LogLimit;
 use crate::service::overlays::Overlays;
 use std::io;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -115,6 +116,23 @@ impl Conn {
     }
 
     async fn open(&self, name: &str) -> Result<(BlockImage, Arc<Image>), Unavailable> {
+        // A revision this server lacks and another member holds: pulled at once, the
+        // handshake waiting for it (`image::demand`) while its deadline allows, for a client
+        // that may use the image; a client whose handshake ends first finds it when it
+        // connects again.
+        if let Some((img, id)) = crate::image::serve::lacking(&self.config, name, RootProto::Nbd)
+            && self.may_use(&img.name)
+        {
+            let root = crate::config::names::revision(&img, &id).root_image();
+            let wait = self
+                .limits
+                .handshake_timeout
+                .saturating_sub(Duration::from_secs(2));
+            let _ = tokio::task::spawn_blocking(move || {
+                crate::image::demand::root(&img, &id, wait, || root.is_file())
+            })
+            .await;
+        }
         let image = image::lookup(&self.config, name).ok_or(Unavailable::Unknown)?;
         if !self.may_use(&image.name) || !self.may_use_revision(&image, name) {
             self.metrics.nbd().refused.inc();

@@ -13,6 +13,7 @@ use crate::export::tree::{self, MappedRead, Tree, TreeHandle};
 use crate::metrics::Metrics;
 use crate::proto::mount::{self, Mount};
 use crate::proto::nfs3::{self, Error, Nfs};
+use crate::proto::nfsacl;
 use crate::proto::portmap;
 use crate::proto::rpc::{self, Cred, Refusal, Writer};
 use crate::record::event::{Detach, Micros, now_micros};
@@ -329,13 +330,20 @@ impl Conn {
                     refuse(out, c.xid, r)
                 }
             },
+            (rpc::PROG_NFSACL, 3) => match nfsacl::acl_args(c.proc_, c.args) {
+                Ok(args) => self.acl(c.xid, args, out),
+                Err(r) => {
+                    self.metrics.nfs().refused.inc();
+                    refuse(out, c.xid, r)
+                }
+            },
             (rpc::PROG_PORTMAP, _) => {
                 // Our public port, not whatever a library would guess.
                 if let Some(a) = portmap::answer(rec, &self.table) {
                     out.record(&a.reply);
                 }
             }
-            (rpc::PROG_NFS, _) | (rpc::PROG_MOUNT, _) => {
+            (rpc::PROG_NFS, _) | (rpc::PROG_MOUNT, _) | (rpc::PROG_NFSACL, _) => {
                 self.metrics.nfs().refused.inc();
                 out.accepted(c.xid, rpc::PROG_MISMATCH).words(&[3, 3]);
                 out.finish();

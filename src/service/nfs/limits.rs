@@ -10,6 +10,9 @@ pub(super) const FIRST_CALL: Duration = Duration::from_secs(10);
 /// Like knfsd: a client that said nothing for this long is dropped; NFS clients reconnect.
 pub(super) const IDLE: Duration = Duration::from_secs(360);
 pub(super) const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a MNT of a revision this server lacks waits for its pull from another member
+/// (`image::demand`); the client's MOUNT retries cover a longer one.
+pub(super) const ROOT_PULL: Duration = Duration::from_secs(120);
 /// How often READ bytes are reported.
 pub(super) const TICK: Duration = Duration::from_secs(1);
 /// How often a connection waiting for a call looks at the shutdown flag and its READ bytes.

@@ -3,11 +3,12 @@
 //! READLINK and READDIR against the caller's credentials (`nfs3::may`).
 
 use super::conn::{Conn, ReplyData};
-use super::limits::{BIG_READ, MAX_DIR_REPLY, NFS3ERR_TOOSMALL, WTMAX};
-use crate::config::Store;
+use super::limits::{BIG_READ, MAX_DIR_REPLY, NFS3ERR_TOOSMALL, ROOT_PULL, WTMAX};
+use crate::config::{RootProto, Store};
 use crate::export::tree::{self, Status, Tree, TreeHandle};
 use crate::proto::mount::Mount;
 use crate::proto::nfs3::{self, Error, Nfs};
+use crate::proto::nfsacl::{self, Acl};
 use crate::proto::rpc::{self, Cred, Writer};
 use crate::record::{Kind, Proto, Who};
 use crate::sys::page_buf::PageBuf;
@@ -31,6 +32,14 @@ impl Conn {
             }
             Mount::Mnt(path) => {
                 let export = String::from_utf8_lossy(path).into_owned();
+                // A revision this server lacks and another member holds: pulled at once,
+                // this answer waiting for it (`image::demand`), up to `ROOT_PULL`.
+                if let Some((image, id)) =
+                    crate::image::serve::lacking(&self.config, &export, RootProto::Nfs)
+                {
+                    let tree = crate::config::names::revision(&image, &id).root_tree();
+                    crate::image::demand::root(&image, &id, ROOT_PULL, || tree.is_dir());
+                }
                 // A revision imported since start, or an image a reload added, joins the
                 // tree when first mounted.
                 if let Some((e, name, root)) =
@@ -97,14 +106,85 @@ impl Conn {
         }
     }
 
+    /// The handle `fh` of a call (the tree's root for a call without one), checked against
+    /// the client's pools (`handle`) and the image's `secure_ports` (`port_ok`). None once its
+    /// refusal is written into `out`: an authentication error for a handle the client may not
+    /// use, as for a knfsd export that does not list the host, else the status and, unless
+    /// `bare`, one empty post_op_attr (every failure body but GETATTR's has one).
+    fn checked(
+        &mut self,
+        xid: u32,
+        fh: Option<&[u8]>,
+        bare: bool,
+        out: &mut Writer,
+    ) -> Option<TreeHandle> {
+        let Some(fh) = fh else {
+            return Some(self.tree.root());
+        };
+        let status = match self.handle(fh) {
+            Err(Error::Acces) => {
+                out.auth_error(xid, rpc::AUTH_TOOWEAK);
+                return None;
+            }
+            Err(st) => st,
+            Ok(h) => match self.tree.image_of(&h).ok().flatten() {
+                Some(img) if !self.port_ok(img) => {
+                    self.metrics.nfs().refused.inc();
+                    Error::Acces
+                }
+                _ => return Some(h),
+            },
+        };
+        out.accepted(xid, rpc::SUCCESS).u32(status.nfsstat3());
+        if !bare {
+            out.u32(0);
+        }
+        out.finish();
+        None
+    }
+
+    /// An NFSACL v3 call's reply: GETACL answers a file's mode as its ACL (no file here has
+    /// another), after the same checks as an NFS call's; SETACL is ROFS.
+    pub(super) fn acl(&mut self, xid: u32, args: Acl<'_>, out: &mut Writer) {
+        let (fh, mask) = match args {
+            Acl::GetAcl { fh, mask } => (fh, mask),
+            Acl::Null => {
+                out.accepted(xid, rpc::SUCCESS);
+                out.finish();
+                return;
+            }
+            Acl::SetAcl => {
+                out.accepted(xid, rpc::SUCCESS)
+                    .u32(Error::Rofs.nfsstat3())
+                    .u32(0);
+                out.finish();
+                return;
+            }
+        };
+        let Some(h) = self.checked(xid, Some(fh), false, out) else {
+            return;
+        };
+        out.accepted(xid, rpc::SUCCESS);
+        match self.tree.getattr(&h) {
+            Ok(_) if mask & !nfsacl::MASK != 0 => {
+                out.u32(Error::Inval.nfsstat3()).u32(0);
+            }
+            Ok(a) => {
+                out.u32(0).post_op_attr(Some(&a)).mode_acls(mask, &a);
+            }
+            Err(st) => {
+                out.u32(st.nfsstat3()).u32(0);
+            }
+        }
+        out.finish();
+    }
+
     /// An NFS v3 call's reply: its handle checked first (`handle`, `port_ok`), then the
     /// procedure answered from the tree; every procedure that would write answers ROFS.
     ///
     /// Longer than the house's ~150 lines as a dispatch table is: one arm per NFSv3 procedure, each a few
     /// lines from the decoded arguments to the tree's answer, read side by side.
     pub(super) fn nfs(&mut self, xid: u32, cred: &Cred, args: Nfs<'_>, out: &mut Writer) {
-        // A handle the client may not use is an authentication error, as for a knfsd export
-        // that does not list the host.
         let fh = match &args {
             Nfs::Null | Nfs::Modify(_) => None,
             Nfs::GetAttr(fh)
@@ -116,39 +196,12 @@ impl Conn {
             | Nfs::ReadDirPlus { fh, .. }
             | Nfs::FsStat(fh)
             | Nfs::FsInfo(fh)
-            | Nfs::PathConf(fh) => Some(self.handle(fh)),
+            | Nfs::PathConf(fh) => Some(*fh),
         };
-        let h = match fh {
-            Some(Err(Error::Acces)) => {
-                out.auth_error(xid, rpc::AUTH_TOOWEAK);
-                return;
-            }
-            Some(Err(st)) => {
-                out.accepted(xid, rpc::SUCCESS).u32(st.nfsstat3());
-                // Every failure body but GETATTR's is one empty post_op_attr (LOOKUP's too).
-                if !matches!(args, Nfs::GetAttr(_)) {
-                    out.u32(0);
-                }
-                out.finish();
-                return;
-            }
-            Some(Ok(h)) => Some(h),
-            None => None,
-        };
-        let h = h.unwrap_or_else(|| self.tree.root());
-        let img = self.tree.image_of(&h).ok().flatten();
-        if let Some(img) = img
-            && !matches!(args, Nfs::Null)
-            && !self.port_ok(img)
-        {
-            self.metrics.nfs().refused.inc();
-            out.accepted(xid, rpc::SUCCESS).u32(Error::Acces.nfsstat3());
-            if !matches!(args, Nfs::GetAttr(_)) {
-                out.u32(0);
-            }
-            out.finish();
+        let Some(h) = self.checked(xid, fh, matches!(args, Nfs::GetAttr(_)), out) else {
             return;
-        }
+        };
+        let img = self.tree.image_of(&h).ok().flatten();
         let squash = img.is_some_and(|i| self.trust(i).0);
         let cred = &cred.effective(squash);
         let tree = self.tree.clone();

@@ -95,3 +95,22 @@ pub fn client_consoles(state_dir: &Path) -> Vec<String> {
         .map(|p| std::fs::read_to_string(p).unwrap())
         .collect()
 }
+
+/// The console without its colours (systemd's status lines are ANSI-coloured).
+pub fn plain(console: &str) -> String {
+    let mut out = String::with_capacity(console.len());
+    let mut chars = console.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            // CSI: ESC [ parameters, up to a final letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

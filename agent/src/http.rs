@@ -1,0 +1,292 @@
+//! The agent's HTTP: a plain HTTP/1.1 GET over std's `TcpStream`, kept alive between
+//! requests, with a `Content-Length` body read whole (the daemon's block routes always send
+//! one). The response head is read by `parse_head`, pure. No TLS: what the agent fetches is
+//! checked against its SHA-256 (docs/swarm.md), not trusted for the channel.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+/// How long a connect, or a read or write on a connection, may take before the fetch counts
+/// as failed (and is tried again, `chunks.rs`).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// A response head longer than this is refused.
+const MAX_HEAD: usize = 16 * 1024;
+
+/// An `http://HOST[:PORT]/PATH` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Url {
+    /// HOST[:PORT] as given, for the `Host` header.
+    pub authority: String,
+    pub host: String,
+    pub port: u16,
+    /// Starts with `/`.
+    pub path: String,
+}
+
+impl Url {
+    pub fn parse(s: &str) -> Result<Url, String> {
+        let rest = s
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("`{s}` is not an http:// URL"))?;
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
+                let port = p
+                    .parse::<u16>()
+                    .map_err(|_| format!("`{p}` in `{s}` is not a port"))?;
+                (h.trim_start_matches('[').trim_end_matches(']'), port)
+            }
+            _ => (authority, 80),
+        };
+        if host.is_empty() {
+            return Err(format!("`{s}` names no host"));
+        }
+        Ok(Url {
+            authority: authority.to_string(),
+            host: host.to_string(),
+            port,
+            path: path.to_string(),
+        })
+    }
+
+    /// The same server with another path.
+    pub fn with_path(&self, path: String) -> Url {
+        Url {
+            path,
+            ..self.clone()
+        }
+    }
+}
+
+/// Why a GET gave no body.
+#[derive(Debug)]
+pub enum Error {
+    Io(std::io::Error),
+    /// A status other than 200, with the start of its body.
+    Status(u16, String),
+    Malformed(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Io(e) => write!(f, "{e}"),
+            Error::Status(code, body) => write!(f, "HTTP {code}: {}", body.trim_end()),
+            Error::Malformed(why) => write!(f, "a malformed response: {why}"),
+        }
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::Io(e)
+    }
+}
+
+/// What a response head says that the agent needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub status: u16,
+    pub length: u64,
+    /// The server closes the connection after this response.
+    pub close: bool,
+}
+
+/// Reads a response head (the bytes up to and including the blank line).
+pub fn parse_head(head: &[u8]) -> Result<Head, String> {
+    let text = std::str::from_utf8(head).map_err(|_| "a head that is not text".to_string())?;
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let mut parts = status_line.splitn(3, ' ');
+    let version = parts.next().unwrap_or_default();
+    if !matches!(version, "HTTP/1.1" | "HTTP/1.0") {
+        return Err(format!("status line `{status_line}`"));
+    }
+    let status = parts
+        .next()
+        .and_then(|c| c.parse::<u16>().ok())
+        .ok_or_else(|| format!("status line `{status_line}`"))?;
+    let (mut length, mut close) = (None, version == "HTTP/1.0");
+    for line in lines.filter(|l| !l.is_empty()) {
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| format!("header line `{line}`"))?;
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            let n = value
+                .parse::<u64>()
+                .map_err(|_| format!("Content-Length `{value}`"))?;
+            if length.is_some_and(|l| l != n) {
+                return Err("two Content-Lengths".into());
+            }
+            length = Some(n);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(format!(
+                "Transfer-Encoding `{value}` (a length is expected)"
+            ));
+        } else if name.eq_ignore_ascii_case("connection") {
+            close = value.eq_ignore_ascii_case("close");
+        }
+    }
+    Ok(Head {
+        status,
+        length: length.ok_or("no Content-Length")?,
+        close,
+    })
+}
+
+/// One kept-alive connection to a server.
+pub struct Conn {
+    stream: BufReader<TcpStream>,
+    /// The server said it closes after the last response.
+    closed: bool,
+}
+
+impl Conn {
+    pub fn connect(url: &Url) -> Result<Conn, Error> {
+        let addrs: Vec<SocketAddr> = (url.host.as_str(), url.port).to_socket_addrs()?.collect();
+        let mut last = None;
+        for addr in addrs {
+            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+                Ok(s) => {
+                    s.set_read_timeout(Some(IO_TIMEOUT))?;
+                    s.set_write_timeout(Some(IO_TIMEOUT))?;
+                    s.set_nodelay(true)?;
+                    return Ok(Conn {
+                        stream: BufReader::with_capacity(64 * 1024, s),
+                        closed: false,
+                    });
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(Error::Io(last.unwrap_or_else(|| {
+            std::io::Error::other(format!("{} has no address", url.host))
+        })))
+    }
+
+    /// Whether the connection may carry another request.
+    pub fn reusable(&self) -> bool {
+        !self.closed
+    }
+
+    /// GETs `url`'s path; its body if the status is 200 and it is at most `max` bytes.
+    pub fn get(&mut self, url: &Url, max: u64) -> Result<Vec<u8>, Error> {
+        let request = format!(
+            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: bootpool-agent/{}\r\n\r\n",
+            url.path,
+            url.authority,
+            env!("CARGO_PKG_VERSION")
+        );
+        self.stream.get_mut().write_all(request.as_bytes())?;
+        let mut head = Vec::with_capacity(512);
+        loop {
+            let n = self.stream.read_until(b'\n', &mut head)?;
+            if n == 0 {
+                self.closed = true;
+                return Err(Error::Io(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+            if head.ends_with(b"\r\n\r\n") {
+                break;
+            }
+            if head.len() > MAX_HEAD {
+                self.closed = true;
+                return Err(Error::Malformed(format!("a head over {MAX_HEAD} bytes")));
+            }
+        }
+        let h = parse_head(&head).map_err(|e| {
+            self.closed = true;
+            Error::Malformed(e)
+        })?;
+        self.closed |= h.close;
+        if h.length > max.max(4096) {
+            self.closed = true;
+            return Err(Error::Malformed(format!(
+                "a body of {} bytes, over {max}",
+                h.length
+            )));
+        }
+        let mut body = vec![0; h.length as usize];
+        if let Err(e) = self.stream.read_exact(&mut body) {
+            self.closed = true;
+            return Err(e.into());
+        }
+        if h.status != 200 {
+            body.truncate(200);
+            return Err(Error::Status(
+                h.status,
+                String::from_utf8_lossy(&body).into(),
+            ));
+        }
+        if h.length > max {
+            return Err(Error::Malformed(format!("a body of {} bytes", h.length)));
+        }
+        Ok(body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_url_gives_host_port_and_path() {
+        let u = Url::parse("http://10.0.0.1:8080/boot/demo/blocks/ab").unwrap();
+        assert_eq!((u.host.as_str(), u.port), ("10.0.0.1", 8080));
+        assert_eq!(u.path, "/boot/demo/blocks/ab");
+        assert_eq!(u.authority, "10.0.0.1:8080");
+        let u = Url::parse("http://server").unwrap();
+        assert_eq!(
+            (u.host.as_str(), u.port, u.path.as_str()),
+            ("server", 80, "/")
+        );
+        let u = Url::parse("http://[fd00::1]:81/x").unwrap();
+        assert_eq!((u.host.as_str(), u.port), ("fd00::1", 81));
+        assert!(Url::parse("https://server/").is_err());
+        assert!(Url::parse("http://:80/").is_err());
+        assert!(Url::parse("http://server:port/").is_err());
+    }
+
+    #[test]
+    fn a_head_gives_status_length_and_whether_the_server_closes() {
+        let h =
+            parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: 12\r\netag: \"x\"\r\n\r\n").unwrap();
+        assert_eq!(
+            h,
+            Head {
+                status: 200,
+                length: 12,
+                close: false
+            }
+        );
+        let h =
+            parse_head(b"HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 3\r\n\r\n")
+                .unwrap();
+        assert_eq!(
+            h,
+            Head {
+                status: 404,
+                length: 3,
+                close: true
+            }
+        );
+        assert!(
+            parse_head(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
+                .unwrap()
+                .close
+        );
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\n\r\n").is_err(), "no length");
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").is_err());
+        assert!(
+            parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
+                .is_err()
+        );
+        assert!(parse_head(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n").is_err());
+    }
+}

@@ -1,0 +1,67 @@
+//! bootpool's client agent (docs/swarm.md): given the URL of an NBD root's block manifest
+//! (`http://SERVER/boot/IMAGE/blocks/DIGEST`), it fetches the manifest, checks it against the
+//! digest, and serves the root as a read-only NBD export on a local socket, every read answered
+//! from chunks fetched from the server on demand and checked against the manifest. The block
+//! manifest's and NBD's codecs are the daemon's own files, compiled here too (one source for
+//! each format; the agent links nothing of the daemon's crate).
+
+#[path = "../../src/image/blocks.rs"]
+pub mod blocks;
+#[allow(
+    dead_code,
+    reason = "the daemon's NBD codec, of which the agent uses the read-only half"
+)]
+#[path = "../../src/proto/nbd.rs"]
+mod nbd;
+
+pub mod chunks;
+pub mod http;
+pub mod serve;
+
+use std::sync::Arc;
+
+/// Where the agent serves the root.
+#[derive(Debug, Clone)]
+pub enum Listen {
+    /// `ADDRESS:PORT`; port 0 picks one (`Agent::tcp` tells which).
+    Tcp(std::net::SocketAddr),
+    Unix(std::path::PathBuf),
+}
+
+/// An agent serving: its store, and where it listens.
+pub struct Agent {
+    pub store: Arc<chunks::Store>,
+    /// The TCP address bound, when it listens on TCP.
+    pub tcp: Option<std::net::SocketAddr>,
+}
+
+/// Fetches and checks the manifest at `url`, binds `listen`, and serves the root as export
+/// `name` (and as the default export, "") on threads of its own; the agent, once it listens.
+pub fn start(url: &str, listen: &Listen, name: &str) -> Result<Agent, String> {
+    let url = http::Url::parse(url)?;
+    let store = Arc::new(chunks::Store::open(url)?);
+    let (listener, tcp) = match listen {
+        Listen::Tcp(addr) => {
+            let l =
+                std::net::TcpListener::bind(addr).map_err(|e| format!("binding {addr}: {e}"))?;
+            let bound = l.local_addr().map_err(|e| e.to_string())?;
+            (serve::Listener::Tcp(l), Some(bound))
+        }
+        Listen::Unix(path) => {
+            // A socket left by an earlier agent is replaced; any other file is not touched.
+            use std::os::unix::fs::FileTypeExt as _;
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+                let _ = std::fs::remove_file(path);
+            }
+            let l = std::os::unix::net::UnixListener::bind(path)
+                .map_err(|e| format!("binding {}: {e}", path.display()))?;
+            (serve::Listener::Unix(l), None)
+        }
+    };
+    let (s, n) = (store.clone(), Arc::<str>::from(name));
+    std::thread::Builder::new()
+        .name("nbd-accept".into())
+        .spawn(move || listener.serve(s, n))
+        .map_err(|e| e.to_string())?;
+    Ok(Agent { store, tcp })
+}

@@ -1,0 +1,60 @@
+//! What a storm makes outside its run folder and its namespace (a site's database folder in
+//! /tmp, its members' configs beside the storm's): each is removed by its owner as the storm
+//! ends, and by `remove_all` when a signal stops the storm first.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+static LEFT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// `path` is to go if a signal stops the storm.
+pub fn register(path: &Path) {
+    LEFT.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(path.to_path_buf());
+}
+
+/// Removes `path` (a file or a folder) now, and forgets it.
+pub fn remove(path: &Path) {
+    LEFT.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|p| p != path);
+    remove_path(path);
+}
+
+/// Removes everything registered and not removed yet.
+pub fn remove_all() {
+    let left = std::mem::take(&mut *LEFT.lock().unwrap_or_else(|e| e.into_inner()));
+    for path in left {
+        remove_path(&path);
+    }
+}
+
+fn remove_path(path: &Path) {
+    if path.is_dir() {
+        let _ = std::fs::remove_dir_all(path);
+    } else {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_is_registered_goes_once_and_what_was_removed_is_forgotten() {
+        let dir = std::env::temp_dir().join(format!("storm-leftovers-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        let file = dir.join("a.yaml");
+        std::fs::write(&file, "x").unwrap();
+        register(&file);
+        register(&dir.join("sub"));
+        remove(&file);
+        assert!(!file.exists());
+        assert!(!LEFT.lock().unwrap().contains(&file));
+        remove_all();
+        assert!(!dir.join("sub").exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
