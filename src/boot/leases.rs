@@ -353,23 +353,45 @@ impl Leases {
         }
         let (first, last) = on.range?;
         let k = self.ranges.iter().position(|r| *r == (first, last))?;
+        // In a site, this member's own part of the range first; once that is full, an address
+        // of another's part that no lease of the site holds (members with ranges of their own
+        // lose nothing; on one shared range the site's table settles a rare clash).
+        self.search(mac, on, now, k, true).or_else(|| {
+            self.share
+                .is_some()
+                .then(|| self.search(mac, on, now, k, false))?
+        })
+    }
+
+    /// A fresh address of range `k` (`on`'s), else the one free longest; of this member's
+    /// part only if `mine_only`.
+    fn search(
+        &mut self,
+        mac: Mac,
+        on: &DhcpSubnet,
+        now: u64,
+        k: usize,
+        mine_only: bool,
+    ) -> Option<Ipv4Addr> {
+        let (first, last) = self.ranges[k];
+        let allowed = |t: &Leases, ip| !mine_only || t.fresh_is_mine(ip);
         // An address nobody has used, from where the last search stopped.
         for n in self.fresh_from[k].max(u32::from(first))..=u32::from(last) {
             let ip = Ipv4Addr::from(n);
             if !self.by_ip.contains_key(&ip)
-                && self.fresh_is_mine(ip)
+                && allowed(self, ip)
                 && self.usable(mac, ip, on, now).is_ok()
             {
                 self.fresh_from[k] = n;
                 return Some(ip);
             }
         }
-        // None left: the one free longest (a quarantine that ended below `fresh_from` is
-        // found here too).
+        // None left: the one free longest (a quarantine that ended below `fresh_from`, or an
+        // address of this member's part below it, is found here too).
         let mut oldest: Option<(u64, Ipv4Addr)> = None;
         for n in u32::from(first)..=u32::from(last) {
             let ip = Ipv4Addr::from(n);
-            if !self.fresh_is_mine(ip) || self.usable(mac, ip, on, now).is_err() {
+            if !allowed(self, ip) || self.usable(mac, ip, on, now).is_err() {
                 continue;
             }
             match self
@@ -833,8 +855,8 @@ mod tests {
         given.sort();
         assert_eq!(given, (100..=107).map(ip).collect::<Vec<_>>());
         assert!(a.iter().all(|(_, l)| u32::from(l.ip) % 2 == 0));
-        // Asked for the other's address, a member offers one of its own part (here: none
-        // left), and a REQUEST for an address the other's lease holds is refused.
+        // Its part full and every other address held by b's leases: nothing to offer; a
+        // REQUEST for an address b's lease holds is refused.
         let held: Vec<Held> = b
             .iter()
             .map(|(m, l)| Held {
@@ -870,6 +892,33 @@ mod tests {
         assert_eq!(a.get(m), None);
         assert!(!a.withdraw(m, l.ip));
         check_index(&a);
+    }
+
+    /// A member whose own part of a range is full takes an address of another's part that no
+    /// lease of the site holds: members given ranges of their own lose no address.
+    #[test]
+    fn a_member_with_its_part_full_takes_what_nobody_holds() {
+        use crate::boot::lease_share::{Held, Share};
+        let mut t = Leases::new(vec![(ip(100), ip(103))], []);
+        t.set_share(Arc::new(Share::new(1, 2, [])));
+        let got: Vec<Ipv4Addr> = (10..14)
+            .map(|n| t.offer(mac(n), None, &on(&t), 0, 60).unwrap())
+            .collect();
+        // Its own part (odd addresses) first, then the rest.
+        assert_eq!(got, [ip(101), ip(103), ip(100), ip(102)]);
+        // Not an address another member's lease holds.
+        let mut t = Leases::new(vec![(ip(100), ip(103))], []);
+        let other = Held {
+            mac: mac(20),
+            ip: ip(100),
+            expires: 100,
+            link: None,
+        };
+        t.set_share(Arc::new(Share::new(1, 2, [other])));
+        let got: Vec<Option<Ipv4Addr>> = (10..14)
+            .map(|n| t.offer(mac(n), None, &on(&t), 0, 60))
+            .collect();
+        assert_eq!(got, [Some(ip(101)), Some(ip(103)), Some(ip(102)), None]);
     }
 
     /// The address index says exactly what the table says.
