@@ -7,7 +7,9 @@
 //! from both servers' answers on /metrics and their lease files); `b` killed with -9 loses its
 //! clients to `a` (a udhcpc started at once is answered by `a`); `b` restarted takes them back;
 //! and with the database stopped both keep the view they had: each still answers its own
-//! clients, and only those. Outcomes only, never a time.
+//! clients, and only those. A second pair leases from one shared range (`site_leases`):
+//! no address twice, a dead member's clients keeping theirs, the spools written after an
+//! outage of PostgreSQL. Outcomes only, never a time.
 
 use crate::common::netns::Link;
 use crate::common::postgres::Postgres;
