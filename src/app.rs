@@ -434,6 +434,8 @@ async fn start_taking(
     // before the first request is (`site::live`).
     let site = join_site(&config, member, &shutdown).await?;
     let leases = service::dhcp::open_table(&config)?;
+    // With a PostgreSQL database, shared with the site (`site::shared_leases`).
+    let leases = share_leases(leases, &config, &site, &metrics, &shutdown)?;
     // Who is at which address, for every service: the lease table, loaded before any bind.
     let identity = leases.identity();
 
@@ -1238,6 +1240,29 @@ pub fn host_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_default()
+}
+
+/// `table`, an authoritative member's, shared in the site's `site_leases` table (written
+/// behind through a spool in `state_dir`, never on the packet path) until the shutdown;
+/// as it is alone or in proxy mode (no addresses given).
+fn share_leases(
+    table: service::dhcp::Table,
+    config: &Config,
+    site: &Arc<crate::site::live::Site>,
+    metrics: &Metrics,
+    shutdown: &Shutdown,
+) -> anyhow::Result<service::dhcp::Table> {
+    use crate::site::{db::Db, leases_db::LeasesDb, shared_leases::SharedLeases};
+    let crate::config::Database::Postgres(url) = &config.server.database else {
+        return Ok(table);
+    };
+    if !site.shared() || config.dhcp.mode == crate::config::DhcpMode::Proxy {
+        return Ok(table);
+    }
+    let db = LeasesDb::new(Db::connect(url)?);
+    let shared = SharedLeases::open(site.clone(), db, &config.server.state_dir, metrics.clone())?;
+    shutdown.spawn(shared.clone().keep(shutdown.clone()));
+    Ok(table.sharing(shared))
 }
 
 /// This server as a member of its site: named `member` (`serve --member`), else by the

@@ -10,12 +10,18 @@
 //! The table is also the daemon's one answer to "who is at this address" (`holder`): NFS,
 //! NBD, the overlays and the API ask it, through `service::identity`. In proxy mode the table
 //! gives nothing out and only learns: the bindings iPXE and firmware report on port 4011.
+//!
+//! In a site (`share`, `lease_share`), fresh addresses come only from this member's part of
+//! each range, an address another member's lease holds goes to nobody else, and a client
+//! another member's lease holds is given that lease when it first asks here.
 
+use super::lease_share::Share;
 use crate::config::{DhcpSubnet, Mac};
 use crate::proto::dhcp::Relayed;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
+use std::sync::Arc;
 
 /// How long an address that a client declined (found in use) stays out of the pool.
 pub const DECLINE_QUARANTINE_S: u64 = 600;
@@ -100,6 +106,8 @@ pub struct Leases {
     /// reserved or declined): the search for a fresh address starts here, so an offer in a busy
     /// range is not a walk over every lease. Lowered whenever an address leaves the table.
     fresh_from: Vec<u32>,
+    /// In a site: this member's part of the ranges and the others' leases (`None`: alone).
+    share: Option<Arc<Share>>,
 }
 
 impl Leases {
@@ -134,6 +142,67 @@ impl Leases {
             self.ranges = ranges;
         }
         self.fresh_from = vec![0; self.ranges.len()];
+    }
+
+    /// The site's share as last read (`lease_share`): fresh addresses from this member's part
+    /// of each range only, the others' leases kept for their clients.
+    pub fn set_share(&mut self, share: Arc<Share>) {
+        // A part that grew (a member died) holds fresh addresses below the search point.
+        self.fresh_from = vec![0; self.ranges.len()];
+        self.share = Some(share);
+    }
+
+    /// Whether another member's lease holds `ip` for another client.
+    fn held_elsewhere(&self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
+        self.share
+            .as_ref()
+            .is_some_and(|s| s.held_for_other(mac, ip, now))
+    }
+
+    /// Whether `ip` is this member's to give to a client that never held it.
+    fn fresh_is_mine(&self, ip: Ipv4Addr) -> bool {
+        self.share.as_ref().is_none_or(|s| s.fresh_is_mine(ip))
+    }
+
+    /// A client that holds no valid binding here but another member's lease: that lease is
+    /// taken into this table (the member died, or the client's bucket moved here), so the
+    /// client keeps its address. Not when a binding here holds that address for another.
+    fn adopt(&mut self, mac: Mac, now: u64) {
+        let Some(held) = self.share.as_ref().and_then(|s| s.bound(mac, now)).cloned() else {
+            return;
+        };
+        let bound_here = self
+            .leases
+            .get(&mac)
+            .is_some_and(|l| l.state == State::Bound && l.expires > now);
+        if bound_here
+            || self.held_by_other(mac, held.ip, now)
+            || self.reserved_to_other(mac, held.ip)
+        {
+            return;
+        }
+        self.take(
+            mac,
+            Lease {
+                ip: held.ip,
+                state: State::Bound,
+                expires: held.expires,
+                link: held.link,
+                arch: None,
+                relayed: None,
+            },
+        );
+    }
+
+    /// The site's table refused `mac`'s lease of `ip` (another client holds it there): the
+    /// lease ends here, and the client's next REQUEST is refused. Returns whether it held it.
+    pub fn withdraw(&mut self, mac: Mac, ip: Ipv4Addr) -> bool {
+        if self.leases.get(&mac).is_none_or(|l| l.ip != ip) || self.reserved.contains_key(&mac) {
+            return false;
+        }
+        self.leases.remove(&mac);
+        self.forget_ip(ip);
+        true
     }
 
     /// The table of a proxy, which gives no address and learns who is where (`observe`).
@@ -221,7 +290,7 @@ impl Leases {
         if !on.range.is_some_and(|r| within(r, ip)) {
             return Err(Refusal::OutOfRange(ip));
         }
-        if self.held_by_other(mac, ip, now) {
+        if self.held_by_other(mac, ip, now) || self.held_elsewhere(mac, ip, now) {
             return Err(Refusal::Taken(ip));
         }
         if self.declined_now(ip, now) {
@@ -242,6 +311,7 @@ impl Leases {
         now: u64,
         hold_s: u64,
     ) -> Option<Ipv4Addr> {
+        self.adopt(mac, now);
         let ip = self.choose(mac, requested, on, now)?;
         let current = self.leases.get(&mac);
         // Offering what it already holds bound must not shorten or downgrade that binding.
@@ -274,6 +344,8 @@ impl Leases {
             return on.subnet.contains(*ip).then_some(*ip);
         }
         let previous = self.leases.get(&mac).map(|l| l.ip);
+        // What the client asks for is fresh to it unless it held it: only from our part.
+        let requested = requested.filter(|ip| Some(*ip) == previous || self.fresh_is_mine(*ip));
         for ip in [previous, requested].into_iter().flatten() {
             if self.usable(mac, ip, on, now).is_ok() {
                 return Some(ip);
@@ -281,20 +353,45 @@ impl Leases {
         }
         let (first, last) = on.range?;
         let k = self.ranges.iter().position(|r| *r == (first, last))?;
+        // In a site, this member's own part of the range first; once that is full, an address
+        // of another's part that no lease of the site holds (members with ranges of their own
+        // lose nothing; on one shared range the site's table settles a rare clash).
+        self.search(mac, on, now, k, true).or_else(|| {
+            self.share
+                .is_some()
+                .then(|| self.search(mac, on, now, k, false))?
+        })
+    }
+
+    /// A fresh address of range `k` (`on`'s), else the one free longest; of this member's
+    /// part only if `mine_only`.
+    fn search(
+        &mut self,
+        mac: Mac,
+        on: &DhcpSubnet,
+        now: u64,
+        k: usize,
+        mine_only: bool,
+    ) -> Option<Ipv4Addr> {
+        let (first, last) = self.ranges[k];
+        let allowed = |t: &Leases, ip| !mine_only || t.fresh_is_mine(ip);
         // An address nobody has used, from where the last search stopped.
         for n in self.fresh_from[k].max(u32::from(first))..=u32::from(last) {
             let ip = Ipv4Addr::from(n);
-            if !self.by_ip.contains_key(&ip) && self.usable(mac, ip, on, now).is_ok() {
+            if !self.by_ip.contains_key(&ip)
+                && allowed(self, ip)
+                && self.usable(mac, ip, on, now).is_ok()
+            {
                 self.fresh_from[k] = n;
                 return Some(ip);
             }
         }
-        // None left: the one free longest (a quarantine that ended below `fresh_from` is
-        // found here too).
+        // None left: the one free longest (a quarantine that ended below `fresh_from`, or an
+        // address of this member's part below it, is found here too).
         let mut oldest: Option<(u64, Ipv4Addr)> = None;
         for n in u32::from(first)..=u32::from(last) {
             let ip = Ipv4Addr::from(n);
-            if self.usable(mac, ip, on, now).is_err() {
+            if !allowed(self, ip) || self.usable(mac, ip, on, now).is_err() {
                 continue;
             }
             match self
@@ -371,6 +468,7 @@ impl Leases {
         if !on.subnet.contains(ip) {
             return Err(Refusal::OtherSubnet(ip));
         }
+        self.adopt(mac, now);
         match self.reserved.get(&mac) {
             Some(r) if *r != ip => return Err(Refusal::NotItsReservation(*r)),
             Some(_) => {
@@ -734,6 +832,93 @@ mod tests {
             Err(Refusal::OutOfRange(ip(101)))
         );
         check_index(&t);
+    }
+
+    /// Two members on one range: each gives fresh addresses from its own part only, never an
+    /// address the other's lease holds, and takes over the other's client with its address.
+    #[test]
+    fn members_sharing_a_range_never_give_one_address_twice() {
+        use crate::boot::lease_share::{Held, Share};
+        let range = (ip(100), ip(107));
+        let mut a = Leases::new(vec![range], []);
+        let mut b = Leases::new(vec![range], []);
+        a.set_share(Arc::new(Share::new(0, 2, [])));
+        b.set_share(Arc::new(Share::new(1, 2, [])));
+        let mut given = Vec::new();
+        for n in 10..14 {
+            for (t, m) in [(&mut a, mac(n)), (&mut b, mac(n + 10))] {
+                let o = t.offer(m, None, &on(t), 0, 60).unwrap();
+                t.ack_offer(m, o, &on(t), 0, 3600).unwrap();
+                given.push(o);
+            }
+        }
+        given.sort();
+        assert_eq!(given, (100..=107).map(ip).collect::<Vec<_>>());
+        assert!(a.iter().all(|(_, l)| u32::from(l.ip) % 2 == 0));
+        // Its part full and every other address held by b's leases: nothing to offer; a
+        // REQUEST for an address b's lease holds is refused.
+        let held: Vec<Held> = b
+            .iter()
+            .map(|(m, l)| Held {
+                mac: *m,
+                ip: l.ip,
+                expires: l.expires,
+                link: Some(ip(1)),
+            })
+            .collect();
+        a.set_share(Arc::new(Share::new(0, 2, held.clone())));
+        assert_eq!(a.offer(mac(30), Some(ip(101)), &on(&a), 1, 60), None);
+        assert_eq!(
+            a.ack(mac(30), ip(101), &on(&a), 1, 3600),
+            Err(Refusal::Taken(ip(101)))
+        );
+        // b dies: a alone. b's client renewing (or rebooting) keeps its address through a,
+        // with its link; a stranger still cannot take one of b's addresses.
+        a.set_share(Arc::new(Share::new(0, 1, held)));
+        let (m, l) = b.iter().next().map(|(m, l)| (*m, l.clone())).unwrap();
+        assert_eq!(a.ack(m, l.ip, &on(&a), 5, 3600), Ok(()));
+        assert_eq!(a.holder(l.ip, 6), Some(m));
+        assert_eq!(a.link(m), Some(ip(1)));
+        let (m2, l2) = b.iter().nth(1).map(|(m, l)| (*m, l.clone())).unwrap();
+        assert_eq!(a.offer(m2, None, &on(&a), 5, 60), Some(l2.ip));
+        assert_eq!(a.get(m2).unwrap().state, State::Bound, "adopted bound");
+        let (_, l3) = b.iter().nth(2).map(|(m, l)| (*m, l.clone())).unwrap();
+        assert_eq!(
+            a.ack(mac(31), l3.ip, &on(&a), 5, 3600),
+            Err(Refusal::Taken(l3.ip))
+        );
+        // A conflict the site's table found: the loser's lease is withdrawn.
+        assert!(a.withdraw(m, l.ip));
+        assert_eq!(a.get(m), None);
+        assert!(!a.withdraw(m, l.ip));
+        check_index(&a);
+    }
+
+    /// A member whose own part of a range is full takes an address of another's part that no
+    /// lease of the site holds: members given ranges of their own lose no address.
+    #[test]
+    fn a_member_with_its_part_full_takes_what_nobody_holds() {
+        use crate::boot::lease_share::{Held, Share};
+        let mut t = Leases::new(vec![(ip(100), ip(103))], []);
+        t.set_share(Arc::new(Share::new(1, 2, [])));
+        let got: Vec<Ipv4Addr> = (10..14)
+            .map(|n| t.offer(mac(n), None, &on(&t), 0, 60).unwrap())
+            .collect();
+        // Its own part (odd addresses) first, then the rest.
+        assert_eq!(got, [ip(101), ip(103), ip(100), ip(102)]);
+        // Not an address another member's lease holds.
+        let mut t = Leases::new(vec![(ip(100), ip(103))], []);
+        let other = Held {
+            mac: mac(20),
+            ip: ip(100),
+            expires: 100,
+            link: None,
+        };
+        t.set_share(Arc::new(Share::new(1, 2, [other])));
+        let got: Vec<Option<Ipv4Addr>> = (10..14)
+            .map(|n| t.offer(mac(n), None, &on(&t), 0, 60))
+            .collect();
+        assert_eq!(got, [Some(ip(101)), Some(ip(103)), Some(ip(102)), None]);
     }
 
     /// The address index says exactly what the table says.

@@ -5,6 +5,7 @@
 pub mod addition;
 pub mod exports;
 pub mod grub;
+pub mod lease_share;
 pub mod leases;
 pub mod leases6;
 pub mod next;

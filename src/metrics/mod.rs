@@ -74,6 +74,9 @@ pub struct Dhcp {
     /// DHCP messages left to another member of the site, whose client they are
     /// (`site::owners`).
     pub others: Count,
+    /// Leases the site's table refused (another client's row holds the address), each
+    /// withdrawn at its client's next exchange (`site::shared_leases`).
+    pub lease_conflicts: Count,
 }
 
 impl Dhcp {

@@ -289,6 +289,14 @@ const FAMILIES: &[Family] = &[
         only_with_series: false,
     },
     Family {
+        name: "bootpool_dhcp_lease_conflicts_total",
+        kind: Kind::Counter,
+        help: "Leases the site's table (site_leases in PostgreSQL) refused because another client's row holds the address; each is withdrawn at its client's next exchange.",
+        labels: &[],
+        read: Read::Fixed(&[(&[], |m| &m.dhcp().lease_conflicts)]),
+        only_with_series: false,
+    },
+    Family {
         name: "bootpool_dhcp_strangers_total",
         kind: Kind::Counter,
         help: "DHCP and DHCPv6 messages from MACs no pool lists (not answered), and proxy-mode requests on port 4011 from MACs not seen on port 67.",

@@ -12,6 +12,10 @@
 //! lines of its last `CONSOLE_FLUSH`: a talking client's console (its bounded whole, one row)
 //! is rewritten at most that often, not at every flush. Records older than `server.retention`
 //! are deleted at start and every `SWEEP`.
+//!
+//! A batch the store refuses (a PostgreSQL that is down) is parked on disk (`spool`) and
+//! written, before anything newer, once the store takes writes again; a daemon killed with -9
+//! meanwhile writes it when it comes back. Boots never wait for any of it.
 
 pub mod cause;
 pub mod console;
@@ -21,6 +25,7 @@ pub mod event;
 pub mod report;
 pub mod sampler;
 pub mod signs;
+pub mod spool;
 pub mod stall;
 pub mod standing;
 pub mod store;
@@ -205,6 +210,14 @@ async fn start_with(
             timelines.apply(&ev);
         })
         .await?;
+    // Records the store refused before a stop, not in it yet: written at the first commit.
+    let spool = spool::Spool::open(&server.state_dir);
+    match spool.read() {
+        Ok((parked, _)) => parked.iter().for_each(|ev| {
+            timelines.apply(ev);
+        }),
+        Err(e) => tracing::warn!(error = %e, "parked records unreadable"),
+    }
     timelines.settle(event::now_micros());
     if replayed > 0 {
         tracing::info!(
@@ -232,6 +245,7 @@ async fn start_with(
         sweep,
         events: Vec::new(),
         egress: Vec::new(),
+        spool,
         consoles: std::collections::BTreeSet::new(),
         consoles_written: tokio::time::Instant::now(),
     };
@@ -334,6 +348,8 @@ struct Writer {
     /// Applied to the timelines, not yet committed to the store.
     events: Vec<Event>,
     egress: Vec<egress::Saved>,
+    /// What the store refused, parked on disk until it takes it.
+    spool: spool::Spool,
     /// The boots (`Boot::id`) whose console changed since the consoles were last written: a
     /// boot's last lines are written even when its client started another boot since.
     consoles: std::collections::BTreeSet<u64>,
@@ -486,18 +502,43 @@ impl Writer {
         self.tell(&t, settled.into_iter().collect());
     }
 
-    /// Commits what is pending in one transaction; on failure keeps it for the next try.
+    /// Commits what is parked and what is pending, in that order, in one transaction; on
+    /// failure parks what was pending (kept in memory for the next try if it cannot be).
     async fn commit(&mut self) {
-        if self.events.is_empty() && self.egress.is_empty() {
+        let parked = !self.spool.is_empty();
+        if self.events.is_empty() && self.egress.is_empty() && !parked {
             return;
         }
-        match self.store.append(&self.events, &self.egress).await {
+        let written = if parked {
+            let (mut events, mut egress) = self.spool.read().unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "parked records unreadable");
+                Default::default()
+            });
+            events.extend(self.events.iter().cloned());
+            egress.extend(self.egress.iter().cloned());
+            self.store.append(&events, &egress).await
+        } else {
+            self.store.append(&self.events, &self.egress).await
+        };
+        match written {
             Ok(()) => {
                 self.events.clear();
                 self.egress.clear();
+                if parked && let Err(e) = self.spool.clear() {
+                    tracing::error!(error = %e, "record spool not emptied");
+                }
             }
             Err(e) => {
-                tracing::error!(events = self.events.len(), error = %format!("{e:#}"), "cannot write boot records; will retry");
+                static REFUSED: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
+                if let Some(suppressed) = REFUSED.allow() {
+                    tracing::error!(events = self.events.len(), error = %format!("{e:#}"),
+                        suppressed, "cannot write boot records; parked until the store takes them");
+                }
+                if self.spool.park(&self.events, &self.egress).is_ok() {
+                    self.events.clear();
+                    self.egress.clear();
+                    return;
+                }
                 for pending in [self.events.len(), self.egress.len()] {
                     let over = pending.saturating_sub(PENDING_MAX);
                     self.metrics.records().unsaved.add(over as u64);

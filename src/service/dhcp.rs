@@ -10,6 +10,7 @@ use super::enrol::Enroller;
 use super::identity::{Identity, unix_now};
 use super::lease_file::LeaseFile;
 use super::unknown::{Asked, Asking, Unknown};
+use crate::boot::lease_share::Share;
 use crate::boot::leases::Leases;
 use crate::boot::subnet::{self, Arrival, Unplaced};
 use crate::boot::{self, Client};
@@ -21,6 +22,7 @@ use crate::proto::dhcp::{
 };
 use crate::record::{Kind, Recorder, Who};
 use crate::site::live::Site;
+use crate::site::shared_leases::SharedLeases;
 use crate::steer::firmware::FirmwareWatch;
 use crate::steer::local_addr;
 use crate::steer::placement::Placement;
@@ -231,9 +233,19 @@ pub struct Table {
     leases: Identity,
     /// Where the table is kept.
     file: LeaseFile,
+    /// In a site: the leases shared with the other members.
+    shared: Option<Arc<SharedLeases>>,
 }
 
 impl Table {
+    /// The table of a member of a site, its leases shared (`site::shared_leases`).
+    pub fn sharing(self, shared: Arc<SharedLeases>) -> Table {
+        Table {
+            shared: Some(shared),
+            ..self
+        }
+    }
+
     /// The table as every other service sees it.
     pub fn identity(&self) -> Identity {
         self.leases.clone()
@@ -247,6 +259,7 @@ pub fn open_table(config: &Config) -> anyhow::Result<Table> {
     Ok(Table {
         leases: Identity::new(leases),
         file,
+        shared: None,
     })
 }
 
@@ -323,6 +336,9 @@ struct Server {
     placement: Arc<Placement>,
     leases: Identity,
     file: LeaseFile,
+    /// In a site: the leases shared with the other members, and the share the table has.
+    shared: Option<Arc<SharedLeases>>,
+    share: Option<Arc<Share>>,
     strangers: HashSet<Mac>,
     /// Where strangers are listed for the admin (`GET /api/v1/unknown`).
     unknown: Arc<Unknown>,
@@ -357,6 +373,8 @@ impl Server {
             placement,
             leases: table.leases,
             file: table.file,
+            shared: table.shared,
+            share: None,
             strangers: HashSet::new(),
             unknown: Arc::new(Unknown::in_memory(metrics.clone())),
             enrol: Arc::new(Enroller::new(None)),
@@ -389,6 +407,7 @@ impl Server {
             self.metrics.dhcp().others.inc();
             return None;
         }
+        self.follow_site(Mac(req.mac));
         if req.is_pxe() {
             self.metrics.dhcp().firmware.inc();
             self.firmware.asked(local);
@@ -440,16 +459,45 @@ impl Server {
         }
     }
 
-    /// Saves the table if it changed.
+    /// Saves the table if it changed, and in a site spools the changes for the site's table.
     fn flush(&mut self) {
         if !self.dirty {
             return;
         }
         self.dirty = false;
+        let config = self.config.load();
         if let Err(e) = self.file.commit(&self.leases.read()) {
             let n = self.metrics.dhcp().save_errors.add(1);
-            tracing::error!(dir = %self.config.load().server.state_dir.display(), error = %e, errors = n,
+            tracing::error!(dir = %config.server.state_dir.display(), error = %e, errors = n,
                 "leases not saved");
+        }
+        if let Some(shared) = &self.shared {
+            let subnet_of = |ip| config.dhcp.subnet_of(ip).map(|s| s.subnet.to_string());
+            if let Err(e) = shared.note(&self.leases.read(), subnet_of) {
+                let n = self.metrics.dhcp().save_errors.add(1);
+                tracing::error!(dir = %config.server.state_dir.display(), error = %e, errors = n,
+                    "lease changes not spooled for the site");
+            }
+        }
+    }
+
+    /// In a site: the table gives from the site's share as last read, and a lease the site's
+    /// table refused is withdrawn at its client's exchange (`site::shared_leases`).
+    fn follow_site(&mut self, mac: Mac) {
+        let Some(shared) = &self.shared else {
+            return;
+        };
+        let share = shared.share();
+        if !self.share.as_ref().is_some_and(|s| Arc::ptr_eq(s, &share)) {
+            self.leases.write().set_share(share.clone());
+            self.share = Some(share);
+        }
+        if let Some(ip) = shared.take_conflict(mac)
+            && self.leases.write().withdraw(mac, ip)
+        {
+            tracing::warn!(%mac, %ip, "dhcp lease withdrawn: the site's table holds the \
+                address for another client");
+            self.changed();
         }
     }
 

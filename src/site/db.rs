@@ -49,7 +49,7 @@ impl Db {
         Ok(db)
     }
 
-    /// The connections, for the other tables of the site (`conns`).
+    /// The connections, for the other tables of the site (`conns`, `leases_db`).
     pub(super) fn pool(&self) -> &PgPool {
         &self.pool
     }

@@ -138,6 +138,14 @@ impl Site {
             .mine(key)
     }
 
+    /// This member's place among the live members (in name order), and their count.
+    pub fn place(&self) -> (usize, usize) {
+        let view = self.view.read().unwrap_or_else(|e| e.into_inner());
+        let live = view.live();
+        let place = live.iter().position(|m| m == view.me()).unwrap_or(0);
+        (place, live.len())
+    }
+
     /// Takes `seen` into the view as a read of the database would: a site without a database
     /// (the services' unit tests).
     pub fn observe(&self, seen: Vec<super::member::Seen>) {

@@ -64,6 +64,7 @@ mod restart;
 mod root_wire;
 mod siege;
 mod site;
+mod site_leases_db;
 mod site_revisions;
 mod state;
 mod storm;

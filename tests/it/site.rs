@@ -7,7 +7,9 @@
 //! from both servers' answers on /metrics and their lease files); `b` killed with -9 loses its
 //! clients to `a` (a udhcpc started at once is answered by `a`); `b` restarted takes them back;
 //! and with the database stopped both keep the view they had: each still answers its own
-//! clients, and only those. Outcomes only, never a time.
+//! clients, and only those. A second pair leases from one shared range (`site_leases`):
+//! no address twice, a dead member's clients keeping theirs, the spools written after an
+//! outage of PostgreSQL. Outcomes only, never a time.
 
 use crate::common::netns::Link;
 use crate::common::postgres::Postgres;
@@ -33,7 +35,10 @@ fn ip(args: &[&str]) {
 
 impl Room {
     fn new(members: usize) -> Room {
-        let tag = std::process::id() % 100_000;
+        // Unique per room: the tests of one process run side by side.
+        static ROOMS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = ROOMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 10;
+        let tag = std::process::id() % 10_000 * 10 + n;
         let mut room = Room {
             ns: format!("bp-site{tag}"),
             bridge: format!("bsite{tag}"),
@@ -76,6 +81,18 @@ impl Room {
     /// busybox udhcpc on the bridge as `mac`, trying `tries` times a second apart: the server
     /// that bound it (its server identifier), or `None`.
     fn udhcpc(&self, dir: &std::path::Path, mac: &str, tries: u32) -> Option<String> {
+        Some(self.udhcpc_with(dir, mac, tries, &[])?.0)
+    }
+
+    /// busybox udhcpc as `udhcpc` runs it, with `extra` arguments (`-r IP`: the address it
+    /// asks for): the server that bound it and the address, or `None`.
+    fn udhcpc_with(
+        &self,
+        dir: &std::path::Path,
+        mac: &str,
+        tries: u32,
+        extra: &[&str],
+    ) -> Option<(String, String)> {
         self.exec(&["ip", "link", "set", &self.bridge, "address", mac]);
         let out = dir.join("udhcpc.out");
         let _ = std::fs::remove_file(&out);
@@ -96,25 +113,31 @@ impl Room {
                 &self.ns,
                 "busybox",
                 &[
-                    "udhcpc",
-                    "-i",
-                    &self.bridge,
-                    "-f",
-                    "-q",
-                    "-n",
-                    "-t",
-                    &tries,
-                    "-T",
-                    "1",
-                    "-s",
-                    script.to_str().unwrap(),
-                ],
+                    &[
+                        "udhcpc",
+                        "-i",
+                        &self.bridge,
+                        "-f",
+                        "-q",
+                        "-n",
+                        "-t",
+                        &tries,
+                        "-T",
+                        "1",
+                        "-s",
+                        script.to_str().unwrap(),
+                    ][..],
+                    extra,
+                ]
+                .concat(),
             ),
             60,
         );
         let said = std::fs::read_to_string(&out).unwrap_or_default();
-        said.lines()
-            .find_map(|l| Some(l.strip_prefix("bound ")?.split(' ').next()?.to_string()))
+        said.lines().find_map(|l| {
+            let mut words = l.strip_prefix("bound ")?.split(' ');
+            Some((words.next()?.to_string(), words.next()?.to_string()))
+        })
     }
 }
 
@@ -145,13 +168,17 @@ impl Member {
     /// Member `k` (1: `a`, 2: `b`) at `NET.k`, its own range of the /16, the room's pool of
     /// 65,536 MACs, the site's database.
     fn new(room: &Room, k: usize, database: &str) -> Member {
+        Member::with_range(room, k, database, &format!("10.79.{k}.0-10.79.{k}.255"))
+    }
+
+    /// Member `k` as `new` makes it, leasing from `range`.
+    fn with_range(room: &Room, k: usize, database: &str, range: &str) -> Member {
         let (ns, dev) = room.members[k - 1].clone();
         let fx = Fixture::new();
         let config = Loopback::default()
             .on_veth(NET, &dev)
             .network("10.79.0.0/16")
-            // Each member leases from a range of its own (the lease table is each member's).
-            .range(&format!("10.79.{k}.0-10.79.{k}.255"))
+            .range(range)
             .http(&format!("{NET}.{k}:8080"))
             .server(&format!("database: {database}"))
             .without_pool("nfs-room")
@@ -259,6 +286,30 @@ impl Member {
         text.lines()
             .find_map(|l| l.strip_prefix(&series)?.parse().ok())
             .unwrap_or_else(|| panic!("no {series} in /metrics"))
+    }
+
+    /// The bound leases in this member's lease file: (MAC, address).
+    fn bound(&self) -> Vec<(String, String)> {
+        let saved = bootpool::service::lease_file::read(&self.fx.path().join("var")).unwrap();
+        let v = serde_json::to_value(&saved).unwrap();
+        v["leases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["state"] == "bound")
+            .map(|l| {
+                let s = |k: &str| l[k].as_str().unwrap().to_string();
+                (s("mac"), s("ip"))
+            })
+            .collect()
+    }
+
+    /// The lease changes this member has not yet written to the site's table.
+    fn spooled(&self) -> usize {
+        std::fs::read_to_string(self.fx.path().join("var").join("leases.spool"))
+            .unwrap_or_default()
+            .lines()
+            .count()
     }
 
     /// The MACs in this member's lease file.
@@ -520,6 +571,242 @@ fn each_client_is_answered_by_exactly_one_member_and_a_dead_members_by_a_survivo
             b.answers("offer") - before[1]
         ],
         [1, 1]
+    );
+}
+
+/// Two members leasing from ONE range (issue 46's shared leases, docs/site.md "Leases"):
+/// perfdhcp's 200 random MACs and udhcpc clients of both members get addresses no two of
+/// which are alike, in the members' lease files, in the clients' hands and in `site_leases`;
+/// `b` killed with -9, its running client (busybox udhcpc, told to renew: unicast to `b`,
+/// then a broadcast REBIND) and its clients asking again keep their addresses through `a`;
+/// PostgreSQL stopped at once (`pg_ctl stop -m immediate`), new DISCOVERs are still answered
+/// and their leases and records wait on disk, `a` is killed with -9, and once PostgreSQL and
+/// `a` are started again the spools are written to the database and emptied.
+#[test]
+fn members_sharing_one_range_never_lease_an_address_twice() {
+    let mut pg = Postgres::start();
+    let room = Room::new(2);
+    let range = "10.79.1.0-10.79.2.255";
+    let mut a = Member::with_range(&room, 1, &pg.socket_url(), range);
+    let mut b = Member::with_range(&room, 2, &pg.socket_url(), range);
+    let both = vec![("a".to_string(), true), ("b".to_string(), true)];
+    poll("a and b see each other live", || {
+        a.site() == (both.clone(), false) && b.site() == (both.clone(), false)
+    });
+
+    // perfdhcp through a relay at NET.200: 200 exchanges of random MACs, every one answered.
+    room.exec(&["ip", "addr", "add", "10.79.0.200/16", "dev", &room.bridge]);
+    let (ok, out, err) = run(
+        &mut Link::command(
+            &room.ns,
+            "perfdhcp",
+            &[
+                "-4",
+                "-l",
+                &room.bridge,
+                "-b",
+                "mac=52:54:00:79:00:00",
+                "-R",
+                "200",
+                "-n",
+                "200",
+                "-r",
+                "50",
+                "-d",
+                "10",
+                "-W",
+                "2000000",
+                "all",
+            ],
+        ),
+        120,
+    );
+    let said = format!(
+        "perfdhcp ok={ok}:\n{out}\n{err}\na:\n{}\nb:\n{}",
+        a.log(),
+        b.log()
+    );
+    let drops: Vec<&str> = out.lines().filter(|l| l.starts_with("drops:")).collect();
+    assert_eq!(drops, ["drops: 0", "drops: 0"], "{said}");
+    assert_eq!(a.answers("ack") + b.answers("ack"), 200, "{said}");
+    room.exec(&["ip", "addr", "flush", "dev", &room.bridge]);
+
+    // udhcpc, four clients of each member: bound by their owner, each a different address.
+    let dir = tempfile::tempdir().unwrap();
+    let mut hands = Vec::new();
+    for (who, server) in [("a", "10.79.0.1"), ("b", "10.79.0.2")] {
+        for mac in macs_of(who, 4) {
+            let (by, ip) = room.udhcpc_with(dir.path(), &mac, 3, &[]).expect(&mac);
+            assert_eq!(by, server, "{mac}");
+            hands.push((mac, ip));
+        }
+    }
+    let distinct: BTreeSet<&String> = hands.iter().map(|(_, ip)| ip).collect();
+    assert_eq!(distinct.len(), hands.len(), "{hands:?}");
+
+    // The members' tables together (perfdhcp's MACs repeat: at most 208 clients): no address
+    // twice; the site's table the same, once the spools are written.
+    let mut held: Vec<(String, String)> = a.bound();
+    held.extend(b.bound());
+    assert!((100..=208).contains(&held.len()), "{held:?}");
+    let ips: BTreeSet<&String> = held.iter().map(|(_, ip)| ip).collect();
+    assert_eq!(
+        ips.len(),
+        held.len(),
+        "an address leased twice: {held:?}\nA:{}\nB:{}",
+        a.log(),
+        b.log()
+    );
+    assert!(hands.iter().all(|h| held.contains(h)), "{hands:?}");
+    let total = held.len().to_string();
+    poll("the spools written to site_leases", || {
+        pg.query("SELECT count(*) FROM site_leases") == total
+    });
+    assert_eq!(
+        pg.query("SELECT count(DISTINCT ip) || ' ' || count(DISTINCT member) FROM site_leases"),
+        format!("{total} 2")
+    );
+    assert_eq!(a.spooled() + b.spooled(), 0);
+
+    // A running client of b's (busybox udhcpc, bound by b), to renew after b's death.
+    let running = macs_of("b", 8)[7].clone();
+    room.exec(&["ip", "link", "set", &room.bridge, "address", &running]);
+    let said = dir.path().join("running.out");
+    let script = dir.path().join("running.sh");
+    std::fs::write(
+        &script,
+        // It takes its address as a client does: the survivor's ACK to a REBIND comes to it.
+        format!(
+            "#!/bin/sh\necho \"$1 $serverid $ip\" >> {}\ncase $1 in\n\
+             bound|renew) ip addr replace $ip/16 dev $interface;;\n\
+             deconfig) ip addr flush dev $interface;;\nesac\n",
+            said.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let args = ["udhcpc", "-i", &room.bridge, "-f", "-T", "1", "-s"];
+    let mut udhcpc = Link::command(&room.ns, "busybox", &args)
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("running.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let lines = || std::fs::read_to_string(&said).unwrap_or_default();
+    poll("the running client bound by b", || {
+        lines().contains("bound 10.79.0.2 ")
+    });
+    let held_ip = lines()
+        .lines()
+        .find_map(|l| Some(l.strip_prefix("bound 10.79.0.2 ")?.to_string()))
+        .unwrap();
+
+    // b killed with -9: a takes its clients. The running client renews (SIGUSR1: unicast to
+    // b, unanswered, then a broadcast REBIND) and a ACKs the address it held.
+    let (mac, ip) = hands[4].clone();
+    let owner_row = format!("SELECT member || ' ' || ip FROM site_leases WHERE mac = '{mac}'");
+    assert_eq!(pg.query(&owner_row), format!("b {ip}"));
+    b.kill();
+    poll("a sees b dead", || {
+        a.site().0 == [("a".to_string(), true), ("b".to_string(), false)]
+    });
+    let _ = bootpool::sys::process::kill(udhcpc.id() as i32, libc::SIGUSR1);
+    let renewed = (0..300).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        lines().lines().any(|l| l.starts_with("renew "))
+    });
+    let log = std::fs::read_to_string(dir.path().join("running.log")).unwrap_or_default();
+    assert!(renewed, "{}\n{log}\n{}", lines(), a.log());
+    let _ = udhcpc.kill();
+    let _ = udhcpc.wait();
+    room.exec(&["ip", "addr", "flush", "dev", &room.bridge]);
+    let renewed: Vec<String> = lines()
+        .lines()
+        .filter(|l| l.starts_with("renew "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        renewed[0],
+        format!("renew 10.79.0.1 {held_ip}"),
+        "{}",
+        lines()
+    );
+    assert!(a.bound().contains(&(running.clone(), held_ip.clone())));
+
+    // b's clients asking again for their addresses get them from a.
+    let got = room.udhcpc_with(dir.path(), &mac, 10, &["-r", &ip]);
+    assert_eq!(
+        got,
+        Some(("10.79.0.1".to_string(), ip.clone())),
+        "{}",
+        a.log()
+    );
+    assert!(a.bound().contains(&(mac.clone(), ip.clone())));
+    // And one of b's clients that asks for nothing in particular keeps its address too.
+    let (mac2, ip2) = hands[5].clone();
+    let got = room.udhcpc_with(dir.path(), &mac2, 10, &[]);
+    assert_eq!(
+        got,
+        Some(("10.79.0.1".to_string(), ip2.clone())),
+        "{}",
+        a.log()
+    );
+    poll("a's renewal in site_leases", || {
+        pg.query(&owner_row) == format!("a {ip}")
+    });
+
+    // b back; then PostgreSQL stopped at once: both freeze, and new clients are answered.
+    b.start();
+    poll("a sees b live again", || a.site() == (both.clone(), false));
+    pg.stop_immediate();
+    poll("both frozen", || a.site().1 && b.site().1);
+    let mut new = Vec::new();
+    for (who, server) in [("a", "10.79.0.1"), ("b", "10.79.0.2")] {
+        let mac = macs_of(who, 6)[5].clone();
+        let (by, ip) = room.udhcpc_with(dir.path(), &mac, 3, &[]).expect(&mac);
+        assert_eq!(by, server, "{mac}");
+        new.push((mac, ip));
+    }
+    assert_ne!(new[0].1, new[1].1);
+    assert!(
+        held.iter()
+            .all(|(_, ip)| *ip != new[0].1 && *ip != new[1].1)
+    );
+    assert!(
+        a.spooled() >= 1 && b.spooled() >= 1,
+        "{} {}",
+        a.spooled(),
+        b.spooled()
+    );
+    // The boot records wait too, parked on disk; a killed with -9 meanwhile.
+    let parked = a.fx.path().join("var").join("records.spool");
+    poll("a's records of its new client parked", || {
+        std::fs::read_to_string(&parked).is_ok_and(|t| t.contains(&new[0].0))
+    });
+    a.kill();
+
+    // PostgreSQL again, and a: the spools and the parked records are written and emptied.
+    pg.start_again();
+    a.start();
+    let events = format!("SELECT count(*) > 0 FROM events WHERE mac = '{}'", new[0].0);
+    poll("a's parked records in the events table", || {
+        pg.query(&events) == "t"
+    });
+    poll("a's records spool emptied", || !parked.exists());
+    for (mac, ip) in &new {
+        let row = format!("SELECT ip FROM site_leases WHERE mac = '{mac}'");
+        poll("a spooled lease in site_leases", || pg.query(&row) == *ip);
+    }
+    poll("the spools emptied", || a.spooled() + b.spooled() == 0);
+    assert_eq!(
+        pg.query("SELECT count(*) = count(DISTINCT ip) FROM site_leases"),
+        "t"
+    );
+    assert!(
+        !a.get("/metrics")
+            .contains("bootpool_dhcp_lease_conflicts_total 1")
     );
 }
 

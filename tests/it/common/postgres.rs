@@ -73,10 +73,38 @@ pub fn free_udp_port() -> u16 {
 /// A PostgreSQL server this test started; stopped (fast shutdown) when dropped.
 pub struct Postgres {
     pub child: Child,
+    data: PathBuf,
     port: u16,
     bin: PathBuf,
     user: Option<(u32, u32)>,
     _dir: tempfile::TempDir,
+}
+
+/// The server on `data`, its log appended to in `dir`.
+fn spawn(
+    bin: &std::path::Path,
+    user: Option<(u32, u32)>,
+    data: &std::path::Path,
+    dir: &std::path::Path,
+    port: u16,
+) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("postgres.log"))
+        .unwrap();
+    as_pg(bin.join("postgres"), user)
+        .arg("-D")
+        .arg(data)
+        .args(["-k"])
+        .arg(dir)
+        .args(["-p", &port.to_string()])
+        .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("starting postgres")
 }
 
 impl Postgres {
@@ -96,26 +124,45 @@ impl Postgres {
         );
         assert!(ok, "initdb failed:\n{out}\n{err}");
         let port = free_port();
-        let log = std::fs::File::create(dir.path().join("postgres.log")).unwrap();
-        let child = as_pg(bin.join("postgres"), user)
-            .arg("-D")
-            .arg(&data)
-            .args(["-k"])
-            .arg(dir.path())
-            .args(["-p", &port.to_string()])
-            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("starting postgres");
+        let child = spawn(&bin, user, &data, dir.path(), port);
         let pg = Postgres {
             child,
+            data,
             port,
             bin,
             user,
             _dir: dir,
         };
+        pg.wait_ready();
+        pg
+    }
+
+    /// Stops the server at once, as a crash would (`pg_ctl stop -m immediate`).
+    pub fn stop_immediate(&mut self) {
+        let (ok, _, err) = run(
+            as_pg(self.bin.join("pg_ctl"), self.user)
+                .args(["stop", "-m", "immediate", "-D"])
+                .arg(&self.data),
+            60,
+        );
+        assert!(ok, "pg_ctl stop: {err}");
+        let _ = self.child.wait();
+    }
+
+    /// Starts the server again on its data, port and socket (after `stop_immediate`).
+    pub fn start_again(&mut self) {
+        self.child = spawn(
+            &self.bin,
+            self.user,
+            &self.data,
+            self._dir.path(),
+            self.port,
+        );
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let (pg, port) = (self, self.port);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let (ok, _, _) = run(
@@ -137,7 +184,6 @@ impl Postgres {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
-        pg
     }
 
     pub fn url(&self) -> String {

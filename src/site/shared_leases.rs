@@ -1,0 +1,226 @@
+//! One member's leases in the site, running: the DHCP service hands each batch's lease table
+//! to `note` (the changes go to the spool on disk, never to the database on the packet path);
+//! `keep`, every `EVERY`, writes the spool to `site_leases` and reads the other members' rows
+//! back into the share the lease table gives from (`boot::lease_share`). A database that does
+//! not answer leaves the spool growing and the share as last read, with the live members of
+//! the site's view (frozen too, `owners`), so the boot path never waits on it.
+
+use super::lease_rows::{self, Change, Row};
+use super::lease_spool::Spool;
+use super::leases_db::{LeasesDb, Put};
+use super::live::Site;
+use crate::boot::lease_share::Share;
+use crate::boot::leases::Leases;
+use crate::config::Mac;
+use crate::metrics::Metrics;
+use crate::shutdown::Shutdown;
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// How often the spool is written and the others' rows read.
+pub const EVERY: Duration = Duration::from_secs(1);
+
+/// The spool and the rows it was last given, under one lock.
+struct Outbox {
+    spool: Spool,
+    /// The rows as the last `note` saw them, by client.
+    sent: BTreeMap<Mac, Row>,
+}
+
+/// A member's part in the site's leases. Shared by the DHCP service and its task (`Arc`).
+pub struct SharedLeases {
+    site: Arc<Site>,
+    db: LeasesDb,
+    outbox: Mutex<Outbox>,
+    /// What the lease table may give, as last read.
+    share: RwLock<Arc<Share>>,
+    /// Leases the table refused (another client's row holds the address), by client.
+    conflicts: Mutex<BTreeMap<Mac, Ipv4Addr>>,
+    metrics: Metrics,
+}
+
+impl SharedLeases {
+    /// The shared leases of member `site.me()`, its spool in `state_dir`.
+    pub fn open(
+        site: Arc<Site>,
+        db: LeasesDb,
+        state_dir: &std::path::Path,
+        metrics: Metrics,
+    ) -> anyhow::Result<Arc<SharedLeases>> {
+        let spool = Spool::open(state_dir).map_err(|e| {
+            anyhow::anyhow!(
+                "opening {}: {e}",
+                state_dir.join(super::lease_spool::SPOOL).display()
+            )
+        })?;
+        if !spool.is_empty() {
+            tracing::info!(
+                changes = spool.len(),
+                "lease changes spooled for the site's table"
+            );
+        }
+        let shared = SharedLeases {
+            site,
+            db,
+            outbox: Mutex::new(Outbox {
+                spool,
+                sent: BTreeMap::new(),
+            }),
+            share: RwLock::new(Arc::new(Share::default())),
+            conflicts: Mutex::new(BTreeMap::new()),
+            metrics,
+        };
+        shared.set_share(|_, place, n| Share::new(place, n, []));
+        Ok(Arc::new(shared))
+    }
+
+    /// What the lease table may give now: the others' leases as last read, this member's
+    /// part by the live members as the site's view has them now (not a second late).
+    pub fn share(&self) -> Arc<Share> {
+        let (place, members) = self.site.place();
+        let share = self.share.read().unwrap_or_else(|e| e.into_inner()).clone();
+        if share.is_for(place, members) {
+            return share;
+        }
+        self.set_share(|old, place, n| old.with_members(place, n));
+        self.share.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Spools what `table` changed since the last call (synced before it returns).
+    pub fn note(
+        &self,
+        table: &Leases,
+        subnet_of: impl Fn(Ipv4Addr) -> Option<String>,
+    ) -> std::io::Result<()> {
+        let mut out = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
+        let Outbox { spool, sent } = &mut *out;
+        let changes = lease_rows::diff(sent, table, subnet_of, &self.site.me().name);
+        spool.add(changes)
+    }
+
+    /// The address the site's table refused `mac` since it was last asked, if any.
+    pub fn take_conflict(&self, mac: Mac) -> Option<Ipv4Addr> {
+        let mut c = self.conflicts.lock().unwrap_or_else(|e| e.into_inner());
+        if c.is_empty() {
+            return None;
+        }
+        c.remove(&mac)
+    }
+
+    /// Until `shutdown`: the spool written and the others' rows read every `EVERY`.
+    pub async fn keep(self: Arc<SharedLeases>, shutdown: Shutdown) {
+        let mut tick = tokio::time::interval(EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The table is made once the database answers (it may be down at start).
+        let mut made = false;
+        loop {
+            tokio::select! {
+                _ = shutdown.wait() => break,
+                _ = tick.tick() => {}
+            }
+            if !made {
+                made = self.db.schema().await.is_ok();
+            }
+            self.send().await;
+            self.read().await;
+        }
+        // A clean stop: one last try, what is left stays spooled.
+        self.send().await;
+    }
+
+    /// Writes what is spooled, in order, until the database fails; marks done what it took.
+    async fn send(&self) {
+        let pending = self
+            .outbox
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .spool
+            .pending();
+        if pending.is_empty() {
+            return;
+        }
+        let (me, now) = (&self.site.me().name, unix_now());
+        let mut done = Vec::new();
+        let mut failed = None;
+        for (n, change) in pending {
+            let r = match &change {
+                Change::Delete { mac, subnet } => self.db.delete(*mac, subnet, me).await,
+                Change::Put(row) => match self.db.put(row, now).await {
+                    Ok(Put::Written) => Ok(()),
+                    Ok(Put::Conflict { holder }) => {
+                        self.metrics.dhcp().lease_conflicts.inc();
+                        tracing::warn!(mac = %row.mac, ip = %row.ip, %holder,
+                            "lease refused by the site's table: another client holds the \
+                             address there; withdrawn at this client's next exchange");
+                        self.conflicts
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(row.mac, row.ip);
+                        Ok(())
+                    }
+                    Err(e) => Err(e),
+                },
+            };
+            match r {
+                Ok(()) => done.push((n, change)),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        let mut out = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = out.spool.done(&done) {
+            tracing::error!(error = %e, "lease spool not rewritten");
+        }
+        let left = out.spool.len();
+        drop(out);
+        if let Some(e) = failed {
+            static DOWN: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
+            if let Some(suppressed) = DOWN.allow() {
+                tracing::warn!(error = %format!("{e:#}"), spooled = left, suppressed,
+                    "site_leases not written; the changes stay spooled");
+            }
+        } else if !done.is_empty() {
+            tracing::debug!(sent = done.len(), "lease spool written to site_leases");
+        }
+    }
+
+    /// Reads the others' rows into the share, with this member's place among the live.
+    async fn read(&self) {
+        let now = unix_now();
+        match self.db.others(&self.site.me().name, now).await {
+            Ok(rows) => {
+                self.set_share(|_, place, n| Share::new(place, n, rows.iter().map(Row::held)))
+            }
+            // As last read, with the members the site's view has (frozen as well).
+            Err(_) => self.set_share(|old, place, n| old.with_members(place, n)),
+        }
+    }
+
+    /// Replaces the share by `make(old, place, live)`.
+    fn set_share(&self, make: impl FnOnce(&Share, usize, usize) -> Share) {
+        let (place, members) = self.site.place();
+        let mut share = self.share.write().unwrap_or_else(|e| e.into_inner());
+        let new = make(&share, place, members);
+        if new != **share {
+            if !share.is_for(place, members) {
+                tracing::info!(
+                    place,
+                    members,
+                    "this member's part of the lease ranges changed"
+                );
+            }
+            *share = Arc::new(new);
+        }
+    }
+}
+
+/// Seconds since the Unix epoch, as lease times are kept.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
