@@ -193,6 +193,28 @@ fn small_room(
     (table, json(&out))
 }
 
+/// Writes a lease table into `state_dir` that holds every address of bench/storm/pools.yaml's
+/// `dhcp.range` (10.78.1.0-10.78.2.250) for MACs no storm client has, unexpired.
+fn fill_the_range(state_dir: &Path) {
+    let leases: Vec<String> = (0..507u32)
+        .map(|i| {
+            let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 78, 1, 0)) + i);
+            format!(
+                r#"{{"mac":"02:00:00:00:{:02x}:{:02x}","ip":"{ip}","state":"bound","expires":{}}}"#,
+                i >> 8,
+                i & 0xff,
+                u32::MAX
+            )
+        })
+        .collect();
+    std::fs::write(
+        state_dir.join("leases.json"),
+        format!(r#"{{"leases":[{}]}}"#, leases.join(",")),
+    )
+    .unwrap();
+    let _ = std::fs::remove_file(state_dir.join("leases.journal"));
+}
+
 /// Runs a small storm of `clients` over `root` and checks that the numbers add up. With
 /// `after_one_link`, the same room first boots once on one link, in the same state folder:
 /// its clients' firmware is iPXE (the trace's), and each of their next boots must still get
@@ -204,6 +226,10 @@ fn small_storm(root: &str, clients: usize, keep: usize, after_one_link: bool) {
     if after_one_link {
         let (table, r) = small_room(dir.path(), root, clients, &trace_file, "1x1gbit", 600, &[]);
         assert_eq!(u(&r["summary"]["booted"]), clients as u64, "{table}");
+        // Then a lease table full of another room's unexpired leases: each storm's clients
+        // are new machines, so the storm starts its server without them (a full range would
+        // offer nothing).
+        fill_the_range(&dir.path().join("var"));
     }
     let (table, r) = small_room(dir.path(), root, clients, &trace_file, "2x1gbit", 600, &[]);
     let summary = &r["summary"];

@@ -358,6 +358,7 @@ impl Site {
         let k = self.members.len();
         for m in &mut self.members {
             m.log = run_dir.join(format!("server-{}.log", m.name));
+            super::forget_leases(&m.state_dir)?;
             let log = std::fs::File::create(&m.log)?;
             let mut cmd = Command::new(crate::lab::daemon());
             cmd.arg("serve")
