@@ -116,24 +116,6 @@ fn end_room_on_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Empties the lease table a bootpool server of the storm keeps in `state_dir` (its snapshot,
-/// journal and site spool): each run's clients are new machines, and leases left by an earlier
-/// run's other MACs, unexpired, would hold the range (a full range offers nothing). The rest of
-/// the state folder (wire copies, records) is kept between runs.
-pub(crate) fn forget_leases(state_dir: &std::path::Path) -> anyhow::Result<()> {
-    use bootpool::service::lease_file::{JOURNAL, SNAPSHOT};
-    for name in [SNAPSHOT, JOURNAL, bootpool::site::lease_spool::SPOOL] {
-        match std::fs::remove_file(state_dir.join(name)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(e)
-                    .with_context(|| format!("removing {}", state_dir.join(name).display()));
-            }
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
 fn start_server(args: &StormArgs, run_dir: &std::path::Path) -> anyhow::Result<Server> {
     use std::os::unix::process::CommandExt;
     let log = std::fs::File::create(run_dir.join("server.log"))?;
@@ -145,7 +127,7 @@ fn start_server(args: &StormArgs, run_dir: &std::path::Path) -> anyhow::Result<S
         }
         None => {
             let config = Config::load(&args.config)?;
-            forget_leases(&config.server.state_dir)?;
+            site::forget_leases(&config.server.state_dir)?;
             let mut cmd = std::process::Command::new(crate::lab::daemon());
             cmd.arg("serve").arg("--config").arg(&args.config);
             cmd

@@ -358,7 +358,7 @@ impl Site {
         let k = self.members.len();
         for m in &mut self.members {
             m.log = run_dir.join(format!("server-{}.log", m.name));
-            super::forget_leases(&m.state_dir)?;
+            forget_leases(&m.state_dir)?;
             let log = std::fs::File::create(&m.log)?;
             let mut cmd = Command::new(crate::lab::daemon());
             cmd.arg("serve")
@@ -395,6 +395,24 @@ fn live_members(v: &serde_json::Value) -> usize {
     v["members"]
         .as_array()
         .map_or(0, |ms| ms.iter().filter(|m| m["live"] == true).count())
+}
+
+/// Empties the lease table (snapshot, journal, site spool) that a bootpool server of the
+/// storm, alone or a member of a site, keeps in `state_dir`: each run's clients are new
+/// machines, and leases left by an earlier run's other MACs, unexpired, would hold the range (a
+/// full range offers nothing). The rest of the state folder (wire copies, records) is kept.
+pub(crate) fn forget_leases(state_dir: &std::path::Path) -> anyhow::Result<()> {
+    use bootpool::service::lease_file::{JOURNAL, SNAPSHOT};
+    for name in [SNAPSHOT, JOURNAL, bootpool::site::lease_spool::SPOOL] {
+        match std::fs::remove_file(state_dir.join(name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e)
+                    .with_context(|| format!("removing {}", state_dir.join(name).display()));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
