@@ -29,40 +29,18 @@ impl Drop for Ganesha {
     }
 }
 
-/// ganesha's config: NFSv4 only (no portmapper: bootpool has port 111), bound to `HOMES`,
-/// `homes` exported read-write as /home, root squashed.
-fn ganesha_conf(dir: &std::path::Path, homes: &std::path::Path) -> String {
-    format!(
-        "NFS_CORE_PARAM {{
-    Protocols = 4;
-    NFS_Port = 2049;
-    Bind_addr = {HOMES};
-    Enable_NLM = false;
-    Enable_RQUOTA = false;
-}}
-NFSv4 {{ Graceless = true; RecoveryBackend = fs; RecoveryRoot = \"{recovery}\"; }}
-EXPORT {{
-    Export_Id = 44;
-    Path = \"{homes}\";
-    Pseudo = \"/home\";
-    Protocols = 4;
-    Transports = TCP;
-    Access_Type = RW;
-    Squash = Root_Squash;
-    SecType = sys;
-    FSAL {{ Name = VFS; }}
-}}
-LOG {{ Default_Log_Level = EVENT; }}
-",
-        recovery = dir.join("recovery").display(),
-        homes = homes.display(),
-    )
-}
-
 fn start_ganesha(link: &Link, dir: &std::path::Path, homes: &std::path::Path) -> Ganesha {
     std::fs::create_dir_all(dir.join("recovery")).unwrap();
     let conf = dir.join("ganesha.conf");
-    std::fs::write(&conf, ganesha_conf(dir, homes)).unwrap();
+    // The config `bootpool lab --homes` writes: NFSv4 only (no portmapper: bootpool has port
+    // 111), bound to `HOMES`, `homes` exported read-write as /home, root squashed.
+    let text = bootpool_instruments::lab::homes::ganesha_conf(
+        HOMES.parse().unwrap(),
+        homes,
+        "/home",
+        &dir.join("recovery"),
+    );
+    std::fs::write(&conf, text).unwrap();
     let log = std::fs::File::create(dir.join("ganesha.out")).unwrap();
     let child = Command::new("ip")
         .args(["netns", "exec", &link.server_ns, "unshare", "-m"])
