@@ -18,8 +18,9 @@ pub struct Postgres {
     dir: PathBuf,
 }
 
-/// The newest PostgreSQL's binaries folder.
-fn bin() -> anyhow::Result<PathBuf> {
+/// The newest PostgreSQL's binaries folder (`/usr/lib/postgresql/VERSION/bin`), if any; the
+/// tests' own PostgreSQL finds its binaries here too.
+pub fn newest_bin() -> Option<PathBuf> {
     let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
         .flatten()
@@ -31,8 +32,13 @@ fn bin() -> anyhow::Result<PathBuf> {
         })
         .collect();
     found.sort();
-    match found.pop() {
-        Some((_, bin)) => Ok(bin),
+    found.pop().map(|(_, bin)| bin)
+}
+
+/// `newest_bin`, or why the storm cannot run without it.
+fn bin() -> anyhow::Result<PathBuf> {
+    match newest_bin() {
+        Some(bin) => Ok(bin),
         None => bail!(
             "--servers needs PostgreSQL for its site: no /usr/lib/postgresql/*/bin/postgres (Debian: apt install postgresql)"
         ),

@@ -9,20 +9,9 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The newest PostgreSQL's binaries folder.
+/// The newest PostgreSQL's binaries folder (the storm's finder).
 fn pg_bin() -> PathBuf {
-    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let version = e.file_name().to_str()?.parse().ok()?;
-            let bin = e.path().join("bin");
-            bin.join("postgres").exists().then_some((version, bin))
-        })
-        .collect();
-    found.sort();
-    found.pop().map(|(_, bin)| bin).unwrap_or_else(|| {
+    bootpool_instruments::storm::postgres::newest_bin().unwrap_or_else(|| {
         panic!(
             "no /usr/lib/postgresql/*/bin/postgres: install Debian's postgresql (scripts/setup does)"
         )
