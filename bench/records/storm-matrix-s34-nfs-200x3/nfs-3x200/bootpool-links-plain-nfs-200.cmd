@@ -1,0 +1,1 @@
+cd /work/main && target/release/bootpool storm --config /work/main/bench/out/storm-matrix-20261207-0301/nfs-3x200/pools-plain-3x333mbit.yaml --root nfs --clients 200 --tftp-loader --client-link 100mbit --server-links 3x333mbit --think-scale 0.2 --json /work/main/bench/out/storm-matrix-20261207-0301/nfs-3x200/bootpool-links-plain-nfs-200.json --label bootpool-links-plain-nfs-200 
