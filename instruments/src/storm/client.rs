@@ -71,8 +71,8 @@ pub struct Outcome {
     /// requests and acknowledgements (the server's own resends count in its namespace).
     pub tcp_retransmits: u64,
     /// Root connections it opened: NFS connections (the trace's read-ahead needs up to 8),
-    /// NBD attaches (as recorded). The replay never reconnects: a root connection that
-    /// breaks fails the client, it does not hide as a retry.
+    /// NBD attaches (as recorded), and those made again after one broke (also counted in
+    /// `root_reconnects`).
     pub root_connections: u64,
     /// Datagrams its namespace dropped on a full receive buffer (`sample::udp_rcvbuf_errors`)
     /// and DHCP frames its link socket had no room for: answers that came and were lost in
@@ -85,6 +85,15 @@ pub struct Outcome {
     /// Boot files whose size was not the recorded one's (an image built again differs in a
     /// few bytes): the whole file was fetched, so the boot goes on, and the report says so.
     pub differs: Vec<String>,
+    /// Root connections made again after one broke or went unanswered (`retry`: the hard
+    /// NFS mount's reconnects, the NBD client's reconfigures).
+    pub root_reconnects: u64,
+    /// Its longest stall: the longest gap between two answers it got (DHCP, boot files, root
+    /// requests, the booted call), from and to in seconds from the storm's start.
+    pub longest_stall: Option<(f64, f64)>,
+    /// When each answer came, in seconds from the storm's start (the stalls are its gaps).
+    #[serde(skip)]
+    pub answers: Vec<f64>,
     /// Each HTTP boot file and root read it waited for: what it asked of its server link
     /// (the report's "work waiting for the link").
     #[serde(skip)]
@@ -149,6 +158,7 @@ impl Run<'_> {
 
     fn done(&mut self, op: &Op) {
         self.last_end = self.now();
+        self.out.answers.push(self.last_end);
         self.last_end_recorded = op.end();
     }
 
@@ -494,6 +504,7 @@ pub fn boot(index: usize, mac: String, dev: String, plan: &Plan, power_on: f64) 
             run.out.error = Some(format!("{e:#}"));
         }
     }
+    run.out.longest_stall = super::retry::longest_gap(&run.out.answers);
     run.out.udp_drops += super::sample::udp_rcvbuf_errors();
     // The client's namespace is its own: what it counts is this boot's.
     run.out.tcp_retransmits = super::sample::tcp_retransmits();
@@ -584,7 +595,9 @@ fn loader(run: &mut Run<'_>, mac: [u8; 6]) -> anyhow::Result<()> {
         arch: arch.unwrap_or(0),
     };
     run.dhcp("discover", id)?;
+    run.out.answers.push(run.now());
     run.dhcp("request", id)?;
+    run.out.answers.push(run.now());
     let name = run
         .lease
         .as_ref()
@@ -592,6 +605,7 @@ fn loader(run: &mut Run<'_>, mac: [u8; 6]) -> anyhow::Result<()> {
         .context("the firmware's DHCP ACK names no loader (option 67)")?;
     run.file("tftp", &name, None)?;
     run.last_end = run.now();
+    run.out.answers.push(run.last_end);
     Ok(())
 }
 
@@ -623,6 +637,8 @@ fn root(run: &mut Run<'_>, ops: &[Op]) -> anyhow::Result<()> {
     run.out.bytes.nbd += stats.nbd_bytes;
     run.out.extra_requests += stats.extra_requests;
     run.out.root_connections += stats.connections;
+    run.out.root_reconnects += stats.reconnects;
+    run.out.answers.extend(stats.answers.iter().map(|&t| at(t)));
     run.out.root_errors += stats.errors;
     run.out.at.attached = stats.attached.map(|t| run.last_end + t);
     if stats.errors > 0 {

@@ -11,6 +11,7 @@
 //! - `client`: one client's boot (firmware steps, then the root closed-loop, then booted).
 //! - `dhcp`: the firmware's DHCP through `dhcp4r`, with the PXE retransmit schedule.
 //! - `root`: the root's requests, through `nfs` (the nfs3_client crate) or `nbd` (libnbd).
+//! - `retry`: how those clients ride out their server's death (the kernel's timers).
 //! - `sample`: the server's egress per link, CPU and memory while the storm runs.
 //! - `report`: the table and the JSON.
 //!
@@ -26,6 +27,7 @@ pub mod nfs;
 pub mod plan;
 pub mod postgres;
 pub mod report;
+pub mod retry;
 pub mod room;
 pub mod root;
 pub mod sample;

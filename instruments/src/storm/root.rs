@@ -24,6 +24,10 @@ pub struct RootStats {
     pub attached: Option<f64>,
     /// Each read answered: sent, answered, bytes.
     pub waits: Vec<(Instant, Instant, u64)>,
+    /// When each request was answered.
+    pub answers: Vec<Instant>,
+    /// Connections made again after one broke (`retry`).
+    pub reconnects: u64,
 }
 
 /// Replays `ops` (NFS or NBD requests, times rebased so the first one's think time counts
@@ -56,6 +60,8 @@ pub fn replay(
             .map(|(p, n)| format!("{n} {p} answers were errors"));
         out.attached = since(s.first);
         out.waits = s.waits;
+        out.answers = s.answers;
+        out.reconnects = s.reconnects;
     } else {
         let s = nbd::replay_nbd(server, plan.nbd_port, ops, plan.think_scale, nbd_export)?;
         out.nbd_bytes = s.bytes;
@@ -64,6 +70,8 @@ pub fn replay(
         out.first_error = (s.errors > 0).then(|| format!("{} reads failed", s.errors));
         out.attached = since(s.first);
         out.waits = s.waits;
+        out.answers = s.answers;
+        out.reconnects = s.reconnects;
     }
     Ok(out)
 }
