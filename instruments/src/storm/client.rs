@@ -85,6 +85,9 @@ pub struct Outcome {
     /// Boot files whose size was not the recorded one's (an image built again differs in a
     /// few bytes): the whole file was fetched, so the boot goes on, and the report says so.
     pub differs: Vec<String>,
+    /// Times its boot failed and it booted again from the start (`Plan::restart`); the
+    /// first failure is kept in `error`.
+    pub restarts: u32,
     /// Root connections made again after one broke or went unanswered (`retry`: the hard
     /// NFS mount's reconnects, the NBD client's reconfigures).
     pub root_reconnects: u64,
@@ -136,6 +139,8 @@ struct Run<'a> {
     offer: Option<dhcp::Offer>,
     /// The NBD export the script's root argument names, which the root's replay attaches.
     nbd_export: Option<String>,
+    /// The NFS root's ports, when the script's root argument names them: (nfs, mount).
+    nfs_ports: Option<(u16, u16)>,
     /// When the previous op's answer came, on the client's clock (seconds from `t0`), and on
     /// the recording's.
     last_end: f64,
@@ -278,6 +283,7 @@ impl Run<'_> {
                     self.out.http_server = Some(named.kernel.unwrap_or(server));
                     self.out.root_server = named.root.or(self.out.http_server);
                     self.nbd_export = named.nbd_export;
+                    self.nfs_ports = named.nfs_ports;
                     self.out.script_bytes += n;
                     self.out.at.script = Some(self.now());
                 } else {
@@ -360,6 +366,9 @@ struct ScriptNames {
     /// The NBD export it names (`root=nbd:HOST:[PORT/]NAME`, `nbdroot=HOST:PORT/NAME`,
     /// `nbdroot=HOST,NAME[,DEV]`).
     nbd_export: Option<String>,
+    /// The NFS root's `port=` and `mountport=`, when it names both: the kernel then asks no
+    /// portmapper (nor does the replay).
+    nfs_ports: Option<(u16, u16)>,
 }
 
 fn script_names(script: &str) -> ScriptNames {
@@ -388,6 +397,14 @@ fn script_names(script: &str) -> ScriptNames {
         };
         let (host, after) = rest.split_at(rest.find([':', ',', '/']).unwrap_or(rest.len()));
         named.root = host.parse().ok();
+        if !nbd {
+            let option = |key: &str| {
+                after
+                    .split([',', ':'])
+                    .find_map(|o| o.strip_prefix(key)?.parse::<u16>().ok())
+            };
+            named.nfs_ports = option("port=").zip(option("mountport="));
+        }
         if nbd {
             // After the host: `:PORT/NAME`, `:NAME` (dracut's default port), `,NAME,DEV`.
             let after = after.get(1..).unwrap_or("");
@@ -493,11 +510,31 @@ pub fn boot(index: usize, mac: String, dev: String, plan: &Plan, power_on: f64) 
         sock: None,
         lease: None,
         nbd_export: None,
+        nfs_ports: None,
         offer: None,
         last_end: power_on,
         last_end_recorded: 0.0,
     };
-    match replay(&mut run) {
+    let mut result = replay(&mut run);
+    if let Err(e) = &result
+        && plan.restart
+    {
+        // Reset, as a machine whose boot failed is: from the firmware's DHCP again, its
+        // counts and answers kept (the stall runs across the restart).
+        run.out.restarts += 1;
+        run.out.error = Some(format!("{e:#}"));
+        run.sock = None;
+        run.lease = None;
+        run.offer = None;
+        run.nbd_export = None;
+        run.nfs_ports = None;
+        run.out.http_server = None;
+        run.out.root_server = None;
+        run.last_end = run.now();
+        run.last_end_recorded = 0.0;
+        result = replay(&mut run);
+    }
+    match result {
         Ok(()) => run.out.result = "booted".into(),
         Err(e) => {
             run.out.result = "failed".into();
@@ -623,7 +660,13 @@ fn root(run: &mut Run<'_>, ops: &[Op]) -> anyhow::Result<()> {
             ..o.clone()
         })
         .collect();
-    let stats = super::root::replay(server, run.plan, &rebased, run.nbd_export.as_deref())?;
+    let stats = super::root::replay(
+        server,
+        run.plan,
+        &rebased,
+        run.nbd_export.as_deref(),
+        run.nfs_ports,
+    )?;
     let t0 = run.plan.t0;
     let at = |t: Instant| t.saturating_duration_since(t0).as_secs_f64();
     run.out
@@ -669,6 +712,14 @@ mod tests {
         let named = script_names(ours);
         assert_eq!((named.kernel, named.root), (three, three));
         assert_eq!(named.nbd_export, None);
+        assert_eq!(
+            named.nfs_ports, None,
+            "no mountport=: the portmapper is asked"
+        );
+        let both = script_names(
+            "kernel http://h/k root=nfs:10.78.0.3:/demo:ro,nocto,port=2049,mountport=2050 x",
+        );
+        assert_eq!(both.nfs_ports, Some((2049, 2050)));
         let nbd = script_names("kernel http://10.0.0.1/k root=nbd:10.0.0.2:demo~zstd x");
         assert_eq!(
             nbd,
@@ -676,6 +727,7 @@ mod tests {
                 kernel: Some(Ipv4Addr::new(10, 0, 0, 1)),
                 root: Some(Ipv4Addr::new(10, 0, 0, 2)),
                 nbd_export: Some("demo~zstd".into()),
+                nfs_ports: None,
             }
         );
         let ported = script_names("kernel http://h/k root=nbd:10.0.0.2:10810/demo@0123456789ab ro");
