@@ -7,6 +7,7 @@
 //! - `room`: the switch, the server's shaped links, the clients' shaped ports.
 //! - `site`: K servers instead (`--servers`), members of one site on the database
 //!   `postgres` starts; `servers`: the report's rows for each.
+//! - `fail`: a member of that site dies mid-boot (`--fail`), its address moved by keepalived.
 //! - `uplink`: a room behind a shaped uplink (`--uplink`), and what it carried.
 //! - `client`: one client's boot (firmware steps, then the root closed-loop, then booted).
 //! - `dhcp`: the firmware's DHCP through `dhcp4r`, with the PXE retransmit schedule.
@@ -21,6 +22,7 @@
 pub mod args;
 pub mod client;
 pub mod dhcp;
+pub mod fail;
 pub mod leftovers;
 pub mod nbd;
 pub mod nfs;
@@ -282,6 +284,11 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
             "--servers runs K bootpool members, each on its own --server-links; it takes neither --server-cmd nor --bond-hash"
         );
     }
+    if args.fail.is_some() && (args.servers < 2 || k != 1) {
+        bail!(
+            "--fail kills one member of a site: it takes --servers 2 or more and --server-links 1xRATE (keepalived moves each member's one address)"
+        );
+    }
     let prefix = config.dhcp.home().subnet.prefix;
     let first_dev = config
         .server
@@ -337,6 +344,7 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         portmap_port: config.server.ports.portmap,
         nbd_port: config.server.ports.nbd,
         tftp_loader: args.tftp_loader,
+        restart: args.fail.is_some(),
         t0,
     });
 
@@ -416,8 +424,15 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
     room::wait_forwarding(&ports, Duration::from_secs(30))?;
 
     let mut server = None;
+    let mut keepalived = None;
     if let Some(site) = site.as_mut() {
+        if args.fail.is_some() {
+            fail::prepare(site)?;
+        }
         site.start(&run_dir, plan.http_port)?;
+        if args.fail.is_some() {
+            keepalived = Some(fail::start_keepalived(site, prefix, &run_dir)?);
+        }
     } else {
         let mut one = start_server(&args, &run_dir)?;
         let ready = match &args.server_cmd {
@@ -480,6 +495,14 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
             };
         let _ = go.send(Step::PowerOn(at));
     }
+    let failed = match (args.fail, site.as_ref(), keepalived.as_mut()) {
+        (Some(kind), Some(site), Some(ka)) => {
+            let power_on = t0 + Duration::from_secs_f64(start);
+            let at = power_on + Duration::from_secs_f64(args.fail_at);
+            Some(fail::fail(site, ka, kind, at, power_on)?)
+        }
+        _ => None,
+    };
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     let mut outcomes = Vec::new();
     let mut progress = report::Progress::new(threads.len());
@@ -524,7 +547,9 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
             (recorded, vec![one])
         }
     };
+    let failure = failed.as_ref().map(|f| fail::row(f, &outcomes, start));
     drop(server);
+    drop(keepalived);
     drop(site);
     let report = report::Report::new(
         &label,
@@ -538,6 +563,7 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         samples,
         recorded,
         &servers,
+        failure,
     );
     let json = args
         .json

@@ -297,6 +297,9 @@ pub struct Agreement {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub label: String,
+    /// A member's death mid-boot (`--fail`), when the run had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<super::retry::FailureRow>,
     /// The command line that made this run.
     pub command: Vec<String>,
     pub pool: String,
@@ -468,6 +471,7 @@ impl Report {
         samples: Vec<Sample>,
         recorded: Option<Vec<BootView>>,
         servers: &[super::servers::ServerInput],
+        failure: Option<super::retry::FailureRow>,
     ) -> Report {
         let n = clients.len();
         let booted = clients.iter().filter(|c| c.result == "booted").count();
@@ -571,6 +575,7 @@ impl Report {
             _ => 0,
         };
         Report {
+            failure,
             label: label.into(),
             command: std::env::args().collect(),
             pool: pool.into(),
@@ -740,6 +745,9 @@ impl Report {
             m.slowest_over_fastest.map_or("-".into(), |v| format!("{v:.2}")),
             m.slowest_over_median.map_or("-".into(), |v| format!("{v:.2}")),
         ));
+        if let Some(f) = &self.failure {
+            s.push_str(&f.render());
+        }
         s.push_str(&format!(
             "longest stall (the longest gap between two answers a client got, think times included): {} s, client {} from {} s\n",
             f(m.longest_stall_s),

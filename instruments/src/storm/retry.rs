@@ -1,6 +1,7 @@
 //! How the storm's clients ride out their server's death, as the kernel's clients do: the
 //! timers the NFS and NBD replays copy, the NFS client's reconnect back-off, and a client's
-//! longest stall (the longest gap between two answers it got).
+//! longest stall (the longest gap between two answers it got), and the report's row of a
+//! member's death (`--fail`, which `fail` brings about).
 //!
 //! NFS is a hard mount over TCP with the kernel's defaults (`nfs(5)`): `timeo=600` (a call
 //! unanswered for 60 s is sent again on a new connection) and `retrans=2` (after two such
@@ -87,6 +88,63 @@ fn gaps(answers: &[f64]) -> impl Iterator<Item = (f64, f64)> {
     sorted.sort_by(f64::total_cmp);
     let pairs: Vec<(f64, f64)> = sorted.windows(2).map(|w| (w[0], w[1])).collect();
     pairs.into_iter()
+}
+
+/// How a member dies in the storm (`--fail`, `fail`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// Its bootpool and keepalived killed with -9; the host stays up.
+    Kill,
+    /// Its links taken down, then its bootpool and keepalived killed with -9.
+    Linkdown,
+}
+
+/// The report's row of a server's death (`--fail`): who died how and when, and how the
+/// room took it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FailureRow {
+    /// `kill` or `linkdown`.
+    pub kind: String,
+    pub member: String,
+    pub address: std::net::Ipv4Addr,
+    /// Seconds from power-on.
+    pub at_s: f64,
+    pub clients: usize,
+    pub booted: usize,
+    /// Clients whose boot failed and that booted again from the start.
+    pub restarted: usize,
+    /// Clients that made a root connection again.
+    pub reconnected: usize,
+    /// The longest stall of any client in a gap that ends after the failure (think times
+    /// included), its client and its start (seconds from power-on).
+    pub longest_stall_s: Option<f64>,
+    pub longest_stall_client: Option<usize>,
+    pub longest_stall_from_s: Option<f64>,
+    /// The goal for the longest stall: 5 s after kill -9, 15 s after link-down.
+    pub goal_s: f64,
+}
+
+impl FailureRow {
+    pub fn render(&self) -> String {
+        let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
+        format!(
+            "failure: {} of member {} ({}) at {:.1} s: {} of {} booted, {} restarted their boot, {} reconnected their root; longest stall after it {} s (goal <= {} s), client {} from {} s\n",
+            self.kind,
+            self.member,
+            self.address,
+            self.at_s,
+            self.booted,
+            self.clients,
+            self.restarted,
+            self.reconnected,
+            f(self.longest_stall_s),
+            self.goal_s,
+            self.longest_stall_client
+                .map_or("-".into(), |i| i.to_string()),
+            f(self.longest_stall_from_s),
+        )
+    }
 }
 
 #[cfg(test)]

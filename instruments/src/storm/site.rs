@@ -46,6 +46,8 @@ enum Job {
     ),
     Start(Command, mpsc::Sender<Result<u32, String>>),
     Get(String, mpsc::Sender<Result<String, String>>),
+    /// Another program in the member's namespace (`fail`: keepalived, `ip`).
+    Spawn(Command, mpsc::Sender<std::io::Result<Child>>),
     /// How the server exited, if it has.
     Exited(mpsc::Sender<Option<String>>),
 }
@@ -77,6 +79,9 @@ fn member_thread(tid: mpsc::Sender<Result<libc::pid_t, String>>, jobs: mpsc::Rec
             }
             Job::Get(url, done) => {
                 let _ = done.send(super::report::get(&url));
+            }
+            Job::Spawn(mut cmd, done) => {
+                let _ = done.send(cmd.spawn());
             }
             Job::Exited(done) => {
                 let status = server.as_mut().and_then(|c| c.try_wait().ok().flatten());
@@ -120,6 +125,12 @@ impl Member {
         self.ask(|tx| Job::Get(url, tx))
             .map_err(|e| e.to_string())
             .and_then(|r| r)
+    }
+
+    /// Starts `cmd` in the member's namespace (its parent is the storm).
+    pub fn spawn(&self, cmd: Command) -> anyhow::Result<Child> {
+        self.ask(|tx| Job::Spawn(cmd, tx))?
+            .with_context(|| format!("starting a program in member {}'s namespace", self.name))
     }
 
     /// A counter of the member's /metrics (`series`: the name and labels as it prints them).
