@@ -538,7 +538,10 @@ pub fn boot(index: usize, mac: String, dev: String, plan: &Plan, power_on: f64) 
         Ok(()) => run.out.result = "booted".into(),
         Err(e) => {
             run.out.result = "failed".into();
-            run.out.error = Some(format!("{e:#}"));
+            run.out.error = Some(match run.out.error.take() {
+                Some(first) => format!("{e:#} (after a restart; before it: {first})"),
+                None => format!("{e:#}"),
+            });
         }
     }
     run.out.longest_stall = super::retry::longest_gap(&run.out.answers);
