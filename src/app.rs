@@ -461,6 +461,8 @@ async fn start_taking(
         .await
         .context("starting egress sampling")?;
     placement.set_egress(egress.clone());
+    // Each heartbeat publishes the links' load (`site::balance`).
+    site.set_placement(placement.clone());
     // The clients no pool lists that asked, as listed before the stop; saved while it changes.
     let unknown = Arc::new(service::unknown::Unknown::open(
         &config.server.state_dir,

@@ -330,6 +330,7 @@ impl Checker<'_> {
             admin_networks: self.check_admin_networks(s)?,
             metrics_open: s.metrics_open.unwrap_or(false),
             fair_share: s.fair_share.unwrap_or(true),
+            placement: self.check_placement(s)?,
             tls,
             enrolments: match &s.enrolments {
                 Some(file) => self.path(file),

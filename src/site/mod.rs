@@ -1,6 +1,7 @@
 //! A site: several `bootpool serve` sharing one PostgreSQL database (`server.database`), each
 //! client answered by exactly one of them (docs/site.md).
 
+pub mod balance;
 pub mod conns;
 pub mod db;
 pub mod hash;
