@@ -246,8 +246,12 @@ impl Table {
         }
     }
 
-    /// The table as every other service sees it.
+    /// The table as every other service sees it; in a site, an address it does not know
+    /// has the site's leases read again soon (`Identity::holder`).
     pub fn identity(&self) -> Identity {
+        if let Some(shared) = &self.shared {
+            self.leases.in_site(shared.clone());
+        }
         self.leases.clone()
     }
 }
@@ -354,6 +358,8 @@ struct Server {
     metrics: Metrics,
     /// The table changed since it was last saved.
     dirty: bool,
+    /// A boot was placed on another member's link since the last flush.
+    placed_elsewhere: bool,
     /// When `expire` last ran (seconds).
     expired_at: u64,
 }
@@ -383,6 +389,7 @@ impl Server {
             seen: HashMap::new(),
             metrics,
             dirty: false,
+            placed_elsewhere: false,
             expired_at: 0,
         }
     }
@@ -477,6 +484,10 @@ impl Server {
                 let n = self.metrics.dhcp().save_errors.add(1);
                 tracing::error!(dir = %config.server.state_dir.display(), error = %e, errors = n,
                     "lease changes not spooled for the site");
+            } else if std::mem::take(&mut self.placed_elsewhere) {
+                // The member it was placed on serves it once its copy of the site's leases
+                // has the lease: written now, not at the next tick.
+                shared.send_soon();
             }
         }
     }
@@ -567,6 +578,8 @@ impl Server {
     /// firmware or iPXE said (option 93), which picks what its later requests get, and the
     /// relay it came through when its request said (`path`).
     fn keep_boot(&mut self, client: &Client, plan: &boot::Plan, path: Path) {
+        let config = self.config.load();
+        self.placed_elsewhere |= !config.server.links.contains(&plan.next_server);
         let mut leases = self.leases.write();
         let mut changed = leases.set_link(client.mac, plan.next_server);
         if let Some(arch) = client.arch {

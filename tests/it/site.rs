@@ -9,7 +9,10 @@
 //! and with the database stopped both keep the view they had: each still answers its own
 //! clients, and only those. A second pair leases from one shared range (`site_leases`):
 //! no address twice, a dead member's clients keeping theirs, the spools written after an
-//! outage of PostgreSQL. Outcomes only, never a time.
+//! outage of PostgreSQL. In that pair, a client `a` answers is placed on `b`'s link (issue 46
+//! part 4): told `b` as its next-server, it fetches its kernel from `b` over HTTP and TFTP and
+//! attaches its NBD root there, while an address no member leased is refused its root by `b`.
+//! Outcomes only, never a time.
 
 use crate::common::netns::Link;
 use crate::common::postgres::Postgres;
@@ -302,6 +305,15 @@ impl Member {
                 (s("mac"), s("ip"))
             })
             .collect()
+    }
+
+    /// The server link this member's lease file names for `mac`.
+    fn link(&self, mac: &str) -> Option<String> {
+        let saved = bootpool::service::lease_file::read(&self.fx.path().join("var")).unwrap();
+        let v = serde_json::to_value(&saved).unwrap();
+        v["leases"].as_array()?.iter().find(|l| l["mac"] == mac)?["link"]
+            .as_str()
+            .map(str::to_string)
     }
 
     /// The lease changes this member has not yet written to the site's table.
@@ -866,4 +878,118 @@ fn dhclient(room: &Room, dir: &std::path::Path) -> String {
         Some(l) => l.to_string(),
         None => std::fs::read_to_string(dir.join("log")).unwrap_or_default(),
     }
+}
+
+/// Two members on one range: a client `a` owns, placed on `b`'s link by `a` (the second of
+/// `a`'s clients: `a` counts the first on its own link), is told `b` as its next-server by
+/// `a`, and `b` serves it: its boot script names `b`'s link, its kernel comes over HTTP and
+/// TFTP, its NBD root attaches. An address no member leased gets no root from `b`.
+#[test]
+fn a_client_placed_on_another_member_is_served_there_and_a_stranger_is_not() {
+    let pg = Postgres::start();
+    let room = Room::new(2);
+    let range = "10.79.1.0-10.79.2.255";
+    let a = Member::with_range(&room, 1, &pg.socket_url(), range);
+    let b = Member::with_range(&room, 2, &pg.socket_url(), range);
+    // Until a reads b's published load (b's own link in its row).
+    poll("a sees b's link in b's heartbeat", || {
+        let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/site")).unwrap();
+        v["members"].as_array().unwrap().iter().any(|m| {
+            m["name"] == "b"
+                && m["live"] == true
+                && m["load"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|p| p["own"] == true))
+        })
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut bound = Vec::new();
+    for mac in macs_of("a", 4) {
+        let (by, ip) = room.udhcpc_with(dir.path(), &mac, 3, &[]).expect(&mac);
+        assert_eq!(by, "10.79.0.1", "{mac}: answered by its owner\n{}", a.log());
+        bound.push((mac, ip));
+    }
+    // The link each was given, as a's lease file keeps it (a plain DHCP answer names no
+    // next-server: no boot file).
+    let (mac, ip) = bound
+        .into_iter()
+        .find(|(mac, _)| a.link(mac).as_deref() == Some("10.79.0.2"))
+        .unwrap_or_else(|| panic!("a placed none of its 4 boots on b\n{}", a.log()));
+
+    // The client, at its address on the room's side, fetches from b.
+    room.exec(&["ip", "link", "set", &room.bridge, "address", &mac]);
+    room.exec(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{ip}/16"),
+        "dev",
+        &room.bridge,
+    ]);
+    let fetch = |args: &[&str]| run(&mut Link::command(&room.ns, args[0], &args[1..]), 60);
+    let script = format!("http://10.79.0.2:8080/boot/script/{mac}.ipxe");
+    poll("b's script for the client names b's link", || {
+        let (ok, body, _) = fetch(&["curl", "-sS", "--fail", &script]);
+        ok && body.contains("http://10.79.0.2:8080/")
+    });
+    let (ok, _, err) = fetch(&[
+        "curl",
+        "-sS",
+        "--fail",
+        "-o",
+        "/dev/null",
+        "http://10.79.0.2:8080/boot/demo/vmlinuz",
+    ]);
+    assert!(ok, "the kernel over HTTP from b: {err}\n{}", b.log());
+    let got = dir.path().join("undionly.kpxe");
+    // The ports b's TFTP and NBD took (the fixture's ports are the kernel's choice).
+    let log = b.log();
+    let port_of = |what: &str| {
+        log.split(what)
+            .nth(1)
+            .and_then(|r| r.split([')', ' ']).next())
+            .unwrap_or_else(|| panic!("no {what} port in b's log\n{log}"))
+    };
+    let port = port_of("tftp=Some(0.0.0.0:");
+    let root = format!("nbd://10.79.0.2:{}/demo", port_of(" nbd=0.0.0.0:"));
+    let (ok, _, err) = fetch(&[
+        "tftp",
+        "10.79.0.2",
+        port,
+        "-c",
+        "get",
+        "undionly.kpxe",
+        got.to_str().unwrap(),
+    ]);
+    assert!(
+        ok && got.metadata().is_ok_and(|m| m.len() > 0),
+        "TFTP from b: {err}\n{}",
+        b.log()
+    );
+    let mut said = String::new();
+    let attached = (0..50).any(|_| {
+        let (ok, _, err) = fetch(&["nbdcopy", &root, "null:"]);
+        said = err;
+        ok || {
+            std::thread::sleep(Duration::from_millis(200));
+            false
+        }
+    });
+    assert!(attached, "the client's NBD root at b: {said}\n{}", b.log());
+
+    // A stranger: an address of the room no member leased. Its root is refused by b, asked
+    // twice (the first ask has b read the site's leases again; nothing there either).
+    room.exec(&["ip", "addr", "flush", "dev", &room.bridge]);
+    room.exec(&["ip", "addr", "add", "10.79.3.3/16", "dev", &room.bridge]);
+    for _ in 0..2 {
+        let (ok, _, _) = fetch(&["nbdcopy", &root, "null:"]);
+        assert!(!ok, "b gave a stranger its root\n{}", b.log());
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    assert!(
+        b.log().contains("nbd client holds no lease of a pool booting this image over nbd; refused peer=10.79.3.3"),
+        "{}",
+        b.log()
+    );
+    drop((a, b));
 }
