@@ -496,6 +496,8 @@ async fn start_taking(
             }
         });
     }
+    // With a PostgreSQL database, the enrolments file kept in step with the site's.
+    share_enrolments(&config, &site, &live, reloads.clone(), &shutdown)?;
     let enrol = Arc::new(service::enrol::Enroller::new(Some(reloads)));
     let shared = service::Shared {
         config: live.clone(),
@@ -1263,6 +1265,34 @@ fn share_leases(
     let shared = SharedLeases::open(site.clone(), db, &config.server.state_dir, metrics.clone())?;
     shutdown.spawn(shared.clone().keep(shutdown.clone()));
     Ok(table.sharing(shared))
+}
+
+/// The enrolments file, a member's in a site, kept in step with the site's `site_enrolments`
+/// (this member's changes written, the others' read into the file and reloaded) until the
+/// shutdown; alone, the file is the whole truth and nothing runs.
+fn share_enrolments(
+    config: &Config,
+    site: &Arc<crate::site::live::Site>,
+    live: &Live,
+    reloads: tokio::sync::mpsc::Sender<service::enrol::ReloadReply>,
+    shutdown: &Shutdown,
+) -> anyhow::Result<()> {
+    use crate::site::{db::Db, enrolments::SharedEnrolments, enrolments_db::EnrolmentsDb};
+    let crate::config::Database::Postgres(url) = &config.server.database else {
+        return Ok(());
+    };
+    if !site.shared() {
+        return Ok(());
+    }
+    // The reload's answer is not awaited: the file is served from the reload on.
+    let reload = Box::new(move || {
+        let (reply, _) = tokio::sync::oneshot::channel();
+        let _ = reloads.try_send(reply);
+    });
+    let db = EnrolmentsDb::new(Db::connect(url)?);
+    let shared = SharedEnrolments::open(&site.me().name, db, live.clone(), reload)?;
+    shutdown.spawn(shared.keep(shutdown.clone()));
+    Ok(())
 }
 
 /// This server as a member of its site: named `member` (`serve --member`), else by the

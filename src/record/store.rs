@@ -346,7 +346,7 @@ impl Store {
 /// the database: the servers of a site may start at the same moment, and PostgreSQL's `IF NOT
 /// EXISTS` is not safe against another session making the same table at once (one of them
 /// fails on the catalogue's unique index).
-async fn create_shared_tables(pool: &sqlx::PgPool, stmts: &[String]) -> anyhow::Result<()> {
+pub async fn create_shared_tables(pool: &sqlx::PgPool, stmts: &[String]) -> anyhow::Result<()> {
     /// The lock's key: "bootpool" in ASCII, the same for every server.
     const KEY: i64 = 0x626f_6f74_706f_6f6c;
     let mut tx = pool.begin().await?;

@@ -9,7 +9,9 @@
 //! and with the database stopped both keep the view they had: each still answers its own
 //! clients, and only those. A second pair leases from one shared range (`site_leases`):
 //! no address twice, a dead member's clients keeping theirs, the spools written after an
-//! outage of PostgreSQL. Outcomes only, never a time.
+//! outage of PostgreSQL. A third pair shares its enrolments (`site_enrolments`): a client
+//! enrolled on `a` is bound by `b`, its owner; removed on `b` while PostgreSQL is down, it is
+//! refused by `b` at once and by `a` once the database is back. Outcomes only, never a time.
 
 use crate::common::netns::Link;
 use crate::common::postgres::Postgres;
@@ -808,6 +810,115 @@ fn members_sharing_one_range_never_lease_an_address_twice() {
         !a.get("/metrics")
             .contains("bootpool_dhcp_lease_conflicts_total 1")
     );
+}
+
+/// A MAC outside the room's pool (no member serves it unless enrolled) owned by `who`.
+fn stranger_of(who: &str) -> String {
+    (0..=255u8)
+        .map(|i| format!("52:54:00:7a:00:{i:02x}"))
+        .find(|m| owner(m) == who)
+        .unwrap()
+}
+
+impl Member {
+    /// `bootpool client ARGS` with this member's config: its output, asserted to succeed.
+    fn client(&self, args: &[&str]) -> String {
+        let config = self.fx.config_path();
+        let (ok, out, err) = run(
+            std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"))
+                .arg("client")
+                .args(args)
+                .args(["--config", config.to_str().unwrap()]),
+            60,
+        );
+        assert!(
+            ok,
+            "client {}: {out}\n{err}\n{}",
+            args.join(" "),
+            self.log()
+        );
+        out
+    }
+
+    /// The text of this member's enrolments file.
+    fn enrolled(&self) -> String {
+        std::fs::read_to_string(self.fx.path().join("var").join("enrolled.yaml"))
+            .unwrap_or_default()
+    }
+
+    /// How many reloads this member applied, as its log says.
+    fn reloads(&self) -> usize {
+        self.log().matches("config reloaded").count()
+    }
+}
+
+#[test]
+fn an_enrolment_made_on_one_member_is_served_by_every_member_and_so_is_a_removal() {
+    let mut pg = Postgres::start();
+    let room = Room::new(2);
+    let a = Member::new(&room, 1, &pg.socket_url());
+    let b = Member::new(&room, 2, &pg.socket_url());
+    let both = vec![("a".to_string(), true), ("b".to_string(), true)];
+    poll("a and b see each other live", || {
+        a.site() == (both.clone(), false) && b.site() == (both.clone(), false)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (of_a, of_b) = (stranger_of("a"), stranger_of("b"));
+    // Listed nowhere: b, its owner, answers it not.
+    assert_eq!(room.udhcpc(dir.path(), &of_b, 2), None, "{}", b.log());
+
+    // Enrolled on a, both of them: b's file gets them from the site, and b serves its own.
+    let b_reloads = b.reloads();
+    for mac in [&of_a, &of_b] {
+        a.client(&["add", mac, "--pool", "nbd-room"]);
+    }
+    poll("b's file holds a's enrolments, reloaded", || {
+        b.enrolled().contains(&of_a) && b.enrolled().contains(&of_b) && b.reloads() > b_reloads
+    });
+    assert_eq!(
+        room.udhcpc(dir.path(), &of_b, 3).as_deref(),
+        Some("10.79.0.2"),
+        "a:\n{}\nb:\n{}",
+        a.log(),
+        b.log()
+    );
+    assert_eq!(
+        pg.query("SELECT count(*) FROM site_enrolments WHERE member = 'a'"),
+        "2"
+    );
+
+    // A removal made on b while the database is down: b refuses the client at once (its file
+    // is what it serves), and a follows once the database is back.
+    pg.stop_immediate();
+    let a_reloads = a.reloads();
+    for mac in [&of_a, &of_b] {
+        let said = b.client(&["remove", mac]);
+        assert!(said.contains("removed from"), "{said}");
+    }
+    assert_eq!(room.udhcpc(dir.path(), &of_b, 2), None, "{}", b.log());
+    assert!(a.enrolled().contains(&of_a));
+    pg.start_again();
+    poll("a's file lost b's removals, reloaded", || {
+        !a.enrolled().contains(&of_a) && !a.enrolled().contains(&of_b) && a.reloads() > a_reloads
+    });
+    // a, its owner, refuses the other one now.
+    assert_eq!(room.udhcpc(dir.path(), &of_a, 2), None, "{}", a.log());
+    poll("site_enrolments emptied", || {
+        pg.query("SELECT count(*) FROM site_enrolments") == "0"
+    });
+    // A removal of what no file holds is refused, naming the file.
+    let config = b.fx.config_path();
+    let (ok, _, err) = run(
+        std::process::Command::new(env!("CARGO_BIN_EXE_bootpool")).args([
+            "client",
+            "remove",
+            &of_b,
+            "--config",
+            config.to_str().unwrap(),
+        ]),
+        60,
+    );
+    assert!(!ok && err.contains("is not enrolled in"), "{err}");
 }
 
 /// ISC dhclient on the bridge (its MAC set by the caller): `done SERVER` once bound.
