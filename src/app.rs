@@ -426,13 +426,15 @@ async fn start_taking(
     })?;
     let shutdown = Shutdown::new();
     let metrics = Metrics::default();
-    let (recorder, records) = record::start(&config.server, &shutdown, &metrics)
+    // Its name in its site, which also marks its records in a shared database.
+    let name = member_name(&config, member);
+    let (recorder, records) = record::start(&config.server, &name, &shutdown, &metrics)
         .await
         .context("opening the boot records")?;
     let recorder = recorder.with_tracer(crate::record::trace::Tracer::new(&config));
     // With a PostgreSQL database, a member of the site: which clients it answers is known
     // before the first request is (`site::live`).
-    let site = join_site(&config, member, &shutdown).await?;
+    let site = join_site(&config, name, &shutdown).await?;
     let leases = service::dhcp::open_table(&config)?;
     // With a PostgreSQL database, shared with the site (`site::shared_leases`).
     let leases = share_leases(leases, &config, &site, &metrics, &shutdown)?;
@@ -1220,7 +1222,7 @@ async fn restart(running: Running) -> anyhow::Result<()> {
 /// kept (its heartbeat, everyone's rows) until the shutdown.
 async fn join_site(
     config: &Config,
-    member: Option<String>,
+    member: String,
     shutdown: &Shutdown,
 ) -> anyhow::Result<Arc<crate::site::live::Site>> {
     let site = site_of(config, member);
@@ -1265,14 +1267,18 @@ fn share_leases(
     Ok(table.sharing(shared))
 }
 
-/// This server as a member of its site: named `member` (`serve --member`), else by the
-/// host's name; a site only with a PostgreSQL database, else alone.
-fn site_of(config: &Config, member: Option<String>) -> Arc<crate::site::live::Site> {
+/// This server's name in its site: `member` (`serve --member`), else the host's name.
+fn member_name(config: &Config, member: Option<String>) -> String {
+    member
+        .or_else(|| Some(host_name()).filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| config.server.address.to_string())
+}
+
+/// This server as member `name` of its site: a site only with a PostgreSQL database, else
+/// alone.
+fn site_of(config: &Config, name: String) -> Arc<crate::site::live::Site> {
     use crate::site::{db::Db, live::Site, member::Member};
     let s = &config.server;
-    let name = member
-        .or_else(|| Some(host_name()).filter(|h| !h.is_empty()))
-        .unwrap_or_else(|| s.address.to_string());
     let me = Member {
         name,
         addresses: std::iter::once(IpAddr::V4(s.address))
