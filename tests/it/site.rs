@@ -978,3 +978,103 @@ fn dhclient(room: &Room, dir: &std::path::Path) -> String {
         None => std::fs::read_to_string(dir.join("log")).unwrap_or_default(),
     }
 }
+
+/// Busybox udhcpc leases `mac` from `server` (its address on the bridge), then curl fetches a
+/// boot file over HTTP from that address as the client: the address leased.
+fn boot_through(room: &Room, dir: &std::path::Path, mac: &str, server: &str) -> String {
+    let (by, ip) = room.udhcpc_with(dir, mac, 5, &[]).expect(mac);
+    assert_eq!(by, server, "{mac}");
+    room.exec(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{ip}/16"),
+        "dev",
+        &room.bridge,
+    ]);
+    let url = format!("http://{server}:8080/boot/loaders/bootpool-overlay.cpio");
+    let args = ["-sS", "--fail", "-o", "/dev/null", "--interface", &ip, &url];
+    let (ok, _, err) = run(&mut Link::command(&room.ns, "curl", &args), 30);
+    room.exec(&["ip", "addr", "flush", "dev", &room.bridge]);
+    assert!(ok, "curl {url}: {err}");
+    ip
+}
+
+/// Issue 46 parts 1-2: member `a` started while PostgreSQL is down serves alone (busybox
+/// udhcpc leased, curl fetching a boot file), says its records' database is unreachable, and
+/// parks the boot's records; once PostgreSQL is up its heartbeat row and the parked records
+/// are in the database. Then `b` joins, boots a client of its own, and `a`'s API shows that
+/// boot (its clients list, and b's count of clients in the site view).
+#[test]
+fn a_member_started_without_its_database_boots_and_any_member_shows_the_whole_site() {
+    let mut pg = Postgres::start();
+    pg.stop_immediate();
+    let room = Room::new(2);
+    let dir = tempfile::tempdir().unwrap();
+    let a = Member::new(&room, 1, &pg.socket_url());
+    let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/site")).unwrap();
+    assert_eq!(v["records"]["reachable"], false, "{v}");
+    assert_eq!(v["members"].as_array().unwrap().len(), 1, "{v}");
+
+    // Alone, a answers every client: one of b's buckets too.
+    let mac = macs_of("b", 1)[0].clone();
+    let ip = boot_through(&room, dir.path(), &mac, "10.79.0.1");
+    let parked = a.fx.path().join("var").join("records.spool");
+    poll("a's records of the boot parked", || {
+        std::fs::read_to_string(&parked).is_ok_and(|t| t.contains(&mac) && t.contains(&ip))
+    });
+
+    // PostgreSQL up: a joins, writes its records, and the API says the database answers.
+    pg.start_again();
+    let made = |table: &str| pg.query(&format!("SELECT to_regclass('{table}') IS NOT NULL")) == "t";
+    poll("a's heartbeat row", || {
+        made("site_members")
+            && pg.query("SELECT count(*) FROM site_members WHERE name = 'a'") == "1"
+    });
+    let file = format!("SELECT count(*) > 0 FROM events WHERE ip = '{ip}' AND event = 'file'");
+    poll("the boot's records in events", || {
+        made("events")
+            && pg.query(&file) == "t"
+            && pg.query(&format!(
+                "SELECT count(*) > 0 FROM events WHERE mac = '{mac}' AND member = 'a'"
+            )) == "t"
+    });
+    poll("a's records spool emptied", || !parked.exists());
+    poll("a says its records' database answers", || {
+        let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/site")).unwrap();
+        v["records"]["reachable"] == true && v["records"]["parked"] == 0
+    });
+
+    // b joins and boots a client of its own: a shows it, and b's count of clients.
+    let b = Member::new(&room, 2, &pg.socket_url());
+    let both = vec![("a".to_string(), true), ("b".to_string(), true)];
+    poll("a and b see each other live", || {
+        a.site() == (both.clone(), false) && b.site() == (both.clone(), false)
+    });
+    let mac_b = macs_of("b", 2)[1].clone();
+    boot_through(&room, dir.path(), &mac_b, "10.79.0.2");
+    poll("b's client in a's clients", || {
+        let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/clients")).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["mac"] == mac_b.as_str())
+    });
+    let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/site")).unwrap();
+    let c = &v["clients"]["b"];
+    let count = |k: &str| c[k].as_u64().unwrap();
+    assert!(
+        count("booting") + count("booted") + count("failed") >= 1,
+        "{v}"
+    );
+    // a never reads b's boot twice, nor its own back: one boot each.
+    let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/clients")).unwrap();
+    for m in [&mac, &mac_b] {
+        let c = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["mac"] == m.as_str());
+        assert_eq!(c.unwrap()["boots"], 1, "{m}: {v}");
+    }
+}
