@@ -1291,7 +1291,7 @@ pools:
         let config = Arc::new(Config::parse(&dir.path().join("pools.yaml"), &text).unwrap());
         let shutdown = crate::shutdown::Shutdown::new();
         let (recorder, records) =
-            crate::record::start(&config.server, &shutdown, &Metrics::default())
+            crate::record::start(&config.server, "", &shutdown, &Metrics::default())
                 .await
                 .unwrap();
         // A daemon (again, after a restart): the records are the store's, read back.

@@ -1,6 +1,6 @@
 //! Who a client is. One answer for every service: the lease table the DHCP service keeps
 //! (`boot::leases`), shared behind one lock, and beside it the DHCPv6 bindings the DHCPv6
-//! service keeps (`boot::leases6`, in memory only), for clients that ask over IPv6. DHCP writes it once per packet; NFS and NBD ask
+//! service keeps (`boot::leases6`, saved in `state_dir/leases6.json`), for clients that ask over IPv6. DHCP writes it once per packet; NFS and NBD ask
 //! it when a client mounts or attaches, the overlays when they choose a client's key, the API
 //! when a client reports its boot. It is loaded from the lease files before anything binds,
 //! so it survives a restart (and a kill -9) with the leases, unlike the event stream, which

@@ -255,10 +255,15 @@ impl Site {
         let mut tick = tokio::time::interval(BEAT);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut taken_said = false;
+        // Started while the database was down (`join`): the table is made once it answers.
+        let mut made = !self.view().frozen();
         loop {
             tokio::select! {
                 _ = shutdown.wait() => break,
                 _ = tick.tick() => {}
+            }
+            if !made {
+                made = db.schema().await.is_ok();
             }
             match db
                 .beat(&self.me, &self.load(), &self.instance, DEAD_AFTER)

@@ -4,6 +4,9 @@
 pub mod balance;
 pub mod conns;
 pub mod db;
+pub mod enrol_rows;
+pub mod enrolments;
+pub mod enrolments_db;
 pub mod hash;
 pub mod held;
 pub mod keepalived;
