@@ -642,10 +642,27 @@ fn site_record(
             answered: boots.as_deref().map(answered),
             offers: o1.zip(*o0).map(|(a, b)| a.saturating_sub(b)),
             others: x1.zip(*x0).map(|(a, b)| a.saturating_sub(b)),
+            placed: None,
         });
         match (all.as_mut(), boots) {
             (Some(all), Some(b)) => all.extend(b),
             _ => all = None,
+        }
+    }
+    // The boots placed on each member's links, by whichever member answered them.
+    if let Some(all) = &all {
+        for (row, m) in rows.iter_mut().zip(&site.members) {
+            let mut macs: Vec<&str> = all
+                .iter()
+                .filter(|b| {
+                    b.link
+                        .is_some_and(|l| m.links.iter().any(|own| own.address == l))
+                })
+                .map(|b| b.mac.as_str())
+                .collect();
+            macs.sort();
+            macs.dedup();
+            row.placed = Some(macs.len());
         }
     }
     (all, rows)
