@@ -595,6 +595,25 @@ fn answered(boots: &[bootpool::record::view::BootView]) -> Vec<String> {
     macs
 }
 
+/// The MACs a member's own lease table (`state_dir`, as it saved it) holds bound: the
+/// clients it gave an address. Not its API's boots: any member's API shows the whole site's.
+fn bound_in(state_dir: &std::path::Path) -> Option<Vec<String>> {
+    let saved = bootpool::service::lease_file::read(state_dir);
+    if let Err(e) = &saved {
+        eprintln!("storm: {}'s lease table not read: {e}", state_dir.display());
+    }
+    let mut macs: Vec<String> = saved
+        .ok()?
+        .leases
+        .into_iter()
+        .filter(|l| l.state == bootpool::boot::leases::State::Bound)
+        .map(|l| l.mac)
+        .collect();
+    macs.sort();
+    macs.dedup();
+    Some(macs)
+}
+
 const OFFERS: &str = "bootpool_dhcp_answers_total{kind=\"offer\"}";
 const OTHERS: &str = "bootpool_dhcp_others_total";
 
@@ -639,7 +658,7 @@ fn site_record(
         rows.push(servers::ServerInput {
             name: m.name.clone(),
             links: mine,
-            answered: boots.as_deref().map(answered),
+            answered: bound_in(&m.state_dir),
             offers: o1.zip(*o0).map(|(a, b)| a.saturating_sub(b)),
             others: x1.zip(*x0).map(|(a, b)| a.saturating_sub(b)),
             placed: None,
