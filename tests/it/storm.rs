@@ -750,13 +750,11 @@ fn a_member_dies(root: &str, kind: &str) {
 // restarted client's DHCP is offered another address then NAKed ("this client holds ...").
 // The members serving every client the site leased is issue 46 part 4.
 #[test]
-#[ignore = "needs issue 46 part 4: a survivor serves the clients the dead member leased"]
 fn a_small_storm_whose_member_is_killed_boots_every_client_without_a_restart() {
     a_member_dies("nbd", "kill");
 }
 
 #[test]
-#[ignore = "needs issue 46 part 4: a survivor serves the clients the dead member leased"]
 fn a_small_storm_whose_members_links_go_down_boots_every_client_without_a_restart() {
     a_member_dies("nfs", "linkdown");
 }
