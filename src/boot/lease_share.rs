@@ -2,40 +2,76 @@
 //! fresh addresses (address number modulo the live members, this member's place among them),
 //! and the other members' bound leases as last read from the site's table, none of which goes
 //! to another client and each of which its own client keeps (docs/site.md, "Leases").
+//! One rule for both families: DHCPv4 leases (`Share`) and DHCPv6 bindings (`Share6`), an
+//! address's part being its number (32 or 128 bits) modulo the live members.
 //! No I/O and no clock (`now` is seconds since the Unix epoch, passed in).
 
 use crate::config::Mac;
 use std::collections::BTreeMap;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+/// An address a site splits among its members by its number.
+pub trait Address: Copy + Ord + std::fmt::Debug {
+    fn number(self) -> u128;
+}
+
+impl Address for Ipv4Addr {
+    fn number(self) -> u128 {
+        u128::from(u32::from(self))
+    }
+}
+
+impl Address for Ipv6Addr {
+    fn number(self) -> u128 {
+        u128::from(self)
+    }
+}
 
 /// A lease another member wrote to the site's table.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Held {
+pub struct Held<A = Ipv4Addr> {
     pub mac: Mac,
-    pub ip: Ipv4Addr,
+    pub ip: A,
     /// Seconds since the epoch when it ends.
     pub expires: u64,
-    /// The server link its client was told to boot from.
+    /// The server link its client was told to boot from (DHCPv4 only).
     pub link: Option<Ipv4Addr>,
 }
 
+/// Another member's DHCPv6 binding.
+pub type Held6 = Held<Ipv6Addr>;
+
 /// One member's share of the site's ranges.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Share {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Share<A = Ipv4Addr> {
     /// This member's place among the live members (in name order).
     place: u32,
     /// How many members are live (0 or 1: every address is this member's).
     members: u32,
     /// The others' leases by address.
-    by_ip: BTreeMap<Ipv4Addr, Held>,
+    by_ip: BTreeMap<A, Held<A>>,
     /// The same by client.
-    by_mac: BTreeMap<Mac, Ipv4Addr>,
+    by_mac: BTreeMap<Mac, A>,
 }
 
-impl Share {
+/// One member's share of the site's DHCPv6 range.
+pub type Share6 = Share<Ipv6Addr>;
+
+impl<A> Default for Share<A> {
+    fn default() -> Share<A> {
+        Share {
+            place: 0,
+            members: 0,
+            by_ip: BTreeMap::new(),
+            by_mac: BTreeMap::new(),
+        }
+    }
+}
+
+impl<A: Address> Share<A> {
     /// Member `place` of `members` live ones, the others holding `held`. Of two rows naming
     /// one address (a conflict being settled) the later-ending is kept.
-    pub fn new(place: usize, members: usize, held: impl IntoIterator<Item = Held>) -> Share {
+    pub fn new(place: usize, members: usize, held: impl IntoIterator<Item = Held<A>>) -> Share<A> {
         let mut share = Share {
             place: u32::try_from(place).unwrap_or(0),
             members: u32::try_from(members).unwrap_or(0),
@@ -73,7 +109,7 @@ impl Share {
     }
 
     /// The same leases seen by member `place` of `members` (the live members changed).
-    pub fn with_members(&self, place: usize, members: usize) -> Share {
+    pub fn with_members(&self, place: usize, members: usize) -> Share<A> {
         Share {
             place: u32::try_from(place).unwrap_or(0),
             members: u32::try_from(members).unwrap_or(0),
@@ -87,30 +123,42 @@ impl Share {
     }
 
     /// The other members' leases.
-    pub fn held(&self) -> impl Iterator<Item = &Held> {
+    pub fn held(&self) -> impl Iterator<Item = &Held<A>> {
         self.by_ip.values()
     }
 
     /// Whether this member may give `ip` to a client that has never held it: its number
     /// modulo the live members is this member's place.
-    pub fn fresh_is_mine(&self, ip: Ipv4Addr) -> bool {
-        self.members <= 1 || u32::from(ip) % self.members == self.place
+    pub fn fresh_is_mine(&self, ip: A) -> bool {
+        self.members <= 1 || ip.number() % u128::from(self.members) == u128::from(self.place)
+    }
+
+    /// This member's part of the addresses numbered `first..=last`: the lowest of them and
+    /// the step from one to the next (the live members' count); `None` when it has none.
+    pub fn part(&self, first: u128, last: u128) -> Option<(u128, u128)> {
+        if self.members <= 1 {
+            return (first <= last).then_some((first, 1));
+        }
+        let n = u128::from(self.members);
+        let ahead = (u128::from(self.place) + n - first % n) % n;
+        let lowest = first.checked_add(ahead)?;
+        (lowest <= last).then_some((lowest, n))
     }
 
     /// Whether another member's lease holds `ip` for a client other than `mac` now.
-    pub fn held_for_other(&self, mac: Mac, ip: Ipv4Addr, now: u64) -> bool {
+    pub fn held_for_other(&self, mac: Mac, ip: A, now: u64) -> bool {
         self.by_ip
             .get(&ip)
             .is_some_and(|h| h.mac != mac && h.expires > now)
     }
 
     /// The client another member's lease holds `ip` for now, if any.
-    pub fn at(&self, ip: Ipv4Addr, now: u64) -> Option<&Held> {
+    pub fn at(&self, ip: A, now: u64) -> Option<&Held<A>> {
         self.by_ip.get(&ip).filter(|h| h.expires > now)
     }
 
     /// The lease another member holds for `mac` now, if any.
-    pub fn bound(&self, mac: Mac, now: u64) -> Option<&Held> {
+    pub fn bound(&self, mac: Mac, now: u64) -> Option<&Held<A>> {
         let ip = self.by_mac.get(&mac)?;
         self.by_ip.get(ip).filter(|h| h.expires > now)
     }
@@ -204,5 +252,50 @@ mod tests {
         let s = Share::new(0, 2, [held(1, 20, 300), held(1, 10, 100)]);
         assert_eq!(s.bound(mac(1), 0).map(|h| h.ip), Some(ip(20)));
         assert_eq!(s.held().count(), 1);
+    }
+
+    /// A DHCPv6 range split among the live members: every address of it exactly one
+    /// member's, by the same rule as DHCPv4's, and `part` walks exactly a member's own.
+    #[test]
+    fn an_ipv6_range_is_split_by_the_same_rule_and_part_walks_a_members_own() {
+        let first: Ipv6Addr = "fd46::ff".parse().unwrap();
+        let (lo, hi) = (first.number(), first.number() + 20);
+        for members in 1..=4usize {
+            let shares: Vec<Share6> = (0..members).map(|p| Share::new(p, members, [])).collect();
+            for a in lo..=hi {
+                let mine: Vec<usize> = (0..members)
+                    .filter(|&p| shares[p].fresh_is_mine(Ipv6Addr::from(a)))
+                    .collect();
+                assert_eq!(mine.len(), 1, "{members} members, {a:x}");
+                // `part` gives the same addresses, lowest first.
+                let (start, step) = shares[mine[0]].part(lo, hi).unwrap();
+                assert!(
+                    start <= a && (a - start) % step == 0,
+                    "{members} members, {a:x}"
+                );
+                assert!(start < lo + step, "the lowest of the part");
+            }
+        }
+        // A range too short for a member's part: none.
+        assert_eq!(Share6::new(0, 4, []).part(lo, lo), None);
+        assert_eq!(Share6::new(3, 4, []).part(lo, lo), Some((lo, 4)));
+        assert_eq!(Share6::default().part(lo, lo), Some((lo, 1)));
+        // Near the top of the address space: no overflow.
+        assert_eq!(Share6::new(0, 2, []).part(u128::MAX, u128::MAX), None);
+        assert_eq!(
+            Share6::new(1, 2, []).part(u128::MAX, u128::MAX),
+            Some((u128::MAX, 2))
+        );
+        // Another member's binding: its client's alone until it ends.
+        let other = Held6 {
+            mac: mac(1),
+            ip: first,
+            expires: 100,
+            link: None,
+        };
+        let s = Share6::new(0, 2, [other]);
+        assert!(s.held_for_other(mac(2), first, 99));
+        assert_eq!(s.bound(mac(1), 99).map(|h| h.ip), Some(first));
+        assert_eq!(s.at(first, 100), None, "ended");
     }
 }

@@ -8,10 +8,16 @@
 //! and after expiry until someone else needs it. Beside the bindings, the addresses clients
 //! formed themselves (SLAAC, `observe`): the EUI-64 address of a MAC that asked DHCPv6 for
 //! its options only (iPXE, told O and not M by the router advertisement).
+//!
+//! In a site (`set_share`, `lease_share`), as DHCPv4's table: fresh addresses come only from
+//! this member's part of the range, an address another member's binding holds goes to nobody
+//! else, and a client another member bound keeps that address when it asks here.
 
+use super::lease_share::Share6;
 use crate::config::Mac;
 use std::collections::BTreeMap;
 use std::net::Ipv6Addr;
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Binding6 {
@@ -40,6 +46,8 @@ pub struct Leases6 {
     duids: BTreeMap<Mac, Vec<u8>>,
     /// Self-formed addresses: holder and until when.
     formed: BTreeMap<Ipv6Addr, (Mac, u64)>,
+    /// In a site: this member's part of the range and the others' bindings (`None`: alone).
+    share: Option<Arc<Share6>>,
 }
 
 impl Leases6 {
@@ -50,31 +58,91 @@ impl Leases6 {
         }
     }
 
+    /// The site's share as last read (`lease_share`): fresh addresses from this member's part
+    /// of the range only, the others' bindings kept for their clients.
+    pub fn set_share(&mut self, share: Arc<Share6>) {
+        self.share = Some(share);
+    }
+
     /// `mac`'s address: the one it holds (or held), else the lowest free one of the range,
     /// else the one expired longest; held until `expires`, for the client that said `duid`.
-    /// `None`: the range is full.
+    /// In a site, a client another member bound keeps that address. `None`: the range is
+    /// full.
     pub fn bind(&mut self, mac: Mac, duid: &[u8], now: u64, expires: u64) -> Option<Ipv6Addr> {
-        let addr = match self.by_mac.get(&mac) {
-            Some(b) => b.addr,
-            None => self.fresh().or_else(|| self.oldest_expired(now))?,
-        };
+        let addr = self.choose(mac, now)?;
         if let Some(old) = self.by_addr.insert(addr, mac)
             && old != mac
         {
             self.by_mac.remove(&old);
             self.duids.remove(&old);
         }
-        self.by_mac.insert(mac, Binding6 { addr, expires });
+        if let Some(before) = self.by_mac.insert(mac, Binding6 { addr, expires })
+            && before.addr != addr
+        {
+            // Moved (to the address another member's binding kept for it): the old one is free.
+            self.by_addr.remove(&before.addr);
+        }
         self.duids.insert(mac, duid.to_vec());
         Some(addr)
     }
 
     /// The address `mac` would be given, without binding it (an ADVERTISE holds nothing).
     pub fn peek(&self, mac: Mac, now: u64) -> Option<Ipv6Addr> {
-        match self.by_mac.get(&mac) {
-            Some(b) => Some(b.addr),
-            None => self.fresh().or_else(|| self.oldest_expired(now)),
+        self.choose(mac, now)
+    }
+
+    /// The address for `mac`: its running binding here; else another member's binding of it
+    /// (a dead member's client, or one whose bucket moved here), unless a running binding
+    /// here holds that address for another; else the address it held here, unless another
+    /// member gave it away since; else a fresh one of this member's part, of the rest of the
+    /// range that no binding of the site holds, or the one expired longest.
+    fn choose(&self, mac: Mac, now: u64) -> Option<Ipv6Addr> {
+        let here = self.by_mac.get(&mac).map(|b| (b.addr, b.expires));
+        if let Some((addr, expires)) = here
+            && expires > now
+            && !self.held_elsewhere(mac, addr, now)
+        {
+            return Some(addr);
         }
+        if let Some(held) = self.share.as_ref().and_then(|s| s.bound(mac, now))
+            && self.holder_here(held.ip, now).is_none_or(|m| m == mac)
+        {
+            return Some(held.ip);
+        }
+        if let Some((addr, _)) = here
+            && !self.held_elsewhere(mac, addr, now)
+        {
+            return Some(addr);
+        }
+        self.fresh(now, true)
+            .or_else(|| self.share.as_ref().and_then(|_| self.fresh(now, false)))
+            .or_else(|| self.oldest_expired(mac, now))
+    }
+
+    /// Whether another member's binding holds `addr` for another client now.
+    fn held_elsewhere(&self, mac: Mac, addr: Ipv6Addr, now: u64) -> bool {
+        self.share
+            .as_ref()
+            .is_some_and(|s| s.held_for_other(mac, addr, now))
+    }
+
+    /// The client whose binding here holds `addr` now.
+    fn holder_here(&self, addr: Ipv6Addr, now: u64) -> Option<Mac> {
+        let mac = self.by_addr.get(&addr)?;
+        (self.by_mac.get(mac)?.expires > now).then_some(*mac)
+    }
+
+    /// The site's table refused `mac`'s binding of `addr` (another client holds it there):
+    /// the binding ends here, and the client is given another address at its next exchange.
+    /// Returns whether it held it.
+    pub fn withdraw(&mut self, mac: Mac, addr: Ipv6Addr) -> bool {
+        if self.by_mac.get(&mac).is_none_or(|b| b.addr != addr) {
+            return false;
+        }
+        self.by_mac.remove(&mac);
+        self.by_addr.remove(&addr);
+        self.duids.remove(&mac);
+        true
     }
 
     /// `mac` gives its address back (RELEASE) or found it in use (DECLINE): it ends now,
@@ -101,11 +169,7 @@ impl Leases6 {
                 mac: *mac,
                 addr: b.addr,
                 expires: b.expires,
-                duid: self
-                    .duids
-                    .get(mac)
-                    .map(|d| d.iter().map(|b| format!("{b:02x}")).collect())
-                    .unwrap_or_default(),
+                duid: self.duid_hex(*mac),
             })
             .collect()
     }
@@ -160,30 +224,50 @@ impl Leases6 {
         (*expires > now).then_some(*mac)
     }
 
-    /// The lowest address of the range no binding has: one walk over the bindings in order.
-    fn fresh(&self) -> Option<Ipv6Addr> {
+    /// The lowest address of the range no binding here or (in a site) of another member
+    /// holds; of this member's part only if `mine_only`. Each address passed over is a
+    /// binding's, so the walk is as long as the bindings are many, whatever the range's size.
+    fn fresh(&self, now: u64, mine_only: bool) -> Option<Ipv6Addr> {
         let (first, last) = self.range?;
         let (first, last) = (u128::from(first), u128::from(last));
-        let mut next = first;
-        for addr in self
-            .by_addr
-            .range(Ipv6Addr::from(first)..=Ipv6Addr::from(last))
-        {
-            let a = u128::from(*addr.0);
-            if a > next {
-                break;
+        let share = self.share.as_deref();
+        let (mut a, step) = match share {
+            Some(s) if mine_only => s.part(first, last)?,
+            _ => (first, 1),
+        };
+        while a <= last {
+            let addr = Ipv6Addr::from(a);
+            let taken = self.by_addr.contains_key(&addr)
+                || share.is_some_and(|s| s.at(addr, now).is_some());
+            if !taken {
+                return Some(addr);
             }
-            next = a.checked_add(1)?;
+            a = a.checked_add(step)?;
         }
-        (next <= last).then(|| Ipv6Addr::from(next))
+        None
     }
 
-    fn oldest_expired(&self, now: u64) -> Option<Ipv6Addr> {
+    /// The address of the binding here that ended longest ago, unless another member's
+    /// binding holds it for another client now.
+    fn oldest_expired(&self, mac: Mac, now: u64) -> Option<Ipv6Addr> {
         self.by_mac
             .values()
-            .filter(|b| b.expires <= now)
+            .filter(|b| b.expires <= now && !self.held_elsewhere(mac, b.addr, now))
             .min_by_key(|b| b.expires)
             .map(|b| b.addr)
+    }
+
+    /// Every binding, by client.
+    pub fn bindings(&self) -> impl Iterator<Item = (Mac, Binding6)> + '_ {
+        self.by_mac.iter().map(|(m, b)| (*m, *b))
+    }
+
+    /// The DUID that bound `mac`'s address last, in hex.
+    pub fn duid_hex(&self, mac: Mac) -> String {
+        self.duids
+            .get(&mac)
+            .map(|d| d.iter().map(|b| format!("{b:02x}")).collect())
+            .unwrap_or_default()
     }
 }
 
@@ -280,5 +364,65 @@ mod tests {
             t.bind(mac(9), &[9], 0, 100),
             Some("fd77::4".parse().unwrap())
         );
+    }
+
+    /// Two members on one range: fresh addresses from each one's own part, never one the
+    /// other's binding holds; a client the other bound keeps its address here (its member
+    /// died), and one withdrawn (the site's table refused it) gets another.
+    #[test]
+    fn members_of_a_site_give_from_their_parts_and_keep_each_others_clients() {
+        use crate::boot::lease_share::{Held6, Share6};
+        let range: (Ipv6Addr, Ipv6Addr) =
+            ("fd77::100".parse().unwrap(), "fd77::1ff".parse().unwrap());
+        let addr = |n: u16| -> Ipv6Addr { format!("fd77::{n:x}").parse().unwrap() };
+        let (mut a, mut b) = (Leases6::new(range), Leases6::new(range));
+        a.set_share(Arc::new(Share6::new(0, 2, [])));
+        b.set_share(Arc::new(Share6::new(1, 2, [])));
+        for n in 1..=3 {
+            a.bind(mac(n), &[n], 0, 100);
+            b.bind(mac(10 + n), &[10 + n], 0, 100);
+        }
+        let of = |t: &Leases6| -> Vec<Ipv6Addr> { t.bindings().map(|(_, b)| b.addr).collect() };
+        assert_eq!(of(&a), [addr(0x100), addr(0x102), addr(0x104)]);
+        assert_eq!(of(&b), [addr(0x101), addr(0x103), addr(0x105)]);
+        // b's bindings as a reads them from the site's table.
+        let held: Vec<Held6> = b
+            .bindings()
+            .map(|(mac, b)| Held6 {
+                mac,
+                ip: b.addr,
+                expires: b.expires,
+                link: None,
+            })
+            .collect();
+        a.set_share(Arc::new(Share6::new(0, 2, held.clone())));
+        // b died: a alone, its part the whole range, b's bindings still held for their clients.
+        a.set_share(Arc::new(Share6::new(0, 1, held)));
+        assert_eq!(
+            a.peek(mac(11), 50),
+            Some(addr(0x101)),
+            "b's client keeps its address"
+        );
+        assert_eq!(a.bind(mac(11), &[11], 50, 150), Some(addr(0x101)));
+        // A new client: the lowest address no binding of the site holds.
+        assert_eq!(a.bind(mac(20), &[20], 50, 150), Some(addr(0x106)));
+        // Its binding here ended and another member's holds the address for another client
+        // now: the client is given a fresh one.
+        let other = Held6 {
+            mac: mac(30),
+            ip: addr(0x100),
+            expires: 500,
+            link: None,
+        };
+        a.set_share(Arc::new(Share6::new(0, 1, [other])));
+        assert_eq!(a.bind(mac(1), &[1], 200, 300), Some(addr(0x103)));
+        assert_eq!(a.holder(addr(0x100), 200), None, "its old address left");
+        // Withdrawn: the binding ends here, the client is given another address next time.
+        assert!(!a.withdraw(mac(1), addr(0x100)), "not its address");
+        assert!(a.withdraw(mac(1), addr(0x103)));
+        assert_eq!(a.holder(addr(0x103), 200), None);
+        assert_eq!(a.get(mac(1)), None);
+        // An ended binding whose address nobody took since: the client gets it back.
+        assert_eq!(a.bind(mac(2), &[2], 200, 300), Some(addr(0x102)));
     }
 }

@@ -10,19 +10,24 @@
 //! dropped and counted (under `dhcp` in the counters). A message relayed to us (RELAY-FORW,
 //! RFC 8415 19) is answered inside RELAY-REPLs back through the same relays, when the relay
 //! nearest the client names a link inside `dhcp6.subnet`; one from another link is dropped and
-//! counted.
+//! counted. In a site with a PostgreSQL database the bindings are the site's
+//! (`site::shared_leases6`): fresh addresses from this member's part of `dhcp6.range`, none
+//! another member's binding holds, and a client another member bound keeps its address here.
 
 use super::identity::{Identity, unix_now};
+use crate::boot::lease_share::Share6;
 use crate::boot::leases6::Leases6;
 use crate::boot::{self, Client};
 use crate::config::{Config, Live, Mac};
 use crate::metrics::Metrics;
 use crate::proto::dhcp6::{self as wire, IaAnswer, MAX_PACKET, Reply, Request, msg};
 use crate::record::{Kind, Recorder, Who};
+use crate::site::shared_leases6::SharedLeases6;
 use crate::steer::firmware::FirmwareWatch;
 use dhcproto::v6::Status;
 use std::collections::HashSet;
 use std::net::{Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use tokio::net::UdpSocket;
 
 /// Strangers logged once each; beyond this many we stop remembering (and logging) them.
@@ -58,7 +63,11 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
             "DHCPv6 bindings read back");
     }
     *identity.write6() = table;
+    // In a site, the bindings are shared through `site_leases6` (spooled in state_dir).
+    let shared = SharedLeases6::start(&config, &site, &metrics, &shutdown)?;
     let mut server = Server {
+        shared,
+        share: None,
         changed: false,
         duid: wire::server_duid(address6),
         address6,
@@ -100,6 +109,14 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
                     "DHCPv6 bindings not saved; the reply is not sent");
                 continue;
             }
+            // In a site: what changed spooled for the site's table, synced, before the REPLY.
+            if let Some(shared) = &server.shared
+                && let Err(e) = shared.note(&server.identity.read6(), unix_now())
+            {
+                let n = server.metrics.dhcp().save_errors.add(1);
+                tracing::error!(dir = %state_dir.display(), error = %e, errors = n,
+                    "DHCPv6 binding changes not spooled for the site");
+            }
         }
         // To where it came from: the client's link-local address (with its scope) and port
         // 546, or the relay's address and port 547.
@@ -111,6 +128,9 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
 }
 
 struct Server {
+    /// In a site: the bindings shared with the other members, and the share the table has.
+    shared: Option<Arc<SharedLeases6>>,
+    share: Option<Arc<Share6>>,
     /// Whether the last answer changed a binding (it is saved before the answer leaves).
     changed: bool,
     /// Loaded once per request.
@@ -199,6 +219,7 @@ impl Server {
         let Some(mac) = req.mac(from).map(Mac) else {
             return self.stranger(duid, from, "known only by its DUID, which no pool can list");
         };
+        self.follow_site(mac);
         // Firmware says what it is in option 16 (`PXEClient`, `HTTPClient`) and 61, iPXE in
         // option 15 (`iPXE`): the same reading as DHCPv4's options 60, 93 and 77.
         let client = Client {
@@ -409,6 +430,26 @@ impl Server {
         }
     }
 
+    /// In a site: the bindings give from the site's share as last read, and a binding the
+    /// site's table refused is withdrawn at its client's exchange (`site::shared_leases6`).
+    fn follow_site(&mut self, mac: Mac) {
+        let Some(shared) = &self.shared else {
+            return;
+        };
+        let share = shared.share();
+        if !self.share.as_ref().is_some_and(|s| Arc::ptr_eq(s, &share)) {
+            self.identity.write6().set_share(share.clone());
+            self.share = Some(share);
+        }
+        if let Some(addr) = shared.take_conflict(mac)
+            && self.identity.write6().withdraw(mac, addr)
+        {
+            tracing::warn!(%mac, %addr, "dhcp6 binding withdrawn: the site's table holds the \
+                address for another client");
+            self.changed = true;
+        }
+    }
+
     /// Counts a client we do not answer and logs it the first time.
     fn stranger(&mut self, key: String, from: Ipv6Addr, why: &str) -> Option<Reply> {
         self.metrics.dhcp().strangers.inc();
@@ -439,7 +480,6 @@ mod tests {
     use super::*;
     use crate::service::unknown::Unknown;
     use std::path::Path;
-    use std::sync::Arc;
 
     const CONFIG: &str = "\
 server: { address: 10.77.0.1, address6: \"fd77::1\", http: 0.0.0.0:8080, interfaces: [br0] }
@@ -511,6 +551,8 @@ pools:
         let identity = Identity::default();
         *identity.write6() = Leases6::new(config.dhcp6.as_ref().unwrap().range);
         Server {
+            shared: None,
+            share: None,
             changed: false,
             duid: wire::server_duid("fd77::1".parse().unwrap()),
             address6: "fd77::1".parse().unwrap(),

@@ -133,12 +133,12 @@ impl LeasesDb {
     }
 }
 
-fn secs(t: u64) -> i64 {
+pub(super) fn secs(t: u64) -> i64 {
     i64::try_from(t).unwrap_or(i64::MAX)
 }
 
 /// PostgreSQL's unique_violation (23505): the address is another row's.
-fn unique_violation(e: &anyhow::Error) -> bool {
+pub(super) fn unique_violation(e: &anyhow::Error) -> bool {
     e.downcast_ref::<sqlx::Error>()
         .and_then(|e| e.as_database_error())
         .and_then(|d| d.code())

@@ -256,7 +256,7 @@ impl SharedLeases {
 }
 
 /// Seconds since the Unix epoch, as lease times are kept.
-fn unix_now() -> u64 {
+pub(super) fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
