@@ -14,17 +14,23 @@
 //! attaches its NBD root there, while an address no member leased is refused its root by `b`.
 //! A third pair shares its enrolments (`site_enrolments`): a client
 //! enrolled on `a` is bound by `b`, its owner; removed on `b` while PostgreSQL is down, it is
-//! refused by `b` at once and by `a` once the database is back. Outcomes only, never a time.
+//! refused by `b` at once and by `a` once the database is back. A fourth pair shares one
+//! DHCPv6 range (`site_leases6`): ISC dhclient -6 clients bound by their DUID's owner only, no
+//! address twice, and `b`'s client, `b` killed with -9, bound by `a` to the address it had.
+//! Outcomes only, never a time.
 
 use crate::common::netns::Link;
 use crate::common::postgres::Postgres;
 use crate::common::{Fixture, Loopback, run};
 use bootpool::site::hash::bucket;
 use std::collections::BTreeSet;
+use std::net::Ipv6Addr;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
 const NET: &str = "10.79.0";
+/// The DHCPv6 range members with `dhcp6` share, of `fd79::/64`.
+const RANGE6: &str = "fd79::100-fd79::1ff";
 
 /// The room's namespace with a bridge, and a namespace per member with a veth on it.
 struct Room {
@@ -81,6 +87,135 @@ impl Room {
 
     fn exec(&self, args: &[&str]) {
         ip(&[&["netns", "exec", &self.ns][..], args].concat());
+    }
+
+    /// IPv6 on the room, for DHCPv6, before the members start: each member's veth at
+    /// `fd79::K/64`; no duplicate address detection on the veths or the bridge, so their
+    /// link-local addresses are usable at once (dhclient -6 needs the bridge's); the bridge
+    /// floods multicast (ff02::1:2) to every member.
+    fn ipv6(&self) {
+        let no_dad = |dev: &str| format!("net.ipv6.conf.{dev}.accept_dad=0");
+        let bridge = self.bridge.as_str();
+        self.exec(&["sysctl", "-qw", &no_dad(bridge)]);
+        self.exec(&[
+            "ip",
+            "link",
+            "set",
+            bridge,
+            "type",
+            "bridge",
+            "mcast_snooping",
+            "0",
+        ]);
+        self.exec(&["ip", "link", "set", bridge, "down"]);
+        self.exec(&["ip", "link", "set", bridge, "up"]);
+        for (k, (ns, dev)) in self.members.iter().enumerate() {
+            let (ns, dev) = (ns.as_str(), dev.as_str());
+            let (dad, cidr) = (no_dad(dev), format!("fd79::{}/64", k + 1));
+            for args in [
+                vec!["sysctl", "-qw", dad.as_str()],
+                vec!["ip", "link", "set", dev, "down"],
+                vec!["ip", "link", "set", dev, "up"],
+                vec![
+                    "ip",
+                    "-6",
+                    "addr",
+                    "add",
+                    cidr.as_str(),
+                    "dev",
+                    dev,
+                    "nodad",
+                ],
+            ] {
+                ip(&[&["netns", "exec", ns][..], &args].concat());
+            }
+        }
+    }
+
+    /// ISC dhclient -6 on the bridge as `mac`, with a DUID-LL (`-D LL`: the DUID, and so its
+    /// RFC 3074 bucket, follows from the MAC), its files in `dir` (a fresh one: a new DUID
+    /// of the MAC's, a SOLICIT): the address it bound, or `None` (its log in `dir/log`).
+    fn dhclient6(&self, dir: &std::path::Path, mac: &str) -> Option<Ipv6Addr> {
+        // The machine's own link-local address (EUI-64 of its MAC), as a real client's: the
+        // bridge keeps the one of the MAC it had, which the members' neighbour caches still
+        // map to that MAC, so their answers to it would go to a machine no longer there.
+        self.exec(&["ip", "link", "set", &self.bridge, "address", mac]);
+        let bytes: [u8; 6] = mac_bytes(mac).try_into().unwrap();
+        let link_local =
+            bootpool::proto::dhcp6::eui64(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), bytes);
+        self.exec(&[
+            "ip",
+            "-6",
+            "addr",
+            "flush",
+            "dev",
+            &self.bridge,
+            "scope",
+            "link",
+        ]);
+        self.exec(&[
+            "ip",
+            "-6",
+            "addr",
+            "add",
+            &format!("{link_local}/64"),
+            "dev",
+            &self.bridge,
+            "nodad",
+        ]);
+        std::fs::create_dir_all(dir).unwrap();
+        let out = dir.join("out");
+        let script = dir.join("script.sh");
+        std::fs::write(
+            &script,
+            format!(
+                "#!/bin/sh\ncase \"$reason\" in BOUND6) echo \"$new_ip6_address\" >> {};; esac\nexit 0\n",
+                out.display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(dir.join("dhclient.conf"), "timeout 20;\n").unwrap();
+        let file = |n: &str| dir.join(n).to_str().unwrap().to_string();
+        let mut child = Link::command(
+            &self.ns,
+            "dhclient",
+            &[
+                "-6",
+                "-D",
+                "LL",
+                "-d",
+                "-1",
+                "-v",
+                "-cf",
+                &file("dhclient.conf"),
+                "-sf",
+                &file("script.sh"),
+                "-pf",
+                &file("dhclient.pid"),
+                "-lf",
+                &file("dhclient.leases"),
+                &self.bridge,
+            ],
+        )
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("log")).unwrap())
+        .spawn()
+        .expect("dhclient runs");
+        let mut said = String::new();
+        for _ in 0..500 {
+            said = std::fs::read_to_string(&out).unwrap_or_default();
+            if !said.is_empty() || child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // `ip netns exec` execs dhclient, so this is dhclient itself (no RELEASE sent).
+        let _ = child.kill();
+        let _ = child.wait();
+        said.lines().next()?.trim().parse().ok()
     }
 
     /// busybox udhcpc on the bridge as `mac`, trying `tries` times a second apart: the server
@@ -178,6 +313,12 @@ impl Member {
 
     /// Member `k` as `new` makes it, leasing from `range`.
     fn with_range(room: &Room, k: usize, database: &str, range: &str) -> Member {
+        Member::with_config(room, k, database, range, false)
+    }
+
+    /// Member `k` as `with_range` makes it; with `dhcp6`, serving DHCPv6 too at `fd79::K`
+    /// (`Room::ipv6` put it on its veth), from the range every such member shares, `RANGE6`.
+    fn with_config(room: &Room, k: usize, database: &str, range: &str, dhcp6: bool) -> Member {
         let (ns, dev) = room.members[k - 1].clone();
         let fx = Fixture::new();
         let config = Loopback::default()
@@ -191,10 +332,19 @@ impl Member {
                 "nbd-room",
                 "- { macs: \"52:54:00:79:00:00-52:54:00:79:ff:ff\" }",
             );
-        let text = config.replace(
+        let six = match dhcp6 {
+            true => format!("  address6: \"fd79::{k}\"\n"),
+            false => String::new(),
+        };
+        let mut text = config.replace(
             &format!("  address: {NET}.1\n"),
-            &format!("  address: {NET}.{k}\n"),
+            &format!("  address: {NET}.{k}\n{six}"),
         );
+        if dhcp6 {
+            text.push_str(&format!(
+                "dhcp6:\n  subnet: \"fd79::/64\"\n  range: \"{RANGE6}\"\n"
+            ));
+        }
         fx.write_config(&text);
         let mut m = Member {
             name: ["a", "b"][k - 1],
@@ -326,6 +476,23 @@ impl Member {
             .count()
     }
 
+    /// The DHCPv6 bindings in this member's `leases6.json`: (MAC, address).
+    fn bound6(&self) -> Vec<(String, Ipv6Addr)> {
+        bootpool::service::leases6_file::read(&self.fx.path().join("var"))
+            .unwrap()
+            .into_iter()
+            .map(|b| (b.mac.to_string(), b.addr))
+            .collect()
+    }
+
+    /// The DHCPv6 binding changes this member has not yet written to the site's table.
+    fn spooled6(&self) -> usize {
+        std::fs::read_to_string(self.fx.path().join("var").join("leases6.spool"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+
     /// The MACs in this member's lease file.
     fn leased(&self) -> BTreeSet<String> {
         let saved = bootpool::service::lease_file::read(&self.fx.path().join("var")).unwrap();
@@ -362,6 +529,23 @@ fn macs_of(who: &str, n: usize) -> Vec<String> {
     (0..=255u8)
         .map(|i| format!("52:54:00:79:01:{i:02x}"))
         .filter(|m| owner(m) == who)
+        .take(n)
+        .collect()
+}
+
+/// Of two live members, the one RFC 3074's split gives the DHCPv6 client `mac`, by its
+/// DUID-LL (type 3, Ethernet, the MAC).
+fn owner6(mac: &str) -> &'static str {
+    let mut duid = vec![0u8, 3, 0, 1];
+    duid.extend(mac_bytes(mac));
+    ["a", "b"][usize::from(bucket(&duid) % 2)]
+}
+
+/// MACs of the room's pool whose DUID-LL `who` owns while both members live.
+fn macs6_of(who: &str, n: usize) -> Vec<String> {
+    (0..=255u8)
+        .map(|i| format!("52:54:00:79:06:{i:02x}"))
+        .filter(|m| owner6(m) == who)
         .take(n)
         .collect()
 }
@@ -1203,4 +1387,99 @@ fn a_member_started_without_its_database_boots_and_any_member_shows_the_whole_si
             .find(|c| c["mac"] == m.as_str());
         assert_eq!(c.unwrap()["boots"], 1, "{m}: {v}");
     }
+}
+
+/// Two members on one DHCPv6 range (`site_leases6`, docs/site.md "Leases"): ISC dhclient -6
+/// clients, each bound by the member RFC 3074's hash gives its DUID and by no other, never one
+/// address to two clients in the members' bindings or in the site's table; `b` killed with
+/// -9, its client asking again (a SOLICIT with its same DUID) is bound by `a` to the address
+/// `b` gave it, and a new client by `a` to an address no binding of the site holds.
+#[test]
+fn members_sharing_one_dhcp6_range_never_bind_an_address_twice() {
+    let pg = Postgres::start();
+    let room = Room::new(2);
+    room.ipv6();
+    let a = Member::with_config(&room, 1, &pg.socket_url(), "10.79.1.0-10.79.1.255", true);
+    let mut b = Member::with_config(&room, 2, &pg.socket_url(), "10.79.2.0-10.79.2.255", true);
+    let both = vec![("a".to_string(), true), ("b".to_string(), true)];
+    poll("a and b see each other live", || {
+        a.site() == (both.clone(), false) && b.site() == (both.clone(), false)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let logs = |a: &Member, b: &Member| format!("a:\n{}\nb:\n{}", a.log(), b.log());
+    let dhclient = |mac: &str, run: &str| {
+        let at = dir.path().join(format!("{mac}-{run}"));
+        let got = room.dhclient6(&at, mac);
+        (
+            got,
+            std::fs::read_to_string(at.join("log")).unwrap_or_default(),
+        )
+    };
+
+    // Three clients of each member: each bound by its owner alone.
+    let mut given: Vec<(&str, String, Ipv6Addr)> = Vec::new();
+    for who in ["a", "b"] {
+        for mac in macs6_of(who, 3) {
+            let (got, log) = dhclient(&mac, "1");
+            let addr = got.unwrap_or_else(|| {
+                panic!("{mac}: dhclient -6 bound nothing:\n{log}\n{}", logs(&a, &b))
+            });
+            given.push((who, mac, addr));
+        }
+    }
+    let (on_a, on_b) = (a.bound6(), b.bound6());
+    for (who, mac, addr) in &given {
+        let (mine, other) = if *who == "a" {
+            (&on_a, &on_b)
+        } else {
+            (&on_b, &on_a)
+        };
+        assert!(
+            mine.contains(&(mac.clone(), *addr)),
+            "{who} bound {mac} at {addr}: a {on_a:?} b {on_b:?}"
+        );
+        assert!(
+            other.iter().all(|(m, _)| m != mac),
+            "{mac} bound by both: a {on_a:?} b {on_b:?}"
+        );
+    }
+    // Never one address twice, all of the one range.
+    let range = "fd79::100".parse::<Ipv6Addr>().unwrap()..="fd79::1ff".parse().unwrap();
+    let addrs: BTreeSet<Ipv6Addr> = given.iter().map(|g| g.2).collect();
+    assert_eq!(addrs.len(), given.len(), "{given:?}");
+    assert!(addrs.iter().all(|x| range.contains(x)), "{given:?}");
+    // The site's table the same, both members writing, once the spools are written.
+    let counts = "SELECT count(*) || ' ' || count(DISTINCT ip) || ' ' || count(DISTINCT member) \
+                  FROM site_leases6";
+    poll("the spools written to site_leases6", || {
+        pg.query(counts) == "6 6 2"
+    });
+    assert_eq!(a.spooled6() + b.spooled6(), 0);
+
+    // b killed with -9: a takes its clients, and b's client keeps its address.
+    b.kill();
+    poll("a sees b dead", || {
+        a.site().0 == [("a".to_string(), true), ("b".to_string(), false)]
+    });
+    let (_, mac, held) = given.iter().find(|g| g.0 == "b").unwrap().clone();
+    let (again, log) = dhclient(&mac, "2");
+    assert_eq!(again, Some(held), "{mac}:\n{log}\n{}", logs(&a, &b));
+    assert!(
+        a.bound6().contains(&(mac.clone(), held)),
+        "{:?}",
+        a.bound6()
+    );
+    poll("a's binding of it written to site_leases6", || {
+        pg.query(&format!(
+            "SELECT member FROM site_leases6 WHERE mac = '{mac}'"
+        )) == "a"
+    });
+    // A new client: an address of the range no binding of the site holds.
+    let new = macs6_of("b", 4)[3].clone();
+    let (fresh, log) = dhclient(&new, "1");
+    let fresh = fresh.unwrap_or_else(|| panic!("{new}:\n{log}\n{}", logs(&a, &b)));
+    assert!(
+        range.contains(&fresh) && !addrs.contains(&fresh),
+        "{fresh} {given:?}"
+    );
 }
