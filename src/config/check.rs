@@ -321,6 +321,7 @@ impl Checker<'_> {
             grub: self.path(&s.grub),
             grub_arm64: self.path(&s.grub_arm64),
             memtest: self.path(&s.memtest),
+            agent: s.agent.as_deref().map(|a| self.path(a)),
             tftp: s.tftp.unwrap_or(true),
             database,
             retention,

@@ -119,6 +119,9 @@ pub struct Server {
     /// The folder memtest86+ is served from (`server.memtest`, Debian's `/boot`): the next
     /// boot `memtest` and the menu's entry, as `memtest86+x64.bin` (BIOS) and `.efi` (UEFI).
     pub memtest: PathBuf,
+    /// The static `bootpool-agent` (`server.agent`) the addition carries, for the pools whose
+    /// NBD root goes through it (`nbd: { via: agent }`); `None`: the addition carries none.
+    pub agent: Option<PathBuf>,
     /// Whether TFTP is served at all (`server.tftp`, default true).
     pub tftp: bool,
     /// Where boot records are stored.

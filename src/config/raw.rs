@@ -70,6 +70,8 @@ pub struct Server {
     /// The folder holding memtest86+'s `memtest86+x64.bin` and `.efi` (next boot `memtest`).
     #[serde(default = "default_memtest")]
     pub memtest: String,
+    /// The static `bootpool-agent` the addition carries for `nbd: { via: agent }` pools.
+    pub agent: Option<String>,
     /// Serve TFTP at all (default true); off, port 69 stays closed.
     pub tftp: Option<bool>,
     /// Where boot records go: absent for SQLite in `state_dir`, or a `postgres://` URL.
