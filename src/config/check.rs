@@ -476,6 +476,7 @@ impl Checker<'_> {
             }
         }
         Ok(Arc::new(Image {
+            blocks: None,
             name: name.clone(),
             dir,
             kernel_name: img.kernel.clone(),
@@ -706,7 +707,7 @@ impl Checker<'_> {
             seen,
             (images, cmdline_template.as_ref()),
         )?;
-        let pool = Pool {
+        let mut pool = Pool {
             name: name.clone(),
             image,
             root,
@@ -715,6 +716,7 @@ impl Checker<'_> {
             initramfs,
             overlay,
             homes,
+            nbd_via: NbdVia::Server,
             nfs_options,
             trace: p.trace,
             netconsole,
@@ -725,6 +727,7 @@ impl Checker<'_> {
             discover: p.discover,
             wake: self.check_wake(name, p.wake.as_ref())?,
         };
+        pool.nbd_via = self.check_nbd(&pool, p.nbd.as_ref(), server)?;
         // Debian's signed network GRUB has no HTTP: its config, kernel and initrd come
         // over TFTP (docs/clients.md).
         if pool.secure_boot && !server.tftp {

@@ -291,6 +291,8 @@ pub struct Pool {
     pub overlay: Option<Overlay>,
     /// `{ server: ADDR, export: /home, options: "..." }` (`config::check_homes`).
     pub homes: Option<Homes>,
+    /// `{ via: server | agent }`: how an NBD root reaches the kernel (`config::check_nbd`).
+    pub nbd: Option<PoolNbd>,
     #[serde(default)]
     pub clients: Vec<Client>,
     #[serde(default)]
@@ -341,6 +343,13 @@ fn default_root() -> String {
 
 fn default_initramfs() -> String {
     "bootpool".into()
+}
+
+/// `pools.NAME.nbd`: how the client's kernel reads its NBD root.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolNbd {
+    pub via: Option<String>,
 }
 
 /// `pools.NAME.homes`: the NFS export of the users' homes.

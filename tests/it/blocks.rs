@@ -387,3 +387,73 @@ fn a_server_killed_mid_copy_costs_the_agent_a_retry_on_the_next_not_the_read() {
     assert!(first.failed.load(Ordering::Relaxed) >= 1);
     assert_eq!(counts.refused.load(Ordering::Relaxed), 0);
 }
+
+/// A pool whose NBD root goes through the agent (`nbd: { via: agent }`): its boot script's
+/// command line points the kernel's NBD client at the agent on 127.0.0.1 and hands the agent
+/// the URL of the root's manifest on this server; the addition the script loads carries the
+/// static agent (GNU cpio lists it); the agent given the command line's value, as the
+/// addition's hook gives it, serves the root, byte for byte the image.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_through_the_agent_hands_it_the_manifests_url_and_the_addition_carries_it() {
+    let fx = Fixture::new();
+    let agent_bin = tokio::task::block_in_place(crate::common::static_agent);
+    fx.write_config(
+        &fx.loopback()
+            .server(&format!("agent: {}", agent_bin.display()))
+            .pool(
+                "nbd-room",
+                "initramfs: initramfs-tools\nnbd: { via: agent }",
+            ),
+    );
+    let path = fx.image_dir().join("rootfs.img");
+    let digest = blocks::hex(&blocks_file::make(&path).unwrap());
+    let daemon = fx.start().await;
+    let base = format!("http://{}", daemon.bound.http);
+    let script = String::from_utf8(curl(
+        &format!("{base}/boot/script/52:54:00:77:00:11.ipxe"),
+        &[],
+    ))
+    .unwrap();
+    let url = format!(
+        "http://127.0.0.1:{}/boot/demo/blocks/{digest}",
+        daemon.bound.http.port()
+    );
+    assert!(
+        script.contains(&format!(
+            " root=/dev/nbd0 nbdroot=127.0.0.1:10809/root ip=dhcp bootpool.blocks={url} "
+        )),
+        "{script}"
+    );
+    let cpio = fx.path().join("addition.cpio");
+    std::fs::write(
+        &cpio,
+        curl(&format!("{base}/boot/loaders/bootpool-overlay.cpio"), &[]),
+    )
+    .unwrap();
+    let listed = stdout_of(
+        Command::new("sh")
+            .args(["-c", "cpio -it --quiet < \"$1\"", "sh"])
+            .arg(&cpio),
+        &[],
+    );
+    let listed = String::from_utf8(listed).unwrap();
+    assert!(
+        listed.lines().any(|l| l == "bootpool/@bootpool-agent"),
+        "{listed}"
+    );
+
+    let given = script
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("bootpool.blocks="))
+        .unwrap()
+        .to_string();
+    let a = tokio::task::spawn_blocking(move || agent(&given))
+        .await
+        .unwrap();
+    let uri = format!("nbd://{}/root", a.tcp.unwrap());
+    let copy = fx.path().join("copy");
+    let (ok, _, err) = run_async(cmd("nbdcopy", &[&uri, copy.to_str().unwrap()]), 60).await;
+    assert!(ok, "{err}");
+    assert!(std::fs::read(&copy).unwrap() == std::fs::read(&path).unwrap());
+    daemon.stop().await;
+}
