@@ -13,10 +13,12 @@ usage: $0 [--sites "1 2 4"] [--per-server N] [--roots "nfs nbd"] [--out DIR] [--
 Runs bench/storm.sh --servers K for each K of --sites (default 1 2 4) with N x K clients
 (--per-server, default 40): K bootpool servers in the simulated room, members of one site on
 a PostgreSQL the storm starts, each on storm.sh's --links x --link-rate (default 4 x 250mbit),
-the clients split between them by the site's own RFC 3074 hash. Then prints one table: per
+each client answered by the member the site's RFC 3074 hash gives it, which places its boot
+on the least-loaded member's link. Then prints one table: per
 run, the room's time beside its floor (all the clients' bytes over all servers' capacity;
 the goal is 1.15x or less), each server's egress as a share of the servers' mean (the goal:
-each within 10%), each server's clients, and the clients given an address by two servers
+each within 10%), each server's clients and the boots placed on it, and the clients given
+an address by two servers
 (none, or the site is broken).
 
 Other options go to bench/storm.sh as they are (--think-scale, --client-link,
@@ -56,12 +58,12 @@ for f in sorted(os.listdir(out)):
         rows.append((len(r["servers"]["rows"]), r["root"], r["summary"]["clients"], f[:-5], r))
 def fmt(v, d=1):
     return "-" if v is None else f"{v:.{d}f}"
-print("\n| servers | root | clients | booted / failed | all booted s | floor s | x floor (goal <= 1.15) | egress per server, share of the mean | worst off the mean (goal <= 10%) | clients per server | given an address by two |")
+print("\n| servers | root | clients | booted / failed | all booted s | floor s | x floor (goal <= 1.15) | egress per server, share of the mean | worst off the mean (goal <= 10%) | clients per server (boots placed on it) | given an address by two |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for k, root, n, name, r in sorted(rows):
     s, sv = r["summary"], r["servers"]
     shares = " / ".join(f"{x['bytes']/1e6:.0f} MB {x['share_of_mean']:.2f}" for x in sv["rows"])
-    clients = " / ".join(str(x["clients"]) for x in sv["rows"])
+    clients = " / ".join(f"{x['clients']} ({x.get('placed', '-')} placed)" for x in sv["rows"])
     two = sv.get("answered_by_two")
     print(f"| {k} | {root} | {n} | {s['booted']} / {s['failed']} | {fmt(s['all_booted_s'])} | {fmt(sv['floor_s'])} | {fmt(sv['over_floor'], 2)} | {shares} | {sv['max_share_off']*100:.1f}% | {clients} | {'-' if two is None else len(two)} |")
 EOF

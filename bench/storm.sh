@@ -10,7 +10,7 @@ usage() {
 usage: $0 [--clients N] [--big N] [--roots "nfs nbd"] [--links K] [--link-rate RATE]
           [--client-link RATE] [--think-scale F] [--out DIR] [--bin PATH]
           [--stacks "bootpool reference"] [--optins "nocto zstd"] [--rows "ROW..."]
-          [--servers K]
+          [--servers K [--fail kill|linkdown] [--fail-at SECONDS]]
           [--sequential-macs]
           [--record NAME]
 
@@ -57,6 +57,10 @@ nfs-ganesha-vfs nbd-server nginx-light (apt-get install them; their services are
              of one site on a PostgreSQL the storm starts (\`bootpool storm --servers K\`;
              needs Debian's postgresql, not the reference stack), each on --links x
              --link-rate: bootpool-siteK-plain-ROOT-N. bench/site-storm.sh runs K = 1, 2, 4
+  --fail KIND, --fail-at SECONDS  with --servers K and --links 1: member s1 dies SECONDS
+             (default 20) after power-on, its bootpool and keepalived killed with -9 (kill)
+             or its links taken down first (linkdown): bootpool-siteK-plain-ROOT-N-KIND
+             (docs/failover.md; needs keepalived). bench/failover-storm.sh runs the rows
   --optins   which opt-in rows to run (default "nocto zstd"; "" for none)
   --rows     which plain rows to run, by the names above (default all five)
   --sequential-macs  the clients' MACs as bench/storm/pools.yaml lists them (two ranges);
@@ -67,6 +71,7 @@ EOF
 }
 
 ARGS="$*"
+FAIL="" FAIL_AT=20
 CLIENTS=40 BIG=200 ROOTS="nfs nbd" LINKS=4 RATE=250mbit CLIENT=100mbit THINK=0.2 OUT="" BIN=""
 SERVERS="bootpool reference" OPTINS="nocto zstd" RECORD="" MACS=random SITE=""
 ROWS="bootpool-links bootpool-bond reference-bond reference-hashed reference-1link"
@@ -92,6 +97,8 @@ while [ $# -gt 0 ]; do
         --optins) OPTINS="$2"; shift ;;
         --rows) ROWS="$2"; shift ;;
         --sequential-macs) MACS=sequential ;;
+        --fail) FAIL="$2"; shift ;;
+        --fail-at) FAIL_AT="$2"; shift ;;
         --record) RECORD="$2"; shift ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -206,7 +213,11 @@ run() { # server links variant root clients
     case "$place" in
         bond) shape="1x$BOND" k=1 rate=$BOND ;;
         hashed) shape="${LINKS}x$RATE" k=$LINKS rate=$RATE extra=(--bond-hash) ;;
-        site*) shape="${LINKS}x$RATE" k=$LINKS rate=$RATE extra=(--servers "${place#site}") ;;
+        site*) shape="${LINKS}x$RATE" k=$LINKS rate=$RATE extra=(--servers "${place#site}")
+            if [ -n "$FAIL" ]; then
+                extra+=(--fail "$FAIL" --fail-at "$FAIL_AT")
+                name="$name-$FAIL"
+            fi ;;
         *) shape="${LINKS}x$RATE" k=$LINKS rate=$RATE ;;
     esac
     local cfg

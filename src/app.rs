@@ -427,13 +427,15 @@ async fn start_taking(
     })?;
     let shutdown = Shutdown::new();
     let metrics = Metrics::default();
-    let (recorder, records) = record::start(&config.server, &shutdown, &metrics)
+    // Its name in its site, which also marks its records in a shared database.
+    let name = member_name(&config, member);
+    let (recorder, records) = record::start(&config.server, &name, &shutdown, &metrics)
         .await
         .context("opening the boot records")?;
     let recorder = recorder.with_tracer(crate::record::trace::Tracer::new(&config));
     // With a PostgreSQL database, a member of the site: which clients it answers is known
     // before the first request is (`site::live`).
-    let site = join_site(&config, member, &shutdown).await?;
+    let site = join_site(&config, name, &shutdown).await?;
     let leases = service::dhcp::open_table(&config)?;
     // With a PostgreSQL database, shared with the site (`site::shared_leases`).
     let leases = share_leases(leases, &config, &site, &metrics, &shutdown)?;
@@ -462,6 +464,8 @@ async fn start_taking(
         .await
         .context("starting egress sampling")?;
     placement.set_egress(egress.clone());
+    // Each heartbeat publishes the links' load (`site::balance`).
+    site.set_placement(placement.clone());
     // The clients no pool lists that asked, as listed before the stop; saved while it changes.
     let unknown = Arc::new(service::unknown::Unknown::open(
         &config.server.state_dir,
@@ -477,26 +481,9 @@ async fn start_taking(
         reloading: std::sync::Mutex::new(()),
     });
     // An enrolment (the API's, a `discover` pool's) asks for the reload SIGHUP makes.
-    let (reloads, mut asked) = tokio::sync::mpsc::channel::<service::enrol::ReloadReply>(16);
-    {
-        let (reloader, stop) = (reloader.clone(), shutdown.clone());
-        shutdown.spawn(async move {
-            loop {
-                let reply = tokio::select! {
-                    _ = stop.wait() => break,
-                    Some(reply) = asked.recv() => reply,
-                };
-                let again = reloader.clone();
-                let done = tokio::task::spawn_blocking(move || again.reload()).await;
-                let answer = match done {
-                    Ok(Ok(served)) => Ok(served.generation),
-                    Ok(Err(refused)) => Err(refused.to_string()),
-                    Err(e) => Err(format!("the reload failed: {e}")),
-                };
-                let _ = reply.send(answer);
-            }
-        });
-    }
+    let reloads = answer_reloads(&reloader, &shutdown);
+    // With a PostgreSQL database, the enrolments file kept in step with the site's.
+    share_enrolments(&config, &site, &live, reloads.clone(), &shutdown)?;
     let enrol = Arc::new(service::enrol::Enroller::new(Some(reloads)));
     let shared = service::Shared {
         config: live.clone(),
@@ -1217,11 +1204,39 @@ async fn restart(running: Running) -> anyhow::Result<()> {
     Err(e).with_context(|| format!("restarting {}", exe.display()))
 }
 
+/// The channel an enrolment (the API's, a `discover` pool's, the site's) asks for a reload
+/// by, as SIGHUP makes it, and the task that answers each ask with the reload's generation
+/// or why it was refused, until the shutdown.
+fn answer_reloads(
+    reloader: &Arc<Reloader>,
+    shutdown: &Shutdown,
+) -> tokio::sync::mpsc::Sender<service::enrol::ReloadReply> {
+    let (reloads, mut asked) = tokio::sync::mpsc::channel::<service::enrol::ReloadReply>(16);
+    let (reloader, stop) = (reloader.clone(), shutdown.clone());
+    shutdown.spawn(async move {
+        loop {
+            let reply = tokio::select! {
+                _ = stop.wait() => break,
+                Some(reply) = asked.recv() => reply,
+            };
+            let again = reloader.clone();
+            let done = tokio::task::spawn_blocking(move || again.reload()).await;
+            let answer = match done {
+                Ok(Ok(served)) => Ok(served.generation),
+                Ok(Err(refused)) => Err(refused.to_string()),
+                Err(e) => Err(format!("the reload failed: {e}")),
+            };
+            let _ = reply.send(answer);
+        }
+    });
+    reloads
+}
+
 /// This server's site, joined (its name checked, a name another member holds refused) and
 /// kept (its heartbeat, everyone's rows) until the shutdown.
 async fn join_site(
     config: &Config,
-    member: Option<String>,
+    member: String,
     shutdown: &Shutdown,
 ) -> anyhow::Result<Arc<crate::site::live::Site>> {
     let site = site_of(config, member);
@@ -1266,14 +1281,46 @@ fn share_leases(
     Ok(table.sharing(shared))
 }
 
-/// This server as a member of its site: named `member` (`serve --member`), else by the
-/// host's name; a site only with a PostgreSQL database, else alone.
-fn site_of(config: &Config, member: Option<String>) -> Arc<crate::site::live::Site> {
+/// The enrolments file, a member's in a site, kept in step with the site's `site_enrolments`
+/// (this member's changes written, the others' read into the file and reloaded) until the
+/// shutdown; alone, the file is the whole truth and nothing runs.
+fn share_enrolments(
+    config: &Config,
+    site: &Arc<crate::site::live::Site>,
+    live: &Live,
+    reloads: tokio::sync::mpsc::Sender<service::enrol::ReloadReply>,
+    shutdown: &Shutdown,
+) -> anyhow::Result<()> {
+    use crate::site::{db::Db, enrolments::SharedEnrolments, enrolments_db::EnrolmentsDb};
+    let crate::config::Database::Postgres(url) = &config.server.database else {
+        return Ok(());
+    };
+    if !site.shared() {
+        return Ok(());
+    }
+    // The reload's answer is not awaited: the file is served from the reload on.
+    let reload = Box::new(move || {
+        let (reply, _) = tokio::sync::oneshot::channel();
+        let _ = reloads.try_send(reply);
+    });
+    let db = EnrolmentsDb::new(Db::connect(url)?);
+    let shared = SharedEnrolments::open(&site.me().name, db, live.clone(), reload)?;
+    shutdown.spawn(shared.keep(shutdown.clone()));
+    Ok(())
+}
+
+/// This server's name in its site: `member` (`serve --member`), else the host's name.
+fn member_name(config: &Config, member: Option<String>) -> String {
+    member
+        .or_else(|| Some(host_name()).filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| config.server.address.to_string())
+}
+
+/// This server as member `name` of its site: a site only with a PostgreSQL database, else
+/// alone.
+fn site_of(config: &Config, name: String) -> Arc<crate::site::live::Site> {
     use crate::site::{db::Db, live::Site, member::Member};
     let s = &config.server;
-    let name = member
-        .or_else(|| Some(host_name()).filter(|h| !h.is_empty()))
-        .unwrap_or_else(|| s.address.to_string());
     let me = Member {
         name,
         addresses: std::iter::once(IpAddr::V4(s.address))

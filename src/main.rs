@@ -237,6 +237,15 @@ enum ClientCommand {
         #[arg(long)]
         name: Option<String>,
     },
+    /// Take an enrolled machine out of the enrolments file, and have the daemon serving this
+    /// config reload, so it is refused at its next try (a machine listed in pools.yaml is
+    /// removed there). In a site the removal reaches every member within a few seconds.
+    Remove {
+        #[arg(short, long, default_value_os_t = config::default_file(), hide_default_value = true, help = config::FILE_HELP)]
+        config: PathBuf,
+        /// The machine's MAC address.
+        mac: String,
+    },
     /// The machines no pool lists that asked for a boot (as GET /api/v1/unknown), as the
     /// daemon last saved them (STATE_DIR/unknown.json), the one seen last first.
     Unknown {
@@ -287,6 +296,7 @@ fn main() -> ExitCode {
             pool,
             name,
         }) => client_add(&config, &mac, pool, name),
+        Command::Client(ClientCommand::Remove { config, mac }) => client_remove(&config, &mac),
         Command::Client(ClientCommand::Unknown { config }) => client_unknown(&config),
         Command::Serve { config, member } => {
             let config = match Config::load(&config) {
@@ -570,13 +580,44 @@ fn client_add(path: &std::path::Path, mac: &str, pool: String, name: Option<Stri
         enrolment.pool,
         file.display()
     );
+    reload_after(path, &file, "it boots at its next try")
+}
+
+/// `bootpool client remove`: exit 0 when the machine is out of the enrolments file (and the
+/// daemon, if one serves this state_dir, reloaded), 2 when the config is bad or the MAC
+/// unreadable, 1 when it was not enrolled there or the reload failed.
+fn client_remove(path: &std::path::Path, mac: &str) -> ExitCode {
+    let mac = match mac.parse() {
+        Ok(mac) => mac,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(code) = load_config(path) {
+        return code;
+    }
+    let file = match config::enrolments::remove(path, mac) {
+        Ok(file) => file,
+        Err(e) => {
+            eprintln!("error: {mac} not removed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("{mac} removed from {}", file.display());
+    reload_after(path, &file, "it is refused at its next try")
+}
+
+/// After the enrolments `file` changed: the daemon serving the config at `path` reloaded, if
+/// one runs (exit 0), and what that means for the machine (`then`).
+fn reload_after(path: &std::path::Path, file: &std::path::Path, then: &str) -> ExitCode {
     let config = match load_config(path) {
         Ok(c) => c,
         Err(code) => return code,
     };
     if bootpool::app::state_dir_holder(&config.server.state_dir).is_none() {
         println!(
-            "no bootpool serves {} now: it boots once one starts",
+            "no bootpool serves {} now: served so once one starts",
             config.server.state_dir.display()
         );
         return ExitCode::SUCCESS;
@@ -584,7 +625,7 @@ fn client_add(path: &std::path::Path, mac: &str, pool: String, name: Option<Stri
     match bootpool::app::ask_reload(&config) {
         Ok(status) => {
             println!(
-                "reloaded by bootpool (pid {}): generation {}; it boots at its next try",
+                "reloaded by bootpool (pid {}): generation {}; {then}",
                 status.pid, status.generation
             );
             ExitCode::SUCCESS

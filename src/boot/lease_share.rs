@@ -104,6 +104,11 @@ impl Share {
             .is_some_and(|h| h.mac != mac && h.expires > now)
     }
 
+    /// The client another member's lease holds `ip` for now, if any.
+    pub fn at(&self, ip: Ipv4Addr, now: u64) -> Option<&Held> {
+        self.by_ip.get(&ip).filter(|h| h.expires > now)
+    }
+
     /// The lease another member holds for `mac` now, if any.
     pub fn bound(&self, mac: Mac, now: u64) -> Option<&Held> {
         let ip = self.by_mac.get(&mac)?;
@@ -117,6 +122,27 @@ mod tests {
 
     fn mac(n: u8) -> Mac {
         Mac([0x52, 0x54, 0, 0x46, 0, n])
+    }
+
+    /// Who another member's lease holds an address for, while it has not ended: the client
+    /// the services take for a client here too (`service::identity`).
+    #[test]
+    fn the_client_at_an_address_of_anothers_lease() {
+        let ip = Ipv4Addr::new(10, 46, 0, 3);
+        let held = Held {
+            mac: mac(7),
+            ip,
+            expires: 100,
+            link: Some(Ipv4Addr::new(10, 46, 0, 2)),
+        };
+        let share = Share::new(1, 2, [held.clone()]);
+        assert_eq!(share.at(ip, 10), Some(&held));
+        assert_eq!(
+            share.at(Ipv4Addr::new(10, 46, 0, 4), 10),
+            None,
+            "a stranger"
+        );
+        assert_eq!(share.at(ip, 100), None, "ended");
     }
     fn ip(n: u8) -> Ipv4Addr {
         Ipv4Addr::new(10, 46, 0, n)

@@ -1,8 +1,8 @@
 //! DHCPv6 bindings as plain data: which client holds which address of `dhcp6.range` until
 //! when. A client is its MAC (read from its DUID, its link-local address or option 79; only
 //! a MAC can be in a pool), one address per client whatever its IAID. No I/O and no clock:
-//! `now` is seconds since the epoch. Kept in memory only: after a restart a client asks again
-//! and gets the first free address, most often the one it had.
+//! `now` is seconds since the epoch. Saved whole in `state_dir` by the service
+//! (`service::leases6_file`, `saved` and `restore`), so a restart keeps every binding.
 //!
 //! Invariants: an address is held by at most one MAC; a MAC keeps its address across renewals
 //! and after expiry until someone else needs it. Beside the bindings, the addresses clients
@@ -18,6 +18,16 @@ pub struct Binding6 {
     pub addr: Ipv6Addr,
     /// Seconds since the epoch when the address's valid lifetime ends.
     pub expires: u64,
+}
+
+/// A binding as it is saved: its client, address and end, and the DUID that bound it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Saved6 {
+    pub mac: Mac,
+    pub addr: Ipv6Addr,
+    pub expires: u64,
+    /// The DUID, in hex.
+    pub duid: String,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -81,6 +91,52 @@ impl Leases6 {
         }
         b.expires = b.expires.min(now);
         true
+    }
+
+    /// Every binding, by client, as it is saved.
+    pub fn saved(&self) -> Vec<Saved6> {
+        self.by_mac
+            .iter()
+            .map(|(mac, b)| Saved6 {
+                mac: *mac,
+                addr: b.addr,
+                expires: b.expires,
+                duid: self
+                    .duids
+                    .get(mac)
+                    .map(|d| d.iter().map(|b| format!("{b:02x}")).collect())
+                    .unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// Takes back bindings saved: those inside the range, an address to its first client
+    /// only (a damaged or hand-edited file never gives one address twice). Answers how many
+    /// were taken.
+    pub fn restore(&mut self, saved: impl IntoIterator<Item = Saved6>) -> usize {
+        let mut taken = 0;
+        for s in saved {
+            let inside = self
+                .range
+                .is_some_and(|(first, last)| (first..=last).contains(&s.addr));
+            if !inside || self.by_addr.contains_key(&s.addr) || self.by_mac.contains_key(&s.mac) {
+                continue;
+            }
+            let duid = (0..s.duid.len() / 2)
+                .filter_map(|i| u8::from_str_radix(s.duid.get(2 * i..2 * i + 2)?, 16).ok())
+                .collect();
+            self.by_addr.insert(s.addr, s.mac);
+            self.by_mac.insert(
+                s.mac,
+                Binding6 {
+                    addr: s.addr,
+                    expires: s.expires,
+                },
+            );
+            self.duids.insert(s.mac, duid);
+            taken += 1;
+        }
+        taken
     }
 
     pub fn get(&self, mac: Mac) -> Option<Binding6> {
@@ -175,6 +231,38 @@ mod tests {
             Some(mac(3)),
             "a bound address stays its binding's"
         );
+    }
+
+    #[test]
+    fn bindings_saved_are_taken_back_with_their_duids_once_each_and_inside_the_range() {
+        let range = ("fd77::1".parse().unwrap(), "fd77::ff".parse().unwrap());
+        let mut t = Leases6::new(range);
+        t.bind(mac(1), &[0, 3, 0xab], 0, 100);
+        t.bind(mac(2), &[2], 0, 200);
+        let saved = t.saved();
+        assert_eq!(saved[0].duid, "0003ab");
+        let mut back = Leases6::new(range);
+        let mut extra = saved.clone();
+        // A second client on an address, an address outside the range: left out.
+        extra.push(Saved6 {
+            mac: mac(3),
+            ..saved[0].clone()
+        });
+        extra.push(Saved6 {
+            mac: mac(4),
+            addr: "fd78::1".parse().unwrap(),
+            expires: 100,
+            duid: String::new(),
+        });
+        assert_eq!(back.restore(extra), 2);
+        assert_eq!(back.saved(), saved);
+        // The next client gets a fresh address, the DUID still guards a RELEASE.
+        assert_eq!(
+            back.bind(mac(5), &[5], 0, 100),
+            Some("fd77::3".parse().unwrap())
+        );
+        assert!(!back.end(mac(1), &[9], &["fd77::1".parse().unwrap()], 50));
+        assert!(back.end(mac(1), &[0, 3, 0xab], &["fd77::1".parse().unwrap()], 50));
     }
 
     #[test]

@@ -188,6 +188,37 @@ impl Checker<'_> {
         }
     }
 
+    /// `server.database`: SQLite in `state_dir` when absent, else a PostgreSQL URL, read as
+    /// serve reads it (its form only: `check` never connects, and a database that is down is
+    /// no error of the config).
+    fn database(
+        &self,
+        url: Option<&str>,
+        state_dir: &std::path::Path,
+    ) -> Result<Database, ConfigError> {
+        use Step::Key;
+        Ok(match url.map(str::trim) {
+            None => Database::Sqlite(state_dir.join("records.db")),
+            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
+                if let Err(e) = url.parse::<sqlx::postgres::PgConnectOptions>() {
+                    return Err(self.err(
+                        &[Key("server"), Key("database")],
+                        format!("not a PostgreSQL URL serve can use: {e}"),
+                    ));
+                }
+                Database::Postgres(url.to_string())
+            }
+            Some(other) => {
+                return Err(self.err(
+                    &[Key("server"), Key("database")],
+                    format!(
+                        "`{other}` is not a postgres:// URL (leave the key out for SQLite in state_dir)"
+                    ),
+                ));
+            }
+        })
+    }
+
     /// The `server` section, with what DHCPv6 adds to it (`server.address6`, `dhcp6`).
     fn check_server(&self, raw: &raw::File) -> Result<(Server, Option<Dhcp6>), ConfigError> {
         use Step::Key;
@@ -223,20 +254,7 @@ impl Checker<'_> {
             console: s.ports.console.unwrap_or(d.console),
         };
         let state_dir = self.path(&s.state_dir);
-        let database = match s.database.as_deref().map(str::trim) {
-            None => Database::Sqlite(state_dir.join("records.db")),
-            Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-                Database::Postgres(url.to_string())
-            }
-            Some(other) => {
-                return Err(self.err(
-                    &[Key("server"), Key("database")],
-                    format!(
-                        "`{other}` is not a postgres:// URL (leave the key out for SQLite in state_dir)"
-                    ),
-                ));
-            }
-        };
+        let database = self.database(s.database.as_deref(), &state_dir)?;
         let retention = match s.retention.trim() {
             "forever" | "0" => None,
             text => Some(parse_duration(text).map_err(|e| {
@@ -331,6 +349,7 @@ impl Checker<'_> {
             admin_networks: self.check_admin_networks(s)?,
             metrics_open: s.metrics_open.unwrap_or(false),
             fair_share: s.fair_share.unwrap_or(true),
+            placement: self.check_placement(s)?,
             tls,
             enrolments: match &s.enrolments {
                 Some(file) => self.path(file),

@@ -77,46 +77,168 @@ pub fn add(config_file: &Path, enrolment: &Enrolment) -> Result<PathBuf, Refused
             m.pool.name
         )));
     }
-    let before = match std::fs::read_to_string(&file) {
-        Ok(text) => Some(text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(Refused::Io(format!("reading {}: {e}", file.display()))),
+    let before = read_text(&file)?;
+    let mut entries = match &before {
+        Some(text) => parse(&file, text)?,
+        None => Vec::new(),
     };
-    let mut lists: BTreeMap<String, Vec<raw::Client>> = match &before {
-        Some(text) => super::yaml::read_as::<Option<_>>(&file, text)
-            .map_err(|e| conflict(e.to_string()))?
-            .unwrap_or_default(),
-        None => BTreeMap::new(),
-    };
-    lists.entry(pool.clone()).or_default().push(raw::Client {
+    entries.push(Entry {
+        pool: pool.clone(),
         mac: Some(mac.to_string()),
         macs: None,
         name: name.clone(),
-        first: None,
         ip: None,
-        cmdline: None,
-        image: None,
-        revision: None,
     });
-    write(&file, &render(&lists)).map_err(|e| Refused::Io(e.to_string()))?;
-    // Whole, or not at all: a name another client has, say, is refused as a reload would.
+    keep(config_file, &file, before.as_deref(), &entries)?;
+    Ok(file)
+}
+
+/// Takes `mac` out of the enrolments file of the config in `config_file`: refused when no
+/// entry of the file is that MAC alone (one listed in pools.yaml is named, to be removed
+/// there). Answers the file written. The served config is unchanged until a reload reads it.
+pub fn remove(config_file: &Path, mac: Mac) -> Result<PathBuf, Refused> {
+    let conflict = |why: String| Refused::Conflict(why);
+    let config = Config::load(config_file).map_err(|e| conflict(e.to_string()))?;
+    let file = config.server.enrolments.clone();
+    let _lock = lock(&file)?;
+    let before = read_text(&file)?;
+    let mut entries = match &before {
+        Some(text) => parse(&file, text)?,
+        None => Vec::new(),
+    };
+    let n = entries.len();
+    entries.retain(|e| e.key() != mac.to_string());
+    if entries.len() == n {
+        let config = Config::load(config_file).map_err(|e| conflict(e.to_string()))?;
+        return Err(conflict(match config.listed(mac) {
+            Some(m) => format!(
+                "{mac} is not enrolled in {} but listed in pool `{}` of {}: remove it there",
+                file.display(),
+                m.pool.name,
+                config_file.display()
+            ),
+            None => format!("{mac} is not enrolled in {}", file.display()),
+        }));
+    }
+    keep(config_file, &file, before.as_deref(), &entries)?;
+    Ok(file)
+}
+
+/// One entry of the enrolments file, as bootpool writes it: a client of `pool`, by `mac` (or
+/// a hand-written `macs` range), with its `name` and `ip` if it has them.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+pub struct Entry {
+    pub pool: String,
+    pub mac: Option<String>,
+    pub macs: Option<String>,
+    pub name: Option<String>,
+    pub ip: Option<String>,
+}
+
+impl Entry {
+    /// What the entry is known by: its MAC as bootpool writes MACs, else its `macs` as given.
+    pub fn key(&self) -> String {
+        match (&self.mac, &self.macs) {
+            (Some(m), _) => m
+                .parse::<Mac>()
+                .map_or_else(|_| m.clone(), |m| m.to_string()),
+            (None, Some(r)) => r.clone(),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+/// The entries of the enrolments `file` (none when it does not exist), in the file's order.
+pub fn entries(file: &Path) -> Result<Vec<Entry>, Refused> {
+    match read_text(file)? {
+        Some(text) => parse(file, &text),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// Writes the enrolments file of the config in `config_file` as `entries`, under the lock,
+/// if `unchanged` says yes to the entries it holds now (another enrolment may have been
+/// written since they were read): checked whole with pools.yaml, undone when the config
+/// would not load. Answers whether it was written.
+pub fn replace(
+    config_file: &Path,
+    unchanged: impl FnOnce(&[Entry]) -> bool,
+    entries: &[Entry],
+) -> Result<bool, Refused> {
+    let config = Config::load(config_file).map_err(|e| Refused::Conflict(e.to_string()))?;
+    let file = config.server.enrolments.clone();
+    let _lock = lock(&file)?;
+    let before = read_text(&file)?;
+    let now = match &before {
+        Some(text) => parse(&file, text)?,
+        None => Vec::new(),
+    };
+    if !unchanged(&now) {
+        return Ok(false);
+    }
+    keep(config_file, &file, before.as_deref(), entries)?;
+    Ok(true)
+}
+
+/// The file's text, `None` when it does not exist.
+fn read_text(file: &Path) -> Result<Option<String>, Refused> {
+    match std::fs::read_to_string(file) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Refused::Io(format!("reading {}: {e}", file.display()))),
+    }
+}
+
+/// The entries of `text`, read from `file`, by pool in the file's order.
+fn parse(file: &Path, text: &str) -> Result<Vec<Entry>, Refused> {
+    let lists: BTreeMap<String, Vec<raw::Client>> = super::yaml::read_as::<Option<_>>(file, text)
+        .map_err(|e| Refused::Conflict(e.to_string()))?
+        .unwrap_or_default();
+    Ok(lists
+        .into_iter()
+        .flat_map(|(pool, clients)| {
+            clients.into_iter().map(move |c| Entry {
+                pool: pool.clone(),
+                mac: c.mac,
+                macs: c.macs,
+                name: c.name,
+                ip: c.ip,
+            })
+        })
+        .collect())
+}
+
+/// Writes `entries` as `file`, then checks the config in `config_file` loads with it: whole,
+/// or not at all (the file put back as `before`) with the reason a reload would give.
+fn keep(
+    config_file: &Path,
+    file: &Path,
+    before: Option<&str>,
+    entries: &[Entry],
+) -> Result<(), Refused> {
+    write(file, &render(entries)).map_err(Refused::Io)?;
     if let Err(e) = Config::load(config_file) {
-        let undone = match &before {
-            Some(text) => write(&file, text),
-            None => std::fs::remove_file(&file).map_err(|e| e.to_string()),
+        let undone = match before {
+            Some(text) => write(file, text),
+            None => std::fs::remove_file(file).map_err(|e| e.to_string()),
         };
         if let Err(u) = undone {
             tracing::error!(file = %file.display(), error = %u, "an enrolment refused could not be undone");
         }
-        return Err(conflict(e.to_string()));
+        return Err(Refused::Conflict(e.to_string()));
     }
-    Ok(file)
+    Ok(())
 }
 
-/// The file's text for `lists`: the header, then each pool's clients, one flow map a line.
-fn render(lists: &BTreeMap<String, Vec<raw::Client>>) -> String {
+/// The file's text for `entries`: the header, then each pool's clients in their order, one
+/// flow map a line.
+fn render(entries: &[Entry]) -> String {
     // JSON strings are YAML double-quoted scalars: anything a value holds is quoted safely.
     let quoted = |s: &str| serde_json::Value::from(s).to_string();
+    let mut lists: BTreeMap<&str, Vec<&Entry>> = BTreeMap::new();
+    for e in entries {
+        lists.entry(&e.pool).or_default().push(e);
+    }
     let mut out = String::from(HEADER);
     for (pool, clients) in lists {
         out.push_str(&format!("{}:\n", quoted(pool)));
@@ -249,5 +371,66 @@ pools:
             assert!(why.contains(says), "{why}");
         }
         assert_eq!(std::fs::read_to_string(&written).unwrap(), kept);
+    }
+
+    #[test]
+    fn a_removal_takes_an_enrolled_client_out_and_refuses_one_the_file_does_not_hold() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pools.yaml");
+        std::fs::write(&file, TEXT).unwrap();
+        let written = add(&file, &enrolment("52:54:00:77:00:02", "room", Some("pc02"))).unwrap();
+        add(&file, &enrolment("52:54:00:77:00:03", "lab", None)).unwrap();
+        // Any case of the MAC names it.
+        assert_eq!(
+            remove(&file, "52:54:00:77:00:02".parse().unwrap()),
+            Ok(written.clone())
+        );
+        let config = Config::load(&file).unwrap();
+        assert!(
+            config
+                .listed("52:54:00:77:00:02".parse().unwrap())
+                .is_none()
+        );
+        assert!(
+            config
+                .listed("52:54:00:77:00:03".parse().unwrap())
+                .is_some()
+        );
+        let kept = std::fs::read_to_string(&written).unwrap();
+        for (mac, says) in [
+            ("52:54:00:77:00:01", "listed in pool `room` of"),
+            ("52:54:00:77:00:02", "52:54:00:77:00:02 is not enrolled in"),
+        ] {
+            let why = remove(&file, mac.parse().unwrap()).unwrap_err().to_string();
+            assert!(why.contains(says), "{why}");
+        }
+        assert_eq!(std::fs::read_to_string(&written).unwrap(), kept);
+        // Replaced whole, only while the file holds what the caller read; never a config
+        // that would not load (a pool this config lacks).
+        let now = entries(&written).unwrap();
+        assert_eq!(now.len(), 1);
+        let other = Entry {
+            pool: "room".into(),
+            mac: Some("52:54:00:77:00:09".into()),
+            macs: None,
+            name: None,
+            ip: None,
+        };
+        assert_eq!(
+            replace(&file, |_| false, std::slice::from_ref(&other)),
+            Ok(false)
+        );
+        assert_eq!(entries(&written).unwrap(), now);
+        assert_eq!(
+            replace(&file, |e| e == now, std::slice::from_ref(&other)),
+            Ok(true)
+        );
+        assert_eq!(entries(&written).unwrap(), std::slice::from_ref(&other));
+        let attic = Entry {
+            pool: "attic".into(),
+            ..other.clone()
+        };
+        assert!(replace(&file, |_| true, &[attic]).is_err());
+        assert_eq!(entries(&written).unwrap(), [other]);
     }
 }

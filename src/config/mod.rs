@@ -20,6 +20,7 @@ mod check_names;
 mod check_nbd;
 mod check_overlay;
 mod check_overrides;
+mod check_placement;
 mod check_wake;
 pub mod client_names;
 pub mod cmdline;
@@ -44,7 +45,7 @@ pub use live::Live;
 pub use model::{
     ClientEntry, Config, Cow, CowStore, DEFAULT_COW_LIMIT, Database, Dhcp, DhcpMode, DhcpSubnet,
     ENROLMENTS_FILE, Homes, Image, Initramfs, Limits, Member, NbdVia, Netconsole, Overlay, Pool,
-    Ports, RootProto, Server, Store, Tls, Variant, Wire,
+    Ports, RootProto, Server, SitePlacement, Store, Tls, Variant, Wire,
 };
 pub use values::{Mac, MacRange, Subnet, parse_duration, parse_rate_mbps, parse_size};
 pub use wake::WakeSchedule;

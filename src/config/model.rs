@@ -146,12 +146,25 @@ pub struct Server {
     /// While a link of known capacity is full, its clients are paced to equal shares of it
     /// (`steer::pacing`).
     pub fair_share: bool,
+    /// In a site, which members' links a boot may be placed on (`server.placement`).
+    pub placement: SitePlacement,
     /// The HTTPS listener (`None`: plain HTTP only).
     pub tls: Option<Tls>,
     /// The enrolments file (`server.enrolments`, default `state_dir/enrolled.yaml`): clients
     /// added by `bootpool client add` and the API, by pool, read with the pools
     /// (`config::enrolments`).
     pub enrolments: PathBuf,
+}
+
+/// `server.placement`: where the member that answers a client's DHCP (its owner, by the
+/// RFC 3074 hash) places its boot (docs/site.md, "Which server answers whom").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SitePlacement {
+    /// On the least-loaded link of any live member of the site (`site`).
+    #[default]
+    Site,
+    /// On the owner's own links only (`owner`).
+    Owner,
 }
 
 /// `server.tls`: the same HTTP service over TLS on a port of its own, for the dashboard and

@@ -350,6 +350,13 @@ fn database_and_retention_are_checked_with_their_line() {
         e.to_string().starts_with("/etc/bootpool/pools.yaml:6:"),
         "{e}"
     );
+    // Read as serve reads it (a port that is no number), never connected to.
+    let e = parse(&with("  database: postgres://db:port/records\n")).unwrap_err();
+    assert_eq!(
+        (e.line, e.path.as_str()),
+        (Some(6), "server.database"),
+        "{e}"
+    );
 }
 
 /// Debian's nfsmount finds MOUNT only through a portmapper on 111: a pool that needs it with

@@ -19,6 +19,7 @@ pub mod import;
 pub mod initrd;
 pub mod inventory;
 pub mod manifest;
+pub mod manifest_delta;
 pub mod objects;
 pub mod progress;
 pub mod pull;

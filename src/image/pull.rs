@@ -9,6 +9,7 @@
 
 use super::fetch::{self, Base, Got};
 use super::manifest::{Entry, Kind, Manifest};
+use super::manifest_delta;
 use super::objects::{self, Stamp};
 use super::progress::Progress;
 use super::store::{self, Meta, Revision};
@@ -183,13 +184,32 @@ pub(super) fn manifest(
             "--rev `{rev}` is not a revision id (12 hex digits; `bootpool image list` on the member shows them)"
         );
     }
-    let path = format!("/api/v1/images/{}/revs/{rev}/manifest", image.name);
+    // A revision held here: members that hold it too send the manifest as its difference
+    // from that one's, a line per changed file (`manifest_delta`).
+    let held = held_manifest(image);
+    let path = match &held {
+        Some((id, _)) => format!(
+            "/api/v1/images/{}/revs/{rev}/manifest?base={id}",
+            image.name
+        ),
+        None => format!("/api/v1/images/{}/revs/{rev}/manifest", image.name),
+    };
     let mut said = Vec::new();
     for (i, base) in bases.iter().enumerate() {
         let mut text = Vec::new();
         match fetch::get(base, &path, req.token.as_deref(), MANIFEST_LIMIT, &mut text) {
             Ok(Got::Body(n)) => {
                 moved.manifest_bytes += n;
+                let text = match (&held, manifest_delta::is_delta(&text)) {
+                    (Some((_, of_held)), true) => match manifest_delta::apply(of_held, &text) {
+                        Ok(whole) => whole,
+                        Err(e) => {
+                            said.push(format!("{}: a bad manifest delta: {e:#}", base.shown));
+                            continue;
+                        }
+                    },
+                    _ => text,
+                };
                 match Manifest::decode(&text) {
                     Ok(m) if (m.kernel.as_str(), m.initrd.as_str(), m.tree.as_str())
                         == (image.kernel_name.as_str(), image.initrd_name.as_str(), image.root_tree_name.as_str()) =>
@@ -212,6 +232,17 @@ pub(super) fn manifest(
         image.name,
         said.join("\n  ")
     )
+}
+
+/// The manifest of a revision held here, to be sent differences from: the active one, else
+/// the newest; none when the image holds none (or its manifest cannot be read).
+fn held_manifest(image: &Image) -> Option<(String, Vec<u8>)> {
+    let id = match store::active(&image.dir).ok().flatten() {
+        Some(id) => id,
+        None => store::list(&image.dir).ok()?.last()?.id.clone(),
+    };
+    let text = super::inventory::of_revision(image, &id).ok()?;
+    Some((id, text))
 }
 
 pub(super) struct Puller<'a> {

@@ -16,12 +16,20 @@
 //! A batch the store refuses (a PostgreSQL that is down) is parked on disk (`spool`) and
 //! written, before anything newer, once the store takes writes again; a daemon killed with -9
 //! meanwhile writes it when it comes back. Boots never wait for any of it.
+//!
+//! With PostgreSQL (a site), the daemon starts whether or not the database answers: it waits
+//! `ATTACH_WAIT` for it, then starts from its spool alone and tries again every
+//! `ATTACH_EVERY`, parking every batch meanwhile; once it answers, the spool is written and
+//! the timelines are read anew from the store, every member's history with them. From then on
+//! the writer reads the other members' new events every `FOLLOW` (`follow`) into the same
+//! timelines, so any member's API and dashboard show the whole site's boots.
 
 pub mod cause;
 pub mod console;
 pub mod egress;
 pub mod end;
 pub mod event;
+pub mod follow;
 pub mod report;
 pub mod sampler;
 pub mod signs;
@@ -38,7 +46,7 @@ pub mod when;
 pub use event::{Event, FileKind, Kind, Outcome, Proto, Who};
 pub use timeline::{Boot, BootResult, Phase, Timelines};
 
-use crate::config::Server;
+use crate::config::{Database, Server};
 use crate::metrics::{Count, Metrics};
 use crate::shutdown::Shutdown;
 use std::sync::{Arc, RwLock};
@@ -59,6 +67,13 @@ const SWEEP: Duration = Duration::from_secs(3600);
 /// Events kept for a retry while the store refuses writes (a PostgreSQL restart); past it the
 /// oldest are given up and counted as unsaved.
 const PENDING_MAX: usize = 262_144;
+/// Longest the start waits for PostgreSQL to answer, and each later try to reach it.
+const ATTACH_WAIT: Duration = Duration::from_secs(2);
+/// How often a daemon that started without its PostgreSQL tries it again.
+const ATTACH_EVERY: Duration = Duration::from_secs(2);
+/// How often the other members' new events are read, and the longest a read may take.
+const FOLLOW: Duration = Duration::from_secs(1);
+const FOLLOW_WAIT: Duration = Duration::from_millis(1500);
 
 /// What the writer receives.
 enum Msg {
@@ -176,6 +191,8 @@ pub struct Records {
     pub changes: tokio::sync::broadcast::Sender<view::BootView>,
     /// The store, for reading what is not kept in memory (egress history at start).
     pub store: Store,
+    /// Whether the store answers, and which member recorded which client (a site's).
+    pub site: follow::Site,
 }
 
 impl Records {
@@ -186,30 +203,46 @@ impl Records {
 }
 
 /// Opens the store (importing a legacy journal into a new one), applies the retention, replays
-/// the events into timelines and starts the writer task, which counts into `metrics`.
+/// the events into timelines and starts the writer task, which counts into `metrics`. `member`
+/// is this server's name in its site: its events are marked with it in PostgreSQL. A
+/// PostgreSQL that does not answer within `ATTACH_WAIT` is no error: the writer keeps trying.
 pub async fn start(
     server: &Server,
+    member: &str,
     shutdown: &Shutdown,
     metrics: &Metrics,
 ) -> anyhow::Result<(Recorder, Arc<Records>)> {
-    start_with(server, shutdown, metrics, SWEEP).await
+    start_with(server, member, shutdown, metrics, SWEEP).await
 }
 
 async fn start_with(
     server: &Server,
+    member: &str,
     shutdown: &Shutdown,
     metrics: &Metrics,
     sweep: Duration,
 ) -> anyhow::Result<(Recorder, Arc<Records>)> {
-    let store = Store::open(&server.database).await?;
-    store.import_legacy(&server.state_dir).await?;
-    forget(&store, server.retention).await;
+    let db = &server.database;
+    let store = Store::lazy(db).await?;
+    let shared = matches!(db, Database::Postgres(_));
+    let site = follow::Site::default();
     let mut timelines = Timelines::default();
-    let replayed = store
-        .replay(|ev| {
-            timelines.apply(&ev);
-        })
-        .await?;
+    let (mut cursor, mut replayed, mut error) = (None, 0, None);
+    match tokio::time::timeout(ATTACH_WAIT, store.prepare(db)).await {
+        Ok(Ok(())) => {
+            store.import_legacy(&server.state_dir).await?;
+            forget(&store, server.retention).await;
+            let (c, n) = read_history(&store, member, &mut timelines, &site).await?;
+            (cursor, replayed) = (Some(c), n);
+        }
+        Ok(Err(e)) if !shared => return Err(e),
+        refused => {
+            let e = refused.map_or_else(|_| unanswered(), |r| format!("{:#}", r.unwrap_err()));
+            tracing::warn!(error = %e, "boot records database unreachable at start; serving, \
+                with records parked in the spool until it answers");
+            error = Some(e);
+        }
+    }
     // Records the store refused before a stop, not in it yet: written at the first commit.
     let spool = spool::Spool::open(&server.state_dir);
     match spool.read() {
@@ -226,12 +259,16 @@ async fn start_with(
             "records replayed"
         );
     }
-    restore_consoles(&store, &mut timelines).await?;
+    if cursor.is_some() {
+        restore_consoles(&store, &mut timelines).await?;
+    }
+    site.set_reach(shared, error, spool.len(), event::now_micros());
     let (changes, _) = tokio::sync::broadcast::channel(1024);
     let records = Arc::new(Records {
         timelines: RwLock::new(timelines),
         changes,
         store: store.clone(),
+        site,
     });
     let (tx, rx) = mpsc::channel(CHANNEL);
     let (console_tx, console_rx) = mpsc::channel(CONSOLE_CHANNEL);
@@ -248,6 +285,12 @@ async fn start_with(
         spool,
         consoles: std::collections::BTreeSet::new(),
         consoles_written: tokio::time::Instant::now(),
+        database: db.clone(),
+        state_dir: server.state_dir.clone(),
+        member: member.to_string(),
+        shared,
+        cursor,
+        attach_at: tokio::time::Instant::now() + ATTACH_EVERY,
     };
     shutdown.spawn(writer.run(shutdown.clone()));
     let tracer = Arc::new(trace::Tracer::off());
@@ -262,7 +305,40 @@ async fn start_with(
     ))
 }
 
-/// Deletes what is older than the retention; failures are logged, never fatal.
+/// The error of a PostgreSQL that did not answer in time.
+fn unanswered() -> String {
+    format!("the database did not answer within {ATTACH_WAIT:?}")
+}
+
+/// Replays every stored event into `timelines`, marking in `site` the clients other members
+/// recorded; returns the cursor past them (the ids the replay passed over are gaps, asked for
+/// again: transactions still open) and how many events there were.
+async fn read_history(
+    store: &Store,
+    me: &str,
+    timelines: &mut Timelines,
+    site: &follow::Site,
+) -> anyhow::Result<(follow::Cursor, usize)> {
+    let mut cursor = follow::Cursor::default();
+    let mut marks = Vec::new();
+    let mut n = 0;
+    let now = std::time::Instant::now();
+    store
+        .replay_marked(|id, member, ev| {
+            cursor.see(id, now);
+            n += 1;
+            if timelines.apply(&ev)
+                && let Some(mac) = timelines.mac_for(ev.who)
+            {
+                marks.push((mac, member.filter(|m| m != me)));
+            }
+        })
+        .await?;
+    cursor.expire(now);
+    site.recorded(marks);
+    Ok((cursor, n))
+}
+
 /// Gives each replayed boot its stored console.
 async fn restore_consoles(store: &Store, timelines: &mut Timelines) -> anyhow::Result<()> {
     for (mac, start, body) in store.consoles().await? {
@@ -273,6 +349,7 @@ async fn restore_consoles(store: &Store, timelines: &mut Timelines) -> anyhow::R
     Ok(())
 }
 
+/// Deletes what is older than the retention; failures are logged, never fatal.
 async fn forget(store: &Store, retention: Option<Duration>) {
     let Some(keep) = retention else { return };
     let cutoff = event::now_micros() - keep.as_micros() as i64;
@@ -354,6 +431,17 @@ struct Writer {
     /// boot's last lines are written even when its client started another boot since.
     consoles: std::collections::BTreeSet<u64>,
     consoles_written: tokio::time::Instant,
+    database: Database,
+    state_dir: std::path::PathBuf,
+    /// This server's name in its site, which marks its events in PostgreSQL.
+    member: String,
+    /// The store is PostgreSQL, shared by a site.
+    shared: bool,
+    /// Where the reads of the other members' events stand; `None` until the store answered
+    /// once (every batch is parked meanwhile).
+    cursor: Option<follow::Cursor>,
+    /// When to try a store that has not answered yet again.
+    attach_at: tokio::time::Instant,
 }
 
 impl Writer {
@@ -365,6 +453,8 @@ impl Writer {
         let mut sweep =
             tokio::time::interval_at(tokio::time::Instant::now() + self.sweep, self.sweep);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut follow = tokio::time::interval(FOLLOW);
+        follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 n = self.rx.recv_many(&mut inbox, BATCH) => {
@@ -396,12 +486,16 @@ impl Writer {
                 }
                 _ = flush.tick() => {
                     self.settle();
+                    if self.cursor.is_none() && tokio::time::Instant::now() >= self.attach_at {
+                        self.attach().await;
+                    }
                     if self.consoles_written.elapsed() >= CONSOLE_FLUSH {
                         self.commit_consoles().await;
                     }
                     self.commit().await
                 }
-                _ = sweep.tick() => forget(&self.store, self.retention).await,
+                _ = follow.tick(), if self.shared && self.cursor.is_some() => self.follow().await,
+                _ = sweep.tick(), if self.cursor.is_some() => forget(&self.store, self.retention).await,
                 _ = shutdown.wait() => {
                     // Take what is already queued, then stop.
                     while let Ok(m) = self.rx.try_recv() { inbox.push(m); }
@@ -509,6 +603,11 @@ impl Writer {
         if self.events.is_empty() && self.egress.is_empty() && !parked {
             return;
         }
+        if self.cursor.is_none() {
+            // The store never answered yet (`attach` tries it): parked without asking it.
+            self.park();
+            return;
+        }
         let written = if parked {
             let (mut events, mut egress) = self.spool.read().unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "parked records unreadable");
@@ -516,9 +615,14 @@ impl Writer {
             });
             events.extend(self.events.iter().cloned());
             egress.extend(self.egress.iter().cloned());
-            self.store.append(&events, &egress).await
+            self.store
+                .append_as(Some(&self.member), &events, &egress)
+                .await
         } else {
-            self.store.append(&self.events, &self.egress).await
+            let member = Some(self.member.as_str());
+            self.store
+                .append_as(member, &self.events, &self.egress)
+                .await
         };
         match written {
             Ok(()) => {
@@ -527,6 +631,7 @@ impl Writer {
                 if parked && let Err(e) = self.spool.clear() {
                     tracing::error!(error = %e, "record spool not emptied");
                 }
+                self.reach(None);
             }
             Err(e) => {
                 static REFUSED: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
@@ -534,21 +639,136 @@ impl Writer {
                     tracing::error!(events = self.events.len(), error = %format!("{e:#}"),
                         suppressed, "cannot write boot records; parked until the store takes them");
                 }
-                if self.spool.park(&self.events, &self.egress).is_ok() {
-                    self.events.clear();
-                    self.egress.clear();
-                    return;
-                }
-                for pending in [self.events.len(), self.egress.len()] {
-                    let over = pending.saturating_sub(PENDING_MAX);
-                    self.metrics.records().unsaved.add(over as u64);
-                }
-                let over = self.events.len().saturating_sub(PENDING_MAX);
-                self.events.drain(..over);
-                let over = self.egress.len().saturating_sub(PENDING_MAX);
-                self.egress.drain(..over);
+                self.reach(Some(format!("{e:#}")));
+                self.park();
             }
         }
+    }
+
+    /// Tells the API whether the store answers (`error`) and how much is parked.
+    fn reach(&self, error: Option<String>) {
+        let now = event::now_micros();
+        self.records
+            .site
+            .set_reach(self.shared, error, self.spool.len(), now);
+    }
+
+    /// Parks what is pending in the spool; kept in memory for the next try if it cannot be,
+    /// up to `PENDING_MAX`.
+    fn park(&mut self) {
+        if self.events.is_empty() && self.egress.is_empty() {
+            return;
+        }
+        if self.spool.park(&self.events, &self.egress).is_ok() {
+            self.events.clear();
+            self.egress.clear();
+            self.reach(self.records.site.reach().error);
+            return;
+        }
+        for pending in [self.events.len(), self.egress.len()] {
+            let over = pending.saturating_sub(PENDING_MAX);
+            self.metrics.records().unsaved.add(over as u64);
+        }
+        let over = self.events.len().saturating_sub(PENDING_MAX);
+        self.events.drain(..over);
+        let over = self.egress.len().saturating_sub(PENDING_MAX);
+        self.egress.drain(..over);
+    }
+
+    /// Tries a store that has not answered since the start: once it does, the record tables
+    /// are made, what was parked is written, and the timelines are read anew from the store
+    /// (every member's history, this one's parked and new events among them).
+    async fn attach(&mut self) {
+        self.attach_at = tokio::time::Instant::now() + ATTACH_EVERY;
+        let prepared = tokio::time::timeout(ATTACH_WAIT, self.store.prepare(&self.database)).await;
+        match prepared {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return self.reach(Some(format!("{e:#}"))),
+            Err(_) => return self.reach(Some(unanswered())),
+        }
+        if let Err(e) = self.store.import_legacy(&self.state_dir).await {
+            tracing::warn!(error = %format!("{e:#}"), "legacy journal not imported");
+        }
+        forget(&self.store, self.retention).await;
+        let parked = self.spool.len();
+        // Written as any batch is, this member's mark on them; read back below with the rest.
+        self.cursor = Some(follow::Cursor::default());
+        self.commit_consoles().await;
+        self.commit().await;
+        if !self.spool.is_empty() || !self.events.is_empty() || !self.consoles.is_empty() {
+            self.cursor = None;
+            return;
+        }
+        let mut timelines = Timelines::default();
+        let site = &self.records.site;
+        let read = read_history(&self.store, &self.member, &mut timelines, site).await;
+        let (cursor, events) = match read {
+            Ok(read) => read,
+            Err(e) => {
+                self.cursor = None;
+                return self.reach(Some(format!("{e:#}")));
+            }
+        };
+        if let Err(e) = restore_consoles(&self.store, &mut timelines).await {
+            tracing::warn!(error = %format!("{e:#}"), "consoles not read back");
+        }
+        timelines.settle(event::now_micros());
+        let boots = timelines.boots().len();
+        *self
+            .records
+            .timelines
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = timelines;
+        self.cursor = Some(cursor);
+        self.reach(None);
+        tracing::info!(
+            parked,
+            events,
+            boots,
+            "boot records database answers: parked records \
+            written, the site's records read"
+        );
+    }
+
+    /// Reads the events the other members wrote since the last read into the timelines.
+    async fn follow(&mut self) {
+        let Some(cursor) = &mut self.cursor else {
+            return;
+        };
+        let gaps = cursor.gaps();
+        let read = self.store.events_after(cursor.after(), &gaps, &self.member);
+        let rows = match tokio::time::timeout(FOLLOW_WAIT, read).await {
+            Ok(Ok(rows)) => rows,
+            Ok(Err(e)) => {
+                return tracing::debug!(error = %format!("{e:#}"), "site records not read");
+            }
+            Err(_) => return,
+        };
+        let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+        let new: std::collections::BTreeSet<i64> = cursor
+            .took(&ids, std::time::Instant::now())
+            .into_iter()
+            .collect();
+        let mut touched = std::collections::BTreeSet::new();
+        let mut marks = Vec::new();
+        let mut t = self
+            .records
+            .timelines
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        for (id, member, ev) in rows {
+            let Some(ev) = ev.filter(|_| new.contains(&id)) else {
+                continue;
+            };
+            if t.apply(&ev)
+                && let Some(mac) = t.mac_for(ev.who)
+            {
+                touched.insert(mac);
+                marks.push((mac, member));
+            }
+        }
+        self.records.site.recorded(marks);
+        self.tell(&t, touched);
     }
 }
 
@@ -558,7 +778,8 @@ impl Writer {
     /// and when the writer stops.
     async fn commit_consoles(&mut self) {
         self.consoles_written = tokio::time::Instant::now();
-        if self.consoles.is_empty() {
+        // Kept until the store first answers (`attach` writes them then).
+        if self.consoles.is_empty() || self.cursor.is_none() {
             return;
         }
         let rows: Vec<(String, event::Micros, event::Micros, String)> = self.records.read(|t| {
@@ -635,7 +856,7 @@ mod tests {
         let s = server(dir.path(), "forever");
         {
             let shutdown = Shutdown::new();
-            let (rec, _) = start(&s, &shutdown, &Metrics::default()).await.unwrap();
+            let (rec, _) = start(&s, "", &shutdown, &Metrics::default()).await.unwrap();
             boot(
                 &rec,
                 mac,
@@ -646,7 +867,7 @@ mod tests {
         }
         assert!(dir.path().join("records.db").exists());
         let shutdown = Shutdown::new();
-        let (_, records) = start(&s, &shutdown, &Metrics::default()).await.unwrap();
+        let (_, records) = start(&s, "", &shutdown, &Metrics::default()).await.unwrap();
         let boots = records.read(|t| t.boots().to_vec());
         assert_eq!(boots.len(), 1);
         assert_eq!(boots[0].result, BootResult::Booted);
@@ -665,7 +886,7 @@ mod tests {
         let s = server(dir.path(), "forever");
         {
             let shutdown = Shutdown::new();
-            let (rec, _) = start(&s, &shutdown, &Metrics::default()).await.unwrap();
+            let (rec, _) = start(&s, "", &shutdown, &Metrics::default()).await.unwrap();
             let at = event::now_micros();
             rec.send(Event {
                 at,
@@ -711,7 +932,7 @@ mod tests {
         let s = server(dir.path(), "forever");
         let shutdown = Shutdown::new();
         let metrics = Metrics::default();
-        let (rec, records) = start(&s, &shutdown, &metrics).await.unwrap();
+        let (rec, records) = start(&s, "", &shutdown, &metrics).await.unwrap();
         let loud: Mac = "52:54:00:77:00:01".parse().unwrap();
         let now = event::now_micros();
         boot(&rec, loud, "10.77.0.1".parse().unwrap(), now);
@@ -750,7 +971,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = server(dir.path(), "forever");
         let shutdown = Shutdown::new();
-        let (rec, records) = start(&s, &shutdown, &Metrics::default()).await.unwrap();
+        let (rec, records) = start(&s, "", &shutdown, &Metrics::default()).await.unwrap();
         let mac: Mac = "52:54:00:77:00:01".parse().unwrap();
         let discover = |at| Event {
             at,
@@ -795,7 +1016,7 @@ mod tests {
         assert!(!dir.path().join("records.db").exists());
         for _ in 0..2 {
             let shutdown = Shutdown::new();
-            let (_, records) = start(&s, &shutdown, &Metrics::default()).await.unwrap();
+            let (_, records) = start(&s, "", &shutdown, &Metrics::default()).await.unwrap();
             assert_eq!(records.read(|t| t.boots().len()), 1);
             shutdown.stop_and_wait().await;
         }
@@ -816,7 +1037,7 @@ mod tests {
             // Written with retention off, as a daemon from long ago would have.
             let keep_all = server(dir.path(), "forever");
             let shutdown = Shutdown::new();
-            let (rec, _) = start(&keep_all, &shutdown, &Metrics::default())
+            let (rec, _) = start(&keep_all, "", &shutdown, &Metrics::default())
                 .await
                 .unwrap();
             boot(&rec, old, "10.77.0.1".parse().unwrap(), now - 2 * day);
@@ -832,6 +1053,7 @@ mod tests {
         let shutdown = Shutdown::new();
         let (_rec, records) = start_with(
             &s,
+            "",
             &shutdown,
             &Metrics::default(),
             Duration::from_millis(300),

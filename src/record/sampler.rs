@@ -22,7 +22,17 @@ pub async fn open(
 ) -> anyhow::Result<Arc<Egress>> {
     let egress = Arc::new(Egress::default());
     let cutoff = now_micros() as f64 / 1e6 - KEEP as f64;
-    for mut s in records.store.egress_since(cutoff).await? {
+    // A PostgreSQL not answering at start (the daemon serves without it): no history.
+    let read = tokio::time::timeout(Duration::from_secs(2), records.store.egress_since(cutoff));
+    let saved = match read.await {
+        Ok(Ok(saved)) => saved,
+        Ok(Err(e)) if matches!(records.store, super::store::Store::Sqlite(_)) => return Err(e),
+        _ => {
+            tracing::warn!("egress history not read: the records' database does not answer");
+            Vec::new()
+        }
+    };
+    for mut s in saved {
         fill_speeds(&mut s.links, link_speeds);
         egress.push(&s.links, s.sample);
     }

@@ -40,6 +40,11 @@ impl Spool {
         self.lines == 0
     }
 
+    /// The lines parked (events and egress samples).
+    pub fn len(&self) -> usize {
+        self.lines
+    }
+
     /// Appends `events` and `egress` and syncs them.
     pub fn park(&mut self, events: &[Event], egress: &[Saved]) -> std::io::Result<()> {
         let mut text = Vec::new();

@@ -97,7 +97,17 @@ impl Store {
     /// Opens (creating if needed) the store and its tables. SQLite runs in WAL mode with
     /// `synchronous=NORMAL`: a committed batch survives the process being killed.
     pub async fn open(db: &Database) -> anyhow::Result<Store> {
-        let store = match db {
+        let store = Store::lazy(db).await?;
+        store.prepare(db).await?;
+        Ok(store)
+    }
+
+    /// The store's pool without waiting for PostgreSQL: its connections are made when first
+    /// used, so a database that is down or unreachable is an error of the first query, not of
+    /// the daemon's start (`prepare` then makes the tables). SQLite is opened at once (a file
+    /// here). An error only for a URL of a wrong form, or an SQLite file that cannot be opened.
+    pub async fn lazy(db: &Database) -> anyhow::Result<Store> {
+        Ok(match db {
             Database::Sqlite(path) => {
                 if let Some(dir) = path.parent() {
                     std::fs::create_dir_all(dir)
@@ -124,12 +134,17 @@ impl Store {
                 let pool = PgPoolOptions::new()
                     .max_connections(2)
                     .acquire_timeout(Duration::from_secs(10))
-                    .connect(url)
-                    .await
-                    .with_context(|| format!("connecting to {}", redact(url)))?;
+                    .connect_lazy(url)
+                    .with_context(|| format!("reading {}", redact(url)))?;
                 Store::Postgres(pool)
             }
-        };
+        })
+    }
+
+    /// Makes the tables that are missing (and, in PostgreSQL, the events' `member` column):
+    /// the first use of a `lazy` store, which fails while PostgreSQL does not answer.
+    pub async fn prepare(&self, db: &Database) -> anyhow::Result<()> {
+        let store = self;
         let id = match store {
             Store::Sqlite(_) => "INTEGER PRIMARY KEY",
             Store::Postgres(_) => "BIGSERIAL PRIMARY KEY",
@@ -144,11 +159,20 @@ impl Store {
                         .with_context(|| format!("creating the record tables ({stmt})"))?;
                 }
             }
-            Store::Postgres(p) => create_shared_tables(p, &schema(id))
-                .await
-                .context("creating the record tables")?,
+            Store::Postgres(p) => {
+                let mut stmts = schema(id).to_vec();
+                // Which member wrote each event (issue 46): the others' rows are what a
+                // member follows (`follow`). Added to a store made before it.
+                stmts.push("ALTER TABLE events ADD COLUMN IF NOT EXISTS member TEXT".into());
+                let Database::Postgres(url) = db else {
+                    anyhow::bail!("a PostgreSQL pool for an SQLite store");
+                };
+                create_shared_tables(p, &stmts)
+                    .await
+                    .with_context(|| format!("creating the record tables in {}", redact(url)))?
+            }
         }
-        Ok(store)
+        Ok(())
     }
 
     /// Opens an existing store for reading only (`bootpool report`): `None` when an SQLite file
@@ -164,6 +188,22 @@ impl Store {
 
     /// Appends events and egress samples in one transaction.
     pub async fn append(&self, events: &[Event], egress: &[Saved]) -> anyhow::Result<()> {
+        self.append_as(None, events, egress).await
+    }
+
+    /// `append`, the events marked in PostgreSQL as written by site member `member` (SQLite
+    /// has no site and no such column).
+    pub async fn append_as(
+        &self,
+        member: Option<&str>,
+        events: &[Event],
+        egress: &[Saved],
+    ) -> anyhow::Result<()> {
+        let insert = match self {
+            Store::Sqlite(_) => "INSERT INTO events (at, mac, ip, event, body) ",
+            Store::Postgres(_) => "INSERT INTO events (at, mac, ip, event, body, member) ",
+        };
+        let tagged = matches!(self, Store::Postgres(_));
         let rows: Vec<Row> = events.iter().filter_map(Row::of).collect();
         let samples: Vec<(f64, String)> = egress
             .iter()
@@ -172,13 +212,16 @@ impl Store {
         on_pool!(self, p => {
             let mut tx = p.begin().await?;
             for chunk in rows.chunks(ROWS_PER_INSERT) {
-                let mut q = sqlx::QueryBuilder::new("INSERT INTO events (at, mac, ip, event, body) ");
+                let mut q = sqlx::QueryBuilder::new(insert);
                 q.push_values(chunk, |mut b, r| {
                     b.push_bind(r.at)
                         .push_bind(r.mac.clone())
                         .push_bind(r.ip.clone())
                         .push_bind(r.event)
                         .push_bind(r.body.clone());
+                    if tagged {
+                        b.push_bind(member);
+                    }
                 });
                 q.build().execute(&mut *tx).await?;
             }
@@ -196,39 +239,84 @@ impl Store {
 
     /// Every stored event in the order it was recorded, handed to `f` one at a time.
     pub async fn replay(&self, f: impl FnMut(Event)) -> anyhow::Result<usize> {
-        let db = match self {
-            Store::Sqlite(p) => Database::Sqlite(p.connect_options().get_filename().to_owned()),
-            Store::Postgres(_) => return self.replay_rows(f).await,
-        };
-        self.replay_rows(f).await.map_err(|e| damaged(&db, e))
+        self.replay_rows(f).await
     }
 
     async fn replay_rows(&self, mut f: impl FnMut(Event)) -> anyhow::Result<usize> {
-        let mut after = 0i64;
         let mut n = 0;
+        self.replay_marked(|_, _, ev| {
+            f(ev);
+            n += 1;
+        })
+        .await?;
+        Ok(n)
+    }
+
+    /// Every stored event in the order recorded, with its row's id and (PostgreSQL) the member
+    /// that wrote it; returns the last id (0: none).
+    pub async fn replay_marked(
+        &self,
+        mut f: impl FnMut(i64, Option<String>, Event),
+    ) -> anyhow::Result<i64> {
+        let mut after = 0i64;
         loop {
-            let page: Vec<(i64, String)> = on_pool!(self, p => {
-                sqlx::query_as("SELECT id, body FROM events WHERE id > $1 ORDER BY id LIMIT $2")
+            let page: Vec<(i64, Option<String>, String)> =
+                match self {
+                    Store::Sqlite(p) => sqlx::query_as(
+                        "SELECT id, NULL, body FROM events WHERE id > $1 ORDER BY id LIMIT $2",
+                    )
                     .bind(after)
                     .bind(PAGE)
                     .fetch_all(p)
-                    .await?
-            });
-            let Some((last, _)) = page.last() else {
-                return Ok(n);
+                    .await
+                    .map_err(|e| damaged_of(p, e.into()))?,
+                    Store::Postgres(p) => sqlx::query_as(
+                        "SELECT id, member, body FROM events WHERE id > $1 ORDER BY id LIMIT $2",
+                    )
+                    .bind(after)
+                    .bind(PAGE)
+                    .fetch_all(p)
+                    .await?,
+                };
+            let Some((last, _, _)) = page.last() else {
+                return Ok(after);
             };
             after = *last;
-            for (id, body) in page {
-                match serde_json::from_str::<Event>(&body) {
-                    Ok(ev) => {
-                        f(ev);
-                        n += 1;
-                    }
-                    // A row from a newer bootpool with an event this one does not know.
-                    Err(e) => tracing::warn!(id, error = %e, "skipping unreadable event row"),
+            for (id, member, body) in page {
+                if let Some(ev) = event_of(id, &body) {
+                    f(id, member, ev);
                 }
             }
         }
+    }
+
+    /// The events rows of PostgreSQL with an id above `after` or among `gaps` (ids passed
+    /// over while their transactions were still open), at most `PAGE`, in id order: each
+    /// row's id, its member, and its event unless `me` wrote it (`None`: this member's own,
+    /// or unreadable). Nothing from SQLite, which has no site.
+    pub async fn events_after(
+        &self,
+        after: i64,
+        gaps: &[i64],
+        me: &str,
+    ) -> anyhow::Result<Vec<(i64, Option<String>, Option<Event>)>> {
+        let Store::Postgres(p) = self else {
+            return Ok(Vec::new());
+        };
+        let rows: Vec<(i64, Option<String>, Option<String>)> = sqlx::query_as(
+            "SELECT id, member, CASE WHEN member = $3 THEN NULL ELSE body END FROM events \
+             WHERE id > $1 OR id = ANY($2) ORDER BY id LIMIT $4",
+        )
+        .bind(after)
+        .bind(gaps)
+        .bind(me)
+        .bind(PAGE)
+        .fetch_all(p)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, member, body)| (id, member, body.and_then(|b| event_of(id, &b))))
+            .collect())
     }
 
     /// Egress samples taken at or after `since` (Unix seconds), oldest first.
@@ -346,7 +434,7 @@ impl Store {
 /// the database: the servers of a site may start at the same moment, and PostgreSQL's `IF NOT
 /// EXISTS` is not safe against another session making the same table at once (one of them
 /// fails on the catalogue's unique index).
-async fn create_shared_tables(pool: &sqlx::PgPool, stmts: &[String]) -> anyhow::Result<()> {
+pub async fn create_shared_tables(pool: &sqlx::PgPool, stmts: &[String]) -> anyhow::Result<()> {
     /// The lock's key: "bootpool" in ASCII, the same for every server.
     const KEY: i64 = 0x626f_6f74_706f_6f6c;
     let mut tx = pool.begin().await?;
@@ -408,6 +496,22 @@ fn damaged(db: &Database, e: anyhow::Error) -> anyhow::Error {
         e.root_cause(),
         name = path.file_name().unwrap_or_default().to_string_lossy()
     )
+}
+
+/// `damaged`, for the file of SQLite pool `p`.
+fn damaged_of(p: &SqlitePool, e: anyhow::Error) -> anyhow::Error {
+    damaged(
+        &Database::Sqlite(p.connect_options().get_filename().to_owned()),
+        e,
+    )
+}
+
+/// A row's event, or `None` (logged) for a row from a newer bootpool with an event this one
+/// does not know.
+fn event_of(id: i64, body: &str) -> Option<Event> {
+    serde_json::from_str::<Event>(body)
+        .map_err(|e| tracing::warn!(id, error = %e, "skipping unreadable event row"))
+        .ok()
 }
 
 /// A URL without its password, for logs and errors.

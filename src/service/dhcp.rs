@@ -14,7 +14,7 @@ use crate::boot::lease_share::Share;
 use crate::boot::leases::Leases;
 use crate::boot::subnet::{self, Arrival, Unplaced};
 use crate::boot::{self, Client};
-use crate::config::{Config, DhcpMode, DhcpSubnet, Live, Mac};
+use crate::config::{Config, DhcpMode, DhcpSubnet, Live, Mac, SitePlacement};
 use crate::metrics::Metrics;
 use crate::proto::dhcp::msg::{DECLINE, DISCOVER, INFORM, RELEASE, REQUEST};
 use crate::proto::dhcp::{
@@ -246,8 +246,12 @@ impl Table {
         }
     }
 
-    /// The table as every other service sees it.
+    /// The table as every other service sees it; in a site, an address it does not know
+    /// has the site's leases read again soon (`Identity::holder`).
     pub fn identity(&self) -> Identity {
+        if let Some(shared) = &self.shared {
+            self.leases.in_site(shared.clone());
+        }
         self.leases.clone()
     }
 }
@@ -354,6 +358,8 @@ struct Server {
     metrics: Metrics,
     /// The table changed since it was last saved.
     dirty: bool,
+    /// A boot was placed on another member's link since the last flush.
+    placed_elsewhere: bool,
     /// When `expire` last ran (seconds).
     expired_at: u64,
 }
@@ -383,6 +389,7 @@ impl Server {
             seen: HashMap::new(),
             metrics,
             dirty: false,
+            placed_elsewhere: false,
             expired_at: 0,
         }
     }
@@ -477,6 +484,10 @@ impl Server {
                 let n = self.metrics.dhcp().save_errors.add(1);
                 tracing::error!(dir = %config.server.state_dir.display(), error = %e, errors = n,
                     "lease changes not spooled for the site");
+            } else if std::mem::take(&mut self.placed_elsewhere) {
+                // The member it was placed on serves it once its copy of the site's leases
+                // has the lease: written now, not at the next tick.
+                shared.send_soon();
             }
         }
     }
@@ -550,9 +561,14 @@ impl Server {
         }
         let pxe_discover = client.pxe && req.message_type() == Some(DISCOVER);
         let kept = self.leases.read().link(mac);
+        // In a site, on any live member's link unless `server.placement: owner`.
+        let site = match config.server.placement {
+            SitePlacement::Site => self.site.elsewhere(),
+            SitePlacement::Owner => Vec::new(),
+        };
         let link = self
             .placement
-            .link_for(mac, member.pool, kept, pxe_discover, room);
+            .link_for(mac, member.pool, kept, pxe_discover, room, &site);
         let plan = boot::plan(config, &client, link)?;
         Some((client, plan))
     }
@@ -562,6 +578,8 @@ impl Server {
     /// firmware or iPXE said (option 93), which picks what its later requests get, and the
     /// relay it came through when its request said (`path`).
     fn keep_boot(&mut self, client: &Client, plan: &boot::Plan, path: Path) {
+        let config = self.config.load();
+        self.placed_elsewhere |= !config.server.links.contains(&plan.next_server);
         let mut leases = self.leases.write();
         let mut changed = leases.set_link(client.mac, plan.next_server);
         if let Some(arch) = client.arch {
@@ -1273,7 +1291,7 @@ pools:
         let config = Arc::new(Config::parse(&dir.path().join("pools.yaml"), &text).unwrap());
         let shutdown = crate::shutdown::Shutdown::new();
         let (recorder, records) =
-            crate::record::start(&config.server, &shutdown, &Metrics::default())
+            crate::record::start(&config.server, "", &shutdown, &Metrics::default())
                 .await
                 .unwrap();
         // A daemon (again, after a restart): the records are the store's, read back.
@@ -1386,6 +1404,111 @@ pools:
         let (offer, _) = s.handle(&pxe_discover(2), from(), None, 3001).unwrap();
         assert_eq!(offer.siaddr, first);
         shutdown.trigger();
+    }
+
+    /// In a site, the owner of a client places its boot on the least-loaded link of any live
+    /// member: its own and the others' as their heartbeats publish them, counting the boots
+    /// it placed on another member until that one's next heartbeat says more. Told the other
+    /// member's link, the client gets it as next-server; a frozen view and `placement: owner`
+    /// keep every boot on the owner's links.
+    #[test]
+    fn in_a_site_the_owner_places_boots_on_the_least_loaded_members_link() {
+        use crate::site::live::Site;
+        use crate::site::member::{Member, Seen};
+        use crate::steer::placement::Published;
+        let b_link = Ipv4Addr::new(10, 77, 0, 9);
+        let member = |name: &str| Member {
+            name: name.into(),
+            addresses: Vec::new(),
+            links: Vec::new(),
+            rooms: Vec::new(),
+            http: String::new(),
+            started: 0,
+        };
+        let b_row = |pending_bytes: u64, clients: usize| Seen {
+            member: member("b"),
+            heartbeat: 0,
+            age_s: 0.1,
+            load: vec![Published {
+                address: b_link,
+                own: true,
+                capacity_bps: None,
+                egress_bps: 0,
+                pending_bytes,
+                clients,
+            }],
+        };
+        let a_row = Seen {
+            member: member("a"),
+            heartbeat: 0,
+            age_s: 0.1,
+            load: Vec::new(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let pxe_discover = |m: u8| {
+            let mut o = vec![53, 1, DISCOVER, 93, 2, 0, 0, 60, 9];
+            o.extend_from_slice(b"PXEClient");
+            req(m, &o)
+        };
+        // Member a, seeing b's row; `more`: keys added to a's `server`.
+        let serve = |more: &str, b: Seen| {
+            let text = CONFIG
+                .replace(
+                    "state_dir: var/",
+                    &format!("state_dir: {}{more}", dir.path().display()),
+                )
+                .replace("10.77.0.100-10.77.0.101", "10.77.0.100-10.77.0.115");
+            let config = Config::parse(&dir.path().join("pools.yaml"), &text).unwrap();
+            let mut s = open_server(Arc::new(config));
+            let site = Site::alone(member("a"));
+            site.observe(vec![a_row.clone(), b]);
+            s.site = site;
+            s
+        };
+        let on = |s: &mut Server, macs: std::ops::Range<u8>| {
+            macs.map(|m| {
+                let (offer, _) = s.handle(&pxe_discover(m), from(), None, 1000).unwrap();
+                offer.siaddr
+            })
+            .collect::<Vec<_>>()
+        };
+        let a_link = Ipv4Addr::new(10, 77, 0, 1);
+
+        // Both idle: the boots alternate, a's link first (a tie goes to the first).
+        let mut s = serve("", b_row(0, 0));
+        let told = on(&mut s, 0..8);
+        assert_eq!(told.iter().filter(|&&l| l == b_link).count(), 4, "{told:?}");
+        assert_eq!(told[0], a_link);
+        assert_eq!(told[1], b_link);
+        // The client keeps the member's link for its boot, in its lease too, with the
+        // script's URL on it.
+        let one = Mac([0x52, 0x54, 0, 0x77, 0, 1]);
+        assert_eq!(s.leases.read().link(one), Some(b_link));
+        let (again, _) = s.handle(&pxe_discover(1), from(), None, 1001).unwrap();
+        assert_eq!(again.siaddr, b_link);
+        let (ipxe, _) = s
+            .handle(&ipxe_discover(1, DISCOVER), from(), None, 1002)
+            .unwrap();
+        assert!(
+            ipxe.boot_file
+                .as_deref()
+                .is_some_and(|f| f.starts_with("http://10.77.0.9:8080/")),
+            "{:?}",
+            ipxe.boot_file
+        );
+
+        // b already owes much more than a's next boots: every boot stays on a.
+        let mut s = serve("", b_row(u64::MAX / 4, 40));
+        assert!(on(&mut s, 0..6).iter().all(|&l| l == a_link));
+
+        // The database is down: the frozen view places on a's own links only.
+        let mut s = serve("", b_row(0, 0));
+        s.site.observe_unreachable();
+        assert!(on(&mut s, 0..6).iter().all(|&l| l == a_link));
+
+        // `server.placement: owner`: never on b.
+        let mut s = serve(", placement: owner", b_row(0, 0));
+        assert!(on(&mut s, 0..6).iter().all(|&l| l == a_link));
     }
 
     /// UEFI HTTP boot (option 60 `HTTPClient:Arch:00016`, arch 16) gets a URL and its class

@@ -49,8 +49,17 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
     let (Some(dhcp6), Some(address6)) = (config.dhcp6.as_ref(), config.server.address6) else {
         anyhow::bail!("the DHCPv6 service needs dhcp6 and server.address6");
     };
-    *identity.write6() = Leases6::new(dhcp6.range);
+    // The bindings a kill -9 left, taken back before the first answer.
+    let state_dir = config.server.state_dir.clone();
+    let mut table = Leases6::new(dhcp6.range);
+    let kept = table.restore(super::leases6_file::read(&state_dir)?);
+    if kept > 0 {
+        tracing::info!(bindings = kept, file = %state_dir.join(super::leases6_file::FILE).display(),
+            "DHCPv6 bindings read back");
+    }
+    *identity.write6() = table;
     let mut server = Server {
+        changed: false,
         duid: wire::server_duid(address6),
         address6,
         config: live,
@@ -81,6 +90,17 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
         let Some(bytes) = server.answer_relayed(&buf[..n], *from.ip(), unix_now()) else {
             continue;
         };
+        // A binding changed: saved, synced, before the REPLY that promises it leaves.
+        if std::mem::take(&mut server.changed) {
+            let (saved, dir) = (server.identity.read6().saved(), state_dir.clone());
+            let written =
+                tokio::task::spawn_blocking(move || super::leases6_file::write(&dir, &saved)).await;
+            if let Err(e) = written.map_err(std::io::Error::other).and_then(|r| r) {
+                tracing::error!(error = %e, file = %state_dir.join(super::leases6_file::FILE).display(),
+                    "DHCPv6 bindings not saved; the reply is not sent");
+                continue;
+            }
+        }
         // To where it came from: the client's link-local address (with its scope) and port
         // 546, or the relay's address and port 547.
         if let Err(e) = socket.send_to(&bytes, from).await {
@@ -91,6 +111,8 @@ pub async fn serve(socket: UdpSocket, shared: super::Shared) -> anyhow::Result<(
 }
 
 struct Server {
+    /// Whether the last answer changed a binding (it is saved before the answer leaves).
+    changed: bool,
     /// Loaded once per request.
     config: Live,
     recorder: Recorder,
@@ -297,6 +319,7 @@ impl Server {
             .flat_map(|ia| ia.addrs.iter().copied())
             .collect();
         let ended = self.identity.write6().end(mac, &req.client_id, &named, now);
+        self.changed |= ended;
         reply.status = Some(if ended {
             (Status::Success, "done")
         } else {
@@ -353,6 +376,7 @@ impl Server {
             .identity
             .write6()
             .bind(mac, &req.client_id, now, now + u64::from(valid));
+        self.changed |= addr.is_some();
         reply.ia_na = req
             .ia_na
             .iter()
@@ -487,6 +511,7 @@ pools:
         let identity = Identity::default();
         *identity.write6() = Leases6::new(config.dhcp6.as_ref().unwrap().range);
         Server {
+            changed: false,
             duid: wire::server_duid("fd77::1".parse().unwrap()),
             address6: "fd77::1".parse().unwrap(),
             config: Live::fixed(config),

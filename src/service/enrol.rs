@@ -1,7 +1,7 @@
 //! Enrolment at run time: a MAC added to a pool in the enrolments file
 //! (`config::enrolments::add`), then the config reloaded as SIGHUP reloads it (`app` answers
 //! the asks this sends), so the client boots at its next request with no restart. For
-//! `POST /api/v1/clients` and for the clients a `discover` pool takes (`Enroller::discovered`,
+//! `POST /api/v1/clients`, `POST /api/v1/clients/MAC/remove` and for the clients a `discover` pool takes (`Enroller::discovered`,
 //! from the DHCP services: queued, one at a time, never holding up an answer).
 
 use crate::config::enrolments::{self, Enrolment, Refused};
@@ -71,12 +71,27 @@ impl Enroller {
 
     /// Adds `enrolment` to the enrolments file of `config`'s file, then reloads the config.
     pub async fn enrol(&self, config: &Config, enrolment: Enrolment) -> Result<Enrolled, Failed> {
-        let _one = self.one.lock().await;
         let file = config.file.clone();
-        let added = tokio::task::spawn_blocking(move || enrolments::add(&file, &enrolment))
+        self.change(move || enrolments::add(&file, &enrolment))
+            .await
+    }
+
+    /// Takes `mac` out of the enrolments file of `config`'s file, then reloads the config.
+    pub async fn unenrol(&self, config: &Config, mac: Mac) -> Result<Enrolled, Failed> {
+        let file = config.file.clone();
+        self.change(move || enrolments::remove(&file, mac)).await
+    }
+
+    /// `edit` of the enrolments file, one at a time, then the config reloaded.
+    async fn change(
+        &self,
+        edit: impl FnOnce() -> Result<PathBuf, Refused> + Send + 'static,
+    ) -> Result<Enrolled, Failed> {
+        let _one = self.one.lock().await;
+        let done = tokio::task::spawn_blocking(edit)
             .await
             .map_err(|e| Failed::Refused(Refused::Io(e.to_string())))?;
-        let file = added.map_err(Failed::Refused)?;
+        let file = done.map_err(Failed::Refused)?;
         let not = |why: String| Failed::NotReloaded(file.clone(), why);
         let Some(reload) = &self.reload else {
             return Err(not(

@@ -1,10 +1,12 @@
 //! Who a client is. One answer for every service: the lease table the DHCP service keeps
 //! (`boot::leases`), shared behind one lock, and beside it the DHCPv6 bindings the DHCPv6
-//! service keeps (`boot::leases6`, in memory only), for clients that ask over IPv6. DHCP writes it once per packet; NFS and NBD ask
+//! service keeps (`boot::leases6`, saved in `state_dir/leases6.json`), for clients that ask over IPv6. DHCP writes it once per packet; NFS and NBD ask
 //! it when a client mounts or attaches, the overlays when they choose a client's key, the API
 //! when a client reports its boot. It is loaded from the lease files before anything binds,
 //! so it survives a restart (and a kill -9) with the leases, unlike the event stream, which
-//! loses its last half second by design.
+//! loses its last half second by design. In a site, the other members' leases (the site's
+//! copy, `site::shared_leases`) are clients here too: their owner may place them on this
+//! member's links.
 //!
 //! What this identity proves: that the address was leased (or, in proxy mode, reported on
 //! port 4011) by the MAC that now holds it. On a shared segment a host can still claim another
@@ -16,30 +18,90 @@ use crate::boot::exports::{ServesFor, is_client};
 use crate::boot::leases::Leases;
 use crate::boot::leases6::Leases6;
 use crate::config::{Config, Mac};
-use std::net::IpAddr;
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use crate::site::shared_leases::SharedLeases;
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The shared lease table, and the DHCPv6 bindings.
 #[derive(Clone, Debug, Default)]
 pub struct Identity {
     v4: Arc<RwLock<Leases>>,
     v6: Arc<RwLock<Leases6>>,
+    /// In a site: the other members' leases as last read (`site::shared_leases`), whose
+    /// clients are clients here too (their owner may place them on this member's links); an
+    /// IPv4 address nobody holds has them read again soon, at most once per `ASK_AGAIN`.
+    site: Arc<OnceLock<Arc<SharedLeases>>>,
+    asked: Arc<Mutex<HashMap<Ipv4Addr, Instant>>>,
 }
+
+/// How long an address nobody held stays unknown before the site's leases are read again for
+/// it: the negative answer's life.
+const ASK_AGAIN: Duration = Duration::from_secs(2);
 
 impl Identity {
     pub fn new(leases: Leases) -> Identity {
         Identity {
             v4: Arc::new(RwLock::new(leases)),
-            v6: Arc::default(),
+            ..Identity::default()
         }
+    }
+
+    /// In a site: the other members' leases count too (`holder`, `link`).
+    pub fn in_site(&self, shared: Arc<SharedLeases>) {
+        let _ = self.site.set(shared);
+    }
+
+    /// The client another member's lease holds `ip` for, by the site's leases as last read.
+    fn elsewhere(&self, ip: Ipv4Addr, now: u64) -> Option<Mac> {
+        Some(self.site.get()?.share().at(ip, now)?.mac)
+    }
+
+    /// The server link `mac` boots from: its lease's here, else (in a site) the one another
+    /// member's lease names (the member that answered it placed it).
+    pub fn link(&self, mac: Mac) -> Option<std::net::Ipv4Addr> {
+        self.read().link(mac).or_else(|| {
+            let share = self.site.get()?.share();
+            share.bound(mac, unix_now())?.link
+        })
+    }
+
+    /// `holder` found nobody at `ip`: the site's leases read again soon (never waited for;
+    /// the request goes on with what is known).
+    fn unknown(&self, ip: Ipv4Addr) {
+        let Some(shared) = self.site.get() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+        if asked
+            .get(&ip)
+            .is_some_and(|at| now.duration_since(*at) < ASK_AGAIN)
+        {
+            return;
+        }
+        if asked.len() >= 4096 {
+            asked.retain(|_, at| now.duration_since(*at) < ASK_AGAIN);
+        }
+        asked.insert(ip, now);
+        drop(asked);
+        shared.read_soon();
     }
 
     /// The MAC that holds `ip` now, if any: an IPv4 address (also IPv4-mapped) by the lease
     /// table, an IPv6 one by the DHCPv6 bindings.
     pub fn holder(&self, ip: IpAddr) -> Option<Mac> {
         match (super::ipv4_of(ip), ip) {
-            (Some(v4), _) => self.read().holder(v4, unix_now()),
+            (Some(v4), _) => {
+                let now = unix_now();
+                let mac = self.read().holder(v4, now);
+                let mac = mac.or_else(|| self.elsewhere(v4, now));
+                if mac.is_none() {
+                    self.unknown(v4);
+                }
+                mac
+            }
             (None, IpAddr::V6(v6)) => self.read6().holder(v6, unix_now()),
             (None, IpAddr::V4(_)) => None,
         }

@@ -13,6 +13,7 @@ pub mod handover;
 pub mod http;
 pub mod identity;
 pub mod lease_file;
+pub mod leases6_file;
 pub mod nbd;
 pub mod next_boot;
 pub mod nfs;

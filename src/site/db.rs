@@ -4,6 +4,7 @@
 //! slow or absent database is an error soon, never a wait.
 
 use super::member::{Member, Seen};
+use crate::steer::placement::Published;
 use anyhow::Context as _;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use std::time::Duration;
@@ -14,6 +15,11 @@ pub const TIMEOUT: Duration = Duration::from_millis(1500);
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS site_members (name TEXT PRIMARY KEY, \
     instance TEXT NOT NULL, addresses TEXT NOT NULL, links TEXT NOT NULL, rooms TEXT NOT NULL, \
     http TEXT NOT NULL, started BIGINT NOT NULL, heartbeat TIMESTAMPTZ NOT NULL)";
+
+/// The members' load, written with each heartbeat (JSON, `steer::placement::Published`): a
+/// column added to a table made before it.
+const LOAD_COLUMN: &str =
+    "ALTER TABLE site_members ADD COLUMN IF NOT EXISTS load TEXT NOT NULL DEFAULT '[]'";
 
 /// A connection pool to the site's database.
 #[derive(Clone, Debug)]
@@ -59,23 +65,29 @@ impl Db {
         bounded(sqlx::query(SCHEMA).execute(&self.pool))
             .await
             .context("creating the site_members table")?;
+        bounded(sqlx::query(LOAD_COLUMN).execute(&self.pool))
+            .await
+            .context("adding site_members' load column")?;
         Ok(())
     }
 
-    /// Writes `me`'s row with the database's time as its heartbeat, unless another process
-    /// (`instance` differs) holds the name and beat within `dead_after`.
+    /// Writes `me`'s row with the database's time as its heartbeat and `load` as its load,
+    /// unless another process (`instance` differs) holds the name and beat within
+    /// `dead_after`.
     pub async fn beat(
         &self,
         me: &Member,
+        load: &[Published],
         instance: &str,
         dead_after: Duration,
     ) -> anyhow::Result<Beat> {
         let q = sqlx::query(
-            "INSERT INTO site_members (name, instance, addresses, links, rooms, http, started, heartbeat) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp()) \
+            "INSERT INTO site_members (name, instance, addresses, links, rooms, http, started, heartbeat, load) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, clock_timestamp(), $9) \
              ON CONFLICT (name) DO UPDATE SET instance = excluded.instance, \
              addresses = excluded.addresses, links = excluded.links, rooms = excluded.rooms, \
-             http = excluded.http, started = excluded.started, heartbeat = excluded.heartbeat \
+             http = excluded.http, started = excluded.started, heartbeat = excluded.heartbeat, \
+             load = excluded.load \
              WHERE site_members.instance = excluded.instance \
              OR site_members.heartbeat < clock_timestamp() - make_interval(secs => $8)",
         )
@@ -87,6 +99,7 @@ impl Db {
         .bind(&me.http)
         .bind(me.started)
         .bind(dead_after.as_secs_f64())
+        .bind(json(&load))
         .execute(&self.pool);
         let done = bounded(q)
             .await
@@ -112,19 +125,30 @@ impl Db {
 
     /// Every member's row, with its heartbeat's age by the database's clock.
     pub async fn members(&self) -> anyhow::Result<Vec<Seen>> {
-        type Row = (String, String, String, String, String, i64, i64, f64);
+        type Row = (
+            String,
+            String,
+            String,
+            String,
+            String,
+            i64,
+            i64,
+            f64,
+            String,
+        );
         let q = sqlx::query_as::<_, Row>(
             "SELECT name, addresses, links, rooms, http, started, \
              (EXTRACT(EPOCH FROM heartbeat) * 1000000)::BIGINT, \
-             EXTRACT(EPOCH FROM (clock_timestamp() - heartbeat))::FLOAT8 \
+             EXTRACT(EPOCH FROM (clock_timestamp() - heartbeat))::FLOAT8, load \
              FROM site_members ORDER BY name",
         )
         .fetch_all(&self.pool);
         let rows = bounded(q).await.context("reading the site's members")?;
         rows.into_iter()
             .map(
-                |(name, addresses, links, rooms, http, started, heartbeat, age_s)| {
+                |(name, addresses, links, rooms, http, started, heartbeat, age_s, load)| {
                     let what = |key: &str| format!("site_members row {name}: {key}");
+                    let load = serde_json::from_str(&load).with_context(|| what("load"))?;
                     Ok(Seen {
                         member: Member {
                             addresses: serde_json::from_str(&addresses)
@@ -137,6 +161,7 @@ impl Db {
                         },
                         heartbeat,
                         age_s,
+                        load,
                     })
                 },
             )

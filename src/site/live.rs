@@ -9,7 +9,8 @@ use super::held::Held;
 use super::member::Member;
 use super::owners::{DEAD_AFTER, View};
 use crate::shutdown::Shutdown;
-use std::sync::{Arc, RwLock};
+use crate::steer::placement::{Elsewhere, Placement, Published};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 /// How often a member writes its heartbeat and reads the others': a dead member is noticed
@@ -31,6 +32,8 @@ pub struct Site {
     conns: Conns,
     /// The other end, for the writer (`record_conns`), taken once.
     conns_rx: std::sync::Mutex<Option<ConnsRx>>,
+    /// Where each heartbeat's load is read from (`steer::placement`): none, none published.
+    placement: OnceLock<Arc<Placement>>,
 }
 
 type ConnsRx = tokio::sync::mpsc::UnboundedReceiver<(Conn, bool)>;
@@ -74,7 +77,29 @@ impl Site {
             held: Held::default(),
             conns,
             conns_rx: std::sync::Mutex::new(rx),
+            placement: OnceLock::new(),
         }
+    }
+
+    /// Where the load each heartbeat publishes is read from.
+    pub fn set_placement(&self, placement: Arc<Placement>) {
+        let _ = self.placement.set(placement);
+    }
+
+    /// What this member publishes with its heartbeat (`Placement::published`).
+    fn load(&self) -> Vec<Published> {
+        self.placement
+            .get()
+            .map(|p| p.published())
+            .unwrap_or_default()
+    }
+
+    /// The other live members' links and what they placed on every link, for a boot placed
+    /// anywhere in the site (`balance::elsewhere`); empty without a site or while the view is
+    /// frozen (the database is down: only this server's links are sure to be there).
+    pub fn elsewhere(&self) -> Vec<Elsewhere> {
+        let view = self.view.read().unwrap_or_else(|e| e.into_inner());
+        super::balance::elsewhere(&view)
     }
 
     /// The addresses held for the site, and the takeovers to act on.
@@ -152,6 +177,12 @@ impl Site {
         self.set(|v| v.read(seen));
     }
 
+    /// Takes a failed read of the database into the view, as `keep` would (the services'
+    /// unit tests).
+    pub fn observe_unreachable(&self) {
+        self.set(|v| v.unreachable());
+    }
+
     /// Member `me` of a site whose members `live` beat and `dead` stopped (the services' unit
     /// tests).
     #[cfg(test)]
@@ -169,6 +200,7 @@ impl Site {
                 member: member(n),
                 heartbeat: 0,
                 age_s,
+                load: Vec::new(),
             })
             .collect();
         site.observe(seen);
@@ -192,7 +224,10 @@ impl Site {
         // ago (kill -9, a crash and a supervisor's restart): its heartbeat ages out within
         // `DEAD_AFTER`. One that keeps beating past that is another running server.
         let deadline = tokio::time::Instant::now() + DEAD_AFTER + BEAT * 2;
-        while let Ok(Beat::NameTaken) = db.beat(&self.me, &self.instance, DEAD_AFTER).await {
+        while let Ok(Beat::NameTaken) = db
+            .beat(&self.me, &self.load(), &self.instance, DEAD_AFTER)
+            .await
+        {
             if tokio::time::Instant::now() >= deadline {
                 anyhow::bail!(
                     "another running server is member {:?} of this site (it kept its \
@@ -220,12 +255,20 @@ impl Site {
         let mut tick = tokio::time::interval(BEAT);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut taken_said = false;
+        // Started while the database was down (`join`): the table is made once it answers.
+        let mut made = !self.view().frozen();
         loop {
             tokio::select! {
                 _ = shutdown.wait() => break,
                 _ = tick.tick() => {}
             }
-            match db.beat(&self.me, &self.instance, DEAD_AFTER).await {
+            if !made {
+                made = db.schema().await.is_ok();
+            }
+            match db
+                .beat(&self.me, &self.load(), &self.instance, DEAD_AFTER)
+                .await
+            {
                 Ok(Beat::NameTaken) if !taken_said => {
                     taken_said = true;
                     tracing::error!(member = %self.me.name, "another server took this member's \

@@ -1,7 +1,8 @@
 //! What a member of a site says of itself in its row of `site_members` (`db`), and how long
-//! ago it last said it: the type the database, the ownership policy (`owners`) and the API
-//! share.
+//! ago it last said it, with the load it published: the type the database, the ownership
+//! policy (`owners`), the site-wide placement (`balance`) and the API share.
 
+use crate::steer::placement::Published;
 use serde::Serialize;
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -47,6 +48,9 @@ pub struct Seen {
     pub member: Member,
     pub heartbeat: i64,
     pub age_s: f64,
+    /// Its links' load and the boots it placed on others', as of its heartbeat
+    /// (`steer::placement::Published`; empty from a member that publishes none).
+    pub load: Vec<Published>,
 }
 
 #[cfg(test)]

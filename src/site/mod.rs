@@ -1,8 +1,12 @@
 //! A site: several `bootpool serve` sharing one PostgreSQL database (`server.database`), each
 //! client answered by exactly one of them (docs/site.md).
 
+pub mod balance;
 pub mod conns;
 pub mod db;
+pub mod enrol_rows;
+pub mod enrolments;
+pub mod enrolments_db;
 pub mod hash;
 pub mod held;
 pub mod keepalived;

@@ -136,6 +136,7 @@ mod tests {
             },
             heartbeat: 0,
             age_s,
+            load: Vec::new(),
         }
     }
 

@@ -37,6 +37,7 @@ impl Report {
                 member: me.clone(),
                 heartbeat: crate::record::event::now_micros(),
                 age_s: 0.0,
+                load: Vec::new(),
             });
         }
         Report {

@@ -1,7 +1,8 @@
 //! One member's leases in the site, running: the DHCP service hands each batch's lease table
 //! to `note` (the changes go to the spool on disk, never to the database on the packet path);
 //! `keep`, every `EVERY`, writes the spool to `site_leases` and reads the other members' rows
-//! back into the share the lease table gives from (`boot::lease_share`). A database that does
+//! back into the share the lease table gives from (`boot::lease_share`); sooner when asked
+//! (`send_soon`: a boot placed on another member; `read_soon`: an address nobody here knows). A database that does
 //! not answer leaves the spool growing and the share as last read, with the live members of
 //! the site's view (frozen too, `owners`), so the boot path never waits on it.
 
@@ -18,6 +19,7 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// How often the spool is written and the others' rows read.
 pub const EVERY: Duration = Duration::from_secs(1);
@@ -39,6 +41,18 @@ pub struct SharedLeases {
     /// Leases the table refused (another client's row holds the address), by client.
     conflicts: Mutex<BTreeMap<Mac, Ipv4Addr>>,
     metrics: Metrics,
+    /// Wakes `keep` to write the spool before the next tick (`send_soon`).
+    send_now: Notify,
+    /// Wakes `keep` to read the others' rows before the next tick (`read_soon`).
+    read_now: Notify,
+}
+
+impl std::fmt::Debug for SharedLeases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedLeases")
+            .field("member", &self.site.me().name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl SharedLeases {
@@ -71,6 +85,8 @@ impl SharedLeases {
             share: RwLock::new(Arc::new(Share::default())),
             conflicts: Mutex::new(BTreeMap::new()),
             metrics,
+            send_now: Notify::new(),
+            read_now: Notify::new(),
         };
         shared.set_share(|_, place, n| Share::new(place, n, []));
         Ok(Arc::new(shared))
@@ -100,6 +116,19 @@ impl SharedLeases {
         spool.add(changes)
     }
 
+    /// Has the spool written now rather than at the next tick: a boot placed on another
+    /// member, which serves it once its copy of the site's leases holds the lease.
+    pub fn send_soon(&self) {
+        self.send_now.notify_one();
+    }
+
+    /// Has the others' rows read now rather than at the next tick: a service was asked by an
+    /// address the table does not know, perhaps a client another member just leased and
+    /// placed on this member. Never waited for: the request goes on with what is known.
+    pub fn read_soon(&self) {
+        self.read_now.notify_one();
+    }
+
     /// The address the site's table refused `mac` since it was last asked, if any.
     pub fn take_conflict(&self, mac: Mac) -> Option<Ipv4Addr> {
         let mut c = self.conflicts.lock().unwrap_or_else(|e| e.into_inner());
@@ -119,6 +148,14 @@ impl SharedLeases {
             tokio::select! {
                 _ = shutdown.wait() => break,
                 _ = tick.tick() => {}
+                _ = self.send_now.notified() => {
+                    self.send().await;
+                    continue;
+                }
+                _ = self.read_now.notified() => {
+                    self.read().await;
+                    continue;
+                }
             }
             if !made {
                 made = self.db.schema().await.is_ok();

@@ -10,12 +10,19 @@
 //! (`links::resolve`, at start) and its measured egress (the egress sampler), and each
 //! booting client's room when it is behind an uplink (`dhcp.subnets[].uplink`), so that a
 //! room's clients are spread as its uplink allows (`choice::choose_in_room`).
+//!
+//! In a site (docs/site.md), the DHCP owner of a client places its boot on any live member's
+//! link: the rest of the site's links come in as `Elsewhere` (what the other members publish
+//! in their heartbeats, `published`), and a boot placed on another member's link counts here,
+//! on that link, for the whole boot, as this server's own do; the others see it in this
+//! server's next heartbeat.
 
 use super::choice::{self, LinkSpec, Load};
 use crate::config::{Config, Mac, Pool, Subnet};
 use crate::record::Records;
 use crate::record::egress::Egress;
 use crate::record::timeline::BootResult;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -53,11 +60,65 @@ pub struct Placement {
 }
 
 struct Booting {
-    link: usize,
+    /// The link's address: one of this server's, or another member's (`Elsewhere`).
+    link: Ipv4Addr,
     pool: Arc<Pool>,
     since: Instant,
     /// Its room, when that is behind an uplink.
     room: Option<Subnet>,
+}
+
+/// What one server says of one link in its heartbeat (`site::live`): for a link of its own,
+/// its capacity and measured egress; for any link, the boots it placed there that are still
+/// booting and the bytes they still owe.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Published {
+    pub address: Ipv4Addr,
+    /// The link is the publishing server's own.
+    #[serde(default)]
+    pub own: bool,
+    #[serde(default)]
+    pub capacity_bps: Option<u64>,
+    #[serde(default)]
+    pub egress_bps: u64,
+    #[serde(default)]
+    pub pending_bytes: u64,
+    #[serde(default)]
+    pub clients: usize,
+}
+
+impl Default for Published {
+    fn default() -> Published {
+        Published {
+            address: Ipv4Addr::UNSPECIFIED,
+            own: false,
+            capacity_bps: None,
+            egress_bps: 0,
+            pending_bytes: 0,
+            clients: 0,
+        }
+    }
+}
+
+impl std::fmt::Debug for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Placement")
+            .field("addresses", &self.addresses)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A link as the rest of the site sees it, for a site-wide choice: another live member's
+/// link (`own`: its capacity and egress, as that member published them), or one of this
+/// server's, with what the others placed on it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Elsewhere {
+    pub address: Ipv4Addr,
+    /// Capacity and egress from the link's own member; pending bytes and clients, the sum
+    /// of what the other members placed there.
+    pub load: Load,
+    /// The link belongs to another member (else it is one of this server's).
+    pub theirs: bool,
 }
 
 impl Placement {
@@ -122,7 +183,8 @@ impl Placement {
     /// records' answer (`Timelines::discover_starts_boot`), since iPXE is a PXE firmware's
     /// second stage in one room and the firmware itself in another (qemu's, a flashed NIC's).
     /// `room`: the subnet the request came from and its uplink's capacity in bits/s, when it
-    /// declares one.
+    /// declares one. `site`: the rest of the site's links (empty: this server's links only,
+    /// as without a site); a link of another member is chosen as one of this server's is.
     pub fn link_for(
         &self,
         mac: Mac,
@@ -130,54 +192,95 @@ impl Placement {
         kept: Option<Ipv4Addr>,
         pxe_discover: bool,
         room: Option<(Subnet, u64)>,
+        site: &[Elsewhere],
     ) -> Ipv4Addr {
-        if self.addresses.len() == 1 {
+        let remote = |a: &Ipv4Addr| site.iter().any(|e| e.theirs && e.address == *a);
+        if self.addresses.len() == 1 && !site.iter().any(|e| e.theirs) {
             return self.addresses[0];
         }
         let mut booting = self.booting.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
-        let current = |booting: &HashMap<Mac, Booting>| {
-            booting
-                .get(&mac)
-                .map(|b| b.link)
-                .filter(|&i| self.usable(i))
+        let usable = |a: &Ipv4Addr| {
+            self.addresses
+                .iter()
+                .position(|x| x == a)
+                .is_some_and(|i| self.usable(i))
+                || remote(a)
         };
-        let i = if pxe_discover && self.starts_boot(mac) {
+        let current = |booting: &HashMap<Mac, Booting>| {
+            booting.get(&mac).map(|b| b.link).filter(|a| usable(a))
+        };
+        let link = if pxe_discover && self.starts_boot(mac) {
             // `loads` forgets boots that have ended, so a client still counted here is in the
             // same boot (its firmware sent DISCOVER again) and keeps its link.
-            let loads = self.loads(&mut booting, now, room);
+            let (links, loads) = self.loads(&mut booting, now, room, site);
             match current(&booting) {
-                Some(i) => i,
+                Some(a) => a,
                 None => {
-                    let i = self.choose(&loads, pool, room);
-                    tracing::debug!(%mac, link = %self.addresses[i], "link chosen");
-                    i
+                    let a = links[self.choose(&loads, pool, room)];
+                    tracing::debug!(%mac, link = %a, "link chosen");
+                    a
                 }
             }
         } else {
-            let kept = kept
-                .and_then(|a| self.addresses.iter().position(|x| *x == a))
-                .filter(|&i| self.usable(i));
-            match (current(&booting), kept) {
-                (Some(i), _) => return self.addresses[i],
+            match (current(&booting), kept.filter(|a| usable(a))) {
+                (Some(a), _) => return a,
                 // Booting since before a restart: counted on its link from now.
-                (None, Some(i)) => i,
+                (None, Some(a)) => a,
                 (None, None) => {
-                    let loads = self.loads(&mut booting, now, room);
-                    self.choose(&loads, pool, room)
+                    let (links, loads) = self.loads(&mut booting, now, room, site);
+                    links[self.choose(&loads, pool, room)]
                 }
             }
         };
         booting.insert(
             mac,
             Booting {
-                link: i,
+                link,
                 pool: pool.clone(),
                 since: now,
                 room: room.map(|(subnet, _)| subnet),
             },
         );
-        self.addresses[i]
+        link
+    }
+
+    /// What this server says of the links in its heartbeat: each of its own links (capacity,
+    /// measured egress, the boots it placed there), then each other link it placed boots on.
+    /// Forgets clients that are done.
+    pub fn published(&self) -> Vec<Published> {
+        let mut booting = self.booting.lock().unwrap_or_else(|e| e.into_inner());
+        let (links, loads) = self.loads(&mut booting, Instant::now(), None, &[]);
+        let mut out: Vec<Published> = links
+            .iter()
+            .zip(&loads)
+            .map(|(a, l)| Published {
+                address: *a,
+                own: true,
+                capacity_bps: l.capacity_bps,
+                egress_bps: l.egress_bps,
+                pending_bytes: l.pending_bytes,
+                clients: l.clients,
+            })
+            .collect();
+        for (a, owed) in self.owed(&booting) {
+            if self.addresses.contains(&a) {
+                continue;
+            }
+            let p = match out.iter().position(|p| p.address == a) {
+                Some(i) => &mut out[i],
+                None => {
+                    out.push(Published {
+                        address: a,
+                        ..Published::default()
+                    });
+                    out.last_mut().expect("just pushed")
+                }
+            };
+            p.pending_bytes += owed;
+            p.clients += 1;
+        }
+        out
     }
 
     /// `choice`'s answer for a client of `pool` from `room`.
@@ -200,26 +303,20 @@ impl Placement {
         self.state[i].device.is_some() || self.state.iter().all(|s| s.device.is_none())
     }
 
-    /// Each link's load now, with what `room`'s clients owe on it; forgets clients that are
-    /// done.
-    fn loads(
-        &self,
-        booting: &mut HashMap<Mac, Booting>,
-        now: Instant,
-        room: Option<(Subnet, u64)>,
-    ) -> Vec<Load> {
-        let state = &self.state;
-        let mut loads: Vec<Load> = state
-            .iter()
-            .enumerate()
-            .map(|(i, s)| Load {
-                capacity_bps: s.capacity_bps,
-                unusable: !self.usable(i),
-                ..Load::default()
-            })
-            .collect();
-        // Fetched so far, per client still booting.
-        let fetched: HashMap<Mac, Option<u64>> = match &self.records {
+    /// Forgets the clients that are done: a boot counts on its link until its record says it
+    /// ended, or for `BOOTING_FOR`.
+    fn forget_done(&self, booting: &mut HashMap<Mac, Booting>, now: Instant) {
+        let fetched = self.fetched(booting);
+        booting.retain(|mac, b| {
+            now.duration_since(b.since) < BOOTING_FOR && fetched.get(mac).copied().flatten().is_some()
+                // A boot that ended before this client counted on its link is an earlier one.
+                || now.duration_since(b.since) < Duration::from_secs(5)
+        });
+    }
+
+    /// What each booting client fetched so far (`None`: its boot ended).
+    fn fetched(&self, booting: &HashMap<Mac, Booting>) -> HashMap<Mac, Option<u64>> {
+        match &self.records {
             None => booting.keys().map(|mac| (*mac, Some(0))).collect(),
             Some(records) => records.read(|t| {
                 booting
@@ -232,22 +329,42 @@ impl Placement {
                     })
                     .collect()
             }),
-        };
-        booting.retain(|mac, b| {
-            now.duration_since(b.since) < BOOTING_FOR && fetched.get(mac).copied().flatten().is_some()
-                // A boot that ended before this client counted on its link is an earlier one.
-                || now.duration_since(b.since) < Duration::from_secs(5)
-        });
-        for (mac, b) in booting.iter() {
-            let so_far = fetched.get(mac).copied().flatten().unwrap_or(0);
-            let l = &mut loads[b.link];
-            l.clients += 1;
-            let owed = self.expected_bytes(&b.pool).saturating_sub(so_far);
-            l.pending_bytes += owed;
-            if b.room.is_some() && b.room == room.map(|(subnet, _)| subnet) {
-                l.room_pending_bytes += owed;
-            }
         }
+    }
+
+    /// Each booting client's link and the bytes it still owes.
+    fn owed(&self, booting: &HashMap<Mac, Booting>) -> Vec<(Ipv4Addr, u64)> {
+        let fetched = self.fetched(booting);
+        booting
+            .iter()
+            .map(|(mac, b)| {
+                let so_far = fetched.get(mac).copied().flatten().unwrap_or(0);
+                (b.link, self.expected_bytes(&b.pool).saturating_sub(so_far))
+            })
+            .collect()
+    }
+
+    /// The links a boot may be placed on (this server's, then the others' of `site`) and
+    /// each one's load now, with what `room`'s clients owe on it; forgets clients that are
+    /// done.
+    fn loads(
+        &self,
+        booting: &mut HashMap<Mac, Booting>,
+        now: Instant,
+        room: Option<(Subnet, u64)>,
+        site: &[Elsewhere],
+    ) -> (Vec<Ipv4Addr>, Vec<Load>) {
+        let state = &self.state;
+        let mut links = self.addresses.clone();
+        let mut loads: Vec<Load> = state
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Load {
+                capacity_bps: s.capacity_bps,
+                unusable: !self.usable(i),
+                ..Load::default()
+            })
+            .collect();
         if let Some(sample) = self.egress.get().and_then(|e| e.latest()) {
             for (l, s) in loads.iter_mut().zip(state) {
                 if let Some(dev) = &s.device
@@ -257,9 +374,40 @@ impl Placement {
                 }
             }
         }
-        loads
+        // The others' links, and what the others placed on every link.
+        for e in site {
+            match links.iter().position(|a| *a == e.address) {
+                Some(i) => {
+                    loads[i].pending_bytes += e.load.pending_bytes;
+                    loads[i].clients += e.load.clients;
+                }
+                None if e.theirs => {
+                    links.push(e.address);
+                    loads.push(Load {
+                        room_pending_bytes: 0,
+                        ..e.load
+                    });
+                }
+                None => {}
+            }
+        }
+        self.forget_done(booting, now);
+        let fetched = self.fetched(booting);
+        for (mac, b) in booting.iter() {
+            let Some(i) = links.iter().position(|a| *a == b.link) else {
+                continue;
+            };
+            let so_far = fetched.get(mac).copied().flatten().unwrap_or(0);
+            let l = &mut loads[i];
+            l.clients += 1;
+            let owed = self.expected_bytes(&b.pool).saturating_sub(so_far);
+            l.pending_bytes += owed;
+            if b.room.is_some() && b.room == room.map(|(subnet, _)| subnet) {
+                l.room_pending_bytes += owed;
+            }
+        }
+        (links, loads)
     }
-
     /// What a client of `pool` is expected to fetch in one boot: the mean of the pool's last
     /// booted boots, or a first guess from its boot files.
     fn expected_bytes(&self, pool: &Pool) -> u64 {

@@ -5,8 +5,9 @@
 //! the iPXE script, a kernel over HTTP (`curl -g` to `[ADDR]`), a loader over TFTP
 //! (tftp-hpa `-6`) and the root over NBD (libnbd's `nbdinfo`) from the client's DHCPv6
 //! address, each recorded for its MAC. A forged RELEASE or DECLINE (another DUID with the
-//! client's MAC, an address it does not hold) changes nothing, and a storm of router
-//! solicitations draws at most one advertisement per 3 s.
+//! client's MAC, an address it does not hold) changes nothing, a storm of router
+//! solicitations draws at most one advertisement per 3 s, and the bindings outlive a kill -9
+//! (`state_dir/leases6.json`).
 
 use crate::common::Fixture;
 use crate::common::netns::{Daemon, Link};
@@ -464,4 +465,55 @@ fn a_forged_dhcp6_release_or_decline_leaves_the_binding() {
     let (ok, _, err) = nbd_size_over_ipv6(&link, &daemon);
     assert!(ok, "the client lost its root over IPv6: {err}");
     drop(daemon);
+}
+
+/// The bindings outlive a kill -9: a client bound before it keeps its address from the
+/// restarted server, which gives the next client another one (with the bindings in memory
+/// only, the next client got the first one's, the lowest of the range, again).
+#[test]
+fn dhcp6_bindings_survive_a_kill_9() {
+    let link = ipv6_link();
+    link.set_client_mac(MAC);
+    let fx = Fixture::new();
+    fx.write_config(&config(&link.server_if));
+    let daemon = Daemon::start(&link, &fx, 1);
+    ready_for_dhcp6(&link, &daemon);
+    let (first, _) = dhclient6(&link, &fx).expect("a DHCPv6 lease");
+    daemon.kill9();
+    let daemon = Daemon::start(&link, &fx, 2);
+    assert!(
+        daemon.log_text().contains("DHCPv6 bindings read back"),
+        "{}",
+        daemon.log_text()
+    );
+    // Another client on the same link: its own MAC, DUID and lease file.
+    link.in_client(&[
+        "ip",
+        "-6",
+        "addr",
+        "del",
+        &format!("{first}/128"),
+        "dev",
+        &link.client_if,
+    ]);
+    let _ = std::fs::remove_dir_all(fx.path().join("dhclient6"));
+    link.set_client_mac("52:54:00:77:00:06");
+    wait_for_link_local(&link);
+    let (second, _) = dhclient6(&link, &fx).expect("a DHCPv6 lease");
+    assert_ne!(second, first, "{}", daemon.log_text());
+    // The first client again (its MAC, a fresh DUID of it): the address it had.
+    link.in_client(&[
+        "ip",
+        "-6",
+        "addr",
+        "del",
+        &format!("{second}/128"),
+        "dev",
+        &link.client_if,
+    ]);
+    let _ = std::fs::remove_dir_all(fx.path().join("dhclient6"));
+    link.set_client_mac(MAC);
+    wait_for_link_local(&link);
+    let (again, _) = dhclient6(&link, &fx).expect("a DHCPv6 lease");
+    assert_eq!(again, first, "{}", daemon.log_text());
 }

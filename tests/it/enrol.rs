@@ -1,6 +1,7 @@
 //! Unknown clients and their enrolment, with busybox udhcpc and curl against the `bootpool`
 //! binary over a veth pair: a MAC no pool lists is silent but listed by `GET /api/v1/unknown`
 //! and counted in /metrics; enrolled through `POST /api/v1/clients` or `bootpool client add`
+//! (and taken out by `POST /api/v1/clients/MAC/remove` and `bootpool client remove`)
 //! it gets an address at its next try, with no restart; a kill -9 keeps both the list and the
 //! enrolments; a `discover` pool takes any unknown PC and enrols it; `bootpool check` refuses
 //! a MAC given both in pools.yaml and in the enrolments file.
@@ -201,6 +202,23 @@ fn an_unknown_pc_is_listed_then_enrolled_by_the_api_and_the_cli_and_a_kill_9_kee
     let (ok, _, err) = client_add(&fx, &[SECOND, "--pool", "nbd-room"]);
     assert!(!ok);
     assert!(err.contains("already listed in pool `nfs-room`"), "{err}");
+
+    // Taken out again: by the API (the admin token), then by the CLI; each refused at its
+    // next try, and a second removal refused naming the file.
+    let route = format!("/api/v1/clients/{STRANGER}/remove");
+    assert_eq!(curl(&link, "POST", &route, READ, None).0, "401");
+    let (code, said) = curl(&link, "POST", &route, ADMIN, None);
+    assert_eq!(code, "200", "{said}");
+    assert_eq!(udhcpc(&link, &fx, STRANGER), None, "removed by the API");
+    let (code, said) = curl(&link, "POST", &route, ADMIN, None);
+    assert_eq!(code, "409", "{said}");
+    assert!(said.contains("is not enrolled in"), "{said}");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bootpool"));
+    c.args(["client", "remove", SECOND, "--config"])
+        .arg(fx.config_path());
+    let (ok, out, err) = run(&mut c, 20);
+    assert!(ok && out.contains("reloaded by bootpool"), "{out}{err}");
+    assert_eq!(udhcpc(&link, &fx, SECOND), None, "removed by the CLI");
     drop(daemon);
 }
 

@@ -38,6 +38,17 @@ fn tree(at: &Path) {
     for d in ["etc", "boot", "sbin"] {
         std::fs::create_dir_all(at.join(d)).unwrap();
     }
+    // A manifest has a line per entry: 5,000 links (no objects to fetch) make it about
+    // 500 KB, so a pull that sent it whole would move half again a 1 MiB change.
+    let links = at.join("usr/share/links");
+    std::fs::create_dir_all(&links).unwrap();
+    for i in 0..5000 {
+        std::os::unix::fs::symlink(
+            format!("../../lib/d{}/lib{i}.so", i % 3),
+            links.join(format!("l{i}")),
+        )
+        .unwrap();
+    }
     std::fs::write(at.join("etc/big"), pattern(1, 1 << 20)).unwrap();
     std::fs::write(at.join("etc/other"), pattern(2, 256 << 10)).unwrap();
     std::os::unix::fs::symlink("usr/lib", at.join("lib")).unwrap();

@@ -23,6 +23,7 @@ mod e2e_arm64;
 mod e2e_campus;
 mod e2e_console;
 mod e2e_cow;
+mod e2e_failover;
 mod e2e_gone;
 mod e2e_homes;
 mod e2e_images;

@@ -262,3 +262,84 @@ fn servers_starting_at_once_on_a_fresh_database_all_open_the_record_store() {
         assert_eq!(o, Ok(()));
     }
 }
+
+/// A site's members read each other's events by id (`record::follow`): a batch whose id was
+/// taken before a later one committed (two transactions on a real PostgreSQL, the first held
+/// open) is still read once it commits, never twice, and a member's own rows come back as ids
+/// only.
+#[test]
+fn an_event_committed_after_a_later_one_is_still_read_by_the_others_once() {
+    use bootpool::record::follow::Cursor;
+    use bootpool::record::store::Store;
+    use bootpool::record::{Event, Kind, Who};
+    let pg = Postgres::start();
+    let db = bootpool::config::Database::Postgres(pg.url());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = Store::open(&db).await.unwrap();
+        let Store::Postgres(pool) = &store else {
+            panic!("a PostgreSQL store")
+        };
+        let ev = |n: u8| Event {
+            at: i64::from(n),
+            who: Who::Mac(format!("52:54:00:46:02:{n:02x}").parse().unwrap()),
+            kind: Kind::DhcpDiscover {
+                answered: true,
+                pxe: true,
+                ipxe: false,
+                pool: None,
+                arch: None,
+            },
+        };
+        // b's batch takes its id and stays open while c's later one commits.
+        let mut slow = pool.begin().await.unwrap();
+        sqlx::query(
+            "INSERT INTO events (at, mac, ip, event, body, member) \
+             VALUES (1, '52:54:00:46:02:01', NULL, 'dhcp_discover', $1, 'b')",
+        )
+        .bind(serde_json::to_string(&ev(1)).unwrap())
+        .execute(&mut *slow)
+        .await
+        .unwrap();
+        store.append_as(Some("c"), &[ev(2)], &[]).await.unwrap();
+        store.append_as(Some("a"), &[ev(3)], &[]).await.unwrap();
+
+        let mut cursor = Cursor::default();
+        let read = |cursor: &Cursor| {
+            let (after, gaps) = (cursor.after(), cursor.gaps());
+            let store = store.clone();
+            async move { store.events_after(after, &gaps, "a").await.unwrap() }
+        };
+        let rows = read(&cursor).await;
+        let seen: Vec<(Option<String>, bool)> = rows
+            .iter()
+            .map(|(_, m, e)| (m.clone(), e.is_some()))
+            .collect();
+        // c's event whole; a's own as its id alone; b's not yet.
+        assert_eq!(
+            seen,
+            [
+                (Some("c".to_string()), true),
+                (Some("a".to_string()), false)
+            ]
+        );
+        let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+        assert_eq!(cursor.took(&ids, std::time::Instant::now()), ids);
+        assert_eq!(cursor.gaps(), [ids[0] - 1]);
+
+        slow.commit().await.unwrap();
+        let rows = read(&cursor).await;
+        let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+        let new = cursor.took(&ids, std::time::Instant::now());
+        let got: Vec<&Event> = rows
+            .iter()
+            .filter(|r| new.contains(&r.0))
+            .filter_map(|r| r.2.as_ref())
+            .collect();
+        assert_eq!(got, [&ev(1)]);
+        assert!(cursor.gaps().is_empty());
+        // Read again: nothing new.
+        let ids: Vec<i64> = read(&cursor).await.iter().map(|r| r.0).collect();
+        assert!(cursor.took(&ids, std::time::Instant::now()).is_empty());
+    });
+}

@@ -9,7 +9,12 @@
 //! and with the database stopped both keep the view they had: each still answers its own
 //! clients, and only those. A second pair leases from one shared range (`site_leases`):
 //! no address twice, a dead member's clients keeping theirs, the spools written after an
-//! outage of PostgreSQL. Outcomes only, never a time.
+//! outage of PostgreSQL. In that pair, a client `a` answers is placed on `b`'s link (issue 46
+//! part 4): told `b` as its next-server, it fetches its kernel from `b` over HTTP and TFTP and
+//! attaches its NBD root there, while an address no member leased is refused its root by `b`.
+//! A third pair shares its enrolments (`site_enrolments`): a client
+//! enrolled on `a` is bound by `b`, its owner; removed on `b` while PostgreSQL is down, it is
+//! refused by `b` at once and by `a` once the database is back. Outcomes only, never a time.
 
 use crate::common::netns::Link;
 use crate::common::postgres::Postgres;
@@ -302,6 +307,15 @@ impl Member {
                 (s("mac"), s("ip"))
             })
             .collect()
+    }
+
+    /// The server link this member's lease file names for `mac`.
+    fn link(&self, mac: &str) -> Option<String> {
+        let saved = bootpool::service::lease_file::read(&self.fx.path().join("var")).unwrap();
+        let v = serde_json::to_value(&saved).unwrap();
+        v["leases"].as_array()?.iter().find(|l| l["mac"] == mac)?["link"]
+            .as_str()
+            .map(str::to_string)
     }
 
     /// The lease changes this member has not yet written to the site's table.
@@ -810,6 +824,115 @@ fn members_sharing_one_range_never_lease_an_address_twice() {
     );
 }
 
+/// A MAC outside the room's pool (no member serves it unless enrolled) owned by `who`.
+fn stranger_of(who: &str) -> String {
+    (0..=255u8)
+        .map(|i| format!("52:54:00:7a:00:{i:02x}"))
+        .find(|m| owner(m) == who)
+        .unwrap()
+}
+
+impl Member {
+    /// `bootpool client ARGS` with this member's config: its output, asserted to succeed.
+    fn client(&self, args: &[&str]) -> String {
+        let config = self.fx.config_path();
+        let (ok, out, err) = run(
+            std::process::Command::new(env!("CARGO_BIN_EXE_bootpool"))
+                .arg("client")
+                .args(args)
+                .args(["--config", config.to_str().unwrap()]),
+            60,
+        );
+        assert!(
+            ok,
+            "client {}: {out}\n{err}\n{}",
+            args.join(" "),
+            self.log()
+        );
+        out
+    }
+
+    /// The text of this member's enrolments file.
+    fn enrolled(&self) -> String {
+        std::fs::read_to_string(self.fx.path().join("var").join("enrolled.yaml"))
+            .unwrap_or_default()
+    }
+
+    /// How many reloads this member applied, as its log says.
+    fn reloads(&self) -> usize {
+        self.log().matches("config reloaded").count()
+    }
+}
+
+#[test]
+fn an_enrolment_made_on_one_member_is_served_by_every_member_and_so_is_a_removal() {
+    let mut pg = Postgres::start();
+    let room = Room::new(2);
+    let a = Member::new(&room, 1, &pg.socket_url());
+    let b = Member::new(&room, 2, &pg.socket_url());
+    let both = vec![("a".to_string(), true), ("b".to_string(), true)];
+    poll("a and b see each other live", || {
+        a.site() == (both.clone(), false) && b.site() == (both.clone(), false)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (of_a, of_b) = (stranger_of("a"), stranger_of("b"));
+    // Listed nowhere: b, its owner, answers it not.
+    assert_eq!(room.udhcpc(dir.path(), &of_b, 2), None, "{}", b.log());
+
+    // Enrolled on a, both of them: b's file gets them from the site, and b serves its own.
+    let b_reloads = b.reloads();
+    for mac in [&of_a, &of_b] {
+        a.client(&["add", mac, "--pool", "nbd-room"]);
+    }
+    poll("b's file holds a's enrolments, reloaded", || {
+        b.enrolled().contains(&of_a) && b.enrolled().contains(&of_b) && b.reloads() > b_reloads
+    });
+    assert_eq!(
+        room.udhcpc(dir.path(), &of_b, 3).as_deref(),
+        Some("10.79.0.2"),
+        "a:\n{}\nb:\n{}",
+        a.log(),
+        b.log()
+    );
+    assert_eq!(
+        pg.query("SELECT count(*) FROM site_enrolments WHERE member = 'a'"),
+        "2"
+    );
+
+    // A removal made on b while the database is down: b refuses the client at once (its file
+    // is what it serves), and a follows once the database is back.
+    pg.stop_immediate();
+    let a_reloads = a.reloads();
+    for mac in [&of_a, &of_b] {
+        let said = b.client(&["remove", mac]);
+        assert!(said.contains("removed from"), "{said}");
+    }
+    assert_eq!(room.udhcpc(dir.path(), &of_b, 2), None, "{}", b.log());
+    assert!(a.enrolled().contains(&of_a));
+    pg.start_again();
+    poll("a's file lost b's removals, reloaded", || {
+        !a.enrolled().contains(&of_a) && !a.enrolled().contains(&of_b) && a.reloads() > a_reloads
+    });
+    // a, its owner, refuses the other one now.
+    assert_eq!(room.udhcpc(dir.path(), &of_a, 2), None, "{}", a.log());
+    poll("site_enrolments emptied", || {
+        pg.query("SELECT count(*) FROM site_enrolments") == "0"
+    });
+    // A removal of what no file holds is refused, naming the file.
+    let config = b.fx.config_path();
+    let (ok, _, err) = run(
+        std::process::Command::new(env!("CARGO_BIN_EXE_bootpool")).args([
+            "client",
+            "remove",
+            &of_b,
+            "--config",
+            config.to_str().unwrap(),
+        ]),
+        60,
+    );
+    assert!(!ok && err.contains("is not enrolled in"), "{err}");
+}
+
 /// ISC dhclient on the bridge (its MAC set by the caller): `done SERVER` once bound.
 fn dhclient(room: &Room, dir: &std::path::Path) -> String {
     std::fs::create_dir_all(dir).unwrap();
@@ -865,5 +988,219 @@ fn dhclient(room: &Room, dir: &std::path::Path) -> String {
     match line.lines().next() {
         Some(l) => l.to_string(),
         None => std::fs::read_to_string(dir.join("log")).unwrap_or_default(),
+    }
+}
+
+/// Two members on one range: a client `a` owns, placed on `b`'s link by `a` (the second of
+/// `a`'s clients: `a` counts the first on its own link), is told `b` as its next-server by
+/// `a`, and `b` serves it: its boot script names `b`'s link, its kernel comes over HTTP and
+/// TFTP, its NBD root attaches. An address no member leased gets no root from `b`.
+#[test]
+fn a_client_placed_on_another_member_is_served_there_and_a_stranger_is_not() {
+    let pg = Postgres::start();
+    let room = Room::new(2);
+    let range = "10.79.1.0-10.79.2.255";
+    let a = Member::with_range(&room, 1, &pg.socket_url(), range);
+    let b = Member::with_range(&room, 2, &pg.socket_url(), range);
+    // Until a reads b's published load (b's own link in its row).
+    poll("a sees b's link in b's heartbeat", || {
+        let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/site")).unwrap();
+        v["members"].as_array().unwrap().iter().any(|m| {
+            m["name"] == "b"
+                && m["live"] == true
+                && m["load"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|p| p["own"] == true))
+        })
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut bound = Vec::new();
+    for mac in macs_of("a", 4) {
+        let (by, ip) = room.udhcpc_with(dir.path(), &mac, 3, &[]).expect(&mac);
+        assert_eq!(by, "10.79.0.1", "{mac}: answered by its owner\n{}", a.log());
+        bound.push((mac, ip));
+    }
+    // The link each was given, as a's lease file keeps it (a plain DHCP answer names no
+    // next-server: no boot file).
+    let (mac, ip) = bound
+        .into_iter()
+        .find(|(mac, _)| a.link(mac).as_deref() == Some("10.79.0.2"))
+        .unwrap_or_else(|| panic!("a placed none of its 4 boots on b\n{}", a.log()));
+
+    // The client, at its address on the room's side, fetches from b.
+    room.exec(&["ip", "link", "set", &room.bridge, "address", &mac]);
+    room.exec(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{ip}/16"),
+        "dev",
+        &room.bridge,
+    ]);
+    let fetch = |args: &[&str]| run(&mut Link::command(&room.ns, args[0], &args[1..]), 60);
+    let script = format!("http://10.79.0.2:8080/boot/script/{mac}.ipxe");
+    poll("b's script for the client names b's link", || {
+        let (ok, body, _) = fetch(&["curl", "-sS", "--fail", &script]);
+        ok && body.contains("http://10.79.0.2:8080/")
+    });
+    let (ok, _, err) = fetch(&[
+        "curl",
+        "-sS",
+        "--fail",
+        "-o",
+        "/dev/null",
+        "http://10.79.0.2:8080/boot/demo/vmlinuz",
+    ]);
+    assert!(ok, "the kernel over HTTP from b: {err}\n{}", b.log());
+    let got = dir.path().join("undionly.kpxe");
+    // The ports b's TFTP and NBD took (the fixture's ports are the kernel's choice).
+    let log = b.log();
+    let port_of = |what: &str| {
+        log.split(what)
+            .nth(1)
+            .and_then(|r| r.split([')', ' ']).next())
+            .unwrap_or_else(|| panic!("no {what} port in b's log\n{log}"))
+    };
+    let port = port_of("tftp=Some(0.0.0.0:");
+    let root = format!("nbd://10.79.0.2:{}/demo", port_of(" nbd=0.0.0.0:"));
+    let (ok, _, err) = fetch(&[
+        "tftp",
+        "10.79.0.2",
+        port,
+        "-c",
+        "get",
+        "undionly.kpxe",
+        got.to_str().unwrap(),
+    ]);
+    assert!(
+        ok && got.metadata().is_ok_and(|m| m.len() > 0),
+        "TFTP from b: {err}\n{}",
+        b.log()
+    );
+    let mut said = String::new();
+    let attached = (0..50).any(|_| {
+        let (ok, _, err) = fetch(&["nbdcopy", &root, "null:"]);
+        said = err;
+        ok || {
+            std::thread::sleep(Duration::from_millis(200));
+            false
+        }
+    });
+    assert!(attached, "the client's NBD root at b: {said}\n{}", b.log());
+
+    // A stranger: an address of the room no member leased. Its root is refused by b, asked
+    // twice (the first ask has b read the site's leases again; nothing there either).
+    room.exec(&["ip", "addr", "flush", "dev", &room.bridge]);
+    room.exec(&["ip", "addr", "add", "10.79.3.3/16", "dev", &room.bridge]);
+    for _ in 0..2 {
+        let (ok, _, _) = fetch(&["nbdcopy", &root, "null:"]);
+        assert!(!ok, "b gave a stranger its root\n{}", b.log());
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    assert!(
+        b.log().contains("nbd client holds no lease of a pool booting this image over nbd; refused peer=10.79.3.3"),
+        "{}",
+        b.log()
+    );
+    drop((a, b));
+}
+
+/// Busybox udhcpc leases `mac` from `server` (its address on the bridge), then curl fetches a
+/// boot file over HTTP from that address as the client: the address leased.
+fn boot_through(room: &Room, dir: &std::path::Path, mac: &str, server: &str) -> String {
+    let (by, ip) = room.udhcpc_with(dir, mac, 5, &[]).expect(mac);
+    assert_eq!(by, server, "{mac}");
+    room.exec(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{ip}/16"),
+        "dev",
+        &room.bridge,
+    ]);
+    let url = format!("http://{server}:8080/boot/loaders/bootpool-overlay.cpio");
+    let args = ["-sS", "--fail", "-o", "/dev/null", "--interface", &ip, &url];
+    let (ok, _, err) = run(&mut Link::command(&room.ns, "curl", &args), 30);
+    room.exec(&["ip", "addr", "flush", "dev", &room.bridge]);
+    assert!(ok, "curl {url}: {err}");
+    ip
+}
+
+/// Issue 46 parts 1-2: member `a` started while PostgreSQL is down serves alone (busybox
+/// udhcpc leased, curl fetching a boot file), says its records' database is unreachable, and
+/// parks the boot's records; once PostgreSQL is up its heartbeat row and the parked records
+/// are in the database. Then `b` joins, boots a client of its own, and `a`'s API shows that
+/// boot (its clients list, and b's count of clients in the site view).
+#[test]
+fn a_member_started_without_its_database_boots_and_any_member_shows_the_whole_site() {
+    let mut pg = Postgres::start();
+    pg.stop_immediate();
+    let room = Room::new(2);
+    let dir = tempfile::tempdir().unwrap();
+    let a = Member::new(&room, 1, &pg.socket_url());
+    let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/site")).unwrap();
+    assert_eq!(v["records"]["reachable"], false, "{v}");
+    assert_eq!(v["members"].as_array().unwrap().len(), 1, "{v}");
+
+    // Alone, a answers every client: one of b's buckets too.
+    let mac = macs_of("b", 1)[0].clone();
+    let ip = boot_through(&room, dir.path(), &mac, "10.79.0.1");
+    let parked = a.fx.path().join("var").join("records.spool");
+    poll("a's records of the boot parked", || {
+        std::fs::read_to_string(&parked).is_ok_and(|t| t.contains(&mac) && t.contains(&ip))
+    });
+
+    // PostgreSQL up: a joins, writes its records, and the API says the database answers.
+    pg.start_again();
+    let made = |table: &str| pg.query(&format!("SELECT to_regclass('{table}') IS NOT NULL")) == "t";
+    poll("a's heartbeat row", || {
+        made("site_members")
+            && pg.query("SELECT count(*) FROM site_members WHERE name = 'a'") == "1"
+    });
+    let file = format!("SELECT count(*) > 0 FROM events WHERE ip = '{ip}' AND event = 'file'");
+    poll("the boot's records in events", || {
+        made("events")
+            && pg.query(&file) == "t"
+            && pg.query(&format!(
+                "SELECT count(*) > 0 FROM events WHERE mac = '{mac}' AND member = 'a'"
+            )) == "t"
+    });
+    poll("a's records spool emptied", || !parked.exists());
+    poll("a says its records' database answers", || {
+        let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/site")).unwrap();
+        v["records"]["reachable"] == true && v["records"]["parked"] == 0
+    });
+
+    // b joins and boots a client of its own: a shows it, and b's count of clients.
+    let b = Member::new(&room, 2, &pg.socket_url());
+    let both = vec![("a".to_string(), true), ("b".to_string(), true)];
+    poll("a and b see each other live", || {
+        a.site() == (both.clone(), false) && b.site() == (both.clone(), false)
+    });
+    let mac_b = macs_of("b", 2)[1].clone();
+    boot_through(&room, dir.path(), &mac_b, "10.79.0.2");
+    poll("b's client in a's clients", || {
+        let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/clients")).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["mac"] == mac_b.as_str())
+    });
+    let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/site")).unwrap();
+    let c = &v["clients"]["b"];
+    let count = |k: &str| c[k].as_u64().unwrap();
+    assert!(
+        count("booting") + count("booted") + count("failed") >= 1,
+        "{v}"
+    );
+    // a never reads b's boot twice, nor its own back: one boot each.
+    let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/clients")).unwrap();
+    for m in [&mac, &mac_b] {
+        let c = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["mac"] == m.as_str());
+        assert_eq!(c.unwrap()["boots"], 1, "{m}: {v}");
     }
 }

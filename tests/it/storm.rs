@@ -662,11 +662,12 @@ fn a_small_storm_on_a_hashed_bond_sends_each_clients_bytes_by_its_own_link() {
 }
 
 /// Two bootpool servers in the room (`--servers 2`), members `s1` and `s2` of one site on the
-/// PostgreSQL the storm starts, each with its own link: the clients broadcast, and the site's
-/// split alone decides who answers. Every client boots; each member answered some of them
-/// (its record gave them an address, and its links carried their bytes) and left the others'
-/// DHCP messages to the other; no client was given an address by both; and the clients each
-/// booted from the member that answered it.
+/// PostgreSQL the storm starts, each with its own link, sharing one `dhcp.range`: the clients
+/// broadcast, the site's split decides who answers each, and the one that answers places its
+/// boot on the least-loaded member's link. Every client boots, with an address no other
+/// client was given; both members sent bytes; each member left the other's DHCP messages to
+/// it; the boots placed on each member's link are the clients that booted from it; and no
+/// client was given an address by both.
 #[test]
 fn a_small_storm_on_two_servers_boots_each_client_from_exactly_one_member() {
     let _room = one_room();
@@ -682,32 +683,34 @@ fn a_small_storm_on_two_servers_boots_each_client_from_exactly_one_member() {
         &["--servers", "2"],
     );
     assert_eq!(u(&r["summary"]["booted"]), 8, "{table}");
+    let clients = r["clients"].as_array().unwrap();
+    let mut ips: Vec<&str> = clients.iter().filter_map(|c| c["ip"].as_str()).collect();
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips.len(), 8, "no address twice\n{table}");
     let rows = r["servers"]["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2, "{table}");
     let links = r["links"].as_array().unwrap();
     assert_eq!(links.len(), 2, "{table}");
     for (row, (name, address)) in rows.iter().zip([("s1", "10.78.0.1"), ("s2", "10.78.0.2")]) {
         assert_eq!(row["name"], name, "{row}");
-        let clients = u(&row["clients"]);
-        assert!(clients > 0, "{row}\n{table}");
-        // Its record gave an address to exactly the clients that booted from its link.
-        assert_eq!(u(&row["answered"]), clients, "{row}\n{table}");
-        let booted_here = r["clients"]
-            .as_array()
-            .unwrap()
+        let booted_here = clients
             .iter()
-            .filter(|c| c["server"] == address)
+            .filter(|c| c["root_server"] == address)
             .count() as u64;
-        assert_eq!(booted_here, clients, "{row}\n{table}");
+        assert_eq!(u(&row["clients"]), booted_here, "{row}\n{table}");
+        // The boots placed on its link (by either member) are those that booted from it.
+        assert_eq!(u(&row["placed"]), booted_here, "{row}\n{table}");
         assert!(u(&row["others"]) > 0, "{row}\n{table}");
-        assert!(u(&row["offers"]) >= clients, "{row}\n{table}");
         assert!(u(&row["bytes"]) > 0, "{row}\n{table}");
     }
-    assert_eq!(
-        rows.iter().map(|row| u(&row["clients"])).sum::<u64>(),
-        8,
-        "{table}"
-    );
+    for key in ["clients", "placed", "answered"] {
+        assert_eq!(
+            rows.iter().map(|row| u(&row[key])).sum::<u64>(),
+            8,
+            "{key}\n{table}"
+        );
+    }
     assert_eq!(
         r["servers"]["answered_by_two"],
         serde_json::json!([]),
@@ -715,6 +718,45 @@ fn a_small_storm_on_two_servers_boots_each_client_from_exactly_one_member() {
     );
     assert_eq!(u(&r["agreement"]["clients_recorded"]), 8, "{table}");
     bound_holds(&r, &table);
+}
+
+/// `--fail KIND` on two members (keepalived moving their addresses): member s1 dies while
+/// the clients read their roots, and every client still boots without restarting its boot.
+/// The stalls are printed, not asserted.
+fn a_member_dies(root: &str, kind: &str) {
+    let _room = one_room();
+    let dir = tempfile::tempdir().unwrap();
+    let (trace_file, _) = short_trace(root, 1500, dir.path());
+    let (table, r) = small_room(
+        dir.path(),
+        root,
+        6,
+        &trace_file,
+        "1x200mbit",
+        900,
+        &["--servers", "2", "--fail", kind, "--fail-at", "6"],
+    );
+    let f = &r["failure"];
+    println!("{kind}, {root} root: {f}");
+    assert_eq!(f["member"], "s1", "{table}");
+    assert_eq!(u(&f["booted"]), 6, "{table}");
+    assert_eq!(u(&f["restarted"]), 0, "{table}");
+    assert_eq!(u(&r["summary"]["booted"]), 6, "{table}");
+}
+
+// Both fail today, for the same reason: the survivor takes s1's address and tickles its
+// clients' connections, and they reconnect, but it refuses the roots of the clients s1
+// leased dynamically ("nbd client holds no lease of a pool booting this image"), and a
+// restarted client's DHCP is offered another address then NAKed ("this client holds ...").
+// The members serving every client the site leased is issue 46 part 4.
+#[test]
+fn a_small_storm_whose_member_is_killed_boots_every_client_without_a_restart() {
+    a_member_dies("nbd", "kill");
+}
+
+#[test]
+fn a_small_storm_whose_members_links_go_down_boots_every_client_without_a_restart() {
+    a_member_dies("nfs", "linkdown");
 }
 
 /// Boots one VM of `lab-ROOT` with its trace kept, replays the trace from one simulated

@@ -9,8 +9,11 @@
 //! inferred end needs its root quiet for `end::QUIET_S`), then reads the boots from the
 //! daemon's API (kept as `boots.json` in the run's folder) and tears everything down.
 
+mod daemon;
+mod failover;
 pub mod homes;
 pub mod login;
+mod member;
 pub mod net;
 pub mod poweroff;
 pub mod room2;
@@ -20,6 +23,9 @@ pub mod vm;
 pub mod wire_wait;
 pub mod wol;
 
+use daemon::{Apis, Daemon, start_daemon};
+pub use daemon::{daemon, http_get};
+use member::Member;
 pub(crate) use net::dies_with_lab;
 pub use table::Outcome;
 
@@ -28,7 +34,7 @@ use bootpool::config::{Config, Mac, RootProto};
 use bootpool::record::view::BootView;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 use vm::{Accel, Console, Vm};
 
@@ -182,46 +188,16 @@ pub struct LabArgs {
     /// asks for an address (busybox udhcpc, three tries); the lab fails if any server answers
     #[arg(long, value_name = "MAC")]
     pub stranger: Option<Mac>,
-}
-
-/// The daemon the lab and the storm start: `bootpool` beside this binary (a build's
-/// `target/release`, an install's bin folder), else the first in PATH.
-pub fn daemon() -> PathBuf {
-    let beside = std::env::current_exe().map(|me| me.with_file_name("bootpool"));
-    match beside {
-        Ok(path) if path.is_file() => path,
-        _ => PathBuf::from("bootpool"),
-    }
-}
-
-/// Kills the daemon when the lab ends, however it ends.
-struct Daemon(Child);
-
-impl Daemon {
-    /// SIGKILL, and waits for it: nothing of the daemon's shutdown runs.
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // Already reaped (`kill`): its pid may belong to another process by now.
-        if matches!(self.0.try_wait(), Ok(Some(_))) {
-            return;
-        }
-        // SIGTERM first so the journal is flushed; then make sure.
-        let _ = bootpool::sys::process::kill(self.0.id() as i32, libc::SIGTERM);
-        for _ in 0..50 {
-            if matches!(self.0.try_wait(), Ok(Some(_))) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    /// A server of the site dies under running clients: both members run in namespaces of
+    /// their own, each with keepalived (package keepalived) moving its address as `bootpool
+    /// site keepalived` writes it, and SECS into `--stay-on` member a's bootpool and
+    /// keepalived are killed with -9 and its link goes down; the lab says when b took a's
+    /// address. The members' configs need an `admin_token` (keepalived's notify tells the
+    /// daemon through its API) and a `read_token` (the lab reads both from its own address),
+    /// and the lab takes the subnet's three highest host addresses
+    /// for itself and the members' fixed ones (docs/failover.md).
+    #[arg(long, value_name = "SECS", requires_all = ["member", "stay_on"])]
+    pub kill_member_after: Option<u64>,
 }
 
 /// The pools the lab boots, once the config can serve them and the firmware asked for can
@@ -385,11 +361,18 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         .first()
         .cloned()
         .unwrap_or_else(|| "br0".into());
-    net::make_bridge(
-        &bridge,
-        config.server.address,
-        config.dhcp.home().subnet.prefix,
-    )?;
+    // --kill-member-after: the members hold their addresses in namespaces; the bridge has one
+    // of the lab's own.
+    let second_config = args.member.as_deref().map(Config::load).transpose()?;
+    let failing = match (&second_config, args.kill_member_after) {
+        (Some(second), Some(_)) => Some(second),
+        _ => None,
+    };
+    let bridge_address = match failing {
+        Some(second) => failover::own_address(&config, second, 0)?,
+        None => config.server.address,
+    };
+    net::make_bridge(&bridge, bridge_address, config.dhcp.home().subnet.prefix)?;
     if let (Some(six), Some(d)) = (config.server.address6, &config.dhcp6) {
         net::ip(&[
             "-6",
@@ -482,16 +465,39 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     // --wake: listening before the daemon can send anything.
     let listener = args.wake.then(wol::Listener::bind).transpose()?;
     let member = args.member.is_some().then_some("a");
-    let mut daemon =
-        start_daemon(&served.path, &run_dir, (api, String::new()), member, None).await?;
-    // --member: the site's second server, in its namespace on the room's bridge.
-    let second = match &args.member {
-        Some(path) => Some(start_second(path, &bridge, &run_dir).await?),
-        None => None,
+    // The first server: in the lab's namespace, or (--kill-member-after) in one of its own.
+    let (mut daemon, mut first) = match failing {
+        Some(second) => {
+            let own = failover::own_address(&config, second, 1)?;
+            let a = Member::start("a", &args.config, &bridge, &run_dir, Some(own)).await?;
+            (None, Some(a))
+        }
+        None => {
+            let d = start_daemon(&served.path, &run_dir, (api, String::new()), member, None);
+            (Some(d.await?), None)
+        }
     };
-    let apis: Vec<Api> = std::iter::once((api, String::new()))
-        .chain(second.as_ref().map(|s| (s.api, s.query.clone())))
-        .collect();
+    // --member: the site's second server, in its namespace on the room's bridge.
+    let mut second = match (&args.member, &second_config) {
+        (Some(path), Some(c)) => {
+            let own = failing
+                .map(|_| failover::own_address(&config, c, 2))
+                .transpose()?;
+            Some(Member::start("b", path, &bridge, &run_dir, own).await?)
+        }
+        _ => None,
+    };
+    if let (Some(a), Some(b)) = (first.as_mut(), second.as_mut()) {
+        failover::start_keepalived(a, &run_dir)?;
+        failover::start_keepalived(b, &run_dir)?;
+        eprintln!("lab: keepalived holds each member's address on its member");
+    }
+    let first_api = first.as_ref().map_or((api, String::new()), Member::api);
+    let mut apis = Apis::new(
+        std::iter::once(first_api)
+            .chain(second.as_ref().map(Member::api))
+            .collect(),
+    );
     if let Some(mac) = args.stranger {
         if config.member(mac).is_some() {
             bail!("--stranger {mac}: a pool lists that MAC or takes it in (`discover`)");
@@ -627,11 +633,12 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             );
             restart_on = None;
             if args.restart_kill {
-                daemon.kill();
+                daemon.iter_mut().for_each(Daemon::kill);
             }
-            drop(daemon);
+            drop(daemon.take());
             tokio::time::sleep(Duration::from_secs(args.restart_down)).await;
-            daemon = start_daemon(&served.path, &run_dir, (api, String::new()), None, None).await?;
+            let started = start_daemon(&served.path, &run_dir, (api, String::new()), None, None);
+            daemon = Some(started.await?);
             eprintln!("lab: bootpool started again");
         }
         let waits_on_record = vms
@@ -727,7 +734,24 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     }
     if let Some(secs) = args.stay_on {
         eprintln!("lab: every client is up; keeping them on {secs}s more (--stay-on)");
-        tokio::time::sleep(Duration::from_secs(secs)).await;
+        let mut left = Duration::from_secs(secs);
+        if let (Some(after), Some(a), Some(b)) = (args.kill_member_after, first.as_mut(), &second) {
+            let after = Duration::from_secs(after).min(left);
+            tokio::time::sleep(after).await;
+            left -= after;
+            apis.bury(a.api).await?;
+            let sizes: Vec<String> = vms
+                .iter()
+                .map(|vm| {
+                    let len = std::fs::metadata(&vm.serial).map_or(0, |m| m.len());
+                    format!("{} {len}", vm.name)
+                })
+                .collect();
+            eprintln!("lab: {}", failover::fail(a, b)?);
+            // Where each console stood when a died, for whoever reads them after.
+            eprintln!("lab: consoles' bytes at the death: {}", sizes.join(", "));
+        }
+        tokio::time::sleep(left).await;
     }
     for vm in &mut vms {
         vm.kill();
@@ -743,6 +767,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     )
     .with_context(|| format!("writing {}", run_dir.join("boots.json").display()))?;
     drop(daemon);
+    drop(first);
     drop(second);
     drop(room2);
     for helper in [radvd.as_mut(), dhcp_peer.as_mut()].into_iter().flatten() {
@@ -795,11 +820,11 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
 
 /// The result the record gives each client's boot of this run (`None`: no boot yet).
 async fn recorded_results(
-    apis: &[Api],
+    apis: &Apis,
     vms: &[Vm],
     wave_start: f64,
 ) -> anyhow::Result<Vec<Option<String>>> {
-    let boots = boots_of(apis).await?;
+    let boots = apis.boots().await?;
     Ok(last_boots(&boots, vms, wave_start)
         .into_iter()
         .map(|b| b.map(|b| b.result.clone()))
@@ -809,12 +834,12 @@ async fn recorded_results(
 /// The daemon's boots, once every client that booted by its console has a boot the record
 /// no longer shows `running` (an inferred end comes `QUIET_S` after the root's last read),
 /// or `QUIET_S` plus 15 s have passed.
-async fn settled_boots(apis: &[Api], vms: &[Vm], wave_start: f64) -> anyhow::Result<Vec<BootView>> {
+async fn settled_boots(apis: &Apis, vms: &[Vm], wave_start: f64) -> anyhow::Result<Vec<BootView>> {
     // The booted call precedes the done line; give the journal writer a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let deadline = Instant::now() + Duration::from_secs(bootpool::record::end::QUIET_S as u64 + 15);
     loop {
-        let boots = boots_of(apis).await?;
+        let boots = apis.boots().await?;
         let waiting = vms
             .iter()
             .filter(|vm| matches!(vm.console, Console::Booted(_)))
@@ -847,7 +872,7 @@ fn last_boots<'a>(boots: &'a [BootView], vms: &[Vm], wave_start: f64) -> Vec<Opt
 /// `--stay-off`: the daemon's boots once the last boot of every client (all powered off by
 /// now) is recorded gone, or `bound` has passed; says how each went.
 async fn gone_boots(
-    apis: &[Api],
+    apis: &Apis,
     vms: &[Vm],
     wave_start: f64,
     bound: Duration,
@@ -858,7 +883,7 @@ async fn gone_boots(
     );
     let deadline = Instant::now() + bound;
     loop {
-        let boots = boots_of(apis).await?;
+        let boots = apis.boots().await?;
         let last = last_boots(&boots, vms, wave_start);
         let all_gone = last.iter().flatten().all(|b| b.gone.is_some());
         if all_gone || Instant::now() > deadline {
@@ -939,185 +964,4 @@ impl Switch {
     fn activate(&self, config: &Config) -> anyhow::Result<String> {
         bootpool::image::cli::activate(config, &self.image, &self.rev)
     }
-}
-
-/// Every boot the run's daemons' APIs give (a site's members each give the boots they
-/// recorded).
-async fn boots_of(apis: &[Api]) -> anyhow::Result<Vec<BootView>> {
-    let mut boots = Vec::new();
-    for (api, query) in apis {
-        let path = format!("/api/v1/boots{query}");
-        let mut of: Vec<BootView> = serde_json::from_str(&http_get(*api, &path).await?)
-            .with_context(|| format!("reading {api}'s /api/v1/boots"))?;
-        boots.append(&mut of);
-    }
-    boots.sort_by(|a, b| a.start.total_cmp(&b.start));
-    Ok(boots)
-}
-
-/// A daemon's API: its address and the query its reads carry (`?token=` its read token, for
-/// a server whose clients' subnet the lab reads from).
-type Api = (std::net::SocketAddr, String);
-
-/// The site's second server (`--member`): its namespace, its daemon, its API.
-struct Second {
-    /// Stopped before its namespace goes (fields drop in order).
-    _daemon: Daemon,
-    _ns: room2::Netns,
-    _served: poweroff::LabConfig,
-    api: std::net::SocketAddr,
-    query: String,
-}
-
-/// Starts `--member`'s server as member `b`: a namespace cabled to `bridge` by an interface
-/// named as its config's first `server.interfaces` (else `br0`), holding its address.
-async fn start_second(
-    path: &std::path::Path,
-    bridge: &str,
-    run_dir: &std::path::Path,
-) -> anyhow::Result<Second> {
-    let config = Config::load(path)?;
-    let ns = room2::Netns::new()?;
-    let inside = config
-        .server
-        .interfaces
-        .first()
-        .cloned()
-        .unwrap_or_else(|| "br0".into());
-    ns.cable(
-        "member-b",
-        bridge,
-        &inside,
-        config.server.address,
-        config.dhcp.home().subnet.prefix,
-    )?;
-    let served = poweroff::write(path)?;
-    let api = std::net::SocketAddr::from((config.server.address, config.server.http.port()));
-    // The lab reads its API from the first server's address, in the room's subnet: with the
-    // read token, if it has one.
-    let query = config
-        .server
-        .read_token
-        .as_ref()
-        .map(|t| format!("?token={t}"))
-        .unwrap_or_default();
-    let daemon = start_daemon(
-        &served.path,
-        run_dir,
-        (api, query.clone()),
-        Some("b"),
-        Some(&ns),
-    )
-    .await?;
-    eprintln!(
-        "lab: the site's second server (member b) runs at {}",
-        config.server.address
-    );
-    Ok(Second {
-        _daemon: daemon,
-        _ns: ns,
-        _served: served,
-        api,
-        query,
-    })
-}
-
-/// Starts `bootpool serve` on `config` (as site member `member`, in namespace `ns`), its
-/// output appended to the run's log (`bootpool.log`, member b's `bootpool-b.log`), and waits
-/// until its API answers.
-async fn start_daemon(
-    config: &std::path::Path,
-    run_dir: &std::path::Path,
-    (api, query): Api,
-    member: Option<&str>,
-    ns: Option<&room2::Netns>,
-) -> anyhow::Result<Daemon> {
-    let name = match member {
-        Some("b") => "bootpool-b.log",
-        _ => "bootpool.log",
-    };
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(run_dir.join(name))?;
-    let program = daemon();
-    let mut serve = match ns {
-        Some(ns) => ns.command(&program.to_string_lossy(), &[]),
-        None => Command::new(&program),
-    };
-    serve.arg("serve").arg("--config").arg(config);
-    if let Some(m) = member {
-        serve.args(["--member", m]);
-    }
-    serve
-        .stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
-    dies_with_lab(&mut serve, libc::SIGTERM);
-    let mut daemon = Daemon(serve.spawn().context("starting bootpool serve")?);
-    wait_for_api(api, &query, &mut daemon, &run_dir.join(name)).await?;
-    wait_for_wire_copies(api, &query).await?;
-    Ok(daemon)
-}
-
-/// Waits while an `initrd_wire: zstd` image's copy is being made (a first start takes
-/// seconds), so that every client of the run gets the same initrd.
-async fn wait_for_wire_copies(api: std::net::SocketAddr, query: &str) -> anyhow::Result<()> {
-    let path = format!("/api/v1/images{query}");
-    let handle = tokio::runtime::Handle::current();
-    tokio::task::spawn_blocking(move || {
-        wire_wait::wait_while_wire_pending("lab", &mut || handle.block_on(http_get(api, &path)))
-    })
-    .await?
-}
-
-async fn wait_for_api(
-    api: std::net::SocketAddr,
-    query: &str,
-    daemon: &mut Daemon,
-    log: &std::path::Path,
-) -> anyhow::Result<()> {
-    for _ in 0..150 {
-        if http_get(api, &format!("/api/v1/boots{query}"))
-            .await
-            .is_ok()
-        {
-            return Ok(());
-        }
-        if let Ok(Some(status)) = daemon.0.try_wait() {
-            let log = std::fs::read_to_string(log).unwrap_or_default();
-            bail!("bootpool serve exited ({status}):\n{log}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let log = std::fs::read_to_string(log).unwrap_or_default();
-    let tail: Vec<&str> = log.lines().rev().take(20).collect();
-    bail!(
-        "bootpool serve did not answer on {api} within 15s; its log ends:\n{}",
-        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-    )
-}
-
-/// A minimal HTTP/1.0 GET, enough for our own API inside the namespace.
-pub async fn http_get(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let fut = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-            .await?;
-        let mut buf = Vec::new();
-        s.read_to_end(&mut buf).await?;
-        anyhow::Ok(buf)
-    };
-    let buf = tokio::time::timeout(Duration::from_secs(10), fut)
-        .await
-        .context("HTTP GET timed out")??;
-    let text = String::from_utf8(buf).context("HTTP reply is not UTF-8")?;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .context("malformed HTTP reply")?;
-    if !head.starts_with("HTTP/1.1 200") && !head.starts_with("HTTP/1.0 200") {
-        bail!("GET {path}: {}", head.lines().next().unwrap_or(""));
-    }
-    Ok(body.to_string())
 }

@@ -41,6 +41,21 @@ pub struct StormArgs {
     /// adds a row per server. Each member leases from its own part of `dhcp.range`.
     #[arg(long, value_name = "K", default_value_t = 1, value_parser = parse_servers)]
     pub servers: usize,
+    /// With --servers K (2 or more) and --server-links 1xRATE: each member's address is
+    /// moved by keepalived (the file `bootpool site keepalived` writes; needs Debian's
+    /// `keepalived`), and member s1 dies mid-boot: `kill` kills its bootpool and keepalived
+    /// with -9, `linkdown` takes its links down first. A client whose boot fails boots again
+    /// once (counted as restarted). The report adds the failure's row (docs/failover.md).
+    #[arg(long, value_enum)]
+    pub fail: Option<super::retry::Kind>,
+    /// When --fail strikes, in seconds after power-on.
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 10.0,
+        requires = "fail"
+    )]
+    pub fail_at: f64,
     /// The K server links are one bond's, simulated: one address (the config's), and each
     /// client's frames leave by the link its MAC hashes onto (the kernel's `layer2` transmit
     /// hash), so a link's clients cannot use another's spare capacity.

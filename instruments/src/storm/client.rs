@@ -71,8 +71,8 @@ pub struct Outcome {
     /// requests and acknowledgements (the server's own resends count in its namespace).
     pub tcp_retransmits: u64,
     /// Root connections it opened: NFS connections (the trace's read-ahead needs up to 8),
-    /// NBD attaches (as recorded). The replay never reconnects: a root connection that
-    /// breaks fails the client, it does not hide as a retry.
+    /// NBD attaches (as recorded), and those made again after one broke (also counted in
+    /// `root_reconnects`).
     pub root_connections: u64,
     /// Datagrams its namespace dropped on a full receive buffer (`sample::udp_rcvbuf_errors`)
     /// and DHCP frames its link socket had no room for: answers that came and were lost in
@@ -85,6 +85,18 @@ pub struct Outcome {
     /// Boot files whose size was not the recorded one's (an image built again differs in a
     /// few bytes): the whole file was fetched, so the boot goes on, and the report says so.
     pub differs: Vec<String>,
+    /// Times its boot failed and it booted again from the start (`Plan::restart`); the
+    /// first failure is kept in `error`.
+    pub restarts: u32,
+    /// Root connections made again after one broke or went unanswered (`retry`: the hard
+    /// NFS mount's reconnects, the NBD client's reconfigures).
+    pub root_reconnects: u64,
+    /// Its longest stall: the longest gap between two answers it got (DHCP, boot files, root
+    /// requests, the booted call), from and to in seconds from the storm's start.
+    pub longest_stall: Option<(f64, f64)>,
+    /// When each answer came, in seconds from the storm's start (the stalls are its gaps).
+    #[serde(skip)]
+    pub answers: Vec<f64>,
     /// Each HTTP boot file and root read it waited for: what it asked of its server link
     /// (the report's "work waiting for the link").
     #[serde(skip)]
@@ -127,6 +139,8 @@ struct Run<'a> {
     offer: Option<dhcp::Offer>,
     /// The NBD export the script's root argument names, which the root's replay attaches.
     nbd_export: Option<String>,
+    /// The NFS root's ports, when the script's root argument names them: (nfs, mount).
+    nfs_ports: Option<(u16, u16)>,
     /// When the previous op's answer came, on the client's clock (seconds from `t0`), and on
     /// the recording's.
     last_end: f64,
@@ -149,6 +163,7 @@ impl Run<'_> {
 
     fn done(&mut self, op: &Op) {
         self.last_end = self.now();
+        self.out.answers.push(self.last_end);
         self.last_end_recorded = op.end();
     }
 
@@ -268,6 +283,7 @@ impl Run<'_> {
                     self.out.http_server = Some(named.kernel.unwrap_or(server));
                     self.out.root_server = named.root.or(self.out.http_server);
                     self.nbd_export = named.nbd_export;
+                    self.nfs_ports = named.nfs_ports;
                     self.out.script_bytes += n;
                     self.out.at.script = Some(self.now());
                 } else {
@@ -350,6 +366,9 @@ struct ScriptNames {
     /// The NBD export it names (`root=nbd:HOST:[PORT/]NAME`, `nbdroot=HOST:PORT/NAME`,
     /// `nbdroot=HOST,NAME[,DEV]`).
     nbd_export: Option<String>,
+    /// The NFS root's `port=` and `mountport=`, when it names both: the kernel then asks no
+    /// portmapper (nor does the replay).
+    nfs_ports: Option<(u16, u16)>,
 }
 
 fn script_names(script: &str) -> ScriptNames {
@@ -378,6 +397,14 @@ fn script_names(script: &str) -> ScriptNames {
         };
         let (host, after) = rest.split_at(rest.find([':', ',', '/']).unwrap_or(rest.len()));
         named.root = host.parse().ok();
+        if !nbd {
+            let option = |key: &str| {
+                after
+                    .split([',', ':'])
+                    .find_map(|o| o.strip_prefix(key)?.parse::<u16>().ok())
+            };
+            named.nfs_ports = option("port=").zip(option("mountport="));
+        }
         if nbd {
             // After the host: `:PORT/NAME`, `:NAME` (dracut's default port), `,NAME,DEV`.
             let after = after.get(1..).unwrap_or("");
@@ -483,17 +510,41 @@ pub fn boot(index: usize, mac: String, dev: String, plan: &Plan, power_on: f64) 
         sock: None,
         lease: None,
         nbd_export: None,
+        nfs_ports: None,
         offer: None,
         last_end: power_on,
         last_end_recorded: 0.0,
     };
-    match replay(&mut run) {
+    let mut result = replay(&mut run);
+    if let Err(e) = &result
+        && plan.restart
+    {
+        // Reset, as a machine whose boot failed is: from the firmware's DHCP again, its
+        // counts and answers kept (the stall runs across the restart).
+        run.out.restarts += 1;
+        run.out.error = Some(format!("{e:#}"));
+        run.sock = None;
+        run.lease = None;
+        run.offer = None;
+        run.nbd_export = None;
+        run.nfs_ports = None;
+        run.out.http_server = None;
+        run.out.root_server = None;
+        run.last_end = run.now();
+        run.last_end_recorded = 0.0;
+        result = replay(&mut run);
+    }
+    match result {
         Ok(()) => run.out.result = "booted".into(),
         Err(e) => {
             run.out.result = "failed".into();
-            run.out.error = Some(format!("{e:#}"));
+            run.out.error = Some(match run.out.error.take() {
+                Some(first) => format!("{e:#} (after a restart; before it: {first})"),
+                None => format!("{e:#}"),
+            });
         }
     }
+    run.out.longest_stall = super::retry::longest_gap(&run.out.answers);
     run.out.udp_drops += super::sample::udp_rcvbuf_errors();
     // The client's namespace is its own: what it counts is this boot's.
     run.out.tcp_retransmits = super::sample::tcp_retransmits();
@@ -584,7 +635,9 @@ fn loader(run: &mut Run<'_>, mac: [u8; 6]) -> anyhow::Result<()> {
         arch: arch.unwrap_or(0),
     };
     run.dhcp("discover", id)?;
+    run.out.answers.push(run.now());
     run.dhcp("request", id)?;
+    run.out.answers.push(run.now());
     let name = run
         .lease
         .as_ref()
@@ -592,6 +645,7 @@ fn loader(run: &mut Run<'_>, mac: [u8; 6]) -> anyhow::Result<()> {
         .context("the firmware's DHCP ACK names no loader (option 67)")?;
     run.file("tftp", &name, None)?;
     run.last_end = run.now();
+    run.out.answers.push(run.last_end);
     Ok(())
 }
 
@@ -609,7 +663,13 @@ fn root(run: &mut Run<'_>, ops: &[Op]) -> anyhow::Result<()> {
             ..o.clone()
         })
         .collect();
-    let stats = super::root::replay(server, run.plan, &rebased, run.nbd_export.as_deref())?;
+    let stats = super::root::replay(
+        server,
+        run.plan,
+        &rebased,
+        run.nbd_export.as_deref(),
+        run.nfs_ports,
+    )?;
     let t0 = run.plan.t0;
     let at = |t: Instant| t.saturating_duration_since(t0).as_secs_f64();
     run.out
@@ -623,6 +683,8 @@ fn root(run: &mut Run<'_>, ops: &[Op]) -> anyhow::Result<()> {
     run.out.bytes.nbd += stats.nbd_bytes;
     run.out.extra_requests += stats.extra_requests;
     run.out.root_connections += stats.connections;
+    run.out.root_reconnects += stats.reconnects;
+    run.out.answers.extend(stats.answers.iter().map(|&t| at(t)));
     run.out.root_errors += stats.errors;
     run.out.at.attached = stats.attached.map(|t| run.last_end + t);
     if stats.errors > 0 {
@@ -653,6 +715,14 @@ mod tests {
         let named = script_names(ours);
         assert_eq!((named.kernel, named.root), (three, three));
         assert_eq!(named.nbd_export, None);
+        assert_eq!(
+            named.nfs_ports, None,
+            "no mountport=: the portmapper is asked"
+        );
+        let both = script_names(
+            "kernel http://h/k root=nfs:10.78.0.3:/demo:ro,nocto,port=2049,mountport=2050 x",
+        );
+        assert_eq!(both.nfs_ports, Some((2049, 2050)));
         let nbd = script_names("kernel http://10.0.0.1/k root=nbd:10.0.0.2:demo~zstd x");
         assert_eq!(
             nbd,
@@ -660,6 +730,7 @@ mod tests {
                 kernel: Some(Ipv4Addr::new(10, 0, 0, 1)),
                 root: Some(Ipv4Addr::new(10, 0, 0, 2)),
                 nbd_export: Some("demo~zstd".into()),
+                nfs_ports: None,
             }
         );
         let ported = script_names("kernel http://h/k root=nbd:10.0.0.2:10810/demo@0123456789ab ro");

@@ -7,10 +7,12 @@
 //! - `room`: the switch, the server's shaped links, the clients' shaped ports.
 //! - `site`: K servers instead (`--servers`), members of one site on the database
 //!   `postgres` starts; `servers`: the report's rows for each.
+//! - `fail`: a member of that site dies mid-boot (`--fail`), its address moved by keepalived.
 //! - `uplink`: a room behind a shaped uplink (`--uplink`), and what it carried.
 //! - `client`: one client's boot (firmware steps, then the root closed-loop, then booted).
 //! - `dhcp`: the firmware's DHCP through `dhcp4r`, with the PXE retransmit schedule.
 //! - `root`: the root's requests, through `nfs` (the nfs3_client crate) or `nbd` (libnbd).
+//! - `retry`: how those clients ride out their server's death (the kernel's timers).
 //! - `sample`: the server's egress per link, CPU and memory while the storm runs.
 //! - `report`: the table and the JSON.
 //!
@@ -20,12 +22,14 @@
 pub mod args;
 pub mod client;
 pub mod dhcp;
+pub mod fail;
 pub mod leftovers;
 pub mod nbd;
 pub mod nfs;
 pub mod plan;
 pub mod postgres;
 pub mod report;
+pub mod retry;
 pub mod room;
 pub mod root;
 pub mod sample;
@@ -280,6 +284,11 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
             "--servers runs K bootpool members, each on its own --server-links; it takes neither --server-cmd nor --bond-hash"
         );
     }
+    if args.fail.is_some() && (args.servers < 2 || k != 1) {
+        bail!(
+            "--fail kills one member of a site: it takes --servers 2 or more and --server-links 1xRATE (keepalived moves each member's one address)"
+        );
+    }
     let prefix = config.dhcp.home().subnet.prefix;
     let first_dev = config
         .server
@@ -335,6 +344,7 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         portmap_port: config.server.ports.portmap,
         nbd_port: config.server.ports.nbd,
         tftp_loader: args.tftp_loader,
+        restart: args.fail.is_some(),
         t0,
     });
 
@@ -414,8 +424,15 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
     room::wait_forwarding(&ports, Duration::from_secs(30))?;
 
     let mut server = None;
+    let mut keepalived = None;
     if let Some(site) = site.as_mut() {
+        if args.fail.is_some() {
+            fail::prepare(site)?;
+        }
         site.start(&run_dir, plan.http_port)?;
+        if args.fail.is_some() {
+            keepalived = Some(fail::start_keepalived(site, prefix, &run_dir)?);
+        }
     } else {
         let mut one = start_server(&args, &run_dir)?;
         let ready = match &args.server_cmd {
@@ -478,6 +495,14 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
             };
         let _ = go.send(Step::PowerOn(at));
     }
+    let failed = match (args.fail, site.as_ref(), keepalived.as_mut()) {
+        (Some(kind), Some(site), Some(ka)) => {
+            let power_on = t0 + Duration::from_secs_f64(start);
+            let at = power_on + Duration::from_secs_f64(args.fail_at);
+            Some(fail::fail(site, ka, kind, at, power_on)?)
+        }
+        _ => None,
+    };
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     let mut outcomes = Vec::new();
     let mut progress = report::Progress::new(threads.len());
@@ -522,7 +547,9 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
             (recorded, vec![one])
         }
     };
+    let failure = failed.as_ref().map(|f| fail::row(f, &outcomes, start));
     drop(server);
+    drop(keepalived);
     drop(site);
     let report = report::Report::new(
         &label,
@@ -536,6 +563,7 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         samples,
         recorded,
         &servers,
+        failure,
     );
     let json = args
         .json
@@ -565,6 +593,25 @@ fn answered(boots: &[bootpool::record::view::BootView]) -> Vec<String> {
     macs.sort();
     macs.dedup();
     macs
+}
+
+/// The MACs a member's own lease table (`state_dir`, as it saved it) holds bound: the
+/// clients it gave an address. Not its API's boots: any member's API shows the whole site's.
+fn bound_in(state_dir: &std::path::Path) -> Option<Vec<String>> {
+    let saved = bootpool::service::lease_file::read(state_dir);
+    if let Err(e) = &saved {
+        eprintln!("storm: {}'s lease table not read: {e}", state_dir.display());
+    }
+    let mut macs: Vec<String> = saved
+        .ok()?
+        .leases
+        .into_iter()
+        .filter(|l| l.state == bootpool::boot::leases::State::Bound)
+        .map(|l| l.mac)
+        .collect();
+    macs.sort();
+    macs.dedup();
+    Some(macs)
 }
 
 const OFFERS: &str = "bootpool_dhcp_answers_total{kind=\"offer\"}";
@@ -611,13 +658,30 @@ fn site_record(
         rows.push(servers::ServerInput {
             name: m.name.clone(),
             links: mine,
-            answered: boots.as_deref().map(answered),
+            answered: bound_in(&m.state_dir),
             offers: o1.zip(*o0).map(|(a, b)| a.saturating_sub(b)),
             others: x1.zip(*x0).map(|(a, b)| a.saturating_sub(b)),
+            placed: None,
         });
         match (all.as_mut(), boots) {
             (Some(all), Some(b)) => all.extend(b),
             _ => all = None,
+        }
+    }
+    // The boots placed on each member's links, by whichever member answered them.
+    if let Some(all) = &all {
+        for (row, m) in rows.iter_mut().zip(&site.members) {
+            let mut macs: Vec<&str> = all
+                .iter()
+                .filter(|b| {
+                    b.link
+                        .is_some_and(|l| m.links.iter().any(|own| own.address == l))
+                })
+                .map(|b| b.mac.as_str())
+                .collect();
+            macs.sort();
+            macs.dedup();
+            row.placed = Some(macs.len());
         }
     }
     (all, rows)

@@ -7,8 +7,10 @@
 //! `nbd_aio_pread` (as many in flight on the one connection as overlapped in the recording),
 //! `disc` waits for what is in flight and shuts the connection down. Writes, flushes and trims
 //! are not expected of a read-only root: they are counted and skipped. Blocking: run it on its
-//! own thread.
+//! own thread. A connection that breaks is made again to the same address and its reads sent
+//! again, as the kernel's client with a dead-connection timeout does (`retry`).
 
+use super::retry;
 use bootpool::sys::libnbd::{Handle, Lib};
 use bootpool::trace::format::{Gates, Op, Schedule, What};
 use std::collections::{BTreeMap, HashMap};
@@ -36,6 +38,10 @@ pub struct NbdStats {
     pub last: Option<Instant>,
     /// Each read answered: sent, answered, bytes.
     pub waits: Vec<(Instant, Instant, u64)>,
+    /// When each attach and read was answered (the client's stalls are the gaps between).
+    pub answers: Vec<Instant>,
+    /// Connections made again after one broke (the kernel client's reconfigure).
+    pub reconnects: u64,
 }
 
 /// Why a replay stopped.
@@ -104,9 +110,7 @@ pub fn replay_nbd(
     let gates = Gates::new(&ops);
     let mut schedule = gates.schedule(think_scale);
     let mut stats = NbdStats::default();
-    // In flight: cookie -> (op, bytes asked, when sent). The buffers are the handle's.
-    let mut flight: Flight = HashMap::new();
-    let mut conn: Option<Handle> = None;
+    let mut conn: Option<Conn> = None;
 
     while !schedule.all_done() {
         let now = Instant::now();
@@ -126,9 +130,9 @@ pub fn replay_nbd(
             match cmd.as_str() {
                 "attach" | "disc" => {
                     // Whatever the old connection has in flight is answered first.
-                    if let Some(mut h) = conn.take() {
-                        drain(&mut h, &mut flight, &mut stats, &mut schedule)?;
-                        h.shutdown();
+                    if let Some(mut c) = conn.take() {
+                        c.drain(&mut stats, &mut schedule)?;
+                        c.shutdown();
                     }
                     if cmd == "attach" {
                         stats.first.get_or_insert_with(Instant::now);
@@ -143,24 +147,16 @@ pub fn replay_nbd(
                         })?;
                         stats.size = h.size().map_err(NbdError::Connection)?;
                         stats.attaches += 1;
-                        conn = Some(h);
+                        conn = Some(Conn::new(lib, server, port, export, h));
                         stats.last = Some(Instant::now());
+                        stats.answers.push(Instant::now());
                     }
                     schedule.finish(i);
                 }
                 "read" => match conn.as_mut() {
-                    Some(h) if offset.checked_add(*len).is_some_and(|e| e <= stats.size) => {
+                    Some(c) if offset.checked_add(*len).is_some_and(|e| e <= stats.size) => {
                         stats.first.get_or_insert_with(Instant::now);
-                        match h.aio_pread(*len as usize, *offset) {
-                            Ok(cookie) => {
-                                flight.insert(cookie, (i, *len, Instant::now()));
-                            }
-                            Err(why) => {
-                                tracing::debug!(offset, len, %why, "nbd replay read not issued");
-                                stats.errors += 1;
-                                schedule.finish(i);
-                            }
-                        }
+                        c.issue(i, *offset, *len, Instant::now());
                     }
                     Some(_) => {
                         tracing::debug!(
@@ -189,19 +185,20 @@ pub fn replay_nbd(
         }
         if progressed {
             // Finished ops may have made others ready.
-            collect(conn.as_mut(), &mut flight, &mut stats, &mut schedule)?;
+            if let Some(c) = conn.as_mut() {
+                c.collect(&mut stats, &mut schedule)?;
+            }
             continue;
         }
         let next_due = schedule.next_due();
         match conn.as_mut() {
-            Some(h) if !flight.is_empty() => {
-                let ms = next_due.map_or(-1, |d| {
+            Some(c) if c.busy() => {
+                let ms = next_due.map_or(1000, |d| {
                     d.saturating_duration_since(Instant::now())
                         .as_millis()
-                        .clamp(1, 60_000) as c_int
+                        .clamp(1, 1000) as c_int
                 });
-                h.poll(ms).map_err(NbdError::Connection)?;
-                collect(Some(h), &mut flight, &mut stats, &mut schedule)?;
+                c.poll(ms, &mut stats, &mut schedule)?;
             }
             _ => match next_due {
                 Some(d) => std::thread::sleep(d.saturating_duration_since(Instant::now())),
@@ -209,63 +206,220 @@ pub fn replay_nbd(
             },
         }
     }
-    if let Some(mut h) = conn.take() {
-        drain(&mut h, &mut flight, &mut stats, &mut schedule)?;
-        h.shutdown();
+    if let Some(mut c) = conn.take() {
+        c.drain(&mut stats, &mut schedule)?;
+        c.shutdown();
     }
     Ok(stats)
 }
 
-/// Reads in flight: cookie -> (op, bytes asked, when sent).
-type Flight = HashMap<u64, (usize, u64, Instant)>;
-
-/// Retires every command libnbd has an answer for.
-fn collect(
-    h: Option<&mut Handle>,
-    flight: &mut Flight,
-    stats: &mut NbdStats,
-    schedule: &mut Schedule<'_>,
-) -> Result<(), NbdError> {
-    let Some(h) = h else { return Ok(()) };
-    while !flight.is_empty() {
-        let Some(cookie) = h.peek_completed().map_err(NbdError::Connection)? else {
-            break;
-        };
-        let ok = h.command_completed(cookie);
-        let Some((i, len, sent)) = flight.remove(&cookie) else {
-            return Err(NbdError::Connection(format!(
-                "libnbd completed cookie {cookie}, which is not ours"
-            )));
-        };
-        let now = Instant::now();
-        stats.last = Some(now);
-        match ok {
-            Ok(()) => {
-                stats.reads += 1;
-                stats.bytes += len;
-                stats.waits.push((sent, now, len));
-            }
-            Err(why) => {
-                tracing::debug!(%why, "nbd replay read failed");
-                stats.errors += 1;
-            }
-        }
-        schedule.finish(i);
-    }
-    Ok(())
+/// A read asked of the server: its op, offset, length and when it was first sent.
+#[derive(Debug, Clone, Copy)]
+struct Read {
+    op: usize,
+    offset: u64,
+    len: u64,
+    sent: Instant,
 }
 
-/// Waits for everything in flight on `h`.
-fn drain(
-    h: &mut Handle,
-    flight: &mut Flight,
-    stats: &mut NbdStats,
-    schedule: &mut Schedule<'_>,
-) -> Result<(), NbdError> {
-    collect(Some(&mut *h), flight, stats, schedule)?;
-    while !flight.is_empty() {
-        h.poll(-1).map_err(NbdError::Connection)?;
-        collect(Some(&mut *h), flight, stats, schedule)?;
+/// How many times one read is sent, on live or new connections, before its error counts.
+const READ_TRIES: u32 = 4;
+
+/// The attached export, as the kernel's NBD client with a dead-connection timeout holds it:
+/// reads whose connection broke (or that went `retry::NBD_TIMEOUT` unanswered) stay queued
+/// while a new connection to the same address is made (`retry::NBD_RECONNECT_EVERY`), and
+/// are sent again on it.
+struct Conn {
+    lib: &'static Lib,
+    server: Ipv4Addr,
+    port: u16,
+    export: String,
+    h: Option<Handle>,
+    /// In flight on `h`, by cookie.
+    flight: HashMap<u64, Read>,
+    /// To send again once a connection is up.
+    redo: Vec<Read>,
+    tries: HashMap<usize, u32>,
+    /// When `h` last answered (or was made).
+    heard: Instant,
+}
+
+impl Conn {
+    fn new(lib: &'static Lib, server: Ipv4Addr, port: u16, export: &str, h: Handle) -> Conn {
+        Conn {
+            lib,
+            server,
+            port,
+            export: export.to_string(),
+            h: Some(h),
+            flight: HashMap::new(),
+            redo: Vec::new(),
+            tries: HashMap::new(),
+            heard: Instant::now(),
+        }
     }
-    Ok(())
+
+    fn busy(&self) -> bool {
+        !self.flight.is_empty() || !self.redo.is_empty()
+    }
+
+    fn issue(&mut self, op: usize, offset: u64, len: u64, sent: Instant) {
+        let read = Read {
+            op,
+            offset,
+            len,
+            sent,
+        };
+        let Some(h) = self.h.as_mut() else {
+            self.redo.push(read);
+            return;
+        };
+        if self.flight.is_empty() {
+            self.heard = Instant::now();
+        }
+        match h.aio_pread(len as usize, offset) {
+            Ok(cookie) => {
+                self.flight.insert(cookie, read);
+            }
+            Err(why) => {
+                // The handle is dead: the read waits for the next connection.
+                tracing::debug!(offset, len, %why, "nbd replay read not issued");
+                self.redo.push(read);
+                self.lost(&why);
+            }
+        }
+    }
+
+    /// The connection is taken as dead: what was in flight on it is sent again later.
+    fn lost(&mut self, why: &str) {
+        if let Some(h) = self.h.take() {
+            tracing::debug!(%why, server = %self.server, "nbd replay connection lost");
+            self.redo.extend(self.flight.drain().map(|(_, r)| r));
+            drop(h);
+        }
+    }
+
+    /// Retires every command libnbd has an answer for.
+    fn collect(
+        &mut self,
+        stats: &mut NbdStats,
+        schedule: &mut Schedule<'_>,
+    ) -> Result<(), NbdError> {
+        while let Some(h) = self.h.as_mut() {
+            if self.flight.is_empty() {
+                break;
+            }
+            let cookie = match h.peek_completed() {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
+                Err(why) => {
+                    self.lost(&why);
+                    break;
+                }
+            };
+            let ok = h.command_completed(cookie);
+            let Some(read) = self.flight.remove(&cookie) else {
+                return Err(NbdError::Connection(format!(
+                    "libnbd completed cookie {cookie}, which is not ours"
+                )));
+            };
+            let now = Instant::now();
+            self.heard = now;
+            match ok {
+                Ok(()) => {
+                    stats.last = Some(now);
+                    stats.answers.push(now);
+                    stats.reads += 1;
+                    stats.bytes += read.len;
+                    stats.waits.push((read.sent, now, read.len));
+                    schedule.finish(read.op);
+                }
+                Err(why) => {
+                    let tries = self.tries.entry(read.op).or_insert(1);
+                    if *tries >= READ_TRIES {
+                        tracing::debug!(%why, "nbd replay read failed");
+                        stats.errors += 1;
+                        stats.last = Some(now);
+                        schedule.finish(read.op);
+                    } else {
+                        // A dead connection fails what it had in flight: sent again, on
+                        // this connection if it still works, else on the next.
+                        *tries += 1;
+                        self.issue(read.op, read.offset, read.len, read.sent);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits up to `ms` for answers; takes the connection as dead on an error or after
+    /// `retry::NBD_TIMEOUT` without one, and makes a new one when reads wait for it.
+    fn poll(
+        &mut self,
+        ms: c_int,
+        stats: &mut NbdStats,
+        schedule: &mut Schedule<'_>,
+    ) -> Result<(), NbdError> {
+        if let Some(h) = self.h.as_ref()
+            && !self.flight.is_empty()
+        {
+            if let Err(why) = h.poll(ms) {
+                self.lost(&why);
+            } else if self.heard.elapsed() >= retry::NBD_TIMEOUT {
+                self.lost("no answer within the request timeout");
+            }
+        }
+        self.collect(stats, schedule)?;
+        if self.h.is_none() && !self.redo.is_empty() {
+            self.reconnect(stats)?;
+        }
+        Ok(())
+    }
+
+    /// A new connection to the same address, tried every `retry::NBD_RECONNECT_EVERY` until
+    /// `retry::GIVE_UP`, and the waiting reads sent on it.
+    fn reconnect(&mut self, stats: &mut NbdStats) -> Result<(), NbdError> {
+        let start = Instant::now();
+        let h = loop {
+            match Handle::connect(self.lib, self.server, self.port, &self.export) {
+                Ok(h) => break h,
+                Err(why) if start.elapsed() >= retry::GIVE_UP => {
+                    return Err(NbdError::Attach {
+                        addr: self.server,
+                        port: self.port,
+                        export: self.export.clone(),
+                        why: format!("reconnecting for {} s: {why}", retry::GIVE_UP.as_secs()),
+                    });
+                }
+                Err(why) => {
+                    tracing::debug!(%why, "nbd replay reconnect failed, tries again");
+                    std::thread::sleep(retry::NBD_RECONNECT_EVERY);
+                }
+            }
+        };
+        stats.reconnects += 1;
+        self.h = Some(h);
+        self.heard = Instant::now();
+        for r in std::mem::take(&mut self.redo) {
+            self.issue(r.op, r.offset, r.len, r.sent);
+        }
+        Ok(())
+    }
+
+    /// Waits for everything asked (reconnecting as needed).
+    fn drain(&mut self, stats: &mut NbdStats, schedule: &mut Schedule<'_>) -> Result<(), NbdError> {
+        self.collect(stats, schedule)?;
+        while self.busy() {
+            self.poll(1000, stats, schedule)?;
+        }
+        Ok(())
+    }
+
+    /// Sends NBD_CMD_DISC and closes the connection.
+    fn shutdown(self) {
+        if let Some(h) = self.h {
+            h.shutdown();
+        }
+    }
 }

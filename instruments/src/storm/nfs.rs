@@ -8,7 +8,12 @@
 //! `NfsStats::extra_lookups`, not in `calls`). Ops that overlapped in the recording run
 //! concurrently, spread over up to `MAX_CONNECTIONS` connections (the crate's client takes
 //! `&mut self` per call).
+//!
+//! The mount is hard, as the kernel's root mount is (`retry`): a call whose connection breaks
+//! or that goes unanswered is sent again on a new connection to the same address, after the
+//! kernel's wait (`retry::Backoff`, `retry::NFS_TIMEO`), until it is answered.
 
+use super::retry::{self, Backoff, Lost};
 use bootpool::trace::format::{Gates, Op, What};
 use nfs3_client::net::Connector;
 use nfs3_client::nfs3_types::nfs3::{
@@ -65,6 +70,11 @@ pub struct NfsStats {
     pub last: Option<Instant>,
     /// Each READ answered: sent, answered, data bytes.
     pub waits: Vec<(Instant, Instant, u64)>,
+    /// When each call was answered (the client's stalls are the gaps between them).
+    pub answers: Vec<Instant>,
+    /// Connections made again after one broke or a call went unanswered (the hard mount's
+    /// retries), and mounts made again.
+    pub reconnects: u64,
 }
 
 impl NfsStats {
@@ -124,7 +134,7 @@ pub async fn replay_nfs(
     let mut st = State::default();
     let mut mounted: Option<Mounted> = None;
     let mut free: Vec<Client> = Vec::new();
-    let mut running: JoinSet<(Client, Outcome, Instant)> = JoinSet::new();
+    let mut running: JoinSet<(Client, Outcome, Instant, u64)> = JoinSet::new();
 
     while !schedule.all_done() {
         let now = Instant::now();
@@ -149,16 +159,21 @@ pub async fn replay_nfs(
                 schedule.start();
                 st.first.get_or_insert_with(Instant::now);
                 if mounted.is_none() && proc_l == "mnt" {
-                    let m = mount(server, ports, path).await?;
+                    let m = mount_hard(server, ports, path, &mut st.reconnects).await?;
                     st.handles.insert(String::new(), m.root.clone());
                     free.push(m.first);
+                    let redial = Redial {
+                        addr: m.nfs_addr,
+                        privileged: m.privileged,
+                    };
                     for _ in 1..want_conns {
-                        free.push(connect(m.nfs_addr, m.privileged).await?);
+                        free.push(redial.connect(Lost::Reset, Instant::now()).await?);
                     }
                     st.connections = free.len();
                     mounted = Some(Mounted {
                         mount: m.mount,
                         export: path.clone(),
+                        redial,
                     });
                 } else if let Some(m) = mounted.as_mut() {
                     let dir = nfs3_client::nfs3_types::mount::dirpath(Opaque::owned(
@@ -170,8 +185,14 @@ pub async fn replay_nfs(
                         m.mount.umnt(dir).await.map_err(Into::into)
                     };
                     if let Err(e) = r {
-                        tracing::warn!(export = %m.export, error = %e, "nfs replay {proc_l} failed");
-                        *st.errors.entry(proc_l.clone()).or_default() += 1;
+                        // The MOUNT connection broke (its server died): mount again, as
+                        // mount.nfs would, through whoever holds the address now.
+                        tracing::debug!(export = %m.export, error = %e, "nfs replay {proc_l} mounts again");
+                        let again =
+                            mount_hard(server, ports, &m.export, &mut st.reconnects).await?;
+                        m.mount = again.mount;
+                        st.connections += 1;
+                        free.push(again.first);
                     }
                 } else {
                     *st.skipped.entry(proc_l.clone()).or_default() += 1;
@@ -181,6 +202,7 @@ pub async fn replay_nfs(
                 }
                 *st.calls.entry(proc_l).or_default() += 1;
                 st.last = Some(Instant::now());
+                st.answers.push(Instant::now());
                 schedule.finish(i);
                 progressed = true;
                 continue;
@@ -208,15 +230,16 @@ pub async fn replay_nfs(
                     continue;
                 }
             };
-            let Some(mut client) = free.pop() else {
+            let Some(client) = free.pop() else {
                 break;
             };
+            let redial = mounted.as_ref().expect("checked above").redial;
             schedule.start();
             st.first.get_or_insert_with(Instant::now);
             running.spawn(async move {
                 let sent = Instant::now();
-                let out = job.run(&mut client).await;
-                (client, out, sent)
+                let (client, out, reconnects) = hard(client, job, redial).await;
+                (client, out, sent, reconnects)
             });
         }
         if progressed {
@@ -238,12 +261,15 @@ pub async fn replay_nfs(
         }
         tokio::select! {
             done = running.join_next(), if !running.is_empty() => {
-                let (client, out, sent) = done
+                let (client, out, sent, reconnects) = done
                     .expect("a task was running")
                     .map_err(|e| NfsError::Task(e.to_string()))?;
                 free.push(client);
+                st.reconnects += reconnects;
+                st.connections += reconnects as usize;
                 let i = out.op;
                 let now = Instant::now();
+                st.answers.push(now);
                 if let Ok(Reply::Read(n)) = out.result {
                     st.waits.push((sent, now, n));
                 }
@@ -264,6 +290,95 @@ pub async fn replay_nfs(
 struct Mounted {
     mount: nfs3_client::MountClient<TokioIo<TcpStream>>,
     export: String,
+    redial: Redial,
+}
+
+/// Where a broken NFS connection is made again: the same address, from a privileged port
+/// when the mount got one.
+#[derive(Debug, Clone, Copy)]
+struct Redial {
+    addr: SocketAddr,
+    privileged: bool,
+}
+
+impl Redial {
+    /// A new connection, waiting as the kernel's transport does after a connection `lost`,
+    /// and again after each failed connect, until `retry::GIVE_UP` from `since`.
+    async fn connect(self, lost: Lost, since: Instant) -> Result<Client, NfsError> {
+        let mut backoff = Backoff::default();
+        let mut wait = backoff.wait(lost);
+        loop {
+            tokio::time::sleep(wait).await;
+            match connect(self.addr, self.privileged).await {
+                Ok(c) => return Ok(c),
+                Err(e) if since.elapsed() >= retry::GIVE_UP => return Err(e),
+                Err(e) => {
+                    tracing::debug!(error = %e, "nfs replay connect failed, tries again");
+                    wait = backoff.wait(Lost::Closed);
+                }
+            }
+        }
+    }
+}
+
+/// One call as a hard mount makes it: sent again on a new connection after its connection
+/// broke or it went `retry::NFS_TIMEO` unanswered, until answered (or `retry::GIVE_UP`).
+/// Returns the connection it ended on and the reconnects it took.
+async fn hard(mut client: Client, job: Job, redial: Redial) -> (Client, Outcome, u64) {
+    let start = Instant::now();
+    let mut reconnects = 0;
+    let mut timeouts = 0;
+    loop {
+        let lost = match tokio::time::timeout(retry::NFS_TIMEO, job.clone().run(&mut client)).await
+        {
+            Ok(out) => match out.result {
+                Err(Failed::Lost(lost, _)) if start.elapsed() < retry::GIVE_UP => lost,
+                _ => return (client, out, reconnects),
+            },
+            Err(_) => {
+                timeouts += 1;
+                if timeouts == retry::NFS_RETRANS {
+                    tracing::debug!(proc = %job.proc, "nfs replay: server not responding, still trying");
+                }
+                Lost::Closed
+            }
+        };
+        if start.elapsed() >= retry::GIVE_UP {
+            return (client, job.gave_up(), reconnects);
+        }
+        match redial.connect(lost, start).await {
+            Ok(c) => {
+                client = c;
+                reconnects += 1;
+            }
+            Err(_) => return (client, job.gave_up(), reconnects),
+        }
+    }
+}
+
+/// A mount, tried again as the kernel's client reconnects while its connections break or
+/// are refused (an export refused is final), until `retry::GIVE_UP`; each try past the
+/// first counts in `reconnects`.
+async fn mount_hard(
+    server: Ipv4Addr,
+    ports: NfsPorts,
+    export: &str,
+    reconnects: &mut u64,
+) -> Result<Mount, NfsError> {
+    let start = Instant::now();
+    let mut backoff = Backoff::default();
+    loop {
+        match mount(server, ports, export).await {
+            Ok(m) => return Ok(m),
+            Err((e, false)) => return Err(e),
+            Err((e, true)) if start.elapsed() >= retry::GIVE_UP => return Err(e),
+            Err((e, true)) => {
+                tracing::debug!(error = %e, "nfs replay mount failed, tries again");
+                *reconnects += 1;
+                tokio::time::sleep(backoff.wait(Lost::Closed)).await;
+            }
+        }
+    }
 }
 
 /// A fresh mount: the root handle and the first NFS connection.
@@ -286,7 +401,19 @@ fn credential() -> opaque_auth<'static> {
     })
 }
 
-async fn mount(server: Ipv4Addr, ports: NfsPorts, export: &str) -> Result<Mount, NfsError> {
+/// Whether a failed mount is worth trying again: its connection broke or was refused.
+fn connection_lost(e: &nfs3_client::ConnectError) -> bool {
+    use nfs3_client::{ConnectError, MountError, PortmapError, RpcError};
+    matches!(
+        e,
+        ConnectError::Io(_)
+            | ConnectError::Portmap(PortmapError::Rpc(RpcError::Io(_)))
+            | ConnectError::Mount(MountError::Rpc(RpcError::Io(_)))
+    )
+}
+
+/// A mount; Err says too whether it is worth trying again (`connection_lost`).
+async fn mount(server: Ipv4Addr, ports: NfsPorts, export: &str) -> Result<Mount, (NfsError, bool)> {
     let build = |privileged: bool| {
         let b = Nfs3ConnectionBuilder::new(TokioConnector, server.to_string(), export)
             .credential(credential())
@@ -296,9 +423,13 @@ async fn mount(server: Ipv4Addr, ports: NfsPorts, export: &str) -> Result<Mount,
             NfsPorts::Direct { mount, nfs } => b.mount_port(mount).nfs3_port(nfs),
         }
     };
-    let err = |e: nfs3_client::ConnectError| NfsError::Mount {
-        export: export.to_string(),
-        why: e.to_string(),
+    let err = |e: nfs3_client::ConnectError| {
+        let again = connection_lost(&e);
+        let e = NfsError::Mount {
+            export: export.to_string(),
+            why: e.to_string(),
+        };
+        (e, again)
     };
     let (conn, privileged) = match build(true).mount().await {
         Ok(c) => (c, true),
@@ -410,6 +541,8 @@ struct State {
     first: Option<Instant>,
     last: Option<Instant>,
     waits: Vec<(Instant, Instant, u64)>,
+    answers: Vec<Instant>,
+    reconnects: u64,
 }
 
 impl State {
@@ -527,7 +660,7 @@ impl State {
                 tracing::debug!(proc = %out.proc, path = %out.target, status = ?s, "nfs replay call answered with an error");
                 *self.errors.entry(out.proc).or_default() += 1;
             }
-            Err(Failed::Rpc(why)) => {
+            Err(Failed::Rpc(why) | Failed::Lost(_, why)) => {
                 return Err(NfsError::Rpc {
                     proc: out.proc,
                     why,
@@ -548,10 +681,13 @@ impl State {
             first: self.first,
             last: self.last,
             waits: self.waits,
+            answers: self.answers,
+            reconnects: self.reconnects,
         }
     }
 }
 
+#[derive(Clone)]
 enum Call {
     Null,
     Getattr,
@@ -578,6 +714,7 @@ enum Call {
 }
 
 /// One op ready to send: owned, so it runs as a task on any connection.
+#[derive(Clone)]
 struct Job {
     op: usize,
     /// The status the recorded answer had (0: NFS3_OK).
@@ -599,7 +736,24 @@ enum Reply {
 
 enum Failed {
     Status(nfsstat3),
+    /// The connection broke under the call: a hard mount sends it again.
+    Lost(Lost, String),
     Rpc(String),
+}
+
+/// An RPC error as the hard mount sees it: a broken connection is retried, the rest is not.
+fn failed(e: nfs3_client::RpcError) -> Failed {
+    match e {
+        nfs3_client::RpcError::Io(io) => {
+            let lost = if io.kind() == std::io::ErrorKind::ConnectionReset {
+                Lost::Reset
+            } else {
+                Lost::Closed
+            };
+            Failed::Lost(lost, io.to_string())
+        }
+        e => Failed::Rpc(e.to_string()),
+    }
 }
 
 struct Outcome {
@@ -632,6 +786,22 @@ fn lookup_args(dir: nfs_fh3, name: &str) -> LOOKUP3args<'static> {
 }
 
 impl Job {
+    /// The outcome of a call its server never answered within `retry::GIVE_UP`.
+    fn gave_up(&self) -> Outcome {
+        Outcome {
+            op: self.op,
+            expected: self.expected,
+            proc: self.proc.clone(),
+            target: self.target.clone(),
+            learned: Vec::new(),
+            extra_lookups: 0,
+            result: Err(Failed::Rpc(format!(
+                "no answer for {} s, the connection made again",
+                retry::GIVE_UP.as_secs()
+            ))),
+        }
+    }
+
     async fn run(self, c: &mut Client) -> Outcome {
         let mut out = Outcome {
             op: self.op,
@@ -657,7 +827,10 @@ impl Job {
                     }
                 },
                 Err(e) => {
-                    out.result = Err(Failed::Rpc(format!("lookup on the way: {e}")));
+                    out.result = Err(match failed(e) {
+                        Failed::Rpc(why) => Failed::Rpc(format!("lookup on the way: {why}")),
+                        lost => lost,
+                    });
                     return out;
                 }
             }
@@ -674,7 +847,7 @@ async fn call(
     target: &str,
     learned: &mut Vec<(String, nfs_fh3)>,
 ) -> Result<Reply, Failed> {
-    let rpc = |e: nfs3_client::RpcError| Failed::Rpc(e.to_string());
+    let rpc = failed;
     match what {
         Call::Null => c.null().await.map_err(rpc).map(|_| Reply::Done),
         Call::Getattr => {

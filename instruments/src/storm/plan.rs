@@ -19,6 +19,9 @@ pub struct Plan {
     pub nbd_port: u16,
     /// Fetch the loader over TFTP first, as a NIC's PXE ROM does (`--tftp-loader`).
     pub tftp_loader: bool,
+    /// Boot a client again, once, when its boot fails (`--fail`: as a machine whose boot
+    /// failed is reset).
+    pub restart: bool,
     /// The moment the room powers on.
     pub t0: Instant,
 }

@@ -169,10 +169,18 @@ pub struct Summary {
     pub dhcp_retransmits: u64,
     pub tftp_retries: u64,
     pub http_retries: u64,
-    /// All clients' TCP segments sent again, and their root connections (the replay does
-    /// not reconnect: a root connection lost fails its client).
+    /// All clients' TCP segments sent again, and their root connections, of which
+    /// `root_reconnects` were made again after one broke (`retry`) at
+    /// `clients_reconnected` clients.
     pub client_tcp_retransmits: u64,
     pub root_connections: u64,
+    pub root_reconnects: u64,
+    pub clients_reconnected: usize,
+    /// The longest stall of any client (the longest gap between two answers it got), its
+    /// start (seconds from power-on) and the client's index.
+    pub longest_stall_s: Option<f64>,
+    pub longest_stall_from_s: Option<f64>,
+    pub longest_stall_client: Option<usize>,
     /// UDP datagrams dropped on a full receive buffer in the clients' namespaces, and how
     /// many clients dropped any: answers the server sent that a client lost.
     pub client_udp_drops: u64,
@@ -289,6 +297,9 @@ pub struct Agreement {
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub label: String,
+    /// A member's death mid-boot (`--fail`), when the run had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<super::retry::FailureRow>,
     /// The command line that made this run.
     pub command: Vec<String>,
     pub pool: String,
@@ -460,6 +471,7 @@ impl Report {
         samples: Vec<Sample>,
         recorded: Option<Vec<BootView>>,
         servers: &[super::servers::ServerInput],
+        failure: Option<super::retry::FailureRow>,
     ) -> Report {
         let n = clients.len();
         let booted = clients.iter().filter(|c| c.result == "booted").count();
@@ -549,12 +561,21 @@ impl Report {
             })
             .collect::<Vec<_>>();
         let retried = rows.iter().filter(|r| retries(&r.client) > 0).count();
+        let stall = rows
+            .iter()
+            .filter_map(|r| {
+                r.client
+                    .longest_stall
+                    .map(|(from, to)| (r.client.index, from, to))
+            })
+            .max_by(|a, b| (a.2 - a.1).total_cmp(&(b.2 - b.1)));
         let total = |f: fn(&Outcome) -> u64| rows.iter().map(|r| f(&r.client)).sum();
         let grew = |f: fn(&Sample) -> u64| match (samples.first(), samples.last()) {
             (Some(a), Some(b)) => f(b).saturating_sub(f(a)),
             _ => 0,
         };
         Report {
+            failure,
             label: label.into(),
             command: std::env::args().collect(),
             pool: pool.into(),
@@ -575,6 +596,11 @@ impl Report {
                 http_retries: total(|c| c.http_retries.into()),
                 client_tcp_retransmits: total(|c| c.tcp_retransmits),
                 root_connections: total(|c| c.root_connections),
+                root_reconnects: total(|c| c.root_reconnects),
+                clients_reconnected: rows.iter().filter(|r| r.client.root_reconnects > 0).count(),
+                longest_stall_s: stall.map(|(_, from, to)| to - from),
+                longest_stall_from_s: stall.map(|(_, from, _)| (from - start).max(0.0)),
+                longest_stall_client: stall.map(|(i, _, _)| i),
                 client_udp_drops: total(|c| c.udp_drops),
                 clients_with_udp_drops: rows.iter().filter(|r| r.client.udp_drops > 0).count(),
                 all_booted_s: all_booted,
@@ -695,13 +721,15 @@ impl Report {
         let sv = &self.server;
         // Said every run, zeros too: a count that is not printed cannot be compared.
         s.push_str(&format!(
-            "retries: {} DHCP retransmits, {} TFTP, {} HTTP; TCP segments sent again: {} by the clients, {} by the server; {} root connections (none reconnected: a lost one fails its client); UDP datagrams lost on a full receive buffer: {} at {} clients, {} at the server; frames lost in the simulated switch (the kernel's input backlog): {}\n",
+            "retries: {} DHCP retransmits, {} TFTP, {} HTTP; TCP segments sent again: {} by the clients, {} by the server; {} root connections ({} made again after one broke, at {} clients); UDP datagrams lost on a full receive buffer: {} at {} clients, {} at the server; frames lost in the simulated switch (the kernel's input backlog): {}\n",
             m.dhcp_retransmits,
             m.tftp_retries,
             m.http_retries,
             m.client_tcp_retransmits,
             sv.tcp_retransmits,
             m.root_connections,
+            m.root_reconnects,
+            m.clients_reconnected,
             m.client_udp_drops,
             m.clients_with_udp_drops,
             sv.udp_drops,
@@ -716,6 +744,15 @@ impl Report {
             f(m.min_s),
             m.slowest_over_fastest.map_or("-".into(), |v| format!("{v:.2}")),
             m.slowest_over_median.map_or("-".into(), |v| format!("{v:.2}")),
+        ));
+        if let Some(f) = &self.failure {
+            s.push_str(&f.render());
+        }
+        s.push_str(&format!(
+            "longest stall (the longest gap between two answers a client got, think times included): {} s, client {} from {} s\n",
+            f(m.longest_stall_s),
+            m.longest_stall_client.map_or("-".into(), |i| i.to_string()),
+            f(m.longest_stall_from_s),
         ));
         s.push_str(&format!(
             "server links while clients wanted data ({:.1}-{:.1} s): {:.0}% of capacity on average, {:.0}% at peak\n",

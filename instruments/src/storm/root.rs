@@ -24,23 +24,33 @@ pub struct RootStats {
     pub attached: Option<f64>,
     /// Each read answered: sent, answered, bytes.
     pub waits: Vec<(Instant, Instant, u64)>,
+    /// When each request was answered.
+    pub answers: Vec<Instant>,
+    /// Connections made again after one broke (`retry`).
+    pub reconnects: u64,
 }
 
 /// Replays `ops` (NFS or NBD requests, times rebased so the first one's think time counts
 /// from the previous answer) against `server`.
-/// `nbd_export` is the NBD export the boot script named, if it named one.
+/// `nbd_export` is the NBD export the boot script named, if it named one; `nfs_ports` the
+/// NFS and MOUNT ports its root argument named (else the portmapper is asked, on the port
+/// of the storm's config).
 pub fn replay(
     server: Ipv4Addr,
     plan: &Plan,
     ops: &[Op],
     nbd_export: Option<&str>,
+    nfs_ports: Option<(u16, u16)>,
 ) -> anyhow::Result<RootStats> {
     let started = Instant::now();
     let since = |t: Option<Instant>| t.map(|t| t.saturating_duration_since(started).as_secs_f64());
     let nfs = ops.iter().any(|o| matches!(o.what, What::Nfs { .. }));
     let mut out = RootStats::default();
     if nfs {
-        let ports = NfsPorts::Portmap(plan.portmap_port);
+        let ports = match nfs_ports {
+            Some((nfs, mount)) => NfsPorts::Direct { mount, nfs },
+            None => NfsPorts::Portmap(plan.portmap_port),
+        };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -56,6 +66,8 @@ pub fn replay(
             .map(|(p, n)| format!("{n} {p} answers were errors"));
         out.attached = since(s.first);
         out.waits = s.waits;
+        out.answers = s.answers;
+        out.reconnects = s.reconnects;
     } else {
         let s = nbd::replay_nbd(server, plan.nbd_port, ops, plan.think_scale, nbd_export)?;
         out.nbd_bytes = s.bytes;
@@ -64,6 +76,8 @@ pub fn replay(
         out.first_error = (s.errors > 0).then(|| format!("{} reads failed", s.errors));
         out.attached = since(s.first);
         out.waits = s.waits;
+        out.answers = s.answers;
+        out.reconnects = s.reconnects;
     }
     Ok(out)
 }

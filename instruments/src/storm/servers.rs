@@ -1,5 +1,6 @@
 //! The report's rows per server (a site's members with `--servers`; one row for a lone
-//! server): what each sent, its share of the servers' mean, its clients and what it answered;
+//! server): what each sent, its share of the servers' mean, its clients, the boots placed on
+//! its links (by any member, the DHCP owner of each) and what it answered;
 //! and the room's time beside its floor, all the clients' bytes over all servers' capacity.
 
 use serde::Serialize;
@@ -26,6 +27,9 @@ pub struct ServerInput {
     /// (`bootpool_dhcp_answers_total{kind="offer"}`, `bootpool_dhcp_others_total`).
     pub offers: Option<u64>,
     pub others: Option<u64>,
+    /// The storm's clients whose boot any member's record placed on its links (the ACK's
+    /// link; `None`: a record not read).
+    pub placed: Option<usize>,
 }
 
 #[derive(Debug, Serialize)]
@@ -48,6 +52,9 @@ pub struct ServerRow {
     pub offers: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub others: Option<u64>,
+    /// Clients placed on its links, whoever answered them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placed: Option<usize>,
 }
 
 /// The servers together.
@@ -88,6 +95,7 @@ pub fn servers(
                 answered: s.answered.as_ref().map(Vec::len),
                 offers: s.offers,
                 others: s.others,
+                placed: s.placed,
             }
         })
         .collect();
@@ -132,11 +140,12 @@ pub fn render(s: &Servers) -> String {
     let opt = |v: Option<u64>| v.map_or("-".to_string(), |v| v.to_string());
     for r in &s.rows {
         out.push_str(&format!(
-            "  server {:<4} {} links {:>6} Mbit/s  {:>3} clients  sent {:>8.1} MB  {:.2} of the servers' mean  answered {}, offers {}, left to others {}\n",
+            "  server {:<4} {} links {:>6} Mbit/s  {:>3} clients ({} placed on it)  sent {:>8.1} MB  {:.2} of the servers' mean  answered {}, offers {}, left to others {}\n",
             r.name,
             r.links,
             r.capacity_bps / 1_000_000,
             r.clients,
+            r.placed.map_or("-".to_string(), |n| n.to_string()),
             r.bytes as f64 / 1e6,
             r.share_of_mean,
             r.answered.map_or("-".to_string(), |n| n.to_string()),
@@ -184,6 +193,7 @@ mod tests {
             answered: Some(answered.iter().map(|s| s.to_string()).collect()),
             offers: Some(3),
             others: Some(4),
+            placed: Some(answered.len() + 1),
         };
         let s = servers(
             &[
@@ -203,6 +213,11 @@ mod tests {
         assert_eq!(s.over_floor, Some(1.15));
         assert_eq!(s.answered_by_two, Some(vec!["b".to_string()]));
         assert!(render(&s).contains("given an address by two servers or more: b"));
+        assert!(
+            render(&s).contains("11 clients (3 placed on it)"),
+            "{}",
+            render(&s)
+        );
         // A server whose record was not read: no one can say who answered twice.
         let unread = ServerInput {
             name: "s3".into(),

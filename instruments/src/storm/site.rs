@@ -1,8 +1,8 @@
 //! A site in the storm's room (`--servers K`): K `bootpool serve`, members `s1` to `sK` of
 //! one site on the storm's PostgreSQL (`postgres`), each in a network namespace of its own
 //! with its own shaped links on the room's switch, as K machines on one network. Each runs a
-//! config derived from the storm's (`member_config`: its addresses, its part of `dhcp.range`,
-//! its state folder, the database). A thread of the storm lives in each member's namespace:
+//! config derived from the storm's (`member_config`: its addresses, its state folder, the
+//! database; the members share the storm's `dhcp.range`, as a site's shared leases allow). A thread of the storm lives in each member's namespace:
 //! it wires the member's links, starts its server (as its parent, so that the server dies
 //! with it), reads the server's API from the server's own host, and stops the server.
 
@@ -46,6 +46,8 @@ enum Job {
     ),
     Start(Command, mpsc::Sender<Result<u32, String>>),
     Get(String, mpsc::Sender<Result<String, String>>),
+    /// Another program in the member's namespace (`fail`: keepalived, `ip`).
+    Spawn(Command, mpsc::Sender<std::io::Result<Child>>),
     /// How the server exited, if it has.
     Exited(mpsc::Sender<Option<String>>),
 }
@@ -77,6 +79,9 @@ fn member_thread(tid: mpsc::Sender<Result<libc::pid_t, String>>, jobs: mpsc::Rec
             }
             Job::Get(url, done) => {
                 let _ = done.send(super::report::get(&url));
+            }
+            Job::Spawn(mut cmd, done) => {
+                let _ = done.send(cmd.spawn());
             }
             Job::Exited(done) => {
                 let status = server.as_mut().and_then(|c| c.try_wait().ok().flatten());
@@ -120,6 +125,12 @@ impl Member {
         self.ask(|tx| Job::Get(url, tx))
             .map_err(|e| e.to_string())
             .and_then(|r| r)
+    }
+
+    /// Starts `cmd` in the member's namespace (its parent is the storm).
+    pub fn spawn(&self, cmd: Command) -> anyhow::Result<Child> {
+        self.ask(|tx| Job::Spawn(cmd, tx))?
+            .with_context(|| format!("starting a program in member {}'s namespace", self.name))
     }
 
     /// A counter of the member's /metrics (`series`: the name and labels as it prints them).
@@ -185,28 +196,17 @@ impl Drop for Member {
     }
 }
 
-/// Member `m`'s part of the range `first`-`last` split `k` ways: the first addresses of each
-/// part go to the lower members when it does not divide evenly.
-pub fn range_part(first: Ipv4Addr, last: Ipv4Addr, k: usize, m: usize) -> (Ipv4Addr, Ipv4Addr) {
-    let (a, b) = (u64::from(u32::from(first)), u64::from(u32::from(last)));
-    let n = b + 1 - a;
-    let (k, m) = (k as u64, m as u64);
-    let from = a + n * m / k;
-    let to = a + n * (m + 1) / k - 1;
-    (Ipv4Addr::from(from as u32), Ipv4Addr::from(to as u32))
-}
-
 /// What a member's config changes in the storm's (`text`): its `server.address`, `links`
-/// (its addresses), `state_dir`, `database` and `http` (every address, at the storm's port),
-/// and `dhcp.range` (its own part: the lease table is each member's). All else is the
-/// storm's, as on every member of a site.
+/// (its addresses), `state_dir`, `database` and `http` (every address, at the storm's port).
+/// All else is the storm's, as on every member of a site: `dhcp.range` too, which the members
+/// share (`site_leases`), and `server.placement`, so that each client's owner places its boot
+/// on the least-loaded member's link.
 pub fn member_config(
     text: &str,
     addresses: &[Ipv4Addr],
     state_dir: &Path,
     database: &str,
     http_port: u16,
-    range: (Ipv4Addr, Ipv4Addr),
 ) -> anyhow::Result<String> {
     use serde_norway::Value;
     let mut doc: Value = serde_norway::from_str(text).context("reading the config's YAML")?;
@@ -223,14 +223,6 @@ pub fn member_config(
     server.insert(s("state_dir".into()), s(state_dir.display().to_string()));
     server.insert(s("database".into()), s(database.to_string()));
     server.insert(s("http".into()), s(format!("0.0.0.0:{http_port}")));
-    let dhcp = doc
-        .get_mut("dhcp")
-        .and_then(Value::as_mapping_mut)
-        .context("the config has no `dhcp:` section")?;
-    if !dhcp.contains_key("range") {
-        bail!("--servers splits `dhcp.range` between the members, and the config has none");
-    }
-    dhcp.insert(s("range".into()), s(format!("{}-{}", range.0, range.1)));
     serde_norway::to_string(&doc).context("writing a member's YAML")
 }
 
@@ -253,12 +245,6 @@ impl Site {
     pub fn wire(k: usize, plan: &Plan) -> anyhow::Result<Site> {
         let db = super::postgres::Postgres::start()?;
         room::wire_switch()?;
-        let (first, last) = plan.config.dhcp.home().range.with_context(|| {
-            format!(
-                "{}: --servers splits dhcp.range between the members, and the config has none",
-                plan.config_path.display()
-            )
-        })?;
         let text = std::fs::read_to_string(plan.config_path)
             .with_context(|| format!("reading {}", plan.config_path.display()))?;
         let state_root = std::path::absolute(&plan.config.server.state_dir)?
@@ -327,14 +313,7 @@ impl Site {
                     )
                 })?
                 .map_err(|e| anyhow::anyhow!("wiring member {}: {e}", member.name))?;
-            let yaml = member_config(
-                &text,
-                addresses,
-                &state_dir,
-                &db.url(),
-                plan.http_port,
-                range_part(first, last, k, m),
-            )?;
+            let yaml = member_config(&text, addresses, &state_dir, &db.url(), plan.http_port)?;
             super::leftovers::register(&config);
             std::fs::write(&config, yaml)
                 .with_context(|| format!("writing {}", config.display()))?;
@@ -420,24 +399,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_range_is_split_into_k_parts_that_cover_it_without_overlap() {
-        let (a, b) = (Ipv4Addr::new(10, 78, 1, 0), Ipv4Addr::new(10, 78, 2, 250));
-        let parts: Vec<_> = (0..4).map(|m| range_part(a, b, 4, m)).collect();
-        assert_eq!(parts[0].0, a);
-        assert_eq!(parts[3].1, b);
-        for w in parts.windows(2) {
-            assert_eq!(u32::from(w[0].1) + 1, u32::from(w[1].0));
-        }
-        // 507 addresses: 126 or 127 each.
-        for (from, to) in &parts {
-            let n = u32::from(*to) - u32::from(*from) + 1;
-            assert!(n == 126 || n == 127, "{from}-{to}");
-        }
-        assert_eq!(range_part(a, b, 1, 0), (a, b));
-    }
-
-    #[test]
-    fn a_members_config_is_the_storms_with_its_own_addresses_range_state_and_database() {
+    fn a_members_config_is_the_storms_with_its_own_addresses_state_and_database() {
         let text = "\
 server:
   interfaces: [s0]
@@ -454,14 +416,12 @@ images:
   demo: { dir: ../../images/demo }
 ";
         let addresses = [Ipv4Addr::new(10, 78, 0, 3), Ipv4Addr::new(10, 78, 0, 4)];
-        let range = (Ipv4Addr::new(10, 78, 1, 254), Ipv4Addr::new(10, 78, 2, 250));
         let out = member_config(
             text,
             &addresses,
             Path::new("/var/s2"),
             "postgres:///postgres?host=/tmp/pg",
             8080,
-            range,
         )
         .unwrap();
         let v: serde_norway::Value = serde_norway::from_str(&out).unwrap();
@@ -473,16 +433,13 @@ images:
             v["server"]["database"].as_str(),
             Some("postgres:///postgres?host=/tmp/pg")
         );
-        assert_eq!(v["dhcp"]["range"].as_str(), Some("10.78.1.254-10.78.2.250"));
-        // The rest is the storm's.
+        // The rest is the storm's: the range is the site's, shared.
+        assert_eq!(v["dhcp"]["range"].as_str(), Some("10.78.1.0-10.78.2.250"));
         assert_eq!(v["server"]["interfaces"][0].as_str(), Some("s0"));
         assert_eq!(
             v["images"]["demo"]["dir"].as_str(),
             Some("../../images/demo")
         );
-        let without = text.replace("  range: 10.78.1.0-10.78.2.250\n", "");
-        let err = member_config(&without, &addresses, Path::new("/"), "", 8080, range);
-        assert!(err.unwrap_err().to_string().contains("dhcp.range"));
     }
 
     #[test]

@@ -63,7 +63,7 @@ pub(super) async fn boot_script(
             .filter(|l| l.state == crate::boot::leases::State::Bound)
             .map(|l| l.ip);
         (
-            leases.link(mac).unwrap_or(config.server.address),
+            web.identity.link(mac).unwrap_or(config.server.address),
             client,
             leases.arch(mac),
         )

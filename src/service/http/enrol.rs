@@ -1,7 +1,7 @@
 //! The unknown clients and their enrolment: `GET /api/v1/unknown` (read token) lists the
 //! clients no pool lists that asked (`service::unknown`); `POST /api/v1/clients` (admin token)
 //! enrols one into a pool (`service::enrol`: the enrolments file, then a reload), and it
-//! boots at its next request.
+//! boots at its next request; `POST /api/v1/clients/MAC/remove` (admin token) takes one out.
 
 use super::guard::admin_refusal;
 use super::web::Web;
@@ -82,6 +82,45 @@ pub(super) async fn enrol(
         }
         Err(e) => {
             tracing::error!(%mac, error = %e, "enrolment failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response()
+        }
+    }
+}
+
+/// `POST /api/v1/clients/MAC/remove`: the machine taken out of the enrolments file, then the config
+/// reloaded, so it is refused at its next request. 200 with the MAC and the generation that
+/// serves the change; 400 for a bad MAC; 409 when the enrolments file does not hold it (one
+/// listed in pools.yaml is named, to be removed there); 500 when the file could not be
+/// written or the reload failed.
+pub(super) async fn unenrol(
+    State(web): State<Web>,
+    headers: HeaderMap,
+    axum::extract::Path(mac): axum::extract::Path<String>,
+) -> Response {
+    if let Some(refusal) = admin_refusal(&web, &headers) {
+        return refusal;
+    }
+    let mac = match mac.parse::<Mac>() {
+        Ok(mac) => mac,
+        Err(why) => return (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response(),
+    };
+    let config = web.config.load();
+    match web.enrol.unenrol(&config, mac).await {
+        Ok(done) => {
+            tracing::info!(%mac, file = %done.file.display(), generation = done.generation,
+                "client removed by the API");
+            Json(serde_json::json!({
+                "mac": mac.to_string(),
+                "file": done.file,
+                "generation": done.generation,
+            }))
+            .into_response()
+        }
+        Err(Failed::Refused(Refused::Conflict(why))) => {
+            (StatusCode::CONFLICT, format!("{why}\n")).into_response()
+        }
+        Err(e) => {
+            tracing::error!(%mac, error = %e, "removal failed");
             (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response()
         }
     }

@@ -152,6 +152,7 @@ pub fn router(web: Web) -> axum::Router {
             get(revs::object),
         )
         .route("/api/v1/clients", get(clients).post(enrol::enrol))
+        .route("/api/v1/clients/{mac}/remove", post(enrol::unenrol))
         .route("/api/v1/unknown", get(enrol::unknown))
         .route("/api/v1/leases/{mac}/release", post(release_lease))
         .route(

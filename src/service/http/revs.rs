@@ -1,5 +1,6 @@
 //! What a member of the site pulls a revision by (docs/chunks.md, `image::pull`):
-//! `GET /api/v1/images/NAME/revs/REV/manifest` (REV an id, or `active`) and
+//! `GET /api/v1/images/NAME/revs/REV/manifest` (REV an id, or `active`; `?base=ID` for its
+//! difference from a revision the puller holds) and
 //! `GET /api/v1/images/NAME/objects/sha256/DIGEST`, a file's bytes by their digest, with
 //! Range. Both are read routes: the read token, the server host or `server.admin_networks`
 //! (`guard::read_guard`), never a client subnet without the token.
@@ -7,18 +8,27 @@
 use super::boot::send_file;
 use super::web::{Web, not_found};
 use crate::config::names::is_id;
-use crate::image::{inventory, store};
+use crate::image::{inventory, manifest_delta, store};
 use crate::record::event::FileKind;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use std::net::SocketAddr;
 
+/// What a manifest request may add: `?base=ID`, a revision the puller holds.
+#[derive(serde::Deserialize)]
+pub struct ManifestQuery {
+    base: Option<String>,
+}
+
 /// The manifest of revision REV of image NAME, as `revs/ID/manifest` holds it (made on first
-/// use for a revision imported before manifests were written).
+/// use for a revision imported before manifests were written). With `?base=ID` of a revision
+/// this server holds too, the manifest as its difference from that one's
+/// (`image::manifest_delta`); without, or when this server lacks it, whole.
 pub async fn manifest(
     State(web): State<Web>,
     Path((name, rev)): Path<(String, String)>,
+    Query(q): Query<ManifestQuery>,
 ) -> Response {
     let config = web.config.load();
     let Some(image) = config.images.get(&name).cloned() else {
@@ -32,7 +42,11 @@ pub async fn manifest(
             _ => anyhow::bail!("`{rev}` is not a revision id (12 hex digits) nor `active`"),
         };
         let text = inventory::of_revision(&image, &id)?;
-        Ok((id, text))
+        let base = q.base.filter(|b| is_id(b) && *b != id);
+        match base.and_then(|b| inventory::of_revision(&image, &b).ok()) {
+            Some(held) => Ok((id, manifest_delta::make(&held, &text))),
+            None => Ok((id, text)),
+        }
     })
     .await;
     match done {

@@ -1,6 +1,8 @@
 //! `GET /api/v1/site` (read side): the members of this server's site, live or not, their
-//! links, rooms and share of the clients, as this server sees them (`site::report`); and
-//! keepalived's word that this host took a member's address over or gave it back (admin).
+//! links, rooms and share of the clients, as this server sees them (`site::report`), each
+//! one's clients by the state of their newest boot, and whether the records' database
+//! answers (`record::follow`); and keepalived's word that this host took a member's address
+//! over or gave it back (admin).
 
 use super::guard::admin_refusal;
 use super::web::Web;
@@ -10,10 +12,54 @@ use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use std::collections::BTreeMap;
 
-pub(super) async fn site(State(web): State<Web>) -> Json<Report> {
+/// The site as this member sees it, with whether its records' database answers and each
+/// member's clients by the state of their newest boot.
+#[derive(serde::Serialize)]
+pub(super) struct SiteView {
+    #[serde(flatten)]
+    report: Report,
+    /// Whether the records' database answers, and what waits in `state_dir/records.spool`.
+    records: crate::record::follow::Reach,
+    /// Per member, its clients whose newest boot it recorded: booting, booted, failed.
+    clients: BTreeMap<String, Clients>,
+}
+
+#[derive(Default, serde::Serialize)]
+pub(super) struct Clients {
+    booting: usize,
+    booted: usize,
+    failed: usize,
+}
+
+pub(super) async fn site(State(web): State<Web>) -> Json<SiteView> {
+    use crate::record::BootResult;
     let site = &web.site;
-    Json(Report::of_member(&site.view(), site.me(), site.shared()))
+    let me = &site.me().name;
+    let mut clients: BTreeMap<String, Clients> = BTreeMap::new();
+    let newest: Vec<_> = web.records.read(|t| {
+        let mut last = BTreeMap::new();
+        for b in t.boots() {
+            last.insert(b.mac, b.result);
+        }
+        last.into_iter().collect()
+    });
+    for (mac, result) in newest {
+        let c = clients
+            .entry(web.records.site.member_of(mac, me))
+            .or_default();
+        match result {
+            BootResult::Running => c.booting += 1,
+            BootResult::Booted => c.booted += 1,
+            BootResult::Failed => c.failed += 1,
+        }
+    }
+    Json(SiteView {
+        report: Report::of_member(&site.view(), site.me(), site.shared()),
+        records: web.records.site.reach(),
+        clients,
+    })
 }
 
 /// `{"address": "10.0.0.1"}`: an address of a member of the site.

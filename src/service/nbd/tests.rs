@@ -50,7 +50,7 @@ async fn start(limits: Limits) -> Setup {
     let config = Config::parse(&dir.path().join("pools.yaml"), CONFIG).unwrap();
     let shutdown = Shutdown::new();
     let metrics = Metrics::default();
-    let (recorder, records) = record::start(&config.server, &shutdown, &metrics)
+    let (recorder, records) = record::start(&config.server, "", &shutdown, &metrics)
         .await
         .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -236,6 +236,13 @@ impl Conn {
         )
     }
 
+    /// Whether this client may have a revision of `image` pulled for it: the root access
+    /// rule for the image (whether it may use that revision is asked at its MNT, `allowed`).
+    pub(super) fn may_pull(&self, image: &str) -> bool {
+        let mac = self.identity.holder(self.ip.into());
+        root_allowed(&self.config, RootProto::Nfs, image, self.ip, mac)
+    }
+
     /// Whether this client may use image `img`; each refused call is counted.
     pub(super) fn allowed(&mut self, img: usize) -> bool {
         if img >= self.allowed.len() {

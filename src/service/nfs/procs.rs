@@ -33,9 +33,12 @@ impl Conn {
             Mount::Mnt(path) => {
                 let export = String::from_utf8_lossy(path).into_owned();
                 // A revision this server lacks and another member holds: pulled at once,
-                // this answer waiting for it (`image::demand`), up to `ROOT_PULL`.
+                // this answer waiting for it (`image::demand`), up to `ROOT_PULL`; only for
+                // a client the image's pools allow (a stranger starts no pull; its MNT is
+                // refused below).
                 if let Some((image, id)) =
                     crate::image::serve::lacking(&self.config, &export, RootProto::Nfs)
+                    && self.may_pull(&image.name)
                 {
                     let tree = crate::config::names::revision(&image, &id).root_tree();
                     crate::image::demand::root(&image, &id, ROOT_PULL, || tree.is_dir());
