@@ -14,7 +14,8 @@ Runs bench/storm.sh --servers K for each K of --sites (default 1 2 4) with N x K
 (--per-server, default 40): K bootpool servers in the simulated room, members of one site on
 a PostgreSQL the storm starts, each on storm.sh's --links x --link-rate (default 4 x 250mbit),
 each client answered by the member the site's RFC 3074 hash gives it, which places its boot
-on the least-loaded member's link. Then prints one table: per
+on its own links (or, with server.placement: site in the config, on the least-loaded
+member's link). Then prints one table: per
 run, the room's time beside its floor (all the clients' bytes over all servers' capacity;
 the goal is 1.15x or less), each server's egress as a share of the servers' mean (the goal:
 each within 10%), each server's clients and the boots placed on it, and the clients given

@@ -418,7 +418,8 @@ async fn start_taking(
     // Before the records, the leases or the overlays are opened.
     let lock = lock_state_dir(&config.server.state_dir)?;
     // The initrd stock images' pools are handed after their own (`boot::addition`).
-    crate::export::addition::publish(&config.server.state_dir).with_context(|| {
+    let agent = config.server.agent.as_deref();
+    crate::export::addition::publish(&config.server.state_dir, agent).with_context(|| {
         format!(
             "writing the overlay addition into {}",
             config.server.state_dir.display()

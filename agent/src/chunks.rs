@@ -1,19 +1,15 @@
 //! The root's chunks as the agent holds them: the block manifest fetched and checked against
-//! the digest it was named by, and each chunk fetched from the server when a read first needs
-//! it, checked against the manifest before any byte of it is used (a bad one refused and
-//! fetched again), then kept in memory. Concurrent reads of one missing chunk wait for the one
-//! fetch.
+//! the digest it was named by, and each chunk fetched from a source (`sources.rs`, which
+//! moves to the next one when a fetch fails) when a read first needs it, checked against the
+//! manifest before any byte of it is used (a bad one refused and fetched again), then kept in
+//! memory. Concurrent reads of one missing chunk wait for the one fetch.
 
 use crate::blocks::{self, Blocks, Sha};
-use crate::http::{self, Conn, Url};
+use crate::http::Url;
+use crate::sources::Sources;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
 
-/// Tries of one fetch (a chunk or the manifest) before the read fails, the first pause
-/// between them and the growth of each next one (0.1 s, 0.2 s, 0.4 s, 0.8 s: 1.5 s in all).
-const ATTEMPTS: u32 = 5;
-const FIRST_PAUSE: Duration = Duration::from_millis(100);
 /// The largest manifest the agent takes: 2^24 chunks of 65 bytes and its head.
 const MAX_MANIFEST: u64 = (blocks::MAX_CHUNKS + 1) * 65;
 
@@ -38,12 +34,11 @@ pub struct Counts {
 /// The root image as checked chunks.
 pub struct Store {
     pub blocks: Blocks,
-    /// The manifest's URL, `.../blocks/DIGEST`; chunk I is at `.../blocks/DIGEST/I`.
-    url: Url,
+    /// The servers, each by the manifest's URL, `.../blocks/DIGEST`; chunk I is at
+    /// `.../blocks/DIGEST/I`.
+    pub sources: Sources,
     slots: Mutex<Vec<Slot>>,
     ready: Condvar,
-    /// Idle kept-alive connections to the server.
-    conns: Mutex<Vec<Conn>>,
     pub counts: Counts,
 }
 
@@ -59,12 +54,22 @@ pub fn digest_of(url: &Url) -> Result<Sha, String> {
 }
 
 impl Store {
-    /// Fetches the manifest `url` names and checks it: its SHA-256 must be the URL's last
-    /// segment, and it must read as a block manifest.
-    pub fn open(url: Url) -> Result<Store, String> {
-        let digest = digest_of(&url)?;
-        let conns = Mutex::new(Vec::new());
-        let (_, blocks) = with_retries(&conns, &url, MAX_MANIFEST, "the block manifest", |text| {
+    /// Fetches the manifest the `urls` name (one server's each, all of one digest) and
+    /// checks it: its SHA-256 must be the URLs' last segment, and it must read as a block
+    /// manifest.
+    pub fn open(urls: Vec<Url>) -> Result<Store, String> {
+        let first = urls.first().ok_or("no source given")?;
+        let digest = digest_of(first)?;
+        for u in &urls[1..] {
+            if digest_of(u)? != digest {
+                return Err(format!(
+                    "http://{}{} names another manifest than http://{}{}: every source serves the same root",
+                    u.authority, u.path, first.authority, first.path
+                ));
+            }
+        }
+        let sources = Sources::new(urls)?;
+        let (_, blocks) = sources.fetch("", MAX_MANIFEST, "the block manifest", |text| {
             if blocks::sha(text) != digest {
                 return Err(format!(
                     "its SHA-256 is {}, not the {} asked for",
@@ -77,10 +82,9 @@ impl Store {
         let slots = (0..blocks.digests.len()).map(|_| Slot::Missing).collect();
         Ok(Store {
             blocks,
-            url,
+            sources,
             slots: Mutex::new(slots),
             ready: Condvar::new(),
-            conns,
             counts: Counts::default(),
         })
     }
@@ -111,11 +115,9 @@ impl Store {
     }
 
     fn fetch(&self, index: u64) -> Result<Arc<Vec<u8>>, String> {
-        let url = self.url.with_path(format!("{}/{index}", self.url.path));
         let what = format!("chunk {index}");
-        let (bytes, ()) = with_retries(
-            &self.conns,
-            &url,
+        let (bytes, ()) = self.sources.fetch(
+            &format!("/{index}"),
             u64::from(self.blocks.chunk),
             &what,
             |b| {
@@ -171,53 +173,4 @@ impl std::ops::Deref for Piece {
     fn deref(&self) -> &[u8] {
         &self.bytes[self.from..self.to]
     }
-}
-
-/// GETs `url` until `check` takes its body, at most `ATTEMPTS` times with growing pauses,
-/// each failure logged: the body and what `check` made of it, else the last one's reason.
-fn with_retries<T>(
-    conns: &Mutex<Vec<Conn>>,
-    url: &Url,
-    max: u64,
-    what: &str,
-    mut check: impl FnMut(&[u8]) -> Result<T, String>,
-) -> Result<(Vec<u8>, T), String> {
-    let mut pause = FIRST_PAUSE;
-    let mut last = String::new();
-    for attempt in 1..=ATTEMPTS {
-        if attempt > 1 {
-            std::thread::sleep(pause);
-            pause *= 2;
-        }
-        last = match get(conns, url, max).and_then(|b| check(&b).map(|v| (b, v))) {
-            Ok(got) => return Ok(got),
-            Err(e) => format!("http://{}{}: {e}", url.authority, url.path),
-        };
-        eprintln!("bootpool-agent: {what}: {last} (try {attempt} of {ATTEMPTS})");
-    }
-    Err(last)
-}
-
-/// One GET on an idle kept-alive connection, or a new one: a kept connection the server has
-/// closed since (its idle timeout) is dropped and the GET made again on a new one at once.
-fn get(conns: &Mutex<Vec<Conn>>, url: &Url, max: u64) -> Result<Vec<u8>, String> {
-    let idle = conns.lock().unwrap_or_else(|e| e.into_inner()).pop();
-    if let Some(mut conn) = idle {
-        match conn.get(url, max) {
-            Err(http::Error::Io(_)) => {}
-            got => {
-                if conn.reusable() {
-                    conns.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
-                }
-                return got.map_err(|e| e.to_string());
-            }
-        }
-    }
-    let mut conn =
-        Conn::connect(url).map_err(|e| format!("connecting to {}: {e}", url.authority))?;
-    let got = conn.get(url, max);
-    if conn.reusable() && !matches!(got, Err(http::Error::Io(_))) {
-        conns.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
-    }
-    got.map_err(|e| e.to_string())
 }

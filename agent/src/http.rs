@@ -7,10 +7,11 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-/// How long a connect, or a read or write on a connection, may take before the fetch counts
-/// as failed (and is tried again, `chunks.rs`).
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connect, or a read or write on a connection without a byte moving, may take
+/// before the fetch counts as failed (and goes to the next source, `sources.rs`): a server
+/// that died with its host, or whose address is held by no one, costs a fetch 2 s.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// A response head longer than this is refused.
 const MAX_HEAD: usize = 16 * 1024;
 

@@ -1,9 +1,10 @@
 //! bootpool's client agent (docs/swarm.md): given the URL of an NBD root's block manifest
-//! (`http://SERVER/boot/IMAGE/blocks/DIGEST`), it fetches the manifest, checks it against the
-//! digest, and serves the root as a read-only NBD export on a local socket, every read answered
-//! from chunks fetched from the server on demand and checked against the manifest. The block
-//! manifest's and NBD's codecs are the daemon's own files, compiled here too (one source for
-//! each format; the agent links nothing of the daemon's crate).
+//! (`http://SERVER/boot/IMAGE/blocks/DIGEST`) on one server or several, it fetches the
+//! manifest, checks it against the digest, and serves the root as a read-only NBD export on a
+//! local socket, every read answered from chunks fetched on demand from the servers, the next
+//! one when one fails, and checked against the manifest. The block manifest's and NBD's
+//! codecs are the daemon's own files, compiled here too (one source for each format; the
+//! agent links nothing of the daemon's crate).
 
 #[path = "../../src/image/blocks.rs"]
 pub mod blocks;
@@ -17,6 +18,7 @@ mod nbd;
 pub mod chunks;
 pub mod http;
 pub mod serve;
+pub mod sources;
 
 use std::sync::Arc;
 
@@ -35,11 +37,17 @@ pub struct Agent {
     pub tcp: Option<std::net::SocketAddr>,
 }
 
-/// Fetches and checks the manifest at `url`, binds `listen`, and serves the root as export
-/// `name` (and as the default export, "") on threads of its own; the agent, once it listens.
-pub fn start(url: &str, listen: &Listen, name: &str) -> Result<Agent, String> {
-    let url = http::Url::parse(url)?;
-    let store = Arc::new(chunks::Store::open(url)?);
+/// Fetches and checks the manifest at `sources` (each a manifest URL or a comma list of them,
+/// one a server, tried in that order), binds `listen`, and serves the root as export `name`
+/// (and as the default export, "") on threads of its own; the agent, once it listens.
+pub fn start(sources: &[&str], listen: &Listen, name: &str) -> Result<Agent, String> {
+    let urls = sources
+        .iter()
+        .flat_map(|s| s.split(','))
+        .filter(|s| !s.is_empty())
+        .map(http::Url::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    let store = Arc::new(chunks::Store::open(urls)?);
     let (listener, tcp) = match listen {
         Listen::Tcp(addr) => {
             let l =

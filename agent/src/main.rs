@@ -5,15 +5,23 @@ use bootpool_agent::{Listen, start};
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-usage: bootpool-agent [--listen ADDRESS:PORT | --unix PATH] [--name NAME] URL
+usage: bootpool-agent [--listen ADDRESS:PORT | --unix PATH] [--name NAME]
+                      [--source URL]... [URL[,URL]...]...
 
-Serves a bootpool NBD root as a read-only NBD export on a local socket. URL is the
-root's block manifest, http://SERVER[:PORT]/boot/IMAGE/blocks/DIGEST, DIGEST its
-SHA-256. Every chunk of the root is fetched from SERVER when a read first needs it,
-checked against the manifest (a chunk that does not match is refused and fetched
-again, up to 5 times, then the read fails with EIO), and kept in memory.
+Serves a bootpool NBD root as a read-only NBD export on a local socket. Each URL is
+the root's block manifest on one server, http://SERVER[:PORT]/boot/IMAGE/blocks/DIGEST,
+DIGEST its SHA-256 (the same on every server). URLs come as arguments, as --source
+options, or as comma lists (the kernel's bootpool.blocks=URL1,URL2 passed as it is).
+
+Every chunk of the root is fetched when a read first needs it, checked against the
+manifest, and kept in memory. Fetches go to the server that answered last; one that
+fails there (connection refused or reset, 2 s without a byte, an HTTP error, a chunk
+that does not match the manifest) goes to the next server at once, logged. A read
+waits while the servers fail; it fails with EIO only when every server refused the
+chunk 5 times (they answer, wrongly), or when none gave it anything for 60 s.
 
 options:
+  --source URL           a server's manifest URL (repeat for more, in order)
   --listen ADDRESS:PORT  TCP address to serve on (default 127.0.0.1:10809)
   --unix PATH            serve on a Unix socket at PATH instead
   --name NAME            the export's name (default `root`; \"\" is accepted too)
@@ -26,7 +34,7 @@ the socket cannot be bound, 2 on a usage error.
 
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
-    let (mut listen, mut name, mut url) = (None, "root".to_string(), None);
+    let (mut listen, mut name, mut urls) = (None, "root".to_string(), Vec::<String>::new());
     let usage = |msg: String| {
         eprintln!("bootpool-agent: {msg}\n\n{USAGE}");
         ExitCode::from(2)
@@ -51,21 +59,25 @@ fn main() -> ExitCode {
                 Ok(v) => listen = Some(Listen::Unix(v.into())),
                 Err(e) => return usage(e),
             },
+            "--source" => match value(&a) {
+                Ok(v) => urls.push(v),
+                Err(e) => return usage(e),
+            },
             "--name" => match value(&a) {
                 Ok(v) => name = v,
                 Err(e) => return usage(e),
             },
             flag if flag.starts_with('-') => return usage(format!("unknown option {flag}")),
-            _ if url.is_some() => return usage(format!("one URL only, and `{a}` is a second")),
-            _ => url = Some(a),
+            _ => urls.push(a),
         }
     }
-    let Some(url) = url else {
+    if urls.iter().all(|u| u.split(',').all(str::is_empty)) {
         return usage("no URL given".into());
-    };
+    }
     let listen =
         listen.unwrap_or_else(|| Listen::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], 10809))));
-    match start(&url, &listen, &name) {
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    match start(&urls, &listen, &name) {
         Ok(agent) => {
             let b = &agent.store.blocks;
             let at = match (&listen, agent.tcp) {
@@ -73,11 +85,19 @@ fn main() -> ExitCode {
                 (Listen::Unix(p), None) => p.display().to_string(),
                 (Listen::Tcp(a), None) => a.to_string(),
             };
+            let from: Vec<&str> = agent
+                .store
+                .sources
+                .list
+                .iter()
+                .map(|s| s.url.authority.as_str())
+                .collect();
             eprintln!(
-                "bootpool-agent: serving `{name}` ({} bytes, {} chunks of {}) on {at}",
+                "bootpool-agent: serving `{name}` ({} bytes, {} chunks of {}) on {at} from {}",
                 b.size,
                 b.digests.len(),
-                b.chunk
+                b.chunk,
+                from.join(", ")
             );
             loop {
                 std::thread::park();

@@ -8,8 +8,12 @@
 
 use super::addition;
 use super::next::{self, Firmware, Target};
-use crate::config::{Config, Image, Initramfs, Mac, Member, RootProto, cmdline};
+use crate::config::{Config, Image, Initramfs, Mac, Member, NbdVia, RootProto, cmdline};
 use std::net::{IpAddr, Ipv4Addr};
+
+/// Where the addition's hook starts the client agent (`dist/overlay/bootpool/agent.sh`), and
+/// the export it serves, as Debian's nbd script takes them.
+const AGENT_NBD: &str = "127.0.0.1:10809/root";
 
 /// Where iPXE fetches this client's script.
 pub fn script_url(config: &Config, mac: Mac, server: IpAddr) -> String {
@@ -76,6 +80,20 @@ pub fn cmdline(
             addition::debian_boot(pool, "nfs"),
             s.ports.nfs
         ),
+        // Through the client agent the addition starts (`nbd: { via: agent }`), when the
+        // root image has its block manifest: the kernel's NBD client attaches to the agent on
+        // 127.0.0.1, which reads the root by the manifest's digest from this boot's server.
+        (RootProto::Nbd, Initramfs::InitramfsTools)
+            if pool.nbd_via == NbdVia::Agent && image.blocks.is_some() =>
+        {
+            format!(
+                "boot={} root=/dev/nbd0 nbdroot={AGENT_NBD} ip=dhcp bootpool.blocks={}/boot/{}/blocks/{}",
+                addition::debian_boot(pool, "local"),
+                http_base(config, link),
+                image.name,
+                image.blocks.as_deref().unwrap_or_default()
+            )
+        }
         // Debian's nbd script reads `SERVER,A,B` as server, export, device: the port goes
         // in its `SERVER:PORT/EXPORT` form.
         (RootProto::Nbd, Initramfs::InitramfsTools) => {
@@ -789,6 +807,39 @@ mod tests {
             cmdline_of(&off)
                 .starts_with("boot=local root=/dev/nbd0 nbdroot=10.77.0.1:10809/demo ip=dhcp ")
         );
+    }
+
+    /// `nbd: { via: agent }`: the kernel's NBD client attaches to the agent on 127.0.0.1 and
+    /// the agent is told the manifest's URL on this boot's server, when the image resolved
+    /// for the boot has its manifest's digest; without one, the server's NBD export as before.
+    #[test]
+    fn an_nbd_root_through_the_agent_names_the_manifest_on_the_boots_server() {
+        let agent = tempfile::NamedTempFile::new().unwrap();
+        let text = super::super::tests::CONFIG
+            .replace(
+                "root: nbd",
+                "root: nbd\n    initramfs: initramfs-tools\n    nbd: { via: agent }",
+            )
+            .replace(
+                "http: 0.0.0.0:8080",
+                &format!("http: 0.0.0.0:8080, agent: {}", agent.path().display()),
+            );
+        let c = Config::parse(Path::new("p.yaml"), &text).unwrap();
+        let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        let mut image = (**m.image()).clone();
+        let line = |image: &Image| cmdline(&c, &m, image, c.server.address, None);
+        assert!(
+            line(&image).starts_with("boot=bootpool root=/dev/nbd0 nbdroot=10.77.0.1:10809/demo "),
+            "{}",
+            line(&image)
+        );
+        image.blocks = Some("ab".repeat(32));
+        let want = format!(
+            "boot=bootpool root=/dev/nbd0 nbdroot=127.0.0.1:10809/root ip=dhcp \
+             bootpool.blocks=http://10.77.0.1:8080/boot/demo/blocks/{} bootpool.overlay=tmpfs ",
+            "ab".repeat(32)
+        );
+        assert!(line(&image).starts_with(&want), "{}", line(&image));
     }
 
     /// Each next-boot target's script: local disk (sanboot on BIOS, exit on UEFI, iPXE asked

@@ -339,6 +339,7 @@ impl Checker<'_> {
             grub: self.path(&s.grub),
             grub_arm64: self.path(&s.grub_arm64),
             memtest: self.path(&s.memtest),
+            agent: s.agent.as_deref().map(|a| self.path(a)),
             tftp: s.tftp.unwrap_or(true),
             database,
             retention,
@@ -494,6 +495,7 @@ impl Checker<'_> {
             }
         }
         Ok(Arc::new(Image {
+            blocks: None,
             name: name.clone(),
             dir,
             kernel_name: img.kernel.clone(),
@@ -724,7 +726,7 @@ impl Checker<'_> {
             seen,
             (images, cmdline_template.as_ref()),
         )?;
-        let pool = Pool {
+        let mut pool = Pool {
             name: name.clone(),
             image,
             root,
@@ -733,6 +735,7 @@ impl Checker<'_> {
             initramfs,
             overlay,
             homes,
+            nbd_via: NbdVia::Server,
             nfs_options,
             trace: p.trace,
             netconsole,
@@ -743,6 +746,7 @@ impl Checker<'_> {
             discover: p.discover,
             wake: self.check_wake(name, p.wake.as_ref())?,
         };
+        pool.nbd_via = self.check_nbd(&pool, p.nbd.as_ref(), server)?;
         // Debian's signed network GRUB has no HTTP: its config, kernel and initrd come
         // over TFTP (docs/clients.md).
         if pool.secure_boot && !server.tftp {

@@ -1,5 +1,6 @@
 //! `server.placement`, checked: in a site, whether the member that answers a client's DHCP
-//! places its boot on any live member's link (`site`, the default) or on its own (`owner`).
+//! places its boot on its own links (`owner`, the default) or on any live member's (`site`,
+//! which the site storm measured worse so far: docs/site.md).
 
 use super::check::Checker;
 use super::error::ConfigError;
@@ -8,12 +9,12 @@ use super::model::SitePlacement;
 use super::raw;
 
 impl Checker<'_> {
-    /// `server.placement`: `site` or `owner`; absent, `site` (a server alone has its own
+    /// `server.placement`: `site` or `owner`; absent, `owner` (a server alone has its own
     /// links only either way).
     pub(super) fn check_placement(&self, s: &raw::Server) -> Result<SitePlacement, ConfigError> {
         match s.placement.as_deref() {
-            None | Some("site") => Ok(SitePlacement::Site),
-            Some("owner") => Ok(SitePlacement::Owner),
+            Some("site") => Ok(SitePlacement::Site),
+            None | Some("owner") => Ok(SitePlacement::Owner),
             Some(other) => Err(self.err(
                 &[Key("server"), Key("placement")],
                 format!(
@@ -41,8 +42,8 @@ mod tests {
     }
 
     #[test]
-    fn site_by_default_owner_when_asked_anything_else_refused_at_its_line() {
-        assert_eq!(parse("").unwrap().server.placement, SitePlacement::Site);
+    fn owner_by_default_site_when_asked_anything_else_refused_at_its_line() {
+        assert_eq!(parse("").unwrap().server.placement, SitePlacement::Owner);
         let c = parse("  placement: site\n").unwrap();
         assert_eq!(c.server.placement, SitePlacement::Site);
         let c = parse("  placement: owner\n").unwrap();

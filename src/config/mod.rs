@@ -17,6 +17,7 @@ mod check_arch;
 mod check_dhcp6;
 mod check_homes;
 mod check_names;
+mod check_nbd;
 mod check_overlay;
 mod check_overrides;
 mod check_placement;
@@ -43,8 +44,8 @@ pub use error::ConfigError;
 pub use live::Live;
 pub use model::{
     ClientEntry, Config, Cow, CowStore, DEFAULT_COW_LIMIT, Database, Dhcp, DhcpMode, DhcpSubnet,
-    ENROLMENTS_FILE, Homes, Image, Initramfs, Limits, Member, Netconsole, Overlay, Pool, Ports,
-    RootProto, Server, SitePlacement, Store, Tls, Variant, Wire,
+    ENROLMENTS_FILE, Homes, Image, Initramfs, Limits, Member, NbdVia, Netconsole, Overlay, Pool,
+    Ports, RootProto, Server, SitePlacement, Store, Tls, Variant, Wire,
 };
 pub use values::{Mac, MacRange, Subnet, parse_duration, parse_rate_mbps, parse_size};
 pub use wake::WakeSchedule;

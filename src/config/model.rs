@@ -119,6 +119,9 @@ pub struct Server {
     /// The folder memtest86+ is served from (`server.memtest`, Debian's `/boot`): the next
     /// boot `memtest` and the menu's entry, as `memtest86+x64.bin` (BIOS) and `.efi` (UEFI).
     pub memtest: PathBuf,
+    /// The static `bootpool-agent` (`server.agent`) the addition carries, for the pools whose
+    /// NBD root goes through it (`nbd: { via: agent }`); `None`: the addition carries none.
+    pub agent: Option<PathBuf>,
     /// Whether TFTP is served at all (`server.tftp`, default true).
     pub tftp: bool,
     /// Where boot records are stored.
@@ -329,6 +332,21 @@ pub struct Image {
     /// image, as a copy recompressed with zstd that boots get under the export name
     /// `NAME~zstd` (`image::wire`).
     pub root_wire: Wire,
+    /// The digest (hex) of the block manifest beside the root image, which a client's agent
+    /// reads the root by (`nbd: { via: agent }`): filled in for a boot by
+    /// `image::serve::for_boot` when the manifest is there, `None` in the config.
+    pub blocks: Option<String>,
+}
+
+/// `pools.NAME.nbd.via`: how the kernel's NBD client reaches the root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NbdVia {
+    /// It connects to the server's NBD port (the default).
+    #[default]
+    Server,
+    /// It connects to the client agent that bootpool's addition starts on 127.0.0.1, which
+    /// fetches checked chunks over HTTP from each server in turn (docs/swarm.md).
+    Agent,
 }
 
 /// `images.NAME.initrd_wire` and `images.NAME.root_wire`.
@@ -431,6 +449,9 @@ pub struct Pool {
     pub overlay: Overlay,
     /// The users' homes the addition mounts at /home (`None`: the image's own /home).
     pub homes: Option<Homes>,
+    /// How an NBD root reaches the client's kernel (`nbd.via`): straight from this server,
+    /// or through the client agent in the initrd, from every member (`NbdVia::Agent`).
+    pub nbd_via: NbdVia,
     /// Mount options of an NFS root after `ro` (`nfs_options`, default `nocto`): the root is
     /// an image nobody writes while it is mounted, so opening a file need not ask the server.
     pub nfs_options: String,

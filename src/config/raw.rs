@@ -70,6 +70,8 @@ pub struct Server {
     /// The folder holding memtest86+'s `memtest86+x64.bin` and `.efi` (next boot `memtest`).
     #[serde(default = "default_memtest")]
     pub memtest: String,
+    /// The static `bootpool-agent` the addition carries for `nbd: { via: agent }` pools.
+    pub agent: Option<String>,
     /// Serve TFTP at all (default true); off, port 69 stays closed.
     pub tftp: Option<bool>,
     /// Where boot records go: absent for SQLite in `state_dir`, or a `postgres://` URL.
@@ -292,6 +294,8 @@ pub struct Pool {
     pub overlay: Option<Overlay>,
     /// `{ server: ADDR, export: /home, options: "..." }` (`config::check_homes`).
     pub homes: Option<Homes>,
+    /// `{ via: server | agent }`: how an NBD root reaches the kernel (`config::check_nbd`).
+    pub nbd: Option<PoolNbd>,
     #[serde(default)]
     pub clients: Vec<Client>,
     #[serde(default)]
@@ -342,6 +346,13 @@ fn default_root() -> String {
 
 fn default_initramfs() -> String {
     "bootpool".into()
+}
+
+/// `pools.NAME.nbd`: how the client's kernel reads its NBD root.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolNbd {
+    pub via: Option<String>,
 }
 
 /// `pools.NAME.homes`: the NFS export of the users' homes.

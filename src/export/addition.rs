@@ -3,8 +3,10 @@
 //! boot script hands after an initramfs-tools or dracut image's own initrd
 //! (`boot::addition`). Its scripts lay a writable overlay (tmpfs, or a local partition) over
 //! the read-only NFS or NBD root before the initrd switches to it, and write the pool's homes
-//! into its /etc/fstab (`homes.sh`). `publish` writes it into
-//! `state_dir/addition/` at start, where `export::boot_files` serves it.
+//! into its /etc/fstab (`homes.sh`), and start the client agent for an NBD root that goes
+//! through it (`agent.sh`, with the static binary `server.agent` names, when it does).
+//! `publish` writes it into `state_dir/addition/` at start, where `export::boot_files` serves
+//! it.
 
 use crate::boot::addition::NAME;
 use crate::image::cpio::{self, Entry};
@@ -25,6 +27,10 @@ const ENTRIES: &[Entry] = &[
     file(
         "bootpool/homes.sh",
         include_bytes!("../../dist/overlay/bootpool/homes.sh"),
+    ),
+    file(
+        "bootpool/agent.sh",
+        include_bytes!("../../dist/overlay/bootpool/agent.sh"),
     ),
     // initramfs-tools: `boot=bootpool` makes its /init source this instead of /scripts/nfs
     // or /scripts/local.
@@ -55,9 +61,22 @@ const fn file(name: &'static str, data: &'static [u8]) -> Entry<'static> {
     }
 }
 
-/// The addition's bytes.
-pub fn archive() -> Vec<u8> {
-    cpio::write(ENTRIES)
+/// Where the addition carries the agent: named with a leading `@`, so that the hook, which
+/// runs it by that name through `PATH`, hands it an argv[0] systemd leaves running through
+/// the switch to the real root and at shutdown (`agent.sh`).
+pub const AGENT: &str = "bootpool/@bootpool-agent";
+
+/// The addition's bytes: its scripts, and the agent's binary when it is given.
+pub fn archive(agent: Option<&[u8]>) -> Vec<u8> {
+    let mut entries = ENTRIES.to_vec();
+    if let Some(data) = agent {
+        entries.push(Entry {
+            name: AGENT,
+            mode: 0o755,
+            data: Some(data),
+        });
+    }
+    cpio::write(&entries)
 }
 
 /// The folder under `state_dir` the addition is served from.
@@ -65,12 +84,19 @@ pub fn folder(state_dir: &Path) -> PathBuf {
     state_dir.join("addition")
 }
 
-/// Writes the addition to `state_dir/addition/NAME` unless it holds these bytes already
-/// (whole, by rename: a client fetching it meanwhile reads the old or the new).
-pub fn publish(state_dir: &Path) -> std::io::Result<PathBuf> {
+/// Writes the addition, with the agent binary at `agent` if given, to
+/// `state_dir/addition/NAME` unless it holds these bytes already (whole, by rename: a client
+/// fetching it meanwhile reads the old or the new).
+pub fn publish(state_dir: &Path, agent: Option<&Path>) -> std::io::Result<PathBuf> {
     let dir = folder(state_dir);
     let path = dir.join(NAME);
-    let bytes = archive();
+    let agent = match agent {
+        Some(p) => Some(std::fs::read(p).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("reading the agent {}: {e}", p.display()))
+        })?),
+        None => None,
+    };
+    let bytes = archive(agent.as_deref());
     if std::fs::read(&path).is_ok_and(|old| old == bytes) {
         return Ok(path);
     }
@@ -104,17 +130,26 @@ mod tests {
     #[test]
     fn publish_writes_once_and_keeps_the_same_bytes() {
         let dir = tempfile::tempdir().unwrap();
-        let path = publish(dir.path()).unwrap();
+        let path = publish(dir.path(), None).unwrap();
         assert_eq!(path, dir.path().join("addition").join(NAME));
-        assert_eq!(std::fs::read(&path).unwrap(), archive());
+        assert_eq!(std::fs::read(&path).unwrap(), archive(None));
         let before = std::fs::metadata(&path).unwrap().modified().unwrap();
-        publish(dir.path()).unwrap();
+        publish(dir.path(), None).unwrap();
         assert_eq!(
             std::fs::metadata(&path).unwrap().modified().unwrap(),
             before
         );
         std::fs::write(&path, b"old").unwrap();
-        publish(dir.path()).unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), archive());
+        publish(dir.path(), None).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), archive(None));
+        // With the agent's binary, the archive carries it as `@bootpool-agent`.
+        let agent = dir.path().join("bootpool-agent");
+        std::fs::write(&agent, b"\x7fELF agent").unwrap();
+        publish(dir.path(), Some(&agent)).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes, archive(Some(b"\x7fELF agent")));
+        let names = crate::image::cpio::names(&bytes);
+        assert!(names.contains(&AGENT.as_bytes()), "{names:?}");
+        assert!(publish(dir.path(), Some(&dir.path().join("none"))).is_err());
     }
 }

@@ -371,6 +371,7 @@ mod tests {
             secure_ports: true,
             initrd_wire: Default::default(),
             root_wire: Default::default(),
+            blocks: None,
         }
     }
 

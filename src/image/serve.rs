@@ -126,16 +126,31 @@ pub fn for_member(config: &Config, member: &Member) -> Arc<Image> {
         }
         return for_boot(config, image);
     };
-    let image = Arc::new(revision(image, rev));
+    let image = with_blocks(Arc::new(revision(image, rev)));
     wire_root(config, &image).unwrap_or(image)
 }
 
-/// What a boot starting now is handed: `serving`'s image, with its NBD root's wire copy
-/// (`root_wire: zstd`) in place of the root image once that is made. The names go into the
-/// boot's script, so the client reads the one file or the other for its whole boot.
+/// What a boot starting now is handed: `serving`'s image, with the digest of its root image's
+/// block manifest (`with_blocks`), and its NBD root's wire copy (`root_wire: zstd`) in place of
+/// the root image once that is made. The names go into the boot's script, so the client reads
+/// the one file or the other for its whole boot.
 pub fn for_boot(config: &Config, image: &Arc<Image>) -> Arc<Image> {
-    let image = serving(image);
+    let image = with_blocks(serving(image));
     wire_root(config, &image).unwrap_or(image)
+}
+
+/// `image` with `blocks`, the digest of the block manifest beside its root image, when there
+/// is a current one (`blocks_file::beside`): a client's agent reads the root by it. The wire
+/// copy that may take the root image's place keeps it: the agent's chunks are the image's own.
+pub fn with_blocks(image: Arc<Image>) -> Arc<Image> {
+    match super::blocks_file::beside(&image.root_image()) {
+        Some(digest) => {
+            let mut i = (*image).clone();
+            i.blocks = Some(super::blocks::hex(&digest));
+            Arc::new(i)
+        }
+        None => image,
+    }
 }
 
 /// `image` (an image or one of its revisions) with its root image's wire copy as the root

@@ -1475,7 +1475,7 @@ pools:
         let a_link = Ipv4Addr::new(10, 77, 0, 1);
 
         // Both idle: the boots alternate, a's link first (a tie goes to the first).
-        let mut s = serve("", b_row(0, 0));
+        let mut s = serve(", placement: site", b_row(0, 0));
         let told = on(&mut s, 0..8);
         assert_eq!(told.iter().filter(|&&l| l == b_link).count(), 4, "{told:?}");
         assert_eq!(told[0], a_link);
@@ -1498,15 +1498,17 @@ pools:
         );
 
         // b already owes much more than a's next boots: every boot stays on a.
-        let mut s = serve("", b_row(u64::MAX / 4, 40));
+        let mut s = serve(", placement: site", b_row(u64::MAX / 4, 40));
         assert!(on(&mut s, 0..6).iter().all(|&l| l == a_link));
 
         // The database is down: the frozen view places on a's own links only.
-        let mut s = serve("", b_row(0, 0));
+        let mut s = serve(", placement: site", b_row(0, 0));
         s.site.observe_unreachable();
         assert!(on(&mut s, 0..6).iter().all(|&l| l == a_link));
 
-        // `server.placement: owner`: never on b.
+        // `server.placement: owner` (the default): never on b.
+        let mut s = serve("", b_row(0, 0));
+        assert!(on(&mut s, 0..6).iter().all(|&l| l == a_link));
         let mut s = serve(", placement: owner", b_row(0, 0));
         assert!(on(&mut s, 0..6).iter().all(|&l| l == a_link));
     }

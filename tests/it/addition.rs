@@ -1,17 +1,19 @@
 //! bootpool's overlay addition (`export::addition`, from `dist/overlay/`) as clients get it: a
 //! pool of a stock initrd (`initramfs: dracut`) has its script hand it after the image's own
 //! initrd; curl over HTTP and tftp-hpa over TFTP fetch the same bytes; GNU cpio lists and
-//! unpacks it (the kernel's newc format); dash and busybox sh parse each of its scripts; and
-//! the demo's pool, whose initrd lays its own overlay, is handed none.
+//! unpacks it (the kernel's newc format); dash and busybox sh parse each of its scripts; the
+//! demo's pool, whose initrd lays its own overlay, is handed none; and its agent hook starts
+//! the static agent in a client namespace, through which nbdcopy reads the root.
 
 use crate::common::{Fixture, cmd, run, run_async};
 
 /// What the archive holds, in order: bootpool's own folder, then each script into a folder
 /// the initrd it is for already has (a folder entry would replace a symlink standing there).
-const LISTED: [&str; 5] = [
+const LISTED: [&str; 6] = [
     "bootpool",
     "bootpool/overlay.sh",
     "bootpool/homes.sh",
+    "bootpool/agent.sh",
     "scripts/bootpool",
     "lib/dracut/hooks/pre-pivot/90-bootpool-overlay.sh",
 ];
@@ -219,4 +221,106 @@ fn the_homes_script_writes_the_homes_into_the_roots_fstab() {
             assert!(root.join("home").is_dir());
         }
     }
+}
+
+/// Kills the agent the hook started (its PID in `agent.pid`) when dropped.
+struct Started(std::path::PathBuf);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(&self.0) {
+            let _ = cmd("kill", &["-9", pid.trim()]).status();
+        }
+    }
+}
+
+/// The addition's agent hook (`agent.sh`) as initramfs-tools' /init runs it, by klibc's sh
+/// with klibc's tools first on PATH, in a client namespace whose loopback is down, with the
+/// static agent the addition carries: given `bootpool.blocks=` naming two servers, the first
+/// an address nobody holds, it brings the loopback up (klibc's ipconfig), starts the agent by
+/// the name `@bootpool-agent` (its argv[0] as systemd reads it), and returns once the agent
+/// listens on 127.0.0.1:10809, having fetched the manifest from the second server; nbdcopy
+/// reads the root through it, byte for byte the image. Without the argument the hook does
+/// nothing.
+#[test]
+fn the_agent_hook_starts_the_static_agent_on_loopback_and_the_root_reads_through_it() {
+    use crate::common::netns::{Daemon, Link};
+    use bootpool::image::{blocks, blocks_file};
+    let fx = Fixture::new();
+    let digest = blocks::hex(&blocks_file::make(&fx.image_dir().join("rootfs.img")).unwrap());
+    let link = Link::new("10.77.6.1/24");
+    link.in_server(&["ip", "addr", "add", "10.88.6.1/24", "dev", &link.server_if]);
+    link.in_client(&["ip", "addr", "add", "10.88.6.2/24", "dev", &link.client_if]);
+    link.in_client(&["ip", "link", "set", "lo", "down"]);
+    fx.write_config(
+        &fx.loopback()
+            .on_veth("10.77.6", &link.server_if)
+            .http("0.0.0.0:8080")
+            .server("admin_networks: [10.88.6.0/24]"),
+    );
+    let _daemon = Daemon::start(&link, &fx, 1);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (bin, run_dir) = (dir.path().join("addition"), dir.path().join("run"));
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(crate::common::static_agent(), bin.join("@bootpool-agent")).unwrap();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/overlay/bootpool/agent.sh");
+    let cmdline = dir.path().join("cmdline");
+    let hook = |line: &str| {
+        std::fs::write(&cmdline, line).unwrap();
+        let mut c = Link::command(
+            &link.client_ns,
+            "/usr/lib/klibc/bin/sh",
+            &["-c", ". \"$1\" && bootpool_agent", "sh"],
+        );
+        c.arg(&script)
+            .env("BOOTPOOL_CMDLINE", &cmdline)
+            .env("BOOTPOOL_ADDITION", &bin)
+            .env("BOOTPOOL_RUN", &run_dir)
+            .env(
+                "PATH",
+                format!("/usr/lib/klibc/bin:{}", std::env::var("PATH").unwrap()),
+            );
+        run(&mut c, 120)
+    };
+    // Without bootpool.blocks= nothing is started.
+    let (ok, out, err) = hook("console=ttyS0 boot=bootpool root=/dev/nbd0");
+    assert!(ok, "{out}{err}");
+    assert!(!run_dir.join("bootpool").exists());
+
+    let url = |host: &str| format!("http://{host}:8080/boot/demo/blocks/{digest}");
+    let blocks = format!("{},{}", url("10.88.6.9"), url("10.88.6.1"));
+    let pid_file = run_dir.join("bootpool/agent.pid");
+    let _started = Started(pid_file.clone());
+    let (ok, out, err) = hook(&format!("boot=bootpool bootpool.blocks={blocks} quiet"));
+    let log = std::fs::read_to_string(run_dir.join("bootpool/agent.log")).unwrap_or_default();
+    assert!(ok, "{out}{err}\nthe agent's log:\n{log}");
+    // The first server answered nothing (2 s), the second gave the manifest.
+    assert!(log.contains("trying 10.88.6.1:8080"), "{log}");
+    assert!(
+        log.contains("on 127.0.0.1:10809 from 10.88.6.9:8080, 10.88.6.1:8080"),
+        "{log}"
+    );
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let argv = std::fs::read(format!("/proc/{}/cmdline", pid.trim())).unwrap();
+    assert!(
+        argv.starts_with(b"@bootpool-agent\0"),
+        "{}",
+        String::from_utf8_lossy(&argv)
+    );
+    let copy = dir.path().join("copy");
+    let (ok, _, err) = run(
+        &mut Link::command(
+            &link.client_ns,
+            "nbdcopy",
+            &["nbd://127.0.0.1:10809/root", copy.to_str().unwrap()],
+        ),
+        60,
+    );
+    assert!(ok, "{err}");
+    assert!(
+        std::fs::read(&copy).unwrap() == crate::common::pattern(3, 16 << 20),
+        "the copy differs from the image"
+    );
 }

@@ -34,7 +34,7 @@ fn blocks_url(fx: &Fixture, more: &[&str]) -> String {
 /// An agent on a port of its own for the manifest at `url`.
 fn agent(url: &str) -> bootpool_agent::Agent {
     let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
-    bootpool_agent::start(url, &bootpool_agent::Listen::Tcp(any), "root").unwrap()
+    bootpool_agent::start(&[url], &bootpool_agent::Listen::Tcp(any), "root").unwrap()
 }
 
 /// A root tree of a few files, one of them large enough to span several chunks.
@@ -310,4 +310,150 @@ fn a_stranger_reads_no_chunk_and_the_apis_readers_do() {
         );
     }
     drop(daemon);
+}
+
+/// Two servers on loopback hold the same root, and the agent has both as sources, as one
+/// comma list (the kernel's `bootpool.blocks=`). libnbd's nbdcopy reads the root through the
+/// agent into a pipe this test leaves unread, so the copy stops after its first chunks, all
+/// from the first server; that server is killed with -9; the copy then completes from the
+/// second, byte for byte the image, each chunk fetched once.
+#[test]
+fn a_server_killed_mid_copy_costs_the_agent_a_retry_on_the_next_not_the_read() {
+    use crate::common::netns::Daemon;
+    use crate::common::postgres::free_port;
+    use std::io::Read as _;
+    let (fa, fb) = (Fixture::new(), Fixture::new());
+    let (mut urls, mut daemons) = (Vec::new(), Vec::new());
+    for (n, fx) in [&fa, &fb].into_iter().enumerate() {
+        let http = format!("127.0.0.1:{}", free_port());
+        fx.write_config(&fx.loopback().http(&http).demo("store: disk"));
+        let digest = blocks_file::make(&fx.image_dir().join("rootfs.img")).unwrap();
+        urls.push(format!(
+            "http://{http}/boot/demo/blocks/{}",
+            blocks::hex(&digest)
+        ));
+        daemons.push(Daemon::on_host(fx, n as u32));
+    }
+    let any = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let list = urls.join(",");
+    let a = bootpool_agent::start(&[&list], &bootpool_agent::Listen::Tcp(any), "root").unwrap();
+    let uri = format!("nbd://{}/root", a.tcp.unwrap());
+    let mut copy = Command::new("nbdcopy")
+        .args(["--requests=2", &uri, "-"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (first, second) = (&a.store.sources.list[0], &a.store.sources.list[1]);
+    let counts = &a.store.counts;
+    let every = std::time::Duration::from_millis(20);
+    let fetched = || counts.fetched.load(Ordering::Relaxed) > 0;
+    let within = std::time::Duration::from_secs(30);
+    assert!(
+        crate::common::poll_until(within, every, fetched),
+        "no chunk fetched"
+    );
+    // The pipe is full and nbdcopy waits on it: the agent fetches nothing more.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let before = counts.fetched.load(Ordering::Relaxed);
+    let total = (16u64 << 20) / u64::from(blocks::CHUNK);
+    assert!(
+        before < total / 2,
+        "{before} chunks of {total} before the kill"
+    );
+    assert_eq!(second.served.load(Ordering::Relaxed), 0);
+    daemons.remove(0).kill9();
+    let mut out = Vec::new();
+    copy.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    let mut err = String::new();
+    copy.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(copy.wait().unwrap().success(), "{err}");
+    assert!(
+        out == pattern(3, 16 << 20),
+        "the copy differs from the image"
+    );
+    // The first server gave the manifest and the chunks before the kill, the second every
+    // chunk after it; a fetch failed on the first and went on to the second.
+    assert_eq!(counts.fetched.load(Ordering::Relaxed), total);
+    let (one, two) = (
+        first.served.load(Ordering::Relaxed),
+        second.served.load(Ordering::Relaxed),
+    );
+    assert_eq!((one, two), (1 + before, total - before));
+    assert!(first.failed.load(Ordering::Relaxed) >= 1);
+    assert_eq!(counts.refused.load(Ordering::Relaxed), 0);
+}
+
+/// A pool whose NBD root goes through the agent (`nbd: { via: agent }`): its boot script's
+/// command line points the kernel's NBD client at the agent on 127.0.0.1 and hands the agent
+/// the URL of the root's manifest on this server; the addition the script loads carries the
+/// static agent (GNU cpio lists it); the agent given the command line's value, as the
+/// addition's hook gives it, serves the root, byte for byte the image.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_through_the_agent_hands_it_the_manifests_url_and_the_addition_carries_it() {
+    let fx = Fixture::new();
+    let agent_bin = tokio::task::block_in_place(crate::common::static_agent);
+    fx.write_config(
+        &fx.loopback()
+            .server(&format!("agent: {}", agent_bin.display()))
+            .pool(
+                "nbd-room",
+                "initramfs: initramfs-tools\nnbd: { via: agent }",
+            ),
+    );
+    let path = fx.image_dir().join("rootfs.img");
+    let digest = blocks::hex(&blocks_file::make(&path).unwrap());
+    let daemon = fx.start().await;
+    let base = format!("http://{}", daemon.bound.http);
+    let script = String::from_utf8(curl(
+        &format!("{base}/boot/script/52:54:00:77:00:11.ipxe"),
+        &[],
+    ))
+    .unwrap();
+    let url = format!(
+        "http://127.0.0.1:{}/boot/demo/blocks/{digest}",
+        daemon.bound.http.port()
+    );
+    assert!(
+        script.contains(&format!(
+            " root=/dev/nbd0 nbdroot=127.0.0.1:10809/root ip=dhcp bootpool.blocks={url} "
+        )),
+        "{script}"
+    );
+    let cpio = fx.path().join("addition.cpio");
+    std::fs::write(
+        &cpio,
+        curl(&format!("{base}/boot/loaders/bootpool-overlay.cpio"), &[]),
+    )
+    .unwrap();
+    let listed = stdout_of(
+        Command::new("sh")
+            .args(["-c", "cpio -it --quiet < \"$1\"", "sh"])
+            .arg(&cpio),
+        &[],
+    );
+    let listed = String::from_utf8(listed).unwrap();
+    assert!(
+        listed.lines().any(|l| l == "bootpool/@bootpool-agent"),
+        "{listed}"
+    );
+
+    let given = script
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("bootpool.blocks="))
+        .unwrap()
+        .to_string();
+    let a = tokio::task::spawn_blocking(move || agent(&given))
+        .await
+        .unwrap();
+    let uri = format!("nbd://{}/root", a.tcp.unwrap());
+    let copy = fx.path().join("copy");
+    let (ok, _, err) = run_async(cmd("nbdcopy", &[&uri, copy.to_str().unwrap()]), 60).await;
+    assert!(ok, "{err}");
+    assert!(std::fs::read(&copy).unwrap() == std::fs::read(&path).unwrap());
+    daemon.stop().await;
 }

@@ -18,6 +18,7 @@ mod dhcp6;
 mod dhcp_perfdhcp;
 mod dist;
 mod e2e;
+mod e2e_agent_root;
 mod e2e_arm64;
 mod e2e_campus;
 mod e2e_console;

@@ -38,7 +38,7 @@ pub struct StormArgs {
     /// PostgreSQL the storm starts for the run (initdb in a temporary folder: needs Debian's
     /// `postgresql` installed). The clients broadcast as before and the site's own split
     /// (RFC 3074's hash over the live members) decides which member answers each; the report
-    /// adds a row per server. Each member leases from its own part of `dhcp.range`.
+    /// adds a row per server. The members lease from the one `dhcp.range`.
     #[arg(long, value_name = "K", default_value_t = 1, value_parser = parse_servers)]
     pub servers: usize,
     /// With --servers K (2 or more) and --server-links 1xRATE: each member's address is

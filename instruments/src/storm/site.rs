@@ -199,8 +199,8 @@ impl Drop for Member {
 /// What a member's config changes in the storm's (`text`): its `server.address`, `links`
 /// (its addresses), `state_dir`, `database` and `http` (every address, at the storm's port).
 /// All else is the storm's, as on every member of a site: `dhcp.range` too, which the members
-/// share (`site_leases`), and `server.placement`, so that each client's owner places its boot
-/// on the least-loaded member's link.
+/// share (`site_leases`), and `server.placement` (the default `owner`: each boot on its
+/// owner's links; `site`: on the least-loaded member's link).
 pub fn member_config(
     text: &str,
     addresses: &[Ipv4Addr],

@@ -27,39 +27,67 @@ pub fn bootpool_with_instruments() -> &'static str {
     let bootpool = env!("CARGO_BIN_EXE_bootpool");
     BUILT.get_or_init(|| {
         let profile_dir = Path::new(bootpool).parent().unwrap();
-        let mut cargo = std::process::Command::new(env!("CARGO"));
-        cargo
-            .args(["build", "--quiet", "--package", "bootpool-instruments"])
-            .arg("--target-dir")
-            .arg(profile_dir.parent().unwrap())
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        // Without the variables cargo sets for this test (the package's, its manifest's): a
-        // build script that reruns when one changes (ring's, on CARGO_MANIFEST_DIR) would
-        // otherwise rebuild here and again at the next plain `cargo build`.
-        for (name, _) in std::env::vars_os() {
-            let name = name.to_string_lossy();
-            let set_by_cargo = [
-                "CARGO_MANIFEST_DIR",
-                "CARGO_MANIFEST_PATH",
-                "CARGO_CRATE_NAME",
-                "CARGO_BIN_NAME",
-                "CARGO_PRIMARY_PACKAGE",
-            ];
-            if name.starts_with("CARGO_PKG_") || set_by_cargo.contains(&&*name) {
-                cargo.env_remove(&*name);
-            }
-        }
-        if profile_dir.ends_with("release") {
-            cargo.arg("--release");
-        }
-        let out = cargo.output().expect("running cargo");
-        assert!(
-            out.status.success(),
-            "building bootpool-instruments failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let release = profile_dir.ends_with("release");
+        cargo_build(&["--package", "bootpool-instruments"], release);
     });
     bootpool
+}
+
+/// The client agent as the addition carries it (`server.agent`): the static musl build of
+/// `bootpool-agent`, release profile, built once per test run into this test's target
+/// folder (`scripts/setup` adds the musl target to rustup).
+pub fn static_agent() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            const TARGET: &str = "x86_64-unknown-linux-musl";
+            let args = ["--package", "bootpool-agent", "--target", TARGET];
+            cargo_build(&args, true);
+            let target_dir = Path::new(env!("CARGO_BIN_EXE_bootpool")).parent().unwrap();
+            target_dir
+                .parent()
+                .unwrap()
+                .join(TARGET)
+                .join("release/bootpool-agent")
+        })
+        .clone()
+}
+
+/// `cargo build --quiet ARGS` into this test's target folder.
+fn cargo_build(args: &[&str], release: bool) {
+    let profile_dir = Path::new(env!("CARGO_BIN_EXE_bootpool")).parent().unwrap();
+    let mut cargo = std::process::Command::new(env!("CARGO"));
+    cargo
+        .args(["build", "--quiet"])
+        .args(args)
+        .arg("--target-dir")
+        .arg(profile_dir.parent().unwrap())
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    // Without the variables cargo sets for this test (the package's, its manifest's): a
+    // build script that reruns when one changes (ring's, on CARGO_MANIFEST_DIR) would
+    // otherwise rebuild here and again at the next plain `cargo build`.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let set_by_cargo = [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_CRATE_NAME",
+            "CARGO_BIN_NAME",
+            "CARGO_PRIMARY_PACKAGE",
+        ];
+        if name.starts_with("CARGO_PKG_") || set_by_cargo.contains(&&*name) {
+            cargo.env_remove(&*name);
+        }
+    }
+    if release {
+        cargo.arg("--release");
+    }
+    let out = cargo.output().expect("running cargo");
+    assert!(
+        out.status.success(),
+        "cargo build {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Deterministic bytes, so a test can check what it read without keeping a copy.

@@ -468,6 +468,11 @@ impl Daemon {
         Daemon::spawn(Link::command(&link.server_ns, program, &[]), fx, n)
     }
 
+    /// The daemon binary in the test's own namespace (a loopback fixture's server).
+    pub fn on_host(fx: &Fixture, n: u32) -> Daemon {
+        Daemon::spawn(Command::new(env!("CARGO_BIN_EXE_bootpool")), fx, n)
+    }
+
     /// As `start`, but entering the namespace without remounting /sys for it (`nsenter`, as
     /// the storm runs its server): sysfs then describes none of the namespace's links, so
     /// a veth's nominal kernel speed (10 Gbit/s) is not read and `server.link_speeds` gives

@@ -1,0 +1,1 @@
+cd /work/main && target/release/bootpool storm --config /work/main/bench/out/site-storm-s34/pools-plain-1x250mbit.yaml --root nbd --clients 80 --tftp-loader --client-link 100mbit --server-links 1x250mbit --think-scale 0.2 --json /work/main/bench/out/site-storm-s34/bootpool-site2-plain-nbd-80.json --label bootpool-site2-plain-nbd-80 --servers 2 
