@@ -93,23 +93,13 @@ fn in_room2(ip: &str) -> bool {
 
 /// A client's console in the one lab run under `state_dir`.
 fn console(state_dir: &Path, name: &str) -> String {
-    let run = std::fs::read_dir(state_dir.join("lab"))
-        .unwrap()
-        .flatten()
-        .next()
-        .expect("a lab run folder")
-        .path();
+    let run = crate::common::lab::run_dir(state_dir);
     String::from_utf8_lossy(&std::fs::read(run.join(format!("{name}.log"))).unwrap()).into_owned()
 }
 
 /// The boots `/api/v1/boots` gave at the end of the one lab run under `state_dir`.
 fn api_boots(state_dir: &Path) -> Vec<serde_json::Value> {
-    let run = std::fs::read_dir(state_dir.join("lab"))
-        .unwrap()
-        .flatten()
-        .next()
-        .expect("a lab run folder")
-        .path();
+    let run = crate::common::lab::run_dir(state_dir);
     serde_json::from_str(&std::fs::read_to_string(run.join("boots.json")).unwrap()).unwrap()
 }
 
@@ -192,12 +182,7 @@ fn vms_in_two_subnets_boot_in_proxy_mode_beside_dnsmasq_through_one_relay() {
     let config = campus(dir.path(), "proxy");
     let (table, rows) = boot_both_rooms(&config);
     let var = dir.path().join("var");
-    let run = std::fs::read_dir(var.join("lab"))
-        .unwrap()
-        .flatten()
-        .next()
-        .unwrap()
-        .path();
+    let run = crate::common::lab::run_dir(&var);
     // Every address is dnsmasq's, each of its client's room; bootpool gave none.
     let leases = std::fs::read_to_string(run.join("dnsmasq.leases")).unwrap();
     for row in &rows {

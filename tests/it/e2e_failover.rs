@@ -110,12 +110,7 @@ fn a_server_killed_under_running_clients_hands_their_nfs_and_nbd_roots_to_the_su
     .arg(&config)
     .stdin(Stdio::null());
     let (ok, table, log) = crate::common::run(&mut lab, 1500);
-    let run = std::fs::read_dir(dir_a.path().join("var/lab"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let run = crate::common::lab::run_dir(&dir_a.path().join("var"));
     let file = |name: &str| {
         String::from_utf8_lossy(&std::fs::read(run.join(name)).unwrap_or_default()).into_owned()
     };

@@ -145,12 +145,7 @@ fn a_user_logs_in_on_a_stock_image_and_writes_to_a_home_on_the_sites_nfs_server(
     );
     assert_eq!(rows.len(), 1, "{table}");
     assert_eq!(rows[0][3], "booted", "{table}");
-    let run = std::fs::read_dir(dir.path().join("var/lab"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let run = crate::common::lab::run_dir(&dir.path().join("var"));
     let console = plain(&std::fs::read_to_string(run.join("pc01.log")).unwrap());
     for line in [
         // The addition wrote the homes into the root's fstab...

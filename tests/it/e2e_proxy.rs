@@ -28,12 +28,7 @@ fn one_client_boots_beside_dnsmasq() {
     assert_eq!(cells[3], "booted", "{table}");
     // The address came from dnsmasq's lease file; bootpool gave none, and kept only what the
     // client reported on port 4011 (who it is, for NBD's access rule), for a restart.
-    let run = std::fs::read_dir(dir.path().join("var/lab"))
-        .unwrap()
-        .flatten()
-        .next()
-        .expect("a lab run folder")
-        .path();
+    let run = crate::common::lab::run_dir(&dir.path().join("var"));
     let leases = std::fs::read_to_string(run.join("dnsmasq.leases")).unwrap();
     assert!(leases.contains(&cells[2]), "{leases}\n{table}");
     let saved = bootpool::service::lease_file::read(&dir.path().join("var")).unwrap();

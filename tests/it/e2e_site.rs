@@ -182,12 +182,7 @@ fn two_servers_in_proxy_mode_answer_each_pxe_client_by_its_owner_alone() {
         assert_eq!(row[3], "booted", "{table}");
     }
     // Each member's log names the PXE ACKs it sent: its own clients', never the other's.
-    let run = std::fs::read_dir(dir_a.path().join("var/lab"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+    let run = crate::common::lab::run_dir(&dir_a.path().join("var"));
     let log = |name: &str| std::fs::read_to_string(run.join(name)).unwrap_or_default();
     let (of_a, of_b) = (log("bootpool.log"), log("bootpool-b.log"));
     let acked = |log: &str, mac: &str| {

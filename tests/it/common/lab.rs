@@ -28,6 +28,17 @@ pub fn lab_config(dir: &Path, edit: impl Fn(String) -> String) -> PathBuf {
     path
 }
 
+/// The folder of the one lab run under `state_dir` (`STATE_DIR/lab/START`), where its
+/// consoles, logs and boots are kept.
+pub fn run_dir(state_dir: &Path) -> PathBuf {
+    std::fs::read_dir(state_dir.join("lab"))
+        .unwrap()
+        .flatten()
+        .next()
+        .expect("a lab run folder")
+        .path()
+}
+
 /// Runs `bootpool lab ARGS --config CONFIG` within `secs`, asserts it succeeded, and returns
 /// its table and the table's rows split into cells.
 pub fn run_lab(config: &Path, args: &[&str], secs: u64) -> (String, Vec<Vec<String>>) {
