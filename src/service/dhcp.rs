@@ -1417,14 +1417,7 @@ pools:
         use crate::site::member::{Member, Seen};
         use crate::steer::placement::Published;
         let b_link = Ipv4Addr::new(10, 77, 0, 9);
-        let member = |name: &str| Member {
-            name: name.into(),
-            addresses: Vec::new(),
-            links: Vec::new(),
-            rooms: Vec::new(),
-            http: String::new(),
-            started: 0,
-        };
+        let member = Member::named;
         let b_row = |pending_bytes: u64, clients: usize| Seen {
             member: member("b"),
             heartbeat: 0,

@@ -59,14 +59,7 @@ mod tests {
 
     fn row(name: &str, age_s: f64, load: Vec<Published>) -> Seen {
         Seen {
-            member: Member {
-                name: name.into(),
-                addresses: Vec::new(),
-                links: Vec::new(),
-                rooms: Vec::new(),
-                http: String::new(),
-                started: 0,
-            },
+            member: Member::named(name),
             heartbeat: 0,
             age_s,
             load,

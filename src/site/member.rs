@@ -23,6 +23,21 @@ pub struct Member {
     pub started: i64,
 }
 
+#[cfg(test)]
+impl Member {
+    /// A member with a name and nothing else (tests).
+    pub fn named(name: &str) -> Member {
+        Member {
+            name: name.into(),
+            addresses: Vec::new(),
+            links: Vec::new(),
+            rooms: Vec::new(),
+            http: String::new(),
+            started: 0,
+        }
+    }
+}
+
 /// Whether `name` may name a member: 1 to 63 letters, digits, `-`, `_` and `.` (a host
 /// name fits), so that it reads the same in logs, the API and `bootpool site`.
 pub fn check_name(name: &str) -> Result<(), String> {
