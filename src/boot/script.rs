@@ -113,6 +113,7 @@ pub fn cmdline(
     for argument in [
         addition::argument(&pool.overlay),
         addition::homes_arguments(pool.homes.as_ref()),
+        addition::peers_argument(pool, image.blocks.is_some()),
     ] {
         if !argument.is_empty() {
             root.push(' ');
@@ -840,6 +841,41 @@ mod tests {
             "ab".repeat(32)
         );
         assert!(line(&image).starts_with(&want), "{}", line(&image));
+    }
+
+    /// `nbd: { via: agent, peers: true }`: the agent is told to serve its room's peers on
+    /// `bootpool.peers=PORT`; without `peers`, or without the manifest (the server's own NBD
+    /// export), nothing is added: the boot is the agent's unicast one.
+    #[test]
+    fn peers_are_named_on_the_line_only_for_a_pool_that_shares() {
+        let agent = tempfile::NamedTempFile::new().unwrap();
+        let config = |nbd: &str| {
+            let text = super::super::tests::CONFIG
+                .replace(
+                    "root: nbd",
+                    &format!("root: nbd\n    initramfs: initramfs-tools\n    nbd: {nbd}"),
+                )
+                .replace(
+                    "http: 0.0.0.0:8080",
+                    &format!("http: 0.0.0.0:8080, agent: {}", agent.path().display()),
+                );
+            Config::parse(Path::new("p.yaml"), &text).unwrap()
+        };
+        let line = |c: &Config, blocks: bool| {
+            let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+            let mut image = (**m.image()).clone();
+            image.blocks = blocks.then(|| "ab".repeat(32));
+            cmdline(c, &m, &image, c.server.address, None)
+        };
+        let on = config("{ via: agent, peers: true }");
+        assert!(
+            line(&on, true).contains(" bootpool.peers=10810 "),
+            "{}",
+            line(&on, true)
+        );
+        assert!(!line(&on, false).contains("bootpool.peers"));
+        let off = config("{ via: agent }");
+        assert!(!line(&off, true).contains("bootpool.peers"));
     }
 
     /// Each next-boot target's script: local disk (sanboot on BIOS, exit on UEFI, iPXE asked

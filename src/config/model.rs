@@ -452,6 +452,9 @@ pub struct Pool {
     /// How an NBD root reaches the client's kernel (`nbd.via`): straight from this server,
     /// or through the client agent in the initrd, from every member (`NbdVia::Agent`).
     pub nbd_via: NbdVia,
+    /// The agents of the pool's clients fetch the root's chunks from each other, the server
+    /// their tracker (`nbd.peers`, docs/swarm.md); off by default.
+    pub nbd_peers: bool,
     /// Mount options of an NFS root after `ro` (`nfs_options`, default `nocto`): the root is
     /// an image nobody writes while it is mounted, so opening a file need not ask the server.
     pub nfs_options: String,

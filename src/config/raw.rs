@@ -353,6 +353,8 @@ fn default_initramfs() -> String {
 #[serde(deny_unknown_fields)]
 pub struct PoolNbd {
     pub via: Option<String>,
+    /// Clients' agents fetch chunks from each other (`check_peers.rs`).
+    pub peers: Option<bool>,
 }
 
 /// `pools.NAME.homes`: the NFS export of the users' homes.

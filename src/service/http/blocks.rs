@@ -118,6 +118,9 @@ pub async fn chunk(
         );
     }
     let body = bytes::Bytes::from(bytes).slice(start as usize..end as usize);
+    if status != StatusCode::NOT_MODIFIED {
+        web.metrics.http().chunks_sent.inc();
+    }
     response
         .body(Body::from(body))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
@@ -161,7 +164,7 @@ fn refusal(
 static KNOWN: std::sync::LazyLock<blocks_file::Known> = std::sync::LazyLock::new(Default::default);
 
 /// The root image of image `name` whose manifest has `digest`, looked for off the runtime.
-async fn find(web: &Web, name: String, digest: Sha) -> Option<Arc<blocks_file::Found>> {
+pub(super) async fn find(web: &Web, name: String, digest: Sha) -> Option<Arc<blocks_file::Found>> {
     let image = web.config.load().images.get(&name).cloned()?;
     tokio::task::spawn_blocking(move || blocks_file::find(&image, &digest, &KNOWN))
         .await
@@ -169,7 +172,7 @@ async fn find(web: &Web, name: String, digest: Sha) -> Option<Arc<blocks_file::F
         .flatten()
 }
 
-fn bad_digest() -> Response {
+pub(super) fn bad_digest() -> Response {
     (
         StatusCode::BAD_REQUEST,
         "a block manifest is named by its sha256 in 64 lowercase hex digits\n",

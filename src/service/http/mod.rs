@@ -29,6 +29,7 @@ mod next_boot;
 mod readers;
 mod revs;
 mod site;
+mod tracker;
 mod wake;
 mod web;
 
@@ -129,6 +130,7 @@ pub fn router(web: Web) -> axum::Router {
         .route("/boot/{image}/{*file}", get(image_file))
         .route("/boot/{image}/blocks/{digest}", get(blocks::manifest))
         .route("/boot/{image}/blocks/{digest}/{index}", get(blocks::chunk))
+        .route("/boot/{image}/blocks/{digest}/where", post(tracker::ask))
         .route("/api/v1/booted", post(booted))
         .route("/api/v1/failed", post(failed))
         .route("/api/v1/boots", get(boots))
