@@ -150,13 +150,19 @@ pub struct Conn {
 
 impl Conn {
     pub fn connect(url: &Url) -> Result<Conn, Error> {
+        Conn::connect_within(url, CONNECT_TIMEOUT, IO_TIMEOUT)
+    }
+
+    /// A connection whose connect may take `connect` and whose reads and writes may each
+    /// wait `io` (a peer in the room is given less than a server: `swarm.rs`).
+    pub fn connect_within(url: &Url, connect: Duration, io: Duration) -> Result<Conn, Error> {
         let addrs: Vec<SocketAddr> = (url.host.as_str(), url.port).to_socket_addrs()?.collect();
         let mut last = None;
         for addr in addrs {
-            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+            match TcpStream::connect_timeout(&addr, connect) {
                 Ok(s) => {
-                    s.set_read_timeout(Some(IO_TIMEOUT))?;
-                    s.set_write_timeout(Some(IO_TIMEOUT))?;
+                    s.set_read_timeout(Some(io))?;
+                    s.set_write_timeout(Some(io))?;
                     s.set_nodelay(true)?;
                     return Ok(Conn {
                         stream: BufReader::with_capacity(64 * 1024, s),
@@ -178,13 +184,36 @@ impl Conn {
 
     /// GETs `url`'s path; its body if the status is 200 and it is at most `max` bytes.
     pub fn get(&mut self, url: &Url, max: u64) -> Result<Vec<u8>, Error> {
-        let request = format!(
-            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: bootpool-agent/{}\r\n\r\n",
+        self.request("GET", url, None, max)
+    }
+
+    /// POSTs `body` to `url`'s path; the answer's body as `get` takes it.
+    pub fn post(&mut self, url: &Url, body: &[u8], max: u64) -> Result<Vec<u8>, Error> {
+        self.request("POST", url, Some(body), max)
+    }
+
+    fn request(
+        &mut self,
+        method: &str,
+        url: &Url,
+        body: Option<&[u8]>,
+        max: u64,
+    ) -> Result<Vec<u8>, Error> {
+        let mut request = format!(
+            "{method} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: bootpool-agent/{}\r\n",
             url.path,
             url.authority,
             env!("CARGO_PKG_VERSION")
-        );
-        self.stream.get_mut().write_all(request.as_bytes())?;
+        )
+        .into_bytes();
+        if let Some(body) = body {
+            request.extend_from_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
+            request.extend_from_slice(b"Content-Type: text/plain\r\n\r\n");
+            request.extend_from_slice(body);
+        } else {
+            request.extend_from_slice(b"\r\n");
+        }
+        self.stream.get_mut().write_all(&request)?;
         let mut head = Vec::with_capacity(512);
         loop {
             let n = self.stream.read_until(b'\n', &mut head)?;

@@ -15,7 +15,9 @@
 # through PATH, so that its argv[0] starts with `@`: systemd then leaves it running after the
 # switch to the real root, and at shutdown. Its log is /run/bootpool/agent.log and its PID
 # /run/bootpool/agent.pid (/run is moved into the real root). Without the argument nothing is
-# done. Lines start `bootpool-agent: `. For tests, the command line is read from
+# done. With `bootpool.peers=PORT` (a pool with `nbd.peers`, docs/swarm.md) the agent also
+# serves its room's peers on PORT and fetches from them. Lines start `bootpool-agent: `.
+# For tests, the command line is read from
 # $BOOTPOOL_CMDLINE when set (else /proc/cmdline), the agent found in $BOOTPOOL_ADDITION (else
 # /bootpool) and the log written under $BOOTPOOL_RUN (else /run). Written for any POSIX sh and
 # for klibc's tools (no grep, sed or ip).
@@ -35,10 +37,12 @@ bootpool_agent_listens() {
 
 bootpool_agent() {
 	bp_blocks=
+	bp_peers=
 	# shellcheck disable=SC2013
 	for bp_x in $(cat "${BOOTPOOL_CMDLINE:-/proc/cmdline}"); do
 		case "$bp_x" in
 		bootpool.blocks=*) bp_blocks=${bp_x#bootpool.blocks=} ;;
+		bootpool.peers=*) bp_peers="--peers 0.0.0.0:${bp_x#bootpool.peers=}" ;;
 		esac
 	done
 	[ -n "$bp_blocks" ] || return 0
@@ -55,7 +59,8 @@ bootpool_agent() {
 	rm -f /run/net-lo.conf
 	mkdir -p "$bp_run/bootpool"
 	bootpool_agent_say "starting from $bp_blocks"
-	PATH="$bp_bin:$PATH" @bootpool-agent --listen 127.0.0.1:10809 --name root "$bp_blocks" \
+	# shellcheck disable=SC2086 # bp_peers is empty or two words
+	PATH="$bp_bin:$PATH" @bootpool-agent --listen 127.0.0.1:10809 --name root $bp_peers "$bp_blocks" \
 		</dev/null >>"$bp_run/bootpool/agent.log" 2>&1 &
 	echo $! >"$bp_run/bootpool/agent.pid"
 	# Up to 90 s: the agent tries the servers for 60 s before it gives up on the manifest.
