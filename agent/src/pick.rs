@@ -45,10 +45,10 @@ impl Book {
             .find(|p| {
                 !tried.contains(p)
                     && !self.banned.contains(&p.ip())
-                    && !self
+                    && self
                         .silent_since
                         .get(&p.ip())
-                        .is_some_and(|&t| now_ms.saturating_sub(t) < SILENT_FOR_MS)
+                        .is_none_or(|&t| now_ms.saturating_sub(t) >= SILENT_FOR_MS)
             })
             .map_or(Next::Server, |p| Next::Peer(*p))
     }
