@@ -571,3 +571,84 @@ fn without_peers_in_the_pool_the_tracker_says_so_and_the_agent_reads_from_the_se
     assert!(ok);
     assert_eq!(out.trim(), "404");
 }
+
+/// An agent the addition's hook started, killed by its PID file when dropped.
+struct Hooked(PathBuf);
+
+impl Drop for Hooked {
+    fn drop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(&self.0) {
+            let _ = Command::new("kill").args(["-9", pid.trim()]).status();
+        }
+    }
+}
+
+/// The whole chain of a sharing pool's boot up to the root: each client fetches its iPXE
+/// script from the server, whose kernel line carries `bootpool.blocks=` and
+/// `bootpool.peers=10810`; the addition's hook (`agent.sh`, run by klibc's sh as
+/// initramfs-tools' /init runs it) is given that line and starts the static agent serving its
+/// peers on 0.0.0.0:10810; nbdcopy reads the root through each, equal to the image, and the
+/// server sent fewer than two copies.
+#[test]
+fn a_sharing_pools_kernel_line_has_the_hook_start_the_agent_serving_its_peers() {
+    const N: usize = 2;
+    let fx = Fixture::new();
+    let room = Room::new(N);
+    let (_daemon, _) = serve(&fx, &room, N, ", peers: true");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/overlay/bootpool/agent.sh");
+    let mut hooked = Vec::new();
+    for k in 0..N {
+        let (_, mac) = client(k);
+        let url = format!("http://{NET}.1:8080/boot/script/{mac}.ipxe");
+        let (ok, text, err) = run(
+            &mut Link::command(&room.clients[k], "curl", &["-sS", "--fail", &url]),
+            30,
+        );
+        assert!(ok, "{err}");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("kernel ") && l.contains("bootpool.blocks="))
+            .unwrap_or_else(|| panic!("no kernel line with bootpool.blocks= in:\n{text}"));
+        assert!(line.contains(" bootpool.peers=10810"), "{line}");
+        let dir = fx.path().join(format!("client{k}"));
+        let (bin, run_dir) = (dir.join("addition"), dir.join("run"));
+        std::fs::create_dir_all(&bin).unwrap();
+        std::fs::copy(static_agent(), bin.join("@bootpool-agent")).unwrap();
+        let cmdline = dir.join("cmdline");
+        std::fs::write(&cmdline, line).unwrap();
+        hooked.push(Hooked(run_dir.join("bootpool/agent.pid")));
+        let mut c = Link::command(
+            &room.clients[k],
+            "/usr/lib/klibc/bin/sh",
+            &["-c", ". \"$1\" && bootpool_agent", "sh"],
+        );
+        c.arg(&script)
+            .env("BOOTPOOL_CMDLINE", &cmdline)
+            .env("BOOTPOOL_ADDITION", &bin)
+            .env("BOOTPOOL_RUN", &run_dir)
+            .env(
+                "PATH",
+                format!("/usr/lib/klibc/bin:{}", std::env::var("PATH").unwrap()),
+            );
+        let (ok, out, err) = run(&mut c, 120);
+        let log = std::fs::read_to_string(run_dir.join("bootpool/agent.log")).unwrap_or_default();
+        assert!(ok, "{out}{err}\nthe agent's log:\n{log}");
+        assert!(
+            log.contains("serving the room's peers on 0.0.0.0:10810"),
+            "{log}"
+        );
+    }
+    let copies = (0..N)
+        .map(|k| {
+            let out = fx.path().join(format!("copy{k}"));
+            (copy(&room.clients[k], &out), out)
+        })
+        .collect();
+    all_equal_the_image(copies);
+    let sent = room
+        .link
+        .metric(&format!("{NET}.1:8080"), "bootpool_chunks_sent_total");
+    println!("{N} clients through the hook: the server sent {sent} chunks");
+    assert!(sent < N as u64 * chunks(), "{sent}");
+    drop(hooked);
+}
