@@ -146,6 +146,10 @@ pub struct Conn {
     stream: BufReader<TcpStream>,
     /// The server said it closes after the last response.
     closed: bool,
+    /// How long a read may wait for its next byte.
+    io: Duration,
+    /// When the next request's answer must be in whole (`within`), if ever.
+    deadline: Option<std::time::Instant>,
 }
 
 impl Conn {
@@ -167,6 +171,8 @@ impl Conn {
                     return Ok(Conn {
                         stream: BufReader::with_capacity(64 * 1024, s),
                         closed: false,
+                        io,
+                        deadline: None,
                     });
                 }
                 Err(e) => last = Some(e),
@@ -175,6 +181,27 @@ impl Conn {
         Err(Error::Io(last.unwrap_or_else(|| {
             std::io::Error::other(format!("{} has no address", url.host))
         })))
+    }
+
+    /// The next request's whole answer must arrive within `total` (a peer that sends, but
+    /// slowly, is then left as a silent one is); past it the read fails with `TimedOut` and
+    /// the connection is closed.
+    pub fn within(&mut self, total: Duration) {
+        self.deadline = Some(std::time::Instant::now() + total);
+    }
+
+    /// Sets the socket's read timeout to what is left of `io` and the deadline.
+    fn pace(&mut self) -> std::io::Result<()> {
+        let Some(d) = self.deadline else {
+            return Ok(());
+        };
+        let left = d
+            .checked_duration_since(std::time::Instant::now())
+            .filter(|l| !l.is_zero())
+            .ok_or(std::io::ErrorKind::TimedOut)?;
+        self.stream
+            .get_ref()
+            .set_read_timeout(Some(left.min(self.io)))
     }
 
     /// Whether the connection may carry another request.
@@ -216,6 +243,10 @@ impl Conn {
         self.stream.get_mut().write_all(&request)?;
         let mut head = Vec::with_capacity(512);
         loop {
+            if let Err(e) = self.pace() {
+                self.closed = true;
+                return Err(e.into());
+            }
             let n = self.stream.read_until(b'\n', &mut head)?;
             if n == 0 {
                 self.closed = true;
@@ -242,10 +273,25 @@ impl Conn {
             )));
         }
         let mut body = vec![0; h.length as usize];
-        if let Err(e) = self.stream.read_exact(&mut body) {
-            self.closed = true;
-            return Err(e.into());
+        let mut got = 0;
+        while got < body.len() {
+            let read = self
+                .pace()
+                .and_then(|()| self.stream.read(&mut body[got..]));
+            match read {
+                Ok(0) => {
+                    self.closed = true;
+                    return Err(Error::Io(std::io::ErrorKind::UnexpectedEof.into()));
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.closed = true;
+                    return Err(e.into());
+                }
+            }
         }
+        self.deadline = None;
         if h.status != 200 {
             body.truncate(200);
             return Err(Error::Status(

@@ -22,6 +22,9 @@ use std::time::{Duration, Instant};
 /// How long a peer may take to connect, and then to send each next byte: a silent peer costs
 /// a chunk about this much before the next source is tried.
 pub const PEER_WAIT: Duration = Duration::from_millis(1000);
+/// How long a peer may take to send a whole chunk (256 KiB: 2 ms at 1 Gbit/s); one slower is
+/// left as a silent one is.
+pub const PEER_CHUNK_WITHIN: Duration = Duration::from_secs(2);
 /// How long the tracker may take to answer.
 const TRACKER_WAIT: Duration = Duration::from_millis(1500);
 /// After a tracker call that failed, none is made for this long (chunks come from the
@@ -241,15 +244,22 @@ impl Swarm {
         };
         let max = u64::from(blocks::MAX_CHUNK);
         let kept = lock(&self.peer_conns).get_mut(&peer).and_then(Vec::pop);
+        let was_kept = kept.is_some();
         let mut conn = match kept {
             Some(c) => c,
             None => {
                 Conn::connect_within(&url, PEER_WAIT, PEER_WAIT).map_err(|_| Outcome::Silent)?
             }
         };
+        conn.within(PEER_CHUNK_WITHIN);
         let mut got = conn.get(&url, max);
-        if matches!(got, Err(http::Error::Io(_))) {
+        // A kept connection the peer closed since: once more on a new one (not after a
+        // deadline passed: the peer is slow, not gone).
+        let stale = matches!(&got, Err(http::Error::Io(e))
+            if !matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock));
+        if was_kept && stale {
             conn = Conn::connect_within(&url, PEER_WAIT, PEER_WAIT).map_err(|_| Outcome::Silent)?;
+            conn.within(PEER_CHUNK_WITHIN);
             got = conn.get(&url, max);
         }
         if conn.reusable() && !matches!(got, Err(http::Error::Io(_))) {

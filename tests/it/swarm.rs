@@ -652,3 +652,95 @@ fn a_sharing_pools_kernel_line_has_the_hook_start_the_agent_serving_its_peers() 
     assert!(sent < N as u64 * chunks(), "{sent}");
     drop(hooked);
 }
+
+/// A small HTTP server of this test's, at a client's address, that sends each chunk it is asked
+/// for right, but 4 KiB every half second (a slow uploader: 64 s a chunk); the requests it got.
+fn slow_peer(ns: &str, ip: &str) -> Arc<AtomicU64> {
+    let addr = format!("{ip}:10810");
+    let listener = Link::within(ns, move || std::net::TcpListener::bind(addr).unwrap());
+    let asked = Arc::new(AtomicU64::new(0));
+    let count = asked.clone();
+    let image = Arc::new(pattern(3, IMAGE_LEN));
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            let (count, image) = (count.clone(), image.clone());
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut w = s;
+                let mut line = String::new();
+                if r.read_line(&mut line).unwrap_or(0) == 0 {
+                    return;
+                }
+                loop {
+                    let mut h = String::new();
+                    if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                        break;
+                    }
+                }
+                count.fetch_add(1, Ordering::Relaxed);
+                let index: usize = line
+                    .split(' ')
+                    .nth(1)
+                    .and_then(|p| p.rsplit('/').next()?.parse().ok())
+                    .unwrap_or(0);
+                let c = blocks::CHUNK as usize;
+                let body = &image[index * c..((index + 1) * c).min(image.len())];
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                if w.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                for piece in body.chunks(4096) {
+                    if w.write_all(piece).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            });
+        }
+    });
+    asked
+}
+
+/// A peer that claims every chunk and sends them right but slowly, never silent for a whole
+/// second: the agent gives it 2 s for a chunk, then leaves it as a silent one and fetches
+/// elsewhere; both copies are the image (a slow peer would have held them for a minute per
+/// chunk, past this test's bounds).
+#[test]
+fn a_peer_that_uploads_too_slowly_is_left_after_its_time() {
+    const N: usize = 2;
+    let fx = Fixture::new();
+    let room = Room::new(N + 1);
+    let (_daemon, url) = serve(&fx, &room, N + 1, ", peers: true");
+    let (slow_ip, _) = client(N);
+    let asked = slow_peer(&room.clients[N], &slow_ip);
+    let all = format!("bootpool-swarm 1\nport 10810\nhave 0-{}\n", chunks() - 1);
+    ask_tracker(&room.clients[N], &url, &all, fx.path());
+    let agents: Vec<Agent> = (0..N)
+        .map(|k| {
+            Agent::start(
+                &room.clients[k],
+                &url,
+                fx.path().join(format!("agent{k}.log")),
+            )
+        })
+        .collect();
+    let copies = (0..N)
+        .map(|k| {
+            let out = fx.path().join(format!("copy{k}"));
+            (copy(&room.clients[k], &out), out)
+        })
+        .collect();
+    all_equal_the_image(copies);
+    let logs: Vec<String> = agents.iter().map(Agent::log_text).collect();
+    println!(
+        "the slow peer was asked {} times",
+        asked.load(Ordering::Relaxed)
+    );
+    assert!(asked.load(Ordering::Relaxed) >= 1);
+    assert!(
+        logs.iter()
+            .any(|l| l.contains(&format!("peer {slow_ip}:10810 did not answer"))),
+        "{}",
+        logs.join("\n")
+    );
+}
