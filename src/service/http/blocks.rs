@@ -57,7 +57,10 @@ fn record_attach(web: &Web, peer: SocketAddr, image: &str, found: &blocks_file::
         return;
     };
     let config = web.config.load();
-    let export = config.images.get(image).map_or(image, |i| i.nbd_export.as_str());
+    let export = config
+        .images
+        .get(image)
+        .map_or(image, |i| i.nbd_export.as_str());
     let path = found.image.to_string_lossy();
     let export = match crate::config::names::revision_of(&path) {
         Some(id) => crate::config::names::at_revision(export, id),
