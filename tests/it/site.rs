@@ -1176,6 +1176,65 @@ fn dhclient(room: &Room, dir: &std::path::Path) -> String {
     }
 }
 
+/// A client `a` placed on `b` is `b`'s client from its very first request, made at once
+/// after `a`'s ACK, before `b`'s once-a-second read of the site's leases: `b` holds a request
+/// from an address it does not know until it has read them again (`Identity::standing_held`).
+/// Without the hold the client was a stranger there, 16 connections at most, and its 17th
+/// concurrent fetch was refused (a storm's firmware was refused TFTP's `server busy` that
+/// way, once the strangers' pool was full).
+#[test]
+fn a_client_placed_on_another_member_is_a_client_there_from_its_first_request() {
+    let pg = Postgres::start();
+    let room = Room::new(2);
+    let range = "10.79.1.0-10.79.2.255";
+    let a = Member::with_range(&room, 1, &pg.socket_url(), range);
+    let b = Member::with_range(&room, 2, &pg.socket_url(), range);
+    poll("a sees b's link in b's heartbeat", || {
+        let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/site")).unwrap();
+        v["members"].as_array().unwrap().iter().any(|m| {
+            m["name"] == "b"
+                && m["live"] == true
+                && m["load"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|p| p["own"] == true))
+        })
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = "http://10.79.0.2:8080/boot/demo/vmlinuz";
+    for mac in macs_of("a", 4) {
+        let (by, ip) = room.udhcpc_with(dir.path(), &mac, 3, &[]).expect(&mac);
+        assert_eq!(by, "10.79.0.1", "{mac}: answered by its owner\n{}", a.log());
+        if a.link(&mac).as_deref() != Some("10.79.0.2") {
+            continue;
+        }
+        // At once: the client, at its address, fetches the kernel from b on 20 connections at
+        // the same time, more than a stranger's 16 (`service::http::STRANGERS`).
+        room.exec(&["ip", "link", "set", &room.bridge, "address", &mac]);
+        room.exec(&["ip", "addr", "flush", "dev", &room.bridge]);
+        room.exec(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{ip}/16"),
+            "dev",
+            &room.bridge,
+        ]);
+        let mut args = vec!["-sS", "--fail", "--parallel", "--parallel-immediate"];
+        args.extend(["--parallel-max", "20"]);
+        for _ in 0..20 {
+            args.extend(["-o", "/dev/null", kernel]);
+        }
+        let (ok, _, err) = run(&mut Link::command(&room.ns, "curl", &args), 60);
+        assert!(
+            ok,
+            "20 fetches at once from b, at once after a's ACK: {err}\n{}",
+            b.log()
+        );
+        return;
+    }
+    panic!("a placed none of its 4 boots on b\n{}", a.log());
+}
+
 /// Two members on one range: a client `a` owns, placed on `b`'s link by `a` (the second of
 /// `a`'s clients: `a` counts the first on its own link), is told `b` as its next-server by
 /// `a`, and `b` serves it: its boot script names `b`'s link, its kernel comes over HTTP and
