@@ -6,7 +6,8 @@
 //! initrd, which reconnects), and keep reading their whole /usr/bin and /usr/sbin from the
 //! server (`bootpool.loop`: each pass drops the caches first). Mid-run, `a`'s bootpool and
 //! keepalived are killed with -9 and its link goes down: `b` takes `a`'s address, tickles the
-//! clients' connections, and both VMs go on reading the same bytes, with no read error.
+//! clients' connections, and both VMs go on reading the same bytes, with no read error. The
+//! record says so (issue 47 part 5): each VM's phases served by `a`, its root by `a` then `b`.
 //! Slow (two VMs under TCG): ignored by default, run by `scripts/test --all`. Needs root,
 //! qemu, keepalived, PostgreSQL's server binaries and the demo image.
 
@@ -176,6 +177,47 @@ fn a_server_killed_under_running_clients_hands_their_nfs_and_nbd_roots_to_the_su
         eprintln!(
             "{vm}: {n_before} passes before the death, {n_after} after, {} bytes each",
             bytes[0]
+        );
+    }
+
+    // The record says who served each VM's boot (issue 47 part 5): every phase by a, its
+    // owner, and the root by a, then by b from the takeover (the boots as the lab read them
+    // from the members' APIs, the live member's last).
+    let text = std::fs::read_to_string(run.join("boots.json")).unwrap();
+    let boots: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();
+    let mut last = std::collections::BTreeMap::new();
+    for b in &boots {
+        last.insert(b["mac"].as_str().unwrap().to_string(), b);
+    }
+    let rooted: Vec<_> = last.values().filter(|b| !b["root"].is_null()).collect();
+    assert_eq!(rooted.len(), 2, "the two VMs' boots: {text}");
+    for b in rooted {
+        let served = b["served"].as_array().cloned().unwrap_or_default();
+        let by = |p: &serde_json::Value| -> Vec<String> {
+            p["by"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["member"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let root = served.iter().find(|p| p["phase"] == "root");
+        assert_eq!(
+            root.map(by),
+            Some(vec!["a".to_string(), "b".to_string()]),
+            "{b}"
+        );
+        assert!(
+            served
+                .iter()
+                .filter(|p| p["phase"] != "root")
+                .all(|p| by(p) == ["a"]),
+            "{b}"
+        );
+        eprintln!(
+            "{}: served {}",
+            b["mac"],
+            serde_json::Value::Array(served.clone())
         );
     }
 }

@@ -1271,6 +1271,17 @@ fn a_client_placed_on_another_member_is_served_there_and_a_stranger_is_not() {
         .find(|(mac, _)| a.link(mac).as_deref() == Some("10.79.0.2"))
         .unwrap_or_else(|| panic!("a placed none of its 4 boots on b\n{}", a.log()));
 
+    // b has the client's boot from a's rows (its DHCP) before the client asks b for files: b
+    // ties the client's address to it from a's ACK.
+    let boot_on = |m: &Member| -> Option<serde_json::Value> {
+        let v: serde_json::Value =
+            serde_json::from_str(&m.get(&format!("/api/v1/boots?mac={mac}"))).ok()?;
+        v.as_array()?.last().cloned()
+    };
+    poll("b has a's record of the client's DHCP", || {
+        boot_on(&b).is_some_and(|v| v["ip"] == ip.as_str())
+    });
+
     // The client, at its address on the room's side, fetches from b.
     room.exec(&["ip", "link", "set", &room.bridge, "address", &mac]);
     room.exec(&[
@@ -1331,6 +1342,42 @@ fn a_client_placed_on_another_member_is_served_there_and_a_stranger_is_not() {
         }
     });
     assert!(attached, "the client's NBD root at b: {said}\n{}", b.log());
+
+    // The record says who served each phase (issue 47 part 5), on either member's API: its
+    // DHCP by a, its files and root by b, which never moved.
+    let members_of = |v: &serde_json::Value| -> Vec<(String, Vec<String>)> {
+        v["served"]
+            .as_array()
+            .map(|s| {
+                s.iter()
+                    .map(|p| {
+                        let by = p["by"].as_array().unwrap();
+                        let names = by.iter().map(|t| t["member"].as_str().unwrap().to_string());
+                        (p["phase"].as_str().unwrap().to_string(), names.collect())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for m in [&a, &b] {
+        let mut seen = Vec::new();
+        let told = (0..100).any(|_| {
+            seen = boot_on(m).map(|v| members_of(&v)).unwrap_or_default();
+            let rooted = seen.iter().any(|(p, by)| p == "root" && by == &["b"]);
+            if !rooted {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            rooted
+        });
+        assert!(told, "{}: no root served by b: {seen:?}", m.log());
+        let (first, rest) = seen.split_first().unwrap();
+        assert_eq!(
+            first,
+            &("dhcp".to_string(), vec!["a".to_string()]),
+            "{seen:?}"
+        );
+        assert!(rest.iter().all(|(_, by)| by == &["b"]), "{seen:?}");
+    }
 
     // A stranger: an address of the room no member leased. Its root is refused by b, asked
     // twice (the first ask has b read the site's leases again; nothing there either).
