@@ -160,7 +160,7 @@ pub struct Server {
 /// RFC 3074 hash) places its boot (docs/site.md, "Which server answers whom").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SitePlacement {
-    /// On the least-loaded link of any live member of the site (`site`).
+    /// Spread by the owner over every live member's links (`site`).
     #[default]
     Site,
     /// On the owner's own links only (`owner`).

@@ -94,8 +94,8 @@ pub struct Server {
     pub metrics_open: Option<bool>,
     /// Clients on a full link are paced to equal shares (default true).
     pub fair_share: Option<bool>,
-    /// In a site, where a member places the boots it answers: `site` (default), on the
-    /// least-loaded link of any live member; `owner`, on its own links.
+    /// In a site, where a member places the boots it answers: `site`, spread over every live
+    /// member's links; `owner` (the default), on its own links.
     pub placement: Option<String>,
     /// The enrolments file (`config::enrolments`): default `state_dir/enrolled.yaml`.
     pub enrolments: Option<String>,

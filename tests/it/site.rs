@@ -326,7 +326,7 @@ impl Member {
             .network("10.79.0.0/16")
             .range(range)
             .http(&format!("{NET}.{k}:8080"))
-            // Boots placed on the site's least-loaded link (not the default, `owner`).
+            // Boots spread over the site's links (not the default, `owner`).
             .server(&format!("database: {database}\nplacement: site"))
             .without_pool("nfs-room")
             .clients(
