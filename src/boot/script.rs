@@ -82,16 +82,15 @@ pub fn cmdline(
         ),
         // Through the client agent the addition starts (`nbd: { via: agent }`), when the
         // root image has its block manifest: the kernel's NBD client attaches to the agent on
-        // 127.0.0.1, which reads the root by the manifest's digest from this boot's server.
+        // 127.0.0.1, which reads the root by the manifest's digest from this boot's server,
+        // then from the site's other members that hold it.
         (RootProto::Nbd, Initramfs::InitramfsTools)
             if pool.nbd_via == NbdVia::Agent && image.blocks.is_some() =>
         {
             format!(
-                "boot={} root=/dev/nbd0 nbdroot={AGENT_NBD} ip=dhcp bootpool.blocks={}/boot/{}/blocks/{}",
+                "boot={} root=/dev/nbd0 nbdroot={AGENT_NBD} ip=dhcp bootpool.blocks={}",
                 addition::debian_boot(pool, "local"),
-                http_base(config, link),
-                image.name,
-                image.blocks.as_deref().unwrap_or_default()
+                blocks_sources(config, image, link)
             )
         }
         // Debian's nbd script reads `SERVER,A,B` as server, export, device: the port goes
@@ -141,6 +140,22 @@ pub fn cmdline(
     // The EFI stub finds each initrd iPXE hands over by this name (its URL's last part).
     line.push_str(&efi_initrds(member, image));
     line
+}
+
+/// `bootpool.blocks=`'s value: the root's block manifest on the boot's own link, then on each
+/// of the site's other members holding it (`Image::blocks_elsewhere`, in the order given), as
+/// one comma list: the agent reads from the first that answers and falls over to the next.
+fn blocks_sources(config: &Config, image: &Image, link: Ipv4Addr) -> String {
+    let path = format!(
+        "/boot/{}/blocks/{}",
+        image.name,
+        image.blocks.as_deref().unwrap_or_default()
+    );
+    std::iter::once(http_base(config, link))
+        .chain(image.blocks_elsewhere.iter().cloned())
+        .map(|base| format!("{base}{path}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The EFI stub's ` initrd=NAME` for the image's initrd, and for the addition after it when
@@ -840,6 +855,24 @@ mod tests {
             "ab".repeat(32)
         );
         assert!(line(&image).starts_with(&want), "{}", line(&image));
+        // In a site, the other members holding the root follow the boot's own link.
+        image.blocks_elsewhere = vec![
+            "http://10.77.0.2:8080".into(),
+            "http://10.77.0.3:8081".into(),
+        ];
+        let want = format!(
+            "bootpool.blocks=http://10.77.0.1:8080/boot/demo/blocks/{d},\
+             http://10.77.0.2:8080/boot/demo/blocks/{d},\
+             http://10.77.0.3:8081/boot/demo/blocks/{d} bootpool.overlay=tmpfs ",
+            d = "ab".repeat(32)
+        );
+        assert!(line(&image).contains(&want), "{}", line(&image));
+        // A boot given another link names that one first.
+        let other = cmdline(&c, &m, &image, Ipv4Addr::new(10, 77, 0, 9), None);
+        assert!(
+            other.contains("bootpool.blocks=http://10.77.0.9:8080/boot/demo/blocks/"),
+            "{other}"
+        );
     }
 
     /// Each next-boot target's script: local disk (sanboot on BIOS, exit on UEFI, iPXE asked
