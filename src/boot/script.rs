@@ -12,8 +12,11 @@ use crate::config::{Config, Image, Initramfs, Mac, Member, NbdVia, RootProto, cm
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Where the addition's hook starts the client agent (`dist/overlay/bootpool/agent.sh`), and
-/// the export it serves, as Debian's nbd script takes them.
+/// the export it serves, as Debian's nbd script takes them; dracut's takes the host and the
+/// export, on NBD's default port (10809).
 const AGENT_NBD: &str = "127.0.0.1:10809/root";
+const AGENT_HOST: &str = "127.0.0.1";
+const AGENT_EXPORT: &str = "root";
 
 /// Where iPXE fetches this client's script.
 pub fn script_url(config: &Config, mac: Mac, server: IpAddr) -> String {
@@ -61,6 +64,17 @@ pub fn cmdline(
             format!(
                 "root=nfs:{link}:{nfs}:{ro},port={},mountport={}",
                 s.ports.nfs, s.ports.nfs
+            )
+        }
+        // Through the client agent, as for initramfs-tools below: the addition's netroot
+        // hook starts it before dracut's nbdroot runs nbd-client against 127.0.0.1's default
+        // port, export `root`.
+        (RootProto::Nbd, Initramfs::Dracut)
+            if pool.nbd_via == NbdVia::Agent && image.blocks.is_some() =>
+        {
+            format!(
+                "root=nbd:{AGENT_HOST}:{AGENT_EXPORT} bootpool.blocks={}",
+                blocks_sources(config, image, link)
             )
         }
         // dracut (059) reads a PORT that is not a number as the export name on the default
@@ -867,6 +881,21 @@ mod tests {
             d = "ab".repeat(32)
         );
         assert!(line(&image).contains(&want), "{}", line(&image));
+        // dracut's nbdroot: the agent on NBD's default port, export `root`.
+        let dracut = Config::parse(
+            Path::new("p.yaml"),
+            &text.replace("initramfs-tools", "dracut"),
+        )
+        .unwrap();
+        let d = dracut.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        let d_line = cmdline(&dracut, &d, &image, dracut.server.address, None);
+        assert!(
+            d_line.starts_with(&format!(
+                "root=nbd:127.0.0.1:root bootpool.blocks=http://10.77.0.1:8080/boot/demo/blocks/{}",
+                "ab".repeat(32)
+            )) && d_line.contains(" ip=dhcp "),
+            "{d_line}"
+        );
         // A boot given another link names that one first.
         let other = cmdline(&c, &m, &image, Ipv4Addr::new(10, 77, 0, 9), None);
         assert!(
