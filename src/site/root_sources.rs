@@ -57,7 +57,12 @@ pub fn elsewhere(
             continue;
         }
         let in_room: Vec<Ipv4Addr> = match boot.subnet {
-            Some(net) => m.links.iter().copied().filter(|l| net.contains(*l)).collect(),
+            Some(net) => m
+                .links
+                .iter()
+                .copied()
+                .filter(|l| net.contains(*l))
+                .collect(),
             None => Vec::new(),
         };
         let links = if in_room.is_empty() {
@@ -131,7 +136,12 @@ mod tests {
             // Dead.
             seen("d", &[[10, 77, 0, 4]], "http://10.77.0.4:8080", &["lab"]),
             // No link in the room: all of its links.
-            seen("e", &[[10, 79, 0, 5]], "http://10.79.0.5:8080", &["lab", "x"]),
+            seen(
+                "e",
+                &[[10, 79, 0, 5]],
+                "http://10.79.0.5:8080",
+                &["lab", "x"],
+            ),
         ];
         let live: Vec<String> = ["a", "b", "c", "e"].map(String::from).to_vec();
         assert_eq!(
@@ -197,7 +207,12 @@ mod tests {
     #[test]
     fn the_boots_own_link_and_unreadable_rows_are_left_out() {
         let seen = [
-            seen("b", &[[10, 77, 0, 1], [10, 77, 0, 2]], "http://10.77.0.2:8080", &["lab"]),
+            seen(
+                "b",
+                &[[10, 77, 0, 1], [10, 77, 0, 2]],
+                "http://10.77.0.2:8080",
+                &["lab"],
+            ),
             seen("c", &[[10, 77, 0, 3]], "10.77.0.3", &["lab"]),
         ];
         let live: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();

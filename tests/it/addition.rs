@@ -274,8 +274,22 @@ fn hook_serves_the_root(how: Hook, net: u8) {
     let digest = blocks::hex(&blocks_file::make(&fx.image_dir().join("rootfs.img")).unwrap());
     let link = Link::new(&format!("10.77.{net}.1/24"));
     let (admin, client) = (format!("10.88.{net}.1"), format!("10.88.{net}.2"));
-    link.in_server(&["ip", "addr", "add", &format!("{admin}/24"), "dev", &link.server_if]);
-    link.in_client(&["ip", "addr", "add", &format!("{client}/24"), "dev", &link.client_if]);
+    link.in_server(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{admin}/24"),
+        "dev",
+        &link.server_if,
+    ]);
+    link.in_client(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{client}/24"),
+        "dev",
+        &link.client_if,
+    ]);
     link.in_client(&["ip", "link", "set", "lo", "down"]);
     fx.write_config(
         &fx.loopback()

@@ -80,11 +80,7 @@ fn boots_through_the_agent(folder: &str, initramfs: &str, root: &str) {
 #[test]
 #[ignore = "a systemd boot under emulation; scripts/test --all runs it"]
 fn a_stock_image_boots_its_nbd_root_through_the_agent_in_the_initrd() {
-    boots_through_the_agent(
-        "stock",
-        "initramfs-tools",
-        "nbdroot=127.0.0.1:10809/root",
-    );
+    boots_through_the_agent("stock", "initramfs-tools", "nbdroot=127.0.0.1:10809/root");
 }
 
 /// dracut 059's nbdroot, after the addition's netroot hook started the agent.

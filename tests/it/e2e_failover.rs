@@ -347,7 +347,10 @@ fn agent_reads_on(folder: &str, initramfs: &str) {
         was.iter().chain(&now).all(Option::is_some),
         "a pass's read failed\n{console}"
     );
-    let (was, now): (Vec<u64>, Vec<u64>) = (was.into_iter().flatten().collect(), now.into_iter().flatten().collect());
+    let (was, now): (Vec<u64>, Vec<u64>) = (
+        was.into_iter().flatten().collect(),
+        now.into_iter().flatten().collect(),
+    );
     for bad in [
         "I/O error",
         "blk_update_request",
@@ -358,7 +361,11 @@ fn agent_reads_on(folder: &str, initramfs: &str) {
         assert!(!console.contains(bad), "the VM says {bad:?}\n{console}");
     }
     assert!(!was.is_empty(), "no pass before the death\n{console}");
-    assert!(now.len() >= 2, "{} passes after the death\n{console}", now.len());
+    assert!(
+        now.len() >= 2,
+        "{} passes after the death\n{console}",
+        now.len()
+    );
     // After the death it read files it had never read before: chunks the agent did not hold
     // came from the survivor.
     let furthest = was.iter().copied().max().unwrap_or(0);
