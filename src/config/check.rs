@@ -496,6 +496,7 @@ impl Checker<'_> {
         }
         Ok(Arc::new(Image {
             blocks: None,
+            blocks_elsewhere: Vec::new(),
             name: name.clone(),
             dir,
             kernel_name: img.kernel.clone(),

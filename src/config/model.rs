@@ -336,6 +336,11 @@ pub struct Image {
     /// reads the root by (`nbd: { via: agent }`): filled in for a boot by
     /// `image::serve::for_boot` when the manifest is there, `None` in the config.
     pub blocks: Option<String>,
+    /// `http://ADDR:PORT` of the site's other members that hold this root too, which the
+    /// agent may read it from after the boot's own link (`site::root_sources`): filled in
+    /// for a boot through the agent by the script's caller from the site's live view, empty
+    /// in the config and without a site.
+    pub blocks_elsewhere: Vec<String>,
 }
 
 /// `pools.NAME.nbd.via`: how the kernel's NBD client reaches the root.
