@@ -4,10 +4,9 @@
 //! hook) before the initrd's own nbd-client attaches /dev/nbd0 to it on 127.0.0.1, and the
 //! agent fetches the root's checked chunks over HTTP; systemd's getty reaches its login prompt
 //! on that root. Both of Debian's initrd builders: initramfs-tools (`images/stock`) and
-//! dracut 059 (`images/stock-dracut`). The record does not follow such a boot past its initrd
-//! yet (the root's reads are HTTP chunk reads, which the record's root phase does not count:
-//! `bootpool lab` says `unrecorded`), so the console is what is checked. The serving member
-//! killed under such a client is tests/it/e2e_failover.rs's.
+//! dracut 059 (`images/stock-dracut`). What is checked is the console (the record of an
+//! agent's root, its chunk fetches, is tests/it/blocks.rs's). The serving member killed under
+//! such a client is tests/it/e2e_failover.rs's.
 //!
 //! Slow (a systemd boot under TCG): `#[ignore]`d, run by `scripts/test --all`, which builds
 //! the images first (`scripts/setup --stock`). Needs root.
