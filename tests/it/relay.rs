@@ -9,6 +9,7 @@
 //! through `dhcrelay -6` (RELAY-FORW, RELAY-REPL) gives `dhclient -6` an address.
 
 use crate::common::netns::{Link, Router};
+use crate::common::pxe;
 use crate::common::{Fixture, Loopback, netns::Daemon};
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -255,69 +256,6 @@ impl Drop for SiteDhcp {
     }
 }
 
-/// Sends a PXE firmware's DISCOVER (broadcast flag set) from the room as `mac` and collects the
-/// OFFERs its relay brings back for `secs`: (server identifier, yiaddr, siaddr, boot file).
-fn pxe_offers(link: &Link, mac: [u8; 6], secs: u64) -> Vec<(Ipv4Addr, Ipv4Addr, Ipv4Addr, String)> {
-    use dhcproto::v4::{self, DhcpOption, MessageType, OptionCode};
-    use dhcproto::{Decodable, Encodable};
-    let dev = link.client_if.clone();
-    Link::within(&link.client_ns, move || {
-        let socket =
-            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
-        socket.bind_device(Some(dev.as_bytes())).unwrap();
-        socket.set_broadcast(true).unwrap();
-        socket.set_reuse_address(true).unwrap();
-        let any: std::net::SocketAddr = "0.0.0.0:68".parse().unwrap();
-        socket.bind(&any.into()).unwrap();
-        let socket: std::net::UdpSocket = socket.into();
-        let mut m = v4::Message::new_with_id(
-            0x5150_0001,
-            Ipv4Addr::UNSPECIFIED,
-            Ipv4Addr::UNSPECIFIED,
-            Ipv4Addr::UNSPECIFIED,
-            Ipv4Addr::UNSPECIFIED,
-            &mac,
-        );
-        m.set_flags(v4::Flags::new(0x8000));
-        let o = m.opts_mut();
-        o.insert(DhcpOption::MessageType(MessageType::Discover));
-        o.insert(DhcpOption::ClassIdentifier(
-            b"PXEClient:Arch:00000:UNDI:002001".to_vec(),
-        ));
-        o.insert(DhcpOption::ClientSystemArchitecture(
-            v4::Architecture::X86_Bios,
-        ));
-        socket
-            .send_to(&m.to_vec().unwrap(), "255.255.255.255:67")
-            .unwrap();
-        let mut offers = Vec::new();
-        let end = std::time::Instant::now() + Duration::from_secs(secs);
-        let mut buf = [0u8; 1500];
-        while let Some(left) = end.checked_duration_since(std::time::Instant::now()) {
-            socket
-                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
-                .unwrap();
-            let Ok(n) = socket.recv(&mut buf) else { break };
-            let Ok(r) = v4::Message::from_bytes(&buf[..n]) else {
-                continue;
-            };
-            if r.xid() != 0x5150_0001 || r.opts().msg_type() != Some(MessageType::Offer) {
-                continue;
-            }
-            let sid = match r.opts().get(OptionCode::ServerIdentifier) {
-                Some(DhcpOption::ServerIdentifier(ip)) => *ip,
-                _ => Ipv4Addr::UNSPECIFIED,
-            };
-            let file = match r.opts().get(OptionCode::BootfileName) {
-                Some(DhcpOption::BootfileName(f)) => String::from_utf8_lossy(f).into_owned(),
-                _ => String::new(),
-            };
-            offers.push((sid, r.yiaddr(), r.siaddr(), file));
-        }
-        offers
-    })
-}
-
 /// Proxy mode across a relay, dnsmasq as the site's DHCP server on its own segment: the relay
 /// forwards the room's PXE DISCOVER to both; dnsmasq offers the room's address, bootpool the boot
 /// file, both back through the relay; the client, on the address dnsmasq gave it, fetches its
@@ -342,19 +280,28 @@ fn proxy_mode_answers_through_the_relay_beside_the_sites_dhcp_server() {
     let _relay = Relay::v4(&link, fx.path(), &["-a", "-iu", &site_up, "10.88.0.2"]);
 
     let mac = [0x52, 0x54, 0, 0x77, 0, 5];
-    let offers = pxe_offers(&link, mac, 4);
+    let offers = pxe::offers(
+        &link.client_ns,
+        &link.client_if,
+        mac,
+        Duration::from_secs(4),
+    );
     let server: Ipv4Addr = SERVER.parse().unwrap();
     let ours = offers
         .iter()
-        .find(|o| o.0 == server)
+        .find(|o| o.server == server)
         .unwrap_or_else(|| panic!("no offer from bootpool through the relay: {offers:?}"));
-    assert_eq!(ours.1, Ipv4Addr::UNSPECIFIED, "a proxy gives no address");
-    assert_eq!((ours.2, ours.3.as_str()), (server, "undionly.kpxe"));
+    assert_eq!(
+        ours.yiaddr,
+        Ipv4Addr::UNSPECIFIED,
+        "a proxy gives no address"
+    );
+    assert_eq!((ours.siaddr, ours.file.as_str()), (server, "undionly.kpxe"));
     let site = offers
         .iter()
-        .find(|o| o.0 == Ipv4Addr::new(10, 88, 0, 2))
+        .find(|o| o.server == Ipv4Addr::new(10, 88, 0, 2))
         .unwrap_or_else(|| panic!("no offer from dnsmasq through the relay: {offers:?}"));
-    assert!(in_room_range(site.1), "{offers:?}");
+    assert!(in_room_range(site.yiaddr), "{offers:?}");
 
     // The address from the site's server, then TFTP from bootpool across the router.
     let bound = link

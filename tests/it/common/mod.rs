@@ -16,6 +16,7 @@ pub mod lab;
 pub mod loopback;
 pub mod netns;
 pub mod postgres;
+pub mod pxe;
 pub mod rpc;
 
 /// The daemon's binary, with the instruments' (`bootpool-instruments`, which `bootpool lab`,

@@ -1,0 +1,92 @@
+//! A PXE ROM's DHCPDISCOVER, made by hand and broadcast from a namespace, and the OFFERs that
+//! come back: what proxy mode answers on port 67 (relay.rs's proxy through dhcrelay, site.rs's
+//! proxy members). Each call uses a transaction id of its own, so a late offer to an earlier
+//! DISCOVER is never counted as an answer to this one.
+
+use super::netns::Link;
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// One OFFER as the client read it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Offer {
+    /// Its server identifier (option 54).
+    pub server: Ipv4Addr,
+    pub yiaddr: Ipv4Addr,
+    /// next-server.
+    pub siaddr: Ipv4Addr,
+    /// The boot file (option 67), empty when none.
+    pub file: String,
+}
+
+static XID: AtomicU32 = AtomicU32::new(0x5150_0001);
+
+/// Sends a BIOS PXE firmware's DISCOVER (broadcast flag set, class `PXEClient`, architecture
+/// 0) as `mac` on `dev` inside namespace `ns`, and collects the OFFERs to it for `wait`.
+pub fn offers(ns: &str, dev: &str, mac: [u8; 6], wait: Duration) -> Vec<Offer> {
+    use dhcproto::v4::{self, DhcpOption, MessageType, OptionCode};
+    use dhcproto::{Decodable, Encodable};
+    let dev = dev.to_string();
+    let xid = XID.fetch_add(1, Ordering::Relaxed);
+    Link::within(ns, move || {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        socket.bind_device(Some(dev.as_bytes())).unwrap();
+        socket.set_broadcast(true).unwrap();
+        socket.set_reuse_address(true).unwrap();
+        let any: std::net::SocketAddr = "0.0.0.0:68".parse().unwrap();
+        socket.bind(&any.into()).unwrap();
+        let socket: std::net::UdpSocket = socket.into();
+        let mut m = v4::Message::new_with_id(
+            xid,
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::UNSPECIFIED,
+            &mac,
+        );
+        m.set_flags(v4::Flags::new(0x8000));
+        let o = m.opts_mut();
+        o.insert(DhcpOption::MessageType(MessageType::Discover));
+        o.insert(DhcpOption::ClassIdentifier(
+            b"PXEClient:Arch:00000:UNDI:002001".to_vec(),
+        ));
+        o.insert(DhcpOption::ClientSystemArchitecture(
+            v4::Architecture::X86_Bios,
+        ));
+        socket
+            .send_to(&m.to_vec().unwrap(), "255.255.255.255:67")
+            .unwrap();
+        let mut offers = Vec::new();
+        let end = Instant::now() + wait;
+        let mut buf = [0u8; 1500];
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            socket
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .unwrap();
+            let Ok(n) = socket.recv(&mut buf) else { break };
+            let Ok(r) = v4::Message::from_bytes(&buf[..n]) else {
+                continue;
+            };
+            if r.xid() != xid || r.opts().msg_type() != Some(MessageType::Offer) {
+                continue;
+            }
+            let server = match r.opts().get(OptionCode::ServerIdentifier) {
+                Some(DhcpOption::ServerIdentifier(ip)) => *ip,
+                _ => Ipv4Addr::UNSPECIFIED,
+            };
+            let file = match r.opts().get(OptionCode::BootfileName) {
+                Some(DhcpOption::BootfileName(f)) => String::from_utf8_lossy(f).into_owned(),
+                _ => String::new(),
+            };
+            offers.push(Offer {
+                server,
+                yiaddr: r.yiaddr(),
+                siaddr: r.siaddr(),
+                file,
+            });
+        }
+        offers
+    })
+}
