@@ -102,7 +102,7 @@ if pairs:
         return "-" if a is None or not b else f"{a / b:.2f}"
     def cells(r):
         s, f = r["summary"], r.get("failure") or {}
-        return (f"{s['booted']} / {s['clients']}", f.get("restarted", "-"),
+        return (f"{s['booted']} of {s['clients']}", f.get("restarted", "-"),
                 f.get("longest_stall_s"), s["all_booted_s"])
     print("\nside by side (bootpool / reference; ratios bootpool over the reference):\n")
     print("| root, failure | booted | restarted | longest stall after it, s | stall ratio | all booted s | all booted ratio | with no failure s |")
