@@ -9,7 +9,7 @@ usage() {
     cat <<EOF
 usage: $0 [--servers K] [--clients N] [--roots "nfs nbd"] [--fail-at SECONDS]
           [--link-rate RATE] [--stacks "bootpool reference"] [--out DIR]
-          [STORM.SH OPTIONS...]
+          [--record NAME] [STORM.SH OPTIONS...]
 
 Runs bench/storm.sh --servers K (default 2) --links 1 with N clients (default 40) three
 times per root, root after root in the order given: with no failure, with member s1 killed
@@ -29,13 +29,17 @@ goal: <= 5 s after kill -9, <= 15 s after link-down) and the time to all booted 
 row with no failure), and one with the two sides side by side and their ratios (bootpool
 over the reference). Other options go to bench/storm.sh (--think-scale, --client-link,
 --bin...). The rows' JSON, tables and logs go to --out (default
-bench/out/failover-storm-DATE/), the tables to --out/failover.md. Needs root, Debian's
+bench/out/failover-storm-DATE/), the tables to --out/failover.md; --record NAME keeps the
+run in bench/records/failover-storm-NAME/ for git (meta.txt, failover.md, the configs, each
+row's .cmd, .txt and JSON, gzipped over 256 KiB). Needs root, Debian's
 postgresql and keepalived, and what scripts/setup installs (kea-dhcp4-server, nbd-server,
 nginx-light for the reference).
 EOF
 }
 
+ARGS="$*"
 K=2 CLIENTS=40 ROOTS="nfs nbd" AT=20 RATE=500mbit OUT="" PASS=() STACKS="bootpool reference"
+RECORD=""
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -45,6 +49,7 @@ while [ $# -gt 0 ]; do
         --fail-at) AT="$2"; shift ;;
         --link-rate) RATE="$2"; shift ;;
         --stacks) STACKS="$2"; shift ;;
+        --record) RECORD="$2"; shift ;;
         --out) OUT="$2"; shift ;;
         *) PASS+=("$1") ;;
     esac
@@ -55,6 +60,8 @@ command -v keepalived > /dev/null ||
 OUT="${OUT:-$REPO/bench/out/failover-storm-$(date -u +%Y%m%d-%H%M)}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
+echo "cd $REPO && $0 $ARGS  # $(date -u +%FT%TZ), commit $(git -C "$REPO" rev-parse --short HEAD)" \
+    > "$OUT/command.txt"
 [ "$K" = 2 ] || STACKS="${STACKS/reference/}"
 for root in $ROOTS; do
     for fail in "" kill linkdown; do
@@ -117,3 +124,18 @@ if pairs:
         print(f"| {what} | {b1} / {b2} | {r1} / {r2} | {fmt(st1)} / {fmt(st2)} | {ratio(st1, st2)} | {fmt(a1)} / {fmt(a2)} | {ratio(a1, a2)} | {fmt(n1)} / {fmt(n2)} |")
 PY
 echo "failover-storm.sh: runs and table in $OUT" >&2
+if [ -n "$RECORD" ]; then
+    KEEP="$REPO/bench/records/failover-storm-$RECORD"
+    mkdir -p "$KEEP"
+    cp "$OUT/command.txt" "$OUT/meta.txt" "$OUT/failover.md" "$OUT"/pools-*.yaml "$KEEP/"
+    for f in "$OUT"/*-site*.json; do
+        name="$(basename "$f" .json)"
+        cp "$OUT/$name.cmd" "$OUT/$name.txt" "$KEEP/"
+        if [ "$(stat -c %s "$f")" -gt 262144 ]; then
+            gzip -9 -c "$f" > "$KEEP/$name.json.gz"
+        else
+            cp "$f" "$KEEP/"
+        fi
+    done
+    echo "failover-storm.sh: kept in $KEEP (git add it)" >&2
+fi
