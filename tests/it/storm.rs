@@ -804,15 +804,7 @@ fn the_reference_dies(root: &str, kind: &str) {
         "8080",
         "--no-callback",
     ];
-    let (args, out) = room_args(
-        dir.path(),
-        root,
-        6,
-        &trace_file,
-        "1x200mbit",
-        900,
-        &extra,
-    );
+    let (args, out) = room_args(dir.path(), root, 6, &trace_file, "1x200mbit", 900, &extra);
     let mut storm = std::process::Command::new(crate::common::bootpool_with_instruments());
     storm.arg("storm").args(&args).current_dir(repo());
     let (_, table, log) = crate::common::run(&mut storm, 1000);

@@ -230,7 +230,10 @@ mod tests {
         assert_eq!(d["option-data"][0]["data"], "10.78.0.2");
         assert_eq!(d["subnet4"][0]["next-server"], "10.78.0.2");
         assert_eq!(d["subnet4"][0]["subnet"], "10.78.0.0/22");
-        assert_eq!(d["subnet4"][0]["pools"][0]["pool"], "10.78.1.0 - 10.78.2.250");
+        assert_eq!(
+            d["subnet4"][0]["pools"][0]["pool"],
+            "10.78.1.0 - 10.78.2.250"
+        );
         assert_eq!(
             d["client-classes"][0]["boot-file-name"],
             "http://10.78.0.2:8080/boot/script/room.ipxe"

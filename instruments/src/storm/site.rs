@@ -105,8 +105,8 @@ fn member_thread(tid: mpsc::Sender<Result<libc::pid_t, String>>, jobs: mpsc::Rec
                 let _ = done.send(status.map(|s| s.to_string()));
             }
             Job::Connects(addr, done) => {
-                let ok = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200))
-                    .is_ok();
+                let ok =
+                    std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok();
                 let _ = done.send(ok);
             }
             Job::Pids(done) => {
