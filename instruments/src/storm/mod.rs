@@ -665,18 +665,23 @@ fn site_counters(site: &site::Site, port: u16) -> Vec<(Option<u64>, Option<u64>)
         .collect()
 }
 
+/// Member `m`'s links: their places among `links`.
+fn links_of(m: &site::Member, links: &[room::Link]) -> Vec<usize> {
+    links
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| m.links.iter().any(|own| own.address == l.address))
+        .map(|(k, _)| k)
+        .collect()
+}
+
 /// Each member's row with only its links among `links` (a server that keeps no record).
 fn site_links(site: &site::Site, links: &[room::Link]) -> Vec<servers::ServerInput> {
     site.members
         .iter()
         .map(|m| servers::ServerInput {
             name: m.name.clone(),
-            links: links
-                .iter()
-                .enumerate()
-                .filter(|(_, l)| m.links.iter().any(|own| own.address == l.address))
-                .map(|(k, _)| k)
-                .collect(),
+            links: links_of(m, links),
             ..Default::default()
         })
         .collect()
@@ -706,15 +711,9 @@ fn site_record(
             eprintln!("storm: member {}'s record not read: {e}", m.name);
         }
         let boots = boots.ok();
-        let mine: Vec<usize> = links
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| m.links.iter().any(|own| own.address == l.address))
-            .map(|(k, _)| k)
-            .collect();
         rows.push(servers::ServerInput {
             name: m.name.clone(),
-            links: mine,
+            links: links_of(m, links),
             answered: bound_in(&m.state_dir),
             offers: o1.zip(*o0).map(|(a, b)| a.saturating_sub(b)),
             others: x1.zip(*x0).map(|(a, b)| a.saturating_sub(b)),
