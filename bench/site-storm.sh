@@ -14,15 +14,15 @@ Runs bench/storm.sh --servers K for each K of --sites (default 1 2 4) with N x K
 (--per-server, default 40): K bootpool servers in the simulated room, members of one site on
 a PostgreSQL the storm starts, each on storm.sh's --links x --link-rate (default 4 x 250mbit),
 each client answered by the member the site's RFC 3074 hash gives it, which places its boot
-on its own links (or, with server.placement: site in the config, on the least-loaded
-member's link). Then prints one table: per
+on its own links (--placement owner) or spreads its boots over every member's links
+(--placement site; without the option, bootpool's default). Then prints one table: per
 run, the room's time beside its floor (all the clients' bytes over all servers' capacity;
 the goal is 1.15x or less), each server's egress as a share of the servers' mean (the goal:
 each within 10%), each server's clients and the boots placed on it, and the clients given
 an address by two servers
 (none, or the site is broken).
 
-Other options go to bench/storm.sh as they are (--think-scale, --client-link,
+Other options go to bench/storm.sh as they are (--placement, --think-scale, --client-link,
 --sequential-macs, --links, --link-rate...). The rows' JSON, tables and logs go to --out
 (default bench/out/site-storm-DATE/), the table to --out/site.md.
 Needs root, Debian's postgresql and what scripts/setup installs.

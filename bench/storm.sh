@@ -11,7 +11,7 @@ usage: $0 [--clients N] [--big N] [--roots "nfs nbd"] [--links K] [--link-rate R
           [--client-link RATE] [--think-scale F] [--out DIR] [--bin PATH]
           [--stacks "bootpool reference"] [--optins "nocto zstd"] [--rows "ROW..."]
           [--servers K [--fail kill|linkdown] [--fail-at SECONDS]]
-          [--sequential-macs]
+          [--sequential-macs] [--placement owner|site]
           [--record NAME]
 
 Boots a simulated room (\`bootpool storm\`, bench/storm/pools.yaml, the shipped traces in
@@ -69,6 +69,9 @@ nginx-light and kea-dhcp4-server among it; their services are not started).
   --sequential-macs  the clients' MACs as bench/storm/pools.yaml lists them (two ranges);
              by default each pool's 256 MACs are drawn at random from a fixed seed, as a
              room's purchased PCs have them (a bond's layer-2 hash spreads a range evenly)
+  --placement  with --servers K: bootpool's server.placement (docs/site.md): owner (each
+             boot on its DHCP owner's links) or site (the owner spreads its boots over every
+             member's links); default: the config's, bootpool's default
 bench/storm-matrix.sh runs the plain rows over sizes and numbers of links.
 EOF
 }
@@ -76,7 +79,7 @@ EOF
 ARGS="$*"
 FAIL="" FAIL_AT=20
 CLIENTS=40 BIG=200 ROOTS="nfs nbd" LINKS=4 RATE=250mbit CLIENT=100mbit THINK=0.2 OUT="" BIN=""
-SERVERS="bootpool reference" OPTINS="nocto zstd" RECORD="" MACS=random SITE="" STACKS_SET=""
+SERVERS="bootpool reference" OPTINS="nocto zstd" RECORD="" MACS=random SITE="" STACKS_SET="" PLACEMENT=""
 ROWS="bootpool-links bootpool-bond reference-bond reference-hashed reference-1link"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -100,6 +103,7 @@ while [ $# -gt 0 ]; do
         --optins) OPTINS="$2"; shift ;;
         --rows) ROWS="$2"; shift ;;
         --sequential-macs) MACS=sequential ;;
+        --placement) PLACEMENT="$2"; shift ;;
         --fail) FAIL="$2"; shift ;;
         --fail-at) FAIL_AT="$2"; shift ;;
         --record) RECORD="$2"; shift ;;
@@ -149,9 +153,9 @@ print(f'{float(m.group(1))*int(sys.argv[2]):g}{m.group(2)}bit')" "$RATE" "$LINKS
 # server.link_speeds (bootpool paces by them), and the opt-in's setting.
 config() { # variant k rate -> path
     local file="$OUT/pools-$1-$2x$3.yaml"
-    python3 - "$REPO/bench/storm/pools.yaml" "$file" "$IMAGE" "$REPO/var/storm-state/" "$MACS" "$@" <<'EOF'
+    python3 - "$REPO/bench/storm/pools.yaml" "$file" "$IMAGE" "$REPO/var/storm-state/" "$MACS" "$PLACEMENT" "$@" <<'EOF'
 import sys
-src, dst, image, state, macs, variant, k, rate = sys.argv[1:]
+src, dst, image, state, macs, placement, variant, k, rate = sys.argv[1:]
 text = open(src).read()
 def once(old, new):
     global text
@@ -174,6 +178,8 @@ if macs == "random":
                 drawn.append(mac)
         once(f'      - {{ macs: "{first}" }}', "\n".join(f'      - {{ mac: "{m}" }}' for m in drawn))
 once("state_dir: ../../var/storm-state/", f"state_dir: {state}")
+if placement:
+    once(f"  state_dir: {state}", f"  state_dir: {state}\n  placement: {placement}")
 speeds = ", ".join(f"s{i}: {rate}" for i in range(int(k)))
 line = next(l for l in text.splitlines() if l.strip().startswith("link_speeds:"))
 once(line, f"  link_speeds: {{ {speeds} }}")

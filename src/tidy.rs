@@ -303,9 +303,12 @@ const ROOMS: &[&str] = &[
 const INSTRUMENT_ROOMS: &[&str] = &["trace", "lab", "storm"];
 
 /// The modules of the client agent's crate (`agent/src/`), from the ground up: the daemon's
-/// block-manifest and NBD codecs (its `image/blocks.rs` and `proto/nbd.rs`, compiled in by
-/// `#[path]`), HTTP, the chunk store, the NBD server.
-const AGENT_ROOMS: &[&str] = &["blocks", "nbd", "http", "sources", "chunks", "serve"];
+/// block-manifest, NBD and tracker codecs (its `image/blocks.rs`, `proto/nbd.rs` and
+/// `proto/swarm.rs`, compiled in by `#[path]`), HTTP, the choice of a chunk's next source, the
+/// servers, the swarm's fetching side, the chunk store, the peers' server, the NBD server.
+const AGENT_ROOMS: &[&str] = &[
+    "blocks", "nbd", "wire", "http", "pick", "sources", "swarm", "chunks", "peers", "serve",
+];
 
 /// One import: the importing file, its line, the path as written, the file it names.
 struct Import {

@@ -606,6 +606,20 @@ function relayedLine(via) {
     via.circuit_id ? ` · circuit ${via.circuit_id}` : '', via.remote_id ? ` · remote ${via.remote_id}` : '');
 }
 
+// In a site, which member served each phase of a boot (docs/api.md `served`): one name when
+// one member served them all and none moved, else each phase's, `a -> b at HH:MM:SS` (local
+// time) for a phase a member took over; `–` outside a site.
+export function servedBy(b) {
+  const served = b.served ?? [];
+  if (!served.length) return '–';
+  const clock = t => new Date(t * 1000).toTimeString().slice(0, 8);
+  const turns = s => s.by.map((t, i) => i ? ` -> ${t.member} at ${clock(t.at)}` : t.member).join('');
+  const members = new Set(served.flatMap(s => s.by.map(t => t.member)));
+  const more = b.served_unkept ? `, and ${b.served_unkept} turns more` : '';
+  if (members.size === 1 && served.every(s => s.by.length === 1)) return [...members][0] + more;
+  return served.map(s => `${s.phase} ${turns(s)}`).join(', ') + more;
+}
+
 async function clientView(el, [mac], ctx) {
   const [clients, pools] = await Promise.all([loadNames(), api('/api/v1/pools')]);
   // The PCs that asked and are in no pool, to enrol (from discovery, when the server lists them).
@@ -643,13 +657,14 @@ async function clientView(el, [mac], ctx) {
     boots.length ? h('p', { class: 'meta' }, 'Each boot, oldest left, by phase; the dashed tick is the median of the boot\'s wave, so a machine that is always slow stands above its room.') : null,
     box,
     h('div', { class: 'scroll' }, h('table', { class: 'num', 'data-testid': 'boots' },
-      h('thead', {}, h('tr', {}, ['started', 'pool', 'root', 'result', 'total', 'end', 'gone', 'phase', 'bytes'].map(t => h('th', {}, t)))),
+      h('thead', {}, h('tr', {}, ['started', 'pool', 'root', 'result', 'total', 'end', 'gone', 'phase', 'bytes', 'served by'].map(t => h('th', {}, t)))),
       h('tbody', {}, [...boots].reverse().map(b => h('tr', { 'data-boot': b.id },
         h('th', {}, when(b.start)), h('td', {}, b.pool ?? '–'), h('td', {}, b.root ?? '–'), h('td', {}, b.result),
         h('td', { 'data-testid': 'total' }, fmtS(b.duration_s)), h('td', { 'data-testid': 'end' }, endOf(b)),
         h('td', { 'data-testid': 'gone' }, b.gone ? `${b.gone.replaceAll('_', ' ')} at ${fmtS(b.gone_at - b.start)}` : '–'),
         h('td', {}, b.current_phase),
-        h('td', {}, Object.entries(b.bytes).map(([p, n]) => `${p} ${fmtBytes(n)}`).join(', '))))))),
+        h('td', {}, Object.entries(b.bytes).map(([p, n]) => `${p} ${fmtBytes(n)}`).join(', ')),
+        h('td', { 'data-testid': 'served' }, servedBy(b))))))),
     consoleBox);
   const draw = () => {
     if (!boots.length) return;

@@ -2,11 +2,14 @@
 //! the digest it was named by, and each chunk fetched from a source (`sources.rs`, which
 //! moves to the next one when a fetch fails) when a read first needs it, checked against the
 //! manifest before any byte of it is used (a bad one refused and fetched again), then kept in
-//! memory. Concurrent reads of one missing chunk wait for the one fetch.
+//! memory. Concurrent reads of one missing chunk wait for the one fetch. With a swarm
+//! (`swarm.rs`, `--peers`), a chunk is first asked of the peers the tracker names, and the
+//! servers are the last source.
 
 use crate::blocks::{self, Blocks, Sha};
 use crate::http::Url;
 use crate::sources::Sources;
+use crate::swarm::Swarm;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -40,6 +43,8 @@ pub struct Store {
     slots: Mutex<Vec<Slot>>,
     ready: Condvar,
     pub counts: Counts,
+    /// The room's peers and the tracker, when the agent shares (`--peers`).
+    pub swarm: Option<Swarm>,
 }
 
 /// The digest a manifest URL names: its last path segment.
@@ -86,7 +91,35 @@ impl Store {
             slots: Mutex::new(slots),
             ready: Condvar::new(),
             counts: Counts::default(),
+            swarm: None,
         })
+    }
+
+    /// Shares with the room: peers are asked first, and the agent serves them on `port`.
+    pub fn share(&mut self, port: u16) {
+        self.swarm = Some(Swarm::new(port, &self.blocks));
+    }
+
+    /// Chunk `index` if it is held, or once held if a fetch of it ends within `wait` (a peer
+    /// the tracker sent here while this agent receives it); `None` otherwise.
+    pub fn held_within(&self, index: u64, wait: std::time::Duration) -> Option<Arc<Vec<u8>>> {
+        let i = usize::try_from(index).ok()?;
+        let until = std::time::Instant::now() + wait;
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            match slots.get(i)? {
+                Slot::Held(bytes) => return Some(bytes.clone()),
+                Slot::Missing => return None,
+                Slot::Fetching => {
+                    let left = until.checked_duration_since(std::time::Instant::now())?;
+                    slots = self
+                        .ready
+                        .wait_timeout(slots, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0;
+                }
+            }
+        }
     }
 
     /// Chunk `index`, fetched and checked if it is not held yet.
@@ -111,10 +144,25 @@ impl Store {
             Err(_) => Slot::Missing,
         };
         self.ready.notify_all();
+        drop(slots);
+        if let (Some(swarm), Ok(_)) = (&self.swarm, &got) {
+            swarm.held(index);
+        }
         got
     }
 
     fn fetch(&self, index: u64) -> Result<Arc<Vec<u8>>, String> {
+        let from_peer = self
+            .swarm
+            .as_ref()
+            .and_then(|s| s.fetch(&self.sources, &self.blocks, index));
+        if let Some(bytes) = from_peer {
+            self.counts.fetched.fetch_add(1, Ordering::Relaxed);
+            self.counts
+                .bytes
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            return Ok(Arc::new(bytes));
+        }
         let what = format!("chunk {index}");
         let (bytes, ()) = self.sources.fetch(
             &format!("/{index}"),

@@ -146,21 +146,33 @@ pub struct Conn {
     stream: BufReader<TcpStream>,
     /// The server said it closes after the last response.
     closed: bool,
+    /// How long a read may wait for its next byte.
+    io: Duration,
+    /// When the next request's answer must be in whole (`within`), if ever.
+    deadline: Option<std::time::Instant>,
 }
 
 impl Conn {
     pub fn connect(url: &Url) -> Result<Conn, Error> {
+        Conn::connect_within(url, CONNECT_TIMEOUT, IO_TIMEOUT)
+    }
+
+    /// A connection whose connect may take `connect` and whose reads and writes may each
+    /// wait `io` (a peer in the room is given less than a server: `swarm.rs`).
+    pub fn connect_within(url: &Url, connect: Duration, io: Duration) -> Result<Conn, Error> {
         let addrs: Vec<SocketAddr> = (url.host.as_str(), url.port).to_socket_addrs()?.collect();
         let mut last = None;
         for addr in addrs {
-            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
+            match TcpStream::connect_timeout(&addr, connect) {
                 Ok(s) => {
-                    s.set_read_timeout(Some(IO_TIMEOUT))?;
-                    s.set_write_timeout(Some(IO_TIMEOUT))?;
+                    s.set_read_timeout(Some(io))?;
+                    s.set_write_timeout(Some(io))?;
                     s.set_nodelay(true)?;
                     return Ok(Conn {
                         stream: BufReader::with_capacity(64 * 1024, s),
                         closed: false,
+                        io,
+                        deadline: None,
                     });
                 }
                 Err(e) => last = Some(e),
@@ -171,6 +183,27 @@ impl Conn {
         })))
     }
 
+    /// The next request's whole answer must arrive within `total` (a peer that sends, but
+    /// slowly, is then left as a silent one is); past it the read fails with `TimedOut` and
+    /// the connection is closed.
+    pub fn within(&mut self, total: Duration) {
+        self.deadline = Some(std::time::Instant::now() + total);
+    }
+
+    /// Sets the socket's read timeout to what is left of `io` and the deadline.
+    fn pace(&mut self) -> std::io::Result<()> {
+        let Some(d) = self.deadline else {
+            return Ok(());
+        };
+        let left = d
+            .checked_duration_since(std::time::Instant::now())
+            .filter(|l| !l.is_zero())
+            .ok_or(std::io::ErrorKind::TimedOut)?;
+        self.stream
+            .get_ref()
+            .set_read_timeout(Some(left.min(self.io)))
+    }
+
     /// Whether the connection may carry another request.
     pub fn reusable(&self) -> bool {
         !self.closed
@@ -178,15 +211,42 @@ impl Conn {
 
     /// GETs `url`'s path; its body if the status is 200 and it is at most `max` bytes.
     pub fn get(&mut self, url: &Url, max: u64) -> Result<Vec<u8>, Error> {
-        let request = format!(
-            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: bootpool-agent/{}\r\n\r\n",
+        self.request("GET", url, None, max)
+    }
+
+    /// POSTs `body` to `url`'s path; the answer's body as `get` takes it.
+    pub fn post(&mut self, url: &Url, body: &[u8], max: u64) -> Result<Vec<u8>, Error> {
+        self.request("POST", url, Some(body), max)
+    }
+
+    fn request(
+        &mut self,
+        method: &str,
+        url: &Url,
+        body: Option<&[u8]>,
+        max: u64,
+    ) -> Result<Vec<u8>, Error> {
+        let mut request = format!(
+            "{method} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: bootpool-agent/{}\r\n",
             url.path,
             url.authority,
             env!("CARGO_PKG_VERSION")
-        );
-        self.stream.get_mut().write_all(request.as_bytes())?;
+        )
+        .into_bytes();
+        if let Some(body) = body {
+            request.extend_from_slice(format!("Content-Length: {}\r\n", body.len()).as_bytes());
+            request.extend_from_slice(b"Content-Type: text/plain\r\n\r\n");
+            request.extend_from_slice(body);
+        } else {
+            request.extend_from_slice(b"\r\n");
+        }
+        self.stream.get_mut().write_all(&request)?;
         let mut head = Vec::with_capacity(512);
         loop {
+            if let Err(e) = self.pace() {
+                self.closed = true;
+                return Err(e.into());
+            }
             let n = self.stream.read_until(b'\n', &mut head)?;
             if n == 0 {
                 self.closed = true;
@@ -213,10 +273,25 @@ impl Conn {
             )));
         }
         let mut body = vec![0; h.length as usize];
-        if let Err(e) = self.stream.read_exact(&mut body) {
-            self.closed = true;
-            return Err(e.into());
+        let mut got = 0;
+        while got < body.len() {
+            let read = self
+                .pace()
+                .and_then(|()| self.stream.read(&mut body[got..]));
+            match read {
+                Ok(0) => {
+                    self.closed = true;
+                    return Err(Error::Io(std::io::ErrorKind::UnexpectedEof.into()));
+                }
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.closed = true;
+                    return Err(e.into());
+                }
+            }
         }
+        self.deadline = None;
         if h.status != 200 {
             body.truncate(200);
             return Err(Error::Status(

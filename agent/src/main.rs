@@ -1,12 +1,12 @@
 //! `bootpool-agent`: the command line (usage, exit codes) around the library's `start`; it
 //! then serves until killed, logging to stderr.
 
-use bootpool_agent::{Listen, start};
+use bootpool_agent::{Listen, start_sharing};
 use std::process::ExitCode;
 
 const USAGE: &str = "\
 usage: bootpool-agent [--listen ADDRESS:PORT | --unix PATH] [--name NAME]
-                      [--source URL]... [URL[,URL]...]...
+                      [--peers ADDRESS:PORT] [--source URL]... [URL[,URL]...]...
 
 Serves a bootpool NBD root as a read-only NBD export on a local socket. Each URL is
 the root's block manifest on one server, http://SERVER[:PORT]/boot/IMAGE/blocks/DIGEST,
@@ -25,6 +25,9 @@ options:
   --listen ADDRESS:PORT  TCP address to serve on (default 127.0.0.1:10809)
   --unix PATH            serve on a Unix socket at PATH instead
   --name NAME            the export's name (default `root`; \"\" is accepted too)
+  --peers ADDRESS:PORT   share with the room: ask the server's tracker where a chunk
+                         is, fetch it from the peers it names first (the servers last),
+                         and serve the chunks held to those peers on ADDRESS:PORT
   -h, --help             this text
   -V, --version          the version
 
@@ -35,6 +38,7 @@ the socket cannot be bound, 2 on a usage error.
 fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let (mut listen, mut name, mut urls) = (None, "root".to_string(), Vec::<String>::new());
+    let mut peers = None;
     let usage = |msg: String| {
         eprintln!("bootpool-agent: {msg}\n\n{USAGE}");
         ExitCode::from(2)
@@ -53,6 +57,11 @@ fn main() -> ExitCode {
             "--listen" => match value(&a).map(|v| (v.parse(), v)) {
                 Ok((Ok(addr), _)) => listen = Some(Listen::Tcp(addr)),
                 Ok((Err(_), v)) => return usage(format!("--listen `{v}` is not ADDRESS:PORT")),
+                Err(e) => return usage(e),
+            },
+            "--peers" => match value(&a).map(|v| (v.parse(), v)) {
+                Ok((Ok(addr), _)) => peers = Some(addr),
+                Ok((Err(_), v)) => return usage(format!("--peers `{v}` is not ADDRESS:PORT")),
                 Err(e) => return usage(e),
             },
             "--unix" => match value(&a) {
@@ -77,7 +86,7 @@ fn main() -> ExitCode {
     let listen =
         listen.unwrap_or_else(|| Listen::Tcp(std::net::SocketAddr::from(([127, 0, 0, 1], 10809))));
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
-    match start(&urls, &listen, &name) {
+    match start_sharing(&urls, &listen, &name, peers) {
         Ok(agent) => {
             let b = &agent.store.blocks;
             let at = match (&listen, agent.tcp) {
@@ -99,6 +108,9 @@ fn main() -> ExitCode {
                 b.chunk,
                 from.join(", ")
             );
+            if let Some(p) = agent.peers {
+                eprintln!("bootpool-agent: serving the room's peers on {p}");
+            }
             loop {
                 std::thread::park();
             }

@@ -3,7 +3,8 @@
 //! `http::IO_TIMEOUT`, an HTTP error, a body its check refuses) hands the fetch to the next
 //! source at once, logged. A fetch gives up only when every source refused it `ATTEMPTS`
 //! times (they answer, wrongly), or when no source gave it anything for `GIVE_UP`: until
-//! then a reader waits, it does not fail.
+//! then a reader waits, it does not fail. A fetch that took `SLOW` or more is logged with its
+//! time: the stall its reader saw.
 
 use crate::http::{self, Conn, Url};
 use std::sync::Mutex;
@@ -16,6 +17,9 @@ pub const ATTEMPTS: u32 = 5;
 /// before the read fails with EIO. The kernel's NBD client waits for a reply that long
 /// (Debian's initrd gives nbd-client no `-t`, so the kernel sets no request timeout).
 pub const GIVE_UP: Duration = Duration::from_secs(60);
+/// A fetch that took this long or longer (its failures and retries included) is logged with
+/// its time: the stall a reader waiting on it saw, e.g. across a server's death.
+pub const SLOW: Duration = Duration::from_secs(1);
 /// The pause after a round in which every source failed: 0.1 s, doubled to 1 s at most.
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const MAX_PAUSE: Duration = Duration::from_secs(1);
@@ -82,7 +86,7 @@ impl Sources {
     ) -> Result<(Vec<u8>, T), String> {
         let n = self.list.len();
         let began = Instant::now();
-        let (mut refused, mut failed_in_round) = (0, 0);
+        let (mut refused, mut failed_in_round, mut tries) = (0, 0, 0);
         let mut pause = FIRST_PAUSE;
         let mut i = self.current.load(Ordering::Relaxed) % n;
         loop {
@@ -104,6 +108,15 @@ impl Sources {
                             source.url.authority, self.list[was].url.authority
                         );
                     }
+                    let took = began.elapsed();
+                    if took >= SLOW {
+                        eprintln!(
+                            "bootpool-agent: {what}: stalled {:.1} s, fetched from {} after {} failed tries",
+                            took.as_secs_f64(),
+                            source.url.authority,
+                            tries
+                        );
+                    }
                     return Ok(got);
                 }
                 Err(Failure::Gone(e)) => e,
@@ -113,6 +126,7 @@ impl Sources {
                 }
             };
             source.failed.fetch_add(1, Ordering::Relaxed);
+            tries += 1;
             let last = format!("http://{}{}: {why}", url.authority, url.path);
             if refused >= ATTEMPTS as usize * n {
                 eprintln!("bootpool-agent: {what}: {last}; refused {refused} times, giving up");

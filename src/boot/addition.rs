@@ -25,6 +25,18 @@ pub fn argument(overlay: &Overlay) -> String {
     }
 }
 
+/// The kernel argument that has the addition start the agent serving its room's peers
+/// (`bootpool.peers=PORT`, docs/swarm.md) for a pool with `nbd.peers` whose root goes through
+/// the agent (`blocks`: the boot's root image has its block manifest); empty otherwise, and the
+/// agent then fetches from the servers alone.
+pub fn peers_argument(pool: &Pool, blocks: bool) -> String {
+    if pool.nbd_peers && pool.nbd_via == crate::config::NbdVia::Agent && blocks {
+        format!("bootpool.peers={}", crate::proto::swarm::PEER_PORT)
+    } else {
+        String::new()
+    }
+}
+
 /// The kernel arguments for the addition's homes (`bootpool.homes=SERVER:EXPORT
 /// bootpool.homes.options=OPTIONS`), empty without them. The addition writes them, as they
 /// are, into an fstab line of the root (`dist/overlay/bootpool/homes.sh`).

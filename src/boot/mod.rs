@@ -11,6 +11,7 @@ pub mod leases6;
 pub mod next;
 pub mod script;
 pub mod subnet;
+pub mod tracker;
 pub mod wake;
 
 use crate::config::{Config, Mac, Member};

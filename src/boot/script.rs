@@ -12,8 +12,11 @@ use crate::config::{Config, Image, Initramfs, Mac, Member, NbdVia, RootProto, cm
 use std::net::{IpAddr, Ipv4Addr};
 
 /// Where the addition's hook starts the client agent (`dist/overlay/bootpool/agent.sh`), and
-/// the export it serves, as Debian's nbd script takes them.
+/// the export it serves, as Debian's nbd script takes them; dracut's takes the host and the
+/// export, on NBD's default port (10809).
 const AGENT_NBD: &str = "127.0.0.1:10809/root";
+const AGENT_HOST: &str = "127.0.0.1";
+const AGENT_EXPORT: &str = "root";
 
 /// Where iPXE fetches this client's script.
 pub fn script_url(config: &Config, mac: Mac, server: IpAddr) -> String {
@@ -63,6 +66,17 @@ pub fn cmdline(
                 s.ports.nfs, s.ports.nfs
             )
         }
+        // Through the client agent, as for initramfs-tools below: the addition's netroot
+        // hook starts it before dracut's nbdroot runs nbd-client against 127.0.0.1's default
+        // port, export `root`.
+        (RootProto::Nbd, Initramfs::Dracut)
+            if pool.nbd_via == NbdVia::Agent && image.blocks.is_some() =>
+        {
+            format!(
+                "root=nbd:{AGENT_HOST}:{AGENT_EXPORT} bootpool.blocks={}",
+                blocks_sources(config, image, link)
+            )
+        }
         // dracut (059) reads a PORT that is not a number as the export name on the default
         // port, and cannot take both: `PORT/NAME` goes to nbd-client as one name.
         (RootProto::Nbd, Initramfs::Dracut | Initramfs::Bootpool)
@@ -82,16 +96,15 @@ pub fn cmdline(
         ),
         // Through the client agent the addition starts (`nbd: { via: agent }`), when the
         // root image has its block manifest: the kernel's NBD client attaches to the agent on
-        // 127.0.0.1, which reads the root by the manifest's digest from this boot's server.
+        // 127.0.0.1, which reads the root by the manifest's digest from this boot's server,
+        // then from the site's other members that hold it.
         (RootProto::Nbd, Initramfs::InitramfsTools)
             if pool.nbd_via == NbdVia::Agent && image.blocks.is_some() =>
         {
             format!(
-                "boot={} root=/dev/nbd0 nbdroot={AGENT_NBD} ip=dhcp bootpool.blocks={}/boot/{}/blocks/{}",
+                "boot={} root=/dev/nbd0 nbdroot={AGENT_NBD} ip=dhcp bootpool.blocks={}",
                 addition::debian_boot(pool, "local"),
-                http_base(config, link),
-                image.name,
-                image.blocks.as_deref().unwrap_or_default()
+                blocks_sources(config, image, link)
             )
         }
         // Debian's nbd script reads `SERVER,A,B` as server, export, device: the port goes
@@ -113,6 +126,7 @@ pub fn cmdline(
     for argument in [
         addition::argument(&pool.overlay),
         addition::homes_arguments(pool.homes.as_ref()),
+        addition::peers_argument(pool, image.blocks.is_some()),
     ] {
         if !argument.is_empty() {
             root.push(' ');
@@ -141,6 +155,22 @@ pub fn cmdline(
     // The EFI stub finds each initrd iPXE hands over by this name (its URL's last part).
     line.push_str(&efi_initrds(member, image));
     line
+}
+
+/// `bootpool.blocks=`'s value: the root's block manifest on the boot's own link, then on each
+/// of the site's other members holding it (`Image::blocks_elsewhere`, in the order given), as
+/// one comma list: the agent reads from the first that answers and falls over to the next.
+fn blocks_sources(config: &Config, image: &Image, link: Ipv4Addr) -> String {
+    let path = format!(
+        "/boot/{}/blocks/{}",
+        image.name,
+        image.blocks.as_deref().unwrap_or_default()
+    );
+    std::iter::once(http_base(config, link))
+        .chain(image.blocks_elsewhere.iter().cloned())
+        .map(|base| format!("{base}{path}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The EFI stub's ` initrd=NAME` for the image's initrd, and for the addition after it when
@@ -840,6 +870,74 @@ mod tests {
             "ab".repeat(32)
         );
         assert!(line(&image).starts_with(&want), "{}", line(&image));
+        // In a site, the other members holding the root follow the boot's own link.
+        image.blocks_elsewhere = vec![
+            "http://10.77.0.2:8080".into(),
+            "http://10.77.0.3:8081".into(),
+        ];
+        let want = format!(
+            "bootpool.blocks=http://10.77.0.1:8080/boot/demo/blocks/{d},\
+             http://10.77.0.2:8080/boot/demo/blocks/{d},\
+             http://10.77.0.3:8081/boot/demo/blocks/{d} bootpool.overlay=tmpfs ",
+            d = "ab".repeat(32)
+        );
+        assert!(line(&image).contains(&want), "{}", line(&image));
+        // dracut's nbdroot: the agent on NBD's default port, export `root`.
+        let dracut = Config::parse(
+            Path::new("p.yaml"),
+            &text.replace("initramfs-tools", "dracut"),
+        )
+        .unwrap();
+        let d = dracut.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+        let d_line = cmdline(&dracut, &d, &image, dracut.server.address, None);
+        assert!(
+            d_line.starts_with(&format!(
+                "root=nbd:127.0.0.1:root bootpool.blocks=http://10.77.0.1:8080/boot/demo/blocks/{}",
+                "ab".repeat(32)
+            )) && d_line.contains(" ip=dhcp "),
+            "{d_line}"
+        );
+        // A boot given another link names that one first.
+        let other = cmdline(&c, &m, &image, Ipv4Addr::new(10, 77, 0, 9), None);
+        assert!(
+            other.contains("bootpool.blocks=http://10.77.0.9:8080/boot/demo/blocks/"),
+            "{other}"
+        );
+    }
+
+    /// `nbd: { via: agent, peers: true }`: the agent is told to serve its room's peers on
+    /// `bootpool.peers=PORT`; without `peers`, or without the manifest (the server's own NBD
+    /// export), nothing is added: the boot is the agent's unicast one.
+    #[test]
+    fn peers_are_named_on_the_line_only_for_a_pool_that_shares() {
+        let agent = tempfile::NamedTempFile::new().unwrap();
+        let config = |nbd: &str| {
+            let text = super::super::tests::CONFIG
+                .replace(
+                    "root: nbd",
+                    &format!("root: nbd\n    initramfs: initramfs-tools\n    nbd: {nbd}"),
+                )
+                .replace(
+                    "http: 0.0.0.0:8080",
+                    &format!("http: 0.0.0.0:8080, agent: {}", agent.path().display()),
+                );
+            Config::parse(Path::new("p.yaml"), &text).unwrap()
+        };
+        let line = |c: &Config, blocks: bool| {
+            let m = c.member("52:54:00:77:00:02".parse().unwrap()).unwrap();
+            let mut image = (**m.image()).clone();
+            image.blocks = blocks.then(|| "ab".repeat(32));
+            cmdline(c, &m, &image, c.server.address, None)
+        };
+        let on = config("{ via: agent, peers: true }");
+        assert!(
+            line(&on, true).contains(" bootpool.peers=10810 "),
+            "{}",
+            line(&on, true)
+        );
+        assert!(!line(&on, false).contains("bootpool.peers"));
+        let off = config("{ via: agent }");
+        assert!(!line(&off, true).contains("bootpool.peers"));
     }
 
     /// Each next-boot target's script: local disk (sanboot on BIOS, exit on UEFI, iPXE asked

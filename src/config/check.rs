@@ -496,6 +496,7 @@ impl Checker<'_> {
         }
         Ok(Arc::new(Image {
             blocks: None,
+            blocks_elsewhere: Vec::new(),
             name: name.clone(),
             dir,
             kernel_name: img.kernel.clone(),
@@ -604,6 +605,27 @@ impl Checker<'_> {
         Ok(())
     }
 
+    /// A pool's `cmdline_template`, parsed, and its `cmdline` used by it if given.
+    fn check_template(
+        &self,
+        name: &str,
+        p: &raw::Pool,
+    ) -> Result<Option<cmdline::Template>, ConfigError> {
+        let at = |k| [Step::Key("pools"), Step::Key(name), Step::Key(k)];
+        let Some(text) = &p.cmdline_template else {
+            return Ok(None);
+        };
+        let t =
+            cmdline::Template::parse(text).map_err(|why| self.err(&at("cmdline_template"), why))?;
+        if !p.cmdline.trim().is_empty() && !t.uses(cmdline::Field::Cmdline) {
+            return Err(self.err(
+                &at("cmdline"),
+                "is not used: the pool's cmdline_template does not say {cmdline}",
+            ));
+        }
+        Ok(Some(t))
+    }
+
     /// One pool of the `pools` section; `seen` holds the MACs and fixed addresses of the pools
     /// before it, which its clients must not repeat.
     #[allow(clippy::too_many_arguments)]
@@ -669,20 +691,7 @@ impl Checker<'_> {
                 nfs_options(text, initramfs).map_err(|why| self.err(&at("nfs_options"), why))?
             }
         };
-        let cmdline_template = match &p.cmdline_template {
-            None => None,
-            Some(text) => {
-                let t = cmdline::Template::parse(text)
-                    .map_err(|why| self.err(&at("cmdline_template"), why))?;
-                if !p.cmdline.trim().is_empty() && !t.uses(cmdline::Field::Cmdline) {
-                    return Err(self.err(
-                        &at("cmdline"),
-                        "is not used: the pool's cmdline_template does not say {cmdline}",
-                    ));
-                }
-                Some(t)
-            }
-        };
+        let cmdline_template = self.check_template(name, p)?;
         let netconsole = match &p.netconsole {
             None | Some(raw::Netconsole::On(false)) => Netconsole::Off,
             Some(raw::Netconsole::On(true)) => Netconsole::On(None),
@@ -736,6 +745,7 @@ impl Checker<'_> {
             overlay,
             homes,
             nbd_via: NbdVia::Server,
+            nbd_peers: false,
             nfs_options,
             trace: p.trace,
             netconsole,
@@ -747,6 +757,7 @@ impl Checker<'_> {
             wake: self.check_wake(name, p.wake.as_ref())?,
         };
         pool.nbd_via = self.check_nbd(&pool, p.nbd.as_ref(), server)?;
+        pool.nbd_peers = self.check_peers(&pool, p.nbd.as_ref())?;
         // Debian's signed network GRUB has no HTTP: its config, kernel and initrd come
         // over TFTP (docs/clients.md).
         if pool.secure_boot && !server.tftp {

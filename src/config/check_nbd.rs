@@ -36,22 +36,12 @@ impl Checker<'_> {
         if pool.root != RootProto::Nbd {
             return refuse("is for a pool with `root: nbd`".into());
         }
-        match pool.initramfs {
-            Initramfs::InitramfsTools => {}
-            Initramfs::Dracut => {
-                return refuse(
-                    "needs `initramfs: initramfs-tools`: the addition starts the agent from \
-                     initramfs-tools' hooks only (its dracut hook is not built yet)"
-                        .into(),
-                );
-            }
-            Initramfs::Bootpool => {
-                return refuse(
-                    "needs a stock initrd (`initramfs: initramfs-tools`): the demo's own initrd \
-                     does not carry the addition that starts the agent"
-                        .into(),
-                );
-            }
+        if pool.initramfs == Initramfs::Bootpool {
+            return refuse(
+                "needs a stock initrd (`initramfs: initramfs-tools` or `dracut`): the demo's \
+                 own initrd does not carry the addition that starts the agent"
+                    .into(),
+            );
         }
         if let Some(image) = pool.images().into_iter().find(|i| i.cow.is_some()) {
             return refuse(format!(
@@ -120,6 +110,14 @@ pools:
         assert_eq!(via(""), NbdVia::Server);
         assert_eq!(via("    nbd: { via: server }\n"), NbdVia::Server);
         assert_eq!(via("    nbd: { via: agent }\n"), NbdVia::Agent);
+        // dracut's initrd too: the addition's netroot hook starts the agent there.
+        let dracut = format!(
+            "{}    nbd: {{ via: agent }}\n",
+            POOLS.replace("initramfs-tools", "dracut")
+        )
+        .replace("AGENT", &agent.path().display().to_string());
+        let c = Config::parse(Path::new("/etc/bootpool/pools.yaml"), &dracut).unwrap();
+        assert_eq!(c.pools["room"].nbd_via, NbdVia::Agent);
     }
 
     /// Each place the agent cannot work is refused at `nbd.via`, with its reason.
@@ -141,11 +139,11 @@ pools:
             e.reason.contains("image `cow`") && e.reason.contains("cow:"),
             "{e}"
         );
-        let dracut = POOLS.replace("initramfs-tools", "dracut");
-        let text = format!("{dracut}    nbd: {{ via: agent }}\n")
+        let demo = POOLS.replace("initramfs-tools", "bootpool");
+        let text = format!("{demo}    nbd: {{ via: agent }}\n")
             .replace("AGENT", &agent.path().display().to_string());
         let e = Config::parse(Path::new("/etc/bootpool/pools.yaml"), &text).unwrap_err();
-        assert!(e.reason.contains("dracut hook is not built"), "{e}");
+        assert!(e.reason.contains("the demo's own initrd"), "{e}");
         let nfs = POOLS.replace("root: nbd", "root: nfs");
         let text = format!("{nfs}    nbd: {{ via: agent }}\n")
             .replace("AGENT", &agent.path().display().to_string());

@@ -1,6 +1,6 @@
 //! `server.placement`, checked: in a site, whether the member that answers a client's DHCP
-//! places its boot on its own links (`owner`, the default) or on any live member's (`site`,
-//! which the site storm measured worse so far: docs/site.md).
+//! places its boot on its own links (`owner`, the default) or spreads its boots over every
+//! live member's (`site`: docs/site.md, "Ownership and placement").
 
 use super::check::Checker;
 use super::error::ConfigError;
@@ -18,8 +18,8 @@ impl Checker<'_> {
             Some(other) => Err(self.err(
                 &[Key("server"), Key("placement")],
                 format!(
-                    "unknown placement {other:?}: `site` (a boot on the least-loaded link of \
-                     any live member) or `owner` (on the links of the member that answers it)"
+                    "unknown placement {other:?}: `site` (the boots spread over every live \
+                     member's links) or `owner` (on the links of the member that answers it)"
                 ),
             )),
         }

@@ -20,6 +20,7 @@ mod check_names;
 mod check_nbd;
 mod check_overlay;
 mod check_overrides;
+mod check_peers;
 mod check_placement;
 mod check_wake;
 pub mod client_names;

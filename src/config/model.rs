@@ -160,7 +160,7 @@ pub struct Server {
 /// RFC 3074 hash) places its boot (docs/site.md, "Which server answers whom").
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum SitePlacement {
-    /// On the least-loaded link of any live member of the site (`site`).
+    /// Spread by the owner over every live member's links (`site`).
     #[default]
     Site,
     /// On the owner's own links only (`owner`).
@@ -336,6 +336,11 @@ pub struct Image {
     /// reads the root by (`nbd: { via: agent }`): filled in for a boot by
     /// `image::serve::for_boot` when the manifest is there, `None` in the config.
     pub blocks: Option<String>,
+    /// `http://ADDR:PORT` of the site's other members that hold this root too, which the
+    /// agent may read it from after the boot's own link (`site::root_sources`): filled in
+    /// for a boot through the agent by the script's caller from the site's live view, empty
+    /// in the config and without a site.
+    pub blocks_elsewhere: Vec<String>,
 }
 
 /// `pools.NAME.nbd.via`: how the kernel's NBD client reaches the root.
@@ -452,6 +457,9 @@ pub struct Pool {
     /// How an NBD root reaches the client's kernel (`nbd.via`): straight from this server,
     /// or through the client agent in the initrd, from every member (`NbdVia::Agent`).
     pub nbd_via: NbdVia,
+    /// The agents of the pool's clients fetch the root's chunks from each other, the server
+    /// their tracker (`nbd.peers`, docs/swarm.md); off by default.
+    pub nbd_peers: bool,
     /// Mount options of an NFS root after `ro` (`nfs_options`, default `nocto`): the root is
     /// an image nobody writes while it is mounted, so opening a file need not ask the server.
     pub nfs_options: String,

@@ -94,8 +94,8 @@ pub struct Server {
     pub metrics_open: Option<bool>,
     /// Clients on a full link are paced to equal shares (default true).
     pub fair_share: Option<bool>,
-    /// In a site, where a member places the boots it answers: `site` (default), on the
-    /// least-loaded link of any live member; `owner`, on its own links.
+    /// In a site, where a member places the boots it answers: `site`, spread over every live
+    /// member's links; `owner` (the default), on its own links.
     pub placement: Option<String>,
     /// The enrolments file (`config::enrolments`): default `state_dir/enrolled.yaml`.
     pub enrolments: Option<String>,
@@ -353,6 +353,8 @@ fn default_initramfs() -> String {
 #[serde(deny_unknown_fields)]
 pub struct PoolNbd {
     pub via: Option<String>,
+    /// Clients' agents fetch chunks from each other (`check_peers.rs`).
+    pub peers: Option<bool>,
 }
 
 /// `pools.NAME.homes`: the NFS export of the users' homes.

@@ -43,6 +43,11 @@ const ENTRIES: &[Entry] = &[
         "lib/dracut/hooks/pre-pivot/90-bootpool-overlay.sh",
         include_bytes!("../../dist/overlay/lib/dracut/hooks/pre-pivot/90-bootpool-overlay.sh"),
     ),
+    // dracut: once the interface is up, before the root's handler (nbdroot) runs.
+    file(
+        "lib/dracut/hooks/netroot/50-bootpool-agent.sh",
+        include_bytes!("../../dist/overlay/lib/dracut/hooks/netroot/50-bootpool-agent.sh"),
+    ),
 ];
 
 const fn dir(name: &'static str) -> Entry<'static> {

@@ -372,6 +372,7 @@ mod tests {
             initrd_wire: Default::default(),
             root_wire: Default::default(),
             blocks: None,
+            blocks_elsewhere: Vec::new(),
         }
     }
 

@@ -95,6 +95,13 @@ pub fn done(dir: &Path, rev: &str, ok: bool) {
     CHANGED.notify_all();
 }
 
+/// The `http` URLs of the other members holding revision `rev` of the image at `dir`, as the
+/// follower last read the site's table, without asking for it or waiting: `None` when no
+/// follower runs for the image (no site) or none holds it.
+pub fn held_by(dir: &Path, rev: &str) -> Option<Vec<String>> {
+    sites().get(dir)?.holders.get(rev).cloned()
+}
+
 /// Asks for revision `rev` of the image at `dir` and waits until the follower has read who
 /// holds it: their URLs and the read token, or `None` (no site, nobody holds it, or no read
 /// in time).

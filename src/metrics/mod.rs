@@ -141,6 +141,14 @@ pub struct Http {
     pub requests: Count,
     pub refused: Count,
     pub slots: Slots,
+    /// Chunks of NBD roots sent to clients' agents (`GET /boot/IMAGE/blocks/DIGEST/INDEX`),
+    /// whole or a range of one.
+    pub chunks_sent: Count,
+    /// The tracker's answers for each chunk wanted (docs/swarm.md): peers that hold it, the
+    /// peer receiving it, or the server.
+    pub tracked_to_holders: Count,
+    pub tracked_to_receiver: Count,
+    pub tracked_to_server: Count,
 }
 
 /// NFS and MOUNT on the NFS port. A request is an RPC call.

@@ -320,6 +320,26 @@ const FAMILIES: &[Family] = &[
         read: Read::Fixed(&[(&[], |m| &m.dhcp().unknown_forgotten)]),
         only_with_series: false,
     },
+    Family {
+        name: "bootpool_chunks_sent_total",
+        kind: Kind::Counter,
+        help: "Chunks of NBD roots sent to clients' agents over HTTP (docs/swarm.md), whole or a range of one.",
+        labels: &[],
+        read: Read::Fixed(&[(&[], |m| &m.http().chunks_sent)]),
+        only_with_series: false,
+    },
+    Family {
+        name: "bootpool_tracker_answers_total",
+        kind: Kind::Counter,
+        help: "The tracker's answers for chunks agents miss, by source named: peers that hold it, the peer receiving it, or the server (the asker then receives it into the room).",
+        labels: &["to"],
+        read: Read::Fixed(&[
+            (&["holders"], |m| &m.http().tracked_to_holders),
+            (&["receiver"], |m| &m.http().tracked_to_receiver),
+            (&["server"], |m| &m.http().tracked_to_server),
+        ]),
+        only_with_series: false,
+    },
     slots!(
         "bootpool_slots_held",
         Gauge,

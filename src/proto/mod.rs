@@ -15,6 +15,7 @@ pub mod pe;
 pub mod portmap;
 pub mod ra;
 pub mod rpc;
+pub mod swarm;
 pub mod tcp_info;
 pub mod tftp;
 pub mod tickle;

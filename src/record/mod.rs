@@ -32,6 +32,7 @@ pub mod event;
 pub mod follow;
 pub mod report;
 pub mod sampler;
+pub mod served;
 pub mod signs;
 pub mod spool;
 pub mod stall;
@@ -247,7 +248,8 @@ async fn start_with(
     let spool = spool::Spool::open(&server.state_dir);
     match spool.read() {
         Ok((parked, _)) => parked.iter().for_each(|ev| {
-            timelines.apply(ev);
+            // This member's own, marked with its name once written to a site's store.
+            timelines.apply_from(ev, shared.then_some(member));
         }),
         Err(e) => tracing::warn!(error = %e, "parked records unreadable"),
     }
@@ -327,7 +329,7 @@ async fn read_history(
         .replay_marked(|id, member, ev| {
             cursor.see(id, now);
             n += 1;
-            if timelines.apply(&ev)
+            if timelines.apply_from(&ev, member.as_deref())
                 && let Some(mac) = timelines.mac_for(ev.who)
             {
                 marks.push((mac, member.filter(|m| m != me)));
@@ -373,9 +375,10 @@ pub async fn load(server: &Server) -> anyhow::Result<Timelines> {
     let mut timelines = Timelines::default();
     match Store::open_existing(&server.database).await? {
         Some(store) => {
+            // With each site member's name (PostgreSQL), so the report says who served what.
             store
-                .replay(|ev| {
-                    timelines.apply(&ev);
+                .replay_marked(|_, member, ev| {
+                    timelines.apply_from(&ev, member.as_deref());
                 })
                 .await?;
             restore_consoles(&store, &mut timelines).await?;
@@ -550,7 +553,8 @@ impl Writer {
                 Some(Msg::Event(ev)) => ev,
                 None => break,
             };
-            if !t.apply(&ev) {
+            // In a site, this member's name marks its events, as the store will.
+            if !t.apply_from(&ev, self.shared.then_some(self.member.as_str())) {
                 counts.untied.inc();
                 continue;
             }
@@ -760,7 +764,7 @@ impl Writer {
             let Some(ev) = ev.filter(|_| new.contains(&id)) else {
                 continue;
             };
-            if t.apply(&ev)
+            if t.apply_from(&ev, member.as_deref())
                 && let Some(mac) = t.mac_for(ev.who)
             {
                 touched.insert(mac);

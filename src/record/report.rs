@@ -318,6 +318,25 @@ fn boot_row(b: &BootView) -> Vec<String> {
     row
 }
 
+/// In a site, who served each phase: `dhcp a, kernel b, root b -> a at HH:MM:SS` (local
+/// time); `None` outside a site.
+fn served_line(b: &BootView) -> Option<String> {
+    if b.served.is_empty() {
+        return None;
+    }
+    // The time of day alone: the wave's date is above the table.
+    let clock = |secs: f64| local(secs).split_off(11);
+    let mut parts: Vec<String> = b
+        .served
+        .iter()
+        .map(|s| format!("{} {}", s.phase, s.text(clock)))
+        .collect();
+    if b.served_unkept > 0 {
+        parts.push(format!("and {} turns more", b.served_unkept));
+    }
+    Some(parts.join(", "))
+}
+
 /// Who said the boot was up: `reported`, `inferred:EVIDENCE`, or `-`.
 fn end_cell(b: &BootView) -> String {
     match (b.end.as_deref(), b.evidence.as_deref()) {
@@ -383,6 +402,9 @@ fn wave_report(w: &WaveView, format: Format, people: &People) -> anyhow::Result<
             }
             if let Some(c) = &b.cause {
                 let _ = writeln!(out, "{} cause ({}): {}", who(&b.mac), c.kind, c.text);
+            }
+            if let Some(line) = served_line(b) {
+                let _ = writeln!(out, "{} served by {line}", who(&b.mac));
             }
         }
         let asked: BTreeSet<Mac> = w.boots.iter().filter_map(|b| b.mac.parse().ok()).collect();
@@ -604,6 +626,83 @@ mod tests {
     use super::*;
     use crate::config::Mac;
     use crate::record::event::{Event, Kind, Who};
+
+    /// In a site, a wave's table says under the boots who served each phase, and when a
+    /// member took a phase over; outside a site it says nothing of it.
+    #[test]
+    fn a_waves_table_says_who_served_each_phase() {
+        let s = 1_000_000;
+        let mac = Mac([0x52, 0x54, 0, 0x77, 0, 0x41]);
+        let ip = std::net::Ipv4Addr::new(10, 77, 0, 0x41);
+        let events = [
+            (
+                0,
+                "a",
+                Kind::DhcpDiscover {
+                    answered: true,
+                    pool: Some("p".into()),
+                    pxe: true,
+                    ipxe: true,
+                    arch: None,
+                },
+            ),
+            (
+                1,
+                "a",
+                Kind::DhcpAck {
+                    ip,
+                    pxe: true,
+                    ipxe: true,
+                    pool: "p".into(),
+                    link: None,
+                    relayed: None,
+                },
+            ),
+            (
+                3,
+                "a",
+                Kind::RootAttach {
+                    proto: crate::record::Proto::Nbd,
+                    export: "/x".into(),
+                },
+            ),
+            (
+                5,
+                "a",
+                Kind::RootRead {
+                    proto: crate::record::Proto::Nbd,
+                    bytes: 1 << 20,
+                },
+            ),
+            (
+                9,
+                "b",
+                Kind::RootRead {
+                    proto: crate::record::Proto::Nbd,
+                    bytes: 1 << 20,
+                },
+            ),
+        ];
+        let start = 1_800_000_000;
+        let mut t = Timelines::default();
+        let mut plain = Timelines::default();
+        for (at, member, kind) in events {
+            let e = Event {
+                at: (start + at) * s,
+                who: Who::Mac(mac),
+                kind,
+            };
+            t.apply_from(&e, Some(member));
+            plain.apply(&e);
+        }
+        let people = People::default();
+        let table = render(&t, &Query::Wave(1), Format::Table, &people).unwrap();
+        let clock = crate::record::when::local(start + 9).split_off(11);
+        let want = format!("{mac} served by dhcp a, initrd a, root a -> b at {clock}");
+        assert!(table.lines().any(|l| l == want), "{want}\n{table}");
+        let table = render(&plain, &Query::Wave(1), Format::Table, &people).unwrap();
+        assert!(!table.contains("served by"), "{table}");
+    }
 
     /// A wake's wave says so: the waves' table and CSV give its id in the `wake` column (`-`
     /// for a wave no wake started), and the wave's own report names it and its time.

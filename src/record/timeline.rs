@@ -11,6 +11,7 @@
 use super::console::Console;
 use super::end::{Evidence, Gone, GoneEvidence, Inferred, RootReads, RootUse};
 use super::event::{Event, FileKind, Kind, Micros, Outcome, Proto, WAKE_STARTS_WITHIN};
+use super::served::{self, Served, Turn};
 use crate::config::Mac;
 use crate::config::names::Rev;
 use crate::proto::dhcp::Relayed;
@@ -136,6 +137,9 @@ pub struct Boot {
     pub wake: Option<u64>,
     /// That wake's time: its first magic packet to any client (`Timelines::wakes`).
     pub wake_at: Option<Micros>,
+    /// Which site member served it when (`served.rs`; empty outside a site).
+    #[serde(skip)]
+    pub served: Served,
     marks: Marks,
     reads: RootReads,
 }
@@ -166,6 +170,7 @@ impl Boot {
             next_boot: None,
             wake: None,
             wake_at: None,
+            served: Served::default(),
             marks: Marks::default(),
             reads: RootReads::default(),
         }
@@ -250,6 +255,30 @@ impl Boot {
                 out.push(Phase { name, start, end });
                 start = end;
             }
+        }
+        out
+    }
+
+    /// Who served each phase (`served.rs`): the completed phases in order, the last one
+    /// open once the boot is up (its root's reads after the end count), then, for a boot
+    /// not up, the phase it is in (or failed in), open. Empty turns outside a site.
+    pub fn served_phases(&self) -> Vec<(&'static str, Vec<Turn>)> {
+        let phases = self.phases();
+        let up = self.is_up();
+        let last = phases.len();
+        let mut out: Vec<(&'static str, Vec<Turn>)> = phases
+            .iter()
+            .enumerate()
+            .map(|(k, p)| {
+                let open = up && k + 1 == last;
+                let end = (!open).then_some(p.end);
+                (p.name, self.served.turns(p.start, end, k == 0))
+            })
+            .collect();
+        if !up {
+            let start = phases.last().map_or(self.start, |p| p.end);
+            let turns = self.served.turns(start, None, phases.is_empty());
+            out.push((self.current_phase(), turns));
         }
         out
     }
@@ -428,10 +457,17 @@ impl Timelines {
         changed
     }
 
-    /// Applies one event. Returns false if it could not be tied to a client. Longer than the
-    /// house's ~150 lines on purpose: one arm per event kind, each a few lines on the one boot
-    /// the event was tied to.
+    /// Applies one event (a server's alone, or this member's without its name). Returns false
+    /// if it could not be tied to a client.
     pub fn apply(&mut self, ev: &Event) -> bool {
+        self.apply_from(ev, None)
+    }
+
+    /// Applies one event written by site member `member` (`None`: outside a site), whose
+    /// service events (`served::serves`) say who served the boot. Returns false if it could
+    /// not be tied to a client. Longer than the house's ~150 lines on purpose: one arm per
+    /// event kind, each a few lines on the one boot the event was tied to.
+    pub fn apply_from(&mut self, ev: &Event, member: Option<&str>) -> bool {
         use super::event::Who;
         let mac = match ev.who {
             Who::Mac(m) => m,
@@ -476,10 +512,15 @@ impl Timelines {
             let id = self.boots.len() as u64 + 1;
             self.boots.push(Boot::new(id, mac, ev.at));
             self.current.insert(mac, self.boots.len() - 1);
-            return self.apply(ev);
+            return self.apply_from(ev, member);
         };
         let boot = &mut self.boots[i];
         boot.last_event = boot.last_event.max(ev.at);
+        if let Some(m) = member
+            && served::serves(&ev.kind)
+        {
+            boot.served.saw(m, ev.at);
+        }
         // The booted system's own DHCP, after its root was attached.
         if let Kind::DhcpDiscover { pxe: false, .. }
         | Kind::DhcpAck { pxe: false, .. }
@@ -1275,6 +1316,155 @@ mod tests {
         assert_eq!(b.end(), Some((25 * S, End::Inferred)));
         assert_eq!(b.inferred.unwrap().evidence, Evidence::DhcpAfterRoot);
         assert_eq!(result(&t, 26 * S), "booted");
+    }
+
+    /// In a site each event names its member: a boot placed by its owner `a` on member `b`'s
+    /// link has its DHCP from a and the rest from b; a failover after the boot is up (b
+    /// killed, a takes its address and its client's root reads) moves the root to a, at a's
+    /// first read. Events without a member (outside a site) name nobody.
+    #[test]
+    fn each_phase_names_the_members_that_served_it_and_a_takeover_moves_it() {
+        let mac = Mac([0x52, 0x54, 0, 0x77, 0, 0x30]);
+        let ip = Ipv4Addr::new(10, 77, 0, 0x30);
+        let mut t = Timelines::default();
+        let file = |kind| Kind::File {
+            proto: Proto::Http,
+            kind,
+            path: "f".into(),
+            bytes: 10,
+            outcome: Outcome::Complete,
+        };
+        let events = [
+            (
+                0,
+                "a",
+                Kind::DhcpDiscover {
+                    answered: true,
+                    pool: None,
+                    pxe: true,
+                    ipxe: true,
+                    arch: None,
+                },
+            ),
+            (
+                1,
+                "a",
+                Kind::DhcpAck {
+                    ip,
+                    pxe: true,
+                    ipxe: true,
+                    pool: "room".into(),
+                    link: None,
+                    relayed: None,
+                },
+            ),
+            (2, "b", file(FileKind::Script)),
+            (3, "b", file(FileKind::Kernel)),
+            (4, "b", file(FileKind::Initrd)),
+            (
+                6,
+                "b",
+                Kind::RootAttach {
+                    proto: Proto::Nfs,
+                    export: "/x".into(),
+                },
+            ),
+            (
+                7,
+                "b",
+                Kind::RootRead {
+                    proto: Proto::Nfs,
+                    bytes: 8 * MIB,
+                },
+            ),
+            // The client's own word is not a member serving it.
+            (
+                8,
+                "a",
+                Kind::Booted {
+                    uptime_s: None,
+                    root_bytes: None,
+                },
+            ),
+            // b is killed; a holds its address from 20 s and answers the root's reads.
+            (
+                21,
+                "a",
+                Kind::RootRead {
+                    proto: Proto::Nfs,
+                    bytes: MIB,
+                },
+            ),
+            (
+                25,
+                "a",
+                Kind::RootRead {
+                    proto: Proto::Nfs,
+                    bytes: MIB,
+                },
+            ),
+        ];
+        for (s, member, kind) in events {
+            assert!(t.apply_from(&ev(s * S, Who::Mac(mac), kind), Some(member)));
+        }
+        let b = t.current(mac).unwrap();
+        let served: Vec<(&str, Vec<(String, Micros)>)> = b
+            .served_phases()
+            .into_iter()
+            .map(|(p, turns)| (p, turns.into_iter().map(|x| (x.member, x.at / S)).collect()))
+            .collect();
+        let one = |m: &str, at| vec![(m.to_string(), at)];
+        assert_eq!(
+            served,
+            [
+                ("dhcp", one("a", 0)),
+                ("ipxe", one("b", 2)),
+                ("kernel", one("b", 2)),
+                ("initrd", one("b", 4)),
+                ("root", vec![("b".into(), 6), ("a".into(), 21)]),
+            ]
+        );
+        // A boot still running names the phase it is in, too: here the root, by b, then a.
+        let mut t = Timelines::default();
+        let ip = to_attach(&mut t, mac, Proto::Nbd);
+        t.apply_from(
+            &ev(
+                12 * S,
+                Who::Ip(ip),
+                Kind::RootRead {
+                    proto: Proto::Nbd,
+                    bytes: MIB,
+                },
+            ),
+            Some("b"),
+        );
+        t.apply_from(
+            &ev(
+                14 * S,
+                Who::Ip(ip),
+                Kind::RootRead {
+                    proto: Proto::Nbd,
+                    bytes: MIB,
+                },
+            ),
+            Some("a"),
+        );
+        let b = t.current(mac).unwrap();
+        let (phase, turns) = b.served_phases().pop().unwrap();
+        assert_eq!(phase, "root");
+        let turns: Vec<_> = turns
+            .iter()
+            .map(|x| (x.member.as_str(), x.at / S))
+            .collect();
+        assert_eq!(turns, [("b", 12), ("a", 14)]);
+        // The phases before it were applied without a member: nobody named.
+        assert!(
+            b.served_phases()
+                .iter()
+                .rev()
+                .skip(1)
+                .all(|(_, turns)| turns.is_empty())
+        );
     }
 
     #[test]

@@ -111,6 +111,65 @@ pub struct BootView {
     /// How long it has been silent, when it is stalled at the time of the view.
     #[serde(default)]
     pub stalled_s: Option<f64>,
+    /// In a site, which member served each phase (`record::served`): the phases of `phases`,
+    /// then the one it is in when not up, each with the members in turn; absent outside a site.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub served: Vec<ServedView>,
+    /// Turns of a member past the 32 a boot keeps (members taking turns), not in `served`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub served_unkept: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// One phase's servers: `by[0]` from the phase's start (or its first event), each next one
+/// from `at`, when it took over.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServedView {
+    pub phase: String,
+    pub by: Vec<TurnView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnView {
+    pub member: String,
+    /// Unix seconds.
+    pub at: f64,
+}
+
+impl ServedView {
+    /// `a`, or `a -> b at HH:MM:SS` when the phase moved, `local` writing a time.
+    pub fn text(&self, local: impl Fn(f64) -> String) -> String {
+        let mut out = String::new();
+        for (k, t) in self.by.iter().enumerate() {
+            if k == 0 {
+                out.push_str(&t.member);
+            } else {
+                out.push_str(&format!(" -> {} at {}", t.member, local(t.at)));
+            }
+        }
+        out
+    }
+}
+
+/// The served phases of a boot, those no member is known for left out.
+fn served_of(b: &Boot) -> Vec<ServedView> {
+    b.served_phases()
+        .into_iter()
+        .filter(|(_, turns)| !turns.is_empty())
+        .map(|(phase, turns)| ServedView {
+            phase: phase.into(),
+            by: turns
+                .into_iter()
+                .map(|t| TurnView {
+                    member: t.member,
+                    at: t.at as f64 / 1e6,
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -229,6 +288,8 @@ impl BootView {
             wave: wave.map(|(id, _)| id),
             stall_after_s: super::stall::stall_after_s(b, others, now),
             stalled_s: super::stall::stalled_s(b, others, now),
+            served: served_of(b),
+            served_unkept: b.served.unkept(),
         }
     }
 

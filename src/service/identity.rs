@@ -19,7 +19,7 @@ use crate::boot::leases::Leases;
 use crate::boot::leases6::Leases6;
 use crate::config::{Config, Mac};
 use crate::site::shared_leases::SharedLeases;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -34,11 +34,32 @@ pub struct Identity {
     /// IPv4 address nobody holds has them read again soon, at most once per `ASK_AGAIN`.
     site: Arc<OnceLock<Arc<SharedLeases>>>,
     asked: Arc<Mutex<HashMap<Ipv4Addr, Instant>>>,
+    /// The requests held for the site's leases (`standing_held`).
+    held: Arc<Mutex<Held>>,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    /// Addresses a request is held for now.
+    now: HashSet<Ipv4Addr>,
+    /// When each address was last held.
+    last: HashMap<Ipv4Addr, Instant>,
+    /// Requests held or waiting for a hold now.
+    tasks: usize,
 }
 
 /// How long an address nobody held stays unknown before the site's leases are read again for
 /// it: the negative answer's life.
 const ASK_AGAIN: Duration = Duration::from_secs(2);
+
+/// Longest a first request from an address nobody here knows is held (`standing_held`).
+const HOLD: Duration = Duration::from_secs(1);
+/// A second read, this long after the first, when the first did not know the address yet:
+/// the owner writes its lease as it answers, a few milliseconds after the client has it.
+const READ_AGAIN: Duration = Duration::from_millis(200);
+/// Requests held or waiting at once; beyond, an unknown address's request goes on as a
+/// stranger's.
+const MAX_HELD: usize = 64;
 
 impl Identity {
     pub fn new(leases: Leases) -> Identity {
@@ -105,6 +126,88 @@ impl Identity {
             (None, IpAddr::V6(v6)) => self.read6().holder(v6, unix_now()),
             (None, IpAddr::V4(_)) => None,
         }
+    }
+
+    /// `standing`, except that in a site a request from an IPv4 address nobody here knows is
+    /// held until the site's leases were read again after it came (`SharedLeases::read_fresh`;
+    /// once more `READ_AGAIN` later if that read did not know it either; `HOLD` at most). The
+    /// owner of a client that it placed on this member writes the lease as it answers, and the
+    /// client's first request (a firmware's TFTP read, UEFI's HTTP boot) can come before this
+    /// member's next read: without the hold it would be a stranger here, refused once the
+    /// strangers' few slots are taken. An address is held once per `ASK_AGAIN`; a request
+    /// from an address held now waits for that hold's answer; `MAX_HELD` requests at most are
+    /// held or waiting, beyond which an unknown address's request goes on as a stranger's.
+    pub async fn standing_held(&self, config: &Config, serves: ServesFor, ip: IpAddr) -> Standing {
+        let first = self.standing(config, serves, ip);
+        let (Standing::Stranger, Some(shared), Some(v4)) =
+            (first, self.site.get(), super::ipv4_of(ip))
+        else {
+            return first;
+        };
+        let now = Instant::now();
+        let deadline = tokio::time::Instant::from_std(now + HOLD);
+        let leads = {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            let recent = held
+                .last
+                .get(&v4)
+                .is_some_and(|at| now.duration_since(*at) < ASK_AGAIN);
+            let leads = !held.now.contains(&v4);
+            if held.tasks >= MAX_HELD || (leads && recent) {
+                return first;
+            }
+            if leads {
+                if held.last.len() >= 4096 {
+                    held.last
+                        .retain(|_, at| now.duration_since(*at) < ASK_AGAIN);
+                }
+                held.now.insert(v4);
+                held.last.insert(v4, now);
+            }
+            held.tasks += 1;
+            leads
+        };
+        if leads {
+            for again in [false, true] {
+                if again
+                    && tokio::time::timeout_at(deadline, tokio::time::sleep(READ_AGAIN))
+                        .await
+                        .is_err()
+                {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, shared.read_fresh())
+                    .await
+                    .is_err()
+                    || self.elsewhere(v4, unix_now()).is_some()
+                {
+                    break;
+                }
+            }
+        } else {
+            // Another request from this address leads the hold: its answer is this one's.
+            while self.is_held(v4) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            if leads {
+                held.now.remove(&v4);
+            }
+            held.tasks -= 1;
+        }
+        self.standing(config, serves, ip)
+    }
+
+    fn is_held(&self, v4: Ipv4Addr) -> bool {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.now.contains(&v4)
+    }
+
+    /// Whether `standing_held` may hold a request: this server is a member of a site.
+    pub fn in_a_site(&self) -> bool {
+        self.site.get().is_some()
     }
 
     /// Who `ip` is to a service that serves `serves`: a client when it holds a lease of a

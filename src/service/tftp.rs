@@ -89,7 +89,7 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
     let transfers = Arc::new(Transfers::start(&shutdown)?);
     let mut buf = vec![0u8; wire::MAX_REQUEST + 1];
     static STRANGER: super::bounds::LogLimit = super::bounds::LogLimit::new();
-    static BUSY: super::bounds::LogLimit = super::bounds::LogLimit::new();
+    let socket = Arc::new(socket);
     loop {
         let (n, peer, local) = tokio::select! {
             _ = shutdown.wait() => break,
@@ -116,27 +116,10 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
                 counts.requests.inc();
                 slots.set_client_caps(client_caps(&config.limits));
                 let standing = identity.standing(&config, ServesFor::AnyPool, peer.ip());
-                let slot = match slots.take(peer.ip(), standing) {
-                    Ok(slot) => slot,
-                    Err(full) => {
-                        counts.refused.inc();
-                        let c = counts.busy.add(1);
-                        if let Some(suppressed) = BUSY.allow() {
-                            tracing::warn!(%peer, file = %req.file, ?standing,
-                                caps = ?slots.caps(standing), refused = c, suppressed,
-                                "tftp transfer refused: {}", full.reason());
-                        }
-                        let text = match full {
-                            Full::Pool => "server busy",
-                            Full::Address => "too many transfers",
-                        };
-                        let _ = socket
-                            .send_to(&wire::encode_error(err::NOT_DEFINED, text), peer)
-                            .await;
-                        continue;
-                    }
-                };
-                let r = Request {
+                let asked = Asked {
+                    socket: socket.clone(),
+                    slots: slots.clone(),
+                    transfers: transfers.clone(),
                     peer,
                     local,
                     req,
@@ -145,14 +128,21 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
                     metrics: metrics.clone(),
                     links: links.clone(),
                     identity: identity.clone(),
-                    slot,
                 };
-                let transfers = transfers.clone();
-                shutdown.spawn(async move {
-                    if let Ok(Some(t)) = tokio::task::spawn_blocking(move || r.prepare()).await {
-                        transfers.add(t);
-                    }
-                });
+                if standing == Standing::Stranger && identity.in_a_site() {
+                    // Perhaps a client another member just placed here: held until the
+                    // site's leases were read again (`Identity::standing_held`).
+                    let stop = shutdown.clone();
+                    shutdown.spawn(async move {
+                        let standing = asked
+                            .identity
+                            .standing_held(&asked.config, ServesFor::AnyPool, asked.peer.ip())
+                            .await;
+                        asked.start(standing, &stop).await;
+                    });
+                } else {
+                    asked.start(standing, &shutdown).await;
+                }
             }
             Ok(Packet::Write(req)) => {
                 counts.requests.inc();
@@ -213,6 +203,79 @@ fn short(p: &Packet) -> &'static str {
         Packet::Ack(_) => "ack",
         Packet::Error { .. } => "error",
         Packet::Oack(_) => "oack",
+    }
+}
+
+/// A read request at the request port, before its slot is taken (`start`).
+struct Asked {
+    socket: Arc<tokio::net::UdpSocket>,
+    slots: Slots,
+    transfers: Arc<Transfers>,
+    peer: SocketAddr,
+    local: Option<Ipv4Addr>,
+    req: wire::Request,
+    config: Arc<Config>,
+    recorder: Recorder,
+    metrics: Metrics,
+    links: Arc<Links>,
+    identity: Identity,
+}
+
+impl Asked {
+    /// Takes a slot of `standing`'s pool and starts the transfer, or refuses the request
+    /// (`server busy`, `too many transfers`: an ERROR, counted).
+    async fn start(self, standing: Standing, shutdown: &crate::shutdown::Shutdown) {
+        static BUSY: super::bounds::LogLimit = super::bounds::LogLimit::new();
+        let Asked {
+            socket,
+            slots,
+            transfers,
+            peer,
+            local,
+            req,
+            config,
+            recorder,
+            metrics,
+            links,
+            identity,
+        } = self;
+        let counts = metrics.tftp();
+        let slot = match slots.take(peer.ip(), standing) {
+            Ok(slot) => slot,
+            Err(full) => {
+                counts.refused.inc();
+                let c = counts.busy.add(1);
+                if let Some(suppressed) = BUSY.allow() {
+                    tracing::warn!(%peer, file = %req.file, ?standing,
+                        caps = ?slots.caps(standing), refused = c, suppressed,
+                        "tftp transfer refused: {}", full.reason());
+                }
+                let text = match full {
+                    Full::Pool => "server busy",
+                    Full::Address => "too many transfers",
+                };
+                let _ = socket
+                    .send_to(&wire::encode_error(err::NOT_DEFINED, text), peer)
+                    .await;
+                return;
+            }
+        };
+        let r = Request {
+            peer,
+            local,
+            req,
+            config,
+            recorder,
+            metrics,
+            links,
+            identity,
+            slot,
+        };
+        shutdown.spawn(async move {
+            if let Ok(Some(t)) = tokio::task::spawn_blocking(move || r.prepare()).await {
+                transfers.add(t);
+            }
+        });
     }
 }
 

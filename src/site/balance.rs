@@ -1,50 +1,32 @@
 //! The site's links as the DHCP owner of a client sees them when it places a boot anywhere
 //! in the site (docs/site.md, "Which server answers whom"): policy over the view's rows,
-//! plain data in and out. Each live member publishes its own links' capacity and egress, and
-//! the boots it placed on any link (`steer::placement::Published`); this turns the others'
-//! rows into `Elsewhere`, which `steer::placement` adds to its own links and its own boots.
+//! plain data in and out. Each live member publishes its own links' capacity in its
+//! heartbeat (`steer::placement::Published`); this turns the other live members' into
+//! `Elsewhere`, which `steer::placement` offers beside its own links. What the others placed
+//! is not read: each owner spreads its own boots (`steer::placement`).
 
 use super::owners::View;
-use crate::steer::choice::Load;
 use crate::steer::placement::Elsewhere;
 
-/// The other live members' links (capacity and egress as their member published them) and
-/// what the other live members placed on every link, this member's included. Empty while
-/// the view is frozen: a member whose heartbeat cannot be read may be gone, so a boot goes
-/// on this member's own links only.
+/// The other live members' links, with the capacity their member published. Empty while the
+/// view is frozen: a member whose heartbeat cannot be read may be gone, so a boot goes on
+/// this member's own links only.
 pub fn elsewhere(view: &View) -> Vec<Elsewhere> {
     if view.frozen() {
         return Vec::new();
     }
-    let others: Vec<_> = view
-        .seen()
-        .iter()
-        .filter(|s| s.member.name != view.me() && view.live().contains(&s.member.name))
-        .collect();
     let mut out: Vec<Elsewhere> = Vec::new();
-    let at = |out: &mut Vec<Elsewhere>, address| match out.iter().position(|e| e.address == address)
-    {
-        Some(i) => i,
-        None => {
-            out.push(Elsewhere {
-                address,
-                load: Load::default(),
-                theirs: false,
-            });
-            out.len() - 1
+    for s in view.seen() {
+        if s.member.name == view.me() || !view.live().contains(&s.member.name) {
+            continue;
         }
-    };
-    for s in &others {
-        for p in &s.load {
-            let i = at(&mut out, p.address);
-            let e = &mut out[i];
-            if p.own {
-                e.theirs = true;
-                e.load.capacity_bps = p.capacity_bps;
-                e.load.egress_bps = p.egress_bps;
+        for p in s.load.iter().filter(|p| p.own) {
+            if !out.iter().any(|e| e.address == p.address) {
+                out.push(Elsewhere {
+                    address: p.address,
+                    capacity_bps: p.capacity_bps,
+                });
             }
-            e.load.pending_bytes += p.pending_bytes;
-            e.load.clients += p.clients;
         }
     }
     out
@@ -91,7 +73,7 @@ mod tests {
     }
 
     #[test]
-    fn the_others_links_and_what_they_placed_everywhere() {
+    fn the_other_live_members_own_links_with_their_capacity() {
         let mut v = View::alone("a");
         v.read(vec![
             row("a", 0.1, vec![own(1, 999, 9)]),
@@ -107,20 +89,13 @@ mod tests {
         ]);
         let e = elsewhere(&v);
         let find = |last| e.iter().find(|e| e.address == ip(last)).copied();
-        // a's own row is not read back: its boots are counted by its own placement.
-        let a = find(1).unwrap();
-        assert!(!a.theirs);
-        assert_eq!((a.load.pending_bytes, a.load.clients), (100, 1));
-        let b = find(2).unwrap();
-        assert!(b.theirs);
-        assert_eq!((b.load.pending_bytes, b.load.clients), (200, 2));
-        assert_eq!(b.load.capacity_bps, Some(1_000_000_000));
-        let c = find(3).unwrap();
-        assert!(c.theirs);
-        assert_eq!(
-            (c.load.pending_bytes, c.load.clients, c.load.egress_bps),
-            (50, 1, 5)
-        );
+        // a's own link is not offered as another's; what b placed on a's and c's links is
+        // not read (each owner spreads its own boots).
+        assert!(find(1).is_none());
+        assert_eq!(find(2).unwrap().capacity_bps, Some(1_000_000_000));
+        assert!(find(3).is_some());
+        assert_eq!(e.len(), 2, "{e:?}");
+        // d is dead: its link is not offered.
         assert!(find(4).is_none());
     }
 

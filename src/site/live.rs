@@ -102,6 +102,46 @@ impl Site {
         super::balance::elsewhere(&view)
     }
 
+    /// `image` (the image a boot of `pool` on `link` is served) with the other members its
+    /// client's agent may read its root from (`Image::blocks_elsewhere`, `root_sources`):
+    /// for a pool whose NBD root goes through the agent and a root with its block manifest,
+    /// in a site; else `image` as it is.
+    pub fn with_root_sources(
+        &self,
+        config: &crate::config::Config,
+        pool: &crate::config::Pool,
+        image: Arc<crate::config::Image>,
+        link: std::net::Ipv4Addr,
+    ) -> Arc<crate::config::Image> {
+        let through_agent = pool.root == crate::config::RootProto::Nbd
+            && pool.nbd_via == crate::config::NbdVia::Agent;
+        if !self.shared() || !through_agent || image.blocks.is_none() {
+            return image;
+        }
+        let rev = crate::config::names::revision_of(&image.nbd_export);
+        let holders = rev.and_then(|r| crate::image::demand::held_by(&image.dir, r));
+        let view = self.view();
+        let boot = super::root_sources::Boot {
+            pool: &pool.name,
+            rev,
+            link,
+            subnet: config.dhcp.subnet_of(link).map(|s| s.subnet),
+        };
+        let elsewhere = super::root_sources::elsewhere(
+            view.seen(),
+            view.me(),
+            view.live(),
+            holders.as_deref(),
+            boot,
+        );
+        if elsewhere.is_empty() {
+            return image;
+        }
+        let mut image = (*image).clone();
+        image.blocks_elsewhere = elsewhere;
+        Arc::new(image)
+    }
+
     /// The addresses held for the site, and the takeovers to act on.
     pub fn held(&self) -> &Held {
         &self.held

@@ -19,5 +19,6 @@ pub mod live;
 pub mod member;
 pub mod owners;
 pub mod report;
+pub mod root_sources;
 pub mod shared_leases;
 pub mod shared_leases6;

@@ -17,9 +17,10 @@ use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 /// How often the spool is written and the others' rows read.
 pub const EVERY: Duration = Duration::from_secs(1);
@@ -45,6 +46,10 @@ pub struct SharedLeases {
     send_now: Notify,
     /// Wakes `keep` to read the others' rows before the next tick (`read_soon`).
     read_now: Notify,
+    /// Reads asked for by `read_fresh` so far (its tickets).
+    asked: AtomicU64,
+    /// The last ticket a finished read had been asked for before it started.
+    covered: watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for SharedLeases {
@@ -87,6 +92,8 @@ impl SharedLeases {
             metrics,
             send_now: Notify::new(),
             read_now: Notify::new(),
+            asked: AtomicU64::new(0),
+            covered: watch::Sender::new(0),
         };
         shared.set_share(|_, place, n| Share::new(place, n, []));
         Ok(Arc::new(shared))
@@ -127,6 +134,17 @@ impl SharedLeases {
     /// placed on this member. Never waited for: the request goes on with what is known.
     pub fn read_soon(&self) {
         self.read_now.notify_one();
+    }
+
+    /// Returns once the others' rows were read by a read that started after this call (at
+    /// once, or after the one running now): a service holding a first request from an address
+    /// nobody here knows waits for it (`service::identity`, `standing_held`). Bound it with a
+    /// timeout: a database that does not answer leaves the share as last read.
+    pub async fn read_fresh(&self) {
+        let ticket = self.asked.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut covered = self.covered.subscribe();
+        self.read_now.notify_one();
+        let _ = covered.wait_for(|c| *c >= ticket).await;
     }
 
     /// The address the site's table refused `mac` since it was last asked, if any.
@@ -227,6 +245,7 @@ impl SharedLeases {
 
     /// Reads the others' rows into the share, with this member's place among the live.
     async fn read(&self) {
+        let tickets = self.asked.load(Ordering::SeqCst);
         let now = unix_now();
         match self.db.others(&self.site.me().name, now).await {
             Ok(rows) => {
@@ -235,6 +254,11 @@ impl SharedLeases {
             // As last read, with the members the site's view has (frozen as well).
             Err(_) => self.set_share(|old, place, n| old.with_members(place, n)),
         }
+        self.covered.send_if_modified(|c| {
+            let newer = tickets > *c;
+            *c = (*c).max(tickets);
+            newer
+        });
     }
 
     /// Replaces the share by `make(old, place, live)`.

@@ -11,11 +11,14 @@
 //! booting client's room when it is behind an uplink (`dhcp.subnets[].uplink`), so that a
 //! room's clients are spread as its uplink allows (`choice::choose_in_room`).
 //!
-//! In a site (docs/site.md), the DHCP owner of a client places its boot on any live member's
-//! link: the rest of the site's links come in as `Elsewhere` (what the other members publish
-//! in their heartbeats, `published`), and a boot placed on another member's link counts here,
-//! on that link, for the whole boot, as this server's own do; the others see it in this
-//! server's next heartbeat.
+//! In a site (docs/site.md), with `server.placement: site`, the DHCP owner of a client places
+//! its boot on any live member's link: the others' links come in as `Elsewhere` (their
+//! addresses and capacities, from their heartbeats), and a boot placed on another member's
+//! link counts here, on that link, for the whole boot, as this server's own do. Each owner
+//! spreads its own boots only (`loads`): the sum of the owners' even spreads is even, and
+//! needs nothing from the others' heartbeats, which lag a second behind a storm's DISCOVERs.
+//! The boots this server placed anywhere go into its heartbeat (`published`), for the site's
+//! view.
 
 use super::choice::{self, LinkSpec, Load};
 use crate::config::{Config, Mac, Pool, Subnet};
@@ -108,17 +111,12 @@ impl std::fmt::Debug for Placement {
     }
 }
 
-/// A link as the rest of the site sees it, for a site-wide choice: another live member's
-/// link (`own`: its capacity and egress, as that member published them), or one of this
-/// server's, with what the others placed on it.
+/// Another live member's link, for a site-wide choice: its address and its capacity as its
+/// member published it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Elsewhere {
     pub address: Ipv4Addr,
-    /// Capacity and egress from the link's own member; pending bytes and clients, the sum
-    /// of what the other members placed there.
-    pub load: Load,
-    /// The link belongs to another member (else it is one of this server's).
-    pub theirs: bool,
+    pub capacity_bps: Option<u64>,
 }
 
 impl Placement {
@@ -194,8 +192,8 @@ impl Placement {
         room: Option<(Subnet, u64)>,
         site: &[Elsewhere],
     ) -> Ipv4Addr {
-        let remote = |a: &Ipv4Addr| site.iter().any(|e| e.theirs && e.address == *a);
-        if self.addresses.len() == 1 && !site.iter().any(|e| e.theirs) {
+        let remote = |a: &Ipv4Addr| site.iter().any(|e| e.address == *a);
+        if self.addresses.len() == 1 && site.is_empty() {
             return self.addresses[0];
         }
         let mut booting = self.booting.lock().unwrap_or_else(|e| e.into_inner());
@@ -365,7 +363,14 @@ impl Placement {
                 ..Load::default()
             })
             .collect();
-        if let Some(sample) = self.egress.get().and_then(|e| e.latest()) {
+        // In a site, the others' links by their capacity only: each owner spreads its own
+        // boots over the site's links, and so the sum of all owners' is even, without
+        // waiting for anyone's heartbeat (a second old, when a room's DISCOVERs come within
+        // one). Placing by what the others published, and by a link's measured egress (which
+        // the others' boots there make), herded a storm's boots onto one member: 61 of 80.
+        if site.is_empty()
+            && let Some(sample) = self.egress.get().and_then(|e| e.latest())
+        {
             for (l, s) in loads.iter_mut().zip(state) {
                 if let Some(dev) = &s.device
                     && let Some(r) = sample.links.iter().find(|r| &r.name == dev)
@@ -374,21 +379,13 @@ impl Placement {
                 }
             }
         }
-        // The others' links, and what the others placed on every link.
         for e in site {
-            match links.iter().position(|a| *a == e.address) {
-                Some(i) => {
-                    loads[i].pending_bytes += e.load.pending_bytes;
-                    loads[i].clients += e.load.clients;
-                }
-                None if e.theirs => {
-                    links.push(e.address);
-                    loads.push(Load {
-                        room_pending_bytes: 0,
-                        ..e.load
-                    });
-                }
-                None => {}
+            if !links.contains(&e.address) {
+                links.push(e.address);
+                loads.push(Load {
+                    capacity_bps: e.capacity_bps,
+                    ..Load::default()
+                });
             }
         }
         self.forget_done(booting, now);
@@ -397,7 +394,13 @@ impl Placement {
             let Some(i) = links.iter().position(|a| *a == b.link) else {
                 continue;
             };
-            let so_far = fetched.get(mac).copied().flatten().unwrap_or(0);
+            // In a site, a boot weighs its whole expected bytes until it ends, wherever it
+            // runs: the bytes another member sent reach this server's records a second or
+            // more late, and a boot here would weigh less than the same boot there.
+            let so_far = match site.is_empty() {
+                true => fetched.get(mac).copied().flatten().unwrap_or(0),
+                false => 0,
+            };
             let l = &mut loads[i];
             l.clients += 1;
             let owed = self.expected_bytes(&b.pool).saturating_sub(so_far);
@@ -438,5 +441,82 @@ impl Placement {
         });
         cache.insert(pool.name.clone(), (bytes, Instant::now()));
         bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = "\
+server:
+  interfaces: [br0]
+  address: 10.77.0.1
+  http: 0.0.0.0:8080
+  state_dir: var/
+dhcp:
+  mode: authoritative
+  subnet: 10.77.0.0/24
+  range: 10.77.0.100-10.77.0.199
+  router: 10.77.0.1
+images:
+  demo:
+    dir: images/demo
+pools:
+  room:
+    image: demo
+    root: nbd
+    clients:
+      - { macs: \"52:54:00:77:00:00-52:54:00:77:00:ff\" }
+";
+
+    /// Members `a`, `b` and `c` (one link each) own a room's clients by a hash, unevenly
+    /// (20, 15 and 5 here); each owner places its own over the three links as their DISCOVERs
+    /// come, knowing nothing of the others' placements: every link gets 13 or 14 of the 40.
+    #[test]
+    fn owners_spreading_their_own_boots_fill_every_link_evenly() {
+        let links = [
+            Ipv4Addr::new(10, 77, 0, 1),
+            Ipv4Addr::new(10, 77, 0, 2),
+            Ipv4Addr::new(10, 77, 0, 3),
+        ];
+        let owners: Vec<(Placement, Vec<Elsewhere>, Arc<Pool>)> = links
+            .iter()
+            .map(|mine| {
+                let text = CONFIG.replace("address: 10.77.0.1", &format!("address: {mine}"));
+                let config = Config::parse(std::path::Path::new("pools.yaml"), &text).unwrap();
+                let pool = config.pools["room"].clone();
+                let others = links
+                    .iter()
+                    .filter(|a| *a != mine)
+                    .map(|a| Elsewhere {
+                        address: *a,
+                        capacity_bps: Some(1_000_000_000),
+                    })
+                    .collect();
+                (Placement::new(&config, None, &[]), others, pool)
+            })
+            .collect();
+        let mut on: BTreeMap<Ipv4Addr, usize> = BTreeMap::new();
+        for m in 0..40u8 {
+            let owner = match m % 8 {
+                0..=3 => 0,
+                4..=6 => 1,
+                _ => 2,
+            };
+            let (placement, others, pool) = &owners[owner];
+            let mac = Mac([0x52, 0x54, 0, 0x77, 0, m]);
+            let link = placement.link_for(mac, pool, None, true, None, others);
+            *on.entry(link).or_default() += 1;
+        }
+        assert_eq!(on.len(), 3, "{on:?}");
+        assert!(on.values().all(|n| (13..=14).contains(n)), "{on:?}");
+        // Alone (no other member live), an owner keeps its boots on its own link.
+        let (placement, _, pool) = &owners[1];
+        let mac = Mac([0x52, 0x54, 0, 0x77, 1, 0]);
+        assert_eq!(
+            placement.link_for(mac, pool, None, true, None, &[]),
+            links[1]
+        );
     }
 }

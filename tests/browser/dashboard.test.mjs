@@ -595,6 +595,23 @@ test('client view: one machine\'s boots over time against its waves\' medians', 
     const w = waves.find(x => x.boots.some(y => y.id === b.id));
     return [b.id, b.duration_s == null ? '' : b.duration_s.toFixed(1), b.phases.length, w?.summary.median_s?.toFixed(1) ?? null];
   }));
+  // Who served each boot: outside a site (this SQLite store) nobody is named.
+  const served = await page.$$eval('[data-testid=boots] tbody tr [data-testid=served]', tds => tds.map(td => td.textContent));
+  assert.deepEqual(served, boots.map(() => '–'));
+  // In a site (made-up boots, as docs/api.md's `served` gives them): one member named once;
+  // a phase a member took over says from when, in the browser's zone (Adelaide: 08:00 UTC
+  // on 2027-01-15 is 18:30 there).
+  const said = await page.evaluate(async () => {
+    const { servedBy } = await import('/app.js');
+    const t = 1800000000;
+    const turn = (member, at) => ({ member, at });
+    return [
+      servedBy({ served: [{ phase: 'dhcp', by: [turn('a', t)] }, { phase: 'root', by: [turn('a', t + 5)] }] }),
+      servedBy({ served: [{ phase: 'dhcp', by: [turn('a', t - 9)] }, { phase: 'root', by: [turn('b', t - 5), turn('a', t)] }] }),
+      servedBy({ served: [{ phase: 'root', by: [turn('a', t - 5)] }], served_unkept: 3 }),
+    ];
+  });
+  assert.deepEqual(said, ['a', 'dhcp a, root b -> a at 18:30:00', 'a, and 3 turns more']);
   // The newest boot's console and cause, as GET /api/v1/boots/{id}/console says.
   const con = await api(`/api/v1/boots/${boots[boots.length - 1].id}/console`);
   assert.equal(await page.locator('[data-testid=console-section]').count(), 1);

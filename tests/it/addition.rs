@@ -9,13 +9,14 @@ use crate::common::{Fixture, cmd, run, run_async};
 
 /// What the archive holds, in order: bootpool's own folder, then each script into a folder
 /// the initrd it is for already has (a folder entry would replace a symlink standing there).
-const LISTED: [&str; 6] = [
+const LISTED: [&str; 7] = [
     "bootpool",
     "bootpool/overlay.sh",
     "bootpool/homes.sh",
     "bootpool/agent.sh",
     "scripts/bootpool",
     "lib/dracut/hooks/pre-pivot/90-bootpool-overlay.sh",
+    "lib/dracut/hooks/netroot/50-bootpool-agent.sh",
 ];
 
 async fn curl(url: &str, out: &std::path::Path) -> (bool, String) {
@@ -244,19 +245,57 @@ impl Drop for Started {
 /// nothing.
 #[test]
 fn the_agent_hook_starts_the_static_agent_on_loopback_and_the_root_reads_through_it() {
+    hook_serves_the_root(Hook::InitramfsTools, 6);
+}
+
+/// The same through dracut's netroot hook (`lib/dracut/hooks/netroot/50-bootpool-agent.sh`),
+/// sourced as dracut's /sbin/netroot sources it, by dash with the host's tools (iproute2's
+/// `ip`, no klibc): it brings the loopback up with `ip` and starts the agent the same way.
+#[test]
+fn the_dracut_netroot_hook_starts_the_agent_with_iproute2_and_the_root_reads_through_it() {
+    hook_serves_the_root(Hook::DracutNetroot, 7);
+}
+
+/// Which initrd's way of running the agent hook.
+#[derive(Clone, Copy)]
+enum Hook {
+    /// `agent.sh`'s function, by klibc's sh with klibc's tools first on PATH.
+    InitramfsTools,
+    /// dracut's netroot hook file, sourced by dash, with no klibc on PATH.
+    DracutNetroot,
+}
+
+/// The hook `how` runs, in a client namespace on `10.77.NET.0/24` whose loopback is down: see
+/// the two tests above.
+fn hook_serves_the_root(how: Hook, net: u8) {
     use crate::common::netns::{Daemon, Link};
     use bootpool::image::{blocks, blocks_file};
     let fx = Fixture::new();
     let digest = blocks::hex(&blocks_file::make(&fx.image_dir().join("rootfs.img")).unwrap());
-    let link = Link::new("10.77.6.1/24");
-    link.in_server(&["ip", "addr", "add", "10.88.6.1/24", "dev", &link.server_if]);
-    link.in_client(&["ip", "addr", "add", "10.88.6.2/24", "dev", &link.client_if]);
+    let link = Link::new(&format!("10.77.{net}.1/24"));
+    let (admin, client) = (format!("10.88.{net}.1"), format!("10.88.{net}.2"));
+    link.in_server(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{admin}/24"),
+        "dev",
+        &link.server_if,
+    ]);
+    link.in_client(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{client}/24"),
+        "dev",
+        &link.client_if,
+    ]);
     link.in_client(&["ip", "link", "set", "lo", "down"]);
     fx.write_config(
         &fx.loopback()
-            .on_veth("10.77.6", &link.server_if)
+            .on_veth(&format!("10.77.{net}"), &link.server_if)
             .http("0.0.0.0:8080")
-            .server("admin_networks: [10.88.6.0/24]"),
+            .server(&format!("admin_networks: [10.88.{net}.0/24]")),
     );
     let _daemon = Daemon::start(&link, &fx, 1);
 
@@ -264,24 +303,34 @@ fn the_agent_hook_starts_the_static_agent_on_loopback_and_the_root_reads_through
     let (bin, run_dir) = (dir.path().join("addition"), dir.path().join("run"));
     std::fs::create_dir_all(&bin).unwrap();
     std::fs::copy(crate::common::static_agent(), bin.join("@bootpool-agent")).unwrap();
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/overlay/bootpool/agent.sh");
+    let overlay = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("dist/overlay");
+    // The netroot hook sources the addition's agent.sh from the addition's folder.
+    std::fs::copy(overlay.join("bootpool/agent.sh"), bin.join("agent.sh")).unwrap();
     let cmdline = dir.path().join("cmdline");
     let hook = |line: &str| {
         std::fs::write(&cmdline, line).unwrap();
-        let mut c = Link::command(
-            &link.client_ns,
-            "/usr/lib/klibc/bin/sh",
-            &["-c", ". \"$1\" && bootpool_agent", "sh"],
-        );
-        c.arg(&script)
-            .env("BOOTPOOL_CMDLINE", &cmdline)
+        let mut c = match how {
+            Hook::InitramfsTools => {
+                let mut c = Link::command(
+                    &link.client_ns,
+                    "/usr/lib/klibc/bin/sh",
+                    &["-c", ". \"$1\" && bootpool_agent", "sh"],
+                );
+                c.arg(overlay.join("bootpool/agent.sh")).env(
+                    "PATH",
+                    format!("/usr/lib/klibc/bin:{}", std::env::var("PATH").unwrap()),
+                );
+                c
+            }
+            Hook::DracutNetroot => {
+                let mut c = Link::command(&link.client_ns, "dash", &["-c", ". \"$1\"", "sh"]);
+                c.arg(overlay.join("lib/dracut/hooks/netroot/50-bootpool-agent.sh"));
+                c
+            }
+        };
+        c.env("BOOTPOOL_CMDLINE", &cmdline)
             .env("BOOTPOOL_ADDITION", &bin)
-            .env("BOOTPOOL_RUN", &run_dir)
-            .env(
-                "PATH",
-                format!("/usr/lib/klibc/bin:{}", std::env::var("PATH").unwrap()),
-            );
+            .env("BOOTPOOL_RUN", &run_dir);
         run(&mut c, 120)
     };
     // Without bootpool.blocks= nothing is started.
@@ -290,16 +339,18 @@ fn the_agent_hook_starts_the_static_agent_on_loopback_and_the_root_reads_through
     assert!(!run_dir.join("bootpool").exists());
 
     let url = |host: &str| format!("http://{host}:8080/boot/demo/blocks/{digest}");
-    let blocks = format!("{},{}", url("10.88.6.9"), url("10.88.6.1"));
+    let blocks = format!("{},{}", url(&format!("10.88.{net}.9")), url(&admin));
     let pid_file = run_dir.join("bootpool/agent.pid");
     let _started = Started(pid_file.clone());
     let (ok, out, err) = hook(&format!("boot=bootpool bootpool.blocks={blocks} quiet"));
     let log = std::fs::read_to_string(run_dir.join("bootpool/agent.log")).unwrap_or_default();
     assert!(ok, "{out}{err}\nthe agent's log:\n{log}");
     // The first server answered nothing (2 s), the second gave the manifest.
-    assert!(log.contains("trying 10.88.6.1:8080"), "{log}");
+    assert!(log.contains(&format!("trying {admin}:8080")), "{log}");
     assert!(
-        log.contains("on 127.0.0.1:10809 from 10.88.6.9:8080, 10.88.6.1:8080"),
+        log.contains(&format!(
+            "on 127.0.0.1:10809 from 10.88.{net}.9:8080, {admin}:8080"
+        )),
         "{log}"
     );
     let pid = std::fs::read_to_string(&pid_file).unwrap();

@@ -388,6 +388,119 @@ fn a_server_killed_mid_copy_costs_the_agent_a_retry_on_the_next_not_the_read() {
     assert_eq!(counts.refused.load(Ordering::Relaxed), 0);
 }
 
+/// A root read through the agent is its client's root in the record (issue 47 part 5): a
+/// client of the NBD pool, leased by busybox udhcpc in a namespace of its own, runs the agent
+/// there (this process's library, on a thread in that namespace); the agent's manifest fetch
+/// is the root's attach and its chunk fetches the root's reads, by the client's address.
+/// nbdcopy reads the whole root through it; the boot's record (the API's) then has its root
+/// over HTTP, every chunk's bytes once, the root phase after the initrd's, and once the
+/// reads are quiet an end inferred from them (`root_settled`): `bootpool lab` calls such a
+/// boot booted where it called it `unrecorded`. A reader of the API fetching chunks is no
+/// client: nothing is recorded of it.
+#[test]
+fn an_agents_chunk_fetches_are_its_clients_root_in_the_record() {
+    use crate::common::netns::{Daemon, Link};
+    const SERVER: &str = "10.77.6.1";
+    // Of `nbd-room` (52:54:00:77:00:10-1f).
+    const MAC: &str = "52:54:00:77:00:12";
+    let link = Link::new(&format!("{SERVER}/24"));
+    let fx = Fixture::new();
+    let image = fx.image_dir().join("rootfs.img");
+    let digest = blocks::hex(&blocks_file::make(&image).unwrap());
+    fx.write_config(
+        &fx.loopback()
+            .on_veth("10.77.6", &link.server_if)
+            .http(&format!("{SERVER}:8080")),
+    );
+    let daemon = Daemon::start(&link, &fx, 1);
+    let get = |path: &str| -> serde_json::Value {
+        let url = format!("http://{SERVER}:8080{path}");
+        let args = ["-sS", "--fail", "--max-time", "10", &url];
+        let (ok, out, err) =
+            crate::common::run(&mut Link::command(&link.server_ns, "curl", &args), 30);
+        assert!(ok, "{url}: {err}");
+        serde_json::from_str(&out).unwrap()
+    };
+    // The server itself (a reader of the API) reads a chunk: no boot comes of it.
+    let chunk = format!("http://{SERVER}:8080/boot/demo/blocks/{digest}/0");
+    let (ok, _, err) = crate::common::run(
+        &mut Link::command(
+            &link.server_ns,
+            "curl",
+            &["-sS", "--fail", "-o", "/dev/null", &chunk],
+        ),
+        30,
+    );
+    assert!(ok, "{err}");
+    let bound = link
+        .udhcpc(fx.path(), MAC, true)
+        .expect("a lease for the client");
+    let ip = bound[1].clone();
+
+    let url = format!("http://{SERVER}:8080/boot/demo/blocks/{digest}");
+    let copy = fx.path().join("copy");
+    let (ns, to) = (link.client_ns.clone(), copy.clone());
+    let (ok, err) = Link::within(&link.client_ns.clone(), move || {
+        let a = agent(&url);
+        let uri = format!("nbd://{}/root", a.tcp.unwrap());
+        let (ok, _, err) = crate::common::run(
+            &mut Link::command(&ns, "nbdcopy", &[&uri, to.to_str().unwrap()]),
+            120,
+        );
+        (ok, err)
+    });
+    assert!(
+        ok,
+        "nbdcopy through the agent: {err}
+{}",
+        daemon.log_text()
+    );
+    let len = std::fs::metadata(&image).unwrap().len();
+    assert!(std::fs::read(&copy).unwrap() == std::fs::read(&image).unwrap());
+
+    // The boot as the API has it: reads counted, then quiet for `QUIET_S` (30 s): up.
+    let boot = || {
+        let v = get(&format!("/api/v1/boots?mac={MAC}"));
+        v.as_array().unwrap().last().cloned().unwrap_or_default()
+    };
+    let mut seen = serde_json::Value::Null;
+    let settled = (0..120).any(|_| {
+        seen = boot();
+        let up = seen["result"] == "booted";
+        if !up {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+        }
+        up
+    });
+    assert!(
+        settled,
+        "the boot never ended: {seen}
+{}",
+        daemon.log_text()
+    );
+    assert_eq!(seen["ip"], ip.as_str(), "{seen}");
+    assert_eq!(seen["root"], "http", "{seen}");
+    assert_eq!(
+        seen["bytes"]["http"], len,
+        "every chunk's bytes once: {seen}"
+    );
+    assert_eq!(
+        (seen["end"].as_str(), seen["evidence"].as_str()),
+        (Some("inferred"), Some("root_settled")),
+        "{seen}"
+    );
+    let phases: Vec<&str> = seen["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["dhcp", "initrd", "root"], "{seen}");
+    // One client, one boot: the API reader's chunk made none.
+    let boots = get("/api/v1/boots");
+    assert_eq!(boots.as_array().unwrap().len(), 1, "{boots}");
+}
+
 /// A pool whose NBD root goes through the agent (`nbd: { via: agent }`): its boot script's
 /// command line points the kernel's NBD client at the agent on 127.0.0.1 and hands the agent
 /// the URL of the root's manifest on this server; the addition the script loads carries the

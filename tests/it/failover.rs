@@ -225,17 +225,37 @@ impl Member {
             &ns,
             &["ip", "addr", "add", &format!("{NET}.{k}/32"), "dev", &dev],
         );
-        let log = std::fs::File::create(fx.path().join("serve.log")).unwrap();
-        let name = ["a", "b"][k - 1];
+        let mut m = Member {
+            name: ["a", "b"][k - 1],
+            ns,
+            dev,
+            fx,
+            serve: Group(None),
+            keepalived: Group(None),
+        };
+        m.serve();
+        m
+    }
+
+    /// Starts this member's `bootpool serve` (its log appended to `serve.log`) and waits
+    /// until it serves.
+    fn serve(&mut self) {
+        let path = self.fx.path().join("serve.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let before = self.log().matches("bootpool serving").count();
         let child = in_ns(
-            &ns,
+            &self.ns,
             env!("CARGO_BIN_EXE_bootpool"),
             &[
                 "serve",
                 "--config",
-                fx.config_path().to_str().unwrap(),
+                self.fx.config_path().to_str().unwrap(),
                 "--member",
-                name,
+                self.name,
             ],
         )
         .process_group(0)
@@ -244,20 +264,12 @@ impl Member {
         .stderr(log)
         .spawn()
         .expect("bootpool runs");
-        let m = Member {
-            name,
-            ns,
-            dev,
-            fx,
-            serve: Group(Some(child)),
-            keepalived: Group(None),
-        };
+        self.serve = Group(Some(child));
         let started = (0..600).any(|_| {
             std::thread::sleep(Duration::from_millis(50));
-            m.log().contains("bootpool serving")
+            self.log().matches("bootpool serving").count() > before
         });
-        assert!(started, "{}", m.log());
-        m
+        assert!(started, "{}", self.log());
     }
 
     fn log(&self) -> String {
@@ -300,8 +312,20 @@ impl Member {
                 &self.dev,
             ],
         );
+        self.keepalived();
+        conf
+    }
+
+    /// Starts keepalived on the keepalived.conf written (its log appended to
+    /// `keepalived.log`).
+    fn keepalived(&mut self) {
+        let dir = self.fx.path();
         let file = |name: &str| dir.join(name).to_str().unwrap().to_string();
-        let log = std::fs::File::create(dir.join("keepalived.log")).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("keepalived.log"))
+            .unwrap();
         let child = in_ns(
             &self.ns,
             "keepalived",
@@ -327,8 +351,60 @@ impl Member {
         .spawn()
         .expect("keepalived runs (scripts/setup installs it)");
         self.keepalived = Group(Some(child));
-        conf
     }
+
+    /// The member's host comes back after its death, rebooted: its link up, its keepalived (which takes its
+    /// address back from the survivor: it is the address's MASTER at a higher priority), then,
+    /// once the address is held, its `bootpool serve`, whose takeover keepalived's notify
+    /// asked for meanwhile (retried while the daemon starts).
+    /// Returns when it held its address again and when its daemon served.
+    fn come_back(&mut self, address: &str) -> (Instant, Instant) {
+        // A host that rebooted holds none of the addresses keepalived gave it (one killed
+        // with -9 may leave its address on the link, if the link's going down did not have it
+        // let go first: with the link up, two hosts would answer for one address).
+        let vip = format!("{address}/32");
+        let _ = run(
+            &mut in_ns(&self.ns, "ip", &["addr", "del", &vip, "dev", &self.dev]),
+            10,
+        );
+        exec(&self.ns, &["ip", "link", "set", &self.dev, "up"]);
+        self.keepalived();
+        poll("the member holds its address again", 60, || {
+            holds(&self.ns, address)
+        });
+        let held = Instant::now();
+        self.serve();
+        (held, Instant::now())
+    }
+
+    /// The boot of `mac` this member's API has last (curl in its namespace, to its own
+    /// fixed address's HTTP).
+    fn boot_of(&self, mac: &str) -> serde_json::Value {
+        let k = if self.name == "a" { 1 } else { 2 };
+        let url = format!("http://{NET}.1{k}:8080/api/v1/boots?mac={mac}");
+        let (_, out, _) = run(
+            &mut in_ns(&self.ns, "curl", &["-sS", "--max-time", "5", &url]),
+            10,
+        );
+        serde_json::from_str::<serde_json::Value>(&out)
+            .ok()
+            .and_then(|v| v.as_array()?.last().cloned())
+            .unwrap_or_default()
+    }
+}
+
+/// The members that served `phase` of `boot` (the API's `served`), in turn.
+fn served(boot: &serde_json::Value, phase: &str) -> Vec<String> {
+    boot["served"]
+        .as_array()
+        .and_then(|s| s.iter().find(|p| p["phase"] == phase))
+        .and_then(|p| p["by"].as_array())
+        .map(|by| {
+            by.iter()
+                .filter_map(|t| Some(t["member"].as_str()?.to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// A MAC of the room that RFC 3074's split gives `a` while both members live.
@@ -366,7 +442,14 @@ enum Said {
     Ended(String, String, Instant),
     /// A new connection read the file with the old handle: its bytes, and when.
     ReadAgain(Result<Vec<u8>, u32>, Instant),
+    /// That connection (to the survivor) ended once the owner came back: how, and when.
+    EndedAgain(String, Instant),
+    /// A connection made after that read the file: its bytes.
+    ReadBack(Result<Vec<u8>, u32>),
 }
+
+/// The NFS client's MAC (its fixed address `CLIENT` in the config).
+const CLIENT_MAC: &str = "52:54:00:79:aa:01";
 
 #[test]
 fn a_dead_members_address_moves_to_the_survivor_which_resets_its_clients_and_serves_them() {
@@ -382,9 +465,21 @@ fn a_dead_members_address_moves_to_the_survivor_which_resets_its_clients_and_ser
         holds(&a.ns, &va) && holds(&b.ns, &vb) && !holds(&a.ns, &vb) && !holds(&b.ns, &va)
     });
 
+    // The NFS client asks DHCP first (its fixed address), so the record ties its root's
+    // events to it; a has its boot (b's rows are followed) before it mounts.
+    let first = tempfile::tempdir().unwrap();
+    assert!(
+        room.udhcpc(first.path(), CLIENT_MAC).is_some(),
+        "a lease for the NFS client"
+    );
+    poll("a has the NFS client's boot", 30, || {
+        a.boot_of(CLIENT_MAC)["ip"] == CLIENT.to_string().as_str()
+    });
+
     // The client mounts through a's address and reads a file, then holds the connection idle.
     let (to_test, said) = std::sync::mpsc::channel::<Said>();
     let (go, gone) = std::sync::mpsc::channel::<()>();
+    let (come_back, came_back) = std::sync::mpsc::channel::<()>();
     let client_ns = room.ns.clone();
     let client = std::thread::spawn(move || {
         crate::common::netns::Link::within(&client_ns, move || {
@@ -412,6 +507,15 @@ fn a_dead_members_address_moves_to_the_survivor_which_resets_its_clients_and_ser
                 let mut again = Rpc::connect_from(CLIENT, at).await;
                 let read = again.read(&so, 1 << 20).await.map(|(d, _)| d);
                 to_test.send(Said::ReadAgain(read, Instant::now())).unwrap();
+                // Idle on the survivor until the owner is back: its tickle resets this one.
+                came_back.recv().unwrap();
+                let how = ended(&mut again.stream).await;
+                to_test.send(Said::EndedAgain(how, Instant::now())).unwrap();
+                let mut back = Rpc::connect_from(CLIENT, at).await;
+                let read = back.read(&so, 1 << 20).await.map(|(d, _)| d);
+                // Closed: the owner's record of the reads is written at the connection's end.
+                drop(back);
+                to_test.send(Said::ReadBack(read)).unwrap();
             })
         })
     });
@@ -426,6 +530,10 @@ fn a_dead_members_address_moves_to_the_survivor_which_resets_its_clients_and_ser
         ((2049, '10.78.0.100'), (10809, '10.78.0.101'))";
     poll("a's connections in site_connections", 30, || {
         pg.query(rows) == "2"
+    });
+    // And its record of the NFS client's root reads, as b reads it from the database.
+    poll("b's record: the NFS client's root served by a", 30, || {
+        served(&b.boot_of(CLIENT_MAC), "root") == ["a"]
     });
 
     // a's host dies: its link goes (no FIN, no reset leaves it), its processes are killed.
@@ -457,17 +565,13 @@ fn a_dead_members_address_moves_to_the_survivor_which_resets_its_clients_and_ser
         "b serves a's handle with the same bytes: {:?}",
         read.map(|d| d.len())
     );
-    client.join().unwrap();
     // The last takeover of a's address (b may have held it a moment while a's keepalived
     // started).
-    let said = |l: &&str| l.contains("address=10.78.0.1 ") && l.contains("tickled=");
-    poll("b logs the takeover", 30, || {
-        b.log().lines().any(|l| said(&l))
-    });
+    poll("b logs the takeover", 30, || b.log().lines().any(said_of));
     let log = b.log();
     let line = log
         .lines()
-        .rfind(said)
+        .rfind(|l| said_of(l))
         .unwrap_or_else(|| panic!("b says nothing of the takeover:\n{log}"));
     assert!(line.contains("connections=2 tickled=2"), "{line}");
     // The tickled connections are forgotten.
@@ -494,12 +598,87 @@ fn a_dead_members_address_moves_to_the_survivor_which_resets_its_clients_and_ser
     let dir = tempfile::tempdir().unwrap();
     let server = room.udhcpc(dir.path(), &mac_of_a());
     assert_eq!(server.as_deref(), Some("10.78.0.2"), "b answers a's client");
+    let dhcp_s = dhcp_from.elapsed().as_secs_f64();
+    // The bridge is the NFS client's again (udhcpc gave it a's client's MAC).
+    exec(
+        &room.ns,
+        &["ip", "link", "set", &room.bridge, "address", CLIENT_MAC],
+    );
+
+    // The owner comes back (docs/failover.md, "The owner coming back"): its keepalived takes
+    // its address back from b, its daemon tickles b's connection to it, and the client's
+    // connection moves back to a, which reads it the file with the same handle.
+    come_back.send(()).unwrap();
+    let back_from = Instant::now();
+    let (held_again, serving_again) = a.come_back(&va);
+    let logs = |a: &Member, b: &Member| {
+        format!(
+            "a:\n{}\na's keepalived:\n{}\nb:\n{}\nb's keepalived:\n{}",
+            a.log(),
+            a.keepalived_log(),
+            b.log(),
+            b.keepalived_log()
+        )
+    };
+    let (how, reset_again) = match said.recv_timeout(Duration::from_secs(150)) {
+        Ok(Said::EndedAgain(how, at)) => (how, at),
+        _ => panic!("the client's connection to b never ended\n{}", logs(&a, &b)),
+    };
+    assert_eq!(
+        how,
+        "ConnectionReset",
+        "the client's connection to b was reset by a's tickle\n{}",
+        logs(&a, &b)
+    );
+    assert!(
+        holds(&a.ns, &va) && !holds(&b.ns, &va),
+        "a alone holds its address"
+    );
+    match said.recv_timeout(Duration::from_secs(120)) {
+        Ok(Said::ReadBack(read)) => assert!(
+            read.as_ref().is_ok_and(|d| *d == want),
+            "a serves the same handle again: {:?}",
+            read.map(|d| d.len())
+        ),
+        _ => panic!("no answer from a once back\n{}", logs(&a, &b)),
+    }
+    client.join().unwrap();
+    poll("a logs its address taken back", 30, || {
+        a.log()
+            .lines()
+            .any(|l| said_of(l) && l.contains("connections=1 tickled=1"))
+    });
+
+    // The record says who served the NFS client's root: a, then b from the takeover, then a
+    // again; on both members' APIs.
+    for m in [&a, &b] {
+        let mut boot = serde_json::Value::Null;
+        let told = (0..150).any(|_| {
+            boot = m.boot_of(CLIENT_MAC);
+            let yes = served(&boot, "root") == ["a", "b", "a"];
+            if !yes {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            yes
+        });
+        assert!(told, "{}'s record of the root's servers: {boot}", m.name);
+    }
     eprintln!(
         "failover: a's address on b {:.2} s after a's death; the clients' connections reset at \
-         {:.2} s, NFS served again by b at {:.2} s; a's client bound by b {:.2} s after asking",
+         {:.2} s, NFS served again by b at {:.2} s; a's client bound by b {:.2} s after asking; \
+         a back: its address held again {:.2} s after its link came up, its daemon serving at \
+         {:.2} s, the client's connection to b reset at {:.2} s",
         moved.as_secs_f64(),
         (reset_at - died).as_secs_f64(),
         (served_at - died).as_secs_f64(),
-        dhcp_from.elapsed().as_secs_f64()
+        dhcp_s,
+        (held_again - back_from).as_secs_f64(),
+        (serving_again - back_from).as_secs_f64(),
+        (reset_again - back_from).as_secs_f64()
     );
+}
+
+/// A line of a member's log that says it took an address over: a's own, `NET.1`.
+fn said_of(line: &str) -> bool {
+    line.contains("address=10.78.0.1 ") && line.contains("tickled=")
 }

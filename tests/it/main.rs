@@ -71,6 +71,7 @@ mod site_revisions;
 mod state;
 mod storm;
 mod storm_replay;
+mod swarm;
 mod tftp;
 mod tickle;
 mod trust;

@@ -326,7 +326,7 @@ impl Member {
             .network("10.79.0.0/16")
             .range(range)
             .http(&format!("{NET}.{k}:8080"))
-            // Boots placed on the site's least-loaded link (not the default, `owner`).
+            // Boots spread over the site's links (not the default, `owner`).
             .server(&format!("database: {database}\nplacement: site"))
             .without_pool("nfs-room")
             .clients(
@@ -1176,6 +1176,65 @@ fn dhclient(room: &Room, dir: &std::path::Path) -> String {
     }
 }
 
+/// A client `a` placed on `b` is `b`'s client from its very first request, made at once
+/// after `a`'s ACK, before `b`'s once-a-second read of the site's leases: `b` holds a request
+/// from an address it does not know until it has read them again (`Identity::standing_held`).
+/// Without the hold the client was a stranger there, 16 connections at most, and its 17th
+/// concurrent fetch was refused (a storm's firmware was refused TFTP's `server busy` that
+/// way, once the strangers' pool was full).
+#[test]
+fn a_client_placed_on_another_member_is_a_client_there_from_its_first_request() {
+    let pg = Postgres::start();
+    let room = Room::new(2);
+    let range = "10.79.1.0-10.79.2.255";
+    let a = Member::with_range(&room, 1, &pg.socket_url(), range);
+    let b = Member::with_range(&room, 2, &pg.socket_url(), range);
+    poll("a sees b's link in b's heartbeat", || {
+        let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/site")).unwrap();
+        v["members"].as_array().unwrap().iter().any(|m| {
+            m["name"] == "b"
+                && m["live"] == true
+                && m["load"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|p| p["own"] == true))
+        })
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = "http://10.79.0.2:8080/boot/demo/vmlinuz";
+    for mac in macs_of("a", 4) {
+        let (by, ip) = room.udhcpc_with(dir.path(), &mac, 3, &[]).expect(&mac);
+        assert_eq!(by, "10.79.0.1", "{mac}: answered by its owner\n{}", a.log());
+        if a.link(&mac).as_deref() != Some("10.79.0.2") {
+            continue;
+        }
+        // At once: the client, at its address, fetches the kernel from b on 20 connections at
+        // the same time, more than a stranger's 16 (`service::http::STRANGERS`).
+        room.exec(&["ip", "link", "set", &room.bridge, "address", &mac]);
+        room.exec(&["ip", "addr", "flush", "dev", &room.bridge]);
+        room.exec(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{ip}/16"),
+            "dev",
+            &room.bridge,
+        ]);
+        let mut args = vec!["-sS", "--fail", "--parallel", "--parallel-immediate"];
+        args.extend(["--parallel-max", "20"]);
+        for _ in 0..20 {
+            args.extend(["-o", "/dev/null", kernel]);
+        }
+        let (ok, _, err) = run(&mut Link::command(&room.ns, "curl", &args), 60);
+        assert!(
+            ok,
+            "20 fetches at once from b, at once after a's ACK: {err}\n{}",
+            b.log()
+        );
+        return;
+    }
+    panic!("a placed none of its 4 boots on b\n{}", a.log());
+}
+
 /// Two members on one range: a client `a` owns, placed on `b`'s link by `a` (the second of
 /// `a`'s clients: `a` counts the first on its own link), is told `b` as its next-server by
 /// `a`, and `b` serves it: its boot script names `b`'s link, its kernel comes over HTTP and
@@ -1211,6 +1270,17 @@ fn a_client_placed_on_another_member_is_served_there_and_a_stranger_is_not() {
         .into_iter()
         .find(|(mac, _)| a.link(mac).as_deref() == Some("10.79.0.2"))
         .unwrap_or_else(|| panic!("a placed none of its 4 boots on b\n{}", a.log()));
+
+    // b has the client's boot from a's rows (its DHCP) before the client asks b for files: b
+    // ties the client's address to it from a's ACK.
+    let boot_on = |m: &Member| -> Option<serde_json::Value> {
+        let v: serde_json::Value =
+            serde_json::from_str(&m.get(&format!("/api/v1/boots?mac={mac}"))).ok()?;
+        v.as_array()?.last().cloned()
+    };
+    poll("b has a's record of the client's DHCP", || {
+        boot_on(&b).is_some_and(|v| v["ip"] == ip.as_str())
+    });
 
     // The client, at its address on the room's side, fetches from b.
     room.exec(&["ip", "link", "set", &room.bridge, "address", &mac]);
@@ -1272,6 +1342,42 @@ fn a_client_placed_on_another_member_is_served_there_and_a_stranger_is_not() {
         }
     });
     assert!(attached, "the client's NBD root at b: {said}\n{}", b.log());
+
+    // The record says who served each phase (issue 47 part 5), on either member's API: its
+    // DHCP by a, its files and root by b, which never moved.
+    let members_of = |v: &serde_json::Value| -> Vec<(String, Vec<String>)> {
+        v["served"]
+            .as_array()
+            .map(|s| {
+                s.iter()
+                    .map(|p| {
+                        let by = p["by"].as_array().unwrap();
+                        let names = by.iter().map(|t| t["member"].as_str().unwrap().to_string());
+                        (p["phase"].as_str().unwrap().to_string(), names.collect())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for m in [&a, &b] {
+        let mut seen = Vec::new();
+        let told = (0..100).any(|_| {
+            seen = boot_on(m).map(|v| members_of(&v)).unwrap_or_default();
+            let rooted = seen.iter().any(|(p, by)| p == "root" && by == &["b"]);
+            if !rooted {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            rooted
+        });
+        assert!(told, "{}: no root served by b: {seen:?}", m.log());
+        let (first, rest) = seen.split_first().unwrap();
+        assert_eq!(
+            first,
+            &("dhcp".to_string(), vec!["a".to_string()]),
+            "{seen:?}"
+        );
+        assert!(rest.iter().all(|(_, by)| by == &["b"]), "{seen:?}");
+    }
 
     // A stranger: an address of the room no member leased. Its root is refused by b, asked
     // twice (the first ask has b read the site's leases again; nothing there either).

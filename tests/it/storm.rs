@@ -679,8 +679,8 @@ fn a_small_storm_on_a_hashed_bond_sends_each_clients_bytes_by_its_own_link() {
 /// Two bootpool servers in the room (`--servers 2`), members `s1` and `s2` of one site on the
 /// PostgreSQL the storm starts, each with its own link, sharing one `dhcp.range`: the clients
 /// broadcast, the site's split decides who answers each, and the one that answers places its
-/// boot on the least-loaded member's link. Every client boots, with an address no other
-/// client was given; both members sent bytes; each member left the other's DHCP messages to
+/// boot by `server.placement` (here the default, `owner`: on its own link). Every client
+/// boots, with an address no other client was given; both members sent bytes; each member left the other's DHCP messages to
 /// it; the boots placed on each member's link are the clients that booted from it; and no
 /// client was given an address by both.
 #[test]

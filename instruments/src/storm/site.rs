@@ -387,8 +387,8 @@ impl Site {
     /// Starts every member's server (`serve --member NAME`, its log in `run_dir`), one after
     /// the other, each once the one before answers (two daemons making the record tables of
     /// a new database at once collide in PostgreSQL's catalogue), and waits until each sees
-    /// all K members live (so that the split is the whole site's before any client asks)
-    /// and has made its wire copies.
+    /// all K members live with their links published (so that the split and the placement are
+    /// the whole site's before any client asks) and has made its wire copies.
     pub fn start(&mut self, run_dir: &Path, http_port: u16) -> anyhow::Result<()> {
         use std::os::unix::process::CommandExt;
         let k = self.members.len();
@@ -423,11 +423,19 @@ impl Site {
     }
 }
 
-/// How many members `GET /api/v1/site` (`v`) says are live.
+/// How many members `GET /api/v1/site` (`v`) says are live with their own links published
+/// (a member's first heartbeats, while it starts, carry no load yet, and an owner offers no
+/// boot a link it has not seen: a room started then is split by the hash alone).
 fn live_members(v: &serde_json::Value) -> usize {
+    let ready = |m: &&serde_json::Value| {
+        m["live"] == true
+            && m["load"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|p| p["own"] == true))
+    };
     v["members"]
         .as_array()
-        .map_or(0, |ms| ms.iter().filter(|m| m["live"] == true).count())
+        .map_or(0, |ms| ms.iter().filter(ready).count())
 }
 
 /// Empties the lease table (snapshot, journal, site spool) that a bootpool server of the
@@ -498,10 +506,12 @@ images:
 
     #[test]
     fn the_live_members_are_counted_from_the_sites_view() {
+        let own = serde_json::json!([{"address": "10.78.0.1", "own": true}]);
         let v = serde_json::json!({"members": [
-            {"name": "s1", "live": true}, {"name": "s2", "live": false}, {"name": "s3", "live": true}
+            {"name": "s1", "live": true, "load": own}, {"name": "s2", "live": false, "load": own},
+            {"name": "s3", "live": true, "load": own}, {"name": "s4", "live": true, "load": []}
         ]});
-        assert_eq!(live_members(&v), 2);
+        assert_eq!(live_members(&v), 2, "s4 has published no link yet");
         assert_eq!(live_members(&serde_json::json!({})), 0);
     }
 }

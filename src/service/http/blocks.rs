@@ -12,6 +12,7 @@ use crate::config::RootProto;
 use crate::image::blocks::{self, Sha};
 use crate::image::blocks_file;
 use crate::proto::httpfile;
+use crate::record::{Kind, Proto};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -34,14 +35,59 @@ pub async fn manifest(
     let Some(digest) = blocks::parse_hex(&digest) else {
         return bad_digest();
     };
-    match find(&web, name, digest).await {
-        Some(found) => (
-            [(header::CONTENT_TYPE, "text/plain; charset=us-ascii")],
-            found.text.to_vec(),
-        )
-            .into_response(),
+    match find(&web, name.clone(), digest).await {
+        Some(found) => {
+            record_attach(&web, peer, &name, &found);
+            (
+                [(header::CONTENT_TYPE, "text/plain; charset=us-ascii")],
+                found.text.to_vec(),
+            )
+                .into_response()
+        }
         None => not_found("no root image with that block manifest"),
     }
+}
+
+/// A client's agent fetches the manifest once, as it starts serving the root (again after a
+/// restart): the root's attach, for the record, as an NBD handshake or an NFS MOUNT is. Its
+/// export is the image's NBD export, at the revision whose root image the manifest is of.
+/// Only for a client (an address leasing from a pool): a reader of the API is not booting.
+fn record_attach(web: &Web, peer: SocketAddr, image: &str, found: &blocks_file::Found) {
+    let Some(who) = booting(web, peer) else {
+        return;
+    };
+    let config = web.config.load();
+    let export = config
+        .images
+        .get(image)
+        .map_or(image, |i| i.nbd_export.as_str());
+    let path = found.image.to_string_lossy();
+    let export = match crate::config::names::revision_of(&path) {
+        Some(id) => crate::config::names::at_revision(export, id),
+        None => export.to_string(),
+    };
+    web.recorder.record(
+        who,
+        Kind::RootAttach {
+            proto: Proto::Http,
+            export: export.into(),
+        },
+    );
+}
+
+/// Who a chunk or manifest request is about, for the record, when it is a client's (the
+/// address holds a lease of an NBD pool): `None` for a reader of the API or a token holder.
+fn booting(web: &Web, peer: SocketAddr) -> Option<crate::record::Who> {
+    let config = web.config.load();
+    let ip = peer.ip();
+    is_client(
+        &config,
+        ServesFor::Root(RootProto::Nbd),
+        ip,
+        web.identity.holder(ip),
+    )
+    .then(|| crate::service::who_at(&web.identity, ip))
+    .flatten()
 }
 
 /// Chunk INDEX of the root image whose manifest's SHA-256 is DIGEST: its bytes as they are
@@ -118,6 +164,22 @@ pub async fn chunk(
         );
     }
     let body = bytes::Bytes::from(bytes).slice(start as usize..end as usize);
+    if status != StatusCode::NOT_MODIFIED {
+        web.metrics.http().chunks_sent.inc();
+    }
+    // The root's payload, as the NBD service records its read replies: an agent's chunks are
+    // its client's root (issue 47 part 5, docs/swarm.md). One event a chunk, 256 KiB.
+    if !body.is_empty()
+        && let Some(who) = booting(&web, peer)
+    {
+        web.recorder.record(
+            who,
+            Kind::RootRead {
+                proto: Proto::Http,
+                bytes: body.len() as u64,
+            },
+        );
+    }
     response
         .body(Body::from(body))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
@@ -161,7 +223,7 @@ fn refusal(
 static KNOWN: std::sync::LazyLock<blocks_file::Known> = std::sync::LazyLock::new(Default::default);
 
 /// The root image of image `name` whose manifest has `digest`, looked for off the runtime.
-async fn find(web: &Web, name: String, digest: Sha) -> Option<Arc<blocks_file::Found>> {
+pub(super) async fn find(web: &Web, name: String, digest: Sha) -> Option<Arc<blocks_file::Found>> {
     let image = web.config.load().images.get(&name).cloned()?;
     tokio::task::spawn_blocking(move || blocks_file::find(&image, &digest, &KNOWN))
         .await
@@ -169,7 +231,7 @@ async fn find(web: &Web, name: String, digest: Sha) -> Option<Arc<blocks_file::F
         .flatten()
 }
 
-fn bad_digest() -> Response {
+pub(super) fn bad_digest() -> Response {
     (
         StatusCode::BAD_REQUEST,
         "a block manifest is named by its sha256 in 64 lowercase hex digits\n",

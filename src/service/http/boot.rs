@@ -91,6 +91,10 @@ pub(super) async fn boot_script(
         // The pool's, or the client entry's own image or revision (a canary).
         None => crate::image::serve::for_member(&config, &member),
     };
+    // An agent's root: the site's other members holding it too, after the boot's own link.
+    let image = web
+        .site
+        .with_root_sources(&config, member.pool, image, link);
     let text = match &next {
         Some(entry) => {
             let memtest = &config.server.memtest;

@@ -29,6 +29,7 @@ mod next_boot;
 mod readers;
 mod revs;
 mod site;
+mod tracker;
 mod wake;
 mod web;
 
@@ -36,7 +37,7 @@ pub use readers::access_sentence;
 pub use web::Web;
 
 use super::Carries;
-use super::bounds::{Caps, Slots};
+use super::bounds::{Caps, Slots, Standing};
 use crate::boot::exports::ServesFor;
 use crate::metrics::prometheus;
 use crate::shutdown::Shutdown;
@@ -78,7 +79,6 @@ pub async fn serve(
         client_caps(&live.load().limits),
         STRANGERS,
     );
-    static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
     loop {
         let Some((stream, peer, paced)) =
             super::accept(&listener, &shutdown, "http", Carries::BootFiles).await
@@ -89,29 +89,79 @@ pub async fn serve(
         let config = live.load();
         slots.set_client_caps(client_caps(&config.limits));
         let standing = identity.standing(&config, ServesFor::AnyPool, peer.ip());
+        let accepted = Accepted {
+            stream,
+            peer,
+            paced,
+            slots: slots.clone(),
+            service: app.clone(),
+            limits: config.limits.clone(),
+            tls: tls.clone(),
+            metrics: metrics.clone(),
+            stop: shutdown.clone(),
+        };
+        if standing == Standing::Stranger && identity.in_a_site() {
+            // Perhaps a client another member just placed here (UEFI's HTTP boot asks here
+            // first): held until the site's leases were read again (`standing_held`).
+            let identity = identity.clone();
+            shutdown.spawn(async move {
+                let ip = accepted.peer.ip();
+                let standing = identity
+                    .standing_held(&config, ServesFor::AnyPool, ip)
+                    .await;
+                accepted.serve(standing).await;
+            });
+        } else {
+            shutdown.spawn(accepted.serve(standing));
+        }
+    }
+    Ok(())
+}
+
+/// An accepted connection, before its slot is taken (`serve`).
+struct Accepted {
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    paced: crate::steer::pacing::Paced,
+    slots: Slots,
+    service: axum::Router,
+    limits: crate::config::Limits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    metrics: crate::metrics::Metrics,
+    stop: Shutdown,
+}
+
+impl Accepted {
+    /// Takes a slot of `standing`'s pool and serves the connection, or closes it at once (a
+    /// refused connection costs no buffer; counted).
+    async fn serve(self, standing: Standing) {
+        static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+        let Accepted {
+            stream,
+            peer,
+            paced,
+            slots,
+            service,
+            limits,
+            tls,
+            metrics,
+            stop,
+        } = self;
         let held = match slots.take(peer.ip(), standing) {
             Ok(held) => held,
             Err(full) => {
-                // Closed at once: a refused connection costs no task and no buffer.
                 metrics.http().refused.inc();
                 if let Some(suppressed) = REFUSED.allow() {
                     tracing::warn!(%peer, ?standing, caps = ?slots.caps(standing), suppressed,
                         "http connection refused: {}", full.reason());
                 }
-                continue;
+                return;
             }
         };
         let _ = stream.set_nodelay(true);
-        let service = app.clone();
-        let stop = shutdown.clone();
-        let limits = config.limits.clone();
-        let tls = tls.clone();
-        shutdown.spawn(async move {
-            let _held = (held, paced);
-            serve_connection(stream, peer, service, &limits, tls, stop).await;
-        });
+        let _held = (held, paced);
+        serve_connection(stream, peer, service, &limits, tls, stop).await;
     }
-    Ok(())
 }
 
 /// The caps of the clients' connections (`limits.http_connections`, `http_per_client`).
@@ -129,6 +179,7 @@ pub fn router(web: Web) -> axum::Router {
         .route("/boot/{image}/{*file}", get(image_file))
         .route("/boot/{image}/blocks/{digest}", get(blocks::manifest))
         .route("/boot/{image}/blocks/{digest}/{index}", get(blocks::chunk))
+        .route("/boot/{image}/blocks/{digest}/where", post(tracker::ask))
         .route("/api/v1/booted", post(booted))
         .route("/api/v1/failed", post(failed))
         .route("/api/v1/boots", get(boots))

@@ -33,6 +33,23 @@ pub struct Web {
     pub wake: Arc<crate::service::wake::Waker>,
     /// The site this server is a member of (`GET /api/v1/site`).
     pub site: Arc<crate::site::live::Site>,
+    /// The tracker's swarms (`tracker.rs`).
+    pub tracker: Arc<Tracker>,
+}
+
+/// Every room's swarms (`boot::tracker`), and the clock their times are counted on.
+pub struct Tracker {
+    pub swarms: std::sync::Mutex<crate::boot::tracker::Swarms>,
+    pub began: std::time::Instant,
+}
+
+impl Default for Tracker {
+    fn default() -> Tracker {
+        Tracker {
+            swarms: std::sync::Mutex::default(),
+            began: std::time::Instant::now(),
+        }
+    }
 }
 
 impl Web {
@@ -58,6 +75,7 @@ impl Web {
             next: Arc::new(next),
             wake,
             site: shared.site.clone(),
+            tracker: Arc::default(),
         })
     }
 }

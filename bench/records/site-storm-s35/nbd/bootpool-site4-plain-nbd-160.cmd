@@ -1,0 +1,1 @@
+cd /work/main && /work/bin/bootpool-d55275a storm --config /work/main/bench/out/site-storm-s35-nbd/pools-plain-1x250mbit.yaml --root nbd --clients 160 --tftp-loader --client-link 100mbit --server-links 1x250mbit --think-scale 0.2 --json /work/main/bench/out/site-storm-s35-nbd/bootpool-site4-plain-nbd-160.json --label bootpool-site4-plain-nbd-160 --servers 4 

@@ -1,0 +1,1 @@
+cd /work/main && /work/bin/bootpool-d55275a storm --config /work/main/bench/out/site-storm-s35-nfs150/pools-plain-1x150mbit.yaml --root nfs --clients 40 --tftp-loader --client-link 100mbit --server-links 1x150mbit --think-scale 0.2 --json /work/main/bench/out/site-storm-s35-nfs150/bootpool-site1-plain-nfs-40.json --label bootpool-site1-plain-nfs-40 --servers 1 

@@ -1,0 +1,1 @@
+cd /work/main && /work/bin/bootpool-d55275a storm --config /work/main/bench/out/site-storm-s35-nfs150/pools-plain-1x150mbit.yaml --root nfs --clients 80 --tftp-loader --client-link 100mbit --server-links 1x150mbit --think-scale 0.2 --json /work/main/bench/out/site-storm-s35-nfs150/bootpool-site2-plain-nfs-80.json --label bootpool-site2-plain-nfs-80 --servers 2 

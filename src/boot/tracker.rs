@@ -1,0 +1,384 @@
+//! The tracker's policy (docs/swarm.md, "Peers and the tracker"), pure: for one room booting
+//! one root image (a `Swarm`: the image's manifest, one pool's clients on one subnet), which
+//! agent holds which chunk, and where an agent that misses a chunk is sent. Plain data in and
+//! out, time an argument; the route (`service/http/tracker.rs`) reads the request and keeps
+//! the swarms.
+//!
+//! For each chunk wanted: up to `NAMED` agents of the room that hold it, those named least so
+//! far first (the load spread over the room's uplinks); else the agent already receiving it
+//! from the server, asked at most `RECEIVING_FOR` ago (concurrent misses merged onto it); else
+//! none, and the asker is then the one receiving it: the server sends each chunk into the room
+//! about once (BitTorrent's super-seeding, BEP 16). A peer some agent reported bad is never
+//! named again; one reported gone, or silent for `FORGET_AFTER`, is forgotten until it asks
+//! again. The server is every agent's last source whatever is answered here.
+
+use crate::proto::swarm::{Answer, Report};
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+
+/// Peers named for one chunk.
+pub const NAMED: usize = 3;
+/// How long the agent handed a chunk from the server counts as receiving it.
+pub const RECEIVING_FOR_MS: u64 = 5_000;
+/// An agent that has not reported for this long is forgotten (agents report at least every
+/// 10 s while they serve peers).
+pub const FORGET_AFTER_MS: u64 = 60_000;
+/// Agents one swarm keeps; past it a newcomer is answered but not kept (it fetches from the
+/// server and serves nobody).
+pub const MAX_AGENTS: usize = 4096;
+
+/// One agent of the room.
+#[derive(Debug, Clone)]
+struct Agent {
+    port: u16,
+    /// Chunk I held: bit I.
+    held: Vec<u64>,
+    seen_ms: u64,
+    /// Times it was named as a source.
+    named: u64,
+}
+
+impl Agent {
+    fn holds(&self, i: u64) -> bool {
+        self.held
+            .get((i / 64) as usize)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+}
+
+/// What one swarm did, for its log and the tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    /// Wants answered with peers that held the chunk.
+    pub to_holders: u64,
+    /// Wants answered with the peer receiving the chunk (merged misses).
+    pub merged: u64,
+    /// Wants answered with the server (the asker receives it into the room).
+    pub to_server: u64,
+    /// Peers reported bad, never named again.
+    pub banned: u64,
+}
+
+/// One room booting one root image.
+#[derive(Debug, Clone)]
+pub struct Swarm {
+    chunks: u64,
+    /// The prefetch order handed out: a recorded boot's chunk order, else ascending.
+    order: Option<Vec<u64>>,
+    agents: HashMap<IpAddr, Agent>,
+    /// Chunk -> the agent the server is sending it to, and since when.
+    receiving: HashMap<u64, (IpAddr, u64)>,
+    banned: HashSet<IpAddr>,
+    pub tally: Tally,
+}
+
+impl Swarm {
+    /// A swarm for an image of `chunks` chunks; `order`, a recorded boot's chunk order, if any.
+    pub fn new(chunks: u64, order: Option<Vec<u64>>) -> Swarm {
+        Swarm {
+            chunks,
+            order: order.map(|o| o.into_iter().filter(|&i| i < chunks).collect()),
+            agents: HashMap::new(),
+            receiving: HashMap::new(),
+            banned: HashSet::new(),
+            tally: Tally::default(),
+        }
+    }
+
+    /// The agent at `ip` reports and asks, at `now_ms`; its answer. Its report's indices are
+    /// the codec's, all below the image's count of chunks.
+    pub fn ask(&mut self, ip: IpAddr, report: &Report, now_ms: u64) -> Answer {
+        self.agents
+            .retain(|_, a| now_ms.saturating_sub(a.seen_ms) < FORGET_AFTER_MS);
+        for bad in &report.bad {
+            if *bad != ip && self.banned.insert(*bad) {
+                self.tally.banned += 1;
+            }
+            self.forget(*bad);
+        }
+        for gone in &report.gone {
+            if *gone != ip {
+                self.forget(*gone);
+            }
+        }
+        let words = self.chunks.div_ceil(64) as usize;
+        let kept = self.agents.len() < MAX_AGENTS || self.agents.contains_key(&ip);
+        if kept && !self.banned.contains(&ip) {
+            let agent = self.agents.entry(ip).or_insert_with(|| Agent {
+                port: report.port,
+                held: vec![0; words],
+                seen_ms: now_ms,
+                named: 0,
+            });
+            agent.port = report.port;
+            agent.seen_ms = now_ms;
+            for i in report.have.iter() {
+                agent.held[(i / 64) as usize] |= 1 << (i % 64);
+                if self.receiving.get(&i).is_some_and(|(r, _)| *r == ip) {
+                    self.receiving.remove(&i);
+                }
+            }
+        }
+        let from = report
+            .want
+            .iter()
+            .map(|i| (i, self.sources(ip, i, now_ms)))
+            .collect();
+        let peers = self
+            .agents
+            .iter()
+            .filter(|(a, agent)| **a != ip && agent.port != 0)
+            .map(|(a, agent)| SocketAddr::new(*a, agent.port))
+            .collect();
+        let order = report.order.then(|| {
+            self.order
+                .clone()
+                .unwrap_or_else(|| (0..self.chunks).collect())
+        });
+        Answer { peers, from, order }
+    }
+
+    /// Where `ip` fetches chunk `i` (none named: the server), as the module says.
+    fn sources(&mut self, ip: IpAddr, i: u64, now_ms: u64) -> Vec<SocketAddr> {
+        let mut holders: Vec<(&IpAddr, &Agent)> = self
+            .agents
+            .iter()
+            .filter(|(a, agent)| **a != ip && agent.port != 0 && agent.holds(i))
+            .collect();
+        if !holders.is_empty() {
+            // Named least first; the address breaks ties, so an answer is the same for the
+            // same state.
+            holders.sort_by_key(|(a, agent)| (agent.named, **a));
+            let chosen: Vec<IpAddr> = holders.iter().take(NAMED).map(|(a, _)| **a).collect();
+            self.tally.to_holders += 1;
+            return chosen
+                .into_iter()
+                .map(|a| {
+                    let agent = self.agents.get_mut(&a).expect("a holder");
+                    agent.named += 1;
+                    SocketAddr::new(a, agent.port)
+                })
+                .collect();
+        }
+        let receiver = self.receiving.get(&i).and_then(|&(r, since)| {
+            let fresh = now_ms.saturating_sub(since) < RECEIVING_FOR_MS;
+            let agent = self.agents.get(&r).filter(|a| a.port != 0)?;
+            (r != ip && fresh).then(|| SocketAddr::new(r, agent.port))
+        });
+        if let Some(r) = receiver {
+            self.tally.merged += 1;
+            return vec![r];
+        }
+        if self.agents.contains_key(&ip) {
+            self.receiving.insert(i, (ip, now_ms));
+        }
+        self.tally.to_server += 1;
+        Vec::new()
+    }
+
+    fn forget(&mut self, ip: IpAddr) {
+        self.agents.remove(&ip);
+        self.receiving.retain(|_, (r, _)| *r != ip);
+    }
+
+    /// Agents kept.
+    pub fn agents(&self) -> usize {
+        self.agents.len()
+    }
+}
+
+/// Which swarm: the image's name, its manifest's digest, and the room (the pool and the
+/// client subnet, as the route writes them).
+pub type Key = (String, [u8; 32], String);
+
+/// Swarms kept at most; past it the one asked least recently is dropped (its agents are
+/// answered from the server until they report again).
+pub const MAX_SWARMS: usize = 256;
+
+/// Every swarm the tracker keeps, each with when it was last asked.
+#[derive(Debug, Default)]
+pub struct Swarms {
+    swarms: std::collections::HashMap<Key, (Swarm, u64)>,
+}
+
+impl Swarms {
+    /// The swarm `key`, made for an image of `chunks` chunks if it is new, asked at `now_ms`.
+    pub fn get(&mut self, key: Key, chunks: u64, now_ms: u64) -> &mut Swarm {
+        if !self.swarms.contains_key(&key) && self.swarms.len() >= MAX_SWARMS {
+            let oldest = self
+                .swarms
+                .iter()
+                .min_by_key(|(_, (_, at))| *at)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                self.swarms.remove(&k);
+            }
+        }
+        let entry = self
+            .swarms
+            .entry(key)
+            .or_insert_with(|| (Swarm::new(chunks, None), now_ms));
+        entry.1 = now_ms;
+        &mut entry.0
+    }
+
+    pub fn len(&self) -> usize {
+        self.swarms.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.swarms.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::swarm::Ranges;
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([10, 0, 0, last])
+    }
+
+    fn at(last: u8) -> SocketAddr {
+        SocketAddr::new(ip(last), 10810)
+    }
+
+    fn report(have: &[u64], want: &[u64]) -> Report {
+        Report {
+            port: 10810,
+            have: Ranges::of(have),
+            want: Ranges::of(want),
+            ..Report::default()
+        }
+    }
+
+    fn from(a: &Answer, i: u64) -> Vec<SocketAddr> {
+        a.from.iter().find(|(c, _)| *c == i).unwrap().1.clone()
+    }
+
+    #[test]
+    fn the_first_asker_gets_the_server_and_concurrent_askers_get_the_first() {
+        let mut s = Swarm::new(8, None);
+        assert!(from(&s.ask(ip(1), &report(&[], &[3]), 0), 3).is_empty());
+        // Merged onto the one receiving it, while it does.
+        assert_eq!(from(&s.ask(ip(2), &report(&[], &[3]), 10), 3), vec![at(1)]);
+        assert_eq!(from(&s.ask(ip(3), &report(&[], &[3]), 20), 3), vec![at(1)]);
+        // It reports it holds it: named as a holder, with the others that got it from it.
+        s.ask(ip(2), &report(&[3], &[]), 30);
+        let a = s.ask(ip(4), &report(&[], &[3]), 40);
+        assert_eq!(from(&a, 3).len(), 1, "{a:?}");
+        let both = s.ask(ip(1), &report(&[3], &[]), 50);
+        assert!(both.from.is_empty());
+        let a = s.ask(ip(4), &report(&[], &[3]), 60);
+        assert_eq!(from(&a, 3).len(), 2);
+        assert!(!from(&a, 3).contains(&at(4)));
+        assert_eq!(s.tally.to_server, 1);
+        assert_eq!(s.tally.merged, 2);
+    }
+
+    #[test]
+    fn a_receiver_silent_too_long_is_no_longer_named_and_the_next_asker_receives() {
+        let mut s = Swarm::new(4, None);
+        s.ask(ip(1), &report(&[], &[0]), 0);
+        let a = s.ask(ip(2), &report(&[], &[0]), RECEIVING_FOR_MS + 1);
+        assert!(from(&a, 0).is_empty());
+        assert_eq!(
+            from(&s.ask(ip(3), &report(&[], &[0]), RECEIVING_FOR_MS + 2), 0),
+            vec![at(2)]
+        );
+    }
+
+    #[test]
+    fn holders_named_least_come_first_and_at_most_three() {
+        let mut s = Swarm::new(2, None);
+        for k in 1..=5 {
+            s.ask(ip(k), &report(&[0, 1], &[]), 0);
+        }
+        let a = s.ask(ip(9), &report(&[], &[0]), 1);
+        assert_eq!(from(&a, 0), vec![at(1), at(2), at(3)]);
+        let b = s.ask(ip(8), &report(&[], &[1]), 2);
+        assert_eq!(from(&b, 1), vec![at(4), at(5), at(1)]);
+        // Everyone the asker may serve: the room's agents but itself.
+        assert_eq!(b.peers.len(), 6);
+        assert!(!b.peers.contains(&at(8)));
+    }
+
+    #[test]
+    fn a_peer_reported_bad_is_never_named_again_even_when_it_reports_again() {
+        let mut s = Swarm::new(2, None);
+        s.ask(ip(1), &report(&[0], &[]), 0);
+        s.ask(ip(2), &report(&[0], &[]), 0);
+        let mut bad = report(&[], &[0]);
+        bad.bad = vec![ip(1)];
+        assert_eq!(from(&s.ask(ip(3), &bad, 1), 0), vec![at(2)]);
+        s.ask(ip(1), &report(&[0, 1], &[]), 2);
+        let a = s.ask(ip(4), &report(&[], &[0, 1]), 3);
+        assert_eq!(from(&a, 0), vec![at(2)]);
+        assert!(from(&a, 1).is_empty(), "{a:?}");
+        assert!(!a.peers.contains(&at(1)));
+        assert_eq!(s.tally.banned, 1);
+        // An agent cannot ban itself out of reach of others' reports, nor is it named by its own.
+        let mut own = report(&[], &[]);
+        own.bad = vec![ip(4)];
+        s.ask(ip(4), &own, 4);
+        assert_eq!(s.tally.banned, 1);
+    }
+
+    #[test]
+    fn a_peer_reported_gone_or_silent_is_forgotten_until_it_asks_again() {
+        let mut s = Swarm::new(2, None);
+        s.ask(ip(1), &report(&[0], &[]), 0);
+        let mut gone = report(&[], &[0]);
+        gone.gone = vec![ip(1)];
+        assert!(from(&s.ask(ip(2), &gone, 1), 0).is_empty());
+        s.ask(ip(1), &report(&[0], &[]), 2);
+        assert_eq!(from(&s.ask(ip(3), &report(&[], &[0]), 3), 0), vec![at(1)]);
+        let late = FORGET_AFTER_MS + 10;
+        let a = s.ask(ip(4), &report(&[], &[0]), late);
+        assert!(from(&a, 0).is_empty());
+        assert_eq!(s.agents(), 1);
+    }
+
+    #[test]
+    fn the_order_is_the_recorded_ones_else_ascending_and_only_when_asked() {
+        let mut asked = report(&[], &[]);
+        asked.order = true;
+        let mut s = Swarm::new(4, Some(vec![2, 0, 9]));
+        assert_eq!(s.ask(ip(1), &asked, 0).order, Some(vec![2, 0]));
+        assert_eq!(s.ask(ip(1), &report(&[], &[]), 0).order, None);
+        let mut s = Swarm::new(3, None);
+        assert_eq!(s.ask(ip(1), &asked, 0).order, Some(vec![0, 1, 2]));
+    }
+
+    #[test]
+    fn swarms_are_kept_apart_by_room_and_the_oldest_goes_first() {
+        let mut all = Swarms::default();
+        let key = |room: &str| ("demo".to_string(), [7; 32], room.to_string());
+        all.get(key("a"), 4, 0).ask(ip(1), &report(&[0], &[]), 0);
+        let other = all.get(key("b"), 4, 1).ask(ip(2), &report(&[], &[0]), 1);
+        assert!(
+            from(&other, 0).is_empty(),
+            "another room's holder is not named"
+        );
+        for k in 0..MAX_SWARMS as u64 {
+            all.get(key(&format!("r{k}")), 4, 2 + k);
+        }
+        assert_eq!(all.len(), MAX_SWARMS);
+        let again = all
+            .get(key("a"), 4, 9999)
+            .ask(ip(3), &report(&[], &[0]), 9999);
+        assert!(from(&again, 0).is_empty(), "room a was dropped, the oldest");
+    }
+
+    #[test]
+    fn an_agent_serving_no_peers_is_never_named() {
+        let mut s = Swarm::new(2, None);
+        let mut quiet = report(&[0], &[1]);
+        quiet.port = 0;
+        s.ask(ip(1), &quiet, 0);
+        let a = s.ask(ip(2), &report(&[], &[0, 1]), 1);
+        assert!(from(&a, 0).is_empty() && from(&a, 1).is_empty(), "{a:?}");
+        assert!(a.peers.is_empty());
+    }
+}
