@@ -759,11 +759,10 @@ fn a_member_dies(root: &str, kind: &str) {
     assert_eq!(u(&r["summary"]["booted"]), 6, "{table}");
 }
 
-// Both fail today, for the same reason: the survivor takes s1's address and tickles its
-// clients' connections, and they reconnect, but it refuses the roots of the clients s1
-// leased dynamically ("nbd client holds no lease of a pool booting this image"), and a
-// restarted client's DHCP is offered another address then NAKed ("this client holds ...").
-// The members serving every client the site leased is issue 46 part 4.
+// Both failed before a member served every client the site leased (docs/site.md, "The
+// access rule"): the survivor took s1's address and tickled its clients' connections, they
+// reconnected, and it refused the roots of the clients s1 leased dynamically ("nbd client
+// holds no lease of a pool booting this image"). They pass since.
 #[test]
 fn a_small_storm_whose_member_is_killed_boots_every_client_without_a_restart() {
     a_member_dies("nbd", "kill");
