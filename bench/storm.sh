@@ -48,15 +48,18 @@ table (ROW.txt) and log go to --out (default bench/out/storm-DATE/), with the ro
 the end, with ratios); every run's links and the machine's CPUs per second are drawn in
 --out/links-and-cpus.svg (bench/storm-plot.py). --record NAME keeps a run of record in
 bench/records/storm-NAME/ (JSON over 256 KiB gzipped) for git.
-Needs root and what scripts/setup installs (squashfs-tools and zstd among it), plus nfs-ganesha
-nfs-ganesha-vfs nbd-server nginx-light (apt-get install them; their services are not started).
+Needs root and what scripts/setup installs (squashfs-tools and zstd, nfs-ganesha, nbd-server,
+nginx-light and kea-dhcp4-server among it; their services are not started).
   --bin      run this bootpool binary instead of building one
   --stacks   which of the two to run (default both; the summary covers every JSON in --out);
              \`--servers "bootpool reference"\`, its older spelling, still works
   --servers K  instead of the rows above, one row per root of K bootpool servers, members
              of one site on a PostgreSQL the storm starts (\`bootpool storm --servers K\`;
              needs Debian's postgresql, not the reference stack), each on --links x
-             --link-rate: bootpool-siteK-plain-ROOT-N. bench/site-storm.sh runs K = 1, 2, 4
+             --link-rate: bootpool-siteK-plain-ROOT-N. bench/site-storm.sh runs K = 1, 2, 4.
+             With --servers 2 and --stacks naming reference, also the reference as a site:
+             this stack on each of two servers, its DHCP a Kea HA pair in place of dnsmasq
+             (reference-site2-plain-ROOT-N; needs kea-dhcp4-server, docs/failover.md)
   --fail KIND, --fail-at SECONDS  with --servers K and --links 1: member s1 dies SECONDS
              (default 20) after power-on, its bootpool and keepalived killed with -9 (kill)
              or its links taken down first (linkdown): bootpool-siteK-plain-ROOT-N-KIND
@@ -76,7 +79,7 @@ EOF
 ARGS="$*"
 FAIL="" FAIL_AT=20
 CLIENTS=40 BIG=200 ROOTS="nfs nbd" LINKS=4 RATE=250mbit CLIENT=100mbit THINK=0.2 OUT="" BIN=""
-SERVERS="bootpool reference" OPTINS="nocto zstd" RECORD="" MACS=random SITE="" PLACEMENT=""
+SERVERS="bootpool reference" OPTINS="nocto zstd" RECORD="" MACS=random SITE="" STACKS_SET="" PLACEMENT=""
 ROWS="bootpool-links bootpool-bond reference-bond reference-hashed reference-1link"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -90,7 +93,7 @@ while [ $# -gt 0 ]; do
         --think-scale) THINK="$2"; shift ;;
         --out) OUT="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
-        --stacks) SERVERS="$2"; shift ;;
+        --stacks) SERVERS="$2" STACKS_SET=1; shift ;;
         --servers)
             case "$2" in
                 ''|*[!0-9]*) SERVERS="$2" ;;
@@ -112,6 +115,11 @@ done
 NEEDED="ganesha.nfsd rpcbind nbd-server nginx dnsmasq tc mksquashfs unsquashfs zstd"
 if [ -n "$SITE" ]; then
     NEEDED="tc"
+    if [ -n "$STACKS_SET" ]; then
+        case " $SERVERS " in
+            *" reference "*) NEEDED="$NEEDED ganesha.nfsd rpcbind nbd-server nginx dnsmasq kea-dhcp4 curl" ;;
+        esac
+    fi
     compgen -G "/usr/lib/postgresql/*/bin/postgres" >/dev/null ||
         { echo "storm.sh: --servers needs PostgreSQL (apt-get install postgresql)" >&2; exit 1; }
 fi
@@ -256,6 +264,8 @@ run() { # server links variant root clients
 for root in $ROOTS; do
     if [ -n "$SITE" ]; then
         run bootpool "site$SITE" plain "$root" "$CLIENTS"
+        # The reference as a site only when asked by name (site-storm.sh's rows are bootpool's).
+        [ -n "$STACKS_SET" ] && run reference "site$SITE" plain "$root" "$CLIENTS"
         continue
     fi
     run bootpool links plain "$root" "$CLIENTS"
@@ -320,6 +330,24 @@ for name, r in runs.items():
         a, b = r["summary"]["all_booted_s"], ref["summary"]["all_booted_s"]
         ratio = "-" if not (a and b) else f"{a/b:.2f}"
         print(f"| {variant} {root}-{n}: bootpool on {place} vs reference on {kind} | {fmt(a)} | {fmt(bound(r)[1], 2)} | {waited(r['summary'])} | {fmt(b)} | {fmt(bound(ref)[1], 2)} | {waited(ref['summary'])} | {ratio} |")
+# Sites: bootpool's members beside the reference on the same servers (its DHCP a Kea HA pair).
+sites = [(n, r, runs.get("reference" + n[len("bootpool"):])) for n, r in runs.items()
+         if n.startswith("bootpool-site")]
+sites = [(n, r, ref) for n, r, ref in sites if ref]
+if sites:
+    def stall(r):
+        f = r.get("failure")
+        return None if f is None else f["longest_stall_s"]
+    def booted(r):
+        f = r.get("failure") or r["summary"]
+        return f"{f['booted']} / {f['clients']}" + (f", {f['restarted']} restarted" if "restarted" in f else "")
+    def over(a, b):
+        return "-" if a is None or not b else f"{a/b:.2f}"
+    print("\n| site (same servers, room, trace, failure) | bootpool booted | all booted s | longest stall after the failure s | reference booted | all booted s | longest stall s | bootpool / reference: all booted, stall |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, r, ref in sites:
+        a, b = r["summary"]["all_booted_s"], ref["summary"]["all_booted_s"]
+        print(f"| {name[len('bootpool-'):]} | {booted(r)} | {fmt(a)} | {fmt(stall(r))} | {booted(ref)} | {fmt(b)} | {fmt(stall(ref))} | {over(a, b)}, {over(stall(r), stall(ref))} |")
 EOF
 python3 "$HERE/storm-plot.py" "$OUT/links-and-cpus.svg" "$OUT"/*.json &&
     echo "storm.sh: the links and the machine's CPUs per second: $OUT/links-and-cpus.svg" >&2

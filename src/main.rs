@@ -37,10 +37,10 @@ enum SiteCommand {
         #[arg(long, value_name = "IFACE")]
         interface: Option<String>,
         /// Seconds between VRRP advertisements: a dead master is replaced after about three.
-        #[arg(long, value_name = "SECONDS", default_value_t = 0.2)]
+        #[arg(long, value_name = "SECONDS", default_value_t = bootpool::site::keepalived::ADVERT_S)]
         advert: f64,
         /// The first virtual router id; the site's addresses take the next ones.
-        #[arg(long, value_name = "ID", default_value_t = 50)]
+        #[arg(long, value_name = "ID", default_value_t = bootpool::site::keepalived::FIRST_VRID)]
         first_vrid: u8,
         /// Advertise by unicast to this peer (another member's own fixed address), not by
         /// multicast; give it once per other member.

@@ -18,14 +18,31 @@
 #   REFERENCE_INITRD       this file is served as the initrd (e.g. one recompressed with zstd)
 #   REFERENCE_NBD_IMAGE    this file is the NBD export (e.g. a squashfs made with -comp zstd)...
 #   REFERENCE_NBD_EXPORT   ...under this name (default demo)
+#
+# As one of a site's servers (`bootpool storm --servers 2 --server-cmd`, storm/reference.rs
+# and docs/failover.md; the storm sets these), each on a host of its own:
+#   REFERENCE_MEMBER       its name (sN): its files go to WORKDIR/sN
+#   REFERENCE_ADDR         the address its clients are handed (default 10.78.0.1), which
+#                          keepalived may move to the other server, so every daemon here
+#                          listens on all of the host's addresses
+#   REFERENCE_IFACE        its link (default s0)
+#   REFERENCE_KEA_CONF     DHCP is this kea-dhcp4 config's (one half of a Kea HA pair), not
+#                          dnsmasq's, which serves TFTP alone...
+#   REFERENCE_KEA_URL      ...and the stack is ready once that Kea's HA listener here says
+#                          the pair balances the load (nginx starts after it)
 set -euo pipefail
 ROOT=${1:?usage: reference.sh nfs|nbd WORKDIR}
 WORK=${2:?usage: reference.sh nfs|nbd WORKDIR}
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 # Resolved: ganesha refuses a mount whose export Path runs through a symlink.
 IMAGE="$(realpath "$REPO/images/demo")"
-ADDR=10.78.0.1
-IFACE=s0
+ADDR=${REFERENCE_ADDR:-10.78.0.1}
+IFACE=${REFERENCE_IFACE:-s0}
+KEA=${REFERENCE_KEA_CONF:-}
+[ -n "${REFERENCE_MEMBER:-}" ] && WORK="$WORK/$REFERENCE_MEMBER"
+# On one address, or (a site's server) on every address the host has or takes over.
+BIND_NFS="Bind_addr = $ADDR;" BIND_NBD="listenaddr = $ADDR" LISTEN="$ADDR:8080"
+[ -n "$KEA" ] && BIND_NFS="" BIND_NBD="" LISTEN=8080
 mkdir -p "$WORK"
 WORK="$(cd "$WORK" && pwd)"
 
@@ -47,7 +64,7 @@ NFS_CORE_PARAM {
     Protocols = 3;
     NFS_Port = 2049;
     MNT_Port = 20048;
-    Bind_addr = $ADDR;
+    $BIND_NFS
     Enable_NLM = false;
     Enable_RQUOTA = false;
     Mount_Path_Pseudo = true;
@@ -77,7 +94,7 @@ EOF
     nbd)
         cat > "$WORK/nbd-server.conf" <<EOF
 [generic]
-    listenaddr = $ADDR
+    $BIND_NBD
     port = 10809
     allowlist = true
 [${REFERENCE_NBD_EXPORT:-demo}]
@@ -90,15 +107,35 @@ EOF
     *) echo "reference.sh: ROOT is nfs or nbd" >&2; exit 2 ;;
 esac
 
-dnsmasq --no-daemon --conf-file=/dev/null --port=0 --user=root \
-    --bind-interfaces --interface="$IFACE" --no-ping --log-facility="$WORK/dnsmasq.log" \
-    --dhcp-range=10.78.1.0,10.78.2.250,255.255.252.0,12h --dhcp-lease-max=1000 \
-    --dhcp-leasefile="$WORK/dnsmasq.leases" --dhcp-option=option:router,$ADDR \
-    --enable-tftp --tftp-root=/usr/lib/ipxe \
-    --dhcp-userclass=set:ipxe,iPXE \
-    --dhcp-boot=tag:ipxe,http://$ADDR:8080/boot/script/room.ipxe \
-    --dhcp-boot=tag:!ipxe,undionly.kpxe \
-    --pid-file="$WORK/dnsmasq.pid" &
+if [ -z "$KEA" ]; then
+    dnsmasq --no-daemon --conf-file=/dev/null --port=0 --user=root \
+        --bind-interfaces --interface="$IFACE" --no-ping --log-facility="$WORK/dnsmasq.log" \
+        --dhcp-range=10.78.1.0,10.78.2.250,255.255.252.0,12h --dhcp-lease-max=1000 \
+        --dhcp-leasefile="$WORK/dnsmasq.leases" --dhcp-option=option:router,$ADDR \
+        --enable-tftp --tftp-root=/usr/lib/ipxe \
+        --dhcp-userclass=set:ipxe,iPXE \
+        --dhcp-boot=tag:ipxe,http://$ADDR:8080/boot/script/room.ipxe \
+        --dhcp-boot=tag:!ipxe,undionly.kpxe \
+        --pid-file="$WORK/dnsmasq.pid" &
+else
+    # TFTP alone, on the link's addresses as they come and go; DHCP is Kea's.
+    dnsmasq --no-daemon --conf-file=/dev/null --port=0 --user=root \
+        --bind-dynamic --interface="$IFACE" --log-facility="$WORK/dnsmasq.log" \
+        --enable-tftp --tftp-root=/usr/lib/ipxe --pid-file="$WORK/dnsmasq.pid" &
+    KEA_PIDFILE_DIR="$WORK" KEA_LOCKFILE_DIR="$WORK" kea-dhcp4 -c "$KEA" \
+        > "$WORK/kea-dhcp4.out" 2>&1 &
+    # Both halves start at once; each waits (syncing the other's leases) until both are up.
+    state=""
+    for _ in $(seq 600); do
+        state="$(curl -s -m 1 -X POST -H 'Content-Type: application/json' \
+            -d '{"command": "ha-heartbeat"}' "$REFERENCE_KEA_URL" |
+            sed -n 's/.*"state": *"\([a-z-]*\)".*/\1/p')" || true
+        [ "$state" = load-balancing ] && break
+        sleep 0.1
+    done
+    [ "$state" = load-balancing ] ||
+        { echo "reference.sh: Kea at $REFERENCE_KEA_URL is ${state:-silent}, not load-balancing, after 60 s" >&2; exit 1; }
+fi
 
 mkdir -p "$WORK/www/boot/demo" "$WORK/nginx"
 ln -sfn "$IMAGE/vmlinuz" "$WORK/www/boot/demo/vmlinuz"
@@ -126,7 +163,7 @@ http {
     uwsgi_temp_path $WORK/nginx/uwsgi;
     scgi_temp_path $WORK/nginx/scgi;
     server {
-        listen $ADDR:8080;
+        listen $LISTEN;
         root $WORK/www;
         location /boot/script/ { default_type text/plain; try_files /script.ipxe =404; }
     }

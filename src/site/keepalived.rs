@@ -12,6 +12,11 @@ use std::net::Ipv4Addr;
 pub const OWNER_PRIORITY: u8 = 200;
 /// The first backup's priority; each next one in name order one lower.
 pub const BACKUP_PRIORITY: u8 = 100;
+/// Seconds between advertisements unless told (`--advert`): a dead master is replaced after
+/// about three, 0.6 s and keepalived's skew.
+pub const ADVERT_S: f64 = 0.2;
+/// The first virtual router id unless told (`--first-vrid`).
+pub const FIRST_VRID: u8 = 50;
 
 /// What the members' rows do not say: how this host runs keepalived and bootpool.
 #[derive(Debug, Clone, PartialEq)]

@@ -1304,19 +1304,12 @@ fn dhclient(room: &Room, dir: &std::path::Path) -> String {
     }
 }
 
-/// A client `a` placed on `b` is `b`'s client from its very first request, made at once
-/// after `a`'s ACK, before `b`'s once-a-second read of the site's leases: `b` holds a request
-/// from an address it does not know until it has read them again (`Identity::standing_held`).
-/// Without the hold the client was a stranger there, 16 connections at most, and its 17th
-/// concurrent fetch was refused (a storm's firmware was refused TFTP's `server busy` that
-/// way, once the strangers' pool was full).
-#[test]
-fn a_client_placed_on_another_member_is_a_client_there_from_its_first_request() {
-    let pg = Postgres::start();
-    let room = Room::new(2);
+/// Members `a` and `b` on one range with `placement: site`, once `a` sees `b`'s link in `b`'s
+/// heartbeat (its published load), so that `a` places boots on it.
+fn placing_pair(pg: &Postgres, room: &Room) -> (Member, Member) {
     let range = "10.79.1.0-10.79.2.255";
-    let a = Member::with_range(&room, 1, &pg.socket_url(), range);
-    let b = Member::with_range(&room, 2, &pg.socket_url(), range);
+    let a = Member::with_range(room, 1, &pg.socket_url(), range);
+    let b = Member::with_range(room, 2, &pg.socket_url(), range);
     poll("a sees b's link in b's heartbeat", || {
         let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/site")).unwrap();
         v["members"].as_array().unwrap().iter().any(|m| {
@@ -1327,6 +1320,20 @@ fn a_client_placed_on_another_member_is_a_client_there_from_its_first_request() 
                     .is_some_and(|l| l.iter().any(|p| p["own"] == true))
         })
     });
+    (a, b)
+}
+
+/// A client `a` placed on `b` is `b`'s client from its very first request, made at once
+/// after `a`'s ACK, before `b`'s once-a-second read of the site's leases: `b` holds a request
+/// from an address it does not know until it has read them again (`Identity::standing_held`).
+/// Without the hold the client was a stranger there, 16 connections at most, and its 17th
+/// concurrent fetch was refused (a storm's firmware was refused TFTP's `server busy` that
+/// way, once the strangers' pool was full).
+#[test]
+fn a_client_placed_on_another_member_is_a_client_there_from_its_first_request() {
+    let pg = Postgres::start();
+    let room = Room::new(2);
+    let (a, b) = placing_pair(&pg, &room);
     let dir = tempfile::tempdir().unwrap();
     let kernel = "http://10.79.0.2:8080/boot/demo/vmlinuz";
     for mac in macs_of("a", 4) {
@@ -1371,20 +1378,7 @@ fn a_client_placed_on_another_member_is_a_client_there_from_its_first_request() 
 fn a_client_placed_on_another_member_is_served_there_and_a_stranger_is_not() {
     let pg = Postgres::start();
     let room = Room::new(2);
-    let range = "10.79.1.0-10.79.2.255";
-    let a = Member::with_range(&room, 1, &pg.socket_url(), range);
-    let b = Member::with_range(&room, 2, &pg.socket_url(), range);
-    // Until a reads b's published load (b's own link in its row).
-    poll("a sees b's link in b's heartbeat", || {
-        let v: serde_json::Value = serde_json::from_str(&a.get("/api/v1/site")).unwrap();
-        v["members"].as_array().unwrap().iter().any(|m| {
-            m["name"] == "b"
-                && m["live"] == true
-                && m["load"]
-                    .as_array()
-                    .is_some_and(|l| l.iter().any(|p| p["own"] == true))
-        })
-    });
+    let (a, b) = placing_pair(&pg, &room);
     let dir = tempfile::tempdir().unwrap();
     let mut bound = Vec::new();
     for mac in macs_of("a", 4) {

@@ -38,7 +38,9 @@ pub struct StormArgs {
     /// PostgreSQL the storm starts for the run (initdb in a temporary folder: needs Debian's
     /// `postgresql` installed). The clients broadcast as before and the site's own split
     /// (RFC 3074's hash over the live members) decides which member answers each; the report
-    /// adds a row per server. The members lease from the one `dhcp.range`.
+    /// adds a row per server. The members lease from the one `dhcp.range`. With
+    /// --server-cmd (K = 2): that command on each of the two servers instead, its DHCP a Kea
+    /// HA pair the storm configures (needs Debian's `kea-dhcp4-server`; docs/failover.md).
     #[arg(long, value_name = "K", default_value_t = 1, value_parser = parse_servers)]
     pub servers: usize,
     /// With --servers K (2 or more) and --server-links 1xRATE: each member's address is
@@ -46,6 +48,8 @@ pub struct StormArgs {
     /// `keepalived`), and member s1 dies mid-boot: `kill` kills its bootpool and keepalived
     /// with -9, `linkdown` takes its links down first. A client whose boot fails boots again
     /// once (counted as restarted). The report adds the failure's row (docs/failover.md).
+    /// With --server-cmd, the reference site's addresses are moved by keepalived with the
+    /// same file without its notify lines, and every process of s1's host dies.
     #[arg(long, value_enum)]
     pub fail: Option<super::retry::Kind>,
     /// When --fail strikes, in seconds after power-on.
@@ -78,7 +82,9 @@ pub struct StormArgs {
     #[arg(long, default_value_t = 1.0)]
     pub think_scale: f64,
     /// Start this shell command in the room instead of `bootpool serve` (e.g. the reference
-    /// stack); it must serve the same image at the config's server address.
+    /// stack); it must serve the same image at the config's server address. With --servers 2,
+    /// on each server's host, told its address, link and Kea config in its environment
+    /// (bench/storm/reference.sh, `REFERENCE_*`).
     #[arg(long)]
     pub server_cmd: Option<String>,
     /// With --server-cmd: the TCP port that answers once the server is ready.

@@ -7,6 +7,13 @@
 //! host that lost its network) and kills them after. The survivors' keepalived take its
 //! address, their bootpool tickles its clients' connections, and the clients (`retry`)
 //! carry on.
+//!
+//! The reference site (`--server-cmd`, `reference`) has its addresses moved the same way:
+//! the same file, written by the same code (`bootpool::site::keepalived::conf`, its default
+//! timers: VRRPv3, an advertisement every 0.2 s) from the members the storm made, without
+//! the notify lines, which tell a bootpool that it took an address over (the reference has
+//! nothing to tell, and no tickle). Its death kills every process of its host, keepalived
+//! included, as bootpool's does.
 
 use super::retry::{FailureRow, Kind};
 use super::site::{Member, Site};
@@ -89,11 +96,78 @@ fn holds(m: &Member, address: Ipv4Addr) -> bool {
         .is_ok_and(|out| out.contains(&format!(" {address}/")))
 }
 
-/// Hands each member's address to keepalived: writes its keepalived.conf with `bootpool site
-/// keepalived` (from the site's rows), gives the member its fixed address, lets go of the
-/// address the storm gave it and starts keepalived, which takes it back as the owner's; waits
-/// until every member holds its own address again. After the members are live.
-pub fn start_keepalived(site: &Site, prefix: u8, run_dir: &Path) -> anyhow::Result<Keepalived> {
+/// Member `m`'s keepalived.conf for bootpool's rows: `bootpool site keepalived`'s, from the
+/// site's rows (the members are live).
+pub fn bootpool_conf(m: &Member) -> anyhow::Result<String> {
+    let out = Command::new(crate::lab::daemon())
+        .arg("site")
+        .arg("keepalived")
+        .arg("--config")
+        .arg(&m.config)
+        .arg("--member")
+        .arg(&m.name)
+        .arg("--interface")
+        .arg(&m.links[0].dev)
+        .output()
+        .context("running bootpool site keepalived")?;
+    if !out.status.success() {
+        bail!(
+            "bootpool site keepalived --member {}: {}",
+            m.name,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Member `m`'s keepalived.conf for the reference site: the same file from the same code
+/// and defaults, for the members the storm made, without the notify lines (bootpool's
+/// takeover and release calls).
+pub fn reference_conf(site: &Site, m: &Member) -> anyhow::Result<String> {
+    use bootpool::site::keepalived;
+    let members: Vec<bootpool::site::member::Member> = site
+        .members
+        .iter()
+        .map(|o| bootpool::site::member::Member {
+            name: o.name.clone(),
+            addresses: vec![o.links[0].address.into()],
+            links: o.links.iter().map(|l| l.address).collect(),
+            rooms: Vec::new(),
+            http: String::new(),
+            started: 0,
+        })
+        .collect();
+    let opts = keepalived::Options {
+        interface: m.links[0].dev.clone(),
+        advert_s: keepalived::ADVERT_S,
+        first_vrid: keepalived::FIRST_VRID,
+        peers: Vec::new(),
+        source: None,
+        program: "unused".into(),
+        config: "unused".into(),
+    };
+    let text = keepalived::conf(&members, &m.name, &opts).map_err(|e| anyhow::anyhow!(e))?;
+    Ok(without_notify(&text))
+}
+
+/// A keepalived.conf without its notify lines.
+fn without_notify(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("notify_"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// Hands each member's address to keepalived: writes its keepalived.conf (`conf`), gives the
+/// member its fixed address, lets go of the address the storm gave it and starts keepalived,
+/// which takes it back as the owner's; waits until every member holds its own address again.
+/// bootpool's rows: after the members are live; the reference's: before its stacks start.
+pub fn start_keepalived(
+    site: &Site,
+    prefix: u8,
+    run_dir: &Path,
+    conf: &dyn Fn(&Member) -> anyhow::Result<String>,
+) -> anyhow::Result<Keepalived> {
     let mut ka = Keepalived {
         children: Vec::new(),
     };
@@ -105,28 +179,11 @@ pub fn start_keepalived(site: &Site, prefix: u8, run_dir: &Path) -> anyhow::Resu
         }
         let dev = &m.links[0].dev;
         let address = m.links[0].address;
-        let out = Command::new(crate::lab::daemon())
-            .arg("site")
-            .arg("keepalived")
-            .arg("--config")
-            .arg(&m.config)
-            .arg("--member")
-            .arg(&m.name)
-            .arg("--interface")
-            .arg(dev)
-            .output()
-            .context("running bootpool site keepalived")?;
-        if !out.status.success() {
-            bail!(
-                "bootpool site keepalived --member {}: {}",
-                m.name,
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
+        let text = conf(m)?;
         let dir = run_dir.join(format!("keepalived-{}", m.name));
         std::fs::create_dir_all(&dir)?;
         let conf = dir.join("keepalived.conf");
-        std::fs::write(&conf, &out.stdout)?;
+        std::fs::write(&conf, text)?;
         let fixed = fixed_address(address, prefix, i);
         // The fixed address stays when the first one goes (promoted, not deleted with it).
         for key in ["all", "default", dev.as_str()] {
@@ -201,7 +258,8 @@ pub struct Failed {
 }
 
 /// Kills member s1 as `kind` says, at `at` (an instant): its links down first for
-/// `linkdown`, then its bootpool's and its keepalived's process groups with -9.
+/// `linkdown`, then its server's and its keepalived's process groups with -9, and whatever
+/// else runs on its host (a reference stack's daemons that left the group: nbd-server).
 pub fn fail(
     site: &Site,
     ka: &mut Keepalived,
@@ -223,6 +281,7 @@ pub fn fail(
     if let Some(Some(child)) = ka.children.first_mut() {
         let _ = bootpool::sys::process::kill(-(child.id() as i32), libc::SIGKILL);
     }
+    m.kill_all();
     Ok(Failed {
         kind,
         member: m.name.clone(),
@@ -267,6 +326,15 @@ pub fn row(failed: &Failed, clients: &[super::client::Outcome], start: f64) -> F
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_references_keepalived_conf_is_bootpools_without_its_notify_lines() {
+        let text = "vrrp_instance bootpool_50 {\n    priority 200\n    virtual_ipaddress {\n        10.78.0.1/32 dev s0\n    }\n    notify_master \"/b site takeover --config c 10.78.0.1\"\n    notify_backup \"/b site release --config c 10.78.0.1\"\n}\n";
+        assert_eq!(
+            without_notify(text),
+            "vrrp_instance bootpool_50 {\n    priority 200\n    virtual_ipaddress {\n        10.78.0.1/32 dev s0\n    }\n}\n"
+        );
+    }
 
     #[test]
     fn fixed_addresses_count_down_from_the_subnets_last_host() {

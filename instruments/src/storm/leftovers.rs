@@ -1,11 +1,20 @@
 //! What a storm makes outside its run folder and its namespace (a site's database folder in
-//! /tmp, its members' configs beside the storm's): each is removed by its owner as the storm
-//! ends, and by `remove_all` when a signal stops the storm first.
+//! /tmp, its members' configs beside the storm's, the processes on its members' hosts): each
+//! is removed by its owner as the storm ends, and by `remove_all` when a signal stops the
+//! storm first.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 static LEFT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+/// The network namespaces of a site's members (their inodes).
+static HOSTS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// Whatever runs in network namespace `ns` (a member's host) is to be killed if a signal
+/// stops the storm: a reference stack's daemons that left their group would outlive it.
+pub fn register_host(ns: u64) {
+    HOSTS.lock().unwrap_or_else(|e| e.into_inner()).push(ns);
+}
 
 /// `path` is to go if a signal stops the storm.
 pub fn register(path: &Path) {
@@ -22,8 +31,15 @@ pub fn remove(path: &Path) {
     remove_path(path);
 }
 
-/// Removes everything registered and not removed yet.
+/// Kills every process on the registered hosts and removes everything registered and not
+/// removed yet.
 pub fn remove_all() {
+    let hosts = std::mem::take(&mut *HOSTS.lock().unwrap_or_else(|e| e.into_inner()));
+    for ns in hosts {
+        for pid in super::sample::pids_in(ns, std::process::id()) {
+            let _ = bootpool::sys::process::kill(pid, libc::SIGKILL);
+        }
+    }
     let left = std::mem::take(&mut *LEFT.lock().unwrap_or_else(|e| e.into_inner()));
     for path in left {
         remove_path(&path);

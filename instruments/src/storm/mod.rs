@@ -8,6 +8,8 @@
 //! - `site`: K servers instead (`--servers`), members of one site on the database
 //!   `postgres` starts; `servers`: the report's rows for each.
 //! - `fail`: a member of that site dies mid-boot (`--fail`), its address moved by keepalived.
+//! - `reference`: the reference stack as such a site (`--servers 2 --server-cmd`), its DHCP
+//!   the Kea HA pair `kea` configures.
 //! - `uplink`: a room behind a shaped uplink (`--uplink`), and what it carried.
 //! - `client`: one client's boot (firmware steps, then the root closed-loop, then booted).
 //! - `dhcp`: the firmware's DHCP through `dhcp4r`, with the PXE retransmit schedule.
@@ -23,11 +25,13 @@ pub mod args;
 pub mod client;
 pub mod dhcp;
 pub mod fail;
+pub mod kea;
 pub mod leftovers;
 pub mod nbd;
 pub mod nfs;
 pub mod plan;
 pub mod postgres;
+pub mod reference;
 pub mod report;
 pub mod retry;
 pub mod room;
@@ -279,10 +283,8 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
 
     // The room: the server's links first, then a namespace and a port per client.
     let (k, rate) = args.server_links;
-    if args.servers > 1 && (args.server_cmd.is_some() || args.bond_hash) {
-        bail!(
-            "--servers runs K bootpool members, each on its own --server-links; it takes neither --server-cmd nor --bond-hash"
-        );
+    if args.servers > 1 && args.bond_hash {
+        bail!("--servers runs K members, each on its own --server-links; it takes no --bond-hash");
     }
     if args.fail.is_some() && (args.servers < 2 || k != 1) {
         bail!(
@@ -426,12 +428,41 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
     let mut server = None;
     let mut keepalived = None;
     if let Some(site) = site.as_mut() {
-        if args.fail.is_some() {
-            fail::prepare(site)?;
-        }
-        site.start(&run_dir, plan.http_port)?;
-        if args.fail.is_some() {
-            keepalived = Some(fail::start_keepalived(site, prefix, &run_dir)?);
+        match &args.server_cmd {
+            Some(cmd) => {
+                if args.fail.is_some() {
+                    let s: &site::Site = site;
+                    let conf = |m: &site::Member| fail::reference_conf(s, m);
+                    keepalived = Some(fail::start_keepalived(s, prefix, &run_dir, &conf)?);
+                }
+                let home = config.dhcp.home();
+                let subnet = home.subnet;
+                reference::start(
+                    site,
+                    &reference::Plan {
+                        cmd,
+                        subnet: (subnet.network, subnet.prefix),
+                        range: home
+                            .range
+                            .context("the reference site's Kea needs the config's dhcp.range")?,
+                        lease_s: home.lease.as_secs(),
+                        http_port: plan.http_port,
+                        ready_port: args.ready_port,
+                        moved: args.fail.is_some(),
+                    },
+                    &run_dir,
+                )?;
+            }
+            None => {
+                if args.fail.is_some() {
+                    fail::prepare(site)?;
+                }
+                site.start(&run_dir, plan.http_port)?;
+                if args.fail.is_some() {
+                    let conf = fail::bootpool_conf;
+                    keepalived = Some(fail::start_keepalived(site, prefix, &run_dir, &conf)?);
+                }
+            }
         }
     } else {
         let mut one = start_server(&args, &run_dir)?;
@@ -474,13 +505,20 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         Some(_) => vec![uplink::DOWN.to_string()],
         None => Vec::new(),
     };
+    // A reference site's daemons are more than its script's process: all on its hosts.
     let member_pids = site.as_ref().map_or(Vec::new(), |s| {
         s.members
             .iter()
-            .filter_map(|m| m.pid.map(|p| p as libc::pid_t))
+            .flat_map(|m| match args.server_cmd {
+                Some(_) => m.pids(),
+                None => m.pid.map(|p| p as libc::pid_t).into_iter().collect(),
+            })
             .collect()
     });
-    let site_before = site.as_ref().map(|s| site_counters(s, plan.http_port));
+    let site_before = site
+        .as_ref()
+        .filter(|_| args.server_cmd.is_none())
+        .map(|s| site_counters(s, plan.http_port));
     let sampler =
         sample::Sampler::start(links.clone(), uplinks, std::process::id(), member_pids, t0);
     let start = t0.elapsed().as_secs_f64() + 0.2;
@@ -532,6 +570,8 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         (Some(site), Some(before)) => {
             site_record(site, before, plan.http_port, wall_start - 1.0, &links)
         }
+        // A reference site keeps no record: its rows are its links.
+        (Some(site), None) => (None, site_links(site, &links)),
         _ => {
             let recorded = if args.server_cmd.is_none() {
                 report::recorded(config.server.address, plan.http_port, wall_start - 1.0)
@@ -625,6 +665,28 @@ fn site_counters(site: &site::Site, port: u16) -> Vec<(Option<u64>, Option<u64>)
         .collect()
 }
 
+/// Member `m`'s links: their places among `links`.
+fn links_of(m: &site::Member, links: &[room::Link]) -> Vec<usize> {
+    links
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| m.links.iter().any(|own| own.address == l.address))
+        .map(|(k, _)| k)
+        .collect()
+}
+
+/// Each member's row with only its links among `links` (a server that keeps no record).
+fn site_links(site: &site::Site, links: &[room::Link]) -> Vec<servers::ServerInput> {
+    site.members
+        .iter()
+        .map(|m| servers::ServerInput {
+            name: m.name.clone(),
+            links: links_of(m, links),
+            ..Default::default()
+        })
+        .collect()
+}
+
 /// What a site's members recorded of the boots that started after `since` (all of them
 /// together, for the report's agreement), and each member's row: its links among `links`,
 /// the clients it gave an address, and its counters since `before`.
@@ -649,15 +711,9 @@ fn site_record(
             eprintln!("storm: member {}'s record not read: {e}", m.name);
         }
         let boots = boots.ok();
-        let mine: Vec<usize> = links
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| m.links.iter().any(|own| own.address == l.address))
-            .map(|(k, _)| k)
-            .collect();
         rows.push(servers::ServerInput {
             name: m.name.clone(),
-            links: mine,
+            links: links_of(m, links),
             answered: bound_in(&m.state_dir),
             offers: o1.zip(*o0).map(|(a, b)| a.saturating_sub(b)),
             others: x1.zip(*x0).map(|(a, b)| a.saturating_sub(b)),

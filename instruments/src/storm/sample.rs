@@ -169,9 +169,16 @@ fn netns_of(pid: &str) -> Option<u64> {
 
 /// The processes in the storm's network namespace, the storm itself excepted.
 pub fn room_pids(storm_pid: u32) -> Vec<libc::pid_t> {
-    let Some(ns) = netns_of("self") else {
-        return Vec::new();
-    };
+    netns_of("self").map_or(Vec::new(), |ns| pids_in(ns, storm_pid))
+}
+
+/// The network namespace of the calling thread (a site member's thread is in its member's).
+pub fn own_netns() -> Option<u64> {
+    netns_of("thread-self")
+}
+
+/// The processes in network namespace `ns` (its inode), the storm itself excepted.
+pub fn pids_in(ns: u64, storm_pid: u32) -> Vec<libc::pid_t> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };

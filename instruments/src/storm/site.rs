@@ -50,6 +50,12 @@ enum Job {
     Spawn(Command, mpsc::Sender<std::io::Result<Child>>),
     /// How the server exited, if it has.
     Exited(mpsc::Sender<Option<String>>),
+    /// Whether a TCP connection to this address is taken, from the member's host.
+    Connects(std::net::SocketAddr, mpsc::Sender<bool>),
+    /// The processes in the member's namespace (its host's), the storm excepted.
+    Pids(mpsc::Sender<Vec<libc::pid_t>>),
+    /// Every process in the member's namespace killed with -9: a host's services dying.
+    KillAll(mpsc::Sender<()>),
 }
 
 /// The life of a member's thread: a namespace of its own (its id sent on `tid`), then the
@@ -60,6 +66,17 @@ fn member_thread(tid: mpsc::Sender<Result<libc::pid_t, String>>, jobs: mpsc::Rec
         return;
     }
     let _ = tid.send(Ok(bootpool::sys::process::gettid()));
+    let netns = super::sample::own_netns();
+    if let Some(ns) = netns {
+        super::leftovers::register_host(ns);
+    }
+    let storm = std::process::id();
+    let pids = move || netns.map_or(Vec::new(), |ns| super::sample::pids_in(ns, storm));
+    let kill_all = || {
+        for pid in pids() {
+            let _ = bootpool::sys::process::kill(pid, libc::SIGKILL);
+        }
+    };
     let mut server: Option<Child> = None;
     for job in jobs {
         match job {
@@ -87,11 +104,25 @@ fn member_thread(tid: mpsc::Sender<Result<libc::pid_t, String>>, jobs: mpsc::Rec
                 let status = server.as_mut().and_then(|c| c.try_wait().ok().flatten());
                 let _ = done.send(status.map(|s| s.to_string()));
             }
+            Job::Connects(addr, done) => {
+                let ok =
+                    std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok();
+                let _ = done.send(ok);
+            }
+            Job::Pids(done) => {
+                let _ = done.send(pids());
+            }
+            Job::KillAll(done) => {
+                kill_all();
+                let _ = done.send(());
+            }
         }
     }
     if let Some(child) = server {
         stop(child);
     }
+    // What left the server's process group (nbd-server forks away) goes with the member.
+    kill_all();
 }
 
 /// SIGTERM to the server's process group, SIGKILL after 5 s, and reaped.
@@ -125,6 +156,32 @@ impl Member {
         self.ask(|tx| Job::Get(url, tx))
             .map_err(|e| e.to_string())
             .and_then(|r| r)
+    }
+
+    /// Starts the member's server, `cmd`, in its namespace, its parent the member's thread
+    /// (stopped when the member is dropped): its process id, kept in `pid`.
+    pub fn start(&mut self, cmd: Command) -> anyhow::Result<u32> {
+        let pid = self
+            .ask(|tx| Job::Start(cmd, tx))?
+            .map_err(|e| anyhow::anyhow!("starting member {}: {e}", self.name))?;
+        self.pid = Some(pid);
+        Ok(pid)
+    }
+
+    /// Whether the member's first address takes a TCP connection on `port`, from its host.
+    pub fn answers(&self, port: u16) -> bool {
+        let addr = std::net::SocketAddr::from((self.links[0].address, port));
+        self.ask(|tx| Job::Connects(addr, tx)).unwrap_or(false)
+    }
+
+    /// The processes on the member's host (its namespace).
+    pub fn pids(&self) -> Vec<libc::pid_t> {
+        self.ask(Job::Pids).unwrap_or_default()
+    }
+
+    /// Kills every process on the member's host with -9.
+    pub fn kill_all(&self) {
+        let _ = self.ask(Job::KillAll);
     }
 
     /// Starts `cmd` in the member's namespace (its parent is the storm).
@@ -176,11 +233,11 @@ impl Member {
         }
     }
 
-    fn exited(&self) -> Option<String> {
+    pub fn exited(&self) -> Option<String> {
         self.ask(Job::Exited).ok().flatten()
     }
 
-    fn log_text(&self) -> String {
+    pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
@@ -352,10 +409,7 @@ impl Site {
             // Its parent is the member's thread: it goes when that thread does.
             crate::lab::dies_with_lab(&mut cmd, libc::SIGTERM);
             bootpool::sys::process::unblock_signals_in_child(&mut cmd);
-            let pid = m
-                .ask(|tx| Job::Start(cmd, tx))?
-                .map_err(|e| anyhow::anyhow!("starting member {}: {e}", m.name))?;
-            m.pid = Some(pid);
+            m.start(cmd)?;
             m.wait_live(1, http_port)?;
         }
         for m in &self.members {
