@@ -389,18 +389,20 @@ impl Placement {
             }
         }
         self.forget_done(booting, now);
-        let fetched = self.fetched(booting);
+        // In a site, a boot weighs its whole expected bytes until it ends, wherever it runs:
+        // the bytes another member sent reach this server's records a second or more late,
+        // and a boot here would weigh less than the same boot there. So what each fetched is
+        // read only without a site.
+        let fetched = if site.is_empty() {
+            self.fetched(booting)
+        } else {
+            HashMap::new()
+        };
         for (mac, b) in booting.iter() {
             let Some(i) = links.iter().position(|a| *a == b.link) else {
                 continue;
             };
-            // In a site, a boot weighs its whole expected bytes until it ends, wherever it
-            // runs: the bytes another member sent reach this server's records a second or
-            // more late, and a boot here would weigh less than the same boot there.
-            let so_far = match site.is_empty() {
-                true => fetched.get(mac).copied().flatten().unwrap_or(0),
-                false => 0,
-            };
+            let so_far = fetched.get(mac).copied().flatten().unwrap_or(0);
             let l = &mut loads[i];
             l.clients += 1;
             let owed = self.expected_bytes(&b.pool).saturating_sub(so_far);
