@@ -900,36 +900,14 @@ async fn bind_ipv4(config: &Config) -> anyhow::Result<Ipv4Sockets> {
     // NFS (with MOUNT) and the portmapper listen on the server's own addresses, never on
     // 0.0.0.0, so that another address of the host can serve NFS itself (docs/homes.md).
     let own = own_addresses(config);
-    let mut nfs = Vec::new();
-    let mut port = ports.nfs;
-    for ip in &own {
-        let at = SocketAddrV4::new(*ip, port).into();
-        let listener = bind_tcp(at)
-            .await
-            .map_err(|e| bind_error(&e, "server.ports.nfs", TCP, at))?;
-        port = listener.local_addr()?.port();
-        nfs.push(listener);
-    }
+    let (nfs, _) = bind_on_each(&own, ports.nfs, "server.ports.nfs", false).await?;
     let at = SocketAddrV4::new(any, ports.nbd).into();
     let nbd = bind_tcp(at)
         .await
         .map_err(|e| bind_error(&e, "server.ports.nbd", TCP, at))?;
     // The portmapper answers on the same port over TCP and UDP.
-    let (mut portmap_tcp, mut portmap_udp) = (Vec::new(), Vec::new());
-    let mut port = ports.portmap;
-    for ip in &own {
-        let at = SocketAddrV4::new(*ip, port).into();
-        let listener = bind_tcp(at)
-            .await
-            .map_err(|e| bind_error(&e, "server.ports.portmap", TCP, at))?;
-        port = listener.local_addr()?.port();
-        portmap_tcp.push(listener);
-        let at = SocketAddrV4::new(*ip, port);
-        portmap_udp.push(
-            bind_udp(at, Udp::PLAIN)
-                .map_err(|e| bind_error(&e, "server.ports.portmap", UDP, at))?,
-        );
-    }
+    let (portmap_tcp, portmap_udp) =
+        bind_on_each(&own, ports.portmap, "server.ports.portmap", true).await?;
     let wants_console = config
         .pools
         .values()
@@ -1485,6 +1463,48 @@ fn bind_udp6(addr: SocketAddrV6, firmware: bool) -> std::io::Result<UdpSocket> {
     socket.set_nonblocking(true)?;
     socket.bind(&SocketAddr::V6(addr).into())?;
     UdpSocket::from_std(socket.into())
+}
+
+/// TCP listeners (and, `with_udp`, UDP sockets) of one port on each of `own`'s addresses. A
+/// port left to the kernel (0) is the one it gives the first address; when another address has
+/// that port taken already (a connection's local end, say), all are let go and a new port is
+/// asked for, up to 20 times.
+async fn bind_on_each(
+    own: &[Ipv4Addr],
+    port: u16,
+    key: &str,
+    with_udp: bool,
+) -> anyhow::Result<(Vec<TcpListener>, Vec<UdpSocket>)> {
+    let mut tries = if port == 0 { 20 } else { 1 };
+    'again: loop {
+        tries -= 1;
+        let (mut tcp, mut udp) = (Vec::new(), Vec::new());
+        let mut chosen = port;
+        for ip in own {
+            let at = SocketAddrV4::new(*ip, chosen);
+            let bound = match bind_tcp(at.into()).await {
+                Ok(listener) => {
+                    chosen = listener.local_addr()?.port();
+                    tcp.push(listener);
+                    if with_udp {
+                        let at = SocketAddrV4::new(*ip, chosen);
+                        bind_udp(at, Udp::PLAIN).map(|s| udp.push(s)).map_err(|e| (e, UDP, at))
+                    } else {
+                        Ok(())
+                    }
+                }
+                Err(e) => Err((e, TCP, at)),
+            };
+            if let Err((e, proto, at)) = bound {
+                let chosen_here = port == 0 && !tcp.is_empty();
+                if chosen_here && e.kind() == std::io::ErrorKind::AddrInUse && tries > 0 {
+                    continue 'again;
+                }
+                return Err(bind_error(&e, key, proto, at));
+            }
+        }
+        return Ok((tcp, udp));
+    }
 }
 
 async fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
