@@ -9,6 +9,7 @@ pub mod lease_share;
 pub mod leases;
 pub mod leases6;
 pub mod next;
+pub mod prefetch;
 pub mod script;
 pub mod subnet;
 pub mod tracker;

@@ -202,8 +202,22 @@ pub struct Swarms {
 }
 
 impl Swarms {
-    /// The swarm `key`, made for an image of `chunks` chunks if it is new, asked at `now_ms`.
-    pub fn get(&mut self, key: Key, chunks: u64, now_ms: u64) -> &mut Swarm {
+    /// Whether the swarm `key` is kept (a new one is made with a prefetch order that costs
+    /// reading the kept traces: `boot::prefetch`, done outside the tracker's lock).
+    pub fn has(&self, key: &Key) -> bool {
+        self.swarms.contains_key(key)
+    }
+
+    /// The swarm `key`, made for an image of `chunks` chunks if it is new (with `order`, a
+    /// recorded boot's chunk order, if any; ignored for a swarm already kept), asked at
+    /// `now_ms`.
+    pub fn get(
+        &mut self,
+        key: Key,
+        chunks: u64,
+        now_ms: u64,
+        order: Option<Vec<u64>>,
+    ) -> &mut Swarm {
         if !self.swarms.contains_key(&key) && self.swarms.len() >= MAX_SWARMS {
             let oldest = self
                 .swarms
@@ -217,7 +231,7 @@ impl Swarms {
         let entry = self
             .swarms
             .entry(key)
-            .or_insert_with(|| (Swarm::new(chunks, None), now_ms));
+            .or_insert_with(|| (Swarm::new(chunks, order), now_ms));
         entry.1 = now_ms;
         &mut entry.0
     }
@@ -355,20 +369,34 @@ mod tests {
     fn swarms_are_kept_apart_by_room_and_the_oldest_goes_first() {
         let mut all = Swarms::default();
         let key = |room: &str| ("demo".to_string(), [7; 32], room.to_string());
-        all.get(key("a"), 4, 0).ask(ip(1), &report(&[0], &[]), 0);
-        let other = all.get(key("b"), 4, 1).ask(ip(2), &report(&[], &[0]), 1);
+        all.get(key("a"), 4, 0, None).ask(ip(1), &report(&[0], &[]), 0);
+        let other = all.get(key("b"), 4, 1, None).ask(ip(2), &report(&[], &[0]), 1);
         assert!(
             from(&other, 0).is_empty(),
             "another room's holder is not named"
         );
         for k in 0..MAX_SWARMS as u64 {
-            all.get(key(&format!("r{k}")), 4, 2 + k);
+            all.get(key(&format!("r{k}")), 4, 2 + k, None);
         }
         assert_eq!(all.len(), MAX_SWARMS);
         let again = all
-            .get(key("a"), 4, 9999)
+            .get(key("a"), 4, 9999, None)
             .ask(ip(3), &report(&[], &[0]), 9999);
         assert!(from(&again, 0).is_empty(), "room a was dropped, the oldest");
+    }
+
+    #[test]
+    fn a_new_swarm_takes_the_recorded_order_and_a_kept_one_keeps_its_own() {
+        let mut all = Swarms::default();
+        let key = ("demo".to_string(), [7; 32], "room".to_string());
+        let mut asked = report(&[], &[]);
+        asked.order = true;
+        assert!(!all.has(&key));
+        let a = all.get(key.clone(), 8, 0, Some(vec![5, 1])).ask(ip(1), &asked, 0);
+        assert_eq!(a.order, Some(vec![5, 1]));
+        assert!(all.has(&key));
+        let b = all.get(key, 8, 1, Some(vec![2])).ask(ip(2), &asked, 1);
+        assert_eq!(b.order, Some(vec![5, 1]), "the order the swarm was made with");
     }
 
     #[test]

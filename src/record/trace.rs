@@ -245,6 +245,39 @@ impl Tracer {
     }
 }
 
+/// The traces kept in `dir` (`state_dir/traces`) of boots of `image` whose root was `root`
+/// (`nbd`, `nfs`), newest first (by the header's `recorded`): each file's header alone is
+/// read here, so a folder of many clients' traces costs a line a file; `load` reads one whole.
+/// Files that are no trace, or of another image or root, are passed over.
+pub fn kept(dir: &std::path::Path, image: &str, root: &str) -> Vec<(PathBuf, Header)> {
+    use std::io::BufRead as _;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(PathBuf, Header)> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "trace"))
+        .filter_map(|p| {
+            let mut first = String::new();
+            let file = std::fs::File::open(&p).ok()?;
+            std::io::BufReader::new(file).read_line(&mut first).ok()?;
+            let h: Header = serde_json::from_str(first.trim()).ok()?;
+            (h.bootpool_trace == format::VERSION && h.image == image && h.root == root)
+                .then_some((p, h))
+        })
+        .collect();
+    found.sort_by(|a, b| b.1.recorded.total_cmp(&a.1.recorded));
+    found
+}
+
+/// One kept trace, whole; `None` when it cannot be read as one (a daemon killed mid-write
+/// leaves its last line cut: such a trace is passed over).
+pub fn load(path: &std::path::Path) -> Option<format::Trace> {
+    let text = std::fs::read_to_string(path).ok()?;
+    format::Trace::parse(&text).ok()
+}
+
 fn write_op(inner: &mut Inner, mac: Mac, received: Micros, answered: Micros, what: What) {
     let Some(o) = inner.by_mac.get_mut(&mac) else {
         return;

@@ -56,16 +56,7 @@ fn record_attach(web: &Web, peer: SocketAddr, image: &str, found: &blocks_file::
     let Some(who) = booting(web, peer) else {
         return;
     };
-    let config = web.config.load();
-    let export = config
-        .images
-        .get(image)
-        .map_or(image, |i| i.nbd_export.as_str());
-    let path = found.image.to_string_lossy();
-    let export = match crate::config::names::revision_of(&path) {
-        Some(id) => crate::config::names::at_revision(export, id),
-        None => export.to_string(),
-    };
+    let export = export_of(web, image, found);
     web.recorder.record(
         who,
         Kind::RootAttach {
@@ -73,6 +64,21 @@ fn record_attach(web: &Web, peer: SocketAddr, image: &str, found: &blocks_file::
             export: export.into(),
         },
     );
+}
+
+/// The NBD export a boot of the root image `found` (of image `image`) attaches when it reads
+/// it from the server: the image's export, at the revision of the manifest's root image.
+pub(super) fn export_of(web: &Web, image: &str, found: &blocks_file::Found) -> String {
+    let config = web.config.load();
+    let export = config
+        .images
+        .get(image)
+        .map_or(image, |i| i.nbd_export.as_str());
+    let path = found.image.to_string_lossy();
+    match crate::config::names::revision_of(&path) {
+        Some(id) => crate::config::names::at_revision(export, id),
+        None => export.to_string(),
+    }
 }
 
 /// Who a chunk or manifest request is about, for the record, when it is a client's (the

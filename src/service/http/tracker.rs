@@ -8,8 +8,9 @@
 //! client's pool does not share: its agent then fetches from the servers alone, as without a
 //! tracker). A malformed report is a 400 naming its line.
 
-use super::blocks::{bad_digest, find};
+use super::blocks::{bad_digest, export_of, find};
 use super::web::{Web, not_found};
+use crate::boot::prefetch;
 use crate::boot::tracker::Swarm;
 use crate::config::RootProto;
 use crate::image::blocks;
@@ -64,10 +65,31 @@ pub async fn ask(
         }
     };
     let tracker = &web.tracker;
+    let key = (name.clone(), digest, room);
+    let new = !tracker
+        .swarms
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .has(&key);
+    // A new swarm's prefetch order: a kept trace of a boot of this very root image over NBD
+    // (`boot::prefetch`), read off the async threads and outside the tracker's lock.
+    let order = if new {
+        let dir = web.config.load().server.state_dir.join("traces");
+        let export = export_of(&web, &name, &found);
+        let chunk = u64::from(found.blocks.chunk);
+        tokio::task::spawn_blocking(move || {
+            prefetch::recorded_order(&dir, &name, &export, chunk, chunks)
+        })
+        .await
+        .ok()
+        .flatten()
+    } else {
+        None
+    };
     let now_ms = tracker.began.elapsed().as_millis() as u64;
     let (answer, moved) = {
         let mut swarms = tracker.swarms.lock().unwrap_or_else(|e| e.into_inner());
-        let swarm: &mut Swarm = swarms.get((name, digest, room), chunks, now_ms);
+        let swarm: &mut Swarm = swarms.get(key, chunks, now_ms, order);
         let before = swarm.tally;
         let answer = swarm.ask(ip, &report, now_ms);
         let after = swarm.tally;
