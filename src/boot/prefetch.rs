@@ -4,19 +4,18 @@
 //! swarm it makes (`boot::tracker::Swarm::new`); without such a trace, ascending order (the
 //! whole root).
 //!
-//! `order` is pure: a trace in, chunk indices out. `recorded_order` looks through the traces
-//! the daemon kept (`record::trace::kept`, `state_dir/traces`, for pools with `trace: true`)
-//! for the newest one of the image whose NBD root was the export the manifest describes: its
-//! offsets are offsets in that very file. A boot that reached its booted call is preferred to
-//! one that did not (a cut trace reads less than a boot does).
+//! Pure: traces in, chunk indices out. `recorded_order` is handed the traces the daemon kept of
+//! the image's NBD boots, newest first (`record::trace::kept_nbd`, which reads
+//! `state_dir/traces` lazily, one trace as this asks for it), and takes the newest whose NBD
+//! root was the export the manifest describes (its offsets are offsets in that very file),
+//! a boot that reached its booted call before one that did not (a cut trace reads less than a
+//! boot does).
 
-use crate::record::trace;
 use crate::trace::format::{Trace, What};
 use std::collections::HashSet;
-use std::path::Path;
 
-/// Traces read whole at most when looking for one (their headers are read for all).
-const LOOKED_AT: usize = 16;
+/// Traces looked at most (the newest first) when looking for one.
+pub const LOOKED_AT: usize = 16;
 
 /// The chunks (of `chunk` bytes; `chunks` in the image) that `trace`'s NBD reads on
 /// connections attached to `export` touched, each once, in the order they were first read;
@@ -56,22 +55,19 @@ pub fn order(trace: &Trace, export: &str, chunk: u64, chunks: u64) -> Option<Vec
     (!out.is_empty()).then_some(out)
 }
 
-/// The prefetch order from the traces kept in `dir` (`state_dir/traces`) of boots of
-/// `image` whose NBD root was `export`: the newest such boot that reached its booted call,
-/// else the newest such boot; `None` when there is none (the tracker then hands out
-/// ascending order). Reads the traces' headers, and at most `LOOKED_AT` traces whole.
+/// The prefetch order from `traces` (a recorded image's NBD boots, newest first) for the
+/// root image served as `export`: the first (newest) of them that attached `export` and
+/// reached its booted call, else the first that attached it; `None` when none did (the
+/// tracker then hands out ascending order). Looks at `LOOKED_AT` traces at most, and takes
+/// no more of `traces` than it needs.
 pub fn recorded_order(
-    dir: &Path,
-    image: &str,
+    traces: impl IntoIterator<Item = Trace>,
     export: &str,
     chunk: u64,
     chunks: u64,
 ) -> Option<Vec<u64>> {
     let mut unfinished = None;
-    for (path, _) in trace::kept(dir, image, "nbd").into_iter().take(LOOKED_AT) {
-        let Some(t) = trace::load(&path) else {
-            continue;
-        };
+    for t in traces.into_iter().take(LOOKED_AT) {
         let Some(o) = order(&t, export, chunk, chunks) else {
             continue;
         };
@@ -161,39 +157,32 @@ mod tests {
         assert_eq!(order(&t, "demo~zstd", 0, 12), None, "no chunk size");
     }
 
-    fn write(dir: &Path, name: &str, t: &Trace) {
-        std::fs::write(dir.join(name), t.to_text()).unwrap();
-    }
-
     #[test]
-    fn the_newest_finished_boot_of_the_image_and_export_is_the_order() {
-        let dir = tempfile::tempdir().unwrap();
+    fn the_newest_finished_boot_of_the_export_is_the_order() {
         let read = |i: u64| nbd(0.5, "read", i * K, 4096, None);
         let attach = |e: &str| nbd(0.0, "attach", 0, 0, Some(e));
-        assert_eq!(recorded_order(dir.path(), "demo", "demo", K, 16), None);
-        write(dir.path(), "a-1.trace", &trace(1.0, vec![attach("demo"), read(1)], true));
-        write(dir.path(), "a-3.trace", &trace(3.0, vec![attach("demo"), read(3)], true));
-        // Newer, but cut before its booted call.
-        write(dir.path(), "a-4.trace", &trace(4.0, vec![attach("demo"), read(4)], false));
-        // Newer, but of another export, another image, or another root.
-        write(dir.path(), "a-5.trace", &trace(5.0, vec![attach("other"), read(5)], true));
-        let mut other = trace(6.0, vec![attach("demo"), read(6)], true);
-        other.header.image = "other".into();
-        write(dir.path(), "b-6.trace", &other);
-        let mut nfs = trace(7.0, vec![attach("demo"), read(7)], true);
-        nfs.header.root = "nfs".into();
-        write(dir.path(), "c-7.trace", &nfs);
-        std::fs::write(dir.path().join("d-8.trace"), "{\"cut\n").unwrap();
+        let none: Vec<Trace> = Vec::new();
+        assert_eq!(recorded_order(none, "demo", K, 16), None);
+        // Newest first: another export's, a cut one, then two finished ones.
+        let traces = vec![
+            trace(5.0, vec![attach("other"), read(5)], true),
+            trace(4.0, vec![attach("demo"), read(4)], false),
+            trace(3.0, vec![attach("demo"), read(3)], true),
+            trace(1.0, vec![attach("demo"), read(1)], true),
+        ];
         assert_eq!(
-            recorded_order(dir.path(), "demo", "demo", K, 16),
+            recorded_order(traces.clone(), "demo", K, 16),
             Some(vec![3])
         );
-        // Only unfinished boots: the newest of them.
-        std::fs::remove_file(dir.path().join("a-1.trace")).unwrap();
-        std::fs::remove_file(dir.path().join("a-3.trace")).unwrap();
+        // Only cut boots of it: the newest of them.
         assert_eq!(
-            recorded_order(dir.path(), "demo", "demo", K, 16),
+            recorded_order(traces[..2].to_vec(), "demo", K, 16),
             Some(vec![4])
         );
+        // No more traces are taken than needed.
+        let mut taken = 0;
+        let counted = traces.into_iter().inspect(|_| taken += 1);
+        assert_eq!(recorded_order(counted, "demo", K, 16), Some(vec![3]));
+        assert_eq!(taken, 3);
     }
 }

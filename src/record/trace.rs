@@ -278,6 +278,14 @@ pub fn load(path: &std::path::Path) -> Option<format::Trace> {
     format::Trace::parse(&text).ok()
 }
 
+/// The kept traces of `image`'s NBD boots in `dir`, newest first, each read whole only when
+/// the iterator reaches it (`boot::prefetch::recorded_order` takes what it needs).
+pub fn kept_nbd(dir: &std::path::Path, image: &str) -> impl Iterator<Item = format::Trace> {
+    kept(dir, image, "nbd")
+        .into_iter()
+        .filter_map(|(path, _)| load(&path))
+}
+
 fn write_op(inner: &mut Inner, mac: Mac, received: Micros, answered: Micros, what: What) {
     let Some(o) = inner.by_mac.get_mut(&mac) else {
         return;
@@ -303,6 +311,32 @@ impl Drop for Tracer {
         for o in inner.by_mac.values_mut() {
             let _ = o.out.flush();
         }
+    }
+}
+
+#[cfg(test)]
+mod kept_tests {
+    use super::*;
+
+    fn header(image: &str, root: &str, recorded: f64) -> String {
+        format!(
+            "{{\"bootpool_trace\":1,\"mac\":\"52:54:00:00:00:01\",\"pool\":\"p\",\"image\":\"{image}\",\"root\":\"{root}\",\"recorded\":{recorded}}}\n"
+        )
+    }
+
+    #[test]
+    fn the_kept_traces_of_an_images_nbd_boots_come_newest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("a-1.trace"), header("demo", "nbd", 1.0)).unwrap();
+        std::fs::write(d.join("a-3.trace"), header("demo", "nbd", 3.0)).unwrap();
+        std::fs::write(d.join("b-4.trace"), header("other", "nbd", 4.0)).unwrap();
+        std::fs::write(d.join("c-5.trace"), header("demo", "nfs", 5.0)).unwrap();
+        std::fs::write(d.join("d-6.trace"), "{\"cut\n").unwrap();
+        std::fs::write(d.join("e-7.txt"), header("demo", "nbd", 7.0)).unwrap();
+        let got: Vec<f64> = kept_nbd(d, "demo").map(|t| t.header.recorded).collect();
+        assert_eq!(got, [3.0, 1.0]);
+        assert_eq!(kept_nbd(&d.join("none"), "demo").count(), 0);
     }
 }
 

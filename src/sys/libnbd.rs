@@ -227,18 +227,18 @@ impl Handle {
         }
     }
 
-    /// Retires a completed command: Ok if it succeeded.
-    pub fn command_completed(&mut self, cookie: u64) -> Result<(), String> {
+    /// Retires a completed command: the bytes it read if it succeeded.
+    pub fn command_completed(&mut self, cookie: u64) -> Result<Vec<u8>, String> {
         // SAFETY: a live handle and a cookie libnbd reported completed; after this call
         // libnbd no longer touches the command's buffer.
         let r = unsafe { (self.lib.aio_command_completed)(self.h.as_ptr(), cookie) };
-        let done = match r {
-            1 => Ok(()),
+        // Retired either way (a failed read is retired with its error), so its buffer is
+        // ours again.
+        let buf = self.buffers.remove(&cookie).unwrap_or_default();
+        match r {
+            1 => Ok(buf),
             _ => Err(self.lib.error()),
-        };
-        // Retired either way (a failed read is retired with its error), so its buffer goes.
-        self.buffers.remove(&cookie);
-        done
+        }
     }
 
     /// Waits up to `ms` (-1: until something happens) and moves the connection on.

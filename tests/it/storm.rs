@@ -434,6 +434,50 @@ fn small_storm(root: &str, clients: usize, keep: usize, after_one_link: bool) {
     );
 }
 
+/// Six clients read the NBD root through the real static agent in their namespaces
+/// (`--swarm`), sharing chunks through the server's tracker: every client boots with the
+/// trace's bytes, each read checked against the image by the replay; the server sends fewer
+/// chunks than six copies of what a boot reads, the rest came from peers.
+#[test]
+fn a_small_swarm_storm_boots_every_client_through_its_agent_and_the_server_sends_under_six_copies()
+ {
+    let _room = one_room();
+    let dir = tempfile::tempdir().unwrap();
+    let (trace_file, trace) = short_trace("nbd", 100_000, dir.path());
+    let agent = crate::common::static_agent();
+    let clients = 6;
+    let extra = ["--swarm", agent.to_str().unwrap()];
+    let (table, r) = small_room(dir.path(), "nbd", clients, &trace_file, "1x1gbit", 600, &extra);
+    let summary = &r["summary"];
+    assert_eq!(u(&summary["booted"]), clients as u64, "{table}");
+    let want = image_bytes(&trace);
+    for c in r["clients"].as_array().unwrap() {
+        assert_eq!(c["result"], "booted", "{c}");
+        // Every read was answered, with the image's bytes (the replay checks each).
+        assert_eq!(u(&c["bytes"]["nbd"]), want.nbd, "{c}");
+        assert_eq!(u(&c["root_errors"]), 0, "{c}");
+    }
+    let w = &r["swarm"];
+    assert_eq!(w["mode"], "swarm", "{table}");
+    assert_eq!(u(&w["agents"]), clients as u64, "{table}");
+    let floor = u(&w["floor_chunks"]);
+    assert!(floor > 0, "{w}");
+    let sent = w["server_chunks"].as_f64().expect("the server's chunks sent") as u64;
+    assert!(sent >= floor, "the room needs every chunk once: {w}\n{table}");
+    assert!(
+        sent < clients as u64 * floor,
+        "the server sent {sent} chunks, {clients} copies are {}: {w}\n{table}",
+        clients as u64 * floor
+    );
+    // What the server did not send came from peers: every agent held the boot's chunks.
+    let (peers, servers) = (u(&w["from_peers"]), u(&w["from_servers"]));
+    assert!(peers > 0, "{w}");
+    assert!(peers + servers >= clients as u64 * floor, "{w}");
+    assert_eq!(u(&w["refused"]), 0, "{w}");
+    assert!(w["agent_cpu_s"].as_f64().unwrap() > 0.0, "{w}");
+    assert!(table.contains("chunks from peers"), "{table}");
+}
+
 #[test]
 fn a_small_nfs_storm_boots_every_client_and_its_numbers_add_up() {
     small_storm("nfs", 20, 1500, false);

@@ -5,7 +5,7 @@
 
 use crate::common::Fixture;
 use bootpool::trace::format::{Header, Op, Trace, VERSION, What};
-use bootpool_instruments::storm::nbd::replay_nbd;
+use bootpool_instruments::storm::nbd::{Target, replay_nbd, replay_nbd_to};
 use bootpool_instruments::storm::nfs::{NfsPorts, replay_nfs};
 use std::net::Ipv4Addr;
 
@@ -264,6 +264,25 @@ async fn an_nbd_trace_replays_its_bytes_with_reads_in_flight_together() {
     assert_eq!((stats.attaches, stats.reads), (1, 13), "{stats:?}");
     assert_eq!(stats.size, 16 << 20);
     assert_eq!(stats.skipped.get("flush"), Some(&1), "{stats:?}");
+    // Each answer checked against the image: the export's own bytes pass, other bytes are
+    // every read an error.
+    for (seed, wrong) in [(3, 0), (4, 13)] {
+        let ops = t.ops.clone();
+        let stats = on_thread(move |_| {
+            let image = crate::common::pattern(seed, 16 << 20);
+            let target = Target {
+                server: Ipv4Addr::LOCALHOST,
+                port,
+                named: None,
+                through_agent: false,
+                image: Some(&image),
+            };
+            replay_nbd_to(&target, &ops, 0.0)
+        })
+        .await
+        .expect("the nbd replay runs");
+        assert_eq!((stats.wrong, stats.errors), (wrong, wrong), "{stats:?}");
+    }
 
     // A read past the export's end is an error; an unknown export fails the attach.
     let ops = trace(

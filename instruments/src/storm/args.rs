@@ -102,6 +102,17 @@ pub struct StormArgs {
     /// Write the report as JSON here (default: STATE_DIR/storm/UNIXSECONDS.json).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Read the NBD pool's root through the client agent AGENT (the static bootpool-agent)
+    /// in every client's namespace, the agents sharing chunks with each other through the
+    /// server's tracker: the storm runs bootpool on its config with that pool's `nbd: { via:
+    /// agent, peers: true }` and `server.agent: AGENT` (written beside it as
+    /// `.NAME.storm-swarm.yaml`), makes the root's block manifest if it is missing, and hands
+    /// the tracker the trace as a kept one (the prefetch order). Each client starts its agent
+    /// as the initrd would, on the boot script's `bootpool.blocks=` and `bootpool.peers=`, and
+    /// replays its root's reads through it. The report adds the server's chunks sent against
+    /// the one-copy floor, the chunks from peers and the agents' CPU time (docs/swarm.md).
+    #[arg(long, value_name = "AGENT")]
+    pub swarm: Option<PathBuf>,
     /// Give up on clients not booted after this many seconds.
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,

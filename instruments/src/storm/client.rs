@@ -144,6 +144,11 @@ struct Run<'a> {
     nbd_export: Option<String>,
     /// The NFS root's ports, when the script's root argument names them: (nfs, mount).
     nfs_ports: Option<(u16, u16)>,
+    /// The NBD root's port, when the script's root argument names one.
+    nbd_port: Option<u16>,
+    /// The root's manifest and the peers' port, when the script roots the client through the
+    /// agent (`bootpool.blocks=`, `bootpool.peers=`).
+    agent: Option<(String, Option<u16>)>,
     /// When the previous op's answer came, on the client's clock (seconds from `t0`), and on
     /// the recording's.
     last_end: f64,
@@ -287,6 +292,8 @@ impl Run<'_> {
                     self.out.root_server = named.root.or(self.out.http_server);
                     self.nbd_export = named.nbd_export;
                     self.nfs_ports = named.nfs_ports;
+                    self.nbd_port = named.nbd_port;
+                    self.agent = named.blocks.map(|b| (b, named.peers));
                     self.out.script_bytes += n;
                     self.out.at.script = Some(self.now());
                 } else {
@@ -372,6 +379,12 @@ struct ScriptNames {
     /// The NFS root's `port=` and `mountport=`, when it names both: the kernel then asks no
     /// portmapper (nor does the replay).
     nfs_ports: Option<(u16, u16)>,
+    /// The NBD root's port, when the root argument names one (`HOST:PORT/NAME`).
+    nbd_port: Option<u16>,
+    /// `bootpool.blocks=`: the root's manifest on each server, for the agent.
+    blocks: Option<String>,
+    /// `bootpool.peers=`: the port the agent serves its room's peers on.
+    peers: Option<u16>,
 }
 
 fn script_names(script: &str) -> ScriptNames {
@@ -386,6 +399,14 @@ fn script_names(script: &str) -> ScriptNames {
         kernel: words.next().and_then(url_host),
         ..ScriptNames::default()
     };
+    let words: Vec<&str> = words.collect();
+    for w in &words {
+        if let Some(b) = w.strip_prefix("bootpool.blocks=") {
+            named.blocks = Some(b.to_string());
+        } else if let Some(p) = w.strip_prefix("bootpool.peers=") {
+            named.peers = p.parse().ok();
+        }
+    }
     for w in words {
         let (nbd, rest) = if let Some(r) = w.strip_prefix("root=nfs:") {
             (false, r)
@@ -412,7 +433,10 @@ fn script_names(script: &str) -> ScriptNames {
             // After the host: `:PORT/NAME`, `:NAME` (dracut's default port), `,NAME,DEV`.
             let after = after.get(1..).unwrap_or("");
             let name = match after.split_once('/') {
-                Some((_port, name)) => name,
+                Some((port, name)) => {
+                    named.nbd_port = port.parse().ok();
+                    name
+                }
                 None => after.split(',').next().unwrap_or(""),
             };
             named.nbd_export = (!name.is_empty()).then(|| name.to_string());
@@ -514,6 +538,8 @@ pub fn boot(index: usize, mac: String, dev: String, plan: &Plan, power_on: f64) 
         lease: None,
         nbd_export: None,
         nfs_ports: None,
+        nbd_port: None,
+        agent: None,
         offer: None,
         last_end: power_on,
         last_end_recorded: 0.0,
@@ -531,6 +557,8 @@ pub fn boot(index: usize, mac: String, dev: String, plan: &Plan, power_on: f64) 
         run.offer = None;
         run.nbd_export = None;
         run.nfs_ports = None;
+        run.nbd_port = None;
+        run.agent = None;
         run.out.http_server = None;
         run.out.root_server = None;
         run.last_end = run.now();
@@ -669,13 +697,29 @@ fn root(run: &mut Run<'_>, ops: &[Op]) -> anyhow::Result<()> {
             ..o.clone()
         })
         .collect();
-    let stats = super::root::replay(
-        server,
-        run.plan,
-        &rebased,
-        run.nbd_export.as_deref(),
-        run.nfs_ports,
-    )?;
+    let through_agent = run.agent.is_some();
+    let nbd = super::root::Nbd {
+        port: run.nbd_port.unwrap_or(run.plan.nbd_port),
+        export: run.nbd_export.as_deref(),
+        through_agent,
+    };
+    if let Some((blocks, peers)) = run.agent.take() {
+        // As the initrd's hook: the agent starts on the command line's values before the
+        // kernel's NBD client attaches to it (its manifest's fetch is the root's first wait).
+        let agents = run.plan.agents.as_ref().context(
+            "the boot script roots this client through the agent (bootpool.blocks=): run the storm with --swarm AGENT",
+        )?;
+        agents
+            .start(
+                run.out.index,
+                &blocks,
+                peers,
+                nbd.port,
+                nbd.export.unwrap_or("root"),
+            )
+            .context("root: the agent")?;
+    }
+    let stats = super::root::replay(server, run.plan, &rebased, &nbd, run.nfs_ports)?;
     let t0 = run.plan.t0;
     let at = |t: Instant| t.saturating_duration_since(t0).as_secs_f64();
     run.out
@@ -736,7 +780,7 @@ mod tests {
                 kernel: Some(Ipv4Addr::new(10, 0, 0, 1)),
                 root: Some(Ipv4Addr::new(10, 0, 0, 2)),
                 nbd_export: Some("demo~zstd".into()),
-                nfs_ports: None,
+                ..ScriptNames::default()
             }
         );
         let ported = script_names("kernel http://h/k root=nbd:10.0.0.2:10810/demo@0123456789ab ro");
@@ -745,6 +789,19 @@ mod tests {
             script_names("kernel http://10.0.0.1:80/k boot=local nbdroot=10.0.0.4:10809/demo");
         assert_eq!(tools.root, Some(Ipv4Addr::new(10, 0, 0, 4)));
         assert_eq!(tools.nbd_export.as_deref(), Some("demo"));
+        assert_eq!(tools.nbd_port, Some(10809));
+        assert_eq!(tools.blocks, None);
+        // Through the agent: its manifest on each server, and the peers' port.
+        let agent = script_names(
+            "kernel http://10.0.0.1/k nbdroot=127.0.0.1:10809/root bootpool.blocks=http://10.0.0.1:8080/boot/demo/blocks/ab,http://10.0.0.2:8080/boot/demo/blocks/ab bootpool.peers=10810",
+        );
+        assert_eq!(agent.root, Some(Ipv4Addr::LOCALHOST));
+        assert_eq!(agent.nbd_export.as_deref(), Some("root"));
+        assert_eq!(
+            agent.blocks.as_deref(),
+            Some("http://10.0.0.1:8080/boot/demo/blocks/ab,http://10.0.0.2:8080/boot/demo/blocks/ab")
+        );
+        assert_eq!(agent.peers, Some(10810));
         let commas = script_names("kernel http://h/k nbdroot=10.0.0.4,deb-root,nbd0");
         assert_eq!(commas.nbd_export.as_deref(), Some("deb-root"));
         assert_eq!(script_names("#!ipxe\nchain x\n"), ScriptNames::default());

@@ -11,6 +11,8 @@
 //! - `reference`: the reference stack as such a site (`--servers 2 --server-cmd`), its DHCP
 //!   the Kea HA pair `kea` configures.
 //! - `uplink`: a room behind a shaped uplink (`--uplink`), and what it carried.
+//! - `swarm`: the NBD root through the client agent in every client's namespace (`--swarm`),
+//!   sharing chunks through the server's tracker, and the report's row of copies and CPU.
 //! - `client`: one client's boot (firmware steps, then the root closed-loop, then booted).
 //! - `dhcp`: the firmware's DHCP through `dhcp4r`, with the PXE retransmit schedule.
 //! - `root`: the root's requests, through `nfs` (the nfs3_client crate) or `nbd` (libnbd).
@@ -39,6 +41,7 @@ pub mod root;
 pub mod sample;
 pub mod servers;
 pub mod site;
+pub mod swarm;
 pub mod uplink;
 
 use anyhow::{Context, bail};
@@ -83,6 +86,7 @@ impl Drop for Server {
 /// for them to go, then SIGKILL. Each of them is in the storm's own namespace, so the storm
 /// started it (the server, or a daemon of the reference stack that forked away from it).
 fn end_room(grace: Duration) {
+    swarm::end_all();
     let me = std::process::id();
     let until = Instant::now() + grace;
     if !grace.is_zero() {
@@ -271,8 +275,12 @@ fn what_to_replay(
 /// house's ~150 lines on purpose: the client threads, their three channels (thread ids, ready,
 /// go) and the sampler are made, started and joined here, so each thread's life reads as one
 /// sequence.
-pub fn run(args: StormArgs) -> anyhow::Result<()> {
+pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
     end_room_on_signal()?;
+    let swarm_config = match args.swarm.clone() {
+        Some(agent) => Some(swarm::prepare(&mut args, &agent)?),
+        None => None,
+    };
     let config = Config::load(&args.config)?;
     let (pool, trace_file, trace, macs) = what_to_replay(&args, &config)?;
     let run_dir = config.server.state_dir.join("storm").join(format!(
@@ -337,6 +345,25 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
             wrong.join("; ")
         );
     }
+    // An NBD root's reads are checked against the image bootpool serves (not a wire copy,
+    // made once the server runs, nor a reference stack's own file).
+    let root_image = (pool.root == RootProto::Nbd
+        && args.server_cmd.is_none()
+        && pool.image.root_wire != bootpool::config::Wire::Zstd)
+        .then(|| bootpool::image::serve::for_boot(&config, &pool.image).root_image());
+    if let Some(img) = root_image.as_ref().filter(|_| args.swarm.is_some()) {
+        swarm::ready_server(img, &config.server.state_dir, &trace)?;
+    }
+    let image = match &root_image {
+        Some(p) => Some(Arc::new(
+            std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
+        )),
+        None => None,
+    };
+    let agents = args
+        .swarm
+        .as_ref()
+        .map(|a| Arc::new(swarm::Agents::new(a.clone(), &run_dir)));
     let t0 = Instant::now();
     let plan = Arc::new(plan::Plan {
         trace: Arc::new(trace),
@@ -348,7 +375,10 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         tftp_loader: args.tftp_loader,
         restart: args.fail.is_some(),
         t0,
+        image,
+        agents,
     });
+    let client_link = args.client_link;
 
     let (tid_tx, tid_rx) = mpsc::channel::<(usize, libc::pid_t)>();
     let (up_tx, up_rx) = mpsc::channel::<(usize, Result<(), String>)>();
@@ -375,7 +405,10 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
                 let Ok(Step::Wired) = go.recv() else {
                     return client::Outcome::failed(i, mac, "the room was not wired".into());
                 };
+                // Both directions of its port are shaped: the switch's side (what it is sent)
+                // and its own (what it sends, its peers' chunks among it).
                 let up = room::ip(&["link set lo up".into(), format!("link set {dev} up")])
+                    .and_then(|()| room::tc(&[room::shape(&dev, client_link)]))
                     .map_err(|e| format!("{e:#}"));
                 let _ = up_tx.send((i, up.clone()));
                 if let Err(e) = up {
@@ -519,6 +552,9 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         .as_ref()
         .filter(|_| args.server_cmd.is_none())
         .map(|s| site_counters(s, plan.http_port));
+    let metrics = format!("http://{}:{}/metrics", config.server.address, plan.http_port);
+    let chunks_sent = || swarm::chunks_sent(&report::get(&metrics).ok()?);
+    let chunks_before = chunks_sent().filter(|_| args.swarm.is_some() && site.is_none());
     let sampler =
         sample::Sampler::start(links.clone(), uplinks, std::process::id(), member_pids, t0);
     let start = t0.elapsed().as_secs_f64() + 0.2;
@@ -559,6 +595,8 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         outcomes.push(o);
     }
     progress.finish();
+    let agent_counts = plan.agents.as_ref().map(|a| a.finish());
+    let chunks_after = chunks_before.and_then(|_| chunks_sent());
     let samples = sampler.stop();
     outcomes.sort_by_key(|o| o.index);
 
@@ -605,6 +643,24 @@ pub fn run(args: StormArgs) -> anyhow::Result<()> {
         &servers,
         failure,
     );
+    let mut report = report;
+    if pool.root == RootProto::Nbd {
+        let chunk = u64::from(bootpool::image::blocks::CHUNK);
+        let floor = swarm::floor(&plan.trace, chunk);
+        let read: u64 = report.clients.iter().map(|c| c.client.bytes.nbd).sum();
+        let mut row = match agent_counts {
+            Some(counts) => {
+                let sent = chunks_before.zip(chunks_after).map(|(b, a)| a - b);
+                swarm::Row::swarm(counts, sent, floor, chunk, read)
+            }
+            None => swarm::Row::unicast(read, floor, chunk),
+        };
+        row.judge(report.host.cpu_bound_s, report.summary.all_booted_s);
+        report.swarm = Some(row);
+    }
+    if let Some(f) = &swarm_config {
+        leftovers::remove(f);
+    }
     let json = args
         .json
         .clone()

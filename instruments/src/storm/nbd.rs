@@ -26,8 +26,11 @@ pub struct NbdStats {
     /// Reads answered without an error, and the bytes they carried.
     pub reads: u64,
     pub bytes: u64,
-    /// Reads that failed, or that the export is too small for (not sent).
+    /// Reads that failed, or that the export is too small for (not sent), or answered with
+    /// other bytes than the image's.
     pub errors: u64,
+    /// Of `errors`, the reads answered with other bytes than the image's (`Target::image`).
+    pub wrong: u64,
     /// Ops not sent, by command: writes, flushes, trims, unknown commands, reads with no
     /// connection.
     pub skipped: BTreeMap<String, u64>,
@@ -66,12 +69,7 @@ pub enum NbdError {
     OtherExport { named: String, recorded: String },
 }
 
-/// Replays the `What::Nbd` ops among `ops` (other kinds are ignored) against the NBD server
-/// at `server:port`, waiting `think_scale` times each op's recorded think time. An `attach`
-/// without an export name asks for the default export `""`. `named`, the export the boot
-/// script named, must be the one the trace attached (else `OtherExport`, before any
-/// request). The replay's clock starts at the call: the first NBD op waits its own `t`
-/// (scaled).
+/// `replay_nbd_to` a server at `server:port`, the answers unchecked.
 pub fn replay_nbd(
     server: Ipv4Addr,
     port: u16,
@@ -79,6 +77,41 @@ pub fn replay_nbd(
     think_scale: f64,
     named: Option<&str>,
 ) -> Result<NbdStats, NbdError> {
+    let target = Target {
+        server,
+        port,
+        named,
+        through_agent: false,
+        image: None,
+    };
+    replay_nbd_to(&target, ops, think_scale)
+}
+
+/// Where a replay reads, and what it checks the answers against.
+pub struct Target<'a> {
+    pub server: Ipv4Addr,
+    pub port: u16,
+    /// The export the boot script named.
+    pub named: Option<&'a str>,
+    /// The server is the client's own agent (`swarm`): it serves the root as `named`, the
+    /// export the script gives the kernel, whatever the recording's server called it.
+    pub through_agent: bool,
+    /// The root image's bytes: each read's answer must be the image's at its offset.
+    pub image: Option<&'a [u8]>,
+}
+
+/// Replays the `What::Nbd` ops among `ops` (other kinds are ignored) against the NBD server
+/// of `target`, waiting `think_scale` times each op's recorded think time. An `attach`
+/// without an export name asks for the default export `""`. `named`, the export the boot
+/// script named, must be the one the trace attached (else `OtherExport`, before any
+/// request), unless the reads go through the agent, which is attached by that name. The
+/// replay's clock starts at the call: the first NBD op waits its own `t` (scaled).
+pub fn replay_nbd_to(
+    target: &Target<'_>,
+    ops: &[Op],
+    think_scale: f64,
+) -> Result<NbdStats, NbdError> {
+    let (server, port, named) = (target.server, target.port, target.named);
     let lib = Lib::get().map_err(NbdError::NoLibnbd)?;
     let mut ops: Vec<Op> = ops
         .iter()
@@ -86,7 +119,7 @@ pub fn replay_nbd(
         .cloned()
         .collect();
     ops.sort_by(|a, b| a.t.total_cmp(&b.t));
-    if let Some(named) = named {
+    if let Some(named) = named.filter(|_| !target.through_agent) {
         let recorded = ops.iter().find_map(|o| match &o.what {
             What::Nbd { cmd, export, .. } if cmd == "attach" => {
                 Some(export.clone().unwrap_or_default())
@@ -136,7 +169,10 @@ pub fn replay_nbd(
                     }
                     if cmd == "attach" {
                         stats.first.get_or_insert_with(Instant::now);
-                        let export = export.as_deref().unwrap_or("");
+                        let export = match named {
+                            Some(n) if target.through_agent => n,
+                            _ => export.as_deref().unwrap_or(""),
+                        };
                         let h = Handle::connect(lib, server, port, export).map_err(|why| {
                             NbdError::Attach {
                                 addr: server,
@@ -147,7 +183,7 @@ pub fn replay_nbd(
                         })?;
                         stats.size = h.size().map_err(NbdError::Connection)?;
                         stats.attaches += 1;
-                        conn = Some(Conn::new(lib, server, port, export, h));
+                        conn = Some(Conn::new(lib, server, port, export, h, target.image));
                         stats.last = Some(Instant::now());
                         stats.answers.push(Instant::now());
                     }
@@ -229,7 +265,7 @@ const READ_TRIES: u32 = 4;
 /// reads whose connection broke (or that went `retry::NBD_TIMEOUT` unanswered) stay queued
 /// while a new connection to the same address is made (`retry::NBD_RECONNECT_EVERY`), and
 /// are sent again on it.
-struct Conn {
+struct Conn<'a> {
     lib: &'static Lib,
     server: Ipv4Addr,
     port: u16,
@@ -242,10 +278,19 @@ struct Conn {
     tries: HashMap<usize, u32>,
     /// When `h` last answered (or was made).
     heard: Instant,
+    /// The image every answer is checked against.
+    image: Option<&'a [u8]>,
 }
 
-impl Conn {
-    fn new(lib: &'static Lib, server: Ipv4Addr, port: u16, export: &str, h: Handle) -> Conn {
+impl<'a> Conn<'a> {
+    fn new(
+        lib: &'static Lib,
+        server: Ipv4Addr,
+        port: u16,
+        export: &str,
+        h: Handle,
+        image: Option<&'a [u8]>,
+    ) -> Conn<'a> {
         Conn {
             lib,
             server,
@@ -256,6 +301,7 @@ impl Conn {
             redo: Vec::new(),
             tries: HashMap::new(),
             heard: Instant::now(),
+            image,
         }
     }
 
@@ -325,8 +371,24 @@ impl Conn {
             };
             let now = Instant::now();
             self.heard = now;
+            let wrong = |bytes: &[u8]| {
+                let at = read.offset as usize;
+                self.image
+                    .is_some_and(|img| img.get(at..at + read.len as usize) != Some(bytes))
+            };
             match ok {
-                Ok(()) => {
+                Ok(bytes) if wrong(&bytes) => {
+                    tracing::warn!(
+                        offset = read.offset,
+                        len = read.len,
+                        "nbd replay read answered with other bytes than the image's"
+                    );
+                    stats.errors += 1;
+                    stats.wrong += 1;
+                    stats.last = Some(now);
+                    schedule.finish(read.op);
+                }
+                Ok(_) => {
                     stats.last = Some(now);
                     stats.answers.push(now);
                     stats.reads += 1;

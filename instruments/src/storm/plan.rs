@@ -24,4 +24,9 @@ pub struct Plan {
     pub restart: bool,
     /// The moment the room powers on.
     pub t0: Instant,
+    /// The NBD root image's bytes, which every read is checked against (NBD storms).
+    pub image: Option<Arc<Vec<u8>>>,
+    /// The room's agents, with `--swarm`: each client whose script roots it through the
+    /// agent starts one (`swarm::Agents`).
+    pub agents: Option<Arc<super::swarm::Agents>>,
 }

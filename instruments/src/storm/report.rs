@@ -322,6 +322,10 @@ pub struct Report {
     pub servers: super::servers::Servers,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub agreement: Option<Agreement>,
+    /// An NBD room's copies of the root against the one-copy floor, and with `--swarm` what
+    /// the agents did (`swarm::Row`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swarm: Option<super::swarm::Row>,
     pub clients: Vec<ClientRow>,
 }
 
@@ -641,6 +645,7 @@ impl Report {
             bound,
             servers,
             agreement,
+            swarm: None,
             clients: rows,
         }
     }
@@ -842,6 +847,10 @@ impl Report {
                 a.max_duration_diff_s,
                 a.max_phase_diff_s
             ));
+        }
+        if let Some(w) = &self.swarm {
+            s.push_str(&w.render());
+            s.push('\n');
         }
         s
     }

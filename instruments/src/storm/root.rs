@@ -30,16 +30,24 @@ pub struct RootStats {
     pub reconnects: u64,
 }
 
+/// Where an NBD root is read: the port and the export the boot script named, and whether
+/// that is the client's own agent (the script's `bootpool.blocks=`) rather than a server.
+pub struct Nbd<'a> {
+    pub port: u16,
+    pub export: Option<&'a str>,
+    pub through_agent: bool,
+}
+
 /// Replays `ops` (NFS or NBD requests, times rebased so the first one's think time counts
 /// from the previous answer) against `server`.
-/// `nbd_export` is the NBD export the boot script named, if it named one; `nfs_ports` the
-/// NFS and MOUNT ports its root argument named (else the portmapper is asked, on the port
-/// of the storm's config).
+/// `nbd` is where the NBD root is read (the export the boot script named, if it named one);
+/// `nfs_ports` the NFS and MOUNT ports its root argument named (else the portmapper is asked,
+/// on the port of the storm's config).
 pub fn replay(
     server: Ipv4Addr,
     plan: &Plan,
     ops: &[Op],
-    nbd_export: Option<&str>,
+    nbd: &Nbd<'_>,
     nfs_ports: Option<(u16, u16)>,
 ) -> anyhow::Result<RootStats> {
     let started = Instant::now();
@@ -69,11 +77,23 @@ pub fn replay(
         out.answers = s.answers;
         out.reconnects = s.reconnects;
     } else {
-        let s = nbd::replay_nbd(server, plan.nbd_port, ops, plan.think_scale, nbd_export)?;
+        let target = nbd::Target {
+            server,
+            port: nbd.port,
+            named: nbd.export,
+            through_agent: nbd.through_agent,
+            image: plan.image.as_deref().map(Vec::as_slice),
+        };
+        let s = nbd::replay_nbd_to(&target, ops, plan.think_scale)?;
         out.nbd_bytes = s.bytes;
         out.connections = s.attaches;
         out.errors = s.errors;
-        out.first_error = (s.errors > 0).then(|| format!("{} reads failed", s.errors));
+        out.first_error = (s.errors > 0).then(|| {
+            format!(
+                "{} reads failed ({} of them answered with other bytes than the image's)",
+                s.errors, s.wrong
+            )
+        });
         out.attached = since(s.first);
         out.waits = s.waits;
         out.answers = s.answers;

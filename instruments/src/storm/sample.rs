@@ -237,7 +237,7 @@ fn private_kib(rollup: &str) -> u64 {
 }
 
 /// A process's CPU seconds (user + system, all its threads) so far; `pid` may be "self".
-fn cpu_of(pid: &str) -> f64 {
+pub(super) fn cpu_of(pid: &str) -> f64 {
     let hz = bootpool::sys::process::clock_ticks().max(1) as f64;
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()

@@ -78,7 +78,8 @@ pub async fn ask(
         let export = export_of(&web, &name, &found);
         let chunk = u64::from(found.blocks.chunk);
         tokio::task::spawn_blocking(move || {
-            prefetch::recorded_order(&dir, &name, &export, chunk, chunks)
+            let kept = crate::record::trace::kept_nbd(&dir, &name);
+            prefetch::recorded_order(kept, &export, chunk, chunks)
         })
         .await
         .ok()

@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# bench/swarm-storm.sh: the storm's swarm rows (issue 48), the agents sharing beside unicast. See --help.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$HERE/.." && pwd)"
+
+usage() {
+    cat <<EOF
+usage: $0 [--sizes "10 40"] [--links K] [--link-rate RATE] [--client-link RATE]
+          [--think-scale F] [--out DIR] [--bin PATH] [--agent PATH] [--record NAME]
+
+For each room size in --sizes (default "10 40"), two rows of \`bootpool storm\` on the same
+room, image and trace (bench/storm/pools.yaml's NBD pool, bench/traces/demo-nbd.trace), one
+after the other in this run:
+  unicast   the kernel's NBD client of each simulated client reads the root from bootpool
+  swarm     \`--swarm AGENT\`: the pool's root through the static bootpool-agent in every
+            client's namespace, the agents sharing chunks through bootpool's tracker
+            (docs/swarm.md); the tracker's prefetch order is the trace's
+Both rows check every read against the image's bytes; both directions of each client port
+are shaped. The scale: clients at --client-link (default 100mbit), the server on --links
+(default 4) x --link-rate (default 250mbit), think times x --think-scale (default 0.2): the
+storm's defaults (docs/storm.md), a tenth of a room of PCs on 1GbE. Each row prints the
+server's chunks (unicast: its root bytes in 256 KiB chunks) against the one-copy floor (the
+chunks one boot reads), the chunks from peers, the agents' CPU per GB moved, and INVALID when
+the machine's CPUs set the pace for 10% of the room's time or more.
+
+Evidence: each row's JSON, .cmd, .txt and log in --out (default bench/out/swarm-storm-DATE/),
+the config, meta.txt and summary.md; --record NAME copies them to bench/records/NAME/ (JSON
+over 256 KiB gzipped).
+  --bin    run this bootpool binary (default: cargo build --release, copied aside)
+  --agent  this static bootpool-agent (default: the release musl build, copied aside)
+Needs root, tc, libnbd0 and the demo image (scripts/setup).
+EOF
+}
+
+ARGS="$*"
+SIZES="10 40" LINKS=4 RATE=250mbit CLIENT=100mbit THINK=0.2 OUT="" BIN="" AGENT="" RECORD=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -h|--help) usage; exit 0 ;;
+        --sizes) SIZES="$2"; shift ;;
+        --links) LINKS="$2"; shift ;;
+        --link-rate) RATE="$2"; shift ;;
+        --client-link) CLIENT="$2"; shift ;;
+        --think-scale) THINK="$2"; shift ;;
+        --out) OUT="$2"; shift ;;
+        --bin) BIN="$2"; shift ;;
+        --agent) AGENT="$2"; shift ;;
+        --record) RECORD="$2"; shift ;;
+        *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+[ "$(id -u)" = 0 ] || { echo "swarm-storm.sh: must run as root" >&2; exit 1; }
+command -v tc >/dev/null || { echo "swarm-storm.sh: tc missing" >&2; exit 1; }
+OUT="${OUT:-$REPO/bench/out/swarm-storm-$(date -u +%Y%m%d-%H%M)}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+TARGET="${CARGO_TARGET_DIR:-$REPO/target}"
+if [ -z "$BIN" ]; then
+    (cd "$REPO" && cargo build --release --quiet)
+    mkdir -p "$OUT/bin"
+    cp "$TARGET/release/bootpool" "$TARGET/release/bootpool-instruments" "$OUT/bin/"
+    BIN="$OUT/bin/bootpool"
+fi
+if [ -z "$AGENT" ]; then
+    (cd "$REPO" && cargo build --release --quiet -p bootpool-agent --target x86_64-unknown-linux-musl)
+    mkdir -p "$OUT/bin"
+    cp "$TARGET/x86_64-unknown-linux-musl/release/bootpool-agent" "$OUT/bin/"
+    AGENT="$OUT/bin/bootpool-agent"
+fi
+{
+    echo "command: $0 $ARGS"
+    echo "commit: $(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$REPO" diff --quiet 2>/dev/null || echo ' (with changes)')"
+    echo "binary: $BIN ($("$BIN" --version 2>/dev/null || echo '?'))"
+    echo "agent: $AGENT ($(stat -c %s "$AGENT") bytes; $(file -b "$AGENT" | cut -d, -f1-2))"
+    echo "date: $(date -u +%FT%TZ)"
+    echo "machine: $(uname -srm), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "room: clients at $CLIENT (both directions), server links ${LINKS}x$RATE, think x$THINK"
+} > "$OUT/meta.txt"
+
+CONFIG="$OUT/pools-${LINKS}x$RATE.yaml"
+python3 - "$REPO/bench/storm/pools.yaml" "$CONFIG" "$REPO/images/demo" "$REPO/var/storm-state/" "$LINKS" "$RATE" <<'EOF'
+import sys
+src, dst, image, state, k, rate = sys.argv[1:]
+text = open(src).read()
+def once(old, new):
+    global text
+    if text.count(old) != 1:
+        sys.exit(f"swarm-storm.sh: {src} no longer has `{old.strip()}` once")
+    text = text.replace(old, new)
+once("dir: ../../images/demo", f"dir: {image}")
+once("state_dir: ../../var/storm-state/", f"state_dir: {state}")
+line = next(l for l in text.splitlines() if l.strip().startswith("link_speeds:"))
+once(line, "  link_speeds: { " + ", ".join(f"s{i}: {rate}" for i in range(int(k))) + " }")
+open(dst, "w").write(text)
+EOF
+
+row() { # name clients [extra storm arguments...]
+    local name="$1" n="$2"; shift 2
+    local cmd=("$BIN" storm --config "$CONFIG" --root nbd --clients "$n" --tftp-loader
+        --client-link "$CLIENT" --server-links "${LINKS}x$RATE" --think-scale "$THINK"
+        --label "$name" --json "$OUT/$name.json" "$@")
+    echo "${cmd[*]}" > "$OUT/$name.cmd"
+    echo "== $name: ${cmd[*]}" >&2
+    if (cd "$REPO" && "${cmd[@]}") > "$OUT/$name.txt" 2> "$OUT/$name.log"; then
+        tail -n 4 "$OUT/$name.txt" >&2
+    else
+        echo "$name: the storm failed (see $OUT/$name.log)" >&2
+        tail -n 5 "$OUT/$name.log" >&2
+    fi
+}
+
+for n in $SIZES; do
+    row "unicast-nbd-$n" "$n"
+    row "swarm-nbd-$n" "$n" --swarm "$AGENT"
+done
+
+python3 - "$OUT" > "$OUT/summary.md" <<'EOF'
+import json, os, sys
+out = sys.argv[1]
+print("| row | clients | booted | all booted s | server chunks (unicast: root bytes / 256 KiB) | one-copy floor | copies | chunks from peers | agents' CPU s per GB | % of a core at 1 Gbit/s | CPU-bound s | valid |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+rows = sorted((f for f in os.listdir(out) if f.endswith(".json")),
+              key=lambda f: (int(f.rsplit("-", 1)[1][:-5]), f))
+for f in rows:
+    r = json.load(open(os.path.join(out, f)))
+    s, w, h = r["summary"], r.get("swarm") or {}, r["host"]
+    fmt = lambda v, p="{:.2f}": "-" if v is None else p.format(v)
+    swarm = w.get("mode") == "swarm"
+    print(f"| {r['label']} | {s['clients']} | {s['booted']} | {fmt(s.get('all_booted_s'), '{:.1f}')} "
+          f"| {fmt(w.get('server_chunks'), '{:.0f}')} | {w.get('floor_chunks', '-')} | {fmt(w.get('copies'))} "
+          f"| {w.get('from_peers', '-') if swarm else '-'} | {fmt(w.get('cpu_s_per_gb')) if swarm else '-'} "
+          f"| {fmt(w.get('core_pct_at_1gbit'), '{:.1f}') if swarm else '-'} | {h['cpu_bound_s']:.0f} "
+          f"| {'no (CPUs set the pace)' if w.get('invalid') else 'yes'} |")
+EOF
+cat "$OUT/summary.md"
+
+if [ -n "$RECORD" ]; then
+    DEST="$REPO/bench/records/$RECORD"
+    mkdir -p "$DEST"
+    cp "$OUT"/meta.txt "$OUT"/summary.md "$OUT"/*.yaml "$OUT"/*.cmd "$OUT"/*.txt "$DEST/"
+    for j in "$OUT"/*.json; do
+        if [ "$(stat -c %s "$j")" -gt 262144 ]; then
+            gzip -9c "$j" > "$DEST/$(basename "$j").gz"
+        else
+            cp "$j" "$DEST/"
+        fi
+    done
+    echo "recorded in $DEST" >&2
+fi
