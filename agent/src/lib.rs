@@ -111,6 +111,28 @@ pub fn start_sharing(
     Ok(Agent { store, tcp, peers })
 }
 
+/// Chunks fetched ahead at once: each fetch waits a round trip to the tracker and one to a
+/// peer or server before its bytes flow, so one at a time leaves a client's link idle
+/// between chunks. A peer not proven yet is still asked one chunk at a time (`pick.rs`).
+const PREFETCH_AT_ONCE: usize = 4;
+
+/// Fetches the chunks of `order`, `PREFETCH_AT_ONCE` at a time, each started in the order's
+/// order (a chunk that cannot be had now is read, and fetched, when the kernel asks).
+fn prefetch(store: &chunks::Store, order: &[u64]) {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..PREFETCH_AT_ONCE.min(order.len()) {
+            scope.spawn(|| {
+                while let Some(&i) =
+                    order.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+                {
+                    let _ = store.chunk(i);
+                }
+            });
+        }
+    });
+}
+
 /// The swarm's threads: the peer server on `listener`, the reports, and the prefetch.
 fn share(listener: std::net::TcpListener, store: &Arc<chunks::Store>) -> Result<(), String> {
     let s = store.clone();
@@ -130,10 +152,7 @@ fn share(listener: std::net::TcpListener, store: &Arc<chunks::Store>) -> Result<
                 .and_then(|a| a.order)
                 .unwrap_or_default();
             let ahead = order.len();
-            for i in order {
-                // A chunk that cannot be had now is read (and fetched) when the kernel asks.
-                let _ = s.chunk(i);
-            }
+            prefetch(&s, &order);
             if ahead > 0 {
                 eprintln!(
                     "bootpool-agent: prefetched {ahead} chunks; {}",
