@@ -161,13 +161,15 @@ fn share(listener: std::net::TcpListener, store: &Arc<chunks::Store>) -> Result<
             }
             // The summary again whenever it changed (at most once a second): the last line
             // of the log is what the agent did until then (the storm reads it).
-            let mut said = swarm.summary(s.counts.fetched.load(std::sync::atomic::Ordering::Relaxed));
+            let mut said =
+                swarm.summary(s.counts.fetched.load(std::sync::atomic::Ordering::Relaxed));
             loop {
                 std::thread::sleep(std::time::Duration::from_secs(1));
                 if swarm.report_due() {
                     swarm.ask(&s.sources, &[], false);
                 }
-                let now = swarm.summary(s.counts.fetched.load(std::sync::atomic::Ordering::Relaxed));
+                let now =
+                    swarm.summary(s.counts.fetched.load(std::sync::atomic::Ordering::Relaxed));
                 if now != said {
                     eprintln!("bootpool-agent: {now}");
                     said = now;

@@ -107,7 +107,11 @@ mod tests {
         assert_eq!(b.next(&named, &[], 0), Next::Server);
         b.after(at(1).ip(), Outcome::Good, 1);
         assert_eq!(b.next(&named, &[], 1), Next::Peer(at(1)));
-        assert_eq!(b.next(&named, &[], 1), Next::Peer(at(1)), "proven: several at once");
+        assert_eq!(
+            b.next(&named, &[], 1),
+            Next::Peer(at(1)),
+            "proven: several at once"
+        );
         // at(2) sent a bad chunk: its one try ended it.
         assert!(b.after(at(2).ip(), Outcome::Bad, 2));
         assert_eq!(b.next(&[at(2)], &[], 3), Next::Server);

@@ -170,10 +170,7 @@ mod tests {
             trace(3.0, vec![attach("demo"), read(3)], true),
             trace(1.0, vec![attach("demo"), read(1)], true),
         ];
-        assert_eq!(
-            recorded_order(traces.clone(), "demo", K, 16),
-            Some(vec![3])
-        );
+        assert_eq!(recorded_order(traces.clone(), "demo", K, 16), Some(vec![3]));
         // Only cut boots of it: the newest of them.
         assert_eq!(
             recorded_order(traces[..2].to_vec(), "demo", K, 16),

@@ -369,8 +369,11 @@ mod tests {
     fn swarms_are_kept_apart_by_room_and_the_oldest_goes_first() {
         let mut all = Swarms::default();
         let key = |room: &str| ("demo".to_string(), [7; 32], room.to_string());
-        all.get(key("a"), 4, 0, None).ask(ip(1), &report(&[0], &[]), 0);
-        let other = all.get(key("b"), 4, 1, None).ask(ip(2), &report(&[], &[0]), 1);
+        all.get(key("a"), 4, 0, None)
+            .ask(ip(1), &report(&[0], &[]), 0);
+        let other = all
+            .get(key("b"), 4, 1, None)
+            .ask(ip(2), &report(&[], &[0]), 1);
         assert!(
             from(&other, 0).is_empty(),
             "another room's holder is not named"
@@ -392,11 +395,17 @@ mod tests {
         let mut asked = report(&[], &[]);
         asked.order = true;
         assert!(!all.has(&key));
-        let a = all.get(key.clone(), 8, 0, Some(vec![5, 1])).ask(ip(1), &asked, 0);
+        let a = all
+            .get(key.clone(), 8, 0, Some(vec![5, 1]))
+            .ask(ip(1), &asked, 0);
         assert_eq!(a.order, Some(vec![5, 1]));
         assert!(all.has(&key));
         let b = all.get(key, 8, 1, Some(vec![2])).ask(ip(2), &asked, 1);
-        assert_eq!(b.order, Some(vec![5, 1]), "the order the swarm was made with");
+        assert_eq!(
+            b.order,
+            Some(vec![5, 1]),
+            "the order the swarm was made with"
+        );
     }
 
     #[test]

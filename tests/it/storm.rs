@@ -440,14 +440,22 @@ fn small_storm(root: &str, clients: usize, keep: usize, after_one_link: bool) {
 /// chunks than six copies of what a boot reads, the rest came from peers.
 #[test]
 fn a_small_swarm_storm_boots_every_client_through_its_agent_and_the_server_sends_under_six_copies()
- {
+{
     let _room = one_room();
     let dir = tempfile::tempdir().unwrap();
     let (trace_file, trace) = short_trace("nbd", 100_000, dir.path());
     let agent = crate::common::static_agent();
     let clients = 6;
     let extra = ["--swarm", agent.to_str().unwrap()];
-    let (table, r) = small_room(dir.path(), "nbd", clients, &trace_file, "1x1gbit", 600, &extra);
+    let (table, r) = small_room(
+        dir.path(),
+        "nbd",
+        clients,
+        &trace_file,
+        "1x1gbit",
+        600,
+        &extra,
+    );
     let summary = &r["summary"];
     assert_eq!(u(&summary["booted"]), clients as u64, "{table}");
     let want = image_bytes(&trace);
@@ -462,8 +470,13 @@ fn a_small_swarm_storm_boots_every_client_through_its_agent_and_the_server_sends
     assert_eq!(u(&w["agents"]), clients as u64, "{table}");
     let floor = u(&w["floor_chunks"]);
     assert!(floor > 0, "{w}");
-    let sent = w["server_chunks"].as_f64().expect("the server's chunks sent") as u64;
-    assert!(sent >= floor, "the room needs every chunk once: {w}\n{table}");
+    let sent = w["server_chunks"]
+        .as_f64()
+        .expect("the server's chunks sent") as u64;
+    assert!(
+        sent >= floor,
+        "the room needs every chunk once: {w}\n{table}"
+    );
     assert!(
         sent < clients as u64 * floor,
         "the server sent {sent} chunks, {clients} copies are {}: {w}\n{table}",

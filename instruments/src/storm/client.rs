@@ -799,7 +799,9 @@ mod tests {
         assert_eq!(agent.nbd_export.as_deref(), Some("root"));
         assert_eq!(
             agent.blocks.as_deref(),
-            Some("http://10.0.0.1:8080/boot/demo/blocks/ab,http://10.0.0.2:8080/boot/demo/blocks/ab")
+            Some(
+                "http://10.0.0.1:8080/boot/demo/blocks/ab,http://10.0.0.2:8080/boot/demo/blocks/ab"
+            )
         );
         assert_eq!(agent.peers, Some(10810));
         let commas = script_names("kernel http://h/k nbdroot=10.0.0.4,deb-root,nbd0");

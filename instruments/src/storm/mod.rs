@@ -552,7 +552,10 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
         .as_ref()
         .filter(|_| args.server_cmd.is_none())
         .map(|s| site_counters(s, plan.http_port));
-    let metrics = format!("http://{}:{}/metrics", config.server.address, plan.http_port);
+    let metrics = format!(
+        "http://{}:{}/metrics",
+        config.server.address, plan.http_port
+    );
     let chunks_sent = || swarm::chunks_sent(&report::get(&metrics).ok()?);
     let chunks_before = chunks_sent().filter(|_| args.swarm.is_some() && site.is_none());
     let sampler =

@@ -175,7 +175,9 @@ impl Agents {
         let child = cmd
             .spawn()
             .with_context(|| format!("starting {}", self.binary.display()))?;
-        PIDS.lock().unwrap_or_else(|e| e.into_inner()).push(child.id());
+        PIDS.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(child.id());
         let pid = child.id();
         lock(&self.running).push(Running { index, child, log });
         let at = std::net::SocketAddr::from(([127, 0, 0, 1], port));
@@ -195,7 +197,10 @@ impl Agents {
                 );
             }
             if Instant::now() >= until {
-                bail!("its agent did not listen within {} s", LISTEN_WITHIN.as_secs());
+                bail!(
+                    "its agent did not listen within {} s",
+                    LISTEN_WITHIN.as_secs()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -430,7 +435,14 @@ mod tests {
             bootpool-agent: 116 chunks held, 101 from peers, 15 from the servers; served 97 to peers; refused 2 from peers, 1 silent\n";
         let c = summary(log).unwrap();
         assert_eq!(
-            (c.held, c.from_peers, c.from_servers, c.served_to_peers, c.refused, c.silent),
+            (
+                c.held,
+                c.from_peers,
+                c.from_servers,
+                c.served_to_peers,
+                c.refused,
+                c.silent
+            ),
             (116, 101, 15, 97, 2, 1)
         );
         assert_eq!(summary("no summary"), None);
@@ -444,7 +456,10 @@ mod tests {
         assert_eq!(v["server"]["agent"].as_str(), Some("/x/bootpool-agent"));
         assert_eq!(v["pools"]["p"]["nbd"]["via"].as_str(), Some("agent"));
         assert_eq!(v["pools"]["p"]["nbd"]["peers"].as_bool(), Some(true));
-        assert_eq!(v["pools"]["p"]["initramfs"].as_str(), Some("initramfs-tools"));
+        assert_eq!(
+            v["pools"]["p"]["initramfs"].as_str(),
+            Some("initramfs-tools")
+        );
         assert!(v["pools"]["q"].get("nbd").is_none());
         assert!(config(text, "r", Path::new("/a")).is_err());
     }
