@@ -140,7 +140,7 @@ cat "$OUT/summary.md"
 if [ -n "$RECORD" ]; then
     DEST="$REPO/bench/records/$RECORD"
     mkdir -p "$DEST"
-    cp "$OUT"/meta.txt "$OUT"/summary.md "$OUT"/*.yaml "$OUT"/*.cmd "$OUT"/*.txt "$DEST/"
+    cp "$OUT"/meta.txt "$OUT"/summary.md "$OUT"/*.yaml "$OUT"/*.cmd "$OUT"/*-nbd-*.txt "$DEST/"
     for j in "$OUT"/*.json; do
         if [ "$(stat -c %s "$j")" -gt 262144 ]; then
             gzip -9c "$j" > "$DEST/$(basename "$j").gz"
