@@ -113,8 +113,9 @@ pub fn start_sharing(
 
 /// Chunks fetched ahead at once: each fetch waits a round trip to the tracker and one to a
 /// peer or server before its bytes flow, so one at a time leaves a client's link idle
-/// between chunks. A peer not proven yet is still asked one chunk at a time (`pick.rs`).
-const PREFETCH_AT_ONCE: usize = 4;
+/// between chunks. A corrupting peer may so be asked for this many chunks before its first
+/// refusal bans it (none of its bytes is used).
+pub const PREFETCH_AT_ONCE: usize = 4;
 
 /// Fetches the chunks of `order`, `PREFETCH_AT_ONCE` at a time, each started in the order's
 /// order (a chunk that cannot be had now is read, and fetched, when the kernel asks).

@@ -1,11 +1,8 @@
 //! Which source a chunk is fetched from next, pure (docs/swarm.md, "Peers and the tracker"):
 //! the peers the tracker named for it, in its order, less those this agent caught sending a
 //! bad chunk (never asked again) and those that were silent lately (skipped for `SILENT_FOR_MS`)
-//! and those already tried for this chunk; then the server, always the last source. A peer
-//! that has not yet sent this agent a good chunk is asked for one chunk at a time (the
-//! prefetch fetches several at once): a peer sending bad bytes is caught by its first answer
-//! and costs this agent one chunk's try, however many are in flight. Time is an argument
-//! (milliseconds on any clock that does not go back).
+//! and those already tried for this chunk; then the server, always the last source. Time is
+//! an argument (milliseconds on any clock that does not go back).
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
@@ -38,44 +35,30 @@ pub enum Outcome {
 pub struct Book {
     banned: HashSet<IpAddr>,
     silent_since: HashMap<IpAddr, u64>,
-    /// Peers that sent this agent a good chunk.
-    proven: HashSet<IpAddr>,
-    /// Peers not proven yet with a try in flight: asked for nothing else until it ends.
-    trying: HashSet<IpAddr>,
 }
 
 impl Book {
-    /// The next source for a chunk the tracker named `named` for, after `tried`; a peer not
-    /// proven yet is then taken as tried until `after` says how it went.
-    pub fn next(&mut self, named: &[SocketAddr], tried: &[SocketAddr], now_ms: u64) -> Next {
-        let found = named.iter().find(|p| {
-            !tried.contains(p)
-                && !self.banned.contains(&p.ip())
-                && !self.trying.contains(&p.ip())
-                && self
-                    .silent_since
-                    .get(&p.ip())
-                    .is_none_or(|&t| now_ms.saturating_sub(t) >= SILENT_FOR_MS)
-        });
-        match found {
-            Some(p) => {
-                if !self.proven.contains(&p.ip()) {
-                    self.trying.insert(p.ip());
-                }
-                Next::Peer(*p)
-            }
-            None => Next::Server,
-        }
+    /// The next source for a chunk the tracker named `named` for, after `tried`.
+    pub fn next(&self, named: &[SocketAddr], tried: &[SocketAddr], now_ms: u64) -> Next {
+        named
+            .iter()
+            .find(|p| {
+                !tried.contains(p)
+                    && !self.banned.contains(&p.ip())
+                    && self
+                        .silent_since
+                        .get(&p.ip())
+                        .is_none_or(|&t| now_ms.saturating_sub(t) >= SILENT_FOR_MS)
+            })
+            .map_or(Next::Server, |p| Next::Peer(*p))
     }
 
     /// Notes how a try of `peer` went; true when the tracker is to be told (a peer newly
     /// caught sending a bad chunk, or newly silent).
     pub fn after(&mut self, peer: IpAddr, outcome: Outcome, now_ms: u64) -> bool {
-        self.trying.remove(&peer);
         match outcome {
             Outcome::Good => {
                 self.silent_since.remove(&peer);
-                self.proven.insert(peer);
                 false
             }
             Outcome::Lacks => false,
@@ -98,34 +81,8 @@ mod tests {
     }
 
     #[test]
-    fn a_peer_not_proven_is_asked_one_chunk_at_a_time_and_a_proven_one_for_several() {
-        let mut b = Book::default();
-        let named = [at(1), at(2)];
-        assert_eq!(b.next(&named, &[], 0), Next::Peer(at(1)));
-        // A second fetch while the first is in flight: at(1) is not proven yet.
-        assert_eq!(b.next(&named, &[], 0), Next::Peer(at(2)));
-        assert_eq!(b.next(&named, &[], 0), Next::Server);
-        b.after(at(1).ip(), Outcome::Good, 1);
-        assert_eq!(b.next(&named, &[], 1), Next::Peer(at(1)));
-        assert_eq!(
-            b.next(&named, &[], 1),
-            Next::Peer(at(1)),
-            "proven: several at once"
-        );
-        // at(2) sent a bad chunk: its one try ended it.
-        assert!(b.after(at(2).ip(), Outcome::Bad, 2));
-        assert_eq!(b.next(&[at(2)], &[], 3), Next::Server);
-        // A lacking answer ends a try too, and leaves the peer unproven.
-        let mut b = Book::default();
-        assert_eq!(b.next(&[at(3)], &[], 0), Next::Peer(at(3)));
-        b.after(at(3).ip(), Outcome::Lacks, 1);
-        assert_eq!(b.next(&[at(3)], &[], 1), Next::Peer(at(3)));
-        assert_eq!(b.next(&[at(3)], &[], 1), Next::Server);
-    }
-
-    #[test]
     fn named_peers_in_order_then_the_server() {
-        let mut b = Book::default();
+        let b = Book::default();
         let named = [at(1), at(2)];
         assert_eq!(b.next(&named, &[], 0), Next::Peer(at(1)));
         assert_eq!(b.next(&named, &[at(1)], 0), Next::Peer(at(2)));
