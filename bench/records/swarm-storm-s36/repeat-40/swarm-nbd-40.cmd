@@ -1,0 +1,1 @@
+/tmp/ss-bin/bootpool storm --config /work/wt-swarmstorm/bench/out/swarm-storm-s36-repeat/pools-4x250mbit.yaml --root nbd --clients 40 --tftp-loader --client-link 100mbit --server-links 4x250mbit --think-scale 0.2 --label swarm-nbd-40 --json /work/wt-swarmstorm/bench/out/swarm-storm-s36-repeat/swarm-nbd-40.json --swarm /tmp/ss-agent/bootpool-agent
