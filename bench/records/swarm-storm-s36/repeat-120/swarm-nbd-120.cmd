@@ -1,0 +1,1 @@
+/tmp/ss-bin/bootpool storm --config bench/out/swarm-storm-s36/pools-4x250mbit.yaml --root nbd --clients 120 --tftp-loader --client-link 100mbit --server-links 4x250mbit --think-scale 0.2 --label swarm-nbd-120-again --json bench/out/swarm-storm-s36-repeat120.json --swarm /tmp/ss-agent/bootpool-agent  (the swarm row alone, 11:12-11:14 UTC, same binaries)
