@@ -348,6 +348,13 @@ fn a_dracut_nbd_root_through_the_agent_reads_on_from_the_survivor_when_its_serve
     agent_reads_on("stock-dracut", "dracut", AFTER_BOOT);
 }
 
+/// The same mid-boot with the stock dracut image: its netroot hook's agent.
+#[test]
+#[ignore = "a stock image's VM, two servers and keepalived (minutes under TCG): scripts/test --all"]
+fn a_dracut_root_through_the_agent_boots_on_from_the_survivor_of_a_death_mid_boot() {
+    agent_reads_on("stock-dracut", "dracut", MID_BOOT);
+}
+
 /// The lab's arguments for a death once the VM is up and reading (`AFTER_BOOT`), or while it
 /// boots (`MID_BOOT`).
 const AFTER_BOOT: &[&str] = &["--stay-on", STAY_ON, "--kill-member-after", KILL_AFTER];

@@ -366,6 +366,14 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         })
         .collect();
     let first_wave = macs.len() / waves;
+    if let Some(name) = &args.kill_client_at_root
+        && !(1..=macs.len()).any(|i| format!("pc{i:02}") == *name)
+    {
+        bail!(
+            "--kill-client-at-root {name}: the lab powers on pc01 to pc{:02}",
+            macs.len()
+        );
+    }
 
     let run_dir = config.server.state_dir.join("lab").join(format!(
         "{}",
