@@ -180,6 +180,14 @@ fn demo_member_dies(death: &[&str], mid_boot: bool) {
         .rfind(|l| l.contains("address taken over") && l.contains("10.77.0.1"))
         .unwrap_or_else(|| panic!("b logs no takeover of 10.77.0.1\n{}", logs()));
     eprintln!("b: {taken}");
+    // Takeovers while both members lived (keepalived missing a live master's adverts, as on
+    // a loaded machine): said, not asserted (docs/failover.md, "Running clients on VMs").
+    let early = |log: &str| log.matches("takeover: address taken over").count();
+    eprintln!(
+        "takeovers logged: by a {}, by b {} (the death's last among them)",
+        early(&file("bootpool.log")),
+        early(&b_log)
+    );
 
     // Each VM read its root before and after the death, the same bytes every pass, and never
     // saw a read error. Its kernel may say the server stopped answering for a while (a hard
@@ -208,21 +216,22 @@ fn demo_member_dies(death: &[&str], mid_boot: bool) {
             assert!(!console.contains(bad), "{vm} says {bad:?}\n{console}");
         }
         let (n_before, n_after) = (passes(&before).0.len(), passes(&after).0.len());
+        // What the boot's own work said of its time (across the death, mid-boot), and what
+        // the kernel said of the server.
+        for (when, part) in [("before", &before), ("after", &after)] {
+            for line in part.lines().filter(|l| {
+                l.contains("bootpool-demo: ") && l.contains(" s") && !l.contains(": pass ")
+                    || l.contains("not responding")
+                    || l.contains("server 10.77.0.1 OK")
+            }) {
+                eprintln!("{vm} {when} the death: {}", line.trim());
+            }
+        }
         if mid_boot {
             assert!(
                 !before.contains(DEMO_BOOTED) && after.contains(DEMO_BOOTED),
                 "{vm}: not booting at the death\n--- before:\n{before}\n--- after:\n{after}"
             );
-            // What the boot's own work said of its time across the death, and what the
-            // kernel said of the server meanwhile.
-            for line in after.lines().filter(|l| {
-                l.contains("bootpool-demo: ") && l.contains(" s") && !l.contains(": pass ")
-                    || l.contains("not responding")
-                    || l.contains("server 10.77.0.1 OK")
-                    || l.contains("nbd")
-            }) {
-                eprintln!("{vm} after the death: {}", line.trim());
-            }
         } else {
             assert!(n_before >= 1, "{vm}: no pass before the death\n{console}");
         }
