@@ -827,9 +827,15 @@ fn in_proxy_mode_a_pxe_client_is_offered_by_its_owner_alone_and_a_dead_members_b
 
     // Both live: one offer each, from the owner, a boot file and no address.
     let before = [a.answers("offer"), b.answers("offer")];
-    let macs = macs_of("b", 3);
+    let mut macs = macs_of("b", 4);
+    // b's fourth client is offered by b here and asks again only on port 4011, after b's death.
+    let late = macs.pop().unwrap();
     let asked = macs.iter().map(|m| (m.clone(), at_b));
-    for (mac, owner) in asked.chain(macs_of("a", 1).into_iter().map(|m| (m, at_a))) {
+    let late_one = [(late.clone(), at_b)];
+    for (mac, owner) in asked
+        .chain(late_one)
+        .chain(macs_of("a", 1).into_iter().map(|m| (m, at_a)))
+    {
         let offers = room.pxe_offers(&mac, Duration::from_secs(1));
         assert_eq!(servers(&offers), [owner], "{mac}: {offers:?}");
         let o = &offers[0];
@@ -841,7 +847,7 @@ fn in_proxy_mode_a_pxe_client_is_offered_by_its_owner_alone_and_a_dead_members_b
         a.answers("offer") - before[0],
         b.answers("offer") - before[1],
     ];
-    assert_eq!(offered, [1, 3]);
+    assert_eq!(offered, [1, 4]);
 
     let killed = Instant::now();
     b.kill();
@@ -867,6 +873,30 @@ fn in_proxy_mode_a_pxe_client_is_offered_by_its_owner_alone_and_a_dead_members_b
     }
     let (seen, _) = a.site();
     assert_eq!(seen, [("a".into(), true), ("b".into(), false)]);
+
+    // b's late client, offered by b before its death, sends its REQUEST to port 4011 at the
+    // address b's address moved to (here a's own: this room has no keepalived): a saw its
+    // DISCOVER on port 67, so it is no stranger there, and a ACKs it with the boot file.
+    let at = Ipv4Addr::new(10, 79, 0, 150);
+    room.exec(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{at}/16"),
+        "dev",
+        &room.bridge,
+    ]);
+    room.exec(&["ip", "link", "set", &room.bridge, "address", &late]);
+    let bytes: [u8; 6] = mac_bytes(&late).try_into().unwrap();
+    let ack = pxe::ack_on_4011(
+        &room.ns,
+        &room.bridge,
+        bytes,
+        at,
+        at_a,
+        Duration::from_secs(2),
+    );
+    assert_eq!(ack.as_deref(), Some("undionly.kpxe"), "a:\n{}", a.log());
 }
 
 /// The server identifiers of `offers`, in the order they came.

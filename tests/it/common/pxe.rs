@@ -1,6 +1,6 @@
 //! A PXE ROM's DHCPDISCOVER, made by hand and broadcast from a namespace, and the OFFERs that
 //! come back: what proxy mode answers on port 67 (relay.rs's proxy through dhcrelay, site.rs's
-//! proxy members). Each call uses a transaction id of its own, so a late offer to an earlier
+//! proxy members); and the REQUEST such a ROM then sends to its boot server's port 4011. Each call uses a transaction id of its own, so a late offer to an earlier
 //! DISCOVER is never counted as an answer to this one.
 
 use super::netns::Link;
@@ -88,5 +88,69 @@ pub fn offers(ns: &str, dev: &str, mac: [u8; 6], wait: Duration) -> Vec<Offer> {
             });
         }
         offers
+    })
+}
+
+/// Sends the REQUEST a BIOS PXE firmware sends its boot server on port 4011 once it holds an
+/// address (`ciaddr`, which `dev` in namespace `ns` must hold) as `mac`, from port 68, and
+/// returns the ACK's boot file if one came within `wait` (`None`: silence).
+pub fn ack_on_4011(
+    ns: &str,
+    dev: &str,
+    mac: [u8; 6],
+    ciaddr: Ipv4Addr,
+    server: Ipv4Addr,
+    wait: Duration,
+) -> Option<String> {
+    use dhcproto::v4::{self, DhcpOption, MessageType, OptionCode};
+    use dhcproto::{Decodable, Encodable};
+    let dev = dev.to_string();
+    let xid = XID.fetch_add(1, Ordering::Relaxed);
+    Link::within(ns, move || {
+        let socket =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        socket.bind_device(Some(dev.as_bytes())).unwrap();
+        socket.set_reuse_address(true).unwrap();
+        let at: std::net::SocketAddr = (ciaddr, 68).into();
+        socket.bind(&at.into()).unwrap();
+        let socket: std::net::UdpSocket = socket.into();
+        let mut m = v4::Message::new_with_id(
+            xid,
+            ciaddr,
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::UNSPECIFIED,
+            &mac,
+        );
+        let o = m.opts_mut();
+        o.insert(DhcpOption::MessageType(MessageType::Request));
+        o.insert(DhcpOption::ClassIdentifier(
+            b"PXEClient:Arch:00000:UNDI:002001".to_vec(),
+        ));
+        o.insert(DhcpOption::ClientSystemArchitecture(
+            v4::Architecture::X86_Bios,
+        ));
+        socket
+            .send_to(&m.to_vec().unwrap(), (server, 4011))
+            .unwrap();
+        let end = Instant::now() + wait;
+        let mut buf = [0u8; 1500];
+        while let Some(left) = end.checked_duration_since(Instant::now()) {
+            socket
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .unwrap();
+            let Ok(n) = socket.recv(&mut buf) else { break };
+            let Ok(r) = v4::Message::from_bytes(&buf[..n]) else {
+                continue;
+            };
+            if r.xid() != xid || r.opts().msg_type() != Some(MessageType::Ack) {
+                continue;
+            }
+            return Some(match r.opts().get(OptionCode::BootfileName) {
+                Some(DhcpOption::BootfileName(f)) => String::from_utf8_lossy(f).into_owned(),
+                _ => String::new(),
+            });
+        }
+        None
     })
 }
