@@ -29,6 +29,7 @@ pub mod kea;
 pub mod leftovers;
 pub mod nbd;
 pub mod nfs;
+pub mod nfs_io;
 pub mod plan;
 pub mod postgres;
 pub mod reference;
