@@ -1488,7 +1488,9 @@ async fn bind_on_each(
                     tcp.push(listener);
                     if with_udp {
                         let at = SocketAddrV4::new(*ip, chosen);
-                        bind_udp(at, Udp::PLAIN).map(|s| udp.push(s)).map_err(|e| (e, UDP, at))
+                        bind_udp(at, Udp::PLAIN)
+                            .map(|s| udp.push(s))
+                            .map_err(|e| (e, UDP, at))
                     } else {
                         Ok(())
                     }

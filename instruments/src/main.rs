@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Boot N virtual clients (qemu, PXE) against a config in an isolated network namespace.
-    Lab(lab::LabArgs),
+    Lab(Box<lab::LabArgs>),
     /// Boot a whole room at once: N simulated clients replaying a real boot's trace, each on
     /// its own shaped link, against bootpool or another server, in a private network namespace.
     Storm(storm::args::StormArgs),
@@ -43,7 +43,7 @@ fn main() -> ExitCode {
             lab::net::enter_private_namespace().and_then(|()| {
                 tokio::runtime::Runtime::new()
                     .map_err(|e| anyhow::anyhow!("cannot start runtime: {e}"))?
-                    .block_on(lab::run(args))
+                    .block_on(lab::run(*args))
             })
         }
         // Before any thread: the room's namespace is this process's.

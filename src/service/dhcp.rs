@@ -412,6 +412,12 @@ impl Server {
         // every message of theirs, in either mode (`site::owners`).
         if !self.site.mine(&req.mac) {
             self.metrics.dhcp().others.inc();
+            // Proxy mode: another member's PXE client, seen here on port 67, asks this member
+            // on port 4011 when its owner died between the OFFER and the REQUEST and its
+            // address moved here (keepalived); its REQUEST is then no stranger's.
+            if proxy && !on_pxe && req.is_pxe() && req.message_type() == Some(DISCOVER) {
+                self.saw(Mac(req.mac), unix_now(), req.relayed());
+            }
             return None;
         }
         self.follow_site(Mac(req.mac));
@@ -1157,6 +1163,47 @@ pools:
             s.site = Site::seeing("a", &["a"], &["b"]);
             assert!(answered(&mut s, of_a) && answered(&mut s, of_b));
         }
+    }
+
+    /// Proxy mode: b's PXE client, offered by b on port 67 (a saw the DISCOVER and kept
+    /// silent), sends its REQUEST to b's address on port 4011 after b died and keepalived
+    /// moved the address to a: a ACKs it. A MAC a never saw on port 67 still gets silence.
+    #[test]
+    fn in_proxy_mode_a_dead_owners_client_seen_on_67_is_answered_on_4011_by_the_survivor() {
+        let bucket = |mac: u8| crate::site::hash::bucket(&[0x52, 0x54, 0, 0x77, 0, mac]);
+        let mut of_b = (0..32).filter(|&m| bucket(m) % 2 == 1);
+        let (seen, unseen) = (of_b.next().unwrap(), of_b.next().unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = proxy_server(dir.path());
+        s.site = Site::seeing("a", &["a", "b"], &[]);
+        let mut discover = vec![53, 1, DISCOVER, 60, 9];
+        discover.extend_from_slice(b"PXEClient");
+        assert!(
+            s.answer(&raw(seen, &discover), from(), None, false, true)
+                .is_none()
+        );
+        s.site = Site::seeing("a", &["a"], &["b"]);
+        let mut o = vec![53, 1, REQUEST, 93, 2, 0, 7, 60, 9];
+        o.extend_from_slice(b"PXEClient");
+        let request = |mac: u8, ip: [u8; 4]| {
+            let mut r = wire::parse_request(&raw(mac, &o)).unwrap();
+            r.ciaddr = Ipv4Addr::from(ip);
+            let mut bytes = raw(mac, &o);
+            bytes[12..16].copy_from_slice(&ip);
+            assert_eq!(wire::parse_request(&bytes).unwrap().ciaddr, r.ciaddr);
+            bytes
+        };
+        let src: SocketAddr = "10.77.0.150:68".parse().unwrap();
+        let (ack, dest) = s
+            .answer(&request(seen, [10, 77, 0, 150]), src, None, true, true)
+            .expect("the survivor ACKs the client it saw on 67");
+        assert_eq!((ack.kind, dest), (ReplyKind::Ack, To::Addr(src)));
+        assert_eq!(ack.boot_file.as_deref(), Some("snponly.efi"));
+        let src: SocketAddr = "10.77.0.151:68".parse().unwrap();
+        assert!(
+            s.answer(&request(unseen, [10, 77, 0, 151]), src, None, true, true)
+                .is_none()
+        );
     }
 
     #[test]

@@ -120,23 +120,26 @@ pub async fn serve(socket: tokio::net::UdpSocket, shared: super::Shared) -> anyh
                     socket: socket.clone(),
                     slots: slots.clone(),
                     transfers: transfers.clone(),
-                    peer,
-                    local,
-                    req,
-                    config: config.clone(),
-                    recorder: recorder.clone(),
-                    metrics: metrics.clone(),
-                    links: links.clone(),
-                    identity: identity.clone(),
+                    ask: Ask {
+                        peer,
+                        local,
+                        req,
+                        config: config.clone(),
+                        recorder: recorder.clone(),
+                        metrics: metrics.clone(),
+                        links: links.clone(),
+                        identity: identity.clone(),
+                    },
                 };
                 if standing == Standing::Stranger && identity.in_a_site() {
                     // Perhaps a client another member just placed here: held until the
                     // site's leases were read again (`Identity::standing_held`).
                     let stop = shutdown.clone();
                     shutdown.spawn(async move {
-                        let standing = asked
+                        let ask = &asked.ask;
+                        let standing = ask
                             .identity
-                            .standing_held(&asked.config, ServesFor::AnyPool, asked.peer.ip())
+                            .standing_held(&ask.config, ServesFor::AnyPool, ask.peer.ip())
                             .await;
                         asked.start(standing, &stop).await;
                     });
@@ -206,19 +209,26 @@ fn short(p: &Packet) -> &'static str {
     }
 }
 
-/// A read request at the request port, before its slot is taken (`start`).
-struct Asked {
-    socket: Arc<tokio::net::UdpSocket>,
-    slots: Slots,
-    transfers: Arc<Transfers>,
+/// A read request and what answering it takes.
+struct Ask {
     peer: SocketAddr,
+    /// The address the request was sent to, when the kernel said.
     local: Option<Ipv4Addr>,
     req: wire::Request,
     config: Arc<Config>,
     recorder: Recorder,
     metrics: Metrics,
     links: Arc<Links>,
+    /// Who holds the asking address: GRUB's config is its client's.
     identity: Identity,
+}
+
+/// A read request at the request port, before its slot is taken (`start`).
+struct Asked {
+    socket: Arc<tokio::net::UdpSocket>,
+    slots: Slots,
+    transfers: Arc<Transfers>,
+    ask: Ask,
 }
 
 impl Asked {
@@ -230,16 +240,10 @@ impl Asked {
             socket,
             slots,
             transfers,
-            peer,
-            local,
-            req,
-            config,
-            recorder,
-            metrics,
-            links,
-            identity,
+            ask,
         } = self;
-        let counts = metrics.tftp();
+        let (peer, req) = (ask.peer, &ask.req);
+        let counts = ask.metrics.tftp();
         let slot = match slots.take(peer.ip(), standing) {
             Ok(slot) => slot,
             Err(full) => {
@@ -260,17 +264,7 @@ impl Asked {
                 return;
             }
         };
-        let r = Request {
-            peer,
-            local,
-            req,
-            config,
-            recorder,
-            metrics,
-            links,
-            identity,
-            slot,
-        };
+        let r = Request { ask, slot };
         shutdown.spawn(async move {
             if let Ok(Some(t)) = tokio::task::spawn_blocking(move || r.prepare()).await {
                 transfers.add(t);
@@ -281,16 +275,7 @@ impl Asked {
 
 /// A read request accepted at the request port; `prepare` turns it into a running transfer.
 struct Request {
-    peer: SocketAddr,
-    /// The address the request was sent to, when the kernel said.
-    local: Option<Ipv4Addr>,
-    req: wire::Request,
-    config: Arc<Config>,
-    recorder: Recorder,
-    metrics: Metrics,
-    links: Arc<Links>,
-    /// Who holds the asking address: GRUB's config is its client's.
-    identity: Identity,
+    ask: Ask,
     /// Held until the transfer ends.
     slot: Slot,
 }
@@ -325,17 +310,21 @@ impl Request {
                 return None;
             }
         };
-        let asked = &self.req.file;
+        let asked = &self.ask.req.file;
         let file = asked.strip_prefix('/').unwrap_or(asked).to_string();
         let generated = if file == crate::boot::grub::CONFIG {
-            match super::grub_config::for_peer(&self.config, &self.identity, self.peer.ip()) {
+            match super::grub_config::for_peer(
+                &self.ask.config,
+                &self.ask.identity,
+                self.ask.peer.ip(),
+            ) {
                 Ok(text) => Some(text),
                 Err(why) => {
-                    self.metrics.tftp().refused.inc();
-                    tracing::info!(peer = %self.peer, %file, reason = why, "tftp grub config refused");
+                    self.ask.metrics.tftp().refused.inc();
+                    tracing::info!(peer = %self.ask.peer, %file, reason = why, "tftp grub config refused");
                     let _ = sock.send_to(
                         &wire::encode_error(err::NOT_FOUND, "file not found"),
-                        self.peer,
+                        self.ask.peer,
                     );
                     return None;
                 }
@@ -345,7 +334,7 @@ impl Request {
         };
         let opened = match generated {
             Some(text) => Ok((
-                in_memory(text.into_bytes(), self.req.mode),
+                in_memory(text.into_bytes(), self.ask.req.mode),
                 crate::record::FileKind::GrubConfig,
             )),
             None => self.open_file(&file),
@@ -353,11 +342,11 @@ impl Request {
         let ((source, size), kind) = match opened {
             Ok(x) => x,
             Err(refusal) => {
-                let _ = sock.send_to(&refusal, self.peer);
+                let _ = sock.send_to(&refusal, self.ask.peer);
                 return None;
             }
         };
-        let (settings, oack) = wire::negotiate(&self.req.options, Some(size));
+        let (settings, oack) = wire::negotiate(&self.ask.req.options, Some(size));
         let rto = match self.slot.standing() {
             Standing::Client => settings
                 .timeout_s
@@ -366,27 +355,27 @@ impl Request {
             Standing::Stranger => DEFAULT_RTO,
         };
         let owner = Owner {
-            peer: self.peer,
+            peer: self.ask.peer,
             file,
             kind,
-            mode: self.req.mode,
+            mode: self.ask.req.mode,
             settings,
             size,
             started: Instant::now(),
-            who: super::who_at(&self.identity, self.peer.ip()),
-            recorder: self.recorder,
-            metrics: self.metrics,
+            who: super::who_at(&self.ask.identity, self.ask.peer.ip()),
+            recorder: self.ask.recorder,
+            metrics: self.ask.metrics,
             _slot: self.slot,
-            _firmware: self.links.firmware().transfer(self.local),
+            _firmware: self.ask.links.firmware().transfer(self.ask.local),
         };
         Some(Transfer::new(
             sock,
-            self.peer,
+            self.ask.peer,
             source,
             Sender::new(size, settings),
             &oack,
             rto,
-            self.config.limits.tftp_lifetime,
+            self.ask.config.limits.tftp_lifetime,
             Box::new(owner),
         ))
     }
@@ -395,13 +384,13 @@ impl Request {
     /// ERROR packet to answer.
     #[allow(clippy::type_complexity)]
     fn open_file(&self, file: &str) -> Result<((Source, u64), crate::record::FileKind), Vec<u8>> {
-        let (path, kind) = match resolve(&self.config, file) {
+        let (path, kind) = match resolve(&self.ask.config, file) {
             Ok(x) => x,
             Err(e) => {
                 super::warn_not_served(&e);
                 let text = e.reason();
-                self.metrics.tftp().refused.inc();
-                tracing::info!(peer = %self.peer, %file, reason = text, "tftp read refused");
+                self.ask.metrics.tftp().refused.inc();
+                tracing::info!(peer = %self.ask.peer, %file, reason = text, "tftp read refused");
                 let code = tftp_code(&e);
                 if code == err::NOT_FOUND {
                     self.missing(file, text);
@@ -409,11 +398,11 @@ impl Request {
                 return Err(wire::encode_error(code, text));
             }
         };
-        match open(&path, self.req.mode) {
+        match open(&path, self.ask.req.mode) {
             Ok(x) => Ok((x, kind)),
             Err(e) => {
-                tracing::warn!(peer = %self.peer, %file, error = %e, "tftp cannot read file");
-                self.metrics.tftp().refused.inc();
+                tracing::warn!(peer = %self.ask.peer, %file, error = %e, "tftp cannot read file");
+                self.ask.metrics.tftp().refused.inc();
                 self.missing(file, "cannot read file");
                 Err(wire::encode_error(err::NOT_FOUND, "cannot read file"))
             }
@@ -423,17 +412,17 @@ impl Request {
     /// The transfer's socket: on the address the request was sent to (any, if unknown or no
     /// longer ours), bound to its link's interface, sending at firmware priority.
     fn socket(&self) -> std::io::Result<UdpSocket> {
-        let any = match self.peer.ip() {
+        let any = match self.ask.peer.ip() {
             IpAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
             IpAddr::V6(_) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
         };
-        let asked = self.local.filter(|_| self.peer.is_ipv4());
+        let asked = self.ask.local.filter(|_| self.ask.peer.is_ipv4());
         let sock = match asked.map(|l| UdpSocket::bind((l, 0))) {
             Some(Ok(s)) => s,
             _ => UdpSocket::bind(any)?,
         };
         if let Some(local) = asked {
-            self.links.steer(&sock, local, self.peer.ip());
+            self.ask.links.steer(&sock, local, self.ask.peer.ip());
         }
         let _ = socket2::SockRef::from(&sock).set_priority(super::FIRMWARE_PRIORITY);
         sock.set_nonblocking(true)?;
@@ -444,11 +433,11 @@ impl Request {
     /// names in DHCP, an image's kernel or initrd): without it the client cannot go on. Other
     /// names are probes (iPXE looks for `autoexec.ipxe`) and fail nothing.
     fn missing(&self, file: &str, why: &str) {
-        if !handed_out(&self.config, file) {
+        if !handed_out(&self.ask.config, file) {
             return;
         }
-        if let Some(who) = super::who_at(&self.identity, self.peer.ip()) {
-            self.recorder.record(
+        if let Some(who) = super::who_at(&self.ask.identity, self.ask.peer.ip()) {
+            self.ask.recorder.record(
                 who,
                 Kind::Failed {
                     proto: Some(Proto::Tftp),

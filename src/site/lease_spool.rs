@@ -161,6 +161,44 @@ fn append(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
+/// Writes `pending` (a spool's changes, in its order) through `write` until one fails: the
+/// changes written, and the error that stopped the rest (they stay spooled).
+pub async fn write_in_order<C: Clone, Fut>(
+    pending: Vec<(u64, C)>,
+    mut write: impl FnMut(C) -> Fut,
+) -> (Vec<(u64, C)>, Option<anyhow::Error>)
+where
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let mut done = Vec::new();
+    for (n, change) in pending {
+        if let Err(e) = write(change.clone()).await {
+            return (done, Some(e));
+        }
+        done.push((n, change));
+    }
+    (done, None)
+}
+
+/// Logs how one send to `table` went: `sent` changes written, `left` still spooled, and the
+/// error that stopped it (warned at most as often as `down` lets).
+pub fn say_sent(
+    table: &str,
+    sent: usize,
+    left: usize,
+    failed: Option<anyhow::Error>,
+    down: &crate::log_limit::LogLimit,
+) {
+    if let Some(e) = failed {
+        if let Some(suppressed) = down.allow() {
+            tracing::warn!(error = %format!("{e:#}"), spooled = left, suppressed,
+                "{table} not written; the changes stay spooled");
+        }
+    } else if sent > 0 {
+        tracing::debug!(sent, "lease spool written to {table}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@
 //! the site's view (frozen too, `owners`), so the boot path never waits on it.
 
 use super::lease_rows::{self, Change, Row};
-use super::lease_spool::Spool;
+use super::lease_spool::{Spool, say_sent, write_in_order};
 use super::leases_db::{LeasesDb, Put};
 use super::live::Site;
 use crate::boot::lease_share::Share;
@@ -197,50 +197,36 @@ impl SharedLeases {
             return;
         }
         let (me, now) = (&self.site.me().name, unix_now());
-        let mut done = Vec::new();
-        let mut failed = None;
-        for (n, change) in pending {
-            let r = match &change {
-                Change::Delete { mac, subnet } => self.db.delete(*mac, subnet, me).await,
-                Change::Put(row) => match self.db.put(row, now).await {
-                    Ok(Put::Written) => Ok(()),
-                    Ok(Put::Conflict { holder }) => {
-                        self.metrics.dhcp().lease_conflicts.inc();
-                        tracing::warn!(mac = %row.mac, ip = %row.ip, %holder,
-                            "lease refused by the site's table: another client holds the \
-                             address there; withdrawn at this client's next exchange");
-                        self.conflicts
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .insert(row.mac, row.ip);
-                        Ok(())
-                    }
-                    Err(e) => Err(e),
-                },
-            };
-            match r {
-                Ok(()) => done.push((n, change)),
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
-        }
+        let (done, failed) = write_in_order(pending, |c| self.write(c, me, now)).await;
         let mut out = self.outbox.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(e) = out.spool.done(&done) {
             tracing::error!(error = %e, "lease spool not rewritten");
         }
         let left = out.spool.len();
         drop(out);
-        if let Some(e) = failed {
-            static DOWN: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
-            if let Some(suppressed) = DOWN.allow() {
-                tracing::warn!(error = %format!("{e:#}"), spooled = left, suppressed,
-                    "site_leases not written; the changes stay spooled");
-            }
-        } else if !done.is_empty() {
-            tracing::debug!(sent = done.len(), "lease spool written to site_leases");
+        static DOWN: crate::log_limit::LogLimit = crate::log_limit::LogLimit::new();
+        say_sent("site_leases", done.len(), left, failed, &DOWN);
+    }
+
+    /// Writes one spooled change as member `me` at `now`. A row the table refused (another
+    /// client holds its address there) is written as far as the spool goes: counted, kept
+    /// in `conflicts` for the DHCP service, not sent again.
+    async fn write(&self, change: Change, me: &str, now: u64) -> anyhow::Result<()> {
+        let row = match change {
+            Change::Delete { mac, subnet } => return self.db.delete(mac, &subnet, me).await,
+            Change::Put(row) => row,
+        };
+        if let Put::Conflict { holder } = self.db.put(&row, now).await? {
+            self.metrics.dhcp().lease_conflicts.inc();
+            tracing::warn!(mac = %row.mac, ip = %row.ip, %holder,
+                "lease refused by the site's table: another client holds the \
+                 address there; withdrawn at this client's next exchange");
+            self.conflicts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(row.mac, row.ip);
         }
+        Ok(())
     }
 
     /// Reads the others' rows into the share, with this member's place among the live.

@@ -36,6 +36,7 @@ mod e2e_secure_boot;
 mod e2e_site;
 mod e2e_stock;
 mod e2e_stock_image;
+mod e2e_swarm;
 mod e2e_switch;
 mod e2e_uefi;
 mod e2e_wake;

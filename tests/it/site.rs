@@ -167,59 +167,8 @@ impl Room {
             &self.bridge,
             "nodad",
         ]);
-        std::fs::create_dir_all(dir).unwrap();
-        let out = dir.join("out");
-        let script = dir.join("script.sh");
-        std::fs::write(
-            &script,
-            format!(
-                "#!/bin/sh\ncase \"$reason\" in BOUND6) echo \"$new_ip6_address\" >> {};; esac\nexit 0\n",
-                out.display()
-            ),
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::write(dir.join("dhclient.conf"), "timeout 20;\n").unwrap();
-        let file = |n: &str| dir.join(n).to_str().unwrap().to_string();
-        let mut child = Link::command(
-            &self.ns,
-            "dhclient",
-            &[
-                "-6",
-                "-D",
-                "LL",
-                "-d",
-                "-1",
-                "-v",
-                "-cf",
-                &file("dhclient.conf"),
-                "-sf",
-                &file("script.sh"),
-                "-pf",
-                &file("dhclient.pid"),
-                "-lf",
-                &file("dhclient.leases"),
-                &self.bridge,
-            ],
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.join("log")).unwrap())
-        .spawn()
-        .expect("dhclient runs");
-        let mut said = String::new();
-        for _ in 0..500 {
-            said = std::fs::read_to_string(&out).unwrap_or_default();
-            if !said.is_empty() || child.try_wait().unwrap().is_some() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        // `ip netns exec` execs dhclient, so this is dhclient itself (no RELEASE sent).
-        let _ = child.kill();
-        let _ = child.wait();
-        said.lines().next()?.trim().parse().ok()
+        let (said, _) = dhclient_once(self, dir, Some("-6"), "$new_ip6_address", "timeout 20;\n");
+        said.trim().parse().ok()
     }
 
     /// busybox udhcpc on the bridge as `mac`, trying `tries` times a second apart: the server
@@ -827,9 +776,15 @@ fn in_proxy_mode_a_pxe_client_is_offered_by_its_owner_alone_and_a_dead_members_b
 
     // Both live: one offer each, from the owner, a boot file and no address.
     let before = [a.answers("offer"), b.answers("offer")];
-    let macs = macs_of("b", 3);
+    let mut macs = macs_of("b", 4);
+    // b's fourth client is offered by b here and asks again only on port 4011, after b's death.
+    let late = macs.pop().unwrap();
     let asked = macs.iter().map(|m| (m.clone(), at_b));
-    for (mac, owner) in asked.chain(macs_of("a", 1).into_iter().map(|m| (m, at_a))) {
+    let late_one = [(late.clone(), at_b)];
+    for (mac, owner) in asked
+        .chain(late_one)
+        .chain(macs_of("a", 1).into_iter().map(|m| (m, at_a)))
+    {
         let offers = room.pxe_offers(&mac, Duration::from_secs(1));
         assert_eq!(servers(&offers), [owner], "{mac}: {offers:?}");
         let o = &offers[0];
@@ -841,7 +796,7 @@ fn in_proxy_mode_a_pxe_client_is_offered_by_its_owner_alone_and_a_dead_members_b
         a.answers("offer") - before[0],
         b.answers("offer") - before[1],
     ];
-    assert_eq!(offered, [1, 3]);
+    assert_eq!(offered, [1, 4]);
 
     let killed = Instant::now();
     b.kill();
@@ -867,6 +822,30 @@ fn in_proxy_mode_a_pxe_client_is_offered_by_its_owner_alone_and_a_dead_members_b
     }
     let (seen, _) = a.site();
     assert_eq!(seen, [("a".into(), true), ("b".into(), false)]);
+
+    // b's late client, offered by b before its death, sends its REQUEST to port 4011 at the
+    // address b's address moved to (here a's own: this room has no keepalived): a saw its
+    // DISCOVER on port 67, so it is no stranger there, and a ACKs it with the boot file.
+    let at = Ipv4Addr::new(10, 79, 0, 150);
+    room.exec(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{at}/16"),
+        "dev",
+        &room.bridge,
+    ]);
+    room.exec(&["ip", "link", "set", &room.bridge, "address", &late]);
+    let bytes: [u8; 6] = mac_bytes(&late).try_into().unwrap();
+    let ack = pxe::ack_on_4011(
+        &room.ns,
+        &room.bridge,
+        bytes,
+        at,
+        at_a,
+        Duration::from_secs(2),
+    );
+    assert_eq!(ack.as_deref(), Some("undionly.kpxe"), "a:\n{}", a.log());
 }
 
 /// The server identifiers of `offers`, in the order they came.
@@ -1246,62 +1225,77 @@ fn an_enrolment_made_on_one_member_is_served_by_every_member_and_so_is_a_removal
     assert!(!ok && err.contains("is not enrolled in"), "{err}");
 }
 
-/// ISC dhclient on the bridge (its MAC set by the caller): `done SERVER` once bound.
+/// ISC dhclient on the bridge (its MAC set by the caller): `done SERVER` once bound, else its
+/// log.
 fn dhclient(room: &Room, dir: &std::path::Path) -> String {
+    let (line, log) = dhclient_once(room, dir, None, "done $new_dhcp_server_identifier", "");
+    // dhclient configured the bridge: take the address off for the next client.
+    room.exec(&["ip", "addr", "flush", "dev", &room.bridge]);
+    if line.is_empty() { log } else { line }
+}
+
+/// ISC dhclient once (`-1`) on `room`'s bridge, DHCPv6's `-6 -D LL` when `six`, its files
+/// and its `conf` in `dir`: its script appends `echo`'s words (shell, when the reason is BOUND
+/// or BOUND6) to `dir/out`. The first line written (empty when none within 25 s), and
+/// dhclient's log. Then killed: `ip netns exec` execs dhclient, so no RELEASE is sent.
+fn dhclient_once(
+    room: &Room,
+    dir: &std::path::Path,
+    six: Option<&str>,
+    echo: &str,
+    conf: &str,
+) -> (String, String) {
     std::fs::create_dir_all(dir).unwrap();
     let out = dir.join("out");
     let script = dir.join("script.sh");
     std::fs::write(
         &script,
         format!(
-            "#!/bin/sh\ncase \"$reason\" in BOUND) echo \"done $new_dhcp_server_identifier\" >> {};; esac\nexit 0\n",
+            "#!/bin/sh\ncase \"$reason\" in BOUND|BOUND6) echo \"{echo}\" >> {};; esac\nexit 0\n",
             out.display()
         ),
     )
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(dir.join("dhclient.conf"), conf).unwrap();
     let file = |n: &str| dir.join(n).to_str().unwrap().to_string();
-    std::fs::write(dir.join("dhclient.conf"), "").unwrap();
-    let mut child = Link::command(
-        &room.ns,
-        "dhclient",
-        &[
-            "-d",
-            "-1",
-            "-v",
-            "-cf",
-            &file("dhclient.conf"),
-            "-sf",
-            &file("script.sh"),
-            "-pf",
-            &file("dhclient.pid"),
-            "-lf",
-            &file("dhclient.leases"),
-            &room.bridge,
-        ],
-    )
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(std::fs::File::create(dir.join("log")).unwrap())
-    .spawn()
-    .expect("dhclient runs");
-    let mut line = String::new();
-    for _ in 0..400 {
-        line = std::fs::read_to_string(&out).unwrap_or_default();
-        if !line.is_empty() || child.try_wait().unwrap().is_some() {
+    let mut args: Vec<String> = match six {
+        Some(flag) => vec![flag.into(), "-D".into(), "LL".into()],
+        None => Vec::new(),
+    };
+    args.extend(["-d", "-1", "-v"].map(String::from));
+    for (flag, name) in [
+        ("-cf", "dhclient.conf"),
+        ("-sf", "script.sh"),
+        ("-pf", "dhclient.pid"),
+        ("-lf", "dhclient.leases"),
+    ] {
+        args.extend([flag.to_string(), file(name)]);
+    }
+    args.push(room.bridge.clone());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = Link::command(&room.ns, "dhclient", &args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("log")).unwrap())
+        .spawn()
+        .expect("dhclient runs");
+    let mut said = String::new();
+    for _ in 0..500 {
+        said = std::fs::read_to_string(&out).unwrap_or_default();
+        if !said.is_empty() || child.try_wait().unwrap().is_some() {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     let _ = child.kill();
     let _ = child.wait();
-    // dhclient configured the bridge: take the address off for the next client.
-    room.exec(&["ip", "addr", "flush", "dev", &room.bridge]);
-    match line.lines().next() {
-        Some(l) => l.to_string(),
-        None => std::fs::read_to_string(dir.join("log")).unwrap_or_default(),
-    }
+    let line = said.lines().next().unwrap_or_default().to_string();
+    (
+        line,
+        std::fs::read_to_string(dir.join("log")).unwrap_or_default(),
+    )
 }
 
 /// Members `a` and `b` on one range with `placement: site`, once `a` sees `b`'s link in `b`'s

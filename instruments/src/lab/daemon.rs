@@ -48,6 +48,23 @@ impl Apis {
         Ok(boots)
     }
 
+    /// Each live daemon's /metrics text, with the name of the run's file it is kept in
+    /// (`metrics.txt`, then `metrics-2.txt`, ... in the order the daemons were given); a
+    /// daemon that does not answer is left out.
+    pub(super) async fn metrics(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (i, (api, query)) in self.live.iter().enumerate() {
+            let name = match i {
+                0 => "metrics.txt".to_string(),
+                _ => format!("metrics-{}.txt", i + 1),
+            };
+            if let Ok(text) = http_get(*api, &format!("/metrics{query}")).await {
+                out.push((name, text));
+            }
+        }
+        out
+    }
+
     /// Reads `api`'s boots a last time, keeps them, and asks it no more: its daemon is about
     /// to die.
     pub(super) async fn bury(&mut self, api: SocketAddr) -> anyhow::Result<()> {

@@ -4,10 +4,12 @@
 //! `--kill-member-after`, both members run so, each with keepalived moving its address
 //! (`failover`).
 
-use super::daemon::{Api, Daemon, start_daemon};
+use super::daemon::{Api, Daemon, http_get, start_daemon};
 use super::poweroff;
 use super::room2::Netns;
+use anyhow::Context as _;
 use bootpool::config::Config;
+use bootpool::record::view::BootView;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Child;
@@ -101,6 +103,14 @@ impl Member {
 
     pub(super) fn api(&self) -> Api {
         (self.api, self.query.clone())
+    }
+
+    /// The boots its API gives now: its own and those it follows from the site's database.
+    pub(super) async fn boots(&self) -> anyhow::Result<Vec<BootView>> {
+        let path = format!("/api/v1/boots{}", self.query);
+        let text = http_get(self.api, &path).await?;
+        serde_json::from_str(&text)
+            .with_context(|| format!("reading member {}'s /api/v1/boots", self.name))
     }
 
     /// The config it serves.

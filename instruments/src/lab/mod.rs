@@ -14,6 +14,7 @@ mod failover;
 pub mod homes;
 pub mod login;
 mod member;
+mod midboot;
 pub mod net;
 pub mod poweroff;
 pub mod room2;
@@ -198,6 +199,22 @@ pub struct LabArgs {
     /// for itself and the members' fixed ones (docs/failover.md).
     #[arg(long, value_name = "SECS", requires_all = ["member", "stay_on"])]
     pub kill_member_after: Option<u64>,
+    /// Member a dies as with `--kill-member-after`, but while the clients boot: once the
+    /// site's record, as member b reads it, shows every client's root served by a (its NFS
+    /// mount, NBD attach or agent's manifest) and no client's console has said it booted. The
+    /// lab fails if a client's boot ended before that moment.
+    #[arg(long, requires = "member", conflicts_with = "kill_member_after")]
+    pub kill_member_at_root: bool,
+    /// Power on the first client alone, and the others once its console says it booted: the
+    /// room's first machine, whose agent (a pool with `nbd.peers`) then holds the root for the
+    /// others (docs/swarm.md).
+    #[arg(long, conflicts_with_all = ["activate", "wake", "cycles"])]
+    pub seed_first: bool,
+    /// Switch the client NAME (pc01, pc02, ...) off, its qemu killed with -9, once the record
+    /// shows its root attached and its console has not said it booted: a machine unplugged
+    /// mid-boot. The table then says so, and nothing more is expected of it.
+    #[arg(long, value_name = "NAME", conflicts_with = "cycles")]
+    pub kill_client_at_root: Option<String>,
 }
 
 /// The pools the lab boots, once the config can serve them and the firmware asked for can
@@ -349,6 +366,14 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         })
         .collect();
     let first_wave = macs.len() / waves;
+    if let Some(name) = &args.kill_client_at_root
+        && !(1..=macs.len()).any(|i| format!("pc{i:02}") == *name)
+    {
+        bail!(
+            "--kill-client-at-root {name}: the lab powers on pc01 to pc{:02}",
+            macs.len()
+        );
+    }
 
     let run_dir = config.server.state_dir.join("lab").join(format!(
         "{}",
@@ -364,10 +389,8 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     // --kill-member-after: the members hold their addresses in namespaces; the bridge has one
     // of the lab's own.
     let second_config = args.member.as_deref().map(Config::load).transpose()?;
-    let failing = match (&second_config, args.kill_member_after) {
-        (Some(second), Some(_)) => Some(second),
-        _ => None,
-    };
+    let dies = args.kill_member_after.is_some() || args.kill_member_at_root;
+    let failing = second_config.as_ref().filter(|_| dies);
     let bridge_address = match failing {
         Some(second) => failover::own_address(&config, second, 0)?,
         None => config.server.address,
@@ -552,7 +575,9 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             &run_dir,
         )
     };
-    let mut vms = (0..first_wave)
+    // --seed-first: the first client alone; the others once it is up.
+    let mut seeding = args.seed_first && first_wave > 1;
+    let mut vms = (0..if seeding { 1 } else { first_wave })
         .map(|i| match args.wake {
             false => power_on(i),
             true => Vm::powered_off(
@@ -595,7 +620,67 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     let mut power_ons = vec![1u32; vms.len()];
     let mut restart_on = args.restart_on.clone();
     let mut reload_on = args.reload_on.clone();
+    // --kill-member-at-root and --kill-client-at-root: what is still to happen, and when the
+    // record was last read for them.
+    let mut member_dies = args.kill_member_at_root && first.is_some();
+    let mut client_off = args.kill_client_at_root.clone();
+    let mut switched_off: Option<usize> = None;
+    let mut asked_midboot = Instant::now();
     loop {
+        if (member_dies || client_off.is_some())
+            && asked_midboot.elapsed() >= Duration::from_secs(1)
+        {
+            asked_midboot = Instant::now();
+            if let (true, Some(a), Some(b)) = (member_dies, first.as_mut(), second.as_ref()) {
+                // b's own view: a's rows of the root are then in the site's database.
+                let boots = b.boots().await?;
+                let last = last_boots(&boots, &vms, wave_start);
+                let consoles: Vec<(String, bool)> = vms
+                    .iter()
+                    .map(|vm| (vm.name.clone(), vm.console != Console::Running))
+                    .collect();
+                let all = vms.len() == first_wave;
+                if all
+                    && midboot::all_rooted_on(&last, &consoles, "a").map_err(anyhow::Error::msg)?
+                {
+                    member_dies = false;
+                    eprintln!(
+                        "lab: the record shows every client's root served by a, and none has \
+                         booted: killing member a"
+                    );
+                    apis.bury(a.api).await?;
+                    let sizes = console_sizes(&vms);
+                    eprintln!("lab: {}", failover::fail(a, b)?);
+                    eprintln!("lab: consoles' bytes at the death: {}", sizes.join(", "));
+                }
+            }
+            if let Some(name) = client_off.clone()
+                && let Some(i) = vms.iter().position(|vm| vm.name == name)
+            {
+                let boots = apis.boots().await?;
+                let rooted = last_boots(&boots, &vms[i..=i], wave_start)[0]
+                    .is_some_and(|b| midboot::rooted(b, None));
+                if vms[i].console != Console::Running {
+                    bail!(
+                        "--kill-client-at-root {name}: its boot ended before its root was seen attached"
+                    );
+                }
+                if rooted {
+                    client_off = None;
+                    let sizes = console_sizes(&vms);
+                    vms[i].kill();
+                    switched_off = Some(i);
+                    eprintln!(
+                        "lab: {name}'s root is attached (the record) and it has not booted: \
+                         switched off (qemu killed with -9)"
+                    );
+                    eprintln!(
+                        "lab: consoles' bytes at the switch-off: {}",
+                        sizes.join(", ")
+                    );
+                }
+            }
+        }
         for mac in listener
             .as_ref()
             .map(wol::Listener::woken)
@@ -709,6 +794,20 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                 running += 1;
             }
         }
+        if seeding && vms[0].console != Console::Running {
+            seeding = false;
+            eprintln!(
+                "lab: {} is up: powering on the other {} clients (--seed-first)",
+                vms[0].name,
+                first_wave - 1
+            );
+            for i in 1..first_wave {
+                vms.push(power_on(i)?);
+                reported.push(false);
+                power_ons.push(1);
+                running += 1;
+            }
+        }
         if running == 0
             && let Some(to) = switch.take()
         {
@@ -740,13 +839,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
             tokio::time::sleep(after).await;
             left -= after;
             apis.bury(a.api).await?;
-            let sizes: Vec<String> = vms
-                .iter()
-                .map(|vm| {
-                    let len = std::fs::metadata(&vm.serial).map_or(0, |m| m.len());
-                    format!("{} {len}", vm.name)
-                })
-                .collect();
+            let sizes = console_sizes(&vms);
             eprintln!("lab: {}", failover::fail(a, b)?);
             // Where each console stood when a died, for whoever reads them after.
             eprintln!("lab: consoles' bytes at the death: {}", sizes.join(", "));
@@ -759,6 +852,18 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     let mut boots = settled_boots(&apis, &vms, wave_start).await?;
     if let Some(secs) = args.stay_off {
         boots = gone_boots(&apis, &vms, wave_start, Duration::from_secs(secs)).await?;
+    }
+    if member_dies {
+        bail!("--kill-member-at-root: the clients' roots were never all seen served by a");
+    }
+    if let Some(name) = &client_off {
+        bail!("--kill-client-at-root {name}: no such client's root was seen attached");
+    }
+    // The live daemons' counters as the run left them (the swarm's chunks sent, ...), for
+    // whoever reads the run later.
+    for (name, text) in apis.metrics().await {
+        std::fs::write(run_dir.join(&name), text)
+            .with_context(|| format!("writing {}", run_dir.join(&name).display()))?;
     }
     // The boots the table is made of, as the API gave them, for whoever reads the run later.
     std::fs::write(
@@ -778,7 +883,8 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
     let outcomes: Vec<Outcome> = vms
         .iter()
         .zip(&macs)
-        .map(|(vm, (_, pool))| {
+        .enumerate()
+        .map(|(i, (vm, (_, pool)))| {
             let mac = vm.mac.to_string();
             let boot = boots
                 .iter()
@@ -792,6 +898,7 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
                 firmware_s: vm.firmware_s(),
                 boot,
                 by_record: by_record.contains(pool),
+                switched_off: switched_off == Some(i),
             }
         })
         .collect();
@@ -816,6 +923,17 @@ pub async fn run(args: LabArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Where each client's console stands, in bytes (`NAME BYTES`), for whoever reads the
+/// consoles after a death or a switch-off.
+fn console_sizes(vms: &[Vm]) -> Vec<String> {
+    vms.iter()
+        .map(|vm| {
+            let len = std::fs::metadata(&vm.serial).map_or(0, |m| m.len());
+            format!("{} {len}", vm.name)
+        })
+        .collect()
 }
 
 /// The result the record gives each client's boot of this run (`None`: no boot yet).

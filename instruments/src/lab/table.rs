@@ -21,10 +21,16 @@ pub struct Outcome {
     /// Its pool's kernel writes nothing to the serial line the lab reads (`by_record`): the
     /// boot is judged by what the daemon recorded alone.
     pub by_record: bool,
+    /// The lab switched it off mid-boot (`--kill-client-at-root`): nothing more was expected
+    /// of it.
+    pub switched_off: bool,
 }
 
 impl Outcome {
     pub fn ok(&self) -> bool {
+        if self.switched_off {
+            return true;
+        }
         let recorded = self.boot.as_ref().is_some_and(|b| b.result == "booted");
         recorded && (self.by_record || matches!(self.console, Console::Booted(_)))
     }
@@ -32,6 +38,12 @@ impl Outcome {
     /// The table's result: the console's word and the record's, or the record's alone.
     fn result(&self) -> String {
         let recorded = self.boot.as_ref().map(|b| b.result.as_str());
+        if self.switched_off {
+            return format!(
+                "switched off mid-boot (recorded: {})",
+                recorded.unwrap_or("no boot")
+            );
+        }
         if self.by_record {
             return match (recorded, &self.console) {
                 (_, Console::Failed(why)) => format!("failed: {why}"),
@@ -198,6 +210,7 @@ pools:
             firmware_s: None,
             boot: result.map(boot),
             by_record,
+            switched_off: false,
         }
     }
 
@@ -225,5 +238,12 @@ pools:
             Some("booted"),
         );
         assert!(both.ok() && both.result() == "booted");
+        // A client the lab switched off mid-boot is as expected, whatever its console says.
+        let off = Outcome {
+            switched_off: true,
+            ..outcome(false, Console::Running, Some("running"))
+        };
+        assert!(off.ok());
+        assert_eq!(off.result(), "switched off mid-boot (recorded: running)");
     }
 }

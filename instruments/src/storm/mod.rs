@@ -31,6 +31,7 @@ pub mod kea;
 pub mod leftovers;
 pub mod nbd;
 pub mod nfs;
+pub mod nfs_io;
 pub mod plan;
 pub mod postgres;
 pub mod reference;

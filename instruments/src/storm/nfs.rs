@@ -13,9 +13,10 @@
 //! or that goes unanswered is sent again on a new connection to the same address, after the
 //! kernel's wait (`retry::Backoff`, `retry::NFS_TIMEO`), until it is answered.
 
+use super::nfs_io::{Connector, Stream};
 use super::retry::{self, Backoff, Lost};
 use bootpool::trace::format::{Gates, Op, What};
-use nfs3_client::net::Connector;
+use nfs3_client::net::Connector as _;
 use nfs3_client::nfs3_types::nfs3::{
     ACCESS3args, FSINFO3args, FSSTAT3args, GETATTR3args, LOOKUP3args, Nfs3Option, Nfs3Result,
     PATHCONF3args, READ3args, READDIR3args, READDIRPLUS3args, READLINK3args, cookieverf3,
@@ -23,12 +24,10 @@ use nfs3_client::nfs3_types::nfs3::{
 };
 use nfs3_client::nfs3_types::rpc::{auth_unix, opaque_auth};
 use nfs3_client::nfs3_types::xdr_codec::Opaque;
-use nfs3_client::tokio::{TokioConnector, TokioIo};
 use nfs3_client::{Nfs3Client, Nfs3ConnectionBuilder};
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Instant;
-use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 
 /// At most this many NFS connections per client, however much the trace overlapped.
@@ -102,7 +101,7 @@ pub enum NfsError {
     Task(String),
 }
 
-type Client = Nfs3Client<TokioIo<TcpStream>>;
+type Client = Nfs3Client<Stream>;
 
 /// Replays the `What::Nfs` ops among `ops` (other kinds are ignored) against `server`, waiting
 /// `think_scale` times each op's recorded think time. The replay's clock starts at the call:
@@ -288,7 +287,7 @@ pub async fn replay_nfs(
 }
 
 struct Mounted {
-    mount: nfs3_client::MountClient<TokioIo<TcpStream>>,
+    mount: nfs3_client::MountClient<Stream>,
     export: String,
     redial: Redial,
 }
@@ -383,7 +382,7 @@ async fn mount_hard(
 
 /// A fresh mount: the root handle and the first NFS connection.
 struct Mount {
-    mount: nfs3_client::MountClient<TokioIo<TcpStream>>,
+    mount: nfs3_client::MountClient<Stream>,
     root: nfs_fh3,
     first: Client,
     nfs_addr: SocketAddr,
@@ -415,7 +414,7 @@ fn connection_lost(e: &nfs3_client::ConnectError) -> bool {
 /// A mount; Err says too whether it is worth trying again (`connection_lost`).
 async fn mount(server: Ipv4Addr, ports: NfsPorts, export: &str) -> Result<Mount, (NfsError, bool)> {
     let build = |privileged: bool| {
-        let b = Nfs3ConnectionBuilder::new(TokioConnector, server.to_string(), export)
+        let b = Nfs3ConnectionBuilder::new(Connector, server.to_string(), export)
             .credential(credential())
             .connect_from_privileged_port(privileged);
         match ports {
@@ -459,7 +458,7 @@ async fn connect(addr: SocketAddr, privileged: bool) -> Result<Client, NfsError>
         let start = fastrand_port();
         for k in 0..(1024 - 300) {
             let port = 300 + (start + k) % (1024 - 300);
-            match TokioConnector.connect_with_port(addr, port).await {
+            match Connector.connect_with_port(addr, port).await {
                 Ok(io) => {
                     got = Some(io);
                     break;
@@ -474,13 +473,13 @@ async fn connect(addr: SocketAddr, privileged: bool) -> Result<Client, NfsError>
         }
         match got {
             Some(io) => io,
-            None => TokioConnector
+            None => Connector
                 .connect(addr)
                 .await
                 .map_err(|e| NfsError::Connect(addr, e))?,
         }
     } else {
-        TokioConnector
+        Connector
             .connect(addr)
             .await
             .map_err(|e| NfsError::Connect(addr, e))?

@@ -1,0 +1,1 @@
+cd /work/main && /work/bin-rec/bootpool storm --config /work/main/bench/out/failover-storm-20261207-1036/pools-plain-1x500mbit.yaml --root nbd --clients 40 --tftp-loader --client-link 100mbit --server-links 1x500mbit --think-scale 0.2 --json /work/main/bench/out/failover-storm-20261207-1036/bootpool-site2-plain-nbd-40.json --label bootpool-site2-plain-nbd-40 --servers 2 
