@@ -15,12 +15,6 @@ pub const BACKUP_PRIORITY: u8 = 100;
 /// Seconds between advertisements unless told (`--advert`): a dead master is replaced after
 /// about three, 0.6 s and keepalived's skew.
 pub const ADVERT_S: f64 = 0.2;
-/// At 0.2 s a master is deposed by three advertisements its process did not get the CPU to
-/// send: on a busy host (seen: a member's cores shared with VMs under TCG) the backups took
-/// a live master's addresses and gave them back many times, resetting its clients each time.
-/// So the conf runs keepalived's VRRP process at this real-time priority
-/// (`vrrp_rt_priority`, SCHED_RR), ahead of any ordinary process on the host.
-pub const RT_PRIORITY: u8 = 50;
 /// The first virtual router id unless told (`--first-vrid`).
 pub const FIRST_VRID: u8 = 50;
 
@@ -140,8 +134,7 @@ pub fn conf(members: &[Member], me: &str, opts: &Options) -> Result<String, Stri
         "# keepalived.conf of bootpool member {me}, written by `bootpool site keepalived` from \
          the site's members.\n# Every member runs its own; write them again when a member or \
          an address is added.\n\nglobal_defs {{\n    router_id bootpool-{me}\n    vrrp_version \
-         3\n    script_user root\n    enable_script_security\n    vrrp_garp_master_repeat 2\n    \
-         vrrp_rt_priority {RT_PRIORITY}\n}}"
+         3\n    script_user root\n    enable_script_security\n    vrrp_garp_master_repeat 2\n}}"
     );
     for (k, a) in addresses.iter().enumerate() {
         let vrid = usize::from(opts.first_vrid) + k;
@@ -234,7 +227,6 @@ mod tests {
         let (a, b, c) = (of("a"), of("b"), of("c"));
         for text in [&a, &b, &c] {
             assert!(text.contains("vrrp_version 3"));
-            assert!(text.contains("\n    vrrp_rt_priority 50\n"), "{text}");
             assert_eq!(text.matches("vrrp_instance").count(), 4);
         }
         // The same address has the same router id on every member.
