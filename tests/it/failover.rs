@@ -369,10 +369,19 @@ impl Member {
         );
         exec(&self.ns, &["ip", "link", "set", &self.dev, "up"]);
         self.keepalived();
-        poll("the member holds its address again", 60, || {
-            holds(&self.ns, address)
-        });
-        let held = Instant::now();
+        // Held for a second on end: a keepalived just started may take its address and give
+        // it up again a moment later (seen once, on a loaded machine: the daemon started
+        // after it then found the address gone and refused to serve).
+        let mut since: Option<Instant> = None;
+        poll(
+            "the member holds its address again, for 1 s on end",
+            60,
+            || {
+                since = holds(&self.ns, address).then(|| since.unwrap_or_else(Instant::now));
+                since.is_some_and(|t| t.elapsed() >= Duration::from_secs(1))
+            },
+        );
+        let held = since.expect("held");
         self.serve();
         (held, Instant::now())
     }
