@@ -37,7 +37,7 @@ pub use readers::access_sentence;
 pub use web::Web;
 
 use super::Carries;
-use super::bounds::{Caps, Slots, Standing};
+use super::bounds::{Caps, Slot, Slots, Standing};
 use crate::boot::exports::ServesFor;
 use crate::metrics::prometheus;
 use crate::shutdown::Shutdown;
@@ -109,10 +109,14 @@ pub async fn serve(
                 let standing = identity
                     .standing_held(&config, ServesFor::AnyPool, ip)
                     .await;
-                accepted.serve(standing).await;
+                if let Some(taken) = accepted.take(standing) {
+                    taken.serve().await;
+                }
             });
-        } else {
-            shutdown.spawn(accepted.serve(standing));
+        } else if let Some(taken) = accepted.take(standing) {
+            // The slot is taken here, in the order connections were accepted: the one past
+            // a cap is the one refused.
+            shutdown.spawn(taken.serve());
         }
     }
     Ok(())
@@ -132,32 +136,47 @@ struct Accepted {
 }
 
 impl Accepted {
-    /// Takes a slot of `standing`'s pool and serves the connection, or closes it at once (a
-    /// refused connection costs no buffer; counted).
-    async fn serve(self, standing: Standing) {
+    /// Takes a slot of `standing`'s pool for the connection, or closes it at once (a refused
+    /// connection costs no buffer; counted).
+    fn take(self, standing: Standing) -> Option<Taken> {
         static REFUSED: super::bounds::LogLimit = super::bounds::LogLimit::new();
+        let held = match self.slots.take(self.peer.ip(), standing) {
+            Ok(held) => held,
+            Err(full) => {
+                self.metrics.http().refused.inc();
+                if let Some(suppressed) = REFUSED.allow() {
+                    tracing::warn!(peer = %self.peer, ?standing, caps = ?self.slots.caps(standing),
+                        suppressed, "http connection refused: {}", full.reason());
+                }
+                return None;
+            }
+        };
+        Some(Taken {
+            accepted: self,
+            held,
+        })
+    }
+}
+
+/// A connection holding its slot, to be served.
+struct Taken {
+    accepted: Accepted,
+    held: Slot,
+}
+
+impl Taken {
+    async fn serve(self) {
+        let Taken { accepted, held } = self;
         let Accepted {
             stream,
             peer,
             paced,
-            slots,
             service,
             limits,
             tls,
-            metrics,
             stop,
-        } = self;
-        let held = match slots.take(peer.ip(), standing) {
-            Ok(held) => held,
-            Err(full) => {
-                metrics.http().refused.inc();
-                if let Some(suppressed) = REFUSED.allow() {
-                    tracing::warn!(%peer, ?standing, caps = ?slots.caps(standing), suppressed,
-                        "http connection refused: {}", full.reason());
-                }
-                return;
-            }
-        };
+            ..
+        } = accepted;
         let _ = stream.set_nodelay(true);
         let _held = (held, paced);
         serve_connection(stream, peer, service, &limits, tls, stop).await;
