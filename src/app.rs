@@ -1466,9 +1466,9 @@ fn bind_udp6(addr: SocketAddrV6, firmware: bool) -> std::io::Result<UdpSocket> {
 }
 
 /// TCP listeners (and, `with_udp`, UDP sockets) of one port on each of `own`'s addresses. A
-/// port left to the kernel (0) is the one it gives the first address; when another address has
-/// that port taken already (a connection's local end, say), all are let go and a new port is
-/// asked for, up to 20 times.
+/// port left to the kernel (0) is the one it gives the first address; when that port is taken
+/// already elsewhere (on another address, a connection's local end, say), all are let go and
+/// a new port is asked for, up to 20 times.
 async fn bind_on_each(
     own: &[Ipv4Addr],
     port: u16,
@@ -1476,37 +1476,36 @@ async fn bind_on_each(
     with_udp: bool,
 ) -> anyhow::Result<(Vec<TcpListener>, Vec<UdpSocket>)> {
     let mut tries = if port == 0 { 20 } else { 1 };
-    'again: loop {
+    loop {
         tries -= 1;
-        let (mut tcp, mut udp) = (Vec::new(), Vec::new());
-        let mut chosen = port;
-        for ip in own {
-            let at = SocketAddrV4::new(*ip, chosen);
-            let bound = match bind_tcp(at.into()).await {
-                Ok(listener) => {
-                    chosen = listener.local_addr()?.port();
-                    tcp.push(listener);
-                    if with_udp {
-                        let at = SocketAddrV4::new(*ip, chosen);
-                        bind_udp(at, Udp::PLAIN)
-                            .map(|s| udp.push(s))
-                            .map_err(|e| (e, UDP, at))
-                    } else {
-                        Ok(())
-                    }
-                }
-                Err(e) => Err((e, TCP, at)),
-            };
-            if let Err((e, proto, at)) = bound {
-                let chosen_here = port == 0 && !tcp.is_empty();
-                if chosen_here && e.kind() == std::io::ErrorKind::AddrInUse && tries > 0 {
-                    continue 'again;
-                }
-                return Err(bind_error(&e, key, proto, at));
+        match bind_each_once(own, port, with_udp).await {
+            Ok(bound) => return Ok(bound),
+            Err((e, ..)) if port == 0 && e.kind() == std::io::ErrorKind::AddrInUse && tries > 0 => {
             }
+            Err((e, proto, at)) => return Err(bind_error(&e, key, proto, at)),
         }
-        return Ok((tcp, udp));
     }
+}
+
+/// One try of `bind_on_each`; the failed bind's error, protocol and address.
+async fn bind_each_once(
+    own: &[Ipv4Addr],
+    port: u16,
+    with_udp: bool,
+) -> Result<(Vec<TcpListener>, Vec<UdpSocket>), (std::io::Error, Proto, SocketAddrV4)> {
+    let (mut tcp, mut udp) = (Vec::new(), Vec::new());
+    let mut chosen = port;
+    for ip in own {
+        let at = SocketAddrV4::new(*ip, chosen);
+        let listener = bind_tcp(at.into()).await.map_err(|e| (e, TCP, at))?;
+        chosen = listener.local_addr().map_err(|e| (e, TCP, at))?.port();
+        tcp.push(listener);
+        if with_udp {
+            let at = SocketAddrV4::new(*ip, chosen);
+            udp.push(bind_udp(at, Udp::PLAIN).map_err(|e| (e, UDP, at))?);
+        }
+    }
+    Ok((tcp, udp))
 }
 
 async fn bind_tcp(addr: SocketAddr) -> std::io::Result<TcpListener> {
