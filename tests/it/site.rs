@@ -541,16 +541,22 @@ fn poll(what: &str, mut f: impl FnMut() -> bool) {
     panic!("never came true: {what}");
 }
 
+/// Waits until members `a` and `b` each see both live; the view they then share.
+fn both_live(a: &Member, b: &Member) -> Vec<(String, bool)> {
+    let both = vec![("a".to_string(), true), ("b".to_string(), true)];
+    poll("a and b see each other live", || {
+        a.site() == (both.clone(), false) && b.site() == (both.clone(), false)
+    });
+    both
+}
+
 #[test]
 fn each_client_is_answered_by_exactly_one_member_and_a_dead_members_by_a_survivor() {
     let pg = Postgres::start();
     let room = Room::new(3);
     let a = Member::new(&room, 1, &pg.socket_url());
     let mut b = Member::new(&room, 2, &pg.socket_url());
-    let both = vec![("a".to_string(), true), ("b".to_string(), true)];
-    poll("a and b see each other live", || {
-        a.site() == (both.clone(), false) && b.site() == (both.clone(), false)
-    });
+    let both = both_live(&a, &b);
 
     // `bootpool site` reads the same rows from the database.
     let (ok, table, err) = run(
@@ -768,10 +774,7 @@ fn in_proxy_mode_a_pxe_client_is_offered_by_its_owner_alone_and_a_dead_members_b
     let room = Room::new(2);
     let a = Member::proxy(&room, 1, &pg.socket_url());
     let mut b = Member::proxy(&room, 2, &pg.socket_url());
-    let both = vec![("a".to_string(), true), ("b".to_string(), true)];
-    poll("a and b see each other live", || {
-        a.site() == (both.clone(), false) && b.site() == (both.clone(), false)
-    });
+    both_live(&a, &b);
     let (at_a, at_b) = (Ipv4Addr::new(10, 79, 0, 1), Ipv4Addr::new(10, 79, 0, 2));
 
     // Both live: one offer each, from the owner, a boot file and no address.
@@ -895,10 +898,7 @@ fn members_sharing_one_range_never_lease_an_address_twice() {
     let range = "10.79.1.0-10.79.2.255";
     let mut a = Member::with_range(&room, 1, &pg.socket_url(), range);
     let mut b = Member::with_range(&room, 2, &pg.socket_url(), range);
-    let both = vec![("a".to_string(), true), ("b".to_string(), true)];
-    poll("a and b see each other live", || {
-        a.site() == (both.clone(), false) && b.site() == (both.clone(), false)
-    });
+    let both = both_live(&a, &b);
 
     // perfdhcp through a relay at NET.200: 200 exchanges of random MACs, every one answered.
     room.exec(&["ip", "addr", "add", "10.79.0.200/16", "dev", &room.bridge]);
@@ -1162,10 +1162,7 @@ fn an_enrolment_made_on_one_member_is_served_by_every_member_and_so_is_a_removal
     let room = Room::new(2);
     let a = Member::new(&room, 1, &pg.socket_url());
     let b = Member::new(&room, 2, &pg.socket_url());
-    let both = vec![("a".to_string(), true), ("b".to_string(), true)];
-    poll("a and b see each other live", || {
-        a.site() == (both.clone(), false) && b.site() == (both.clone(), false)
-    });
+    both_live(&a, &b);
     let dir = tempfile::tempdir().unwrap();
     let (of_a, of_b) = (stranger_of("a"), stranger_of("b"));
     // Listed nowhere: b, its owner, answers it not.
@@ -1580,10 +1577,7 @@ fn a_member_started_without_its_database_boots_and_any_member_shows_the_whole_si
 
     // b joins and boots a client of its own: a shows it, and b's count of clients.
     let b = Member::new(&room, 2, &pg.socket_url());
-    let both = vec![("a".to_string(), true), ("b".to_string(), true)];
-    poll("a and b see each other live", || {
-        a.site() == (both.clone(), false) && b.site() == (both.clone(), false)
-    });
+    both_live(&a, &b);
     let mac_b = macs_of("b", 2)[1].clone();
     boot_through(&room, dir.path(), &mac_b, "10.79.0.2");
     poll("b's client in a's clients", || {
@@ -1625,10 +1619,7 @@ fn members_sharing_one_dhcp6_range_never_bind_an_address_twice() {
     let (range_a, range_b) = ("10.79.1.0-10.79.1.255", "10.79.2.0-10.79.2.255");
     let a = Member::with_config(&room, 1, &pg.socket_url(), Dhcp::Leasing(range_a), true);
     let mut b = Member::with_config(&room, 2, &pg.socket_url(), Dhcp::Leasing(range_b), true);
-    let both = vec![("a".to_string(), true), ("b".to_string(), true)];
-    poll("a and b see each other live", || {
-        a.site() == (both.clone(), false) && b.site() == (both.clone(), false)
-    });
+    both_live(&a, &b);
     let dir = tempfile::tempdir().unwrap();
     let logs = |a: &Member, b: &Member| format!("a:\n{}\nb:\n{}", a.log(), b.log());
     let dhclient = |mac: &str, run: &str| {
