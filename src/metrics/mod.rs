@@ -47,7 +47,7 @@ pub struct Dhcp {
     pub requests: Count,
     /// Of them, those a firmware's timer waits on the answer to: PXE and UEFI HTTP boot
     /// requests (option 60 `PXEClient` or `HTTPClient`, iPXE's included) and every DHCPv6
-    /// message. The pacer keeps its headroom while these come (`steer::pacing`).
+    /// message. The pacer keeps its headroom while a firmware waits (`steer::firmware`).
     pub firmware: Count,
     pub malformed: Count,
     /// NAKs, DISCOVERs a full range has no address for, and (proxy mode) requests on port
@@ -244,7 +244,7 @@ pub struct PacedLink {
     /// The link's interface.
     pub device: String,
     /// What the paced connections on the link may send together in the last round, bytes/s
-    /// (`fair_share::headroom` of its capacity).
+    /// (its capacity at the round's headroom: `steer::firmware`).
     pub budget: Count,
     /// TCP connections registered with the pacer.
     pub connections: Count,

@@ -23,7 +23,7 @@ use crate::proto::dhcp::{
 use crate::record::{Kind, Recorder, Who};
 use crate::site::live::Site;
 use crate::site::shared_leases::SharedLeases;
-use crate::steer::firmware::FirmwareWatch;
+use crate::steer::firmware::{self, FirmwareWatch};
 use crate::steer::local_addr;
 use crate::steer::placement::Placement;
 use std::collections::{HashMap, HashSet};
@@ -423,7 +423,11 @@ impl Server {
         self.follow_site(Mac(req.mac));
         if req.is_pxe() {
             self.metrics.dhcp().firmware.inc();
-            self.firmware.asked(local);
+            let kind = match req.message_type() {
+                Some(DISCOVER) => firmware::Dhcp::Discover,
+                _ => firmware::Dhcp::Request,
+            };
+            self.firmware.dhcp(req.mac, local, kind);
         }
         if proxy {
             self.handle_proxy(&req, from, local, on_pxe, unix_now())

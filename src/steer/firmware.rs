@@ -1,36 +1,93 @@
-//! Where firmware waits, link by link: the firmware DHCP and TFTP requests each paced link
-//! carried last, and the TFTP transfers running on it. `pacing` asks each round for each
-//! link's headroom (`fair_share::headroom`), so only the link a waiting firmware's packets
-//! leave by gives up its last part to them; the other links stay full (docs/links.md,
+//! Where firmware waits, link by link: the firmware DHCP clients waiting for an answer on
+//! each paced link, and the TFTP transfers running on it. `pacing` asks each round for each
+//! link's headroom, so only the link a waiting firmware's packets leave by gives up its last
+//! part to them (`fair_share::HEADROOM`); the other links stay full (docs/links.md,
 //! "Headroom").
 //!
+//! A firmware waits on a timer from its DHCP DISCOVER until its TFTP transfer starts: after a
+//! DISCOVER it may collect offers for seconds (`AFTER_DISCOVER`); after its REQUEST the ACK
+//! leaves at once and its TFTP request follows within milliseconds (`AFTER_REQUEST`), and the
+//! transfer then holds its link for as long as it runs, and `AFTER_TRANSFER` after (a next
+//! file is asked at once). So each firmware client's hold is its latest message's: a REQUEST
+//! ends the wait its DISCOVER began. A room that powers on at once gives its links back
+//! when its last firmware has its loader, not seconds later.
+//!
 //! The services tell it through a `FirmwareWatch` (cheap to clone; nothing when no link is
-//! paced): the DHCP service at a firmware's request, the TFTP service for as long as a
-//! transfer runs (`FirmwareWatch::transfer`'s guard). A request is placed on the link whose
-//! address it reached; when the kernel did not say, or that address is no paced link's (an
-//! IPv6 request, `server.address` on an interface of unknown capacity), on every link, as
-//! the safe side.
+//! paced): the DHCP service at a firmware's request (`dhcp`, by its MAC; DHCPv6's by none,
+//! `asked`), the TFTP service for as long as a transfer runs (`FirmwareWatch::transfer`'s
+//! guard). A request is placed on the link whose address it reached; when the kernel did not
+//! say, or that address is no paced link's (an IPv6 request, `server.address` on an interface
+//! of unknown capacity), on every link, as the safe side. At most `MAX_CLIENTS` firmware
+//! clients are followed one by one; past that (a room of forged MACs) a request holds its
+//! link as a DISCOVER would, whatever it was.
 
 use super::fair_share;
+use std::collections::HashMap;
 use std::net::Ipv4Addr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// How long a firmware's DHCP DISCOVER (and any DHCPv6 message, whose client is not followed)
+/// keeps its link's headroom: a PXE firmware may collect offers that long before it asks for
+/// one, and its first DHCP or TFTP retransmit comes after about 3-4 s.
+pub const AFTER_DISCOVER: Duration = Duration::from_secs(3);
+
+/// How long a firmware's DHCP REQUEST (or any message but a DISCOVER) keeps it: the ACK is sent
+/// at once, and the TFTP request that follows it starts a transfer, which holds the link itself.
+pub const AFTER_REQUEST: Duration = Duration::from_secs(1);
+
+/// How long the end of a TFTP transfer keeps it: a firmware that loads several files (shim,
+/// then GRUB and its config) asks for the next at once.
+pub const AFTER_TRANSFER: Duration = Duration::from_secs(1);
+
+/// How many firmware clients are followed one by one.
+pub const MAX_CLIENTS: usize = 4096;
+
+/// What a firmware's DHCP message says of its wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dhcp {
+    /// A DISCOVER: it may wait for offers for `AFTER_DISCOVER`.
+    Discover,
+    /// A REQUEST, or anything else: its answer leaves now (`AFTER_REQUEST`).
+    Request,
+}
+
+impl Dhcp {
+    fn hold(self) -> Duration {
+        match self {
+            Dhcp::Discover => AFTER_DISCOVER,
+            Dhcp::Request => AFTER_REQUEST,
+        }
+    }
+}
 
 /// The firmware seen on each paced link.
 pub struct Firmware {
-    /// What `last_ms` counts from.
+    /// What the milliseconds below count from.
     epoch: Instant,
     /// Per paced link (in the pacer's order): its address, and what waits there.
     links: Vec<(Ipv4Addr, Waiting)>,
+    /// Per firmware client (its MAC): its wait.
+    clients: Mutex<HashMap<[u8; 6], Wait>>,
+}
+
+/// A firmware client's wait.
+#[derive(Clone, Copy)]
+struct Wait {
+    /// The link it waits on (`None`: every one).
+    link: Option<usize>,
+    /// Until when, milliseconds after `epoch`.
+    until_ms: u64,
 }
 
 #[derive(Default)]
 struct Waiting {
     /// TFTP transfers running on the link.
     transfers: AtomicU32,
-    /// When a firmware's last request came (milliseconds after `epoch`, plus one; 0: none).
-    last_ms: AtomicU64,
+    /// Until when (milliseconds after `epoch`) the link keeps its headroom for waits that are
+    /// no one client's: DHCPv6, a transfer's end, clients past `MAX_CLIENTS`.
+    until_ms: AtomicU64,
 }
 
 impl Firmware {
@@ -39,46 +96,83 @@ impl Firmware {
         Firmware {
             epoch,
             links: addresses.iter().map(|a| (*a, Waiting::default())).collect(),
+            clients: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The links a firmware's packets sent from `local` leave by: the one holding the
-    /// address, else every one.
-    fn on(&self, local: Option<Ipv4Addr>) -> impl Iterator<Item = &Waiting> {
-        let one = local.and_then(|l| self.links.iter().position(|(a, _)| *a == l));
+    fn ms(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_millis() as u64
+    }
+
+    /// The link a firmware's packets sent from `local` leave by: the one holding the address,
+    /// else every one (`None`).
+    fn link_of(&self, local: Option<Ipv4Addr>) -> Option<usize> {
+        local.and_then(|l| self.links.iter().position(|(a, _)| *a == l))
+    }
+
+    /// The links `link` names: that one, or every one.
+    fn on(&self, link: Option<usize>) -> impl Iterator<Item = &Waiting> {
         self.links
             .iter()
             .enumerate()
-            .filter(move |(i, _)| one.is_none_or(|one| one == *i))
+            .filter(move |(i, _)| link.is_none_or(|one| one == *i))
             .map(|(_, (_, w))| w)
     }
 
-    /// A firmware's DHCP or TFTP request reached `local` at `now`.
-    pub fn asked(&self, local: Option<Ipv4Addr>, now: Instant) {
-        let ms = now.saturating_duration_since(self.epoch).as_millis() as u64 + 1;
-        for w in self.on(local) {
-            w.last_ms.fetch_max(ms, Ordering::Relaxed);
+    /// Something no one client's reached `local` at `now`: its links keep the headroom for
+    /// `hold`.
+    pub fn asked(&self, local: Option<Ipv4Addr>, now: Instant, hold: Duration) {
+        let until = self.ms(now + hold);
+        for w in self.on(self.link_of(local)) {
+            w.until_ms.fetch_max(until, Ordering::Relaxed);
+        }
+    }
+
+    /// Firmware `mac`'s DHCP message `kind` reached `local` at `now`: its wait is now that
+    /// message's, on that link.
+    pub fn dhcp(&self, mac: [u8; 6], local: Option<Ipv4Addr>, kind: Dhcp, now: Instant) {
+        let link = self.link_of(local);
+        let until = self.ms(now + kind.hold());
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if clients.len() >= MAX_CLIENTS && !clients.contains_key(&mac) {
+            let at = self.ms(now);
+            clients.retain(|_, w| w.until_ms > at);
+        }
+        if clients.len() < MAX_CLIENTS || clients.contains_key(&mac) {
+            clients.insert(
+                mac,
+                Wait {
+                    link,
+                    until_ms: until,
+                },
+            );
+        } else {
+            drop(clients);
+            self.asked(local, now, AFTER_DISCOVER);
         }
     }
 
     /// The share of link `link`'s capacity paced traffic may use at `now`: `HEADROOM` while a
-    /// TFTP transfer runs on it or within `FIRMWARE_QUIET` of a firmware's request there,
-    /// else the whole link (`QUIET_HEADROOM`).
+    /// TFTP transfer runs on it or a firmware waits there, else the whole link
+    /// (`QUIET_HEADROOM`).
     pub fn headroom(&self, link: usize, now: Instant) -> f64 {
         let Some((_, w)) = self.links.get(link) else {
             return fair_share::QUIET_HEADROOM;
         };
-        if w.transfers.load(Ordering::Relaxed) > 0 {
-            return fair_share::HEADROOM;
+        let at = self.ms(now);
+        let waits =
+            w.transfers.load(Ordering::Relaxed) > 0 || w.until_ms.load(Ordering::Relaxed) > at || {
+                let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+                clients.retain(|_, w| w.until_ms > at);
+                clients
+                    .values()
+                    .any(|w| w.link.is_none_or(|one| one == link))
+            };
+        if waits {
+            fair_share::HEADROOM
+        } else {
+            fair_share::QUIET_HEADROOM
         }
-        let since = match w.last_ms.load(Ordering::Relaxed) {
-            0 => None,
-            ms => {
-                let at = self.epoch + Duration::from_millis(ms - 1);
-                Some(now.saturating_duration_since(at))
-            }
-        };
-        fair_share::headroom(since)
     }
 }
 
@@ -91,22 +185,29 @@ impl FirmwareWatch {
         FirmwareWatch(Some(firmware))
     }
 
-    /// A firmware's DHCP or TFTP request reached the server's address `local` (`None`: not
-    /// known, or IPv6).
+    /// A firmware's DHCPv6 message reached the server (which address, the kernel does not
+    /// say): every link keeps the headroom for `AFTER_DISCOVER`.
     pub fn asked(&self, local: Option<Ipv4Addr>) {
         if let Some(f) = &self.0 {
-            f.asked(local, Instant::now());
+            f.asked(local, Instant::now(), AFTER_DISCOVER);
+        }
+    }
+
+    /// Firmware `mac`'s DHCP message `kind` reached the server's address `local` (`None`: not
+    /// known).
+    pub fn dhcp(&self, mac: [u8; 6], local: Option<Ipv4Addr>, kind: Dhcp) {
+        if let Some(f) = &self.0 {
+            f.dhcp(mac, local, kind, Instant::now());
         }
     }
 
     /// A TFTP transfer sent from `local` starts: its link keeps the headroom until the
-    /// returned guard drops (the transfer's end), and `FIRMWARE_QUIET` after.
+    /// returned guard drops (the transfer's end), and `AFTER_TRANSFER` after.
     pub fn transfer(&self, local: Option<Ipv4Addr>) -> FirmwareTransfer {
         let Some(f) = &self.0 else {
             return FirmwareTransfer(None);
         };
-        f.asked(local, Instant::now());
-        for w in f.on(local) {
+        for w in f.on(f.link_of(local)) {
             w.transfers.fetch_add(1, Ordering::Relaxed);
         }
         FirmwareTransfer(Some((f.clone(), local)))
@@ -119,8 +220,8 @@ pub struct FirmwareTransfer(Option<(Arc<Firmware>, Option<Ipv4Addr>)>);
 impl Drop for FirmwareTransfer {
     fn drop(&mut self) {
         if let Some((f, local)) = self.0.take() {
-            f.asked(local, Instant::now());
-            for w in f.on(local) {
+            f.asked(local, Instant::now(), AFTER_TRANSFER);
+            for w in f.on(f.link_of(local)) {
                 w.transfers.fetch_sub(1, Ordering::Relaxed);
             }
         }
@@ -130,43 +231,81 @@ impl Drop for FirmwareTransfer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fair_share::{FIRMWARE_QUIET, HEADROOM, QUIET_HEADROOM};
+    use fair_share::{HEADROOM, QUIET_HEADROOM};
 
     const A: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
     const B: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+    const MAC: [u8; 6] = [0x52, 0x54, 0, 0, 0, 1];
+    const OTHER: [u8; 6] = [0x52, 0x54, 0, 0, 0, 2];
+
+    fn both(f: &Firmware, at: Instant) -> (f64, f64) {
+        (f.headroom(0, at), f.headroom(1, at))
+    }
 
     #[test]
-    fn only_the_link_a_firmware_asked_on_keeps_the_headroom() {
+    fn only_the_link_a_firmware_waits_on_keeps_the_headroom() {
         let t0 = Instant::now();
         let f = Firmware::new(&[A, B], t0);
         // Nothing asked yet: both links whole.
-        assert_eq!(
-            (f.headroom(0, t0), f.headroom(1, t0)),
-            (QUIET_HEADROOM, QUIET_HEADROOM)
-        );
-        // A request on the second link's address: that link alone, for FIRMWARE_QUIET.
-        f.asked(Some(B), t0);
-        assert_eq!(
-            (f.headroom(0, t0), f.headroom(1, t0)),
-            (QUIET_HEADROOM, HEADROOM)
-        );
-        let half = t0 + FIRMWARE_QUIET / 2;
+        assert_eq!(both(&f, t0), (QUIET_HEADROOM, QUIET_HEADROOM));
+        // A DISCOVER on the second link's address: that link alone, for AFTER_DISCOVER.
+        f.dhcp(MAC, Some(B), Dhcp::Discover, t0);
+        assert_eq!(both(&f, t0), (QUIET_HEADROOM, HEADROOM));
+        let half = t0 + AFTER_DISCOVER / 2;
         assert_eq!(f.headroom(1, half), HEADROOM);
-        assert_eq!(f.headroom(1, t0 + FIRMWARE_QUIET), QUIET_HEADROOM);
+        assert_eq!(f.headroom(1, t0 + AFTER_DISCOVER), QUIET_HEADROOM);
         // An address no paced link holds, or none known: every link.
-        f.asked(Some(Ipv4Addr::new(192, 168, 1, 1)), half);
-        assert_eq!(
-            (f.headroom(0, half), f.headroom(1, half)),
-            (HEADROOM, HEADROOM)
+        f.dhcp(
+            OTHER,
+            Some(Ipv4Addr::new(192, 168, 1, 1)),
+            Dhcp::Discover,
+            half,
         );
-        let later = half + FIRMWARE_QUIET;
-        f.asked(None, later);
+        assert_eq!(both(&f, half), (HEADROOM, HEADROOM));
+        let later = half + AFTER_DISCOVER;
+        f.asked(None, later, AFTER_DISCOVER);
+        assert_eq!(both(&f, later), (HEADROOM, HEADROOM));
         assert_eq!(
-            (f.headroom(0, later), f.headroom(1, later)),
-            (HEADROOM, HEADROOM)
+            both(&f, later + AFTER_DISCOVER),
+            (QUIET_HEADROOM, QUIET_HEADROOM)
         );
         // A link the pacer does not have is whole.
         assert_eq!(f.headroom(7, later), QUIET_HEADROOM);
+    }
+
+    #[test]
+    fn a_firmwares_request_ends_the_wait_its_discover_began() {
+        let t0 = Instant::now();
+        let f = Firmware::new(&[A, B], t0);
+        let soon = t0 + Duration::from_millis(20);
+        f.dhcp(MAC, Some(A), Dhcp::Discover, t0);
+        f.dhcp(MAC, Some(A), Dhcp::Request, soon);
+        // The ACK leaves at once; the link is whole again AFTER_REQUEST later, not
+        // AFTER_DISCOVER after the DISCOVER.
+        assert_eq!(f.headroom(0, soon + AFTER_REQUEST / 2), HEADROOM);
+        assert_eq!(f.headroom(0, soon + AFTER_REQUEST), QUIET_HEADROOM);
+        // Another client's DISCOVER is its own wait.
+        f.dhcp(MAC, Some(A), Dhcp::Discover, soon);
+        f.dhcp(OTHER, Some(A), Dhcp::Request, soon);
+        assert_eq!(f.headroom(0, soon + AFTER_REQUEST), HEADROOM);
+    }
+
+    #[test]
+    fn past_the_clients_followed_a_request_holds_its_link_as_a_discover() {
+        let t0 = Instant::now();
+        let f = Firmware::new(&[A, B], t0);
+        for n in 0..MAX_CLIENTS as u32 {
+            let b = n.to_be_bytes();
+            f.dhcp([2, 0, b[0], b[1], b[2], b[3]], Some(A), Dhcp::Request, t0);
+        }
+        f.dhcp(MAC, Some(B), Dhcp::Request, t0);
+        assert_eq!(f.clients.lock().unwrap().len(), MAX_CLIENTS);
+        assert_eq!(f.headroom(1, t0 + AFTER_REQUEST), HEADROOM);
+        assert_eq!(f.headroom(1, t0 + AFTER_DISCOVER), QUIET_HEADROOM);
+        // Once the followed ones' waits are over, there is room again.
+        let later = t0 + AFTER_DISCOVER;
+        f.dhcp(MAC, Some(B), Dhcp::Request, later);
+        assert_eq!(f.clients.lock().unwrap().len(), 1);
     }
 
     #[test]
@@ -175,20 +314,18 @@ mod tests {
         let watch = FirmwareWatch::of(f.clone());
         let transfer = watch.transfer(Some(A));
         // However long it runs.
-        let long = Instant::now() + FIRMWARE_QUIET * 10;
-        assert_eq!(
-            (f.headroom(0, long), f.headroom(1, long)),
-            (HEADROOM, QUIET_HEADROOM)
-        );
-        let both = watch.transfer(Some(A));
+        let long = Instant::now() + AFTER_DISCOVER * 10;
+        assert_eq!(both(&f, long), (HEADROOM, QUIET_HEADROOM));
+        let two = watch.transfer(Some(A));
         drop(transfer);
         assert_eq!(f.headroom(0, long), HEADROOM);
-        drop(both);
-        // Its end counts as the link's last request.
+        drop(two);
+        // Its end holds the link AFTER_TRANSFER more.
         let ended = Instant::now();
         assert_eq!(f.headroom(0, ended), HEADROOM);
-        assert_eq!(f.headroom(0, ended + FIRMWARE_QUIET), QUIET_HEADROOM);
+        assert_eq!(f.headroom(0, ended + AFTER_TRANSFER), QUIET_HEADROOM);
         // No pacer: the handle does nothing.
         drop(FirmwareWatch::default().transfer(Some(A)));
+        FirmwareWatch::default().dhcp(MAC, Some(A), Dhcp::Discover);
     }
 }

@@ -80,11 +80,21 @@ struct Conns {
     boosts: Vec<f64>,
     /// Per room, the same for its uplink.
     room_boosts: Vec<f64>,
-    /// Per client: its order of arrival and the bytes it received (the weights'
-    /// `History`), and when it last had a connection; a client gone `FORGET_ARRIVAL` arrives
-    /// anew (its next boot).
-    clients: HashMap<Ipv4Addr, (History, Instant)>,
+    /// Per client, what the pacer remembers of it (`Known`); a client gone `FORGET_ARRIVAL`
+    /// arrives anew (its next boot).
+    clients: HashMap<Ipv4Addr, Known>,
     arrived: u64,
+}
+
+/// What the pacer remembers of a client.
+struct Known {
+    /// Its order of arrival and the bytes it received (the weights' `History`).
+    history: History,
+    /// When it last had a connection.
+    seen: Instant,
+    /// The largest cap set on its connections in the last round that set one: where its next
+    /// connection starts (`Pacer::register`).
+    cap: Option<u64>,
 }
 
 struct Conn {
@@ -252,24 +262,35 @@ impl Pacer {
                 return Paced::none();
             }
         };
-        // On a link being paced, a new connection starts at a client's share: unpaced, it
-        // could fill the link's queue for a round before the pacer sees it.
-        let share = link.stats.share.get();
-        let cap = (share > 0 && set_cap(fd.as_fd(), Some(share)).is_ok()).then_some(share);
         let mut conns = self.lock();
         let id = conns.next;
         conns.next += 1;
         let Conns {
             clients, arrived, ..
         } = &mut *conns;
-        if let Entry::Vacant(first) = clients.entry(client) {
-            let history = History {
-                arrival: *arrived,
-                received: 0,
-            };
-            first.insert((history, Instant::now()));
-            *arrived += 1;
-        }
+        let last = match clients.entry(client) {
+            Entry::Occupied(known) => known.get().cap,
+            Entry::Vacant(first) => {
+                let history = History {
+                    arrival: *arrived,
+                    received: 0,
+                };
+                first.insert(Known {
+                    history,
+                    seen: Instant::now(),
+                    cap: None,
+                });
+                *arrived += 1;
+                None
+            }
+        };
+        // On a link being paced, a new connection starts at once at its client's last cap,
+        // else at a client's share as it weighs (`fair_share::first_cap`): unpaced, it could
+        // fill the link's queue for a round before the pacer sees it, and far below its share
+        // it would stall (TCP spaces each burst at the rate in force when it left).
+        let share = link.stats.share.get();
+        let start = (share > 0).then(|| fair_share::first_cap(share, last, carries));
+        let cap = start.filter(|c| set_cap(fd.as_fd(), Some(*c)).is_ok());
         conns.all.insert(
             id,
             Conn {
@@ -324,8 +345,8 @@ impl Pacer {
                 _ => 0,
             };
             if let Some(known) = clients.get_mut(&c.client) {
-                known.0.received += sent;
-                known.1 = now;
+                known.history.received += sent;
+                known.seen = now;
             }
             let Some(info) = info else {
                 continue;
@@ -340,14 +361,15 @@ impl Pacer {
             });
             ids[c.link].push(*id);
         }
-        clients.retain(|_, known| now.duration_since(known.1) < FORGET_ARRIVAL);
+        clients.retain(|_, known| now.duration_since(known.seen) < FORGET_ARRIVAL);
         let (plans, rooms) = {
             // A client forgotten meanwhile weighs as the latest, with nothing received.
             let unknown = History {
                 arrival: u64::MAX,
                 ..History::default()
             };
-            let history = |c: Ipv4Addr| conns.clients.get(&c).map_or(unknown, |known| known.0);
+            let history =
+                |c: Ipv4Addr| conns.clients.get(&c).map_or(unknown, |known| known.history);
             let on: Vec<fair_share::Link> = self
                 .links
                 .iter()
@@ -490,12 +512,20 @@ impl Link {
     /// and returns how many were set.
     fn apply(&self, conns: &mut Conns, ids: &[u64], caps: &[Option<u64>], was: &[Seen]) -> u64 {
         let mut set = 0;
+        let Conns { all, clients, .. } = conns;
         for ((id, cap), was) in ids.iter().zip(caps).zip(was) {
-            let Some(c) = conns.all.get_mut(id) else {
+            let Some(c) = all.get_mut(id) else {
                 continue;
             };
             let idle = was.sent == 0 && was.unsent == 0;
-            if idle || !moved(c.cap, *cap) {
+            if idle {
+                continue;
+            }
+            // What a next connection of the client starts at.
+            if let Some(known) = clients.get_mut(&c.client) {
+                known.cap = *cap;
+            }
+            if !moved(c.cap, *cap) {
                 continue;
             }
             match set_cap(c.fd.as_fd(), *cap) {
@@ -623,11 +653,22 @@ mod tests {
         assert_eq!(pacer.links[0].stats.connections.get(), 1);
         drop(pb);
         assert_eq!(pacer.links[0].stats.connections.get(), 0);
-        // On a link being paced, a connection starts at a client's share.
+        // On a link being paced, a connection starts at a client's share (its client has had
+        // no cap yet: a root's weight)...
         assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, u64::MAX);
         pacer.links[0].stats.share.set(500_000);
-        let _pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::Root);
+        let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::Root);
         assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, 500_000);
+        drop(pa);
+        // ...a new client's boot files at a boot file's...
+        let other = Ipv4Addr::new(127, 0, 0, 2);
+        let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, other, Carries::BootFiles);
+        assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, 1_000_000);
+        drop(pa);
+        // ...and once a round has capped a client, its next connection starts at that cap.
+        pacer.lock().clients.get_mut(&client).unwrap().cap = Some(3_000_000);
+        let _pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::BootFiles);
+        assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, 3_000_000);
     }
 
     /// A link with no capacity is not paced: no pacer at all, no thread.

@@ -9,6 +9,7 @@
 use crate::common::netns::{Daemon, Link};
 use crate::common::{Fixture, Loopback, run};
 use bootpool::steer::fair_share::{self, MAX_BOOST, WEIGHTS};
+use bootpool::steer::firmware;
 use std::process::Child;
 
 const NBD_MAC: &str = "52:54:00:77:00:11";
@@ -252,7 +253,7 @@ fn clients_on_a_full_link_are_paced_to_shares_of_it() {
     assert!(series(&text, "bootpool_pacing_caps_set_total", &dev).unwrap() >= 2);
 
     // A firmware's request (here curl's TFTP read of the loader) brings the headroom back for
-    // `FIRMWARE_QUIET`, then the budget is the whole link again.
+    // its transfer and `AFTER_TRANSFER` after it, then the budget is the whole link again.
     let asked = std::time::Instant::now();
     let got = Link::command(
         &link.client_ns,
@@ -272,17 +273,17 @@ fn clients_on_a_full_link_are_paced_to_shares_of_it() {
         .unwrap()
     };
     let mut now = budget_now();
-    while now != kept && asked.elapsed() < fair_share::FIRMWARE_QUIET / 2 {
+    while now != kept && asked.elapsed() < firmware::AFTER_TRANSFER / 2 {
         std::thread::sleep(std::time::Duration::from_millis(10));
         now = budget_now();
     }
     assert_eq!(now, kept, "after a TFTP request");
-    while now != quiet && asked.elapsed() < fair_share::FIRMWARE_QUIET * 3 {
+    while now != quiet && asked.elapsed() < firmware::AFTER_DISCOVER * 3 {
         std::thread::sleep(std::time::Duration::from_millis(100));
         now = budget_now();
     }
     assert_eq!(now, quiet, "after {:?}", asked.elapsed());
-    assert!(asked.elapsed() >= fair_share::FIRMWARE_QUIET);
+    assert!(asked.elapsed() >= firmware::AFTER_TRANSFER);
 }
 
 /// Four clients download from the first of two full, shaped links while the second idles: the
