@@ -134,45 +134,60 @@ impl Firmware {
         let link = self.link_of(local);
         let until = self.ms(now + kind.hold());
         let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-        if clients.len() >= MAX_CLIENTS && !clients.contains_key(&mac) {
+        if !clients.contains_key(&mac) && clients.len() >= MAX_CLIENTS {
             let at = self.ms(now);
             clients.retain(|_, w| w.until_ms > at);
+            if clients.len() >= MAX_CLIENTS {
+                drop(clients);
+                self.asked(local, now, AFTER_DISCOVER);
+                return;
+            }
         }
-        if clients.len() < MAX_CLIENTS || clients.contains_key(&mac) {
-            clients.insert(
-                mac,
-                Wait {
-                    link,
-                    until_ms: until,
-                },
-            );
-        } else {
-            drop(clients);
-            self.asked(local, now, AFTER_DISCOVER);
-        }
+        let wait = Wait {
+            link,
+            until_ms: until,
+        };
+        clients.insert(mac, wait);
     }
 
-    /// The share of link `link`'s capacity paced traffic may use at `now`: `HEADROOM` while a
-    /// TFTP transfer runs on it or a firmware waits there, else the whole link
-    /// (`QUIET_HEADROOM`).
-    pub fn headroom(&self, link: usize, now: Instant) -> f64 {
-        let Some((_, w)) = self.links.get(link) else {
-            return fair_share::QUIET_HEADROOM;
-        };
+    /// The share of each link's capacity paced traffic may use at `now`, in the pacer's
+    /// order: `HEADROOM` while a TFTP transfer runs on it or a firmware waits there, else the
+    /// whole link (`QUIET_HEADROOM`). The clients' waits are read (and the ended ones dropped)
+    /// once for every link.
+    pub fn headrooms(&self, now: Instant) -> Vec<f64> {
         let at = self.ms(now);
-        let waits =
-            w.transfers.load(Ordering::Relaxed) > 0 || w.until_ms.load(Ordering::Relaxed) > at || {
-                let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-                clients.retain(|_, w| w.until_ms > at);
-                clients
-                    .values()
-                    .any(|w| w.link.is_none_or(|one| one == link))
-            };
-        if waits {
-            fair_share::HEADROOM
-        } else {
-            fair_share::QUIET_HEADROOM
+        let mut waiting: Vec<bool> = self
+            .links
+            .iter()
+            .map(|(_, w)| {
+                w.transfers.load(Ordering::Relaxed) > 0 || w.until_ms.load(Ordering::Relaxed) > at
+            })
+            .collect();
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        clients.retain(|_, w| w.until_ms > at);
+        for w in clients.values() {
+            match w.link {
+                Some(one) => waiting[one] = true,
+                None => waiting.iter_mut().for_each(|on| *on = true),
+            }
         }
+        let share = |on: bool| {
+            if on {
+                fair_share::HEADROOM
+            } else {
+                fair_share::QUIET_HEADROOM
+            }
+        };
+        waiting.into_iter().map(share).collect()
+    }
+
+    /// `headrooms` of link `link` alone; a link the pacer does not have is whole.
+    #[cfg(test)]
+    fn headroom(&self, link: usize, now: Instant) -> f64 {
+        self.headrooms(now)
+            .get(link)
+            .copied()
+            .unwrap_or(fair_share::QUIET_HEADROOM)
     }
 }
 

@@ -92,8 +92,8 @@ struct Known {
     history: History,
     /// When it last had a connection.
     seen: Instant,
-    /// The largest cap set on its connections in the last round that set one: where its next
-    /// connection starts (`Pacer::register`).
+    /// The cap the latest round planned for it (for its last connection that moved bytes,
+    /// when it has several): where its next connection starts (`Pacer::register`).
     cap: Option<u64>,
 }
 
@@ -326,9 +326,7 @@ impl Pacer {
     fn round(&self, seconds: f64, now: Instant) {
         let mut conns = self.lock();
         // Each link's own: only where firmware waits is part of it kept free.
-        let headrooms: Vec<f64> = (0..self.links.len())
-            .map(|i| self.firmware.headroom(i, now))
-            .collect();
+        let headrooms = self.firmware.headrooms(now);
         // An uplink carries every link's firmware packets to its room.
         let uplink_headroom = headrooms
             .iter()

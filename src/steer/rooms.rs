@@ -37,7 +37,7 @@ pub struct RoomPlan {
 /// The caps of every link (`links`, with what their connections did, `seen`) for the next
 /// round, each client's shares bounded by its room's uplink: `room_of` names a client's room
 /// (an index into `uplinks`, `None`: a room without one). `headroom` is the round's
-/// (`firmware::Firmware::headroom`): firmware behind an uplink waits on it as on a server link.
+/// (`firmware::Firmware::headrooms`): firmware behind an uplink waits on it as on a server link.
 pub fn plan(
     links: &[Link<'_>],
     seconds: f64,
