@@ -285,11 +285,17 @@ impl Pacer {
             }
         };
         // On a link being paced, a new connection starts at once at its client's last cap,
-        // else at a client's share as it weighs (`fair_share::first_cap`): unpaced, it could
-        // fill the link's queue for a round before the pacer sees it, and far below its share
-        // it would stall (TCP spaces each burst at the rate in force when it left).
+        // else at a client's share as it weighs, and no lower than a burst a round
+        // (`fair_share::first_cap`, `start_floor`): unpaced, it could fill the link's queue for
+        // a round before the pacer sees it, and far below its share it would stall (TCP spaces
+        // each burst at the rate in force when it left).
         let share = link.stats.share.get();
-        let start = (share > 0).then(|| fair_share::first_cap(share, last, carries));
+        let floor = fair_share::start_floor(
+            link.stats.budget.get() as f64,
+            link.stats.clients.get(),
+            ROUND.as_secs_f64(),
+        );
+        let start = (share > 0).then(|| fair_share::first_cap(share, last, carries, floor));
         let cap = start.filter(|c| set_cap(fd.as_fd(), Some(*c)).is_ok());
         conns.all.insert(
             id,
@@ -477,11 +483,17 @@ impl Pacer {
             let Some(mark) = to.mark else {
                 continue;
             };
-            let cap = plans[m.to].share;
             for c in conns.all.values_mut() {
                 if c.client != m.client || c.link != m.from {
                     continue;
                 }
+                // At the share it moved for, or the cap it had if that was more: a cap far
+                // below what it gets next round would stall it (`fair_share::BURST`).
+                let cap = Some(
+                    c.cap
+                        .map_or(m.share, |had| had.max(m.share))
+                        .max(fair_share::MIN_CAP),
+                );
                 if let Err(e) = socket2::SockRef::from(&c.fd).set_mark(mark) {
                     static FAILED: LogLimit = LogLimit::new();
                     if let Some(suppressed) = FAILED.allow() {
@@ -500,7 +512,7 @@ impl Pacer {
             }
             from.stats.moved_away.inc();
             tracing::debug!(client = %m.client, from = %from.device, to = %to.device,
-                cap = ?cap, "client moved to a link with room");
+                share = m.share, "client moved to a link with room");
         }
     }
 }
@@ -651,13 +663,20 @@ mod tests {
         assert_eq!(pacer.links[0].stats.connections.get(), 1);
         drop(pb);
         assert_eq!(pacer.links[0].stats.connections.get(), 0);
-        // On a link being paced, a connection starts at a client's share (its client has had
-        // no cap yet: a root's weight)...
+        // On a link being paced by thirty active clients, a connection starts at a client's
+        // share (its client has had no cap yet: a root's weight)...
         assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, u64::MAX);
         pacer.links[0].stats.share.set(500_000);
+        pacer.links[0].stats.clients.set(30);
         let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::Root);
         assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, 500_000);
         drop(pa);
+        // ...but among two, no lower than a burst a round (`fair_share::start_floor`)...
+        pacer.links[0].stats.clients.set(2);
+        let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::Root);
+        assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, 1_310_720);
+        drop(pa);
+        pacer.links[0].stats.clients.set(30);
         // ...a new client's boot files at a boot file's...
         let other = Ipv4Addr::new(127, 0, 0, 2);
         let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, other, Carries::BootFiles);

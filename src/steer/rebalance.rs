@@ -51,6 +51,9 @@ pub struct Move {
     pub client: Ipv4Addr,
     pub from: usize,
     pub to: usize,
+    /// What a held-back client gets on `to` with the mover there (bytes/s): the share the
+    /// move was chosen for, and the least the mover's connections start there at.
+    pub share: u64,
 }
 
 /// What a link has to give its wanting clients, and how many they are.
@@ -128,9 +131,15 @@ pub fn moves(links: &[LinkLoad]) -> Vec<Move> {
             break;
         }
         let client = candidates[from].remove(0);
+        let share = rooms[to].share_with_one_more() as u64;
         rooms[from].wanting -= 1;
         rooms[to].wanting += 1;
-        out.push(Move { client, from, to });
+        out.push(Move {
+            client,
+            from,
+            to,
+            share,
+        });
     }
     out
 }
@@ -175,6 +184,9 @@ mod tests {
         assert!(m.iter().all(|m| m.from == 0 && m.to == 1), "{m:?}");
         assert_eq!(m[0].client, Ipv4Addr::new(10, 0, 0, 1));
         assert_eq!(m[1].client, Ipv4Addr::new(10, 0, 0, 2));
+        // Each starts there at the share it moved for: the 16 MB/s the light client leaves,
+        // alone, then halved with the second.
+        assert_eq!((m[0].share, m[1].share), (16_000_000, 8_000_000));
         // The emptiest link is chosen among several.
         let links = [
             link(28.0 * MB, 28.0 * MB, wanting(1, 6)),
