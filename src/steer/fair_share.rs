@@ -46,24 +46,6 @@ const PATH_HELD: f64 = FULL;
 /// send a segment every few seconds.
 pub const MIN_CAP: u64 = 16 * 1024;
 
-/// What TCP sends in one go on a short path: Linux sizes its segments for offload by the
-/// pacing rate only where the path's shortest round trip exceeds about half a millisecond, so
-/// on a LAN it hands out 64 KiB at a time whatever the cap, and under a cap of C waits
-/// 64 KiB / C before the next. That wait is set when the burst leaves: a cap raised meanwhile
-/// counts only after it (and the kernel raises its own pacing rate to a raised cap only at the
-/// next ACK). A connection started or moved at 1 Mbit/s then sent nothing for half a second
-/// after its cap was raised to 20 (session 38's trace of the storm's rounds; docs/links.md).
-pub const BURST: u64 = 64 * 1024;
-
-/// The least a connection starts at on a paced link, new or moved to it (bytes/s): one
-/// `BURST` per `round` (about 10 Mbit/s in 50 ms rounds), so that it waits no longer than a
-/// round whatever its cap next, or its equal part of the link's `budget` among its `active`
-/// clients and itself when that is less (a full link of many clients).
-pub fn start_floor(budget: f64, active: u64, round: f64) -> u64 {
-    let burst = BURST as f64 / round.max(1e-3);
-    (burst.min(budget / (active + 1) as f64) as u64).max(MIN_CAP)
-}
-
 /// How far the caps may be raised above the budget's shares (`trim`): what a round in which
 /// every client did use its whole cap could put into the link's queue.
 pub const MAX_BOOST: f64 = 1.25;
@@ -181,20 +163,24 @@ pub fn catch_up_weight(received: u64, leader: u64, behind: f64) -> f64 {
 }
 
 /// The cap a new connection of a client starts at on a link being paced, whose unit share
-/// (a root's weight) is `share`: the cap its client's connections last had (`last`), else a
-/// new client's share as it would weigh behind the front of the queue (`WEIGHTS`: a boot
-/// file's base weight, a root's 1), and never below `floor` (`start_floor`). A connection
-/// started far below its share stalls: TCP spaces each burst by the rate in force when the
-/// burst left (`BURST`), so a 64 KiB burst at a few Mbit/s holds the connection for a tenth of
-/// a second or more after its cap is raised.
-pub fn first_cap(share: u64, last: Option<u64>, carries: Carries, floor: u64) -> u64 {
+/// (a root's weight) is `share` and on which `active` clients were active in the last round:
+/// the cap its client's connections last had (`last`), else a new client's share as it weighs
+/// arriving behind those (`WEIGHTS`: boot files at their weight for rank `active`, a root at
+/// 1). A connection started far below its share stalls: on a LAN, Linux TCP sends 64 KiB at a
+/// time whatever its pacing rate and waits the burst's length at the rate in force when it
+/// left, so a burst at 1 Mbit/s holds it for half a second after its cap is raised
+/// (docs/links.md, "Why a low cap stalls"). Until session 38 a new client's boot files weighed
+/// as the rank behind the front of the queue (2) whatever the link's clients: 2 Mbit/s on a
+/// link of five, where it weighs 10.
+pub fn first_cap(share: u64, last: Option<u64>, carries: Carries, active: u64) -> u64 {
     let weight = match carries {
-        Carries::BootFiles => WEIGHTS.boot,
+        Carries::BootFiles => {
+            let rank = usize::try_from(active).unwrap_or(usize::MAX);
+            WEIGHTS.boot * arrival_weight(rank, WEIGHTS.ahead)
+        }
         Carries::Root => 1.0,
     };
-    last.unwrap_or((share as f64 * weight) as u64)
-        .max(floor)
-        .max(MIN_CAP)
+    last.unwrap_or((share as f64 * weight) as u64).max(MIN_CAP)
 }
 
 /// What a round's plan is given besides the connections.
@@ -278,14 +264,14 @@ pub fn plan_bounded(
     };
     // The active clients' weights: boot files by their order of arrival, roots by how far
     // they trail the leading root reader. A client fetches boot files while such a
-    // connection of its moves bytes or has bytes waiting (a stalled one too).
+    // connection of its moves bytes.
     let mut by_arrival: Vec<(History, Ipv4Addr, bool)> = unpaced
         .active
         .iter()
         .map(|(c, _)| {
-            let boot = clients[c].iter().any(|&i| {
-                conns[i].carries == Carries::BootFiles && (conns[i].sent > 0 || conns[i].unsent > 0)
-            });
+            let boot = clients[c]
+                .iter()
+                .any(|&i| conns[i].carries == Carries::BootFiles && demands[i] > 0.0);
             ((link.history)(*c), *c, boot)
         })
         .collect();
@@ -362,18 +348,13 @@ pub fn trim(boost: f64, carried: f64, budget: f64, wanting: usize) -> f64 {
 
 /// A connection's demand in bytes/s: infinite when it wanted more (it used nearly all its
 /// cap, or bytes were waiting that the cap held back), else what it sent. Bytes waiting
-/// under a cap it sent some but not most of were held back by its path (`PATH_HELD`); so
-/// were bytes waiting under a cap that let a whole `BURST` through in the round and saw
-/// nothing sent (TCP waiting out a burst sent under a lower cap, a lost segment's timer, a
-/// client that reads nothing): its share goes to the others for the round, and it keeps its
-/// cap. Under a smaller cap, a round with nothing sent is a burst's wait the cap itself set.
+/// under a cap it sent some but not most of were held back by its path (`PATH_HELD`).
 fn demand(c: &Seen, seconds: f64) -> f64 {
     let rate = c.sent as f64 / seconds.max(1e-3);
     let full = c.cap.is_some_and(|cap| rate >= FULL * cap as f64);
-    let path_held = c.cap.is_some_and(|cap| {
-        let stalled = rate == 0.0 && cap as f64 * seconds >= BURST as f64;
-        (rate > 0.0 || stalled) && rate < PATH_HELD * cap as f64
-    });
+    let path_held = c
+        .cap
+        .is_some_and(|cap| rate > 0.0 && rate < PATH_HELD * cap as f64);
     if full || (c.unsent > 0 && !path_held) {
         f64::INFINITY
     } else {
@@ -686,21 +667,9 @@ mod tests {
         let p = plan(Some(100 * MBIT), 1.0, &[slow, hungry(2)], 1.0);
         assert_eq!(p.wanting, 1);
         assert_caps(&[p.share], &[cap(b - b / 10.0)]);
-        // One that sent nothing under a cap that let a whole burst through was stalled by
-        // TCP or the client, not the cap: the other gets the budget for the round, and it
-        // may send as much again when it resumes (as one held by its path may).
+        // One that sent nothing under its cap is waiting for its turn, not held by its path.
         let stalled = Seen { sent: 0, ..slow };
         let p = plan(Some(100 * MBIT), 1.0, &[stalled, hungry(2)], 1.0);
-        assert_eq!(p.wanting, 1);
-        assert_caps(&p.caps, &[cap(b), cap(b)]);
-        // Under a cap below a burst a round, a round with nothing sent is the cap's own wait
-        // between bursts: it wants more.
-        let waiting = Seen {
-            sent: 0,
-            cap: Some(BURST / 2),
-            ..slow
-        };
-        let p = plan(Some(100 * MBIT), 1.0, &[waiting, hungry(2)], 1.0);
         assert_eq!(p.wanting, 2);
         assert_caps(&p.caps, &[cap(b / 2.0); 2]);
         // One that sent 60% of its cap was held by its path too (its own link ran at 60% of a
@@ -752,15 +721,6 @@ mod tests {
         let idle_http = using(1, 0, None);
         let p = w(&[idle_http, root(1), root(2)]);
         assert_caps(&p.caps[1..], &[cap(b / 2.0), cap(b / 2.0)]);
-        // One whose boot files wait while TCP sends nothing (stalled for the round) still
-        // fetches them: it keeps its boot weight, not a root's, for when it resumes.
-        let stalled = Seen {
-            sent: 0,
-            cap: cap(b / 2.0),
-            ..hungry(1)
-        };
-        let p = w(&[stalled, root(2), root(3)]);
-        assert_eq!(p.weights[&ip(1)], first);
         // A root reader that received a quarter of the leader's bytes weighs 1 + 2 x 3/4.
         let received = |a: Ipv4Addr| History {
             arrival: u32::from(a).into(),
@@ -815,34 +775,19 @@ mod tests {
     #[test]
     fn a_new_connection_starts_at_its_clients_last_cap_or_its_weight() {
         // A client capped before: where it was.
-        assert_eq!(first_cap(1000, Some(50_000), Carries::Root, 0), 50_000);
-        assert_eq!(first_cap(1000, Some(50_000), Carries::BootFiles, 0), 50_000);
-        // A new one: a unit share times its weight behind the front of the queue, never
-        // below the floor.
+        assert_eq!(first_cap(1000, Some(50_000), Carries::Root, 3), 50_000);
+        assert_eq!(first_cap(1000, Some(50_000), Carries::BootFiles, 3), 50_000);
+        // A new one: a unit share times its weight arriving behind the link's active
+        // clients: behind the front of the queue, a boot file's base weight...
         let boot = (100_000.0 * WEIGHTS.boot) as u64;
-        assert_eq!(first_cap(100_000, None, Carries::BootFiles, 0), boot);
-        assert_eq!(first_cap(100_000, None, Carries::Root, 0), 100_000);
-        assert_eq!(first_cap(10, None, Carries::Root, 0), MIN_CAP);
-        // Nor below the start floor, last cap or not.
-        assert_eq!(first_cap(100_000, None, Carries::Root, 500_000), 500_000);
-        assert_eq!(
-            first_cap(1000, Some(50_000), Carries::Root, 500_000),
-            500_000
-        );
-    }
-
-    #[test]
-    fn a_connection_starts_at_a_burst_a_round_unless_the_link_is_crowded() {
-        // 238 Mbit/s among four active clients: a 64 KiB burst per 50 ms round (10.5 Mbit/s).
-        let burst = (BURST as f64 / 0.05) as u64;
-        assert_eq!(start_floor(238e6 / 8.0, 4, 0.05), burst);
-        // Among 49 others, a fiftieth of the budget is less: that.
-        assert_eq!(
-            start_floor(238e6 / 8.0, 49, 0.05),
-            (238e6 / 8.0 / 50.0) as u64
-        );
-        // Never below the least cap.
-        assert_eq!(start_floor(1000.0, 100, 0.05), MIN_CAP);
+        let crowded = AHEAD_RANKS as u64 + 5;
+        assert_eq!(first_cap(100_000, None, Carries::BootFiles, crowded), boot);
+        // ...inside it, its rank's (behind five: 2 x 1.5^4)...
+        let fifth = (100_000.0 * WEIGHTS.boot * WEIGHTS.ahead.powi(4)) as u64;
+        assert_eq!(first_cap(100_000, None, Carries::BootFiles, 5), fifth);
+        // ...and a root 1, never below the least cap.
+        assert_eq!(first_cap(100_000, None, Carries::Root, 5), 100_000);
+        assert_eq!(first_cap(10, None, Carries::Root, 5), MIN_CAP);
     }
 
     #[test]

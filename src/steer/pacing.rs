@@ -285,17 +285,13 @@ impl Pacer {
             }
         };
         // On a link being paced, a new connection starts at once at its client's last cap,
-        // else at a client's share as it weighs, and no lower than a burst a round
-        // (`fair_share::first_cap`, `start_floor`): unpaced, it could fill the link's queue for
-        // a round before the pacer sees it, and far below its share it would stall (TCP spaces
-        // each burst at the rate in force when it left).
+        // else at a client's share as it weighs arriving behind the link's active clients
+        // (`fair_share::first_cap`): unpaced, it could fill the link's queue for a round before
+        // the pacer sees it, and far below its share it would stall (TCP spaces each burst at
+        // the rate in force when it left).
         let share = link.stats.share.get();
-        let floor = fair_share::start_floor(
-            link.stats.budget.get() as f64,
-            link.stats.clients.get(),
-            ROUND.as_secs_f64(),
-        );
-        let start = (share > 0).then(|| fair_share::first_cap(share, last, carries, floor));
+        let active = link.stats.clients.get();
+        let start = (share > 0).then(|| fair_share::first_cap(share, last, carries, active));
         let cap = start.filter(|c| set_cap(fd.as_fd(), Some(*c)).is_ok());
         conns.all.insert(
             id,
@@ -487,13 +483,11 @@ impl Pacer {
                 if c.client != m.client || c.link != m.from {
                     continue;
                 }
-                // At the share it moved for, or the cap it had if that was more: a cap far
-                // below what it gets next round would stall it (`fair_share::BURST`).
-                let cap = Some(
-                    c.cap
-                        .map_or(m.share, |had| had.max(m.share))
-                        .max(fair_share::MIN_CAP),
-                );
+                // It keeps its cap, its share where it was, until the other link's next round:
+                // a cap far below that would stall it (`fair_share::first_cap`). Until session 38
+                // it took the other link's unit share, a few Mbit/s on a link of weighted
+                // clients.
+                let cap = c.cap.or(Some(m.share.max(fair_share::MIN_CAP)));
                 if let Err(e) = socket2::SockRef::from(&c.fd).set_mark(mark) {
                     static FAILED: LogLimit = LogLimit::new();
                     if let Some(suppressed) = FAILED.allow() {
@@ -671,16 +665,16 @@ mod tests {
         let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::Root);
         assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, 500_000);
         drop(pa);
-        // ...but among two, no lower than a burst a round (`fair_share::start_floor`)...
-        pacer.links[0].stats.clients.set(2);
-        let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::Root);
-        assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, 1_310_720);
-        drop(pa);
-        pacer.links[0].stats.clients.set(30);
-        // ...a new client's boot files at a boot file's...
+        // ...a new client's boot files at a boot file's behind the front of the queue, or
+        // inside it on a link of five, as the fifth's (2 x 1.5^4)...
         let other = Ipv4Addr::new(127, 0, 0, 2);
         let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, other, Carries::BootFiles);
         assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, 1_000_000);
+        drop(pa);
+        pacer.links[0].stats.clients.set(5);
+        let third = Ipv4Addr::new(127, 0, 0, 3);
+        let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, third, Carries::BootFiles);
+        assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, 5_062_500);
         drop(pa);
         // ...and once a round has capped a client, its next connection starts at that cap.
         pacer.lock().clients.get_mut(&client).unwrap().cap = Some(3_000_000);

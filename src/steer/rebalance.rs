@@ -52,7 +52,7 @@ pub struct Move {
     pub from: usize,
     pub to: usize,
     /// What a held-back client gets on `to` with the mover there (bytes/s): the share the
-    /// move was chosen for, and the least the mover's connections start there at.
+    /// move was chosen for (what a connection of the mover with no cap starts at there).
     pub share: u64,
 }
 
