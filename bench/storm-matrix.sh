@@ -33,6 +33,7 @@ firmware retry.
 EOF
 }
 
+ARGS="$*"
 SIZES="20 40 120 200" LINKS="2 3 4" CAPACITY=1gbit ROOTS="nbd nfs" CLIENT=100mbit THINK=0.2
 BIN="" OUT="" RECORD=""
 while [ $# -gt 0 ]; do
@@ -58,7 +59,7 @@ fi
 OUT="${OUT:-$REPO/bench/out/storm-matrix-$(date -u +%Y%m%d-%H%M)}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
-echo "command: $0 $*" > "$OUT/meta.txt"
+echo "command: $0 $ARGS" > "$OUT/meta.txt"
 
 # CAPACITY / K as a rate storm.sh and server.link_speeds read, in whole Mbit/s (3 links of a
 # gigabit are 3 x 333).

@@ -1,0 +1,1 @@
+cd /work/main && /tmp/bprec/bootpool storm --config /work/main/bench/out/matrix-s38-nbd-120/nbd-4x120/pools-plain-4x250mbit.yaml --root nbd --clients 120 --tftp-loader --client-link 100mbit --server-links 4x250mbit --think-scale 0.2 --json /work/main/bench/out/matrix-s38-nbd-120/nbd-4x120/bootpool-links-plain-nbd-120.json --label bootpool-links-plain-nbd-120 
