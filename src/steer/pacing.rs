@@ -103,7 +103,10 @@ struct Conn {
     carries: Carries,
     /// The link its replies leave by (an index into `Pacer::links`).
     link: usize,
-    /// `tcpi_bytes_sent` at the last round (none before the first).
+    /// `tcpi_bytes_sent` at the last round, or at registration (none when it could not be
+    /// read): what the connection sent before its first round counts in that round. Until
+    /// session 38 it started at none, and a connection started at a large cap sent bytes before
+    /// its first round that no link, room or client counted.
     sent: Option<u64>,
     /// The cap set on the socket, bytes/s.
     cap: Option<u64>,
@@ -293,6 +296,7 @@ impl Pacer {
         let active = link.stats.clients.get();
         let start = (share > 0).then(|| fair_share::first_cap(share, last, carries, active));
         let cap = start.filter(|c| set_cap(fd.as_fd(), Some(*c)).is_ok());
+        let sent = read_info(fd.as_fd()).map(|info| info.sent);
         conns.all.insert(
             id,
             Conn {
@@ -300,7 +304,7 @@ impl Pacer {
                 client,
                 carries,
                 link: at,
-                sent: None,
+                sent,
                 cap,
                 moved: None,
             },
