@@ -9,7 +9,8 @@ REPO="$(cd "$HERE/.." && pwd)"
 usage() {
     cat <<EOF
 usage: $0 [--sizes "20 40 120 200"] [--links "2 3 4"] [--capacity RATE] [--roots "nbd nfs"]
-          [--client-link RATE] [--think-scale F] [--bin PATH] [--out DIR] [--record NAME]
+          [--client-link RATE] [--think-scale F] [--repeat R] [--bin PATH] [--out DIR]
+          [--record NAME]
 
 Runs bench/storm.sh once per cell (a room size N and a number of server links K), with three
 plain rows each, like for like (the same files, client options and trace on both sides):
@@ -26,6 +27,11 @@ The total capacity stays CAPACITY (default 1gbit) whatever K, so that two cores 
 clients at --client-link (default 100mbit). Each cell's rows, JSON and commands are kept in
 --out/ROOT-KxN/ (default bench/out/storm-matrix-DATE/); --record NAME copies them and the
 matrix to bench/records/storm-matrix-NAME/ (JSON over 256 KiB gzipped).
+--repeat R (default 1) runs each cell R times, the three rows one after the other each time
+(so the sides interleave and share the machine's drift), into --out/ROOT-KxN/run-I/; the
+matrix then gives each figure as the mean over the runs with its range (lowest-highest), and
+a cell meets the goal when the means do and every run booted all with no firmware retry. One
+storm a cell varies by 2-3% from the next: a verdict on 95% or 1.00x wants R >= 3.
 The goal of issue 42 part 3, checked per cell: bootpool's links >= 95% of capacity while
 clients wait, its time <= 1.00x the ideal bond's and <= 0.85x the hashed bond's, and no
 firmware retry.
@@ -35,7 +41,7 @@ EOF
 
 ARGS="$*"
 SIZES="20 40 120 200" LINKS="2 3 4" CAPACITY=1gbit ROOTS="nbd nfs" CLIENT=100mbit THINK=0.2
-BIN="" OUT="" RECORD=""
+REPEAT=1 BIN="" OUT="" RECORD=""
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -45,6 +51,7 @@ while [ $# -gt 0 ]; do
         --roots) ROOTS="$2"; shift ;;
         --client-link) CLIENT="$2"; shift ;;
         --think-scale) THINK="$2"; shift ;;
+        --repeat) REPEAT="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
         --out) OUT="$2"; shift ;;
         --record) RECORD="$2"; shift ;;
@@ -52,6 +59,9 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
+case "$REPEAT" in
+    ''|*[!0-9]*|0) echo "--repeat wants a whole number of runs, 1 or more: $REPEAT" >&2; exit 2 ;;
+esac
 if [ -z "$BIN" ]; then
     (cd "$REPO" && cargo build --release --quiet)
     BIN="$REPO/target/release/bootpool"
@@ -73,12 +83,15 @@ print(f'{int(float(m.group(1))*mbit/int(sys.argv[2]))}mbit')" "$CAPACITY" "$1"
 for root in $ROOTS; do
     for k in $LINKS; do
         for n in $SIZES; do
-            cell="$OUT/$root-${k}x$n"
-            echo "storm-matrix: $root, $n clients, $k links of $(per_link "$k")" >&2
-            bash "$HERE/storm.sh" --clients "$n" --big 0 --roots "$root" --links "$k" \
-                --link-rate "$(per_link "$k")" --client-link "$CLIENT" --think-scale "$THINK" \
-                --optins "" --rows "bootpool-links reference-bond reference-hashed" \
-                --bin "$BIN" --out "$cell" > /dev/null
+            for i in $(seq 1 "$REPEAT"); do
+                cell="$OUT/$root-${k}x$n"
+                [ "$REPEAT" -gt 1 ] && cell="$cell/run-$i"
+                echo "storm-matrix: $root, $n clients, $k links of $(per_link "$k"), run $i of $REPEAT" >&2
+                bash "$HERE/storm.sh" --clients "$n" --big 0 --roots "$root" --links "$k" \
+                    --link-rate "$(per_link "$k")" --client-link "$CLIENT" --think-scale "$THINK" \
+                    --optins "" --rows "bootpool-links reference-bond reference-hashed" \
+                    --bin "$BIN" --out "$cell" > /dev/null
+            done
         done
     done
 done
@@ -86,55 +99,93 @@ done
 python3 - "$OUT" <<'EOF' | tee "$OUT/matrix.md"
 import json, os, re, sys
 out = sys.argv[1]
-def load(cell, row):
-    d = os.path.join(out, cell)
+def load(d, row):
     for f in os.listdir(d):
         if f.startswith(row + "-") and f.endswith(".json"):
             return json.load(open(os.path.join(d, f)))
     return None
-def fmt(v, d=1):
-    return "-" if v is None else f"{v:.{d}f}"
-def pct(r):
-    u = None if r is None else r["summary"].get("waited_util")
-    return "-" if u is None else f"{u*100:.0f}%"
+def runs(cell):
+    """A cell's run folders: the cell itself (one run), else its run-I folders in order."""
+    d = os.path.join(out, cell)
+    subs = [s for s in os.listdir(d) if re.fullmatch(r"run-[0-9]+", s)]
+    if not subs:
+        return [d]
+    return [os.path.join(d, s) for s in sorted(subs, key=lambda s: int(s[4:]))]
+def summary(vals, d=1, scale=1.0, unit=""):
+    """The mean of the runs' figures, with their range when there are several."""
+    v = [x * scale for x in vals if x is not None]
+    if not v:
+        return "-"
+    m = sum(v) / len(v)
+    if len(v) == 1:
+        return f"{m:.{d}f}{unit}"
+    return f"{m:.{d}f}{unit} ({min(v):.{d}f}-{max(v):.{d}f})"
+def mean(vals):
+    v = [x for x in vals if x is not None]
+    return None if not v else sum(v) / len(v)
 def secs(r):
     return None if r is None else r["summary"]["all_booted_s"]
+def util(r):
+    return None if r is None else r["summary"].get("waited_util")
 def ratio(a, b):
     return None if not (a and b) else a / b
-print("| root | links | clients | booted | bootpool s | ref. bond s | ref. hashed s | bound s | x bond | x hashed | bootpool links while waited | ref. bond's | firmware retries DHCP / TFTP | hashed bond's clients per link | private KiB per client (bootpool / ref. bond) | CPU-bound s (bootpool / ref.) | goal met |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+def cpu(r):
+    return None if r is None or r.get("host") is None else r["host"]["cpu_bound_s"]
+def private(r):
+    return None if r is None else r["server"].get("private_per_client_kib")
+print("| root | links | clients | runs | booted | bootpool s | ref. bond s | ref. hashed s | bound s | x bond | x hashed | bootpool links while waited | ref. bond's | firmware retries DHCP / TFTP | hashed bond's clients per link | private KiB per client (bootpool / ref. bond) | CPU-bound s (bootpool / ref.) | goal met |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 cells = [c for c in os.listdir(out)
          if os.path.isdir(os.path.join(out, c)) and re.fullmatch(r"[a-z]+-[0-9]+x[0-9]+", c)]
 cells.sort(key=lambda c: (c.split("-")[0], *map(int, c.split("-")[1].split("x"))))
 for cell in cells:
     root, kn = cell.split("-")
     k, n = kn.split("x")
-    bp, bond, hashed = (load(cell, r) for r in ("bootpool-links", "reference-bond", "reference-hashed"))
-    if bp is None:
+    rows = [tuple(load(d, r) for r in ("bootpool-links", "reference-bond", "reference-hashed"))
+            for d in runs(cell)]
+    rows = [r for r in rows if r[0] is not None]
+    if not rows:
         continue
-    s = bp["summary"]
-    a, b, h = secs(bp), secs(bond), secs(hashed)
-    xb, xh = ratio(a, b), ratio(a, h)
-    util = s.get("waited_util")
-    fw = (s["dhcp_retransmits"], s["tftp_retries"])
-    cpu = lambda r: "-" if r is None or r.get("host") is None else f"{r['host']['cpu_bound_s']:.0f}"
-    bound = (bp.get("bound") or {}).get("bound_s")
-    spread = "-" if hashed is None else " / ".join(str(l.get("clients", "?")) for l in hashed.get("links", []))
-    private = lambda r: "-" if r is None or r["server"].get("private_per_client_kib") is None else f"{r['server']['private_per_client_kib']:.0f}"
-    met = (util is not None and util >= 0.95 and xb is not None and xb <= 1.0
-           and xh is not None and xh <= 0.85 and fw == (0, 0) and s["failed"] == 0)
-    print(f"| {root} | {k} | {n} | {s['booted']}/{s['clients']} | {fmt(a)} | {fmt(b)} | {fmt(h)} | {fmt(bound)} | {fmt(xb, 2)} | {fmt(xh, 2)} | {pct(bp)} | {pct(bond)} | {fw[0]} / {fw[1]} | {spread} | {private(bp)} / {private(bond)} | {cpu(bp)} / {cpu(bond)} | {'yes' if met else 'no'} |")
+    bps = [r[0] for r in rows]
+    a = [secs(r[0]) for r in rows]
+    b = [secs(r[1]) for r in rows]
+    h = [secs(r[2]) for r in rows]
+    xb = [ratio(secs(r[0]), secs(r[1])) for r in rows]
+    xh = [ratio(secs(r[0]), secs(r[2])) for r in rows]
+    u = [util(r[0]) for r in rows]
+    ub = [util(r[1]) for r in rows]
+    booted = sum(bp["summary"]["booted"] for bp in bps)
+    clients = sum(bp["summary"]["clients"] for bp in bps)
+    failed = sum(bp["summary"]["failed"] for bp in bps)
+    fw = (sum(bp["summary"]["dhcp_retransmits"] for bp in bps),
+          sum(bp["summary"]["tftp_retries"] for bp in bps))
+    bound = summary([(bp.get("bound") or {}).get("bound_s") for bp in bps])
+    spread = "; ".join(" / ".join(str(l.get("clients", "?")) for l in r[2].get("links", []))
+                       for r in rows if r[2] is not None) or "-"
+    mu, mxb, mxh = mean(u), mean(xb), mean(xh)
+    met = (mu is not None and mu >= 0.95 and mxb is not None and mxb <= 1.0
+           and mxh is not None and mxh <= 0.85 and fw == (0, 0) and failed == 0)
+    print(f"| {root} | {k} | {n} | {len(rows)} | {booted}/{clients} | {summary(a)} | {summary(b)} "
+          f"| {summary(h)} | {bound} | {summary(xb, 2)} | {summary(xh, 2)} "
+          f"| {summary(u, 1, 100, '%')} | {summary(ub, 1, 100, '%')} | {fw[0]} / {fw[1]} | {spread} "
+          f"| {summary([private(r[0]) for r in rows], 0)} / {summary([private(r[1]) for r in rows], 0)} "
+          f"| {summary([cpu(r[0]) for r in rows], 0)} / {summary([cpu(r[1]) for r in rows], 0)} "
+          f"| {'yes' if met else 'no'} |")
 EOF
 
 if [ -n "$RECORD" ]; then
     KEEP="$REPO/bench/records/storm-matrix-$RECORD"
     mkdir -p "$KEEP"
     cp "$OUT/meta.txt" "$OUT/matrix.md" "$KEEP/"
-    for cell in "$OUT"/*/; do
-        c="$(basename "$cell")"
+    # A cell's rows, or with --repeat each of its run-I folders' rows.
+    for run in "$OUT"/*/ "$OUT"/*/run-*/; do
+        [ -d "$run" ] || continue
+        c="${run#"$OUT"/}"
+        c="${c%/}"
         mkdir -p "$KEEP/$c"
-        cp "$cell"/meta.txt "$cell"/summary.md "$cell"/*.cmd "$cell"/*.txt "$KEEP/$c/" 2>/dev/null || true
-        for f in "$cell"/*.json; do
+        cp "$run"/meta.txt "$run"/summary.md "$run"/*.cmd "$run"/*.txt "$KEEP/$c/" 2>/dev/null || true
+        for f in "$run"/*.json; do
+            [ -f "$f" ] || continue
             if [ "$(stat -c %s "$f")" -gt 262144 ]; then
                 gzip -9 -c "$f" > "$KEEP/$c/$(basename "$f").gz"
             else
