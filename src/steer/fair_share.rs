@@ -2,7 +2,8 @@
 //! round: the rate each may send at in the next one. The clients on a link (known by their
 //! IPv4 address, so that one client's several connections split one share) get weighted
 //! shares of the link's budget (`WEIGHTS`: clients fetching boot files first, in their order
-//! of arrival; clients reading their root by how far they trail the link's leading one), and
+//! of arrival; clients reading their root in blocks by how far they trail the link's leading
+//! one, in file calls alike), and
 //! what a client does not use goes to the others (max-min fairness); a client's share is split
 //! among its connections the same way. While firmware may be waiting on a link (`headroom`,
 //! which `firmware` says link by link), its budget is `HEADROOM` of the link's capacity, so
@@ -91,11 +92,30 @@ pub struct History {
 }
 
 /// What a connection carries, as the service that accepted it knows: the boot files a
-/// firmware or iPXE fetches (HTTP: the script, kernel and initrd), or a root (NFS, NBD).
+/// firmware or iPXE fetches (HTTP: the script, kernel and initrd), or a root, read in blocks
+/// (NBD) or in file calls (NFS).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Carries {
     BootFiles,
-    Root,
+    /// A root read in blocks: its reads are large and back to back, so its boot is held by
+    /// its bytes, and a reader that trails the link's leading one catches up
+    /// (`catch_up_weight`).
+    BlockRoot,
+    /// A root read in file calls: thousands of small calls, each waited for, so its boot is
+    /// held by their round trips and its think times, not its bytes. It weighs 1 whatever it
+    /// trails: held level with the leader's bytes, a room's NFS clients reach the same
+    /// think-bound stretch of their boot together and the link empties (session 21's model
+    /// found no catch-up best for NFS; in session 38 two storms of 20 NFS clients
+    /// fell into that lock-step, every client ending within 0.04 s of the others, and booted
+    /// in 23.8 and 25.6 s where the others took 20-21 s; docs/links.md).
+    FileRoot,
+}
+
+impl Carries {
+    /// A root, by blocks or by files.
+    pub fn is_root(self) -> bool {
+        matches!(self, Carries::BlockRoot | Carries::FileRoot)
+    }
 }
 
 /// How the clients held back on a full link are weighed against each other.
@@ -106,12 +126,14 @@ pub struct Weights {
     /// ...and, among the first `AHEAD_RANKS` active clients on the link by their order of
     /// arrival, `ahead` times more than the next one (`arrival_weight`).
     pub ahead: f64,
-    /// A client reading its root weighs 1, plus `behind` times the share by which the bytes
-    /// it received trail those of the link's leading root reader (`catch_up_weight`).
+    /// A client reading its root in blocks weighs 1, plus `behind` times the share by which
+    /// the bytes it received trail those of the link's leading block reader
+    /// (`catch_up_weight`); one reading it in file calls weighs 1 (`Carries::FileRoot`).
     pub behind: f64,
 }
 
-/// Boot files first, in the order of arrival; roots by how far behind they are. A room that
+/// Boot files first, in the order of arrival; roots read in blocks by how far behind they are,
+/// roots read in file calls alike (`Carries::FileRoot`). A room that
 /// powers on together would otherwise fetch its kernels in lock-step, think in the same
 /// seconds while the link idles, and then read its roots all at once. Boot files weighed by
 /// arrival, each of the first clients on a link 1.5 times the next, let them finish their
@@ -178,9 +200,20 @@ pub fn first_cap(share: u64, last: Option<u64>, carries: Carries, active: u64) -
             let rank = usize::try_from(active).unwrap_or(usize::MAX);
             WEIGHTS.boot * arrival_weight(rank, WEIGHTS.ahead)
         }
-        Carries::Root => 1.0,
+        Carries::BlockRoot | Carries::FileRoot => 1.0,
     };
     last.unwrap_or((share as f64 * weight) as u64).max(MIN_CAP)
+}
+
+/// What an active client of a paced link reads, for its weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reads {
+    /// Boot files: a connection of that kind moved bytes in the round.
+    BootFiles,
+    /// Its root, in blocks (a `Carries::BlockRoot` connection).
+    Blocks,
+    /// Its root, in file calls.
+    Files,
 }
 
 /// What a round's plan is given besides the connections.
@@ -262,34 +295,46 @@ pub fn plan_bounded(
             return Plan { caps, ..unpaced };
         }
     };
-    // The active clients' weights: boot files by their order of arrival, roots by how far
-    // they trail the leading root reader. A client fetches boot files while such a
-    // connection of its moves bytes.
-    let mut by_arrival: Vec<(History, Ipv4Addr, bool)> = unpaced
+    // The active clients' weights: boot files by their order of arrival, roots read in
+    // blocks by how far they trail the leading block reader, roots read in file calls alike.
+    // A client fetches boot files while such a connection of its moves bytes.
+    let mut by_arrival: Vec<(History, Ipv4Addr, Reads)> = unpaced
         .active
         .iter()
         .map(|(c, _)| {
-            let boot = clients[c]
+            let moving = |kind| {
+                clients[c]
+                    .iter()
+                    .any(|&i| conns[i].carries == kind && demands[i] > 0.0)
+            };
+            let reads = if moving(Carries::BootFiles) {
+                Reads::BootFiles
+            } else if clients[c]
                 .iter()
-                .any(|&i| conns[i].carries == Carries::BootFiles && demands[i] > 0.0);
-            ((link.history)(*c), *c, boot)
+                .any(|&i| conns[i].carries == Carries::BlockRoot)
+            {
+                Reads::Blocks
+            } else {
+                Reads::Files
+            };
+            ((link.history)(*c), *c, reads)
         })
         .collect();
     by_arrival.sort_by_key(|(h, c, _)| (h.arrival, *c));
     let leader = by_arrival
         .iter()
-        .filter(|(_, _, boot)| !boot)
+        .filter(|(_, _, reads)| *reads == Reads::Blocks)
         .map(|(h, _, _)| h.received)
         .max()
         .unwrap_or(0);
     let weights: BTreeMap<Ipv4Addr, f64> = by_arrival
         .iter()
         .enumerate()
-        .map(|(rank, (h, c, boot))| {
-            let w = if *boot {
-                weights.boot * arrival_weight(rank, weights.ahead)
-            } else {
-                catch_up_weight(h.received, leader, weights.behind)
+        .map(|(rank, (h, c, reads))| {
+            let w = match reads {
+                Reads::BootFiles => weights.boot * arrival_weight(rank, weights.ahead),
+                Reads::Blocks => catch_up_weight(h.received, leader, weights.behind),
+                Reads::Files => 1.0,
             };
             (*c, w)
         })
@@ -694,7 +739,7 @@ mod tests {
     fn boot_files_come_first_and_trailing_roots_catch_up() {
         let b = budget(100 * MBIT);
         let root = |n| Seen {
-            carries: Carries::Root,
+            carries: Carries::BlockRoot,
             ..hungry(n)
         };
         // Client 1 came first and fetches boot files; 2 and 3 read their roots and have
@@ -736,6 +781,27 @@ mod tests {
         assert_eq!(catch_up_weight(0, 0, 2.0), 1.0);
         assert_eq!(catch_up_weight(0, 100, 2.0), 3.0);
         assert_eq!(catch_up_weight(100, 100, 2.0), 1.0);
+        // A root read in file calls (NFS) weighs 1 however far it trails, and a block
+        // reader's leader is the leading block reader: an NFS client that received more
+        // counts for nothing.
+        let files = |n| Seen {
+            carries: Carries::FileRoot,
+            ..hungry(n)
+        };
+        let p = plan_weighted(
+            link(Some(100 * MBIT), 1.0, &received),
+            1.0,
+            &[files(1), files(2)],
+            WEIGHTS,
+        );
+        assert_caps(&p.caps, &[cap(b / 2.0), cap(b / 2.0)]);
+        let p = plan_weighted(
+            link(Some(100 * MBIT), 1.0, &received),
+            1.0,
+            &[files(1), root(2), root(3)],
+            WEIGHTS,
+        );
+        assert_caps(&p.caps, &[cap(b / 3.0), cap(b / 3.0), cap(b / 3.0)]);
         // `EQUAL` ignores all of it.
         let conns = [hungry(1), root(2)];
         let p = plan_weighted(link(Some(100 * MBIT), 1.0, &received), 1.0, &conns, EQUAL);
@@ -775,7 +841,7 @@ mod tests {
     #[test]
     fn a_new_connection_starts_at_its_clients_last_cap_or_its_weight() {
         // A client capped before: where it was.
-        assert_eq!(first_cap(1000, Some(50_000), Carries::Root, 3), 50_000);
+        assert_eq!(first_cap(1000, Some(50_000), Carries::BlockRoot, 3), 50_000);
         assert_eq!(first_cap(1000, Some(50_000), Carries::BootFiles, 3), 50_000);
         // A new one: a unit share times its weight arriving behind the link's active
         // clients: behind the front of the queue, a boot file's base weight...
@@ -786,8 +852,8 @@ mod tests {
         let fifth = (100_000.0 * WEIGHTS.boot * WEIGHTS.ahead.powi(4)) as u64;
         assert_eq!(first_cap(100_000, None, Carries::BootFiles, 5), fifth);
         // ...and a root 1, never below the least cap.
-        assert_eq!(first_cap(100_000, None, Carries::Root, 5), 100_000);
-        assert_eq!(first_cap(10, None, Carries::Root, 5), MIN_CAP);
+        assert_eq!(first_cap(100_000, None, Carries::BlockRoot, 5), 100_000);
+        assert_eq!(first_cap(10, None, Carries::BlockRoot, 5), MIN_CAP);
     }
 
     #[test]
@@ -823,7 +889,7 @@ mod tests {
         let conns: Vec<Seen> = (0..2000u32)
             .map(|i| Seen {
                 client: Ipv4Addr::from(0x0a00_0000 + i),
-                carries: Carries::Root,
+                carries: Carries::BlockRoot,
                 ..hungry(0)
             })
             .collect();

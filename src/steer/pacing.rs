@@ -650,9 +650,14 @@ mod tests {
         let (a, _a) = pair();
         let (b, _b) = pair();
         let client = Ipv4Addr::new(127, 0, 0, 1);
-        let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::Root);
-        let pb = pacer.register(b.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::Root);
-        let other = pacer.register(b.as_fd(), Ipv4Addr::new(10, 0, 0, 1), client, Carries::Root);
+        let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::BlockRoot);
+        let pb = pacer.register(b.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::BlockRoot);
+        let other = pacer.register(
+            b.as_fd(),
+            Ipv4Addr::new(10, 0, 0, 1),
+            client,
+            Carries::BlockRoot,
+        );
         assert!(other.0.is_none());
         assert_eq!(pacer.links[0].stats.connections.get(), 2);
         // Until its first round, the budget keeps the headroom for firmware.
@@ -666,7 +671,7 @@ mod tests {
         assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, u64::MAX);
         pacer.links[0].stats.share.set(500_000);
         pacer.links[0].stats.clients.set(30);
-        let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::Root);
+        let pa = pacer.register(a.as_fd(), Ipv4Addr::LOCALHOST, client, Carries::BlockRoot);
         assert_eq!(read_info(a.as_fd()).unwrap().max_pacing_rate, 500_000);
         drop(pa);
         // ...a new client's boot files at a boot file's behind the front of the queue, or

@@ -140,7 +140,7 @@ mod tests {
     fn hungry(client: Ipv4Addr) -> Seen {
         Seen {
             client,
-            carries: Carries::Root,
+            carries: Carries::BlockRoot,
             sent: 1_000_000,
             unsent: 64 * 1024,
             cap: None,

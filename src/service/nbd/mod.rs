@@ -158,7 +158,7 @@ pub async fn serve_with(
     let mut sweep = tokio::time::interval(FORGET_STALE_EVERY);
     loop {
         let accepted = tokio::select! {
-            r = super::accept(&listener, &shutdown, "nbd", Carries::Root) => r,
+            r = super::accept(&listener, &shutdown, "nbd", Carries::BlockRoot) => r,
             _ = sweep.tick() => {
                 // An image deleted or replaced: free its mapping (and disk space) once unused,
                 // and its copy in memory.

@@ -168,7 +168,7 @@ pub async fn serve(
     loop {
         // An address taken over for the site brings its listener (`service::takeover`).
         let accepted = tokio::select! {
-            r = super::accept_any(&listeners, &shutdown, "nfs", Carries::Root) => Ok(r),
+            r = super::accept_any(&listeners, &shutdown, "nfs", Carries::FileRoot) => Ok(r),
             Some(listener) = more.recv() => Err(listener),
         };
         let (stream, peer, paced) = match accepted {
