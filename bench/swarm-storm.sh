@@ -8,7 +8,8 @@ REPO="$(cd "$HERE/.." && pwd)"
 usage() {
     cat <<EOF
 usage: $0 [--sizes "10 40"] [--links K] [--link-rate RATE] [--client-link RATE]
-          [--think-scale F] [--out DIR] [--bin PATH] [--agent PATH] [--record NAME]
+          [--think-scale F] [--faults SHARE] [--out DIR] [--bin PATH] [--agent PATH]
+          [--record NAME]
 
 For each room size in --sizes (default "10 40"), two rows of \`bootpool storm\` on the same
 room, image and trace (bench/storm/pools.yaml's NBD pool, bench/traces/demo-nbd.trace), one
@@ -17,7 +18,13 @@ after the other in this run:
   swarm     \`--swarm AGENT\`: the pool's root through the static bootpool-agent in every
             client's namespace, the agents sharing chunks through bootpool's tracker
             (docs/swarm.md); the tracker's prefetch order is the trace's
-Both rows check every read against the image's bytes; both directions of each client port
+With --faults SHARE (0.1 for a tenth), two more rows per size, the same swarm with faults
+(issue 48 part 3; instruments' storm/swarm_faults.rs):
+  swarm-cut    SHARE of the room switched off mid-boot, 2 s after each one's agent started:
+               the agent killed with -9 and its switch port taken down (--swarm-cut)
+  swarm-slow   SHARE of the room sending at a tenth of --client-link (--swarm-slow)
+and the summary gives each one's time over the plain swarm row's.
+All rows check every read against the image's bytes; both directions of each client port
 are shaped. The scale: clients at --client-link (default 100mbit), the server on --links
 (default 4) x --link-rate (default 250mbit), think times x --think-scale (default 0.2): the
 storm's defaults (docs/storm.md), a tenth of a room of PCs on 1GbE. Each row prints the
@@ -36,6 +43,7 @@ EOF
 
 ARGS="$*"
 SIZES="10 40" LINKS=4 RATE=250mbit CLIENT=100mbit THINK=0.2 OUT="" BIN="" AGENT="" RECORD=""
+FAULTS=""
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -44,6 +52,7 @@ while [ $# -gt 0 ]; do
         --link-rate) RATE="$2"; shift ;;
         --client-link) CLIENT="$2"; shift ;;
         --think-scale) THINK="$2"; shift ;;
+        --faults) FAULTS="$2"; shift ;;
         --out) OUT="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
         --agent) AGENT="$2"; shift ;;
@@ -115,21 +124,38 @@ row() { # name clients [extra storm arguments...]
 for n in $SIZES; do
     row "unicast-nbd-$n" "$n"
     row "swarm-nbd-$n" "$n" --swarm "$AGENT"
+    if [ -n "$FAULTS" ]; then
+        slow_rate="$(python3 -c "
+import re,sys; m=re.fullmatch(r'([0-9.]+)([kmg]?)(bit)?', sys.argv[1].lower())
+mbit={'':1e-6,'k':1e-3,'m':1,'g':1e3}[m.group(2)]*float(m.group(1))
+print(f'{max(mbit/10, 1):g}mbit')" "$CLIENT")"
+        row "swarm-cut-nbd-$n" "$n" --swarm "$AGENT" --swarm-cut "$FAULTS" --swarm-cut-after 2
+        row "swarm-slow-nbd-$n" "$n" --swarm "$AGENT" --swarm-slow "$FAULTS" --swarm-slow-rate "$slow_rate"
+    fi
 done
 
 python3 - "$OUT" > "$OUT/summary.md" <<'EOF'
 import json, os, sys
 out = sys.argv[1]
-print("| row | clients | booted | all booted s | server chunks (unicast: root bytes / 256 KiB) | one-copy floor | copies | chunks from peers | agents' CPU s per GB | % of a core at 1 Gbit/s | CPU-bound s | valid |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| row | clients | booted | switched off | all booted s | x swarm row | server chunks (unicast: root bytes / 256 KiB) | one-copy floor | copies | chunks from peers | agents' CPU s per GB | % of a core at 1 Gbit/s | CPU-bound s | valid |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 rows = sorted((f for f in os.listdir(out) if f.endswith(".json")),
               key=lambda f: (int(f.rsplit("-", 1)[1][:-5]), f))
+def booted_s(f):
+    try:
+        return json.load(open(os.path.join(out, f)))["summary"].get("all_booted_s")
+    except OSError:
+        return None
 for f in rows:
     r = json.load(open(os.path.join(out, f)))
     s, w, h = r["summary"], r.get("swarm") or {}, r["host"]
     fmt = lambda v, p="{:.2f}": "-" if v is None else p.format(v)
     swarm = w.get("mode") == "swarm"
-    print(f"| {r['label']} | {s['clients']} | {s['booted']} | {fmt(s.get('all_booted_s'), '{:.1f}')} "
+    n = f.rsplit("-", 1)[1][:-5]
+    plain = booted_s(f"swarm-nbd-{n}.json") if swarm else None
+    mine = s.get("all_booted_s")
+    x = fmt(mine / plain) if (plain and mine and not f.startswith("swarm-nbd-")) else "-"
+    print(f"| {r['label']} | {s['clients']} | {s['booted']} | {s.get('cut', 0)} | {fmt(mine, '{:.1f}')} | {x} "
           f"| {fmt(w.get('server_chunks'), '{:.0f}')} | {w.get('floor_chunks', '-')} | {fmt(w.get('copies'))} "
           f"| {w.get('from_peers', '-') if swarm else '-'} | {fmt(w.get('cpu_s_per_gb')) if swarm else '-'} "
           f"| {fmt(w.get('core_pct_at_1gbit'), '{:.1f}') if swarm else '-'} | {h['cpu_bound_s']:.0f} "

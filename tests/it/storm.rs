@@ -491,6 +491,66 @@ fn a_small_swarm_storm_boots_every_client_through_its_agent_and_the_server_sends
     assert!(table.contains("chunks from peers"), "{table}");
 }
 
+/// The swarm's faults (issue 48 part 3): of six clients, one (the middle one, c003) is
+/// switched off as soon as its agent listens, its agent killed with -9 and its switch port
+/// taken down, and two (c001, c004) send at 5 Mbit/s. The five others boot with the image's
+/// bytes; the switched-off one is counted apart, neither booted nor failed, and the report
+/// names both kinds.
+#[test]
+fn a_swarm_storm_with_a_client_switched_off_and_two_slow_boots_the_others() {
+    let _room = one_room();
+    let dir = tempfile::tempdir().unwrap();
+    let (trace_file, trace) = short_trace("nbd", 100_000, dir.path());
+    let agent = crate::common::static_agent();
+    let clients = 6;
+    let extra = [
+        "--swarm",
+        agent.to_str().unwrap(),
+        "--swarm-cut",
+        "0.2",
+        "--swarm-cut-after",
+        "0",
+        "--swarm-slow",
+        "0.34",
+        "--swarm-slow-rate",
+        "5mbit",
+    ];
+    let (table, r) = small_room(
+        dir.path(),
+        "nbd",
+        clients,
+        &trace_file,
+        "1x1gbit",
+        600,
+        &extra,
+    );
+    let summary = &r["summary"];
+    assert_eq!(u(&summary["booted"]), clients as u64 - 1, "{table}");
+    assert_eq!(u(&summary["cut"]), 1, "{table}");
+    assert_eq!(u(&summary["failed"]), 0, "{table}");
+    let want = image_bytes(&trace);
+    for c in r["clients"].as_array().unwrap() {
+        if c["index"] == 3 {
+            assert_eq!(c["result"], "cut", "{c}");
+            continue;
+        }
+        assert_eq!(c["result"], "booted", "{c}");
+        assert_eq!(u(&c["bytes"]["nbd"]), want.nbd, "{c}");
+        assert_eq!(u(&c["root_errors"]), 0, "{c}");
+    }
+    let w = &r["swarm"];
+    assert_eq!(w["cut"], serde_json::json!([3]), "{w}");
+    assert_eq!(w["slow"], serde_json::json!([1, 4]), "{w}");
+    assert_eq!(u(&w["slow_bps"]), 5_000_000, "{w}");
+    assert_eq!(u(&w["refused"]), 0, "{w}");
+    assert!(table.contains("switched off mid-boot"), "{table}");
+    assert!(table.contains("1 switched off on purpose"), "{table}");
+    assert!(
+        table.contains("sending at 5 Mbit/s: 2 clients, c001 c004"),
+        "{table}"
+    );
+}
+
 #[test]
 fn a_small_nfs_storm_boots_every_client_and_its_numbers_add_up() {
     small_storm("nfs", 20, 1500, false);

@@ -113,9 +113,37 @@ pub struct StormArgs {
     /// the one-copy floor, the chunks from peers and the agents' CPU time (docs/swarm.md).
     #[arg(long, value_name = "AGENT")]
     pub swarm: Option<PathBuf>,
+    /// With --swarm: switch off this share of the room (0 to 0.5, clients spread evenly
+    /// over it) mid-boot, each --swarm-cut-after seconds after its agent started: its agent
+    /// killed with -9 and its switch port taken down (no FIN or reset leaves it: a PC whose
+    /// power went). The other clients must boot from the rest of the room; the report counts
+    /// the cut clients apart, neither booted nor failed (issue 48 part 3).
+    #[arg(long, value_name = "SHARE", default_value_t = 0.0, value_parser = parse_share)]
+    pub swarm_cut: f64,
+    /// See --swarm-cut.
+    #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
+    pub swarm_cut_after: f64,
+    /// With --swarm: this share of the room (0 to 0.5, spread evenly) sends at
+    /// --swarm-slow-rate instead of --client-link (its own side of its port shaped lower: a
+    /// PC on a slow or busy port), so its peers' fetches from it are slow.
+    #[arg(long, value_name = "SHARE", default_value_t = 0.0, value_parser = parse_share)]
+    pub swarm_slow: f64,
+    /// See --swarm-slow.
+    #[arg(long, value_name = "RATE", default_value = "10mbit", value_parser = super::room::parse_rate)]
+    pub swarm_slow_rate: u64,
     /// Give up on clients not booted after this many seconds.
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,
+}
+
+/// `--swarm-cut`, `--swarm-slow`: a share of the room from 0 to 0.5.
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if (0.0..=0.5).contains(&f) => Ok(f),
+        _ => Err(format!(
+            "`{s}`: a share of the room from 0 to 0.5 (0.1 for a tenth)"
+        )),
+    }
 }
 
 /// `--servers K`: 1 to 16.

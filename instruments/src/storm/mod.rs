@@ -12,7 +12,8 @@
 //!   the Kea HA pair `kea` configures.
 //! - `uplink`: a room behind a shaped uplink (`--uplink`), and what it carried.
 //! - `swarm`: the NBD root through the client agent in every client's namespace (`--swarm`),
-//!   sharing chunks through the server's tracker, and the report's row of copies and CPU.
+//!   sharing chunks through the server's tracker, and the report's row of copies and CPU;
+//!   `swarm_faults`: a share of that room switched off mid-boot, or sending slowly.
 //! - `client`: one client's boot (firmware steps, then the root closed-loop, then booted).
 //! - `dhcp`: the firmware's DHCP through `dhcp4r`, with the PXE retransmit schedule.
 //! - `root`: the root's requests, through `nfs` (the nfs3_client crate) or `nbd` (libnbd).
@@ -43,6 +44,7 @@ pub mod sample;
 pub mod servers;
 pub mod site;
 pub mod swarm;
+pub mod swarm_faults;
 pub mod uplink;
 
 use anyhow::{Context, bail};
@@ -295,6 +297,9 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
     if args.servers > 1 && args.bond_hash {
         bail!("--servers runs K members, each on its own --server-links; it takes no --bond-hash");
     }
+    if args.swarm.is_none() && (args.swarm_cut > 0.0 || args.swarm_slow > 0.0) {
+        bail!("--swarm-cut and --swarm-slow act on the agents of a swarm: they take --swarm AGENT");
+    }
     if args.fail.is_some() && (args.servers < 2 || k != 1) {
         bail!(
             "--fail kills one member of a site: it takes --servers 2 or more and --server-links 1xRATE (keepalived moves each member's one address)"
@@ -380,6 +385,9 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
         agents,
     });
     let client_link = args.client_link;
+    let cut = swarm_faults::chosen(macs.len(), args.swarm_cut);
+    let slow = Arc::new(swarm_faults::chosen(macs.len(), args.swarm_slow));
+    let slow_rate = args.swarm_slow_rate;
 
     let (tid_tx, tid_rx) = mpsc::channel::<(usize, libc::pid_t)>();
     let (up_tx, up_rx) = mpsc::channel::<(usize, Result<(), String>)>();
@@ -388,6 +396,12 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
     for ((i, mac), go) in macs.iter().enumerate().zip(go_rx) {
         let (plan, tid_tx, up_tx, mac) =
             (plan.clone(), tid_tx.clone(), up_tx.clone(), mac.to_string());
+        // What it sends: its link's rate, or a slow client's (`--swarm-slow`).
+        let sends_at = if slow.contains(&i) {
+            slow_rate
+        } else {
+            client_link
+        };
         let t = std::thread::Builder::new()
             .name(format!("client{i}"))
             .stack_size(512 * 1024)
@@ -409,7 +423,7 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
                 // Both directions of its port are shaped: the switch's side (what it is sent)
                 // and its own (what it sends, its peers' chunks among it).
                 let up = room::ip(&["link set lo up".into(), format!("link set {dev} up")])
-                    .and_then(|()| room::tc(&[room::shape(&dev, client_link)]))
+                    .and_then(|()| room::tc(&[room::shape(&dev, sends_at)]))
                     .map_err(|e| format!("{e:#}"));
                 let _ = up_tx.send((i, up.clone()));
                 if let Err(e) = up {
@@ -581,24 +595,43 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
         }
         _ => None,
     };
+    let cutter = plan.agents.as_ref().filter(|_| !cut.is_empty()).map(|a| {
+        swarm_faults::Cutter::start(
+            a.clone(),
+            cut.clone(),
+            Duration::from_secs_f64(args.swarm_cut_after),
+        )
+    });
     let deadline = Instant::now() + Duration::from_secs(args.timeout);
     let mut outcomes = Vec::new();
     let mut progress = report::Progress::new(threads.len());
-    for t in threads {
-        while !t.is_finished() && Instant::now() < deadline {
+    // A client switched off (`--swarm-cut`) is not waited for: its replay would try its dead
+    // agent until the kernel's client gives up. Its thread is left to the storm's exit.
+    let switched =
+        |i: usize| cut.contains(&i) && plan.agents.as_ref().is_some_and(|a| a.was_cut(i));
+    for (i, t) in threads.into_iter().enumerate() {
+        while !t.is_finished() && !switched(i) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
             progress.tick(&plan);
         }
-        if !t.is_finished() {
+        let mut o = if t.is_finished() {
+            t.join().unwrap_or_else(|_| {
+                client::Outcome::failed(i, macs[i].to_string(), "the client thread panicked".into())
+            })
+        } else if switched(i) {
+            client::Outcome::failed(i, macs[i].to_string(), "switched off mid-boot".into())
+        } else {
             bail!("clients still booting after --timeout {} s", args.timeout);
+        };
+        if switched(o.index) && o.result != "booted" {
+            // Switched off on purpose: neither booted nor failed.
+            o.result = "cut".into();
         }
-        let o = t.join().unwrap_or_else(|_| {
-            client::Outcome::failed(0, String::new(), "the client thread panicked".into())
-        });
         progress.done(&o);
         outcomes.push(o);
     }
     progress.finish();
+    let switched_off = cutter.map(swarm_faults::Cutter::finish).unwrap_or_default();
     let agent_counts = plan.agents.as_ref().map(|a| a.finish());
     let chunks_after = chunks_before.and_then(|_| chunks_sent());
     let samples = sampler.stop();
@@ -660,6 +693,12 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
             None => swarm::Row::unicast(read, floor, chunk),
         };
         row.judge(report.host.cpu_bound_s, report.summary.all_booted_s);
+        if plan.agents.is_some() {
+            row.cut = switched_off;
+            row.cut_after_s = args.swarm_cut_after;
+            row.slow = slow.iter().copied().collect();
+            row.slow_bps = slow_rate;
+        }
         report.swarm = Some(row);
     }
     if let Some(f) = &swarm_config {

@@ -163,6 +163,8 @@ pub struct Summary {
     pub clients: usize,
     pub booted: usize,
     pub failed: usize,
+    /// Clients switched off mid-boot on purpose (`--swarm-cut`).
+    pub cut: usize,
     /// Clients that needed a retransmit or retry of any kind.
     pub retried: usize,
     /// All clients' DHCP retransmits, TFTP and HTTP retries.
@@ -479,6 +481,8 @@ impl Report {
     ) -> Report {
         let n = clients.len();
         let booted = clients.iter().filter(|c| c.result == "booted").count();
+        // Switched off on purpose (`--swarm-cut`): neither booted nor failed.
+        let cut = clients.iter().filter(|c| c.result == "cut").count();
         let mut times: Vec<f64> = clients
             .iter()
             .filter(|c| c.result == "booted")
@@ -593,7 +597,8 @@ impl Report {
             summary: Summary {
                 clients: n,
                 booted,
-                failed: n - booted,
+                failed: n - booted - cut,
+                cut,
                 retried,
                 dhcp_retransmits: total(|c| c.dhcp_retransmits.into()),
                 tftp_retries: total(|c| c.tftp_retries.into()),
@@ -681,8 +686,13 @@ impl Report {
         }
         for r in self.clients.iter().filter(|r| r.client.error.is_some()) {
             s.push_str(&format!(
-                "c{:03} failed: {}\n",
+                "c{:03} {}: {}\n",
                 r.client.index,
+                if r.client.result == "cut" {
+                    "switched off"
+                } else {
+                    "failed"
+                },
                 r.client.error.as_deref().unwrap_or("")
             ));
         }
@@ -720,8 +730,17 @@ impl Report {
         let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.1}"));
         let m = &self.summary;
         s.push_str(&format!(
-            "\n{}: {} clients, {} booted, {} failed, {} retried\n",
-            self.label, m.clients, m.booted, m.failed, m.retried
+            "\n{}: {} clients, {} booted, {} failed, {} retried{}\n",
+            self.label,
+            m.clients,
+            m.booted,
+            m.failed,
+            m.retried,
+            if m.cut > 0 {
+                format!(", {} switched off on purpose", m.cut)
+            } else {
+                String::new()
+            }
         ));
         let sv = &self.server;
         // Said every run, zeros too: a count that is not printed cannot be compared.

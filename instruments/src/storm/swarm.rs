@@ -118,6 +118,9 @@ struct Running {
     index: usize,
     child: Child,
     log: PathBuf,
+    started: Instant,
+    /// Killed with -9 mid-boot (`--swarm-cut`): its log is read, its CPU time is not.
+    cut: bool,
 }
 
 /// The room's agents.
@@ -179,7 +182,13 @@ impl Agents {
             .unwrap_or_else(|e| e.into_inner())
             .push(child.id());
         let pid = child.id();
-        lock(&self.running).push(Running { index, child, log });
+        lock(&self.running).push(Running {
+            index,
+            child,
+            log,
+            started: Instant::now(),
+            cut: false,
+        });
         let at = std::net::SocketAddr::from(([127, 0, 0, 1], port));
         let until = Instant::now() + LISTEN_WITHIN;
         loop {
@@ -206,6 +215,29 @@ impl Agents {
         }
     }
 
+    /// Kills client `index`'s agent with -9 if it has run for `after` or more and was not
+    /// killed yet (`--swarm-cut`); true if it was killed now.
+    pub fn cut(&self, index: usize, after: Duration) -> bool {
+        let mut running = lock(&self.running);
+        let Some(r) = running
+            .iter_mut()
+            .find(|r| r.index == index && !r.cut && r.started.elapsed() >= after)
+        else {
+            return false;
+        };
+        r.cut = true;
+        let _ = r.child.kill();
+        let _ = r.child.wait();
+        true
+    }
+
+    /// Whether client `index`'s agent was killed by `cut`.
+    pub fn was_cut(&self, index: usize) -> bool {
+        lock(&self.running)
+            .iter()
+            .any(|r| r.index == index && r.cut)
+    }
+
     /// Ends every agent (the room has booted): its CPU time read first, then killed and
     /// reaped, then its log read. In the order of the clients.
     pub fn finish(&self) -> Vec<AgentCount> {
@@ -215,7 +247,11 @@ impl Agents {
         let mut counts: Vec<AgentCount> = running
             .iter_mut()
             .map(|r| {
-                let cpu_s = super::sample::cpu_of(&r.child.id().to_string());
+                let cpu_s = if r.cut {
+                    0.0
+                } else {
+                    super::sample::cpu_of(&r.child.id().to_string())
+                };
                 let _ = r.child.kill();
                 let _ = r.child.wait();
                 let text = std::fs::read_to_string(&r.log).unwrap_or_default();
@@ -285,6 +321,16 @@ fn summary(log: &str) -> Option<AgentCount> {
     })
 }
 
+/// Clients by their names in the report (`c007`), in order.
+fn clients(indices: &[usize]) -> String {
+    let mut v = indices.to_vec();
+    v.sort_unstable();
+    v.iter()
+        .map(|i| format!("c{i:03}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The one-copy floor: the chunks of `chunk` bytes that the trace's NBD reads touch, each once.
 pub fn floor(trace: &Trace, chunk: u64) -> u64 {
     let mut seen = HashSet::new();
@@ -332,6 +378,12 @@ pub struct Row {
     /// The machine's CPUs set the pace for 10% of the room's time or more: not of record.
     pub invalid: bool,
     pub agent_counts: Vec<AgentCount>,
+    /// `--swarm-cut`: the clients switched off, and how long after their agents started.
+    pub cut: Vec<usize>,
+    pub cut_after_s: f64,
+    /// `--swarm-slow`: the clients that sent at `slow_bps` (their own side of their port).
+    pub slow: Vec<usize>,
+    pub slow_bps: u64,
 }
 
 impl Row {
@@ -370,6 +422,7 @@ impl Row {
             core_pct_at_1gbit: cpu_s_per_gb.map(|s| s * 0.125 * 100.0),
             invalid: false,
             agent_counts: counts,
+            ..Row::default()
         }
     }
 
@@ -415,6 +468,22 @@ impl Row {
                 self.agent_bytes as f64 / 1e6,
                 self.cpu_s_per_gb.map_or("-".into(), |v| format!("{v:.2}")),
                 self.core_pct_at_1gbit.map_or("-".into(), |v| format!("{v:.1}%")),
+            ));
+        }
+        if !self.cut.is_empty() {
+            s.push_str(&format!(
+                "\n  switched off mid-boot ({:.1} s after their agents started, ports down): {} clients, {}",
+                self.cut_after_s,
+                self.cut.len(),
+                clients(&self.cut),
+            ));
+        }
+        if !self.slow.is_empty() {
+            s.push_str(&format!(
+                "\n  sending at {} Mbit/s: {} clients, {}",
+                self.slow_bps / 1_000_000,
+                self.slow.len(),
+                clients(&self.slow),
             ));
         }
         if self.invalid {
