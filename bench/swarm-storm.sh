@@ -23,6 +23,8 @@ With --faults SHARE (0.1 for a tenth), two more rows per size, the same swarm wi
   swarm-cut    SHARE of the room switched off mid-boot, 2 s after each one's agent started:
                the agent killed with -9 and its switch port taken down (--swarm-cut)
   swarm-slow   SHARE of the room sending at a tenth of --client-link (--swarm-slow)
+  swarm-corrupt  one client playing a corrupting peer instead of booting: it claims every
+               chunk and sends wrong bytes (--swarm-corrupt 1)
 and the summary gives each one's time over the plain swarm row's.
 All rows check every read against the image's bytes; both directions of each client port
 are shaped. The scale: clients at --client-link (default 100mbit), the server on --links
@@ -131,14 +133,15 @@ mbit={'':1e-6,'k':1e-3,'m':1,'g':1e3}[m.group(2)]*float(m.group(1))
 print(f'{max(mbit/10, 1):g}mbit')" "$CLIENT")"
         row "swarm-cut-nbd-$n" "$n" --swarm "$AGENT" --swarm-cut "$FAULTS" --swarm-cut-after 2
         row "swarm-slow-nbd-$n" "$n" --swarm "$AGENT" --swarm-slow "$FAULTS" --swarm-slow-rate "$slow_rate"
+        row "swarm-corrupt-nbd-$n" "$n" --swarm "$AGENT" --swarm-corrupt 1
     fi
 done
 
 python3 - "$OUT" > "$OUT/summary.md" <<'EOF'
 import json, os, sys
 out = sys.argv[1]
-print("| row | clients | booted | switched off | all booted s | x swarm row | server chunks (unicast: root bytes / 256 KiB) | one-copy floor | copies | chunks from peers | agents' CPU s per GB | % of a core at 1 Gbit/s | CPU-bound s | valid |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| row | clients | booted | switched off / rogue | all booted s | x swarm row | server chunks (unicast: root bytes / 256 KiB) | one-copy floor | copies | chunks from peers | agents' CPU s per GB | % of a core at 1 Gbit/s | CPU-bound s | valid | chunks refused / rogue's answers |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 rows = sorted((f for f in os.listdir(out) if f.endswith(".json")),
               key=lambda f: (int(f.rsplit("-", 1)[1][:-5]), f))
 def booted_s(f):
@@ -155,11 +158,12 @@ for f in rows:
     plain = booted_s(f"swarm-nbd-{n}.json") if swarm else None
     mine = s.get("all_booted_s")
     x = fmt(mine / plain) if (plain and mine and not f.startswith("swarm-nbd-")) else "-"
-    print(f"| {r['label']} | {s['clients']} | {s['booted']} | {s.get('cut', 0)} | {fmt(mine, '{:.1f}')} | {x} "
+    print(f"| {r['label']} | {s['clients']} | {s['booted']} | {s.get('cut', 0)} / {s.get('rogues', 0)} | {fmt(mine, '{:.1f}')} | {x} "
           f"| {fmt(w.get('server_chunks'), '{:.0f}')} | {w.get('floor_chunks', '-')} | {fmt(w.get('copies'))} "
           f"| {w.get('from_peers', '-') if swarm else '-'} | {fmt(w.get('cpu_s_per_gb')) if swarm else '-'} "
           f"| {fmt(w.get('core_pct_at_1gbit'), '{:.1f}') if swarm else '-'} | {h['cpu_bound_s']:.0f} "
-          f"| {'no (CPUs set the pace)' if w.get('invalid') else 'yes'} |")
+          f"| {'no (CPUs set the pace)' if w.get('invalid') else 'yes'} "
+          f"| {w.get('refused', '-') if swarm else '-'} / {w.get('rogue_answers', '-') if swarm else '-'} |")
 EOF
 cat "$OUT/summary.md"
 

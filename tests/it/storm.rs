@@ -493,11 +493,12 @@ fn a_small_swarm_storm_boots_every_client_through_its_agent_and_the_server_sends
 
 /// The swarm's faults (issue 48 part 3): of six clients, one (the middle one, c003) is
 /// switched off as soon as its agent listens, its agent killed with -9 and its switch port
-/// taken down, and two (c001, c004) send at 5 Mbit/s. The five others boot with the image's
-/// bytes; the switched-off one is counted apart, neither booted nor failed, and the report
-/// names both kinds.
+/// taken down; one (c004) plays a corrupting peer, claiming every chunk and sending wrong
+/// bytes; and two (c001, c004) send at 5 Mbit/s. The four others boot with the image's bytes
+/// (every read checked); the switched-off one and the rogue are counted apart, neither booted
+/// nor failed, and the report names each kind.
 #[test]
-fn a_swarm_storm_with_a_client_switched_off_and_two_slow_boots_the_others() {
+fn a_swarm_storm_with_a_client_switched_off_a_rogue_and_two_slow_boots_the_others() {
     let _room = one_room();
     let dir = tempfile::tempdir().unwrap();
     let (trace_file, trace) = short_trace("nbd", 100_000, dir.path());
@@ -514,6 +515,8 @@ fn a_swarm_storm_with_a_client_switched_off_and_two_slow_boots_the_others() {
         "0.34",
         "--swarm-slow-rate",
         "5mbit",
+        "--swarm-corrupt",
+        "1",
     ];
     let (table, r) = small_room(
         dir.path(),
@@ -525,13 +528,18 @@ fn a_swarm_storm_with_a_client_switched_off_and_two_slow_boots_the_others() {
         &extra,
     );
     let summary = &r["summary"];
-    assert_eq!(u(&summary["booted"]), clients as u64 - 1, "{table}");
+    assert_eq!(u(&summary["booted"]), clients as u64 - 2, "{table}");
     assert_eq!(u(&summary["cut"]), 1, "{table}");
+    assert_eq!(u(&summary["rogues"]), 1, "{table}");
     assert_eq!(u(&summary["failed"]), 0, "{table}");
     let want = image_bytes(&trace);
     for c in r["clients"].as_array().unwrap() {
         if c["index"] == 3 {
             assert_eq!(c["result"], "cut", "{c}");
+            continue;
+        }
+        if c["index"] == 4 {
+            assert_eq!(c["result"], "rogue", "{c}");
             continue;
         }
         assert_eq!(c["result"], "booted", "{c}");
@@ -542,7 +550,15 @@ fn a_swarm_storm_with_a_client_switched_off_and_two_slow_boots_the_others() {
     assert_eq!(w["cut"], serde_json::json!([3]), "{w}");
     assert_eq!(w["slow"], serde_json::json!([1, 4]), "{w}");
     assert_eq!(u(&w["slow_bps"]), 5_000_000, "{w}");
-    assert_eq!(u(&w["refused"]), 0, "{w}");
+    assert_eq!(w["rogues"], serde_json::json!([4]), "{w}");
+    // Each request the rogue answered was refused by the agent that asked (the manifest's
+    // digest), and none of its bytes reached a reader (the replay's checks, above).
+    println!(
+        "the rogue answered {} requests; the agents refused {} chunks from peers",
+        w["rogue_answers"], w["refused"]
+    );
+    assert!(u(&w["refused"]) <= u(&w["rogue_answers"]), "{w}");
+    assert!(table.contains("corrupting peers"), "{table}");
     assert!(table.contains("switched off mid-boot"), "{table}");
     assert!(table.contains("1 switched off on purpose"), "{table}");
     assert!(

@@ -131,6 +131,13 @@ pub struct StormArgs {
     /// See --swarm-slow.
     #[arg(long, value_name = "RATE", default_value = "10mbit", value_parser = super::room::parse_rate)]
     pub swarm_slow_rate: u64,
+    /// With --swarm: this many clients (spread over the room, each one past a client
+    /// --swarm-cut would pick) play a corrupting peer instead of booting: each tells the
+    /// tracker it holds every chunk and answers every peer's request with wrong bytes. The
+    /// others must refuse every such chunk by the manifest and boot with the image's bytes;
+    /// the report counts the rogues apart and the requests they answered.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub swarm_corrupt: usize,
     /// Give up on clients not booted after this many seconds.
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,

@@ -709,6 +709,18 @@ fn root(run: &mut Run<'_>, ops: &[Op]) -> anyhow::Result<()> {
         let agents = run.plan.agents.as_ref().context(
             "the boot script roots this client through the agent (bootpool.blocks=): run the storm with --swarm AGENT",
         )?;
+        if agents.rogues.contains(&run.out.index) {
+            // `--swarm-corrupt`: it plays a corrupting peer to its room and does not boot.
+            let chunk = bootpool::image::blocks::CHUNK as usize;
+            let size = run.plan.image.as_ref().map_or(0, |i| i.len());
+            super::swarm_faults::rogue(
+                &blocks,
+                peers.unwrap_or(10810),
+                size.div_ceil(chunk) as u64,
+                chunk,
+            )?;
+            bail!("{}", super::swarm_faults::ROGUE);
+        }
         agents
             .start(
                 run.out.index,

@@ -297,8 +297,12 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
     if args.servers > 1 && args.bond_hash {
         bail!("--servers runs K members, each on its own --server-links; it takes no --bond-hash");
     }
-    if args.swarm.is_none() && (args.swarm_cut > 0.0 || args.swarm_slow > 0.0) {
-        bail!("--swarm-cut and --swarm-slow act on the agents of a swarm: they take --swarm AGENT");
+    if args.swarm.is_none()
+        && (args.swarm_cut > 0.0 || args.swarm_slow > 0.0 || args.swarm_corrupt > 0)
+    {
+        bail!(
+            "--swarm-cut, --swarm-slow and --swarm-corrupt act on the agents of a swarm: they take --swarm AGENT"
+        );
     }
     if args.fail.is_some() && (args.servers < 2 || k != 1) {
         bail!(
@@ -366,10 +370,12 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
         )),
         None => None,
     };
-    let agents = args
-        .swarm
-        .as_ref()
-        .map(|a| Arc::new(swarm::Agents::new(a.clone(), &run_dir)));
+    let rogues = swarm_faults::spread(macs.len(), args.swarm_corrupt, 1);
+    let agents = args.swarm.as_ref().map(|a| {
+        let mut agents = swarm::Agents::new(a.clone(), &run_dir);
+        agents.rogues = rogues.clone();
+        Arc::new(agents)
+    });
     let t0 = Instant::now();
     let plan = Arc::new(plan::Plan {
         trace: Arc::new(trace),
@@ -626,6 +632,8 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
         if switched(o.index) && o.result != "booted" {
             // Switched off on purpose: neither booted nor failed.
             o.result = "cut".into();
+        } else if rogues.contains(&o.index) && o.result != "booted" {
+            o.result = "rogue".into();
         }
         progress.done(&o);
         outcomes.push(o);
@@ -698,6 +706,9 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
             row.cut_after_s = args.swarm_cut_after;
             row.slow = slow.iter().copied().collect();
             row.slow_bps = slow_rate;
+            row.rogues = rogues.iter().copied().collect();
+            row.rogue_answers =
+                swarm_faults::ROGUE_ANSWERS.load(std::sync::atomic::Ordering::Relaxed);
         }
         report.swarm = Some(row);
     }

@@ -165,6 +165,8 @@ pub struct Summary {
     pub failed: usize,
     /// Clients switched off mid-boot on purpose (`--swarm-cut`).
     pub cut: usize,
+    /// Clients that played a corrupting peer instead of booting (`--swarm-corrupt`).
+    pub rogues: usize,
     /// Clients that needed a retransmit or retry of any kind.
     pub retried: usize,
     /// All clients' DHCP retransmits, TFTP and HTTP retries.
@@ -481,8 +483,10 @@ impl Report {
     ) -> Report {
         let n = clients.len();
         let booted = clients.iter().filter(|c| c.result == "booted").count();
-        // Switched off on purpose (`--swarm-cut`): neither booted nor failed.
+        // Switched off on purpose (`--swarm-cut`) or playing a corrupting peer
+        // (`--swarm-corrupt`): neither booted nor failed.
         let cut = clients.iter().filter(|c| c.result == "cut").count();
+        let rogues = clients.iter().filter(|c| c.result == "rogue").count();
         let mut times: Vec<f64> = clients
             .iter()
             .filter(|c| c.result == "booted")
@@ -597,8 +601,9 @@ impl Report {
             summary: Summary {
                 clients: n,
                 booted,
-                failed: n - booted - cut,
+                failed: n - booted - cut - rogues,
                 cut,
+                rogues,
                 retried,
                 dhcp_retransmits: total(|c| c.dhcp_retransmits.into()),
                 tftp_retries: total(|c| c.tftp_retries.into()),
@@ -688,10 +693,10 @@ impl Report {
             s.push_str(&format!(
                 "c{:03} {}: {}\n",
                 r.client.index,
-                if r.client.result == "cut" {
-                    "switched off"
-                } else {
-                    "failed"
+                match r.client.result.as_str() {
+                    "cut" => "switched off",
+                    "rogue" => "rogue",
+                    _ => "failed",
                 },
                 r.client.error.as_deref().unwrap_or("")
             ));
@@ -736,10 +741,11 @@ impl Report {
             m.booted,
             m.failed,
             m.retried,
-            if m.cut > 0 {
-                format!(", {} switched off on purpose", m.cut)
-            } else {
-                String::new()
+            match (m.cut, m.rogues) {
+                (0, 0) => String::new(),
+                (c, 0) => format!(", {c} switched off on purpose"),
+                (0, r) => format!(", {r} playing a corrupting peer"),
+                (c, r) => format!(", {c} switched off on purpose, {r} playing a corrupting peer"),
             }
         ));
         let sv = &self.server;

@@ -128,6 +128,8 @@ pub struct Agents {
     pub binary: PathBuf,
     dir: PathBuf,
     running: Mutex<Vec<Running>>,
+    /// The clients that play a corrupting peer instead (`--swarm-corrupt`).
+    pub rogues: std::collections::BTreeSet<usize>,
 }
 
 /// What one agent did, from its log's last summary line and /proc.
@@ -149,6 +151,7 @@ impl Agents {
             binary,
             dir: dir.to_path_buf(),
             running: Mutex::new(Vec::new()),
+            rogues: Default::default(),
         }
     }
 
@@ -384,6 +387,10 @@ pub struct Row {
     /// `--swarm-slow`: the clients that sent at `slow_bps` (their own side of their port).
     pub slow: Vec<usize>,
     pub slow_bps: u64,
+    /// `--swarm-corrupt`: the clients that played a corrupting peer, and the requests they
+    /// answered with wrong bytes.
+    pub rogues: Vec<usize>,
+    pub rogue_answers: u64,
 }
 
 impl Row {
@@ -484,6 +491,15 @@ impl Row {
                 self.slow_bps / 1_000_000,
                 self.slow.len(),
                 clients(&self.slow),
+            ));
+        }
+        if !self.rogues.is_empty() {
+            s.push_str(&format!(
+                "\n  corrupting peers (claiming every chunk, sending wrong bytes): {} clients, {}; they answered {} requests, the agents refused {} chunks from peers",
+                self.rogues.len(),
+                clients(&self.rogues),
+                self.rogue_answers,
+                self.refused,
             ));
         }
         if self.invalid {
