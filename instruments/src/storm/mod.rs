@@ -13,7 +13,8 @@
 //! - `uplink`: a room behind a shaped uplink (`--uplink`), and what it carried.
 //! - `swarm`: the NBD root through the client agent in every client's namespace (`--swarm`),
 //!   sharing chunks through the server's tracker, and the report's row of copies and CPU;
-//!   `swarm_faults`: a share of that room switched off mid-boot, or sending slowly.
+//!   `swarm_faults`: a share of that room switched off mid-boot or sending slowly, and
+//!   clients playing a corrupting peer.
 //! - `client`: one client's boot (firmware steps, then the root closed-loop, then booted).
 //! - `dhcp`: the firmware's DHCP through `dhcp4r`, with the PXE retransmit schedule.
 //! - `root`: the root's requests, through `nfs` (the nfs3_client crate) or `nbd` (libnbd).
@@ -392,7 +393,7 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
     });
     let client_link = args.client_link;
     let cut = swarm_faults::chosen(macs.len(), args.swarm_cut);
-    let slow = Arc::new(swarm_faults::chosen(macs.len(), args.swarm_slow));
+    let slow = swarm_faults::chosen(macs.len(), args.swarm_slow);
     let slow_rate = args.swarm_slow_rate;
 
     let (tid_tx, tid_rx) = mpsc::channel::<(usize, libc::pid_t)>();
