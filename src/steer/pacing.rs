@@ -529,6 +529,7 @@ impl Link {
             if idle {
                 continue;
             }
+            trace_round(&self.device, c, was, *cap);
             // What a next connection of the client starts at.
             if let Some(known) = clients.get_mut(&c.client) {
                 known.cap = *cap;
@@ -552,6 +553,25 @@ impl Link {
         }
         set
     }
+}
+
+/// The pacer's trace, one line per connection that moved or had bytes waiting, each round:
+/// `BOOTPOOL_LOG=info,bootpool::pacer=trace` (docs/links.md). A connection that sent nothing while
+/// bytes waited adds what its TCP_INFO says of why (`tcp_info::Stall`).
+fn trace_round(device: &str, c: &Conn, was: &Seen, cap: Option<u64>) {
+    if !tracing::enabled!(target: "bootpool::pacer", tracing::Level::TRACE) {
+        return;
+    }
+    let stall = (was.sent == 0 && was.unsent > 0)
+        .then(|| {
+            let mut buf = [0u8; tcp_info::STALL_SIZE];
+            let len = crate::sys::sock::tcp_info(c.fd.as_fd(), &mut buf).ok()?;
+            tcp_info::decode_stall(&buf[..len])
+        })
+        .flatten();
+    tracing::trace!(target: "bootpool::pacer", link = device, client = %c.client,
+        carries = ?c.carries, sent = was.sent, unsent = was.unsent, cap_was = ?was.cap,
+        cap = ?cap, stall = ?stall, "pacer round");
 }
 
 /// A round's figures for one link.
