@@ -46,8 +46,19 @@ fn main() -> ExitCode {
                     .block_on(lab::run(*args))
             })
         }
-        // Before any thread: the room's namespace is this process's.
-        Command::Storm(args) => lab::net::enter_private_namespace().and_then(|()| storm::run(args)),
+        Command::Storm(args) => {
+            // Before the namespace: the ARP table's limits are the machine's, written from the
+            // first namespace only, and a room of N clients needs N x N entries
+            // (`storm::neigh`). Put back as the storm ends.
+            let links = args.server_links.0 * args.servers.max(1);
+            if let Err(e) = storm::neigh::raise(args.clients, links) {
+                eprintln!("storm: the ARP table's limits stay as they are: {e:#}");
+            }
+            // Before any thread: the room's namespace is this process's.
+            let result = lab::net::enter_private_namespace().and_then(|()| storm::run(args));
+            storm::neigh::restore();
+            result
+        }
         Command::Trace(args) => trace::run(args),
     };
     match result {

@@ -79,10 +79,70 @@ pub fn recorded_order(
     unfinished
 }
 
+/// Chunks in one window of a spread order (`spread`): 8 MiB of 256 KiB chunks, two thirds
+/// of a second at 100 Mbit/s; no chunk is fetched further than that from its place in the
+/// order.
+pub const SPREAD_WINDOW: usize = 32;
+/// How far apart in a window the next agent starts: the chunks an agent fetches at once
+/// (`bootpool-agent`'s `PREFETCH_AT_ONCE`), so that agents that start together fetch
+/// different chunks, `SPREAD_WINDOW / SPREAD_STRIDE` groups of them.
+pub const SPREAD_STRIDE: usize = 4;
+
+/// `order` as the swarm's `k`-th agent (counted from 0) is to walk it: cut into windows of
+/// `SPREAD_WINDOW` chunks, each window rotated to start `k x SPREAD_STRIDE` chunks in (modulo
+/// its length). Every agent still walks the windows in the order's order, so what a boot
+/// reads first is held first; but agents that start together ask for different chunks of a
+/// window at once, the server's one copy goes out as different chunks to different agents,
+/// and they then fetch the rest from each other (super-seeding, BEP 16) instead of all from
+/// the one agent that fetched each chunk first. Agent 0 walks `order` unchanged.
+pub fn spread(order: &[u64], k: usize) -> Vec<u64> {
+    let mut out = Vec::with_capacity(order.len());
+    for window in order.chunks(SPREAD_WINDOW) {
+        let at = k.wrapping_mul(SPREAD_STRIDE) % window.len();
+        out.extend_from_slice(&window[at..]);
+        out.extend_from_slice(&window[..at]);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::trace::format::{Header, Op};
+
+    #[test]
+    fn a_spread_order_rotates_each_window_by_the_agents_place_and_keeps_every_chunk() {
+        let order: Vec<u64> = (100..100 + SPREAD_WINDOW as u64 + 6).collect();
+        assert_eq!(spread(&order, 0), order);
+        let one = spread(&order, 1);
+        // The first window from its fifth chunk, round to its start; the short last window
+        // (6 chunks) from 4 mod 6.
+        assert_eq!(&one[..3], &[104, 105, 106]);
+        assert_eq!(one[SPREAD_WINDOW - SPREAD_STRIDE], 100);
+        assert_eq!(
+            &one[SPREAD_WINDOW..],
+            &[136, 137, 132, 133, 134, 135],
+            "{one:?}"
+        );
+        // Agents that start together start on different chunks, as many as the window has
+        // groups; the next one starts where the first did.
+        let groups = SPREAD_WINDOW / SPREAD_STRIDE;
+        let starts: HashSet<u64> = (0..groups).map(|k| spread(&order, k)[0]).collect();
+        assert_eq!(starts.len(), groups);
+        assert_eq!(spread(&order, groups)[0], order[0]);
+        // Nothing lost, nothing twice, no chunk further than a window from its place.
+        for k in [0, 1, 7, 8, 1000, usize::MAX] {
+            let s = spread(&order, k);
+            let mut sorted = s.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, order);
+            for (at, c) in s.iter().enumerate() {
+                let was = order.iter().position(|o| o == c).unwrap();
+                assert!(at.abs_diff(was) < SPREAD_WINDOW);
+            }
+        }
+        assert!(spread(&[], 3).is_empty());
+    }
 
     fn nbd(t: f64, cmd: &str, offset: u64, len: u64, export: Option<&str>) -> Op {
         Op {

@@ -4,13 +4,18 @@
 //! out, time an argument; the route (`service/http/tracker.rs`) reads the request and keeps
 //! the swarms.
 //!
-//! For each chunk wanted: up to `NAMED` agents of the room that hold it, those named least so
-//! far first (the load spread over the room's uplinks); else the agent already receiving it
-//! from the server, asked at most `RECEIVING_FOR` ago (concurrent misses merged onto it); else
-//! none, and the asker is then the one receiving it: the server sends each chunk into the room
-//! about once (BitTorrent's super-seeding, BEP 16). A peer some agent reported bad is never
-//! named again; one reported gone, or silent for `FORGET_AFTER`, is forgotten until it asks
-//! again. The server is every agent's last source whatever is answered here.
+//! For each chunk wanted: up to `NAMED` agents of the room that hold it, those with the fewest
+//! uploads in flight first (named first for a chunk in the last `UPLOAD_FOR_MS` whose asker has
+//! not said since that it holds it), then those named least so far (the load spread over the
+//! room's uplinks); else the agent already receiving it from the server, asked at most
+//! `RECEIVING_FOR` ago (concurrent misses merged onto it); else none, and the asker is then
+//! the one receiving it: the server sends each chunk into the room about once (BitTorrent's
+//! super-seeding, BEP 16). The prefetch order each agent is handed is the swarm's, spread
+//! (`boot::prefetch::spread`): the k-th agent to ask starts each window of it at its own
+//! place, so agents that start together take different chunks from the server and then
+//! trade them. A peer some agent reported bad is never named again; one reported gone, or
+//! silent for `FORGET_AFTER`, is forgotten until it asks again. The server is every agent's
+//! last source whatever is answered here.
 
 use crate::proto::swarm::{Answer, Report};
 use std::collections::{HashMap, HashSet};
@@ -23,6 +28,9 @@ pub const RECEIVING_FOR_MS: u64 = 5_000;
 /// An agent that has not reported for this long is forgotten (agents report at least every
 /// 10 s while they serve peers).
 pub const FORGET_AFTER_MS: u64 = 60_000;
+/// How long an agent named first for a chunk counts as uploading it, unless its asker says it
+/// holds the chunk before: the agent's own limit on a peer's whole chunk (`PEER_CHUNK_WITHIN`).
+pub const UPLOAD_FOR_MS: u64 = 2_000;
 /// Agents one swarm keeps; past it a newcomer is answered but not kept (it fetches from the
 /// server and serves nobody).
 pub const MAX_AGENTS: usize = 4096;
@@ -68,6 +76,10 @@ pub struct Swarm {
     agents: HashMap<IpAddr, Agent>,
     /// Chunk -> the agent the server is sending it to, and since when.
     receiving: HashMap<u64, (IpAddr, u64)>,
+    /// (Asker, chunk) -> the agent named first to send it, and since when: uploads in flight.
+    uploads: HashMap<(IpAddr, u64), (IpAddr, u64)>,
+    /// Agents handed the prefetch order so far: the next one's place in `spread`.
+    orders_given: usize,
     banned: HashSet<IpAddr>,
     pub tally: Tally,
 }
@@ -80,6 +92,8 @@ impl Swarm {
             order: order.map(|o| o.into_iter().filter(|&i| i < chunks).collect()),
             agents: HashMap::new(),
             receiving: HashMap::new(),
+            uploads: HashMap::new(),
+            orders_given: 0,
             banned: HashSet::new(),
             tally: Tally::default(),
         }
@@ -119,6 +133,12 @@ impl Swarm {
                 }
             }
         }
+        // What it now holds is no longer on its way to it.
+        for i in report.have.iter() {
+            self.uploads.remove(&(ip, i));
+        }
+        self.uploads
+            .retain(|_, (_, since)| now_ms.saturating_sub(*since) < UPLOAD_FOR_MS);
         let from = report
             .want
             .iter()
@@ -131,9 +151,12 @@ impl Swarm {
             .map(|(a, agent)| SocketAddr::new(*a, agent.port))
             .collect();
         let order = report.order.then(|| {
-            self.order
-                .clone()
-                .unwrap_or_else(|| (0..self.chunks).collect())
+            let k = self.orders_given;
+            self.orders_given += 1;
+            match &self.order {
+                Some(o) => super::prefetch::spread(o, k),
+                None => super::prefetch::spread(&(0..self.chunks).collect::<Vec<_>>(), k),
+            }
         });
         Answer { peers, from, order }
     }
@@ -146,11 +169,18 @@ impl Swarm {
             .filter(|(a, agent)| **a != ip && agent.port != 0 && agent.holds(i))
             .collect();
         if !holders.is_empty() {
-            // Named least first; the address breaks ties, so an answer is the same for the
-            // same state.
-            holders.sort_by_key(|(a, agent)| (agent.named, **a));
+            // The fewest uploads in flight first, then named least; the address breaks ties,
+            // so an answer is the same for the same state.
+            let mut busy: HashMap<IpAddr, usize> = HashMap::new();
+            for (from, _) in self.uploads.values() {
+                *busy.entry(*from).or_default() += 1;
+            }
+            holders
+                .sort_by_key(|(a, agent)| (busy.get(*a).copied().unwrap_or(0), agent.named, **a));
             let chosen: Vec<IpAddr> = holders.iter().take(NAMED).map(|(a, _)| **a).collect();
             self.tally.to_holders += 1;
+            // The asker tries them in order: the first is the one likely to send it.
+            self.uploads.insert((ip, i), (chosen[0], now_ms));
             return chosen
                 .into_iter()
                 .map(|a| {
@@ -167,6 +197,7 @@ impl Swarm {
         });
         if let Some(r) = receiver {
             self.tally.merged += 1;
+            self.uploads.insert((ip, i), (r.ip(), now_ms));
             return vec![r];
         }
         if self.agents.contains_key(&ip) {
@@ -179,6 +210,8 @@ impl Swarm {
     fn forget(&mut self, ip: IpAddr) {
         self.agents.remove(&ip);
         self.receiving.retain(|_, (r, _)| *r != ip);
+        self.uploads
+            .retain(|(asker, _), (from, _)| *asker != ip && *from != ip);
     }
 
     /// Agents kept.
@@ -311,11 +344,75 @@ mod tests {
         }
         let a = s.ask(ip(9), &report(&[], &[0]), 1);
         assert_eq!(from(&a, 0), vec![at(1), at(2), at(3)]);
+        // Agent 1 is sending chunk 0 to 9 still: 2 and 3, named as often, come first.
         let b = s.ask(ip(8), &report(&[], &[1]), 2);
-        assert_eq!(from(&b, 1), vec![at(4), at(5), at(1)]);
+        assert_eq!(from(&b, 1), vec![at(4), at(5), at(2)]);
         // Everyone the asker may serve: the room's agents but itself.
         assert_eq!(b.peers.len(), 6);
         assert!(!b.peers.contains(&at(8)));
+    }
+
+    #[test]
+    fn holders_with_fewer_uploads_in_flight_come_first_until_their_askers_hold_the_chunk() {
+        let mut s = Swarm::new(4, None);
+        s.ask(ip(1), &report(&[0, 1], &[]), 0);
+        s.ask(ip(2), &report(&[0, 1], &[]), 0);
+        assert_eq!(
+            from(&s.ask(ip(9), &report(&[], &[0]), 1), 0),
+            vec![at(1), at(2)]
+        );
+        // 1 is sending to 9: 2 first, though named as often and later in address.
+        assert_eq!(
+            from(&s.ask(ip(8), &report(&[], &[0]), 2), 0),
+            vec![at(2), at(1)]
+        );
+        // 9 holds it now: 1 is free again, and is named for 9's next chunk.
+        assert_eq!(
+            from(&s.ask(ip(9), &report(&[0], &[1]), 3), 1),
+            vec![at(1), at(2)]
+        );
+        // 2's upload to 8 (since 2) is past its time, 1's to 9 (since 3) is not.
+        let late = 2 + UPLOAD_FOR_MS;
+        assert_eq!(
+            from(&s.ask(ip(7), &report(&[], &[1]), late), 1),
+            vec![at(2), at(1)]
+        );
+        // An agent merged onto the one receiving a chunk counts as that one's upload.
+        s.ask(ip(3), &report(&[], &[2]), late);
+        assert_eq!(
+            from(&s.ask(ip(4), &report(&[], &[2]), late), 2),
+            vec![at(3)]
+        );
+        assert!(s.uploads.values().any(|(f, _)| *f == ip(3)));
+        // A peer forgotten takes its uploads with it.
+        let mut gone = report(&[], &[]);
+        gone.gone = vec![ip(3)];
+        s.ask(ip(4), &gone, late);
+        assert!(!s.uploads.values().any(|(f, _)| *f == ip(3)));
+    }
+
+    #[test]
+    fn each_agent_is_handed_the_order_spread_by_its_place_among_the_askers() {
+        let mut asked = report(&[], &[]);
+        asked.order = true;
+        let recorded: Vec<u64> = (0..40).rev().collect();
+        let mut s = Swarm::new(40, Some(recorded.clone()));
+        assert_eq!(s.ask(ip(1), &asked, 0).order, Some(recorded.clone()));
+        let second = s.ask(ip(2), &asked, 0).order.unwrap();
+        assert_eq!(second, crate::boot::prefetch::spread(&recorded, 1));
+        assert_ne!(second[0], recorded[0]);
+        // A report that does not ask for it takes no place.
+        s.ask(ip(3), &report(&[], &[]), 0);
+        let third = s.ask(ip(4), &asked, 0).order.unwrap();
+        assert_eq!(third, crate::boot::prefetch::spread(&recorded, 2));
+        // Without a recorded order: ascending, spread the same way.
+        let mut s = Swarm::new(40, None);
+        s.ask(ip(1), &asked, 0);
+        let ascending: Vec<u64> = (0..40).collect();
+        assert_eq!(
+            s.ask(ip(2), &asked, 0).order,
+            Some(crate::boot::prefetch::spread(&ascending, 1))
+        );
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub mod fail;
 pub mod kea;
 pub mod leftovers;
 pub mod nbd;
+pub mod neigh;
 pub mod nfs;
 pub mod nfs_io;
 pub mod plan;
@@ -126,6 +127,7 @@ fn end_room_on_signal() -> anyhow::Result<()> {
             );
             end_room(Duration::from_secs(3));
             leftovers::remove_all();
+            neigh::restore();
             std::process::exit(128 + signal);
         })
         .context("starting the signal thread")?;

@@ -225,6 +225,9 @@ pub struct Server {
     /// Frames the machine's input backlog dropped during the storm (`sample::backlog_drops`):
     /// lost in the simulated switch, before any server or client saw them.
     pub backlog_drops: u64,
+    /// Times the machine's ARP table was full during the storm (`neigh`): a datagram that
+    /// needed a new entry was dropped, a DISCOVER among them.
+    pub neigh_fulls: u64,
     /// TCP segments the server's namespace sent again during the storm.
     pub tcp_retransmits: u64,
     /// Private memory (`sample::private_kib`: written and anonymous pages, not the image's
@@ -644,6 +647,7 @@ impl Report {
                 rss_per_client_kib: peak_rss.saturating_sub(before) as f64 / n.max(1) as f64,
                 udp_drops: grew(|s| s.udp_drops),
                 backlog_drops: grew(|s| s.backlog_drops),
+                neigh_fulls: grew(|s| s.neigh_fulls),
                 tcp_retransmits: grew(|s| s.tcp_retransmits),
                 private_before_kib: private_before,
                 private_peak_kib: private_peak,
@@ -751,7 +755,7 @@ impl Report {
         let sv = &self.server;
         // Said every run, zeros too: a count that is not printed cannot be compared.
         s.push_str(&format!(
-            "retries: {} DHCP retransmits, {} TFTP, {} HTTP; TCP segments sent again: {} by the clients, {} by the server; {} root connections ({} made again after one broke, at {} clients); UDP datagrams lost on a full receive buffer: {} at {} clients, {} at the server; frames lost in the simulated switch (the kernel's input backlog): {}\n",
+            "retries: {} DHCP retransmits, {} TFTP, {} HTTP; TCP segments sent again: {} by the clients, {} by the server; {} root connections ({} made again after one broke, at {} clients); UDP datagrams lost on a full receive buffer: {} at {} clients, {} at the server; frames lost in the simulated switch (the kernel's input backlog): {}; the machine's ARP table full: {} times\n",
             m.dhcp_retransmits,
             m.tftp_retries,
             m.http_retries,
@@ -764,6 +768,7 @@ impl Report {
             m.clients_with_udp_drops,
             sv.udp_drops,
             sv.backlog_drops,
+            sv.neigh_fulls,
         ));
         s.push_str(&format!(
             "all booted after {} s; boot time median {} s, p95 {} s, max {} s, min {} s; slowest/fastest {}, slowest/median {}\n",
@@ -1122,6 +1127,7 @@ mod tests {
             host_busy_s,
             udp_drops: 0,
             backlog_drops: 0,
+            neigh_fulls: 0,
             tcp_retransmits: 0,
             private_kib: 0,
             private_by_name: Default::default(),

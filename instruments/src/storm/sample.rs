@@ -43,6 +43,8 @@ pub struct Sample {
     pub udp_drops: u64,
     /// The machine's input-backlog drops so far (`backlog_drops`).
     pub backlog_drops: u64,
+    /// The times the machine's ARP table was full so far (`neigh::table_fulls`).
+    pub neigh_fulls: u64,
     /// The namespace's TCP segments sent again so far (`tcp_retransmits`): the server's.
     pub tcp_retransmits: u64,
 }
@@ -89,6 +91,7 @@ impl Sampler {
                             .map(|p| snmp_of(*p, "Udp:", "RcvbufErrors"))
                             .sum::<u64>(),
                     backlog_drops: backlog_drops(),
+                    neigh_fulls: super::neigh::table_fulls(),
                     tcp_retransmits: tcp_retransmits()
                         + members
                             .iter()

@@ -1,0 +1,1 @@
+/tmp/s39-base/bootpool storm --config /work/s39-out/base-3/pools-4x250mbit.yaml --root nbd --clients 40 --tftp-loader --client-link 100mbit --server-links 4x250mbit --think-scale 0.2 --label unicast-nbd-40 --json /work/s39-out/base-3/unicast-nbd-40.json

@@ -1,0 +1,1 @@
+/tmp/s39-a/bootpool storm --config /work/s39-out/new-2/pools-4x250mbit.yaml --root nbd --clients 10 --tftp-loader --client-link 100mbit --server-links 4x250mbit --think-scale 0.2 --label unicast-nbd-10 --json /work/s39-out/new-2/unicast-nbd-10.json
