@@ -1,0 +1,1 @@
+cd /work/main && /tmp/bp39d/bootpool storm --config /work/main/bench/out/matrix-s39-nbd-200/nbd-2x200/pools-plain-2x500mbit.yaml --root nbd --clients 200 --tftp-loader --client-link 100mbit --server-links 2x500mbit --think-scale 0.2 --json /work/main/bench/out/matrix-s39-nbd-200/nbd-2x200/bootpool-links-plain-nbd-200.json --label bootpool-links-plain-nbd-200 

@@ -1,0 +1,1 @@
+cd /work/main && /tmp/bp39d/bootpool storm --config /work/main/bench/out/matrix-s39-nfs-small/nfs-3x20/run-1/pools-plain-3x333mbit.yaml --root nfs --clients 20 --tftp-loader --client-link 100mbit --server-links 3x333mbit --think-scale 0.2 --json /work/main/bench/out/matrix-s39-nfs-small/nfs-3x20/run-1/bootpool-links-plain-nfs-20.json --label bootpool-links-plain-nfs-20 
