@@ -39,7 +39,7 @@ firmware retry.
 EOF
 }
 
-ARGS="$*"
+ARGS="$(printf "%q " "$@")"
 SIZES="20 40 120 200" LINKS="2 3 4" CAPACITY=1gbit ROOTS="nbd nfs" CLIENT=100mbit THINK=0.2
 REPEAT=1 BIN="" OUT="" RECORD=""
 while [ $# -gt 0 ]; do

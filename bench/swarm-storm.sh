@@ -43,7 +43,7 @@ Needs root, tc, libnbd0 and the demo image (scripts/setup).
 EOF
 }
 
-ARGS="$*"
+ARGS="$(printf "%q " "$@")"
 SIZES="10 40" LINKS=4 RATE=250mbit CLIENT=100mbit THINK=0.2 OUT="" BIN="" AGENT="" RECORD=""
 FAULTS=""
 while [ $# -gt 0 ]; do
