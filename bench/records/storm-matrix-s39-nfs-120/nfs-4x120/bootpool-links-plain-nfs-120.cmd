@@ -1,0 +1,1 @@
+cd /work/main && /tmp/bp39d/bootpool storm --config /work/main/bench/out/matrix-s39-nfs-120/nfs-4x120/pools-plain-4x250mbit.yaml --root nfs --clients 120 --tftp-loader --client-link 100mbit --server-links 4x250mbit --think-scale 0.2 --json /work/main/bench/out/matrix-s39-nfs-120/nfs-4x120/bootpool-links-plain-nfs-120.json --label bootpool-links-plain-nfs-120 
