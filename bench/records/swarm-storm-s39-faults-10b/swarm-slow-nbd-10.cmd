@@ -1,0 +1,1 @@
+/tmp/bp39d/bootpool storm --config /work/main/bench/out/swarm-faults-s39-10b/pools-4x250mbit.yaml --root nbd --clients 10 --tftp-loader --client-link 100mbit --server-links 4x250mbit --think-scale 0.2 --label swarm-slow-nbd-10 --json /work/main/bench/out/swarm-faults-s39-10b/swarm-slow-nbd-10.json --swarm /tmp/bp39d/bootpool-agent --swarm-slow 0.1 --swarm-slow-rate 10mbit
