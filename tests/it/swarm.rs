@@ -309,43 +309,18 @@ fn room_reads(n: usize) -> u64 {
     sent
 }
 
-/// A small HTTP server of this test's, at a client's address, that answers every chunk with
-/// the chunk's length of wrong bytes; the requests it got.
+/// A corrupting peer at a client's address (the storm's rogue's server,
+/// `swarm_faults::serve_wrong_chunks`): it answers every chunk with the chunk's length of wrong
+/// bytes; the requests it got.
 fn corrupting_peer(ns: &str, ip: &str) -> Arc<AtomicU64> {
     let addr = format!("{ip}:10810");
     let listener = Link::within(ns, move || std::net::TcpListener::bind(addr).unwrap());
     let asked = Arc::new(AtomicU64::new(0));
-    let count = asked.clone();
-    std::thread::spawn(move || {
-        for s in listener.incoming().flatten() {
-            let count = count.clone();
-            std::thread::spawn(move || {
-                let mut r = BufReader::new(s.try_clone().unwrap());
-                let mut w = s;
-                loop {
-                    let mut line = String::new();
-                    if r.read_line(&mut line).unwrap_or(0) == 0 {
-                        return;
-                    }
-                    loop {
-                        let mut h = String::new();
-                        if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-                            break;
-                        }
-                    }
-                    count.fetch_add(1, Ordering::Relaxed);
-                    let body = vec![0x5a; blocks::CHUNK as usize];
-                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
-                    if w.write_all(head.as_bytes())
-                        .and_then(|()| w.write_all(&body))
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-            });
-        }
-    });
+    bootpool_instruments::storm::swarm_faults::serve_wrong_chunks(
+        listener,
+        blocks::CHUNK as usize,
+        asked.clone(),
+    );
     asked
 }
 

@@ -12,8 +12,8 @@
 use anyhow::Context as _;
 use std::collections::BTreeSet;
 use std::io::{BufRead as _, BufReader, Write as _};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 /// How often a rogue tells the tracker again that it holds everything (agents report at
@@ -24,7 +24,7 @@ const ROGUE_REPORT_EVERY: Duration = Duration::from_secs(2);
 pub const ROGUE: &str = "a corrupting peer: it served wrong bytes to its room and did not boot";
 
 /// Requests the storm's rogues answered with wrong bytes, all of them together.
-pub static ROGUE_ANSWERS: AtomicU64 = AtomicU64::new(0);
+pub static ROGUE_ANSWERS: LazyLock<Arc<AtomicU64>> = LazyLock::new(Arc::default);
 
 /// Plays a corrupting peer in the calling thread's namespace (a client's, with its lease):
 /// serves `GET /chunks/...` on 0.0.0.0:`port` with `chunk` wrong bytes each, and tells the
@@ -34,11 +34,7 @@ pub static ROGUE_ANSWERS: AtomicU64 = AtomicU64::new(0);
 pub fn rogue(blocks: &str, port: u16, chunks: u64, chunk: usize) -> anyhow::Result<()> {
     let listener = std::net::TcpListener::bind(("0.0.0.0", port))
         .with_context(|| format!("the rogue peer: binding port {port}"))?;
-    std::thread::spawn(move || {
-        for s in listener.incoming().flatten() {
-            std::thread::spawn(move || serve_wrong(s, chunk));
-        }
-    });
+    serve_wrong_chunks(listener, chunk, ROGUE_ANSWERS.clone());
     let first = blocks.split(',').next().unwrap_or(blocks);
     let url = format!("{first}/where");
     let report = format!(
@@ -55,8 +51,20 @@ pub fn rogue(blocks: &str, port: u16, chunks: u64, chunk: usize) -> anyhow::Resu
     Ok(())
 }
 
+/// A corrupting peer's server on `listener`, on threads of its own for as long as the process
+/// runs: every request on every connection is answered with `chunk` bytes of 0x5a, counted in
+/// `answered`. The storm's rogues run it; so do the tests of the agents' ban.
+pub fn serve_wrong_chunks(listener: std::net::TcpListener, chunk: usize, answered: Arc<AtomicU64>) {
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            let answered = answered.clone();
+            std::thread::spawn(move || serve_wrong(s, chunk, &answered));
+        }
+    });
+}
+
 /// One peer's connection to a rogue: each request's head read, then `chunk` bytes of 0x5a.
-fn serve_wrong(s: std::net::TcpStream, chunk: usize) {
+fn serve_wrong(s: std::net::TcpStream, chunk: usize, answered: &AtomicU64) {
     let Ok(read) = s.try_clone() else {
         return;
     };
@@ -74,7 +82,7 @@ fn serve_wrong(s: std::net::TcpStream, chunk: usize) {
                 break;
             }
         }
-        ROGUE_ANSWERS.fetch_add(1, Ordering::Relaxed);
+        answered.fetch_add(1, Ordering::Relaxed);
         let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {chunk}\r\n\r\n");
         if w.write_all(head.as_bytes())
             .and_then(|()| w.write_all(&body))
