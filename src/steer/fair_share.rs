@@ -111,13 +111,6 @@ pub enum Carries {
     FileRoot,
 }
 
-impl Carries {
-    /// A root, by blocks or by files.
-    pub fn is_root(self) -> bool {
-        matches!(self, Carries::BlockRoot | Carries::FileRoot)
-    }
-}
-
 /// How the clients held back on a full link are weighed against each other.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Weights {
