@@ -8,8 +8,8 @@ REPO="$(cd "$HERE/.." && pwd)"
 usage() {
     cat <<EOF
 usage: $0 [--sizes "10 40"] [--links K] [--link-rate RATE] [--client-link RATE]
-          [--think-scale F] [--faults SHARE] [--out DIR] [--bin PATH] [--agent PATH]
-          [--record NAME]
+          [--think-scale F] [--faults SHARE] [--torrent] [--out DIR] [--bin PATH]
+          [--agent PATH] [--record NAME]
 
 For each room size in --sizes (default "10 40"), two rows of \`bootpool storm\` on the same
 room, image and trace (bench/storm/pools.yaml's NBD pool, bench/traces/demo-nbd.trace), one
@@ -26,6 +26,18 @@ With --faults SHARE (0.1 for a tenth), two more rows per size, the same swarm wi
   swarm-corrupt  one client playing a corrupting peer instead of booting: it claims every
                chunk and sends wrong bytes (--swarm-corrupt 1)
 and the summary gives each one's time over the plain swarm row's.
+With --torrent, two more rows per size, both with the server on the ideal bond (one link of
+--links x --link-rate: the seed below announces one address, so it gets what the K links
+carry together):
+  swarm-bond   the swarm row again on that bond
+  torrent      the reference swarm: each client reads the root through nbdkit's torrent
+               plugin (libtorrent, Debian's build, its defaults) instead of the agent, from
+               a seed (nbdkit torrent of the image) and opentracker beside the server
+               (\`bootpool storm --torrent\`, instruments' storm/torrent.rs)
+and the summary gives the torrent row's time over the swarm-bond row's. libtorrent fetches
+the whole image (the agent only what the tracker's order names) and tries uTP first; its
+CPU is the clients' nbdkit processes'. It needs more CPU than the agent: lower
+--client-link and --link-rate together until the rows are valid, and say the scale.
 All rows check every read against the image's bytes; both directions of each client port
 are shaped. The scale: clients at --client-link (default 100mbit), the server on --links
 (default 4) x --link-rate (default 250mbit), think times x --think-scale (default 0.2): the
@@ -39,13 +51,14 @@ the config, meta.txt and summary.md; --record NAME copies them to bench/records/
 over 256 KiB gzipped).
   --bin    run this bootpool binary (default: cargo build --release, copied aside)
   --agent  this static bootpool-agent (default: the release musl build, copied aside)
-Needs root, tc, libnbd0 and the demo image (scripts/setup).
+Needs root, tc, libnbd0 and the demo image (scripts/setup); --torrent also nbdkit,
+opentracker and nftables.
 EOF
 }
 
 ARGS="$(printf "%q " "$@")"
 SIZES="10 40" LINKS=4 RATE=250mbit CLIENT=100mbit THINK=0.2 OUT="" BIN="" AGENT="" RECORD=""
-FAULTS=""
+FAULTS="" TORRENT=""
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -55,6 +68,7 @@ while [ $# -gt 0 ]; do
         --client-link) CLIENT="$2"; shift ;;
         --think-scale) THINK="$2"; shift ;;
         --faults) FAULTS="$2"; shift ;;
+        --torrent) TORRENT=1 ;;
         --out) OUT="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
         --agent) AGENT="$2"; shift ;;
@@ -89,10 +103,19 @@ fi
     echo "date: $(date -u +%FT%TZ)"
     echo "machine: $(uname -srm), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "room: clients at $CLIENT (both directions), server links ${LINKS}x$RATE, think x$THINK"
+    if [ -n "$TORRENT" ]; then
+        echo "torrent rows: server on the ideal bond 1x$BOND; $(nbdkit --version 2>&1 | head -1), opentracker $(dpkg-query -W -f='${Version}' opentracker 2>/dev/null || echo '?'), libtorrent-rasterbar $(dpkg-query -W -f='${Version}' 'libtorrent-rasterbar2.0*' 2>/dev/null | head -1 || echo '?')"
+    fi
 } > "$OUT/meta.txt"
 
-CONFIG="$OUT/pools-${LINKS}x$RATE.yaml"
-python3 - "$REPO/bench/storm/pools.yaml" "$CONFIG" "$REPO/images/demo" "$REPO/var/storm-state/" "$LINKS" "$RATE" <<'EOF'
+# The ideal bond: one link of the K links' rate together (--torrent's rows).
+BOND="$(python3 -c "
+import re,sys; m=re.fullmatch(r'([0-9.]+)([kmg]?)(bit)?', sys.argv[1].lower())
+mbit={'':1e-6,'k':1e-3,'m':1,'g':1e3}[m.group(2)]*float(m.group(1))
+print(f'{mbit*int(sys.argv[2]):g}mbit')" "$RATE" "$LINKS")"
+# The storm's config for K links of RATE (the file's one link_speeds line rewritten).
+config_for() { # K RATE FILE
+python3 - "$REPO/bench/storm/pools.yaml" "$3" "$REPO/images/demo" "$REPO/var/storm-state/" "$1" "$2" <<'EOF'
 import sys
 src, dst, image, state, k, rate = sys.argv[1:]
 text = open(src).read()
@@ -107,11 +130,20 @@ line = next(l for l in text.splitlines() if l.strip().startswith("link_speeds:")
 once(line, "  link_speeds: { " + ", ".join(f"s{i}: {rate}" for i in range(int(k))) + " }")
 open(dst, "w").write(text)
 EOF
+}
+CONFIG="$OUT/pools-${LINKS}x$RATE.yaml"
+config_for "$LINKS" "$RATE" "$CONFIG"
+if [ -n "$TORRENT" ]; then
+    BOND_CONFIG="$OUT/pools-1x$BOND.yaml"
+    config_for 1 "$BOND" "$BOND_CONFIG"
+fi
 
-row() { # name clients [extra storm arguments...]
+row() { # name clients [extra storm arguments...]; on the ideal bond when ON_BOND=1
     local name="$1" n="$2"; shift 2
-    local cmd=("$BIN" storm --config "$CONFIG" --root nbd --clients "$n" --tftp-loader
-        --client-link "$CLIENT" --server-links "${LINKS}x$RATE" --think-scale "$THINK"
+    local config="$CONFIG" links="${LINKS}x$RATE"
+    if [ "${ON_BOND:-}" = 1 ]; then config="$BOND_CONFIG" links="1x$BOND"; fi
+    local cmd=("$BIN" storm --config "$config" --root nbd --clients "$n" --tftp-loader
+        --client-link "$CLIENT" --server-links "$links" --think-scale "$THINK"
         --label "$name" --json "$OUT/$name.json" "$@")
     echo "${cmd[*]}" > "$OUT/$name.cmd"
     echo "== $name: ${cmd[*]}" >&2
@@ -135,12 +167,16 @@ print(f'{max(mbit/10, 1):g}mbit')" "$CLIENT")"
         row "swarm-slow-nbd-$n" "$n" --swarm "$AGENT" --swarm-slow "$FAULTS" --swarm-slow-rate "$slow_rate"
         row "swarm-corrupt-nbd-$n" "$n" --swarm "$AGENT" --swarm-corrupt 1
     fi
+    if [ -n "$TORRENT" ]; then
+        ON_BOND=1 row "swarm-bond-nbd-$n" "$n" --swarm "$AGENT"
+        ON_BOND=1 row "torrent-nbd-$n" "$n" --swarm "$AGENT" --torrent
+    fi
 done
 
 python3 - "$OUT" > "$OUT/summary.md" <<'EOF'
 import json, os, sys
 out = sys.argv[1]
-print("| row | clients | booted | switched off / rogue | all booted s | x swarm row | server chunks (unicast: root bytes / 256 KiB) | one-copy floor | copies | chunks from peers | agents' CPU s per GB | % of a core at 1 Gbit/s | CPU-bound s | valid | chunks refused / rogue's answers |")
+print("| row | clients | booted | switched off / rogue | all booted s | x swarm row (torrent: x swarm-bond) | server chunks (unicast: root bytes / 256 KiB; torrent: the seed's payload / 256 KiB) | one-copy floor | copies | chunks from peers | agents' (torrent: nbdkits') CPU s per GB | % of a core at 1 Gbit/s | CPU-bound s | valid | chunks refused / rogue's answers |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 rows = sorted((f for f in os.listdir(out) if f.endswith(".json")),
               key=lambda f: (int(f.rsplit("-", 1)[1][:-5]), f))
@@ -154,14 +190,17 @@ for f in rows:
     s, w, h = r["summary"], r.get("swarm") or {}, r["host"]
     fmt = lambda v, p="{:.2f}": "-" if v is None else p.format(v)
     swarm = w.get("mode") == "swarm"
+    torrent = w.get("mode") == "torrent"
     n = f.rsplit("-", 1)[1][:-5]
-    plain = booted_s(f"swarm-nbd-{n}.json") if swarm else None
+    # Each row against the swarm row on the same links: the torrent row against swarm-bond.
+    against = f"swarm-bond-nbd-{n}.json" if torrent else f"swarm-nbd-{n}.json"
+    plain = booted_s(against) if (swarm or torrent) else None
     mine = s.get("all_booted_s")
-    x = fmt(mine / plain) if (plain and mine and not f.startswith("swarm-nbd-")) else "-"
+    x = fmt(mine / plain) if (plain and mine and f != against) else "-"
     print(f"| {r['label']} | {s['clients']} | {s['booted']} | {s.get('cut', 0)} / {s.get('rogues', 0)} | {fmt(mine, '{:.1f}')} | {x} "
           f"| {fmt(w.get('server_chunks'), '{:.0f}')} | {w.get('floor_chunks', '-')} | {fmt(w.get('copies'))} "
-          f"| {w.get('from_peers', '-') if swarm else '-'} | {fmt(w.get('cpu_s_per_gb')) if swarm else '-'} "
-          f"| {fmt(w.get('core_pct_at_1gbit'), '{:.1f}') if swarm else '-'} | {h['cpu_bound_s']:.0f} "
+          f"| {w.get('from_peers', '-') if swarm else '-'} | {fmt(w.get('cpu_s_per_gb')) if swarm or torrent else '-'} "
+          f"| {fmt(w.get('core_pct_at_1gbit'), '{:.1f}') if swarm or torrent else '-'} | {h['cpu_bound_s']:.0f} "
           f"| {'no (CPUs set the pace)' if w.get('invalid') else 'yes'} "
           f"| {w.get('refused', '-') if swarm else '-'} / {w.get('rogue_answers', '-') if swarm else '-'} |")
 EOF

@@ -491,6 +491,57 @@ fn a_small_swarm_storm_boots_every_client_through_its_agent_and_the_server_sends
     assert!(table.contains("chunks from peers"), "{table}");
 }
 
+/// The reference swarm (`--torrent`, issue 48 part 3's "nbdkit's torrent plugin"): four
+/// clients read the NBD root through nbdkit's torrent plugin (libtorrent) in their
+/// namespaces, from a seed and opentracker beside the server. Every read is the image's
+/// (the replay checks each), the seed's counter saw it send the room the root's pieces, and
+/// it sent at least the chunks the clients read and fewer than four copies of the whole image
+/// (libtorrent fetches every piece): the rest went between the clients.
+#[test]
+fn a_torrent_room_boots_every_client_through_nbdkits_torrent_plugin() {
+    let _room = one_room();
+    let dir = tempfile::tempdir().unwrap();
+    let (trace_file, trace) = short_trace("nbd", 100_000, dir.path());
+    let agent = crate::common::static_agent();
+    let clients = 4;
+    let extra = ["--swarm", agent.to_str().unwrap(), "--torrent"];
+    let (table, r) = small_room(
+        dir.path(),
+        "nbd",
+        clients,
+        &trace_file,
+        "1x1gbit",
+        600,
+        &extra,
+    );
+    assert_eq!(u(&r["summary"]["booted"]), clients as u64, "{table}");
+    let want = image_bytes(&trace);
+    for c in r["clients"].as_array().unwrap() {
+        assert_eq!(c["result"], "booted", "{c}");
+        assert_eq!(u(&c["bytes"]["nbd"]), want.nbd, "{c}");
+        assert_eq!(u(&c["root_errors"]), 0, "{c}");
+    }
+    let w = &r["swarm"];
+    assert_eq!(w["mode"], "torrent", "{table}");
+    assert_eq!(u(&w["agents"]), clients as u64, "{table}");
+    let sent = w["server_chunks"].as_f64().expect("the seed's payload");
+    let image_chunks = u(&w["image_chunks"]) as f64;
+    let floor = u(&w["floor_chunks"]) as f64;
+    assert!(floor > 0.0 && image_chunks >= floor, "{w}");
+    // Only the seed held the root at first: each chunk a client read left it at least once.
+    assert!(
+        sent >= 0.95 * floor,
+        "the seed sent {sent} chunks, the clients read {floor}: {w}\n{table}"
+    );
+    assert!(
+        sent < clients as f64 * image_chunks,
+        "the seed sent {sent} chunks, {clients} copies of the image are {}: {w}\n{table}",
+        clients as f64 * image_chunks
+    );
+    assert!(w["agent_cpu_s"].as_f64().unwrap() > 0.0, "{w}");
+    assert!(table.contains("nbdkit torrent (libtorrent)"), "{table}");
+}
+
 /// The swarm's faults (issue 48 part 3): of six clients, one (the middle one, c003) is
 /// switched off as soon as its agent listens, its agent killed with -9 and its switch port
 /// taken down; one (c004) plays a corrupting peer, claiming every chunk and sending wrong

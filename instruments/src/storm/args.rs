@@ -138,6 +138,14 @@ pub struct StormArgs {
     /// the report counts the rogues apart and the requests they answered.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub swarm_corrupt: usize,
+    /// With --swarm: the reference swarm instead of bootpool's agents. Each client reads the
+    /// root through nbdkit's torrent plugin (libtorrent) on its 127.0.0.1 port, started where
+    /// its agent would be; the storm makes a .torrent of the root image (256 KiB pieces, the
+    /// agent's chunks), runs opentracker on the server's address and a seed (nbdkit torrent
+    /// of the image, as user nobody) beside the server, and counts what the seed sent
+    /// (nftables). DHCP, boot files and the boot script are bootpool's, as in --swarm.
+    #[arg(long)]
+    pub torrent: bool,
     /// Give up on clients not booted after this many seconds.
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,

@@ -14,7 +14,8 @@
 //! - `swarm`: the NBD root through the client agent in every client's namespace (`--swarm`),
 //!   sharing chunks through the server's tracker, and the report's row of copies and CPU;
 //!   `swarm_faults`: a share of that room switched off mid-boot or sending slowly, and
-//!   clients playing a corrupting peer.
+//!   clients playing a corrupting peer; `torrent`: the same room through nbdkit's torrent
+//!   plugin instead (`--torrent`), with its tracker and seed beside the server.
 //! - `client`: one client's boot (firmware steps, then the root closed-loop, then booted).
 //! - `dhcp`: the firmware's DHCP through `dhcp4r`, with the PXE retransmit schedule.
 //! - `root`: the root's requests, through `nfs` (the nfs3_client crate) or `nbd` (libnbd).
@@ -47,6 +48,7 @@ pub mod servers;
 pub mod site;
 pub mod swarm;
 pub mod swarm_faults;
+pub mod torrent;
 pub mod uplink;
 
 use anyhow::{Context, bail};
@@ -373,10 +375,36 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
         )),
         None => None,
     };
+    if args.torrent && (args.swarm.is_none() || args.swarm_corrupt > 0 || image.is_none()) {
+        bail!(
+            "--torrent reads an NBD pool's root (its plain image, bootpool serving it) through nbdkit's torrent plugin in place of --swarm's agents: it takes --swarm AGENT, and no --swarm-corrupt (a rogue speaks bootpool's tracker)"
+        );
+    }
+    // The reference swarm's tracker and seed, beside the server (`--torrent`).
+    let seed = match (args.torrent, &image, &root_image) {
+        (true, Some(bytes), Some(path)) => {
+            let name = path
+                .file_name()
+                .map_or("root.img".into(), |n| n.to_string_lossy().to_string());
+            Some(torrent::Seed::start(
+                &name,
+                bytes,
+                config.server.address,
+                &run_dir,
+            )?)
+        }
+        _ => None,
+    };
     let rogues = swarm_faults::spread(macs.len(), args.swarm_corrupt, 1);
     let agents = args.swarm.as_ref().map(|a| {
         let mut agents = swarm::Agents::new(a.clone(), &run_dir);
         agents.rogues = rogues.clone();
+        if let Some(seed) = &seed {
+            agents.engine = swarm::Engine::Torrent {
+                torrent: seed.torrent.clone(),
+                cache: seed.cache.clone(),
+            };
+        }
         Arc::new(agents)
     });
     let t0 = Instant::now();
@@ -645,6 +673,7 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
     let switched_off = cutter.map(swarm_faults::Cutter::finish).unwrap_or_default();
     let agent_counts = plan.agents.as_ref().map(|a| a.finish());
     let chunks_after = chunks_before.and_then(|_| chunks_sent());
+    let seed_sent = seed.as_ref().and_then(torrent::Seed::payload_sent);
     let samples = sampler.stop();
     outcomes.sort_by_key(|o| o.index);
 
@@ -697,6 +726,14 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
         let floor = swarm::floor(&plan.trace, chunk);
         let read: u64 = report.clients.iter().map(|c| c.client.bytes.nbd).sum();
         let mut row = match agent_counts {
+            Some(counts) if seed.is_some() => swarm::Row::torrent(
+                counts,
+                seed_sent,
+                floor,
+                chunk,
+                plan.image.as_ref().map_or(0, |i| i.len() as u64),
+                read,
+            ),
             Some(counts) => {
                 let sent = chunks_before.zip(chunks_after).map(|(b, a)| a - b);
                 swarm::Row::swarm(counts, sent, floor, chunk, read)

@@ -123,9 +123,21 @@ struct Running {
     cut: bool,
 }
 
-/// The room's agents.
+/// What serves a client its root from the room: bootpool's agent, or the reference swarm's
+/// `nbdkit torrent` (`--torrent`, `torrent.rs`).
+pub enum Engine {
+    Agent,
+    /// The `.torrent` to fetch, and the folder under which each client keeps its pieces.
+    Torrent {
+        torrent: PathBuf,
+        cache: PathBuf,
+    },
+}
+
+/// The room's agents (or, with `--torrent`, its nbdkit torrent clients).
 pub struct Agents {
     pub binary: PathBuf,
+    pub engine: Engine,
     dir: PathBuf,
     running: Mutex<Vec<Running>>,
     /// The clients that play a corrupting peer instead (`--swarm-corrupt`).
@@ -149,6 +161,7 @@ impl Agents {
     pub fn new(binary: PathBuf, dir: &Path) -> Agents {
         Agents {
             binary,
+            engine: Engine::Agent,
             dir: dir.to_path_buf(),
             running: Mutex::new(Vec::new()),
             rogues: Default::default(),
@@ -169,21 +182,36 @@ impl Agents {
     ) -> anyhow::Result<()> {
         let log = self.dir.join(format!("agent{index}.log"));
         let out = std::fs::File::create(&log)?;
-        let mut cmd = Command::new(&self.binary);
-        cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--name", export]);
-        if let Some(p) = peers {
-            cmd.args(["--peers", &format!("0.0.0.0:{p}")]);
-        }
-        cmd.arg(blocks)
-            .stdin(Stdio::null())
+        let mut cmd = match &self.engine {
+            Engine::Agent => {
+                let mut cmd = Command::new(&self.binary);
+                cmd.args(["--listen", &format!("127.0.0.1:{port}"), "--name", export]);
+                if let Some(p) = peers {
+                    cmd.args(["--peers", &format!("0.0.0.0:{p}")]);
+                }
+                cmd.arg(blocks);
+                cmd
+            }
+            Engine::Torrent { torrent, cache } => {
+                // Any export name is its one export; its pieces in a folder of its own.
+                let cache = cache.join(format!("c{index}"));
+                std::fs::create_dir_all(&cache)?;
+                let mut cmd = Command::new("nbdkit");
+                cmd.args(["-f", "-i", "127.0.0.1", "-p", &port.to_string(), "torrent"])
+                    .arg(torrent)
+                    .arg(format!("cache={}", cache.display()));
+                cmd
+            }
+        };
+        // No parent-death signal: it would come when this client's thread ends, not the
+        // storm; `end_all` ends them.
+        cmd.stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out);
         let child = cmd
             .spawn()
-            .with_context(|| format!("starting {}", self.binary.display()))?;
-        PIDS.lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(child.id());
+            .with_context(|| format!("starting {}", self.name()))?;
+        track(child.id());
         let pid = child.id();
         lock(&self.running).push(Running {
             index,
@@ -268,6 +296,19 @@ impl Agents {
         counts.sort_by_key(|c| c.index);
         counts
     }
+
+    /// What a client runs for its root from the room, for messages.
+    fn name(&self) -> String {
+        match self.engine {
+            Engine::Agent => self.binary.display().to_string(),
+            Engine::Torrent { .. } => "nbdkit torrent".into(),
+        }
+    }
+}
+
+/// Keeps `pid` among the processes `end_all` kills.
+pub fn track(pid: u32) {
+    PIDS.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
 }
 
 /// Kills every agent the storm started that is still running (the storm is ending).
@@ -365,6 +406,8 @@ pub struct Row {
     pub server_chunks: Option<f64>,
     /// `server_chunks` over `floor_chunks`: copies of the boot's root the server sent.
     pub copies: Option<f64>,
+    /// The whole root image, in chunks (a torrent's clients fetch every one).
+    pub image_chunks: u64,
     pub agents: usize,
     pub from_peers: u64,
     pub from_servers: u64,
@@ -433,6 +476,40 @@ impl Row {
         }
     }
 
+    /// A reference swarm's row (`--torrent`): what the seed sent (TCP payload, in chunks)
+    /// against the floor, and the clients' nbdkit CPU time for what they fetched (each the
+    /// whole image: libtorrent fetches every piece) and read.
+    pub fn torrent(
+        counts: Vec<AgentCount>,
+        seed_payload: Option<u64>,
+        floor_chunks: u64,
+        chunk: u64,
+        image_len: u64,
+        read_bytes: u64,
+    ) -> Row {
+        let agent_cpu_s: f64 = counts.iter().map(|c| c.cpu_s).sum();
+        let agent_bytes = counts.len() as u64 * image_len + read_bytes;
+        let cpu_s_per_gb = (agent_bytes > 0).then(|| agent_cpu_s / (agent_bytes as f64 / 1e9));
+        let server_chunks = seed_payload.map(|b| b as f64 / chunk as f64);
+        Row {
+            mode: "torrent".into(),
+            chunk,
+            image_chunks: image_len.div_ceil(chunk),
+            floor_chunks,
+            server_chunks,
+            copies: server_chunks
+                .filter(|_| floor_chunks > 0)
+                .map(|n| n / floor_chunks as f64),
+            agents: counts.len(),
+            agent_cpu_s,
+            agent_bytes,
+            cpu_s_per_gb,
+            core_pct_at_1gbit: cpu_s_per_gb.map(|s| s * 0.125 * 100.0),
+            agent_counts: counts,
+            ..Row::default()
+        }
+    }
+
     /// A unicast NBD row: the root bytes its clients read, in chunks, against the floor.
     pub fn unicast(read_bytes: u64, floor_chunks: u64, chunk: u64) -> Row {
         let n = read_bytes as f64 / chunk as f64;
@@ -462,6 +539,17 @@ impl Row {
             self.server_chunks.map_or("-".into(), |n| format!("{n:.0}")),
             self.copies.map_or("-".into(), |c| format!("{c:.2}")),
         );
+        if self.mode == "torrent" {
+            s.push_str(&format!(
+                "\n  nbdkit torrent (libtorrent) in {} clients, each fetching the whole image ({} chunks); the seed's payload counted (TCP and uTP); their CPU {:.2} s for {:.1} MB fetched and read: {} s per GB, {} of one core at 1 Gbit/s",
+                self.agents,
+                self.image_chunks,
+                self.agent_cpu_s,
+                self.agent_bytes as f64 / 1e6,
+                self.cpu_s_per_gb.map_or("-".into(), |v| format!("{v:.2}")),
+                self.core_pct_at_1gbit.map_or("-".into(), |v| format!("{v:.1}%")),
+            ));
+        }
         if self.mode == "swarm" {
             s.push_str(&format!(
                 "\n  agents {}: {} chunks from peers, {} from the server; served {} to peers; refused {}, silent {}\n  agents' CPU {:.2} s for {:.1} MB moved: {} s per GB, {} of one core at 1 Gbit/s",
