@@ -8,8 +8,8 @@ REPO="$(cd "$HERE/.." && pwd)"
 usage() {
     cat <<EOF
 usage: $0 [--sizes "10 40"] [--links K] [--link-rate RATE] [--client-link RATE]
-          [--think-scale F] [--faults SHARE] [--torrent] [--out DIR] [--bin PATH]
-          [--agent PATH] [--record NAME]
+          [--think-scale F] [--faults SHARE] [--torrent] [--multicast] [--out DIR]
+          [--bin PATH] [--agent PATH] [--record NAME]
 
 For each room size in --sizes (default "10 40"), two rows of \`bootpool storm\` on the same
 room, image and trace (bench/storm/pools.yaml's NBD pool, bench/traces/demo-nbd.trace), one
@@ -38,6 +38,12 @@ and the summary gives the torrent row's time over the swarm-bond row's. libtorre
 the whole image (the agent only what the tracker's order names) and tries uTP first; its
 CPU is the clients' nbdkit processes'. It needs more CPU than the agent: lower
 --client-link and --link-rate together until the rows are valid, and say the scale.
+With --multicast, one more row per size on the same links as the swarm row:
+  multicast    udpcast (Debian's udp-sender and udp-receiver): the sender beside the server
+               waits for the whole room, then multicasts the image once at 95% of
+               --client-link; each client reads its root locally (nbdkit file) once its copy
+               is whole (\`bootpool storm --multicast\`, instruments' storm/multicast.rs)
+and the summary gives its time over the swarm row's.
 All rows check every read against the image's bytes; both directions of each client port
 are shaped. The scale: clients at --client-link (default 100mbit), the server on --links
 (default 4) x --link-rate (default 250mbit), think times x --think-scale (default 0.2): the
@@ -52,13 +58,13 @@ over 256 KiB gzipped).
   --bin    run this bootpool binary (default: cargo build --release, copied aside)
   --agent  this static bootpool-agent (default: the release musl build, copied aside)
 Needs root, tc, libnbd0 and the demo image (scripts/setup); --torrent also nbdkit,
-opentracker and nftables.
+opentracker and nftables; --multicast udpcast and nftables.
 EOF
 }
 
 ARGS="$(printf "%q " "$@")"
 SIZES="10 40" LINKS=4 RATE=250mbit CLIENT=100mbit THINK=0.2 OUT="" BIN="" AGENT="" RECORD=""
-FAULTS="" TORRENT=""
+FAULTS="" TORRENT="" MULTICAST=""
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -69,6 +75,7 @@ while [ $# -gt 0 ]; do
         --think-scale) THINK="$2"; shift ;;
         --faults) FAULTS="$2"; shift ;;
         --torrent) TORRENT=1 ;;
+        --multicast) MULTICAST=1 ;;
         --out) OUT="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
         --agent) AGENT="$2"; shift ;;
@@ -103,6 +110,9 @@ fi
     echo "date: $(date -u +%FT%TZ)"
     echo "machine: $(uname -srm), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "room: clients at $CLIENT (both directions), server links ${LINKS}x$RATE, think x$THINK"
+    if [ -n "$MULTICAST" ]; then
+        echo "multicast rows: udpcast $(dpkg-query -W -f='${Version}' udpcast 2>/dev/null || echo '?')"
+    fi
     if [ -n "$TORRENT" ]; then
         echo "torrent rows: server on the ideal bond 1x$BOND; $(nbdkit --version 2>&1 | head -1), opentracker $(dpkg-query -W -f='${Version}' opentracker 2>/dev/null || echo '?'), libtorrent-rasterbar $(dpkg-query -W -f='${Version}' 'libtorrent-rasterbar2.0*' 2>/dev/null | head -1 || echo '?')"
     fi
@@ -167,6 +177,9 @@ print(f'{max(mbit/10, 1):g}mbit')" "$CLIENT")"
         row "swarm-slow-nbd-$n" "$n" --swarm "$AGENT" --swarm-slow "$FAULTS" --swarm-slow-rate "$slow_rate"
         row "swarm-corrupt-nbd-$n" "$n" --swarm "$AGENT" --swarm-corrupt 1
     fi
+    if [ -n "$MULTICAST" ]; then
+        row "multicast-nbd-$n" "$n" --swarm "$AGENT" --multicast
+    fi
     if [ -n "$TORRENT" ]; then
         ON_BOND=1 row "swarm-bond-nbd-$n" "$n" --swarm "$AGENT"
         ON_BOND=1 row "torrent-nbd-$n" "$n" --swarm "$AGENT" --torrent
@@ -176,7 +189,7 @@ done
 python3 - "$OUT" > "$OUT/summary.md" <<'EOF'
 import json, os, sys
 out = sys.argv[1]
-print("| row | clients | booted | switched off / rogue | all booted s | x swarm row (torrent: x swarm-bond) | server chunks (unicast: root bytes / 256 KiB; torrent: the seed's payload / 256 KiB) | one-copy floor | copies | chunks from peers | agents' (torrent: nbdkits') CPU s per GB | % of a core at 1 Gbit/s | CPU-bound s | valid | chunks refused / rogue's answers |")
+print("| row | clients | booted | switched off / rogue | all booted s | x swarm row (torrent: x swarm-bond) | server chunks (unicast: root bytes / 256 KiB; torrent, multicast: the seed's or sender's payload / 256 KiB) | one-copy floor | copies | chunks from peers | agents' (references: their clients') CPU s per GB | % of a core at 1 Gbit/s | CPU-bound s | valid | chunks refused / rogue's answers |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 rows = sorted((f for f in os.listdir(out) if f.endswith(".json")),
               key=lambda f: (int(f.rsplit("-", 1)[1][:-5]), f))
@@ -190,10 +203,10 @@ for f in rows:
     s, w, h = r["summary"], r.get("swarm") or {}, r["host"]
     fmt = lambda v, p="{:.2f}": "-" if v is None else p.format(v)
     swarm = w.get("mode") == "swarm"
-    torrent = w.get("mode") == "torrent"
+    torrent = w.get("mode") in ("torrent", "multicast")
     n = f.rsplit("-", 1)[1][:-5]
     # Each row against the swarm row on the same links: the torrent row against swarm-bond.
-    against = f"swarm-bond-nbd-{n}.json" if torrent else f"swarm-nbd-{n}.json"
+    against = f"swarm-bond-nbd-{n}.json" if w.get("mode") == "torrent" else f"swarm-nbd-{n}.json"
     plain = booted_s(against) if (swarm or torrent) else None
     mine = s.get("all_booted_s")
     x = fmt(mine / plain) if (plain and mine and f != against) else "-"

@@ -542,6 +542,45 @@ fn a_torrent_room_boots_every_client_through_nbdkits_torrent_plugin() {
     assert!(table.contains("nbdkit torrent (libtorrent)"), "{table}");
 }
 
+/// The multicast reference (`--multicast`, issue 48 part 3's udpcast): four clients get
+/// the root image from udp-sender beside the server by udp-receiver, then read it locally
+/// (nbdkit file). Every read is the image's (the replay checks each), and the sender sent
+/// about one copy of the image for the four (its counter; a resend or two allowed).
+#[test]
+fn a_multicast_room_boots_every_client_from_one_udpcast_copy() {
+    let _room = one_room();
+    let dir = tempfile::tempdir().unwrap();
+    let (trace_file, trace) = short_trace("nbd", 100_000, dir.path());
+    let agent = crate::common::static_agent();
+    let clients = 4;
+    let extra = ["--swarm", agent.to_str().unwrap(), "--multicast"];
+    let (table, r) = small_room(
+        dir.path(),
+        "nbd",
+        clients,
+        &trace_file,
+        "1x1gbit",
+        600,
+        &extra,
+    );
+    assert_eq!(u(&r["summary"]["booted"]), clients as u64, "{table}");
+    let want = image_bytes(&trace);
+    for c in r["clients"].as_array().unwrap() {
+        assert_eq!(c["result"], "booted", "{c}");
+        assert_eq!(u(&c["bytes"]["nbd"]), want.nbd, "{c}");
+        assert_eq!(u(&c["root_errors"]), 0, "{c}");
+    }
+    let w = &r["swarm"];
+    assert_eq!(w["mode"], "multicast", "{table}");
+    let sent = w["server_chunks"].as_f64().expect("the sender's payload");
+    let image_chunks = u(&w["image_chunks"]) as f64;
+    assert!(
+        sent >= 0.99 * image_chunks && sent < 2.0 * image_chunks,
+        "udp-sender sent {sent} chunks of an image of {image_chunks} to {clients} clients: {w}\n{table}"
+    );
+    assert!(table.contains("udpcast: udp-sender multicast"), "{table}");
+}
+
 /// The swarm's faults (issue 48 part 3): of six clients, one (the middle one, c003) is
 /// switched off as soon as its agent listens, its agent killed with -9 and its switch port
 /// taken down; one (c004) plays a corrupting peer, claiming every chunk and sending wrong

@@ -146,6 +146,14 @@ pub struct StormArgs {
     /// (nftables). DHCP, boot files and the boot script are bootpool's, as in --swarm.
     #[arg(long)]
     pub torrent: bool,
+    /// With --swarm: udpcast instead of bootpool's agents, as FOG and Clonezilla send an
+    /// image to a room. udp-sender (as user nobody, counted by nftables) waits beside the
+    /// server for the whole room to join, then multicasts the root image once at 95% of
+    /// --client-link; each client, when its root phase begins, runs udp-receiver into a file
+    /// of its own and then nbdkit on it at its 127.0.0.1 port, so its first read waits for
+    /// the whole image.
+    #[arg(long)]
+    pub multicast: bool,
     /// Give up on clients not booted after this many seconds.
     #[arg(long, default_value_t = 900)]
     pub timeout: u64,

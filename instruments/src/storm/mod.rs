@@ -32,6 +32,7 @@ pub mod dhcp;
 pub mod fail;
 pub mod kea;
 pub mod leftovers;
+pub mod multicast;
 pub mod nbd;
 pub mod neigh;
 pub mod nfs;
@@ -44,6 +45,7 @@ pub mod retry;
 pub mod room;
 pub mod root;
 pub mod sample;
+pub mod sent_by;
 pub mod servers;
 pub mod site;
 pub mod swarm;
@@ -375,24 +377,40 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
         )),
         None => None,
     };
-    if args.torrent && (args.swarm.is_none() || args.swarm_corrupt > 0 || image.is_none()) {
+    if (args.torrent || args.multicast)
+        && (args.swarm.is_none() || args.swarm_corrupt > 0 || image.is_none())
+    {
         bail!(
-            "--torrent reads an NBD pool's root (its plain image, bootpool serving it) through nbdkit's torrent plugin in place of --swarm's agents: it takes --swarm AGENT, and no --swarm-corrupt (a rogue speaks bootpool's tracker)"
+            "--torrent and --multicast give an NBD pool's root (its plain image, bootpool serving it) to the room by nbdkit's torrent plugin or udpcast in place of --swarm's agents: they take --swarm AGENT, and no --swarm-corrupt (a rogue speaks bootpool's tracker)"
         );
     }
+    if args.torrent && args.multicast {
+        bail!("--torrent and --multicast are two references: one a storm");
+    }
+    let image_name = root_image.as_ref().map(|p| {
+        p.file_name()
+            .map_or("root.img".into(), |n| n.to_string_lossy().to_string())
+    });
     // The reference swarm's tracker and seed, beside the server (`--torrent`).
-    let seed = match (args.torrent, &image, &root_image) {
-        (true, Some(bytes), Some(path)) => {
-            let name = path
-                .file_name()
-                .map_or("root.img".into(), |n| n.to_string_lossy().to_string());
-            Some(torrent::Seed::start(
-                &name,
-                bytes,
-                config.server.address,
-                &run_dir,
-            )?)
-        }
+    let seed = match (args.torrent, &image, &image_name) {
+        (true, Some(bytes), Some(name)) => Some(torrent::Seed::start(
+            name,
+            bytes,
+            config.server.address,
+            &run_dir,
+        )?),
+        _ => None,
+    };
+    // udpcast's sender, on the server's first link, at 95% of a client's link (`--multicast`).
+    let sender = match (args.multicast, &image, &image_name) {
+        (true, Some(bytes), Some(name)) => Some(multicast::Sender::start(
+            name,
+            bytes,
+            &links[0].dev,
+            macs.len(),
+            args.client_link / 100 * 95,
+            &run_dir,
+        )?),
         _ => None,
     };
     let rogues = swarm_faults::spread(macs.len(), args.swarm_corrupt, 1);
@@ -403,6 +421,12 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
             agents.engine = swarm::Engine::Torrent {
                 torrent: seed.torrent.clone(),
                 cache: seed.cache.clone(),
+            };
+        }
+        if let (Some(sender), Some(name)) = (&sender, &image_name) {
+            agents.engine = swarm::Engine::Multicast {
+                dir: sender.dir.clone(),
+                name: name.clone(),
             };
         }
         Arc::new(agents)
@@ -673,7 +697,11 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
     let switched_off = cutter.map(swarm_faults::Cutter::finish).unwrap_or_default();
     let agent_counts = plan.agents.as_ref().map(|a| a.finish());
     let chunks_after = chunks_before.and_then(|_| chunks_sent());
-    let seed_sent = seed.as_ref().and_then(torrent::Seed::payload_sent);
+    let reference_sent = match (&seed, &sender) {
+        (Some(seed), _) => Some(("torrent", seed.payload_sent())),
+        (_, Some(sender)) => Some(("multicast", sender.payload_sent())),
+        _ => None,
+    };
     let samples = sampler.stop();
     outcomes.sort_by_key(|o| o.index);
 
@@ -726,9 +754,10 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
         let floor = swarm::floor(&plan.trace, chunk);
         let read: u64 = report.clients.iter().map(|c| c.client.bytes.nbd).sum();
         let mut row = match agent_counts {
-            Some(counts) if seed.is_some() => swarm::Row::torrent(
+            Some(counts) if reference_sent.is_some() => swarm::Row::reference(
+                reference_sent.map_or("", |r| r.0),
                 counts,
-                seed_sent,
+                reference_sent.and_then(|r| r.1),
                 floor,
                 chunk,
                 plan.image.as_ref().map_or(0, |i| i.len() as u64),

@@ -248,6 +248,22 @@ pub(super) fn cpu_of(pid: &str) -> f64 {
         .map_or(0.0, |t| t as f64 / hz)
 }
 
+/// A process's CPU seconds with those of the children it has reaped.
+pub(super) fn cpu_with_reaped_of(pid: &str) -> f64 {
+    let hz = bootpool::sys::process::clock_ticks().max(1) as f64;
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let (_, rest) = stat.rsplit_once(')')?;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            // utime, stime, cutime, cstime: the 12th to the 15th after the name.
+            (11..15)
+                .map(|i| f.get(i)?.parse::<u64>().ok())
+                .sum::<Option<u64>>()
+        })
+        .map_or(0.0, |t| t as f64 / hz)
+}
+
 /// utime + stime of a /proc/PID/stat line, in clock ticks.
 fn stat_ticks(stat: &str) -> Option<u64> {
     // Fields after the name: state is the first; utime and stime are the 12th and 13th.

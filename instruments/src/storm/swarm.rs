@@ -123,14 +123,20 @@ struct Running {
     cut: bool,
 }
 
-/// What serves a client its root from the room: bootpool's agent, or the reference swarm's
-/// `nbdkit torrent` (`--torrent`, `torrent.rs`).
+/// What serves a client its root from the room: bootpool's agent, the reference swarm's
+/// `nbdkit torrent` (`--torrent`, `torrent.rs`), or udpcast's receiver and then `nbdkit file`
+/// (`--multicast`, `multicast.rs`).
 pub enum Engine {
     Agent,
     /// The `.torrent` to fetch, and the folder under which each client keeps its pieces.
     Torrent {
         torrent: PathBuf,
         cache: PathBuf,
+    },
+    /// The folder under which each client writes its copy, named `name`.
+    Multicast {
+        dir: PathBuf,
+        name: String,
     },
 }
 
@@ -192,6 +198,11 @@ impl Agents {
                 cmd.arg(blocks);
                 cmd
             }
+            Engine::Multicast { dir, name } => {
+                let mine = dir.join(format!("c{index}"));
+                std::fs::create_dir_all(&mine)?;
+                super::multicast::client_command(&format!("c{index}"), &mine.join(name), port)
+            }
             Engine::Torrent { torrent, cache } => {
                 // Any export name is its one export; its pieces in a folder of its own.
                 let cache = cache.join(format!("c{index}"));
@@ -221,7 +232,14 @@ impl Agents {
             cut: false,
         });
         let at = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        let until = Instant::now() + LISTEN_WITHIN;
+        // udpcast's client listens once the whole room has its copy.
+        let within = match self.engine {
+            Engine::Multicast { .. } => {
+                LISTEN_WITHIN + Duration::from_secs(super::multicast::ROOM_WITHIN_S)
+            }
+            _ => LISTEN_WITHIN,
+        };
+        let until = Instant::now() + within;
         loop {
             if std::net::TcpStream::connect_timeout(&at, Duration::from_millis(200)).is_ok() {
                 return Ok(());
@@ -237,10 +255,7 @@ impl Agents {
                 );
             }
             if Instant::now() >= until {
-                bail!(
-                    "its agent did not listen within {} s",
-                    LISTEN_WITHIN.as_secs()
-                );
+                bail!("its agent did not listen within {} s", within.as_secs());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -281,7 +296,8 @@ impl Agents {
                 let cpu_s = if r.cut {
                     0.0
                 } else {
-                    super::sample::cpu_of(&r.child.id().to_string())
+                    // With what it ran and reaped (udpcast's receiver).
+                    super::sample::cpu_with_reaped_of(&r.child.id().to_string())
                 };
                 let _ = r.child.kill();
                 let _ = r.child.wait();
@@ -302,6 +318,7 @@ impl Agents {
         match self.engine {
             Engine::Agent => self.binary.display().to_string(),
             Engine::Torrent { .. } => "nbdkit torrent".into(),
+            Engine::Multicast { .. } => "udp-receiver, then nbdkit file".into(),
         }
     }
 }
@@ -476,10 +493,11 @@ impl Row {
         }
     }
 
-    /// A reference swarm's row (`--torrent`): what the seed sent (TCP payload, in chunks)
-    /// against the floor, and the clients' nbdkit CPU time for what they fetched (each the
-    /// whole image: libtorrent fetches every piece) and read.
-    pub fn torrent(
+    /// A reference's row (`torrent`, `multicast`): what its sender sent (payload, in chunks)
+    /// against the floor, and its clients' CPU time for what they fetched (each the whole
+    /// image: libtorrent fetches every piece, udpcast sends the file) and read.
+    pub fn reference(
+        mode: &str,
         counts: Vec<AgentCount>,
         seed_payload: Option<u64>,
         floor_chunks: u64,
@@ -492,7 +510,7 @@ impl Row {
         let cpu_s_per_gb = (agent_bytes > 0).then(|| agent_cpu_s / (agent_bytes as f64 / 1e9));
         let server_chunks = seed_payload.map(|b| b as f64 / chunk as f64);
         Row {
-            mode: "torrent".into(),
+            mode: mode.into(),
             chunk,
             image_chunks: image_len.div_ceil(chunk),
             floor_chunks,
@@ -539,6 +557,17 @@ impl Row {
             self.server_chunks.map_or("-".into(), |n| format!("{n:.0}")),
             self.copies.map_or("-".into(), |c| format!("{c:.2}")),
         );
+        if self.mode == "multicast" {
+            s.push_str(&format!(
+                "\n  udpcast: udp-sender multicast the whole image ({} chunks) to {} clients, its UDP payload counted; their udp-receiver and nbdkit CPU {:.2} s for {:.1} MB fetched and read: {} s per GB, {} of one core at 1 Gbit/s",
+                self.image_chunks,
+                self.agents,
+                self.agent_cpu_s,
+                self.agent_bytes as f64 / 1e6,
+                self.cpu_s_per_gb.map_or("-".into(), |v| format!("{v:.2}")),
+                self.core_pct_at_1gbit.map_or("-".into(), |v| format!("{v:.1}%")),
+            ));
+        }
         if self.mode == "torrent" {
             s.push_str(&format!(
                 "\n  nbdkit torrent (libtorrent) in {} clients, each fetching the whole image ({} chunks); the seed's payload counted (TCP and uTP); their CPU {:.2} s for {:.1} MB fetched and read: {} s per GB, {} of one core at 1 Gbit/s",

@@ -1,5 +1,5 @@
-//! The storm's reference swarm (`bootpool storm --swarm AGENT --torrent`, docs/swarm.md "Beside
-//! BitTorrent"): the same room reads its root through nbdkit's torrent plugin (libtorrent, a
+//! The storm's reference swarm (`bootpool storm --swarm AGENT --torrent`, docs/storm.md and
+//! docs/swarm.md): the same room reads its root through nbdkit's torrent plugin (libtorrent, a
 //! full BitTorrent client, code nobody here wrote) in every client's namespace instead of
 //! through bootpool-agent, so the agent's swarm is measured beside a shipped one on the same
 //! bytes.
@@ -29,13 +29,11 @@ pub const TRACKER_PORT: u16 = 6969;
 const SEED_USER: &str = "nobody";
 /// The nftables table of the seed's counter, in the storm's namespace.
 const TABLE: &str = "bootpool_storm_seed";
+/// A uTP packet's headers (IPv4, UDP and uTP's own: 20 + 8 + 20): libtorrent tries uTP
+/// (BEP 29) before TCP.
+const UTP_HEADERS: u64 = 48;
 /// How long the seed has to check its copy and announce it.
 const READY_WITHIN: Duration = Duration::from_secs(60);
-/// An IPv4 TCP segment's headers with timestamps (20 + 32 bytes), and a uTP packet's (IPv4,
-/// UDP and uTP's own: 20 + 8 + 20; libtorrent tries uTP, BEP 29, before TCP): a counter's
-/// bytes less these per packet are the seed's payload.
-const TCP_HEADERS: u64 = 52;
-const UTP_HEADERS: u64 = 48;
 
 /// A bencoded value (BEP 3).
 enum B<'a> {
@@ -125,6 +123,7 @@ pub struct Seed {
     pub cache: PathBuf,
     children: Vec<Child>,
     dir: PathBuf,
+    counter: super::sent_by::Counter,
 }
 
 impl Seed {
@@ -150,11 +149,13 @@ impl Seed {
         for sub in ["tracker", "seed", "cache"] {
             std::fs::create_dir_all(dir.join(sub))?;
         }
+        let counter = super::sent_by::Counter::start(TABLE, SEED_USER, TRACKER_PORT)?;
         let mut seed = Seed {
             torrent: dir.join("root.torrent"),
             cache: dir.join("cache"),
             children: Vec::new(),
             dir: dir.clone(),
+            counter,
         };
         std::fs::write(&seed.torrent, &meta.bytes)?;
         std::fs::write(
@@ -191,27 +192,15 @@ impl Seed {
         )
         .context("starting opentracker (scripts/setup installs it)")?;
         seed.children.push(tracker);
-        // The seed listens for NBD on the loopback only; nobody reads it there.
-        // setpriv, not nbdkit's own `-u`: libtorrent's sockets must be the user's from the
-        // start, and its folder the user's to write in.
-        let (uid, gid) = user_ids(SEED_USER)?;
+        // The seed listens for NBD on the loopback only; nobody reads it there. It runs as
+        // the counted user, in a folder of that user's to write in.
+        let (uid, gid) = (seed.counter.uid, seed.counter.gid);
         std::os::unix::fs::chown(dir.join("seed"), Some(uid), Some(gid))?;
         std::os::unix::fs::chown(dir.join("seed").join(name), Some(uid), Some(gid))?;
-        count_seed(uid)?;
         let nbdkit = spawn(
-            Command::new("setpriv")
-                .args([
-                    &format!("--reuid={uid}"),
-                    &format!("--regid={gid}"),
-                    "--clear-groups",
-                    "nbdkit",
-                    "-f",
-                    "-i",
-                    "127.0.0.1",
-                    "-p",
-                    "10899",
-                    "torrent",
-                ])
+            seed.counter
+                .as_user()
+                .args(["nbdkit", "-f", "-i", "127.0.0.1", "-p", "10899", "torrent"])
                 .arg(&seed.torrent)
                 .arg(format!("cache={}", dir.join("seed").display())),
             &run_dir.join("seed.log"),
@@ -250,22 +239,10 @@ impl Seed {
         }
     }
 
-    /// The TCP payload the seed's sockets sent so far (the counter's bytes less each packet's
-    /// headers).
+    /// The payload the seed sent so far, over TCP and uTP.
     pub fn payload_sent(&self) -> Option<u64> {
-        let out = Command::new("nft")
-            .args(["list", "table", "inet", TABLE])
-            .output()
-            .ok()?;
-        let text = String::from_utf8_lossy(&out.stdout);
-        let counters = counters(&text);
-        let [(tcp_packets, tcp_bytes), (udp_packets, udp_bytes)] = counters[..] else {
-            return None;
-        };
-        Some(
-            tcp_bytes.saturating_sub(tcp_packets * TCP_HEADERS)
-                + udp_bytes.saturating_sub(udp_packets * UTP_HEADERS),
-        )
+        self.counter
+            .payload(super::sent_by::TCP_HEADERS, UTP_HEADERS)
     }
 }
 
@@ -275,75 +252,12 @@ impl Drop for Seed {
             let _ = c.kill();
             let _ = c.wait();
         }
-        let _ = Command::new("nft")
-            .args(["delete", "table", "inet", TABLE])
-            .stderr(Stdio::null())
-            .status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-/// The counter of what the seed's user sends over IPv4 TCP (the tracker's answers are from
-/// its port and left out), in a table of its own, made afresh.
-fn count_seed(uid: u32) -> anyhow::Result<()> {
-    let _ = Command::new("nft")
-        .args(["delete", "table", "inet", TABLE])
-        .stderr(Stdio::null())
-        .status();
-    let rules = format!(
-        "table inet {TABLE} {{\n  chain out {{\n    type filter hook output priority 0; policy accept;\n    \
-         meta nfproto ipv4 meta skuid {uid} tcp sport != {TRACKER_PORT} counter\n    \
-         meta nfproto ipv4 meta skuid {uid} udp sport != {TRACKER_PORT} counter\n  }}\n}}\n"
-    );
-    let mut child = Command::new("nft")
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .context("running nft (nftables)")?;
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .context("nft's stdin")?
-        .write_all(rules.as_bytes())?;
-    let status = child.wait()?;
-    if !status.success() {
-        bail!("nft could not add the seed's counter ({status})");
-    }
-    Ok(())
-}
-
-/// The user and group ids of user `name`, from /etc/passwd.
-fn user_ids(name: &str) -> anyhow::Result<(u32, u32)> {
-    let passwd = std::fs::read_to_string("/etc/passwd")?;
-    passwd_ids(&passwd, name)
-        .with_context(|| format!("no user `{name}` in /etc/passwd (the seed runs as it)"))
-}
-
-fn passwd_ids(passwd: &str, name: &str) -> Option<(u32, u32)> {
-    passwd.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        (f.len() > 3 && f[0] == name).then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))?
-    })
-}
-
-/// Each `counter packets P bytes B` in `nft list`'s text, in order.
-fn counters(text: &str) -> Vec<(u64, u64)> {
-    text.split("counter packets ")
-        .skip(1)
-        .filter_map(|rest| {
-            let mut words = rest.split_whitespace();
-            let packets = words.next()?.parse().ok()?;
-            match (words.next(), words.next()) {
-                (Some("bytes"), Some(b)) => Some((packets, b.parse().ok()?)),
-                _ => None,
-            }
-        })
-        .collect()
-}
-
 /// Spawns `cmd` with its output to `log`, ended with the storm however the storm ends.
-fn spawn(cmd: &mut Command, log: &Path) -> anyhow::Result<Child> {
+pub(super) fn spawn(cmd: &mut Command, log: &Path) -> anyhow::Result<Child> {
     let out = std::fs::File::create(log)?;
     cmd.stdin(Stdio::null())
         .stdout(out.try_clone()?)
@@ -379,16 +293,10 @@ mod tests {
     }
 
     #[test]
-    fn a_scrape_says_how_many_hold_the_whole_and_nft_its_counter() {
+    fn a_scrape_says_how_many_hold_the_whole() {
         let scrape =
             b"d5:filesd20:aaaaaaaaaaaaaaaaaaaad8:completei3e10:downloadedi0e10:incompletei2eeee";
         assert_eq!(complete(scrape), Some(3));
         assert_eq!(complete(b"d5:filesdee"), None);
-        let nft = "table inet t {\n\tchain out {\n\t\ttype filter hook output priority filter; policy accept;\n\t\tmeta skuid 65534 tcp sport != 6969 counter packets 12 bytes 9000\n\t\tmeta skuid 65534 udp sport != 6969 counter packets 3 bytes 200\n\t}\n}\n";
-        assert_eq!(counters(nft), vec![(12, 9000), (3, 200)]);
-        assert_eq!(counters("table inet t {}"), vec![]);
-        let passwd = "root:x:0:0:root:/root:/bin/bash\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
-        assert_eq!(passwd_ids(passwd, "nobody"), Some((65534, 65534)));
-        assert_eq!(passwd_ids(passwd, "nob"), None);
     }
 }
