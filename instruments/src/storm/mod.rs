@@ -20,6 +20,7 @@
 //! - `dhcp`: the firmware's DHCP through `dhcp4r`, with the PXE retransmit schedule.
 //! - `root`: the root's requests, through `nfs` (the nfs3_client crate) or `nbd` (libnbd).
 //! - `retry`: how those clients ride out their server's death (the kernel's timers).
+//! - `procs`: the processes started besides the server, killed however the storm ends.
 //! - `sample`: the server's egress per link, CPU and memory while the storm runs.
 //! - `report`: the table and the JSON.
 //!
@@ -39,6 +40,7 @@ pub mod nfs;
 pub mod nfs_io;
 pub mod plan;
 pub mod postgres;
+pub mod procs;
 pub mod reference;
 pub mod report;
 pub mod retry;
@@ -95,7 +97,7 @@ impl Drop for Server {
 /// for them to go, then SIGKILL. Each of them is in the storm's own namespace, so the storm
 /// started it (the server, or a daemon of the reference stack that forked away from it).
 fn end_room(grace: Duration) {
-    swarm::end_all();
+    procs::end_all();
     let me = std::process::id();
     let until = Instant::now() + grace;
     if !grace.is_zero() {

@@ -70,7 +70,7 @@ impl Sender {
             .arg(&file)
             .args(sender_args(dev, clients, bitrate));
         let child =
-            super::torrent::spawn(&mut cmd, &run_dir.join("udp-sender.log")).map_err(|e| {
+            super::procs::spawn_logged(&mut cmd, &run_dir.join("udp-sender.log")).map_err(|e| {
                 anyhow::anyhow!("starting udp-sender (scripts/setup installs udpcast): {e:#}")
             })?;
         Ok(Sender {

@@ -24,10 +24,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// The agents' processes of the storm, by id: killed by `end_all` however the storm ends (they
-/// are in the clients' namespaces, which `end_room` does not look in).
-static PIDS: Mutex<Vec<u32>> = Mutex::new(Vec::new());
-
 /// How long an agent has to fetch its manifest and listen.
 const LISTEN_WITHIN: Duration = Duration::from_secs(60);
 
@@ -215,14 +211,14 @@ impl Agents {
             }
         };
         // No parent-death signal: it would come when this client's thread ends, not the
-        // storm; `end_all` ends them.
+        // storm; `procs::end_all` ends them.
         cmd.stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out);
         let child = cmd
             .spawn()
             .with_context(|| format!("starting {}", self.name()))?;
-        track(child.id());
+        super::procs::track(child.id());
         let pid = child.id();
         lock(&self.running).push(Running {
             index,
@@ -308,7 +304,7 @@ impl Agents {
                 c
             })
             .collect();
-        PIDS.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        super::procs::forget(&running.iter().map(|r| r.child.id()).collect::<Vec<_>>());
         counts.sort_by_key(|c| c.index);
         counts
     }
@@ -320,18 +316,6 @@ impl Agents {
             Engine::Torrent { .. } => "nbdkit torrent".into(),
             Engine::Multicast { .. } => "udp-receiver, then nbdkit file".into(),
         }
-    }
-}
-
-/// Keeps `pid` among the processes `end_all` kills.
-pub fn track(pid: u32) {
-    PIDS.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
-}
-
-/// Kills every agent the storm started that is still running (the storm is ending).
-pub fn end_all() {
-    for pid in PIDS.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
-        let _ = bootpool::sys::process::kill(pid as libc::pid_t, libc::SIGKILL);
     }
 }
 

@@ -20,7 +20,7 @@ use sha1::{Digest, Sha1};
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// The tracker's port (HTTP and UDP), opentracker's default.
@@ -173,7 +173,7 @@ impl Seed {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
         }
         // opentracker drops root for `-u` and chroots to `-d`: its whitelist is named inside.
-        let tracker = spawn(
+        let tracker = super::procs::spawn_logged(
             Command::new("opentracker").args([
                 "-i",
                 &address.to_string(),
@@ -197,7 +197,7 @@ impl Seed {
         let (uid, gid) = (seed.counter.uid, seed.counter.gid);
         std::os::unix::fs::chown(dir.join("seed"), Some(uid), Some(gid))?;
         std::os::unix::fs::chown(dir.join("seed").join(name), Some(uid), Some(gid))?;
-        let nbdkit = spawn(
+        let nbdkit = super::procs::spawn_logged(
             seed.counter
                 .as_user()
                 .args(["nbdkit", "-f", "-i", "127.0.0.1", "-p", "10899", "torrent"])
@@ -254,18 +254,6 @@ impl Drop for Seed {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// Spawns `cmd` with its output to `log`, ended with the storm however the storm ends.
-pub(super) fn spawn(cmd: &mut Command, log: &Path) -> anyhow::Result<Child> {
-    let out = std::fs::File::create(log)?;
-    cmd.stdin(Stdio::null())
-        .stdout(out.try_clone()?)
-        .stderr(out);
-    crate::lab::dies_with_lab(cmd, libc::SIGKILL);
-    let child = cmd.spawn()?;
-    super::swarm::track(child.id());
-    Ok(child)
 }
 
 #[cfg(test)]
