@@ -8,8 +8,8 @@ REPO="$(cd "$HERE/.." && pwd)"
 usage() {
     cat <<EOF
 usage: $0 [--sizes "10 40"] [--links K] [--link-rate RATE] [--client-link RATE]
-          [--think-scale F] [--faults SHARE] [--torrent] [--multicast] [--out DIR]
-          [--bin PATH] [--agent PATH] [--record NAME]
+          [--think-scale F] [--faults SHARE] [--torrent] [--multicast] [--no-unicast]
+          [--out DIR] [--bin PATH] [--agent PATH] [--record NAME]
 
 For each room size in --sizes (default "10 40"), two rows of \`bootpool storm\` on the same
 room, image and trace (bench/storm/pools.yaml's NBD pool, bench/traces/demo-nbd.trace), one
@@ -44,6 +44,8 @@ With --multicast, one more row per size on the same links as the swarm row:
                --client-link; each client reads its root locally (nbdkit file) once its copy
                is whole (\`bootpool storm --multicast\`, instruments' storm/multicast.rs)
 and the summary gives its time over the swarm row's.
+--no-unicast leaves the unicast rows out (at 200 clients the server sends 200 copies, which
+takes minutes at a scale two cores can push; its copies are N by construction).
 All rows check every read against the image's bytes; both directions of each client port
 are shaped. The scale: clients at --client-link (default 100mbit), the server on --links
 (default 4) x --link-rate (default 250mbit), think times x --think-scale (default 0.2): the
@@ -64,7 +66,7 @@ EOF
 
 ARGS="$(printf "%q " "$@")"
 SIZES="10 40" LINKS=4 RATE=250mbit CLIENT=100mbit THINK=0.2 OUT="" BIN="" AGENT="" RECORD=""
-FAULTS="" TORRENT="" MULTICAST=""
+FAULTS="" TORRENT="" MULTICAST="" UNICAST=1
 while [ $# -gt 0 ]; do
     case "$1" in
         -h|--help) usage; exit 0 ;;
@@ -76,6 +78,7 @@ while [ $# -gt 0 ]; do
         --faults) FAULTS="$2"; shift ;;
         --torrent) TORRENT=1 ;;
         --multicast) MULTICAST=1 ;;
+        --no-unicast) UNICAST="" ;;
         --out) OUT="$2"; shift ;;
         --bin) BIN="$2"; shift ;;
         --agent) AGENT="$2"; shift ;;
@@ -166,7 +169,7 @@ row() { # name clients [extra storm arguments...]; on the ideal bond when ON_BON
 }
 
 for n in $SIZES; do
-    row "unicast-nbd-$n" "$n"
+    [ -z "$UNICAST" ] || row "unicast-nbd-$n" "$n"
     row "swarm-nbd-$n" "$n" --swarm "$AGENT"
     if [ -n "$FAULTS" ]; then
         slow_rate="$(python3 -c "
