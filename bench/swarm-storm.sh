@@ -105,6 +105,11 @@ if [ -z "$AGENT" ]; then
     cp "$TARGET/x86_64-unknown-linux-musl/release/bootpool-agent" "$OUT/bin/"
     AGENT="$OUT/bin/bootpool-agent"
 fi
+# The ideal bond: one link of the K links' rate together (--torrent's rows).
+BOND="$(python3 -c "
+import re,sys; m=re.fullmatch(r'([0-9.]+)([kmg]?)(bit)?', sys.argv[1].lower())
+mbit={'':1e-6,'k':1e-3,'m':1,'g':1e3}[m.group(2)]*float(m.group(1))
+print(f'{mbit*int(sys.argv[2]):g}mbit')" "$RATE" "$LINKS")"
 {
     echo "command: $0 $ARGS"
     echo "commit: $(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)$(git -C "$REPO" diff --quiet 2>/dev/null || echo ' (with changes)')"
@@ -121,11 +126,6 @@ fi
     fi
 } > "$OUT/meta.txt"
 
-# The ideal bond: one link of the K links' rate together (--torrent's rows).
-BOND="$(python3 -c "
-import re,sys; m=re.fullmatch(r'([0-9.]+)([kmg]?)(bit)?', sys.argv[1].lower())
-mbit={'':1e-6,'k':1e-3,'m':1,'g':1e3}[m.group(2)]*float(m.group(1))
-print(f'{mbit*int(sys.argv[2]):g}mbit')" "$RATE" "$LINKS")"
 # The storm's config for K links of RATE (the file's one link_speeds line rewritten).
 config_for() { # K RATE FILE
 python3 - "$REPO/bench/storm/pools.yaml" "$3" "$REPO/images/demo" "$REPO/var/storm-state/" "$1" "$2" <<'EOF'
@@ -192,8 +192,8 @@ done
 python3 - "$OUT" > "$OUT/summary.md" <<'EOF'
 import json, os, sys
 out = sys.argv[1]
-print("| row | clients | booted | switched off / rogue | all booted s | x swarm row (torrent: x swarm-bond) | server chunks (unicast: root bytes / 256 KiB; torrent, multicast: the seed's or sender's payload / 256 KiB) | one-copy floor | copies | chunks from peers | agents' (references: their clients') CPU s per GB | % of a core at 1 Gbit/s | CPU-bound s | valid | chunks refused / rogue's answers |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| row | clients | booted | switched off / rogue | all booted s | x swarm row (torrent: x swarm-bond) | slowest root phase s | server chunks (unicast: root bytes / 256 KiB; torrent, multicast: the seed's or sender's payload / 256 KiB) | one-copy floor | copies | chunks from peers | agents' (references: their clients') CPU s per GB | % of a core at 1 Gbit/s | CPU-bound s | valid | chunks refused / rogue's answers |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 rows = sorted((f for f in os.listdir(out) if f.endswith(".json")),
               key=lambda f: (int(f.rsplit("-", 1)[1][:-5]), f))
 def booted_s(f):
@@ -213,7 +213,11 @@ for f in rows:
     plain = booted_s(against) if (swarm or torrent) else None
     mine = s.get("all_booted_s")
     x = fmt(mine / plain) if (plain and mine and f != against) else "-"
-    print(f"| {r['label']} | {s['clients']} | {s['booted']} | {s.get('cut', 0)} / {s.get('rogues', 0)} | {fmt(mine, '{:.1f}')} | {x} "
+    # The root phase alone: the boot files before it are the server's unicast in every row.
+    roots = [p[1] for c in r["clients"] if c.get("result") == "booted"
+             for p in c.get("phases", []) if p[0] == "root"]
+    root_max = max(roots) if roots else None
+    print(f"| {r['label']} | {s['clients']} | {s['booted']} | {s.get('cut', 0)} / {s.get('rogues', 0)} | {fmt(mine, '{:.1f}')} | {x} | {fmt(root_max, '{:.1f}')} "
           f"| {fmt(w.get('server_chunks'), '{:.0f}')} | {w.get('floor_chunks', '-')} | {fmt(w.get('copies'))} "
           f"| {w.get('from_peers', '-') if swarm else '-'} | {fmt(w.get('cpu_s_per_gb')) if swarm or torrent else '-'} "
           f"| {fmt(w.get('core_pct_at_1gbit'), '{:.1f}') if swarm or torrent else '-'} | {h['cpu_bound_s']:.0f} "
