@@ -11,6 +11,7 @@
 use crate::blocks::{self, Blocks};
 use crate::http::{self, Conn, Url};
 use crate::pick::{Book, Next, Outcome};
+use crate::slabs::{Bytes, Slabs};
 use crate::sources::Sources;
 use crate::wire::{Answer, Ranges, Report};
 use std::collections::{HashMap, HashSet};
@@ -178,9 +179,15 @@ impl Swarm {
         })
     }
 
-    /// Chunk `index` from the peers the tracker names, checked against `blocks`; `None` when
-    /// none gave it (the servers then do).
-    pub fn fetch(&self, sources: &Sources, blocks: &Blocks, index: u64) -> Option<Vec<u8>> {
+    /// Chunk `index` from the peers the tracker names, checked against `blocks`, received
+    /// into `slabs`; `None` when none gave it (the servers then do).
+    pub fn fetch(
+        &self,
+        sources: &Sources,
+        blocks: &Blocks,
+        slabs: &Slabs,
+        index: u64,
+    ) -> Option<Bytes> {
         let answer = self.ask(sources, &[index], false)?;
         let named: Vec<SocketAddr> = answer
             .from
@@ -195,7 +202,7 @@ impl Swarm {
                 return None;
             };
             tried.push(peer);
-            let (outcome, got) = match self.get(peer, index) {
+            let (outcome, got) = match self.get(peer, index, slabs) {
                 Ok(bytes) if blocks.holds(index, &bytes) => (Outcome::Good, Some(bytes)),
                 Ok(bytes) => {
                     self.counts.peer_refused.fetch_add(1, Ordering::Relaxed);
@@ -235,7 +242,7 @@ impl Swarm {
     }
 
     /// GETs chunk `index` from `peer`; how it failed otherwise.
-    fn get(&self, peer: SocketAddr, index: u64) -> Result<Vec<u8>, Outcome> {
+    fn get(&self, peer: SocketAddr, index: u64, slabs: &Slabs) -> Result<Bytes, Outcome> {
         let url = Url {
             authority: peer.to_string(),
             host: peer.ip().to_string(),
@@ -252,7 +259,7 @@ impl Swarm {
             }
         };
         conn.within(PEER_CHUNK_WITHIN);
-        let mut got = conn.get(&url, max);
+        let mut got = conn.get_into(&url, max, |n| slabs.take(n));
         // A kept connection the peer closed since: once more on a new one (not after a
         // deadline passed: the peer is slow, not gone).
         let stale = matches!(&got, Err(http::Error::Io(e))
@@ -260,7 +267,7 @@ impl Swarm {
         if was_kept && stale {
             conn = Conn::connect_within(&url, PEER_WAIT, PEER_WAIT).map_err(|_| Outcome::Silent)?;
             conn.within(PEER_CHUNK_WITHIN);
-            got = conn.get(&url, max);
+            got = conn.get_into(&url, max, |n| slabs.take(n));
         }
         if conn.reusable() && !matches!(got, Err(http::Error::Io(_))) {
             lock(&self.peer_conns).entry(peer).or_default().push(conn);
