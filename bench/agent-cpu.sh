@@ -9,7 +9,7 @@ REPO="$(cd "$HERE/.." && pwd)"
 usage() {
     cat <<EOF
 usage: $0 [--size MIB] [--rate RATE] [--runs N] [--agent [LABEL=]PATH]... [--bin PATH]
-          [--out DIR] [--record NAME] [--limit SECONDS]
+          [--out DIR] [--record NAME] [--limit SECONDS] [--unix-too]
 
 Two network namespaces joined by one veth pair, each end's egress shaped by tc tbf to RATE
 (default 1gbit; bucket 10 ms of the rate, queue 20 ms, as the storm shapes its links). In the
@@ -24,7 +24,9 @@ the chunk routes answer it. In the second, one after the other, N rounds (defaul
            kept-alive connection into /dev/null: the same bytes over the same link, no check
 
 With several --agent (e.g. --agent before=A --agent after=B) each round runs every agent in
-turn, then curl: interleaved runs for a before/after comparison.
+turn, then curl: interleaved runs for a before/after comparison. With --unix-too each agent
+runs twice a round, the second time serving nbdcopy on a Unix socket (--unix; rows LABEL-unix)
+instead of TCP on 127.0.0.1.
 
 For each run: user and system CPU seconds of the agent process (/proc/PID/stat, read
 once the copy ended, the manifest fetch included), of nbdcopy and of curl (wait4's rusage),
@@ -47,7 +49,7 @@ EOF
 }
 
 ARGS="$(printf "%q " "$@")"
-SIZE=1024 RATE=1gbit RUNS=3 BIN="" OUT="" RECORD="" LIMIT=60
+SIZE=1024 RATE=1gbit RUNS=3 BIN="" OUT="" RECORD="" LIMIT=60 VIAS=tcp
 AGENTS=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -60,6 +62,7 @@ while [ $# -gt 0 ]; do
         --out) OUT="$2"; shift ;;
         --record) RECORD="$2"; shift ;;
         --limit) LIMIT="$2"; shift ;;
+        --unix-too) VIAS="tcp unix" ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -213,22 +216,35 @@ BYTES="$((SIZE * 1024 * 1024))"
 printf "round\trow\tprocess\tuser_s\tsys_s\tseconds\tbytes\tstatus\n" > "$OUT/runs.tsv"
 for r in $(seq "$RUNS"); do
     for a in "${AGENTS[@]}"; do
+      for via in $VIAS; do
         label="${a%%=*}" path="${a#*=}"
         [ "$label" = "$a" ] && label=agent
+        if [ "$via" = unix ]; then
+            label="$label-unix"
+            listen=(--unix "$OUT/agent.sock") uri="nbd+unix:///root?socket=$OUT/agent.sock"
+            rm -f "$OUT/agent.sock"
+        else
+            listen=(--listen 127.0.0.1:10809) uri="nbd://127.0.0.1:10809/root"
+        fi
         log="$OUT/agent-$label-$r.log"
-        ip netns exec "$CNS" "$path" --source "$URL" --listen 127.0.0.1:10809 2>"$log" &
+        ip netns exec "$CNS" "$path" --source "$URL" "${listen[@]}" 2>"$log" &
         AGENT_PID=$!
         for _ in $(seq 100); do
-            ip netns exec "$CNS" bash -c 'echo > /dev/tcp/127.0.0.1/10809' 2>/dev/null && break
+            if [ "$via" = unix ]; then
+                [ -S "$OUT/agent.sock" ] && break
+            else
+                ip netns exec "$CNS" bash -c 'echo > /dev/tcp/127.0.0.1/10809' 2>/dev/null && break
+            fi
             sleep 0.05
         done
-        read -r u s t st < <(timed ip netns exec "$CNS" nbdcopy nbd://127.0.0.1:10809/root null:)
+        read -r u s t st < <(timed ip netns exec "$CNS" nbdcopy "$uri" null:)
         read -r au as < <(cpu_of "$AGENT_PID")
         kill "$AGENT_PID"; wait "$AGENT_PID" 2>/dev/null || true; AGENT_PID=""
         printf "%s\t%s\tagent\t%s\t%s\t%s\t%s\t%s\n" "$r" "$label" "$au" "$as" "$t" "$BYTES" "$st" >> "$OUT/runs.tsv"
         printf "%s\t%s\tnbdcopy\t%s\t%s\t%s\t%s\t%s\n" "$r" "$label" "$u" "$s" "$t" "$BYTES" "$st" >> "$OUT/runs.tsv"
         echo "round $r $label: agent ${au}u ${as}s, nbdcopy ${u}u ${s}s, $t s, exit $st" >&2
         sleep 1
+      done
     done
     read -r u s t st < <(timed ip netns exec "$CNS" curl -sf --max-time "$LIMIT" \
         -o /dev/null "$URL/[0-$((CHUNKS - 1))]")
