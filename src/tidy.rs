@@ -304,10 +304,12 @@ const INSTRUMENT_ROOMS: &[&str] = &["trace", "lab", "storm"];
 
 /// The modules of the client agent's crate (`agent/src/`), from the ground up: the daemon's
 /// block-manifest, NBD and tracker codecs (its `image/blocks.rs`, `proto/nbd.rs` and
-/// `proto/swarm.rs`, compiled in by `#[path]`), HTTP, the choice of a chunk's next source, the
-/// servers, the swarm's fetching side, the chunk store, the peers' server, the NBD server.
+/// `proto/swarm.rs`, compiled in by `#[path]`), the memory chunks are received into, HTTP,
+/// the choice of a chunk's next source, the servers, the swarm's fetching side, the chunk
+/// store, the peers' server, the NBD server.
 const AGENT_ROOMS: &[&str] = &[
-    "blocks", "nbd", "wire", "http", "pick", "sources", "swarm", "chunks", "peers", "serve",
+    "blocks", "nbd", "wire", "slabs", "http", "pick", "sources", "swarm", "chunks", "peers",
+    "serve",
 ];
 
 /// One import: the importing file, its line, the path as written, the file it names.

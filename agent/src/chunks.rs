@@ -8,6 +8,7 @@
 
 use crate::blocks::{self, Blocks, Sha};
 use crate::http::Url;
+use crate::slabs::{Bytes, Slabs};
 use crate::sources::Sources;
 use crate::swarm::Swarm;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +21,7 @@ enum Slot {
     Missing,
     /// A thread is fetching it; the others wait on `Store::ready`.
     Fetching,
-    Held(Arc<Vec<u8>>),
+    Held(Arc<Bytes>),
 }
 
 /// What the agent has done, for its log and its tests.
@@ -42,6 +43,8 @@ pub struct Store {
     pub sources: Sources,
     slots: Mutex<Vec<Slot>>,
     ready: Condvar,
+    /// Where chunks are received into (`slabs.rs`).
+    slabs: Slabs,
     pub counts: Counts,
     /// The room's peers and the tracker, when the agent shares (`--peers`).
     pub swarm: Option<Swarm>,
@@ -74,22 +77,25 @@ impl Store {
             }
         }
         let sources = Sources::new(urls)?;
-        let (_, blocks) = sources.fetch("", MAX_MANIFEST, "the block manifest", |text| {
-            if blocks::sha(text) != digest {
-                return Err(format!(
-                    "its SHA-256 is {}, not the {} asked for",
-                    blocks::hex(&blocks::sha(text)),
-                    blocks::hex(&digest)
-                ));
-            }
-            Blocks::decode(text).map_err(|e| e.to_string())
-        })?;
+        let manifest = |n| vec![0; n];
+        let (_, blocks) =
+            sources.fetch("", MAX_MANIFEST, "the block manifest", manifest, |text| {
+                if blocks::sha(text) != digest {
+                    return Err(format!(
+                        "its SHA-256 is {}, not the {} asked for",
+                        blocks::hex(&blocks::sha(text)),
+                        blocks::hex(&digest)
+                    ));
+                }
+                Blocks::decode(text).map_err(|e| e.to_string())
+            })?;
         let slots = (0..blocks.digests.len()).map(|_| Slot::Missing).collect();
         Ok(Store {
             blocks,
             sources,
             slots: Mutex::new(slots),
             ready: Condvar::new(),
+            slabs: Slabs::default(),
             counts: Counts::default(),
             swarm: None,
         })
@@ -102,7 +108,7 @@ impl Store {
 
     /// Chunk `index` if it is held, or once held if a fetch of it ends within `wait` (a peer
     /// the tracker sent here while this agent receives it); `None` otherwise.
-    pub fn held_within(&self, index: u64, wait: std::time::Duration) -> Option<Arc<Vec<u8>>> {
+    pub fn held_within(&self, index: u64, wait: std::time::Duration) -> Option<Arc<Bytes>> {
         let i = usize::try_from(index).ok()?;
         let until = std::time::Instant::now() + wait;
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
@@ -123,7 +129,7 @@ impl Store {
     }
 
     /// Chunk `index`, fetched and checked if it is not held yet.
-    pub fn chunk(&self, index: u64) -> Result<Arc<Vec<u8>>, String> {
+    pub fn chunk(&self, index: u64) -> Result<Arc<Bytes>, String> {
         let i = index as usize;
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         loop {
@@ -151,11 +157,11 @@ impl Store {
         got
     }
 
-    fn fetch(&self, index: u64) -> Result<Arc<Vec<u8>>, String> {
+    fn fetch(&self, index: u64) -> Result<Arc<Bytes>, String> {
         let from_peer = self
             .swarm
             .as_ref()
-            .and_then(|s| s.fetch(&self.sources, &self.blocks, index));
+            .and_then(|s| s.fetch(&self.sources, &self.blocks, &self.slabs, index));
         if let Some(bytes) = from_peer {
             self.counts.fetched.fetch_add(1, Ordering::Relaxed);
             self.counts
@@ -168,6 +174,7 @@ impl Store {
             &format!("/{index}"),
             u64::from(self.blocks.chunk),
             &what,
+            |n| self.slabs.take(n),
             |b| {
                 if self.blocks.holds(index, b) {
                     Ok(())
@@ -211,7 +218,7 @@ impl Store {
 
 /// Bytes `from..to` of a chunk held.
 pub struct Piece {
-    bytes: Arc<Vec<u8>>,
+    bytes: Arc<Bytes>,
     from: usize,
     to: usize,
 }

@@ -211,21 +211,33 @@ impl Conn {
 
     /// GETs `url`'s path; its body if the status is 200 and it is at most `max` bytes.
     pub fn get(&mut self, url: &Url, max: u64) -> Result<Vec<u8>, Error> {
-        self.request("GET", url, None, max)
+        self.request("GET", url, None, max, |n| vec![0; n])
+    }
+
+    /// As `get`, the body read straight into `buffer(its length)` (a chunk's place in the
+    /// slabs, `slabs.rs`); an error's body is read aside.
+    pub fn get_into<B: std::ops::DerefMut<Target = [u8]>>(
+        &mut self,
+        url: &Url,
+        max: u64,
+        buffer: impl FnOnce(usize) -> B,
+    ) -> Result<B, Error> {
+        self.request("GET", url, None, max, buffer)
     }
 
     /// POSTs `body` to `url`'s path; the answer's body as `get` takes it.
     pub fn post(&mut self, url: &Url, body: &[u8], max: u64) -> Result<Vec<u8>, Error> {
-        self.request("POST", url, Some(body), max)
+        self.request("POST", url, Some(body), max, |n| vec![0; n])
     }
 
-    fn request(
+    fn request<B: std::ops::DerefMut<Target = [u8]>>(
         &mut self,
         method: &str,
         url: &Url,
         body: Option<&[u8]>,
         max: u64,
-    ) -> Result<Vec<u8>, Error> {
+        buffer: impl FnOnce(usize) -> B,
+    ) -> Result<B, Error> {
         let mut request = format!(
             "{method} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: bootpool-agent/{}\r\n",
             url.path,
@@ -272,12 +284,30 @@ impl Conn {
                 h.length
             )));
         }
-        let mut body = vec![0; h.length as usize];
+        if h.status != 200 || h.length > max {
+            let mut body = vec![0; h.length as usize];
+            self.body(&mut body)?;
+            if h.status != 200 {
+                body.truncate(200);
+                return Err(Error::Status(
+                    h.status,
+                    String::from_utf8_lossy(&body).into(),
+                ));
+            }
+            return Err(Error::Malformed(format!("a body of {} bytes", h.length)));
+        }
+        let mut body = buffer(h.length as usize);
+        self.body(&mut body)?;
+        Ok(body)
+    }
+
+    /// Reads the body, `into.len()` bytes, into `into`.
+    fn body(&mut self, into: &mut [u8]) -> Result<(), Error> {
         let mut got = 0;
-        while got < body.len() {
+        while got < into.len() {
             let read = self
                 .pace()
-                .and_then(|()| self.stream.read(&mut body[got..]));
+                .and_then(|()| self.stream.read(&mut into[got..]));
             match read {
                 Ok(0) => {
                     self.closed = true;
@@ -292,17 +322,7 @@ impl Conn {
             }
         }
         self.deadline = None;
-        if h.status != 200 {
-            body.truncate(200);
-            return Err(Error::Status(
-                h.status,
-                String::from_utf8_lossy(&body).into(),
-            ));
-        }
-        if h.length > max {
-            return Err(Error::Malformed(format!("a body of {} bytes", h.length)));
-        }
-        Ok(body)
+        Ok(())
     }
 }
 

@@ -7,7 +7,7 @@
 //! serves the chunks it holds to them, and prefetches in the tracker's order (`swarm.rs`,
 //! `peers.rs`). The block manifest's, NBD's and the tracker's codecs are the daemon's own
 //! files, compiled here too (one source for each format; the agent links nothing of the
-//! daemon's crate).
+//! daemon's crate), and so is the sys room's `slabs.rs`, the memory chunks are received into.
 
 #[path = "../../src/image/blocks.rs"]
 pub mod blocks;
@@ -17,6 +17,8 @@ pub mod blocks;
 )]
 #[path = "../../src/proto/nbd.rs"]
 mod nbd;
+#[path = "../../src/sys/slabs.rs"]
+pub mod slabs;
 #[path = "../../src/proto/swarm.rs"]
 pub mod wire;
 

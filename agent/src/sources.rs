@@ -76,14 +76,16 @@ impl Sources {
     }
 
     /// GETs `suffix` below each source's manifest URL ("" for the manifest itself, `/I` for
-    /// chunk I) until `check` takes a body, moving to the next source after each failure.
-    pub fn fetch<T>(
+    /// chunk I) until `check` takes a body, moving to the next source after each failure;
+    /// each body is read into `buffer(its length)`.
+    pub fn fetch<T, B: std::ops::DerefMut<Target = [u8]>>(
         &self,
         suffix: &str,
         max: u64,
         what: &str,
+        buffer: impl Fn(usize) -> B,
         mut check: impl FnMut(&[u8]) -> Result<T, String>,
-    ) -> Result<(Vec<u8>, T), String> {
+    ) -> Result<(B, T), String> {
         let n = self.list.len();
         let began = Instant::now();
         let (mut refused, mut failed_in_round, mut tries) = (0, 0, 0);
@@ -92,7 +94,7 @@ impl Sources {
         loop {
             let source = &self.list[i];
             let url = source.url.with_path(format!("{}{suffix}", source.url.path));
-            let tried = get(&source.conns, &url, max)
+            let tried = get(&source.conns, &url, max, &buffer)
                 .map_err(Failure::Gone)
                 .and_then(|b| match check(&b) {
                     Ok(v) => Ok((b, v)),
@@ -159,10 +161,15 @@ impl Sources {
 
 /// One GET on an idle kept-alive connection, or a new one: a kept connection the server has
 /// closed since (its idle timeout) is dropped and the GET made again on a new one at once.
-fn get(conns: &Mutex<Vec<Conn>>, url: &Url, max: u64) -> Result<Vec<u8>, String> {
+fn get<B: std::ops::DerefMut<Target = [u8]>>(
+    conns: &Mutex<Vec<Conn>>,
+    url: &Url,
+    max: u64,
+    buffer: &impl Fn(usize) -> B,
+) -> Result<B, String> {
     let idle = conns.lock().unwrap_or_else(|e| e.into_inner()).pop();
     if let Some(mut conn) = idle {
-        match conn.get(url, max) {
+        match conn.get_into(url, max, buffer) {
             Err(http::Error::Io(_)) => {}
             got => {
                 if conn.reusable() {
@@ -174,7 +181,7 @@ fn get(conns: &Mutex<Vec<Conn>>, url: &Url, max: u64) -> Result<Vec<u8>, String>
     }
     let mut conn =
         Conn::connect(url).map_err(|e| format!("connecting to {}: {e}", url.authority))?;
-    let got = conn.get(url, max);
+    let got = conn.get_into(url, max, buffer);
     if conn.reusable() && !matches!(got, Err(http::Error::Io(_))) {
         conns.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
     }

@@ -11,6 +11,8 @@
 //!   the ARP cache ioctl, the host's interface addresses, packet sockets.
 //! - `netlink`: an rtnetlink socket (the messages are `proto::netlink`'s).
 //! - `page_buf`: page-aligned byte buffers.
+//! - `slabs`: the memory `bootpool-agent` receives chunks into, anonymous mappings populated a
+//!   buffer at a time (`MADV_POPULATE_WRITE`); the agent compiles it in by `#[path]`.
 //! - `libnbd`: libnbd's C API, loaded at run time (the storm's NBD client).
 //! - `time`: the local time zone's offset from UTC at a moment.
 //! - `procnet`: who holds a port (`/proc/net`'s sockets, `/proc/PID/fd`); no `unsafe`, but the
@@ -24,6 +26,7 @@ pub mod netlink;
 pub mod page_buf;
 pub mod process;
 pub mod procnet;
+pub mod slabs;
 pub mod sock;
 pub mod time;
 
