@@ -1,0 +1,1 @@
+/tmp/bp40/bootpool storm --config /work/main/bench/out/swarm-storm-20261207-2222/pools-4x250mbit.yaml --root nbd --clients 40 --tftp-loader --client-link 100mbit --server-links 4x250mbit --think-scale 0.2 --label swarm-nbd-40 --json /work/main/bench/out/swarm-storm-20261207-2222/swarm-nbd-40.json --swarm /tmp/bp40/bootpool-agent

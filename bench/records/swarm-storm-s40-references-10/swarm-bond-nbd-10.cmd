@@ -1,0 +1,1 @@
+/tmp/bp40/bootpool storm --config /work/main/bench/out/swarm-storm-20261207-2224/pools-1x200mbit.yaml --root nbd --clients 10 --tftp-loader --client-link 20mbit --server-links 1x200mbit --think-scale 0.2 --label swarm-bond-nbd-10 --json /work/main/bench/out/swarm-storm-20261207-2224/swarm-bond-nbd-10.json --swarm /tmp/bp40/bootpool-agent
