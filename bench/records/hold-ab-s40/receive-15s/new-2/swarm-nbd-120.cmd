@@ -1,0 +1,1 @@
+/tmp/bp40c/bootpool storm --config /work/main/bench/out/receive-ab-s40/new-2/pools-4x50mbit.yaml --root nbd --clients 120 --tftp-loader --client-link 20mbit --server-links 4x50mbit --think-scale 0.2 --label swarm-nbd-120 --json /work/main/bench/out/receive-ab-s40/new-2/swarm-nbd-120.json --swarm /tmp/bp40c/bootpool-agent

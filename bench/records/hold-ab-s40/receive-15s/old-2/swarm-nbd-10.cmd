@@ -1,0 +1,1 @@
+/tmp/bp40/bootpool storm --config /work/main/bench/out/receive-ab-s40/old-2/pools-4x50mbit.yaml --root nbd --clients 10 --tftp-loader --client-link 20mbit --server-links 4x50mbit --think-scale 0.2 --label swarm-nbd-10 --json /work/main/bench/out/receive-ab-s40/old-2/swarm-nbd-10.json --swarm /tmp/bp40/bootpool-agent
