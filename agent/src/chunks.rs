@@ -17,15 +17,6 @@ use std::sync::{Arc, Condvar, Mutex};
 /// The largest manifest the agent takes: 2^24 chunks of 65 bytes and its head.
 const MAX_MANIFEST: u64 = (blocks::MAX_CHUNKS + 1) * 65;
 
-/// What `Store::held_within` found.
-pub enum Holding {
-    Held(Arc<Bytes>),
-    /// Still being fetched when the wait ended.
-    Fetching,
-    /// Neither held nor being fetched.
-    Missing,
-}
-
 enum Slot {
     Missing,
     /// A thread is fetching it; the others wait on `Store::ready`.
@@ -116,22 +107,17 @@ impl Store {
     }
 
     /// Chunk `index` if it is held, or once held if a fetch of it ends within `wait` (a peer
-    /// the tracker sent here while this agent receives it); else whether it is still being
-    /// fetched.
-    pub fn held_within(&self, index: u64, wait: std::time::Duration) -> Holding {
-        let Ok(i) = usize::try_from(index) else {
-            return Holding::Missing;
-        };
+    /// the tracker sent here while this agent receives it); `None` otherwise.
+    pub fn held_within(&self, index: u64, wait: std::time::Duration) -> Option<Arc<Bytes>> {
+        let i = usize::try_from(index).ok()?;
         let until = std::time::Instant::now() + wait;
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         loop {
-            match slots.get(i) {
-                Some(Slot::Held(bytes)) => return Holding::Held(bytes.clone()),
-                None | Some(Slot::Missing) => return Holding::Missing,
-                Some(Slot::Fetching) => {
-                    let Some(left) = until.checked_duration_since(std::time::Instant::now()) else {
-                        return Holding::Fetching;
-                    };
+            match slots.get(i)? {
+                Slot::Held(bytes) => return Some(bytes.clone()),
+                Slot::Missing => return None,
+                Slot::Fetching => {
+                    let left = until.checked_duration_since(std::time::Instant::now())?;
                     slots = self
                         .ready
                         .wait_timeout(slots, left)

@@ -14,9 +14,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// A response head longer than this is refused.
 const MAX_HEAD: usize = 16 * 1024;
-/// Interim answers (1xx: a peer's `102 Processing` while it receives the chunk asked for)
-/// taken before one request's final answer; past them the connection is given up.
-const MAX_INTERIM: usize = 64;
 
 /// An `http://HOST[:PORT]/PATH` URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,10 +148,8 @@ pub struct Conn {
     closed: bool,
     /// How long a read may wait for its next byte.
     io: Duration,
-    /// When the next request's answer must be in whole (`within`), if ever, and that span:
-    /// an interim answer starts it again.
+    /// When the next request's answer must be in whole (`within`), if ever.
     deadline: Option<std::time::Instant>,
-    span: Option<Duration>,
 }
 
 impl Conn {
@@ -178,7 +173,6 @@ impl Conn {
                         closed: false,
                         io,
                         deadline: None,
-                        span: None,
                     });
                 }
                 Err(e) => last = Some(e),
@@ -194,7 +188,6 @@ impl Conn {
     /// the connection is closed.
     pub fn within(&mut self, total: Duration) {
         self.deadline = Some(std::time::Instant::now() + total);
-        self.span = Some(total);
     }
 
     /// Sets the socket's read timeout to what is left of `io` and the deadline.
@@ -261,7 +254,6 @@ impl Conn {
         }
         self.stream.get_mut().write_all(&request)?;
         let mut head = Vec::with_capacity(512);
-        let mut interim = 0;
         loop {
             if let Err(e) = self.pace() {
                 self.closed = true;
@@ -273,23 +265,7 @@ impl Conn {
                 return Err(Error::Io(std::io::ErrorKind::UnexpectedEof.into()));
             }
             if head.ends_with(b"\r\n\r\n") {
-                if !is_interim(&head) {
-                    break;
-                }
-                // The peer still receives the chunk: the whole answer's span starts again,
-                // each next byte still due within `io`.
-                interim += 1;
-                if interim > MAX_INTERIM {
-                    self.closed = true;
-                    return Err(Error::Malformed(format!(
-                        "over {MAX_INTERIM} interim answers"
-                    )));
-                }
-                head.clear();
-                if let Some(span) = self.span {
-                    self.deadline = Some(std::time::Instant::now() + span);
-                }
-                continue;
+                break;
             }
             if head.len() > MAX_HEAD {
                 self.closed = true;
@@ -346,14 +322,8 @@ impl Conn {
             }
         }
         self.deadline = None;
-        self.span = None;
         Ok(())
     }
-}
-
-/// Whether a head is an interim answer (`HTTP/1.1 1xx`), which a final one follows.
-fn is_interim(head: &[u8]) -> bool {
-    head.starts_with(b"HTTP/1.1 1") || head.starts_with(b"HTTP/1.0 1")
 }
 
 #[cfg(test)]
@@ -414,46 +384,5 @@ mod tests {
         );
         assert!(parse_head(b"SSH-2.0-OpenSSH\r\n\r\n").is_err());
         assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n").is_err());
-    }
-
-    /// A peer receiving the chunk asked for says `102 Processing` every 300 ms, four times: for
-    /// longer than the whole answer's span (`within`, 0.7 s); the asker waits on and gets the
-    /// chunk. One that says it more than `MAX_INTERIM` times is given up.
-    #[test]
-    fn interim_answers_keep_the_asker_waiting_until_the_chunk() {
-        use std::io::{BufRead, BufReader as Reader};
-        use std::net::TcpListener;
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let server = std::thread::spawn(move || {
-            for (interims, every) in [(4, 300), (MAX_INTERIM + 1, 0)] {
-                let (s, _) = listener.accept().unwrap();
-                let mut r = Reader::new(s.try_clone().unwrap());
-                let mut line = String::new();
-                while line != "\r\n" {
-                    line.clear();
-                    r.read_line(&mut line).unwrap();
-                }
-                let mut w = s;
-                for _ in 0..interims {
-                    std::thread::sleep(Duration::from_millis(every));
-                    if w.write_all(b"HTTP/1.1 102 Processing\r\n\r\n").is_err() {
-                        break;
-                    }
-                }
-                let _ = w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nchunk");
-            }
-        });
-        let url = Url::parse(&format!("http://127.0.0.1:{port}/chunks/ab/1")).unwrap();
-        let wait = Duration::from_millis(500);
-        let mut conn = Conn::connect_within(&url, wait, wait).unwrap();
-        conn.within(Duration::from_millis(700));
-        // 1.2 s of interims, past the 0.7 s span: each one started it again.
-        assert_eq!(conn.get(&url, 16).unwrap(), b"chunk");
-        let mut conn = Conn::connect_within(&url, wait, wait).unwrap();
-        assert!(matches!(conn.get(&url, 16), Err(Error::Malformed(_))));
-        server.join().unwrap();
-        assert!(is_interim(b"HTTP/1.1 102 Processing\r\n\r\n"));
-        assert!(!is_interim(b"HTTP/1.1 200 OK\r\n\r\n"));
     }
 }

@@ -1,26 +1,19 @@
 //! The agent's server for its room's peers (docs/swarm.md, "Peers and the tracker"):
 //! `GET /chunks/DIGEST/INDEX` over HTTP/1.1, kept alive, on the client's address (`--peers`),
 //! answered only to the peers the tracker named (`swarm.rs`: 403 to anyone else) and only from
-//! chunks held and checked (404 for one it lacks). One it is receiving, the merged miss the
-//! tracker counts on, is waited for up to `HOLD_WAIT`, with a `102 Processing` interim answer
-//! every `STILL_EVERY` meanwhile: the asker, which takes a peer silent for a second as gone,
-//! waits on while this agent lives and gets the chunk from it, not a second copy from the
-//! server. A thread per connection, at most `MAX_CONNS`; a request is read within `MAX_HEAD`
-//! bytes and `IDLE`.
+//! chunks held and checked (404 for one it lacks; one it is receiving is waited for up to
+//! `HOLD_WAIT`, the merged miss the tracker counts on). A thread per connection, at most
+//! `MAX_CONNS`; a request is read within `MAX_HEAD` bytes and `IDLE`.
 
-use crate::chunks::{Holding, Store};
+use crate::chunks::Store;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-/// How long a request for a chunk this agent is receiving waits for it: a little under the
-/// time the tracker counts it as receiving (`boot::tracker::RECEIVING_FOR_MS`, 15 s), since a
-/// server whose links carry a room's kernels and initrds may take seconds for one chunk.
-pub const HOLD_WAIT: Duration = Duration::from_millis(14_000);
-/// While it waits, a `102 Processing` this often (under the asker's `PEER_WAIT`, 1 s).
-pub const STILL_EVERY: Duration = Duration::from_millis(300);
+/// How long a request for a chunk this agent is receiving waits for it.
+pub const HOLD_WAIT: Duration = Duration::from_millis(800);
 /// Connections served at once; past them a new one is closed at once.
 const MAX_CONNS: usize = 64;
 /// A request head longer than this closes the connection.
@@ -67,24 +60,6 @@ pub fn parse_request(line: &str) -> Result<(&str, u64), u16> {
     }
 }
 
-/// Chunk `index` once held, waiting up to `HOLD_WAIT` while it is being fetched and saying so
-/// to the asker every `STILL_EVERY`; 404 if it is not held by then.
-fn held(w: &mut TcpStream, store: &Store, index: u64) -> Result<Arc<crate::slabs::Bytes>, u16> {
-    let until = std::time::Instant::now() + HOLD_WAIT;
-    loop {
-        let left = until.saturating_duration_since(std::time::Instant::now());
-        match store.held_within(index, left.min(STILL_EVERY)) {
-            Holding::Held(bytes) => return Ok(bytes),
-            Holding::Fetching if !left.is_zero() => {
-                if w.write_all(b"HTTP/1.1 102 Processing\r\n\r\n").is_err() {
-                    return Err(404);
-                }
-            }
-            Holding::Fetching | Holding::Missing => return Err(404),
-        }
-    }
-}
-
 fn connection(s: TcpStream, store: &Store) -> std::io::Result<()> {
     let peer = s.peer_addr()?.ip();
     s.set_read_timeout(Some(IDLE))?;
@@ -128,7 +103,7 @@ fn connection(s: TcpStream, store: &Store) -> std::io::Result<()> {
             Ok(_) if has_body => Err(400),
             Ok((digest, _)) if digest != swarm.digest() => Err(404),
             Ok(_) if !swarm.may_serve(peer, &store.sources) => Err(403),
-            Ok((_, index)) => held(&mut w, store, index),
+            Ok((_, index)) => store.held_within(index, HOLD_WAIT).ok_or(404),
         };
         match answer {
             Ok(bytes) => {

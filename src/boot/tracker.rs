@@ -23,10 +23,8 @@ use std::net::{IpAddr, SocketAddr};
 
 /// Peers named for one chunk.
 pub const NAMED: usize = 3;
-/// How long the agent handed a chunk from the server counts as receiving it: askers merged
-/// onto it wait that long (the agent says it still receives, `102 Processing`), since a
-/// server whose links carry a room's kernels and initrds may take seconds for one chunk.
-pub const RECEIVING_FOR_MS: u64 = 15_000;
+/// How long the agent handed a chunk from the server counts as receiving it.
+pub const RECEIVING_FOR_MS: u64 = 5_000;
 /// An agent that has not reported for this long is forgotten (agents report at least every
 /// 10 s while they serve peers).
 pub const FORGET_AFTER_MS: u64 = 60_000;
