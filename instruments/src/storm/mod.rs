@@ -634,8 +634,8 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
         "http://{}:{}/metrics",
         config.server.address, plan.http_port
     );
-    let chunks_sent = || swarm::chunks_sent(&report::get(&metrics).ok()?);
-    let chunks_before = chunks_sent().filter(|_| args.swarm.is_some() && site.is_none());
+    let server_counts = || swarm::ServerCounts::parse(&report::get(&metrics).ok()?);
+    let counts_before = server_counts().filter(|_| args.swarm.is_some() && site.is_none());
     let sampler =
         sample::Sampler::start(links.clone(), uplinks, std::process::id(), member_pids, t0);
     let start = t0.elapsed().as_secs_f64() + 0.2;
@@ -698,7 +698,7 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
     progress.finish();
     let switched_off = cutter.map(swarm_faults::Cutter::finish).unwrap_or_default();
     let agent_counts = plan.agents.as_ref().map(|a| a.finish());
-    let chunks_after = chunks_before.and_then(|_| chunks_sent());
+    let counts_after = counts_before.and_then(|_| server_counts());
     let reference_sent = match (&seed, &sender) {
         (Some(seed), _) => Some(("torrent", seed.payload_sent())),
         (_, Some(sender)) => Some(("multicast", sender.payload_sent())),
@@ -766,8 +766,8 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
                 read,
             ),
             Some(counts) => {
-                let sent = chunks_before.zip(chunks_after).map(|(b, a)| a - b);
-                swarm::Row::swarm(counts, sent, floor, chunk, read)
+                let server = counts_before.zip(counts_after).map(|(b, a)| a.since(b));
+                swarm::Row::swarm(counts, server, floor, chunk, read)
             }
             None => swarm::Row::unicast(read, floor, chunk),
         };

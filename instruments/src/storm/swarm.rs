@@ -99,14 +99,43 @@ pub fn ready_server(root_image: &Path, state_dir: &Path, trace: &Trace) -> anyho
     std::fs::write(&file, trace.to_text()).with_context(|| format!("writing {}", file.display()))
 }
 
-/// The server's `bootpool_chunks_sent_total`, in the text of its /metrics.
-pub fn chunks_sent(metrics: &str) -> Option<u64> {
-    metrics.lines().find_map(|l| {
-        l.strip_prefix("bootpool_chunks_sent_total ")?
-            .trim()
-            .parse()
-            .ok()
-    })
+/// What the server counted of a swarm: its chunks sent and its tracker's answers by the
+/// source named.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ServerCounts {
+    /// `bootpool_chunks_sent_total`.
+    pub chunks_sent: u64,
+    /// `bootpool_tracker_answers_total` by `to`: holders, the receiver, the server.
+    pub to_holders: u64,
+    pub to_receiver: u64,
+    pub to_server: u64,
+}
+
+impl ServerCounts {
+    /// The counts in the text of the server's /metrics; none without the chunks sent.
+    pub fn parse(metrics: &str) -> Option<ServerCounts> {
+        let value = |name: &str| -> Option<u64> {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        };
+        Some(ServerCounts {
+            chunks_sent: value("bootpool_chunks_sent_total ")?,
+            to_holders: value("bootpool_tracker_answers_total{to=\"holders\"} ").unwrap_or(0),
+            to_receiver: value("bootpool_tracker_answers_total{to=\"receiver\"} ").unwrap_or(0),
+            to_server: value("bootpool_tracker_answers_total{to=\"server\"} ").unwrap_or(0),
+        })
+    }
+
+    /// What was counted from `before` to `self`.
+    pub fn since(self, before: ServerCounts) -> ServerCounts {
+        ServerCounts {
+            chunks_sent: self.chunks_sent.saturating_sub(before.chunks_sent),
+            to_holders: self.to_holders.saturating_sub(before.to_holders),
+            to_receiver: self.to_receiver.saturating_sub(before.to_receiver),
+            to_server: self.to_server.saturating_sub(before.to_server),
+        }
+    }
 }
 
 /// One agent started by a client.
@@ -425,6 +454,8 @@ pub struct Row {
     /// The machine's CPUs set the pace for 10% of the room's time or more: not of record.
     pub invalid: bool,
     pub agent_counts: Vec<AgentCount>,
+    /// The tracker's answers during the storm, by the source named (a swarm row).
+    pub tracker: Option<ServerCounts>,
     /// `--swarm-cut`: the clients switched off, and how long after their agents started.
     pub cut: Vec<usize>,
     pub cut_after_s: f64,
@@ -442,7 +473,7 @@ impl Row {
     /// clients read through their agents.
     pub fn swarm(
         counts: Vec<AgentCount>,
-        server_chunks: Option<u64>,
+        server: Option<ServerCounts>,
         floor_chunks: u64,
         chunk: u64,
         read_bytes: u64,
@@ -453,8 +484,10 @@ impl Row {
         let agent_cpu_s: f64 = counts.iter().map(|c| c.cpu_s).sum();
         let agent_bytes = (held + served) * chunk + read_bytes;
         let cpu_s_per_gb = (agent_bytes > 0).then(|| agent_cpu_s / (agent_bytes as f64 / 1e9));
+        let server_chunks = server.map(|s| s.chunks_sent);
         Row {
             mode: "swarm".into(),
+            tracker: server,
             chunk,
             floor_chunks,
             server_chunks: server_chunks.map(|n| n as f64),
@@ -565,13 +598,17 @@ impl Row {
         }
         if self.mode == "swarm" {
             s.push_str(&format!(
-                "\n  agents {}: {} chunks from peers, {} from the server; served {} to peers; refused {}, silent {}\n  agents' CPU {:.2} s for {:.1} MB moved: {} s per GB, {} of one core at 1 Gbit/s",
+                "\n  agents {}: {} chunks from peers, {} from the server; served {} to peers; refused {}, silent {}{}\n  agents' CPU {:.2} s for {:.1} MB moved: {} s per GB, {} of one core at 1 Gbit/s",
                 self.agents,
                 self.from_peers,
                 self.from_servers,
                 self.served_to_peers,
                 self.refused,
                 self.silent,
+                self.tracker.map_or(String::new(), |t| format!(
+                    "\n  the tracker named holders {} times, the agent receiving the chunk {}, the server {}",
+                    t.to_holders, t.to_receiver, t.to_server
+                )),
                 self.agent_cpu_s,
                 self.agent_bytes as f64 / 1e6,
                 self.cpu_s_per_gb.map_or("-".into(), |v| format!("{v:.2}")),
@@ -635,6 +672,30 @@ mod tests {
     }
 
     #[test]
+    fn the_servers_metrics_give_its_chunks_and_its_trackers_answers() {
+        let text = "# HELP x\nbootpool_chunks_sent_total 120\nbootpool_tracker_answers_total{to=\"holders\"} 900\nbootpool_tracker_answers_total{to=\"receiver\"} 7\nbootpool_tracker_answers_total{to=\"server\"} 118\n";
+        let now = ServerCounts::parse(text).unwrap();
+        assert_eq!(
+            now,
+            ServerCounts {
+                chunks_sent: 120,
+                to_holders: 900,
+                to_receiver: 7,
+                to_server: 118
+            }
+        );
+        let before = ServerCounts {
+            chunks_sent: 20,
+            to_holders: 100,
+            to_receiver: 2,
+            to_server: 18,
+        };
+        assert_eq!(now.since(before).to_server, 100);
+        assert_eq!(now.since(before).chunks_sent, 100);
+        assert_eq!(ServerCounts::parse("nothing 1\n"), None);
+    }
+
+    #[test]
     fn the_config_roots_the_pool_through_the_agent_sharing() {
         let text = "server:\n  address: 10.0.0.1\npools:\n  p:\n    root: nbd\n    image: demo\n  q:\n    root: nfs\n";
         let out = config(text, "p", Path::new("/x/bootpool-agent")).unwrap();
@@ -669,7 +730,11 @@ mod tests {
             cpu_s: 0.5,
             ..AgentCount::default()
         };
-        let mut r = Row::swarm(vec![a.clone(), a], Some(3), 3, 262144, 1_000_000);
+        let sent = ServerCounts {
+            chunks_sent: 3,
+            ..ServerCounts::default()
+        };
+        let mut r = Row::swarm(vec![a.clone(), a], Some(sent), 3, 262144, 1_000_000);
         assert_eq!(r.copies, Some(1.0));
         assert_eq!(r.agent_bytes, 8 * 262144 + 1_000_000);
         r.judge(1.0, Some(20.0));
