@@ -58,6 +58,13 @@ pub struct Counts {
     pub served: AtomicU64,
     /// Tracker calls that failed.
     pub tracker_failed: AtomicU64,
+    /// Chunks left to the servers, by why: no tracker answer (a failed call or its rest), no
+    /// peer named, or every peer named failed (and of those tries, the ones a peer answered
+    /// that it lacks the chunk: a receiving peer's wait ran out).
+    pub unanswered: AtomicU64,
+    pub none_named: AtomicU64,
+    pub peers_failed: AtomicU64,
+    pub peer_lacked: AtomicU64,
 }
 
 /// What the next report carries.
@@ -195,7 +202,10 @@ impl Swarm {
         slabs: &Slabs,
         index: u64,
     ) -> Option<Bytes> {
-        let answer = self.ask(sources, &[index], false)?;
+        let Some(answer) = self.ask(sources, &[index], false) else {
+            self.counts.unanswered.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
         let named: Vec<SocketAddr> = answer
             .from
             .into_iter()
@@ -206,6 +216,12 @@ impl Swarm {
         loop {
             let next = lock(&self.book).next(&named, &tried, self.now_ms());
             let Next::Peer(peer) = next else {
+                let why = if tried.is_empty() {
+                    &self.counts.none_named
+                } else {
+                    &self.counts.peers_failed
+                };
+                why.fetch_add(1, Ordering::Relaxed);
                 return None;
             };
             tried.push(peer);
@@ -223,6 +239,9 @@ impl Swarm {
                 }
                 Err(outcome) => (outcome, None),
             };
+            if outcome == Outcome::Lacks {
+                self.counts.peer_lacked.fetch_add(1, Ordering::Relaxed);
+            }
             if outcome == Outcome::Silent {
                 self.counts.peer_silent.fetch_add(1, Ordering::Relaxed);
                 eprintln!(
@@ -314,16 +333,21 @@ impl Swarm {
     }
 
     /// What it fetched and served so far, for the log: `N chunks held, P from peers, S from the
-    /// servers; served V to peers; refused R from peers, silent T`.
+    /// servers; served V to peers; refused R from peers, T silent; to the servers: U
+    /// unanswered, E none named, F peers failed (L lacked)`.
     pub fn summary(&self, held: u64) -> String {
         let c = &self.counts;
         let peers = c.from_peers.load(Ordering::Relaxed);
         format!(
-            "{held} chunks held, {peers} from peers, {} from the servers; served {} to peers; refused {} from peers, {} silent",
+            "{held} chunks held, {peers} from peers, {} from the servers; served {} to peers; refused {} from peers, {} silent; to the servers: {} unanswered, {} none named, {} peers failed ({} lacked)",
             held - peers,
             c.served.load(Ordering::Relaxed),
             c.peer_refused.load(Ordering::Relaxed),
             c.peer_silent.load(Ordering::Relaxed),
+            c.unanswered.load(Ordering::Relaxed),
+            c.none_named.load(Ordering::Relaxed),
+            c.peers_failed.load(Ordering::Relaxed),
+            c.peer_lacked.load(Ordering::Relaxed),
         )
     }
 

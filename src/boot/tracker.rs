@@ -44,9 +44,17 @@ struct Agent {
     seen_ms: u64,
     /// Times it was named as a source.
     named: u64,
+    /// A peer reported it gone: named to nobody until it reports again, its chunks kept
+    /// (its reports say only what it got since the last one).
+    gone: bool,
 }
 
 impl Agent {
+    /// Whether it may be named to others.
+    fn named_ok(&self) -> bool {
+        self.port != 0 && !self.gone
+    }
+
     fn holds(&self, i: u64) -> bool {
         self.held
             .get((i / 64) as usize)
@@ -112,7 +120,7 @@ impl Swarm {
         }
         for gone in &report.gone {
             if *gone != ip {
-                self.forget(*gone);
+                self.set_gone(*gone);
             }
         }
         let words = self.chunks.div_ceil(64) as usize;
@@ -123,9 +131,11 @@ impl Swarm {
                 held: vec![0; words],
                 seen_ms: now_ms,
                 named: 0,
+                gone: false,
             });
             agent.port = report.port;
             agent.seen_ms = now_ms;
+            agent.gone = false;
             for i in report.have.iter() {
                 agent.held[(i / 64) as usize] |= 1 << (i % 64);
                 if self.receiving.get(&i).is_some_and(|(r, _)| *r == ip) {
@@ -147,7 +157,7 @@ impl Swarm {
         let peers = self
             .agents
             .iter()
-            .filter(|(a, agent)| **a != ip && agent.port != 0)
+            .filter(|(a, agent)| **a != ip && agent.named_ok())
             .map(|(a, agent)| SocketAddr::new(*a, agent.port))
             .collect();
         let order = report.order.then(|| {
@@ -166,7 +176,7 @@ impl Swarm {
         let mut holders: Vec<(&IpAddr, &Agent)> = self
             .agents
             .iter()
-            .filter(|(a, agent)| **a != ip && agent.port != 0 && agent.holds(i))
+            .filter(|(a, agent)| **a != ip && agent.named_ok() && agent.holds(i))
             .collect();
         if !holders.is_empty() {
             // The fewest uploads in flight first, then named least; the address breaks ties,
@@ -192,7 +202,7 @@ impl Swarm {
         }
         let receiver = self.receiving.get(&i).and_then(|&(r, since)| {
             let fresh = now_ms.saturating_sub(since) < RECEIVING_FOR_MS;
-            let agent = self.agents.get(&r).filter(|a| a.port != 0)?;
+            let agent = self.agents.get(&r).filter(|a| a.named_ok())?;
             (r != ip && fresh).then(|| SocketAddr::new(r, agent.port))
         });
         if let Some(r) = receiver {
@@ -205,6 +215,17 @@ impl Swarm {
         }
         self.tally.to_server += 1;
         Vec::new()
+    }
+
+    /// A peer said `ip` did not answer: it is named to nobody until it reports again (it may
+    /// be switched off, or only slow), its chunks kept for then; what it was receiving goes
+    /// to the next asker.
+    fn set_gone(&mut self, ip: IpAddr) {
+        if let Some(a) = self.agents.get_mut(&ip) {
+            a.gone = true;
+        }
+        self.receiving.retain(|_, (r, _)| *r != ip);
+        self.uploads.retain(|_, (from, _)| *from != ip);
     }
 
     fn forget(&mut self, ip: IpAddr) {
@@ -436,14 +457,20 @@ mod tests {
         assert_eq!(s.tally.banned, 1);
     }
 
+    /// A peer reported gone is named to nobody until it reports again; then it is named for
+    /// the chunks it reported before (a report says only what is new since the last: the
+    /// tracker forgetting them sent every later asker of those chunks to the server). One
+    /// silent for `FORGET_AFTER_MS` is forgotten.
     #[test]
-    fn a_peer_reported_gone_or_silent_is_forgotten_until_it_asks_again() {
+    fn a_peer_reported_gone_is_named_again_with_its_chunks_once_it_reports_and_a_silent_one_forgotten()
+     {
         let mut s = Swarm::new(2, None);
         s.ask(ip(1), &report(&[0], &[]), 0);
         let mut gone = report(&[], &[0]);
         gone.gone = vec![ip(1)];
         assert!(from(&s.ask(ip(2), &gone, 1), 0).is_empty());
-        s.ask(ip(1), &report(&[0], &[]), 2);
+        assert!(s.ask(ip(2), &report(&[], &[]), 1).peers.is_empty());
+        s.ask(ip(1), &report(&[], &[]), 2);
         assert_eq!(from(&s.ask(ip(3), &report(&[], &[0]), 3), 0), vec![at(1)]);
         let late = FORGET_AFTER_MS + 10;
         let a = s.ask(ip(4), &report(&[], &[0]), late);

@@ -185,6 +185,13 @@ pub struct AgentCount {
     pub served_to_peers: u64,
     pub refused: u64,
     pub silent: u64,
+    /// Chunks it took from the servers, by why (agents since session 40 say; 0 before):
+    /// no tracker answer, no peer named, every peer named failed; and tries a peer answered
+    /// that it lacked the chunk.
+    pub unanswered: u64,
+    pub none_named: u64,
+    pub peers_failed: u64,
+    pub lacked: u64,
     pub cpu_s: f64,
 }
 
@@ -362,7 +369,8 @@ fn last_line(log: &Path) -> String {
 }
 
 /// The agent's last summary line in its log (`H chunks held, P from peers, S from the
-/// servers; served V to peers; refused R from peers, T silent`), as counts.
+/// servers; served V to peers; refused R from peers, T silent; to the servers: U unanswered, E
+/// none named, F peers failed (L lacked)`), as counts.
 fn summary(log: &str) -> Option<AgentCount> {
     let line = log.lines().rev().find(|l| l.contains(" chunks held, "))?;
     let after = |key: &str| -> Option<u64> {
@@ -391,6 +399,13 @@ fn summary(log: &str) -> Option<AgentCount> {
         served_to_peers: served,
         refused,
         silent: after(" silent")?,
+        unanswered: after(" unanswered").unwrap_or(0),
+        none_named: after(" none named").unwrap_or(0),
+        peers_failed: after(" peers failed").unwrap_or(0),
+        lacked: line
+            .split_once("failed (")
+            .and_then(|(_, r)| r.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0),
         cpu_s: 0.0,
     })
 }
@@ -444,6 +459,11 @@ pub struct Row {
     pub served_to_peers: u64,
     pub refused: u64,
     pub silent: u64,
+    /// The agents' chunks from the servers by why (`AgentCount`), summed.
+    pub unanswered: u64,
+    pub none_named: u64,
+    pub peers_failed: u64,
+    pub lacked: u64,
     /// The agents' CPU seconds together, and the bytes they moved: fetched (from peers and
     /// servers), served to peers and served to their NBD readers.
     pub agent_cpu_s: f64,
@@ -500,6 +520,10 @@ impl Row {
             served_to_peers: served,
             refused: sum(|c| c.refused),
             silent: sum(|c| c.silent),
+            unanswered: sum(|c| c.unanswered),
+            none_named: sum(|c| c.none_named),
+            peers_failed: sum(|c| c.peers_failed),
+            lacked: sum(|c| c.lacked),
             agent_cpu_s,
             agent_bytes,
             cpu_s_per_gb,
@@ -606,8 +630,8 @@ impl Row {
                 self.refused,
                 self.silent,
                 self.tracker.map_or(String::new(), |t| format!(
-                    "\n  the tracker named holders {} times, the agent receiving the chunk {}, the server {}",
-                    t.to_holders, t.to_receiver, t.to_server
+                    "\n  the tracker named holders {} times, the agent receiving the chunk {}, the server {}; the agents took chunks from the server {} times with no tracker answer, {} with no peer named, {} after every peer named failed ({} tries lacked the chunk)",
+                    t.to_holders, t.to_receiver, t.to_server, self.unanswered, self.none_named, self.peers_failed, self.lacked
                 )),
                 self.agent_cpu_s,
                 self.agent_bytes as f64 / 1e6,
@@ -655,7 +679,7 @@ mod tests {
     fn an_agents_last_summary_line_is_its_counts() {
         let log = "bootpool-agent: serving `root` (100 bytes, 1 chunks of 262144) on 127.0.0.1:10809\n\
             bootpool-agent: prefetched 114 chunks; 114 chunks held, 100 from peers, 14 from the servers; served 3 to peers; refused 0 from peers, 0 silent\n\
-            bootpool-agent: 116 chunks held, 101 from peers, 15 from the servers; served 97 to peers; refused 2 from peers, 1 silent\n";
+            bootpool-agent: 116 chunks held, 101 from peers, 15 from the servers; served 97 to peers; refused 2 from peers, 1 silent; to the servers: 3 unanswered, 9 none named, 3 peers failed (2 lacked)\n";
         let c = summary(log).unwrap();
         assert_eq!(
             (
@@ -667,6 +691,10 @@ mod tests {
                 c.silent
             ),
             (116, 101, 15, 97, 2, 1)
+        );
+        assert_eq!(
+            (c.unanswered, c.none_named, c.peers_failed, c.lacked),
+            (3, 9, 3, 2)
         );
         assert_eq!(summary("no summary"), None);
     }
