@@ -1,0 +1,1 @@
+target/release/bootpool storm --config /work/main/bench/out/gone-120-s40-3/pools-4x50mbit.yaml --root nbd --clients 120 --tftp-loader --client-link 20mbit --server-links 4x50mbit --think-scale 0.2 --label swarm-nbd-120 --json /work/main/bench/out/gone-120-s40-3/swarm-nbd-120.json --swarm target/x86_64-unknown-linux-musl/release/bootpool-agent
