@@ -241,35 +241,31 @@ fn private_kib(rollup: &str) -> u64 {
 
 /// A process's CPU seconds (user + system, all its threads) so far; `pid` may be "self".
 pub(super) fn cpu_of(pid: &str) -> f64 {
-    let hz = bootpool::sys::process::clock_ticks().max(1) as f64;
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| stat_ticks(&stat))
-        .map_or(0.0, |t| t as f64 / hz)
+    cpu_seconds(pid, false)
 }
 
 /// A process's CPU seconds with those of the children it has reaped.
 pub(super) fn cpu_with_reaped_of(pid: &str) -> f64 {
+    cpu_seconds(pid, true)
+}
+
+fn cpu_seconds(pid: &str, reaped: bool) -> f64 {
     let hz = bootpool::sys::process::clock_ticks().max(1) as f64;
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
-        .and_then(|stat| {
-            let (_, rest) = stat.rsplit_once(')')?;
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            // utime, stime, cutime, cstime: the 12th to the 15th after the name.
-            (11..15)
-                .map(|i| f.get(i)?.parse::<u64>().ok())
-                .sum::<Option<u64>>()
-        })
+        .and_then(|stat| stat_ticks(&stat, reaped))
         .map_or(0.0, |t| t as f64 / hz)
 }
 
-/// utime + stime of a /proc/PID/stat line, in clock ticks.
-fn stat_ticks(stat: &str) -> Option<u64> {
-    // Fields after the name: state is the first; utime and stime are the 12th and 13th.
+/// utime + stime of a /proc/PID/stat line, in clock ticks, and with `reaped` cutime + cstime
+/// (the children it has waited for).
+fn stat_ticks(stat: &str, reaped: bool) -> Option<u64> {
+    // Fields after the name: state is the first; utime, stime, cutime and cstime are the
+    // 12th to the 15th.
     let (_, rest) = stat.rsplit_once(')')?;
     let f: Vec<&str> = rest.split_whitespace().collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    let last = if reaped { 15 } else { 13 };
+    (11..last).map(|i| f.get(i)?.parse::<u64>().ok()).sum()
 }
 
 /// The machine's busy CPU seconds so far, all CPUs together, and how many CPUs it has.
@@ -322,8 +318,12 @@ ctxt 999
     fn a_processs_ticks_are_utime_and_stime_after_its_name() {
         // The name may hold spaces and parentheses; the fields count from the last ')'.
         let stat = "4242 (a (b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 17 5 0 0 20 0 1 0 99";
-        assert_eq!(stat_ticks(stat), Some(22));
-        assert_eq!(stat_ticks("4242 (x) S 1"), None);
+        assert_eq!(stat_ticks(stat, false), Some(22));
+        assert_eq!(stat_ticks("4242 (x) S 1", false), None);
+        // With the reaped children's cutime and cstime, the two fields after stime.
+        let waited = "4242 (sh) S 1 4242 4242 0 -1 4194560 100 0 0 0 17 5 3 4 20 0 1 0 99";
+        assert_eq!(stat_ticks(waited, false), Some(22));
+        assert_eq!(stat_ticks(waited, true), Some(29));
         assert!(cpu_of("self") >= 0.0);
     }
 
