@@ -410,6 +410,14 @@ fn summary(log: &str) -> Option<AgentCount> {
     })
 }
 
+/// The clients' CPU seconds together, and per GB of `bytes` they moved, and that at 1 Gbit/s
+/// (0.125 GB a second) as a share of one core, in percent.
+fn cpu_figures(counts: &[AgentCount], bytes: u64) -> (f64, Option<f64>, Option<f64>) {
+    let cpu_s: f64 = counts.iter().map(|c| c.cpu_s).sum();
+    let per_gb = (bytes > 0).then(|| cpu_s / (bytes as f64 / 1e9));
+    (cpu_s, per_gb, per_gb.map(|s| s * 0.125 * 100.0))
+}
+
 /// Clients by their names in the report (`c007`), in order.
 fn clients(indices: &[usize]) -> String {
     let mut v = indices.to_vec();
@@ -501,9 +509,8 @@ impl Row {
         let sum = |f: fn(&AgentCount) -> u64| counts.iter().map(f).sum::<u64>();
         let held = sum(|c| c.held);
         let served = sum(|c| c.served_to_peers);
-        let agent_cpu_s: f64 = counts.iter().map(|c| c.cpu_s).sum();
         let agent_bytes = (held + served) * chunk + read_bytes;
-        let cpu_s_per_gb = (agent_bytes > 0).then(|| agent_cpu_s / (agent_bytes as f64 / 1e9));
+        let (agent_cpu_s, cpu_s_per_gb, core_pct_at_1gbit) = cpu_figures(&counts, agent_bytes);
         let server_chunks = server.map(|s| s.chunks_sent);
         Row {
             mode: "swarm".into(),
@@ -527,7 +534,7 @@ impl Row {
             agent_cpu_s,
             agent_bytes,
             cpu_s_per_gb,
-            core_pct_at_1gbit: cpu_s_per_gb.map(|s| s * 0.125 * 100.0),
+            core_pct_at_1gbit,
             invalid: false,
             agent_counts: counts,
             ..Row::default()
@@ -546,9 +553,8 @@ impl Row {
         image_len: u64,
         read_bytes: u64,
     ) -> Row {
-        let agent_cpu_s: f64 = counts.iter().map(|c| c.cpu_s).sum();
         let agent_bytes = counts.len() as u64 * image_len + read_bytes;
-        let cpu_s_per_gb = (agent_bytes > 0).then(|| agent_cpu_s / (agent_bytes as f64 / 1e9));
+        let (agent_cpu_s, cpu_s_per_gb, core_pct_at_1gbit) = cpu_figures(&counts, agent_bytes);
         let server_chunks = seed_payload.map(|b| b as f64 / chunk as f64);
         Row {
             mode: mode.into(),
@@ -563,7 +569,7 @@ impl Row {
             agent_cpu_s,
             agent_bytes,
             cpu_s_per_gb,
-            core_pct_at_1gbit: cpu_s_per_gb.map(|s| s * 0.125 * 100.0),
+            core_pct_at_1gbit,
             agent_counts: counts,
             ..Row::default()
         }
@@ -588,6 +594,18 @@ impl Row {
         self.invalid = all_booted_s.is_none_or(|t| cpu_bound_s >= 0.1 * t);
     }
 
+    /// The clients' CPU line: `WHO S s for M MB WHAT: G s per GB, P% of one core at 1 Gbit/s`.
+    fn cpu_said(&self, who: &str, what: &str) -> String {
+        format!(
+            "{who} {:.2} s for {:.1} MB {what}: {} s per GB, {} of one core at 1 Gbit/s",
+            self.agent_cpu_s,
+            self.agent_bytes as f64 / 1e6,
+            self.cpu_s_per_gb.map_or("-".into(), |v| format!("{v:.2}")),
+            self.core_pct_at_1gbit
+                .map_or("-".into(), |v| format!("{v:.1}%")),
+        )
+    }
+
     /// The report's lines.
     pub fn render(&self) -> String {
         let mut s = format!(
@@ -600,29 +618,23 @@ impl Row {
         );
         if self.mode == "multicast" {
             s.push_str(&format!(
-                "\n  udpcast: udp-sender multicast the whole image ({} chunks) to {} clients, its UDP payload counted; their udp-receiver and nbdkit CPU {:.2} s for {:.1} MB fetched and read: {} s per GB, {} of one core at 1 Gbit/s",
+                "\n  udpcast: udp-sender multicast the whole image ({} chunks) to {} clients, its UDP payload counted; {}",
                 self.image_chunks,
                 self.agents,
-                self.agent_cpu_s,
-                self.agent_bytes as f64 / 1e6,
-                self.cpu_s_per_gb.map_or("-".into(), |v| format!("{v:.2}")),
-                self.core_pct_at_1gbit.map_or("-".into(), |v| format!("{v:.1}%")),
+                self.cpu_said("their udp-receiver and nbdkit CPU", "fetched and read"),
             ));
         }
         if self.mode == "torrent" {
             s.push_str(&format!(
-                "\n  nbdkit torrent (libtorrent) in {} clients, each fetching the whole image ({} chunks); the seed's payload counted (TCP and uTP); their CPU {:.2} s for {:.1} MB fetched and read: {} s per GB, {} of one core at 1 Gbit/s",
+                "\n  nbdkit torrent (libtorrent) in {} clients, each fetching the whole image ({} chunks); the seed's payload counted (TCP and uTP); {}",
                 self.agents,
                 self.image_chunks,
-                self.agent_cpu_s,
-                self.agent_bytes as f64 / 1e6,
-                self.cpu_s_per_gb.map_or("-".into(), |v| format!("{v:.2}")),
-                self.core_pct_at_1gbit.map_or("-".into(), |v| format!("{v:.1}%")),
+                self.cpu_said("their CPU", "fetched and read"),
             ));
         }
         if self.mode == "swarm" {
             s.push_str(&format!(
-                "\n  agents {}: {} chunks from peers, {} from the server; served {} to peers; refused {}, silent {}{}\n  agents' CPU {:.2} s for {:.1} MB moved: {} s per GB, {} of one core at 1 Gbit/s",
+                "\n  agents {}: {} chunks from peers, {} from the server; served {} to peers; refused {}, silent {}{}\n  {}",
                 self.agents,
                 self.from_peers,
                 self.from_servers,
@@ -633,10 +645,7 @@ impl Row {
                     "\n  the tracker named holders {} times, the agent receiving the chunk {}, the server {}; the agents took chunks from the server {} times with no tracker answer, {} with no peer named, {} after every peer named failed ({} tries lacked the chunk)",
                     t.to_holders, t.to_receiver, t.to_server, self.unanswered, self.none_named, self.peers_failed, self.lacked
                 )),
-                self.agent_cpu_s,
-                self.agent_bytes as f64 / 1e6,
-                self.cpu_s_per_gb.map_or("-".into(), |v| format!("{v:.2}")),
-                self.core_pct_at_1gbit.map_or("-".into(), |v| format!("{v:.1}%")),
+                self.cpu_said("agents' CPU", "moved"),
             ));
         }
         if !self.cut.is_empty() {
