@@ -434,19 +434,16 @@ fn small_storm(root: &str, clients: usize, keep: usize, after_one_link: bool) {
     );
 }
 
-/// Six clients read the NBD root through the real static agent in their namespaces
-/// (`--swarm`), sharing chunks through the server's tracker: every client boots with the
-/// trace's bytes, each read checked against the image by the replay; the server sends fewer
-/// chunks than six copies of what a boot reads, the rest came from peers.
-#[test]
-fn a_small_swarm_storm_boots_every_client_through_its_agent_and_the_server_sends_under_six_copies()
-{
+/// A small room of `clients` booting the NBD pool's root through `--swarm` (the static
+/// agent) and `extra` on one 1 Gbit/s link (`small_room`): its table and JSON report, and the
+/// trace it replayed.
+fn swarm_room(clients: usize, extra: &[&str]) -> (String, Value, Trace) {
     let _room = one_room();
     let dir = tempfile::tempdir().unwrap();
     let (trace_file, trace) = short_trace("nbd", 100_000, dir.path());
     let agent = crate::common::static_agent();
-    let clients = 6;
-    let extra = ["--swarm", agent.to_str().unwrap()];
+    let mut args = vec!["--swarm", agent.to_str().unwrap()];
+    args.extend_from_slice(extra);
     let (table, r) = small_room(
         dir.path(),
         "nbd",
@@ -454,17 +451,33 @@ fn a_small_swarm_storm_boots_every_client_through_its_agent_and_the_server_sends
         &trace_file,
         "1x1gbit",
         600,
-        &extra,
+        &args,
     );
-    let summary = &r["summary"];
-    assert_eq!(u(&summary["booted"]), clients as u64, "{table}");
-    let want = image_bytes(&trace);
+    (table, r, trace)
+}
+
+/// Every client of report `r` booted, and every read was answered with the image's bytes
+/// (the replay checks each).
+fn every_client_read_the_image(r: &Value, trace: &Trace) {
+    let want = image_bytes(trace);
     for c in r["clients"].as_array().unwrap() {
         assert_eq!(c["result"], "booted", "{c}");
-        // Every read was answered, with the image's bytes (the replay checks each).
         assert_eq!(u(&c["bytes"]["nbd"]), want.nbd, "{c}");
         assert_eq!(u(&c["root_errors"]), 0, "{c}");
     }
+}
+
+/// Six clients read the NBD root through the real static agent in their namespaces
+/// (`--swarm`), sharing chunks through the server's tracker: every client boots with the
+/// trace's bytes, each read checked against the image by the replay; the server sends fewer
+/// chunks than six copies of what a boot reads, the rest came from peers.
+#[test]
+fn a_small_swarm_storm_boots_every_client_through_its_agent_and_the_server_sends_under_six_copies()
+{
+    let clients = 6;
+    let (table, r, trace) = swarm_room(clients, &[]);
+    assert_eq!(u(&r["summary"]["booted"]), clients as u64, "{table}");
+    every_client_read_the_image(&r, &trace);
     let w = &r["swarm"];
     assert_eq!(w["mode"], "swarm", "{table}");
     assert_eq!(u(&w["agents"]), clients as u64, "{table}");
@@ -499,28 +512,10 @@ fn a_small_swarm_storm_boots_every_client_through_its_agent_and_the_server_sends
 /// (libtorrent fetches every piece): the rest went between the clients.
 #[test]
 fn a_torrent_room_boots_every_client_through_nbdkits_torrent_plugin() {
-    let _room = one_room();
-    let dir = tempfile::tempdir().unwrap();
-    let (trace_file, trace) = short_trace("nbd", 100_000, dir.path());
-    let agent = crate::common::static_agent();
     let clients = 4;
-    let extra = ["--swarm", agent.to_str().unwrap(), "--torrent"];
-    let (table, r) = small_room(
-        dir.path(),
-        "nbd",
-        clients,
-        &trace_file,
-        "1x1gbit",
-        600,
-        &extra,
-    );
+    let (table, r, trace) = swarm_room(clients, &["--torrent"]);
     assert_eq!(u(&r["summary"]["booted"]), clients as u64, "{table}");
-    let want = image_bytes(&trace);
-    for c in r["clients"].as_array().unwrap() {
-        assert_eq!(c["result"], "booted", "{c}");
-        assert_eq!(u(&c["bytes"]["nbd"]), want.nbd, "{c}");
-        assert_eq!(u(&c["root_errors"]), 0, "{c}");
-    }
+    every_client_read_the_image(&r, &trace);
     let w = &r["swarm"];
     assert_eq!(w["mode"], "torrent", "{table}");
     assert_eq!(u(&w["agents"]), clients as u64, "{table}");
@@ -548,28 +543,10 @@ fn a_torrent_room_boots_every_client_through_nbdkits_torrent_plugin() {
 /// about one copy of the image for the four (its counter; a resend or two allowed).
 #[test]
 fn a_multicast_room_boots_every_client_from_one_udpcast_copy() {
-    let _room = one_room();
-    let dir = tempfile::tempdir().unwrap();
-    let (trace_file, trace) = short_trace("nbd", 100_000, dir.path());
-    let agent = crate::common::static_agent();
     let clients = 4;
-    let extra = ["--swarm", agent.to_str().unwrap(), "--multicast"];
-    let (table, r) = small_room(
-        dir.path(),
-        "nbd",
-        clients,
-        &trace_file,
-        "1x1gbit",
-        600,
-        &extra,
-    );
+    let (table, r, trace) = swarm_room(clients, &["--multicast"]);
     assert_eq!(u(&r["summary"]["booted"]), clients as u64, "{table}");
-    let want = image_bytes(&trace);
-    for c in r["clients"].as_array().unwrap() {
-        assert_eq!(c["result"], "booted", "{c}");
-        assert_eq!(u(&c["bytes"]["nbd"]), want.nbd, "{c}");
-        assert_eq!(u(&c["root_errors"]), 0, "{c}");
-    }
+    every_client_read_the_image(&r, &trace);
     let w = &r["swarm"];
     assert_eq!(w["mode"], "multicast", "{table}");
     let sent = w["server_chunks"].as_f64().expect("the sender's payload");
@@ -589,14 +566,8 @@ fn a_multicast_room_boots_every_client_from_one_udpcast_copy() {
 /// nor failed, and the report names each kind.
 #[test]
 fn a_swarm_storm_with_a_client_switched_off_a_rogue_and_two_slow_boots_the_others() {
-    let _room = one_room();
-    let dir = tempfile::tempdir().unwrap();
-    let (trace_file, trace) = short_trace("nbd", 100_000, dir.path());
-    let agent = crate::common::static_agent();
     let clients = 6;
     let extra = [
-        "--swarm",
-        agent.to_str().unwrap(),
         "--swarm-cut",
         "0.2",
         "--swarm-cut-after",
@@ -608,15 +579,7 @@ fn a_swarm_storm_with_a_client_switched_off_a_rogue_and_two_slow_boots_the_other
         "--swarm-corrupt",
         "1",
     ];
-    let (table, r) = small_room(
-        dir.path(),
-        "nbd",
-        clients,
-        &trace_file,
-        "1x1gbit",
-        600,
-        &extra,
-    );
+    let (table, r, trace) = swarm_room(clients, &extra);
     let summary = &r["summary"];
     assert_eq!(u(&summary["booted"]), clients as u64 - 2, "{table}");
     assert_eq!(u(&summary["cut"]), 1, "{table}");
