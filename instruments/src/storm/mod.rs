@@ -15,7 +15,8 @@
 //!   sharing chunks through the server's tracker, and the report's row of copies and CPU;
 //!   `swarm_faults`: a share of that room switched off mid-boot or sending slowly, and
 //!   clients playing a corrupting peer; `torrent`: the same room through nbdkit's torrent
-//!   plugin instead (`--torrent`), with its tracker and seed beside the server.
+//!   plugin instead (`--torrent`), with its tracker and seed beside the server; `multicast`:
+//!   the room given its root by udpcast (`--multicast`); `sent_by`: those senders' bytes.
 //! - `client`: one client's boot (firmware steps, then the root closed-loop, then booted).
 //! - `dhcp`: the firmware's DHCP through `dhcp4r`, with the PXE retransmit schedule.
 //! - `root`: the root's requests, through `nfs` (the nfs3_client crate) or `nbd` (libnbd).
@@ -755,21 +756,21 @@ pub fn run(mut args: StormArgs) -> anyhow::Result<()> {
         let chunk = u64::from(bootpool::image::blocks::CHUNK);
         let floor = swarm::floor(&plan.trace, chunk);
         let read: u64 = report.clients.iter().map(|c| c.client.bytes.nbd).sum();
-        let mut row = match agent_counts {
-            Some(counts) if reference_sent.is_some() => swarm::Row::reference(
-                reference_sent.map_or("", |r| r.0),
+        let mut row = match (agent_counts, reference_sent) {
+            (Some(counts), Some((mode, sent))) => swarm::Row::reference(
+                mode,
                 counts,
-                reference_sent.and_then(|r| r.1),
+                sent,
                 floor,
                 chunk,
                 plan.image.as_ref().map_or(0, |i| i.len() as u64),
                 read,
             ),
-            Some(counts) => {
+            (Some(counts), None) => {
                 let server = counts_before.zip(counts_after).map(|(b, a)| a.since(b));
                 swarm::Row::swarm(counts, server, floor, chunk, read)
             }
-            None => swarm::Row::unicast(read, floor, chunk),
+            (None, _) => swarm::Row::unicast(read, floor, chunk),
         };
         row.judge(report.host.cpu_bound_s, report.summary.all_booted_s);
         if plan.agents.is_some() {
